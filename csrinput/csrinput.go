@@ -1,0 +1,259 @@
+// Package csrinput turns a certificates.k8s.io/v1 CertificateSigningRequest into
+// the input document the Rego rules decide on.
+//
+// The document names facts, never conclusions: whether the PEM parsed and why
+// not, whether the signature verified, every subject attribute with its OID,
+// every subject alternative name of every type, every requested extension. A
+// rule that needs a fact the request already carries must find it here without
+// a Go change, and a logged input must replay to the same decision.
+//
+// Build never panics and never fails: a request it cannot read is described as
+// such (parsed=false), because "this request is malformed" is itself a fact a
+// rule decides on.
+package csrinput
+
+import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/asn1"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/netip"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+)
+
+// CSR is input.csr: the request object and everything its PEM carries.
+type CSR struct {
+	Name       string              `json:"name"`
+	SignerName string              `json:"signer_name"`
+	Username   string              `json:"username"`
+	UID        string              `json:"uid"`
+	Groups     []string            `json:"groups"`
+	Extra      map[string][]string `json:"extra"`
+	Usages     []string            `json:"usages"`
+	// ExpirationSeconds is absent when the requester did not ask for a lifetime.
+	ExpirationSeconds *int32  `json:"expiration_seconds,omitempty"`
+	Request           Request `json:"request"`
+}
+
+// Request is input.csr.request: the parsed PKCS#10 request.
+type Request struct {
+	Parsed             bool        `json:"parsed"`
+	ParseError         string      `json:"parse_error"`
+	SignatureValid     bool        `json:"signature_valid"`
+	SignatureError     string      `json:"signature_error"`
+	SignatureAlgorithm string      `json:"signature_algorithm"`
+	Subject            []Attribute `json:"subject"`
+	SubjectAltNames    []SAN       `json:"subject_alt_names"`
+	Extensions         []Extension `json:"extensions"`
+	PublicKey          PublicKey   `json:"public_key"`
+}
+
+// Attribute is one subject attribute, in the order the request lists them.
+type Attribute struct {
+	OID string `json:"oid"`
+	// Name is the short name (CN, O, OU, …) when the OID has one, else empty.
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// SAN is one subject alternative name. Type is one of dns, ip, email, uri,
+// other_name, x400_address, directory_name, edi_party_name, registered_id.
+// Names of the types crypto/x509 does not decode carry their DER in hex, so
+// that a rule sees them rather than nothing.
+type SAN struct {
+	Type  string `json:"type"`
+	Value string `json:"value"`
+}
+
+// Extension is one requested extension.
+type Extension struct {
+	OID      string `json:"oid"`
+	Critical bool   `json:"critical"`
+}
+
+// PublicKey describes the request's key: RSA with its modulus size, ECDSA
+// with its curve, or Ed25519.
+type PublicKey struct {
+	Algorithm string `json:"algorithm"`
+	Bits      int    `json:"bits,omitempty"`
+	Curve     string `json:"curve,omitempty"`
+}
+
+// Build describes a CSR object. The PEM is read from spec.request.
+func Build(csr *certificatesv1.CertificateSigningRequest) CSR {
+	out := CSR{
+		Name:       csr.Name,
+		SignerName: csr.Spec.SignerName,
+		Username:   csr.Spec.Username,
+		UID:        csr.Spec.UID,
+		Groups:     nonNil(csr.Spec.Groups),
+		Extra:      map[string][]string{},
+		Usages:     make([]string, 0, len(csr.Spec.Usages)),
+		Request:    ParseRequest(csr.Spec.Request),
+	}
+	for k, v := range csr.Spec.Extra {
+		out.Extra[k] = nonNil(v)
+	}
+	for _, u := range csr.Spec.Usages {
+		out.Usages = append(out.Usages, string(u))
+	}
+	if csr.Spec.ExpirationSeconds != nil {
+		seconds := *csr.Spec.ExpirationSeconds
+		out.ExpirationSeconds = &seconds
+	}
+	return out
+}
+
+// ParseRequest describes PEM-encoded PKCS#10 bytes.
+func ParseRequest(pemBytes []byte) Request {
+	req := Request{
+		Subject:         []Attribute{},
+		SubjectAltNames: []SAN{},
+		Extensions:      []Extension{},
+	}
+	block, rest := pem.Decode(pemBytes)
+	switch {
+	case block == nil:
+		req.ParseError = "no PEM block found"
+		return req
+	case block.Type != "CERTIFICATE REQUEST" && block.Type != "NEW CERTIFICATE REQUEST":
+		req.ParseError = fmt.Sprintf("PEM block is %q, not CERTIFICATE REQUEST", block.Type)
+		return req
+	case len(block.Headers) != 0:
+		req.ParseError = "PEM block has headers"
+		return req
+	}
+	// A second block would be a second request (or anything else) that the
+	// signer ignores but a person reading the object might not: refuse it.
+	if next, _ := pem.Decode(rest); next != nil {
+		req.ParseError = "more than one PEM block"
+		return req
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		req.ParseError = err.Error()
+		return req
+	}
+	req.Parsed = true
+	if err := csr.CheckSignature(); err != nil {
+		req.SignatureError = err.Error()
+	} else {
+		req.SignatureValid = true
+	}
+	req.SignatureAlgorithm = csr.SignatureAlgorithm.String()
+	req.PublicKey = describeKey(csr.PublicKey, csr.PublicKeyAlgorithm)
+	for _, atv := range csr.Subject.Names {
+		req.Subject = append(req.Subject, Attribute{
+			OID:   atv.Type.String(),
+			Name:  attributeNames[atv.Type.String()],
+			Value: fmt.Sprint(atv.Value),
+		})
+	}
+	for _, ext := range csr.Extensions {
+		req.Extensions = append(req.Extensions, Extension{OID: ext.Id.String(), Critical: ext.Critical})
+		if ext.Id.Equal(oidSubjectAltName) {
+			req.SubjectAltNames = append(req.SubjectAltNames, parseSANs(ext.Value)...)
+		}
+	}
+	return req
+}
+
+var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
+
+// attributeNames are the short names of the attributes crypto/x509 knows,
+// so that messages read "OU=ops" rather than "2.5.4.11=ops".
+var attributeNames = map[string]string{
+	"2.5.4.3":                    "CN",
+	"2.5.4.5":                    "SERIALNUMBER",
+	"2.5.4.6":                    "C",
+	"2.5.4.7":                    "L",
+	"2.5.4.8":                    "ST",
+	"2.5.4.9":                    "STREET",
+	"2.5.4.10":                   "O",
+	"2.5.4.11":                   "OU",
+	"2.5.4.17":                   "POSTALCODE",
+	"0.9.2342.19200300.100.1.25": "DC",
+	"0.9.2342.19200300.100.1.1":  "UID",
+	"1.2.840.113549.1.9.1":       "emailAddress",
+}
+
+// sanTypes maps the context-specific tags of GeneralName (RFC 5280 4.2.1.6).
+var sanTypes = map[int]string{
+	0: "other_name",
+	1: "email",
+	2: "dns",
+	3: "x400_address",
+	4: "directory_name",
+	5: "edi_party_name",
+	6: "uri",
+	7: "ip",
+	8: "registered_id",
+}
+
+// parseSANs lists every GeneralName of a subjectAltName extension value. It is
+// only called after crypto/x509 accepted the extension, so the outer structure
+// is sound; it still stops quietly on anything unexpected rather than panic.
+func parseSANs(der []byte) []SAN {
+	var seq asn1.RawValue
+	if rest, err := asn1.Unmarshal(der, &seq); err != nil || len(rest) != 0 || !seq.IsCompound || seq.Tag != asn1.TagSequence {
+		return nil
+	}
+	sans := []SAN{}
+	rest := seq.Bytes
+	for len(rest) > 0 {
+		var name asn1.RawValue
+		var err error
+		if rest, err = asn1.Unmarshal(rest, &name); err != nil {
+			return sans
+		}
+		typ, ok := sanTypes[name.Tag]
+		if name.Class != asn1.ClassContextSpecific || !ok {
+			sans = append(sans, SAN{Type: "unknown", Value: hex.EncodeToString(name.FullBytes)})
+			continue
+		}
+		sans = append(sans, SAN{Type: typ, Value: sanValue(typ, name)})
+	}
+	return sans
+}
+
+func sanValue(typ string, name asn1.RawValue) string {
+	switch typ {
+	case "email", "dns", "uri":
+		return string(name.Bytes)
+	case "ip":
+		// Canonical text, so that a rule compares strings: the IPv4-mapped
+		// form of an IPv4 address reads as the IPv4 address, as Talos reports it.
+		if addr, ok := netip.AddrFromSlice(name.Bytes); ok {
+			return addr.Unmap().String()
+		}
+		return net.IP(name.Bytes).String()
+	default:
+		return hex.EncodeToString(name.FullBytes)
+	}
+}
+
+func describeKey(key any, algorithm x509.PublicKeyAlgorithm) PublicKey {
+	switch k := key.(type) {
+	case *rsa.PublicKey:
+		return PublicKey{Algorithm: "RSA", Bits: k.N.BitLen()}
+	case *ecdsa.PublicKey:
+		return PublicKey{Algorithm: "ECDSA", Bits: k.Curve.Params().BitSize, Curve: k.Curve.Params().Name}
+	case ed25519.PublicKey:
+		return PublicKey{Algorithm: "Ed25519", Bits: 256}
+	default:
+		return PublicKey{Algorithm: algorithm.String()}
+	}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return append([]string(nil), s...)
+}

@@ -1,0 +1,210 @@
+package csrinput_test
+
+import (
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/json"
+	"net"
+	"net/url"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/ichor-dev/ichor-policy/csrinput"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+)
+
+func mustPEM(t *testing.T, r csrgen.Request) []byte {
+	t.Helper()
+	b, err := csrgen.PEM(r)
+	require.NoError(t, err)
+	return b
+}
+
+func TestBuildDescribesEachKeyType(t *testing.T) {
+	for _, tc := range []struct {
+		key  csrgen.KeyType
+		want csrinput.PublicKey
+		sig  string
+	}{
+		{csrgen.ECDSA, csrinput.PublicKey{Algorithm: "ECDSA", Bits: 256, Curve: "P-256"}, "ECDSA-SHA256"},
+		{csrgen.RSA, csrinput.PublicKey{Algorithm: "RSA", Bits: 2048}, "SHA256-RSA"},
+		{csrgen.Ed25519, csrinput.PublicKey{Algorithm: "Ed25519", Bits: 256}, "Ed25519"},
+	} {
+		t.Run(string(tc.key), func(t *testing.T) {
+			key, err := csrgen.Key(tc.key)
+			require.NoError(t, err)
+			obj := csrgen.ServingObject("csr-1", "worker-1", mustPEM(t, csrgen.Request{
+				Subject:  csrgen.NodeSubject("worker-1"),
+				DNSNames: []string{"worker-1"},
+				IPs:      []net.IP{net.ParseIP("10.5.0.2"), net.ParseIP("fd00::2")},
+				Key:      key,
+			}))
+			obj.Spec.UID = "uid-1"
+			obj.Spec.Extra = map[string]certificatesv1.ExtraValue{"k": {"v"}}
+			obj.Spec.ExpirationSeconds = ptr.To[int32](3600)
+
+			got := csrinput.Build(obj)
+
+			assert.Equal(t, "csr-1", got.Name)
+			assert.Equal(t, certificatesv1.KubeletServingSignerName, got.SignerName)
+			assert.Equal(t, "system:node:worker-1", got.Username)
+			assert.Equal(t, "uid-1", got.UID)
+			assert.Equal(t, []string{"system:nodes", "system:authenticated"}, got.Groups)
+			assert.Equal(t, map[string][]string{"k": {"v"}}, got.Extra)
+			assert.Equal(t, []string{"digital signature", "server auth"}, got.Usages)
+			assert.Equal(t, ptr.To[int32](3600), got.ExpirationSeconds)
+			req := got.Request
+			assert.True(t, req.Parsed)
+			assert.Empty(t, req.ParseError)
+			assert.True(t, req.SignatureValid, req.SignatureError)
+			assert.Equal(t, tc.sig, req.SignatureAlgorithm)
+			assert.Equal(t, tc.want, req.PublicKey)
+			assert.Equal(t, []csrinput.Attribute{
+				{OID: "2.5.4.10", Name: "O", Value: "system:nodes"},
+				{OID: "2.5.4.3", Name: "CN", Value: "system:node:worker-1"},
+			}, req.Subject)
+			assert.Equal(t, []csrinput.SAN{
+				{Type: "dns", Value: "worker-1"},
+				{Type: "ip", Value: "10.5.0.2"},
+				{Type: "ip", Value: "fd00::2"},
+			}, req.SubjectAltNames)
+			assert.Equal(t, []csrinput.Extension{{OID: "2.5.29.17", Critical: false}}, req.Extensions)
+		})
+	}
+}
+
+func TestBuildReportsTamperedSignature(t *testing.T) {
+	for _, keyType := range []csrgen.KeyType{csrgen.ECDSA, csrgen.RSA, csrgen.Ed25519} {
+		t.Run(string(keyType), func(t *testing.T) {
+			key, err := csrgen.Key(keyType)
+			require.NoError(t, err)
+			good := mustPEM(t, csrgen.Request{Subject: csrgen.NodeSubject("worker-1"), DNSNames: []string{"worker-1"}, Key: key})
+			bad, err := csrgen.TamperSignature(good)
+			require.NoError(t, err)
+
+			req := csrinput.ParseRequest(bad)
+
+			assert.True(t, req.Parsed, req.ParseError)
+			assert.False(t, req.SignatureValid)
+			assert.NotEmpty(t, req.SignatureError)
+		})
+	}
+}
+
+func TestBuildReportsMalformedPEM(t *testing.T) {
+	good := mustPEM(t, csrgen.Request{Subject: csrgen.NodeSubject("worker-1")})
+	for name, tc := range map[string]struct {
+		in   []byte
+		want string
+	}{
+		"empty":        {nil, "no PEM block found"},
+		"not PEM":      {[]byte("hello"), "no PEM block found"},
+		"wrong type":   {[]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"), `PEM block is "CERTIFICATE", not CERTIFICATE REQUEST`},
+		"garbage DER":  {[]byte("-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"), "asn1: structure error"},
+		"two requests": {append(append([]byte{}, good...), good...), "more than one PEM block"},
+		"headers":      {[]byte("-----BEGIN CERTIFICATE REQUEST-----\nProc-Type: 4,ENCRYPTED\n\nAAAA\n-----END CERTIFICATE REQUEST-----\n"), "PEM block has headers"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := csrinput.ParseRequest(tc.in)
+			assert.False(t, req.Parsed)
+			assert.False(t, req.SignatureValid)
+			assert.Contains(t, req.ParseError, tc.want)
+			// Empty lists, not nulls: a rule iterating over them must not see undefined.
+			b, err := json.Marshal(req)
+			require.NoError(t, err)
+			assert.Contains(t, string(b), `"subject":[]`)
+			assert.Contains(t, string(b), `"subject_alt_names":[]`)
+			assert.Contains(t, string(b), `"extensions":[]`)
+		})
+	}
+}
+
+func TestBuildListsEveryNameType(t *testing.T) {
+	uri, err := url.Parse("spiffe://cluster.local/ns/default/sa/x")
+	require.NoError(t, err)
+	req := csrinput.ParseRequest(mustPEM(t, csrgen.Request{
+		Subject:  csrgen.NodeSubject("worker-1"),
+		DNSNames: []string{"worker-1"},
+		IPs:      []net.IP{net.ParseIP("::ffff:10.5.0.2")},
+		Emails:   []string{"root@worker-1"},
+		URIs:     []*url.URL{uri},
+	}))
+	assert.ElementsMatch(t, []csrinput.SAN{
+		{Type: "dns", Value: "worker-1"},
+		{Type: "ip", Value: "10.5.0.2"},
+		{Type: "email", Value: "root@worker-1"},
+		{Type: "uri", Value: "spiffe://cluster.local/ns/default/sa/x"},
+	}, req.SubjectAltNames)
+}
+
+func TestBuildListsNameTypesCryptoX509Ignores(t *testing.T) {
+	// An otherName (tag 0, as Microsoft's UPN) and a registeredID (tag 8):
+	// crypto/x509 drops both, the builder must not.
+	otherName, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: mustMarshal(t, asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 311, 20, 2, 3})})
+	require.NoError(t, err)
+	registered, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 8, Bytes: []byte{0x2a, 0x03}})
+	require.NoError(t, err)
+	dns, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, Bytes: []byte("worker-1")})
+	require.NoError(t, err)
+	value, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: append(append(otherName, registered...), dns...)})
+	require.NoError(t, err)
+
+	req := csrinput.ParseRequest(mustPEM(t, csrgen.Request{
+		Subject:    csrgen.NodeSubject("worker-1"),
+		Extensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: value}},
+	}))
+
+	require.True(t, req.Parsed, req.ParseError)
+	require.Len(t, req.SubjectAltNames, 3)
+	assert.Equal(t, "other_name", req.SubjectAltNames[0].Type)
+	assert.Equal(t, "registered_id", req.SubjectAltNames[1].Type)
+	assert.Equal(t, csrinput.SAN{Type: "dns", Value: "worker-1"}, req.SubjectAltNames[2])
+}
+
+func TestBuildListsExtraExtensionsAndSubjectAttributes(t *testing.T) {
+	subject := csrgen.NodeSubject("worker-1")
+	subject.OrganizationalUnit = []string{"ops"}
+	subject.Organization = append(subject.Organization, "system:masters")
+	subject.ExtraNames = []pkix.AttributeTypeAndValue{{Type: asn1.ObjectIdentifier{1, 2, 3, 4}, Value: "x"}}
+	req := csrinput.ParseRequest(mustPEM(t, csrgen.Request{
+		Subject:  subject,
+		DNSNames: []string{"worker-1"},
+		Extensions: []pkix.Extension{
+			{Id: asn1.ObjectIdentifier{2, 5, 29, 19}, Critical: true, Value: mustMarshal(t, struct{ CA bool }{true})},
+		},
+	}))
+	require.True(t, req.Parsed, req.ParseError)
+	assert.Equal(t, []csrinput.Extension{
+		{OID: "2.5.29.17", Critical: false},
+		{OID: "2.5.29.19", Critical: true},
+	}, req.Extensions)
+	assert.Equal(t, []csrinput.Attribute{
+		{OID: "2.5.4.10", Name: "O", Value: "system:nodes"},
+		{OID: "2.5.4.10", Name: "O", Value: "system:masters"},
+		{OID: "2.5.4.11", Name: "OU", Value: "ops"},
+		{OID: "2.5.4.3", Name: "CN", Value: "system:node:worker-1"},
+		{OID: "1.2.3.4", Name: "", Value: "x"},
+	}, req.Subject)
+}
+
+func TestBuildNeverReturnsNilLists(t *testing.T) {
+	got := csrinput.Build(&certificatesv1.CertificateSigningRequest{})
+	b, err := json.Marshal(got)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{
+		"name": "", "signer_name": "", "username": "", "uid": "", "groups": [], "extra": {}, "usages": [],
+		"request": {"parsed": false, "parse_error": "no PEM block found", "signature_valid": false, "signature_error": "",
+		  "signature_algorithm": "", "subject": [], "subject_alt_names": [], "extensions": [], "public_key": {"algorithm": ""}}
+	}`, string(b))
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := asn1.Marshal(v)
+	require.NoError(t, err)
+	return b
+}

@@ -1,0 +1,66 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/ichor-dev/ichor-policy/csrinput"
+)
+
+// PathKubeletServing is the entrypoint of the kubelet-serving rule.
+const PathKubeletServing = "ichor/kubelet_serving/decision"
+
+// The actions a CSR rule answers with.
+const (
+	ActionApprove = "approve"
+	ActionDeny    = "deny"
+	ActionPending = "pending"
+)
+
+// Reason is one reason of a decision: a stable code (documented in the
+// rule's METADATA) and a message for a person.
+type Reason struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// CSRDecision is the decision of a CSR rule, with the decision id and the
+// bundle revision that find it again in the decision log.
+type CSRDecision struct {
+	Action     string   `json:"action"`
+	Reasons    []Reason `json:"reasons"`
+	Node       string   `json:"node"`
+	DecisionID string   `json:"decision_id"`
+	Revision   string   `json:"revision"`
+}
+
+// KubeletServing decides a kubelet-serving CSR. It returns ErrNoDecision for
+// a request of another signer.
+func (e *Engine) KubeletServing(ctx context.Context, in csrinput.KubeletServing) (CSRDecision, error) {
+	return e.decideCSR(ctx, PathKubeletServing, in)
+}
+
+func (e *Engine) decideCSR(ctx context.Context, path string, in any) (CSRDecision, error) {
+	d, err := e.Decide(ctx, path, in)
+	if err != nil {
+		return CSRDecision{}, err
+	}
+	var out CSRDecision
+	if err := json.Unmarshal(d.Result, &out); err != nil {
+		return CSRDecision{}, fmt.Errorf("decision %s of %s is not a CSR decision: %w", d.ID, path, err)
+	}
+	// A bundle whose rule answers anything else is broken; acting on it
+	// would be guessing, so the caller gets an error and does nothing.
+	switch out.Action {
+	case ActionApprove, ActionDeny, ActionPending:
+	default:
+		return CSRDecision{}, fmt.Errorf("decision %s of %s has unknown action %q", d.ID, path, out.Action)
+	}
+	if len(out.Reasons) == 0 {
+		return CSRDecision{}, fmt.Errorf("decision %s of %s gives no reason", d.ID, path)
+	}
+	out.DecisionID = d.ID
+	out.Revision = d.Revision
+	return out, nil
+}

@@ -1,0 +1,174 @@
+package engine_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/csrinput"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+)
+
+// syncBuffer is a decision-log sink the SDK may write to from any goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// entries parses the decision log written so far.
+func (b *syncBuffer) entries(t *testing.T) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	sc.Buffer(make([]byte, 0, 1<<20), 1<<22)
+	for sc.Scan() {
+		var e map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &e), sc.Text())
+		out = append(out, e)
+	}
+	return out
+}
+
+func newEngine(t *testing.T) (*engine.Engine, *syncBuffer) {
+	t.Helper()
+	log := &syncBuffer{}
+	e, err := engine.New(context.Background(), engine.Options{DecisionLog: log, ID: "test"})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	return e, log
+}
+
+func servingInput(t *testing.T, key csrgen.KeyType, ips ...string) csrinput.KubeletServing {
+	t.Helper()
+	k, err := csrgen.Key(key)
+	require.NoError(t, err)
+	r := csrgen.Request{Subject: csrgen.NodeSubject("worker-1"), DNSNames: []string{"worker-1"}, Key: k}
+	for _, ip := range ips {
+		r.IPs = append(r.IPs, net.ParseIP(ip))
+	}
+	pemBytes, err := csrgen.PEM(r)
+	require.NoError(t, err)
+	obj := csrgen.ServingObject("csr-worker-1", "worker-1", pemBytes)
+	obj.Spec.Extra = map[string]certificatesv1.ExtraValue{"example.com/secret-claim": {"s3cret"}}
+	return csrinput.KubeletServing{
+		CSR:     csrinput.Build(obj),
+		Machine: &csrinput.Machine{Name: "worker-1", Namespace: "default", Cluster: "demo"},
+		Node: &csrinput.Node{
+			Readable: true, Nodename: "worker-1", Hostname: "worker-1",
+			Addresses: []string{"10.5.0.2", "fd00::2"},
+		},
+	}
+}
+
+func TestKubeletServingApprovesEachKeyTypeAndLogsIt(t *testing.T) {
+	e, log := newEngine(t)
+	def, err := bundles.Default()
+	require.NoError(t, err)
+
+	for _, key := range []csrgen.KeyType{csrgen.ECDSA, csrgen.RSA, csrgen.Ed25519} {
+		t.Run(string(key), func(t *testing.T) {
+			d, err := e.KubeletServing(context.Background(), servingInput(t, key, "10.5.0.2", "fd00::2"))
+			require.NoError(t, err)
+			assert.Equal(t, engine.ActionApprove, d.Action)
+			assert.Equal(t, "worker-1", d.Node)
+			require.Len(t, d.Reasons, 1)
+			assert.Equal(t, "IchorKubeletServing", d.Reasons[0].Code)
+			assert.NotEmpty(t, d.DecisionID)
+			assert.Equal(t, def.Manifest.Revision, d.Revision)
+		})
+	}
+
+	entries := log.entries(t)
+	require.Len(t, entries, 3)
+	entry := entries[0]
+	assert.Equal(t, "Decision Log", entry["msg"])
+	assert.Equal(t, engine.PathKubeletServing, entry["path"])
+	assert.NotEmpty(t, entry["decision_id"])
+	assert.NotEmpty(t, entry["timestamp"])
+	assert.Equal(t, "approve", entry["result"].(map[string]any)["action"])
+	assert.Equal(t, def.Manifest.Revision, entry["bundles"].(map[string]any)["ichor"].(map[string]any)["revision"])
+	assert.Equal(t, "worker-1", entry["input"].(map[string]any)["node"].(map[string]any)["nodename"])
+	// The mask in policy/system/log ran: the claim's key stays, its value does not.
+	extra := entry["input"].(map[string]any)["csr"].(map[string]any)["extra"].(map[string]any)
+	assert.Equal(t, []any{"**REDACTED**"}, extra["example.com/secret-claim"])
+	assert.NotContains(t, log.buf.String(), "s3cret")
+}
+
+func TestKubeletServingDeniesAnotherNodesIPAndLogsTheDenial(t *testing.T) {
+	e, log := newEngine(t)
+
+	d, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.3"))
+
+	require.NoError(t, err)
+	assert.Equal(t, engine.ActionDeny, d.Action)
+	assert.Equal(t, []engine.Reason{{Code: "IPNotNode", Message: `IP address 10.5.0.3 is not one of the node's addresses ["10.5.0.2", "fd00::2"]`}}, d.Reasons)
+	entries := log.entries(t)
+	require.Len(t, entries, 1)
+	assert.Equal(t, d.DecisionID, entries[0]["decision_id"])
+	assert.Equal(t, "deny", entries[0]["result"].(map[string]any)["action"])
+}
+
+func TestOtherSignerGetsNoDecisionButIsLogged(t *testing.T) {
+	e, log := newEngine(t)
+	in := servingInput(t, csrgen.ECDSA, "10.5.0.2")
+	in.CSR.SignerName = certificatesv1.KubeAPIServerClientSignerName
+
+	_, err := e.KubeletServing(context.Background(), in)
+
+	require.ErrorIs(t, err, engine.ErrNoDecision)
+	require.Len(t, log.entries(t), 1)
+}
+
+func TestConcurrentDecisionsAreEachLogged(t *testing.T) {
+	e, log := newEngine(t)
+	good := servingInput(t, csrgen.ECDSA, "10.5.0.2")
+	bad := servingInput(t, csrgen.ECDSA, "10.9.9.9")
+
+	const n = 50
+	var wg sync.WaitGroup
+	actions := make([]string, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			in := good
+			if i%2 == 1 {
+				in = bad
+			}
+			d, err := e.KubeletServing(context.Background(), in)
+			actions[i], errs[i] = d.Action, err
+		})
+	}
+	wg.Wait()
+
+	for i := range n {
+		require.NoError(t, errs[i])
+		want := engine.ActionApprove
+		if i%2 == 1 {
+			want = engine.ActionDeny
+		}
+		assert.Equal(t, want, actions[i], "decision %d", i)
+	}
+	ids := map[any]bool{}
+	for _, entry := range log.entries(t) {
+		ids[entry["decision_id"]] = true
+	}
+	assert.Len(t, ids, n)
+}

@@ -1,0 +1,313 @@
+# METADATA
+# title: Kubelet serving certificates
+# description: |
+#   Decides certificate signing requests of the signer kubernetes.io/kubelet-serving
+#   (ADR 0125). A request is approved only when it asks for exactly the node's own
+#   identity as the Talos API reports it: the Nodename or hostname as DNS names and
+#   the kubelet's node IPs as IP addresses. The request's names are never trusted as
+#   identity, and neither is the Kubernetes Node object.
+#
+#   Precedence, and why: a request that cannot be parsed or whose signature is invalid
+#   is denied at once, since no identity could ever make it approvable. Otherwise a
+#   request for a node name that no machine of an enabled cluster has, or for a node
+#   whose identity could not be read, stays pending: pending is reversible and denied
+#   is not. Only then are the remaining checks applied, and every failing one is
+#   reported, sorted by code.
+#
+#   Input: input.csr (the facts the CSR carries, built by Go from the object),
+#   input.machine (the TalosMachine with that node name, absent if none) and
+#   input.node (the identity read from the Talos API, absent if it was not read).
+package ichor.kubelet_serving
+
+# The tables of data.json, beside this file. They sit under "config" because the
+# package's own rules share the path data.ichor.kubelet_serving.
+_config := data.ichor.kubelet_serving.config
+
+_request := input.csr.request
+
+# METADATA
+# title: Kubelet serving decision
+# description: |
+#   The decision for one kubelet-serving CSR: {"action": "approve"|"deny"|"pending",
+#   "reasons": [{"code", "message"}], "node": name}. Undefined for any other signer,
+#   so a request this rule does not govern is never decided by it.
+# entrypoint: true
+decision := _decide if input.csr.signer_name == _config.signer_name
+
+_decide := _verdict("deny", rejected) if count(rejected) > 0
+
+else := _verdict("pending", pending) if count(pending) > 0
+
+else := _verdict("deny", deny) if count(deny) > 0
+
+else := _verdict("approve", {approved})
+
+_verdict(action, reasons) := {
+	"action": action,
+	"reasons": sort(reasons),
+	"node": _node_name,
+}
+
+# The node name the request claims, from the subject's common name. Empty when the
+# request has no such name, so that messages and logs always have a string.
+default _node_name := ""
+
+_node_name := trim_prefix(_common_names[0], _config.node_user_prefix) if {
+	count(_common_names) == 1
+	startswith(_common_names[0], _config.node_user_prefix)
+}
+
+_common_names := [attr.value | some attr in _request.subject; attr.oid == "2.5.4.3"]
+
+_organizations := [attr.value | some attr in _request.subject; attr.oid == "2.5.4.10"]
+
+# METADATA
+# title: Approved
+# description: Every check passed; the message names the node.
+# custom:
+#   code: IchorKubeletServing
+approved := {
+	"code": "IchorKubeletServing",
+	"message": sprintf("kubelet serving certificate for node %q (machine %q) matches its identity read from the Talos API", [_node_name, input.machine.name]),
+}
+
+# METADATA
+# title: Unparseable request
+# description: spec.request is not a PEM-encoded PKCS#10 certificate request.
+# custom:
+#   code: MalformedRequest
+rejected contains reason if {
+	not _request.parsed
+	reason := {
+		"code": "MalformedRequest",
+		"message": sprintf("spec.request does not parse as a certificate request: %s", [_request.parse_error]),
+	}
+}
+
+# METADATA
+# title: Invalid signature
+# description: The request is not signed by the key it carries, so whoever made it may not hold that key.
+# custom:
+#   code: InvalidSignature
+rejected contains reason if {
+	_request.parsed
+	not _request.signature_valid
+	reason := {
+		"code": "InvalidSignature",
+		"message": sprintf("the request's signature does not verify with its public key: %s", [_request.signature_error]),
+	}
+}
+
+# METADATA
+# title: Unknown machine
+# description: |
+#   No machine of a cluster with kubelet serving certificates enabled has this node name.
+#   The request may belong to a node Ichor does not manage, or arrive before the machine's
+#   status is written, so it is left for a person or another approver.
+# custom:
+#   code: MachineUnknown
+pending contains reason if {
+	not input.machine
+	reason := {
+		"code": "MachineUnknown",
+		"message": sprintf("no managed machine has node name %q; left pending for another approver or a person", [_node_name]),
+	}
+}
+
+# METADATA
+# title: Node identity unreadable
+# description: |
+#   The node's identity could not be read from the Talos API. The rule fails closed: the
+#   request stays pending and is decided again once the node answers.
+# custom:
+#   code: NodeUnreadable
+pending contains reason if {
+	input.machine
+	not input.node.readable
+	reason := {
+		"code": "NodeUnreadable",
+		"message": sprintf("the identity of node %q could not be read from the Talos API: %s", [_node_name, _node_error]),
+	}
+}
+
+# METADATA
+# title: Node name disagrees with Talos
+# description: |
+#   The machine found for the request's node name reports another Nodename over the Talos
+#   API. The machine's recorded name is stale or wrong; the request stays pending until
+#   the two agree, rather than being judged against the wrong node.
+# custom:
+#   code: NodenameMismatch
+pending contains reason if {
+	input.node.readable
+	input.node.nodename != _node_name
+	reason := {
+		"code": "NodenameMismatch",
+		"message": sprintf("machine %q was found for node name %q but Talos reports Nodename %q", [input.machine.name, _node_name, input.node.nodename]),
+	}
+}
+
+default _node_error := "it was not read"
+
+_node_error := input.node.error if input.node.error != ""
+
+# METADATA
+# title: Requester is not the node
+# description: spec.username must be system:node:<name>, with <name> the common name of the request.
+# custom:
+#   code: UsernameMismatch
+deny contains reason if {
+	input.csr.username != concat("", [_config.node_user_prefix, _node_name])
+	reason := {
+		"code": "UsernameMismatch",
+		"message": sprintf("requested by %q, not by %q", [input.csr.username, concat("", [_config.node_user_prefix, _node_name])]),
+	}
+}
+
+# METADATA
+# title: Requester is not in the nodes group
+# description: spec.groups must contain system:nodes.
+# custom:
+#   code: GroupMissing
+deny contains reason if {
+	not _config.node_group in input.csr.groups
+	reason := {
+		"code": "GroupMissing",
+		"message": sprintf("the requester's groups %v do not include %q", [input.csr.groups, _config.node_group]),
+	}
+}
+
+# METADATA
+# title: Subject is not the node's
+# description: |
+#   The subject must be exactly CN=system:node:<name>, O=system:nodes: one common name with
+#   the node prefix, one organization, and no other attribute.
+# custom:
+#   code: SubjectMismatch
+deny contains reason if {
+	not _subject_is_node
+	reason := {
+		"code": "SubjectMismatch",
+		"message": sprintf("the subject is %s, not exactly CN=system:node:<name>, O=%s", [_subject_text, _config.node_group]),
+	}
+}
+
+_subject_is_node if {
+	count(_request.subject) == 2
+	_node_name != ""
+	_organizations == [_config.node_group]
+}
+
+_subject_text := concat(", ", [sprintf("%s=%s", [_attribute_label(attr), attr.value]) | some attr in _request.subject])
+
+_attribute_label(attr) := attr.name if attr.name != ""
+
+_attribute_label(attr) := attr.oid if attr.name == ""
+
+# METADATA
+# title: Forbidden name type
+# description: Only DNS names and IP addresses may be requested; an email address, URI or other name type is refused.
+# custom:
+#   code: SANTypeForbidden
+deny contains reason if {
+	some san in _request.subject_alt_names
+	not _config.allowed_san_types[san.type]
+	reason := {
+		"code": "SANTypeForbidden",
+		"message": sprintf("subject alternative name %q of type %s is not allowed; only DNS names and IP addresses are", [san.value, san.type]),
+	}
+}
+
+# METADATA
+# title: No names
+# description: A serving certificate must name the node; a request without any subject alternative name is refused.
+# custom:
+#   code: SANMissing
+deny contains reason if {
+	count(_request.subject_alt_names) == 0
+	reason := {
+		"code": "SANMissing",
+		"message": "the request has no subject alternative name; it must name the node's DNS names or IP addresses",
+	}
+}
+
+# METADATA
+# title: DNS name is not the node's
+# description: Every DNS name must be the node's Nodename or its hostname, as read from the Talos API.
+# custom:
+#   code: DNSNameNotNode
+deny contains reason if {
+	some san in _request.subject_alt_names
+	san.type == "dns"
+	not san.value in _node_dns_names
+	reason := {
+		"code": "DNSNameNotNode",
+		"message": sprintf("DNS name %q is neither the node's Nodename %q nor its hostname %q", [san.value, input.node.nodename, input.node.hostname]),
+	}
+}
+
+# Empty names are dropped so that an empty DNS name can never match a node with no hostname.
+_node_dns_names := {name | some name in [input.node.nodename, input.node.hostname]; name != ""}
+
+# METADATA
+# title: IP address is not the node's
+# description: Every IP address must be one of the addresses Talos gives the kubelet (the NodeIP resource "kubelet").
+# custom:
+#   code: IPNotNode
+deny contains reason if {
+	some san in _request.subject_alt_names
+	san.type == "ip"
+	not san.value in {addr | some addr in input.node.addresses}
+	reason := {
+		"code": "IPNotNode",
+		"message": sprintf("IP address %s is not one of the node's addresses %v", [san.value, input.node.addresses]),
+	}
+}
+
+# METADATA
+# title: Usages not allowed
+# description: |
+#   The usages must be exactly {digital signature, server auth} or exactly
+#   {digital signature, key encipherment, server auth}: the two sets the signer permits.
+# custom:
+#   code: UsagesNotAllowed
+deny contains reason if {
+	not _usages_allowed
+	reason := {
+		"code": "UsagesNotAllowed",
+		"message": sprintf("usages %v are not one of the allowed sets %v", [input.csr.usages, [usages | some usages in _config.allowed_usage_sets]]),
+	}
+}
+
+_usages_allowed if {
+	some allowed in _config.allowed_usage_sets
+	count(input.csr.usages) == count(allowed)
+	{usage | some usage in input.csr.usages} == {usage | some usage in allowed}
+}
+
+# METADATA
+# title: Extension not allowed
+# description: The request may carry no extension other than subjectAltName.
+# custom:
+#   code: ExtensionForbidden
+deny contains reason if {
+	some ext in _request.extensions
+	not _config.allowed_extensions[ext.oid]
+	reason := {
+		"code": "ExtensionForbidden",
+		"message": sprintf("requested extension %s is not allowed; only subjectAltName is", [ext.oid]),
+	}
+}
+
+# METADATA
+# title: Lifetime too long
+# description: spec.expirationSeconds may not exceed the cap in data (max_expiration_seconds, one year by default).
+# custom:
+#   code: ExpirationTooLong
+deny contains reason if {
+	input.csr.expiration_seconds > _config.max_expiration_seconds
+	reason := {
+		"code": "ExpirationTooLong",
+		"message": sprintf("expirationSeconds %d exceeds the cap of %d", [input.csr.expiration_seconds, _config.max_expiration_seconds]),
+	}
+}

@@ -1,0 +1,26 @@
+# METADATA
+# title: Decision-log masking
+# description: |
+#   What the decision log must not keep. The requester's "extra" attributes come from
+#   whatever authenticator the cluster uses (an authenticating proxy, OIDC claims) and can
+#   hold personal or secret values that no rule reads; each value of a key not listed in
+#   data.json is replaced, so the key stays visible and the value does not. No rule reads
+#   extra, so a masked entry still replays to the same decision.
+package system.log
+
+_config := data.system.log.config
+
+# METADATA
+# title: Mask
+# description: The JSON patch operations OPA's decision-log plugin applies to each entry before it is written.
+# entrypoint: true
+mask contains {"op": "upsert", "path": "/input/csr/extra", "value": _masked(input.input.csr.extra)} if {
+	some key, _ in input.input.csr.extra
+	not _config.logged_extra_keys[key]
+}
+
+_masked(extra) := {key: _masked_value(key, values) | some key, values in extra}
+
+_masked_value(key, values) := values if _config.logged_extra_keys[key]
+
+_masked_value(key, values) := [_config.redacted | some _ in values] if not _config.logged_extra_keys[key]
