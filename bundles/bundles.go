@@ -97,3 +97,28 @@ func Bytes(b *bundle.Bundle) ([]byte, error) {
 	}
 	return buf.Bytes(), nil
 }
+
+// Load reads a bundle from a path: a policy directory laid out like policy/,
+// or a bundle tarball (.tar.gz) as `ichor bundle build` or `opa build` writes.
+func Load(path string) (*bundle.Bundle, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("bundle: %w", err)
+	}
+	if info.IsDir() {
+		return FromDir(path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("bundle: %w", err)
+	}
+	defer f.Close()
+	b, err := bundle.NewReader(f).WithProcessAnnotations(true).Read()
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s is not a readable bundle tarball: %w", path, err)
+	}
+	if len(b.Modules) == 0 {
+		return nil, fmt.Errorf("bundle %s holds no Rego module", path)
+	}
+	return &b, nil
+}
