@@ -48,19 +48,6 @@ _verdict(action, reasons) := {
 	"node": _node_name,
 }
 
-# The node name the request claims, from the subject's common name. Empty when the
-# request has no such name, so that messages and logs always have a string.
-default _node_name := ""
-
-_node_name := trim_prefix(_common_names[0], _config.node_user_prefix) if {
-	count(_common_names) == 1
-	startswith(_common_names[0], _config.node_user_prefix)
-}
-
-_common_names := [attr.value | some attr in _request.subject; attr.oid == "2.5.4.3"]
-
-_organizations := [attr.value | some attr in _request.subject; attr.oid == "2.5.4.10"]
-
 # METADATA
 # title: Approved
 # description: Every check passed; the message names the node.
@@ -68,7 +55,10 @@ _organizations := [attr.value | some attr in _request.subject; attr.oid == "2.5.
 #   code: IchorKubeletServing
 approved := {
 	"code": "IchorKubeletServing",
-	"message": sprintf("kubelet serving certificate for node %q (machine %q) matches its identity read from the Talos API", [_node_name, input.machine.name]),
+	"message": sprintf(
+		"kubelet serving certificate for node %q (machine %q) matches its identity read from the Talos API",
+		[_node_name, input.machine.name],
+	),
 }
 
 # METADATA
@@ -94,7 +84,10 @@ rejected contains reason if {
 	not _request.signature_valid
 	reason := {
 		"code": "InvalidSignature",
-		"message": sprintf("the request's signature does not verify with its public key: %s", [_request.signature_error]),
+		"message": sprintf(
+			"the request's signature does not verify with its public key: %s",
+			[_request.signature_error],
+		),
 	}
 }
 
@@ -110,7 +103,10 @@ pending contains reason if {
 	not input.machine
 	reason := {
 		"code": "MachineUnknown",
-		"message": sprintf("no managed machine has node name %q; left pending for another approver or a person", [_node_name]),
+		"message": sprintf(
+			"no managed machine has node name %q; left pending for another approver or a person",
+			[_node_name],
+		),
 	}
 }
 
@@ -126,7 +122,10 @@ pending contains reason if {
 	not input.node.readable
 	reason := {
 		"code": "NodeUnreadable",
-		"message": sprintf("the identity of node %q could not be read from the Talos API: %s", [_node_name, _node_error]),
+		"message": sprintf(
+			"the identity of node %q could not be read from the Talos API: %s",
+			[_node_name, _node_error],
+		),
 	}
 }
 
@@ -143,13 +142,12 @@ pending contains reason if {
 	input.node.nodename != _node_name
 	reason := {
 		"code": "NodenameMismatch",
-		"message": sprintf("machine %q was found for node name %q but Talos reports Nodename %q", [input.machine.name, _node_name, input.node.nodename]),
+		"message": sprintf(
+			"machine %q was found for node name %q but Talos reports Nodename %q",
+			[input.machine.name, _node_name, input.node.nodename],
+		),
 	}
 }
-
-default _node_error := "it was not read"
-
-_node_error := input.node.error if input.node.error != ""
 
 # METADATA
 # title: Requester is not the node
@@ -160,7 +158,10 @@ deny contains reason if {
 	input.csr.username != concat("", [_config.node_user_prefix, _node_name])
 	reason := {
 		"code": "UsernameMismatch",
-		"message": sprintf("requested by %q, not by %q", [input.csr.username, concat("", [_config.node_user_prefix, _node_name])]),
+		"message": sprintf(
+			"requested by %q, not by %q",
+			[input.csr.username, concat("", [_config.node_user_prefix, _node_name])],
+		),
 	}
 }
 
@@ -188,21 +189,12 @@ deny contains reason if {
 	not _subject_is_node
 	reason := {
 		"code": "SubjectMismatch",
-		"message": sprintf("the subject is %s, not exactly CN=system:node:<name>, O=%s", [_subject_text, _config.node_group]),
+		"message": sprintf(
+			"the subject is %s, not exactly CN=system:node:<name>, O=%s",
+			[_subject_text, _config.node_group],
+		),
 	}
 }
-
-_subject_is_node if {
-	count(_request.subject) == 2
-	_node_name != ""
-	_organizations == [_config.node_group]
-}
-
-_subject_text := concat(", ", [sprintf("%s=%s", [_attribute_label(attr), attr.value]) | some attr in _request.subject])
-
-_attribute_label(attr) := attr.name if attr.name != ""
-
-_attribute_label(attr) := attr.oid if attr.name == ""
 
 # METADATA
 # title: Forbidden name type
@@ -214,7 +206,10 @@ deny contains reason if {
 	not _config.allowed_san_types[san.type]
 	reason := {
 		"code": "SANTypeForbidden",
-		"message": sprintf("subject alternative name %q of type %s is not allowed; only DNS names and IP addresses are", [san.value, san.type]),
+		"message": sprintf(
+			"subject alternative name %q of type %s is not allowed; only DNS names and IP addresses are",
+			[san.value, san.type],
+		),
 	}
 }
 
@@ -242,12 +237,12 @@ deny contains reason if {
 	not san.value in _node_dns_names
 	reason := {
 		"code": "DNSNameNotNode",
-		"message": sprintf("DNS name %q is neither the node's Nodename %q nor its hostname %q", [san.value, input.node.nodename, input.node.hostname]),
+		"message": sprintf(
+			"DNS name %q is neither the node's Nodename %q nor its hostname %q",
+			[san.value, input.node.nodename, input.node.hostname],
+		),
 	}
 }
-
-# Empty names are dropped so that an empty DNS name can never match a node with no hostname.
-_node_dns_names := {name | some name in [input.node.nodename, input.node.hostname]; name != ""}
 
 # METADATA
 # title: IP address is not the node's
@@ -275,14 +270,11 @@ deny contains reason if {
 	not _usages_allowed
 	reason := {
 		"code": "UsagesNotAllowed",
-		"message": sprintf("usages %v are not one of the allowed sets %v", [input.csr.usages, [usages | some usages in _config.allowed_usage_sets]]),
+		"message": sprintf(
+			"usages %v are not one of the allowed sets %v",
+			[input.csr.usages, [usages | some usages in _config.allowed_usage_sets]],
+		),
 	}
-}
-
-_usages_allowed if {
-	some allowed in _config.allowed_usage_sets
-	count(input.csr.usages) == count(allowed)
-	{usage | some usage in input.csr.usages} == {usage | some usage in allowed}
 }
 
 # METADATA
@@ -308,6 +300,50 @@ deny contains reason if {
 	input.csr.expiration_seconds > _config.max_expiration_seconds
 	reason := {
 		"code": "ExpirationTooLong",
-		"message": sprintf("expirationSeconds %d exceeds the cap of %d", [input.csr.expiration_seconds, _config.max_expiration_seconds]),
+		"message": sprintf(
+			"expirationSeconds %d exceeds the cap of %d",
+			[input.csr.expiration_seconds, _config.max_expiration_seconds],
+		),
 	}
+}
+
+# The node name the request claims, from the subject's common name. Empty when the
+# request has no such name, so that messages and logs always have a string.
+default _node_name := ""
+
+_node_name := trim_prefix(_common_names[0], _config.node_user_prefix) if {
+	count(_common_names) == 1
+	startswith(_common_names[0], _config.node_user_prefix)
+}
+
+_common_names := [attr.value | some attr in _request.subject; attr.oid == "2.5.4.3"]
+
+_organizations := [attr.value | some attr in _request.subject; attr.oid == "2.5.4.10"]
+
+default _node_error := "it was not read"
+
+_node_error := input.node.error if input.node.error != ""
+
+_subject_is_node if {
+	count(_request.subject) == 2
+	_node_name != ""
+	_organizations == [_config.node_group]
+}
+
+_subject_text := concat(", ", [sprintf("%s=%s", [_attribute_label(attr), attr.value]) | some attr in _request.subject])
+
+_attribute_label(attr) := attr.name if attr.name != ""
+
+_attribute_label(attr) := attr.oid if attr.name == ""
+
+# Empty names are dropped so that an empty DNS name can never match a node with no hostname.
+_node_dns_names contains name if {
+	some name in [input.node.nodename, input.node.hostname]
+	name != ""
+}
+
+_usages_allowed if {
+	some allowed in _config.allowed_usage_sets
+	count(input.csr.usages) == count(allowed)
+	{usage | some usage in input.csr.usages} == {usage | some usage in allowed}
 }

@@ -50,13 +50,22 @@ _set(path, value) := [{"op": "replace", "path": path, "value": value}]
 
 _sans(sans) := _set("/csr/request/subject_alt_names", sans)
 
+_add_attribute(oid, name, value) := [{
+	"op": "add",
+	"path": "/csr/request/subject/-",
+	"value": {"oid": oid, "name": name, "value": value},
+}]
+
 test_good_request_is_approved_naming_the_node if {
 	d := _decide([])
 	d.action == "approve"
 	d.node == "worker-1"
 	d.reasons == [{
 		"code": "IchorKubeletServing",
-		"message": `kubelet serving certificate for node "worker-1" (machine "worker-1") matches its identity read from the Talos API`,
+		"message": concat("", [
+			`kubelet serving certificate for node "worker-1" (machine "worker-1") `,
+			"matches its identity read from the Talos API",
+		]),
 	}]
 }
 
@@ -108,7 +117,10 @@ test_unparseable_request_is_denied if {
 		{"op": "remove", "path": "/machine"},
 	])
 	d.action == "deny"
-	d.reasons == [{"code": "MalformedRequest", "message": "spec.request does not parse as a certificate request: no PEM block found"}]
+	d.reasons == [{
+		"code": "MalformedRequest",
+		"message": "spec.request does not parse as a certificate request: no PEM block found",
+	}]
 	d.node == ""
 }
 
@@ -125,18 +137,30 @@ test_invalid_signature_is_denied_even_for_unknown_machine if {
 test_unknown_machine_is_pending if {
 	d := _decide([{"op": "remove", "path": "/machine"}])
 	d.action == "pending"
-	d.reasons == [{"code": "MachineUnknown", "message": `no managed machine has node name "worker-1"; left pending for another approver or a person`}]
+	d.reasons == [{
+		"code": "MachineUnknown",
+		"message": `no managed machine has node name "worker-1"; left pending for another approver or a person`,
+	}]
 }
 
 test_unknown_machine_is_pending_even_when_the_request_is_wrong if {
-	d := _decide([{"op": "remove", "path": "/machine"}, {"op": "replace", "path": "/csr/usages", "value": ["client auth"]}])
+	d := _decide([
+		{"op": "remove", "path": "/machine"},
+		{"op": "replace", "path": "/csr/usages", "value": ["client auth"]},
+	])
 	d.action == "pending"
 }
 
 test_unreadable_node_is_pending_with_the_error if {
 	d := _decide(_set("/node", {"readable": false, "error": "dial tcp 10.5.0.2:50000: connection refused"}))
 	d.action == "pending"
-	d.reasons == [{"code": "NodeUnreadable", "message": `the identity of node "worker-1" could not be read from the Talos API: dial tcp 10.5.0.2:50000: connection refused`}]
+	d.reasons == [{
+		"code": "NodeUnreadable",
+		"message": concat(": ", [
+			`the identity of node "worker-1" could not be read from the Talos API`,
+			"dial tcp 10.5.0.2:50000: connection refused",
+		]),
+	}]
 }
 
 test_node_not_read_is_pending if {
@@ -160,23 +184,29 @@ test_missing_nodes_group_is_denied if {
 }
 
 test_extra_organization_is_denied if {
-	_codes([{"op": "add", "path": "/csr/request/subject/-", "value": {"oid": "2.5.4.10", "name": "O", "value": "system:masters"}}]) == ["SubjectMismatch"]
+	_codes(_add_attribute("2.5.4.10", "O", "system:masters")) == ["SubjectMismatch"]
 }
 
 test_organizational_unit_is_denied if {
-	d := _decide([{"op": "add", "path": "/csr/request/subject/-", "value": {"oid": "2.5.4.11", "name": "OU", "value": "ops"}}])
-	d.reasons == [{"code": "SubjectMismatch", "message": "the subject is O=system:nodes, CN=system:node:worker-1, OU=ops, not exactly CN=system:node:<name>, O=system:nodes"}]
+	d := _decide(_add_attribute("2.5.4.11", "OU", "ops"))
+	d.reasons == [{
+		"code": "SubjectMismatch",
+		"message": concat(", ", [
+			"the subject is O=system:nodes, CN=system:node:worker-1, OU=ops",
+			"not exactly CN=system:node:<name>, O=system:nodes",
+		]),
+	}]
 }
 
 test_unnamed_attribute_is_denied_and_shown_by_oid if {
-	d := _decide([{"op": "add", "path": "/csr/request/subject/-", "value": {"oid": "1.2.3.4", "name": "", "value": "x"}}])
-	d.reasons[0].message == "the subject is O=system:nodes, CN=system:node:worker-1, 1.2.3.4=x, not exactly CN=system:node:<name>, O=system:nodes"
+	d := _decide(_add_attribute("1.2.3.4", "", "x"))
+	startswith(d.reasons[0].message, "the subject is O=system:nodes, CN=system:node:worker-1, 1.2.3.4=x, not exactly")
 }
 
 test_second_common_name_is_pending_since_no_node_is_named if {
 	# Two common names name no node: the controller finds no machine for it.
 	d := _decide([
-		{"op": "add", "path": "/csr/request/subject/-", "value": {"oid": "2.5.4.3", "name": "CN", "value": "system:node:worker-2"}},
+		_add_attribute("2.5.4.3", "CN", "system:node:worker-2")[0],
 		{"op": "remove", "path": "/machine"},
 	])
 	d.action == "pending"
@@ -185,7 +215,8 @@ test_second_common_name_is_pending_since_no_node_is_named if {
 
 test_second_common_name_is_denied_for_a_known_machine if {
 	codes := _codes([
-		{"op": "replace", "path": "/csr/request/subject/0", "value": {"oid": "2.5.4.3", "name": "CN", "value": "system:node:worker-2"}},
+		{"op": "replace", "path": "/csr/request/subject/0/value", "value": "system:node:worker-2"},
+		{"op": "replace", "path": "/csr/request/subject/0/oid", "value": "2.5.4.3"},
 		{"op": "replace", "path": "/node/nodename", "value": ""},
 	])
 	"SubjectMismatch" in codes
@@ -205,16 +236,24 @@ test_common_name_without_prefix_is_denied if {
 }
 
 test_email_name_is_denied if {
-	_codes(_sans([{"type": "dns", "value": "worker-1"}, {"type": "email", "value": "root@worker-1"}])) == ["SANTypeForbidden"]
+	sans := [{"type": "dns", "value": "worker-1"}, {"type": "email", "value": "root@worker-1"}]
+	_codes(_sans(sans)) == ["SANTypeForbidden"]
 }
 
 test_uri_name_is_denied if {
 	d := _decide(_sans([{"type": "uri", "value": "spiffe://cluster/worker-1"}]))
-	d.reasons == [{"code": "SANTypeForbidden", "message": `subject alternative name "spiffe://cluster/worker-1" of type uri is not allowed; only DNS names and IP addresses are`}]
+	d.reasons == [{
+		"code": "SANTypeForbidden",
+		"message": concat("", [
+			`subject alternative name "spiffe://cluster/worker-1" of type uri is not allowed; `,
+			"only DNS names and IP addresses are",
+		]),
+	}]
 }
 
 test_other_name_type_is_denied if {
-	_codes(_sans([{"type": "ip", "value": "10.5.0.2"}, {"type": "other_name", "value": "1.3.6.1.4.1.311.20.2.3"}])) == ["SANTypeForbidden"]
+	sans := [{"type": "ip", "value": "10.5.0.2"}, {"type": "other_name", "value": "a003060129"}]
+	_codes(_sans(sans)) == ["SANTypeForbidden"]
 }
 
 test_no_name_is_denied if {
@@ -223,7 +262,13 @@ test_no_name_is_denied if {
 
 test_foreign_dns_name_is_denied if {
 	d := _decide(_sans([{"type": "dns", "value": "kubernetes.default"}]))
-	d.reasons == [{"code": "DNSNameNotNode", "message": `DNS name "kubernetes.default" is neither the node's Nodename "worker-1" nor its hostname "worker-1.lab"`}]
+	d.reasons == [{
+		"code": "DNSNameNotNode",
+		"message": concat("", [
+			`DNS name "kubernetes.default" is neither the node's Nodename "worker-1" `,
+			`nor its hostname "worker-1.lab"`,
+		]),
+	}]
 }
 
 test_empty_dns_name_never_matches_an_empty_hostname if {
@@ -237,7 +282,10 @@ test_empty_dns_name_never_matches_an_empty_hostname if {
 test_another_nodes_ip_is_denied if {
 	d := _decide(_sans([{"type": "dns", "value": "worker-1"}, {"type": "ip", "value": "10.5.0.3"}]))
 	d.action == "deny"
-	d.reasons == [{"code": "IPNotNode", "message": `IP address 10.5.0.3 is not one of the node's addresses ["10.5.0.2", "10.6.0.2", "fd00::2"]`}]
+	d.reasons == [{
+		"code": "IPNotNode",
+		"message": `IP address 10.5.0.3 is not one of the node's addresses ["10.5.0.2", "10.6.0.2", "fd00::2"]`,
+	}]
 }
 
 test_foreign_ipv6_address_is_denied if {
@@ -250,7 +298,13 @@ test_client_auth_usage_is_denied if {
 
 test_missing_digital_signature_is_denied if {
 	d := _decide(_set("/csr/usages", ["server auth"]))
-	d.reasons == [{"code": "UsagesNotAllowed", "message": `usages ["server auth"] are not one of the allowed sets [["digital signature", "key encipherment", "server auth"], ["digital signature", "server auth"]]`}]
+	d.reasons == [{
+		"code": "UsagesNotAllowed",
+		"message": concat("", [
+			`usages ["server auth"] are not one of the allowed sets `,
+			`[["digital signature", "key encipherment", "server auth"], ["digital signature", "server auth"]]`,
+		]),
+	}]
 }
 
 test_repeated_usage_is_denied if {
@@ -263,12 +317,18 @@ test_key_encipherment_alone_with_server_auth_is_denied if {
 
 test_extra_extension_is_denied if {
 	d := _decide([{"op": "add", "path": "/csr/request/extensions/-", "value": {"oid": "2.5.29.19", "critical": true}}])
-	d.reasons == [{"code": "ExtensionForbidden", "message": "requested extension 2.5.29.19 is not allowed; only subjectAltName is"}]
+	d.reasons == [{
+		"code": "ExtensionForbidden",
+		"message": "requested extension 2.5.29.19 is not allowed; only subjectAltName is",
+	}]
 }
 
 test_expiration_above_the_cap_is_denied if {
 	d := _decide([{"op": "add", "path": "/csr/expiration_seconds", "value": 31536001}])
-	d.reasons == [{"code": "ExpirationTooLong", "message": "expirationSeconds 31536001 exceeds the cap of 31536000"}]
+	d.reasons == [{
+		"code": "ExpirationTooLong",
+		"message": "expirationSeconds 31536001 exceeds the cap of 31536000",
+	}]
 }
 
 test_every_failing_check_is_reported_sorted if {
