@@ -1,0 +1,270 @@
+// Package talosnode reads a node's identity from the node itself, over the
+// authenticated Talos API, at the moment a decision needs it.
+//
+// The kubelet-serving approver must not trust the CSR or the Kubernetes Node
+// object for a node's names and addresses: a compromised kubelet writes both
+// (ADR 0125). Talos computes them independently (k8s.NodeIP "kubelet" is what it
+// passes the kubelet as --node-ip), so this package asks Talos, with a
+// credential that can read and nothing else.
+package talosnode
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/safe"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/siderolabs/talos/pkg/machinery/role"
+
+	"github.com/ichor-dev/ichor-policy/taloscert"
+)
+
+const (
+	// ReaderRole is the only Talos role the reader's credential ever carries: it
+	// reads non-sensitive resources and cannot change, reboot or read secrets.
+	ReaderRole = string(role.Reader)
+
+	// MaxCertificateLifetime bounds the reader's credential, so a leaked one is
+	// useless within minutes.
+	MaxCertificateLifetime = 15 * time.Minute
+
+	// DefaultCertificateLifetime is used when Options.CertificateLifetime is zero.
+	DefaultCertificateLifetime = 10 * time.Minute
+
+	// DefaultTimeout bounds one Read (dial, handshake and the three reads) when
+	// Options.Timeout is zero.
+	DefaultTimeout = 10 * time.Second
+
+	// maxBackdate is the clock skew between controller and node the credential
+	// tolerates.
+	maxBackdate = 30 * time.Second
+)
+
+// Identity is what the node says about itself. Addresses are canonical
+// netip strings (IPv4 dotted, IPv6 compressed, no zone, IPv4-mapped unmapped),
+// deduplicated, in the node's order; never nil, so an empty list is [] in JSON.
+type Identity struct {
+	Nodename  string   `json:"nodename"`
+	Hostname  string   `json:"hostname"`
+	Addresses []string `json:"addresses"`
+}
+
+// Options configures a Reader.
+type Options struct {
+	// CACertPEM and CAKeyPEM are the cluster's OS CA (certs.os of the Talos
+	// secrets bundle), which signs the reader's credential and is the only CA
+	// trusted for the node's serving certificate.
+	CACertPEM []byte
+	CAKeyPEM  []byte
+
+	// CertificateLifetime of the reader's own client certificate; zero means
+	// DefaultCertificateLifetime, above MaxCertificateLifetime is an error.
+	CertificateLifetime time.Duration
+
+	// Timeout bounds each Read; zero means DefaultTimeout.
+	Timeout time.Duration
+
+	// Clock is the time source for issuing and renewing the credential;
+	// time.Now if nil.
+	Clock func() time.Time
+}
+
+// Reader reads node identities. It is safe for concurrent use; its credential is
+// shared by all reads and renewed before it expires.
+type Reader struct {
+	ca       *taloscert.CA
+	roots    *x509.CertPool
+	lifetime time.Duration
+	timeout  time.Duration
+	clock    func() time.Time
+
+	mu   sync.Mutex
+	cert *tls.Certificate
+}
+
+// NewReader validates opts and parses the CA; it issues no credential yet.
+func NewReader(opts Options) (*Reader, error) {
+	lifetime := opts.CertificateLifetime
+	switch {
+	case lifetime == 0:
+		lifetime = DefaultCertificateLifetime
+	case lifetime < 0:
+		return nil, fmt.Errorf("talosnode: certificate lifetime %s is negative", lifetime)
+	case lifetime > MaxCertificateLifetime:
+		// Refused rather than capped: a caller who asked for more must learn it
+		// did not get it.
+		return nil, fmt.Errorf("talosnode: certificate lifetime %s exceeds the maximum of %s", lifetime, MaxCertificateLifetime)
+	}
+
+	timeout := opts.Timeout
+	switch {
+	case timeout == 0:
+		timeout = DefaultTimeout
+	case timeout < 0:
+		return nil, fmt.Errorf("talosnode: timeout %s is negative", timeout)
+	}
+
+	ca, err := taloscert.ParseCA(opts.CACertPEM, opts.CAKeyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("talosnode: %w", err)
+	}
+
+	clock := opts.Clock
+	if clock == nil {
+		clock = time.Now
+	}
+
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+
+	return &Reader{ca: ca, roots: roots, lifetime: lifetime, timeout: timeout, clock: clock}, nil
+}
+
+// Read connects to the node's Talos API at endpoint (host or host:port; Talos's
+// port 50000 if none) and reads its NodeIP "kubelet", Nodename and
+// HostnameStatus. Any failure is an error naming the endpoint and the resource:
+// a caller must treat the node as unreadable, never as having no identity.
+func (r *Reader) Read(ctx context.Context, endpoint string) (Identity, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+
+	cert, err := r.credential()
+	if err != nil {
+		return Identity{}, fmt.Errorf("talos node %s: %w", endpoint, err)
+	}
+
+	c, err := client.New(ctx,
+		client.WithEndpoints(endpoint),
+		client.WithTLSConfig(&tls.Config{
+			RootCAs:      r.roots,
+			Certificates: []tls.Certificate{*cert},
+			MinVersion:   tls.VersionTLS12,
+		}),
+	)
+	if err != nil {
+		return Identity{}, fmt.Errorf("talos node %s: connect: %w", endpoint, err)
+	}
+
+	defer c.Close() //nolint:errcheck // nothing was written; a close error changes nothing
+
+	nodeIP, err := safe.StateGetByID[*k8s.NodeIP](ctx, c.COSI, k8s.KubeletID)
+	if err != nil {
+		return Identity{}, fmt.Errorf("talos node %s: read %s %s/%s: %w", endpoint, k8s.NodeIPType, k8s.NamespaceName, k8s.KubeletID, err)
+	}
+
+	nodename, err := safe.StateGetByID[*k8s.Nodename](ctx, c.COSI, k8s.NodenameID)
+	if err != nil {
+		return Identity{}, fmt.Errorf("talos node %s: read %s %s/%s: %w", endpoint, k8s.NodenameType, k8s.NamespaceName, k8s.NodenameID, err)
+	}
+
+	hostname, err := safe.StateGetByID[*network.HostnameStatus](ctx, c.COSI, network.HostnameID)
+	if err != nil {
+		return Identity{}, fmt.Errorf("talos node %s: read %s %s/%s: %w", endpoint, network.HostnameStatusType, network.NamespaceName, network.HostnameID, err)
+	}
+
+	return Identity{
+		Nodename:  nodename.TypedSpec().Nodename,
+		Hostname:  hostname.TypedSpec().Hostname,
+		Addresses: canonicalAddresses(nodeIP.TypedSpec().Addresses),
+	}, nil
+}
+
+// credential returns the cached client certificate, issuing a new one when it
+// has less than a third of its lifetime (or one read timeout) left, so a read
+// never starts with a credential about to expire.
+func (r *Reader) credential() (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+
+	now := r.clock()
+
+	if r.cert != nil && now.Before(r.cert.Leaf.NotAfter.Add(-r.renewBefore())) && !now.Before(r.cert.Leaf.NotBefore) {
+		return r.cert, nil
+	}
+
+	cert, err := r.issue(now)
+	if err != nil {
+		return nil, err
+	}
+
+	r.cert = cert
+
+	return cert, nil
+}
+
+func (r *Reader) renewBefore() time.Duration {
+	return max(r.lifetime/3, r.timeout)
+}
+
+// issue makes a fresh key for every credential: it never leaves memory, so
+// there is nothing to rotate or revoke but the certificate itself.
+func (r *Reader) issue(now time.Time) (*tls.Certificate, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate reader key: %w", err)
+	}
+
+	// Start the validity a little in the past so a node whose clock runs behind
+	// ours does not refuse a fresh credential; the whole window stays r.lifetime.
+	backdate := min(maxBackdate, r.lifetime/10)
+
+	certPEM, err := r.ca.Issue(taloscert.ClientCertificate{
+		Role:       ReaderRole,
+		PublicKey:  pub,
+		CommonName: "ichor-policy-talosnode",
+		NotBefore:  now.Add(-backdate),
+		Lifetime:   r.lifetime,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("issue reader certificate: %w", err)
+	}
+
+	keyDER, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return nil, fmt.Errorf("encode reader key: %w", err)
+	}
+
+	cert, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+	if err != nil {
+		return nil, fmt.Errorf("load reader certificate: %w", err)
+	}
+
+	if cert.Leaf == nil {
+		return nil, errors.New("load reader certificate: no parsed leaf")
+	}
+
+	return &cert, nil
+}
+
+func canonicalAddresses(addrs []netip.Addr) []string {
+	out := make([]string, 0, len(addrs))
+	seen := make(map[netip.Addr]struct{}, len(addrs))
+
+	for _, a := range addrs {
+		if !a.IsValid() {
+			continue
+		}
+
+		a = a.Unmap().WithZone("")
+
+		if _, dup := seen[a]; dup {
+			continue
+		}
+
+		seen[a] = struct{}{}
+		out = append(out, a.String())
+	}
+
+	return out
+}

@@ -1,0 +1,296 @@
+package talosnode_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/x509"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ichor-dev/ichor-policy/talosnode"
+	"github.com/ichor-dev/ichor-policy/test/talosapi"
+)
+
+type node struct {
+	ca  *talosapi.CA
+	srv *talosapi.Server
+}
+
+func startNode(t *testing.T, nodename, hostname string, addrs ...string) node {
+	t.Helper()
+
+	ca, err := talosapi.NewCA()
+	require.NoError(t, err)
+
+	parsed := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		parsed = append(parsed, netip.MustParseAddr(a))
+	}
+
+	srv, err := talosapi.Start(t.Context(), talosapi.Options{CA: ca, Nodename: nodename, Hostname: hostname, Addresses: parsed})
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+
+	return node{ca: ca, srv: srv}
+}
+
+func newReader(t *testing.T, ca *talosapi.CA, opts talosnode.Options) *talosnode.Reader {
+	t.Helper()
+
+	opts.CACertPEM, opts.CAKeyPEM = ca.CertPEM, ca.KeyPEM
+
+	r, err := talosnode.NewReader(opts)
+	require.NoError(t, err)
+
+	return r
+}
+
+func TestReadIdentity(t *testing.T) {
+	for name, tc := range map[string]struct {
+		addrs []string
+		want  []string
+	}{
+		"ipv4":       {addrs: []string{"10.5.0.2"}, want: []string{"10.5.0.2"}},
+		"ipv6":       {addrs: []string{"2001:0db8:0000::0001"}, want: []string{"2001:db8::1"}},
+		"dual stack": {addrs: []string{"10.5.0.2", "fd00::2", "172.20.0.9"}, want: []string{"10.5.0.2", "fd00::2", "172.20.0.9"}},
+		// Talos never reports these forms today; if it did, the approver must still
+		// compare one spelling per address.
+		"mapped and duplicate": {addrs: []string{"::ffff:10.5.0.2", "10.5.0.2", "fe80::1%eth0"}, want: []string{"10.5.0.2", "fe80::1"}},
+		"none":                 {addrs: nil, want: []string{}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			n := startNode(t, "worker-1", "worker-1.lan", tc.addrs...)
+			r := newReader(t, n.ca, talosnode.Options{})
+
+			id, err := r.Read(t.Context(), n.srv.Endpoint())
+			require.NoError(t, err)
+			assert.Equal(t, talosnode.Identity{Nodename: "worker-1", Hostname: "worker-1.lan", Addresses: tc.want}, id)
+		})
+	}
+}
+
+func TestReadIsFreshEachTime(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	r := newReader(t, n.ca, talosnode.Options{})
+
+	_, err := r.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err)
+
+	require.NoError(t, n.srv.SetIdentity(t.Context(), talosapi.Identity{
+		Nodename: "worker-9", Hostname: "w9", Addresses: []netip.Addr{netip.MustParseAddr("10.5.0.9")},
+	}))
+
+	id, err := r.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err)
+	assert.Equal(t, talosnode.Identity{Nodename: "worker-9", Hostname: "w9", Addresses: []string{"10.5.0.9"}}, id)
+}
+
+func TestCredentialIsOSReaderOnly(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	r := newReader(t, n.ca, talosnode.Options{CertificateLifetime: 5 * time.Minute})
+
+	_, err := r.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err)
+
+	// What the node saw, not what the reader meant to send.
+	certs := n.srv.ClientCertificates()
+	require.Len(t, certs, 1)
+
+	cert := certs[0]
+	assert.Equal(t, []string{"os:reader"}, cert.Subject.Organization)
+	assert.Equal(t, 5*time.Minute, cert.NotAfter.Sub(cert.NotBefore))
+	assert.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, cert.ExtKeyUsage)
+	assert.False(t, cert.IsCA)
+	assert.IsType(t, ed25519.PublicKey{}, cert.PublicKey)
+	assert.Equal(t, []string{"talos"}, cert.Issuer.Organization)
+}
+
+func TestCredentialIsCachedAndRenewed(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+
+	// The node checks validity against the real clock, so the fake clock stays
+	// within the credential's real validity.
+	var (
+		mu  sync.Mutex
+		now = time.Now().Add(-8 * time.Minute)
+	)
+
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+
+		return now
+	}
+
+	r := newReader(t, n.ca, talosnode.Options{CertificateLifetime: 10 * time.Minute, Timeout: 5 * time.Second, Clock: clock})
+
+	for range 3 {
+		_, err := r.Read(t.Context(), n.srv.Endpoint())
+		require.NoError(t, err)
+	}
+
+	require.Len(t, n.srv.ClientCertificates(), 1, "one credential serves many reads")
+
+	// Two minutes left of ten: under a third, so the next read renews.
+	mu.Lock()
+	now = now.Add(8 * time.Minute)
+	mu.Unlock()
+
+	_, err := r.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err)
+
+	certs := n.srv.ClientCertificates()
+	require.Len(t, certs, 2)
+	assert.True(t, certs[1].NotAfter.After(certs[0].NotAfter))
+	assert.Equal(t, []string{"os:reader"}, certs[1].Subject.Organization)
+}
+
+func TestLifetimeAboveFifteenMinutesIsRefused(t *testing.T) {
+	ca, err := talosapi.NewCA()
+	require.NoError(t, err)
+
+	_, err = talosnode.NewReader(talosnode.Options{CACertPEM: ca.CertPEM, CAKeyPEM: ca.KeyPEM, CertificateLifetime: 15*time.Minute + time.Second})
+	require.ErrorContains(t, err, "exceeds the maximum of 15m0s")
+
+	_, err = talosnode.NewReader(talosnode.Options{CACertPEM: ca.CertPEM, CAKeyPEM: ca.KeyPEM, CertificateLifetime: -time.Minute})
+	require.Error(t, err)
+
+	_, err = talosnode.NewReader(talosnode.Options{CACertPEM: ca.CertPEM, CAKeyPEM: ca.KeyPEM, CertificateLifetime: 15 * time.Minute})
+	require.NoError(t, err)
+}
+
+func TestBadCAIsRefused(t *testing.T) {
+	ca, err := talosapi.NewCA()
+	require.NoError(t, err)
+
+	other, err := talosapi.NewCA()
+	require.NoError(t, err)
+
+	_, err = talosnode.NewReader(talosnode.Options{CACertPEM: ca.CertPEM, CAKeyPEM: other.KeyPEM})
+	require.ErrorContains(t, err, "does not match")
+
+	_, err = talosnode.NewReader(talosnode.Options{CACertPEM: []byte("not pem"), CAKeyPEM: ca.KeyPEM})
+	require.Error(t, err)
+}
+
+func TestOtherClusterCAIsRefused(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+
+	other, err := talosapi.NewCA()
+	require.NoError(t, err)
+
+	// The reader signs with, and trusts, another cluster's OS CA: the node must
+	// refuse its certificate and the reader must refuse the node's.
+	r := newReader(t, other, talosnode.Options{Timeout: 3 * time.Second})
+
+	_, err = r.Read(t.Context(), n.srv.Endpoint())
+	require.Error(t, err)
+	t.Logf("refused: %v", err)
+	assert.ErrorContains(t, err, n.srv.Endpoint())
+	assert.Zero(t, n.srv.Calls(talosapi.MethodStateGet))
+}
+
+func TestUnavailableNodeErrorsThenRecovers(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	r := newReader(t, n.ca, talosnode.Options{Timeout: 2 * time.Second})
+
+	n.srv.SetUnavailable(true)
+
+	start := time.Now()
+	_, err := r.Read(t.Context(), n.srv.Endpoint())
+	require.Error(t, err)
+	t.Logf("unavailable: %v (after %s)", err, time.Since(start))
+	assert.Less(t, time.Since(start), 2*time.Second+time.Second, "bounded by the timeout")
+	assert.ErrorContains(t, err, n.srv.Endpoint())
+	assert.ErrorContains(t, err, k8s.NodeIPType)
+
+	n.srv.SetUnavailable(false)
+
+	id, err := r.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err)
+	assert.Equal(t, "worker-1", id.Nodename)
+}
+
+func TestHangingNodeErrorsAtTheTimeout(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	r := newReader(t, n.ca, talosnode.Options{Timeout: 500 * time.Millisecond})
+
+	n.srv.SetHanging(true)
+
+	start := time.Now()
+	_, err := r.Read(t.Context(), n.srv.Endpoint())
+	elapsed := time.Since(start)
+
+	require.Error(t, err)
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err), "err: %v", err)
+	assert.GreaterOrEqual(t, elapsed, 400*time.Millisecond)
+	assert.Less(t, elapsed, 3*time.Second)
+
+	n.srv.SetHanging(false)
+
+	_, err = r.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err)
+}
+
+func TestCallerDeadlineIsHonoured(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	r := newReader(t, n.ca, talosnode.Options{Timeout: time.Minute})
+
+	n.srv.SetHanging(true)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+
+	start := time.Now()
+	_, err := r.Read(ctx, n.srv.Endpoint())
+	require.Error(t, err)
+	assert.Less(t, time.Since(start), 3*time.Second)
+}
+
+func TestMissingResourceIsAnErrorNamingIt(t *testing.T) {
+	for typ, md := range map[string]resource.Pointer{
+		k8s.NodeIPType:             k8s.NewNodeIP(k8s.NamespaceName, k8s.KubeletID).Metadata(),
+		k8s.NodenameType:           k8s.NewNodename(k8s.NamespaceName, k8s.NodenameID).Metadata(),
+		network.HostnameStatusType: network.NewHostnameStatus(network.NamespaceName, network.HostnameID).Metadata(),
+	} {
+		t.Run(typ, func(t *testing.T) {
+			n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+			r := newReader(t, n.ca, talosnode.Options{})
+
+			require.NoError(t, n.srv.State().Destroy(t.Context(), md))
+
+			_, err := r.Read(t.Context(), n.srv.Endpoint())
+			require.Error(t, err)
+			assert.ErrorContains(t, err, typ)
+			assert.ErrorContains(t, err, n.srv.Endpoint())
+		})
+	}
+}
+
+func TestConcurrentReads(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	r := newReader(t, n.ca, talosnode.Options{})
+
+	var wg sync.WaitGroup
+
+	for range 8 {
+		wg.Go(func() {
+			id, err := r.Read(t.Context(), n.srv.Endpoint())
+			assert.NoError(t, err)
+			assert.Equal(t, "worker-1", id.Nodename)
+		})
+	}
+
+	wg.Wait()
+	assert.Len(t, n.srv.ClientCertificates(), 1, "concurrent reads share one credential")
+}
