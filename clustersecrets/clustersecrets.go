@@ -1,0 +1,97 @@
+// Package clustersecrets reads a TalosCluster's secrets bundle, the file
+// `talosctl gen secrets` writes, from the Secret the cluster names.
+//
+// During a CA rotation the Secret also carries the bundle from before the
+// rotation under PreviousKey: new credentials are signed with the current CAs
+// and trust bundles carry both, so a credential issued during the cut-over
+// keeps working (ADR 0124, Decision 1).
+package clustersecrets
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/siderolabs/crypto/x509"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"go.yaml.in/yaml/v4"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+)
+
+// PreviousKey is the key of the secrets Secret holding the bundle from before
+// a CA rotation, present only while the rotation is in progress.
+const PreviousKey = "previous-secrets.yaml"
+
+// Bundles are a cluster's current secrets bundle and, during a CA rotation,
+// the previous one.
+type Bundles struct {
+	Current  *secrets.Bundle
+	Previous *secrets.Bundle
+}
+
+// Load reads the secrets bundle (and the previous one, if any) of a cluster.
+// The reader should be uncached: the manager needs only get on the one Secret,
+// never list or watch on every Secret of the namespace.
+func Load(ctx context.Context, reader client.Reader, cluster *ichorv1alpha1.TalosCluster) (Bundles, error) {
+	ref := cluster.Spec.SecretsRef
+	key := ref.Key
+	if key == "" {
+		key = ichorv1alpha1.DefaultSecretsBundleKey
+	}
+	var secret corev1.Secret
+	if err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: ref.Name}, &secret); err != nil {
+		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: get Secret %q: %w", cluster.Namespace, cluster.Name, ref.Name, err)
+	}
+	data, ok := secret.Data[key]
+	if !ok {
+		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: Secret %q has no key %q", cluster.Namespace, cluster.Name, ref.Name, key)
+	}
+	current, err := Parse(data)
+	if err != nil {
+		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: Secret %q key %q: %w", cluster.Namespace, cluster.Name, ref.Name, key, err)
+	}
+	out := Bundles{Current: current}
+	if prev, ok := secret.Data[PreviousKey]; ok {
+		if out.Previous, err = Parse(prev); err != nil {
+			return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: Secret %q key %q: %w", cluster.Namespace, cluster.Name, ref.Name, PreviousKey, err)
+		}
+	}
+	return out, nil
+}
+
+// Parse reads a secrets bundle as `talosctl gen secrets` writes it, and checks
+// that the CAs this project signs with are present.
+func Parse(data []byte) (*secrets.Bundle, error) {
+	b := &secrets.Bundle{Clock: secrets.NewClock()}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(b); err != nil {
+		return nil, fmt.Errorf("not a Talos secrets bundle: %w", err)
+	}
+	if b.Certs == nil {
+		return nil, fmt.Errorf("not a Talos secrets bundle: no certs")
+	}
+	for name, ca := range map[string]*x509.PEMEncodedCertificateAndKey{"os": b.Certs.OS, "k8s": b.Certs.K8s} {
+		if ca == nil || len(ca.Crt) == 0 || len(ca.Key) == 0 {
+			return nil, fmt.Errorf("secrets bundle has no %s CA certificate and key", name)
+		}
+	}
+	return b, nil
+}
+
+// Marshal writes a bundle as `talosctl gen secrets` does.
+func Marshal(b *secrets.Bundle) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	if err := enc.Encode(b); err != nil {
+		return nil, fmt.Errorf("encode secrets bundle: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encode secrets bundle: %w", err)
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,100 @@
+package kubeletserving
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+)
+
+// updateConditions sets KubeletServingCertificates from the machines'
+// recorded certificates and the latched KubeletServingVerified (ADR 0125,
+// "Condition" and "verifyFromAPIServer and ordering").
+func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, p *pass) error {
+	var machines ichorv1alpha1.TalosMachineList
+	if err := r.Client.List(ctx, &machines, client.InNamespace(cluster.Namespace), client.MatchingFields{IndexCluster: cluster.Name}); err != nil {
+		return fmt.Errorf("list machines of the cluster: %w", err)
+	}
+	var waiting []string
+	for _, m := range machines.Items {
+		cert := m.Status.KubeletServingCertificate
+		if cert == nil || !cert.NotAfter.After(p.now) {
+			waiting = append(waiting, m.Name)
+			continue
+		}
+		// Look again when this certificate expires: the condition turns False.
+		p.retryIn(cert.NotAfter.Sub(p.now) + time.Second)
+	}
+	sort.Strings(waiting)
+
+	before := cluster.DeepCopy()
+	issued := metav1.Condition{
+		Type:               ichorv1alpha1.ConditionKubeletServingCertificates,
+		Status:             metav1.ConditionTrue,
+		Reason:             ichorv1alpha1.ReasonAllMachinesIssued,
+		Message:            fmt.Sprintf("all %d machines have an unexpired kubelet serving certificate", len(machines.Items)),
+		ObservedGeneration: cluster.Generation,
+	}
+	if len(waiting) > 0 {
+		issued.Status = metav1.ConditionFalse
+		issued.Reason = ichorv1alpha1.ReasonMachinesPending
+		issued.Message = fmt.Sprintf("%d of %d machines have no unexpired kubelet serving certificate yet: %s",
+			len(waiting), len(machines.Items), strings.Join(waiting, ", "))
+	}
+	meta.SetStatusCondition(&cluster.Status.Conditions, issued)
+
+	verify := cluster.Spec.Security.KubeletServingCertificates.VerifyFromAPIServer
+	latched := meta.IsStatusConditionTrue(cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)
+	switch {
+	case !verify:
+		meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)
+	case latched:
+		// A latch: a machine joining later does not take the flag away, since
+		// that would restart every kube-apiserver each time a node is added.
+	case issued.Status == metav1.ConditionTrue:
+		meta.SetStatusCondition(&cluster.Status.Conditions, metav1.Condition{
+			Type:               ichorv1alpha1.ConditionKubeletServingVerified,
+			Status:             metav1.ConditionTrue,
+			Reason:             ichorv1alpha1.ReasonVerificationLatched,
+			Message:            "every machine had a kubelet serving certificate; the kube-apiserver verifies kubelets against the Kubernetes CA from now on",
+			ObservedGeneration: cluster.Generation,
+		})
+	default:
+		meta.SetStatusCondition(&cluster.Status.Conditions, metav1.Condition{
+			Type:               ichorv1alpha1.ConditionKubeletServingVerified,
+			Status:             metav1.ConditionFalse,
+			Reason:             ichorv1alpha1.ReasonAwaitingCertificates,
+			Message:            "verification waits until every machine has a kubelet serving certificate",
+			ObservedGeneration: cluster.Generation,
+		})
+	}
+	cluster.Status.ObservedGeneration = cluster.Generation
+	if !statusChanged(before.Status, cluster.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, cluster, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("update cluster conditions: %w", err)
+	}
+	return nil
+}
+
+// clearConditions removes both conditions when the option is off.
+func (r *Reconciler) clearConditions(ctx context.Context, cluster *ichorv1alpha1.TalosCluster) error {
+	before := cluster.DeepCopy()
+	meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+	meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)
+	if !statusChanged(before.Status, cluster.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, cluster, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("remove kubelet serving conditions: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,360 @@
+package kubeletserving
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/csrinput"
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+const nodeUserPrefix = "system:node:"
+
+// nodeNameOf is the node name a request's subject claims, for finding its
+// machine; "" when it names none. Only a lookup key: the rule judges the
+// subject itself.
+func nodeNameOf(csr *certificatesv1.CertificateSigningRequest) string {
+	block, _ := pem.Decode(csr.Spec.Request)
+	if block == nil {
+		return ""
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimPrefix(req.Subject.CommonName, nodeUserPrefix)
+}
+
+func isDecided(csr *certificatesv1.CertificateSigningRequest) bool {
+	for _, c := range csr.Status.Conditions {
+		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
+			return true
+		}
+	}
+	return false
+}
+
+func isApproved(csr *certificatesv1.CertificateSigningRequest) bool {
+	for _, c := range csr.Status.Conditions {
+		if c.Type == certificatesv1.CertificateApproved && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// handle does what one request needs: record its certificate once issued,
+// decide it while undecided, nothing otherwise.
+func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
+	if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
+		return nil
+	}
+	if len(csr.Status.Certificate) > 0 {
+		return p.record(ctx, csr)
+	}
+	if isDecided(csr) {
+		return nil
+	}
+	return p.decide(ctx, csr)
+}
+
+// machineFor finds the cluster's machine with node name node: its
+// status.nodeName or, before that is known, its spec.hostname.
+func (p *pass) machineFor(ctx context.Context, node string) (*ichorv1alpha1.TalosMachine, error) {
+	if node == "" {
+		return nil, nil
+	}
+	var machines ichorv1alpha1.TalosMachineList
+	if err := p.r.Client.List(ctx, &machines, client.InNamespace(p.cluster.Namespace), client.MatchingFields{IndexNodeName: node}); err != nil {
+		return nil, fmt.Errorf("list machines with node name %q: %w", node, err)
+	}
+	var found []ichorv1alpha1.TalosMachine
+	for _, m := range machines.Items {
+		if m.Spec.ClusterName == p.cluster.Name {
+			found = append(found, m)
+		}
+	}
+	if len(found) == 0 {
+		return nil, nil
+	}
+	// A recorded node name is a stronger match than a hostname; among equals
+	// the order is fixed so the same request always meets the same machine.
+	sort.Slice(found, func(i, j int) bool {
+		if (found[i].Status.NodeName == node) != (found[j].Status.NodeName == node) {
+			return found[i].Status.NodeName == node
+		}
+		return found[i].Name < found[j].Name
+	})
+	if len(found) > 1 {
+		log.FromContext(ctx).Info("several machines have this node name; using the first", "node", node, "machine", found[0].Name)
+	}
+	return &found[0], nil
+}
+
+func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
+	logger := log.FromContext(ctx).WithValues("csr", csr.Name)
+	node := nodeNameOf(csr)
+	machine, err := p.machineFor(ctx, node)
+	if err != nil {
+		return err
+	}
+	epoch := p.r.machineEpoch.get()
+	if wait, skip := p.r.memo.skip(csr, epoch, p.now); skip {
+		p.retryIn(wait)
+		return nil
+	}
+
+	in := csrinput.KubeletServing{CSR: csrinput.Build(csr)}
+	if machine != nil {
+		in.Machine = &csrinput.Machine{Name: machine.Name, Namespace: machine.Namespace, Cluster: machine.Spec.ClusterName}
+		in.Node = p.readNode(ctx, machine)
+	}
+	d, err := p.r.Engine.KubeletServing(ctx, in)
+	if errors.Is(err, engine.ErrNoDecision) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
+	}
+	logger = logger.WithValues("node", d.Node, "action", d.Action, "codes", codes(d), "decision_id", d.DecisionID, "revision", d.Revision)
+
+	switch d.Action {
+	case engine.ActionApprove:
+		if err := p.approve(ctx, csr, d); err != nil {
+			return err
+		}
+		logger.Info("approved kubelet serving certificate")
+		p.event(machine, csr, corev1.EventTypeNormal, "Approved", summary(d))
+	case engine.ActionDeny:
+		if err := p.deny(ctx, csr, d); err != nil {
+			return err
+		}
+		logger.Info("denied kubelet serving certificate")
+		p.event(machine, csr, corev1.EventTypeWarning, "Denied", summary(d))
+	case engine.ActionPending:
+		first, wait := p.r.memo.pending(csr, epoch, d, p.now)
+		p.retryIn(wait)
+		if first {
+			logger.Info("left kubelet serving certificate pending")
+			if machine != nil {
+				p.event(machine, nil, corev1.EventTypeWarning, "KubeletServingPending", summary(d))
+			}
+		}
+	}
+	return nil
+}
+
+// readNode reads the machine's identity over its Talos API. A failure is a
+// fact for the rule (readable=false, and why), never a decision here.
+func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine) *csrinput.Node {
+	reader, err := p.r.NodeReaders.Get(ctx, p.cluster)
+	if err != nil {
+		return &csrinput.Node{Readable: false, Error: err.Error(), Addresses: []string{}}
+	}
+	id, err := reader.Read(ctx, machine.Spec.Endpoint)
+	if err != nil {
+		return &csrinput.Node{Readable: false, Error: err.Error(), Addresses: []string{}}
+	}
+	return &csrinput.Node{Readable: true, Nodename: id.Nodename, Hostname: id.Hostname, Addresses: id.Addresses}
+}
+
+func (p *pass) approve(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision) error {
+	return p.setApproval(ctx, csr, certificatesv1.CertificateSigningRequestCondition{
+		Type:    certificatesv1.CertificateApproved,
+		Status:  corev1.ConditionTrue,
+		Reason:  ApprovalReason,
+		Message: conditionMessage(d),
+	})
+}
+
+func (p *pass) deny(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision) error {
+	return p.setApproval(ctx, csr, certificatesv1.CertificateSigningRequestCondition{
+		Type:   certificatesv1.CertificateDenied,
+		Status: corev1.ConditionTrue,
+		// The first reason by code: conditions take one reason, and the
+		// message lists them all.
+		Reason:  d.Reasons[0].Code,
+		Message: conditionMessage(d),
+	})
+}
+
+func (p *pass) setApproval(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, cond certificatesv1.CertificateSigningRequestCondition) error {
+	updated := csr.DeepCopy()
+	now := metav1.NewTime(p.now)
+	cond.LastUpdateTime, cond.LastTransitionTime = now, now
+	updated.Status.Conditions = append(updated.Status.Conditions, cond)
+	// The resourceVersion of the object decided on: if the request changed
+	// since, the update conflicts and the request is decided again.
+	if _, err := p.r.Clientset.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, updated, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("%s CSR %s: %w", strings.ToLower(string(cond.Type)), csr.Name, err)
+	}
+	return nil
+}
+
+// record writes an issued certificate on the machine it is for, when it is
+// newer than the one recorded.
+func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
+	if !isApproved(csr) {
+		return nil
+	}
+	block, _ := pem.Decode(csr.Status.Certificate)
+	if block == nil {
+		return fmt.Errorf("CSR %s: status.certificate is not PEM", csr.Name)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return fmt.Errorf("CSR %s: parse issued certificate: %w", csr.Name, err)
+	}
+	node := strings.TrimPrefix(cert.Subject.CommonName, nodeUserPrefix)
+	machine, err := p.machineFor(ctx, node)
+	if err != nil || machine == nil {
+		return err
+	}
+	cur := machine.Status.KubeletServingCertificate
+	if cur != nil && !cur.NotAfter.Time.Before(cert.NotAfter) {
+		return nil
+	}
+	before := machine.DeepCopy()
+	machine.Status.KubeletServingCertificate = &ichorv1alpha1.KubeletServingCertificateStatus{
+		Request:  csr.Name,
+		IssuedAt: metav1.NewTime(cert.NotBefore),
+		NotAfter: metav1.NewTime(cert.NotAfter),
+	}
+	if err := p.r.Client.Status().Patch(ctx, machine, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("record certificate of CSR %s on machine %s: %w", csr.Name, machine.Name, err)
+	}
+	log.FromContext(ctx).Info("recorded kubelet serving certificate", "machine", machine.Name, "csr", csr.Name, "notAfter", cert.NotAfter)
+	return nil
+}
+
+// event writes an Event on the machine and, for a request in this API
+// server, on the request itself, where `kubectl describe csr` shows it.
+func (p *pass) event(machine *ichorv1alpha1.TalosMachine, csr *certificatesv1.CertificateSigningRequest, eventType, reason, note string) {
+	if p.r.Recorder == nil {
+		return
+	}
+	if csr != nil {
+		p.r.Recorder.Eventf(csr, machine, eventType, reason, "Decide", "%s", note)
+	}
+	if machine != nil {
+		p.r.Recorder.Eventf(machine, nil, eventType, reason, "Decide", "%s", note)
+	}
+}
+
+func codes(d engine.CSRDecision) []string {
+	out := make([]string, 0, len(d.Reasons))
+	for _, r := range d.Reasons {
+		out = append(out, r.Code)
+	}
+	return out
+}
+
+// summary is the reasons as one line: "CODE: message; CODE: message".
+func summary(d engine.CSRDecision) string {
+	parts := make([]string, 0, len(d.Reasons))
+	for _, r := range d.Reasons {
+		parts = append(parts, r.Code+": "+r.Message)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// conditionMessage is what lands on the CSR: the reasons, and what finds the
+// decision again in the log.
+func conditionMessage(d engine.CSRDecision) string {
+	return fmt.Sprintf("%s (decision %s, policy revision %s)", summary(d), d.DecisionID, d.Revision)
+}
+
+// memoEntry is the last verdict of a request still pending.
+type memoEntry struct {
+	resourceVersion string
+	epoch           uint64
+	key             string
+	attempts        int
+	next            time.Time
+}
+
+// verdictMemo keeps the pending verdicts, so that a request left pending is
+// not decided (and logged) again in a loop: only once it or the machines
+// change, or, when the node could not be read, after a growing backoff.
+type verdictMemo struct {
+	mu sync.Mutex
+	m  map[types.UID]*memoEntry
+}
+
+const (
+	minBackoff = 5 * time.Second
+	maxBackoff = 5 * time.Minute
+)
+
+// skip reports whether the request needs no new decision yet, and when to
+// look again.
+func (v *verdictMemo) skip(csr *certificatesv1.CertificateSigningRequest, epoch uint64, now time.Time) (time.Duration, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e, ok := v.m[csr.UID]
+	if !ok || e.resourceVersion != csr.ResourceVersion {
+		return 0, false
+	}
+	if e.next.IsZero() {
+		// Waits for the machines to change.
+		return 0, e.epoch == epoch
+	}
+	if now.Before(e.next) {
+		return e.next.Sub(now), true
+	}
+	return 0, false
+}
+
+// pending remembers a pending verdict. It reports whether the verdict is new
+// (worth an Event) and when to decide again: never by timer when no machine
+// has the node name, with backoff when the node could not be read.
+func (v *verdictMemo) pending(csr *certificatesv1.CertificateSigningRequest, epoch uint64, d engine.CSRDecision, now time.Time) (bool, time.Duration) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.m == nil {
+		v.m = map[types.UID]*memoEntry{}
+	}
+	key := strings.Join(codes(d), ",")
+	e, ok := v.m[csr.UID]
+	first := !ok || e.key != key
+	if first {
+		e = &memoEntry{key: key}
+		v.m[csr.UID] = e
+	}
+	e.resourceVersion, e.epoch = csr.ResourceVersion, epoch
+	if key == "MachineUnknown" {
+		e.next = time.Time{}
+		return first, 0
+	}
+	backoff := minBackoff << min(e.attempts, 6)
+	backoff = min(backoff, maxBackoff)
+	e.attempts++
+	e.next = now.Add(backoff)
+	return first, backoff
+}
+
+// keepOnly forgets the requests that are no longer undecided.
+func (v *verdictMemo) keepOnly(live map[types.UID]bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for uid := range v.m {
+		if !live[uid] {
+			delete(v.m, uid)
+		}
+	}
+}

@@ -1,0 +1,331 @@
+// Package kubeletserving is the approver of kubelet serving certificates
+// (ADR 0125): KubeletServingReconciler, keyed by TalosCluster, woken by
+// CertificateSigningRequest events and a timer.
+//
+// For every undecided request of the signer kubernetes.io/kubelet-serving in
+// a cluster with the option enabled, it gathers the facts (the request, the
+// machine with that node name, the node's identity read from its Talos API),
+// asks the engine, and acts: approve, deny, or leave pending. It never touches
+// another signer and never deletes a request. Once kube-controller-manager
+// has signed, it records the certificate on the TalosMachine, and it keeps
+// the cluster's KubeletServingCertificates and latched KubeletServingVerified
+// conditions.
+package kubeletserving
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// ApprovalReason is the reason of the Approved condition this controller
+// writes, so a person can tell its approvals from anyone else's.
+const ApprovalReason = "IchorKubeletServing"
+
+// Defaults of the reconciler's timing.
+const (
+	DefaultResyncInterval = time.Minute
+	DefaultTalosTimeout   = 10 * time.Second
+)
+
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests/approval,verbs=update
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=signers,resourceNames=kubernetes.io/kubelet-serving,verbs=approve
+// +kubebuilder:rbac:groups=ichor.dev,resources=talosclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.dev,resources=talosclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ichor.dev,resources=talosmachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.dev,resources=talosmachines/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconciler approves kubelet serving certificates.
+type Reconciler struct {
+	// Client reads TalosClusters, TalosMachines and CSRs from the cache and
+	// writes their status.
+	Client client.Client
+	// APIReader reads the secrets Secret directly, so the manager needs get
+	// on that Secret only, never list or watch on every Secret.
+	APIReader client.Reader
+	// Clientset writes CSR approvals (the approval subresource).
+	Clientset kubernetes.Interface
+	Engine    *engine.Engine
+	Recorder  events.EventRecorder
+	// NodeReaders gives the Talos identity reader of a cluster.
+	NodeReaders *NodeReaders
+
+	ResyncInterval time.Duration
+	// Now is the clock; time.Now if nil.
+	Now func() time.Time
+
+	dirty dirtySet
+	memo  verdictMemo
+	// machineEpoch counts machine changes: a pending verdict for an unknown
+	// machine is worth deciding again only after one.
+	machineEpoch epoch
+}
+
+// SetupWithManager registers the reconciler and its indexes.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.ResyncInterval == 0 {
+		r.ResyncInterval = DefaultResyncInterval
+	}
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	if err := AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("kubeletserving").
+		For(&ichorv1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&ichorv1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToCluster)).
+		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(r.csrToClusters),
+			builder.WithPredicates(predicate.NewPredicateFuncs(isKubeletServing))).
+		Complete(r)
+}
+
+func isKubeletServing(obj client.Object) bool {
+	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
+	return ok && csr.Spec.SignerName == certificatesv1.KubeletServingSignerName
+}
+
+// machineToCluster wakes the machine's cluster for a full pass: a machine
+// that appears, changes its name or loses its certificate changes what the
+// cluster's pending requests and conditions depend on.
+func (r *Reconciler) machineToCluster(_ context.Context, obj client.Object) []reconcile.Request {
+	m, ok := obj.(*ichorv1alpha1.TalosMachine)
+	if !ok {
+		return nil
+	}
+	r.machineEpoch.bump()
+	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
+	r.dirty.markFull(key)
+	return []reconcile.Request{{NamespacedName: key}}
+}
+
+// csrToClusters wakes the clusters concerned by one request and marks only
+// that request dirty, so the work of a CSR event does not grow with the
+// number of requests or machines: the request's node name is looked up in
+// the machine index.
+func (r *Reconciler) csrToClusters(ctx context.Context, obj client.Object) []reconcile.Request {
+	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
+	if !ok {
+		return nil
+	}
+	keys, err := r.clustersFor(ctx, nodeNameOf(csr))
+	if err != nil {
+		log.FromContext(ctx).Error(err, "map CSR to clusters", "csr", csr.Name)
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(keys))
+	for _, key := range keys {
+		r.dirty.add(key, csr.Name)
+		reqs = append(reqs, reconcile.Request{NamespacedName: key})
+	}
+	return reqs
+}
+
+// clustersFor is the clusters that may decide a request for node: the
+// clusters of the machines with that name, or, when none has it, every
+// enabled cluster judging this API server, which leave it pending.
+func (r *Reconciler) clustersFor(ctx context.Context, node string) ([]types.NamespacedName, error) {
+	if node != "" {
+		var machines ichorv1alpha1.TalosMachineList
+		if err := r.Client.List(ctx, &machines, client.MatchingFields{IndexNodeName: node}); err != nil {
+			return nil, fmt.Errorf("list machines with node name %q: %w", node, err)
+		}
+		if len(machines.Items) > 0 {
+			keys := make([]types.NamespacedName, 0, len(machines.Items))
+			for _, m := range machines.Items {
+				keys = append(keys, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName})
+			}
+			return keys, nil
+		}
+	}
+	var clusters ichorv1alpha1.TalosClusterList
+	if err := r.Client.List(ctx, &clusters, client.MatchingFields{IndexServingEnabled: "true"}); err != nil {
+		return nil, fmt.Errorf("list enabled clusters: %w", err)
+	}
+	keys := make([]types.NamespacedName, 0, len(clusters.Items))
+	for _, c := range clusters.Items {
+		keys = append(keys, client.ObjectKeyFromObject(&c))
+	}
+	return keys, nil
+}
+
+// Reconcile decides the dirty requests of one cluster or, on a timer, a
+// cluster or machine change, makes a full pass over all of them and the
+// conditions.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	logger := log.FromContext(ctx).WithValues("taloscluster", req.NamespacedName)
+	ctx = log.IntoContext(ctx, logger)
+
+	work := r.dirty.take(req.NamespacedName)
+	var cluster ichorv1alpha1.TalosCluster
+	if err := r.Client.Get(ctx, req.NamespacedName, &cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.NodeReaders.Forget(req.NamespacedName)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("get cluster: %w", err)
+	}
+	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
+		r.NodeReaders.Forget(req.NamespacedName)
+		return reconcile.Result{}, r.clearConditions(ctx, &cluster)
+	}
+	if cluster.Spec.KubeconfigRef != nil {
+		// Judging another cluster's API server needs a cache of its CSRs; until
+		// that is built the option is refused visibly rather than ignored.
+		return reconcile.Result{}, r.refuseRemote(ctx, &cluster)
+	}
+
+	p := &pass{r: r, cluster: &cluster, now: r.Now()}
+	var csrs []certificatesv1.CertificateSigningRequest
+	if work.full {
+		var list certificatesv1.CertificateSigningRequestList
+		if err := r.Client.List(ctx, &list, client.MatchingFields{IndexSignerName: certificatesv1.KubeletServingSignerName}); err != nil {
+			return reconcile.Result{}, fmt.Errorf("list kubelet-serving CSRs: %w", err)
+		}
+		csrs = list.Items
+	} else {
+		for name := range work.csrs {
+			var csr certificatesv1.CertificateSigningRequest
+			if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &csr); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				r.dirty.add(req.NamespacedName, name)
+				return reconcile.Result{}, fmt.Errorf("get CSR %s: %w", name, err)
+			}
+			csrs = append(csrs, csr)
+		}
+	}
+	seen := make(map[types.UID]bool, len(csrs))
+	for i := range csrs {
+		seen[csrs[i].UID] = true
+		if err := p.handle(ctx, &csrs[i]); err != nil {
+			// One request's failure must not hold back the others; it is
+			// retried with the cluster.
+			logger.Error(err, "handle CSR", "csr", csrs[i].Name)
+			r.dirty.add(req.NamespacedName, csrs[i].Name)
+			p.retryIn(5 * time.Second)
+		}
+	}
+	if !work.full {
+		return p.result(), nil
+	}
+	r.memo.keepOnly(seen)
+	if err := r.updateConditions(ctx, &cluster, p); err != nil {
+		return reconcile.Result{}, err
+	}
+	p.retryIn(r.ResyncInterval)
+	return p.result(), nil
+}
+
+// pass is the state of one reconcile of one cluster.
+type pass struct {
+	r       *Reconciler
+	cluster *ichorv1alpha1.TalosCluster
+	now     time.Time
+	requeue time.Duration
+}
+
+// retryIn asks for the cluster to be reconciled again within d.
+func (p *pass) retryIn(d time.Duration) {
+	if d > 0 && (p.requeue == 0 || d < p.requeue) {
+		p.requeue = d
+	}
+}
+
+func (p *pass) result() reconcile.Result {
+	return reconcile.Result{RequeueAfter: p.requeue}
+}
+
+// dirtySet holds, per cluster, the requests whose events arrived since its
+// last reconcile, and whether a full pass is due.
+type dirtySet struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]*work
+}
+
+type work struct {
+	full bool
+	csrs map[string]bool
+}
+
+func (d *dirtySet) get(key types.NamespacedName) *work {
+	if d.m == nil {
+		d.m = map[types.NamespacedName]*work{}
+	}
+	w, ok := d.m[key]
+	if !ok {
+		w = &work{csrs: map[string]bool{}}
+		d.m[key] = w
+	}
+	return w
+}
+
+func (d *dirtySet) add(key types.NamespacedName, csr string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.get(key).csrs[csr] = true
+}
+
+func (d *dirtySet) markFull(key types.NamespacedName) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.get(key).full = true
+}
+
+// take returns and clears the cluster's work. A reconcile with no request
+// marked dirty comes from the timer or a cluster change: a full pass.
+func (d *dirtySet) take(key types.NamespacedName) work {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w, ok := d.m[key]
+	delete(d.m, key)
+	if !ok || len(w.csrs) == 0 {
+		return work{full: true}
+	}
+	return *w
+}
+
+type epoch struct {
+	mu sync.Mutex
+	n  uint64
+}
+
+func (e *epoch) bump() {
+	e.mu.Lock()
+	e.n++
+	e.mu.Unlock()
+}
+
+func (e *epoch) get() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n
+}
+
+// statusChanged reports whether a status update would change anything.
+func statusChanged(before, after any) bool {
+	return !equality.Semantic.DeepEqual(before, after)
+}
