@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates api/v1alpha1/zz_generated.deepcopy.go and deploy/crds/*.yaml
+# Regenerates api/v1alpha1/zz_generated.deepcopy.go, deploy/crds/*.yaml and
+# deploy/rbac/role.yaml
 # from the kubebuilder markers in api/v1alpha1, with the controller-gen
 # release pinned in this directory's go.mod.
 #
@@ -40,3 +41,12 @@ trap 'rm -rf "${scratch}"' EXIT
 mkdir -p deploy/crds
 rm -f deploy/crds/ichor.dev_*.yaml
 cp "${scratch}"/ichor.dev_*.yaml deploy/crds/
+
+# The manager's ClusterRole, from the +kubebuilder:rbac markers of the
+# reconcilers and the webhook: least privilege is reviewed where the code is.
+"${controller_gen}" \
+	rbac:roleName=ichor-policy-manager \
+	paths=./... \
+	output:rbac:dir="${scratch}/rbac"
+mkdir -p deploy/rbac
+cp "${scratch}/rbac/role.yaml" deploy/rbac/role.yaml
