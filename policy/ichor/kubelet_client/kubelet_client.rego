@@ -1,0 +1,357 @@
+# METADATA
+# title: Kubelet client certificates
+# description: |
+#   Decides certificate signing requests of the signer
+#   kubernetes.io/kube-apiserver-client-kubelet the way kube-controller-manager's CSR
+#   approver (pkg/controller/certificates/approver/sarapprove.go) does, so that the
+#   decision is logged and replayable like every other one.
+#
+#   Two recognizers say what a request is. node-client: the request parses and its
+#   signature verifies, the subject's organizations are exactly [system:nodes], it has
+#   one common name system:node:<name>, no subject alternative name of any type, and its
+#   usages are exactly one of the sets in data (compared as lists of the same length, so
+#   an extra or repeated usage does not pass). self-node-client: node-client, and
+#   spec.username is the common name (a node renewing its own certificate).
+#
+#   Recognizing a request is not authorizing it. Go performs, as the requester (user,
+#   uid, groups and extra of the CSR spec), the SubjectAccessReviews "create
+#   certificatesigningrequests/selfnodeclient" and "create
+#   certificatesigningrequests/nodeclient" in certificates.k8s.io, and gives their results
+#   as input.authorization. As in sarapprove, a self-node-client request whose
+#   selfnodeclient permission is allowed is approved as selfnodeclient; otherwise a
+#   node-client request (self or not) whose nodeclient permission is allowed is approved
+#   as nodeclient.
+#
+#   This rule never denies: a request that is not recognized, or recognized but not
+#   authorized, is left pending with every reason why, for a person or another approver.
+#   Regardless of the recognizers and of data, a subject with an organization other than
+#   system:nodes, or carrying system:masters, is never approved. With
+#   require_managed_machine in data, the node must also be a managed machine.
+#
+#   Input: input.csr (the facts the CSR carries, built by Go from the object),
+#   input.authorization ({"selfnodeclient": review, "nodeclient": review}, each
+#   {"allowed", "reason", "evaluation_error"}) and input.machine (the TalosMachine with
+#   the node name, absent if none).
+package ichor.kubelet_client
+
+# The tables of data.json, beside this file. They sit under "config" because the
+# package's own rules share the path data.ichor.kubelet_client.
+_config := data.ichor.kubelet_client.config
+
+_request := input.csr.request
+
+# METADATA
+# title: Kubelet client decision
+# description: |
+#   The decision for one kube-apiserver-client-kubelet CSR: {"action": "approve"|"pending",
+#   "reasons": [{"code", "message"}], "node": name, "kind": "selfnodeclient"|"nodeclient"|""}.
+#   "kind" is the kind the request is approved as, or would be but for the guard or the
+#   managed-machine requirement; else the most specific kind it was recognized as; else "".
+#   Undefined for any other signer, so a request this rule does not govern is never
+#   decided by it.
+# entrypoint: true
+decision := _decide if input.csr.signer_name == _config.signer_name
+
+# Every reason is one of pending: nothing here is ever denied.
+_blocking := ((unrecognized | unauthorized) | privileged) | unmanaged
+
+_decide := _verdict("approve", {approved}) if {
+	count(_blocking) == 0
+	_authorized_kind
+} else := _verdict("pending", _blocking)
+
+_verdict(action, reasons) := {
+	"action": action,
+	"reasons": sort(reasons),
+	"node": _node_name,
+	"kind": _kind,
+}
+
+# METADATA
+# title: Approved
+# description: Recognized and authorized; the message names the node, the kind and the permission.
+# custom:
+#   code: IchorKubeletClient
+approved := {
+	"code": "IchorKubeletClient",
+	"message": sprintf(
+		"kubelet client certificate for node %q approved as %s: %q may create %s",
+		[_node_name, _authorized_kind, input.csr.username, _config.kinds[_authorized_kind].subresource],
+	),
+}
+
+# METADATA
+# title: Unparseable request
+# description: |
+#   spec.request is not a PEM-encoded PKCS#10 certificate request; kube-controller-manager
+#   recognizes nothing in it either. The subject checks are not reported, since there is no
+#   subject to check.
+# custom:
+#   code: MalformedRequest
+unrecognized contains reason if {
+	not _request.parsed
+	reason := {
+		"code": "MalformedRequest",
+		"message": sprintf(
+			"not recognized: spec.request does not parse as a certificate request: %s",
+			[_request.parse_error],
+		),
+	}
+}
+
+# METADATA
+# title: Invalid signature
+# description: The request is not signed by the key it carries, so whoever made it may not hold that key.
+# custom:
+#   code: InvalidSignature
+unrecognized contains reason if {
+	_request.parsed
+	not _request.signature_valid
+	reason := {
+		"code": "InvalidSignature",
+		"message": sprintf(
+			"not recognized: the request's signature does not verify with its public key: %s",
+			[_request.signature_error],
+		),
+	}
+}
+
+# METADATA
+# title: Organization is not system:nodes
+# description: The subject's organizations must be exactly [system:nodes], one O attribute with that value.
+# custom:
+#   code: OrganizationNotNodes
+unrecognized contains reason if {
+	_request.parsed
+	_organizations != [_config.node_organization]
+	reason := {
+		"code": "OrganizationNotNodes",
+		"message": sprintf(
+			"%s: the subject's organizations are %v, not exactly [%q]",
+			[_not_node_client, _organizations, _config.node_organization],
+		),
+	}
+}
+
+# METADATA
+# title: Common name is not a node's
+# description: The subject must have exactly one common name, system:node:<name> with a non-empty name.
+# custom:
+#   code: CommonNameNotNode
+unrecognized contains reason if {
+	_request.parsed
+	_node_name == ""
+	reason := {
+		"code": "CommonNameNotNode",
+		"message": sprintf(
+			"%s: the subject's common names are %v, not exactly one %s<name>",
+			[_not_node_client, _common_names, _config.node_user_prefix],
+		),
+	}
+}
+
+# METADATA
+# title: Subject alternative name present
+# description: |
+#   A node client certificate names the node only in its subject: a DNS name, IP address,
+#   email address, URI or a name of any other type makes the request unrecognized.
+# custom:
+#   code: SANPresent
+unrecognized contains reason if {
+	some san in _request.subject_alt_names
+	reason := {
+		"code": "SANPresent",
+		"message": sprintf(
+			"%s: it has the subject alternative name %q of type %s, and a node client certificate has none",
+			[_not_node_client, san.value, san.type],
+		),
+	}
+}
+
+# METADATA
+# title: Usages not allowed
+# description: |
+#   The usages must be exactly one of the sets in data: {client auth, digital signature,
+#   key encipherment}, which a kubelet with an RSA key requests, or {client auth, digital
+#   signature}, which a kubelet with an ECDSA or Ed25519 key (the kubelet's default)
+#   requests. A usage more, less or repeated does not match.
+# custom:
+#   code: UsagesNotAllowed
+unrecognized contains reason if {
+	not _usages_allowed
+	reason := {
+		"code": "UsagesNotAllowed",
+		"message": sprintf(
+			"%s: usages %v are not one of the sets %v",
+			[_not_node_client, input.csr.usages, [usages | some usages in _config.allowed_usage_sets]],
+		),
+	}
+}
+
+# METADATA
+# title: Self node client not authorized
+# description: |
+#   Recognized as selfnodeclient, but the requester may not create
+#   certificatesigningrequests/selfnodeclient, and the nodeclient permission did not
+#   approve it either.
+# custom:
+#   code: SelfNodeClientNotAuthorized
+unauthorized contains reason if {
+	_self_node_client
+	not _authorized_kind
+	reason := {
+		"code": "SelfNodeClientNotAuthorized",
+		"message": sprintf(
+			"recognized as selfnodeclient, but %q may not create %s: %s",
+			[input.csr.username, _config.kinds.selfnodeclient.subresource, _review("selfnodeclient")],
+		),
+	}
+}
+
+# METADATA
+# title: Node client not authorized
+# description: |
+#   Recognized as nodeclient, but the requester may not create
+#   certificatesigningrequests/nodeclient (and, for a self request, not
+#   certificatesigningrequests/selfnodeclient either). The message says why a request is
+#   not selfnodeclient when it is not.
+# custom:
+#   code: NodeClientNotAuthorized
+unauthorized contains reason if {
+	_node_client
+	not _authorized_kind
+	reason := {
+		"code": "NodeClientNotAuthorized",
+		"message": sprintf(
+			"recognized as nodeclient%s, but %q may not create %s: %s",
+			[_not_self_note, input.csr.username, _config.kinds.nodeclient.subresource, _review("nodeclient")],
+		),
+	}
+}
+
+# METADATA
+# title: Privileged subject
+# description: |
+#   A guard that holds whatever the recognizers and data say: a subject with an
+#   organization other than system:nodes, or any attribute with the value system:masters,
+#   is never approved. The organization is the group the certificate authenticates as, and
+#   system:masters bypasses all authorization.
+# custom:
+#   code: PrivilegedSubject
+privileged contains reason if {
+	some attr in _request.subject
+	_privileged_attribute(attr)
+	reason := {
+		"code": "PrivilegedSubject",
+		"message": sprintf(
+			"the subject carries %s=%s; %s",
+			[_attribute_label(attr), attr.value, _privileged_note],
+		),
+	}
+}
+
+# METADATA
+# title: Unknown machine
+# description: |
+#   With require_managed_machine on in data, the node must belong to a managed TalosMachine.
+#   Off by default, as kube-controller-manager does not ask. The request may belong to a node
+#   Ichor does not manage, so it is left for a person or another approver.
+# custom:
+#   code: MachineUnknown
+unmanaged contains reason if {
+	_config.require_managed_machine == true
+	not input.machine
+	reason := {
+		"code": "MachineUnknown",
+		"message": sprintf(
+			"no managed machine has node name %q, and data requires one; left pending for another approver or a person",
+			[_node_name],
+		),
+	}
+}
+
+_not_node_client := "not recognized as a node client certificate"
+
+_privileged_note := concat(" ", [
+	"a kubelet client certificate with an organization other than system:nodes,",
+	"or with system:masters, is never approved",
+])
+
+# node-client holds exactly when no recognition check failed, so that a request is
+# never recognized without the checks that the reasons report.
+_node_client if count(unrecognized) == 0
+
+_self_node_client if {
+	_node_client
+	input.csr.username == _common_names[0]
+}
+
+# sarapprove's order: the self recognizer first, then node-client.
+_authorized_kind := "selfnodeclient" if {
+	_self_node_client
+	_authorized("selfnodeclient")
+} else := "nodeclient" if {
+	_node_client
+	_authorized("nodeclient")
+}
+
+default _kind := ""
+
+_kind := _authorized_kind if {
+	_authorized_kind != ""
+} else := "selfnodeclient" if {
+	_self_node_client
+} else := "nodeclient" if {
+	_node_client
+}
+
+# Only a boolean true allows; anything else (false, missing, a string) does not.
+_authorized(kind) if input.authorization[kind].allowed == true
+
+_review(kind) := sprintf(
+	"the SubjectAccessReview did not allow it (reason %q, evaluation error %q)",
+	[object.get(review, "reason", ""), object.get(review, "evaluation_error", "")],
+) if {
+	review := input.authorization[kind]
+} else := "no SubjectAccessReview result was given"
+
+default _not_self_note := ""
+
+_not_self_note := sprintf(
+	" (not selfnodeclient: spec.username %q is not the common name %q)",
+	[input.csr.username, _common_names[0]],
+) if {
+	not _self_node_client
+}
+
+# The node name the request claims, from the subject's common name. Empty when the
+# request has no such name, so that messages and logs always have a string.
+default _node_name := ""
+
+_node_name := trim_prefix(_common_names[0], _config.node_user_prefix) if {
+	count(_common_names) == 1
+	startswith(_common_names[0], _config.node_user_prefix)
+	_common_names[0] != _config.node_user_prefix
+}
+
+_common_names := [attr.value | some attr in _request.subject; attr.oid == "2.5.4.3"]
+
+_organizations := [attr.value | some attr in _request.subject; attr.oid == "2.5.4.10"]
+
+# Literal on purpose, not from data: a bundle's data can be replaced, this guard cannot.
+_privileged_attribute(attr) if {
+	attr.oid == "2.5.4.10"
+	attr.value != "system:nodes"
+}
+
+_privileged_attribute(attr) if attr.value == "system:masters"
+
+_attribute_label(attr) := attr.name if attr.name != ""
+
+_attribute_label(attr) := attr.oid if attr.name == ""
+
+_usages_allowed if {
+	some allowed in _config.allowed_usage_sets
+	count(input.csr.usages) == count(allowed)
+	{usage | some usage in input.csr.usages} == {usage | some usage in allowed}
+}
