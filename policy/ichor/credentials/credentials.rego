@@ -1,0 +1,441 @@
+# METADATA
+# title: Credential issuance
+# description: |
+#   Decides TalosCredentialRequests: who may ask for which short-lived credential, for how
+#   long, and what is signed for it (ADR 0124, KEP-4214). One table in data.json, keyed by
+#   purpose, fixes each purpose's certificate (a Talos role, or Kubernetes groups and a
+#   common name), its default lifetime and cap, the SubjectAccessReview its requester must
+#   pass and the Event that records it. The webhook and the controller read the same table.
+#
+#   Entrypoints: requirements (what Go gathers before asking for admission), admission (the
+#   validating webhook, on CREATE) and issuance (the controller's check again before it
+#   signs, so a request admitted under an older policy is held to the current caps). A
+#   lifetime above the cap is refused, never shortened. Every failing check is reported,
+#   sorted by code.
+#
+#   The requester's name is never in the certificate: the controller does not see the
+#   requester (ADR 0124); the Event and the API server's audit log name them. A Kubernetes
+#   certificate's common name is fixed per purpose, "ichor-credential:<purpose>", outside
+#   the "ichor:" names of Ichor users and the "system:" names of Kubernetes, so no binding
+#   made for a person or a component applies to it.
+package ichor.credentials
+
+# The tables of data.json, beside this file. They sit under "config" because the
+# package's own rules share the path data.ichor.credentials.
+_config := data.ichor.credentials.config
+
+# The request as the webhook sends it. Missing, it is an empty object, so that every
+# check still runs and fails closed rather than leaving the decision undefined.
+default _request := {}
+
+_request := input.request
+
+# METADATA
+# title: Requirements of a purpose
+# description: |
+#   Input {"purpose": name}. The row Go needs before it asks for admission: which
+#   SubjectAccessReview to make as the requester and which Event it will write,
+#   {"authorization": {"verb", "group", "resource", "subresource"}, "event": {"type", "reason"}}.
+#   Undefined for an unknown purpose, which admission refuses.
+# entrypoint: true
+requirements := {"authorization": purpose.authorization, "event": purpose.event} if {
+	purpose := _config.purposes[input.purpose]
+}
+
+# METADATA
+# title: Admission decision
+# description: |
+#   The validating webhook's decision on one TalosCredentialRequest:
+#   {"allowed": bool, "reasons": [{"code", "message"}], "purpose": name,
+#   "lifetime_seconds": the effective lifetime (the purpose's default when no ttl was asked),
+#   "event": {"type", "reason", "message"}}. The event is there only when the request is
+#   allowed and is not a dry run; the webhook writes it on the TalosCluster before it admits,
+#   and refuses the request if it cannot (ADR 0124: a credential that cannot be recorded is
+#   not issued).
+#
+#   Input: operation and dry_run of the admission request; user (the requester's
+#   userInfo); request (name, namespace, cluster, purpose, ttl_seconds if spec.ttl is set,
+#   public_key: the facts of spec.publicKey: parsed, error, algorithm, curve, bits);
+#   authorization (the SubjectAccessReview Go made: user, groups, verb, group, resource,
+#   subresource, namespace, name, and its answer: allowed, reason, evaluation_error);
+#   cluster_exists.
+# entrypoint: true
+admission := object.union(
+	{
+		"allowed": count(_admission_refusals) == 0,
+		"reasons": _admission_reasons,
+		"purpose": _purpose_name(_request),
+		"lifetime_seconds": _lifetime(_request, _config.purposes),
+	},
+	_admission_event,
+)
+
+# METADATA
+# title: Issuance decision
+# description: |
+#   The controller's check before it signs, with the same caps as admission:
+#   input {"purpose", "ttl_seconds" (absent: the default), "public_key": {...}} gives
+#   {"allowed": bool, "reasons": [...], "purpose": name, "lifetime_seconds",
+#   "certificate": {"kind": "talos", "talos_role"} or
+#   {"kind": "kubernetes", "groups", "common_name"}}. The certificate is there only when
+#   allowed, so nothing can be signed from a refusal.
+# entrypoint: true
+issuance := object.union(
+	{
+		"allowed": count(_issuance_refusals) == 0,
+		"reasons": _issuance_reasons,
+		"purpose": _purpose_name(input),
+		"lifetime_seconds": _lifetime(input, _config.purposes),
+	},
+	_issuance_certificate,
+)
+
+_admission_refusals := _credential_refusals(_request, _config) | _refused_at_admission
+
+_admission_reasons := sort(_admission_refusals) if count(_admission_refusals) > 0
+
+else := [_admitted]
+
+_issuance_refusals := _credential_refusals(input, _config)
+
+_issuance_reasons := sort(_issuance_refusals) if count(_issuance_refusals) > 0
+
+else := [_issuable]
+
+default _admission_event := {}
+
+# A dry run writes no Event (ADR 0124); a missing dry_run is not a dry run, so the
+# Event is then written.
+_admission_event := {"event": {
+	"type": purpose.event.type,
+	"reason": purpose.event.reason,
+	"message": sprintf(
+		"%s was requested by %s (lifetime %s)",
+		[_credential_text(purpose), _username, _duration(_lifetime(_request, _config.purposes))],
+	),
+}} if {
+	count(_admission_refusals) == 0
+	not input.dry_run == true
+	purpose := _config.purposes[_request.purpose]
+}
+
+default _issuance_certificate := {}
+
+_issuance_certificate := {"certificate": _certificate(_config.purposes[input.purpose])} if {
+	count(_issuance_refusals) == 0
+}
+
+# METADATA
+# title: Admitted
+# description: Every check passed; the message names the requester, the grant and the credential.
+# custom:
+#   code: IchorCredentialAdmitted
+_admitted := {
+	"code": "IchorCredentialAdmitted",
+	"message": sprintf("user %q may %s: %s with lifetime %s is admitted", [
+		_username,
+		_grant_text(purpose.authorization, _cluster, _namespace),
+		_credential_text(purpose),
+		_duration(_lifetime(_request, _config.purposes)),
+	]),
+} if {
+	purpose := _config.purposes[_request.purpose]
+}
+
+# METADATA
+# title: Issuable
+# description: Every check passed again; the message names the credential and its lifetime.
+# custom:
+#   code: IchorCredentialIssuable
+_issuable := {
+	"code": "IchorCredentialIssuable",
+	"message": sprintf(
+		"%s with lifetime %s may be signed",
+		[_credential_text(purpose), _duration(_lifetime(input, _config.purposes))],
+	),
+} if {
+	purpose := _config.purposes[input.purpose]
+}
+
+# The checks of the credential itself, made at admission and again before signing. The
+# request is an argument because the webhook sends it under input.request and the
+# controller sends it alone.
+_credential_refusals(request, config) := union({
+	_purpose_unknown(request, config.purposes),
+	_lifetime_too_long(request, config.purposes),
+	_lifetime_not_positive(request),
+	_lifetime_not_whole_seconds(request),
+	_public_key_invalid(request),
+	_public_key_not_allowed(request, config.public_key_algorithms),
+})
+
+# METADATA
+# title: Unknown purpose
+# description: |
+#   The purpose is not a row of the table, so nothing says what could be signed for it.
+#   Checked at admission and again before signing.
+# custom:
+#   code: PurposeUnknown
+_purpose_unknown(request, purposes) := {reason |
+	# Through _purpose_name, so that a missing purpose is unknown too: OPA evaluates a
+	# reference inside a key before the `not`, and a missing one would skip the check.
+	not purposes[_purpose_name(request)]
+	reason := {
+		"code": "PurposeUnknown",
+		"message": sprintf("purpose %q is not one of %s", [_purpose_name(request), concat(", ", object.keys(purposes))]),
+	}
+}
+
+# METADATA
+# title: Lifetime above the cap
+# description: |
+#   The lifetime (spec.ttl, else the purpose's default) is longer than the purpose's cap. It
+#   is refused, never shortened, so that nobody holds a credential that lives other than they
+#   asked. The default is checked too, so a table whose default exceeds its cap signs nothing.
+#   Checked at admission and again before signing.
+# custom:
+#   code: LifetimeTooLong
+_lifetime_too_long(request, purposes) := {reason |
+	limit := purposes[request.purpose].max_lifetime_seconds
+	lifetime := _lifetime(request, purposes)
+	lifetime > limit
+	reason := {
+		"code": "LifetimeTooLong",
+		"message": sprintf(
+			"the lifetime %s is above the cap of %s for purpose %q; it is refused, not shortened",
+			[_duration(lifetime), _duration(limit), request.purpose],
+		),
+	}
+}
+
+# METADATA
+# title: Lifetime not positive
+# description: |
+#   A lifetime of zero or less would sign a certificate that is already expired. Checked at
+#   admission and again before signing.
+# custom:
+#   code: LifetimeNotPositive
+_lifetime_not_positive(request) := {reason |
+	is_number(request.ttl_seconds)
+	request.ttl_seconds <= 0
+	reason := {
+		"code": "LifetimeNotPositive",
+		"message": sprintf("the requested lifetime of %v seconds is not positive", [request.ttl_seconds]),
+	}
+}
+
+# METADATA
+# title: Lifetime not whole seconds
+# description: |
+#   A certificate's validity is counted in whole seconds, so a fraction (or anything that is
+#   not a number) is refused rather than rounded. Checked at admission and again before
+#   signing.
+# custom:
+#   code: LifetimeNotWholeSeconds
+_lifetime_not_whole_seconds(request) := {reason |
+	request.ttl_seconds != null
+	not _whole_number(request.ttl_seconds)
+	reason := {
+		"code": "LifetimeNotWholeSeconds",
+		"message": sprintf("the requested lifetime %v is not a whole number of seconds", [request.ttl_seconds]),
+	}
+}
+
+# METADATA
+# title: Public key unreadable
+# description: |
+#   spec.publicKey is missing or is not a PEM PUBLIC KEY block that parses. Checked at
+#   admission and again before signing.
+# custom:
+#   code: PublicKeyInvalid
+_public_key_invalid(request) := {reason |
+	not request.public_key.parsed == true
+	reason := {
+		"code": "PublicKeyInvalid",
+		"message": sprintf(
+			"spec.publicKey does not parse as a PEM PUBLIC KEY block: %s",
+			[_key_error(object.get(request, "public_key", {}))],
+		),
+	}
+}
+
+# METADATA
+# title: Public key type not allowed
+# description: |
+#   The key must be one of data.json's public_key_algorithms: Ed25519 (what ichor cluster
+#   talosconfig and the UI generate, as ADR 0124 says), ECDSA on P-256 or P-384, or RSA of at
+#   least 2048 bits. ECDSA and RSA are kept for keys that live in a hardware token (PIV
+#   cards hold those, and few hold Ed25519). Weaker keys, and other curves, are refused.
+#   Checked at admission and again before signing.
+# custom:
+#   code: PublicKeyNotAllowed
+_public_key_not_allowed(request, algorithms) := {reason |
+	request.public_key.parsed == true
+	not _key_allowed(request.public_key, algorithms)
+	reason := {
+		"code": "PublicKeyNotAllowed",
+		"message": sprintf(
+			"public key %q is not allowed; allowed are %s",
+			[_key_text(request.public_key), _algorithms_text(algorithms)],
+		),
+	}
+}
+
+# METADATA
+# title: Operation not allowed
+# description: |
+#   Only CREATE is admitted. The spec is immutable (what admission judged is what is signed)
+#   and a refused request is not retried, so anything else reaching this decision means the
+#   webhook is registered for more than CREATE; it is refused rather than waved through.
+#   Status updates use the status subresource, which the webhook does not match.
+# custom:
+#   code: OperationNotAllowed
+_refused_at_admission contains reason if {
+	operation := object.get(input, "operation", "")
+	operation != "CREATE"
+	reason := {
+		"code": "OperationNotAllowed",
+		"message": sprintf(
+			"operation %q is not allowed: a TalosCredentialRequest is only created, never changed; ask with a new one",
+			[operation],
+		),
+	}
+}
+
+# METADATA
+# title: Requester unnamed
+# description: |
+#   The request carries no user name. The Event must name who asked, and a credential that
+#   cannot be recorded is not issued (ADR 0124).
+# custom:
+#   code: RequesterUnnamed
+_refused_at_admission contains reason if {
+	_username == ""
+	reason := {
+		"code": "RequesterUnnamed",
+		"message": "the request names no user, so its issuance could not be recorded",
+	}
+}
+
+# METADATA
+# title: SubjectAccessReview for the wrong grant
+# description: |
+#   The SubjectAccessReview Go made is not the one the purpose requires: as the requester
+#   (user and groups), for the purpose's verb, group, resource and subresource, on the
+#   cluster's name and namespace; or none was made. Its answer says nothing about this
+#   request (one made as the controller would always pass), so it is refused.
+# custom:
+#   code: AuthorizationMismatch
+_refused_at_admission contains reason if {
+	_sar_made != _sar_required
+	reason := {
+		"code": "AuthorizationMismatch",
+		"message": sprintf(
+			"the SubjectAccessReview asked whether %s, not whether %s",
+			[_sar_text(_sar_made), _sar_text(_sar_required)],
+		),
+	}
+}
+
+# METADATA
+# title: Not authorized
+# description: |
+#   The requester does not hold the purpose's verb on its subresource for this cluster (for
+#   talosconfig-reader: download on talosclusters/talosconfig-reader). The message names the
+#   verb and subresource, with the authorizer's reason.
+# custom:
+#   code: NotAuthorized
+_refused_at_admission contains reason if {
+	_sar_made == _sar_required
+	not input.authorization.allowed == true
+	reason := {
+		"code": "NotAuthorized",
+		"message": _with_details(
+			sprintf("user %q may not %s", [_username, _grant_text(_sar_required, _cluster, _namespace)]),
+			_sar_details(_authorization),
+		),
+	}
+}
+
+# METADATA
+# title: Cluster not found
+# description: The TalosCluster named by spec.clusterName does not exist in the request's namespace.
+# custom:
+#   code: ClusterNotFound
+_refused_at_admission contains reason if {
+	not input.cluster_exists == true
+	reason := {
+		"code": "ClusterNotFound",
+		"message": sprintf("TalosCluster %q does not exist in namespace %q", [_cluster, _namespace]),
+	}
+}
+
+default _username := ""
+
+_username := input.user.username if is_string(input.user.username)
+
+_cluster := object.get(_request, "cluster", "")
+
+_namespace := object.get(_request, "namespace", "")
+
+default _authorization := {}
+
+_authorization := input.authorization
+
+_sar_fields := ["verb", "group", "resource", "subresource", "namespace", "name", "user"]
+
+# Absent fields are empty, so that a review with a field missing never equals the
+# required one. Groups are compared as sets: their order means nothing to an authorizer.
+_sar_made := object.union(
+	{key: object.get(_authorization, key, "") | some key in _sar_fields},
+	{"groups": {group | some group in object.get(_authorization, "groups", [])}},
+)
+
+_sar_required := object.union(
+	_config.purposes[_request.purpose].authorization,
+	{"namespace": _namespace, "name": _cluster, "user": _username, "groups": _groups},
+)
+
+_groups := {group | some group in input.user.groups}
+
+default _purpose_name(_) := ""
+
+_purpose_name(request) := request.purpose if is_string(request.purpose)
+
+# The effective lifetime: the requested one, else the purpose's default. Zero when neither
+# is known (an unknown purpose without a ttl, or a ttl that is not a number).
+_lifetime(request, purposes) := request.ttl_seconds if {
+	is_number(request.ttl_seconds)
+} else := purposes[request.purpose].default_lifetime_seconds if {
+	not _ttl_given(request)
+} else := 0
+
+# null is how Go may write an unset spec.ttl.
+_ttl_given(request) if request.ttl_seconds != null
+
+_whole_number(value) if {
+	is_number(value)
+	value == floor(value)
+}
+
+_certificate(purpose) := {"kind": "talos", "talos_role": purpose.talos_role} if {
+	purpose.kind == "talos"
+}
+
+_certificate(purpose) := {"kind": "kubernetes", "groups": purpose.groups, "common_name": purpose.common_name} if {
+	purpose.kind == "kubernetes"
+}
+
+# An algorithm's row may limit the curve (curves) and the size (min_bits); a row without
+# them accepts any.
+_key_allowed(key, algorithms) if {
+	rule := algorithms[key.algorithm]
+	_curve_allowed(object.get(key, "curve", ""), rule)
+	size := object.get(key, "bits", 0)
+	is_number(size)
+	size >= object.get(rule, "min_bits", 0)
+}
+
+_curve_allowed(_, rule) if not rule.curves
+
+_curve_allowed(curve, rule) if curve in rule.curves

@@ -1,0 +1,456 @@
+package ichor.credentials_test
+
+import data.ichor.credentials
+
+_config := credentials.config
+
+_purposes := _config.purposes
+
+_one_year := 31536000
+
+# A request that every check admits: alice, an operator, asking for the default
+# talosconfig-reader of cluster demo, having passed download on talosclusters/talosconfig-reader.
+_good := {
+	"operation": "CREATE",
+	"dry_run": false,
+	"user": {
+		"username": "ichor:alice",
+		"uid": "5b2c",
+		"groups": ["ichor:operators", "system:authenticated"],
+		"extra": {},
+	},
+	"request": {
+		"name": "talosconfig-x7k2p",
+		"namespace": "team-a",
+		"cluster": "demo",
+		"purpose": "talosconfig-reader",
+		"public_key": {"parsed": true, "algorithm": "Ed25519", "bits": 256, "error": ""},
+	},
+	"authorization": {
+		# The review as the requester; its groups in another order are the same groups.
+		"user": "ichor:alice",
+		"groups": ["system:authenticated", "ichor:operators"],
+		"verb": "download",
+		"group": "ichor.dev",
+		"resource": "talosclusters",
+		"subresource": "talosconfig-reader",
+		"namespace": "team-a",
+		"name": "demo",
+		"allowed": true,
+		"reason": `RBAC: allowed by ClusterRoleBinding "ichor-operator"`,
+		"evaluation_error": "",
+	},
+	"cluster_exists": true,
+}
+
+_admit(patch) := decision if {
+	decision := credentials.admission with input as json.patch(_good, patch)
+}
+
+_codes(decision) := [reason.code | some reason in decision.reasons]
+
+_set(path, value) := [{"op": "replace", "path": path, "value": value}]
+
+_ttl(seconds) := [{"op": "add", "path": "/request/ttl_seconds", "value": seconds}]
+
+_key(key) := _set("/request/public_key", object.union({"parsed": true, "error": ""}, key))
+
+# The same request for another purpose, with the SubjectAccessReview that purpose requires passed.
+_admit_purpose(purpose, patch) := _admit(array.concat(
+	[
+		{"op": "replace", "path": "/request/purpose", "value": purpose},
+		{"op": "replace", "path": "/authorization/verb", "value": _purposes[purpose].authorization.verb},
+		{"op": "replace", "path": "/authorization/subresource", "value": _purposes[purpose].authorization.subresource},
+	],
+	patch,
+))
+
+_issue(request) := decision if {
+	decision := credentials.issuance with input as request
+}
+
+_requirements(purpose) := requirements if {
+	requirements := credentials.requirements with input as {"purpose": purpose}
+}
+
+_reader_key := {"parsed": true, "algorithm": "Ed25519", "bits": 256, "error": ""}
+
+test_requirements_of_talosconfig_reader_are_download_and_a_normal_event if {
+	_requirements("talosconfig-reader") == {
+		"authorization": {
+			"verb": "download", "group": "ichor.dev",
+			"resource": "talosclusters", "subresource": "talosconfig-reader",
+		},
+		"event": {"type": "Normal", "reason": "TalosconfigReader"},
+	}
+}
+
+test_requirements_of_an_unknown_purpose_are_undefined if {
+	not _requirements("talosconfig-operator")
+}
+
+test_talosconfig_reader_is_admitted_for_one_hour_with_the_adr_event if {
+	d := _admit([])
+	d.allowed
+	d.purpose == "talosconfig-reader"
+	d.lifetime_seconds == 3600
+	d.event == {
+		"type": "Normal",
+		"reason": "TalosconfigReader",
+		"message": "an os:reader talosconfig was requested by ichor:alice (lifetime 1h0m0s)",
+	}
+	d.reasons == [{
+		"code": "IchorCredentialAdmitted",
+		"message": concat("", [
+			`user "ichor:alice" may download talosclusters/talosconfig-reader "demo" in namespace "team-a": `,
+			"an os:reader talosconfig with lifetime 1h0m0s is admitted",
+		]),
+	}]
+}
+
+test_talosconfig_reader_for_twelve_hours_is_admitted if {
+	d := _admit(_ttl(43200))
+	d.allowed
+	d.lifetime_seconds == 43200
+	d.event.message == "an os:reader talosconfig was requested by ichor:alice (lifetime 12h0m0s)"
+}
+
+test_talosconfig_reader_one_second_above_twelve_hours_is_refused_not_shortened if {
+	d := _admit(_ttl(43201))
+	not d.allowed
+	d.lifetime_seconds == 43201
+	not d.event
+	d.reasons == [{
+		"code": "LifetimeTooLong",
+		"message": concat("", [
+			`the lifetime 12h0m1s is above the cap of 12h0m0s for purpose "talosconfig-reader"; `,
+			"it is refused, not shortened",
+		]),
+	}]
+}
+
+test_thirteen_hours_is_refused_for_everyone if {
+	_codes(_admit(_ttl(46800))) == ["LifetimeTooLong"]
+}
+
+test_dry_run_is_admitted_without_an_event if {
+	d := _admit(_set("/dry_run", true))
+	d.allowed
+	not d.event
+}
+
+test_missing_dry_run_is_not_a_dry_run if {
+	_admit([{"op": "remove", "path": "/dry_run"}]).event.reason == "TalosconfigReader"
+}
+
+test_null_ttl_is_the_default if {
+	_admit(_ttl(null)).lifetime_seconds == 3600
+}
+
+test_short_lifetimes_read_as_minutes_and_seconds if {
+	_admit(_ttl(90)).event.message == "an os:reader talosconfig was requested by ichor:alice (lifetime 1m30s)"
+	_admit(_ttl(45)).event.message == "an os:reader talosconfig was requested by ichor:alice (lifetime 45s)"
+}
+
+test_viewer_without_the_verb_is_refused_naming_the_verb if {
+	d := _admit([
+		{"op": "replace", "path": "/user/username", "value": "ichor:bob"},
+		{"op": "replace", "path": "/authorization/user", "value": "ichor:bob"},
+		{"op": "replace", "path": "/authorization/allowed", "value": false},
+		{"op": "replace", "path": "/authorization/reason", "value": ""},
+	])
+	not d.allowed
+	not d.event
+	d.reasons == [{
+		"code": "NotAuthorized",
+		"message": `user "ichor:bob" may not download talosclusters/talosconfig-reader "demo" in namespace "team-a"`,
+	}]
+}
+
+test_holder_of_talosclusters_credentials_only_is_refused_talosconfig_reader if {
+	# RBAC grants bob download on talosclusters/credentials; the SubjectAccessReview for
+	# talosconfig-reader, the one the purpose requires, answers no.
+	d := _admit([
+		{"op": "replace", "path": "/user/username", "value": "bob"},
+		{"op": "replace", "path": "/authorization/user", "value": "bob"},
+		{"op": "replace", "path": "/authorization/allowed", "value": false},
+		{"op": "replace", "path": "/authorization/reason", "value": ""},
+	])
+	d.reasons[0].message == `user "bob" may not download talosclusters/talosconfig-reader "demo" in namespace "team-a"`
+}
+
+test_refusal_carries_the_authorizers_reason_and_evaluation_error if {
+	d := _admit([
+		{"op": "replace", "path": "/authorization/allowed", "value": false},
+		{"op": "replace", "path": "/authorization/reason", "value": "no RBAC policy matched"},
+		{"op": "replace", "path": "/authorization/evaluation_error", "value": "webhook authorizer timed out"},
+	])
+	d.reasons == [{"code": "NotAuthorized", "message": concat("", [
+		`user "ichor:alice" may not download talosclusters/talosconfig-reader "demo" in namespace "team-a": `,
+		"no RBAC policy matched; evaluation error: webhook authorizer timed out",
+	])}]
+}
+
+test_allowed_review_for_credentials_does_not_admit_talosconfig_reader if {
+	d := _admit(_set("/authorization/subresource", "credentials"))
+	d.reasons == [{"code": "AuthorizationMismatch", "message": concat("", [
+		`the SubjectAccessReview asked whether "ichor:alice" (groups {"ichor:operators", "system:authenticated"}) `,
+		`may download talosclusters.ichor.dev/credentials "demo" in namespace "team-a", `,
+		`not whether "ichor:alice" (groups {"ichor:operators", "system:authenticated"}) `,
+		`may download talosclusters.ichor.dev/talosconfig-reader "demo" in namespace "team-a"`,
+	])}]
+}
+
+test_review_made_as_someone_else_does_not_admit if {
+	# As the controller, which holds every verb, the review would always pass.
+	_codes(_admit(_set("/authorization/user", "system:serviceaccount:ichor-system:ichor"))) == ["AuthorizationMismatch"]
+	_codes(_admit(_set("/authorization/groups", ["system:masters"]))) == ["AuthorizationMismatch"]
+	_codes(_admit([{"op": "remove", "path": "/authorization/groups"}])) == ["AuthorizationMismatch"]
+}
+
+test_review_of_another_cluster_or_namespace_does_not_admit if {
+	_codes(_admit(_set("/authorization/name", "prod"))) == ["AuthorizationMismatch"]
+	_codes(_admit(_set("/authorization/namespace", "team-b"))) == ["AuthorizationMismatch"]
+	_codes(_admit(_set("/authorization/verb", "get"))) == ["AuthorizationMismatch"]
+}
+
+test_missing_review_is_refused if {
+	d := _admit([{"op": "remove", "path": "/authorization"}])
+	_codes(d) == ["AuthorizationMismatch"]
+	startswith(d.reasons[0].message, concat("", [
+		`the SubjectAccessReview asked whether "" (groups set()) may  ./ "" in namespace "", `,
+		`not whether "ichor:alice"`,
+	]))
+}
+
+test_missing_answer_of_the_review_is_refused if {
+	_codes(_admit([{"op": "remove", "path": "/authorization/allowed"}])) == ["NotAuthorized"]
+}
+
+test_unknown_purpose_is_refused_listing_the_purposes if {
+	d := _admit(_set("/request/purpose", "talosconfig-operator"))
+	not d.allowed
+	d.lifetime_seconds == 0
+	d.reasons == [{"code": "PurposeUnknown", "message": concat("", [
+		`purpose "talosconfig-operator" is not one of credentials-talos, etcd-snapshot, kubeconfig-admin, `,
+		"kubeconfig-super-admin, node-reader, packet-capture, support-bundle, talosconfig-reader",
+	])}]
+}
+
+test_missing_purpose_is_refused if {
+	d := _admit([{"op": "remove", "path": "/request/purpose"}])
+	_codes(d) == ["PurposeUnknown"]
+	d.purpose == ""
+}
+
+test_zero_lifetime_is_refused if {
+	_admit(_ttl(0)).reasons == [{
+		"code": "LifetimeNotPositive",
+		"message": "the requested lifetime of 0 seconds is not positive",
+	}]
+}
+
+test_negative_lifetime_is_refused if {
+	_codes(_admit(_ttl(-60))) == ["LifetimeNotPositive"]
+}
+
+test_fractional_lifetime_is_refused if {
+	_admit(_ttl(1.5)).reasons == [{
+		"code": "LifetimeNotWholeSeconds",
+		"message": "the requested lifetime 1.5 is not a whole number of seconds",
+	}]
+}
+
+test_fractional_lifetime_above_the_cap_is_refused_twice if {
+	d := _admit(_ttl(43200.5))
+	_codes(d) == ["LifetimeNotWholeSeconds", "LifetimeTooLong"]
+	contains(d.reasons[1].message, "the lifetime 43200.5s is above the cap of 12h0m0s")
+}
+
+test_lifetime_that_is_not_a_number_is_refused if {
+	d := _admit(_ttl("12h"))
+	_codes(d) == ["LifetimeNotWholeSeconds"]
+	d.lifetime_seconds == 0
+}
+
+test_missing_public_key_is_refused if {
+	_admit([{"op": "remove", "path": "/request/public_key"}]).reasons == [{
+		"code": "PublicKeyInvalid",
+		"message": "spec.publicKey does not parse as a PEM PUBLIC KEY block: it is missing",
+	}]
+}
+
+test_unparseable_public_key_is_refused_with_the_error if {
+	d := _admit(_set("/request/public_key", {"parsed": false, "algorithm": "", "error": "x509: malformed public key"}))
+	d.reasons[0].message == "spec.publicKey does not parse as a PEM PUBLIC KEY block: x509: malformed public key"
+}
+
+test_ecdsa_p256_and_p384_and_rsa_2048_keys_are_admitted if {
+	_admit(_key({"algorithm": "ECDSA", "curve": "P-256", "bits": 256})).allowed
+	_admit(_key({"algorithm": "ECDSA", "curve": "P-384", "bits": 384})).allowed
+	_admit(_key({"algorithm": "RSA", "bits": 2048})).allowed
+	_admit(_key({"algorithm": "RSA", "bits": 4096})).allowed
+}
+
+test_ed25519_key_without_facts_beyond_its_algorithm_is_admitted if {
+	_admit(_key({"algorithm": "Ed25519"})).allowed
+}
+
+test_short_rsa_key_is_refused_listing_the_allowed_keys if {
+	_admit(_key({"algorithm": "RSA", "bits": 1024})).reasons == [{"code": "PublicKeyNotAllowed", "message": concat("", [
+		`public key "RSA 1024-bit" is not allowed; allowed are `,
+		"ECDSA on curve P-256 or P-384, Ed25519, RSA of at least 2048 bits",
+	])}]
+}
+
+test_other_curves_and_algorithms_are_refused if {
+	d := _admit(_key({"algorithm": "ECDSA", "curve": "P-521", "bits": 521}))
+	startswith(d.reasons[0].message, `public key "ECDSA P-521 521-bit" is not allowed`)
+	_codes(_admit(_key({"algorithm": "ECDSA", "curve": "P-224", "bits": 224}))) == ["PublicKeyNotAllowed"]
+	_codes(_admit(_key({"algorithm": "DSA", "bits": 2048}))) == ["PublicKeyNotAllowed"]
+	_codes(_admit(_key({"algorithm": "RSA"}))) == ["PublicKeyNotAllowed"]
+	_codes(_admit(_key({"algorithm": "RSA", "bits": "4096"}))) == ["PublicKeyNotAllowed"]
+}
+
+test_missing_cluster_is_refused if {
+	_admit(_set("/cluster_exists", false)).reasons == [{
+		"code": "ClusterNotFound",
+		"message": `TalosCluster "demo" does not exist in namespace "team-a"`,
+	}]
+}
+
+test_update_is_refused_since_the_spec_is_immutable if {
+	d := _admit(_set("/operation", "UPDATE"))
+	d.reasons == [{"code": "OperationNotAllowed", "message": concat("", [
+		`operation "UPDATE" is not allowed: a TalosCredentialRequest is only created, never changed; `,
+		"ask with a new one",
+	])}]
+	not d.event
+}
+
+test_delete_and_missing_operation_are_refused if {
+	_codes(_admit(_set("/operation", "DELETE"))) == ["OperationNotAllowed"]
+	_codes(_admit([{"op": "remove", "path": "/operation"}])) == ["OperationNotAllowed"]
+}
+
+test_unnamed_requester_is_refused_since_the_event_could_not_name_them if {
+	d := _admit([
+		{"op": "remove", "path": "/user/username"},
+		{"op": "replace", "path": "/authorization/user", "value": ""},
+	])
+	d.reasons == [{
+		"code": "RequesterUnnamed",
+		"message": "the request names no user, so its issuance could not be recorded",
+	}]
+}
+
+test_every_failing_check_is_reported_sorted if {
+	_codes(_admit([
+		{"op": "replace", "path": "/operation", "value": "UPDATE"},
+		{"op": "replace", "path": "/cluster_exists", "value": false},
+		{"op": "replace", "path": "/authorization/allowed", "value": false},
+		{"op": "replace", "path": "/request/public_key", "value": {"parsed": true, "algorithm": "RSA", "bits": 1024}},
+		{"op": "add", "path": "/request/ttl_seconds", "value": 86400},
+	])) == ["ClusterNotFound", "LifetimeTooLong", "NotAuthorized", "OperationNotAllowed", "PublicKeyNotAllowed"]
+}
+
+test_empty_input_is_refused_for_every_missing_fact if {
+	d := credentials.admission with input as {}
+	not d.allowed
+	_codes(d) == ["ClusterNotFound", "OperationNotAllowed", "PublicKeyInvalid", "PurposeUnknown", "RequesterUnnamed"]
+}
+
+test_kubeconfig_super_admin_is_a_warning_event if {
+	d := _admit_purpose("kubeconfig-super-admin", [])
+	d.allowed
+	d.lifetime_seconds == 900
+	d.event == {
+		"type": "Warning",
+		"reason": "KubeconfigSuperAdmin",
+		"message": "a break-glass kubeconfig (O=system:masters) was requested by ichor:alice (lifetime 15m0s)",
+	}
+}
+
+test_kubeconfig_super_admin_above_one_hour_is_refused if {
+	_codes(_admit_purpose("kubeconfig-super-admin", _ttl(3601))) == ["LifetimeTooLong"]
+}
+
+test_every_purpose_is_admitted_with_an_event_naming_user_credential_and_lifetime if {
+	messages := {
+		"talosconfig-reader": "an os:reader talosconfig",
+		"node-reader": "an os:reader identity to read one node",
+		"support-bundle": "an os:reader identity to collect a support bundle",
+		"etcd-snapshot": "an os:etcd:backup identity to take an etcd snapshot",
+		"packet-capture": "an os:operator identity to run one packet capture",
+		"credentials-talos": "an os:admin talosconfig for the CA-rotation hand-off",
+		"kubeconfig-admin": "a cluster-admin kubeconfig (O=ichor:cluster-admins)",
+		"kubeconfig-super-admin": "a break-glass kubeconfig (O=system:masters)",
+	}
+	lifetimes := {
+		"talosconfig-reader": "1h0m0s", "node-reader": "10m0s", "support-bundle": "15m0s",
+		"etcd-snapshot": "10m0s", "packet-capture": "15m0s", "credentials-talos": "8760h0m0s",
+		"kubeconfig-admin": "8760h0m0s", "kubeconfig-super-admin": "15m0s",
+	}
+	every purpose, credential in messages {
+		event := _admit_purpose(purpose, []).event
+		event.reason == _purposes[purpose].event.reason
+		event.message == sprintf("%s was requested by ichor:alice (lifetime %s)", [credential, lifetimes[purpose]])
+	}
+}
+
+test_issuance_of_talosconfig_reader_is_os_reader_for_one_hour if {
+	d := _issue({"purpose": "talosconfig-reader", "public_key": _reader_key})
+	d == {
+		"allowed": true,
+		"purpose": "talosconfig-reader",
+		"lifetime_seconds": 3600,
+		"reasons": [{
+			"code": "IchorCredentialIssuable",
+			"message": "an os:reader talosconfig with lifetime 1h0m0s may be signed",
+		}],
+		"certificate": {"kind": "talos", "talos_role": "os:reader"},
+	}
+}
+
+test_issuance_of_talosconfig_reader_for_twelve_hours_is_allowed if {
+	d := _issue({"purpose": "talosconfig-reader", "ttl_seconds": 43200, "public_key": _reader_key})
+	d.allowed
+	d.lifetime_seconds == 43200
+}
+
+test_issuance_one_second_above_twelve_hours_is_refused_without_a_certificate if {
+	d := _issue({"purpose": "talosconfig-reader", "ttl_seconds": 43201, "public_key": _reader_key})
+	not d.allowed
+	not d.certificate
+	_codes(d) == ["LifetimeTooLong"]
+}
+
+test_issuance_of_kubeconfig_admin_is_ichor_cluster_admins_with_a_fixed_name if {
+	d := _issue({"purpose": "kubeconfig-admin", "public_key": _reader_key})
+	d.lifetime_seconds == _one_year
+	d.certificate == {
+		"kind": "kubernetes",
+		"groups": ["ichor:cluster-admins"],
+		"common_name": "ichor-credential:kubeconfig-admin",
+	}
+}
+
+test_issuance_of_kubeconfig_super_admin_is_system_masters if {
+	d := _issue({"purpose": "kubeconfig-super-admin", "ttl_seconds": 3600, "public_key": _reader_key})
+	d.certificate.groups == ["system:masters"]
+}
+
+test_issuance_refuses_what_admission_refuses if {
+	_codes(_issue({"purpose": "packet-capture", "ttl_seconds": 901, "public_key": {"parsed": false}})) == [
+		"LifetimeTooLong",
+		"PublicKeyInvalid",
+	]
+	_codes(_issue({"purpose": "talosconfig-operator", "public_key": _reader_key})) == ["PurposeUnknown"]
+	_codes(_issue({"purpose": "node-reader", "ttl_seconds": 0, "public_key": _reader_key})) == ["LifetimeNotPositive"]
+}
+
+test_issuance_of_empty_input_is_refused if {
+	d := _issue({})
+	_codes(d) == ["PublicKeyInvalid", "PurposeUnknown"]
+	d.lifetime_seconds == 0
+}

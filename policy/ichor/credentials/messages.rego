@@ -1,0 +1,77 @@
+# How the decisions of package ichor.credentials read: durations, the credential handed
+# out, the grant a requester holds or lacks, and keys. Nothing here decides; the rules,
+# and the package's annotations, are in credentials.rego.
+package ichor.credentials
+
+# Durations read the way Go's time.Duration prints them, which is also how spec.ttl is
+# written (1h0m0s, 15m0s, 8760h0m0s). Anything but a positive whole number of seconds is
+# printed as it came, in seconds.
+_duration(seconds) := _hours_minutes_seconds(floor(seconds / 3600), floor(seconds / 60) % 60, seconds % 60) if {
+	_whole_number(seconds)
+	seconds > 0
+} else := sprintf("%vs", [seconds])
+
+_hours_minutes_seconds(hours, minutes, seconds) := sprintf("%dh%dm%ds", [hours, minutes, seconds]) if {
+	hours > 0
+} else := sprintf("%dm%ds", [minutes, seconds]) if {
+	minutes > 0
+} else := sprintf("%ds", [seconds])
+
+# What is issued, as the Event says it: the Talos role or the certificate's groups are
+# part of the sentence, so the record names the power handed out.
+_credential_text(purpose) := sprintf("an %s %s", [purpose.talos_role, purpose.credential]) if {
+	purpose.kind == "talos"
+}
+
+_credential_text(purpose) := sprintf("a %s (%s)", [
+	purpose.credential,
+	concat(", ", [sprintf("O=%s", [group]) | some group in purpose.groups]),
+]) if {
+	purpose.kind == "kubernetes"
+}
+
+_grant_text(authorization, name, namespace) := sprintf(
+	"%s %s/%s %q in namespace %q",
+	[authorization.verb, authorization.resource, authorization.subresource, name, namespace],
+)
+
+_sar_text(sar) := sprintf(
+	"%q (groups %v) may %s %s.%s/%s %q in namespace %q",
+	[sar.user, sar.groups, sar.verb, sar.resource, sar.group, sar.subresource, sar.name, sar.namespace],
+)
+
+# The authorizer's reason and evaluation error, when it gave them.
+_sar_details(sar) := [concat("", [prefix, sar[key]]) |
+	some [prefix, key] in [["", "reason"], ["evaluation error: ", "evaluation_error"]]
+	object.get(sar, key, "") != ""
+]
+
+_with_details(message, details) := message if count(details) == 0
+
+_with_details(message, details) := sprintf("%s: %s", [message, concat("; ", details)]) if count(details) > 0
+
+default _key_error(_) := "it is missing"
+
+_key_error(key) := key.error if {
+	is_string(key.error)
+	key.error != ""
+}
+
+_key_text(key) := concat(" ", [part |
+	some part in [object.get(key, "algorithm", ""), object.get(key, "curve", ""), _bits_text(object.get(key, "bits", 0))]
+	part != ""
+])
+
+default _bits_text(_) := ""
+
+_bits_text(size) := sprintf("%v-bit", [size]) if size != 0
+
+_algorithms_text(algorithms) := concat(", ", [_algorithm_text(name, algorithms[name]) |
+	some name in sort(object.keys(algorithms))
+])
+
+_algorithm_text(name, rule) := sprintf("%s on curve %s", [name, concat(" or ", rule.curves)]) if {
+	rule.curves
+} else := sprintf("%s of at least %d bits", [name, rule.min_bits]) if {
+	rule.min_bits
+} else := name
