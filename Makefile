@@ -77,6 +77,10 @@ envtest-assets: ## Build kube-apiserver, kube-controller-manager and etcd into t
 bundle: ## Build the policy bundle into dist/bundle.tar.gz
 	go run ./cmd/ichor bundle build --policy $(POLICY) -o dist/bundle.tar.gz
 
+.PHONY: docs
+docs: ## Regenerate docs/policy.md from the rules' METADATA
+	go run ./cmd/ichor policy doc --policy $(POLICY) > docs/policy.md
+
 .PHONY: generate
 generate: ## Regenerate deepcopy code and CRDs from api/v1alpha1
 	tools/controller-gen/generate.sh

@@ -20,6 +20,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/csrinput"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/policydoc"
 )
 
 func newPolicyCommand(s streams) *cobra.Command {
@@ -27,7 +28,36 @@ func newPolicyCommand(s streams) *cobra.Command {
 		Use:   "policy",
 		Short: "Evaluate the rules offline",
 	}
-	cmd.AddCommand(newCheckCSRCommand(s))
+	cmd.AddCommand(newCheckCSRCommand(s), newPolicyDocCommand(s))
+	return cmd
+}
+
+func newPolicyDocCommand(s streams) *cobra.Command {
+	var policyDir string
+	cmd := &cobra.Command{
+		Use:   "doc [--policy DIR]",
+		Short: "Print the policy reference (Markdown) from the rules' METADATA",
+		Args:  cobra.NoArgs,
+		RunE: func(_ *cobra.Command, _ []string) error {
+			b, err := bundles.Default()
+			if policyDir != "" {
+				b, err = bundles.FromDir(policyDir)
+			}
+			if err != nil {
+				return err
+			}
+			pkgs, err := policydoc.Collect(b)
+			if err != nil {
+				return err
+			}
+			if err := policydoc.CheckCodes(pkgs); err != nil {
+				return err
+			}
+			_, err = io.WriteString(s.out, policydoc.Markdown(pkgs, b.Manifest.Revision))
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&policyDir, "policy", "", "the policy directory (default: the policy embedded in this binary)")
 	return cmd
 }
 
