@@ -42,7 +42,14 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 		Message:            fmt.Sprintf("all %d machines have an unexpired kubelet serving certificate", len(machines.Items)),
 		ObservedGeneration: cluster.Generation,
 	}
-	if len(waiting) > 0 {
+	switch {
+	case len(machines.Items) == 0:
+		// Vacuously true would latch verification before any kubelet has a
+		// certificate, breaking logs and exec for every machine that joins.
+		issued.Status = metav1.ConditionFalse
+		issued.Reason = ichorv1alpha1.ReasonMachinesPending
+		issued.Message = "the cluster has no machines yet"
+	case len(waiting) > 0:
 		issued.Status = metav1.ConditionFalse
 		issued.Reason = ichorv1alpha1.ReasonMachinesPending
 		issued.Message = fmt.Sprintf("%d of %d machines have no unexpired kubelet serving certificate yet: %s",

@@ -1,0 +1,560 @@
+package kubeletserving_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+)
+
+// One control plane and one manager serve every test of the package; each
+// test has its own namespace, cluster and node names.
+var (
+	env         *harness.Env
+	decisionLog = &syncBuffer{}
+)
+
+const wait = 60 * time.Second
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var err error
+	env, err = harness.Start(ctx, harness.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start the control plane:", err)
+		return 1
+	}
+	defer env.Stop()
+	if err := startManager(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "start the manager:", err)
+		return 1
+	}
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintln(os.Stderr, env.TailLogs(30))
+	}
+	return code
+}
+
+func startManager(ctx context.Context) error {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
+	eng, err := engine.New(ctx, engine.Options{DecisionLog: decisionLog, Log: os.Stderr})
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		return err
+	}
+	r := &kubeletserving.Reconciler{
+		Client:         mgr.GetClient(),
+		APIReader:      mgr.GetAPIReader(),
+		Clientset:      env.Clientset,
+		Engine:         eng,
+		Recorder:       mgr.GetEventRecorder("ichor-kubelet-serving"),
+		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second},
+		ResyncInterval: 3 * time.Second,
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return err
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	return nil
+}
+
+// fixture is one test's cluster.
+type fixture struct {
+	t       *testing.T
+	ctx     context.Context
+	ns      string
+	cluster string
+}
+
+func newFixture(t *testing.T, verify bool) *fixture {
+	t.Helper()
+	ctx := t.Context()
+	ns := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(ns) > 50 {
+		ns = ns[:50]
+	}
+	ns = strings.Trim(ns, "-")
+	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	require.NoError(t, env.Client.Create(ctx, env.SecretsBundleSecret(ns, "talos-secrets")))
+	cluster := &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "demo"},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion: "v1.14",
+			SecretsRef:   ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"},
+			Security: ichorv1alpha1.ClusterSecurity{KubeletServingCertificates: ichorv1alpha1.KubeletServingCertificates{
+				Enabled: true, VerifyFromAPIServer: verify,
+			}},
+		},
+	}
+	require.NoError(t, env.Client.Create(ctx, cluster))
+	return &fixture{t: t, ctx: ctx, ns: ns, cluster: cluster.Name}
+}
+
+// machine starts a node's Talos API and registers its TalosMachine.
+func (f *fixture) machine(name string, addrs ...string) *harness.TalosNode {
+	f.t.Helper()
+	var addresses []netip.Addr
+	for _, a := range addrs {
+		addresses = append(addresses, netip.MustParseAddr(a))
+	}
+	node, err := env.StartTalosNode(f.ctx, harness.NodeOptions{Name: name, Addresses: addresses})
+	require.NoError(f.t, err)
+	f.t.Cleanup(node.Stop)
+	f.addMachine(name, node.Endpoint())
+	return node
+}
+
+func (f *fixture) addMachine(name, endpoint string) {
+	f.t.Helper()
+	m := &ichorv1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
+		Spec: ichorv1alpha1.TalosMachineSpec{
+			ClusterName: f.cluster, Hostname: name, Endpoint: endpoint, Role: ichorv1alpha1.MachineRoleWorker,
+		},
+	}
+	require.NoError(f.t, env.Client.Create(f.ctx, m))
+	m.Status.NodeName = name
+	require.NoError(f.t, env.Client.Status().Update(f.ctx, m))
+}
+
+// nodeClient is a client authenticated as the node's kubelet.
+func nodeClient(t *testing.T, user string, groups ...string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := env.UserConfig(user, groups...)
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	return cs
+}
+
+// submit creates a kubelet-serving CSR as user.
+func submit(t *testing.T, cs kubernetes.Interface, name string, r csrgen.Request, usages ...certificatesv1.KeyUsage) string {
+	t.Helper()
+	pemBytes, err := csrgen.PEM(r)
+	require.NoError(t, err)
+	return submitPEM(t, cs, name, pemBytes, usages...)
+}
+
+func submitPEM(t *testing.T, cs kubernetes.Interface, name string, pemBytes []byte, usages ...certificatesv1.KeyUsage) string {
+	t.Helper()
+	obj := csrgen.ServingObject(name, "ignored", pemBytes, usages...)
+	obj.Spec.Username, obj.Spec.Groups = "", nil // the API server sets them from the requester
+	_, err := cs.CertificatesV1().CertificateSigningRequests().Create(t.Context(), obj, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = env.Clientset.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+func getCSR(t *testing.T, name string) *certificatesv1.CertificateSigningRequest {
+	t.Helper()
+	csr, err := env.Clientset.CertificatesV1().CertificateSigningRequests().Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return csr
+}
+
+func condition(csr *certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequestCondition {
+	for i, c := range csr.Status.Conditions {
+		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
+			return &csr.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// decided waits for the CSR to be approved or denied.
+func decided(t *testing.T, name string) certificatesv1.CertificateSigningRequestCondition {
+	t.Helper()
+	var got *certificatesv1.CertificateSigningRequestCondition
+	require.Eventually(t, func() bool {
+		got = condition(getCSR(t, name))
+		return got != nil
+	}, wait, 100*time.Millisecond, "CSR %s was not decided", name)
+	return *got
+}
+
+// loggedPending waits for a pending decision of the CSR in the decision log,
+// with the given code, and then checks that the CSR is still undecided.
+func loggedPending(t *testing.T, name, code string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, e := range decisionLog.entriesFor(name) {
+			if e.Result.Action == engine.ActionPending && e.Result.Reasons[0].Code == code {
+				return true
+			}
+		}
+		return false
+	}, wait, 100*time.Millisecond, "no pending %s decision logged for %s", code, name)
+	assert.Nil(t, condition(getCSR(t, name)), "CSR %s must stay pending", name)
+}
+
+func requireDenied(t *testing.T, name string, codes ...string) certificatesv1.CertificateSigningRequestCondition {
+	t.Helper()
+	c := decided(t, name)
+	require.Equal(t, certificatesv1.CertificateDenied, c.Type, c.Message)
+	assert.Equal(t, codes[0], c.Reason)
+	for _, code := range codes {
+		assert.Contains(t, c.Message, code+": ")
+	}
+	assert.Contains(t, c.Message, "decision ")
+	return c
+}
+
+func TestGoodRequestIsApprovedSignedAndRecorded(t *testing.T) {
+	f := newFixture(t, false)
+	f.machine("good-1", "10.20.0.2", "fd00:20::2")
+	kubelet, err := env.StartKubelet(f.ctx, harness.KubeletOptions{
+		NodeName: "good-1", DNSNames: []string{"good-1"}, IPs: []net.IP{net.ParseIP("10.20.0.2"), net.ParseIP("fd00:20::2")},
+	})
+	require.NoError(t, err)
+	t.Cleanup(kubelet.Stop)
+
+	ctx, cancel := context.WithTimeout(f.ctx, wait)
+	defer cancel()
+	cert, err := kubelet.WaitForCertificate(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "system:node:good-1", cert.Subject.CommonName)
+	assert.ElementsMatch(t, []string{"10.20.0.2", "fd00:20::2"}, ipStrings(cert.IPAddresses))
+
+	csrs, err := kubelet.CSRs(f.ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, csrs)
+	c := condition(&csrs[0])
+	require.NotNil(t, c)
+	assert.Equal(t, certificatesv1.CertificateApproved, c.Type)
+	assert.Equal(t, kubeletserving.ApprovalReason, c.Reason)
+	assert.Contains(t, c.Message, `node "good-1"`)
+
+	// Recorded on the machine, and the cluster's condition follows.
+	require.Eventually(t, func() bool {
+		var m ichorv1alpha1.TalosMachine
+		require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "good-1"}, &m))
+		rec := m.Status.KubeletServingCertificate
+		return rec != nil && rec.Request == csrs[0].Name && rec.NotAfter.Time.Equal(cert.NotAfter.Truncate(time.Second))
+	}, wait, 100*time.Millisecond)
+	f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionTrue)
+
+	// The decision is in the log, with its revision.
+	entries := decisionLog.entriesFor(csrs[0].Name)
+	require.NotEmpty(t, entries)
+	assert.Equal(t, engine.ActionApprove, entries[len(entries)-1].Result.Action)
+	assert.NotEmpty(t, entries[len(entries)-1].Bundles["ichor"].Revision)
+
+	// And an Event on the CSR says so.
+	f.waitEvent(csrs[0].Name, "Approved")
+}
+
+func TestEachDenyReasonEndToEnd(t *testing.T) {
+	f := newFixture(t, false)
+	f.machine("deny-1", "10.21.0.2")
+	node := nodeClient(t, "system:node:deny-1", "system:nodes")
+	other := nodeClient(t, "system:node:deny-2", "system:nodes")
+	// A user outside system:nodes that may still create CSRs, to show the group check.
+	outsider := "system:node:deny-1-outsider"
+	bindCSRCreator(t, outsider)
+	noGroup := nodeClient(t, outsider)
+	uri, err := url.Parse("spiffe://cluster.local/deny-1")
+	require.NoError(t, err)
+	good := csrgen.Request{Subject: csrgen.NodeSubject("deny-1"), DNSNames: []string{"deny-1"}, IPs: []net.IP{net.ParseIP("10.21.0.2")}}
+	extraOrg := good
+	extraOrg.Subject = pkix.Name{CommonName: "system:node:deny-1", Organization: []string{"system:nodes", "system:masters"}}
+	keyUsage := pkix.Extension{Id: asn1.ObjectIdentifier{2, 5, 29, 15}, Critical: true, Value: []byte{0x03, 0x02, 0x05, 0xa0}}
+
+	cases := []struct {
+		name  string
+		make  func(t *testing.T) string
+		codes []string
+	}{
+		// A request that does not parse or whose signature does not verify
+		// never reaches the approver: the API server refuses to create it.
+		// The rule still denies it (engine and check-csr tests prove it), in
+		// case it ever arrives from elsewhere.
+		{"wrong-requester", func(t *testing.T) string { return submit(t, other, "deny-wrong-requester", good) }, []string{"UsernameMismatch"}},
+		{"no-nodes-group", func(t *testing.T) string { return submit(t, noGroup, "deny-no-group", good) }, []string{"GroupMissing", "UsernameMismatch"}},
+		{"extra-organization", func(t *testing.T) string { return submit(t, node, "deny-extra-org", extraOrg) }, []string{"SubjectMismatch"}},
+		{"foreign-dns", func(t *testing.T) string {
+			r := good
+			r.DNSNames = []string{"kubernetes.default.svc"}
+			return submit(t, node, "deny-foreign-dns", r)
+		}, []string{"DNSNameNotNode"}},
+		{"email-name", func(t *testing.T) string {
+			r := good
+			r.Emails = []string{"root@deny-1"}
+			return submit(t, node, "deny-email", r)
+		}, []string{"SANTypeForbidden"}},
+		{"uri-name", func(t *testing.T) string {
+			r := good
+			r.URIs = []*url.URL{uri}
+			return submit(t, node, "deny-uri", r)
+		}, []string{"SANTypeForbidden"}},
+		{"no-name", func(t *testing.T) string {
+			return submit(t, node, "deny-no-name", csrgen.Request{Subject: csrgen.NodeSubject("deny-1")})
+		}, []string{"SANMissing"}},
+		{"bad-usages", func(t *testing.T) string {
+			return submit(t, node, "deny-usages", good, "digital signature", "server auth", "client auth")
+		}, []string{"UsagesNotAllowed"}},
+		{"extra-extension", func(t *testing.T) string {
+			r := good
+			r.Extensions = []pkix.Extension{keyUsage}
+			return submit(t, node, "deny-extension", r)
+		}, []string{"ExtensionForbidden"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			name := tc.make(t)
+			requireDenied(t, name, tc.codes...)
+			f.waitEvent(name, "Denied")
+			entries := decisionLog.entriesFor(name)
+			require.NotEmpty(t, entries)
+			assert.Equal(t, engine.ActionDeny, entries[len(entries)-1].Result.Action)
+		})
+	}
+}
+
+func TestCompromisedNodeAskingForAnotherNodesIPIsDenied(t *testing.T) {
+	f := newFixture(t, false)
+	f.machine("victim-1", "10.22.0.2")
+	f.machine("evil-1", "10.22.0.3")
+	evil, err := env.StartKubelet(f.ctx, harness.KubeletOptions{
+		NodeName: "evil-1", DNSNames: []string{"evil-1"}, IPs: []net.IP{net.ParseIP("10.22.0.2")},
+	})
+	require.NoError(t, err)
+	t.Cleanup(evil.Stop)
+	// First it rewrites its own Node object to claim the victim's address,
+	// which NodeRestriction would allow: the rule must not care.
+	_, err = evil.RegisterNode(f.ctx, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.22.0.2"})
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(f.ctx, wait)
+	defer cancel()
+	csr, err := evil.WaitForPendingCSR(ctx)
+	require.NoError(t, err)
+	c := requireDenied(t, csr.Name, "IPNotNode")
+	assert.Contains(t, c.Message, "IP address 10.22.0.2 is not one of the node's addresses")
+	assert.Nil(t, evil.Current(), "the compromised kubelet has no certificate")
+}
+
+func TestUnknownMachineStaysPending(t *testing.T) {
+	newFixture(t, false)
+	node := nodeClient(t, "system:node:stranger-1", "system:nodes")
+	name := submit(t, node, "pending-unknown", csrgen.Request{Subject: csrgen.NodeSubject("stranger-1"), DNSNames: []string{"stranger-1"}})
+	loggedPending(t, name, "MachineUnknown")
+}
+
+func TestUnreadableNodeStaysPendingUntilItAnswers(t *testing.T) {
+	f := newFixture(t, false)
+	talos := f.machine("flaky-1", "10.23.0.2")
+	talos.SetUnavailable(true)
+	node := nodeClient(t, "system:node:flaky-1", "system:nodes")
+	name := submit(t, node, "pending-unreadable", csrgen.Request{Subject: csrgen.NodeSubject("flaky-1"), IPs: []net.IP{net.ParseIP("10.23.0.2")}})
+	loggedPending(t, name, "NodeUnreadable")
+
+	talos.SetUnavailable(false)
+
+	c := decided(t, name)
+	assert.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
+}
+
+func TestAnotherSignerIsUntouched(t *testing.T) {
+	f := newFixture(t, false)
+	f.machine("other-1", "10.24.0.2")
+	node := nodeClient(t, "system:node:other-1", "system:nodes")
+	pemBytes, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("other-1")})
+	require.NoError(t, err)
+	obj := csrgen.ServingObject("other-signer", "other-1", pemBytes, "digital signature", "key encipherment", "client auth")
+	obj.Spec.SignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
+	obj.Spec.Username, obj.Spec.Groups = "", nil
+	_, err = node.CertificatesV1().CertificateSigningRequests().Create(f.ctx, obj, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = env.Clientset.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), "other-signer", metav1.DeleteOptions{})
+	})
+	// A kubelet-serving request made after it is decided; by then the other
+	// one has been seen by every pass.
+	serving := submit(t, node, "other-signer-serving", csrgen.Request{Subject: csrgen.NodeSubject("other-1"), IPs: []net.IP{net.ParseIP("10.24.0.2")}})
+	decided(t, serving)
+	// A full pass has run once the cluster has its condition, True or False.
+	require.Eventually(t, func() bool {
+		return meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates) != nil
+	}, wait, 100*time.Millisecond)
+
+	assert.Nil(t, condition(getCSR(t, "other-signer")))
+	assert.Empty(t, decisionLog.entriesFor("other-signer"))
+}
+
+func TestConditionAndLatch(t *testing.T) {
+	f := newFixture(t, true)
+	f.machine("latch-1", "10.25.0.2")
+	f.waitCondition(ichorv1alpha1.ConditionKubeletServingVerified, metav1.ConditionFalse)
+	k1, err := env.StartKubelet(f.ctx, harness.KubeletOptions{NodeName: "latch-1", IPs: []net.IP{net.ParseIP("10.25.0.2")}})
+	require.NoError(t, err)
+	t.Cleanup(k1.Stop)
+	f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionTrue)
+	f.waitCondition(ichorv1alpha1.ConditionKubeletServingVerified, metav1.ConditionTrue)
+
+	// A machine joins later: the first condition turns False naming it, the latch holds.
+	f.addMachine("latch-2", "127.0.0.1:1")
+	cond := f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse)
+	assert.Contains(t, cond.Message, "latch-2")
+	assert.True(t, meta.IsStatusConditionTrue(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified))
+
+	// Switching verification off removes the latch; switching the option off removes both.
+	c := f.get()
+	c.Spec.Security.KubeletServingCertificates.VerifyFromAPIServer = false
+	require.NoError(t, env.Client.Update(f.ctx, c))
+	f.waitNoCondition(ichorv1alpha1.ConditionKubeletServingVerified)
+	c = f.get()
+	c.Spec.Security.KubeletServingCertificates.Enabled = false
+	require.NoError(t, env.Client.Update(f.ctx, c))
+	f.waitNoCondition(ichorv1alpha1.ConditionKubeletServingCertificates)
+}
+
+func (f *fixture) get() *ichorv1alpha1.TalosCluster {
+	f.t.Helper()
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(f.t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: f.cluster}, &c))
+	return &c
+}
+
+func (f *fixture) waitCondition(typ string, status metav1.ConditionStatus) metav1.Condition {
+	f.t.Helper()
+	var got *metav1.Condition
+	require.Eventually(f.t, func() bool {
+		got = meta.FindStatusCondition(f.get().Status.Conditions, typ)
+		return got != nil && got.Status == status
+	}, wait, 100*time.Millisecond, "condition %s did not become %s", typ, status)
+	return *got
+}
+
+func (f *fixture) waitNoCondition(typ string) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool {
+		return meta.FindStatusCondition(f.get().Status.Conditions, typ) == nil
+	}, wait, 100*time.Millisecond, "condition %s was not removed", typ)
+}
+
+// waitEvent waits for an Event about the named CSR with the given reason.
+func (f *fixture) waitEvent(csr, reason string) {
+	f.t.Helper()
+	require.Eventually(f.t, func() bool {
+		var list eventsv1.EventList
+		require.NoError(f.t, env.Client.List(f.ctx, &list))
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "CertificateSigningRequest" && e.Regarding.Name == csr && e.Reason == reason {
+				return true
+			}
+		}
+		return false
+	}, wait, 200*time.Millisecond, "no %s Event for CSR %s", reason, csr)
+}
+
+func bindCSRCreator(t *testing.T, user string) {
+	t.Helper()
+	role := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "csr-creator-" + strings.ReplaceAll(user, ":", "-")},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"create", "get"}}},
+	}
+	require.NoError(t, env.Client.Create(t.Context(), role))
+	require.NoError(t, env.Client.Create(t.Context(), &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: "User", Name: user}},
+	}))
+}
+
+func ipStrings(ips []net.IP) []string {
+	out := make([]string, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, ip.String())
+	}
+	return out
+}
+
+// syncBuffer is the decision log the engine writes to.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+type logEntry struct {
+	DecisionID string `json:"decision_id"`
+	Input      struct {
+		CSR struct {
+			Name string `json:"name"`
+		} `json:"csr"`
+	} `json:"input"`
+	Result  engine.CSRDecision `json:"result"`
+	Bundles map[string]struct {
+		Revision string `json:"revision"`
+	} `json:"bundles"`
+}
+
+func (b *syncBuffer) entriesFor(csr string) []logEntry {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []logEntry
+	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	sc.Buffer(make([]byte, 0, 1<<20), 1<<24)
+	for sc.Scan() {
+		var e logEntry
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Input.CSR.Name == csr {
+			out = append(out, e)
+		}
+	}
+	return out
+}
