@@ -26,6 +26,10 @@ STATICCHECK = $(shell go -C tools/staticcheck tool -n staticcheck)
 POLICY := policy
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
+.PHONY: demo
+demo: build envtest-assets ## Run: the rules at work on an embedded control plane (Ctrl-C to stop)
+	go run ./test/demo/cmd/demo --ichor bin/ichor $(DEMO_FLAGS)
+
 .PHONY: build
 build: ## Build bin/ichor
 	go build -o bin/ichor ./cmd/ichor

@@ -115,7 +115,7 @@ func (r *Reconciler) machineToCluster(_ context.Context, obj client.Object) []re
 	if !ok {
 		return nil
 	}
-	r.machineEpoch.bump()
+	r.machineEpoch.noteNames(m)
 	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
 	r.dirty.markFull(key)
 	return []reconcile.Request{{NamespacedName: key}}
@@ -308,15 +308,26 @@ func (d *dirtySet) take(key types.NamespacedName) work {
 	return *w
 }
 
+// epoch counts changes to the node names machines answer to. A request left
+// pending because no machine has its node name is worth deciding again only
+// after one: status updates of machines (a recorded certificate) do not count.
 type epoch struct {
-	mu sync.Mutex
-	n  uint64
+	mu    sync.Mutex
+	n     uint64
+	names map[types.UID]string
 }
 
-func (e *epoch) bump() {
+func (e *epoch) noteNames(m *ichorv1alpha1.TalosMachine) {
+	key := m.Namespace + "/" + m.Spec.ClusterName + "/" + m.Status.NodeName + "/" + m.Spec.Hostname
 	e.mu.Lock()
-	e.n++
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	if e.names == nil {
+		e.names = map[types.UID]string{}
+	}
+	if e.names[m.UID] != key {
+		e.names[m.UID] = key
+		e.n++
+	}
 }
 
 func (e *epoch) get() uint64 {
