@@ -111,7 +111,9 @@ func TestCheckCSRGivesTheRuleDecisionForEveryReason(t *testing.T) {
 			o.Spec.Usages = []certificatesv1.KeyUsage{"digital signature", "server auth", "client auth"}
 		}), identity, engine.ActionDeny, []string{"UsagesNotAllowed"}},
 		{"extra extension", serving(csrgen.Request{DNSNames: []string{"worker-1"}, Extensions: []pkix.Extension{keyUsage}}), identity, engine.ActionDeny, []string{"ExtensionForbidden"}},
-		{"lifetime above the cap", serving(good, func(o *certificatesv1.CertificateSigningRequest) { o.Spec.ExpirationSeconds = ptr.To[int32](366 * 24 * 3600) }), identity, engine.ActionDeny, []string{"ExpirationTooLong"}},
+		{"lifetime above the cap", serving(good, func(o *certificatesv1.CertificateSigningRequest) {
+			o.Spec.ExpirationSeconds = ptr.To[int32](366 * 24 * 3600)
+		}), identity, engine.ActionDeny, []string{"ExpirationTooLong"}},
 		{"unknown machine", serving(good), []string{"--machine-unknown"}, engine.ActionPending, []string{"MachineUnknown"}},
 		{"unreadable node", serving(good), []string{"--node-unreadable"}, engine.ActionPending, []string{"NodeUnreadable"}},
 		{"Talos reports another Nodename", serving(good), []string{"--nodename", "worker-9", "--machine", "worker-1", "--node-ip", "10.5.0.2"}, engine.ActionPending, []string{"NodenameMismatch"}},
