@@ -98,6 +98,38 @@ func Bytes(b *bundle.Bundle) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// Sign signs a bundle with OPA's bundle signing (a .signatures.json JWT over
+// every file's digest), as `opa build --signing-key` does.
+func Sign(b *bundle.Bundle, keyPEM, algorithm, keyID string) error {
+	if err := b.GenerateSignature(bundle.NewSigningConfig(keyPEM, algorithm, ""), keyID, false); err != nil {
+		return fmt.Errorf("sign bundle: %w", err)
+	}
+	return nil
+}
+
+// LoadVerified reads a bundle tarball and, with a verification
+// configuration, refuses it unless it is signed by one of its keys and every
+// file matches the signature.
+func LoadVerified(path string, vc *bundle.VerificationConfig) (*bundle.Bundle, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("bundle: %w", err)
+	}
+	defer f.Close()
+	r := bundle.NewReader(f).WithProcessAnnotations(true)
+	if vc != nil {
+		r = r.WithBundleVerificationConfig(vc)
+	}
+	b, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s refused: %w", path, err)
+	}
+	if len(b.Modules) == 0 {
+		return nil, fmt.Errorf("bundle %s holds no Rego module", path)
+	}
+	return &b, nil
+}
+
 // Load reads a bundle from a path: a policy directory laid out like policy/,
 // or a bundle tarball (.tar.gz) as `ichor bundle build` or `opa build` writes.
 func Load(path string) (*bundle.Bundle, error) {
@@ -108,17 +140,5 @@ func Load(path string) (*bundle.Bundle, error) {
 	if info.IsDir() {
 		return FromDir(path)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("bundle: %w", err)
-	}
-	defer f.Close()
-	b, err := bundle.NewReader(f).WithProcessAnnotations(true).Read()
-	if err != nil {
-		return nil, fmt.Errorf("bundle %s is not a readable bundle tarball: %w", path, err)
-	}
-	if len(b.Modules) == 0 {
-		return nil, fmt.Errorf("bundle %s holds no Rego module", path)
-	}
-	return &b, nil
+	return LoadVerified(path, nil)
 }

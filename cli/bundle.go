@@ -15,7 +15,7 @@ func newBundleCommand(s streams) *cobra.Command {
 		Use:   "bundle",
 		Short: "Build OPA bundles of the policy",
 	}
-	var policyDir, out string
+	var policyDir, out, signingKey, signingAlg, keyID string
 	build := &cobra.Command{
 		Use:   "build [-o FILE] [--policy DIR]",
 		Short: "Build the policy bundle, with a revision that is a digest of its content",
@@ -27,6 +27,15 @@ func newBundleCommand(s streams) *cobra.Command {
 			}
 			if err != nil {
 				return err
+			}
+			if signingKey != "" {
+				key, err := os.ReadFile(signingKey)
+				if err != nil {
+					return fmt.Errorf("signing key: %w", err)
+				}
+				if err := bundles.Sign(b, string(key), signingAlg, keyID); err != nil {
+					return err
+				}
 			}
 			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 				return fmt.Errorf("output directory: %w", err)
@@ -48,6 +57,9 @@ func newBundleCommand(s streams) *cobra.Command {
 	}
 	build.Flags().StringVar(&policyDir, "policy", "", "the policy directory to build (default: the policy embedded in this binary)")
 	build.Flags().StringVarP(&out, "output", "o", "bundle.tar.gz", "the bundle file to write")
+	build.Flags().StringVar(&signingKey, "signing-key", "", "sign the bundle with this private key (PEM), OPA's bundle signing")
+	build.Flags().StringVar(&signingAlg, "signing-alg", "RS256", "the signing algorithm (RS256, ES256, PS256, ...)")
+	build.Flags().StringVar(&keyID, "key-id", "ichor", "the key id written in the signature, which the manager's --bundle-key-id matches")
 	cmd.AddCommand(build)
 	return cmd
 }

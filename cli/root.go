@@ -36,6 +36,11 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return ExitOK
 	}
 	fmt.Fprintf(stderr, "ichor: %v\n", err)
+	// A command may ask for its own status, as replay's --fail-on does.
+	var ce interface{ ExitCode() int }
+	if errors.As(err, &ce) {
+		return ce.ExitCode()
+	}
 	var ue usageError
 	if errors.As(err, &ue) {
 		return ExitUsage
@@ -61,6 +66,6 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	// Cobra's own flag errors are usage errors too.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newPolicyCommand(s), newBundleCommand(s), newManagerCommand(s), newRenderCommand(s))
+	root.AddCommand(newPolicyCommand(s), newBundleCommand(s), newManagerCommand(s), newRenderCommand(s), newDecisionsCommand(s))
 	return root
 }

@@ -31,6 +31,7 @@ type CSRDecision struct {
 	Action     string   `json:"action"`
 	Reasons    []Reason `json:"reasons"`
 	Node       string   `json:"node"`
+	Kind       string   `json:"kind,omitempty"`
 	DecisionID string   `json:"decision_id"`
 	Revision   string   `json:"revision"`
 }

@@ -1,11 +1,13 @@
 // Package engine evaluates the policy bundle in-process with OPA's SDK and
 // writes every decision, approve and deny alike, to OPA's decision log.
 //
-// It adds nothing to what the SDK does beyond choosing the configuration: the
-// SDK loads and activates the bundle, prepares each query once and caches it
-// until the bundle changes, is safe for concurrent use, and hands every
-// decision (id, path, input, result, bundle revision, timestamp) to its
-// decision-log plugin, which applies the mask in policy/system/log.
+// It adds little to what the SDK does beyond choosing the configuration: the
+// SDK's bundle plugin loads, verifies (OPA's bundle signatures) and activates
+// the bundle, keeps the last good one when a new one is refused, prepares each
+// query once and caches it until the bundle changes, is safe for concurrent
+// use, and hands every decision (id, path, input, result, bundle revision,
+// timestamp) to its decision-log plugin, which applies the mask in
+// policy/system/log and writes to the configured sinks.
 package engine
 
 import (
@@ -17,9 +19,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/logging"
+	"github.com/open-policy-agent/opa/v1/plugins"
+	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 	"github.com/open-policy-agent/opa/v1/sdk"
 	"github.com/sirupsen/logrus"
 
@@ -30,16 +36,39 @@ import (
 // entries carry its revision under bundles.<BundleName>.revision.
 const BundleName = "ichor"
 
+// DefaultPollInterval is how often a bundle source is looked at again.
+const DefaultPollInterval = 30 * time.Second
+
 // ErrNoDecision is returned when the rule at a path is undefined for an
 // input: the rule does not govern it (another signer, say).
 var ErrNoDecision = errors.New("no decision: the rule does not apply to this input")
 
 // Options configures an Engine.
 type Options struct {
-	// Bundle is a bundle tarball to serve; nil serves the embedded default.
+	// Bundle is a bundle to serve, fixed for the engine's life; nil (with no
+	// Source) serves the embedded default.
 	Bundle *bundle.Bundle
-	// DecisionLog receives the decision log as JSON lines; nil means stdout.
+	// Source is where to load the bundle from instead, and reload it while
+	// running: a bundle tarball path, or an http(s) URL polled by OPA.
+	Source string
+	// PollInterval is how often Source is looked at; DefaultPollInterval if 0.
+	PollInterval time.Duration
+	// VerificationKeys, when set, make a signature by one of them required:
+	// an unsigned bundle or one signed by another key is refused.
+	VerificationKeys []VerificationKey
+	// StartTimeout bounds the first activation; a source whose bundle is
+	// refused at start makes New fail with the reason.
+	StartTimeout time.Duration
+
+	// DecisionLog receives the decision log as JSON lines (OPA's console
+	// sink); nil means stdout, io.Discard turns the console sink off.
 	DecisionLog io.Writer
+	// DecisionLogFile appends the decision log, as JSON lines, to a file.
+	DecisionLogFile string
+	// DecisionLogURL uploads the decision log to a service speaking OPA's
+	// decision-log API (POST {URL}/logs, gzipped JSON arrays).
+	DecisionLogURL string
+
 	// Log receives OPA's own logs (bundle activation, errors) as JSON lines;
 	// nil means stderr.
 	Log io.Writer
@@ -47,74 +76,329 @@ type Options struct {
 	LogLevel logging.Level
 	// ID names this instance in decision-log entries (labels.id).
 	ID string
+
+	// Metrics, when set, counts decisions, their latency, bundle loads and
+	// shadow disagreements.
+	Metrics *Metrics
+	// Shadow, when set, is a candidate evaluated beside the active bundle on
+	// every decision, never acted on; disagreements are logged and counted.
+	Shadow *Engine
+	// OnBundleStatus is called after every activation attempt of a Source.
+	OnBundleStatus func(BundleStatus)
 }
 
-// Engine evaluates decisions against one active bundle.
+// VerificationKey is a public key bundles may be signed with.
+type VerificationKey struct {
+	ID string
+	// PEM is the public key (or, for HS256, the shared secret).
+	PEM string
+	// Algorithm is the JWS algorithm, RS256 by default.
+	Algorithm string
+}
+
+// BundleStatus is the outcome of one activation attempt.
+type BundleStatus struct {
+	// ActiveRevision is the revision serving decisions after the attempt.
+	ActiveRevision string
+	// Err is why a new bundle was refused; nil when it was activated.
+	Err error
+}
+
+// Engine evaluates decisions against the active bundle.
 type Engine struct {
-	opa    *sdk.OPA
-	tmpDir string
+	opa     *sdk.OPA
+	tmpDir  string
+	metrics *Metrics
+	shadow  *Engine
+	// log is OPA's own log, at the configured level; notes is the engine's
+	// own operator-facing messages (a bundle refused, a shadow disagreement),
+	// always written.
+	log     *logging.StandardLogger
+	notes   *logging.StandardLogger
+	mgr     *plugins.Manager
+
+	mu       sync.Mutex
+	revision string
+	lastErr  error
+
+	stopPoll context.CancelFunc
+	pollDone chan struct{}
 }
 
 // New loads the bundle and returns when it is active.
 func New(ctx context.Context, opts Options) (*Engine, error) {
+	logOut := orDefault(opts.Log, os.Stderr)
+	e := &Engine{metrics: opts.Metrics, shadow: opts.Shadow, log: jsonLogger(logOut, opts.LogLevel), notes: jsonLogger(logOut, logging.Info)}
+	resource, service, err := e.resource(opts)
+	if err != nil {
+		e.cleanup()
+		return nil, err
+	}
+	config, err := e.config(opts, resource, service)
+	if err != nil {
+		e.cleanup()
+		return nil, err
+	}
+
+	var console *logging.StandardLogger
+	if opts.DecisionLog != io.Discard {
+		console = jsonLogger(orDefault(opts.DecisionLog, os.Stdout), logging.Info)
+	}
+	sdkOpts := sdk.Options{
+		ID:      opts.ID,
+		Config:  bytes.NewReader(config),
+		Logger:  e.log,
+		Ready:   make(chan struct{}),
+		Plugins: map[string]plugins.Factory{fileLoggerName: &fileLoggerFactory{engine: e}},
+		ManagerOpts: []func(*plugins.Manager){func(m *plugins.Manager) { e.mgr = m }},
+	}
+	if console != nil {
+		sdkOpts.ConsoleLogger = console
+	}
+	opa, err := sdk.New(ctx, sdkOpts)
+	if err != nil {
+		e.cleanup()
+		return nil, fmt.Errorf("start the policy engine: %w", err)
+	}
+	e.opa = opa
+	// A URL source that fails at start is retried by OPA; its status says
+	// why, for the start-up error. (A file source was verified above.)
+	e.mgr.RegisterPluginStatusListener("ichor-engine", e.pluginStatus)
+	if bp := bundleplugin.Lookup(e.mgr); bp != nil {
+		bp.Register("ichor-engine", func(s bundleplugin.Status) { e.bundleStatus(s, opts.OnBundleStatus) })
+	}
+	timeout := opts.StartTimeout
+	if timeout == 0 {
+		timeout = time.Minute
+	}
+	select {
+	case <-sdkOpts.Ready:
+	case <-time.After(timeout):
+		e.Stop(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("the policy bundle from %s was not activated within %s: %v", describeSource(opts), timeout, e.LastError())
+	case <-ctx.Done():
+		e.Stop(context.WithoutCancel(ctx))
+		return nil, ctx.Err()
+	}
+	e.observeRevision(ctx)
+	if opts.Source != "" && service == "" {
+		e.pollFile(opts)
+	}
+	return e, nil
+}
+
+func describeSource(opts Options) string {
+	if opts.Source != "" {
+		return opts.Source
+	}
+	return "memory"
+}
+
+// resource is where the bundle plugin reads the bundle: a file (the
+// in-memory bundle written to a private temporary directory, or the source
+// path) or a service URL.
+func (e *Engine) resource(opts Options) (resource, serviceURL string, err error) {
+	switch {
+	case opts.Source != "" && opts.Bundle != nil:
+		return "", "", errors.New("engine: Bundle and Source are exclusive")
+	case isURL(opts.Source):
+		u, path, err := splitURL(opts.Source)
+		return path, u, err
+	case opts.Source != "":
+		abs, err := filepath.Abs(opts.Source)
+		if err != nil {
+			return "", "", fmt.Errorf("bundle source: %w", err)
+		}
+		// Read and verify it here too, so that a bad bundle at start fails at
+		// once with its reason rather than after the start timeout.
+		if _, err := bundles.LoadVerified(abs, verificationConfig(opts.VerificationKeys)); err != nil {
+			return "", "", err
+		}
+		return "file://" + abs, "", nil
+	}
 	b := opts.Bundle
 	if b == nil {
-		var err error
+		if len(opts.VerificationKeys) > 0 {
+			return "", "", errors.New("engine: verification keys need a signed bundle source; the embedded bundle is not signed")
+		}
 		if b, err = bundles.Default(); err != nil {
-			return nil, err
+			return "", "", err
 		}
 	}
-	// The SDK activates bundles through its bundle plugin, which reads a file
-	// resource; the bundle is written to a private temporary directory that
-	// Stop removes.
-	tmpDir, err := os.MkdirTemp("", "ichor-bundle-")
-	if err != nil {
-		return nil, fmt.Errorf("bundle directory: %w", err)
+	if e.tmpDir, err = os.MkdirTemp("", "ichor-bundle-"); err != nil {
+		return "", "", fmt.Errorf("bundle directory: %w", err)
 	}
-	path := filepath.Join(tmpDir, "bundle.tar.gz")
+	path := filepath.Join(e.tmpDir, "bundle.tar.gz")
 	f, err := os.Create(path)
 	if err != nil {
-		_ = os.RemoveAll(tmpDir)
-		return nil, fmt.Errorf("write bundle: %w", err)
+		return "", "", fmt.Errorf("write bundle: %w", err)
 	}
 	werr := bundles.Write(f, b)
 	if cerr := f.Close(); werr == nil {
 		werr = cerr
 	}
-	if werr != nil {
-		_ = os.RemoveAll(tmpDir)
-		return nil, werr
-	}
-
-	config, err := json.Marshal(map[string]any{
-		"labels":  map[string]string{"app": "ichor-policy"},
-		"bundles": map[string]any{BundleName: map[string]any{"resource": "file://" + path}},
-		// Console is OPA's JSON-lines sink; the mask rule is OPA's default path
-		// (system/log/mask), which the bundle provides.
-		"decision_logs": map[string]any{"console": true},
-	})
-	if err != nil {
-		_ = os.RemoveAll(tmpDir)
-		return nil, fmt.Errorf("engine configuration: %w", err)
-	}
-
-	opa, err := sdk.New(ctx, sdk.Options{
-		ID:            opts.ID,
-		Config:        bytes.NewReader(config),
-		Logger:        jsonLogger(orDefault(opts.Log, os.Stderr), opts.LogLevel),
-		ConsoleLogger: jsonLogger(orDefault(opts.DecisionLog, os.Stdout), logging.Info),
-	})
-	if err != nil {
-		_ = os.RemoveAll(tmpDir)
-		return nil, fmt.Errorf("start the policy engine with bundle revision %s: %w", b.Manifest.Revision, err)
-	}
-	return &Engine{opa: opa, tmpDir: tmpDir}, nil
+	return "file://" + path, "", werr
 }
 
-// Stop stops the SDK's plugins and removes the bundle file.
+// verificationConfig is OPA's verification configuration for the keys; nil
+// without keys.
+func verificationConfig(keys []VerificationKey) *bundle.VerificationConfig {
+	if len(keys) == 0 {
+		return nil
+	}
+	m := map[string]*bundle.KeyConfig{}
+	for _, k := range keys {
+		alg := k.Algorithm
+		if alg == "" {
+			alg = "RS256"
+		}
+		m[k.ID] = &bundle.KeyConfig{Key: k.PEM, Algorithm: alg}
+	}
+	return bundle.NewVerificationConfig(m, "", "", nil)
+}
+
+func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, error) {
+	poll := opts.PollInterval
+	if poll == 0 {
+		poll = DefaultPollInterval
+	}
+	source := map[string]any{"resource": resource}
+	services := map[string]any{}
+	if serviceURL != "" {
+		services["bundle"] = map[string]any{"url": serviceURL}
+		source["service"] = "bundle"
+		secs := int64(max(poll/time.Second, 1))
+		source["polling"] = map[string]any{"min_delay_seconds": secs, "max_delay_seconds": secs}
+	} else {
+		// A file is read once at start; pollFile triggers a reload when it
+		// changes.
+		source["trigger"] = "manual"
+	}
+	config := map[string]any{
+		"labels":   map[string]string{"app": "ichor-policy"},
+		"services": services,
+		"bundles":  map[string]any{BundleName: source},
+	}
+	if len(opts.VerificationKeys) > 0 {
+		keys := map[string]any{}
+		for _, k := range opts.VerificationKeys {
+			alg := k.Algorithm
+			if alg == "" {
+				alg = "RS256"
+			}
+			keys[k.ID] = map[string]any{"key": k.PEM, "algorithm": alg}
+		}
+		config["keys"] = keys
+		// A signing block makes the signature required, not merely checked
+		// when present.
+		source["signing"] = map[string]any{}
+	}
+	logs := map[string]any{"console": opts.DecisionLog != io.Discard}
+	if opts.DecisionLogFile != "" {
+		config["plugins"] = map[string]any{fileLoggerName: map[string]any{"path": opts.DecisionLogFile}}
+		logs["plugin"] = fileLoggerName
+	}
+	if opts.DecisionLogURL != "" {
+		services["decision-logs"] = map[string]any{"url": opts.DecisionLogURL}
+		logs["service"] = "decision-logs"
+		logs["reporting"] = map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 5}
+	}
+	// The mask rule is OPA's default path (system/log/mask), which the bundle provides.
+	config["decision_logs"] = logs
+	b, err := json.Marshal(config)
+	if err != nil {
+		return nil, fmt.Errorf("engine configuration: %w", err)
+	}
+	return b, nil
+}
+
+// pluginStatus keeps the bundle plugin's last error, for the start-up
+// failure message.
+func (e *Engine) pluginStatus(status map[string]*plugins.Status) {
+	s, ok := status[bundleplugin.Name]
+	if !ok || s == nil || s.State != plugins.StateErr {
+		return
+	}
+	e.mu.Lock()
+	e.lastErr = fmt.Errorf("bundle plugin: %s", s.Message)
+	e.mu.Unlock()
+}
+
+// bundleStatus records an activation attempt: the revision, or why the new
+// bundle was refused while the last good one keeps serving.
+func (e *Engine) bundleStatus(s bundleplugin.Status, notify func(BundleStatus)) {
+	var err error
+	if len(s.Errors) > 0 || s.Code != "" {
+		err = fmt.Errorf("bundle refused (%s): %s%v", s.Code, s.Message, s.Errors)
+	}
+	e.mu.Lock()
+	if s.ActiveRevision != "" {
+		e.revision = s.ActiveRevision
+	}
+	e.lastErr = err
+	rev := e.revision
+	e.mu.Unlock()
+	if e.metrics != nil {
+		e.metrics.bundle(rev, err)
+	}
+	if err != nil {
+		e.notes.WithFields(map[string]any{"active_revision": rev, "error": err.Error()}).Error("Policy bundle refused; the last good bundle keeps serving.")
+	}
+	if notify != nil {
+		notify(BundleStatus{ActiveRevision: rev, Err: err})
+	}
+}
+
+// observeRevision reads the active revision from OPA's store once the first
+// bundle is active (its status may have been reported before the listener
+// was registered).
+func (e *Engine) observeRevision(ctx context.Context) {
+	store := e.mgr.Store
+	txn, err := store.NewTransaction(ctx)
+	if err == nil {
+		rev, rerr := bundle.ReadBundleRevisionFromStore(ctx, store, txn, BundleName)
+		store.Abort(ctx, txn)
+		if rerr == nil {
+			e.mu.Lock()
+			e.revision = rev
+			e.mu.Unlock()
+		}
+	}
+	if e.metrics != nil {
+		e.metrics.bundle(e.Revision(), nil)
+	}
+}
+
+// Revision is the revision of the active bundle.
+func (e *Engine) Revision() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.revision
+}
+
+// LastError is why the last bundle was refused; nil after a success.
+func (e *Engine) LastError() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lastErr
+}
+
+// Stop stops the SDK's plugins and removes the temporary bundle file.
 func (e *Engine) Stop(ctx context.Context) {
-	e.opa.Stop(ctx)
-	_ = os.RemoveAll(e.tmpDir)
+	if e.stopPoll != nil {
+		e.stopPoll()
+		<-e.pollDone
+	}
+	if e.opa != nil {
+		e.opa.Stop(ctx)
+	}
+	e.cleanup()
+}
+
+func (e *Engine) cleanup() {
+	if e.tmpDir != "" {
+		_ = os.RemoveAll(e.tmpDir)
+	}
 }
 
 // Decision is the raw outcome of one evaluation.
@@ -131,6 +415,18 @@ type Decision struct {
 // returns ErrNoDecision when the rule is undefined for the input; that is
 // logged too.
 func (e *Engine) Decide(ctx context.Context, path string, input any) (Decision, error) {
+	start := time.Now()
+	d, err := e.decide(ctx, path, input)
+	if e.metrics != nil {
+		e.metrics.decision(path, d.Result, err, time.Since(start))
+	}
+	if e.shadow != nil {
+		e.compareShadow(ctx, path, input, d, err)
+	}
+	return d, err
+}
+
+func (e *Engine) decide(ctx context.Context, path string, input any) (Decision, error) {
 	res, err := e.opa.Decision(ctx, sdk.DecisionOptions{Path: path, Input: input})
 	if err != nil {
 		if sdk.IsUndefinedErr(err) {

@@ -1,0 +1,640 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/decisionlog"
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// ExitChanged is the exit status of "decisions replay" when a logged
+// decision would change in a direction given to --fail-on: the report was
+// printed, and the candidate bundle should not ship as it is.
+const ExitChanged = 3
+
+// exitError asks for an exit status other than ExitError.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e exitError) Error() string { return e.err.Error() }
+func (e exitError) Unwrap() error { return e.err }
+
+// ExitCode is the process exit status the error asks for.
+func (e exitError) ExitCode() int { return e.code }
+
+const decisionsInput = `FILE is a decision log: the manager's standard output, one JSON object a line,
+as OPA's console decision log writes it; "-" or no FILE reads standard input,
+so "kubectl logs deploy/ichor-policy | ichor decisions ..." works. Lines that
+are not decision-log entries (the controllers' and OPA's own logs, which
+kubectl logs interleaves) are skipped, and their number is noted on standard
+error.`
+
+func newDecisionsCommand(s streams) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "decisions",
+		Short: "Read the decision log: list, show and replay decisions",
+		Long: `Read the decision log the manager writes: list the decisions, show one whole,
+or replay them against a candidate bundle to see what a policy change would
+change on real traffic.
+
+` + decisionsInput,
+	}
+	cmd.AddCommand(newDecisionsListCommand(s), newDecisionsShowCommand(s), newDecisionsReplayCommand(s))
+	return cmd
+}
+
+// filterFlags are the flags that select decisions, shared by list and replay.
+type filterFlags struct {
+	policy, action, node, user, since, revision string
+}
+
+func (f *filterFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.policy, "policy", "", "only decisions of this rule: kubelet-serving, kubelet-client, admission, issuance, or a decision path such as ichor/kubelet_serving/decision")
+	fs.StringVar(&f.action, "action", "", "only decisions with this action: "+strings.Join(decisionlog.Actions, ", ")+" (allowed and refused are admission's and issuance's)")
+	fs.StringVar(&f.node, "node", "", "only decisions about this node (the result's node, the request's system:node:NAME, or the Nodename Talos reported)")
+	fs.StringVar(&f.user, "user", "", "only decisions on a request by this user (the CSR's spec.username, or the admission request's user)")
+	fs.StringVar(&f.since, "since", "", "only decisions made since then: a duration before now (30m, 24h) or an RFC 3339 time")
+	fs.StringVar(&f.revision, "revision", "", "only decisions made with this bundle revision (or a prefix of it)")
+}
+
+// criteria validates the flags; every error is a usage error.
+func (f filterFlags) criteria(now time.Time) (decisionlog.Criteria, error) {
+	c := decisionlog.Criteria{Action: f.action, Node: f.node, User: f.user, Revision: f.revision}
+	if f.policy != "" {
+		path, err := decisionlog.ResolvePolicy(f.policy)
+		if err != nil {
+			return c, usagef("--policy: %v", err)
+		}
+		c.Path = path
+	}
+	if f.action != "" && !decisionlog.ValidAction(f.action) {
+		return c, usagef("--action %q is not an action: give one of %s", f.action, strings.Join(decisionlog.Actions, ", "))
+	}
+	if f.since != "" {
+		since, err := decisionlog.ParseSince(f.since, now)
+		if err != nil {
+			return c, usagef("--since: %v", err)
+		}
+		c.Since = since
+	}
+	return c, nil
+}
+
+func checkOutput(output string) error {
+	if output != "table" && output != "json" {
+		return usagef("-o %q: the output is table or json", output)
+	}
+	return nil
+}
+
+// readDecisions reads the decision logs in files, in order; no file, or "-",
+// is standard input.
+func readDecisions(s streams, files []string) ([]decisionlog.Entry, error) {
+	if len(files) == 0 {
+		files = []string{"-"}
+	}
+	if n := slices.Index(files, "-"); n >= 0 && slices.Index(files[n+1:], "-") >= 0 {
+		return nil, usagef(`"-" (standard input) is given twice`)
+	}
+	var all []decisionlog.Entry
+	skipped := 0
+	for _, name := range files {
+		var r io.Reader = s.in
+		if name != "-" {
+			f, err := os.Open(name)
+			if err != nil {
+				return nil, fmt.Errorf("read decision log: %w", err)
+			}
+			defer f.Close()
+			r = f
+		}
+		entries, n, err := decisionlog.Read(r)
+		if err != nil {
+			return nil, fmt.Errorf("read decision log %s: %w", name, err)
+		}
+		all = append(all, entries...)
+		skipped += n
+	}
+	if skipped > 0 {
+		fmt.Fprintf(s.err, "ichor: read %d decisions; skipped %d lines that are not decision-log entries\n", len(all), skipped)
+	}
+	return all, nil
+}
+
+func newDecisionsListCommand(s streams) *cobra.Command {
+	var f filterFlags
+	var output string
+	cmd := &cobra.Command{
+		Use:   "list [FILE...|-] [--policy NAME] [--action ACTION] [--node NAME] [--user NAME] [--since WHEN] [--revision REV] [-o table|json]",
+		Short: "List the decisions of a decision log, in its order",
+		Long: `List the decisions of a decision log, in the log's order, one a row: time,
+decision id, policy, action, node (or user), reason codes and bundle revision.
+The filters combine: a decision is listed when it meets every one given.
+
+With -o json, each decision is one JSON object a line with the same fields
+and the whole logged entry under "entry".
+
+` + decisionsInput + `
+
+Exit status: 0 when the log was read (whether or not a decision matched), 1
+when it could not be, 2 for a wrong flag.`,
+		Example: `  kubectl logs deploy/ichor-policy | ichor decisions list --action deny --since 24h
+  ichor decisions list decisions.log --policy kubelet-serving --node worker-1 -o json`,
+		RunE: func(_ *cobra.Command, files []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			crit, err := f.criteria(time.Now())
+			if err != nil {
+				return err
+			}
+			entries, err := readDecisions(s, files)
+			if err != nil {
+				return err
+			}
+			matched := decisionlog.Filter(entries, crit)
+			if output == "json" {
+				return writeListJSON(s.out, matched)
+			}
+			if len(matched) == 0 {
+				fmt.Fprintf(s.err, "ichor: no decision matches (of %d read)\n", len(entries))
+				return nil
+			}
+			return writeListTable(s.out, matched)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table, or json (one object a line)")
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func codesText(codes []string) string { return dash(strings.Join(codes, ",")) }
+
+func writeListTable(w io.Writer, entries []decisionlog.Entry) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tID\tPOLICY\tACTION\tNODE/USER\tCODES\tREVISION")
+	for _, e := range entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", formatTime(e.Timestamp), e.DecisionID, e.Policy(),
+			dash(e.Action()), dash(e.Subject()), codesText(e.Codes()), dash(e.Revision))
+	}
+	return tw.Flush()
+}
+
+type listRecord struct {
+	Time     time.Time       `json:"time"`
+	ID       string          `json:"id"`
+	Policy   string          `json:"policy"`
+	Path     string          `json:"path"`
+	Action   string          `json:"action"`
+	Node     string          `json:"node"`
+	User     string          `json:"user"`
+	Codes    []string        `json:"codes"`
+	Revision string          `json:"revision"`
+	Entry    json.RawMessage `json:"entry"`
+}
+
+func writeListJSON(w io.Writer, entries []decisionlog.Entry) error {
+	enc := json.NewEncoder(w)
+	for _, e := range entries {
+		if err := enc.Encode(listRecord{
+			Time: e.Timestamp, ID: e.DecisionID, Policy: e.Policy(), Path: e.Path, Action: e.Action(),
+			Node: e.Node(), User: e.User(), Codes: e.Codes(), Revision: e.Revision, Entry: e.Raw,
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func newDecisionsShowCommand(s streams) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "show ID [FILE...|-] [-o text|json]",
+		Short: "Show one decision whole: its reasons, input and result",
+		Long: `Show one decision of a decision log: a header naming its time, policy, bundle
+revision, action, node and user; its reasons as "CODE: message" lines (the
+codes are explained in docs/policy.md); then its whole input, as the rule saw
+it after the log mask, and its result, as indented JSON. ID is the decision id
+that the CSR condition, the Event and the controller's log line carry; a
+prefix of it that only one decision has will do.
+
+With -o json, the logged entry is printed whole, indented.
+
+` + decisionsInput + `
+
+Exit status: 0 when the decision was found, 1 when it is not in the log (or
+the log could not be read), 2 for a wrong flag or no ID.`,
+		Example: `  kubectl logs deploy/ichor-policy | ichor decisions show 34540ee1-195b-4060-b3f8-8b846718a4bd -`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef("give the decision ID to show (the CSR condition and the Event carry it)")
+			}
+			return nil
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			if output != "text" && output != "json" {
+				return usagef("-o %q: the output is text or json", output)
+			}
+			entries, err := readDecisions(s, args[1:])
+			if err != nil {
+				return err
+			}
+			e, err := findDecision(entries, args[0])
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				return writeIndented(s.out, e.Raw)
+			}
+			return writeShow(s.out, e)
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output: text, or json (the logged entry)")
+	return cmd
+}
+
+// findDecision finds a decision by id, or by a prefix of exactly one id.
+func findDecision(entries []decisionlog.Entry, id string) (decisionlog.Entry, error) {
+	var found []decisionlog.Entry
+	for _, e := range entries {
+		if e.DecisionID == id {
+			return e, nil
+		}
+		if strings.HasPrefix(e.DecisionID, id) && !slices.ContainsFunc(found, func(f decisionlog.Entry) bool { return f.DecisionID == e.DecisionID }) {
+			found = append(found, e)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return decisionlog.Entry{}, fmt.Errorf("decision %s is not in the log (%d decisions read): a decision of another replica is in that pod's log, one made before the container restarted in kubectl logs --previous, and an old one may have rotated out", id, len(entries))
+	}
+	return decisionlog.Entry{}, fmt.Errorf("decision %s is ambiguous: %d decisions have ids starting with it; give more of it", id, len(found))
+}
+
+func writeIndented(w io.Writer, raw json.RawMessage) error {
+	if raw == nil {
+		_, err := io.WriteString(w, "null\n")
+		return err
+	}
+	out, err := json.MarshalIndent(raw, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", out)
+	return err
+}
+
+func writeShow(w io.Writer, e decisionlog.Entry) error {
+	o := e.Outcome()
+	policy := e.Policy()
+	if policy != e.Path {
+		policy += " (" + e.Path + ")"
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "Decision:\t%s\n", e.DecisionID)
+	fmt.Fprintf(tw, "Time:\t%s\n", dash(timeNano(e.Timestamp)))
+	fmt.Fprintf(tw, "Policy:\t%s\n", policy)
+	fmt.Fprintf(tw, "Revision:\t%s\n", dash(e.Revision))
+	fmt.Fprintf(tw, "Action:\t%s\n", dash(o.Action))
+	if n := e.Node(); n != "" {
+		fmt.Fprintf(tw, "Node:\t%s\n", n)
+	}
+	if u := e.User(); u != "" {
+		fmt.Fprintf(tw, "User:\t%s\n", u)
+	}
+	if len(e.Labels) > 0 {
+		keys := make([]string, 0, len(e.Labels))
+		for k := range e.Labels {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			keys[i] = k + "=" + e.Labels[k]
+		}
+		fmt.Fprintf(tw, "Labels:\t%s\n", strings.Join(keys, " "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w, "\nReasons:")
+	switch {
+	case len(o.Reasons) > 0:
+		for _, r := range o.Reasons {
+			fmt.Fprintf(w, "  %s: %s\n", r.Code, r.Message)
+		}
+	case o.Action == decisionlog.ActionNone:
+		fmt.Fprintf(w, "  none: the rule was undefined for this input, so it does not govern it (%s)\n", decisionlog.ErrorText(e.Error))
+	case o.Action == decisionlog.ActionError:
+		fmt.Fprintf(w, "  none: the evaluation failed: %s\n", o.Error)
+	default:
+		fmt.Fprintln(w, "  none given")
+	}
+	fmt.Fprintln(w, "\nInput:")
+	if err := writeIndented(w, e.Input); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nResult:")
+	return writeIndented(w, e.Result)
+}
+
+func timeNano(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+type replayOptions struct {
+	filter filterFlags
+	bundle string
+	failOn []string
+	output string
+}
+
+func newDecisionsReplayCommand(s streams) *cobra.Command {
+	var o replayOptions
+	cmd := &cobra.Command{
+		Use:   "replay --bundle CANDIDATE [FILE...|-] [--fail-on DIRECTION]... [filters] [-o table|json]",
+		Short: "Decide every logged input again with a candidate bundle and report what would change",
+		Long: `Decide every logged decision's input again, at its rule's path, with a candidate
+bundle (a policy directory laid out like policy/, or a bundle tarball), and
+report each decision that would change, grouped by direction:
+
+  approve → deny, deny → approve, approve → pending, pending → approve,
+  deny → pending, pending → deny; for admission and issuance
+  allowed → refused, refused → allowed; X → none when the candidate's rule is
+  undefined for the input (it no longer governs it); X → error when the
+  candidate cannot evaluate it.
+
+A decision whose action stays but whose set of reason codes changes is
+reported as "reasons changed": it is no direction, only information. The
+summary counts the unchanged decisions too. The filters of "decisions list"
+select which decisions are replayed. Replay is exact because the rules do no
+I/O: the input holds every fact the decision was made on.
+
+--fail-on names the changes that must not happen (repeat it, or separate them
+with commas): a direction such as deny-to-approve or allowed-to-refused;
+to-STATE, any direction ending in STATE (to-approve: deny-to-approve,
+pending-to-approve, none-to-approve, ...); from-STATE; any, every direction;
+reasons-changed (or result-changed, for a rule that answers no action), which
+"any" does not include. STATE is one of approve, deny, pending, allowed,
+refused, none, error.
+
+` + decisionsInput + `
+
+Exit status: 0 when the replay ran and no change named by --fail-on occurred;
+3 when one did (the report is printed first); 1 when no decision could be
+replayed (an unreadable log or bundle, or a log with no decision: an empty
+log proves nothing); 2 for a wrong flag.`,
+		Example: `  kubectl logs deploy/ichor-policy > decisions.log
+  ichor decisions replay --bundle ./policy decisions.log --fail-on deny-to-approve
+  ichor decisions replay --bundle bundle.tar.gz decisions.log --fail-on to-approve,allowed-to-refused -o json`,
+		RunE: func(cmd *cobra.Command, files []string) error {
+			return runReplay(cmd.Context(), s, o, files)
+		},
+	}
+	o.filter.register(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.bundle, "bundle", "", "the candidate: a policy directory or a bundle tarball (required)")
+	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit "+fmt.Sprint(ExitChanged)+" when a decision changes in this direction (repeatable): FROM-to-TO, to-STATE, from-STATE, any, reasons-changed")
+	f.StringVarP(&o.output, "output", "o", "table", "output: table, or json (one document)")
+	return cmd
+}
+
+func runReplay(ctx context.Context, s streams, o replayOptions, files []string) error {
+	if err := checkOutput(o.output); err != nil {
+		return err
+	}
+	if o.bundle == "" {
+		return usagef("--bundle is required: the policy directory or bundle tarball to replay against")
+	}
+	for _, p := range o.failOn {
+		if err := decisionlog.CheckFailOn(p); err != nil {
+			return usagef("--fail-on: %v", err)
+		}
+	}
+	crit, err := o.filter.criteria(time.Now())
+	if err != nil {
+		return err
+	}
+	entries, err := readDecisions(s, files)
+	if err != nil {
+		return err
+	}
+	selected := decisionlog.Filter(entries, crit)
+	if len(selected) == 0 {
+		return fmt.Errorf("no decision to replay: %d decisions read, none selected; an empty replay proves nothing", len(entries))
+	}
+	b, err := bundles.Load(o.bundle)
+	if err != nil {
+		return err
+	}
+	// The replayed decisions are questions, not decisions anyone acts on:
+	// they are not logged. OPA's own errors still reach stderr.
+	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, Log: s.err})
+	if err != nil {
+		return err
+	}
+	defer eng.Stop(context.WithoutCancel(ctx))
+	rep, err := decisionlog.Replay(ctx, eng, selected)
+	if err != nil {
+		return err
+	}
+	if rep.Revision == "" {
+		rep.Revision = b.Manifest.Revision
+	}
+
+	failed := map[string]int{}
+	for _, c := range rep.Changes {
+		for _, p := range o.failOn {
+			if c.Matches(p) {
+				failed[p]++
+			}
+		}
+	}
+	logged := loggedRevisions(selected)
+	if o.output == "json" {
+		err = writeReplayJSON(s.out, o, rep, logged, failed)
+	} else {
+		err = writeReplayTable(s.out, o, rep, logged)
+	}
+	if err != nil {
+		return err
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	var parts []string
+	for _, p := range o.failOn {
+		if n := failed[p]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s (%d)", p, n))
+		}
+	}
+	return exitError{ExitChanged, fmt.Errorf("decisions changed as --fail-on forbids: %s", strings.Join(parts, ", "))}
+}
+
+func loggedRevisions(entries []decisionlog.Entry) []string {
+	var revs []string
+	for _, e := range entries {
+		if e.Revision != "" && !slices.Contains(revs, e.Revision) {
+			revs = append(revs, e.Revision)
+		}
+	}
+	return revs
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+func noteTitle(note string) string { return strings.ReplaceAll(note, "-", " ") }
+
+func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logged []string) error {
+	fmt.Fprintf(w, "Replayed %s logged under %s against %s (revision %s).\n\n",
+		plural(rep.Replayed, "decision", "decisions"), dash(strings.Join(logged, ", ")), o.bundle, dash(rep.Revision))
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHANGE\tDECISIONS")
+	for _, d := range decisionlog.SortedDirections(rep.Directions) {
+		fmt.Fprintf(tw, "%s\t%d\n", decisionlog.Arrow(d), rep.Directions[d])
+	}
+	for _, n := range []string{decisionlog.NoteReasonsChanged, decisionlog.NoteResultChanged} {
+		if rep.Notes[n] > 0 {
+			fmt.Fprintf(tw, "%s (same action)\t%d\n", noteTitle(n), rep.Notes[n])
+		}
+	}
+	fmt.Fprintf(tw, "unchanged\t%d\n", rep.Unchanged)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(rep.Changes) == 0 {
+		_, err := fmt.Fprintln(w, "\nNo decision would change.")
+		return err
+	}
+
+	for _, d := range decisionlog.SortedDirections(rep.Directions) {
+		fmt.Fprintf(w, "\n%s: %s\n", decisionlog.Arrow(d), plural(rep.Directions[d], "decision", "decisions"))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tTIME\tPOLICY\tNODE/USER\tOLD → NEW\tNEW CODES")
+		for _, c := range rep.Changes {
+			if c.Direction != d {
+				continue
+			}
+			codes := codesText(c.New.Codes())
+			if c.New.Action == decisionlog.ActionError {
+				codes = "error: " + c.New.Error
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Entry.DecisionID, formatTime(c.Entry.Timestamp), c.Entry.Policy(),
+				dash(c.Entry.Subject()), decisionlog.Arrow(d), codes)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	for _, n := range []string{decisionlog.NoteReasonsChanged, decisionlog.NoteResultChanged} {
+		if rep.Notes[n] == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s, same action (information): %s\n", noteTitle(n), plural(rep.Notes[n], "decision", "decisions"))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tTIME\tPOLICY\tNODE/USER\tACTION\tOLD CODES → NEW CODES")
+		for _, c := range rep.Changes {
+			if c.Note != n {
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s → %s\n", c.Entry.DecisionID, formatTime(c.Entry.Timestamp), c.Entry.Policy(),
+				dash(c.Entry.Subject()), dash(c.New.Action), codesText(c.Old.Codes()), codesText(c.New.Codes()))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type replayChangeJSON struct {
+	ID        string              `json:"id"`
+	Time      time.Time           `json:"time"`
+	Policy    string              `json:"policy"`
+	Path      string              `json:"path"`
+	Node      string              `json:"node"`
+	User      string              `json:"user"`
+	Direction string              `json:"direction,omitempty"`
+	Note      string              `json:"note,omitempty"`
+	Old       decisionlog.Outcome `json:"old"`
+	New       decisionlog.Outcome `json:"new"`
+}
+
+type replayJSON struct {
+	Candidate struct {
+		Bundle   string `json:"bundle"`
+		Revision string `json:"revision"`
+	} `json:"candidate"`
+	LoggedRevisions []string           `json:"logged_revisions"`
+	Replayed        int                `json:"replayed"`
+	Unchanged       int                `json:"unchanged"`
+	Directions      map[string]int     `json:"directions"`
+	Notes           map[string]int     `json:"notes"`
+	Changes         []replayChangeJSON `json:"changes"`
+	FailOn          []string           `json:"fail_on"`
+	// Failed counts the changes per --fail-on value that matched.
+	Failed map[string]int `json:"failed"`
+}
+
+func writeReplayJSON(w io.Writer, o replayOptions, rep decisionlog.Report, logged []string, failed map[string]int) error {
+	out := replayJSON{
+		LoggedRevisions: logged, Replayed: rep.Replayed, Unchanged: rep.Unchanged,
+		Directions: rep.Directions, Notes: rep.Notes, Changes: []replayChangeJSON{},
+		FailOn: o.failOn, Failed: failed,
+	}
+	if out.LoggedRevisions == nil {
+		out.LoggedRevisions = []string{}
+	}
+	if out.FailOn == nil {
+		out.FailOn = []string{}
+	}
+	out.Candidate.Bundle, out.Candidate.Revision = o.bundle, rep.Revision
+	for _, c := range rep.Changes {
+		out.Changes = append(out.Changes, replayChangeJSON{
+			ID: c.Entry.DecisionID, Time: c.Entry.Timestamp, Policy: c.Entry.Policy(), Path: c.Entry.Path,
+			Node: c.Entry.Node(), User: c.Entry.User(), Direction: c.Direction, Note: c.Note, Old: c.Old, New: c.New,
+		})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}

@@ -1,0 +1,446 @@
+package cli
+
+// These tests are in package cli, not cli_test, to see the error a command
+// returns and the exit status it asks for (ExitChanged), besides what Run
+// returns.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ichor-dev/ichor-policy/csrinput"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+)
+
+// decisionsRun executes the ichor command line in-process and returns what
+// Run returns, what was printed, and the error the command returned.
+func decisionsRun(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = Run(context.Background(), args, strings.NewReader(stdin), &out, &errOut)
+
+	// The same command again, for the error itself.
+	root := newRoot(strings.NewReader(stdin), &bytes.Buffer{}, &bytes.Buffer{})
+	root.SetArgs(args)
+	err = root.ExecuteContext(context.Background())
+	return code, out.String(), errOut.String(), err
+}
+
+// exitCodeOf is the exit status an error asks for, ExitError by default.
+func exitCodeOf(err error) int {
+	var ec interface{ ExitCode() int }
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		return ExitUsage
+	}
+	if err != nil {
+		return ExitError
+	}
+	return ExitOK
+}
+
+type decisionsSink struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *decisionsSink) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// decisionsFixture is a real decision log, written by the engine with the
+// embedded bundle.
+type decisionsFixture struct {
+	log                         string
+	approve, deny, pending, two string // the decision ids
+	revision                    string
+}
+
+func servingRequest(t *testing.T, node string, talos []string, ips ...string) csrinput.KubeletServing {
+	t.Helper()
+	r := csrgen.Request{Subject: csrgen.NodeSubject(node), DNSNames: []string{node}}
+	for _, ip := range ips {
+		r.IPs = append(r.IPs, net.ParseIP(ip))
+	}
+	pemBytes, err := csrgen.PEM(r)
+	require.NoError(t, err)
+	in := csrinput.KubeletServing{CSR: csrinput.Build(csrgen.ServingObject("csr-"+node, node, pemBytes))}
+	if talos != nil {
+		in.Machine = &csrinput.Machine{Name: node, Namespace: "default", Cluster: "demo"}
+		in.Node = &csrinput.Node{Readable: true, Nodename: node, Hostname: node, Addresses: talos}
+	}
+	return in
+}
+
+// newDecisionsFixture decides, with the engine: worker-1 asking for its own
+// IP (approve), worker-1 asking for worker-2's IP (deny), worker-3 that no
+// machine has (pending), worker-2 asking for its own IP (approve).
+func newDecisionsFixture(t *testing.T) decisionsFixture {
+	t.Helper()
+	ctx := context.Background()
+	sink := &decisionsSink{}
+	e, err := engine.New(ctx, engine.Options{DecisionLog: sink, ID: "test"})
+	require.NoError(t, err)
+	defer e.Stop(ctx)
+	var ds []engine.CSRDecision
+	for _, in := range []csrinput.KubeletServing{
+		servingRequest(t, "worker-1", []string{"10.5.0.2"}, "10.5.0.2"),
+		servingRequest(t, "worker-1", []string{"10.5.0.2"}, "10.5.0.3"),
+		servingRequest(t, "worker-3", nil, "10.5.0.4"),
+		servingRequest(t, "worker-2", []string{"10.5.0.3"}, "10.5.0.3"),
+	} {
+		d, err := e.KubeletServing(ctx, in)
+		require.NoError(t, err)
+		ds = append(ds, d)
+	}
+	require.Equal(t, []string{"approve", "deny", "pending", "approve"}, []string{ds[0].Action, ds[1].Action, ds[2].Action, ds[3].Action})
+	return decisionsFixture{
+		log: sink.buf.String(), revision: ds[0].Revision,
+		approve: ds[0].DecisionID, deny: ds[1].DecisionID, pending: ds[2].DecisionID, two: ds[3].DecisionID,
+	}
+}
+
+// kubectlLogs is the log as kubectl logs shows it: the decisions among the
+// manager's and OPA's own lines.
+func (f decisionsFixture) kubectlLogs() string {
+	lines := strings.Split(strings.TrimSpace(f.log), "\n")
+	return `{"level":"info","ts":1777636800,"logger":"manager","msg":"starting","bundle":""}` + "\n" +
+		lines[0] + "\n" +
+		"I0501 12:00:01.000000       1 leaderelection.go:257] attempting to acquire leader lease\n" +
+		lines[1] + "\n" +
+		`{"level":"info","ts":1777636801,"msg":"denied kubelet serving certificate","csr":"csr-worker-1","decision_id":"x"}` + "\n" +
+		strings.Join(lines[2:], "\n") + "\n"
+}
+
+func (f decisionsFixture) file(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+	return path
+}
+
+// column returns the value of one column of every row of a table.
+func column(t *testing.T, table, name string) []string {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(table, "\n"), "\n")
+	header := regexp.MustCompile(`\S+`).FindAllStringIndex(lines[0], -1)
+	idx := -1
+	for i, h := range header {
+		if lines[0][h[0]:h[1]] == name {
+			idx = i
+		}
+	}
+	require.GreaterOrEqual(t, idx, 0, "no column %s in %q", name, lines[0])
+	var out []string
+	for _, l := range lines[1:] {
+		out = append(out, strings.Fields(l)[idx])
+	}
+	return out
+}
+
+func TestDecisionsListShowsEveryDecisionInLogOrder(t *testing.T) {
+	f := newDecisionsFixture(t)
+
+	code, stdout, stderr, _ := decisionsRun(t, "", "decisions", "list", f.file(t, f.kubectlLogs()))
+
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, "ichor: read 4 decisions; skipped 3 lines that are not decision-log entries\n", stderr)
+	assert.Regexp(t, `^TIME\s+ID\s+POLICY\s+ACTION\s+NODE/USER\s+CODES\s+REVISION\n`, stdout)
+	assert.Equal(t, []string{f.approve, f.deny, f.pending, f.two}, column(t, stdout, "ID"))
+	assert.Equal(t, []string{"approve", "deny", "pending", "approve"}, column(t, stdout, "ACTION"))
+	assert.Equal(t, []string{"worker-1", "worker-1", "worker-3", "worker-2"}, column(t, stdout, "NODE/USER"))
+	assert.Equal(t, []string{"IchorKubeletServing", "IPNotNode", "MachineUnknown", "IchorKubeletServing"}, column(t, stdout, "CODES"))
+	assert.Equal(t, []string{"kubelet-serving", "kubelet-serving", "kubelet-serving", "kubelet-serving"}, column(t, stdout, "POLICY"))
+	assert.Equal(t, []string{f.revision, f.revision, f.revision, f.revision}, column(t, stdout, "REVISION"))
+	for _, ts := range column(t, stdout, "TIME") {
+		at, err := time.Parse(time.RFC3339, ts)
+		require.NoError(t, err)
+		assert.WithinDuration(t, time.Now(), at, time.Minute)
+	}
+}
+
+func TestDecisionsListFilters(t *testing.T) {
+	f := newDecisionsFixture(t)
+	log := f.file(t, f.log)
+	// The time of the pending decision: --since it keeps it and what follows.
+	var third map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.Split(f.log, "\n")[2]), &third))
+	since := third["timestamp"].(string)
+
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		want  []string
+	}{
+		{"no filter", nil, []string{f.approve, f.deny, f.pending, f.two}},
+		{"policy by name", []string{"--policy", "kubelet-serving"}, []string{f.approve, f.deny, f.pending, f.two}},
+		{"policy by path", []string{"--policy", "ichor/kubelet_serving/decision"}, []string{f.approve, f.deny, f.pending, f.two}},
+		{"another policy", []string{"--policy", "admission"}, nil},
+		{"approve", []string{"--action", "approve"}, []string{f.approve, f.two}},
+		{"deny", []string{"--action", "deny"}, []string{f.deny}},
+		{"pending", []string{"--action", "pending"}, []string{f.pending}},
+		{"refused", []string{"--action", "refused"}, nil},
+		{"node", []string{"--node", "worker-2"}, []string{f.two}},
+		{"user", []string{"--user", "system:node:worker-1"}, []string{f.approve, f.deny}},
+		{"since a duration", []string{"--since", "1h"}, []string{f.approve, f.deny, f.pending, f.two}},
+		{"since a time", []string{"--since", since}, []string{f.pending, f.two}},
+		{"since the future", []string{"--since", time.Now().Add(time.Hour).Format(time.RFC3339)}, nil},
+		{"revision", []string{"--revision", f.revision}, []string{f.approve, f.deny, f.pending, f.two}},
+		{"revision prefix", []string{"--revision", f.revision[:10]}, []string{f.approve, f.deny, f.pending, f.two}},
+		{"another revision", []string{"--revision", "sha256:0000000000000000"}, nil},
+		{"combined", []string{"--node", "worker-1", "--action", "deny", "--since", "1h"}, []string{f.deny}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr, _ := decisionsRun(t, "", append([]string{"decisions", "list", log, "-o", "json"}, tc.flags...)...)
+			require.Equal(t, ExitOK, code, stderr)
+			var got []string
+			sc := bufio.NewScanner(strings.NewReader(stdout))
+			sc.Buffer(nil, 1<<22)
+			for sc.Scan() {
+				var rec struct{ ID string }
+				require.NoError(t, json.Unmarshal(sc.Bytes(), &rec))
+				got = append(got, rec.ID)
+			}
+			assert.Equal(t, tc.want, got)
+
+			code, stdout, stderr, _ = decisionsRun(t, "", append([]string{"decisions", "list", log}, tc.flags...)...)
+			require.Equal(t, ExitOK, code, stderr)
+			if tc.want == nil {
+				assert.Empty(t, stdout)
+				assert.Contains(t, stderr, "no decision matches (of 4 read)")
+			} else {
+				assert.Equal(t, tc.want, column(t, stdout, "ID"))
+			}
+		})
+	}
+}
+
+func TestDecisionsListJSONCarriesTheFieldsAndTheEntry(t *testing.T) {
+	f := newDecisionsFixture(t)
+
+	code, stdout, stderr, _ := decisionsRun(t, f.log, "decisions", "list", "-", "--action", "deny", "-o", "json")
+
+	require.Equal(t, ExitOK, code, stderr)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.Len(t, lines, 1)
+	var rec struct {
+		Time                                           time.Time
+		ID, Policy, Path, Action, Node, User, Revision string
+		Codes                                          []string
+		Entry                                          map[string]any
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &rec))
+	assert.Equal(t, f.deny, rec.ID)
+	assert.Equal(t, "kubelet-serving", rec.Policy)
+	assert.Equal(t, engine.PathKubeletServing, rec.Path)
+	assert.Equal(t, "deny", rec.Action)
+	assert.Equal(t, "worker-1", rec.Node)
+	assert.Equal(t, "system:node:worker-1", rec.User)
+	assert.Equal(t, []string{"IPNotNode"}, rec.Codes)
+	assert.Equal(t, f.revision, rec.Revision)
+	assert.WithinDuration(t, time.Now(), rec.Time, time.Minute)
+	assert.Equal(t, "Decision Log", rec.Entry["msg"])
+	assert.Equal(t, f.deny, rec.Entry["decision_id"])
+	assert.Equal(t, "10.5.0.2", rec.Entry["input"].(map[string]any)["node"].(map[string]any)["addresses"].([]any)[0])
+}
+
+func TestDecisionsShowPrintsTheReasonsInputAndResult(t *testing.T) {
+	f := newDecisionsFixture(t)
+
+	code, stdout, stderr, _ := decisionsRun(t, f.kubectlLogs(), "decisions", "show", f.deny, "-")
+
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Regexp(t, `(?m)^Decision:\s+`+f.deny+`$`, stdout)
+	assert.Regexp(t, `(?m)^Time:\s+\d{4}-\d\d-\d\dT`, stdout)
+	assert.Regexp(t, `(?m)^Policy:\s+kubelet-serving \(ichor/kubelet_serving/decision\)$`, stdout)
+	assert.Regexp(t, `(?m)^Revision:\s+`+regexp.QuoteMeta(f.revision)+`$`, stdout)
+	assert.Regexp(t, `(?m)^Action:\s+deny$`, stdout)
+	assert.Regexp(t, `(?m)^Node:\s+worker-1$`, stdout)
+	assert.Contains(t, stdout, "\nReasons:\n  IPNotNode: IP address 10.5.0.3 is not one of the node's addresses [\"10.5.0.2\"]\n")
+	assert.Contains(t, stdout, "\nInput:\n{\n  \"csr\": {")
+	assert.Contains(t, stdout, "\nResult:\n{\n  \"action\": \"deny\",")
+	assert.Contains(t, stdout, `"subject_alt_names": [`)
+
+	// A prefix that one decision has is enough; -o json is the entry.
+	code, stdout, stderr, _ = decisionsRun(t, f.log, "decisions", "show", f.pending[:13], "-o", "json")
+	require.Equal(t, ExitOK, code, stderr)
+	var entry map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &entry))
+	assert.Equal(t, f.pending, entry["decision_id"])
+	assert.Contains(t, stdout, "\n  \"decision_id\": ")
+}
+
+func TestDecisionsShowRefusesAnUnknownID(t *testing.T) {
+	f := newDecisionsFixture(t)
+
+	code, stdout, stderr, _ := decisionsRun(t, f.log, "decisions", "show", "00000000-0000-0000-0000-000000000000")
+
+	assert.Equal(t, ExitError, code)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "decision 00000000-0000-0000-0000-000000000000 is not in the log (4 decisions read)")
+}
+
+// loosenedPolicy copies the policy tree with the kubelet-serving IP check
+// gone, as TestCheckCSRDecidesWithAnotherBundle does.
+func loosenedPolicy(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	path := filepath.Join(dir, "ichor", "kubelet_serving", "kubelet_serving.rego")
+	src, err := os.ReadFile(path)
+	require.NoError(t, err)
+	out := strings.Replace(string(src), `	san.type == "ip"
+	not san.value in`, `	san.type == "ip-disabled"
+	not san.value in`, 1)
+	require.NotEqual(t, string(src), out, "the IP check was not found in the rule")
+	require.NoError(t, os.WriteFile(path, []byte(out), 0o600))
+	return dir
+}
+
+func TestDecisionsReplayWithTheSamePolicyChangesNothing(t *testing.T) {
+	f := newDecisionsFixture(t)
+
+	code, stdout, stderr, err := decisionsRun(t, "", "decisions", "replay", "--bundle", "../policy", f.file(t, f.log), "--fail-on", "any")
+
+	require.NoError(t, err)
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Contains(t, stdout, "Replayed 4 decisions logged under "+f.revision+" against ../policy (revision "+f.revision+").")
+	assert.Regexp(t, `(?m)^unchanged\s+4$`, stdout)
+	assert.Contains(t, stdout, "No decision would change.")
+	assert.NotContains(t, stdout, "→")
+}
+
+func TestDecisionsReplayWithoutTheIPCheckReportsTheFlip(t *testing.T) {
+	f := newDecisionsFixture(t)
+	log := f.file(t, f.kubectlLogs())
+	candidate := loosenedPolicy(t)
+
+	code, stdout, stderr, err := decisionsRun(t, "", "decisions", "replay", "--bundle", candidate, log, "--fail-on", "deny-to-approve")
+
+	assert.Equal(t, ExitChanged, exitCodeOf(err), "the error asks for exit status %d", ExitChanged)
+	assert.Equal(t, ExitChanged, code, "Run exits with the status the error asks for")
+	assert.Contains(t, stderr, "decisions changed as --fail-on forbids: deny-to-approve (1)")
+	assert.Regexp(t, `(?m)^deny → approve\s+1$`, stdout)
+	assert.Regexp(t, `(?m)^unchanged\s+3$`, stdout)
+	assert.Contains(t, stdout, "\ndeny → approve: 1 decision\n")
+	assert.Regexp(t, `(?m)^`+f.deny+`\s+\S+Z\s+kubelet-serving\s+worker-1\s+deny → approve\s+IchorKubeletServing$`, stdout)
+	for _, id := range []string{f.approve, f.pending, f.two} {
+		assert.NotContains(t, stdout, id)
+	}
+
+	for _, failOn := range [][]string{{"--fail-on", "to-approve"}, {"--fail-on", "approve-to-deny,any"}, {"--fail-on", "from-deny"}} {
+		_, _, _, err := decisionsRun(t, "", append([]string{"decisions", "replay", "--bundle", candidate, log}, failOn...)...)
+		assert.Equal(t, ExitChanged, exitCodeOf(err), failOn)
+	}
+	for _, failOn := range [][]string{nil, {"--fail-on", "approve-to-deny"}, {"--fail-on", "to-deny", "--fail-on", "pending-to-approve"}, {"--fail-on", "reasons-changed"}} {
+		code, _, stderr, err := decisionsRun(t, "", append([]string{"decisions", "replay", "--bundle", candidate, log}, failOn...)...)
+		require.NoError(t, err, failOn)
+		assert.Equal(t, ExitOK, code, stderr)
+	}
+
+	// Only the decisions selected are replayed.
+	code, stdout, stderr, err = decisionsRun(t, "", "decisions", "replay", "--bundle", candidate, log, "--action", "approve", "--fail-on", "any")
+	require.NoError(t, err)
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Contains(t, stdout, "Replayed 2 decisions")
+}
+
+func TestDecisionsReplayJSON(t *testing.T) {
+	f := newDecisionsFixture(t)
+	candidate := loosenedPolicy(t)
+
+	_, stdout, stderr, err := decisionsRun(t, f.log, "decisions", "replay", "--bundle", candidate, "-o", "json", "--fail-on", "to-approve")
+
+	assert.Equal(t, ExitChanged, exitCodeOf(err), stderr)
+	var rep struct {
+		Candidate       struct{ Bundle, Revision string }
+		LoggedRevisions []string `json:"logged_revisions"`
+		Replayed        int
+		Unchanged       int
+		Directions      map[string]int
+		Changes         []struct {
+			ID, Policy, Node, User, Direction string
+			Old, New                          struct {
+				Action  string
+				Reasons []engine.Reason
+			}
+		}
+		FailOn []string `json:"fail_on"`
+		Failed map[string]int
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	assert.Equal(t, candidate, rep.Candidate.Bundle)
+	assert.NotEqual(t, f.revision, rep.Candidate.Revision)
+	assert.Equal(t, []string{f.revision}, rep.LoggedRevisions)
+	assert.Equal(t, 4, rep.Replayed)
+	assert.Equal(t, 3, rep.Unchanged)
+	assert.Equal(t, map[string]int{"deny-to-approve": 1}, rep.Directions)
+	require.Len(t, rep.Changes, 1)
+	c := rep.Changes[0]
+	assert.Equal(t, []string{f.deny, "kubelet-serving", "worker-1", "system:node:worker-1", "deny-to-approve"}, []string{c.ID, c.Policy, c.Node, c.User, c.Direction})
+	assert.Equal(t, "deny", c.Old.Action)
+	assert.Equal(t, "approve", c.New.Action)
+	assert.Equal(t, "IchorKubeletServing", c.New.Reasons[0].Code)
+	assert.Equal(t, []string{"to-approve"}, rep.FailOn)
+	assert.Equal(t, map[string]int{"to-approve": 1}, rep.Failed)
+}
+
+func TestDecisionsReplayOfNothingFails(t *testing.T) {
+	code, stdout, stderr, _ := decisionsRun(t, "not a decision\n", "decisions", "replay", "--bundle", "../policy")
+
+	assert.Equal(t, ExitError, code)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "no decision to replay: 0 decisions read")
+}
+
+func TestDecisionsRefusesBadUsage(t *testing.T) {
+	f := newDecisionsFixture(t)
+	log := f.file(t, f.log)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown flag", []string{"decisions", "list", log, "--bogus"}, ExitUsage, "unknown flag: --bogus"},
+		{"bad action", []string{"decisions", "list", log, "--action", "approved"}, ExitUsage, `--action "approved" is not an action`},
+		{"bad policy", []string{"decisions", "list", log, "--policy", "serving"}, ExitUsage, `unknown policy "serving"`},
+		{"bad since", []string{"decisions", "list", log, "--since", "yesterday"}, ExitUsage, "--since"},
+		{"bad output", []string{"decisions", "list", log, "-o", "yaml"}, ExitUsage, `-o "yaml"`},
+		{"stdin twice", []string{"decisions", "list", "-", "-"}, ExitUsage, "given twice"},
+		{"missing file", []string{"decisions", "list", "/nonexistent/decisions.log"}, ExitError, "no such file"},
+		{"show without ID", []string{"decisions", "show"}, ExitUsage, "give the decision ID"},
+		{"show bad output", []string{"decisions", "show", f.deny, log, "-o", "table"}, ExitUsage, `-o "table"`},
+		{"replay without bundle", []string{"decisions", "replay", log}, ExitUsage, "--bundle is required"},
+		{"replay bad direction", []string{"decisions", "replay", "--bundle", "../policy", log, "--fail-on", "deny-approve"}, ExitUsage, `"deny-approve" is not a direction`},
+		{"replay bad direction in a list", []string{"decisions", "replay", "--bundle", "../policy", log, "--fail-on", "any,to-granted"}, ExitUsage, `"to-granted" is not a direction`},
+		{"replay missing bundle", []string{"decisions", "replay", "--bundle", "/nonexistent", log}, ExitError, "bundle"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr, _ := decisionsRun(t, "", tc.args...)
+			assert.Equal(t, tc.code, code, stderr)
+			assert.Empty(t, stdout)
+			assert.Contains(t, stderr, tc.want)
+		})
+	}
+}

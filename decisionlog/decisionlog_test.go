@@ -1,0 +1,430 @@
+package decisionlog_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/csrinput"
+	"github.com/ichor-dev/ichor-policy/decisionlog"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+)
+
+// syncBuffer is a decision-log sink the SDK may write to from any goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// serving is the input of a kubelet-serving request from node for ips, with
+// the identity Talos reports for it; no machine when identity is nil.
+func serving(t *testing.T, node string, identity *csrinput.Node, ips ...string) csrinput.KubeletServing {
+	t.Helper()
+	r := csrgen.Request{Subject: csrgen.NodeSubject(node), DNSNames: []string{node}}
+	for _, ip := range ips {
+		r.IPs = append(r.IPs, net.ParseIP(ip))
+	}
+	pemBytes, err := csrgen.PEM(r)
+	require.NoError(t, err)
+	in := csrinput.KubeletServing{CSR: csrinput.Build(csrgen.ServingObject("csr-"+node, node, pemBytes))}
+	if identity != nil {
+		in.Machine = &csrinput.Machine{Name: node, Namespace: "default", Cluster: "demo"}
+		in.Node = identity
+	}
+	return in
+}
+
+func talos(node string, addrs ...string) *csrinput.Node {
+	return &csrinput.Node{Readable: true, Nodename: node, Hostname: node, Addresses: addrs}
+}
+
+// admission is a TalosCredentialRequest's admission input that the rule
+// admits, as policy/ichor/credentials/credentials_test.rego writes it.
+func admission(user string, clusterExists bool) map[string]any {
+	return map[string]any{
+		"operation": "CREATE", "dry_run": false,
+		"user": map[string]any{"username": user, "uid": "5b2c", "groups": []string{"ichor:operators", "system:authenticated"}, "extra": map[string]any{}},
+		"request": map[string]any{
+			"name": "talosconfig-x7k2p", "namespace": "team-a", "cluster": "demo", "purpose": "talosconfig-reader",
+			"public_key": map[string]any{"parsed": true, "algorithm": "Ed25519", "bits": 256, "error": ""},
+		},
+		"authorization": map[string]any{
+			"user": user, "groups": []string{"system:authenticated", "ichor:operators"},
+			"verb": "download", "group": "ichor.dev", "resource": "talosclusters", "subresource": "talosconfig-reader",
+			"namespace": "team-a", "name": "demo", "allowed": true, "reason": "RBAC: allowed", "evaluation_error": "",
+		},
+		"cluster_exists": clusterExists,
+	}
+}
+
+// realLog runs the engine on real inputs and returns its decision log:
+// worker-1 approved, worker-1 denied (another node's IP), worker-3 pending
+// (no machine), worker-2 approved, a request of another signer (no
+// decision), alice admitted, bob refused (no such cluster).
+func realLog(t *testing.T) (string, []string) {
+	t.Helper()
+	ctx := context.Background()
+	log := &syncBuffer{}
+	e, err := engine.New(ctx, engine.Options{DecisionLog: log, ID: "test"})
+	require.NoError(t, err)
+	defer e.Stop(ctx)
+
+	var ids []string
+	for _, in := range []csrinput.KubeletServing{
+		serving(t, "worker-1", talos("worker-1", "10.5.0.2"), "10.5.0.2"),
+		serving(t, "worker-1", talos("worker-1", "10.5.0.2"), "10.5.0.3"),
+		serving(t, "worker-3", nil, "10.5.0.4"),
+		serving(t, "worker-2", talos("worker-2", "10.5.0.3"), "10.5.0.3"),
+	} {
+		d, err := e.KubeletServing(ctx, in)
+		require.NoError(t, err)
+		ids = append(ids, d.DecisionID)
+	}
+	other := serving(t, "worker-1", talos("worker-1", "10.5.0.2"), "10.5.0.2")
+	other.CSR.SignerName = certificatesv1.KubeAPIServerClientSignerName
+	_, err = e.KubeletServing(ctx, other)
+	require.ErrorIs(t, err, engine.ErrNoDecision)
+	for _, in := range []map[string]any{admission("ichor:alice", true), admission("ichor:bob", false)} {
+		d, err := e.Decide(ctx, decisionlog.PathAdmission, in)
+		require.NoError(t, err)
+		ids = append(ids, d.ID)
+	}
+	return log.String(), ids
+}
+
+// interleave puts the log's lines among lines kubectl logs would also show.
+func interleave(log string) string {
+	var b strings.Builder
+	b.WriteString(`{"level":"info","ts":"2026-05-01T12:00:00Z","logger":"manager","msg":"starting","bundle":""}` + "\n")
+	for i, l := range strings.Split(strings.TrimSpace(log), "\n") {
+		switch i {
+		case 1:
+			b.WriteString("I0501 12:00:01.000000       1 leaderelection.go:257] attempting to acquire leader lease\n")
+		case 2:
+			b.WriteString(`{"level":"info","msg":"approved kubelet serving certificate","csr":"csr-worker-1","decision_id":"not-a-decision"}` + "\n\n")
+		case 3:
+			b.WriteString("[1,2,3]\n")
+			// kubectl logs --timestamps writes the time before the line.
+			l = "2026-05-01T12:00:02.000000000Z " + l
+		}
+		b.WriteString(l + "\n")
+	}
+	b.WriteString(`{"level":"error","msg":"Decision Log"}` + "\n")
+	return b.String()
+}
+
+func TestReadTakesEveryDecisionInOrderAndSkipsTheRest(t *testing.T) {
+	log, ids := realLog(t)
+
+	entries, skipped, err := decisionlog.Read(strings.NewReader(interleave(log)))
+
+	require.NoError(t, err)
+	// The manager's start, the klog line, the controller's line (its
+	// decision_id field is not a decision), the array and the line without a
+	// decision_id; the blank line is not counted.
+	assert.Equal(t, 5, skipped)
+	require.Len(t, entries, 7)
+	def, err := bundles.Default()
+	require.NoError(t, err)
+
+	type row struct{ id, policy, action, node, user, codes string }
+	var got []row
+	for _, e := range entries {
+		got = append(got, row{e.DecisionID, e.Policy(), e.Action(), e.Node(), e.User(), strings.Join(e.Codes(), ",")})
+		assert.Equal(t, def.Manifest.Revision, e.Revision)
+		assert.WithinDuration(t, time.Now(), e.Timestamp, time.Minute)
+		assert.Equal(t, "openpolicyagent.org/decision_logs", e.Type)
+		assert.Equal(t, "test", e.Labels["id"])
+		assert.True(t, json.Valid(e.Raw))
+	}
+	assert.Equal(t, []row{
+		{ids[0], "kubelet-serving", "approve", "worker-1", "system:node:worker-1", "IchorKubeletServing"},
+		{ids[1], "kubelet-serving", "deny", "worker-1", "system:node:worker-1", "IPNotNode"},
+		{ids[2], "kubelet-serving", "pending", "worker-3", "system:node:worker-3", "MachineUnknown"},
+		{ids[3], "kubelet-serving", "approve", "worker-2", "system:node:worker-2", "IchorKubeletServing"},
+		{entries[4].DecisionID, "kubelet-serving", "none", "worker-1", "system:node:worker-1", ""},
+		{ids[4], "admission", "allowed", "", "ichor:alice", "IchorCredentialAdmitted"},
+		{ids[5], "admission", "refused", "", "ichor:bob", "ClusterNotFound"},
+	}, got)
+	assert.Equal(t, []string{"IPNotNode"}, entries[1].Codes())
+	assert.Contains(t, entries[1].Reasons()[0].Message, "10.5.0.3")
+}
+
+func TestReadReportsTheReadersError(t *testing.T) {
+	boom := errors.New("boom")
+	_, _, err := decisionlog.Read(&failingReader{err: boom})
+	require.ErrorIs(t, err, boom)
+}
+
+type failingReader struct{ err error }
+
+func (r *failingReader) Read([]byte) (int, error) { return 0, r.err }
+
+func TestFilterSelectsByEachCriterion(t *testing.T) {
+	log, ids := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	// One decision made yesterday, to prove --since.
+	entries[0].Timestamp = time.Now().Add(-24 * time.Hour)
+
+	idsOf := func(c decisionlog.Criteria) []string {
+		var out []string
+		for _, e := range decisionlog.Filter(entries, c) {
+			out = append(out, e.DecisionID)
+		}
+		return out
+	}
+	serving, err := decisionlog.ResolvePolicy("kubelet-serving")
+	require.NoError(t, err)
+	admissionPath, err := decisionlog.ResolvePolicy("data.ichor.credentials.admission")
+	require.NoError(t, err)
+	since, err := decisionlog.ParseSince("1h", time.Now())
+	require.NoError(t, err)
+
+	assert.Len(t, idsOf(decisionlog.Criteria{}), 7)
+	assert.Len(t, idsOf(decisionlog.Criteria{Path: serving}), 5)
+	assert.Equal(t, ids[4:], idsOf(decisionlog.Criteria{Path: admissionPath}))
+	assert.Equal(t, []string{ids[0], ids[3]}, idsOf(decisionlog.Criteria{Action: "approve"}))
+	assert.Equal(t, []string{ids[1]}, idsOf(decisionlog.Criteria{Action: "deny"}))
+	assert.Equal(t, []string{ids[2]}, idsOf(decisionlog.Criteria{Action: "pending"}))
+	assert.Equal(t, []string{ids[4]}, idsOf(decisionlog.Criteria{Action: "allowed"}))
+	assert.Equal(t, []string{ids[5]}, idsOf(decisionlog.Criteria{Action: "refused"}))
+	assert.Equal(t, []string{entries[4].DecisionID}, idsOf(decisionlog.Criteria{Action: "none"}))
+	assert.Equal(t, []string{ids[3]}, idsOf(decisionlog.Criteria{Node: "worker-2"}))
+	assert.Equal(t, []string{ids[5]}, idsOf(decisionlog.Criteria{User: "ichor:bob"}))
+	assert.Equal(t, []string{ids[2]}, idsOf(decisionlog.Criteria{User: "system:node:worker-3"}))
+	assert.Len(t, idsOf(decisionlog.Criteria{Since: since}), 6)
+	assert.NotContains(t, idsOf(decisionlog.Criteria{Since: since}), ids[0])
+	assert.Len(t, idsOf(decisionlog.Criteria{Revision: entries[0].Revision[:12]}), 7)
+	assert.Empty(t, idsOf(decisionlog.Criteria{Revision: "sha256:0000"}))
+	assert.Equal(t, []string{ids[1]}, idsOf(decisionlog.Criteria{Path: serving, Action: "deny", Node: "worker-1", Since: since}))
+}
+
+func TestNodeMatchesWhatTalosReportedToo(t *testing.T) {
+	ctx := context.Background()
+	log := &syncBuffer{}
+	e, err := engine.New(ctx, engine.Options{DecisionLog: log})
+	require.NoError(t, err)
+	defer e.Stop(ctx)
+	d, err := e.KubeletServing(ctx, serving(t, "worker-1", talos("worker-9", "10.5.0.2"), "10.5.0.2"))
+	require.NoError(t, err)
+	require.Equal(t, engine.ActionPending, d.Action)
+
+	entries, _, err := decisionlog.Read(strings.NewReader(log.String()))
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	assert.Equal(t, "worker-1", entries[0].Node())
+	assert.Contains(t, entries[0].Nodes(), "worker-9")
+	assert.Len(t, decisionlog.Filter(entries, decisionlog.Criteria{Node: "worker-9"}), 1)
+}
+
+func TestParsingOfPoliciesAndTimes(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	for in, want := range map[string]string{
+		"kubelet-serving":                     "ichor/kubelet_serving/decision",
+		"kubelet-client":                      "ichor/kubelet_client/decision",
+		"admission":                           "ichor/credentials/admission",
+		"issuance":                            "ichor/credentials/issuance",
+		"/ichor/credentials/requirements":     "ichor/credentials/requirements",
+		"data.ichor.kubelet_serving.decision": "ichor/kubelet_serving/decision",
+	} {
+		got, err := decisionlog.ResolvePolicy(in)
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	_, err := decisionlog.ResolvePolicy("serving")
+	assert.ErrorContains(t, err, "admission, issuance, kubelet-client, kubelet-serving")
+
+	got, err := decisionlog.ParseSince("90m", now)
+	require.NoError(t, err)
+	assert.Equal(t, now.Add(-90*time.Minute), got)
+	got, err = decisionlog.ParseSince("2026-04-30T08:00:00+02:00", now)
+	require.NoError(t, err)
+	assert.True(t, got.Equal(time.Date(2026, 4, 30, 6, 0, 0, 0, time.UTC)))
+	for _, bad := range []string{"yesterday", "-1h", "2026-04-30"} {
+		_, err := decisionlog.ParseSince(bad, now)
+		assert.Error(t, err, bad)
+	}
+}
+
+// loosened copies the policy tree with the kubelet-serving IP check gone.
+func loosened(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	path := filepath.Join(dir, "ichor", "kubelet_serving", "kubelet_serving.rego")
+	src, err := os.ReadFile(path)
+	require.NoError(t, err)
+	out := strings.Replace(string(src), `	san.type == "ip"
+	not san.value in`, `	san.type == "ip-disabled"
+	not san.value in`, 1)
+	require.NotEqual(t, string(src), out, "the IP check was not found in the rule")
+	require.NoError(t, os.WriteFile(path, []byte(out), 0o600))
+	return dir
+}
+
+func replay(t *testing.T, dir string, entries []decisionlog.Entry) decisionlog.Report {
+	t.Helper()
+	ctx := context.Background()
+	b, err := bundles.Load(dir)
+	require.NoError(t, err)
+	e, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: &syncBuffer{}})
+	require.NoError(t, err)
+	defer e.Stop(ctx)
+	rep, err := decisionlog.Replay(ctx, e, entries)
+	require.NoError(t, err)
+	return rep
+}
+
+func TestReplayWithTheSamePolicyChangesNothing(t *testing.T) {
+	log, _ := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+
+	rep := replay(t, "../policy", entries)
+
+	assert.Equal(t, 7, rep.Replayed)
+	assert.Equal(t, 7, rep.Unchanged)
+	assert.Empty(t, rep.Changes)
+	assert.Empty(t, rep.Directions)
+	assert.Equal(t, entries[0].Revision, rep.Revision)
+}
+
+func TestReplayWithoutTheIPCheckFlipsExactlyTheDenial(t *testing.T) {
+	log, ids := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+
+	rep := replay(t, loosened(t), entries)
+
+	assert.Equal(t, 7, rep.Replayed)
+	assert.Equal(t, 6, rep.Unchanged)
+	assert.Equal(t, map[string]int{"deny-to-approve": 1}, rep.Directions)
+	require.Len(t, rep.Changes, 1)
+	c := rep.Changes[0]
+	assert.Equal(t, ids[1], c.Entry.DecisionID)
+	assert.Equal(t, "deny-to-approve", c.Direction)
+	assert.Equal(t, []string{"IPNotNode"}, c.Old.Codes())
+	assert.Equal(t, []string{"IchorKubeletServing"}, c.New.Codes())
+	assert.NotEqual(t, entries[0].Revision, rep.Revision)
+
+	for pattern, want := range map[string]bool{
+		"any": true, "deny-to-approve": true, "to-approve": true, "from-deny": true,
+		"approve-to-deny": false, "to-deny": false, "from-pending": false, "reasons-changed": false,
+	} {
+		require.NoError(t, decisionlog.CheckFailOn(pattern), pattern)
+		assert.Equal(t, want, c.Matches(pattern), pattern)
+	}
+}
+
+// scripted answers each path with a fixed decision or error.
+type scripted map[string]func() (engine.Decision, error)
+
+func (s scripted) Decide(_ context.Context, path string, _ any) (engine.Decision, error) {
+	return s[path]()
+}
+
+func TestReplayReportsReasonsNoDecisionAndErrors(t *testing.T) {
+	log, _ := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	// Only the denial (IPNotNode) and bob's refusal.
+	entries = []decisionlog.Entry{entries[1], entries[6]}
+
+	rep, err := decisionlog.Replay(context.Background(), scripted{
+		decisionlog.PathKubeletServing: func() (engine.Decision, error) {
+			return engine.Decision{Revision: "sha256:candidate", Result: json.RawMessage(
+				`{"action":"deny","node":"worker-1","reasons":[{"code":"DNSNameNotNode","message":"m"},{"code":"IPNotNode","message":"m"}]}`)}, nil
+		},
+		decisionlog.PathAdmission: func() (engine.Decision, error) { return engine.Decision{}, engine.ErrNoDecision },
+	}, entries)
+	require.NoError(t, err)
+	assert.Equal(t, 0, rep.Unchanged)
+	assert.Equal(t, map[string]int{"refused-to-none": 1}, rep.Directions)
+	assert.Equal(t, map[string]int{decisionlog.NoteReasonsChanged: 1}, rep.Notes)
+	require.Len(t, rep.Changes, 2)
+	assert.Equal(t, decisionlog.NoteReasonsChanged, rep.Changes[0].Note)
+	assert.True(t, rep.Changes[0].Matches("reasons-changed"))
+	assert.False(t, rep.Changes[0].Matches("any"))
+	assert.True(t, rep.Changes[1].Matches("to-none"))
+
+	rep, err = decisionlog.Replay(context.Background(), scripted{
+		decisionlog.PathKubeletServing: func() (engine.Decision, error) { return engine.Decision{}, errors.New("eval_conflict_error") },
+		decisionlog.PathAdmission: func() (engine.Decision, error) {
+			return engine.Decision{Result: json.RawMessage(`{"allowed":false,"reasons":[{"code":"ClusterNotFound","message":"other words"}]}`)}, nil
+		},
+	}, entries)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Unchanged, "the same codes in other words are the same decision")
+	assert.Equal(t, map[string]int{"deny-to-error": 1}, rep.Directions)
+	assert.Equal(t, "eval_conflict_error", rep.Changes[0].New.Error)
+}
+
+func TestReplayStopsWhenTheContextEnds(t *testing.T) {
+	log, _ := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = decisionlog.Replay(ctx, scripted{}, entries)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestFailOnRefusesWhatIsNoDirection(t *testing.T) {
+	for _, p := range []string{"deny-approve", "approve-to-approve", "to-granted", "from-", "allowed-to-", "deny-to-approve,any", ""} {
+		assert.Error(t, decisionlog.CheckFailOn(p), p)
+	}
+	for _, p := range []string{"allowed-to-refused", "refused-to-allowed", "pending-to-deny", "to-none", "approve-to-error", "reasons-changed"} {
+		assert.NoError(t, decisionlog.CheckFailOn(p), p)
+	}
+	assert.Equal(t, []string{"deny-to-approve", "approve-to-deny", "refused-to-allowed", "approve-to-none", "deny-to-error"},
+		decisionlog.SortedDirections(map[string]int{"deny-to-error": 1, "approve-to-none": 1, "refused-to-allowed": 1, "approve-to-deny": 1, "deny-to-approve": 1}))
+	assert.Equal(t, "deny → approve", decisionlog.Arrow("deny-to-approve"))
+}
+
+func TestReadTellsNoDecisionFromAFailedOne(t *testing.T) {
+	// OPA writes the error as text (console sink) or as an object with a code
+	// (sdk.Error marshalled whole, as a custom decision-log plugin does).
+	log := `{"msg":"Decision Log","decision_id":"a","path":"ichor/kubelet_serving/decision","error":"opa_undefined_error: ichor/kubelet_serving/decision decision was undefined"}
+{"msg":"Decision Log","decision_id":"b","path":"ichor/kubelet_serving/decision","error":{"code":"opa_undefined_error","message":"ichor/kubelet_serving/decision decision was undefined"}}
+{"msg":"Decision Log","decision_id":"c","path":"ichor/kubelet_serving/decision","error":{"code":"eval_conflict_error","message":"complete rules must not produce multiple outputs"}}
+{"msg":"Decision Log","decision_id":"d","path":"ichor/credentials/requirements","result":{"event":{"type":"Normal"}}}
+`
+	entries, skipped, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	assert.Zero(t, skipped)
+	require.Len(t, entries, 4)
+	assert.Equal(t, "none", entries[0].Action())
+	assert.Equal(t, "none", entries[1].Action())
+	assert.Equal(t, "error", entries[2].Action())
+	assert.Equal(t, "eval_conflict_error: complete rules must not produce multiple outputs", entries[2].Outcome().Error)
+	assert.Equal(t, "", entries[3].Action(), "a rule that answers no action")
+	assert.Equal(t, "ichor/credentials/requirements", entries[3].Policy())
+	assert.True(t, entries[0].Timestamp.IsZero())
+}

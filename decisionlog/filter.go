@@ -1,0 +1,72 @@
+package decisionlog
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Criteria select decisions; a zero field selects every decision.
+type Criteria struct {
+	// Path is a decision path (see ResolvePolicy).
+	Path string
+	// Action is one of Actions.
+	Action string
+	// Node is any of the entry's Nodes.
+	Node string
+	// User is the entry's User.
+	User string
+	// Since keeps decisions made at or after it.
+	Since time.Time
+	// Revision is the bundle revision, or a prefix of it.
+	Revision string
+}
+
+// Match reports whether an entry meets every criterion.
+func (c Criteria) Match(e Entry) bool {
+	switch {
+	case c.Path != "" && e.Path != c.Path:
+		return false
+	case c.Action != "" && e.Action() != c.Action:
+		return false
+	case c.Node != "" && !slices.Contains(e.Nodes(), c.Node):
+		return false
+	case c.User != "" && e.User() != c.User:
+		return false
+	case !c.Since.IsZero() && e.Timestamp.Before(c.Since):
+		return false
+	case c.Revision != "" && !strings.HasPrefix(e.Revision, c.Revision):
+		return false
+	}
+	return true
+}
+
+// Filter returns the entries that match, in their order.
+func Filter(entries []Entry, c Criteria) []Entry {
+	var out []Entry
+	for _, e := range entries {
+		if c.Match(e) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// ValidAction reports whether a is an action word.
+func ValidAction(a string) bool { return slices.Contains(Actions, a) }
+
+// ParseSince reads a --since value: a duration before now (such as 90m or
+// 1h), or an RFC 3339 time.
+func ParseSince(s string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		if d < 0 {
+			return time.Time{}, fmt.Errorf("since %q: a duration before now must be positive", s)
+		}
+		return now.Add(-d), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("since %q is neither a duration (such as 30m or 24h) nor an RFC 3339 time (such as 2026-05-01T12:00:00Z)", s)
+}

@@ -1,0 +1,222 @@
+package decisionlog
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// Decider evaluates a rule; *engine.Engine is one.
+type Decider interface {
+	Decide(ctx context.Context, path string, input any) (engine.Decision, error)
+}
+
+// StateResult is the state, in a direction, of a result with neither an
+// action nor an allowed.
+const StateResult = "result"
+
+// The informational changes: the action stayed, something else did not.
+const (
+	// NoteReasonsChanged is the same action for another set of reason codes.
+	NoteReasonsChanged = "reasons-changed"
+	// NoteResultChanged is another value of a rule that answers no action.
+	NoteResultChanged = "result-changed"
+)
+
+// Change is one logged decision the candidate decides otherwise.
+type Change struct {
+	Entry Entry   `json:"-"`
+	Old   Outcome `json:"old"`
+	New   Outcome `json:"new"`
+	// Direction is "deny-to-approve" and the like when the action changed.
+	Direction string `json:"direction,omitempty"`
+	// Note is NoteReasonsChanged or NoteResultChanged when it did not.
+	Note string `json:"note,omitempty"`
+}
+
+// Report is what a replay found.
+type Report struct {
+	// Revision is the candidate bundle's revision, as its decisions
+	// reported it ("" when it made none).
+	Revision string
+	// Replayed is the number of decisions replayed.
+	Replayed int
+	// Unchanged are those decided the same: same action, same reason codes.
+	Unchanged int
+	// Directions counts the changes of action by direction.
+	Directions map[string]int
+	// Notes counts the informational changes.
+	Notes map[string]int
+	// Changes are every change, in the log's order.
+	Changes []Change
+}
+
+// Replay decides every entry's input again with d, at the entry's path, and
+// reports what changed. It fails only when ctx ends; a candidate that cannot
+// evaluate an input is a change to ActionError.
+func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
+	rep := Report{Directions: map[string]int{}, Notes: map[string]int{}}
+	for _, e := range entries {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		var input any
+		if e.Input != nil {
+			// Numbers stay json.Number, so the candidate sees exactly the
+			// numbers that were logged.
+			dec := json.NewDecoder(bytes.NewReader(e.Input))
+			dec.UseNumber()
+			if err := dec.Decode(&input); err != nil {
+				return rep, fmt.Errorf("decision %s: input: %w", e.DecisionID, err)
+			}
+		}
+		var now Outcome
+		dec, err := d.Decide(ctx, e.Path, input)
+		switch {
+		case errors.Is(err, engine.ErrNoDecision):
+			now = OutcomeOf(nil)
+		case err != nil && ctx.Err() != nil:
+			return rep, ctx.Err()
+		case err != nil:
+			now = Outcome{Action: ActionError, Reasons: []engine.Reason{}, Error: err.Error()}
+		default:
+			now = OutcomeOf(dec.Result)
+			if rep.Revision == "" {
+				rep.Revision = dec.Revision
+			}
+		}
+		rep.Replayed++
+		c := Change{Entry: e, Old: e.Outcome(), New: now}
+		from, to := state(c.Old), state(c.New)
+		switch {
+		case from != to:
+			c.Direction = Direction(from, to)
+			rep.Directions[c.Direction]++
+		case from == StateResult && !sameJSON(c.Old.Result, c.New.Result):
+			c.Note = NoteResultChanged
+		case !slices.Equal(sortedCodes(c.Old), sortedCodes(c.New)):
+			c.Note = NoteReasonsChanged
+		default:
+			rep.Unchanged++
+			continue
+		}
+		if c.Note != "" {
+			rep.Notes[c.Note]++
+		}
+		rep.Changes = append(rep.Changes, c)
+	}
+	return rep, nil
+}
+
+func state(o Outcome) string {
+	if o.Action == "" {
+		return StateResult
+	}
+	return o.Action
+}
+
+func sortedCodes(o Outcome) []string {
+	codes := o.Codes()
+	slices.Sort(codes)
+	return codes
+}
+
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return bytes.Equal(a, b)
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return bytes.Equal(xa, ya)
+}
+
+// Direction names a change of action: "deny-to-approve".
+func Direction(from, to string) string { return from + "-to-" + to }
+
+// Arrow is a direction for a person: "deny → approve".
+func Arrow(direction string) string {
+	from, to, ok := strings.Cut(direction, "-to-")
+	if !ok {
+		return direction
+	}
+	return from + " → " + to
+}
+
+// directionOrder is the order directions are reported in: the CSR rules'
+// first, the most consequential of each pair first, then admission's.
+var directionOrder = []string{
+	"deny-to-approve", "approve-to-deny",
+	"pending-to-approve", "approve-to-pending",
+	"deny-to-pending", "pending-to-deny",
+	"refused-to-allowed", "allowed-to-refused",
+}
+
+// SortedDirections are the directions of a count, in report order: the known
+// ones first, the others (to or from none, error, result) by name.
+func SortedDirections(counts map[string]int) []string {
+	out := make([]string, 0, len(counts))
+	for d := range counts {
+		out = append(out, d)
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		ia, ib := slices.Index(directionOrder, a), slices.Index(directionOrder, b)
+		switch {
+		case ia >= 0 && ib >= 0:
+			return ia - ib
+		case ia >= 0:
+			return -1
+		case ib >= 0:
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	return out
+}
+
+// states are the words a direction is made of.
+var states = append(slices.Clone(Actions), StateResult)
+
+// CheckFailOn validates a --fail-on value: "any", a direction
+// ("deny-to-approve"), "to-STATE", "from-STATE", or "reasons-changed".
+func CheckFailOn(pattern string) error {
+	switch {
+	case pattern == "any" || pattern == NoteReasonsChanged || pattern == NoteResultChanged:
+		return nil
+	case strings.HasPrefix(pattern, "to-") && slices.Contains(states, strings.TrimPrefix(pattern, "to-")):
+		return nil
+	case strings.HasPrefix(pattern, "from-") && slices.Contains(states, strings.TrimPrefix(pattern, "from-")):
+		return nil
+	}
+	from, to, ok := strings.Cut(pattern, "-to-")
+	if ok && from != to && slices.Contains(states, from) && slices.Contains(states, to) {
+		return nil
+	}
+	return fmt.Errorf("%q is not a direction: give FROM-to-TO (such as deny-to-approve or allowed-to-refused), to-STATE, from-STATE, any or reasons-changed, with STATE one of %s",
+		pattern, strings.Join(states, ", "))
+}
+
+// Matches reports whether a change is one a --fail-on pattern names. "any"
+// is any change of action; the informational changes match only their own
+// name.
+func (c Change) Matches(pattern string) bool {
+	if c.Direction == "" {
+		return pattern == c.Note
+	}
+	from, to, _ := strings.Cut(c.Direction, "-to-")
+	switch {
+	case pattern == "any":
+		return true
+	case strings.HasPrefix(pattern, "to-"):
+		return to == strings.TrimPrefix(pattern, "to-")
+	case strings.HasPrefix(pattern, "from-"):
+		return from == strings.TrimPrefix(pattern, "from-")
+	}
+	return pattern == c.Direction
+}

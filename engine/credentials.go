@@ -1,0 +1,266 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdh"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+)
+
+// Entrypoints of the credential rules (policy/ichor/credentials).
+const (
+	PathCredentialRequirements = "ichor/credentials/requirements"
+	PathCredentialAdmission    = "ichor/credentials/admission"
+	PathCredentialIssuance     = "ichor/credentials/issuance"
+)
+
+// Certificate kinds of an issuance decision.
+const (
+	CertificateKindTalos      = "talos"
+	CertificateKindKubernetes = "kubernetes"
+)
+
+// CredentialAuthorization is the grant a purpose's requester must hold: a
+// SubjectAccessReview of verb on group/resource/subresource, named by the
+// cluster.
+type CredentialAuthorization struct {
+	Verb        string `json:"verb"`
+	Group       string `json:"group"`
+	Resource    string `json:"resource"`
+	Subresource string `json:"subresource"`
+}
+
+// CredentialEvent is the Event that records an issuance on the TalosCluster.
+// Message is empty in requirements, which do not know the requester yet.
+type CredentialEvent struct {
+	Type    string `json:"type"`
+	Reason  string `json:"reason"`
+	Message string `json:"message,omitempty"`
+}
+
+// CredentialRequirements is what Go gathers before it asks for admission.
+type CredentialRequirements struct {
+	Authorization CredentialAuthorization `json:"authorization"`
+	Event         CredentialEvent         `json:"event"`
+	DecisionID    string                  `json:"decision_id"`
+	Revision      string                  `json:"revision"`
+}
+
+// PublicKeyFacts are the facts of spec.publicKey: whether it parsed as a PEM
+// PUBLIC KEY block (and why not), its algorithm, curve and size. The rule
+// decides which keys are allowed.
+type PublicKeyFacts struct {
+	Parsed    bool   `json:"parsed"`
+	Error     string `json:"error"`
+	Algorithm string `json:"algorithm"`
+	Curve     string `json:"curve,omitempty"`
+	Bits      int    `json:"bits,omitempty"`
+}
+
+// CredentialUser is the requester as the API server authenticated them.
+//
+// The user's extra attributes are not part of the input: the decision-log
+// mask (policy/system/log) redacts extra only under input.csr, no credential
+// rule reads them, and they may hold personal values. They are still sent in
+// the SubjectAccessReview, where the authorizer may need them.
+type CredentialUser struct {
+	Username string   `json:"username"`
+	UID      string   `json:"uid"`
+	Groups   []string `json:"groups"`
+}
+
+// CredentialRequestFacts are the facts of one TalosCredentialRequest.
+type CredentialRequestFacts struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Cluster   string `json:"cluster"`
+	Purpose   string `json:"purpose"`
+	// TTLSeconds is absent when spec.ttl is unset: the purpose's default.
+	TTLSeconds *float64       `json:"ttl_seconds,omitempty"`
+	PublicKey  PublicKeyFacts `json:"public_key"`
+}
+
+// AuthorizationFacts are the SubjectAccessReview Go made, as sent, and the
+// authorizer's answer.
+type AuthorizationFacts struct {
+	User            string   `json:"user"`
+	UID             string   `json:"uid"`
+	Groups          []string `json:"groups"`
+	Verb            string   `json:"verb"`
+	Group           string   `json:"group"`
+	Resource        string   `json:"resource"`
+	Subresource     string   `json:"subresource"`
+	Namespace       string   `json:"namespace"`
+	Name            string   `json:"name"`
+	Allowed         bool     `json:"allowed"`
+	Denied          bool     `json:"denied"`
+	Reason          string   `json:"reason"`
+	EvaluationError string   `json:"evaluation_error"`
+}
+
+// CredentialAdmissionInput is the input of the admission decision.
+type CredentialAdmissionInput struct {
+	Operation string                 `json:"operation"`
+	DryRun    bool                   `json:"dry_run"`
+	User      CredentialUser         `json:"user"`
+	Request   CredentialRequestFacts `json:"request"`
+	// Authorization is absent when no review was made: the purpose has no
+	// requirements (it is unknown), which the rule refuses.
+	Authorization *AuthorizationFacts `json:"authorization,omitempty"`
+	ClusterExists bool                `json:"cluster_exists"`
+}
+
+// CredentialAdmission is the admission decision. Event is set only when the
+// request is allowed and is not a dry run: it must be written before the
+// request is admitted.
+type CredentialAdmission struct {
+	Allowed         bool             `json:"allowed"`
+	Reasons         []Reason         `json:"reasons"`
+	Purpose         string           `json:"purpose"`
+	LifetimeSeconds float64          `json:"lifetime_seconds"`
+	Event           *CredentialEvent `json:"event,omitempty"`
+	DecisionID      string           `json:"decision_id"`
+	Revision        string           `json:"revision"`
+}
+
+// CredentialIssuanceInput is the input of the issuance decision.
+type CredentialIssuanceInput struct {
+	Purpose    string         `json:"purpose"`
+	TTLSeconds *float64       `json:"ttl_seconds,omitempty"`
+	PublicKey  PublicKeyFacts `json:"public_key"`
+}
+
+// IssuedCertificate is what may be signed: a Talos role, or Kubernetes
+// groups (O=) and a common name.
+type IssuedCertificate struct {
+	Kind       string   `json:"kind"`
+	TalosRole  string   `json:"talos_role,omitempty"`
+	Groups     []string `json:"groups,omitempty"`
+	CommonName string   `json:"common_name,omitempty"`
+}
+
+// CredentialIssuance is the issuance decision. Certificate is set only when
+// the request is allowed.
+type CredentialIssuance struct {
+	Allowed         bool               `json:"allowed"`
+	Reasons         []Reason           `json:"reasons"`
+	Purpose         string             `json:"purpose"`
+	LifetimeSeconds float64            `json:"lifetime_seconds"`
+	Certificate     *IssuedCertificate `json:"certificate,omitempty"`
+	DecisionID      string             `json:"decision_id"`
+	Revision        string             `json:"revision"`
+}
+
+// Requirements returns the grant and the Event of a purpose. It returns
+// ErrNoDecision for a purpose the table does not know.
+func (e *Engine) Requirements(ctx context.Context, purpose string) (CredentialRequirements, error) {
+	var out CredentialRequirements
+	d, err := e.decideInto(ctx, PathCredentialRequirements, map[string]string{"purpose": purpose}, &out)
+	if err != nil {
+		return CredentialRequirements{}, err
+	}
+	if out.Authorization.Verb == "" || out.Authorization.Resource == "" || out.Event.Reason == "" {
+		return CredentialRequirements{}, fmt.Errorf("decision %s of %s names no grant or no event", d.ID, d.Path)
+	}
+	out.DecisionID, out.Revision = d.ID, d.Revision
+	return out, nil
+}
+
+// Admission decides a TalosCredentialRequest at admission.
+func (e *Engine) Admission(ctx context.Context, in CredentialAdmissionInput) (CredentialAdmission, error) {
+	var out CredentialAdmission
+	d, err := e.decideInto(ctx, PathCredentialAdmission, in, &out)
+	if err != nil {
+		return CredentialAdmission{}, err
+	}
+	if len(out.Reasons) == 0 {
+		return CredentialAdmission{}, fmt.Errorf("decision %s of %s gives no reason", d.ID, d.Path)
+	}
+	out.DecisionID, out.Revision = d.ID, d.Revision
+	return out, nil
+}
+
+// Issuance decides, again, whether a credential may be signed, and what.
+func (e *Engine) Issuance(ctx context.Context, in CredentialIssuanceInput) (CredentialIssuance, error) {
+	var out CredentialIssuance
+	d, err := e.decideInto(ctx, PathCredentialIssuance, in, &out)
+	if err != nil {
+		return CredentialIssuance{}, err
+	}
+	if len(out.Reasons) == 0 {
+		return CredentialIssuance{}, fmt.Errorf("decision %s of %s gives no reason", d.ID, d.Path)
+	}
+	// A bundle that allows without saying what to sign is broken; signing
+	// anything would be guessing.
+	if out.Allowed && (out.Certificate == nil || out.LifetimeSeconds <= 0) {
+		return CredentialIssuance{}, fmt.Errorf("decision %s of %s allows but names no certificate or lifetime", d.ID, d.Path)
+	}
+	out.DecisionID, out.Revision = d.ID, d.Revision
+	return out, nil
+}
+
+func (e *Engine) decideInto(ctx context.Context, path string, in, out any) (Decision, error) {
+	d, err := e.Decide(ctx, path, in)
+	if err != nil {
+		return d, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(d.Result))
+	if err := dec.Decode(out); err != nil {
+		return d, fmt.Errorf("decision %s of %s does not have the documented shape: %w", d.ID, path, err)
+	}
+	return d, nil
+}
+
+// Messages joins the messages of reasons, in the rule's (sorted) order, as
+// one line for a condition, an admission response or a CLI error.
+func Messages(reasons []Reason) string {
+	var b bytes.Buffer
+	for i, r := range reasons {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %s", r.Code, r.Message)
+	}
+	return b.String()
+}
+
+// ParsePublicKey reads spec.publicKey, a PEM "PUBLIC KEY" (PKIX) block, and
+// returns its facts and, when it parsed, the key. It never fails: a key that
+// cannot be read is described as such (parsed=false), and the rule refuses it.
+func ParsePublicKey(text string) (PublicKeyFacts, crypto.PublicKey) {
+	block, rest := pem.Decode([]byte(text))
+	switch {
+	case block == nil:
+		return PublicKeyFacts{Error: "no PEM block found"}, nil
+	case block.Type != "PUBLIC KEY":
+		return PublicKeyFacts{Error: fmt.Sprintf("the PEM block is %q, not \"PUBLIC KEY\"", block.Type)}, nil
+	case len(bytes.TrimSpace(rest)) > 0:
+		return PublicKeyFacts{Error: "there is more after the PEM block"}, nil
+	}
+	key, err := x509.ParsePKIXPublicKey(block.Bytes)
+	if err != nil {
+		return PublicKeyFacts{Error: err.Error()}, nil
+	}
+	facts := PublicKeyFacts{Parsed: true}
+	switch k := key.(type) {
+	case ed25519.PublicKey:
+		facts.Algorithm, facts.Bits = "Ed25519", 256
+	case *ecdsa.PublicKey:
+		facts.Algorithm, facts.Curve, facts.Bits = "ECDSA", k.Curve.Params().Name, k.Curve.Params().BitSize
+	case *rsa.PublicKey:
+		facts.Algorithm, facts.Bits = "RSA", k.N.BitLen()
+	case *ecdh.PublicKey:
+		// X25519 keys parse but cannot sign a TLS handshake.
+		facts.Algorithm, facts.Curve = "ECDH", fmt.Sprint(k.Curve())
+	default:
+		facts.Algorithm = fmt.Sprintf("%T", key)
+	}
+	return facts, key
+}

@@ -1,0 +1,278 @@
+package engine_test
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+)
+
+type signer struct {
+	private, public string
+}
+
+func newSigner(t *testing.T) signer {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	require.NoError(t, err)
+	return signer{
+		private: string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})),
+		public:  string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})),
+	}
+}
+
+// policyBundle builds the repository's policy, optionally with the IP check
+// loosened (a different rule, so a different revision).
+func policyBundle(t *testing.T, loosen bool) *bundle.Bundle {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	if loosen {
+		path := filepath.Join(dir, "ichor", "kubelet_serving", "kubelet_serving.rego")
+		src, err := os.ReadFile(path)
+		require.NoError(t, err)
+		loosened := strings.Replace(string(src), "\tsan.type == \"ip\"\n\tnot san.value in", "\tsan.type == \"ip-disabled\"\n\tnot san.value in", 1)
+		require.NotEqual(t, string(src), loosened)
+		require.NoError(t, os.WriteFile(path, []byte(loosened), 0o600))
+	}
+	b, err := bundles.FromDir(dir)
+	require.NoError(t, err)
+	return b
+}
+
+func writeBundle(t *testing.T, path string, b *bundle.Bundle, s *signer) {
+	t.Helper()
+	if s != nil {
+		require.NoError(t, bundles.Sign(b, s.private, "RS256", "ichor"))
+	}
+	data, err := bundles.Bytes(b)
+	require.NoError(t, err)
+	// Write and rename, as a ConfigMap update or a deploy would, so the
+	// poller never reads half a file.
+	tmp := path + ".tmp"
+	require.NoError(t, os.WriteFile(tmp, data, 0o600))
+	require.NoError(t, os.Rename(tmp, path))
+}
+
+// statuses collects the engine's bundle activation reports.
+type statuses struct {
+	mu  sync.Mutex
+	all []engine.BundleStatus
+}
+
+func (s *statuses) add(st engine.BundleStatus) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.all = append(s.all, st)
+}
+
+func (s *statuses) refusals() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, st := range s.all {
+		if st.Err != nil {
+			n++
+		}
+	}
+	return n
+}
+
+func forgedIPDecision(t *testing.T, e *engine.Engine) (string, string) {
+	t.Helper()
+	d, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.3"))
+	require.NoError(t, err)
+	return d.Action, d.Revision
+}
+
+func TestSignedBundleRolloutKeepsTheLastGood(t *testing.T) {
+	s, stranger := newSigner(t), newSigner(t)
+	path := filepath.Join(t.TempDir(), "bundle.tar.gz")
+	good := policyBundle(t, false)
+	writeBundle(t, path, good, &s)
+	reg := prometheus.NewRegistry()
+	metrics, err := engine.NewMetrics(reg)
+	require.NoError(t, err)
+	var st statuses
+
+	e, err := engine.New(context.Background(), engine.Options{
+		Source: path, PollInterval: 50 * time.Millisecond,
+		VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}},
+		DecisionLog:      io.Discard, Log: io.Discard, Metrics: metrics, OnBundleStatus: st.add,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	action, rev := forgedIPDecision(t, e)
+	require.Equal(t, "deny", action)
+	require.Equal(t, good.Manifest.Revision, rev)
+	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.RevisionGauge(good.Manifest.Revision)))
+
+	refuse := func(name string, write func()) {
+		t.Helper()
+		before := st.refusals()
+		write()
+		require.Eventually(t, func() bool { return st.refusals() > before }, 10*time.Second, 20*time.Millisecond, "%s was not refused", name)
+		action, rev := forgedIPDecision(t, e)
+		assert.Equal(t, "deny", action, "%s: the last good bundle keeps deciding", name)
+		assert.Equal(t, good.Manifest.Revision, rev, name)
+		assert.Error(t, e.LastError(), name)
+	}
+	refuse("an unsigned bundle", func() { writeBundle(t, path, policyBundle(t, true), nil) })
+	refuse("a bundle signed by an unknown key", func() { writeBundle(t, path, policyBundle(t, true), &stranger) })
+	refuse("a tampered bundle", func() {
+		b := policyBundle(t, false)
+		require.NoError(t, bundles.Sign(b, s.private, "RS256", "ichor"))
+		// Change a rule after signing: the signature no longer covers it.
+		b.Modules[0].Raw = append(b.Modules[0].Raw, []byte("\n# tampered\n")...)
+		data, err := bundles.Bytes(b)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, data, 0o600))
+	})
+	refuse("a corrupt file", func() { require.NoError(t, os.WriteFile(path, []byte("not a tarball"), 0o600)) })
+	assert.GreaterOrEqual(t, testutil.ToFloat64(metrics.LoadFailures()), 4.0)
+
+	// A good new bundle is picked up without a restart.
+	next := policyBundle(t, true)
+	writeBundle(t, path, next, &s)
+	require.Eventually(t, func() bool {
+		_, rev := forgedIPDecision(t, e)
+		return rev == next.Manifest.Revision
+	}, 10*time.Second, 20*time.Millisecond)
+	action, _ = forgedIPDecision(t, e)
+	assert.Equal(t, "approve", action)
+	assert.NoError(t, e.LastError())
+	assert.Equal(t, next.Manifest.Revision, e.Revision())
+}
+
+func TestBadBundleAtStartFailsWithItsReason(t *testing.T) {
+	s := newSigner(t)
+	path := filepath.Join(t.TempDir(), "bundle.tar.gz")
+	writeBundle(t, path, policyBundle(t, false), nil)
+
+	_, err := engine.New(context.Background(), engine.Options{
+		Source: path, VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}},
+		DecisionLog: io.Discard, Log: io.Discard,
+	})
+
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "refused")
+	_, err = engine.New(context.Background(), engine.Options{
+		VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}}, DecisionLog: io.Discard, Log: io.Discard,
+	})
+	assert.ErrorContains(t, err, "embedded bundle is not signed")
+}
+
+func TestBundleFromURLIsPolled(t *testing.T) {
+	var mu sync.Mutex
+	serve, err := bundles.Bytes(policyBundle(t, false))
+	require.NoError(t, err)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		_, _ = w.Write(serve)
+	}))
+	t.Cleanup(srv.Close)
+
+	e, err := engine.New(context.Background(), engine.Options{
+		Source: srv.URL + "/bundles/ichor.tar.gz", PollInterval: time.Second, DecisionLog: io.Discard, Log: io.Discard,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	action, _ := forgedIPDecision(t, e)
+	require.Equal(t, "deny", action)
+
+	next := policyBundle(t, true)
+	data, err := bundles.Bytes(next)
+	require.NoError(t, err)
+	mu.Lock()
+	serve = data
+	mu.Unlock()
+	require.Eventually(t, func() bool {
+		action, _ := forgedIPDecision(t, e)
+		return action == "approve"
+	}, 15*time.Second, 50*time.Millisecond)
+}
+
+func TestShadowDisagreementsAreCountedNotActedOn(t *testing.T) {
+	shadow, err := engine.New(context.Background(), engine.Options{Bundle: policyBundle(t, true), DecisionLog: io.Discard, Log: io.Discard})
+	require.NoError(t, err)
+	t.Cleanup(func() { shadow.Stop(context.Background()) })
+	reg := prometheus.NewRegistry()
+	metrics, err := engine.NewMetrics(reg)
+	require.NoError(t, err)
+	var logs syncBuffer
+	e, err := engine.New(context.Background(), engine.Options{DecisionLog: io.Discard, Log: &logs, Metrics: metrics, Shadow: shadow})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	action, _ := forgedIPDecision(t, e)
+	assert.Equal(t, "deny", action, "the active bundle decides")
+	good, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
+	require.NoError(t, err)
+	assert.Equal(t, "approve", good.Action)
+
+	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.Disagreements(engine.PathKubeletServing)))
+	assert.Contains(t, logs.buf.String(), "Shadow bundle disagrees")
+	assert.Contains(t, logs.buf.String(), `"codes":["IPNotNode"]`)
+	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.Decisions(engine.PathKubeletServing, "deny", "IPNotNode")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.Decisions(engine.PathKubeletServing, "approve", "IchorKubeletServing")))
+}
+
+func TestDecisionLogFileSink(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	e, err := engine.New(context.Background(), engine.Options{DecisionLog: io.Discard, Log: io.Discard, DecisionLogFile: path})
+	require.NoError(t, err)
+	d, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
+	require.NoError(t, err)
+	e.Stop(context.Background())
+
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, 1, strings.Count(string(data), "\n"))
+	assert.Contains(t, string(data), `"decision_id":"`+d.DecisionID+`"`)
+	assert.Contains(t, string(data), `"msg":"Decision Log"`)
+	assert.NotContains(t, string(data), "s3cret", "masked")
+}
+
+func TestDecisionLogServiceSink(t *testing.T) {
+	got := make(chan string, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.Path + " " + r.Header.Get("Content-Encoding")
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(srv.Close)
+	e, err := engine.New(context.Background(), engine.Options{DecisionLog: io.Discard, Log: io.Discard, DecisionLogURL: srv.URL})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	_, err = e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
+	require.NoError(t, err)
+
+	select {
+	case req := <-got:
+		assert.Equal(t, "/logs gzip", req)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no decision-log upload")
+	}
+}
