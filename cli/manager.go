@@ -1,16 +1,23 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
@@ -25,6 +32,13 @@ type managerOptions struct {
 	probeAddr      string
 	leaderElect    bool
 	bundle         string
+	bundleKeys     []string
+	bundleKeyID    string
+	bundleKeyAlg   string
+	bundlePoll     time.Duration
+	shadowBundle   string
+	logFile        string
+	logURL         string
 	resync         time.Duration
 	talosTimeout   time.Duration
 	readerLifetime time.Duration
@@ -48,12 +62,74 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint ("0" disables it)`)
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader, so that of several replicas one acts")
-	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to serve (default: the embedded bundle)")
+	f.StringVar(&o.bundle, "bundle", "", "the policy bundle to serve: a tarball path or an http(s) URL, both reloaded when they change, or a policy directory (read once); default: the embedded bundle")
+	f.StringArrayVar(&o.bundleKeys, "bundle-key", nil, "a public key (PEM file) bundles must be signed with; repeatable; with it an unsigned or otherwise signed bundle is refused")
+	f.StringVar(&o.bundleKeyID, "bundle-key-id", "ichor", "the key id of --bundle-key (as `ichor bundle build --key-id` writes it)")
+	f.StringVar(&o.bundleKeyAlg, "bundle-key-algorithm", "RS256", "the signing algorithm of --bundle-key")
+	f.DurationVar(&o.bundlePoll, "bundle-poll-interval", engine.DefaultPollInterval, "how often --bundle is looked at for a new bundle")
+	f.StringVar(&o.shadowBundle, "shadow-bundle", "", "a candidate bundle (directory or tarball) evaluated beside the active one on every decision, never acted on; disagreements are logged and counted")
+	f.StringVar(&o.logFile, "decision-log-file", "", "also append the decision log to this file")
+	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API)")
 	f.DurationVar(&o.resync, "resync-interval", kubeletserving.DefaultResyncInterval, "how often every cluster is looked at again in full")
 	f.DurationVar(&o.talosTimeout, "talos-timeout", kubeletserving.DefaultTalosTimeout, "bound on reading one node's identity from its Talos API")
-	f.DurationVar(&o.readerLifetime, "talos-reader-lifetime", talosnode.DefaultCertificateLifetime, "lifetime of the manager's own os:reader Talos certificate (at most 15m)")
+	f.DurationVar(&o.readerLifetime, "talos-reader-lifetime", 0, "lifetime of the manager's own os:reader Talos certificate (default: the policy's default for purpose node-reader; above the policy's cap is refused)")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to run against (default: in-cluster, then $KUBECONFIG)")
 	return cmd
+}
+
+// readerLifetime asks the policy (purpose node-reader) for the lifetime of
+// the manager's own Talos identity: its default, or the one asked for if the
+// cap allows it. talosnode refuses anything above 15 minutes on its own too.
+func readerLifetime(ctx context.Context, eng *engine.Engine, asked time.Duration) (time.Duration, error) {
+	in := engine.CredentialIssuanceInput{
+		Purpose:   "node-reader",
+		PublicKey: engine.PublicKeyFacts{Parsed: true, Algorithm: "Ed25519", Bits: 256},
+	}
+	if asked > 0 {
+		secs := asked.Seconds()
+		in.TTLSeconds = &secs
+	}
+	d, err := eng.Issuance(ctx, in)
+	if err != nil {
+		return 0, fmt.Errorf("lifetime of the manager's Talos identity: %w", err)
+	}
+	if !d.Allowed || d.Certificate == nil || d.Certificate.TalosRole != talosnode.ReaderRole {
+		return 0, usagef("the policy refuses the manager's Talos identity: %s", engine.Messages(d.Reasons))
+	}
+	return time.Duration(d.LifetimeSeconds * float64(time.Second)), nil
+}
+
+// engineOptions turns the bundle and decision-log flags into engine options.
+func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
+	opts := engine.Options{
+		DecisionLog: s.out, Log: s.err, PollInterval: o.bundlePoll,
+		DecisionLogFile: o.logFile, DecisionLogURL: o.logURL,
+	}
+	for _, path := range o.bundleKeys {
+		key, err := os.ReadFile(path)
+		if err != nil {
+			return opts, fmt.Errorf("--bundle-key: %w", err)
+		}
+		opts.VerificationKeys = append(opts.VerificationKeys, engine.VerificationKey{ID: o.bundleKeyID, PEM: string(key), Algorithm: o.bundleKeyAlg})
+	}
+	if len(opts.VerificationKeys) > 1 {
+		return opts, usagef("--bundle-key: one key per --bundle-key-id; give one key")
+	}
+	switch info, err := os.Stat(o.bundle); {
+	case o.bundle == "":
+	case err == nil && info.IsDir():
+		if len(opts.VerificationKeys) > 0 {
+			return opts, usagef("--bundle %s is a directory, which cannot be signed; give a signed tarball", o.bundle)
+		}
+		b, err := bundles.FromDir(o.bundle)
+		if err != nil {
+			return opts, err
+		}
+		opts.Bundle = b
+	default:
+		opts.Source = o.bundle
+	}
+	return opts, nil
 }
 
 // Scheme is the manager's scheme: the Kubernetes types and Ichor's.
@@ -70,8 +146,8 @@ func Scheme() (*runtime.Scheme, error) {
 
 func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 	ctx := cmd.Context()
-	if o.readerLifetime <= 0 || o.readerLifetime > talosnode.MaxCertificateLifetime {
-		return usagef("--talos-reader-lifetime %s is outside (0, %s]", o.readerLifetime, talosnode.MaxCertificateLifetime)
+	if o.readerLifetime < 0 {
+		return usagef("--talos-reader-lifetime %s is negative", o.readerLifetime)
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(s.err), zap.JSONEncoder()))
 	cfg, err := restConfig(o.kubeconfig)
@@ -83,19 +159,41 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 		return fmt.Errorf("scheme: %w", err)
 	}
 
-	var opts engine.Options
-	opts.DecisionLog = s.out
-	opts.Log = s.err
-	if o.bundle != "" {
-		if opts.Bundle, err = bundles.Load(o.bundle); err != nil {
-			return err
+	metrics, err := engine.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	opts, err := o.engineOptions(s)
+	if err != nil {
+		return err
+	}
+	opts.Metrics = metrics
+	if o.shadowBundle != "" {
+		b, err := bundles.Load(o.shadowBundle)
+		if err != nil {
+			return fmt.Errorf("--shadow-bundle: %w", err)
+		}
+		shadow, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, Log: s.err})
+		if err != nil {
+			return fmt.Errorf("--shadow-bundle: %w", err)
+		}
+		defer shadow.Stop(context.WithoutCancel(ctx))
+		opts.Shadow = shadow
+	}
+	// A refused bundle is an Event on the manager's own Pod (named through
+	// the downward API), where an operator looks, besides the log and the
+	// ichor_policy_bundle_load_failures_total metric.
+	var podEvents atomic.Pointer[func(engine.BundleStatus)]
+	opts.OnBundleStatus = func(st engine.BundleStatus) {
+		if f := podEvents.Load(); f != nil {
+			(*f)(st)
 		}
 	}
 	eng, err := engine.New(ctx, opts)
 	if err != nil {
 		return err
 	}
-	defer eng.Stop(ctx)
+	defer eng.Stop(context.WithoutCancel(ctx))
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
@@ -107,6 +205,10 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	lifetime, err := readerLifetime(ctx, eng, o.readerLifetime)
+	if err != nil {
+		return err
+	}
 	clientset, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("clientset: %w", err)
@@ -117,11 +219,24 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 		Clientset:      clientset,
 		Engine:         eng,
 		Recorder:       mgr.GetEventRecorder("ichor-kubelet-serving"),
-		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Lifetime: o.readerLifetime, Timeout: o.talosTimeout},
+		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Lifetime: lifetime, Timeout: o.talosTimeout},
 		ResyncInterval: o.resync,
 	}
 	if err := serving.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up the kubelet serving approver: %w", err)
+	}
+	if pod, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE"); pod != "" && ns != "" {
+		rec := mgr.GetEventRecorder("ichor-policy")
+		self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns}}
+		notify := func(st engine.BundleStatus) {
+			if st.Err != nil {
+				rec.Eventf(self, nil, corev1.EventTypeWarning, "BundleRefused", "LoadBundle",
+					"policy bundle refused, revision %s keeps serving: %v", st.ActiveRevision, st.Err)
+			} else {
+				rec.Eventf(self, nil, corev1.EventTypeNormal, "BundleActivated", "LoadBundle", "policy bundle revision %s active", st.ActiveRevision)
+			}
+		}
+		podEvents.Store(&notify)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
@@ -129,7 +244,7 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	ctrl.Log.WithName("manager").Info("starting", "bundle", o.bundle)
+	ctrl.Log.WithName("manager").Info("starting", "bundle", o.bundle, "revision", eng.Revision())
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}

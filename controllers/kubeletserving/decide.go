@@ -115,6 +115,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	}
 	epoch := p.r.machineEpoch.get()
 	if wait, skip := p.r.memo.skip(csr, epoch, p.now); skip {
+		p.pending++
 		p.retryIn(wait)
 		return nil
 	}
@@ -147,6 +148,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		logger.Info("denied kubelet serving certificate")
 		p.event(machine, csr, corev1.EventTypeWarning, "Denied", summary(d))
 	case engine.ActionPending:
+		p.pending++
 		first, wait := p.r.memo.pending(csr, epoch, d, p.now)
 		p.retryIn(wait)
 		if first {
@@ -166,10 +168,14 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 	if err != nil {
 		return &csrinput.Node{Readable: false, Error: err.Error(), Addresses: []string{}}
 	}
+	start := time.Now()
 	id, err := reader.Read(ctx, machine.Spec.Endpoint)
 	if err != nil {
+		talosReadSeconds.WithLabelValues("error").Observe(time.Since(start).Seconds())
+		talosReadErrors.Inc()
 		return &csrinput.Node{Readable: false, Error: err.Error(), Addresses: []string{}}
 	}
+	talosReadSeconds.WithLabelValues("ok").Observe(time.Since(start).Seconds())
 	return &csrinput.Node{Readable: true, Nodename: id.Nodename, Hostname: id.Hostname, Addresses: id.Addresses}
 }
 

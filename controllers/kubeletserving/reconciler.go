@@ -183,12 +183,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.NodeReaders.Forget(req.NamespacedName)
+			pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("get cluster: %w", err)
 	}
 	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
 		r.NodeReaders.Forget(req.NamespacedName)
+		pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
 		return reconcile.Result{}, r.clearConditions(ctx, &cluster)
 	}
 	if cluster.Spec.KubeconfigRef != nil {
@@ -233,6 +235,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return p.result(), nil
 	}
 	r.memo.keepOnly(seen)
+	pendingCSRs.WithLabelValues(cluster.Namespace, cluster.Name).Set(float64(p.pending))
 	if err := r.updateConditions(ctx, &cluster, p); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -246,6 +249,8 @@ type pass struct {
 	cluster *ichorv1alpha1.TalosCluster
 	now     time.Time
 	requeue time.Duration
+	// pending counts the requests this pass left pending.
+	pending int
 }
 
 // retryIn asks for the cluster to be reconciled again within d.

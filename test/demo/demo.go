@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -58,6 +59,8 @@ type Result struct {
 	Certified   []string
 	Kubeconfig  string
 	DecisionLog string
+	// Metrics is the manager's Prometheus endpoint as scraped at the end.
+	Metrics string
 }
 
 type node struct {
@@ -136,7 +139,11 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 
 	say("== Starting the real manager: %s manager", opts.Ichor)
 	res.DecisionLog = filepath.Join(opts.WorkDir, "decisions.log")
-	mgr, err := startManager(opts.Ichor, res.Kubeconfig, res.DecisionLog, filepath.Join(opts.WorkDir, "manager.log"))
+	metricsAddr, err := freeAddress()
+	if err != nil {
+		return res, err
+	}
+	mgr, err := startManager(opts.Ichor, res.Kubeconfig, res.DecisionLog, filepath.Join(opts.WorkDir, "manager.log"), metricsAddr)
 	if err != nil {
 		return res, err
 	}
@@ -201,6 +208,10 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	}
 	say("   kubelets holding a CA-signed serving certificate: %s", strings.Join(res.Certified, ", "))
 	res.Verdicts = verdicts.snapshot()
+	if res.Metrics, err = scrape(storyCtx, "http://"+metricsAddr+"/metrics"); err != nil {
+		return res, err
+	}
+	say("   metrics: http://%s/metrics", metricsAddr)
 
 	say("")
 	say("== The decision log, as `ichor decisions list` reads it:")
@@ -274,7 +285,35 @@ type manager struct {
 	done    chan error
 }
 
-func startManager(ichor, kubeconfig, decisionLog, logPath string) (*manager, error) {
+// freeAddress is a loopback address with a port free now, for the
+// manager's metrics endpoint.
+func freeAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func scrape(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("scrape the manager's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("scrape the manager's metrics: %w", err)
+	}
+	return string(b), nil
+}
+
+func startManager(ichor, kubeconfig, decisionLog, logPath, metricsAddr string) (*manager, error) {
 	stdout, err := os.Create(decisionLog)
 	if err != nil {
 		return nil, fmt.Errorf("decision log: %w", err)
@@ -285,7 +324,7 @@ func startManager(ichor, kubeconfig, decisionLog, logPath string) (*manager, err
 		return nil, fmt.Errorf("manager log: %w", err)
 	}
 	cmd := exec.Command(ichor, "manager", "--kubeconfig", kubeconfig,
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--resync-interval", "5s")
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", "0", "--resync-interval", "5s")
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		stdout.Close()

@@ -39,4 +39,19 @@ func TestDemoTellsTheStory(t *testing.T) {
 	}
 	assert.Equal(t, "pending", res.Verdicts["worker-3"][0])
 	assert.Contains(t, story.String(), "IPNotNode: IP address 10.5.0.3 is not one of the node's addresses")
+
+	// The manager's metrics, with their labels.
+	for _, want := range []string{
+		`ichor_policy_decisions_total{action="deny",policy="ichor/kubelet_serving/decision",reason="IPNotNode"} 1`,
+		`ichor_policy_decisions_total{action="approve",policy="ichor/kubelet_serving/decision",reason="IchorKubeletServing"}`,
+		`ichor_policy_decisions_total{action="pending",policy="ichor/kubelet_serving/decision",reason="MachineUnknown"}`,
+		`ichor_policy_decision_duration_seconds_bucket{policy="ichor/kubelet_serving/decision"`,
+		`ichor_policy_bundle_info{revision="sha256:`,
+		`ichor_policy_bundle_load_failures_total 0`,
+		`ichor_talos_identity_read_duration_seconds_count{result="ok"}`,
+		`ichor_talos_identity_read_errors_total`,
+		`ichor_kubelet_serving_pending_csrs{cluster="demo",namespace="demo"}`,
+	} {
+		assert.Contains(t, res.Metrics, want)
+	}
 }
