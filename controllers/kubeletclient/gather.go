@@ -1,0 +1,171 @@
+package kubeletclient
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"sort"
+	"strings"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
+	"github.com/ichor-dev/ichor-policy/csrinput"
+)
+
+// The subresources of certificatesigningrequests whose "create" permission
+// authorizes a kubelet client request, as kube-controller-manager's approver
+// asks for them: they exist only as RBAC names, never as API endpoints.
+const (
+	SubresourceSelfNodeClient = "selfnodeclient"
+	SubresourceNodeClient     = "nodeclient"
+)
+
+const nodeUserPrefix = "system:node:"
+
+// authorization makes both SubjectAccessReviews as the requester, always
+// both: which one matters is the rule's to say. A failed call is not an
+// answer, so it is an error (the request is retried), never a fact.
+func (r *Reconciler) authorization(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (csrinput.KubeletAuthorization, error) {
+	self, err := r.review(ctx, csr, SubresourceSelfNodeClient)
+	if err != nil {
+		return csrinput.KubeletAuthorization{}, err
+	}
+	node, err := r.review(ctx, csr, SubresourceNodeClient)
+	if err != nil {
+		return csrinput.KubeletAuthorization{}, err
+	}
+	return csrinput.KubeletAuthorization{SelfNodeClient: self, NodeClient: node}, nil
+}
+
+// review asks whether the requester, exactly as the API server recorded them
+// on the request (user, uid, groups, extra), may create the subresource.
+func (r *Reconciler) review(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, subresource string) (csrinput.AccessReview, error) {
+	attrs := authorizationv1.ResourceAttributes{
+		Group: certificatesv1.GroupName,
+		// Any version, as kube-controller-manager asks: the permission is on
+		// the resource, whichever version of the API the request came in by.
+		Version:     "*",
+		Resource:    "certificatesigningrequests",
+		Subresource: subresource,
+		Verb:        "create",
+	}
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:               csr.Spec.Username,
+		UID:                csr.Spec.UID,
+		Groups:             csr.Spec.Groups,
+		Extra:              extra(csr.Spec.Extra),
+		ResourceAttributes: &attrs,
+	}}
+	got, err := r.Clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	if err != nil {
+		return csrinput.AccessReview{}, fmt.Errorf("SubjectAccessReview create certificatesigningrequests/%s as %q: %w", subresource, csr.Spec.Username, err)
+	}
+	return csrinput.AccessReview{
+		Verb:            attrs.Verb,
+		Group:           attrs.Group,
+		Version:         attrs.Version,
+		Resource:        attrs.Resource,
+		Subresource:     attrs.Subresource,
+		Allowed:         got.Status.Allowed,
+		Denied:          got.Status.Denied,
+		Reason:          got.Status.Reason,
+		EvaluationError: got.Status.EvaluationError,
+	}, nil
+}
+
+func extra(in map[string]certificatesv1.ExtraValue) map[string]authorizationv1.ExtraValue {
+	if in == nil {
+		return nil
+	}
+	out := make(map[string]authorizationv1.ExtraValue, len(in))
+	for k, v := range in {
+		out[k] = authorizationv1.ExtraValue(v)
+	}
+	return out
+}
+
+// nodeNameOf is the node name the request's subject claims, for finding its
+// machine; "" when its common name is not system:node:<name>. Only a lookup
+// key: the rule judges the subject itself, from the input.
+func nodeNameOf(csr *certificatesv1.CertificateSigningRequest) string {
+	block, _ := pem.Decode(csr.Spec.Request)
+	if block == nil {
+		return ""
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return ""
+	}
+	node, ok := strings.CutPrefix(req.Subject.CommonName, nodeUserPrefix)
+	if !ok {
+		return ""
+	}
+	return node
+}
+
+// machineFor finds the managed machine answering to node name node (its
+// status.nodeName or, before that is known, its spec.hostname, as a kubelet
+// bootstraps before its Node exists) whose cluster is this API server's: a
+// TalosCluster that exists and has no spec.kubeconfigRef. A machine of a
+// cluster judged in another API server is another node, however it is named,
+// and node names such as worker-1 recur from cluster to cluster.
+func (r *Reconciler) machineFor(ctx context.Context, node string) (*ichorv1alpha1.TalosMachine, error) {
+	if node == "" {
+		return nil, nil
+	}
+	var machines ichorv1alpha1.TalosMachineList
+	if err := r.Client.List(ctx, &machines, client.MatchingFields{kubeletserving.IndexNodeName: node}); err != nil {
+		return nil, fmt.Errorf("list machines with node name %q: %w", node, err)
+	}
+	var found []ichorv1alpha1.TalosMachine
+	for _, m := range machines.Items {
+		local, err := r.localCluster(ctx, m.Namespace, m.Spec.ClusterName)
+		if err != nil {
+			return nil, err
+		}
+		if local {
+			found = append(found, m)
+		}
+	}
+	if len(found) == 0 {
+		return nil, nil
+	}
+	// A recorded node name is a stronger match than a hostname; among equals
+	// the order is fixed so the same request always meets the same machine.
+	sort.Slice(found, func(i, j int) bool {
+		if (found[i].Status.NodeName == node) != (found[j].Status.NodeName == node) {
+			return found[i].Status.NodeName == node
+		}
+		if found[i].Namespace != found[j].Namespace {
+			return found[i].Namespace < found[j].Namespace
+		}
+		return found[i].Name < found[j].Name
+	})
+	if len(found) > 1 {
+		log.FromContext(ctx).Info("several machines have this node name; using the first",
+			"node", node, "machine", client.ObjectKeyFromObject(&found[0]))
+	}
+	return &found[0], nil
+}
+
+// localCluster reports whether the named TalosCluster exists and judges the
+// API server this controller runs against.
+func (r *Reconciler) localCluster(ctx context.Context, namespace, name string) (bool, error) {
+	var cluster ichorv1alpha1.TalosCluster
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("get cluster %s/%s: %w", namespace, name, err)
+	}
+	return cluster.Spec.KubeconfigRef == nil, nil
+}

@@ -1,0 +1,803 @@
+package kubeletclient_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletclient"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+)
+
+// One control plane and one manager serve every test of the package; each
+// test has its own namespace, node names and users.
+//
+// The manager's bundle is the default one with require_managed_machine on
+// (off by default). The Go side gathers the machine either way, so this runs
+// every path of it: each test registers the machines of the nodes it expects
+// approved, and TestUnknownMachine proves the lookup and its watch.
+var (
+	env         *harness.Env
+	decisionLog = &syncBuffer{}
+)
+
+const (
+	wait = 60 * time.Second
+	// recheck is the manager's first re-check of a pending request; short,
+	// so that proving the re-check takes seconds.
+	recheck    = time.Second
+	maxRecheck = 4 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var err error
+	env, err = harness.Start(ctx, harness.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start the control plane:", err)
+		return 1
+	}
+	defer env.Stop()
+	if err := setupRBAC(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "test RBAC:", err)
+		return 1
+	}
+	stop, err := startManager(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start the manager:", err)
+		return 1
+	}
+	defer stop()
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintln(os.Stderr, env.TailLogs(30))
+	}
+	return code
+}
+
+// startManager runs the approver; stop ends the manager, waits for it, and
+// then stops the engine (which removes its bundle directory).
+func startManager(ctx context.Context) (stop func(), _ error) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
+	b, err := bundles.Default()
+	if err != nil {
+		return nil, err
+	}
+	cfg := b.Data["ichor"].(map[string]any)["kubelet_client"].(map[string]any)["config"].(map[string]any)
+	cfg["require_managed_machine"] = true
+	b.Manifest.Revision = bundles.Digest(b)
+	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: decisionLog, Log: os.Stderr})
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	})
+	if err != nil {
+		eng.Stop(ctx)
+		return nil, err
+	}
+	r := &kubeletclient.Reconciler{
+		Client:             mgr.GetClient(),
+		Clientset:          env.Clientset,
+		Engine:             eng,
+		Recorder:           mgr.GetEventRecorder("ichor-kubelet-client"),
+		RecheckInterval:    recheck,
+		MaxRecheckInterval: maxRecheck,
+	}
+	// The serving approver does not run here, so this one registers the index.
+	if err := r.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: false}); err != nil {
+		eng.Stop(ctx)
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		eng.Stop(context.Background())
+	}, nil
+}
+
+// The test's own ClusterRoles, each with exactly the rule of its built-in
+// namesake (system:certificates.k8s.io:certificatesigningrequests:nodeclient
+// and …:selfnodeclient), bound per user so one test's grant is no other's.
+const (
+	roleNodeClient     = "test:certificatesigningrequests:nodeclient"
+	roleSelfNodeClient = "test:certificatesigningrequests:selfnodeclient"
+	// roleBootstrapper lets a bootstrap token create and watch CSRs, as
+	// kubeadm binds system:node-bootstrapper to system:bootstrappers.
+	roleBootstrapper = "system:node-bootstrapper"
+)
+
+func setupRBAC(ctx context.Context) error {
+	for name, sub := range map[string]string{roleNodeClient: "nodeclient", roleSelfNodeClient: "selfnodeclient"} {
+		role := &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Rules: []rbacv1.PolicyRule{{
+				APIGroups: []string{certificatesv1.GroupName},
+				Resources: []string{"certificatesigningrequests/" + sub},
+				Verbs:     []string{"create"},
+			}},
+		}
+		if err := env.Client.Create(ctx, role); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bind binds the ClusterRole to the user and waits until the authorizer says
+// so, so that what a test sees next follows from the binding.
+func bind(t *testing.T, user string, groups []string, role string) {
+	t.Helper()
+	name := "test:" + strings.ReplaceAll(user, ":", "-") + ":" + strings.ReplaceAll(role, ":", "-")
+	require.NoError(t, env.Client.Create(t.Context(), &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}))
+	subresource := map[string]string{roleNodeClient: "nodeclient", roleSelfNodeClient: "selfnodeclient"}[role]
+	require.Eventually(t, func() bool {
+		got, err := env.Clientset.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: user, Groups: groups,
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Group: certificatesv1.GroupName, Resource: "certificatesigningrequests", Subresource: subresource, Verb: "create",
+				},
+			},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		return got.Status.Allowed
+	}, wait, 50*time.Millisecond, "binding %s not in effect", name)
+}
+
+// fixture is one test's namespace and local cluster.
+type fixture struct {
+	t       *testing.T
+	ctx     context.Context
+	ns      string
+	cluster string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ctx := t.Context()
+	ns := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(ns) > 50 {
+		ns = ns[:50]
+	}
+	ns = strings.Trim(ns, "-")
+	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	f := &fixture{t: t, ctx: ctx, ns: ns, cluster: "demo"}
+	f.addCluster(ns, f.cluster, nil)
+	return f
+}
+
+func (f *fixture) addCluster(ns, name string, kubeconfig *ichorv1alpha1.KubeconfigReference) {
+	f.t.Helper()
+	require.NoError(f.t, env.Client.Create(f.ctx, &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion:  "v1.14",
+			SecretsRef:    ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"},
+			KubeconfigRef: kubeconfig,
+		},
+	}))
+}
+
+// machine registers a TalosMachine of the fixture's cluster answering to node.
+func (f *fixture) machine(node string) {
+	f.t.Helper()
+	f.machineIn(f.ns, f.cluster, node)
+}
+
+func (f *fixture) machineIn(ns, cluster, node string) {
+	f.t.Helper()
+	require.NoError(f.t, env.Client.Create(f.ctx, &ichorv1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: node},
+		Spec: ichorv1alpha1.TalosMachineSpec{
+			ClusterName: cluster, Hostname: node, Endpoint: "127.0.0.1:1", Role: ichorv1alpha1.MachineRoleWorker,
+		},
+	}))
+}
+
+// userClient is a client authenticated as user in groups.
+func userClient(t *testing.T, user string, groups ...string) kubernetes.Interface {
+	t.Helper()
+	cfg, err := env.UserConfig(user, groups...)
+	require.NoError(t, err)
+	return clientFor(t, cfg)
+}
+
+func clientFor(t *testing.T, cfg *rest.Config) kubernetes.Interface {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	return cs
+}
+
+// clientUsages are what a kubelet with an ECDSA key asks for.
+var clientUsages = []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth}
+
+// submit creates a kubelet client CSR as the client's user.
+func submit(t *testing.T, cs kubernetes.Interface, name string, r csrgen.Request, usages ...certificatesv1.KeyUsage) string {
+	t.Helper()
+	if usages == nil {
+		usages = clientUsages
+	}
+	pemBytes, err := csrgen.PEM(r)
+	require.NoError(t, err)
+	obj := &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    pemBytes,
+			SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
+			Usages:     usages,
+		},
+	}
+	_, err = cs.CertificatesV1().CertificateSigningRequests().Create(t.Context(), obj, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = env.Clientset.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	return name
+}
+
+func getCSR(t *testing.T, name string) *certificatesv1.CertificateSigningRequest {
+	t.Helper()
+	csr, err := env.Clientset.CertificatesV1().CertificateSigningRequests().Get(t.Context(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	return csr
+}
+
+func condition(csr *certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequestCondition {
+	for i, c := range csr.Status.Conditions {
+		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
+			return &csr.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// requireApproved waits for the CSR to be approved as kind by this
+// controller and signed, checks what the condition, the certificate, the
+// Event and the decision log say, and returns the certificate.
+func requireApproved(t *testing.T, name, node, kind string) *x509.Certificate {
+	t.Helper()
+	var csr *certificatesv1.CertificateSigningRequest
+	require.Eventually(t, func() bool {
+		csr = getCSR(t, name)
+		return condition(csr) != nil
+	}, wait, 50*time.Millisecond, "CSR %s was not decided", name)
+	c := condition(csr)
+	require.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
+	assert.Equal(t, kubeletclient.ApprovalReason, c.Reason)
+	assert.Contains(t, c.Message, fmt.Sprintf(`IchorKubeletClient: kubelet client certificate for node %q approved as %s: `, node, kind))
+	assert.Contains(t, c.Message, "(decision ")
+	assert.Contains(t, c.Message, ", policy revision sha256:")
+
+	// kube-controller-manager signs what was approved.
+	require.Eventually(t, func() bool {
+		csr = getCSR(t, name)
+		return len(csr.Status.Certificate) > 0
+	}, wait, 50*time.Millisecond, "CSR %s was approved but not signed", name)
+	block, _ := pem.Decode(csr.Status.Certificate)
+	require.NotNil(t, block)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	require.NoError(t, err)
+	assert.Equal(t, "system:node:"+node, cert.Subject.CommonName)
+	assert.Equal(t, []string{"system:nodes"}, cert.Subject.Organization)
+	assert.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, cert.ExtKeyUsage)
+	caPEM, _ := env.KubernetesCA()
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(caPEM))
+	_, err = cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.NoError(t, err)
+
+	// The verdict is in the decision log, with the id the condition names.
+	entries := decisionLog.entriesFor(name)
+	require.NotEmpty(t, entries)
+	last := entries[len(entries)-1]
+	assert.Equal(t, engine.ActionApprove, last.Result.Action)
+	assert.Equal(t, kind, last.Result.Kind)
+	assert.Equal(t, node, last.Result.Node)
+	assert.Equal(t, []string{"IchorKubeletClient"}, codesOf(last))
+	assert.Contains(t, c.Message, "(decision "+last.DecisionID+",")
+	assert.NotEmpty(t, last.Bundles["ichor"].Revision)
+	assert.True(t, last.Input.Authorization[kind].Allowed, "the input holds the review that allowed it")
+	require.NotNil(t, last.Input.Machine, "the input holds the machine")
+	assert.Equal(t, node, last.Input.Machine.Name)
+
+	waitEvent(t, name, "Approved")
+	return cert
+}
+
+// requirePending waits for a pending verdict on the CSR in the decision log,
+// checks its codes (all of them, in the rule's order) and that the CSR is
+// still undecided, and returns that entry.
+func requirePending(t *testing.T, name string, codes ...string) logEntry {
+	t.Helper()
+	var got logEntry
+	require.Eventually(t, func() bool {
+		entries := decisionLog.entriesFor(name)
+		if len(entries) == 0 {
+			return false
+		}
+		got = entries[len(entries)-1]
+		return true
+	}, wait, 50*time.Millisecond, "no decision logged for %s", name)
+	require.Equal(t, engine.ActionPending, got.Result.Action, "%+v", got.Result)
+	assert.Equal(t, codes, codesOf(got), "%+v", got.Result.Reasons)
+	assert.Nil(t, condition(getCSR(t, name)), "CSR %s must stay pending", name)
+	return got
+}
+
+func codesOf(e logEntry) []string {
+	out := []string{}
+	for _, r := range e.Result.Reasons {
+		out = append(out, r.Code)
+	}
+	return out
+}
+
+// waitEvent waits for an Event about the named CSR with the given reason.
+func waitEvent(t *testing.T, csr, reason string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var list eventsv1.EventList
+		require.NoError(t, env.Client.List(t.Context(), &list))
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "CertificateSigningRequest" && e.Regarding.Name == csr && e.Reason == reason &&
+				e.Type == corev1.EventTypeNormal {
+				return true
+			}
+		}
+		return false
+	}, wait, 100*time.Millisecond, "no %s Event for CSR %s", reason, csr)
+}
+
+// startKubelet runs a kubelet's client certificate manager (what the kubelet
+// runs to bootstrap and rotate its client certificate) as user in groups.
+func startKubelet(t *testing.T, node, user string, groups []string, key func() (crypto.Signer, error)) *harness.Kubelet {
+	t.Helper()
+	k, err := env.StartKubelet(t.Context(), harness.KubeletOptions{
+		NodeName:    node,
+		SignerName:  certificatesv1.KubeAPIServerClientKubeletSignerName,
+		Username:    user,
+		Groups:      groups,
+		GenerateKey: key,
+	})
+	require.NoError(t, err)
+	t.Cleanup(k.Stop)
+	return k
+}
+
+// kubeletCSR waits for the kubelet's request, decided or not: one the
+// approver decides at once may never be seen pending.
+func kubeletCSR(t *testing.T, k *harness.Kubelet) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	csr, err := k.WaitForCSR(ctx, func(*certificatesv1.CertificateSigningRequest) bool { return true })
+	require.NoError(t, err)
+	return csr.Name
+}
+
+func TestBootstrapTokenIsApprovedAsNodeClientAndTheNodeThenRenewsAsItself(t *testing.T) {
+	f := newFixture(t)
+	f.machine("boot-1")
+	token := "system:bootstrap:b00t01"
+	groups := []string{"system:bootstrappers"}
+	bind(t, token, groups, roleBootstrapper)
+	bind(t, token, groups, roleNodeClient)
+
+	kubelet := startKubelet(t, "boot-1", token, groups, nil)
+	name := kubeletCSR(t, kubelet)
+	cert := requireApproved(t, name, "boot-1", "nodeclient")
+	assert.Equal(t, token, getCSR(t, name).Spec.Username)
+
+	ctx, cancel := context.WithTimeout(f.ctx, wait)
+	defer cancel()
+	held, err := kubelet.WaitForCertificate(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, cert.SerialNumber, held.SerialNumber, "the kubelet holds what was signed")
+
+	// The certificate authenticates the node as itself: it renews with it,
+	// and with the self-node-client permission that is approved as self.
+	node := "system:node:boot-1"
+	bind(t, node, []string{"system:nodes"}, roleSelfNodeClient)
+	current := kubelet.Current()
+	keyDER, err := x509.MarshalPKCS8PrivateKey(current.PrivateKey)
+	require.NoError(t, err)
+	cfg := rest.AnonymousClientConfig(env.Config)
+	cfg.CertData = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: current.Certificate[0]})
+	cfg.KeyData = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	renewal := submit(t, clientFor(t, cfg), "boot-1-renewal", csrgen.Request{Subject: csrgen.NodeSubject("boot-1")})
+	requireApproved(t, renewal, "boot-1", "selfnodeclient")
+	assert.Equal(t, node, getCSR(t, renewal).Spec.Username)
+	assert.Contains(t, getCSR(t, renewal).Spec.Groups, "system:nodes")
+}
+
+func TestNodeRenewingItsOwnCertificateIsApprovedAsSelf(t *testing.T) {
+	f := newFixture(t)
+	f.machine("renew-1")
+	bind(t, "system:node:renew-1", []string{"system:nodes"}, roleSelfNodeClient)
+
+	// An RSA key: the kubelet then asks for key encipherment too.
+	rsaKey := func() (crypto.Signer, error) { return rsa.GenerateKey(rand.Reader, 2048) }
+	kubelet := startKubelet(t, "renew-1", "", nil, rsaKey)
+	name := kubeletCSR(t, kubelet)
+	requireApproved(t, name, "renew-1", "selfnodeclient")
+	assert.ElementsMatch(t, []certificatesv1.KeyUsage{"digital signature", "key encipherment", "client auth"}, getCSR(t, name).Spec.Usages)
+
+	ctx, cancel := context.WithTimeout(f.ctx, wait)
+	defer cancel()
+	_, err := kubelet.WaitForCertificate(ctx)
+	require.NoError(t, err)
+}
+
+// Without the permission a request stays pending; it is decided again on
+// the re-check timer, not in a loop, and approved once the binding exists,
+// although nothing about the request changed.
+func TestWithoutPermissionPendingUntilTheBindingIsAdded(t *testing.T) {
+	f := newFixture(t)
+	f.machine("perm-1")
+	f.machine("perm-2")
+	token := "system:bootstrap:perm01"
+	groups := []string{"system:bootstrappers"}
+	bind(t, token, groups, roleBootstrapper)
+
+	bootstrap := startKubelet(t, "perm-1", token, groups, nil)
+	self := startKubelet(t, "perm-2", "", nil, nil)
+	bootstrapCSR, selfCSR := kubeletCSR(t, bootstrap), kubeletCSR(t, self)
+
+	e := requirePending(t, bootstrapCSR, "NodeClientNotAuthorized")
+	assert.Equal(t, "nodeclient", e.Result.Kind)
+	assert.False(t, e.Input.Authorization["nodeclient"].Allowed)
+	assert.Contains(t, e.Result.Reasons[0].Message, `"system:bootstrap:perm01" may not create certificatesigningrequests/nodeclient`)
+	e = requirePending(t, selfCSR, "NodeClientNotAuthorized", "SelfNodeClientNotAuthorized")
+	assert.Equal(t, "selfnodeclient", e.Result.Kind)
+
+	// Re-checked on the timer, with backoff: no two decisions of the same
+	// unchanged request closer than the first interval.
+	require.Eventually(t, func() bool { return len(decisionLog.entriesFor(selfCSR)) >= 3 }, wait, 100*time.Millisecond)
+	entries := decisionLog.entriesFor(selfCSR)
+	for i := 1; i < len(entries); i++ {
+		gap := entries[i].Timestamp.Sub(entries[i-1].Timestamp)
+		assert.GreaterOrEqual(t, gap, recheck*9/10, "decisions %d and %d of an unchanged request %s apart", i-1, i, gap)
+		assert.Equal(t, engine.ActionPending, entries[i].Result.Action)
+	}
+	assert.Nil(t, condition(getCSR(t, selfCSR)))
+
+	bind(t, token, groups, roleNodeClient)
+	bind(t, "system:node:perm-2", []string{"system:nodes"}, roleSelfNodeClient)
+	requireApproved(t, bootstrapCSR, "perm-1", "nodeclient")
+	requireApproved(t, selfCSR, "perm-2", "selfnodeclient")
+}
+
+// A request of the wrong shape stays pending whatever its requester may do:
+// the requester here holds both permissions, and the control case is approved.
+func TestRequestsOfTheWrongShapeStayPending(t *testing.T) {
+	f := newFixture(t)
+	f.machine("shape-1")
+	user := "system:node:shape-1"
+	bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
+	bind(t, user, []string{"system:nodes"}, roleNodeClient)
+	node := userClient(t, user, "system:nodes")
+	good := csrgen.Request{Subject: csrgen.NodeSubject("shape-1")}
+	withSubject := func(s pkix.Name) csrgen.Request { r := good; r.Subject = s; return r }
+	uri, err := url.Parse("spiffe://cluster.local/shape-1")
+	require.NoError(t, err)
+
+	cases := []struct {
+		name    string
+		request csrgen.Request
+		usages  []certificatesv1.KeyUsage
+		codes   []string
+		message string
+	}{
+		{name: "wrong-organization", request: withSubject(pkix.Name{CommonName: user, Organization: []string{"acme"}}),
+			codes: []string{"OrganizationNotNodes", "PrivilegedSubject"}, message: `organizations are ["acme"]`},
+		{name: "no-organization", request: withSubject(pkix.Name{CommonName: user}),
+			codes: []string{"OrganizationNotNodes"}},
+		{name: "extra-organization", request: withSubject(pkix.Name{CommonName: user, Organization: []string{"system:nodes", "acme"}}),
+			// DER sorts the values of one attribute, and the rule sees them as the request carries them.
+			codes: []string{"OrganizationNotNodes", "PrivilegedSubject"}, message: `organizations are ["acme", "system:nodes"]`},
+		{name: "system-masters", request: withSubject(pkix.Name{CommonName: user, Organization: []string{"system:nodes", "system:masters"}}),
+			codes: []string{"OrganizationNotNodes", "PrivilegedSubject"}, message: "O=system:masters"},
+		{name: "common-name-without-prefix", request: withSubject(pkix.Name{CommonName: "shape-1", Organization: []string{"system:nodes"}}),
+			// No node name, so no machine either.
+			codes: []string{"CommonNameNotNode", "MachineUnknown"}},
+		{name: "common-name-prefix-only", request: withSubject(pkix.Name{CommonName: "system:node:", Organization: []string{"system:nodes"}}),
+			codes: []string{"CommonNameNotNode", "MachineUnknown"}},
+		{name: "san-dns", request: func() csrgen.Request { r := good; r.DNSNames = []string{"shape-1"}; return r }(),
+			codes: []string{"SANPresent"}, message: "of type dns"},
+		{name: "san-ip", request: func() csrgen.Request { r := good; r.IPs = []net.IP{net.ParseIP("10.30.0.2")}; return r }(),
+			codes: []string{"SANPresent"}, message: `"10.30.0.2" of type ip`},
+		{name: "san-email", request: func() csrgen.Request { r := good; r.Emails = []string{"root@shape-1"}; return r }(),
+			codes: []string{"SANPresent"}, message: "of type email"},
+		{name: "san-uri", request: func() csrgen.Request { r := good; r.URIs = []*url.URL{uri}; return r }(),
+			codes: []string{"SANPresent"}, message: "of type uri"},
+		{name: "san-other-name", request: withSAN(t, good, otherName(t)),
+			codes: []string{"SANPresent"}, message: "of type other_name"},
+		{name: "san-registered-id", request: withSAN(t, good, asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 8, Bytes: []byte{0x2a, 0x03}}),
+			codes: []string{"SANPresent"}, message: "of type registered_id"},
+		{name: "usage-more", request: good, usages: []certificatesv1.KeyUsage{"digital signature", "client auth", "server auth"},
+			codes: []string{"UsagesNotAllowed"}},
+		{name: "usage-more-rsa-set", request: good, usages: []certificatesv1.KeyUsage{"digital signature", "key encipherment", "client auth", "server auth"},
+			codes: []string{"UsagesNotAllowed"}},
+		{name: "usage-less", request: good, usages: []certificatesv1.KeyUsage{"client auth"},
+			codes: []string{"UsagesNotAllowed"}},
+		{name: "usage-less-rsa-set", request: good, usages: []certificatesv1.KeyUsage{"key encipherment", "client auth"},
+			codes: []string{"UsagesNotAllowed"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			name := submit(t, node, "shape-"+tc.name, tc.request, tc.usages...)
+			e := requirePending(t, name, tc.codes...)
+			if tc.message != "" {
+				assert.Contains(t, e.Result.Reasons[0].Message+" "+e.Result.Reasons[len(e.Result.Reasons)-1].Message, tc.message)
+			}
+		})
+	}
+	t.Run("control", func(t *testing.T) {
+		requireApproved(t, submit(t, node, "shape-control", good), "shape-1", "selfnodeclient")
+	})
+}
+
+// A request whose PEM does not parse, or whose signature does not verify,
+// never reaches the approver: the API server refuses to create it. The rule
+// still leaves such a request pending (MalformedRequest, InvalidSignature;
+// its own tests prove it), in case one ever arrives from elsewhere.
+func TestAPIServerRefusesUnverifiableRequests(t *testing.T) {
+	user := "system:node:forged-1"
+	node := userClient(t, user, "system:nodes")
+	good, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("forged-1")})
+	require.NoError(t, err)
+	tampered, err := csrgen.TamperSignature(good)
+	require.NoError(t, err)
+	for name, request := range map[string][]byte{
+		"forged-1-tampered": tampered,
+		"forged-1-garbage":  []byte("-----BEGIN CERTIFICATE REQUEST-----\nbm90IGEgcmVxdWVzdA==\n-----END CERTIFICATE REQUEST-----\n"),
+	} {
+		_, err := node.CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certificatesv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: certificatesv1.CertificateSigningRequestSpec{
+				Request: request, SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName, Usages: clientUsages,
+			},
+		}, metav1.CreateOptions{})
+		require.Error(t, err, name)
+		assert.True(t, apierrors.IsInvalid(err), "%s: %v", name, err)
+	}
+}
+
+// A node asking for another node's certificate is not a self request,
+// whatever its self-node-client permission; without the node-client
+// permission it is not approved at all, and with it, as nodeclient only.
+func TestRequestForAnotherNodeIsNotSelf(t *testing.T) {
+	f := newFixture(t)
+	f.machine("other-b")
+	user := "system:node:other-a"
+	bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
+	name := submit(t, userClient(t, user, "system:nodes"), "other-a-for-b", csrgen.Request{Subject: csrgen.NodeSubject("other-b")})
+
+	e := requirePending(t, name, "NodeClientNotAuthorized")
+	assert.Equal(t, "nodeclient", e.Result.Kind)
+	assert.True(t, e.Input.Authorization["selfnodeclient"].Allowed, "the self permission is there and does not count")
+	assert.Contains(t, e.Result.Reasons[0].Message,
+		`not selfnodeclient: spec.username "system:node:other-a" is not the common name "system:node:other-b"`)
+
+	bind(t, user, []string{"system:nodes"}, roleNodeClient)
+	requireApproved(t, name, "other-b", "nodeclient")
+}
+
+// With require_managed_machine, a node no local machine answers to stays
+// pending, a machine of a cluster judged in another API server does not
+// count, and a local machine that appears is found.
+func TestUnknownMachineIsPendingUntilALocalMachineAppears(t *testing.T) {
+	f := newFixture(t)
+	user := "system:node:lost-1"
+	bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
+	// The same node name in a remote cluster.
+	f.addCluster(f.ns, "remote", &ichorv1alpha1.KubeconfigReference{Name: "remote-kubeconfig"})
+	f.machineIn(f.ns, "remote", "lost-1")
+	name := submit(t, userClient(t, user, "system:nodes"), "lost-1", csrgen.Request{Subject: csrgen.NodeSubject("lost-1")})
+
+	e := requirePending(t, name, "MachineUnknown")
+	assert.Nil(t, e.Input.Machine)
+	assert.True(t, e.Input.Authorization["selfnodeclient"].Allowed)
+
+	// A local machine, under another object name, answering to the node
+	// name by its hostname.
+	require.NoError(t, env.Client.Create(f.ctx, &ichorv1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lost-1-local"},
+		Spec: ichorv1alpha1.TalosMachineSpec{
+			ClusterName: f.cluster, Hostname: "lost-1", Endpoint: "127.0.0.1:1", Role: ichorv1alpha1.MachineRoleWorker,
+		},
+	}))
+	var csr *certificatesv1.CertificateSigningRequest
+	require.Eventually(t, func() bool {
+		csr = getCSR(t, name)
+		return condition(csr) != nil
+	}, wait, 50*time.Millisecond)
+	assert.Equal(t, certificatesv1.CertificateApproved, condition(csr).Type)
+	entries := decisionLog.entriesFor(name)
+	last := entries[len(entries)-1]
+	require.NotNil(t, last.Input.Machine)
+	assert.Equal(t, "lost-1-local", last.Input.Machine.Name)
+	assert.Equal(t, f.cluster, last.Input.Machine.Cluster)
+}
+
+// Another signer's request, even for a node, is never looked at.
+func TestAnotherSignerIsUntouched(t *testing.T) {
+	f := newFixture(t)
+	f.machine("serving-1")
+	user := "system:node:serving-1"
+	bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
+	node := userClient(t, user, "system:nodes")
+	pemBytes, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("serving-1")})
+	require.NoError(t, err)
+	obj := csrgen.ServingObject("serving-1-serving", "serving-1", pemBytes, clientUsages...)
+	obj.Spec.Username, obj.Spec.Groups = "", nil
+	_, err = node.CertificatesV1().CertificateSigningRequests().Create(f.ctx, obj, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = env.Clientset.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), obj.Name, metav1.DeleteOptions{})
+	})
+	// A client request made after it is approved; by then the other one
+	// has been through the controller's event handler.
+	requireApproved(t, submit(t, node, "serving-1-client", csrgen.Request{Subject: csrgen.NodeSubject("serving-1")}), "serving-1", "selfnodeclient")
+
+	assert.Nil(t, condition(getCSR(t, obj.Name)))
+	assert.Empty(t, decisionLog.entriesFor(obj.Name))
+}
+
+// A request decided by someone else first is left as it is.
+func TestRequestDeniedByAPersonIsLeftAlone(t *testing.T) {
+	f := newFixture(t)
+	f.machine("denied-1")
+	user := "system:node:denied-1"
+	node := userClient(t, user, "system:nodes")
+	name := submit(t, node, "denied-1", csrgen.Request{Subject: csrgen.NodeSubject("denied-1")})
+	requirePending(t, name, "NodeClientNotAuthorized", "SelfNodeClientNotAuthorized")
+
+	csr := getCSR(t, name)
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: "ByHand", Message: "not this one",
+	})
+	_, err := env.Clientset.CertificatesV1().CertificateSigningRequests().UpdateApproval(f.ctx, name, csr, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	logged := len(decisionLog.entriesFor(name))
+
+	// Now the permission is there, and a later request of the same node is
+	// approved; the denied one is not decided again.
+	bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
+	requireApproved(t, submit(t, node, "denied-1-again", csrgen.Request{Subject: csrgen.NodeSubject("denied-1")}), "denied-1", "selfnodeclient")
+	c := condition(getCSR(t, name))
+	require.NotNil(t, c)
+	assert.Equal(t, certificatesv1.CertificateDenied, c.Type)
+	assert.Equal(t, "ByHand", c.Reason)
+	assert.LessOrEqual(t, len(decisionLog.entriesFor(name)), logged+1, "at most a re-check already under way")
+}
+
+func withSAN(t *testing.T, r csrgen.Request, names ...asn1.RawValue) csrgen.Request {
+	t.Helper()
+	var body []byte
+	for _, n := range names {
+		b, err := asn1.Marshal(n)
+		require.NoError(t, err)
+		body = append(body, b...)
+	}
+	value, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: body})
+	require.NoError(t, err)
+	r.Extensions = append(r.Extensions, pkix.Extension{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: value})
+	return r
+}
+
+// otherName is a Microsoft UPN otherName, a type crypto/x509 does not decode.
+func otherName(t *testing.T) asn1.RawValue {
+	t.Helper()
+	oid, err := asn1.Marshal(asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 311, 20, 2, 3})
+	require.NoError(t, err)
+	return asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: oid}
+}
+
+// syncBuffer is the decision log the engine writes to.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+type logEntry struct {
+	DecisionID string    `json:"decision_id"`
+	Path       string    `json:"path"`
+	Timestamp  time.Time `json:"timestamp"`
+	Input      struct {
+		CSR struct {
+			Name string `json:"name"`
+		} `json:"csr"`
+		Authorization map[string]struct {
+			Allowed bool `json:"allowed"`
+		} `json:"authorization"`
+		Machine *struct {
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+			Cluster   string `json:"cluster"`
+		} `json:"machine"`
+	} `json:"input"`
+	Result  engine.CSRDecision `json:"result"`
+	Bundles map[string]struct {
+		Revision string `json:"revision"`
+	} `json:"bundles"`
+}
+
+// entriesFor is the kubelet-client decisions logged for the CSR, oldest first.
+func (b *syncBuffer) entriesFor(csr string) []logEntry {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []logEntry
+	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+	sc.Buffer(make([]byte, 0, 1<<20), 1<<24)
+	for sc.Scan() {
+		var e logEntry
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Input.CSR.Name == csr && strings.Contains(e.Path, "kubelet_client") {
+			out = append(out, e)
+		}
+	}
+	return out
+}

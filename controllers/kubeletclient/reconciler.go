@@ -1,0 +1,294 @@
+// Package kubeletclient is the approver of kubelet client certificates: the
+// CertificateSigningRequests of the signer
+// kubernetes.io/kube-apiserver-client-kubelet, which a kubelet makes with its
+// bootstrap token to join and with its own certificate to renew it.
+//
+// It does what kube-controller-manager's csrapproving controller does
+// (pkg/controller/certificates/approver/sarapprove.go), with the decision in
+// Rego (policy/ichor/kubelet_client) and written to the decision log. For
+// each undecided request it gathers the facts: the parsed request
+// (csrinput.Build), the answers of the two SubjectAccessReviews made as the
+// requester ("create certificatesigningrequests/selfnodeclient" and
+// ".../nodeclient" in certificates.k8s.io), and the managed machine with the
+// request's node name, if any. It asks the engine and acts: it approves, or
+// leaves the request pending. It never denies, never touches another signer
+// and never deletes a request.
+//
+// The reconciler is keyed by CSR. A pending verdict is remembered by the
+// request's UID and resourceVersion, so a request that nothing changed is not
+// decided again in a loop; but the answer of a SubjectAccessReview changes
+// with RBAC, which this controller does not watch, so a pending request is
+// decided again on a slow timer (RecheckInterval, doubling up to
+// MaxRecheckInterval), and at once when a machine with its node name changes.
+package kubeletclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
+	"github.com/ichor-dev/ichor-policy/csrinput"
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// SignerName is the only signer whose requests this controller decides.
+const SignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
+
+// ApprovalReason is the reason of the Approved condition this controller
+// writes, so a person can tell its approvals from kube-controller-manager's
+// (AutoApproved) or anyone else's.
+const ApprovalReason = "IchorKubeletClient"
+
+// Defaults of the re-check of pending requests. A request is pending either
+// because it is not a kubelet client request (nothing will change that) or
+// because its requester lacks the permission (an RBAC change fixes it, and the
+// kubelet keeps waiting for its request meanwhile): 30s is soon enough for a
+// person who has just added a binding, and the backoff bounds the cost of the
+// first kind to two SubjectAccessReviews every MaxRecheckInterval.
+const (
+	DefaultRecheckInterval    = 30 * time.Second
+	DefaultMaxRecheckInterval = 5 * time.Minute
+)
+
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests/approval,verbs=update
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=signers,resourceNames=kubernetes.io/kube-apiserver-client-kubelet,verbs=approve
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// +kubebuilder:rbac:groups=ichor.dev,resources=talosclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.dev,resources=talosmachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconciler approves kubelet client certificates.
+type Reconciler struct {
+	// Client reads CSRs, TalosMachines and TalosClusters from the cache.
+	Client client.Client
+	// Clientset makes the SubjectAccessReviews and writes approvals (the
+	// approval subresource).
+	Clientset kubernetes.Interface
+	Engine    *engine.Engine
+	// Recorder writes the Approved Event on the request; nil writes none.
+	Recorder events.EventRecorder
+
+	// RecheckInterval is the first wait before a pending request is decided
+	// again; each further pending verdict doubles it, up to
+	// MaxRecheckInterval. Zero means the defaults.
+	RecheckInterval    time.Duration
+	MaxRecheckInterval time.Duration
+	// Now is the clock; time.Now if nil.
+	Now func() time.Time
+
+	memo verdictMemo
+	// machineEpoch counts the changes of machines and clusters that change
+	// which machine a node name finds: a remembered verdict holds only in the
+	// epoch it was reached in.
+	machineEpoch epoch
+}
+
+// SetupOptions are the choices of SetupWithManager.
+type SetupOptions struct {
+	// NodeNameIndexRegistered says that kubeletserving.AddIndexes has already
+	// run on the manager's field indexer (kubeletserving.Reconciler's
+	// SetupWithManager does), so the machine index this controller queries,
+	// kubeletserving.IndexNodeName, exists. When false, SetupWithManager calls
+	// kubeletserving.AddIndexes itself; registering an index twice fails, so a
+	// manager running both approvers sets up the serving one first and passes
+	// true here.
+	NodeNameIndexRegistered bool
+}
+
+// SetupWithManager registers the reconciler, and the indexes unless opts
+// says they are registered.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opts SetupOptions) error {
+	if r.RecheckInterval <= 0 {
+		r.RecheckInterval = DefaultRecheckInterval
+	}
+	if r.MaxRecheckInterval <= 0 {
+		r.MaxRecheckInterval = DefaultMaxRecheckInterval
+	}
+	r.MaxRecheckInterval = max(r.MaxRecheckInterval, r.RecheckInterval)
+	if r.Now == nil {
+		r.Now = time.Now
+	}
+	if !opts.NodeNameIndexRegistered {
+		if err := kubeletserving.AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+			return err
+		}
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("kubeletclient").
+		For(&certificatesv1.CertificateSigningRequest{}, builder.WithPredicates(predicate.NewPredicateFuncs(isKubeletClient))).
+		Watches(&ichorv1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToRequests)).
+		Watches(&ichorv1alpha1.TalosCluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToRequests),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(r)
+}
+
+func isKubeletClient(obj client.Object) bool {
+	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
+	return ok && csr.Spec.SignerName == SignerName
+}
+
+// machineToRequests wakes the pending requests for the machine's node names
+// when they are a new fact: a machine that appears, or changes the names it
+// answers to or its cluster. A status update that leaves them alone (a
+// recorded serving certificate) changes nothing here.
+func (r *Reconciler) machineToRequests(_ context.Context, obj client.Object) []reconcile.Request {
+	m, ok := obj.(*ichorv1alpha1.TalosMachine)
+	if !ok {
+		return nil
+	}
+	key := m.Namespace + "/" + m.Spec.ClusterName + "/" + m.Status.NodeName + "/" + m.Spec.Hostname
+	if !r.machineEpoch.note(m.UID, key) {
+		return nil
+	}
+	return r.memo.pendingFor(m.Status.NodeName, m.Spec.Hostname)
+}
+
+// clusterToRequests wakes every pending request when a cluster appears or
+// gains or loses spec.kubeconfigRef, which says whether its machines are this
+// API server's nodes. Such changes are rare, and pending requests few.
+func (r *Reconciler) clusterToRequests(_ context.Context, obj client.Object) []reconcile.Request {
+	c, ok := obj.(*ichorv1alpha1.TalosCluster)
+	if !ok {
+		return nil
+	}
+	if !r.machineEpoch.note(c.UID, fmt.Sprint(c.Spec.KubeconfigRef == nil)) {
+		return nil
+	}
+	return r.memo.pendingFor()
+}
+
+// Reconcile decides one request while it is undecided.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	logger := log.FromContext(ctx).WithValues("csr", req.Name)
+	ctx = log.IntoContext(ctx, logger)
+
+	var csr certificatesv1.CertificateSigningRequest
+	if err := r.Client.Get(ctx, req.NamespacedName, &csr); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.memo.forgetName(req.Name)
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, fmt.Errorf("get CSR: %w", err)
+	}
+	if !isKubeletClient(&csr) {
+		return reconcile.Result{}, nil
+	}
+	if len(csr.Status.Certificate) > 0 || isDecided(&csr) {
+		r.memo.forget(csr.UID)
+		return reconcile.Result{}, nil
+	}
+
+	now := r.Now()
+	epoch := r.machineEpoch.get()
+	if wait, skip := r.memo.skip(&csr, epoch, now); skip {
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+
+	node := nodeNameOf(&csr)
+	in := csrinput.KubeletClient{CSR: csrinput.Build(&csr)}
+	var err error
+	if in.Authorization, err = r.authorization(ctx, &csr); err != nil {
+		return reconcile.Result{}, err
+	}
+	machine, err := r.machineFor(ctx, node)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if machine != nil {
+		in.Machine = &csrinput.Machine{Name: machine.Name, Namespace: machine.Namespace, Cluster: machine.Spec.ClusterName}
+	}
+
+	d, err := r.Engine.KubeletClient(ctx, in)
+	if errors.Is(err, engine.ErrNoDecision) {
+		// The rule does not govern this request; nothing here will change that.
+		return reconcile.Result{}, nil
+	}
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("decide CSR %s: %w", csr.Name, err)
+	}
+	logger = logger.WithValues("node", d.Node, "kind", d.Kind, "action", d.Action, "codes", codes(d),
+		"decision_id", d.DecisionID, "revision", d.Revision)
+
+	switch d.Action {
+	case engine.ActionApprove:
+		if err := r.approve(ctx, &csr, d, now); err != nil {
+			return reconcile.Result{}, err
+		}
+		r.memo.approved(&csr, node)
+		logger.Info("approved kubelet client certificate")
+		if r.Recorder != nil {
+			r.Recorder.Eventf(&csr, nil, corev1.EventTypeNormal, "Approved", "Approve", "%s", summary(d))
+		}
+		return reconcile.Result{}, nil
+	case engine.ActionPending:
+		first, wait := r.memo.pending(&csr, node, epoch, d, now, r.RecheckInterval, r.MaxRecheckInterval)
+		if first {
+			logger.Info("left kubelet client certificate pending", "reasons", summary(d), "recheck_in", wait)
+		} else {
+			logger.V(1).Info("kubelet client certificate still pending", "recheck_in", wait)
+		}
+		return reconcile.Result{RequeueAfter: wait}, nil
+	default:
+		// This approver never denies: a denial is final, and the rule leaves
+		// what it does not approve to a person or another approver. A bundle
+		// whose rule denies is carried out as pending, and said loudly.
+		first, wait := r.memo.pending(&csr, node, epoch, d, now, r.RecheckInterval, r.MaxRecheckInterval)
+		if first {
+			logger.Error(errors.New("the kubelet client rule answered deny"),
+				"this approver never denies; the request is left pending", "reasons", summary(d))
+		}
+		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+}
+
+func (r *Reconciler) approve(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision, now time.Time) error {
+	updated := csr.DeepCopy()
+	t := metav1.NewTime(now)
+	updated.Status.Conditions = append(updated.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type:               certificatesv1.CertificateApproved,
+		Status:             corev1.ConditionTrue,
+		Reason:             ApprovalReason,
+		Message:            conditionMessage(d),
+		LastUpdateTime:     t,
+		LastTransitionTime: t,
+	})
+	// The resourceVersion of the object decided on: if the request changed
+	// since (approved or denied by someone else), the update conflicts and
+	// the request is looked at again.
+	if _, err := r.Clientset.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, updated, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("approve CSR %s: %w", csr.Name, err)
+	}
+	return nil
+}
+
+func isDecided(csr *certificatesv1.CertificateSigningRequest) bool {
+	for _, c := range csr.Status.Conditions {
+		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
+			return true
+		}
+	}
+	return false
+}
+
+func requestFor(name string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Name: name}}
+}
