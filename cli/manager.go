@@ -22,6 +22,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletclient"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/talosnode"
@@ -49,7 +50,7 @@ func newManagerCommand(s streams) *cobra.Command {
 	var o managerOptions
 	cmd := &cobra.Command{
 		Use:   "manager",
-		Short: "Run the controllers: the kubelet serving certificate approver",
+		Short: "Run the controllers: the kubelet serving and client certificate approvers",
 		Long: `Run the controllers against the cluster of the current kubeconfig (in a pod: its
 service account). Every decision is written to standard output as one JSON line
 (OPA's decision log); the controllers' own logs go to standard error.`,
@@ -224,6 +225,16 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 	}
 	if err := serving.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up the kubelet serving approver: %w", err)
+	}
+	clientApprover := &kubeletclient.Reconciler{
+		Client:    mgr.GetClient(),
+		Clientset: clientset,
+		Engine:    eng,
+		Recorder:  mgr.GetEventRecorder("ichor-kubelet-client"),
+	}
+	// The serving approver has registered the machine index (kubeletserving.AddIndexes).
+	if err := clientApprover.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: true}); err != nil {
+		return fmt.Errorf("set up the kubelet client approver: %w", err)
 	}
 	if pod, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE"); pod != "" && ns != "" {
 		rec := mgr.GetEventRecorder("ichor-policy")

@@ -206,7 +206,7 @@ func (p *pass) setApproval(ctx context.Context, csr *certificatesv1.CertificateS
 	updated.Status.Conditions = append(updated.Status.Conditions, cond)
 	// The resourceVersion of the object decided on: if the request changed
 	// since, the update conflicts and the request is decided again.
-	if _, err := p.r.Clientset.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, updated, metav1.UpdateOptions{}); err != nil {
+	if _, err := p.target.clientset.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, updated, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("%s CSR %s: %w", strings.ToLower(string(cond.Type)), csr.Name, err)
 	}
 	return nil
@@ -254,7 +254,7 @@ func (p *pass) event(machine *ichorv1alpha1.TalosMachine, csr *certificatesv1.Ce
 	if p.r.Recorder == nil {
 		return
 	}
-	if csr != nil {
+	if csr != nil && p.target.local {
 		p.r.Recorder.Eventf(csr, machine, eventType, reason, "Decide", "%s", note)
 	}
 	if machine != nil {

@@ -27,6 +27,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -75,8 +76,11 @@ type Reconciler struct {
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
 
-	dirty dirtySet
-	memo  verdictMemo
+	dirty   dirtySet
+	memo    verdictMemo
+	targets targets
+	// controller is kept to add the watch of a remote API server.
+	controller controller.Controller
 	// machineEpoch counts machine changes: a pending verdict for an unknown
 	// machine is worth deciding again only after one.
 	machineEpoch epoch
@@ -93,13 +97,18 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	c, err := ctrl.NewControllerManagedBy(mgr).
 		Named("kubeletserving").
 		For(&ichorv1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&ichorv1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToCluster)).
 		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(r.csrToClusters),
 			builder.WithPredicates(predicate.NewPredicateFuncs(isKubeletServing))).
-		Complete(r)
+		Build(r)
+	if err != nil {
+		return err
+	}
+	r.controller = c
+	return nil
 }
 
 func isKubeletServing(obj client.Object) bool {
@@ -137,6 +146,12 @@ func (r *Reconciler) csrToClusters(ctx context.Context, obj client.Object) []rec
 	}
 	reqs := make([]reconcile.Request, 0, len(keys))
 	for _, key := range keys {
+		// A request in this API server is for the clusters judging it, not
+		// for those whose kubeconfigRef names another.
+		var c ichorv1alpha1.TalosCluster
+		if err := r.Client.Get(ctx, key, &c); err != nil || c.Spec.KubeconfigRef != nil {
+			continue
+		}
 		r.dirty.add(key, csr.Name)
 		reqs = append(reqs, reconcile.Request{NamespacedName: key})
 	}
@@ -183,6 +198,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.NodeReaders.Forget(req.NamespacedName)
+			r.targets.stop(req.NamespacedName)
 			pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
 			return reconcile.Result{}, nil
 		}
@@ -190,27 +206,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
 		r.NodeReaders.Forget(req.NamespacedName)
+		r.targets.stop(req.NamespacedName)
 		pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
 		return reconcile.Result{}, r.clearConditions(ctx, &cluster)
 	}
-	if cluster.Spec.KubeconfigRef != nil {
-		// Judging another cluster's API server needs a cache of its CSRs; until
-		// that is built the option is refused visibly rather than ignored.
-		return reconcile.Result{}, r.refuseRemote(ctx, &cluster)
+	t, err := r.targetFor(ctx, &cluster)
+	if err != nil {
+		logger.Error(err, "cannot judge the cluster's API server")
+		if err := r.refuseTarget(ctx, &cluster, err); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 
-	p := &pass{r: r, cluster: &cluster, now: r.Now()}
+	p := &pass{r: r, cluster: &cluster, target: t, now: r.Now()}
 	var csrs []certificatesv1.CertificateSigningRequest
 	if work.full {
 		var list certificatesv1.CertificateSigningRequestList
-		if err := r.Client.List(ctx, &list, client.MatchingFields{IndexSignerName: certificatesv1.KubeletServingSignerName}); err != nil {
+		if err := t.reader.List(ctx, &list, client.MatchingFields{IndexSignerName: certificatesv1.KubeletServingSignerName}); err != nil {
 			return reconcile.Result{}, fmt.Errorf("list kubelet-serving CSRs: %w", err)
 		}
 		csrs = list.Items
 	} else {
 		for name := range work.csrs {
 			var csr certificatesv1.CertificateSigningRequest
-			if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, &csr); err != nil {
+			if err := t.reader.Get(ctx, types.NamespacedName{Name: name}, &csr); err != nil {
 				if apierrors.IsNotFound(err) {
 					continue
 				}
@@ -247,6 +267,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 type pass struct {
 	r       *Reconciler
 	cluster *ichorv1alpha1.TalosCluster
+	target  *target
 	now     time.Time
 	requeue time.Duration
 	// pending counts the requests this pass left pending.

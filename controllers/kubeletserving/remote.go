@@ -1,35 +1,194 @@
 package kubeletserving
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 )
 
-// ReasonKubeconfigRefUnsupported is the reason of a False
-// KubeletServingCertificates condition on a cluster whose CSRs live in
-// another API server: this controller judges only the API server it runs
-// against, and says so rather than approving nothing silently.
-const ReasonKubeconfigRefUnsupported = "KubeconfigRefUnsupported"
+// ReasonKubeconfigUnreadable is the reason of a False
+// KubeletServingCertificates condition when the cluster's kubeconfigRef
+// cannot be read or its API server cannot be watched: nothing is decided
+// there until it can.
+const ReasonKubeconfigUnreadable = "KubeconfigUnreadable"
 
-func (r *Reconciler) refuseRemote(ctx context.Context, cluster *ichorv1alpha1.TalosCluster) error {
-	before := cluster.DeepCopy()
-	meta.SetStatusCondition(&cluster.Status.Conditions, metav1.Condition{
+// target is an API server whose kubelet-serving CSRs a cluster judges: the
+// manager's own, or the one a TalosCluster's kubeconfigRef names, watched
+// through its own cache.
+type target struct {
+	// reader reads CSRs (a cache).
+	reader client.Reader
+	// clientset writes approvals.
+	clientset kubernetes.Interface
+	// local is the manager's own API server, where Events about a CSR can be
+	// written beside it.
+	local bool
+
+	kubeconfig []byte
+	cancel     context.CancelFunc
+}
+
+// targets keeps one watched API server per cluster with a kubeconfigRef.
+type targets struct {
+	mu     sync.Mutex
+	remote map[types.NamespacedName]*target
+}
+
+// targetFor is the API server a cluster judges. A remote one is started (its
+// cache synced and its CSR events wired to this cluster) on first use and
+// restarted when the kubeconfig changes.
+func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluster) (*target, error) {
+	key := client.ObjectKeyFromObject(c)
+	if c.Spec.KubeconfigRef == nil {
+		r.targets.stop(key)
+		return &target{reader: r.Client, clientset: r.Clientset, local: true}, nil
+	}
+	kubeconfig, err := r.readKubeconfig(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	r.targets.mu.Lock()
+	defer r.targets.mu.Unlock()
+	if t, ok := r.targets.remote[key]; ok {
+		if bytes.Equal(t.kubeconfig, kubeconfig) {
+			return t, nil
+		}
+		t.cancel()
+		delete(r.targets.remote, key)
+	}
+	t, err := r.startRemote(ctx, key, kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	if r.targets.remote == nil {
+		r.targets.remote = map[types.NamespacedName]*target{}
+	}
+	r.targets.remote[key] = t
+	return t, nil
+}
+
+func (r *Reconciler) readKubeconfig(ctx context.Context, c *ichorv1alpha1.TalosCluster) ([]byte, error) {
+	ref := c.Spec.KubeconfigRef
+	k := ref.Key
+	if k == "" {
+		k = ichorv1alpha1.DefaultKubeconfigKey
+	}
+	var secret corev1.Secret
+	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: ref.Name}, &secret); err != nil {
+		return nil, fmt.Errorf("kubeconfig of cluster %s/%s: get Secret %q: %w", c.Namespace, c.Name, ref.Name, err)
+	}
+	data, ok := secret.Data[k]
+	if !ok {
+		return nil, fmt.Errorf("kubeconfig of cluster %s/%s: Secret %q has no key %q", c.Namespace, c.Name, ref.Name, k)
+	}
+	return data, nil
+}
+
+func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, kubeconfig []byte) (*target, error) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
+	}
+	scheme := runtime.NewScheme()
+	if err := certificatesv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	cl, err := cluster.New(cfg, func(o *cluster.Options) {
+		o.Scheme = scheme
+		o.Cache = cache.Options{ByObject: map[client.Object]cache.ByObject{&certificatesv1.CertificateSigningRequest{}: {}}}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("API server of cluster %s: %w", key, err)
+	}
+	if err := cl.GetFieldIndexer().IndexField(ctx, &certificatesv1.CertificateSigningRequest{}, IndexSignerName, func(o client.Object) []string {
+		return []string{o.(*certificatesv1.CertificateSigningRequest).Spec.SignerName}
+	}); err != nil {
+		return nil, fmt.Errorf("index CSRs of cluster %s: %w", key, err)
+	}
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("API server of cluster %s: %w", key, err)
+	}
+	// The watch lives as long as the manager, not as this reconcile.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		if err := cl.Start(runCtx); err != nil {
+			log.FromContext(ctx).Error(err, "watch of a remote API server stopped", "taloscluster", key)
+		}
+	}()
+	syncCtx, stop := context.WithTimeout(ctx, 30*time.Second)
+	defer stop()
+	// Start the informer for CSRs, then wait for it.
+	if _, err := cl.GetCache().GetInformer(syncCtx, &certificatesv1.CertificateSigningRequest{}); err != nil {
+		cancel()
+		return nil, fmt.Errorf("watch CSRs of cluster %s: %w", key, err)
+	}
+	if !cl.GetCache().WaitForCacheSync(syncCtx) {
+		cancel()
+		return nil, fmt.Errorf("watch CSRs of cluster %s: the cache did not sync", key)
+	}
+	if r.controller != nil {
+		src := source.Kind(cl.GetCache(), &certificatesv1.CertificateSigningRequest{},
+			handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, csr *certificatesv1.CertificateSigningRequest) []reconcile.Request {
+				r.dirty.add(key, csr.Name)
+				return []reconcile.Request{{NamespacedName: key}}
+			}),
+			predicate.NewTypedPredicateFuncs(func(csr *certificatesv1.CertificateSigningRequest) bool {
+				return csr.Spec.SignerName == certificatesv1.KubeletServingSignerName
+			}))
+		if err := r.controller.Watch(src); err != nil {
+			cancel()
+			return nil, fmt.Errorf("watch CSRs of cluster %s: %w", key, err)
+		}
+	}
+	log.FromContext(ctx).Info("watching the cluster's own API server for kubelet serving CSRs", "host", cfg.Host)
+	return &target{reader: cl.GetClient(), clientset: clientset, kubeconfig: kubeconfig, cancel: cancel}, nil
+}
+
+func (t *targets) stop(key types.NamespacedName) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if rt, ok := t.remote[key]; ok {
+		rt.cancel()
+		delete(t.remote, key)
+	}
+}
+
+// refuseTarget says on the cluster why its API server is not judged.
+func (r *Reconciler) refuseTarget(ctx context.Context, c *ichorv1alpha1.TalosCluster, cause error) error {
+	before := c.DeepCopy()
+	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
 		Type:               ichorv1alpha1.ConditionKubeletServingCertificates,
 		Status:             metav1.ConditionFalse,
-		Reason:             ReasonKubeconfigRefUnsupported,
-		Message:            "spec.kubeconfigRef is set, but this manager approves kubelet serving certificates only in the API server it runs against; run a manager in the target cluster",
-		ObservedGeneration: cluster.Generation,
+		Reason:             ReasonKubeconfigUnreadable,
+		Message:            cause.Error(),
+		ObservedGeneration: c.Generation,
 	})
-	if !statusChanged(before.Status, cluster.Status) {
+	if !statusChanged(before.Status, c.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, cluster, client.MergeFrom(before)); err != nil {
+	if err := r.Client.Status().Patch(ctx, c, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("update cluster conditions: %w", err)
 	}
 	return nil
