@@ -558,3 +558,59 @@ func (b *syncBuffer) entriesFor(csr string) []logEntry {
 	}
 	return out
 }
+
+func TestClusterWithKubeconfigRefIsJudgedInItsOwnAPIServer(t *testing.T) {
+	ctx := t.Context()
+	workload, err := harness.Start(ctx, harness.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = workload.Stop() })
+
+	ns := "remote-cluster"
+	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	// The workload cluster's own secrets bundle: its OS CA signs its nodes' Talos APIs.
+	require.NoError(t, env.Client.Create(ctx, workload.SecretsBundleSecret(ns, "talos-secrets")))
+	require.NoError(t, env.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workload-kubeconfig"},
+		Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: workload.AdminKubeconfig},
+	}))
+	cluster := &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workload"},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion:  "v1.14",
+			SecretsRef:    ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"},
+			KubeconfigRef: &ichorv1alpha1.KubeconfigReference{Name: "missing-kubeconfig"},
+			Security: ichorv1alpha1.ClusterSecurity{KubeletServingCertificates: ichorv1alpha1.KubeletServingCertificates{
+				Enabled: true,
+			}},
+		},
+	}
+	require.NoError(t, env.Client.Create(ctx, cluster))
+	f := &fixture{t: t, ctx: ctx, ns: ns, cluster: cluster.Name}
+
+	// A kubeconfig Secret that does not exist is said so on the cluster.
+	cond := f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse)
+	require.Eventually(t, func() bool {
+		c := meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		cond = *c
+		return c.Reason == kubeletserving.ReasonKubeconfigUnreadable
+	}, wait, 100*time.Millisecond)
+	assert.Contains(t, cond.Message, `get Secret "missing-kubeconfig"`)
+
+	c := f.get()
+	c.Spec.KubeconfigRef.Name = "workload-kubeconfig"
+	require.NoError(t, env.Client.Update(ctx, c))
+	node, err := workload.StartTalosNode(ctx, harness.NodeOptions{Name: "remote-1", Addresses: []netip.Addr{netip.MustParseAddr("10.26.0.2")}})
+	require.NoError(t, err)
+	t.Cleanup(node.Stop)
+	f.addMachine("remote-1", node.Endpoint())
+	kubelet, err := workload.StartKubelet(ctx, harness.KubeletOptions{NodeName: "remote-1", IPs: []net.IP{net.ParseIP("10.26.0.2")}})
+	require.NoError(t, err)
+	t.Cleanup(kubelet.Stop)
+
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	cert, err := kubelet.WaitForCertificate(waitCtx)
+	require.NoError(t, err, "the kubelet of the workload cluster got no certificate")
+	assert.Equal(t, "system:node:remote-1", cert.Subject.CommonName)
+	f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionTrue)
+}
