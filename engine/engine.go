@@ -114,9 +114,9 @@ type Engine struct {
 	// log is OPA's own log, at the configured level; notes is the engine's
 	// own operator-facing messages (a bundle refused, a shadow disagreement),
 	// always written.
-	log     *logging.StandardLogger
-	notes   *logging.StandardLogger
-	mgr     *plugins.Manager
+	log   *logging.StandardLogger
+	notes *logging.StandardLogger
+	mgr   *plugins.Manager
 
 	mu       sync.Mutex
 	revision string
@@ -146,11 +146,11 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		console = jsonLogger(orDefault(opts.DecisionLog, os.Stdout), logging.Info)
 	}
 	sdkOpts := sdk.Options{
-		ID:      opts.ID,
-		Config:  bytes.NewReader(config),
-		Logger:  e.log,
-		Ready:   make(chan struct{}),
-		Plugins: map[string]plugins.Factory{fileLoggerName: &fileLoggerFactory{engine: e}},
+		ID:          opts.ID,
+		Config:      bytes.NewReader(config),
+		Logger:      e.log,
+		Ready:       make(chan struct{}),
+		Plugins:     map[string]plugins.Factory{fileLoggerName: &fileLoggerFactory{engine: e}},
 		ManagerOpts: []func(*plugins.Manager){func(m *plugins.Manager) { e.mgr = m }},
 	}
 	if console != nil {
