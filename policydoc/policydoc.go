@@ -76,8 +76,9 @@ func Collect(b *bundle.Bundle) ([]Package, error) {
 			annotations := set.GetRuleScope(rule)
 			// An entrypoint's METADATA is document-scoped: it documents the
 			// rule's path once, however many definitions the rule has.
-			if doc := set.GetDocumentScope(rule.Path()); doc != nil && !documented[rule.Path().String()] {
-				documented[rule.Path().String()] = true
+			path := m.Package.Path.Extend(rule.Ref().GroundPrefix())
+			if doc := set.GetDocumentScope(path); doc != nil && !documented[path.String()] {
+				documented[path.String()] = true
 				annotations = append(annotations, doc)
 			}
 			for _, a := range annotations {

@@ -124,7 +124,9 @@ func kubeletServingV1Alpha1(apiServer bool) *talosv1alpha1.Config {
 	cfg := &talosv1alpha1.Config{
 		ConfigVersion: talosv1alpha1.Version,
 		MachineConfig: &talosv1alpha1.MachineConfig{
-			MachineKubelet: &talosv1alpha1.KubeletConfig{ //nolint:staticcheck // the pre-v1.14 contract has no KubeletConfig document
+			//lint:ignore SA1019 the pre-v1.14 contract has no KubeletConfig document
+			MachineKubelet: &talosv1alpha1.KubeletConfig{
+				//lint:ignore SA1019 the pre-v1.14 contract has no KubeletConfig document
 				KubeletExtraConfig: meta.Unstructured{
 					Object: map[string]any{KubeletServerTLSBootstrapField: true},
 				},
@@ -134,7 +136,8 @@ func kubeletServingV1Alpha1(apiServer bool) *talosv1alpha1.Config {
 
 	if apiServer {
 		cfg.ClusterConfig = &talosv1alpha1.ClusterConfig{
-			APIServerConfig: &talosv1alpha1.APIServerConfig{ //nolint:staticcheck // the pre-v1.14 contract has no KubeAPIServerConfig document
+			//lint:ignore SA1019 the pre-v1.14 contract has no KubeAPIServerConfig document
+			APIServerConfig: &talosv1alpha1.APIServerConfig{
 				ExtraArgsConfig: meta.Args{
 					KubeletCertificateAuthorityArg: meta.NewArgValue(KubeletCertificateAuthorityPath, nil),
 				},

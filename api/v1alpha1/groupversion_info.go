@@ -12,19 +12,34 @@ package v1alpha1
 //go:generate ../../tools/controller-gen/generate.sh
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
 	// GroupVersion is the group and version of every kind in this package.
 	GroupVersion = schema.GroupVersion{Group: "ichor.dev", Version: "v1alpha1"}
 
-	// SchemeBuilder collects the kinds of this package; each kind registers
-	// itself in an init function beside its type.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	// SchemeBuilder adds the kinds of this package to a scheme; each kind
+	// registers itself in an init function beside its type. It is
+	// apimachinery's builder, so the API package depends on nothing else.
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds every kind of this package to a scheme; call it once
 	// on the manager's scheme (and on a test's) before using a client.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+// knownTypes are the kinds registered by the init functions beside them.
+var knownTypes []runtime.Object
+
+func register(objects ...runtime.Object) {
+	knownTypes = append(knownTypes, objects...)
+}
+
+func addKnownTypes(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(GroupVersion, knownTypes...)
+	metav1.AddToGroupVersion(scheme, GroupVersion)
+	return nil
+}

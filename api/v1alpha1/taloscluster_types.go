@@ -210,5 +210,5 @@ type TalosClusterList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&TalosCluster{}, &TalosClusterList{})
+	register(&TalosCluster{}, &TalosClusterList{})
 }

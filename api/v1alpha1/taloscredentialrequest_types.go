@@ -174,5 +174,5 @@ type TalosCredentialRequestList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&TalosCredentialRequest{}, &TalosCredentialRequestList{})
+	register(&TalosCredentialRequest{}, &TalosCredentialRequestList{})
 }

@@ -128,5 +128,5 @@ type TalosMachineList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&TalosMachine{}, &TalosMachineList{})
+	register(&TalosMachine{}, &TalosMachineList{})
 }

@@ -55,7 +55,7 @@ func (n *NodeReaders) Get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		Timeout:             n.Timeout,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("Talos identity reader of cluster %s: %w", key, err)
+		return nil, fmt.Errorf("talos identity reader of cluster %s: %w", key, err)
 	}
 	if n.readers == nil {
 		n.readers = map[types.NamespacedName]*cachedReader{}

@@ -160,7 +160,7 @@ func verifySignedBy(certPEM, caPEM []byte) error {
 
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
-		return errors.New("Kubernetes CA is not PEM")
+		return errors.New("the Kubernetes CA is not PEM")
 	}
 
 	if _, err = cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
