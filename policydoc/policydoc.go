@@ -76,7 +76,12 @@ func Collect(b *bundle.Bundle) ([]Package, error) {
 			annotations := set.GetRuleScope(rule)
 			// An entrypoint's METADATA is document-scoped: it documents the
 			// rule's path once, however many definitions the rule has.
-			path := m.Package.Path.Extend(rule.Ref().GroundPrefix())
+			// A parsed rule's ref may be relative to its package or, once the
+			// bundle reader has processed it, already absolute.
+			path := rule.Ref().GroundPrefix()
+			if !path.HasPrefix(ast.DefaultRootRef) {
+				path = m.Package.Path.Extend(path)
+			}
 			if doc := set.GetDocumentScope(path); doc != nil && !documented[path.String()] {
 				documented[path.String()] = true
 				annotations = append(annotations, doc)
