@@ -25,6 +25,19 @@ func TestReasonCodesAreTheDocumentedOnes(t *testing.T) {
 	}
 	assert.Contains(t, codes, "IPNotNode")
 	assert.Contains(t, codes, "MachineUnknown")
+
+	// Every entrypoint the Go side evaluates is documented as one.
+	var entrypoints []string
+	for _, p := range pkgs {
+		for _, e := range p.Entrypoints {
+			entrypoints = append(entrypoints, e.Path)
+		}
+	}
+	assert.Subset(t, entrypoints, []string{
+		"ichor/kubelet_serving/decision", "ichor/kubelet_client/decision",
+		"ichor/credentials/requirements", "ichor/credentials/admission", "ichor/credentials/issuance",
+		"ichor/rbac/violations", "system/log/mask",
+	})
 }
 
 func TestCheckCodesCatchesADriftedCode(t *testing.T) {
