@@ -19,13 +19,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletclient"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/talosnode"
+	credwebhook "github.com/ichor-dev/ichor-policy/webhook"
 )
 
 type managerOptions struct {
@@ -40,6 +43,8 @@ type managerOptions struct {
 	shadowBundle   string
 	logFile        string
 	logURL         string
+	webhookPort    int
+	webhookCertDir string
 	resync         time.Duration
 	talosTimeout   time.Duration
 	readerLifetime time.Duration
@@ -50,7 +55,7 @@ func newManagerCommand(s streams) *cobra.Command {
 	var o managerOptions
 	cmd := &cobra.Command{
 		Use:   "manager",
-		Short: "Run the controllers: the kubelet serving and client certificate approvers",
+		Short: "Run the controllers and the admission webhook: kubelet certificate approvers, credential issuance",
 		Long: `Run the controllers against the cluster of the current kubeconfig (in a pod: its
 service account). Every decision is written to standard output as one JSON line
 (OPA's decision log); the controllers' own logs go to standard error.`,
@@ -71,6 +76,8 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.shadowBundle, "shadow-bundle", "", "a candidate bundle (directory or tarball) evaluated beside the active one on every decision, never acted on; disagreements are logged and counted")
 	f.StringVar(&o.logFile, "decision-log-file", "", "also append the decision log to this file")
 	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API)")
+	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server (HTTPS)")
+	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with the webhook server's tls.crt and tls.key")
 	f.DurationVar(&o.resync, "resync-interval", kubeletserving.DefaultResyncInterval, "how often every cluster is looked at again in full")
 	f.DurationVar(&o.talosTimeout, "talos-timeout", kubeletserving.DefaultTalosTimeout, "bound on reading one node's identity from its Talos API")
 	f.DurationVar(&o.readerLifetime, "talos-reader-lifetime", 0, "lifetime of the manager's own os:reader Talos certificate (default: the policy's default for purpose node-reader; above the policy's cap is refused)")
@@ -202,6 +209,7 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 		HealthProbeBindAddress: o.probeAddr,
 		LeaderElection:         o.leaderElect,
 		LeaderElectionID:       "ichor-policy.ichor.dev",
+		WebhookServer:          crwebhook.NewServer(crwebhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir}),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -235,6 +243,17 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 	// The serving approver has registered the machine index (kubeletserving.AddIndexes).
 	if err := clientApprover.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: true}); err != nil {
 		return fmt.Errorf("set up the kubelet client approver: %w", err)
+	}
+	validator := &credwebhook.CredentialRequestValidator{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng}
+	if err := validator.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the credential request webhook: %w", err)
+	}
+	issuer := &credentials.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng}
+	if err := issuer.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the credential issuer: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return err
 	}
 	if pod, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE"); pod != "" && ns != "" {
 		rec := mgr.GetEventRecorder("ichor-policy")

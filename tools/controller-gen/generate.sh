@@ -50,3 +50,8 @@ cp "${scratch}"/ichor.dev_*.yaml deploy/crds/
 	output:rbac:dir="${scratch}/rbac"
 mkdir -p deploy/rbac
 cp "${scratch}/rbac/role.yaml" deploy/rbac/role.yaml
+
+# The ValidatingWebhookConfiguration, from the +kubebuilder:webhook marker.
+"${controller_gen}" webhook paths=./webhook/... output:webhook:dir="${scratch}/webhook"
+mkdir -p deploy/webhook
+cp "${scratch}/webhook/manifests.yaml" deploy/webhook/manifests.yaml

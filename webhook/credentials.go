@@ -1,0 +1,293 @@
+// Package webhook is the validating admission webhook of TalosCredentialRequest
+// (ADR 0124, KEP-4214).
+//
+// For each CREATE it gathers the facts: who asks (the admission request's user),
+// what the purpose requires (the requirements decision: which grant, which
+// Event), whether the requester holds that grant (a SubjectAccessReview made as
+// the requester, with their user, groups, uid and extra, on the cluster's
+// subresource), whether the cluster exists, what the public key is, and whether
+// the request is a dry run. The admission decision is the policy's. When it
+// allows and names an Event, the Event is written on the TalosCluster with the
+// manager's own client, synchronously, before the request is admitted: a
+// credential that cannot be recorded is not issued, so a failed write refuses
+// the request.
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// Path is where the webhook server serves the validation of
+// TalosCredentialRequest; the marker below and deploy/webhook name it too.
+const Path = "/validate-ichor-dev-v1alpha1-taloscredentialrequest"
+
+// Name is the webhook's name in the ValidatingWebhookConfiguration; the API
+// server prefixes its refusals with it.
+const Name = "vtaloscredentialrequest.ichor.dev"
+
+// EventSource is the component an issuance Event names as its source.
+const EventSource = "ichor-credentials-webhook"
+
+// Annotations of an issuance Event, so that an Event leads to the request it
+// records and to the decision in the decision log.
+const (
+	AnnotationDecisionID = "ichor.dev/decision-id"
+	AnnotationRequest    = "ichor.dev/taloscredentialrequest"
+)
+
+// sideEffects=NoneOnDryRun: the webhook writes an Event, except for a dry run;
+// with Some the API server would refuse every dry run without asking.
+// failurePolicy=fail: no answer is no credential.
+
+// +kubebuilder:webhook:path=/validate-ichor-dev-v1alpha1-taloscredentialrequest,mutating=false,failurePolicy=fail,sideEffects=NoneOnDryRun,groups=ichor.dev,resources=taloscredentialrequests,verbs=create,versions=v1alpha1,name=vtaloscredentialrequest.ichor.dev,admissionReviewVersions=v1,matchPolicy=Equivalent,timeoutSeconds=10
+
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// +kubebuilder:rbac:groups="",resources=events,verbs=create
+// +kubebuilder:rbac:groups=ichor.dev,resources=talosclusters,verbs=get
+
+// CredentialRequestValidator admits TalosCredentialRequests.
+type CredentialRequestValidator struct {
+	// Reader reads the TalosCluster; uncached (the manager's APIReader), so a
+	// cluster created a moment ago is seen.
+	Reader client.Reader
+	// Client is the manager's own client: it makes the SubjectAccessReview
+	// and writes the Event.
+	Client client.Client
+	Engine *engine.Engine
+	// Instance names this replica in the Events it writes (reportingInstance);
+	// the host name if empty.
+	Instance string
+	// Now is the clock of the Events' timestamps; time.Now if nil.
+	Now func() time.Time
+}
+
+var _ admission.Handler = (*CredentialRequestValidator)(nil)
+
+// SetupWithManager registers the webhook at Path on the manager's webhook
+// server.
+func (v *CredentialRequestValidator) SetupWithManager(mgr ctrl.Manager) error {
+	if v.Reader == nil {
+		v.Reader = mgr.GetAPIReader()
+	}
+	if v.Client == nil {
+		v.Client = mgr.GetClient()
+	}
+	if v.Engine == nil {
+		return errors.New("credential request webhook: no engine")
+	}
+	mgr.GetWebhookServer().Register(Path, &crwebhook.Admission{Handler: v})
+	return nil
+}
+
+// Handle decides one admission request.
+func (v *CredentialRequestValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	// controller-runtime's admission logger already names the object, the
+	// user and the request.
+	logger := log.FromContext(ctx)
+
+	var tcr ichorv1alpha1.TalosCredentialRequest
+	if err := json.Unmarshal(req.Object.Raw, &tcr); err != nil {
+		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode TalosCredentialRequest: %w", err))
+	}
+	in, cluster, err := v.facts(ctx, req, &tcr)
+	if err != nil {
+		logger.Error(err, "gather the facts of a credential request")
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	d, err := v.Engine.Admission(ctx, in)
+	if err != nil {
+		logger.Error(err, "decide a credential request")
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	logger = logger.WithValues("decision_id", d.DecisionID, "allowed", d.Allowed, "purpose", d.Purpose)
+	if !d.Allowed {
+		logger.Info("refused")
+		return admission.Denied(fmt.Sprintf("%s (decision %s)", engine.Messages(d.Reasons), d.DecisionID))
+	}
+	if d.Event != nil {
+		if err := v.record(ctx, cluster, &tcr, d); err != nil {
+			logger.Error(err, "refused: the issuance Event could not be written")
+			return admission.Denied(fmt.Sprintf(
+				"the request was allowed but is refused because its issuance could not be recorded: the Event on TalosCluster %s/%s could not be written: %v (decision %s)",
+				tcr.Namespace, tcr.Spec.ClusterName, err, d.DecisionID))
+		}
+	}
+	logger.Info("admitted", "event", d.Event != nil)
+	return admission.Allowed(fmt.Sprintf("%s (decision %s)", engine.Messages(d.Reasons), d.DecisionID))
+}
+
+// facts gathers the admission input. An error is a fact that could not be
+// gathered (the API server did not answer), never a refusal: the caller
+// fails the request closed and the API server reports the error.
+func (v *CredentialRequestValidator) facts(ctx context.Context, req admission.Request, tcr *ichorv1alpha1.TalosCredentialRequest) (engine.CredentialAdmissionInput, *ichorv1alpha1.TalosCluster, error) {
+	// The namespace of the admission request, not of the object: the API
+	// server fills it in when the object omits it.
+	namespace := req.Namespace
+	keyFacts, _ := engine.ParsePublicKey(tcr.Spec.PublicKey)
+	in := engine.CredentialAdmissionInput{
+		Operation: string(req.Operation),
+		DryRun:    req.DryRun != nil && *req.DryRun,
+		User: engine.CredentialUser{
+			Username: req.UserInfo.Username,
+			UID:      req.UserInfo.UID,
+			Groups:   req.UserInfo.Groups,
+		},
+		Request: engine.CredentialRequestFacts{
+			// From the object: with generateName the admission request
+			// carries no name, the object already has the generated one.
+			Name:       tcr.Name,
+			Namespace:  namespace,
+			Cluster:    tcr.Spec.ClusterName,
+			Purpose:    string(tcr.Spec.Purpose),
+			TTLSeconds: ttlSeconds(tcr.Spec.TTL),
+			PublicKey:  keyFacts,
+		},
+	}
+
+	reqs, err := v.Engine.Requirements(ctx, string(tcr.Spec.Purpose))
+	switch {
+	case errors.Is(err, engine.ErrNoDecision):
+		// An unknown purpose requires nothing that could be reviewed; the
+		// admission decision refuses it.
+	case err != nil:
+		return in, nil, err
+	default:
+		if in.Authorization, err = v.review(ctx, req, namespace, tcr.Spec.ClusterName, reqs.Authorization); err != nil {
+			return in, nil, err
+		}
+	}
+
+	var cluster ichorv1alpha1.TalosCluster
+	err = v.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: tcr.Spec.ClusterName}, &cluster)
+	switch {
+	case apierrors.IsNotFound(err):
+		return in, nil, nil
+	case err != nil:
+		return in, nil, fmt.Errorf("get TalosCluster %s/%s: %w", namespace, tcr.Spec.ClusterName, err)
+	}
+	in.ClusterExists = true
+	return in, &cluster, nil
+}
+
+// review asks the authorizer whether the requester, exactly as the API server
+// authenticated them, holds the purpose's grant on this cluster.
+func (v *CredentialRequestValidator) review(ctx context.Context, req admission.Request, namespace, cluster string, grant engine.CredentialAuthorization) (*engine.AuthorizationFacts, error) {
+	user := req.UserInfo
+	extra := make(map[string]authorizationv1.ExtraValue, len(user.Extra))
+	for k, vals := range user.Extra {
+		extra[k] = authorizationv1.ExtraValue(vals)
+	}
+	sar := &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   user.Username,
+			UID:    user.UID,
+			Groups: user.Groups,
+			Extra:  extra,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace:   namespace,
+				Verb:        grant.Verb,
+				Group:       grant.Group,
+				Resource:    grant.Resource,
+				Subresource: grant.Subresource,
+				Name:        cluster,
+			},
+		},
+	}
+	if err := v.Client.Create(ctx, sar); err != nil {
+		return nil, fmt.Errorf("SubjectAccessReview of %s %s/%s for %q: %w", grant.Verb, grant.Resource, grant.Subresource, user.Username, err)
+	}
+	ra := sar.Spec.ResourceAttributes
+	return &engine.AuthorizationFacts{
+		User:            sar.Spec.User,
+		UID:             sar.Spec.UID,
+		Groups:          sar.Spec.Groups,
+		Verb:            ra.Verb,
+		Group:           ra.Group,
+		Resource:        ra.Resource,
+		Subresource:     ra.Subresource,
+		Namespace:       ra.Namespace,
+		Name:            ra.Name,
+		Allowed:         sar.Status.Allowed,
+		Denied:          sar.Status.Denied,
+		Reason:          sar.Status.Reason,
+		EvaluationError: sar.Status.EvaluationError,
+	}, nil
+}
+
+// record writes the decision's Event on the cluster, as a core/v1 Event
+// created directly: an asynchronous recorder would admit before knowing
+// whether the record exists.
+func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, tcr *ichorv1alpha1.TalosCredentialRequest, d engine.CredentialAdmission) error {
+	if cluster == nil {
+		// The policy only allows a request whose cluster exists.
+		return errors.New("the cluster was not found")
+	}
+	now := metav1.NewTime(v.now())
+	instance := v.Instance
+	if instance == "" {
+		instance, _ = os.Hostname()
+	}
+	event := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:    cluster.Namespace,
+			GenerateName: cluster.Name + ".",
+			Annotations: map[string]string{
+				AnnotationDecisionID: d.DecisionID,
+				AnnotationRequest:    tcr.Name,
+			},
+		},
+		InvolvedObject: corev1.ObjectReference{
+			APIVersion:      ichorv1alpha1.GroupVersion.String(),
+			Kind:            "TalosCluster",
+			Namespace:       cluster.Namespace,
+			Name:            cluster.Name,
+			UID:             cluster.UID,
+			ResourceVersion: cluster.ResourceVersion,
+		},
+		Type:                d.Event.Type,
+		Reason:              d.Event.Reason,
+		Message:             d.Event.Message,
+		Source:              corev1.EventSource{Component: EventSource},
+		FirstTimestamp:      now,
+		LastTimestamp:       now,
+		Count:               1,
+		ReportingController: "ichor.dev/" + EventSource,
+		ReportingInstance:   instance,
+	}
+	return v.Client.Create(ctx, event)
+}
+
+func (v *CredentialRequestValidator) now() time.Time {
+	if v.Now != nil {
+		return v.Now()
+	}
+	return time.Now()
+}
+
+func ttlSeconds(ttl *metav1.Duration) *float64 {
+	if ttl == nil {
+		return nil
+	}
+	s := ttl.Seconds()
+	return &s
+}

@@ -1,0 +1,582 @@
+package webhook_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+	"github.com/ichor-dev/ichor-policy/webhook"
+	"github.com/ichor-dev/ichor-policy/webhook/webhooktest"
+)
+
+// One API server and one webhook serve every test; each test has its own
+// namespace with a TalosCluster "demo".
+var (
+	env         *harness.Env
+	decisionLog = &syncBuffer{}
+)
+
+// webhookUser is the identity the webhook runs as, with exactly the rights of
+// its +kubebuilder:rbac markers. Its right to create Events is bound per
+// namespace, so that a namespace without it is one where the issuance cannot
+// be recorded.
+const (
+	webhookUser        = "ichor-test:webhook"
+	webhookRole        = "ichor-test:webhook"
+	webhookEventsRole  = "ichor-test:webhook-events"
+	rbacPropagationMax = 30 * time.Second
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var err error
+	start := time.Now()
+	env, err = harness.Start(ctx, harness.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start the control plane:", err)
+		return 1
+	}
+	defer env.Stop()
+	install, err := startWebhook(ctx)
+	if install != nil {
+		defer install.Cleanup() //nolint:errcheck // a temporary directory
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start the webhook:", err)
+		fmt.Fprintln(os.Stderr, env.TailLogs(30))
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "control plane and webhook ready in %s\n", time.Since(start).Round(time.Millisecond))
+	code := m.Run()
+	if code != 0 {
+		fmt.Fprintln(os.Stderr, env.TailLogs(30))
+	}
+	return code
+}
+
+func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
+	if err := applyRoles(ctx, env.Client); err != nil {
+		return nil, err
+	}
+	rules, err := webhooktest.MarkerRules("webhook")
+	if err != nil {
+		return nil, err
+	}
+	var clusterRules, eventRules []rbacv1.PolicyRule
+	for _, r := range rules {
+		if len(r.Resources) == 1 && r.Resources[0] == "events" {
+			eventRules = append(eventRules, r)
+		} else {
+			clusterRules = append(clusterRules, r)
+		}
+	}
+	for name, rules := range map[string][]rbacv1.PolicyRule{webhookRole: clusterRules, webhookEventsRole: eventRules} {
+		if err := env.Client.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}); err != nil {
+			return nil, err
+		}
+	}
+	if err := env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: webhookRole},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: webhookRole},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: webhookUser}},
+	}); err != nil {
+		return nil, err
+	}
+	if err := waitAllowed(ctx, webhookUser, nil, authorizationv1.ResourceAttributes{Group: "authorization.k8s.io", Resource: "subjectaccessreviews", Verb: "create"}); err != nil {
+		return nil, err
+	}
+
+	eng, err := engine.New(ctx, engine.Options{DecisionLog: decisionLog, Log: os.Stderr, ID: "webhook-test"})
+	if err != nil {
+		return nil, err
+	}
+	install, err := webhooktest.Install(env.Config)
+	if err != nil {
+		return nil, err
+	}
+	done := func(err error) (*envtest.WebhookInstallOptions, error) { return install, err }
+	cfg, err := env.UserConfig(webhookUser)
+	if err != nil {
+		return done(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		WebhookServer:          crwebhook.NewServer(webhooktest.ServerOptions(install)),
+	})
+	if err != nil {
+		return done(err)
+	}
+	v := &webhook.CredentialRequestValidator{Engine: eng, Instance: "webhook-test"}
+	if err := v.SetupWithManager(mgr); err != nil {
+		return done(err)
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	}()
+	started := mgr.GetWebhookServer().StartedChecker()
+	return done(wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return started(nil) == nil, nil
+	}))
+}
+
+// applyRoles creates the shipped roles of deploy/rbac/roles.yaml.
+func applyRoles(ctx context.Context, c client.Client) error {
+	roles, err := webhooktest.ShippedRoles()
+	if err != nil {
+		return err
+	}
+	for i := range roles {
+		if err := c.Create(ctx, &roles[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitAllowed waits until the authorizer lets user do attrs: RBAC reads its
+// objects through informers, so a binding takes a moment to count.
+func waitAllowed(ctx context.Context, user string, groups []string, attrs authorizationv1.ResourceAttributes) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, rbacPropagationMax, true, func(ctx context.Context) (bool, error) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: groups, ResourceAttributes: &attrs,
+		}}
+		if err := env.Client.Create(ctx, sar); err != nil {
+			return false, err
+		}
+		return sar.Status.Allowed, nil
+	})
+}
+
+// fixture is one test's namespace and cluster.
+type fixture struct {
+	t   *testing.T
+	ctx context.Context
+	ns  string
+}
+
+// newFixture makes a namespace with a TalosCluster "demo"; recordable lets the
+// webhook write Events there.
+func newFixture(t *testing.T, recordable bool) *fixture {
+	t.Helper()
+	ctx := t.Context()
+	ns := strings.Trim(strings.ToLower(regexp.MustCompile(`[^a-zA-Z0-9]+`).ReplaceAllString(t.Name(), "-")), "-")
+	if len(ns) > 60 {
+		ns = strings.Trim(ns[:60], "-")
+	}
+	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	require.NoError(t, env.Client.Create(ctx, env.SecretsBundleSecret(ns, "talos-secrets")))
+	require.NoError(t, env.Client.Create(ctx, &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "demo"},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion: "v1.14",
+			SecretsRef:   ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"},
+		},
+	}))
+	f := &fixture{t: t, ctx: ctx, ns: ns}
+	if recordable {
+		f.bind(rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: webhookUser}, "ClusterRole", webhookEventsRole)
+		require.NoError(t, waitAllowed(ctx, webhookUser, nil, authorizationv1.ResourceAttributes{Namespace: ns, Resource: "events", Verb: "create"}))
+	}
+	return f
+}
+
+func (f *fixture) bind(subject rbacv1.Subject, kind, role string) {
+	f.t.Helper()
+	name := strings.NewReplacer(":", "-").Replace(subject.Name + "-" + role)
+	require.NoError(f.t, env.Client.Create(f.ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: role},
+		Subjects:   []rbacv1.Subject{subject},
+	}))
+}
+
+// role makes a namespaced Role.
+func (f *fixture) role(name string, rules ...rbacv1.PolicyRule) string {
+	f.t.Helper()
+	require.NoError(f.t, env.Client.Create(f.ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}, Rules: rules}))
+	return name
+}
+
+// user is a client for a person bound to the roles ("ClusterRole/x" or
+// "Role/x") in the fixture's namespace.
+func (f *fixture) user(name string, roles ...string) client.Client {
+	f.t.Helper()
+	for _, r := range roles {
+		kind, role, _ := strings.Cut(r, "/")
+		f.bind(rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}, kind, role)
+	}
+	require.NoError(f.t, waitAllowed(f.ctx, name, nil, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
+	cfg, err := env.UserConfig(name)
+	require.NoError(f.t, err)
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(f.t, err)
+	return c
+}
+
+func (f *fixture) request(purpose ichorv1alpha1.CredentialPurpose, ttl string, key crypto.PublicKey) *ichorv1alpha1.TalosCredentialRequest {
+	f.t.Helper()
+	tcr := &ichorv1alpha1.TalosCredentialRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, GenerateName: "demo-" + string(purpose) + "-"},
+		Spec: ichorv1alpha1.TalosCredentialRequestSpec{
+			ClusterName: "demo",
+			Purpose:     purpose,
+			PublicKey:   publicKeyPEM(f.t, key),
+		},
+	}
+	if ttl != "" {
+		d, err := time.ParseDuration(ttl)
+		require.NoError(f.t, err)
+		tcr.Spec.TTL = &metav1.Duration{Duration: d}
+	}
+	return tcr
+}
+
+func (f *fixture) events() []corev1.Event {
+	f.t.Helper()
+	var list corev1.EventList
+	require.NoError(f.t, env.Client.List(f.ctx, &list, client.InNamespace(f.ns)))
+	var out []corev1.Event
+	for _, e := range list.Items {
+		if e.InvolvedObject.Kind == "TalosCluster" && e.InvolvedObject.Name == "demo" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (f *fixture) requests() []ichorv1alpha1.TalosCredentialRequest {
+	f.t.Helper()
+	var list ichorv1alpha1.TalosCredentialRequestList
+	require.NoError(f.t, env.Client.List(f.ctx, &list, client.InNamespace(f.ns)))
+	return list.Items
+}
+
+func ed25519Key(t *testing.T) crypto.PublicKey {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	return pub
+}
+
+func publicKeyPEM(t *testing.T, key crypto.PublicKey) string {
+	t.Helper()
+	der, err := x509.MarshalPKIXPublicKey(key)
+	require.NoError(t, err)
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+}
+
+var decisionIDPattern = regexp.MustCompile(`\(decision ([0-9a-f-]+)\)`)
+
+// refusal asserts err is the webhook's refusal and returns its message.
+func refusal(t *testing.T, err error) string {
+	t.Helper()
+	require.Error(t, err)
+	msg := err.Error()
+	t.Logf("refused: %s", msg)
+	require.Contains(t, msg, `admission webhook "`+webhook.Name+`" denied the request`)
+	return msg
+}
+
+func TestHolderOfTheVerbIsAdmittedAndTheEventNamesThem(t *testing.T) {
+	f := newFixture(t, true)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
+
+	tcr := f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))
+	require.NoError(t, alice.Create(f.ctx, tcr))
+
+	// Written before the request was admitted: it exists as soon as Create
+	// returns, without waiting.
+	events := f.events()
+	require.Len(t, events, 1)
+	e := events[0]
+	assert.Equal(t, corev1.EventTypeNormal, e.Type)
+	assert.Equal(t, "TalosconfigReader", e.Reason)
+	assert.Equal(t, "an os:reader talosconfig was requested by ichor:alice (lifetime 1h0m0s)", e.Message)
+	assert.Equal(t, webhook.EventSource, e.Source.Component)
+	assert.Equal(t, tcr.Name, e.Annotations[webhook.AnnotationRequest])
+
+	var cluster ichorv1alpha1.TalosCluster
+	require.NoError(t, env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "demo"}, &cluster))
+	assert.Equal(t, cluster.UID, e.InvolvedObject.UID)
+
+	// The decision is in the log, with the requester and the review made as
+	// them.
+	entry := decisionLog.find(t, e.Annotations[webhook.AnnotationDecisionID])
+	assert.Equal(t, engine.PathCredentialAdmission, entry.Path)
+	assert.Equal(t, "ichor:alice", entry.Input.User.Username)
+	assert.Equal(t, "ichor:alice", entry.Input.Authorization.User)
+	assert.Equal(t, "talosconfig-reader", entry.Input.Authorization.Subresource)
+	assert.True(t, entry.Result.Allowed)
+}
+
+func TestWithoutTheVerbIsRefusedNamingItAndNoEventIsWritten(t *testing.T) {
+	f := newFixture(t, true)
+	// A viewer who may create requests (ichor-viewer alone may not even
+	// create one; the API server refuses that before the webhook).
+	f.role("create-requests", rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create"}})
+	bob := f.user("ichor:bob", "ClusterRole/ichor-viewer", "Role/create-requests")
+
+	err := bob.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t)))
+	msg := refusal(t, err)
+	assert.Contains(t, msg, fmt.Sprintf(`NotAuthorized: user "ichor:bob" may not download talosclusters/talosconfig-reader "demo" in namespace %q`, f.ns))
+	assert.Empty(t, f.events())
+	assert.Empty(t, f.requests())
+
+	// The refusal is logged, with the id the message gives.
+	m := decisionIDPattern.FindStringSubmatch(msg)
+	require.NotNil(t, m, msg)
+	entry := decisionLog.find(t, m[1])
+	assert.False(t, entry.Result.Allowed)
+	assert.Equal(t, "ichor:bob", entry.Input.User.Username)
+}
+
+func TestOnlyTheCredentialsSubresourceIsNotEnough(t *testing.T) {
+	f := newFixture(t, true)
+	f.role("credentials-only",
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create", "get"}},
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosclusters/credentials"}, Verbs: []string{"download"}},
+	)
+	carol := f.user("ichor:carol", "Role/credentials-only")
+
+	msg := refusal(t, carol.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))))
+	assert.Contains(t, msg, `user "ichor:carol" may not download talosclusters/talosconfig-reader "demo"`)
+	assert.Empty(t, f.events())
+}
+
+func TestAnotherComponentsServiceAccountIsRefused(t *testing.T) {
+	f := newFixture(t, true)
+	// The UI backend's own identity: it may ask for its component purposes
+	// (issue), never for a person's talosconfig.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "ichor-ui"}}
+	require.NoError(t, env.Client.Create(f.ctx, sa))
+	f.role("ui-purposes",
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create", "get"}},
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosclusters/node-reader", "talosclusters/support-bundle"}, Verbs: []string{"issue"}},
+	)
+	f.bind(rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: f.ns, Name: "ichor-ui"}, "Role", "ui-purposes")
+	username := "system:serviceaccount:" + f.ns + ":ichor-ui"
+	require.NoError(t, waitAllowed(f.ctx, username, []string{"system:serviceaccounts"}, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
+
+	// A real token, so the request carries what the API server puts in a
+	// service account's user info (uid, extra) and the review is made with it.
+	token, err := env.Clientset.CoreV1().ServiceAccounts(f.ns).CreateToken(f.ctx, "ichor-ui", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cfg := rest.AnonymousClientConfig(env.Config)
+	cfg.BearerToken = token.Status.Token
+	ui, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+
+	msg := refusal(t, ui.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))))
+	assert.Contains(t, msg, fmt.Sprintf(`user %q may not download talosclusters/talosconfig-reader "demo"`, username))
+	assert.Empty(t, f.events())
+	assert.Empty(t, f.requests())
+
+	// Its own purpose passes the same review, made as the same identity.
+	require.NoError(t, ui.Create(f.ctx, f.request(ichorv1alpha1.PurposeNodeReader, "", ed25519Key(t))))
+	events := f.events()
+	require.Len(t, events, 1)
+	assert.Equal(t, "NodeReader", events[0].Reason)
+	assert.Contains(t, events[0].Message, "requested by "+username)
+}
+
+func TestLifetimeCapsAtAdmission(t *testing.T) {
+	f := newFixture(t, true)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
+
+	for _, tc := range []struct {
+		ttl      string
+		lifetime string
+	}{
+		{"", "1h0m0s"},
+		{"12h", "12h0m0s"},
+	} {
+		before := len(f.events())
+		require.NoError(t, alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, tc.ttl, ed25519Key(t))), "ttl %q", tc.ttl)
+		events := f.events()
+		require.Len(t, events, before+1)
+		assert.Contains(t, eventMessages(events), "an os:reader talosconfig was requested by ichor:alice (lifetime "+tc.lifetime+")")
+	}
+
+	before := len(f.events())
+	msg := refusal(t, alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "12h0m1s", ed25519Key(t))))
+	assert.Contains(t, msg, `LifetimeTooLong: the lifetime 12h0m1s is above the cap of 12h0m0s for purpose "talosconfig-reader"; it is refused, not shortened`)
+	assert.Len(t, f.events(), before)
+	assert.Len(t, f.requests(), 2)
+}
+
+func TestDryRunWritesNoEvent(t *testing.T) {
+	f := newFixture(t, true)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
+
+	require.NoError(t, alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t)), client.DryRunAll))
+	assert.Empty(t, f.events())
+	assert.Empty(t, f.requests())
+
+	// A dry run is judged like the real thing.
+	msg := refusal(t, alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "13h", ed25519Key(t)), client.DryRunAll))
+	assert.Contains(t, msg, "LifetimeTooLong")
+}
+
+func TestAnEventThatCannotBeWrittenRefusesTheRequest(t *testing.T) {
+	// The webhook may not create Events in this namespace.
+	f := newFixture(t, false)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
+
+	msg := refusal(t, alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))))
+	assert.Contains(t, msg, "refused because its issuance could not be recorded")
+	assert.Contains(t, msg, fmt.Sprintf("TalosCluster %s/demo", f.ns))
+	assert.Contains(t, msg, "forbidden")
+	assert.Empty(t, f.events())
+	assert.Empty(t, f.requests())
+}
+
+func TestBreakGlassIsAWarningAndNoShippedRoleHoldsIt(t *testing.T) {
+	f := newFixture(t, true)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-admin")
+	msg := refusal(t, alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeKubeconfigSuperAdmin, "", ed25519Key(t))))
+	assert.Contains(t, msg, `user "ichor:alice" may not download talosclusters/kubeconfig-super-admin "demo"`)
+	assert.Empty(t, f.events())
+
+	f.role("break-glass",
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create", "get"}},
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosclusters/kubeconfig-super-admin"}, ResourceNames: []string{"demo"}, Verbs: []string{"download"}},
+	)
+	dave := f.user("ichor:dave", "Role/break-glass")
+	require.NoError(t, dave.Create(f.ctx, f.request(ichorv1alpha1.PurposeKubeconfigSuperAdmin, "", ed25519Key(t))))
+	events := f.events()
+	require.Len(t, events, 1)
+	assert.Equal(t, corev1.EventTypeWarning, events[0].Type)
+	assert.Equal(t, "KubeconfigSuperAdmin", events[0].Reason)
+	assert.Equal(t, "a break-glass kubeconfig (O=system:masters) was requested by ichor:dave (lifetime 15m0s)", events[0].Message)
+
+	// The cap of the break-glass kubeconfig is an hour.
+	msg = refusal(t, dave.Create(f.ctx, f.request(ichorv1alpha1.PurposeKubeconfigSuperAdmin, "1h0m1s", ed25519Key(t))))
+	assert.Contains(t, msg, "LifetimeTooLong")
+}
+
+func TestPublicKeyFactsReachThePolicy(t *testing.T) {
+	f := newFixture(t, true)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
+
+	ec, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	require.NoError(t, alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ec.Public())))
+
+	weak, err := rsa.GenerateKey(rand.Reader, 1024) //nolint:gosec // the point: the policy refuses it
+	require.NoError(t, err)
+	msg := refusal(t, alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", weak.Public())))
+	assert.Contains(t, msg, `PublicKeyNotAllowed: public key "RSA 1024-bit" is not allowed`)
+
+	garbage := f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))
+	garbage.Spec.PublicKey = "-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n"
+	msg = refusal(t, alice.Create(f.ctx, garbage))
+	assert.Contains(t, msg, "PublicKeyInvalid: spec.publicKey does not parse as a PEM PUBLIC KEY block")
+}
+
+func TestMissingClusterIsRefused(t *testing.T) {
+	f := newFixture(t, true)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
+	tcr := f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))
+	tcr.Spec.ClusterName = "nope"
+	msg := refusal(t, alice.Create(f.ctx, tcr))
+	assert.Contains(t, msg, fmt.Sprintf(`ClusterNotFound: TalosCluster "nope" does not exist in namespace %q`, f.ns))
+}
+
+func eventMessages(events []corev1.Event) []string {
+	out := make([]string, 0, len(events))
+	for _, e := range events {
+		out = append(out, e.Message)
+	}
+	return out
+}
+
+// syncBuffer is the decision log the engine writes to.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+type logEntry struct {
+	DecisionID string                          `json:"decision_id"`
+	Path       string                          `json:"path"`
+	Input      engine.CredentialAdmissionInput `json:"input"`
+	Result     engine.CredentialAdmission      `json:"result"`
+}
+
+// find returns the decision-log entry with the id.
+func (b *syncBuffer) find(t *testing.T, id string) logEntry {
+	t.Helper()
+	require.NotEmpty(t, id)
+	var found *logEntry
+	// The SDK hands entries to its console logger as it decides; allow it a
+	// moment.
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
+		sc.Buffer(make([]byte, 0, 1<<20), 1<<24)
+		for sc.Scan() {
+			var e logEntry
+			if json.Unmarshal(sc.Bytes(), &e) == nil && e.DecisionID == id {
+				found = &e
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 50*time.Millisecond, "decision %s is not in the log", id)
+	return *found
+}
