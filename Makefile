@@ -35,7 +35,7 @@ build: ## Build bin/ichor
 	go build -o bin/ichor ./cmd/ichor
 
 .PHONY: test
-test: vet policy-test envtest-assets go-test ## The whole suite: go vet, opa check/fmt/test (100% coverage), regal, go test
+test: vet policy-test envtest-assets go-test chart-test ## The whole suite: go vet, opa check/fmt/test (100% coverage), regal, go test
 
 .PHONY: vet
 vet:
@@ -55,6 +55,15 @@ policy-test: ## Rego: strict check, format, tests with 100% coverage, Regal
 .PHONY: go-test
 go-test: envtest-assets ## Go tests, integration tests against the real API server included
 	go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: chart-test
+chart-test: HELM = $(shell go -C tools/helm tool -n helm)
+chart-test: envtest-assets ## The Helm chart: helm lint and template (default, cert-manager), the RBAC invariant over the render, install and upgrade on a real API server
+	$(HELM) lint --strict deploy/chart
+	$(HELM) lint --strict deploy/chart --set webhook.certManager.enabled=true
+	$(HELM) template ichor-policy deploy/chart --namespace ichor-system > /dev/null
+	$(HELM) template ichor-policy deploy/chart --namespace ichor-system --set webhook.certManager.enabled=true > /dev/null
+	HELM="$(HELM)" go test $(GO_TEST_FLAGS) ./deploy/chart/
 
 .PHONY: lint
 lint: vet ## gofmt, go vet, staticcheck, opa fmt/check, Regal

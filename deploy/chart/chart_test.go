@@ -1,0 +1,724 @@
+package chart
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/webhookcerts"
+)
+
+var update = flag.Bool("update", false, "copy the generated manifests (deploy/crds, deploy/rbac, deploy/webhook) into the chart instead of comparing them")
+
+const (
+	release   = "ichor-policy"
+	namespace = "ichor-system"
+	// webhookPath is the path package webhook serves the validation on (its
+	// Path constant and +kubebuilder:webhook marker).
+	webhookPath = "/validate-ichor-dev-v1alpha1-taloscredentialrequest"
+	// leaderElectionID is cli/manager.go's LeaderElectionID.
+	leaderElectionID = "ichor-policy.ichor.dev"
+)
+
+// certManager are the values of the cert-manager mode.
+var certManager = []string{"webhook.certManager.enabled=true"}
+
+// root is the repository root; chartDir the chart.
+func root(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	require.True(t, ok)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func chartDir(t *testing.T) string { return filepath.Join(root(t), "deploy", "chart") }
+
+var (
+	helmOnce sync.Once
+	helmPath string
+	helmErr  error
+)
+
+// helmBinary is the Helm pinned in tools/helm: $HELM when the Makefile has
+// already resolved it, else `go tool -n helm` in the tool module (which
+// builds it once into Go's cache).
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	helmOnce.Do(func() {
+		if helmPath = os.Getenv("HELM"); helmPath != "" {
+			return
+		}
+		cmd := exec.Command("go", "-C", filepath.Join(root(t), "tools", "helm"), "tool", "-n", "helm")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			helmErr = fmt.Errorf("build the pinned helm (go -C tools/helm tool -n helm): %w: %s", err, stderr.String())
+			return
+		}
+		helmPath = strings.TrimSpace(string(out))
+	})
+	require.NoError(t, helmErr)
+	return helmPath
+}
+
+// helm runs the pinned Helm and returns its standard output.
+func helm(t *testing.T, env []string, args ...string) []byte {
+	t.Helper()
+	cmd := exec.Command(helmBinary(t), args...)
+	// Helm's own state (repositories, cache) stays out of the user's home.
+	home := t.TempDir()
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
+	cmd.Env = append(cmd.Env, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "helm %s:\n%s%s", strings.Join(args, " "), stderr.String(), stdout.String())
+	return stdout.Bytes()
+}
+
+// objects is a rendered chart.
+type objects []*unstructured.Unstructured
+
+// render is `helm template` of the chart with the values set.
+func render(t *testing.T, set ...string) objects {
+	t.Helper()
+	args := []string{"template", release, chartDir(t), "--namespace", namespace, "--include-crds"}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	return decode(t, helm(t, nil, args...))
+}
+
+func decode(t *testing.T, manifest []byte) objects {
+	t.Helper()
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)
+	var out objects
+	for {
+		var obj map[string]any
+		err := dec.Decode(&obj)
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		require.NoError(t, err)
+		if obj != nil {
+			out = append(out, &unstructured.Unstructured{Object: obj})
+		}
+	}
+}
+
+// get is the one object of a kind and name; it fails the test when there is
+// not exactly one.
+func (o objects) get(t *testing.T, kind, name string) *unstructured.Unstructured {
+	t.Helper()
+	found := o.all(kind, name)
+	require.Len(t, found, 1, "%s %q among the rendered objects", kind, name)
+	return found[0]
+}
+
+// all are the objects of a kind, with the name if one is given.
+func (o objects) all(kind, name string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, obj := range o {
+		if obj.GetKind() == kind && (name == "" || obj.GetName() == name) {
+			out = append(out, obj)
+		}
+	}
+	return out
+}
+
+func (o objects) maps() []map[string]any {
+	out := make([]map[string]any, len(o))
+	for i, obj := range o {
+		out[i] = obj.Object
+	}
+	return out
+}
+
+// typed converts a rendered object to its Go type.
+func typed[T any](t *testing.T, obj *unstructured.Unstructured) *T {
+	t.Helper()
+	var out T
+	require.NoError(t, kruntime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &out))
+	return &out
+}
+
+// deployment is the manager's Deployment; there is exactly one.
+func (o objects) deployment(t *testing.T) *appsv1.Deployment {
+	t.Helper()
+	deps := o.all("Deployment", "")
+	require.Len(t, deps, 1)
+	return typed[appsv1.Deployment](t, deps[0])
+}
+
+// boundRoles are the ClusterRoles and Roles bound to the manager's
+// ServiceAccount, by ClusterRoleBindings and RoleBindings, as rules keyed by
+// "Kind/namespace/name".
+func (o objects) boundRoles(t *testing.T) map[string][]rbacv1.PolicyRule {
+	t.Helper()
+	sa := o.deployment(t).Spec.Template.Spec.ServiceAccountName
+	require.NotEmpty(t, sa)
+	out := map[string][]rbacv1.PolicyRule{}
+	for _, kind := range []string{"ClusterRoleBinding", "RoleBinding"} {
+		for _, obj := range o.all(kind, "") {
+			b := typed[rbacv1.RoleBinding](t, obj)
+			if !slices.ContainsFunc(b.Subjects, func(s rbacv1.Subject) bool {
+				return s.Kind == rbacv1.ServiceAccountKind && s.Name == sa && s.Namespace == namespace
+			}) {
+				continue
+			}
+			roleNS := ""
+			if b.RoleRef.Kind == "Role" {
+				roleNS = b.Namespace
+			}
+			role := o.get(t, b.RoleRef.Kind, b.RoleRef.Name)
+			assert.Equal(t, roleNS, role.GetNamespace(), "%s %s", b.RoleRef.Kind, b.RoleRef.Name)
+			out[b.RoleRef.Kind+"/"+roleNS+"/"+b.RoleRef.Name] = typed[rbacv1.ClusterRole](t, role).Rules
+		}
+	}
+	return out
+}
+
+// grants reports whether rules grant verb on group/resource for name (any
+// name when name is empty must be granted without resourceNames).
+func grants(rules []rbacv1.PolicyRule, group, resource, verb, name string) bool {
+	return slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) &&
+			(len(r.ResourceNames) == 0 || (name != "" && slices.Contains(r.ResourceNames, name)))
+	})
+}
+
+// The copies ------------------------------------------------------------------
+
+// TestChartCopiesAreTheGeneratedManifests keeps the chart's copies identical
+// to the files generated from the code, so the chart cannot drift from the
+// markers: the CRDs (crds/, which Helm installs), the manager's RBAC, the
+// shipped roles and the webhook configuration (files/, which the templates
+// read). `go test ./deploy/chart -args -update` copies them again.
+func TestChartCopiesAreTheGeneratedManifests(t *testing.T) {
+	r, c := root(t), chartDir(t)
+	pairs := map[string]string{
+		filepath.Join(r, "deploy", "rbac", "role.yaml"):         filepath.Join(c, "files", "role.yaml"),
+		filepath.Join(r, "deploy", "rbac", "roles.yaml"):        filepath.Join(c, "files", "roles.yaml"),
+		filepath.Join(r, "deploy", "webhook", "manifests.yaml"): filepath.Join(c, "files", "webhook.yaml"),
+	}
+	sources, err := filepath.Glob(filepath.Join(r, "deploy", "crds", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, sources)
+	for _, src := range sources {
+		pairs[src] = filepath.Join(c, "crds", filepath.Base(src))
+	}
+	if *update {
+		stale, err := filepath.Glob(filepath.Join(c, "crds", "*.yaml"))
+		require.NoError(t, err)
+		for _, f := range stale {
+			require.NoError(t, os.Remove(f))
+		}
+		for src, dst := range pairs {
+			data, err := os.ReadFile(src)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(dst, data, 0o644))
+		}
+	}
+
+	for src, dst := range pairs {
+		want, err := os.ReadFile(src)
+		require.NoError(t, err)
+		got, err := os.ReadFile(dst)
+		if assert.NoError(t, err, "%s is not in the chart; run `go test ./deploy/chart -args -update`", src) {
+			assert.True(t, bytes.Equal(want, got), "%s differs from %s; run `go test ./deploy/chart -args -update`", dst, src)
+		}
+	}
+	chartCRDs, err := filepath.Glob(filepath.Join(c, "crds", "*.yaml"))
+	require.NoError(t, err)
+	assert.Len(t, chartCRDs, len(sources), "the chart has a CRD that deploy/crds no longer has; run `go test ./deploy/chart -args -update`")
+}
+
+func TestHelmLint(t *testing.T) {
+	for name, set := range map[string][]string{"default": nil, "cert-manager": certManager} {
+		t.Run(name, func(t *testing.T) {
+			args := []string{"lint", "--strict", chartDir(t)}
+			for _, s := range set {
+				args = append(args, "--set", s)
+			}
+			helm(t, nil, args...)
+		})
+	}
+}
+
+// RBAC -------------------------------------------------------------------------
+
+type violation struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+var (
+	engineOnce sync.Once
+	theEngine  *engine.Engine
+	engineErr  error
+)
+
+// TestMain stops the engine the RBAC tests share, once they are done.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if theEngine != nil {
+		theEngine.Stop(context.Background())
+	}
+	os.Exit(code)
+}
+
+// violations evaluates the RBAC invariant (policy/ichor/rbac, in the bundle
+// the manager embeds) over the objects for the ClusterRole named role.
+func violations(t *testing.T, objs []map[string]any, role string) []violation {
+	t.Helper()
+	engineOnce.Do(func() {
+		// Not the test's context: the engine outlives the first test using it.
+		theEngine, engineErr = engine.New(context.Background(), engine.Options{DecisionLog: io.Discard, Log: io.Discard})
+	})
+	require.NoError(t, engineErr)
+	d, err := theEngine.Decide(t.Context(), "ichor/rbac/violations", map[string]any{"manager_role": role, "objects": objs})
+	require.NoError(t, err)
+	var out []violation
+	require.NoError(t, json.Unmarshal(d.Result, &out), string(d.Result))
+	return out
+}
+
+// TestControllerRBACApprovesOnlyKubeletSigners is ADR 0125's invariant over
+// the rendered chart, in every mode: every ClusterRole bound to the manager's
+// ServiceAccount holds on certificates.k8s.io only get/list/watch on the
+// requests, update on their approval, and approve on the two kubelet signers
+// by name; no sign, no create, no other signer, no wildcard.
+func TestControllerRBACApprovesOnlyKubeletSigners(t *testing.T) {
+	for name, set := range map[string][]string{
+		"default":      nil,
+		"cert-manager": certManager,
+		"renamed":      {"fullnameOverride=ichor", "serviceAccount.name=approver"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs := render(t, set...)
+			bound := objs.boundRoles(t)
+			var clusterRoles []string
+			for key := range bound {
+				if kind, rest, _ := strings.Cut(key, "/"); kind == "ClusterRole" {
+					clusterRoles = append(clusterRoles, strings.TrimPrefix(rest, "/"))
+				}
+			}
+			require.NotEmpty(t, clusterRoles, "no ClusterRole is bound to the manager's ServiceAccount")
+			for _, role := range clusterRoles {
+				assert.Empty(t, violations(t, objs.maps(), role), "ClusterRole %s breaks the RBAC invariant", role)
+			}
+			// The manager must be able to do its work: the rights are there.
+			manager := bound["ClusterRole//"+objs.deployment(t).Name+"-manager"]
+			require.NotNil(t, manager, "the manager ClusterRole %s-manager is not bound to the ServiceAccount", objs.deployment(t).Name)
+			for _, signer := range []string{"kubernetes.io/kubelet-serving", "kubernetes.io/kube-apiserver-client-kubelet"} {
+				assert.True(t, grants(manager, "certificates.k8s.io", "signers", "approve", signer), "no approve on %s", signer)
+			}
+			assert.True(t, grants(manager, "certificates.k8s.io", "certificatesigningrequests/approval", "update", ""))
+		})
+	}
+}
+
+// TestRBACCheckOfTheChartHasTeeth proves the check above looks at what the
+// chart renders: a right added to the rendered manager role, or a second
+// ClusterRole bound to the ServiceAccount, is caught.
+func TestRBACCheckOfTheChartHasTeeth(t *testing.T) {
+	objs := render(t)
+	role := objs.get(t, "ClusterRole", release+"-manager")
+	rules, _, _ := unstructured.NestedSlice(role.Object, "rules")
+	role.Object["rules"] = append(slices.Clone(rules), map[string]any{
+		"apiGroups": []any{"certificates.k8s.io"}, "resources": []any{"signers"},
+		"resourceNames": []any{"kubernetes.io/kubelet-serving"}, "verbs": []any{"sign"},
+	})
+	got := violations(t, objs.maps(), role.GetName())
+	require.NotEmpty(t, got)
+	assert.Equal(t, "RightNotAllowed", got[0].Code)
+
+	objs = render(t)
+	extra := decode(t, []byte(`
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: sneaky}
+rules:
+- apiGroups: [certificates.k8s.io]
+  resources: [signers]
+  verbs: [approve]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: sneaky}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: sneaky}
+subjects:
+- {kind: ServiceAccount, name: ichor-policy, namespace: ichor-system}
+`))
+	objs = append(objs, extra...)
+	_, ok := objs.boundRoles(t)["ClusterRole//sneaky"]
+	require.True(t, ok)
+	assert.NotEmpty(t, violations(t, objs.maps(), "sneaky"))
+}
+
+// TestManagerRightsAreTheGeneratedOnes: the manager's roles in the chart hold
+// exactly the rules generated from the markers, the ClusterRole ones
+// cluster-wide and the namespaced ones in the release namespace, and the
+// template adds none.
+func TestManagerRightsAreTheGeneratedOnes(t *testing.T) {
+	generated := decode(t, readFile(t, filepath.Join(root(t), "deploy", "rbac", "role.yaml")))
+	var wantCluster, wantNamespaced []rbacv1.PolicyRule
+	for _, obj := range generated {
+		rules := typed[rbacv1.ClusterRole](t, obj).Rules
+		switch obj.GetKind() {
+		case "ClusterRole":
+			wantCluster = append(wantCluster, rules...)
+		case "Role":
+			wantNamespaced = append(wantNamespaced, rules...)
+		default:
+			t.Fatalf("deploy/rbac/role.yaml holds a %s", obj.GetKind())
+		}
+	}
+	objs := render(t)
+	bound := objs.boundRoles(t)
+	assert.Equal(t, wantCluster, bound["ClusterRole//"+release+"-manager"])
+	if wantNamespaced == nil {
+		assert.Empty(t, objs.all("Role", release+"-manager"))
+	} else {
+		assert.Equal(t, wantNamespaced, bound["Role/"+namespace+"/"+release+"-manager"])
+	}
+}
+
+// Webhook ----------------------------------------------------------------------
+
+// TestWebhookIsWiredToTheManager, in both modes: the configuration has the
+// generated webhook (CREATE of TalosCredentialRequest, failurePolicy Fail,
+// sideEffects NoneOnDryRun) pointing at the Service, whose port leads to the
+// port the manager serves the webhook on.
+func TestWebhookIsWiredToTheManager(t *testing.T) {
+	for name, set := range map[string][]string{"default": nil, "cert-manager": certManager} {
+		t.Run(name, func(t *testing.T) {
+			objs := render(t, set...)
+			vwc := objs.get(t, "ValidatingWebhookConfiguration", webhookcerts.DefaultWebhookConfigurationName)
+			webhooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")
+			require.Len(t, webhooks, 1)
+			wh := webhooks[0].(map[string]any)
+			assert.Equal(t, "vtaloscredentialrequest.ichor.dev", wh["name"])
+			assert.Equal(t, "Fail", wh["failurePolicy"])
+			assert.Equal(t, "NoneOnDryRun", wh["sideEffects"])
+			assert.Equal(t, []any{map[string]any{
+				"apiGroups": []any{"ichor.dev"}, "apiVersions": []any{"v1alpha1"},
+				"operations": []any{"CREATE"}, "resources": []any{"taloscredentialrequests"},
+			}}, wh["rules"])
+			svcRef, _, _ := unstructured.NestedMap(wh, "clientConfig", "service")
+			_, hasBundle, _ := unstructured.NestedFieldNoCopy(wh, "clientConfig", "caBundle")
+			assert.False(t, hasBundle, "the chart must not render a caBundle: an upgrade would reset it")
+			assert.Equal(t, webhookPath, svcRef["path"])
+			assert.Equal(t, namespace, svcRef["namespace"])
+
+			svc := typed[corev1.Service](t, objs.get(t, "Service", svcRef["name"].(string)))
+			require.Len(t, svc.Spec.Ports, 1)
+			assert.EqualValues(t, svcRef["port"], svc.Spec.Ports[0].Port)
+			dep := objs.deployment(t)
+			assert.Subset(t, dep.Spec.Template.Labels, svc.Spec.Selector, "the webhook Service does not select the manager pods")
+			port := containerPort(t, dep, svc.Spec.Ports[0].TargetPort.StrVal)
+			assert.EqualValues(t, 9443, port)
+		})
+	}
+}
+
+func containerPort(t *testing.T, dep *appsv1.Deployment, name string) int32 {
+	t.Helper()
+	for _, p := range dep.Spec.Template.Spec.Containers[0].Ports {
+		if p.Name == name {
+			return p.ContainerPort
+		}
+	}
+	t.Fatalf("the manager container has no port %q", name)
+	return 0
+}
+
+func args(dep *appsv1.Deployment) []string { return dep.Spec.Template.Spec.Containers[0].Args }
+
+func argValue(t *testing.T, dep *appsv1.Deployment, flag string) string {
+	t.Helper()
+	for _, a := range args(dep) {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("the manager has no %s argument: %v", flag, args(dep))
+	return ""
+}
+
+// TestWebhookCertificatesFromTheManager (the default): the manager is told to
+// make the certificates, for the Secret, Service and configuration the chart
+// renders, and the roles bound to it grant exactly what webhookcerts needs on
+// them, by name, the Secret only in the release namespace.
+func TestWebhookCertificatesFromTheManager(t *testing.T) {
+	objs := render(t)
+	dep := objs.deployment(t)
+	assert.Contains(t, args(dep), "--webhook-generate-certs")
+	secretName := argValue(t, dep, "--webhook-cert-secret")
+	vwcName := argValue(t, dep, "--webhook-configuration")
+	assert.Equal(t, webhookcerts.DefaultSecretName, secretName)
+	assert.Equal(t, webhookcerts.DefaultWebhookConfigurationName, vwcName)
+	objs.get(t, "ValidatingWebhookConfiguration", vwcName)
+	objs.get(t, "Service", argValue(t, dep, "--webhook-service"))
+	assert.Empty(t, vwcAnnotations(t, objs), "no cainjector in this mode")
+
+	secret := typed[corev1.Secret](t, objs.get(t, "Secret", secretName))
+	assert.Equal(t, namespace, secret.Namespace)
+	assert.Equal(t, corev1.SecretTypeOpaque, secret.Type, "a kubernetes.io/tls Secret cannot be created empty")
+	assert.Empty(t, secret.Data, "the chart must not render data: an upgrade would overwrite the manager's certificates")
+
+	certDir := argValue(t, dep, "--webhook-cert-dir")
+	vol := mountedVolume(t, dep, certDir)
+	require.NotNil(t, vol.EmptyDir, "the manager writes its certificates to an emptyDir")
+
+	bound := objs.boundRoles(t)
+	var inNamespace, clusterWide []rbacv1.PolicyRule
+	for key, rules := range bound {
+		if strings.HasPrefix(key, "Role/"+namespace+"/") {
+			inNamespace = append(inNamespace, rules...)
+		} else {
+			clusterWide = append(clusterWide, rules...)
+		}
+	}
+	for _, verb := range []string{"get", "update"} {
+		assert.True(t, grants(inNamespace, "", "secrets", verb, secretName),
+			"no Role in %s grants %s on Secret %s to the manager; regenerate deploy/rbac/role.yaml from webhookcerts' markers (make generate) and copy it (go test ./deploy/chart -args -update)", namespace, verb, secretName)
+	}
+	for _, verb := range []string{"get", "patch"} {
+		assert.True(t, grants(clusterWide, "admissionregistration.k8s.io", "validatingwebhookconfigurations", verb, vwcName),
+			"no ClusterRole grants %s on ValidatingWebhookConfiguration %s to the manager; regenerate deploy/rbac/role.yaml (make generate) and copy it (go test ./deploy/chart -args -update)", verb, vwcName)
+	}
+	// Nothing more than by name.
+	assert.False(t, grants(clusterWide, "admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch", "another"))
+	assert.False(t, grants(append(inNamespace, clusterWide...), "", "secrets", "update", "another"))
+	assert.False(t, grants(append(inNamespace, clusterWide...), "", "secrets", "create", "another"))
+}
+
+// TestWebhookCertificatesFromCertManager: an Issuer and a Certificate for the
+// Service's names, its Secret mounted where the manager reads, the CA
+// injected by cainjector, and the manager not told to make certificates.
+func TestWebhookCertificatesFromCertManager(t *testing.T) {
+	objs := render(t, certManager...)
+	dep := objs.deployment(t)
+	assert.NotContains(t, args(dep), "--webhook-generate-certs")
+	assert.Empty(t, objs.all("Secret", webhookcerts.DefaultSecretName))
+
+	certs := objs.all("Certificate", "")
+	require.Len(t, certs, 1)
+	cert := certs[0]
+	assert.Equal(t, map[string]string{"cert-manager.io/inject-ca-from": namespace + "/" + cert.GetName()}, vwcAnnotations(t, objs))
+	dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+	assert.Contains(t, dnsNames, release+"-webhook."+namespace+".svc", "the name the API server dials")
+	issuer, _, _ := unstructured.NestedStringMap(cert.Object, "spec", "issuerRef")
+	objs.get(t, issuer["kind"], issuer["name"])
+
+	secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+	vol := mountedVolume(t, dep, argValue(t, dep, "--webhook-cert-dir"))
+	require.NotNil(t, vol.Secret)
+	assert.Equal(t, secretName, vol.Secret.SecretName)
+
+	// An existing issuer instead of the chart's.
+	objs = render(t, "webhook.certManager.enabled=true", "webhook.certManager.issuerRef.name=corp-ca", "webhook.certManager.issuerRef.kind=ClusterIssuer")
+	assert.Empty(t, objs.all("Issuer", ""))
+	issuer, _, _ = unstructured.NestedStringMap(objs.all("Certificate", "")[0].Object, "spec", "issuerRef")
+	assert.Equal(t, map[string]string{"name": "corp-ca", "kind": "ClusterIssuer"}, issuer)
+}
+
+func vwcAnnotations(t *testing.T, objs objects) map[string]string {
+	t.Helper()
+	return objs.get(t, "ValidatingWebhookConfiguration", webhookcerts.DefaultWebhookConfigurationName).GetAnnotations()
+}
+
+// mountedVolume is the volume the manager container mounts at path.
+func mountedVolume(t *testing.T, dep *appsv1.Deployment, path string) corev1.Volume {
+	t.Helper()
+	for _, m := range dep.Spec.Template.Spec.Containers[0].VolumeMounts {
+		if m.MountPath != path {
+			continue
+		}
+		for _, v := range dep.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name {
+				return v
+			}
+		}
+	}
+	t.Fatalf("nothing is mounted at %s", path)
+	return corev1.Volume{}
+}
+
+// The manager's pods --------------------------------------------------------------
+
+func TestManagerDeployment(t *testing.T) {
+	objs := render(t)
+	dep := objs.deployment(t)
+	require.NotNil(t, dep.Spec.Replicas)
+	assert.EqualValues(t, 2, *dep.Spec.Replicas)
+	pod := dep.Spec.Template.Spec
+	require.Len(t, pod.Containers, 1)
+	c := pod.Containers[0]
+	// The image runs `/ichor manager`: the chart gives flags only.
+	assert.Empty(t, c.Command)
+	assert.NotContains(t, c.Args, "manager")
+	assert.Contains(t, string(readFile(t, filepath.Join(root(t), "Dockerfile"))), `ENTRYPOINT ["/ichor", "manager"]`)
+	for _, a := range c.Args {
+		assert.True(t, strings.HasPrefix(a, "--"), "argument %q is not a flag", a)
+	}
+	assert.Contains(t, c.Args, "--leader-elect")
+	assert.Equal(t, ":8080", argValue(t, dep, "--metrics-bind-address"))
+	assert.Equal(t, ":8081", argValue(t, dep, "--health-probe-bind-address"))
+
+	require.NotNil(t, c.LivenessProbe)
+	require.NotNil(t, c.ReadinessProbe)
+	assert.Equal(t, "/healthz", c.LivenessProbe.HTTPGet.Path)
+	assert.Equal(t, "/readyz", c.ReadinessProbe.HTTPGet.Path)
+	assert.EqualValues(t, 8081, containerPort(t, dep, c.LivenessProbe.HTTPGet.Port.StrVal))
+	assert.EqualValues(t, 8081, containerPort(t, dep, c.ReadinessProbe.HTTPGet.Port.StrVal))
+
+	psc, sc := pod.SecurityContext, c.SecurityContext
+	require.NotNil(t, psc)
+	require.NotNil(t, sc)
+	assert.Equal(t, ptrTrue, psc.RunAsNonRoot)
+	assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, psc.SeccompProfile.Type)
+	assert.Equal(t, ptrTrue, sc.ReadOnlyRootFilesystem)
+	assert.Equal(t, ptrFalse, sc.AllowPrivilegeEscalation)
+	assert.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop)
+	assert.Empty(t, sc.Capabilities.Add)
+	assert.Nil(t, sc.Privileged)
+
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		assert.Contains(t, c.Resources.Requests, r)
+	}
+	assert.Contains(t, c.Resources.Limits, corev1.ResourceMemory)
+
+	tmp := mountedVolume(t, dep, "/tmp")
+	require.NotNil(t, tmp.EmptyDir, "/tmp is an emptyDir: the engine writes its bundle to a temporary directory")
+	for _, v := range pod.Volumes {
+		assert.Nil(t, v.HostPath, "volume %s", v.Name)
+	}
+	assert.False(t, pod.HostNetwork)
+
+	env := map[string]*corev1.EnvVarSource{}
+	for _, e := range c.Env {
+		env[e.Name] = e.ValueFrom
+	}
+	require.NotNil(t, env["POD_NAMESPACE"])
+	assert.Equal(t, "metadata.namespace", env["POD_NAMESPACE"].FieldRef.FieldPath)
+	require.NotNil(t, env["POD_NAME"], "the manager reports a refused bundle as an Event on its Pod, named by POD_NAME")
+	assert.Equal(t, "metadata.name", env["POD_NAME"].FieldRef.FieldPath)
+
+	// The bundle from a ConfigMap, signed with a key from another.
+	dep = render(t, "manager.bundle.configMap.name=ichor-bundle", "manager.bundle.verification.configMap=ichor-bundle-key").deployment(t)
+	assert.Equal(t, "/etc/ichor-policy/bundle/bundle.tar.gz", argValue(t, dep, "--bundle"))
+	vol := mountedVolume(t, dep, "/etc/ichor-policy/bundle")
+	require.NotNil(t, vol.ConfigMap)
+	assert.Equal(t, "ichor-bundle", vol.ConfigMap.Name)
+	assert.Equal(t, "/etc/ichor-policy/bundle-key/bundle-key.pem", argValue(t, dep, "--bundle-key"))
+	assert.Equal(t, "ichor", argValue(t, dep, "--bundle-key-id"))
+	vol = mountedVolume(t, dep, "/etc/ichor-policy/bundle-key")
+	require.NotNil(t, vol.ConfigMap)
+	assert.Equal(t, "ichor-bundle-key", vol.ConfigMap.Name)
+}
+
+var (
+	yes, no  = true, false
+	ptrTrue  = &yes
+	ptrFalse = &no
+)
+
+func TestServicesAndDisruptionBudgetSelectTheManagerPods(t *testing.T) {
+	objs := render(t)
+	dep := objs.deployment(t)
+	labels := dep.Spec.Template.Labels
+	assert.Subset(t, labels, dep.Spec.Selector.MatchLabels)
+
+	metrics := typed[corev1.Service](t, objs.get(t, "Service", release+"-metrics"))
+	assert.Subset(t, labels, metrics.Spec.Selector)
+	require.Len(t, metrics.Spec.Ports, 1)
+	assert.EqualValues(t, 8080, metrics.Spec.Ports[0].Port)
+	assert.EqualValues(t, 8080, containerPort(t, dep, metrics.Spec.Ports[0].TargetPort.StrVal))
+
+	pdb := objs.get(t, "PodDisruptionBudget", release)
+	minAvailable, _, _ := unstructured.NestedFieldNoCopy(pdb.Object, "spec", "minAvailable")
+	assert.EqualValues(t, 1, minAvailable)
+	selector, _, _ := unstructured.NestedStringMap(pdb.Object, "spec", "selector", "matchLabels")
+	assert.Subset(t, labels, selector)
+}
+
+// TestLeaderElectionRole: the Lease is the manager's LeaderElectionID, in the
+// release namespace, and the manager may renew only that one.
+func TestLeaderElectionRole(t *testing.T) {
+	src := readFile(t, filepath.Join(root(t), "cli", "manager.go"))
+	require.Contains(t, string(src), `"`+leaderElectionID+`"`, "cli/manager.go's LeaderElectionID changed; change the chart's leader-election Role too")
+
+	objs := render(t)
+	rules := objs.boundRoles(t)["Role/"+namespace+"/"+release+"-leader-election"]
+	require.NotNil(t, rules, "the leader-election Role is not bound to the manager")
+	assert.True(t, grants(rules, "coordination.k8s.io", "leases", "create", ""))
+	for _, verb := range []string{"get", "update"} {
+		assert.True(t, grants(rules, "coordination.k8s.io", "leases", verb, leaderElectionID))
+		assert.False(t, grants(rules, "coordination.k8s.io", "leases", verb, "another-lease"))
+	}
+	assert.Empty(t, render(t, "manager.leaderElect=false", "replicaCount=1").all("Role", release+"-leader-election"))
+}
+
+// TestShippedRoles: ichor-admin, ichor-operator and ichor-viewer are rendered
+// with deploy/rbac/roles.yaml's rules and no others, none of them holds the
+// break-glass kubeconfig, and they can be left out.
+func TestShippedRoles(t *testing.T) {
+	want := map[string][]rbacv1.PolicyRule{}
+	for _, obj := range decode(t, readFile(t, filepath.Join(root(t), "deploy", "rbac", "roles.yaml"))) {
+		want[obj.GetName()] = typed[rbacv1.ClusterRole](t, obj).Rules
+	}
+	require.Len(t, want, 3)
+	objs := render(t)
+	for name, rules := range want {
+		assert.Equal(t, rules, typed[rbacv1.ClusterRole](t, objs.get(t, "ClusterRole", name)).Rules, name)
+	}
+	for _, obj := range objs.all("ClusterRole", "") {
+		for _, r := range typed[rbacv1.ClusterRole](t, obj).Rules {
+			assert.NotContains(t, r.Resources, "talosclusters/kubeconfig-super-admin", "%s grants the break-glass kubeconfig", obj.GetName())
+		}
+	}
+	viewer := typed[rbacv1.ClusterRole](t, objs.get(t, "ClusterRole", "ichor-viewer")).Rules
+	assert.False(t, grants(viewer, "ichor.dev", "talosclusters/talosconfig-reader", "download", ""))
+	for _, name := range []string{"ichor-admin", "ichor-operator"} {
+		rules := typed[rbacv1.ClusterRole](t, objs.get(t, "ClusterRole", name)).Rules
+		assert.True(t, grants(rules, "ichor.dev", "talosclusters/talosconfig-reader", "download", ""), name)
+		assert.True(t, grants(rules, "ichor.dev", "taloscredentialrequests", "create", ""), name)
+	}
+
+	objs = render(t, "rbac.shippedRoles=false")
+	for name := range want {
+		assert.Empty(t, objs.all("ClusterRole", name))
+	}
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
+}

@@ -1,0 +1,123 @@
+package chart
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/ichor-dev/ichor-policy/webhookcerts"
+)
+
+// assetsDir is where `make envtest-assets` builds kube-apiserver and etcd:
+// $KUBEBUILDER_ASSETS (the Makefile exports it), else the cache it uses.
+func assetsDir(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir
+	}
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		require.NoError(t, err)
+		cache = filepath.Join(home, ".cache")
+	}
+	dir := filepath.Join(cache, "ichor-policy", "envtest", "v1.37.2")
+	_, err := os.Stat(filepath.Join(dir, "kube-apiserver"))
+	require.NoError(t, err, "no control-plane binaries in %s: run `make envtest-assets`", dir)
+	return dir
+}
+
+// TestUpgradeKeepsTheManagersCertificates installs the chart with the pinned
+// Helm into a real API server, lets webhookcerts fill the Secret and set the
+// CA bundle exactly as the manager does, upgrades the release, and checks the
+// upgrade left both alone: the chart renders neither the Secret's data nor
+// the caBundle, and Helm, server-side apply (Helm 4's default) or the
+// three-way merge of client-side apply, writes only the fields it renders.
+// Uninstalling removes what the chart made, the Secret with its CA included.
+func TestUpgradeKeepsTheManagersCertificates(t *testing.T) {
+	log.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	env := &envtest.Environment{BinaryAssetsDirectory: assetsDir(t)}
+	cfg, err := env.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	user, err := env.AddUser(envtest.User{Name: "chart-test", Groups: []string{"system:masters"}}, cfg)
+	require.NoError(t, err)
+	kubeconfig, err := user.KubeConfig()
+	require.NoError(t, err)
+	kubeconfigPath := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfigPath, kubeconfig, 0o600))
+	c, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
+	require.NoError(t, err)
+
+	for _, mode := range []string{"true", "false"} {
+		t.Run("server-side="+mode, func(t *testing.T) {
+			kc := []string{"--kubeconfig", kubeconfigPath, "--namespace", namespace}
+			helm(t, nil, append([]string{"install", release, chartDir(t), "--create-namespace", "--server-side=" + mode}, kc...)...)
+			// So a failure leaves nothing for the next mode to trip on.
+			t.Cleanup(func() {
+				_ = exec.Command(helmBinary(t), append([]string{"uninstall", release, "--ignore-not-found"}, kc...)...).Run()
+			})
+
+			// What the manager does at its first start.
+			rotator, err := webhookcerts.NewRotator(c, webhookcerts.Options{
+				Namespace: namespace, ServiceName: release + "-webhook", CertDir: t.TempDir(),
+			})
+			require.NoError(t, err)
+			require.NoError(t, rotator.Sync(t.Context()))
+			secretBefore, bundleBefore := certState(t, c)
+			require.NotEmpty(t, secretBefore[webhookcerts.KeyCACert])
+			require.NotEmpty(t, bundleBefore)
+
+			helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--set", "replicaCount=3", "--set", "webhook.servicePort=8443"}, kc...)...)
+
+			secretAfter, bundleAfter := certState(t, c)
+			assert.Equal(t, secretBefore, secretAfter, "the upgrade changed the manager's certificates")
+			assert.Equal(t, bundleBefore, bundleAfter, "the upgrade reset the CA bundle")
+			var dep appsv1.Deployment
+			require.NoError(t, c.Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: release}, &dep))
+			assert.EqualValues(t, 3, *dep.Spec.Replicas, "the upgrade was not applied")
+			var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+			require.NoError(t, c.Get(t.Context(), types.NamespacedName{Name: webhookcerts.DefaultWebhookConfigurationName}, &vwc))
+			assert.EqualValues(t, 8443, *vwc.Webhooks[0].ClientConfig.Service.Port, "the upgrade was not applied to the webhook configuration")
+
+			helm(t, nil, append([]string{"uninstall", release}, kc...)...)
+			for _, gone := range []struct {
+				obj client.Object
+				key types.NamespacedName
+			}{
+				{&corev1.Secret{}, types.NamespacedName{Namespace: namespace, Name: webhookcerts.DefaultSecretName}},
+				{&admissionregistrationv1.ValidatingWebhookConfiguration{}, types.NamespacedName{Name: webhookcerts.DefaultWebhookConfigurationName}},
+				{&rbacv1.ClusterRole{}, types.NamespacedName{Name: release + "-manager"}},
+			} {
+				err := c.Get(t.Context(), gone.key, gone.obj)
+				assert.True(t, apierrors.IsNotFound(err), "%T %s remains after uninstall (%v)", gone.obj, gone.key, err)
+			}
+		})
+	}
+}
+
+// certState is the Secret's data and the webhook's CA bundle.
+func certState(t *testing.T, c client.Client) (map[string][]byte, []byte) {
+	t.Helper()
+	var secret corev1.Secret
+	require.NoError(t, c.Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: webhookcerts.DefaultSecretName}, &secret))
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	require.NoError(t, c.Get(t.Context(), types.NamespacedName{Name: webhookcerts.DefaultWebhookConfigurationName}, &vwc))
+	require.Len(t, vwc.Webhooks, 1)
+	return secret.Data, vwc.Webhooks[0].ClientConfig.CABundle
+}

@@ -1,0 +1,439 @@
+// Package webhookcerts gives the admission webhook a serving certificate
+// when cert-manager does not: the manager makes a self-signed CA and a
+// serving certificate for the webhook Service's DNS names, keeps both in a
+// Secret so that every replica serves a certificate of the same CA, writes
+// the serving pair into the webhook server's cert dir (controller-runtime's
+// certwatcher reloads it), sets the CA bundle of the
+// ValidatingWebhookConfiguration, and renews before expiry: the serving
+// certificate (90 days) two thirds into its life, the CA (one year) likewise,
+// keeping the previous CA in the bundle until it expires so that a replica
+// that has not yet picked up the new certificate stays trusted.
+//
+// Every replica runs it (the webhook is served by all of them, so it needs no
+// leader). Replicas that race to fill or renew the Secret are ordered by the
+// API server's optimistic concurrency: one update wins, the others get a
+// conflict, read the winner's certificates and use them.
+//
+// Nothing here decides a security outcome: it only keeps the webhook
+// reachable over TLS the API server verifies.
+package webhookcerts
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+)
+
+// The names the chart gives the objects this package writes. They are fixed,
+// not derived from the Helm release, because the RBAC markers below name them
+// and the manager's roles are generated from the markers.
+const (
+	DefaultSecretName               = "ichor-policy-webhook-cert"
+	DefaultServiceName              = "ichor-policy-webhook"
+	DefaultWebhookConfigurationName = "ichor-policy-webhook"
+	DefaultClusterDomain            = "cluster.local"
+)
+
+// Lifetimes and intervals by default.
+const (
+	DefaultCAValidity      = 365 * 24 * time.Hour
+	DefaultServingValidity = 90 * 24 * time.Hour
+	// DefaultCheckInterval is how often the Secret and the CA bundle are
+	// looked at again between renewals: to adopt another replica's renewal
+	// and to restore a CA bundle that an upgrade or a person reset.
+	DefaultCheckInterval = 5 * time.Minute
+	// DefaultRetryInterval is how soon a failed attempt is retried.
+	DefaultRetryInterval = 15 * time.Second
+	// DefaultSetupTimeout bounds the first provisioning in Setup.
+	DefaultSetupTimeout = time.Minute
+)
+
+// The Secret is read and updated by name in the manager's namespace only (a
+// namespaced Role; generate.sh's placeholder namespace becomes the release
+// namespace in the chart). It is not created: the chart creates it empty,
+// because create cannot be limited to one name. The webhook configuration is
+// read and patched by name; nothing else of admissionregistration.k8s.io is
+// touched.
+
+// +kubebuilder:rbac:groups="",namespace=ichor-system,resources=secrets,resourceNames=ichor-policy-webhook-cert,verbs=get;update
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,resourceNames=ichor-policy-webhook,verbs=get;patch
+
+// Options configures the certificates of the webhook.
+type Options struct {
+	// Namespace is the namespace of the Service and the Secret: the
+	// manager's own (the chart passes it as POD_NAMESPACE). Required.
+	Namespace string
+	// ServiceName is the webhook Service; the certificate names
+	// NAME, NAME.NAMESPACE, NAME.NAMESPACE.svc and
+	// NAME.NAMESPACE.svc.CLUSTERDOMAIN. DefaultServiceName if empty.
+	ServiceName string
+	// ClusterDomain is the cluster's DNS domain; DefaultClusterDomain if
+	// empty.
+	ClusterDomain string
+	// SecretName is the Secret the CA and the serving certificate are kept
+	// in; DefaultSecretName if empty.
+	SecretName string
+	// WebhookConfigurationName is the ValidatingWebhookConfiguration whose
+	// webhooks get the CA bundle; DefaultWebhookConfigurationName if empty.
+	WebhookConfigurationName string
+	// CertDir, CertName and KeyName are where the serving pair is written;
+	// those of the manager's webhook server if empty, so that the server
+	// reads what is written here.
+	CertDir, CertName, KeyName string
+	// CAValidity and ServingValidity are the certificates' lifetimes;
+	// DefaultCAValidity and DefaultServingValidity if zero.
+	CAValidity, ServingValidity time.Duration
+	// CheckInterval is DefaultCheckInterval if zero.
+	CheckInterval time.Duration
+	// SetupTimeout is DefaultSetupTimeout if zero.
+	SetupTimeout time.Duration
+	// Now is the clock; time.Now if nil.
+	Now func() time.Time
+}
+
+// Setup provisions the webhook's certificates once, then adds a Runnable to
+// mgr that keeps them renewed, and a readiness check named "webhook-certs".
+//
+// The first provisioning happens here, before the manager starts, because
+// the manager starts its webhook server before any other runnable and the
+// server refuses to start without a certificate in its cert dir. It reads
+// (or fills) the Secret, writes the files and sets the CA bundle; a failure
+// to set the bundle (the configuration not created yet) is logged and
+// retried by the Runnable, any other failure is returned.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	c, err := client.New(mgr.GetConfig(), client.Options{
+		HTTPClient: mgr.GetHTTPClient(),
+		Scheme:     mgr.GetScheme(),
+		Mapper:     mgr.GetRESTMapper(),
+	})
+	if err != nil {
+		return fmt.Errorf("webhook certificates: client: %w", err)
+	}
+	if opts.CertDir == "" || opts.CertName == "" || opts.KeyName == "" {
+		// The manager's own server, so its certwatcher reads these files.
+		server, ok := mgr.GetWebhookServer().(*crwebhook.DefaultServer)
+		if !ok {
+			return fmt.Errorf("webhook certificates: the manager's webhook server is a %T; set CertDir, CertName and KeyName", mgr.GetWebhookServer())
+		}
+		o := server.Options
+		opts.CertDir = cmp.Or(opts.CertDir, o.CertDir, filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs"))
+		opts.CertName = cmp.Or(opts.CertName, o.CertName, "tls.crt")
+		opts.KeyName = cmp.Or(opts.KeyName, o.KeyName, "tls.key")
+	}
+	r, err := NewRotator(c, opts)
+	if err != nil {
+		return err
+	}
+	r.Log = mgr.GetLogger().WithName("webhookcerts")
+
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.SetupTimeout)
+	defer cancel()
+	if err := r.Sync(ctx); err != nil {
+		var bundleErr *CABundleError
+		if !errors.As(err, &bundleErr) {
+			return err
+		}
+		r.Log.Error(err, "the CA bundle is not set yet; retrying")
+	}
+	if err := mgr.AddReadyzCheck("webhook-certs", r.ReadyCheck); err != nil {
+		return fmt.Errorf("webhook certificates: readiness check: %w", err)
+	}
+	return mgr.Add(r)
+}
+
+// Logger is what the rotator logs with; a logr.Logger (ctrl.Log, the
+// manager's logger) is one.
+type Logger interface {
+	Info(msg string, keysAndValues ...any)
+	Error(err error, msg string, keysAndValues ...any)
+}
+
+// Rotator keeps the webhook's certificates. Setup makes one from a manager;
+// NewRotator makes one from a client, for tests and other wiring.
+type Rotator struct {
+	// Client reads and writes the Secret and the webhook configuration. It
+	// must not be a cached client: a cache would list and watch every Secret
+	// of the cluster, which the manager may not.
+	Client client.Client
+	// Log is ctrl.Log named "webhookcerts" unless set.
+	Log Logger
+
+	opts Options
+	is   issuance
+
+	mu      sync.Mutex
+	current *material
+	// bundleSet is whether the configuration holds the current bundle.
+	bundleSet bool
+}
+
+var (
+	_ manager.Runnable               = (*Rotator)(nil)
+	_ manager.LeaderElectionRunnable = (*Rotator)(nil)
+)
+
+// NewRotator checks and completes opts. CertDir must be set.
+func NewRotator(c client.Client, opts Options) (*Rotator, error) {
+	if opts.Namespace == "" {
+		return nil, errors.New("webhook certificates: no namespace (the manager's namespace, POD_NAMESPACE in the chart)")
+	}
+	if opts.CertDir == "" {
+		return nil, errors.New("webhook certificates: no cert dir")
+	}
+	opts.ServiceName = cmp.Or(opts.ServiceName, DefaultServiceName)
+	opts.ClusterDomain = cmp.Or(opts.ClusterDomain, DefaultClusterDomain)
+	opts.SecretName = cmp.Or(opts.SecretName, DefaultSecretName)
+	opts.WebhookConfigurationName = cmp.Or(opts.WebhookConfigurationName, DefaultWebhookConfigurationName)
+	opts.CertName = cmp.Or(opts.CertName, "tls.crt")
+	opts.KeyName = cmp.Or(opts.KeyName, "tls.key")
+	opts.CAValidity = cmp.Or(opts.CAValidity, DefaultCAValidity)
+	opts.ServingValidity = cmp.Or(opts.ServingValidity, DefaultServingValidity)
+	opts.CheckInterval = cmp.Or(opts.CheckInterval, DefaultCheckInterval)
+	opts.SetupTimeout = cmp.Or(opts.SetupTimeout, DefaultSetupTimeout)
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.ServingValidity > opts.CAValidity {
+		return nil, fmt.Errorf("webhook certificates: serving validity %s is longer than the CA's %s", opts.ServingValidity, opts.CAValidity)
+	}
+	svc, ns := opts.ServiceName, opts.Namespace
+	return &Rotator{
+		Client: c,
+		Log:    ctrl.Log.WithName("webhookcerts"),
+		opts:   opts,
+		is: issuance{
+			// The API server dials NAME.NAMESPACE.svc; it comes first and is
+			// the common name.
+			dnsNames:        []string{svc + "." + ns + ".svc", svc, svc + "." + ns, svc + "." + ns + ".svc." + opts.ClusterDomain},
+			caValidity:      opts.CAValidity,
+			servingValidity: opts.ServingValidity,
+		},
+	}, nil
+}
+
+// NeedLeaderElection is false: every replica serves the webhook, so every
+// replica needs the certificate on its own disk.
+func (*Rotator) NeedLeaderElection() bool { return false }
+
+// Start renews the certificates until ctx ends: at the next renewal time,
+// every CheckInterval in between, and every RetryInterval after a failure.
+func (r *Rotator) Start(ctx context.Context) error {
+	failed := false
+	for {
+		wait := r.opts.CheckInterval
+		r.mu.Lock()
+		if r.current != nil {
+			wait = min(wait, max(r.current.nextRenewal().Sub(r.opts.Now()), 0))
+		}
+		if failed || r.current == nil || !r.bundleSet {
+			wait = min(wait, DefaultRetryInterval)
+		}
+		r.mu.Unlock()
+
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C:
+		}
+		err := r.Sync(ctx)
+		failed = err != nil
+		if failed && ctx.Err() == nil {
+			r.Log.Error(err, "webhook certificates not up to date; retrying", "retryIn", DefaultRetryInterval)
+		}
+	}
+}
+
+// ReadyCheck fails while no serving certificate has been written, or when
+// the one written has expired (renewal failed for weeks): a replica that
+// cannot complete a TLS handshake the API server accepts takes no traffic.
+func (r *Rotator) ReadyCheck(*http.Request) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.current == nil {
+		return errors.New("no webhook serving certificate yet")
+	}
+	if !r.opts.Now().Before(r.current.serving.NotAfter) {
+		return fmt.Errorf("the webhook serving certificate expired at %s", r.current.serving.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// CABundleError is Sync's error when the certificates are in place but the
+// webhook configuration's CA bundle could not be set.
+type CABundleError struct{ Err error }
+
+func (e *CABundleError) Error() string {
+	return "set the CA bundle of the webhook configuration: " + e.Err.Error()
+}
+func (e *CABundleError) Unwrap() error { return e.Err }
+
+// maxConflicts bounds the read-plan-update loop when replicas race.
+const maxConflicts = 5
+
+// Sync brings the Secret, the CA bundle and the files up to date once. The
+// order matters: the Secret first (so every replica converges on one CA),
+// then the bundle (so the API server trusts the CA before it is served), then
+// the files.
+func (r *Rotator) Sync(ctx context.Context) error {
+	m, err := r.syncSecret(ctx)
+	if err != nil {
+		return err
+	}
+	bundleErr := r.setCABundle(ctx, m.caBundle())
+	if err := r.writeFiles(m); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.current = m
+	r.bundleSet = bundleErr == nil
+	r.mu.Unlock()
+	if bundleErr != nil {
+		return &CABundleError{Err: bundleErr}
+	}
+	return nil
+}
+
+func (r *Rotator) syncSecret(ctx context.Context) (*material, error) {
+	key := types.NamespacedName{Namespace: r.opts.Namespace, Name: r.opts.SecretName}
+	for range maxConflicts {
+		var secret corev1.Secret
+		err := r.Client.Get(ctx, key, &secret)
+		switch {
+		case apierrors.IsNotFound(err):
+			// The chart creates it; try anyway for other installations.
+			secret = corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}, Type: corev1.SecretTypeOpaque}
+			if err := r.Client.Create(ctx, &secret); err != nil && !apierrors.IsAlreadyExists(err) {
+				return nil, fmt.Errorf("webhook certificates: Secret %s does not exist and could not be created (create it empty; the Helm chart does): %w", key, err)
+			}
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("webhook certificates: get Secret %s: %w", key, err)
+		}
+
+		now := r.opts.Now()
+		m, changed, err := plan(secret.Data, now, r.is)
+		if err != nil {
+			return nil, fmt.Errorf("webhook certificates: %w", err)
+		}
+		if !changed {
+			return m, nil
+		}
+		newCA := !bytes.Equal(secret.Data[KeyCACert], m.data[KeyCACert])
+		if secret.Data == nil {
+			secret.Data = map[string][]byte{}
+		}
+		for k, v := range m.data {
+			secret.Data[k] = v
+		}
+		// The update carries the resourceVersion read above: if another
+		// replica wrote in between, this one loses and adopts theirs.
+		err = r.Client.Update(ctx, &secret)
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("webhook certificates: update Secret %s: %w", key, err)
+		}
+		r.Log.Info("issued the webhook's serving certificate",
+			"secret", key.String(), "dnsNames", m.serving.DNSNames,
+			"notAfter", m.serving.NotAfter.UTC().Format(time.RFC3339),
+			"newCA", newCA, "caNotAfter", m.ca.NotAfter.UTC().Format(time.RFC3339))
+		return m, nil
+	}
+	return nil, fmt.Errorf("webhook certificates: Secret %s changed under %d consecutive updates", key, maxConflicts)
+}
+
+// setCABundle sets the bundle on every webhook of the configuration that
+// does not hold it, with a strategic merge patch keyed by webhook name, so
+// nothing else of the configuration is written.
+func (r *Rotator) setCABundle(ctx context.Context, bundle []byte) error {
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: r.opts.WebhookConfigurationName}, &vwc); err != nil {
+		return fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", r.opts.WebhookConfigurationName, err)
+	}
+	if len(vwc.Webhooks) == 0 {
+		return fmt.Errorf("ValidatingWebhookConfiguration %s has no webhooks", vwc.Name)
+	}
+	orig := vwc.DeepCopy()
+	changed := false
+	for i := range vwc.Webhooks {
+		if !bytes.Equal(vwc.Webhooks[i].ClientConfig.CABundle, bundle) {
+			vwc.Webhooks[i].ClientConfig.CABundle = bundle
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if err := r.Client.Patch(ctx, &vwc, client.StrategicMergeFrom(orig)); err != nil {
+		return fmt.Errorf("patch ValidatingWebhookConfiguration %s: %w", vwc.Name, err)
+	}
+	r.Log.Info("set the CA bundle of the webhook configuration", "validatingWebhookConfiguration", vwc.Name, "webhooks", len(vwc.Webhooks))
+	return nil
+}
+
+// writeFiles writes the serving pair where the webhook server reads it, each
+// file replaced by a rename so the server never reads half a file; the key
+// first, so that a read between the two renames sees a mismatched pair
+// (which certwatcher rejects, keeping the old one) rather than never the
+// new key. Files that already hold the content are left alone.
+func (r *Rotator) writeFiles(m *material) error {
+	if err := os.MkdirAll(r.opts.CertDir, 0o700); err != nil {
+		return fmt.Errorf("webhook certificates: cert dir: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{
+		{r.opts.KeyName, m.data[KeyServingKey]},
+		{r.opts.CertName, m.data[KeyServingCert]},
+	} {
+		path := filepath.Join(r.opts.CertDir, f.name)
+		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, f.data) {
+			continue
+		}
+		if err := writeAtomic(path, f.data); err != nil {
+			return fmt.Errorf("webhook certificates: %w", err)
+		}
+	}
+	return nil
+}
+
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
