@@ -29,26 +29,32 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/talosnode"
 	credwebhook "github.com/ichor-dev/ichor-policy/webhook"
+	"github.com/ichor-dev/ichor-policy/webhookcerts"
 )
 
 type managerOptions struct {
-	metricsAddr    string
-	probeAddr      string
-	leaderElect    bool
-	bundle         string
-	bundleKeys     []string
-	bundleKeyID    string
-	bundleKeyAlg   string
-	bundlePoll     time.Duration
-	shadowBundle   string
-	logFile        string
-	logURL         string
-	webhookPort    int
-	webhookCertDir string
-	resync         time.Duration
-	talosTimeout   time.Duration
-	readerLifetime time.Duration
-	kubeconfig     string
+	metricsAddr          string
+	probeAddr            string
+	leaderElect          bool
+	bundle               string
+	bundleKeys           []string
+	bundleKeyID          string
+	bundleKeyAlg         string
+	bundlePoll           time.Duration
+	shadowBundle         string
+	logFile              string
+	logURL               string
+	webhookPort          int
+	webhookCertDir       string
+	webhookGenerateCerts bool
+	webhookCertSecret    string
+	webhookService       string
+	webhookConfiguration string
+	webhookClusterDomain string
+	resync               time.Duration
+	talosTimeout         time.Duration
+	readerLifetime       time.Duration
+	kubeconfig           string
 }
 
 func newManagerCommand(s streams) *cobra.Command {
@@ -77,7 +83,12 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.logFile, "decision-log-file", "", "also append the decision log to this file")
 	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API)")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server (HTTPS)")
-	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with the webhook server's tls.crt and tls.key")
+	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "directory of the webhook server's tls.crt and tls.key (default: controller-runtime's, under the temporary directory)")
+	f.BoolVar(&o.webhookGenerateCerts, "webhook-generate-certs", false, "make and renew the webhook's CA and serving certificate, kept in --webhook-cert-secret, and set the CA bundle of --webhook-configuration (leave off when cert-manager provides them)")
+	f.StringVar(&o.webhookCertSecret, "webhook-cert-secret", webhookcerts.DefaultSecretName, "Secret in the manager's namespace ($POD_NAMESPACE) that keeps the webhook's CA and serving certificate")
+	f.StringVar(&o.webhookService, "webhook-service", webhookcerts.DefaultServiceName, "the webhook's Service in the manager's namespace, which the serving certificate names")
+	f.StringVar(&o.webhookConfiguration, "webhook-configuration", webhookcerts.DefaultWebhookConfigurationName, "the ValidatingWebhookConfiguration whose CA bundle the manager sets")
+	f.StringVar(&o.webhookClusterDomain, "webhook-cluster-domain", webhookcerts.DefaultClusterDomain, "the cluster's DNS domain, for the serving certificate's NAME.NAMESPACE.svc.DOMAIN")
 	f.DurationVar(&o.resync, "resync-interval", kubeletserving.DefaultResyncInterval, "how often every cluster is looked at again in full")
 	f.DurationVar(&o.talosTimeout, "talos-timeout", kubeletserving.DefaultTalosTimeout, "bound on reading one node's identity from its Talos API")
 	f.DurationVar(&o.readerLifetime, "talos-reader-lifetime", 0, "lifetime of the manager's own os:reader Talos certificate (default: the policy's default for purpose node-reader; above the policy's cap is refused)")
@@ -209,10 +220,23 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 		HealthProbeBindAddress: o.probeAddr,
 		LeaderElection:         o.leaderElect,
 		LeaderElectionID:       "ichor-policy.ichor.dev",
-		WebhookServer:          crwebhook.NewServer(crwebhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir}),
+		// Optional: lets the manager run outside a pod.
+		LeaderElectionNamespace: os.Getenv("POD_NAMESPACE"),
+		WebhookServer:           crwebhook.NewServer(crwebhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir}),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
+	}
+	if o.webhookGenerateCerts {
+		if err := webhookcerts.Setup(mgr, webhookcerts.Options{
+			Namespace:                os.Getenv("POD_NAMESPACE"),
+			ServiceName:              o.webhookService,
+			ClusterDomain:            o.webhookClusterDomain,
+			SecretName:               o.webhookCertSecret,
+			WebhookConfigurationName: o.webhookConfiguration,
+		}); err != nil {
+			return fmt.Errorf("set up the webhook certificates: %w", err)
+		}
 	}
 	lifetime, err := readerLifetime(ctx, eng, o.readerLifetime)
 	if err != nil {

@@ -64,16 +64,14 @@ type PublicKeyFacts struct {
 	Bits      int    `json:"bits,omitempty"`
 }
 
-// CredentialUser is the requester as the API server authenticated them.
-//
-// The user's extra attributes are not part of the input: the decision-log
-// mask (policy/system/log) redacts extra only under input.csr, no credential
-// rule reads them, and they may hold personal values. They are still sent in
-// the SubjectAccessReview, where the authorizer may need them.
+// CredentialUser is the requester, from the admission request's userInfo.
+// Extra is masked in the decision log (policy/system/log): it may hold
+// personal values, and no rule reads it.
 type CredentialUser struct {
-	Username string   `json:"username"`
-	UID      string   `json:"uid"`
-	Groups   []string `json:"groups"`
+	Username string              `json:"username"`
+	UID      string              `json:"uid"`
+	Groups   []string            `json:"groups"`
+	Extra    map[string][]string `json:"extra"`
 }
 
 // CredentialRequestFacts are the facts of one TalosCredentialRequest.

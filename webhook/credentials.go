@@ -22,6 +22,7 @@ import (
 	"os"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -151,6 +152,7 @@ func (v *CredentialRequestValidator) facts(ctx context.Context, req admission.Re
 			Username: req.UserInfo.Username,
 			UID:      req.UserInfo.UID,
 			Groups:   req.UserInfo.Groups,
+			Extra:    extraOf(req.UserInfo.Extra),
 		},
 		Request: engine.CredentialRequestFacts{
 			// From the object: with generateName the admission request
@@ -290,4 +292,13 @@ func ttlSeconds(ttl *metav1.Duration) *float64 {
 	}
 	s := ttl.Seconds()
 	return &s
+}
+
+// extraOf is the requester's extra attributes as plain lists, never nil.
+func extraOf(extra map[string]authenticationv1.ExtraValue) map[string][]string {
+	out := make(map[string][]string, len(extra))
+	for k, v := range extra {
+		out[k] = append([]string{}, v...)
+	}
+	return out
 }

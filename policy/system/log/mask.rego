@@ -5,7 +5,8 @@
 #   whatever authenticator the cluster uses (an authenticating proxy, OIDC claims) and can
 #   hold personal or secret values that no rule reads; each value of a key not listed in
 #   data.json is replaced, so the key stays visible and the value does not. No rule reads
-#   extra, so a masked entry still replays to the same decision.
+#   extra, so a masked entry still replays to the same decision. The extra attributes sit
+#   under input.csr (CSR decisions) and input.user (credential admission).
 package system.log
 
 _config := data.system.log.config
@@ -14,8 +15,10 @@ _config := data.system.log.config
 # title: Mask
 # description: The JSON patch operations OPA's decision-log plugin applies to each entry before it is written.
 # entrypoint: true
-mask contains {"op": "upsert", "path": "/input/csr/extra", "value": _masked(input.input.csr.extra)} if {
-	some key, _ in input.input.csr.extra
+mask contains {"op": "upsert", "path": sprintf("/input/%s/extra", [holder]), "value": _masked(extra)} if {
+	some holder in _config.extra_holders
+	extra := input.input[holder].extra
+	some key, _ in extra
 	not _config.logged_extra_keys[key]
 }
 

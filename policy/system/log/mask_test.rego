@@ -15,6 +15,12 @@ test_unlisted_extra_values_are_redacted_and_listed_ones_kept if {
 	}}}
 }
 
+test_requester_extra_of_an_admission_is_redacted if {
+	extra := {"oidc.example.com/email": ["alice@example.com"]}
+	masks := log.mask with input as {"input": {"user": {"username": "ichor:alice", "extra": extra}}}
+	masks == {{"op": "upsert", "path": "/input/user/extra", "value": {"oidc.example.com/email": ["**REDACTED**"]}}}
+}
+
 test_listed_extra_only_is_left_alone if {
 	count(log.mask) == 0 with input as _event({"authentication.kubernetes.io/node-name": ["worker-1"]})
 }
