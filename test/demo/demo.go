@@ -34,6 +34,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/test/harness"
+	"github.com/ichor-dev/ichor-policy/webhook/webhooktest"
 )
 
 // Options configures Run.
@@ -61,6 +62,10 @@ type Result struct {
 	DecisionLog string
 	// Metrics is the manager's Prometheus endpoint as scraped at the end.
 	Metrics string
+	// Talosconfig is the read-only talosconfig issued to the operator.
+	Talosconfig string
+	// ViewerRefusal is what the viewer was told.
+	ViewerRefusal string
 }
 
 type node struct {
@@ -143,7 +148,15 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
-	mgr, err := startManager(opts.Ichor, res.Kubeconfig, res.DecisionLog, filepath.Join(opts.WorkDir, "manager.log"), metricsAddr)
+	// The credential webhook, registered with the API server at the
+	// manager's loopback address and envtest's serving certificate.
+	webhook, err := webhooktest.Install(env.Config)
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = webhook.Cleanup() }()
+	mgr, err := startManager(opts.Ichor, res.Kubeconfig, res.DecisionLog, filepath.Join(opts.WorkDir, "manager.log"), metricsAddr,
+		"--webhook-port", fmt.Sprint(webhook.LocalServingPort), "--webhook-cert-dir", webhook.LocalServingCertDir)
 	if err != nil {
 		return res, err
 	}
@@ -212,6 +225,12 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 		return res, err
 	}
 	say("   metrics: http://%s/metrics", metricsAddr)
+
+	say("")
+	say("== A read-only talosconfig for an operator, through the admission webhook: ichor cluster talosconfig")
+	if res.Talosconfig, err = credentials(storyCtx, env, opts, say); err != nil {
+		return res, err
+	}
 
 	say("")
 	say("== The decision log, as `ichor decisions list` reads it:")
@@ -313,7 +332,7 @@ func scrape(ctx context.Context, url string) (string, error) {
 	return string(b), nil
 }
 
-func startManager(ichor, kubeconfig, decisionLog, logPath, metricsAddr string) (*manager, error) {
+func startManager(ichor, kubeconfig, decisionLog, logPath, metricsAddr string, extra ...string) (*manager, error) {
 	stdout, err := os.Create(decisionLog)
 	if err != nil {
 		return nil, fmt.Errorf("decision log: %w", err)
@@ -323,8 +342,9 @@ func startManager(ichor, kubeconfig, decisionLog, logPath, metricsAddr string) (
 		stdout.Close()
 		return nil, fmt.Errorf("manager log: %w", err)
 	}
-	cmd := exec.Command(ichor, "manager", "--kubeconfig", kubeconfig,
-		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", "0", "--resync-interval", "5s")
+	args := append([]string{"manager", "--kubeconfig", kubeconfig,
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", "0", "--resync-interval", "5s"}, extra...)
+	cmd := exec.Command(ichor, args...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		stdout.Close()

@@ -40,6 +40,11 @@ func TestDemoTellsTheStory(t *testing.T) {
 	assert.Equal(t, "pending", res.Verdicts["worker-3"][0])
 	assert.Contains(t, story.String(), "IPNotNode: IP address 10.5.0.3 is not one of the node's addresses")
 
+	// The operator got a read-only talosconfig; the viewer was refused.
+	assert.FileExists(t, res.Talosconfig)
+	assert.Contains(t, story.String(), "an os:reader talosconfig was requested by alice (lifetime 1h0m0s)")
+	assert.Contains(t, story.String(), "download")
+
 	// The manager's metrics, with their labels.
 	for _, want := range []string{
 		`ichor_policy_decisions_total{action="deny",policy="ichor/kubelet_serving/decision",reason="IPNotNode"} 1`,
