@@ -44,6 +44,7 @@ type managerOptions struct {
 	shadowBundle         string
 	logFile              string
 	logURL               string
+	logBuffer            int64
 	webhookPort          int
 	webhookCertDir       string
 	webhookGenerateCerts bool
@@ -82,6 +83,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.shadowBundle, "shadow-bundle", "", "a candidate bundle (directory or tarball) evaluated beside the active one on every decision, never acted on; disagreements are logged and counted")
 	f.StringVar(&o.logFile, "decision-log-file", "", "also append the decision log to this file")
 	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API)")
+	f.Int64Var(&o.logBuffer, "decision-log-buffer-events", 0, "entries the upload buffer holds while the service is away (default OPA's, 10000); more are dropped and counted in ichor_policy_decision_log_upload_dropped_total")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server (HTTPS)")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "directory of the webhook server's tls.crt and tls.key (default: controller-runtime's, under the temporary directory)")
 	f.BoolVar(&o.webhookGenerateCerts, "webhook-generate-certs", false, "make and renew the webhook's CA and serving certificate, kept in --webhook-cert-secret, and set the CA bundle of --webhook-configuration (leave off when cert-manager provides them)")
@@ -122,7 +124,7 @@ func readerLifetime(ctx context.Context, eng *engine.Engine, asked time.Duration
 func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 	opts := engine.Options{
 		DecisionLog: s.out, Log: s.err, PollInterval: o.bundlePoll,
-		DecisionLogFile: o.logFile, DecisionLogURL: o.logURL,
+		DecisionLogFile: o.logFile, DecisionLogURL: o.logURL, DecisionLogBufferEvents: o.logBuffer,
 	}
 	for _, path := range o.bundleKeys {
 		key, err := os.ReadFile(path)

@@ -27,6 +27,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
+	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	"github.com/open-policy-agent/opa/v1/sdk"
 	"github.com/sirupsen/logrus"
 
@@ -69,6 +70,9 @@ type Options struct {
 	// DecisionLogURL uploads the decision log to a service speaking OPA's
 	// decision-log API (POST {URL}/logs, gzipped JSON arrays).
 	DecisionLogURL string
+	// DecisionLogBufferEvents bounds the upload buffer, in entries; OPA's
+	// default (10000) when 0. Entries beyond it are dropped and counted.
+	DecisionLogBufferEvents int64
 
 	// Log receives OPA's own logs (bundle activation, errors) as JSON lines;
 	// nil means stderr.
@@ -162,6 +166,12 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("start the policy engine: %w", err)
 	}
 	e.opa = opa
+	// OPA's decision-log plugin counts the entries its upload buffer drops
+	// only when given a metrics provider; the engine's Prometheus metrics read
+	// them. Set before the first decision.
+	if lp := logs.Lookup(e.mgr); lp != nil && e.metrics != nil {
+		lp.WithMetrics(e.metrics.opa)
+	}
 	// A URL source that fails at start is retried by OPA; its status says
 	// why, for the start-up error. (A file source was verified above.)
 	e.mgr.RegisterPluginStatusListener("ichor-engine", e.pluginStatus)
@@ -302,7 +312,12 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 	if opts.DecisionLogURL != "" {
 		services["decision-logs"] = map[string]any{"url": opts.DecisionLogURL}
 		logs["service"] = "decision-logs"
-		logs["reporting"] = map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 5}
+		reporting := map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 5}
+		if opts.DecisionLogBufferEvents > 0 {
+			reporting["buffer_type"] = "event"
+			reporting["buffer_size_limit_events"] = opts.DecisionLogBufferEvents
+		}
+		logs["reporting"] = reporting
 	}
 	// The mask rule is OPA's default path (system/log/mask), which the bundle provides.
 	config["decision_logs"] = logs

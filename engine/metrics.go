@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	opametrics "github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,6 +17,16 @@ type Metrics struct {
 	loadFailures   prometheus.Counter
 	disagreements  *prometheus.CounterVec
 	droppedEntries *prometheus.CounterVec
+	// opa receives the counters of OPA's decision-log plugin: the entries its
+	// upload buffer dropped (full, or over the rate limit).
+	opa opametrics.Metrics
+}
+
+// OPA's names of the decision-log upload drop counters, by cause.
+var opaDropCounters = map[string]string{
+	"buffer_full":       "decision_logs_dropped_buffer_size_limit_exceeded",
+	"buffer_bytes_full": "decision_logs_dropped_buffer_size_limit_bytes_exceeded",
+	"rate_limit":        "decision_logs_dropped_rate_limit_exceeded",
 }
 
 // NewMetrics makes the collectors and registers them.
@@ -47,12 +58,34 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Decision-log entries a sink could not write.",
 		}, []string{"sink"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.revision, m.loadFailures, m.disagreements, m.droppedEntries} {
+	m.opa = opametrics.New()
+	collectors := []prometheus.Collector{m.decisions, m.latency, m.revision, m.loadFailures, m.disagreements, m.droppedEntries}
+	for cause, name := range opaDropCounters {
+		collectors = append(collectors, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "ichor_policy_decision_log_upload_dropped_total",
+			Help:        "Decision-log entries the upload sink (--decision-log-url) dropped, by cause.",
+			ConstLabels: prometheus.Labels{"cause": cause},
+		}, func() float64 { return counterValue(m.opa, name) }))
+	}
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+func counterValue(m opametrics.Metrics, name string) float64 {
+	if v, ok := m.Counter(name).Value().(uint64); ok {
+		return float64(v)
+	}
+	return 0
+}
+
+// UploadDropped is the upload sink's drop count for a cause (buffer_full,
+// buffer_bytes_full, rate_limit).
+func (m *Metrics) UploadDropped(cause string) float64 {
+	return counterValue(m.opa, opaDropCounters[cause])
 }
 
 func (m *Metrics) decision(path string, result json.RawMessage, err error, d time.Duration) {

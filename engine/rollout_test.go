@@ -276,3 +276,31 @@ func TestDecisionLogServiceSink(t *testing.T) {
 		t.Fatal("no decision-log upload")
 	}
 }
+
+func TestDecisionLogUploadDropsAreCounted(t *testing.T) {
+	// A log service that never answers, and an upload buffer of one entry:
+	// every entry after the first is dropped, and counted.
+	block := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(block); srv.Close() })
+	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	e, err := engine.New(context.Background(), engine.Options{
+		DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics,
+		DecisionLogURL: srv.URL, DecisionLogBufferEvents: 1,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	for range 5 {
+		_, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
+		require.NoError(t, err)
+	}
+
+	assert.GreaterOrEqual(t, metrics.UploadDropped("buffer_full"), 3.0)
+}
