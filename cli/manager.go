@@ -45,6 +45,7 @@ type managerOptions struct {
 	logFile              string
 	logURL               string
 	logBuffer            int64
+	webhook              bool
 	webhookPort          int
 	webhookCertDir       string
 	webhookGenerateCerts bool
@@ -84,6 +85,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.logFile, "decision-log-file", "", "also append the decision log to this file")
 	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API)")
 	f.Int64Var(&o.logBuffer, "decision-log-buffer-events", 0, "entries the upload buffer holds while the service is away (default OPA's, 10000); more are dropped and counted in ichor_policy_decision_log_upload_dropped_total")
+	f.BoolVar(&o.webhook, "webhook", true, "serve the TalosCredentialRequest admission webhook (it needs a serving certificate: --webhook-cert-dir or --webhook-generate-certs)")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server (HTTPS)")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "directory of the webhook server's tls.crt and tls.key (default: controller-runtime's, under the temporary directory)")
 	f.BoolVar(&o.webhookGenerateCerts, "webhook-generate-certs", false, "make and renew the webhook's CA and serving certificate, kept in --webhook-cert-secret, and set the CA bundle of --webhook-configuration (leave off when cert-manager provides them)")
@@ -229,7 +231,7 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if o.webhookGenerateCerts {
+	if o.webhook && o.webhookGenerateCerts {
 		if err := webhookcerts.Setup(mgr, webhookcerts.Options{
 			Namespace:                os.Getenv("POD_NAMESPACE"),
 			ServiceName:              o.webhookService,
@@ -270,16 +272,18 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 	if err := clientApprover.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: true}); err != nil {
 		return fmt.Errorf("set up the kubelet client approver: %w", err)
 	}
-	validator := &credwebhook.CredentialRequestValidator{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng}
-	if err := validator.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up the credential request webhook: %w", err)
+	if o.webhook {
+		validator := &credwebhook.CredentialRequestValidator{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng}
+		if err := validator.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("set up the credential request webhook: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+			return err
+		}
 	}
 	issuer := &credentials.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng}
 	if err := issuer.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the credential issuer: %w", err)
-	}
-	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-		return err
 	}
 	if pod, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE"); pod != "" && ns != "" {
 		rec := mgr.GetEventRecorder("ichor-policy")

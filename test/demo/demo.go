@@ -189,7 +189,7 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	}
 
 	// Wait until every node has its first verdict.
-	if err := verdicts.waitFor(storyCtx, func(v map[string][]string) bool {
+	if err := verdicts.waitFor(storyCtx, mgr.exited, func(v map[string][]string) bool {
 		for _, n := range nodes {
 			if len(v[n.name]) == 0 {
 				return false
@@ -204,10 +204,10 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 
 	say("== worker-3's Talos API comes back: its pending request is decided again")
 	talos["worker-3"].SetUnavailable(false)
-	if err := verdicts.waitFor(storyCtx, func(v map[string][]string) bool {
+	if err := verdicts.waitFor(storyCtx, mgr.exited, func(v map[string][]string) bool {
 		return slices.Contains(v["worker-3"], "approve")
 	}); err != nil {
-		return res, fmt.Errorf("waiting for worker-3: %w", err)
+		return res, fmt.Errorf("waiting for worker-3: %w (manager log: %s)", err, mgr.logPath)
 	}
 	for _, n := range []string{"cp-1", "worker-1", "worker-3"} {
 		if _, err := kubelets[n].WaitForCertificate(storyCtx); err != nil {
@@ -302,6 +302,8 @@ type manager struct {
 	cmd     *exec.Cmd
 	logPath string
 	done    chan error
+	// exited is closed when the process ends.
+	exited chan struct{}
 }
 
 // freeAddress is a loopback address with a port free now, for the
@@ -351,9 +353,11 @@ func startManager(ichor, kubeconfig, decisionLog, logPath, metricsAddr string, e
 		stderr.Close()
 		return nil, fmt.Errorf("start %s manager: %w", ichor, err)
 	}
-	m := &manager{cmd: cmd, logPath: logPath, done: make(chan error, 1)}
+	m := &manager{cmd: cmd, logPath: logPath, done: make(chan error, 1), exited: make(chan struct{})}
 	go func() {
-		m.done <- cmd.Wait()
+		err := cmd.Wait()
+		close(m.exited)
+		m.done <- err
 		stdout.Close()
 		stderr.Close()
 	}()
@@ -469,13 +473,16 @@ func (v *verdicts) snapshot() map[string][]string {
 	return out
 }
 
-// waitFor waits until cond holds over the verdicts so far, or ctx ends.
-func (v *verdicts) waitFor(ctx context.Context, cond func(map[string][]string) bool) error {
+// waitFor waits until cond holds over the verdicts so far, or ctx ends, or
+// the manager exits.
+func (v *verdicts) waitFor(ctx context.Context, exited <-chan struct{}, cond func(map[string][]string) bool) error {
 	for {
 		if cond(v.snapshot()) {
 			return nil
 		}
 		select {
+		case <-exited:
+			return errors.New("the manager exited")
 		case <-ctx.Done():
 			got := v.snapshot()
 			keys := make([]string, 0, len(got))
