@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/ichor-dev/ichor-policy/csrinput"
 )
@@ -64,4 +65,28 @@ func (e *Engine) decideCSR(ctx context.Context, path string, in any) (CSRDecisio
 	out.DecisionID = d.ID
 	out.Revision = d.Revision
 	return out, nil
+}
+
+// Codes are the decision's reason codes, in order.
+func (d CSRDecision) Codes() []string {
+	out := make([]string, 0, len(d.Reasons))
+	for _, r := range d.Reasons {
+		out = append(out, r.Code)
+	}
+	return out
+}
+
+// Summary is the reasons as one line: "CODE: message; CODE: message".
+func (d CSRDecision) Summary() string {
+	parts := make([]string, 0, len(d.Reasons))
+	for _, r := range d.Reasons {
+		parts = append(parts, r.Code+": "+r.Message)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// ConditionMessage is what lands on the CSR's condition: the reasons, and
+// the decision id and policy revision that find the decision again in the log.
+func (d CSRDecision) ConditionMessage() string {
+	return fmt.Sprintf("%s (decision %s, policy revision %s)", d.Summary(), d.DecisionID, d.Revision)
 }

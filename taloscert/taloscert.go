@@ -1,9 +1,12 @@
-// Package taloscert signs Talos API client certificates from a cluster's OS CA.
+// Package taloscert signs client certificates with the CAs of a Talos secrets
+// bundle: Talos API certificates from the OS CA, Kubernetes client
+// certificates from the Kubernetes CA.
 //
 // Talos authorizes an API client by the roles in the Subject Organization (O=) of
 // its certificate, so the role written here is the whole of the credential's
-// power. The package is shared by the node identity reader (which only ever asks
-// for os:reader) and by the credential issuer (which asks for what policy allowed).
+// power; the Kubernetes API server reads O= as the user's groups. The package is
+// shared by the node identity reader (which only ever asks for os:reader) and by
+// the credential issuer (which asks for what policy allowed).
 package taloscert
 
 import (
@@ -22,14 +25,14 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/role"
 )
 
-// CA is a parsed Talos OS CA, ready to sign.
+// CA is a parsed CA of a Talos secrets bundle, ready to sign.
 type CA struct {
 	Cert   *x509.Certificate
 	signer crypto.Signer
 }
 
-// ParseCA parses the OS CA certificate and key in the PEM encoding of a Talos
-// secrets bundle (certs.os.crt / certs.os.key): the key may be "ED25519 PRIVATE
+// ParseCA parses a CA certificate and key in the PEM encoding of a Talos
+// secrets bundle (certs.os or certs.k8s): the key may be "ED25519 PRIVATE
 // KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY" or PKCS#8 "PRIVATE KEY".
 func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	// Parsing through siderolabs/crypto keeps us byte-compatible with what
@@ -38,25 +41,25 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 
 	cert, err := pair.GetCert()
 	if err != nil {
-		return nil, fmt.Errorf("parse OS CA certificate: %w", err)
+		return nil, fmt.Errorf("parse CA certificate: %w", err)
 	}
 
 	key, err := pair.GetKey()
 	if err != nil {
-		return nil, fmt.Errorf("parse OS CA key: %w", err)
+		return nil, fmt.Errorf("parse CA key: %w", err)
 	}
 
 	signer, ok := key.(crypto.Signer)
 	if !ok {
-		return nil, fmt.Errorf("OS CA key of type %T cannot sign", key)
+		return nil, fmt.Errorf("CA key of type %T cannot sign", key)
 	}
 
 	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
-		return nil, errors.New("OS CA certificate is not a signing CA")
+		return nil, errors.New("CA certificate is not a signing CA")
 	}
 
 	if !publicKeysEqual(cert.PublicKey, signer.Public()) {
-		return nil, errors.New("OS CA key does not match the OS CA certificate")
+		return nil, errors.New("CA key does not match the CA certificate")
 	}
 
 	return &CA{Cert: cert, signer: signer}, nil
@@ -83,44 +86,66 @@ func (ca *CA) Issue(req ClientCertificate) ([]byte, error) {
 		return nil, err
 	}
 
-	if req.PublicKey == nil {
+	der, err := ca.sign(pkix.Name{CommonName: req.CommonName, Organization: []string{req.Role}}, req.PublicKey, req.NotBefore, req.Lifetime)
+	if err != nil {
+		return nil, fmt.Errorf("sign %s client certificate: %w", req.Role, err)
+	}
+	return der, nil
+}
+
+// KubernetesClientCertificate describes one Kubernetes client certificate:
+// the API server reads CN as the user and each O as a group.
+type KubernetesClientCertificate struct {
+	CommonName string
+	Groups     []string
+	PublicKey  crypto.PublicKey
+	NotBefore  time.Time
+	Lifetime   time.Duration
+}
+
+// IssueKubernetes signs a Kubernetes client certificate.
+func (ca *CA) IssueKubernetes(req KubernetesClientCertificate) ([]byte, error) {
+	if req.CommonName == "" {
+		return nil, errors.New("a Kubernetes client certificate needs a common name")
+	}
+	der, err := ca.sign(pkix.Name{CommonName: req.CommonName, Organization: append([]string(nil), req.Groups...)}, req.PublicKey, req.NotBefore, req.Lifetime)
+	if err != nil {
+		return nil, fmt.Errorf("sign Kubernetes client certificate for %q: %w", req.CommonName, err)
+	}
+	return der, nil
+}
+
+// sign makes a client-auth certificate for subject, with the same key usages
+// as Talos's own NewAdminCertificateAndKey.
+func (ca *CA) sign(subject pkix.Name, publicKey crypto.PublicKey, notBefore time.Time, lifetime time.Duration) ([]byte, error) {
+	if publicKey == nil {
 		return nil, errors.New("client certificate needs a public key")
 	}
-
-	if req.Lifetime <= 0 {
-		return nil, fmt.Errorf("client certificate lifetime %s is not positive", req.Lifetime)
+	if lifetime <= 0 {
+		return nil, fmt.Errorf("client certificate lifetime %s is not positive", lifetime)
 	}
-
-	if req.NotBefore.IsZero() {
+	if notBefore.IsZero() {
 		return nil, errors.New("client certificate needs a NotBefore time")
 	}
-
 	// 128 random bits, as RFC 5280 recommends, so serials never collide across issuers.
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
 	if err != nil {
 		return nil, fmt.Errorf("generate serial number: %w", err)
 	}
-
-	// Same key usages as Talos's own NewAdminCertificateAndKey.
 	template := &x509.Certificate{
-		SerialNumber: serial,
-		Subject: pkix.Name{
-			CommonName:   req.CommonName,
-			Organization: []string{req.Role},
-		},
-		NotBefore:             req.NotBefore,
-		NotAfter:              req.NotBefore.Add(req.Lifetime),
+		SerialNumber:          serial,
+		Subject:               subject,
+		NotBefore:             notBefore,
+		NotAfter:              notBefore.Add(lifetime),
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
 		IsCA:                  false,
 	}
-
-	der, err := x509.CreateCertificate(rand.Reader, template, ca.Cert, req.PublicKey, ca.signer)
+	der, err := x509.CreateCertificate(rand.Reader, template, ca.Cert, publicKey, ca.signer)
 	if err != nil {
-		return nil, fmt.Errorf("sign %s client certificate: %w", req.Role, err)
+		return nil, err
 	}
-
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
 

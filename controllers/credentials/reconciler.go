@@ -23,13 +23,8 @@ package credentials
 import (
 	"context"
 	"crypto"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"slices"
 	"time"
 
@@ -278,7 +273,13 @@ func (r *Reconciler) issue(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 				return issued{}, permanent(err)
 			}
 		}
-		pemCert, err := signKubernetes(bundles.Current.Certs.K8s, cert.CommonName, cert.Groups, publicKey, notBefore, lifetime)
+		ca, err := taloscert.ParseCA(bundles.Current.Certs.K8s.Crt, bundles.Current.Certs.K8s.Key)
+		if err != nil {
+			return issued{}, failf("the Kubernetes CA: %w", err)
+		}
+		pemCert, err := ca.IssueKubernetes(taloscert.KubernetesClientCertificate{
+			CommonName: cert.CommonName, Groups: cert.Groups, PublicKey: publicKey, NotBefore: notBefore, Lifetime: lifetime,
+		})
 		if err != nil {
 			return issued{}, failf("sign the Kubernetes client certificate: %w", err)
 		}
@@ -314,44 +315,6 @@ func (r *Reconciler) ensureAdminBinding(ctx context.Context) error {
 	}
 	log.FromContext(ctx).Info("created the admin binding", "clusterrolebinding", AdminBinding, "group", AdminGroup)
 	return nil
-}
-
-// signKubernetes signs a client certificate the way the API server reads one:
-// CN is the user, each O a group.
-func signKubernetes(ca *siderox509.PEMEncodedCertificateAndKey, commonName string, groups []string, publicKey crypto.PublicKey, notBefore time.Time, lifetime time.Duration) ([]byte, error) {
-	caCert, err := ca.GetCert()
-	if err != nil {
-		return nil, fmt.Errorf("parse the Kubernetes CA certificate: %w", err)
-	}
-	key, err := ca.GetKey()
-	if err != nil {
-		return nil, fmt.Errorf("parse the Kubernetes CA key: %w", err)
-	}
-	signer, ok := key.(crypto.Signer)
-	if !ok {
-		return nil, fmt.Errorf("the Kubernetes CA key of type %T cannot sign", key)
-	}
-	if publicKey == nil || commonName == "" || lifetime <= 0 {
-		return nil, errors.New("a Kubernetes client certificate needs a public key, a common name and a positive lifetime")
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
-	if err != nil {
-		return nil, fmt.Errorf("generate serial number: %w", err)
-	}
-	template := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: commonName, Organization: slices.Clone(groups)},
-		NotBefore:             notBefore,
-		NotAfter:              notBefore.Add(lifetime),
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, template, caCert, publicKey, signer)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
 
 // trust is the current CA certificate, then the previous one when a

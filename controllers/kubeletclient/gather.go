@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"sort"
 	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -13,8 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
@@ -119,42 +116,9 @@ func nodeNameOf(csr *certificatesv1.CertificateSigningRequest) string {
 // cluster judged in another API server is another node, however it is named,
 // and node names such as worker-1 recur from cluster to cluster.
 func (r *Reconciler) machineFor(ctx context.Context, node string) (*ichorv1alpha1.TalosMachine, error) {
-	if node == "" {
-		return nil, nil
-	}
-	var machines ichorv1alpha1.TalosMachineList
-	if err := r.Client.List(ctx, &machines, client.MatchingFields{kubeletserving.IndexNodeName: node}); err != nil {
-		return nil, fmt.Errorf("list machines with node name %q: %w", node, err)
-	}
-	var found []ichorv1alpha1.TalosMachine
-	for _, m := range machines.Items {
-		local, err := r.localCluster(ctx, m.Namespace, m.Spec.ClusterName)
-		if err != nil {
-			return nil, err
-		}
-		if local {
-			found = append(found, m)
-		}
-	}
-	if len(found) == 0 {
-		return nil, nil
-	}
-	// A recorded node name is a stronger match than a hostname; among equals
-	// the order is fixed so the same request always meets the same machine.
-	sort.Slice(found, func(i, j int) bool {
-		if (found[i].Status.NodeName == node) != (found[j].Status.NodeName == node) {
-			return found[i].Status.NodeName == node
-		}
-		if found[i].Namespace != found[j].Namespace {
-			return found[i].Namespace < found[j].Namespace
-		}
-		return found[i].Name < found[j].Name
+	return kubeletserving.FindMachine(ctx, r.Client, node, func(m *ichorv1alpha1.TalosMachine) (bool, error) {
+		return r.localCluster(ctx, m.Namespace, m.Spec.ClusterName)
 	})
-	if len(found) > 1 {
-		log.FromContext(ctx).Info("several machines have this node name; using the first",
-			"node", node, "machine", client.ObjectKeyFromObject(&found[0]))
-	}
-	return &found[0], nil
 }
 
 // localCluster reports whether the named TalosCluster exists and judges the

@@ -1,7 +1,6 @@
 package kubeletclient
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -70,7 +69,7 @@ func (v *verdictMemo) pending(csr *certificatesv1.CertificateSigningRequest, nod
 	if v.m == nil {
 		v.m = map[types.UID]*memoEntry{}
 	}
-	key := d.Action + ":" + strings.Join(codes(d), ",")
+	key := d.Action + ":" + strings.Join(d.Codes(), ",")
 	e, ok := v.m[csr.UID]
 	first := !ok || e.key != key
 	if first {
@@ -161,28 +160,4 @@ func (e *epoch) get() uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.n
-}
-
-func codes(d engine.CSRDecision) []string {
-	out := make([]string, 0, len(d.Reasons))
-	for _, r := range d.Reasons {
-		out = append(out, r.Code)
-	}
-	return out
-}
-
-// summary is the reasons as one line: "CODE: message; CODE: message".
-func summary(d engine.CSRDecision) string {
-	parts := make([]string, 0, len(d.Reasons))
-	for _, r := range d.Reasons {
-		parts = append(parts, r.Code+": "+r.Message)
-	}
-	return strings.Join(parts, "; ")
-}
-
-// conditionMessage is what lands on the CSR: the reasons (the approval's
-// names the node, the kind and the permission) and what finds the decision
-// again in the log.
-func conditionMessage(d engine.CSRDecision) string {
-	return fmt.Sprintf("%s (decision %s, policy revision %s)", summary(d), d.DecisionID, d.Revision)
 }

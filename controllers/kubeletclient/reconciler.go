@@ -225,7 +225,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 	}
-	logger = logger.WithValues("node", d.Node, "kind", d.Kind, "action", d.Action, "codes", codes(d),
+	logger = logger.WithValues("node", d.Node, "kind", d.Kind, "action", d.Action, "codes", d.Codes(),
 		"decision_id", d.DecisionID, "revision", d.Revision)
 
 	switch d.Action {
@@ -236,13 +236,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.memo.approved(&csr, node)
 		logger.Info("approved kubelet client certificate")
 		if r.Recorder != nil {
-			r.Recorder.Eventf(&csr, nil, corev1.EventTypeNormal, "Approved", "Approve", "%s", summary(d))
+			r.Recorder.Eventf(&csr, nil, corev1.EventTypeNormal, "Approved", "Approve", "%s", d.Summary())
 		}
 		return reconcile.Result{}, nil
 	case engine.ActionPending:
 		first, wait := r.memo.pending(&csr, node, epoch, d, now, r.RecheckInterval, r.MaxRecheckInterval)
 		if first {
-			logger.Info("left kubelet client certificate pending", "reasons", summary(d), "recheck_in", wait)
+			logger.Info("left kubelet client certificate pending", "reasons", d.Summary(), "recheck_in", wait)
 		} else {
 			logger.V(1).Info("kubelet client certificate still pending", "recheck_in", wait)
 		}
@@ -254,7 +254,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		first, wait := r.memo.pending(&csr, node, epoch, d, now, r.RecheckInterval, r.MaxRecheckInterval)
 		if first {
 			logger.Error(errors.New("the kubelet client rule answered deny"),
-				"this approver never denies; the request is left pending", "reasons", summary(d))
+				"this approver never denies; the request is left pending", "reasons", d.Summary())
 		}
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
@@ -267,7 +267,7 @@ func (r *Reconciler) approve(ctx context.Context, csr *certificatesv1.Certificat
 		Type:               certificatesv1.CertificateApproved,
 		Status:             corev1.ConditionTrue,
 		Reason:             ApprovalReason,
-		Message:            conditionMessage(d),
+		Message:            d.ConditionMessage(),
 		LastUpdateTime:     t,
 		LastTransitionTime: t,
 	})

@@ -6,7 +6,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -73,37 +72,11 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 	return p.decide(ctx, csr)
 }
 
-// machineFor finds the cluster's machine with node name node: its
-// status.nodeName or, before that is known, its spec.hostname.
+// machineFor finds the cluster's machine with node name node.
 func (p *pass) machineFor(ctx context.Context, node string) (*ichorv1alpha1.TalosMachine, error) {
-	if node == "" {
-		return nil, nil
-	}
-	var machines ichorv1alpha1.TalosMachineList
-	if err := p.r.Client.List(ctx, &machines, client.InNamespace(p.cluster.Namespace), client.MatchingFields{IndexNodeName: node}); err != nil {
-		return nil, fmt.Errorf("list machines with node name %q: %w", node, err)
-	}
-	var found []ichorv1alpha1.TalosMachine
-	for _, m := range machines.Items {
-		if m.Spec.ClusterName == p.cluster.Name {
-			found = append(found, m)
-		}
-	}
-	if len(found) == 0 {
-		return nil, nil
-	}
-	// A recorded node name is a stronger match than a hostname; among equals
-	// the order is fixed so the same request always meets the same machine.
-	sort.Slice(found, func(i, j int) bool {
-		if (found[i].Status.NodeName == node) != (found[j].Status.NodeName == node) {
-			return found[i].Status.NodeName == node
-		}
-		return found[i].Name < found[j].Name
+	return FindMachine(ctx, p.r.Client, node, func(m *ichorv1alpha1.TalosMachine) (bool, error) {
+		return m.Namespace == p.cluster.Namespace && m.Spec.ClusterName == p.cluster.Name, nil
 	})
-	if len(found) > 1 {
-		log.FromContext(ctx).Info("several machines have this node name; using the first", "node", node, "machine", found[0].Name)
-	}
-	return &found[0], nil
 }
 
 func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
@@ -132,7 +105,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if err != nil {
 		return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 	}
-	logger = logger.WithValues("node", d.Node, "action", d.Action, "codes", codes(d), "decision_id", d.DecisionID, "revision", d.Revision)
+	logger = logger.WithValues("node", d.Node, "action", d.Action, "codes", d.Codes(), "decision_id", d.DecisionID, "revision", d.Revision)
 
 	switch d.Action {
 	case engine.ActionApprove:
@@ -140,13 +113,13 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 			return err
 		}
 		logger.Info("approved kubelet serving certificate")
-		p.event(machine, csr, corev1.EventTypeNormal, "Approved", summary(d))
+		p.event(machine, csr, corev1.EventTypeNormal, "Approved", d.Summary())
 	case engine.ActionDeny:
 		if err := p.deny(ctx, csr, d); err != nil {
 			return err
 		}
 		logger.Info("denied kubelet serving certificate")
-		p.event(machine, csr, corev1.EventTypeWarning, "Denied", summary(d))
+		p.event(machine, csr, corev1.EventTypeWarning, "Denied", d.Summary())
 	case engine.ActionPending:
 		p.pending++
 		first, wait := p.r.memo.pending(csr, epoch, d, p.now)
@@ -154,7 +127,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		if first {
 			logger.Info("left kubelet serving certificate pending")
 			if machine != nil {
-				p.event(machine, nil, corev1.EventTypeWarning, "KubeletServingPending", summary(d))
+				p.event(machine, nil, corev1.EventTypeWarning, "KubeletServingPending", d.Summary())
 			}
 		}
 	}
@@ -184,7 +157,7 @@ func (p *pass) approve(ctx context.Context, csr *certificatesv1.CertificateSigni
 		Type:    certificatesv1.CertificateApproved,
 		Status:  corev1.ConditionTrue,
 		Reason:  ApprovalReason,
-		Message: conditionMessage(d),
+		Message: d.ConditionMessage(),
 	})
 }
 
@@ -195,7 +168,7 @@ func (p *pass) deny(ctx context.Context, csr *certificatesv1.CertificateSigningR
 		// The first reason by code: conditions take one reason, and the
 		// message lists them all.
 		Reason:  d.Reasons[0].Code,
-		Message: conditionMessage(d),
+		Message: d.ConditionMessage(),
 	})
 }
 
@@ -262,29 +235,6 @@ func (p *pass) event(machine *ichorv1alpha1.TalosMachine, csr *certificatesv1.Ce
 	}
 }
 
-func codes(d engine.CSRDecision) []string {
-	out := make([]string, 0, len(d.Reasons))
-	for _, r := range d.Reasons {
-		out = append(out, r.Code)
-	}
-	return out
-}
-
-// summary is the reasons as one line: "CODE: message; CODE: message".
-func summary(d engine.CSRDecision) string {
-	parts := make([]string, 0, len(d.Reasons))
-	for _, r := range d.Reasons {
-		parts = append(parts, r.Code+": "+r.Message)
-	}
-	return strings.Join(parts, "; ")
-}
-
-// conditionMessage is what lands on the CSR: the reasons, and what finds the
-// decision again in the log.
-func conditionMessage(d engine.CSRDecision) string {
-	return fmt.Sprintf("%s (decision %s, policy revision %s)", summary(d), d.DecisionID, d.Revision)
-}
-
 // memoEntry is the last verdict of a request still pending.
 type memoEntry struct {
 	resourceVersion string
@@ -335,7 +285,7 @@ func (v *verdictMemo) pending(csr *certificatesv1.CertificateSigningRequest, epo
 	if v.m == nil {
 		v.m = map[types.UID]*memoEntry{}
 	}
-	key := strings.Join(codes(d), ",")
+	key := strings.Join(d.Codes(), ",")
 	e, ok := v.m[csr.UID]
 	first := !ok || e.key != key
 	if first {
