@@ -46,6 +46,7 @@ type managerOptions struct {
 	logURL               string
 	logBuffer            int64
 	webhook              bool
+	kubeletClient        bool
 	webhookPort          int
 	webhookCertDir       string
 	webhookGenerateCerts bool
@@ -85,7 +86,8 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.logFile, "decision-log-file", "", "also append the decision log to this file")
 	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API)")
 	f.Int64Var(&o.logBuffer, "decision-log-buffer-events", 0, "entries the upload buffer holds while the service is away (default OPA's, 10000); more are dropped and counted in ichor_policy_decision_log_upload_dropped_total")
-	f.BoolVar(&o.webhook, "webhook", true, "serve the TalosCredentialRequest admission webhook (it needs a serving certificate: --webhook-cert-dir or --webhook-generate-certs)")
+	f.BoolVar(&o.kubeletClient, "kubelet-client-approver", false, "approve kubelet client certificates (signer kubernetes.io/kube-apiserver-client-kubelet) as kube-controller-manager's csrapproving controller does; see docs/kubelet-client.md before switching it on")
+	f.BoolVar(&o.webhook, "webhook", true, "serve the TalosCredentialRequest admission webhook and issue credentials (it needs a serving certificate: --webhook-cert-dir or --webhook-generate-certs); without it no credential is issued")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server (HTTPS)")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "directory of the webhook server's tls.crt and tls.key (default: controller-runtime's, under the temporary directory)")
 	f.BoolVar(&o.webhookGenerateCerts, "webhook-generate-certs", false, "make and renew the webhook's CA and serving certificate, kept in --webhook-cert-secret, and set the CA bundle of --webhook-configuration (leave off when cert-manager provides them)")
@@ -262,16 +264,6 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 	if err := serving.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up the kubelet serving approver: %w", err)
 	}
-	clientApprover := &kubeletclient.Reconciler{
-		Client:    mgr.GetClient(),
-		Clientset: clientset,
-		Engine:    eng,
-		Recorder:  mgr.GetEventRecorder("ichor-kubelet-client"),
-	}
-	// The serving approver has registered the machine index (kubeletserving.AddIndexes).
-	if err := clientApprover.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: true}); err != nil {
-		return fmt.Errorf("set up the kubelet client approver: %w", err)
-	}
 	if o.webhook {
 		validator := &credwebhook.CredentialRequestValidator{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng}
 		if err := validator.SetupWithManager(mgr); err != nil {
@@ -280,10 +272,25 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 			return err
 		}
+		// The webhook is the only check of who asked (the SubjectAccessReview
+		// as the requester): without it there is no issuer, or anyone who may
+		// create a request would be issued any purpose.
+		issuer := &credentials.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng}
+		if err := issuer.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("set up the credential issuer: %w", err)
+		}
 	}
-	issuer := &credentials.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng}
-	if err := issuer.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up the credential issuer: %w", err)
+	if o.kubeletClient {
+		clientApprover := &kubeletclient.Reconciler{
+			Client:    mgr.GetClient(),
+			Clientset: clientset,
+			Engine:    eng,
+			Recorder:  mgr.GetEventRecorder("ichor-kubelet-client"),
+		}
+		// The serving approver has registered the machine index (kubeletserving.AddIndexes).
+		if err := clientApprover.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: true}); err != nil {
+			return fmt.Errorf("set up the kubelet client approver: %w", err)
+		}
 	}
 	if pod, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE"); pod != "" && ns != "" {
 		rec := mgr.GetEventRecorder("ichor-policy")
