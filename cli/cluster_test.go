@@ -119,7 +119,7 @@ func startClusterEnv(t *testing.T) *clusterEnv {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: managerUser},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: managerUser}},
 	}))
-	waitAllowed(t, env, managerUser, authorizationv1.ResourceAttributes{Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: "cluster-admin", Verb: "bind"})
+	waitAllowed(t, env, managerUser, authorizationv1.ResourceAttributes{Group: "rbac.authorization.k8s.io", Resource: "clusterrolebindings", Name: credentials.AdminBinding, Verb: "get"})
 
 	eng, err := engine.New(ctx, engine.Options{DecisionLog: &bytes.Buffer{}, Log: os.Stderr, ID: "cli-test"})
 	require.NoError(t, err)
@@ -466,6 +466,17 @@ func (ce *clusterEnv) testEndpointsFallBack(t *testing.T) {
 }
 
 func (ce *clusterEnv) testAdminKubeconfig(t *testing.T) {
+	// Without the binding (installed with Ichor, never by the controller) no
+	// admin kubeconfig is issued: they are revoked.
+	code, _, stderr := ce.ichor(t, "cluster", "kubeconfig", "demo", "--kubeconfig", ce.kubeconfig["ada"])
+	require.NotEqual(t, cli.ExitOK, code)
+	assert.Contains(t, stderr, "admin kubeconfigs are revoked")
+	require.NoError(t, ce.env.Client.Create(t.Context(), &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: credentials.AdminBinding},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: credentials.AdminClusterRole},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: credentials.AdminGroup}},
+	}))
+
 	code, stdout, stderr := ce.ichor(t, "cluster", "kubeconfig", "demo", "--kubeconfig", ce.kubeconfig["ada"])
 	require.Equal(t, cli.ExitOK, code, stderr)
 	out := ce.kubeconfig["ada"] + ".ichor-admin"

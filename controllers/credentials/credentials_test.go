@@ -297,7 +297,10 @@ func TestLifetimeCapsInTheController(t *testing.T) {
 
 func TestAdminKubeconfigWorksUntilItsBindingIsDeleted(t *testing.T) {
 	f := newFixture(t)
-	_ = env.Client.Delete(f.ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: credentials.AdminBinding}})
+	// The binding is installed with Ichor (the chart); the controller never creates it.
+	binding := adminBinding()
+	_ = env.Client.Delete(f.ctx, binding.DeepCopy())
+	require.NoError(t, env.Client.Create(f.ctx, binding))
 
 	tcr, key := f.ask("demo", ichorv1alpha1.PurposeKubeconfigAdmin, "")
 	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, tcr).Reason, ready(t, tcr).Message)
@@ -308,11 +311,6 @@ func TestAdminKubeconfigWorksUntilItsBindingIsDeleted(t *testing.T) {
 	require.NoError(t, verify(cert, roots))
 	k8sCA, _ := env.KubernetesCA()
 	assert.Equal(t, strings.TrimSpace(string(k8sCA)), strings.TrimSpace(tcr.Status.TrustBundle))
-
-	var binding rbacv1.ClusterRoleBinding
-	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Name: credentials.AdminBinding}, &binding))
-	assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"}, binding.RoleRef)
-	assert.Equal(t, []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: credentials.AdminGroup}}, binding.Subjects)
 
 	cs := certClient(t, tcr.Status.Certificate, key)
 	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(f.ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
@@ -326,20 +324,31 @@ func TestAdminKubeconfigWorksUntilItsBindingIsDeleted(t *testing.T) {
 	}, 30*time.Second, 100*time.Millisecond, "the admin kubeconfig cannot list namespaces")
 
 	// Revocation: one delete.
-	require.NoError(t, env.Client.Delete(f.ctx, &binding))
+	require.NoError(t, env.Client.Delete(f.ctx, binding.DeepCopy()))
 	require.Eventually(t, func() bool {
 		_, err := cs.CoreV1().Namespaces().List(f.ctx, metav1.ListOptions{})
 		return apierrors.IsForbidden(err)
 	}, 30*time.Second, 100*time.Millisecond, "the admin kubeconfig still works after its binding was deleted")
 
-	// Issuing another admin kubeconfig creates the binding again, which
-	// restores the earlier one too (docs/credentials.md says so).
+	// A new request is refused, not answered by recreating the binding, which
+	// would restore the revoked kubeconfigs (a leaked one included).
 	again, _ := f.ask("demo", ichorv1alpha1.PurposeKubeconfigAdmin, "")
-	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, again).Reason)
-	require.Eventually(t, func() bool {
-		_, err := cs.CoreV1().Namespaces().List(f.ctx, metav1.ListOptions{})
-		return err == nil
-	}, 30*time.Second, 100*time.Millisecond, "recreating the binding did not restore the earlier kubeconfig")
+	require.Equal(t, ichorv1alpha1.ReasonFailed, ready(t, again).Reason, ready(t, again).Message)
+	assert.Contains(t, ready(t, again).Message, "admin kubeconfigs are revoked")
+	assert.Empty(t, again.Status.Certificate)
+	err = env.Client.Get(f.ctx, types.NamespacedName{Name: credentials.AdminBinding}, &rbacv1.ClusterRoleBinding{})
+	assert.True(t, apierrors.IsNotFound(err), "the controller recreated the binding: %v", err)
+	_, err = cs.CoreV1().Namespaces().List(f.ctx, metav1.ListOptions{})
+	assert.True(t, apierrors.IsForbidden(err), "the revoked kubeconfig works again: %v", err)
+}
+
+// adminBinding is the binding the chart installs.
+func adminBinding() *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: credentials.AdminBinding},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: credentials.AdminClusterRole},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: credentials.AdminGroup}},
+	}
 }
 
 func TestBreakGlassIsSystemMastersAndBindsNothing(t *testing.T) {

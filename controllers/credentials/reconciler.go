@@ -13,9 +13,9 @@
 // signs and the trust bundle holds the current and the previous one.
 //
 // A credential whose groups include AdminGroup is useful only while the
-// ClusterRoleBinding AdminBinding exists; the controller creates it when it
-// issues such a credential and never changes or recreates it otherwise, so
-// deleting it revokes every such credential at once.
+// ClusterRoleBinding AdminBinding exists. It is installed with Ichor; the
+// controller only checks it, and issues no such credential while it is
+// missing, so deleting it revokes every such credential at once and for good.
 //
 // A request is deleted Retention (two minutes) after it was answered.
 package credentials
@@ -67,8 +67,7 @@ const LabelManagedBy = "app.kubernetes.io/managed-by"
 // +kubebuilder:rbac:groups=ichor.dev,resources=taloscredentialrequests/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ichor.dev,resources=talosclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=create
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,resourceNames=cluster-admin,verbs=bind
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,resourceNames=ichor:cluster-admins,verbs=get
 
 // Reconciler issues TalosCredentialRequests.
 type Reconciler struct {
@@ -269,8 +268,8 @@ func (r *Reconciler) issue(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 			return issued{}, failf("cluster %s/%s judges another API server (spec.kubeconfigRef); Kubernetes credentials are only issued for the cluster Ichor runs in", cluster.Namespace, cluster.Name)
 		}
 		if slices.Contains(cert.Groups, AdminGroup) {
-			if err := r.ensureAdminBinding(ctx); err != nil {
-				return issued{}, permanent(err)
+			if err := r.checkAdminBinding(ctx); err != nil {
+				return issued{}, err
 			}
 		}
 		ca, err := taloscert.ParseCA(bundles.Current.Certs.K8s.Crt, bundles.Current.Certs.K8s.Key)
@@ -290,30 +289,23 @@ func (r *Reconciler) issue(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 	}
 }
 
-// ensureAdminBinding creates the binding of AdminGroup to cluster-admin when
-// it does not exist. An existing binding is left as it is: whoever changed
-// it meant to. It is only ever created, never read, so the manager needs
-// neither get nor list on every ClusterRoleBinding.
-func (r *Reconciler) ensureAdminBinding(ctx context.Context) error {
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:   AdminBinding,
-			Labels: map[string]string{LabelManagedBy: "ichor"},
-			Annotations: map[string]string{
-				"ichor.dev/description": "Gives the revocable admin kubeconfigs (group " + AdminGroup + ") cluster-admin. Deleting it revokes every one at once; Ichor creates it again only when it issues a new admin kubeconfig.",
-			},
-		},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: AdminClusterRole},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: AdminGroup}},
-	}
-	err := r.Client.Create(ctx, binding)
+// checkAdminBinding refuses an admin kubeconfig while the binding of
+// AdminGroup to cluster-admin is missing. The binding is installed with Ichor
+// (the Helm chart) and never created here: deleting it is how every admin
+// kubeconfig is revoked at once (KEP-4214), and a controller that recreated it
+// on the next issuance would silently restore the revoked ones, a leaked one
+// included. An operator restores it, after rotating the Kubernetes CA.
+func (r *Reconciler) checkAdminBinding(ctx context.Context) error {
+	var binding rbacv1.ClusterRoleBinding
+	err := r.APIReader.Get(ctx, client.ObjectKey{Name: AdminBinding}, &binding)
 	switch {
-	case apierrors.IsAlreadyExists(err):
-		return nil
+	case apierrors.IsNotFound(err):
+		return failf("the ClusterRoleBinding %s does not exist, so admin kubeconfigs are revoked: "+
+			"after a compromise rotate the Kubernetes CA, then restore the binding (kubectl create clusterrolebinding %s --clusterrole=%s --group=%s, or reinstall the chart)",
+			AdminBinding, AdminBinding, AdminClusterRole, AdminGroup)
 	case err != nil:
-		return fmt.Errorf("create ClusterRoleBinding %s: %w", AdminBinding, err)
+		return fmt.Errorf("get ClusterRoleBinding %s: %w", AdminBinding, err)
 	}
-	log.FromContext(ctx).Info("created the admin binding", "clusterrolebinding", AdminBinding, "group", AdminGroup)
 	return nil
 }
 
