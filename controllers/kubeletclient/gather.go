@@ -2,10 +2,7 @@ package kubeletclient
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
-	"strings"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -25,8 +22,6 @@ const (
 	SubresourceSelfNodeClient = "selfnodeclient"
 	SubresourceNodeClient     = "nodeclient"
 )
-
-const nodeUserPrefix = "system:node:"
 
 // authorization makes both SubjectAccessReviews as the requester, always
 // both: which one matters is the rule's to say. A failed call is not an
@@ -88,25 +83,6 @@ func extra(in map[string]certificatesv1.ExtraValue) map[string]authorizationv1.E
 		out[k] = authorizationv1.ExtraValue(v)
 	}
 	return out
-}
-
-// nodeNameOf is the node name the request's subject claims, for finding its
-// machine; "" when its common name is not system:node:<name>. Only a lookup
-// key: the rule judges the subject itself, from the input.
-func nodeNameOf(csr *certificatesv1.CertificateSigningRequest) string {
-	block, _ := pem.Decode(csr.Spec.Request)
-	if block == nil {
-		return ""
-	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
-	if err != nil {
-		return ""
-	}
-	node, ok := strings.CutPrefix(req.Subject.CommonName, nodeUserPrefix)
-	if !ok {
-		return ""
-	}
-	return node
 }
 
 // machineFor finds the managed machine answering to node name node (its

@@ -203,7 +203,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 
-	node := nodeNameOf(&csr)
+	node := csrinput.NodeName(&csr)
 	in := csrinput.KubeletClient{CSR: csrinput.Build(&csr)}
 	var err error
 	if in.Authorization, err = r.authorization(ctx, &csr); err != nil {

@@ -22,23 +22,6 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 )
 
-const nodeUserPrefix = "system:node:"
-
-// nodeNameOf is the node name a request's subject claims, for finding its
-// machine; "" when it names none. Only a lookup key: the rule judges the
-// subject itself.
-func nodeNameOf(csr *certificatesv1.CertificateSigningRequest) string {
-	block, _ := pem.Decode(csr.Spec.Request)
-	if block == nil {
-		return ""
-	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
-	if err != nil {
-		return ""
-	}
-	return strings.TrimPrefix(req.Subject.CommonName, nodeUserPrefix)
-}
-
 func isDecided(csr *certificatesv1.CertificateSigningRequest) bool {
 	for _, c := range csr.Status.Conditions {
 		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
@@ -81,7 +64,7 @@ func (p *pass) machineFor(ctx context.Context, node string) (*ichorv1alpha1.Talo
 
 func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
 	logger := log.FromContext(ctx).WithValues("csr", csr.Name)
-	node := nodeNameOf(csr)
+	node := csrinput.NodeName(csr)
 	machine, err := p.machineFor(ctx, node)
 	if err != nil {
 		return err
@@ -199,7 +182,7 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if err != nil {
 		return fmt.Errorf("CSR %s: parse issued certificate: %w", csr.Name, err)
 	}
-	node := strings.TrimPrefix(cert.Subject.CommonName, nodeUserPrefix)
+	node := csrinput.NodeNameOfCertificate(cert)
 	machine, err := p.machineFor(ctx, node)
 	if err != nil || machine == nil {
 		return err

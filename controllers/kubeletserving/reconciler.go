@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/csrinput"
 	"github.com/ichor-dev/ichor-policy/engine"
 )
 
@@ -139,7 +140,7 @@ func (r *Reconciler) csrToClusters(ctx context.Context, obj client.Object) []rec
 	if !ok {
 		return nil
 	}
-	keys, err := r.clustersFor(ctx, nodeNameOf(csr))
+	keys, err := r.clustersFor(ctx, csrinput.NodeName(csr))
 	if err != nil {
 		log.FromContext(ctx).Error(err, "map CSR to clusters", "csr", csr.Name)
 		return nil

@@ -139,6 +139,7 @@ pending contains reason if {
 #   code: NodenameMismatch
 pending contains reason if {
 	input.node.readable
+	_node_name != ""
 	input.node.nodename != _node_name
 	reason := {
 		"code": "NodenameMismatch",
