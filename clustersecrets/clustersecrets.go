@@ -10,6 +10,7 @@ package clustersecrets
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/siderolabs/crypto/x509"
@@ -21,6 +22,10 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 )
+
+// ErrInvalid marks a Secret that does not hold a usable secrets bundle: a
+// person has to fix it, retrying will not.
+var ErrInvalid = errors.New("invalid secrets bundle")
 
 // PreviousKey is the key of the secrets Secret holding the bundle from before
 // a CA rotation, present only while the rotation is in progress.
@@ -48,16 +53,16 @@ func Load(ctx context.Context, reader client.Reader, cluster *ichorv1alpha1.Talo
 	}
 	data, ok := secret.Data[key]
 	if !ok {
-		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: Secret %q has no key %q", cluster.Namespace, cluster.Name, ref.Name, key)
+		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: Secret %q has no key %q: %w", cluster.Namespace, cluster.Name, ref.Name, key, ErrInvalid)
 	}
 	current, err := Parse(data)
 	if err != nil {
-		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: Secret %q key %q: %w", cluster.Namespace, cluster.Name, ref.Name, key, err)
+		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: Secret %q key %q: %w: %w", cluster.Namespace, cluster.Name, ref.Name, key, ErrInvalid, err)
 	}
 	out := Bundles{Current: current}
 	if prev, ok := secret.Data[PreviousKey]; ok {
 		if out.Previous, err = Parse(prev); err != nil {
-			return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: Secret %q key %q: %w", cluster.Namespace, cluster.Name, ref.Name, PreviousKey, err)
+			return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: Secret %q key %q: %w: %w", cluster.Namespace, cluster.Name, ref.Name, PreviousKey, ErrInvalid, err)
 		}
 	}
 	return out, nil

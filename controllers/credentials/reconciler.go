@@ -209,14 +209,16 @@ func failf(format string, args ...any) error {
 	return &failure{fmt.Errorf(format, args...)}
 }
 
-// permanent is a failure when the API server's answer will not change by
-// retrying (not found, forbidden, invalid), else the error to retry.
+// permanent is a failure when retrying will not change the answer: the API
+// server said not found, forbidden or invalid, or the secrets bundle is
+// unusable. Anything else (a timeout, a refused connection, a conflict) is
+// the error to retry.
 func permanent(err error) error {
 	if err == nil {
 		return nil
 	}
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
+		errors.Is(err, clustersecrets.ErrInvalid) {
 		return &failure{err}
 	}
 	return err

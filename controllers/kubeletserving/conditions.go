@@ -86,7 +86,7 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 	if !statusChanged(before.Status, cluster.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, cluster, client.MergeFrom(before)); err != nil {
+	if err := r.Client.Status().Patch(ctx, cluster, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("update cluster conditions: %w", err)
 	}
 	return nil
@@ -100,7 +100,7 @@ func (r *Reconciler) clearConditions(ctx context.Context, cluster *ichorv1alpha1
 	if !statusChanged(before.Status, cluster.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, cluster, client.MergeFrom(before)); err != nil {
+	if err := r.Client.Status().Patch(ctx, cluster, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("remove kubelet serving conditions: %w", err)
 	}
 	return nil

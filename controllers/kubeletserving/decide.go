@@ -70,7 +70,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		return err
 	}
 	epoch := p.r.machineEpoch.get()
-	if wait, skip := p.r.memo.skip(csr, epoch, p.now); skip {
+	if wait, skip := p.r.memo.skip(p.key(), csr, epoch, p.now); skip {
 		p.pending++
 		p.retryIn(wait)
 		return nil
@@ -105,7 +105,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		p.event(machine, csr, corev1.EventTypeWarning, "Denied", d.Summary())
 	case engine.ActionPending:
 		p.pending++
-		first, wait := p.r.memo.pending(csr, epoch, d, p.now)
+		first, wait := p.r.memo.pending(p.key(), csr, epoch, d, p.now)
 		p.retryIn(wait)
 		if first {
 			logger.Info("left kubelet serving certificate pending")
@@ -227,12 +227,23 @@ type memoEntry struct {
 	next            time.Time
 }
 
-// verdictMemo keeps the pending verdicts, so that a request left pending is
-// not decided (and logged) again in a loop: only once it or the machines
-// change, or, when the node could not be read, after a growing backoff.
+// verdictMemo keeps the pending verdicts, per cluster (several clusters may
+// see the same request), so that a request left pending is not decided (and
+// logged) again in a loop: only once it or the machines change, or, when the
+// node could not be read, after a growing backoff.
 type verdictMemo struct {
 	mu sync.Mutex
-	m  map[types.UID]*memoEntry
+	m  map[types.NamespacedName]map[types.UID]*memoEntry
+}
+
+func (v *verdictMemo) of(cluster types.NamespacedName) map[types.UID]*memoEntry {
+	if v.m == nil {
+		v.m = map[types.NamespacedName]map[types.UID]*memoEntry{}
+	}
+	if v.m[cluster] == nil {
+		v.m[cluster] = map[types.UID]*memoEntry{}
+	}
+	return v.m[cluster]
 }
 
 const (
@@ -242,10 +253,10 @@ const (
 
 // skip reports whether the request needs no new decision yet, and when to
 // look again.
-func (v *verdictMemo) skip(csr *certificatesv1.CertificateSigningRequest, epoch uint64, now time.Time) (time.Duration, bool) {
+func (v *verdictMemo) skip(cluster types.NamespacedName, csr *certificatesv1.CertificateSigningRequest, epoch uint64, now time.Time) (time.Duration, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	e, ok := v.m[csr.UID]
+	e, ok := v.of(cluster)[csr.UID]
 	if !ok || e.resourceVersion != csr.ResourceVersion {
 		return 0, false
 	}
@@ -262,18 +273,16 @@ func (v *verdictMemo) skip(csr *certificatesv1.CertificateSigningRequest, epoch 
 // pending remembers a pending verdict. It reports whether the verdict is new
 // (worth an Event) and when to decide again: never by timer when no machine
 // has the node name, with backoff when the node could not be read.
-func (v *verdictMemo) pending(csr *certificatesv1.CertificateSigningRequest, epoch uint64, d engine.CSRDecision, now time.Time) (bool, time.Duration) {
+func (v *verdictMemo) pending(cluster types.NamespacedName, csr *certificatesv1.CertificateSigningRequest, epoch uint64, d engine.CSRDecision, now time.Time) (bool, time.Duration) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.m == nil {
-		v.m = map[types.UID]*memoEntry{}
-	}
+	entries := v.of(cluster)
 	key := strings.Join(d.Codes(), ",")
-	e, ok := v.m[csr.UID]
+	e, ok := entries[csr.UID]
 	first := !ok || e.key != key
 	if first {
 		e = &memoEntry{key: key}
-		v.m[csr.UID] = e
+		entries[csr.UID] = e
 	}
 	e.resourceVersion, e.epoch = csr.ResourceVersion, epoch
 	if key == "MachineUnknown" {
@@ -287,13 +296,21 @@ func (v *verdictMemo) pending(csr *certificatesv1.CertificateSigningRequest, epo
 	return first, backoff
 }
 
-// keepOnly forgets the requests that are no longer undecided.
-func (v *verdictMemo) keepOnly(live map[types.UID]bool) {
+// keepOnly forgets a cluster's requests that are no longer undecided.
+func (v *verdictMemo) keepOnly(cluster types.NamespacedName, live map[types.UID]bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for uid := range v.m {
+	entries := v.of(cluster)
+	for uid := range entries {
 		if !live[uid] {
-			delete(v.m, uid)
+			delete(entries, uid)
 		}
 	}
+}
+
+// forget drops a cluster's verdicts (the cluster is gone or disabled).
+func (v *verdictMemo) forget(cluster types.NamespacedName) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.m, cluster)
 }

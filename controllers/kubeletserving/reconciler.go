@@ -104,6 +104,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&ichorv1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToCluster)).
 		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(r.csrToClusters),
 			builder.WithPredicates(predicate.NewPredicateFuncs(isKubeletServing))).
+		// Clusters are independent: one whose nodes time out does not hold
+		// back the others.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
 		Build(r)
 	if err != nil {
 		return err
@@ -200,6 +203,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if apierrors.IsNotFound(err) {
 			r.NodeReaders.Forget(req.NamespacedName)
 			r.targets.stop(req.NamespacedName)
+			r.memo.forget(req.NamespacedName)
 			pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
 			return reconcile.Result{}, nil
 		}
@@ -208,6 +212,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.targets.stop(req.NamespacedName)
+		r.memo.forget(req.NamespacedName)
 		pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
 		return reconcile.Result{}, r.clearConditions(ctx, &cluster)
 	}
@@ -255,7 +260,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !work.full {
 		return p.result(), nil
 	}
-	r.memo.keepOnly(seen)
+	r.memo.keepOnly(req.NamespacedName, seen)
 	pendingCSRs.WithLabelValues(cluster.Namespace, cluster.Name).Set(float64(p.pending))
 	if err := r.updateConditions(ctx, &cluster, p); err != nil {
 		return reconcile.Result{}, err
@@ -273,6 +278,10 @@ type pass struct {
 	requeue time.Duration
 	// pending counts the requests this pass left pending.
 	pending int
+}
+
+func (p *pass) key() types.NamespacedName {
+	return client.ObjectKeyFromObject(p.cluster)
 }
 
 // retryIn asks for the cluster to be reconciled again within d.

@@ -188,7 +188,7 @@ func (r *Reconciler) refuseTarget(ctx context.Context, c *ichorv1alpha1.TalosClu
 	if !statusChanged(before.Status, c.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, c, client.MergeFrom(before)); err != nil {
+	if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("update cluster conditions: %w", err)
 	}
 	return nil
