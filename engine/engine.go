@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -213,6 +214,11 @@ func (e *Engine) resource(opts Options) (resource, serviceURL string, err error)
 	case opts.Source != "" && opts.Bundle != nil:
 		return "", "", errors.New("engine: Bundle and Source are exclusive")
 	case isURL(opts.Source):
+		// Whoever can answer for the URL would write the rules that approve
+		// certificates: a bundle fetched over the network must be signed.
+		if len(opts.VerificationKeys) == 0 {
+			return "", "", fmt.Errorf("bundle source %s is a URL: give the key its bundles are signed with (--bundle-key)", opts.Source)
+		}
 		u, path, err := splitURL(opts.Source)
 		return path, u, err
 	case opts.Source != "":
@@ -447,7 +453,15 @@ func (e *Engine) decide(ctx context.Context, path string, input any) (Decision, 
 	if err != nil {
 		return Decision{Path: path}, fmt.Errorf("input of %s: %w", path, err)
 	}
-	res, err := e.opa.Decision(ctx, sdk.DecisionOptions{Path: path, Input: value})
+	res, err := e.opa.Decision(ctx, sdk.DecisionOptions{
+		Path: path, Input: value,
+		// A builtin error fails the decision instead of making one rule
+		// body undefined, which for a deny reason would fail open.
+		StrictBuiltinErrors: true,
+		// The input holds every fact: a rule never reaches the network
+		// (http.send), so a logged decision replays exactly.
+		HTTPRoundTripper: func(*http.Transport) http.RoundTripper { return refuseNetwork{} },
+	})
 	if err != nil {
 		if sdk.IsUndefinedErr(err) {
 			return Decision{Path: path}, fmt.Errorf("%s: %w", path, ErrNoDecision)
@@ -463,6 +477,13 @@ func (e *Engine) decide(ctx context.Context, path string, input any) (Decision, 
 		d.Revision = info.Revision
 	}
 	return d, nil
+}
+
+// refuseNetwork is the transport of http.send: none.
+type refuseNetwork struct{}
+
+func (refuseNetwork) RoundTrip(r *http.Request) (*http.Response, error) {
+	return nil, fmt.Errorf("policy rules may not reach the network (http.send %s): every fact is in the input", r.URL.Redacted())
 }
 
 // inputValue converts an input to OPA's value once, through its JSON: the

@@ -185,9 +185,15 @@ func TestBadBundleAtStartFailsWithItsReason(t *testing.T) {
 }
 
 func TestBundleFromURLIsPolled(t *testing.T) {
+	s := newSigner(t)
+	signed := func(b *bundle.Bundle) []byte {
+		require.NoError(t, bundles.Sign(b, s.private, "RS256", "ichor"))
+		data, err := bundles.Bytes(b)
+		require.NoError(t, err)
+		return data
+	}
 	var mu sync.Mutex
-	serve, err := bundles.Bytes(policyBundle(t, false))
-	require.NoError(t, err)
+	serve := signed(policyBundle(t, false))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -195,17 +201,20 @@ func TestBundleFromURLIsPolled(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
+	// Unsigned from a URL: refused outright.
+	_, err := engine.New(context.Background(), engine.Options{Source: srv.URL + "/bundles/ichor.tar.gz", DecisionLog: io.Discard, Log: io.Discard})
+	require.ErrorContains(t, err, "give the key its bundles are signed with")
+
 	e, err := engine.New(context.Background(), engine.Options{
 		Source: srv.URL + "/bundles/ichor.tar.gz", PollInterval: time.Second, DecisionLog: io.Discard, Log: io.Discard,
+		VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}},
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Stop(context.Background()) })
 	action, _ := forgedIPDecision(t, e)
 	require.Equal(t, "deny", action)
 
-	next := policyBundle(t, true)
-	data, err := bundles.Bytes(next)
-	require.NoError(t, err)
+	data := signed(policyBundle(t, true))
 	mu.Lock()
 	serve = data
 	mu.Unlock()
@@ -303,4 +312,31 @@ func TestDecisionLogUploadDropsAreCounted(t *testing.T) {
 	}
 
 	assert.GreaterOrEqual(t, metrics.UploadDropped("buffer_full"), 3.0)
+}
+
+func TestRulesCannotReachTheNetwork(t *testing.T) {
+	called := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { called <- struct{}{} }))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "ichor", "probe"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ichor", "probe", "probe.rego"), []byte(`package ichor.probe
+
+decision := http.send({"method": "GET", "url": "`+srv.URL+`"}).status_code
+`), 0o600))
+	b, err := bundles.FromDir(dir)
+	require.NoError(t, err)
+	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	_, err = e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
+
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "may not reach the network")
+	select {
+	case <-called:
+		t.Fatal("the rule reached the network")
+	default:
+	}
 }
