@@ -7,6 +7,10 @@ type KubeletServing struct {
 	// Machine is the managed machine whose node name is the request's; nil
 	// when none is, which the rule leaves pending.
 	Machine *Machine `json:"machine,omitempty"`
+	// MachineCandidates is how many machines, of every cluster judging this
+	// API server, answer to the request's node name. More than one is
+	// ambiguous, whichever of them Machine is.
+	MachineCandidates int `json:"machine_candidates"`
 	// Node is the identity read from the machine's Talos API; nil when it was
 	// not read (no machine), Readable=false when reading failed.
 	Node *Node `json:"node,omitempty"`

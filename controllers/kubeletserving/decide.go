@@ -55,19 +55,52 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 	return p.decide(ctx, csr)
 }
 
-// machineFor finds the cluster's machine with node name node.
-func (p *pass) machineFor(ctx context.Context, node string) (*ichorv1alpha1.TalosMachine, error) {
-	return FindMachine(ctx, p.r.Client, node, func(m *ichorv1alpha1.TalosMachine) (bool, error) {
-		return m.Namespace == p.cluster.Namespace && m.Spec.ClusterName == p.cluster.Name, nil
+// machineFor finds the machine with node name node among every cluster that
+// judges the same API server: for a cluster with a kubeconfigRef, its own
+// machines; for the API server the manager runs against, the machines of
+// every cluster without one. It returns this cluster's machine (nil when
+// none) and how many candidates there are: a request that more than one
+// machine answers to is left pending by the rule (MachineAmbiguous), and one
+// that only another cluster's machine answers to is that cluster's to decide.
+func (p *pass) machineFor(ctx context.Context, node string) (mine *ichorv1alpha1.TalosMachine, candidates int, others bool, err error) {
+	found, err := FindMachines(ctx, p.r.Client, node, func(m *ichorv1alpha1.TalosMachine) (bool, error) {
+		if m.Namespace == p.cluster.Namespace && m.Spec.ClusterName == p.cluster.Name {
+			return true, nil
+		}
+		if !p.target.local {
+			return false, nil
+		}
+		var c ichorv1alpha1.TalosCluster
+		if err := p.r.Client.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}, &c); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return c.Spec.Security.KubeletServingCertificates.Enabled && c.Spec.KubeconfigRef == nil, nil
 	})
+	if err != nil {
+		return nil, 0, false, err
+	}
+	for i := range found {
+		if found[i].Namespace == p.cluster.Namespace && found[i].Spec.ClusterName == p.cluster.Name {
+			if mine == nil {
+				mine = &found[i]
+			}
+		} else {
+			others = true
+		}
+	}
+	return mine, len(found), others, nil
 }
 
 func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
 	logger := log.FromContext(ctx).WithValues("csr", csr.Name)
 	node := csrinput.NodeName(csr)
-	machine, err := p.machineFor(ctx, node)
+	machine, candidates, others, err := p.machineFor(ctx, node)
 	if err != nil {
 		return err
+	}
+	if machine == nil && others {
+		// Another cluster's machine answers to this name: that cluster decides.
+		return nil
 	}
 	epoch := p.r.machineEpoch.get()
 	if wait, skip := p.r.memo.skip(p.key(), csr, epoch, p.now); skip {
@@ -76,7 +109,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		return nil
 	}
 
-	in := csrinput.KubeletServing{CSR: csrinput.Build(csr)}
+	in := csrinput.KubeletServing{CSR: csrinput.Build(csr), MachineCandidates: candidates}
 	if machine != nil {
 		in.Machine = &csrinput.Machine{Name: machine.Name, Namespace: machine.Namespace, Cluster: machine.Spec.ClusterName}
 		in.Node = p.readNode(ctx, machine)
@@ -183,8 +216,10 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 		return fmt.Errorf("CSR %s: parse issued certificate: %w", csr.Name, err)
 	}
 	node := csrinput.NodeNameOfCertificate(cert)
-	machine, err := p.machineFor(ctx, node)
-	if err != nil || machine == nil {
+	machine, candidates, _, err := p.machineFor(ctx, node)
+	if err != nil || machine == nil || candidates > 1 {
+		// A certificate for a name several machines answer to belongs to
+		// none of them for sure; recording it could latch verification.
 		return err
 	}
 	cur := machine.Status.KubeletServingCertificate

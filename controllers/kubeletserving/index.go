@@ -67,6 +67,19 @@ func AddIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 // same request always meets the same machine. Both approvers find machines
 // this way.
 func FindMachine(ctx context.Context, reader client.Reader, node string, keep func(*ichorv1alpha1.TalosMachine) (bool, error)) (*ichorv1alpha1.TalosMachine, error) {
+	found, err := FindMachines(ctx, reader, node, keep)
+	if err != nil || len(found) == 0 {
+		return nil, err
+	}
+	if len(found) > 1 {
+		log.FromContext(ctx).Info("several machines have this node name; using the first",
+			"node", node, "machine", client.ObjectKeyFromObject(&found[0]))
+	}
+	return &found[0], nil
+}
+
+// FindMachines is every machine FindMachine chooses among, in its order.
+func FindMachines(ctx context.Context, reader client.Reader, node string, keep func(*ichorv1alpha1.TalosMachine) (bool, error)) ([]ichorv1alpha1.TalosMachine, error) {
 	if node == "" {
 		return nil, nil
 	}
@@ -96,9 +109,5 @@ func FindMachine(ctx context.Context, reader client.Reader, node string, keep fu
 		}
 		return found[i].Name < found[j].Name
 	})
-	if len(found) > 1 {
-		log.FromContext(ctx).Info("several machines have this node name; using the first",
-			"node", node, "machine", client.ObjectKeyFromObject(&found[0]))
-	}
-	return &found[0], nil
+	return found, nil
 }

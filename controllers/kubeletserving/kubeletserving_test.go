@@ -614,3 +614,22 @@ func TestClusterWithKubeconfigRefIsJudgedInItsOwnAPIServer(t *testing.T) {
 	assert.Equal(t, "system:node:remote-1", cert.Subject.CommonName)
 	f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionTrue)
 }
+
+func TestNodeNameOfTwoClustersMachinesStaysPending(t *testing.T) {
+	a := newFixture(t, false)
+	b := &fixture{t: t, ctx: t.Context(), ns: a.ns + "-b", cluster: "other"}
+	require.NoError(t, env.Client.Create(b.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: b.ns}}))
+	require.NoError(t, env.Client.Create(b.ctx, env.SecretsBundleSecret(b.ns, "talos-secrets")))
+	other := a.get().DeepCopy()
+	other.ObjectMeta = metav1.ObjectMeta{Namespace: b.ns, Name: b.cluster}
+	other.Status = ichorv1alpha1.TalosClusterStatus{}
+	require.NoError(t, env.Client.Create(b.ctx, other))
+	// Both clusters judge this API server, and each has a machine twin-1.
+	a.machine("twin-1", "10.27.0.2")
+	b.machine("twin-1", "10.27.0.3")
+	node := nodeClient(t, "system:node:twin-1", "system:nodes")
+
+	name := submit(t, node, "pending-ambiguous", csrgen.Request{Subject: csrgen.NodeSubject("twin-1"), IPs: []net.IP{net.ParseIP("10.27.0.2")}})
+
+	loggedPending(t, name, "MachineAmbiguous")
+}

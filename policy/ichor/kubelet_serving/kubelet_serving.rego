@@ -111,6 +111,25 @@ pending contains reason if {
 }
 
 # METADATA
+# title: Several machines have the node name
+# description: |
+#   More than one managed machine, of the clusters judging this API server, answers to the
+#   request's node name. Which node asks cannot be told, so the request stays pending until
+#   the names are unique again.
+# custom:
+#   code: MachineAmbiguous
+pending contains reason if {
+	input.machine_candidates > 1
+	reason := {
+		"code": "MachineAmbiguous",
+		"message": sprintf(
+			"%d managed machines answer to node name %q; left pending until only one does",
+			[input.machine_candidates, _node_name],
+		),
+	}
+}
+
+# METADATA
 # title: Node identity unreadable
 # description: |
 #   The node's identity could not be read from the Talos API. The rule fails closed: the

@@ -31,6 +31,7 @@ _good := {
 		},
 	},
 	"machine": {"name": "worker-1", "namespace": "default", "cluster": "demo"},
+	"machine_candidates": 1,
 	"node": {
 		"readable": true,
 		"error": "",
@@ -149,6 +150,15 @@ test_unknown_machine_is_pending_even_when_the_request_is_wrong if {
 		{"op": "replace", "path": "/csr/usages", "value": ["client auth"]},
 	])
 	d.action == "pending"
+}
+
+test_ambiguous_node_name_is_pending if {
+	d := _decide([{"op": "add", "path": "/machine_candidates", "value": 2}])
+	d.action == "pending"
+	d.reasons == [{
+		"code": "MachineAmbiguous",
+		"message": `2 managed machines answer to node name "worker-1"; left pending until only one does`,
+	}]
 }
 
 test_unreadable_node_is_pending_with_the_error if {
