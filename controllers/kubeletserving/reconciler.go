@@ -80,8 +80,10 @@ type Reconciler struct {
 	dirty   dirtySet
 	memo    verdictMemo
 	targets targets
-	// controller is kept to add the watch of a remote API server.
+	// controller is kept to add the watch of a remote API server, and runCtx
+	// (the manager's) bounds those watches.
 	controller controller.Controller
+	runCtx     context.Context
 	// machineEpoch counts machine changes: a pending verdict for an unknown
 	// machine is worth deciding again only after one.
 	machineEpoch epoch
@@ -95,6 +97,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.Now == nil {
 		r.Now = time.Now
 	}
+	r.runCtx = ctx
 	if err := AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}

@@ -131,7 +131,11 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 		return nil, fmt.Errorf("API server of cluster %s: %w", key, err)
 	}
 	// The watch lives as long as the manager, not as this reconcile.
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	parent := r.runCtx
+	if parent == nil {
+		parent = context.WithoutCancel(ctx)
+	}
+	runCtx, cancel := context.WithCancel(parent)
 	go func() {
 		if err := cl.Start(runCtx); err != nil {
 			log.FromContext(ctx).Error(err, "watch of a remote API server stopped", "taloscluster", key)
