@@ -58,6 +58,8 @@ type managerOptions struct {
 	talosTimeout         time.Duration
 	readerLifetime       time.Duration
 	kubeconfig           string
+	qps                  float32
+	burst                int
 }
 
 func newManagerCommand(s streams) *cobra.Command {
@@ -99,6 +101,8 @@ service account). Every decision is written to standard output as one JSON line
 	f.DurationVar(&o.talosTimeout, "talos-timeout", kubeletserving.DefaultTalosTimeout, "bound on reading one node's identity from its Talos API")
 	f.DurationVar(&o.readerLifetime, "talos-reader-lifetime", 0, "lifetime of the manager's own os:reader Talos certificate (default: the policy's default for purpose node-reader; above the policy's cap is refused)")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to run against (default: in-cluster, then $KUBECONFIG)")
+	f.Float32Var(&o.qps, "kube-api-qps", 50, "requests per second to the API server (client-go's default, 5, approves at most 5 CSRs a second; see docs/performance.md)")
+	f.IntVar(&o.burst, "kube-api-burst", 100, "burst of requests to the API server")
 	return cmd
 }
 
@@ -179,6 +183,7 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 	if err != nil {
 		return err
 	}
+	cfg.QPS, cfg.Burst = o.qps, o.burst
 	scheme, err := Scheme()
 	if err != nil {
 		return fmt.Errorf("scheme: %w", err)
