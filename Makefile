@@ -74,9 +74,15 @@ lint: vet ## gofmt, go vet, staticcheck, opa fmt/check, Regal
 	$(REGAL) lint $(POLICY)
 
 .PHONY: bench
-bench: ## Benchmarks: Go decisions beside hand-written Go, and opa test --bench
-	go test -run '^$$' -bench . -benchmem ./engine/...
-	$(OPA) test $(POLICY) --bench --format gobench
+bench: BENCH_DIR ?= $(CACHE_DIR)/bench
+bench: BENCH_FLAGS ?=
+bench: envtest-assets ## Benchmarks: decisions beside hand-written Go, the policies alone, end to end (Ichor beside a rubber stamp at N machines, growth to 5,000), admission, memory; results in docs/performance.md (BENCH_FLAGS="-machines 2000" for more)
+	@mkdir -p "$(BENCH_DIR)"
+	go test -run '^$$' -bench . -benchmem ./engine/... ./test/bench/... | tee "$(BENCH_DIR)/gobench.txt"
+	$(OPA) test $(POLICY) --bench --format gobench | tee "$(BENCH_DIR)/opabench.txt"
+	go build -o "$(BENCH_DIR)/benchmanager" ./test/bench/cmd/benchmanager
+	go run ./test/bench/cmd/bench -manager "$(BENCH_DIR)/benchmanager" -dir "$(BENCH_DIR)" \
+	  -gobench "$(BENCH_DIR)/gobench.txt" -opabench "$(BENCH_DIR)/opabench.txt" -doc docs/performance.md $(BENCH_FLAGS)
 
 .PHONY: fuzz
 fuzz: ## Fuzz the input builder and the decision (each worker compiles the bundle under coverage instrumentation first: about a minute)

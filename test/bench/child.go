@@ -1,0 +1,255 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Stats is what a controller process reports about itself.
+type Stats struct {
+	// HeapInusePeak is the highest runtime.MemStats.HeapInuse sampled (every
+	// 100ms) since the process started; HeapInuse the last sample.
+	HeapInusePeak uint64 `json:"heap_inuse_peak"`
+	HeapInuse     uint64 `json:"heap_inuse"`
+	// VmHWM and VmRSS are from /proc/self/status, in bytes: the peak and
+	// current resident set.
+	VmHWM uint64 `json:"vm_hwm"`
+	VmRSS uint64 `json:"vm_rss"`
+	// CPU is the user and system time the process has used.
+	CPU        time.Duration `json:"cpu"`
+	Goroutines int           `json:"goroutines"`
+	NumGC      uint32        `json:"num_gc"`
+	// Metrics are the process's Prometheus metrics (controller-runtime's
+	// registry), summed over their labels: NAME_count and NAME_sum of each
+	// histogram (NAME:CONTROLLER for those with a controller label) and the
+	// value of each counter (rest_client_requests_total:METHOD by method).
+	Metrics map[string]float64 `json:"metrics"`
+}
+
+// Delta is after's metric minus before's.
+func Delta(before, after Stats, key string) float64 {
+	return after.Metrics[key] - before.Metrics[key]
+}
+
+// EnableClientMetrics turns on client-go's request latency and rate-limiter
+// wait histograms, which controller-runtime registers but leaves off.
+func EnableClientMetrics() {
+	ctrlmetrics.RegisterRESTClientMetrics(ctrlmetrics.MetricRequestLatency, ctrlmetrics.MetricRateLimiterLatency)
+}
+
+func metricSums() map[string]float64 {
+	out := map[string]float64{}
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		return out
+	}
+	for _, mf := range families {
+		name := mf.GetName()
+		for _, m := range mf.GetMetric() {
+			key := name
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" || (name == "rest_client_requests_total" && l.GetName() == "method") {
+					key += ":" + l.GetValue()
+				}
+			}
+			if h := m.GetHistogram(); h != nil {
+				out[key+"_count"] += float64(h.GetSampleCount())
+				out[key+"_sum"] += h.GetSampleSum()
+			} else if c := m.GetCounter(); c != nil {
+				out[key] += c.GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// StatsServer serves a controller process's Stats and controls its CPU
+// profile, for the driver: GET /stats, POST /profile/start?file=PATH, POST
+// /profile/stop, POST /profile/heap?file=PATH. The controllers of this repository do not serve pprof, so
+// the benchmark process brings its own.
+type StatsServer struct {
+	mu       sync.Mutex
+	peak     uint64
+	last     uint64
+	numGC    uint32
+	profile  *os.File
+	listener net.Listener
+}
+
+// ServeStats listens on addr and samples the heap until ctx ends.
+func ServeStats(ctx context.Context, addr string) (*StatsServer, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("stats endpoint: %w", err)
+	}
+	s := &StatsServer{listener: l}
+	s.sample()
+	go func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.sample()
+			}
+		}
+	}()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stats", s.stats)
+	mux.HandleFunc("POST /profile/start", s.startProfile)
+	mux.HandleFunc("POST /profile/stop", s.stopProfile)
+	mux.HandleFunc("POST /profile/heap", s.heapProfile)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	context.AfterFunc(ctx, func() { _ = srv.Close() })
+	return s, nil
+}
+
+func (s *StatsServer) sample() {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = ms.HeapInuse
+	s.peak = max(s.peak, ms.HeapInuse)
+	s.numGC = ms.NumGC
+}
+
+func (s *StatsServer) stats(w http.ResponseWriter, _ *http.Request) {
+	s.sample()
+	st := Stats{Goroutines: runtime.NumGoroutine(), Metrics: metricSums()}
+	s.mu.Lock()
+	st.HeapInusePeak, st.HeapInuse, st.NumGC = s.peak, s.last, s.numGC
+	s.mu.Unlock()
+	if status, err := ProcStatus(os.Getpid()); err == nil {
+		st.VmHWM, st.VmRSS = status["VmHWM"], status["VmRSS"]
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err == nil {
+		st.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(st)
+}
+
+func (s *StatsServer) startProfile(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.profile != nil {
+		http.Error(w, "a profile is running", http.StatusConflict)
+		return
+	}
+	f, err := os.Create(r.URL.Query().Get("file"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	s.profile = f
+}
+
+func (s *StatsServer) stopProfile(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.profile == nil {
+		http.Error(w, "no profile is running", http.StatusConflict)
+		return
+	}
+	pprof.StopCPUProfile()
+	err := s.profile.Close()
+	s.profile = nil
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// heapProfile writes the heap profile, after a collection so that the
+// bytes in use are current.
+func (s *StatsServer) heapProfile(w http.ResponseWriter, r *http.Request) {
+	f, err := os.Create(r.URL.Query().Get("file"))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	defer f.Close()
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// ProcStatus reads the kB fields of /proc/PID/status, in bytes.
+func ProcStatus(pid int) (map[string]uint64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]uint64{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		key, value, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(value)
+		if len(fields) != 2 || fields[1] != "kB" {
+			continue
+		}
+		n, err := strconv.ParseUint(fields[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		out[key] = n * 1024
+	}
+	return out, sc.Err()
+}
+
+// ProcCPU is the user and system time of process pid (and of its reaped
+// children, which the processes measured here do not have), from
+// /proc/PID/stat, at the kernel's clock-tick resolution (10ms).
+func ProcCPU(pid int) (time.Duration, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces; the fields after it
+	// are numbered from 3 (state).
+	s := string(data)
+	end := strings.LastIndexByte(s, ')')
+	if end < 0 {
+		return 0, errors.New("malformed stat")
+	}
+	fields := strings.Fields(s[end+1:])
+	if len(fields) < 13 {
+		return 0, errors.New("malformed stat")
+	}
+	utime, err1 := strconv.ParseUint(fields[11], 10, 64)
+	stime, err2 := strconv.ParseUint(fields[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticksPerSecond, nil
+}

@@ -1,0 +1,67 @@
+// Command benchmanager is a controller process of the end-to-end benchmark,
+// started by cmd/bench: the Ichor manager (as shipped, through the same
+// cli.Run as bin/ichor, or wired the same way with client-side throttling
+// off) or the rubber stamp. Beside the controller it serves its own heap,
+// RSS, CPU time and CPU profile to the driver (-stats), which the manager
+// does not serve itself.
+//
+//	benchmanager -stats ADDR -mode cli -- manager --kubeconfig K ...
+//	benchmanager -stats ADDR -mode ichor -kubeconfig K -qps -1
+//	benchmanager -stats ADDR -mode rubberstamp -kubeconfig K -workers 4
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/ichor-dev/ichor-policy/cli"
+	"github.com/ichor-dev/ichor-policy/test/bench"
+)
+
+func main() {
+	// A flag set of its own: controller-runtime registers --kubeconfig on the
+	// default one.
+	fs := flag.NewFlagSet("benchmanager", flag.ExitOnError)
+	var (
+		stats = fs.String("stats", "127.0.0.1:0", "address of the stats and profile endpoint")
+		mode  = fs.String("mode", "cli", "cli (ichor's own command line, the arguments after --), ichor, or rubberstamp")
+		o     bench.ControllerOptions
+		qps   float64
+	)
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig (ichor, rubberstamp)")
+	fs.Float64Var(&qps, "qps", -1, "client QPS (ichor, rubberstamp); -1: no client-side throttling, 0: client-go's default")
+	fs.IntVar(&o.Burst, "burst", 0, "client burst")
+	fs.IntVar(&o.Workers, "workers", 4, "concurrent reconciles (rubberstamp)")
+	_ = fs.Parse(os.Args[1:])
+	o.QPS = float32(qps)
+	o.DecisionLog, o.Log = os.Stdout, os.Stderr
+
+	bench.EnableClientMetrics()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := bench.ServeStats(ctx, *stats); err != nil {
+		fmt.Fprintln(os.Stderr, "benchmanager:", err)
+		os.Exit(1)
+	}
+	var err error
+	switch *mode {
+	case "cli":
+		if code := cli.Run(ctx, fs.Args(), os.Stdin, os.Stdout, os.Stderr); code != cli.ExitOK {
+			os.Exit(code)
+		}
+	case "ichor":
+		err = bench.RunManager(ctx, o)
+	case "rubberstamp":
+		err = bench.RunRubberStamp(ctx, o)
+	default:
+		err = fmt.Errorf("unknown mode %q", *mode)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchmanager:", err)
+		os.Exit(1)
+	}
+}

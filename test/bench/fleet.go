@@ -1,0 +1,292 @@
+// Package bench measures what the policy engine costs end to end: N
+// simulated Talos machines (a Talos API test server each) whose kubelets all
+// ask for a serving certificate at once, against the real kube-apiserver,
+// etcd and kube-controller-manager signer of test/harness, decided by the
+// Ichor manager in one run and by a rubber stamp (approve everything, check
+// nothing) in the next, so the ratio of the two is what the policy costs
+// beside the API server's own ceiling on this machine. It also measures
+// TalosCredentialRequest admission through the real webhook, and the
+// manager's CPU profile, heap and RSS.
+//
+// The driver is cmd/bench (run by `make bench`); the controllers run as a
+// separate process, cmd/benchmanager, so their CPU time, profile and RSS are
+// their own. Nothing here runs under `go test ./...` but the unit tests of
+// the parsers and the decision benchmarks (which only run with -bench).
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+	"github.com/ichor-dev/ichor-policy/webhook/webhooktest"
+)
+
+// The namespace and TalosCluster every simulated machine belongs to.
+const (
+	Namespace   = "bench"
+	ClusterName = "bench"
+	secretsName = "bench-talos-secrets"
+)
+
+// Fleet is the control plane and the simulated machines.
+type Fleet struct {
+	Env      *harness.Env
+	Machines []*Machine
+	// Workers bounds the concurrency of setup work (Talos servers, API
+	// objects); the load itself has its own.
+	Workers int
+	// Webhook is the credential webhook's ValidatingWebhookConfiguration
+	// (deploy/webhook), installed pointing at a port on 127.0.0.1 with
+	// serving certificates in its LocalServingCertDir: `ichor manager`
+	// serves there (as make demo runs it), or the in-process webhook.
+	Webhook *envtest.WebhookInstallOptions
+}
+
+// Machine is one simulated Talos machine: its Talos API test server (which
+// reports the node's identity to the manager), its TalosMachine, and the
+// client configuration its kubelet authenticates with.
+type Machine struct {
+	Name  string
+	IP    net.IP
+	Talos *harness.TalosNode
+
+	mu      sync.Mutex
+	kubelet *rest.Config
+}
+
+// StartFleet starts the control plane (test/harness) and creates the
+// namespace, the secrets bundle and the TalosCluster with kubelet serving
+// certificates enabled. Machines are added by Grow.
+func StartFleet(ctx context.Context, workDir string) (*Fleet, error) {
+	env, err := harness.Start(ctx, harness.Options{WorkDir: workDir})
+	if err != nil {
+		return nil, err
+	}
+	f := &Fleet{Env: env, Workers: 8}
+	if err := f.createCluster(ctx); err != nil {
+		return nil, errors.Join(err, env.Stop())
+	}
+	if err := f.InstallWebhook(); err != nil {
+		return nil, errors.Join(err, env.Stop())
+	}
+	return f, nil
+}
+
+// Stop stops the machines and the control plane.
+func (f *Fleet) Stop() error {
+	err := f.Env.Stop()
+	if f.Webhook != nil {
+		err = errors.Join(err, f.Webhook.Cleanup())
+	}
+	return err
+}
+
+// InstallWebhook (re)installs deploy/webhook's configuration, as
+// webhooktest.Install does, pointing at a port free now and outside the
+// kernel's ephemeral range: thousands of Talos API servers and short-lived
+// connections take ephemeral ports, and one of them could take the
+// webhook's between its installation and its server's start. It is called
+// again before each server starts, with new serving certificates.
+func (f *Fleet) InstallWebhook() error {
+	if f.Webhook != nil {
+		_ = f.Webhook.Cleanup()
+	}
+	root, err := webhooktest.RepoRoot()
+	if err != nil {
+		return err
+	}
+	port, err := stablePort()
+	if err != nil {
+		return err
+	}
+	f.Webhook = &envtest.WebhookInstallOptions{
+		Paths:            []string{filepath.Join(root, "deploy", "webhook")},
+		LocalServingHost: "127.0.0.1",
+		LocalServingPort: port,
+	}
+	if err := f.Webhook.Install(f.Env.Config); err != nil {
+		return fmt.Errorf("install the webhook configuration: %w", err)
+	}
+	return nil
+}
+
+// stablePort is a loopback port free now, below the ephemeral range.
+func stablePort() (int, error) {
+	low := 32768
+	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(data)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	const from = 10000
+	if low <= from+100 {
+		return 0, fmt.Errorf("no port below the ephemeral range (from %d)", low)
+	}
+	for range 100 {
+		port := from + mathrand.IntN(low-from)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return port, nil
+	}
+	return 0, errors.New("no free port below the ephemeral range")
+}
+
+func (f *Fleet) createCluster(ctx context.Context) error {
+	c := f.Env.Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil {
+		return fmt.Errorf("create namespace: %w", err)
+	}
+	if err := c.Create(ctx, f.Env.SecretsBundleSecret(Namespace, secretsName)); err != nil {
+		return fmt.Errorf("create secrets bundle Secret: %w", err)
+	}
+	cluster := &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: ClusterName},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion: "v1.14",
+			SecretsRef:   ichorv1alpha1.SecretsBundleReference{Name: secretsName},
+			Security: ichorv1alpha1.ClusterSecurity{KubeletServingCertificates: ichorv1alpha1.KubeletServingCertificates{
+				Enabled: true, VerifyFromAPIServer: true,
+			}},
+		},
+	}
+	if err := c.Create(ctx, cluster); err != nil {
+		return fmt.Errorf("create TalosCluster: %w", err)
+	}
+	return nil
+}
+
+// machineName is the node name of machine i.
+func machineName(i int) string {
+	return fmt.Sprintf("node-%05d", i)
+}
+
+// machineIP is a distinct address per machine, 10.x.y.z from 10.0.0.1.
+func machineIP(i int) net.IP {
+	n := i + 1
+	return net.IPv4(10, byte(n>>16), byte(n>>8), byte(n))
+}
+
+// Grow adds machines until there are n: for each, a Talos API test server
+// reporting its name, hostname and address, and a TalosMachine with its node
+// name recorded, as Ichor would have created it.
+func (f *Fleet) Grow(ctx context.Context, n int) error {
+	from := len(f.Machines)
+	if n <= from {
+		return nil
+	}
+	added := make([]*Machine, n-from)
+	// The servers live as long as the fleet (Stop), not as long as this call.
+	serveCtx := context.WithoutCancel(ctx)
+	err := parallel(ctx, f.Workers, n-from, func(ctx context.Context, k int) error {
+		i := from + k
+		m := &Machine{Name: machineName(i), IP: machineIP(i)}
+		addr, _ := netip.AddrFromSlice(m.IP.To4())
+		tn, err := f.Env.StartTalosNode(serveCtx, harness.NodeOptions{Name: m.Name, Addresses: []netip.Addr{addr}})
+		if err != nil {
+			return err
+		}
+		m.Talos = tn
+		if err := f.createMachine(ctx, m); err != nil {
+			return err
+		}
+		added[k] = m
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	f.Machines = append(f.Machines, added...)
+	return nil
+}
+
+func (f *Fleet) createMachine(ctx context.Context, m *Machine) error {
+	tm := &ichorv1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: m.Name},
+		Spec: ichorv1alpha1.TalosMachineSpec{
+			ClusterName: ClusterName, Hostname: m.Name, Endpoint: m.Talos.Endpoint(), Role: ichorv1alpha1.MachineRoleWorker,
+		},
+	}
+	if err := f.Env.Client.Create(ctx, tm); err != nil {
+		return fmt.Errorf("create TalosMachine %s: %w", m.Name, err)
+	}
+	tm.Status.NodeName = m.Name
+	if err := f.Env.Client.Status().Update(ctx, tm); err != nil {
+		return fmt.Errorf("set node name of TalosMachine %s: %w", m.Name, err)
+	}
+	return nil
+}
+
+// KubeletConfig is the client configuration the machine's kubelet
+// authenticates with: user system:node:NAME in group system:nodes, a client
+// certificate of its own.
+func (f *Fleet) KubeletConfig(m *Machine) (*rest.Config, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.kubelet == nil {
+		cfg, err := f.Env.UserConfig("system:node:"+m.Name, harness.NodesGroup)
+		if err != nil {
+			return nil, err
+		}
+		m.kubelet = cfg
+	}
+	return rest.CopyConfig(m.kubelet), nil
+}
+
+// parallel runs fn for 0..n-1 on workers goroutines and returns the first
+// error; the others are cancelled.
+func parallel(ctx context.Context, workers, n int, fn func(context.Context, int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(workers, n) {
+		wg.Go(func() {
+			for i := range next {
+				if err := fn(ctx, i); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return ctx.Err()
+}
+
+// since is time.Since rounded for a person.
+func since(t time.Time) time.Duration {
+	return time.Since(t).Round(100 * time.Millisecond)
+}

@@ -1,0 +1,178 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// Options configure Main.
+type Options struct {
+	Manager     string
+	Dir         string
+	Machines    int
+	Growth      []int
+	Shipped     bool
+	Workers     int
+	Concurrency int
+	Admissions  int
+	// ShippedAdmissions go through `ichor manager` as shipped (with Shipped).
+	ShippedAdmissions int
+	RunTimeout        time.Duration
+	GoBench           string
+	OPABench          string
+	Doc               string
+	Out               io.Writer
+}
+
+// Report is everything one `make bench` measured.
+type Report struct {
+	Machine   MachineInfo
+	Options   Options
+	Started   time.Time
+	Duration  time.Duration
+	Decisions []BenchLine
+	Runs      []Result
+	// Profiles and Heaps are the CPU profiles and the heap profiles of the
+	// Ichor runs, by VARIANT-nN.
+	Profiles, Heaps map[string]ProfileSummary
+	Admission       *AdmissionResult
+	// AdmissionSkipped says why there is no admission figure.
+	AdmissionSkipped string
+}
+
+// Main runs the whole benchmark and prints the summary.
+func Main(ctx context.Context, o Options) (err error) {
+	slices.Sort(o.Growth)
+	out := o.Out
+	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+	rep := &Report{Machine: Describe(), Options: o, Started: time.Now(), Profiles: map[string]ProfileSummary{}, Heaps: map[string]ProfileSummary{}}
+	if o.Dir == "" {
+		o.Dir = os.TempDir()
+	}
+	// A directory of its own per run, so nothing of an earlier run is mixed in.
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return err
+	}
+	if o.Dir, err = os.MkdirTemp(o.Dir, "ichor-bench-"+rep.Started.UTC().Format("20060102-150405")+"-"); err != nil {
+		return err
+	}
+	if o.Manager, err = filepath.Abs(o.Manager); err != nil {
+		return err
+	}
+	for _, path := range []string{o.GoBench, o.OPABench} {
+		if path == "" {
+			continue
+		}
+		lines, err := ParseBenchFile(path)
+		if err != nil {
+			return err
+		}
+		rep.Decisions = append(rep.Decisions, lines...)
+	}
+
+	say("== End to end: control plane (kube-apiserver, etcd, kube-controller-manager signer) in %s", o.Dir)
+	start := time.Now()
+	fleet, err := StartFleet(ctx, filepath.Join(o.Dir, "control-plane"))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if stopErr := fleet.Stop(); stopErr != nil && err == nil {
+			err = stopErr
+		}
+	}()
+	say("   ready in %s", since(start))
+	kubeconfig, err := fleet.WriteKubeconfig(o.Dir)
+	if err != nil {
+		return err
+	}
+	tracker, err := NewTracker(ctx, fleet.Env.Clientset)
+	if err != nil {
+		return err
+	}
+	defer tracker.Stop()
+
+	counts := slices.Sorted(slices.Values(append(slices.Clone(o.Growth), o.Machines)))
+	counts = slices.Compact(counts)
+	runOpts := RunOptions{Manager: o.Manager, Dir: o.Dir, Kubeconfig: kubeconfig, Concurrency: o.Concurrency, Timeout: o.RunTimeout, Log: out}
+	rubber := Variant{Name: "rubberstamp", Mode: "rubberstamp", QPS: -1, Workers: o.Workers}
+	ichor := Variant{Name: "ichor", Mode: "ichor", QPS: -1, Ichor: true}
+	shipped := Variant{Name: "ichor-shipped", Mode: "cli", Ichor: true}
+	for _, n := range counts {
+		start := time.Now()
+		if err := fleet.Grow(ctx, n); err != nil {
+			return err
+		}
+		say("== %d machines (Talos API servers and TalosMachines ready in %s)", n, since(start))
+		variants := []Variant{rubber, ichor}
+		if n == o.Machines && o.Shipped {
+			variants = append(variants, shipped)
+		}
+		for _, v := range variants {
+			ro := runOpts
+			ro.Profile = v.Ichor
+			res, err := fleet.Run(ctx, tracker, v, n, ro)
+			if err != nil {
+				return err
+			}
+			rep.Runs = append(rep.Runs, res)
+			key := fmt.Sprintf("%s-n%d", v.Name, n)
+			if res.Profile != "" {
+				ps, err := SummarizeProfile(ctx, o.Manager, res.Profile)
+				if err != nil {
+					say("   profile: %v", err)
+				} else {
+					rep.Profiles[key] = ps
+				}
+			}
+			if res.HeapProfile != "" {
+				ps, err := SummarizeHeap(ctx, o.Manager, res.HeapProfile)
+				if err != nil {
+					say("   heap profile: %v", err)
+				} else {
+					rep.Heaps[key] = ps
+				}
+			}
+		}
+	}
+	if err := DeleteRequests(ctx, fleet.Env.Clientset); err != nil {
+		return err
+	}
+
+	if o.Admissions > 0 {
+		say("== Admission: %d TalosCredentialRequests through the webhook", o.Admissions)
+		res, err := RunAdmission(ctx, fleet, o.Admissions, out)
+		if err != nil {
+			return err
+		}
+		if o.Shipped && o.ShippedAdmissions > 0 {
+			if err := RunAdmissionShipped(ctx, fleet, o.ShippedAdmissions, runOpts, &res); err != nil {
+				return err
+			}
+		}
+		rep.Admission = &res
+	} else {
+		rep.AdmissionSkipped = "not run (-admissions 0)"
+	}
+	rep.Duration = time.Since(rep.Started)
+
+	text := rep.Markdown()
+	if err := os.WriteFile(filepath.Join(o.Dir, "results.md"), []byte(text), 0o600); err != nil {
+		return err
+	}
+	say("")
+	say("%s", rep.Summary())
+	say("results: %s", filepath.Join(o.Dir, "results.md"))
+	if o.Doc != "" {
+		if err := UpdateDoc(o.Doc, text); err != nil {
+			return err
+		}
+		say("written into %s", o.Doc)
+	}
+	return nil
+}

@@ -1,0 +1,241 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// Controller is a running controller process (cmd/benchmanager).
+type Controller struct {
+	Name string
+	// DecisionLogPath and LogPath hold its standard output and error.
+	DecisionLogPath, LogPath string
+
+	cmd   *exec.Cmd
+	stats string
+	done  chan error
+}
+
+// StartController runs binary with the stats endpoint on a free port, the
+// mode flags, and, for mode cli, the arguments of `ichor`.
+func StartController(binary, dir, name string, flags []string, cliArgs []string) (*Controller, error) {
+	addr, err := freeAddress()
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		Name:            name,
+		DecisionLogPath: filepath.Join(dir, name+".decisions.log"),
+		LogPath:         filepath.Join(dir, name+".log"),
+		stats:           addr,
+		done:            make(chan error, 1),
+	}
+	stdout, err := os.Create(c.DecisionLogPath)
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := os.Create(c.LogPath)
+	if err != nil {
+		stdout.Close()
+		return nil, err
+	}
+	args := append([]string{"-stats", addr}, flags...)
+	if len(cliArgs) > 0 {
+		args = append(append(args, "--"), cliArgs...)
+	}
+	c.cmd = exec.Command(binary, args...)
+	c.cmd.Stdout, c.cmd.Stderr = stdout, stderr
+	if err := c.cmd.Start(); err != nil {
+		stdout.Close()
+		stderr.Close()
+		return nil, fmt.Errorf("start %s: %w", binary, err)
+	}
+	go func() {
+		c.done <- c.cmd.Wait()
+		stdout.Close()
+		stderr.Close()
+	}()
+	return c, nil
+}
+
+// Pid is the process id.
+func (c *Controller) Pid() int { return c.cmd.Process.Pid }
+
+// WaitReady waits for the stats endpoint to answer.
+func (c *Controller) WaitReady(ctx context.Context) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-c.done:
+			c.done <- err
+			return false, fmt.Errorf("%s exited: %v\n%s", c.Name, err, tail(c.LogPath, 20))
+		default:
+		}
+		_, err := c.Stats(ctx)
+		return err == nil, nil
+	})
+}
+
+// Stats asks the process for its Stats.
+func (c *Controller) Stats(ctx context.Context) (Stats, error) {
+	var st Stats
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.stats+"/stats", nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("stats: %s", resp.Status)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// StartProfile starts the process's CPU profile into file.
+func (c *Controller) StartProfile(ctx context.Context, file string) error {
+	return c.post(ctx, "/profile/start?file="+url.QueryEscape(file))
+}
+
+// HeapProfile writes the process's heap profile into file.
+func (c *Controller) HeapProfile(ctx context.Context, file string) error {
+	return c.post(ctx, "/profile/heap?file="+url.QueryEscape(file))
+}
+
+// StopProfile stops it and waits until the file is written.
+func (c *Controller) StopProfile(ctx context.Context) error {
+	return c.post(ctx, "/profile/stop")
+}
+
+func (c *Controller) post(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+c.stats+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	return nil
+}
+
+// Stop ends the process with SIGTERM, as Kubernetes would, then waits.
+func (c *Controller) Stop() error {
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-c.done:
+		return err
+	case <-time.After(20 * time.Second):
+		_ = c.cmd.Process.Kill()
+		return <-c.done
+	}
+}
+
+// freeAddress is a loopback address with a port free now.
+func freeAddress() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// tail is the last lines of a file, for an error message.
+func tail(path string, lines int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	all := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// ControlPlane is the processes of the harness (kube-apiserver, etcd,
+// kube-controller-manager): children of this process, found in /proc.
+type ControlPlane map[string]int
+
+// FindControlPlane finds this process's children by command name.
+func FindControlPlane() (ControlPlane, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	self := os.Getpid()
+	out := ControlPlane{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		s := string(data)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open {
+			continue
+		}
+		fields := strings.Fields(s[end+1:])
+		if len(fields) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(fields[1])
+		comm := s[open+1 : end]
+		if ppid == self && (comm == "kube-apiserver" || comm == "etcd" || strings.HasPrefix(comm, "kube-controller")) {
+			out[comm] = pid
+		}
+	}
+	return out, nil
+}
+
+// Check reports a process of the control plane that is gone: something on
+// the machine stopped it (the run cannot go on).
+func (p ControlPlane) Check() error {
+	for _, name := range []string{"kube-apiserver", "etcd", "kube-controller"} {
+		pid, ok := p[name]
+		if !ok {
+			return fmt.Errorf("the control plane has no %s process", name)
+		}
+		if err := syscall.Kill(pid, 0); err != nil {
+			return fmt.Errorf("%s (pid %d) is gone: %w; was it stopped from outside?", name, pid, err)
+		}
+		if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err != nil || strings.Contains(string(data), ") Z ") {
+			return fmt.Errorf("%s (pid %d) has exited; was it stopped from outside?", name, pid)
+		}
+	}
+	return nil
+}
+
+// CPU is the CPU time of each process.
+func (p ControlPlane) CPU() map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for name, pid := range p {
+		if d, err := ProcCPU(pid); err == nil {
+			out[name] = d
+		}
+	}
+	return out
+}

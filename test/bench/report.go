@@ -1,0 +1,559 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The goals of issue 8. They are reported, never enforced.
+const (
+	goalDecisionP99  = 200 * time.Microsecond
+	goalRegoOverGo   = 5.0
+	goalThroughput   = 0.80
+	goalAdmissionP99 = 20 * time.Millisecond
+	goalRSSAt1000    = 150 << 20
+	docBegin, docEnd = "<!-- bench:begin -->", "<!-- bench:end -->"
+	mebibyte         = 1 << 20
+	missing          = "–"
+)
+
+// goalAtMost says whether got ≤ limit, and by how much it misses.
+func goalAtMost(got, limit float64, unit string) string {
+	if got <= limit {
+		return "met"
+	}
+	return fmt.Sprintf("**missed** by %s%s (%.1fx the goal)", trimFloat(got-limit), unit, got/limit)
+}
+
+func trimFloat(f float64) string {
+	switch {
+	case f >= 100:
+		return fmt.Sprintf("%.0f", f)
+	case f >= 10:
+		return fmt.Sprintf("%.1f", f)
+	default:
+		return fmt.Sprintf("%.2f", f)
+	}
+}
+
+func us(ns float64) string { return trimFloat(ns/1e3) + " µs" }
+
+func ms(d time.Duration) string {
+	return trimFloat(float64(d)/float64(time.Millisecond)) + " ms"
+}
+
+func mib(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/mebibyte) }
+
+func (r *Report) bench(name string) (BenchLine, bool) {
+	for _, b := range r.Decisions {
+		if b.Name == name {
+			return b, true
+		}
+	}
+	return BenchLine{}, false
+}
+
+func (r *Report) run(variant string, n int) (Result, bool) {
+	for _, res := range r.Runs {
+		if res.Variant.Name == variant && res.Machines == n {
+			return res, true
+		}
+	}
+	return Result{}, false
+}
+
+// Markdown is the report as Markdown: the machine, the tables, the goals and
+// the profile.
+func (r *Report) Markdown() string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	m := r.Machine
+	host, _ := os.Hostname()
+	w("Measured %s on %s: %d CPUs (nproc), %s, %.1f GiB memory, %s, Linux %s; load average %s at the start of the end-to-end run. It took %s.",
+		r.Started.UTC().Format("2006-01-02 15:04 MST"), host, m.CPUs, m.CPUModel, float64(m.MemTotal)/(1<<30), m.GoVersion, m.Kernel, m.LoadAverage, r.Duration.Round(time.Second))
+	w("")
+	r.goalsTable(w)
+	r.decisionTables(w)
+	r.endToEndTables(w)
+	r.admissionTable(w)
+	r.profileTables(w)
+	r.heapTables(w)
+	return b.String()
+}
+
+// Summary is what `make bench` prints at the end: the Markdown without the
+// pprof listings.
+func (r *Report) Summary() string {
+	text := r.Markdown()
+	// The listings are in the results file and the doc.
+	for {
+		i := strings.Index(text, "\n<details>")
+		if i < 0 {
+			break
+		}
+		end := strings.Index(text[i:], "</details>")
+		if end < 0 {
+			break
+		}
+		text = text[:i] + text[i+end+len("</details>"):]
+	}
+	return "== Summary\n\n" + text
+}
+
+// goalsTable is the goals of issue 8 against what was measured: reported,
+// never enforced.
+func (r *Report) goalsTable(w func(string, ...any)) {
+	w("### The goals")
+	w("")
+	w("| goal | measured | verdict |")
+	w("|---|---|---|")
+	if l, ok := r.bench("BenchmarkKubeletServing/rego"); ok {
+		w("| kubelet-serving decision p99 ≤ 200 µs | %s | %s |", us(l.Metrics["p99-µs"]*1e3), goalAtMost(l.Metrics["p99-µs"], float64(goalDecisionP99/time.Microsecond), " µs"))
+	}
+	if l, ok := r.bench("BenchmarkKubeletServing/ratio"); ok {
+		w("| Rego ≤ 5x hand-written Go | %.1fx | %s |", l.Metrics["rego/go"], goalAtMost(l.Metrics["rego/go"], goalRegoOverGo, "x"))
+	}
+	n := r.Options.Machines
+	rubber, okR := r.run("rubberstamp", n)
+	for _, v := range []string{"ichor-shipped", "ichor"} {
+		res, ok := r.run(v, n)
+		if !ok || !okR || rubber.Outcome.PerSecond() == 0 {
+			continue
+		}
+		ratio := res.Outcome.PerSecond() / rubber.Outcome.PerSecond()
+		verdict := "met"
+		if ratio < goalThroughput {
+			verdict = fmt.Sprintf("**missed** by %.0f points", (goalThroughput-ratio)*100)
+		}
+		w("| end-to-end throughput ≥ 80%% of the rubber stamp (N = %d), %s | %.0f%% (%.1f/s against %.1f/s) | %s |",
+			n, describeVariant(res.Variant), ratio*100, res.Outcome.PerSecond(), rubber.Outcome.PerSecond(), verdict)
+	}
+	if a := r.Admission; a != nil {
+		p99 := quantile(a.Handle, 0.99)
+		w("| admission p99 ≤ 20 ms (the webhook's handling, SubjectAccessReview and Event included) | %s | %s |", ms(p99), goalAtMost(float64(p99)/1e6, float64(goalAdmissionP99)/1e6, " ms"))
+		if a.ShippedN > 0 {
+			p99 := quantile(a.ShippedCreate, 0.99)
+			w("| admission p99 ≤ 20 ms through `ichor manager` as shipped (the whole create) | %s | %s |", ms(p99), goalAtMost(float64(p99)/1e6, float64(goalAdmissionP99)/1e6, " ms"))
+		}
+	} else {
+		w("| admission p99 ≤ 20 ms | not measured: %s | – |", r.AdmissionSkipped)
+	}
+	for _, v := range []string{"ichor-shipped", "ichor"} {
+		if res, ok := r.run(v, n); ok {
+			w("| manager RSS ≤ 150 MiB at 1,000 machines, %s at %d | %s | %s |", describeVariant(res.Variant), n, mib(res.After.VmHWM),
+				goalAtMost(float64(res.After.VmHWM)/mebibyte, goalRSSAt1000/mebibyte, " MiB"))
+		}
+	}
+	// Flat means the largest fleet's cost per CSR is within a quarter of the
+	// cheapest smaller fleet's: a smaller fleet may cost more per CSR (a
+	// short run pays its start more), which is no growth.
+	var costs []string
+	var cheapest, largest time.Duration
+	for _, g := range r.Options.Growth {
+		if res, ok := r.run("ichor", g); ok && len(res.Outcome.Latencies) > 0 {
+			c := wallPerRequest(res)
+			costs = append(costs, fmt.Sprintf("%s at %d", ms(c), g))
+			if cheapest == 0 || c < cheapest {
+				cheapest = c
+			}
+			largest = c
+		}
+	}
+	if len(costs) > 1 {
+		verdict := fmt.Sprintf("flat: at %d machines %.2fx the cheapest", r.Options.Growth[len(r.Options.Growth)-1], float64(largest)/float64(cheapest))
+		if float64(largest) > 1.25*float64(cheapest) {
+			verdict = fmt.Sprintf("**grows**: at %d machines %.1fx the cheapest", r.Options.Growth[len(r.Options.Growth)-1], float64(largest)/float64(cheapest))
+		}
+		w("| cost per CSR flat from %d to %d machines (wall time per CSR, throttle off) | %s | %s |",
+			r.Options.Growth[0], r.Options.Growth[len(r.Options.Growth)-1], strings.Join(costs, ", "), verdict)
+	}
+	w("")
+}
+
+func (r *Report) decisionTables(w func(string, ...any)) {
+	w("### Per decision (`go test -bench`)")
+	w("")
+	if len(r.Decisions) == 0 {
+		w("Not run (cmd/bench without -gobench).")
+		w("")
+		return
+	}
+	w("| decision | mean | p99 | allocs | goal |")
+	w("|---|---|---|---|---|")
+	rego, okRego := r.bench("BenchmarkKubeletServing/rego")
+	hand, okGo := r.bench("BenchmarkKubeletServing/go")
+	if okRego {
+		w("| kubelet serving, Rego through the engine (input building and decision log included) | %s | %s | %.0f | p99 ≤ 200 µs: %s |",
+			us(rego.Metrics["ns/op"]), us(rego.Metrics["p99-µs"]*1e3), rego.Metrics["allocs/op"],
+			goalAtMost(rego.Metrics["p99-µs"], float64(goalDecisionP99/time.Microsecond), " µs"))
+	}
+	if okGo {
+		w("| kubelet serving, the same rule in hand-written Go | %s | %s | %.0f | |", us(hand.Metrics["ns/op"]), us(hand.Metrics["p99-µs"]*1e3), hand.Metrics["allocs/op"])
+	}
+	if ratio, ok := r.bench("BenchmarkKubeletServing/ratio"); ok {
+		w("| kubelet serving, Rego / Go (means) | %.1fx | | | ≤ 5x: %s |", ratio.Metrics["rego/go"], goalAtMost(ratio.Metrics["rego/go"], goalRegoOverGo, "x"))
+	}
+	for _, e := range []struct{ name, label string }{
+		{"BenchmarkKubeletClient", "kubelet client, Rego (input building included)"},
+		{"BenchmarkCredentialAdmission", "credential admission, the engine's part (requirements + key facts + admission decision)"},
+	} {
+		if l, ok := r.bench(e.name); ok {
+			w("| %s | %s | %s | %.0f | p99 ≤ 200 µs: %s |", e.label, us(l.Metrics["ns/op"]), us(l.Metrics["p99-µs"]*1e3), l.Metrics["allocs/op"],
+				goalAtMost(l.Metrics["p99-µs"], float64(goalDecisionP99/time.Microsecond), " µs"))
+		}
+	}
+	w("")
+	if _, ok := r.bench("BenchmarkKubeletServingParts/build-input"); ok {
+		w("The kubelet-serving decision taken apart (test/bench `BenchmarkKubeletServingParts`):")
+		w("")
+		w("| part | mean | p99 | allocs |")
+		w("|---|---|---|---|")
+		for _, p := range []struct{ name, label string }{
+			{"build-input", "building the input (csrinput.Build: PEM, ECDSA signature check)"},
+			{"opa-input-conversion", "OPA converting the input struct to its values (ast.InterfaceToValue, inside sdk.Decision)"},
+			{"decide-log-off", "the decision through the engine, decision log off (as the engine benchmark runs it)"},
+			{"decide-logged", "the decision through the engine, decision log written as the manager writes it"},
+		} {
+			if l, ok := r.bench("BenchmarkKubeletServingParts/" + p.name); ok {
+				w("| %s | %s | %s | %.0f |", p.label, us(l.Metrics["ns/op"]), us(l.Metrics["p99-µs"]*1e3), l.Metrics["allocs/op"])
+			}
+		}
+		w("")
+	}
+	if groups := PolicyGroups(r.Decisions); len(groups) > 0 {
+		w("### The policies alone (`opa test policy --bench`, each test case as a benchmark)")
+		w("")
+		w("| package | test cases | median | slowest | median allocs |")
+		w("|---|---|---|---|---|")
+		for _, g := range groups {
+			w("| %s | %d | %s | %s | %.0f |", g.Package, g.Tests, us(g.MedianNs), us(g.MaxNs), g.MedianAllocs)
+		}
+		w("")
+	}
+}
+
+func (r *Report) endToEndTables(w func(string, ...any)) {
+	n := r.Options.Machines
+	w("### End to end, N = %d machines, every kubelet asking at once", n)
+	w("")
+	if len(r.Runs) == 0 {
+		w("Not run.")
+		w("")
+		return
+	}
+	w("| controller | approved | first request → last approval | approvals/s | median (create → approved) | p99 | controller CPU per CSR | control plane CPU per CSR (net of idle) | peak heap | peak RSS (VmHWM) |")
+	w("|---|---|---|---|---|---|---|---|---|---|")
+	for _, v := range []string{"rubberstamp", "ichor", "ichor-shipped"} {
+		res, ok := r.run(v, n)
+		if !ok {
+			continue
+		}
+		w("| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s |", describeVariant(res.Variant), approvedCell(res),
+			ms(res.Outcome.Elapsed()), res.Outcome.PerSecond(), ms(res.Outcome.Quantile(0.5)), ms(res.Outcome.Quantile(0.99)),
+			ms(res.CPUPerRequest()), ms(perRequest(res.ControlPlaneNet(), res)), mib(res.After.HeapInusePeak), mib(res.After.VmHWM))
+	}
+	w("")
+	rubber, okR := r.run("rubberstamp", n)
+	for _, v := range []string{"ichor", "ichor-shipped"} {
+		res, ok := r.run(v, n)
+		if !ok || !okR || rubber.Outcome.PerSecond() == 0 {
+			continue
+		}
+		ratio := res.Outcome.PerSecond() / rubber.Outcome.PerSecond()
+		verdict := "met"
+		if ratio < goalThroughput {
+			verdict = fmt.Sprintf("**missed** by %.0f points", (goalThroughput-ratio)*100)
+		}
+		w("- Throughput of %s: **%.0f%%** of the rubber stamp's (goal ≥ 80%%: %s).", describeVariant(res.Variant), ratio*100, verdict)
+	}
+	for _, v := range []string{"ichor-shipped", "ichor"} {
+		if res, ok := r.run(v, n); ok {
+			w("- Memory of %s at %d machines, from its start to the last approval: peak heap in use %s, peak RSS (VmHWM) %s (goal RSS ≤ 150 MiB at 1,000 machines: %s).",
+				describeVariant(res.Variant), n, mib(res.After.HeapInusePeak), mib(res.After.VmHWM), goalAtMost(float64(res.After.VmHWM)/mebibyte, goalRSSAt1000/mebibyte, " MiB"))
+		}
+	}
+	w("")
+	r.wallTable(w, n)
+
+	if len(r.Options.Growth) == 0 {
+		return
+	}
+	w("### Growth: cost per CSR as the fleet grows")
+	w("")
+	w("Ichor here is the approver with client-side throttling off, so that the rows show the approver and the API server rather than a client QPS setting.")
+	w("")
+	w("| machines | rubber stamp: wall per CSR | Ichor: wall per CSR | Ichor / rubber stamp throughput | Ichor: CPU per CSR | Ichor: control plane CPU per CSR (net of idle) | Ichor: full passes' CPU | Ichor: peak heap | Ichor: peak RSS |")
+	w("|---|---|---|---|---|---|---|---|---|")
+	for _, g := range r.Options.Growth {
+		rs, okR := r.run("rubberstamp", g)
+		ic, okI := r.run("ichor", g)
+		if !okR || !okI {
+			continue
+		}
+		ratio := 0.0
+		if rs.Outcome.PerSecond() > 0 {
+			ratio = ic.Outcome.PerSecond() / rs.Outcome.PerSecond()
+		}
+		full := missing
+		if ps, ok := r.Profiles[fmt.Sprintf("ichor-n%d", g)]; ok {
+			full = "0 ms"
+			for _, c := range ps.Categories {
+				if c.Name == fullPassCategory {
+					full = ms(c.Time())
+				}
+			}
+		}
+		w("| %d | %s | %s | %.0f%% | %s | %s | %s | %s | %s |", g, ms(wallPerRequest(rs)), ms(wallPerRequest(ic))+timedOut(ic),
+			ratio*100, ms(ic.CPUPerRequest()), ms(perRequest(ic.ControlPlaneNet(), ic)), full, mib(ic.After.HeapInusePeak), mib(ic.After.VmHWM))
+	}
+	w("")
+}
+
+// wallTable is where the controllers' wall time goes per CSR, from their
+// own Prometheus metrics (deltas over the load).
+func (r *Report) wallTable(w func(string, ...any), n int) {
+	var cols []Result
+	for _, v := range []string{"rubberstamp", "ichor", "ichor-shipped"} {
+		if res, ok := r.run(v, n); ok && len(res.Outcome.Latencies) > 0 && res.After.Metrics != nil {
+			cols = append(cols, res)
+		}
+	}
+	if len(cols) == 0 {
+		return
+	}
+	w("Per approved CSR, from each controller's own metrics over the load (client-go's request and rate-limiter histograms, the reconciler's and the engine's):")
+	w("")
+	head, rule := "| per CSR |", "|---|"
+	for _, c := range cols {
+		head += " " + describeVariant(c.Variant) + " |"
+		rule += "---|"
+	}
+	w("%s", head)
+	w("%s", rule)
+	row := func(label string, cell func(Result) string) {
+		line := "| " + label + " |"
+		for _, c := range cols {
+			line += " " + cell(c) + " |"
+		}
+		w("%s", line)
+	}
+	per := func(c Result, key string) float64 {
+		return Delta(c.Before, c.After, key) / float64(len(c.Outcome.Latencies))
+	}
+	mean := func(c Result, key string) string {
+		count := Delta(c.Before, c.After, key+"_count")
+		if count == 0 {
+			return missing
+		}
+		return ms(time.Duration(Delta(c.Before, c.After, key+"_sum") / count * float64(time.Second)))
+	}
+	controller := func(c Result) string {
+		if c.Variant.Mode == "rubberstamp" {
+			return "rubberstamp"
+		}
+		return "kubeletserving"
+	}
+	row("wall time (first request → last approval, divided by N)", func(c Result) string { return ms(wallPerRequest(c)) })
+	row("reconciles (each takes every request marked dirty since the last)", func(c Result) string {
+		return fmt.Sprintf("%.2f", per(c, "controller_runtime_reconcile_time_seconds:"+controller(c)+"_count"))
+	})
+	row("Talos identity reads × mean", func(c Result) string {
+		if c.Variant.Mode == "rubberstamp" {
+			return missing
+		}
+		return fmt.Sprintf("%.2f × %s", per(c, "ichor_talos_identity_read_duration_seconds_count"), mean(c, "ichor_talos_identity_read_duration_seconds"))
+	})
+	row("policy decisions × mean (engine metric)", func(c Result) string {
+		if c.Variant.Mode == "rubberstamp" {
+			return missing
+		}
+		return fmt.Sprintf("%.2f × %s", per(c, "ichor_policy_decision_duration_seconds_count"), mean(c, "ichor_policy_decision_duration_seconds"))
+	})
+	row("API requests (GET, PUT, PATCH, POST)", func(c Result) string {
+		return fmt.Sprintf("%.2f, %.2f, %.2f, %.2f", per(c, "rest_client_requests_total:GET"), per(c, "rest_client_requests_total:PUT"),
+			per(c, "rest_client_requests_total:PATCH"), per(c, "rest_client_requests_total:POST"))
+	})
+	row("API request latency, mean", func(c Result) string { return mean(c, "rest_client_request_duration_seconds") })
+	row("waiting for client-go's rate limiter", func(c Result) string {
+		return ms(time.Duration(per(c, "rest_client_rate_limiter_duration_seconds_sum") * float64(time.Second)))
+	})
+	row("CPU: controller / control plane, net of its idle rate / driver (Talos API servers, kubelets)", func(c Result) string {
+		return ms(c.CPUPerRequest()) + " / " + ms(perRequest(c.ControlPlaneNet(), c)) + " / " + ms(perRequest(c.DriverCPU, c))
+	})
+	w("")
+	for _, c := range cols {
+		if c.Variant.Mode == "rubberstamp" {
+			continue
+		}
+		if wait := per(c, "rest_client_rate_limiter_duration_seconds_sum"); wait > 0.001 {
+			w("- %s: its API requests spent %s per approved CSR (summed over requests waiting at the same time) in client-go's rate limiter, whose QPS and burst hold each API group's requests (the approvals' PUTs, the Secret reads' GETs, the Events' POSTs) to the rate the manager's client configuration sets.",
+				describeVariant(c.Variant), ms(time.Duration(wait*float64(time.Second))))
+			continue
+		}
+		// One worker decides a cluster's requests one after the other: the
+		// Talos read, the decision, the Secret read and the approval are a
+		// serial chain, whose sum bounds the throughput.
+		api := func(verb string) float64 { return per(c, "rest_client_requests_total:"+verb) }
+		apiMean := Delta(c.Before, c.After, "rest_client_request_duration_seconds_sum") / max(Delta(c.Before, c.After, "rest_client_request_duration_seconds_count"), 1)
+		talos := Delta(c.Before, c.After, "ichor_talos_identity_read_duration_seconds_sum") / float64(len(c.Outcome.Latencies))
+		decision := Delta(c.Before, c.After, "ichor_policy_decision_duration_seconds_sum") / float64(len(c.Outcome.Latencies))
+		chain := talos + decision + (api("GET")+api("PUT"))*apiMean
+		w("- %s: the serial chain per request (Talos read + decision + %.1f GET and %.1f PUT at the mean API latency) is about %s, against %s of wall time per request: the requests of a cluster are decided one at a time.",
+			describeVariant(c.Variant), api("GET"), api("PUT"), ms(time.Duration(chain*float64(time.Second))), ms(wallPerRequest(c)))
+	}
+	w("")
+}
+
+func describeVariant(v Variant) string {
+	switch v.Mode {
+	case "cli":
+		return "Ichor, `ichor manager` as shipped"
+	case "ichor":
+		return "Ichor approver, client throttle off"
+	default:
+		return fmt.Sprintf("rubber stamp (%d workers)", v.Workers)
+	}
+}
+
+func approvedCell(res Result) string {
+	s := fmt.Sprintf("%d/%d", len(res.Outcome.Latencies), res.Outcome.N)
+	if len(res.Outcome.Denied) > 0 {
+		s += fmt.Sprintf(", %d denied", len(res.Outcome.Denied))
+	}
+	return s + timedOut(res)
+}
+
+func timedOut(res Result) string {
+	if res.TimedOut {
+		return fmt.Sprintf(" (timed out after %s)", res.Outcome.Elapsed().Round(time.Second))
+	}
+	return ""
+}
+
+func perRequest(d time.Duration, res Result) time.Duration {
+	if len(res.Outcome.Latencies) == 0 {
+		return 0
+	}
+	return d / time.Duration(len(res.Outcome.Latencies))
+}
+
+func wallPerRequest(res Result) time.Duration {
+	return perRequest(res.Outcome.Elapsed(), res)
+}
+
+func (r *Report) admissionTable(w func(string, ...any)) {
+	w("### Admission: TalosCredentialRequest through the webhook")
+	w("")
+	a := r.Admission
+	if a == nil {
+		w("Not measured: %s.", r.AdmissionSkipped)
+		w("")
+		return
+	}
+	w("%d requests for a talosconfig-reader, one at a time, each with its SubjectAccessReview and its issuance Event (%d Events found).", a.N, a.Events)
+	w("")
+	w("| | p50 | p99 | goal |")
+	w("|---|---|---|---|")
+	w("| the webhook's handling (decisions, SubjectAccessReview, TalosCluster read, Event) | %s | %s | p99 ≤ 20 ms: %s |",
+		ms(quantile(a.Handle, 0.5)), ms(quantile(a.Handle, 0.99)), goalAtMost(float64(quantile(a.Handle, 0.99))/1e6, float64(goalAdmissionP99)/1e6, " ms"))
+	w("| the requester's create (API server, webhook call, storage) | %s | %s | |", ms(quantile(a.Create, 0.5)), ms(quantile(a.Create, 0.99)))
+	if a.ShippedN > 0 {
+		w("| the requester's create through `ichor manager` as shipped (%d requests) | %s | %s | |", a.ShippedN, ms(quantile(a.ShippedCreate, 0.5)), ms(quantile(a.ShippedCreate, 0.99)))
+	}
+	w("")
+	if a.Decisions > 0 {
+		var mean time.Duration
+		for _, d := range a.Handle {
+			mean += d
+		}
+		mean /= time.Duration(max(len(a.Handle), 1))
+		w("Of the webhook's mean %s per request, the %.1f policy decisions (requirements, admission; decision log included) take %s; the rest is its three API calls (SubjectAccessReview, TalosCluster read, Event) and decoding.",
+			ms(mean), a.Decisions, ms(a.DecisionTime))
+		w("")
+	}
+}
+
+// heapTables is where the manager's heap is, after the last approval:
+// `ichor manager` at N, and the approver at the largest fleet.
+func (r *Report) heapTables(w func(string, ...any)) {
+	keys := []struct {
+		variant string
+		n       int
+	}{{"ichor-shipped", r.Options.Machines}}
+	if len(r.Options.Growth) > 0 {
+		keys = append(keys, struct {
+			variant string
+			n       int
+		}{"ichor", slices.Max(r.Options.Growth)})
+	}
+	for _, k := range keys {
+		hs, ok := r.Heaps[fmt.Sprintf("%s-n%d", k.variant, k.n)]
+		res, okRun := r.run(k.variant, k.n)
+		if !ok || !okRun || hs.Total == 0 {
+			continue
+		}
+		w("### Where the manager's heap is (%s, %d machines and as many CSRs, after the last approval: %s in use)", describeVariant(res.Variant), k.n, mib(uint64(hs.Total)))
+		w("")
+		w("| allocated by | in use | share | per machine |")
+		w("|---|---|---|---|")
+		for _, c := range hs.Categories {
+			w("| %s | %s | %.0f%% | %.1f KiB |", c.Name, mib(uint64(c.Value)), 100*c.Value/hs.Total, c.Value/1024/float64(k.n))
+		}
+		w("")
+		w("<details><summary><code>go tool pprof -sample_index=inuse_space -top</code> of %s</summary>", res.HeapProfile)
+		w("")
+		w("```")
+		w("%s", strings.TrimRight(hs.Top, "\n"))
+		w("```")
+		w("")
+		w("</details>")
+		w("")
+	}
+}
+
+func (r *Report) profileTables(w func(string, ...any)) {
+	for _, name := range []string{"ichor", "ichor-shipped"} {
+		ps, ok := r.Profiles[fmt.Sprintf("%s-n%d", name, r.Options.Machines)]
+		if !ok || ps.Total == 0 {
+			continue
+		}
+		res, _ := r.run(name, r.Options.Machines)
+		w("### Where the manager's CPU goes (%s, N = %d, %s of samples)", describeVariant(res.Variant), r.Options.Machines, ps.TotalTime().Round(10*time.Millisecond))
+		w("")
+		w("| what | CPU | share | per CSR |")
+		w("|---|---|---|---|")
+		for _, c := range ps.Categories {
+			w("| %s | %s | %.0f%% | %s |", c.Name, c.Time().Round(10*time.Millisecond), 100*c.Value/ps.Total, ms(perRequest(c.Time(), res)))
+		}
+		w("")
+		w("<details><summary><code>go tool pprof -top</code> of %s</summary>", res.Profile)
+		w("")
+		w("```")
+		w("%s", strings.TrimRight(ps.Top, "\n"))
+		w("```")
+		w("")
+		w("</details>")
+		w("")
+	}
+}
+
+// UpdateDoc replaces the text between the bench markers of the doc with
+// text, or appends the markers and text when it has none.
+func UpdateDoc(path, text string) error {
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	doc := string(data)
+	block := docBegin + "\n\n" + text + "\n" + docEnd
+	i, j := strings.Index(doc, docBegin), strings.Index(doc, docEnd)
+	if i >= 0 && j > i {
+		doc = doc[:i] + block + doc[j+len(docEnd):]
+	} else {
+		doc = strings.TrimRight(doc, "\n") + "\n\n" + block + "\n"
+	}
+	return os.WriteFile(path, []byte(doc), 0o644) //nolint:gosec // a document of the repository
+}

@@ -1,0 +1,264 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// Variant is a controller the load is run against.
+type Variant struct {
+	// Name is how the report names it.
+	Name string
+	// Mode is benchmanager's -mode: cli, ichor or rubberstamp.
+	Mode string
+	// QPS of the client (ichor, rubberstamp); -1 is no throttling.
+	QPS float64
+	// Workers of the rubber stamp.
+	Workers int
+	// Ichor reports whether the variant is the Ichor manager (whose
+	// decisions should all be approvals).
+	Ichor bool
+}
+
+// Args are benchmanager's arguments for the variant. `ichor manager` serves
+// the credential webhook where the fleet's webhook configuration points, as
+// make demo runs it.
+func (v Variant) Args(kubeconfig string, f *Fleet) (flags, cliArgs []string) {
+	switch v.Mode {
+	case "cli":
+		return []string{"-mode", "cli"}, []string{"manager", "--kubeconfig", kubeconfig,
+			"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+			"--webhook-port", fmt.Sprint(f.Webhook.LocalServingPort), "--webhook-cert-dir", f.Webhook.LocalServingCertDir}
+	default:
+		return []string{"-mode", v.Mode, "-kubeconfig", kubeconfig,
+			"-qps", fmt.Sprint(v.QPS), "-workers", fmt.Sprint(v.Workers)}, nil
+	}
+}
+
+// RunOptions configure one run.
+type RunOptions struct {
+	// Manager is the benchmanager binary.
+	Manager string
+	// Dir receives the controller's logs, decision log and profile.
+	Dir string
+	// Kubeconfig of the admin user, which the controllers run as.
+	Kubeconfig string
+	// Concurrency of the kubelets' creates.
+	Concurrency int
+	// Timeout bounds the wait for the decisions; a run that times out is
+	// reported with what was decided.
+	Timeout time.Duration
+	// Profile takes a CPU profile of the controller during the load.
+	Profile bool
+	// Log receives progress.
+	Log io.Writer
+}
+
+// Result is one run of the load against one controller.
+type Result struct {
+	Variant  Variant
+	Machines int
+	Outcome  Outcome
+	TimedOut bool
+	// CPU is the controller's CPU time from the first request to the last
+	// approval; ControlPlaneCPU that of kube-apiserver, etcd and
+	// kube-controller-manager together, DriverCPU that of this process (the
+	// Talos API servers, the kubelets' creates, the tracker).
+	CPU, ControlPlaneCPU, DriverCPU time.Duration
+	// Before and After are the controller's stats before the load (warmed
+	// up) and after the last approval.
+	Before, After Stats
+	// Profile is the CPU profile file of the controller during the load,
+	// HeapProfile its heap after the last approval; empty if none was taken.
+	Profile, HeapProfile string
+	// ControlPlaneIdle is the control plane's CPU rate before the load
+	// (CPU seconds per second), with the controller started and idle: its
+	// leases, its controllers, etcd's housekeeping.
+	ControlPlaneIdle float64
+	// LogPath and DecisionLogPath are the controller's outputs.
+	LogPath, DecisionLogPath string
+}
+
+// ControlPlaneNet is the control plane's CPU over the load less its idle
+// rate over the same time.
+func (r Result) ControlPlaneNet() time.Duration {
+	return max(r.ControlPlaneCPU-time.Duration(r.ControlPlaneIdle*float64(r.Outcome.Elapsed())), 0)
+}
+
+// CPUPerRequest is the controller's CPU time per approved request.
+func (r Result) CPUPerRequest() time.Duration {
+	if len(r.Outcome.Latencies) == 0 {
+		return 0
+	}
+	return r.CPU / time.Duration(len(r.Outcome.Latencies))
+}
+
+// Run runs the load of the first n machines against the variant: it starts
+// the controller, warms it up with one request (so its caches are synced,
+// its engine and Talos reader made), then creates n requests at once and
+// waits until all are decided. The requests are deleted afterwards.
+func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, n int, o RunOptions) (res Result, err error) {
+	res = Result{Variant: v, Machines: n}
+	say := func(format string, args ...any) { fmt.Fprintf(o.Log, "   "+format+"\n", args...) }
+	cs := f.Env.Clientset
+	cp, err := FindControlPlane()
+	if err != nil {
+		return res, err
+	}
+	if err := cp.Check(); err != nil {
+		return res, err
+	}
+	if err := DeleteRequests(ctx, cs); err != nil {
+		return res, err
+	}
+	tr.Reset()
+	reqs, err := f.PrepareRequests(ctx, n)
+	if err != nil {
+		return res, err
+	}
+	warm, err := f.PrepareRequests(ctx, 1)
+	if err != nil {
+		return res, err
+	}
+
+	name := fmt.Sprintf("%s-n%d", v.Name, n)
+	if v.Mode == "cli" {
+		if err := f.InstallWebhook(); err != nil {
+			return res, err
+		}
+	}
+	flags, cliArgs := v.Args(o.Kubeconfig, f)
+	ctl, err := StartController(o.Manager, o.Dir, name, flags, cliArgs)
+	if err != nil {
+		return res, err
+	}
+	res.LogPath, res.DecisionLogPath = ctl.LogPath, ctl.DecisionLogPath
+	defer func() {
+		if stopErr := ctl.Stop(); stopErr != nil && err == nil && ctx.Err() == nil {
+			err = fmt.Errorf("%s: %w\n%s", name, stopErr, tail(ctl.LogPath, 20))
+		}
+	}()
+	if err := ctl.WaitReady(ctx); err != nil {
+		return res, err
+	}
+
+	start := time.Now()
+	subs, err := Submit(ctx, warm, 1)
+	if err != nil {
+		return res, err
+	}
+	warmCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	_, denied, err := tr.WaitDecided(warmCtx, []string{subs[0].Name})
+	cancel()
+	if err != nil || len(denied) > 0 {
+		return res, fmt.Errorf("%s: warm-up request not approved: %v %v\n%s", name, err, denied, tail(ctl.LogPath, 20))
+	}
+	say("%s: started and warmed up in %s", name, since(start))
+
+	// The control plane's own background work, measured for a moment
+	// before the load, so that a long run's CPU per request can be read net
+	// of it.
+	idleStart, idleFrom := cp.CPU(), time.Now()
+	time.Sleep(2 * time.Second)
+	idleEnd := cp.CPU()
+	for k, d := range idleEnd {
+		res.ControlPlaneIdle += (d - idleStart[k]).Seconds() / time.Since(idleFrom).Seconds()
+	}
+	if res.Before, err = ctl.Stats(ctx); err != nil {
+		return res, err
+	}
+	cpBefore, driverBefore := cp.CPU(), selfCPU()
+	if o.Profile {
+		res.Profile = filepath.Join(o.Dir, name+".cpu.pprof")
+		if err := ctl.StartProfile(ctx, res.Profile); err != nil {
+			return res, err
+		}
+	}
+
+	start = time.Now()
+	subs, err = Submit(ctx, reqs, o.Concurrency)
+	if err != nil {
+		return res, err
+	}
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.Name
+	}
+	say("%s: %d requests created in %s", name, n, since(start))
+	waitCtx, cancel := context.WithTimeout(ctx, o.Timeout)
+	// A control plane stopped from outside would leave the run waiting for
+	// the timeout; it ends the run at once instead.
+	go func() {
+		for waitCtx.Err() == nil {
+			if err := cp.Check(); err != nil {
+				cancel()
+				return
+			}
+			time.Sleep(2 * time.Second)
+		}
+	}()
+	approved, denied, werr := tr.WaitDecided(waitCtx, names)
+	cancel()
+	if cerr := cp.Check(); cerr != nil {
+		return res, cerr
+	}
+	res.TimedOut = werr != nil && ctx.Err() == nil
+	if werr != nil && !res.TimedOut {
+		return res, werr
+	}
+
+	if res.After, err = ctl.Stats(ctx); err != nil {
+		return res, err
+	}
+	cpAfter, driverAfter := cp.CPU(), selfCPU()
+	if o.Profile {
+		if err := ctl.StopProfile(ctx); err != nil {
+			return res, err
+		}
+		res.HeapProfile = filepath.Join(o.Dir, name+".heap.pprof")
+		if err := ctl.HeapProfile(ctx, res.HeapProfile); err != nil {
+			return res, err
+		}
+	}
+	res.CPU = res.After.CPU - res.Before.CPU
+	for k, d := range cpAfter {
+		res.ControlPlaneCPU += d - cpBefore[k]
+	}
+	res.DriverCPU = driverAfter - driverBefore
+	res.Outcome = outcome(subs, approved, denied)
+	if res.TimedOut {
+		// The window ends at the timeout, not at a last approval that never came.
+		res.Outcome.LastApproved = time.Now()
+	}
+	say("%s: %d approved, %d denied in %s (%.1f/s), median %s, p99 %s; controller CPU %s%s",
+		name, len(res.Outcome.Latencies), len(denied), res.Outcome.Elapsed().Round(time.Millisecond), res.Outcome.PerSecond(),
+		res.Outcome.Quantile(0.5).Round(time.Millisecond), res.Outcome.Quantile(0.99).Round(time.Millisecond),
+		res.CPU.Round(time.Millisecond), map[bool]string{true: " (TIMED OUT)", false: ""}[res.TimedOut])
+	return res, nil
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// WriteKubeconfig writes the admin kubeconfig the controllers run with.
+func (f *Fleet) WriteKubeconfig(dir string) (string, error) {
+	path := filepath.Join(dir, "kubeconfig")
+	return path, os.WriteFile(path, f.Env.AdminKubeconfig, 0o600)
+}
+
+// waitFor polls cond every interval until it holds or the timeout passes.
+func waitFor(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error)) error {
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, cond)
+}
