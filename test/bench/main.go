@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -54,11 +55,13 @@ func Main(ctx context.Context, o Options) (err error) {
 	if o.Dir == "" {
 		o.Dir = os.TempDir()
 	}
-	// A directory of its own per run, so nothing of an earlier run is mixed in.
+	// A directory of its own per run, so nothing of an earlier run is mixed
+	// in; the last few are kept, to compare.
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return err
 	}
-	if o.Dir, err = os.MkdirTemp(o.Dir, "ichor-bench-"+rep.Started.UTC().Format("20060102-150405")+"-"); err != nil {
+	pruneRuns(o.Dir, keepRuns)
+	if o.Dir, err = os.MkdirTemp(o.Dir, runDirPrefix+rep.Started.UTC().Format("20060102-150405")+"-"); err != nil {
 		return err
 	}
 	if o.Manager, err = filepath.Abs(o.Manager); err != nil {
@@ -100,8 +103,11 @@ func Main(ctx context.Context, o Options) (err error) {
 	counts := slices.Sorted(slices.Values(append(slices.Clone(o.Growth), o.Machines)))
 	counts = slices.Compact(counts)
 	runOpts := RunOptions{Manager: o.Manager, Dir: o.Dir, Kubeconfig: kubeconfig, Concurrency: o.Concurrency, Timeout: o.RunTimeout, Log: out}
-	rubber := Variant{Name: "rubberstamp", Mode: "rubberstamp", QPS: -1, Workers: o.Workers}
-	ichor := Variant{Name: "ichor", Mode: "ichor", QPS: -1, Ichor: true}
+	rubber := Variant{Name: "rubberstamp", Mode: "rubberstamp", Workers: o.Workers}
+	// `ichor manager` with client-side throttling off: what the manager
+	// and the API server can do whatever the client's limits; and with its
+	// defaults, as shipped.
+	ichor := Variant{Name: "ichor", Mode: "cli", ManagerArgs: []string{"--kube-api-qps", "-1"}, Ichor: true}
 	shipped := Variant{Name: "ichor-shipped", Mode: "cli", Ichor: true}
 	for _, n := range counts {
 		start := time.Now()
@@ -175,4 +181,29 @@ func Main(ctx context.Context, o Options) (err error) {
 		say("written into %s", o.Doc)
 	}
 	return nil
+}
+
+// keepRuns is how many earlier run directories are kept beside a new one.
+const keepRuns = 4
+
+// runDirPrefix starts the name of every run directory.
+const runDirPrefix = "ichor-bench-"
+
+// pruneRuns removes all but the newest keep run directories in dir (their
+// names start with the time of the run).
+func pruneRuns(dir string, keep int) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	var runs []string
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), runDirPrefix) {
+			runs = append(runs, e.Name())
+		}
+	}
+	slices.Sort(runs)
+	for _, name := range runs[:max(len(runs)-keep, 0)] {
+		_ = os.RemoveAll(filepath.Join(dir, name))
+	}
 }

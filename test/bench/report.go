@@ -167,7 +167,7 @@ func (r *Report) goalsTable(w func(string, ...any)) {
 		if float64(largest) > 1.25*float64(cheapest) {
 			verdict = fmt.Sprintf("**grows**: at %d machines %.1fx the cheapest", r.Options.Growth[len(r.Options.Growth)-1], float64(largest)/float64(cheapest))
 		}
-		w("| cost per CSR flat from %d to %d machines (wall time per CSR, throttle off) | %s | %s |",
+		w("| cost per CSR flat from %d to %d machines (wall time per CSR, `--kube-api-qps -1`) | %s | %s |",
 			r.Options.Growth[0], r.Options.Growth[len(r.Options.Growth)-1], strings.Join(costs, ", "), verdict)
 	}
 	w("")
@@ -213,7 +213,7 @@ func (r *Report) decisionTables(w func(string, ...any)) {
 		w("|---|---|---|---|")
 		for _, p := range []struct{ name, label string }{
 			{"build-input", "building the input (csrinput.Build: PEM, ECDSA signature check)"},
-			{"opa-input-conversion", "OPA converting the input struct to its values (ast.InterfaceToValue, inside sdk.Decision)"},
+			{"opa-input-conversion", "converting the input struct to OPA's value (JSON, then ast.ValueFromReader, as the engine does)"},
 			{"decide-log-off", "the decision through the engine, decision log off (as the engine benchmark runs it)"},
 			{"decide-logged", "the decision through the engine, decision log written as the manager writes it"},
 		} {
@@ -283,7 +283,7 @@ func (r *Report) endToEndTables(w func(string, ...any)) {
 	}
 	w("### Growth: cost per CSR as the fleet grows")
 	w("")
-	w("Ichor here is the approver with client-side throttling off, so that the rows show the approver and the API server rather than a client QPS setting.")
+	w("Ichor here is `ichor manager --kube-api-qps -1`, client-side throttling off, so that the rows show the manager and the API server rather than a client QPS setting.")
 	w("")
 	w("| machines | rubber stamp: wall per CSR | Ichor: wall per CSR | Ichor / rubber stamp throughput | Ichor: CPU per CSR | Ichor: control plane CPU per CSR (net of idle) | Ichor: full passes' CPU | Ichor: peak heap | Ichor: peak RSS |")
 	w("|---|---|---|---|---|---|---|---|---|")
@@ -358,16 +358,17 @@ func (r *Report) wallTable(w func(string, ...any), n int) {
 	}
 	row("wall time (first request → last approval, divided by N)", func(c Result) string { return ms(wallPerRequest(c)) })
 	row("reconciles (each takes every request marked dirty since the last)", func(c Result) string {
-		return fmt.Sprintf("%.2f", per(c, "controller_runtime_reconcile_time_seconds:"+controller(c)+"_count"))
+		return fmt.Sprintf("%.3f (%.0f in all)", per(c, "controller_runtime_reconcile_time_seconds:"+controller(c)+"_count"),
+			Delta(c.Before, c.After, "controller_runtime_reconcile_time_seconds:"+controller(c)+"_count"))
 	})
 	row("Talos identity reads × mean", func(c Result) string {
-		if c.Variant.Mode == "rubberstamp" {
+		if !c.Variant.Ichor {
 			return missing
 		}
 		return fmt.Sprintf("%.2f × %s", per(c, "ichor_talos_identity_read_duration_seconds_count"), mean(c, "ichor_talos_identity_read_duration_seconds"))
 	})
 	row("policy decisions × mean (engine metric)", func(c Result) string {
-		if c.Variant.Mode == "rubberstamp" {
+		if !c.Variant.Ichor {
 			return missing
 		}
 		return fmt.Sprintf("%.2f × %s", per(c, "ichor_policy_decision_duration_seconds_count"), mean(c, "ichor_policy_decision_duration_seconds"))
@@ -408,11 +409,11 @@ func (r *Report) wallTable(w func(string, ...any), n int) {
 }
 
 func describeVariant(v Variant) string {
-	switch v.Mode {
-	case "cli":
-		return "Ichor, `ichor manager` as shipped"
-	case "ichor":
-		return "Ichor approver, client throttle off"
+	switch {
+	case v.Mode == "cli" && len(v.ManagerArgs) == 0:
+		return "`ichor manager` as shipped"
+	case v.Mode == "cli":
+		return "`ichor manager " + strings.Join(v.ManagerArgs, " ") + "`"
 	default:
 		return fmt.Sprintf("rubber stamp (%d workers)", v.Workers)
 	}

@@ -57,3 +57,24 @@ func TestGoalAtMost(t *testing.T) {
 		t.Errorf("300 against 200: %q", got)
 	}
 }
+
+func TestPruneRuns(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"ichor-bench-20260101-000000-1", "ichor-bench-20260102-000000-2", "ichor-bench-20260103-000000-3", "other"} {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pruneRuns(dir, 2)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if strings.Join(left, " ") != "ichor-bench-20260102-000000-2 ichor-bench-20260103-000000-3 other" {
+		t.Errorf("left %v", left)
+	}
+}

@@ -14,12 +14,12 @@ import (
 
 // Variant is a controller the load is run against.
 type Variant struct {
-	// Name is how the report names it.
+	// Name is how the results name it.
 	Name string
-	// Mode is benchmanager's -mode: cli, ichor or rubberstamp.
+	// Mode is benchmanager's -mode: cli (`ichor manager`) or rubberstamp.
 	Mode string
-	// QPS of the client (ichor, rubberstamp); -1 is no throttling.
-	QPS float64
+	// ManagerArgs are added to `ichor manager`'s arguments (mode cli).
+	ManagerArgs []string
 	// Workers of the rubber stamp.
 	Workers int
 	// Ichor reports whether the variant is the Ichor manager (whose
@@ -33,12 +33,12 @@ type Variant struct {
 func (v Variant) Args(kubeconfig string, f *Fleet) (flags, cliArgs []string) {
 	switch v.Mode {
 	case "cli":
-		return []string{"-mode", "cli"}, []string{"manager", "--kubeconfig", kubeconfig,
+		args := []string{"manager", "--kubeconfig", kubeconfig,
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 			"--webhook-port", fmt.Sprint(f.Webhook.LocalServingPort), "--webhook-cert-dir", f.Webhook.LocalServingCertDir}
+		return []string{"-mode", "cli"}, append(args, v.ManagerArgs...)
 	default:
-		return []string{"-mode", v.Mode, "-kubeconfig", kubeconfig,
-			"-qps", fmt.Sprint(v.QPS), "-workers", fmt.Sprint(v.Workers)}, nil
+		return []string{"-mode", v.Mode, "-kubeconfig", kubeconfig, "-workers", fmt.Sprint(v.Workers)}, nil
 	}
 }
 

@@ -1,12 +1,10 @@
 // Command benchmanager is a controller process of the end-to-end benchmark,
-// started by cmd/bench: the Ichor manager (as shipped, through the same
-// cli.Run as bin/ichor, or wired the same way with client-side throttling
-// off) or the rubber stamp. Beside the controller it serves its own heap,
-// RSS, CPU time and CPU profile to the driver (-stats), which the manager
-// does not serve itself.
+// started by cmd/bench: `ichor manager`, through the same cli.Run as
+// bin/ichor, or the rubber stamp. Beside the controller it serves its own
+// heap, RSS, CPU time, metrics and profiles to the driver (-stats), which the
+// manager does not serve itself.
 //
 //	benchmanager -stats ADDR -mode cli -- manager --kubeconfig K ...
-//	benchmanager -stats ADDR -mode ichor -kubeconfig K -qps -1
 //	benchmanager -stats ADDR -mode rubberstamp -kubeconfig K -workers 4
 package main
 
@@ -28,17 +26,13 @@ func main() {
 	fs := flag.NewFlagSet("benchmanager", flag.ExitOnError)
 	var (
 		stats = fs.String("stats", "127.0.0.1:0", "address of the stats and profile endpoint")
-		mode  = fs.String("mode", "cli", "cli (ichor's own command line, the arguments after --), ichor, or rubberstamp")
+		mode  = fs.String("mode", "cli", "cli (ichor's own command line, the arguments after --) or rubberstamp")
 		o     bench.ControllerOptions
-		qps   float64
 	)
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig (ichor, rubberstamp)")
-	fs.Float64Var(&qps, "qps", -1, "client QPS (ichor, rubberstamp); -1: no client-side throttling, 0: client-go's default")
-	fs.IntVar(&o.Burst, "burst", 0, "client burst")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig (rubberstamp)")
 	fs.IntVar(&o.Workers, "workers", 4, "concurrent reconciles (rubberstamp)")
 	_ = fs.Parse(os.Args[1:])
-	o.QPS = float32(qps)
-	o.DecisionLog, o.Log = os.Stdout, os.Stderr
+	o.Log = os.Stderr
 
 	bench.EnableClientMetrics()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -53,8 +47,6 @@ func main() {
 		if code := cli.Run(ctx, fs.Args(), os.Stdin, os.Stdout, os.Stderr); code != cli.ExitOK {
 			os.Exit(code)
 		}
-	case "ichor":
-		err = bench.RunManager(ctx, o)
 	case "rubberstamp":
 		err = bench.RunRubberStamp(ctx, o)
 	default:
