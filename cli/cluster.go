@@ -34,6 +34,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 )
 
 // Suffixes of the default output files: beside the caller's current file,
@@ -328,7 +329,7 @@ func credCheckLocally(ctx context.Context, s streams, o credentialFlags, purpose
 	}
 	defer eng.Stop(ctx)
 	facts, _ := engine.ParsePublicKey(credPublicKeyPEM(key))
-	d, err := eng.Issuance(ctx, engine.CredentialIssuanceInput{
+	d, err := eng.CheckCredential(ctx, engine.CredentialCheckInput{
 		Purpose:    string(purpose),
 		TTLSeconds: o.ttlSeconds(),
 		PublicKey:  facts,
@@ -367,6 +368,10 @@ func (o credentialFlags) ttlSpec() *metav1.Duration {
 // answer. A refusal, by the webhook or by the controller, is an error with
 // the policy's message.
 func credRequest(ctx context.Context, s streams, c client.Client, o credentialFlags, namespace, cluster string, purpose ichorv1alpha1.CredentialPurpose, key ed25519.PrivateKey, reqs engine.CredentialRequirements) (*ichorv1alpha1.TalosCredentialRequest, error) {
+	requester, err := credential.WhoAmI(ctx, c)
+	if err != nil {
+		return nil, err
+	}
 	tcr := &ichorv1alpha1.TalosCredentialRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: credGenerateName(cluster, purpose)},
 		Spec: ichorv1alpha1.TalosCredentialRequestSpec{
@@ -374,6 +379,7 @@ func credRequest(ctx context.Context, s streams, c client.Client, o credentialFl
 			Purpose:     purpose,
 			TTL:         o.ttlSpec(),
 			PublicKey:   credPublicKeyPEM(key),
+			Requester:   requester,
 		},
 	}
 	if err := c.Create(ctx, tcr); err != nil {

@@ -37,6 +37,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/cli"
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 	"github.com/ichor-dev/ichor-policy/test/talosapi"
 	"github.com/ichor-dev/ichor-policy/webhook"
@@ -119,7 +120,17 @@ func startClusterEnv(t *testing.T) *clusterEnv {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: managerUser},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: managerUser}},
 	}))
+	keyRules, err := webhooktest.NamespacedMarkerRules("internal/facts/credential")
+	require.NoError(t, err)
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: harness.ManagerNamespace, Name: managerUser}, Rules: keyRules}))
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: harness.ManagerNamespace, Name: managerUser},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: managerUser},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: managerUser}},
+	}))
 	waitAllowed(t, env, managerUser, authorizationv1.ResourceAttributes{Group: "rbac.authorization.k8s.io", Resource: "clusterrolebindings", Name: credentials.AdminBinding, Verb: "get"})
+	waitAllowed(t, env, managerUser, authorizationv1.ResourceAttributes{Namespace: harness.ManagerNamespace, Resource: "secrets", Name: credential.DefaultKeySecretName, Verb: "update"})
+	require.NoError(t, webhooktest.InstallAdmissionPolicies(ctx, env.Client, "default"))
 
 	eng, err := engine.New(ctx, engine.Options{DecisionLog: &bytes.Buffer{}, Log: os.Stderr, ID: "cli-test"})
 	require.NoError(t, err)
@@ -136,8 +147,11 @@ func startClusterEnv(t *testing.T) *clusterEnv {
 		WebhookServer:          crwebhook.NewServer(webhooktest.ServerOptions(install)),
 	})
 	require.NoError(t, err)
-	require.NoError(t, (&webhook.CredentialRequestValidator{Engine: eng, Instance: "cli-test"}).SetupWithManager(mgr))
-	require.NoError(t, (&credentials.Reconciler{Engine: eng, Retention: testRetention}).SetupWithManager(mgr))
+	keyClient, err := client.New(managerCfg, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	keys := env.AdmissionKeys(keyClient)
+	require.NoError(t, (&webhook.CredentialRequestValidator{Engine: eng, Instance: "cli-test", Keys: keys}).SetupWithManager(mgr))
+	require.NoError(t, (&credentials.Reconciler{Engine: eng, Keys: keys, AdminKubeconfigs: true, Retention: testRetention}).SetupWithManager(mgr))
 	mgrDone := make(chan struct{})
 	go func() {
 		defer close(mgrDone)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -27,6 +28,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletclient"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/talosnode"
 	credwebhook "github.com/ichor-dev/ichor-policy/webhook"
 	"github.com/ichor-dev/ichor-policy/webhookcerts"
@@ -38,6 +40,7 @@ type managerOptions struct {
 	leaderElect          bool
 	bundle               string
 	bundleKeys           []string
+	bundleInsecureHTTP   bool
 	bundleKeyID          string
 	bundleKeyAlg         string
 	bundlePoll           time.Duration
@@ -47,6 +50,9 @@ type managerOptions struct {
 	logBuffer            int64
 	webhook              bool
 	kubeletClient        bool
+	admissionKeySecret   string
+	localClusters        []string
+	adminKubeconfigs     bool
 	webhookPort          int
 	webhookCertDir       string
 	webhookGenerateCerts bool
@@ -81,6 +87,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader, so that of several replicas one acts")
 	f.StringVar(&o.bundle, "bundle", "", "the policy bundle to serve: a tarball path or an http(s) URL, both reloaded when they change, or a policy directory (read once); default: the embedded bundle")
 	f.StringArrayVar(&o.bundleKeys, "bundle-key", nil, "a public key (PEM file) bundles must be signed with; repeatable; with it an unsigned or otherwise signed bundle is refused")
+	f.BoolVar(&o.bundleInsecureHTTP, "bundle-allow-insecure-http", false, "accept a --bundle URL over plain http:// (refused by default, signed or not: anyone on the path could serve an older signed bundle or none)")
 	f.StringVar(&o.bundleKeyID, "bundle-key-id", "ichor", "the key id of --bundle-key (as `ichor bundle build --key-id` writes it)")
 	f.StringVar(&o.bundleKeyAlg, "bundle-key-algorithm", "RS256", "the signing algorithm of --bundle-key")
 	f.DurationVar(&o.bundlePoll, "bundle-poll-interval", engine.DefaultPollInterval, "how often --bundle is looked at for a new bundle")
@@ -90,6 +97,9 @@ service account). Every decision is written to standard output as one JSON line
 	f.Int64Var(&o.logBuffer, "decision-log-buffer-events", 0, "entries the upload buffer holds while the service is away (default OPA's, 10000); more are dropped and counted in ichor_policy_decision_log_upload_dropped_total")
 	f.BoolVar(&o.kubeletClient, "kubelet-client-approver", false, "approve kubelet client certificates (signer kubernetes.io/kube-apiserver-client-kubelet) as kube-controller-manager's csrapproving controller does; see docs/kubelet-client.md before switching it on")
 	f.BoolVar(&o.webhook, "webhook", true, "serve the TalosCredentialRequest admission webhook and issue credentials (it needs a serving certificate: --webhook-cert-dir or --webhook-generate-certs); without it no credential is issued")
+	f.StringSliceVar(&o.localClusters, "local-clusters", nil, "the TalosClusters (namespace/name, comma-separated or repeated) whose machines are nodes of the API server the manager runs against, and which alone judge its kubelet certificate requests; a cluster without spec.kubeconfigRef that is not named here judges nothing (condition KubeletServingCertificates, reason LocalClusterNotNamed)")
+	f.StringVar(&o.admissionKeySecret, "admission-key-secret", credential.DefaultKeySecretName, "Secret in the manager's namespace ($POD_NAMESPACE), created empty, that the manager fills with the key of the admission records the webhook writes and the issuer verifies: without a record made with it no credential is issued")
+	f.BoolVar(&o.adminKubeconfigs, "admin-kubeconfigs", true, "issue admin kubeconfigs (group ichor:cluster-admins); false revokes them for good: none is issued even if the ichor:cluster-admins binding is recreated (the chart's adminCredentials.enabled=false also removes the binding)")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server (HTTPS)")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "directory of the webhook server's tls.crt and tls.key (default: controller-runtime's, under the temporary directory)")
 	f.BoolVar(&o.webhookGenerateCerts, "webhook-generate-certs", false, "make and renew the webhook's CA and serving certificate, kept in --webhook-cert-secret, and set the CA bundle of --webhook-configuration (leave off when cert-manager provides them)")
@@ -110,7 +120,7 @@ service account). Every decision is written to standard output as one JSON line
 // the manager's own Talos identity: its default, or the one asked for if the
 // cap allows it. talosnode refuses anything above 15 minutes on its own too.
 func readerLifetime(ctx context.Context, eng *engine.Engine, asked time.Duration) (time.Duration, error) {
-	in := engine.CredentialIssuanceInput{
+	in := engine.CredentialCheckInput{
 		Purpose:   "node-reader",
 		PublicKey: engine.PublicKeyFacts{Parsed: true, Algorithm: "Ed25519", Bits: 256},
 	}
@@ -118,7 +128,7 @@ func readerLifetime(ctx context.Context, eng *engine.Engine, asked time.Duration
 		secs := asked.Seconds()
 		in.TTLSeconds = &secs
 	}
-	d, err := eng.Issuance(ctx, in)
+	d, err := eng.CheckCredential(ctx, in)
 	if err != nil {
 		return 0, fmt.Errorf("lifetime of the manager's Talos identity: %w", err)
 	}
@@ -133,6 +143,7 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 	opts := engine.Options{
 		DecisionLog: s.out, Log: s.err, PollInterval: o.bundlePoll,
 		DecisionLogFile: o.logFile, DecisionLogURL: o.logURL, DecisionLogBufferEvents: o.logBuffer,
+		AllowInsecureHTTP: o.bundleInsecureHTTP,
 	}
 	for _, path := range o.bundleKeys {
 		key, err := os.ReadFile(path)
@@ -159,6 +170,21 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 		opts.Source = o.bundle
 	}
 	return opts, nil
+}
+
+// admissionKeys is the admission key in the Secret name of the manager's
+// namespace, read uncached: the manager needs get and update on that one
+// Secret, never list or watch.
+func admissionKeys(mgr ctrl.Manager, name string) (*credential.Keys, error) {
+	namespace := os.Getenv("POD_NAMESPACE")
+	if namespace == "" {
+		return nil, usagef("the manager's namespace is unknown: set POD_NAMESPACE (the chart does), where the Secret --admission-key-secret %s is", name)
+	}
+	c, err := client.New(mgr.GetConfig(), client.Options{HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("admission key client: %w", err)
+	}
+	return &credential.Keys{Client: c, Namespace: namespace, Name: name}, nil
 }
 
 // Scheme is the manager's scheme: the Kubernetes types and Ichor's.
@@ -253,6 +279,13 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 	if err != nil {
 		return err
 	}
+	localClusters, err := kubeletserving.ParseLocalClusters(o.localClusters)
+	if err != nil {
+		return usagef("--local-clusters: %v", err)
+	}
+	if localClusters.Len() == 0 {
+		ctrl.Log.WithName("manager").Info("no TalosCluster judges the kubelets of the API server the manager runs against: --local-clusters names none")
+	}
 	clientset, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("clientset: %w", err)
@@ -264,23 +297,36 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 		Engine:         eng,
 		Recorder:       mgr.GetEventRecorder("ichor-kubelet-serving"),
 		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Lifetime: lifetime, Timeout: o.talosTimeout},
+		LocalClusters:  localClusters,
 		ResyncInterval: o.resync,
 	}
 	if err := serving.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up the kubelet serving approver: %w", err)
 	}
 	if o.webhook {
-		validator := &credwebhook.CredentialRequestValidator{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng}
+		keys, err := admissionKeys(mgr, o.admissionKeySecret)
+		if err != nil {
+			return err
+		}
+		// Read (or make) the key now, so a missing Secret stops the manager
+		// with the reason instead of refusing every request later.
+		if _, err := keys.Key(ctx); err != nil {
+			return err
+		}
+		validator := &credwebhook.CredentialRequestValidator{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Keys: keys}
 		if err := validator.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("set up the credential request webhook: %w", err)
 		}
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 			return err
 		}
-		// The webhook is the only check of who asked (the SubjectAccessReview
-		// as the requester): without it there is no issuer, or anyone who may
-		// create a request would be issued any purpose.
-		issuer := &credentials.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng}
+		// The issuer signs only requests whose admission by this webhook it
+		// can prove (admission records made with the same key), so it runs
+		// only beside the webhook.
+		issuer := &credentials.Reconciler{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng, Keys: keys,
+			AdminKubeconfigs: o.adminKubeconfigs, Recorder: mgr.GetEventRecorder("ichor-credentials"),
+		}
 		if err := issuer.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("set up the credential issuer: %w", err)
 		}
@@ -291,6 +337,8 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 			Clientset: clientset,
 			Engine:    eng,
 			Recorder:  mgr.GetEventRecorder("ichor-kubelet-client"),
+			// The same clusters as the serving approver's.
+			LocalClusters: localClusters,
 		}
 		// The serving approver has registered the machine index (kubeletserving.AddIndexes).
 		if err := clientApprover.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: true}); err != nil {

@@ -69,7 +69,8 @@ func talos(node string, addrs ...string) *csrinput.Node {
 func admission(user string, clusterExists bool) map[string]any {
 	return map[string]any{
 		"operation": "CREATE", "dry_run": false,
-		"user": map[string]any{"username": user, "uid": "5b2c", "groups": []string{"ichor:operators", "system:authenticated"}, "extra": map[string]any{}},
+		"user":      map[string]any{"username": user, "uid": "5b2c", "groups": []string{"ichor:operators", "system:authenticated"}, "extra": map[string]any{}},
+		"requester": map[string]any{"username": user, "uid": "5b2c", "groups": []string{"ichor:operators", "system:authenticated"}, "extra": map[string]any{}},
 		"request": map[string]any{
 			"name": "talosconfig-x7k2p", "namespace": "team-a", "cluster": "demo", "purpose": "talosconfig-reader",
 			"public_key": map[string]any{"parsed": true, "algorithm": "Ed25519", "bits": 256, "error": ""},
@@ -79,7 +80,7 @@ func admission(user string, clusterExists bool) map[string]any {
 			"verb": "download", "group": "ichor.dev", "resource": "talosclusters", "subresource": "talosconfig-reader",
 			"namespace": "team-a", "name": "demo", "allowed": true, "reason": "RBAC: allowed", "evaluation_error": "",
 		},
-		"cluster_exists": clusterExists,
+		"cluster": map[string]any{"exists": clusterExists, "kubeconfig_ref": false},
 	}
 }
 

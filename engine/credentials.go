@@ -19,6 +19,7 @@ const (
 	PathCredentialRequirements = "ichor/credentials/requirements"
 	PathCredentialAdmission    = "ichor/credentials/admission"
 	PathCredentialIssuance     = "ichor/credentials/issuance"
+	PathCredentialCheck        = "ichor/credentials/credential"
 )
 
 // Certificate kinds of an issuance decision.
@@ -64,9 +65,11 @@ type PublicKeyFacts struct {
 	Bits      int    `json:"bits,omitempty"`
 }
 
-// CredentialUser is the requester, from the admission request's userInfo.
+// CredentialUser is a user: at admission the one who makes the request, from
+// the admission request's userInfo (a fact), and spec.requester, the
+// requester's record of who they are (a claim admission pins to the user).
 // Extra is masked in the decision log (policy/system/log): it may hold
-// personal values, and no rule reads it.
+// personal values.
 type CredentialUser struct {
 	Username string              `json:"username"`
 	UID      string              `json:"uid"`
@@ -78,8 +81,11 @@ type CredentialUser struct {
 type CredentialRequestFacts struct {
 	Name      string `json:"name"`
 	Namespace string `json:"namespace"`
-	Cluster   string `json:"cluster"`
-	Purpose   string `json:"purpose"`
+	// UID is the request's, which the API server assigns before the
+	// validating webhook sees it.
+	UID     string `json:"uid"`
+	Cluster string `json:"cluster"`
+	Purpose string `json:"purpose"`
 	// TTLSeconds is absent when spec.ttl is unset: the purpose's default.
 	TTLSeconds *float64       `json:"ttl_seconds,omitempty"`
 	PublicKey  PublicKeyFacts `json:"public_key"`
@@ -103,16 +109,26 @@ type AuthorizationFacts struct {
 	EvaluationError string   `json:"evaluation_error"`
 }
 
+// ClusterFacts are what a credential decision knows of the TalosCluster the
+// request names.
+type ClusterFacts struct {
+	Exists bool `json:"exists"`
+	// KubeconfigRef is whether the cluster judges another API server.
+	KubeconfigRef bool `json:"kubeconfig_ref"`
+}
+
 // CredentialAdmissionInput is the input of the admission decision.
 type CredentialAdmissionInput struct {
-	Operation string                 `json:"operation"`
-	DryRun    bool                   `json:"dry_run"`
-	User      CredentialUser         `json:"user"`
+	Operation string         `json:"operation"`
+	DryRun    bool           `json:"dry_run"`
+	User      CredentialUser `json:"user"`
+	// Requester is spec.requester; nil when the request has none.
+	Requester *CredentialUser        `json:"requester,omitempty"`
 	Request   CredentialRequestFacts `json:"request"`
 	// Authorization is absent when no review was made: the purpose has no
 	// requirements (it is unknown), which the rule refuses.
 	Authorization *AuthorizationFacts `json:"authorization,omitempty"`
-	ClusterExists bool                `json:"cluster_exists"`
+	Cluster       ClusterFacts        `json:"cluster"`
 }
 
 // CredentialAdmission is the admission decision. Event is set only when the
@@ -128,8 +144,49 @@ type CredentialAdmission struct {
 	Revision        string           `json:"revision"`
 }
 
-// CredentialIssuanceInput is the input of the issuance decision.
+// AdmissionProof is what the issuer found of the webhook's admission of a
+// request: whether its admission record exists, and whether the record's MAC,
+// which only the manager can make, covers exactly this request.
+type AdmissionProof struct {
+	Recorded   bool   `json:"recorded"`
+	Verified   bool   `json:"verified"`
+	DecisionID string `json:"decision_id,omitempty"`
+	// Error says why a record does not verify.
+	Error string `json:"error,omitempty"`
+}
+
+// AdminBindingFacts are the facts of the ClusterRoleBinding that gives admin
+// kubeconfigs their power.
+type AdminBindingFacts struct {
+	Name   string `json:"name"`
+	Exists bool   `json:"exists"`
+}
+
+// IssuerSettings are the operator's choices the issuance rule reads.
+type IssuerSettings struct {
+	// AdminKubeconfigs is false when the operator revoked admin kubeconfigs
+	// (--admin-kubeconfigs=false).
+	AdminKubeconfigs bool `json:"admin_kubeconfigs"`
+}
+
+// CredentialIssuanceInput is the input of the issuance decision: the issuer's
+// facts right before it signs.
 type CredentialIssuanceInput struct {
+	Request CredentialRequestFacts `json:"request"`
+	// Requester is spec.requester; nil when the request has none.
+	Requester *CredentialUser `json:"requester,omitempty"`
+	Admission AdmissionProof  `json:"admission"`
+	// Authorization is the SubjectAccessReview made as the requester just
+	// now; absent when none could be made (no requester, unknown purpose).
+	Authorization *AuthorizationFacts `json:"authorization,omitempty"`
+	Cluster       ClusterFacts        `json:"cluster"`
+	AdminBinding  AdminBindingFacts   `json:"admin_binding"`
+	Settings      IssuerSettings      `json:"settings"`
+}
+
+// CredentialCheckInput is the input of the credential checks alone: the
+// purpose, the lifetime and the key, without who asks.
+type CredentialCheckInput struct {
 	Purpose    string         `json:"purpose"`
 	TTLSeconds *float64       `json:"ttl_seconds,omitempty"`
 	PublicKey  PublicKeyFacts `json:"public_key"`
@@ -187,8 +244,19 @@ func (e *Engine) Admission(ctx context.Context, in CredentialAdmissionInput) (Cr
 
 // Issuance decides, again, whether a credential may be signed, and what.
 func (e *Engine) Issuance(ctx context.Context, in CredentialIssuanceInput) (CredentialIssuance, error) {
+	return e.issuance(ctx, PathCredentialIssuance, in)
+}
+
+// CheckCredential decides a credential alone (purpose, lifetime, key), as
+// the CLI does before it sends a request and the manager for its own Talos
+// identity. Nothing is signed for a person on it.
+func (e *Engine) CheckCredential(ctx context.Context, in CredentialCheckInput) (CredentialIssuance, error) {
+	return e.issuance(ctx, PathCredentialCheck, in)
+}
+
+func (e *Engine) issuance(ctx context.Context, path string, in any) (CredentialIssuance, error) {
 	var out CredentialIssuance
-	d, err := e.decideInto(ctx, PathCredentialIssuance, in, &out)
+	d, err := e.decideInto(ctx, path, in, &out)
 	if err != nil {
 		return CredentialIssuance{}, err
 	}

@@ -2,15 +2,18 @@
 // (ADR 0124, KEP-4214).
 //
 // For each CREATE it gathers the facts: who asks (the admission request's user),
-// what the purpose requires (the requirements decision: which grant, which
-// Event), whether the requester holds that grant (a SubjectAccessReview made as
-// the requester, with their user, groups, uid and extra, on the cluster's
-// subresource), whether the cluster exists, what the public key is, and whether
-// the request is a dry run. The admission decision is the policy's. When it
-// allows and names an Event, the Event is written on the TalosCluster with the
-// manager's own client, synchronously, before the request is admitted: a
-// credential that cannot be recorded is not issued, so a failed write refuses
-// the request.
+// who the request says asks (spec.requester, which must be that user), what the
+// purpose requires (the requirements decision: which grant, which Event),
+// whether the requester holds that grant (a SubjectAccessReview made as the
+// requester, with their user, groups, uid and extra, on the cluster's
+// subresource), whether the cluster exists and which API server it judges,
+// what the public key is, and whether the request is a dry run. The admission
+// decision is the policy's. When it allows and names an Event, the Event is
+// written on the TalosCluster with the manager's own client, synchronously,
+// before the request is admitted: a credential that cannot be recorded is not
+// issued, so a failed write refuses the request. The Event is also the proof of
+// admission the issuer requires (package internal/facts/credential): it is
+// named after the request's UID and carries a MAC only the manager can make.
 package webhook
 
 import (
@@ -22,8 +25,6 @@ import (
 	"os"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +37,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 )
 
 // Path is where the webhook server serves the validation of
@@ -48,13 +50,6 @@ const Name = "vtaloscredentialrequest.ichor.dev"
 
 // EventSource is the component an issuance Event names as its source.
 const EventSource = "ichor-credentials-webhook"
-
-// Annotations of an issuance Event, so that an Event leads to the request it
-// records and to the decision in the decision log.
-const (
-	AnnotationDecisionID = "ichor.dev/decision-id"
-	AnnotationRequest    = "ichor.dev/taloscredentialrequest"
-)
 
 // sideEffects=NoneOnDryRun: the webhook writes an Event, except for a dry run;
 // with Some the API server would refuse every dry run without asking.
@@ -75,6 +70,8 @@ type CredentialRequestValidator struct {
 	// and writes the Event.
 	Client client.Client
 	Engine *engine.Engine
+	// Keys holds the admission key the Event's MAC is made with.
+	Keys *credential.Keys
 	// Instance names this replica in the Events it writes (reportingInstance);
 	// the host name if empty.
 	Instance string
@@ -95,6 +92,9 @@ func (v *CredentialRequestValidator) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if v.Engine == nil {
 		return errors.New("credential request webhook: no engine")
+	}
+	if v.Keys == nil {
+		return errors.New("credential request webhook: no admission key")
 	}
 	mgr.GetWebhookServer().Register(Path, &crwebhook.Admission{Handler: v})
 	return nil
@@ -126,7 +126,7 @@ func (v *CredentialRequestValidator) Handle(ctx context.Context, req admission.R
 		return admission.Denied(fmt.Sprintf("%s (decision %s)", engine.Messages(d.Reasons), d.DecisionID))
 	}
 	if d.Event != nil {
-		if err := v.record(ctx, cluster, &tcr, d); err != nil {
+		if err := v.record(ctx, cluster, &tcr, req.Namespace, d); err != nil {
 			logger.Error(err, "refused: the issuance Event could not be written")
 			return admission.Denied(fmt.Sprintf(
 				"the request was allowed but is refused because its issuance could not be recorded: the Event on TalosCluster %s/%s could not be written: %v (decision %s)",
@@ -142,28 +142,17 @@ func (v *CredentialRequestValidator) Handle(ctx context.Context, req admission.R
 // fails the request closed and the API server reports the error.
 func (v *CredentialRequestValidator) facts(ctx context.Context, req admission.Request, tcr *ichorv1alpha1.TalosCredentialRequest) (engine.CredentialAdmissionInput, *ichorv1alpha1.TalosCluster, error) {
 	// The namespace of the admission request, not of the object: the API
-	// server fills it in when the object omits it.
+	// server fills it in when the object omits it. The object carries the
+	// generated name and the UID: the API server assigns both before
+	// validating admission.
 	namespace := req.Namespace
-	keyFacts, _ := engine.ParsePublicKey(tcr.Spec.PublicKey)
+	user := credential.User(req.UserInfo)
 	in := engine.CredentialAdmissionInput{
 		Operation: string(req.Operation),
 		DryRun:    req.DryRun != nil && *req.DryRun,
-		User: engine.CredentialUser{
-			Username: req.UserInfo.Username,
-			UID:      req.UserInfo.UID,
-			Groups:   req.UserInfo.Groups,
-			Extra:    extraOf(req.UserInfo.Extra),
-		},
-		Request: engine.CredentialRequestFacts{
-			// From the object: with generateName the admission request
-			// carries no name, the object already has the generated one.
-			Name:       tcr.Name,
-			Namespace:  namespace,
-			Cluster:    tcr.Spec.ClusterName,
-			Purpose:    string(tcr.Spec.Purpose),
-			TTLSeconds: ttlSeconds(tcr.Spec.TTL),
-			PublicKey:  keyFacts,
-		},
+		User:      user,
+		Requester: credential.Requester(tcr.Spec.Requester),
+		Request:   credential.Request(tcr, namespace),
 	}
 
 	reqs, err := v.Engine.Requirements(ctx, string(tcr.Spec.Purpose))
@@ -174,7 +163,7 @@ func (v *CredentialRequestValidator) facts(ctx context.Context, req admission.Re
 	case err != nil:
 		return in, nil, err
 	default:
-		if in.Authorization, err = v.review(ctx, req, namespace, tcr.Spec.ClusterName, reqs.Authorization); err != nil {
+		if in.Authorization, err = credential.Review(ctx, v.Client, user, namespace, tcr.Spec.ClusterName, reqs.Authorization); err != nil {
 			return in, nil, err
 		}
 	}
@@ -187,62 +176,30 @@ func (v *CredentialRequestValidator) facts(ctx context.Context, req admission.Re
 	case err != nil:
 		return in, nil, fmt.Errorf("get TalosCluster %s/%s: %w", namespace, tcr.Spec.ClusterName, err)
 	}
-	in.ClusterExists = true
+	in.Cluster = engine.ClusterFacts{Exists: true, KubeconfigRef: cluster.Spec.KubeconfigRef != nil}
 	return in, &cluster, nil
-}
-
-// review asks the authorizer whether the requester, exactly as the API server
-// authenticated them, holds the purpose's grant on this cluster.
-func (v *CredentialRequestValidator) review(ctx context.Context, req admission.Request, namespace, cluster string, grant engine.CredentialAuthorization) (*engine.AuthorizationFacts, error) {
-	user := req.UserInfo
-	extra := make(map[string]authorizationv1.ExtraValue, len(user.Extra))
-	for k, vals := range user.Extra {
-		extra[k] = authorizationv1.ExtraValue(vals)
-	}
-	sar := &authorizationv1.SubjectAccessReview{
-		Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   user.Username,
-			UID:    user.UID,
-			Groups: user.Groups,
-			Extra:  extra,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace:   namespace,
-				Verb:        grant.Verb,
-				Group:       grant.Group,
-				Resource:    grant.Resource,
-				Subresource: grant.Subresource,
-				Name:        cluster,
-			},
-		},
-	}
-	if err := v.Client.Create(ctx, sar); err != nil {
-		return nil, fmt.Errorf("SubjectAccessReview of %s %s/%s for %q: %w", grant.Verb, grant.Resource, grant.Subresource, user.Username, err)
-	}
-	ra := sar.Spec.ResourceAttributes
-	return &engine.AuthorizationFacts{
-		User:            sar.Spec.User,
-		UID:             sar.Spec.UID,
-		Groups:          sar.Spec.Groups,
-		Verb:            ra.Verb,
-		Group:           ra.Group,
-		Resource:        ra.Resource,
-		Subresource:     ra.Subresource,
-		Namespace:       ra.Namespace,
-		Name:            ra.Name,
-		Allowed:         sar.Status.Allowed,
-		Denied:          sar.Status.Denied,
-		Reason:          sar.Status.Reason,
-		EvaluationError: sar.Status.EvaluationError,
-	}, nil
 }
 
 // record writes the decision's Event on the cluster, as a core/v1 Event
 // created directly: an asynchronous recorder would admit before knowing
-// whether the record exists.
-func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, tcr *ichorv1alpha1.TalosCredentialRequest, d engine.CredentialAdmission) error {
+// whether the record exists. The Event is the admission record the issuer
+// verifies: named after the request's UID, with the MAC of the request and the
+// decision.
+func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string, d engine.CredentialAdmission) error {
 	if cluster == nil {
 		// The policy only allows a request whose cluster exists.
 		return errors.New("the cluster was not found")
+	}
+	if tcr.UID == "" {
+		return errors.New("the request has no UID to record its admission under")
+	}
+	key, err := v.Keys.Key(ctx)
+	if err != nil {
+		return err
+	}
+	mac, err := credential.MAC(key, tcr, namespace, d.DecisionID)
+	if err != nil {
+		return err
 	}
 	now := metav1.NewTime(v.now())
 	instance := v.Instance
@@ -251,11 +208,13 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 	}
 	event := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace:    cluster.Namespace,
-			GenerateName: cluster.Name + ".",
+			Namespace: cluster.Namespace,
+			Name:      credential.RecordName(tcr.UID),
 			Annotations: map[string]string{
-				AnnotationDecisionID: d.DecisionID,
-				AnnotationRequest:    tcr.Name,
+				credential.AnnotationDecisionID: d.DecisionID,
+				credential.AnnotationRequest:    tcr.Name,
+				credential.AnnotationRequestUID: string(tcr.UID),
+				credential.AnnotationMAC:        mac,
 			},
 		},
 		InvolvedObject: corev1.ObjectReference{
@@ -284,21 +243,4 @@ func (v *CredentialRequestValidator) now() time.Time {
 		return v.Now()
 	}
 	return time.Now()
-}
-
-func ttlSeconds(ttl *metav1.Duration) *float64 {
-	if ttl == nil {
-		return nil
-	}
-	s := ttl.Seconds()
-	return &s
-}
-
-// extraOf is the requester's extra attributes as plain lists, never nil.
-func extraOf(extra map[string]authenticationv1.ExtraValue) map[string][]string {
-	out := make(map[string][]string, len(extra))
-	for k, v := range extra {
-		out[k] = append([]string{}, v...)
-	}
-	return out
 }

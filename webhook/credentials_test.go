@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -40,6 +41,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 	"github.com/ichor-dev/ichor-policy/webhook"
 	"github.com/ichor-dev/ichor-policy/webhook/webhooktest"
@@ -50,6 +52,8 @@ import (
 var (
 	env         *harness.Env
 	decisionLog = &syncBuffer{}
+	// admissionKeys is the webhook's admission key.
+	admissionKeys *credential.Keys
 )
 
 // webhookUser is the identity the webhook runs as, with exactly the rights of
@@ -61,6 +65,7 @@ const (
 	webhookRole        = "ichor-test:webhook"
 	webhookEventsRole  = "ichor-test:webhook-events"
 	rbacPropagationMax = 30 * time.Second
+	keyNamespace       = harness.ManagerNamespace
 )
 
 func TestMain(m *testing.M) {
@@ -128,6 +133,29 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 		return nil, err
 	}
 
+	// The admission key, in the manager's namespace, read and filled with
+	// exactly the rights of its markers.
+	keyRules, err := webhooktest.NamespacedMarkerRules("internal/facts/credential")
+	if err != nil {
+		return nil, err
+	}
+	if err := env.Client.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: keyNamespace, Name: webhookRole}, Rules: keyRules}); err != nil {
+		return nil, err
+	}
+	if err := env.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: keyNamespace, Name: webhookRole},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: webhookRole},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: webhookUser}},
+	}); err != nil {
+		return nil, err
+	}
+	if err := waitAllowed(ctx, webhookUser, nil, authorizationv1.ResourceAttributes{Namespace: keyNamespace, Resource: "secrets", Name: credential.DefaultKeySecretName, Verb: "update"}); err != nil {
+		return nil, err
+	}
+	if err := webhooktest.InstallAdmissionPolicies(ctx, env.Client, "default"); err != nil {
+		return nil, err
+	}
+
 	eng, err := engine.New(ctx, engine.Options{DecisionLog: decisionLog, Log: os.Stderr, ID: "webhook-test"})
 	if err != nil {
 		return nil, err
@@ -150,7 +178,12 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 	if err != nil {
 		return done(err)
 	}
-	v := &webhook.CredentialRequestValidator{Engine: eng, Instance: "webhook-test"}
+	keyClient, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		return done(err)
+	}
+	admissionKeys = env.AdmissionKeys(keyClient)
+	v := &webhook.CredentialRequestValidator{Engine: eng, Instance: "webhook-test", Keys: admissionKeys}
 	if err := v.SetupWithManager(mgr); err != nil {
 		return done(err)
 	}
@@ -256,6 +289,9 @@ func (f *fixture) user(name string, roles ...string) client.Client {
 	require.NoError(f.t, err)
 	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
 	require.NoError(f.t, err)
+	// Their requests record them, as `ichor cluster` does.
+	c, err = webhooktest.Requesting(f.ctx, c)
+	require.NoError(f.t, err)
 	return c
 }
 
@@ -339,7 +375,22 @@ func TestHolderOfTheVerbIsAdmittedAndTheEventNamesThem(t *testing.T) {
 	assert.Equal(t, "TalosconfigReader", e.Reason)
 	assert.Equal(t, "an os:reader talosconfig was requested by ichor:alice (lifetime 1h0m0s)", e.Message)
 	assert.Equal(t, webhook.EventSource, e.Source.Component)
-	assert.Equal(t, tcr.Name, e.Annotations[webhook.AnnotationRequest])
+	assert.Equal(t, tcr.Name, e.Annotations[credential.AnnotationRequest])
+
+	// The Event is the admission record: named after the request's UID,
+	// with a MAC of exactly this request that the manager's key verifies.
+	assert.Equal(t, credential.RecordName(tcr.UID), e.Name)
+	assert.Equal(t, string(tcr.UID), e.Annotations[credential.AnnotationRequestUID])
+	key, err := admissionKeys.Key(f.ctx)
+	require.NoError(t, err)
+	ok, decisionID, why := credential.Verify(key, tcr, &e)
+	assert.True(t, ok, why)
+	assert.Equal(t, e.Annotations[credential.AnnotationDecisionID], decisionID)
+	changed := tcr.DeepCopy()
+	changed.Spec.Requester.Groups = append(changed.Spec.Requester.Groups, "system:masters")
+	ok, _, why = credential.Verify(key, changed, &e)
+	assert.False(t, ok)
+	assert.Contains(t, why, "does not match this request's uid, spec and requester")
 
 	var cluster ichorv1alpha1.TalosCluster
 	require.NoError(t, env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "demo"}, &cluster))
@@ -347,9 +398,12 @@ func TestHolderOfTheVerbIsAdmittedAndTheEventNamesThem(t *testing.T) {
 
 	// The decision is in the log, with the requester and the review made as
 	// them.
-	entry := decisionLog.find(t, e.Annotations[webhook.AnnotationDecisionID])
+	entry := decisionLog.find(t, e.Annotations[credential.AnnotationDecisionID])
 	assert.Equal(t, engine.PathCredentialAdmission, entry.Path)
 	assert.Equal(t, "ichor:alice", entry.Input.User.Username)
+	require.NotNil(t, entry.Input.Requester)
+	assert.Equal(t, "ichor:alice", entry.Input.Requester.Username)
+	assert.Equal(t, string(tcr.UID), entry.Input.Request.UID, "the webhook sees the UID the request is stored with")
 	assert.Equal(t, "ichor:alice", entry.Input.Authorization.User)
 	assert.Equal(t, "talosconfig-reader", entry.Input.Authorization.Subresource)
 	assert.True(t, entry.Result.Allowed)
@@ -412,6 +466,8 @@ func TestAnotherComponentsServiceAccountIsRefused(t *testing.T) {
 	cfg := rest.AnonymousClientConfig(env.Config)
 	cfg.BearerToken = token.Status.Token
 	ui, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	ui, err = webhooktest.Requesting(f.ctx, ui)
 	require.NoError(t, err)
 
 	msg := refusal(t, ui.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))))
@@ -579,4 +635,74 @@ func (b *syncBuffer) find(t *testing.T, id string) logEntry {
 		return false
 	}, 5*time.Second, 50*time.Millisecond, "decision %s is not in the log", id)
 	return *found
+}
+
+func TestARequesterWhoWritesSomeoneElsesIdentityIsRefusedByTheAPIServer(t *testing.T) {
+	f := newFixture(t, true)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
+	f.user("ichor:bob", "ClusterRole/ichor-admin")
+
+	for name, forge := range map[string]func(*ichorv1alpha1.Requester){
+		"username": func(r *ichorv1alpha1.Requester) { r.Username = "ichor:bob" },
+		"groups":   func(r *ichorv1alpha1.Requester) { r.Groups = append(r.Groups, "ichor:admins") },
+		"uid":      func(r *ichorv1alpha1.Requester) { r.UID = "bob-uid" },
+		"extra":    func(r *ichorv1alpha1.Requester) { r.Extra = map[string][]string{"scopes": {"admin"}} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			who, err := credential.WhoAmI(f.ctx, alice)
+			require.NoError(t, err)
+			forge(&who)
+			tcr := f.request(ichorv1alpha1.PurposeCredentialsTalos, "", ed25519Key(t))
+			tcr.Spec.Requester = who
+			err = alice.Create(f.ctx, tcr)
+			require.Error(t, err)
+			t.Logf("refused: %v", err)
+			assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy '"+webhooktest.RequesterPolicy+"'")
+			assert.Contains(t, err.Error(), "spec.requester."+name+" must be")
+		})
+	}
+	assert.Empty(t, f.events(), "the webhook never saw the forged requests")
+	assert.Empty(t, f.requests())
+}
+
+func TestARequestWithoutARequesterIsRefusedByTheAPIServer(t *testing.T) {
+	f := newFixture(t, true)
+	f.user("ichor:alice", "ClusterRole/ichor-operator")
+	// An older client, which does not record who asks.
+	cfg, err := env.UserConfig("ichor:alice")
+	require.NoError(t, err)
+	alice, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	err = alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t)))
+	require.Error(t, err)
+	t.Logf("refused: %v", err)
+	assert.Contains(t, err.Error(), "spec.requester.username")
+	assert.Empty(t, f.requests())
+}
+
+func TestWithoutTheAdmissionPolicyTheWebhookStillRefusesAForgedRequester(t *testing.T) {
+	f := newFixture(t, true)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
+
+	// The policy's binding deleted by mistake: the API server no longer pins
+	// the requester, the webhook does.
+	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	require.NoError(t, env.Client.Get(f.ctx, client.ObjectKey{Name: webhooktest.RequesterPolicy}, &binding))
+	require.NoError(t, env.Client.Delete(f.ctx, &binding))
+	t.Cleanup(func() {
+		restored := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: binding.Name}, Spec: binding.Spec}
+		require.NoError(t, env.Client.Create(context.Background(), restored))
+		require.NoError(t, webhooktest.WaitRequesterPolicy(context.Background(), env.Client, "default", true))
+	})
+	require.NoError(t, webhooktest.WaitRequesterPolicy(f.ctx, env.Client, "default", false))
+
+	who, err := credential.WhoAmI(f.ctx, alice)
+	require.NoError(t, err)
+	who.Username = "ichor:bob"
+	tcr := f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))
+	tcr.Spec.Requester = who
+	msg := refusal(t, alice.Create(f.ctx, tcr))
+	assert.Contains(t, msg, `RequesterMismatch: spec.requester ("ichor:bob") is not the user who made the request ("ichor:alice"): username differ`)
+	assert.Empty(t, f.events())
+	assert.Empty(t, f.requests())
 }

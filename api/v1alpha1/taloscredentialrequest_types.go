@@ -105,6 +105,39 @@ type TalosCredentialRequestSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('-----BEGIN PUBLIC KEY-----')",message="publicKey must be a PEM PUBLIC KEY block"
 	// +required
 	PublicKey string `json:"publicKey"`
+
+	// Requester is who asks, exactly as the API server authenticates them:
+	// `ichor cluster` fills it in from a SelfSubjectReview. It is a claim the
+	// requester writes, pinned to the creating request's user by the
+	// ValidatingAdmissionPolicy ichor-credential-requester (deploy/admission),
+	// which the API server evaluates itself, and checked again by the
+	// admission webhook; the issuer makes its SubjectAccessReview as this
+	// user right before it signs.
+	// +required
+	Requester Requester `json:"requester"`
+}
+
+// Requester is a user as the API server authenticated them: the fields of
+// authentication.k8s.io/v1 UserInfo.
+type Requester struct {
+	// Username is the user's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +required
+	Username string `json:"username"`
+	// UID is the user's unique identifier, when the authenticator gives one.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	UID string `json:"uid,omitempty"`
+	// Groups are the user's groups.
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=atomic
+	// +optional
+	Groups []string `json:"groups,omitempty"`
+	// Extra holds the authenticator's additional attributes.
+	// +kubebuilder:validation:MaxProperties=64
+	// +optional
+	Extra map[string][]string `json:"extra,omitempty"`
 }
 
 // TalosCredentialRequestStatus is the controller's answer.
@@ -149,6 +182,7 @@ type TalosCredentialRequestStatus struct {
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterName`
 // +kubebuilder:printcolumn:name="Purpose",type=string,JSONPath=`.spec.purpose`
 // +kubebuilder:printcolumn:name="TTL",type=string,JSONPath=`.spec.ttl`
+// +kubebuilder:printcolumn:name="Requester",type=string,JSONPath=`.spec.requester.username`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Expires",type=string,JSONPath=`.status.expiresAt`,priority=1,description="Expiry of the issued certificate"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`

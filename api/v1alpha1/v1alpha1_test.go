@@ -152,6 +152,7 @@ func TestTalosCredentialRequestSchema(t *testing.T) {
 			"clusterName": "prod",
 			"purpose":     purpose,
 			"publicKey":   key,
+			"requester":   map[string]any{"username": "ichor:alice", "groups": []any{"system:authenticated"}},
 		}
 		if ttl != "" {
 			spec["ttl"] = ttl
@@ -181,6 +182,16 @@ func TestTalosCredentialRequestSchema(t *testing.T) {
 	assert.NotEmpty(t, crd.validate(t,
 		request("talosconfig-reader", "", strings.Replace(publicKey, "PUBLIC KEY", "PRIVATE KEY", 1)), nil),
 		"a private key is never accepted")
+
+	noRequester := request("talosconfig-reader", "", publicKey)
+	delete(noRequester["spec"].(map[string]any), "requester")
+	assert.NotEmpty(t, crd.validate(t, noRequester, nil), "who asks is recorded")
+	unnamed := request("talosconfig-reader", "", publicKey)
+	unnamed["spec"].(map[string]any)["requester"] = map[string]any{"username": ""}
+	assert.NotEmpty(t, crd.validate(t, unnamed, nil), "the requester has a name")
+	changed := request("talosconfig-reader", "1h0m0s", publicKey)
+	changed["spec"].(map[string]any)["requester"] = map[string]any{"username": "ichor:mallory"}
+	assert.NotEmpty(t, crd.validate(t, changed, old), "spec is immutable: requester")
 }
 
 // TestTypesRoundTrip checks that the Go types and the schema agree on field

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"slices"
@@ -23,9 +24,11 @@ import (
 	talosclient "github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -34,29 +37,49 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 	"github.com/ichor-dev/ichor-policy/test/talosapi"
+	"github.com/ichor-dev/ichor-policy/webhook"
 	"github.com/ichor-dev/ichor-policy/webhook/webhooktest"
 )
 
-// The reconciler is called directly, on requests created without any webhook:
-// the controller's own checks are what is proven here. It runs as a user with
-// exactly the rights of its +kubebuilder:rbac markers.
+// The reconciler is called directly, as a user with exactly the rights of its
+// +kubebuilder:rbac markers, on requests that the real admission webhook (and
+// the ValidatingAdmissionPolicy that pins spec.requester) saw or, where a test
+// says so, did not see. The webhook decides with a bundle whose
+// talosconfig-reader cap is 24 hours, a policy that changed between admission
+// and issuance: the issuer holds requests to its own, current caps.
 var (
 	env         *harness.Env
 	eng         *engine.Engine
 	ctrlClient  client.Client
+	keys        *credential.Keys
+	recorder    events.EventRecorder
 	decisionLog = &syncBuffer{}
+	// webhookConfig is the installed ValidatingWebhookConfiguration, to
+	// remove and restore it.
+	webhookConfig *admissionregistrationv1.ValidatingWebhookConfiguration
 )
 
-const controllerUser = "ichor-test:credentials-controller"
+const (
+	controllerUser = "ichor-test:credentials-controller"
+	webhookUser    = "ichor-test:credentials-webhook"
+	keyNamespace   = harness.ManagerNamespace
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -73,8 +96,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer env.Stop()
-	if err := setup(ctx); err != nil {
+	install, err := setup(ctx)
+	if install != nil {
+		defer install.Cleanup() //nolint:errcheck // a temporary directory
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "set up:", err)
+		fmt.Fprintln(os.Stderr, env.TailLogs(30))
 		return 1
 	}
 	defer eng.Stop(ctx)
@@ -86,35 +114,133 @@ func run(m *testing.M) int {
 	return code
 }
 
-func setup(ctx context.Context) error {
+func setup(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 	var err error
 	if eng, err = engine.New(ctx, engine.Options{DecisionLog: decisionLog, Log: os.Stderr, ID: "credentials-test"}); err != nil {
-		return err
+		return nil, err
 	}
-	rules, err := webhooktest.MarkerRules("controllers/credentials")
+	// The controller and the webhook, each with the rights of its markers,
+	// the admission key's Role included.
+	keyRules, err := webhooktest.NamespacedMarkerRules("internal/facts/credential")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: controllerUser}, Rules: rules}
-	if err := env.Client.Create(ctx, role); err != nil {
-		return err
-	}
-	if err := env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: controllerUser},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: controllerUser},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: controllerUser}},
-	}); err != nil {
-		return err
-	}
-	if err := waitAllowed(ctx, controllerUser, authorizationv1.ResourceAttributes{Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "delete"}); err != nil {
-		return err
+	for user, pkg := range map[string]string{controllerUser: "controllers/credentials", webhookUser: "webhook"} {
+		rules, err := webhooktest.MarkerRules(pkg)
+		if err != nil {
+			return nil, err
+		}
+		if err := grant(ctx, user, rules, keyRules); err != nil {
+			return nil, err
+		}
 	}
 	cfg, err := env.UserConfig(controllerUser)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ctrlClient, err = client.New(cfg, client.Options{Scheme: env.Scheme})
-	return err
+	if ctrlClient, err = client.New(cfg, client.Options{Scheme: env.Scheme}); err != nil {
+		return nil, err
+	}
+	keys = env.AdmissionKeys(ctrlClient)
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: clientset.EventsV1()})
+	broadcaster.StartRecordingToSink(ctx.Done())
+	recorder = broadcaster.NewRecorder(env.Scheme, "ichor-credentials")
+	// A role that may only make requests, which the webhook refuses for
+	// every purpose.
+	if err := env.Client.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "ichor-test:requests-only"}, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create", "get"},
+	}}}); err != nil {
+		return nil, err
+	}
+	roles, err := webhooktest.ShippedRoles()
+	if err != nil {
+		return nil, err
+	}
+	for i := range roles {
+		if err := env.Client.Create(ctx, &roles[i]); err != nil {
+			return nil, err
+		}
+	}
+	if err := webhooktest.InstallAdmissionPolicies(ctx, env.Client, "default"); err != nil {
+		return nil, err
+	}
+	return startWebhook(ctx)
+}
+
+// grant gives user the cluster rules and, in the key's namespace, the
+// namespaced ones, and waits until they count.
+func grant(ctx context.Context, user string, rules, namespaced []rbacv1.PolicyRule) error {
+	name := strings.ReplaceAll(user, ":", "-")
+	subjects := []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}
+	for _, obj := range []client.Object{
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: keyNamespace, Name: name}, Rules: namespaced},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: keyNamespace, Name: name}, Subjects: subjects,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}},
+	} {
+		if err := env.Client.Create(ctx, obj); err != nil {
+			return err
+		}
+	}
+	return waitAllowed(ctx, user, authorizationv1.ResourceAttributes{Namespace: keyNamespace, Resource: "secrets", Name: credential.DefaultKeySecretName, Verb: "update"})
+}
+
+// startWebhook serves the real webhook, as webhookUser, with a bundle whose
+// talosconfig-reader cap is 24 hours.
+func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
+	lenient, err := bundles.Default()
+	if err != nil {
+		return nil, err
+	}
+	purposes := lenient.Data["ichor"].(map[string]any)["credentials"].(map[string]any)["config"].(map[string]any)["purposes"].(map[string]any)
+	purposes["talosconfig-reader"].(map[string]any)["max_lifetime_seconds"] = json.Number("86400")
+	webhookEngine, err := engine.New(ctx, engine.Options{Bundle: lenient, DecisionLog: io.Discard, Log: os.Stderr, ID: "credentials-test-webhook"})
+	if err != nil {
+		return nil, err
+	}
+	install, err := webhooktest.Install(env.Config)
+	if err != nil {
+		return nil, err
+	}
+	done := func(err error) (*envtest.WebhookInstallOptions, error) { return install, err }
+	webhookConfig = &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: webhooktest.ConfigurationName}, webhookConfig); err != nil {
+		return done(err)
+	}
+	cfg, err := env.UserConfig(webhookUser)
+	if err != nil {
+		return done(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                 env.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		WebhookServer:          crwebhook.NewServer(webhooktest.ServerOptions(install)),
+	})
+	if err != nil {
+		return done(err)
+	}
+	webhookClient, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		return done(err)
+	}
+	v := &webhook.CredentialRequestValidator{Engine: webhookEngine, Instance: "credentials-test",
+		Keys: env.AdmissionKeys(webhookClient)}
+	if err := v.SetupWithManager(mgr); err != nil {
+		return done(err)
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "webhook manager:", err)
+		}
+	}()
+	return done(webhooktest.WaitWebhook(ctx, env.Client, "default", true))
 }
 
 func waitAllowed(ctx context.Context, user string, attrs authorizationv1.ResourceAttributes) error {
@@ -145,7 +271,10 @@ func newFixture(t *testing.T) *fixture {
 	}
 	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	f := &fixture{t: t, ctx: ctx, ns: ns}
-	f.r = &credentials.Reconciler{Client: ctrlClient, APIReader: ctrlClient, Engine: eng, Now: func() time.Time { return time.Now().Add(f.skew) }}
+	f.r = &credentials.Reconciler{
+		Client: ctrlClient, APIReader: ctrlClient, Engine: eng, Keys: keys, AdminKubeconfigs: true, Recorder: recorder,
+		Now: func() time.Time { return time.Now().Add(f.skew) },
+	}
 	f.cluster("demo", env.SecretsBundleSecret(ns, "talos-secrets"))
 	return f
 }
@@ -165,9 +294,24 @@ func (f *fixture) cluster(name string, secret *corev1.Secret) {
 	}))
 }
 
-// ask creates a request (as the admin: no webhook runs here) and has the
+// ask creates a request as the admin, through the webhook, and has the
 // reconciler answer it.
 func (f *fixture) ask(cluster string, purpose ichorv1alpha1.CredentialPurpose, ttl string) (*ichorv1alpha1.TalosCredentialRequest, ed25519.PrivateKey) {
+	f.t.Helper()
+	tcr, key := f.create(f.admin(), cluster, purpose, ttl)
+	return f.answer(tcr), key
+}
+
+// admin is the admin's client, recording them as the requester.
+func (f *fixture) admin() client.Client {
+	f.t.Helper()
+	c, err := webhooktest.Requesting(f.ctx, env.Client)
+	require.NoError(f.t, err)
+	return c
+}
+
+// create creates a request as the user of c.
+func (f *fixture) create(c client.Client, cluster string, purpose ichorv1alpha1.CredentialPurpose, ttl string) (*ichorv1alpha1.TalosCredentialRequest, ed25519.PrivateKey) {
 	f.t.Helper()
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(f.t, err)
@@ -182,16 +326,44 @@ func (f *fixture) ask(cluster string, purpose ichorv1alpha1.CredentialPurpose, t
 		},
 	}
 	if ttl != "" {
-		d, err := time.ParseDuration(ttl)
-		require.NoError(f.t, err)
-		tcr.Spec.TTL = &metav1.Duration{Duration: d}
+		tcr.Spec.TTL = &metav1.Duration{Duration: mustDuration(f.t, ttl)}
 	}
-	require.NoError(f.t, env.Client.Create(f.ctx, tcr))
+	require.NoError(f.t, c.Create(f.ctx, tcr))
+	return tcr, key
+}
+
+// answer has the reconciler answer the request and returns it answered.
+func (f *fixture) answer(tcr *ichorv1alpha1.TalosCredentialRequest) *ichorv1alpha1.TalosCredentialRequest {
+	f.t.Helper()
+	answered := meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady) != nil
 	res, err := f.r.Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tcr)})
 	require.NoError(f.t, err)
-	assert.Equal(f.t, credentials.DefaultRetention, res.RequeueAfter)
-	require.NoError(f.t, env.Client.Get(f.ctx, client.ObjectKeyFromObject(tcr), tcr))
-	return tcr, key
+	if !answered {
+		// Kept for the retention from now.
+		assert.Equal(f.t, credentials.DefaultRetention, res.RequeueAfter)
+	}
+	out := &ichorv1alpha1.TalosCredentialRequest{}
+	require.NoError(f.t, env.Client.Get(f.ctx, client.ObjectKeyFromObject(tcr), out))
+	return out
+}
+
+// user is a person bound to role in the fixture's namespace, whose client
+// records them as the requester.
+func (f *fixture) user(name, role string) client.Client {
+	f.t.Helper()
+	require.NoError(f.t, env.Client.Create(f.ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: strings.ReplaceAll(name, ":", "-")},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}},
+	}))
+	require.NoError(f.t, waitAllowed(f.ctx, name, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
+	cfg, err := env.UserConfig(name)
+	require.NoError(f.t, err)
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(f.t, err)
+	c, err = webhooktest.Requesting(f.ctx, c)
+	require.NoError(f.t, err)
+	return c
 }
 
 func ready(t *testing.T, tcr *ichorv1alpha1.TalosCredentialRequest) *metav1.Condition {
@@ -333,8 +505,8 @@ func TestAdminKubeconfigWorksUntilItsBindingIsDeleted(t *testing.T) {
 	// A new request is refused, not answered by recreating the binding, which
 	// would restore the revoked kubeconfigs (a leaked one included).
 	again, _ := f.ask("demo", ichorv1alpha1.PurposeKubeconfigAdmin, "")
-	require.Equal(t, ichorv1alpha1.ReasonFailed, ready(t, again).Reason, ready(t, again).Message)
-	assert.Contains(t, ready(t, again).Message, "admin kubeconfigs are revoked")
+	require.Equal(t, ichorv1alpha1.ReasonRefused, ready(t, again).Reason, ready(t, again).Message)
+	assert.Contains(t, ready(t, again).Message, "AdminBindingMissing: the ClusterRoleBinding ichor:cluster-admins does not exist, so admin kubeconfigs are revoked")
 	assert.Empty(t, again.Status.Certificate)
 	err = env.Client.Get(f.ctx, types.NamespacedName{Name: credentials.AdminBinding}, &rbacv1.ClusterRoleBinding{})
 	assert.True(t, apierrors.IsNotFound(err), "the controller recreated the binding: %v", err)
@@ -431,21 +603,224 @@ func TestAnsweredRequestIsDeletedAfterTwoMinutes(t *testing.T) {
 	assert.Equal(t, 2*time.Minute, credentials.DefaultRetention)
 }
 
-func TestMissingClusterOrSecretsFail(t *testing.T) {
+func TestClusterGoneSinceAdmissionIsRefusedAndMissingSecretsFail(t *testing.T) {
 	f := newFixture(t)
-	f.cluster("no-secrets", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "empty"}})
+	f.cluster("gone", nil)
+	tcr, _ := f.create(f.admin(), "gone", ichorv1alpha1.PurposeTalosconfigReader, "")
+	require.NoError(t, env.Client.Delete(f.ctx, &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "gone"}}))
+	require.Eventually(t, func() bool {
+		return apierrors.IsNotFound(ctrlClient.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "gone"}, &ichorv1alpha1.TalosCluster{}))
+	}, 10*time.Second, 50*time.Millisecond)
+	c := ready(t, f.answer(tcr))
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
+	assert.Contains(t, c.Message, fmt.Sprintf(`ClusterNotFound: TalosCluster "gone" does not exist in namespace %q`, f.ns))
 
-	for cluster, want := range map[string]string{
-		"absent":     `TalosCluster ` + f.ns + `/absent`,
-		"no-secrets": `Secret "empty" has no key "secrets.yaml"`,
-	} {
-		tcr, _ := f.ask(cluster, ichorv1alpha1.PurposeTalosconfigReader, "")
-		c := ready(t, tcr)
-		assert.Equal(t, metav1.ConditionFalse, c.Status, cluster)
-		assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason, cluster)
-		assert.Contains(t, c.Message, want, cluster)
-		assert.Empty(t, tcr.Status.Certificate, cluster)
+	// A cluster whose secrets cannot be read is not a refusal: nothing can
+	// be signed for it.
+	f.cluster("no-secrets", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "empty"}})
+	tcr, _ = f.ask("no-secrets", ichorv1alpha1.PurposeTalosconfigReader, "")
+	c = ready(t, tcr)
+	assert.Equal(t, metav1.ConditionFalse, c.Status)
+	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Contains(t, c.Message, `Secret "empty" has no key "secrets.yaml"`)
+	assert.Empty(t, tcr.Status.Certificate)
+}
+
+func TestRequestsMadeWhileTheWebhookWasAbsentAreNeverIssued(t *testing.T) {
+	f := newFixture(t)
+	require.NoError(t, env.Client.Create(f.ctx, adminBinding()))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), adminBinding()) })
+	// Someone who may only create requests (the API server's RBAC lets them,
+	// the webhook would refuse every purpose), while the webhook
+	// configuration is gone: after `helm uninstall`, in an upgrade window,
+	// or deleted by mistake.
+	mallory := f.user("ichor:mallory", "ichor-test:requests-only")
+	removeWebhook(t)
+
+	var made []*ichorv1alpha1.TalosCredentialRequest
+	for _, purpose := range ichorv1alpha1.CredentialPurposes() {
+		tcr, _ := f.create(mallory, "demo", purpose, "")
+		made = append(made, tcr)
 	}
+	// The webhook comes back before the issuer gets to them.
+	restoreWebhook(t)
+
+	for _, tcr := range made {
+		got := f.answer(tcr)
+		c := ready(t, got)
+		assert.Equal(t, metav1.ConditionFalse, c.Status, tcr.Spec.Purpose)
+		assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason, tcr.Spec.Purpose)
+		assert.Contains(t, c.Message, "NotAdmitted: no admission of this request by Ichor's webhook is recorded", tcr.Spec.Purpose)
+		assert.Empty(t, got.Status.Certificate, tcr.Spec.Purpose)
+
+		entry := decisionLog.find(t, decisionIDOf(t, c.Message))
+		assert.Equal(t, engine.PathCredentialIssuance, entry.Path)
+		assert.False(t, entry.Input.Admission.Recorded)
+		assert.Equal(t, "ichor:mallory", entry.Input.Requester.Username)
+		assert.Contains(t, codesOf(entry.Result.Reasons), "NotAdmitted")
+
+		// It stays refused: an answered request is never decided again.
+		again := f.answer(got)
+		assert.Equal(t, c.Message, ready(t, again).Message)
+		assert.Empty(t, again.Status.Certificate)
+	}
+	assert.Len(t, refusedEvents(t, f.ns, len(made)), len(made), "each refusal is a Warning Event on the request")
+}
+
+func TestARequesterWhoLostTheGrantAfterAdmissionIsRefused(t *testing.T) {
+	f := newFixture(t)
+	alice := f.user("ichor:alice", "ichor-operator")
+	tcr, _ := f.create(alice, "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+
+	// Her role is removed between admission and issuance.
+	require.NoError(t, env.Client.Delete(f.ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "ichor-alice"}}))
+	require.NoError(t, wait.PollUntilContextTimeout(f.ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: "ichor:alice", ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: f.ns, Group: "ichor.dev", Resource: "talosclusters", Subresource: "talosconfig-reader", Name: "demo", Verb: "download"}}}
+		err := env.Client.Create(ctx, sar)
+		return err == nil && !sar.Status.Allowed, err
+	}))
+
+	got := f.answer(tcr)
+	c := ready(t, got)
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
+	assert.Contains(t, c.Message, `NotAuthorized: user "ichor:alice" may not download talosclusters/talosconfig-reader "demo"`)
+	assert.Empty(t, got.Status.Certificate)
+	entry := decisionLog.find(t, decisionIDOf(t, c.Message))
+	assert.True(t, entry.Input.Admission.Verified, "it was admitted")
+	require.NotNil(t, entry.Input.Authorization)
+	assert.Equal(t, "ichor:alice", entry.Input.Authorization.User, "the review is made as the requester")
+	assert.False(t, entry.Input.Authorization.Allowed)
+}
+
+func TestAForgedAdmissionRecordIsRefused(t *testing.T) {
+	f := newFixture(t)
+	// A genuine record to copy from.
+	genuine, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+	var record corev1.Event
+	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: credential.RecordName(genuine.UID)}, &record))
+
+	mallory := f.user("ichor:mallory", "ichor-test:requests-only")
+	removeWebhook(t)
+	tcr, _ := f.create(mallory, "demo", ichorv1alpha1.PurposeCredentialsTalos, "")
+	// Whoever may create Events writes a record for it, with another
+	// record's MAC and decision.
+	forged := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: credential.RecordName(tcr.UID), Annotations: map[string]string{
+			credential.AnnotationDecisionID: record.Annotations[credential.AnnotationDecisionID],
+			credential.AnnotationRequest:    tcr.Name,
+			credential.AnnotationRequestUID: string(tcr.UID),
+			credential.AnnotationMAC:        record.Annotations[credential.AnnotationMAC],
+		}},
+		InvolvedObject: record.InvolvedObject, Reason: "CredentialsTalos", Message: "forged", Type: corev1.EventTypeNormal,
+	}
+	require.NoError(t, env.Client.Create(f.ctx, forged))
+	restoreWebhook(t)
+
+	got := f.answer(tcr)
+	c := ready(t, got)
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
+	assert.Contains(t, c.Message, "NotAdmitted: the admission record of this request does not prove it: the MAC of the Event")
+	assert.Empty(t, got.Status.Certificate)
+
+	// The genuine one is still issued.
+	assert.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, f.answer(genuine)).Reason)
+}
+
+func TestAKubernetesCredentialOfAClusterThatJudgesAnotherAPIServerIsRefused(t *testing.T) {
+	f := newFixture(t)
+	tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeKubeconfigSuperAdmin, "")
+	// Between admission and issuance the cluster is pointed at another API server.
+	var cluster ichorv1alpha1.TalosCluster
+	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "demo"}, &cluster))
+	cluster.Spec.KubeconfigRef = &ichorv1alpha1.KubeconfigReference{Name: "remote-kubeconfig"}
+	require.NoError(t, env.Client.Update(f.ctx, &cluster))
+	require.Eventually(t, func() bool {
+		var seen ichorv1alpha1.TalosCluster
+		return ctrlClient.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "demo"}, &seen) == nil && seen.Spec.KubeconfigRef != nil
+	}, 10*time.Second, 50*time.Millisecond)
+
+	c := ready(t, f.answer(tcr))
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
+	assert.Contains(t, c.Message, `RemoteClusterKubeconfig: TalosCluster "demo" judges another API server (spec.kubeconfigRef)`)
+}
+
+func TestAdminKubeconfigsRevokedByTheOperatorAreRefusedEvenWithTheBinding(t *testing.T) {
+	f := newFixture(t)
+	require.NoError(t, env.Client.Create(f.ctx, adminBinding()))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), adminBinding()) })
+	f.r.AdminKubeconfigs = false
+
+	tcr, _ := f.ask("demo", ichorv1alpha1.PurposeKubeconfigAdmin, "")
+	c := ready(t, tcr)
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
+	assert.Contains(t, c.Message, "AdminKubeconfigsRevoked: the operator revoked admin kubeconfigs")
+	assert.Empty(t, tcr.Status.Certificate)
+	// Other purposes are not concerned.
+	other, _ := f.ask("demo", ichorv1alpha1.PurposeKubeconfigSuperAdmin, "")
+	assert.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, other).Reason)
+}
+
+// removeWebhook deletes the webhook configuration until the test ends, and
+// waits until the API server no longer calls the webhook.
+func removeWebhook(t *testing.T) {
+	t.Helper()
+	require.NoError(t, env.Client.Delete(t.Context(), webhookConfig.DeepCopy()))
+	require.NoError(t, webhooktest.WaitWebhook(t.Context(), env.Client, "default", false))
+	t.Cleanup(func() {
+		var current admissionregistrationv1.ValidatingWebhookConfiguration
+		if apierrors.IsNotFound(env.Client.Get(context.Background(), client.ObjectKeyFromObject(webhookConfig), &current)) {
+			restoreWebhook(t)
+		}
+	})
+}
+
+// restoreWebhook installs the webhook configuration again and waits until
+// the API server calls the webhook.
+func restoreWebhook(t *testing.T) {
+	t.Helper()
+	again := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: webhookConfig.Name},
+		Webhooks:   webhookConfig.Webhooks,
+	}
+	require.NoError(t, env.Client.Create(context.Background(), again))
+	require.NoError(t, webhooktest.WaitWebhook(context.Background(), env.Client, "default", true))
+}
+
+var decisionIDPattern = regexp.MustCompile(`\(decision ([0-9a-f-]+)\)`)
+
+func decisionIDOf(t *testing.T, message string) string {
+	t.Helper()
+	m := decisionIDPattern.FindStringSubmatch(message)
+	require.NotNil(t, m, message)
+	return m[1]
+}
+
+func codesOf(reasons []engine.Reason) []string {
+	out := make([]string, 0, len(reasons))
+	for _, r := range reasons {
+		out = append(out, r.Code)
+	}
+	return out
+}
+
+// refusedEvents are the Warning Events the issuer wrote on refused requests
+// of the namespace.
+func refusedEvents(t *testing.T, namespace string, want int) []eventsv1.Event {
+	t.Helper()
+	var out []eventsv1.Event
+	require.Eventually(t, func() bool {
+		var list eventsv1.EventList
+		require.NoError(t, env.Client.List(t.Context(), &list, client.InNamespace(namespace)))
+		out = out[:0]
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "TalosCredentialRequest" && e.Reason == ichorv1alpha1.ReasonRefused {
+				out = append(out, e)
+			}
+		}
+		return len(out) >= want
+	}, 10*time.Second, 50*time.Millisecond)
+	return out
 }
 
 // assertTalosReader reads the node with the certificate through the real
@@ -519,9 +894,10 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 }
 
 type logEntry struct {
-	DecisionID string                    `json:"decision_id"`
-	Path       string                    `json:"path"`
-	Result     engine.CredentialIssuance `json:"result"`
+	DecisionID string                         `json:"decision_id"`
+	Path       string                         `json:"path"`
+	Input      engine.CredentialIssuanceInput `json:"input"`
+	Result     engine.CredentialIssuance      `json:"result"`
 }
 
 func (b *syncBuffer) find(t *testing.T, id string) logEntry {

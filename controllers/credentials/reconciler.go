@@ -1,21 +1,28 @@
 // Package credentials is the issuer of TalosCredentialRequests (ADR 0124,
 // KEP-4214).
 //
-// For a request not answered yet it asks the issuance decision again (so a
-// request admitted under an older policy, or created while the webhook was
-// bypassed, is held to the current caps), signs what the decision names for
-// the requester's public key, and answers in the status: the certificate, the
+// For a request not answered yet it gathers the facts of the issuance
+// decision right before it signs: the request, its recorded requester
+// (spec.requester), the proof that the admission webhook admitted exactly this
+// request (its admission record, verified with the manager's admission key),
+// a SubjectAccessReview made as the requester for the purpose's grant, the
+// cluster, the admin binding and the operator's settings. The decision is the
+// policy's: a request created while the webhook was not serving, or whose
+// requester lost the grant since admission, is refused, and so is one that
+// breaks the current caps. It signs what the decision names for the
+// requester's public key, and answers in the status: the certificate, the
 // trust bundle, the expiry and the Ready condition (Issued, Refused with the
-// policy's reasons, or Failed). A refusal carries no certificate. Talos
-// credentials are signed by the cluster's OS CA with the Talos role as the only
-// O=; Kubernetes credentials by the cluster's Kubernetes CA with the decision's
-// groups as O= and its common name as CN. During a CA rotation the current CA
-// signs and the trust bundle holds the current and the previous one.
+// policy's reasons, or Failed). A refusal carries no certificate and is also a
+// Warning Event on the request. Talos credentials are signed by the cluster's
+// OS CA with the Talos role as the only O=; Kubernetes credentials by the
+// cluster's Kubernetes CA with the decision's groups as O= and its common name
+// as CN. During a CA rotation the current CA signs and the trust bundle holds
+// the current and the previous one.
 //
 // A credential whose groups include AdminGroup is useful only while the
 // ClusterRoleBinding AdminBinding exists. It is installed with Ichor; the
-// controller only checks it, and issues no such credential while it is
-// missing, so deleting it revokes every such credential at once and for good.
+// controller only checks it (a fact for the rule), so deleting it revokes
+// every such credential at once and for good.
 //
 // A request is deleted Retention (two minutes) after it was answered.
 package credentials
@@ -30,11 +37,13 @@ import (
 
 	siderox509 "github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -43,6 +52,7 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/taloscert"
 )
 
@@ -68,16 +78,27 @@ const LabelManagedBy = "app.kubernetes.io/managed-by"
 // +kubebuilder:rbac:groups=ichor.dev,resources=talosclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,resourceNames=ichor:cluster-admins,verbs=get
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// +kubebuilder:rbac:groups="",resources=events,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconciler issues TalosCredentialRequests.
 type Reconciler struct {
 	// Client reads requests and clusters and writes status, the deletion and
 	// the admin binding.
 	Client client.Client
-	// APIReader reads the secrets Secret directly, so the manager needs get
-	// on that Secret only.
+	// APIReader reads the secrets Secret, the admission record and the admin
+	// binding directly, so the manager needs get on those only, and a record
+	// written a moment ago is seen.
 	APIReader client.Reader
 	Engine    *engine.Engine
+	// Keys holds the admission key admission records are verified with.
+	Keys *credential.Keys
+	// AdminKubeconfigs is false when the operator revoked admin kubeconfigs
+	// (--admin-kubeconfigs=false): the rule then issues none.
+	AdminKubeconfigs bool
+	// Recorder writes a Warning Event on a refused request; nil writes none.
+	Recorder events.EventRecorder
 
 	// Retention is how long an answered request is kept; DefaultRetention
 	// if zero.
@@ -96,6 +117,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Engine == nil {
 		return errors.New("credentials controller: no engine")
+	}
+	if r.Keys == nil {
+		return errors.New("credentials controller: no admission key")
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("credentials").
@@ -162,23 +186,27 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	out := tcr.DeepCopy()
 	out.Status.ObservedGeneration = tcr.Generation
 
-	keyFacts, publicKey := engine.ParsePublicKey(tcr.Spec.PublicKey)
-	d, err := r.Engine.Issuance(ctx, engine.CredentialIssuanceInput{
-		Purpose:    string(tcr.Spec.Purpose),
-		TTLSeconds: ttlSeconds(tcr.Spec.TTL),
-		PublicKey:  keyFacts,
-	})
+	in, cluster, err := r.facts(ctx, tcr)
+	if err != nil {
+		return nil, err
+	}
+	d, err := r.Engine.Issuance(ctx, in)
 	if err != nil {
 		return nil, fmt.Errorf("decide issuance: %w", err)
 	}
-	logger = logger.WithValues("decision_id", d.DecisionID, "purpose", d.Purpose, "allowed", d.Allowed)
+	logger = logger.WithValues("decision_id", d.DecisionID, "purpose", d.Purpose, "allowed", d.Allowed, "codes", codes(d.Reasons))
 	if !d.Allowed {
 		logger.Info("refused")
-		setReady(out, r.now(), metav1.ConditionFalse, ichorv1alpha1.ReasonRefused, fmt.Sprintf("%s (decision %s)", engine.Messages(d.Reasons), d.DecisionID))
+		message := fmt.Sprintf("%s (decision %s)", engine.Messages(d.Reasons), d.DecisionID)
+		setReady(out, r.now(), metav1.ConditionFalse, ichorv1alpha1.ReasonRefused, message)
+		if r.Recorder != nil {
+			r.Recorder.Eventf(tcr, nil, corev1.EventTypeWarning, ichorv1alpha1.ReasonRefused, "Issue", "%s", message)
+		}
 		return out, nil
 	}
 
-	issued, err := r.issue(ctx, tcr, d, publicKey)
+	_, publicKey := engine.ParsePublicKey(tcr.Spec.PublicKey)
+	issued, err := r.issue(ctx, cluster, d, publicKey)
 	var failed *failure
 	switch {
 	case errors.As(err, &failed):
@@ -195,6 +223,90 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 		engine.Messages(d.Reasons), issued.notAfter.UTC().Format(time.RFC3339), d.DecisionID))
 	logger.Info("issued", "expiresAt", issued.notAfter)
 	return out, nil
+}
+
+// facts gathers the issuance input right before signing. An error is a fact
+// that could not be gathered (the API server did not answer): the request is
+// retried, never answered on a guess.
+func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (engine.CredentialIssuanceInput, *ichorv1alpha1.TalosCluster, error) {
+	in := engine.CredentialIssuanceInput{
+		Request:      credential.Request(tcr, tcr.Namespace),
+		Requester:    credential.Requester(tcr.Spec.Requester),
+		AdminBinding: engine.AdminBindingFacts{Name: AdminBinding},
+		Settings:     engine.IssuerSettings{AdminKubeconfigs: r.AdminKubeconfigs},
+	}
+	var err error
+	if in.Admission, err = r.admission(ctx, tcr); err != nil {
+		return in, nil, err
+	}
+	if in.Requester != nil {
+		reqs, err := r.Engine.Requirements(ctx, string(tcr.Spec.Purpose))
+		switch {
+		case errors.Is(err, engine.ErrNoDecision):
+			// An unknown purpose requires nothing that could be reviewed;
+			// the rule refuses it.
+		case err != nil:
+			return in, nil, err
+		default:
+			if in.Authorization, err = credential.Review(ctx, r.Client, *in.Requester, tcr.Namespace, tcr.Spec.ClusterName, reqs.Authorization); err != nil {
+				return in, nil, err
+			}
+		}
+	}
+
+	var cluster ichorv1alpha1.TalosCluster
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: tcr.Namespace, Name: tcr.Spec.ClusterName}, &cluster); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return in, nil, fmt.Errorf("get TalosCluster %s/%s: %w", tcr.Namespace, tcr.Spec.ClusterName, err)
+	default:
+		in.Cluster = engine.ClusterFacts{Exists: true, KubeconfigRef: cluster.Spec.KubeconfigRef != nil}
+	}
+
+	var binding rbacv1.ClusterRoleBinding
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Name: AdminBinding}, &binding); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return in, nil, fmt.Errorf("get ClusterRoleBinding %s: %w", AdminBinding, err)
+	default:
+		in.AdminBinding.Exists = true
+	}
+	return in, &cluster, nil
+}
+
+// admission looks for the webhook's record of admitting this request and
+// verifies it. A missing or unverifiable record is a fact, not an error.
+func (r *Reconciler) admission(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (engine.AdmissionProof, error) {
+	var record corev1.Event
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: tcr.Namespace, Name: credential.RecordName(tcr.UID)}, &record)
+	switch {
+	case apierrors.IsNotFound(err):
+		return engine.AdmissionProof{}, nil
+	case err != nil:
+		return engine.AdmissionProof{}, fmt.Errorf("get the admission record of %s/%s: %w", tcr.Namespace, tcr.Name, err)
+	}
+	key, err := r.Keys.Key(ctx)
+	if err != nil {
+		return engine.AdmissionProof{}, err
+	}
+	ok, decisionID, why := credential.Verify(key, tcr, &record)
+	if !ok {
+		// The key may have been replaced since it was read: read it again
+		// once before calling the record unverifiable.
+		if key, err = r.Keys.Reload(ctx); err != nil {
+			return engine.AdmissionProof{}, err
+		}
+		ok, decisionID, why = credential.Verify(key, tcr, &record)
+	}
+	return engine.AdmissionProof{Recorded: true, Verified: ok, DecisionID: decisionID, Error: why}, nil
+}
+
+func codes(reasons []engine.Reason) []string {
+	out := make([]string, 0, len(reasons))
+	for _, r := range reasons {
+		out = append(out, r.Code)
+	}
+	return out
 }
 
 // failure is an error that answers the request (Failed) rather than being
@@ -230,12 +342,8 @@ type issued struct {
 	notAfter    time.Time
 }
 
-func (r *Reconciler) issue(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest, d engine.CredentialIssuance, publicKey crypto.PublicKey) (issued, error) {
-	var cluster ichorv1alpha1.TalosCluster
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: tcr.Namespace, Name: tcr.Spec.ClusterName}, &cluster); err != nil {
-		return issued{}, permanent(fmt.Errorf("TalosCluster %s/%s: %w", tcr.Namespace, tcr.Spec.ClusterName, err))
-	}
-	bundles, err := clustersecrets.Load(ctx, r.APIReader, &cluster)
+func (r *Reconciler) issue(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, d engine.CredentialIssuance, publicKey crypto.PublicKey) (issued, error) {
+	bundles, err := clustersecrets.Load(ctx, r.APIReader, cluster)
 	if err != nil {
 		return issued{}, permanent(err)
 	}
@@ -264,16 +372,6 @@ func (r *Reconciler) issue(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 		return issued{certificate: pemCert, trustBundle: trust(bundles.Current.Certs.OS, osCA(bundles.Previous)), notAfter: notBefore.Add(lifetime)}, nil
 
 	case engine.CertificateKindKubernetes:
-		if cluster.Spec.KubeconfigRef != nil {
-			// The admin binding would have to be kept in that cluster, through
-			// a client this controller does not build yet.
-			return issued{}, failf("cluster %s/%s judges another API server (spec.kubeconfigRef); Kubernetes credentials are only issued for the cluster Ichor runs in", cluster.Namespace, cluster.Name)
-		}
-		if slices.Contains(cert.Groups, AdminGroup) {
-			if err := r.checkAdminBinding(ctx); err != nil {
-				return issued{}, err
-			}
-		}
 		ca, err := taloscert.ParseCA(bundles.Current.Certs.K8s.Crt, bundles.Current.Certs.K8s.Key)
 		if err != nil {
 			return issued{}, failf("the Kubernetes CA: %w", err)
@@ -289,26 +387,6 @@ func (r *Reconciler) issue(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 	default:
 		return issued{}, failf("the decision names a certificate of kind %q, which this controller does not sign", cert.Kind)
 	}
-}
-
-// checkAdminBinding refuses an admin kubeconfig while the binding of
-// AdminGroup to cluster-admin is missing. The binding is installed with Ichor
-// (the Helm chart) and never created here: deleting it is how every admin
-// kubeconfig is revoked at once (KEP-4214), and a controller that recreated it
-// on the next issuance would silently restore the revoked ones, a leaked one
-// included. An operator restores it, after rotating the Kubernetes CA.
-func (r *Reconciler) checkAdminBinding(ctx context.Context) error {
-	var binding rbacv1.ClusterRoleBinding
-	err := r.APIReader.Get(ctx, client.ObjectKey{Name: AdminBinding}, &binding)
-	switch {
-	case apierrors.IsNotFound(err):
-		return failf("the ClusterRoleBinding %s does not exist, so admin kubeconfigs are revoked: "+
-			"after a compromise rotate the Kubernetes CA, then restore the binding (kubectl create clusterrolebinding %s --clusterrole=%s --group=%s, or reinstall the chart)",
-			AdminBinding, AdminBinding, AdminClusterRole, AdminGroup)
-	case err != nil:
-		return fmt.Errorf("get ClusterRoleBinding %s: %w", AdminBinding, err)
-	}
-	return nil
 }
 
 // trust is the current CA certificate, then the previous one when a
@@ -353,12 +431,4 @@ func setReady(tcr *ichorv1alpha1.TalosCredentialRequest, now time.Time, status m
 		// The retention is counted from here, on the reconciler's clock.
 		LastTransitionTime: metav1.NewTime(now),
 	})
-}
-
-func ttlSeconds(ttl *metav1.Duration) *float64 {
-	if ttl == nil {
-		return nil
-	}
-	s := ttl.Seconds()
-	return &s
 }

@@ -28,6 +28,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/webhook"
 	"github.com/ichor-dev/ichor-policy/webhook/webhooktest"
 )
@@ -76,6 +77,10 @@ func newRequester(f *Fleet) (*requester, error) {
 	}
 	c, err := client.New(cfg, client.Options{Scheme: f.Env.Scheme})
 	if err != nil {
+		return nil, err
+	}
+	// Its requests record who asks, as `ichor cluster` does.
+	if c, err = webhooktest.Requesting(context.Background(), c); err != nil {
 		return nil, err
 	}
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
@@ -198,6 +203,7 @@ func RunAdmission(ctx context.Context, f *Fleet, n int, log io.Writer) (res Admi
 	}
 	h := &timedHandler{next: &webhook.CredentialRequestValidator{
 		Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Instance: "bench",
+		Keys: env.AdmissionKeys(env.Client),
 	}}
 	mgr.GetWebhookServer().Register(webhook.Path, &crwebhook.Admission{Handler: h})
 	mgrDone := make(chan error, 1)
@@ -250,7 +256,7 @@ func RunAdmission(ctx context.Context, f *Fleet, n int, log io.Writer) (res Admi
 	}
 	for _, e := range events.Items {
 		if e.InvolvedObject.Kind == "TalosCluster" && e.Source.Component == webhook.EventSource &&
-			e.Annotations[webhook.AnnotationDecisionID] != "" && measured[e.Annotations[webhook.AnnotationRequest]] {
+			e.Annotations[credential.AnnotationDecisionID] != "" && measured[e.Annotations[credential.AnnotationRequest]] {
 			res.Events++
 		}
 	}

@@ -124,7 +124,8 @@ func BenchmarkCredentialAdmission(b *testing.B) {
 				Verb: grant.Verb, Group: grant.Group, Resource: grant.Resource, Subresource: grant.Subresource,
 				Namespace: "demo", Name: "demo", Allowed: true,
 			},
-			ClusterExists: true,
+			Requester: &engine.CredentialUser{Username: "alice", UID: "1000", Groups: []string{"system:authenticated", "ops"}},
+			Cluster:   engine.ClusterFacts{Exists: true},
 		})
 		samples = append(samples, time.Since(start))
 		if err != nil || !d.Allowed {

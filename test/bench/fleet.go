@@ -86,6 +86,11 @@ func StartFleet(ctx context.Context, workDir string) (*Fleet, error) {
 	if err := f.InstallWebhook(); err != nil {
 		return nil, errors.Join(err, env.Stop())
 	}
+	// The requester policy the chart installs, so admission is measured
+	// with it.
+	if err := webhooktest.InstallAdmissionPolicies(ctx, env.Client, "default"); err != nil {
+		return nil, errors.Join(err, env.Stop())
+	}
 	return f, nil
 }
 

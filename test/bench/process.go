@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
 // Controller is a running controller process (cmd/benchmanager).
@@ -58,6 +60,9 @@ func StartController(binary, dir, name string, flags []string, cliArgs []string)
 	}
 	c.cmd = exec.Command(binary, args...)
 	c.cmd.Stdout, c.cmd.Stderr = stdout, stderr
+	// The manager's namespace, as the chart sets it: where its admission
+	// key Secret is (harness.ManagerNamespace).
+	c.cmd.Env = append(os.Environ(), "POD_NAMESPACE="+harness.ManagerNamespace)
 	if err := c.cmd.Start(); err != nil {
 		stdout.Close()
 		stderr.Close()

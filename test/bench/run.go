@@ -35,7 +35,8 @@ func (v Variant) Args(kubeconfig string, f *Fleet) (flags, cliArgs []string) {
 	case "cli":
 		args := []string{"manager", "--kubeconfig", kubeconfig,
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-			"--webhook-port", fmt.Sprint(f.Webhook.LocalServingPort), "--webhook-cert-dir", f.Webhook.LocalServingCertDir}
+			"--webhook-port", fmt.Sprint(f.Webhook.LocalServingPort), "--webhook-cert-dir", f.Webhook.LocalServingCertDir,
+			"--local-clusters", Namespace + "/" + ClusterName}
 		return []string{"-mode", "cli"}, append(args, v.ManagerArgs...)
 	default:
 		return []string{"-mode", v.Mode, "-kubeconfig", kubeconfig, "-workers", fmt.Sprint(v.Workers)}, nil

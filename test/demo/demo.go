@@ -155,8 +155,16 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 		return res, err
 	}
 	defer func() { _ = webhook.Cleanup() }()
+	// The ValidatingAdmissionPolicy that pins a credential request's
+	// requester to its creator, as the chart installs it.
+	if err := webhooktest.InstallAdmissionPolicies(ctx, env.Client, "default"); err != nil {
+		return res, err
+	}
 	mgr, err := startManager(opts.Ichor, res.Kubeconfig, res.DecisionLog, filepath.Join(opts.WorkDir, "manager.log"), metricsAddr,
-		"--webhook-port", fmt.Sprint(webhook.LocalServingPort), "--webhook-cert-dir", webhook.LocalServingCertDir)
+		"--webhook-port", fmt.Sprint(webhook.LocalServingPort), "--webhook-cert-dir", webhook.LocalServingCertDir,
+		// The one TalosCluster whose machines are this API server's nodes,
+		// as the chart's manager.localClusters names it.
+		"--local-clusters", "demo/demo")
 	if err != nil {
 		return res, err
 	}
@@ -348,6 +356,9 @@ func startManager(ichor, kubeconfig, decisionLog, logPath, metricsAddr string, e
 		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", "0", "--resync-interval", "5s"}, extra...)
 	cmd := exec.Command(ichor, args...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// The manager's namespace, as the chart sets it: where its admission key
+	// Secret is.
+	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+harness.ManagerNamespace)
 	if err := cmd.Start(); err != nil {
 		stdout.Close()
 		stderr.Close()

@@ -153,6 +153,10 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
 
+	if err = e.createManagerNamespace(ctx); err != nil {
+		return nil, fmt.Errorf("harness: %w", err)
+	}
+
 	if err = e.startControllerManager(ctx); err != nil {
 		return nil, fmt.Errorf("harness: %w\n%s", err, tailFile(e.KCMLogPath, 30))
 	}

@@ -13,8 +13,11 @@
 #   lifetime above the cap is refused, never shortened. Every failing check is reported,
 #   sorted by code.
 #
-#   The requester's name is never in the certificate: the controller does not see the
-#   requester (ADR 0124); the Event and the API server's audit log name them. A Kubernetes
+#   Who asks is recorded on the request (spec.requester), pinned to the user who creates it
+#   by a ValidatingAdmissionPolicy and by the webhook; the issuer signs only a request whose
+#   admission by the webhook it can prove, after a SubjectAccessReview as that requester.
+#   The requester's name is never in the certificate (ADR 0124); the Event and the API
+#   server's audit log name them. A Kubernetes
 #   certificate's common name is fixed per purpose, "ichor-credential:<purpose>", outside
 #   the "ichor:" names of Ichor users and the "system:" names of Kubernetes, so no binding
 #   made for a person or a component applies to it.
@@ -51,14 +54,16 @@ requirements := {"authorization": purpose.authorization, "event": purpose.event}
 #   "event": {"type", "reason", "message"}}. The event is there only when the request is
 #   allowed and is not a dry run; the webhook writes it on the TalosCluster before it admits,
 #   and refuses the request if it cannot (ADR 0124: a credential that cannot be recorded is
-#   not issued).
+#   not issued). The Event is also the proof of admission the issuer looks for.
 #
 #   Input: operation and dry_run of the admission request; user (the requester's
-#   userInfo); request (name, namespace, cluster, purpose, ttl_seconds if spec.ttl is set,
-#   public_key: the facts of spec.publicKey: parsed, error, algorithm, curve, bits);
-#   authorization (the SubjectAccessReview Go made: user, groups, verb, group, resource,
-#   subresource, namespace, name, and its answer: allowed, reason, evaluation_error);
-#   cluster_exists.
+#   userInfo, as the API server authenticated them); requester (spec.requester, the
+#   requester's claim of who they are, which must be exactly user); request (name,
+#   namespace, uid, cluster, purpose, ttl_seconds if spec.ttl is set, public_key: the facts
+#   of spec.publicKey: parsed, error, algorithm, curve, bits); authorization (the
+#   SubjectAccessReview Go made: user, groups, verb, group, resource, subresource, namespace,
+#   name, and its answer: allowed, reason, evaluation_error); cluster (exists, and
+#   kubeconfig_ref: whether it judges another API server).
 # entrypoint: true
 admission := object.union(
 	{
@@ -73,9 +78,22 @@ admission := object.union(
 # METADATA
 # title: Issuance decision
 # description: |
-#   The controller's check before it signs, with the same caps as admission:
-#   input {"purpose", "ttl_seconds" (absent: the default), "public_key": {...}} gives
-#   {"allowed": bool, "reasons": [...], "purpose": name, "lifetime_seconds",
+#   The issuer's decision right before it signs. It holds the request to the same caps as
+#   admission, under the current policy, and to who asked: the request must carry proof that
+#   this policy's admission webhook admitted exactly it, and the recorded requester must hold
+#   the purpose's grant now, so a role removed since admission stops the issuance.
+#
+#   Input: request (as at admission); requester (spec.requester, pinned at admission to the
+#   user who created the request); admission (the proof Go looked for: recorded, whether the
+#   webhook's admission record of this request exists; verified, whether its MAC, made with
+#   a key only the manager holds over the request's uid, spec and requester, checks out;
+#   decision_id of the admission; error, why it does not verify); authorization (the
+#   SubjectAccessReview Go made as the requester just now, as at admission); cluster
+#   (exists; kubeconfig_ref, whether it judges another API server); admin_binding (name and
+#   exists, the ClusterRoleBinding that gives admin kubeconfigs their power); settings
+#   (admin_kubeconfigs: false when the operator revoked them).
+#
+#   Output: {"allowed": bool, "reasons": [...], "purpose": name, "lifetime_seconds",
 #   "certificate": {"kind": "talos", "talos_role"} or
 #   {"kind": "kubernetes", "groups", "common_name"}}. The certificate is there only when
 #   allowed, so nothing can be signed from a refusal.
@@ -84,23 +102,58 @@ issuance := object.union(
 	{
 		"allowed": count(_issuance_refusals) == 0,
 		"reasons": _issuance_reasons,
+		"purpose": _purpose_name(_request),
+		"lifetime_seconds": _lifetime(_request, _config.purposes),
+	},
+	_certificate_of(_request, _issuance_refusals),
+)
+
+# METADATA
+# title: Credential checks
+# description: |
+#   The checks of a credential alone, without who asks: the purpose, the lifetime and the
+#   key, input {"purpose", "ttl_seconds" (absent: the default), "public_key": {...}}, with
+#   the output of the issuance decision. `ichor cluster` asks it before it sends a request,
+#   so a lifetime above the cap is refused before anything is sent, and the manager asks it
+#   for its own os:reader identity (purpose node-reader), which no person requests. Nothing
+#   is signed for a person on this decision alone: the issuer signs on the issuance decision.
+# entrypoint: true
+credential := object.union(
+	{
+		"allowed": count(_credential_only_refusals) == 0,
+		"reasons": _credential_only_reasons,
 		"purpose": _purpose_name(input),
 		"lifetime_seconds": _lifetime(input, _config.purposes),
 	},
-	_issuance_certificate,
+	_certificate_of(input, _credential_only_refusals),
 )
 
-_admission_refusals := _credential_refusals(_request, _config) | _refused_at_admission
+_admission_refusals := _who_refusals(_user) | _refused_at_admission
 
 _admission_reasons := sort(_admission_refusals) if count(_admission_refusals) > 0
 
 else := [_admitted]
 
-_issuance_refusals := _credential_refusals(input, _config)
+_issuance_refusals := _who_refusals(_requester) | _refused_at_issuance
+
+# What admission and issuance both check: the credential, the recorded requester, the
+# cluster, and the SubjectAccessReview made as subject.
+_who_refusals(subject) := union({
+	_credential_refusals(_request, _config),
+	_refused_for_requester,
+	_cluster_refusals,
+	_authorization_refusals(subject),
+})
 
 _issuance_reasons := sort(_issuance_refusals) if count(_issuance_refusals) > 0
 
-else := [_issuable]
+else := [_issuable(_request)]
+
+_credential_only_refusals := _credential_refusals(input, _config)
+
+_credential_only_reasons := sort(_credential_only_refusals) if count(_credential_only_refusals) > 0
+
+else := [_issuable(input)]
 
 default _admission_event := {}
 
@@ -119,10 +172,11 @@ _admission_event := {"event": {
 	purpose := _config.purposes[_request.purpose]
 }
 
-default _issuance_certificate := {}
+# What to sign, only when nothing refuses it.
+default _certificate_of(_, _) := {}
 
-_issuance_certificate := {"certificate": _certificate(_config.purposes[input.purpose])} if {
-	count(_issuance_refusals) == 0
+_certificate_of(request, refusals) := {"certificate": _certificate(_config.purposes[request.purpose])} if {
+	count(refusals) == 0
 }
 
 # METADATA
@@ -147,14 +201,14 @@ _admitted := {
 # description: Every check passed again; the message names the credential and its lifetime.
 # custom:
 #   code: IchorCredentialIssuable
-_issuable := {
+_issuable(request) := {
 	"code": "IchorCredentialIssuable",
 	"message": sprintf(
 		"%s with lifetime %s may be signed",
-		[_credential_text(purpose), _duration(_lifetime(input, _config.purposes))],
+		[_credential_text(purpose), _duration(_lifetime(request, _config.purposes))],
 	),
 } if {
-	purpose := _config.purposes[input.purpose]
+	purpose := _config.purposes[request.purpose]
 }
 
 # The checks of the credential itself, made at admission and again before signing. The
@@ -263,8 +317,9 @@ _public_key_invalid(request) := {reason |
 # title: Public key type not allowed
 # description: |
 #   The key must be one of data.json's public_key_algorithms: Ed25519 (what ichor cluster
-#   talosconfig and the UI generate, as ADR 0124 says), ECDSA on P-256 or P-384, or RSA of at
-#   least 2048 bits. ECDSA and RSA are kept for keys that live in a hardware token (PIV
+#   talosconfig and the UI generate, as ADR 0124 says), ECDSA on P-256 or P-384, or RSA of
+#   2048 to 8192 bits (Go's TLS refuses to use a larger RSA key, and checking a signature
+#   with one costs seconds). ECDSA and RSA are kept for keys that live in a hardware token (PIV
 #   cards hold those, and few hold Ed25519). Weaker keys, and other curves, are refused.
 #   Checked at admission and again before signing.
 # custom:
@@ -282,121 +337,41 @@ _public_key_not_allowed(request, algorithms) := {reason |
 }
 
 # METADATA
-# title: Operation not allowed
+# title: Kubernetes credential for another API server
 # description: |
-#   Only CREATE is admitted. The spec is immutable (what admission judged is what is signed)
-#   and a refused request is not retried, so anything else reaching this decision means the
-#   webhook is registered for more than CREATE; it is refused rather than waved through.
-#   Status updates use the status subresource, which the webhook does not match.
+#   The purpose is a Kubernetes credential and the cluster judges another API server
+#   (spec.kubeconfigRef). Kubernetes credentials are issued only for the cluster Ichor runs
+#   in, where the admin binding that makes them revocable is kept. Checked at admission and
+#   again before signing.
 # custom:
-#   code: OperationNotAllowed
-_refused_at_admission contains reason if {
-	operation := object.get(input, "operation", "")
-	operation != "CREATE"
+#   code: RemoteClusterKubeconfig
+_cluster_refusals contains reason if {
+	_config.purposes[_request.purpose].kind == "kubernetes"
+	input.cluster.exists == true
+	not input.cluster.kubeconfig_ref == false
 	reason := {
-		"code": "OperationNotAllowed",
+		"code": "RemoteClusterKubeconfig",
 		"message": sprintf(
-			"operation %q is not allowed: a TalosCredentialRequest is only created, never changed; ask with a new one",
-			[operation],
-		),
-	}
-}
-
-# METADATA
-# title: Requester unnamed
-# description: |
-#   The request carries no user name. The Event must name who asked, and a credential that
-#   cannot be recorded is not issued (ADR 0124).
-# custom:
-#   code: RequesterUnnamed
-_refused_at_admission contains reason if {
-	_username == ""
-	reason := {
-		"code": "RequesterUnnamed",
-		"message": "the request names no user, so its issuance could not be recorded",
-	}
-}
-
-# METADATA
-# title: SubjectAccessReview for the wrong grant
-# description: |
-#   The SubjectAccessReview Go made is not the one the purpose requires: as the requester
-#   (user and groups), for the purpose's verb, group, resource and subresource, on the
-#   cluster's name and namespace; or none was made. Its answer says nothing about this
-#   request (one made as the controller would always pass), so it is refused.
-# custom:
-#   code: AuthorizationMismatch
-_refused_at_admission contains reason if {
-	_sar_made != _sar_required
-	reason := {
-		"code": "AuthorizationMismatch",
-		"message": sprintf(
-			"the SubjectAccessReview asked whether %s, not whether %s",
-			[_sar_text(_sar_made), _sar_text(_sar_required)],
-		),
-	}
-}
-
-# METADATA
-# title: Not authorized
-# description: |
-#   The requester does not hold the purpose's verb on its subresource for this cluster (for
-#   talosconfig-reader: download on talosclusters/talosconfig-reader). The message names the
-#   verb and subresource, with the authorizer's reason.
-# custom:
-#   code: NotAuthorized
-_refused_at_admission contains reason if {
-	_sar_made == _sar_required
-	not input.authorization.allowed == true
-	reason := {
-		"code": "NotAuthorized",
-		"message": _with_details(
-			sprintf("user %q may not %s", [_username, _grant_text(_sar_required, _cluster, _namespace)]),
-			_sar_details(_authorization),
+			"TalosCluster %q judges another API server (spec.kubeconfigRef); %s",
+			[_cluster, "Kubernetes credentials are issued only for the cluster Ichor runs in"],
 		),
 	}
 }
 
 # METADATA
 # title: Cluster not found
-# description: The TalosCluster named by spec.clusterName does not exist in the request's namespace.
+# description: |
+#   The TalosCluster named by spec.clusterName does not exist in the request's namespace.
+#   Checked at admission and again before signing.
 # custom:
 #   code: ClusterNotFound
-_refused_at_admission contains reason if {
-	not input.cluster_exists == true
+_cluster_refusals contains reason if {
+	not input.cluster.exists == true
 	reason := {
 		"code": "ClusterNotFound",
 		"message": sprintf("TalosCluster %q does not exist in namespace %q", [_cluster, _namespace]),
 	}
 }
-
-default _username := ""
-
-_username := input.user.username if is_string(input.user.username)
-
-_cluster := object.get(_request, "cluster", "")
-
-_namespace := object.get(_request, "namespace", "")
-
-default _authorization := {}
-
-_authorization := input.authorization
-
-_sar_fields := ["verb", "group", "resource", "subresource", "namespace", "name", "user"]
-
-# Absent fields are empty, so that a review with a field missing never equals the
-# required one. Groups are compared as sets: their order means nothing to an authorizer.
-_sar_made := object.union(
-	{key: object.get(_authorization, key, "") | some key in _sar_fields},
-	{"groups": {group | some group in object.get(_authorization, "groups", [])}},
-)
-
-_sar_required := object.union(
-	_config.purposes[_request.purpose].authorization,
-	{"namespace": _namespace, "name": _cluster, "user": _username, "groups": _groups},
-)
-
-_groups := {group | some group in input.user.groups}
 
 default _purpose_name(_) := ""
 
@@ -434,6 +409,7 @@ _key_allowed(key, algorithms) if {
 	size := object.get(key, "bits", 0)
 	is_number(size)
 	size >= object.get(rule, "min_bits", 0)
+	size <= object.get(rule, "max_bits", size)
 }
 
 _curve_allowed(_, rule) if not rule.curves

@@ -72,6 +72,9 @@ _algorithms_text(algorithms) := concat(", ", [_algorithm_text(name, algorithms[n
 
 _algorithm_text(name, rule) := sprintf("%s on curve %s", [name, concat(" or ", rule.curves)]) if {
 	rule.curves
+} else := sprintf("%s of %d to %d bits", [name, rule.min_bits, rule.max_bits]) if {
+	rule.min_bits
+	rule.max_bits
 } else := sprintf("%s of at least %d bits", [name, rule.min_bits]) if {
 	rule.min_bits
 } else := name

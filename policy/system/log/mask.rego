@@ -3,10 +3,13 @@
 # description: |
 #   What the decision log must not keep. The requester's "extra" attributes come from
 #   whatever authenticator the cluster uses (an authenticating proxy, OIDC claims) and can
-#   hold personal or secret values that no rule reads; each value of a key not listed in
-#   data.json is replaced, so the key stays visible and the value does not. No rule reads
-#   extra, so a masked entry still replays to the same decision. The extra attributes sit
-#   under input.csr (CSR decisions) and input.user (credential admission).
+#   hold personal or secret values; each value of a key not listed in data.json is
+#   replaced, so the key stays visible and the value does not. The extra attributes sit
+#   under input.csr (CSR decisions), input.user (credential admission: who made the
+#   request) and input.requester (spec.requester, at admission and issuance). One rule reads
+#   extra: admission compares spec.requester with the user (RequesterMismatch). Both are
+#   masked alike, so a masked entry replays to the same decision unless the two differed in
+#   a masked value only; the logged result still says what was decided.
 package system.log
 
 _config := data.system.log.config

@@ -21,6 +21,15 @@ test_requester_extra_of_an_admission_is_redacted if {
 	masks == {{"op": "upsert", "path": "/input/user/extra", "value": {"oidc.example.com/email": ["**REDACTED**"]}}}
 }
 
+test_recorded_requester_extra_is_redacted_like_the_users if {
+	extra := {"oidc.example.com/email": ["alice@example.com"]}
+	masks := log.mask with input as {"input": {"user": {"extra": extra}, "requester": {"extra": extra}}}
+	masks == {
+		{"op": "upsert", "path": "/input/user/extra", "value": {"oidc.example.com/email": ["**REDACTED**"]}},
+		{"op": "upsert", "path": "/input/requester/extra", "value": {"oidc.example.com/email": ["**REDACTED**"]}},
+	}
+}
+
 test_listed_extra_only_is_left_alone if {
 	count(log.mask) == 0 with input as _event({"authentication.kubernetes.io/node-name": ["worker-1"]})
 }

@@ -1,0 +1,139 @@
+// Package credential gathers the facts of a TalosCredentialRequest that the
+// credential rules (policy/ichor/credentials) decide on, for the admission
+// webhook and for the issuer alike: the request itself, who it records as its
+// requester, the SubjectAccessReview made as a user for the purpose's grant,
+// and the proof that the webhook admitted the request (proof.go).
+package credential
+
+import (
+	"context"
+	"fmt"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// Request is the facts of the request's own content. namespace is passed
+// apart because at admission the API server's namespace of the request is
+// authoritative, not the object's.
+func Request(tcr *ichorv1alpha1.TalosCredentialRequest, namespace string) engine.CredentialRequestFacts {
+	keyFacts, _ := engine.ParsePublicKey(tcr.Spec.PublicKey)
+	return engine.CredentialRequestFacts{
+		Name:       tcr.Name,
+		Namespace:  namespace,
+		UID:        string(tcr.UID),
+		Cluster:    tcr.Spec.ClusterName,
+		Purpose:    string(tcr.Spec.Purpose),
+		TTLSeconds: ttlSeconds(tcr.Spec.TTL),
+		PublicKey:  keyFacts,
+	}
+}
+
+func ttlSeconds(ttl *metav1.Duration) *float64 {
+	if ttl == nil {
+		return nil
+	}
+	s := ttl.Seconds()
+	return &s
+}
+
+// User is the user an admission request was made by, as the API server
+// authenticated them.
+func User(u authenticationv1.UserInfo) engine.CredentialUser {
+	extra := make(map[string][]string, len(u.Extra))
+	for k, v := range u.Extra {
+		extra[k] = append([]string{}, v...)
+	}
+	return engine.CredentialUser{Username: u.Username, UID: u.UID, Groups: nonNil(u.Groups), Extra: extra}
+}
+
+// Requester is spec.requester, or nil when the request records none (an
+// older client, or a request stored before requesters were recorded): the
+// rules refuse it as RequesterUnknown.
+func Requester(r ichorv1alpha1.Requester) *engine.CredentialUser {
+	if r.Username == "" {
+		return nil
+	}
+	extra := make(map[string][]string, len(r.Extra))
+	for k, v := range r.Extra {
+		extra[k] = append([]string{}, v...)
+	}
+	return &engine.CredentialUser{Username: r.Username, UID: r.UID, Groups: nonNil(r.Groups), Extra: extra}
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return append([]string{}, s...)
+}
+
+// WhoAmI is the caller of c as the API server authenticates them, from a
+// SelfSubjectReview (allowed to every authenticated user): what a requester
+// records as spec.requester, which admission pins to the same user.
+func WhoAmI(ctx context.Context, c client.Client) (ichorv1alpha1.Requester, error) {
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := c.Create(ctx, review); err != nil {
+		return ichorv1alpha1.Requester{}, fmt.Errorf("find out who you are (SelfSubjectReview), which the request records: %w", err)
+	}
+	u := review.Status.UserInfo
+	r := ichorv1alpha1.Requester{Username: u.Username, UID: u.UID, Groups: u.Groups}
+	if len(u.Extra) > 0 {
+		r.Extra = make(map[string][]string, len(u.Extra))
+		for k, v := range u.Extra {
+			r.Extra[k] = v
+		}
+	}
+	return r, nil
+}
+
+// Review asks the authorizer whether user, exactly as given (name, uid,
+// groups and extra), holds the purpose's grant on the named cluster, and
+// returns the review as sent with its answer. An error is a review that could
+// not be made (the caller retries or fails closed), never an answer.
+func Review(ctx context.Context, c client.Client, user engine.CredentialUser, namespace, cluster string, grant engine.CredentialAuthorization) (*engine.AuthorizationFacts, error) {
+	extra := make(map[string]authorizationv1.ExtraValue, len(user.Extra))
+	for k, vals := range user.Extra {
+		extra[k] = authorizationv1.ExtraValue(vals)
+	}
+	sar := &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   user.Username,
+			UID:    user.UID,
+			Groups: user.Groups,
+			Extra:  extra,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace:   namespace,
+				Verb:        grant.Verb,
+				Group:       grant.Group,
+				Resource:    grant.Resource,
+				Subresource: grant.Subresource,
+				Name:        cluster,
+			},
+		},
+	}
+	if err := c.Create(ctx, sar); err != nil {
+		return nil, fmt.Errorf("SubjectAccessReview of %s %s/%s for %q: %w", grant.Verb, grant.Resource, grant.Subresource, user.Username, err)
+	}
+	ra := sar.Spec.ResourceAttributes
+	return &engine.AuthorizationFacts{
+		User:            sar.Spec.User,
+		UID:             sar.Spec.UID,
+		Groups:          sar.Spec.Groups,
+		Verb:            ra.Verb,
+		Group:           ra.Group,
+		Resource:        ra.Resource,
+		Subresource:     ra.Subresource,
+		Namespace:       ra.Namespace,
+		Name:            ra.Name,
+		Allowed:         sar.Status.Allowed,
+		Denied:          sar.Status.Denied,
+		Reason:          sar.Status.Reason,
+		EvaluationError: sar.Status.EvaluationError,
+	}, nil
+}

@@ -1,0 +1,204 @@
+package credential
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+)
+
+// Proof of admission.
+//
+// Only the admission webhook checks who asks as the API server authenticated
+// them, so the issuer must not sign a request the webhook never saw (one
+// created while the webhook configuration was missing, deleted or narrowed).
+// The webhook's record of an admission is the issuance Event it writes on the
+// TalosCluster before it admits (ADR 0124): it names the Event after the
+// request's UID, which the API server assigns before validating admission and
+// nobody can choose, and annotates it with a MAC over the request's UID,
+// namespace, name and spec (requester included) and the admission decision
+// id, made with a key only the manager holds. The issuer looks the Event up by
+// the UID and verifies the MAC: a request is admitted only if both hold.
+// Anyone who may create Events in the namespace can write such an Event, but
+// not its MAC; anyone who may delete Events can delete it, which refuses the
+// request, and Events expire with the API server's --event-ttl (1h by
+// default), so a request not issued within that is refused too.
+
+// Annotations of an admission record.
+const (
+	AnnotationDecisionID = "ichor.dev/decision-id"
+	AnnotationRequest    = "ichor.dev/taloscredentialrequest"
+	AnnotationRequestUID = "ichor.dev/taloscredentialrequest-uid"
+	AnnotationMAC        = "ichor.dev/admission-mac"
+)
+
+// KeySecretKey is the key of the admission key Secret's data that holds the
+// MAC key.
+const KeySecretKey = "hmac-sha256.key"
+
+// DefaultKeySecretName is the Secret, in the manager's namespace, that holds
+// the admission key; the chart creates it empty and the manager fills it.
+const DefaultKeySecretName = "ichor-policy-admission-key"
+
+// keyRefresh is how long a key read from the Secret is used before it is read
+// again, so that a key replaced by an operator is used by every replica within
+// that time.
+const keyRefresh = time.Minute
+
+// keyReloadMin is the least time between two reads of the Secret.
+const keyReloadMin = 10 * time.Second
+
+// RecordName is the name of the admission record (an Event in the request's
+// namespace) of the request with this UID.
+func RecordName(uid types.UID) string {
+	return "ichor-admission-" + string(uid)
+}
+
+// The key Secret is read and filled by name in the manager's namespace only
+// (a namespaced Role; the placeholder namespace becomes the release namespace
+// in the chart).
+
+// +kubebuilder:rbac:groups="",namespace=ichor-system,resources=secrets,resourceNames=ichor-policy-admission-key,verbs=get;update
+
+// Keys reads the admission key from its Secret, filling the Secret with a new
+// random key when it is empty. Replicas that race to fill it are ordered by
+// the API server's optimistic concurrency: one update wins, the others read
+// the winner's key. The Secret is never created here, so the manager needs
+// only get and update on that one name.
+type Keys struct {
+	// Client reads and updates the Secret; uncached.
+	Client    client.Client
+	Namespace string
+	Name      string
+	// Now is the clock; time.Now if nil.
+	Now func() time.Time
+
+	mu   sync.Mutex
+	key  []byte
+	read time.Time
+}
+
+func (k *Keys) now() time.Time {
+	if k.Now != nil {
+		return k.Now()
+	}
+	return time.Now()
+}
+
+// Key returns the current key, reading the Secret again at most every
+// keyRefresh.
+func (k *Keys) Key(ctx context.Context) ([]byte, error) {
+	return k.get(ctx, keyRefresh)
+}
+
+// Reload reads the Secret again unless it was read within keyReloadMin: a
+// record that does not verify may have been made with a key that replaced
+// the one held here, and a flood of such records costs one read per
+// keyReloadMin.
+func (k *Keys) Reload(ctx context.Context) ([]byte, error) {
+	return k.get(ctx, keyReloadMin)
+}
+
+func (k *Keys) get(ctx context.Context, maxAge time.Duration) ([]byte, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.key != nil && k.now().Sub(k.read) < maxAge {
+		return k.key, nil
+	}
+	key, err := k.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k.key, k.read = key, k.now()
+	return key, nil
+}
+
+func (k *Keys) load(ctx context.Context) ([]byte, error) {
+	ref := types.NamespacedName{Namespace: k.Namespace, Name: k.Name}
+	for attempt := 0; attempt < 3; attempt++ {
+		var secret corev1.Secret
+		if err := k.Client.Get(ctx, ref, &secret); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("admission key: Secret %s does not exist: create it empty (the Helm chart does) so the manager can fill it", ref)
+			}
+			return nil, fmt.Errorf("admission key: get Secret %s: %w", ref, err)
+		}
+		if key := secret.Data[KeySecretKey]; len(key) > 0 {
+			if len(key) < 32 {
+				return nil, fmt.Errorf("admission key: Secret %s holds a key of %d bytes under %q; delete the key so the manager makes a new one of 32", ref, len(key), KeySecretKey)
+			}
+			return key, nil
+		}
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, fmt.Errorf("admission key: %w", err)
+		}
+		if secret.Data == nil {
+			secret.Data = map[string][]byte{}
+		}
+		secret.Data[KeySecretKey] = key
+		err := k.Client.Update(ctx, &secret)
+		switch {
+		case err == nil:
+			return key, nil
+		case apierrors.IsConflict(err):
+			continue // another replica filled it: read theirs
+		default:
+			return nil, fmt.Errorf("admission key: fill Secret %s: %w", ref, err)
+		}
+	}
+	return nil, fmt.Errorf("admission key: Secret %s kept changing while it was filled", ref)
+}
+
+// MAC is the admission MAC of a request and its admission decision id.
+func MAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace, decisionID string) (string, error) {
+	// encoding/json writes struct fields in order and map keys sorted, so
+	// the webhook and the issuer, each decoding the object into the same
+	// type, serialize the same content to the same bytes.
+	payload, err := json.Marshal(struct {
+		Version    int                                      `json:"v"`
+		UID        types.UID                                `json:"uid"`
+		Namespace  string                                   `json:"namespace"`
+		Name       string                                   `json:"name"`
+		Spec       ichorv1alpha1.TalosCredentialRequestSpec `json:"spec"`
+		DecisionID string                                   `json:"decision_id"`
+	}{1, tcr.UID, namespace, tcr.Name, tcr.Spec, decisionID})
+	if err != nil {
+		return "", fmt.Errorf("admission MAC: %w", err)
+	}
+	m := hmac.New(sha256.New, key)
+	m.Write(payload)
+	return base64.StdEncoding.EncodeToString(m.Sum(nil)), nil
+}
+
+// Verify reports whether the record proves the webhook admitted exactly
+// this request: its MAC, with the current key, covers the request's UID,
+// namespace, name and spec and the decision id it names. A record that does
+// not is described, never an error: it is a fact for the rule.
+func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, record *corev1.Event) (ok bool, decisionID, why string) {
+	decisionID = record.Annotations[AnnotationDecisionID]
+	got := record.Annotations[AnnotationMAC]
+	if got == "" {
+		return false, decisionID, fmt.Sprintf("the Event %s/%s carries no %s annotation", record.Namespace, record.Name, AnnotationMAC)
+	}
+	want, err := MAC(key, tcr, tcr.Namespace, decisionID)
+	if err != nil {
+		return false, decisionID, err.Error()
+	}
+	if !hmac.Equal([]byte(got), []byte(want)) {
+		return false, decisionID, fmt.Sprintf("the MAC of the Event %s/%s does not match this request's uid, spec and requester with the manager's admission key", record.Namespace, record.Name)
+	}
+	return true, decisionID, ""
+}

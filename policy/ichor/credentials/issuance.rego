@@ -1,0 +1,92 @@
+# What only the issuer checks, right before it signs: that the webhook admitted exactly this
+# request, and that admin kubeconfigs are not revoked.
+package ichor.credentials
+
+# METADATA
+# title: Not admitted
+# description: |
+#   The request carries no proof that this policy's admission webhook admitted it: no
+#   admission record (the Event the webhook writes on the TalosCluster before it admits)
+#   exists for its uid, or the record's MAC, made with a key only the manager holds over
+#   the request's uid, namespace, name, spec and requester, does not verify. Such a request
+#   was created while the webhook was not serving (uninstalled, or its configuration deleted
+#   or narrowed), or its record expired with the API server's --event-ttl (1h by default).
+#   It stays refused when the webhook comes back; ask again with a new request.
+# custom:
+#   code: NotAdmitted
+_refused_at_issuance contains reason if {
+	not _admission_proven
+	reason := {
+		"code": "NotAdmitted",
+		"message": _not_admitted_text,
+	}
+}
+
+# METADATA
+# title: Admin binding missing
+# description: |
+#   The credential's groups include the revocable admin group (KEP-4214) and the
+#   ClusterRoleBinding that gives it cluster-admin does not exist. Deleting that binding is
+#   how every admin kubeconfig is revoked at once, so while it is missing none is issued:
+#   one issued now would come back to life with the binding. Checked before signing.
+# custom:
+#   code: AdminBindingMissing
+_refused_at_issuance contains reason if {
+	_config.admin_binding.group in _config.purposes[_request.purpose].groups
+	not input.admin_binding.exists == true
+	reason := {
+		"code": "AdminBindingMissing",
+		"message": sprintf(
+			concat("", [
+				"the ClusterRoleBinding %s does not exist, so admin kubeconfigs are revoked: after a compromise, ",
+				"rotate the Kubernetes CA, then restore it (chart value adminCredentials.enabled=true, or ",
+				"kubectl create clusterrolebinding %s --clusterrole=cluster-admin --group=%s)",
+			]),
+			[_config.admin_binding.name, _config.admin_binding.name, _config.admin_binding.group],
+		),
+	}
+}
+
+# METADATA
+# title: Admin kubeconfigs revoked by the operator
+# description: |
+#   The credential's groups include the revocable admin group and the operator revoked admin
+#   kubeconfigs (the chart value adminCredentials.enabled=false, the manager flag
+#   --admin-kubeconfigs=false), which also removes the binding. None is issued, even if the
+#   binding is created again by hand. Checked before signing.
+# custom:
+#   code: AdminKubeconfigsRevoked
+_refused_at_issuance contains reason if {
+	_config.admin_binding.group in _config.purposes[_request.purpose].groups
+	not input.settings.admin_kubeconfigs == true
+	reason := {
+		"code": "AdminKubeconfigsRevoked",
+		"message": concat("", [
+			"the operator revoked admin kubeconfigs (--admin-kubeconfigs=false, ",
+			"chart value adminCredentials.enabled=false); none is issued",
+		]),
+	}
+}
+
+_admission_proven if {
+	input.admission.recorded == true
+	input.admission.verified == true
+}
+
+_not_admitted_text := concat("", [
+	"no admission of this request by Ichor's webhook is recorded: it was created while the webhook ",
+	"was not serving, or its admission record (an Event, which expires with the API server's ",
+	"--event-ttl) is gone; ask again with a new request",
+]) if {
+	not input.admission.recorded == true
+} else := sprintf(
+	"the admission record of this request does not prove it: %s; ask again with a new request",
+	[_admission_error],
+)
+
+default _admission_error := "it does not verify"
+
+_admission_error := input.admission.error if {
+	is_string(input.admission.error)
+	input.admission.error != ""
+}

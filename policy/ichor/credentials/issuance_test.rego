@@ -1,0 +1,223 @@
+# The issuance decision: the issuer's check right before it signs, and the credential
+# checks alone, which the CLI and the manager's own Talos identity ask.
+package ichor.credentials_test
+
+import data.ichor.credentials
+
+# A request the issuer may sign: alice's talosconfig-reader, admitted by the webhook (its
+# record found and verified), and alice still holds the grant.
+_good_issuance := {
+	"request": _good.request,
+	"requester": _good.requester,
+	"admission": {
+		"recorded": true,
+		"verified": true,
+		"decision_id": "4b0d7c52-8f7c-4f55-9d6c-0c3b2d9a1e77",
+		"error": "",
+	},
+	"authorization": _good.authorization,
+	"cluster": {"exists": true, "kubeconfig_ref": false},
+	"admin_binding": {"name": "ichor:cluster-admins", "exists": true},
+	"settings": {"admin_kubeconfigs": true},
+}
+
+_issue(patch) := decision if {
+	decision := credentials.issuance with input as json.patch(_good_issuance, patch)
+}
+
+_issue_purpose(purpose, patch) := _issue(array.concat(
+	[
+		{"op": "replace", "path": "/request/purpose", "value": purpose},
+		{"op": "replace", "path": "/authorization/verb", "value": _purposes[purpose].authorization.verb},
+		{"op": "replace", "path": "/authorization/subresource", "value": _purposes[purpose].authorization.subresource},
+	],
+	patch,
+))
+
+_issue_ttl(seconds) := [{"op": "add", "path": "/request/ttl_seconds", "value": seconds}]
+
+_reader_key := {"parsed": true, "algorithm": "Ed25519", "bits": 256, "error": ""}
+
+_check(request) := decision if {
+	decision := credentials.credential with input as request
+}
+
+test_issuance_of_talosconfig_reader_is_os_reader_for_one_hour if {
+	_issue([]) == {
+		"allowed": true,
+		"purpose": "talosconfig-reader",
+		"lifetime_seconds": 3600,
+		"reasons": [{
+			"code": "IchorCredentialIssuable",
+			"message": "an os:reader talosconfig with lifetime 1h0m0s may be signed",
+		}],
+		"certificate": {"kind": "talos", "talos_role": "os:reader"},
+	}
+}
+
+test_issuance_of_talosconfig_reader_for_twelve_hours_is_allowed if {
+	d := _issue(_issue_ttl(43200))
+	d.allowed
+	d.lifetime_seconds == 43200
+}
+
+test_issuance_one_second_above_twelve_hours_is_refused_without_a_certificate if {
+	d := _issue(_issue_ttl(43201))
+	not d.allowed
+	not d.certificate
+	_codes(d) == ["LifetimeTooLong"]
+}
+
+test_issuance_of_kubeconfig_admin_is_ichor_cluster_admins_with_a_fixed_name if {
+	d := _issue_purpose("kubeconfig-admin", [])
+	d.lifetime_seconds == _one_year
+	d.certificate == {
+		"kind": "kubernetes",
+		"groups": ["ichor:cluster-admins"],
+		"common_name": "ichor-credential:kubeconfig-admin",
+	}
+}
+
+test_issuance_of_kubeconfig_super_admin_is_system_masters if {
+	d := _issue_purpose("kubeconfig-super-admin", _issue_ttl(3600))
+	d.certificate.groups == ["system:masters"]
+}
+
+test_issuance_refuses_what_admission_refuses if {
+	_codes(_issue_purpose("packet-capture", array.concat(
+		_issue_ttl(901),
+		[{"op": "replace", "path": "/request/public_key", "value": {"parsed": false}}],
+	))) == ["LifetimeTooLong", "PublicKeyInvalid"]
+	_codes(_issue([{"op": "replace", "path": "/request/purpose", "value": "talosconfig-operator"}])) == ["PurposeUnknown"]
+	_codes(_issue_purpose("node-reader", _issue_ttl(0))) == ["LifetimeNotPositive"]
+}
+
+test_request_never_admitted_is_refused if {
+	# Created while the webhook was not serving: no record of its admission exists.
+	d := _issue([{"op": "replace", "path": "/admission", "value": {"recorded": false, "verified": false}}])
+	not d.allowed
+	not d.certificate
+	d.reasons == [{"code": "NotAdmitted", "message": concat("", [
+		"no admission of this request by Ichor's webhook is recorded: it was created while the webhook ",
+		"was not serving, or its admission record (an Event, which expires with the API server's ",
+		"--event-ttl) is gone; ask again with a new request",
+	])}]
+}
+
+test_admission_record_that_does_not_verify_is_refused_with_why if {
+	d := _issue([{"op": "replace", "path": "/admission", "value": {
+		"recorded": true, "verified": false,
+		"error": "its MAC does not match the request's uid, spec and requester",
+	}}])
+	d.reasons == [{"code": "NotAdmitted", "message": concat("", [
+		"the admission record of this request does not prove it: its MAC does not match the request's ",
+		"uid, spec and requester; ask again with a new request",
+	])}]
+	e := _issue([{"op": "replace", "path": "/admission", "value": {"recorded": true}}])
+	e.reasons[0].message == concat("", [
+		"the admission record of this request does not prove it: it does not verify; ",
+		"ask again with a new request",
+	])
+}
+
+test_missing_admission_facts_are_refused if {
+	_codes(_issue([{"op": "remove", "path": "/admission"}])) == ["NotAdmitted"]
+	_codes(_issue([{"op": "replace", "path": "/admission/verified", "value": "true"}])) == ["NotAdmitted"]
+}
+
+test_requester_who_lost_the_grant_since_admission_is_refused if {
+	d := _issue([
+		{"op": "replace", "path": "/authorization/allowed", "value": false},
+		{"op": "replace", "path": "/authorization/reason", "value": ""},
+	])
+	not d.certificate
+	d.reasons == [{
+		"code": "NotAuthorized",
+		"message": `user "ichor:alice" may not download talosclusters/talosconfig-reader "demo" in namespace "team-a"`,
+	}]
+}
+
+test_issuance_review_must_be_made_as_the_recorded_requester if {
+	# A review as the issuer itself, or as anyone but the requester, says nothing.
+	issuer := "system:serviceaccount:ichor-system:ichor-policy"
+	_codes(_issue(_set("/authorization/user", issuer))) == ["AuthorizationMismatch"]
+	_codes(_issue(_set("/requester/username", "ichor:bob"))) == ["AuthorizationMismatch"]
+	_codes(_issue(_set("/requester/groups", ["system:masters"]))) == ["AuthorizationMismatch"]
+	_codes(_issue([{"op": "remove", "path": "/authorization"}])) == ["AuthorizationMismatch"]
+}
+
+test_request_without_a_requester_is_refused if {
+	d := _issue([{"op": "remove", "path": "/requester"}])
+
+	# The review cannot have been made as nobody either.
+	_codes(d) == ["AuthorizationMismatch", "RequesterUnknown"]
+	_codes(_issue(_set("/requester/username", 7))) == ["AuthorizationMismatch", "RequesterUnknown"]
+}
+
+test_cluster_gone_since_admission_is_refused if {
+	_codes(_issue(_set("/cluster/exists", false))) == ["ClusterNotFound"]
+	_codes(_issue([{"op": "remove", "path": "/cluster"}])) == ["ClusterNotFound"]
+}
+
+test_kubernetes_credential_of_a_remote_cluster_is_refused_before_signing if {
+	_codes(_issue_purpose("kubeconfig-super-admin", _set("/cluster/kubeconfig_ref", true))) == ["RemoteClusterKubeconfig"]
+	_issue_purpose("credentials-talos", _set("/cluster/kubeconfig_ref", true)).allowed
+}
+
+test_admin_kubeconfig_without_its_binding_is_refused if {
+	d := _issue_purpose("kubeconfig-admin", _set("/admin_binding/exists", false))
+	not d.certificate
+	d.reasons == [{"code": "AdminBindingMissing", "message": concat("", [
+		"the ClusterRoleBinding ichor:cluster-admins does not exist, so admin kubeconfigs are revoked: ",
+		"after a compromise, rotate the Kubernetes CA, then restore it (chart value ",
+		"adminCredentials.enabled=true, or kubectl create clusterrolebinding ichor:cluster-admins ",
+		"--clusterrole=cluster-admin --group=ichor:cluster-admins)",
+	])}]
+	_codes(_issue_purpose("kubeconfig-admin", [{"op": "remove", "path": "/admin_binding"}])) == ["AdminBindingMissing"]
+}
+
+test_other_purposes_do_not_need_the_admin_binding if {
+	_issue_purpose("kubeconfig-super-admin", _set("/admin_binding/exists", false)).allowed
+	_issue(_set("/admin_binding/exists", false)).allowed
+}
+
+test_admin_kubeconfig_revoked_by_the_operator_is_refused_even_with_a_binding if {
+	d := _issue_purpose("kubeconfig-admin", _set("/settings/admin_kubeconfigs", false))
+	d.reasons == [{
+		"code": "AdminKubeconfigsRevoked",
+		"message": concat("", [
+			"the operator revoked admin kubeconfigs (--admin-kubeconfigs=false, ",
+			"chart value adminCredentials.enabled=false); none is issued",
+		]),
+	}]
+	_codes(_issue_purpose("kubeconfig-admin", [{"op": "remove", "path": "/settings"}])) == ["AdminKubeconfigsRevoked"]
+	_issue(_set("/settings/admin_kubeconfigs", false)).allowed
+}
+
+test_issuance_of_empty_input_is_refused_for_every_missing_fact if {
+	d := credentials.issuance with input as {}
+	not d.certificate
+	d.lifetime_seconds == 0
+	_codes(d) == ["ClusterNotFound", "NotAdmitted", "PublicKeyInvalid", "PurposeUnknown", "RequesterUnknown"]
+}
+
+test_credential_check_of_a_reader_is_os_reader_without_who_asks if {
+	_check({"purpose": "node-reader", "public_key": _reader_key}) == {
+		"allowed": true,
+		"purpose": "node-reader",
+		"lifetime_seconds": 600,
+		"reasons": [{
+			"code": "IchorCredentialIssuable",
+			"message": "an os:reader identity to read one node with lifetime 10m0s may be signed",
+		}],
+		"certificate": {"kind": "talos", "talos_role": "os:reader"},
+	}
+}
+
+test_credential_check_refuses_caps_and_keys_before_anything_is_sent if {
+	d := _check({"purpose": "talosconfig-reader", "ttl_seconds": 86400, "public_key": _reader_key})
+	not d.allowed
+	not d.certificate
+	_codes(d) == ["LifetimeTooLong"]
+	_codes(_check({})) == ["PublicKeyInvalid", "PurposeUnknown"]
+}
