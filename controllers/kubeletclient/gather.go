@@ -88,9 +88,11 @@ func extra(in map[string]certificatesv1.ExtraValue) map[string]authorizationv1.E
 // machineFor finds the managed machine answering to node name node (its
 // status.nodeName or, before that is known, its spec.hostname, as a kubelet
 // bootstraps before its Node exists) whose cluster is this API server's: a
-// TalosCluster that exists and has no spec.kubeconfigRef. A machine of a
+// TalosCluster that exists, has no spec.kubeconfigRef and that the operator
+// named as a judge of this API server (LocalClusters). A machine of a
 // cluster judged in another API server is another node, however it is named,
-// and node names such as worker-1 recur from cluster to cluster.
+// and node names such as worker-1 recur from cluster to cluster; a machine of
+// a cluster the operator did not name vouches for nothing here.
 func (r *Reconciler) machineFor(ctx context.Context, node string) (*ichorv1alpha1.TalosMachine, error) {
 	return kubeletserving.FindMachine(ctx, r.Client, node, func(m *ichorv1alpha1.TalosMachine) (bool, error) {
 		return r.localCluster(ctx, m.Namespace, m.Spec.ClusterName)
@@ -98,7 +100,8 @@ func (r *Reconciler) machineFor(ctx context.Context, node string) (*ichorv1alpha
 }
 
 // localCluster reports whether the named TalosCluster exists and judges the
-// API server this controller runs against.
+// API server this controller runs against: no kubeconfigRef, and named by
+// the operator.
 func (r *Reconciler) localCluster(ctx context.Context, namespace, name string) (bool, error) {
 	var cluster ichorv1alpha1.TalosCluster
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &cluster); err != nil {
@@ -107,5 +110,5 @@ func (r *Reconciler) localCluster(ctx context.Context, namespace, name string) (
 		}
 		return false, fmt.Errorf("get cluster %s/%s: %w", namespace, name, err)
 	}
-	return cluster.Spec.KubeconfigRef == nil, nil
+	return r.LocalClusters.Judges(&cluster), nil
 }

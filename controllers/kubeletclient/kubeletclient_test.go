@@ -30,6 +30,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -39,6 +40,7 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletclient"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
@@ -54,6 +56,9 @@ import (
 var (
 	env         *harness.Env
 	decisionLog = &syncBuffer{}
+	// local are the clusters named as judges of this API server
+	// (--local-clusters).
+	local = &kubeletserving.LocalClusters{}
 )
 
 const (
@@ -126,6 +131,7 @@ func startManager(ctx context.Context) (stop func(), _ error) {
 		Recorder:           mgr.GetEventRecorder("ichor-kubelet-client"),
 		RecheckInterval:    recheck,
 		MaxRecheckInterval: maxRecheck,
+		LocalClusters:      local,
 	}
 	// The serving approver does not run here, so this one registers the index.
 	if err := r.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: false}); err != nil {
@@ -224,6 +230,12 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) addCluster(ns, name string, kubeconfig *ichorv1alpha1.KubeconfigReference) {
 	f.t.Helper()
+	// The operator names every cluster of these tests that judges this API
+	// server (--local-clusters); TestMachineOfAClusterTheOperatorDidNotName
+	// makes one it did not.
+	if kubeconfig == nil {
+		local.Add(types.NamespacedName{Namespace: ns, Name: name})
+	}
 	require.NoError(f.t, env.Client.Create(f.ctx, &ichorv1alpha1.TalosCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: ichorv1alpha1.TalosClusterSpec{
@@ -675,6 +687,24 @@ func TestUnknownMachineIsPendingUntilALocalMachineAppears(t *testing.T) {
 	require.NotNil(t, last.Input.Machine)
 	assert.Equal(t, "lost-1-local", last.Input.Machine.Name)
 	assert.Equal(t, f.cluster, last.Input.Machine.Cluster)
+}
+
+func TestMachineOfAClusterTheOperatorDidNotNameVouchesForNothing(t *testing.T) {
+	f := newFixture(t)
+	user := "system:node:tenant-1"
+	bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
+	// A tenant's cluster without kubeconfigRef, which the operator did not
+	// name as a judge of this API server, manages a machine of that name.
+	require.NoError(t, env.Client.Create(f.ctx, &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "tenant"},
+		Spec:       ichorv1alpha1.TalosClusterSpec{TalosVersion: "v1.14", SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"}},
+	}))
+	f.machineIn(f.ns, "tenant", "tenant-1")
+	name := submit(t, userClient(t, user, "system:nodes"), "tenant-1", csrgen.Request{Subject: csrgen.NodeSubject("tenant-1")})
+
+	e := requirePending(t, name, "MachineUnknown")
+	assert.Nil(t, e.Input.Machine, "an unnamed cluster's machine is not this API server's node")
+	assert.True(t, e.Input.Authorization["selfnodeclient"].Allowed)
 }
 
 // Another signer's request, even for a node, is never looked at.

@@ -11,8 +11,8 @@
 // requester ("create certificatesigningrequests/selfnodeclient" and
 // ".../nodeclient" in certificates.k8s.io), and the managed machine with the
 // request's node name, if any. It asks the engine and acts: it approves, or
-// leaves the request pending. It never denies, never touches another signer
-// and never deletes a request.
+// leaves the request pending. It never denies (the engine refuses a bundle
+// whose rule does), never touches another signer and never deletes a request.
 //
 // The reconciler is keyed by CSR. A pending verdict is remembered by the
 // request's UID and resourceVersion, so a request that nothing changed is not
@@ -86,6 +86,9 @@ type Reconciler struct {
 	Engine    *engine.Engine
 	// Recorder writes the Approved Event on the request; nil writes none.
 	Recorder events.EventRecorder
+	// LocalClusters are the clusters whose machines may be this API
+	// server's nodes; any other cluster's machines are not.
+	LocalClusters *kubeletserving.LocalClusters
 
 	// RecheckInterval is the first wait before a pending request is decided
 	// again; each further pending verdict doubles it, up to
@@ -239,22 +242,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			r.Recorder.Eventf(&csr, nil, corev1.EventTypeNormal, "Approved", "Approve", "%s", d.Summary())
 		}
 		return reconcile.Result{}, nil
-	case engine.ActionPending:
+	default: // engine.ActionPending: the engine refuses any other answer of this rule.
 		first, wait := r.memo.pending(&csr, node, epoch, d, now, r.RecheckInterval, r.MaxRecheckInterval)
 		if first {
 			logger.Info("left kubelet client certificate pending", "reasons", d.Summary(), "recheck_in", wait)
 		} else {
 			logger.V(1).Info("kubelet client certificate still pending", "recheck_in", wait)
-		}
-		return reconcile.Result{RequeueAfter: wait}, nil
-	default:
-		// This approver never denies: a denial is final, and the rule leaves
-		// what it does not approve to a person or another approver. A bundle
-		// whose rule denies is carried out as pending, and said loudly.
-		first, wait := r.memo.pending(&csr, node, epoch, d, now, r.RecheckInterval, r.MaxRecheckInterval)
-		if first {
-			logger.Error(errors.New("the kubelet client rule answered deny"),
-				"this approver never denies; the request is left pending", "reasons", d.Summary())
 		}
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}

@@ -58,7 +58,7 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 // machineFor finds the machine with node name node among every cluster that
 // judges the same API server: for a cluster with a kubeconfigRef, its own
 // machines; for the API server the manager runs against, the machines of
-// every cluster without one. It returns this cluster's machine (nil when
+// every cluster the operator named as its judges (LocalClusters). It returns this cluster's machine (nil when
 // none) and how many candidates there are: a request that more than one
 // machine answers to is left pending by the rule (MachineAmbiguous), and one
 // that only another cluster's machine answers to is that cluster's to decide.
@@ -74,7 +74,7 @@ func (p *pass) machineFor(ctx context.Context, node string) (mine *ichorv1alpha1
 		if err := p.r.Client.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}, &c); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
-		return c.Spec.Security.KubeletServingCertificates.Enabled && c.Spec.KubeconfigRef == nil, nil
+		return c.Spec.Security.KubeletServingCertificates.Enabled && p.r.LocalClusters.Judges(&c), nil
 	})
 	if err != nil {
 		return nil, 0, false, err

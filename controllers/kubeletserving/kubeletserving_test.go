@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -43,6 +44,9 @@ import (
 var (
 	env         *harness.Env
 	decisionLog = &syncBuffer{}
+	// local are the clusters named as judges of this API server
+	// (--local-clusters); each test names its own.
+	local = &kubeletserving.LocalClusters{}
 )
 
 const wait = 60 * time.Second
@@ -94,6 +98,7 @@ func startManager(ctx context.Context) error {
 		Recorder:       mgr.GetEventRecorder("ichor-kubelet-serving"),
 		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second},
 		ResyncInterval: 3 * time.Second,
+		LocalClusters:  local,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err
@@ -134,6 +139,7 @@ func newFixture(t *testing.T, verify bool) *fixture {
 			}},
 		},
 	}
+	local.Add(client.ObjectKeyFromObject(cluster))
 	require.NoError(t, env.Client.Create(ctx, cluster))
 	return &fixture{t: t, ctx: ctx, ns: ns, cluster: cluster.Name}
 }
@@ -623,6 +629,7 @@ func TestNodeNameOfTwoClustersMachinesStaysPending(t *testing.T) {
 	other := a.get().DeepCopy()
 	other.ObjectMeta = metav1.ObjectMeta{Namespace: b.ns, Name: b.cluster}
 	other.Status = ichorv1alpha1.TalosClusterStatus{}
+	local.Add(client.ObjectKeyFromObject(other))
 	require.NoError(t, env.Client.Create(b.ctx, other))
 	// Both clusters judge this API server, and each has a machine twin-1.
 	a.machine("twin-1", "10.27.0.2")
@@ -632,4 +639,44 @@ func TestNodeNameOfTwoClustersMachinesStaysPending(t *testing.T) {
 	name := submit(t, node, "pending-ambiguous", csrgen.Request{Subject: csrgen.NodeSubject("twin-1"), IPs: []net.IP{net.ParseIP("10.27.0.2")}})
 
 	loggedPending(t, name, "MachineAmbiguous")
+}
+
+func TestAClusterTheOperatorDidNotNameJudgesNothingHere(t *testing.T) {
+	named := newFixture(t, false)
+	named.machine("owner-1", "10.28.0.2")
+	// A tenant's cluster in its own namespace, without kubeconfigRef: its
+	// Talos API, which the tenant controls, claims the named cluster's node IP.
+	tenant := &fixture{t: t, ctx: t.Context(), ns: named.ns + "-tenant", cluster: "tenant"}
+	require.NoError(t, env.Client.Create(tenant.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant.ns}}))
+	require.NoError(t, env.Client.Create(tenant.ctx, env.SecretsBundleSecret(tenant.ns, "talos-secrets")))
+	cluster := named.get().DeepCopy()
+	cluster.ObjectMeta = metav1.ObjectMeta{Namespace: tenant.ns, Name: tenant.cluster}
+	cluster.Status = ichorv1alpha1.TalosClusterStatus{}
+	require.NoError(t, env.Client.Create(tenant.ctx, cluster))
+	tenant.machine("intruder-1", "10.28.0.2")
+
+	// The tenant's cluster says why it judges nothing.
+	cond := tenant.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse)
+	require.Eventually(t, func() bool {
+		c := meta.FindStatusCondition(tenant.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		cond = *c
+		return c.Reason == kubeletserving.ReasonLocalClusterNotNamed
+	}, wait, 100*time.Millisecond)
+	assert.Contains(t, cond.Message, "--local-clusters")
+
+	// Its node asks for the named cluster's node IP, which its own Talos API
+	// vouches for. The named cluster, which alone judges this API server,
+	// manages no machine of that name: pending, never approved.
+	intruder := nodeClient(t, "system:node:intruder-1", "system:nodes")
+	stolen := submit(t, intruder, "tenant-stolen-ip", csrgen.Request{Subject: csrgen.NodeSubject("intruder-1"), IPs: []net.IP{net.ParseIP("10.28.0.2")}})
+	loggedPending(t, stolen, "MachineUnknown")
+	for _, e := range decisionLog.entriesFor(stolen) {
+		assert.NotEqual(t, engine.ActionApprove, e.Result.Action)
+	}
+
+	// The named cluster's own node is approved: the tenant holds nothing up.
+	owner := nodeClient(t, "system:node:owner-1", "system:nodes")
+	good := submit(t, owner, "owner-good", csrgen.Request{Subject: csrgen.NodeSubject("owner-1"), IPs: []net.IP{net.ParseIP("10.28.0.2")}})
+	c := decided(t, good)
+	assert.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
 }

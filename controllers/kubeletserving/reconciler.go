@@ -14,6 +14,7 @@ package kubeletserving
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -72,6 +73,9 @@ type Reconciler struct {
 	Recorder  events.EventRecorder
 	// NodeReaders gives the Talos identity reader of a cluster.
 	NodeReaders *NodeReaders
+	// LocalClusters are the clusters without kubeconfigRef that may judge
+	// the API server the manager runs against; any other judges nothing.
+	LocalClusters *LocalClusters
 
 	ResyncInterval time.Duration
 	// Now is the clock; time.Now if nil.
@@ -153,10 +157,11 @@ func (r *Reconciler) csrToClusters(ctx context.Context, obj client.Object) []rec
 	}
 	reqs := make([]reconcile.Request, 0, len(keys))
 	for _, key := range keys {
-		// A request in this API server is for the clusters judging it, not
-		// for those whose kubeconfigRef names another.
+		// A request in this API server is for the clusters judging it: not
+		// those whose kubeconfigRef names another, nor those the operator
+		// has not named.
 		var c ichorv1alpha1.TalosCluster
-		if err := r.Client.Get(ctx, key, &c); err != nil || c.Spec.KubeconfigRef != nil {
+		if err := r.Client.Get(ctx, key, &c); err != nil || !r.LocalClusters.Judges(&c) {
 			continue
 		}
 		r.dirty.add(key, csr.Name)
@@ -220,6 +225,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, r.clearConditions(ctx, &cluster)
 	}
 	t, err := r.targetFor(ctx, &cluster)
+	if errors.Is(err, ErrLocalClusterNotNamed) {
+		// Only a restart with other flags changes this.
+		logger.Info("the cluster judges nothing: the operator has not named it as a judge of the local API server")
+		r.NodeReaders.Forget(req.NamespacedName)
+		r.memo.forget(req.NamespacedName)
+		pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
+		return reconcile.Result{}, r.refuseTarget(ctx, &cluster, err)
+	}
 	if err != nil {
 		logger.Error(err, "cannot judge the cluster's API server")
 		if err := r.refuseTarget(ctx, &cluster, err); err != nil {

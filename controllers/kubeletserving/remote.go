@@ -3,7 +3,9 @@ package kubeletserving
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -32,6 +35,71 @@ import (
 // cannot be read or its API server cannot be watched: nothing is decided
 // there until it can.
 const ReasonKubeconfigUnreadable = "KubeconfigUnreadable"
+
+// ReasonLocalClusterNotNamed is the reason of a False
+// KubeletServingCertificates condition of a cluster without kubeconfigRef
+// that the operator has not named as one that judges the API server the
+// manager runs against (--local-clusters): it judges nothing.
+const ReasonLocalClusterNotNamed = "LocalClusterNotNamed"
+
+// ErrLocalClusterNotNamed is why a cluster without kubeconfigRef that the
+// operator has not named judges nothing.
+var ErrLocalClusterNotNamed = errors.New("this cluster has no spec.kubeconfigRef, so it would judge the kubelets of the API server the manager runs against, " +
+	"and the operator has not named it as one that may (manager flag --local-clusters, chart value manager.localClusters): it judges no request; " +
+	"name it there, or give it the kubeconfigRef of its own API server")
+
+// LocalClusters are the TalosClusters the operator named as judges of the
+// API server the manager runs against. Anyone who may create a TalosCluster
+// could otherwise vouch, through a Talos API they control, for a node of
+// that API server. A nil *LocalClusters names none.
+type LocalClusters struct {
+	mu    sync.RWMutex
+	names map[types.NamespacedName]bool
+}
+
+// ParseLocalClusters reads "namespace/name" entries.
+func ParseLocalClusters(entries []string) (*LocalClusters, error) {
+	l := &LocalClusters{}
+	for _, e := range entries {
+		ns, name, ok := strings.Cut(strings.TrimSpace(e), "/")
+		if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+			return nil, fmt.Errorf("%q is not a TalosCluster as namespace/name", e)
+		}
+		l.Add(types.NamespacedName{Namespace: ns, Name: name})
+	}
+	return l, nil
+}
+
+// Add names one more cluster.
+func (l *LocalClusters) Add(key types.NamespacedName) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.names == nil {
+		l.names = map[types.NamespacedName]bool{}
+	}
+	l.names[key] = true
+}
+
+// Len is how many clusters are named.
+func (l *LocalClusters) Len() int {
+	if l == nil {
+		return 0
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.names)
+}
+
+// Judges reports whether c judges the API server the manager runs against:
+// it has no kubeconfigRef and the operator named it.
+func (l *LocalClusters) Judges(c *ichorv1alpha1.TalosCluster) bool {
+	if l == nil || c.Spec.KubeconfigRef != nil {
+		return false
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.names[client.ObjectKeyFromObject(c)]
+}
 
 // target is an API server whose kubelet-serving CSRs a cluster judges: the
 // manager's own, or the one a TalosCluster's kubeconfigRef names, watched
@@ -62,6 +130,9 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 	key := client.ObjectKeyFromObject(c)
 	if c.Spec.KubeconfigRef == nil {
 		r.targets.stop(key)
+		if !r.LocalClusters.Judges(c) {
+			return nil, ErrLocalClusterNotNamed
+		}
 		return &target{reader: r.Client, clientset: r.Clientset, local: true}, nil
 	}
 	kubeconfig, err := r.readKubeconfig(ctx, c)
@@ -181,11 +252,15 @@ func (t *targets) stop(key types.NamespacedName) {
 
 // refuseTarget says on the cluster why its API server is not judged.
 func (r *Reconciler) refuseTarget(ctx context.Context, c *ichorv1alpha1.TalosCluster, cause error) error {
+	reason := ReasonKubeconfigUnreadable
+	if errors.Is(cause, ErrLocalClusterNotNamed) {
+		reason = ReasonLocalClusterNotNamed
+	}
 	before := c.DeepCopy()
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
 		Type:               ichorv1alpha1.ConditionKubeletServingCertificates,
 		Status:             metav1.ConditionFalse,
-		Reason:             ReasonKubeconfigUnreadable,
+		Reason:             reason,
 		Message:            cause.Error(),
 		ObservedGeneration: c.Generation,
 	})
