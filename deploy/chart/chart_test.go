@@ -19,6 +19,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/webhookcerts"
 )
 
@@ -87,15 +89,28 @@ func helmBinary(t *testing.T) string {
 // helm runs the pinned Helm and returns its standard output.
 func helm(t *testing.T, env []string, args ...string) []byte {
 	t.Helper()
+	cmd := helmCommand(t, env, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "helm %s:\n%s%s", strings.Join(args, " "), stderr.String(), stdout.String())
+	return stdout.Bytes()
+}
+
+// helmOutput runs the pinned Helm and returns its output and error, for a
+// command expected to fail.
+func helmOutput(t *testing.T, args ...string) ([]byte, error) {
+	t.Helper()
+	return helmCommand(t, nil, args...).CombinedOutput()
+}
+
+func helmCommand(t *testing.T, env []string, args ...string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(helmBinary(t), args...)
 	// Helm's own state (repositories, cache) stays out of the user's home.
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
 	cmd.Env = append(cmd.Env, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.NoError(t, cmd.Run(), "helm %s:\n%s%s", strings.Join(args, " "), stderr.String(), stdout.String())
-	return stdout.Bytes()
+	return cmd
 }
 
 // objects is a rendered chart.
@@ -192,8 +207,14 @@ func (o objects) boundRoles(t *testing.T) map[string][]rbacv1.PolicyRule {
 			if b.RoleRef.Kind == "Role" {
 				roleNS = b.Namespace
 			}
-			role := o.get(t, b.RoleRef.Kind, b.RoleRef.Name)
-			assert.Equal(t, roleNS, role.GetNamespace(), "%s %s", b.RoleRef.Kind, b.RoleRef.Name)
+			var roles []*unstructured.Unstructured
+			for _, r := range o.all(b.RoleRef.Kind, b.RoleRef.Name) {
+				if r.GetNamespace() == roleNS {
+					roles = append(roles, r)
+				}
+			}
+			require.Len(t, roles, 1, "%s %s/%s among the rendered objects", b.RoleRef.Kind, roleNS, b.RoleRef.Name)
+			role := roles[0]
 			out[b.RoleRef.Kind+"/"+roleNS+"/"+b.RoleRef.Name] = typed[rbacv1.ClusterRole](t, role).Rules
 		}
 	}
@@ -222,6 +243,7 @@ func TestChartCopiesAreTheGeneratedManifests(t *testing.T) {
 		filepath.Join(r, "deploy", "rbac", "role.yaml"):         filepath.Join(c, "files", "role.yaml"),
 		filepath.Join(r, "deploy", "rbac", "roles.yaml"):        filepath.Join(c, "files", "roles.yaml"),
 		filepath.Join(r, "deploy", "webhook", "manifests.yaml"): filepath.Join(c, "files", "webhook.yaml"),
+		filepath.Join(r, "deploy", "admission", "requester.yaml"): filepath.Join(c, "files", "admission.yaml"),
 	}
 	sources, err := filepath.Glob(filepath.Join(r, "deploy", "crds", "*.yaml"))
 	require.NoError(t, err)
@@ -294,12 +316,21 @@ func TestMain(m *testing.M) {
 // the manager embeds) over the objects for the ClusterRole named role.
 func violations(t *testing.T, objs []map[string]any, role string) []violation {
 	t.Helper()
+	return violationsWith(t, objs, role, false)
+}
+
+// violationsWith evaluates the invariant for a render that does or does not
+// run the kubelet client approver.
+func violationsWith(t *testing.T, objs []map[string]any, role string, clientApprover bool) []violation {
+	t.Helper()
 	engineOnce.Do(func() {
 		// Not the test's context: the engine outlives the first test using it.
 		theEngine, engineErr = engine.New(context.Background(), engine.Options{DecisionLog: io.Discard, Log: io.Discard})
 	})
 	require.NoError(t, engineErr)
-	d, err := theEngine.Decide(t.Context(), "ichor/rbac/violations", map[string]any{"manager_role": role, "objects": objs})
+	d, err := theEngine.Decide(t.Context(), "ichor/rbac/violations", map[string]any{
+		"manager_role": role, "objects": objs, "kubelet_client_approver": clientApprover,
+	})
 	require.NoError(t, err)
 	var out []violation
 	require.NoError(t, json.Unmarshal(d.Result, &out), string(d.Result))
@@ -313,11 +344,14 @@ func violations(t *testing.T, objs []map[string]any, role string) []violation {
 // by name; no sign, no create, no other signer, no wildcard.
 func TestControllerRBACApprovesOnlyKubeletSigners(t *testing.T) {
 	for name, set := range map[string][]string{
-		"default":      nil,
-		"cert-manager": certManager,
-		"renamed":      {"fullnameOverride=ichor", "serviceAccount.name=approver"},
+		"default":        nil,
+		"cert-manager":   certManager,
+		"renamed":        {"fullnameOverride=ichor", "serviceAccount.name=approver"},
+		"client-on":      {"manager.kubeletClientApprover=true"},
+		"secrets-scoped": {"rbac.secretsNamespaces={team-a,team-b}"},
 	} {
 		t.Run(name, func(t *testing.T) {
+			clientApprover := slices.Contains(set, "manager.kubeletClientApprover=true")
 			objs := render(t, set...)
 			bound := objs.boundRoles(t)
 			var clusterRoles []string
@@ -328,14 +362,16 @@ func TestControllerRBACApprovesOnlyKubeletSigners(t *testing.T) {
 			}
 			require.NotEmpty(t, clusterRoles, "no ClusterRole is bound to the manager's ServiceAccount")
 			for _, role := range clusterRoles {
-				assert.Empty(t, violations(t, objs.maps(), role), "ClusterRole %s breaks the RBAC invariant", role)
+				assert.Empty(t, violationsWith(t, objs.maps(), role, clientApprover), "ClusterRole %s breaks the RBAC invariant", role)
 			}
-			// The manager must be able to do its work: the rights are there.
+			// The manager must be able to do its work: the rights are there,
+			// and RBAC follows the features.
 			manager := bound["ClusterRole//"+objs.deployment(t).Name+"-manager"]
 			require.NotNil(t, manager, "the manager ClusterRole %s-manager is not bound to the ServiceAccount", objs.deployment(t).Name)
-			for _, signer := range []string{"kubernetes.io/kubelet-serving", "kubernetes.io/kube-apiserver-client-kubelet"} {
-				assert.True(t, grants(manager, "certificates.k8s.io", "signers", "approve", signer), "no approve on %s", signer)
-			}
+			assert.True(t, grants(manager, "certificates.k8s.io", "signers", "approve", "kubernetes.io/kubelet-serving"))
+			assert.Equal(t, clientApprover, grants(manager, "certificates.k8s.io", "signers", "approve", "kubernetes.io/kube-apiserver-client-kubelet"),
+				"approve on the client signer exactly when the client approver runs")
+			assert.Equal(t, clientApprover, slices.Contains(args(objs.deployment(t)), "--kubelet-client-approver"))
 			assert.True(t, grants(manager, "certificates.k8s.io", "certificatesigningrequests/approval", "update", ""))
 		})
 	}
@@ -397,9 +433,16 @@ func TestManagerRightsAreTheGeneratedOnes(t *testing.T) {
 			t.Fatalf("deploy/rbac/role.yaml holds a %s", obj.GetKind())
 		}
 	}
-	objs := render(t)
+	// With every feature on, the rights are exactly the generated ones; by
+	// default, without the client signer's approve.
+	objs := render(t, "manager.kubeletClientApprover=true")
 	bound := objs.boundRoles(t)
 	assert.Equal(t, wantCluster, bound["ClusterRole//"+release+"-manager"])
+	withoutClient := slices.DeleteFunc(slices.Clone(wantCluster), func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.ResourceNames, "kubernetes.io/kube-apiserver-client-kubelet")
+	})
+	require.Len(t, withoutClient, len(wantCluster)-1)
+	assert.Equal(t, withoutClient, render(t).boundRoles(t)["ClusterRole//"+release+"-manager"])
 	if wantNamespaced == nil {
 		assert.Empty(t, objs.all("Role", release+"-manager"))
 	} else {
@@ -721,4 +764,72 @@ func readFile(t *testing.T, path string) []byte {
 	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return b
+}
+
+// TestTheInvariantCatchesTheClientSignerWithoutItsApprover: the default
+// render with the client signer's rule put back is caught.
+func TestTheInvariantCatchesTheClientSignerWithoutItsApprover(t *testing.T) {
+	objs := render(t, "manager.kubeletClientApprover=true")
+	got := violationsWith(t, objs.maps(), release+"-manager", false)
+	require.Len(t, got, 1)
+	assert.Equal(t, "SignerNotEnabled", got[0].Code)
+}
+
+func TestSecretsAreReadCluserWideOrInTheNamespacesNamed(t *testing.T) {
+	bound := render(t).boundRoles(t)
+	manager := bound["ClusterRole//"+release+"-manager"]
+	assert.True(t, grants(manager, "", "secrets", "get", "any-secret"), "by default the manager reads Secrets wherever a TalosCluster is")
+
+	objs := render(t, "rbac.secretsNamespaces={team-a,team-b}")
+	bound = objs.boundRoles(t)
+	manager = bound["ClusterRole//"+release+"-manager"]
+	assert.False(t, grants(manager, "", "secrets", "get", "any-secret"), "no cluster-wide get on Secrets once namespaces are named")
+	for _, ns := range []string{"team-a", "team-b"} {
+		rules := bound["Role/"+ns+"/"+release+"-manager-secrets"]
+		require.NotNil(t, rules, "no Role bound to the manager in %s", ns)
+		assert.True(t, grants(rules, "", "secrets", "get", "talos-secrets"))
+		assert.False(t, grants(rules, "", "secrets", "list", ""))
+	}
+	// Its own Secrets are still read and written by name in its namespace.
+	own := bound["Role/"+namespace+"/"+release+"-manager"]
+	assert.True(t, grants(own, "", "secrets", "update", credential.DefaultKeySecretName))
+}
+
+func TestAdmissionPolicyAndKeyAreInstalled(t *testing.T) {
+	objs := render(t)
+	policy := typed[admissionregistrationv1.ValidatingAdmissionPolicy](t, objs.get(t, "ValidatingAdmissionPolicy", "ichor-credential-requester"))
+	assert.Equal(t, admissionregistrationv1.Fail, *policy.Spec.FailurePolicy)
+	binding := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, objs.get(t, "ValidatingAdmissionPolicyBinding", "ichor-credential-requester"))
+	assert.Equal(t, policy.Name, binding.Spec.PolicyName)
+	assert.Equal(t, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}, binding.Spec.ValidationActions)
+
+	key := typed[corev1.Secret](t, objs.get(t, "Secret", credential.DefaultKeySecretName))
+	assert.Equal(t, namespace, key.Namespace)
+	assert.Empty(t, key.Data, "the chart must not render the key: an upgrade would replace the manager's")
+	own := objs.boundRoles(t)["Role/"+namespace+"/"+release+"-manager"]
+	for _, verb := range []string{"get", "update"} {
+		assert.True(t, grants(own, "", "secrets", verb, credential.DefaultKeySecretName))
+	}
+}
+
+func TestAdminCredentialsValue(t *testing.T) {
+	objs := render(t)
+	binding := typed[rbacv1.ClusterRoleBinding](t, objs.get(t, "ClusterRoleBinding", "ichor:cluster-admins"))
+	assert.Empty(t, binding.Annotations["helm.sh/hook"], "an ordinary release resource, so every sync converges on the value")
+	assert.Equal(t, "cluster-admin", binding.RoleRef.Name)
+	assert.NotContains(t, args(objs.deployment(t)), "--admin-kubeconfigs=false")
+
+	objs = render(t, "adminCredentials.enabled=false")
+	assert.Empty(t, objs.all("ClusterRoleBinding", "ichor:cluster-admins"))
+	assert.Contains(t, args(objs.deployment(t)), "--admin-kubeconfigs=false")
+
+	out, err := helmOutput(t, "template", release, chartDir(t), "--set", "adminCredentials.binding=false")
+	require.Error(t, err)
+	assert.Contains(t, string(out), "adminCredentials.binding is gone")
+}
+
+func TestLocalClustersValue(t *testing.T) {
+	assert.NotContains(t, strings.Join(args(render(t).deployment(t)), " "), "--local-clusters")
+	dep := render(t, "manager.localClusters={ichor/mgmt,ichor/edge}").deployment(t)
+	assert.Equal(t, "ichor/mgmt,ichor/edge", argValue(t, dep, "--local-clusters"))
 }

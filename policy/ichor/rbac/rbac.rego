@@ -16,8 +16,12 @@
 #   invariant's business. A missing manager role is a violation, since an invariant that
 #   found nothing to check must not pass.
 #
-#   Input: input.manager_role (the name of the manager's ClusterRole) and input.objects
-#   (the rendered Kubernetes objects as JSON, of any kind).
+#   RBAC follows the features: approve on a signer whose approver is optional (the kubelet
+#   client approver) is allowed only when the render switches that approver on.
+#
+#   Input: input.manager_role (the name of the manager's ClusterRole), input.objects
+#   (the rendered Kubernetes objects as JSON, of any kind) and input.kubelet_client_approver
+#   (whether the render runs the kubelet client approver; absent is false).
 package ichor.rbac
 
 # The tables of data.json, beside this file. They sit under "config" because the
@@ -161,6 +165,31 @@ forbidden contains violation if {
 		"message": sprintf(
 			"%s: grants %q on %q with resourceName %q in %s, which is not within %v",
 			[_where(i, j, rule), verb, resource, name, _config.api_group, names],
+		),
+	}
+}
+
+# METADATA
+# title: Signer of an approver that is off
+# description: |
+#   A rule grants approve on a signer whose approver the render does not run (the kubelet
+#   client approver, switched on by the chart value manager.kubeletClientApprover). A right
+#   no running code needs is a right an attacker who takes the manager's token gets for free.
+# custom:
+#   code: SignerNotEnabled
+forbidden contains violation if {
+	some i, j
+	rule := _certificate_rules[i][j]
+	"signers" in _list(rule, "resources")
+	"approve" in _list(rule, "verbs")
+	some name in _list(rule, "resourceNames")
+	switch := _config.optional_signers[name]
+	not input[switch] == true
+	violation := {
+		"code": "SignerNotEnabled",
+		"message": sprintf(
+			"%s: grants \"approve\" on signer %q, whose approver is off (input %s is not true)",
+			[_where(i, j, rule), name, switch],
 		),
 	}
 }

@@ -7,6 +7,7 @@ import data.ichor.rbac
 # groups that this invariant does not judge.
 _good := {
 	"manager_role": "ichor-manager-role",
+	"kubelet_client_approver": true,
 	"objects": [
 		{
 			"apiVersion": "v1",
@@ -328,3 +329,27 @@ test_every_role_of_the_name_is_checked if {
 }
 
 _rule_name(name) := [{"op": "replace", "path": "/manager_role", "value": name}]
+
+# --- RBAC follows the features ---
+
+test_client_signer_without_the_client_approver_is_caught if {
+	rule := _signers(["kubernetes.io/kubelet-serving", "kubernetes.io/kube-apiserver-client-kubelet"])
+	_violations([{"op": "replace", "path": "/kubelet_client_approver", "value": false}]) == {{
+		"code": "SignerNotEnabled",
+		"message": sprintf(
+			concat("", [
+				`%s: grants "approve" on signer "kubernetes.io/kube-apiserver-client-kubelet", `,
+				"whose approver is off (input kubelet_client_approver is not true)",
+			]),
+			[_where(3, rule)],
+		),
+	}}
+	_codes([{"op": "remove", "path": "/kubelet_client_approver"}]) == ["SignerNotEnabled"]
+}
+
+test_serving_signer_alone_holds_without_the_client_approver if {
+	count(_violations(array.concat(
+		[{"op": "replace", "path": "/kubelet_client_approver", "value": false}],
+		_rule(3, _signers(["kubernetes.io/kubelet-serving"])),
+	))) == 0
+}
