@@ -158,7 +158,16 @@ func ParseRequest(pemBytes []byte) Request {
 	for _, ext := range csr.Extensions {
 		req.Extensions = append(req.Extensions, Extension{OID: ext.Id.String(), Critical: ext.Critical})
 		if ext.Id.Equal(oidSubjectAltName) {
-			req.SubjectAltNames = append(req.SubjectAltNames, parseSANs(ext.Value)...)
+			sans, err := parseSANs(ext.Value)
+			if err != nil {
+				// A partial list of names is the shape of a smuggling bypass:
+				// a name the rule never sees, that another parser reads.
+				return Request{
+					Subject: []Attribute{}, SubjectAltNames: []SAN{}, Extensions: []Extension{},
+					ParseError: "subjectAltName extension: " + err.Error(),
+				}
+			}
+			req.SubjectAltNames = append(req.SubjectAltNames, sans...)
 		}
 	}
 	return req
@@ -196,21 +205,28 @@ var sanTypes = map[int]string{
 	8: "registered_id",
 }
 
-// parseSANs lists every GeneralName of a subjectAltName extension value. It is
-// only called after crypto/x509 accepted the extension, so the outer structure
-// is sound; it still stops quietly on anything unexpected rather than panic.
-func parseSANs(der []byte) []SAN {
+// parseSANs lists every GeneralName of a subjectAltName extension value. The
+// value must parse completely: one SEQUENCE with nothing after it, each of
+// its elements a whole ASN.1 value. crypto/x509 has accepted the extension by
+// then, but reads it more leniently; anything it let through that this reader
+// cannot account for byte for byte is an error, never a shorter list.
+func parseSANs(der []byte) ([]SAN, error) {
 	var seq asn1.RawValue
-	if rest, err := asn1.Unmarshal(der, &seq); err != nil || len(rest) != 0 || !seq.IsCompound || seq.Tag != asn1.TagSequence {
-		return nil
+	rest, err := asn1.Unmarshal(der, &seq)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("not a SEQUENCE of names: %w", err)
+	case len(rest) != 0:
+		return nil, fmt.Errorf("%d bytes after the SEQUENCE of names", len(rest))
+	case !seq.IsCompound || seq.Class != asn1.ClassUniversal || seq.Tag != asn1.TagSequence:
+		return nil, fmt.Errorf("not a SEQUENCE of names (class %d, tag %d)", seq.Class, seq.Tag)
 	}
 	sans := []SAN{}
-	rest := seq.Bytes
-	for len(rest) > 0 {
+	rest = seq.Bytes
+	for i := 0; len(rest) > 0; i++ {
 		var name asn1.RawValue
-		var err error
 		if rest, err = asn1.Unmarshal(rest, &name); err != nil {
-			return sans
+			return nil, fmt.Errorf("name %d: %w", i, err)
 		}
 		typ, ok := sanTypes[name.Tag]
 		if name.Class != asn1.ClassContextSpecific || !ok {
@@ -219,7 +235,7 @@ func parseSANs(der []byte) []SAN {
 		}
 		sans = append(sans, SAN{Type: typ, Value: sanValue(typ, name)})
 	}
-	return sans
+	return sans, nil
 }
 
 func sanValue(typ string, name asn1.RawValue) string {

@@ -208,3 +208,44 @@ func mustMarshal(t *testing.T, v any) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+func TestASubjectAltNameThatDoesNotParseCompletelyMakesTheRequestUnparsed(t *testing.T) {
+	dns := func(name string) []byte {
+		b, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, Bytes: []byte(name)})
+		require.NoError(t, err)
+		return b
+	}
+	sequence := func(content []byte) []byte {
+		b, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: content})
+		require.NoError(t, err)
+		return b
+	}
+	good := append(dns("worker-1"), dns("worker-1.example")...)
+	// The second name's length says 40 bytes where 16 follow.
+	truncated := append(dns("worker-1"), 0x82, 40)
+	truncated = append(truncated, []byte("worker-2.example")...)
+	for name, value := range map[string][]byte{
+		// A second SEQUENCE after the first: names another reader may see.
+		"bytes after the sequence": append(sequence(good), sequence(dns("evil.example"))...),
+		"a bad element":            sequence(truncated),
+		"not a sequence":           dns("worker-1"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := csrinput.ParseRequest(mustPEM(t, csrgen.Request{
+				Subject:    csrgen.NodeSubject("worker-1"),
+				Extensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: value}},
+			}))
+			assert.False(t, req.Parsed, "a partial list of names is never a fact")
+			assert.NotEmpty(t, req.ParseError)
+			assert.Empty(t, req.SubjectAltNames)
+			t.Log(req.ParseError)
+		})
+	}
+	// The same names, whole, parse.
+	req := csrinput.ParseRequest(mustPEM(t, csrgen.Request{
+		Subject:    csrgen.NodeSubject("worker-1"),
+		Extensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: sequence(good)}},
+	}))
+	require.True(t, req.Parsed, req.ParseError)
+	assert.Len(t, req.SubjectAltNames, 2)
+}

@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,6 +60,10 @@ type Options struct {
 	// VerificationKeys, when set, make a signature by one of them required:
 	// an unsigned bundle or one signed by another key is refused.
 	VerificationKeys []VerificationKey
+	// AllowInsecureHTTP lets Source be a plain http:// URL. Without it such a
+	// source is refused, signed or not: whoever sits on the path can replay
+	// an old signed bundle (with a rule since fixed) or withhold new ones.
+	AllowInsecureHTTP bool
 	// StartTimeout bounds the first activation; a source whose bundle is
 	// refused at start makes New fail with the reason.
 	StartTimeout time.Duration
@@ -218,6 +223,9 @@ func (e *Engine) resource(opts Options) (resource, serviceURL string, err error)
 		// certificates: a bundle fetched over the network must be signed.
 		if len(opts.VerificationKeys) == 0 {
 			return "", "", fmt.Errorf("bundle source %s is a URL: give the key its bundles are signed with (--bundle-key)", opts.Source)
+		}
+		if strings.HasPrefix(opts.Source, "http://") && !opts.AllowInsecureHTTP {
+			return "", "", fmt.Errorf("bundle source %s is plain http: anyone on the path could serve an older signed bundle or none; use https://, or allow it explicitly (--bundle-allow-insecure-http)", opts.Source)
 		}
 		u, path, err := splitURL(opts.Source)
 		return path, u, err

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/ichor-dev/ichor-policy/csrinput"
 )
@@ -15,5 +16,16 @@ const PathKubeletClient = "ichor/kubelet_client/decision"
 // The rule never denies: Action is approve or pending. It returns
 // ErrNoDecision for a request of another signer.
 func (e *Engine) KubeletClient(ctx context.Context, in csrinput.KubeletClient) (CSRDecision, error) {
-	return e.decideCSR(ctx, PathKubeletClient, in)
+	d, err := e.decideCSR(ctx, PathKubeletClient, in)
+	if err != nil {
+		return d, err
+	}
+	// This approver never denies: a denial is final, and kube-controller-
+	// manager's approver, whose place it takes, leaves what it does not
+	// approve to a person. A bundle whose rule denies is broken, like one
+	// that answers an unknown action: nothing is done and the caller retries.
+	if d.Action == ActionDeny {
+		return CSRDecision{}, fmt.Errorf("decision %s of %s answers deny, which the kubelet client rule never does: the bundle is broken; the request is left as it is", d.DecisionID, PathKubeletClient)
+	}
+	return d, nil
 }

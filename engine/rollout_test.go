@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/csrinput"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 )
@@ -204,10 +205,14 @@ func TestBundleFromURLIsPolled(t *testing.T) {
 	// Unsigned from a URL: refused outright.
 	_, err := engine.New(context.Background(), engine.Options{Source: srv.URL + "/bundles/ichor.tar.gz", DecisionLog: io.Discard, Log: io.Discard})
 	require.ErrorContains(t, err, "give the key its bundles are signed with")
+	// Signed, but over plain http, without the operator allowing it: refused.
+	keys := []engine.VerificationKey{{ID: "ichor", PEM: s.public}}
+	_, err = engine.New(context.Background(), engine.Options{Source: srv.URL + "/bundles/ichor.tar.gz", DecisionLog: io.Discard, Log: io.Discard, VerificationKeys: keys})
+	require.ErrorContains(t, err, "is plain http")
 
 	e, err := engine.New(context.Background(), engine.Options{
 		Source: srv.URL + "/bundles/ichor.tar.gz", PollInterval: time.Second, DecisionLog: io.Discard, Log: io.Discard,
-		VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}},
+		VerificationKeys: keys, AllowInsecureHTTP: true,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Stop(context.Background()) })
@@ -339,4 +344,23 @@ decision := http.send({"method": "GET", "url": "`+srv.URL+`"}).status_code
 		t.Fatal("the rule reached the network")
 	default:
 	}
+}
+
+func TestAKubeletClientRuleThatDeniesIsRefusedByTheEngine(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "ichor", "kubelet_client"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ichor", "kubelet_client", "broken.rego"), []byte(`package ichor.kubelet_client
+
+decision := {"action": "deny", "reasons": [{"code": "Broken", "message": "a rule that denies"}], "node": "worker-1", "kind": ""}
+`), 0o600))
+	b, err := bundles.FromDir(dir)
+	require.NoError(t, err)
+	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	d, err := e.KubeletClient(context.Background(), csrinput.KubeletClient{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "answers deny, which the kubelet client rule never does")
+	assert.Empty(t, d.Action, "nothing to act on")
 }
