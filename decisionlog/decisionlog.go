@@ -327,6 +327,11 @@ type subject struct {
 	User *struct {
 		Username string `json:"username"`
 	} `json:"user"`
+	// Requester is spec.requester of a credential request: the only user
+	// an issuance decision names.
+	Requester *struct {
+		Username string `json:"username"`
+	} `json:"requester"`
 }
 
 func (e Entry) subject() subject {
@@ -373,8 +378,8 @@ func (e Entry) Node() string {
 	return ""
 }
 
-// User is the requester: the CSR's spec.username, or the admission
-// request's user.
+// User is the requester: the CSR's spec.username, the admission request's
+// user, or the requester an issuance decision re-authorized.
 func (e Entry) User() string {
 	s := e.subject()
 	switch {
@@ -382,6 +387,8 @@ func (e Entry) User() string {
 		return s.CSR.Username
 	case s.User != nil:
 		return s.User.Username
+	case s.Requester != nil:
+		return s.Requester.Username
 	}
 	return ""
 }

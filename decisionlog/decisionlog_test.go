@@ -429,3 +429,15 @@ func TestReadTellsNoDecisionFromAFailedOne(t *testing.T) {
 	assert.Equal(t, "ichor/credentials/requirements", entries[3].Policy())
 	assert.True(t, entries[0].Timestamp.IsZero())
 }
+
+func TestAnIssuanceRefusalNamesItsRequesterAndReasons(t *testing.T) {
+	log := `{"msg":"Decision Log","decision_id":"i","path":"ichor/credentials/issuance","input":{"request":{"name":"demo-x","purpose":"credentials-talos"},"requester":{"username":"ichor:mallory"},"admission":{"recorded":false,"verified":false}},"result":{"allowed":false,"purpose":"credentials-talos","reasons":[{"code":"NotAdmitted","message":"no admission of this request by Ichor's webhook is recorded"}]}}
+`
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	assert.Equal(t, "issuance", entries[0].Policy())
+	assert.Equal(t, "ichor:mallory", entries[0].User(), "the requester the issuer re-authorized")
+	assert.Equal(t, []string{"NotAdmitted"}, entries[0].Codes())
+	assert.Len(t, decisionlog.Filter(entries, decisionlog.Criteria{User: "ichor:mallory"}), 1, "ichor decisions list --user finds it")
+}

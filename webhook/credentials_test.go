@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"math/big"
 	"os"
 	"regexp"
 	"strings"
@@ -570,6 +571,17 @@ func TestPublicKeyFactsReachThePolicy(t *testing.T) {
 	require.NoError(t, err)
 	msg := refusal(t, alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", weak.Public())))
 	assert.Contains(t, msg, `PublicKeyNotAllowed: public key "RSA 1024-bit" is not allowed`)
+
+	// A 16,000-bit RSA key, which Go's TLS would not even use: only the
+	// public half is needed to ask, so a random odd modulus stands for it.
+	bytes16000 := make([]byte, 2000)
+	_, err = rand.Read(bytes16000)
+	require.NoError(t, err)
+	bytes16000[0] |= 0x80
+	bytes16000[len(bytes16000)-1] |= 1
+	huge := &rsa.PublicKey{N: new(big.Int).SetBytes(bytes16000), E: 65537}
+	msg = refusal(t, alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", huge)))
+	assert.Contains(t, msg, `PublicKeyNotAllowed: public key "RSA 16000-bit" is not allowed`)
 
 	garbage := f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))
 	garbage.Spec.PublicKey = "-----BEGIN PUBLIC KEY-----\nbm90IGEga2V5\n-----END PUBLIC KEY-----\n"

@@ -353,6 +353,12 @@ func TestEachDenyReasonEndToEnd(t *testing.T) {
 			r.Extensions = []pkix.Extension{keyUsage}
 			return submit(t, node, "deny-extension", r)
 		}, []string{"ExtensionForbidden"}},
+		// The API server accepts a subjectAltName extension with a second
+		// SEQUENCE of names after the first; no name of it is approved.
+		{"smuggled-names", func(t *testing.T) string {
+			r := csrgen.Request{Subject: csrgen.NodeSubject("deny-1"), Extensions: []pkix.Extension{smuggledNames(t)}}
+			return submit(t, node, "deny-smuggled", r)
+		}, []string{"MalformedRequest"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -679,4 +685,18 @@ func TestAClusterTheOperatorDidNotNameJudgesNothingHere(t *testing.T) {
 	good := submit(t, owner, "owner-good", csrgen.Request{Subject: csrgen.NodeSubject("owner-1"), IPs: []net.IP{net.ParseIP("10.28.0.2")}})
 	c := decided(t, good)
 	assert.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
+}
+
+// smuggledNames is a subjectAltName extension whose SEQUENCE of the node's
+// own name is followed by another SEQUENCE naming someone else.
+func smuggledNames(t *testing.T) pkix.Extension {
+	t.Helper()
+	seq := func(name string) []byte {
+		dns, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, Bytes: []byte(name)})
+		require.NoError(t, err)
+		b, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: dns})
+		require.NoError(t, err)
+		return b
+	}
+	return pkix.Extension{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: append(seq("deny-1"), seq("kubernetes.default.svc")...)}
 }

@@ -95,6 +95,20 @@ func TestUpgradeKeepsTheManagersCertificates(t *testing.T) {
 			require.NoError(t, c.Get(t.Context(), types.NamespacedName{Name: webhookcerts.DefaultWebhookConfigurationName}, &vwc))
 			assert.EqualValues(t, 8443, *vwc.Webhooks[0].ClientConfig.Service.Port, "the upgrade was not applied to the webhook configuration")
 
+			// Revocation is a value: the binding is removed by an upgrade
+			// with adminCredentials.enabled=false, and the next upgrade with
+			// the value still off does not bring it back (a post-install hook
+			// would, under Argo CD, at every sync).
+			binding := types.NamespacedName{Name: "ichor:cluster-admins"}
+			require.NoError(t, c.Get(t.Context(), binding, &rbacv1.ClusterRoleBinding{}), "the binding is installed with the chart")
+			for range 2 {
+				helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--set", "adminCredentials.enabled=false"}, kc...)...)
+				err := c.Get(t.Context(), binding, &rbacv1.ClusterRoleBinding{})
+				assert.True(t, apierrors.IsNotFound(err), "an upgrade with adminCredentials.enabled=false leaves the binding: %v", err)
+				require.NoError(t, c.Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: release}, &dep))
+				assert.Contains(t, dep.Spec.Template.Spec.Containers[0].Args, "--admin-kubeconfigs=false")
+			}
+
 			helm(t, nil, append([]string{"uninstall", release}, kc...)...)
 			for _, gone := range []struct {
 				obj client.Object

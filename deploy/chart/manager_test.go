@@ -1,0 +1,206 @@
+package chart
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/cli"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+	"github.com/ichor-dev/ichor-policy/webhook/webhooktest"
+)
+
+// chartNamespace is where this test installs the chart: not the harness's
+// ichor-system, whose admission key Secret Helm would not adopt.
+const chartNamespace = "ichor-chart"
+
+// TestTheManagerWorksWithTheChartsRightsAndPolicy installs the chart into a
+// real control plane (with kube-controller-manager's signer, Talos API test
+// servers and kubelets), then runs the real `ichor manager` as the chart's
+// ServiceAccount, with exactly the RBAC the chart renders, the admission key
+// Secret it creates and the ValidatingAdmissionPolicy it installs, serving
+// the chart's webhook configuration (pointed at the test's loopback address,
+// where a Service would lead in a cluster). The kubelet serving approver
+// approves, the webhook admits and the issuer issues, and the policy refuses
+// a forged requester.
+func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	env, err := harness.Start(ctx, harness.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(env.TailLogs(30))
+		}
+		_ = env.Stop()
+	})
+	admin := writeKubeconfig(t, env.AdminKubeconfig)
+	helm(t, nil, "install", release, chartDir(t), "--kubeconfig", admin, "--namespace", chartNamespace, "--create-namespace",
+		"--set", "manager.localClusters={demo/demo}", "--wait=false")
+	require.NoError(t, webhooktest.WaitRequesterPolicy(ctx, env.Client, "default", true))
+
+	// The webhook configuration the chart made, pointed here.
+	serving := &envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1"}
+	require.NoError(t, serving.PrepWithoutInstalling())
+	t.Cleanup(func() { _ = serving.Cleanup() })
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	require.NoError(t, env.Client.Get(ctx, types.NamespacedName{Name: "ichor-policy-webhook"}, &vwc))
+	for i := range vwc.Webhooks {
+		path := *vwc.Webhooks[i].ClientConfig.Service.Path
+		vwc.Webhooks[i].ClientConfig = admissionregistrationv1.WebhookClientConfig{
+			URL:      ptr.To(fmt.Sprintf("https://127.0.0.1:%d%s", serving.LocalServingPort, path)),
+			CABundle: serving.LocalServingCAData,
+		}
+	}
+	require.NoError(t, env.Client.Update(ctx, &vwc))
+
+	// The manager, as the chart's ServiceAccount.
+	token, err := env.Clientset.CoreV1().ServiceAccounts(chartNamespace).CreateToken(ctx, release, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	saKubeconfig := tokenKubeconfig(t, env, token.Status.Token)
+	t.Setenv("POD_NAMESPACE", chartNamespace)
+	managerLog := filepath.Join(t.TempDir(), "manager.log")
+	logFile, err := os.Create(managerLog)
+	require.NoError(t, err)
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Run(ctx, []string{"manager", "--kubeconfig", saKubeconfig,
+			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--resync-interval", "2s",
+			"--webhook-port", fmt.Sprint(serving.LocalServingPort), "--webhook-cert-dir", serving.LocalServingCertDir,
+			"--local-clusters", "demo/demo"}, nil, io.Discard, logFile)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = logFile.Close()
+		if t.Failed() {
+			data, _ := os.ReadFile(managerLog)
+			t.Logf("manager log:\n%s", data)
+		}
+	})
+	require.NoError(t, webhooktest.WaitWebhook(ctx, env.Client, "default", true))
+
+	// A cluster whose kubelet serving certificates the manager approves.
+	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}))
+	require.NoError(t, env.Client.Create(ctx, env.SecretsBundleSecret("demo", "talos-secrets")))
+	require.NoError(t, env.Client.Create(ctx, &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "demo"},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion: "v1.14", SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"},
+			Security: ichorv1alpha1.ClusterSecurity{KubeletServingCertificates: ichorv1alpha1.KubeletServingCertificates{Enabled: true}},
+		},
+	}))
+	node, err := env.StartTalosNode(ctx, harness.NodeOptions{Name: "worker-1", Addresses: []netip.Addr{netip.MustParseAddr("10.5.0.2")}})
+	require.NoError(t, err)
+	t.Cleanup(node.Stop)
+	machine := &ichorv1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "worker-1"},
+		Spec:       ichorv1alpha1.TalosMachineSpec{ClusterName: "demo", Hostname: "worker-1", Endpoint: node.Endpoint(), Role: ichorv1alpha1.MachineRoleWorker},
+	}
+	require.NoError(t, env.Client.Create(ctx, machine))
+	machine.Status.NodeName = "worker-1"
+	require.NoError(t, env.Client.Status().Update(ctx, machine))
+	kubelet, err := env.StartKubelet(ctx, harness.KubeletOptions{NodeName: "worker-1", DNSNames: []string{"worker-1"}, IPs: []net.IP{net.ParseIP("10.5.0.2")}})
+	require.NoError(t, err)
+	t.Cleanup(kubelet.Stop)
+	waitCtx, stop := context.WithTimeout(ctx, time.Minute)
+	defer stop()
+	_, err = kubelet.WaitForCertificate(waitCtx)
+	require.NoError(t, err, "the kubelet serving approver did not approve with the chart's rights")
+
+	// A person's read-only talosconfig, through the webhook and the issuer.
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "alice"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ichor-operator"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "ichor:alice"}},
+	}))
+	cfg, err := env.UserConfig("ichor:alice")
+	require.NoError(t, err)
+	raw, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	alice, err := webhooktest.Requesting(ctx, raw)
+	require.NoError(t, err)
+	tcr := &ichorv1alpha1.TalosCredentialRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", GenerateName: "demo-talosconfig-reader-"},
+		Spec:       ichorv1alpha1.TalosCredentialRequestSpec{ClusterName: "demo", Purpose: ichorv1alpha1.PurposeTalosconfigReader, PublicKey: publicKeyPEM(t)},
+	}
+	require.Eventually(t, func() bool { return alice.Create(ctx, tcr.DeepCopy()) == nil }, 30*time.Second, 200*time.Millisecond,
+		"alice's request was never admitted (RBAC takes a moment to see her binding)")
+	var list ichorv1alpha1.TalosCredentialRequestList
+	require.Eventually(t, func() bool {
+		require.NoError(t, env.Client.List(ctx, &list, client.InNamespace("demo")))
+		if len(list.Items) != 1 {
+			return false
+		}
+		ready := meta.FindStatusCondition(list.Items[0].Status.Conditions, ichorv1alpha1.ConditionReady)
+		return ready != nil
+	}, time.Minute, 200*time.Millisecond)
+	ready := meta.FindStatusCondition(list.Items[0].Status.Conditions, ichorv1alpha1.ConditionReady)
+	assert.Equal(t, ichorv1alpha1.ReasonIssued, ready.Reason, ready.Message)
+	assert.NotEmpty(t, list.Items[0].Status.Certificate)
+
+	// The chart's policy refuses a requester who writes someone else in.
+	forged := tcr.DeepCopy()
+	forged.Spec.Requester = ichorv1alpha1.Requester{Username: "ichor:bob", Groups: []string{"system:authenticated"}}
+	err = raw.Create(ctx, forged)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy 'ichor-credential-requester'")
+}
+
+func writeKubeconfig(t *testing.T, data []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+	return path
+}
+
+// tokenKubeconfig is a kubeconfig of the harness's API server with a bearer
+// token.
+func tokenKubeconfig(t *testing.T, env *harness.Env, token string) string {
+	t.Helper()
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["env"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+	cfg.AuthInfos["sa"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["sa"] = &clientcmdapi.Context{Cluster: "env", AuthInfo: "sa"}
+	cfg.CurrentContext = "sa"
+	data, err := clientcmd.Write(*cfg)
+	require.NoError(t, err)
+	return writeKubeconfig(t, data)
+}
+
+func publicKeyPEM(t *testing.T) string {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	require.NoError(t, err)
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+}
