@@ -37,6 +37,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/cli"
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 	"github.com/ichor-dev/ichor-policy/engine"
+	clusterfacts "github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 	"github.com/ichor-dev/ichor-policy/test/talosapi"
@@ -150,8 +151,10 @@ func startClusterEnv(t *testing.T) *clusterEnv {
 	keyClient, err := client.New(managerCfg, client.Options{Scheme: env.Scheme})
 	require.NoError(t, err)
 	keys := env.AdmissionKeys(keyClient)
-	require.NoError(t, (&webhook.CredentialRequestValidator{Engine: eng, Instance: "cli-test", Keys: keys}).SetupWithManager(mgr))
-	require.NoError(t, (&credentials.Reconciler{Engine: eng, Keys: keys, AdminKubeconfigs: true, Retention: testRetention}).SetupWithManager(mgr))
+	local, err := clusterfacts.ParseLocal([]string{teamNS + "/demo", teamNS + "/bare"})
+	require.NoError(t, err)
+	require.NoError(t, (&webhook.CredentialRequestValidator{Engine: eng, Instance: "cli-test", Keys: keys, LocalClusters: local}).SetupWithManager(mgr))
+	require.NoError(t, (&credentials.Reconciler{Engine: eng, Keys: keys, AdminKubeconfigs: true, Retention: testRetention, LocalClusters: local}).SetupWithManager(mgr))
 	mgrDone := make(chan struct{})
 	go func() {
 		defer close(mgrDone)

@@ -28,6 +28,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletclient"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/talosnode"
 	credwebhook "github.com/ichor-dev/ichor-policy/webhook"
@@ -279,7 +280,7 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 	if err != nil {
 		return err
 	}
-	localClusters, err := kubeletserving.ParseLocalClusters(o.localClusters)
+	localClusters, err := cluster.ParseLocal(o.localClusters)
 	if err != nil {
 		return usagef("--local-clusters: %v", err)
 	}
@@ -313,7 +314,9 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 		if _, err := keys.Key(ctx); err != nil {
 			return err
 		}
-		validator := &credwebhook.CredentialRequestValidator{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Keys: keys}
+		validator := &credwebhook.CredentialRequestValidator{
+			Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Keys: keys, LocalClusters: localClusters,
+		}
 		if err := validator.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("set up the credential request webhook: %w", err)
 		}
@@ -325,7 +328,7 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 		// only beside the webhook.
 		issuer := &credentials.Reconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng, Keys: keys,
-			AdminKubeconfigs: o.adminKubeconfigs, Recorder: mgr.GetEventRecorder("ichor-credentials"),
+			AdminKubeconfigs: o.adminKubeconfigs, Recorder: mgr.GetEventRecorder("ichor-credentials"), LocalClusters: localClusters,
 		}
 		if err := issuer.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("set up the credential issuer: %w", err)

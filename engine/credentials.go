@@ -115,6 +115,10 @@ type ClusterFacts struct {
 	Exists bool `json:"exists"`
 	// KubeconfigRef is whether the cluster judges another API server.
 	KubeconfigRef bool `json:"kubeconfig_ref"`
+	// Local is whether its machines are nodes of the API server the manager
+	// runs against: no kubeconfigRef, and named by the operator
+	// (--local-clusters).
+	Local bool `json:"local"`
 }
 
 // CredentialAdmissionInput is the input of the admission decision.

@@ -37,6 +37,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 )
 
@@ -72,6 +73,9 @@ type CredentialRequestValidator struct {
 	Engine *engine.Engine
 	// Keys holds the admission key the Event's MAC is made with.
 	Keys *credential.Keys
+	// LocalClusters are the clusters of the API server the manager runs
+	// against, the only ones Kubernetes credentials are issued for.
+	LocalClusters *cluster.Local
 	// Instance names this replica in the Events it writes (reportingInstance);
 	// the host name if empty.
 	Instance string
@@ -125,7 +129,9 @@ func (v *CredentialRequestValidator) Handle(ctx context.Context, req admission.R
 		logger.Info("refused")
 		return admission.Denied(fmt.Sprintf("%s (decision %s)", engine.Messages(d.Reasons), d.DecisionID))
 	}
-	if d.Event != nil {
+	// A dry run has no side effect (sideEffects=NoneOnDryRun), whatever a
+	// bundle says.
+	if d.Event != nil && !in.DryRun {
 		if err := v.record(ctx, cluster, &tcr, req.Namespace, d); err != nil {
 			logger.Error(err, "refused: the issuance Event could not be written")
 			return admission.Denied(fmt.Sprintf(
@@ -176,7 +182,7 @@ func (v *CredentialRequestValidator) facts(ctx context.Context, req admission.Re
 	case err != nil:
 		return in, nil, fmt.Errorf("get TalosCluster %s/%s: %w", namespace, tcr.Spec.ClusterName, err)
 	}
-	in.Cluster = engine.ClusterFacts{Exists: true, KubeconfigRef: cluster.Spec.KubeconfigRef != nil}
+	in.Cluster = engine.ClusterFacts{Exists: true, KubeconfigRef: cluster.Spec.KubeconfigRef != nil, Local: v.LocalClusters.Judges(&cluster)}
 	return in, &cluster, nil
 }
 
@@ -197,7 +203,7 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 	if err != nil {
 		return err
 	}
-	mac, err := credential.MAC(key, tcr, namespace, d.DecisionID)
+	mac, err := credential.MAC(key, tcr, namespace, cluster.UID, d.DecisionID)
 	if err != nil {
 		return err
 	}

@@ -24,12 +24,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -42,6 +43,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
+	clusterfacts "github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 	"github.com/ichor-dev/ichor-policy/webhook"
@@ -55,6 +57,9 @@ var (
 	decisionLog = &syncBuffer{}
 	// admissionKeys is the webhook's admission key.
 	admissionKeys *credential.Keys
+	// local are the clusters named as those of this API server; each test
+	// names its own.
+	local = &clusterfacts.Local{}
 )
 
 // webhookUser is the identity the webhook runs as, with exactly the rights of
@@ -184,7 +189,7 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 		return done(err)
 	}
 	admissionKeys = env.AdmissionKeys(keyClient)
-	v := &webhook.CredentialRequestValidator{Engine: eng, Instance: "webhook-test", Keys: admissionKeys}
+	v := &webhook.CredentialRequestValidator{Engine: eng, Instance: "webhook-test", Keys: admissionKeys, LocalClusters: local}
 	if err := v.SetupWithManager(mgr); err != nil {
 		return done(err)
 	}
@@ -252,6 +257,7 @@ func newFixture(t *testing.T, recordable bool) *fixture {
 			SecretsRef:   ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"},
 		},
 	}))
+	local.Add(types.NamespacedName{Namespace: ns, Name: "demo"})
 	f := &fixture{t: t, ctx: ctx, ns: ns}
 	if recordable {
 		f.bind(rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: webhookUser}, "ClusterRole", webhookEventsRole)
@@ -384,12 +390,14 @@ func TestHolderOfTheVerbIsAdmittedAndTheEventNamesThem(t *testing.T) {
 	assert.Equal(t, string(tcr.UID), e.Annotations[credential.AnnotationRequestUID])
 	key, err := admissionKeys.Key(f.ctx)
 	require.NoError(t, err)
-	ok, decisionID, why := credential.Verify(key, tcr, &e)
+	ok, decisionID, why := credential.Verify(key, tcr, e.InvolvedObject.UID, &e)
 	assert.True(t, ok, why)
 	assert.Equal(t, e.Annotations[credential.AnnotationDecisionID], decisionID)
 	changed := tcr.DeepCopy()
 	changed.Spec.Requester.Groups = append(changed.Spec.Requester.Groups, "system:masters")
-	ok, _, why = credential.Verify(key, changed, &e)
+	ok, _, why = credential.Verify(key, changed, e.InvolvedObject.UID, &e)
+	assert.False(t, ok)
+	ok, _, _ = credential.Verify(key, tcr, "another-cluster-uid", &e)
 	assert.False(t, ok)
 	assert.Contains(t, why, "does not match this request's uid, spec and requester")
 
@@ -717,4 +725,21 @@ func TestWithoutTheAdmissionPolicyTheWebhookStillRefusesAForgedRequester(t *test
 	assert.Contains(t, msg, `RequesterMismatch: spec.requester ("ichor:bob") is not the user who made the request ("ichor:alice"): username differ`)
 	assert.Empty(t, f.events())
 	assert.Empty(t, f.requests())
+}
+
+func TestAKubeconfigForAClusterTheOperatorDidNotNameIsRefused(t *testing.T) {
+	f := newFixture(t, true)
+	require.NoError(t, env.Client.Create(f.ctx, &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "tenant"},
+		Spec:       ichorv1alpha1.TalosClusterSpec{TalosVersion: "v1.14", SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"}},
+	}))
+	bea := f.user("ichor:bea", "ClusterRole/ichor-admin")
+	tcr := f.request(ichorv1alpha1.PurposeKubeconfigAdmin, "", ed25519Key(t))
+	tcr.Spec.ClusterName = "tenant"
+	msg := refusal(t, bea.Create(f.ctx, tcr))
+	assert.Contains(t, msg, `ClusterNotLocal: TalosCluster "tenant" is not named as a cluster of the API server Ichor runs in`)
+	// Its talosconfig is another matter: Talos credentials are for its own nodes.
+	talos := f.request(ichorv1alpha1.PurposeCredentialsTalos, "", ed25519Key(t))
+	talos.Spec.ClusterName = "tenant"
+	require.NoError(t, bea.Create(f.ctx, talos))
 }

@@ -50,6 +50,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 	"github.com/ichor-dev/ichor-policy/engine"
+	clusterfacts "github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 	"github.com/ichor-dev/ichor-policy/test/talosapi"
@@ -70,6 +71,8 @@ var (
 	keys        *credential.Keys
 	recorder    events.EventRecorder
 	decisionLog = &syncBuffer{}
+	// local are the clusters named as those of this API server.
+	local = &clusterfacts.Local{}
 	// webhookConfig is the installed ValidatingWebhookConfiguration, to
 	// remove and restore it.
 	webhookConfig *admissionregistrationv1.ValidatingWebhookConfiguration
@@ -230,7 +233,7 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 	if err != nil {
 		return done(err)
 	}
-	v := &webhook.CredentialRequestValidator{Engine: webhookEngine, Instance: "credentials-test",
+	v := &webhook.CredentialRequestValidator{Engine: webhookEngine, Instance: "credentials-test", LocalClusters: local,
 		Keys: env.AdmissionKeys(webhookClient)}
 	if err := v.SetupWithManager(mgr); err != nil {
 		return done(err)
@@ -272,7 +275,7 @@ func newFixture(t *testing.T) *fixture {
 	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	f := &fixture{t: t, ctx: ctx, ns: ns}
 	f.r = &credentials.Reconciler{
-		Client: ctrlClient, APIReader: ctrlClient, Engine: eng, Keys: keys, AdminKubeconfigs: true, Recorder: recorder,
+		Client: ctrlClient, APIReader: ctrlClient, Engine: eng, Keys: keys, AdminKubeconfigs: true, Recorder: recorder, LocalClusters: local,
 		Now: func() time.Time { return time.Now().Add(f.skew) },
 	}
 	f.cluster("demo", env.SecretsBundleSecret(ns, "talos-secrets"))
@@ -288,6 +291,8 @@ func (f *fixture) cluster(name string, secret *corev1.Secret) {
 	if secret != nil {
 		ref = secret.Name
 	}
+	// Each test's clusters are this API server's, as the operator names them.
+	local.Add(types.NamespacedName{Namespace: f.ns, Name: name})
 	require.NoError(f.t, env.Client.Create(f.ctx, &ichorv1alpha1.TalosCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
 		Spec:       ichorv1alpha1.TalosClusterSpec{TalosVersion: "v1.14", SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: ref}},
@@ -727,6 +732,25 @@ func TestAForgedAdmissionRecordIsRefused(t *testing.T) {
 	assert.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, f.answer(genuine)).Reason)
 }
 
+func TestAClusterRecreatedSinceAdmissionDoesNotInheritTheAdmission(t *testing.T) {
+	f := newFixture(t)
+	tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeCredentialsTalos, "")
+	// Deleted and made again under the same name, with other CAs: the
+	// request was admitted for the one that is gone.
+	var before ichorv1alpha1.TalosCluster
+	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "demo"}, &before))
+	require.NoError(t, env.Client.Delete(f.ctx, &before))
+	f.cluster("demo", nil)
+	require.Eventually(t, func() bool {
+		var seen ichorv1alpha1.TalosCluster
+		return ctrlClient.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "demo"}, &seen) == nil && seen.UID != before.UID
+	}, 10*time.Second, 50*time.Millisecond)
+
+	c := ready(t, f.answer(tcr))
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
+	assert.Contains(t, c.Message, "NotAdmitted: the admission record of this request does not prove it")
+}
+
 func TestAKubernetesCredentialOfAClusterThatJudgesAnotherAPIServerIsRefused(t *testing.T) {
 	f := newFixture(t)
 	tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeKubeconfigSuperAdmin, "")
@@ -742,7 +766,7 @@ func TestAKubernetesCredentialOfAClusterThatJudgesAnotherAPIServerIsRefused(t *t
 
 	c := ready(t, f.answer(tcr))
 	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
-	assert.Contains(t, c.Message, `RemoteClusterKubeconfig: TalosCluster "demo" judges another API server (spec.kubeconfigRef)`)
+	assert.Contains(t, c.Message, `ClusterNotLocal: TalosCluster "demo" judges another API server (spec.kubeconfigRef)`)
 }
 
 func TestAdminKubeconfigsRevokedByTheOperatorAreRefusedEvenWithTheBinding(t *testing.T) {

@@ -52,6 +52,7 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/taloscert"
 )
@@ -99,6 +100,9 @@ type Reconciler struct {
 	AdminKubeconfigs bool
 	// Recorder writes a Warning Event on a refused request; nil writes none.
 	Recorder events.EventRecorder
+	// LocalClusters are the clusters of the API server the manager runs
+	// against, the only ones Kubernetes credentials are issued for.
+	LocalClusters *cluster.Local
 
 	// Retention is how long an answered request is kept; DefaultRetention
 	// if zero.
@@ -235,8 +239,16 @@ func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 		AdminBinding: engine.AdminBindingFacts{Name: AdminBinding},
 		Settings:     engine.IssuerSettings{AdminKubeconfigs: r.AdminKubeconfigs},
 	}
+	var cl ichorv1alpha1.TalosCluster
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: tcr.Namespace, Name: tcr.Spec.ClusterName}, &cl); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return in, nil, fmt.Errorf("get TalosCluster %s/%s: %w", tcr.Namespace, tcr.Spec.ClusterName, err)
+	default:
+		in.Cluster = engine.ClusterFacts{Exists: true, KubeconfigRef: cl.Spec.KubeconfigRef != nil, Local: r.LocalClusters.Judges(&cl)}
+	}
 	var err error
-	if in.Admission, err = r.admission(ctx, tcr); err != nil {
+	if in.Admission, err = r.admission(ctx, tcr, cl.UID); err != nil {
 		return in, nil, err
 	}
 	if in.Requester != nil {
@@ -254,15 +266,6 @@ func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 		}
 	}
 
-	var cluster ichorv1alpha1.TalosCluster
-	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: tcr.Namespace, Name: tcr.Spec.ClusterName}, &cluster); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return in, nil, fmt.Errorf("get TalosCluster %s/%s: %w", tcr.Namespace, tcr.Spec.ClusterName, err)
-	default:
-		in.Cluster = engine.ClusterFacts{Exists: true, KubeconfigRef: cluster.Spec.KubeconfigRef != nil}
-	}
-
 	var binding rbacv1.ClusterRoleBinding
 	switch err := r.APIReader.Get(ctx, client.ObjectKey{Name: AdminBinding}, &binding); {
 	case apierrors.IsNotFound(err):
@@ -271,12 +274,12 @@ func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 	default:
 		in.AdminBinding.Exists = true
 	}
-	return in, &cluster, nil
+	return in, &cl, nil
 }
 
 // admission looks for the webhook's record of admitting this request and
 // verifies it. A missing or unverifiable record is a fact, not an error.
-func (r *Reconciler) admission(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (engine.AdmissionProof, error) {
+func (r *Reconciler) admission(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID) (engine.AdmissionProof, error) {
 	var record corev1.Event
 	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: tcr.Namespace, Name: credential.RecordName(tcr.UID)}, &record)
 	switch {
@@ -289,14 +292,14 @@ func (r *Reconciler) admission(ctx context.Context, tcr *ichorv1alpha1.TalosCred
 	if err != nil {
 		return engine.AdmissionProof{}, err
 	}
-	ok, decisionID, why := credential.Verify(key, tcr, &record)
+	ok, decisionID, why := credential.Verify(key, tcr, clusterUID, &record)
 	if !ok {
 		// The key may have been replaced since it was read: read it again
 		// once before calling the record unverifiable.
 		if key, err = r.Keys.Reload(ctx); err != nil {
 			return engine.AdmissionProof{}, err
 		}
-		ok, decisionID, why = credential.Verify(key, tcr, &record)
+		ok, decisionID, why = credential.Verify(key, tcr, clusterUID, &record)
 	}
 	return engine.AdmissionProof{Recorded: true, Verified: ok, DecisionID: decisionID, Error: why}, nil
 }

@@ -40,8 +40,8 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletclient"
-	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
@@ -58,7 +58,7 @@ var (
 	decisionLog = &syncBuffer{}
 	// local are the clusters named as judges of this API server
 	// (--local-clusters).
-	local = &kubeletserving.LocalClusters{}
+	local = &cluster.Local{}
 )
 
 const (

@@ -47,6 +47,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/csrinput"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 )
 
 // SignerName is the only signer whose requests this controller decides.
@@ -88,7 +89,7 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	// LocalClusters are the clusters whose machines may be this API
 	// server's nodes; any other cluster's machines are not.
-	LocalClusters *kubeletserving.LocalClusters
+	LocalClusters *cluster.Local
 
 	// RecheckInterval is the first wait before a pending request is decided
 	// again; each further pending verdict doubles it, up to

@@ -35,6 +35,7 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
@@ -46,7 +47,7 @@ var (
 	decisionLog = &syncBuffer{}
 	// local are the clusters named as judges of this API server
 	// (--local-clusters); each test names its own.
-	local = &kubeletserving.LocalClusters{}
+	local = &cluster.Local{}
 )
 
 const wait = 60 * time.Second

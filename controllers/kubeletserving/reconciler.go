@@ -37,6 +37,7 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/csrinput"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 )
 
 // ApprovalReason is the reason of the Approved condition this controller
@@ -75,7 +76,7 @@ type Reconciler struct {
 	NodeReaders *NodeReaders
 	// LocalClusters are the clusters without kubeconfigRef that may judge
 	// the API server the manager runs against; any other judges nothing.
-	LocalClusters *LocalClusters
+	LocalClusters *cluster.Local
 
 	ResyncInterval time.Duration
 	// Now is the clock; time.Now if nil.

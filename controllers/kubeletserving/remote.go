@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -47,59 +45,6 @@ const ReasonLocalClusterNotNamed = "LocalClusterNotNamed"
 var ErrLocalClusterNotNamed = errors.New("this cluster has no spec.kubeconfigRef, so it would judge the kubelets of the API server the manager runs against, " +
 	"and the operator has not named it as one that may (manager flag --local-clusters, chart value manager.localClusters): it judges no request; " +
 	"name it there, or give it the kubeconfigRef of its own API server")
-
-// LocalClusters are the TalosClusters the operator named as judges of the
-// API server the manager runs against. Anyone who may create a TalosCluster
-// could otherwise vouch, through a Talos API they control, for a node of
-// that API server. A nil *LocalClusters names none.
-type LocalClusters struct {
-	mu    sync.RWMutex
-	names map[types.NamespacedName]bool
-}
-
-// ParseLocalClusters reads "namespace/name" entries.
-func ParseLocalClusters(entries []string) (*LocalClusters, error) {
-	l := &LocalClusters{}
-	for _, e := range entries {
-		ns, name, ok := strings.Cut(strings.TrimSpace(e), "/")
-		if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
-			return nil, fmt.Errorf("%q is not a TalosCluster as namespace/name", e)
-		}
-		l.Add(types.NamespacedName{Namespace: ns, Name: name})
-	}
-	return l, nil
-}
-
-// Add names one more cluster.
-func (l *LocalClusters) Add(key types.NamespacedName) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.names == nil {
-		l.names = map[types.NamespacedName]bool{}
-	}
-	l.names[key] = true
-}
-
-// Len is how many clusters are named.
-func (l *LocalClusters) Len() int {
-	if l == nil {
-		return 0
-	}
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	return len(l.names)
-}
-
-// Judges reports whether c judges the API server the manager runs against:
-// it has no kubeconfigRef and the operator named it.
-func (l *LocalClusters) Judges(c *ichorv1alpha1.TalosCluster) bool {
-	if l == nil || c.Spec.KubeconfigRef != nil {
-		return false
-	}
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	return l.names[client.ObjectKeyFromObject(c)]
-}
 
 // target is an API server whose kubelet-serving CSRs a cluster judges: the
 // manager's own, or the one a TalosCluster's kubeconfigRef names, watched

@@ -108,6 +108,15 @@ func TestUpgradeKeepsTheManagersCertificates(t *testing.T) {
 				require.NoError(t, c.Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: release}, &dep))
 				assert.Contains(t, dep.Spec.Template.Spec.Containers[0].Args, "--admin-kubeconfigs=false")
 			}
+			// Switching it back on does not restore the revoked kubeconfigs by
+			// accident: the upgrade fails and says why, until restore is set.
+			out, err := helmOutput(t, append([]string{"upgrade", release, chartDir(t), "--set", "adminCredentials.enabled=true"}, kc...)...)
+			require.Error(t, err)
+			assert.Contains(t, string(out), "the ClusterRoleBinding ichor:cluster-admins is missing, so admin kubeconfigs were revoked")
+			err = c.Get(t.Context(), binding, &rbacv1.ClusterRoleBinding{})
+			assert.True(t, apierrors.IsNotFound(err), "a refused upgrade created the binding: %v", err)
+			helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--set", "adminCredentials.enabled=true", "--set", "adminCredentials.restore=true"}, kc...)...)
+			require.NoError(t, c.Get(t.Context(), binding, &rbacv1.ClusterRoleBinding{}), "restore brings the binding back")
 
 			helm(t, nil, append([]string{"uninstall", release}, kc...)...)
 			for _, gone := range []struct {

@@ -28,8 +28,8 @@ import (
 // TalosCluster before it admits (ADR 0124): it names the Event after the
 // request's UID, which the API server assigns before validating admission and
 // nobody can choose, and annotates it with a MAC over the request's UID,
-// namespace, name and spec (requester included) and the admission decision
-// id, made with a key only the manager holds. The issuer looks the Event up by
+// namespace, name and spec (requester included), the TalosCluster's UID and
+// the admission decision id, made with a key only the manager holds. The issuer looks the Event up by
 // the UID and verifies the MAC: a request is admitted only if both hold.
 // Anyone who may create Events in the namespace can write such an Event, but
 // not its MAC; anyone who may delete Events can delete it, which refuses the
@@ -53,12 +53,13 @@ const KeySecretKey = "hmac-sha256.key"
 const DefaultKeySecretName = "ichor-policy-admission-key"
 
 // keyRefresh is how long a key read from the Secret is used before it is read
-// again, so that a key replaced by an operator is used by every replica within
-// that time.
-const keyRefresh = time.Minute
+// again, so that a key replaced by an operator (after a leak, say) is used,
+// and the old one no longer accepted, by every replica within that time.
+const keyRefresh = 10 * time.Second
 
-// keyReloadMin is the least time between two reads of the Secret.
-const keyReloadMin = 10 * time.Second
+// keyReloadMin is the least time between two reads of the Secret when a
+// record does not verify.
+const keyReloadMin = 2 * time.Second
 
 // RecordName is the name of the admission record (an Event in the request's
 // namespace) of the request with this UID.
@@ -162,8 +163,10 @@ func (k *Keys) load(ctx context.Context) ([]byte, error) {
 	return nil, fmt.Errorf("admission key: Secret %s kept changing while it was filled", ref)
 }
 
-// MAC is the admission MAC of a request and its admission decision id.
-func MAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace, decisionID string) (string, error) {
+// MAC is the admission MAC of a request, the UID of the TalosCluster it was
+// admitted for (so a cluster deleted and created again under the same name,
+// with other CAs, does not inherit it) and its admission decision id.
+func MAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string, clusterUID types.UID, decisionID string) (string, error) {
 	// encoding/json writes struct fields in order and map keys sorted, so
 	// the webhook and the issuer, each decoding the object into the same
 	// type, serialize the same content to the same bytes.
@@ -173,8 +176,9 @@ func MAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace, decis
 		Namespace  string                                   `json:"namespace"`
 		Name       string                                   `json:"name"`
 		Spec       ichorv1alpha1.TalosCredentialRequestSpec `json:"spec"`
+		ClusterUID types.UID                                `json:"cluster_uid"`
 		DecisionID string                                   `json:"decision_id"`
-	}{1, tcr.UID, namespace, tcr.Name, tcr.Spec, decisionID})
+	}{2, tcr.UID, namespace, tcr.Name, tcr.Spec, clusterUID, decisionID})
 	if err != nil {
 		return "", fmt.Errorf("admission MAC: %w", err)
 	}
@@ -184,21 +188,22 @@ func MAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace, decis
 }
 
 // Verify reports whether the record proves the webhook admitted exactly
-// this request: its MAC, with the current key, covers the request's UID,
-// namespace, name and spec and the decision id it names. A record that does
-// not is described, never an error: it is a fact for the rule.
-func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, record *corev1.Event) (ok bool, decisionID, why string) {
+// this request for the cluster with clusterUID: its MAC, with the current
+// key, covers the request's UID, namespace, name and spec, that cluster and
+// the decision id it names. A record that does not is described, never an
+// error: it is a fact for the rule.
+func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID, record *corev1.Event) (ok bool, decisionID, why string) {
 	decisionID = record.Annotations[AnnotationDecisionID]
 	got := record.Annotations[AnnotationMAC]
 	if got == "" {
 		return false, decisionID, fmt.Sprintf("the Event %s/%s carries no %s annotation", record.Namespace, record.Name, AnnotationMAC)
 	}
-	want, err := MAC(key, tcr, tcr.Namespace, decisionID)
+	want, err := MAC(key, tcr, tcr.Namespace, clusterUID, decisionID)
 	if err != nil {
 		return false, decisionID, err.Error()
 	}
 	if !hmac.Equal([]byte(got), []byte(want)) {
-		return false, decisionID, fmt.Sprintf("the MAC of the Event %s/%s does not match this request's uid, spec and requester with the manager's admission key", record.Namespace, record.Name)
+		return false, decisionID, fmt.Sprintf("the MAC of the Event %s/%s does not match this request's uid, spec and requester, its cluster and the manager's admission key", record.Namespace, record.Name)
 	}
 	return true, decisionID, ""
 }

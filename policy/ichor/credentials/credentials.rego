@@ -337,26 +337,32 @@ _public_key_not_allowed(request, algorithms) := {reason |
 }
 
 # METADATA
-# title: Kubernetes credential for another API server
+# title: Kubernetes credential for a cluster other than Ichor's own
 # description: |
-#   The purpose is a Kubernetes credential and the cluster judges another API server
-#   (spec.kubeconfigRef). Kubernetes credentials are issued only for the cluster Ichor runs
-#   in, where the admin binding that makes them revocable is kept. Checked at admission and
+#   The purpose is a Kubernetes credential and the cluster is not the one Ichor runs in: it
+#   judges another API server (spec.kubeconfigRef), or the operator did not name it as a cluster
+#   whose machines are the nodes of the API server Ichor runs in (--local-clusters, the chart
+#   value manager.localClusters). Kubernetes credentials are issued only for that cluster, where
+#   the admin binding that makes them revocable is kept and checked. Checked at admission and
 #   again before signing.
 # custom:
-#   code: RemoteClusterKubeconfig
+#   code: ClusterNotLocal
 _cluster_refusals contains reason if {
 	_config.purposes[_request.purpose].kind == "kubernetes"
 	input.cluster.exists == true
-	not input.cluster.kubeconfig_ref == false
+	not input.cluster.local == true
 	reason := {
-		"code": "RemoteClusterKubeconfig",
-		"message": sprintf(
-			"TalosCluster %q judges another API server (spec.kubeconfigRef); %s",
-			[_cluster, "Kubernetes credentials are issued only for the cluster Ichor runs in"],
-		),
+		"code": "ClusterNotLocal",
+		"message": sprintf("%s; Kubernetes credentials are issued only for the cluster Ichor runs in", [_not_local_text]),
 	}
 }
+
+_not_local_text := sprintf("TalosCluster %q judges another API server (spec.kubeconfigRef)", [_cluster]) if {
+	not input.cluster.kubeconfig_ref == false
+} else := sprintf(
+	"TalosCluster %q is not named as a cluster of the API server Ichor runs in (--local-clusters, chart value manager.localClusters)",
+	[_cluster],
+)
 
 # METADATA
 # title: Cluster not found

@@ -47,7 +47,7 @@ _good := {
 		"reason": `RBAC: allowed by ClusterRoleBinding "ichor-operator"`,
 		"evaluation_error": "",
 	},
-	"cluster": {"exists": true, "kubeconfig_ref": false},
+	"cluster": {"exists": true, "kubeconfig_ref": false, "local": true},
 }
 
 _admit(patch) := decision if {
@@ -463,14 +463,27 @@ test_missing_requester_is_refused_as_unknown if {
 }
 
 test_kubeconfig_for_a_remote_cluster_is_refused_at_admission if {
-	d := _admit_purpose("kubeconfig-admin", _set("/cluster/kubeconfig_ref", true))
-	d.reasons == [{"code": "RemoteClusterKubeconfig", "message": concat("", [
+	d := _admit_purpose("kubeconfig-admin", array.concat(
+		_set("/cluster/kubeconfig_ref", true),
+		_set("/cluster/local", false),
+	))
+	d.reasons == [{"code": "ClusterNotLocal", "message": concat("", [
 		`TalosCluster "demo" judges another API server (spec.kubeconfigRef); `,
 		"Kubernetes credentials are issued only for the cluster Ichor runs in",
 	])}]
 	_admit_purpose("talosconfig-reader", _set("/cluster/kubeconfig_ref", true)).allowed
-	unknown_ref := [{"op": "remove", "path": "/cluster/kubeconfig_ref"}]
-	_codes(_admit_purpose("kubeconfig-admin", unknown_ref)) == ["RemoteClusterKubeconfig"]
+}
+
+test_kubeconfig_for_a_cluster_the_operator_did_not_name_is_refused if {
+	d := _admit_purpose("kubeconfig-super-admin", _set("/cluster/local", false))
+	d.reasons == [{"code": "ClusterNotLocal", "message": concat("", [
+		`TalosCluster "demo" is not named as a cluster of the API server Ichor runs in `,
+		"(--local-clusters, chart value manager.localClusters); ",
+		"Kubernetes credentials are issued only for the cluster Ichor runs in",
+	])}]
+	unknown := [{"op": "remove", "path": "/cluster/local"}]
+	_codes(_admit_purpose("kubeconfig-admin", unknown)) == ["ClusterNotLocal"]
+	_admit_purpose("credentials-talos", _set("/cluster/local", false)).allowed
 }
 
 test_requester_fields_of_the_wrong_type_are_empty_and_differ if {

@@ -16,7 +16,7 @@ _good_issuance := {
 		"error": "",
 	},
 	"authorization": _good.authorization,
-	"cluster": {"exists": true, "kubeconfig_ref": false},
+	"cluster": {"exists": true, "kubeconfig_ref": false, "local": true},
 	"admin_binding": {"name": "ichor:cluster-admins", "exists": true},
 	"settings": {"admin_kubeconfigs": true},
 }
@@ -160,8 +160,10 @@ test_cluster_gone_since_admission_is_refused if {
 }
 
 test_kubernetes_credential_of_a_remote_cluster_is_refused_before_signing if {
-	_codes(_issue_purpose("kubeconfig-super-admin", _set("/cluster/kubeconfig_ref", true))) == ["RemoteClusterKubeconfig"]
-	_issue_purpose("credentials-talos", _set("/cluster/kubeconfig_ref", true)).allowed
+	remote := array.concat(_set("/cluster/kubeconfig_ref", true), _set("/cluster/local", false))
+	_codes(_issue_purpose("kubeconfig-super-admin", remote)) == ["ClusterNotLocal"]
+	_codes(_issue_purpose("kubeconfig-admin", _set("/cluster/local", false))) == ["ClusterNotLocal"]
+	_issue_purpose("credentials-talos", remote).allowed
 }
 
 test_admin_kubeconfig_without_its_binding_is_refused if {
@@ -220,4 +222,11 @@ test_credential_check_refuses_caps_and_keys_before_anything_is_sent if {
 	not d.certificate
 	_codes(d) == ["LifetimeTooLong"]
 	_codes(_check({})) == ["PublicKeyInvalid", "PurposeUnknown"]
+}
+
+test_a_review_that_is_not_an_object_is_no_review if {
+	every authorization in [null, "allowed", [], true] {
+		_codes(_issue(_set("/authorization", authorization))) == ["AuthorizationMismatch"]
+		_codes(_admit(_set("/authorization", authorization))) == ["AuthorizationMismatch"]
+	}
 }

@@ -112,9 +112,10 @@ _cluster := object.get(_request, "cluster", "")
 
 _namespace := object.get(_request, "namespace", "")
 
+# Anything but an object is no review: it equals no required one.
 default _authorization := {}
 
-_authorization := input.authorization
+_authorization := input.authorization if is_object(input.authorization)
 
 _sar_fields := ["verb", "group", "resource", "subresource", "namespace", "name", "user"]
 
