@@ -19,11 +19,13 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -32,6 +34,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/cli"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 	"github.com/ichor-dev/ichor-policy/webhook/webhooktest"
 )
@@ -62,7 +65,7 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 	})
 	admin := writeKubeconfig(t, env.AdminKubeconfig)
 	helm(t, nil, "install", release, chartDir(t), "--kubeconfig", admin, "--namespace", chartNamespace, "--create-namespace",
-		"--set", "manager.localClusters={demo/demo}", "--wait=false")
+		"--set", "manager.localClusters={demo/demo}", "--set", "manager.kubeletClientApprover=true", "--wait=false")
 	require.NoError(t, webhooktest.WaitRequesterPolicy(ctx, env.Client, "default", true))
 
 	// The webhook configuration the chart made, pointed here.
@@ -95,7 +98,7 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 		done <- cli.Run(ctx, []string{"manager", "--kubeconfig", saKubeconfig,
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--resync-interval", "2s",
 			"--webhook-port", fmt.Sprint(serving.LocalServingPort), "--webhook-cert-dir", serving.LocalServingCertDir,
-			"--local-clusters", "demo/demo"}, nil, io.Discard, logFile)
+			"--local-clusters", "demo/demo", "--kubelet-client-approver"}, nil, io.Discard, logFile)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -135,6 +138,42 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 	defer stop()
 	_, err = kubelet.WaitForCertificate(waitCtx)
 	require.NoError(t, err, "the kubelet serving approver did not approve with the chart's rights")
+
+	// The node renews its own client certificate: the client approver, with
+	// the approve right the chart grants it because it is on.
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "selfnodeclient"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests/selfnodeclient"}, Verbs: []string{"create"}}},
+	}))
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "selfnodeclient"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "selfnodeclient"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: harness.NodesGroup}},
+	}))
+	nodeCfg, err := env.UserConfig("system:node:worker-1", harness.NodesGroup)
+	require.NoError(t, err)
+	nodeClient, err := kubernetes.NewForConfig(nodeCfg)
+	require.NoError(t, err)
+	clientCSR, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("worker-1")})
+	require.NoError(t, err)
+	_, err = nodeClient.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "worker-1-client"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request: clientCSR, SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
+			Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		csr, err := env.Clientset.CertificatesV1().CertificateSigningRequests().Get(ctx, "worker-1-client", metav1.GetOptions{})
+		require.NoError(t, err)
+		for _, c := range csr.Status.Conditions {
+			if c.Type == certificatesv1.CertificateApproved {
+				return true
+			}
+		}
+		return false
+	}, time.Minute, 200*time.Millisecond, "the kubelet client approver did not approve with the chart's rights")
 
 	// A person's read-only talosconfig, through the webhook and the issuer.
 	require.NoError(t, env.Client.Create(ctx, &rbacv1.RoleBinding{

@@ -357,13 +357,6 @@ _cluster_refusals contains reason if {
 	}
 }
 
-_not_local_text := sprintf("TalosCluster %q judges another API server (spec.kubeconfigRef)", [_cluster]) if {
-	not input.cluster.kubeconfig_ref == false
-} else := sprintf(
-	"TalosCluster %q is not named as a cluster of the API server Ichor runs in (--local-clusters, chart value manager.localClusters)",
-	[_cluster],
-)
-
 # METADATA
 # title: Cluster not found
 # description: |
@@ -378,6 +371,13 @@ _cluster_refusals contains reason if {
 		"message": sprintf("TalosCluster %q does not exist in namespace %q", [_cluster, _namespace]),
 	}
 }
+
+_not_local_text := sprintf("TalosCluster %q judges another API server (spec.kubeconfigRef)", [_cluster]) if {
+	not input.cluster.kubeconfig_ref == false
+} else := sprintf(
+	"TalosCluster %q is not named as a cluster of the API server Ichor runs in (%s)",
+	[_cluster, "--local-clusters, chart value manager.localClusters"],
+)
 
 default _purpose_name(_) := ""
 
