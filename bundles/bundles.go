@@ -20,10 +20,10 @@ import (
 	"github.com/ichor-dev/ichor-policy/policy"
 )
 
-// Roots are the data paths the bundle owns: the decision rules and the
-// decision-log mask. Declaring them lets OPA refuse a bundle that writes
+// Roots are the data paths the bundle owns: the decision rules, the
+// decision-log mask and the applied-verdict record. Declaring them lets OPA refuse a bundle that writes
 // anywhere else.
-var Roots = []string{"ichor", "system/log"}
+var Roots = []string{"ichor", "system/log", "system/applied"}
 
 // Default builds the bundle of the policy tree embedded in the binary.
 func Default() (*bundle.Bundle, error) {

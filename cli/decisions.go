@@ -538,6 +538,9 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 		}
 	}
 	fmt.Fprintf(tw, "unchanged\t%d\n", rep.Unchanged)
+	if len(rep.Truncated) > 0 {
+		fmt.Fprintf(tw, "not replayed: input cut in the log\t%d\n", len(rep.Truncated))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -610,7 +613,10 @@ type replayJSON struct {
 	Directions      map[string]int     `json:"directions"`
 	Notes           map[string]int     `json:"notes"`
 	Changes         []replayChangeJSON `json:"changes"`
-	FailOn          []string           `json:"fail_on"`
+	// Truncated are the ids of the decisions not replayed because the log
+	// kept only part of their input.
+	Truncated []string `json:"truncated"`
+	FailOn    []string `json:"fail_on"`
 	// Failed counts the changes per --fail-on value that matched.
 	Failed map[string]int `json:"failed"`
 }
@@ -619,7 +625,10 @@ func writeReplayJSON(w io.Writer, o replayOptions, rep decisionlog.Report, logge
 	out := replayJSON{
 		LoggedRevisions: logged, Replayed: rep.Replayed, Unchanged: rep.Unchanged,
 		Directions: rep.Directions, Notes: rep.Notes, Changes: []replayChangeJSON{},
-		FailOn: o.failOn, Failed: failed,
+		FailOn: o.failOn, Failed: failed, Truncated: []string{},
+	}
+	for _, e := range rep.Truncated {
+		out.Truncated = append(out.Truncated, e.DecisionID)
 	}
 	if out.LoggedRevisions == nil {
 		out.LoggedRevisions = []string{}

@@ -49,6 +49,10 @@ type managerOptions struct {
 	logFile              string
 	logURL               string
 	logBuffer            int64
+	logFlushTimeout      time.Duration
+	leaseDuration        time.Duration
+	renewDeadline        time.Duration
+	retryPeriod          time.Duration
 	webhook              bool
 	kubeletClient        bool
 	admissionKeySecret   string
@@ -95,7 +99,11 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.shadowBundle, "shadow-bundle", "", "a candidate bundle (directory or tarball) evaluated beside the active one on every decision, never acted on; disagreements are logged and counted")
 	f.StringVar(&o.logFile, "decision-log-file", "", "also append the decision log to this file")
 	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API)")
-	f.Int64Var(&o.logBuffer, "decision-log-buffer-events", 0, "entries the upload buffer holds while the service is away (default OPA's, 10000); more are dropped and counted in ichor_policy_decision_log_upload_dropped_total")
+	f.Int64Var(&o.logBuffer, "decision-log-buffer-events", engine.DefaultDecisionLogBufferEvents, "entries the upload buffer holds while the service is away; when it is full the oldest are dropped, counted in ichor_policy_decision_log_upload_dropped_total{cause=\"buffer_full\"}")
+	f.DurationVar(&o.logFlushTimeout, "decision-log-flush-timeout", 10*time.Second, "at shutdown, how long the upload buffer may take to send what it holds; what is left is lost, logged and counted (cause shutdown). The pod's terminationGracePeriodSeconds must cover it")
+	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the leader's last renewal before taking over when the leader dies without releasing the lease (a leader that stops cleanly releases it at once)")
+	f.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it gives up leading")
+	f.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to take the lease, and the leader to renew it: a released lease is taken within this")
 	f.BoolVar(&o.kubeletClient, "kubelet-client-approver", false, "approve kubelet client certificates (signer kubernetes.io/kube-apiserver-client-kubelet) as kube-controller-manager's csrapproving controller does; see docs/kubelet-client.md before switching it on")
 	f.BoolVar(&o.webhook, "webhook", true, "serve the TalosCredentialRequest admission webhook and issue credentials (it needs a serving certificate: --webhook-cert-dir or --webhook-generate-certs); without it no credential is issued")
 	f.StringSliceVar(&o.localClusters, "local-clusters", nil, "the TalosClusters (namespace/name, comma-separated or repeated) whose machines are nodes of the API server the manager runs against, and which alone judge its kubelet certificate requests; a cluster without spec.kubeconfigRef that is not named here judges nothing (condition KubeletServingCertificates, reason LocalClusterNotNamed)")
@@ -250,7 +258,13 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 	if err != nil {
 		return err
 	}
-	defer eng.Stop(context.WithoutCancel(ctx))
+	// After the controllers stopped (and the lease was released): what the
+	// upload sink holds is sent within the flush timeout.
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.logFlushTimeout)
+		defer cancel()
+		eng.Stop(flushCtx)
+	}()
 
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                 scheme,
@@ -258,6 +272,12 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 		HealthProbeBindAddress: o.probeAddr,
 		LeaderElection:         o.leaderElect,
 		LeaderElectionID:       "ichor-policy.ichor.dev",
+		// Released once the controllers have stopped, so a standby takes
+		// over within a retry period rather than a whole lease duration.
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.leaseDuration,
+		RenewDeadline:                 &o.renewDeadline,
+		RetryPeriod:                   &o.retryPeriod,
 		// Optional: lets the manager run outside a pod.
 		LeaderElectionNamespace: os.Getenv("POD_NAMESPACE"),
 		WebhookServer:           crwebhook.NewServer(crwebhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir}),

@@ -378,6 +378,18 @@ func (e Entry) Node() string {
 	return ""
 }
 
+// Truncated reports whether the log kept only part of the entry's input or
+// result (the mask's input.log_truncated).
+func (e Entry) Truncated() bool {
+	var marker struct {
+		Truncated map[string]any `json:"log_truncated"`
+	}
+	if e.Input != nil {
+		_ = json.Unmarshal(e.Input, &marker)
+	}
+	return len(marker.Truncated) > 0
+}
+
 // User is the requester: the CSR's spec.username, the admission request's
 // user, or the requester an issuance decision re-authorized.
 func (e Entry) User() string {

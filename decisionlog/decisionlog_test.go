@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -440,4 +441,21 @@ func TestAnIssuanceRefusalNamesItsRequesterAndReasons(t *testing.T) {
 	assert.Equal(t, "ichor:mallory", entries[0].User(), "the requester the issuer re-authorized")
 	assert.Equal(t, []string{"NotAdmitted"}, entries[0].Codes())
 	assert.Len(t, decisionlog.Filter(entries, decisionlog.Criteria{User: "ichor:mallory"}), 1, "ichor decisions list --user finds it")
+}
+
+func TestAnEntryWhoseInputTheLogCutIsNotReplayed(t *testing.T) {
+	log := `{"msg":"Decision Log","decision_id":"cut","path":"ichor/kubelet_serving/decision","input":{"csr":{"signer_name":"kubernetes.io/kubelet-serving","request":{"subject_alt_names":[]}},"log_truncated":{"csr.request.subject_alt_names":10000}},"result":{"action":"deny","reasons":[{"code":"IPNotNode","message":"x"}]}}
+`
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	assert.True(t, entries[0].Truncated())
+	e, err := engine.New(t.Context(), engine.Options{DecisionLog: io.Discard, Log: io.Discard})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	rep, err := decisionlog.Replay(t.Context(), e, entries)
+	require.NoError(t, err)
+	assert.Zero(t, rep.Replayed, "a shortened list of names is not the request")
+	require.Len(t, rep.Truncated, 1)
+	assert.Empty(t, rep.Changes)
 }

@@ -55,6 +55,10 @@ type Report struct {
 	Notes map[string]int
 	// Changes are every change, in the log's order.
 	Changes []Change
+	// Truncated are the decisions not replayed because the log kept only
+	// part of their input (input.log_truncated): a shortened list of names
+	// is not the request, and deciding it could read as a change.
+	Truncated []Entry
 }
 
 // Replay decides every entry's input again with d, at the entry's path, and
@@ -65,6 +69,10 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return rep, err
+		}
+		if e.Truncated() {
+			rep.Truncated = append(rep.Truncated, e)
+			continue
 		}
 		var input any
 		if e.Input != nil {

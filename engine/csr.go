@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/ichor-dev/ichor-policy/csrinput"
 )
@@ -85,8 +86,37 @@ func (d CSRDecision) Summary() string {
 	return strings.Join(parts, "; ")
 }
 
+// Limits of what a decision writes on objects. A CSR condition's message is
+// not limited by the API, but the whole object must fit in etcd; an Event's
+// note is refused above 1 kB (events.k8s.io/v1).
+const (
+	MaxConditionMessage = 16 << 10
+	MaxEventNote        = 1024
+)
+
 // ConditionMessage is what lands on the CSR's condition: the reasons, and
-// the decision id and policy revision that find the decision again in the log.
+// the decision id and policy revision that find the decision again in the
+// log, cut to MaxConditionMessage.
 func (d CSRDecision) ConditionMessage() string {
-	return fmt.Sprintf("%s (decision %s, policy revision %s)", d.Summary(), d.DecisionID, d.Revision)
+	return Clip(d.Summary(), fmt.Sprintf(" (decision %s, policy revision %s)", d.DecisionID, d.Revision), MaxConditionMessage)
+}
+
+// EventNote is the reasons and the decision id, cut to what an Event takes.
+func (d CSRDecision) EventNote() string {
+	return Clip(d.Summary(), fmt.Sprintf(" (decision %s)", d.DecisionID), MaxEventNote)
+}
+
+// Clip is text followed by tail, at most limit bytes: when text is too long
+// it is cut on a character boundary and says how much is left out; the tail
+// (which finds the whole decision in the log) is always kept.
+func Clip(text, tail string, limit int) string {
+	if len(text)+len(tail) <= limit {
+		return text + tail
+	}
+	cut := fmt.Sprintf("... [%d more bytes in the decision log]", len(text))
+	keep := max(limit-len(tail)-len(cut), 0)
+	for keep > 0 && !utf8.RuneStart(text[keep]) {
+		keep--
+	}
+	return text[:keep] + fmt.Sprintf("... [%d more bytes in the decision log]", len(text)-keep) + tail
 }

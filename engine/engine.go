@@ -29,7 +29,6 @@ import (
 	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
-	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	"github.com/open-policy-agent/opa/v1/sdk"
 	"github.com/sirupsen/logrus"
 
@@ -39,6 +38,12 @@ import (
 // BundleName is the name the policy bundle is activated under; decision-log
 // entries carry its revision under bundles.<BundleName>.revision.
 const BundleName = "ichor"
+
+// DefaultDecisionLogBufferEvents bounds the upload buffer while the
+// decision-log service is away: about 10 minutes of a busy manager, a few
+// tens of megabytes at most once the mask has cut what a hostile request
+// brings.
+const DefaultDecisionLogBufferEvents = 10000
 
 // DefaultPollInterval is how often a bundle source is looked at again.
 const DefaultPollInterval = 30 * time.Second
@@ -76,8 +81,9 @@ type Options struct {
 	// DecisionLogURL uploads the decision log to a service speaking OPA's
 	// decision-log API (POST {URL}/logs, gzipped JSON arrays).
 	DecisionLogURL string
-	// DecisionLogBufferEvents bounds the upload buffer, in entries; OPA's
-	// default (10000) when 0. Entries beyond it are dropped and counted.
+	// DecisionLogBufferEvents bounds the upload buffer, in entries;
+	// DefaultDecisionLogBufferEvents when 0. When it is full the oldest
+	// entries are dropped and counted (cause buffer_full).
 	DecisionLogBufferEvents int64
 
 	// Log receives OPA's own logs (bundle activation, errors) as JSON lines;
@@ -160,7 +166,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		Config:      bytes.NewReader(config),
 		Logger:      e.log,
 		Ready:       make(chan struct{}),
-		Plugins:     map[string]plugins.Factory{fileLoggerName: &fileLoggerFactory{engine: e}},
+		Plugins:     map[string]plugins.Factory{sinksName: &sinksFactory{engine: e}},
 		ManagerOpts: []func(*plugins.Manager){func(m *plugins.Manager) { e.mgr = m }},
 	}
 	if console != nil {
@@ -172,12 +178,6 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("start the policy engine: %w", err)
 	}
 	e.opa = opa
-	// OPA's decision-log plugin counts the entries its upload buffer drops
-	// only when given a metrics provider; the engine's Prometheus metrics read
-	// them. Set before the first decision.
-	if lp := logs.Lookup(e.mgr); lp != nil && e.metrics != nil {
-		lp.WithMetrics(e.metrics.opa)
-	}
 	// A URL source that fails at start is retried by OPA; its status says
 	// why, for the start-up error. (A file source was verified above.)
 	e.mgr.RegisterPluginStatusListener("ichor-engine", e.pluginStatus)
@@ -319,19 +319,11 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 		source["signing"] = map[string]any{}
 	}
 	logs := map[string]any{"console": opts.DecisionLog != io.Discard}
-	if opts.DecisionLogFile != "" {
-		config["plugins"] = map[string]any{fileLoggerName: map[string]any{"path": opts.DecisionLogFile}}
-		logs["plugin"] = fileLoggerName
-	}
-	if opts.DecisionLogURL != "" {
-		services["decision-logs"] = map[string]any{"url": opts.DecisionLogURL}
-		logs["service"] = "decision-logs"
-		reporting := map[string]any{"min_delay_seconds": 1, "max_delay_seconds": 5}
-		if opts.DecisionLogBufferEvents > 0 {
-			reporting["buffer_type"] = "event"
-			reporting["buffer_size_limit_events"] = opts.DecisionLogBufferEvents
-		}
-		logs["reporting"] = reporting
+	if opts.DecisionLogFile != "" || opts.DecisionLogURL != "" {
+		config["plugins"] = map[string]any{sinksName: sinksConfig{
+			File: opts.DecisionLogFile, URL: opts.DecisionLogURL, BufferEvents: int(opts.DecisionLogBufferEvents),
+		}}
+		logs["plugin"] = sinksName
 	}
 	// The mask rule is OPA's default path (system/log/mask), which the bundle provides.
 	config["decision_logs"] = logs
@@ -413,7 +405,10 @@ func (e *Engine) LastError() error {
 	return e.lastErr
 }
 
-// Stop stops the SDK's plugins and removes the temporary bundle file.
+// Stop stops the SDK's plugins and removes the temporary bundle file. With a
+// deadline on ctx, the decision-log upload sink first sends what it still
+// holds, until the deadline; what it could not send is logged and counted
+// (cause shutdown).
 func (e *Engine) Stop(ctx context.Context) {
 	if e.stopPoll != nil {
 		e.stopPoll()

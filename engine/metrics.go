@@ -5,11 +5,12 @@ import (
 	"errors"
 	"time"
 
-	opametrics "github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
-// Metrics are the engine's Prometheus collectors.
+// Metrics are the engine's Prometheus collectors. A nil *Metrics counts
+// nothing.
 type Metrics struct {
 	decisions      *prometheus.CounterVec
 	latency        *prometheus.HistogramVec
@@ -17,17 +18,13 @@ type Metrics struct {
 	loadFailures   prometheus.Counter
 	disagreements  *prometheus.CounterVec
 	droppedEntries *prometheus.CounterVec
-	// opa receives the counters of OPA's decision-log plugin: the entries its
-	// upload buffer dropped (full, or over the rate limit).
-	opa opametrics.Metrics
+	uploadDropped  *prometheus.CounterVec
+	uploadedTotal  prometheus.Counter
+	uploadFailures prometheus.Counter
 }
 
-// OPA's names of the decision-log upload drop counters, by cause.
-var opaDropCounters = map[string]string{
-	"buffer_full":       "decision_logs_dropped_buffer_size_limit_exceeded",
-	"buffer_bytes_full": "decision_logs_dropped_buffer_size_limit_bytes_exceeded",
-	"rate_limit":        "decision_logs_dropped_rate_limit_exceeded",
-}
+// The causes of an upload drop.
+var uploadDropCauses = []string{"buffer_full", "oversized", "shutdown"}
 
 // NewMetrics makes the collectors and registers them.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -57,17 +54,24 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ichor_policy_decision_log_dropped_total",
 			Help: "Decision-log entries a sink could not write.",
 		}, []string{"sink"}),
+		uploadDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ichor_policy_decision_log_upload_dropped_total",
+			Help: "Decision-log entries the upload sink (--decision-log-url) dropped, by cause: buffer_full (the service was away too long), oversized, shutdown (not sent within --decision-log-flush-timeout).",
+		}, []string{"cause"}),
+		uploadedTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ichor_policy_decision_log_uploaded_total",
+			Help: "Decision-log entries the decision-log service accepted.",
+		}),
+		uploadFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ichor_policy_decision_log_upload_failures_total",
+			Help: "Uploads to the decision-log service that failed; their entries are kept and sent again.",
+		}),
 	}
-	m.opa = opametrics.New()
-	collectors := []prometheus.Collector{m.decisions, m.latency, m.revision, m.loadFailures, m.disagreements, m.droppedEntries}
-	for cause, name := range opaDropCounters {
-		collectors = append(collectors, prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "ichor_policy_decision_log_upload_dropped_total",
-			Help:        "Decision-log entries the upload sink (--decision-log-url) dropped, by cause.",
-			ConstLabels: prometheus.Labels{"cause": cause},
-		}, func() float64 { return counterValue(m.opa, name) }))
+	for _, cause := range uploadDropCauses {
+		m.uploadDropped.WithLabelValues(cause)
 	}
-	for _, c := range collectors {
+	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.revision, m.loadFailures, m.disagreements, m.droppedEntries,
+		m.uploadDropped, m.uploadedTotal, m.uploadFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -75,17 +79,32 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func counterValue(m opametrics.Metrics, name string) float64 {
-	if v, ok := m.Counter(name).Value().(uint64); ok {
-		return float64(v)
+// UploadDropped is the upload sink's drop count for a cause (buffer_full,
+// oversized, shutdown).
+func (m *Metrics) UploadDropped(cause string) float64 {
+	var out dto.Metric
+	if err := m.uploadDropped.WithLabelValues(cause).Write(&out); err != nil {
+		return 0
 	}
-	return 0
+	return out.GetCounter().GetValue()
 }
 
-// UploadDropped is the upload sink's drop count for a cause (buffer_full,
-// buffer_bytes_full, rate_limit).
-func (m *Metrics) UploadDropped(cause string) float64 {
-	return counterValue(m.opa, opaDropCounters[cause])
+func (m *Metrics) uploadDrop(cause string, n int) {
+	if m != nil {
+		m.uploadDropped.WithLabelValues(cause).Add(float64(n))
+	}
+}
+
+func (m *Metrics) uploaded(n int) {
+	if m != nil {
+		m.uploadedTotal.Add(float64(n))
+	}
+}
+
+func (m *Metrics) uploadFailed() {
+	if m != nil {
+		m.uploadFailures.Inc()
+	}
 }
 
 func (m *Metrics) decision(path string, result json.RawMessage, err error, d time.Duration) {
@@ -128,6 +147,9 @@ func (m *Metrics) disagreement(path string) {
 }
 
 func (m *Metrics) dropped(sink string) {
+	if m == nil {
+		return
+	}
 	m.droppedEntries.WithLabelValues(sink).Inc()
 }
 

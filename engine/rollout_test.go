@@ -1,11 +1,14 @@
 package engine_test
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -363,4 +366,126 @@ decision := {"action": "deny", "reasons": [{"code": "Broken", "message": "a rule
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "answers deny, which the kubelet client rule never does")
 	assert.Empty(t, d.Action, "nothing to act on")
+}
+
+// logService is a decision-log service that counts the entries it receives
+// (OPA uploads gzipped JSON arrays of entries).
+type logService struct {
+	mu      sync.Mutex
+	ids     map[string]bool
+	healthy bool
+}
+
+func (l *logService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	l.mu.Lock()
+	healthy := l.healthy
+	l.mu.Unlock()
+	if !healthy {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	zr, err := gzip.NewReader(r.Body)
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	var events []struct {
+		DecisionID string `json:"decision_id"`
+	}
+	if err := json.NewDecoder(zr).Decode(&events); err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	l.mu.Lock()
+	for _, e := range events {
+		l.ids[e.DecisionID] = true
+	}
+	l.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (l *logService) received() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.ids)
+}
+
+func TestStopFlushesTheUploadBufferAndCountsWhatItCouldNotSend(t *testing.T) {
+	for _, healthy := range []bool{true, false} {
+		t.Run(fmt.Sprintf("healthy=%v", healthy), func(t *testing.T) {
+			svc := &logService{ids: map[string]bool{}, healthy: healthy}
+			srv := httptest.NewServer(svc)
+			t.Cleanup(srv.Close)
+			metrics, err := engine.NewMetrics(prometheus.NewRegistry())
+			require.NoError(t, err)
+			e, err := engine.New(context.Background(), engine.Options{
+				DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL,
+			})
+			require.NoError(t, err)
+			const n = 41
+			for range n {
+				_, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
+				require.NoError(t, err)
+			}
+			// Right away, as at SIGTERM: the periodic upload has not run yet.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			e.Stop(ctx)
+			if healthy {
+				assert.Equal(t, n, svc.received(), "every entry reaches a healthy service before the engine stops")
+				assert.Zero(t, metrics.UploadDropped("shutdown"))
+			} else {
+				assert.Zero(t, svc.received())
+				assert.EqualValues(t, n, metrics.UploadDropped("shutdown"), "what could not be sent is counted")
+			}
+		})
+	}
+}
+
+func TestTheUploadBufferIsBoundedByDefault(t *testing.T) {
+	// A service that is away: the buffer holds the default, not everything.
+	svc := &logService{ids: map[string]bool{}}
+	srv := httptest.NewServer(svc)
+	t.Cleanup(srv.Close)
+	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	e, err := engine.New(context.Background(), engine.Options{DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	in := servingInput(t, csrgen.ECDSA, "10.5.0.2")
+	for range engine.DefaultDecisionLogBufferEvents + 50 {
+		_, err := e.KubeletServing(context.Background(), in)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return metrics.UploadDropped("buffer_full") >= 50 }, 10*time.Second, 50*time.Millisecond,
+		"the oldest entries beyond the default buffer are dropped and counted")
+}
+
+func TestAnOversizedEntryIsCountedNotUploaded(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "ichor", "probe"), 0o700))
+	// A rule whose answer is over a megabyte, which the mask does not cut.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ichor", "probe", "probe.rego"), []byte(`package ichor.probe
+
+decision := {"big": concat("", [x | some _ in numbers.range(1, 1200000); x := "z"])}
+`), 0o600))
+	b, err := bundles.FromDir(dir)
+	require.NoError(t, err)
+	svc := &logService{ids: map[string]bool{}, healthy: true}
+	srv := httptest.NewServer(svc)
+	t.Cleanup(srv.Close)
+	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL})
+	require.NoError(t, err)
+	_, err = e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
+	require.NoError(t, err)
+	_, err = e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e.Stop(ctx)
+	assert.EqualValues(t, 1, metrics.UploadDropped("oversized"))
+	assert.Equal(t, 1, svc.received(), "the entries that fit are uploaded")
 }

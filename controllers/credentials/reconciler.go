@@ -156,12 +156,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if ready := meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady); ready != nil {
 		return r.expire(ctx, &tcr, ready)
 	}
-	answer, err := r.answer(ctx, &tcr)
+	answer, decisionID, err := r.answer(ctx, &tcr)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := r.Client.Status().Update(ctx, answer); err != nil {
 		return reconcile.Result{}, fmt.Errorf("write the answer: %w", err)
+	}
+	ready := meta.FindStatusCondition(answer.Status.Conditions, ichorv1alpha1.ConditionReady)
+	if err := r.Engine.RecordApplied(ctx, decisionID, "taloscredentialrequest/"+tcr.Namespace+"/"+tcr.Name, ready.Reason); err != nil {
+		log.FromContext(ctx).Error(err, "record the applied decision", "decision_id", decisionID)
 	}
 	return reconcile.Result{RequeueAfter: r.retention()}, nil
 }
@@ -185,18 +189,18 @@ func (r *Reconciler) expire(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 // answer returns the request with its status answered: issued, refused or
 // failed. An error means the answer could not be found yet (the API server
 // did not answer, the engine failed) and the request is retried.
-func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (*ichorv1alpha1.TalosCredentialRequest, error) {
+func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (*ichorv1alpha1.TalosCredentialRequest, string, error) {
 	logger := log.FromContext(ctx)
 	out := tcr.DeepCopy()
 	out.Status.ObservedGeneration = tcr.Generation
 
 	in, cluster, err := r.facts(ctx, tcr)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	d, err := r.Engine.Issuance(ctx, in)
 	if err != nil {
-		return nil, fmt.Errorf("decide issuance: %w", err)
+		return nil, "", fmt.Errorf("decide issuance: %w", err)
 	}
 	logger = logger.WithValues("decision_id", d.DecisionID, "purpose", d.Purpose, "allowed", d.Allowed, "codes", codes(d.Reasons))
 	if !d.Allowed {
@@ -206,7 +210,7 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 		if r.Recorder != nil {
 			r.Recorder.Eventf(tcr, nil, corev1.EventTypeWarning, ichorv1alpha1.ReasonRefused, "Issue", "%s", message)
 		}
-		return out, nil
+		return out, d.DecisionID, nil
 	}
 
 	_, publicKey := engine.ParsePublicKey(tcr.Spec.PublicKey)
@@ -216,9 +220,9 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	case errors.As(err, &failed):
 		logger.Error(err, "failed")
 		setReady(out, r.now(), metav1.ConditionFalse, ichorv1alpha1.ReasonFailed, fmt.Sprintf("%v (decision %s)", err, d.DecisionID))
-		return out, nil
+		return out, d.DecisionID, nil
 	case err != nil:
-		return nil, err
+		return nil, "", err
 	}
 	out.Status.Certificate = string(issued.certificate)
 	out.Status.TrustBundle = string(issued.trustBundle)
@@ -226,7 +230,7 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	setReady(out, r.now(), metav1.ConditionTrue, ichorv1alpha1.ReasonIssued, fmt.Sprintf("%s; expires at %s (decision %s)",
 		engine.Messages(d.Reasons), issued.notAfter.UTC().Format(time.RFC3339), d.DecisionID))
 	logger.Info("issued", "expiresAt", issued.notAfter)
-	return out, nil
+	return out, d.DecisionID, nil
 }
 
 // facts gathers the issuance input right before signing. An error is a fact

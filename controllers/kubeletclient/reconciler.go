@@ -239,8 +239,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		r.memo.approved(&csr, node)
 		logger.Info("approved kubelet client certificate")
+		if err := r.Engine.RecordApplied(ctx, d.DecisionID, "csr/"+csr.Name, d.Action); err != nil {
+			logger.Error(err, "record the applied decision")
+		}
 		if r.Recorder != nil {
-			r.Recorder.Eventf(&csr, nil, corev1.EventTypeNormal, "Approved", "Approve", "%s", d.Summary())
+			r.Recorder.Eventf(&csr, nil, corev1.EventTypeNormal, "Approved", "Approve", "%s", d.EventNote())
 		}
 		return reconcile.Result{}, nil
 	default: // engine.ActionPending: the engine refuses any other answer of this rule.

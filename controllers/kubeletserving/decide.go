@@ -102,9 +102,14 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// Another cluster's machine answers to this name: that cluster decides.
 		return nil
 	}
+	if wait, skip := p.r.failures.skip(p.key(), csr.UID, p.now); skip {
+		p.addPending()
+		p.retryIn(wait)
+		return nil
+	}
 	epoch := p.r.machineEpoch.get()
 	if wait, skip := p.r.memo.skip(p.key(), csr, epoch, p.now); skip {
-		p.pending++
+		p.addPending()
 		p.retryIn(wait)
 		return nil
 	}
@@ -113,6 +118,15 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if machine != nil {
 		in.Machine = &csrinput.Machine{Name: machine.Name, Namespace: machine.Namespace, Cluster: machine.Spec.ClusterName}
 		in.Node = p.readNode(ctx, machine)
+		// A node that still cannot be read, for the same reason, changes no
+		// fact: it is looked at again soon, without a new decision (and log
+		// entry) each time, so that it is decided within seconds of coming
+		// back.
+		if !in.Node.Readable && p.r.memo.stillUnreadable(p.key(), csr, epoch, in.Node.Error, p.now) {
+			p.addPending()
+			p.retryIn(unreadableRecheck)
+			return nil
+		}
 	}
 	d, err := p.r.Engine.KubeletServing(ctx, in)
 	if errors.Is(err, engine.ErrNoDecision) {
@@ -126,28 +140,40 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	switch d.Action {
 	case engine.ActionApprove:
 		if err := p.approve(ctx, csr, d); err != nil {
-			return err
+			return &writeError{err: err, machine: machine}
 		}
 		logger.Info("approved kubelet serving certificate")
-		p.event(machine, csr, corev1.EventTypeNormal, "Approved", d.Summary())
+		p.applied(ctx, csr, d)
+		p.event(machine, csr, corev1.EventTypeNormal, "Approved", d.EventNote())
 	case engine.ActionDeny:
 		if err := p.deny(ctx, csr, d); err != nil {
-			return err
+			return &writeError{err: err, machine: machine}
 		}
 		logger.Info("denied kubelet serving certificate")
-		p.event(machine, csr, corev1.EventTypeWarning, "Denied", d.Summary())
+		p.applied(ctx, csr, d)
+		p.event(machine, csr, corev1.EventTypeWarning, "Denied", d.EventNote())
 	case engine.ActionPending:
-		p.pending++
-		first, wait := p.r.memo.pending(p.key(), csr, epoch, d, p.now)
+		p.addPending()
+		first, wait := p.r.memo.pending(p.key(), csr, epoch, d, in.Node, p.now)
 		p.retryIn(wait)
 		if first {
 			logger.Info("left kubelet serving certificate pending")
 			if machine != nil {
-				p.event(machine, nil, corev1.EventTypeWarning, "KubeletServingPending", d.Summary())
+				p.event(machine, nil, corev1.EventTypeWarning, "KubeletServingPending", d.EventNote())
 			}
 		}
 	}
+	p.r.failures.clear(p.key(), csr.UID)
 	return nil
+}
+
+// applied records in the decision log that the decision was written on the
+// request: of several verdicts logged for one request (the first write
+// conflicted), this is the one in effect.
+func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision) {
+	if err := p.r.Engine.RecordApplied(ctx, d.DecisionID, "csr/"+csr.Name, d.Action); err != nil {
+		log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", d.DecisionID)
+	}
 }
 
 // readNode reads the machine's identity over its Talos API. A failure is a
@@ -260,6 +286,9 @@ type memoEntry struct {
 	key             string
 	attempts        int
 	next            time.Time
+	// unreadable is why the node could not be read, when that is why the
+	// request is pending.
+	unreadable string
 }
 
 // verdictMemo keeps the pending verdicts, per cluster (several clusters may
@@ -284,6 +313,10 @@ func (v *verdictMemo) of(cluster types.NamespacedName) map[types.UID]*memoEntry 
 const (
 	minBackoff = 5 * time.Second
 	maxBackoff = 5 * time.Minute
+	// unreadableRecheck is how often a node that could not be read is read
+	// again. Only a read that succeeds, or fails otherwise, is decided (and
+	// logged) again.
+	unreadableRecheck = 3 * time.Second
 )
 
 // skip reports whether the request needs no new decision yet, and when to
@@ -295,9 +328,13 @@ func (v *verdictMemo) skip(cluster types.NamespacedName, csr *certificatesv1.Cer
 	if !ok || e.resourceVersion != csr.ResourceVersion {
 		return 0, false
 	}
+	if e.epoch != epoch {
+		// A machine changed: decide at once.
+		return 0, false
+	}
 	if e.next.IsZero() {
 		// Waits for the machines to change.
-		return 0, e.epoch == epoch
+		return 0, true
 	}
 	if now.Before(e.next) {
 		return e.next.Sub(now), true
@@ -305,10 +342,26 @@ func (v *verdictMemo) skip(cluster types.NamespacedName, csr *certificatesv1.Cer
 	return 0, false
 }
 
+// stillUnreadable reports whether the request is pending only because its
+// node could not be read, for the same reason as now, since the machines last
+// changed: nothing new to decide on. It keeps the verdict for another
+// unreadableRecheck.
+func (v *verdictMemo) stillUnreadable(cluster types.NamespacedName, csr *certificatesv1.CertificateSigningRequest, epoch uint64, why string, now time.Time) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e, ok := v.of(cluster)[csr.UID]
+	if !ok || e.resourceVersion != csr.ResourceVersion || e.epoch != epoch || e.key != "NodeUnreadable" || e.unreadable != why {
+		return false
+	}
+	e.next = now.Add(unreadableRecheck)
+	return true
+}
+
 // pending remembers a pending verdict. It reports whether the verdict is new
 // (worth an Event) and when to decide again: never by timer when no machine
-// has the node name, with backoff when the node could not be read.
-func (v *verdictMemo) pending(cluster types.NamespacedName, csr *certificatesv1.CertificateSigningRequest, epoch uint64, d engine.CSRDecision, now time.Time) (bool, time.Duration) {
+// has the node name, soon when the node could not be read (it is read again,
+// and decided only when that changes), with backoff otherwise.
+func (v *verdictMemo) pending(cluster types.NamespacedName, csr *certificatesv1.CertificateSigningRequest, epoch uint64, d engine.CSRDecision, node *csrinput.Node, now time.Time) (bool, time.Duration) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	entries := v.of(cluster)
@@ -320,9 +373,15 @@ func (v *verdictMemo) pending(cluster types.NamespacedName, csr *certificatesv1.
 		entries[csr.UID] = e
 	}
 	e.resourceVersion, e.epoch = csr.ResourceVersion, epoch
-	if key == "MachineUnknown" {
+	e.unreadable = ""
+	switch {
+	case key == "MachineUnknown":
 		e.next = time.Time{}
 		return first, 0
+	case key == "NodeUnreadable" && node != nil:
+		e.unreadable = node.Error
+		e.next = now.Add(unreadableRecheck)
+		return first, unreadableRecheck
 	}
 	backoff := minBackoff << min(e.attempts, 6)
 	backoff = min(backoff, maxBackoff)

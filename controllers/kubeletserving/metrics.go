@@ -17,6 +17,10 @@ var (
 		Name: "ichor_talos_identity_read_errors_total",
 		Help: "Node identity reads that failed; the requests concerned stay pending.",
 	})
+	writeFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ichor_kubelet_serving_decision_failures_total",
+		Help: "Requests whose decision could not be reached or written, by kind: permanent (the API server refused the write as too large or invalid) or transient; each is tried again with backoff.",
+	}, []string{"kind"})
 	pendingCSRs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "ichor_kubelet_serving_pending_csrs",
 		Help: "Kubelet serving CSRs left pending at the cluster's last full pass.",
@@ -24,5 +28,5 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(talosReadSeconds, talosReadErrors, pendingCSRs)
+	metrics.Registry.MustRegister(talosReadSeconds, talosReadErrors, writeFailures, pendingCSRs)
 }

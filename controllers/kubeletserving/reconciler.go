@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/csrinput"
@@ -79,8 +80,17 @@ type Reconciler struct {
 	LocalClusters *cluster.Local
 
 	ResyncInterval time.Duration
+	// MaxConcurrentDecisions bounds the requests decided at once;
+	// DefaultMaxConcurrentDecisions if zero.
+	MaxConcurrentDecisions int
+	// PassWait is how long a pass waits for its decisions; DefaultPassWait
+	// if zero.
+	PassWait time.Duration
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
+
+	work     *workers
+	failures failureMemo
 
 	dirty   dirtySet
 	memo    verdictMemo
@@ -102,6 +112,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.Now == nil {
 		r.Now = time.Now
 	}
+	if r.MaxConcurrentDecisions <= 0 {
+		r.MaxConcurrentDecisions = DefaultMaxConcurrentDecisions
+	}
+	if r.PassWait <= 0 {
+		r.PassWait = DefaultPassWait
+	}
+	r.work = newWorkers(r.MaxConcurrentDecisions)
 	r.runCtx = ctx
 	if err := AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -112,6 +129,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		Watches(&ichorv1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToCluster)).
 		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(r.csrToClusters),
 			builder.WithPredicates(predicate.NewPredicateFuncs(isKubeletServing))).
+		// Decisions that outlive their pass wake their cluster here.
+		WatchesRawSource(source.Channel(r.work.kicks, &handler.EnqueueRequestForObject{})).
 		// Clusters are independent: one whose nodes time out does not hold
 		// back the others.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
@@ -213,6 +232,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			r.NodeReaders.Forget(req.NamespacedName)
 			r.targets.stop(req.NamespacedName)
 			r.memo.forget(req.NamespacedName)
+			r.failures.forget(req.NamespacedName)
 			pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
 			return reconcile.Result{}, nil
 		}
@@ -266,19 +286,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	seen := make(map[types.UID]bool, len(csrs))
 	for i := range csrs {
 		seen[csrs[i].UID] = true
-		if err := p.handle(ctx, &csrs[i]); err != nil {
-			// One request's failure must not hold back the others; it is
-			// retried with the cluster.
-			logger.Error(err, "handle CSR", "csr", csrs[i].Name)
-			r.dirty.add(req.NamespacedName, csrs[i].Name)
-			p.retryIn(5 * time.Second)
-		}
 	}
+	// Each request is decided on its own: a failure or a node that does not
+	// answer holds back only that request, which is tried again with backoff.
+	p.dispatch(ctx, csrs, r.PassWait)
 	if !work.full {
 		return p.result(), nil
 	}
 	r.memo.keepOnly(req.NamespacedName, seen)
-	pendingCSRs.WithLabelValues(cluster.Namespace, cluster.Name).Set(float64(p.pending))
+	r.failures.keepOnly(req.NamespacedName, seen)
+	pendingCSRs.WithLabelValues(cluster.Namespace, cluster.Name).Set(float64(p.pendingCount()))
 	if err := r.updateConditions(ctx, &cluster, p); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -286,13 +303,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	return p.result(), nil
 }
 
-// pass is the state of one reconcile of one cluster.
+// pass is the state of one reconcile of one cluster. Its decisions run
+// concurrently, and may outlive it (detached): what they ask afterwards is a
+// wake-up of the cluster.
 type pass struct {
 	r       *Reconciler
 	cluster *ichorv1alpha1.TalosCluster
 	target  *target
 	now     time.Time
-	requeue time.Duration
+
+	mu       sync.Mutex
+	requeue  time.Duration
+	detached bool
 	// pending counts the requests this pass left pending.
 	pending int
 }
@@ -303,12 +325,42 @@ func (p *pass) key() types.NamespacedName {
 
 // retryIn asks for the cluster to be reconciled again within d.
 func (p *pass) retryIn(d time.Duration) {
-	if d > 0 && (p.requeue == 0 || d < p.requeue) {
+	if d <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.detached {
+		p.r.work.kickAfter(p.key(), d)
+		return
+	}
+	if p.requeue == 0 || d < p.requeue {
 		p.requeue = d
 	}
 }
 
+func (p *pass) addPending() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pending++
+}
+
+func (p *pass) pendingCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pending
+}
+
+// detach makes the decisions still running report to the cluster's queue.
+func (p *pass) detach() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.detached = true
+}
+
 func (p *pass) result() reconcile.Result {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return reconcile.Result{RequeueAfter: p.requeue}
 }
 
@@ -361,9 +413,11 @@ func (d *dirtySet) take(key types.NamespacedName) work {
 	return *w
 }
 
-// epoch counts changes to the node names machines answer to. A request left
-// pending because no machine has its node name is worth deciding again only
-// after one: status updates of machines (a recorded certificate) do not count.
+// epoch counts changes to the node names machines answer to and to their
+// Talos endpoints. A request left pending because no machine has its node
+// name is worth deciding again only after one, and one whose node could not
+// be read is decided at once after one: status updates of machines (a
+// recorded certificate) do not count.
 type epoch struct {
 	mu    sync.Mutex
 	n     uint64
@@ -371,7 +425,8 @@ type epoch struct {
 }
 
 func (e *epoch) noteNames(m *ichorv1alpha1.TalosMachine) {
-	key := m.Namespace + "/" + m.Spec.ClusterName + "/" + m.Status.NodeName + "/" + m.Spec.Hostname
+	// The endpoint too: a node whose Talos API moved is worth reading again.
+	key := m.Namespace + "/" + m.Spec.ClusterName + "/" + m.Status.NodeName + "/" + m.Spec.Hostname + "/" + m.Spec.Endpoint
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.names == nil {

@@ -34,6 +34,8 @@
 #   the node name, absent if none).
 package ichor.kubelet_client
 
+import data.ichor.lib.reasons as lib_reasons
+
 # The tables of data.json, beside this file. They sit under "config" because the
 # package's own rules share the path data.ichor.kubelet_client.
 _config := data.ichor.kubelet_client.config
@@ -62,7 +64,7 @@ _decide := _verdict("approve", {approved}) if {
 
 _verdict(action, reasons) := {
 	"action": action,
-	"reasons": sort(reasons),
+	"reasons": lib_reasons.capped(reasons, _config.max_reasons_per_code),
 	"node": _node_name,
 	"kind": _kind,
 }

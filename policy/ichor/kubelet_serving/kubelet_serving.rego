@@ -19,6 +19,8 @@
 #   input.node (the identity read from the Talos API, absent if it was not read).
 package ichor.kubelet_serving
 
+import data.ichor.lib.reasons as lib_reasons
+
 # The tables of data.json, beside this file. They sit under "config" because the
 # package's own rules share the path data.ichor.kubelet_serving.
 _config := data.ichor.kubelet_serving.config
@@ -44,7 +46,7 @@ else := _verdict("approve", {approved})
 
 _verdict(action, reasons) := {
 	"action": action,
-	"reasons": sort(reasons),
+	"reasons": lib_reasons.capped(reasons, _config.max_reasons_per_code),
 	"node": _node_name,
 }
 

@@ -349,3 +349,15 @@ test_every_failing_check_is_reported_sorted if {
 		{"op": "add", "path": "/csr/request/subject_alt_names/-", "value": {"type": "ip", "value": "192.0.2.1"}},
 	]) == ["GroupMissing", "IPNotNode", "UsagesNotAllowed"]
 }
+
+test_thousands_of_foreign_names_give_a_bounded_decision if {
+	# A node asking for ten thousand names it does not have: ten reasons of each code,
+	# and one that counts the rest, so the condition, the Event and the log stay small.
+	ips := [{"type": "ip", "value": sprintf("10.9.%d.%d", [floor(n / 250), n % 250])} | some n in numbers.range(0, 9999)]
+	d := _decide(_sans(array.concat([{"type": "dns", "value": "evil.example"}], ips)))
+	d.action == "deny"
+	count(d.reasons) == 12
+	ip_codes := [code | some _ in numbers.range(1, 11); code := "IPNotNode"]
+	[r.code | some r in d.reasons] == array.concat(["DNSNameNotNode"], ip_codes)
+	d.reasons[11].message == "9990 more IPNotNode reasons are not listed (10000 in all)"
+}

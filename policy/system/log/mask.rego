@@ -10,6 +10,13 @@
 #   extra: admission compares spec.requester with the user (RequesterMismatch). Both are
 #   masked alike, so a masked entry replays to the same decision unless the two differed in
 #   a masked value only; the logged result still says what was decided.
+#
+#   What the log must not be made to keep in bulk: a hostile request can carry thousands of
+#   names, attributes or extensions, and each name can be long. The lists of data.json's
+#   capped_lists keep their first max_logged_items items, each string of an item cut to
+#   max_logged_value_length, and the result keeps its first max_logged_reasons reasons, each
+#   message cut likewise; input.log_truncated then says what was cut and how much, so that
+#   `ichor decisions replay` does not take a shortened input for the request.
 package system.log
 
 _config := data.system.log.config
@@ -24,6 +31,83 @@ mask contains {"op": "upsert", "path": sprintf("/input/%s/extra", [holder]), "va
 	some key, _ in extra
 	not _config.logged_extra_keys[key]
 }
+
+# METADATA
+# title: Mask
+# description: Long lists of the input are cut, and their long strings.
+mask contains {"op": "upsert", "path": concat("/", array.concat(["", "input"], path)), "value": kept} if {
+	some path in _config.capped_lists
+	items := object.get(input.input, path, [])
+	_too_big(items)
+	kept := [_cut_item(item) | some item in array.slice(items, 0, _config.max_logged_items)]
+}
+
+# METADATA
+# title: Mask
+# description: Long reason lists of the result are cut, and long messages.
+mask contains {"op": "upsert", "path": "/result/reasons", "value": kept} if {
+	reasons := object.get(input, ["result", "reasons"], [])
+	_too_big_reasons(reasons)
+	kept := [_cut_item(r) | some r in array.slice(reasons, 0, _config.max_logged_reasons)]
+}
+
+# METADATA
+# title: Mask
+# description: What was cut, so that a reader and replay know the entry is not the whole input.
+mask contains {"op": "upsert", "path": "/input/log_truncated", "value": _truncated} if count(_truncated) > 0
+
+_truncated[concat(".", path)] := count(items) if {
+	some path in _config.capped_lists
+	items := object.get(input.input, path, [])
+	_too_big(items)
+}
+
+_truncated["result.reasons"] := count(reasons) if {
+	reasons := object.get(input, ["result", "reasons"], [])
+	_too_big_reasons(reasons)
+}
+
+_too_big(items) if {
+	is_array(items)
+	count(items) > _config.max_logged_items
+}
+
+_too_big(items) if {
+	is_array(items)
+	some item in items
+	_long_item(item)
+}
+
+_too_big_reasons(reasons) if {
+	is_array(reasons)
+	count(reasons) > _config.max_logged_reasons
+}
+
+_too_big_reasons(reasons) if {
+	is_array(reasons)
+	some r in reasons
+	_long_item(r)
+}
+
+_long_item(item) if {
+	some value in item
+	is_string(value)
+	count(value) > _config.max_logged_value_length
+}
+
+_long_item(item) if {
+	is_string(item)
+	count(item) > _config.max_logged_value_length
+}
+
+_cut_item(item) := {key: _cut(value) | some key, value in item} if is_object(item)
+
+else := _cut(item)
+
+_cut(value) := sprintf("%s... (%d bytes)", [substring(value, 0, _config.max_logged_value_length), count(value)]) if {
+	is_string(value)
+	count(value) > _config.max_logged_value_length
+} else := value
 
 _masked(extra) := {key: _masked_value(key, values) | some key, values in extra}
 

@@ -41,3 +41,53 @@ test_no_extra_is_left_alone if {
 test_other_inputs_are_left_alone if {
 	count(log.mask) == 0 with input as {"input": {"user": "alice"}}
 }
+
+_names(n) := [{"type": "ip", "value": sprintf("10.9.%d.%d", [floor(i / 250), i % 250])} | some i in numbers.range(1, n)]
+
+test_ten_thousand_names_are_cut_to_a_hundred_and_said_so if {
+	masks := log.mask with input as {"input": {"csr": {"request": {"subject_alt_names": _names(10000)}}}}
+	count(masks) == 2
+	{"op": "upsert", "path": "/input/log_truncated", "value": {"csr.request.subject_alt_names": 10000}} in masks
+	some cut in masks
+	cut.path == "/input/csr/request/subject_alt_names"
+	count(cut.value) == 100
+	cut.value[0] == {"type": "ip", "value": "10.9.0.1"}
+}
+
+test_a_long_name_is_cut_with_its_length if {
+	long := concat("", [x | some _ in numbers.range(1, 600); x := "a"])
+	sans := [{"type": "dns", "value": long}]
+	masks := log.mask with input as {"input": {"csr": {"request": {"subject_alt_names": sans}}}}
+	{"op": "upsert", "path": "/input/log_truncated", "value": {"csr.request.subject_alt_names": 1}} in masks
+	some cut in masks
+	cut.path == "/input/csr/request/subject_alt_names"
+	cut.value[0].type == "dns"
+	endswith(cut.value[0].value, "... (600 bytes)")
+	startswith(cut.value[0].value, substring(long, 0, 512))
+}
+
+test_long_lists_of_strings_are_cut_too if {
+	groups := [sprintf("group-%d", [i]) | some i in numbers.range(1, 150)]
+	usage := concat("", [x | some _ in numbers.range(1, 513); x := "u"])
+	masks := log.mask with input as {"input": {"csr": {"groups": groups, "usages": [usage]}}}
+	{"op": "upsert", "path": "/input/log_truncated", "value": {"csr.groups": 150, "csr.usages": 1}} in masks
+	some cut in masks
+	cut.path == "/input/csr/groups"
+	count(cut.value) == 100
+}
+
+test_long_reason_lists_and_messages_of_the_result_are_cut if {
+	reasons := [{"code": "X", "message": sprintf("%d", [i])} | some i in numbers.range(1, 60)]
+	masks := log.mask with input as {"input": {}, "result": {"action": "deny", "reasons": reasons}}
+	{"op": "upsert", "path": "/input/log_truncated", "value": {"result.reasons": 60}} in masks
+	count([c | some c in masks; c.path == "/result/reasons"; count(c.value) == 50]) == 1
+
+	long := concat("", [x | some _ in numbers.range(1, 513); x := "b"])
+	one := log.mask with input as {"input": {}, "result": {"reasons": [{"code": "Y", "message": long}]}}
+	count([c | some c in one; c.path == "/result/reasons"; endswith(c.value[0].message, "... (513 bytes)")]) == 1
+}
+
+test_small_lists_are_left_alone if {
+	count(log.mask) == 0 with input as {"input": {"csr": {"request": {"subject_alt_names": _names(100)}}}}
+	count(log.mask) == 0 with input as {"input": {"node": {"addresses": ["10.5.0.2"]}}, "result": {"reasons": []}}
+}

@@ -1,0 +1,225 @@
+package kubeletserving
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// Defaults of the decision workers.
+const (
+	// DefaultMaxConcurrentDecisions bounds the requests decided at once,
+	// over every cluster: each holds a Talos read, a decision and a write.
+	DefaultMaxConcurrentDecisions = 32
+	// DefaultPassWait is how long a pass waits for its decisions before it
+	// returns; the slow ones (a node that does not answer) go on in the
+	// background and wake the cluster when they are done, so that one
+	// hanging node holds up neither its cluster's other requests nor the
+	// next events.
+	DefaultPassWait = time.Second
+)
+
+// workers runs the decisions of requests, each request at most once at a
+// time, at most a fixed number at once.
+type workers struct {
+	slots    chan struct{}
+	mu       sync.Mutex
+	inflight map[types.UID]bool
+	// kicks wakes a cluster when a decision that outlived its pass wants it
+	// looked at again.
+	kicks chan event.GenericEvent
+}
+
+func newWorkers(n int) *workers {
+	return &workers{slots: make(chan struct{}, n), inflight: map[types.UID]bool{}, kicks: make(chan event.GenericEvent, 1024)}
+}
+
+// claim marks a request in flight; false when it already is.
+func (w *workers) claim(uid types.UID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inflight[uid] {
+		return false
+	}
+	w.inflight[uid] = true
+	return true
+}
+
+func (w *workers) release(uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.inflight, uid)
+}
+
+// kickAfter wakes the cluster after d.
+func (w *workers) kickAfter(cluster types.NamespacedName, d time.Duration) {
+	obj := &ichorv1alpha1.TalosCluster{}
+	obj.Namespace, obj.Name = cluster.Namespace, cluster.Name
+	time.AfterFunc(max(d, 0), func() {
+		select {
+		case w.kicks <- event.GenericEvent{Object: obj}:
+		default:
+			// Full: the resync looks at every cluster soon enough.
+		}
+	})
+}
+
+// dispatch decides the requests concurrently and waits for them at most
+// wait. A decision still running then finishes in the background, with the
+// manager's context, and what it asks (a retry) becomes a wake-up of the
+// cluster.
+func (p *pass) dispatch(ctx context.Context, csrs []certificatesv1.CertificateSigningRequest, wait time.Duration) {
+	var wg sync.WaitGroup
+	background := p.r.runCtx
+	if background == nil {
+		background = context.WithoutCancel(ctx)
+	}
+	background = log.IntoContext(background, log.FromContext(ctx))
+	for i := range csrs {
+		csr := &csrs[i]
+		if !p.r.work.claim(csr.UID) {
+			// Being decided by an earlier pass: pending until it is done.
+			p.addPending()
+			continue
+		}
+		select {
+		case p.r.work.slots <- struct{}{}:
+		case <-ctx.Done():
+			p.r.work.release(csr.UID)
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-p.r.work.slots }()
+			defer p.r.work.release(csr.UID)
+			if err := p.handle(background, csr); err != nil {
+				p.failed(background, csr, err)
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(wait):
+		p.detach()
+	case <-ctx.Done():
+		p.detach()
+	}
+}
+
+// failed remembers a request whose handling failed, so that it is tried
+// again with backoff rather than at every pass: one request whose write the
+// API server refuses (too large, invalid) must not cost a decision, a log
+// entry and a write every few seconds.
+func (p *pass) failed(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, err error) {
+	kind := "transient"
+	if permanentWrite(err) {
+		kind = "permanent"
+	}
+	writeFailures.WithLabelValues(kind).Inc()
+	wait, first := p.r.failures.note(p.key(), csr.UID, p.now)
+	log.FromContext(ctx).Error(err, "handle CSR", "csr", csr.Name, "kind", kind, "retry_in", wait)
+	var we *writeError
+	if first && kind == "permanent" && errors.As(err, &we) && we.machine != nil {
+		p.event(we.machine, nil, corev1.EventTypeWarning, "DecisionNotWritten",
+			engine.Clip("the decision on CSR "+csr.Name+" could not be written: "+err.Error(), "; it is tried again with backoff, up to every "+maxBackoff.String(), engine.MaxEventNote))
+	}
+	p.retryIn(wait)
+}
+
+// permanentWrite reports whether the API server refused a write for a reason
+// that retrying as it is will not change.
+func permanentWrite(err error) bool {
+	return apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+}
+
+// writeError is a decision that could not be written on the request.
+type writeError struct {
+	err     error
+	machine *ichorv1alpha1.TalosMachine
+}
+
+func (e *writeError) Error() string { return e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
+
+// failureMemo keeps, per cluster, the requests whose handling failed, with
+// their backoff.
+type failureMemo struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]map[types.UID]*failure
+}
+
+type failure struct {
+	attempts int
+	next     time.Time
+}
+
+// note records a failure and says how long to wait, and whether it is the
+// first of a streak.
+func (f *failureMemo) note(cluster types.NamespacedName, uid types.UID, now time.Time) (time.Duration, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[types.NamespacedName]map[types.UID]*failure{}
+	}
+	if f.m[cluster] == nil {
+		f.m[cluster] = map[types.UID]*failure{}
+	}
+	e, ok := f.m[cluster][uid]
+	if !ok {
+		e = &failure{}
+		f.m[cluster][uid] = e
+	}
+	wait := min(minBackoff<<min(e.attempts, 6), maxBackoff)
+	e.attempts++
+	e.next = now.Add(wait)
+	return wait, !ok
+}
+
+// skip reports whether a request that failed is still backing off.
+func (f *failureMemo) skip(cluster types.NamespacedName, uid types.UID, now time.Time) (time.Duration, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.m[cluster][uid]
+	if !ok || !now.Before(e.next) {
+		return 0, false
+	}
+	return e.next.Sub(now), true
+}
+
+func (f *failureMemo) clear(cluster types.NamespacedName, uid types.UID) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.m[cluster], uid)
+}
+
+// keepOnly forgets a cluster's requests that are no longer undecided.
+func (f *failureMemo) keepOnly(cluster types.NamespacedName, live map[types.UID]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for uid := range f.m[cluster] {
+		if !live[uid] {
+			delete(f.m[cluster], uid)
+		}
+	}
+}
+
+// forget drops a cluster's failures (the cluster is gone or disabled).
+func (f *failureMemo) forget(cluster types.NamespacedName) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.m, cluster)
+}

@@ -1,0 +1,39 @@
+package engine_test
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+func TestClipKeepsTheTailAndSaysWhatItCut(t *testing.T) {
+	assert.Equal(t, "short (decision d)", engine.Clip("short", " (decision d)", 100))
+
+	long := strings.Repeat("IPNotNode: 10.9.0.1 is not the node's; ", 1000)
+	got := engine.Clip(long, " (decision d)", engine.MaxEventNote)
+	assert.LessOrEqual(t, len(got), engine.MaxEventNote)
+	assert.True(t, strings.HasSuffix(got, " (decision d)"), got)
+	assert.Contains(t, got, "more bytes in the decision log]")
+	assert.True(t, strings.HasPrefix(got, long[:100]))
+
+	// Never half a character.
+	wide := strings.Repeat("é", 2000)
+	got = engine.Clip(wide, "", 101)
+	assert.True(t, utf8.ValidString(got))
+	assert.LessOrEqual(t, len(got), 101)
+}
+
+func TestADecisionWithThousandsOfReasonsFitsACondition(t *testing.T) {
+	reasons := make([]engine.Reason, 10000)
+	for i := range reasons {
+		reasons[i] = engine.Reason{Code: "IPNotNode", Message: strings.Repeat("x", 100)}
+	}
+	d := engine.CSRDecision{Action: engine.ActionDeny, Reasons: reasons, DecisionID: "d", Revision: "r"}
+	assert.LessOrEqual(t, len(d.ConditionMessage()), engine.MaxConditionMessage)
+	assert.LessOrEqual(t, len(d.EventNote()), engine.MaxEventNote)
+	assert.True(t, strings.HasSuffix(d.ConditionMessage(), "(decision d, policy revision r)"))
+}

@@ -1,0 +1,333 @@
+package engine
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/plugins"
+	"github.com/open-policy-agent/opa/v1/plugins/logs"
+)
+
+// sinksName is the decision-log plugin of the engine's own sinks: a file
+// and a decision-log service. OPA's decision-log plugin masks each entry and
+// hands it here (and to its console sink).
+//
+// The service upload is the engine's rather than OPA's own because the log is
+// an audit trail and OPA's upload cannot say how many entries it lost at
+// shutdown (it buffers compressed chunks of several entries, which it does
+// not count), and drops an entry above its size limit under a generic
+// encoding-failure counter. Here every entry is counted once: uploaded, or
+// dropped with its cause (buffer_full, oversized, shutdown).
+const sinksName = "ichor_decision_log_sinks"
+
+// Upload timing: a batch at least every uploadInterval, at most
+// uploadBatchEvents entries or about uploadBatchBytes of JSON in one POST, and
+// after a failure a backoff from uploadInterval up to uploadMaxBackoff.
+const (
+	uploadInterval    = time.Second
+	uploadMaxBackoff  = 30 * time.Second
+	uploadBatchEvents = 1000
+	uploadBatchBytes  = 4 << 20
+	uploadTimeout     = 10 * time.Second
+)
+
+// MaxDecisionLogEntryBytes is the largest entry, as JSON, the upload sink
+// takes; a larger one is dropped and counted (cause oversized). The mask
+// (policy/system/log) keeps entries far below it.
+const MaxDecisionLogEntryBytes = 1 << 20
+
+type sinksConfig struct {
+	// File, when set, receives every entry as one JSON line.
+	File string `json:"file,omitempty"`
+	// URL, when set, is a service speaking OPA's decision-log API
+	// (POST {URL}/logs, a gzipped JSON array of entries).
+	URL string `json:"url,omitempty"`
+	// BufferEvents bounds the entries held for the service.
+	BufferEvents int `json:"buffer_events,omitempty"`
+}
+
+type sinksFactory struct{ engine *Engine }
+
+func (f *sinksFactory) Validate(_ *plugins.Manager, config []byte) (any, error) {
+	var c sinksConfig
+	if err := json.Unmarshal(config, &c); err != nil {
+		return nil, fmt.Errorf("decision-log sinks: %w", err)
+	}
+	if c.File == "" && c.URL == "" {
+		return nil, fmt.Errorf("decision-log sinks: neither a file nor a URL")
+	}
+	if c.BufferEvents <= 0 {
+		c.BufferEvents = DefaultDecisionLogBufferEvents
+	}
+	return c, nil
+}
+
+func (f *sinksFactory) New(m *plugins.Manager, config any) plugins.Plugin {
+	return &sinks{manager: m, config: config.(sinksConfig), engine: f.engine, wake: make(chan struct{}, 1)}
+}
+
+type sinks struct {
+	manager *plugins.Manager
+	config  sinksConfig
+	engine  *Engine
+	client  *http.Client
+
+	fileMu sync.Mutex
+	f      *os.File
+
+	mu      sync.Mutex
+	pending [][]byte
+	// inflight is how many entries at the front of pending an upload is
+	// sending: a full buffer drops the oldest of the others.
+	inflight int
+	wake     chan struct{}
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+var _ logs.Logger = (*sinks)(nil)
+
+func (s *sinks) Start(context.Context) error {
+	if s.config.File != "" {
+		f, err := os.OpenFile(s.config.File, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			s.manager.UpdatePluginStatus(sinksName, &plugins.Status{State: plugins.StateErr, Message: err.Error()})
+			return fmt.Errorf("decision-log file: %w", err)
+		}
+		s.fileMu.Lock()
+		s.f = f
+		s.fileMu.Unlock()
+	}
+	if s.config.URL != "" {
+		s.client = &http.Client{Timeout: uploadTimeout}
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stop, s.done = cancel, make(chan struct{})
+		go s.uploadLoop(ctx)
+	}
+	s.manager.UpdatePluginStatus(sinksName, &plugins.Status{State: plugins.StateOK})
+	return nil
+}
+
+// Stop closes the file and, within ctx's deadline, uploads what is pending;
+// what is left is counted as dropped (cause shutdown).
+func (s *sinks) Stop(ctx context.Context) {
+	s.fileMu.Lock()
+	if s.f != nil {
+		_ = s.f.Close()
+		s.f = nil
+	}
+	s.fileMu.Unlock()
+	if s.stop == nil {
+		return
+	}
+	s.stop()
+	<-s.done
+	if _, ok := ctx.Deadline(); ok {
+		for s.pendingCount() > 0 && ctx.Err() == nil {
+			if err := s.uploadBatch(ctx); err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(uploadInterval):
+				}
+			}
+		}
+	}
+	if n := s.pendingCount(); n > 0 {
+		s.drop("shutdown", n)
+		s.engine.notes.WithFields(map[string]any{"entries": n, "url": s.config.URL}).Error("Decision-log entries not uploaded at shutdown; they are lost.")
+		s.mu.Lock()
+		s.pending = nil
+		s.mu.Unlock()
+	}
+}
+
+func (s *sinks) Reconfigure(context.Context, any) {}
+
+// Log writes one entry to the file and queues it for the service. An entry
+// the file cannot take is counted as dropped, and the error fails the
+// decision: a decision that is not logged is not acted on. The upload is
+// asynchronous; its drops are counted by cause.
+func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
+	if s.config.File != "" {
+		if err := s.writeFile(event); err != nil {
+			s.engine.metrics.dropped("file")
+			return fmt.Errorf("decision-log file %s: %w", s.config.File, err)
+		}
+	}
+	if s.config.URL == "" {
+		return nil
+	}
+	b, err := json.Marshal(event)
+	if err != nil || len(b) > MaxDecisionLogEntryBytes {
+		s.drop("oversized", 1)
+		return nil
+	}
+	s.mu.Lock()
+	dropped := 0
+	if len(s.pending)+1 > s.config.BufferEvents && len(s.pending) > s.inflight {
+		// The oldest not being sent goes: the newest say most about now.
+		s.pending = append(s.pending[:s.inflight], s.pending[s.inflight+1:]...)
+		dropped = 1
+	}
+	if len(s.pending) < s.config.BufferEvents {
+		s.pending = append(s.pending, b)
+	} else {
+		dropped++ // every slot is being sent: this one cannot wait
+	}
+	full := len(s.pending) >= uploadBatchEvents
+	s.mu.Unlock()
+	if dropped > 0 {
+		s.drop("buffer_full", dropped)
+	}
+	if full {
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+func (s *sinks) writeFile(event logs.EventV1) error {
+	line, err := json.Marshal(entryFields(event))
+	if err != nil {
+		return err
+	}
+	line = append(line, '\n')
+	s.fileMu.Lock()
+	defer s.fileMu.Unlock()
+	if s.f == nil {
+		return fmt.Errorf("closed")
+	}
+	_, err = s.f.Write(line)
+	return err
+}
+
+func (s *sinks) uploadLoop(ctx context.Context) {
+	defer close(s.done)
+	wait := uploadInterval
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		case <-s.wake:
+		}
+		err := s.uploadBatch(ctx)
+		switch {
+		case err == nil:
+			wait = uploadInterval
+		case ctx.Err() != nil:
+			return
+		default:
+			wait = min(wait*2, uploadMaxBackoff)
+			s.engine.notes.WithFields(map[string]any{"url": s.config.URL, "error": err.Error(), "pending": s.pendingCount(), "retry_in": wait.String()}).Error("Decision-log upload failed; the entries are kept and sent again.")
+		}
+	}
+}
+
+// uploadBatch sends the oldest pending entries and, once the service took
+// them, forgets them. Entries stay pending when it fails.
+func (s *sinks) uploadBatch(ctx context.Context) error {
+	s.mu.Lock()
+	n, size := 0, 0
+	for n < len(s.pending) && n < uploadBatchEvents && (n == 0 || size+len(s.pending[n]) <= uploadBatchBytes) {
+		size += len(s.pending[n])
+		n++
+	}
+	batch := s.pending[:n:n]
+	s.inflight = n
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inflight = 0
+		s.mu.Unlock()
+	}()
+	if n == 0 {
+		return nil
+	}
+	var body bytes.Buffer
+	zw := gzip.NewWriter(&body)
+	_, _ = zw.Write([]byte{'['})
+	for i, b := range batch {
+		if i > 0 {
+			_, _ = zw.Write([]byte{','})
+		}
+		_, _ = zw.Write(b)
+	}
+	_, _ = zw.Write([]byte{']'})
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, uploadTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(s.config.URL, "/")+"/logs", &body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		s.engine.metrics.uploadFailed()
+		return err
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		s.engine.metrics.uploadFailed()
+		return fmt.Errorf("the decision-log service answered %s", resp.Status)
+	}
+	s.mu.Lock()
+	s.pending = s.pending[n:]
+	s.mu.Unlock()
+	s.engine.metrics.uploaded(n)
+	return nil
+}
+
+func (s *sinks) pendingCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending)
+}
+
+func (s *sinks) drop(cause string, n int) {
+	s.engine.metrics.uploadDrop(cause, n)
+}
+
+// entryFields is an event in the console sink's shape.
+func entryFields(e logs.EventV1) map[string]any {
+	m := map[string]any{
+		"msg":         "Decision Log",
+		"type":        "openpolicyagent.org/decision_logs",
+		"decision_id": e.DecisionID,
+		"path":        e.Path,
+		"labels":      e.Labels,
+		"bundles":     e.Bundles,
+		"timestamp":   e.Timestamp,
+		"time":        e.Timestamp,
+	}
+	if e.Input != nil {
+		m["input"] = *e.Input
+	}
+	if e.Result != nil {
+		m["result"] = *e.Result
+	}
+	if e.Error != nil {
+		m["error"] = e.Error
+	}
+	if len(e.Erased) > 0 {
+		m["erased"] = e.Erased
+	}
+	if len(e.Masked) > 0 {
+		m["masked"] = e.Masked
+	}
+	return m
+}
