@@ -138,12 +138,17 @@ func readDecisions(s streams, files []string) ([]decisionlog.Entry, error) {
 func newDecisionsListCommand(s streams) *cobra.Command {
 	var f filterFlags
 	var output string
+	var all bool
 	cmd := &cobra.Command{
 		Use:   "list [FILE...|-] [--policy NAME] [--action ACTION] [--node NAME] [--user NAME] [--since WHEN] [--revision REV] [-o table|json]",
 		Short: "List the decisions of a decision log, in its order",
 		Long: `List the decisions of a decision log, in the log's order, one a row: time,
 decision id, policy, action, node (or user), reason codes and bundle revision.
 The filters combine: a decision is listed when it meets every one given.
+
+Only the verdicts in effect are listed: when an approver's write conflicted
+and it decided again, the verdict it never applied is left out (--all lists
+it, and the records of what was applied).
 
 With -o json, each decision is one JSON object a line with the same fields
 and the whole logged entry under "entry".
@@ -166,6 +171,9 @@ when it could not be, 2 for a wrong flag.`,
 			if err != nil {
 				return err
 			}
+			if !all {
+				entries = decisionlog.InEffect(entries)
+			}
 			matched := decisionlog.Filter(entries, crit)
 			if output == "json" {
 				return writeListJSON(s.out, matched)
@@ -179,6 +187,7 @@ when it could not be, 2 for a wrong flag.`,
 	}
 	f.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table, or json (one object a line)")
+	cmd.Flags().BoolVar(&all, "all", false, "also list verdicts that were never applied (an approver that met a conflict writing decides again; the one applied is recorded) and the applied records themselves")
 	return cmd
 }
 

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -103,7 +105,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.DurationVar(&o.logFlushTimeout, "decision-log-flush-timeout", 10*time.Second, "at shutdown, how long the upload buffer may take to send what it holds; what is left is lost, logged and counted (cause shutdown). The pod's terminationGracePeriodSeconds must cover it")
 	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the leader's last renewal before taking over when the leader dies without releasing the lease (a leader that stops cleanly releases it at once)")
 	f.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it gives up leading")
-	f.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to take the lease, and the leader to renew it: a released lease is taken within this")
+	f.DurationVar(&o.retryPeriod, "leader-elect-retry-period", time.Second, "how often candidates try to take the lease, and the leader to renew it: a released lease is taken within this")
 	f.BoolVar(&o.kubeletClient, "kubelet-client-approver", false, "approve kubelet client certificates (signer kubernetes.io/kube-apiserver-client-kubelet) as kube-controller-manager's csrapproving controller does; see docs/kubelet-client.md before switching it on")
 	f.BoolVar(&o.webhook, "webhook", true, "serve the TalosCredentialRequest admission webhook and issue credentials (it needs a serving certificate: --webhook-cert-dir or --webhook-generate-certs); without it no credential is issued")
 	f.StringSliceVar(&o.localClusters, "local-clusters", nil, "the TalosClusters (namespace/name, comma-separated or repeated) whose machines are nodes of the API server the manager runs against, and which alone judge its kubelet certificate requests; a cluster without spec.kubeconfigRef that is not named here judges nothing (condition KubeletServingCertificates, reason LocalClusterNotNamed)")
@@ -179,6 +181,13 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 		opts.Source = o.bundle
 	}
 	return opts, nil
+}
+
+// bundleRefusalAction names a refusal's cause for its Event: the same cause
+// (one bundle refused again and again) is one series, another cause another.
+func bundleRefusalAction(err error) string {
+	sum := sha256.Sum256([]byte(err.Error()))
+	return "LoadBundle/" + hex.EncodeToString(sum[:4])
 }
 
 // admissionKeys is the admission key in the Secret name of the manager's
@@ -373,8 +382,11 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 		self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns}}
 		notify := func(st engine.BundleStatus) {
 			if st.Err != nil {
-				rec.Eventf(self, nil, corev1.EventTypeWarning, "BundleRefused", "LoadBundle",
-					"policy bundle refused, revision %s keeps serving: %v", st.ActiveRevision, st.Err)
+				// The recorder keeps one Event series per reason and action:
+				// the cause goes in the action, so that each distinct cause
+				// is an Event of its own with its own count and note.
+				rec.Eventf(self, nil, corev1.EventTypeWarning, "BundleRefused", bundleRefusalAction(st.Err), "%s",
+					engine.Clip(fmt.Sprintf("policy bundle refused: %v", st.Err), fmt.Sprintf("; revision %s keeps serving", st.ActiveRevision), engine.MaxEventNote))
 			} else {
 				rec.Eventf(self, nil, corev1.EventTypeNormal, "BundleActivated", "LoadBundle", "policy bundle revision %s active", st.ActiveRevision)
 			}

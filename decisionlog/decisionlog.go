@@ -313,6 +313,7 @@ func isUndefined(raw json.RawMessage) bool {
 // subject is the part of an input that names who or what a decision is about.
 type subject struct {
 	CSR *struct {
+		Name     string `json:"name"`
 		Username string `json:"username"`
 		Request  struct {
 			Subject []struct {
@@ -376,6 +377,16 @@ func (e Entry) Node() string {
 		return nodes[0]
 	}
 	return ""
+}
+
+// Object is what a CSR decision was about, as the applied records name it:
+// "csr/NAME"; empty for other decisions.
+func (e Entry) Object() string {
+	s := e.subject()
+	if s.CSR == nil || s.CSR.Name == "" {
+		return ""
+	}
+	return "csr/" + s.CSR.Name
 }
 
 // Truncated reports whether the log kept only part of the entry's input or

@@ -459,3 +459,21 @@ func TestAnEntryWhoseInputTheLogCutIsNotReplayed(t *testing.T) {
 	require.Len(t, rep.Truncated, 1)
 	assert.Empty(t, rep.Changes)
 }
+
+func TestOnlyTheAppliedVerdictOfAConflictedRequestIsInEffect(t *testing.T) {
+	log := `{"msg":"Decision Log","decision_id":"first","path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"csr-1"}},"result":{"action":"approve","reasons":[{"code":"IchorKubeletServing","message":"m"}]}}
+{"msg":"Decision Log","decision_id":"second","path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"csr-1"}},"result":{"action":"approve","reasons":[{"code":"IchorKubeletServing","message":"m"}]}}
+{"msg":"Decision Log","decision_id":"rec","path":"system/applied/record","input":{"decision_id":"second","object":"csr/csr-1","action":"approve"},"result":{"applied":"second"}}
+{"msg":"Decision Log","decision_id":"old","path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"csr-2"}},"result":{"action":"deny","reasons":[{"code":"IPNotNode","message":"m"}]}}
+{"msg":"Decision Log","decision_id":"wait","path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"csr-1"}},"result":{"action":"pending","reasons":[{"code":"NodeUnreadable","message":"m"}]}}
+`
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	var ids []string
+	for _, e := range decisionlog.InEffect(entries) {
+		ids = append(ids, e.DecisionID)
+	}
+	// The first approval was never written; csr-2's verdict has no record
+	// (an older manager) and stays; pending writes nothing and stays.
+	assert.Equal(t, []string{"second", "old", "wait"}, ids)
+}

@@ -1,6 +1,7 @@
 package decisionlog
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -49,6 +50,45 @@ func Filter(entries []Entry, c Criteria) []Entry {
 		if c.Match(e) {
 			out = append(out, e)
 		}
+	}
+	return out
+}
+
+// PathApplied is the path of the records that a decision was carried out
+// (policy/system/applied).
+const PathApplied = "system/applied/record"
+
+// InEffect are the entries a reader wants by default: the decisions in
+// effect, without the applied-verdict records. A verdict is left out when it
+// was never applied while another verdict on the same object was: an
+// approver that decided, met a conflict writing (someone else decided, the
+// object changed) and decided again logged both. Logs without applied
+// records (older managers) keep every verdict.
+func InEffect(entries []Entry) []Entry {
+	applied := map[string]bool{}
+	objects := map[string]bool{}
+	for _, e := range entries {
+		if e.Path != PathApplied {
+			continue
+		}
+		var in struct {
+			DecisionID string `json:"decision_id"`
+			Object     string `json:"object"`
+		}
+		if json.Unmarshal(e.Input, &in) == nil {
+			applied[in.DecisionID] = true
+			objects[in.Object] = true
+		}
+	}
+	out := make([]Entry, 0, len(entries))
+	for _, e := range entries {
+		if e.Path == PathApplied {
+			continue
+		}
+		if obj := e.Object(); obj != "" && objects[obj] && !applied[e.DecisionID] && (e.Action() == ActionApprove || e.Action() == ActionDeny) {
+			continue
+		}
+		out = append(out, e)
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -50,9 +51,39 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		return p.record(ctx, csr)
 	}
 	if isDecided(csr) {
+		p.settle(ctx, csr)
 		return nil
 	}
 	return p.decide(ctx, csr)
+}
+
+// decisionIDPattern finds the decision id in a condition an approver wrote.
+var decisionIDPattern = regexp.MustCompile(`\(decision ([0-9a-f-]{36})[,)]`)
+
+// settle records which decision is in effect on a request whose last write
+// here failed: a write answered with an error (a 504, a lost connection) may
+// have been applied all the same, and a conflict means another writer
+// decided. The condition names the decision that was applied.
+func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) {
+	if !p.r.failures.has(p.key(), csr.UID) {
+		return
+	}
+	p.r.failures.clear(p.key(), csr.UID)
+	for _, c := range csr.Status.Conditions {
+		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
+			continue
+		}
+		if m := decisionIDPattern.FindStringSubmatch(c.Message); m != nil {
+			action := engine.ActionApprove
+			if c.Type == certificatesv1.CertificateDenied {
+				action = engine.ActionDeny
+			}
+			if err := p.r.Engine.RecordApplied(ctx, m[1], "csr/"+csr.Name, action); err != nil {
+				log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", m[1])
+			}
+		}
+		return
+	}
 }
 
 // machineFor finds the machine with node name node among every cluster that
@@ -122,7 +153,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// fact: it is looked at again soon, without a new decision (and log
 		// entry) each time, so that it is decided within seconds of coming
 		// back.
-		if !in.Node.Readable && p.r.memo.stillUnreadable(p.key(), csr, epoch, in.Node.Error, p.now) {
+		if !in.Node.Readable && p.r.memo.stillUnreadable(p.key(), csr, epoch, p.now) {
 			p.addPending()
 			p.retryIn(unreadableRecheck)
 			return nil
@@ -154,7 +185,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		p.event(machine, csr, corev1.EventTypeWarning, "Denied", d.EventNote())
 	case engine.ActionPending:
 		p.addPending()
-		first, wait := p.r.memo.pending(p.key(), csr, epoch, d, in.Node, p.now)
+		first, wait := p.r.memo.pending(p.key(), csr, epoch, d, p.now)
 		p.retryIn(wait)
 		if first {
 			logger.Info("left kubelet serving certificate pending")
@@ -286,9 +317,8 @@ type memoEntry struct {
 	key             string
 	attempts        int
 	next            time.Time
-	// unreadable is why the node could not be read, when that is why the
-	// request is pending.
-	unreadable string
+	// decided is when the verdict was reached (and logged).
+	decided time.Time
 }
 
 // verdictMemo keeps the pending verdicts, per cluster (several clusters may
@@ -343,14 +373,16 @@ func (v *verdictMemo) skip(cluster types.NamespacedName, csr *certificatesv1.Cer
 }
 
 // stillUnreadable reports whether the request is pending only because its
-// node could not be read, for the same reason as now, since the machines last
-// changed: nothing new to decide on. It keeps the verdict for another
+// node could not be read, as it still cannot, since the machines last changed
+// and for less than maxBackoff: nothing new to decide on. (How the read fails
+// is a diagnostic that varies from attempt to attempt, a reset connection or
+// an EOF; the verdict does not.) It keeps the verdict for another
 // unreadableRecheck.
-func (v *verdictMemo) stillUnreadable(cluster types.NamespacedName, csr *certificatesv1.CertificateSigningRequest, epoch uint64, why string, now time.Time) bool {
+func (v *verdictMemo) stillUnreadable(cluster types.NamespacedName, csr *certificatesv1.CertificateSigningRequest, epoch uint64, now time.Time) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	e, ok := v.of(cluster)[csr.UID]
-	if !ok || e.resourceVersion != csr.ResourceVersion || e.epoch != epoch || e.key != "NodeUnreadable" || e.unreadable != why {
+	if !ok || e.resourceVersion != csr.ResourceVersion || e.epoch != epoch || e.key != "NodeUnreadable" || now.Sub(e.decided) >= maxBackoff {
 		return false
 	}
 	e.next = now.Add(unreadableRecheck)
@@ -361,7 +393,7 @@ func (v *verdictMemo) stillUnreadable(cluster types.NamespacedName, csr *certifi
 // (worth an Event) and when to decide again: never by timer when no machine
 // has the node name, soon when the node could not be read (it is read again,
 // and decided only when that changes), with backoff otherwise.
-func (v *verdictMemo) pending(cluster types.NamespacedName, csr *certificatesv1.CertificateSigningRequest, epoch uint64, d engine.CSRDecision, node *csrinput.Node, now time.Time) (bool, time.Duration) {
+func (v *verdictMemo) pending(cluster types.NamespacedName, csr *certificatesv1.CertificateSigningRequest, epoch uint64, d engine.CSRDecision, now time.Time) (bool, time.Duration) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	entries := v.of(cluster)
@@ -372,14 +404,12 @@ func (v *verdictMemo) pending(cluster types.NamespacedName, csr *certificatesv1.
 		e = &memoEntry{key: key}
 		entries[csr.UID] = e
 	}
-	e.resourceVersion, e.epoch = csr.ResourceVersion, epoch
-	e.unreadable = ""
-	switch {
-	case key == "MachineUnknown":
+	e.resourceVersion, e.epoch, e.decided = csr.ResourceVersion, epoch, now
+	switch key {
+	case "MachineUnknown":
 		e.next = time.Time{}
 		return first, 0
-	case key == "NodeUnreadable" && node != nil:
-		e.unreadable = node.Error
+	case "NodeUnreadable":
 		e.next = now.Add(unreadableRecheck)
 		return first, unreadableRecheck
 	}

@@ -200,6 +200,13 @@ func (f *failureMemo) skip(cluster types.NamespacedName, uid types.UID, now time
 	return e.next.Sub(now), true
 }
 
+func (f *failureMemo) has(cluster types.NamespacedName, uid types.UID) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.m[cluster][uid]
+	return ok
+}
+
 func (f *failureMemo) clear(cluster types.NamespacedName, uid types.UID) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -833,3 +833,18 @@ func TestLocalClustersValue(t *testing.T) {
 	dep := render(t, "manager.localClusters={ichor/mgmt,ichor/edge}").deployment(t)
 	assert.Equal(t, "ichor/mgmt,ichor/edge", argValue(t, dep, "--local-clusters"))
 }
+
+func TestLeaseAndDecisionLogTimingsAreValues(t *testing.T) {
+	dep := render(t).deployment(t)
+	assert.NotContains(t, strings.Join(args(dep), " "), "--leader-elect-")
+	assert.EqualValues(t, 30, *dep.Spec.Template.Spec.TerminationGracePeriodSeconds)
+	dep = render(t, "manager.retryPeriod=500ms", "manager.leaseDuration=20s", "manager.renewDeadline=15s",
+		"manager.decisionLog.url=https://logs.example", "manager.decisionLog.flushTimeout=20s",
+		"manager.decisionLog.bufferEvents=5000", "terminationGracePeriodSeconds=45").deployment(t)
+	assert.Equal(t, "500ms", argValue(t, dep, "--leader-elect-retry-period"))
+	assert.Equal(t, "20s", argValue(t, dep, "--leader-elect-lease-duration"))
+	assert.Equal(t, "15s", argValue(t, dep, "--leader-elect-renew-deadline"))
+	assert.Equal(t, "20s", argValue(t, dep, "--decision-log-flush-timeout"))
+	assert.Equal(t, "5000", argValue(t, dep, "--decision-log-buffer-events"))
+	assert.EqualValues(t, 45, *dep.Spec.Template.Spec.TerminationGracePeriodSeconds)
+}

@@ -1,0 +1,155 @@
+package faults_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ichor-dev/ichor-policy/decisionlog"
+)
+
+// faultProxy stands between the manager and the API server. Of the approval
+// writes, one in three is answered 409 Conflict without reaching the API
+// server, and one in three reaches it and is then answered 504, as when a
+// write is applied but its answer lost.
+type faultProxy struct {
+	writes, conflicts, lost atomic.Int64
+	// refuse, when set, answers 413 to every approval write of a request
+	// whose name contains it, as the API server does with an object too
+	// large for etcd.
+	refuse  string
+	refused atomic.Int64
+}
+
+func (p *faultProxy) start(t *testing.T) string {
+	t.Helper()
+	target, err := url.Parse(env.Config.Host)
+	require.NoError(t, err)
+	transport, err := rest.TransportFor(env.Config)
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = transport
+	rp.FlushInterval = -1 // watches stream
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPut || !strings.HasSuffix(r.URL.Path, "/approval") {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		if p.refuse != "" {
+			if strings.Contains(r.URL.Path, p.refuse) {
+				p.refused.Add(1)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusRequestEntityTooLarge)
+				_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"RequestEntityTooLarge","code":413,"message":"etcdserver: request is too large"}`))
+				return
+			}
+			rp.ServeHTTP(w, r)
+			return
+		}
+		switch p.writes.Add(1) % 3 {
+		case 0:
+			p.conflicts.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409,"message":"the object has been modified; please apply your changes to the latest version and try again"}`))
+		case 1:
+			p.lost.Add(1)
+			rec := httptest.NewRecorder()
+			rp.ServeHTTP(rec, r)
+			w.WriteHeader(http.StatusGatewayTimeout)
+		default:
+			rp.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["proxy"] = &clientcmdapi.Cluster{Server: srv.URL}
+	cfg.AuthInfos["proxy"] = &clientcmdapi.AuthInfo{}
+	cfg.Contexts["proxy"] = &clientcmdapi.Context{Cluster: "proxy", AuthInfo: "proxy"}
+	cfg.CurrentContext = "proxy"
+	data, err := clientcmd.Write(*cfg)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "proxy.kubeconfig")
+	require.NoError(t, os.WriteFile(path, data, 0o600))
+	return path
+}
+
+// Approval writes that conflict, or are applied but answered 504: every
+// request ends approved exactly once, and the decision log says which
+// verdict is in effect.
+func TestConflictsAndLostAnswersLeaveEachRequestDecidedOnce(t *testing.T) {
+	f := newFixture(t)
+	p := &faultProxy{}
+	proxied := p.start(t)
+	m := f.manager("manager", []string{"--kubeconfig=" + proxied})
+	names := f.burst("c", 30, 48)
+	waitDecided(f.ctx, t, names, 90*time.Second)
+	exactlyOnceApproved(f.ctx, t, names)
+	t.Logf("%d approval writes: %d answered 409, %d applied but answered 504", p.writes.Load(), p.conflicts.Load(), p.lost.Load())
+	require.Positive(t, p.conflicts.Load())
+	require.Positive(t, p.lost.Load())
+
+	inEffect := map[string]int{}
+	for _, e := range decisionlog.InEffect(entries(t, m)) {
+		if e.Action() == decisionlog.ActionApprove {
+			inEffect[e.Object()]++
+		}
+	}
+	all := map[string]int{}
+	for _, e := range entries(t, m) {
+		if e.Action() == decisionlog.ActionApprove {
+			all[e.Object()]++
+		}
+	}
+	extra := 0
+	for _, name := range names {
+		assert.Equal(t, 1, inEffect["csr/"+name], "%s: approvals in effect", name)
+		extra += all["csr/"+name] - 1
+	}
+	t.Logf("%d approvals logged beside the ones in effect; `ichor decisions list` leaves them out", extra)
+}
+
+// A write the API server refuses for good (413) is tried again with backoff,
+// not at every pass, and a Warning Event on the machine says why. (Before:
+// re-judged every 4.4 s, 68 times in 5 minutes.)
+func TestAWriteRefusedForGoodBacksOffAndSaysSo(t *testing.T) {
+	f := newFixture(t)
+	p := &faultProxy{refuse: "-big-"}
+	proxied := p.start(t)
+	f.manager("manager", []string{"--kubeconfig=" + proxied, "--resync-interval=1s"})
+	f.node("big", "10.49.0.2")
+	f.submit("big", "10.49.0.2", nil)
+	require.Eventually(t, func() bool { return p.refused.Load() >= 1 }, 30*time.Second, 50*time.Millisecond)
+	start := time.Now()
+	var events eventsv1.EventList
+	require.Eventually(t, func() bool {
+		require.NoError(t, env.Client.List(f.ctx, &events, client.InNamespace(f.ns)))
+		for _, e := range events.Items {
+			if e.Reason == "DecisionNotWritten" && e.Regarding.Name == "big" {
+				t.Logf("Event: %s", e.Note)
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "no DecisionNotWritten Event on the machine")
+	// An observation window of 16 one-second resyncs: with backoff (5 s,
+	// 10 s) the write is tried at most three times more, not sixteen.
+	time.Sleep(16*time.Second - time.Since(start))
+	assert.LessOrEqual(t, p.refused.Load(), int64(4), "retried at every pass")
+	t.Logf("%d writes refused in %s", p.refused.Load(), time.Since(start).Round(time.Second))
+}

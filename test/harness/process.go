@@ -1,0 +1,139 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// BuildIchor builds cmd/ichor once per test process, into dir on the first
+// call, and returns the binary's path: tests that run the real manager as a
+// process share it.
+func BuildIchor(dir string) (string, error) {
+	buildOnce.Do(func() {
+		root, ok := findRepoRoot(sourceDir())
+		if !ok {
+			buildErr = errors.New("harness: repository root not found")
+			return
+		}
+		buildPath = filepath.Join(dir, "ichor")
+		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/ichor")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("harness: build cmd/ichor: %w: %s", err, out)
+		}
+	})
+	return buildPath, buildErr
+}
+
+func sourceDir() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(file)
+}
+
+// ManagerOptions configure a manager process.
+type ManagerOptions struct {
+	// Binary is `ichor` (BuildIchor).
+	Binary string
+	// Dir receives the decision log (stdout) and the manager's log (stderr).
+	Dir string
+	// Name names the files, so that several managers share Dir.
+	Name string
+	// Kubeconfig is the file the manager runs with.
+	Kubeconfig string
+	// Args are `ichor manager`'s flags besides --kubeconfig.
+	Args []string
+	// Env is added to the process's environment (POD_NAMESPACE=..., say).
+	Env []string
+}
+
+// ManagerProcess is a running `ichor manager`.
+type ManagerProcess struct {
+	cmd *exec.Cmd
+	// DecisionLog and Log are the paths of its standard output and error.
+	DecisionLog, Log string
+	done             chan struct{}
+	err              error
+}
+
+// StartManager starts `ichor manager` as a process of its own.
+func StartManager(o ManagerOptions) (*ManagerProcess, error) {
+	m := &ManagerProcess{
+		DecisionLog: filepath.Join(o.Dir, o.Name+".decisions.log"),
+		Log:         filepath.Join(o.Dir, o.Name+".log"),
+		done:        make(chan struct{}),
+	}
+	stdout, err := os.Create(m.DecisionLog)
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := os.Create(m.Log)
+	if err != nil {
+		stdout.Close()
+		return nil, err
+	}
+	m.cmd = exec.Command(o.Binary, append([]string{"manager", "--kubeconfig", o.Kubeconfig}, o.Args...)...)
+	m.cmd.Stdout, m.cmd.Stderr = stdout, stderr
+	m.cmd.Env = append(os.Environ(), o.Env...)
+	if err := m.cmd.Start(); err != nil {
+		stdout.Close()
+		stderr.Close()
+		return nil, fmt.Errorf("start %s manager: %w", o.Binary, err)
+	}
+	go func() {
+		m.err = m.cmd.Wait()
+		stdout.Close()
+		stderr.Close()
+		close(m.done)
+	}()
+	return m, nil
+}
+
+// Signal sends sig to the process.
+func (m *ManagerProcess) Signal(sig syscall.Signal) error {
+	return m.cmd.Process.Signal(sig)
+}
+
+// Done is closed when the process has exited.
+func (m *ManagerProcess) Done() <-chan struct{} { return m.done }
+
+// Stop ends the process as Kubernetes would: SIGTERM, then SIGKILL after
+// grace. It returns the process's exit error.
+func (m *ManagerProcess) Stop(grace time.Duration) error {
+	select {
+	case <-m.done:
+		return m.err
+	default:
+	}
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-m.done:
+	case <-time.After(grace):
+		_ = m.cmd.Process.Kill()
+		<-m.done
+	}
+	return m.err
+}
+
+// Kill ends the process at once, as a crash would.
+func (m *ManagerProcess) Kill() {
+	_ = m.cmd.Process.Kill()
+	<-m.done
+}
+
+// TailLog is the end of the manager's log, for a failing test.
+func (m *ManagerProcess) TailLog(lines int) string {
+	return tailFile(m.Log, lines)
+}
