@@ -89,8 +89,8 @@ type sinks struct {
 	// sending: a full buffer drops the oldest of the others.
 	inflight int
 	wake     chan struct{}
-	stop    context.CancelFunc
-	done    chan struct{}
+	stop     context.CancelFunc
+	done     chan struct{}
 }
 
 var _ logs.Logger = (*sinks)(nil)

@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -236,4 +235,3 @@ func entriesFor(t *testing.T, name string, managers ...*harness.ManagerProcess) 
 	return out
 }
 
-var mu sync.Mutex

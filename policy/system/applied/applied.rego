@@ -16,7 +16,11 @@ package system.applied
 #   {"applied": decision id, "object": what it was written on, "action": what was done},
 #   for a decision id that is a string; undefined otherwise.
 # entrypoint: true
-record := {"applied": input.decision_id, "object": object.get(input, "object", ""), "action": object.get(input, "action", "")} if {
+record := {
+	"applied": input.decision_id,
+	"object": object.get(input, "object", ""),
+	"action": object.get(input, "action", ""),
+} if {
 	is_string(input.decision_id)
 	input.decision_id != ""
 }
