@@ -14,6 +14,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -296,16 +297,22 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 	return nil
 }
 
-// event writes an Event on the machine and, for a request in this API
-// server, on the request itself, where `kubectl describe csr` shows it.
+// event writes the Event of a decision.
 func (p *pass) event(machine *ichorv1alpha1.TalosMachine, csr *certificatesv1.CertificateSigningRequest, eventType, reason, note string) {
 	if p.r.Recorder == nil {
 		return
 	}
-	if csr != nil && p.target.local {
-		p.r.Recorder.Eventf(csr, machine, eventType, reason, "Decide", "%s", note)
-	}
-	if machine != nil {
+	// One Event a decision: on the request where `kubectl describe csr`
+	// shows it, naming the machine as related, or on the machine when the
+	// request is in another API server or there is none.
+	switch {
+	case csr != nil && p.target.local:
+		var related runtime.Object
+		if machine != nil {
+			related = machine
+		}
+		p.r.Recorder.Eventf(csr, related, eventType, reason, "Decide", "%s", note)
+	case machine != nil:
 		p.r.Recorder.Eventf(machine, nil, eventType, reason, "Decide", "%s", note)
 	}
 }

@@ -33,19 +33,34 @@ type NodeReaders struct {
 type cachedReader struct {
 	caCert []byte
 	reader *talosnode.Reader
+	// read is when the secrets bundle was last read, secretsRef where from.
+	read       time.Time
+	secretsRef ichorv1alpha1.SecretsBundleReference
 }
+
+// secretsFreshness is how long a cluster's secrets bundle, read once, is
+// used before it is read again: a decision does not cost a Secret read, and a
+// rotated OS CA is in use within this time.
+const secretsFreshness = 10 * time.Second
 
 // Get returns the reader of a cluster, made anew when its OS CA changed.
 func (n *NodeReaders) Get(ctx context.Context, cluster *ichorv1alpha1.TalosCluster) (*talosnode.Reader, error) {
+	key := types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name}
+	n.mu.Lock()
+	if c, ok := n.readers[key]; ok && c.secretsRef == cluster.Spec.SecretsRef && time.Since(c.read) < secretsFreshness {
+		n.mu.Unlock()
+		return c.reader, nil
+	}
+	n.mu.Unlock()
 	bundles, err := clustersecrets.Load(ctx, n.Reader, cluster)
 	if err != nil {
 		return nil, err
 	}
 	os := bundles.Current.Certs.OS
-	key := types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if c, ok := n.readers[key]; ok && bytes.Equal(c.caCert, os.Crt) {
+		c.read, c.secretsRef = time.Now(), cluster.Spec.SecretsRef
 		return c.reader, nil
 	}
 	reader, err := talosnode.NewReader(talosnode.Options{
@@ -60,7 +75,7 @@ func (n *NodeReaders) Get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	if n.readers == nil {
 		n.readers = map[types.NamespacedName]*cachedReader{}
 	}
-	n.readers[key] = &cachedReader{caCert: os.Crt, reader: reader}
+	n.readers[key] = &cachedReader{caCert: os.Crt, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef}
 	return reader, nil
 }
 

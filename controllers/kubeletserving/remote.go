@@ -132,7 +132,10 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	}
 	cl, err := cluster.New(cfg, func(o *cluster.Options) {
 		o.Scheme = scheme
-		o.Cache = cache.Options{ByObject: map[client.Object]cache.ByObject{&certificatesv1.CertificateSigningRequest{}: {}}}
+		o.Cache = cache.Options{
+			ByObject:         map[client.Object]cache.ByObject{&certificatesv1.CertificateSigningRequest{}: {}},
+			DefaultTransform: cache.TransformStripManagedFields(),
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("API server of cluster %s: %w", key, err)
