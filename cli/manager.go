@@ -372,7 +372,6 @@ func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
 			Client:    mgr.GetClient(),
 			Clientset: clientset,
 			Engine:    eng,
-			Recorder:  mgr.GetEventRecorder("ichor-kubelet-client"),
 			// The same clusters as the serving approver's.
 			LocalClusters: localClusters,
 		}

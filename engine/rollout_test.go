@@ -1,12 +1,10 @@
 package engine_test
 
 import (
-	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -29,6 +27,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/csrinput"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
+	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
 type signer struct {
@@ -368,52 +367,11 @@ decision := {"action": "deny", "reasons": [{"code": "Broken", "message": "a rule
 	assert.Empty(t, d.Action, "nothing to act on")
 }
 
-// logService is a decision-log service that counts the entries it receives
-// (OPA uploads gzipped JSON arrays of entries).
-type logService struct {
-	mu      sync.Mutex
-	ids     map[string]bool
-	healthy bool
-}
-
-func (l *logService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	l.mu.Lock()
-	healthy := l.healthy
-	l.mu.Unlock()
-	if !healthy {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		return
-	}
-	zr, err := gzip.NewReader(r.Body)
-	if err != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
-	var events []struct {
-		DecisionID string `json:"decision_id"`
-	}
-	if err := json.NewDecoder(zr).Decode(&events); err != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
-	l.mu.Lock()
-	for _, e := range events {
-		l.ids[e.DecisionID] = true
-	}
-	l.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (l *logService) received() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.ids)
-}
-
 func TestStopFlushesTheUploadBufferAndCountsWhatItCouldNotSend(t *testing.T) {
 	for _, healthy := range []bool{true, false} {
 		t.Run(fmt.Sprintf("healthy=%v", healthy), func(t *testing.T) {
-			svc := &logService{ids: map[string]bool{}, healthy: healthy}
+			svc := &harness.LogService{}
+			svc.SetDown(!healthy)
 			srv := httptest.NewServer(svc)
 			t.Cleanup(srv.Close)
 			metrics, err := engine.NewMetrics(prometheus.NewRegistry())
@@ -432,10 +390,10 @@ func TestStopFlushesTheUploadBufferAndCountsWhatItCouldNotSend(t *testing.T) {
 			defer cancel()
 			e.Stop(ctx)
 			if healthy {
-				assert.Equal(t, n, svc.received(), "every entry reaches a healthy service before the engine stops")
+				assert.Equal(t, n, svc.Received(), "every entry reaches a healthy service before the engine stops")
 				assert.Zero(t, metrics.UploadDropped("shutdown"))
 			} else {
-				assert.Zero(t, svc.received())
+				assert.Zero(t, svc.Received())
 				assert.EqualValues(t, n, metrics.UploadDropped("shutdown"), "what could not be sent is counted")
 			}
 		})
@@ -444,7 +402,8 @@ func TestStopFlushesTheUploadBufferAndCountsWhatItCouldNotSend(t *testing.T) {
 
 func TestTheUploadBufferIsBoundedByDefault(t *testing.T) {
 	// A service that is away: the buffer holds the default, not everything.
-	svc := &logService{ids: map[string]bool{}}
+	svc := &harness.LogService{}
+	svc.SetDown(true)
 	srv := httptest.NewServer(svc)
 	t.Cleanup(srv.Close)
 	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
@@ -472,7 +431,7 @@ decision := {"big": concat("", [x | some _ in numbers.range(1, 1200000); x := "z
 `), 0o600))
 	b, err := bundles.FromDir(dir)
 	require.NoError(t, err)
-	svc := &logService{ids: map[string]bool{}, healthy: true}
+	svc := &harness.LogService{}
 	srv := httptest.NewServer(svc)
 	t.Cleanup(srv.Close)
 	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
@@ -487,5 +446,5 @@ decision := {"big": concat("", [x | some _ in numbers.range(1, 1200000); x := "z
 	defer cancel()
 	e.Stop(ctx)
 	assert.EqualValues(t, 1, metrics.UploadDropped("oversized"))
-	assert.Equal(t, 1, svc.received(), "the entries that fit are uploaded")
+	assert.Equal(t, 1, svc.Received(), "the entries that fit are uploaded")
 }

@@ -26,9 +26,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -161,29 +159,13 @@ func (v *CredentialRequestValidator) facts(ctx context.Context, req admission.Re
 		Request:   credential.Request(tcr, namespace),
 	}
 
-	reqs, err := v.Engine.Requirements(ctx, string(tcr.Spec.Purpose))
-	switch {
-	case errors.Is(err, engine.ErrNoDecision):
-		// An unknown purpose requires nothing that could be reviewed; the
-		// admission decision refuses it.
-	case err != nil:
+	var err error
+	if in.Authorization, err = credential.ReviewPurpose(ctx, v.Client, v.Engine, user, namespace, tcr.Spec.ClusterName, tcr.Spec.Purpose); err != nil {
 		return in, nil, err
-	default:
-		if in.Authorization, err = credential.Review(ctx, v.Client, user, namespace, tcr.Spec.ClusterName, reqs.Authorization); err != nil {
-			return in, nil, err
-		}
 	}
-
-	var cluster ichorv1alpha1.TalosCluster
-	err = v.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: tcr.Spec.ClusterName}, &cluster)
-	switch {
-	case apierrors.IsNotFound(err):
-		return in, nil, nil
-	case err != nil:
-		return in, nil, fmt.Errorf("get TalosCluster %s/%s: %w", namespace, tcr.Spec.ClusterName, err)
-	}
-	in.Cluster = engine.ClusterFacts{Exists: true, KubeconfigRef: cluster.Spec.KubeconfigRef != nil, Local: v.LocalClusters.Judges(&cluster)}
-	return in, &cluster, nil
+	var cl *ichorv1alpha1.TalosCluster
+	in.Cluster, cl, err = credential.Cluster(ctx, v.Reader, namespace, tcr.Spec.ClusterName, v.LocalClusters)
+	return in, cl, err
 }
 
 // record writes the decision's Event on the cluster, as a core/v1 Event

@@ -243,30 +243,21 @@ func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 		AdminBinding: engine.AdminBindingFacts{Name: AdminBinding},
 		Settings:     engine.IssuerSettings{AdminKubeconfigs: r.AdminKubeconfigs},
 	}
-	var cl ichorv1alpha1.TalosCluster
-	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: tcr.Namespace, Name: tcr.Spec.ClusterName}, &cl); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return in, nil, fmt.Errorf("get TalosCluster %s/%s: %w", tcr.Namespace, tcr.Spec.ClusterName, err)
-	default:
-		in.Cluster = engine.ClusterFacts{Exists: true, KubeconfigRef: cl.Spec.KubeconfigRef != nil, Local: r.LocalClusters.Judges(&cl)}
-	}
 	var err error
-	if in.Admission, err = r.admission(ctx, tcr, cl.UID); err != nil {
+	var cl *ichorv1alpha1.TalosCluster
+	if in.Cluster, cl, err = credential.Cluster(ctx, r.Client, tcr.Namespace, tcr.Spec.ClusterName, r.LocalClusters); err != nil {
+		return in, nil, err
+	}
+	var clusterUID types.UID
+	if cl != nil {
+		clusterUID = cl.UID
+	}
+	if in.Admission, err = r.admission(ctx, tcr, clusterUID); err != nil {
 		return in, nil, err
 	}
 	if in.Requester != nil {
-		reqs, err := r.Engine.Requirements(ctx, string(tcr.Spec.Purpose))
-		switch {
-		case errors.Is(err, engine.ErrNoDecision):
-			// An unknown purpose requires nothing that could be reviewed;
-			// the rule refuses it.
-		case err != nil:
+		if in.Authorization, err = credential.ReviewPurpose(ctx, r.Client, r.Engine, *in.Requester, tcr.Namespace, tcr.Spec.ClusterName, tcr.Spec.Purpose); err != nil {
 			return in, nil, err
-		default:
-			if in.Authorization, err = credential.Review(ctx, r.Client, *in.Requester, tcr.Namespace, tcr.Spec.ClusterName, reqs.Authorization); err != nil {
-				return in, nil, err
-			}
 		}
 	}
 
@@ -278,7 +269,7 @@ func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 	default:
 		in.AdminBinding.Exists = true
 	}
-	return in, &cl, nil
+	return in, cl, nil
 }
 
 // admission looks for the webhook's record of admitting this request and
@@ -350,6 +341,11 @@ type issued struct {
 }
 
 func (r *Reconciler) issue(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, d engine.CredentialIssuance, publicKey crypto.PublicKey) (issued, error) {
+	if cluster == nil {
+		// The rule refuses a request whose cluster does not exist; a bundle
+		// that allows one names nothing this controller could sign with.
+		return issued{}, failf("the decision allows a request whose TalosCluster does not exist")
+	}
 	bundles, err := clustersecrets.Load(ctx, r.APIReader, cluster)
 	if err != nil {
 		return issued{}, permanent(err)

@@ -26,7 +26,6 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -128,7 +127,6 @@ func startManager(ctx context.Context) (stop func(), _ error) {
 		Client:             mgr.GetClient(),
 		Clientset:          env.Clientset,
 		Engine:             eng,
-		Recorder:           mgr.GetEventRecorder("ichor-kubelet-client"),
 		RecheckInterval:    recheck,
 		MaxRecheckInterval: maxRecheck,
 		LocalClusters:      local,
@@ -368,8 +366,6 @@ func requireApproved(t *testing.T, name, node, kind string) *x509.Certificate {
 	assert.True(t, last.Input.Authorization[kind].Allowed, "the input holds the review that allowed it")
 	require.NotNil(t, last.Input.Machine, "the input holds the machine")
 	assert.Equal(t, node, last.Input.Machine.Name)
-
-	waitEvent(t, name, "Approved")
 	return cert
 }
 
@@ -401,21 +397,6 @@ func codesOf(e logEntry) []string {
 	return out
 }
 
-// waitEvent waits for an Event about the named CSR with the given reason.
-func waitEvent(t *testing.T, csr, reason string) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		var list eventsv1.EventList
-		require.NoError(t, env.Client.List(t.Context(), &list))
-		for _, e := range list.Items {
-			if e.Regarding.Kind == "CertificateSigningRequest" && e.Regarding.Name == csr && e.Reason == reason &&
-				e.Type == corev1.EventTypeNormal {
-				return true
-			}
-		}
-		return false
-	}, wait, 100*time.Millisecond, "no %s Event for CSR %s", reason, csr)
-}
 
 // startKubelet runs a kubelet's client certificate manager (what the kubelet
 // runs to bootstrap and rotate its client certificate) as user in groups.

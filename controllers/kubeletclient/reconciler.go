@@ -34,7 +34,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,7 +74,6 @@ const (
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=ichor.dev,resources=talosclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ichor.dev,resources=talosmachines,verbs=get;list;watch
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconciler approves kubelet client certificates.
 type Reconciler struct {
@@ -85,8 +83,6 @@ type Reconciler struct {
 	// approval subresource).
 	Clientset kubernetes.Interface
 	Engine    *engine.Engine
-	// Recorder writes the Approved Event on the request; nil writes none.
-	Recorder events.EventRecorder
 	// LocalClusters are the clusters whose machines may be this API
 	// server's nodes; any other cluster's machines are not.
 	LocalClusters *cluster.Local
@@ -242,9 +238,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := r.Engine.RecordApplied(ctx, d.DecisionID, "csr/"+csr.Name, d.Action); err != nil {
 			logger.Error(err, "record the applied decision")
 		}
-		if r.Recorder != nil {
-			r.Recorder.Eventf(&csr, nil, corev1.EventTypeNormal, "Approved", "Approve", "%s", d.EventNote())
-		}
+		// No Event: the Approved condition and the decision log say it.
 		return reconcile.Result{}, nil
 	default: // engine.ActionPending: the engine refuses any other answer of this rule.
 		first, wait := r.memo.pending(&csr, node, epoch, d, now, r.RecheckInterval, r.MaxRecheckInterval)

@@ -49,6 +49,7 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		return nil
 	}
 	if len(csr.Status.Certificate) > 0 {
+		p.settle(ctx, csr)
 		return p.record(ctx, csr)
 	}
 	if isDecided(csr) {
@@ -176,7 +177,8 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		}
 		logger.Info("approved kubelet serving certificate")
 		p.applied(ctx, csr, d)
-		p.event(machine, csr, corev1.EventTypeNormal, "Approved", d.EventNote())
+		// No Event: the Approved condition and the decision log say it, and
+		// at a mass reboot an Event per approval doubles the API writes.
 	case engine.ActionDeny:
 		if err := p.deny(ctx, csr, d); err != nil {
 			return &writeError{err: err, machine: machine}

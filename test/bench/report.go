@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -394,16 +395,21 @@ func (r *Report) wallTable(w func(string, ...any), n int) {
 				describeVariant(c.Variant), ms(time.Duration(wait*float64(time.Second))))
 			continue
 		}
-		// One worker decides a cluster's requests one after the other: the
-		// Talos read, the decision, the Secret read and the approval are a
-		// serial chain, whose sum bounds the throughput.
+		// The chain of one request (Talos read, decision, API calls) against
+		// the wall time per request says how many are decided at once; with
+		// that, what bounds the throughput is the CPU the whole machine
+		// spends per request.
 		api := func(verb string) float64 { return per(c, "rest_client_requests_total:"+verb) }
 		apiMean := Delta(c.Before, c.After, "rest_client_request_duration_seconds_sum") / max(Delta(c.Before, c.After, "rest_client_request_duration_seconds_count"), 1)
 		talos := Delta(c.Before, c.After, "ichor_talos_identity_read_duration_seconds_sum") / float64(len(c.Outcome.Latencies))
 		decision := Delta(c.Before, c.After, "ichor_policy_decision_duration_seconds_sum") / float64(len(c.Outcome.Latencies))
 		chain := talos + decision + (api("GET")+api("PUT"))*apiMean
-		w("- %s: the serial chain per request (Talos read + decision + %.1f GET and %.1f PUT at the mean API latency) is about %s, against %s of wall time per request: the requests of a cluster are decided one at a time.",
-			describeVariant(c.Variant), api("GET"), api("PUT"), ms(time.Duration(chain*float64(time.Second))), ms(wallPerRequest(c)))
+		wall := wallPerRequest(c)
+		cpu := c.CPU + c.ControlPlaneCPU + c.DriverCPU
+		w("- %s: one request's chain (Talos read + decision + %.1f GET and %.1f PUT at the mean API latency) is about %s against %s of wall time per request, so about %.0f are decided at once; the whole machine spent %s of CPU per request (controller, control plane, Talos servers and kubelets), which on %d CPUs allows at most %.0f/s.",
+			describeVariant(c.Variant), api("GET"), api("PUT"), ms(time.Duration(chain*float64(time.Second))), ms(wall),
+			chain/max(wall.Seconds(), 1e-9), ms(cpu/time.Duration(max(len(c.Outcome.Latencies), 1))), runtime.NumCPU(),
+			float64(runtime.NumCPU())*float64(len(c.Outcome.Latencies))/max(cpu.Seconds(), 1e-9))
 	}
 	w("")
 }

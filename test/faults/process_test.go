@@ -1,7 +1,6 @@
 package faults_test
 
 import (
-	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -9,11 +8,9 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,39 +29,6 @@ import (
 	"github.com/ichor-dev/ichor-policy/decisionlog"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
-
-// logService is a decision-log service that keeps the ids it received.
-type logService struct {
-	mu  sync.Mutex
-	ids map[string]bool
-}
-
-func (l *logService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	zr, err := gzip.NewReader(r.Body)
-	if err != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
-	var events []struct {
-		DecisionID string `json:"decision_id"`
-	}
-	if err := json.NewDecoder(zr).Decode(&events); err != nil {
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
-	l.mu.Lock()
-	for _, e := range events {
-		l.ids[e.DecisionID] = true
-	}
-	l.mu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
-}
-
-func (l *logService) has(id string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ids[id]
-}
 
 // burst makes n nodes and their requests, and returns the requests' names.
 func (f *fixture) burst(prefix string, n int, subnet int) []string {
@@ -95,7 +59,7 @@ func exactlyOnceApproved(ctx context.Context, t *testing.T, names []string) {
 // holds before it exits. (Before: 41 of 41 lost, uncounted.)
 func TestNoDecisionLogEntryIsLostAtSIGTERMWithAHealthySink(t *testing.T) {
 	f := newFixture(t)
-	svc := &logService{ids: map[string]bool{}}
+	svc := &harness.LogService{}
 	srv := httptest.NewServer(svc)
 	t.Cleanup(srv.Close)
 	m := f.manager("manager", []string{"--decision-log-url=" + srv.URL, "--decision-log-flush-timeout=10s"})
@@ -113,11 +77,11 @@ func TestNoDecisionLogEntryIsLostAtSIGTERMWithAHealthySink(t *testing.T) {
 	require.NotEmpty(t, logged)
 	var lost []string
 	for _, e := range logged {
-		if !svc.has(e.DecisionID) {
+		if !svc.Has(e.DecisionID) {
 			lost = append(lost, e.DecisionID)
 		}
 	}
-	t.Logf("%d entries written to the console, %d received by the service", len(logged), len(svc.ids))
+	t.Logf("%d entries written to the console, %d received by the service", len(logged), svc.Received())
 	assert.Empty(t, lost, "entries on the console that never reached the service")
 }
 

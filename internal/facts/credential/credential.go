@@ -7,15 +7,19 @@ package credential
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 )
 
 // Request is the facts of the request's own content. namespace is passed
@@ -90,6 +94,35 @@ func WhoAmI(ctx context.Context, c client.Client) (ichorv1alpha1.Requester, erro
 		}
 	}
 	return r, nil
+}
+
+// ReviewPurpose makes the SubjectAccessReview the purpose requires (its
+// requirements decision names the grant) as user, on the cluster. It returns
+// nil for a purpose the policy does not know: nothing could be reviewed, and
+// the rule refuses it.
+func ReviewPurpose(ctx context.Context, c client.Client, eng *engine.Engine, user engine.CredentialUser, namespace, cluster string, purpose ichorv1alpha1.CredentialPurpose) (*engine.AuthorizationFacts, error) {
+	reqs, err := eng.Requirements(ctx, string(purpose))
+	switch {
+	case errors.Is(err, engine.ErrNoDecision):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return Review(ctx, c, user, namespace, cluster, reqs.Authorization)
+}
+
+// Cluster is what the rules know of the TalosCluster a request names, and the
+// cluster itself (nil when it does not exist). local says which clusters'
+// machines are nodes of the API server the manager runs against.
+func Cluster(ctx context.Context, r client.Reader, namespace, name string, local *cluster.Local) (engine.ClusterFacts, *ichorv1alpha1.TalosCluster, error) {
+	var c ichorv1alpha1.TalosCluster
+	switch err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &c); {
+	case apierrors.IsNotFound(err):
+		return engine.ClusterFacts{}, nil, nil
+	case err != nil:
+		return engine.ClusterFacts{}, nil, fmt.Errorf("get TalosCluster %s/%s: %w", namespace, name, err)
+	}
+	return engine.ClusterFacts{Exists: true, KubeconfigRef: c.Spec.KubeconfigRef != nil, Local: local.Judges(&c)}, &c, nil
 }
 
 // Review asks the authorizer whether user, exactly as given (name, uid,

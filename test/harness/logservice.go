@@ -1,0 +1,69 @@
+package harness
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"net/http"
+	"sync"
+)
+
+// LogService is a decision-log service for tests: it speaks OPA's
+// decision-log API (POST /logs, a gzipped JSON array of entries) and keeps
+// the decision ids it received. While Down it answers 503.
+type LogService struct {
+	mu   sync.Mutex
+	ids  map[string]bool
+	down bool
+}
+
+// SetDown makes the service refuse uploads (true) or take them (false).
+func (l *LogService) SetDown(down bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.down = down
+}
+
+func (l *LogService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	l.mu.Lock()
+	down := l.down
+	l.mu.Unlock()
+	if down {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	zr, err := gzip.NewReader(r.Body)
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	var events []struct {
+		DecisionID string `json:"decision_id"`
+	}
+	if err := json.NewDecoder(zr).Decode(&events); err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	l.mu.Lock()
+	if l.ids == nil {
+		l.ids = map[string]bool{}
+	}
+	for _, e := range events {
+		l.ids[e.DecisionID] = true
+	}
+	l.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// Has reports whether the entry with this decision id was received.
+func (l *LogService) Has(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ids[id]
+}
+
+// Received is how many distinct entries were received.
+func (l *LogService) Received() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.ids)
+}
