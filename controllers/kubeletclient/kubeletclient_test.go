@@ -397,7 +397,6 @@ func codesOf(e logEntry) []string {
 	return out
 }
 
-
 // startKubelet runs a kubelet's client certificate manager (what the kubelet
 // runs to bootstrap and rotate its client certificate) as user in groups.
 func startKubelet(t *testing.T, node, user string, groups []string, key func() (crypto.Signer, error)) *harness.Kubelet {

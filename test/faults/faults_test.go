@@ -234,4 +234,3 @@ func entriesFor(t *testing.T, name string, managers ...*harness.ManagerProcess) 
 	}
 	return out
 }
-

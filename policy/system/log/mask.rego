@@ -36,9 +36,7 @@ mask contains {"op": "upsert", "path": sprintf("/input/%s/extra", [holder]), "va
 # title: Mask
 # description: Long lists of the input are cut, and their long strings.
 mask contains {"op": "upsert", "path": concat("/", array.concat(["", "input"], path)), "value": kept} if {
-	some path in _config.capped_lists
-	items := object.get(input.input, path, [])
-	_too_big(items)
+	some path, items in _oversized
 	kept := [_cut_item(item) | some item in array.slice(items, 0, _config.max_logged_items)]
 }
 
@@ -56,7 +54,11 @@ mask contains {"op": "upsert", "path": "/result/reasons", "value": kept} if {
 # description: What was cut, so that a reader and replay know the entry is not the whole input.
 mask contains {"op": "upsert", "path": "/input/log_truncated", "value": _truncated} if count(_truncated) > 0
 
-_truncated[concat(".", path)] := count(items) if {
+_truncated[concat(".", path)] := count(items) if some path, items in _oversized
+
+# The capped lists of this entry that are too long or hold a long string, each checked
+# once per entry: every decision is masked, and most cut nothing.
+_oversized[path] := items if {
 	some path in _config.capped_lists
 	items := object.get(input.input, path, [])
 	_too_big(items)
@@ -74,6 +76,10 @@ _too_big(items) if {
 
 _too_big(items) if {
 	is_array(items)
+
+	# A list whose whole JSON is short cannot hold a long string: one builtin call
+	# instead of a look at every value, for the lists of an ordinary request.
+	count(json.marshal(items)) > _config.max_logged_value_length
 	some item in items
 	_long_item(item)
 }
