@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/ichor-dev/ichor-policy/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 )
 
 // PathKubeletServing is the entrypoint of the kubelet-serving rule.

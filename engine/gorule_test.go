@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ichor-dev/ichor-policy/csrinput"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 )
 
 // goKubeletServing is the kubelet-serving rule written by hand in Go, for the

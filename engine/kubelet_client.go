@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/ichor-dev/ichor-policy/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 )
 
 // PathKubeletClient is the entrypoint of the kubelet-client rule.

@@ -50,11 +50,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
-	"github.com/ichor-dev/ichor-policy/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
-	"github.com/ichor-dev/ichor-policy/taloscert"
+	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
+	"github.com/ichor-dev/ichor-policy/internal/talos/taloscert"
 )
 
 // DefaultRetention is how long an answered request is kept (ADR 0108): long

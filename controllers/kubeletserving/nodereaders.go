@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
-	"github.com/ichor-dev/ichor-policy/clustersecrets"
-	"github.com/ichor-dev/ichor-policy/talosnode"
+	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
+	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 )
 
 // NodeReaders keeps one Talos identity reader per cluster, made from the

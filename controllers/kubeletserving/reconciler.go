@@ -36,9 +36,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
-	"github.com/ichor-dev/ichor-policy/csrinput"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 )
 
 // ApprovalReason is the reason of the Approved condition this controller

@@ -29,7 +29,7 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
-	"github.com/ichor-dev/ichor-policy/webhookcerts"
+	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
 )
 
 var update = flag.Bool("update", false, "copy the generated manifests (deploy/crds, deploy/rbac, deploy/webhook) into the chart instead of comparing them")

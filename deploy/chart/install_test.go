@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/ichor-dev/ichor-policy/webhookcerts"
+	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
 )
 
 // assetsDir is where `make envtest-assets` builds kube-apiserver and etcd:

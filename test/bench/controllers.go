@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/ichor-dev/ichor-policy/cli"
+	"github.com/ichor-dev/ichor-policy/internal/cli"
 )
 
 // ControllerOptions configure the rubber stamp's process.

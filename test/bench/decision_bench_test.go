@@ -17,8 +17,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	certificatesv1 "k8s.io/api/certificates/v1"
 
-	"github.com/ichor-dev/ichor-policy/csrinput"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 )
 

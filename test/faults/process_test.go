@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
-	"github.com/ichor-dev/ichor-policy/decisionlog"
+	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 

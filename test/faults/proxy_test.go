@@ -20,7 +20,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ichor-dev/ichor-policy/decisionlog"
+	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 )
 
 // faultProxy stands between the manager and the API server. Of the approval

@@ -16,7 +16,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/ichor-dev/ichor-policy/cli"
+	"github.com/ichor-dev/ichor-policy/internal/cli"
 	"github.com/ichor-dev/ichor-policy/test/bench"
 )
 

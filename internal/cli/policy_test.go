@@ -19,8 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ichor-dev/ichor-policy/cli"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/cli"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 )
 
@@ -194,7 +194,7 @@ func TestCheckCSRDecidesWithAnotherBundle(t *testing.T) {
 	// A copy of the policy whose IP check is gone: the same request is approved,
 	// and the revision printed is the candidate's.
 	dir := t.TempDir()
-	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../../policy")))
 	path := filepath.Join(dir, "ichor", "kubelet_serving", "kubelet_serving.rego")
 	src, err := os.ReadFile(path)
 	require.NoError(t, err)

@@ -22,8 +22,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ichor-dev/ichor-policy/csrinput"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 )
 
@@ -305,7 +305,7 @@ func TestDecisionsShowRefusesAnUnknownID(t *testing.T) {
 func loosenedPolicy(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../../policy")))
 	path := filepath.Join(dir, "ichor", "kubelet_serving", "kubelet_serving.rego")
 	src, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -320,11 +320,11 @@ func loosenedPolicy(t *testing.T) string {
 func TestDecisionsReplayWithTheSamePolicyChangesNothing(t *testing.T) {
 	f := newDecisionsFixture(t)
 
-	code, stdout, stderr, err := decisionsRun(t, "", "decisions", "replay", "--bundle", "../policy", f.file(t, f.log), "--fail-on", "any")
+	code, stdout, stderr, err := decisionsRun(t, "", "decisions", "replay", "--bundle", "../../policy", f.file(t, f.log), "--fail-on", "any")
 
 	require.NoError(t, err)
 	require.Equal(t, ExitOK, code, stderr)
-	assert.Contains(t, stdout, "Replayed 4 decisions logged under "+f.revision+" against ../policy (revision "+f.revision+").")
+	assert.Contains(t, stdout, "Replayed 4 decisions logged under "+f.revision+" against ../../policy (revision "+f.revision+").")
 	assert.Regexp(t, `(?m)^unchanged\s+4$`, stdout)
 	assert.Contains(t, stdout, "No decision would change.")
 	assert.NotContains(t, stdout, "→")
@@ -406,7 +406,7 @@ func TestDecisionsReplayJSON(t *testing.T) {
 }
 
 func TestDecisionsReplayOfNothingFails(t *testing.T) {
-	code, stdout, stderr, _ := decisionsRun(t, "not a decision\n", "decisions", "replay", "--bundle", "../policy")
+	code, stdout, stderr, _ := decisionsRun(t, "not a decision\n", "decisions", "replay", "--bundle", "../../policy")
 
 	assert.Equal(t, ExitError, code)
 	assert.Empty(t, stdout)
@@ -432,8 +432,8 @@ func TestDecisionsRefusesBadUsage(t *testing.T) {
 		{"show without ID", []string{"decisions", "show"}, ExitUsage, "give the decision ID"},
 		{"show bad output", []string{"decisions", "show", f.deny, log, "-o", "table"}, ExitUsage, `-o "table"`},
 		{"replay without bundle", []string{"decisions", "replay", log}, ExitUsage, "--bundle is required"},
-		{"replay bad direction", []string{"decisions", "replay", "--bundle", "../policy", log, "--fail-on", "deny-approve"}, ExitUsage, `"deny-approve" is not a direction`},
-		{"replay bad direction in a list", []string{"decisions", "replay", "--bundle", "../policy", log, "--fail-on", "any,to-granted"}, ExitUsage, `"to-granted" is not a direction`},
+		{"replay bad direction", []string{"decisions", "replay", "--bundle", "../../policy", log, "--fail-on", "deny-approve"}, ExitUsage, `"deny-approve" is not a direction`},
+		{"replay bad direction in a list", []string{"decisions", "replay", "--bundle", "../../policy", log, "--fail-on", "any,to-granted"}, ExitUsage, `"to-granted" is not a direction`},
 		{"replay missing bundle", []string{"decisions", "replay", "--bundle", "/nonexistent", log}, ExitError, "bundle"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
-	"github.com/ichor-dev/ichor-policy/policydoc"
+	"github.com/ichor-dev/ichor-policy/internal/policydoc"
 )
 
 func TestReasonCodesAreTheDocumentedOnes(t *testing.T) {
@@ -54,7 +54,7 @@ func TestPolicyReferenceIsCurrent(t *testing.T) {
 	pkgs, err := policydoc.Collect(b)
 	require.NoError(t, err)
 	want := policydoc.Markdown(pkgs, b.Manifest.Revision)
-	got, err := os.ReadFile("../docs/policy.md")
+	got, err := os.ReadFile("../../docs/policy.md")
 	require.NoError(t, err, "run make docs")
 	assert.Equal(t, want, string(got), "docs/policy.md is stale: run make docs")
 }

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/ichor-dev/ichor-policy/talosnode"
+	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/test/talosapi"
 )
 

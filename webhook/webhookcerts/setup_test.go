@@ -31,7 +31,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	"github.com/ichor-dev/ichor-policy/webhookcerts"
+	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
 )
 
 const (

@@ -19,9 +19,9 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
-	"github.com/ichor-dev/ichor-policy/csrinput"
-	"github.com/ichor-dev/ichor-policy/decisionlog"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 )
 
@@ -279,7 +279,7 @@ func TestParsingOfPoliciesAndTimes(t *testing.T) {
 func loosened(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../../policy")))
 	path := filepath.Join(dir, "ichor", "kubelet_serving", "kubelet_serving.rego")
 	src, err := os.ReadFile(path)
 	require.NoError(t, err)
@@ -309,7 +309,7 @@ func TestReplayWithTheSamePolicyChangesNothing(t *testing.T) {
 	entries, _, err := decisionlog.Read(strings.NewReader(log))
 	require.NoError(t, err)
 
-	rep := replay(t, "../policy", entries)
+	rep := replay(t, "../../policy", entries)
 
 	assert.Equal(t, 7, rep.Replayed)
 	assert.Equal(t, 7, rep.Unchanged)

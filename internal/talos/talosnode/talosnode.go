@@ -27,7 +27,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 
-	"github.com/ichor-dev/ichor-policy/taloscert"
+	"github.com/ichor-dev/ichor-policy/internal/talos/taloscert"
 )
 
 const (

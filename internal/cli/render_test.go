@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ichor-dev/ichor-policy/cli"
+	"github.com/ichor-dev/ichor-policy/internal/cli"
 )
 
 func clusterManifest(t *testing.T, version string, enabled, verified bool) string {
@@ -64,7 +64,7 @@ func TestRenderKubeletServingRefusesBadInput(t *testing.T) {
 	code, _, stderr = run(t, "", "render", "kubelet-serving")
 	assert.Equal(t, cli.ExitUsage, code)
 	assert.Contains(t, stderr, "give the cluster")
-	code, _, stderr = run(t, "", "render", "kubelet-serving", "-f", "../go.mod")
+	code, _, stderr = run(t, "", "render", "kubelet-serving", "-f", "../../go.mod")
 	assert.Equal(t, cli.ExitUsage, code)
 	assert.Contains(t, stderr, "not a TalosCluster manifest")
 	code, _, stderr = run(t, "", "render", "kubelet-serving", "-f", clusterManifest(t, "1.14", true, false))

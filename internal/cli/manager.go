@@ -33,9 +33,9 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
-	"github.com/ichor-dev/ichor-policy/talosnode"
+	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	credwebhook "github.com/ichor-dev/ichor-policy/webhook"
-	"github.com/ichor-dev/ichor-policy/webhookcerts"
+	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
 )
 
 type managerOptions struct {

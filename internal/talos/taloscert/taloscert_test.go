@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ichor-dev/ichor-policy/taloscert"
+	"github.com/ichor-dev/ichor-policy/internal/talos/taloscert"
 )
 
 // newOSCA makes a CA the way `talosctl gen secrets` does (Ed25519, O=talos).

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
-	"github.com/ichor-dev/ichor-policy/render"
+	"github.com/ichor-dev/ichor-policy/internal/talos/render"
 )
 
 const (

@@ -13,7 +13,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/ichor-dev/ichor-policy/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 )
 

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
-	"github.com/ichor-dev/ichor-policy/clustersecrets"
+	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 )
 
 func bundle(t *testing.T) *secrets.Bundle {

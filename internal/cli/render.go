@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
-	"github.com/ichor-dev/ichor-policy/render"
+	"github.com/ichor-dev/ichor-policy/internal/talos/render"
 )
 
 func newRenderCommand(s streams) *cobra.Command {
