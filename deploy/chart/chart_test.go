@@ -29,6 +29,7 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
+	"github.com/ichor-dev/ichor-policy/internal/manager"
 	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
 )
 
@@ -40,8 +41,6 @@ const (
 	// webhookPath is the path package webhook serves the validation on (its
 	// Path constant and +kubebuilder:webhook marker).
 	webhookPath = "/validate-ichor-dev-v1alpha1-taloscredentialrequest"
-	// leaderElectionID is cli/manager.go's LeaderElectionID.
-	leaderElectionID = "ichor-policy.ichor.dev"
 )
 
 // certManager are the values of the cert-manager mode.
@@ -713,15 +712,12 @@ func TestServicesAndDisruptionBudgetSelectTheManagerPods(t *testing.T) {
 // TestLeaderElectionRole: the Lease is the manager's LeaderElectionID, in the
 // release namespace, and the manager may renew only that one.
 func TestLeaderElectionRole(t *testing.T) {
-	src := readFile(t, filepath.Join(root(t), "cli", "manager.go"))
-	require.Contains(t, string(src), `"`+leaderElectionID+`"`, "cli/manager.go's LeaderElectionID changed; change the chart's leader-election Role too")
-
 	objs := render(t)
 	rules := objs.boundRoles(t)["Role/"+namespace+"/"+release+"-leader-election"]
 	require.NotNil(t, rules, "the leader-election Role is not bound to the manager")
 	assert.True(t, grants(rules, "coordination.k8s.io", "leases", "create", ""))
 	for _, verb := range []string{"get", "update"} {
-		assert.True(t, grants(rules, "coordination.k8s.io", "leases", verb, leaderElectionID))
+		assert.True(t, grants(rules, "coordination.k8s.io", "leases", verb, manager.LeaderElectionID))
 		assert.False(t, grants(rules, "coordination.k8s.io", "leases", verb, "another-lease"))
 	}
 	assert.Empty(t, render(t, "manager.leaderElect=false", "replicaCount=1").all("Role", release+"-leader-election"))

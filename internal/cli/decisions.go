@@ -16,6 +16,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
+	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
 // ExitChanged is the exit status of "decisions replay" when a logged
@@ -77,17 +78,17 @@ func (f filterFlags) criteria(now time.Time) (decisionlog.Criteria, error) {
 	if f.policy != "" {
 		path, err := decisionlog.ResolvePolicy(f.policy)
 		if err != nil {
-			return c, usagef("--policy: %v", err)
+			return c, usage.Errorf("--policy: %v", err)
 		}
 		c.Path = path
 	}
 	if f.action != "" && !decisionlog.ValidAction(f.action) {
-		return c, usagef("--action %q is not an action: give one of %s", f.action, strings.Join(decisionlog.Actions, ", "))
+		return c, usage.Errorf("--action %q is not an action: give one of %s", f.action, strings.Join(decisionlog.Actions, ", "))
 	}
 	if f.since != "" {
 		since, err := decisionlog.ParseSince(f.since, now)
 		if err != nil {
-			return c, usagef("--since: %v", err)
+			return c, usage.Errorf("--since: %v", err)
 		}
 		c.Since = since
 	}
@@ -96,7 +97,7 @@ func (f filterFlags) criteria(now time.Time) (decisionlog.Criteria, error) {
 
 func checkOutput(output string) error {
 	if output != "table" && output != "json" {
-		return usagef("-o %q: the output is table or json", output)
+		return usage.Errorf("-o %q: the output is table or json", output)
 	}
 	return nil
 }
@@ -108,7 +109,7 @@ func readDecisions(s streams, files []string) ([]decisionlog.Entry, error) {
 		files = []string{"-"}
 	}
 	if n := slices.Index(files, "-"); n >= 0 && slices.Index(files[n+1:], "-") >= 0 {
-		return nil, usagef(`"-" (standard input) is given twice`)
+		return nil, usage.Errorf(`"-" (standard input) is given twice`)
 	}
 	var all []decisionlog.Entry
 	skipped := 0
@@ -264,13 +265,13 @@ the log could not be read), 2 for a wrong flag or no ID.`,
 		Example: `  kubectl logs deploy/ichor-policy | ichor decisions show 34540ee1-195b-4060-b3f8-8b846718a4bd -`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return usagef("give the decision ID to show (the CSR condition and the Event carry it)")
+				return usage.Errorf("give the decision ID to show (the CSR condition and the Event carry it)")
 			}
 			return nil
 		},
 		RunE: func(_ *cobra.Command, args []string) error {
 			if output != "text" && output != "json" {
-				return usagef("-o %q: the output is text or json", output)
+				return usage.Errorf("-o %q: the output is text or json", output)
 			}
 			entries, err := readDecisions(s, args[1:])
 			if err != nil {
@@ -446,11 +447,11 @@ func runReplay(ctx context.Context, s streams, o replayOptions, files []string) 
 		return err
 	}
 	if o.bundle == "" {
-		return usagef("--bundle is required: the policy directory or bundle tarball to replay against")
+		return usage.Errorf("--bundle is required: the policy directory or bundle tarball to replay against")
 	}
 	for _, p := range o.failOn {
 		if err := decisionlog.CheckFailOn(p); err != nil {
-			return usagef("--fail-on: %v", err)
+			return usage.Errorf("--fail-on: %v", err)
 		}
 	}
 	crit, err := o.filter.criteria(time.Now())

@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -39,22 +38,6 @@ func decisionsRun(t *testing.T, stdin string, args ...string) (code int, stdout,
 	root.SetArgs(args)
 	err = root.ExecuteContext(context.Background())
 	return code, out.String(), errOut.String(), err
-}
-
-// exitCodeOf is the exit status an error asks for, ExitError by default.
-func exitCodeOf(err error) int {
-	var ec interface{ ExitCode() int }
-	if errors.As(err, &ec) {
-		return ec.ExitCode()
-	}
-	var ue usageError
-	if errors.As(err, &ue) {
-		return ExitUsage
-	}
-	if err != nil {
-		return ExitError
-	}
-	return ExitOK
 }
 
 type decisionsSink struct {
@@ -337,7 +320,7 @@ func TestDecisionsReplayWithoutTheIPCheckReportsTheFlip(t *testing.T) {
 
 	code, stdout, stderr, err := decisionsRun(t, "", "decisions", "replay", "--bundle", candidate, log, "--fail-on", "deny-to-approve")
 
-	assert.Equal(t, ExitChanged, exitCodeOf(err), "the error asks for exit status %d", ExitChanged)
+	assert.Equal(t, ExitChanged, exitCode(err), "the error asks for exit status %d", ExitChanged)
 	assert.Equal(t, ExitChanged, code, "Run exits with the status the error asks for")
 	assert.Contains(t, stderr, "decisions changed as --fail-on forbids: deny-to-approve (1)")
 	assert.Regexp(t, `(?m)^deny → approve\s+1$`, stdout)
@@ -350,7 +333,7 @@ func TestDecisionsReplayWithoutTheIPCheckReportsTheFlip(t *testing.T) {
 
 	for _, failOn := range [][]string{{"--fail-on", "to-approve"}, {"--fail-on", "approve-to-deny,any"}, {"--fail-on", "from-deny"}} {
 		_, _, _, err := decisionsRun(t, "", append([]string{"decisions", "replay", "--bundle", candidate, log}, failOn...)...)
-		assert.Equal(t, ExitChanged, exitCodeOf(err), failOn)
+		assert.Equal(t, ExitChanged, exitCode(err), failOn)
 	}
 	for _, failOn := range [][]string{nil, {"--fail-on", "approve-to-deny"}, {"--fail-on", "to-deny", "--fail-on", "pending-to-approve"}, {"--fail-on", "reasons-changed"}} {
 		code, _, stderr, err := decisionsRun(t, "", append([]string{"decisions", "replay", "--bundle", candidate, log}, failOn...)...)
@@ -371,7 +354,7 @@ func TestDecisionsReplayJSON(t *testing.T) {
 
 	_, stdout, stderr, err := decisionsRun(t, f.log, "decisions", "replay", "--bundle", candidate, "-o", "json", "--fail-on", "to-approve")
 
-	assert.Equal(t, ExitChanged, exitCodeOf(err), stderr)
+	assert.Equal(t, ExitChanged, exitCode(err), stderr)
 	var rep struct {
 		Candidate       struct{ Bundle, Revision string }
 		LoggedRevisions []string `json:"logged_revisions"`

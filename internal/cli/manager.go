@@ -2,39 +2,19 @@ package cli
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
-	"io"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/bundles"
-	"github.com/ichor-dev/ichor-policy/controllers/credentials"
-	"github.com/ichor-dev/ichor-policy/controllers/kubeletclient"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
-	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
-	credwebhook "github.com/ichor-dev/ichor-policy/webhook"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/manager"
+	"github.com/ichor-dev/ichor-policy/internal/usage"
 	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
 )
 
@@ -86,7 +66,7 @@ service account). Every decision is written to standard output as one JSON line
 (OPA's decision log); the controllers' own logs go to standard error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runManager(cmd, s, o)
+			return runManager(cmd.Context(), s, o)
 		},
 	}
 	f := cmd.Flags()
@@ -128,26 +108,59 @@ service account). Every decision is written to standard output as one JSON line
 	return cmd
 }
 
-// readerLifetime asks the policy (purpose node-reader) for the lifetime of
-// the manager's own Talos identity: its default, or the one asked for if the
-// cap allows it. talosnode refuses anything above 15 minutes on its own too.
-func readerLifetime(ctx context.Context, eng *engine.Engine, asked time.Duration) (time.Duration, error) {
-	in := engine.CredentialCheckInput{
-		Purpose:   "node-reader",
-		PublicKey: engine.PublicKeyFacts{Parsed: true, Algorithm: "Ed25519", Bits: 256},
-	}
-	if asked > 0 {
-		secs := asked.Seconds()
-		in.TTLSeconds = &secs
-	}
-	d, err := eng.CheckCredential(ctx, in)
+// runManager turns the flags into the manager's options and runs it.
+func runManager(ctx context.Context, s streams, o managerOptions) error {
+	cfg, err := kube.RESTConfig(o.kubeconfig)
 	if err != nil {
-		return 0, fmt.Errorf("lifetime of the manager's Talos identity: %w", err)
+		return err
 	}
-	if !d.Allowed || d.Certificate == nil || d.Certificate.TalosRole != talosnode.ReaderRole {
-		return 0, usagef("the policy refuses the manager's Talos identity: %s", engine.Messages(d.Reasons))
+	cfg.QPS, cfg.Burst = o.qps, o.burst
+	engineOpts, err := o.engineOptions(s)
+	if err != nil {
+		return err
 	}
-	return time.Duration(d.LifetimeSeconds * float64(time.Second)), nil
+	localClusters, err := cluster.ParseLocal(o.localClusters)
+	if err != nil {
+		return usage.Errorf("--local-clusters: %v", err)
+	}
+	if o.readerLifetime < 0 {
+		return usage.Errorf("--talos-reader-lifetime %s is negative", o.readerLifetime)
+	}
+	mo := manager.Options{
+		Config:                  cfg,
+		Log:                     s.err,
+		Engine:                  engineOpts,
+		BundleName:              o.bundle,
+		ShadowBundle:            o.shadowBundle,
+		DecisionLogFlushTimeout: o.logFlushTimeout,
+		MetricsAddr:             o.metricsAddr,
+		ProbeAddr:               o.probeAddr,
+		LeaderElect:             o.leaderElect,
+		LeaseDuration:           o.leaseDuration,
+		RenewDeadline:           o.renewDeadline,
+		RetryPeriod:             o.retryPeriod,
+		Namespace:               os.Getenv("POD_NAMESPACE"),
+		PodName:                 os.Getenv("POD_NAME"),
+		Webhook:                 o.webhook,
+		WebhookPort:             o.webhookPort,
+		WebhookCertDir:          o.webhookCertDir,
+		AdmissionKeySecret:      o.admissionKeySecret,
+		AdminKubeconfigs:        o.adminKubeconfigs,
+		KubeletClientApprover:   o.kubeletClient,
+		LocalClusters:           localClusters,
+		ResyncInterval:          o.resync,
+		TalosTimeout:            o.talosTimeout,
+		ReaderLifetime:          o.readerLifetime,
+	}
+	if o.webhookGenerateCerts {
+		mo.WebhookCerts = &webhookcerts.Options{
+			ServiceName:              o.webhookService,
+			ClusterDomain:            o.webhookClusterDomain,
+			SecretName:               o.webhookCertSecret,
+			WebhookConfigurationName: o.webhookConfiguration,
+		}
+	}
+	return manager.Run(ctx, mo)
 }
 
 // engineOptions turns the bundle and decision-log flags into engine options.
@@ -160,18 +173,18 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 	for _, path := range o.bundleKeys {
 		key, err := os.ReadFile(path)
 		if err != nil {
-			return opts, fmt.Errorf("--bundle-key: %w", err)
+			return opts, usage.Errorf("--bundle-key: %w", err)
 		}
 		opts.VerificationKeys = append(opts.VerificationKeys, engine.VerificationKey{ID: o.bundleKeyID, PEM: string(key), Algorithm: o.bundleKeyAlg})
 	}
 	if len(opts.VerificationKeys) > 1 {
-		return opts, usagef("--bundle-key: one key per --bundle-key-id; give one key")
+		return opts, usage.Errorf("--bundle-key: one key per --bundle-key-id; give one key")
 	}
 	switch info, err := os.Stat(o.bundle); {
 	case o.bundle == "":
 	case err == nil && info.IsDir():
 		if len(opts.VerificationKeys) > 0 {
-			return opts, usagef("--bundle %s is a directory, which cannot be signed; give a signed tarball", o.bundle)
+			return opts, usage.Errorf("--bundle %s is a directory, which cannot be signed; give a signed tarball", o.bundle)
 		}
 		b, err := bundles.FromDir(o.bundle)
 		if err != nil {
@@ -182,229 +195,4 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 		opts.Source = o.bundle
 	}
 	return opts, nil
-}
-
-// bundleRefusalAction names a refusal's cause for its Event: the same cause
-// (one bundle refused again and again) is one series, another cause another.
-func bundleRefusalAction(err error) string {
-	sum := sha256.Sum256([]byte(err.Error()))
-	return "LoadBundle/" + hex.EncodeToString(sum[:4])
-}
-
-// admissionKeys is the admission key in the Secret name of the manager's
-// namespace, read uncached: the manager needs get and update on that one
-// Secret, never list or watch.
-func admissionKeys(mgr ctrl.Manager, name string) (*credential.Keys, error) {
-	namespace := os.Getenv("POD_NAMESPACE")
-	if namespace == "" {
-		return nil, usagef("the manager's namespace is unknown: set POD_NAMESPACE (the chart does), where the Secret --admission-key-secret %s is", name)
-	}
-	c, err := client.New(mgr.GetConfig(), client.Options{HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
-	if err != nil {
-		return nil, fmt.Errorf("admission key client: %w", err)
-	}
-	return &credential.Keys{Client: c, Namespace: namespace, Name: name}, nil
-}
-
-// Scheme is the manager's scheme: the Kubernetes types and Ichor's.
-func Scheme() (*runtime.Scheme, error) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := ichorv1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	return scheme, nil
-}
-
-func runManager(cmd *cobra.Command, s streams, o managerOptions) error {
-	ctx := cmd.Context()
-	if o.readerLifetime < 0 {
-		return usagef("--talos-reader-lifetime %s is negative", o.readerLifetime)
-	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(s.err), zap.JSONEncoder()))
-	cfg, err := restConfig(o.kubeconfig)
-	if err != nil {
-		return err
-	}
-	cfg.QPS, cfg.Burst = o.qps, o.burst
-	scheme, err := Scheme()
-	if err != nil {
-		return fmt.Errorf("scheme: %w", err)
-	}
-
-	metrics, err := engine.NewMetrics(ctrlmetrics.Registry)
-	if err != nil {
-		return fmt.Errorf("metrics: %w", err)
-	}
-	opts, err := o.engineOptions(s)
-	if err != nil {
-		return err
-	}
-	opts.Metrics = metrics
-	if o.shadowBundle != "" {
-		b, err := bundles.Load(o.shadowBundle)
-		if err != nil {
-			return fmt.Errorf("--shadow-bundle: %w", err)
-		}
-		shadow, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, Log: s.err})
-		if err != nil {
-			return fmt.Errorf("--shadow-bundle: %w", err)
-		}
-		defer shadow.Stop(context.WithoutCancel(ctx))
-		opts.Shadow = shadow
-	}
-	// A refused bundle is an Event on the manager's own Pod (named through
-	// the downward API), where an operator looks, besides the log and the
-	// ichor_policy_bundle_load_failures_total metric.
-	var podEvents atomic.Pointer[func(engine.BundleStatus)]
-	opts.OnBundleStatus = func(st engine.BundleStatus) {
-		if f := podEvents.Load(); f != nil {
-			(*f)(st)
-		}
-	}
-	eng, err := engine.New(ctx, opts)
-	if err != nil {
-		return err
-	}
-	// After the controllers stopped (and the lease was released): what the
-	// upload sink holds is sent within the flush timeout.
-	defer func() {
-		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.logFlushTimeout)
-		defer cancel()
-		eng.Stop(flushCtx)
-	}()
-
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme,
-		// Nothing here reads managedFields; at thousands of CSRs and
-		// machines they are a large part of the cache.
-		Cache:                  cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
-		Metrics:                metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress: o.probeAddr,
-		LeaderElection:         o.leaderElect,
-		LeaderElectionID:       "ichor-policy.ichor.dev",
-		// Released once the controllers have stopped, so a standby takes
-		// over within a retry period rather than a whole lease duration.
-		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 &o.leaseDuration,
-		RenewDeadline:                 &o.renewDeadline,
-		RetryPeriod:                   &o.retryPeriod,
-		// Optional: lets the manager run outside a pod.
-		LeaderElectionNamespace: os.Getenv("POD_NAMESPACE"),
-		WebhookServer:           crwebhook.NewServer(crwebhook.Options{Port: o.webhookPort, CertDir: o.webhookCertDir}),
-	})
-	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
-	}
-	if o.webhook && o.webhookGenerateCerts {
-		if err := webhookcerts.Setup(mgr, webhookcerts.Options{
-			Namespace:                os.Getenv("POD_NAMESPACE"),
-			ServiceName:              o.webhookService,
-			ClusterDomain:            o.webhookClusterDomain,
-			SecretName:               o.webhookCertSecret,
-			WebhookConfigurationName: o.webhookConfiguration,
-		}); err != nil {
-			return fmt.Errorf("set up the webhook certificates: %w", err)
-		}
-	}
-	lifetime, err := readerLifetime(ctx, eng, o.readerLifetime)
-	if err != nil {
-		return err
-	}
-	localClusters, err := cluster.ParseLocal(o.localClusters)
-	if err != nil {
-		return usagef("--local-clusters: %v", err)
-	}
-	if localClusters.Len() == 0 {
-		ctrl.Log.WithName("manager").Info("no TalosCluster judges the kubelets of the API server the manager runs against: --local-clusters names none")
-	}
-	clientset, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("clientset: %w", err)
-	}
-	serving := &kubeletserving.Reconciler{
-		Client:         mgr.GetClient(),
-		APIReader:      mgr.GetAPIReader(),
-		Clientset:      clientset,
-		Engine:         eng,
-		Recorder:       mgr.GetEventRecorder("ichor-kubelet-serving"),
-		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Lifetime: lifetime, Timeout: o.talosTimeout},
-		LocalClusters:  localClusters,
-		ResyncInterval: o.resync,
-	}
-	if err := serving.SetupWithManager(ctx, mgr); err != nil {
-		return fmt.Errorf("set up the kubelet serving approver: %w", err)
-	}
-	if o.webhook {
-		keys, err := admissionKeys(mgr, o.admissionKeySecret)
-		if err != nil {
-			return err
-		}
-		// Read (or make) the key now, so a missing Secret stops the manager
-		// with the reason instead of refusing every request later.
-		if _, err := keys.Key(ctx); err != nil {
-			return err
-		}
-		validator := &credwebhook.CredentialRequestValidator{
-			Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Keys: keys, LocalClusters: localClusters,
-		}
-		if err := validator.SetupWithManager(mgr); err != nil {
-			return fmt.Errorf("set up the credential request webhook: %w", err)
-		}
-		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-			return err
-		}
-		// The issuer signs only requests whose admission by this webhook it
-		// can prove (admission records made with the same key), so it runs
-		// only beside the webhook.
-		issuer := &credentials.Reconciler{
-			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng, Keys: keys,
-			AdminKubeconfigs: o.adminKubeconfigs, Recorder: mgr.GetEventRecorder("ichor-credentials"), LocalClusters: localClusters,
-		}
-		if err := issuer.SetupWithManager(mgr); err != nil {
-			return fmt.Errorf("set up the credential issuer: %w", err)
-		}
-	}
-	if o.kubeletClient {
-		clientApprover := &kubeletclient.Reconciler{
-			Client:    mgr.GetClient(),
-			Clientset: clientset,
-			Engine:    eng,
-			// The same clusters as the serving approver's.
-			LocalClusters: localClusters,
-		}
-		// The serving approver has registered the machine index (kubeletserving.AddIndexes).
-		if err := clientApprover.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: true}); err != nil {
-			return fmt.Errorf("set up the kubelet client approver: %w", err)
-		}
-	}
-	if pod, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE"); pod != "" && ns != "" {
-		rec := mgr.GetEventRecorder("ichor-policy")
-		self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: ns}}
-		notify := func(st engine.BundleStatus) {
-			if st.Err != nil {
-				// The recorder keeps one Event series per reason and action:
-				// the cause goes in the action, so that each distinct cause
-				// is an Event of its own with its own count and note.
-				rec.Eventf(self, nil, corev1.EventTypeWarning, "BundleRefused", bundleRefusalAction(st.Err), "%s",
-					engine.Clip(fmt.Sprintf("policy bundle refused: %v", st.Err), fmt.Sprintf("; revision %s keeps serving", st.ActiveRevision), engine.MaxEventNote))
-			} else {
-				rec.Eventf(self, nil, corev1.EventTypeNormal, "BundleActivated", "LoadBundle", "policy bundle revision %s active", st.ActiveRevision)
-			}
-		}
-		podEvents.Store(&notify)
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return err
-	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return err
-	}
-	ctrl.Log.WithName("manager").Info("starting", "bundle", o.bundle, "revision", eng.Revision())
-	if err := mgr.Start(ctx); err != nil {
-		return fmt.Errorf("manager: %w", err)
-	}
-	return nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/policydoc"
+	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
 func newPolicyCommand(s streams) *cobra.Command {
@@ -146,15 +147,15 @@ func checkCSRInput(stdin io.Reader, o checkCSROptions) (csrinput.KubeletServing,
 	identityGiven := len(o.nodeIPs) > 0 || o.nodename != "" || o.hostname != "" || o.machine != ""
 	switch {
 	case o.file == "":
-		return in, usagef("-f FILE is required (\"-\" reads standard input)")
+		return in, usage.Errorf("-f FILE is required (\"-\" reads standard input)")
 	case o.machineUnknown && o.nodeUnreadable:
-		return in, usagef("--machine-unknown and --node-unreadable contradict each other: a node is only read for a known machine")
+		return in, usage.Errorf("--machine-unknown and --node-unreadable contradict each other: a node is only read for a known machine")
 	case o.machineUnknown && identityGiven:
-		return in, usagef("--machine-unknown takes no node identity (--nodename, --hostname, --node-ip, --machine)")
+		return in, usage.Errorf("--machine-unknown takes no node identity (--nodename, --hostname, --node-ip, --machine)")
 	case o.nodeUnreadable && (len(o.nodeIPs) > 0 || o.nodename != "" || o.hostname != ""):
-		return in, usagef("--node-unreadable takes no node identity (--nodename, --hostname, --node-ip)")
+		return in, usage.Errorf("--node-unreadable takes no node identity (--nodename, --hostname, --node-ip)")
 	case !o.machineUnknown && !o.nodeUnreadable && o.nodename == "":
-		return in, usagef("give the node's identity as Talos reports it (--nodename, and --hostname and --node-ip as needed), or --machine-unknown or --node-unreadable")
+		return in, usage.Errorf("give the node's identity as Talos reports it (--nodename, and --hostname and --node-ip as needed), or --machine-unknown or --node-unreadable")
 	}
 
 	csr, err := readCSRManifest(stdin, o.file)
@@ -178,7 +179,7 @@ func checkCSRInput(stdin io.Reader, o checkCSROptions) (csrinput.KubeletServing,
 	for _, ip := range o.nodeIPs {
 		addr, err := netip.ParseAddr(ip)
 		if err != nil {
-			return in, usagef("--node-ip %q is not an IP address", ip)
+			return in, usage.Errorf("--node-ip %q is not an IP address", ip)
 		}
 		// The same canonical text the input builder writes for the request's IPs.
 		in.Node.Addresses = append(in.Node.Addresses, addr.Unmap().String())
@@ -209,23 +210,23 @@ func readCSRManifest(stdin io.Reader, file string) (*certificatesv1.CertificateS
 	}
 	var meta metav1.TypeMeta
 	if err := yaml.Unmarshal(data, &meta); err != nil {
-		return nil, usagef("%s is neither YAML nor JSON: %v", file, err)
+		return nil, usage.Errorf("%s is neither YAML nor JSON: %v", file, err)
 	}
 	switch {
 	case meta.APIVersion == "" || meta.Kind == "":
-		return nil, usagef("%s has no apiVersion and kind: it is not a Kubernetes manifest", file)
+		return nil, usage.Errorf("%s has no apiVersion and kind: it is not a Kubernetes manifest", file)
 	case meta.Kind == "List" || meta.Kind == "CertificateSigningRequestList":
-		return nil, usagef("%s is a list; give one request, as kubectl get csr NAME -o yaml prints it", file)
+		return nil, usage.Errorf("%s is a list; give one request, as kubectl get csr NAME -o yaml prints it", file)
 	case meta.APIVersion != certificatesv1.SchemeGroupVersion.String() || meta.Kind != "CertificateSigningRequest":
-		return nil, usagef("%s is a %s (%s), not a %s CertificateSigningRequest", file, meta.Kind, meta.APIVersion, certificatesv1.SchemeGroupVersion)
+		return nil, usage.Errorf("%s is a %s (%s), not a %s CertificateSigningRequest", file, meta.Kind, meta.APIVersion, certificatesv1.SchemeGroupVersion)
 	}
 	obj, _, err := csrCodecs.UniversalDeserializer().Decode(data, nil, nil)
 	if err != nil {
-		return nil, usagef("%s is not a valid CertificateSigningRequest: %v", file, err)
+		return nil, usage.Errorf("%s is not a valid CertificateSigningRequest: %v", file, err)
 	}
 	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
 	if !ok {
-		return nil, usagef("%s decoded to %T, not a CertificateSigningRequest", file, obj)
+		return nil, usage.Errorf("%s decoded to %T, not a CertificateSigningRequest", file, obj)
 	}
 	return csr, nil
 }

@@ -10,7 +10,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/talos/render"
+	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
 func newRenderCommand(s streams) *cobra.Command {
@@ -36,24 +38,24 @@ prints it) or from the API server (NAME, -n NAMESPACE).`,
 			var cluster ichorv1alpha1.TalosCluster
 			switch {
 			case file != "" && len(args) > 0:
-				return usagef("give either NAME or -f FILE, not both")
+				return usage.Errorf("give either NAME or -f FILE, not both")
 			case file != "":
 				data, err := os.ReadFile(file)
 				if err != nil {
 					return fmt.Errorf("read %s: %w", file, err)
 				}
 				if err := yaml.UnmarshalStrict(data, &cluster); err != nil {
-					return usagef("%s is not a TalosCluster manifest: %v", file, err)
+					return usage.Errorf("%s is not a TalosCluster manifest: %v", file, err)
 				}
 				if cluster.Kind != "TalosCluster" {
-					return usagef("%s is a %q, not a TalosCluster", file, cluster.Kind)
+					return usage.Errorf("%s is a %q, not a TalosCluster", file, cluster.Kind)
 				}
 			case len(args) == 1:
-				cfg, err := restConfig(kubeconfig)
+				cfg, err := kube.RESTConfig(kubeconfig)
 				if err != nil {
 					return err
 				}
-				scheme, err := Scheme()
+				scheme, err := kube.Scheme()
 				if err != nil {
 					return err
 				}
@@ -65,7 +67,7 @@ prints it) or from the API server (NAME, -n NAMESPACE).`,
 					return fmt.Errorf("get TalosCluster %s/%s: %w", namespace, args[0], err)
 				}
 			default:
-				return usagef("give the cluster: NAME (with -n NAMESPACE) or -f FILE")
+				return usage.Errorf("give the cluster: NAME (with -n NAMESPACE) or -f FILE")
 			}
 			roles := []ichorv1alpha1.MachineRole{ichorv1alpha1.MachineRoleControlPlane, ichorv1alpha1.MachineRoleWorker}
 			switch role {
@@ -73,7 +75,7 @@ prints it) or from the API server (NAME, -n NAMESPACE).`,
 			case string(ichorv1alpha1.MachineRoleControlPlane), string(ichorv1alpha1.MachineRoleWorker):
 				roles = []ichorv1alpha1.MachineRole{ichorv1alpha1.MachineRole(role)}
 			default:
-				return usagef("--role %q: want controlplane or worker", role)
+				return usage.Errorf("--role %q: want controlplane or worker", role)
 			}
 			patch, err := render.KubeletServing(&cluster)
 			if err != nil {

@@ -10,6 +10,8 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
 // Exit codes of every command.
@@ -20,13 +22,6 @@ const (
 	ExitUsage = 2
 )
 
-// usageError marks an error in how the command was called.
-type usageError struct{ error }
-
-func usagef(format string, args ...any) error {
-	return usageError{fmt.Errorf(format, args...)}
-}
-
 // Run executes the command line args and returns the process exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRoot(stdin, stdout, stderr)
@@ -36,13 +31,19 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return ExitOK
 	}
 	fmt.Fprintf(stderr, "ichor: %v\n", err)
+	return exitCode(err)
+}
+
+// exitCode is the exit status of a command's result.
+func exitCode(err error) int {
 	// A command may ask for its own status, as replay's --fail-on does.
 	var ce interface{ ExitCode() int }
-	if errors.As(err, &ce) {
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &ce):
 		return ce.ExitCode()
-	}
-	var ue usageError
-	if errors.As(err, &ue) {
+	case usage.Is(err):
 		return ExitUsage
 	}
 	return ExitError
@@ -65,7 +66,7 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	// Cobra's own flag errors are usage errors too.
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage.Wrap(err) })
 	root.AddCommand(newPolicyCommand(s), newBundleCommand(s), newManagerCommand(s), newRenderCommand(s), newDecisionsCommand(s), newClusterCommand(s))
 	return root
 }

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/ichor-dev/ichor-policy/internal/cli"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
 )
 
 // ControllerOptions configure the rubber stamp's process.
@@ -42,7 +42,7 @@ func RunRubberStamp(ctx context.Context, o ControllerOptions) error {
 	if err != nil {
 		return err
 	}
-	scheme, err := cli.Scheme()
+	scheme, err := kube.Scheme()
 	if err != nil {
 		return err
 	}

@@ -15,15 +15,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/test/talosapi"
 )
 
@@ -186,9 +185,9 @@ func (e *Env) startControlPlane(crdDir string) error {
 		return err
 	}
 
-	e.Scheme = runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(e.Scheme))
-	utilruntime.Must(ichorv1alpha1.AddToScheme(e.Scheme))
+	if e.Scheme, err = kube.Scheme(); err != nil {
+		return err
+	}
 
 	e.KCMLogPath = filepath.Join(e.WorkDir, "kube-controller-manager.log")
 	e.APIServerLogPath = filepath.Join(e.WorkDir, "kube-apiserver.log")

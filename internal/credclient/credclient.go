@@ -1,0 +1,656 @@
+// Package credclient is the requester's side of a TalosCredentialRequest:
+// it makes the key, checks the request against the embedded policy, asks as
+// the caller of a kubeconfig, waits for the issuer's answer and writes the
+// talosconfig or kubeconfig, never over the file the caller uses now. The
+// `ichor cluster` commands parse their flags into a Request and call it.
+package credclient
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/usage"
+)
+
+// Suffixes of the default output files: beside the caller's current file,
+// never over it.
+const (
+	talosconfigSuffix     = ".ichor-reader"
+	adminKubeconfigSuffix = ".ichor-admin"
+	breakGlassSuffix      = ".ichor-break-glass"
+)
+
+// pollInterval is how often the request's status is read while waiting.
+const pollInterval = 500 * time.Millisecond
+
+// progressEvery is how often the wait says it is still waiting.
+const progressEvery = 5 * time.Second
+
+// Kube is the caller's kubeconfig, as kubectl reads it.
+type Kube struct {
+	// Kubeconfig is the file; empty for $KUBECONFIG, then ~/.kube/config.
+	Kubeconfig string
+	// Context is the context to use; empty for the current one.
+	Context string
+	// Namespace of the TalosCluster; empty for the context's.
+	Namespace string
+}
+
+func (k Kube) loader() clientcmd.ClientConfig {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = k.Kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: k.Context}
+	overrides.Context.Namespace = k.Namespace
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+}
+
+// files are the files the caller's kubeconfig is read from.
+func (k Kube) files() []string {
+	if k.Kubeconfig != "" {
+		return []string{k.Kubeconfig}
+	}
+	return clientcmd.NewDefaultClientConfigLoadingRules().GetLoadingPrecedence()
+}
+
+// Request is what a credential command asks for.
+type Request struct {
+	Kube Kube
+	// Cluster is the TalosCluster's name.
+	Cluster string
+	// TTL is the lifetime asked for; nil for the policy's default.
+	TTL *time.Duration
+	// Out is the file to write; empty for the default beside the caller's
+	// current talosconfig or kubeconfig.
+	Out string
+	// Force replaces Out if it exists (never the file the caller uses now).
+	Force bool
+	// Timeout bounds the wait for the issuer's answer.
+	Timeout time.Duration
+	// DecisionLog is a file the local policy check's decision log is
+	// appended to; empty for none.
+	DecisionLog string
+	// TalosEndpoints are written into a talosconfig when the cluster has no
+	// control-plane TalosMachines.
+	TalosEndpoints []string
+	// BreakGlass asks for the super-admin kubeconfig instead of the admin
+	// one.
+	BreakGlass bool
+	// Progress receives what the wait is doing, for a person watching.
+	Progress io.Writer
+}
+
+// Written is the file a credential command wrote.
+type Written struct {
+	Path string
+	// Description says what the file is and what it is for.
+	Description string
+	// Expires is the certificate's expiry, RFC 3339, or "unknown".
+	Expires string
+	// UseWith is a command line that uses it.
+	UseWith string
+}
+
+// Talosconfig asks for an os:reader talosconfig and writes it.
+func Talosconfig(ctx context.Context, o Request) (Written, error) {
+	cluster := o.Cluster
+	current, err := currentTalosconfigPath()
+	if err != nil {
+		return Written{}, err
+	}
+	out := o.Out
+	if out == "" {
+		out = current + talosconfigSuffix
+	}
+	if err := checkOutput(out, []string{current}, o.Force); err != nil {
+		return Written{}, err
+	}
+	key, err := newKey()
+	if err != nil {
+		return Written{}, err
+	}
+	reqs, err := checkLocally(ctx, o, ichorv1alpha1.PurposeTalosconfigReader, key)
+	if err != nil {
+		return Written{}, err
+	}
+
+	loader := o.Kube.loader()
+	c, namespace, _, err := kubeClient(loader)
+	if err != nil {
+		return Written{}, err
+	}
+	endpoints, source, err := talosEndpoints(ctx, c, namespace, cluster, o.TalosEndpoints, current)
+	if err != nil {
+		return Written{}, err
+	}
+	fmt.Fprintf(o.Progress, "Talos endpoints (%s): %s\n", source, strings.Join(endpoints, ", "))
+
+	answer, err := requestCredential(ctx, c, o, namespace, cluster, ichorv1alpha1.PurposeTalosconfigReader, key, reqs)
+	if err != nil {
+		return Written{}, err
+	}
+	keyPEM, err := privateKeyPEM(key, "ED25519 PRIVATE KEY")
+	if err != nil {
+		return Written{}, err
+	}
+	contextName := cluster + "-reader"
+	cfg := &clientconfig.Config{
+		Context: contextName,
+		Contexts: map[string]*clientconfig.Context{contextName: {
+			Endpoints: endpoints,
+			CA:        base64.StdEncoding.EncodeToString([]byte(answer.Status.TrustBundle)),
+			Crt:       base64.StdEncoding.EncodeToString([]byte(answer.Status.Certificate)),
+			Key:       base64.StdEncoding.EncodeToString(keyPEM),
+		}},
+	}
+	data, err := cfg.Bytes()
+	if err != nil {
+		return Written{}, fmt.Errorf("encode the talosconfig: %w", err)
+	}
+	if err := writeFile(out, data, []string{current}, o.Force); err != nil {
+		return Written{}, err
+	}
+	return Written{
+		Path:        out,
+		Description: fmt.Sprintf("an os:reader talosconfig for %s/%s", namespace, cluster),
+		Expires:     expiry(answer),
+		UseWith:     "talosctl --talosconfig " + out + " version",
+	}, nil
+}
+
+// Kubeconfig asks for an admin kubeconfig (a break-glass one with
+// BreakGlass) of the cluster the caller's kubeconfig names, and writes it.
+func Kubeconfig(ctx context.Context, o Request) (Written, error) {
+	cluster := o.Cluster
+	purpose, suffix, what := ichorv1alpha1.PurposeKubeconfigAdmin, adminKubeconfigSuffix, "an admin kubeconfig"
+	if o.BreakGlass {
+		purpose, suffix, what = ichorv1alpha1.PurposeKubeconfigSuperAdmin, breakGlassSuffix, "a break-glass kubeconfig"
+	}
+	protected := o.Kube.files()
+	out := o.Out
+	if out == "" {
+		if len(protected) == 0 {
+			return Written{}, usage.Errorf("no kubeconfig file to write beside: pass --out")
+		}
+		out = protected[0] + suffix
+	}
+	if err := checkOutput(out, protected, o.Force); err != nil {
+		return Written{}, err
+	}
+	key, err := newKey()
+	if err != nil {
+		return Written{}, err
+	}
+	reqs, err := checkLocally(ctx, o, purpose, key)
+	if err != nil {
+		return Written{}, err
+	}
+
+	loader := o.Kube.loader()
+	c, namespace, restCfg, err := kubeClient(loader)
+	if err != nil {
+		return Written{}, err
+	}
+	caData, err := serverCA(restCfg)
+	if err != nil {
+		return Written{}, err
+	}
+
+	answer, err := requestCredential(ctx, c, o, namespace, cluster, purpose, key, reqs)
+	if err != nil {
+		return Written{}, err
+	}
+	keyPEM, err := privateKeyPEM(key, "PRIVATE KEY")
+	if err != nil {
+		return Written{}, err
+	}
+	name := cluster + "-" + strings.TrimPrefix(string(purpose), "kubeconfig-")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[cluster] = &clientcmdapi.Cluster{
+		Server:                   restCfg.Host,
+		TLSServerName:            restCfg.TLSClientConfig.ServerName,
+		InsecureSkipTLSVerify:    restCfg.TLSClientConfig.Insecure,
+		CertificateAuthorityData: joinPEM(caData, []byte(answer.Status.TrustBundle)),
+	}
+	if restCfg.TLSClientConfig.Insecure {
+		// The server is not verified with your kubeconfig either; a CA would
+		// make client-go refuse the combination.
+		kc.Clusters[cluster].CertificateAuthorityData = nil
+	}
+	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: []byte(answer.Status.Certificate),
+		ClientKeyData:         keyPEM,
+	}
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: cluster, AuthInfo: name}
+	kc.CurrentContext = name
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
+		return Written{}, fmt.Errorf("encode the kubeconfig: %w", err)
+	}
+	if err := writeFile(out, data, protected, o.Force); err != nil {
+		return Written{}, err
+	}
+	return Written{
+		Path:        out,
+		Description: what + " for " + restCfg.Host,
+		Expires:     expiry(answer),
+		UseWith:     "kubectl --kubeconfig " + out + " get nodes",
+	}, nil
+}
+
+// checkLocally asks the embedded policy's issuance decision before anything
+// is sent, so a lifetime above the cap (or a key the policy refuses) is
+// refused here without a request, an Event or a certificate. The webhook and
+// the controller decide again; this check only spares the round trip.
+func checkLocally(ctx context.Context, o Request, purpose ichorv1alpha1.CredentialPurpose, key ed25519.PrivateKey) (engine.CredentialRequirements, error) {
+	decisionLog := io.Discard
+	if o.DecisionLog != "" {
+		f, err := os.OpenFile(o.DecisionLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return engine.CredentialRequirements{}, fmt.Errorf("decision log: %w", err)
+		}
+		defer f.Close()
+		decisionLog = f
+	}
+	eng, err := engine.New(ctx, engine.Options{DecisionLog: decisionLog, Log: o.Progress, ID: "ichor-cli"})
+	if err != nil {
+		return engine.CredentialRequirements{}, err
+	}
+	defer eng.Stop(ctx)
+	facts, _ := engine.ParsePublicKey(publicKeyPEM(key))
+	d, err := eng.CheckCredential(ctx, engine.CredentialCheckInput{
+		Purpose:    string(purpose),
+		TTLSeconds: o.ttlSeconds(),
+		PublicKey:  facts,
+	})
+	if err != nil {
+		return engine.CredentialRequirements{}, fmt.Errorf("check the request against the policy: %w", err)
+	}
+	if !d.Allowed {
+		return engine.CredentialRequirements{}, usage.Errorf("refused by the policy before anything was sent: %s", engine.Messages(d.Reasons))
+	}
+	// What the purpose needs, to explain a refusal by the API server's RBAC,
+	// which happens before the webhook could name it.
+	reqs, err := eng.Requirements(ctx, string(purpose))
+	if err != nil {
+		return engine.CredentialRequirements{}, fmt.Errorf("the policy's requirements of %s: %w", purpose, err)
+	}
+	return reqs, nil
+}
+
+func (o Request) ttlSeconds() *float64 {
+	if o.TTL == nil {
+		return nil
+	}
+	s := o.TTL.Seconds()
+	return &s
+}
+
+func (o Request) ttlSpec() *metav1.Duration {
+	if o.TTL == nil {
+		return nil
+	}
+	return &metav1.Duration{Duration: *o.TTL}
+}
+
+// requestCredential creates the TalosCredentialRequest and waits for the controller's
+// answer. A refusal, by the webhook or by the controller, is an error with
+// the policy's message.
+func requestCredential(ctx context.Context, c client.Client, o Request, namespace, cluster string, purpose ichorv1alpha1.CredentialPurpose, key ed25519.PrivateKey, reqs engine.CredentialRequirements) (*ichorv1alpha1.TalosCredentialRequest, error) {
+	requester, err := credential.WhoAmI(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	tcr := &ichorv1alpha1.TalosCredentialRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: generateName(cluster, purpose)},
+		Spec: ichorv1alpha1.TalosCredentialRequestSpec{
+			ClusterName: cluster,
+			Purpose:     purpose,
+			TTL:         o.ttlSpec(),
+			PublicKey:   publicKeyPEM(key),
+			Requester:   requester,
+		},
+	}
+	if err := c.Create(ctx, tcr); err != nil {
+		if apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook") {
+			// The API server's RBAC refused before the webhook saw it.
+			a := reqs.Authorization
+			return nil, fmt.Errorf("the request for a %s credential of cluster %s/%s was refused: %w\n(asking needs create on taloscredentialrequests.ichor.dev, and the credential needs %s on %s.%s/%s %q, in namespace %q)",
+				purpose, namespace, cluster, err, a.Verb, a.Resource, a.Group, a.Subresource, cluster, namespace)
+		}
+		return nil, fmt.Errorf("the request for a %s credential of cluster %s/%s was refused: %w", purpose, namespace, cluster, err)
+	}
+	ref := types.NamespacedName{Namespace: tcr.Namespace, Name: tcr.Name}
+	fmt.Fprintf(o.Progress, "Requested %s for cluster %s/%s (TalosCredentialRequest %s); waiting for the controller", purpose, namespace, cluster, ref)
+
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	start := time.Now()
+	lastProgress := start
+	ticker := time.NewTicker(pollInterval)
+	defer ticker.Stop()
+	for {
+		err := c.Get(ctx, ref, tcr)
+		switch {
+		case err == nil:
+			if ready := meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady); ready != nil {
+				fmt.Fprintf(o.Progress, " answered after %s: %s\n", time.Since(start).Round(100*time.Millisecond), ready.Reason)
+				if ready.Status != metav1.ConditionTrue {
+					return nil, fmt.Errorf("TalosCredentialRequest %s was not issued (%s): %s", ref, ready.Reason, ready.Message)
+				}
+				if err := matchesKey(tcr.Status.Certificate, key); err != nil {
+					return nil, fmt.Errorf("TalosCredentialRequest %s: %w", ref, err)
+				}
+				return tcr, nil
+			}
+		case apierrors.IsNotFound(err):
+			fmt.Fprintln(o.Progress)
+			return nil, fmt.Errorf("TalosCredentialRequest %s was deleted before it was answered", ref)
+		case ctx.Err() == nil:
+			fmt.Fprintf(o.Progress, " (reading it failed, retrying: %v)", err)
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(o.Progress)
+			return nil, fmt.Errorf("no answer to TalosCredentialRequest %s within %s; is the Ichor manager running?", ref, o.Timeout)
+		case now := <-ticker.C:
+			if now.Sub(lastProgress) >= progressEvery {
+				fmt.Fprintf(o.Progress, " %s", now.Sub(start).Round(time.Second))
+				lastProgress = now
+			} else {
+				fmt.Fprint(o.Progress, ".")
+			}
+		}
+	}
+}
+
+func generateName(cluster string, purpose ichorv1alpha1.CredentialPurpose) string {
+	base := cluster + "-" + string(purpose)
+	// The API server truncates a generateName base itself; keep it a valid
+	// name prefix.
+	if len(base) > 50 {
+		base = base[:50]
+	}
+	return strings.TrimRight(base, "-.") + "-"
+}
+
+// kubeClient is a client of the caller's cluster, the namespace to use, and
+// the client configuration.
+func kubeClient(loader clientcmd.ClientConfig) (client.Client, string, *rest.Config, error) {
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	namespace, _, err := loader.Namespace()
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("kubeconfig namespace: %w", err)
+	}
+	scheme, err := kube.Scheme()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("client: %w", err)
+	}
+	return c, namespace, cfg, nil
+}
+
+// talosEndpoints are, in order of preference, the hosts of the cluster's
+// control-plane TalosMachines, the --talos-endpoints flag, and the
+// endpoints of the current talosconfig's context.
+func talosEndpoints(ctx context.Context, c client.Client, namespace, cluster string, flag []string, current string) ([]string, string, error) {
+	var machines ichorv1alpha1.TalosMachineList
+	err := c.List(ctx, &machines, client.InNamespace(namespace))
+	var fromMachines []string
+	if err == nil {
+		for _, m := range machines.Items {
+			if m.Spec.ClusterName == cluster && m.Spec.Role == ichorv1alpha1.MachineRoleControlPlane {
+				fromMachines = append(fromMachines, talosEndpointOf(m.Spec.Endpoint))
+			}
+		}
+	}
+	slices.Sort(fromMachines)
+	fromMachines = slices.Compact(fromMachines)
+	switch {
+	case len(fromMachines) > 0:
+		source := "the control-plane TalosMachines"
+		if len(flag) > 0 {
+			source += "; --talos-endpoints is used only when the cluster has none"
+		}
+		return fromMachines, source, nil
+	case len(flag) > 0:
+		return flag, "--talos-endpoints", nil
+	}
+	if cfg, cerr := clientconfig.Open(current); cerr == nil {
+		if tc, ok := cfg.Contexts[cfg.Context]; ok && len(tc.Endpoints) > 0 {
+			return tc.Endpoints, "the current talosconfig " + current, nil
+		}
+	}
+	why := "the cluster has no control-plane TalosMachines"
+	if err != nil {
+		why = fmt.Sprintf("the TalosMachines could not be listed (%v)", err)
+	}
+	return nil, "", usage.Errorf("no Talos endpoints for cluster %s/%s: %s, and neither --talos-endpoints nor the current talosconfig (%s) names any", namespace, cluster, why, current)
+}
+
+// talosEndpointOf is a machine's endpoint as a talosconfig writes it: the host
+// alone when the port is the Talos API's default (talosctl adds it), else
+// host:port, since dropping another port would point talosctl elsewhere.
+func talosEndpointOf(endpoint string) string {
+	host, port, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return endpoint
+	}
+	if port == strconv.Itoa(constants.ApidPort) {
+		return host
+	}
+	return endpoint
+}
+
+// currentTalosconfigPath is the talosconfig talosctl uses now: $TALOSCONFIG, else
+// ~/.talos/config (or $TALOS_HOME/config).
+func currentTalosconfigPath() (string, error) {
+	paths, err := clientconfig.GetDefaultPaths()
+	if err != nil || len(paths) == 0 {
+		return "", fmt.Errorf("locate the current talosconfig: %w", err)
+	}
+	return paths[0].Path, nil
+}
+
+// checkOutput refuses an output file that is one of the protected files (the
+// caller's current talosconfig or kubeconfig), or that exists without force.
+func checkOutput(out string, protected []string, force bool) error {
+	for _, p := range protected {
+		if samePath(out, p) {
+			return usage.Errorf("refusing to write %s: it is the file you use now (%s); pass another --out", out, p)
+		}
+	}
+	if _, err := os.Lstat(out); err == nil && !force {
+		return usage.Errorf("refusing to overwrite %s: it exists; pass --force to replace it", out)
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("check %s: %w", out, err)
+	}
+	return nil
+}
+
+// samePath reports whether two paths name the same file: the same file on
+// disk, or the same absolute path once symbolic links are resolved.
+func samePath(a, b string) bool {
+	if ai, err := os.Stat(a); err == nil {
+		if bi, err := os.Stat(b); err == nil && os.SameFile(ai, bi) {
+			return true
+		}
+	}
+	return resolvePath(a) == resolvePath(b)
+}
+
+func resolvePath(p string) string {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		return r
+	}
+	// The file does not exist yet: resolve its directory.
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		return filepath.Join(dir, filepath.Base(abs))
+	}
+	return abs
+}
+
+// writeFile writes data to path with mode 0600, through a temporary
+// file in the same directory: without force it is linked into place, which
+// fails if path appeared meanwhile; with force it is renamed over it.
+func writeFile(path string, data []byte, protected []string, force bool) error {
+	if err := checkOutput(path, protected, force); err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if force {
+		err = os.Rename(tmp.Name(), path)
+	} else {
+		err = os.Link(tmp.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func newKey() (ed25519.PrivateKey, error) {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate the key: %w", err)
+	}
+	return key, nil
+}
+
+func publicKeyPEM(key ed25519.PrivateKey) string {
+	der, err := x509.MarshalPKIXPublicKey(key.Public())
+	if err != nil {
+		// An Ed25519 public key always marshals.
+		panic(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+}
+
+// privateKeyPEM is the key in PKCS#8; talosctl labels Ed25519 keys
+// "ED25519 PRIVATE KEY", kubectl reads "PRIVATE KEY".
+func privateKeyPEM(key crypto.PrivateKey, label string) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("encode the key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: label, Bytes: der}), nil
+}
+
+// matchesKey checks the answer is a certificate for this process's key.
+func matchesKey(certPEM string, key ed25519.PrivateKey) error {
+	block, _ := pem.Decode([]byte(certPEM))
+	if block == nil {
+		return errors.New("the answer holds no PEM certificate")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return fmt.Errorf("the answer's certificate does not parse: %w", err)
+	}
+	pub, ok := cert.PublicKey.(ed25519.PublicKey)
+	if !ok || !pub.Equal(key.Public()) {
+		return errors.New("the answer's certificate is not for the key this command made")
+	}
+	return nil
+}
+
+// serverCA is the CA your kubeconfig verifies the server with, if any.
+func serverCA(cfg *rest.Config) ([]byte, error) {
+	if len(cfg.TLSClientConfig.CAData) > 0 {
+		return cfg.TLSClientConfig.CAData, nil
+	}
+	if cfg.TLSClientConfig.CAFile != "" {
+		data, err := os.ReadFile(cfg.TLSClientConfig.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read the server CA of your kubeconfig: %w", err)
+		}
+		return data, nil
+	}
+	return nil, nil
+}
+
+// joinPEM concatenates PEM bundles, each certificate once.
+func joinPEM(bundles ...[]byte) []byte {
+	var out bytes.Buffer
+	seen := map[string]bool{}
+	for _, b := range bundles {
+		for {
+			var block *pem.Block
+			block, b = pem.Decode(b)
+			if block == nil {
+				break
+			}
+			if seen[string(block.Bytes)] {
+				continue
+			}
+			seen[string(block.Bytes)] = true
+			_ = pem.Encode(&out, block)
+		}
+	}
+	return out.Bytes()
+}
+
+func expiry(tcr *ichorv1alpha1.TalosCredentialRequest) string {
+	if tcr.Status.ExpiresAt == nil {
+		return "unknown"
+	}
+	return tcr.Status.ExpiresAt.UTC().Format(time.RFC3339)
+}

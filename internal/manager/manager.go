@@ -1,0 +1,371 @@
+// Package manager is the composition root of `ichor manager`: it makes the
+// policy engine, the controller-runtime manager, the approvers, the admission
+// webhook and the issuer from Options, and runs them until the context ends.
+// The CLI parses flags into Options; the chart's manager test and the
+// benchmarks run this same code through the CLI.
+package manager
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/controllers/credentials"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletclient"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
+	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
+	"github.com/ichor-dev/ichor-policy/internal/usage"
+	credwebhook "github.com/ichor-dev/ichor-policy/webhook"
+	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
+)
+
+// LeaderElectionID is the name of the manager's leader-election Lease; the
+// chart's leader-election Role grants update on that name alone.
+const LeaderElectionID = "ichor-policy.ichor.dev"
+
+// Options are the manager's settings, as the flags of `ichor manager` set
+// them.
+type Options struct {
+	// Config is the API server's client configuration, QPS and burst
+	// included.
+	Config *rest.Config
+	// Log receives the controllers' own logs (JSON lines).
+	Log io.Writer
+
+	// Engine is the bundle and the decision log; Run sets its Metrics and
+	// OnBundleStatus.
+	Engine engine.Options
+	// BundleName is what the bundle was named by (--bundle), for the log;
+	// empty for the embedded bundle.
+	BundleName string
+	// ShadowBundle is a candidate bundle evaluated beside the active one,
+	// never acted on; empty for none.
+	ShadowBundle string
+	// DecisionLogFlushTimeout bounds, at shutdown, how long the upload sink
+	// may take to send what it holds.
+	DecisionLogFlushTimeout time.Duration
+
+	MetricsAddr string
+	ProbeAddr   string
+
+	LeaderElect   bool
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+
+	// Namespace and PodName are the manager's own (the downward API's
+	// POD_NAMESPACE and POD_NAME): the namespace of the admission key,
+	// the webhook's certificates and the lease, and the Pod the bundle's
+	// Events are about. Either may be empty outside a pod.
+	Namespace string
+	PodName   string
+
+	// Webhook serves the admission webhook and runs the issuer beside it.
+	Webhook        bool
+	WebhookPort    int
+	WebhookCertDir string
+	// WebhookCerts, when set, makes and renews the webhook's CA and serving
+	// certificate (its Namespace is Options.Namespace).
+	WebhookCerts *webhookcerts.Options
+	// AdmissionKeySecret is the Secret of the admission records' key.
+	AdmissionKeySecret string
+	AdminKubeconfigs   bool
+
+	KubeletClientApprover bool
+	// LocalClusters are the clusters whose machines are nodes of the API
+	// server the manager runs against.
+	LocalClusters *cluster.Local
+
+	ResyncInterval time.Duration
+	TalosTimeout   time.Duration
+	// ReaderLifetime is the lifetime asked for the manager's own os:reader
+	// Talos certificate; zero for the policy's default.
+	ReaderLifetime time.Duration
+}
+
+// Run runs the manager until ctx ends. An error marked by package usage is
+// in the options (or refused by the policy), not in the cluster.
+func Run(ctx context.Context, o Options) error {
+	if o.ReaderLifetime < 0 {
+		return usage.Errorf("the Talos reader lifetime %s is negative", o.ReaderLifetime)
+	}
+	if o.LocalClusters == nil {
+		o.LocalClusters = &cluster.Local{}
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(o.Log), zap.JSONEncoder()))
+	scheme, err := kube.Scheme()
+	if err != nil {
+		return err
+	}
+	eng, stop, podEvents, err := newEngine(ctx, o)
+	if err != nil {
+		return err
+	}
+	// After the controllers stopped (and the lease was released): what the
+	// upload sink holds is sent within the flush timeout.
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.DecisionLogFlushTimeout)
+		defer cancel()
+		stop(flushCtx)
+	}()
+
+	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
+		Scheme: scheme,
+		// Nothing here reads managedFields; at thousands of CSRs and
+		// machines they are a large part of the cache.
+		Cache:                  cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress: o.ProbeAddr,
+		LeaderElection:         o.LeaderElect,
+		LeaderElectionID:       LeaderElectionID,
+		// Released once the controllers have stopped, so a standby takes
+		// over within a retry period rather than a whole lease duration.
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.LeaseDuration,
+		RenewDeadline:                 &o.RenewDeadline,
+		RetryPeriod:                   &o.RetryPeriod,
+		// Optional: lets the manager run outside a pod.
+		LeaderElectionNamespace: o.Namespace,
+		WebhookServer:           crwebhook.NewServer(crwebhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := setUp(ctx, mgr, eng, o); err != nil {
+		return err
+	}
+	if o.PodName != "" && o.Namespace != "" {
+		notify := bundleEvents(mgr, o.Namespace, o.PodName)
+		podEvents.Store(&notify)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	ctrl.Log.WithName("manager").Info("starting", "bundle", o.BundleName, "revision", eng.Revision())
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	return nil
+}
+
+// newEngine makes the policy engine with the manager's metrics and, if asked,
+// its shadow, and the function that stops both. The returned pointer receives
+// the function that turns bundle changes into Events once the manager can
+// record them.
+func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Context), *atomic.Pointer[func(engine.BundleStatus)], error) {
+	metrics, err := engine.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("metrics: %w", err)
+	}
+	opts := o.Engine
+	opts.Metrics = metrics
+	var shadow *engine.Engine
+	if o.ShadowBundle != "" {
+		b, err := bundles.Load(o.ShadowBundle)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--shadow-bundle: %w", err)
+		}
+		shadow, err = engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, Log: o.Log})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--shadow-bundle: %w", err)
+		}
+		opts.Shadow = shadow
+	}
+	// A refused bundle is an Event on the manager's own Pod (named through
+	// the downward API), where an operator looks, besides the log and the
+	// ichor_policy_bundle_load_failures_total metric.
+	podEvents := &atomic.Pointer[func(engine.BundleStatus)]{}
+	opts.OnBundleStatus = func(st engine.BundleStatus) {
+		if f := podEvents.Load(); f != nil {
+			(*f)(st)
+		}
+	}
+	eng, err := engine.New(ctx, opts)
+	if err != nil {
+		if shadow != nil {
+			shadow.Stop(context.WithoutCancel(ctx))
+		}
+		return nil, nil, nil, err
+	}
+	stop := func(ctx context.Context) {
+		eng.Stop(ctx)
+		if shadow != nil {
+			shadow.Stop(ctx)
+		}
+	}
+	return eng, stop, podEvents, nil
+}
+
+// setUp adds the approvers, the webhook and the issuer to mgr.
+func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options) error {
+	if o.Webhook && o.WebhookCerts != nil {
+		certs := *o.WebhookCerts
+		certs.Namespace = o.Namespace
+		if err := webhookcerts.Setup(mgr, certs); err != nil {
+			return fmt.Errorf("set up the webhook certificates: %w", err)
+		}
+	}
+	lifetime, err := readerLifetime(ctx, eng, o.ReaderLifetime)
+	if err != nil {
+		return err
+	}
+	if o.LocalClusters.Len() == 0 {
+		ctrl.Log.WithName("manager").Info("no TalosCluster judges the kubelets of the API server the manager runs against: --local-clusters names none")
+	}
+	clientset, err := kubernetes.NewForConfig(o.Config)
+	if err != nil {
+		return fmt.Errorf("clientset: %w", err)
+	}
+	serving := &kubeletserving.Reconciler{
+		Client:         mgr.GetClient(),
+		APIReader:      mgr.GetAPIReader(),
+		Clientset:      clientset,
+		Engine:         eng,
+		Recorder:       mgr.GetEventRecorder("ichor-kubelet-serving"),
+		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Lifetime: lifetime, Timeout: o.TalosTimeout},
+		LocalClusters:  o.LocalClusters,
+		ResyncInterval: o.ResyncInterval,
+	}
+	if err := serving.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("set up the kubelet serving approver: %w", err)
+	}
+	if o.Webhook {
+		if err := setUpCredentials(ctx, mgr, eng, o); err != nil {
+			return err
+		}
+	}
+	if o.KubeletClientApprover {
+		clientApprover := &kubeletclient.Reconciler{
+			Client:    mgr.GetClient(),
+			Clientset: clientset,
+			Engine:    eng,
+			// The same clusters as the serving approver's.
+			LocalClusters: o.LocalClusters,
+		}
+		// The serving approver has registered the machine index (kubeletserving.AddIndexes).
+		if err := clientApprover.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: true}); err != nil {
+			return fmt.Errorf("set up the kubelet client approver: %w", err)
+		}
+	}
+	return nil
+}
+
+// setUpCredentials adds the admission webhook and the issuer, which share the
+// admission records' key.
+func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options) error {
+	keys, err := admissionKeys(mgr, o.Namespace, o.AdmissionKeySecret)
+	if err != nil {
+		return err
+	}
+	// Read (or make) the key now, so a missing Secret stops the manager
+	// with the reason instead of refusing every request later.
+	if _, err := keys.Key(ctx); err != nil {
+		return err
+	}
+	validator := &credwebhook.CredentialRequestValidator{
+		Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Keys: keys, LocalClusters: o.LocalClusters,
+	}
+	if err := validator.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the credential request webhook: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return err
+	}
+	// The issuer signs only requests whose admission by this webhook it
+	// can prove (admission records made with the same key), so it runs
+	// only beside the webhook.
+	issuer := &credentials.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng, Keys: keys,
+		AdminKubeconfigs: o.AdminKubeconfigs, Recorder: mgr.GetEventRecorder("ichor-credentials"), LocalClusters: o.LocalClusters,
+	}
+	if err := issuer.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the credential issuer: %w", err)
+	}
+	return nil
+}
+
+// readerLifetime asks the policy (purpose node-reader) for the lifetime of
+// the manager's own Talos identity: its default, or the one asked for if the
+// cap allows it. talosnode refuses anything above 15 minutes on its own too.
+func readerLifetime(ctx context.Context, eng *engine.Engine, asked time.Duration) (time.Duration, error) {
+	in := engine.CredentialCheckInput{
+		Purpose:   "node-reader",
+		PublicKey: engine.PublicKeyFacts{Parsed: true, Algorithm: "Ed25519", Bits: 256},
+	}
+	if asked > 0 {
+		secs := asked.Seconds()
+		in.TTLSeconds = &secs
+	}
+	d, err := eng.CheckCredential(ctx, in)
+	if err != nil {
+		return 0, fmt.Errorf("lifetime of the manager's Talos identity: %w", err)
+	}
+	if !d.Allowed || d.Certificate == nil || d.Certificate.TalosRole != talosnode.ReaderRole {
+		return 0, usage.Errorf("the policy refuses the manager's Talos identity: %s", engine.Messages(d.Reasons))
+	}
+	return time.Duration(d.LifetimeSeconds * float64(time.Second)), nil
+}
+
+// admissionKeys is the admission key in the Secret name of the manager's
+// namespace, read uncached: the manager needs get and update on that one
+// Secret, never list or watch.
+func admissionKeys(mgr ctrl.Manager, namespace, name string) (*credential.Keys, error) {
+	if namespace == "" {
+		return nil, usage.Errorf("the manager's namespace is unknown: set POD_NAMESPACE (the chart does), where the Secret --admission-key-secret %s is", name)
+	}
+	c, err := client.New(mgr.GetConfig(), client.Options{HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return nil, fmt.Errorf("admission key client: %w", err)
+	}
+	return &credential.Keys{Client: c, Namespace: namespace, Name: name}, nil
+}
+
+// bundleEvents turns the engine's bundle changes into Events on the manager's
+// own Pod.
+func bundleEvents(mgr ctrl.Manager, namespace, pod string) func(engine.BundleStatus) {
+	rec := mgr.GetEventRecorder("ichor-policy")
+	self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: namespace}}
+	return func(st engine.BundleStatus) {
+		if st.Err != nil {
+			// The recorder keeps one Event series per reason and action:
+			// the cause goes in the action, so that each distinct cause
+			// is an Event of its own with its own count and note.
+			rec.Eventf(self, nil, corev1.EventTypeWarning, "BundleRefused", bundleRefusalAction(st.Err), "%s",
+				engine.Clip(fmt.Sprintf("policy bundle refused: %v", st.Err), fmt.Sprintf("; revision %s keeps serving", st.ActiveRevision), engine.MaxEventNote))
+		} else {
+			rec.Eventf(self, nil, corev1.EventTypeNormal, "BundleActivated", "LoadBundle", "policy bundle revision %s active", st.ActiveRevision)
+		}
+	}
+}
+
+// bundleRefusalAction names a refusal's cause for its Event: the same cause
+// (one bundle refused again and again) is one series, another cause another.
+func bundleRefusalAction(err error) string {
+	sum := sha256.Sum256([]byte(err.Error()))
+	return "LoadBundle/" + hex.EncodeToString(sum[:4])
+}
