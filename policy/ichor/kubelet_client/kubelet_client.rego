@@ -34,6 +34,7 @@
 #   the node name, absent if none).
 package ichor.kubelet_client
 
+import data.ichor.lib.csr as lib_csr
 import data.ichor.lib.reasons as lib_reasons
 
 # The tables of data.json, beside this file. They sit under "config" because the
@@ -96,7 +97,7 @@ unrecognized contains reason if {
 		"code": "MalformedRequest",
 		"message": sprintf(
 			"not recognized: spec.request does not parse as a certificate request: %s",
-			[_request.parse_error],
+			[_parse_error],
 		),
 	}
 }
@@ -113,7 +114,7 @@ unrecognized contains reason if {
 		"code": "InvalidSignature",
 		"message": sprintf(
 			"not recognized: the request's signature does not verify with its public key: %s",
-			[_request.signature_error],
+			[_signature_error],
 		),
 	}
 }
@@ -125,12 +126,13 @@ unrecognized contains reason if {
 #   code: OrganizationNotNodes
 unrecognized contains reason if {
 	_request.parsed
-	_organizations != [_config.node_organization]
+	organizations := lib_csr.organizations(_request)
+	organizations != [_config.node_organization]
 	reason := {
 		"code": "OrganizationNotNodes",
 		"message": sprintf(
 			"%s: the subject's organizations are %v, not exactly [%q]",
-			[_not_node_client, _organizations, _config.node_organization],
+			[_not_node_client, organizations, _config.node_organization],
 		),
 	}
 }
@@ -147,7 +149,7 @@ unrecognized contains reason if {
 		"code": "CommonNameNotNode",
 		"message": sprintf(
 			"%s: the subject's common names are %v, not exactly one %s<name>",
-			[_not_node_client, _common_names, _config.node_user_prefix],
+			[_not_node_client, lib_csr.common_names(_request), _config.node_user_prefix],
 		),
 	}
 }
@@ -180,7 +182,7 @@ unrecognized contains reason if {
 # custom:
 #   code: UsagesNotAllowed
 unrecognized contains reason if {
-	not _usages_allowed
+	not lib_csr.usages_allowed(input.csr.usages, _config.allowed_usage_sets)
 	reason := {
 		"code": "UsagesNotAllowed",
 		"message": sprintf(
@@ -247,7 +249,7 @@ privileged contains reason if {
 		"code": "PrivilegedSubject",
 		"message": sprintf(
 			"the subject carries %s=%s; %s",
-			[_attribute_label(attr), attr.value, _privileged_note],
+			[lib_csr.attribute_label(attr), attr.value, _privileged_note],
 		),
 	}
 }
@@ -285,7 +287,7 @@ _node_client if count(unrecognized) == 0
 
 _self_node_client if {
 	_node_client
-	input.csr.username == _common_names[0]
+	input.csr.username == lib_csr.common_names(_request)[0]
 }
 
 # sarapprove's order: the self recognizer first, then node-client.
@@ -321,24 +323,28 @@ default _not_self_note := ""
 
 _not_self_note := sprintf(
 	" (not selfnodeclient: spec.username %q is not the common name %q)",
-	[input.csr.username, _common_names[0]],
+	[input.csr.username, lib_csr.common_names(_request)[0]],
 ) if {
 	not _self_node_client
 }
 
+# Why the request did not parse, and why its signature did not verify. Go always sets
+# both, but an input without them (no request at all, a hand-made input) must still
+# produce its reason: a reason that cannot be built would let the request through.
+default _parse_error := "the input holds no parse error (no request was given)"
+
+_parse_error := _request.parse_error if is_string(_request.parse_error)
+
+default _signature_error := "the input holds no signature error"
+
+_signature_error := _request.signature_error if is_string(_request.signature_error)
+
 # The node name the request claims, from the subject's common name. Empty when the
-# request has no such name, so that messages and logs always have a string.
+# request has no such name, so that messages and logs always have a string; the default
+# covers an input without a request, for which the function is undefined.
 default _node_name := ""
 
-_node_name := trim_prefix(_common_names[0], _config.node_user_prefix) if {
-	count(_common_names) == 1
-	startswith(_common_names[0], _config.node_user_prefix)
-	_common_names[0] != _config.node_user_prefix
-}
-
-_common_names := [attr.value | some attr in _request.subject; attr.oid == "2.5.4.3"]
-
-_organizations := [attr.value | some attr in _request.subject; attr.oid == "2.5.4.10"]
+_node_name := lib_csr.node_name(_request, _config.node_user_prefix)
 
 # Literal on purpose, not from data: a bundle's data can be replaced, this guard cannot.
 _privileged_attribute(attr) if {
@@ -347,13 +353,3 @@ _privileged_attribute(attr) if {
 }
 
 _privileged_attribute(attr) if attr.value == "system:masters"
-
-_attribute_label(attr) := attr.name if attr.name != ""
-
-_attribute_label(attr) := attr.oid if attr.name == ""
-
-_usages_allowed if {
-	some allowed in _config.allowed_usage_sets
-	count(input.csr.usages) == count(allowed)
-	{usage | some usage in input.csr.usages} == {usage | some usage in allowed}
-}

@@ -292,6 +292,27 @@ test_common_name_that_is_only_the_prefix_is_not_recognized if {
 	codes == ["CommonNameNotNode"]
 }
 
+test_common_name_that_is_only_the_prefix_names_no_node if {
+	# As for Go's csrinput.NodeName: no node, so nothing is recognized, whatever the permissions.
+	only_prefix := array.concat(_set("/csr/request/subject/1/value", "system:node:"), _allow(true, true))
+	d := _decide(array.concat(only_prefix, _set("/csr/username", "system:node:")))
+	d.action == "pending"
+	d.node == ""
+	d.kind == ""
+	d.reasons == [{
+		"code": "CommonNameNotNode",
+		"message": concat("", [
+			"not recognized as a node client certificate: the subject's common names are ",
+			`["system:node:"], not exactly one system:node:<name>`,
+		]),
+	}]
+}
+
+test_input_without_a_request_still_names_no_node if {
+	# Go always sends input.csr.request; without one the decision still has a string for node.
+	_decide([{"op": "remove", "path": "/csr/request"}]).node == ""
+}
+
 test_no_common_name_is_not_recognized if {
 	_codes([{"op": "remove", "path": "/csr/request/subject/1"}]) == ["CommonNameNotNode"]
 }

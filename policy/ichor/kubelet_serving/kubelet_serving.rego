@@ -19,6 +19,7 @@
 #   input.node (the identity read from the Talos API, absent if it was not read).
 package ichor.kubelet_serving
 
+import data.ichor.lib.csr as lib_csr
 import data.ichor.lib.reasons as lib_reasons
 
 # The tables of data.json, beside this file. They sit under "config" because the
@@ -72,7 +73,7 @@ rejected contains reason if {
 	not _request.parsed
 	reason := {
 		"code": "MalformedRequest",
-		"message": sprintf("spec.request does not parse as a certificate request: %s", [_request.parse_error]),
+		"message": sprintf("spec.request does not parse as a certificate request: %s", [_parse_error]),
 	}
 }
 
@@ -88,7 +89,7 @@ rejected contains reason if {
 		"code": "InvalidSignature",
 		"message": sprintf(
 			"the request's signature does not verify with its public key: %s",
-			[_request.signature_error],
+			[_signature_error],
 		),
 	}
 }
@@ -289,7 +290,7 @@ deny contains reason if {
 # custom:
 #   code: UsagesNotAllowed
 deny contains reason if {
-	not _usages_allowed
+	not lib_csr.usages_allowed(input.csr.usages, _config.allowed_usage_sets)
 	reason := {
 		"code": "UsagesNotAllowed",
 		"message": sprintf(
@@ -329,18 +330,23 @@ deny contains reason if {
 	}
 }
 
+# Why the request did not parse, and why its signature did not verify. Go always sets
+# both, but an input without them (no request at all, a hand-made input) must still
+# produce its reason: a reason that cannot be built would let the request through.
+default _parse_error := "the input holds no parse error (no request was given)"
+
+_parse_error := _request.parse_error if is_string(_request.parse_error)
+
+default _signature_error := "the input holds no signature error"
+
+_signature_error := _request.signature_error if is_string(_request.signature_error)
+
 # The node name the request claims, from the subject's common name. Empty when the
-# request has no such name, so that messages and logs always have a string.
+# request has no such name, so that messages and logs always have a string; the default
+# covers an input without a request, for which the function is undefined.
 default _node_name := ""
 
-_node_name := trim_prefix(_common_names[0], _config.node_user_prefix) if {
-	count(_common_names) == 1
-	startswith(_common_names[0], _config.node_user_prefix)
-}
-
-_common_names := [attr.value | some attr in _request.subject; attr.oid == "2.5.4.3"]
-
-_organizations := [attr.value | some attr in _request.subject; attr.oid == "2.5.4.10"]
+_node_name := lib_csr.node_name(_request, _config.node_user_prefix)
 
 default _node_error := "it was not read"
 
@@ -349,23 +355,15 @@ _node_error := input.node.error if input.node.error != ""
 _subject_is_node if {
 	count(_request.subject) == 2
 	_node_name != ""
-	_organizations == [_config.node_group]
+	lib_csr.organizations(_request) == [_config.node_group]
 }
 
-_subject_text := concat(", ", [sprintf("%s=%s", [_attribute_label(attr), attr.value]) | some attr in _request.subject])
-
-_attribute_label(attr) := attr.name if attr.name != ""
-
-_attribute_label(attr) := attr.oid if attr.name == ""
+_subject_text := concat(", ", [sprintf("%s=%s", [lib_csr.attribute_label(attr), attr.value]) |
+	some attr in _request.subject
+])
 
 # Empty names are dropped so that an empty DNS name can never match a node with no hostname.
 _node_dns_names contains name if {
 	some name in [input.node.nodename, input.node.hostname]
 	name != ""
-}
-
-_usages_allowed if {
-	some allowed in _config.allowed_usage_sets
-	count(input.csr.usages) == count(allowed)
-	{usage | some usage in input.csr.usages} == {usage | some usage in allowed}
 }

@@ -125,6 +125,25 @@ test_unparseable_request_is_denied if {
 	d.node == ""
 }
 
+# An input without a request (or with one Go would never build) is not approved: each
+# reason still has its message, so no check is skipped for want of one.
+test_input_without_a_request_is_denied if {
+	d := _decide([{"op": "remove", "path": "/csr/request"}])
+	d.action == "deny"
+	[r.code | some r in d.reasons] == ["MalformedRequest"]
+	endswith(d.reasons[0].message, ": the input holds no parse error (no request was given)")
+}
+
+test_unverified_signature_without_its_error_is_denied if {
+	d := _decide([
+		{"op": "replace", "path": "/csr/request/signature_valid", "value": false},
+		{"op": "remove", "path": "/csr/request/signature_error"},
+	])
+	d.action == "deny"
+	[r.code | some r in d.reasons] == ["InvalidSignature"]
+	endswith(d.reasons[0].message, "does not verify with its public key: the input holds no signature error")
+}
+
 test_invalid_signature_is_denied_even_for_unknown_machine if {
 	d := _decide([
 		{"op": "replace", "path": "/csr/request/signature_valid", "value": false},
@@ -244,6 +263,32 @@ test_common_name_without_prefix_is_denied if {
 	codes := [r.code | some r in d.reasons]
 	"SubjectMismatch" in codes
 	"UsernameMismatch" in codes
+}
+
+test_common_name_that_is_only_the_prefix_names_no_node if {
+	# CN=system:node: names no node (as for Go's csrinput.NodeName), even with the matching
+	# username: the decision names no node, Talos's Nodename cannot disagree with one, and
+	# the subject is denied.
+	d := _decide(array.concat(
+		_set("/csr/request/subject/1/value", "system:node:"),
+		_set("/csr/username", "system:node:"),
+	))
+	d.action == "deny"
+	d.node == ""
+	d.reasons == [{
+		"code": "SubjectMismatch",
+		"message": concat("", [
+			"the subject is O=system:nodes, CN=system:node:, ",
+			"not exactly CN=system:node:<name>, O=system:nodes",
+		]),
+	}]
+}
+
+test_input_without_a_request_still_names_no_node if {
+	# Go always sends input.csr.request; without one the decision still has a string for node.
+	d := _decide([{"op": "remove", "path": "/csr/request"}])
+	d.action == "deny"
+	d.node == ""
 }
 
 test_email_name_is_denied if {

@@ -1,0 +1,28 @@
+package ichor.kubelet_client_test
+
+# An input without a request (or with one Go would never build) is not approved: each
+# reason still has its message, so no check is skipped for want of one.
+test_input_without_a_request_is_not_approved if {
+	d := _decide([{"op": "remove", "path": "/csr/request"}])
+	d.action == "pending"
+	"MalformedRequest" in {r.code | some r in d.reasons}
+	some r in d.reasons
+	r.code == "MalformedRequest"
+	endswith(r.message, "does not parse as a certificate request: the input holds no parse error (no request was given)")
+}
+
+test_empty_request_is_not_approved if {
+	d := _decide(_set("/csr/request", {}))
+	d.action == "pending"
+	"MalformedRequest" in {r.code | some r in d.reasons}
+}
+
+test_unverified_signature_without_its_error_is_not_approved if {
+	d := _decide([
+		{"op": "replace", "path": "/csr/request/signature_valid", "value": false},
+		{"op": "remove", "path": "/csr/request/signature_error"},
+	])
+	d.action == "pending"
+	[r.code | some r in d.reasons] == ["InvalidSignature"]
+	endswith(d.reasons[0].message, "does not verify with its public key: the input holds no signature error")
+}
