@@ -140,7 +140,7 @@ type CredentialAdmissionInput struct {
 // request is admitted.
 type CredentialAdmission struct {
 	Allowed         bool             `json:"allowed"`
-	Reasons         []Reason         `json:"reasons"`
+	Reasons         Reasons          `json:"reasons"`
 	Purpose         string           `json:"purpose"`
 	LifetimeSeconds float64          `json:"lifetime_seconds"`
 	Event           *CredentialEvent `json:"event,omitempty"`
@@ -209,7 +209,7 @@ type IssuedCertificate struct {
 // the request is allowed.
 type CredentialIssuance struct {
 	Allowed         bool               `json:"allowed"`
-	Reasons         []Reason           `json:"reasons"`
+	Reasons         Reasons            `json:"reasons"`
 	Purpose         string             `json:"purpose"`
 	LifetimeSeconds float64            `json:"lifetime_seconds"`
 	Certificate     *IssuedCertificate `json:"certificate,omitempty"`
@@ -286,19 +286,6 @@ func (e *Engine) decideInto(ctx context.Context, path string, in, out any) (Deci
 		return d, fmt.Errorf("decision %s of %s does not have the documented shape: %w", d.ID, path, err)
 	}
 	return d, nil
-}
-
-// Messages joins the messages of reasons, in the rule's (sorted) order, as
-// one line for a condition, an admission response or a CLI error.
-func Messages(reasons []Reason) string {
-	var b bytes.Buffer
-	for i, r := range reasons {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		fmt.Fprintf(&b, "%s: %s", r.Code, r.Message)
-	}
-	return b.String()
 }
 
 // ParsePublicKey reads spec.publicKey, a PEM "PUBLIC KEY" (PKIX) block, and

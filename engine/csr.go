@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
@@ -30,12 +29,12 @@ type Reason struct {
 // CSRDecision is the decision of a CSR rule, with the decision id and the
 // bundle revision that find it again in the decision log.
 type CSRDecision struct {
-	Action     string   `json:"action"`
-	Reasons    []Reason `json:"reasons"`
-	Node       string   `json:"node"`
-	Kind       string   `json:"kind,omitempty"`
-	DecisionID string   `json:"decision_id"`
-	Revision   string   `json:"revision"`
+	Action     string  `json:"action"`
+	Reasons    Reasons `json:"reasons"`
+	Node       string  `json:"node"`
+	Kind       string  `json:"kind,omitempty"`
+	DecisionID string  `json:"decision_id"`
+	Revision   string  `json:"revision"`
 }
 
 // KubeletServing decides a kubelet-serving CSR. It returns ErrNoDecision for
@@ -68,24 +67,6 @@ func (e *Engine) decideCSR(ctx context.Context, path string, in any) (CSRDecisio
 	return out, nil
 }
 
-// Codes are the decision's reason codes, in order.
-func (d CSRDecision) Codes() []string {
-	out := make([]string, 0, len(d.Reasons))
-	for _, r := range d.Reasons {
-		out = append(out, r.Code)
-	}
-	return out
-}
-
-// Summary is the reasons as one line: "CODE: message; CODE: message".
-func (d CSRDecision) Summary() string {
-	parts := make([]string, 0, len(d.Reasons))
-	for _, r := range d.Reasons {
-		parts = append(parts, r.Code+": "+r.Message)
-	}
-	return strings.Join(parts, "; ")
-}
-
 // Limits of what a decision writes on objects. A CSR condition's message is
 // not limited by the API, but the whole object must fit in etcd; an Event's
 // note is refused above 1 kB (events.k8s.io/v1).
@@ -98,12 +79,12 @@ const (
 // the decision id and policy revision that find the decision again in the
 // log, cut to MaxConditionMessage.
 func (d CSRDecision) ConditionMessage() string {
-	return Clip(d.Summary(), fmt.Sprintf(" (decision %s, policy revision %s)", d.DecisionID, d.Revision), MaxConditionMessage)
+	return Clip(d.Reasons.String(), fmt.Sprintf(" (decision %s, policy revision %s)", d.DecisionID, d.Revision), MaxConditionMessage)
 }
 
 // EventNote is the reasons and the decision id, cut to what an Event takes.
 func (d CSRDecision) EventNote() string {
-	return Clip(d.Summary(), fmt.Sprintf(" (decision %s)", d.DecisionID), MaxEventNote)
+	return Clip(d.Reasons.String(), fmt.Sprintf(" (decision %s)", d.DecisionID), MaxEventNote)
 }
 
 // Clip is text followed by tail, at most limit bytes: when text is too long

@@ -119,7 +119,7 @@ func TestKubeletServingDeniesAnotherNodesIPAndLogsTheDenial(t *testing.T) {
 
 	require.NoError(t, err)
 	assert.Equal(t, engine.ActionDeny, d.Action)
-	assert.Equal(t, []engine.Reason{{Code: "IPNotNode", Message: `IP address 10.5.0.3 is not one of the node's addresses ["10.5.0.2", "fd00::2"]`}}, d.Reasons)
+	assert.Equal(t, engine.Reasons{{Code: "IPNotNode", Message: `IP address 10.5.0.3 is not one of the node's addresses ["10.5.0.2", "fd00::2"]`}}, d.Reasons)
 	entries := log.entries(t)
 	require.Len(t, entries, 1)
 	assert.Equal(t, d.DecisionID, entries[0]["decision_id"])

@@ -105,5 +105,5 @@ func goKubeletServing(in *csrinput.KubeletServing) engine.CSRDecision {
 	if len(deny) > 0 {
 		return verdict(engine.ActionDeny, deny)
 	}
-	return verdict(engine.ActionApprove, []engine.Reason{{Code: "IchorKubeletServing", Message: fmt.Sprintf("kubelet serving certificate for node %q matches", node)}})
+	return verdict(engine.ActionApprove, engine.Reasons{{Code: "IchorKubeletServing", Message: fmt.Sprintf("kubelet serving certificate for node %q matches", node)}})
 }

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,25 +108,10 @@ func (m *Metrics) uploadFailed() {
 
 func (m *Metrics) decision(path string, result json.RawMessage, err error, d time.Duration) {
 	m.latency.WithLabelValues(path).Observe(d.Seconds())
-	var r struct {
-		Action  string `json:"action"`
-		Allowed *bool  `json:"allowed"`
-		Reasons []struct {
-			Code string `json:"code"`
-		} `json:"reasons"`
-	}
-	action, reason := "error", ""
-	switch {
-	case errors.Is(err, ErrNoDecision):
-		action = "none"
-	case err == nil && json.Unmarshal(result, &r) == nil:
-		action = r.Action
-		if r.Allowed != nil {
-			action = map[bool]string{true: "allowed", false: "refused"}[*r.Allowed]
-		}
-		if len(r.Reasons) > 0 {
-			reason = r.Reasons[0].Code
-		}
+	o := OutcomeOf(result, err)
+	action, reason := o.Action, ""
+	if len(o.Reasons) > 0 {
+		reason = o.Reasons[0].Code
 	}
 	m.decisions.WithLabelValues(path, action, reason).Inc()
 }

@@ -1,58 +1,35 @@
 package engine
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
+	"slices"
 )
 
-// verdict is what a shadow comparison looks at: the action (or admission's
-// allowed) and the reason codes. Messages may change wording without the
-// decision changing.
+// verdict is what a shadow comparison looks at: the action word and the
+// reason codes. Messages may change wording without the decision changing.
 type verdict struct {
-	Action  string   `json:"action,omitempty"`
-	Allowed *bool    `json:"allowed,omitempty"`
-	Codes   []string `json:"codes"`
-	None    bool     `json:"no_decision,omitempty"`
+	Action string   `json:"action"`
+	Codes  []string `json:"codes"`
 }
 
-func verdictOf(d Decision, err error) (verdict, bool) {
-	if errors.Is(err, ErrNoDecision) {
-		return verdict{None: true}, true
-	}
-	if err != nil {
-		return verdict{}, false
-	}
-	var r struct {
-		Action  string `json:"action"`
-		Allowed *bool  `json:"allowed"`
-		Reasons []struct {
-			Code string `json:"code"`
-		} `json:"reasons"`
-	}
-	if json.Unmarshal(d.Result, &r) != nil {
-		return verdict{}, false
-	}
-	v := verdict{Action: r.Action, Allowed: r.Allowed, Codes: []string{}}
-	for _, reason := range r.Reasons {
-		v.Codes = append(v.Codes, reason.Code)
-	}
-	return v, true
+func verdictOf(d Decision, err error) verdict {
+	o := OutcomeOf(d.Result, err)
+	return verdict{Action: o.Action, Codes: o.Reasons.Codes()}
 }
 
 // compareShadow evaluates the shadow bundle on the same input and logs and
 // counts a disagreement. It never changes the decision.
 func (e *Engine) compareShadow(ctx context.Context, path string, input any, active Decision, activeErr error) {
 	shadow, shadowErr := e.shadow.decide(ctx, path, input)
-	a, okA := verdictOf(active, activeErr)
-	s, okS := verdictOf(shadow, shadowErr)
-	if !okA {
+	a := verdictOf(active, activeErr)
+	if a.Action == ActionError {
+		// The active decision failed; the caller sees that, and there is
+		// nothing to compare.
 		return
 	}
-	ab, _ := json.Marshal(a)
-	sb, _ := json.Marshal(s)
-	if okS && bytes.Equal(ab, sb) {
+	s := verdictOf(shadow, shadowErr)
+	if a.Action == s.Action && slices.Equal(a.Codes, s.Codes) {
 		return
 	}
 	if e.metrics != nil {

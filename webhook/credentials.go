@@ -125,7 +125,7 @@ func (v *CredentialRequestValidator) Handle(ctx context.Context, req admission.R
 	logger = logger.WithValues("decision_id", d.DecisionID, "allowed", d.Allowed, "purpose", d.Purpose)
 	if !d.Allowed {
 		logger.Info("refused")
-		return admission.Denied(fmt.Sprintf("%s (decision %s)", engine.Messages(d.Reasons), d.DecisionID))
+		return admission.Denied(fmt.Sprintf("%s (decision %s)", d.Reasons.String(), d.DecisionID))
 	}
 	// A dry run has no side effect (sideEffects=NoneOnDryRun), whatever a
 	// bundle says.
@@ -138,7 +138,7 @@ func (v *CredentialRequestValidator) Handle(ctx context.Context, req admission.R
 		}
 	}
 	logger.Info("admitted", "event", d.Event != nil)
-	return admission.Allowed(fmt.Sprintf("%s (decision %s)", engine.Messages(d.Reasons), d.DecisionID))
+	return admission.Allowed(fmt.Sprintf("%s (decision %s)", d.Reasons.String(), d.DecisionID))
 }
 
 // facts gathers the admission input. An error is a fact that could not be

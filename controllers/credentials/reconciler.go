@@ -205,7 +205,7 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	logger = logger.WithValues("decision_id", d.DecisionID, "purpose", d.Purpose, "allowed", d.Allowed, "codes", codes(d.Reasons))
 	if !d.Allowed {
 		logger.Info("refused")
-		message := fmt.Sprintf("%s (decision %s)", engine.Messages(d.Reasons), d.DecisionID)
+		message := fmt.Sprintf("%s (decision %s)", d.Reasons.String(), d.DecisionID)
 		setReady(out, r.now(), metav1.ConditionFalse, ichorv1alpha1.ReasonRefused, message)
 		if r.Recorder != nil {
 			r.Recorder.Eventf(tcr, nil, corev1.EventTypeWarning, ichorv1alpha1.ReasonRefused, "Issue", "%s", message)
@@ -228,7 +228,7 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	out.Status.TrustBundle = string(issued.trustBundle)
 	out.Status.ExpiresAt = &metav1.Time{Time: issued.notAfter}
 	setReady(out, r.now(), metav1.ConditionTrue, ichorv1alpha1.ReasonIssued, fmt.Sprintf("%s; expires at %s (decision %s)",
-		engine.Messages(d.Reasons), issued.notAfter.UTC().Format(time.RFC3339), d.DecisionID))
+		d.Reasons.String(), issued.notAfter.UTC().Format(time.RFC3339), d.DecisionID))
 	logger.Info("issued", "expiresAt", issued.notAfter)
 	return out, d.DecisionID, nil
 }

@@ -7,11 +7,11 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
-	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/machines"
+	"github.com/ichor-dev/ichor-policy/internal/facts/accessreview"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 )
 
@@ -50,14 +50,15 @@ func (r *Reconciler) review(ctx context.Context, csr *certificatesv1.Certificate
 		Subresource: subresource,
 		Verb:        "create",
 	}
-	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User:               csr.Spec.Username,
-		UID:                csr.Spec.UID,
-		Groups:             csr.Spec.Groups,
-		Extra:              extra(csr.Spec.Extra),
-		ResourceAttributes: &attrs,
-	}}
-	got, err := r.Clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	var extra map[string][]string
+	if csr.Spec.Extra != nil {
+		extra = make(map[string][]string, len(csr.Spec.Extra))
+		for k, v := range csr.Spec.Extra {
+			extra[k] = v
+		}
+	}
+	user := accessreview.User{Name: csr.Spec.Username, UID: csr.Spec.UID, Groups: csr.Spec.Groups, Extra: extra}
+	got, err := accessreview.Ask(ctx, r.Client, user, attrs)
 	if err != nil {
 		return csrinput.AccessReview{}, fmt.Errorf("SubjectAccessReview create certificatesigningrequests/%s as %q: %w", subresource, csr.Spec.Username, err)
 	}
@@ -74,17 +75,6 @@ func (r *Reconciler) review(ctx context.Context, csr *certificatesv1.Certificate
 	}, nil
 }
 
-func extra(in map[string]certificatesv1.ExtraValue) map[string]authorizationv1.ExtraValue {
-	if in == nil {
-		return nil
-	}
-	out := make(map[string]authorizationv1.ExtraValue, len(in))
-	for k, v := range in {
-		out[k] = authorizationv1.ExtraValue(v)
-	}
-	return out
-}
-
 // machineFor finds the managed machine answering to node name node (its
 // status.nodeName or, before that is known, its spec.hostname, as a kubelet
 // bootstraps before its Node exists) whose cluster is this API server's: a
@@ -94,7 +84,7 @@ func extra(in map[string]certificatesv1.ExtraValue) map[string]authorizationv1.E
 // and node names such as worker-1 recur from cluster to cluster; a machine of
 // a cluster the operator did not name vouches for nothing here.
 func (r *Reconciler) machineFor(ctx context.Context, node string) (*ichorv1alpha1.TalosMachine, error) {
-	return kubeletserving.FindMachine(ctx, r.Client, node, func(m *ichorv1alpha1.TalosMachine) (bool, error) {
+	return machines.Find(ctx, r.Client, node, func(m *ichorv1alpha1.TalosMachine) (bool, error) {
 		return r.localCluster(ctx, m.Namespace, m.Spec.ClusterName)
 	})
 }

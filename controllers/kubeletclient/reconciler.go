@@ -26,12 +26,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -43,7 +43,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
-	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/machines"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
@@ -95,22 +96,24 @@ type Reconciler struct {
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
 
-	memo verdictMemo
+	// memo keeps the verdicts on undecided requests, keyed by UID, with the
+	// request's name and node name, so that a request is decided again only
+	// when it, or the machines, changed, or its re-check is due.
+	memo approval.Memo[types.UID, pendingRequest]
 	// machineEpoch counts the changes of machines and clusters that change
 	// which machine a node name finds: a remembered verdict holds only in the
 	// epoch it was reached in.
-	machineEpoch epoch
+	machineEpoch approval.Epoch
 }
 
 // SetupOptions are the choices of SetupWithManager.
 type SetupOptions struct {
-	// NodeNameIndexRegistered says that kubeletserving.AddIndexes has already
-	// run on the manager's field indexer (kubeletserving.Reconciler's
-	// SetupWithManager does), so the machine index this controller queries,
-	// kubeletserving.IndexNodeName, exists. When false, SetupWithManager calls
-	// kubeletserving.AddIndexes itself; registering an index twice fails, so a
-	// manager running both approvers sets up the serving one first and passes
-	// true here.
+	// NodeNameIndexRegistered says that the machine index this controller
+	// queries, machines.IndexNodeName, is already registered on the
+	// manager's field indexer (the serving approver's SetupWithManager
+	// registers it). When false, SetupWithManager registers it;
+	// registering an index twice fails, so a manager running both approvers
+	// sets up the serving one first and passes true here.
 	NodeNameIndexRegistered bool
 }
 
@@ -128,7 +131,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		r.Now = time.Now
 	}
 	if !opts.NodeNameIndexRegistered {
-		if err := kubeletserving.AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
+		if err := machines.AddNodeNameIndex(ctx, mgr.GetFieldIndexer()); err != nil {
 			return err
 		}
 	}
@@ -156,10 +159,10 @@ func (r *Reconciler) machineToRequests(_ context.Context, obj client.Object) []r
 		return nil
 	}
 	key := m.Namespace + "/" + m.Spec.ClusterName + "/" + m.Status.NodeName + "/" + m.Spec.Hostname
-	if !r.machineEpoch.note(m.UID, key) {
+	if !r.machineEpoch.Note(m.UID, key) {
 		return nil
 	}
-	return r.memo.pendingFor(m.Status.NodeName, m.Spec.Hostname)
+	return r.waiting(m.Status.NodeName, m.Spec.Hostname)
 }
 
 // clusterToRequests wakes every pending request when a cluster appears or
@@ -170,10 +173,10 @@ func (r *Reconciler) clusterToRequests(_ context.Context, obj client.Object) []r
 	if !ok {
 		return nil
 	}
-	if !r.machineEpoch.note(c.UID, fmt.Sprint(c.Spec.KubeconfigRef == nil)) {
+	if !r.machineEpoch.Note(c.UID, fmt.Sprint(c.Spec.KubeconfigRef == nil)) {
 		return nil
 	}
-	return r.memo.pendingFor()
+	return r.waiting()
 }
 
 // Reconcile decides one request while it is undecided.
@@ -184,7 +187,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var csr certificatesv1.CertificateSigningRequest
 	if err := r.Client.Get(ctx, req.NamespacedName, &csr); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.memo.forgetName(req.Name)
+			r.memo.ForgetIf(func(_ types.UID, p pendingRequest) bool { return p.name == req.Name })
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("get CSR: %w", err)
@@ -192,14 +195,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !isKubeletClient(&csr) {
 		return reconcile.Result{}, nil
 	}
-	if len(csr.Status.Certificate) > 0 || isDecided(&csr) {
-		r.memo.forget(csr.UID)
+	if len(csr.Status.Certificate) > 0 || approval.IsDecided(&csr) {
+		r.memo.Forget(csr.UID)
 		return reconcile.Result{}, nil
 	}
 
 	now := r.Now()
-	epoch := r.machineEpoch.get()
-	if wait, skip := r.memo.skip(&csr, epoch, now); skip {
+	epoch := r.machineEpoch.Get()
+	if wait, skip := r.memo.Skip(csr.UID, csr.ResourceVersion, epoch, now); skip {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 
@@ -225,15 +228,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 	}
-	logger = logger.WithValues("node", d.Node, "kind", d.Kind, "action", d.Action, "codes", d.Codes(),
+	logger = logger.WithValues("node", d.Node, "kind", d.Kind, "action", d.Action, "codes", d.Reasons.Codes(),
 		"decision_id", d.DecisionID, "revision", d.Revision)
 
 	switch d.Action {
 	case engine.ActionApprove:
-		if err := r.approve(ctx, &csr, d, now); err != nil {
+		if err := approval.Approve(ctx, r.Clientset, &csr, ApprovalReason, d.ConditionMessage(), now); err != nil {
 			return reconcile.Result{}, err
 		}
-		r.memo.approved(&csr, node)
+		r.memo.Applied(csr.UID, csr.ResourceVersion, pendingRequest{name: csr.Name, node: node})
 		logger.Info("approved kubelet client certificate")
 		if err := r.Engine.RecordApplied(ctx, d.DecisionID, "csr/"+csr.Name, d.Action); err != nil {
 			logger.Error(err, "record the applied decision")
@@ -241,9 +244,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// No Event: the Approved condition and the decision log say it.
 		return reconcile.Result{}, nil
 	default: // engine.ActionPending: the engine refuses any other answer of this rule.
-		first, wait := r.memo.pending(&csr, node, epoch, d, now, r.RecheckInterval, r.MaxRecheckInterval)
+		verdict := approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Key: d.Action + ":" + strings.Join(d.Reasons.Codes(), ",")}
+		first, wait := r.memo.Pending(csr.UID, verdict, pendingRequest{name: csr.Name, node: node}, now,
+			approval.Backoff{Initial: r.RecheckInterval, Max: r.MaxRecheckInterval}.After)
 		if first {
-			logger.Info("left kubelet client certificate pending", "reasons", d.Summary(), "recheck_in", wait)
+			logger.Info("left kubelet client certificate pending", "reasons", d.Reasons.String(), "recheck_in", wait)
 		} else {
 			logger.V(1).Info("kubelet client certificate still pending", "recheck_in", wait)
 		}
@@ -251,35 +256,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 }
 
-func (r *Reconciler) approve(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision, now time.Time) error {
-	updated := csr.DeepCopy()
-	t := metav1.NewTime(now)
-	updated.Status.Conditions = append(updated.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-		Type:               certificatesv1.CertificateApproved,
-		Status:             corev1.ConditionTrue,
-		Reason:             ApprovalReason,
-		Message:            d.ConditionMessage(),
-		LastUpdateTime:     t,
-		LastTransitionTime: t,
-	})
-	// The resourceVersion of the object decided on: if the request changed
-	// since (approved or denied by someone else), the update conflicts and
-	// the request is looked at again.
-	if _, err := r.Clientset.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, updated, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("approve CSR %s: %w", csr.Name, err)
-	}
-	return nil
+// pendingRequest is what the memo keeps of a request besides its verdict:
+// what wakes it.
+type pendingRequest struct {
+	name string
+	// node is the node name the request claims; empty when it claims none.
+	node string
 }
 
-func isDecided(csr *certificatesv1.CertificateSigningRequest) bool {
-	for _, c := range csr.Status.Conditions {
-		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
-			return true
-		}
+// waiting is the undecided requests for any of the node names, or every
+// undecided request when none is given.
+func (r *Reconciler) waiting(nodes ...string) []reconcile.Request {
+	var out []reconcile.Request
+	for _, p := range r.memo.Waiting(func(p pendingRequest) bool {
+		return len(nodes) == 0 || (p.node != "" && slices.Contains(nodes, p.node))
+	}) {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.name}})
 	}
-	return false
-}
-
-func requestFor(name string) reconcile.Request {
-	return reconcile.Request{NamespacedName: types.NamespacedName{Name: name}}
+	return out
 }

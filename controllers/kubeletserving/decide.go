@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -20,27 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/machines"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 )
-
-func isDecided(csr *certificatesv1.CertificateSigningRequest) bool {
-	for _, c := range csr.Status.Conditions {
-		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
-			return true
-		}
-	}
-	return false
-}
-
-func isApproved(csr *certificatesv1.CertificateSigningRequest) bool {
-	for _, c := range csr.Status.Conditions {
-		if c.Type == certificatesv1.CertificateApproved && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
-}
 
 // handle does what one request needs: record its certificate once issued,
 // decide it while undecided, nothing otherwise.
@@ -52,7 +35,7 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		p.settle(ctx, csr)
 		return p.record(ctx, csr)
 	}
-	if isDecided(csr) {
+	if approval.IsDecided(csr) {
 		p.settle(ctx, csr)
 		return nil
 	}
@@ -67,10 +50,10 @@ var decisionIDPattern = regexp.MustCompile(`\(decision ([0-9a-f-]{36})[,)]`)
 // have been applied all the same, and a conflict means another writer
 // decided. The condition names the decision that was applied.
 func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) {
-	if !p.r.failures.has(p.key(), csr.UID) {
+	if !p.r.failures.Has(p.memoKey(csr)) {
 		return
 	}
-	p.r.failures.clear(p.key(), csr.UID)
+	p.r.failures.Forget(p.memoKey(csr))
 	for _, c := range csr.Status.Conditions {
 		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
 			continue
@@ -96,7 +79,7 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 // machine answers to is left pending by the rule (MachineAmbiguous), and one
 // that only another cluster's machine answers to is that cluster's to decide.
 func (p *pass) machineFor(ctx context.Context, node string) (mine *ichorv1alpha1.TalosMachine, candidates int, others bool, err error) {
-	found, err := FindMachines(ctx, p.r.Client, node, func(m *ichorv1alpha1.TalosMachine) (bool, error) {
+	found, err := machines.FindAll(ctx, p.r.Client, node, func(m *ichorv1alpha1.TalosMachine) (bool, error) {
 		if m.Namespace == p.cluster.Namespace && m.Spec.ClusterName == p.cluster.Name {
 			return true, nil
 		}
@@ -135,13 +118,13 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// Another cluster's machine answers to this name: that cluster decides.
 		return nil
 	}
-	if wait, skip := p.r.failures.skip(p.key(), csr.UID, p.now); skip {
+	if wait, skip := p.r.failures.Skip(p.memoKey(csr), "", 0, p.now); skip {
 		p.addPending()
 		p.retryIn(wait)
 		return nil
 	}
-	epoch := p.r.machineEpoch.get()
-	if wait, skip := p.r.memo.skip(p.key(), csr, epoch, p.now); skip {
+	epoch := p.r.machineEpoch.Get()
+	if wait, skip := p.r.memo.Skip(p.memoKey(csr), csr.ResourceVersion, epoch, p.now); skip {
 		p.addPending()
 		p.retryIn(wait)
 		return nil
@@ -155,7 +138,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// fact: it is looked at again soon, without a new decision (and log
 		// entry) each time, so that it is decided within seconds of coming
 		// back.
-		if !in.Node.Readable && p.r.memo.stillUnreadable(p.key(), csr, epoch, p.now) {
+		if !in.Node.Readable && p.r.memo.Hold(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Key: codeNodeUnreadable}, maxBackoff, unreadableRecheck, p.now) {
 			p.addPending()
 			p.retryIn(unreadableRecheck)
 			return nil
@@ -168,7 +151,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if err != nil {
 		return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 	}
-	logger = logger.WithValues("node", d.Node, "action", d.Action, "codes", d.Codes(), "decision_id", d.DecisionID, "revision", d.Revision)
+	logger = logger.WithValues("node", d.Node, "action", d.Action, "codes", d.Reasons.Codes(), "decision_id", d.DecisionID, "revision", d.Revision)
 
 	switch d.Action {
 	case engine.ActionApprove:
@@ -188,7 +171,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		p.event(machine, csr, corev1.EventTypeWarning, "Denied", d.EventNote())
 	case engine.ActionPending:
 		p.addPending()
-		first, wait := p.r.memo.pending(p.key(), csr, epoch, d, p.now)
+		first, wait := p.r.memo.Pending(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Key: strings.Join(d.Reasons.Codes(), ",")}, struct{}{}, p.now, pendingWait(strings.Join(d.Reasons.Codes(), ",")))
 		p.retryIn(wait)
 		if first {
 			logger.Info("left kubelet serving certificate pending")
@@ -197,7 +180,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 			}
 		}
 	}
-	p.r.failures.clear(p.key(), csr.UID)
+	p.r.failures.Forget(p.memoKey(csr))
 	return nil
 }
 
@@ -229,42 +212,19 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 }
 
 func (p *pass) approve(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision) error {
-	return p.setApproval(ctx, csr, certificatesv1.CertificateSigningRequestCondition{
-		Type:    certificatesv1.CertificateApproved,
-		Status:  corev1.ConditionTrue,
-		Reason:  ApprovalReason,
-		Message: d.ConditionMessage(),
-	})
+	return approval.Approve(ctx, p.target.clientset, csr, ApprovalReason, d.ConditionMessage(), p.now)
 }
 
 func (p *pass) deny(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision) error {
-	return p.setApproval(ctx, csr, certificatesv1.CertificateSigningRequestCondition{
-		Type:   certificatesv1.CertificateDenied,
-		Status: corev1.ConditionTrue,
-		// The first reason by code: conditions take one reason, and the
-		// message lists them all.
-		Reason:  d.Reasons[0].Code,
-		Message: d.ConditionMessage(),
-	})
-}
-
-func (p *pass) setApproval(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, cond certificatesv1.CertificateSigningRequestCondition) error {
-	updated := csr.DeepCopy()
-	now := metav1.NewTime(p.now)
-	cond.LastUpdateTime, cond.LastTransitionTime = now, now
-	updated.Status.Conditions = append(updated.Status.Conditions, cond)
-	// The resourceVersion of the object decided on: if the request changed
-	// since, the update conflicts and the request is decided again.
-	if _, err := p.target.clientset.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, updated, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("%s CSR %s: %w", strings.ToLower(string(cond.Type)), csr.Name, err)
-	}
-	return nil
+	// The first reason by code: conditions take one reason, and the message
+	// lists them all.
+	return approval.Deny(ctx, p.target.clientset, csr, d.Reasons[0].Code, d.ConditionMessage(), p.now)
 }
 
 // record writes an issued certificate on the machine it is for, when it is
 // newer than the one recorded.
 func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
-	if !isApproved(csr) {
+	if !approval.IsApproved(csr) {
 		return nil
 	}
 	block, _ := pem.Decode(csr.Status.Certificate)
@@ -319,34 +279,21 @@ func (p *pass) event(machine *ichorv1alpha1.TalosMachine, csr *certificatesv1.Ce
 	}
 }
 
-// memoEntry is the last verdict of a request still pending.
-type memoEntry struct {
-	resourceVersion string
-	epoch           uint64
-	key             string
-	attempts        int
-	next            time.Time
-	// decided is when the verdict was reached (and logged).
-	decided time.Time
+// memoKey is a request as a cluster sees it: several clusters may see the
+// same request, each with its own verdict.
+type memoKey struct {
+	cluster types.NamespacedName
+	uid     types.UID
 }
 
-// verdictMemo keeps the pending verdicts, per cluster (several clusters may
-// see the same request), so that a request left pending is not decided (and
-// logged) again in a loop: only once it or the machines change, or, when the
-// node could not be read, after a growing backoff.
-type verdictMemo struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]map[types.UID]*memoEntry
+func (p *pass) memoKey(csr *certificatesv1.CertificateSigningRequest) memoKey {
+	return memoKey{cluster: p.key(), uid: csr.UID}
 }
 
-func (v *verdictMemo) of(cluster types.NamespacedName) map[types.UID]*memoEntry {
-	if v.m == nil {
-		v.m = map[types.NamespacedName]map[types.UID]*memoEntry{}
-	}
-	if v.m[cluster] == nil {
-		v.m[cluster] = map[types.UID]*memoEntry{}
-	}
-	return v.m[cluster]
+// ofCluster selects a cluster's requests, or with live, those of its
+// requests that are no longer undecided.
+func ofCluster(cluster types.NamespacedName, live map[types.UID]bool) func(memoKey, struct{}) bool {
+	return func(k memoKey, _ struct{}) bool { return k.cluster == cluster && (live == nil || !live[k.uid]) }
 }
 
 const (
@@ -356,94 +303,25 @@ const (
 	// again. Only a read that succeeds, or fails otherwise, is decided (and
 	// logged) again.
 	unreadableRecheck = 3 * time.Second
+
+	codeMachineUnknown = "MachineUnknown"
+	codeNodeUnreadable = "NodeUnreadable"
 )
 
-// skip reports whether the request needs no new decision yet, and when to
-// look again.
-func (v *verdictMemo) skip(cluster types.NamespacedName, csr *certificatesv1.CertificateSigningRequest, epoch uint64, now time.Time) (time.Duration, bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	e, ok := v.of(cluster)[csr.UID]
-	if !ok || e.resourceVersion != csr.ResourceVersion {
-		return 0, false
-	}
-	if e.epoch != epoch {
-		// A machine changed: decide at once.
-		return 0, false
-	}
-	if e.next.IsZero() {
-		// Waits for the machines to change.
-		return 0, true
-	}
-	if now.Before(e.next) {
-		return e.next.Sub(now), true
-	}
-	return 0, false
-}
+// backoff is the wait before a request is tried again after a failure, and
+// before a pending verdict other than the two below is decided again.
+var backoff = approval.Backoff{Initial: minBackoff, Max: maxBackoff}
 
-// stillUnreadable reports whether the request is pending only because its
-// node could not be read, as it still cannot, since the machines last changed
-// and for less than maxBackoff: nothing new to decide on. (How the read fails
-// is a diagnostic that varies from attempt to attempt, a reset connection or
-// an EOF; the verdict does not.) It keeps the verdict for another
-// unreadableRecheck.
-func (v *verdictMemo) stillUnreadable(cluster types.NamespacedName, csr *certificatesv1.CertificateSigningRequest, epoch uint64, now time.Time) bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	e, ok := v.of(cluster)[csr.UID]
-	if !ok || e.resourceVersion != csr.ResourceVersion || e.epoch != epoch || e.key != "NodeUnreadable" || now.Sub(e.decided) >= maxBackoff {
-		return false
-	}
-	e.next = now.Add(unreadableRecheck)
-	return true
-}
-
-// pending remembers a pending verdict. It reports whether the verdict is new
-// (worth an Event) and when to decide again: never by timer when no machine
-// has the node name, soon when the node could not be read (it is read again,
-// and decided only when that changes), with backoff otherwise.
-func (v *verdictMemo) pending(cluster types.NamespacedName, csr *certificatesv1.CertificateSigningRequest, epoch uint64, d engine.CSRDecision, now time.Time) (bool, time.Duration) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	entries := v.of(cluster)
-	key := strings.Join(d.Codes(), ",")
-	e, ok := entries[csr.UID]
-	first := !ok || e.key != key
-	if first {
-		e = &memoEntry{key: key}
-		entries[csr.UID] = e
-	}
-	e.resourceVersion, e.epoch, e.decided = csr.ResourceVersion, epoch, now
+// pendingWait is when to decide a pending request again: when no machine has
+// the node name, only once the machines change; when the node could not be
+// read, soon (it is read again, and decided only when that changes, see
+// Memo.Hold); otherwise with backoff.
+func pendingWait(key string) func(int) time.Duration {
 	switch key {
-	case "MachineUnknown":
-		e.next = time.Time{}
-		return first, 0
-	case "NodeUnreadable":
-		e.next = now.Add(unreadableRecheck)
-		return first, unreadableRecheck
+	case codeMachineUnknown:
+		return func(int) time.Duration { return 0 }
+	case codeNodeUnreadable:
+		return func(int) time.Duration { return unreadableRecheck }
 	}
-	backoff := minBackoff << min(e.attempts, 6)
-	backoff = min(backoff, maxBackoff)
-	e.attempts++
-	e.next = now.Add(backoff)
-	return first, backoff
-}
-
-// keepOnly forgets a cluster's requests that are no longer undecided.
-func (v *verdictMemo) keepOnly(cluster types.NamespacedName, live map[types.UID]bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	entries := v.of(cluster)
-	for uid := range entries {
-		if !live[uid] {
-			delete(entries, uid)
-		}
-	}
-}
-
-// forget drops a cluster's verdicts (the cluster is gone or disabled).
-func (v *verdictMemo) forget(cluster types.NamespacedName) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	delete(v.m, cluster)
+	return backoff.After
 }

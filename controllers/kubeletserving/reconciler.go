@@ -36,6 +36,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/machines"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
@@ -89,19 +91,24 @@ type Reconciler struct {
 	// Now is the clock; time.Now if nil.
 	Now func() time.Time
 
-	work     *workers
-	failures failureMemo
+	work *workers
+	// failures are the requests whose handling failed, with their backoff.
+	failures approval.Memo[memoKey, struct{}]
 
-	dirty   dirtySet
-	memo    verdictMemo
+	dirty dirtySet
+	// memo keeps the pending verdicts, so that a request left pending is
+	// not decided (and logged) again in a loop: only once it or the machines
+	// change, or, when the node could not be read, after a growing backoff.
+	memo    approval.Memo[memoKey, struct{}]
 	targets targets
 	// controller is kept to add the watch of a remote API server, and runCtx
 	// (the manager's) bounds those watches.
 	controller controller.Controller
 	runCtx     context.Context
 	// machineEpoch counts machine changes: a pending verdict for an unknown
-	// machine is worth deciding again only after one.
-	machineEpoch epoch
+	// machine is worth deciding again only after one, and one whose node
+	// could not be read is decided at once after one.
+	machineEpoch approval.Epoch
 }
 
 // SetupWithManager registers the reconciler and its indexes.
@@ -155,7 +162,10 @@ func (r *Reconciler) machineToCluster(_ context.Context, obj client.Object) []re
 	if !ok {
 		return nil
 	}
-	r.machineEpoch.noteNames(m)
+	// The node names a machine answers to, and its endpoint: a node whose
+	// Talos API moved is worth reading again. Status updates of machines (a
+	// recorded certificate) do not count.
+	r.machineEpoch.Note(m.UID, m.Namespace+"/"+m.Spec.ClusterName+"/"+m.Status.NodeName+"/"+m.Spec.Hostname+"/"+m.Spec.Endpoint)
 	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
 	r.dirty.markFull(key)
 	return []reconcile.Request{{NamespacedName: key}}
@@ -195,13 +205,13 @@ func (r *Reconciler) csrToClusters(ctx context.Context, obj client.Object) []rec
 // enabled cluster judging this API server, which leave it pending.
 func (r *Reconciler) clustersFor(ctx context.Context, node string) ([]types.NamespacedName, error) {
 	if node != "" {
-		var machines ichorv1alpha1.TalosMachineList
-		if err := r.Client.List(ctx, &machines, client.MatchingFields{IndexNodeName: node}); err != nil {
+		var named ichorv1alpha1.TalosMachineList
+		if err := r.Client.List(ctx, &named, client.MatchingFields{machines.IndexNodeName: node}); err != nil {
 			return nil, fmt.Errorf("list machines with node name %q: %w", node, err)
 		}
-		if len(machines.Items) > 0 {
-			keys := make([]types.NamespacedName, 0, len(machines.Items))
-			for _, m := range machines.Items {
+		if len(named.Items) > 0 {
+			keys := make([]types.NamespacedName, 0, len(named.Items))
+			for _, m := range named.Items {
 				keys = append(keys, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName})
 			}
 			return keys, nil
@@ -231,8 +241,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if apierrors.IsNotFound(err) {
 			r.NodeReaders.Forget(req.NamespacedName)
 			r.targets.stop(req.NamespacedName)
-			r.memo.forget(req.NamespacedName)
-			r.failures.forget(req.NamespacedName)
+			r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
+			r.failures.ForgetIf(ofCluster(req.NamespacedName, nil))
 			pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
 			return reconcile.Result{}, nil
 		}
@@ -241,7 +251,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.targets.stop(req.NamespacedName)
-		r.memo.forget(req.NamespacedName)
+		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
 		pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
 		return reconcile.Result{}, r.clearConditions(ctx, &cluster)
 	}
@@ -250,7 +260,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Only a restart with other flags changes this.
 		logger.Info("the cluster judges nothing: the operator has not named it as a judge of the local API server")
 		r.NodeReaders.Forget(req.NamespacedName)
-		r.memo.forget(req.NamespacedName)
+		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
 		pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
 		return reconcile.Result{}, r.refuseTarget(ctx, &cluster, err)
 	}
@@ -293,8 +303,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !work.full {
 		return p.result(), nil
 	}
-	r.memo.keepOnly(req.NamespacedName, seen)
-	r.failures.keepOnly(req.NamespacedName, seen)
+	r.memo.ForgetIf(ofCluster(req.NamespacedName, seen))
+	r.failures.ForgetIf(ofCluster(req.NamespacedName, seen))
 	pendingCSRs.WithLabelValues(cluster.Namespace, cluster.Name).Set(float64(p.pendingCount()))
 	if err := r.updateConditions(ctx, &cluster, p); err != nil {
 		return reconcile.Result{}, err
@@ -411,37 +421,6 @@ func (d *dirtySet) take(key types.NamespacedName) work {
 		return work{full: true}
 	}
 	return *w
-}
-
-// epoch counts changes to the node names machines answer to and to their
-// Talos endpoints. A request left pending because no machine has its node
-// name is worth deciding again only after one, and one whose node could not
-// be read is decided at once after one: status updates of machines (a
-// recorded certificate) do not count.
-type epoch struct {
-	mu    sync.Mutex
-	n     uint64
-	names map[types.UID]string
-}
-
-func (e *epoch) noteNames(m *ichorv1alpha1.TalosMachine) {
-	// The endpoint too: a node whose Talos API moved is worth reading again.
-	key := m.Namespace + "/" + m.Spec.ClusterName + "/" + m.Status.NodeName + "/" + m.Spec.Hostname + "/" + m.Spec.Endpoint
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.names == nil {
-		e.names = map[types.UID]string{}
-	}
-	if e.names[m.UID] != key {
-		e.names[m.UID] = key
-		e.n++
-	}
-}
-
-func (e *epoch) get() uint64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.n
 }
 
 // statusChanged reports whether a status update would change anything.

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
 	"github.com/ichor-dev/ichor-policy/engine"
 )
 
@@ -130,7 +131,7 @@ func (p *pass) failed(ctx context.Context, csr *certificatesv1.CertificateSignin
 		kind = "permanent"
 	}
 	writeFailures.WithLabelValues(kind).Inc()
-	wait, first := p.r.failures.note(p.key(), csr.UID, p.now)
+	first, wait := p.r.failures.Pending(p.memoKey(csr), approval.Verdict{}, struct{}{}, p.now, backoff.After)
 	log.FromContext(ctx).Error(err, "handle CSR", "csr", csr.Name, "kind", kind, "retry_in", wait)
 	var we *writeError
 	if first && kind == "permanent" && errors.As(err, &we) && we.machine != nil {
@@ -154,79 +155,3 @@ type writeError struct {
 
 func (e *writeError) Error() string { return e.err.Error() }
 func (e *writeError) Unwrap() error { return e.err }
-
-// failureMemo keeps, per cluster, the requests whose handling failed, with
-// their backoff.
-type failureMemo struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]map[types.UID]*failure
-}
-
-type failure struct {
-	attempts int
-	next     time.Time
-}
-
-// note records a failure and says how long to wait, and whether it is the
-// first of a streak.
-func (f *failureMemo) note(cluster types.NamespacedName, uid types.UID, now time.Time) (time.Duration, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.m == nil {
-		f.m = map[types.NamespacedName]map[types.UID]*failure{}
-	}
-	if f.m[cluster] == nil {
-		f.m[cluster] = map[types.UID]*failure{}
-	}
-	e, ok := f.m[cluster][uid]
-	if !ok {
-		e = &failure{}
-		f.m[cluster][uid] = e
-	}
-	wait := min(minBackoff<<min(e.attempts, 6), maxBackoff)
-	e.attempts++
-	e.next = now.Add(wait)
-	return wait, !ok
-}
-
-// skip reports whether a request that failed is still backing off.
-func (f *failureMemo) skip(cluster types.NamespacedName, uid types.UID, now time.Time) (time.Duration, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	e, ok := f.m[cluster][uid]
-	if !ok || !now.Before(e.next) {
-		return 0, false
-	}
-	return e.next.Sub(now), true
-}
-
-func (f *failureMemo) has(cluster types.NamespacedName, uid types.UID) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	_, ok := f.m[cluster][uid]
-	return ok
-}
-
-func (f *failureMemo) clear(cluster types.NamespacedName, uid types.UID) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.m[cluster], uid)
-}
-
-// keepOnly forgets a cluster's requests that are no longer undecided.
-func (f *failureMemo) keepOnly(cluster types.NamespacedName, live map[types.UID]bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for uid := range f.m[cluster] {
-		if !live[uid] {
-			delete(f.m[cluster], uid)
-		}
-	}
-}
-
-// forget drops a cluster's failures (the cluster is gone or disabled).
-func (f *failureMemo) forget(cluster types.NamespacedName) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.m, cluster)
-}

@@ -567,7 +567,7 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 			if c.Direction != d {
 				continue
 			}
-			codes := codesText(c.New.Codes())
+			codes := codesText(c.New.Reasons.Codes())
 			if c.New.Action == decisionlog.ActionError {
 				codes = "error: " + c.New.Error
 			}
@@ -590,7 +590,7 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 				continue
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s → %s\n", c.Entry.DecisionID, formatTime(c.Entry.Timestamp), c.Entry.Policy(),
-				dash(c.Entry.Subject()), dash(c.New.Action), codesText(c.Old.Codes()), codesText(c.New.Codes()))
+				dash(c.Entry.Subject()), dash(c.New.Action), codesText(c.Old.Reasons.Codes()), codesText(c.New.Reasons.Codes()))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

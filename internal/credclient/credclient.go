@@ -297,7 +297,7 @@ func checkLocally(ctx context.Context, o Request, purpose ichorv1alpha1.Credenti
 		return engine.CredentialRequirements{}, fmt.Errorf("check the request against the policy: %w", err)
 	}
 	if !d.Allowed {
-		return engine.CredentialRequirements{}, usage.Errorf("refused by the policy before anything was sent: %s", engine.Messages(d.Reasons))
+		return engine.CredentialRequirements{}, usage.Errorf("refused by the policy before anything was sent: %s", d.Reasons.String())
 	}
 	// What the purpose needs, to explain a refusal by the API server's RBAC,
 	// which happens before the webhook could name it.

@@ -30,9 +30,9 @@ const Message = "Decision Log"
 // The decision paths of the rules the manager and the webhook ask.
 const (
 	PathKubeletServing = engine.PathKubeletServing
-	PathKubeletClient  = "ichor/kubelet_client/decision"
-	PathAdmission      = "ichor/credentials/admission"
-	PathIssuance       = "ichor/credentials/issuance"
+	PathKubeletClient  = engine.PathKubeletClient
+	PathAdmission      = engine.PathCredentialAdmission
+	PathIssuance       = engine.PathCredentialIssuance
 )
 
 // Policies maps the short names of the decision rules to their paths.
@@ -50,13 +50,13 @@ const (
 	ActionApprove = engine.ActionApprove
 	ActionDeny    = engine.ActionDeny
 	ActionPending = engine.ActionPending
-	ActionAllowed = "allowed"
-	ActionRefused = "refused"
+	ActionAllowed = engine.ActionAllowed
+	ActionRefused = engine.ActionRefused
 	// ActionNone is a rule that was undefined for the input: it does not
 	// govern it (a CSR of another signer, say).
-	ActionNone = "none"
+	ActionNone = engine.ActionNone
 	// ActionError is an evaluation that failed.
-	ActionError = "error"
+	ActionError = engine.ActionError
 )
 
 // Actions are the action words, in the order they are listed.
@@ -214,65 +214,25 @@ func ResolvePolicy(name string) (string, error) {
 		name, PathKubeletServing, strings.Join(names, ", "))
 }
 
-// Outcome is what a decision answered, read from its result.
+// Outcome is what a decision answered (engine.Outcome), with the
+// evaluation's error and the rule's value.
 type Outcome struct {
-	// Action is one of the action words, or "" for a result that has neither
-	// an action nor an allowed (a rule that is not a decision, such as
-	// ichor/credentials/requirements).
-	Action  string          `json:"action"`
-	Reasons []engine.Reason `json:"reasons"`
-	// Node is the result's node, when the rule names one.
-	Node string `json:"node,omitempty"`
+	engine.Outcome
 	// Error is the evaluation's error, for ActionError.
 	Error string `json:"error,omitempty"`
 	// Result is the rule's value.
 	Result json.RawMessage `json:"-"`
 }
 
-// Codes are the reason codes, in the rule's order.
-func (o Outcome) Codes() []string {
-	codes := make([]string, 0, len(o.Reasons))
-	for _, r := range o.Reasons {
-		codes = append(codes, r.Code)
-	}
-	return codes
-}
-
 // OutcomeOf reads a rule's value. A nil result is no decision.
 func OutcomeOf(result json.RawMessage) Outcome {
-	o := Outcome{Reasons: []engine.Reason{}, Result: result}
-	if result == nil {
-		o.Action = ActionNone
-		return o
-	}
-	var r struct {
-		Action  *string         `json:"action"`
-		Allowed *bool           `json:"allowed"`
-		Reasons []engine.Reason `json:"reasons"`
-		Node    string          `json:"node"`
-	}
-	if json.Unmarshal(result, &r) != nil {
-		return o
-	}
-	switch {
-	case r.Action != nil:
-		o.Action = *r.Action
-	case r.Allowed != nil && *r.Allowed:
-		o.Action = ActionAllowed
-	case r.Allowed != nil:
-		o.Action = ActionRefused
-	}
-	if r.Reasons != nil {
-		o.Reasons = r.Reasons
-	}
-	o.Node = r.Node
-	return o
+	return Outcome{Outcome: engine.OutcomeOf(result, nil), Result: result}
 }
 
 // Outcome is the entry's decision.
 func (e Entry) Outcome() Outcome {
 	if e.Result == nil && e.Error != nil && !isUndefined(e.Error) {
-		return Outcome{Action: ActionError, Reasons: []engine.Reason{}, Error: ErrorText(e.Error)}
+		return Outcome{Outcome: engine.Outcome{Action: ActionError, Reasons: engine.Reasons{}}, Error: ErrorText(e.Error)}
 	}
 	return OutcomeOf(e.Result)
 }
@@ -281,10 +241,10 @@ func (e Entry) Outcome() Outcome {
 func (e Entry) Action() string { return e.Outcome().Action }
 
 // Reasons are the entry's reasons.
-func (e Entry) Reasons() []engine.Reason { return e.Outcome().Reasons }
+func (e Entry) Reasons() engine.Reasons { return e.Outcome().Reasons }
 
 // Codes are the entry's reason codes.
-func (e Entry) Codes() []string { return e.Outcome().Codes() }
+func (e Entry) Codes() []string { return e.Outcome().Reasons.Codes() }
 
 // ErrorText is an entry's error as text: OPA writes it as a string or as an
 // object with a code and a message.

@@ -332,8 +332,8 @@ func TestReplayWithoutTheIPCheckFlipsExactlyTheDenial(t *testing.T) {
 	c := rep.Changes[0]
 	assert.Equal(t, ids[1], c.Entry.DecisionID)
 	assert.Equal(t, "deny-to-approve", c.Direction)
-	assert.Equal(t, []string{"IPNotNode"}, c.Old.Codes())
-	assert.Equal(t, []string{"IchorKubeletServing"}, c.New.Codes())
+	assert.Equal(t, []string{"IPNotNode"}, c.Old.Reasons.Codes())
+	assert.Equal(t, []string{"IchorKubeletServing"}, c.New.Reasons.Codes())
 	assert.NotEqual(t, entries[0].Revision, rep.Revision)
 
 	for pattern, want := range map[string]bool{

@@ -92,7 +92,7 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 		case err != nil && ctx.Err() != nil:
 			return rep, ctx.Err()
 		case err != nil:
-			now = Outcome{Action: ActionError, Reasons: []engine.Reason{}, Error: err.Error()}
+			now = Outcome{Outcome: engine.Outcome{Action: ActionError, Reasons: engine.Reasons{}}, Error: err.Error()}
 		default:
 			now = OutcomeOf(dec.Result)
 			if rep.Revision == "" {
@@ -130,7 +130,7 @@ func state(o Outcome) string {
 }
 
 func sortedCodes(o Outcome) []string {
-	codes := o.Codes()
+	codes := o.Reasons.Codes()
 	slices.Sort(codes)
 	return codes
 }

@@ -326,7 +326,7 @@ func readerLifetime(ctx context.Context, eng *engine.Engine, asked time.Duration
 		return 0, fmt.Errorf("lifetime of the manager's Talos identity: %w", err)
 	}
 	if !d.Allowed || d.Certificate == nil || d.Certificate.TalosRole != talosnode.ReaderRole {
-		return 0, usage.Errorf("the policy refuses the manager's Talos identity: %s", engine.Messages(d.Reasons))
+		return 0, usage.Errorf("the policy refuses the manager's Talos identity: %s", d.Reasons.String())
 	}
 	return time.Duration(d.LifetimeSeconds * float64(time.Second)), nil
 }

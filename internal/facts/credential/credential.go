@@ -19,6 +19,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/accessreview"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 )
 
@@ -130,27 +131,16 @@ func Cluster(ctx context.Context, r client.Reader, namespace, name string, local
 // returns the review as sent with its answer. An error is a review that could
 // not be made (the caller retries or fails closed), never an answer.
 func Review(ctx context.Context, c client.Client, user engine.CredentialUser, namespace, cluster string, grant engine.CredentialAuthorization) (*engine.AuthorizationFacts, error) {
-	extra := make(map[string]authorizationv1.ExtraValue, len(user.Extra))
-	for k, vals := range user.Extra {
-		extra[k] = authorizationv1.ExtraValue(vals)
-	}
-	sar := &authorizationv1.SubjectAccessReview{
-		Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   user.Username,
-			UID:    user.UID,
-			Groups: user.Groups,
-			Extra:  extra,
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace:   namespace,
-				Verb:        grant.Verb,
-				Group:       grant.Group,
-				Resource:    grant.Resource,
-				Subresource: grant.Subresource,
-				Name:        cluster,
-			},
-		},
-	}
-	if err := c.Create(ctx, sar); err != nil {
+	sar, err := accessreview.Ask(ctx, c, accessreview.User{Name: user.Username, UID: user.UID, Groups: user.Groups, Extra: user.Extra},
+		authorizationv1.ResourceAttributes{
+			Namespace:   namespace,
+			Verb:        grant.Verb,
+			Group:       grant.Group,
+			Resource:    grant.Resource,
+			Subresource: grant.Subresource,
+			Name:        cluster,
+		})
+	if err != nil {
 		return nil, fmt.Errorf("SubjectAccessReview of %s %s/%s for %q: %w", grant.Verb, grant.Resource, grant.Subresource, user.Username, err)
 	}
 	ra := sar.Spec.ResourceAttributes

@@ -1,0 +1,78 @@
+package approval_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
+)
+
+// A pure unit test of what is written: the approvers' tests against the real
+// API server show the writes at work.
+func TestApproveAndDenyWriteOneConditionOnTheVersionDecidedOn(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(context.Context, *fake.Clientset, *certificatesv1.CertificateSigningRequest) error
+		want  certificatesv1.RequestConditionType
+	}{
+		{"approve", func(ctx context.Context, cs *fake.Clientset, csr *certificatesv1.CertificateSigningRequest) error {
+			return approval.Approve(ctx, cs, csr, "IchorKubeletServing", "matches", start)
+		}, certificatesv1.CertificateApproved},
+		{"deny", func(ctx context.Context, cs *fake.Clientset, csr *certificatesv1.CertificateSigningRequest) error {
+			return approval.Deny(ctx, cs, csr, "IchorKubeletServing", "matches", start)
+		}, certificatesv1.CertificateDenied},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			csr := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-a", ResourceVersion: "7"}}
+			cs := fake.NewClientset(csr)
+			var sent *certificatesv1.CertificateSigningRequest
+			cs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				if a.GetSubresource() == "approval" {
+					sent = a.(k8stesting.UpdateAction).GetObject().(*certificatesv1.CertificateSigningRequest)
+				}
+				return false, nil, nil
+			})
+			require.NoError(t, tc.write(context.Background(), cs, csr))
+
+			require.NotNil(t, sent, "written through the approval subresource")
+			assert.Equal(t, "7", sent.ResourceVersion, "on the version decided on, so a change since conflicts")
+			require.Len(t, sent.Status.Conditions, 1)
+			c := sent.Status.Conditions[0]
+			assert.Equal(t, tc.want, c.Type)
+			assert.Equal(t, corev1.ConditionTrue, c.Status)
+			assert.Equal(t, "IchorKubeletServing", c.Reason)
+			assert.Equal(t, "matches", c.Message)
+			assert.True(t, c.LastUpdateTime.Time.Equal(start))
+			assert.Empty(t, csr.Status.Conditions, "the cached object is not changed")
+			assert.Equal(t, tc.want == certificatesv1.CertificateApproved, approval.IsApproved(sent))
+			assert.True(t, approval.IsDecided(sent))
+			assert.False(t, approval.IsDecided(csr))
+		})
+	}
+}
+
+func TestAWriteThatConflictsSaysWhichRequestAndKeepsTheCause(t *testing.T) {
+	csr := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-a", ResourceVersion: "7"}}
+	cs := fake.NewClientset(csr)
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "certificates.k8s.io", Resource: "certificatesigningrequests"}, "csr-a", errors.New("the object has been modified"))
+	cs.PrependReactor("update", "certificatesigningrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, conflict
+	})
+	err := approval.Deny(context.Background(), cs, csr, "SANMissing", "no names", time.Now())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "deny CSR csr-a")
+	assert.True(t, apierrors.IsConflict(err), "the API error is wrapped, so callers can tell a conflict")
+}

@@ -1,0 +1,19 @@
+package approval
+
+import "time"
+
+// Backoff is a wait that doubles with each attempt, from Initial up to Max.
+type Backoff struct {
+	Initial time.Duration
+	Max     time.Duration
+}
+
+// After is the wait after attempts earlier attempts: Initial after none,
+// doubled for each, never above Max.
+func (b Backoff) After(attempts int) time.Duration {
+	wait := b.Initial
+	for i := 0; i < attempts && wait < b.Max; i++ {
+		wait *= 2
+	}
+	return min(wait, b.Max)
+}
