@@ -1,10 +1,7 @@
 package engine_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"net"
 	"sync"
 	"testing"
@@ -17,39 +14,12 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
+	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
-// syncBuffer is a decision-log sink the SDK may write to from any goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// entries parses the decision log written so far.
-func (b *syncBuffer) entries(t *testing.T) []map[string]any {
+func newEngine(t *testing.T) (*engine.Engine, *harness.DecisionLog) {
 	t.Helper()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
-	sc.Buffer(make([]byte, 0, 1<<20), 1<<22)
-	for sc.Scan() {
-		var e map[string]any
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &e), sc.Text())
-		out = append(out, e)
-	}
-	return out
-}
-
-func newEngine(t *testing.T) (*engine.Engine, *syncBuffer) {
-	t.Helper()
-	log := &syncBuffer{}
+	log := &harness.DecisionLog{}
 	e, err := engine.New(context.Background(), engine.Options{DecisionLog: log, ID: "test"})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Stop(context.Background()) })
@@ -96,7 +66,7 @@ func TestKubeletServingApprovesEachKeyTypeAndLogsIt(t *testing.T) {
 		})
 	}
 
-	entries := log.entries(t)
+	entries := harness.Decisions[map[string]any](log, nil)
 	require.Len(t, entries, 3)
 	entry := entries[0]
 	assert.Equal(t, "Decision Log", entry["msg"])
@@ -109,7 +79,7 @@ func TestKubeletServingApprovesEachKeyTypeAndLogsIt(t *testing.T) {
 	// The mask in policy/system/log ran: the claim's key stays, its value does not.
 	extra := entry["input"].(map[string]any)["csr"].(map[string]any)["extra"].(map[string]any)
 	assert.Equal(t, []any{"**REDACTED**"}, extra["example.com/secret-claim"])
-	assert.NotContains(t, log.buf.String(), "s3cret")
+	assert.NotContains(t, log.String(), "s3cret")
 }
 
 func TestKubeletServingDeniesAnotherNodesIPAndLogsTheDenial(t *testing.T) {
@@ -120,7 +90,7 @@ func TestKubeletServingDeniesAnotherNodesIPAndLogsTheDenial(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, engine.ActionDeny, d.Action)
 	assert.Equal(t, engine.Reasons{{Code: "IPNotNode", Message: `IP address 10.5.0.3 is not one of the node's addresses ["10.5.0.2", "fd00::2"]`}}, d.Reasons)
-	entries := log.entries(t)
+	entries := harness.Decisions[map[string]any](log, nil)
 	require.Len(t, entries, 1)
 	assert.Equal(t, d.DecisionID, entries[0]["decision_id"])
 	assert.Equal(t, "deny", entries[0]["result"].(map[string]any)["action"])
@@ -134,7 +104,7 @@ func TestOtherSignerGetsNoDecisionButIsLogged(t *testing.T) {
 	_, err := e.KubeletServing(context.Background(), in)
 
 	require.ErrorIs(t, err, engine.ErrNoDecision)
-	require.Len(t, log.entries(t), 1)
+	require.Len(t, harness.Decisions[map[string]any](log, nil), 1)
 }
 
 func TestConcurrentDecisionsAreEachLogged(t *testing.T) {
@@ -167,7 +137,7 @@ func TestConcurrentDecisionsAreEachLogged(t *testing.T) {
 		assert.Equal(t, want, actions[i], "decision %d", i)
 	}
 	ids := map[any]bool{}
-	for _, entry := range log.entries(t) {
+	for _, entry := range harness.Decisions[map[string]any](log, nil) {
 		ids[entry["decision_id"]] = true
 	}
 	assert.Len(t, ids, n)

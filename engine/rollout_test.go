@@ -238,7 +238,7 @@ func TestShadowDisagreementsAreCountedNotActedOn(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	metrics, err := engine.NewMetrics(reg)
 	require.NoError(t, err)
-	var logs syncBuffer
+	var logs harness.DecisionLog
 	e, err := engine.New(context.Background(), engine.Options{DecisionLog: io.Discard, Log: &logs, Metrics: metrics, Shadow: shadow})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Stop(context.Background()) })
@@ -250,8 +250,8 @@ func TestShadowDisagreementsAreCountedNotActedOn(t *testing.T) {
 	assert.Equal(t, "approve", good.Action)
 
 	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.Disagreements(engine.PathKubeletServing)))
-	assert.Contains(t, logs.buf.String(), "Shadow bundle disagrees")
-	assert.Contains(t, logs.buf.String(), `"codes":["IPNotNode"]`)
+	assert.Contains(t, logs.String(), "Shadow bundle disagrees")
+	assert.Contains(t, logs.String(), `"codes":["IPNotNode"]`)
 	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.Decisions(engine.PathKubeletServing, "deny", "IPNotNode")))
 	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.Decisions(engine.PathKubeletServing, "approve", "IchorKubeletServing")))
 }

@@ -60,6 +60,13 @@ const EventSource = "ichor-credentials-webhook"
 // +kubebuilder:rbac:groups="",resources=events,verbs=create
 // +kubebuilder:rbac:groups=ichor.dev,resources=talosclusters,verbs=get
 
+// Decider is what the webhook asks of the policy engine: *engine.Engine, or
+// a test's (engine/enginetest).
+type Decider interface {
+	credential.Requirer
+	Admission(context.Context, engine.CredentialAdmissionInput) (engine.CredentialAdmission, error)
+}
+
 // CredentialRequestValidator admits TalosCredentialRequests.
 type CredentialRequestValidator struct {
 	// Reader reads the TalosCluster; uncached (the manager's APIReader), so a
@@ -68,7 +75,7 @@ type CredentialRequestValidator struct {
 	// Client is the manager's own client: it makes the SubjectAccessReview
 	// and writes the Event.
 	Client client.Client
-	Engine *engine.Engine
+	Engine Decider
 	// Keys holds the admission key the Event's MAC is made with.
 	Keys *credential.Keys
 	// LocalClusters are the clusters of the API server the manager runs
@@ -126,6 +133,14 @@ func (v *CredentialRequestValidator) Handle(ctx context.Context, req admission.R
 	if !d.Allowed {
 		logger.Info("refused")
 		return admission.Denied(fmt.Sprintf("%s (decision %s)", d.Reasons.String(), d.DecisionID))
+	}
+	if d.Event == nil && !in.DryRun {
+		// The rule names the Event of every admitted request; without it
+		// the admission could not be recorded, and a credential that
+		// cannot be recorded is not issued (ADR 0124).
+		logger.Error(nil, "refused: the decision admits without naming its issuance Event")
+		return admission.Denied(fmt.Sprintf(
+			"the request was allowed but is refused because the policy names no Event to record its issuance (a broken bundle?) (decision %s)", d.DecisionID))
 	}
 	// A dry run has no side effect (sideEffects=NoneOnDryRun), whatever a
 	// bundle says.

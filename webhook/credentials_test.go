@@ -1,8 +1,6 @@
 package webhook_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -11,14 +9,13 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,11 +35,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/engine/enginetest"
 	clusterfacts "github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/test/harness"
@@ -53,8 +50,10 @@ import (
 // One API server and one webhook serve every test; each test has its own
 // namespace with a TalosCluster "demo".
 var (
+	// odd answers the admission of the namespaces a test names.
+	odd         = &enginetest.Answers[engine.CredentialAdmission]{}
 	env         *harness.Env
-	decisionLog = &syncBuffer{}
+	decisionLog = &harness.DecisionLog{}
 	// admissionKeys is the webhook's admission key.
 	admissionKeys *credential.Keys
 	// local are the clusters named as those of this API server; each test
@@ -67,11 +66,10 @@ var (
 // namespace, so that a namespace without it is one where the issuance cannot
 // be recorded.
 const (
-	webhookUser        = "ichor-test:webhook"
-	webhookRole        = "ichor-test:webhook"
-	webhookEventsRole  = "ichor-test:webhook-events"
-	rbacPropagationMax = 30 * time.Second
-	keyNamespace       = harness.ManagerNamespace
+	webhookUser       = "ichor-test:webhook"
+	webhookRole       = "ichor-test:webhook"
+	webhookEventsRole = "ichor-test:webhook-events"
+	keyNamespace      = harness.ManagerNamespace
 )
 
 func TestMain(m *testing.M) {
@@ -135,7 +133,7 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if err := waitAllowed(ctx, webhookUser, nil, authorizationv1.ResourceAttributes{Group: "authorization.k8s.io", Resource: "subjectaccessreviews", Verb: "create"}); err != nil {
+	if err := env.WaitAllowed(ctx, webhookUser, nil, authorizationv1.ResourceAttributes{Group: "authorization.k8s.io", Resource: "subjectaccessreviews", Verb: "create"}); err != nil {
 		return nil, err
 	}
 
@@ -155,7 +153,7 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if err := waitAllowed(ctx, webhookUser, nil, authorizationv1.ResourceAttributes{Namespace: keyNamespace, Resource: "secrets", Name: credential.DefaultKeySecretName, Verb: "update"}); err != nil {
+	if err := env.WaitAllowed(ctx, webhookUser, nil, authorizationv1.ResourceAttributes{Namespace: keyNamespace, Resource: "secrets", Name: credential.DefaultKeySecretName, Verb: "update"}); err != nil {
 		return nil, err
 	}
 	if err := webhooktest.InstallAdmissionPolicies(ctx, env.Client, "default"); err != nil {
@@ -175,12 +173,7 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 	if err != nil {
 		return done(err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 env.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		WebhookServer:          crwebhook.NewServer(webhooktest.ServerOptions(install)),
-	})
+	mgr, err := env.NewManager(cfg, crwebhook.NewServer(webhooktest.ServerOptions(install)))
 	if err != nil {
 		return done(err)
 	}
@@ -189,15 +182,16 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 		return done(err)
 	}
 	admissionKeys = env.AdmissionKeys(keyClient)
-	v := &webhook.CredentialRequestValidator{Engine: eng, Instance: "webhook-test", Keys: admissionKeys, LocalClusters: local}
+	v := &webhook.CredentialRequestValidator{
+		Engine: &enginetest.Engine{Engine: eng, AdmissionFunc: func(_ context.Context, in engine.CredentialAdmissionInput) (engine.CredentialAdmission, error) {
+			return odd.Answer(in.Request.Namespace)
+		}},
+		Instance: "webhook-test", Keys: admissionKeys, LocalClusters: local,
+	}
 	if err := v.SetupWithManager(mgr); err != nil {
 		return done(err)
 	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
+	harness.RunManager(ctx, mgr, "manager")
 	started := mgr.GetWebhookServer().StartedChecker()
 	return done(wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return started(nil) == nil, nil
@@ -216,20 +210,6 @@ func applyRoles(ctx context.Context, c client.Client) error {
 		}
 	}
 	return nil
-}
-
-// waitAllowed waits until the authorizer lets user do attrs: RBAC reads its
-// objects through informers, so a binding takes a moment to count.
-func waitAllowed(ctx context.Context, user string, groups []string, attrs authorizationv1.ResourceAttributes) error {
-	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, rbacPropagationMax, true, func(ctx context.Context) (bool, error) {
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-			User: user, Groups: groups, ResourceAttributes: &attrs,
-		}}
-		if err := env.Client.Create(ctx, sar); err != nil {
-			return false, err
-		}
-		return sar.Status.Allowed, nil
-	})
 }
 
 // fixture is one test's namespace and cluster.
@@ -261,7 +241,7 @@ func newFixture(t *testing.T, recordable bool) *fixture {
 	f := &fixture{t: t, ctx: ctx, ns: ns}
 	if recordable {
 		f.bind(rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: webhookUser}, "ClusterRole", webhookEventsRole)
-		require.NoError(t, waitAllowed(ctx, webhookUser, nil, authorizationv1.ResourceAttributes{Namespace: ns, Resource: "events", Verb: "create"}))
+		require.NoError(t, env.WaitAllowed(ctx, webhookUser, nil, authorizationv1.ResourceAttributes{Namespace: ns, Resource: "events", Verb: "create"}))
 	}
 	return f
 }
@@ -291,7 +271,7 @@ func (f *fixture) user(name string, roles ...string) client.Client {
 		kind, role, _ := strings.Cut(r, "/")
 		f.bind(rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}, kind, role)
 	}
-	require.NoError(f.t, waitAllowed(f.ctx, name, nil, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
+	require.NoError(f.t, env.WaitAllowed(f.ctx, name, nil, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
 	cfg, err := env.UserConfig(name)
 	require.NoError(f.t, err)
 	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
@@ -407,7 +387,7 @@ func TestHolderOfTheVerbIsAdmittedAndTheEventNamesThem(t *testing.T) {
 
 	// The decision is in the log, with the requester and the review made as
 	// them.
-	entry := decisionLog.find(t, e.Annotations[credential.AnnotationDecisionID])
+	entry := harness.FindDecision[logEntry](t, decisionLog, e.Annotations[credential.AnnotationDecisionID])
 	assert.Equal(t, engine.PathCredentialAdmission, entry.Path)
 	assert.Equal(t, "ichor:alice", entry.Input.User.Username)
 	require.NotNil(t, entry.Input.Requester)
@@ -434,7 +414,7 @@ func TestWithoutTheVerbIsRefusedNamingItAndNoEventIsWritten(t *testing.T) {
 	// The refusal is logged, with the id the message gives.
 	m := decisionIDPattern.FindStringSubmatch(msg)
 	require.NotNil(t, m, msg)
-	entry := decisionLog.find(t, m[1])
+	entry := harness.FindDecision[logEntry](t, decisionLog, m[1])
 	assert.False(t, entry.Result.Allowed)
 	assert.Equal(t, "ichor:bob", entry.Input.User.Username)
 }
@@ -464,7 +444,7 @@ func TestAnotherComponentsServiceAccountIsRefused(t *testing.T) {
 	)
 	f.bind(rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: f.ns, Name: "ichor-ui"}, "Role", "ui-purposes")
 	username := "system:serviceaccount:" + f.ns + ":ichor-ui"
-	require.NoError(t, waitAllowed(f.ctx, username, []string{"system:serviceaccounts"}, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
+	require.NoError(t, env.WaitAllowed(f.ctx, username, []string{"system:serviceaccounts"}, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
 
 	// A real token, so the request carries what the API server puts in a
 	// service account's user info (uid, extra) and the review is made with it.
@@ -614,47 +594,11 @@ func eventMessages(events []corev1.Event) []string {
 	return out
 }
 
-// syncBuffer is the decision log the engine writes to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
 type logEntry struct {
 	DecisionID string                          `json:"decision_id"`
 	Path       string                          `json:"path"`
 	Input      engine.CredentialAdmissionInput `json:"input"`
 	Result     engine.CredentialAdmission      `json:"result"`
-}
-
-// find returns the decision-log entry with the id.
-func (b *syncBuffer) find(t *testing.T, id string) logEntry {
-	t.Helper()
-	require.NotEmpty(t, id)
-	var found *logEntry
-	// The SDK hands entries to its console logger as it decides; allow it a
-	// moment.
-	require.Eventually(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
-		sc.Buffer(make([]byte, 0, 1<<20), 1<<24)
-		for sc.Scan() {
-			var e logEntry
-			if json.Unmarshal(sc.Bytes(), &e) == nil && e.DecisionID == id {
-				found = &e
-				return true
-			}
-		}
-		return false
-	}, 5*time.Second, 50*time.Millisecond, "decision %s is not in the log", id)
-	return *found
 }
 
 func TestARequesterWhoWritesSomeoneElsesIdentityIsRefusedByTheAPIServer(t *testing.T) {
@@ -742,4 +686,34 @@ func TestAKubeconfigForAClusterTheOperatorDidNotNameIsRefused(t *testing.T) {
 	talos := f.request(ichorv1alpha1.PurposeCredentialsTalos, "", ed25519Key(t))
 	talos.Spec.ClusterName = "tenant"
 	require.NoError(t, bea.Create(f.ctx, talos))
+}
+
+// A bundle whose admission decision fails, or that admits without naming the
+// Event that records the issuance, gets the request refused: nothing is
+// stored, no Event is written, and the refusal says why.
+func TestAnOddAdmissionAnswerIsARefusal(t *testing.T) {
+	f := newFixture(t, true)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
+	for _, tc := range []struct {
+		name   string
+		answer func() (engine.CredentialAdmission, error)
+		says   string
+	}{
+		{"failed", func() (engine.CredentialAdmission, error) {
+			return engine.CredentialAdmission{}, errors.New("evaluate ichor/credentials/admission: builtin error")
+		}, "builtin error"},
+		{"no-event", func() (engine.CredentialAdmission, error) {
+			return engine.CredentialAdmission{Allowed: true, Reasons: engine.Reasons{{Code: "IchorCredentialAdmitted", Message: "yes"}}, DecisionID: "d-odd"}, nil
+		}, "the policy names no Event to record its issuance"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			odd.Set(f.ns, tc.answer)
+			t.Cleanup(func() { odd.Set(f.ns, nil) })
+			err := alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t)))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.says)
+			assert.Empty(t, f.requests(), "nothing is stored")
+			assert.Empty(t, f.events(), "no issuance is recorded")
+		})
+	}
 }

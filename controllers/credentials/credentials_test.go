@@ -1,7 +1,6 @@
 package credentials_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto"
@@ -11,13 +10,13 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,10 +37,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -49,6 +46,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/engine/enginetest"
 	clusterfacts "github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
@@ -70,7 +68,7 @@ var (
 	ctrlClient  client.Client
 	keys        *credential.Keys
 	recorder    events.EventRecorder
-	decisionLog = &syncBuffer{}
+	decisionLog = &harness.DecisionLog{}
 	// local are the clusters named as those of this API server.
 	local = &clusterfacts.Local{}
 	// webhookConfig is the installed ValidatingWebhookConfiguration, to
@@ -191,7 +189,7 @@ func grant(ctx context.Context, user string, rules, namespaced []rbacv1.PolicyRu
 			return err
 		}
 	}
-	return waitAllowed(ctx, user, authorizationv1.ResourceAttributes{Namespace: keyNamespace, Resource: "secrets", Name: credential.DefaultKeySecretName, Verb: "update"})
+	return env.WaitAllowed(ctx, user, nil, authorizationv1.ResourceAttributes{Namespace: keyNamespace, Resource: "secrets", Name: credential.DefaultKeySecretName, Verb: "update"})
 }
 
 // startWebhook serves the real webhook, as webhookUser, with a bundle whose
@@ -220,12 +218,7 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 	if err != nil {
 		return done(err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 env.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		WebhookServer:          crwebhook.NewServer(webhooktest.ServerOptions(install)),
-	})
+	mgr, err := env.NewManager(cfg, crwebhook.NewServer(webhooktest.ServerOptions(install)))
 	if err != nil {
 		return done(err)
 	}
@@ -238,22 +231,8 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 	if err := v.SetupWithManager(mgr); err != nil {
 		return done(err)
 	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "webhook manager:", err)
-		}
-	}()
+	harness.RunManager(ctx, mgr, "webhook manager")
 	return done(webhooktest.WaitWebhook(ctx, env.Client, "default", true))
-}
-
-func waitAllowed(ctx context.Context, user string, attrs authorizationv1.ResourceAttributes) error {
-	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &attrs}}
-		if err := env.Client.Create(ctx, sar); err != nil {
-			return false, err
-		}
-		return sar.Status.Allowed, nil
-	})
 }
 
 type fixture struct {
@@ -361,7 +340,7 @@ func (f *fixture) user(name, role string) client.Client {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: name}},
 	}))
-	require.NoError(f.t, waitAllowed(f.ctx, name, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
+	require.NoError(f.t, env.WaitAllowed(f.ctx, name, nil, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
 	cfg, err := env.UserConfig(name)
 	require.NoError(f.t, err)
 	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
@@ -466,7 +445,7 @@ func TestLifetimeCapsInTheController(t *testing.T) {
 		// The refusal was decided by the issuance rule and logged.
 		m := regexp.MustCompile(`\(decision ([0-9a-f-]+)\)`).FindStringSubmatch(c.Message)
 		require.NotNil(t, m, c.Message)
-		entry := decisionLog.find(t, m[1])
+		entry := harness.FindDecision[logEntry](t, decisionLog, m[1])
 		assert.Equal(t, engine.PathCredentialIssuance, entry.Path)
 		assert.False(t, entry.Result.Allowed)
 	}
@@ -658,7 +637,7 @@ func TestRequestsMadeWhileTheWebhookWasAbsentAreNeverIssued(t *testing.T) {
 		assert.Contains(t, c.Message, "NotAdmitted: no admission of this request by Ichor's webhook is recorded", tcr.Spec.Purpose)
 		assert.Empty(t, got.Status.Certificate, tcr.Spec.Purpose)
 
-		entry := decisionLog.find(t, decisionIDOf(t, c.Message))
+		entry := harness.FindDecision[logEntry](t, decisionLog, decisionIDOf(t, c.Message))
 		assert.Equal(t, engine.PathCredentialIssuance, entry.Path)
 		assert.False(t, entry.Input.Admission.Recorded)
 		assert.Equal(t, "ichor:mallory", entry.Input.Requester.Username)
@@ -691,7 +670,7 @@ func TestARequesterWhoLostTheGrantAfterAdmissionIsRefused(t *testing.T) {
 	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
 	assert.Contains(t, c.Message, `NotAuthorized: user "ichor:alice" may not download talosclusters/talosconfig-reader "demo"`)
 	assert.Empty(t, got.Status.Certificate)
-	entry := decisionLog.find(t, decisionIDOf(t, c.Message))
+	entry := harness.FindDecision[logEntry](t, decisionLog, decisionIDOf(t, c.Message))
 	assert.True(t, entry.Input.Admission.Verified, "it was admitted")
 	require.NotNil(t, entry.Input.Authorization)
 	assert.Equal(t, "ichor:alice", entry.Input.Authorization.User, "the review is made as the requester")
@@ -905,18 +884,6 @@ func talosClient(t *testing.T, endpoint string, roots *x509.CertPool, cert tls.C
 	return c
 }
 
-// syncBuffer is the decision log the engine writes to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
 type logEntry struct {
 	DecisionID string                         `json:"decision_id"`
 	Path       string                         `json:"path"`
@@ -924,22 +891,34 @@ type logEntry struct {
 	Result     engine.CredentialIssuance      `json:"result"`
 }
 
-func (b *syncBuffer) find(t *testing.T, id string) logEntry {
-	t.Helper()
-	var found *logEntry
-	require.Eventually(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
-		sc.Buffer(make([]byte, 0, 1<<20), 1<<24)
-		for sc.Scan() {
-			var e logEntry
-			if json.Unmarshal(sc.Bytes(), &e) == nil && e.DecisionID == id {
-				found = &e
-				return true
-			}
+// A bundle whose issuance decision allows without naming what to sign (the
+// engine refuses such a decision) gets nothing signed: the request fails,
+// saying why. A decision that could not be made answers nothing: the
+// request is retried, and nothing is written on it.
+func TestAnOddIssuanceAnswerSignsNothing(t *testing.T) {
+	f := newFixture(t)
+	f.r.Engine = &enginetest.Engine{Engine: eng, IssuanceFunc: func(_ context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
+		switch in.Request.Purpose {
+		case string(ichorv1alpha1.PurposeTalosconfigReader):
+			return engine.CredentialIssuance{Allowed: true, Reasons: engine.Reasons{{Code: "IchorCredentialIssuable", Message: "yes"}}, Purpose: in.Request.Purpose, DecisionID: "d-odd"}, nil
+		default:
+			return engine.CredentialIssuance{}, errors.New("evaluate ichor/credentials/issuance: builtin error")
 		}
-		return false
-	}, 5*time.Second, 50*time.Millisecond, "decision %s is not in the log", id)
-	return *found
+	}}
+
+	tcr, _ := f.ask("demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+	c := ready(t, tcr)
+	assert.Equal(t, metav1.ConditionFalse, c.Status)
+	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Contains(t, c.Message, "the decision allows but names no certificate or lifetime")
+	assert.Empty(t, tcr.Status.Certificate)
+	assert.Nil(t, tcr.Status.ExpiresAt)
+
+	failing, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeKubeconfigAdmin, "")
+	_, err := f.r.Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(failing)})
+	require.ErrorContains(t, err, "builtin error")
+	got := &ichorv1alpha1.TalosCredentialRequest{}
+	require.NoError(t, env.Client.Get(f.ctx, client.ObjectKeyFromObject(failing), got))
+	assert.Nil(t, meta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ConditionReady), "no answer on a decision that was not made")
+	assert.Empty(t, got.Status.Certificate)
 }

@@ -83,6 +83,14 @@ const LabelManagedBy = "app.kubernetes.io/managed-by"
 // +kubebuilder:rbac:groups="",resources=events,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
+// Decider is what the issuer asks of the policy engine: *engine.Engine, or a
+// test's (engine/enginetest).
+type Decider interface {
+	credential.Requirer
+	Issuance(context.Context, engine.CredentialIssuanceInput) (engine.CredentialIssuance, error)
+	RecordApplied(ctx context.Context, decisionID, object, action string) error
+}
+
 // Reconciler issues TalosCredentialRequests.
 type Reconciler struct {
 	// Client reads requests and clusters and writes status, the deletion and
@@ -92,7 +100,7 @@ type Reconciler struct {
 	// binding directly, so the manager needs get on those only, and a record
 	// written a moment ago is seen.
 	APIReader client.Reader
-	Engine    *engine.Engine
+	Engine    Decider
 	// Keys holds the admission key admission records are verified with.
 	Keys *credential.Keys
 	// AdminKubeconfigs is false when the operator revoked admin kubeconfigs
@@ -202,7 +210,7 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	if err != nil {
 		return nil, "", fmt.Errorf("decide issuance: %w", err)
 	}
-	logger = logger.WithValues("decision_id", d.DecisionID, "purpose", d.Purpose, "allowed", d.Allowed, "codes", codes(d.Reasons))
+	logger = logger.WithValues("decision_id", d.DecisionID, "purpose", d.Purpose, "allowed", d.Allowed, "codes", d.Reasons.Codes())
 	if !d.Allowed {
 		logger.Info("refused")
 		message := fmt.Sprintf("%s (decision %s)", d.Reasons.String(), d.DecisionID)
@@ -299,14 +307,6 @@ func (r *Reconciler) admission(ctx context.Context, tcr *ichorv1alpha1.TalosCred
 	return engine.AdmissionProof{Recorded: true, Verified: ok, DecisionID: decisionID, Error: why}, nil
 }
 
-func codes(reasons []engine.Reason) []string {
-	out := make([]string, 0, len(reasons))
-	for _, r := range reasons {
-		out = append(out, r.Code)
-	}
-	return out
-}
-
 // failure is an error that answers the request (Failed) rather than being
 // retried: the cluster or its secrets are missing or unusable, or the
 // decision names something this controller cannot sign.
@@ -345,6 +345,11 @@ func (r *Reconciler) issue(ctx context.Context, cluster *ichorv1alpha1.TalosClus
 		// The rule refuses a request whose cluster does not exist; a bundle
 		// that allows one names nothing this controller could sign with.
 		return issued{}, failf("the decision allows a request whose TalosCluster does not exist")
+	}
+	if d.Certificate == nil || d.LifetimeSeconds <= 0 {
+		// The engine refuses such a decision of a broken bundle; signing
+		// anything would be guessing.
+		return issued{}, failf("the decision allows but names no certificate or lifetime")
 	}
 	bundles, err := clustersecrets.Load(ctx, r.APIReader, cluster)
 	if err != nil {

@@ -1,8 +1,6 @@
 package kubeletclient_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/rand"
@@ -10,14 +8,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
-	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,13 +31,14 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletclient"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/engine/enginetest"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
@@ -54,10 +52,12 @@ import (
 // approved, and TestUnknownMachine proves the lookup and its watch.
 var (
 	env         *harness.Env
-	decisionLog = &syncBuffer{}
+	decisionLog = &harness.DecisionLog{}
 	// local are the clusters named as judges of this API server
 	// (--local-clusters).
 	local = &cluster.Local{}
+	// odd answers for the machines a test names (TestAnOddAnswer...).
+	odd = &enginetest.Answers[engine.CSRDecision]{}
 )
 
 const (
@@ -114,19 +114,20 @@ func startManager(ctx context.Context) (stop func(), _ error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 env.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
+	mgr, err := env.NewManager(env.Config, nil)
 	if err != nil {
 		eng.Stop(ctx)
 		return nil, err
 	}
 	r := &kubeletclient.Reconciler{
-		Client:             mgr.GetClient(),
-		Clientset:          env.Clientset,
-		Engine:             eng,
+		Client:    mgr.GetClient(),
+		Clientset: env.Clientset,
+		Engine: &enginetest.Engine{Engine: eng, KubeletClientFunc: func(_ context.Context, in csrinput.KubeletClient) (engine.CSRDecision, error) {
+			if in.Machine == nil {
+				return engine.CSRDecision{}, enginetest.ErrPass
+			}
+			return odd.Answer(in.Machine.Name)
+		}},
 		RecheckInterval:    recheck,
 		MaxRecheckInterval: maxRecheck,
 		LocalClusters:      local,
@@ -137,13 +138,7 @@ func startManager(ctx context.Context) (stop func(), _ error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
+	done := harness.RunManager(ctx, mgr, "manager")
 	return func() {
 		cancel()
 		<-done
@@ -294,28 +289,7 @@ func submit(t *testing.T, cs kubernetes.Interface, name string, r csrgen.Request
 			Usages:     usages,
 		},
 	}
-	_, err = cs.CertificatesV1().CertificateSigningRequests().Create(t.Context(), obj, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = env.Clientset.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	return name
-}
-
-func getCSR(t *testing.T, name string) *certificatesv1.CertificateSigningRequest {
-	t.Helper()
-	csr, err := env.Clientset.CertificatesV1().CertificateSigningRequests().Get(t.Context(), name, metav1.GetOptions{})
-	require.NoError(t, err)
-	return csr
-}
-
-func condition(csr *certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequestCondition {
-	for i, c := range csr.Status.Conditions {
-		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
-			return &csr.Status.Conditions[i]
-		}
-	}
-	return nil
+	return env.SubmitCSR(t, cs, obj)
 }
 
 // requireApproved waits for the CSR to be approved as kind by this
@@ -325,10 +299,10 @@ func requireApproved(t *testing.T, name, node, kind string) *x509.Certificate {
 	t.Helper()
 	var csr *certificatesv1.CertificateSigningRequest
 	require.Eventually(t, func() bool {
-		csr = getCSR(t, name)
-		return condition(csr) != nil
+		csr = env.GetCSR(t, name)
+		return harness.Verdict(csr) != nil
 	}, wait, 50*time.Millisecond, "CSR %s was not decided", name)
-	c := condition(csr)
+	c := harness.Verdict(csr)
 	require.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
 	assert.Equal(t, kubeletclient.ApprovalReason, c.Reason)
 	assert.Contains(t, c.Message, fmt.Sprintf(`IchorKubeletClient: kubelet client certificate for node %q approved as %s: `, node, kind))
@@ -337,7 +311,7 @@ func requireApproved(t *testing.T, name, node, kind string) *x509.Certificate {
 
 	// kube-controller-manager signs what was approved.
 	require.Eventually(t, func() bool {
-		csr = getCSR(t, name)
+		csr = env.GetCSR(t, name)
 		return len(csr.Status.Certificate) > 0
 	}, wait, 50*time.Millisecond, "CSR %s was approved but not signed", name)
 	block, _ := pem.Decode(csr.Status.Certificate)
@@ -354,7 +328,7 @@ func requireApproved(t *testing.T, name, node, kind string) *x509.Certificate {
 	require.NoError(t, err)
 
 	// The verdict is in the decision log, with the id the condition names.
-	entries := decisionLog.entriesFor(name)
+	entries := entriesFor(name)
 	require.NotEmpty(t, entries)
 	last := entries[len(entries)-1]
 	assert.Equal(t, engine.ActionApprove, last.Result.Action)
@@ -376,7 +350,7 @@ func requirePending(t *testing.T, name string, codes ...string) logEntry {
 	t.Helper()
 	var got logEntry
 	require.Eventually(t, func() bool {
-		entries := decisionLog.entriesFor(name)
+		entries := entriesFor(name)
 		if len(entries) == 0 {
 			return false
 		}
@@ -385,7 +359,7 @@ func requirePending(t *testing.T, name string, codes ...string) logEntry {
 	}, wait, 50*time.Millisecond, "no decision logged for %s", name)
 	require.Equal(t, engine.ActionPending, got.Result.Action, "%+v", got.Result)
 	assert.Equal(t, codes, codesOf(got), "%+v", got.Result.Reasons)
-	assert.Nil(t, condition(getCSR(t, name)), "CSR %s must stay pending", name)
+	assert.Nil(t, harness.Verdict(env.GetCSR(t, name)), "CSR %s must stay pending", name)
 	return got
 }
 
@@ -435,7 +409,7 @@ func TestBootstrapTokenIsApprovedAsNodeClientAndTheNodeThenRenewsAsItself(t *tes
 	kubelet := startKubelet(t, "boot-1", token, groups, nil)
 	name := kubeletCSR(t, kubelet)
 	cert := requireApproved(t, name, "boot-1", "nodeclient")
-	assert.Equal(t, token, getCSR(t, name).Spec.Username)
+	assert.Equal(t, token, env.GetCSR(t, name).Spec.Username)
 
 	ctx, cancel := context.WithTimeout(f.ctx, wait)
 	defer cancel()
@@ -455,8 +429,8 @@ func TestBootstrapTokenIsApprovedAsNodeClientAndTheNodeThenRenewsAsItself(t *tes
 	cfg.KeyData = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 	renewal := submit(t, clientFor(t, cfg), "boot-1-renewal", csrgen.Request{Subject: csrgen.NodeSubject("boot-1")})
 	requireApproved(t, renewal, "boot-1", "selfnodeclient")
-	assert.Equal(t, node, getCSR(t, renewal).Spec.Username)
-	assert.Contains(t, getCSR(t, renewal).Spec.Groups, "system:nodes")
+	assert.Equal(t, node, env.GetCSR(t, renewal).Spec.Username)
+	assert.Contains(t, env.GetCSR(t, renewal).Spec.Groups, "system:nodes")
 }
 
 func TestNodeRenewingItsOwnCertificateIsApprovedAsSelf(t *testing.T) {
@@ -469,7 +443,7 @@ func TestNodeRenewingItsOwnCertificateIsApprovedAsSelf(t *testing.T) {
 	kubelet := startKubelet(t, "renew-1", "", nil, rsaKey)
 	name := kubeletCSR(t, kubelet)
 	requireApproved(t, name, "renew-1", "selfnodeclient")
-	assert.ElementsMatch(t, []certificatesv1.KeyUsage{"digital signature", "key encipherment", "client auth"}, getCSR(t, name).Spec.Usages)
+	assert.ElementsMatch(t, []certificatesv1.KeyUsage{"digital signature", "key encipherment", "client auth"}, env.GetCSR(t, name).Spec.Usages)
 
 	ctx, cancel := context.WithTimeout(f.ctx, wait)
 	defer cancel()
@@ -501,14 +475,14 @@ func TestWithoutPermissionPendingUntilTheBindingIsAdded(t *testing.T) {
 
 	// Re-checked on the timer, with backoff: no two decisions of the same
 	// unchanged request closer than the first interval.
-	require.Eventually(t, func() bool { return len(decisionLog.entriesFor(selfCSR)) >= 3 }, wait, 100*time.Millisecond)
-	entries := decisionLog.entriesFor(selfCSR)
+	require.Eventually(t, func() bool { return len(entriesFor(selfCSR)) >= 3 }, wait, 100*time.Millisecond)
+	entries := entriesFor(selfCSR)
 	for i := 1; i < len(entries); i++ {
 		gap := entries[i].Timestamp.Sub(entries[i-1].Timestamp)
 		assert.GreaterOrEqual(t, gap, recheck*9/10, "decisions %d and %d of an unchanged request %s apart", i-1, i, gap)
 		assert.Equal(t, engine.ActionPending, entries[i].Result.Action)
 	}
-	assert.Nil(t, condition(getCSR(t, selfCSR)))
+	assert.Nil(t, harness.Verdict(env.GetCSR(t, selfCSR)))
 
 	bind(t, token, groups, roleNodeClient)
 	bind(t, "system:node:perm-2", []string{"system:nodes"}, roleSelfNodeClient)
@@ -658,11 +632,11 @@ func TestUnknownMachineIsPendingUntilALocalMachineAppears(t *testing.T) {
 	}))
 	var csr *certificatesv1.CertificateSigningRequest
 	require.Eventually(t, func() bool {
-		csr = getCSR(t, name)
-		return condition(csr) != nil
+		csr = env.GetCSR(t, name)
+		return harness.Verdict(csr) != nil
 	}, wait, 50*time.Millisecond)
-	assert.Equal(t, certificatesv1.CertificateApproved, condition(csr).Type)
-	entries := decisionLog.entriesFor(name)
+	assert.Equal(t, certificatesv1.CertificateApproved, harness.Verdict(csr).Type)
+	entries := entriesFor(name)
 	last := entries[len(entries)-1]
 	require.NotNil(t, last.Input.Machine)
 	assert.Equal(t, "lost-1-local", last.Input.Machine.Name)
@@ -707,8 +681,8 @@ func TestAnotherSignerIsUntouched(t *testing.T) {
 	// has been through the controller's event handler.
 	requireApproved(t, submit(t, node, "serving-1-client", csrgen.Request{Subject: csrgen.NodeSubject("serving-1")}), "serving-1", "selfnodeclient")
 
-	assert.Nil(t, condition(getCSR(t, obj.Name)))
-	assert.Empty(t, decisionLog.entriesFor(obj.Name))
+	assert.Nil(t, harness.Verdict(env.GetCSR(t, obj.Name)))
+	assert.Empty(t, entriesFor(obj.Name))
 }
 
 // A request decided by someone else first is left as it is.
@@ -720,23 +694,23 @@ func TestRequestDeniedByAPersonIsLeftAlone(t *testing.T) {
 	name := submit(t, node, "denied-1", csrgen.Request{Subject: csrgen.NodeSubject("denied-1")})
 	requirePending(t, name, "NodeClientNotAuthorized", "SelfNodeClientNotAuthorized")
 
-	csr := getCSR(t, name)
+	csr := env.GetCSR(t, name)
 	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
 		Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: "ByHand", Message: "not this one",
 	})
 	_, err := env.Clientset.CertificatesV1().CertificateSigningRequests().UpdateApproval(f.ctx, name, csr, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	logged := len(decisionLog.entriesFor(name))
+	logged := len(entriesFor(name))
 
 	// Now the permission is there, and a later request of the same node is
 	// approved; the denied one is not decided again.
 	bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
 	requireApproved(t, submit(t, node, "denied-1-again", csrgen.Request{Subject: csrgen.NodeSubject("denied-1")}), "denied-1", "selfnodeclient")
-	c := condition(getCSR(t, name))
+	c := harness.Verdict(env.GetCSR(t, name))
 	require.NotNil(t, c)
 	assert.Equal(t, certificatesv1.CertificateDenied, c.Type)
 	assert.Equal(t, "ByHand", c.Reason)
-	assert.LessOrEqual(t, len(decisionLog.entriesFor(name)), logged+1, "at most a re-check already under way")
+	assert.LessOrEqual(t, len(entriesFor(name)), logged+1, "at most a re-check already under way")
 }
 
 func withSAN(t *testing.T, r csrgen.Request, names ...asn1.RawValue) csrgen.Request {
@@ -759,18 +733,6 @@ func otherName(t *testing.T) asn1.RawValue {
 	oid, err := asn1.Marshal(asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 311, 20, 2, 3})
 	require.NoError(t, err)
 	return asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 0, IsCompound: true, Bytes: oid}
-}
-
-// syncBuffer is the decision log the engine writes to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
 }
 
 type logEntry struct {
@@ -797,17 +759,42 @@ type logEntry struct {
 }
 
 // entriesFor is the kubelet-client decisions logged for the CSR, oldest first.
-func (b *syncBuffer) entriesFor(csr string) []logEntry {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []logEntry
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
-	sc.Buffer(make([]byte, 0, 1<<20), 1<<24)
-	for sc.Scan() {
-		var e logEntry
-		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Input.CSR.Name == csr && strings.Contains(e.Path, "kubelet_client") {
-			out = append(out, e)
-		}
+func entriesFor(csr string) []logEntry {
+	return harness.Decisions(decisionLog, func(e logEntry) bool {
+		return e.Input.CSR.Name == csr && strings.Contains(e.Path, "kubelet_client")
+	})
+}
+
+// The rule never denies, and the engine refuses a bundle whose rule does; an
+// answer that is not an approval, or a decision that failed, leaves the
+// request pending, asked again on the re-check timer, and it is approved once
+// the bundle answers properly again.
+func TestAnOddAnswerOfTheBundleNeverDeniesAndLeavesTheRequestPending(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct {
+		node   string
+		answer func() (engine.CSRDecision, error)
+	}{
+		{"odd-deny", func() (engine.CSRDecision, error) {
+			return engine.CSRDecision{Action: engine.ActionDeny, Reasons: engine.Reasons{{Code: "X", Message: "x"}}, DecisionID: "d-deny"}, nil
+		}},
+		{"odd-error", func() (engine.CSRDecision, error) {
+			return engine.CSRDecision{}, errors.New("evaluate ichor/kubelet_client/decision: builtin error")
+		}},
+	} {
+		t.Run(tc.node, func(t *testing.T) {
+			odd.Set(tc.node, tc.answer)
+			t.Cleanup(func() { odd.Set(tc.node, nil) })
+			f.machine(tc.node)
+			user := "system:node:" + tc.node
+			bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
+			name := submit(t, userClient(t, user, "system:nodes"), "csr-"+tc.node, csrgen.Request{Subject: csrgen.NodeSubject(tc.node)})
+
+			require.Eventually(t, func() bool { return odd.Asked(tc.node) >= 2 }, wait, 50*time.Millisecond)
+			assert.Nil(t, harness.Verdict(env.GetCSR(t, name)), "neither denied nor approved on an odd answer")
+
+			odd.Set(tc.node, nil)
+			requireApproved(t, name, tc.node, "selfnodeclient")
+		})
 	}
-	return out
 }

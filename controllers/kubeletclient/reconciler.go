@@ -76,6 +76,13 @@ const (
 // +kubebuilder:rbac:groups=ichor.dev,resources=talosclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ichor.dev,resources=talosmachines,verbs=get;list;watch
 
+// Decider is what the approver asks of the policy engine: *engine.Engine,
+// or a test's (engine/enginetest).
+type Decider interface {
+	KubeletClient(context.Context, csrinput.KubeletClient) (engine.CSRDecision, error)
+	RecordApplied(ctx context.Context, decisionID, object, action string) error
+}
+
 // Reconciler approves kubelet client certificates.
 type Reconciler struct {
 	// Client reads CSRs, TalosMachines and TalosClusters from the cache.
@@ -83,7 +90,7 @@ type Reconciler struct {
 	// Clientset makes the SubjectAccessReviews and writes approvals (the
 	// approval subresource).
 	Clientset kubernetes.Interface
-	Engine    *engine.Engine
+	Engine    Decider
 	// LocalClusters are the clusters whose machines may be this API
 	// server's nodes; any other cluster's machines are not.
 	LocalClusters *cluster.Local

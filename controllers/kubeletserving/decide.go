@@ -152,6 +152,14 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 	}
 	logger = logger.WithValues("node", d.Node, "action", d.Action, "codes", d.Reasons.Codes(), "decision_id", d.DecisionID, "revision", d.Revision)
+	// The engine refuses such answers of a broken bundle; whatever decides
+	// here must not be trusted further than that.
+	switch {
+	case d.Action != engine.ActionApprove && d.Action != engine.ActionDeny && d.Action != engine.ActionPending:
+		return fmt.Errorf("decision %s on CSR %s has unknown action %q: nothing done", d.DecisionID, csr.Name, d.Action)
+	case len(d.Reasons) == 0:
+		return fmt.Errorf("decision %s on CSR %s gives no reason: nothing done", d.DecisionID, csr.Name)
+	}
 
 	switch d.Action {
 	case engine.ActionApprove:

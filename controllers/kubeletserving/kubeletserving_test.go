@@ -1,19 +1,15 @@
 package kubeletserving_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/x509/pkix"
 	"encoding/asn1"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,11 +26,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/engine/enginetest"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
@@ -44,10 +40,13 @@ import (
 // test has its own namespace, cluster and node names.
 var (
 	env         *harness.Env
-	decisionLog = &syncBuffer{}
+	decisionLog = &harness.DecisionLog{}
 	// local are the clusters named as judges of this API server
 	// (--local-clusters); each test names its own.
 	local = &cluster.Local{}
+	// odd answers for the nodes a test names, and the real engine's answer
+	// for every other (odd_test.go).
+	odd = &enginetest.Answers[engine.CSRDecision]{}
 )
 
 const wait = 60 * time.Second
@@ -83,11 +82,7 @@ func startManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 env.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-	})
+	mgr, err := env.NewManager(env.Config, nil)
 	if err != nil {
 		return err
 	}
@@ -95,7 +90,7 @@ func startManager(ctx context.Context) error {
 		Client:         mgr.GetClient(),
 		APIReader:      mgr.GetAPIReader(),
 		Clientset:      env.Clientset,
-		Engine:         eng,
+		Engine:         &enginetest.Engine{Engine: eng, KubeletServingFunc: oddServing},
 		Recorder:       mgr.GetEventRecorder("ichor-kubelet-serving"),
 		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second},
 		ResyncInterval: 3 * time.Second,
@@ -104,11 +99,7 @@ func startManager(ctx context.Context) error {
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err
 	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	}()
+	harness.RunManager(ctx, mgr, "manager")
 	return nil
 }
 
@@ -194,28 +185,7 @@ func submitPEM(t *testing.T, cs kubernetes.Interface, name string, pemBytes []by
 	t.Helper()
 	obj := csrgen.ServingObject(name, "ignored", pemBytes, usages...)
 	obj.Spec.Username, obj.Spec.Groups = "", nil // the API server sets them from the requester
-	_, err := cs.CertificatesV1().CertificateSigningRequests().Create(t.Context(), obj, metav1.CreateOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_ = env.Clientset.CertificatesV1().CertificateSigningRequests().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	return name
-}
-
-func getCSR(t *testing.T, name string) *certificatesv1.CertificateSigningRequest {
-	t.Helper()
-	csr, err := env.Clientset.CertificatesV1().CertificateSigningRequests().Get(t.Context(), name, metav1.GetOptions{})
-	require.NoError(t, err)
-	return csr
-}
-
-func condition(csr *certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequestCondition {
-	for i, c := range csr.Status.Conditions {
-		if c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied {
-			return &csr.Status.Conditions[i]
-		}
-	}
-	return nil
+	return env.SubmitCSR(t, cs, obj)
 }
 
 // decided waits for the CSR to be approved or denied.
@@ -223,7 +193,7 @@ func decided(t *testing.T, name string) certificatesv1.CertificateSigningRequest
 	t.Helper()
 	var got *certificatesv1.CertificateSigningRequestCondition
 	require.Eventually(t, func() bool {
-		got = condition(getCSR(t, name))
+		got = harness.Verdict(env.GetCSR(t, name))
 		return got != nil
 	}, wait, 100*time.Millisecond, "CSR %s was not decided", name)
 	return *got
@@ -234,14 +204,14 @@ func decided(t *testing.T, name string) certificatesv1.CertificateSigningRequest
 func loggedPending(t *testing.T, name, code string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		for _, e := range decisionLog.entriesFor(name) {
+		for _, e := range entriesFor(name) {
 			if e.Result.Action == engine.ActionPending && e.Result.Reasons[0].Code == code {
 				return true
 			}
 		}
 		return false
 	}, wait, 100*time.Millisecond, "no pending %s decision logged for %s", code, name)
-	assert.Nil(t, condition(getCSR(t, name)), "CSR %s must stay pending", name)
+	assert.Nil(t, harness.Verdict(env.GetCSR(t, name)), "CSR %s must stay pending", name)
 }
 
 func requireDenied(t *testing.T, name string, codes ...string) certificatesv1.CertificateSigningRequestCondition {
@@ -275,7 +245,7 @@ func TestGoodRequestIsApprovedSignedAndRecorded(t *testing.T) {
 	csrs, err := kubelet.CSRs(f.ctx)
 	require.NoError(t, err)
 	require.NotEmpty(t, csrs)
-	c := condition(&csrs[0])
+	c := harness.Verdict(&csrs[0])
 	require.NotNil(t, c)
 	assert.Equal(t, certificatesv1.CertificateApproved, c.Type)
 	assert.Equal(t, kubeletserving.ApprovalReason, c.Reason)
@@ -291,7 +261,7 @@ func TestGoodRequestIsApprovedSignedAndRecorded(t *testing.T) {
 	f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionTrue)
 
 	// The decision is in the log, with its revision.
-	entries := decisionLog.entriesFor(csrs[0].Name)
+	entries := entriesFor(csrs[0].Name)
 	require.NotEmpty(t, entries)
 	assert.Equal(t, engine.ActionApprove, entries[len(entries)-1].Result.Action)
 	assert.NotEmpty(t, entries[len(entries)-1].Bundles["ichor"].Revision)
@@ -366,7 +336,7 @@ func TestEachDenyReasonEndToEnd(t *testing.T) {
 			name := tc.make(t)
 			requireDenied(t, name, tc.codes...)
 			f.waitEvent(name, "Denied")
-			entries := decisionLog.entriesFor(name)
+			entries := entriesFor(name)
 			require.NotEmpty(t, entries)
 			assert.Equal(t, engine.ActionDeny, entries[len(entries)-1].Result.Action)
 		})
@@ -442,8 +412,8 @@ func TestAnotherSignerIsUntouched(t *testing.T) {
 		return meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates) != nil
 	}, wait, 100*time.Millisecond)
 
-	assert.Nil(t, condition(getCSR(t, "other-signer")))
-	assert.Empty(t, decisionLog.entriesFor("other-signer"))
+	assert.Nil(t, harness.Verdict(env.GetCSR(t, "other-signer")))
+	assert.Empty(t, entriesFor("other-signer"))
 }
 
 func TestConditionAndLatch(t *testing.T) {
@@ -534,18 +504,6 @@ func ipStrings(ips []net.IP) []string {
 	return out
 }
 
-// syncBuffer is the decision log the engine writes to.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
 type logEntry struct {
 	DecisionID string `json:"decision_id"`
 	Input      struct {
@@ -559,19 +517,9 @@ type logEntry struct {
 	} `json:"bundles"`
 }
 
-func (b *syncBuffer) entriesFor(csr string) []logEntry {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []logEntry
-	sc := bufio.NewScanner(bytes.NewReader(b.buf.Bytes()))
-	sc.Buffer(make([]byte, 0, 1<<20), 1<<24)
-	for sc.Scan() {
-		var e logEntry
-		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Input.CSR.Name == csr {
-			out = append(out, e)
-		}
-	}
-	return out
+// entriesFor is the decisions logged for the CSR, oldest first.
+func entriesFor(csr string) []logEntry {
+	return harness.Decisions(decisionLog, func(e logEntry) bool { return e.Input.CSR.Name == csr })
 }
 
 func TestClusterWithKubeconfigRefIsJudgedInItsOwnAPIServer(t *testing.T) {
@@ -679,7 +627,7 @@ func TestAClusterTheOperatorDidNotNameJudgesNothingHere(t *testing.T) {
 	intruder := nodeClient(t, "system:node:intruder-1", "system:nodes")
 	stolen := submit(t, intruder, "tenant-stolen-ip", csrgen.Request{Subject: csrgen.NodeSubject("intruder-1"), IPs: []net.IP{net.ParseIP("10.28.0.2")}})
 	loggedPending(t, stolen, "MachineUnknown")
-	for _, e := range decisionLog.entriesFor(stolen) {
+	for _, e := range entriesFor(stolen) {
 		assert.NotEqual(t, engine.ActionApprove, e.Result.Action)
 	}
 

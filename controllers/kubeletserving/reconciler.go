@@ -63,6 +63,13 @@ const (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
+// Decider is what the approver asks of the policy engine: *engine.Engine,
+// or a test's (engine/enginetest).
+type Decider interface {
+	KubeletServing(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error)
+	RecordApplied(ctx context.Context, decisionID, object, action string) error
+}
+
 // Reconciler approves kubelet serving certificates.
 type Reconciler struct {
 	// Client reads TalosClusters, TalosMachines and CSRs from the cache and
@@ -73,7 +80,7 @@ type Reconciler struct {
 	APIReader client.Reader
 	// Clientset writes CSR approvals (the approval subresource).
 	Clientset kubernetes.Interface
-	Engine    *engine.Engine
+	Engine    Decider
 	Recorder  events.EventRecorder
 	// NodeReaders gives the Talos identity reader of a cluster.
 	NodeReaders *NodeReaders

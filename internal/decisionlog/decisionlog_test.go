@@ -1,7 +1,6 @@
 package decisionlog_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,25 +21,8 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
+	"github.com/ichor-dev/ichor-policy/test/harness"
 )
-
-// syncBuffer is a decision-log sink the SDK may write to from any goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // serving is the input of a kubelet-serving request from node for ips, with
 // the identity Talos reports for it; no machine when identity is nil.
@@ -92,7 +73,7 @@ func admission(user string, clusterExists bool) map[string]any {
 func realLog(t *testing.T) (string, []string) {
 	t.Helper()
 	ctx := context.Background()
-	log := &syncBuffer{}
+	log := &harness.DecisionLog{}
 	e, err := engine.New(ctx, engine.Options{DecisionLog: log, ID: "test"})
 	require.NoError(t, err)
 	defer e.Stop(ctx)
@@ -230,7 +211,7 @@ func TestFilterSelectsByEachCriterion(t *testing.T) {
 
 func TestNodeMatchesWhatTalosReportedToo(t *testing.T) {
 	ctx := context.Background()
-	log := &syncBuffer{}
+	log := &harness.DecisionLog{}
 	e, err := engine.New(ctx, engine.Options{DecisionLog: log})
 	require.NoError(t, err)
 	defer e.Stop(ctx)
@@ -296,7 +277,7 @@ func replay(t *testing.T, dir string, entries []decisionlog.Entry) decisionlog.R
 	ctx := context.Background()
 	b, err := bundles.Load(dir)
 	require.NoError(t, err)
-	e, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: &syncBuffer{}})
+	e, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: &harness.DecisionLog{}})
 	require.NoError(t, err)
 	defer e.Stop(ctx)
 	rep, err := decisionlog.Replay(ctx, e, entries)

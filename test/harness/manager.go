@@ -3,10 +3,18 @@ package harness
 import (
 	"context"
 	"fmt"
+	"os"
+	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 )
@@ -33,4 +41,56 @@ func (e *Env) createManagerNamespace(ctx context.Context) error {
 // read and filled through c.
 func (e *Env) AdmissionKeys(c client.Client) *credential.Keys {
 	return &credential.Keys{Client: c, Namespace: ManagerNamespace, Name: credential.DefaultKeySecretName}
+}
+
+// NewManager is a controller-runtime manager of the test's API server, as
+// the user of cfg (env.Config for the admin), with the harness's scheme and
+// neither metrics nor probe endpoints: tests run several side by side.
+// webhook is the webhook server, or nil for none.
+func (e *Env) NewManager(cfg *rest.Config, webhook crwebhook.Server) (ctrl.Manager, error) {
+	opts := ctrl.Options{
+		Scheme:                 e.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+	}
+	if webhook != nil {
+		opts.WebhookServer = webhook
+	}
+	mgr, err := ctrl.NewManager(cfg, opts)
+	if err != nil {
+		return nil, fmt.Errorf("test manager: %w", err)
+	}
+	return mgr, nil
+}
+
+// RunManager runs mgr in the background until ctx ends and returns a channel
+// closed when it has stopped. A manager that fails says so on standard
+// error: TestMain, which starts it, has no test to fail.
+func RunManager(ctx context.Context, mgr ctrl.Manager, name string) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		}
+	}()
+	return done
+}
+
+// WaitAllowed waits, up to 30 s, until the authorizer allows user (in
+// groups) attrs: RBAC objects just created take a moment to count.
+func (e *Env) WaitAllowed(ctx context.Context, user string, groups []string, attrs authorizationv1.ResourceAttributes) error {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: user, Groups: groups, ResourceAttributes: &attrs,
+		}}
+		if err := e.Client.Create(ctx, sar); err != nil {
+			return false, err
+		}
+		return sar.Status.Allowed, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s is not allowed to %s %s/%s: %w", user, attrs.Verb, attrs.Resource, attrs.Subresource, err)
+	}
+	return nil
 }

@@ -97,11 +97,16 @@ func WhoAmI(ctx context.Context, c client.Client) (ichorv1alpha1.Requester, erro
 	return r, nil
 }
 
+// Requirer gives a purpose's requirements: *engine.Engine.
+type Requirer interface {
+	Requirements(ctx context.Context, purpose string) (engine.CredentialRequirements, error)
+}
+
 // ReviewPurpose makes the SubjectAccessReview the purpose requires (its
 // requirements decision names the grant) as user, on the cluster. It returns
 // nil for a purpose the policy does not know: nothing could be reviewed, and
 // the rule refuses it.
-func ReviewPurpose(ctx context.Context, c client.Client, eng *engine.Engine, user engine.CredentialUser, namespace, cluster string, purpose ichorv1alpha1.CredentialPurpose) (*engine.AuthorizationFacts, error) {
+func ReviewPurpose(ctx context.Context, c client.Client, eng Requirer, user engine.CredentialUser, namespace, cluster string, purpose ichorv1alpha1.CredentialPurpose) (*engine.AuthorizationFacts, error) {
 	reqs, err := eng.Requirements(ctx, string(purpose))
 	switch {
 	case errors.Is(err, engine.ErrNoDecision):

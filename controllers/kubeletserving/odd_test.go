@@ -1,0 +1,71 @@
+package kubeletserving_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/engine/enginetest"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+)
+
+// oddServing answers odd for the machines a test names.
+func oddServing(_ context.Context, in csrinput.KubeletServing) (engine.CSRDecision, error) {
+	if in.Machine == nil {
+		return engine.CSRDecision{}, enginetest.ErrPass
+	}
+	return odd.Answer(in.Machine.Name)
+}
+
+// A bundle that answers something the approver cannot act on (its decision
+// fails, an action it does not know, a denial without a reason, an approval
+// without one) holds the request undecided, is asked again with backoff,
+// and the request is decided once the bundle answers properly again.
+func TestAnOddAnswerOfTheBundleLeavesTheRequestUndecidedUntilItAnswersProperly(t *testing.T) {
+	f := newFixture(t, false)
+	for _, tc := range []struct {
+		node   string
+		answer func() (engine.CSRDecision, error)
+	}{
+		{"odd-error", func() (engine.CSRDecision, error) {
+			return engine.CSRDecision{}, errors.New("evaluate ichor/kubelet_serving/decision: builtin error")
+		}},
+		{"odd-action", func() (engine.CSRDecision, error) {
+			return engine.CSRDecision{Action: "maybe", Reasons: engine.Reasons{{Code: "X", Message: "x"}}, DecisionID: "d-action"}, nil
+		}},
+		{"odd-deny", func() (engine.CSRDecision, error) {
+			return engine.CSRDecision{Action: engine.ActionDeny, DecisionID: "d-deny"}, nil
+		}},
+		{"odd-approve", func() (engine.CSRDecision, error) {
+			return engine.CSRDecision{Action: engine.ActionApprove, DecisionID: "d-approve"}, nil
+		}},
+	} {
+		t.Run(tc.node, func(t *testing.T) {
+			t.Parallel()
+			odd.Set(tc.node, tc.answer)
+			t.Cleanup(func() { odd.Set(tc.node, nil) })
+			ip := map[string]string{"odd-error": "10.40.0.2", "odd-action": "10.40.0.3", "odd-deny": "10.40.0.4", "odd-approve": "10.40.0.5"}[tc.node]
+			f.machine(tc.node, ip)
+			node := nodeClient(t, "system:node:"+tc.node, "system:nodes")
+			name := submit(t, node, "csr-"+tc.node, csrgen.Request{Subject: csrgen.NodeSubject(tc.node), IPs: []net.IP{net.ParseIP(ip)}})
+
+			// Asked a second time: the first answer was handled (a request
+			// is decided by one worker at a time) and it is retried.
+			require.Eventually(t, func() bool { return odd.Asked(tc.node) >= 2 }, wait, 100*time.Millisecond)
+			assert.Nil(t, harness.Verdict(env.GetCSR(t, name)), "nothing is written on an odd answer")
+
+			odd.Set(tc.node, nil)
+			c := decided(t, name)
+			assert.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
+		})
+	}
+}

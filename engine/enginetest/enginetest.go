@@ -1,0 +1,112 @@
+// Package enginetest is a policy engine for the actors' tests. It answers as
+// the real engine it wraps does, except for the inputs a test picks, for
+// which it answers what the test says: an error, no decision, or a decision
+// the real engine would refuse to pass on. The tests of the approvers, the
+// webhook and the issuer use it to show what each does when the bundle
+// answers something odd, against the real API server.
+package enginetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+)
+
+// ErrPass is what an override returns to let the real engine decide.
+var ErrPass = errors.New("enginetest: let the real engine decide")
+
+// Engine is the real engine with per-decision overrides.
+type Engine struct {
+	*engine.Engine
+
+	KubeletServingFunc func(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error)
+	KubeletClientFunc  func(context.Context, csrinput.KubeletClient) (engine.CSRDecision, error)
+	AdmissionFunc      func(context.Context, engine.CredentialAdmissionInput) (engine.CredentialAdmission, error)
+	IssuanceFunc       func(context.Context, engine.CredentialIssuanceInput) (engine.CredentialIssuance, error)
+}
+
+// KubeletServing decides a kubelet-serving CSR.
+func (e *Engine) KubeletServing(ctx context.Context, in csrinput.KubeletServing) (engine.CSRDecision, error) {
+	if e.KubeletServingFunc != nil {
+		if d, err := e.KubeletServingFunc(ctx, in); !errors.Is(err, ErrPass) {
+			return d, err
+		}
+	}
+	return e.Engine.KubeletServing(ctx, in)
+}
+
+// KubeletClient decides a kubelet client CSR.
+func (e *Engine) KubeletClient(ctx context.Context, in csrinput.KubeletClient) (engine.CSRDecision, error) {
+	if e.KubeletClientFunc != nil {
+		if d, err := e.KubeletClientFunc(ctx, in); !errors.Is(err, ErrPass) {
+			return d, err
+		}
+	}
+	return e.Engine.KubeletClient(ctx, in)
+}
+
+// Admission decides a TalosCredentialRequest at admission.
+func (e *Engine) Admission(ctx context.Context, in engine.CredentialAdmissionInput) (engine.CredentialAdmission, error) {
+	if e.AdmissionFunc != nil {
+		if d, err := e.AdmissionFunc(ctx, in); !errors.Is(err, ErrPass) {
+			return d, err
+		}
+	}
+	return e.Engine.Admission(ctx, in)
+}
+
+// Issuance decides whether a credential may be signed.
+func (e *Engine) Issuance(ctx context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
+	if e.IssuanceFunc != nil {
+		if d, err := e.IssuanceFunc(ctx, in); !errors.Is(err, ErrPass) {
+			return d, err
+		}
+	}
+	return e.Engine.Issuance(ctx, in)
+}
+
+// Answers are the odd answers of type D for the keys a test picks (a node
+// name, a request name), with how often each key was asked. Safe for
+// concurrent use: the actors decide from their own goroutines.
+type Answers[D any] struct {
+	mu      sync.Mutex
+	answers map[string]func() (D, error)
+	asked   map[string]int
+}
+
+// Set makes answer the answer for key; nil lets the real engine decide again.
+func (a *Answers[D]) Set(key string, answer func() (D, error)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.answers == nil {
+		a.answers, a.asked = map[string]func() (D, error){}, map[string]int{}
+	}
+	if answer == nil {
+		delete(a.answers, key)
+		return
+	}
+	a.answers[key] = answer
+}
+
+// Answer is key's answer, counted; ErrPass when the test set none.
+func (a *Answers[D]) Answer(key string) (D, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	answer, ok := a.answers[key]
+	if !ok {
+		var zero D
+		return zero, ErrPass
+	}
+	a.asked[key]++
+	return answer()
+}
+
+// Asked is how often key was answered with its odd answer.
+func (a *Answers[D]) Asked(key string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.asked[key]
+}
