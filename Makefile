@@ -21,7 +21,7 @@ export KUBEBUILDER_ASSETS := $(ENVTEST_ASSETS)
 # its cached path.
 OPA := go tool opa
 REGAL = $(shell go -C tools/regal tool -n regal)
-STATICCHECK = $(shell go -C tools/staticcheck tool -n staticcheck)
+GOLANGCI_LINT = $(shell go -C tools/golangci-lint tool -n golangci-lint)
 
 POLICY := policy
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
@@ -35,7 +35,7 @@ build: ## Build bin/ichor
 	go build -o bin/ichor ./cmd/ichor
 
 .PHONY: test
-test: vet policy-test envtest-assets go-test chart-test ## The whole suite: go vet, opa check/fmt/test (100% coverage), regal, go test
+test: go-lint policy-test envtest-assets go-test chart-test ## The whole suite: gofmt, go vet, golangci-lint, opa check/fmt/test (100% coverage), Regal, go test, the chart
 
 .PHONY: vet
 vet:
@@ -65,10 +65,13 @@ chart-test: envtest-assets ## The Helm chart: helm lint and template (default, c
 	$(HELM) template ichor-policy deploy/chart --namespace ichor-system --set webhook.certManager.enabled=true > /dev/null
 	HELM="$(HELM)" go test $(GO_TEST_FLAGS) ./deploy/chart/
 
-.PHONY: lint
-lint: vet ## gofmt, go vet, staticcheck, opa fmt/check, Regal
+.PHONY: go-lint
+go-lint: vet ## Go: gofmt, go vet, golangci-lint (staticcheck, errcheck, errorlint, gosec, importas, funlen, dupl; .golangci.yml)
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(STATICCHECK) ./...
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: lint
+lint: go-lint ## gofmt, go vet, golangci-lint, opa fmt/check, Regal
 	$(OPA) check --strict $(POLICY)
 	$(OPA) fmt --fail --list $(POLICY)
 	$(REGAL) lint $(POLICY)

@@ -15,6 +15,8 @@ import (
 )
 
 // Entrypoints of the credential rules (policy/ichor/credentials).
+//
+//nolint:gosec // G101: rule paths that say "credentials", not credentials
 const (
 	PathCredentialRequirements = "ichor/credentials/requirements"
 	PathCredentialAdmission    = "ichor/credentials/admission"

@@ -192,7 +192,11 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	case <-sdkOpts.Ready:
 	case <-time.After(timeout):
 		e.Stop(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("the policy bundle from %s was not activated within %s: %v", describeSource(opts), timeout, e.LastError())
+		err := fmt.Errorf("the policy bundle from %s was not activated within %s", describeSource(opts), timeout)
+		if last := e.LastError(); last != nil {
+			err = fmt.Errorf("%w: %w", err, last)
+		}
+		return nil, err
 	case <-ctx.Done():
 		e.Stop(context.WithoutCancel(ctx))
 		return nil, ctx.Err()

@@ -96,7 +96,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "start the control plane:", err)
 		return 1
 	}
-	defer env.Stop()
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop the control plane:", err)
+		}
+	}()
 	install, err := setup(ctx)
 	if install != nil {
 		defer install.Cleanup() //nolint:errcheck // a temporary directory

@@ -81,7 +81,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "start the control plane:", err)
 		return 1
 	}
-	defer env.Stop()
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop the control plane:", err)
+		}
+	}()
 	if err := setupRBAC(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "test RBAC:", err)
 		return 1

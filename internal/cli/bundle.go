@@ -37,7 +37,7 @@ func newBundleCommand(s streams) *cobra.Command {
 					return err
 				}
 			}
-			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			if err := os.MkdirAll(filepath.Dir(out), 0o750); err != nil {
 				return fmt.Errorf("output directory: %w", err)
 			}
 			f, err := os.Create(out)

@@ -51,7 +51,7 @@ func Collect(b *bundle.Bundle) ([]Package, error) {
 	}
 	set, errs := ast.BuildAnnotationSet(modules)
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("annotations: %v", errs)
+		return nil, fmt.Errorf("annotations: %w", errs)
 	}
 	byPath := map[string]*Package{}
 	get := func(path string) *Package {

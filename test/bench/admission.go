@@ -208,7 +208,7 @@ func RunAdmission(ctx context.Context, f *Fleet, n int, log io.Writer) (res Admi
 	mgr.GetWebhookServer().Register(webhook.Path, &crwebhook.Admission{Handler: h})
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Start(ctx) }()
-	defer func() { cancel(); <-mgrDone }()
+	defer func() { cancel(); <-mgrDone }() //nolint:errcheck // the manager was cancelled; only its end matters
 	started := mgr.GetWebhookServer().StartedChecker()
 	if err := waitFor(ctx, 30*time.Second, func(context.Context) (bool, error) {
 		select {

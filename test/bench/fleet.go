@@ -42,7 +42,7 @@ import (
 const (
 	Namespace   = "bench"
 	ClusterName = "bench"
-	secretsName = "bench-talos-secrets"
+	secretsName = "bench-talos-secrets" //nolint:gosec // G101: a Secret's name, not a secret
 )
 
 // Fleet is the control plane and the simulated machines.
@@ -147,7 +147,7 @@ func stablePort() (int, error) {
 		return 0, fmt.Errorf("no port below the ephemeral range (from %d)", low)
 	}
 	for range 100 {
-		port := from + mathrand.IntN(low-from)
+		port := from + mathrand.IntN(low-from) //nolint:gosec // G404: picking a port, not a secret
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			continue
@@ -190,7 +190,7 @@ func machineName(i int) string {
 // machineIP is a distinct address per machine, 10.x.y.z from 10.0.0.1.
 func machineIP(i int) net.IP {
 	n := i + 1
-	return net.IPv4(10, byte(n>>16), byte(n>>8), byte(n))
+	return net.IPv4(10, byte(n>>16), byte(n>>8), byte(n)) //nolint:gosec // G115: truncation to octets is the point
 }
 
 // Grow adds machines until there are n: for each, a Talos API test server

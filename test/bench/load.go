@@ -119,7 +119,7 @@ func Submit(ctx context.Context, reqs []*Request, concurrency int) ([]Submission
 		})
 		r.http.CloseIdleConnections()
 		if err != nil {
-			return fmt.Errorf("kubelet %s: create CSR: %w (last error: %v)", r.Machine.Name, err, last)
+			return fmt.Errorf("kubelet %s: create CSR: %w (last error: %v)", r.Machine.Name, err, last) //nolint:errorlint // last is detail for the reader, and may be nil
 		}
 		subs[i] = Submission{Name: got.Name, Start: start, Created: time.Now()}
 		return nil

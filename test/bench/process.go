@@ -85,7 +85,7 @@ func (c *Controller) WaitReady(ctx context.Context) error {
 		select {
 		case err := <-c.done:
 			c.done <- err
-			return false, fmt.Errorf("%s exited: %v\n%s", c.Name, err, tail(c.LogPath, 20))
+			return false, fmt.Errorf("%s exited: %v\n%s", c.Name, err, tail(c.LogPath, 20)) //nolint:errorlint // the exit status, nil on a clean exit, is for the reader
 		default:
 		}
 		_, err := c.Stats(ctx)

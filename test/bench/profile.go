@@ -102,7 +102,7 @@ func allOf(matchers ...func([]string) bool) func([]string) bool {
 
 const (
 	otherCategory    = "other"
-	fullPassCategory = "full passes: every CSR and machine listed from the cache"
+	fullPassCategory = "full passes: every CSR and machine listed from the cache" //nolint:gosec // G101: a label, not a password
 )
 
 // SummarizeProfile reads a CPU profile with `go tool pprof`.

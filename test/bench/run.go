@@ -158,8 +158,11 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, n int, o RunOpt
 	warmCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	_, denied, err := tr.WaitDecided(warmCtx, []string{subs[0].Name})
 	cancel()
-	if err != nil || len(denied) > 0 {
-		return res, fmt.Errorf("%s: warm-up request not approved: %v %v\n%s", name, err, denied, tail(ctl.LogPath, 20))
+	if err != nil {
+		return res, fmt.Errorf("%s: warm-up request not approved: %w\n%s", name, err, tail(ctl.LogPath, 20))
+	}
+	if len(denied) > 0 {
+		return res, fmt.Errorf("%s: warm-up request denied: %v\n%s", name, denied, tail(ctl.LogPath, 20))
 	}
 	say("%s: started and warmed up in %s", name, since(start))
 

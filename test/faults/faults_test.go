@@ -56,7 +56,11 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "start the control plane:", err)
 		return 1
 	}
-	defer env.Stop()
+	defer func() {
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop the control plane:", err)
+		}
+	}()
 	kubeconfig = filepath.Join(dir, "admin.kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.AdminKubeconfig, 0o600); err != nil {
 		fmt.Fprintln(os.Stderr, err)

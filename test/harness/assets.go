@@ -68,7 +68,7 @@ func resolveAssetsDir(explicit string) (string, error) {
 	var missing []string
 
 	for _, name := range controlPlaneBinaries {
-		info, err := os.Stat(filepath.Join(dir, name))
+		info, err := os.Stat(filepath.Join(dir, name)) //nolint:gosec // G703: a stat of the envtest assets directory
 		if err != nil || info.IsDir() || info.Mode().Perm()&0o111 == 0 {
 			missing = append(missing, name)
 		}

@@ -120,7 +120,7 @@ func (e *Env) probeSigning(ctx context.Context) (err error) {
 
 	err = wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
 		if done, exitErr := e.kcm.exited(); done {
-			return false, fmt.Errorf("kube-controller-manager exited: %v", exitErr)
+			return false, fmt.Errorf("kube-controller-manager exited: %v", exitErr) //nolint:errorlint // the exit status, nil on a clean exit, is for the reader
 		}
 
 		got, err := csrs.Get(ctx, csr.Name, metav1.GetOptions{})

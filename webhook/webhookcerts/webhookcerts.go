@@ -45,7 +45,7 @@ import (
 // not derived from the Helm release, because the RBAC markers below name them
 // and the manager's roles are generated from the markers.
 const (
-	DefaultSecretName               = "ichor-policy-webhook-cert"
+	DefaultSecretName               = "ichor-policy-webhook-cert" //nolint:gosec // G101: a Secret's name, not a secret
 	DefaultServiceName              = "ichor-policy-webhook"
 	DefaultWebhookConfigurationName = "ichor-policy-webhook"
 	DefaultClusterDomain            = "cluster.local"

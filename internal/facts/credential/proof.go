@@ -46,11 +46,11 @@ const (
 
 // KeySecretKey is the key of the admission key Secret's data that holds the
 // MAC key.
-const KeySecretKey = "hmac-sha256.key"
+const KeySecretKey = "hmac-sha256.key" //nolint:gosec // G101: the name of a data key, not a key
 
 // DefaultKeySecretName is the Secret, in the manager's namespace, that holds
 // the admission key; the chart creates it empty and the manager fills it.
-const DefaultKeySecretName = "ichor-policy-admission-key"
+const DefaultKeySecretName = "ichor-policy-admission-key" //nolint:gosec // G101: a Secret's name, not a secret
 
 // keyRefresh is how long a key read from the Secret is used before it is read
 // again, so that a key replaced by an operator (after a leak, say) is used,

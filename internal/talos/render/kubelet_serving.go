@@ -125,9 +125,9 @@ func kubeletServingV1Alpha1(apiServer bool) *talosv1alpha1.Config {
 		ConfigVersion: talosv1alpha1.Version,
 		MachineConfig: &talosv1alpha1.MachineConfig{
 			//lint:ignore SA1019 the pre-v1.14 contract has no KubeletConfig document
-			MachineKubelet: &talosv1alpha1.KubeletConfig{
+			MachineKubelet: &talosv1alpha1.KubeletConfig{ //nolint:staticcheck // SA1019: the pre-v1.14 contract
 				//lint:ignore SA1019 the pre-v1.14 contract has no KubeletConfig document
-				KubeletExtraConfig: meta.Unstructured{
+				KubeletExtraConfig: meta.Unstructured{ //nolint:staticcheck // SA1019: the pre-v1.14 contract
 					Object: map[string]any{KubeletServerTLSBootstrapField: true},
 				},
 			},
@@ -137,7 +137,7 @@ func kubeletServingV1Alpha1(apiServer bool) *talosv1alpha1.Config {
 	if apiServer {
 		cfg.ClusterConfig = &talosv1alpha1.ClusterConfig{
 			//lint:ignore SA1019 the pre-v1.14 contract has no KubeAPIServerConfig document
-			APIServerConfig: &talosv1alpha1.APIServerConfig{
+			APIServerConfig: &talosv1alpha1.APIServerConfig{ //nolint:staticcheck // SA1019: the pre-v1.14 contract
 				ExtraArgsConfig: meta.Args{
 					KubeletCertificateAuthorityArg: meta.NewArgValue(KubeletCertificateAuthorityPath, nil),
 				},
