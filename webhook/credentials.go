@@ -27,6 +27,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -84,8 +85,8 @@ type CredentialRequestValidator struct {
 	// Instance names this replica in the Events it writes (reportingInstance);
 	// the host name if empty.
 	Instance string
-	// Now is the clock of the Events' timestamps; time.Now if nil.
-	Now func() time.Time
+	// Clock is the clock of the Events' timestamps; the real one if nil.
+	Clock clock.PassiveClock
 }
 
 var _ admission.Handler = (*CredentialRequestValidator)(nil)
@@ -242,8 +243,8 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 }
 
 func (v *CredentialRequestValidator) now() time.Time {
-	if v.Now != nil {
-		return v.Now()
+	if v.Clock != nil {
+		return v.Clock.Now()
 	}
 	return time.Now()
 }

@@ -248,6 +248,12 @@ type fixture struct {
 	skew time.Duration
 }
 
+// skewedClock is real time plus the fixture's skew.
+type skewedClock struct{ f *fixture }
+
+func (c skewedClock) Now() time.Time                  { return time.Now().Add(c.f.skew) }
+func (c skewedClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := t.Context()
@@ -259,7 +265,7 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{t: t, ctx: ctx, ns: ns}
 	f.r = &credentials.Reconciler{
 		Client: ctrlClient, APIReader: ctrlClient, Engine: eng, Keys: keys, AdminKubeconfigs: true, Recorder: recorder, LocalClusters: local,
-		Now: func() time.Time { return time.Now().Add(f.skew) },
+		Clock: skewedClock{f},
 	}
 	f.cluster("demo", env.SecretsBundleSecret(ns, "talos-secrets"))
 	return f

@@ -44,6 +44,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -115,8 +116,8 @@ type Reconciler struct {
 	// Retention is how long an answered request is kept; DefaultRetention
 	// if zero.
 	Retention time.Duration
-	// Now is the clock; time.Now if nil.
-	Now func() time.Time
+	// Clock is the clock; the real one if nil.
+	Clock clock.PassiveClock
 }
 
 // SetupWithManager registers the reconciler.
@@ -140,8 +141,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 func (r *Reconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
+	if r.Clock != nil {
+		return r.Clock.Now()
 	}
 	return time.Now()
 }
@@ -237,7 +238,7 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	out.Status.ExpiresAt = &metav1.Time{Time: issued.notAfter}
 	setReady(out, r.now(), metav1.ConditionTrue, ichorv1alpha1.ReasonIssued, fmt.Sprintf("%s; expires at %s (decision %s)",
 		d.Reasons.String(), issued.notAfter.UTC().Format(time.RFC3339), d.DecisionID))
-	logger.Info("issued", "expiresAt", issued.notAfter)
+	logger.Info("issued", "expires_at", issued.notAfter)
 	return out, d.DecisionID, nil
 }
 

@@ -34,6 +34,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -100,8 +101,8 @@ type Reconciler struct {
 	// MaxRecheckInterval. Zero means the defaults.
 	RecheckInterval    time.Duration
 	MaxRecheckInterval time.Duration
-	// Now is the clock; time.Now if nil.
-	Now func() time.Time
+	// Clock is the clock; the real one if nil.
+	Clock clock.PassiveClock
 
 	// memo keeps the verdicts on undecided requests, keyed by UID, with the
 	// request's name and node name, so that a request is decided again only
@@ -134,8 +135,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		r.MaxRecheckInterval = DefaultMaxRecheckInterval
 	}
 	r.MaxRecheckInterval = max(r.MaxRecheckInterval, r.RecheckInterval)
-	if r.Now == nil {
-		r.Now = time.Now
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
 	}
 	if !opts.NodeNameIndexRegistered {
 		if err := machines.AddNodeNameIndex(ctx, mgr.GetFieldIndexer()); err != nil {
@@ -207,7 +208,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 
-	now := r.Now()
+	now := r.Clock.Now()
 	epoch := r.machineEpoch.Get()
 	if wait, skip := r.memo.Skip(csr.UID, csr.ResourceVersion, epoch, now); skip {
 		return reconcile.Result{RequeueAfter: wait}, nil

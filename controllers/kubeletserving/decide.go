@@ -210,12 +210,10 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 	}
 	start := time.Now()
 	id, err := reader.Read(ctx, machine.Spec.Endpoint)
+	p.r.Metrics.talosRead(err, time.Since(start))
 	if err != nil {
-		talosReadSeconds.WithLabelValues("error").Observe(time.Since(start).Seconds())
-		talosReadErrors.Inc()
 		return &csrinput.Node{Readable: false, Error: err.Error(), Addresses: []string{}}
 	}
-	talosReadSeconds.WithLabelValues("ok").Observe(time.Since(start).Seconds())
 	return &csrinput.Node{Readable: true, Nodename: id.Nodename, Hostname: id.Hostname, Addresses: id.Addresses}
 }
 
@@ -263,7 +261,7 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if err := p.r.Client.Status().Patch(ctx, machine, client.MergeFrom(before)); err != nil {
 		return fmt.Errorf("record certificate of CSR %s on machine %s: %w", csr.Name, machine.Name, err)
 	}
-	log.FromContext(ctx).Info("recorded kubelet serving certificate", "machine", machine.Name, "csr", csr.Name, "notAfter", cert.NotAfter)
+	log.FromContext(ctx).Info("recorded kubelet serving certificate", "machine", machine.Name, "csr", csr.Name, "not_after", cert.NotAfter)
 	return nil
 }
 

@@ -1,32 +1,78 @@
 package kubeletserving
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
-// The controller's metrics, on the manager's Prometheus endpoint beside the
-// engine's decision metrics.
-var (
-	talosReadSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "ichor_talos_identity_read_duration_seconds",
-		Help:    "Time to read a node's identity (NodeIP, Nodename, HostnameStatus) over its Talos API.",
-		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-	}, []string{"result"})
-	talosReadErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "ichor_talos_identity_read_errors_total",
-		Help: "Node identity reads that failed; the requests concerned stay pending.",
-	})
-	writeFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "ichor_kubelet_serving_decision_failures_total",
-		Help: "Requests whose decision could not be reached or written, by kind: permanent (the API server refused the write as too large or invalid) or transient; each is tried again with backoff.",
-	}, []string{"kind"})
-	pendingCSRs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "ichor_kubelet_serving_pending_csrs",
-		Help: "Kubelet serving CSRs left pending at the cluster's last full pass.",
-	}, []string{"namespace", "cluster"})
-)
+// Metrics are the approver's Prometheus collectors, served beside the
+// engine's decision metrics. A nil *Metrics counts nothing.
+type Metrics struct {
+	talosReadSeconds *prometheus.HistogramVec
+	talosReadErrors  prometheus.Counter
+	writeFailures    *prometheus.CounterVec
+	pendingCSRs      *prometheus.GaugeVec
+}
 
-func init() {
-	metrics.Registry.MustRegister(talosReadSeconds, talosReadErrors, writeFailures, pendingCSRs)
+// NewMetrics makes the collectors and registers them, as engine.NewMetrics
+// does the engine's.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		talosReadSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ichor_talos_identity_read_duration_seconds",
+			Help:    "Time to read a node's identity (NodeIP, Nodename, HostnameStatus) over its Talos API.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}, []string{"result"}),
+		talosReadErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ichor_talos_identity_read_errors_total",
+			Help: "Node identity reads that failed; the requests concerned stay pending.",
+		}),
+		writeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ichor_kubelet_serving_decision_failures_total",
+			Help: "Requests whose decision could not be reached or written, by kind: permanent (the API server refused the write as too large or invalid) or transient; each is tried again with backoff.",
+		}, []string{"kind"}),
+		pendingCSRs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ichor_kubelet_serving_pending_csrs",
+			Help: "Kubelet serving CSRs left pending at the cluster's last full pass.",
+		}, []string{"namespace", "cluster"}),
+	}
+	for _, c := range []prometheus.Collector{m.talosReadSeconds, m.talosReadErrors, m.writeFailures, m.pendingCSRs} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register the kubelet serving approver's metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) talosRead(err error, took time.Duration) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	if err != nil {
+		result = "error"
+		m.talosReadErrors.Inc()
+	}
+	m.talosReadSeconds.WithLabelValues(result).Observe(took.Seconds())
+}
+
+func (m *Metrics) failure(kind string) {
+	if m != nil {
+		m.writeFailures.WithLabelValues(kind).Inc()
+	}
+}
+
+func (m *Metrics) pending(namespace, cluster string, n int) {
+	if m != nil {
+		m.pendingCSRs.WithLabelValues(namespace, cluster).Set(float64(n))
+	}
+}
+
+// forget drops a cluster that judges nothing any more.
+func (m *Metrics) forget(namespace, cluster string) {
+	if m != nil {
+		m.pendingCSRs.DeleteLabelValues(namespace, cluster)
+	}
 }

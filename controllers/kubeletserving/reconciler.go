@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -82,6 +83,9 @@ type Reconciler struct {
 	Clientset kubernetes.Interface
 	Engine    Decider
 	Recorder  events.EventRecorder
+	// Metrics counts the Talos reads, the failures and the pending
+	// requests; nil counts nothing.
+	Metrics *Metrics
 	// NodeReaders gives the Talos identity reader of a cluster.
 	NodeReaders *NodeReaders
 	// LocalClusters are the clusters without kubeconfigRef that may judge
@@ -95,8 +99,8 @@ type Reconciler struct {
 	// PassWait is how long a pass waits for its decisions; DefaultPassWait
 	// if zero.
 	PassWait time.Duration
-	// Now is the clock; time.Now if nil.
-	Now func() time.Time
+	// Clock is the clock; the real one if nil.
+	Clock clock.PassiveClock
 
 	work *workers
 	// failures are the requests whose handling failed, with their backoff.
@@ -123,8 +127,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.ResyncInterval == 0 {
 		r.ResyncInterval = DefaultResyncInterval
 	}
-	if r.Now == nil {
-		r.Now = time.Now
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
 	}
 	if r.MaxConcurrentDecisions <= 0 {
 		r.MaxConcurrentDecisions = DefaultMaxConcurrentDecisions
@@ -250,7 +254,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			r.targets.stop(req.NamespacedName)
 			r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
 			r.failures.ForgetIf(ofCluster(req.NamespacedName, nil))
-			pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
+			r.Metrics.forget(req.Namespace, req.Name)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("get cluster: %w", err)
@@ -259,7 +263,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.targets.stop(req.NamespacedName)
 		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
-		pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
+		r.Metrics.forget(req.Namespace, req.Name)
 		return reconcile.Result{}, r.clearConditions(ctx, &cluster)
 	}
 	t, err := r.targetFor(ctx, &cluster)
@@ -268,7 +272,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		logger.Info("the cluster judges nothing: the operator has not named it as a judge of the local API server")
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
-		pendingCSRs.DeleteLabelValues(req.Namespace, req.Name)
+		r.Metrics.forget(req.Namespace, req.Name)
 		return reconcile.Result{}, r.refuseTarget(ctx, &cluster, err)
 	}
 	if err != nil {
@@ -279,7 +283,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 
-	p := &pass{r: r, cluster: &cluster, target: t, now: r.Now()}
+	p := &pass{r: r, cluster: &cluster, target: t, now: r.Clock.Now()}
 	var csrs []certificatesv1.CertificateSigningRequest
 	if work.full {
 		var list certificatesv1.CertificateSigningRequestList
@@ -312,7 +316,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	r.memo.ForgetIf(ofCluster(req.NamespacedName, seen))
 	r.failures.ForgetIf(ofCluster(req.NamespacedName, seen))
-	pendingCSRs.WithLabelValues(cluster.Namespace, cluster.Name).Set(float64(p.pendingCount()))
+	r.Metrics.pending(cluster.Namespace, cluster.Name, p.pendingCount())
 	if err := r.updateConditions(ctx, &cluster, p); err != nil {
 		return reconcile.Result{}, err
 	}

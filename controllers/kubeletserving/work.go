@@ -130,7 +130,7 @@ func (p *pass) failed(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if permanentWrite(err) {
 		kind = "permanent"
 	}
-	writeFailures.WithLabelValues(kind).Inc()
+	p.r.Metrics.failure(kind)
 	first, wait := p.r.failures.Pending(p.memoKey(csr), approval.Verdict{}, struct{}{}, p.now, backoff.After)
 	log.FromContext(ctx).Error(err, "handle CSR", "csr", csr.Name, "kind", kind, "retry_in", wait)
 	var we *writeError

@@ -241,7 +241,12 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if err != nil {
 		return fmt.Errorf("clientset: %w", err)
 	}
+	servingMetrics, err := kubeletserving.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
 	serving := &kubeletserving.Reconciler{
+		Metrics:        servingMetrics,
 		Client:         mgr.GetClient(),
 		APIReader:      mgr.GetAPIReader(),
 		Clientset:      clientset,

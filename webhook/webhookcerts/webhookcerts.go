@@ -16,6 +16,26 @@
 //
 // Nothing here decides a security outcome: it only keeps the webhook
 // reachable over TLS the API server verifies.
+//
+// Why not open-policy-agent/cert-controller (pkg/rotator, what Gatekeeper
+// uses; v0.16.0 builds against this module's controller-runtime): it reads
+// the Secret and the webhook configurations through an informer cache it
+// builds itself, so the manager would need list and watch on every Secret of
+// its namespace (the admission key and Helm's release Secrets among them) and
+// on every ValidatingWebhookConfiguration of the cluster. RBAC limits list
+// and watch to a name only for requests that ask by name, which that cache
+// does not, and the rotator offers no way to change it
+// (open-policy-agent/cert-controller#24). Here the rights are get and update
+// on one Secret and get and patch on one configuration. It also puts only the
+// current CA in the bundle (cert-controller#13), so after a CA rotation the
+// replicas still serving a certificate of the old CA are refused until the
+// kubelet refreshes their mounted Secret; with a one-year CA that is every
+// eight months, and the webhook fails closed. And it writes no files: the
+// Secret must be mounted and the webhooks registered only once it reports
+// ready. What it does better: its watches restore a CA bundle reset by hand
+// at once (here within CheckInterval), and it serves mutating and conversion
+// webhooks and APIServices, none of which Ichor has. Reconsider it if one
+// of those needs a CA bundle.
 package webhookcerts
 
 import (
@@ -35,6 +55,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -104,8 +125,8 @@ type Options struct {
 	CheckInterval time.Duration
 	// SetupTimeout is DefaultSetupTimeout if zero.
 	SetupTimeout time.Duration
-	// Now is the clock; time.Now if nil.
-	Now func() time.Time
+	// Clock is the clock; the real one if nil.
+	Clock clock.PassiveClock
 }
 
 // Setup provisions the webhook's certificates once, then adds a Runnable to
@@ -207,8 +228,8 @@ func NewRotator(c client.Client, opts Options) (*Rotator, error) {
 	opts.ServingValidity = cmp.Or(opts.ServingValidity, DefaultServingValidity)
 	opts.CheckInterval = cmp.Or(opts.CheckInterval, DefaultCheckInterval)
 	opts.SetupTimeout = cmp.Or(opts.SetupTimeout, DefaultSetupTimeout)
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	if opts.ServingValidity > opts.CAValidity {
 		return nil, fmt.Errorf("webhook certificates: serving validity %s is longer than the CA's %s", opts.ServingValidity, opts.CAValidity)
@@ -240,7 +261,7 @@ func (r *Rotator) Start(ctx context.Context) error {
 		wait := r.opts.CheckInterval
 		r.mu.Lock()
 		if r.current != nil {
-			wait = min(wait, max(r.current.nextRenewal().Sub(r.opts.Now()), 0))
+			wait = min(wait, max(r.current.nextRenewal().Sub(r.opts.Clock.Now()), 0))
 		}
 		if failed || r.current == nil || !r.bundleSet {
 			wait = min(wait, DefaultRetryInterval)
@@ -257,7 +278,7 @@ func (r *Rotator) Start(ctx context.Context) error {
 		err := r.Sync(ctx)
 		failed = err != nil
 		if failed && ctx.Err() == nil {
-			r.Log.Error(err, "webhook certificates not up to date; retrying", "retryIn", DefaultRetryInterval)
+			r.Log.Error(err, "webhook certificates not up to date; retrying", "retry_in", DefaultRetryInterval)
 		}
 	}
 }
@@ -271,7 +292,7 @@ func (r *Rotator) ReadyCheck(*http.Request) error {
 	if r.current == nil {
 		return errors.New("no webhook serving certificate yet")
 	}
-	if !r.opts.Now().Before(r.current.serving.NotAfter) {
+	if !r.opts.Clock.Now().Before(r.current.serving.NotAfter) {
 		return fmt.Errorf("the webhook serving certificate expired at %s", r.current.serving.NotAfter.UTC().Format(time.RFC3339))
 	}
 	return nil
@@ -329,7 +350,7 @@ func (r *Rotator) syncSecret(ctx context.Context) (*material, error) {
 			return nil, fmt.Errorf("webhook certificates: get Secret %s: %w", key, err)
 		}
 
-		now := r.opts.Now()
+		now := r.opts.Clock.Now()
 		m, changed, err := plan(secret.Data, now, r.is)
 		if err != nil {
 			return nil, fmt.Errorf("webhook certificates: %w", err)
@@ -354,9 +375,9 @@ func (r *Rotator) syncSecret(ctx context.Context) (*material, error) {
 			return nil, fmt.Errorf("webhook certificates: update Secret %s: %w", key, err)
 		}
 		r.Log.Info("issued the webhook's serving certificate",
-			"secret", key.String(), "dnsNames", m.serving.DNSNames,
-			"notAfter", m.serving.NotAfter.UTC().Format(time.RFC3339),
-			"newCA", newCA, "caNotAfter", m.ca.NotAfter.UTC().Format(time.RFC3339))
+			"secret", key.String(), "dns_names", m.serving.DNSNames,
+			"not_after", m.serving.NotAfter.UTC().Format(time.RFC3339),
+			"new_ca", newCA, "ca_not_after", m.ca.NotAfter.UTC().Format(time.RFC3339))
 		return m, nil
 	}
 	return nil, fmt.Errorf("webhook certificates: Secret %s changed under %d consecutive updates", key, maxConflicts)
@@ -387,7 +408,7 @@ func (r *Rotator) setCABundle(ctx context.Context, bundle []byte) error {
 	if err := r.Client.Patch(ctx, &vwc, client.StrategicMergeFrom(orig)); err != nil {
 		return fmt.Errorf("patch ValidatingWebhookConfiguration %s: %w", vwc.Name, err)
 	}
-	r.Log.Info("set the CA bundle of the webhook configuration", "validatingWebhookConfiguration", vwc.Name, "webhooks", len(vwc.Webhooks))
+	r.Log.Info("set the CA bundle of the webhook configuration", "validating_webhook_configuration", vwc.Name, "webhooks", len(vwc.Webhooks))
 	return nil
 }
 

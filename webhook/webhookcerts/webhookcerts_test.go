@@ -8,9 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -32,24 +33,6 @@ const (
 )
 
 var t0 = time.Date(2026, 11, 4, 12, 0, 0, 0, time.UTC)
-
-// clock is a settable time source shared by the rotators of one test.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
 
 func scheme(t *testing.T) *runtime.Scheme {
 	t.Helper()
@@ -87,9 +70,9 @@ func newClient(t *testing.T, funcs *interceptor.Funcs, objs ...client.Object) cl
 	return b.Build()
 }
 
-func newRotator(t *testing.T, c client.Client, clk *clock, mutate ...func(*Options)) *Rotator {
+func newRotator(t *testing.T, c client.Client, clk *clocktesting.FakePassiveClock, mutate ...func(*Options)) *Rotator {
 	t.Helper()
-	opts := Options{Namespace: namespace, CertDir: t.TempDir(), Now: clk.Now}
+	opts := Options{Namespace: namespace, CertDir: t.TempDir(), Clock: clk}
 	for _, m := range mutate {
 		m(&opts)
 	}
@@ -154,7 +137,7 @@ func certsIn(t *testing.T, p []byte) []*x509.Certificate {
 }
 
 func TestSyncFillsTheEmptySecretWritesTheFilesAndSetsTheCABundle(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()...)
 	r := newRotator(t, c, clk)
 
@@ -193,13 +176,13 @@ func TestSyncFillsTheEmptySecretWritesTheFilesAndSetsTheCABundle(t *testing.T) {
 }
 
 func TestAnotherReplicaAdoptsTheSameCertificate(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()...)
 	first, second := newRotator(t, c, clk), newRotator(t, c, clk)
 
 	require.NoError(t, first.Sync(context.Background()))
 	before := getSecret(t, c)
-	clk.Set(t0.Add(time.Hour))
+	clk.SetTime(t0.Add(time.Hour))
 	require.NoError(t, second.Sync(context.Background()))
 
 	after := getSecret(t, c)
@@ -212,7 +195,7 @@ func TestAnotherReplicaAdoptsTheSameCertificate(t *testing.T) {
 // between this one's read and its update: the update conflicts, and this
 // replica serves the winner's certificate rather than its own.
 func TestReplicasRacingConvergeOnTheWinner(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := clocktesting.NewFakePassiveClock(t0)
 	var other *Rotator
 	raced := false
 	funcs := &interceptor.Funcs{Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
@@ -235,7 +218,7 @@ func TestReplicasRacingConvergeOnTheWinner(t *testing.T) {
 }
 
 func TestServingCertificateIsRenewedTwoThirdsIntoItsLife(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()...)
 	r := newRotator(t, c, clk)
 	require.NoError(t, r.Sync(context.Background()))
@@ -246,11 +229,11 @@ func TestServingCertificateIsRenewedTwoThirdsIntoItsLife(t *testing.T) {
 	// 60 days less the backdate is two thirds of the 90 days it covers.
 	renewal := first.NotBefore.Add((first.NotAfter.Sub(first.NotBefore)) / 3 * 2)
 	assert.Equal(t, renewal, r.current.nextRenewal())
-	clk.Set(renewal.Add(-time.Minute))
+	clk.SetTime(renewal.Add(-time.Minute))
 	require.NoError(t, r.Sync(context.Background()))
 	assert.Equal(t, first.SerialNumber, served(t, r).SerialNumber, "renewed early")
 
-	clk.Set(renewal)
+	clk.SetTime(renewal)
 	require.NoError(t, r.Sync(context.Background()))
 	second := served(t, r)
 	assert.NotEqual(t, first.SerialNumber, second.SerialNumber, "not renewed at two thirds")
@@ -263,7 +246,7 @@ func TestServingCertificateIsRenewedTwoThirdsIntoItsLife(t *testing.T) {
 // that still serves a certificate of the previous CA stays trusted until that
 // CA expires, and the previous CA leaves the bundle once it has.
 func TestCARotationKeepsThePreviousCATrusted(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()...)
 	r, lagging := newRotator(t, c, clk), newRotator(t, c, clk)
 	require.NoError(t, r.Sync(context.Background()))
@@ -275,7 +258,7 @@ func TestCARotationKeepsThePreviousCATrusted(t *testing.T) {
 	// Walk time forward the way the Runnable does, renewing when due.
 	for now := t0; now.Before(renewalTime(oldCA)); {
 		now = r.current.nextRenewal()
-		clk.Set(now)
+		clk.SetTime(now)
 		require.NoError(t, r.Sync(context.Background()))
 	}
 	rotated := clk.Now()
@@ -298,7 +281,7 @@ func TestCARotationKeepsThePreviousCATrusted(t *testing.T) {
 	require.NoError(t, verify(prev, bundle, rotated), "a certificate of the previous CA is not trusted during the rotation")
 
 	// Once the previous CA has expired it leaves the bundle.
-	clk.Set(oldCA.NotAfter.Add(time.Minute))
+	clk.SetTime(oldCA.NotAfter.Add(time.Minute))
 	require.NoError(t, r.Sync(context.Background()))
 	assert.Len(t, certsIn(t, caBundleOf(t, c)), 1)
 	require.NoError(t, lagging.Sync(context.Background()))
@@ -306,7 +289,7 @@ func TestCARotationKeepsThePreviousCATrusted(t *testing.T) {
 }
 
 func TestRenamedServiceGetsANewCertificate(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()...)
 	require.NoError(t, newRotator(t, c, clk).Sync(context.Background()))
 	caBefore := getSecret(t, c).Data[KeyCACert]
@@ -325,7 +308,7 @@ func TestUnreadableSecretContentIsReplaced(t *testing.T) {
 		"serving of another": foreignServing(t),
 	} {
 		t.Run(name, func(t *testing.T) {
-			clk := &clock{now: t0}
+			clk := clocktesting.NewFakePassiveClock(t0)
 			objs := objects()
 			objs[0].(*corev1.Secret).Data = data
 			c := newClient(t, nil, objs...)
@@ -337,7 +320,7 @@ func TestUnreadableSecretContentIsReplaced(t *testing.T) {
 }
 
 func TestMissingSecretIsCreatedWhenAllowed(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()[1:]...)
 	r := newRotator(t, c, clk)
 	require.NoError(t, r.Sync(context.Background()))
@@ -345,7 +328,7 @@ func TestMissingSecretIsCreatedWhenAllowed(t *testing.T) {
 }
 
 func TestMissingSecretThatCannotBeCreatedSaysWhatToDo(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := clocktesting.NewFakePassiveClock(t0)
 	funcs := &interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 		return apierrors.NewForbidden(corev1.Resource("secrets"), obj.GetName(), nil)
 	}}
@@ -359,7 +342,7 @@ func TestMissingSecretThatCannotBeCreatedSaysWhatToDo(t *testing.T) {
 // be able to start before the configuration exists (Helm creates it last);
 // the bundle is set by a later sync.
 func TestMissingWebhookConfigurationStillWritesTheFiles(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()[0])
 	r := newRotator(t, c, clk)
 	err := r.Sync(context.Background())
@@ -376,7 +359,7 @@ func TestMissingWebhookConfigurationStillWritesTheFiles(t *testing.T) {
 // TestResetCABundleIsRestored: an upgrade or a person that clears the bundle
 // (or leaves another one) gets it back at the next check.
 func TestResetCABundleIsRestored(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()...)
 	r := newRotator(t, c, clk)
 	require.NoError(t, r.Sync(context.Background()))
@@ -392,7 +375,7 @@ func TestResetCABundleIsRestored(t *testing.T) {
 }
 
 func TestFilesAreRewrittenWhenTheyDiffer(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()...)
 	r := newRotator(t, c, clk)
 	require.NoError(t, r.Sync(context.Background()))
@@ -410,7 +393,7 @@ func TestFilesAreRewrittenWhenTheyDiffer(t *testing.T) {
 }
 
 func TestStartRenewsWhenDue(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()...)
 	r := newRotator(t, c, clk, func(o *Options) { o.CheckInterval = 10 * time.Millisecond })
 	require.NoError(t, r.Sync(context.Background()))
@@ -419,7 +402,7 @@ func TestStartRenewsWhenDue(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Start(ctx) }()
-	clk.Set(t0.Add(61 * day))
+	clk.SetTime(t0.Add(61 * day))
 	assert.Eventually(t, func() bool {
 		pair, err := tls.LoadX509KeyPair(filepath.Join(r.opts.CertDir, "tls.crt"), filepath.Join(r.opts.CertDir, "tls.key"))
 		if err != nil {
@@ -434,13 +417,13 @@ func TestStartRenewsWhenDue(t *testing.T) {
 }
 
 func TestReadyCheck(t *testing.T) {
-	clk := &clock{now: t0}
+	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()...)
 	r := newRotator(t, c, clk)
 	require.Error(t, r.ReadyCheck(nil), "ready before any certificate")
 	require.NoError(t, r.Sync(context.Background()))
 	require.NoError(t, r.ReadyCheck(nil))
-	clk.Set(t0.Add(91 * day))
+	clk.SetTime(t0.Add(91 * day))
 	err := r.ReadyCheck(nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "expired")

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
@@ -83,8 +84,8 @@ type Keys struct {
 	Client    client.Client
 	Namespace string
 	Name      string
-	// Now is the clock; time.Now if nil.
-	Now func() time.Time
+	// Clock is the clock; the real one if nil.
+	Clock clock.PassiveClock
 
 	mu   sync.Mutex
 	key  []byte
@@ -92,8 +93,8 @@ type Keys struct {
 }
 
 func (k *Keys) now() time.Time {
-	if k.Now != nil {
-		return k.Now()
+	if k.Clock != nil {
+		return k.Clock.Now()
 	}
 	return time.Now()
 }
