@@ -73,39 +73,15 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var err error
-	start := time.Now()
-	env, err = harness.Start(ctx, harness.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the control plane:", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stop the control plane:", err)
-		}
-	}()
-	install, err := startWebhook(ctx)
-	if install != nil {
-		defer install.Cleanup() //nolint:errcheck // a temporary directory
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the webhook:", err)
-		fmt.Fprintln(os.Stderr, env.TailLogs(30))
-		return 1
-	}
-	fmt.Fprintf(os.Stderr, "control plane and webhook ready in %s\n", time.Since(start).Round(time.Millisecond))
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintln(os.Stderr, env.TailLogs(30))
-	}
-	return code
+	os.Exit(harness.Main(m, harness.Options{}, func(ctx context.Context, e *harness.Env) (func(), error) {
+		env = e
+		install, err := startWebhook(ctx)
+		return func() {
+			if install != nil {
+				_ = install.Cleanup() // a temporary directory
+			}
+		}, err
+	}))
 }
 
 func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {

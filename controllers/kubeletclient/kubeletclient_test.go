@@ -69,38 +69,13 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var err error
-	env, err = harness.Start(ctx, harness.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the control plane:", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stop the control plane:", err)
+	os.Exit(harness.Main(m, harness.Options{}, func(ctx context.Context, e *harness.Env) (func(), error) {
+		env = e
+		if err := setupRBAC(ctx); err != nil {
+			return nil, fmt.Errorf("test RBAC: %w", err)
 		}
-	}()
-	if err := setupRBAC(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "test RBAC:", err)
-		return 1
-	}
-	stop, err := startManager(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the manager:", err)
-		return 1
-	}
-	defer stop()
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintln(os.Stderr, env.TailLogs(30))
-	}
-	return code
+		return startManager(ctx)
+	}))
 }
 
 // startManager runs the approver; stop ends the manager, waits for it, and

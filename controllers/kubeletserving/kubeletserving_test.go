@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/x509/pkix"
 	"encoding/asn1"
-	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
@@ -52,32 +51,10 @@ var (
 const wait = 60 * time.Second
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var err error
-	env, err = harness.Start(ctx, harness.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the control plane:", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stop the control plane:", err)
-		}
-	}()
-	if err := startManager(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "start the manager:", err)
-		return 1
-	}
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintln(os.Stderr, env.TailLogs(30))
-	}
-	return code
+	os.Exit(harness.Main(m, harness.Options{}, func(ctx context.Context, e *harness.Env) (func(), error) {
+		env = e
+		return nil, startManager(ctx)
+	}))
 }
 
 func startManager(ctx context.Context) error {

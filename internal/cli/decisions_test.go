@@ -24,6 +24,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
+	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
 // decisionsRun executes the ichor command line in-process and returns what
@@ -283,23 +284,6 @@ func TestDecisionsShowRefusesAnUnknownID(t *testing.T) {
 	assert.Contains(t, stderr, "decision 00000000-0000-0000-0000-000000000000 is not in the log (4 decisions read)")
 }
 
-// loosenedPolicy copies the policy tree with the kubelet-serving IP check
-// gone, as TestCheckCSRDecidesWithAnotherBundle does.
-func loosenedPolicy(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	require.NoError(t, os.CopyFS(dir, os.DirFS("../../policy")))
-	path := filepath.Join(dir, "ichor", "kubelet_serving", "kubelet_serving.rego")
-	src, err := os.ReadFile(path)
-	require.NoError(t, err)
-	out := strings.Replace(string(src), `	san.type == "ip"
-	not san.value in`, `	san.type == "ip-disabled"
-	not san.value in`, 1)
-	require.NotEqual(t, string(src), out, "the IP check was not found in the rule")
-	require.NoError(t, os.WriteFile(path, []byte(out), 0o600))
-	return dir
-}
-
 func TestDecisionsReplayWithTheSamePolicyChangesNothing(t *testing.T) {
 	f := newDecisionsFixture(t)
 
@@ -316,7 +300,7 @@ func TestDecisionsReplayWithTheSamePolicyChangesNothing(t *testing.T) {
 func TestDecisionsReplayWithoutTheIPCheckReportsTheFlip(t *testing.T) {
 	f := newDecisionsFixture(t)
 	log := f.file(t, f.kubectlLogs())
-	candidate := loosenedPolicy(t)
+	candidate := harness.PolicyWithoutServingIPCheck(t)
 
 	code, stdout, stderr, err := decisionsRun(t, "", "decisions", "replay", "--bundle", candidate, log, "--fail-on", "deny-to-approve")
 
@@ -350,7 +334,7 @@ func TestDecisionsReplayWithoutTheIPCheckReportsTheFlip(t *testing.T) {
 
 func TestDecisionsReplayJSON(t *testing.T) {
 	f := newDecisionsFixture(t)
-	candidate := loosenedPolicy(t)
+	candidate := harness.PolicyWithoutServingIPCheck(t)
 
 	_, stdout, stderr, err := decisionsRun(t, f.log, "decisions", "replay", "--bundle", candidate, "-o", "json", "--fail-on", "to-approve")
 

@@ -22,6 +22,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/cli"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
+	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
 // run executes the ichor command line in-process.
@@ -193,16 +194,7 @@ func TestCheckCSRRefusesBadInputClearly(t *testing.T) {
 func TestCheckCSRDecidesWithAnotherBundle(t *testing.T) {
 	// A copy of the policy whose IP check is gone: the same request is approved,
 	// and the revision printed is the candidate's.
-	dir := t.TempDir()
-	require.NoError(t, os.CopyFS(dir, os.DirFS("../../policy")))
-	path := filepath.Join(dir, "ichor", "kubelet_serving", "kubelet_serving.rego")
-	src, err := os.ReadFile(path)
-	require.NoError(t, err)
-	loosened := strings.Replace(string(src), `	san.type == "ip"
-	not san.value in`, `	san.type == "ip-disabled"
-	not san.value in`, 1)
-	require.NotEqual(t, string(src), loosened, "the IP check was not found in the rule")
-	require.NoError(t, os.WriteFile(path, []byte(loosened), 0o600))
+	dir := harness.PolicyWithoutServingIPCheck(t)
 	forged := manifest(t, csrgen.ServingObject("csr-1", "worker-1", request(t, csrgen.Request{IPs: []net.IP{net.ParseIP("10.5.0.3")}})), false)
 
 	_, before, _ := run(t, "", append([]string{"policy", "check-csr", "-f", forged}, identity...)...)

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -256,22 +254,6 @@ func TestParsingOfPoliciesAndTimes(t *testing.T) {
 	}
 }
 
-// loosened copies the policy tree with the kubelet-serving IP check gone.
-func loosened(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	require.NoError(t, os.CopyFS(dir, os.DirFS("../../policy")))
-	path := filepath.Join(dir, "ichor", "kubelet_serving", "kubelet_serving.rego")
-	src, err := os.ReadFile(path)
-	require.NoError(t, err)
-	out := strings.Replace(string(src), `	san.type == "ip"
-	not san.value in`, `	san.type == "ip-disabled"
-	not san.value in`, 1)
-	require.NotEqual(t, string(src), out, "the IP check was not found in the rule")
-	require.NoError(t, os.WriteFile(path, []byte(out), 0o600))
-	return dir
-}
-
 func replay(t *testing.T, dir string, entries []decisionlog.Entry) decisionlog.Report {
 	t.Helper()
 	ctx := context.Background()
@@ -304,7 +286,7 @@ func TestReplayWithoutTheIPCheckFlipsExactlyTheDenial(t *testing.T) {
 	entries, _, err := decisionlog.Read(strings.NewReader(log))
 	require.NoError(t, err)
 
-	rep := replay(t, loosened(t), entries)
+	rep := replay(t, harness.PolicyWithoutServingIPCheck(t), entries)
 
 	assert.Equal(t, 7, rep.Replayed)
 	assert.Equal(t, 6, rep.Unchanged)

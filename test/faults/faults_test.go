@@ -36,41 +36,21 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "ichor-faults-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		return 1
+		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
-	if ichor, err = harness.BuildIchor(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	env, err = harness.Start(ctx, harness.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the control plane:", err)
-		return 1
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stop the control plane:", err)
+	code := harness.Main(m, harness.Options{}, func(_ context.Context, e *harness.Env) (func(), error) {
+		env = e
+		if ichor, err = harness.BuildIchor(dir); err != nil {
+			return nil, err
 		}
-	}()
-	kubeconfig = filepath.Join(dir, "admin.kubeconfig")
-	if err := os.WriteFile(kubeconfig, env.AdminKubeconfig, 0o600); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	code := m.Run()
-	if code != 0 {
-		fmt.Fprintln(os.Stderr, env.TailLogs(20))
-	}
-	return code
+		kubeconfig = filepath.Join(dir, "admin.kubeconfig")
+		return nil, os.WriteFile(kubeconfig, env.AdminKubeconfig, 0o600)
+	})
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // fixture is one test's namespace and cluster demo, with kubelet serving
