@@ -3,6 +3,8 @@ package kubeletclient_test
 import (
 	"context"
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -776,4 +778,21 @@ func TestAnOddAnswerOfTheBundleNeverDeniesAndLeavesTheRequestPending(t *testing.
 			requireApproved(t, name, tc.node, "selfnodeclient")
 		})
 	}
+}
+
+// A request for a weak key (an RSA key that can be factored, a weak curve)
+// is not recognized, however well it names the node and whatever the
+// requester may do: it stays pending, with the key named.
+func TestAWeakKeyIsNotRecognized(t *testing.T) {
+	f := newFixture(t)
+	f.machine("weak-1")
+	user := "system:node:weak-1"
+	bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
+	weak, err := ecdsa.GenerateKey(elliptic.P224(), rand.Reader)
+	require.NoError(t, err)
+	name := submit(t, userClient(t, user, "system:nodes"), "weak-1", csrgen.Request{Subject: csrgen.NodeSubject("weak-1"), Key: weak})
+
+	e := requirePending(t, name, "PublicKeyNotAllowed")
+	assert.Contains(t, e.Result.Reasons[0].Message, `public key "ECDSA P-224 224-bit" is not allowed`)
+	assert.Nil(t, harness.Verdict(env.GetCSR(t, name)))
 }

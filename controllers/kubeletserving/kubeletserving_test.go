@@ -2,6 +2,10 @@ package kubeletserving_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"net"
@@ -311,6 +315,21 @@ func TestEachDenyReasonEndToEnd(t *testing.T) {
 			r := csrgen.Request{Subject: csrgen.NodeSubject("deny-1"), Extensions: []pkix.Extension{smuggledNames(t)}}
 			return submit(t, node, "deny-smuggled", r)
 		}, []string{"MalformedRequest"}},
+		// A key that can be factored, asking for exactly the node's names.
+		{"weak-key", func(t *testing.T) string {
+			weak, err := rsa.GenerateKey(rand.Reader, 1024) //nolint:gosec // G403: the weak key under test
+			require.NoError(t, err)
+			r := good
+			r.Key = weak
+			return submit(t, node, "deny-weak-key", r)
+		}, []string{"PublicKeyNotAllowed"}},
+		{"weak-curve", func(t *testing.T) string {
+			weak, err := ecdsa.GenerateKey(elliptic.P224(), rand.Reader)
+			require.NoError(t, err)
+			r := good
+			r.Key = weak
+			return submit(t, node, "deny-weak-curve", r)
+		}, []string{"PublicKeyNotAllowed"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

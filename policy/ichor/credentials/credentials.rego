@@ -23,6 +23,8 @@
 #   made for a person or a component applies to it.
 package ichor.credentials
 
+import data.ichor.lib.keys as lib_keys
+
 # The tables of data.json, beside this file. They sit under "config" because the
 # package's own rules share the path data.ichor.credentials.
 _config := data.ichor.credentials.config
@@ -220,7 +222,7 @@ _credential_refusals(request, config) := union({
 	_lifetime_not_positive(request),
 	_lifetime_not_whole_seconds(request),
 	_public_key_invalid(request),
-	_public_key_not_allowed(request, config.public_key_algorithms),
+	_public_key_not_allowed(request, lib_keys.algorithms),
 })
 
 # METADATA
@@ -316,7 +318,7 @@ _public_key_invalid(request) := {reason |
 # METADATA
 # title: Public key type not allowed
 # description: |
-#   The key must be one of data.json's public_key_algorithms: Ed25519 (what ichor cluster
+#   The key must be one of the table of policy/ichor/lib/keys: Ed25519 (what ichor cluster
 #   talosconfig and the UI generate, as ADR 0124 says), ECDSA on P-256 or P-384, or RSA of
 #   2048 to 8192 bits (Go's TLS refuses to use a larger RSA key, and checking a signature
 #   with one costs seconds). ECDSA and RSA are kept for keys that live in a hardware token (PIV
@@ -326,12 +328,12 @@ _public_key_invalid(request) := {reason |
 #   code: PublicKeyNotAllowed
 _public_key_not_allowed(request, algorithms) := {reason |
 	request.public_key.parsed == true
-	not _key_allowed(request.public_key, algorithms)
+	not lib_keys.allowed(request.public_key, algorithms)
 	reason := {
 		"code": "PublicKeyNotAllowed",
 		"message": sprintf(
 			"public key %q is not allowed; allowed are %s",
-			[_key_text(request.public_key), _algorithms_text(algorithms)],
+			[lib_keys.text(request.public_key), lib_keys.algorithms_text(algorithms)],
 		),
 	}
 }
@@ -406,18 +408,3 @@ _certificate(purpose) := {"kind": "talos", "talos_role": purpose.talos_role} if 
 _certificate(purpose) := {"kind": "kubernetes", "groups": purpose.groups, "common_name": purpose.common_name} if {
 	purpose.kind == "kubernetes"
 }
-
-# An algorithm's row may limit the curve (curves) and the size (min_bits); a row without
-# them accepts any.
-_key_allowed(key, algorithms) if {
-	rule := algorithms[key.algorithm]
-	_curve_allowed(object.get(key, "curve", ""), rule)
-	size := object.get(key, "bits", 0)
-	is_number(size)
-	size >= object.get(rule, "min_bits", 0)
-	size <= object.get(rule, "max_bits", size)
-}
-
-_curve_allowed(_, rule) if not rule.curves
-
-_curve_allowed(curve, rule) if curve in rule.curves

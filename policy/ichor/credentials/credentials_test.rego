@@ -491,8 +491,3 @@ test_requester_fields_of_the_wrong_type_are_empty_and_differ if {
 	_codes(_admit(_set("/requester/groups", "ichor:operators"))) == ["RequesterMismatch"]
 	_codes(_admit(_set("/requester/extra", {"scopes": "all"}))) == ["RequesterMismatch"]
 }
-
-test_a_key_table_row_with_a_floor_only_says_so if {
-	# A copy of the table with no ceiling, as the table tests break copies.
-	credentials._algorithms_text({"RSA": {"min_bits": 2048}}) == "RSA of at least 2048 bits"
-}

@@ -56,25 +56,3 @@ _key_error(key) := key.error if {
 	is_string(key.error)
 	key.error != ""
 }
-
-_key_text(key) := concat(" ", [part |
-	some part in [object.get(key, "algorithm", ""), object.get(key, "curve", ""), _bits_text(object.get(key, "bits", 0))]
-	part != ""
-])
-
-default _bits_text(_) := ""
-
-_bits_text(size) := sprintf("%v-bit", [size]) if size != 0
-
-_algorithms_text(algorithms) := concat(", ", [_algorithm_text(name, algorithms[name]) |
-	some name in sort(object.keys(algorithms))
-])
-
-_algorithm_text(name, rule) := sprintf("%s on curve %s", [name, concat(" or ", rule.curves)]) if {
-	rule.curves
-} else := sprintf("%s of %d to %d bits", [name, rule.min_bits, rule.max_bits]) if {
-	rule.min_bits
-	rule.max_bits
-} else := sprintf("%s of at least %d bits", [name, rule.min_bits]) if {
-	rule.min_bits
-} else := name

@@ -126,31 +126,3 @@ _certificate_well_formed(purpose) if {
 	not startswith(purpose.common_name, "system:")
 	not startswith(purpose.common_name, "ichor:")
 }
-
-test_every_allowed_key_algorithm_limits_its_curve_or_its_size if {
-	_muddled_key_rules(_config.public_key_algorithms) == set()
-}
-
-test_the_key_check_catches_a_curve_with_a_size_and_an_unknown_limit if {
-	_muddled_key_rules({
-		"ECDSA": {"curves": ["P-256"], "min_bits": 256},
-		"RSA": {"min_bits": 2048, "max_bytes": 1024},
-		"Ed25519": {},
-	}) == {"ECDSA", "RSA"}
-}
-
-_muddled_key_rules(algorithms) := {name |
-	some name, rule in algorithms
-	_muddled_key_rule(rule)
-}
-
-_muddled_key_rule(rule) if object.keys(rule) - {"curves", "min_bits", "max_bits"} != set()
-
-_muddled_key_rule(rule) if {
-	rule.curves
-	object.keys(rule) & {"min_bits", "max_bits"} != set()
-}
-
-test_rsa_keys_are_bounded_on_both_sides if {
-	_config.public_key_algorithms.RSA == {"min_bits": 2048, "max_bits": 8192}
-}

@@ -26,3 +26,27 @@ test_unverified_signature_without_its_error_is_not_approved if {
 	[r.code | some r in d.reasons] == ["InvalidSignature"]
 	endswith(d.reasons[0].message, "does not verify with its public key: the input holds no signature error")
 }
+
+# A weak key is not recognized, whatever the subject and the permission say.
+test_weak_keys_are_not_recognized if {
+	every key in [
+		{"algorithm": "RSA", "bits": 1024},
+		{"algorithm": "ECDSA", "curve": "P-224", "bits": 224},
+		{"algorithm": "DSA", "bits": 2048},
+	] {
+		d := _decide(_set("/csr/request/public_key", key))
+		d.action == "pending"
+		[r.code | some r in d.reasons] == ["PublicKeyNotAllowed"]
+		contains(d.reasons[0].message, "is not allowed; allowed are ECDSA on curve P-256 or P-384")
+	}
+}
+
+test_sound_keys_are_recognized if {
+	every key in [
+		{"algorithm": "RSA", "bits": 2048},
+		{"algorithm": "ECDSA", "curve": "P-384", "bits": 384},
+		{"algorithm": "Ed25519", "bits": 256},
+	] {
+		_decide(_set("/csr/request/public_key", key)).action == "approve"
+	}
+}

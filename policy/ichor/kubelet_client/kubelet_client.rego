@@ -35,6 +35,7 @@
 package ichor.kubelet_client
 
 import data.ichor.lib.csr as lib_csr
+import data.ichor.lib.keys as lib_keys
 import data.ichor.lib.reasons as lib_reasons
 
 # The tables of data.json, beside this file. They sit under "config" because the
@@ -188,6 +189,27 @@ unrecognized contains reason if {
 		"message": sprintf(
 			"%s: usages %v are not one of the sets %v",
 			[_not_node_client, input.csr.usages, [usages | some usages in _config.allowed_usage_sets]],
+		),
+	}
+}
+
+# METADATA
+# title: Public key type not allowed
+# description: |
+#   The request's key must be one of the table of policy/ichor/lib/keys, the one table of
+#   sound keys every rule reads: ECDSA on P-256 or P-384 (what the kubelet makes by default),
+#   RSA of 2048 to 8192 bits, or Ed25519. kube-controller-manager recognizes any key; this
+#   rule does not recognize a request for a weak one, so it stays pending for a person.
+# custom:
+#   code: PublicKeyNotAllowed
+unrecognized contains reason if {
+	_request.parsed
+	not lib_keys.allowed(_request.public_key, lib_keys.algorithms)
+	reason := {
+		"code": "PublicKeyNotAllowed",
+		"message": sprintf(
+			"%s: public key %q is not allowed; allowed are %s",
+			[_not_node_client, lib_keys.text(_request.public_key), lib_keys.algorithms_text(lib_keys.algorithms)],
 		),
 	}
 }

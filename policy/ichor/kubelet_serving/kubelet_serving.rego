@@ -20,6 +20,7 @@
 package ichor.kubelet_serving
 
 import data.ichor.lib.csr as lib_csr
+import data.ichor.lib.keys as lib_keys
 import data.ichor.lib.reasons as lib_reasons
 
 # The tables of data.json, beside this file. They sit under "config" because the
@@ -296,6 +297,27 @@ deny contains reason if {
 		"message": sprintf(
 			"usages %v are not one of the allowed sets %v",
 			[input.csr.usages, [usages | some usages in _config.allowed_usage_sets]],
+		),
+	}
+}
+
+# METADATA
+# title: Public key type not allowed
+# description: |
+#   The request's key must be one of the table of policy/ichor/lib/keys, the one table of
+#   sound keys every rule reads: ECDSA on P-256 or P-384 (what the kubelet makes by default),
+#   RSA of 2048 to 8192 bits, or Ed25519. A certificate lives for up to a year; one for a key
+#   that can be factored or whose curve is weak is refused, whatever it names.
+# custom:
+#   code: PublicKeyNotAllowed
+deny contains reason if {
+	_request.parsed
+	not lib_keys.allowed(_request.public_key, lib_keys.algorithms)
+	reason := {
+		"code": "PublicKeyNotAllowed",
+		"message": sprintf(
+			"public key %q is not allowed; allowed are %s",
+			[lib_keys.text(_request.public_key), lib_keys.algorithms_text(lib_keys.algorithms)],
 		),
 	}
 }

@@ -406,3 +406,22 @@ test_thousands_of_foreign_names_give_a_bounded_decision if {
 	[r.code | some r in d.reasons] == array.concat(["DNSNameNotNode"], ip_codes)
 	d.reasons[11].message == "9990 more IPNotNode reasons are not listed (10000 in all)"
 }
+
+# A weak key is denied, whatever the names say: no identity makes it sound.
+test_weak_keys_are_denied if {
+	every key in [
+		{"algorithm": "RSA", "bits": 1024},
+		{"algorithm": "ECDSA", "curve": "P-224", "bits": 224},
+		{"algorithm": "RSA", "bits": 16384},
+	] {
+		d := _decide(_set("/csr/request/public_key", key))
+		d.action == "deny"
+		[r.code | some r in d.reasons] == ["PublicKeyNotAllowed"]
+		contains(d.reasons[0].message, "is not allowed; allowed are ECDSA on curve P-256 or P-384")
+	}
+}
+
+test_a_weak_key_message_names_the_key if {
+	d := _decide(_set("/csr/request/public_key", {"algorithm": "RSA", "bits": 1024}))
+	startswith(d.reasons[0].message, `public key "RSA 1024-bit" is not allowed`)
+}
