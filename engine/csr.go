@@ -9,8 +9,37 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 )
 
-// PathKubeletServing is the entrypoint of the kubelet-serving rule.
-const PathKubeletServing = "ichor/kubelet_serving/decision"
+// Entrypoints of the kubelet-serving rule.
+const (
+	PathKubeletServing = "ichor/kubelet_serving/decision"
+	// PathKubeletServingRejection is the decision when it is a rejection no
+	// node identity could change; undefined otherwise.
+	PathKubeletServingRejection = "ichor/kubelet_serving/rejection"
+	// PathKubeletServingLimits is what Go needs before it counts.
+	PathKubeletServingLimits = "ichor/kubelet_serving/limits"
+)
+
+// KubeletServingLimits are the limits of the kubelet-serving rule that Go
+// counts with.
+type KubeletServingLimits struct {
+	MaxUndecidedPerRequester int `json:"max_undecided_per_requester"`
+	// Revision is the bundle revision the limits are of.
+	Revision string `json:"-"`
+}
+
+// KubeletServingLimits asks the rule for the limits Go counts with.
+func (e *Engine) KubeletServingLimits(ctx context.Context) (KubeletServingLimits, error) {
+	var out KubeletServingLimits
+	d, err := e.decideInto(ctx, PathKubeletServingLimits, map[string]any{}, &out)
+	if err != nil {
+		return KubeletServingLimits{}, err
+	}
+	if out.MaxUndecidedPerRequester < 1 {
+		return KubeletServingLimits{}, fmt.Errorf("decision %s of %s gives no max_undecided_per_requester of at least 1: the bundle is broken", d.ID, d.Path)
+	}
+	out.Revision = d.Revision
+	return out, nil
+}
 
 // The actions a CSR rule answers with.
 const (
@@ -41,6 +70,21 @@ type CSRDecision struct {
 // a request of another signer.
 func (e *Engine) KubeletServing(ctx context.Context, in csrinput.KubeletServing) (CSRDecision, error) {
 	return e.decideCSR(ctx, PathKubeletServing, in)
+}
+
+// KubeletServingRejection is the kubelet-serving decision when it is a
+// rejection that no node identity could change (ichor/kubelet_serving/
+// rejection), asked before the node is read. It returns ErrNoDecision when
+// there is none: the request needs its node's identity to be decided.
+func (e *Engine) KubeletServingRejection(ctx context.Context, in csrinput.KubeletServing) (CSRDecision, error) {
+	d, err := e.decideCSR(ctx, PathKubeletServingRejection, in)
+	if err != nil {
+		return d, err
+	}
+	if d.Action != ActionDeny {
+		return CSRDecision{}, fmt.Errorf("decision %s of %s answers %q, not deny: the bundle is broken", d.DecisionID, PathKubeletServingRejection, d.Action)
+	}
+	return d, nil
 }
 
 func (e *Engine) decideCSR(ctx context.Context, path string, in any) (CSRDecision, error) {

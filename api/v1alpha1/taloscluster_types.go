@@ -37,6 +37,14 @@ const (
 	// each time a node is added. It is removed when either option is switched
 	// off. The kube-apiserver flag is rendered only while it is True.
 	ConditionKubeletServingVerified = "KubeletServingVerified"
+
+	// ConditionKubeletServingRequests is False while the rule withholds
+	// approvals because the API server holds more undecided kubelet serving
+	// requests than its machines explain (the flood guard, reason
+	// TooManyPendingRequests), True otherwise; absent while kubelet serving
+	// certificates are off. A person decides: the requests of a flood are
+	// deleted or denied, and approvals resume.
+	ConditionKubeletServingRequests = "KubeletServingRequests"
 )
 
 // Condition reasons of a TalosCluster.
@@ -61,6 +69,15 @@ const (
 	// ConditionKubeletServingVerified: verification is requested but not every
 	// machine has a certificate yet, so the flag is not rendered.
 	ReasonAwaitingCertificates = "AwaitingCertificates"
+
+	// ReasonRequestsWithinBounds is the reason of a True
+	// ConditionKubeletServingRequests.
+	ReasonRequestsWithinBounds = "RequestsWithinBounds"
+
+	// ReasonTooManyPendingRequests is the reason of a False
+	// ConditionKubeletServingRequests, the rule's reason code of the
+	// requests it withholds.
+	ReasonTooManyPendingRequests = "TooManyPendingRequests"
 )
 
 // TalosClusterSpec is the desired state of a Talos cluster.

@@ -56,6 +56,7 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 			len(waiting), len(machines.Items), strings.Join(waiting, ", "))
 	}
 	meta.SetStatusCondition(&cluster.Status.Conditions, issued)
+	meta.SetStatusCondition(&cluster.Status.Conditions, requestsCondition(cluster, p.withheldCount()))
 
 	verify := cluster.Spec.Security.KubeletServingCertificates.VerifyFromAPIServer
 	latched := meta.IsStatusConditionTrue(cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)
@@ -92,11 +93,34 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 	return nil
 }
 
-// clearConditions removes both conditions when the option is off.
+// requestsCondition says whether the rule withheld approvals for a flood in
+// this full pass.
+func requestsCondition(cluster *ichorv1alpha1.TalosCluster, withheld int) metav1.Condition {
+	if withheld > 0 {
+		return metav1.Condition{
+			Type:   ichorv1alpha1.ConditionKubeletServingRequests,
+			Status: metav1.ConditionFalse,
+			Reason: ichorv1alpha1.ReasonTooManyPendingRequests,
+			Message: fmt.Sprintf("%d kubelet serving requests are withheld: the API server holds more undecided requests than the machines explain, "+
+				"and nothing is approved until a person looks (`ichor decisions list --policy kubelet-serving --action pending` names them; delete or deny the flood)", withheld),
+			ObservedGeneration: cluster.Generation,
+		}
+	}
+	return metav1.Condition{
+		Type:               ichorv1alpha1.ConditionKubeletServingRequests,
+		Status:             metav1.ConditionTrue,
+		Reason:             ichorv1alpha1.ReasonRequestsWithinBounds,
+		Message:            "the undecided kubelet serving requests are within what the machines explain",
+		ObservedGeneration: cluster.Generation,
+	}
+}
+
+// clearConditions removes the conditions when the option is off.
 func (r *Reconciler) clearConditions(ctx context.Context, cluster *ichorv1alpha1.TalosCluster) error {
 	before := cluster.DeepCopy()
 	meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
 	meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)
+	meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingRequests)
 	if !statusChanged(before.Status, cluster.Status) {
 		return nil
 	}

@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/go-logr/logr"
+
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
 	"github.com/ichor-dev/ichor-policy/controllers/internal/machines"
@@ -126,13 +128,33 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	epoch := p.r.machineEpoch.Get()
 	if wait, skip := p.r.memo.Skip(p.memoKey(csr), csr.ResourceVersion, epoch, p.now); skip {
 		p.addPending()
+		if v, ok := p.r.memo.Verdict(p.memoKey(csr)); ok && v.Key == codeTooManyPending {
+			p.addWithheld()
+		}
 		p.retryIn(wait)
 		return nil
 	}
 
 	in := csrinput.KubeletServing{CSR: csrinput.Build(csr), MachineCandidates: candidates}
+	if in.Requests, err = p.requests(ctx, csr); err != nil {
+		return err
+	}
 	if machine != nil {
 		in.Machine = &csrinput.Machine{Name: machine.Name, Namespace: machine.Namespace, Cluster: machine.Spec.ClusterName}
+		// A requester with several undecided requests may be flooding: the
+		// rule says first whether it rejects this one whatever the node's
+		// identity, so that a flood costs no Talos read. One undecided
+		// request (the usual case) is never over a limit, and costs no
+		// second evaluation.
+		if in.Requests.FromRequester > 1 {
+			d, err := p.r.Engine.KubeletServingRejection(ctx, in)
+			switch {
+			case err == nil:
+				return p.act(ctx, logger, csr, machine, epoch, d)
+			case !errors.Is(err, engine.ErrNoDecision):
+				return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
+			}
+		}
 		in.Node = p.readNode(ctx, machine)
 		// A node that still cannot be read, for the same reason, changes no
 		// fact: it is looked at again soon, without a new decision (and log
@@ -151,6 +173,11 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if err != nil {
 		return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 	}
+	return p.act(ctx, logger, csr, machine, epoch, d)
+}
+
+// act carries out a decision on the request.
+func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.CertificateSigningRequest, machine *ichorv1alpha1.TalosMachine, epoch uint64, d engine.CSRDecision) error {
 	logger = logger.WithValues("node", d.Node, "action", d.Action, "codes", d.Reasons.Codes(), "decision_id", d.DecisionID, "revision", d.Revision)
 	// The engine refuses such answers of a broken bundle; whatever decides
 	// here must not be trusted further than that.
@@ -166,6 +193,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		if err := p.approve(ctx, csr, d); err != nil {
 			return &writeError{err: err, machine: machine}
 		}
+		p.written(csr)
 		logger.Info("approved kubelet serving certificate")
 		p.applied(ctx, csr, d)
 		// No Event: the Approved condition and the decision log say it, and
@@ -174,12 +202,18 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		if err := p.deny(ctx, csr, d); err != nil {
 			return &writeError{err: err, machine: machine}
 		}
+		p.written(csr)
 		logger.Info("denied kubelet serving certificate")
 		p.applied(ctx, csr, d)
 		p.event(machine, csr, corev1.EventTypeWarning, "Denied", d.EventNote())
 	case engine.ActionPending:
 		p.addPending()
-		first, wait := p.r.memo.Pending(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Key: strings.Join(d.Reasons.Codes(), ",")}, struct{}{}, p.now, pendingWait(strings.Join(d.Reasons.Codes(), ",")))
+		key := strings.Join(d.Reasons.Codes(), ",")
+		if key == codeTooManyPending {
+			p.addWithheld()
+			p.r.Metrics.withheld(p.cluster.Namespace, p.cluster.Name)
+		}
+		first, wait := p.r.memo.Pending(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Key: key}, struct{}{}, p.now, pendingWait(key))
 		p.retryIn(wait)
 		if first {
 			logger.Info("left kubelet serving certificate pending")
@@ -190,6 +224,13 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	}
 	p.r.failures.Forget(p.memoKey(csr))
 	return nil
+}
+
+// written remembers that a verdict was written on this version of the
+// request, until the cache shows it: a pass that listed the request before
+// the write must not decide it again from that stale copy.
+func (p *pass) written(csr *certificatesv1.CertificateSigningRequest) {
+	p.r.memo.Applied(p.memoKey(csr), csr.ResourceVersion, struct{}{})
 }
 
 // applied records in the decision log that the decision was written on the
@@ -310,8 +351,15 @@ const (
 	// logged) again.
 	unreadableRecheck = 3 * time.Second
 
+	// withheldRecheck is how often a request withheld for a flood is
+	// decided again: the flood may be cleared by a person at any time, and
+	// only requests that passed every check are withheld, at most one a
+	// machine.
+	withheldRecheck = 5 * time.Second
+
 	codeMachineUnknown = "MachineUnknown"
 	codeNodeUnreadable = "NodeUnreadable"
+	codeTooManyPending = ichorv1alpha1.ReasonTooManyPendingRequests
 )
 
 // backoff is the wait before a request is tried again after a failure, and
@@ -328,6 +376,8 @@ func pendingWait(key string) func(int) time.Duration {
 		return func(int) time.Duration { return 0 }
 	case codeNodeUnreadable:
 		return func(int) time.Duration { return unreadableRecheck }
+	case codeTooManyPending:
+		return func(int) time.Duration { return withheldRecheck }
 	}
 	return backoff.After
 }

@@ -28,6 +28,9 @@ func AddIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 	if err := machines.AddNodeNameIndex(ctx, indexer); err != nil {
 		return err
 	}
+	if err := addUndecidedIndex(ctx, indexer); err != nil {
+		return err
+	}
 	for _, ix := range []struct {
 		obj     client.Object
 		field   string

@@ -8,14 +8,17 @@ import (
 	"crypto/rsa"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/json"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -31,6 +34,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/engine/enginetest"
@@ -50,6 +54,11 @@ var (
 	// odd answers for the nodes a test names, and the real engine's answer
 	// for every other (odd_test.go).
 	odd = &enginetest.Answers[engine.CSRDecision]{}
+	// gates hold the rejections of the machines a test names (flood_test.go).
+	gates = &rejectionGates{}
+	// metrics are the approver's, in a registry of the tests' own.
+	metricsRegistry = prometheus.NewRegistry()
+	metrics         *kubeletserving.Metrics
 )
 
 const wait = 60 * time.Second
@@ -61,10 +70,27 @@ func TestMain(m *testing.M) {
 	}))
 }
 
+// floodAllowance is the test bundle's min_undecided_allowance, with no
+// allowance per machine: the flood guard trips at a count a test can reach
+// whatever the machines of the other tests, and far above what they leave
+// undecided.
+const floodAllowance = 20
+
 func startManager(ctx context.Context) error {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
-	eng, err := engine.New(ctx, engine.Options{DecisionLog: decisionLog, Log: os.Stderr})
+	b, err := bundles.Default()
 	if err != nil {
+		return err
+	}
+	cfg := b.Data["ichor"].(map[string]any)["kubelet_serving"].(map[string]any)["config"].(map[string]any)
+	cfg["min_undecided_allowance"] = json.Number(strconv.Itoa(floodAllowance))
+	cfg["max_undecided_per_machine"] = json.Number("0")
+	b.Manifest.Revision = bundles.Digest(b)
+	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: decisionLog, Log: os.Stderr})
+	if err != nil {
+		return err
+	}
+	if metrics, err = kubeletserving.NewMetrics(metricsRegistry); err != nil {
 		return err
 	}
 	mgr, err := env.NewManager(env.Config, nil)
@@ -75,7 +101,8 @@ func startManager(ctx context.Context) error {
 		Client:         mgr.GetClient(),
 		APIReader:      mgr.GetAPIReader(),
 		Clientset:      env.Clientset,
-		Engine:         &enginetest.Engine{Engine: eng, KubeletServingFunc: oddServing},
+		Engine:         &enginetest.Engine{Engine: eng, KubeletServingFunc: oddServing, KubeletServingRejectionFunc: gates.hold},
+		Metrics:        metrics,
 		Recorder:       mgr.GetEventRecorder("ichor-kubelet-serving"),
 		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second},
 		ResyncInterval: 3 * time.Second,
@@ -506,6 +533,7 @@ func ipStrings(ips []net.IP) []string {
 
 type logEntry struct {
 	DecisionID string `json:"decision_id"`
+	Path       string `json:"path"`
 	Input      struct {
 		CSR struct {
 			Name string `json:"name"`

@@ -14,6 +14,7 @@ type Metrics struct {
 	talosReadErrors  prometheus.Counter
 	writeFailures    *prometheus.CounterVec
 	pendingCSRs      *prometheus.GaugeVec
+	floodGuard       *prometheus.GaugeVec
 }
 
 // NewMetrics makes the collectors and registers them, as engine.NewMetrics
@@ -37,8 +38,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ichor_kubelet_serving_pending_csrs",
 			Help: "Kubelet serving CSRs left pending at the cluster's last full pass.",
 		}, []string{"namespace", "cluster"}),
+		floodGuard: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ichor_kubelet_serving_flood_guard",
+			Help: "1 while the rule withholds the cluster's approvals because its API server holds more undecided kubelet serving requests than its machines explain (TooManyPendingRequests); alert on it.",
+		}, []string{"namespace", "cluster"}),
 	}
-	for _, c := range []prometheus.Collector{m.talosReadSeconds, m.talosReadErrors, m.writeFailures, m.pendingCSRs} {
+	for _, c := range []prometheus.Collector{m.talosReadSeconds, m.talosReadErrors, m.writeFailures, m.pendingCSRs, m.floodGuard} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register the kubelet serving approver's metrics: %w", err)
 		}
@@ -64,9 +69,24 @@ func (m *Metrics) failure(kind string) {
 	}
 }
 
-func (m *Metrics) pending(namespace, cluster string, n int) {
+// pending sets the counts of a full pass: the requests left pending, and
+// whether any was withheld for a flood.
+func (m *Metrics) pending(namespace, cluster string, pending, withheld int) {
+	if m == nil {
+		return
+	}
+	m.pendingCSRs.WithLabelValues(namespace, cluster).Set(float64(pending))
+	guard := 0.0
+	if withheld > 0 {
+		guard = 1
+	}
+	m.floodGuard.WithLabelValues(namespace, cluster).Set(guard)
+}
+
+// withheld raises the flood guard at once, between full passes.
+func (m *Metrics) withheld(namespace, cluster string) {
 	if m != nil {
-		m.pendingCSRs.WithLabelValues(namespace, cluster).Set(float64(n))
+		m.floodGuard.WithLabelValues(namespace, cluster).Set(1)
 	}
 }
 
@@ -74,5 +94,6 @@ func (m *Metrics) pending(namespace, cluster string, n int) {
 func (m *Metrics) forget(namespace, cluster string) {
 	if m != nil {
 		m.pendingCSRs.DeleteLabelValues(namespace, cluster)
+		m.floodGuard.DeleteLabelValues(namespace, cluster)
 	}
 }

@@ -68,6 +68,8 @@ const (
 // or a test's (engine/enginetest).
 type Decider interface {
 	KubeletServing(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error)
+	KubeletServingRejection(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error)
+	KubeletServingLimits(context.Context) (engine.KubeletServingLimits, error)
 	RecordApplied(ctx context.Context, decisionID, object, action string) error
 }
 
@@ -103,6 +105,8 @@ type Reconciler struct {
 	Clock clock.PassiveClock
 
 	work *workers
+	// limits are the rule's limits the flood counts are taken with.
+	limits limitsCache
 	// failures are the requests whose handling failed, with their backoff.
 	failures approval.Memo[memoKey, struct{}]
 
@@ -246,7 +250,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	logger := log.FromContext(ctx).WithValues("taloscluster", req.NamespacedName)
 	ctx = log.IntoContext(ctx, logger)
 
-	work := r.dirty.take(req.NamespacedName)
+	start := r.Clock.Now()
+	work := r.dirty.take(req.NamespacedName, start, r.ResyncInterval)
 	var cluster ichorv1alpha1.TalosCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -255,6 +260,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
 			r.failures.ForgetIf(ofCluster(req.NamespacedName, nil))
 			r.Metrics.forget(req.Namespace, req.Name)
+			r.dirty.forget(req.NamespacedName)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("get cluster: %w", err)
@@ -312,16 +318,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// answer holds back only that request, which is tried again with backoff.
 	p.dispatch(ctx, csrs, r.PassWait)
 	if !work.full {
-		return p.result(), nil
+		return r.dirty.requeue(req.NamespacedName, start, p.result().RequeueAfter), nil
 	}
 	r.memo.ForgetIf(ofCluster(req.NamespacedName, seen))
 	r.failures.ForgetIf(ofCluster(req.NamespacedName, seen))
-	r.Metrics.pending(cluster.Namespace, cluster.Name, p.pendingCount())
+	r.Metrics.pending(cluster.Namespace, cluster.Name, p.pendingCount(), p.withheldCount())
 	if err := r.updateConditions(ctx, &cluster, p); err != nil {
 		return reconcile.Result{}, err
 	}
 	p.retryIn(r.ResyncInterval)
-	return p.result(), nil
+	return r.dirty.requeue(req.NamespacedName, start, p.result().RequeueAfter), nil
 }
 
 // pass is the state of one reconcile of one cluster. Its decisions run
@@ -336,8 +342,16 @@ type pass struct {
 	mu       sync.Mutex
 	requeue  time.Duration
 	detached bool
-	// pending counts the requests this pass left pending.
-	pending int
+	// pending counts the requests this pass left pending, withheld those the
+	// rule withheld for a flood (TooManyPendingRequests).
+	pending  int
+	withheld int
+
+	// counts are the flood guard's counts of the pass's API server, taken
+	// once a pass.
+	countsOnce sync.Once
+	counts     *csrinput.Requests
+	countsErr  error
 }
 
 func (p *pass) key() types.NamespacedName {
@@ -366,6 +380,18 @@ func (p *pass) addPending() {
 	p.pending++
 }
 
+func (p *pass) addWithheld() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.withheld++
+}
+
+func (p *pass) withheldCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.withheld
+}
+
 func (p *pass) pendingCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -386,7 +412,15 @@ func (p *pass) result() reconcile.Result {
 }
 
 // dirtySet holds, per cluster, the requests whose events arrived since its
-// last reconcile, and whether a full pass is due.
+// last reconcile, whether a full pass is due, and when the cluster asked to
+// be looked at again.
+//
+// A reconcile asks for its next one with RequeueAfter; a request's event
+// that arrives first reconciles the cluster at once, and the queue counts
+// that as the requeue (controller-runtime's queue keeps one entry a key), so
+// the wake-up a pass asked for would be lost to the next dirty pass. The
+// wake-up is kept here instead: a dirty pass passes it on, and once it is due
+// the pass is a full one, which looks at every request whose wait is over.
 type dirtySet struct {
 	mu sync.Mutex
 	m  map[types.NamespacedName]*work
@@ -395,6 +429,10 @@ type dirtySet struct {
 type work struct {
 	full bool
 	csrs map[string]bool
+	// wakeAt is when a pass asked the cluster to be looked at again; zero
+	// for never. lastFull is when its last full pass began.
+	wakeAt   time.Time
+	lastFull time.Time
 }
 
 func (d *dirtySet) get(key types.NamespacedName) *work {
@@ -422,16 +460,43 @@ func (d *dirtySet) markFull(key types.NamespacedName) {
 }
 
 // take returns and clears the cluster's work. A reconcile with no request
-// marked dirty comes from the timer or a cluster change: a full pass.
-func (d *dirtySet) take(key types.NamespacedName) work {
+// marked dirty comes from the timer or a cluster change, and one whose
+// wake-up is due or whose last full pass is resync old is owed one: both
+// are full passes.
+func (d *dirtySet) take(key types.NamespacedName, now time.Time, resync time.Duration) work {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	w, ok := d.m[key]
-	delete(d.m, key)
-	if !ok || len(w.csrs) == 0 {
-		return work{full: true}
+	w := d.get(key)
+	due := !w.wakeAt.IsZero() && !now.Before(w.wakeAt)
+	out := work{full: w.full || len(w.csrs) == 0 || due || now.Sub(w.lastFull) >= resync, csrs: w.csrs}
+	w.full, w.csrs = false, map[string]bool{}
+	if out.full {
+		out.csrs = nil
+		w.wakeAt, w.lastFull = time.Time{}, now
 	}
-	return *w
+	return out
+}
+
+// forget drops a cluster's state (the cluster is gone).
+func (d *dirtySet) forget(key types.NamespacedName) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.m, key)
+}
+
+// requeue records the wake-up a pass asks for and returns the requeue that
+// keeps every wake-up asked for: the earliest still ahead.
+func (d *dirtySet) requeue(key types.NamespacedName, now time.Time, after time.Duration) reconcile.Result {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w := d.get(key)
+	if after > 0 && (w.wakeAt.IsZero() || now.Add(after).Before(w.wakeAt)) {
+		w.wakeAt = now.Add(after)
+	}
+	if w.wakeAt.IsZero() {
+		return reconcile.Result{}
+	}
+	return reconcile.Result{RequeueAfter: max(w.wakeAt.Sub(now), time.Millisecond)}
 }
 
 // statusChanged reports whether a status update would change anything.

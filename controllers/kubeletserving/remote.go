@@ -145,6 +145,9 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	}); err != nil {
 		return nil, fmt.Errorf("index CSRs of cluster %s: %w", key, err)
 	}
+	if err := addUndecidedIndex(ctx, cl.GetFieldIndexer()); err != nil {
+		return nil, fmt.Errorf("index CSRs of cluster %s: %w", key, err)
+	}
 	clientset, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("API server of cluster %s: %w", key, err)

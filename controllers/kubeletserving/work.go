@@ -40,6 +40,15 @@ type workers struct {
 	// kicks wakes a cluster when a decision that outlived its pass wants it
 	// looked at again.
 	kicks chan event.GenericEvent
+	// requesters serializes the decisions of one requester of one cluster
+	// across passes (a *sync.Mutex by cluster and spec.username).
+	requesters sync.Map
+}
+
+// requester is the lock of a requester's decisions in a cluster.
+func (w *workers) requester(cluster types.NamespacedName, username string) *sync.Mutex {
+	m, _ := w.requesters.LoadOrStore(cluster.String()+"\x00"+username, &sync.Mutex{})
+	return m.(*sync.Mutex)
 }
 
 func newWorkers(n int) *workers {
@@ -80,6 +89,14 @@ func (w *workers) kickAfter(cluster types.NamespacedName, d time.Duration) {
 // wait. A decision still running then finishes in the background, with the
 // manager's context, and what it asks (a retry) becomes a wake-up of the
 // cluster.
+//
+// Each requester's requests are decided one after the other, oldest first,
+// while different requesters' are decided at once: a node credential that
+// floods holds one worker at a time, whatever it creates, so the other
+// nodes' requests are not held up behind it; and the rule's count of its
+// newer undecided requests is exact, so that beyond its limit the oldest are
+// denied (without a Talos read) before the newest are decided on their
+// merits.
 func (p *pass) dispatch(ctx context.Context, csrs []certificatesv1.CertificateSigningRequest, wait time.Duration) {
 	var wg sync.WaitGroup
 	background := p.r.runCtx
@@ -87,26 +104,32 @@ func (p *pass) dispatch(ctx context.Context, csrs []certificatesv1.CertificateSi
 		background = context.WithoutCancel(ctx)
 	}
 	background = log.IntoContext(background, log.FromContext(ctx))
-	for i := range csrs {
-		csr := &csrs[i]
-		if !p.r.work.claim(csr.UID) {
-			// Being decided by an earlier pass: pending until it is done.
-			p.addPending()
-			continue
-		}
-		select {
-		case p.r.work.slots <- struct{}{}:
-		case <-ctx.Done():
-			p.r.work.release(csr.UID)
-			return
-		}
+	for _, group := range byRequester(csrs) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-p.r.work.slots }()
-			defer p.r.work.release(csr.UID)
-			if err := p.handle(background, csr); err != nil {
-				p.failed(background, csr, err)
+			// A pass that outlived its wait may still be deciding this
+			// requester's older requests: one at a time, across passes.
+			lock := p.r.work.requester(p.key(), group[0].Spec.Username)
+			lock.Lock()
+			defer lock.Unlock()
+			for _, csr := range group {
+				if !p.r.work.claim(csr.UID) {
+					// Being decided by an earlier pass: pending until it is done.
+					p.addPending()
+					continue
+				}
+				select {
+				case p.r.work.slots <- struct{}{}:
+				case <-background.Done():
+					p.r.work.release(csr.UID)
+					return
+				}
+				if err := p.handle(background, csr); err != nil {
+					p.failed(background, csr, err)
+				}
+				<-p.r.work.slots
+				p.r.work.release(csr.UID)
 			}
 		}()
 	}

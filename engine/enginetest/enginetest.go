@@ -22,10 +22,11 @@ var ErrPass = errors.New("enginetest: let the real engine decide")
 type Engine struct {
 	*engine.Engine
 
-	KubeletServingFunc func(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error)
-	KubeletClientFunc  func(context.Context, csrinput.KubeletClient) (engine.CSRDecision, error)
-	AdmissionFunc      func(context.Context, engine.CredentialAdmissionInput) (engine.CredentialAdmission, error)
-	IssuanceFunc       func(context.Context, engine.CredentialIssuanceInput) (engine.CredentialIssuance, error)
+	KubeletServingFunc          func(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error)
+	KubeletServingRejectionFunc func(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error)
+	KubeletClientFunc           func(context.Context, csrinput.KubeletClient) (engine.CSRDecision, error)
+	AdmissionFunc               func(context.Context, engine.CredentialAdmissionInput) (engine.CredentialAdmission, error)
+	IssuanceFunc                func(context.Context, engine.CredentialIssuanceInput) (engine.CredentialIssuance, error)
 }
 
 // KubeletServing decides a kubelet-serving CSR.
@@ -36,6 +37,17 @@ func (e *Engine) KubeletServing(ctx context.Context, in csrinput.KubeletServing)
 		}
 	}
 	return e.Engine.KubeletServing(ctx, in)
+}
+
+// KubeletServingRejection is the kubelet-serving rejection, asked before the
+// node is read.
+func (e *Engine) KubeletServingRejection(ctx context.Context, in csrinput.KubeletServing) (engine.CSRDecision, error) {
+	if e.KubeletServingRejectionFunc != nil {
+		if d, err := e.KubeletServingRejectionFunc(ctx, in); !errors.Is(err, ErrPass) {
+			return d, err
+		}
+	}
+	return e.Engine.KubeletServingRejection(ctx, in)
 }
 
 // KubeletClient decides a kubelet client CSR.

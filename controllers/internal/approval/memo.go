@@ -113,6 +113,17 @@ func (m *Memo[K, V]) Hold(k K, v Verdict, maxAge, wait time.Duration, now time.T
 	return true
 }
 
+// Verdict is the verdict remembered of k, if any, written or not.
+func (m *Memo[K, V]) Verdict(k K) (Verdict, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.m[k]
+	if !ok {
+		return Verdict{}, false
+	}
+	return e.verdict, true
+}
+
 // Has reports whether anything is remembered of k.
 func (m *Memo[K, V]) Has(k K) bool {
 	m.mu.Lock()

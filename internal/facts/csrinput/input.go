@@ -14,6 +14,23 @@ type KubeletServing struct {
 	// Node is the identity read from the machine's Talos API; nil when it was
 	// not read (no machine), Readable=false when reading failed.
 	Node *Node `json:"node,omitempty"`
+	// Requests are the counts of undecided requests the flood guards read;
+	// nil when the caller has none (check-csr), which counts as zero.
+	Requests *Requests `json:"requests,omitempty"`
+}
+
+// Requests are counts, from the approver's cache of the API server the
+// request is in, of the undecided kubelet serving requests.
+type Requests struct {
+	// FromRequester are the requester's (spec.username), this one included.
+	FromRequester int `json:"from_requester"`
+	// NewerFromRequester are those of them created after this one.
+	NewerFromRequester int `json:"newer_from_requester"`
+	// Undecided are those of every requester, each requester's counted up to
+	// the rule's max_undecided_per_requester (the rest it denies).
+	Undecided int `json:"undecided"`
+	// Machines are the machines of the clusters that judge this API server.
+	Machines int `json:"machines"`
 }
 
 // Machine names the TalosMachine found for the request.

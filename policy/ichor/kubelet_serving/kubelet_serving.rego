@@ -7,16 +7,24 @@
 #   the kubelet's node IPs as IP addresses. The request's names are never trusted as
 #   identity, and neither is the Kubernetes Node object.
 #
-#   Precedence, and why: a request that cannot be parsed or whose signature is invalid
-#   is denied at once, since no identity could ever make it approvable. Otherwise a
-#   request for a node name that no machine of an enabled cluster has, or for a node
-#   whose identity could not be read, stays pending: pending is reversible and denied
-#   is not. Only then are the remaining checks applied, and every failing one is
-#   reported, sorted by code.
+#   Precedence, and why: a request that cannot be parsed or whose signature is invalid,
+#   or one of a requester with too many newer requests waiting, is denied at once, since
+#   no identity could ever make it approvable. Otherwise a request for a node name that no
+#   machine of an enabled cluster has, or for a node whose identity could not be read,
+#   stays pending: pending is reversible and denied is not. Only then are the remaining
+#   checks applied, and every failing one is reported, sorted by code. A request that
+#   passes them all is still left pending while the API server holds more undecided
+#   requests than its machines explain: a flood is for a person to look at.
 #
 #   Input: input.csr (the facts the CSR carries, built by Go from the object),
-#   input.machine (the TalosMachine with that node name, absent if none) and
-#   input.node (the identity read from the Talos API, absent if it was not read).
+#   input.machine (the TalosMachine with that node name, absent if none), input.node
+#   (the identity read from the Talos API, absent if it was not read) and input.requests
+#   (counts Go takes from its cache: from_requester, the undecided kubelet serving
+#   requests of this request's requester, this one included; newer_from_requester, how
+#   many of those are newer; undecided, those of every requester, each requester's
+#   counted up to the limits' max_undecided_per_requester, since the rest are denied
+#   anyway; machines, the machines of the clusters that judge this API server; absent
+#   counts are zero).
 package ichor.kubelet_serving
 
 import data.ichor.lib.csr as lib_csr
@@ -44,7 +52,32 @@ else := _verdict("pending", pending) if count(pending) > 0
 
 else := _verdict("deny", deny) if count(deny) > 0
 
+else := _verdict("pending", withheld) if count(withheld) > 0
+
 else := _verdict("approve", {approved})
+
+# METADATA
+# title: Kubelet serving limits
+# description: |
+#   What Go needs from the tables before it counts: {"max_undecided_per_requester": n}.
+#   Go counts each requester's undecided requests up to n into input.requests.undecided, so
+#   that one node's flood, which the rule denies beyond n, does not make the API server look
+#   flooded to every other node.
+# entrypoint: true
+limits := {"max_undecided_per_requester": _config.max_undecided_per_requester}
+
+# METADATA
+# title: Kubelet serving rejection
+# description: |
+#   The decision when it is a rejection that no identity could change ({"action": "deny",
+#   ...} as the decision has it), and undefined otherwise. Go asks it before it reads the
+#   node's identity over the Talos API when the requester has more than one undecided
+#   request, so that a flood from one node credential costs no Talos read.
+# entrypoint: true
+rejection := _verdict("deny", rejected) if {
+	input.csr.signer_name == _config.signer_name
+	count(rejected) > 0
+}
 
 _verdict(action, reasons) := {
 	"action": action,
@@ -94,6 +127,57 @@ rejected contains reason if {
 		),
 	}
 }
+
+# METADATA
+# title: Too many requests from the requester
+# description: |
+#   The requester (a node's credential) has more undecided kubelet serving requests than
+#   data.json's max_undecided_per_requester, and at least that many of them are newer
+#   than this one. The oldest are denied and the newest kept: a kubelet's certificate
+#   manager waits on the request it made last and abandons an older one, so a kubelet that
+#   asked again keeps its chance, while a credential that creates requests without end
+#   gets a bounded number of them decided, each denied before its node is read.
+# custom:
+#   code: TooManyRequests
+rejected contains reason if {
+	newer := _count("newer_from_requester")
+	newer >= _config.max_undecided_per_requester
+	reason := {
+		"code": "TooManyRequests",
+		"message": sprintf(
+			"%s has %d undecided kubelet serving requests, %d of them newer than this one; %s",
+			[
+				input.csr.username, _count("from_requester"), newer,
+				sprintf("only the newest %d are decided", [_config.max_undecided_per_requester]),
+			],
+		),
+	}
+}
+
+# METADATA
+# title: Too many undecided requests
+# description: |
+#   The API server holds more undecided kubelet serving requests than its machines explain:
+#   more than max_undecided_per_machine per machine of the clusters judging it, and more
+#   than min_undecided_allowance in all. Nothing is approved until a person has looked (the
+#   cluster's condition KubeletServingRequests says so, and the metric
+#   ichor_kubelet_serving_flood_guard); requests that fail a check are still denied.
+# custom:
+#   code: TooManyPendingRequests
+withheld contains reason if {
+	limit := max([_config.min_undecided_allowance, _config.max_undecided_per_machine * _count("machines")])
+	_count("undecided") > limit
+	reason := {
+		"code": "TooManyPendingRequests",
+		"message": sprintf(
+			"%d kubelet serving requests are undecided, more than the %d that %d machines explain; %s",
+			[_count("undecided"), limit, _count("machines"), "none is approved until a person looks"],
+		),
+	}
+}
+
+# A count of input.requests; zero when Go gave none (check-csr, replay of older logs).
+_count(name) := object.get(input, ["requests", name], 0)
 
 # METADATA
 # title: Unknown machine

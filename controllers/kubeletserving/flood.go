@@ -1,0 +1,172 @@
+package kubeletserving
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+)
+
+// IndexUndecided indexes the undecided kubelet serving CSRs by their
+// requester ("user:" and spec.username) and all of them under one key
+// (undecidedAll): the counts the flood guards of the rule read are a lookup
+// in the cache, not a scan.
+const IndexUndecided = "ichor.dev/undecidedKubeletServing"
+
+const undecidedAll = "all"
+
+func undecidedKeys(o client.Object) []string {
+	csr, ok := o.(*certificatesv1.CertificateSigningRequest)
+	if !ok || csr.Spec.SignerName != certificatesv1.KubeletServingSignerName || len(csr.Status.Certificate) > 0 || approval.IsDecided(csr) {
+		return nil
+	}
+	return []string{undecidedAll, "user:" + csr.Spec.Username}
+}
+
+func addUndecidedIndex(ctx context.Context, indexer client.FieldIndexer) error {
+	if err := indexer.IndexField(ctx, &certificatesv1.CertificateSigningRequest{}, IndexUndecided, undecidedKeys); err != nil {
+		return fmt.Errorf("index %s: %w", IndexUndecided, err)
+	}
+	return nil
+}
+
+// limitsTTL is how long the rule's limits are used before they are asked
+// again: a new bundle's limits count within it, and a pass costs no extra
+// decision (and log entry) of its own.
+const limitsTTL = 10 * time.Second
+
+// limitsCache keeps the rule's limits for limitsTTL.
+type limitsCache struct {
+	mu     sync.Mutex
+	limits engine.KubeletServingLimits
+	asked  time.Time
+}
+
+func (c *limitsCache) get(ctx context.Context, eng Decider, now time.Time) (engine.KubeletServingLimits, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.asked.IsZero() && now.Sub(c.asked) < limitsTTL {
+		return c.limits, nil
+	}
+	limits, err := eng.KubeletServingLimits(ctx)
+	if err != nil {
+		return engine.KubeletServingLimits{}, err
+	}
+	c.limits, c.asked = limits, now
+	return limits, nil
+}
+
+// requests are the counts of input.requests for csr: its requester's
+// undecided requests and how many are newer, from the target's cache, and
+// the pass's counts of every undecided request and of the machines.
+func (p *pass) requests(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*csrinput.Requests, error) {
+	p.countsOnce.Do(func() { p.counts, p.countsErr = p.countAll(ctx) })
+	if p.countsErr != nil {
+		return nil, p.countsErr
+	}
+	var mine certificatesv1.CertificateSigningRequestList
+	if err := p.target.reader.List(ctx, &mine, client.MatchingFields{IndexUndecided: "user:" + csr.Spec.Username}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("count the undecided requests of %s: %w", csr.Spec.Username, err)
+	}
+	out := *p.counts
+	out.FromRequester = len(mine.Items)
+	for i := range mine.Items {
+		if newer(&mine.Items[i], csr) {
+			out.NewerFromRequester++
+		}
+	}
+	return &out, nil
+}
+
+// countAll counts the undecided requests of the pass's API server and the
+// machines of the clusters that judge it: for a cluster with kubeconfigRef,
+// its own; for the manager's API server, those of every enabled cluster the
+// operator named (LocalClusters).
+func (p *pass) countAll(ctx context.Context) (*csrinput.Requests, error) {
+	limits, err := p.r.limits.get(ctx, p.r.Engine, p.now)
+	if err != nil {
+		return nil, fmt.Errorf("the limits of the kubelet serving rule: %w", err)
+	}
+	var all certificatesv1.CertificateSigningRequestList
+	if err := p.target.reader.List(ctx, &all, client.MatchingFields{IndexUndecided: undecidedAll}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("count the undecided requests: %w", err)
+	}
+	// Each requester's up to the rule's limit: beyond it the rule denies
+	// them, so one node's flood does not make every node's look like one.
+	perRequester := map[string]int{}
+	undecided := 0
+	for i := range all.Items {
+		u := all.Items[i].Spec.Username
+		if perRequester[u] < limits.MaxUndecidedPerRequester {
+			perRequester[u]++
+			undecided++
+		}
+	}
+	judges := []ichorv1alpha1.TalosCluster{*p.cluster}
+	if p.target.local {
+		var enabled ichorv1alpha1.TalosClusterList
+		if err := p.r.Client.List(ctx, &enabled, client.MatchingFields{IndexServingEnabled: "true"}); err != nil {
+			return nil, fmt.Errorf("list enabled clusters: %w", err)
+		}
+		judges = judges[:0]
+		for _, c := range enabled.Items {
+			if c.Spec.KubeconfigRef == nil && p.r.LocalClusters.Judges(&c) {
+				judges = append(judges, c)
+			}
+		}
+	}
+	machines := 0
+	for _, c := range judges {
+		var list ichorv1alpha1.TalosMachineList
+		if err := p.r.Client.List(ctx, &list, client.InNamespace(c.Namespace), client.MatchingFields{IndexCluster: c.Name}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("count the machines of cluster %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		machines += len(list.Items)
+	}
+	return &csrinput.Requests{Undecided: undecided, Machines: machines}, nil
+}
+
+// newer reports whether a was created after b (the name breaks a tie: the
+// API server's timestamps have whole seconds).
+func newer(a, b *certificatesv1.CertificateSigningRequest) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return b.CreationTimestamp.Before(&a.CreationTimestamp)
+	}
+	return a.Name > b.Name
+}
+
+// byRequester groups a pass's requests by requester (spec.username), in a
+// fixed order, each group oldest first.
+func byRequester(csrs []certificatesv1.CertificateSigningRequest) [][]*certificatesv1.CertificateSigningRequest {
+	groups := map[string][]*certificatesv1.CertificateSigningRequest{}
+	for i := range csrs {
+		u := csrs[i].Spec.Username
+		groups[u] = append(groups[u], &csrs[i])
+	}
+	out := make([][]*certificatesv1.CertificateSigningRequest, 0, len(groups))
+	for _, u := range slices.Sorted(maps.Keys(groups)) {
+		group := groups[u]
+		slices.SortFunc(group, func(a, b *certificatesv1.CertificateSigningRequest) int {
+			switch {
+			case newer(b, a):
+				return -1
+			case newer(a, b):
+				return 1
+			}
+			return cmp.Compare(a.Name, b.Name)
+		})
+		out = append(out, group)
+	}
+	return out
+}

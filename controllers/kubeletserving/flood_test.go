@@ -1,0 +1,205 @@
+package kubeletserving_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/engine/enginetest"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+)
+
+// rejectionGates hold the rejection decisions of the machines a test names
+// until it opens their gate, so that a test can hold a requester's flood in
+// the middle and see what else is decided meanwhile.
+type rejectionGates struct {
+	mu    sync.Mutex
+	gates map[string]chan struct{}
+	held  map[string]int
+}
+
+func (g *rejectionGates) hold(ctx context.Context, in csrinput.KubeletServing) (engine.CSRDecision, error) {
+	if in.Machine == nil {
+		return engine.CSRDecision{}, enginetest.ErrPass
+	}
+	g.mu.Lock()
+	gate, ok := g.gates[in.Machine.Name]
+	if ok {
+		g.held[in.Machine.Name]++
+	}
+	g.mu.Unlock()
+	if ok {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}
+	return engine.CSRDecision{}, enginetest.ErrPass
+}
+
+func (g *rejectionGates) close(machine string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gate, ok := g.gates[machine]; ok {
+		close(gate)
+		delete(g.gates, machine)
+	}
+}
+
+func (g *rejectionGates) shut(t *testing.T, machine string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.gates == nil {
+		g.gates, g.held = map[string]chan struct{}{}, map[string]int{}
+	}
+	g.gates[machine] = make(chan struct{})
+	t.Cleanup(func() { g.close(machine) })
+}
+
+func (g *rejectionGates) heldCount(machine string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held[machine]
+}
+
+// A node credential that creates requests without end gets at most
+// max_undecided_per_requester (5) of them decided on their merits, the
+// newest; every older one is denied TooManyRequests without a Talos read.
+// Its requests are decided one at a time, so while its flood is held in the
+// middle another node of the same cluster is approved.
+func TestAFloodFromOneNodeIsBoundedAndHoldsUpNoOtherNode(t *testing.T) {
+	f := newFixture(t, false)
+	f.machine("flood-1", "10.42.0.2")
+	f.machine("calm-1", "10.42.0.3")
+	gates.shut(t, "flood-1")
+
+	flooder := nodeClient(t, "system:node:flood-1", "system:nodes")
+	const flood = 30
+	var names []string
+	for i := range flood {
+		names = append(names, submit(t, flooder, fmt.Sprintf("flood-1-%02d", i), csrgen.Request{
+			Subject: csrgen.NodeSubject("flood-1"), IPs: []net.IP{net.ParseIP("10.42.0.2")},
+		}))
+	}
+	// The flood is held at its first rejection...
+	require.Eventually(t, func() bool { return gates.heldCount("flood-1") > 0 }, wait, 50*time.Millisecond)
+
+	// ...and the calm node's request is decided meanwhile.
+	calm := submit(t, nodeClient(t, "system:node:calm-1", "system:nodes"), "calm-1", csrgen.Request{
+		Subject: csrgen.NodeSubject("calm-1"), IPs: []net.IP{net.ParseIP("10.42.0.3")},
+	})
+	c := decided(t, calm)
+	assert.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
+	assert.Equal(t, 1, gates.heldCount("flood-1"), "one request of the flood at a time")
+
+	gates.close("flood-1")
+	for _, name := range names {
+		decided(t, name)
+	}
+
+	// The newest five were decided on their merits; every other was denied,
+	// each without a kubelet-serving decision, so without a Talos read.
+	csrs := make([]*certificatesv1.CertificateSigningRequest, 0, flood)
+	for _, name := range names {
+		csrs = append(csrs, env.GetCSR(t, name))
+	}
+	sort.Slice(csrs, func(i, j int) bool {
+		a, b := csrs[i], csrs[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Name < b.Name
+	})
+	for i, csr := range csrs {
+		v := harness.Verdict(csr)
+		if i >= flood-5 {
+			assert.Equal(t, certificatesv1.CertificateApproved, v.Type, "%s, one of the newest five: %s", csr.Name, v.Message)
+			continue
+		}
+		assert.Equal(t, certificatesv1.CertificateDenied, v.Type, "%s: %s", csr.Name, v.Message)
+		assert.Equal(t, "TooManyRequests", v.Reason, csr.Name)
+		for _, e := range entriesFor(csr.Name) {
+			assert.Equal(t, engine.PathKubeletServingRejection, e.Path, "%s was decided only as a rejection, before any Talos read", csr.Name)
+		}
+	}
+}
+
+// When the API server holds more undecided requests than its machines
+// explain, nothing is approved: a request that passes every check stays
+// pending (TooManyPendingRequests), the cluster says so in its condition
+// KubeletServingRequests and the metric ichor_kubelet_serving_flood_guard
+// is 1, until a person clears the flood.
+func TestAFloodOfUndecidedRequestsWithholdsApprovalsUntilItIsCleared(t *testing.T) {
+	f := newFixture(t, false)
+	f.machine("held-1", "10.43.0.2")
+
+	// Nodes no machine answers to, each within its own limit: they stay
+	// pending (MachineUnknown), undecided, more than the allowance in all.
+	var flood []string
+	for u := range 5 {
+		ghost := fmt.Sprintf("ghost-%d", u)
+		cs := nodeClient(t, "system:node:"+ghost, "system:nodes")
+		for i := range 5 {
+			flood = append(flood, submit(t, cs, fmt.Sprintf("%s-%d", ghost, i), csrgen.Request{Subject: csrgen.NodeSubject(ghost)}))
+		}
+	}
+	require.Greater(t, len(flood), floodAllowance)
+	for _, name := range flood {
+		loggedPending(t, name, "MachineUnknown")
+	}
+
+	held := submit(t, nodeClient(t, "system:node:held-1", "system:nodes"), "held-1", csrgen.Request{
+		Subject: csrgen.NodeSubject("held-1"), IPs: []net.IP{net.ParseIP("10.43.0.2")},
+	})
+	loggedPending(t, held, "TooManyPendingRequests")
+	c := f.waitCondition(ichorv1alpha1.ConditionKubeletServingRequests, metav1.ConditionFalse)
+	assert.Equal(t, ichorv1alpha1.ReasonTooManyPendingRequests, c.Reason)
+	assert.Contains(t, c.Message, "nothing is approved until a person looks")
+	assert.InDelta(t, 1, floodGuard(t, f.ns), 0)
+
+	// A person deletes the flood: the request is approved, and the cluster
+	// says the requests are within bounds again.
+	for _, name := range flood {
+		require.NoError(t, env.Clientset.CertificatesV1().CertificateSigningRequests().Delete(f.ctx, name, metav1.DeleteOptions{}))
+	}
+	v := decided(t, held)
+	assert.Equal(t, certificatesv1.CertificateApproved, v.Type, v.Message)
+	f.waitCondition(ichorv1alpha1.ConditionKubeletServingRequests, metav1.ConditionTrue)
+	require.Eventually(t, func() bool { return floodGuard(t, f.ns) == 0 }, wait, 100*time.Millisecond)
+}
+
+// floodGuard is the value of ichor_kubelet_serving_flood_guard for the
+// namespace's cluster demo; -1 when it has none.
+func floodGuard(t *testing.T, namespace string) float64 {
+	t.Helper()
+	families, err := metricsRegistry.Gather()
+	require.NoError(t, err)
+	for _, mf := range families {
+		if mf.GetName() != "ichor_kubelet_serving_flood_guard" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == namespace && labels["cluster"] == "demo" {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}

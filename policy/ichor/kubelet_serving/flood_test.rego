@@ -1,0 +1,84 @@
+package ichor.kubelet_serving_test
+
+import data.ichor.kubelet_serving
+
+_requests(from, newer, undecided, machines) := [{"op": "add", "path": "/requests", "value": {
+	"from_requester": from,
+	"newer_from_requester": newer,
+	"undecided": undecided,
+	"machines": machines,
+}}]
+
+test_a_requester_within_its_limit_is_decided if {
+	_decide(_requests(5, 4, 5, 3)).action == "approve"
+}
+
+test_the_oldest_requests_beyond_the_limit_are_denied if {
+	d := _decide(_requests(12, 5, 12, 3))
+	d.action == "deny"
+	[r.code | some r in d.reasons] == ["TooManyRequests"]
+	startswith(d.reasons[0].message, "system:node:worker-1 has 12 undecided kubelet serving requests, 5 of them newer")
+	endswith(d.reasons[0].message, "; only the newest 5 are decided")
+}
+
+test_too_many_requests_is_a_rejection_without_the_node if {
+	d := kubelet_serving.rejection with input as json.patch(_without_node, _requests(12, 7, 12, 3))
+	d.action == "deny"
+	[r.code | some r in d.reasons] == ["TooManyRequests"]
+}
+
+test_the_rejection_is_undefined_for_a_request_the_node_could_decide if {
+	not kubelet_serving.rejection with input as json.patch(_without_node, _requests(2, 1, 2, 3))
+}
+
+test_the_rejection_is_undefined_for_another_signer if {
+	not kubelet_serving.rejection with input as json.patch(_without_node, array.concat(
+		_requests(12, 7, 12, 3),
+		_set("/csr/signer_name", "kubernetes.io/kube-apiserver-client-kubelet"),
+	))
+}
+
+test_a_malformed_request_is_a_rejection_too if {
+	d := kubelet_serving.rejection with input as json.patch(_without_node, _set("/csr/request/parsed", false))
+	[r.code | some r in d.reasons] == ["MalformedRequest"]
+}
+
+test_a_flood_withholds_approvals if {
+	d := _decide(_requests(1, 0, 301, 100))
+	d.action == "pending"
+	[r.code | some r in d.reasons] == ["TooManyPendingRequests"]
+	startswith(d.reasons[0].message, "301 kubelet serving requests are undecided, more than the 300 that 100 machines")
+	endswith(d.reasons[0].message, "; none is approved until a person looks")
+}
+
+test_as_many_undecided_as_the_machines_explain_is_no_flood if {
+	_decide(_requests(1, 0, 300, 100)).action == "approve"
+}
+
+test_a_small_cluster_has_an_allowance if {
+	_decide(_requests(1, 0, 100, 2)).action == "approve"
+	_decide(_requests(1, 0, 101, 2)).action == "pending"
+}
+
+test_a_flood_still_denies_what_fails_a_check if {
+	d := _decide(array.concat(_requests(1, 0, 1000, 1), _sans([{"type": "ip", "value": "10.9.9.9"}])))
+	d.action == "deny"
+	[r.code | some r in d.reasons] == ["IPNotNode"]
+}
+
+test_without_counts_nothing_is_withheld if {
+	_decide([]).action == "approve"
+}
+
+test_the_limits_leave_a_kubelet_room_to_ask_again if {
+	config := kubelet_serving.config
+	config.max_undecided_per_requester >= 2
+	config.max_undecided_per_machine >= 1
+	config.min_undecided_allowance >= config.max_undecided_per_requester
+}
+
+_without_node := object.remove(json.patch(_good, []), ["node"])
+
+test_go_learns_the_limit_it_counts_with if {
+	kubelet_serving.limits == {"max_undecided_per_requester": 5}
+}
