@@ -222,6 +222,8 @@ func (e *Engine) resource(opts Options) (resource, serviceURL string, err error)
 	switch {
 	case opts.Source != "" && opts.Bundle != nil:
 		return "", "", errors.New("engine: Bundle and Source are exclusive")
+	case bundles.IsOCI(opts.Source):
+		return ociResource(opts)
 	case isURL(opts.Source):
 		// Whoever can answer for the URL would write the rules that approve
 		// certificates: a bundle fetched over the network must be signed.
@@ -294,7 +296,11 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 	source := map[string]any{"resource": resource}
 	services := map[string]any{}
 	if serviceURL != "" {
-		services["bundle"] = map[string]any{"url": serviceURL}
+		service := map[string]any{"url": serviceURL}
+		if bundles.IsOCI(opts.Source) {
+			service["type"] = "oci"
+		}
+		services["bundle"] = service
 		source["service"] = "bundle"
 		secs := int64(max(poll/time.Second, 1))
 		source["polling"] = map[string]any{"min_delay_seconds": secs, "max_delay_seconds": secs}

@@ -103,6 +103,16 @@ func (s *statuses) refusals() int {
 	return n
 }
 
+// last is the error of the last report.
+func (s *statuses) last() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.all) == 0 {
+		return nil
+	}
+	return s.all[len(s.all)-1].Err
+}
+
 func forgedIPDecision(t *testing.T, e *engine.Engine) (string, string) {
 	t.Helper()
 	d, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.3"))

@@ -10,10 +10,31 @@ import (
 	"time"
 
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
 )
 
 func isURL(s string) bool {
 	return strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://")
+}
+
+// ociResource is the OPA service (the registry) and resource (the reference)
+// of an oci:// source. Its rules are a URL's: a bundle from a registry must
+// be signed, and plain HTTP is the operator's explicit choice.
+func ociResource(opts Options) (resource, service string, err error) {
+	ref, err := bundles.ParseOCIRef(opts.Source)
+	if err != nil {
+		return "", "", err
+	}
+	if len(opts.VerificationKeys) == 0 {
+		return "", "", fmt.Errorf("bundle source %s is a registry: give the key its bundles are signed with (--bundle-key)", ref)
+	}
+	if ref.PlainHTTP && !opts.AllowInsecureHTTP {
+		return "", "", fmt.Errorf("bundle source %s is plain http: anyone on the path could serve an older signed bundle or none; use %s, or allow it explicitly (--bundle-allow-insecure-http)", ref, bundles.OCIScheme)
+	}
+	// OPA's downloader reads the repository and the tag or digest from the
+	// resource, and the host from the service URL.
+	return ref.Reference.String(), ref.ServiceURL(), nil
 }
 
 // splitURL makes an OPA service (scheme and host) and a bundle resource (the

@@ -5,9 +5,11 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/spf13/cobra"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
 func newBundleCommand(s streams) *cobra.Command {
@@ -60,6 +62,51 @@ func newBundleCommand(s streams) *cobra.Command {
 	build.Flags().StringVar(&signingKey, "signing-key", "", "sign the bundle with this private key (PEM), OPA's bundle signing")
 	build.Flags().StringVar(&signingAlg, "signing-alg", "RS256", "the signing algorithm (RS256, ES256, PS256, ...)")
 	build.Flags().StringVar(&keyID, "key-id", "ichor", "the key id written in the signature, which the manager's --bundle-key-id matches")
-	cmd.AddCommand(build)
+	cmd.AddCommand(build, newBundlePushCommand(s))
 	return cmd
+}
+
+func newBundlePushCommand(s streams) *cobra.Command {
+	var keyPath, keyAlg, keyID string
+	push := &cobra.Command{
+		Use:   "push FILE oci://REGISTRY/REPOSITORY:TAG",
+		Short: "Push a signed bundle to an OCI registry, where the manager's --bundle oci://... pulls it",
+		Long: `Push a bundle tarball (ichor bundle build --signing-key) to an OCI registry in
+OPA's layout: one application/vnd.oci.image.layer.v1.tar+gzip layer. The
+registry login is read from the Docker credential store (docker login, oras
+login). An unsigned bundle is refused: the manager refuses unsigned bundles
+from a registry. With --key, the signature is verified with the managers' key
+before anything is pushed. oci+http:// speaks plain HTTP to the registry.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ref, err := bundles.ParseOCIRef(args[1])
+			if err != nil {
+				return usage.Wrap(err)
+			}
+			tarball, err := os.ReadFile(args[0])
+			if err != nil {
+				return usage.Errorf("bundle: %w", err)
+			}
+			var opts bundles.PushOptions
+			if keyPath != "" {
+				key, err := os.ReadFile(keyPath)
+				if err != nil {
+					return usage.Errorf("--key: %w", err)
+				}
+				opts.Verification = bundle.NewVerificationConfig(map[string]*bundle.KeyConfig{
+					keyID: {Key: string(key), Algorithm: keyAlg},
+				}, keyID, "", nil)
+			}
+			desc, err := bundles.PushOCI(cmd.Context(), ref, tarball, opts)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(s.out, "pushed %s to %s (%s)\n", args[0], ref, desc.Digest)
+			return nil
+		},
+	}
+	push.Flags().StringVar(&keyPath, "key", "", "verify the signature with this public key (PEM), the manager's --bundle-key, before pushing")
+	push.Flags().StringVar(&keyID, "key-id", "ichor", "the key id of --key, as the manager's --bundle-key-id")
+	push.Flags().StringVar(&keyAlg, "key-algorithm", "RS256", "the signing algorithm of --key")
+	return push
 }

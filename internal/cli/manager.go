@@ -73,9 +73,9 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", `address of the Prometheus metrics endpoint ("0" disables it)`)
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "elect a leader, so that of several replicas one acts")
-	f.StringVar(&o.bundle, "bundle", "", "the policy bundle to serve: a tarball path or an http(s) URL, both reloaded when they change, or a policy directory (read once); default: the embedded bundle")
+	f.StringVar(&o.bundle, "bundle", "", "the policy bundle to serve: a tarball path, an http(s) URL or an OCI reference (oci://REGISTRY/REPO:TAG, or oci+http:// for a plain-HTTP registry), each reloaded when it changes, or a policy directory (read once); default: the embedded bundle")
 	f.StringArrayVar(&o.bundleKeys, "bundle-key", nil, "a public key (PEM file) bundles must be signed with; repeatable; with it an unsigned or otherwise signed bundle is refused")
-	f.BoolVar(&o.bundleInsecureHTTP, "bundle-allow-insecure-http", false, "accept a --bundle URL over plain http:// (refused by default, signed or not: anyone on the path could serve an older signed bundle or none)")
+	f.BoolVar(&o.bundleInsecureHTTP, "bundle-allow-insecure-http", false, "accept a --bundle over plain HTTP, http:// or oci+http:// (refused by default, signed or not: anyone on the path could serve an older signed bundle or none)")
 	f.StringVar(&o.bundleKeyID, "bundle-key-id", "ichor", "the key id of --bundle-key (as `ichor bundle build --key-id` writes it)")
 	f.StringVar(&o.bundleKeyAlg, "bundle-key-algorithm", "RS256", "the signing algorithm of --bundle-key")
 	f.DurationVar(&o.bundlePoll, "bundle-poll-interval", engine.DefaultPollInterval, "how often --bundle is looked at for a new bundle")
@@ -110,15 +110,16 @@ service account). Every decision is written to standard output as one JSON line
 
 // runManager turns the flags into the manager's options and runs it.
 func runManager(ctx context.Context, s streams, o managerOptions) error {
+	// The flags first: a wrong one is reported as such wherever it runs.
+	engineOpts, err := o.engineOptions(s)
+	if err != nil {
+		return err
+	}
 	cfg, err := kube.RESTConfig(o.kubeconfig)
 	if err != nil {
 		return err
 	}
 	cfg.QPS, cfg.Burst = o.qps, o.burst
-	engineOpts, err := o.engineOptions(s)
-	if err != nil {
-		return err
-	}
 	localClusters, err := cluster.ParseLocal(o.localClusters)
 	if err != nil {
 		return usage.Errorf("--local-clusters: %v", err)
@@ -192,6 +193,13 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 		}
 		opts.Bundle = b
 	default:
+		// A malformed OCI reference is the operator's to fix, before any
+		// engine starts.
+		if bundles.IsOCI(o.bundle) {
+			if _, err := bundles.ParseOCIRef(o.bundle); err != nil {
+				return opts, usage.Errorf("--bundle: %w", err)
+			}
+		}
 		opts.Source = o.bundle
 	}
 	return opts, nil

@@ -1,0 +1,61 @@
+package bundles_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+)
+
+func TestParseOCIRef(t *testing.T) {
+	for source, want := range map[string]struct {
+		registry, repo, ref, url string
+		err                      string
+	}{
+		"oci://ghcr.io/acme/ichor-policy:v1":                                                             {registry: "ghcr.io", repo: "acme/ichor-policy", ref: "v1", url: "https://ghcr.io"},
+		"oci+http://127.0.0.1:5000/ichor/policy:stable":                                                  {registry: "127.0.0.1:5000", repo: "ichor/policy", ref: "stable", url: "http://127.0.0.1:5000"},
+		"oci://r.example/p@sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef": {registry: "r.example", repo: "p", ref: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", url: "https://r.example"},
+		"oci://ghcr.io/acme/ichor-policy":                                                                {err: "names no tag or digest"},
+		"oci://ghcr.io/ACME/p:v1":                                                                        {err: "invalid reference"},
+		"https://ghcr.io/acme/p:v1":                                                                      {err: "is not an OCI reference"},
+		"oci://":                                                                                         {err: "invalid reference"},
+	} {
+		t.Run(source, func(t *testing.T) {
+			ref, err := bundles.ParseOCIRef(source)
+			if want.err != "" {
+				require.ErrorContains(t, err, want.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, want.registry, ref.Registry)
+			assert.Equal(t, want.repo, ref.Repository)
+			assert.Equal(t, want.ref, ref.Reference.Reference)
+			assert.Equal(t, want.url, ref.ServiceURL())
+			assert.Equal(t, source, ref.String())
+		})
+	}
+}
+
+// What PushOCI refuses it refuses before it speaks to any registry: the
+// reference names a host that does not resolve.
+func TestPushOCIRefusesWhatNoManagerWouldLoad(t *testing.T) {
+	ref, err := bundles.ParseOCIRef("oci://registry.invalid/ichor/policy:v1")
+	require.NoError(t, err)
+	b, err := bundles.Default()
+	require.NoError(t, err)
+	unsigned, err := bundles.Bytes(b)
+	require.NoError(t, err)
+
+	_, err = bundles.PushOCI(context.Background(), ref, unsigned, bundles.PushOptions{})
+	require.ErrorContains(t, err, "not signed")
+	_, err = bundles.PushOCI(context.Background(), ref, []byte("not a bundle"), bundles.PushOptions{})
+	require.ErrorContains(t, err, "does not read")
+
+	digest, err := bundles.ParseOCIRef("oci://registry.invalid/ichor/policy@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+	require.NoError(t, err)
+	_, err = bundles.PushOCI(context.Background(), digest, unsigned, bundles.PushOptions{})
+	require.ErrorContains(t, err, "give a tag, not a digest")
+}

@@ -1,0 +1,122 @@
+package engine_test
+
+import (
+	"context"
+	"io"
+	"log"
+	"net"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"oras.land/oras-go/v2/registry/remote/auth"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// anonymous logs in to the in-process registry, which asks for nothing.
+func anonymous(context.Context, string) (auth.Credential, error) { return auth.EmptyCredential, nil }
+
+// push signs b with s and pushes it to ref.
+func push(t *testing.T, ref string, b *bundle.Bundle, s signer) {
+	t.Helper()
+	require.NoError(t, bundles.Sign(b, s.private, "RS256", "ichor"))
+	data, err := bundles.Bytes(b)
+	require.NoError(t, err)
+	parsed, err := bundles.ParseOCIRef(ref)
+	require.NoError(t, err)
+	_, err = bundles.PushOCI(context.Background(), parsed, data, bundles.PushOptions{Credential: anonymous})
+	require.NoError(t, err)
+}
+
+// The registry is go-containerregistry's, in process; OPA pulls from it with
+// its own OCI downloader, as it would from any registry.
+func TestBundleFromAnOCIRegistry(t *testing.T) {
+	s, stranger := newSigner(t), newSigner(t)
+	srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	ref := bundles.OCIPlainHTTPScheme + host + "/ichor/policy:stable"
+	good := policyBundle(t, false)
+	push(t, ref, good, s)
+	keys := []engine.VerificationKey{{ID: "ichor", PEM: s.public}}
+
+	for name, tc := range map[string]struct {
+		opts engine.Options
+		want string
+	}{
+		"unsigned source":      {engine.Options{Source: ref, AllowInsecureHTTP: true}, "give the key its bundles are signed with"},
+		"plain http unallowed": {engine.Options{Source: ref, VerificationKeys: keys}, "is plain http"},
+		"no tag":               {engine.Options{Source: bundles.OCIPlainHTTPScheme + host + "/ichor/policy", VerificationKeys: keys, AllowInsecureHTTP: true}, "names no tag or digest"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tc.opts.DecisionLog, tc.opts.Log = io.Discard, io.Discard
+			_, err := engine.New(context.Background(), tc.opts)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+
+	var st statuses
+	e, err := engine.New(context.Background(), engine.Options{
+		Source: ref, PollInterval: time.Second, VerificationKeys: keys, AllowInsecureHTTP: true,
+		DecisionLog: io.Discard, Log: io.Discard, OnBundleStatus: st.add,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	action, rev := forgedIPDecision(t, e)
+	require.Equal(t, "deny", action)
+	require.Equal(t, good.Manifest.Revision, rev)
+
+	// The tag moved to a bundle signed by another key: refused, and the
+	// last good bundle keeps deciding.
+	push(t, ref, policyBundle(t, true), stranger)
+	require.Eventually(t, func() bool { return st.refusals() > 0 }, 15*time.Second, 50*time.Millisecond)
+	assert.ErrorContains(t, st.last(), "verification")
+	action, rev = forgedIPDecision(t, e)
+	assert.Equal(t, "deny", action)
+	assert.Equal(t, good.Manifest.Revision, rev)
+
+	// A bundle signed with the operator's key is taken up at the next poll.
+	loosened := policyBundle(t, true)
+	push(t, ref, loosened, s)
+	require.Eventually(t, func() bool {
+		action, rev := forgedIPDecision(t, e)
+		return action == "approve" && rev == loosened.Manifest.Revision
+	}, 15*time.Second, 50*time.Millisecond)
+
+	// The registry goes away: each failed poll is reported, and the bundle
+	// in service stays.
+	before := st.refusals()
+	srv.Close()
+	require.Eventually(t, func() bool { return st.refusals() > before }, 15*time.Second, 50*time.Millisecond)
+	assert.ErrorContains(t, st.last(), host)
+	action, rev = forgedIPDecision(t, e)
+	assert.Equal(t, "approve", action)
+	assert.Equal(t, loosened.Manifest.Revision, rev)
+}
+
+func TestAnUnreachableRegistryFailsTheStartWithItsReason(t *testing.T) {
+	s := newSigner(t)
+	// A port that was just free: nothing answers there.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close())
+
+	start := time.Now()
+	_, err = engine.New(context.Background(), engine.Options{
+		Source: bundles.OCIPlainHTTPScheme + addr + "/ichor/policy:stable", AllowInsecureHTTP: true,
+		VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}},
+		StartTimeout:     2 * time.Second, DecisionLog: io.Discard, Log: io.Discard,
+	})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "was not activated within 2s")
+	assert.Contains(t, err.Error(), addr, "the error names the registry")
+	assert.Less(t, time.Since(start), 30*time.Second)
+}

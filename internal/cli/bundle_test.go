@@ -1,0 +1,104 @@
+package cli_test
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// signingKey writes an RSA key pair and returns the private and public paths.
+func signingKey(t *testing.T, dir, name string) (private, public string) {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	require.NoError(t, err)
+	private, public = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".pub")
+	require.NoError(t, os.WriteFile(private, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600))
+	require.NoError(t, os.WriteFile(public, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600))
+	return private, public
+}
+
+func TestBundlePushWritesOPAsOCILayout(t *testing.T) {
+	// The login comes from the Docker credential store: an empty one here.
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	dir := t.TempDir()
+	private, public := signingKey(t, dir, "ichor")
+	_, strangerPublic := signingKey(t, dir, "stranger")
+	signed, unsigned := filepath.Join(dir, "signed.tar.gz"), filepath.Join(dir, "unsigned.tar.gz")
+	code, _, stderr := run(t, "", "bundle", "build", "-o", signed, "--signing-key", private)
+	require.Equal(t, 0, code, stderr)
+	code, _, stderr = run(t, "", "bundle", "build", "-o", unsigned)
+	require.Equal(t, 0, code, stderr)
+	ref := "oci+http://" + host + "/ichor/policy:v1"
+
+	for name, tc := range map[string]struct {
+		args []string
+		code int
+		want string
+	}{
+		"unsigned":             {[]string{unsigned, ref}, 1, "the bundle is not signed"},
+		"signed by another":    {[]string{signed, ref, "--key", strangerPublic}, 1, "verification"},
+		"no tag":               {[]string{signed, "oci+http://" + host + "/ichor/policy"}, 2, "names no tag or digest"},
+		"not an oci reference": {[]string{signed, "https://" + host + "/ichor/policy:v1"}, 2, "is not an OCI reference"},
+		"missing file":         {[]string{filepath.Join(dir, "absent.tar.gz"), ref}, 2, "no such file"},
+		"one argument":         {[]string{signed}, 2, "accepts 2 arg(s)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			code, _, stderr := run(t, "", append([]string{"bundle", "push"}, tc.args...)...)
+			assert.Equal(t, tc.code, code, stderr)
+			assert.Contains(t, stderr, tc.want)
+		})
+	}
+	// Nothing reached the registry.
+	resp, err := http.Get(srv.URL + "/v2/ichor/policy/manifests/v1")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+
+	code, stdout, stderr := run(t, "", "bundle", "push", signed, ref, "--key", public)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "pushed "+signed+" to "+ref+" (sha256:")
+
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/v2/ichor/policy/manifests/v1", nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", ocispec.MediaTypeImageManifest)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var manifest ocispec.Manifest
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&manifest))
+	require.Len(t, manifest.Layers, 1)
+	assert.Equal(t, ocispec.MediaTypeImageLayerGzip, manifest.Layers[0].MediaType, "the layer OPA's downloader looks for")
+	data, err := os.ReadFile(signed)
+	require.NoError(t, err)
+	assert.Equal(t, int64(len(data)), manifest.Layers[0].Size)
+}
+
+func TestManagerRefusesAMalformedOCIBundleReference(t *testing.T) {
+	for _, ref := range []string{"oci://ghcr.io/acme/policy", "oci://ghcr.io/ACME/policy:v1"} {
+		code, _, stderr := run(t, "", "manager", "--bundle", ref)
+		assert.Equal(t, 2, code, stderr)
+		assert.Contains(t, stderr, "--bundle: bundle source "+strconv.Quote(ref))
+	}
+}
