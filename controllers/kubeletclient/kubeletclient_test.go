@@ -762,6 +762,9 @@ func TestAnOddAnswerOfTheBundleNeverDeniesAndLeavesTheRequestPending(t *testing.
 		{"odd-error", func() (engine.CSRDecision, error) {
 			return engine.CSRDecision{}, errors.New("evaluate ichor/kubelet_client/decision: builtin error")
 		}},
+		{"odd-approve", func() (engine.CSRDecision, error) {
+			return engine.CSRDecision{Action: engine.ActionApprove, DecisionID: "d-approve"}, nil
+		}},
 	} {
 		t.Run(tc.node, func(t *testing.T) {
 			odd.Set(tc.node, tc.answer)

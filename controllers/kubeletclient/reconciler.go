@@ -238,6 +238,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	logger = logger.WithValues("node", d.Node, "kind", d.Kind, "action", d.Action, "codes", d.Reasons.Codes(),
 		"decision_id", d.DecisionID, "revision", d.Revision)
+	if len(d.Reasons) == 0 {
+		// The engine refuses such answers of a broken bundle; whatever
+		// decides here must not be trusted further than that.
+		return reconcile.Result{}, fmt.Errorf("decision %s on CSR %s gives no reason: nothing done", d.DecisionID, csr.Name)
+	}
 
 	switch d.Action {
 	case engine.ActionApprove:

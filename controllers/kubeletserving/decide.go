@@ -149,6 +149,10 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		if in.Requests.FromRequester > 1 {
 			d, err := p.r.Engine.KubeletServingRejection(ctx, in)
 			switch {
+			case err == nil && (d.Action != engine.ActionDeny || len(d.Reasons) == 0):
+				// Only a reasoned denial may skip the node's identity; the
+				// engine refuses any other answer, and so does this.
+				return fmt.Errorf("rejection %s on CSR %s is %q with %d reasons, not a reasoned denial: nothing done", d.DecisionID, csr.Name, d.Action, len(d.Reasons))
 			case err == nil:
 				return p.act(ctx, logger, csr, machine, epoch, d)
 			case !errors.Is(err, engine.ErrNoDecision):
@@ -351,11 +355,13 @@ const (
 	// logged) again.
 	unreadableRecheck = 3 * time.Second
 
-	// withheldRecheck is how often a request withheld for a flood is
-	// decided again: the flood may be cleared by a person at any time, and
-	// only requests that passed every check are withheld, at most one a
-	// machine.
-	withheldRecheck = 5 * time.Second
+	// withheldRecheck is how soon a request withheld for a flood is decided
+	// again, then with backoff up to withheldMaxRecheck: the flood may be
+	// cleared by a person at any time, but while it lasts each recheck costs
+	// a Talos read and a log entry for each withheld request (up to
+	// max_undecided_per_requester a node).
+	withheldRecheck    = 5 * time.Second
+	withheldMaxRecheck = time.Minute
 
 	codeMachineUnknown = "MachineUnknown"
 	codeNodeUnreadable = "NodeUnreadable"
@@ -365,6 +371,9 @@ const (
 // backoff is the wait before a request is tried again after a failure, and
 // before a pending verdict other than the two below is decided again.
 var backoff = approval.Backoff{Initial: minBackoff, Max: maxBackoff}
+
+// withheldBackoff paces the rechecks of a withheld request.
+var withheldBackoff = approval.Backoff{Initial: withheldRecheck, Max: withheldMaxRecheck}
 
 // pendingWait is when to decide a pending request again: when no machine has
 // the node name, only once the machines change; when the node could not be
@@ -377,7 +386,7 @@ func pendingWait(key string) func(int) time.Duration {
 	case codeNodeUnreadable:
 		return func(int) time.Duration { return unreadableRecheck }
 	case codeTooManyPending:
-		return func(int) time.Duration { return withheldRecheck }
+		return withheldBackoff.After
 	}
 	return backoff.After
 }

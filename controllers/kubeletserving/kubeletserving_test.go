@@ -54,6 +54,8 @@ var (
 	// odd answers for the nodes a test names, and the real engine's answer
 	// for every other (odd_test.go).
 	odd = &enginetest.Answers[engine.CSRDecision]{}
+	// oddRejection answers odd rejections for the machines a test names.
+	oddRejection = &enginetest.Answers[engine.CSRDecision]{}
 	// gates hold the rejections of the machines a test names (flood_test.go).
 	gates = &rejectionGates{}
 	// metrics are the approver's, in a registry of the tests' own.
@@ -101,7 +103,7 @@ func startManager(ctx context.Context) error {
 		Client:         mgr.GetClient(),
 		APIReader:      mgr.GetAPIReader(),
 		Clientset:      env.Clientset,
-		Engine:         &enginetest.Engine{Engine: eng, KubeletServingFunc: oddServing, KubeletServingRejectionFunc: gates.hold},
+		Engine:         &enginetest.Engine{Engine: eng, KubeletServingFunc: oddServing, KubeletServingRejectionFunc: rejection},
 		Metrics:        metrics,
 		Recorder:       mgr.GetEventRecorder("ichor-kubelet-serving"),
 		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second},
@@ -538,6 +540,8 @@ type logEntry struct {
 		CSR struct {
 			Name string `json:"name"`
 		} `json:"csr"`
+		// Node is the identity read from the Talos API, when one was read.
+		Node json.RawMessage `json:"node"`
 	} `json:"input"`
 	Result  engine.CSRDecision `json:"result"`
 	Bundles map[string]struct {

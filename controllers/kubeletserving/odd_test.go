@@ -26,6 +26,48 @@ func oddServing(_ context.Context, in csrinput.KubeletServing) (engine.CSRDecisi
 	return odd.Answer(in.Machine.Name)
 }
 
+// rejection answers odd for the machines a test names, else holds the
+// machines' rejections a test holds (flood_test.go), else lets the real
+// engine answer.
+func rejection(ctx context.Context, in csrinput.KubeletServing) (engine.CSRDecision, error) {
+	if in.Machine != nil {
+		if d, err := oddRejection.Answer(in.Machine.Name); !errors.Is(err, enginetest.ErrPass) {
+			return d, err
+		}
+	}
+	return gates.hold(ctx, in)
+}
+
+// A rejection is acted on without the node's identity, so only a reasoned
+// denial is: a bundle whose rejection answers an approval approves nothing,
+// and the requests are decided on their merits once it answers properly.
+func TestARejectionThatIsNotADenialIsNeverActedOn(t *testing.T) {
+	f := newFixture(t, false)
+	oddRejection.Set("odd-reject", func() (engine.CSRDecision, error) {
+		return engine.CSRDecision{Action: engine.ActionApprove, Reasons: engine.Reasons{{Code: "X", Message: "x"}}, DecisionID: "d-reject"}, nil
+	})
+	t.Cleanup(func() { oddRejection.Set("odd-reject", nil) })
+	node := nodeClient(t, "system:node:odd-reject", "system:nodes")
+	// Two requests of one requester before its machine exists: each is then
+	// looked at with the other undecided, so the rejection is asked first.
+	var names []string
+	for _, n := range []string{"csr-odd-reject-1", "csr-odd-reject-2"} {
+		names = append(names, submit(t, node, n, csrgen.Request{Subject: csrgen.NodeSubject("odd-reject"), IPs: []net.IP{net.ParseIP("10.40.0.6")}}))
+	}
+	f.machine("odd-reject", "10.40.0.6")
+
+	require.Eventually(t, func() bool { return oddRejection.Asked("odd-reject") >= 2 }, wait, 100*time.Millisecond)
+	for _, name := range names {
+		assert.Nil(t, harness.Verdict(env.GetCSR(t, name)), "nothing is written on a rejection that does not deny")
+	}
+
+	oddRejection.Set("odd-reject", nil)
+	for _, name := range names {
+		c := decided(t, name)
+		assert.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
+	}
+}
+
 // A bundle that answers something the approver cannot act on (its decision
 // fails, an action it does not know, a denial without a reason, an approval
 // without one) holds the request undecided, is asked again with backoff,

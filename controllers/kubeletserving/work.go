@@ -3,6 +3,7 @@ package kubeletserving
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,15 +42,40 @@ type workers struct {
 	// looked at again.
 	kicks chan event.GenericEvent
 	// requesters serializes the decisions of one requester of one cluster
-	// across passes (a *sync.Mutex by cluster and spec.username).
+	// across passes (a *sync.Mutex by cluster and spec.username, there
+	// only while a pass decides that requester's requests).
 	requesters sync.Map
 }
 
-// requester is the lock of a requester's decisions in a cluster.
-func (w *workers) requester(cluster types.NamespacedName, username string) *sync.Mutex {
-	m, _ := w.requesters.LoadOrStore(cluster.String()+"\x00"+username, &sync.Mutex{})
-	return m.(*sync.Mutex)
+// lockRequester takes the lock of a requester's decisions in a cluster, or
+// says that another pass holds it. It does not wait: a pass that finds a
+// requester busy leaves its requests to a later pass rather than queue a
+// goroutine behind it, so that passes during a flood do not pile up. The
+// entry is removed at unlock, so that the map holds only the requesters
+// being decided (usernames are the requesters' to choose).
+func (w *workers) lockRequester(cluster types.NamespacedName, username string) (unlock func(), ok bool) {
+	key := cluster.String() + "\x00" + username
+	m, _ := w.requesters.LoadOrStore(key, &sync.Mutex{})
+	mu := m.(*sync.Mutex)
+	if !mu.TryLock() {
+		return nil, false
+	}
+	// The holder before may have removed this entry between the load and
+	// the lock, and another pass stored a new one: only the entry in the map
+	// is the lock.
+	if cur, found := w.requesters.Load(key); !found || cur != m {
+		mu.Unlock()
+		return nil, false
+	}
+	return func() {
+		w.requesters.CompareAndDelete(key, m)
+		mu.Unlock()
+	}, true
 }
+
+// busyRequesterRecheck is when a pass that found a requester being decided
+// by an earlier one looks at its requests again.
+const busyRequesterRecheck = time.Second
 
 func newWorkers(n int) *workers {
 	return &workers{slots: make(chan struct{}, n), inflight: map[types.UID]bool{}, kicks: make(chan event.GenericEvent, 1024)}
@@ -105,14 +131,26 @@ func (p *pass) dispatch(ctx context.Context, csrs []certificatesv1.CertificateSi
 	}
 	background = log.IntoContext(background, log.FromContext(ctx))
 	for _, group := range byRequester(csrs) {
+		// A pass that outlived its wait may still be deciding this
+		// requester's older requests: one at a time, across passes. (Decided
+		// requests, whose record is all that is left to write, need no lock.)
+		unlock := func() {}
+		if slices.ContainsFunc(group, undecided) {
+			var ok bool
+			if unlock, ok = p.r.work.lockRequester(p.key(), group[0].Spec.Username); !ok {
+				for _, csr := range group {
+					if undecided(csr) {
+						p.addPending()
+					}
+				}
+				p.retryIn(busyRequesterRecheck)
+				continue
+			}
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// A pass that outlived its wait may still be deciding this
-			// requester's older requests: one at a time, across passes.
-			lock := p.r.work.requester(p.key(), group[0].Spec.Username)
-			lock.Lock()
-			defer lock.Unlock()
+			defer unlock()
 			for _, csr := range group {
 				if !p.r.work.claim(csr.UID) {
 					// Being decided by an earlier pass: pending until it is done.
@@ -143,6 +181,8 @@ func (p *pass) dispatch(ctx context.Context, csrs []certificatesv1.CertificateSi
 		p.detach()
 	}
 }
+
+func undecided(csr *certificatesv1.CertificateSigningRequest) bool { return !approval.IsDecided(csr) }
 
 // failed remembers a request whose handling failed, so that it is tried
 // again with backoff rather than at every pass: one request whose write the
