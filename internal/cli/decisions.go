@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -41,7 +42,10 @@ as OPA's console decision log writes it; "-" or no FILE reads standard input,
 so "kubectl logs deploy/ichor-policy | ichor decisions ..." works. Lines that
 are not decision-log entries (the controllers' and OPA's own logs, which
 kubectl logs interleaves) are skipped, and their number is noted on standard
-error.`
+error. What a decision-log service stores (--decision-log-url) is read too:
+OPA's decision-log events, one a line or in JSON arrays (an upload's body),
+and any of these gzip-compressed (as uploads are), detected from the content.
+An input in which no decision is read is an error (exit 1).`
 
 func newDecisionsCommand(s streams) *cobra.Command {
 	cmd := &cobra.Command{
@@ -103,7 +107,9 @@ func checkOutput(output string) error {
 }
 
 // readDecisions reads the decision logs in files, in order; no file, or "-",
-// is standard input.
+// is standard input. Reading no decision at all is an error: a listing, a
+// search or a replay of nothing would report success on, say, the wrong
+// container's log or a service's store in a shape not read.
 func readDecisions(s streams, files []string) ([]decisionlog.Entry, error) {
 	if len(files) == 0 {
 		files = []string{"-"}
@@ -112,7 +118,7 @@ func readDecisions(s streams, files []string) ([]decisionlog.Entry, error) {
 		return nil, usage.Errorf(`"-" (standard input) is given twice`)
 	}
 	var all []decisionlog.Entry
-	skipped := 0
+	var skipped decisionlog.Skipped
 	for _, name := range files {
 		var r io.Reader = s.in
 		if name != "-" {
@@ -122,18 +128,48 @@ func readDecisions(s streams, files []string) ([]decisionlog.Entry, error) {
 			}
 			defer f.Close()
 			r = f
+		} else {
+			name = "standard input"
 		}
 		entries, n, err := decisionlog.Read(r)
+		if errors.Is(err, decisionlog.ErrFormat) {
+			return nil, usage.Wrap(fmt.Errorf("read decision log %s: %w", name, err))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read decision log %s: %w", name, err)
 		}
 		all = append(all, entries...)
-		skipped += n
+		skipped.Lines += n.Lines
+		skipped.Items += n.Items
 	}
-	if skipped > 0 {
-		fmt.Fprintf(s.err, "ichor: read %d decisions; skipped %d lines that are not decision-log entries\n", len(all), skipped)
+	return all, checkRead(s, all, skipped)
+}
+
+// checkRead says on standard error what was skipped, and fails when no
+// decision was read.
+func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped) error {
+	var parts []string
+	if skipped.Lines > 0 {
+		parts = append(parts, plural(skipped.Lines, "line", "lines"))
 	}
-	return all, nil
+	if skipped.Items > 0 {
+		parts = append(parts, plural(skipped.Items, "JSON value", "JSON values"))
+	}
+	what := " that are not decision-log entries"
+	if skipped.Lines+skipped.Items == 1 {
+		what = " that is not a decision-log entry"
+	}
+	what = "skipped " + strings.Join(parts, " and ") + what
+	if len(all) == 0 {
+		if len(parts) == 0 {
+			what = "the input is empty"
+		}
+		return errors.New("no decision read: " + what + `; a decision-log entry is a JSON object with msg "Decision Log" (the manager's standard output) or an OPA decision-log event (what --decision-log-url receives), one a line, in JSON arrays, or gzip-compressed`)
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(s.err, "ichor: read %s; %s\n", plural(len(all), "decision", "decisions"), what)
+	}
+	return nil
 }
 
 func newDecisionsListCommand(s streams) *cobra.Command {
@@ -156,8 +192,9 @@ and the whole logged entry under "entry".
 
 ` + decisionsInput + `
 
-Exit status: 0 when the log was read (whether or not a decision matched), 1
-when it could not be, 2 for a wrong flag.`,
+Exit status: 0 when decisions were read (whether or not one matched), 1 when
+the log could not be read or held no decision, 2 for a wrong flag or a log
+that is not the shape it starts as (a gzip stream cut short, say).`,
 		Example: `  kubectl logs deploy/ichor-policy | ichor decisions list --action deny --since 24h
   ichor decisions list decisions.log --policy kubelet-serving --node worker-1 -o json`,
 		RunE: func(_ *cobra.Command, files []string) error {

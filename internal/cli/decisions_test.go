@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -53,9 +54,12 @@ func (b *decisionsSink) Write(p []byte) (int, error) {
 }
 
 // decisionsFixture is a real decision log, written by the engine with the
-// embedded bundle.
+// embedded bundle: its console sink's lines (log), and the same decisions as
+// its upload sink sent them to a decision-log service (uploads, the bodies
+// as received: gzipped JSON arrays of OPA's events).
 type decisionsFixture struct {
 	log                         string
+	uploads                     [][]byte
 	approve, deny, pending, two string // the decision ids
 	revision                    string
 }
@@ -83,9 +87,11 @@ func newDecisionsFixture(t *testing.T) decisionsFixture {
 	t.Helper()
 	ctx := context.Background()
 	sink := &decisionsSink{}
-	e, err := engine.New(ctx, engine.Options{DecisionLog: sink, ID: "test"})
+	svc := &harness.LogService{}
+	srv := httptest.NewServer(svc)
+	defer srv.Close()
+	e, err := engine.New(ctx, engine.Options{DecisionLog: sink, ID: "test", DecisionLogURL: srv.URL})
 	require.NoError(t, err)
-	defer e.Stop(ctx)
 	var ds []engine.CSRDecision
 	for _, in := range []csrinput.KubeletServing{
 		servingRequest(t, "worker-1", []string{"10.5.0.2"}, "10.5.0.2"),
@@ -98,8 +104,13 @@ func newDecisionsFixture(t *testing.T) decisionsFixture {
 		ds = append(ds, d)
 	}
 	require.Equal(t, []string{"approve", "deny", "pending", "approve"}, []string{ds[0].Action, ds[1].Action, ds[2].Action, ds[3].Action})
+	// Stopping with a deadline sends what the upload sink holds.
+	stop, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	e.Stop(stop)
+	require.Equal(t, 4, svc.Received(), "the service received every decision")
 	return decisionsFixture{
-		log: sink.buf.String(), revision: ds[0].Revision,
+		log: sink.buf.String(), uploads: svc.Bodies(), revision: ds[0].Revision,
 		approve: ds[0].DecisionID, deny: ds[1].DecisionID, pending: ds[2].DecisionID, two: ds[3].DecisionID,
 	}
 }
@@ -377,7 +388,7 @@ func TestDecisionsReplayOfNothingFails(t *testing.T) {
 
 	assert.Equal(t, ExitError, code)
 	assert.Empty(t, stdout)
-	assert.Contains(t, stderr, "no decision to replay: 0 decisions read")
+	assert.Contains(t, stderr, "no decision read: skipped 1 line that is not a decision-log entry")
 }
 
 func TestDecisionsRefusesBadUsage(t *testing.T) {
@@ -409,5 +420,79 @@ func TestDecisionsRefusesBadUsage(t *testing.T) {
 			assert.Empty(t, stdout)
 			assert.Contains(t, stderr, tc.want)
 		})
+	}
+}
+
+func TestDecisionsReadWhatADecisionLogServiceReceived(t *testing.T) {
+	f := newDecisionsFixture(t)
+	// What a service that keeps each upload's body stores: gzipped JSON
+	// arrays of OPA's events, run together as `cat *.json.gz` makes them.
+	uploads := f.file(t, string(bytes.Join(f.uploads, nil)))
+
+	_, fromConsole, _, err := decisionsRun(t, f.log, "decisions", "list", "-o", "json")
+	require.NoError(t, err)
+	code, fromService, stderr, err := decisionsRun(t, "", "decisions", "list", uploads)
+	require.NoError(t, err)
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Empty(t, stderr, "nothing skipped")
+	assert.Equal(t, []string{f.approve, f.deny, f.pending, f.two}, column(t, fromService, "ID"))
+	assert.Equal(t, []string{"approve", "deny", "pending", "approve"}, column(t, fromService, "ACTION"))
+	assert.Equal(t, []string{"IchorKubeletServing", "IPNotNode", "MachineUnknown", "IchorKubeletServing"}, column(t, fromService, "CODES"))
+
+	// Every field but the entry itself (OPA's event has no msg) is the same
+	// as read from the console; standard input is detected as gzip too.
+	_, fromServiceJSON, _, err := decisionsRun(t, string(bytes.Join(f.uploads, nil)), "decisions", "list", "-o", "json")
+	require.NoError(t, err)
+	withoutEntry := func(out string) []map[string]any {
+		var recs []map[string]any
+		for l := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+			var rec map[string]any
+			require.NoError(t, json.Unmarshal([]byte(l), &rec))
+			delete(rec, "entry")
+			recs = append(recs, rec)
+		}
+		return recs
+	}
+	assert.Equal(t, withoutEntry(fromConsole), withoutEntry(fromServiceJSON))
+
+	_, showConsole, _, err := decisionsRun(t, f.log, "decisions", "show", f.deny)
+	require.NoError(t, err)
+	_, showService, _, err := decisionsRun(t, "", "decisions", "show", f.deny, uploads)
+	require.NoError(t, err)
+	assert.Equal(t, showConsole, showService)
+
+	_, stdout, _, err := decisionsRun(t, "", "decisions", "replay", "--bundle", harness.PolicyWithoutServingIPCheck(t), uploads, "--fail-on", "deny-to-approve")
+	assert.Equal(t, ExitChanged, exitCode(err))
+	assert.Regexp(t, `(?m)^deny → approve\s+1$`, stdout)
+	assert.Regexp(t, `(?m)^unchanged\s+3$`, stdout)
+}
+
+func TestDecisionsThatReadNoDecisionFail(t *testing.T) {
+	f := newDecisionsFixture(t)
+	controllerOnly := `{"level":"info","ts":1777636800,"logger":"manager","msg":"starting"}` + "\n" +
+		`{"level":"info","msg":"approved kubelet serving certificate","decision_id":"x"}` + "\n"
+	for _, tc := range []struct {
+		name, stdin string
+		code        int
+		want        string
+	}{
+		{"an empty input", "", ExitError, "no decision read: the input is empty"},
+		{"only the controllers' lines", controllerOnly, ExitError, "no decision read: skipped 2 lines that are not decision-log entries"},
+		{"an upload body without events", "[]", ExitError, "no decision read: the input is empty"},
+		{"a gzip stream cut short", string(f.uploads[0][:len(f.uploads[0])/2]), ExitUsage, "not a readable decision log: gzip"},
+	} {
+		for _, args := range [][]string{
+			{"decisions", "list"},
+			{"decisions", "list", "-o", "json"},
+			{"decisions", "show", f.deny},
+			{"decisions", "replay", "--bundle", "../../policy"},
+		} {
+			t.Run(tc.name+"/"+strings.Join(args[1:], " "), func(t *testing.T) {
+				code, stdout, stderr, _ := decisionsRun(t, tc.stdin, args...)
+				assert.Equal(t, tc.code, code, stderr)
+				assert.Empty(t, stdout)
+				assert.Contains(t, stderr, tc.want)
+			})
+		}
 	}
 }
