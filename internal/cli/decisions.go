@@ -68,7 +68,7 @@ type filterFlags struct {
 
 func (f *filterFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.policy, "policy", "", "only decisions of this rule: kubelet-serving, kubelet-client, admission, issuance, or a decision path such as ichor/kubelet_serving/decision")
+	fs.StringVar(&f.policy, "policy", "", "only decisions of this rule: kubelet-serving, kubelet-client, admission, issuance, requirements, credential-check, or a decision path such as ichor/kubelet_serving/decision")
 	fs.StringVar(&f.action, "action", "", "only decisions with this action: "+strings.Join(decisionlog.Actions, ", ")+" (allowed and refused are admission's and issuance's)")
 	fs.StringVar(&f.node, "node", "", "only decisions about this node (the result's node, the request's system:node:NAME, or the Nodename Talos reported)")
 	fs.StringVar(&f.user, "user", "", "only decisions on a request by this user (the CSR's spec.username, or the admission request's user)")

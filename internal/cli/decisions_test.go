@@ -496,3 +496,29 @@ func TestDecisionsThatReadNoDecisionFail(t *testing.T) {
 		}
 	}
 }
+
+func TestDecisionsListNamesEveryLoggedRule(t *testing.T) {
+	// The credential rules the webhook and the CLI ask besides admission
+	// and issuance: a purpose's requirements, a credential's checks.
+	ctx := context.Background()
+	sink := &decisionsSink{}
+	e, err := engine.New(ctx, engine.Options{DecisionLog: sink, ID: "test"})
+	require.NoError(t, err)
+	reqs, err := e.Requirements(ctx, "talosconfig-reader")
+	require.NoError(t, err)
+	check, err := e.CheckCredential(ctx, engine.CredentialCheckInput{
+		Purpose: "talosconfig-reader", PublicKey: engine.PublicKeyFacts{Parsed: true, Algorithm: "Ed25519", Bits: 256},
+	})
+	require.NoError(t, err)
+	e.Stop(ctx)
+
+	code, stdout, stderr, _ := decisionsRun(t, sink.buf.String(), "decisions", "list")
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, []string{reqs.DecisionID, check.DecisionID}, column(t, stdout, "ID"))
+	assert.Equal(t, []string{"requirements", "credential-check"}, column(t, stdout, "POLICY"))
+	assert.Equal(t, []string{"-", "allowed"}, column(t, stdout, "ACTION"))
+
+	code, stdout, stderr, _ = decisionsRun(t, sink.buf.String(), "decisions", "list", "--policy", "requirements")
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, []string{reqs.DecisionID}, column(t, stdout, "ID"))
+}

@@ -30,20 +30,33 @@ import (
 // Message is the msg of every decision-log entry OPA's console sink writes.
 const Message = "Decision Log"
 
-// The decision paths of the rules the manager and the webhook ask.
+// The decision paths of the rules the manager, the webhook and the CLI ask.
 const (
 	PathKubeletServing = engine.PathKubeletServing
 	PathKubeletClient  = engine.PathKubeletClient
 	PathAdmission      = engine.PathCredentialAdmission
 	PathIssuance       = engine.PathCredentialIssuance
+	// PathRequirements is the row of a credential purpose the webhook reads
+	// before admission (which SubjectAccessReview, which Event): it answers
+	// no action, and is listed all the same, because replay replays it
+	// (result-changed) and a list that hid what replay reports would not
+	// add up.
+	PathRequirements = engine.PathCredentialRequirements
+	// PathCredentialCheck is a credential's checks without who asks, which
+	// `ichor cluster` asks before it sends a request and the manager for
+	// its own Talos identity.
+	PathCredentialCheck = engine.PathCredentialCheck
 )
 
-// Policies maps the short names of the decision rules to their paths.
+// Policies maps the short names of the decision rules to their paths: every
+// entrypoint that is logged has one, so a listing's POLICY column is short.
 var Policies = map[string]string{
-	"kubelet-serving": PathKubeletServing,
-	"kubelet-client":  PathKubeletClient,
-	"admission":       PathAdmission,
-	"issuance":        PathIssuance,
+	"kubelet-serving":  PathKubeletServing,
+	"kubelet-client":   PathKubeletClient,
+	"admission":        PathAdmission,
+	"issuance":         PathIssuance,
+	"requirements":     PathRequirements,
+	"credential-check": PathCredentialCheck,
 }
 
 // The actions a decision is listed and filtered by: a CSR rule's action as it

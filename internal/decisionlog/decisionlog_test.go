@@ -243,7 +243,7 @@ func TestParsingOfPoliciesAndTimes(t *testing.T) {
 		assert.Equal(t, want, got, in)
 	}
 	_, err := decisionlog.ResolvePolicy("serving")
-	assert.ErrorContains(t, err, "admission, issuance, kubelet-client, kubelet-serving")
+	assert.ErrorContains(t, err, "admission, credential-check, issuance, kubelet-client, kubelet-serving, requirements")
 
 	got, err := decisionlog.ParseSince("90m", now)
 	require.NoError(t, err)
@@ -393,7 +393,7 @@ func TestReadTellsNoDecisionFromAFailedOne(t *testing.T) {
 	assert.Equal(t, "error", entries[2].Action())
 	assert.Equal(t, "eval_conflict_error: complete rules must not produce multiple outputs", entries[2].Outcome().Error)
 	assert.Equal(t, "", entries[3].Action(), "a rule that answers no action")
-	assert.Equal(t, "ichor/credentials/requirements", entries[3].Policy())
+	assert.Equal(t, "requirements", entries[3].Policy())
 	assert.True(t, entries[0].Timestamp.IsZero())
 }
 
