@@ -448,7 +448,10 @@ A decision whose action stays but whose set of reason codes changes is
 reported as "reasons changed": it is no direction, only information. The
 summary counts the unchanged decisions too. The filters of "decisions list"
 select which decisions are replayed. Replay is exact because the rules do no
-I/O: the input holds every fact the decision was made on.
+I/O: the input holds every fact the decision was made on. A candidate that
+calls a builtin OPA marks non-deterministic (time.now_ns, http.send, net.*,
+rand.*, uuid.rfc4122, opa.runtime, io.jwt.decode_verify, ...) is refused
+(exit 1): what it returns is not in the log.
 
 --fail-on names the changes that must not happen (repeat it, or separate them
 with commas): a direction such as deny-to-approve or allowed-to-refused;
@@ -506,6 +509,9 @@ func runReplay(ctx context.Context, s streams, o replayOptions, files []string) 
 	b, err := bundles.Load(o.bundle)
 	if err != nil {
 		return err
+	}
+	if err := decisionlog.CheckReplayable(b); err != nil {
+		return fmt.Errorf("%s cannot be replayed exactly: %w", o.bundle, err)
 	}
 	// The replayed decisions are questions, not decisions anyone acts on:
 	// they are not logged. OPA's own errors still reach stderr.

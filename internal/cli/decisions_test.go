@@ -522,3 +522,22 @@ func TestDecisionsListNamesEveryLoggedRule(t *testing.T) {
 	require.Equal(t, ExitOK, code, stderr)
 	assert.Equal(t, []string{reqs.DecisionID}, column(t, stdout, "ID"))
 }
+
+func TestDecisionsReplayRefusesACandidateThatReadsTheClock(t *testing.T) {
+	f := newDecisionsFixture(t)
+	candidate := t.TempDir()
+	require.NoError(t, os.CopyFS(candidate, os.DirFS("../../policy")))
+	require.NoError(t, os.WriteFile(filepath.Join(candidate, "ichor", "kubelet_serving", "clock.rego"), []byte(`package ichor.kubelet_serving
+
+deny contains {"code": "AfterHours", "message": "no certificates at night"} if {
+	[hour, _, _] := time.clock(time.now_ns())
+	hour < 6
+}
+`), 0o600))
+
+	code, stdout, stderr, _ := decisionsRun(t, f.log, "decisions", "replay", "--bundle", candidate, "--fail-on", "any")
+
+	assert.Equal(t, ExitError, code)
+	assert.Empty(t, stdout, "no report: it would be the clock's")
+	assert.Contains(t, stderr, "cannot be replayed exactly: the candidate calls time.now_ns (")
+}

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -553,4 +555,31 @@ func TestReadRefusesAnInputThatIsNotTheShapeItAnnounces(t *testing.T) {
 			require.ErrorIs(t, err, decisionlog.ErrFormat)
 		})
 	}
+}
+
+func TestACandidateThatReadsTheClockIsNotReplayed(t *testing.T) {
+	def, err := bundles.Default()
+	require.NoError(t, err)
+	require.NoError(t, decisionlog.CheckReplayable(def), "the rules shipped replay exactly")
+
+	// The kubelet-serving rule, with a deny that reads the clock.
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../../policy")))
+	rule := filepath.Join(dir, "ichor", "kubelet_serving", "clock.rego")
+	require.NoError(t, os.WriteFile(rule, []byte(`package ichor.kubelet_serving
+
+deny contains {"code": "AfterHours", "message": "no certificates at night"} if {
+	[hour, _, _] := time.clock(time.now_ns())
+	hour < 6
+}
+`), 0o600))
+	candidate, err := bundles.FromDir(dir)
+	require.NoError(t, err)
+
+	err = decisionlog.CheckReplayable(candidate)
+
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the candidate calls time.now_ns (")
+	assert.Contains(t, err.Error(), "clock.rego:4)")
+	assert.Contains(t, err.Error(), "non-deterministic")
 }
