@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -45,7 +49,12 @@ kubectl logs interleaves) are skipped, and their number is noted on standard
 error. What a decision-log service stores (--decision-log-url) is read too:
 OPA's decision-log events, one a line or in JSON arrays (an upload's body),
 and any of these gzip-compressed (as uploads are), detected from the content.
-An input in which no decision is read is an error (exit 1).`
+An input in which no decision is read is an error (exit 1).
+
+--from-cluster reads the manager pods' logs through the API server instead
+(the container named manager of each pod --selector selects, in -n, by
+default the kubeconfig context's namespace, else ichor-system), so no
+kubectl logs pipe is needed; you need list on pods and get on pods/log there.`
 
 func newDecisionsCommand(s streams) *cobra.Command {
 	cmd := &cobra.Command{
@@ -106,11 +115,45 @@ func checkOutput(output string) error {
 	return nil
 }
 
-// readDecisions reads the decision logs in files, in order; no file, or "-",
-// is standard input. Reading no decision at all is an error: a listing, a
-// search or a replay of nothing would report success on, say, the wrong
-// container's log or a service's store in a shape not read.
-func readDecisions(s streams, files []string) ([]decisionlog.Entry, error) {
+// sourceFlags say where the decision log is read from besides files: the
+// manager pods' logs, through the API server.
+type sourceFlags struct {
+	fromCluster                              bool
+	kubeconfig, context, namespace, selector string
+	previous                                 bool
+}
+
+// defaultNamespace is where the chart is installed by the documented
+// command, for a kubeconfig context that names no namespace.
+const defaultNamespace = "ichor-system"
+
+func (f *sourceFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.BoolVar(&f.fromCluster, "from-cluster", false, "read the manager pods' logs through the API server (container "+decisionlog.ManagerContainer+" of the pods --selector selects), instead of FILE")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "with --from-cluster: the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&f.context, "context", "", "with --from-cluster: the kubeconfig context to use")
+	fs.StringVarP(&f.namespace, "namespace", "n", "", "with --from-cluster: the manager's namespace (default: the context's, else "+defaultNamespace+")")
+	fs.StringVar(&f.selector, "selector", decisionlog.ManagerSelector, "with --from-cluster: the label selector of the manager's pods (the chart's)")
+	fs.BoolVar(&f.previous, "previous", false, "with --from-cluster: read the containers' logs before their last restart, as kubectl logs --previous")
+}
+
+// readDecisions reads the decision log: the manager pods' logs with
+// --from-cluster, else the files, in order; no file, or "-", is standard
+// input. Reading no decision at all is an error: a listing, a search or a
+// replay of nothing would report success on, say, the wrong container's log
+// or a service's store in a shape not read.
+func readDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []string) ([]decisionlog.Entry, error) {
+	if src.fromCluster {
+		if len(files) > 0 {
+			return nil, usage.Errorf("--from-cluster reads the manager pods' logs: give no FILE (%s)", strings.Join(files, " "))
+		}
+		return readCluster(cmd.Context(), s, src)
+	}
+	for _, name := range []string{"kubeconfig", "context", "namespace", "selector", "previous"} {
+		if cmd.Flags().Changed(name) {
+			return nil, usage.Errorf("--%s is for --from-cluster", name)
+		}
+	}
 	if len(files) == 0 {
 		files = []string{"-"}
 	}
@@ -142,12 +185,48 @@ func readDecisions(s streams, files []string) ([]decisionlog.Entry, error) {
 		skipped.Lines += n.Lines
 		skipped.Items += n.Items
 	}
-	return all, checkRead(s, all, skipped)
+	return all, checkRead(s, all, skipped, "")
 }
 
-// checkRead says on standard error what was skipped, and fails when no
-// decision was read.
-func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped) error {
+// readCluster reads the manager pods' logs.
+func readCluster(ctx context.Context, s streams, src sourceFlags) ([]decisionlog.Entry, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = src.kubeconfig
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: src.context})
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	namespace := src.namespace
+	if namespace == "" {
+		// The context's namespace if it names one; clientcmd would say
+		// "default", where the manager is not installed.
+		raw, err := loader.RawConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
+		if c := raw.Contexts[cmp.Or(src.context, raw.CurrentContext)]; c != nil {
+			namespace = c.Namespace
+		}
+		namespace = cmp.Or(namespace, defaultNamespace)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	if _, err := labels.Parse(src.selector); err != nil {
+		return nil, usage.Errorf("--selector: %v", err)
+	}
+	entries, skipped, pods, err := decisionlog.Cluster{Client: client, Namespace: namespace, Selector: src.selector, Previous: src.previous}.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return entries, checkRead(s, entries, skipped, fmt.Sprintf(" from %s in namespace %s (%s)", plural(len(pods), "pod", "pods"), namespace, strings.Join(pods, ", ")))
+}
+
+// checkRead says on standard error what was read from where, and what was
+// skipped, and fails when no decision was read.
+func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped, from string) error {
 	var parts []string
 	if skipped.Lines > 0 {
 		parts = append(parts, plural(skipped.Lines, "line", "lines"))
@@ -164,16 +243,20 @@ func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped) 
 		if len(parts) == 0 {
 			what = "the input is empty"
 		}
-		return errors.New("no decision read: " + what + `; a decision-log entry is a JSON object with msg "Decision Log" (the manager's standard output) or an OPA decision-log event (what --decision-log-url receives), one a line, in JSON arrays, or gzip-compressed`)
+		return errors.New("no decision read" + from + ": " + what + `; a decision-log entry is a JSON object with msg "Decision Log" (the manager's standard output) or an OPA decision-log event (what --decision-log-url receives), one a line, in JSON arrays, or gzip-compressed`)
 	}
-	if len(parts) > 0 {
-		fmt.Fprintf(s.err, "ichor: read %s; %s\n", plural(len(all), "decision", "decisions"), what)
+	switch {
+	case len(parts) > 0:
+		fmt.Fprintf(s.err, "ichor: read %s%s; %s\n", plural(len(all), "decision", "decisions"), from, what)
+	case from != "":
+		fmt.Fprintf(s.err, "ichor: read %s%s\n", plural(len(all), "decision", "decisions"), from)
 	}
 	return nil
 }
 
 func newDecisionsListCommand(s streams) *cobra.Command {
 	var f filterFlags
+	var src sourceFlags
 	var output string
 	var all bool
 	cmd := &cobra.Command{
@@ -197,7 +280,7 @@ the log could not be read or held no decision, 2 for a wrong flag or a log
 that is not the shape it starts as (a gzip stream cut short, say).`,
 		Example: `  kubectl logs deploy/ichor-policy | ichor decisions list --action deny --since 24h
   ichor decisions list decisions.log --policy kubelet-serving --node worker-1 -o json`,
-		RunE: func(_ *cobra.Command, files []string) error {
+		RunE: func(cmd *cobra.Command, files []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
@@ -205,7 +288,7 @@ that is not the shape it starts as (a gzip stream cut short, say).`,
 			if err != nil {
 				return err
 			}
-			entries, err := readDecisions(s, files)
+			entries, err := readDecisions(cmd, s, src, files)
 			if err != nil {
 				return err
 			}
@@ -224,6 +307,7 @@ that is not the shape it starts as (a gzip stream cut short, say).`,
 		},
 	}
 	f.register(cmd)
+	src.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table, or json (one object a line)")
 	cmd.Flags().BoolVar(&all, "all", false, "also list verdicts that were never applied (an approver that met a conflict writing decides again; the one applied is recorded) and the applied records themselves")
 	return cmd
@@ -283,6 +367,7 @@ func writeListJSON(w io.Writer, entries []decisionlog.Entry) error {
 
 func newDecisionsShowCommand(s streams) *cobra.Command {
 	var output string
+	var src sourceFlags
 	cmd := &cobra.Command{
 		Use:   "show ID [FILE...|-] [-o text|json]",
 		Short: "Show one decision whole: its reasons, input and result",
@@ -306,11 +391,11 @@ the log could not be read), 2 for a wrong flag or no ID.`,
 			}
 			return nil
 		},
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "text" && output != "json" {
 				return usage.Errorf("-o %q: the output is text or json", output)
 			}
-			entries, err := readDecisions(s, args[1:])
+			entries, err := readDecisions(cmd, s, src, args[1:])
 			if err != nil {
 				return err
 			}
@@ -325,6 +410,7 @@ the log could not be read), 2 for a wrong flag or no ID.`,
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output: text, or json (the logged entry)")
+	src.register(cmd)
 	return cmd
 }
 
@@ -424,6 +510,7 @@ func timeNano(t time.Time) string {
 
 type replayOptions struct {
 	filter filterFlags
+	source sourceFlags
 	bundle string
 	failOn []string
 	output string
@@ -471,10 +558,11 @@ log proves nothing); 2 for a wrong flag.`,
   ichor decisions replay --bundle ./policy decisions.log --fail-on deny-to-approve
   ichor decisions replay --bundle bundle.tar.gz decisions.log --fail-on to-approve,allowed-to-refused -o json`,
 		RunE: func(cmd *cobra.Command, files []string) error {
-			return runReplay(cmd.Context(), s, o, files)
+			return runReplay(cmd, s, o, files)
 		},
 	}
 	o.filter.register(cmd)
+	o.source.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&o.bundle, "bundle", "", "the candidate: a policy directory or a bundle tarball (required)")
 	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit "+fmt.Sprint(ExitChanged)+" when a decision changes in this direction (repeatable): FROM-to-TO, to-STATE, from-STATE, any, reasons-changed")
@@ -482,7 +570,8 @@ log proves nothing); 2 for a wrong flag.`,
 	return cmd
 }
 
-func runReplay(ctx context.Context, s streams, o replayOptions, files []string) error {
+func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) error {
+	ctx := cmd.Context()
 	if err := checkOutput(o.output); err != nil {
 		return err
 	}
@@ -498,7 +587,7 @@ func runReplay(ctx context.Context, s streams, o replayOptions, files []string) 
 	if err != nil {
 		return err
 	}
-	entries, err := readDecisions(s, files)
+	entries, err := readDecisions(cmd, s, o.source, files)
 	if err != nil {
 		return err
 	}

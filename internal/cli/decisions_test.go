@@ -9,7 +9,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -21,6 +23,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
@@ -540,4 +544,126 @@ deny contains {"code": "AfterHours", "message": "no certificates at night"} if {
 	assert.Equal(t, ExitError, code)
 	assert.Empty(t, stdout, "no report: it would be the clock's")
 	assert.Contains(t, stderr, "cannot be replayed exactly: the candidate calls time.now_ns (")
+}
+
+// apiServerWithPodLogs serves the two calls --from-cluster makes: the pod
+// list and a pod's log. envtest's API server cannot stand in: it has no
+// kubelet, and pods/log is served by the kubelet through the API server. So
+// this is a stand-in for those two calls only, in the API server's shapes;
+// what it asserts is what the CLI asks for (namespace, selector, container)
+// and that it reads what the logs hold. It records each request.
+func apiServerWithPodLogs(t *testing.T, logs map[string]string) (*httptest.Server, *[]string) {
+	t.Helper()
+	var mu sync.Mutex
+	var requests []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		requests = append(requests, r.URL.Path+"?"+r.URL.RawQuery)
+		mu.Unlock()
+		const pods = "/api/v1/namespaces/ichor-system/pods"
+		switch {
+		case r.URL.Path == pods:
+			list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}}
+			for name := range logs {
+				list.Items = append(list.Items, corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ichor-system"},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager"}}},
+				})
+			}
+			// A pod the selector selects without a manager container is
+			// not read.
+			list.Items = append(list.Items, corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "ichor-policy-debug", Namespace: "ichor-system"},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "shell"}}},
+			})
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(list)
+		case strings.HasPrefix(r.URL.Path, pods+"/") && strings.HasSuffix(r.URL.Path, "/log"):
+			name := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, pods+"/"), "/log")
+			log, ok := logs[name]
+			if !ok || r.URL.Query().Get("container") != "manager" {
+				http.NotFound(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = io.WriteString(w, log)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &requests
+}
+
+// kubeconfigFor is a kubeconfig whose current context reaches server and
+// names namespace ("" for none).
+func kubeconfigFor(t *testing.T, server, namespace string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(path, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {server: "`+server+`"}
+users:
+- name: test
+  user: {token: test}
+contexts:
+- name: test
+  context: {cluster: test, user: test, namespace: "`+namespace+`"}
+current-context: test
+`), 0o600))
+	return path
+}
+
+func TestDecisionsFromClusterReadTheManagerPodsLogs(t *testing.T) {
+	f := newDecisionsFixture(t)
+	lines := strings.Split(strings.TrimSpace(f.kubectlLogs()), "\n")
+	// Two replicas, each with part of the decisions among its own lines;
+	// the first by name made the later ones.
+	srv, requests := apiServerWithPodLogs(t, map[string]string{
+		"ichor-policy-7d9c6b8f5-a": strings.Join(lines[4:], "\n") + "\n",
+		"ichor-policy-7d9c6b8f5-b": strings.Join(lines[:4], "\n") + "\n",
+	})
+	kubeconfig := kubeconfigFor(t, srv.URL, "")
+
+	code, stdout, stderr, err := decisionsRun(t, "", "decisions", "list", "--from-cluster", "--kubeconfig", kubeconfig)
+
+	require.NoError(t, err)
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, []string{f.approve, f.deny, f.pending, f.two}, column(t, stdout, "ID"), "both pods' decisions, in the order they were made")
+	assert.Equal(t, "ichor: read 4 decisions from 2 pods in namespace ichor-system (ichor-policy-7d9c6b8f5-a, ichor-policy-7d9c6b8f5-b); skipped 3 lines that are not decision-log entries\n", stderr)
+	assert.Contains(t, *requests, "/api/v1/namespaces/ichor-system/pods?labelSelector=app.kubernetes.io%2Fname%3Dichor-policy",
+		"the chart's selector label, in ichor-system when the context names no namespace")
+	assert.Contains(t, *requests, "/api/v1/namespaces/ichor-system/pods/ichor-policy-7d9c6b8f5-a/log?container=manager")
+	assert.NotContains(t, strings.Join(*requests, "\n"), "ichor-policy-debug/log")
+
+	_, stdout, _, err = decisionsRun(t, "", "decisions", "show", f.deny, "--from-cluster", "--kubeconfig", kubeconfig)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^Action:\s+deny$`, stdout)
+
+	_, _, _, err = decisionsRun(t, "", "decisions", "replay", "--bundle", harness.PolicyWithoutServingIPCheck(t), "--from-cluster", "--kubeconfig", kubeconfig, "--fail-on", "deny-to-approve")
+	assert.Equal(t, ExitChanged, exitCode(err))
+
+	// The context's namespace is the default when it names one.
+	code, _, stderr, _ = decisionsRun(t, "", "decisions", "list", "--from-cluster", "--kubeconfig", kubeconfigFor(t, srv.URL, "elsewhere"))
+	assert.Equal(t, ExitError, code)
+	assert.Contains(t, stderr, "list the manager's pods in namespace elsewhere")
+}
+
+func TestDecisionsFromClusterRefusesMixedSources(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a file too", []string{"decisions", "list", "--from-cluster", "decisions.log"}, "give no FILE"},
+		{"a cluster flag without it", []string{"decisions", "list", "-n", "ichor-system", "-"}, "--namespace is for --from-cluster"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr, _ := decisionsRun(t, "", tc.args...)
+			assert.Equal(t, ExitUsage, code, stderr)
+			assert.Contains(t, stderr, tc.want)
+		})
+	}
 }
