@@ -14,7 +14,7 @@ package decisionlog
 import (
 	"bufio"
 	"bytes"
-		"compress/gzip"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
