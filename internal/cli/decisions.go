@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +14,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -41,7 +46,15 @@ as OPA's console decision log writes it; "-" or no FILE reads standard input,
 so "kubectl logs deploy/ichor-policy | ichor decisions ..." works. Lines that
 are not decision-log entries (the controllers' and OPA's own logs, which
 kubectl logs interleaves) are skipped, and their number is noted on standard
-error.`
+error. What a decision-log service stores (--decision-log-url) is read too:
+OPA's decision-log events, one a line or in JSON arrays (an upload's body),
+and any of these gzip-compressed (as uploads are), detected from the content.
+An input in which no decision is read is an error (exit 1).
+
+--from-cluster reads the manager pods' logs through the API server instead
+(the container named manager of each pod --selector selects, in -n, by
+default the kubeconfig context's namespace, else ichor-system), so no
+kubectl logs pipe is needed; you need list on pods and get on pods/log there.`
 
 func newDecisionsCommand(s streams) *cobra.Command {
 	cmd := &cobra.Command{
@@ -64,7 +77,7 @@ type filterFlags struct {
 
 func (f *filterFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.policy, "policy", "", "only decisions of this rule: kubelet-serving, kubelet-client, admission, issuance, or a decision path such as ichor/kubelet_serving/decision")
+	fs.StringVar(&f.policy, "policy", "", "only decisions of this rule: kubelet-serving, kubelet-client, admission, issuance, requirements, credential-check, or a decision path such as ichor/kubelet_serving/decision")
 	fs.StringVar(&f.action, "action", "", "only decisions with this action: "+strings.Join(decisionlog.Actions, ", ")+" (allowed and refused are admission's and issuance's)")
 	fs.StringVar(&f.node, "node", "", "only decisions about this node (the result's node, the request's system:node:NAME, or the Nodename Talos reported)")
 	fs.StringVar(&f.user, "user", "", "only decisions on a request by this user (the CSR's spec.username, or the admission request's user)")
@@ -102,9 +115,45 @@ func checkOutput(output string) error {
 	return nil
 }
 
-// readDecisions reads the decision logs in files, in order; no file, or "-",
-// is standard input.
-func readDecisions(s streams, files []string) ([]decisionlog.Entry, error) {
+// sourceFlags say where the decision log is read from besides files: the
+// manager pods' logs, through the API server.
+type sourceFlags struct {
+	fromCluster                              bool
+	kubeconfig, context, namespace, selector string
+	previous                                 bool
+}
+
+// defaultNamespace is where the chart is installed by the documented
+// command, for a kubeconfig context that names no namespace.
+const defaultNamespace = "ichor-system"
+
+func (f *sourceFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.BoolVar(&f.fromCluster, "from-cluster", false, "read the manager pods' logs through the API server (container "+decisionlog.ManagerContainer+" of the pods --selector selects), instead of FILE")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "with --from-cluster: the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&f.context, "context", "", "with --from-cluster: the kubeconfig context to use")
+	fs.StringVarP(&f.namespace, "namespace", "n", "", "with --from-cluster: the manager's namespace (default: the context's, else "+defaultNamespace+")")
+	fs.StringVar(&f.selector, "selector", decisionlog.ManagerSelector, "with --from-cluster: the label selector of the manager's pods (the chart's)")
+	fs.BoolVar(&f.previous, "previous", false, "with --from-cluster: read the containers' logs before their last restart, as kubectl logs --previous")
+}
+
+// readDecisions reads the decision log: the manager pods' logs with
+// --from-cluster, else the files, in order; no file, or "-", is standard
+// input. Reading no decision at all is an error: a listing, a search or a
+// replay of nothing would report success on, say, the wrong container's log
+// or a service's store in a shape not read.
+func readDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []string) ([]decisionlog.Entry, error) {
+	if src.fromCluster {
+		if len(files) > 0 {
+			return nil, usage.Errorf("--from-cluster reads the manager pods' logs: give no FILE (%s)", strings.Join(files, " "))
+		}
+		return readCluster(cmd.Context(), s, src)
+	}
+	for _, name := range []string{"kubeconfig", "context", "namespace", "selector", "previous"} {
+		if cmd.Flags().Changed(name) {
+			return nil, usage.Errorf("--%s is for --from-cluster", name)
+		}
+	}
 	if len(files) == 0 {
 		files = []string{"-"}
 	}
@@ -112,7 +161,7 @@ func readDecisions(s streams, files []string) ([]decisionlog.Entry, error) {
 		return nil, usage.Errorf(`"-" (standard input) is given twice`)
 	}
 	var all []decisionlog.Entry
-	skipped := 0
+	var skipped decisionlog.Skipped
 	for _, name := range files {
 		var r io.Reader = s.in
 		if name != "-" {
@@ -122,22 +171,92 @@ func readDecisions(s streams, files []string) ([]decisionlog.Entry, error) {
 			}
 			defer f.Close()
 			r = f
+		} else {
+			name = "standard input"
 		}
 		entries, n, err := decisionlog.Read(r)
+		if errors.Is(err, decisionlog.ErrFormat) {
+			return nil, usage.Wrap(fmt.Errorf("read decision log %s: %w", name, err))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read decision log %s: %w", name, err)
 		}
 		all = append(all, entries...)
-		skipped += n
+		skipped.Lines += n.Lines
+		skipped.Items += n.Items
 	}
-	if skipped > 0 {
-		fmt.Fprintf(s.err, "ichor: read %d decisions; skipped %d lines that are not decision-log entries\n", len(all), skipped)
+	return all, checkRead(s, all, skipped, "")
+}
+
+// readCluster reads the manager pods' logs.
+func readCluster(ctx context.Context, s streams, src sourceFlags) ([]decisionlog.Entry, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = src.kubeconfig
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: src.context})
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	return all, nil
+	namespace := src.namespace
+	if namespace == "" {
+		// The context's namespace if it names one; clientcmd would say
+		// "default", where the manager is not installed.
+		raw, err := loader.RawConfig()
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
+		if c := raw.Contexts[cmp.Or(src.context, raw.CurrentContext)]; c != nil {
+			namespace = c.Namespace
+		}
+		namespace = cmp.Or(namespace, defaultNamespace)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	if _, err := labels.Parse(src.selector); err != nil {
+		return nil, usage.Errorf("--selector: %v", err)
+	}
+	entries, skipped, pods, err := decisionlog.Cluster{Client: client, Namespace: namespace, Selector: src.selector, Previous: src.previous}.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return entries, checkRead(s, entries, skipped, fmt.Sprintf(" from %s in namespace %s (%s)", plural(len(pods), "pod", "pods"), namespace, strings.Join(pods, ", ")))
+}
+
+// checkRead says on standard error what was read from where, and what was
+// skipped, and fails when no decision was read.
+func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped, from string) error {
+	var parts []string
+	if skipped.Lines > 0 {
+		parts = append(parts, plural(skipped.Lines, "line", "lines"))
+	}
+	if skipped.Items > 0 {
+		parts = append(parts, plural(skipped.Items, "JSON value", "JSON values"))
+	}
+	what := " that are not decision-log entries"
+	if skipped.Lines+skipped.Items == 1 {
+		what = " that is not a decision-log entry"
+	}
+	what = "skipped " + strings.Join(parts, " and ") + what
+	if len(all) == 0 {
+		if len(parts) == 0 {
+			what = "the input is empty"
+		}
+		return errors.New("no decision read" + from + ": " + what + `; a decision-log entry is a JSON object with msg "Decision Log" (the manager's standard output) or an OPA decision-log event (what --decision-log-url receives), one a line, in JSON arrays, or gzip-compressed`)
+	}
+	switch {
+	case len(parts) > 0:
+		fmt.Fprintf(s.err, "ichor: read %s%s; %s\n", plural(len(all), "decision", "decisions"), from, what)
+	case from != "":
+		fmt.Fprintf(s.err, "ichor: read %s%s\n", plural(len(all), "decision", "decisions"), from)
+	}
+	return nil
 }
 
 func newDecisionsListCommand(s streams) *cobra.Command {
 	var f filterFlags
+	var src sourceFlags
 	var output string
 	var all bool
 	cmd := &cobra.Command{
@@ -156,11 +275,12 @@ and the whole logged entry under "entry".
 
 ` + decisionsInput + `
 
-Exit status: 0 when the log was read (whether or not a decision matched), 1
-when it could not be, 2 for a wrong flag.`,
+Exit status: 0 when decisions were read (whether or not one matched), 1 when
+the log could not be read or held no decision, 2 for a wrong flag or a log
+that is not the shape it starts as (a gzip stream cut short, say).`,
 		Example: `  kubectl logs deploy/ichor-policy | ichor decisions list --action deny --since 24h
   ichor decisions list decisions.log --policy kubelet-serving --node worker-1 -o json`,
-		RunE: func(_ *cobra.Command, files []string) error {
+		RunE: func(cmd *cobra.Command, files []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
 			}
@@ -168,7 +288,7 @@ when it could not be, 2 for a wrong flag.`,
 			if err != nil {
 				return err
 			}
-			entries, err := readDecisions(s, files)
+			entries, err := readDecisions(cmd, s, src, files)
 			if err != nil {
 				return err
 			}
@@ -187,6 +307,7 @@ when it could not be, 2 for a wrong flag.`,
 		},
 	}
 	f.register(cmd)
+	src.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table, or json (one object a line)")
 	cmd.Flags().BoolVar(&all, "all", false, "also list verdicts that were never applied (an approver that met a conflict writing decides again; the one applied is recorded) and the applied records themselves")
 	return cmd
@@ -246,6 +367,7 @@ func writeListJSON(w io.Writer, entries []decisionlog.Entry) error {
 
 func newDecisionsShowCommand(s streams) *cobra.Command {
 	var output string
+	var src sourceFlags
 	cmd := &cobra.Command{
 		Use:   "show ID [FILE...|-] [-o text|json]",
 		Short: "Show one decision whole: its reasons, input and result",
@@ -269,11 +391,11 @@ the log could not be read), 2 for a wrong flag or no ID.`,
 			}
 			return nil
 		},
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "text" && output != "json" {
 				return usage.Errorf("-o %q: the output is text or json", output)
 			}
-			entries, err := readDecisions(s, args[1:])
+			entries, err := readDecisions(cmd, s, src, args[1:])
 			if err != nil {
 				return err
 			}
@@ -288,6 +410,7 @@ the log could not be read), 2 for a wrong flag or no ID.`,
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output: text, or json (the logged entry)")
+	src.register(cmd)
 	return cmd
 }
 
@@ -387,6 +510,7 @@ func timeNano(t time.Time) string {
 
 type replayOptions struct {
 	filter filterFlags
+	source sourceFlags
 	bundle string
 	failOn []string
 	output string
@@ -411,7 +535,10 @@ A decision whose action stays but whose set of reason codes changes is
 reported as "reasons changed": it is no direction, only information. The
 summary counts the unchanged decisions too. The filters of "decisions list"
 select which decisions are replayed. Replay is exact because the rules do no
-I/O: the input holds every fact the decision was made on.
+I/O: the input holds every fact the decision was made on. A candidate that
+calls a builtin OPA marks non-deterministic (time.now_ns, http.send, net.*,
+rand.*, uuid.rfc4122, opa.runtime, io.jwt.decode_verify, ...) is refused
+(exit 1): what it returns is not in the log.
 
 --fail-on names the changes that must not happen (repeat it, or separate them
 with commas): a direction such as deny-to-approve or allowed-to-refused;
@@ -431,10 +558,11 @@ log proves nothing); 2 for a wrong flag.`,
   ichor decisions replay --bundle ./policy decisions.log --fail-on deny-to-approve
   ichor decisions replay --bundle bundle.tar.gz decisions.log --fail-on to-approve,allowed-to-refused -o json`,
 		RunE: func(cmd *cobra.Command, files []string) error {
-			return runReplay(cmd.Context(), s, o, files)
+			return runReplay(cmd, s, o, files)
 		},
 	}
 	o.filter.register(cmd)
+	o.source.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&o.bundle, "bundle", "", "the candidate: a policy directory or a bundle tarball (required)")
 	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit "+fmt.Sprint(ExitChanged)+" when a decision changes in this direction (repeatable): FROM-to-TO, to-STATE, from-STATE, any, reasons-changed")
@@ -442,7 +570,8 @@ log proves nothing); 2 for a wrong flag.`,
 	return cmd
 }
 
-func runReplay(ctx context.Context, s streams, o replayOptions, files []string) error {
+func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) error {
+	ctx := cmd.Context()
 	if err := checkOutput(o.output); err != nil {
 		return err
 	}
@@ -458,7 +587,7 @@ func runReplay(ctx context.Context, s streams, o replayOptions, files []string) 
 	if err != nil {
 		return err
 	}
-	entries, err := readDecisions(s, files)
+	entries, err := readDecisions(cmd, s, o.source, files)
 	if err != nil {
 		return err
 	}
@@ -469,6 +598,9 @@ func runReplay(ctx context.Context, s streams, o replayOptions, files []string) 
 	b, err := bundles.Load(o.bundle)
 	if err != nil {
 		return err
+	}
+	if err := decisionlog.CheckReplayable(b); err != nil {
+		return fmt.Errorf("%s cannot be replayed exactly: %w", o.bundle, err)
 	}
 	// The replayed decisions are questions, not decisions anyone acts on:
 	// they are not logged. OPA's own errors still reach stderr.

@@ -9,7 +9,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,6 +23,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
@@ -53,9 +58,12 @@ func (b *decisionsSink) Write(p []byte) (int, error) {
 }
 
 // decisionsFixture is a real decision log, written by the engine with the
-// embedded bundle.
+// embedded bundle: its console sink's lines (log), and the same decisions as
+// its upload sink sent them to a decision-log service (uploads, the bodies
+// as received: gzipped JSON arrays of OPA's events).
 type decisionsFixture struct {
 	log                         string
+	uploads                     [][]byte
 	approve, deny, pending, two string // the decision ids
 	revision                    string
 }
@@ -83,9 +91,11 @@ func newDecisionsFixture(t *testing.T) decisionsFixture {
 	t.Helper()
 	ctx := context.Background()
 	sink := &decisionsSink{}
-	e, err := engine.New(ctx, engine.Options{DecisionLog: sink, ID: "test"})
+	svc := &harness.LogService{}
+	srv := httptest.NewServer(svc)
+	defer srv.Close()
+	e, err := engine.New(ctx, engine.Options{DecisionLog: sink, ID: "test", DecisionLogURL: srv.URL})
 	require.NoError(t, err)
-	defer e.Stop(ctx)
 	var ds []engine.CSRDecision
 	for _, in := range []csrinput.KubeletServing{
 		servingRequest(t, "worker-1", []string{"10.5.0.2"}, "10.5.0.2"),
@@ -98,8 +108,13 @@ func newDecisionsFixture(t *testing.T) decisionsFixture {
 		ds = append(ds, d)
 	}
 	require.Equal(t, []string{"approve", "deny", "pending", "approve"}, []string{ds[0].Action, ds[1].Action, ds[2].Action, ds[3].Action})
+	// Stopping with a deadline sends what the upload sink holds.
+	stop, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	e.Stop(stop)
+	require.Equal(t, 4, svc.Received(), "the service received every decision")
 	return decisionsFixture{
-		log: sink.buf.String(), revision: ds[0].Revision,
+		log: sink.buf.String(), uploads: svc.Bodies(), revision: ds[0].Revision,
 		approve: ds[0].DecisionID, deny: ds[1].DecisionID, pending: ds[2].DecisionID, two: ds[3].DecisionID,
 	}
 }
@@ -377,7 +392,7 @@ func TestDecisionsReplayOfNothingFails(t *testing.T) {
 
 	assert.Equal(t, ExitError, code)
 	assert.Empty(t, stdout)
-	assert.Contains(t, stderr, "no decision to replay: 0 decisions read")
+	assert.Contains(t, stderr, "no decision read: skipped 1 line that is not a decision-log entry")
 }
 
 func TestDecisionsRefusesBadUsage(t *testing.T) {
@@ -407,6 +422,247 @@ func TestDecisionsRefusesBadUsage(t *testing.T) {
 			code, stdout, stderr, _ := decisionsRun(t, "", tc.args...)
 			assert.Equal(t, tc.code, code, stderr)
 			assert.Empty(t, stdout)
+			assert.Contains(t, stderr, tc.want)
+		})
+	}
+}
+
+func TestDecisionsReadWhatADecisionLogServiceReceived(t *testing.T) {
+	f := newDecisionsFixture(t)
+	// What a service that keeps each upload's body stores: gzipped JSON
+	// arrays of OPA's events, run together as `cat *.json.gz` makes them.
+	uploads := f.file(t, string(bytes.Join(f.uploads, nil)))
+
+	_, fromConsole, _, err := decisionsRun(t, f.log, "decisions", "list", "-o", "json")
+	require.NoError(t, err)
+	code, fromService, stderr, err := decisionsRun(t, "", "decisions", "list", uploads)
+	require.NoError(t, err)
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Empty(t, stderr, "nothing skipped")
+	assert.Equal(t, []string{f.approve, f.deny, f.pending, f.two}, column(t, fromService, "ID"))
+	assert.Equal(t, []string{"approve", "deny", "pending", "approve"}, column(t, fromService, "ACTION"))
+	assert.Equal(t, []string{"IchorKubeletServing", "IPNotNode", "MachineUnknown", "IchorKubeletServing"}, column(t, fromService, "CODES"))
+
+	// Every field but the entry itself (OPA's event has no msg) is the same
+	// as read from the console; standard input is detected as gzip too.
+	_, fromServiceJSON, _, err := decisionsRun(t, string(bytes.Join(f.uploads, nil)), "decisions", "list", "-o", "json")
+	require.NoError(t, err)
+	withoutEntry := func(out string) []map[string]any {
+		var recs []map[string]any
+		for l := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+			var rec map[string]any
+			require.NoError(t, json.Unmarshal([]byte(l), &rec))
+			delete(rec, "entry")
+			recs = append(recs, rec)
+		}
+		return recs
+	}
+	assert.Equal(t, withoutEntry(fromConsole), withoutEntry(fromServiceJSON))
+
+	_, showConsole, _, err := decisionsRun(t, f.log, "decisions", "show", f.deny)
+	require.NoError(t, err)
+	_, showService, _, err := decisionsRun(t, "", "decisions", "show", f.deny, uploads)
+	require.NoError(t, err)
+	assert.Equal(t, showConsole, showService)
+
+	_, stdout, _, err := decisionsRun(t, "", "decisions", "replay", "--bundle", harness.PolicyWithoutServingIPCheck(t), uploads, "--fail-on", "deny-to-approve")
+	assert.Equal(t, ExitChanged, exitCode(err))
+	assert.Regexp(t, `(?m)^deny → approve\s+1$`, stdout)
+	assert.Regexp(t, `(?m)^unchanged\s+3$`, stdout)
+}
+
+func TestDecisionsThatReadNoDecisionFail(t *testing.T) {
+	f := newDecisionsFixture(t)
+	controllerOnly := `{"level":"info","ts":1777636800,"logger":"manager","msg":"starting"}` + "\n" +
+		`{"level":"info","msg":"approved kubelet serving certificate","decision_id":"x"}` + "\n"
+	for _, tc := range []struct {
+		name, stdin string
+		code        int
+		want        string
+	}{
+		{"an empty input", "", ExitError, "no decision read: the input is empty"},
+		{"only the controllers' lines", controllerOnly, ExitError, "no decision read: skipped 2 lines that are not decision-log entries"},
+		{"an upload body without events", "[]", ExitError, "no decision read: the input is empty"},
+		{"a gzip stream cut short", string(f.uploads[0][:len(f.uploads[0])/2]), ExitUsage, "not a readable decision log: gzip"},
+	} {
+		for _, args := range [][]string{
+			{"decisions", "list"},
+			{"decisions", "list", "-o", "json"},
+			{"decisions", "show", f.deny},
+			{"decisions", "replay", "--bundle", "../../policy"},
+		} {
+			t.Run(tc.name+"/"+strings.Join(args[1:], " "), func(t *testing.T) {
+				code, stdout, stderr, _ := decisionsRun(t, tc.stdin, args...)
+				assert.Equal(t, tc.code, code, stderr)
+				assert.Empty(t, stdout)
+				assert.Contains(t, stderr, tc.want)
+			})
+		}
+	}
+}
+
+func TestDecisionsListNamesEveryLoggedRule(t *testing.T) {
+	// The credential rules the webhook and the CLI ask besides admission
+	// and issuance: a purpose's requirements, a credential's checks.
+	ctx := context.Background()
+	sink := &decisionsSink{}
+	e, err := engine.New(ctx, engine.Options{DecisionLog: sink, ID: "test"})
+	require.NoError(t, err)
+	reqs, err := e.Requirements(ctx, "talosconfig-reader")
+	require.NoError(t, err)
+	check, err := e.CheckCredential(ctx, engine.CredentialCheckInput{
+		Purpose: "talosconfig-reader", PublicKey: engine.PublicKeyFacts{Parsed: true, Algorithm: "Ed25519", Bits: 256},
+	})
+	require.NoError(t, err)
+	e.Stop(ctx)
+
+	code, stdout, stderr, _ := decisionsRun(t, sink.buf.String(), "decisions", "list")
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, []string{reqs.DecisionID, check.DecisionID}, column(t, stdout, "ID"))
+	assert.Equal(t, []string{"requirements", "credential-check"}, column(t, stdout, "POLICY"))
+	assert.Equal(t, []string{"-", "allowed"}, column(t, stdout, "ACTION"))
+
+	code, stdout, stderr, _ = decisionsRun(t, sink.buf.String(), "decisions", "list", "--policy", "requirements")
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, []string{reqs.DecisionID}, column(t, stdout, "ID"))
+}
+
+func TestDecisionsReplayRefusesACandidateThatReadsTheClock(t *testing.T) {
+	f := newDecisionsFixture(t)
+	candidate := t.TempDir()
+	require.NoError(t, os.CopyFS(candidate, os.DirFS("../../policy")))
+	require.NoError(t, os.WriteFile(filepath.Join(candidate, "ichor", "kubelet_serving", "clock.rego"), []byte(`package ichor.kubelet_serving
+
+deny contains {"code": "AfterHours", "message": "no certificates at night"} if {
+	[hour, _, _] := time.clock(time.now_ns())
+	hour < 6
+}
+`), 0o600))
+
+	code, stdout, stderr, _ := decisionsRun(t, f.log, "decisions", "replay", "--bundle", candidate, "--fail-on", "any")
+
+	assert.Equal(t, ExitError, code)
+	assert.Empty(t, stdout, "no report: it would be the clock's")
+	assert.Contains(t, stderr, "cannot be replayed exactly: the candidate calls time.now_ns (")
+}
+
+// apiServerWithPodLogs serves the two calls --from-cluster makes: the pod
+// list and a pod's log. envtest's API server cannot stand in: it has no
+// kubelet, and pods/log is served by the kubelet through the API server. So
+// this is a stand-in for those two calls only, in the API server's shapes;
+// what it asserts is what the CLI asks for (namespace, selector, container)
+// and that it reads what the logs hold. It records each request.
+func apiServerWithPodLogs(t *testing.T, logs map[string]string) (*httptest.Server, *[]string) {
+	t.Helper()
+	var mu sync.Mutex
+	var requests []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		requests = append(requests, r.URL.Path+"?"+r.URL.RawQuery)
+		mu.Unlock()
+		const pods = "/api/v1/namespaces/ichor-system/pods"
+		switch {
+		case r.URL.Path == pods:
+			list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}}
+			for name := range logs {
+				list.Items = append(list.Items, corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ichor-system"},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager"}}},
+				})
+			}
+			// A pod the selector selects without a manager container is
+			// not read.
+			list.Items = append(list.Items, corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "ichor-policy-debug", Namespace: "ichor-system"},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "shell"}}},
+			})
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(list)
+		case strings.HasPrefix(r.URL.Path, pods+"/") && strings.HasSuffix(r.URL.Path, "/log"):
+			name := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, pods+"/"), "/log")
+			log, ok := logs[name]
+			if !ok || r.URL.Query().Get("container") != "manager" {
+				http.NotFound(w, r)
+				return
+			}
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = io.WriteString(w, log)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &requests
+}
+
+// kubeconfigFor is a kubeconfig whose current context reaches server and
+// names namespace ("" for none).
+func kubeconfigFor(t *testing.T, server, namespace string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(path, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {server: "`+server+`"}
+users:
+- name: test
+  user: {token: test}
+contexts:
+- name: test
+  context: {cluster: test, user: test, namespace: "`+namespace+`"}
+current-context: test
+`), 0o600))
+	return path
+}
+
+func TestDecisionsFromClusterReadTheManagerPodsLogs(t *testing.T) {
+	f := newDecisionsFixture(t)
+	lines := strings.Split(strings.TrimSpace(f.kubectlLogs()), "\n")
+	// Two replicas, each with part of the decisions among its own lines;
+	// the first by name made the later ones.
+	srv, requests := apiServerWithPodLogs(t, map[string]string{
+		"ichor-policy-7d9c6b8f5-a": strings.Join(lines[4:], "\n") + "\n",
+		"ichor-policy-7d9c6b8f5-b": strings.Join(lines[:4], "\n") + "\n",
+	})
+	kubeconfig := kubeconfigFor(t, srv.URL, "")
+
+	code, stdout, stderr, err := decisionsRun(t, "", "decisions", "list", "--from-cluster", "--kubeconfig", kubeconfig)
+
+	require.NoError(t, err)
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, []string{f.approve, f.deny, f.pending, f.two}, column(t, stdout, "ID"), "both pods' decisions, in the order they were made")
+	assert.Equal(t, "ichor: read 4 decisions from 2 pods in namespace ichor-system (ichor-policy-7d9c6b8f5-a, ichor-policy-7d9c6b8f5-b); skipped 3 lines that are not decision-log entries\n", stderr)
+	assert.Contains(t, *requests, "/api/v1/namespaces/ichor-system/pods?labelSelector=app.kubernetes.io%2Fname%3Dichor-policy",
+		"the chart's selector label, in ichor-system when the context names no namespace")
+	assert.Contains(t, *requests, "/api/v1/namespaces/ichor-system/pods/ichor-policy-7d9c6b8f5-a/log?container=manager")
+	assert.NotContains(t, strings.Join(*requests, "\n"), "ichor-policy-debug/log")
+
+	_, stdout, _, err = decisionsRun(t, "", "decisions", "show", f.deny, "--from-cluster", "--kubeconfig", kubeconfig)
+	require.NoError(t, err)
+	assert.Regexp(t, `(?m)^Action:\s+deny$`, stdout)
+
+	_, _, _, err = decisionsRun(t, "", "decisions", "replay", "--bundle", harness.PolicyWithoutServingIPCheck(t), "--from-cluster", "--kubeconfig", kubeconfig, "--fail-on", "deny-to-approve")
+	assert.Equal(t, ExitChanged, exitCode(err))
+
+	// The context's namespace is the default when it names one.
+	code, _, stderr, _ = decisionsRun(t, "", "decisions", "list", "--from-cluster", "--kubeconfig", kubeconfigFor(t, srv.URL, "elsewhere"))
+	assert.Equal(t, ExitError, code)
+	assert.Contains(t, stderr, "list the manager's pods in namespace elsewhere")
+}
+
+func TestDecisionsFromClusterRefusesMixedSources(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"a file too", []string{"decisions", "list", "--from-cluster", "decisions.log"}, "give no FILE"},
+		{"a cluster flag without it", []string{"decisions", "list", "-n", "ichor-system", "-"}, "--namespace is for --from-cluster"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr, _ := decisionsRun(t, "", tc.args...)
+			assert.Equal(t, ExitUsage, code, stderr)
 			assert.Contains(t, stderr, tc.want)
 		})
 	}

@@ -1,17 +1,20 @@
-// Package decisionlog reads the decision log the engine writes (OPA's console
-// decision log: one JSON object a line, msg "Decision Log"), selects
+// Package decisionlog reads the decision log the engine writes, selects
 // decisions from it, and replays the logged inputs against a candidate
 // bundle to show which decisions a policy change would change.
 //
-// A log is read as it reaches an operator: from `kubectl logs`, where the
-// decisions (standard output) are interleaved with the controllers' and
-// OPA's own logs (standard error). Lines that are not decision-log entries
-// are skipped and counted, never an error.
+// A log is read as it reaches an operator: from `kubectl logs` (or the
+// manager pods' logs read directly, see Cluster), where the decisions in
+// OPA's console shape (standard output) are interleaved with the
+// controllers' and OPA's own logs (standard error); or from a decision-log
+// service, which stores OPA's events as the engine uploads them (gzipped
+// JSON arrays). Lines that are not decision-log entries are skipped and
+// counted, never an error.
 package decisionlog
 
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,20 +30,33 @@ import (
 // Message is the msg of every decision-log entry OPA's console sink writes.
 const Message = "Decision Log"
 
-// The decision paths of the rules the manager and the webhook ask.
+// The decision paths of the rules the manager, the webhook and the CLI ask.
 const (
 	PathKubeletServing = engine.PathKubeletServing
 	PathKubeletClient  = engine.PathKubeletClient
 	PathAdmission      = engine.PathCredentialAdmission
 	PathIssuance       = engine.PathCredentialIssuance
+	// PathRequirements is the row of a credential purpose the webhook reads
+	// before admission (which SubjectAccessReview, which Event): it answers
+	// no action, and is listed all the same, because replay replays it
+	// (result-changed) and a list that hid what replay reports would not
+	// add up.
+	PathRequirements = engine.PathCredentialRequirements
+	// PathCredentialCheck is a credential's checks without who asks, which
+	// `ichor cluster` asks before it sends a request and the manager for
+	// its own Talos identity.
+	PathCredentialCheck = engine.PathCredentialCheck
 )
 
-// Policies maps the short names of the decision rules to their paths.
+// Policies maps the short names of the decision rules to their paths: every
+// entrypoint that is logged has one, so a listing's POLICY column is short.
 var Policies = map[string]string{
-	"kubelet-serving": PathKubeletServing,
-	"kubelet-client":  PathKubeletClient,
-	"admission":       PathAdmission,
-	"issuance":        PathIssuance,
+	"kubelet-serving":  PathKubeletServing,
+	"kubelet-client":   PathKubeletClient,
+	"admission":        PathAdmission,
+	"issuance":         PathIssuance,
+	"requirements":     PathRequirements,
+	"credential-check": PathCredentialCheck,
 }
 
 // The actions a decision is listed and filtered by: a CSR rule's action as it
@@ -86,7 +102,7 @@ type Entry struct {
 // log line might not share are kept raw, so such a line is skipped rather
 // than mistaken.
 type line struct {
-	Msg        string                     `json:"msg"`
+	Msg        *string                    `json:"msg"`
 	DecisionID json.RawMessage            `json:"decision_id"`
 	Path       string                     `json:"path"`
 	Input      json.RawMessage            `json:"input"`
@@ -94,27 +110,163 @@ type line struct {
 	Error      json.RawMessage            `json:"error"`
 	Bundles    map[string]json.RawMessage `json:"bundles"`
 	Timestamp  string                     `json:"timestamp"`
-	Labels     map[string]any             `json:"labels"`
+	Labels     json.RawMessage            `json:"labels"`
 	Type       string                     `json:"type"`
 }
 
-// Read reads decision-log entries, one JSON object a line, in the order they
-// appear. A line that is not a decision-log entry (not JSON, or JSON without
-// msg "Decision Log" and a decision_id) is skipped and counted; blank lines
-// are neither. A line may carry a prefix before its JSON object, as
-// `kubectl logs --timestamps` or `--prefix` writes. The error is the
-// reader's only.
-func Read(r io.Reader) ([]Entry, int, error) {
-	var entries []Entry
-	skipped := 0
+// Skipped counts what Read left out because it is not a decision-log entry.
+type Skipped struct {
+	// Lines are lines of a log: the controllers' and OPA's own, and any
+	// other text.
+	Lines int
+	// Items are values of a JSON document or array that are not events.
+	Items int
+}
+
+// ErrFormat is an input that announces a shape it does not keep: a gzip
+// stream that does not decompress, a JSON document that does not parse. It
+// is the input that is wrong, not the reading.
+var ErrFormat = errors.New("not a readable decision log")
+
+// gzipMagic starts every gzip stream (RFC 1952).
+var gzipMagic = []byte{0x1f, 0x8b}
+
+// Read reads decision-log entries in the order they appear. It reads every
+// shape a decision log reaches an operator in, detected per input:
+//
+//   - Lines: one JSON object a line, among other lines, which are skipped
+//     and counted (blank lines are neither). An entry is OPA's console
+//     shape (msg "Decision Log", what the manager writes to standard
+//     output) or OPA's event (logs.EventV1, what a decision-log service
+//     receives, stored one a line); see parse. A line may carry a prefix
+//     before its object, as `kubectl logs --timestamps` or `--prefix`
+//     writes, and a line that is a JSON array is read as the events in it
+//     (an upload's body a line).
+//   - A JSON document: an input whose first value is an array of objects
+//     (an upload's body as the service received it, or several one after
+//     the other, laid out in any way, such as jq's indented output).
+//   - Either, gzip-compressed (an upload's Content-Encoding, a rotated log
+//     file), detected by gzip's magic bytes rather than a file name, so
+//     that standard input works too.
+//
+// The error is the reader's, or ErrFormat for an input that starts as gzip
+// or a JSON document and then is not one.
+func Read(r io.Reader) ([]Entry, Skipped, error) {
 	br := bufio.NewReader(r)
+	if magic, _ := br.Peek(len(gzipMagic)); bytes.Equal(magic, gzipMagic) {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, Skipped{}, fmt.Errorf("%w: gzip: %w", ErrFormat, err)
+		}
+		defer zr.Close()
+		return readPlain(bufio.NewReader(gzipErrors{zr}))
+	}
+	return readPlain(br)
+}
+
+// gzipErrors marks the errors of a decompression as the input's: a stream
+// cut short or corrupt. (The reader under it fails rarely, and such an
+// error is marked too.)
+type gzipErrors struct{ r io.Reader }
+
+func (g gzipErrors) Read(p []byte) (int, error) {
+	n, err := g.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		err = fmt.Errorf("%w: gzip: %w", ErrFormat, err)
+	}
+	return n, err
+}
+
+func readPlain(br *bufio.Reader) ([]Entry, Skipped, error) {
+	if isDocument(br) {
+		return readDocument(br)
+	}
+	return readLines(br)
+}
+
+// isDocument reports whether the input starts with a JSON array of objects
+// (or an empty one): "[" then "{" or "]". A kubectl --prefix line starts with
+// "[" too, followed by "pod/".
+func isDocument(br *bufio.Reader) bool {
+	const window = 4096
+	head, _ := br.Peek(window)
+	head = bytes.TrimLeft(head, " \t\r\n")
+	if len(head) == 0 || head[0] != '[' {
+		return false
+	}
+	head = bytes.TrimLeft(head[1:], " \t\r\n")
+	return len(head) > 0 && (head[0] == '{' || head[0] == ']')
+}
+
+// readDocument reads successive JSON values: arrays of events, or events.
+func readDocument(r io.Reader) ([]Entry, Skipped, error) {
+	var entries []Entry
+	var skipped Skipped
+	dec := json.NewDecoder(r)
+	for {
+		var v json.RawMessage
+		err := dec.Decode(&v)
+		if errors.Is(err, io.EOF) {
+			return entries, skipped, nil
+		}
+		if err != nil {
+			if errors.Is(err, ErrFormat) || isReadError(err) {
+				return entries, skipped, err
+			}
+			return entries, skipped, fmt.Errorf("%w: a JSON document (it starts with an array of objects) that does not parse after %d decisions: %w", ErrFormat, len(entries), err)
+		}
+		// Compact, so that an entry of an indented document is printed as
+		// one of a line is (list -o json: one object a line).
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, v); err == nil {
+			v = compact.Bytes()
+		}
+		skipped.Items += appendValue(&entries, v)
+	}
+}
+
+// isReadError reports whether a JSON decoder's error is its reader's rather
+// than the JSON's.
+func isReadError(err error) bool {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	return !errors.As(err, &syntax) && !errors.As(err, &typ) && !errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// appendValue appends the entry a JSON value is, or the entries of an
+// array of them, and returns how many values (the value, or items of the
+// array) it skipped because they are not entries.
+func appendValue(entries *[]Entry, v json.RawMessage) (skipped int) {
+	v = bytes.TrimSpace(v)
+	if len(v) == 0 || v[0] != '[' {
+		if e, ok := parse(v); ok {
+			*entries = append(*entries, e)
+			return 0
+		}
+		return 1
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(v, &items) != nil {
+		return 1
+	}
+	for _, item := range items {
+		if e, ok := parse(bytes.TrimSpace(item)); ok {
+			*entries = append(*entries, e)
+		} else {
+			skipped++
+		}
+	}
+	return skipped
+}
+
+func readLines(br *bufio.Reader) ([]Entry, Skipped, error) {
+	var entries []Entry
+	var skipped Skipped
 	for {
 		text, err := br.ReadBytes('\n')
 		if t := bytes.TrimSpace(text); len(t) > 0 {
-			if e, ok := parse(t); ok {
-				entries = append(entries, e)
-			} else {
-				skipped++
+			if !readLine(&entries, &skipped, t) {
+				skipped.Lines++
 			}
 		}
 		if errors.Is(err, io.EOF) {
@@ -126,20 +278,68 @@ func Read(r io.Reader) ([]Entry, int, error) {
 	}
 }
 
-func parse(text []byte) (Entry, bool) {
-	if text[0] != '{' {
-		i := bytes.IndexByte(text, '{')
-		if i < 0 {
-			return Entry{}, false
+// readLine appends the entries of one line: one object, after any prefix,
+// or the events of the JSON arrays the line holds (a service that stores
+// each upload's body a line). It reports whether the line was one of those.
+func readLine(entries *[]Entry, skipped *Skipped, text []byte) bool {
+	if text[0] == '[' {
+		// Several bodies may run together on a line ("[...][...]").
+		dec := json.NewDecoder(bytes.NewReader(text))
+		var found []Entry
+		var items int
+		for {
+			var v json.RawMessage
+			err := dec.Decode(&v)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil || bytes.TrimSpace(v)[0] != '[' {
+				found = nil
+				break
+			}
+			items += appendValue(&found, v)
 		}
-		text = text[i:]
+		if len(found) > 0 {
+			*entries = append(*entries, found...)
+			skipped.Items += items
+			return true
+		}
+		// Not an array of events: a kubectl --prefix ("[pod/NAME/manager] ").
+	}
+	i := bytes.IndexByte(text, '{')
+	if i < 0 {
+		return false
+	}
+	e, ok := parse(text[i:])
+	if ok {
+		*entries = append(*entries, e)
+	}
+	return ok
+}
+
+// parse reads one decision-log entry: OPA's console shape, msg "Decision
+// Log" and a decision_id; or OPA's event (logs.EventV1, which a decision-log
+// service receives): no msg, and the fields an event always has, a
+// decision_id, labels and an RFC 3339 timestamp. The controllers' log lines
+// have a msg, and some a decision_id (the one they acted on): they are not
+// entries.
+func parse(text []byte) (Entry, bool) {
+	if len(text) == 0 || text[0] != '{' {
+		return Entry{}, false
 	}
 	var l line
-	if err := json.Unmarshal(text, &l); err != nil || l.Msg != Message {
+	if err := json.Unmarshal(text, &l); err != nil {
 		return Entry{}, false
 	}
 	var id string
 	if err := json.Unmarshal(l.DecisionID, &id); err != nil || id == "" {
+		return Entry{}, false
+	}
+	ts, tsErr := time.Parse(time.RFC3339Nano, l.Timestamp)
+	switch {
+	case l.Msg != nil && *l.Msg == Message:
+	case l.Msg == nil && l.Labels != nil && tsErr == nil:
+	default:
 		return Entry{}, false
 	}
 	e := Entry{
@@ -159,12 +359,13 @@ func parse(text []byte) (Entry, bool) {
 			e.Revision = info.Revision
 		}
 	}
-	if ts, err := time.Parse(time.RFC3339Nano, l.Timestamp); err == nil {
+	if tsErr == nil {
 		e.Timestamp = ts
 	}
-	if len(l.Labels) > 0 {
-		e.Labels = make(map[string]string, len(l.Labels))
-		for k, v := range l.Labels {
+	var labels map[string]any
+	if json.Unmarshal(l.Labels, &labels) == nil && len(labels) > 0 {
+		e.Labels = make(map[string]string, len(labels))
+		for k, v := range labels {
 			e.Labels[k] = fmt.Sprint(v)
 		}
 	}

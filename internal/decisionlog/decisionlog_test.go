@@ -1,11 +1,16 @@
 package decisionlog_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -129,7 +134,7 @@ func TestReadTakesEveryDecisionInOrderAndSkipsTheRest(t *testing.T) {
 	// The manager's start, the klog line, the controller's line (its
 	// decision_id field is not a decision), the array and the line without a
 	// decision_id; the blank line is not counted.
-	assert.Equal(t, 5, skipped)
+	assert.Equal(t, decisionlog.Skipped{Lines: 5}, skipped)
 	require.Len(t, entries, 7)
 	def, err := bundles.Default()
 	require.NoError(t, err)
@@ -240,7 +245,7 @@ func TestParsingOfPoliciesAndTimes(t *testing.T) {
 		assert.Equal(t, want, got, in)
 	}
 	_, err := decisionlog.ResolvePolicy("serving")
-	assert.ErrorContains(t, err, "admission, issuance, kubelet-client, kubelet-serving")
+	assert.ErrorContains(t, err, "admission, credential-check, issuance, kubelet-client, kubelet-serving, requirements")
 
 	got, err := decisionlog.ParseSince("90m", now)
 	require.NoError(t, err)
@@ -390,7 +395,7 @@ func TestReadTellsNoDecisionFromAFailedOne(t *testing.T) {
 	assert.Equal(t, "error", entries[2].Action())
 	assert.Equal(t, "eval_conflict_error: complete rules must not produce multiple outputs", entries[2].Outcome().Error)
 	assert.Equal(t, "", entries[3].Action(), "a rule that answers no action")
-	assert.Equal(t, "ichor/credentials/requirements", entries[3].Policy())
+	assert.Equal(t, "requirements", entries[3].Policy())
 	assert.True(t, entries[0].Timestamp.IsZero())
 }
 
@@ -439,4 +444,142 @@ func TestOnlyTheAppliedVerdictOfAConflictedRequestIsInEffect(t *testing.T) {
 	// The first approval was never written; csr-2's verdict has no record
 	// (an older manager) and stays; pending writes nothing and stays.
 	assert.Equal(t, []string{"second", "old", "wait"}, ids)
+}
+
+// uploadedLog runs the engine on the inputs of realLog with both sinks on:
+// its console lines, and the bodies its upload sink sent to a decision-log
+// service (gzipped JSON arrays of OPA's events), as the service received them.
+func uploadedLog(t *testing.T) (console string, bodies [][]byte) {
+	t.Helper()
+	ctx := context.Background()
+	log := &harness.DecisionLog{}
+	svc := &harness.LogService{}
+	srv := httptest.NewServer(svc)
+	defer srv.Close()
+	e, err := engine.New(ctx, engine.Options{DecisionLog: log, ID: "test", DecisionLogURL: srv.URL})
+	require.NoError(t, err)
+	for _, in := range []csrinput.KubeletServing{
+		serving(t, "worker-1", talos("worker-1", "10.5.0.2"), "10.5.0.2"),
+		serving(t, "worker-1", talos("worker-1", "10.5.0.2"), "10.5.0.3"),
+		serving(t, "worker-3", nil, "10.5.0.4"),
+	} {
+		_, err := e.KubeletServing(ctx, in)
+		require.NoError(t, err)
+	}
+	_, err = e.Decide(ctx, decisionlog.PathAdmission, admission("ichor:bob", false))
+	require.NoError(t, err)
+	// A deadline makes Stop send what the upload sink holds.
+	stop, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	e.Stop(stop)
+	require.Equal(t, 4, svc.Received())
+	return log.String(), svc.Bodies()
+}
+
+func gunzip(t *testing.T, body []byte) []byte {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	require.NoError(t, err)
+	out, err := io.ReadAll(zr)
+	require.NoError(t, err)
+	return out
+}
+
+// same is what an entry says, whichever shape it was read from.
+func same(e decisionlog.Entry) []any {
+	return []any{e.DecisionID, e.Path, string(e.Input), string(e.Result), e.Revision, e.Timestamp.UnixNano(), e.Labels, e.Action(), e.Codes(), e.Node(), e.User()}
+}
+
+func TestReadReadsWhatADecisionLogServiceStores(t *testing.T) {
+	console, bodies := uploadedLog(t)
+	want, skipped, err := decisionlog.Read(strings.NewReader(console))
+	require.NoError(t, err)
+	require.Zero(t, skipped)
+	require.Len(t, want, 4)
+
+	var gzipped, arrays, events, indented bytes.Buffer
+	for _, b := range bodies {
+		// Concatenated gzip streams are one gzip stream of several members,
+		// as `cat *.json.gz` makes.
+		gzipped.Write(b)
+		plain := gunzip(t, b)
+		arrays.Write(plain)
+		arrays.WriteByte('\n')
+		var items []json.RawMessage
+		require.NoError(t, json.Unmarshal(plain, &items))
+		for _, item := range items {
+			events.Write(item)
+			events.WriteByte('\n')
+		}
+		require.NoError(t, json.Indent(&indented, plain, "", "  "))
+	}
+	for name, input := range map[string][]byte{
+		"the upload bodies, gzipped":               gzipped.Bytes(),
+		"the bodies, one a line":                   arrays.Bytes(),
+		"the events, one a line":                   events.Bytes(),
+		"the bodies as one document, indented":     indented.Bytes(),
+		"the bodies run together on a line":        bytes.ReplaceAll(arrays.Bytes(), []byte("\n"), nil),
+		"the events among other lines":             []byte(interleave(events.String())),
+		"the console log, gzipped (a rotated log)": gzipBytes(t, []byte(interleave(console))),
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, _, err := decisionlog.Read(bytes.NewReader(input))
+			require.NoError(t, err)
+			require.Len(t, got, len(want))
+			for i := range want {
+				assert.Equal(t, same(want[i]), same(got[i]))
+			}
+		})
+	}
+}
+
+func gzipBytes(t *testing.T, b []byte) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	zw := gzip.NewWriter(&out)
+	_, err := zw.Write(b)
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	return out.Bytes()
+}
+
+func TestReadRefusesAnInputThatIsNotTheShapeItAnnounces(t *testing.T) {
+	_, bodies := uploadedLog(t)
+	for name, input := range map[string][]byte{
+		"a gzip stream cut short":          bodies[0][:len(bodies[0])/2],
+		"a gzip header and nothing else":   {0x1f, 0x8b},
+		"a JSON document that breaks down": append(gunzip(t, bodies[0]), []byte(`[{"decision_id": `)...),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := decisionlog.Read(bytes.NewReader(input))
+			require.ErrorIs(t, err, decisionlog.ErrFormat)
+		})
+	}
+}
+
+func TestACandidateThatReadsTheClockIsNotReplayed(t *testing.T) {
+	def, err := bundles.Default()
+	require.NoError(t, err)
+	require.NoError(t, decisionlog.CheckReplayable(def), "the rules shipped replay exactly")
+
+	// The kubelet-serving rule, with a deny that reads the clock.
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../../policy")))
+	rule := filepath.Join(dir, "ichor", "kubelet_serving", "clock.rego")
+	require.NoError(t, os.WriteFile(rule, []byte(`package ichor.kubelet_serving
+
+deny contains {"code": "AfterHours", "message": "no certificates at night"} if {
+	[hour, _, _] := time.clock(time.now_ns())
+	hour < 6
+}
+`), 0o600))
+	candidate, err := bundles.FromDir(dir)
+	require.NoError(t, err)
+
+	err = decisionlog.CheckReplayable(candidate)
+
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the candidate calls time.now_ns (")
+	assert.Contains(t, err.Error(), "clock.rego:4)")
+	assert.Contains(t, err.Error(), "non-deterministic")
 }

@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/bundle"
+
 	"github.com/ichor-dev/ichor-policy/engine"
 )
 
@@ -227,4 +230,49 @@ func (c Change) Matches(pattern string) bool {
 		return from == strings.TrimPrefix(pattern, "from-")
 	}
 	return pattern == c.Direction
+}
+
+// CheckReplayable refuses a candidate bundle that calls a builtin OPA marks
+// non-deterministic (http.send, net.lookup_ip_addr, time.now_ns, rand.intn,
+// uuid.rfc4122, opa.runtime, io.jwt.decode_verify, which reads the clock,
+// ...): what such a call returns is not in the logged input, so a replay
+// would decide on what it returns now, not on the facts the decision was
+// made on, and a change it reports (or misses) would be the clock's or the
+// network's. The bundle is compiled with OPA's capabilities less those
+// builtins, as `opa build --capabilities` would; other compile errors are
+// left to the engine, which reports them as it loads the bundle.
+func CheckReplayable(b *bundle.Bundle) error {
+	caps := ast.CapabilitiesForThisVersion()
+	nondeterministic := map[string]bool{}
+	caps.Builtins = slices.DeleteFunc(caps.Builtins, func(bi *ast.Builtin) bool {
+		if bi.Nondeterministic {
+			nondeterministic[bi.Name] = true
+		}
+		return bi.Nondeterministic
+	})
+	modules := map[string]*ast.Module{}
+	for _, m := range b.Modules {
+		if m.Parsed != nil {
+			modules[m.Path] = m.Parsed
+		}
+	}
+	c := ast.NewCompiler().WithCapabilities(caps)
+	c.Compile(modules)
+	var calls []string
+	for _, err := range c.Errors {
+		name, ok := strings.CutPrefix(err.Message, "undefined function ")
+		if !ok || !nondeterministic[name] {
+			continue
+		}
+		where := ""
+		if err.Location != nil {
+			where = fmt.Sprintf(" (%s:%d)", err.Location.File, err.Location.Row)
+		}
+		calls = append(calls, name+where)
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	slices.Sort(calls)
+	return fmt.Errorf("the candidate calls %s, which OPA marks non-deterministic: what it returns is not in the logged input, so a replay would decide on what it returns now rather than on the facts logged; a rule must take every fact from its input", strings.Join(calls, ", "))
 }

@@ -1,19 +1,24 @@
 package harness
 
 import (
+	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"io"
 	"net/http"
+	"slices"
 	"sync"
 )
 
 // LogService is a decision-log service for tests: it speaks OPA's
 // decision-log API (POST /logs, a gzipped JSON array of entries) and keeps
-// the decision ids it received. While Down it answers 503.
+// the decision ids it received, and the bodies as they came, which is what
+// a decision-log service stores. While Down it answers 503.
 type LogService struct {
-	mu   sync.Mutex
-	ids  map[string]bool
-	down bool
+	mu     sync.Mutex
+	ids    map[string]bool
+	bodies [][]byte
+	down   bool
 }
 
 // SetDown makes the service refuse uploads (true) or take them (false).
@@ -31,7 +36,12 @@ func (l *LogService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
-	zr, err := gzip.NewReader(r.Body)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(body))
 	if err != nil {
 		w.WriteHeader(http.StatusBadRequest)
 		return
@@ -50,6 +60,7 @@ func (l *LogService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, e := range events {
 		l.ids[e.DecisionID] = true
 	}
+	l.bodies = append(l.bodies, body)
 	l.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -66,4 +77,11 @@ func (l *LogService) Received() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.ids)
+}
+
+// Bodies are the bodies of the uploads taken, in order, gzipped as they came.
+func (l *LogService) Bodies() [][]byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.bodies)
 }

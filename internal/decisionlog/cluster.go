@@ -1,0 +1,83 @@
+package decisionlog
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// ManagerSelector selects the manager's pods by the chart's selector label
+// app.kubernetes.io/name (deploy/chart/templates/_helpers.tpl, with the
+// chart's name). The chart's other selector label, app.kubernetes.io/instance,
+// is the Helm release's name, which a reader does not know; a second
+// release in the same namespace is told apart with another selector.
+const ManagerSelector = "app.kubernetes.io/name=ichor-policy"
+
+// ManagerContainer is the name of the manager's container in its pods: its
+// standard output is the console decision log.
+const ManagerContainer = "manager"
+
+// Cluster reads the decision log from the manager pods' logs, as `kubectl
+// logs` would, through the API server.
+type Cluster struct {
+	Client    kubernetes.Interface
+	Namespace string
+	// Selector is a label selector; ManagerSelector when empty.
+	Selector string
+	// Previous reads the logs of the containers' previous instances (before
+	// a restart), as kubectl logs --previous.
+	Previous bool
+}
+
+// Read reads the decisions in the logs of the container named
+// ManagerContainer of every pod selected, and returns them in the order they
+// were made (each replica logs the decisions it made; their logs are
+// merged by time, a replica's own order kept), with the pods read. No pod
+// selected is an error: the namespace or the selector is wrong.
+func (c Cluster) Read(ctx context.Context) ([]Entry, Skipped, []string, error) {
+	selector := cmp.Or(c.Selector, ManagerSelector)
+	pods, err := c.Client.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, Skipped{}, nil, fmt.Errorf("list the manager's pods in namespace %s (%s): %w", c.Namespace, selector, err)
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
+	var entries []Entry
+	var skipped Skipped
+	var read []string
+	for _, pod := range pods.Items {
+		if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ManagerContainer }) {
+			continue
+		}
+		got, s, err := c.readPod(ctx, pod.Name)
+		if err != nil {
+			return nil, Skipped{}, nil, err
+		}
+		entries = append(entries, got...)
+		skipped.Lines += s.Lines
+		skipped.Items += s.Items
+		read = append(read, pod.Name)
+	}
+	if len(read) == 0 {
+		return nil, Skipped{}, nil, fmt.Errorf("no pod in namespace %s matches %s with a container named %s: give the manager's namespace (-n) or its pods' labels (--selector)", c.Namespace, selector, ManagerContainer)
+	}
+	slices.SortStableFunc(entries, func(a, b Entry) int { return a.Timestamp.Compare(b.Timestamp) })
+	return entries, skipped, read, nil
+}
+
+func (c Cluster) readPod(ctx context.Context, name string) ([]Entry, Skipped, error) {
+	stream, err := c.Client.CoreV1().Pods(c.Namespace).GetLogs(name, &corev1.PodLogOptions{Container: ManagerContainer, Previous: c.Previous}).Stream(ctx)
+	if err != nil {
+		return nil, Skipped{}, fmt.Errorf("read the log of pod %s/%s, container %s: %w", c.Namespace, name, ManagerContainer, err)
+	}
+	defer stream.Close()
+	entries, skipped, err := Read(stream)
+	if err != nil {
+		return nil, Skipped{}, fmt.Errorf("read the log of pod %s/%s, container %s: %w", c.Namespace, name, ManagerContainer, err)
+	}
+	return entries, skipped, nil
+}
