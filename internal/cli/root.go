@@ -67,6 +67,6 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	// Cobra's own flag errors are usage errors too.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage.Wrap(err) })
-	root.AddCommand(newPolicyCommand(s), newBundleCommand(s), newManagerCommand(s), newRenderCommand(s), newDecisionsCommand(s), newClusterCommand(s))
+	root.AddCommand(newPolicyCommand(s), newBundleCommand(s), newManagerCommand(s), newRenderCommand(s), newDecisionsCommand(s), newClusterCommand(s), newVersionCommand(s))
 	return root
 }

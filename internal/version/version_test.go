@@ -1,10 +1,15 @@
 package version
 
 import (
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestFromBuildInfo(t *testing.T) {
@@ -63,4 +68,29 @@ func TestGetNeverReportsAnEmptyVersion(t *testing.T) {
 	info := Get()
 	assert.NotEmpty(t, info.Version)
 	assert.NotEmpty(t, info.GoVersion)
+}
+
+// TestMakefileStampsTheVersion links a program with the LDFLAGS that `make
+// build` uses, so a renamed package or variable breaks here rather than in a
+// release that reports devel.
+func TestMakefileStampsTheVersion(t *testing.T) {
+	if testing.Short() {
+		t.Skip("links a program")
+	}
+	makeBin, err := exec.LookPath("make")
+	if err != nil {
+		t.Skip("no make")
+	}
+	const want = "v0.0.0-stamp-test"
+	dryRun, err := exec.Command(makeBin, "-C", "../..", "-n", "build", "VERSION="+want).CombinedOutput()
+	require.NoError(t, err, "%s", dryRun)
+	m := regexp.MustCompile(`-ldflags "([^"]*)"`).FindSubmatch(dryRun)
+	require.NotNil(t, m, "make build passes no -ldflags:\n%s", dryRun)
+
+	bin := filepath.Join(t.TempDir(), "printversion")
+	out, err := exec.Command("go", "build", "-ldflags", string(m[1]), "-o", bin, "./testdata/printversion").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	got, err := exec.Command(bin).Output()
+	require.NoError(t, err)
+	assert.Equal(t, want, strings.TrimSpace(string(got)))
 }
