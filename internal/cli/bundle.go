@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
 func newBundleCommand(s streams) *cobra.Command {
@@ -31,7 +32,7 @@ func newBundleCommand(s streams) *cobra.Command {
 			if signingKey != "" {
 				key, err := os.ReadFile(signingKey)
 				if err != nil {
-					return fmt.Errorf("signing key: %w", err)
+					return usage.Errorf("--signing-key: %w", err)
 				}
 				if err := bundles.Sign(b, string(key), signingAlg, keyID); err != nil {
 					return err
