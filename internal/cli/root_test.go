@@ -25,6 +25,8 @@ func TestWrongCommandLinesAreUsageErrors(t *testing.T) {
 		{[]string{"render", "bogus"}, `unknown command "bogus" for "ichor render"`},
 		{[]string{"decisions", "bogus"}, `unknown command "bogus" for "ichor decisions"`},
 		{[]string{"cluster", "bogus"}, `unknown command "bogus" for "ichor cluster"`},
+		{[]string{"completion", "bogus"}, `unknown command "bogus" for "ichor completion"`},
+		{[]string{"completion", "bash", "extra"}, `unknown command "extra" for "ichor completion bash"`},
 		{[]string{"version", "extra"}, `unknown command "extra" for "ichor version"`},
 		{[]string{"manager", "extra"}, `unknown command "extra" for "ichor manager"`},
 		{[]string{"bundle", "build", "extra"}, `unknown command "extra" for "ichor bundle build"`},
