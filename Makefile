@@ -24,6 +24,12 @@ REGAL = $(shell go -C tools/regal tool -n regal)
 GOLANGCI_LINT = $(shell go -C tools/golangci-lint tool -n golangci-lint)
 
 POLICY := policy
+
+# The version stamped into the binary (ichor version, ichor_build_info, the
+# decision log's labels.ichor_version); the image build passes the same
+# LDFLAGS. Outside a git work tree it is devel.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X github.com/ichor-dev/ichor-policy/internal/version.Version=$(VERSION)
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
 .PHONY: demo
@@ -31,8 +37,8 @@ demo: build envtest-assets ## Run: the rules at work on an embedded control plan
 	go run ./test/demo/cmd/demo --ichor bin/ichor $(DEMO_FLAGS)
 
 .PHONY: build
-build: ## Build bin/ichor
-	go build -o bin/ichor ./cmd/ichor
+build: ## Build bin/ichor, its version stamped (VERSION=... to choose it)
+	go build -ldflags "$(LDFLAGS)" -o bin/ichor ./cmd/ichor
 
 .PHONY: test
 test: go-lint policy-test envtest-assets go-test chart-test ## The whole suite: gofmt, go vet, golangci-lint, opa check/fmt/test (100% coverage), Regal, go test, the chart

@@ -33,6 +33,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/internal/version"
 )
 
 // BundleName is the name the policy bundle is activated under; decision-log
@@ -310,7 +311,9 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 		source["trigger"] = "manual"
 	}
 	config := map[string]any{
-		"labels":   map[string]string{"app": "ichor-policy"},
+		// OPA adds labels.version, its own version, which reads like
+		// Ichor's: ichor_version says which binary decided.
+		"labels":   map[string]string{"app": "ichor-policy", "ichor_version": version.Get().Version},
 		"services": services,
 		"bundles":  map[string]any{BundleName: source},
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/version"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
@@ -76,6 +77,9 @@ func TestKubeletServingApprovesEachKeyTypeAndLogsIt(t *testing.T) {
 	assert.Equal(t, "approve", entry["result"].(map[string]any)["action"])
 	assert.Equal(t, def.Manifest.Revision, entry["bundles"].(map[string]any)["ichor"].(map[string]any)["revision"])
 	assert.Equal(t, "worker-1", entry["input"].(map[string]any)["node"].(map[string]any)["nodename"])
+	labels := entry["labels"].(map[string]any)
+	assert.Equal(t, "ichor-policy", labels["app"])
+	assert.Equal(t, version.Get().Version, labels["ichor_version"])
 	// The mask in policy/system/log ran: the claim's key stays, its value does not.
 	extra := entry["input"].(map[string]any)["csr"].(map[string]any)["extra"].(map[string]any)
 	assert.Equal(t, []any{"**REDACTED**"}, extra["example.com/secret-claim"])

@@ -26,6 +26,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/version"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
@@ -279,6 +280,7 @@ func TestDecisionLogFileSink(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(string(data), "\n"))
 	assert.Contains(t, string(data), `"decision_id":"`+d.DecisionID+`"`)
 	assert.Contains(t, string(data), `"msg":"Decision Log"`)
+	assert.Contains(t, string(data), `"ichor_version":"`+version.Get().Version+`"`)
 	assert.NotContains(t, string(data), "s3cret", "masked")
 }
 

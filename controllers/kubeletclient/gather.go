@@ -41,15 +41,7 @@ func (r *Reconciler) authorization(ctx context.Context, csr *certificatesv1.Cert
 // review asks whether the requester, exactly as the API server recorded them
 // on the request (user, uid, groups, extra), may create the subresource.
 func (r *Reconciler) review(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, subresource string) (csrinput.AccessReview, error) {
-	attrs := authorizationv1.ResourceAttributes{
-		Group: certificatesv1.GroupName,
-		// Any version, as kube-controller-manager asks: the permission is on
-		// the resource, whichever version of the API the request came in by.
-		Version:     "*",
-		Resource:    "certificatesigningrequests",
-		Subresource: subresource,
-		Verb:        "create",
-	}
+	attrs := ReviewAttributes(subresource)
 	var extra map[string][]string
 	if csr.Spec.Extra != nil {
 		extra = make(map[string][]string, len(csr.Spec.Extra))
@@ -62,17 +54,38 @@ func (r *Reconciler) review(ctx context.Context, csr *certificatesv1.Certificate
 	if err != nil {
 		return csrinput.AccessReview{}, fmt.Errorf("SubjectAccessReview create certificatesigningrequests/%s as %q: %w", subresource, csr.Spec.Username, err)
 	}
+	return ReviewFact(attrs, got.Status), nil
+}
+
+// ReviewAttributes are what the approver asks of a kubelet client request's
+// requester: create on the subresource of certificatesigningrequests.
+// `ichor policy check-client-csr` builds the same input offline.
+func ReviewAttributes(subresource string) authorizationv1.ResourceAttributes {
+	return authorizationv1.ResourceAttributes{
+		Group: certificatesv1.GroupName,
+		// Any version, as kube-controller-manager asks: the permission is on
+		// the resource, whichever version of the API the request came in by.
+		Version:     "*",
+		Resource:    "certificatesigningrequests",
+		Subresource: subresource,
+		Verb:        "create",
+	}
+}
+
+// ReviewFact is the rule's fact of a review: what was asked and the
+// authorizer's answer as it gave it.
+func ReviewFact(attrs authorizationv1.ResourceAttributes, answer authorizationv1.SubjectAccessReviewStatus) csrinput.AccessReview {
 	return csrinput.AccessReview{
 		Verb:            attrs.Verb,
 		Group:           attrs.Group,
 		Version:         attrs.Version,
 		Resource:        attrs.Resource,
 		Subresource:     attrs.Subresource,
-		Allowed:         got.Status.Allowed,
-		Denied:          got.Status.Denied,
-		Reason:          got.Status.Reason,
-		EvaluationError: got.Status.EvaluationError,
-	}, nil
+		Allowed:         answer.Allowed,
+		Denied:          answer.Denied,
+		Reason:          answer.Reason,
+		EvaluationError: answer.EvaluationError,
+	}
 }
 
 // machineFor finds the managed machine answering to node name node (its

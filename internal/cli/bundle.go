@@ -33,7 +33,7 @@ func newBundleCommand(s streams) *cobra.Command {
 			if signingKey != "" {
 				key, err := os.ReadFile(signingKey)
 				if err != nil {
-					return fmt.Errorf("signing key: %w", err)
+					return usage.Errorf("--signing-key: %w", err)
 				}
 				if err := bundles.Sign(b, string(key), signingAlg, keyID); err != nil {
 					return err

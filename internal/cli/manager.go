@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
@@ -54,6 +56,7 @@ type managerOptions struct {
 	kubeconfig           string
 	qps                  float32
 	burst                int
+	log                  zap.Options
 }
 
 func newManagerCommand(s streams) *cobra.Command {
@@ -76,7 +79,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.bundle, "bundle", "", "the policy bundle to serve: a tarball path, an http(s) URL or an OCI reference (oci://REGISTRY/REPO:TAG, or oci+http:// for a plain-HTTP registry), each reloaded when it changes, or a policy directory (read once); default: the embedded bundle")
 	f.StringArrayVar(&o.bundleKeys, "bundle-key", nil, "a public key (PEM file) bundles must be signed with; repeatable; with it an unsigned or otherwise signed bundle is refused")
 	f.BoolVar(&o.bundleInsecureHTTP, "bundle-allow-insecure-http", false, "accept a --bundle over plain HTTP, http:// or oci+http:// (refused by default, signed or not: anyone on the path could serve an older signed bundle or none)")
-	f.StringVar(&o.bundleKeyID, "bundle-key-id", "ichor", "the key id of --bundle-key (as `ichor bundle build --key-id` writes it)")
+	f.StringVar(&o.bundleKeyID, "bundle-key-id", "ichor", "the key id of --bundle-key (as \"ichor bundle build --key-id\" writes it)")
 	f.StringVar(&o.bundleKeyAlg, "bundle-key-algorithm", "RS256", "the signing algorithm of --bundle-key")
 	f.DurationVar(&o.bundlePoll, "bundle-poll-interval", engine.DefaultPollInterval, "how often --bundle is looked at for a new bundle")
 	f.StringVar(&o.shadowBundle, "shadow-bundle", "", "a candidate bundle (directory or tarball) evaluated beside the active one on every decision, never acted on; disagreements are logged and counted")
@@ -105,6 +108,12 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to run against (default: in-cluster, then $KUBECONFIG)")
 	f.Float32Var(&o.qps, "kube-api-qps", 300, "requests per second to the API server: an approval costs about three (the approval, its Event, the machine's record), so this sustains about 100 approvals a second; the API server's priority and fairness protects itself beyond (see docs/performance.md)")
 	f.IntVar(&o.burst, "kube-api-burst", 600, "burst of requests to the API server, for a mass reboot")
+	// controller-runtime's own logging flags (--zap-log-level, --zap-encoder,
+	// --zap-devel, --zap-stacktrace-level, --zap-time-encoding), as every
+	// kubebuilder manager takes them; the defaults stay JSON at info.
+	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
+	o.log.BindFlags(zapFlags)
+	f.AddGoFlagSet(zapFlags)
 	return cmd
 }
 
@@ -130,6 +139,7 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 	mo := manager.Options{
 		Config:                  cfg,
 		Log:                     s.err,
+		LogOptions:              &o.log,
 		Engine:                  engineOpts,
 		BundleName:              o.bundle,
 		ShadowBundle:            o.shadowBundle,

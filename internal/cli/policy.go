@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -29,7 +30,7 @@ func newPolicyCommand(s streams) *cobra.Command {
 		Use:   "policy",
 		Short: "Evaluate the rules offline",
 	}
-	cmd.AddCommand(newCheckCSRCommand(s), newPolicyDocCommand(s))
+	cmd.AddCommand(newCheckCSRCommand(s), newCheckClientCSRCommand(s), newPolicyDocCommand(s))
 	return cmd
 }
 
@@ -73,6 +74,18 @@ type checkCSROptions struct {
 	bundle         string
 }
 
+// checkInput is said once for both check commands: what FILE may be, and
+// what becomes of a list.
+const checkInput = `FILE is the manifest exactly as "kubectl get csr NAME -o yaml" (or -o json)
+prints it; "-" reads it from standard input. A list ("kubectl get csr -o yaml",
+several names, a label or field selector) is decided item by item, and each
+decision is printed as one JSON line carrying the request's name under "csr";
+an item the rule does not govern gets a line with its "error" instead.
+
+A bare PEM CERTIFICATE REQUEST is refused, with the manifest to wrap it in:
+the rule decides on what the API server records beside the PEM (the signer,
+the usages, the requester's username and groups), and those are not in it.`
+
 func newCheckCSRCommand(s streams) *cobra.Command {
 	var o checkCSROptions
 	cmd := &cobra.Command{
@@ -82,24 +95,29 @@ func newCheckCSRCommand(s streams) *cobra.Command {
 offline, and print the decision: its action (approve, deny or pending), every
 reason with its code and message, the decision id and the bundle revision.
 
-FILE is the manifest exactly as "kubectl get csr NAME -o yaml" (or -o json) prints
-it; "-" reads it from standard input. The node's identity is what the controller
-would read from the node's Talos API: give it with --nodename, --hostname and
---node-ip, or say that no managed machine has the node name (--machine-unknown)
-or that the node could not be read (--node-unreadable).
+` + checkInput + `
 
-Exit status: 0 when a decision was made (whatever it is), 1 when none could be
-(a CSR of another signer, an unreadable bundle), 2 for a wrong flag or a file
-that is not a CSR manifest.`,
+The node's identity is what the controller would read from the node's Talos
+API: give it with --nodename, --hostname and --node-ip, or say that no managed
+machine has the node name (--machine-unknown) or that the node could not be
+read (--node-unreadable). Every item of a list is decided with that one
+identity: list one node's requests (a field selector on spec.signerName and a
+label, or their names), or ask with --machine-unknown or --node-unreadable.
+
+Exit status: 0 when every request was decided (whatever the decisions), 1 when
+one or more could not be (a CSR of another signer, an unreadable bundle), 2 for
+a wrong flag or a file that is not a CSR manifest.`,
 		Example: `  kubectl get csr csr-8x2kq -o yaml | ichor policy check-csr -f - \
-      --nodename worker-1 --hostname worker-1 --node-ip 10.5.0.2`,
+      --nodename worker-1 --hostname worker-1 --node-ip 10.5.0.2
+  kubectl get csr --field-selector spec.signerName=kubernetes.io/kubelet-serving -o yaml |
+      ichor policy check-csr -f - --node-unreadable`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runCheckCSR(cmd.Context(), s, o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.file, "file", "f", "", `the CSR manifest (YAML or JSON); "-" for standard input`)
+	f.StringVarP(&o.file, "file", "f", "", `the CSR manifest or list (YAML or JSON); "-" for standard input`)
 	f.StringArrayVar(&o.nodeIPs, "node-ip", nil, "an address of the node, as the Talos NodeIP resource \"kubelet\" lists it (repeatable)")
 	f.StringVar(&o.nodename, "nodename", "", "the node's Nodename as Talos reports it")
 	f.StringVar(&o.hostname, "hostname", "", "the node's hostname as Talos reports it")
@@ -111,43 +129,35 @@ that is not a CSR manifest.`,
 }
 
 func runCheckCSR(ctx context.Context, s streams, o checkCSROptions) error {
-	in, err := checkCSRInput(s.in, o)
+	if o.file == "" {
+		return usage.Errorf("-f FILE is required (\"-\" reads standard input)")
+	}
+	identity, err := servingIdentity(o)
 	if err != nil {
 		return err
 	}
-	var b *bundle.Bundle
-	if o.bundle != "" {
-		if b, err = bundles.Load(o.bundle); err != nil {
-			return err
+	csrs, list, err := readCSRManifests(s.in, o.file, servingWrap)
+	if err != nil {
+		return err
+	}
+	return checkEach(ctx, s, o.bundle, csrs, list, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
+		in := identity
+		in.CSR = csrinput.Build(csr)
+		d, err := eng.KubeletServing(ctx, in)
+		if errors.Is(err, engine.ErrNoDecision) {
+			return csrCheck{}, fmt.Errorf("%w: the kubelet-serving rule governs signer %s only, and this request is for %q",
+				errNotDecided, certificatesv1.KubeletServingSignerName, csr.Spec.SignerName)
 		}
-	}
-	// Offline, the decision log goes nowhere: this is a question, not a decision
-	// the cluster acts on. OPA's own errors still reach stderr.
-	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, Log: s.err})
-	if err != nil {
-		return err
-	}
-	defer eng.Stop(context.WithoutCancel(ctx))
-	d, err := eng.KubeletServing(ctx, in)
-	if errors.Is(err, engine.ErrNoDecision) {
-		return fmt.Errorf("no decision: the kubelet-serving rule governs signer %s only, and this request is for %q",
-			certificatesv1.KubeletServingSignerName, in.CSR.SignerName)
-	}
-	if err != nil {
-		return err
-	}
-	out := json.NewEncoder(s.out)
-	out.SetIndent("", "  ")
-	return out.Encode(d)
+		return csrCheck{CSRDecision: &d}, err
+	})
 }
 
-// checkCSRInput validates the flags and builds the rule's input from them.
-func checkCSRInput(stdin io.Reader, o checkCSROptions) (csrinput.KubeletServing, error) {
+// servingIdentity validates the identity flags and builds the rule's input
+// from them, all but the request.
+func servingIdentity(o checkCSROptions) (csrinput.KubeletServing, error) {
 	var in csrinput.KubeletServing
 	identityGiven := len(o.nodeIPs) > 0 || o.nodename != "" || o.hostname != "" || o.machine != ""
 	switch {
-	case o.file == "":
-		return in, usage.Errorf("-f FILE is required (\"-\" reads standard input)")
 	case o.machineUnknown && o.nodeUnreadable:
 		return in, usage.Errorf("--machine-unknown and --node-unreadable contradict each other: a node is only read for a known machine")
 	case o.machineUnknown && identityGiven:
@@ -157,12 +167,6 @@ func checkCSRInput(stdin io.Reader, o checkCSROptions) (csrinput.KubeletServing,
 	case !o.machineUnknown && !o.nodeUnreadable && o.nodename == "":
 		return in, usage.Errorf("give the node's identity as Talos reports it (--nodename, and --hostname and --node-ip as needed), or --machine-unknown or --node-unreadable")
 	}
-
-	csr, err := readCSRManifest(stdin, o.file)
-	if err != nil {
-		return in, err
-	}
-	in.CSR = csrinput.Build(csr)
 	if o.machineUnknown {
 		return in, nil
 	}
@@ -187,6 +191,77 @@ func checkCSRInput(stdin io.Reader, o checkCSROptions) (csrinput.KubeletServing,
 	return in, nil
 }
 
+// errNotDecided marks a request the rule does not govern: the command goes
+// on with a list's other items and exits 1.
+var errNotDecided = errors.New("no decision")
+
+// csrCheck is what a check command prints for one request: the decision, or
+// for an item of a list that got none, the reason.
+type csrCheck struct {
+	// CSR is the request's name, for the items of a list.
+	CSR string `json:"csr,omitempty"`
+	*engine.CSRDecision
+	Error string `json:"error,omitempty"`
+	// AssumedAuthorization is what check-client-csr took the requester's
+	// SubjectAccessReviews to answer.
+	AssumedAuthorization *assumedAuthorization `json:"assumed_authorization,omitempty"`
+}
+
+// checkEach decides every request with the rule that decide asks, on an
+// engine of the embedded bundle or bundlePath. One request prints its
+// decision indented, as it always has; a list's items print one JSON line
+// each, and a request no rule governed is an error after the others.
+func checkEach(ctx context.Context, s streams, bundlePath string, csrs []*certificatesv1.CertificateSigningRequest, list bool,
+	decide func(context.Context, *engine.Engine, *certificatesv1.CertificateSigningRequest) (csrCheck, error)) error {
+	var b *bundle.Bundle
+	var err error
+	if bundlePath != "" {
+		if b, err = bundles.Load(bundlePath); err != nil {
+			return err
+		}
+	}
+	// Offline, the decision log goes nowhere: this is a question, not a decision
+	// the cluster acts on. OPA's own errors still reach stderr.
+	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, Log: s.err})
+	if err != nil {
+		return err
+	}
+	defer eng.Stop(context.WithoutCancel(ctx))
+	if !list {
+		c, err := decide(ctx, eng, csrs[0])
+		if err != nil {
+			return err
+		}
+		out := json.NewEncoder(s.out)
+		out.SetIndent("", "  ")
+		return out.Encode(c)
+	}
+	if len(csrs) == 0 {
+		fmt.Fprintln(s.err, "ichor: the list holds no request")
+		return nil
+	}
+	out := json.NewEncoder(s.out)
+	undecided := 0
+	for _, csr := range csrs {
+		c, err := decide(ctx, eng, csr)
+		switch {
+		case errors.Is(err, errNotDecided):
+			undecided++
+			c = csrCheck{Error: err.Error()}
+		case err != nil:
+			return fmt.Errorf("%s: %w", csr.Name, err)
+		}
+		c.CSR = csr.Name
+		if err := out.Encode(c); err != nil {
+			return err
+		}
+	}
+	if undecided > 0 {
+		return fmt.Errorf("%w for %d of the %d requests: their lines say why", errNotDecided, undecided, len(csrs))
+	}
+	return nil
+}
+
 var csrCodecs = func() serializer.CodecFactory {
 	scheme := runtime.NewScheme()
 	if err := certificatesv1.AddToScheme(scheme); err != nil {
@@ -195,38 +270,116 @@ var csrCodecs = func() serializer.CodecFactory {
 	return serializer.NewCodecFactory(scheme, serializer.EnableStrict)
 }()
 
-// readCSRManifest reads one certificates.k8s.io/v1 CertificateSigningRequest
-// manifest, YAML or JSON, from a file or from stdin ("-").
-func readCSRManifest(stdin io.Reader, file string) (*certificatesv1.CertificateSigningRequest, error) {
+// pemWrap is how a rule's request is wrapped in the manifest the API server
+// would make of it, for the error that refuses a bare PEM.
+type pemWrap struct {
+	signer, usages, username, groups string
+}
+
+var servingWrap = pemWrap{
+	signer: certificatesv1.KubeletServingSignerName, usages: "[digital signature, server auth]",
+	username: "system:node:NODE", groups: "[system:nodes, system:authenticated]",
+}
+
+// readCSRManifests reads a certificates.k8s.io/v1 CertificateSigningRequest
+// manifest, or a List or CertificateSigningRequestList of them (list is then
+// true), YAML or JSON, from a file or from stdin ("-").
+func readCSRManifests(stdin io.Reader, file string, wrap pemWrap) (csrs []*certificatesv1.CertificateSigningRequest, list bool, err error) {
 	var data []byte
-	var err error
 	if file == "-" {
 		data, err = io.ReadAll(stdin)
 	} else {
 		data, err = os.ReadFile(file)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", file, err)
+	switch {
+	case err != nil && file == "-":
+		return nil, false, fmt.Errorf("read standard input: %w", err)
+	case err != nil:
+		// A file named on the command line that cannot be read is the
+		// caller's to fix, like one that is not a CSR manifest.
+		return nil, false, usage.Errorf("read %s: %w", file, err)
 	}
+	if block, _ := pem.Decode(data); block != nil {
+		return nil, false, pemError(file, block.Type, wrap)
+	}
+	var meta struct {
+		metav1.TypeMeta
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := yaml.Unmarshal(data, &meta); err != nil {
+		return nil, false, usage.Errorf("%s is neither YAML nor JSON: %v", file, err)
+	}
+	csrList := metav1.TypeMeta{APIVersion: certificatesv1.SchemeGroupVersion.String(), Kind: "CertificateSigningRequestList"}
+	switch meta.TypeMeta {
+	case metav1.TypeMeta{APIVersion: "v1", Kind: "List"}, csrList:
+		for i, item := range meta.Items {
+			csr, err := decodeCSR(item, fmt.Sprintf("%s item %d", file, i), meta.TypeMeta == csrList)
+			if err != nil {
+				return nil, true, err
+			}
+			csrs = append(csrs, csr)
+		}
+		return csrs, true, nil
+	}
+	csr, err := decodeCSR(data, file, false)
+	if err != nil {
+		return nil, false, err
+	}
+	return []*certificatesv1.CertificateSigningRequest{csr}, false, nil
+}
+
+// decodeCSR decodes one CertificateSigningRequest; what names it in errors.
+// The items of a CertificateSigningRequestList, as the API server sends it,
+// may leave out their apiVersion and kind.
+func decodeCSR(data []byte, what string, typed bool) (*certificatesv1.CertificateSigningRequest, error) {
 	var meta metav1.TypeMeta
 	if err := yaml.Unmarshal(data, &meta); err != nil {
-		return nil, usage.Errorf("%s is neither YAML nor JSON: %v", file, err)
+		return nil, usage.Errorf("%s is neither YAML nor JSON: %v", what, err)
+	}
+	if typed && meta.APIVersion == "" && meta.Kind == "" {
+		meta = metav1.TypeMeta{APIVersion: certificatesv1.SchemeGroupVersion.String(), Kind: "CertificateSigningRequest"}
 	}
 	switch {
 	case meta.APIVersion == "" || meta.Kind == "":
-		return nil, usage.Errorf("%s has no apiVersion and kind: it is not a Kubernetes manifest", file)
-	case meta.Kind == "List" || meta.Kind == "CertificateSigningRequestList":
-		return nil, usage.Errorf("%s is a list; give one request, as kubectl get csr NAME -o yaml prints it", file)
+		return nil, usage.Errorf("%s has no apiVersion and kind: it is not a Kubernetes manifest", what)
 	case meta.APIVersion != certificatesv1.SchemeGroupVersion.String() || meta.Kind != "CertificateSigningRequest":
-		return nil, usage.Errorf("%s is a %s (%s), not a %s CertificateSigningRequest", file, meta.Kind, meta.APIVersion, certificatesv1.SchemeGroupVersion)
+		return nil, usage.Errorf("%s is a %s (%s), not a %s CertificateSigningRequest", what, meta.Kind, meta.APIVersion, certificatesv1.SchemeGroupVersion)
 	}
-	obj, _, err := csrCodecs.UniversalDeserializer().Decode(data, nil, nil)
+	gvk := certificatesv1.SchemeGroupVersion.WithKind("CertificateSigningRequest")
+	obj, _, err := csrCodecs.UniversalDeserializer().Decode(data, &gvk, nil)
 	if err != nil {
-		return nil, usage.Errorf("%s is not a valid CertificateSigningRequest: %v", file, err)
+		return nil, usage.Errorf("%s is not a valid CertificateSigningRequest: %v", what, err)
 	}
 	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
 	if !ok {
-		return nil, usage.Errorf("%s decoded to %T, not a CertificateSigningRequest", file, obj)
+		return nil, usage.Errorf("%s decoded to %T, not a CertificateSigningRequest", what, obj)
 	}
 	return csr, nil
+}
+
+// pemError refuses a bare PEM block and, for a certificate request, shows the
+// manifest that makes a question of it.
+func pemError(file, blockType string, w pemWrap) error {
+	if blockType != "CERTIFICATE REQUEST" && blockType != "NEW CERTIFICATE REQUEST" {
+		return usage.Errorf("%s is a PEM %s, not a CertificateSigningRequest manifest", file, blockType)
+	}
+	src := file
+	if file == "-" {
+		src = "REQUEST.pem"
+	}
+	return usage.Errorf(`%s is a bare PEM CERTIFICATE REQUEST; the rule also decides on what the API server records beside it (the signer, the usages, the requester's username and groups), which are not in it.
+Decide the object the API server holds (kubectl get csr NAME -o yaml), or wrap the PEM as the requester would send it, with the username and groups it would be authenticated as:
+
+cat > csr.yaml <<EOF
+apiVersion: certificates.k8s.io/v1
+kind: CertificateSigningRequest
+metadata:
+  name: check
+spec:
+  request: $(base64 -w0 < %s)
+  signerName: %s
+  usages: %s
+  username: %s
+  groups: %s
+EOF`, file, src, w.signer, w.usages, w.username, w.groups)
 }

@@ -159,7 +159,7 @@ func TestCheckCSRRefusesBadInputClearly(t *testing.T) {
 	secret := filepath.Join(t.TempDir(), "secret.yaml")
 	require.NoError(t, os.WriteFile(secret, []byte("apiVersion: v1\nkind: Secret\nmetadata:\n  name: x\n"), 0o600))
 	list := filepath.Join(t.TempDir(), "list.yaml")
-	require.NoError(t, os.WriteFile(list, []byte("apiVersion: v1\nkind: List\nitems: []\n"), 0o600))
+	require.NoError(t, os.WriteFile(list, []byte("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Secret\n  metadata:\n    name: x\n"), 0o600))
 	notYAML := filepath.Join(t.TempDir(), "x")
 	require.NoError(t, os.WriteFile(notYAML, []byte("\t{{{"), 0o600))
 
@@ -170,10 +170,10 @@ func TestCheckCSRRefusesBadInputClearly(t *testing.T) {
 		want string
 	}{
 		{"no file", []string{"policy", "check-csr", "--nodename", "worker-1"}, cli.ExitUsage, "-f FILE is required"},
-		{"missing file", []string{"policy", "check-csr", "-f", "/nonexistent/csr.yaml", "--nodename", "worker-1"}, cli.ExitError, "no such file"},
+		{"missing file", []string{"policy", "check-csr", "-f", "/nonexistent/csr.yaml", "--nodename", "worker-1"}, cli.ExitUsage, "no such file"},
 		{"not YAML", []string{"policy", "check-csr", "-f", notYAML, "--nodename", "worker-1"}, cli.ExitUsage, "neither YAML nor JSON"},
 		{"a Secret", []string{"policy", "check-csr", "-f", secret, "--nodename", "worker-1"}, cli.ExitUsage, "is a Secret (v1), not a certificates.k8s.io/v1 CertificateSigningRequest"},
-		{"a list", []string{"policy", "check-csr", "-f", list, "--nodename", "worker-1"}, cli.ExitUsage, "is a list"},
+		{"a list with a Secret", []string{"policy", "check-csr", "-f", list, "--nodename", "worker-1"}, cli.ExitUsage, "item 0 is a Secret (v1), not a certificates.k8s.io/v1 CertificateSigningRequest"},
 		{"no identity", []string{"policy", "check-csr", "-f", good}, cli.ExitUsage, "give the node's identity"},
 		{"bad IP", []string{"policy", "check-csr", "-f", good, "--nodename", "worker-1", "--node-ip", "10.5.0"}, cli.ExitUsage, `--node-ip "10.5.0" is not an IP address`},
 		{"contradiction", []string{"policy", "check-csr", "-f", good, "--machine-unknown", "--node-unreadable"}, cli.ExitUsage, "contradict"},

@@ -42,7 +42,7 @@ prints it) or from the API server (NAME, -n NAMESPACE).`,
 			case file != "":
 				data, err := os.ReadFile(file)
 				if err != nil {
-					return fmt.Errorf("read %s: %w", file, err)
+					return usage.Errorf("read %s: %w", file, err)
 				}
 				if err := yaml.UnmarshalStrict(data, &cluster); err != nil {
 					return usage.Errorf("%s is not a TalosCluster manifest: %v", file, err)

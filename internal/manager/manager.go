@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -37,6 +39,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
+	"github.com/ichor-dev/ichor-policy/internal/version"
 	credwebhook "github.com/ichor-dev/ichor-policy/webhook"
 	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
 )
@@ -53,6 +56,10 @@ type Options struct {
 	Config *rest.Config
 	// Log receives the controllers' own logs (JSON lines).
 	Log io.Writer
+	// LogOptions are controller-runtime's zap options as the --zap-* flags
+	// set them (level, encoder, stack traces, time encoding); nil for the
+	// defaults: JSON, info, epoch seconds. Their destination is Log.
+	LogOptions *zap.Options
 
 	// Engine is the bundle and the decision log; Run sets its Metrics and
 	// OnBundleStatus.
@@ -114,7 +121,10 @@ func Run(ctx context.Context, o Options) error {
 	if o.LocalClusters == nil {
 		o.LocalClusters = &cluster.Local{}
 	}
-	ctrl.SetLogger(zap.New(zap.WriteTo(o.Log), zap.JSONEncoder()))
+	ctrl.SetLogger(newLogger(o.Log, o.LogOptions))
+	if err := registerBuildInfo(ctrlmetrics.Registry, version.Get()); err != nil {
+		return err
+	}
 	scheme, err := kube.Scheme()
 	if err != nil {
 		return err
@@ -171,6 +181,22 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("manager: %w", err)
 	}
 	return nil
+}
+
+// newLogger is the controllers' logger: the options the flags set, writing to
+// w. Without flags it logs as the manager always has, JSON lines at info with
+// the time in epoch seconds (controller-runtime's flag defaults would switch
+// the time to RFC 3339, which readers of today's logs do not expect).
+func newLogger(w io.Writer, flags *zap.Options) logr.Logger {
+	var o zap.Options
+	if flags != nil {
+		o = *flags
+	}
+	o.DestWriter = w
+	if o.TimeEncoder == nil {
+		o.TimeEncoder = zapcore.EpochTimeEncoder
+	}
+	return zap.New(zap.UseFlagOptions(&o))
 }
 
 // newEngine makes the policy engine with the manager's metrics and, if asked,
