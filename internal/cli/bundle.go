@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -64,6 +66,16 @@ func newBundleCommand(s streams) *cobra.Command {
 	build.Flags().StringVar(&keyID, "key-id", "ichor", "the key id written in the signature, which the manager's --bundle-key-id matches")
 	cmd.AddCommand(build, newBundlePushCommand(s))
 	return cmd
+}
+
+// loadBundle loads a bundle the caller named; one that is not there is the
+// caller's to fix (exit 2), one that is there but broken is not.
+func loadBundle(path string) (*bundle.Bundle, error) {
+	b, err := bundles.Load(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, usage.Wrap(err)
+	}
+	return b, err
 }
 
 func newBundlePushCommand(s streams) *cobra.Command {

@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
@@ -167,7 +166,8 @@ func readDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []strin
 		if name != "-" {
 			f, err := os.Open(name)
 			if err != nil {
-				return nil, fmt.Errorf("read decision log: %w", err)
+				// A file that is not there is the caller's to fix.
+				return nil, usage.Errorf("read decision log: %w", err)
 			}
 			defer f.Close()
 			r = f
@@ -595,7 +595,7 @@ func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) e
 	if len(selected) == 0 {
 		return fmt.Errorf("no decision to replay: %d decisions read, none selected; an empty replay proves nothing", len(entries))
 	}
-	b, err := bundles.Load(o.bundle)
+	b, err := loadBundle(o.bundle)
 	if err != nil {
 		return err
 	}

@@ -410,13 +410,13 @@ func TestDecisionsRefusesBadUsage(t *testing.T) {
 		{"bad since", []string{"decisions", "list", log, "--since", "yesterday"}, ExitUsage, "--since"},
 		{"bad output", []string{"decisions", "list", log, "-o", "yaml"}, ExitUsage, `-o "yaml"`},
 		{"stdin twice", []string{"decisions", "list", "-", "-"}, ExitUsage, "given twice"},
-		{"missing file", []string{"decisions", "list", "/nonexistent/decisions.log"}, ExitError, "no such file"},
+		{"missing file", []string{"decisions", "list", "/nonexistent/decisions.log"}, ExitUsage, "no such file"},
 		{"show without ID", []string{"decisions", "show"}, ExitUsage, "give the decision ID"},
 		{"show bad output", []string{"decisions", "show", f.deny, log, "-o", "table"}, ExitUsage, `-o "table"`},
 		{"replay without bundle", []string{"decisions", "replay", log}, ExitUsage, "--bundle is required"},
 		{"replay bad direction", []string{"decisions", "replay", "--bundle", "../../policy", log, "--fail-on", "deny-approve"}, ExitUsage, `"deny-approve" is not a direction`},
 		{"replay bad direction in a list", []string{"decisions", "replay", "--bundle", "../../policy", log, "--fail-on", "any,to-granted"}, ExitUsage, `"to-granted" is not a direction`},
-		{"replay missing bundle", []string{"decisions", "replay", "--bundle", "/nonexistent", log}, ExitError, "bundle"},
+		{"replay missing bundle", []string{"decisions", "replay", "--bundle", "/nonexistent", log}, ExitUsage, "bundle"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr, _ := decisionsRun(t, "", tc.args...)

@@ -216,7 +216,7 @@ func checkEach(ctx context.Context, s streams, bundlePath string, csrs []*certif
 	var b *bundle.Bundle
 	var err error
 	if bundlePath != "" {
-		if b, err = bundles.Load(bundlePath); err != nil {
+		if b, err = loadBundle(bundlePath); err != nil {
 			return err
 		}
 	}

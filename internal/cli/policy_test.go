@@ -179,7 +179,7 @@ func TestCheckCSRRefusesBadInputClearly(t *testing.T) {
 		{"contradiction", []string{"policy", "check-csr", "-f", good, "--machine-unknown", "--node-unreadable"}, cli.ExitUsage, "contradict"},
 		{"unknown machine with identity", []string{"policy", "check-csr", "-f", good, "--machine-unknown", "--nodename", "worker-1"}, cli.ExitUsage, "--machine-unknown takes no node identity"},
 		{"unknown flag", []string{"policy", "check-csr", "-f", good, "--bogus"}, cli.ExitUsage, "unknown flag: --bogus"},
-		{"missing bundle", []string{"policy", "check-csr", "-f", good, "--nodename", "worker-1", "--bundle", "/nonexistent"}, cli.ExitError, "bundle"},
+		{"missing bundle", []string{"policy", "check-csr", "-f", good, "--nodename", "worker-1", "--bundle", "/nonexistent"}, cli.ExitUsage, "no such file"},
 		{"another signer", append([]string{"policy", "check-csr", "-f", manifest(t, other, false)}, identity...), cli.ExitError, "no decision: the kubelet-serving rule governs signer kubernetes.io/kubelet-serving only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
