@@ -118,7 +118,13 @@ type objects []*unstructured.Unstructured
 // render is `helm template` of the chart with the values set.
 func render(t *testing.T, set ...string) objects {
 	t.Helper()
-	args := []string{"template", release, chartDir(t), "--namespace", namespace, "--include-crds"}
+	return renderWith(t, nil, set...)
+}
+
+// renderWith is render with more flags of `helm template` (--api-versions).
+func renderWith(t *testing.T, flags []string, set ...string) objects {
+	t.Helper()
+	args := append([]string{"template", release, chartDir(t), "--namespace", namespace, "--include-crds"}, flags...)
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
