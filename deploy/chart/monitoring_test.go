@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -232,6 +233,36 @@ func TestAlertsFire(t *testing.T) {
 	for _, g := range groups {
 		for _, r := range g.Rules {
 			assert.Contains(t, tests, "alertname: "+r.Alert, "testdata/alerts_test.yaml does not fire %s", r.Alert)
+		}
+	}
+}
+
+// TestGrafanaDashboard: off by default; on, a ConfigMap for the Grafana
+// sidecar holding JSON whose every query reads metrics the manager defines.
+func TestGrafanaDashboard(t *testing.T) {
+	assert.Empty(t, render(t).all("ConfigMap", release+"-dashboard"))
+	cm := typed[corev1.ConfigMap](t, render(t, "monitoring.grafanaDashboard.enabled=true").get(t, "ConfigMap", release+"-dashboard"))
+	assert.Equal(t, "1", cm.Labels["grafana_dashboard"])
+	var dashboard struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(cm.Data["ichor-policy.json"]), &dashboard))
+	require.NotEmpty(t, dashboard.Panels)
+	defined := definedMetrics(t)
+	metric := regexp.MustCompile(`\bichor_[a-z0-9_]+`)
+	for _, p := range dashboard.Panels {
+		require.NotEmpty(t, p.Targets, p.Title)
+		for _, target := range p.Targets {
+			names := metric.FindAllString(target.Expr, -1)
+			assert.NotEmpty(t, names, "%s: %s", p.Title, target.Expr)
+			for _, n := range names {
+				assert.True(t, defined[n], "panel %q reads %s, which the manager does not define", p.Title, n)
+			}
 		}
 	}
 }
