@@ -149,3 +149,35 @@ func createUntil(t *testing.T, c client.Client, prefix string, done func(kept bo
 	t.Fatal("unreachable")
 	return false, ""
 }
+
+// TestUpgradeTakesOverCRDsInstalledOutsideTheRelease is the upgrade from a
+// chart that installed the CRDs from its crds/ directory, which leaves them
+// without the release's ownership metadata (here: applied from deploy/crds,
+// and a release without crds.install): the upgrade refuses them until
+// --take-ownership, as docs/install.md says; then the release owns them and
+// keeps them on uninstall.
+func TestUpgradeTakesOverCRDsInstalledOutsideTheRelease(t *testing.T) {
+	c, kubeconfig := envWithHelm(t)
+	kc := []string{"--kubeconfig", kubeconfig, "--namespace", namespace}
+	sources, err := filepath.Glob(filepath.Join(root(t), "deploy", "crds", "*.yaml"))
+	require.NoError(t, err)
+	for _, src := range sources {
+		for _, obj := range decode(t, readFile(t, src)) {
+			require.NoError(t, c.Create(t.Context(), obj))
+		}
+	}
+	helm(t, nil, append([]string{"install", release, chartDir(t), "--create-namespace", "--set", "crds.install=false"}, kc...)...)
+	t.Cleanup(func() { _, _ = helmOutput(t, append([]string{"uninstall", release, "--ignore-not-found"}, kc...)...) })
+
+	// crds.install explicitly: an upgrade given no values reuses the last.
+	out, err := helmOutput(t, append([]string{"upgrade", release, chartDir(t), "--set", "crds.install=true"}, kc...)...)
+	require.Error(t, err, "the upgrade adopted CRDs it does not own")
+	assert.Contains(t, string(out), "invalid ownership metadata")
+	helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--set", "crds.install=true", "--take-ownership"}, kc...)...)
+	var crd apiextensionsv1.CustomResourceDefinition
+	require.NoError(t, c.Get(t.Context(), types.NamespacedName{Name: "talosclusters.ichor.dev"}, &crd))
+	assert.Equal(t, release, crd.Annotations["meta.helm.sh/release-name"])
+	assert.Equal(t, "keep", crd.Annotations["helm.sh/resource-policy"])
+	helm(t, nil, append([]string{"uninstall", release}, kc...)...)
+	require.NoError(t, c.Get(t.Context(), types.NamespacedName{Name: "talosclusters.ichor.dev"}, &crd), "helm uninstall deleted the CRD")
+}
