@@ -213,7 +213,7 @@ func TestAlertsFire(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o600))
 	}
 	write("checked.yaml", groups)
-	out, err := exec.Command(promtool, "check", "rules", filepath.Join(dir, "checked.yaml")).CombinedOutput()
+	out, err := exec.Command(promtool, "check", "rules", filepath.Join(dir, "checked.yaml")).CombinedOutput() //nolint:gosec // G702: $PROMTOOL is the promtool make alerts-test built
 	require.NoError(t, err, "promtool check rules:\n%s", out)
 
 	// The unit tests compare labels; annotations are text, checked above.
@@ -224,7 +224,7 @@ func TestAlertsFire(t *testing.T) {
 	}
 	write("rules.yaml", groups)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "alerts_test.yaml"), readFile(t, filepath.Join(chartDir(t), "testdata", "alerts_test.yaml")), 0o600))
-	out, err = exec.Command(promtool, "test", "rules", filepath.Join(dir, "alerts_test.yaml")).CombinedOutput()
+	out, err = exec.Command(promtool, "test", "rules", filepath.Join(dir, "alerts_test.yaml")).CombinedOutput() //nolint:gosec // G702: as above
 	require.NoError(t, err, "promtool test rules:\n%s", out)
 	t.Logf("promtool test rules:\n%s", out)
 
