@@ -64,12 +64,22 @@ go-test: envtest-assets ## Go tests, integration tests against the real API serv
 
 .PHONY: chart-test
 chart-test: HELM = $(shell go -C tools/helm tool -n helm)
-chart-test: envtest-assets ## The Helm chart: helm lint and template (default, cert-manager), the RBAC invariant over the render, install and upgrade on a real API server
+chart-test: envtest-assets ## The Helm chart: helm lint and template (default, cert-manager, monitoring), the values schema, the RBAC invariant over the render, the alerts' metrics, install and upgrade (CRDs included) on a real API server
 	$(HELM) lint --strict deploy/chart
 	$(HELM) lint --strict deploy/chart --set webhook.certManager.enabled=true
 	$(HELM) template ichor-policy deploy/chart --namespace ichor-system > /dev/null
 	$(HELM) template ichor-policy deploy/chart --namespace ichor-system --set webhook.certManager.enabled=true > /dev/null
+	$(HELM) template ichor-policy deploy/chart --namespace ichor-system --set monitoring.serviceMonitor.enabled=true --set monitoring.prometheusRule.enabled=true \
+	  --api-versions monitoring.coreos.com/v1/ServiceMonitor --api-versions monitoring.coreos.com/v1/PrometheusRule > /dev/null
+	@for bad in replicas=5 imagee.tag=x replicaCount=two manager.leaderElect=nope; do \
+	  if $(HELM) lint --strict deploy/chart --set "$$bad" > /dev/null 2>&1; then echo "helm lint accepted --set $$bad; the values schema should refuse it"; exit 1; fi; done
 	HELM="$(HELM)" go test $(GO_TEST_FLAGS) ./deploy/chart/
+
+.PHONY: alerts-test
+alerts-test: HELM = $(shell go -C tools/helm tool -n helm)
+alerts-test: PROMTOOL = $(shell go -C tools/promtool tool -n promtool)
+alerts-test: ## The chart's alerts with promtool: check rules, and fire each from synthetic series (builds promtool once: minutes)
+	HELM="$(HELM)" PROMTOOL="$(PROMTOOL)" go test -count=1 -run '^TestAlert' -v ./deploy/chart/
 
 .PHONY: go-lint
 go-lint: vet ## Go: gofmt, go vet, golangci-lint (staticcheck, errcheck, errorlint, gosec, importas, funlen, dupl; .golangci.yml)

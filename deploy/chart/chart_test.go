@@ -118,7 +118,13 @@ type objects []*unstructured.Unstructured
 // render is `helm template` of the chart with the values set.
 func render(t *testing.T, set ...string) objects {
 	t.Helper()
-	args := []string{"template", release, chartDir(t), "--namespace", namespace, "--include-crds"}
+	return renderWith(t, nil, set...)
+}
+
+// renderWith is render with more flags of `helm template` (--api-versions).
+func renderWith(t *testing.T, flags []string, set ...string) objects {
+	t.Helper()
+	args := append([]string{"template", release, chartDir(t), "--namespace", namespace, "--include-crds"}, flags...)
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
@@ -233,9 +239,9 @@ func grants(rules []rbacv1.PolicyRule, group, resource, verb, name string) bool 
 
 // TestChartCopiesAreTheGeneratedManifests keeps the chart's copies identical
 // to the files generated from the code, so the chart cannot drift from the
-// markers: the CRDs (crds/, which Helm installs), the manager's RBAC, the
-// shipped roles and the webhook configuration (files/, which the templates
-// read). `go test ./deploy/chart -args -update` copies them again.
+// markers: the CRDs, the manager's RBAC, the shipped roles and the webhook
+// configuration (files/, which the templates read).
+// `go test ./deploy/chart -args -update` copies them again.
 func TestChartCopiesAreTheGeneratedManifests(t *testing.T) {
 	r, c := root(t), chartDir(t)
 	pairs := map[string]string{
@@ -248,10 +254,10 @@ func TestChartCopiesAreTheGeneratedManifests(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, sources)
 	for _, src := range sources {
-		pairs[src] = filepath.Join(c, "crds", filepath.Base(src))
+		pairs[src] = filepath.Join(c, "files", "crds", filepath.Base(src))
 	}
 	if *update {
-		stale, err := filepath.Glob(filepath.Join(c, "crds", "*.yaml"))
+		stale, err := filepath.Glob(filepath.Join(c, "files", "crds", "*.yaml"))
 		require.NoError(t, err)
 		for _, f := range stale {
 			require.NoError(t, os.Remove(f))
@@ -271,7 +277,7 @@ func TestChartCopiesAreTheGeneratedManifests(t *testing.T) {
 			assert.True(t, bytes.Equal(want, got), "%s differs from %s; run `go test ./deploy/chart -args -update`", dst, src)
 		}
 	}
-	chartCRDs, err := filepath.Glob(filepath.Join(c, "crds", "*.yaml"))
+	chartCRDs, err := filepath.Glob(filepath.Join(c, "files", "crds", "*.yaml"))
 	require.NoError(t, err)
 	assert.Len(t, chartCRDs, len(sources), "the chart has a CRD that deploy/crds no longer has; run `go test ./deploy/chart -args -update`")
 }

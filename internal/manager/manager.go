@@ -252,6 +252,11 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if o.Webhook && o.WebhookCerts != nil {
 		certs := *o.WebhookCerts
 		certs.Namespace = o.Namespace
+		metrics, err := webhookcerts.NewMetrics(ctrlmetrics.Registry)
+		if err != nil {
+			return err
+		}
+		certs.Metrics = metrics
 		if err := webhookcerts.Setup(mgr, certs); err != nil {
 			return fmt.Errorf("set up the webhook certificates: %w", err)
 		}

@@ -127,6 +127,8 @@ type Options struct {
 	SetupTimeout time.Duration
 	// Clock is the clock; the real one if nil.
 	Clock clock.PassiveClock
+	// Metrics records the certificates' expiry; nil records nothing.
+	Metrics *Metrics
 }
 
 // Setup provisions the webhook's certificates once, then adds a Runnable to
@@ -327,6 +329,8 @@ func (r *Rotator) Sync(ctx context.Context) error {
 	r.current = m
 	r.bundleSet = bundleErr == nil
 	r.mu.Unlock()
+	// The files hold m now: certwatcher serves it.
+	r.opts.Metrics.loaded(m)
 	if bundleErr != nil {
 		return &CABundleError{Err: bundleErr}
 	}

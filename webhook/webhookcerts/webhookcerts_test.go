@@ -13,6 +13,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -496,4 +497,54 @@ func testIssuance() issuance {
 		caValidity:      DefaultCAValidity,
 		servingValidity: DefaultServingValidity,
 	}
+}
+
+// TestExpiryMetricFollowsTheServedCertificates: the gauge holds the NotAfter
+// of the serving certificate in the cert dir and of its CA, from the first
+// Sync and again after a renewal.
+func TestExpiryMetricFollowsTheServedCertificates(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(t0)
+	reg := prometheus.NewPedanticRegistry()
+	metrics, err := NewMetrics(reg)
+	require.NoError(t, err)
+	c := newClient(t, nil, objects()...)
+	r := newRotator(t, c, clk, func(o *Options) { o.Metrics = metrics })
+
+	expiry := func() map[string]float64 {
+		t.Helper()
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		out := map[string]float64{}
+		for _, f := range families {
+			if f.GetName() != "ichor_webhook_certificate_expiry_timestamp_seconds" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				require.Len(t, m.GetLabel(), 1)
+				out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	assert.Empty(t, expiry(), "nothing before a certificate is loaded")
+
+	require.NoError(t, r.Sync(context.Background()))
+	ca := certsIn(t, caBundleOf(t, c))[0]
+	assert.Equal(t, map[string]float64{
+		"serving": float64(served(t, r).NotAfter.Unix()),
+		"ca":      float64(ca.NotAfter.Unix()),
+	}, expiry())
+	assert.Equal(t, float64(t0.Add(90*day).Unix()), expiry()["serving"])
+
+	// Renewed two thirds into its life: the gauge moves with the files.
+	clk.SetTime(t0.Add(61 * day))
+	require.NoError(t, r.Sync(context.Background()))
+	renewed := served(t, r)
+	require.True(t, renewed.NotAfter.After(t0.Add(90*day)), "the serving certificate was not renewed")
+	assert.Equal(t, float64(renewed.NotAfter.Unix()), expiry()["serving"])
+
+	// A nil Metrics records nothing and does not fail.
+	require.NoError(t, newRotator(t, c, clk).Sync(context.Background()))
+	_, err = NewMetrics(reg)
+	assert.Error(t, err, "registering twice is refused")
 }

@@ -1,0 +1,140 @@
+package chart
+
+import (
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+)
+
+// badValues are values the chart once ignored or rendered into nonsense,
+// each with what the schema says about it.
+var badValues = map[string]string{
+	"replicas=5":                "additional properties 'replicas' not allowed",
+	"imagee.tag=x":              "additional properties 'imagee' not allowed",
+	"replicaCount=two":          "at '/replicaCount': got string, want integer",
+	"replicaCount=0":            "at '/replicaCount': minimum",
+	"manager.leaderElect=nope":  "at '/manager/leaderElect': got string, want boolean",
+	"manager.logLevel=warn":     "at '/manager/logLevel'",
+	"manager.logFormat=text":    "at '/manager/logFormat'",
+	"manager.leaderElekt=true":  "additional properties 'leaderElekt' not allowed",
+	"webhook.port=70000":        "at '/webhook/port': maximum",
+	"manager.talosTimeout=10":   "at '/manager/talosTimeout'",
+	"monitoring.prometheus=yes": "additional properties 'prometheus' not allowed",
+}
+
+// TestValuesSchemaRefusesWhatTheChartWouldIgnore: a misspelt key, a string
+// where a number or a boolean belongs, a value out of range fail helm lint
+// and helm template, saying which value is wrong. TestInstallRefusesBadValues
+// does the same for helm install.
+func TestValuesSchemaRefusesWhatTheChartWouldIgnore(t *testing.T) {
+	for set, want := range badValues {
+		t.Run(set, func(t *testing.T) {
+			for _, cmd := range [][]string{
+				{"lint", "--strict", chartDir(t)},
+				{"template", release, chartDir(t)},
+			} {
+				out, err := helmOutput(t, append(cmd, "--set", set)...)
+				require.Error(t, err, "helm %s accepted --set %s", cmd[0], set)
+				assert.Contains(t, string(out), want, "helm %s", cmd[0])
+			}
+		})
+	}
+}
+
+// TestEveryValueIsAccepted: testdata/values-all.yaml sets every value to
+// something an operator might write; the schema accepts all of it and the
+// chart renders it.
+func TestEveryValueIsAccepted(t *testing.T) {
+	values := filepath.Join(chartDir(t), "testdata", "values-all.yaml")
+	helm(t, nil, "lint", "--strict", chartDir(t), "-f", values)
+	objs := decode(t, helm(t, nil, append([]string{"template", release, chartDir(t), "--namespace", namespace, "-f", values}, monitoringAPIs...)...))
+	dep := objs.deployment(t)
+	assert.Equal(t, "4", argValue(t, dep, "--zap-log-level"))
+	assert.Equal(t, "5000", argValue(t, dep, "--decision-log-buffer-events"))
+	assert.NotEmpty(t, objs.all("ServiceMonitor", ""))
+	assert.NotEmpty(t, objs.all("PrometheusRule", ""))
+}
+
+// TestReplicasNeedLeaderElection: more than one replica without a leader
+// would have every replica decide the same CSRs; the render fails and names
+// the fix. One replica without it is fine.
+func TestReplicasNeedLeaderElection(t *testing.T) {
+	out, err := helmOutput(t, "template", release, chartDir(t), "--set", "replicaCount=3", "--set", "manager.leaderElect=false")
+	require.Error(t, err)
+	assert.Contains(t, string(out), "replicaCount is 3 but manager.leaderElect is false")
+	assert.Contains(t, string(out), "Set manager.leaderElect=true, or replicaCount=1")
+
+	dep := render(t, "replicaCount=1", "manager.leaderElect=false").deployment(t)
+	assert.NotContains(t, args(dep), "--leader-elect")
+}
+
+// TestDisruptionBudgetOnlyWithReplicasToSpare: with one replica,
+// minAvailable 1 would block every drain of its node.
+func TestDisruptionBudgetOnlyWithReplicasToSpare(t *testing.T) {
+	assert.Len(t, render(t).all("PodDisruptionBudget", ""), 1)
+	assert.Len(t, render(t, "replicaCount=3").all("PodDisruptionBudget", ""), 1)
+	assert.Empty(t, render(t, "replicaCount=1").all("PodDisruptionBudget", ""))
+	assert.Empty(t, render(t, "podDisruptionBudget.enabled=false").all("PodDisruptionBudget", ""))
+}
+
+// TestLogLevelAndFormat: the zap flags only when set (empty is the
+// manager's default), as given.
+func TestLogLevelAndFormat(t *testing.T) {
+	assert.NotContains(t, strings.Join(args(render(t).deployment(t)), " "), "--zap-")
+	dep := render(t, "manager.logLevel=debug", "manager.logFormat=console").deployment(t)
+	assert.Equal(t, "debug", argValue(t, dep, "--zap-log-level"))
+	assert.Equal(t, "console", argValue(t, dep, "--zap-encoder"))
+	assert.Equal(t, "3", argValue(t, render(t, "manager.logLevel=3").deployment(t), "--zap-log-level"))
+}
+
+// TestWebhookPortIsOneValue: the flag the manager listens on, the
+// container's port and the Service's target are the one value.
+func TestWebhookPortIsOneValue(t *testing.T) {
+	for port, set := range map[int32][]string{9443: nil, 10443: {"webhook.port=10443"}} {
+		objs := render(t, set...)
+		dep := objs.deployment(t)
+		assert.Equal(t, strconv.Itoa(int(port)), argValue(t, dep, "--webhook-port"))
+		assert.Equal(t, port, containerPort(t, dep, "webhook"))
+		svc := typed[corev1.Service](t, objs.get(t, "Service", release+"-webhook"))
+		require.Len(t, svc.Spec.Ports, 1)
+		assert.Equal(t, port, containerPort(t, dep, svc.Spec.Ports[0].TargetPort.StrVal), "the Service's target is not the webhook port")
+	}
+}
+
+// TestPriorityClass: system-cluster-critical by default, none when unset.
+func TestPriorityClass(t *testing.T) {
+	assert.Equal(t, "system-cluster-critical", render(t).deployment(t).Spec.Template.Spec.PriorityClassName)
+	assert.Empty(t, render(t, "priorityClassName=").deployment(t).Spec.Template.Spec.PriorityClassName)
+}
+
+// TestCRDsAreTheGeneratedOnesKeptOnUninstall: the chart renders deploy/crds
+// (the files controller-gen generates) as templates, so helm upgrade
+// upgrades them, annotated to be kept by helm uninstall; crds.keep and
+// crds.install turn that off.
+func TestCRDsAreTheGeneratedOnesKeptOnUninstall(t *testing.T) {
+	sources, err := filepath.Glob(filepath.Join(root(t), "deploy", "crds", "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, sources)
+	objs := render(t)
+	require.Len(t, objs.all("CustomResourceDefinition", ""), len(sources))
+	for _, src := range sources {
+		generated := decode(t, readFile(t, src))
+		require.Len(t, generated, 1)
+		want := typed[apiextensionsv1.CustomResourceDefinition](t, generated[0])
+		got := typed[apiextensionsv1.CustomResourceDefinition](t, objs.get(t, "CustomResourceDefinition", want.Name))
+		assert.Equal(t, want.Spec, got.Spec, "%s differs from %s", want.Name, src)
+		assert.Equal(t, "keep", got.Annotations["helm.sh/resource-policy"], want.Name)
+		assert.Equal(t, want.Annotations["controller-gen.kubebuilder.io/version"], got.Annotations["controller-gen.kubebuilder.io/version"])
+		assert.Equal(t, "Helm", got.Labels["app.kubernetes.io/managed-by"])
+	}
+	for _, crd := range render(t, "crds.keep=false").all("CustomResourceDefinition", "") {
+		assert.NotContains(t, crd.GetAnnotations(), "helm.sh/resource-policy")
+	}
+	assert.Empty(t, render(t, "crds.install=false").all("CustomResourceDefinition", ""))
+}
