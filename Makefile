@@ -64,6 +64,7 @@ go-test: envtest-assets ## Go tests, integration tests against the real API serv
 
 .PHONY: chart-test
 chart-test: HELM = $(shell go -C tools/helm tool -n helm)
+chart-test: PROMTOOL = $(shell go -C tools/promtool tool -n promtool)
 chart-test: envtest-assets ## The Helm chart: helm lint and template (default, cert-manager, monitoring), the values schema, the RBAC invariant over the render, the alerts' metrics, install and upgrade (CRDs included) on a real API server
 	$(HELM) lint --strict deploy/chart
 	$(HELM) lint --strict deploy/chart --set webhook.certManager.enabled=true
@@ -73,12 +74,12 @@ chart-test: envtest-assets ## The Helm chart: helm lint and template (default, c
 	  --api-versions monitoring.coreos.com/v1/ServiceMonitor --api-versions monitoring.coreos.com/v1/PrometheusRule > /dev/null
 	@for bad in replicas=5 imagee.tag=x replicaCount=two manager.leaderElect=nope; do \
 	  if $(HELM) lint --strict deploy/chart --set "$$bad" > /dev/null 2>&1; then echo "helm lint accepted --set $$bad; the values schema should refuse it"; exit 1; fi; done
-	HELM="$(HELM)" go test $(GO_TEST_FLAGS) ./deploy/chart/
+	HELM="$(HELM)" PROMTOOL="$(PROMTOOL)" go test $(GO_TEST_FLAGS) ./deploy/chart/
 
 .PHONY: alerts-test
 alerts-test: HELM = $(shell go -C tools/helm tool -n helm)
 alerts-test: PROMTOOL = $(shell go -C tools/promtool tool -n promtool)
-alerts-test: ## The chart's alerts with promtool: check rules, and fire each from synthetic series (builds promtool once: minutes)
+alerts-test: ## Only the chart's alerts with promtool (chart-test runs them too): check rules, and fire each from synthetic series (builds promtool once: minutes)
 	HELM="$(HELM)" PROMTOOL="$(PROMTOOL)" go test -count=1 -run '^TestAlert' -v ./deploy/chart/
 
 .PHONY: go-lint

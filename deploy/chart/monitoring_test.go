@@ -198,8 +198,8 @@ func TestAlertRules(t *testing.T) {
 
 // TestAlertsFire runs testdata/alerts_test.yaml with promtool: every alert
 // fires from synthetic series, and the near misses do not. promtool is
-// $PROMTOOL; `make alerts-test` builds the one pinned in tools/promtool (a
-// cold build takes minutes, so `make test` does not).
+// $PROMTOOL; `make chart-test` (and so `make test`) and `make alerts-test`
+// build the one pinned in tools/promtool (a cold build takes minutes, once).
 func TestAlertsFire(t *testing.T) {
 	promtool := os.Getenv("PROMTOOL")
 	if promtool == "" {
