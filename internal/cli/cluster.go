@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/ichor-dev/ichor-policy/internal/credclient"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
 )
 
 // credentialFlags are the flags of every credential command.
@@ -22,7 +24,7 @@ type credentialFlags struct {
 }
 
 // request is what the flags ask for.
-func (o credentialFlags) request(cmd *cobra.Command, k credclient.Kube, cluster string, s streams) credclient.Request {
+func (o credentialFlags) request(cmd *cobra.Command, k genericclioptions.RESTClientGetter, cluster string, s streams) credclient.Request {
 	r := credclient.Request{
 		Kube: k, Cluster: cluster, Out: o.out, Force: o.force, Timeout: o.timeout,
 		DecisionLog: o.decisionLog, TalosEndpoints: o.talosEndpoints, BreakGlass: o.breakGlass,
@@ -46,7 +48,7 @@ func writeCredential(cmd *cobra.Command, s streams, ask func(context.Context, cr
 }
 
 func newClusterCommand(s streams) *cobra.Command {
-	var k credclient.Kube
+	k := kube.NewConfigFlags()
 	cmd := &cobra.Command{
 		Use:   "cluster",
 		Short: "Ask for short-lived credentials of a Talos cluster",
@@ -56,11 +58,11 @@ written; the request carries only the public key. Whether you may have the
 credential is decided by the policy at admission (the webhook checks your RBAC
 verb and records an Event naming you) and again by the controller before it signs.`,
 	}
-	pf := cmd.PersistentFlags()
-	pf.StringVar(&k.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
-	pf.StringVar(&k.Context, "context", "", "the kubeconfig context to use")
-	pf.StringVarP(&k.Namespace, "namespace", "n", "", "namespace of the TalosCluster (default: the context's)")
-	cmd.AddCommand(newTalosconfigCommand(s, &k), newKubeconfigCommand(s, &k))
+	// kubectl's own flags, so that whatever reaches the cluster with kubectl
+	// (a context, impersonation, a token) reaches it here; -n is the
+	// TalosCluster's namespace, by default the context's.
+	k.AddFlags(cmd.PersistentFlags())
+	cmd.AddCommand(newTalosconfigCommand(s, k), newKubeconfigCommand(s, k))
 	return cmd
 }
 
@@ -73,7 +75,7 @@ func addCredentialFlags(cmd *cobra.Command, o *credentialFlags, what string) {
 	f.StringVar(&o.decisionLog, "decision-log", "", "append the local policy check's decision log (JSON lines) to this file")
 }
 
-func newTalosconfigCommand(s streams, k *credclient.Kube) *cobra.Command {
+func newTalosconfigCommand(s streams, k genericclioptions.RESTClientGetter) *cobra.Command {
 	o := credentialFlags{}
 	cmd := &cobra.Command{
 		Use:   "talosconfig NAME [--ttl 1h] [--out FILE] [--talos-endpoints HOST,...] [-n NAMESPACE]",
@@ -90,7 +92,7 @@ The endpoints are the cluster's control-plane machines, else --talos-endpoints,
 else those of your current talosconfig.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return writeCredential(cmd, s, credclient.Talosconfig, o.request(cmd, *k, args[0], s))
+			return writeCredential(cmd, s, credclient.Talosconfig, o.request(cmd, k, args[0], s))
 		},
 	}
 	addCredentialFlags(cmd, &o, "talosconfig")
@@ -98,7 +100,7 @@ else those of your current talosconfig.`,
 	return cmd
 }
 
-func newKubeconfigCommand(s streams, k *credclient.Kube) *cobra.Command {
+func newKubeconfigCommand(s streams, k genericclioptions.RESTClientGetter) *cobra.Command {
 	o := credentialFlags{}
 	cmd := &cobra.Command{
 		Use:   "kubeconfig NAME [--out FILE] [--ttl DURATION] [--break-glass] [-n NAMESPACE]",
@@ -119,7 +121,7 @@ The server and its CA come from your kubeconfig. The file is written with mode
 without --force.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return writeCredential(cmd, s, credclient.Kubeconfig, o.request(cmd, *k, args[0], s))
+			return writeCredential(cmd, s, credclient.Kubeconfig, o.request(cmd, k, args[0], s))
 		},
 	}
 	addCredentialFlags(cmd, &o, "kubeconfig")

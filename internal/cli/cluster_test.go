@@ -83,6 +83,7 @@ func TestClusterCommands(t *testing.T) {
 	t.Run("RefusesThirteenHoursBeforeSending", ce.testRefusesThirteenHours)
 	t.Run("ViewerIsRefused", ce.testViewerIsRefused)
 	t.Run("EndpointsFallBack", ce.testEndpointsFallBack)
+	t.Run("KubectlFlagsImpersonate", ce.testKubectlFlagsImpersonate)
 	t.Run("AdminKubeconfigWorksUntilRevoked", ce.testAdminKubeconfig)
 	t.Run("BreakGlassKubeconfig", ce.testBreakGlassKubeconfig)
 	t.Run("AnsweredRequestsAreDeleted", ce.testAnsweredRequestsAreDeleted)
@@ -480,6 +481,28 @@ func (ce *clusterEnv) testEndpointsFallBack(t *testing.T) {
 	require.Equal(t, cli.ExitOK, code, stderr)
 	cfg, _ = readTalosconfig(t, out)
 	assert.Equal(t, []string{"10.1.1.1", "10.1.1.2"}, cfg.Contexts[cfg.Context].Endpoints)
+}
+
+// testKubectlFlagsImpersonate: kubectl's flags reach the API server. The
+// test's admin, impersonating the operator with --as, is issued the
+// operator's credential (the request, its Event and the requester pinned by
+// admission all name the operator), and impersonating the viewer is refused
+// as the viewer.
+func (ce *clusterEnv) testKubectlFlagsImpersonate(t *testing.T) {
+	admin := filepath.Join(ce.dir, "admin.kubeconfig")
+	require.NoError(t, os.WriteFile(admin, ce.env.AdminKubeconfig, 0o600))
+	out := filepath.Join(ce.dir, "as-otto.yaml")
+	code, _, stderr := ce.ichor(t, "cluster", "talosconfig", "demo", "--kubeconfig", admin, "-n", teamNS,
+		"--as", "ichor:otto", "--as-group", "system:authenticated", "--request-timeout", "30s", "--ttl", "2h", "--out", out)
+	require.Equal(t, cli.ExitOK, code, stderr)
+	readTalosconfig(t, out)
+	assert.Contains(t, eventMessages(ce.events(t, "TalosconfigReader")), "an os:reader talosconfig was requested by ichor:otto (lifetime 2h0m0s)")
+
+	out = filepath.Join(ce.dir, "as-vera.yaml")
+	code, _, stderr = ce.ichor(t, "cluster", "talosconfig", "demo", "--kubeconfig", admin, "-n", teamNS, "--as", "ichor:vera", "--out", out)
+	assert.Equal(t, cli.ExitError, code)
+	assert.Contains(t, stderr, `User "ichor:vera" cannot create resource "taloscredentialrequests"`)
+	assert.NoFileExists(t, out)
 }
 
 func (ce *clusterEnv) testAdminKubeconfig(t *testing.T) {

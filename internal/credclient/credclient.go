@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -57,35 +58,12 @@ const pollInterval = 500 * time.Millisecond
 // progressEvery is how often the wait says it is still waiting.
 const progressEvery = 5 * time.Second
 
-// Kube is the caller's kubeconfig, as kubectl reads it.
-type Kube struct {
-	// Kubeconfig is the file; empty for $KUBECONFIG, then ~/.kube/config.
-	Kubeconfig string
-	// Context is the context to use; empty for the current one.
-	Context string
-	// Namespace of the TalosCluster; empty for the context's.
-	Namespace string
-}
-
-func (k Kube) loader() clientcmd.ClientConfig {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = k.Kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: k.Context}
-	overrides.Context.Namespace = k.Namespace
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-}
-
-// files are the files the caller's kubeconfig is read from.
-func (k Kube) files() []string {
-	if k.Kubeconfig != "" {
-		return []string{k.Kubeconfig}
-	}
-	return clientcmd.NewDefaultClientConfigLoadingRules().GetLoadingPrecedence()
-}
-
 // Request is what a credential command asks for.
 type Request struct {
-	Kube Kube
+	// Kube is the caller's client configuration, kubectl's flags
+	// (kube.NewConfigFlags): the kubeconfig, its context, the namespace of
+	// the TalosCluster, impersonation.
+	Kube genericclioptions.RESTClientGetter
 	// Cluster is the TalosCluster's name.
 	Cluster string
 	// TTL is the lifetime asked for; nil for the policy's default.
@@ -144,8 +122,7 @@ func Talosconfig(ctx context.Context, o Request) (Written, error) {
 		return Written{}, err
 	}
 
-	loader := o.Kube.loader()
-	c, namespace, _, err := kubeClient(loader)
+	c, namespace, _, err := kube.Client(o.Kube)
 	if err != nil {
 		return Written{}, err
 	}
@@ -196,7 +173,7 @@ func Kubeconfig(ctx context.Context, o Request) (Written, error) {
 	if o.BreakGlass {
 		purpose, suffix, what = ichorv1alpha1.PurposeKubeconfigSuperAdmin, breakGlassSuffix, "a break-glass kubeconfig"
 	}
-	protected := o.Kube.files()
+	protected := kube.KubeconfigFiles(o.Kube)
 	out := o.Out
 	if out == "" {
 		if len(protected) == 0 {
@@ -216,8 +193,7 @@ func Kubeconfig(ctx context.Context, o Request) (Written, error) {
 		return Written{}, err
 	}
 
-	loader := o.Kube.loader()
-	c, namespace, restCfg, err := kubeClient(loader)
+	c, namespace, restCfg, err := kube.Client(o.Kube)
 	if err != nil {
 		return Written{}, err
 	}
@@ -402,28 +378,6 @@ func generateName(cluster string, purpose ichorv1alpha1.CredentialPurpose) strin
 		base = base[:50]
 	}
 	return strings.TrimRight(base, "-.") + "-"
-}
-
-// kubeClient is a client of the caller's cluster, the namespace to use, and
-// the client configuration.
-func kubeClient(loader clientcmd.ClientConfig) (client.Client, string, *rest.Config, error) {
-	cfg, err := loader.ClientConfig()
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	namespace, _, err := loader.Namespace()
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("kubeconfig namespace: %w", err)
-	}
-	scheme, err := kube.Scheme()
-	if err != nil {
-		return nil, "", nil, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("client: %w", err)
-	}
-	return c, namespace, cfg, nil
 }
 
 // talosEndpoints are, in order of preference, the hosts of the cluster's
