@@ -21,13 +21,14 @@ type credentialFlags struct {
 	decisionLog    string
 	talosEndpoints []string
 	breakGlass     bool
+	merge          bool
 }
 
 // request is what the flags ask for.
 func (o credentialFlags) request(cmd *cobra.Command, k genericclioptions.RESTClientGetter, cluster string, s streams) credclient.Request {
 	r := credclient.Request{
 		Kube: k, Cluster: cluster, Out: o.out, Force: o.force, Timeout: o.timeout,
-		DecisionLog: o.decisionLog, TalosEndpoints: o.talosEndpoints, BreakGlass: o.breakGlass,
+		DecisionLog: o.decisionLog, TalosEndpoints: o.talosEndpoints, BreakGlass: o.breakGlass, Merge: o.merge,
 		Progress: s.err,
 	}
 	if cmd.Flags().Changed("ttl") {
@@ -78,7 +79,7 @@ func addCredentialFlags(cmd *cobra.Command, o *credentialFlags, what string) {
 func newTalosconfigCommand(s streams, k genericclioptions.RESTClientGetter) *cobra.Command {
 	o := credentialFlags{}
 	cmd := &cobra.Command{
-		Use:   "talosconfig NAME [--ttl 1h] [--out FILE] [--talos-endpoints HOST,...] [-n NAMESPACE]",
+		Use:   "talosconfig NAME [--ttl 1h] [--out FILE | --merge] [--talos-endpoints HOST,...] [-n NAMESPACE]",
 		Short: "Get a read-only (os:reader) talosconfig for talosctl",
 		Long: `Get a talosconfig whose certificate carries the Talos role os:reader: talosctl can
 read (version, get members, logs, dmesg, processes) and is refused anything that
@@ -88,6 +89,9 @@ for the cluster (ichor-operator and ichor-admin hold it).
 The file is written with mode 0600. By default it goes beside your current
 talosconfig ($TALOSCONFIG or ~/.talos/config) with the suffix .ichor-reader; the
 current talosconfig is never overwritten, nor any existing file without --force.
+With --merge the credential is merged into your talosconfig instead, as
+talosctl config merge does: its context (NAME-reader, renamed NAME-reader-1, ...
+when the name is taken) becomes the current one, and the others are kept.
 The endpoints are the cluster's control-plane machines, else --talos-endpoints,
 else those of your current talosconfig.`,
 		Args: cobra.ExactArgs(1),
@@ -97,6 +101,7 @@ else those of your current talosconfig.`,
 	}
 	addCredentialFlags(cmd, &o, "talosconfig")
 	cmd.Flags().StringSliceVar(&o.talosEndpoints, "talos-endpoints", nil, "Talos API endpoints to write when the cluster has no control-plane TalosMachines")
+	cmd.Flags().BoolVar(&o.merge, "merge", false, "merge into your talosconfig ($TALOSCONFIG, else ~/.talos/config) as talosctl config merge does, instead of writing --out")
 	return cmd
 }
 

@@ -84,6 +84,9 @@ type Request struct {
 	// BreakGlass asks for the super-admin kubeconfig instead of the admin
 	// one.
 	BreakGlass bool
+	// Merge merges the talosconfig into the one talosctl uses, as
+	// `talosctl config merge` does, instead of writing a file of its own.
+	Merge bool
 	// Progress receives what the wait is doing, for a person watching.
 	Progress io.Writer
 }
@@ -99,7 +102,8 @@ type Written struct {
 	UseWith string
 }
 
-// Talosconfig asks for an os:reader talosconfig and writes it.
+// Talosconfig asks for an os:reader talosconfig and writes it, or with Merge
+// merges it into the talosconfig talosctl uses.
 func Talosconfig(ctx context.Context, o Request) (Written, error) {
 	cluster := o.Cluster
 	current, err := currentTalosconfigPath()
@@ -107,11 +111,22 @@ func Talosconfig(ctx context.Context, o Request) (Written, error) {
 		return Written{}, err
 	}
 	out := o.Out
-	if out == "" {
-		out = current + talosconfigSuffix
-	}
-	if err := checkOutput(out, []string{current}, o.Force); err != nil {
-		return Written{}, err
+	if o.Merge {
+		if o.Out != "" || o.Force {
+			return Written{}, usage.Errorf("--merge writes into your talosconfig; --out and --force do not apply to it")
+		}
+		// Found before anything is asked for: a credential issued and then
+		// not written is wasted, and an Event says it was requested.
+		if out, err = mergeTarget(); err != nil {
+			return Written{}, err
+		}
+	} else {
+		if out == "" {
+			out = current + talosconfigSuffix
+		}
+		if err := checkOutput(out, []string{current}, o.Force); err != nil {
+			return Written{}, err
+		}
 	}
 	key, err := newKey()
 	if err != nil {
@@ -150,19 +165,64 @@ func Talosconfig(ctx context.Context, o Request) (Written, error) {
 			Key:       base64.StdEncoding.EncodeToString(keyPEM),
 		}},
 	}
+	description := fmt.Sprintf("an os:reader talosconfig for %s/%s", namespace, cluster)
+	useWith := "talosctl --talosconfig " + out + " version"
+	if o.Merge {
+		if cfg, contextName, err = mergeInto(out, cfg, o.Progress); err != nil {
+			return Written{}, err
+		}
+		description += fmt.Sprintf(" as context %s (now the current one)", contextName)
+		useWith = "talosctl version"
+	}
 	data, err := cfg.Bytes()
 	if err != nil {
 		return Written{}, fmt.Errorf("encode the talosconfig: %w", err)
 	}
-	if err := writeFile(out, data, []string{current}, o.Force); err != nil {
+	if o.Merge {
+		err = writeFile(out, data, nil, true)
+	} else {
+		err = writeFile(out, data, []string{current}, o.Force)
+	}
+	if err != nil {
 		return Written{}, err
 	}
-	return Written{
-		Path:        out,
-		Description: fmt.Sprintf("an os:reader talosconfig for %s/%s", namespace, cluster),
-		Expires:     expiry(answer),
-		UseWith:     "talosctl --talosconfig " + out + " version",
-	}, nil
+	return Written{Path: out, Description: description, Expires: expiry(answer), UseWith: useWith}, nil
+}
+
+// mergeTarget is the talosconfig `talosctl config merge` would merge into:
+// the first of $TALOSCONFIG and ~/.talos/config that exists, else the first
+// of them (created empty, as talosctl does). A symbolic link is followed, so
+// the file it names is the one replaced.
+func mergeTarget() (string, error) {
+	cfg, err := clientconfig.Open("")
+	if err != nil {
+		return "", fmt.Errorf("open your talosconfig to merge into: %w", err)
+	}
+	p := cfg.Path()
+	if !p.WriteAllowed {
+		return "", usage.Errorf("your talosconfig %s is read-only: set TALOSCONFIG to a file to merge into, or pass --out instead of --merge", p.Path)
+	}
+	if resolved, err := filepath.EvalSymlinks(p.Path); err == nil {
+		return resolved, nil
+	}
+	return p.Path, nil
+}
+
+// mergeInto reads the talosconfig at path again (it may have changed while
+// the request was answered) and merges add into it with machinery's Merge,
+// the one `talosctl config merge` uses: a context whose name is taken is
+// renamed NAME-1, NAME-2, ..., and the added context becomes the current
+// one. It returns the merged configuration and the added context's name.
+func mergeInto(path string, add *clientconfig.Config, progress io.Writer) (*clientconfig.Config, string, error) {
+	cfg, err := clientconfig.Open(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("read the talosconfig to merge into: %w", err)
+	}
+	for _, r := range cfg.Merge(add) {
+		// talosctl's own words for it.
+		fmt.Fprintf(progress, "renamed talosconfig context %s\n", r.String())
+	}
+	return cfg, cfg.Context, nil
 }
 
 // Kubeconfig asks for an admin kubeconfig (a break-glass one with
