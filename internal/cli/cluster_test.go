@@ -85,6 +85,7 @@ func TestClusterCommands(t *testing.T) {
 	t.Run("EndpointsFallBack", ce.testEndpointsFallBack)
 	t.Run("KubectlFlagsImpersonate", ce.testKubectlFlagsImpersonate)
 	t.Run("TalosconfigMerge", ce.testTalosconfigMerge)
+	t.Run("RenderFromTheAPIServer", ce.testRenderFromTheAPIServer)
 	t.Run("AdminKubeconfigWorksUntilRevoked", ce.testAdminKubeconfig)
 	t.Run("BreakGlassKubeconfig", ce.testBreakGlassKubeconfig)
 	t.Run("AnsweredRequestsAreDeleted", ce.testAnsweredRequestsAreDeleted)
