@@ -249,17 +249,23 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	}
 
 	say("")
+	if !opts.Interactive {
+		// The control plane stops when Run returns: a kubeconfig for it would
+		// point at nothing. The files stay.
+		say("== Kept after the demo:")
+		say("   %s decisions show ID %s", opts.Ichor, res.DecisionLog)
+		say("   manager log: %s", mgr.logPath)
+		return res, nil
+	}
 	say("== Explore:")
 	say("   export KUBECONFIG=%s", res.Kubeconfig)
 	say("   kubectl get csr; kubectl describe csr   # the conditions carry the reasons, decision ids and policy revision")
 	say("   kubectl -n demo get talosclusters,talosmachines")
 	say("   %s decisions show ID %s", opts.Ichor, res.DecisionLog)
 	say("   manager log: %s", mgr.logPath)
-	if opts.Interactive {
-		say("== Running until Ctrl-C.")
-		<-ctx.Done()
-		say("== Stopping: manager, kubelets, Talos nodes, control plane.")
-	}
+	say("== Running until Ctrl-C.")
+	<-ctx.Done()
+	say("== Stopping: manager, kubelets, Talos nodes, control plane.")
 	return res, nil
 }
 
@@ -416,7 +422,13 @@ func (e entry) line() string {
 	return fmt.Sprintf("%s %-10s %-10s %s", mark, e.Result.Node, e.Input.CSR.Name, strings.Join(reasons, "; "))
 }
 
-// tail follows the decision log as the manager writes it.
+// servingDecision is the path of the kubelet serving decisions in the log;
+// the log also holds other rules' decisions and the records of verdicts
+// applied (system/applied/record), which carry an action too.
+const servingDecision = "ichor/kubelet_serving/decision"
+
+// tail follows the kubelet serving decisions of the decision log as the
+// manager writes it.
 func tail(ctx context.Context, path string, fn func(entry)) {
 	var f *os.File
 	for f == nil {
@@ -437,7 +449,7 @@ func tail(ctx context.Context, path string, fn func(entry)) {
 		partial.WriteString(line)
 		if err == nil {
 			var e entry
-			if json.Unmarshal([]byte(partial.String()), &e) == nil && e.Msg == "Decision Log" && e.Result.Action != "" {
+			if json.Unmarshal([]byte(partial.String()), &e) == nil && e.Msg == "Decision Log" && e.Path == servingDecision {
 				fn(e)
 			}
 			partial.Reset()
