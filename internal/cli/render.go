@@ -130,7 +130,7 @@ func printPatch(s streams, cluster *ichorv1alpha1.TalosCluster, patches []rolePa
 // writePatches writes DIR/ROLE.yaml for each role. A patch holds no secret;
 // it is rendered from the cluster and replaced each time.
 func writePatches(s streams, dir string, patches []rolePatch) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	for _, p := range patches {

@@ -249,24 +249,30 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	}
 
 	say("")
+	explore(ctx, opts, res, mgr.logPath, say)
+	return res, nil
+}
+
+// explore ends the story: interactive, it says how to look around and waits
+// for Ctrl-C; otherwise the control plane stops when Run returns, so a
+// kubeconfig for it would point at nothing, and only the files that stay are
+// named.
+func explore(ctx context.Context, opts Options, res Result, managerLog string, say func(string, ...any)) {
 	if !opts.Interactive {
-		// The control plane stops when Run returns: a kubeconfig for it would
-		// point at nothing. The files stay.
 		say("== Kept after the demo:")
 		say("   %s decisions show ID %s", opts.Ichor, res.DecisionLog)
-		say("   manager log: %s", mgr.logPath)
-		return res, nil
+		say("   manager log: %s", managerLog)
+		return
 	}
 	say("== Explore:")
 	say("   export KUBECONFIG=%s", res.Kubeconfig)
 	say("   kubectl get csr; kubectl describe csr   # the conditions carry the reasons, decision ids and policy revision")
 	say("   kubectl -n demo get talosclusters,talosmachines")
 	say("   %s decisions show ID %s", opts.Ichor, res.DecisionLog)
-	say("   manager log: %s", mgr.logPath)
+	say("   manager log: %s", managerLog)
 	say("== Running until Ctrl-C.")
 	<-ctx.Done()
 	say("== Stopping: manager, kubelets, Talos nodes, control plane.")
-	return res, nil
 }
 
 func createCluster(ctx context.Context, env *harness.Env) error {
