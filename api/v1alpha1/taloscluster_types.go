@@ -45,6 +45,9 @@ const (
 	// certificates are off. A person decides: the requests of a flood are
 	// deleted or denied, and approvals resume.
 	ConditionKubeletServingRequests = "KubeletServingRequests"
+
+	// A TalosCluster has ConditionReady too, summing up the conditions
+	// above; see ConditionReady.
 )
 
 // Condition reasons of a TalosCluster.
@@ -78,6 +81,15 @@ const (
 	// ConditionKubeletServingRequests, the rule's reason code of the
 	// requests it withholds.
 	ReasonTooManyPendingRequests = "TooManyPendingRequests"
+
+	// ReasonConditionsHealthy is the reason of a True ConditionReady of a
+	// TalosCluster while kubelet serving certificates are on.
+	ReasonConditionsHealthy = "ConditionsHealthy"
+
+	// ReasonKubeletServingOff is the reason of a True ConditionReady of a
+	// TalosCluster while kubelet serving certificates are off: nothing is to
+	// be approved.
+	ReasonKubeletServingOff = "KubeletServingOff"
 )
 
 // TalosClusterSpec is the desired state of a Talos cluster.
@@ -201,6 +213,8 @@ type TalosClusterStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=tcl,categories=ichor
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Every condition of the cluster is healthy"
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1,description="Why the cluster is or is not ready"
 // +kubebuilder:printcolumn:name="Talos",type=string,JSONPath=`.spec.talosVersion`
 // +kubebuilder:printcolumn:name="Serving",type=boolean,JSONPath=`.spec.security.kubeletServingCertificates.enabled`,description="Kubelet serving certificates enabled"
 // +kubebuilder:printcolumn:name="Issued",type=string,JSONPath=`.status.conditions[?(@.type=="KubeletServingCertificates")].status`,description="Every machine has a kubelet serving certificate"

@@ -53,11 +53,21 @@ func CredentialPurposes() []CredentialPurpose {
 	}
 }
 
-// Condition types of a TalosCredentialRequest.
+// Condition types of a TalosCredentialRequest, and of a TalosCluster.
 const (
-	// ConditionReady is True once the certificate is issued, and False with
-	// the reason when the request was refused; a refused request is not
-	// retried, ask again with a new request.
+	// ConditionReady of a TalosCredentialRequest is True once the
+	// certificate is issued, and False with the reason when the request was
+	// refused; a refused request is not retried, ask again with a new
+	// request.
+	//
+	// ConditionReady of a TalosCluster sums up its other conditions for
+	// whatever reads one condition: kstatus, and with it Flux's and Argo
+	// CD's health checks. It is True while every other condition is True or
+	// absent (reason ReasonConditionsHealthy; ReasonKubeletServingOff while
+	// kubelet serving certificates are off), and False with the reason and
+	// message of the first that is not, in the order
+	// ConditionKubeletServingRequests (a person must act),
+	// ConditionKubeletServingCertificates, ConditionKubeletServingVerified.
 	ConditionReady = "Ready"
 )
 

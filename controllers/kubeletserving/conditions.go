@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -83,7 +84,7 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 			ObservedGeneration: cluster.Generation,
 		})
 	}
-	cluster.Status.ObservedGeneration = cluster.Generation
+	setReady(cluster)
 	if !statusChanged(before.Status, cluster.Status) {
 		return nil
 	}
@@ -91,6 +92,61 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 		return fmt.Errorf("update cluster conditions: %w", err)
 	}
 	return nil
+}
+
+// readyFrom are the conditions Ready sums up, in the order a failing one is
+// named: a flood first (nothing is approved until a person acts), then
+// machines without a certificate, then verification.
+var readyFrom = []string{
+	ichorv1alpha1.ConditionKubeletServingRequests,
+	ichorv1alpha1.ConditionKubeletServingCertificates,
+	ichorv1alpha1.ConditionKubeletServingVerified,
+}
+
+// maxConditionMessage is metav1.Condition's limit on a message.
+const maxConditionMessage = 32768
+
+// setReady sets Ready from the other conditions, for the tools that read one
+// condition (kstatus, and Flux's and Argo CD's health checks through it), and
+// records the generation it was computed from, which kstatus compares with
+// metadata.generation before it believes any condition.
+func setReady(cluster *ichorv1alpha1.TalosCluster) {
+	ready := metav1.Condition{
+		Type:               ichorv1alpha1.ConditionReady,
+		Status:             metav1.ConditionTrue,
+		Reason:             ichorv1alpha1.ReasonConditionsHealthy,
+		Message:            "kubelet serving certificates: every condition is healthy",
+		ObservedGeneration: cluster.Generation,
+	}
+	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
+		ready.Reason = ichorv1alpha1.ReasonKubeletServingOff
+		ready.Message = "kubelet serving certificates are off: nothing to approve"
+	}
+	for _, t := range readyFrom {
+		c := meta.FindStatusCondition(cluster.Status.Conditions, t)
+		if c == nil || c.Status == metav1.ConditionTrue {
+			continue
+		}
+		ready.Status = metav1.ConditionFalse
+		ready.Reason = c.Reason
+		ready.Message = truncate(t+" is "+string(c.Status)+": "+c.Message, maxConditionMessage)
+		break
+	}
+	meta.SetStatusCondition(&cluster.Status.Conditions, ready)
+	cluster.Status.ObservedGeneration = cluster.Generation
+}
+
+// truncate cuts s to at most n bytes, at a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const ellipsis = "..."
+	cut := n - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
 }
 
 // requestsCondition says whether the rule withheld approvals for a flood in
@@ -115,12 +171,14 @@ func requestsCondition(cluster *ichorv1alpha1.TalosCluster, withheld int) metav1
 	}
 }
 
-// clearConditions removes the conditions when the option is off.
+// clearConditions removes the conditions when the option is off; Ready
+// stays, True.
 func (r *Reconciler) clearConditions(ctx context.Context, cluster *ichorv1alpha1.TalosCluster) error {
 	before := cluster.DeepCopy()
 	meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
 	meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)
 	meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingRequests)
+	setReady(cluster)
 	if !statusChanged(before.Status, cluster.Status) {
 		return nil
 	}

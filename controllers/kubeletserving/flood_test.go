@@ -174,6 +174,8 @@ func TestAFloodOfUndecidedRequestsWithholdsApprovalsUntilItIsCleared(t *testing.
 	assert.Equal(t, ichorv1alpha1.ReasonTooManyPendingRequests, c.Reason)
 	assert.Contains(t, c.Message, "nothing is approved until a person looks")
 	assert.InDelta(t, 1, floodGuard(t, f.ns), 0)
+	ready := f.waitReady(metav1.ConditionFalse, ichorv1alpha1.ReasonTooManyPendingRequests)
+	assert.Contains(t, ready.Message, "KubeletServingRequests is False: ")
 
 	// A person deletes the flood: the request is approved, and the cluster
 	// says the requests are within bounds again.
@@ -184,6 +186,8 @@ func TestAFloodOfUndecidedRequestsWithholdsApprovalsUntilItIsCleared(t *testing.
 	assert.Equal(t, certificatesv1.CertificateApproved, v.Type, v.Message)
 	f.waitCondition(ichorv1alpha1.ConditionKubeletServingRequests, metav1.ConditionTrue)
 	require.Eventually(t, func() bool { return floodGuard(t, f.ns) == 0 }, wait, 100*time.Millisecond)
+	// Its one machine has a certificate now: nothing is wrong any more.
+	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonConditionsHealthy)
 }
 
 // floodGuard is the value of ichor_kubelet_serving_flood_guard for the

@@ -27,8 +27,11 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -454,12 +457,16 @@ func TestConditionAndLatch(t *testing.T) {
 	t.Cleanup(k1.Stop)
 	f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionTrue)
 	f.waitCondition(ichorv1alpha1.ConditionKubeletServingVerified, metav1.ConditionTrue)
+	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonConditionsHealthy)
 
 	// A machine joins later: the first condition turns False naming it, the latch holds.
 	f.addMachine("latch-2", "127.0.0.1:1")
 	cond := f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse)
 	assert.Contains(t, cond.Message, "latch-2")
 	assert.True(t, meta.IsStatusConditionTrue(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified))
+	ready := f.waitReady(metav1.ConditionFalse, ichorv1alpha1.ReasonMachinesPending)
+	assert.Contains(t, ready.Message, "KubeletServingCertificates is False: ")
+	assert.Contains(t, ready.Message, "latch-2")
 
 	// Switching verification off removes the latch; switching the option off removes both.
 	c := f.get()
@@ -470,6 +477,37 @@ func TestConditionAndLatch(t *testing.T) {
 	c.Spec.Security.KubeletServingCertificates.Enabled = false
 	require.NoError(t, env.Client.Update(f.ctx, c))
 	f.waitNoCondition(ichorv1alpha1.ConditionKubeletServingCertificates)
+	// Nothing to approve: Ready, for the new generation.
+	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonKubeletServingOff)
+}
+
+// waitReady waits until Ready has the status and reason, computed from the
+// cluster's current generation, and checks that kstatus (what Flux's and
+// Argo CD's health checks and kubectl wait --for=condition read) agrees:
+// Current when Ready is True, InProgress when it is False.
+func (f *fixture) waitReady(status metav1.ConditionStatus, reason string) metav1.Condition {
+	f.t.Helper()
+	var got *metav1.Condition
+	var cluster *ichorv1alpha1.TalosCluster
+	require.Eventually(f.t, func() bool {
+		cluster = f.get()
+		got = meta.FindStatusCondition(cluster.Status.Conditions, ichorv1alpha1.ConditionReady)
+		return got != nil && got.Status == status && got.Reason == reason &&
+			got.ObservedGeneration == cluster.Generation && cluster.Status.ObservedGeneration == cluster.Generation
+	}, wait, 100*time.Millisecond, "Ready did not become %s (%s) for the current generation: %+v", status, reason, got)
+
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cluster)
+	require.NoError(f.t, err)
+	u := &unstructured.Unstructured{Object: obj}
+	u.SetGroupVersionKind(ichorv1alpha1.GroupVersion.WithKind("TalosCluster"))
+	res, err := kstatus.Compute(u)
+	require.NoError(f.t, err)
+	want := kstatus.CurrentStatus
+	if status != metav1.ConditionTrue {
+		want = kstatus.InProgressStatus
+	}
+	assert.Equal(f.t, want, res.Status, "kstatus: %s", res.Message)
+	return *got
 }
 
 func (f *fixture) get() *ichorv1alpha1.TalosCluster {
@@ -652,6 +690,8 @@ func TestAClusterTheOperatorDidNotNameJudgesNothingHere(t *testing.T) {
 		return c.Reason == kubeletserving.ReasonLocalClusterNotNamed
 	}, wait, 100*time.Millisecond)
 	assert.Contains(t, cond.Message, "--local-clusters")
+	ready := tenant.waitReady(metav1.ConditionFalse, kubeletserving.ReasonLocalClusterNotNamed)
+	assert.Contains(t, ready.Message, "--local-clusters")
 
 	// Its node asks for the named cluster's node IP, which its own Talos API
 	// vouches for. The named cluster, which alone judges this API server,

@@ -215,6 +215,7 @@ func (r *Reconciler) refuseTarget(ctx context.Context, c *ichorv1alpha1.TalosClu
 		Message:            cause.Error(),
 		ObservedGeneration: c.Generation,
 	})
+	setReady(c)
 	if !statusChanged(before.Status, c.Status) {
 		return nil
 	}

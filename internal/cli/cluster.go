@@ -6,8 +6,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/ichor-dev/ichor-policy/internal/credclient"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
 )
 
 // credentialFlags are the flags of every credential command.
@@ -19,13 +21,14 @@ type credentialFlags struct {
 	decisionLog    string
 	talosEndpoints []string
 	breakGlass     bool
+	merge          bool
 }
 
 // request is what the flags ask for.
-func (o credentialFlags) request(cmd *cobra.Command, k credclient.Kube, cluster string, s streams) credclient.Request {
+func (o credentialFlags) request(cmd *cobra.Command, k genericclioptions.RESTClientGetter, cluster string, s streams) credclient.Request {
 	r := credclient.Request{
 		Kube: k, Cluster: cluster, Out: o.out, Force: o.force, Timeout: o.timeout,
-		DecisionLog: o.decisionLog, TalosEndpoints: o.talosEndpoints, BreakGlass: o.breakGlass,
+		DecisionLog: o.decisionLog, TalosEndpoints: o.talosEndpoints, BreakGlass: o.breakGlass, Merge: o.merge,
 		Progress: s.err,
 	}
 	if cmd.Flags().Changed("ttl") {
@@ -46,7 +49,7 @@ func writeCredential(cmd *cobra.Command, s streams, ask func(context.Context, cr
 }
 
 func newClusterCommand(s streams) *cobra.Command {
-	var k credclient.Kube
+	k := kube.NewConfigFlags()
 	cmd := &cobra.Command{
 		Use:   "cluster",
 		Short: "Ask for short-lived credentials of a Talos cluster",
@@ -56,11 +59,11 @@ written; the request carries only the public key. Whether you may have the
 credential is decided by the policy at admission (the webhook checks your RBAC
 verb and records an Event naming you) and again by the controller before it signs.`,
 	}
-	pf := cmd.PersistentFlags()
-	pf.StringVar(&k.Kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
-	pf.StringVar(&k.Context, "context", "", "the kubeconfig context to use")
-	pf.StringVarP(&k.Namespace, "namespace", "n", "", "namespace of the TalosCluster (default: the context's)")
-	cmd.AddCommand(newTalosconfigCommand(s, &k), newKubeconfigCommand(s, &k))
+	// kubectl's own flags, so that whatever reaches the cluster with kubectl
+	// (a context, impersonation, a token) reaches it here; -n is the
+	// TalosCluster's namespace, by default the context's.
+	k.AddFlags(cmd.PersistentFlags())
+	cmd.AddCommand(newTalosconfigCommand(s, k), newKubeconfigCommand(s, k))
 	return cmd
 }
 
@@ -73,10 +76,10 @@ func addCredentialFlags(cmd *cobra.Command, o *credentialFlags, what string) {
 	f.StringVar(&o.decisionLog, "decision-log", "", "append the local policy check's decision log (JSON lines) to this file")
 }
 
-func newTalosconfigCommand(s streams, k *credclient.Kube) *cobra.Command {
+func newTalosconfigCommand(s streams, k genericclioptions.RESTClientGetter) *cobra.Command {
 	o := credentialFlags{}
 	cmd := &cobra.Command{
-		Use:   "talosconfig NAME [--ttl 1h] [--out FILE] [--talos-endpoints HOST,...] [-n NAMESPACE]",
+		Use:   "talosconfig NAME [--ttl 1h] [--out FILE | --merge] [--talos-endpoints HOST,...] [-n NAMESPACE]",
 		Short: "Get a read-only (os:reader) talosconfig for talosctl",
 		Long: `Get a talosconfig whose certificate carries the Talos role os:reader: talosctl can
 read (version, get members, logs, dmesg, processes) and is refused anything that
@@ -86,19 +89,23 @@ for the cluster (ichor-operator and ichor-admin hold it).
 The file is written with mode 0600. By default it goes beside your current
 talosconfig ($TALOSCONFIG or ~/.talos/config) with the suffix .ichor-reader; the
 current talosconfig is never overwritten, nor any existing file without --force.
+With --merge the credential is merged into your talosconfig instead, as
+talosctl config merge does: its context (NAME-reader, renamed NAME-reader-1, ...
+when the name is taken) becomes the current one, and the others are kept.
 The endpoints are the cluster's control-plane machines, else --talos-endpoints,
 else those of your current talosconfig.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return writeCredential(cmd, s, credclient.Talosconfig, o.request(cmd, *k, args[0], s))
+			return writeCredential(cmd, s, credclient.Talosconfig, o.request(cmd, k, args[0], s))
 		},
 	}
 	addCredentialFlags(cmd, &o, "talosconfig")
 	cmd.Flags().StringSliceVar(&o.talosEndpoints, "talos-endpoints", nil, "Talos API endpoints to write when the cluster has no control-plane TalosMachines")
+	cmd.Flags().BoolVar(&o.merge, "merge", false, "merge into your talosconfig ($TALOSCONFIG, else ~/.talos/config) as talosctl config merge does, instead of writing --out")
 	return cmd
 }
 
-func newKubeconfigCommand(s streams, k *credclient.Kube) *cobra.Command {
+func newKubeconfigCommand(s streams, k genericclioptions.RESTClientGetter) *cobra.Command {
 	o := credentialFlags{}
 	cmd := &cobra.Command{
 		Use:   "kubeconfig NAME [--out FILE] [--ttl DURATION] [--break-glass] [-n NAMESPACE]",
@@ -119,7 +126,7 @@ The server and its CA come from your kubeconfig. The file is written with mode
 without --force.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return writeCredential(cmd, s, credclient.Kubeconfig, o.request(cmd, *k, args[0], s))
+			return writeCredential(cmd, s, credclient.Kubeconfig, o.request(cmd, k, args[0], s))
 		},
 	}
 	addCredentialFlags(cmd, &o, "kubeconfig")

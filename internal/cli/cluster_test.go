@@ -83,6 +83,9 @@ func TestClusterCommands(t *testing.T) {
 	t.Run("RefusesThirteenHoursBeforeSending", ce.testRefusesThirteenHours)
 	t.Run("ViewerIsRefused", ce.testViewerIsRefused)
 	t.Run("EndpointsFallBack", ce.testEndpointsFallBack)
+	t.Run("KubectlFlagsImpersonate", ce.testKubectlFlagsImpersonate)
+	t.Run("TalosconfigMerge", ce.testTalosconfigMerge)
+	t.Run("RenderFromTheAPIServer", ce.testRenderFromTheAPIServer)
 	t.Run("AdminKubeconfigWorksUntilRevoked", ce.testAdminKubeconfig)
 	t.Run("BreakGlassKubeconfig", ce.testBreakGlassKubeconfig)
 	t.Run("AnsweredRequestsAreDeleted", ce.testAnsweredRequestsAreDeleted)
@@ -480,6 +483,98 @@ func (ce *clusterEnv) testEndpointsFallBack(t *testing.T) {
 	require.Equal(t, cli.ExitOK, code, stderr)
 	cfg, _ = readTalosconfig(t, out)
 	assert.Equal(t, []string{"10.1.1.1", "10.1.1.2"}, cfg.Contexts[cfg.Context].Endpoints)
+}
+
+// testKubectlFlagsImpersonate: kubectl's flags reach the API server. The
+// test's admin, impersonating the operator with --as, is issued the
+// operator's credential (the request, its Event and the requester pinned by
+// admission all name the operator), and impersonating the viewer is refused
+// as the viewer.
+func (ce *clusterEnv) testKubectlFlagsImpersonate(t *testing.T) {
+	admin := filepath.Join(ce.dir, "admin.kubeconfig")
+	require.NoError(t, os.WriteFile(admin, ce.env.AdminKubeconfig, 0o600))
+	out := filepath.Join(ce.dir, "as-otto.yaml")
+	code, _, stderr := ce.ichor(t, "cluster", "talosconfig", "demo", "--kubeconfig", admin, "-n", teamNS,
+		"--as", "ichor:otto", "--as-group", "system:authenticated", "--request-timeout", "30s", "--ttl", "2h", "--out", out)
+	require.Equal(t, cli.ExitOK, code, stderr)
+	readTalosconfig(t, out)
+	assert.Contains(t, eventMessages(ce.events(t, "TalosconfigReader")), "an os:reader talosconfig was requested by ichor:otto (lifetime 2h0m0s)")
+
+	out = filepath.Join(ce.dir, "as-vera.yaml")
+	code, _, stderr = ce.ichor(t, "cluster", "talosconfig", "demo", "--kubeconfig", admin, "-n", teamNS, "--as", "ichor:vera", "--out", out)
+	assert.Equal(t, cli.ExitError, code)
+	assert.Contains(t, stderr, `User "ichor:vera" cannot create resource "taloscredentialrequests"`)
+	assert.NoFileExists(t, out)
+}
+
+// testTalosconfigMerge: --merge merges into the talosconfig talosctl uses,
+// as talosctl config merge does: ~/.talos/config without $TALOSCONFIG, the
+// file $TALOSCONFIG names (through a link) with it; existing contexts are
+// kept, a second merge is renamed, and the merged context is the current one.
+func (ce *clusterEnv) testTalosconfigMerge(t *testing.T) {
+	home := filepath.Join(ce.dir, "merge-home")
+	t.Setenv("HOME", home)
+	for _, v := range []string{"TALOSCONFIG", "TALOS_HOME"} {
+		t.Setenv(v, "")
+		require.NoError(t, os.Unsetenv(v))
+	}
+	talosconfig := filepath.Join(home, ".talos", "config")
+	require.NoError(t, os.MkdirAll(filepath.Dir(talosconfig), 0o700))
+	prod := &clientconfig.Config{Context: "prod", Contexts: map[string]*clientconfig.Context{"prod": {Endpoints: []string{currentTalosEP}}}}
+	require.NoError(t, prod.Save(talosconfig))
+
+	code, stdout, stderr := ce.ichor(t, "cluster", "talosconfig", "demo", "--kubeconfig", ce.kubeconfig["otto"], "--merge")
+	require.Equal(t, cli.ExitOK, code, stderr)
+	assert.Contains(t, stdout, "Wrote an os:reader talosconfig for team-a/demo as context demo-reader (now the current one) to "+talosconfig)
+	assert.Contains(t, stdout, "Use it with: talosctl version")
+	assert.NotContains(t, stderr, "renamed")
+	code, stdout, stderr = ce.ichor(t, "cluster", "talosconfig", "demo", "--kubeconfig", ce.kubeconfig["otto"], "--merge")
+	require.Equal(t, cli.ExitOK, code, stderr)
+	assert.Contains(t, stderr, `renamed talosconfig context "demo-reader" -> "demo-reader-1"`)
+	assert.Contains(t, stdout, "as context demo-reader-1 (now the current one)")
+
+	assert.Equal(t, os.FileMode(0o600), mode(t, talosconfig))
+	merged, err := clientconfig.Open(talosconfig)
+	require.NoError(t, err)
+	assert.Equal(t, "demo-reader-1", merged.Context)
+	require.Len(t, merged.Contexts, 3)
+	assert.Equal(t, []string{currentTalosEP}, merged.Contexts["prod"].Endpoints, "an existing context is kept")
+	first, second := merged.Contexts["demo-reader"], merged.Contexts["demo-reader-1"]
+	require.NotNil(t, first)
+	require.NotNil(t, second)
+	assert.NotEqual(t, first.Crt, second.Crt, "the second merge renamed its own context, not replaced the first")
+	// talosctl with the merged file uses the merged context, and reads.
+	ce.assertReads(t, talosconfig)
+
+	// $TALOSCONFIG, through a link: the file it names gets the context, the
+	// link stays a link, and ~/.talos/config is not touched.
+	target := filepath.Join(ce.dir, "merge-elsewhere", "talosconfig")
+	require.NoError(t, os.MkdirAll(filepath.Dir(target), 0o700))
+	require.NoError(t, prod.Save(target))
+	link := filepath.Join(ce.dir, "merge-link")
+	require.NoError(t, os.Symlink(target, link))
+	t.Setenv("TALOSCONFIG", link)
+	before, err := os.ReadFile(talosconfig)
+	require.NoError(t, err)
+	code, _, stderr = ce.ichor(t, "cluster", "talosconfig", "demo", "--kubeconfig", ce.kubeconfig["otto"], "--merge")
+	require.Equal(t, cli.ExitOK, code, stderr)
+	info, err := os.Lstat(link)
+	require.NoError(t, err)
+	assert.Equal(t, os.ModeSymlink, info.Mode().Type())
+	elsewhere, err := clientconfig.Open(target)
+	require.NoError(t, err)
+	assert.Equal(t, "demo-reader", elsewhere.Context)
+	assert.Len(t, elsewhere.Contexts, 2)
+	after, err := os.ReadFile(talosconfig)
+	require.NoError(t, err)
+	assert.Equal(t, before, after)
+
+	// --merge with --out is a usage error, and nothing is asked for.
+	requests := ce.requestCount(t)
+	code, _, stderr = ce.ichor(t, "cluster", "talosconfig", "demo", "--kubeconfig", ce.kubeconfig["otto"], "--merge", "--out", filepath.Join(ce.dir, "both"))
+	assert.Equal(t, cli.ExitUsage, code)
+	assert.Contains(t, stderr, "--merge writes into your talosconfig")
+	assert.Equal(t, requests, ce.requestCount(t))
 }
 
 func (ce *clusterEnv) testAdminKubeconfig(t *testing.T) {

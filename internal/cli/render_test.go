@@ -3,12 +3,16 @@ package cli_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/internal/cli"
 )
 
@@ -34,20 +38,95 @@ spec:
 	return path
 }
 
+// TestRenderKubeletServingByContract: a verified v1.14 cluster's roles get
+// different patches, so one is chosen with --role or each is written to its
+// own file with -o; an unverified v1.13 cluster's roles share one, printed
+// once.
 func TestRenderKubeletServingByContract(t *testing.T) {
-	code, out, stderr := run(t, "", "render", "kubelet-serving", "-f", clusterManifest(t, "v1.14", true, true))
+	verified := clusterManifest(t, "v1.14", true, true)
+	code, out, stderr := run(t, "", "render", "kubelet-serving", "-f", verified)
+	assert.Equal(t, cli.ExitUsage, code)
+	assert.Empty(t, out)
+	assert.Contains(t, stderr, "the patches of the roles controlplane and worker differ for default/demo: pass --role controlplane or --role worker to print one, or -o DIR to write one file per role")
+
+	code, out, stderr = run(t, "", "render", "kubelet-serving", "-f", verified, "--role", "controlplane")
 	require.Equal(t, cli.ExitOK, code, stderr)
+	assert.True(t, strings.HasPrefix(out, "# role: controlplane; Talos v1.14\n"), out)
 	assert.Contains(t, out, "kind: KubeletConfig")
 	assert.Contains(t, out, "serverTLSBootstrap: true")
 	assert.Contains(t, out, "kind: KubeAPIServerConfig")
 	assert.Contains(t, out, "kubelet-certificate-authority: /system/secrets/kubernetes/kube-apiserver/ca.crt")
 
-	code, out, stderr = run(t, "", "render", "kubelet-serving", "-f", clusterManifest(t, "v1.13", true, false), "--role", "controlplane")
+	code, out, stderr = run(t, "", "render", "kubelet-serving", "-f", clusterManifest(t, "v1.13", true, false))
 	require.Equal(t, cli.ExitOK, code, stderr)
+	assert.True(t, strings.HasPrefix(out, "# roles: controlplane, worker; Talos v1.13\n"), out)
 	assert.Contains(t, out, "extraConfig:")
 	assert.NotContains(t, out, "KubeletConfig")
 	assert.NotContains(t, out, "kubelet-certificate-authority", "not verified yet: no flag")
-	assert.Equal(t, 1, strings.Count(out, "# role:"))
+	assert.NotContains(t, out, "---", "one patch")
+}
+
+// TestRenderKubeletServingWritesOneFilePerRole: -o DIR writes
+// DIR/controlplane.yaml and DIR/worker.yaml, each a patch Talos loads, the
+// kube-apiserver's document on the control plane only, and only the fields
+// the patch sets.
+func TestRenderKubeletServingWritesOneFilePerRole(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "patches")
+	code, out, stderr := run(t, "", "render", "kubelet-serving", "-f", clusterManifest(t, "v1.14", true, true), "-o", dir)
+	require.Equal(t, cli.ExitOK, code, stderr)
+	assert.Empty(t, out)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.Equal(t, []string{"controlplane.yaml", "worker.yaml"}, names)
+
+	for role, kinds := range map[string][]string{
+		"controlplane": {"KubeletConfig", "KubeAPIServerConfig"},
+		"worker":       {"KubeletConfig"},
+	} {
+		path := filepath.Join(dir, role+".yaml")
+		assert.Contains(t, stderr, "wrote "+path)
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		_, err = configpatcher.LoadPatch(data)
+		require.NoError(t, err, "%s is not a Talos patch:\n%s", path, data)
+		for _, kind := range []string{"KubeletConfig", "KubeAPIServerConfig"} {
+			assert.Equal(t, slices.Contains(kinds, kind), strings.Contains(string(data), "kind: "+kind), "%s: %s", role, kind)
+		}
+		for _, empty := range []string{`""`, "null", "[]", "{}"} {
+			assert.NotContains(t, string(data), empty, "%s renders an empty field", role)
+		}
+	}
+
+	// --role with -o writes that role's file alone.
+	one := filepath.Join(t.TempDir(), "worker-only")
+	code, _, stderr = run(t, "", "render", "kubelet-serving", "-f", clusterManifest(t, "v1.14", true, true), "-o", one, "--role", "worker")
+	require.Equal(t, cli.ExitOK, code, stderr)
+	assert.FileExists(t, filepath.Join(one, "worker.yaml"))
+	assert.NoFileExists(t, filepath.Join(one, "controlplane.yaml"))
+}
+
+// testRenderFromTheAPIServer reads the cluster from the API server with
+// kubectl's flags: the namespace is the kubeconfig context's (team-a), or
+// -n's.
+func (ce *clusterEnv) testRenderFromTheAPIServer(t *testing.T) {
+	var cluster ichorv1alpha1.TalosCluster
+	require.NoError(t, ce.env.Client.Get(t.Context(), client.ObjectKey{Namespace: teamNS, Name: "bare"}, &cluster))
+	before := cluster.DeepCopy()
+	cluster.Spec.Security.KubeletServingCertificates.Enabled = true
+	require.NoError(t, ce.env.Client.Patch(t.Context(), &cluster, client.MergeFrom(before)))
+
+	code, out, stderr := ce.ichor(t, "render", "kubelet-serving", "bare", "--kubeconfig", ce.kubeconfig["otto"])
+	require.Equal(t, cli.ExitOK, code, stderr)
+	assert.Contains(t, out, "# roles: controlplane, worker; Talos v1.14\n")
+	assert.Contains(t, out, "serverTLSBootstrap: true")
+
+	code, _, stderr = ce.ichor(t, "render", "kubelet-serving", "bare", "--kubeconfig", ce.kubeconfig["otto"], "-n", "default")
+	assert.Equal(t, cli.ExitError, code)
+	assert.Contains(t, stderr, "get TalosCluster default/bare")
 }
 
 func TestRenderKubeletServingOffPrintsNothing(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -25,7 +26,22 @@ const (
 
 // Run executes the command line args and returns the process exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return RunAs(ctx, "ichor", args, stdin, stdout, stderr)
+}
+
+// kubectlPlugin is the name kubectl looks for on the PATH to run
+// `kubectl ichor` (kubectl's plugin convention, and the bin of the krew
+// manifest deploy/krew/ichor.yaml).
+const kubectlPlugin = "kubectl-ichor"
+
+// RunAs is Run for the binary invoked as argv0 (os.Args[0]): as
+// kubectl-ichor, kubectl's plugin, its help names the commands as the person
+// typed them, `kubectl ichor ...`.
+func RunAs(ctx context.Context, argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRoot(stdin, stdout, stderr)
+	if strings.TrimSuffix(filepath.Base(argv0), ".exe") == kubectlPlugin {
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl ichor"}
+	}
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {

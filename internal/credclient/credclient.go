@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -57,35 +58,12 @@ const pollInterval = 500 * time.Millisecond
 // progressEvery is how often the wait says it is still waiting.
 const progressEvery = 5 * time.Second
 
-// Kube is the caller's kubeconfig, as kubectl reads it.
-type Kube struct {
-	// Kubeconfig is the file; empty for $KUBECONFIG, then ~/.kube/config.
-	Kubeconfig string
-	// Context is the context to use; empty for the current one.
-	Context string
-	// Namespace of the TalosCluster; empty for the context's.
-	Namespace string
-}
-
-func (k Kube) loader() clientcmd.ClientConfig {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = k.Kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: k.Context}
-	overrides.Context.Namespace = k.Namespace
-	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-}
-
-// files are the files the caller's kubeconfig is read from.
-func (k Kube) files() []string {
-	if k.Kubeconfig != "" {
-		return []string{k.Kubeconfig}
-	}
-	return clientcmd.NewDefaultClientConfigLoadingRules().GetLoadingPrecedence()
-}
-
 // Request is what a credential command asks for.
 type Request struct {
-	Kube Kube
+	// Kube is the caller's client configuration, kubectl's flags
+	// (kube.NewConfigFlags): the kubeconfig, its context, the namespace of
+	// the TalosCluster, impersonation.
+	Kube genericclioptions.RESTClientGetter
 	// Cluster is the TalosCluster's name.
 	Cluster string
 	// TTL is the lifetime asked for; nil for the policy's default.
@@ -106,6 +84,9 @@ type Request struct {
 	// BreakGlass asks for the super-admin kubeconfig instead of the admin
 	// one.
 	BreakGlass bool
+	// Merge merges the talosconfig into the one talosctl uses, as
+	// `talosctl config merge` does, instead of writing a file of its own.
+	Merge bool
 	// Progress receives what the wait is doing, for a person watching.
 	Progress io.Writer
 }
@@ -121,7 +102,8 @@ type Written struct {
 	UseWith string
 }
 
-// Talosconfig asks for an os:reader talosconfig and writes it.
+// Talosconfig asks for an os:reader talosconfig and writes it, or with Merge
+// merges it into the talosconfig talosctl uses.
 func Talosconfig(ctx context.Context, o Request) (Written, error) {
 	cluster := o.Cluster
 	current, err := currentTalosconfigPath()
@@ -129,11 +111,22 @@ func Talosconfig(ctx context.Context, o Request) (Written, error) {
 		return Written{}, err
 	}
 	out := o.Out
-	if out == "" {
-		out = current + talosconfigSuffix
-	}
-	if err := checkOutput(out, []string{current}, o.Force); err != nil {
-		return Written{}, err
+	if o.Merge {
+		if o.Out != "" || o.Force {
+			return Written{}, usage.Errorf("--merge writes into your talosconfig; --out and --force do not apply to it")
+		}
+		// Found before anything is asked for: a credential issued and then
+		// not written is wasted, and an Event says it was requested.
+		if out, err = mergeTarget(); err != nil {
+			return Written{}, err
+		}
+	} else {
+		if out == "" {
+			out = current + talosconfigSuffix
+		}
+		if err := checkOutput(out, []string{current}, o.Force); err != nil {
+			return Written{}, err
+		}
 	}
 	key, err := newKey()
 	if err != nil {
@@ -144,8 +137,7 @@ func Talosconfig(ctx context.Context, o Request) (Written, error) {
 		return Written{}, err
 	}
 
-	loader := o.Kube.loader()
-	c, namespace, _, err := kubeClient(loader)
+	c, namespace, _, err := kube.Client(o.Kube)
 	if err != nil {
 		return Written{}, err
 	}
@@ -173,19 +165,64 @@ func Talosconfig(ctx context.Context, o Request) (Written, error) {
 			Key:       base64.StdEncoding.EncodeToString(keyPEM),
 		}},
 	}
+	description := fmt.Sprintf("an os:reader talosconfig for %s/%s", namespace, cluster)
+	useWith := "talosctl --talosconfig " + out + " version"
+	if o.Merge {
+		if cfg, contextName, err = mergeInto(out, cfg, o.Progress); err != nil {
+			return Written{}, err
+		}
+		description += fmt.Sprintf(" as context %s (now the current one)", contextName)
+		useWith = "talosctl version"
+	}
 	data, err := cfg.Bytes()
 	if err != nil {
 		return Written{}, fmt.Errorf("encode the talosconfig: %w", err)
 	}
-	if err := writeFile(out, data, []string{current}, o.Force); err != nil {
+	if o.Merge {
+		err = writeFile(out, data, nil, true)
+	} else {
+		err = writeFile(out, data, []string{current}, o.Force)
+	}
+	if err != nil {
 		return Written{}, err
 	}
-	return Written{
-		Path:        out,
-		Description: fmt.Sprintf("an os:reader talosconfig for %s/%s", namespace, cluster),
-		Expires:     expiry(answer),
-		UseWith:     "talosctl --talosconfig " + out + " version",
-	}, nil
+	return Written{Path: out, Description: description, Expires: expiry(answer), UseWith: useWith}, nil
+}
+
+// mergeTarget is the talosconfig `talosctl config merge` would merge into:
+// the first of $TALOSCONFIG and ~/.talos/config that exists, else the first
+// of them (created empty, as talosctl does). A symbolic link is followed, so
+// the file it names is the one replaced.
+func mergeTarget() (string, error) {
+	cfg, err := clientconfig.Open("")
+	if err != nil {
+		return "", fmt.Errorf("open your talosconfig to merge into: %w", err)
+	}
+	p := cfg.Path()
+	if !p.WriteAllowed {
+		return "", usage.Errorf("your talosconfig %s is read-only: set TALOSCONFIG to a file to merge into, or pass --out instead of --merge", p.Path)
+	}
+	if resolved, err := filepath.EvalSymlinks(p.Path); err == nil {
+		return resolved, nil
+	}
+	return p.Path, nil
+}
+
+// mergeInto reads the talosconfig at path again (it may have changed while
+// the request was answered) and merges add into it with machinery's Merge,
+// the one `talosctl config merge` uses: a context whose name is taken is
+// renamed NAME-1, NAME-2, ..., and the added context becomes the current
+// one. It returns the merged configuration and the added context's name.
+func mergeInto(path string, add *clientconfig.Config, progress io.Writer) (*clientconfig.Config, string, error) {
+	cfg, err := clientconfig.Open(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("read the talosconfig to merge into: %w", err)
+	}
+	for _, r := range cfg.Merge(add) {
+		// talosctl's own words for it.
+		fmt.Fprintf(progress, "renamed talosconfig context %s\n", r.String())
+	}
+	return cfg, cfg.Context, nil
 }
 
 // Kubeconfig asks for an admin kubeconfig (a break-glass one with
@@ -196,7 +233,7 @@ func Kubeconfig(ctx context.Context, o Request) (Written, error) {
 	if o.BreakGlass {
 		purpose, suffix, what = ichorv1alpha1.PurposeKubeconfigSuperAdmin, breakGlassSuffix, "a break-glass kubeconfig"
 	}
-	protected := o.Kube.files()
+	protected := kube.KubeconfigFiles(o.Kube)
 	out := o.Out
 	if out == "" {
 		if len(protected) == 0 {
@@ -216,8 +253,7 @@ func Kubeconfig(ctx context.Context, o Request) (Written, error) {
 		return Written{}, err
 	}
 
-	loader := o.Kube.loader()
-	c, namespace, restCfg, err := kubeClient(loader)
+	c, namespace, restCfg, err := kube.Client(o.Kube)
 	if err != nil {
 		return Written{}, err
 	}
@@ -402,28 +438,6 @@ func generateName(cluster string, purpose ichorv1alpha1.CredentialPurpose) strin
 		base = base[:50]
 	}
 	return strings.TrimRight(base, "-.") + "-"
-}
-
-// kubeClient is a client of the caller's cluster, the namespace to use, and
-// the client configuration.
-func kubeClient(loader clientcmd.ClientConfig) (client.Client, string, *rest.Config, error) {
-	cfg, err := loader.ClientConfig()
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	namespace, _, err := loader.Namespace()
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("kubeconfig namespace: %w", err)
-	}
-	scheme, err := kube.Scheme()
-	if err != nil {
-		return nil, "", nil, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, "", nil, fmt.Errorf("client: %w", err)
-	}
-	return c, namespace, cfg, nil
 }
 
 // talosEndpoints are, in order of preference, the hosts of the cluster's

@@ -7,9 +7,11 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 )
@@ -40,4 +42,44 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
 	}
 	return cfg, nil
+}
+
+// NewConfigFlags are kubectl's client flags (--kubeconfig, --context,
+// -n/--namespace, --as, --as-group, --request-timeout, ...), read the way
+// kubectl reads them, for the commands that speak to an API server as the
+// person running them. Add them with AddFlags; read them with Client.
+func NewConfigFlags() *genericclioptions.ConfigFlags {
+	f := genericclioptions.NewConfigFlags(true)
+	// Only discovery reads the cache directory, and no command discovers.
+	f.CacheDir = nil
+	return f
+}
+
+// Client is a client of the API server the flags name, the namespace to use
+// (-n, else the kubeconfig context's, else "default", as kubectl) and the
+// client configuration.
+func Client(flags genericclioptions.RESTClientGetter) (client.Client, string, *rest.Config, error) {
+	cfg, err := flags.ToRESTConfig()
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	namespace, _, err := flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("kubeconfig namespace: %w", err)
+	}
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("client: %w", err)
+	}
+	return c, namespace, cfg, nil
+}
+
+// KubeconfigFiles are the files the flags' kubeconfig is read from:
+// --kubeconfig, else $KUBECONFIG's files, else ~/.kube/config.
+func KubeconfigFiles(flags genericclioptions.RESTClientGetter) []string {
+	return flags.ToRawKubeConfigLoader().ConfigAccess().GetLoadingPrecedence()
 }

@@ -249,18 +249,30 @@ func Run(ctx context.Context, opts Options) (res Result, err error) {
 	}
 
 	say("")
+	explore(ctx, opts, res, mgr.logPath, say)
+	return res, nil
+}
+
+// explore ends the story: interactive, it says how to look around and waits
+// for Ctrl-C; otherwise the control plane stops when Run returns, so a
+// kubeconfig for it would point at nothing, and only the files that stay are
+// named.
+func explore(ctx context.Context, opts Options, res Result, managerLog string, say func(string, ...any)) {
+	if !opts.Interactive {
+		say("== Kept after the demo:")
+		say("   %s decisions show ID %s", opts.Ichor, res.DecisionLog)
+		say("   manager log: %s", managerLog)
+		return
+	}
 	say("== Explore:")
 	say("   export KUBECONFIG=%s", res.Kubeconfig)
 	say("   kubectl get csr; kubectl describe csr   # the conditions carry the reasons, decision ids and policy revision")
 	say("   kubectl -n demo get talosclusters,talosmachines")
 	say("   %s decisions show ID %s", opts.Ichor, res.DecisionLog)
-	say("   manager log: %s", mgr.logPath)
-	if opts.Interactive {
-		say("== Running until Ctrl-C.")
-		<-ctx.Done()
-		say("== Stopping: manager, kubelets, Talos nodes, control plane.")
-	}
-	return res, nil
+	say("   manager log: %s", managerLog)
+	say("== Running until Ctrl-C.")
+	<-ctx.Done()
+	say("== Stopping: manager, kubelets, Talos nodes, control plane.")
 }
 
 func createCluster(ctx context.Context, env *harness.Env) error {
@@ -416,7 +428,13 @@ func (e entry) line() string {
 	return fmt.Sprintf("%s %-10s %-10s %s", mark, e.Result.Node, e.Input.CSR.Name, strings.Join(reasons, "; "))
 }
 
-// tail follows the decision log as the manager writes it.
+// servingDecision is the path of the kubelet serving decisions in the log;
+// the log also holds other rules' decisions and the records of verdicts
+// applied (system/applied/record), which carry an action too.
+const servingDecision = "ichor/kubelet_serving/decision"
+
+// tail follows the kubelet serving decisions of the decision log as the
+// manager writes it.
 func tail(ctx context.Context, path string, fn func(entry)) {
 	var f *os.File
 	for f == nil {
@@ -437,7 +455,7 @@ func tail(ctx context.Context, path string, fn func(entry)) {
 		partial.WriteString(line)
 		if err == nil {
 			var e entry
-			if json.Unmarshal([]byte(partial.String()), &e) == nil && e.Msg == "Decision Log" && e.Result.Action != "" {
+			if json.Unmarshal([]byte(partial.String()), &e) == nil && e.Msg == "Decision Log" && e.Path == servingDecision {
 				fn(e)
 			}
 			partial.Reset()

@@ -40,6 +40,12 @@ func TestDemoTellsTheStory(t *testing.T) {
 	assert.Equal(t, "pending", res.Verdicts["worker-3"][0])
 	assert.Contains(t, story.String(), "IPNotNode: IP address 10.5.0.3 is not one of the node's addresses")
 
+	// Run non-interactively, the control plane is gone when the story ends:
+	// no kubeconfig to explore it with is offered; the files that stay are.
+	assert.NotContains(t, story.String(), "Explore")
+	assert.NotContains(t, story.String(), "export KUBECONFIG")
+	assert.Contains(t, story.String(), "decisions show ID "+res.DecisionLog)
+
 	// The operator got a read-only talosconfig; the viewer was refused.
 	assert.FileExists(t, res.Talosconfig)
 	assert.Contains(t, story.String(), "an os:reader talosconfig was requested by alice (lifetime 1h0m0s)")

@@ -2,6 +2,7 @@ package render_test
 
 import (
 	"fmt"
+	"regexp"
 	"testing"
 
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
@@ -140,8 +141,10 @@ func TestKubeletServingKinds(t *testing.T) {
 }
 
 // TestKubeletServingBytes pins the exact patch each family renders, as a
-// reviewer would read it, and decodes it back with machinery's strict loader
-// (unknown fields and kinds are errors there).
+// reviewer would read it: only what it sets, none of the empty fields
+// machinery's encoder writes (`image: ""`, `token: ""`, `cluster: null`).
+// It decodes it back with machinery's strict loader (unknown fields and
+// kinds are errors there).
 func TestKubeletServingBytes(t *testing.T) {
 	verified := options{enabled: true, verify: true, verified: metav1.ConditionTrue}
 
@@ -152,27 +155,21 @@ func TestKubeletServingBytes(t *testing.T) {
 	}{
 		{"v1.14", controlPlane, `apiVersion: v1alpha1
 kind: KubeletConfig
-image: ""
 config:
     serverTLSBootstrap: true
 ---
 apiVersion: v1alpha1
 kind: KubeAPIServerConfig
-image: ""
 extraArgs:
     kubelet-certificate-authority: ` + caPath + `
 `},
 		{"v1.14", worker, `apiVersion: v1alpha1
 kind: KubeletConfig
-image: ""
 config:
     serverTLSBootstrap: true
 `},
 		{"v1.13", controlPlane, `version: v1alpha1
 machine:
-    type: ""
-    token: ""
-    certSANs: []
     kubelet:
         extraConfig:
             serverTLSBootstrap: true
@@ -183,13 +180,9 @@ cluster:
 `},
 		{"v1.13", worker, `version: v1alpha1
 machine:
-    type: ""
-    token: ""
-    certSANs: []
     kubelet:
         extraConfig:
             serverTLSBootstrap: true
-cluster: null
 `},
 	} {
 		t.Run(tc.version+"/"+string(tc.role), func(t *testing.T) {
@@ -215,6 +208,26 @@ cluster: null
 				assert.Equal(t, []string{caPath}, decoded.K8sAPIServerConfig().ExtraArgs()[render.KubeletCertificateAuthorityArg])
 			}
 		})
+	}
+}
+
+// TestKubeletServingRendersNoEmptyField: for every contract, option and
+// role, no line of the patch sets an empty value.
+func TestKubeletServingRendersNoEmptyField(t *testing.T) {
+	empty := regexp.MustCompile(`(?m):\s*(""|''|null|~|\[\]|\{\})\s*$`)
+
+	for _, c := range contracts {
+		for _, opts := range []options{{enabled: true}, {enabled: true, verify: true, verified: metav1.ConditionTrue}} {
+			patch, err := render.KubeletServing(newCluster(c.version, opts))
+			require.NoError(t, err)
+
+			for _, role := range roles {
+				data, err := patch.Bytes(role)
+				require.NoError(t, err)
+
+				assert.Empty(t, empty.FindAllString(string(data), -1), "%s/%s/%+v: empty fields in\n%s", c.version, role, opts, data)
+			}
+		}
 	}
 }
 

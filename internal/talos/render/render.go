@@ -14,8 +14,10 @@
 package render
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 
@@ -23,6 +25,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/container"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	yaml "go.yaml.in/yaml/v4"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 )
@@ -92,15 +95,17 @@ func (p Patch) Kinds(role ichorv1alpha1.MachineRole) []string {
 // Bytes encodes the patch for a machine of role as the YAML Talos accepts as
 // a strategic merge patch (`talosctl patch mc --patch @file`, or a config
 // patch in a machine's configuration): documents separated by "---", without
-// the documentation comments. It returns nil and no error when the role gets
-// nothing.
+// the documentation comments, and with only the fields the patch sets. It
+// returns nil and no error when the role gets nothing.
 //
 // machinery's encoder writes the fields its types declare without omitempty
-// even when they are empty (`image: ""`, and the legacy `machine.type`,
-// `machine.token`, `machine.certSANs`). They are harmless in a patch: Talos's
-// strategic merge never merges an empty value, so they change nothing (the
-// tests apply each patch to a generated configuration and check the images
-// and the machine type are kept).
+// even when they are empty (`image: ""`, the legacy `machine.type`,
+// `machine.token`, `machine.certSANs`, `cluster: null`). Talos's strategic
+// merge never merges an empty value, so they would change nothing, but a
+// person reviewing the patch reads `token: ""` as "clears the token" and
+// `image: ""` as "unsets the image": they are left out, so the patch says
+// exactly what it changes (the tests apply each patch to a generated
+// configuration and check the images and the machine type are kept).
 func (p Patch) Bytes(role ichorv1alpha1.MachineRole) ([]byte, error) {
 	ctr := p.byRole[role]
 	if ctr == nil {
@@ -112,7 +117,82 @@ func (p Patch) Bytes(role ichorv1alpha1.MachineRole) ([]byte, error) {
 		return nil, fmt.Errorf("encoding the %s patch: %w", role, err)
 	}
 
+	data, err = withoutEmptyFields(data)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the %s patch: %w", role, err)
+	}
+
 	return data, nil
+}
+
+// withoutEmptyFields re-encodes a stream of YAML documents without the
+// mapping entries whose value is empty: null, "", [] or {}, once their own
+// empty entries are gone. Sequence items are kept, since their position
+// means something. The indentation is machinery's.
+func withoutEmptyFields(data []byte) ([]byte, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+
+	var out bytes.Buffer
+
+	enc := yaml.NewEncoder(&out)
+	enc.SetIndent(4)
+
+	for {
+		var doc yaml.Node
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("reading back the encoded patch: %w", err)
+		}
+
+		pruneEmpty(&doc)
+
+		if err := enc.Encode(&doc); err != nil {
+			return nil, fmt.Errorf("re-encoding the patch: %w", err)
+		}
+	}
+
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("re-encoding the patch: %w", err)
+	}
+
+	return out.Bytes(), nil
+}
+
+// pruneEmpty removes the empty entries of every mapping under n.
+func pruneEmpty(n *yaml.Node) {
+	switch n.Kind { //nolint:exhaustive // scalars and aliases hold no entries
+	case yaml.DocumentNode, yaml.SequenceNode:
+		for _, child := range n.Content {
+			pruneEmpty(child)
+		}
+	case yaml.MappingNode:
+		kept := n.Content[:0]
+
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key, value := n.Content[i], n.Content[i+1]
+			pruneEmpty(value)
+
+			if !isEmptyNode(value) {
+				kept = append(kept, key, value)
+			}
+		}
+
+		n.Content = kept
+	}
+}
+
+func isEmptyNode(n *yaml.Node) bool {
+	switch n.Kind { //nolint:exhaustive // a document or an alias is never empty here
+	case yaml.ScalarNode:
+		tag := n.ShortTag()
+
+		return tag == "!!null" || (tag == "!!str" && n.Value == "")
+	case yaml.MappingNode, yaml.SequenceNode:
+		return len(n.Content) == 0
+	}
+
+	return false
 }
 
 // machineRoles are the roles a Patch is rendered for.
