@@ -16,7 +16,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/ichor-dev/ichor-policy/internal/kube"
 
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
@@ -190,9 +191,11 @@ func readDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []strin
 
 // readCluster reads the manager pods' logs.
 func readCluster(ctx context.Context, s streams, src sourceFlags) ([]decisionlog.Entry, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = src.kubeconfig
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: src.context})
+	// kubectl's loading of --kubeconfig and --context, as every command that
+	// speaks to an API server; its other flags would mean nothing here.
+	flags := kube.NewConfigFlags()
+	flags.KubeConfig, flags.Context = &src.kubeconfig, &src.context
+	loader := flags.ToRawKubeConfigLoader()
 	cfg, err := loader.ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig: %w", err)
