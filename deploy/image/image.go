@@ -125,9 +125,9 @@ func Build(ctx context.Context, o Options) (v1.Hash, error) {
 	}
 	defer func() { _ = os.RemoveAll(work) }()
 
-	binaries := make([]string, len(o.Platforms))
-	for i, p := range o.Platforms {
-		if binaries[i], err = compile(ctx, o, p, work); err != nil {
+	binaries := map[string]string{}
+	for _, p := range o.Platforms {
+		if binaries[p.String()], err = compile(ctx, o, p, work); err != nil {
 			return v1.Hash{}, err
 		}
 	}
@@ -178,6 +178,7 @@ func tag(o Options) (name.Tag, error) {
 func compile(ctx context.Context, o Options, p v1.Platform, work string) (string, error) {
 	out := filepath.Join(work, p.OS+"-"+p.Architecture, "ichor")
 	ldflags := strings.Join(strings.Fields("-s -w "+o.LDFlags+" -X "+versionVar+"="+o.Version), " ")
+	//nolint:gosec // G204: the build machine's go command, with the options of whoever runs make image.
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, "./cmd/ichor")
 	cmd.Dir = o.Dir
 	// GOFLAGS, GOAMD64 and GOARM64 from the caller's environment would change
@@ -192,16 +193,21 @@ func compile(ctx context.Context, o Options, p v1.Platform, work string) (string
 	return out, nil
 }
 
-// assemble makes one image per platform on its base and the index of them.
-func assemble(ctx context.Context, o Options, base baseFunc, binaries []string, work string) (v1.ImageIndex, error) {
+// assemble makes one image per platform on its base, from the binaries by
+// platform, and the index of them.
+func assemble(ctx context.Context, o Options, base baseFunc, binaries map[string]string, work string) (v1.ImageIndex, error) {
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	var annotations map[string]string
-	for i, p := range o.Platforms {
+	for _, p := range o.Platforms {
+		binary, ok := binaries[p.String()]
+		if !ok {
+			return nil, fmt.Errorf("no binary for %s", p.String())
+		}
 		from, err := base(ctx, p, work)
 		if err != nil {
 			return nil, err
 		}
-		img, err := platformImage(o, from, p, binaries[i], work)
+		img, err := platformImage(o, from, p, binary, work)
 		if err != nil {
 			return nil, fmt.Errorf("the image for %s: %w", p.String(), err)
 		}
@@ -451,6 +457,8 @@ func Archive(dir, path string, created time.Time) error {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing the archive: %w", err)
 	}
+	// Readable by whoever loads it, as the layout's files are.
+	//nolint:gosec // G302: an image is no secret.
 	if err := os.Chmod(f.Name(), 0o644); err != nil {
 		return fmt.Errorf("writing the archive: %w", err)
 	}

@@ -258,7 +258,7 @@ func TestBaseByDigestAndFromALayout(t *testing.T) {
 		o.Base = baseLayout
 		base, err := resolveBase(o)
 		require.NoError(t, err)
-		_, err = assemble(t.Context(), o, base, []string{standIn(t, "s390x")}, t.TempDir())
+		_, err = assemble(t.Context(), o, base, map[string]string{"linux/s390x": standIn(t, "s390x")}, t.TempDir())
 		require.Error(t, err)
 		assert.Contains(t, err.Error(), "no image for the platform linux/s390x")
 	})
@@ -306,9 +306,9 @@ func testOptions(t *testing.T, platforms ...string) Options {
 // assembleWith assembles o's platforms from stand-in binaries.
 func assembleWith(t *testing.T, o Options, base baseFunc) v1.ImageIndex {
 	t.Helper()
-	var binaries []string
+	binaries := map[string]string{}
 	for _, p := range o.Platforms {
-		binaries = append(binaries, standIn(t, p.Architecture))
+		binaries[p.String()] = standIn(t, p.Architecture)
 	}
 	idx, err := assemble(t.Context(), o, base, binaries, t.TempDir())
 	require.NoError(t, err)
@@ -383,12 +383,12 @@ func extract(t *testing.T, img v1.Image, dir string) map[string]*tar.Header {
 		require.True(t, strings.HasPrefix(target, dir+string(filepath.Separator)), "%s leaves the image", h.Name)
 		switch h.Typeflag {
 		case tar.TypeDir:
-			require.NoError(t, os.MkdirAll(target, 0o755))
-			require.NoError(t, os.Chmod(target, fs.FileMode(h.Mode).Perm()))
+			require.NoError(t, os.MkdirAll(target, 0o700))
+			require.NoError(t, os.Chmod(target, h.FileInfo().Mode().Perm()))
 		case tar.TypeReg:
 			data, err := io.ReadAll(tr)
 			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(target, data, fs.FileMode(h.Mode).Perm()))
+			require.NoError(t, os.WriteFile(target, data, h.FileInfo().Mode().Perm()))
 		default:
 			t.Fatalf("%s: unexpected type %c", h.Name, h.Typeflag)
 		}
