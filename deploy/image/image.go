@@ -155,6 +155,11 @@ func (o Options) validate() error {
 	if o.Out == "" {
 		return errors.New("no output directory")
 	}
+	// The output is removed before it is written, and a layout base is read
+	// while it is.
+	if o.Base != "" && samePath(o.Base, o.Out) {
+		return fmt.Errorf("the base image %s is the output directory", o.Base)
+	}
 	if _, err := tag(o); err != nil {
 		return err
 	}
@@ -162,6 +167,12 @@ func (o Options) validate() error {
 		return errors.New("no creation time: set SOURCE_DATE_EPOCH")
 	}
 	return nil
+}
+
+func samePath(a, b string) bool {
+	a, errA := filepath.Abs(a)
+	b, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && a == b
 }
 
 // tag is the image's reference: the repository at the version.

@@ -265,7 +265,7 @@ func TestBaseByDigestAndFromALayout(t *testing.T) {
 }
 
 // TestLayoutReplacesOnlyALayout: an earlier build's layout is replaced
-// whole, any other directory is left alone.
+// whole, unless it is the base; any other directory is left alone.
 func TestLayoutReplacesOnlyALayout(t *testing.T) {
 	o := testOptions(t, "linux/amd64")
 	base, err := resolveBase(o)
@@ -277,7 +277,12 @@ func TestLayoutReplacesOnlyALayout(t *testing.T) {
 	require.NoError(t, writeLayout(o, idx))
 	assert.NoFileExists(t, stale)
 
-	o.Out = t.TempDir()
+	o.Base = o.Out
+	err = o.validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "is the output directory")
+
+	o.Base, o.Out = "", t.TempDir()
 	mine := filepath.Join(o.Out, "mine")
 	require.NoError(t, os.WriteFile(mine, []byte("keep"), 0o600))
 	err = writeLayout(o, idx)
