@@ -299,6 +299,11 @@ func platformImage(o Options, from baseImage, p v1.Platform, binary, work string
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return nil, fmt.Errorf("writing the configuration: %w", err)
 	}
+	// A Docker manifest has no annotations: on a Docker base the labels say
+	// it all.
+	if from.layerType == types.DockerLayer {
+		return img, nil
+	}
 	annotated, ok := mutate.Annotations(img, labels).(v1.Image)
 	if !ok {
 		return nil, errors.New("annotating the image did not give an image")

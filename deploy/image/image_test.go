@@ -503,3 +503,29 @@ func readFile(t *testing.T, p string) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+// TestLayerMediaTypeFollowsTheBase: a layer added to a Docker manifest is a
+// Docker layer and the manifest gets no annotations, so an image never mixes
+// the two specifications.
+func TestLayerMediaTypeFollowsTheBase(t *testing.T) {
+	o := testOptions(t, "linux/amd64")
+	cf, err := empty.Image.ConfigFile()
+	require.NoError(t, err)
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	docker, err := mutate.ConfigFile(empty.Image, cf)
+	require.NoError(t, err)
+	from, err := fromImage(docker, o.Platforms[0])
+	require.NoError(t, err)
+	img, err := platformImage(o, from, o.Platforms[0], standIn(t, "amd64"), t.TempDir())
+	require.NoError(t, err)
+	m, err := img.Manifest()
+	require.NoError(t, err)
+	assert.Equal(t, types.DockerManifestSchema2, m.MediaType)
+	require.Len(t, m.Layers, 1)
+	assert.Equal(t, types.DockerLayer, m.Layers[0].MediaType)
+	assert.Empty(t, m.Annotations, "a Docker manifest has no annotations")
+	cf, err = img.ConfigFile()
+	require.NoError(t, err)
+	assert.Equal(t, testVersion, cf.Config.Labels[AnnotationVersion])
+}
