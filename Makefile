@@ -9,6 +9,23 @@ SHELL := /usr/bin/env bash -o pipefail
 export GOTOOLCHAIN := local
 export GOFLAGS := -buildvcs=false
 
+# The version stamped into ichor (ichor version, ichor_build_info, the
+# decision log's labels.ichor_version) and the image's tag; the image build
+# passes the same LDFLAGS. Outside a git work tree it is devel.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS ?= -X github.com/ichor-dev/ichor-policy/internal/version.Version=$(VERSION)
+
+# `make image` (deploy/image): no container daemon and no registry needed.
+# BASE_IMAGE empty is the empty base (a user, /tmp, CA_BUNDLE); else an OCI
+# image layout directory or NAME@sha256:DIGEST, never a tag.
+IMAGE_REPOSITORY ?= ghcr.io/ichor-dev/ichor-policy
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+BASE_IMAGE ?=
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+# The commit's time is the image's, so the same commit gives the same digest.
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+
 # Control-plane binaries (kube-apiserver, kube-controller-manager, etcd) are
 # built from tools/envtest once and cached outside the repository.
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ichor-policy
@@ -25,11 +42,6 @@ GOLANGCI_LINT = $(shell go -C tools/golangci-lint tool -n golangci-lint)
 
 POLICY := policy
 
-# The version stamped into the binary (ichor version, ichor_build_info, the
-# decision log's labels.ichor_version); the image build passes the same
-# LDFLAGS. Outside a git work tree it is devel.
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-LDFLAGS := -X github.com/ichor-dev/ichor-policy/internal/version.Version=$(VERSION)
 GO_TEST_FLAGS ?= -count=1 -timeout 30m
 
 .PHONY: demo
@@ -39,6 +51,13 @@ demo: build envtest-assets ## Run: the rules at work on an embedded control plan
 .PHONY: build
 build: ## Build bin/ichor, its version stamped (VERSION=... to choose it)
 	go build -ldflags "$(LDFLAGS)" -o bin/ichor ./cmd/ichor
+
+.PHONY: image
+image: ## The manager image, without a container daemon: an OCI image layout in dist/image and its archive dist/image.tar (IMAGE_PLATFORMS, BASE_IMAGE; docs/install.md)
+	@mkdir -p dist
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./deploy/image/cmd/build -o dist/image -archive dist/image.tar \
+	  -version "$(VERSION)" -revision "$(REVISION)" -ldflags "$(LDFLAGS)" -repository "$(IMAGE_REPOSITORY)" \
+	  -platforms "$(IMAGE_PLATFORMS)" -base "$(BASE_IMAGE)" -ca-bundle "$(CA_BUNDLE)"
 
 .PHONY: test
 test: go-lint policy-test envtest-assets go-test chart-test ## The whole suite: gofmt, go vet, golangci-lint, opa check/fmt/test (100% coverage), Regal, go test, the chart

@@ -27,6 +27,7 @@ import (
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/ichor-dev/ichor-policy/deploy/image"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/manager"
@@ -627,11 +628,12 @@ func TestManagerDeployment(t *testing.T) {
 	pod := dep.Spec.Template.Spec
 	require.Len(t, pod.Containers, 1)
 	c := pod.Containers[0]
-	// The image runs `/ichor manager`: the chart gives flags only.
+	// The image's entrypoint is image.Entrypoint, /ichor, with no arguments
+	// (deploy/image tests it): the chart gives the command, then flags only.
 	assert.Empty(t, c.Command)
-	assert.NotContains(t, c.Args, "manager")
-	assert.Contains(t, string(readFile(t, filepath.Join(root(t), "Dockerfile"))), `ENTRYPOINT ["/ichor", "manager"]`)
-	for _, a := range c.Args {
+	require.NotEmpty(t, c.Args)
+	assert.Equal(t, "manager", c.Args[0])
+	for _, a := range c.Args[1:] {
 		assert.True(t, strings.HasPrefix(a, "--"), "argument %q is not a flag", a)
 	}
 	assert.Contains(t, c.Args, "--leader-elect")
@@ -649,6 +651,9 @@ func TestManagerDeployment(t *testing.T) {
 	require.NotNil(t, psc)
 	require.NotNil(t, sc)
 	assert.Equal(t, ptrTrue, psc.RunAsNonRoot)
+	if assert.NotNil(t, psc.RunAsUser) {
+		assert.EqualValues(t, image.UID, *psc.RunAsUser, "the image's user")
+	}
 	assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, psc.SeccompProfile.Type)
 	assert.Equal(t, ptrTrue, sc.ReadOnlyRootFilesystem)
 	assert.Equal(t, ptrFalse, sc.AllowPrivilegeEscalation)
