@@ -67,8 +67,9 @@ type Reader struct {
 	Roots *x509.CertPool
 	// Timeout bounds one read; DefaultTimeout if zero.
 	Timeout time.Duration
-	// Dial opens the connection; a net.Dialer's DialContext if nil. Tests
-	// map a node's address to a local listener with it.
+	// Dial opens the connection; if nil, the one the context carries
+	// (WithDial), else a net.Dialer's DialContext. Tests map a node's
+	// address to a local listener with it.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Clock is the time the chain is verified at; the real clock if nil.
 	Clock clock.PassiveClock
@@ -137,6 +138,9 @@ func (r *Reader) handshake(ctx context.Context, address string) ([]*x509.Certifi
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	dial := r.Dial
+	if dial == nil {
+		dial = dialFrom(ctx)
+	}
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
