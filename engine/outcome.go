@@ -43,7 +43,7 @@ func (r Reasons) String() string {
 
 // Outcome is what any decision answered, in one shape for every rule: the
 // action word (a CSR rule's action; allowed or refused for a rule that says
-// "allowed"), the reasons, and the node when the rule names one. It is what
+// "allowed"; an audit's status), the reasons, and the node when the rule names one. It is what
 // the metrics count, the shadow compares and `ichor decisions` shows.
 type Outcome struct {
 	// Action is an action word, or "" for a result that is not a decision
@@ -66,6 +66,7 @@ func OutcomeOf(result json.RawMessage, err error) Outcome {
 	}
 	var r struct {
 		Action  *string `json:"action"`
+		Status  *string `json:"status"`
 		Allowed *bool   `json:"allowed"`
 		Reasons Reasons `json:"reasons"`
 		Node    string  `json:"node"`
@@ -76,6 +77,8 @@ func OutcomeOf(result json.RawMessage, err error) Outcome {
 	switch {
 	case r.Action != nil:
 		o.Action = *r.Action
+	case r.Status != nil:
+		o.Action = *r.Status
 	case r.Allowed != nil && *r.Allowed:
 		o.Action = ActionAllowed
 	case r.Allowed != nil:

@@ -22,6 +22,8 @@ func TestEveryRuleHasOneOutcome(t *testing.T) {
 			engine.Outcome{Action: "deny", Node: "worker-1", Reasons: engine.Reasons{{Code: "SANMissing", Message: "no names"}}}},
 		{"allowed", `{"allowed":true,"reasons":[{"code":"IchorCredentialAdmitted","message":"ok"}]}`, nil,
 			engine.Outcome{Action: engine.ActionAllowed, Reasons: engine.Reasons{{Code: "IchorCredentialAdmitted", Message: "ok"}}}},
+		{"an audit's status", `{"status":"drifted","node":"worker-1","reasons":[{"code":"CertificateNamesNotNode","message":"moved"}]}`, nil,
+			engine.Outcome{Action: "drifted", Node: "worker-1", Reasons: engine.Reasons{{Code: "CertificateNamesNotNode", Message: "moved"}}}},
 		{"refused", `{"allowed":false,"reasons":[]}`, nil, engine.Outcome{Action: engine.ActionRefused, Reasons: engine.Reasons{}}},
 		{"not a decision", `{"authorization":{"verb":"download"}}`, nil, engine.Outcome{Reasons: engine.Reasons{}}},
 		{"a set, not an object", `[{"code":"RightNotAllowed"}]`, nil, engine.Outcome{Reasons: engine.Reasons{}}},

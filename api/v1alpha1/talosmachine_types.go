@@ -16,6 +16,19 @@ const (
 	MachineRoleWorker MachineRole = "worker"
 )
 
+// Condition types of a TalosMachine.
+const (
+	// ConditionKubeletServingCertificateCurrent is the periodic audit of the
+	// kubelet serving certificate in service (`ichor manager
+	// --kubelet-serving-audit-interval`): True when the certificate the
+	// kubelet serves names only the node's identity read today from its
+	// Talos API, was issued by the cluster's CA and does not expire soon;
+	// False when it drifted; Unknown when it could not be judged. The
+	// reason is the audit rule's first reason code (CertificateCurrent,
+	// CertificateNamesNotNode, ...), the message its reasons and decision id.
+	ConditionKubeletServingCertificateCurrent = "KubeletServingCertificateCurrent"
+)
+
 // TalosMachineSpec is the desired state of a Talos machine.
 type TalosMachineSpec struct {
 	// ClusterName is the name of the TalosCluster, in the same namespace, the

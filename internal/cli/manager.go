@@ -21,6 +21,7 @@ import (
 )
 
 type managerOptions struct {
+	audit                auditManagerFlags
 	metricsAddr          string
 	probeAddr            string
 	leaderElect          bool
@@ -106,6 +107,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.DurationVar(&o.talosTimeout, "talos-timeout", kubeletserving.DefaultTalosTimeout, "bound on reading one node's identity from its Talos API")
 	f.DurationVar(&o.readerLifetime, "talos-reader-lifetime", 0, "lifetime of the manager's own os:reader Talos certificate (default: the policy's default for purpose node-reader; above the policy's cap is refused)")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to run against (default: in-cluster, then $KUBECONFIG)")
+	o.audit.add(f)
 	f.Float32Var(&o.qps, "kube-api-qps", 300, "requests per second to the API server: an approval costs about three (the approval, its Event, the machine's record), so this sustains about 100 approvals a second; the API server's priority and fairness protects itself beyond (see docs/performance.md)")
 	f.IntVar(&o.burst, "kube-api-burst", 600, "burst of requests to the API server, for a mass reboot")
 	// controller-runtime's own logging flags (--zap-log-level, --zap-encoder,
@@ -163,6 +165,7 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 		TalosTimeout:            o.talosTimeout,
 		ReaderLifetime:          o.readerLifetime,
 	}
+	o.audit.apply(&mo)
 	if o.webhookGenerateCerts {
 		mo.WebhookCerts = &webhookcerts.Options{
 			ServiceName:              o.webhookService,

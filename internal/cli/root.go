@@ -84,7 +84,7 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	// Cobra's own flag errors are usage errors too.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage.Wrap(err) })
-	root.AddCommand(newPolicyCommand(s), newBundleCommand(s), newManagerCommand(s), newRenderCommand(s), newDecisionsCommand(s), newClusterCommand(s), newVersionCommand(s))
+	root.AddCommand(newPolicyCommand(s), newBundleCommand(s), newManagerCommand(s), newRenderCommand(s), newDecisionsCommand(s), newClusterCommand(s), newVersionCommand(s), newAuditCommand(s))
 	// Cobra adds its completion command when it executes; added now, it is
 	// held to the same rules as the others.
 	root.InitDefaultCompletionCmd()

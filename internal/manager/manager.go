@@ -31,6 +31,7 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletaudit"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletclient"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -110,6 +111,14 @@ type Options struct {
 	// ReaderLifetime is the lifetime asked for the manager's own os:reader
 	// Talos certificate; zero for the policy's default.
 	ReaderLifetime time.Duration
+
+	// KubeletServingAuditInterval is how often the kubelet serving
+	// certificates in service are audited (kubeletaudit.Runner); zero turns
+	// the audit off.
+	KubeletServingAuditInterval time.Duration
+	// KubeletPort is the port the kubelets serve on; servingcert.DefaultPort
+	// if zero.
+	KubeletPort int
 }
 
 // Run runs the manager until ctx ends. An error marked by package usage is
@@ -261,7 +270,7 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 			return fmt.Errorf("set up the webhook certificates: %w", err)
 		}
 	}
-	lifetime, err := readerLifetime(ctx, eng, o.ReaderLifetime)
+	lifetime, err := ReaderLifetime(ctx, eng, o.ReaderLifetime)
 	if err != nil {
 		return err
 	}
@@ -276,6 +285,7 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if err != nil {
 		return err
 	}
+	nodeReaders := &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Lifetime: lifetime, Timeout: o.TalosTimeout}
 	serving := &kubeletserving.Reconciler{
 		Metrics:        servingMetrics,
 		Client:         mgr.GetClient(),
@@ -283,12 +293,15 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		Clientset:      clientset,
 		Engine:         eng,
 		Recorder:       mgr.GetEventRecorder("ichor-kubelet-serving"),
-		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Lifetime: lifetime, Timeout: o.TalosTimeout},
+		NodeReaders:    nodeReaders,
 		LocalClusters:  o.LocalClusters,
 		ResyncInterval: o.ResyncInterval,
 	}
 	if err := serving.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up the kubelet serving approver: %w", err)
+	}
+	if err := setUpAudit(mgr, eng, nodeReaders, o); err != nil {
+		return err
 	}
 	if o.Webhook {
 		if err := setUpCredentials(ctx, mgr, eng, o); err != nil {
@@ -307,6 +320,36 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		if err := clientApprover.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: true}); err != nil {
 			return fmt.Errorf("set up the kubelet client approver: %w", err)
 		}
+	}
+	return nil
+}
+
+// setUpAudit adds the periodic audit of the kubelet serving certificates in
+// service, when it is on. It reads nodes with the approver's readers, so one
+// os:reader credential per cluster serves both.
+func setUpAudit(mgr ctrl.Manager, eng *engine.Engine, nodeReaders *kubeletserving.NodeReaders, o Options) error {
+	if o.KubeletServingAuditInterval < 0 {
+		return usage.Errorf("the kubelet serving audit interval %s is negative", o.KubeletServingAuditInterval)
+	}
+	if o.KubeletServingAuditInterval == 0 {
+		return nil
+	}
+	metrics, err := kubeletaudit.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
+	runner := &kubeletaudit.Runner{
+		Auditor: &kubeletaudit.Auditor{
+			Reader: mgr.GetAPIReader(), NodeReaders: nodeReaders, Engine: eng,
+			Port: o.KubeletPort, Timeout: o.TalosTimeout,
+		},
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("ichor-kubelet-serving-audit"),
+		Metrics:  metrics,
+		Interval: o.KubeletServingAuditInterval,
+	}
+	if err := mgr.Add(runner); err != nil {
+		return fmt.Errorf("set up the kubelet serving audit: %w", err)
 	}
 	return nil
 }
@@ -345,10 +388,11 @@ func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine,
 	return nil
 }
 
-// readerLifetime asks the policy (purpose node-reader) for the lifetime of
+// ReaderLifetime asks the policy (purpose node-reader) for the lifetime of
 // the manager's own Talos identity: its default, or the one asked for if the
 // cap allows it. talosnode refuses anything above 15 minutes on its own too.
-func readerLifetime(ctx context.Context, eng *engine.Engine, asked time.Duration) (time.Duration, error) {
+// `ichor audit` asks the same for the identity it reads nodes with.
+func ReaderLifetime(ctx context.Context, eng *engine.Engine, asked time.Duration) (time.Duration, error) {
 	in := engine.CredentialCheckInput{
 		Purpose:   "node-reader",
 		PublicKey: engine.PublicKeyFacts{Parsed: true, Algorithm: "Ed25519", Bits: 256},

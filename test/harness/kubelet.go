@@ -83,6 +83,7 @@ type Kubelet struct {
 	client  kubernetes.Interface
 	manager certificate.Manager
 	dir     string
+	serving *servingListener
 
 	stopWithCtx func() bool
 
@@ -139,7 +140,16 @@ func (e *Env) StartKubelet(ctx context.Context, opts KubeletOptions) (*Kubelet, 
 	}
 	k.dnsNames, k.ips = normalizeAddresses(opts.DNSNames, opts.IPs)
 
+	// The listener is up before the manager starts, so that stopping the
+	// manager (Stop, or ctx done) always finds it to close.
+	if k.serving, err = newServingListener(k.Current); err != nil {
+		os.RemoveAll(dir) //nolint:errcheck // best effort; the work directory goes with the Env
+
+		return nil, fmt.Errorf("harness: kubelet %s: %w", opts.NodeName, err)
+	}
+
 	if err = k.start(ctx); err != nil {
+		k.serving.close()
 		os.RemoveAll(dir) //nolint:errcheck // best effort; the work directory goes with the Env
 
 		return nil, fmt.Errorf("harness: kubelet %s: %w", opts.NodeName, err)
@@ -267,6 +277,10 @@ func (k *Kubelet) SetAddresses(dnsNames []string, ips []net.IP) {
 // Current is the certificate the kubelet would serve with, nil before one is
 // issued.
 func (k *Kubelet) Current() *tls.Certificate {
+	if k.manager == nil {
+		return nil
+	}
+
 	return k.manager.Current()
 }
 
@@ -445,5 +459,8 @@ func (k *Kubelet) Stop() {
 }
 
 func (k *Kubelet) stopManager() {
-	k.stopOnce.Do(k.manager.Stop)
+	k.stopOnce.Do(func() {
+		k.manager.Stop()
+		k.serving.close()
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rsa"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/hex"
 	"encoding/pem"
@@ -147,18 +148,12 @@ func ParseRequest(pemBytes []byte) Request {
 		req.SignatureValid = true
 	}
 	req.SignatureAlgorithm = csr.SignatureAlgorithm.String()
-	req.PublicKey = describeKey(csr.PublicKey, csr.PublicKeyAlgorithm)
-	for _, atv := range csr.Subject.Names {
-		req.Subject = append(req.Subject, Attribute{
-			OID:   atv.Type.String(),
-			Name:  attributeNames[atv.Type.String()],
-			Value: fmt.Sprint(atv.Value),
-		})
-	}
+	req.PublicKey = DescribeKey(csr.PublicKey, csr.PublicKeyAlgorithm)
+	req.Subject = Subject(csr.Subject)
 	for _, ext := range csr.Extensions {
 		req.Extensions = append(req.Extensions, Extension{OID: ext.Id.String(), Critical: ext.Critical})
-		if ext.Id.Equal(oidSubjectAltName) {
-			sans, err := parseSANs(ext.Value)
+		if ext.Id.Equal(OIDSubjectAltName) {
+			sans, err := SubjectAltNames(ext.Value)
 			if err != nil {
 				// A partial list of names is the shape of a smuggling bypass:
 				// a name the rule never sees, that another parser reads.
@@ -173,7 +168,22 @@ func ParseRequest(pemBytes []byte) Request {
 	return req
 }
 
-var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
+// OIDSubjectAltName is the subjectAltName extension.
+var OIDSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
+
+// Subject lists every attribute of a parsed name, in its order, with its OID:
+// how a request's subject is described, and a certificate's (servingcert).
+func Subject(name pkix.Name) []Attribute {
+	out := make([]Attribute, 0, len(name.Names))
+	for _, atv := range name.Names {
+		out = append(out, Attribute{
+			OID:   atv.Type.String(),
+			Name:  attributeNames[atv.Type.String()],
+			Value: fmt.Sprint(atv.Value),
+		})
+	}
+	return out
+}
 
 // attributeNames are the short names of the attributes crypto/x509 knows,
 // so that messages read "OU=ops" rather than "2.5.4.11=ops".
@@ -205,12 +215,12 @@ var sanTypes = map[int]string{
 	8: "registered_id",
 }
 
-// parseSANs lists every GeneralName of a subjectAltName extension value. The
+// SubjectAltNames lists every GeneralName of a subjectAltName extension value. The
 // value must parse completely: one SEQUENCE with nothing after it, each of
 // its elements a whole ASN.1 value. crypto/x509 has accepted the extension by
 // then, but reads it more leniently; anything it let through that this reader
 // cannot account for byte for byte is an error, never a shorter list.
-func parseSANs(der []byte) ([]SAN, error) {
+func SubjectAltNames(der []byte) ([]SAN, error) {
 	var seq asn1.RawValue
 	rest, err := asn1.Unmarshal(der, &seq)
 	switch {
@@ -254,7 +264,8 @@ func sanValue(typ string, name asn1.RawValue) string {
 	}
 }
 
-func describeKey(key any, algorithm x509.PublicKeyAlgorithm) PublicKey {
+// DescribeKey is the facts of a public key the key policy reads.
+func DescribeKey(key any, algorithm x509.PublicKeyAlgorithm) PublicKey {
 	switch k := key.(type) {
 	case *rsa.PublicKey:
 		return PublicKey{Algorithm: "RSA", Bits: k.N.BitLen()}

@@ -340,16 +340,8 @@ deny contains reason if {
 # custom:
 #   code: DNSNameNotNode
 deny contains reason if {
-	some san in _request.subject_alt_names
-	san.type == "dns"
-	not san.value in _node_dns_names
-	reason := {
-		"code": "DNSNameNotNode",
-		"message": sprintf(
-			"DNS name %q is neither the node's Nodename %q nor its hostname %q",
-			[san.value, input.node.nodename, input.node.hostname],
-		),
-	}
+	some message in _dns_names_not_node(_request.subject_alt_names, input.node)
+	reason := {"code": "DNSNameNotNode", "message": message}
 }
 
 # METADATA
@@ -358,13 +350,8 @@ deny contains reason if {
 # custom:
 #   code: IPNotNode
 deny contains reason if {
-	some san in _request.subject_alt_names
-	san.type == "ip"
-	not san.value in {addr | some addr in input.node.addresses}
-	reason := {
-		"code": "IPNotNode",
-		"message": sprintf("IP address %s is not one of the node's addresses %v", [san.value, input.node.addresses]),
-	}
+	some message in _ips_not_node(_request.subject_alt_names, input.node)
+	reason := {"code": "IPNotNode", "message": message}
 }
 
 # METADATA
@@ -468,8 +455,23 @@ _subject_text := concat(", ", [sprintf("%s=%s", [lib_csr.attribute_label(attr), 
 	some attr in _request.subject
 ])
 
+# The name checks, one message per name of sans that is not the node's as input.node
+# reports it: the same checks judge a request (approval) and a certificate in service
+# (the audit), so "no longer the node's" means exactly "would not be approved today".
 # Empty names are dropped so that an empty DNS name can never match a node with no hostname.
-_node_dns_names contains name if {
-	some name in [input.node.nodename, input.node.hostname]
-	name != ""
+_dns_names_not_node(sans, node) := {msg |
+	some san in sans
+	san.type == "dns"
+	not san.value in {name | some name in [node.nodename, node.hostname]; name != ""}
+	msg := sprintf(
+		"DNS name %q is neither the node's Nodename %q nor its hostname %q",
+		[san.value, node.nodename, node.hostname],
+	)
+}
+
+_ips_not_node(sans, node) := {msg |
+	some san in sans
+	san.type == "ip"
+	not san.value in {addr | some addr in node.addresses}
+	msg := sprintf("IP address %s is not one of the node's addresses %v", [san.value, node.addresses])
 }

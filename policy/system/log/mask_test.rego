@@ -91,3 +91,11 @@ test_small_lists_are_left_alone if {
 	count(log.mask) == 0 with input as {"input": {"csr": {"request": {"subject_alt_names": _names(100)}}}}
 	count(log.mask) == 0 with input as {"input": {"node": {"addresses": ["10.5.0.2"]}}, "result": {"reasons": []}}
 }
+
+test_an_audited_certificate_with_ten_thousand_names_is_cut_to_a_hundred if {
+	masks := log.mask with input as {"input": {"certificate": {"subject_alt_names": _names(10000)}}}
+	{"op": "upsert", "path": "/input/log_truncated", "value": {"certificate.subject_alt_names": 10000}} in masks
+	some cut in masks
+	cut.path == "/input/certificate/subject_alt_names"
+	count(cut.value) == 100
+}

@@ -1,0 +1,176 @@
+// Package kubeletaudit audits the kubelet serving certificates in service:
+// for every machine of a cluster with kubelet serving certificates enabled,
+// it reads the certificate the kubelet presents on its port (servingcert),
+// reads the node's identity of today from its Talos API, and asks the
+// audit rule (ichor/kubelet_serving/audit) whether the certificate is still
+// the node's. Approval is a moment; a certificate lives for a year.
+//
+// Auditor is the gathering and the asking, shared by `ichor audit
+// kubelet-serving` and by Runner, the manager's periodic audit, which acts:
+// the TalosMachine condition KubeletServingCertificateCurrent, a metric and
+// an Event when a certificate drifts.
+package kubeletaudit
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
+	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
+)
+
+// DefaultConcurrency bounds the machines of one cluster audited at once: a
+// handshake or a Talos read that hangs costs its timeout, and no more than
+// this many run side by side.
+const DefaultConcurrency = 8
+
+// Decider is what the audit asks of the policy engine.
+type Decider interface {
+	KubeletServingAudit(context.Context, servingcert.Audit) (engine.AuditDecision, error)
+}
+
+// Auditor gathers the facts of each machine's certificate and asks the rule.
+type Auditor struct {
+	// Reader reads the cluster's secrets Secret (uncached: get on that one
+	// Secret is all the rights the audit needs beyond the machines').
+	Reader client.Reader
+	// NodeReaders gives a cluster's Talos identity reader, as the approver
+	// has it.
+	NodeReaders *kubeletserving.NodeReaders
+	Engine      Decider
+	// Port is the kubelet's serving port; servingcert.DefaultPort if zero.
+	Port int
+	// Timeout bounds one handshake; servingcert.DefaultTimeout if zero.
+	Timeout time.Duration
+	// Dial opens the connection to a kubelet (servingcert.Reader.Dial).
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Clock is the audit's "now"; the real clock if nil.
+	Clock clock.PassiveClock
+}
+
+// Result is the audit of one machine.
+type Result struct {
+	Machine     types.NamespacedName
+	Node        string
+	Certificate servingcert.Certificate
+	// Decision is the rule's answer; when Err is set there is none (the
+	// bundle is broken), which is neither current nor drift.
+	Decision engine.AuditDecision
+	Err      error
+}
+
+// Audit audits the machines of cluster, in their order. An error is a
+// cluster-wide failure (its secrets bundle unreadable): without the
+// cluster's CA no certificate can be judged, and a certificate must never
+// look drifted for want of it.
+func (a *Auditor) Audit(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, machines []ichorv1alpha1.TalosMachine) ([]Result, error) {
+	bundles, err := clustersecrets.Load(ctx, a.Reader, cluster)
+	if err != nil {
+		return nil, err
+	}
+	if bundles.Current.Certs.K8s == nil {
+		return nil, fmt.Errorf("the secrets bundle of cluster %s/%s has no Kubernetes CA", cluster.Namespace, cluster.Name)
+	}
+	roots, err := clusterCA(bundles.Current.Certs.K8s.Crt)
+	if err != nil {
+		return nil, fmt.Errorf("the Kubernetes CA of cluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
+	}
+	clk := a.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	certs := &servingcert.Reader{Roots: roots, Timeout: a.Timeout, Dial: a.Dial, Clock: clk}
+	results := make([]Result, len(machines))
+	sem := make(chan struct{}, DefaultConcurrency)
+	var wg sync.WaitGroup
+	for i := range machines {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			results[i] = a.machine(ctx, cluster, &machines[i], certs, clk)
+		}()
+	}
+	wg.Wait()
+	return results, nil
+}
+
+func (a *Auditor) machine(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, certs *servingcert.Reader, clk clock.PassiveClock) Result {
+	node := a.readNode(ctx, cluster, m)
+	cert := certs.Read(ctx, servingcert.Address(kubeletHost(m, node), a.port()))
+	in := servingcert.Audit{
+		Machine:     csrinput.Machine{Name: m.Name, Namespace: m.Namespace, Cluster: m.Spec.ClusterName},
+		Node:        node,
+		Certificate: cert,
+		Now:         clk.Now().UTC().Format(time.RFC3339),
+	}
+	d, err := a.Engine.KubeletServingAudit(ctx, in)
+	name := node.Nodename
+	if name == "" {
+		name = m.Status.NodeName
+	}
+	return Result{Machine: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, Node: name, Certificate: cert, Decision: d, Err: err}
+}
+
+// readNode reads today's identity; a failure is a fact for the rule.
+func (a *Auditor) readNode(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine) csrinput.Node {
+	reader, err := a.NodeReaders.Get(ctx, cluster)
+	if err != nil {
+		return csrinput.Node{Error: err.Error(), Addresses: []string{}}
+	}
+	id, err := reader.Read(ctx, m.Spec.Endpoint)
+	if err != nil {
+		return csrinput.Node{Error: err.Error(), Addresses: []string{}}
+	}
+	return csrinput.Node{Readable: true, Nodename: id.Nodename, Hostname: id.Hostname, Addresses: id.Addresses}
+}
+
+// kubeletHost is where the kubelet is reached: the first address Talos
+// gives the kubelet (what it serves on), or, when the node could not be
+// read, the host of the machine's Talos endpoint, so that the certificate's
+// issuer and expiry are still judged.
+func kubeletHost(m *ichorv1alpha1.TalosMachine, node csrinput.Node) string {
+	if len(node.Addresses) > 0 {
+		return node.Addresses[0]
+	}
+	host, _, err := net.SplitHostPort(m.Spec.Endpoint)
+	if err != nil {
+		return m.Spec.Endpoint
+	}
+	if addr, err := netip.ParseAddr(host); err == nil {
+		return addr.String()
+	}
+	return host
+}
+
+func (a *Auditor) port() int {
+	if a.Port == 0 {
+		return servingcert.DefaultPort
+	}
+	return a.Port
+}
+
+// clusterCA is the pool of the cluster's Kubernetes CA, which signs the
+// kubelet serving certificates (kube-controller-manager's
+// --cluster-signing-cert-file on Talos).
+func clusterCA(certPEM []byte) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(certPEM) {
+		return nil, errors.New("no certificate in its PEM")
+	}
+	return pool, nil
+}

@@ -1,0 +1,312 @@
+package kubeletaudit_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletaudit"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+	"github.com/ichor-dev/ichor-policy/test/talosapi"
+)
+
+// One control plane and one manager running the periodic audit every
+// second serve every test of the package.
+var (
+	env         *harness.Env
+	decisionLog = &harness.DecisionLog{}
+	// hosts maps each node's address and kubelet port to its harness
+	// kubelet's local listener, as /etc/hosts would: the nodes' addresses
+	// (10.42.x.y) are not routable on the test machine.
+	hosts           = &harness.Hosts{}
+	metricsRegistry = prometheus.NewRegistry()
+)
+
+const (
+	waitFor     = 60 * time.Second
+	kubeletPort = 10250
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(harness.Main(m, harness.Options{}, func(ctx context.Context, e *harness.Env) (func(), error) {
+		env = e
+		return nil, startManager(ctx)
+	}))
+}
+
+func startManager(ctx context.Context) error {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
+	eng, err := engine.New(ctx, engine.Options{DecisionLog: decisionLog, Log: os.Stderr})
+	if err != nil {
+		return err
+	}
+	metrics, err := kubeletaudit.NewMetrics(metricsRegistry)
+	if err != nil {
+		return err
+	}
+	mgr, err := env.NewManager(env.Config, nil)
+	if err != nil {
+		return err
+	}
+	runner := &kubeletaudit.Runner{
+		Auditor: &kubeletaudit.Auditor{
+			Reader:      mgr.GetAPIReader(),
+			NodeReaders: &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second},
+			Engine:      eng,
+			Port:        kubeletPort,
+			Timeout:     time.Second,
+			Dial:        hosts.Dial,
+		},
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("ichor-kubelet-serving-audit"),
+		Metrics:  metrics,
+		Interval: time.Second,
+	}
+	if err := mgr.Add(runner); err != nil {
+		return err
+	}
+	harness.RunManager(ctx, mgr, "manager")
+	return nil
+}
+
+type fixture struct {
+	t  *testing.T
+	ns string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ns := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+	require.NoError(t, env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	require.NoError(t, env.Client.Create(t.Context(), env.SecretsBundleSecret(ns, "talos-secrets")))
+	require.NoError(t, env.Client.Create(t.Context(), &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "demo"},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion: "v1.14",
+			SecretsRef:   ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"},
+			Security: ichorv1alpha1.ClusterSecurity{KubeletServingCertificates: ichorv1alpha1.KubeletServingCertificates{
+				Enabled: true,
+			}},
+		},
+	}))
+	return &fixture{t: t, ns: ns}
+}
+
+// machine starts a node (its Talos API and its kubelet at addr), registers
+// its TalosMachine, approves the kubelet's serving certificate and maps
+// addr's kubelet port to the kubelet.
+func (f *fixture) machine(name, addr string, opts harness.KubeletOptions) (*harness.TalosNode, *harness.Kubelet) {
+	f.t.Helper()
+	ctx := f.t.Context()
+	node, err := env.StartTalosNode(ctx, harness.NodeOptions{Name: name, Addresses: []netip.Addr{netip.MustParseAddr(addr)}})
+	require.NoError(f.t, err)
+	f.t.Cleanup(node.Stop)
+	m := &ichorv1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
+		Spec: ichorv1alpha1.TalosMachineSpec{
+			ClusterName: "demo", Hostname: name, Endpoint: node.Endpoint(), Role: ichorv1alpha1.MachineRoleWorker,
+		},
+	}
+	require.NoError(f.t, env.Client.Create(ctx, m))
+	opts.NodeName, opts.DNSNames, opts.IPs = name, []string{name}, []net.IP{net.ParseIP(addr)}
+	kubelet, err := env.StartKubelet(ctx, opts)
+	require.NoError(f.t, err)
+	f.t.Cleanup(kubelet.Stop)
+	_, err = kubelet.ApproveServing(ctx)
+	require.NoError(f.t, err)
+	hosts.Map(net.JoinHostPort(addr, "10250"), kubelet.ServingAddress())
+	return node, kubelet
+}
+
+// condition waits for the machine's audit condition to have status and
+// reason, and returns it.
+func (f *fixture) condition(name string, status metav1.ConditionStatus, reason string) metav1.Condition {
+	f.t.Helper()
+	var got metav1.Condition
+	err := wait.PollUntilContextTimeout(f.t.Context(), 100*time.Millisecond, waitFor, true, func(ctx context.Context) (bool, error) {
+		var m ichorv1alpha1.TalosMachine
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, &m); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificateCurrent)
+		if c == nil {
+			return false, nil
+		}
+		got = *c
+		return c.Status == status && c.Reason == reason, nil
+	})
+	require.NoError(f.t, err, "machine %s: want %s %s, have %+v", name, status, reason, got)
+	return got
+}
+
+// The whole audit on one cluster: a certificate current, one whose node's
+// IP moved after issuance, one from another CA, one expiring soon, and a
+// kubelet that accepts and never answers.
+func TestPeriodicAudit(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+
+	f.machine("current-1", "10.42.1.2", harness.KubeletOptions{})
+	movedNode, movedKubelet := f.machine("moved-1", "10.42.1.3", harness.KubeletOptions{})
+	_, otherCA := f.machine("other-ca-1", "10.42.1.4", harness.KubeletOptions{})
+	// kube-controller-manager signs the 10 minutes asked for: within the
+	// rule's 30 days of warning from the start.
+	f.machine("short-1", "10.42.1.5", harness.KubeletOptions{RequestedLifetime: 10 * time.Minute})
+	_, silent := f.machine("silent-1", "10.42.1.6", harness.KubeletOptions{})
+
+	c := f.condition("current-1", metav1.ConditionTrue, "CertificateCurrent")
+	require.Contains(t, c.Message, `machine "current-1"`)
+	require.Contains(t, c.Message, "(decision ")
+	f.condition("moved-1", metav1.ConditionTrue, "CertificateCurrent")
+
+	t.Run("IPMovedAfterIssuance", func(t *testing.T) {
+		// Talos now gives the kubelet another address; the kubelet still
+		// serves the certificate issued for the old one, reached at the new.
+		require.NoError(t, movedNode.SetIdentity(ctx, talosapi.Identity{
+			Nodename: "moved-1", Hostname: "moved-1", Addresses: []netip.Addr{netip.MustParseAddr("10.42.1.33")},
+		}))
+		hosts.Map("10.42.1.33:10250", movedKubelet.ServingAddress())
+		c := f.condition("moved-1", metav1.ConditionFalse, "CertificateNamesNotNode")
+		require.Contains(t, c.Message, `IP address 10.42.1.3 is not one of the node's addresses ["10.42.1.33"]`)
+		id := decisionID(t, c.Message)
+		entry := harness.FindDecision[map[string]any](t, decisionLog, id)
+		require.Equal(t, engine.PathKubeletServingAudit, entry["path"])
+		require.Equal(t, "drifted", entry["result"].(map[string]any)["status"])
+		require.Equal(t, "10.42.1.33:10250", entry["input"].(map[string]any)["certificate"].(map[string]any)["address"])
+		f.event("moved-1", "CertificateNamesNotNode")
+		f.gauge("ichor_kubelet_serving_certificate_drift", map[string]string{"reason": "CertificateNamesNotNode"}, 1)
+	})
+
+	t.Run("NotIssuedByTheClusterCA", func(t *testing.T) {
+		otherCA.ServeInstead(selfSigned(t, "other-ca-1", "10.42.1.4"))
+		c := f.condition("other-ca-1", metav1.ConditionFalse, "CertificateNotIssuedByClusterCA")
+		require.Contains(t, c.Message, "x509: certificate signed by unknown authority")
+		f.event("other-ca-1", "CertificateNotIssuedByClusterCA")
+	})
+
+	t.Run("ExpiresSoon", func(t *testing.T) {
+		c := f.condition("short-1", metav1.ConditionFalse, "CertificateExpiresSoon")
+		require.Contains(t, c.Message, "within the 30 days warned of")
+	})
+
+	t.Run("SilentKubeletIsUnknownNotDrift", func(t *testing.T) {
+		silent.SetSilent(true)
+		c := f.condition("silent-1", metav1.ConditionUnknown, "CertificateUnreadable")
+		require.Contains(t, c.Message, "10.42.1.6:10250")
+		// Bounded: the other machines of the cluster are audited every
+		// second all the same.
+		f.gauge("ichor_kubelet_serving_certificates_audited", map[string]string{"status": "unknown"}, 1)
+		f.gauge("ichor_kubelet_serving_certificates_audited", map[string]string{"status": "current"}, 1)
+	})
+}
+
+func decisionID(t *testing.T, message string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(message, "(decision ")
+	require.True(t, ok, message)
+	id, _, ok := strings.Cut(rest, ",")
+	require.True(t, ok, message)
+	return id
+}
+
+// event waits for a Warning Event with reason on the machine.
+func (f *fixture) event(machine, reason string) {
+	f.t.Helper()
+	err := wait.PollUntilContextTimeout(f.t.Context(), 100*time.Millisecond, waitFor, true, func(ctx context.Context) (bool, error) {
+		var events eventsv1.EventList
+		if err := env.Client.List(ctx, &events, client.InNamespace(f.ns)); err != nil {
+			return false, err
+		}
+		for _, e := range events.Items {
+			if e.Regarding.Name == machine && e.Reason == reason && e.Type == corev1.EventTypeWarning {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	require.NoError(f.t, err, "no %s Event on %s", reason, machine)
+}
+
+// gauge waits for the gauge of this test's cluster with labels to be want.
+func (f *fixture) gauge(name string, labels map[string]string, want float64) {
+	f.t.Helper()
+	var got float64
+	err := wait.PollUntilContextTimeout(f.t.Context(), 100*time.Millisecond, waitFor, true, func(context.Context) (bool, error) {
+		families, err := metricsRegistry.Gather()
+		if err != nil {
+			return false, err
+		}
+		for _, fam := range families {
+			if fam.GetName() != name {
+				continue
+			}
+			for _, m := range fam.GetMetric() {
+				have := map[string]string{}
+				for _, l := range m.GetLabel() {
+					have[l.GetName()] = l.GetValue()
+				}
+				if have["namespace"] != f.ns || !matches(have, labels) {
+					continue
+				}
+				got = m.GetGauge().GetValue()
+				return got == want, nil
+			}
+		}
+		return false, nil
+	})
+	require.NoError(f.t, err, "%s%v: want %v, have %v", name, labels, want, got)
+}
+
+func matches(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// selfSigned is a serving certificate with the node's own subject and names
+// that no cluster CA issued: only its issuer is wrong.
+func selfSigned(t *testing.T, node, ip string) *tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(42),
+		Subject:      pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
+		DNSNames:     []string{node},
+		IPAddresses:  []net.IP{net.ParseIP(ip)},
+		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:        true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}

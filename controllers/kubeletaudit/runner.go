@@ -1,0 +1,197 @@
+package kubeletaudit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// +kubebuilder:rbac:groups=ichor.dev,resources=talosclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.dev,resources=talosmachines,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ichor.dev,resources=talosmachines/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Runner is the manager's periodic audit: every Interval, the leader audits
+// every machine of every cluster with kubelet serving certificates enabled,
+// and sets each machine's condition KubeletServingCertificateCurrent, the
+// metrics, and a Warning Event when a certificate becomes drifted. Every
+// audit is a decision, and so a line of the decision log.
+type Runner struct {
+	Auditor *Auditor
+	// Client reads TalosClusters and TalosMachines (the manager's cache)
+	// and writes the machines' status.
+	Client   client.Client
+	Recorder events.EventRecorder
+	// Metrics are the audit's gauges; nil counts nothing.
+	Metrics *Metrics
+	// Interval between audits; the first runs at once.
+	Interval time.Duration
+}
+
+// NeedLeaderElection is true: one replica audits, so conditions, Events
+// and the decision log are written once per audit.
+func (*Runner) NeedLeaderElection() bool { return true }
+
+// Start audits until ctx ends (manager.Runnable).
+func (r *Runner) Start(ctx context.Context) error {
+	if r.Interval <= 0 {
+		return errors.New("kubelet serving audit: the interval must be positive")
+	}
+	logger := log.FromContext(ctx).WithName("kubelet-serving-audit")
+	ctx = log.IntoContext(ctx, logger)
+	ticker := time.NewTicker(r.Interval)
+	defer ticker.Stop()
+	for {
+		if err := r.Pass(ctx); err != nil {
+			logger.Error(err, "kubelet serving audit")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// Pass audits every enabled cluster once.
+func (r *Runner) Pass(ctx context.Context) error {
+	var clusters ichorv1alpha1.TalosClusterList
+	if err := r.Client.List(ctx, &clusters); err != nil {
+		return fmt.Errorf("list TalosClusters: %w", err)
+	}
+	var errs []error
+	for i := range clusters.Items {
+		c := &clusters.Items[i]
+		if !c.Spec.Security.KubeletServingCertificates.Enabled || !c.DeletionTimestamp.IsZero() {
+			r.Metrics.forget(c.Namespace, c.Name)
+			continue
+		}
+		if err := r.cluster(ctx, c); err != nil {
+			errs = append(errs, fmt.Errorf("cluster %s/%s: %w", c.Namespace, c.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Runner) cluster(ctx context.Context, c *ichorv1alpha1.TalosCluster) error {
+	machines, err := MachinesOf(ctx, r.Client, c)
+	if err != nil {
+		return err
+	}
+	results, err := r.Auditor.Audit(ctx, c, machines)
+	if err != nil {
+		return err
+	}
+	logger := log.FromContext(ctx)
+	var errs []error
+	for i, res := range results {
+		if res.Err != nil {
+			// No decision: a broken bundle, logged, and the condition left
+			// as it was rather than guessed at.
+			errs = append(errs, fmt.Errorf("machine %s: %w", res.Machine, res.Err))
+			continue
+		}
+		if res.Decision.Status == engine.AuditDrifted {
+			logger.Info("kubelet serving certificate drifted", "machine", res.Machine.String(), "cluster", c.Name,
+				"reasons", res.Decision.Reasons.Codes(), "decision_id", res.Decision.DecisionID)
+		}
+		if err := r.setCondition(ctx, &machines[i], res.Decision); err != nil {
+			errs = append(errs, fmt.Errorf("machine %s: %w", res.Machine, err))
+		}
+	}
+	r.Metrics.set(c.Namespace, c.Name, results)
+	return errors.Join(errs...)
+}
+
+// MachinesOf are the TalosMachines of a cluster, in name order.
+func MachinesOf(ctx context.Context, reader client.Reader, c *ichorv1alpha1.TalosCluster) ([]ichorv1alpha1.TalosMachine, error) {
+	var list ichorv1alpha1.TalosMachineList
+	if err := reader.List(ctx, &list, client.InNamespace(c.Namespace)); err != nil {
+		return nil, fmt.Errorf("list TalosMachines: %w", err)
+	}
+	var out []ichorv1alpha1.TalosMachine
+	for _, m := range list.Items {
+		if m.Spec.ClusterName == c.Name {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// Condition is the machine condition an audit decision sets.
+func Condition(d engine.AuditDecision, generation int64) metav1.Condition {
+	status := metav1.ConditionUnknown
+	switch d.Status {
+	case engine.AuditCurrent:
+		status = metav1.ConditionTrue
+	case engine.AuditDrifted:
+		status = metav1.ConditionFalse
+	}
+	reason := "Unknown"
+	if len(d.Reasons) > 0 {
+		reason = d.Reasons[0].Code
+	}
+	return metav1.Condition{
+		Type:               ichorv1alpha1.ConditionKubeletServingCertificateCurrent,
+		Status:             status,
+		Reason:             reason,
+		Message:            d.Message(),
+		ObservedGeneration: generation,
+	}
+}
+
+// setCondition writes the machine's condition, and the Event when the
+// certificate has just drifted. A message that changes only by its decision
+// id is not written again: the condition says when the verdict changed.
+func (r *Runner) setCondition(ctx context.Context, m *ichorv1alpha1.TalosMachine, d engine.AuditDecision) error {
+	var becameDrifted bool
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cur ichorv1alpha1.TalosMachine
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(m), &cur); err != nil {
+			return err
+		}
+		cond := Condition(d, cur.Generation)
+		before := meta.FindStatusCondition(cur.Status.Conditions, cond.Type)
+		if before != nil && before.Status == cond.Status && before.Reason == cond.Reason &&
+			before.ObservedGeneration == cond.ObservedGeneration && sameReasons(before.Message, d) {
+			return nil
+		}
+		becameDrifted = cond.Status == metav1.ConditionFalse && (before == nil || before.Status != metav1.ConditionFalse || before.Reason != cond.Reason)
+		meta.SetStatusCondition(&cur.Status.Conditions, cond)
+		return r.Client.Status().Update(ctx, &cur)
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("set condition %s: %w", ichorv1alpha1.ConditionKubeletServingCertificateCurrent, err)
+	}
+	if becameDrifted && r.Recorder != nil {
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, d.Reasons[0].Code, "Audit", "%s", d.EventNote())
+	}
+	return nil
+}
+
+// sameReasons is whether a condition message holds the decision's reasons,
+// whatever its decision id.
+func sameReasons(message string, d engine.AuditDecision) bool {
+	reasons := d.Message()
+	cut := len(reasons) - len(fmt.Sprintf(" (decision %s, policy revision %s)", d.DecisionID, d.Revision))
+	return cut > 0 && len(message) >= cut && message[:cut] == reasons[:cut] &&
+		strings.HasPrefix(message[cut:], " (decision ")
+}

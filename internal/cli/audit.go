@@ -1,0 +1,333 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletaudit"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/manager"
+	"github.com/ichor-dev/ichor-policy/internal/usage"
+)
+
+// Exit statuses of `ichor audit kubelet-serving` besides ExitOK (every
+// certificate current), ExitError and ExitUsage.
+const (
+	// ExitDrifted: at least one certificate drifted; the report was printed.
+	ExitDrifted = 3
+	// ExitUnjudged: none drifted, but at least one certificate could not be
+	// judged (its kubelet or its node could not be read).
+	ExitUnjudged = 4
+)
+
+// auditManagerFlags are the manager's flags of the periodic audit.
+type auditManagerFlags struct {
+	interval time.Duration
+	port     int
+}
+
+func (f *auditManagerFlags) add(fs *pflag.FlagSet) {
+	fs.DurationVar(&f.interval, "kubelet-serving-audit-interval", 0, "how often the kubelet serving certificates in service are audited against the nodes' identity (TalosMachine condition KubeletServingCertificateCurrent); 0 turns the audit off")
+	fs.IntVar(&f.port, "kubelet-port", servingcert.DefaultPort, "the port the kubelets serve their API (and serving certificate) on")
+}
+
+func (f auditManagerFlags) apply(o *manager.Options) {
+	o.KubeletServingAuditInterval, o.KubeletPort = f.interval, f.port
+}
+
+type auditOptions struct {
+	kubeconfig  string
+	context     string
+	namespace   string
+	cluster     string
+	port        int
+	timeout     time.Duration
+	output      string
+	bundle      string
+	decisionLog string
+}
+
+func newAuditCommand(s streams) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Audit what is in service against the rules of today",
+	}
+	cmd.AddCommand(newAuditKubeletServingCommand(s))
+	return cmd
+}
+
+func newAuditKubeletServingCommand(s streams) *cobra.Command {
+	var o auditOptions
+	cmd := &cobra.Command{
+		Use:   "kubelet-serving [--cluster NAME] [-n NAMESPACE] [-o table|json]",
+		Short: "Audit the kubelet serving certificates in service against the nodes' identity of today",
+		Long: `Read the serving certificate each kubelet presents on its port (a TLS handshake,
+no credential needed), read the node's identity of today from its Talos API, and
+judge the certificate with the audit rule (ichor/kubelet_serving/audit): its names
+must still be the node's (the same checks as approval), the cluster's Kubernetes CA
+must have issued it, and it must not expire within the rule's warning (30 days).
+
+The clusters are those of the namespace with kubelet serving certificates enabled,
+or the one --cluster names. You need what the manager needs: list on TalosClusters
+and TalosMachines, and get on each cluster's secrets Secret (the Talos OS CA to read
+nodes with, the Kubernetes CA to verify with). The kubelets' port must be reachable
+from here.
+
+Exit status: 0 when every certificate is current; 3 when at least one drifted;
+4 when none drifted but at least one could not be judged (its kubelet or its node
+did not answer); 1 for an error (a secrets bundle unreadable, a broken bundle);
+2 for a wrong flag.`,
+		Example: `  ichor audit kubelet-serving -n team-a
+  ichor audit kubelet-serving -n team-a --cluster prod -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runAudit(cmd.Context(), s, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	f.StringVar(&o.context, "context", "", "the kubeconfig context to use")
+	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the TalosClusters (default: the context's)")
+	f.StringVar(&o.cluster, "cluster", "", "audit this TalosCluster only (even if its kubelet serving certificates are not enabled)")
+	f.IntVar(&o.port, "kubelet-port", servingcert.DefaultPort, "the port the kubelets serve on")
+	f.DurationVar(&o.timeout, "timeout", servingcert.DefaultTimeout, "bound on each TLS handshake and each Talos identity read")
+	f.StringVarP(&o.output, "output", "o", "table", "table or json")
+	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to judge with (default: the embedded bundle)")
+	f.StringVar(&o.decisionLog, "decision-log", "", "append the audit's decision log (JSON lines) to this file")
+	return cmd
+}
+
+// auditRow is one machine's audit, as -o json prints it.
+type auditRow struct {
+	Namespace  string         `json:"namespace"`
+	Cluster    string         `json:"cluster"`
+	Machine    string         `json:"machine"`
+	Node       string         `json:"node"`
+	Address    string         `json:"address"`
+	Status     string         `json:"status"`
+	Expires    string         `json:"expires,omitempty"`
+	Serial     string         `json:"serial,omitempty"`
+	Reasons    engine.Reasons `json:"reasons"`
+	DecisionID string         `json:"decision_id,omitempty"`
+	Revision   string         `json:"revision,omitempty"`
+	Error      string         `json:"error,omitempty"`
+}
+
+func runAudit(ctx context.Context, s streams, o auditOptions) error {
+	switch {
+	case o.output != "table" && o.output != "json":
+		return usage.Errorf("-o %q: want table or json", o.output)
+	case o.port < 1 || o.port > 65535:
+		return usage.Errorf("--kubelet-port %d is not a port", o.port)
+	case o.timeout <= 0:
+		return usage.Errorf("--timeout %s must be positive", o.timeout)
+	}
+	c, namespace, err := auditClient(o)
+	if err != nil {
+		return err
+	}
+	var b *bundle.Bundle
+	if o.bundle != "" {
+		if b, err = bundles.Load(o.bundle); err != nil {
+			return err
+		}
+	}
+	// The audit's decisions go to --decision-log, else nowhere: this is a
+	// report to a person, not a decision the cluster acts on.
+	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, DecisionLogFile: o.decisionLog, Log: s.err})
+	if err != nil {
+		return err
+	}
+	defer eng.Stop(context.WithoutCancel(ctx))
+	lifetime, err := manager.ReaderLifetime(ctx, eng, 0)
+	if err != nil {
+		return err
+	}
+	clusters, err := auditClusters(ctx, c, namespace, o.cluster)
+	if err != nil {
+		return err
+	}
+	auditor := &kubeletaudit.Auditor{
+		Reader:      c,
+		NodeReaders: &kubeletserving.NodeReaders{Reader: c, Lifetime: lifetime, Timeout: o.timeout},
+		Engine:      eng,
+		Port:        o.port,
+		Timeout:     o.timeout,
+	}
+	var rows []auditRow
+	for i := range clusters {
+		cl := &clusters[i]
+		machines, err := kubeletaudit.MachinesOf(ctx, c, cl)
+		if err != nil {
+			return err
+		}
+		results, err := auditor.Audit(ctx, cl, machines)
+		if err != nil {
+			return fmt.Errorf("audit cluster %s/%s: %w", cl.Namespace, cl.Name, err)
+		}
+		for _, r := range results {
+			rows = append(rows, rowOf(cl, r))
+		}
+	}
+	if o.output == "json" {
+		out := json.NewEncoder(s.out)
+		out.SetIndent("", "  ")
+		if rows == nil {
+			rows = []auditRow{}
+		}
+		if err := out.Encode(rows); err != nil {
+			return err
+		}
+	} else if err := printAuditTable(s.out, rows); err != nil {
+		return err
+	}
+	return auditVerdict(rows)
+}
+
+func rowOf(cl *ichorv1alpha1.TalosCluster, r kubeletaudit.Result) auditRow {
+	row := auditRow{
+		Namespace: cl.Namespace, Cluster: cl.Name, Machine: r.Machine.Name, Node: r.Node,
+		Address: r.Certificate.Address, Status: r.Decision.Status, Reasons: r.Decision.Reasons,
+		DecisionID: r.Decision.DecisionID, Revision: r.Decision.Revision,
+	}
+	if r.Certificate.Read {
+		row.Expires, row.Serial = r.Certificate.NotAfter, r.Certificate.Serial
+	}
+	if r.Err != nil {
+		row.Status, row.Error = engine.ActionError, r.Err.Error()
+	}
+	if row.Reasons == nil {
+		row.Reasons = engine.Reasons{}
+	}
+	return row
+}
+
+// printAuditTable prints one line a machine, then the reasons of every
+// machine whose certificate is not current.
+func printAuditTable(w io.Writer, rows []auditRow) error {
+	if len(rows) == 0 {
+		_, err := fmt.Fprintln(w, "No machines to audit.")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MACHINE\tNODE\tSTATUS\tEXPIRES\tREASON")
+	for _, r := range rows {
+		expires := r.Expires
+		if expires == "" {
+			expires = "-"
+		}
+		reason := "-"
+		if codes := r.Reasons.Codes(); len(codes) > 0 {
+			reason = codes[0]
+			if len(codes) > 1 {
+				reason += fmt.Sprintf(" (+%d)", len(codes)-1)
+			}
+		}
+		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s\n", r.Cluster, r.Machine, r.Node, r.Status, expires, reason)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		switch {
+		case r.Error != "":
+			fmt.Fprintf(w, "\n%s/%s: no decision: %s\n", r.Cluster, r.Machine, r.Error)
+		case r.Status != engine.AuditCurrent:
+			fmt.Fprintf(w, "\n%s/%s (decision %s):\n", r.Cluster, r.Machine, r.DecisionID)
+			for _, reason := range r.Reasons {
+				fmt.Fprintf(w, "  %s: %s\n", reason.Code, reason.Message)
+			}
+		}
+	}
+	return nil
+}
+
+// auditVerdict is the exit status the rows ask for.
+func auditVerdict(rows []auditRow) error {
+	var drifted, unjudged int
+	for _, r := range rows {
+		switch r.Status {
+		case engine.AuditCurrent:
+		case engine.AuditDrifted:
+			drifted++
+		default:
+			unjudged++
+		}
+	}
+	switch {
+	case drifted > 0:
+		return exitError{code: ExitDrifted, err: fmt.Errorf("%d of %d kubelet serving certificates drifted", drifted, len(rows))}
+	case unjudged > 0:
+		return exitError{code: ExitUnjudged, err: fmt.Errorf("%d of %d kubelet serving certificates could not be judged", unjudged, len(rows))}
+	}
+	return nil
+}
+
+// auditClient is a client of the kubeconfig's cluster and the namespace to
+// audit.
+func auditClient(o auditOptions) (client.Client, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = o.kubeconfig
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: o.context}
+	overrides.Context.Namespace = o.namespace
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
+	cfg, err := loader.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("kubeconfig: %w", err)
+	}
+	namespace, _, err := loader.Namespace()
+	if err != nil {
+		return nil, "", fmt.Errorf("kubeconfig namespace: %w", err)
+	}
+	scheme, err := kube.Scheme()
+	if err != nil {
+		return nil, "", err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, "", fmt.Errorf("client: %w", err)
+	}
+	return c, namespace, nil
+}
+
+// auditClusters are the named cluster, or those of the namespace with
+// kubelet serving certificates enabled.
+func auditClusters(ctx context.Context, c client.Client, namespace, name string) ([]ichorv1alpha1.TalosCluster, error) {
+	if name != "" {
+		var cl ichorv1alpha1.TalosCluster
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &cl); err != nil {
+			return nil, fmt.Errorf("TalosCluster %s/%s: %w", namespace, name, err)
+		}
+		return []ichorv1alpha1.TalosCluster{cl}, nil
+	}
+	var list ichorv1alpha1.TalosClusterList
+	if err := c.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return nil, fmt.Errorf("list TalosClusters in %s: %w", namespace, err)
+	}
+	var out []ichorv1alpha1.TalosCluster
+	for _, cl := range list.Items {
+		if cl.Spec.Security.KubeletServingCertificates.Enabled {
+			out = append(out, cl)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no TalosCluster in namespace " + namespace + " has kubelet serving certificates enabled; name one with --cluster")
+	}
+	return out, nil
+}
