@@ -12,11 +12,10 @@ import (
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
-	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletaudit"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -52,9 +51,7 @@ func (f auditManagerFlags) apply(o *manager.Options) {
 }
 
 type auditOptions struct {
-	kubeconfig  string
-	context     string
-	namespace   string
+	kube        *genericclioptions.ConfigFlags
 	cluster     string
 	port        int
 	timeout     time.Duration
@@ -73,7 +70,7 @@ func newAuditCommand(s streams) *cobra.Command {
 }
 
 func newAuditKubeletServingCommand(s streams) *cobra.Command {
-	var o auditOptions
+	o := auditOptions{kube: kube.NewConfigFlags()}
 	cmd := &cobra.Command{
 		Use:   "kubelet-serving [--cluster NAME] [-n NAMESPACE] [-o table|json]",
 		Short: "Audit the kubelet serving certificates in service against the nodes' identity of today",
@@ -101,9 +98,11 @@ did not answer); 1 for an error (a secrets bundle unreadable, a broken bundle);
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "path to the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
-	f.StringVar(&o.context, "context", "", "the kubeconfig context to use")
-	f.StringVarP(&o.namespace, "namespace", "n", "", "namespace of the TalosClusters (default: the context's)")
+	// kubectl's flags: -n is the TalosClusters' namespace (default: the
+	// context's), as for ichor cluster and ichor render. kubectl's --cluster
+	// (a kubeconfig cluster) gives way to this command's, a TalosCluster.
+	o.kube.ClusterName = nil
+	o.kube.AddFlags(f)
 	f.StringVar(&o.cluster, "cluster", "", "audit this TalosCluster only (even if its kubelet serving certificates are not enabled)")
 	f.IntVar(&o.port, "kubelet-port", servingcert.DefaultPort, "the port the kubelets serve on")
 	f.DurationVar(&o.timeout, "timeout", servingcert.DefaultTimeout, "bound on each TLS handshake and each Talos identity read")
@@ -138,13 +137,13 @@ func runAudit(ctx context.Context, s streams, o auditOptions) error {
 	case o.timeout <= 0:
 		return usage.Errorf("--timeout %s must be positive", o.timeout)
 	}
-	c, namespace, err := auditClient(o)
+	c, namespace, _, err := kube.Client(o.kube)
 	if err != nil {
 		return err
 	}
 	var b *bundle.Bundle
 	if o.bundle != "" {
-		if b, err = bundles.Load(o.bundle); err != nil {
+		if b, err = loadBundle(o.bundle); err != nil {
 			return err
 		}
 	}
@@ -277,33 +276,6 @@ func auditVerdict(rows []auditRow) error {
 		return exitError{code: ExitUnjudged, err: fmt.Errorf("%d of %d kubelet serving certificates could not be judged", unjudged, len(rows))}
 	}
 	return nil
-}
-
-// auditClient is a client of the kubeconfig's cluster and the namespace to
-// audit.
-func auditClient(o auditOptions) (client.Client, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = o.kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: o.context}
-	overrides.Context.Namespace = o.namespace
-	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
-	cfg, err := loader.ClientConfig()
-	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig: %w", err)
-	}
-	namespace, _, err := loader.Namespace()
-	if err != nil {
-		return nil, "", fmt.Errorf("kubeconfig namespace: %w", err)
-	}
-	scheme, err := kube.Scheme()
-	if err != nil {
-		return nil, "", err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, "", fmt.Errorf("client: %w", err)
-	}
-	return c, namespace, nil
 }
 
 // auditClusters are the named cluster, or those of the namespace with
