@@ -46,6 +46,10 @@ const BundleName = "ichor"
 // brings.
 const DefaultDecisionLogBufferEvents = 10000
 
+// MaxBundleFileBytes bounds each file of a bundle fetched over the network
+// (a URL or a registry); the policy's largest is tens of kilobytes.
+const MaxBundleFileBytes = 8 << 20
+
 // DefaultPollInterval is how often a bundle source is looked at again.
 const DefaultPollInterval = 30 * time.Second
 
@@ -303,6 +307,10 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 		}
 		services["bundle"] = service
 		source["service"] = "bundle"
+		// OPA reads each file of a downloaded bundle into memory before it
+		// checks the signature, up to 1 GiB by default: a gzip bomb from
+		// whoever may write to the source would cost every replica that.
+		source["size_limit_bytes"] = MaxBundleFileBytes
 		secs := int64(max(poll/time.Second, 1))
 		source["polling"] = map[string]any{"min_delay_seconds": secs, "max_delay_seconds": secs}
 	} else {

@@ -90,9 +90,22 @@ func TestBundleFromAnOCIRegistry(t *testing.T) {
 		return action == "approve" && rev == loosened.Manifest.Revision
 	}, 15*time.Second, 50*time.Millisecond)
 
+	// A bundle with a file beyond MaxBundleFileBytes, even signed with the
+	// operator's key, is refused before it is read whole: a gzip bomb from
+	// whoever may push costs no replica its memory.
+	bomb := policyBundle(t, false)
+	bomb.Data["ichor"].(map[string]any)["padding"] = strings.Repeat("x", engine.MaxBundleFileBytes)
+	before := st.refusals()
+	push(t, ref, bomb, s)
+	require.Eventually(t, func() bool { return st.refusals() > before }, 15*time.Second, 50*time.Millisecond)
+	assert.ErrorContains(t, st.last(), "size")
+	_, rev = forgedIPDecision(t, e)
+	assert.Equal(t, loosened.Manifest.Revision, rev)
+	push(t, ref, loosened, s)
+
 	// The registry goes away: each failed poll is reported, and the bundle
 	// in service stays.
-	before := st.refusals()
+	before = st.refusals()
 	srv.Close()
 	require.Eventually(t, func() bool { return st.refusals() > before }, 15*time.Second, 50*time.Millisecond)
 	assert.ErrorContains(t, st.last(), host)
