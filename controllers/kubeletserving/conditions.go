@@ -54,7 +54,7 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 		issued.Status = metav1.ConditionFalse
 		issued.Reason = ichorv1alpha1.ReasonMachinesPending
 		issued.Message = fmt.Sprintf("%d of %d machines have no unexpired kubelet serving certificate yet: %s",
-			len(waiting), len(machines.Items), strings.Join(waiting, ", "))
+			len(waiting), len(machines.Items), nameSome(waiting, maxNamedMachines))
 	}
 	meta.SetStatusCondition(&cluster.Status.Conditions, issued)
 	meta.SetStatusCondition(&cluster.Status.Conditions, requestsCondition(cluster, p.withheldCount()))
@@ -186,4 +186,16 @@ func (r *Reconciler) clearConditions(ctx context.Context, cluster *ichorv1alpha1
 		return fmt.Errorf("remove kubelet serving conditions: %w", err)
 	}
 	return nil
+}
+
+// maxNamedMachines bounds the machines a condition names: a message is at
+// most 32 KiB, and thousands of names would make the status unwritable.
+const maxNamedMachines = 20
+
+// nameSome joins the first n names, and says how many more there are.
+func nameSome(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }

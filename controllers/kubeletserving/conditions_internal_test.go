@@ -19,3 +19,17 @@ func TestTruncateKeepsAConditionMessageValid(t *testing.T) {
 	assert.True(t, utf8.ValidString(got))
 	assert.True(t, strings.HasSuffix(got, "..."))
 }
+
+// TestNameSomeBoundsTheMachinesAConditionNames: a cluster of thousands of
+// machines waiting for certificates (a new cluster, a mass reboot) must not
+// make KubeletServingCertificates larger than the API server accepts.
+func TestNameSomeBoundsTheMachinesAConditionNames(t *testing.T) {
+	assert.Equal(t, "a, b", nameSome([]string{"a", "b"}, 2))
+	names := make([]string, 5000)
+	for i := range names {
+		names[i] = strings.Repeat("m", 63)
+	}
+	got := nameSome(names, maxNamedMachines)
+	assert.True(t, strings.HasSuffix(got, " and 4980 more"), got)
+	assert.Less(t, len(got), maxConditionMessage)
+}
