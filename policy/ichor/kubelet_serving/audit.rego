@@ -16,7 +16,7 @@ _certificate := input.certificate
 #   (DNSNameNotNode, IPNotNode, SANTypeForbidden), so a drifted certificate is one that would
 #   not be approved today.
 #
-#   drifted: a check failed (names no longer the node's, or not names a serving certificate may
+#   drifted: a check failed (names no longer the node's, or names no serving certificate may
 #   have; not issued by the cluster's CA; not for serving; not yet valid; expiring within
 #   audit_expiry_warning_days of data.json). unknown: the certificate or the node could not be
 #   read, so nothing could be judged: that is not drift. What needs only the certificate (its
@@ -50,7 +50,8 @@ _audit_verdict(status, reasons) := {
 # title: Certificate current
 # description: |
 #   The certificate in service names only the node's identity read today from the Talos API,
-#   was issued by the cluster's CA, and does not expire within audit_expiry_warning_days.
+#   was issued by the cluster's CA, is for serving (server auth), is valid at the audit's time,
+#   and does not expire within audit_expiry_warning_days.
 # custom:
 #   code: CertificateCurrent
 audit_current := {
@@ -84,8 +85,8 @@ audit_unknown contains reason if {
 # title: Node identity unreadable during the audit
 # description: |
 #   The node's identity could not be read from the Talos API, so the certificate's names
-#   could not be judged. Issuer and expiry are still judged; with neither failing, the status
-#   is unknown.
+#   could not be judged. What needs only the certificate (its issuer, usages, validity and the
+#   types of its names) is still judged; with none of it failing, the status is unknown.
 # custom:
 #   code: CertificateNodeUnreadable
 audit_unknown contains reason if {
