@@ -30,9 +30,11 @@ func auditInput(ips ...string) servingcert.Audit {
 			Address: "10.5.0.2:10250", Read: true,
 			Subject:         []csrinput.Attribute{{OID: "2.5.4.3", Name: "CN", Value: "system:node:worker-1"}},
 			SubjectAltNames: sans, Serial: "01", Issuer: "CN=kubernetes",
-			NotBefore: "2026-01-01T00:00:00Z", NotAfter: "2027-01-01T00:00:00Z", IssuedByClusterCA: true,
+			NotBefore: "2026-01-01T00:00:00Z", NotAfter: "2027-01-01T00:00:00Z",
+			NotBeforeUnix: 1767225600, NotAfterUnix: 1798761600,
+			ExtKeyUsages: []string{"server auth"}, IssuedByClusterCA: true,
 		},
-		Now: "2026-06-01T00:00:00Z",
+		Now: "2026-06-01T00:00:00Z", NowUnix: 1780272000,
 	}
 }
 
@@ -56,6 +58,19 @@ func TestKubeletServingAuditJudgesAndLogs(t *testing.T) {
 	assert.Equal(t, "drifted", entry["result"].(map[string]any)["status"])
 	assert.Equal(t, engine.Outcome{Action: engine.AuditDrifted, Node: "worker-1", Reasons: moved.Reasons},
 		engine.OutcomeOf(mustJSON(t, entry["result"]), nil))
+}
+
+// RFC 5280's "no expiry": the engine's builtins are strict, so a rule that
+// parsed this time (beyond OPA's 2262) would fail the decision; judged in
+// Unix seconds, the certificate is current.
+func TestKubeletServingAuditOfANoExpiryCertificateIsCurrent(t *testing.T) {
+	e, _ := newEngine(t)
+	in := auditInput("10.5.0.2")
+	in.Certificate.NotAfter, in.Certificate.NotAfterUnix = "9999-12-31T23:59:59Z", 253402300799
+	d, err := e.KubeletServingAudit(context.Background(), in)
+	require.NoError(t, err)
+	assert.Equal(t, engine.AuditCurrent, d.Status)
+	assert.Equal(t, []string{"CertificateCurrent"}, d.Reasons.Codes())
 }
 
 func TestAnAuditRuleWithAnUnknownStatusIsRefusedByTheEngine(t *testing.T) {

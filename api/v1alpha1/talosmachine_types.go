@@ -25,8 +25,16 @@ const (
 	// Talos API, was issued by the cluster's CA and does not expire soon;
 	// False when it drifted; Unknown when it could not be judged. The
 	// reason is the audit rule's first reason code (CertificateCurrent,
-	// CertificateNamesNotNode, ...), the message its reasons and decision id.
+	// CertificateNamesNotNode, ...), the message its reasons and decision id;
+	// or ReasonAuditError when the rule gave no decision.
 	ConditionKubeletServingCertificateCurrent = "KubeletServingCertificateCurrent"
+
+	// ReasonAuditError is the reason of KubeletServingCertificateCurrent,
+	// Unknown, when the audit decision of the machine failed (an evaluation
+	// error, a broken bundle): the message says why. The condition is never
+	// left as it was, so a certificate whose audit fails does not stay
+	// CertificateCurrent.
+	ReasonAuditError = "AuditError"
 )
 
 // TalosMachineSpec is the desired state of a Talos machine.

@@ -112,11 +112,13 @@ func (a *Auditor) Audit(ctx context.Context, cluster *ichorv1alpha1.TalosCluster
 func (a *Auditor) machine(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, certs *servingcert.Reader, clk clock.PassiveClock) Result {
 	node := a.readNode(ctx, cluster, m)
 	cert := certs.Read(ctx, servingcert.Address(kubeletHost(m, node), a.port()))
+	now := clk.Now()
 	in := servingcert.Audit{
 		Machine:     csrinput.Machine{Name: m.Name, Namespace: m.Namespace, Cluster: m.Spec.ClusterName},
 		Node:        node,
 		Certificate: cert,
-		Now:         clk.Now().UTC().Format(time.RFC3339),
+		Now:         now.UTC().Format(time.RFC3339),
+		NowUnix:     now.Unix(),
 	}
 	d, err := a.Engine.KubeletServingAudit(ctx, in)
 	name := node.Nodename
@@ -126,15 +128,16 @@ func (a *Auditor) machine(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	return Result{Machine: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, Node: name, Certificate: cert, Decision: d, Err: err}
 }
 
-// readNode reads today's identity; a failure is a fact for the rule.
+// readNode reads today's identity; a failure is a fact for the rule, its
+// text bounded as the certificate's are (a node's Talos API chooses it).
 func (a *Auditor) readNode(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine) csrinput.Node {
 	reader, err := a.NodeReaders.Get(ctx, cluster)
 	if err != nil {
-		return csrinput.Node{Error: err.Error(), Addresses: []string{}}
+		return csrinput.Node{Error: servingcert.Clip(err.Error(), servingcert.MaxText), Addresses: []string{}}
 	}
 	id, err := reader.Read(ctx, m.Spec.Endpoint)
 	if err != nil {
-		return csrinput.Node{Error: err.Error(), Addresses: []string{}}
+		return csrinput.Node{Error: servingcert.Clip(err.Error(), servingcert.MaxText), Addresses: []string{}}
 	}
 	return csrinput.Node{Readable: true, Nodename: id.Nodename, Hostname: id.Hostname, Addresses: id.Addresses}
 }

@@ -8,6 +8,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
+	"errors"
 	"math/big"
 	"net"
 	"net/netip"
@@ -31,6 +33,8 @@ import (
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletaudit"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/engine/enginetest"
+	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 	"github.com/ichor-dev/ichor-policy/test/talosapi"
 )
@@ -45,6 +49,9 @@ var (
 	// (10.42.x.y) are not routable on the test machine.
 	hosts           = &harness.Hosts{}
 	metricsRegistry = prometheus.NewRegistry()
+	// auditAnswers are odd answers of the audit rule, by machine
+	// (namespace/name); the real rule answers the others.
+	auditAnswers = &enginetest.Answers[engine.AuditDecision]{}
 )
 
 const (
@@ -77,10 +84,12 @@ func startManager(ctx context.Context) error {
 		Auditor: &kubeletaudit.Auditor{
 			Reader:      mgr.GetAPIReader(),
 			NodeReaders: &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second},
-			Engine:      eng,
-			Port:        kubeletPort,
-			Timeout:     time.Second,
-			Dial:        hosts.Dial,
+			Engine: &enginetest.Engine{Engine: eng, KubeletServingAuditFunc: func(_ context.Context, in servingcert.Audit) (engine.AuditDecision, error) {
+				return auditAnswers.Answer(in.Machine.Namespace + "/" + in.Machine.Name)
+			}},
+			Port:    kubeletPort,
+			Timeout: time.Second,
+			Dial:    hosts.Dial,
 		},
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("ichor-kubelet-serving-audit"),
@@ -225,6 +234,84 @@ func TestPeriodicAudit(t *testing.T) {
 	})
 }
 
+// A decision that fails (here the error a rule parsing NotAfter 9999 gave)
+// is no verdict: the machine's condition, True before, becomes Unknown with
+// reason AuditError and the error, the error gauge counts it, and the next
+// decision that succeeds sets the verdict again.
+func TestAuditErrorIsUnknownNotAStaleVerdict(t *testing.T) {
+	f := newFixture(t)
+	f.machine("errs-1", "10.42.2.2", harness.KubeletOptions{})
+	f.condition("errs-1", metav1.ConditionTrue, "CertificateCurrent")
+
+	key := f.ns + "/errs-1"
+	auditAnswers.Set(key, func() (engine.AuditDecision, error) {
+		return engine.AuditDecision{}, errors.New("evaluate ichor/kubelet_serving/audit: time.parse_rfc3339_ns: time outside of valid range")
+	})
+	t.Cleanup(func() { auditAnswers.Set(key, nil) })
+	c := f.condition("errs-1", metav1.ConditionUnknown, ichorv1alpha1.ReasonAuditError)
+	require.Equal(t, "the audit of the kubelet serving certificate gave no decision: "+
+		"evaluate ichor/kubelet_serving/audit: time.parse_rfc3339_ns: time outside of valid range", c.Message)
+	f.gauge("ichor_kubelet_serving_certificates_audited", map[string]string{"status": "error"}, 1)
+	f.gauge("ichor_kubelet_serving_certificates_audited", map[string]string{"status": "current"}, 0)
+
+	// An error of any length is cut to what a condition takes.
+	auditAnswers.Set(key, func() (engine.AuditDecision, error) {
+		return engine.AuditDecision{}, errors.New(strings.Repeat("e", 100_000))
+	})
+	c = f.conditionWith("errs-1", func(c metav1.Condition) bool { return strings.Contains(c.Message, "eeee") })
+	require.Equal(t, ichorv1alpha1.ReasonAuditError, c.Reason)
+	require.LessOrEqual(t, len(c.Message), engine.MaxConditionMessage)
+
+	auditAnswers.Set(key, nil)
+	f.condition("errs-1", metav1.ConditionTrue, "CertificateCurrent")
+	f.gauge("ichor_kubelet_serving_certificates_audited", map[string]string{"status": "error"}, 0)
+}
+
+// A kubelet serving a certificate whose issuer DN is 100 KB (its CA's
+// subject): the condition, the Event and the decision-log entry stay
+// bounded, the issuer cut where it was read and again by the log's mask.
+func TestHugeIssuerStaysBounded(t *testing.T) {
+	f := newFixture(t)
+	_, kubelet := f.machine("huge-1", "10.42.3.2", harness.KubeletOptions{})
+	f.condition("huge-1", metav1.ConditionTrue, "CertificateCurrent")
+	kubelet.ServeInstead(issuedBy(t, strings.Repeat("x", 100_000), "huge-1", "10.42.3.2"))
+
+	c := f.condition("huge-1", metav1.ConditionFalse, "CertificateNotIssuedByClusterCA")
+	require.Contains(t, c.Message, "bytes more)")
+	require.Less(t, len(c.Message), 4*servingcert.MaxText, "the issuer and the verifier's error, each cut to MaxText")
+	f.event("huge-1", "CertificateNotIssuedByClusterCA")
+
+	entry := harness.FindDecision[map[string]any](t, decisionLog, decisionID(t, c.Message))
+	input := entry["input"].(map[string]any)
+	cert := input["certificate"].(map[string]any)
+	require.LessOrEqual(t, len(cert["issuer"].(string)), 600, "cut by the mask to its max_logged_value_length")
+	require.LessOrEqual(t, len(cert["verify_error"].(string)), 600)
+	require.Contains(t, input["log_truncated"], "certificate.issuer")
+	data, err := json.Marshal(entry)
+	require.NoError(t, err)
+	require.Less(t, len(data), 16_000, "the whole entry")
+}
+
+// conditionWith waits for the machine's audit condition to satisfy ok.
+func (f *fixture) conditionWith(name string, ok func(metav1.Condition) bool) metav1.Condition {
+	f.t.Helper()
+	var got metav1.Condition
+	err := wait.PollUntilContextTimeout(f.t.Context(), 100*time.Millisecond, waitFor, true, func(ctx context.Context) (bool, error) {
+		var m ichorv1alpha1.TalosMachine
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, &m); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificateCurrent)
+		if c == nil {
+			return false, nil
+		}
+		got = *c
+		return ok(got), nil
+	})
+	require.NoError(f.t, err, "machine %s: have %+v", name, got)
+	return got
+}
+
 func decisionID(t *testing.T, message string) string {
 	t.Helper()
 	_, rest, ok := strings.Cut(message, "(decision ")
@@ -307,6 +394,37 @@ func selfSigned(t *testing.T, node, ip string) *tls.Certificate {
 		IsCA:        true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// issuedBy is a serving certificate with the node's own subject, names and
+// usage, issued by a CA (not the cluster's) whose common name is caName.
+func issuedBy(t *testing.T, caName, node, ip string) *tls.Certificate {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: caName},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	require.NoError(t, err)
+	ca, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(43),
+		Subject:      pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
+		DNSNames:     []string{node},
+		IPAddresses:  []net.IP{net.ParseIP(ip)},
+		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(365 * 24 * time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	require.NoError(t, err)
 	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }

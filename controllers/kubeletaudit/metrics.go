@@ -24,7 +24,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"namespace", "cluster", "status"}),
 		drift: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ichor_kubelet_serving_certificate_drift",
-			Help: "Machines whose kubelet serving certificate drifted at the cluster's last audit, by reason code (CertificateNamesNotNode, CertificateNotIssuedByClusterCA, CertificateExpiresSoon); alert on it.",
+			Help: "Machines whose kubelet serving certificate drifted at the cluster's last audit, by reason code (CertificateNamesNotNode, CertificateNotIssuedByClusterCA, CertificateNotForServing, CertificateNotYetValid, CertificateExpiresSoon); alert on it.",
 		}, []string{"namespace", "cluster", "reason"}),
 	}
 	for _, c := range []prometheus.Collector{m.audited, m.drift} {

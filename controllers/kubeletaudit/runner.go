@@ -101,9 +101,13 @@ func (r *Runner) cluster(ctx context.Context, c *ichorv1alpha1.TalosCluster) err
 	var errs []error
 	for i, res := range results {
 		if res.Err != nil {
-			// No decision: a broken bundle, logged, and the condition left
-			// as it was rather than guessed at.
+			// No decision (an evaluation error, a broken bundle): the
+			// condition says so, Unknown, rather than keep a verdict the
+			// audit could not make again.
 			errs = append(errs, fmt.Errorf("machine %s: %w", res.Machine, res.Err))
+			if err := r.setErrorCondition(ctx, &machines[i], res.Err); err != nil {
+				errs = append(errs, fmt.Errorf("machine %s: %w", res.Machine, err))
+			}
 			continue
 		}
 		if res.Decision.Status == engine.AuditDrifted {
@@ -155,36 +159,73 @@ func Condition(d engine.AuditDecision, generation int64) metav1.Condition {
 	}
 }
 
+// ErrorCondition is the machine condition when its audit gave no decision:
+// Unknown, ReasonAuditError, and the error, cut to what a condition takes.
+func ErrorCondition(err error, generation int64) metav1.Condition {
+	return metav1.Condition{
+		Type:               ichorv1alpha1.ConditionKubeletServingCertificateCurrent,
+		Status:             metav1.ConditionUnknown,
+		Reason:             ichorv1alpha1.ReasonAuditError,
+		Message:            engine.Clip("the audit of the kubelet serving certificate gave no decision: "+err.Error(), "", engine.MaxConditionMessage),
+		ObservedGeneration: generation,
+	}
+}
+
 // setCondition writes the machine's condition, and the Event when the
 // certificate has just drifted. A message that changes only by its decision
 // id is not written again: the condition says when the verdict changed.
 func (r *Runner) setCondition(ctx context.Context, m *ichorv1alpha1.TalosMachine, d engine.AuditDecision) error {
+	becameDrifted, err := r.writeCondition(ctx, m, func(generation int64) metav1.Condition {
+		return Condition(d, generation)
+	}, func(message string) bool { return sameReasons(message, d) })
+	if err != nil {
+		return err
+	}
+	if becameDrifted && r.Recorder != nil {
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, d.Reasons[0].Code, "Audit", "%s", d.EventNote())
+	}
+	return nil
+}
+
+// setErrorCondition writes the machine's condition when its audit gave no
+// decision (ErrorCondition).
+func (r *Runner) setErrorCondition(ctx context.Context, m *ichorv1alpha1.TalosMachine, decideErr error) error {
+	var message string
+	_, err := r.writeCondition(ctx, m, func(generation int64) metav1.Condition {
+		cond := ErrorCondition(decideErr, generation)
+		message = cond.Message
+		return cond
+	}, func(before string) bool { return before == message })
+	return err
+}
+
+// writeCondition writes the condition cond makes unless the machine has it
+// already (same status, reason and generation, and a message same says is
+// the same), and reports whether the certificate has just become drifted.
+func (r *Runner) writeCondition(ctx context.Context, m *ichorv1alpha1.TalosMachine, cond func(generation int64) metav1.Condition, same func(message string) bool) (bool, error) {
 	var becameDrifted bool
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var cur ichorv1alpha1.TalosMachine
 		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(m), &cur); err != nil {
 			return err
 		}
-		cond := Condition(d, cur.Generation)
-		before := meta.FindStatusCondition(cur.Status.Conditions, cond.Type)
-		if before != nil && before.Status == cond.Status && before.Reason == cond.Reason &&
-			before.ObservedGeneration == cond.ObservedGeneration && sameReasons(before.Message, d) {
+		want := cond(cur.Generation)
+		before := meta.FindStatusCondition(cur.Status.Conditions, want.Type)
+		if before != nil && before.Status == want.Status && before.Reason == want.Reason &&
+			before.ObservedGeneration == want.ObservedGeneration && same(before.Message) {
 			return nil
 		}
-		becameDrifted = cond.Status == metav1.ConditionFalse && (before == nil || before.Status != metav1.ConditionFalse || before.Reason != cond.Reason)
-		meta.SetStatusCondition(&cur.Status.Conditions, cond)
+		becameDrifted = want.Status == metav1.ConditionFalse && (before == nil || before.Status != metav1.ConditionFalse || before.Reason != want.Reason)
+		meta.SetStatusCondition(&cur.Status.Conditions, want)
 		return r.Client.Status().Update(ctx, &cur)
 	})
 	if apierrors.IsNotFound(err) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("set condition %s: %w", ichorv1alpha1.ConditionKubeletServingCertificateCurrent, err)
+		return false, fmt.Errorf("set condition %s: %w", ichorv1alpha1.ConditionKubeletServingCertificateCurrent, err)
 	}
-	if becameDrifted && r.Recorder != nil {
-		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, d.Reasons[0].Code, "Audit", "%s", d.EventNote())
-	}
-	return nil
+	return becameDrifted, nil
 }
 
 // sameReasons is whether a condition message holds the decision's reasons,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
 )
 
 // ErrPass is what an override returns to let the real engine decide.
@@ -27,6 +28,7 @@ type Engine struct {
 	KubeletClientFunc           func(context.Context, csrinput.KubeletClient) (engine.CSRDecision, error)
 	AdmissionFunc               func(context.Context, engine.CredentialAdmissionInput) (engine.CredentialAdmission, error)
 	IssuanceFunc                func(context.Context, engine.CredentialIssuanceInput) (engine.CredentialIssuance, error)
+	KubeletServingAuditFunc     func(context.Context, servingcert.Audit) (engine.AuditDecision, error)
 }
 
 // KubeletServing decides a kubelet-serving CSR.
@@ -78,6 +80,16 @@ func (e *Engine) Issuance(ctx context.Context, in engine.CredentialIssuanceInput
 		}
 	}
 	return e.Engine.Issuance(ctx, in)
+}
+
+// KubeletServingAudit judges a kubelet serving certificate in service.
+func (e *Engine) KubeletServingAudit(ctx context.Context, in servingcert.Audit) (engine.AuditDecision, error) {
+	if e.KubeletServingAuditFunc != nil {
+		if d, err := e.KubeletServingAuditFunc(ctx, in); !errors.Is(err, ErrPass) {
+			return d, err
+		}
+	}
+	return e.Engine.KubeletServingAudit(ctx, in)
 }
 
 // Answers are the odd answers of type D for the keys a test picks (a node

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"net"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/utils/clock"
 
@@ -32,6 +33,12 @@ const DefaultPort = 10250
 // DefaultTimeout bounds one read (dial and handshake) when Reader.Timeout is
 // zero: a kubelet that accepts and never answers costs this, no more.
 const DefaultTimeout = 5 * time.Second
+
+// MaxText bounds each free-text fact the kubelet controls (issuer, serial,
+// and the errors, which quote what was served): they reach the decision
+// log, conditions, Events and messages, and a hostile kubelet could make
+// any of them hundreds of kilobytes long.
+const MaxText = 1024
 
 // Certificate is input.certificate of the audit rule: the leaf the kubelet
 // served, described as csrinput describes a request (the same subject and
@@ -47,12 +54,23 @@ type Certificate struct {
 	SubjectAltNames []csrinput.SAN       `json:"subject_alt_names"`
 	// SANError is set when the subjectAltName extension does not parse
 	// completely; the names are then empty rather than partial.
-	SANError  string             `json:"san_error,omitempty"`
-	Serial    string             `json:"serial"`
-	Issuer    string             `json:"issuer"`
-	NotBefore string             `json:"not_before"`
-	NotAfter  string             `json:"not_after"`
-	PublicKey csrinput.PublicKey `json:"public_key"`
+	SANError string `json:"san_error,omitempty"`
+	Serial   string `json:"serial"`
+	Issuer   string `json:"issuer"`
+	// NotBefore and NotAfter are the validity in RFC 3339, for messages;
+	// NotBeforeUnix and NotAfterUnix the same in Unix seconds, which the rule
+	// computes with. The rule parses no time the certificate controls: OPA's
+	// time functions fail beyond 2262, and NotAfter 9999-12-31 is RFC 5280's
+	// "no expiry".
+	NotBefore     string             `json:"not_before"`
+	NotAfter      string             `json:"not_after"`
+	NotBeforeUnix int64              `json:"not_before_unix"`
+	NotAfterUnix  int64              `json:"not_after_unix"`
+	PublicKey     csrinput.PublicKey `json:"public_key"`
+	// ExtKeyUsages are the extended key usages, named as a CSR's usages are
+	// ("server auth", "client auth", ...), "any" for anyExtendedKeyUsage and
+	// "unknown OID x.y.z" for the others; empty without the extension.
+	ExtKeyUsages []string `json:"ext_key_usages"`
 
 	// IssuedByClusterCA is whether the chain the kubelet served verifies
 	// against the cluster's CA; VerifyError is the verifier's error when not.
@@ -84,19 +102,23 @@ type Audit struct {
 	Node csrinput.Node `json:"node"`
 	// Certificate is what the kubelet served.
 	Certificate Certificate `json:"certificate"`
-	// Now is when the audit ran (RFC 3339): the rule does not read the clock,
-	// so a logged audit replays to the same answer.
-	Now string `json:"now"`
+	// Now is when the audit ran (RFC 3339, for messages; NowUnix in Unix
+	// seconds, to compute with): the rule does not read the clock, so a
+	// logged audit replays to the same answer.
+	Now     string `json:"now"`
+	NowUnix int64  `json:"now_unix"`
 }
 
 // Read shakes hands with address (host:port) and describes the leaf
 // certificate. It never fails: a certificate it cannot read is described as
 // such (Read=false, and why), a fact the rule decides on.
 func (r *Reader) Read(ctx context.Context, address string) Certificate {
-	out := Certificate{Address: address, Subject: []csrinput.Attribute{}, SubjectAltNames: []csrinput.SAN{}}
+	out := Certificate{
+		Address: address, Subject: []csrinput.Attribute{}, SubjectAltNames: []csrinput.SAN{}, ExtKeyUsages: []string{},
+	}
 	chain, err := r.handshake(ctx, address)
 	if err != nil {
-		out.Error = err.Error()
+		out.Error = Clip(err.Error(), MaxText)
 		return out
 	}
 	leaf := chain[0]
@@ -108,22 +130,24 @@ func (r *Reader) Read(ctx context.Context, address string) Certificate {
 		}
 		sans, err := csrinput.SubjectAltNames(ext.Value)
 		if err != nil {
-			out.SANError = err.Error()
+			out.SANError = Clip(err.Error(), MaxText)
 			break
 		}
 		out.SubjectAltNames = append(out.SubjectAltNames, sans...)
 	}
-	out.Serial = hex.EncodeToString(leaf.SerialNumber.Bytes())
-	out.Issuer = leaf.Issuer.String()
+	out.Serial = Clip(hex.EncodeToString(leaf.SerialNumber.Bytes()), MaxText)
+	out.Issuer = Clip(leaf.Issuer.String(), MaxText)
 	out.NotBefore = leaf.NotBefore.UTC().Format(time.RFC3339)
 	out.NotAfter = leaf.NotAfter.UTC().Format(time.RFC3339)
+	out.NotBeforeUnix, out.NotAfterUnix = leaf.NotBefore.Unix(), leaf.NotAfter.Unix()
+	out.ExtKeyUsages = ExtKeyUsages(leaf)
 	out.PublicKey = csrinput.DescribeKey(leaf.PublicKey, leaf.PublicKeyAlgorithm)
 	now := time.Now()
 	if r.Clock != nil {
 		now = r.Clock.Now()
 	}
 	if err := r.verify(chain, now); err != nil {
-		out.VerifyError = err.Error()
+		out.VerifyError = Clip(err.Error(), MaxText)
 	} else {
 		out.IssuedByClusterCA = true
 	}
@@ -189,6 +213,67 @@ func (r *Reader) verify(chain []*x509.Certificate, now time.Time) error {
 		return fmt.Errorf("the certificate does not verify against the cluster's CA: %w", err)
 	}
 	return nil
+}
+
+// extKeyUsageNames are the names of certificates/v1 KeyUsage, the names a
+// CSR's usages have in the approval rule's input.
+var extKeyUsageNames = map[x509.ExtKeyUsage]string{
+	x509.ExtKeyUsageAny:                            "any",
+	x509.ExtKeyUsageServerAuth:                     "server auth",
+	x509.ExtKeyUsageClientAuth:                     "client auth",
+	x509.ExtKeyUsageCodeSigning:                    "code signing",
+	x509.ExtKeyUsageEmailProtection:                "email protection",
+	x509.ExtKeyUsageIPSECEndSystem:                 "ipsec end system",
+	x509.ExtKeyUsageIPSECTunnel:                    "ipsec tunnel",
+	x509.ExtKeyUsageIPSECUser:                      "ipsec user",
+	x509.ExtKeyUsageTimeStamping:                   "timestamping",
+	x509.ExtKeyUsageOCSPSigning:                    "ocsp signing",
+	x509.ExtKeyUsageMicrosoftServerGatedCrypto:     "microsoft sgc",
+	x509.ExtKeyUsageNetscapeServerGatedCrypto:      "netscape sgc",
+	x509.ExtKeyUsageMicrosoftCommercialCodeSigning: "microsoft commercial code signing",
+	x509.ExtKeyUsageMicrosoftKernelCodeSigning:     "microsoft kernel code signing",
+}
+
+// ExtKeyUsages names the extended key usages of cert, in the order it
+// lists them: those Go knows first, then the others by OID. At most
+// MaxExtKeyUsages are named (the rest are one "... (N more)"): a hostile
+// kubelet could list thousands.
+func ExtKeyUsages(cert *x509.Certificate) []string {
+	out := []string{}
+	for _, u := range cert.ExtKeyUsage {
+		name, ok := extKeyUsageNames[u]
+		if !ok {
+			name = fmt.Sprintf("unknown usage %d", u)
+		}
+		out = append(out, name)
+	}
+	for _, oid := range cert.UnknownExtKeyUsage {
+		out = append(out, Clip("unknown OID "+oid.String(), maxOIDText))
+	}
+	if len(out) > MaxExtKeyUsages {
+		out = append(out[:MaxExtKeyUsages], fmt.Sprintf("... (%d more)", len(out)-MaxExtKeyUsages))
+	}
+	return out
+}
+
+// MaxExtKeyUsages bounds the extended key usages named, and maxOIDText the
+// text of one unknown OID.
+const (
+	MaxExtKeyUsages = 32
+	maxOIDText      = 128
+)
+
+// Clip is s cut to at most limit bytes (at a rune boundary), with how many
+// bytes were cut: "...(N bytes more)".
+func Clip(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	keep := limit
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return fmt.Sprintf("%s...(%d bytes more)", s[:keep], len(s)-keep)
 }
 
 func clamp(t, lo, hi time.Time) time.Time {

@@ -8,8 +8,10 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"math/big"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,6 +105,9 @@ func TestReadsTheLeafAsFacts(t *testing.T) {
 	assert.Equal(t, "CN=kubernetes", got.Issuer)
 	assert.Equal(t, "2026-01-01T00:00:00Z", got.NotBefore)
 	assert.Equal(t, "2027-01-01T00:00:00Z", got.NotAfter)
+	assert.Equal(t, int64(1767225600), got.NotBeforeUnix)
+	assert.Equal(t, int64(1798761600), got.NotAfterUnix)
+	assert.Equal(t, []string{"server auth"}, got.ExtKeyUsages)
 	assert.Equal(t, csrinput.PublicKey{Algorithm: "ECDSA", Bits: 256, Curve: "P-256"}, got.PublicKey)
 	assert.True(t, got.IssuedByClusterCA, got.VerifyError)
 }
@@ -163,4 +168,78 @@ func TestDialMapsTheAddress(t *testing.T) {
 	assert.True(t, got.Read, got.Error)
 	assert.Equal(t, "10.5.0.2:10250", got.Address)
 	assert.Equal(t, "[fd00::2]:10250", servingcert.Address("fd00::2", 10250))
+}
+
+// leaf is a certificate for tmpl signed by c, served by a local listener.
+func (c ca) leaf(t *testing.T, tmpl *x509.Certificate) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
+	require.NoError(t, err)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// A kubelet's client certificate, served on its port: the same subject as
+// its serving certificate, signed by the same CA, but for client auth only
+// and naming nothing. The usages are a fact, named as a CSR's are; an OID
+// Go does not know is named by its number.
+func TestExtendedKeyUsagesAreNamed(t *testing.T) {
+	cluster := newCA(t, "kubernetes")
+	addr := serve(t, cluster.leaf(t, &x509.Certificate{
+		SerialNumber: big.NewInt(7),
+		Subject:      pkix.Name{CommonName: "system:node:worker-1", Organization: []string{"system:nodes"}},
+		NotBefore:    time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), NotAfter: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC),
+		ExtKeyUsage:        []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageAny},
+		UnknownExtKeyUsage: []asn1.ObjectIdentifier{{1, 3, 6, 1, 4, 1, 99999, 1}},
+		KeyUsage:           x509.KeyUsageDigitalSignature,
+	}))
+	got := (&servingcert.Reader{Roots: cluster.pool()}).Read(t.Context(), addr)
+	require.True(t, got.Read, got.Error)
+	assert.Equal(t, []string{"client auth", "any", "unknown OID 1.3.6.1.4.1.99999.1"}, got.ExtKeyUsages)
+	assert.Equal(t, []csrinput.SAN{}, got.SubjectAltNames)
+	assert.True(t, got.IssuedByClusterCA, "any usage is accepted by the issuer check: usages are the rule's to judge")
+
+	none := serve(t, cluster.leaf(t, &x509.Certificate{
+		SerialNumber: big.NewInt(8), Subject: pkix.Name{CommonName: "system:node:worker-1"},
+		NotBefore: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), NotAfter: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC),
+	}))
+	assert.Equal(t, []string{}, (&servingcert.Reader{Roots: cluster.pool()}).Read(t.Context(), none).ExtKeyUsages)
+}
+
+// RFC 5280's "no expiry" (99991231235959Z) is a time like any other: in
+// Unix seconds, which the rule computes with, far beyond what OPA's time
+// functions parse (2262).
+func TestNoExpiryIsGivenInUnixSeconds(t *testing.T) {
+	cluster := newCA(t, "kubernetes")
+	addr := serve(t, cluster.leaf(t, &x509.Certificate{
+		SerialNumber: big.NewInt(9), Subject: pkix.Name{CommonName: "system:node:worker-1"},
+		DNSNames:  []string{"worker-1"},
+		NotBefore: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), NotAfter: time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}))
+	got := (&servingcert.Reader{Roots: cluster.pool()}).Read(t.Context(), addr)
+	require.True(t, got.Read, got.Error)
+	assert.Equal(t, "9999-12-31T23:59:59Z", got.NotAfter)
+	assert.Equal(t, int64(253402300799), got.NotAfterUnix)
+}
+
+// What a hostile kubelet controls is bounded before it reaches the rule,
+// the decision log, conditions and Events: an issuer DN of 100 KB is cut
+// to MaxText, saying how much was cut.
+func TestHugeIssuerIsClipped(t *testing.T) {
+	huge := newCA(t, strings.Repeat("x", 100_000))
+	addr := serve(t, huge.serving(t, "worker-1", "10.5.0.2"))
+	got := (&servingcert.Reader{Roots: newCA(t, "kubernetes").pool()}).Read(t.Context(), addr)
+	require.True(t, got.Read, got.Error)
+	assert.LessOrEqual(t, len(got.Issuer), servingcert.MaxText+len("...(100000 bytes more)"))
+	assert.True(t, strings.HasPrefix(got.Issuer, "CN=xxxx"), got.Issuer[:20])
+	assert.True(t, strings.HasSuffix(got.Issuer, "...(98979 bytes more)"), got.Issuer[len(got.Issuer)-30:])
+	assert.LessOrEqual(t, len(got.VerifyError), servingcert.MaxText+len("...(100000 bytes more)"))
+	assert.False(t, got.IssuedByClusterCA)
+}
+
+func TestClipCutsAtARune(t *testing.T) {
+	assert.Equal(t, "short", servingcert.Clip("short", 10))
+	assert.Equal(t, "ab...(5 bytes more)", servingcert.Clip("abé€", 3)) // é is 2 bytes: not cut in half
 }

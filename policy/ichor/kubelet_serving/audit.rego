@@ -13,19 +13,24 @@ _certificate := input.certificate
 #   {"status": "current"|"drifted"|"unknown", "reasons": [{"code", "message"}], "node": name}.
 #   Approval is a moment; the certificate lives for a year, and the node's addresses may
 #   move in that time. Its names are judged by the very checks that approve a request
-#   (DNSNameNotNode, IPNotNode), so a drifted certificate is one that would not be approved
-#   today.
+#   (DNSNameNotNode, IPNotNode, SANTypeForbidden), so a drifted certificate is one that would
+#   not be approved today.
 #
-#   drifted: a check failed (names no longer the node's, not issued by the cluster's CA,
-#   expiring within audit_expiry_warning_days of data.json). unknown: the certificate or the
-#   node could not be read, so nothing could be judged: that is not drift. Issuer and expiry
-#   are judged even when the node could not be read, since they need only the certificate.
+#   drifted: a check failed (names no longer the node's, or names no serving certificate may
+#   have; not issued by the cluster's CA; not for serving; not yet valid; expiring within
+#   audit_expiry_warning_days of data.json). unknown: the certificate or the node could not be
+#   read, so nothing could be judged: that is not drift. What needs only the certificate (its
+#   issuer, usages, validity, and the types of its names) is judged even when the node could not
+#   be read.
 #
 #   Input: input.certificate (the facts of the served leaf, built by Go: read and error,
-#   subject, subject_alt_names, serial, issuer, not_before, not_after, issued_by_cluster_ca
-#   and verify_error), input.node (the identity read from the Talos API, as for approval),
-#   input.machine and input.now (RFC 3339; the rule does not read the clock). Undefined
-#   without input.certificate.
+#   subject, subject_alt_names, san_error, serial, issuer, ext_key_usages, not_before and
+#   not_after in RFC 3339 for messages, not_before_unix and not_after_unix in Unix seconds,
+#   issued_by_cluster_ca and verify_error), input.node (the identity read from the Talos API,
+#   as for approval), input.machine, input.now (RFC 3339, for messages) and input.now_unix
+#   (Unix seconds). The rule does not read the clock, and parses no time: it computes with the
+#   Unix seconds, so that a certificate valid until 9999 (RFC 5280's "no expiry") is judged like
+#   any other. Undefined without input.certificate.
 # entrypoint: true
 audit := _audit_verdict("drifted", audit_drift | audit_unknown) if {
 	_certificate
@@ -45,7 +50,8 @@ _audit_verdict(status, reasons) := {
 # title: Certificate current
 # description: |
 #   The certificate in service names only the node's identity read today from the Talos API,
-#   was issued by the cluster's CA, and does not expire within audit_expiry_warning_days.
+#   was issued by the cluster's CA, is for serving (server auth), is valid at the audit's time,
+#   and does not expire within audit_expiry_warning_days.
 # custom:
 #   code: CertificateCurrent
 audit_current := {
@@ -79,8 +85,8 @@ audit_unknown contains reason if {
 # title: Node identity unreadable during the audit
 # description: |
 #   The node's identity could not be read from the Talos API, so the certificate's names
-#   could not be judged. Issuer and expiry are still judged; with neither failing, the status
-#   is unknown.
+#   could not be judged. What needs only the certificate (its issuer, usages, validity and the
+#   types of its names) is still judged; with none of it failing, the status is unknown.
 # custom:
 #   code: CertificateNodeUnreadable
 audit_unknown contains reason if {
@@ -99,10 +105,13 @@ audit_unknown contains reason if {
 # description: |
 #   The certificate in service names what is not the node's today: a DNS name that is neither
 #   its Nodename nor its hostname, an IP address Talos no longer gives the kubelet (an address
-#   moved after issuance), a subject for another node name, or names that do not parse. One
-#   reason per name, with the message approval gives (DNSNameNotNode, IPNotNode). A client
-#   that connects by the node's new address is refused; renew the certificate (delete the
-#   kubelet's serving pair, or restart it) so that it asks for today's names.
+#   moved after issuance), a subject for another node name; or names no serving certificate may
+#   have: a name of a type approval forbids (a URI, an email address, another type), no DNS name
+#   or IP address at all, or names that do not parse. One reason per name, with the message
+#   approval gives (DNSNameNotNode, IPNotNode, SANTypeForbidden). The types and the parse are
+#   judged without the node; the rest only when the node was read. A client that connects by the
+#   node's new address is refused; renew the certificate (delete the kubelet's serving pair, or
+#   restart it) so that it asks for today's names.
 # custom:
 #   code: CertificateNamesNotNode
 audit_drift contains reason if {
@@ -137,6 +146,52 @@ audit_drift contains reason if {
 }
 
 # METADATA
+# title: Certificate not for serving
+# description: |
+#   The certificate in service does not carry the extended key usage server auth, which every
+#   certificate the kubelet serving signer issues has (approval allows no usage set without it):
+#   a client certificate of the node (client auth only, with the same subject and the same CA),
+#   or a certificate without the extension. It is not what approval let the kubelet serve, and a
+#   client that checks usages refuses it.
+# custom:
+#   code: CertificateNotForServing
+audit_drift contains reason if {
+	_certificate.read
+	usages := object.get(_certificate, "ext_key_usages", [])
+	not _config.audit_serving_ext_key_usage in usages
+	reason := {
+		"code": "CertificateNotForServing",
+		"message": sprintf(
+			"the kubelet serving certificate of machine %q (serial %s) is not for serving: %s %v do not include %q",
+			[
+				input.machine.name, _certificate.serial, "its extended key usages",
+				usages, _config.audit_serving_ext_key_usage,
+			],
+		),
+	}
+}
+
+# METADATA
+# title: Certificate not yet valid
+# description: |
+#   The certificate in service is valid only from a time after the audit's: a client refuses
+#   it until then. The signer backdates what it issues, so the clock of the signer, or of the
+#   machine the audit runs on, is wrong, or the certificate was not made by the signer.
+# custom:
+#   code: CertificateNotYetValid
+audit_drift contains reason if {
+	_certificate.read
+	input.now_unix < _certificate.not_before_unix
+	reason := {
+		"code": "CertificateNotYetValid",
+		"message": sprintf(
+			"the kubelet serving certificate of machine %q (serial %s) is valid only from %s, after the audit's time %s",
+			[input.machine.name, _certificate.serial, _certificate.not_before, input.now],
+		),
+	}
+}
+
+# METADATA
 # title: Certificate expires soon
 # description: |
 #   The certificate in service expires within audit_expiry_warning_days of data.json (30 by
@@ -146,18 +201,26 @@ audit_drift contains reason if {
 #   code: CertificateExpiresSoon
 audit_drift contains reason if {
 	_certificate.read
-	left := time.parse_rfc3339_ns(_certificate.not_after) - time.parse_rfc3339_ns(input.now)
-	left < ((_config.audit_expiry_warning_days * 24) * 3600) * 1000000000
+	_seconds_left < (_config.audit_expiry_warning_days * 24) * 3600
 	reason := {
 		"code": "CertificateExpiresSoon",
 		"message": sprintf(
 			"the kubelet serving certificate of machine %q (serial %s) %s %s, within the %d days warned of",
 			[
-				input.machine.name, _certificate.serial, _expiry_verb(left),
+				input.machine.name, _certificate.serial, _expiry_verb(_seconds_left),
 				_certificate.not_after, _config.audit_expiry_warning_days,
 			],
 		),
 	}
+}
+
+# Seconds from the audit to the certificate's end, in integers: no time is parsed. An input
+# without them (hand-made, or logged before they were facts) counts as expired: it fails closed.
+default _seconds_left := 0
+
+_seconds_left := _certificate.not_after_unix - input.now_unix if {
+	is_number(_certificate.not_after_unix)
+	is_number(input.now_unix)
 }
 
 _expiry_verb(left) := "expired at" if left <= 0
@@ -180,9 +243,22 @@ _certificate_names_not_node contains problem if {
 	problem := sprintf("its subject names node %q, but Talos reports Nodename %q", [name, input.node.nodename])
 }
 
+# Names no serving certificate may have, judged without the node: a type approval forbids
+# (SANTypeForbidden's check), none of the types it allows, or names that do not parse.
 _certificate_names_not_node contains problem if {
 	_certificate.read
-	input.node.readable
+	some problem in _sans_of_forbidden_type(_certificate.subject_alt_names)
+}
+
+_certificate_names_not_node contains problem if {
+	_certificate.read
+	not _certificate.san_error
+	_sans_missing([san | some san in _certificate.subject_alt_names; _config.allowed_san_types[san.type]])
+	problem := "it has no DNS name or IP address, and a serving certificate must name the node by them"
+}
+
+_certificate_names_not_node contains problem if {
+	_certificate.read
 	_certificate.san_error
 	problem := sprintf("its subjectAltName extension does not parse: %s", [_certificate.san_error])
 }

@@ -29,11 +29,15 @@ _in_service := {
 		"issuer": "CN=kubernetes",
 		"not_before": "2026-01-01T00:00:00Z",
 		"not_after": "2027-01-01T00:00:00Z",
+		"not_before_unix": 1767225600,
+		"not_after_unix": 1798761600,
+		"ext_key_usages": ["server auth"],
 		"public_key": {"algorithm": "ECDSA", "curve": "P-256", "bits": 256},
 		"issued_by_cluster_ca": true,
 		"verify_error": "",
 	},
 	"now": "2026-06-01T00:00:00Z",
+	"now_unix": 1780272000,
 }
 
 _audit(patch) := result if {
@@ -43,6 +47,13 @@ _audit(patch) := result if {
 _audit_codes(patch) := [reason.code | some reason in _audit(patch).reasons]
 
 _audit_set(path, value) := [{"op": "replace", "path": path, "value": value}]
+
+# The audit run at another time: the RFC 3339 text for messages and the Unix seconds the rule
+# computes with (the test parses the time, never the rule).
+_audit_at(now) := [
+	{"op": "replace", "path": "/now", "value": now},
+	{"op": "replace", "path": "/now_unix", "value": time.parse_rfc3339_ns(now) / 1000000000},
+]
 
 test_current_certificate_is_current if {
 	a := _audit([])
@@ -113,7 +124,7 @@ test_other_ca_is_drift if {
 }
 
 test_expiring_within_the_warning_is_drift if {
-	a := _audit(_audit_set("/now", "2026-12-15T00:00:00Z"))
+	a := _audit(_audit_at("2026-12-15T00:00:00Z"))
 	a.status == "drifted"
 	a.reasons == [{
 		"code": "CertificateExpiresSoon",
@@ -125,11 +136,11 @@ test_expiring_within_the_warning_is_drift if {
 }
 
 test_expiring_just_outside_the_warning_is_current if {
-	_audit(_audit_set("/now", "2026-12-01T00:00:00Z")).status == "current"
+	_audit(_audit_at("2026-12-01T00:00:00Z")).status == "current"
 }
 
 test_expired_is_drift if {
-	a := _audit(_audit_set("/now", "2027-02-01T00:00:00Z"))
+	a := _audit(_audit_at("2027-02-01T00:00:00Z"))
 	a.status == "drifted"
 	contains(a.reasons[0].message, "expired at 2027-01-01T00:00:00Z")
 }
@@ -177,11 +188,13 @@ test_unreadable_node_still_judges_the_issuer if {
 
 test_every_failing_check_is_reported_and_capped if {
 	sans := [{"type": "ip", "value": sprintf("10.9.0.%d", [i])} | some i in numbers.range(1, 30)]
-	patch := [
-		{"op": "replace", "path": "/certificate/subject_alt_names", "value": sans},
-		{"op": "replace", "path": "/certificate/issued_by_cluster_ca", "value": false},
-		{"op": "replace", "path": "/now", "value": "2026-12-20T00:00:00Z"},
-	]
+	patch := array.concat(
+		[
+			{"op": "replace", "path": "/certificate/subject_alt_names", "value": sans},
+			{"op": "replace", "path": "/certificate/issued_by_cluster_ca", "value": false},
+		],
+		_audit_at("2026-12-20T00:00:00Z"),
+	)
 	a := _audit(patch)
 	a.status == "drifted"
 	count(a.reasons) == 13
@@ -189,4 +202,118 @@ test_every_failing_check_is_reported_and_capped if {
 		"CertificateExpiresSoon", "CertificateNamesNotNode",
 		"CertificateNotIssuedByClusterCA",
 	}
+}
+
+# RFC 5280's "no expiry" (99991231235959Z) is beyond what OPA's time functions parse (2262);
+# the rule computes with Unix seconds, so the certificate is current, neither expiring nor an error.
+test_no_expiry_in_9999_is_current if {
+	a := _audit([
+		{"op": "replace", "path": "/certificate/not_after", "value": "9999-12-31T23:59:59Z"},
+		{"op": "replace", "path": "/certificate/not_after_unix", "value": 253402300799},
+	])
+	a.status == "current"
+	endswith(a.reasons[0].message, "expiring 9999-12-31T23:59:59Z")
+}
+
+# Without the Unix facts (a hand-made input, or one logged before they were facts) the rule
+# fails closed: the certificate is taken as expired, never as current.
+test_without_the_unix_times_the_certificate_counts_as_expired if {
+	patch := [
+		{"op": "remove", "path": "/certificate/not_after_unix"},
+		{"op": "remove", "path": "/now_unix"},
+	]
+	_audit(patch).status == "drifted"
+	_audit_codes(patch) == ["CertificateExpiresSoon"]
+	contains(_audit(patch).reasons[0].message, "expired at 2027-01-01T00:00:00Z")
+}
+
+test_not_yet_valid_is_drift if {
+	patch := array.concat(
+		_audit_at("2025-12-01T00:00:00Z"),
+		_audit_set("/certificate/not_before", "2026-01-01T00:00:00Z"),
+	)
+	a := _audit(patch)
+	a.status == "drifted"
+	a.reasons == [{
+		"code": "CertificateNotYetValid",
+		"message": concat("", [
+			`the kubelet serving certificate of machine "worker-1" (serial 1a2b) is valid only from `,
+			"2026-01-01T00:00:00Z, after the audit's time 2025-12-01T00:00:00Z",
+		]),
+	}]
+}
+
+# The node's client certificate, served in the place of its serving certificate: the same subject,
+# the cluster's CA, client auth only and no names. Approval would never have let it be served.
+test_client_certificate_is_not_current if {
+	patch := [
+		{"op": "replace", "path": "/certificate/ext_key_usages", "value": ["client auth"]},
+		{"op": "replace", "path": "/certificate/subject_alt_names", "value": []},
+	]
+	a := _audit(patch)
+	a.status == "drifted"
+	a.reasons == [
+		{
+			"code": "CertificateNamesNotNode",
+			"message": concat("", [
+				`the kubelet serving certificate of machine "worker-1" (serial 1a2b) names what is no longer the node's: `,
+				"it has no DNS name or IP address, and a serving certificate must name the node by them",
+			]),
+		},
+		{
+			"code": "CertificateNotForServing",
+			"message": concat("", [
+				`the kubelet serving certificate of machine "worker-1" (serial 1a2b) is not for serving: `,
+				`its extended key usages ["client auth"] do not include "server auth"`,
+			]),
+		},
+	]
+}
+
+test_without_extended_key_usages_is_not_for_serving if {
+	_audit_codes(_audit_set("/certificate/ext_key_usages", [])) == ["CertificateNotForServing"]
+	_audit_codes([{"op": "remove", "path": "/certificate/ext_key_usages"}]) == ["CertificateNotForServing"]
+	_audit_codes(_audit_set("/certificate/ext_key_usages", ["any"])) == ["CertificateNotForServing"]
+}
+
+test_server_auth_among_others_is_for_serving if {
+	_audit(_audit_set("/certificate/ext_key_usages", ["client auth", "server auth"])).status == "current"
+}
+
+# A name of a type approval forbids is drift with approval's own message, even when the node
+# could not be read (the type needs only the certificate).
+test_forbidden_name_types_are_drift if {
+	sans := [
+		{"type": "dns", "value": "worker-1"},
+		{"type": "uri", "value": "spiffe://cluster/ns/kube-system/sa/admin"},
+		{"type": "email", "value": "root@worker-1"},
+		{"type": "other", "value": "1.3.6.1.4.1.311.20.2.3"},
+	]
+	a := _audit(_audit_set("/certificate/subject_alt_names", sans))
+	a.status == "drifted"
+	_audit_codes(_audit_set("/certificate/subject_alt_names", sans)) == [
+		"CertificateNamesNotNode", "CertificateNamesNotNode",
+		"CertificateNamesNotNode",
+	]
+	some r in a.reasons
+	endswith(r.message, concat("", [
+		`names what is no longer the node's: subject alternative name "spiffe://cluster/ns/kube-system/sa/admin" `,
+		"of type uri is not allowed; only DNS names and IP addresses are",
+	]))
+
+	unread := array.concat(
+		_audit_set("/certificate/subject_alt_names", sans),
+		_audit_set("/node", {"readable": false, "error": "timeout", "addresses": []}),
+	)
+	_audit(unread).status == "drifted"
+	count([c | some c in _audit_codes(unread); c == "CertificateNamesNotNode"]) == 3
+}
+
+# Only a URI: no name of an allowed type, and the URI forbidden; both said.
+test_only_a_forbidden_name_is_no_node_name_too if {
+	a := _audit(_audit_set("/certificate/subject_alt_names", [{"type": "uri", "value": "https://evil"}]))
+	a.status == "drifted"
+	count(a.reasons) == 2
+	some r in a.reasons
+	endswith(r.message, "it has no DNS name or IP address, and a serving certificate must name the node by them")
 }

@@ -310,15 +310,8 @@ deny contains reason if {
 # custom:
 #   code: SANTypeForbidden
 deny contains reason if {
-	some san in _request.subject_alt_names
-	not _config.allowed_san_types[san.type]
-	reason := {
-		"code": "SANTypeForbidden",
-		"message": sprintf(
-			"subject alternative name %q of type %s is not allowed; only DNS names and IP addresses are",
-			[san.value, san.type],
-		),
-	}
+	some message in _sans_of_forbidden_type(_request.subject_alt_names)
+	reason := {"code": "SANTypeForbidden", "message": message}
 }
 
 # METADATA
@@ -327,7 +320,7 @@ deny contains reason if {
 # custom:
 #   code: SANMissing
 deny contains reason if {
-	count(_request.subject_alt_names) == 0
+	_sans_missing(_request.subject_alt_names)
 	reason := {
 		"code": "SANMissing",
 		"message": "the request has no subject alternative name; it must name the node's DNS names or IP addresses",
@@ -468,6 +461,22 @@ _dns_names_not_node(sans, node) := {msg |
 		[san.value, node.nodename, node.hostname],
 	)
 }
+
+# One message per name of sans of a type no kubelet serving certificate may have (allowed_san_types
+# of data.json): what refuses a request (SANTypeForbidden) finds a certificate in service drifted.
+_sans_of_forbidden_type(sans) := {msg |
+	some san in sans
+	not _config.allowed_san_types[san.type]
+	msg := sprintf(
+		"subject alternative name %q of type %s is not allowed; only DNS names and IP addresses are",
+		[san.value, san.type],
+	)
+}
+
+# Whether sans name nothing. Approval asks it of every name requested (SANMissing: a request
+# without any name); the audit of those of an allowed type, since a certificate in service has
+# had no approval to refuse its other names.
+_sans_missing(sans) if count(sans) == 0
 
 _ips_not_node(sans, node) := {msg |
 	some san in sans

@@ -15,8 +15,10 @@
 #   names, attributes or extensions, and each name can be long. The lists of data.json's
 #   capped_lists keep their first max_logged_items items, each string of an item cut to
 #   max_logged_value_length, and the result keeps its first max_logged_reasons reasons, each
-#   message cut likewise; input.log_truncated then says what was cut and how much, so that
-#   `ichor decisions replay` does not take a shortened input for the request.
+#   message cut likewise. The strings of data.json's capped_strings (the free text an audited
+#   kubelet or node chooses: a certificate's issuer, serial and errors, the node's error) are cut
+#   to max_logged_value_length too. input.log_truncated then says what was cut and how much, so
+#   that `ichor decisions replay` does not take a shortened input for the request.
 package system.log
 
 _config := data.system.log.config
@@ -42,6 +44,13 @@ mask contains {"op": "upsert", "path": concat("/", array.concat(["", "input"], p
 
 # METADATA
 # title: Mask
+# description: Long free-text strings of the input are cut.
+mask contains {"op": "upsert", "path": concat("/", array.concat(["", "input"], path)), "value": _cut(value)} if {
+	some path, value in _long_strings
+}
+
+# METADATA
+# title: Mask
 # description: Long reason lists of the result are cut, and long messages.
 mask contains {"op": "upsert", "path": "/result/reasons", "value": kept} if {
 	reasons := object.get(input, ["result", "reasons"], [])
@@ -55,6 +64,16 @@ mask contains {"op": "upsert", "path": "/result/reasons", "value": kept} if {
 mask contains {"op": "upsert", "path": "/input/log_truncated", "value": _truncated} if count(_truncated) > 0
 
 _truncated[concat(".", path)] := count(items) if some path, items in _oversized
+
+_truncated[concat(".", path)] := count(value) if some path, value in _long_strings
+
+# The capped strings of this entry that are too long.
+_long_strings[path] := value if {
+	some path in _config.capped_strings
+	value := object.get(input.input, path, "")
+	is_string(value)
+	count(value) > _config.max_logged_value_length
+}
 
 # The capped lists of this entry that are too long or hold a long string, each checked
 # once per entry: every decision is masked, and most cut nothing.

@@ -99,3 +99,31 @@ test_an_audited_certificate_with_ten_thousand_names_is_cut_to_a_hundred if {
 	cut.path == "/input/certificate/subject_alt_names"
 	count(cut.value) == 100
 }
+
+# A hostile kubelet's certificate with an issuer DN of 250 KB, and long errors quoting it: each
+# free-text string is cut with its length and listed in log_truncated; the short ones are kept.
+test_an_audited_certificates_long_strings_are_cut if {
+	issuer := concat("", ["CN=", concat("", [x | some _ in numbers.range(1, 250000); x := "i"])])
+	verify := concat("", [x | some _ in numbers.range(1, 600); x := "v"])
+	node_error := concat("", [x | some _ in numbers.range(1, 513); x := "n"])
+	masks := log.mask with input as {"input": {
+		"certificate": {"issuer": issuer, "serial": "1a2b", "verify_error": verify, "error": ""},
+		"node": {"error": node_error},
+	}}
+	{"op": "upsert", "path": "/input/log_truncated", "value": {
+		"certificate.issuer": 250003,
+		"certificate.verify_error": 600,
+		"node.error": 513,
+	}} in masks
+	_values_at(masks, "/input/certificate/issuer") == [sprintf("%s... (250003 bytes)", [substring(issuer, 0, 512)])]
+	_values_at(masks, "/input/certificate/verify_error") == [sprintf("%s... (600 bytes)", [substring(verify, 0, 512)])]
+	count(_values_at(masks, "/input/node/error")) == 1
+	_values_at(masks, "/input/certificate/serial") == []
+	count(masks) == 4
+}
+
+_values_at(masks, path) := [m.value | some m in masks; m.path == path]
+
+test_short_certificate_strings_are_left_alone if {
+	count(log.mask) == 0 with input as {"input": {"certificate": {"issuer": "CN=kubernetes", "san_error": "x"}}}
+}
