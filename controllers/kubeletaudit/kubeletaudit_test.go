@@ -156,21 +156,7 @@ func (f *fixture) machine(name, addr string, opts harness.KubeletOptions) (*harn
 // reason, and returns it.
 func (f *fixture) condition(name string, status metav1.ConditionStatus, reason string) metav1.Condition {
 	f.t.Helper()
-	var got metav1.Condition
-	err := wait.PollUntilContextTimeout(f.t.Context(), 100*time.Millisecond, waitFor, true, func(ctx context.Context) (bool, error) {
-		var m ichorv1alpha1.TalosMachine
-		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, &m); err != nil {
-			return false, err
-		}
-		c := meta.FindStatusCondition(m.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificateCurrent)
-		if c == nil {
-			return false, nil
-		}
-		got = *c
-		return c.Status == status && c.Reason == reason, nil
-	})
-	require.NoError(f.t, err, "machine %s: want %s %s, have %+v", name, status, reason, got)
-	return got
+	return f.conditionWith(name, func(c metav1.Condition) bool { return c.Status == status && c.Reason == reason })
 }
 
 // The whole audit on one cluster: a certificate current, one whose node's

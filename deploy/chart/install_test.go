@@ -14,9 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -51,18 +49,7 @@ func assetsDir(t *testing.T) string {
 // Uninstalling removes what the chart made, the Secret with its CA included.
 func TestUpgradeKeepsTheManagersCertificates(t *testing.T) {
 	log.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	env := &envtest.Environment{BinaryAssetsDirectory: assetsDir(t)}
-	cfg, err := env.Start()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
-	user, err := env.AddUser(envtest.User{Name: "chart-test", Groups: []string{"system:masters"}}, cfg)
-	require.NoError(t, err)
-	kubeconfig, err := user.KubeConfig()
-	require.NoError(t, err)
-	kubeconfigPath := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfigPath, kubeconfig, 0o600))
-	c, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
-	require.NoError(t, err)
+	c, kubeconfigPath := envWithHelm(t)
 
 	for _, mode := range []string{"true", "false"} {
 		t.Run("server-side="+mode, func(t *testing.T) {

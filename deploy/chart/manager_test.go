@@ -53,16 +53,8 @@ const chartNamespace = "ichor-chart"
 // approves, the webhook admits and the issuer issues, and the policy refuses
 // a forged requester.
 func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	env, err := harness.Start(ctx, harness.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(env.TailLogs(30))
-		}
-		_ = env.Stop()
-	})
+	ctx := t.Context()
+	env := harness.StartForTest(t, harness.Options{})
 	admin := writeKubeconfig(t, env.AdminKubeconfig)
 	// The harness has installed the CRDs (from deploy/crds, which the
 	// chart's are held identical to).
@@ -102,8 +94,8 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 			"--webhook-port", fmt.Sprint(serving.LocalServingPort), "--webhook-cert-dir", serving.LocalServingCertDir,
 			"--local-clusters", "demo/demo", "--kubelet-client-approver"}, nil, io.Discard, logFile)
 	}()
+	// t.Context() ends before the cleanups run, and the manager with it.
 	t.Cleanup(func() {
-		cancel()
 		<-done
 		_ = logFile.Close()
 		if t.Failed() {

@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net"
 	"net/netip"
@@ -54,16 +53,8 @@ func TestAuditKubeletServingUsage(t *testing.T) {
 
 func startAuditEnv(t *testing.T) *auditEnv {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	env, err := harness.Start(ctx, harness.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(env.TailLogs(30))
-		}
-		require.NoError(t, env.Stop())
-	})
+	ctx := t.Context()
+	env := harness.StartForTest(t, harness.Options{})
 	ae := &auditEnv{env: env, kubeconfig: filepath.Join(t.TempDir(), "kubeconfig"), hosts: &harness.Hosts{}}
 	require.NoError(t, os.WriteFile(ae.kubeconfig, env.AdminKubeconfig, 0o600))
 	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: auditNS}}))

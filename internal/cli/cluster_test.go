@@ -93,16 +93,8 @@ func TestClusterCommands(t *testing.T) {
 
 func startClusterEnv(t *testing.T) *clusterEnv {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	env, err := harness.Start(ctx, harness.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Log(env.TailLogs(30))
-		}
-		require.NoError(t, env.Stop())
-	})
+	ctx := t.Context()
+	env := harness.StartForTest(t, harness.Options{})
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
 
 	roles, err := webhooktest.ShippedRoles()
@@ -165,7 +157,7 @@ func startClusterEnv(t *testing.T) *clusterEnv {
 			t.Errorf("manager: %v", err)
 		}
 	}()
-	t.Cleanup(func() { cancel(); <-mgrDone })
+	t.Cleanup(func() { <-mgrDone }) // t.Context() ends before the cleanups run
 	startedCheck := mgr.GetWebhookServer().StartedChecker()
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return startedCheck(nil) == nil, nil

@@ -47,3 +47,26 @@ func Main(m *testing.M, opts Options, setUp func(ctx context.Context, env *Env) 
 	}
 	return code
 }
+
+// StartForTest starts a control plane for one test (or one group of
+// subtests) rather than a package: it is stopped when the test ends, and its
+// last log lines are printed when the test failed.
+func StartForTest(t testing.TB, opts Options) *Env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	env, err := Start(ctx, opts)
+	if err != nil {
+		cancel()
+		t.Fatalf("start the control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		defer cancel()
+		if t.Failed() {
+			t.Log(env.TailLogs(30))
+		}
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop the control plane: %v", err)
+		}
+	})
+	return env
+}
