@@ -6,10 +6,14 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"go.yaml.in/yaml/v4"
 
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/test/talosapi"
 )
 
@@ -59,4 +63,25 @@ func newSecretsBundle(dir string) (*secrets.Bundle, []byte, *talosapi.CA, error)
 	}
 
 	return parsed, data, osCA, nil
+}
+
+// SecretsBundleSecretWithOSCA is SecretsBundleSecret for another cluster: the
+// environment's bundle with ca as its OS CA (certs.os), so that only the nodes
+// started with NodeOptions.CA = ca answer the readers made from it.
+func (e *Env) SecretsBundleSecretWithOSCA(namespace, name string, ca *talosapi.CA) (*corev1.Secret, error) {
+	bundle := *e.SecretsBundle
+	certs := *bundle.Certs
+	certs.OS = ca.PEMEncoded()
+	bundle.Certs = &certs
+
+	data, err := yaml.Marshal(&bundle)
+	if err != nil {
+		return nil, fmt.Errorf("marshal Talos secrets bundle: %w", err)
+	}
+
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{ichorv1alpha1.DefaultSecretsBundleKey: data},
+	}, nil
 }

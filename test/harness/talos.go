@@ -23,6 +23,10 @@ type NodeOptions struct {
 	// TalosVersion is reported by MachineService.Version; talosapi's default
 	// if empty.
 	TalosVersion string
+	// CA is the OS CA the node serves with and trusts; the bundle's
+	// (Env.TalosCA) if nil. A node of another cluster has its own
+	// (SecretsBundleSecretWithOSCA).
+	CA *talosapi.CA
 }
 
 // TalosNode is a Talos API test server for one node, serving with the bundle's
@@ -46,8 +50,13 @@ func (e *Env) StartTalosNode(ctx context.Context, opts NodeOptions) (*TalosNode,
 		hostname = opts.Name
 	}
 
+	ca := opts.CA
+	if ca == nil {
+		ca = e.osCA
+	}
+
 	srv, err := talosapi.Start(ctx, talosapi.Options{
-		CA:           e.osCA,
+		CA:           ca,
 		Nodename:     opts.Name,
 		Hostname:     hostname,
 		Addresses:    slices.Clone(opts.Addresses),
