@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -301,7 +302,7 @@ func RunAdmissionShipped(ctx context.Context, f *Fleet, n int, ro RunOptions, re
 	if err := f.InstallWebhook(); err != nil {
 		return err
 	}
-	flags, cliArgs := v.Args(ro.Kubeconfig, f)
+	flags, cliArgs := v.Args(ro.Kubeconfig, f, []types.NamespacedName{MainCluster})
 	ctl, err := StartController(ro.Manager, ro.Dir, v.Name, flags, cliArgs)
 	if err != nil {
 		return err

@@ -29,16 +29,21 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/test/harness"
+	"github.com/ichor-dev/ichor-policy/test/talosapi"
 	"github.com/ichor-dev/ichor-policy/webhook/webhooktest"
 )
 
-// The namespace and TalosCluster every simulated machine belongs to.
+// The namespace and TalosCluster every machine of the fleet belongs to (a
+// spread's have their own: Spread).
 const (
 	Namespace   = "bench"
 	ClusterName = "bench"
@@ -66,6 +71,8 @@ type Machine struct {
 	Name  string
 	IP    net.IP
 	Talos *harness.TalosNode
+	// Cluster is the TalosCluster the machine belongs to.
+	Cluster types.NamespacedName
 
 	mu      sync.Mutex
 	kubelet *rest.Config
@@ -80,7 +87,7 @@ func StartFleet(ctx context.Context, workDir string) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{Env: env, Workers: 8}
-	if err := f.createCluster(ctx); err != nil {
+	if err := f.createCluster(ctx, MainCluster, env.SecretsBundleSecret(Namespace, secretsName)); err != nil {
 		return nil, errors.Join(err, env.Stop())
 	}
 	if err := f.InstallWebhook(); err != nil {
@@ -158,26 +165,29 @@ func stablePort() (int, error) {
 	return 0, errors.New("no free port below the ephemeral range")
 }
 
-func (f *Fleet) createCluster(ctx context.Context) error {
+// createCluster creates the cluster's namespace (unless it exists), its
+// secrets bundle Secret and the TalosCluster, with kubelet serving
+// certificates enabled.
+func (f *Fleet) createCluster(ctx context.Context, key types.NamespacedName, secret *corev1.Secret) error {
 	c := f.Env.Client
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil {
-		return fmt.Errorf("create namespace: %w", err)
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: key.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", key.Namespace, err)
 	}
-	if err := c.Create(ctx, f.Env.SecretsBundleSecret(Namespace, secretsName)); err != nil {
-		return fmt.Errorf("create secrets bundle Secret: %w", err)
+	if err := c.Create(ctx, secret); err != nil {
+		return fmt.Errorf("create secrets bundle Secret %s/%s: %w", secret.Namespace, secret.Name, err)
 	}
 	cluster := &ichorv1alpha1.TalosCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: ClusterName},
+		ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name},
 		Spec: ichorv1alpha1.TalosClusterSpec{
 			TalosVersion: "v1.14",
-			SecretsRef:   ichorv1alpha1.SecretsBundleReference{Name: secretsName},
+			SecretsRef:   ichorv1alpha1.SecretsBundleReference{Name: secret.Name},
 			Security: ichorv1alpha1.ClusterSecurity{KubeletServingCertificates: ichorv1alpha1.KubeletServingCertificates{
 				Enabled: true, VerifyFromAPIServer: true,
 			}},
 		},
 	}
 	if err := c.Create(ctx, cluster); err != nil {
-		return fmt.Errorf("create TalosCluster: %w", err)
+		return fmt.Errorf("create TalosCluster %s: %w", key, err)
 	}
 	return nil
 }
@@ -202,18 +212,10 @@ func (f *Fleet) Grow(ctx context.Context, n int) error {
 		return nil
 	}
 	added := make([]*Machine, n-from)
-	// The servers live as long as the fleet (Stop), not as long as this call.
-	serveCtx := context.WithoutCancel(ctx)
 	err := parallel(ctx, f.Workers, n-from, func(ctx context.Context, k int) error {
 		i := from + k
-		m := &Machine{Name: machineName(i), IP: machineIP(i)}
-		addr, _ := netip.AddrFromSlice(m.IP.To4())
-		tn, err := f.Env.StartTalosNode(serveCtx, harness.NodeOptions{Name: m.Name, Addresses: []netip.Addr{addr}})
-		if err != nil {
-			return err
-		}
-		m.Talos = tn
-		if err := f.createMachine(ctx, m); err != nil {
+		m := &Machine{Name: machineName(i), IP: machineIP(i), Cluster: MainCluster}
+		if err := f.startMachine(ctx, m, nil); err != nil {
 			return err
 		}
 		added[k] = m
@@ -226,11 +228,116 @@ func (f *Fleet) Grow(ctx context.Context, n int) error {
 	return nil
 }
 
+// MainCluster is the one TalosCluster of the fleet's machines.
+var MainCluster = types.NamespacedName{Namespace: Namespace, Name: ClusterName}
+
+// Group is the machines whose kubelets one run's load comes from, and the
+// TalosClusters they belong to, every one named to `ichor manager` as a
+// judge of the local API server (--local-clusters).
+type Group struct {
+	Clusters []types.NamespacedName
+	Machines []*Machine
+}
+
+// Main is the first n machines of the fleet, all of the one TalosCluster.
+func (f *Fleet) Main(n int) (Group, error) {
+	if n > len(f.Machines) {
+		return Group{}, fmt.Errorf("%d machines wanted of %d", n, len(f.Machines))
+	}
+	return Group{Clusters: []types.NamespacedName{MainCluster}, Machines: f.Machines[:n]}, nil
+}
+
+// spreadCluster is cluster c of a spread: a namespace of its own, and a
+// TalosCluster of the same name in it.
+func spreadCluster(c int) types.NamespacedName {
+	name := fmt.Sprintf("bench-spread-%02d", c)
+	return types.NamespacedName{Namespace: name, Name: name}
+}
+
+// spreadAddressOffset keeps the spread's addresses (10.64.0.1 on) apart
+// from the fleet's (10.0.0.1 on).
+const spreadAddressOffset = 1 << 22
+
+// Spread makes n more machines spread over k TalosClusters, machine i in
+// cluster i mod k: each cluster in a namespace of its own, with its own
+// secrets bundle Secret whose OS CA is its own (its machines' Talos API
+// servers trust only readers made from it), kubelet serving certificates
+// enabled as on the fleet's cluster. Node names and addresses are distinct
+// from the fleet's. RemoveSpread undoes it.
+func (f *Fleet) Spread(ctx context.Context, n, k int) (Group, error) {
+	g := Group{Machines: make([]*Machine, n)}
+	cas := make([]*talosapi.CA, k)
+	for c := range k {
+		key := spreadCluster(c)
+		g.Clusters = append(g.Clusters, key)
+		ca, err := talosapi.NewCA()
+		if err != nil {
+			return g, err
+		}
+		cas[c] = ca
+		secret, err := f.Env.SecretsBundleSecretWithOSCA(key.Namespace, key.Name+"-talos-secrets", ca)
+		if err != nil {
+			return g, err
+		}
+		if err := f.createCluster(ctx, key, secret); err != nil {
+			return g, err
+		}
+	}
+	err := parallel(ctx, f.Workers, n, func(ctx context.Context, i int) error {
+		m := &Machine{Name: fmt.Sprintf("spread-%05d", i), IP: machineIP(spreadAddressOffset + i), Cluster: g.Clusters[i%k]}
+		if err := f.startMachine(ctx, m, cas[i%k]); err != nil {
+			return err
+		}
+		g.Machines[i] = m
+		return nil
+	})
+	return g, err
+}
+
+// RemoveSpread deletes the spread's TalosMachines, TalosClusters and
+// Secrets and stops its Talos API servers, so that later runs see the
+// fleet's objects only. The namespaces stay (envtest has no namespace
+// controller to empty them).
+func (f *Fleet) RemoveSpread(ctx context.Context, g Group) error {
+	c := f.Env.Client
+	for _, key := range g.Clusters {
+		if err := c.DeleteAllOf(ctx, &ichorv1alpha1.TalosMachine{}, client.InNamespace(key.Namespace)); err != nil {
+			return fmt.Errorf("delete the TalosMachines of %s: %w", key, err)
+		}
+		cluster := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		if err := c.Delete(ctx, cluster); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete TalosCluster %s: %w", key, err)
+		}
+		if err := c.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(key.Namespace)); err != nil {
+			return fmt.Errorf("delete the Secrets of %s: %w", key.Namespace, err)
+		}
+	}
+	for _, m := range g.Machines {
+		if m != nil && m.Talos != nil {
+			m.Talos.Stop()
+		}
+	}
+	return nil
+}
+
+// startMachine starts the machine's Talos API test server, serving with ca
+// (the fleet's OS CA if nil), and creates its TalosMachine.
+func (f *Fleet) startMachine(ctx context.Context, m *Machine, ca *talosapi.CA) error {
+	addr, _ := netip.AddrFromSlice(m.IP.To4())
+	// The servers live as long as the fleet (Stop), not as long as the call.
+	tn, err := f.Env.StartTalosNode(context.WithoutCancel(ctx), harness.NodeOptions{Name: m.Name, Addresses: []netip.Addr{addr}, CA: ca})
+	if err != nil {
+		return err
+	}
+	m.Talos = tn
+	return f.createMachine(ctx, m)
+}
+
 func (f *Fleet) createMachine(ctx context.Context, m *Machine) error {
 	tm := &ichorv1alpha1.TalosMachine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: m.Name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: m.Cluster.Namespace, Name: m.Name},
 		Spec: ichorv1alpha1.TalosMachineSpec{
-			ClusterName: ClusterName, Hostname: m.Name, Endpoint: m.Talos.Endpoint(), Role: ichorv1alpha1.MachineRoleWorker,
+			ClusterName: m.Cluster.Name, Hostname: m.Name, Endpoint: m.Talos.Endpoint(), Role: ichorv1alpha1.MachineRoleWorker,
 		},
 	}
 	if err := f.Env.Client.Create(ctx, tm); err != nil {

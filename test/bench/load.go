@@ -41,15 +41,12 @@ type Request struct {
 	http    *http.Client
 }
 
-// PrepareRequests makes one request per machine of the first n, each with a
-// new key, as a kubelet rotating its certificate does.
-func (f *Fleet) PrepareRequests(ctx context.Context, n int) ([]*Request, error) {
-	if n > len(f.Machines) {
-		return nil, fmt.Errorf("%d requests for %d machines", n, len(f.Machines))
-	}
-	out := make([]*Request, n)
-	err := parallel(ctx, 2*f.Workers, n, func(_ context.Context, i int) error {
-		m := f.Machines[i]
+// PrepareRequests makes one request per machine, each with a new key, as a
+// kubelet rotating its certificate does.
+func (f *Fleet) PrepareRequests(ctx context.Context, machines []*Machine) ([]*Request, error) {
+	out := make([]*Request, len(machines))
+	err := parallel(ctx, 2*f.Workers, len(machines), func(_ context.Context, i int) error {
+		m := machines[i]
 		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
 			return err

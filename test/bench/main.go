@@ -13,9 +13,12 @@ import (
 
 // Options configure Main.
 type Options struct {
-	Manager     string
-	Dir         string
-	Machines    int
+	Manager  string
+	Dir      string
+	Machines int
+	// Clusters is K: the comparison at Machines is run again with as many
+	// other machines spread over K TalosClusters (none if K ≤ 1).
+	Clusters    int
 	Growth      []int
 	Shipped     bool
 	Workers     int
@@ -119,31 +122,33 @@ func Main(ctx context.Context, o Options) (err error) {
 		if n == o.Machines && o.Shipped {
 			variants = append(variants, shipped)
 		}
-		for _, v := range variants {
-			ro := runOpts
-			ro.Profile = v.Ichor
-			res, err := fleet.Run(ctx, tracker, v, n, ro)
-			if err != nil {
-				return err
-			}
-			rep.Runs = append(rep.Runs, res)
-			key := fmt.Sprintf("%s-n%d", v.Name, n)
-			if res.Profile != "" {
-				ps, err := SummarizeProfile(ctx, o.Manager, res.Profile)
-				if err != nil {
-					say("   profile: %v", err)
-				} else {
-					rep.Profiles[key] = ps
-				}
-			}
-			if res.HeapProfile != "" {
-				ps, err := SummarizeHeap(ctx, o.Manager, res.HeapProfile)
-				if err != nil {
-					say("   heap profile: %v", err)
-				} else {
-					rep.Heaps[key] = ps
-				}
-			}
+		g, err := fleet.Main(n)
+		if err != nil {
+			return err
+		}
+		if err := runVariants(ctx, rep, fleet, tracker, g, variants, runOpts); err != nil {
+			return err
+		}
+		if n != o.Machines || o.Clusters <= 1 {
+			continue
+		}
+		// The same comparison with the machines spread over K clusters: N
+		// machines of their own, made now and removed after, so that the
+		// runs before and after see the fleet's objects only.
+		start = time.Now()
+		spread, err := fleet.Spread(ctx, n, o.Clusters)
+		if err != nil {
+			return err
+		}
+		say("== %d machines over %d TalosClusters (Talos API servers, TalosMachines, clusters and secrets bundles ready in %s)", n, o.Clusters, since(start))
+		if err := runVariants(ctx, rep, fleet, tracker, spread, variants, runOpts); err != nil {
+			return err
+		}
+		if err := DeleteRequests(ctx, fleet.Env.Clientset); err != nil {
+			return err
+		}
+		if err := fleet.RemoveSpread(ctx, spread); err != nil {
+			return err
 		}
 	}
 	if err := DeleteRequests(ctx, fleet.Env.Clientset); err != nil {
@@ -179,6 +184,39 @@ func Main(ctx context.Context, o Options) (err error) {
 			return err
 		}
 		say("written into %s", o.Doc)
+	}
+	return nil
+}
+
+// runVariants runs the load of the group against each variant in turn and
+// adds the results, profiles and heap profiles to the report.
+func runVariants(ctx context.Context, rep *Report, fleet *Fleet, tracker *Tracker, g Group, variants []Variant, runOpts RunOptions) error {
+	say := func(format string, args ...any) { fmt.Fprintf(runOpts.Log, format+"\n", args...) }
+	for _, v := range variants {
+		ro := runOpts
+		ro.Profile = v.Ichor
+		res, err := fleet.Run(ctx, tracker, v, g, ro)
+		if err != nil {
+			return err
+		}
+		rep.Runs = append(rep.Runs, res)
+		key := RunName(v.Name, res.Machines, res.Clusters)
+		if res.Profile != "" {
+			ps, err := SummarizeProfile(ctx, runOpts.Manager, res.Profile)
+			if err != nil {
+				say("   profile: %v", err)
+			} else {
+				rep.Profiles[key] = ps
+			}
+		}
+		if res.HeapProfile != "" {
+			ps, err := SummarizeHeap(ctx, runOpts.Manager, res.HeapProfile)
+			if err != nil {
+				say("   heap profile: %v", err)
+			} else {
+				rep.Heaps[key] = ps
+			}
+		}
 	}
 	return nil
 }

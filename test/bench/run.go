@@ -6,9 +6,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -30,13 +32,18 @@ type Variant struct {
 // Args are benchmanager's arguments for the variant. `ichor manager` serves
 // the credential webhook where the fleet's webhook configuration points, as
 // make demo runs it.
-func (v Variant) Args(kubeconfig string, f *Fleet) (flags, cliArgs []string) {
+// Every one of clusters is named a judge of the local API server.
+func (v Variant) Args(kubeconfig string, f *Fleet, clusters []types.NamespacedName) (flags, cliArgs []string) {
 	switch v.Mode {
 	case "cli":
+		local := make([]string, len(clusters))
+		for i, c := range clusters {
+			local[i] = c.String()
+		}
 		args := []string{"manager", "--kubeconfig", kubeconfig,
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 			"--webhook-port", fmt.Sprint(f.Webhook.LocalServingPort), "--webhook-cert-dir", f.Webhook.LocalServingCertDir,
-			"--local-clusters", Namespace + "/" + ClusterName}
+			"--local-clusters", strings.Join(local, ",")}
 		return []string{"-mode", "cli"}, append(args, v.ManagerArgs...)
 	default:
 		return []string{"-mode", v.Mode, "-kubeconfig", kubeconfig, "-workers", fmt.Sprint(v.Workers)}, nil
@@ -66,6 +73,8 @@ type RunOptions struct {
 type Result struct {
 	Variant  Variant
 	Machines int
+	// Clusters is how many TalosClusters the machines were spread over.
+	Clusters int
 	Outcome  Outcome
 	TimedOut bool
 	// CPU is the controller's CPU time from the first request to the last
@@ -101,12 +110,23 @@ func (r Result) CPUPerRequest() time.Duration {
 	return r.CPU / time.Duration(len(r.Outcome.Latencies))
 }
 
-// Run runs the load of the first n machines against the variant: it starts
-// the controller, warms it up with one request (so its caches are synced,
-// its engine and Talos reader made), then creates n requests at once and
-// waits until all are decided. The requests are deleted afterwards.
-func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, n int, o RunOptions) (res Result, err error) {
-	res = Result{Variant: v, Machines: n}
+// RunName names a run of variant on n machines over k clusters in results,
+// profiles and file names.
+func RunName(variant string, n, k int) string {
+	if k > 1 {
+		return fmt.Sprintf("%s-n%d-k%d", variant, n, k)
+	}
+	return fmt.Sprintf("%s-n%d", variant, n)
+}
+
+// Run runs the load of the group's machines against the variant: it starts
+// the controller, warms it up with one request per cluster (so its caches
+// are synced, its engine and each cluster's Talos reader made), then creates
+// a request per machine at once and waits until all are decided. The
+// requests are deleted before the next run.
+func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunOptions) (res Result, err error) {
+	n := len(g.Machines)
+	res = Result{Variant: v, Machines: n, Clusters: len(g.Clusters)}
 	say := func(format string, args ...any) { fmt.Fprintf(o.Log, "   "+format+"\n", args...) }
 	cs := f.Env.Clientset
 	cp, err := FindControlPlane()
@@ -120,22 +140,22 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, n int, o RunOpt
 		return res, err
 	}
 	tr.Reset()
-	reqs, err := f.PrepareRequests(ctx, n)
+	reqs, err := f.PrepareRequests(ctx, g.Machines)
 	if err != nil {
 		return res, err
 	}
-	warm, err := f.PrepareRequests(ctx, 1)
+	warm, err := f.PrepareRequests(ctx, firstOfEachCluster(g))
 	if err != nil {
 		return res, err
 	}
 
-	name := fmt.Sprintf("%s-n%d", v.Name, n)
+	name := RunName(v.Name, n, len(g.Clusters))
 	if v.Mode == "cli" {
 		if err := f.InstallWebhook(); err != nil {
 			return res, err
 		}
 	}
-	flags, cliArgs := v.Args(o.Kubeconfig, f)
+	flags, cliArgs := v.Args(o.Kubeconfig, f, g.Clusters)
 	ctl, err := StartController(o.Manager, o.Dir, name, flags, cliArgs)
 	if err != nil {
 		return res, err
@@ -155,8 +175,12 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, n int, o RunOpt
 	if err != nil {
 		return res, err
 	}
+	warmNames := make([]string, len(subs))
+	for i, s := range subs {
+		warmNames[i] = s.Name
+	}
 	warmCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	_, denied, err := tr.WaitDecided(warmCtx, []string{subs[0].Name})
+	_, denied, err := tr.WaitDecided(warmCtx, warmNames)
 	cancel()
 	if err != nil {
 		return res, fmt.Errorf("%s: warm-up request not approved: %w\n%s", name, err, tail(ctl.LogPath, 20))
@@ -246,6 +270,19 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, n int, o RunOpt
 		res.Outcome.Quantile(0.5).Round(time.Millisecond), res.Outcome.Quantile(0.99).Round(time.Millisecond),
 		res.CPU.Round(time.Millisecond), map[bool]string{true: " (TIMED OUT)", false: ""}[res.TimedOut])
 	return res, nil
+}
+
+// firstOfEachCluster is the group's first machine of each of its clusters.
+func firstOfEachCluster(g Group) []*Machine {
+	seen := map[types.NamespacedName]bool{}
+	var out []*Machine
+	for _, m := range g.Machines {
+		if !seen[m.Cluster] {
+			seen[m.Cluster] = true
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 func selfCPU() time.Duration {

@@ -27,6 +27,7 @@ func main() {
 	flag.StringVar(&o.Manager, "manager", "", "the benchmanager binary (go build ./test/bench/cmd/benchmanager)")
 	flag.StringVar(&o.Dir, "dir", "", "directory for logs, profiles and results (default: a new temporary directory)")
 	flag.IntVar(&o.Machines, "machines", 1000, "N: the simulated machines of the main comparison")
+	flag.IntVar(&o.Clusters, "clusters", 10, "K: also run the comparison at N with N other machines spread over K TalosClusters (each its own namespace, secrets bundle and OS CA; all named by --local-clusters), beside the one cluster of the main comparison (0 or 1: not)")
 	flag.StringVar(&growth, "growth", "100,1000,5000", "machine counts of the growth series (comma-separated; empty: none)")
 	flag.BoolVar(&o.Shipped, "shipped", true, "also run `ichor manager` as shipped (cli.Run: every controller, the webhook, its own client limits) at N")
 	flag.IntVar(&o.Workers, "rubberstamp-workers", 4, "concurrent reconciles of the rubber stamp")
