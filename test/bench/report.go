@@ -16,9 +16,12 @@ const (
 	goalThroughput   = 0.80
 	goalAdmissionP99 = 20 * time.Millisecond
 	goalRSSAt1000    = 150 << 20
-	docBegin, docEnd = "<!-- bench:begin -->", "<!-- bench:end -->"
-	mebibyte         = 1 << 20
-	missing          = "–"
+	// goalSpreadTolerance is how much worse than over one cluster the runs
+	// over K clusters may be and still "hold the same" (issue 13).
+	goalSpreadTolerance = 0.10
+	docBegin, docEnd    = "<!-- bench:begin -->", "<!-- bench:end -->"
+	mebibyte            = 1 << 20
+	missing             = "–"
 )
 
 // goalAtMost says whether got ≤ limit, and by how much it misses.
@@ -57,13 +60,84 @@ func (r *Report) bench(name string) (BenchLine, bool) {
 	return BenchLine{}, false
 }
 
+// run is the run of the variant on n machines of the one TalosCluster.
 func (r *Report) run(variant string, n int) (Result, bool) {
+	return r.runIn(variant, n, 1)
+}
+
+// runIn is the run of the variant on n machines spread over k TalosClusters.
+func (r *Report) runIn(variant string, n, k int) (Result, bool) {
 	for _, res := range r.Runs {
-		if res.Variant.Name == variant && res.Machines == n {
+		if res.Variant.Name == variant && res.Machines == n && max(res.Clusters, 1) == k {
 			return res, true
 		}
 	}
 	return Result{}, false
+}
+
+// spread is a variant's run over one cluster beside its run over K, each
+// with the rubber stamp's run on the same machines.
+type spread struct {
+	one, many, rubberOne, rubberMany Result
+}
+
+// spreads are the Ichor variants run both over one cluster and over K, at N.
+func (r *Report) spreads() []spread {
+	n, k := r.Options.Machines, r.Options.Clusters
+	if k <= 1 {
+		return nil
+	}
+	rubberOne, ok1 := r.runIn("rubberstamp", n, 1)
+	rubberMany, okK := r.runIn("rubberstamp", n, k)
+	if !ok1 || !okK {
+		return nil
+	}
+	var out []spread
+	for _, v := range []string{"ichor-shipped", "ichor"} {
+		one, ok1 := r.runIn(v, n, 1)
+		many, okK := r.runIn(v, n, k)
+		if ok1 && okK {
+			out = append(out, spread{one: one, many: many, rubberOne: rubberOne, rubberMany: rubberMany})
+		}
+	}
+	return out
+}
+
+// share is the run's throughput as a share of the rubber stamp's.
+func share(res, rubber Result) float64 {
+	if rubber.Outcome.PerSecond() == 0 {
+		return 0
+	}
+	return res.Outcome.PerSecond() / rubber.Outcome.PerSecond()
+}
+
+// holds says whether the run over K clusters holds the same as the one over
+// one: its throughput as a share of the rubber stamp's, its p99 and its
+// controller CPU per CSR each no more than goalSpreadTolerance worse; and
+// if not, which miss and by how much.
+func (s spread) holds() string {
+	var missed []string
+	if a, b := share(s.one, s.rubberOne), share(s.many, s.rubberMany); b < a*(1-goalSpreadTolerance) {
+		missed = append(missed, fmt.Sprintf("throughput %.2fx", b/max(a, 1e-9)))
+	}
+	if len(s.many.Outcome.Latencies) < s.many.Outcome.N || s.many.TimedOut {
+		missed = append(missed, "not every request approved")
+	}
+	for _, m := range []struct {
+		name      string
+		one, many time.Duration
+	}{
+		{"p99", s.one.Outcome.Quantile(0.99), s.many.Outcome.Quantile(0.99)},
+		{"CPU per CSR", s.one.CPUPerRequest(), s.many.CPUPerRequest()},
+	} {
+		if float64(m.many) > float64(m.one)*(1+goalSpreadTolerance) {
+			missed = append(missed, fmt.Sprintf("%s %.2fx", m.name, float64(m.many)/max(float64(m.one), 1)))
+		}
+	}
+	if len(missed) == 0 {
+		return "holds"
+	}
+	return "**does not hold**: " + strings.Join(missed, ", ")
 }
 
 // Markdown is the report as Markdown: the machine, the tables, the goals and
@@ -81,6 +155,7 @@ func (r *Report) Markdown() string {
 	r.endToEndTables(w)
 	r.admissionTable(w)
 	r.profileTables(w)
+	r.spreadProfileTable(w)
 	r.heapTables(w)
 	return b.String()
 }
@@ -131,6 +206,12 @@ func (r *Report) goalsTable(w func(string, ...any)) {
 		}
 		w("| end-to-end throughput ≥ 80%% of the rubber stamp (N = %d), %s | %.0f%% (%.1f/s against %.1f/s) | %s |",
 			n, describeVariant(res.Variant), ratio*100, res.Outcome.PerSecond(), rubber.Outcome.PerSecond(), verdict)
+	}
+	for _, sp := range r.spreads() {
+		w("| the same over %d TalosClusters holds the same (share of the rubber stamp, p99 and CPU per CSR within %.0f%% of one cluster), %s | %.0f%% against %.0f%%, p99 %s against %s, %s against %s CPU per CSR | %s |",
+			r.Options.Clusters, goalSpreadTolerance*100, describeVariant(sp.one.Variant),
+			share(sp.many, sp.rubberMany)*100, share(sp.one, sp.rubberOne)*100,
+			ms(sp.many.Outcome.Quantile(0.99)), ms(sp.one.Outcome.Quantile(0.99)), ms(sp.many.CPUPerRequest()), ms(sp.one.CPUPerRequest()), sp.holds())
 	}
 	if a := r.Admission; a != nil {
 		p99 := quantile(a.Handle, 0.99)
@@ -278,6 +359,7 @@ func (r *Report) endToEndTables(w func(string, ...any)) {
 	}
 	w("")
 	r.wallTable(w, n)
+	r.spreadTable(w)
 
 	if len(r.Options.Growth) == 0 {
 		return
@@ -313,13 +395,65 @@ func (r *Report) endToEndTables(w func(string, ...any)) {
 	w("")
 }
 
+// spreadTable is the comparison at N over one TalosCluster beside the same
+// over K (issue 13: hold the same).
+func (r *Report) spreadTable(w func(string, ...any)) {
+	n, k := r.Options.Machines, r.Options.Clusters
+	if k <= 1 {
+		return
+	}
+	w("### Spread: N = %d machines over %d TalosClusters beside one", n, k)
+	w("")
+	w("The same load on N other machines, machine i in cluster i mod %d, each cluster in a namespace of its own with its own secrets bundle and OS CA, every one named by `--local-clusters`; warmed up with one request per cluster. The runs over %d clusters come right after those over one; their controller's caches also hold the one cluster's %d idle machines. Each share is of the rubber stamp's run on the same machines.", k, k, n)
+	w("")
+	w("| controller | clusters | approved | approvals/s | share of the rubber stamp | median (create → approved) | p99 | controller CPU per CSR | control plane CPU per CSR (net of idle) | peak heap | peak RSS (VmHWM) |")
+	w("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, v := range []string{"rubberstamp", "ichor", "ichor-shipped"} {
+		for _, c := range []int{1, k} {
+			res, ok := r.runIn(v, n, c)
+			if !ok {
+				continue
+			}
+			rubber, _ := r.runIn("rubberstamp", n, c)
+			w("| %s | %d | %s | %.1f | %.0f%% | %s | %s | %s | %s | %s | %s |", describeVariant(res.Variant), c, approvedCell(res),
+				res.Outcome.PerSecond(), share(res, rubber)*100, ms(res.Outcome.Quantile(0.5)), ms(res.Outcome.Quantile(0.99)),
+				ms(res.CPUPerRequest()), ms(perRequest(res.ControlPlaneNet(), res)), mib(res.After.HeapInusePeak), mib(res.After.VmHWM))
+		}
+	}
+	w("")
+	for _, sp := range r.spreads() {
+		w("- %s over %d clusters against one: throughput %.2fx, share of the rubber stamp %.0f%% against %.0f%%, p99 %.2fx, controller CPU per CSR %.2fx, control plane CPU per CSR %.2fx (goal: hold the same, within %.0f%%: %s).",
+			describeVariant(sp.one.Variant), k,
+			sp.many.Outcome.PerSecond()/max(sp.one.Outcome.PerSecond(), 1e-9), share(sp.many, sp.rubberMany)*100, share(sp.one, sp.rubberOne)*100,
+			ratio(sp.many.Outcome.Quantile(0.99), sp.one.Outcome.Quantile(0.99)), ratio(sp.many.CPUPerRequest(), sp.one.CPUPerRequest()),
+			ratio(perRequest(sp.many.ControlPlaneNet(), sp.many), perRequest(sp.one.ControlPlaneNet(), sp.one)), goalSpreadTolerance*100, sp.holds())
+	}
+	w("")
+}
+
+// ratio is a/b, 0 when b is.
+func ratio(a, b time.Duration) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
 // wallTable is where the controllers' wall time goes per CSR, from their
-// own Prometheus metrics (deltas over the load).
+// own Prometheus metrics (deltas over the load): every controller over one
+// cluster, and the Ichor variants over K.
 func (r *Report) wallTable(w func(string, ...any), n int) {
 	var cols []Result
 	for _, v := range []string{"rubberstamp", "ichor", "ichor-shipped"} {
 		if res, ok := r.run(v, n); ok && len(res.Outcome.Latencies) > 0 && res.After.Metrics != nil {
 			cols = append(cols, res)
+		}
+	}
+	if k := r.Options.Clusters; k > 1 {
+		for _, v := range []string{"ichor", "ichor-shipped"} {
+			if res, ok := r.runIn(v, n, k); ok && len(res.Outcome.Latencies) > 0 && res.After.Metrics != nil {
+				cols = append(cols, res)
+			}
 		}
 	}
 	if len(cols) == 0 {
@@ -329,7 +463,7 @@ func (r *Report) wallTable(w func(string, ...any), n int) {
 	w("")
 	head, rule := "| per CSR |", "|---|"
 	for _, c := range cols {
-		head += " " + describeVariant(c.Variant) + " |"
+		head += " " + describeRun(c) + " |"
 		rule += "---|"
 	}
 	w("%s", head)
@@ -392,7 +526,7 @@ func (r *Report) wallTable(w func(string, ...any), n int) {
 		}
 		if wait := per(c, "rest_client_rate_limiter_duration_seconds_sum"); wait > 0.001 {
 			w("- %s: its API requests spent %s per approved CSR (summed over requests waiting at the same time) in client-go's rate limiter, whose QPS and burst hold each API group's requests (the approvals' PUTs, the Secret reads' GETs, the Events' POSTs) to the rate the manager's client configuration sets.",
-				describeVariant(c.Variant), ms(time.Duration(wait*float64(time.Second))))
+				describeRun(c), ms(time.Duration(wait*float64(time.Second))))
 			continue
 		}
 		// The chain of one request (Talos read, decision, API calls) against
@@ -407,11 +541,19 @@ func (r *Report) wallTable(w func(string, ...any), n int) {
 		wall := wallPerRequest(c)
 		cpu := c.CPU + c.ControlPlaneCPU + c.DriverCPU
 		w("- %s: one request's chain (Talos read + decision + %.1f GET and %.1f PUT at the mean API latency) is about %s against %s of wall time per request, so about %.0f are decided at once; the whole machine spent %s of CPU per request (controller, control plane, Talos servers and kubelets), which on %d CPUs allows at most %.0f/s.",
-			describeVariant(c.Variant), api("GET"), api("PUT"), ms(time.Duration(chain*float64(time.Second))), ms(wall),
+			describeRun(c), api("GET"), api("PUT"), ms(time.Duration(chain*float64(time.Second))), ms(wall),
 			chain/max(wall.Seconds(), 1e-9), ms(cpu/time.Duration(max(len(c.Outcome.Latencies), 1))), runtime.NumCPU(),
 			float64(runtime.NumCPU())*float64(len(c.Outcome.Latencies))/max(cpu.Seconds(), 1e-9))
 	}
 	w("")
+}
+
+// describeRun is the run's variant, and its clusters when more than one.
+func describeRun(res Result) string {
+	if res.Clusters > 1 {
+		return fmt.Sprintf("%s, %d clusters", describeVariant(res.Variant), res.Clusters)
+	}
+	return describeVariant(res.Variant)
 }
 
 func describeVariant(v Variant) string {
@@ -545,6 +687,62 @@ func (r *Report) profileTables(w func(string, ...any)) {
 		w("</details>")
 		w("")
 	}
+}
+
+// spreadProfileTable puts the CPU profile of each Ichor variant over one
+// cluster beside its profile over K, per approved CSR, by category: where a
+// spread costs more, this says in what.
+func (r *Report) spreadProfileTable(w func(string, ...any)) {
+	n, k := r.Options.Machines, r.Options.Clusters
+	type col struct {
+		res Result
+		ps  ProfileSummary
+	}
+	var cols []col
+	for _, sp := range r.spreads() {
+		one, ok1 := r.Profiles[RunName(sp.one.Variant.Name, n, 1)]
+		many, okK := r.Profiles[RunName(sp.many.Variant.Name, n, k)]
+		if ok1 && okK && one.Total > 0 && many.Total > 0 {
+			cols = append(cols, col{sp.one, one}, col{sp.many, many})
+		}
+	}
+	if len(cols) == 0 {
+		return
+	}
+	w("### Where the manager's CPU goes over one cluster and over %d (N = %d, CPU profile per approved CSR)", k, n)
+	w("")
+	head, rule := "| what |", "|---|"
+	var names []string
+	seen := map[string]bool{}
+	for _, c := range cols {
+		head += " " + describeRun(c.res) + " |"
+		rule += "---|"
+		for _, cat := range c.ps.Categories {
+			if !seen[cat.Name] {
+				seen[cat.Name] = true
+				names = append(names, cat.Name)
+			}
+		}
+	}
+	w("%s", head)
+	w("%s", rule)
+	for _, name := range append(names, "all samples") {
+		line := "| " + name + " |"
+		for _, c := range cols {
+			var d time.Duration
+			if name == "all samples" {
+				d = c.ps.TotalTime()
+			}
+			for _, cat := range c.ps.Categories {
+				if cat.Name == name {
+					d = cat.Time()
+				}
+			}
+			line += " " + ms(perRequest(d, c.res)) + " |"
+		}
+		w("%s", line)
+	}
+	w("")
 }
 
 // UpdateDoc replaces the text between the bench markers of the doc with

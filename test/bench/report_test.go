@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseBench(t *testing.T) {
@@ -76,5 +77,96 @@ func TestPruneRuns(t *testing.T) {
 	}
 	if strings.Join(left, " ") != "ichor-bench-20260102-000000-2 ichor-bench-20260103-000000-3 other" {
 		t.Errorf("left %v", left)
+	}
+}
+
+// fakeRun is a run of n requests approved at perSecond, the last one's
+// latency p99, the controller's CPU cpu per request.
+func fakeRun(v Variant, n, k int, perSecond float64, p99, cpu time.Duration) Result {
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	o := Outcome{N: n, First: start, LastApproved: start.Add(time.Duration(float64(n) / perSecond * float64(time.Second)))}
+	for i := range n {
+		o.Latencies = append(o.Latencies, p99*time.Duration(i)/time.Duration(n))
+	}
+	o.Latencies[n-1] = p99
+	return Result{Variant: v, Machines: n, Clusters: k, Outcome: o, CPU: cpu * time.Duration(n)}
+}
+
+func TestSpreadReport(t *testing.T) {
+	rubber := Variant{Name: "rubberstamp", Mode: "rubberstamp", Workers: 4}
+	shipped := Variant{Name: "ichor-shipped", Mode: "cli", Ichor: true}
+	const n = 100
+	for _, tc := range []struct {
+		name string
+		// the shipped manager over ten clusters
+		perSecond float64
+		p99, cpu  time.Duration
+		verdict   string
+	}{
+		{"holds", 190, 3200 * time.Millisecond, 2800 * time.Microsecond, "| holds |"},
+		{"slower", 150, 3000 * time.Millisecond, 2700 * time.Microsecond, "| **does not hold**: throughput 0.75x |"},
+		{"p99 and CPU", 200, 4 * time.Second, 4 * time.Millisecond, "| **does not hold**: p99 1.33x, CPU per CSR 1.48x |"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := &Report{
+				Options: Options{Machines: n, Clusters: 10},
+				Runs: []Result{
+					fakeRun(rubber, n, 1, 400, time.Second, 400*time.Microsecond),
+					fakeRun(shipped, n, 1, 200, 3*time.Second, 2700*time.Microsecond),
+					fakeRun(rubber, n, 10, 400, time.Second, 400*time.Microsecond),
+					fakeRun(shipped, n, 10, tc.perSecond, tc.p99, tc.cpu),
+				},
+				Profiles: map[string]ProfileSummary{
+					"ichor-shipped-n100":     {Total: 270e6, Categories: []Category{{Name: "policy evaluation (OPA, engine)", Value: 100e6}}},
+					"ichor-shipped-n100-k10": {Total: 300e6, Categories: []Category{{Name: "policy evaluation (OPA, engine)", Value: 100e6}, {Name: "Talos reads: TLS handshake (a new connection per read)", Value: 50e6}}},
+				},
+			}
+			md := rep.Markdown()
+			goal := lineWith(md, "| the same over 10 TalosClusters holds the same")
+			if !strings.HasSuffix(goal, tc.verdict) || !strings.Contains(goal, "`ichor manager` as shipped | ") {
+				t.Errorf("goal row %q, want it to end in %q", goal, tc.verdict)
+			}
+			if !strings.Contains(md, "### Spread: N = 100 machines over 10 TalosClusters beside one") {
+				t.Errorf("no spread section:\n%s", md)
+			}
+			// One row per controller and cluster count, the share against the
+			// rubber stamp of the same machines.
+			if row := lineWith(md, "| `ichor manager` as shipped | 1 | 100/100 | 200.0 | 50% |"); row == "" {
+				t.Errorf("no shipped row over one cluster:\n%s", md)
+			}
+			if row := lineWith(md, "| `ichor manager` as shipped | 10 | 100/100 |"); row == "" {
+				t.Errorf("no shipped row over ten clusters:\n%s", md)
+			}
+			if row := lineWith(md, "| rubber stamp (4 workers) | 10 | 100/100 | 400.0 | 100% |"); row == "" {
+				t.Errorf("no rubber stamp row over ten clusters:\n%s", md)
+			}
+			// The profiles side by side, per CSR; a category one lacks is 0.
+			if row := lineWith(md, "| Talos reads: TLS handshake (a new connection per read) |"); row != "| Talos reads: TLS handshake (a new connection per read) | 0.00 ms | 0.50 ms |" {
+				t.Errorf("profile row %q", row)
+			}
+			// The main table is the one cluster's only.
+			if !strings.Contains(md, "| `ichor manager` as shipped | 100/100 | 500 ms |") {
+				t.Errorf("main table lacks the one cluster's run:\n%s", md)
+			}
+		})
+	}
+}
+
+// lineWith is the first line of text that starts with prefix, or "".
+func lineWith(text, prefix string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return ""
+}
+
+func TestRunName(t *testing.T) {
+	if got := RunName("ichor", 1000, 1); got != "ichor-n1000" {
+		t.Errorf("one cluster: %q", got)
+	}
+	if got := RunName("ichor", 1000, 10); got != "ichor-n1000-k10" {
+		t.Errorf("ten clusters: %q", got)
 	}
 }
