@@ -152,16 +152,23 @@ func (p *pass) dispatch(ctx context.Context, csrs []certificatesv1.CertificateSi
 			defer wg.Done()
 			defer unlock()
 			for _, csr := range group {
-				if !p.r.work.claim(csr.UID) {
-					// Being decided by an earlier pass: pending until it is done.
-					p.addPending()
-					continue
-				}
+				// A request is claimed once a slot is held, not while waiting
+				// for one: a full pass lists every request of its API server,
+				// other clusters' too, and would otherwise hold them all from
+				// their own clusters' passes for as long as the slots are busy.
 				select {
 				case p.r.work.slots <- struct{}{}:
 				case <-background.Done():
-					p.r.work.release(csr.UID)
 					return
+				}
+				if !p.r.work.claim(csr.UID) {
+					<-p.r.work.slots
+					// Being handled by another pass, which may be another
+					// cluster's that decides none of this one's: looked at
+					// again soon rather than at the next event.
+					p.addPending()
+					p.retryIn(busyRequesterRecheck)
+					continue
 				}
 				if err := p.handle(background, csr); err != nil {
 					p.failed(background, csr, err)
