@@ -28,7 +28,7 @@ func auditInput(ips ...string) servingcert.Audit {
 		Node:    csrinput.Node{Readable: true, Nodename: "worker-1", Hostname: "worker-1", Addresses: []string{"10.5.0.2"}},
 		Certificate: servingcert.Certificate{
 			Address: "10.5.0.2:10250", Read: true,
-			Subject:         []csrinput.Attribute{{OID: "2.5.4.3", Name: "CN", Value: "system:node:worker-1"}},
+			Subject:         []csrinput.Attribute{{OID: "2.5.4.10", Name: "O", Value: "system:nodes"}, {OID: "2.5.4.3", Name: "CN", Value: "system:node:worker-1"}},
 			SubjectAltNames: sans, Serial: "01", Issuer: "CN=kubernetes",
 			NotBefore: "2026-01-01T00:00:00Z", NotAfter: "2027-01-01T00:00:00Z",
 			NotBeforeUnix: 1767225600, NotAfterUnix: 1798761600,

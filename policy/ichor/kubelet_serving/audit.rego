@@ -106,10 +106,11 @@ audit_unknown contains reason if {
 #   The certificate in service names what is not the node's today: a DNS name that is neither
 #   its Nodename nor its hostname, an IP address Talos no longer gives the kubelet (an address
 #   moved after issuance), a subject for another node name; or names no serving certificate may
-#   have: a name of a type approval forbids (a URI, an email address, another type), no DNS name
-#   or IP address at all, or names that do not parse. One reason per name, with the message
-#   approval gives (DNSNameNotNode, IPNotNode, SANTypeForbidden). The types and the parse are
-#   judged without the node; the rest only when the node was read. A client that connects by the
+#   have: a subject that is not exactly CN=system:node:<name>, O=system:nodes (SubjectMismatch
+#   at approval), a name of a type approval forbids (a URI, an email address, another type), no
+#   DNS name or IP address at all, or names that do not parse. One reason per name, with the
+#   message approval gives (DNSNameNotNode, IPNotNode, SANTypeForbidden). The subject's shape, the
+#   types and the parse are judged without the node; the rest only when the node was read. A client that connects by the
 #   node's new address is refused; renew the certificate (delete the kubelet's serving pair, or
 #   restart it) so that it asks for today's names.
 # custom:
@@ -228,6 +229,16 @@ _expiry_verb(left) := "expired at" if left <= 0
 else := "expires at"
 
 # What the certificate names that is not the node's; judged only when both were read.
+# The subject's shape needs no node: judged even when the node could not be read.
+_certificate_names_not_node contains problem if {
+	_certificate.read
+	not _subject_is_node_of(_certificate)
+	problem := sprintf(
+		"its subject is %s, not exactly CN=system:node:<name>, O=%s",
+		[_subject_text_of(_certificate), _config.node_group],
+	)
+}
+
 _certificate_names_not_node contains problem if {
 	_certificate.read
 	input.node.readable

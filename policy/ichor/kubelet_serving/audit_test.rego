@@ -317,3 +317,35 @@ test_only_a_forbidden_name_is_no_node_name_too if {
 	some r in a.reasons
 	endswith(r.message, "it has no DNS name or IP address, and a serving certificate must name the node by them")
 }
+
+# A certificate whose subject is not exactly CN=system:node:<name>, O=system:nodes, as approval
+# requires of a request: another organization, a missing one, or an extra attribute.
+test_a_subject_approval_would_refuse_is_not_current if {
+	subjects := [
+		[
+			{"oid": "2.5.4.10", "name": "O", "value": "system:masters"},
+			{"oid": "2.5.4.3", "name": "CN", "value": "system:node:worker-1"},
+		],
+		[{"oid": "2.5.4.3", "name": "CN", "value": "system:node:worker-1"}],
+		[
+			{"oid": "2.5.4.10", "name": "O", "value": "system:nodes"},
+			{"oid": "2.5.4.3", "name": "CN", "value": "system:node:worker-1"},
+			{"oid": "2.5.4.11", "name": "OU", "value": "x"},
+		],
+	]
+	every subject in subjects {
+		a := _audit(_audit_set("/certificate/subject", subject))
+		a.status == "drifted"
+		[r.code | some r in a.reasons] == ["CertificateNamesNotNode"]
+		contains(a.reasons[0].message, "not exactly CN=system:node:<name>, O=system:nodes")
+	}
+}
+
+test_the_subject_is_judged_without_the_node if {
+	patch := array.concat(
+		_audit_set("/certificate/subject", [{"oid": "2.5.4.3", "name": "CN", "value": "system:node:worker-1"}]),
+		_audit_set("/node", {"readable": false, "error": "connection refused"}),
+	)
+	"CertificateNamesNotNode" in _audit_codes(patch)
+	_audit(patch).status == "drifted"
+}

@@ -438,14 +438,19 @@ default _node_error := "it was not read"
 
 _node_error := input.node.error if input.node.error != ""
 
-_subject_is_node if {
-	count(_request.subject) == 2
-	_node_name != ""
-	lib_csr.organizations(_request) == [_config.node_group]
+_subject_is_node if _subject_is_node_of(_request)
+
+# Exactly CN=system:node:<name>, O=system:nodes: a request's subject, or a certificate's in service.
+_subject_is_node_of(named) if {
+	count(named.subject) == 2
+	lib_csr.node_name(named, _config.node_user_prefix) != ""
+	lib_csr.organizations(named) == [_config.node_group]
 }
 
-_subject_text := concat(", ", [sprintf("%s=%s", [lib_csr.attribute_label(attr), attr.value]) |
-	some attr in _request.subject
+_subject_text := _subject_text_of(_request)
+
+_subject_text_of(named) := concat(", ", [sprintf("%s=%s", [lib_csr.attribute_label(attr), attr.value]) |
+	some attr in named.subject
 ])
 
 # The name checks, one message per name of sans that is not the node's as input.node
