@@ -55,6 +55,7 @@ func TestMonitoringIsOptInAndNeedsTheOperator(t *testing.T) {
 	endpoint := endpoints[0].(map[string]any)
 	assert.Equal(t, metrics.Spec.Ports[0].Name, endpoint["port"])
 	assert.Equal(t, "30s", endpoint["interval"])
+	assert.Equal(t, true, endpoint["honorLabels"], "the metrics' own namespace label (the TalosCluster's) must survive the scrape")
 	assert.Equal(t, "kps", objs.get(t, "PrometheusRule", release).GetLabels()["release"])
 
 	// The ServiceMonitor scrapes the Service: without it, the render says so.
