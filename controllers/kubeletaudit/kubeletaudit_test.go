@@ -253,6 +253,42 @@ func TestAuditErrorIsUnknownNotAStaleVerdict(t *testing.T) {
 	f.gauge("ichor_kubelet_serving_certificates_audited", map[string]string{"status": "error"}, 0)
 }
 
+// A cluster that cannot be audited at all (its secrets bundle gone) says so
+// on every machine, Unknown with AuditError, and counts them as errors; a
+// cluster that is deleted takes its gauges with it, so that no alert fires
+// for what is no longer audited.
+func TestAnUnauditableClusterAndADeletedOne(t *testing.T) {
+	f := newFixture(t)
+	f.machine("blind-1", "10.42.3.2", harness.KubeletOptions{})
+	f.condition("blind-1", metav1.ConditionTrue, "CertificateCurrent")
+
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "talos-secrets"}}
+	require.NoError(t, env.Client.Delete(t.Context(), secret))
+	c := f.condition("blind-1", metav1.ConditionUnknown, ichorv1alpha1.ReasonAuditError)
+	require.Contains(t, c.Message, "talos-secrets")
+	f.gauge("ichor_kubelet_serving_certificates_audited", map[string]string{"status": "error"}, 1)
+
+	cluster := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "demo"}}
+	require.NoError(t, env.Client.Delete(t.Context(), cluster))
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitFor, true, func(context.Context) (bool, error) {
+		families, err := metricsRegistry.Gather()
+		if err != nil {
+			return false, err
+		}
+		for _, fam := range families {
+			for _, m := range fam.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "namespace" && l.GetValue() == f.ns {
+						return false, nil
+					}
+				}
+			}
+		}
+		return true, nil
+	})
+	require.NoError(t, err, "the deleted cluster's gauges are still served")
+}
+
 // A kubelet serving a certificate whose issuer DN is 100 KB (its CA's
 // subject): the condition, the Event and the decision-log entry stay
 // bounded, the issuer cut where it was read and again by the log's mask.

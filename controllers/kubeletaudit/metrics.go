@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ichor-dev/ichor-policy/engine"
 )
@@ -13,11 +14,15 @@ import (
 type Metrics struct {
 	audited *prometheus.GaugeVec
 	drift   *prometheus.GaugeVec
+	// clusters are those with gauges, so that a cluster deleted since is
+	// forgotten (retain) rather than alerted on for ever.
+	clusters map[types.NamespacedName]bool
 }
 
 // NewMetrics makes the collectors and registers them.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
+		clusters: map[types.NamespacedName]bool{},
 		audited: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ichor_kubelet_serving_certificates_audited",
 			Help: "Machines by the status of their kubelet serving certificate at the cluster's last audit: current, drifted, unknown (not read), error (no decision).",
@@ -41,6 +46,7 @@ func (m *Metrics) set(namespace, cluster string, results []Result) {
 		return
 	}
 	m.forget(namespace, cluster)
+	m.clusters[types.NamespacedName{Namespace: namespace, Name: cluster}] = true
 	statuses := map[string]int{engine.AuditCurrent: 0, engine.AuditDrifted: 0, engine.AuditUnknown: 0, "error": 0}
 	drift := map[string]int{}
 	for _, r := range results {
@@ -76,4 +82,17 @@ func (m *Metrics) forget(namespace, cluster string) {
 	labels := prometheus.Labels{"namespace": namespace, "cluster": cluster}
 	m.audited.DeletePartialMatch(labels)
 	m.drift.DeletePartialMatch(labels)
+	delete(m.clusters, types.NamespacedName{Namespace: namespace, Name: cluster})
+}
+
+// retain forgets the gauges of every cluster not in keep.
+func (m *Metrics) retain(keep map[types.NamespacedName]bool) {
+	if m == nil {
+		return
+	}
+	for c := range m.clusters {
+		if !keep[c] {
+			m.forget(c.Namespace, c.Name)
+		}
+	}
 }

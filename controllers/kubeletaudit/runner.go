@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,16 +76,20 @@ func (r *Runner) Pass(ctx context.Context) error {
 		return fmt.Errorf("list TalosClusters: %w", err)
 	}
 	var errs []error
+	audited := map[types.NamespacedName]bool{}
 	for i := range clusters.Items {
 		c := &clusters.Items[i]
 		if !c.Spec.Security.KubeletServingCertificates.Enabled || !c.DeletionTimestamp.IsZero() {
-			r.Metrics.forget(c.Namespace, c.Name)
 			continue
 		}
+		audited[client.ObjectKeyFromObject(c)] = true
 		if err := r.cluster(ctx, c); err != nil {
 			errs = append(errs, fmt.Errorf("cluster %s/%s: %w", c.Namespace, c.Name, err))
 		}
 	}
+	// A cluster turned off, being deleted or gone: its gauges go, so that
+	// no alert fires for what is no longer audited.
+	r.Metrics.retain(audited)
 	return errors.Join(errs...)
 }
 
@@ -95,7 +100,20 @@ func (r *Runner) cluster(ctx context.Context, c *ichorv1alpha1.TalosCluster) err
 	}
 	results, err := r.Auditor.Audit(ctx, c, machines)
 	if err != nil {
-		return err
+		// Nothing could be audited (the secrets bundle unreadable, no
+		// Kubernetes CA in it): every machine says so, Unknown, and counts
+		// as an error, rather than keep a verdict the audit could not make
+		// again.
+		results = make([]Result, len(machines))
+		errs := []error{err}
+		for i := range machines {
+			results[i] = Result{Machine: client.ObjectKeyFromObject(&machines[i]), Err: err}
+			if werr := r.setErrorCondition(ctx, &machines[i], err); werr != nil {
+				errs = append(errs, fmt.Errorf("machine %s: %w", results[i].Machine, werr))
+			}
+		}
+		r.Metrics.set(c.Namespace, c.Name, results)
+		return errors.Join(errs...)
 	}
 	logger := log.FromContext(ctx)
 	var errs []error

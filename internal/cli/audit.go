@@ -46,6 +46,24 @@ func (f *auditManagerFlags) add(fs *pflag.FlagSet) {
 	fs.IntVar(&f.port, "kubelet-port", servingcert.DefaultPort, "the port the kubelets serve their API (and serving certificate) on")
 }
 
+// validate refuses what would make every audit unknown, or never run.
+func (f auditManagerFlags) validate() error {
+	if err := validKubeletPort(f.port); err != nil {
+		return err
+	}
+	if f.interval < 0 {
+		return usage.Errorf("--kubelet-serving-audit-interval %s is negative; 0 turns the audit off", f.interval)
+	}
+	return nil
+}
+
+func validKubeletPort(port int) error {
+	if port < 1 || port > 65535 {
+		return usage.Errorf("--kubelet-port %d is not a port", port)
+	}
+	return nil
+}
+
 func (f auditManagerFlags) apply(o *manager.Options) {
 	o.KubeletServingAuditInterval, o.KubeletPort = f.interval, f.port
 }
@@ -132,8 +150,8 @@ func runAudit(ctx context.Context, s streams, o auditOptions) error {
 	switch {
 	case o.output != "table" && o.output != "json":
 		return usage.Errorf("-o %q: want table or json", o.output)
-	case o.port < 1 || o.port > 65535:
-		return usage.Errorf("--kubelet-port %d is not a port", o.port)
+	case validKubeletPort(o.port) != nil:
+		return validKubeletPort(o.port)
 	case o.timeout <= 0:
 		return usage.Errorf("--timeout %s must be positive", o.timeout)
 	}

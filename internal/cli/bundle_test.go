@@ -102,3 +102,11 @@ func TestManagerRefusesAMalformedOCIBundleReference(t *testing.T) {
 		assert.Contains(t, stderr, "--bundle: bundle source "+strconv.Quote(ref))
 	}
 }
+
+func TestManagerRefusesAnAuditThatCouldNeverJudge(t *testing.T) {
+	for _, args := range [][]string{{"--kubelet-port", "0"}, {"--kubelet-port", "70000"}, {"--kubelet-serving-audit-interval", "-1m"}} {
+		code, _, stderr := run(t, "", append([]string{"manager"}, args...)...)
+		assert.Equal(t, 2, code, "%v: %s", args, stderr)
+		assert.Contains(t, stderr, args[0], args)
+	}
+}

@@ -126,6 +126,9 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := o.audit.validate(); err != nil {
+		return err
+	}
 	cfg, err := kube.RESTConfig(o.kubeconfig)
 	if err != nil {
 		return err
