@@ -28,6 +28,7 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
@@ -514,17 +515,40 @@ func TestDecisionsListNamesEveryLoggedRule(t *testing.T) {
 		Purpose: "talosconfig-reader", PublicKey: engine.PublicKeyFacts{Parsed: true, Algorithm: "Ed25519", Bits: 256},
 	})
 	require.NoError(t, err)
+	// The flood guard's limits, and the audit of a certificate in service
+	// that names an address the node no longer has.
+	_, err = e.KubeletServingLimits(ctx)
+	require.NoError(t, err)
+	audit, err := e.KubeletServingAudit(ctx, servingcert.Audit{
+		Machine: csrinput.Machine{Name: "worker-1", Namespace: "default", Cluster: "demo"},
+		Node:    csrinput.Node{Readable: true, Nodename: "worker-1", Hostname: "worker-1", Addresses: []string{"10.5.0.2"}},
+		Certificate: servingcert.Certificate{
+			Address: "10.5.0.9:10250", Read: true,
+			Subject:         []csrinput.Attribute{{OID: "2.5.4.10", Name: "O", Value: "system:nodes"}, {OID: "2.5.4.3", Name: "CN", Value: "system:node:worker-1"}},
+			SubjectAltNames: []csrinput.SAN{{Type: "ip", Value: "10.5.0.9"}}, Serial: "01", Issuer: "CN=kubernetes",
+			NotBefore: "2026-01-01T00:00:00Z", NotAfter: "2027-01-01T00:00:00Z", NotBeforeUnix: 1767225600, NotAfterUnix: 1798761600,
+			ExtKeyUsages: []string{"server auth"}, IssuedByClusterCA: true,
+		},
+		Now: "2026-06-01T00:00:00Z", NowUnix: 1780272000,
+	})
+	require.NoError(t, err)
+	require.Equal(t, engine.AuditDrifted, audit.Status)
 	e.Stop(ctx)
 
 	code, stdout, stderr, _ := decisionsRun(t, sink.buf.String(), "decisions", "list")
 	require.Equal(t, ExitOK, code, stderr)
-	assert.Equal(t, []string{reqs.DecisionID, check.DecisionID}, column(t, stdout, "ID"))
-	assert.Equal(t, []string{"requirements", "credential-check"}, column(t, stdout, "POLICY"))
-	assert.Equal(t, []string{"-", "allowed"}, column(t, stdout, "ACTION"))
+	assert.Equal(t, []string{"requirements", "credential-check", "kubelet-serving-limits", "kubelet-serving-audit"}, column(t, stdout, "POLICY"))
+	assert.Equal(t, []string{"-", "allowed", "-", "drifted"}, column(t, stdout, "ACTION"))
+	assert.Equal(t, []string{reqs.DecisionID, check.DecisionID}, column(t, stdout, "ID")[:2])
 
 	code, stdout, stderr, _ = decisionsRun(t, sink.buf.String(), "decisions", "list", "--policy", "requirements")
 	require.Equal(t, ExitOK, code, stderr)
 	assert.Equal(t, []string{reqs.DecisionID}, column(t, stdout, "ID"))
+
+	// An audit's status is its action: what drifted is found by it.
+	code, stdout, stderr, _ = decisionsRun(t, sink.buf.String(), "decisions", "list", "--policy", "kubelet-serving-audit", "--action", "drifted")
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, []string{audit.DecisionID}, column(t, stdout, "ID"))
 }
 
 func TestDecisionsReplayRefusesACandidateThatReadsTheClock(t *testing.T) {

@@ -46,17 +46,26 @@ const (
 	// `ichor cluster` asks before it sends a request and the manager for
 	// its own Talos identity.
 	PathCredentialCheck = engine.PathCredentialCheck
+	// PathKubeletServingRejection is the flood guard's question asked before
+	// any Talos read; PathKubeletServingLimits the limits Go counts with.
+	PathKubeletServingRejection = engine.PathKubeletServingRejection
+	PathKubeletServingLimits    = engine.PathKubeletServingLimits
+	// PathKubeletServingAudit is the audit of a certificate in service.
+	PathKubeletServingAudit = engine.PathKubeletServingAudit
 )
 
 // Policies maps the short names of the decision rules to their paths: every
 // entrypoint that is logged has one, so a listing's POLICY column is short.
 var Policies = map[string]string{
-	"kubelet-serving":  PathKubeletServing,
-	"kubelet-client":   PathKubeletClient,
-	"admission":        PathAdmission,
-	"issuance":         PathIssuance,
-	"requirements":     PathRequirements,
-	"credential-check": PathCredentialCheck,
+	"kubelet-serving":           PathKubeletServing,
+	"kubelet-client":            PathKubeletClient,
+	"admission":                 PathAdmission,
+	"issuance":                  PathIssuance,
+	"requirements":              PathRequirements,
+	"credential-check":          PathCredentialCheck,
+	"kubelet-serving-rejection": PathKubeletServingRejection,
+	"kubelet-serving-limits":    PathKubeletServingLimits,
+	"kubelet-serving-audit":     PathKubeletServingAudit,
 }
 
 // The actions a decision is listed and filtered by: a CSR rule's action as it
@@ -73,10 +82,17 @@ const (
 	ActionNone = engine.ActionNone
 	// ActionError is an evaluation that failed.
 	ActionError = engine.ActionError
+	// The audit's statuses, which an audit decision lists as its action.
+	ActionCurrent = engine.AuditCurrent
+	ActionDrifted = engine.AuditDrifted
+	ActionUnknown = engine.AuditUnknown
 )
 
 // Actions are the action words, in the order they are listed.
-var Actions = []string{ActionApprove, ActionDeny, ActionPending, ActionAllowed, ActionRefused, ActionNone, ActionError}
+var Actions = []string{
+	ActionApprove, ActionDeny, ActionPending, ActionAllowed, ActionRefused,
+	ActionCurrent, ActionDrifted, ActionUnknown, ActionNone, ActionError,
+}
 
 // Entry is one decision of the log, as OPA wrote it.
 type Entry struct {
