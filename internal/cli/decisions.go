@@ -219,7 +219,10 @@ func readCluster(ctx context.Context, s streams, src sourceFlags) ([]decisionlog
 	if _, err := labels.Parse(src.selector); err != nil {
 		return nil, usage.Errorf("--selector: %v", err)
 	}
-	entries, skipped, pods, err := decisionlog.Cluster{Client: client, Namespace: namespace, Selector: src.selector, Previous: src.previous}.Read(ctx)
+	entries, skipped, pods, err := decisionlog.Cluster{
+		Client: client, Namespace: namespace, Selector: src.selector, Previous: src.previous,
+		Unreadable: func(pod string, err error) { fmt.Fprintf(s.err, "ichor: pod %s skipped: %v\n", pod, err) },
+	}.Read(ctx)
 	if err != nil {
 		return nil, err
 	}

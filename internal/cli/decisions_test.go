@@ -609,6 +609,14 @@ func apiServerWithPodLogs(t *testing.T, logs map[string]string) (*httptest.Serve
 				http.NotFound(w, r)
 				return
 			}
+			if log == waitingContainer {
+				// What the API server answers for a container still starting.
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"BadRequest","code":400,`+
+					`"message":"container \"manager\" in pod \"`+name+`\" is waiting to start: ContainerCreating"}`)
+				return
+			}
 			w.Header().Set("Content-Type", "text/plain")
 			_, _ = io.WriteString(w, log)
 		default:
@@ -617,6 +625,31 @@ func apiServerWithPodLogs(t *testing.T, logs map[string]string) (*httptest.Serve
 	}))
 	t.Cleanup(srv.Close)
 	return srv, &requests
+}
+
+// waitingContainer, as a pod's log, makes the stand-in API server answer as
+// for a container still starting.
+const waitingContainer = "\x00waiting"
+
+// A rolling update: one replica's container is still starting. Its log is
+// skipped, said so, and the other's is read; with no log readable at all,
+// the command fails with the API server's reason.
+func TestDecisionsFromClusterSkipsAPodStillStarting(t *testing.T) {
+	f := newDecisionsFixture(t)
+	srv, _ := apiServerWithPodLogs(t, map[string]string{
+		"ichor-policy-7d9c6b8f5-a": f.kubectlLogs(),
+		"ichor-policy-7d9c6b8f5-b": waitingContainer,
+	})
+	code, stdout, stderr, _ := decisionsRun(t, "", "decisions", "list", "--from-cluster", "--kubeconfig", kubeconfigFor(t, srv.URL, ""))
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Contains(t, stderr, "ichor: pod ichor-policy-7d9c6b8f5-b skipped: ")
+	assert.Contains(t, stderr, "is waiting to start")
+	assert.NotEmpty(t, column(t, stdout, "ID"))
+
+	srv, _ = apiServerWithPodLogs(t, map[string]string{"ichor-policy-7d9c6b8f5-b": waitingContainer})
+	code, _, stderr, _ = decisionsRun(t, "", "decisions", "list", "--from-cluster", "--kubeconfig", kubeconfigFor(t, srv.URL, ""))
+	assert.Equal(t, ExitError, code)
+	assert.Contains(t, stderr, "is waiting to start")
 }
 
 // kubeconfigFor is a kubeconfig whose current context reaches server and

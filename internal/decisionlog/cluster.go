@@ -3,6 +3,7 @@ package decisionlog
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -32,6 +33,10 @@ type Cluster struct {
 	// Previous reads the logs of the containers' previous instances (before
 	// a restart), as kubectl logs --previous.
 	Previous bool
+	// Unreadable, when set, is told of each pod whose log could not be read
+	// (a container still starting in a rolling update, one that never
+	// restarted with Previous): the others are read all the same.
+	Unreadable func(pod string, err error)
 }
 
 // Read reads the decisions in the logs of the container named
@@ -49,18 +54,26 @@ func (c Cluster) Read(ctx context.Context) ([]Entry, Skipped, []string, error) {
 	var entries []Entry
 	var skipped Skipped
 	var read []string
+	var errs []error
 	for _, pod := range pods.Items {
 		if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ManagerContainer }) {
 			continue
 		}
 		got, s, err := c.readPod(ctx, pod.Name)
 		if err != nil {
-			return nil, Skipped{}, nil, err
+			errs = append(errs, err)
+			if c.Unreadable != nil {
+				c.Unreadable(pod.Name, err)
+			}
+			continue
 		}
 		entries = append(entries, got...)
 		skipped.Lines += s.Lines
 		skipped.Items += s.Items
 		read = append(read, pod.Name)
+	}
+	if len(read) == 0 && len(errs) > 0 {
+		return nil, Skipped{}, nil, errors.Join(errs...)
 	}
 	if len(read) == 0 {
 		return nil, Skipped{}, nil, fmt.Errorf("no pod in namespace %s matches %s with a container named %s: give the manager's namespace (-n) or its pods' labels (--selector)", c.Namespace, selector, ManagerContainer)
