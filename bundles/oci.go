@@ -90,6 +90,16 @@ func (r OCIRef) ServiceURL() string {
 	return "https://" + r.Registry
 }
 
+// ErrPushDigest is a push to a digest reference: the registry computes the
+// digest, so a push names a tag.
+var ErrPushDigest = errors.New("give a tag, not a digest: the registry computes the digest of what is pushed")
+
+// MaxFileBytes bounds each file of a bundle the manager fetches over the
+// network (engine.MaxBundleFileBytes): OPA reads files into memory before it
+// checks the signature. A push of a bundle beyond it is refused, since every
+// manager would refuse it.
+const MaxFileBytes = 8 << 20
+
 // PushOptions are the options of PushOCI.
 type PushOptions struct {
 	// Credential answers the registry's login; nil reads the Docker
@@ -107,7 +117,7 @@ type PushOptions struct {
 // unsigned push could only fail later, on every replica.
 func PushOCI(ctx context.Context, ref OCIRef, tarball []byte, opts PushOptions) (ocispec.Descriptor, error) {
 	if !isTag(ref) {
-		return ocispec.Descriptor{}, fmt.Errorf("push to %s: give a tag, not a digest: the registry computes the digest", ref)
+		return ocispec.Descriptor{}, ErrPushDigest
 	}
 	b, err := checkPushable(tarball, opts.Verification)
 	if err != nil {
@@ -164,7 +174,7 @@ func PushOCI(ctx context.Context, ref OCIRef, tarball []byte, opts PushOptions) 
 // read, holds no module, or is not signed (by the key of vc, when given; else
 // the signature is checked by whoever pulls, with their key).
 func checkPushable(tarball []byte, vc *bundle.VerificationConfig) (*bundle.Bundle, error) {
-	r := bundle.NewReader(bytes.NewReader(tarball))
+	r := bundle.NewReader(bytes.NewReader(tarball)).WithSizeLimitBytes(MaxFileBytes)
 	if vc != nil {
 		r = r.WithBundleVerificationConfig(vc)
 	} else {

@@ -2,6 +2,11 @@ package bundles_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -57,5 +62,23 @@ func TestPushOCIRefusesWhatNoManagerWouldLoad(t *testing.T) {
 	digest, err := bundles.ParseOCIRef("oci://registry.invalid/ichor/policy@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
 	require.NoError(t, err)
 	_, err = bundles.PushOCI(context.Background(), digest, unsigned, bundles.PushOptions{})
-	require.ErrorContains(t, err, "give a tag, not a digest")
+	require.ErrorIs(t, err, bundles.ErrPushDigest)
+
+	// A file beyond what a manager reads of a downloaded bundle.
+	big, err := bundles.Default()
+	require.NoError(t, err)
+	big.Data["ichor"].(map[string]any)["padding"] = strings.Repeat("x", bundles.MaxFileBytes)
+	require.NoError(t, bundles.Sign(big, testKey(t), "RS256", "ichor"))
+	data, err := bundles.Bytes(big)
+	require.NoError(t, err)
+	_, err = bundles.PushOCI(context.Background(), ref, data, bundles.PushOptions{})
+	require.ErrorContains(t, err, "size")
+}
+
+// testKey is an RSA private key in PEM, to sign bundles with.
+func testKey(t *testing.T) string {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	require.NoError(t, err)
+	return string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
 }

@@ -47,8 +47,9 @@ const BundleName = "ichor"
 const DefaultDecisionLogBufferEvents = 10000
 
 // MaxBundleFileBytes bounds each file of a bundle fetched over the network
-// (a URL or a registry); the policy's largest is tens of kilobytes.
-const MaxBundleFileBytes = 8 << 20
+// (a URL or a registry); the policy's largest is tens of kilobytes. `ichor
+// bundle push` refuses what would exceed it.
+const MaxBundleFileBytes = bundles.MaxFileBytes
 
 // DefaultPollInterval is how often a bundle source is looked at again.
 const DefaultPollInterval = 30 * time.Second

@@ -110,6 +110,9 @@ before anything is pushed. oci+http:// speaks plain HTTP to the registry.`,
 				}, keyID, "", nil)
 			}
 			desc, err := bundles.PushOCI(cmd.Context(), ref, tarball, opts)
+			if errors.Is(err, bundles.ErrPushDigest) {
+				return usage.Errorf("%s: %w", ref, err)
+			}
 			if err != nil {
 				return err
 			}

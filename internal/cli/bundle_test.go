@@ -62,6 +62,7 @@ func TestBundlePushWritesOPAsOCILayout(t *testing.T) {
 		"not an oci reference": {[]string{signed, "https://" + host + "/ichor/policy:v1"}, 2, "is not an OCI reference"},
 		"missing file":         {[]string{filepath.Join(dir, "absent.tar.gz"), ref}, 2, "no such file"},
 		"one argument":         {[]string{signed}, 2, "accepts 2 arg(s)"},
+		"a digest":             {[]string{signed, "oci+http://" + host + "/ichor/policy@sha256:" + strings.Repeat("ab", 32)}, 2, "give a tag, not a digest"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			code, _, stderr := run(t, "", append([]string{"bundle", "push"}, tc.args...)...)
