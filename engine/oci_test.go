@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log"
@@ -12,8 +13,13 @@ import (
 
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/open-policy-agent/opa/v1/bundle"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/content"
+	"oras.land/oras-go/v2/content/memory"
+	"oras.land/oras-go/v2/registry/remote"
 	"oras.land/oras-go/v2/registry/remote/auth"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
@@ -32,6 +38,27 @@ func push(t *testing.T, ref string, b *bundle.Bundle, s signer) {
 	parsed, err := bundles.ParseOCIRef(ref)
 	require.NoError(t, err)
 	_, err = bundles.PushOCI(context.Background(), parsed, data, bundles.PushOptions{Credential: anonymous})
+	require.NoError(t, err)
+}
+
+// pushUnchecked pushes a bundle in OPA's layout as any OCI tool would,
+// without the checks of ichor bundle push (which refuses what a manager
+// would refuse), as someone who may push could.
+func pushUnchecked(t *testing.T, host, repository, tag string, b *bundle.Bundle) {
+	t.Helper()
+	ctx := context.Background()
+	data, err := bundles.Bytes(b)
+	require.NoError(t, err)
+	store := memory.New()
+	layer := content.NewDescriptorFromBytes(bundles.OCILayerMediaType, data)
+	require.NoError(t, store.Push(ctx, layer, bytes.NewReader(data)))
+	manifest, err := oras.PackManifest(ctx, store, oras.PackManifestVersion1_1, "application/vnd.ichor.test", oras.PackManifestOptions{Layers: []ocispec.Descriptor{layer}})
+	require.NoError(t, err)
+	require.NoError(t, store.Tag(ctx, manifest, tag))
+	repo, err := remote.NewRepository(host + "/" + repository)
+	require.NoError(t, err)
+	repo.PlainHTTP = true
+	_, err = oras.Copy(ctx, store, tag, repo, tag, oras.DefaultCopyOptions)
 	require.NoError(t, err)
 }
 
@@ -95,8 +122,9 @@ func TestBundleFromAnOCIRegistry(t *testing.T) {
 	// whoever may push costs no replica its memory.
 	bomb := policyBundle(t, false)
 	bomb.Data["ichor"].(map[string]any)["padding"] = strings.Repeat("x", engine.MaxBundleFileBytes)
+	require.NoError(t, bundles.Sign(bomb, s.private, "RS256", "ichor"))
 	before := st.refusals()
-	push(t, ref, bomb, s)
+	pushUnchecked(t, host, "ichor/policy", "stable", bomb)
 	require.Eventually(t, func() bool { return st.refusals() > before }, 15*time.Second, 50*time.Millisecond)
 	assert.ErrorContains(t, st.last(), "size")
 	_, rev = forgedIPDecision(t, e)
