@@ -13,7 +13,9 @@ export GOFLAGS := -buildvcs=false
 # decision log's labels.ichor_version) and the image's tag; the image build
 # passes the same LDFLAGS. Outside a git work tree it is devel.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-LDFLAGS ?= -X github.com/ichor-dev/ichor-policy/internal/version.Version=$(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS ?= -X github.com/ichor-dev/ichor-policy/internal/version.Version=$(VERSION) \
+  -X github.com/ichor-dev/ichor-policy/internal/version.Revision=$(REVISION)
 
 # `make image` (deploy/image): no container daemon and no registry needed.
 # BASE_IMAGE empty is the empty base (a user, /tmp, CA_BUNDLE); else an OCI
@@ -22,7 +24,6 @@ IMAGE_REPOSITORY ?= ghcr.io/ichor-dev/ichor-policy
 IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
 BASE_IMAGE ?=
 CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
-REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
 # The commit's time is the image's, so the same commit gives the same digest.
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 

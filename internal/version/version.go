@@ -14,6 +14,11 @@ import (
 //	go build -ldflags "-X github.com/ichor-dev/ichor-policy/internal/version.Version=v0.3.0" ./cmd/ichor
 var Version string
 
+// Revision is the commit the release build was made from, stamped as
+// Version is: the build runs with -buildvcs=false (a stable build cache),
+// so the toolchain records none.
+var Revision string
+
 // Info is what `ichor version -o json` prints and ichor_build_info carries.
 type Info struct {
 	// Version is the stamped version, else the main module's, else "devel".
@@ -38,7 +43,7 @@ const (
 
 // Get returns the binary's build information.
 func Get() Info {
-	info := Info{Version: Version, GoVersion: runtime.Version()}
+	info := Info{Version: Version, Revision: Revision, GoVersion: runtime.Version()}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		if info.Version == "" {
@@ -57,7 +62,9 @@ func fromBuildInfo(info *Info, bi *debug.BuildInfo) {
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			info.Revision = s.Value
+			if info.Revision == "" {
+				info.Revision = s.Value
+			}
 		case "vcs.time":
 			info.Time = s.Value
 		case "vcs.modified":

@@ -81,8 +81,8 @@ func TestMakefileStampsTheVersion(t *testing.T) {
 	if err != nil {
 		t.Skip("no make")
 	}
-	const want = "v0.0.0-stamp-test"
-	dryRun, err := exec.Command(makeBin, "-C", "../..", "-n", "build", "VERSION="+want).CombinedOutput()
+	const want, revision = "v0.0.0-stamp-test", "0123456789abcdef0123456789abcdef01234567"
+	dryRun, err := exec.Command(makeBin, "-C", "../..", "-n", "build", "VERSION="+want, "REVISION="+revision).CombinedOutput()
 	require.NoError(t, err, "%s", dryRun)
 	m := regexp.MustCompile(`-ldflags "([^"]*)"`).FindSubmatch(dryRun)
 	require.NotNil(t, m, "make build passes no -ldflags:\n%s", dryRun)
@@ -92,5 +92,5 @@ func TestMakefileStampsTheVersion(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	got, err := exec.Command(bin).Output()
 	require.NoError(t, err)
-	assert.Equal(t, want, strings.TrimSpace(string(got)))
+	assert.Equal(t, want+" "+revision, strings.TrimSpace(string(got)))
 }

@@ -9,4 +9,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/version"
 )
 
-func main() { fmt.Println(version.Get().Version) }
+func main() {
+	info := version.Get()
+	fmt.Println(info.Version, info.Revision)
+}
