@@ -614,7 +614,7 @@ func apiServerWithPodLogs(t *testing.T, logs map[string]string) (*httptest.Serve
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusBadRequest)
 				_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"BadRequest","code":400,`+
-					`"message":"container \"manager\" in pod \"`+name+`\" is waiting to start: ContainerCreating"}`)
+					`"message":"container \"manager\" is waiting to start: ContainerCreating"}`)
 				return
 			}
 			w.Header().Set("Content-Type", "text/plain")
