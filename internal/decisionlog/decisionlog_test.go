@@ -239,13 +239,15 @@ func TestParsingOfPoliciesAndTimes(t *testing.T) {
 		"issuance":                            "ichor/credentials/issuance",
 		"/ichor/credentials/requirements":     "ichor/credentials/requirements",
 		"data.ichor.kubelet_serving.decision": "ichor/kubelet_serving/decision",
+		"kubelet-serving-audit":               "ichor/kubelet_serving/audit",
+		"kubelet-serving-rejection":           "ichor/kubelet_serving/rejection",
 	} {
 		got, err := decisionlog.ResolvePolicy(in)
 		require.NoError(t, err, in)
 		assert.Equal(t, want, got, in)
 	}
 	_, err := decisionlog.ResolvePolicy("serving")
-	assert.ErrorContains(t, err, "admission, credential-check, issuance, kubelet-client, kubelet-serving, requirements")
+	assert.ErrorContains(t, err, "admission, credential-check, issuance, kubelet-client, kubelet-serving, kubelet-serving-audit, kubelet-serving-limits, kubelet-serving-rejection, requirements")
 
 	got, err := decisionlog.ParseSince("90m", now)
 	require.NoError(t, err)
