@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -132,22 +134,27 @@ func talosCluster(name string) *unstructured.Unstructured {
 // kept the field, and its name.
 func createUntil(t *testing.T, c client.Client, prefix string, done func(kept bool) bool) (bool, string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	var kept bool
+	var name string
 	var lastErr error
-	for i := 0; time.Now().Before(deadline); i++ {
+	i := 0
+	// A timeout is not an error here: the caller judges the last one created.
+	_ = wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		cluster := talosCluster(fmt.Sprintf("%s-%d", prefix, i))
-		if lastErr = c.Create(t.Context(), cluster); lastErr == nil {
-			require.NoError(t, c.Get(t.Context(), client.ObjectKeyFromObject(cluster), cluster))
-			kept, _, _ := unstructured.NestedBool(cluster.Object, "spec", "security", "kubeletServingCertificates", "enabled")
-			if done(kept) || time.Now().Add(200*time.Millisecond).After(deadline) {
-				return kept, cluster.GetName()
-			}
+		i++
+		if lastErr = c.Create(ctx, cluster); lastErr != nil {
+			return false, nil
 		}
-		time.Sleep(200 * time.Millisecond)
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster))
+		kept, _, _ = unstructured.NestedBool(cluster.Object, "spec", "security", "kubeletServingCertificates", "enabled")
+		name = cluster.GetName()
+		return done(kept), nil
+	})
+	if name == "" {
+		require.NoError(t, lastErr, "no TalosCluster could be created")
+		t.Fatal("no TalosCluster could be created within 30s")
 	}
-	require.NoError(t, lastErr, "no TalosCluster could be created")
-	t.Fatal("unreachable")
-	return false, ""
+	return kept, name
 }
 
 // TestUpgradeTakesOverCRDsInstalledOutsideTheRelease is the upgrade from a

@@ -25,10 +25,7 @@ func newBundleCommand(s streams) *cobra.Command {
 		Short: "Build the policy bundle, with a revision that is a digest of its content",
 		Args:  cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
-			b, err := bundles.Default()
-			if policyDir != "" {
-				b, err = bundles.FromDir(policyDir)
-			}
+			b, err := policyFrom(policyDir)
 			if err != nil {
 				return err
 			}
@@ -66,6 +63,15 @@ func newBundleCommand(s streams) *cobra.Command {
 	build.Flags().StringVar(&keyID, "key-id", "ichor", "the key id written in the signature, which the manager's --bundle-key-id matches")
 	cmd.AddCommand(build, newBundlePushCommand(s))
 	return cmd
+}
+
+// policyFrom is the policy of a directory (--policy), or the one embedded in
+// this binary when none is named.
+func policyFrom(dir string) (*bundle.Bundle, error) {
+	if dir == "" {
+		return bundles.Default()
+	}
+	return bundles.FromDir(dir)
 }
 
 // loadBundle loads a bundle the caller named; one that is not there is the

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"sigs.k8s.io/yaml"
 
-	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/policydoc"
@@ -41,10 +40,7 @@ func newPolicyDocCommand(s streams) *cobra.Command {
 		Short: "Print the policy reference (Markdown) from the rules' METADATA",
 		Args:  cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
-			b, err := bundles.Default()
-			if policyDir != "" {
-				b, err = bundles.FromDir(policyDir)
-			}
+			b, err := policyFrom(policyDir)
 			if err != nil {
 				return err
 			}
