@@ -22,6 +22,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -281,11 +282,26 @@ func (ce *clusterEnv) events(t *testing.T, reason string) []corev1.Event {
 	return out
 }
 
-func (ce *clusterEnv) requestCount(t *testing.T) int {
+// requestUIDs are the requests there are now. Answered requests are deleted
+// after testRetention, so whether a command sent one is told by a UID not
+// seen before, not by the count.
+func (ce *clusterEnv) requestUIDs(t *testing.T) map[types.UID]bool {
 	t.Helper()
 	var list ichorv1alpha1.TalosCredentialRequestList
 	require.NoError(t, ce.env.Client.List(t.Context(), &list, client.InNamespace(teamNS)))
-	return len(list.Items)
+	uids := make(map[types.UID]bool, len(list.Items))
+	for _, r := range list.Items {
+		uids[r.UID] = true
+	}
+	return uids
+}
+
+// assertNoNewRequest checks that no request was made since before.
+func (ce *clusterEnv) assertNoNewRequest(t *testing.T, before map[types.UID]bool, msgAndArgs ...any) {
+	t.Helper()
+	for uid := range ce.requestUIDs(t) {
+		assert.True(t, before[uid], msgAndArgs...)
+	}
 }
 
 func mode(t *testing.T, path string) os.FileMode {
@@ -389,7 +405,7 @@ func (ce *clusterEnv) testRefusesToOverwrite(t *testing.T) {
 	require.NoError(t, err)
 	link := filepath.Join(ce.dir, "link-to-current")
 	require.NoError(t, os.Symlink(ce.talosconfig, link))
-	requests := ce.requestCount(t)
+	requests := ce.requestUIDs(t)
 
 	code, _, stderr := ce.ichor(t, "cluster", "talosconfig", "demo", "--kubeconfig", ce.kubeconfig["otto"], "--out", out)
 	assert.Equal(t, cli.ExitUsage, code)
@@ -407,7 +423,7 @@ func (ce *clusterEnv) testRefusesToOverwrite(t *testing.T) {
 	after, err := os.ReadFile(ce.talosconfig)
 	require.NoError(t, err)
 	assert.Equal(t, currentBefore, after)
-	assert.Equal(t, requests, ce.requestCount(t), "a refused command sent a request")
+	ce.assertNoNewRequest(t, requests, "a refused command sent a request")
 
 	// --force replaces another file, with mode 0600 whatever it had.
 	require.NoError(t, os.Chmod(out, 0o644))
@@ -417,13 +433,13 @@ func (ce *clusterEnv) testRefusesToOverwrite(t *testing.T) {
 }
 
 func (ce *clusterEnv) testRefusesThirteenHours(t *testing.T) {
-	requests, events := ce.requestCount(t), len(ce.events(t, "TalosconfigReader"))
+	requests, events := ce.requestUIDs(t), len(ce.events(t, "TalosconfigReader"))
 	out := filepath.Join(ce.dir, "thirteen.yaml")
 	code, _, stderr := ce.ichor(t, "cluster", "talosconfig", "demo", "--kubeconfig", ce.kubeconfig["otto"], "--ttl", "13h", "--out", out)
 	assert.Equal(t, cli.ExitUsage, code)
 	assert.Contains(t, stderr, `refused by the policy before anything was sent: LifetimeTooLong: the lifetime 13h0m0s is above the cap of 12h0m0s for purpose "talosconfig-reader"`)
 	assert.NoFileExists(t, out)
-	assert.Equal(t, requests, ce.requestCount(t))
+	ce.assertNoNewRequest(t, requests)
 	assert.Len(t, ce.events(t, "TalosconfigReader"), events)
 
 	// Twelve hours is the cap, and allowed.
@@ -562,11 +578,11 @@ func (ce *clusterEnv) testTalosconfigMerge(t *testing.T) {
 	assert.Equal(t, before, after)
 
 	// --merge with --out is a usage error, and nothing is asked for.
-	requests := ce.requestCount(t)
+	requests := ce.requestUIDs(t)
 	code, _, stderr = ce.ichor(t, "cluster", "talosconfig", "demo", "--kubeconfig", ce.kubeconfig["otto"], "--merge", "--out", filepath.Join(ce.dir, "both"))
 	assert.Equal(t, cli.ExitUsage, code)
 	assert.Contains(t, stderr, "--merge writes into your talosconfig")
-	assert.Equal(t, requests, ce.requestCount(t))
+	ce.assertNoNewRequest(t, requests)
 }
 
 func (ce *clusterEnv) testAdminKubeconfig(t *testing.T) {
@@ -647,7 +663,7 @@ func (ce *clusterEnv) testBreakGlassKubeconfig(t *testing.T) {
 
 func (ce *clusterEnv) testAnsweredRequestsAreDeleted(t *testing.T) {
 	// The manager here keeps answers testRetention instead of two minutes.
-	require.Eventually(t, func() bool { return ce.requestCount(t) == 0 }, testRetention+30*time.Second, 200*time.Millisecond,
+	require.Eventually(t, func() bool { return len(ce.requestUIDs(t)) == 0 }, testRetention+30*time.Second, 200*time.Millisecond,
 		"answered requests were not deleted")
 }
 
