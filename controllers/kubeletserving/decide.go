@@ -12,6 +12,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -82,17 +83,7 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 // that only another cluster's machine answers to is that cluster's to decide.
 func (p *pass) machineFor(ctx context.Context, node string) (mine *ichorv1alpha1.TalosMachine, candidates int, others bool, err error) {
 	found, err := machines.FindAll(ctx, p.r.Client, node, func(m *ichorv1alpha1.TalosMachine) (bool, error) {
-		if m.Namespace == p.cluster.Namespace && m.Spec.ClusterName == p.cluster.Name {
-			return true, nil
-		}
-		if !p.target.local {
-			return false, nil
-		}
-		var c ichorv1alpha1.TalosCluster
-		if err := p.r.Client.Get(ctx, types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}, &c); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return c.Spec.Security.KubeletServingCertificates.Enabled && p.r.LocalClusters.Judges(&c), nil
+		return p.judges(ctx, clusterOf(m))
 	})
 	if err != nil {
 		return nil, 0, false, err
@@ -109,9 +100,108 @@ func (p *pass) machineFor(ctx context.Context, node string) (mine *ichorv1alpha1
 	return mine, len(found), others, nil
 }
 
+func clusterOf(m *ichorv1alpha1.TalosMachine) types.NamespacedName {
+	return types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
+}
+
+// judges reports whether a cluster's machines count when a request of this
+// pass's API server is matched to a machine: this cluster's always; for the
+// API server the manager runs against, those of every enabled cluster the
+// operator named as its judges; for another, none. Each cluster is looked up
+// once a pass.
+func (p *pass) judges(ctx context.Context, key types.NamespacedName) (bool, error) {
+	if key == p.key() {
+		return true, nil
+	}
+	if !p.target.local {
+		return false, nil
+	}
+	p.mu.Lock()
+	v, ok := p.judging[key]
+	p.mu.Unlock()
+	if ok {
+		return v, nil
+	}
+	var c ichorv1alpha1.TalosCluster
+	if err := p.r.Client.Get(ctx, key, &c); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return false, err
+		}
+	} else {
+		v = c.Spec.Security.KubeletServingCertificates.Enabled && p.r.LocalClusters.Judges(&c)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.judging == nil {
+		p.judging = map[types.NamespacedName]bool{}
+	}
+	p.judging[key] = v
+	return v, nil
+}
+
+// requestsToLookAt lists the kubelet-serving requests of the pass's API
+// server that are this cluster's to decide or record: those for a node name
+// one of its machines answers to, and those for a name no machine of a
+// cluster judging this API server answers to, which every such cluster
+// leaves pending (machineFor). A request for another judging cluster's
+// machine is that cluster's, so that K clusters' full passes look at each
+// request once between them rather than K times: each look parses the
+// request or its certificate and looks its machine up.
+func (p *pass) requestsToLookAt(ctx context.Context) ([]certificatesv1.CertificateSigningRequest, error) {
+	var list certificatesv1.CertificateSigningRequestList
+	if err := p.target.reader.List(ctx, &list, client.MatchingFields{IndexSignerName: certificatesv1.KubeletServingSignerName},
+		client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list kubelet-serving CSRs: %w", err)
+	}
+	live := make(map[types.UID]bool, len(list.Items))
+	for i := range list.Items {
+		live[list.Items[i].UID] = true
+	}
+	p.target.names.keepOnly(live)
+	var out []certificatesv1.CertificateSigningRequest
+	for i := range list.Items {
+		csr := &list.Items[i]
+		ours, err := p.ours(ctx, p.target.names.of(csr))
+		if err != nil {
+			return nil, err
+		}
+		if ours {
+			// The list shares the cache's objects; what is handed on is a copy.
+			out = append(out, *csr.DeepCopy())
+		}
+	}
+	return out, nil
+}
+
+// ours reports whether a request for node is this cluster's: the same
+// answer machineFor gives (a machine of this cluster, or none of any cluster
+// judging this API server), without copying the machines.
+func (p *pass) ours(ctx context.Context, node string) (bool, error) {
+	if node == "" || !p.target.local {
+		return true, nil
+	}
+	var named ichorv1alpha1.TalosMachineList
+	if err := p.r.Client.List(ctx, &named, client.MatchingFields{machines.IndexNodeName: node}, client.UnsafeDisableDeepCopy); err != nil {
+		return false, fmt.Errorf("list machines with node name %q: %w", node, err)
+	}
+	others := false
+	for i := range named.Items {
+		key := clusterOf(&named.Items[i])
+		if key == p.key() {
+			return true, nil
+		}
+		judges, err := p.judges(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		others = others || judges
+	}
+	return !others, nil
+}
+
 func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
 	logger := log.FromContext(ctx).WithValues("csr", csr.Name)
-	node := csrinput.NodeName(csr)
+	node := p.target.names.of(csr)
 	machine, candidates, others, err := p.machineFor(ctx, node)
 	if err != nil {
 		return err
@@ -278,6 +368,18 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if !approval.IsApproved(csr) {
 		return nil
 	}
+	node := p.target.names.of(csr)
+	machine, candidates, _, err := p.machineFor(ctx, node)
+	if err != nil || machine == nil || candidates > 1 {
+		// A certificate for a name several machines answer to belongs to
+		// none of them for sure; recording it could latch verification.
+		return err
+	}
+	cur := machine.Status.KubeletServingCertificate
+	if cur != nil && cur.Request == csr.Name {
+		// Recorded already: a request's certificate is set once.
+		return nil
+	}
 	block, _ := pem.Decode(csr.Status.Certificate)
 	if block == nil {
 		return fmt.Errorf("CSR %s: status.certificate is not PEM", csr.Name)
@@ -286,14 +388,11 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if err != nil {
 		return fmt.Errorf("CSR %s: parse issued certificate: %w", csr.Name, err)
 	}
-	node := csrinput.NodeNameOfCertificate(cert)
-	machine, candidates, _, err := p.machineFor(ctx, node)
-	if err != nil || machine == nil || candidates > 1 {
-		// A certificate for a name several machines answer to belongs to
-		// none of them for sure; recording it could latch verification.
-		return err
+	if issued := csrinput.NodeNameOfCertificate(cert); issued != node {
+		// The signer put another name in the certificate than the request
+		// asked for: it is not this machine's.
+		return fmt.Errorf("CSR %s: the issued certificate is for node %q, the request for %q: not recorded", csr.Name, issued, node)
 	}
-	cur := machine.Status.KubeletServingCertificate
 	if cur != nil && !cur.NotAfter.Time.Before(cert.NotAfter) {
 		return nil
 	}

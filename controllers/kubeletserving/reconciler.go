@@ -124,6 +124,8 @@ type Reconciler struct {
 	// machine is worth deciding again only after one, and one whose node
 	// could not be read is decided at once after one.
 	machineEpoch approval.Epoch
+	// localNames are the node names of the local API server's requests.
+	localNames nodeNames
 }
 
 // SetupWithManager registers the reconciler and its indexes.
@@ -195,7 +197,7 @@ func (r *Reconciler) csrToClusters(ctx context.Context, obj client.Object) []rec
 	if !ok {
 		return nil
 	}
-	keys, err := r.clustersFor(ctx, csrinput.NodeName(csr))
+	keys, err := r.clustersFor(ctx, r.localNames.of(csr))
 	if err != nil {
 		log.FromContext(ctx).Error(err, "map CSR to clusters", "csr", csr.Name)
 		return nil
@@ -292,11 +294,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	p := &pass{r: r, cluster: &cluster, target: t, now: r.Clock.Now()}
 	var csrs []certificatesv1.CertificateSigningRequest
 	if work.full {
-		var list certificatesv1.CertificateSigningRequestList
-		if err := t.reader.List(ctx, &list, client.MatchingFields{IndexSignerName: certificatesv1.KubeletServingSignerName}); err != nil {
-			return reconcile.Result{}, fmt.Errorf("list kubelet-serving CSRs: %w", err)
+		if csrs, err = p.requestsToLookAt(ctx); err != nil {
+			return reconcile.Result{}, err
 		}
-		csrs = list.Items
 	} else {
 		for name := range work.csrs {
 			var csr certificatesv1.CertificateSigningRequest
@@ -346,6 +346,10 @@ type pass struct {
 	// rule withheld for a flood (TooManyPendingRequests).
 	pending  int
 	withheld int
+
+	// judging caches, by cluster, whether its machines count in this pass's
+	// API server (judges).
+	judging map[types.NamespacedName]bool
 
 	// counts are the flood guard's counts of the pass's API server, taken
 	// once a pass.

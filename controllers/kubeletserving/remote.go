@@ -57,6 +57,8 @@ type target struct {
 	// local is the manager's own API server, where Events about a CSR can be
 	// written beside it.
 	local bool
+	// names are the node names of its requests, parsed once.
+	names *nodeNames
 
 	kubeconfig []byte
 	cancel     context.CancelFunc
@@ -78,7 +80,7 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 		if !r.LocalClusters.Judges(c) {
 			return nil, ErrLocalClusterNotNamed
 		}
-		return &target{reader: r.Client, clientset: r.Clientset, local: true}, nil
+		return &target{reader: r.Client, clientset: r.Clientset, local: true, names: &r.localNames}, nil
 	}
 	kubeconfig, err := r.readKubeconfig(ctx, c)
 	if err != nil {
@@ -189,7 +191,7 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 		}
 	}
 	log.FromContext(ctx).Info("watching the cluster's own API server for kubelet serving CSRs", "host", cfg.Host)
-	return &target{reader: cl.GetClient(), clientset: clientset, kubeconfig: kubeconfig, cancel: cancel}, nil
+	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, kubeconfig: kubeconfig, cancel: cancel}, nil
 }
 
 func (t *targets) stop(key types.NamespacedName) {

@@ -21,19 +21,24 @@ const IndexNodeName = "ichor.dev/nodeName"
 // one manager fails: a manager running both approvers registers it once.
 func AddNodeNameIndex(ctx context.Context, indexer client.FieldIndexer) error {
 	err := indexer.IndexField(ctx, &ichorv1alpha1.TalosMachine{}, IndexNodeName, func(o client.Object) []string {
-		m := o.(*ichorv1alpha1.TalosMachine)
-		names := []string{}
-		for _, n := range []string{m.Status.NodeName, m.Spec.Hostname} {
-			if n != "" && (len(names) == 0 || names[0] != n) {
-				names = append(names, n)
-			}
-		}
-		return names
+		return NodeNames(o.(*ichorv1alpha1.TalosMachine))
 	})
 	if err != nil {
 		return fmt.Errorf("index %s: %w", IndexNodeName, err)
 	}
 	return nil
+}
+
+// NodeNames are the node names a machine answers to, as IndexNodeName
+// indexes it.
+func NodeNames(m *ichorv1alpha1.TalosMachine) []string {
+	names := []string{}
+	for _, n := range []string{m.Status.NodeName, m.Spec.Hostname} {
+		if n != "" && (len(names) == 0 || names[0] != n) {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // Find is the managed machine answering to node name node (its

@@ -1,0 +1,133 @@
+package kubeletserving
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+)
+
+// A cluster's full pass looks only at the requests that are its own to
+// decide or record (its machines', and those no judging cluster's machine
+// answers to), the same ones machineFor leaves it: over K clusters judging
+// one API server, each request is looked at by one pass, not K.
+func TestAFullPassLooksOnlyAtItsOwnRequests(t *testing.T) {
+	ctx := context.Background()
+	scheme, err := kube.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterObj := func(ns, name string) *ichorv1alpha1.TalosCluster {
+		c := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		c.Spec.Security.KubeletServingCertificates.Enabled = true
+		return c
+	}
+	machine := func(ns, name, clusterName string) *ichorv1alpha1.TalosMachine {
+		m := &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		m.Spec.ClusterName, m.Spec.Hostname = clusterName, name
+		return m
+	}
+	objs := []client.Object{
+		clusterObj("a", "alpha"), clusterObj("b", "beta"), clusterObj("c", "unnamed"),
+		machine("a", "node-a", "alpha"), machine("b", "node-b", "beta"), machine("c", "node-c", "unnamed"),
+		// A name both judging clusters' machines answer to: both look, and
+		// the rule leaves it pending (MachineAmbiguous).
+		machine("a", "node-both", "alpha"), machine("b", "node-both", "beta"),
+	}
+	for i, node := range []string{"node-a", "node-b", "node-c", "node-both", "nobody"} {
+		req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject(node)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		csr := csrgen.ServingObject("csr-"+node, node, req)
+		csr.UID = types.UID(rune('0' + i))
+		objs = append(objs, csr)
+	}
+	other := csrgen.ServingObject("csr-client", "node-b", nil)
+	other.Spec.SignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
+	objs = append(objs, other)
+
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...)
+	if err := AddIndexes(ctx, indexerOf{b}); err != nil {
+		t.Fatal(err)
+	}
+	c := b.Build()
+	local, err := cluster.ParseLocal([]string{"a/alpha", "b/beta"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{Client: c, LocalClusters: local}
+	p := &pass{r: r, cluster: clusterObj("a", "alpha"), target: &target{reader: c, local: true, names: &r.localNames}}
+
+	got, err := p.requestsToLookAt(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, csr := range got {
+		names = append(names, csr.Name)
+	}
+	slices.Sort(names)
+	// node-c's machine belongs to a cluster the operator did not name: it
+	// counts for nothing here, so its request is nobody's machine's.
+	want := []string{"csr-nobody", "csr-node-a", "csr-node-both", "csr-node-c"}
+	if !slices.Equal(names, want) {
+		t.Errorf("looked at %v, want %v", names, want)
+	}
+	for _, csr := range got {
+		mine, _, others, err := p.machineFor(ctx, r.localNames.of(&csr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mine == nil && others {
+			t.Errorf("%s is looked at, but machineFor gives it to another cluster", csr.Name)
+		}
+	}
+
+	// A remote API server's requests are all its one cluster's.
+	p.target = &target{reader: c, names: &nodeNames{}}
+	if got, err = p.requestsToLookAt(ctx); err != nil || len(got) != 5 {
+		t.Errorf("remote: looked at %d requests (%v), want every kubelet-serving one (5)", len(got), err)
+	}
+}
+
+// Requests gone from the API server are forgotten by the next full pass.
+func TestNodeNamesOfGoneRequestsAreForgotten(t *testing.T) {
+	var n nodeNames
+	req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("worker-1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr := csrgen.ServingObject("csr-1", "worker-1", req)
+	csr.UID = "uid-1"
+	if got := n.of(csr); got != "worker-1" {
+		t.Fatalf("node name %q, want worker-1", got)
+	}
+	n.keepOnly(map[types.UID]bool{"uid-1": true})
+	if len(n.m) != 1 {
+		t.Fatalf("%d names kept, want 1", len(n.m))
+	}
+	n.keepOnly(map[types.UID]bool{})
+	if len(n.m) != 0 {
+		t.Errorf("%d names kept after the request is gone, want 0", len(n.m))
+	}
+}
+
+// indexerOf registers the reconciler's indexes on a fake client's builder.
+type indexerOf struct{ b *fake.ClientBuilder }
+
+func (i indexerOf) IndexField(_ context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
+	i.b.WithIndex(obj, field, extract)
+	return nil
+}
+
