@@ -44,6 +44,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
+	"github.com/ichor-dev/ichor-policy/test/talosapi"
 )
 
 // One control plane and one manager serve every test of the package; each
@@ -417,6 +418,65 @@ func TestUnreadableNodeStaysPendingUntilItAnswers(t *testing.T) {
 
 	talos.SetUnavailable(false)
 
+	c := decided(t, name)
+	assert.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
+}
+
+// The cluster's secrets bundle is read at most every secretsFreshness (10 s),
+// not per decision: an OS CA rotated in place is in use within that time, so
+// a node that trusts only the new CA is unreadable until then (pending, never
+// judged on a stale read) and approved soon after.
+func TestAnOSCARotatedInPlaceIsUsedWithinSecondsOfTheRotation(t *testing.T) {
+	f := newFixture(t, false)
+	rotated, err := talosapi.NewCA()
+	require.NoError(t, err)
+	node, err := env.StartTalosNode(f.ctx, harness.NodeOptions{Name: "rotated-1", Addresses: []netip.Addr{netip.MustParseAddr("10.24.0.2")}, CA: rotated})
+	require.NoError(t, err)
+	t.Cleanup(node.Stop)
+	f.addMachine("rotated-1", node.Endpoint())
+	kubelet := nodeClient(t, "system:node:rotated-1", "system:nodes")
+	name := submit(t, kubelet, "rotated-ca", csrgen.Request{Subject: csrgen.NodeSubject("rotated-1"), IPs: []net.IP{net.ParseIP("10.24.0.2")}})
+	loggedPending(t, name, "NodeUnreadable")
+
+	secret, err := env.SecretsBundleSecretWithOSCA(f.ns, "talos-secrets", rotated)
+	require.NoError(t, err)
+	var current corev1.Secret
+	require.NoError(t, env.Client.Get(f.ctx, client.ObjectKeyFromObject(secret), &current))
+	current.Data = secret.Data
+	require.NoError(t, env.Client.Update(f.ctx, &current))
+	rotatedAt := time.Now()
+
+	c := decided(t, name)
+	assert.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
+	t.Logf("approved %s after the rotation", time.Since(rotatedAt).Round(100*time.Millisecond))
+}
+
+// A cluster pointed at another secrets bundle uses it at once: the cached
+// bundle is the one its secretsRef names.
+func TestASecretsRefChangeIsUsedAtOnce(t *testing.T) {
+	f := newFixture(t, false)
+	other, err := talosapi.NewCA()
+	require.NoError(t, err)
+	node, err := env.StartTalosNode(f.ctx, harness.NodeOptions{Name: "moved-1", Addresses: []netip.Addr{netip.MustParseAddr("10.25.0.2")}, CA: other})
+	require.NoError(t, err)
+	t.Cleanup(node.Stop)
+	f.addMachine("moved-1", node.Endpoint())
+	kubelet := nodeClient(t, "system:node:moved-1", "system:nodes")
+	name := submit(t, kubelet, "moved-secrets", csrgen.Request{Subject: csrgen.NodeSubject("moved-1"), IPs: []net.IP{net.ParseIP("10.25.0.2")}})
+	loggedPending(t, name, "NodeUnreadable")
+
+	secret, err := env.SecretsBundleSecretWithOSCA(f.ns, "talos-secrets-2", other)
+	require.NoError(t, err)
+	require.NoError(t, env.Client.Create(f.ctx, secret))
+	var cluster ichorv1alpha1.TalosCluster
+	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: f.cluster}, &cluster))
+	cluster.Spec.SecretsRef.Name = secret.Name
+	require.NoError(t, env.Client.Update(f.ctx, &cluster))
+
+	// The change of spec wakes the cluster, whose pass reads the node with
+	// the new bundle: well before the old one's 10 s are up.
+	require.Eventually(t, func() bool { return harness.Verdict(env.GetCSR(t, name)) != nil }, 8*time.Second, 100*time.Millisecond,
+		"CSR %s not decided within 8 s of the secretsRef change", name)
 	c := decided(t, name)
 	assert.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
 }
