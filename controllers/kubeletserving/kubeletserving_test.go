@@ -422,21 +422,30 @@ func TestUnreadableNodeStaysPendingUntilItAnswers(t *testing.T) {
 	assert.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
 }
 
+// requestOfANodeWithAnotherCA starts a machine whose Talos API trusts only a
+// new OS CA, not the cluster's bundle, and has its kubelet ask: the request
+// is pending (NodeUnreadable) until the manager reads the node with that CA.
+func (f *fixture) requestOfANodeWithAnotherCA(node, ip string) (*talosapi.CA, string) {
+	f.t.Helper()
+	ca, err := talosapi.NewCA()
+	require.NoError(f.t, err)
+	talos, err := env.StartTalosNode(f.ctx, harness.NodeOptions{Name: node, Addresses: []netip.Addr{netip.MustParseAddr(ip)}, CA: ca})
+	require.NoError(f.t, err)
+	f.t.Cleanup(talos.Stop)
+	f.addMachine(node, talos.Endpoint())
+	kubelet := nodeClient(f.t, "system:node:"+node, "system:nodes")
+	name := submit(f.t, kubelet, node, csrgen.Request{Subject: csrgen.NodeSubject(node), IPs: []net.IP{net.ParseIP(ip)}})
+	loggedPending(f.t, name, "NodeUnreadable")
+	return ca, name
+}
+
 // The cluster's secrets bundle is read at most every secretsFreshness (10 s),
 // not per decision: an OS CA rotated in place is in use within that time, so
 // a node that trusts only the new CA is unreadable until then (pending, never
 // judged on a stale read) and approved soon after.
 func TestAnOSCARotatedInPlaceIsUsedWithinSecondsOfTheRotation(t *testing.T) {
 	f := newFixture(t, false)
-	rotated, err := talosapi.NewCA()
-	require.NoError(t, err)
-	node, err := env.StartTalosNode(f.ctx, harness.NodeOptions{Name: "rotated-1", Addresses: []netip.Addr{netip.MustParseAddr("10.24.0.2")}, CA: rotated})
-	require.NoError(t, err)
-	t.Cleanup(node.Stop)
-	f.addMachine("rotated-1", node.Endpoint())
-	kubelet := nodeClient(t, "system:node:rotated-1", "system:nodes")
-	name := submit(t, kubelet, "rotated-ca", csrgen.Request{Subject: csrgen.NodeSubject("rotated-1"), IPs: []net.IP{net.ParseIP("10.24.0.2")}})
-	loggedPending(t, name, "NodeUnreadable")
+	rotated, name := f.requestOfANodeWithAnotherCA("rotated-1", "10.24.0.2")
 
 	secret, err := env.SecretsBundleSecretWithOSCA(f.ns, "talos-secrets", rotated)
 	require.NoError(t, err)
@@ -455,15 +464,7 @@ func TestAnOSCARotatedInPlaceIsUsedWithinSecondsOfTheRotation(t *testing.T) {
 // bundle is the one its secretsRef names.
 func TestASecretsRefChangeIsUsedAtOnce(t *testing.T) {
 	f := newFixture(t, false)
-	other, err := talosapi.NewCA()
-	require.NoError(t, err)
-	node, err := env.StartTalosNode(f.ctx, harness.NodeOptions{Name: "moved-1", Addresses: []netip.Addr{netip.MustParseAddr("10.25.0.2")}, CA: other})
-	require.NoError(t, err)
-	t.Cleanup(node.Stop)
-	f.addMachine("moved-1", node.Endpoint())
-	kubelet := nodeClient(t, "system:node:moved-1", "system:nodes")
-	name := submit(t, kubelet, "moved-secrets", csrgen.Request{Subject: csrgen.NodeSubject("moved-1"), IPs: []net.IP{net.ParseIP("10.25.0.2")}})
-	loggedPending(t, name, "NodeUnreadable")
+	other, name := f.requestOfANodeWithAnotherCA("moved-1", "10.25.0.2")
 
 	secret, err := env.SecretsBundleSecretWithOSCA(f.ns, "talos-secrets-2", other)
 	require.NoError(t, err)
