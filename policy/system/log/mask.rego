@@ -69,8 +69,11 @@ _truncated[concat(".", path)] := count(items) if some path, items in _oversized
 _truncated[concat(".", path)] := count(value) if some path, value in _long_strings
 
 # The capped strings of this entry that are too long (an absent one fails at is_string).
+# Each rule over the capped paths first looks the path's first key up, which fails at once
+# when the entry holds nothing there (no builtin call): the applied record holds none.
 _long_strings[path] := value if {
 	some path in _config.capped_strings
+	input.input[path[0]]
 	value := object.get(input.input, path, null)
 	is_string(value)
 	count(value) > _config.max_logged_value_length
@@ -82,6 +85,7 @@ _long_strings[path] := value if {
 # entries hold few of the paths, and the applied record (system/applied) none.
 _oversized[path] := items if {
 	some path in _config.capped_lists
+	input.input[path[0]]
 	items := object.get(input.input, path, null)
 	is_array(items)
 	_too_big(items)

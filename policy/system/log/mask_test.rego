@@ -142,7 +142,11 @@ test_the_applied_record_is_left_alone if {
 test_capped_paths_of_another_type_are_left_alone if {
 	long := concat("", [x | some _ in numbers.range(1, 600); x := "a"])
 	count(log.mask) == 0 with input as {
-		"input": {"csr": {"usages": null, "groups": long}, "certificate": {"issuer": null, "serial": [long]}},
+		"input": {
+			"csr": {"usages": null, "groups": long},
+			"certificate": {"issuer": null, "serial": [long]},
+			"node": false,
+		},
 		"result": {"reasons": null},
 	}
 }
