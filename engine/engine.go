@@ -30,6 +30,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/plugins"
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 	"github.com/open-policy-agent/opa/v1/sdk"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/sirupsen/logrus"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
@@ -174,6 +175,12 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		Ready:       make(chan struct{}),
 		Plugins:     map[string]plugins.Factory{sinksName: &sinksFactory{engine: e}},
 		ManagerOpts: []func(*plugins.Manager){func(m *plugins.Manager) { e.mgr = m }},
+		// The bundle's data (the tables of data.json) kept as OPA's values,
+		// as OPA's own server keeps them: a rule reading a table, and the
+		// mask reading its configuration on every entry, do not convert it
+		// again on each evaluation. The store is only written by bundle
+		// activation.
+		Store: inmem.NewWithOpts(inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true)),
 	}
 	if console != nil {
 		sdkOpts.ConsoleLogger = console

@@ -53,7 +53,8 @@ mask contains {"op": "upsert", "path": concat("/", array.concat(["", "input"], p
 # title: Mask
 # description: Long reason lists of the result are cut, and long messages.
 mask contains {"op": "upsert", "path": "/result/reasons", "value": kept} if {
-	reasons := object.get(input, ["result", "reasons"], [])
+	reasons := object.get(input, ["result", "reasons"], null)
+	is_array(reasons)
 	_too_big_reasons(reasons)
 	kept := [_cut_item(r) | some r in array.slice(reasons, 0, _config.max_logged_reasons)]
 }
@@ -67,24 +68,32 @@ _truncated[concat(".", path)] := count(items) if some path, items in _oversized
 
 _truncated[concat(".", path)] := count(value) if some path, value in _long_strings
 
-# The capped strings of this entry that are too long.
+# The capped strings of this entry that are too long (an absent one fails at is_string).
+# Each rule over the capped paths first looks the path's first key up, which fails at once
+# when the entry holds nothing there (no builtin call): the applied record holds none.
 _long_strings[path] := value if {
 	some path in _config.capped_strings
-	value := object.get(input.input, path, "")
+	input.input[path[0]]
+	value := object.get(input.input, path, null)
 	is_string(value)
 	count(value) > _config.max_logged_value_length
 }
 
 # The capped lists of this entry that are too long or hold a long string, each checked
-# once per entry: every decision is masked, and most cut nothing.
+# once per entry: every decision is masked, and most cut nothing. A path the entry does not
+# hold fails at is_array, before the call of _too_big (an absent list cuts nothing): most
+# entries hold few of the paths, and the applied record (system/applied) none.
 _oversized[path] := items if {
 	some path in _config.capped_lists
-	items := object.get(input.input, path, [])
+	input.input[path[0]]
+	items := object.get(input.input, path, null)
+	is_array(items)
 	_too_big(items)
 }
 
 _truncated["result.reasons"] := count(reasons) if {
-	reasons := object.get(input, ["result", "reasons"], [])
+	reasons := object.get(input, ["result", "reasons"], null)
+	is_array(reasons)
 	_too_big_reasons(reasons)
 }
 

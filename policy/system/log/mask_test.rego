@@ -127,3 +127,26 @@ _values_at(masks, path) := [m.value | some m in masks; m.path == path]
 test_short_certificate_strings_are_left_alone if {
 	count(log.mask) == 0 with input as {"input": {"certificate": {"issuer": "CN=kubernetes", "san_error": "x"}}}
 }
+
+# The record of an applied decision (system/applied) holds none of the paths the mask reads.
+test_the_applied_record_is_left_alone if {
+	count(log.mask) == 0 with input as {
+		"path": "system/applied/record",
+		"input": {"decision_id": "d-1", "object": "csr/csr-1", "action": "approve"},
+		"result": {"applied": "d-1", "object": "csr/csr-1", "action": "approve"},
+	}
+}
+
+# A capped path holding null, or a value of another type, cuts nothing: only a list or a
+# string is cut.
+test_capped_paths_of_another_type_are_left_alone if {
+	long := concat("", [x | some _ in numbers.range(1, 600); x := "a"])
+	count(log.mask) == 0 with input as {
+		"input": {
+			"csr": {"usages": null, "groups": long},
+			"certificate": {"issuer": null, "serial": [long]},
+			"node": false,
+		},
+		"result": {"reasons": null},
+	}
+}
