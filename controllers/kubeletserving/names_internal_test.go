@@ -130,4 +130,3 @@ func (i indexerOf) IndexField(_ context.Context, obj client.Object, field string
 	i.b.WithIndex(obj, field, extract)
 	return nil
 }
-
