@@ -146,7 +146,10 @@ func (p *pass) judges(ctx context.Context, key types.NamespacedName) (bool, erro
 // leaves pending (machineFor). A request for another judging cluster's
 // machine is that cluster's, so that K clusters' full passes look at each
 // request once between them rather than K times: each look parses the
-// request or its certificate and looks its machine up.
+// request or its certificate and looks its machine up. Of those, it leaves
+// out the requests handle has nothing left to do for (settled), so that the
+// full passes that follow every recorded certificate cost little once a
+// fleet's requests are decided.
 func (p *pass) requestsToLookAt(ctx context.Context) ([]certificatesv1.CertificateSigningRequest, error) {
 	var list certificatesv1.CertificateSigningRequestList
 	if err := p.target.reader.List(ctx, &list, client.MatchingFields{IndexSignerName: certificatesv1.KubeletServingSignerName},
@@ -161,42 +164,56 @@ func (p *pass) requestsToLookAt(ctx context.Context) ([]certificatesv1.Certifica
 	var out []certificatesv1.CertificateSigningRequest
 	for i := range list.Items {
 		csr := &list.Items[i]
-		ours, err := p.ours(ctx, p.target.names.of(csr))
+		ours, recorded, err := p.ours(ctx, p.target.names.of(csr), csr.Name)
 		if err != nil {
 			return nil, err
 		}
-		if ours {
-			// The list shares the cache's objects; what is handed on is a copy.
-			out = append(out, *csr.DeepCopy())
+		if !ours || p.settled(csr, recorded) {
+			continue
 		}
+		// The list shares the cache's objects; what is handed on is a copy.
+		out = append(out, certificatesv1.CertificateSigningRequest{})
+		csr.DeepCopyInto(&out[len(out)-1])
 	}
 	return out, nil
 }
 
+// settled reports whether handle has nothing to do for a request: decided,
+// no write of it waiting to be settled (failures), and no certificate or one
+// that its machine has recorded already.
+func (p *pass) settled(csr *certificatesv1.CertificateSigningRequest, recorded bool) bool {
+	return approval.IsDecided(csr) && !p.r.failures.Has(p.memoKey(csr)) && (len(csr.Status.Certificate) == 0 || recorded)
+}
+
 // ours reports whether a request for node is this cluster's: the same
 // answer machineFor gives (a machine of this cluster, or none of any cluster
-// judging this API server), without copying the machines.
-func (p *pass) ours(ctx context.Context, node string) (bool, error) {
-	if node == "" || !p.target.local {
-		return true, nil
+// judging this API server), without copying the machines; and whether a
+// machine of this cluster has recorded the request csr's certificate.
+func (p *pass) ours(ctx context.Context, node, csr string) (ours, recorded bool, err error) {
+	if node == "" {
+		return true, false, nil
 	}
 	var named ichorv1alpha1.TalosMachineList
 	if err := p.r.Client.List(ctx, &named, client.MatchingFields{machines.IndexNodeName: node}, client.UnsafeDisableDeepCopy); err != nil {
-		return false, fmt.Errorf("list machines with node name %q: %w", node, err)
+		return false, false, fmt.Errorf("list machines with node name %q: %w", node, err)
 	}
 	others := false
 	for i := range named.Items {
-		key := clusterOf(&named.Items[i])
+		m := &named.Items[i]
+		key := clusterOf(m)
 		if key == p.key() {
-			return true, nil
+			ours = true
+			rec := m.Status.KubeletServingCertificate
+			recorded = recorded || (rec != nil && rec.Request == csr)
+			continue
 		}
 		judges, err := p.judges(ctx, key)
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		others = others || judges
 	}
-	return !others, nil
+	return ours || !others, recorded, nil
 }
 
 func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {

@@ -20,7 +20,8 @@ import (
 // A cluster's full pass looks only at the requests that are its own to
 // decide or record (its machines', and those no judging cluster's machine
 // answers to), the same ones machineFor leaves it: over K clusters judging
-// one API server, each request is looked at by one pass, not K.
+// one API server, each request is looked at by one pass, not K. Of those it
+// leaves out the ones with nothing left to do.
 func TestAFullPassLooksOnlyAtItsOwnRequests(t *testing.T) {
 	ctx := context.Background()
 	scheme, err := kube.Scheme()
@@ -53,6 +54,29 @@ func TestAFullPassLooksOnlyAtItsOwnRequests(t *testing.T) {
 		csr.UID = types.UID(rune('0' + i))
 		objs = append(objs, csr)
 	}
+	// Decided requests of alpha's machine: one whose certificate node-a has
+	// recorded and one denied have nothing left to do; one approved and
+	// issued but not recorded yet is looked at, to record it.
+	recordedMachine := machine("a", "node-rec", "alpha")
+	recordedMachine.Status.KubeletServingCertificate = &ichorv1alpha1.KubeletServingCertificateStatus{Request: "csr-recorded"}
+	objs = append(objs, recordedMachine, machine("a", "node-issued", "alpha"), machine("a", "node-denied", "alpha"))
+	for i, c := range []struct{ name, node, verdict string }{
+		{"csr-recorded", "node-rec", "Approved"}, {"csr-issued", "node-issued", "Approved"}, {"csr-denied", "node-denied", "Denied"},
+	} {
+		req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject(c.node)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		csr := csrgen.ServingObject(c.name, c.node, req)
+		csr.UID = types.UID(rune('a' + i))
+		csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
+			Type: certificatesv1.RequestConditionType(c.verdict), Status: "True",
+		}}
+		if c.verdict == "Approved" {
+			csr.Status.Certificate = []byte("issued")
+		}
+		objs = append(objs, csr)
+	}
 	other := csrgen.ServingObject("csr-client", "node-b", nil)
 	other.Spec.SignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
 	objs = append(objs, other)
@@ -80,7 +104,7 @@ func TestAFullPassLooksOnlyAtItsOwnRequests(t *testing.T) {
 	slices.Sort(names)
 	// node-c's machine belongs to a cluster the operator did not name: it
 	// counts for nothing here, so its request is nobody's machine's.
-	want := []string{"csr-nobody", "csr-node-a", "csr-node-both", "csr-node-c"}
+	want := []string{"csr-issued", "csr-nobody", "csr-node-a", "csr-node-both", "csr-node-c"}
 	if !slices.Equal(names, want) {
 		t.Errorf("looked at %v, want %v", names, want)
 	}
@@ -94,10 +118,11 @@ func TestAFullPassLooksOnlyAtItsOwnRequests(t *testing.T) {
 		}
 	}
 
-	// A remote API server's requests are all its one cluster's.
+	// A remote API server's requests are all its one cluster's, but for
+	// those settled.
 	p.target = &target{reader: c, names: &nodeNames{}}
-	if got, err = p.requestsToLookAt(ctx); err != nil || len(got) != 5 {
-		t.Errorf("remote: looked at %d requests (%v), want every kubelet-serving one (5)", len(got), err)
+	if got, err = p.requestsToLookAt(ctx); err != nil || len(got) != 6 {
+		t.Errorf("remote: looked at %d requests (%v), want every unsettled kubelet-serving one (6)", len(got), err)
 	}
 }
 

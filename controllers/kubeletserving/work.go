@@ -147,28 +147,45 @@ func (p *pass) dispatch(ctx context.Context, csrs []certificatesv1.CertificateSi
 				continue
 			}
 		}
+		// Each request is claimed before it waits for a worker: a later pass
+		// (every recorded certificate makes one) leaves a request an earlier
+		// one holds to it, and looks again soon, rather than queue one more
+		// goroutine and copy behind the same busy workers. A full pass holds
+		// only its own cluster's requests (requestsToLookAt); one of several
+		// clusters (a name no machine answers to) is looked at again by the
+		// others within busyRequesterRecheck. The requester's requests are
+		// claimed oldest first up to the first another pass holds: that one
+		// and the newer ones wait for the next look, so that they are still
+		// decided oldest first (the rule counts each one's newer requests).
+		claimed := make([]*certificatesv1.CertificateSigningRequest, 0, len(group))
+		for _, csr := range group {
+			if !p.r.work.claim(csr.UID) {
+				break
+			}
+			claimed = append(claimed, csr)
+		}
+		if left := len(group) - len(claimed); left > 0 {
+			for range left {
+				p.addPending()
+			}
+			p.retryIn(busyRequesterRecheck)
+		}
+		if len(claimed) == 0 {
+			unlock()
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer unlock()
-			for _, csr := range group {
-				// A request is claimed once a slot is held, not while waiting
-				// for one: a full pass lists every request of its API server,
-				// other clusters' too, and would otherwise hold them all from
-				// their own clusters' passes for as long as the slots are busy.
+			for i, csr := range claimed {
 				select {
 				case p.r.work.slots <- struct{}{}:
 				case <-background.Done():
+					for _, left := range claimed[i:] {
+						p.r.work.release(left.UID)
+					}
 					return
-				}
-				if !p.r.work.claim(csr.UID) {
-					<-p.r.work.slots
-					// Being handled by another pass, which may be another
-					// cluster's that decides none of this one's: looked at
-					// again soon rather than at the next event.
-					p.addPending()
-					p.retryIn(busyRequesterRecheck)
-					continue
 				}
 				if err := p.handle(background, csr); err != nil {
 					p.failed(background, csr, err)
