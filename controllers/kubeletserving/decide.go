@@ -12,7 +12,6 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -107,8 +106,9 @@ func clusterOf(m *ichorv1alpha1.TalosMachine) types.NamespacedName {
 // judges reports whether a cluster's machines count when a request of this
 // pass's API server is matched to a machine: this cluster's always; for the
 // API server the manager runs against, those of every enabled cluster the
-// operator named as its judges; for another, none. Each cluster is looked up
-// once a pass.
+// operator named as its judges; for another, none. It is looked up afresh
+// each time a decision needs it: a decision may run long after its pass
+// began, and a cluster enabled meanwhile must make a shared name ambiguous.
 func (p *pass) judges(ctx context.Context, key types.NamespacedName) (bool, error) {
 	if key == p.key() {
 		return true, nil
@@ -116,27 +116,11 @@ func (p *pass) judges(ctx context.Context, key types.NamespacedName) (bool, erro
 	if !p.target.local {
 		return false, nil
 	}
-	p.mu.Lock()
-	v, ok := p.judging[key]
-	p.mu.Unlock()
-	if ok {
-		return v, nil
-	}
 	var c ichorv1alpha1.TalosCluster
 	if err := p.r.Client.Get(ctx, key, &c); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return false, err
-		}
-	} else {
-		v = c.Spec.Security.KubeletServingCertificates.Enabled && p.r.LocalClusters.Judges(&c)
+		return false, client.IgnoreNotFound(err)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.judging == nil {
-		p.judging = map[types.NamespacedName]bool{}
-	}
-	p.judging[key] = v
-	return v, nil
+	return c.Spec.Security.KubeletServingCertificates.Enabled && p.r.LocalClusters.Judges(&c), nil
 }
 
 // requestsToLookAt lists the kubelet-serving requests of the pass's API
@@ -150,23 +134,28 @@ func (p *pass) judges(ctx context.Context, key types.NamespacedName) (bool, erro
 // out the requests handle has nothing left to do for (settled), so that the
 // full passes that follow every recorded certificate cost little once a
 // fleet's requests are decided.
-func (p *pass) requestsToLookAt(ctx context.Context) ([]certificatesv1.CertificateSigningRequest, error) {
+//
+// It returns them, and the UIDs of every request the API server holds.
+func (p *pass) requestsToLookAt(ctx context.Context) ([]certificatesv1.CertificateSigningRequest, map[types.UID]bool, error) {
 	var list certificatesv1.CertificateSigningRequestList
 	if err := p.target.reader.List(ctx, &list, client.MatchingFields{IndexSignerName: certificatesv1.KubeletServingSignerName},
 		client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("list kubelet-serving CSRs: %w", err)
+		return nil, nil, fmt.Errorf("list kubelet-serving CSRs: %w", err)
 	}
 	live := make(map[types.UID]bool, len(list.Items))
 	for i := range list.Items {
 		live[list.Items[i].UID] = true
 	}
 	p.target.names.keepOnly(live)
+	// Whether each other cluster judges this API server, looked up once for
+	// this choice: the decisions look again (judges).
+	judging := map[types.NamespacedName]bool{}
 	var out []certificatesv1.CertificateSigningRequest
 	for i := range list.Items {
 		csr := &list.Items[i]
-		ours, recorded, err := p.ours(ctx, p.target.names.of(csr), csr.Name)
+		ours, recorded, err := p.ours(ctx, p.target.names.of(csr), csr.Name, judging)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !ours || p.settled(csr, recorded) {
 			continue
@@ -175,7 +164,7 @@ func (p *pass) requestsToLookAt(ctx context.Context) ([]certificatesv1.Certifica
 		out = append(out, certificatesv1.CertificateSigningRequest{})
 		csr.DeepCopyInto(&out[len(out)-1])
 	}
-	return out, nil
+	return out, live, nil
 }
 
 // settled reports whether handle has nothing to do for a request: decided,
@@ -188,8 +177,9 @@ func (p *pass) settled(csr *certificatesv1.CertificateSigningRequest, recorded b
 // ours reports whether a request for node is this cluster's: the same
 // answer machineFor gives (a machine of this cluster, or none of any cluster
 // judging this API server), without copying the machines; and whether a
-// machine of this cluster has recorded the request csr's certificate.
-func (p *pass) ours(ctx context.Context, node, csr string) (ours, recorded bool, err error) {
+// machine of this cluster has recorded the request csr's certificate. judging
+// remembers judges' answers.
+func (p *pass) ours(ctx context.Context, node, csr string, judging map[types.NamespacedName]bool) (ours, recorded bool, err error) {
 	if node == "" {
 		return true, false, nil
 	}
@@ -207,9 +197,12 @@ func (p *pass) ours(ctx context.Context, node, csr string) (ours, recorded bool,
 			recorded = recorded || (rec != nil && rec.Request == csr)
 			continue
 		}
-		judges, err := p.judges(ctx, key)
-		if err != nil {
-			return false, false, err
+		judges, known := judging[key]
+		if !known {
+			if judges, err = p.judges(ctx, key); err != nil {
+				return false, false, err
+			}
+			judging[key] = judges
 		}
 		others = others || judges
 	}
@@ -393,10 +386,6 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 		return err
 	}
 	cur := machine.Status.KubeletServingCertificate
-	if cur != nil && cur.Request == csr.Name {
-		// Recorded already: a request's certificate is set once.
-		return nil
-	}
 	block, _ := pem.Decode(csr.Status.Certificate)
 	if block == nil {
 		return fmt.Errorf("CSR %s: status.certificate is not PEM", csr.Name)
@@ -407,8 +396,11 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 	}
 	if issued := csrinput.NodeNameOfCertificate(cert); issued != node {
 		// The signer put another name in the certificate than the request
-		// asked for: it is not this machine's.
-		return fmt.Errorf("CSR %s: the issued certificate is for node %q, the request for %q: not recorded", csr.Name, issued, node)
+		// asked for: it is not this machine's. Retrying changes nothing; each
+		// full pass says it again.
+		log.FromContext(ctx).Error(nil, "not recorded: the issued certificate is for another node than the request",
+			"csr", csr.Name, "request_node", node, "certificate_node", issued)
+		return nil
 	}
 	if cur != nil && !cur.NotAfter.Time.Before(cert.NotAfter) {
 		return nil

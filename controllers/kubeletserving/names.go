@@ -39,6 +39,20 @@ func (n *nodeNames) of(csr *certificatesv1.CertificateSigningRequest) string {
 	return name
 }
 
+// lookup is the node name the request is for, remembered or parsed; it
+// remembers nothing new. An event of the API server asks it: only full
+// passes, which forget the requests gone, fill the memo, so that it holds
+// no more than the requests the API server holds.
+func (n *nodeNames) lookup(csr *certificatesv1.CertificateSigningRequest) string {
+	n.mu.Lock()
+	name, ok := n.m[csr.UID]
+	n.mu.Unlock()
+	if ok {
+		return name
+	}
+	return csrinput.NodeName(csr)
+}
+
 // keepOnly forgets the requests not in live, every request of the API server
 // a full pass listed: those are gone. One created since the list may be
 // forgotten too, and is parsed again when next asked for.

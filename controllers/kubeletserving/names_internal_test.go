@@ -93,9 +93,14 @@ func TestAFullPassLooksOnlyAtItsOwnRequests(t *testing.T) {
 	r := &Reconciler{Client: c, LocalClusters: local}
 	p := &pass{r: r, cluster: clusterObj("a", "alpha"), target: &target{reader: c, local: true, names: &r.localNames}}
 
-	got, err := p.requestsToLookAt(ctx)
+	got, live, err := p.requestsToLookAt(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The memos are kept for every request the API server holds, looked at
+	// or not: a decided one may still be waited on by an older pass.
+	if len(live) != 8 {
+		t.Errorf("%d requests found in the API server, want every kubelet-serving one (8)", len(live))
 	}
 	var names []string
 	for _, csr := range got {
@@ -121,7 +126,7 @@ func TestAFullPassLooksOnlyAtItsOwnRequests(t *testing.T) {
 	// A remote API server's requests are all its one cluster's, but for
 	// those settled.
 	p.target = &target{reader: c, names: &nodeNames{}}
-	if got, err = p.requestsToLookAt(ctx); err != nil || len(got) != 6 {
+	if got, _, err = p.requestsToLookAt(ctx); err != nil || len(got) != 6 {
 		t.Errorf("remote: looked at %d requests (%v), want every unsettled kubelet-serving one (6)", len(got), err)
 	}
 }

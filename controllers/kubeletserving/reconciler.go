@@ -197,7 +197,7 @@ func (r *Reconciler) csrToClusters(ctx context.Context, obj client.Object) []rec
 	if !ok {
 		return nil
 	}
-	keys, err := r.clustersFor(ctx, r.localNames.of(csr))
+	keys, err := r.clustersFor(ctx, r.localNames.lookup(csr))
 	if err != nil {
 		log.FromContext(ctx).Error(err, "map CSR to clusters", "csr", csr.Name)
 		return nil
@@ -293,8 +293,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	p := &pass{r: r, cluster: &cluster, target: t, now: r.Clock.Now()}
 	var csrs []certificatesv1.CertificateSigningRequest
+	// live are the requests a full pass found in the API server: the
+	// cluster's memos of any other are forgotten.
+	var live map[types.UID]bool
 	if work.full {
-		if csrs, err = p.requestsToLookAt(ctx); err != nil {
+		if csrs, live, err = p.requestsToLookAt(ctx); err != nil {
 			return reconcile.Result{}, err
 		}
 	} else {
@@ -310,18 +313,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			csrs = append(csrs, csr)
 		}
 	}
-	seen := make(map[types.UID]bool, len(csrs))
-	for i := range csrs {
-		seen[csrs[i].UID] = true
-	}
 	// Each request is decided on its own: a failure or a node that does not
 	// answer holds back only that request, which is tried again with backoff.
 	p.dispatch(ctx, csrs, r.PassWait)
 	if !work.full {
 		return r.dirty.requeue(req.NamespacedName, start, p.result().RequeueAfter), nil
 	}
-	r.memo.ForgetIf(ofCluster(req.NamespacedName, seen))
-	r.failures.ForgetIf(ofCluster(req.NamespacedName, seen))
+	r.memo.ForgetIf(ofCluster(req.NamespacedName, live))
+	r.failures.ForgetIf(ofCluster(req.NamespacedName, live))
 	r.Metrics.pending(cluster.Namespace, cluster.Name, p.pendingCount(), p.withheldCount())
 	if err := r.updateConditions(ctx, &cluster, p); err != nil {
 		return reconcile.Result{}, err
@@ -346,10 +345,6 @@ type pass struct {
 	// rule withheld for a flood (TooManyPendingRequests).
 	pending  int
 	withheld int
-
-	// judging caches, by cluster, whether its machines count in this pass's
-	// API server (judges).
-	judging map[types.NamespacedName]bool
 
 	// counts are the flood guard's counts of the pass's API server, taken
 	// once a pass.

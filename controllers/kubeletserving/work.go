@@ -164,9 +164,11 @@ func (p *pass) dispatch(ctx context.Context, csrs []certificatesv1.CertificateSi
 			}
 			claimed = append(claimed, csr)
 		}
-		if left := len(group) - len(claimed); left > 0 {
-			for range left {
-				p.addPending()
+		if len(claimed) < len(group) {
+			for _, csr := range group[len(claimed):] {
+				if undecided(csr) {
+					p.addPending()
+				}
 			}
 			p.retryIn(busyRequesterRecheck)
 		}
