@@ -18,15 +18,9 @@ type nodeNames struct {
 	m  map[types.UID]string
 }
 
-// of is the node name the request is for (csrinput.NodeName).
+// of is the node name the request is for (csrinput.NodeName), remembered.
 func (n *nodeNames) of(csr *certificatesv1.CertificateSigningRequest) string {
-	n.mu.Lock()
-	name, ok := n.m[csr.UID]
-	n.mu.Unlock()
-	if ok {
-		return name
-	}
-	name = csrinput.NodeName(csr)
+	name := n.lookup(csr)
 	if csr.UID == "" {
 		return name
 	}
@@ -40,9 +34,10 @@ func (n *nodeNames) of(csr *certificatesv1.CertificateSigningRequest) string {
 }
 
 // lookup is the node name the request is for, remembered or parsed; it
-// remembers nothing new. An event of the API server asks it: only full
-// passes, which forget the requests gone, fill the memo, so that it holds
-// no more than the requests the API server holds.
+// remembers nothing new. The events of the API server ask it: only passes
+// fill the memo, and a cluster's full passes, which follow within its
+// resync, forget the requests gone, so that it holds no more than the
+// requests the API server holds.
 func (n *nodeNames) lookup(csr *certificatesv1.CertificateSigningRequest) string {
 	n.mu.Lock()
 	name, ok := n.m[csr.UID]
