@@ -639,6 +639,8 @@ type logEntry struct {
 		CSR struct {
 			Name string `json:"name"`
 		} `json:"csr"`
+		// Machine is the machine found for the request, when one was.
+		Machine json.RawMessage `json:"machine"`
 		// Node is the identity read from the Talos API, when one was read.
 		Node json.RawMessage `json:"node"`
 	} `json:"input"`
