@@ -19,6 +19,18 @@ test_more_than_the_limit_of_one_code_are_counted_after_it if {
 	]
 }
 
+test_a_code_sorts_before_a_message if {
+	reasons.capped({{"code": "B", "message": "a"}, {"code": "A", "message": "z"}}, 5) == [
+		{"code": "A", "message": "z"},
+		{"code": "B", "message": "a"},
+	]
+}
+
+test_more_reasons_than_the_limit_none_of_a_code_over_it_are_all_listed_sorted if {
+	sorted := [_reason("A", 1), _reason("A", 2), _reason("B", 1)]
+	reasons.capped({_reason("B", 1), _reason("A", 2), _reason("A", 1)}, 2) == sorted
+}
+
 test_exactly_the_limit_is_not_counted if {
 	count(reasons.capped({_reason("A", 1), _reason("A", 2)}, 2)) == 2
 }
