@@ -180,7 +180,7 @@ func TestAFloodOfUndecidedRequestsWithholdsApprovalsUntilItIsCleared(t *testing.
 	c := f.waitCondition(ichorv1alpha1.ConditionKubeletServingRequests, metav1.ConditionFalse)
 	assert.Equal(t, ichorv1alpha1.ReasonTooManyPendingRequests, c.Reason)
 	assert.Contains(t, c.Message, "nothing is approved until a person looks")
-	assert.InDelta(t, 1, floodGuard(t, f.ns), 0)
+	require.Eventually(t, func() bool { return floodGuard(t, f.ns) == 1 }, wait, 100*time.Millisecond, "the flood guard's metric is not 1")
 	ready := f.waitReady(metav1.ConditionFalse, ichorv1alpha1.ReasonTooManyPendingRequests)
 	assert.Contains(t, ready.Message, "KubeletServingRequests is False: ")
 

@@ -724,6 +724,15 @@ func TestNodeNameOfTwoClustersMachinesStaysPending(t *testing.T) {
 	// Both clusters judge this API server, and each has a machine twin-1.
 	a.machine("twin-1", "10.27.0.2")
 	b.machine("twin-1", "10.27.0.3")
+	// The request comes once the manager has seen both machines (each
+	// cluster's condition names its own, from the same cache): before that,
+	// a's machine alone answers to the name, and a is right to decide.
+	for _, f := range []*fixture{a, b} {
+		require.Eventually(t, func() bool {
+			c := meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+			return c != nil && strings.Contains(c.Message, "twin-1")
+		}, wait, 100*time.Millisecond, "the manager has not seen machine twin-1 of %s/%s", f.ns, f.cluster)
+	}
 	node := nodeClient(t, "system:node:twin-1", "system:nodes")
 
 	name := submit(t, node, "pending-ambiguous", csrgen.Request{Subject: csrgen.NodeSubject("twin-1"), IPs: []net.IP{net.ParseIP("10.27.0.2")}})

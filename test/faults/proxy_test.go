@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -104,14 +105,26 @@ func TestConflictsAndLostAnswersLeaveEachRequestDecidedOnce(t *testing.T) {
 	require.Positive(t, p.conflicts.Load())
 	require.Positive(t, p.lost.Load())
 
-	inEffect := map[string]int{}
-	for _, e := range decisionlog.InEffect(entries(t, m)) {
-		if e.Action() == decisionlog.ActionApprove {
-			inEffect[e.Object()]++
+	// A write answered 504 is known to have been applied once a later pass
+	// finds the request decided and records which verdict is in effect
+	// (settle); until then the log keeps every verdict of that request. Wait
+	// for it, with a deadline.
+	var inEffect map[string]int
+	var logged []decisionlog.Entry
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		logged = entries(t, m)
+		inEffect = map[string]int{}
+		for _, e := range decisionlog.InEffect(logged) {
+			if e.Action() == decisionlog.ActionApprove {
+				inEffect[e.Object()]++
+			}
+		}
+		if time.Now().After(deadline) || !slices.ContainsFunc(names, func(n string) bool { return inEffect["csr/"+n] != 1 }) {
+			break
 		}
 	}
 	all := map[string]int{}
-	for _, e := range entries(t, m) {
+	for _, e := range logged {
 		if e.Action() == decisionlog.ActionApprove {
 			all[e.Object()]++
 		}
