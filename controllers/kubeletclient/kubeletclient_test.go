@@ -325,27 +325,26 @@ func requireApproved(t *testing.T, name, node, kind string) *x509.Certificate {
 	return cert
 }
 
-// requirePending waits for a pending verdict on the CSR in the decision log
-// with exactly these codes (all of them, in the rule's order), checks that
-// the CSR is still undecided, and returns that entry. An earlier verdict may
-// have other codes: a request can be decided before the manager's cache
+// requirePending waits until the CSR's newest verdict in the decision log is
+// pending with exactly these codes (all of them, in the rule's order), checks
+// that the CSR is still undecided, and returns that entry. An earlier verdict
+// may have other codes: a request can be decided before the manager's cache
 // holds its machine (MachineUnknown), and is decided again once it does.
 func requirePending(t *testing.T, name string, codes ...string) logEntry {
 	t.Helper()
-	var got, last logEntry
-	require.Eventually(t, func() bool {
+	var got logEntry
+	deadline := time.Now().Add(wait)
+	for {
 		entries := entriesFor(name)
-		for i := len(entries) - 1; i >= 0; i-- {
-			if e := entries[i]; e.Result.Action == engine.ActionPending && slices.Equal(codesOf(e), codes) {
-				got = e
-				return true
+		if len(entries) > 0 {
+			got = entries[len(entries)-1]
+			if got.Result.Action == engine.ActionPending && slices.Equal(codesOf(got), codes) {
+				break
 			}
 		}
-		if len(entries) > 0 {
-			last = entries[len(entries)-1]
-		}
-		return false
-	}, wait, 50*time.Millisecond, "no pending verdict with codes %v logged for %s; the last: %+v", codes, name, &last.Result)
+		require.False(t, time.Now().After(deadline), "the newest verdict logged for %s is not pending with codes %v: %+v", name, codes, got.Result)
+		time.Sleep(50 * time.Millisecond)
+	}
 	assert.Nil(t, harness.Verdict(env.GetCSR(t, name)), "CSR %s must stay pending", name)
 	return got
 }
