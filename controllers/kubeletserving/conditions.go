@@ -31,7 +31,7 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 			continue
 		}
 		// Look again when this certificate expires: the condition turns False.
-		p.retryIn(cert.NotAfter.Sub(p.now) + time.Second)
+		p.requeueIn(cert.NotAfter.Sub(p.now) + time.Second)
 	}
 	sort.Strings(waiting)
 

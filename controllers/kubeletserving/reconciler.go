@@ -325,7 +325,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.updateConditions(ctx, &cluster, p); err != nil {
 		return reconcile.Result{}, err
 	}
-	p.retryIn(r.ResyncInterval)
+	p.requeueIn(r.ResyncInterval)
 	return r.dirty.requeue(req.NamespacedName, start, p.result().RequeueAfter), nil
 }
 
@@ -357,17 +357,33 @@ func (p *pass) key() types.NamespacedName {
 	return client.ObjectKeyFromObject(p.cluster)
 }
 
-// retryIn asks for the cluster to be reconciled again within d.
+// retryIn asks, for one of the pass's decisions, for the cluster to be
+// reconciled again within d: as the pass's requeue while the pass waits for
+// its decisions, as a wake-up of the cluster once it has stopped waiting.
 func (p *pass) retryIn(d time.Duration) {
 	if d <= 0 {
 		return
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.detached {
+	detached := p.detached
+	p.mu.Unlock()
+	if detached {
 		p.r.work.kickAfter(p.key(), d)
 		return
 	}
+	p.requeueIn(d)
+}
+
+// requeueIn asks for the cluster to be reconciled again within d as the
+// pass's requeue, whether or not its decisions are still running: for what
+// the reconcile itself asks after them (its conditions' expiries, the
+// resync), which it returns.
+func (p *pass) requeueIn(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.requeue == 0 || d < p.requeue {
 		p.requeue = d
 	}

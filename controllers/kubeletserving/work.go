@@ -41,6 +41,10 @@ type workers struct {
 	// kicks wakes a cluster when a decision that outlived its pass wants it
 	// looked at again.
 	kicks chan event.GenericEvent
+	// wakeUps are the clusters' wake-up timers (kickAfter), at most one a
+	// cluster.
+	wakeMu  sync.Mutex
+	wakeUps map[types.NamespacedName]*wakeUp
 	// requesters serializes the decisions of one requester of one cluster
 	// across passes (a *sync.Mutex by cluster and spec.username, there
 	// only while a pass decides that requester's requests).
@@ -78,7 +82,10 @@ func (w *workers) lockRequester(cluster types.NamespacedName, username string) (
 const busyRequesterRecheck = time.Second
 
 func newWorkers(n int) *workers {
-	return &workers{slots: make(chan struct{}, n), inflight: map[types.UID]bool{}, kicks: make(chan event.GenericEvent, 1024)}
+	return &workers{
+		slots: make(chan struct{}, n), inflight: map[types.UID]bool{},
+		kicks: make(chan event.GenericEvent, 1024), wakeUps: map[types.NamespacedName]*wakeUp{},
+	}
 }
 
 // claim marks a request in flight; false when it already is.
@@ -98,17 +105,51 @@ func (w *workers) release(uid types.UID) {
 	delete(w.inflight, uid)
 }
 
-// kickAfter wakes the cluster after d.
+// wakeUp is a cluster's wake-up timer and when it fires.
+type wakeUp struct {
+	at    time.Time
+	timer *time.Timer
+}
+
+// kickAfter wakes the cluster after d, or sooner when it is to be woken
+// sooner already. A cluster has one wake-up timer, the earliest asked for:
+// the wake-up is a full pass, which asks again for every later look that
+// still matters (the memos keep their waits), so the timers are bounded by
+// the clusters, not by the decisions that outlive their passes.
 func (w *workers) kickAfter(cluster types.NamespacedName, d time.Duration) {
-	obj := &ichorv1alpha1.TalosCluster{}
-	obj.Namespace, obj.Name = cluster.Namespace, cluster.Name
-	time.AfterFunc(max(d, 0), func() {
+	d = max(d, 0)
+	at := time.Now().Add(d)
+	w.wakeMu.Lock()
+	defer w.wakeMu.Unlock()
+	if cur, ok := w.wakeUps[cluster]; ok {
+		if !at.Before(cur.at) {
+			return
+		}
+		cur.timer.Stop()
+	}
+	wu := &wakeUp{at: at}
+	wu.timer = time.AfterFunc(d, func() {
+		w.wakeMu.Lock()
+		if w.wakeUps[cluster] == wu {
+			delete(w.wakeUps, cluster)
+		}
+		w.wakeMu.Unlock()
+		obj := &ichorv1alpha1.TalosCluster{}
+		obj.Namespace, obj.Name = cluster.Namespace, cluster.Name
 		select {
 		case w.kicks <- event.GenericEvent{Object: obj}:
 		default:
 			// Full: the resync looks at every cluster soon enough.
 		}
 	})
+	w.wakeUps[cluster] = wu
+}
+
+// pendingKicks is the number of wake-up timers not yet fired.
+func (w *workers) pendingKicks() int {
+	w.wakeMu.Lock()
+	defer w.wakeMu.Unlock()
+	return len(w.wakeUps)
 }
 
 // dispatch decides the requests concurrently and waits for them at most

@@ -71,3 +71,65 @@ func TestTheRequestsAfterOneHeldByAnotherPassWaitForIt(t *testing.T) {
 		t.Error("the oldest request was not released after it was handled")
 	}
 }
+
+// A pass whose decisions outlived it (a node that hangs past PassWait) still
+// asks for its own next look as a requeue: its conditions' wake-ups (one a
+// machine, at its certificate's expiry) and the resync are not timers that
+// outlive it. Before: one timer and one TalosCluster a machine per such pass,
+// each kept until the certificate's expiry, a year; a node that kept hanging
+// made a pass like it every minute.
+func TestADetachedPassAsksForItsOwnNextLookAsARequeue(t *testing.T) {
+	r := &Reconciler{work: newWorkers(1)}
+	p := &pass{r: r, cluster: &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "demo"}}, now: time.Now()}
+	p.detach()
+	for i := range 1000 {
+		p.requeueIn(365*24*time.Hour + time.Duration(i)*time.Second)
+	}
+	p.requeueIn(time.Minute)
+
+	if got := p.result().RequeueAfter; got != time.Minute {
+		t.Errorf("requeue after %v, want %v", got, time.Minute)
+	}
+	if got := r.work.pendingKicks(); got != 0 {
+		t.Errorf("%d wake-up timers pending, want none", got)
+	}
+}
+
+// The decisions that outlive their pass wake their cluster once, at the
+// earliest time any of them asked for: however many ask, a cluster has at
+// most one wake-up timer, and the full pass it starts asks again for what is
+// still to come.
+func TestTheWakeUpsOfDetachedDecisionsAreOneTimerACluster(t *testing.T) {
+	w := newWorkers(1)
+	demo := types.NamespacedName{Namespace: "ns", Name: "demo"}
+	other := types.NamespacedName{Namespace: "ns", Name: "other"}
+	for i := range 1000 {
+		w.kickAfter(demo, time.Hour+time.Duration(i)*time.Second)
+	}
+	w.kickAfter(other, time.Hour)
+	if got := w.pendingKicks(); got != 2 {
+		t.Fatalf("%d wake-up timers pending, want 2 (one a cluster)", got)
+	}
+
+	// An earlier one replaces the later: it comes first.
+	w.kickAfter(demo, 10*time.Millisecond)
+	if got := w.pendingKicks(); got != 2 {
+		t.Fatalf("%d wake-up timers pending, want 2", got)
+	}
+	select {
+	case e := <-w.kicks:
+		if e.Object.GetName() != "demo" || e.Object.GetNamespace() != "ns" {
+			t.Errorf("woke %s/%s, want ns/demo", e.Object.GetNamespace(), e.Object.GetName())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the earlier wake-up did not come")
+	}
+	if got := w.pendingKicks(); got != 1 {
+		t.Fatalf("%d wake-up timers pending after demo's came, want 1 (other's)", got)
+	}
+	// A later one after it came is scheduled anew.
+	w.kickAfter(demo, time.Hour)
+	if got := w.pendingKicks(); got != 2 {
+		t.Errorf("%d wake-up timers pending, want 2", got)
+	}
+}
