@@ -365,13 +365,15 @@ func (p *pass) retryIn(d time.Duration) {
 		return
 	}
 	p.mu.Lock()
-	detached := p.detached
-	p.mu.Unlock()
-	if detached {
-		p.r.work.kickAfter(p.key(), d)
+	if !p.detached {
+		// Under the same lock as the check: a detach in between would leave
+		// the requeue to a pass that has already returned.
+		p.requeueLocked(d)
+		p.mu.Unlock()
 		return
 	}
-	p.requeueIn(d)
+	p.mu.Unlock()
+	p.r.work.kickAfter(p.key(), d)
 }
 
 // requeueIn asks for the cluster to be reconciled again within d as the
@@ -384,6 +386,10 @@ func (p *pass) requeueIn(d time.Duration) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.requeueLocked(d)
+}
+
+func (p *pass) requeueLocked(d time.Duration) {
 	if p.requeue == 0 || d < p.requeue {
 		p.requeue = d
 	}
