@@ -143,6 +143,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		r.PassWait = DefaultPassWait
 	}
 	r.work = newWorkers(r.MaxConcurrentDecisions)
+	r.work.owe = r.dirty.markFull
 	r.runCtx = ctx
 	if err := AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -291,7 +292,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 
-	p := &pass{r: r, cluster: &cluster, target: t, now: r.Clock.Now()}
+	// The pass has its own copy of the cluster: its decisions may outlive
+	// the reconcile, which goes on to write the cluster's status.
+	p := &pass{r: r, cluster: cluster.DeepCopy(), target: t, now: r.Clock.Now()}
 	var csrs []certificatesv1.CertificateSigningRequest
 	// live are the requests a full pass found in the API server: the
 	// cluster's memos of any other are forgotten.

@@ -45,6 +45,9 @@ type workers struct {
 	// cluster.
 	wakeMu  sync.Mutex
 	wakeUps map[types.NamespacedName]*wakeUp
+	// owe marks that a cluster is owed a full pass; a wake-up calls it
+	// before it kicks (the reconciler's dirtySet.markFull).
+	owe func(types.NamespacedName)
 	// requesters serializes the decisions of one requester of one cluster
 	// across passes (a *sync.Mutex by cluster and spec.username, there
 	// only while a pass decides that requester's requests).
@@ -115,7 +118,10 @@ type wakeUp struct {
 // sooner already. A cluster has one wake-up timer, the earliest asked for:
 // the wake-up is a full pass, which asks again for every later look that
 // still matters (the memos keep their waits), so the timers are bounded by
-// the clusters, not by the decisions that outlive their passes.
+// the clusters, not by the decisions that outlive their passes. The full
+// pass is owed before the kick is sent: the reconcile the kick starts might
+// otherwise look only at requests whose events came meanwhile, and a kick
+// the full channel drops leaves it to the next reconcile of the cluster.
 func (w *workers) kickAfter(cluster types.NamespacedName, d time.Duration) {
 	d = max(d, 0)
 	at := time.Now().Add(d)
@@ -134,12 +140,16 @@ func (w *workers) kickAfter(cluster types.NamespacedName, d time.Duration) {
 			delete(w.wakeUps, cluster)
 		}
 		w.wakeMu.Unlock()
+		if w.owe != nil {
+			w.owe(cluster)
+		}
 		obj := &ichorv1alpha1.TalosCluster{}
 		obj.Namespace, obj.Name = cluster.Namespace, cluster.Name
 		select {
 		case w.kicks <- event.GenericEvent{Object: obj}:
 		default:
-			// Full: the resync looks at every cluster soon enough.
+			// Full: the pass is owed, and the next reconcile of the cluster
+			// (its requeue is the resync at the latest) makes it.
 		}
 	})
 	w.wakeUps[cluster] = wu

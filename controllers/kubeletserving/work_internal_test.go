@@ -2,14 +2,19 @@ package kubeletserving
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
 )
 
 // A request another pass holds (another cluster's full pass looking at every
@@ -73,34 +78,65 @@ func TestTheRequestsAfterOneHeldByAnotherPassWaitForIt(t *testing.T) {
 }
 
 // A pass whose decisions outlived it (a node that hangs past PassWait) still
-// asks for its own next look as a requeue: its conditions' wake-ups (one a
-// machine, at its certificate's expiry) and the resync are not timers that
-// outlive it. Before: one timer and one TalosCluster a machine per such pass,
-// each kept until the certificate's expiry, a year; a node that kept hanging
-// made a pass like it every minute.
+// asks for its own next look as its requeue: its conditions' wake-ups (one a
+// machine, at its certificate's expiry) are not timers that outlive it, and
+// only its decisions' retries are wake-ups. Before: one timer and one
+// TalosCluster a certified machine per such pass, each kept until the
+// certificate's expiry, a year; a node that kept hanging made such a pass
+// about every 13 s (a 10 s read, then the 3 s recheck).
 func TestADetachedPassAsksForItsOwnNextLookAsARequeue(t *testing.T) {
-	r := &Reconciler{work: newWorkers(1)}
-	p := &pass{r: r, cluster: &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "demo"}}, now: time.Now()}
-	p.detach()
-	for i := range 1000 {
-		p.requeueIn(365*24*time.Hour + time.Duration(i)*time.Second)
+	ctx := context.Background()
+	cluster := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "demo"}}
+	cluster.Spec.Security.KubeletServingCertificates.Enabled = true
+	objs := []client.Object{cluster}
+	expiry := time.Now().Add(365 * 24 * time.Hour)
+	for _, name := range []string{"node-1", "node-2", "node-3"} {
+		m := &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+		m.Spec.ClusterName, m.Spec.Hostname = "demo", name
+		m.Status.KubeletServingCertificate = &ichorv1alpha1.KubeletServingCertificateStatus{Request: "csr-" + name, NotAfter: metav1.NewTime(expiry)}
+		objs = append(objs, m)
 	}
-	p.requeueIn(time.Minute)
+	scheme, err := kube.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(cluster)
+	if err := AddIndexes(ctx, indexerOf{b}); err != nil {
+		t.Fatal(err)
+	}
+	r := &Reconciler{Client: b.Build(), work: newWorkers(1)}
+	p := &pass{r: r, cluster: cluster.DeepCopy(), now: time.Now()}
+	p.detach()
 
-	if got := p.result().RequeueAfter; got != time.Minute {
-		t.Errorf("requeue after %v, want %v", got, time.Minute)
+	if err := r.updateConditions(ctx, cluster, p); err != nil {
+		t.Fatal(err)
 	}
 	if got := r.work.pendingKicks(); got != 0 {
-		t.Errorf("%d wake-up timers pending, want none", got)
+		t.Errorf("%d wake-up timers pending after the conditions, want none", got)
+	}
+	if got := p.result().RequeueAfter; got < 364*24*time.Hour {
+		t.Errorf("requeue after %v, want the certificates' expiry, a year", got)
+	}
+	// A decision still running asks for a look: a wake-up of the cluster.
+	p.retryIn(time.Minute)
+	if got := r.work.pendingKicks(); got != 1 {
+		t.Errorf("%d wake-up timers pending after a decision's retry, want 1", got)
 	}
 }
 
 // The decisions that outlive their pass wake their cluster once, at the
 // earliest time any of them asked for: however many ask, a cluster has at
-// most one wake-up timer, and the full pass it starts asks again for what is
+// most one wake-up timer, and the full pass it is owed asks again for what is
 // still to come.
 func TestTheWakeUpsOfDetachedDecisionsAreOneTimerACluster(t *testing.T) {
 	w := newWorkers(1)
+	var owedMu sync.Mutex
+	var owed []types.NamespacedName
+	w.owe = func(key types.NamespacedName) {
+		owedMu.Lock()
+		defer owedMu.Unlock()
+		owed = append(owed, key)
+	}
 	demo := types.NamespacedName{Namespace: "ns", Name: "demo"}
 	other := types.NamespacedName{Namespace: "ns", Name: "other"}
 	for i := range 1000 {
@@ -127,6 +163,13 @@ func TestTheWakeUpsOfDetachedDecisionsAreOneTimerACluster(t *testing.T) {
 	if got := w.pendingKicks(); got != 1 {
 		t.Fatalf("%d wake-up timers pending after demo's came, want 1 (other's)", got)
 	}
+	// The wake-up is owed a full pass before it is sent: the reconcile it
+	// starts looks at every request, not only those whose events came.
+	owedMu.Lock()
+	if !slices.Equal(owed, []types.NamespacedName{demo}) {
+		t.Errorf("owed full passes %v, want [%v]", owed, demo)
+	}
+	owedMu.Unlock()
 	// A later one after it came is scheduled anew.
 	w.kickAfter(demo, time.Hour)
 	if got := w.pendingKicks(); got != 2 {

@@ -165,9 +165,6 @@ rejected contains reason if {
 # custom:
 #   code: TooManyPendingRequests
 withheld contains reason if {
-	# The limit is never below the allowance: at or under it (as nearly always), nothing
-	# more is counted.
-	_count("undecided") > _config.min_undecided_allowance
 	limit := max([_config.min_undecided_allowance, _config.max_undecided_per_machine * _count("machines")])
 	_count("undecided") > limit
 	reason := {

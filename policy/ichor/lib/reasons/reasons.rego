@@ -18,7 +18,9 @@ package ichor.lib.reasons
 capped(reasons, limit) := sort(reasons) if {
 	# No more reasons in all than the limit: none of a code can be over it, and a
 	# reason ({"code", "message"}) sorts by its code, then its message. The usual case
-	# (an approval has one reason) costs no grouping by code.
+	# (an approval has one reason) costs no grouping by code. A limit that is not a
+	# number (a broken data.json) takes the way below, which fails the decision.
+	is_number(limit)
 	count(reasons) <= limit
 }
 

@@ -31,6 +31,13 @@ test_more_reasons_than_the_limit_none_of_a_code_over_it_are_all_listed_sorted if
 	reasons.capped({_reason("B", 1), _reason("A", 2), _reason("A", 1)}, 2) == sorted
 }
 
+# A limit that is not a number is never taken for a high one (numbers sort before strings):
+# the reasons do not come back as if within it. The engine's strict builtin errors fail the
+# decision instead; without them (opa test), no reason is left, which Go refuses too.
+test_a_limit_that_is_not_a_number_is_not_taken_for_a_high_one if {
+	reasons.capped({_reason("A", 1)}, "10") != [_reason("A", 1)]
+}
+
 test_exactly_the_limit_is_not_counted if {
 	count(reasons.capped({_reason("A", 1), _reason("A", 2)}, 2)) == 2
 }
