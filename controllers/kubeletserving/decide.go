@@ -222,7 +222,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	}
 	if wait, skip := p.r.failures.Skip(p.memoKey(csr), "", 0, p.now); skip {
 		p.addPending()
-		p.retryIn(wait)
+		p.retryIn(wait, csr)
 		return nil
 	}
 	epoch := p.r.machineEpoch.Get()
@@ -231,7 +231,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		if v, ok := p.r.memo.Verdict(p.memoKey(csr)); ok && v.Key == codeTooManyPending {
 			p.addWithheld()
 		}
-		p.retryIn(wait)
+		p.retryIn(wait, csr)
 		return nil
 	}
 
@@ -266,7 +266,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// back.
 		if !in.Node.Readable && p.r.memo.Hold(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Key: codeNodeUnreadable}, maxBackoff, unreadableRecheck, p.now) {
 			p.addPending()
-			p.retryIn(unreadableRecheck)
+			p.retryIn(unreadableRecheck, csr)
 			return nil
 		}
 	}
@@ -318,7 +318,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 			p.r.Metrics.withheld(p.cluster.Namespace, p.cluster.Name)
 		}
 		first, wait := p.r.memo.Pending(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Key: key}, struct{}{}, p.now, pendingWait(key))
-		p.retryIn(wait)
+		p.retryIn(wait, csr)
 		if first {
 			logger.Info("left kubelet serving certificate pending")
 			if machine != nil {

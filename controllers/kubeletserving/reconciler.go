@@ -143,7 +143,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		r.PassWait = DefaultPassWait
 	}
 	r.work = newWorkers(r.MaxConcurrentDecisions)
-	r.work.owe = r.dirty.markFull
+	r.work.owe = r.dirty.owe
 	r.runCtx = ctx
 	if err := AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -362,8 +362,9 @@ func (p *pass) key() types.NamespacedName {
 
 // retryIn asks, for one of the pass's decisions, for the cluster to be
 // reconciled again within d: as the pass's requeue while the pass waits for
-// its decisions, as a wake-up of the cluster once it has stopped waiting.
-func (p *pass) retryIn(d time.Duration) {
+// its decisions, as a wake-up of the cluster to look at csr again once it
+// has stopped waiting (the whole cluster when csr is nil).
+func (p *pass) retryIn(d time.Duration, csr *certificatesv1.CertificateSigningRequest) {
 	if d <= 0 {
 		return
 	}
@@ -376,7 +377,11 @@ func (p *pass) retryIn(d time.Duration) {
 		return
 	}
 	p.mu.Unlock()
-	p.r.work.kickAfter(p.key(), d)
+	name := ""
+	if csr != nil {
+		name = csr.Name
+	}
+	p.r.work.kickAfter(p.key(), d, name)
 }
 
 // requeueIn asks for the cluster to be reconciled again within d as the
@@ -481,6 +486,18 @@ func (d *dirtySet) markFull(key types.NamespacedName) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.get(key).full = true
+}
+
+// owe marks what a wake-up of the cluster is for: the requests to look at
+// again, or a full pass.
+func (d *dirtySet) owe(key types.NamespacedName, requests map[string]bool, full bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w := d.get(key)
+	w.full = w.full || full
+	for name := range requests {
+		w.csrs[name] = true
+	}
 }
 
 // take returns and clears the cluster's work. A reconcile with no request

@@ -3,6 +3,7 @@ package kubeletserving
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -45,9 +46,9 @@ type workers struct {
 	// cluster.
 	wakeMu  sync.Mutex
 	wakeUps map[types.NamespacedName]*wakeUp
-	// owe marks that a cluster is owed a full pass; a wake-up calls it
-	// before it kicks (the reconciler's dirtySet.markFull).
-	owe func(types.NamespacedName)
+	// owe marks what a wake-up of a cluster is for, before it kicks: the
+	// requests to look at, or a full pass (the reconciler's dirtySet).
+	owe func(cluster types.NamespacedName, requests map[string]bool, full bool)
 	// requesters serializes the decisions of one requester of one cluster
 	// across passes (a *sync.Mutex by cluster and spec.username, there
 	// only while a pass decides that requester's requests).
@@ -108,51 +109,72 @@ func (w *workers) release(uid types.UID) {
 	delete(w.inflight, uid)
 }
 
-// wakeUp is a cluster's wake-up timer and when it fires.
+// wakeUp is a cluster's wake-up timer, when it fires, and what it is for:
+// the requests whose decisions asked for a look (by name), or the whole
+// cluster.
 type wakeUp struct {
-	at    time.Time
-	timer *time.Timer
+	at       time.Time
+	timer    *time.Timer
+	requests map[string]bool
+	full     bool
 }
 
-// kickAfter wakes the cluster after d, or sooner when it is to be woken
-// sooner already. A cluster has one wake-up timer, the earliest asked for:
-// the wake-up is a full pass, which asks again for every later look that
-// still matters (the memos keep their waits), so the timers are bounded by
-// the clusters, not by the decisions that outlive their passes. The full
-// pass is owed before the kick is sent: the reconcile the kick starts might
-// otherwise look only at requests whose events came meanwhile, and a kick
-// the full channel drops leaves it to the next reconcile of the cluster.
-func (w *workers) kickAfter(cluster types.NamespacedName, d time.Duration) {
+// kickAfter wakes the cluster after d to look at the request csr again (the
+// whole cluster when csr is ""), or sooner when it is to be woken sooner
+// already. A cluster has one wake-up timer, the earliest asked for, which
+// carries every request asked for until it fires: each of them is looked at
+// then, and one whose wait is not over asks again (the memos keep the
+// waits), so the timers are bounded by the clusters, not by the decisions
+// that outlive their passes. The requests are marked dirty before the kick
+// is sent, so that the reconcile it starts looks at them even if events
+// brought others meanwhile; a kick the full channel drops leaves them to
+// the cluster's next reconcile.
+func (w *workers) kickAfter(cluster types.NamespacedName, d time.Duration, csr string) {
 	d = max(d, 0)
 	at := time.Now().Add(d)
 	w.wakeMu.Lock()
 	defer w.wakeMu.Unlock()
+	wu := &wakeUp{at: at, requests: map[string]bool{}}
 	if cur, ok := w.wakeUps[cluster]; ok {
 		if !at.Before(cur.at) {
+			cur.add(csr)
 			return
 		}
+		// An earlier one takes the later one's requests over. If the later
+		// one is firing already, they are looked at twice, which is harmless.
 		cur.timer.Stop()
+		maps.Copy(wu.requests, cur.requests)
+		wu.full = cur.full
 	}
-	wu := &wakeUp{at: at}
+	wu.add(csr)
 	wu.timer = time.AfterFunc(d, func() {
 		w.wakeMu.Lock()
 		if w.wakeUps[cluster] == wu {
 			delete(w.wakeUps, cluster)
 		}
+		requests, full := wu.requests, wu.full
 		w.wakeMu.Unlock()
 		if w.owe != nil {
-			w.owe(cluster)
+			w.owe(cluster, requests, full)
 		}
 		obj := &ichorv1alpha1.TalosCluster{}
 		obj.Namespace, obj.Name = cluster.Namespace, cluster.Name
 		select {
 		case w.kicks <- event.GenericEvent{Object: obj}:
 		default:
-			// Full: the pass is owed, and the next reconcile of the cluster
-			// (its requeue is the resync at the latest) makes it.
+			// Full: what the wake-up is for is marked, and the cluster's next
+			// reconcile (its requeue is the resync at the latest) sees to it.
 		}
 	})
 	w.wakeUps[cluster] = wu
+}
+
+func (wu *wakeUp) add(csr string) {
+	if csr == "" {
+		wu.full = true
+		return
+	}
+	wu.requests[csr] = true
 }
 
 // pendingKicks is the number of wake-up timers not yet fired.
@@ -194,7 +216,7 @@ func (p *pass) dispatch(ctx context.Context, csrs []certificatesv1.CertificateSi
 						p.addPending()
 					}
 				}
-				p.retryIn(busyRequesterRecheck)
+				p.retryIn(busyRequesterRecheck, nil)
 				continue
 			}
 		}
@@ -221,7 +243,7 @@ func (p *pass) dispatch(ctx context.Context, csrs []certificatesv1.CertificateSi
 					p.addPending()
 				}
 			}
-			p.retryIn(busyRequesterRecheck)
+			p.retryIn(busyRequesterRecheck, nil)
 		}
 		if len(claimed) == 0 {
 			unlock()
@@ -278,7 +300,7 @@ func (p *pass) failed(ctx context.Context, csr *certificatesv1.CertificateSignin
 		p.event(we.machine, nil, corev1.EventTypeWarning, "DecisionNotWritten",
 			engine.Clip("the decision on CSR "+csr.Name+" could not be written: "+err.Error(), "; it is tried again with backoff, up to every "+maxBackoff.String(), engine.MaxEventNote))
 	}
-	p.retryIn(wait)
+	p.retryIn(wait, csr)
 }
 
 // permanentWrite reports whether the API server refused a write for a reason

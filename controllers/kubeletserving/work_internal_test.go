@@ -2,8 +2,8 @@ package kubeletserving
 
 import (
 	"context"
-	"slices"
-	"sync"
+	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -118,7 +118,7 @@ func TestADetachedPassAsksForItsOwnNextLookAsARequeue(t *testing.T) {
 		t.Errorf("requeue after %v, want the certificates' expiry, a year", got)
 	}
 	// A decision still running asks for a look: a wake-up of the cluster.
-	p.retryIn(time.Minute)
+	p.retryIn(time.Minute, nil)
 	if got := r.work.pendingKicks(); got != 1 {
 		t.Errorf("%d wake-up timers pending after a decision's retry, want 1", got)
 	}
@@ -126,29 +126,34 @@ func TestADetachedPassAsksForItsOwnNextLookAsARequeue(t *testing.T) {
 
 // The decisions that outlive their pass wake their cluster once, at the
 // earliest time any of them asked for: however many ask, a cluster has at
-// most one wake-up timer, and the full pass it is owed asks again for what is
-// still to come.
+// most one wake-up timer. It carries every request asked for, marked dirty
+// before the kick, so that the reconcile it starts looks at each of them
+// (and one whose wait is not over asks again), even when events have marked
+// others meanwhile. A wake-up for no request in particular is owed a full
+// pass.
 func TestTheWakeUpsOfDetachedDecisionsAreOneTimerACluster(t *testing.T) {
 	w := newWorkers(1)
-	var owedMu sync.Mutex
-	var owed []types.NamespacedName
-	w.owe = func(key types.NamespacedName) {
-		owedMu.Lock()
-		defer owedMu.Unlock()
-		owed = append(owed, key)
-	}
+	dirty := &dirtySet{}
+	w.owe = dirty.owe
 	demo := types.NamespacedName{Namespace: "ns", Name: "demo"}
 	other := types.NamespacedName{Namespace: "ns", Name: "other"}
+	want := map[string]bool{}
 	for i := range 1000 {
-		w.kickAfter(demo, time.Hour+time.Duration(i)*time.Second)
+		name := fmt.Sprintf("csr-%d", i)
+		w.kickAfter(demo, time.Hour+time.Duration(i)*time.Second, name)
+		want[name] = true
 	}
-	w.kickAfter(other, time.Hour)
+	w.kickAfter(other, time.Hour, "")
 	if got := w.pendingKicks(); got != 2 {
 		t.Fatalf("%d wake-up timers pending, want 2 (one a cluster)", got)
 	}
+	// An event marked another request of demo meanwhile.
+	dirty.add(demo, "csr-event")
+	want["csr-event"] = true
 
-	// An earlier one replaces the later: it comes first.
-	w.kickAfter(demo, 10*time.Millisecond)
+	// An earlier one replaces the later and takes its requests over.
+	w.kickAfter(demo, 10*time.Millisecond, "csr-early")
+	want["csr-early"] = true
 	if got := w.pendingKicks(); got != 2 {
 		t.Fatalf("%d wake-up timers pending, want 2", got)
 	}
@@ -163,16 +168,28 @@ func TestTheWakeUpsOfDetachedDecisionsAreOneTimerACluster(t *testing.T) {
 	if got := w.pendingKicks(); got != 1 {
 		t.Fatalf("%d wake-up timers pending after demo's came, want 1 (other's)", got)
 	}
-	// The wake-up is owed a full pass before it is sent: the reconcile it
-	// starts looks at every request, not only those whose events came.
-	owedMu.Lock()
-	if !slices.Equal(owed, []types.NamespacedName{demo}) {
-		t.Errorf("owed full passes %v, want [%v]", owed, demo)
+	dirty.mu.Lock()
+	got := maps.Clone(dirty.m[demo].csrs)
+	full := dirty.m[demo].full
+	dirty.mu.Unlock()
+	if !maps.Equal(got, want) || full {
+		t.Errorf("demo's wake-up marked %d requests (full pass %v), want the %d asked for and the event's, no full pass", len(got), full, len(want))
 	}
-	owedMu.Unlock()
 	// A later one after it came is scheduled anew.
-	w.kickAfter(demo, time.Hour)
+	w.kickAfter(demo, time.Hour, "csr-late")
 	if got := w.pendingKicks(); got != 2 {
 		t.Errorf("%d wake-up timers pending, want 2", got)
+	}
+	// One for the whole cluster is owed a full pass.
+	w.kickAfter(other, 10*time.Millisecond, "")
+	select {
+	case <-w.kicks:
+	case <-time.After(5 * time.Second):
+		t.Fatal("other's wake-up did not come")
+	}
+	dirty.mu.Lock()
+	defer dirty.mu.Unlock()
+	if !dirty.m[other].full {
+		t.Error("a wake-up for the whole cluster is not owed a full pass")
 	}
 }
