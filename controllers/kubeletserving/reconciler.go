@@ -263,6 +263,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
 			r.failures.ForgetIf(ofCluster(req.NamespacedName, nil))
 			r.Metrics.forget(req.Namespace, req.Name)
+			r.work.cancelWakeUp(req.NamespacedName)
 			r.dirty.forget(req.NamespacedName)
 			return reconcile.Result{}, nil
 		}
@@ -310,7 +311,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				if apierrors.IsNotFound(err) {
 					continue
 				}
-				r.dirty.add(req.NamespacedName, name)
+				// Every request this pass was for is looked at by the next:
+				// those a wake-up brought have no event to mark them again.
+				r.dirty.owe(req.NamespacedName, work.csrs, false)
 				return reconcile.Result{}, fmt.Errorf("get CSR %s: %w", name, err)
 			}
 			csrs = append(csrs, csr)

@@ -169,6 +169,17 @@ func (w *workers) kickAfter(cluster types.NamespacedName, d time.Duration, csr s
 	w.wakeUps[cluster] = wu
 }
 
+// cancelWakeUp stops the cluster's wake-up (the cluster is gone), so that
+// it marks nothing for it afterwards.
+func (w *workers) cancelWakeUp(cluster types.NamespacedName) {
+	w.wakeMu.Lock()
+	defer w.wakeMu.Unlock()
+	if cur, ok := w.wakeUps[cluster]; ok {
+		cur.timer.Stop()
+		delete(w.wakeUps, cluster)
+	}
+}
+
 func (wu *wakeUp) add(csr string) {
 	if csr == "" {
 		wu.full = true

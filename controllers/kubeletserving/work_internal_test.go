@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
@@ -118,6 +119,7 @@ func TestADetachedPassAsksForItsOwnNextLookAsARequeue(t *testing.T) {
 		t.Errorf("requeue after %v, want the certificates' expiry, a year", got)
 	}
 	// A decision still running asks for a look: a wake-up of the cluster.
+	t.Cleanup(func() { r.work.cancelWakeUp(p.key()) })
 	p.retryIn(time.Minute, nil)
 	if got := r.work.pendingKicks(); got != 1 {
 		t.Errorf("%d wake-up timers pending after a decision's retry, want 1", got)
@@ -154,9 +156,6 @@ func TestTheWakeUpsOfDetachedDecisionsAreOneTimerACluster(t *testing.T) {
 	// An earlier one replaces the later and takes its requests over.
 	w.kickAfter(demo, 10*time.Millisecond, "csr-early")
 	want["csr-early"] = true
-	if got := w.pendingKicks(); got != 2 {
-		t.Fatalf("%d wake-up timers pending, want 2", got)
-	}
 	select {
 	case e := <-w.kicks:
 		if e.Object.GetName() != "demo" || e.Object.GetNamespace() != "ns" {
@@ -175,10 +174,15 @@ func TestTheWakeUpsOfDetachedDecisionsAreOneTimerACluster(t *testing.T) {
 	if !maps.Equal(got, want) || full {
 		t.Errorf("demo's wake-up marked %d requests (full pass %v), want the %d asked for and the event's, no full pass", len(got), full, len(want))
 	}
-	// A later one after it came is scheduled anew.
+	// A later one after it came is scheduled anew, and a gone cluster's is
+	// stopped.
 	w.kickAfter(demo, time.Hour, "csr-late")
 	if got := w.pendingKicks(); got != 2 {
 		t.Errorf("%d wake-up timers pending, want 2", got)
+	}
+	w.cancelWakeUp(demo)
+	if got := w.pendingKicks(); got != 1 {
+		t.Errorf("%d wake-up timers pending after demo's was cancelled, want 1", got)
 	}
 	// One for the whole cluster is owed a full pass.
 	w.kickAfter(other, 10*time.Millisecond, "")
@@ -191,5 +195,36 @@ func TestTheWakeUpsOfDetachedDecisionsAreOneTimerACluster(t *testing.T) {
 	defer dirty.mu.Unlock()
 	if !dirty.m[other].full {
 		t.Error("a wake-up for the whole cluster is not owed a full pass")
+	}
+}
+
+// A wake-up whose kick the full channel drops still marks its requests: the
+// cluster's next reconcile (its requeue, the resync at the latest) looks at
+// them.
+func TestAWakeUpWhoseKickIsDroppedStillMarksItsRequests(t *testing.T) {
+	w := newWorkers(1)
+	dirty := &dirtySet{}
+	w.owe = dirty.owe
+	for range cap(w.kicks) {
+		w.kicks <- event.GenericEvent{}
+	}
+	demo := types.NamespacedName{Namespace: "ns", Name: "demo"}
+	w.kickAfter(demo, time.Millisecond, "csr-a")
+
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		dirty.mu.Lock()
+		marked := dirty.m[demo] != nil && dirty.m[demo].csrs["csr-a"]
+		dirty.mu.Unlock()
+		if marked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the wake-up did not mark csr-a")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, want := len(w.kicks), cap(w.kicks); got != want {
+		t.Errorf("%d kicks queued, want %d: the full channel takes none", got, want)
 	}
 }
