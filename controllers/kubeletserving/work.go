@@ -188,13 +188,6 @@ func (wu *wakeUp) add(csr string) {
 	wu.requests[csr] = true
 }
 
-// pendingKicks is the number of wake-up timers not yet fired.
-func (w *workers) pendingKicks() int {
-	w.wakeMu.Lock()
-	defer w.wakeMu.Unlock()
-	return len(w.wakeUps)
-}
-
 // dispatch decides the requests concurrently and waits for them at most
 // wait. A decision still running then finishes in the background, with the
 // manager's context, and what it asks (a retry) becomes a wake-up of the

@@ -228,3 +228,10 @@ func TestAWakeUpWhoseKickIsDroppedStillMarksItsRequests(t *testing.T) {
 		t.Errorf("%d kicks queued, want %d: the full channel takes none", got, want)
 	}
 }
+
+// pendingKicks is the number of wake-up timers not yet fired.
+func (w *workers) pendingKicks() int {
+	w.wakeMu.Lock()
+	defer w.wakeMu.Unlock()
+	return len(w.wakeUps)
+}
