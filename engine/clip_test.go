@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe/termsafetest"
 )
 
 func TestClipKeepsTheTailAndSaysWhatItCut(t *testing.T) {
@@ -36,4 +37,18 @@ func TestADecisionWithThousandsOfReasonsFitsACondition(t *testing.T) {
 	assert.LessOrEqual(t, len(d.ConditionMessage()), engine.MaxConditionMessage)
 	assert.LessOrEqual(t, len(d.EventNote()), engine.MaxEventNote)
 	assert.True(t, strings.HasSuffix(d.ConditionMessage(), "(decision d, policy revision r)"))
+}
+
+// A reason quotes what the requester wrote; on a condition or an Event it is
+// read on a terminal, so it is escaped there (the decision log keeps it).
+func TestClipEscapesWhatATerminalWouldObey(t *testing.T) {
+	got := engine.Clip("SubjectMismatch: the subject is O="+termsafetest.Node, " (decision d)", engine.MaxEventNote)
+	assert.Equal(t, "SubjectMismatch: the subject is O="+termsafetest.NodeEscaped+" (decision d)", got)
+	termsafetest.AssertInert(t, got)
+
+	// Escaped before it is cut: the limit holds for what is written.
+	long := strings.Repeat("\x1b", engine.MaxEventNote)
+	got = engine.Clip(long, " (decision d)", engine.MaxEventNote)
+	assert.LessOrEqual(t, len(got), engine.MaxEventNote)
+	termsafetest.AssertInert(t, got)
 }

@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 )
 
 // Entrypoints of the kubelet-serving rule.
@@ -133,8 +134,12 @@ func (d CSRDecision) EventNote() string {
 
 // Clip is text followed by tail, at most limit bytes: when text is too long
 // it is cut on a character boundary and says how much is left out; the tail
-// (which finds the whole decision in the log) is always kept.
+// (which finds the whole decision in the log) is always kept. The text is
+// escaped first (termsafe): a reason quotes what a requester wrote, and a
+// condition or an Event is read on a terminal, by kubectl describe and
+// kubectl get -o yaml alike; the decision log keeps the value as it was.
 func Clip(text, tail string, limit int) string {
+	text = termsafe.Escape(text)
 	if len(text)+len(tail) <= limit {
 		return text + tail
 	}

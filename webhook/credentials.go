@@ -231,7 +231,7 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 		},
 		Type:                d.Event.Type,
 		Reason:              d.Event.Reason,
-		Message:             d.Event.Message,
+		Message:             engine.Clip(d.Event.Message, "", engine.MaxEventNote), // names the requester: escaped, as every note
 		Source:              corev1.EventSource{Component: EventSource},
 		FirstTimestamp:      now,
 		LastTimestamp:       now,

@@ -214,10 +214,11 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	logger = logger.WithValues("decision_id", d.DecisionID, "purpose", d.Purpose, "allowed", d.Allowed, "codes", d.Reasons.Codes())
 	if !d.Allowed {
 		logger.Info("refused")
-		message := fmt.Sprintf("%s (decision %s)", d.Reasons.String(), d.DecisionID)
-		setReady(out, r.now(), metav1.ConditionFalse, ichorv1alpha1.ReasonRefused, message)
+		// The reasons quote the request; clipped and escaped as a CSR's are.
+		tail := fmt.Sprintf(" (decision %s)", d.DecisionID)
+		setReady(out, r.now(), metav1.ConditionFalse, ichorv1alpha1.ReasonRefused, engine.Clip(d.Reasons.String(), tail, engine.MaxConditionMessage))
 		if r.Recorder != nil {
-			r.Recorder.Eventf(tcr, nil, corev1.EventTypeWarning, ichorv1alpha1.ReasonRefused, "Issue", "%s", message)
+			r.Recorder.Eventf(tcr, nil, corev1.EventTypeWarning, ichorv1alpha1.ReasonRefused, "Issue", "%s", engine.Clip(d.Reasons.String(), tail, engine.MaxEventNote))
 		}
 		return out, d.DecisionID, nil
 	}

@@ -243,7 +243,7 @@ func printAuditTable(w io.Writer, rows []auditRow) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MACHINE\tNODE\tSTATUS\tEXPIRES\tREASON")
+	row(tw, "MACHINE", "NODE", "STATUS", "EXPIRES", "REASON")
 	for _, r := range rows {
 		expires := r.Expires
 		if expires == "" {
@@ -256,7 +256,7 @@ func printAuditTable(w io.Writer, rows []auditRow) error {
 				reason += fmt.Sprintf(" (+%d)", len(codes)-1)
 			}
 		}
-		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%s\t%s\n", r.Cluster, r.Machine, r.Node, r.Status, expires, reason)
+		row(tw, r.Cluster+"/"+r.Machine, r.Node, r.Status, expires, reason)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -264,11 +264,11 @@ func printAuditTable(w io.Writer, rows []auditRow) error {
 	for _, r := range rows {
 		switch {
 		case r.Error != "":
-			fmt.Fprintf(w, "\n%s/%s: no decision: %s\n", r.Cluster, r.Machine, r.Error)
+			fmt.Fprintf(w, "\n%s/%s: no decision: %s\n", line(r.Cluster), line(r.Machine), line(r.Error))
 		case r.Status != engine.AuditCurrent:
-			fmt.Fprintf(w, "\n%s/%s (decision %s):\n", r.Cluster, r.Machine, r.DecisionID)
+			fmt.Fprintf(w, "\n%s/%s (decision %s):\n", line(r.Cluster), line(r.Machine), line(r.DecisionID))
 			for _, reason := range r.Reasons {
-				fmt.Fprintf(w, "  %s: %s\n", reason.Code, reason.Message)
+				fmt.Fprintf(w, "  %s: %s\n", line(reason.Code), line(reason.Message))
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -336,9 +337,9 @@ func codesText(codes []string) string { return dash(strings.Join(codes, ",")) }
 
 func writeListTable(w io.Writer, entries []decisionlog.Entry) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tID\tPOLICY\tACTION\tNODE/USER\tCODES\tREVISION")
+	row(tw, "TIME", "ID", "POLICY", "ACTION", "NODE/USER", "CODES", "REVISION")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", formatTime(e.Timestamp), e.DecisionID, e.Policy(),
+		row(tw, formatTime(e.Timestamp), e.DecisionID, e.Policy(),
 			dash(e.Action()), dash(e.Subject()), codesText(e.Codes()), dash(e.Revision))
 	}
 	return tw.Flush()
@@ -459,16 +460,16 @@ func writeShow(w io.Writer, e decisionlog.Entry) error {
 		policy += " (" + e.Path + ")"
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "Decision:\t%s\n", e.DecisionID)
-	fmt.Fprintf(tw, "Time:\t%s\n", dash(timeNano(e.Timestamp)))
-	fmt.Fprintf(tw, "Policy:\t%s\n", policy)
-	fmt.Fprintf(tw, "Revision:\t%s\n", dash(e.Revision))
-	fmt.Fprintf(tw, "Action:\t%s\n", dash(o.Action))
+	row(tw, "Decision:", e.DecisionID)
+	row(tw, "Time:", dash(timeNano(e.Timestamp)))
+	row(tw, "Policy:", policy)
+	row(tw, "Revision:", dash(e.Revision))
+	row(tw, "Action:", dash(o.Action))
 	if n := e.Node(); n != "" {
-		fmt.Fprintf(tw, "Node:\t%s\n", n)
+		row(tw, "Node:", n)
 	}
 	if u := e.User(); u != "" {
-		fmt.Fprintf(tw, "User:\t%s\n", u)
+		row(tw, "User:", u)
 	}
 	if len(e.Labels) > 0 {
 		keys := make([]string, 0, len(e.Labels))
@@ -479,7 +480,7 @@ func writeShow(w io.Writer, e decisionlog.Entry) error {
 		for i, k := range keys {
 			keys[i] = k + "=" + e.Labels[k]
 		}
-		fmt.Fprintf(tw, "Labels:\t%s\n", strings.Join(keys, " "))
+		row(tw, "Labels:", strings.Join(keys, " "))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -489,12 +490,12 @@ func writeShow(w io.Writer, e decisionlog.Entry) error {
 	switch {
 	case len(o.Reasons) > 0:
 		for _, r := range o.Reasons {
-			fmt.Fprintf(w, "  %s: %s\n", r.Code, r.Message)
+			fmt.Fprintf(w, "  %s: %s\n", line(r.Code), line(r.Message))
 		}
 	case o.Action == decisionlog.ActionNone:
-		fmt.Fprintf(w, "  none: the rule was undefined for this input, so it does not govern it (%s)\n", decisionlog.ErrorText(e.Error))
+		fmt.Fprintf(w, "  none: the rule was undefined for this input, so it does not govern it (%s)\n", line(decisionlog.ErrorText(e.Error)))
 	case o.Action == decisionlog.ActionError:
-		fmt.Fprintf(w, "  none: the evaluation failed: %s\n", o.Error)
+		fmt.Fprintf(w, "  none: the evaluation failed: %s\n", line(o.Error))
 	default:
 		fmt.Fprintln(w, "  none given")
 	}
@@ -675,18 +676,18 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 		plural(rep.Replayed, "decision", "decisions"), dash(strings.Join(logged, ", ")), o.bundle, dash(rep.Revision))
 
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CHANGE\tDECISIONS")
+	row(tw, "CHANGE", "DECISIONS")
 	for _, d := range decisionlog.SortedDirections(rep.Directions) {
-		fmt.Fprintf(tw, "%s\t%d\n", decisionlog.Arrow(d), rep.Directions[d])
+		row(tw, decisionlog.Arrow(d), strconv.Itoa(rep.Directions[d]))
 	}
 	for _, n := range []string{decisionlog.NoteReasonsChanged, decisionlog.NoteResultChanged} {
 		if rep.Notes[n] > 0 {
-			fmt.Fprintf(tw, "%s (same action)\t%d\n", noteTitle(n), rep.Notes[n])
+			row(tw, noteTitle(n)+" (same action)", strconv.Itoa(rep.Notes[n]))
 		}
 	}
-	fmt.Fprintf(tw, "unchanged\t%d\n", rep.Unchanged)
+	row(tw, "unchanged", strconv.Itoa(rep.Unchanged))
 	if len(rep.Truncated) > 0 {
-		fmt.Fprintf(tw, "not replayed: input cut in the log\t%d\n", len(rep.Truncated))
+		row(tw, "not replayed: input cut in the log", strconv.Itoa(len(rep.Truncated)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -699,7 +700,7 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 	for _, d := range decisionlog.SortedDirections(rep.Directions) {
 		fmt.Fprintf(w, "\n%s: %s\n", decisionlog.Arrow(d), plural(rep.Directions[d], "decision", "decisions"))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tTIME\tPOLICY\tNODE/USER\tOLD → NEW\tNEW CODES")
+		row(tw, "ID", "TIME", "POLICY", "NODE/USER", "OLD → NEW", "NEW CODES")
 		for _, c := range rep.Changes {
 			if c.Direction != d {
 				continue
@@ -708,7 +709,7 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 			if c.New.Action == decisionlog.ActionError {
 				codes = "error: " + c.New.Error
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", c.Entry.DecisionID, formatTime(c.Entry.Timestamp), c.Entry.Policy(),
+			row(tw, c.Entry.DecisionID, formatTime(c.Entry.Timestamp), c.Entry.Policy(),
 				dash(c.Entry.Subject()), decisionlog.Arrow(d), codes)
 		}
 		if err := tw.Flush(); err != nil {
@@ -721,13 +722,13 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 		}
 		fmt.Fprintf(w, "\n%s, same action (information): %s\n", noteTitle(n), plural(rep.Notes[n], "decision", "decisions"))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tTIME\tPOLICY\tNODE/USER\tACTION\tOLD CODES → NEW CODES")
+		row(tw, "ID", "TIME", "POLICY", "NODE/USER", "ACTION", "OLD CODES → NEW CODES")
 		for _, c := range rep.Changes {
 			if c.Note != n {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s → %s\n", c.Entry.DecisionID, formatTime(c.Entry.Timestamp), c.Entry.Policy(),
-				dash(c.Entry.Subject()), dash(c.New.Action), codesText(c.Old.Reasons.Codes()), codesText(c.New.Reasons.Codes()))
+			row(tw, c.Entry.DecisionID, formatTime(c.Entry.Timestamp), c.Entry.Policy(),
+				dash(c.Entry.Subject()), dash(c.New.Action), codesText(c.Old.Reasons.Codes())+" → "+codesText(c.New.Reasons.Codes()))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -123,7 +123,7 @@ func printPatch(s streams, cluster *ichorv1alpha1.TalosCluster, patches []rolePa
 	if len(names) > 1 {
 		label = "roles"
 	}
-	fmt.Fprintf(s.out, "# %s: %s; Talos %s\n%s", label, strings.Join(names, ", "), cluster.Spec.TalosVersion, patches[0].data)
+	fmt.Fprintf(s.rawOut, "# %s: %s; Talos %s\n%s", label, strings.Join(names, ", "), cluster.Spec.TalosVersion, patches[0].data)
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
@@ -38,7 +39,9 @@ const kubectlPlugin = "kubectl-ichor"
 // kubectl-ichor, kubectl's plugin, its help names the commands as the person
 // typed them, `kubectl ichor ...`.
 func RunAs(ctx context.Context, argv0 string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	root := newRoot(stdin, stdout, stderr)
+	s := newStreams(stdin, stdout, stderr)
+	defer s.flush()
+	root := newRootWith(s)
 	if strings.TrimSuffix(filepath.Base(argv0), ".exe") == kubectlPlugin {
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl ichor"}
 	}
@@ -47,7 +50,9 @@ func RunAs(ctx context.Context, argv0 string, args []string, stdin io.Reader, st
 	if err == nil {
 		return ExitOK
 	}
-	fmt.Fprintf(stderr, "ichor: %v\n", err)
+	// An error quotes what it failed on: a file's content, a server's
+	// answer, a request's condition; it is escaped as any other output.
+	fmt.Fprintf(s.err, "ichor: %v\n", err)
 	return exitCode(err)
 }
 
@@ -66,22 +71,50 @@ func exitCode(err error) int {
 	return ExitError
 }
 
+// streams are a command's standard input, output and error. Everything a
+// command prints goes to out and err, which escape every character a terminal
+// would act on rather than show (termsafe): the CLI prints strings that
+// requesters wrote, and decision logs that anyone could have written, and
+// kubectl does the same since CVE-2021-25743. A JSON document stays the same
+// document through them, so the manager's decision log and logs (JSON, read
+// with kubectl logs on a terminal as often as by a program) go through them
+// too. rawOut is the process's own standard output, for the one output that
+// is neither for a terminal nor JSON: the Talos machine-configuration patches
+// render prints, which are applied as they are.
 type streams struct {
 	in       io.Reader
 	out, err io.Writer
+	rawOut   io.Writer
+	escaped  []*termsafe.Writer
+}
+
+func newStreams(stdin io.Reader, stdout, stderr io.Writer) streams {
+	out, errOut := termsafe.NewWriter(stdout), termsafe.NewWriter(stderr)
+	return streams{in: stdin, out: out, err: errOut, rawOut: stdout, escaped: []*termsafe.Writer{out, errOut}}
+}
+
+// flush writes what the escaping writers hold: the start of a character
+// that the last write cut.
+func (s streams) flush() {
+	for _, w := range s.escaped {
+		_ = w.Flush()
+	}
 }
 
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
-	s := streams{in: stdin, out: stdout, err: stderr}
+	return newRootWith(newStreams(stdin, stdout, stderr))
+}
+
+func newRootWith(s streams) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "ichor",
 		Short:         "ichor-policy: the certificate and credential rules of Ichor, in Rego",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
+	root.SetIn(s.in)
+	root.SetOut(s.out)
+	root.SetErr(s.err)
 	// Cobra's own flag errors are usage errors too.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage.Wrap(err) })
 	root.AddCommand(newPolicyCommand(s), newBundleCommand(s), newManagerCommand(s), newRenderCommand(s), newDecisionsCommand(s), newClusterCommand(s), newVersionCommand(s), newAuditCommand(s))
