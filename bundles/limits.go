@@ -133,6 +133,7 @@ func (l Limits) Scan(r io.Reader) error {
 		if hdr.Size > l.FileBytes {
 			return fmt.Errorf("%w: file %q is %d bytes, more than the size limit of %d bytes per file", ErrBundleTooLarge, hdr.Name, hdr.Size, l.FileBytes)
 		}
+		//nolint:gosec // G110: the reads are counted and stop at UncompressedBytes (countingReader).
 		if _, err := io.Copy(io.Discard, tr); err != nil {
 			if counted.over() {
 				return l.uncompressedErr()

@@ -54,12 +54,6 @@ type epochGuard struct {
 	active, persisted int64
 }
 
-func (g *epochGuard) minimum() int64 {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return max(g.floor, g.active, g.persisted)
-}
-
 // check says why a manifest may not be activated; nil when it may.
 func (g *epochGuard) check(m bundle.Manifest) error {
 	if !g.enforce {
