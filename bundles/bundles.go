@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -50,8 +51,8 @@ func FromFS(fsys fs.FS) (*bundle.Bundle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read policy tree: %w", err)
 	}
-	loader = loader.WithFilter(func(_ string, info fs.FileInfo, _ int) bool {
-		return !info.IsDir() && strings.HasSuffix(info.Name(), "_test.rego")
+	loader = loader.WithFilter(func(path string, info fs.FileInfo, _ int) bool {
+		return !info.IsDir() && (strings.HasSuffix(info.Name(), "_test.rego") || path == EpochFile)
 	})
 	b, err := bundle.NewCustomReader(loader).WithProcessAnnotations(true).Read()
 	if err != nil {
@@ -62,6 +63,15 @@ func FromFS(fsys fs.FS) (*bundle.Bundle, error) {
 	}
 	b.Manifest.Roots = &Roots
 	b.Manifest.Revision = Digest(&b)
+	// A tree without EPOCH builds a bundle without an epoch, which `ichor
+	// bundle build` refuses unless told one (--epoch).
+	epoch, ok, err := readEpochFile(fsys)
+	if err != nil {
+		return nil, err
+	}
+	if ok {
+		SetEpoch(&b, epoch)
+	}
 	return &b, nil
 }
 
@@ -107,25 +117,35 @@ func Sign(b *bundle.Bundle, keyPEM, algorithm, keyID string) error {
 	return nil
 }
 
-// LoadVerified reads a bundle tarball and, with a verification
-// configuration, refuses it unless it is signed by one of its keys and every
-// file matches the signature.
+// LoadVerified reads a bundle tarball within DefaultLimits and, with a
+// verification configuration, refuses it unless it is signed by one of its
+// keys and every file matches the signature.
 func LoadVerified(path string, vc *bundle.VerificationConfig) (*bundle.Bundle, error) {
-	f, err := os.Open(path)
+	data, err := DefaultLimits.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("bundle: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	r := bundle.NewReader(f).WithProcessAnnotations(true)
+	b, err := ReadVerified(data, vc)
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s refused: %w", path, err)
+	}
+	return b, nil
+}
+
+// ReadVerified reads a bundle tarball that has passed Limits.ReadAll and,
+// with a verification configuration, refuses it unless it is signed by one
+// of its keys and every file matches the signature.
+func ReadVerified(data []byte, vc *bundle.VerificationConfig) (*bundle.Bundle, error) {
+	r := bundle.NewReader(bytes.NewReader(data)).WithProcessAnnotations(true).WithSizeLimitBytes(MaxFileBytes)
 	if vc != nil {
 		r = r.WithBundleVerificationConfig(vc)
 	}
 	b, err := r.Read()
 	if err != nil {
-		return nil, fmt.Errorf("bundle %s refused: %w", path, err)
+		return nil, err
 	}
 	if len(b.Modules) == 0 {
-		return nil, fmt.Errorf("bundle %s holds no Rego module", path)
+		return nil, errors.New("the bundle holds no Rego module")
 	}
 	return &b, nil
 }

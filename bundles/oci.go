@@ -3,6 +3,7 @@ package bundles
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/content/memory"
+	"oras.land/oras-go/v2/errdef"
 	"oras.land/oras-go/v2/registry"
 	"oras.land/oras-go/v2/registry/remote"
 	"oras.land/oras-go/v2/registry/remote/auth"
@@ -109,7 +111,13 @@ type PushOptions struct {
 	// Verification, when set, is the managers' key: a bundle it does not
 	// verify is not pushed.
 	Verification *bundle.VerificationConfig
+	// Force pushes a bundle whose epoch is not above the one the tag holds
+	// (which every manager that has seen the tag's bundle refuses).
+	Force bool
 }
+
+// ErrEpochNotAbove is a push whose epoch is not above the tag's current one.
+var ErrEpochNotAbove = errors.New("epoch not above the tag's")
 
 // PushOCI pushes a bundle tarball to a registry in OPA's OCI layout and
 // returns the manifest's descriptor. The bundle must load and be signed:
@@ -137,6 +145,9 @@ func PushOCI(ctx context.Context, ref OCIRef, tarball []byte, opts PushOptions) 
 		cred = credentials.Credential(store)
 	}
 	repo.Client = &auth.Client{Client: retry.DefaultClient, Cache: auth.NewCache(), Credential: cred}
+	if err := checkEpochAbove(ctx, repo, ref, b, opts); err != nil {
+		return ocispec.Descriptor{}, err
+	}
 
 	store := memory.New()
 	layer := content.NewDescriptorFromBytes(OCILayerMediaType, tarball)
@@ -155,6 +166,9 @@ func PushOCI(ctx context.Context, ref OCIRef, tarball []byte, opts PushOptions) 
 		ManifestAnnotations: map[string]string{
 			ocispec.AnnotationTitle:    "ichor-policy bundle",
 			ocispec.AnnotationRevision: b.Manifest.Revision,
+			// For people and registry tools only: managers read the epoch
+			// from the signed manifest inside the bundle.
+			EpochAnnotation: fmt.Sprint(b.Manifest.Metadata[EpochKey]),
 		},
 	})
 	if err != nil {
@@ -174,6 +188,14 @@ func PushOCI(ctx context.Context, ref OCIRef, tarball []byte, opts PushOptions) 
 // read, holds no module, or is not signed (by the key of vc, when given; else
 // the signature is checked by whoever pulls, with their key).
 func checkPushable(tarball []byte, vc *bundle.VerificationConfig) (*bundle.Bundle, error) {
+	if err := DefaultLimits.Scan(bytes.NewReader(tarball)); errors.Is(err, ErrBundleTooLarge) {
+		return nil, fmt.Errorf("every manager would refuse it: %w", err)
+	} else if err != nil {
+		return nil, fmt.Errorf("the bundle does not read: %w", err)
+	}
+	if int64(len(tarball)) > DefaultLimits.CompressedBytes {
+		return nil, fmt.Errorf("every manager would refuse it: %w: more than %d bytes compressed", ErrBundleTooLarge, DefaultLimits.CompressedBytes)
+	}
 	r := bundle.NewReader(bytes.NewReader(tarball)).WithSizeLimitBytes(MaxFileBytes)
 	if vc != nil {
 		r = r.WithBundleVerificationConfig(vc)
@@ -194,7 +216,89 @@ func checkPushable(tarball []byte, vc *bundle.VerificationConfig) (*bundle.Bundl
 	if len(b.Modules) == 0 {
 		return nil, errors.New("the bundle holds no Rego module")
 	}
+	if _, err := Epoch(b.Manifest); err != nil {
+		return nil, err
+	}
 	return &b, nil
+}
+
+// EpochAnnotation is the OCI manifest annotation `ichor bundle push` writes
+// the bundle's epoch under, for people and registry tools.
+const EpochAnnotation = "dev.ichor.bundle.epoch"
+
+// checkEpochAbove refuses, unless forced, a push whose epoch is not above
+// the epoch of the bundle the tag holds now: every manager that has seen that
+// bundle would refuse the new one. The same bundle again is no change.
+func checkEpochAbove(ctx context.Context, repo *remote.Repository, ref OCIRef, b *bundle.Bundle, opts PushOptions) error {
+	if opts.Force {
+		return nil
+	}
+	current, err := TagBundle(ctx, repo, ref.Reference.Reference, opts.Verification)
+	if errors.Is(err, errdef.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read the bundle %s holds now, to compare epochs (--force to push regardless): %w", ref, err)
+	}
+	have, err := Epoch(current.Manifest)
+	if err != nil {
+		// A tag whose bundle has no epoch predates epochs: any epoch is above.
+		return nil //nolint:nilerr // no epoch is below every epoch
+	}
+	want, _ := Epoch(b.Manifest)
+	if want > have || (want == have && current.Manifest.Revision == b.Manifest.Revision) {
+		return nil
+	}
+	why := "every manager that has seen that bundle refuses this one"
+	if want == have {
+		// Managers accept an equal epoch (a restart reloads the same
+		// release), so a push at the same epoch leaves the tag's bundle
+		// acceptable for ever: each release raises it.
+		why = "at the same epoch both bundles stay acceptable to every manager, so the tag could be moved back to that one"
+	}
+	return fmt.Errorf("%w: the bundle's epoch %d is not above %d, the epoch of the bundle %s holds now (revision %s); "+
+		"%s: raise the epoch (the policy tree's EPOCH, or ichor bundle build --epoch), or push anyway with --force",
+		ErrEpochNotAbove, want, have, ref, current.Manifest.Revision, why)
+}
+
+// TagBundle reads the bundle a tag of repo holds, within DefaultLimits, and
+// verifies it with vc when given.
+func TagBundle(ctx context.Context, repo *remote.Repository, tag string, vc *bundle.VerificationConfig) (*bundle.Bundle, error) {
+	desc, err := repo.Resolve(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := content.FetchAll(ctx, repo, desc)
+	if err != nil {
+		return nil, err
+	}
+	var manifest ocispec.Manifest
+	if err := json.Unmarshal(raw, &manifest); err != nil {
+		return nil, fmt.Errorf("manifest of %s: %w", tag, err)
+	}
+	for _, layer := range manifest.Layers {
+		if layer.MediaType != OCILayerMediaType {
+			continue
+		}
+		if layer.Size > DefaultLimits.CompressedBytes {
+			return nil, fmt.Errorf("%w: the layer is %d bytes", ErrBundleTooLarge, layer.Size)
+		}
+		rc, err := repo.Fetch(ctx, layer)
+		if err != nil {
+			return nil, err
+		}
+		data, err := DefaultLimits.ReadAll(content.NewVerifyReader(rc, layer))
+		rc.Close()
+		if err != nil {
+			return nil, err
+		}
+		if vc == nil {
+			b, err := bundle.NewReader(bytes.NewReader(data)).WithSkipBundleVerification(true).Read()
+			return &b, err
+		}
+		return ReadVerified(data, vc)
+	}
+	return nil, fmt.Errorf("the manifest of %s has no bundle layer (%s)", tag, OCILayerMediaType)
 }
 
 // hasSignatures says whether a bundle tarball carries a signatures file.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"oras.land/oras-go/v2/registry/remote"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
 )
@@ -81,4 +82,24 @@ func testKey(t *testing.T) string {
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
 	require.NoError(t, err)
 	return string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
+}
+
+// publicOf is the PEM public key of a PEM RSA private key.
+func publicOf(t *testing.T, private string) string {
+	t.Helper()
+	block, _ := pem.Decode([]byte(private))
+	key, err := x509.ParsePKCS1PrivateKey(block.Bytes)
+	require.NoError(t, err)
+	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	require.NoError(t, err)
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+}
+
+func newRepo(ref bundles.OCIRef) (*remote.Repository, error) {
+	repo, err := remote.NewRepository(ref.Reference.String())
+	if err != nil {
+		return nil, err
+	}
+	repo.PlainHTTP = ref.PlainHTTP
+	return repo, nil
 }

@@ -79,6 +79,15 @@ type Options struct {
 	// StartTimeout bounds the first activation; a source whose bundle is
 	// refused at start makes New fail with the reason.
 	StartTimeout time.Duration
+	// Limits bound what a bundle from Source may cost (compressed, once
+	// decompressed, in files) before OPA reads it; zero fields take
+	// bundles.DefaultLimits.
+	Limits bundles.Limits
+	// Epochs, with VerificationKeys, keeps the highest bundle epoch
+	// activated in the cluster: it is read at start (a bundle below it is
+	// refused, as one below the binary's floor or the active one is),
+	// raised after each activation and read again every PollInterval.
+	Epochs EpochStore
 
 	// DecisionLog receives the decision log as JSON lines (OPA's console
 	// sink); nil means stdout, io.Discard turns the console sink off.
@@ -140,6 +149,14 @@ type Engine struct {
 	log   *logging.StandardLogger
 	notes *logging.StandardLogger
 	mgr   *plugins.Manager
+	// guard refuses a signed bundle older than allowed; limits bound a
+	// bundle before OPA reads it; epochs records the highest epoch.
+	guard  *epochGuard
+	limits bundles.Limits
+	epochs EpochStore
+	// source is the bundle file the engine watches, and private the copy of
+	// it, bounded and scanned, that OPA reads.
+	source, private string
 
 	mu       sync.Mutex
 	revision string
@@ -147,12 +164,28 @@ type Engine struct {
 
 	stopPoll context.CancelFunc
 	pollDone chan struct{}
+	// stopRefresh stops the periodic read of the recorded epoch.
+	stopRefresh context.CancelFunc
+	refreshDone chan struct{}
 }
 
 // New loads the bundle and returns when it is active.
 func New(ctx context.Context, opts Options) (*Engine, error) {
 	logOut := orDefault(opts.Log, os.Stderr)
-	e := &Engine{metrics: opts.Metrics, shadow: opts.Shadow, log: jsonLogger(logOut, opts.LogLevel), notes: jsonLogger(logOut, logging.Info)}
+	e := &Engine{
+		metrics: opts.Metrics, shadow: opts.Shadow, log: jsonLogger(logOut, opts.LogLevel), notes: jsonLogger(logOut, logging.Info),
+		guard: &epochGuard{enforce: len(opts.VerificationKeys) > 0, floor: bundles.Floor()}, limits: opts.Limits,
+	}
+	if e.guard.enforce && opts.Epochs != nil {
+		// A manager that cannot learn the highest epoch would reopen the
+		// window a newer bundle closed: it does not start.
+		highest, err := opts.Epochs.Highest(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read the highest bundle epoch recorded in the cluster: %w", err)
+		}
+		e.guard.setPersisted(highest)
+		e.epochs = opts.Epochs
+	}
 	resource, service, err := e.resource(opts)
 	if err != nil {
 		e.cleanup()
@@ -173,14 +206,17 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		Config:      bytes.NewReader(config),
 		Logger:      e.log,
 		Ready:       make(chan struct{}),
-		Plugins:     map[string]plugins.Factory{sinksName: &sinksFactory{engine: e}},
+		Plugins:     map[string]plugins.Factory{sinksName: &sinksFactory{engine: e}, limitsPluginName: &limitsFactory{limits: opts.Limits}},
 		ManagerOpts: []func(*plugins.Manager){func(m *plugins.Manager) { e.mgr = m }},
 		// The bundle's data (the tables of data.json) kept as OPA's values,
 		// as OPA's own server keeps them: a rule reading a table, and the
 		// mask reading its configuration on every entry, do not convert it
 		// again on each evaluation. The store is only written by bundle
 		// activation.
-		Store: inmem.NewWithOpts(inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true)),
+		Store: &guardedStore{
+			Store: inmem.NewWithOpts(inmem.OptRoundTripOnWrite(false), inmem.OptReturnASTValuesOnRead(true)),
+			guard: e.guard, manifest: bundle.ManifestStoragePath(BundleName),
+		},
 	}
 	if console != nil {
 		sdkOpts.ConsoleLogger = console
@@ -215,8 +251,16 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, ctx.Err()
 	}
 	e.observeRevision(ctx)
-	if opts.Source != "" && service == "" {
+	if e.source != "" {
 		e.pollFile(opts)
+	}
+	if e.epochs != nil {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		e.stopRefresh, e.refreshDone = cancel, make(chan struct{})
+		go func() {
+			defer close(e.refreshDone)
+			e.refreshEpochs(ctx, e.epochs, pollInterval(opts))
+		}()
 	}
 	return e, nil
 }
@@ -253,12 +297,26 @@ func (e *Engine) resource(opts Options) (resource, serviceURL string, err error)
 		if err != nil {
 			return "", "", fmt.Errorf("bundle source: %w", err)
 		}
-		// Read and verify it here too, so that a bad bundle at start fails at
-		// once with its reason rather than after the start timeout.
-		if _, err := bundles.LoadVerified(abs, verificationConfig(opts.VerificationKeys)); err != nil {
+		// OPA reads a private copy, bounded and scanned, never the file
+		// itself: what it reads is what was checked. Read and verify it
+		// here too, so that a bad bundle at start fails at once with its
+		// reason rather than after the start timeout.
+		data, err := e.limits.ReadFile(abs)
+		if err != nil {
 			return "", "", err
 		}
-		return "file://" + abs, "", nil
+		b, err := bundles.ReadVerified(data, verificationConfig(opts.VerificationKeys))
+		if err == nil {
+			err = e.guard.check(b.Manifest)
+		}
+		if err != nil {
+			return "", "", fmt.Errorf("bundle %s refused: %w", abs, err)
+		}
+		e.source = abs
+		if err := e.writePrivate(data); err != nil {
+			return "", "", err
+		}
+		return "file://" + e.private, "", nil
 	}
 	b := opts.Bundle
 	if b == nil {
@@ -269,19 +327,35 @@ func (e *Engine) resource(opts Options) (resource, serviceURL string, err error)
 			return "", "", err
 		}
 	}
-	if e.tmpDir, err = os.MkdirTemp("", "ichor-bundle-"); err != nil {
-		return "", "", fmt.Errorf("bundle directory: %w", err)
-	}
-	path := filepath.Join(e.tmpDir, "bundle.tar.gz")
-	f, err := os.Create(path)
+	data, err := bundles.Bytes(b)
 	if err != nil {
-		return "", "", fmt.Errorf("write bundle: %w", err)
+		return "", "", err
 	}
-	werr := bundles.Write(f, b)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
+	if err := e.writePrivate(data); err != nil {
+		return "", "", err
 	}
-	return "file://" + path, "", werr
+	return "file://" + e.private, "", nil
+}
+
+// writePrivate writes the bundle OPA reads into a private temporary
+// directory, replacing the file whole.
+func (e *Engine) writePrivate(data []byte) error {
+	if e.tmpDir == "" {
+		dir, err := os.MkdirTemp("", "ichor-bundle-")
+		if err != nil {
+			return fmt.Errorf("bundle directory: %w", err)
+		}
+		e.tmpDir = dir
+		e.private = filepath.Join(dir, "bundle.tar.gz")
+	}
+	tmp := e.private + ".new"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write bundle: %w", err)
+	}
+	if err := os.Rename(tmp, e.private); err != nil {
+		return fmt.Errorf("write bundle: %w", err)
+	}
+	return nil
 }
 
 // verificationConfig is OPA's verification configuration for the keys; nil
@@ -301,15 +375,23 @@ func verificationConfig(keys []VerificationKey) *bundle.VerificationConfig {
 	return bundle.NewVerificationConfig(m, "", "", nil)
 }
 
-func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, error) {
-	poll := opts.PollInterval
-	if poll == 0 {
-		poll = DefaultPollInterval
+func pollInterval(opts Options) time.Duration {
+	if opts.PollInterval == 0 {
+		return DefaultPollInterval
 	}
+	return opts.PollInterval
+}
+
+func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, error) {
+	poll := pollInterval(opts)
 	source := map[string]any{"resource": resource}
 	services := map[string]any{}
+	plugins := map[string]any{}
 	if serviceURL != "" {
-		service := map[string]any{"url": serviceURL}
+		// OPA's client, with every response bounded and a bundle scanned
+		// before OPA reads it (limitsPlugin).
+		service := map[string]any{"url": serviceURL, "credentials": map[string]any{"plugin": limitsPluginName}}
+		plugins[limitsPluginName] = map[string]any{}
 		if bundles.IsOCI(opts.Source) {
 			service["type"] = "oci"
 		}
@@ -349,10 +431,13 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 	}
 	logs := map[string]any{"console": opts.DecisionLog != io.Discard}
 	if opts.DecisionLogFile != "" || opts.DecisionLogURL != "" {
-		config["plugins"] = map[string]any{sinksName: sinksConfig{
+		plugins[sinksName] = sinksConfig{
 			File: opts.DecisionLogFile, URL: opts.DecisionLogURL, BufferEvents: int(opts.DecisionLogBufferEvents),
-		}}
+		}
 		logs["plugin"] = sinksName
+	}
+	if len(plugins) > 0 {
+		config["plugins"] = plugins
 	}
 	// The mask rule is OPA's default path (system/log/mask), which the bundle provides.
 	config["decision_logs"] = logs
@@ -381,10 +466,18 @@ func (e *Engine) bundleStatus(s bundleplugin.Status, notify func(BundleStatus)) 
 	var err error
 	if len(s.Errors) > 0 || s.Code != "" {
 		err = fmt.Errorf("bundle refused (%s): %s%v", s.Code, s.Message, s.Errors)
+	} else {
+		e.observeEpoch(context.Background())
 	}
+	e.report(s.ActiveRevision, err, notify)
+}
+
+// report records an activation attempt's outcome: the revision in service,
+// and why a bundle was refused.
+func (e *Engine) report(activeRevision string, err error, notify func(BundleStatus)) {
 	e.mu.Lock()
-	if s.ActiveRevision != "" {
-		e.revision = s.ActiveRevision
+	if activeRevision != "" {
+		e.revision = activeRevision
 	}
 	e.lastErr = err
 	rev := e.revision
@@ -418,6 +511,42 @@ func (e *Engine) observeRevision(ctx context.Context) {
 	if e.metrics != nil {
 		e.metrics.bundle(e.Revision(), nil)
 	}
+	e.observeEpoch(ctx)
+}
+
+// observeEpoch reads the active bundle's epoch from OPA's store, and
+// records it in the cluster when it is the highest yet.
+func (e *Engine) observeEpoch(ctx context.Context) {
+	if !e.guard.enforce {
+		return
+	}
+	store := e.mgr.Store
+	txn, err := store.NewTransaction(ctx)
+	if err != nil {
+		return
+	}
+	md, err := bundle.ReadBundleMetadataFromStore(ctx, store, txn, BundleName)
+	store.Abort(ctx, txn)
+	if err != nil {
+		return
+	}
+	epoch, err := bundles.Epoch(bundle.Manifest{Metadata: md})
+	if err != nil {
+		return
+	}
+	e.guard.setActive(epoch)
+	if e.epochs == nil || epoch <= e.guard.persistedEpoch() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := e.epochs.Raise(ctx, epoch); err != nil {
+		// The bundle is in service here and its epoch guards this replica;
+		// the next activation or restart tries again.
+		e.notes.WithFields(map[string]any{"epoch": epoch, "error": err.Error()}).Error("Could not record the bundle epoch in the cluster.")
+		return
+	}
+	e.guard.setPersisted(epoch)
 }
 
 // Revision is the revision of the active bundle.
@@ -442,6 +571,10 @@ func (e *Engine) Stop(ctx context.Context) {
 	if e.stopPoll != nil {
 		e.stopPoll()
 		<-e.pollDone
+	}
+	if e.stopRefresh != nil {
+		e.stopRefresh()
+		<-e.refreshDone
 	}
 	if e.opa != nil {
 		e.opa.Stop(ctx)

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -55,17 +54,17 @@ func splitURL(raw string) (service, resource string, err error) {
 }
 
 // pollFile reloads a bundle file when its content changes. OPA reads a file
-// source once; a reload is a manual trigger, which verifies and activates
-// the new bundle or refuses it and keeps the last good one.
+// source once; a reload copies the file, bounded and scanned, to the private
+// path OPA reads and triggers it, which verifies and activates the new
+// bundle or refuses it and keeps the last good one. A file beyond the limits
+// is refused here, before OPA reads it.
 func (e *Engine) pollFile(opts Options) {
-	interval := opts.PollInterval
-	if interval == 0 {
-		interval = DefaultPollInterval
-	}
+	interval := pollInterval(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stopPoll = cancel
 	e.pollDone = make(chan struct{})
-	last := fileDigest(opts.Source)
+	data, err := e.limits.ReadFile(e.source)
+	last := digest(data, err)
 	go func() {
 		defer close(e.pollDone)
 		t := time.NewTicker(interval)
@@ -76,11 +75,19 @@ func (e *Engine) pollFile(opts Options) {
 				return
 			case <-t.C:
 			}
-			d := fileDigest(opts.Source)
+			data, err := e.limits.ReadFile(e.source)
+			d := digest(data, err)
 			if d == last {
 				continue
 			}
 			last = d
+			if err == nil {
+				err = e.writePrivate(data)
+			}
+			if err != nil {
+				e.report("", err, opts.OnBundleStatus)
+				continue
+			}
 			bp := bundleplugin.Lookup(e.mgr)
 			if bp == nil {
 				continue
@@ -91,12 +98,11 @@ func (e *Engine) pollFile(opts Options) {
 	}()
 }
 
-// fileDigest is the content digest of a file, or the error reading it, so
-// that a file that disappears and comes back is noticed too.
-func fileDigest(path string) string {
-	b, err := os.ReadFile(path)
+// digest is the content digest of a file as read, or the error reading it,
+// so that a file that disappears and comes back is noticed too.
+func digest(data []byte, err error) string {
 	if err != nil {
 		return "error: " + err.Error()
 	}
-	return fmt.Sprintf("%x", sha256.Sum256(b))
+	return fmt.Sprintf("%x", sha256.Sum256(data))
 }

@@ -5,8 +5,10 @@ package policy
 
 import "embed"
 
-// FS is the policy tree: ichor/ (the decision rules) and system/ (decision-log
-// masking). Test files are in it too; bundles leaves them out.
+// FS is the policy tree: ichor/ (the decision rules), system/ (decision-log
+// masking) and EPOCH, the bundle epoch of these rules (raised by a change
+// that closes a hole; see docs/hardening.md). Test files are in it too;
+// bundles leaves them out.
 //
-//go:embed ichor system
+//go:embed ichor system EPOCH
 var FS embed.FS

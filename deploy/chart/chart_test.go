@@ -29,6 +29,7 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/deploy/image"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/bundleepoch"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/manager"
 	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
@@ -854,4 +855,26 @@ func TestLeaseAndDecisionLogTimingsAreValues(t *testing.T) {
 	assert.Equal(t, "20s", argValue(t, dep, "--decision-log-flush-timeout"))
 	assert.Equal(t, "5000", argValue(t, dep, "--decision-log-buffer-events"))
 	assert.EqualValues(t, 45, *dep.Spec.Template.Spec.TerminationGracePeriodSeconds)
+}
+
+// The highest bundle epoch is kept in a ConfigMap the chart creates empty,
+// on which the manager holds get and update by name, never create; the
+// bundle limits are values.
+func TestBundleEpochRecordAndLimits(t *testing.T) {
+	objs := render(t)
+	cm := typed[corev1.ConfigMap](t, objs.get(t, "ConfigMap", bundleepoch.ConfigMapName))
+	assert.Equal(t, namespace, cm.Namespace)
+	assert.Empty(t, cm.Data, "the chart must not render the epoch: an upgrade would lower the manager's")
+	own := objs.boundRoles(t)["Role/"+namespace+"/"+release+"-manager"]
+	for _, verb := range []string{"get", "update"} {
+		assert.True(t, grants(own, "", "configmaps", verb, bundleepoch.ConfigMapName))
+	}
+	assert.False(t, grants(own, "", "configmaps", "create", bundleepoch.ConfigMapName))
+	dep := objs.deployment(t)
+	assert.NotContains(t, strings.Join(args(dep), " "), "--bundle-max-")
+	dep = render(t, "manager.bundle.limits.compressedBytes=1048576", "manager.bundle.limits.uncompressedBytes=8388608",
+		"manager.bundle.limits.files=500").deployment(t)
+	assert.Equal(t, "1048576", argValue(t, dep, "--bundle-max-compressed-bytes"))
+	assert.Equal(t, "8388608", argValue(t, dep, "--bundle-max-uncompressed-bytes"))
+	assert.Equal(t, "500", argValue(t, dep, "--bundle-max-files"))
 }

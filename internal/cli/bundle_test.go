@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -17,9 +18,12 @@ import (
 	"testing"
 
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/open-policy-agent/opa/v1/bundle"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
 )
 
 // signingKey writes an RSA key pair and returns the private and public paths.
@@ -110,4 +114,51 @@ func TestManagerRefusesAnAuditThatCouldNeverJudge(t *testing.T) {
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 		assert.Contains(t, stderr, args[0], args)
 	}
+}
+
+// ichor bundle build writes the epoch (the policy tree's EPOCH, or
+// --epoch, never guessed), and ichor bundle push refuses an epoch not above
+// the tag's bundle unless --force.
+func TestBundleEpochsFromBuildToPush(t *testing.T) {
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	ref := "oci+http://" + strings.TrimPrefix(srv.URL, "http://") + "/ichor/policy:stable"
+	dir := t.TempDir()
+	private, public := signingKey(t, dir, "ichor")
+	build := func(args ...string) string {
+		t.Helper()
+		out := filepath.Join(dir, strconv.Itoa(len(args))+strings.Join(args, "")+".tar.gz")
+		out = filepath.Join(dir, strings.NewReplacer("/", "_", "-", "_").Replace(filepath.Base(out)))
+		code, stdout, stderr := run(t, "", append([]string{"bundle", "build", "-o", out, "--signing-key", private}, args...)...)
+		require.Equal(t, 0, code, stderr)
+		assert.Contains(t, stdout, "epoch ")
+		return out
+	}
+	floor := strconv.FormatInt(bundles.Floor(), 10)
+	embedded := build()
+	data, err := bundles.DefaultLimits.ReadFile(embedded)
+	require.NoError(t, err)
+	b, err := bundle.NewReader(bytes.NewReader(data)).WithSkipBundleVerification(true).Read()
+	require.NoError(t, err)
+	epoch, err := bundles.Epoch(b.Manifest)
+	require.NoError(t, err)
+	assert.Equal(t, bundles.Floor(), epoch, "the embedded tree's epoch")
+
+	// A policy tree without EPOCH: the epoch is not guessed.
+	tree := filepath.Join(dir, "policy")
+	require.NoError(t, os.CopyFS(tree, os.DirFS("../../policy")))
+	require.NoError(t, os.Remove(filepath.Join(tree, bundles.EpochFile)))
+	code, _, stderr := run(t, "", "bundle", "build", "--policy", tree, "-o", filepath.Join(dir, "x.tar.gz"))
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "give the epoch of its rules with --epoch")
+
+	above := build("--epoch", floor+"0")
+	code, _, stderr = run(t, "", "bundle", "push", above, ref, "--key", public)
+	require.Equal(t, 0, code, stderr)
+	code, _, stderr = run(t, "", "bundle", "push", embedded, ref, "--key", public)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "the bundle's epoch "+floor+" is not above "+floor+"0")
+	code, _, stderr = run(t, "", "bundle", "push", embedded, ref, "--key", public, "--force")
+	assert.Equal(t, 0, code, stderr)
 }

@@ -31,6 +31,7 @@ type managerOptions struct {
 	bundleKeyID          string
 	bundleKeyAlg         string
 	bundlePoll           time.Duration
+	bundleLimits         bundles.Limits
 	shadowBundle         string
 	logFile              string
 	logURL               string
@@ -83,6 +84,9 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.bundleKeyID, "bundle-key-id", "ichor", "the key id of --bundle-key (as \"ichor bundle build --key-id\" writes it)")
 	f.StringVar(&o.bundleKeyAlg, "bundle-key-algorithm", "RS256", "the signing algorithm of --bundle-key")
 	f.DurationVar(&o.bundlePoll, "bundle-poll-interval", engine.DefaultPollInterval, "how often --bundle is looked at for a new bundle")
+	f.Int64Var(&o.bundleLimits.CompressedBytes, "bundle-max-compressed-bytes", bundles.DefaultLimits.CompressedBytes, "refuse a --bundle file, download or registry layer larger than this, before OPA reads it")
+	f.Int64Var(&o.bundleLimits.UncompressedBytes, "bundle-max-uncompressed-bytes", bundles.DefaultLimits.UncompressedBytes, "refuse a --bundle larger than this once decompressed (every file and tar header together), found by a scan that keeps nothing, before OPA reads it")
+	f.IntVar(&o.bundleLimits.Files, "bundle-max-files", bundles.DefaultLimits.Files, "refuse a --bundle of more files than this, before OPA reads it")
 	f.StringVar(&o.shadowBundle, "shadow-bundle", "", "a candidate bundle (directory or tarball) evaluated beside the active one on every decision, never acted on; disagreements are logged and counted")
 	f.StringVar(&o.logFile, "decision-log-file", "", "also append the decision log to this file")
 	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API)")
@@ -185,7 +189,10 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 	opts := engine.Options{
 		DecisionLog: s.out, Log: s.err, PollInterval: o.bundlePoll,
 		DecisionLogFile: o.logFile, DecisionLogURL: o.logURL, DecisionLogBufferEvents: o.logBuffer,
-		AllowInsecureHTTP: o.bundleInsecureHTTP,
+		AllowInsecureHTTP: o.bundleInsecureHTTP, Limits: o.bundleLimits,
+	}
+	if o.bundleLimits.CompressedBytes <= 0 || o.bundleLimits.UncompressedBytes <= 0 || o.bundleLimits.Files <= 0 {
+		return opts, usage.Errorf("--bundle-max-compressed-bytes, --bundle-max-uncompressed-bytes and --bundle-max-files must be positive")
 	}
 	for _, path := range o.bundleKeys {
 		key, err := os.ReadFile(path)

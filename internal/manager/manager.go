@@ -35,6 +35,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletclient"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/bundleepoch"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
@@ -219,6 +220,13 @@ func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Con
 	}
 	opts := o.Engine
 	opts.Metrics = metrics
+	if len(opts.VerificationKeys) > 0 {
+		epochs, err := bundleEpochs(o)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		opts.Epochs = epochs
+	}
 	var shadow *engine.Engine
 	if o.ShadowBundle != "" {
 		b, err := bundles.Load(o.ShadowBundle)
@@ -423,6 +431,24 @@ func admissionKeys(mgr ctrl.Manager, namespace, name string) (*credential.Keys, 
 		return nil, fmt.Errorf("admission key client: %w", err)
 	}
 	return &credential.Keys{Client: c, Namespace: namespace, Name: name}, nil
+}
+
+// bundleEpochs is where the highest bundle epoch activated in the cluster is
+// kept, read uncached (get and update on one ConfigMap): without it a
+// restart would accept any signed bundle down to the binary's floor.
+func bundleEpochs(o Options) (engine.EpochStore, error) {
+	if o.Namespace == "" {
+		return nil, usage.Errorf("the manager's namespace is unknown: set POD_NAMESPACE (the chart does), where the ConfigMap %s keeps the highest bundle epoch a signed --bundle may not go below", bundleepoch.ConfigMapName)
+	}
+	scheme, err := kube.Scheme()
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(o.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("bundle epoch client: %w", err)
+	}
+	return &bundleepoch.Store{Client: c, Namespace: o.Namespace}, nil
 }
 
 // bundleEvents turns the engine's bundle changes into Events on the manager's

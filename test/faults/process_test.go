@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/internal/bundleepoch"
 	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
@@ -264,4 +265,74 @@ func rsaPair(t *testing.T) (private, public string) {
 	require.NoError(t, err)
 	return string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})),
 		string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+}
+
+// The reproduced attack of issue 21 (2), against the real manager process
+// and API server: a signed bundle is served, then an older one signed with
+// the same key. The running manager refuses it (an Event, the metric, the
+// last good bundle kept), and a manager that restarts while the source
+// serves the older bundle does not start: the highest epoch activated is
+// kept in the ConfigMap of the manager's namespace, not in its memory.
+func TestAnOlderSignedBundleIsRefusedAcrossARestart(t *testing.T) {
+	f := newFixture(t)
+	key, pub := rsaPair(t)
+	epochs := types.NamespacedName{Namespace: harness.ManagerNamespace, Name: bundleepoch.ConfigMapName}
+	t.Cleanup(func() {
+		// The other tests of this package start at the floor.
+		var cm corev1.ConfigMap
+		if err := env.Client.Get(context.Background(), epochs, &cm); err == nil {
+			cm.Data = nil
+			_ = env.Client.Update(context.Background(), &cm)
+		}
+	})
+	path := f.dir + "/bundle.tar.gz"
+	serve := func(epoch int64) {
+		b, err := bundles.Default()
+		require.NoError(t, err)
+		bundles.SetEpoch(b, epoch)
+		require.NoError(t, bundles.Sign(b, key, "RS256", "ichor"))
+		data, err := bundles.Bytes(b)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path+".tmp", data, 0o600))
+		require.NoError(t, os.Rename(path+".tmp", path))
+	}
+	require.NoError(t, os.WriteFile(f.dir+"/key.pem", []byte(pub), 0o600))
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: harness.ManagerNamespace, Name: "ichor-policy-epochs"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "ichor"}}},
+	}
+	require.NoError(t, env.Client.Create(f.ctx, pod))
+	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), pod) })
+	args := []string{"--bundle=" + path, "--bundle-key=" + f.dir + "/key.pem", "--bundle-poll-interval=500ms"}
+	podEnv := []string{"POD_NAMESPACE=" + harness.ManagerNamespace, "POD_NAME=" + pod.Name}
+	newer, older := bundles.Floor()+2, bundles.Floor()+1
+
+	serve(newer)
+	m := f.manager("manager", args, podEnv...)
+	require.Eventually(t, func() bool { return strings.Contains(readLog(t, m), `"msg":"starting"`) }, 60*time.Second, 100*time.Millisecond)
+	require.Eventually(t, func() bool {
+		var cm corev1.ConfigMap
+		return env.Client.Get(f.ctx, epochs, &cm) == nil && cm.Data[bundleepoch.Key] == fmt.Sprint(newer)
+	}, 30*time.Second, 100*time.Millisecond, "the epoch in service is recorded in the cluster")
+
+	// The source moves back to an older signed bundle: refused, an Event.
+	serve(older)
+	require.Eventually(t, func() bool {
+		for _, e := range refusals(t, pod.Name) {
+			if strings.Contains(e.Note, fmt.Sprintf("epoch %d is below %d", older, newer)) {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "the older bundle's refusal is an Event")
+	require.NoError(t, m.Stop(15*time.Second))
+
+	// A restart while the source still serves the older bundle.
+	again := f.manager("restarted", args, podEnv...)
+	select {
+	case <-again.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatal("the restarted manager started with the older bundle")
+	}
+	assert.Contains(t, readLog(t, again), fmt.Sprintf("below %d, the highest epoch activated in this cluster", newer))
 }

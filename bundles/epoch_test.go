@@ -1,0 +1,127 @@
+package bundles_test
+
+import (
+	"context"
+	"io"
+	"log"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"oras.land/oras-go/v2/registry/remote/auth"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+)
+
+func TestTheEmbeddedBundleCarriesTheFloor(t *testing.T) {
+	b, err := bundles.Default()
+	require.NoError(t, err)
+	epoch, err := bundles.Epoch(b.Manifest)
+	require.NoError(t, err)
+	assert.Equal(t, bundles.Floor(), epoch)
+	assert.Positive(t, bundles.Floor())
+	for _, m := range b.Modules {
+		assert.NotContains(t, m.Path, bundles.EpochFile)
+	}
+}
+
+// The epoch is in the manifest, which the signature covers: changed after
+// signing, the bundle is refused.
+func TestTheSignatureCoversTheEpoch(t *testing.T) {
+	key := testKey(t)
+	b, err := bundles.Default()
+	require.NoError(t, err)
+	bundles.SetEpoch(b, 7)
+	require.NoError(t, bundles.Sign(b, key, "RS256", "ichor"))
+	bundles.SetEpoch(b, 8)
+	data, err := bundles.Bytes(b)
+	require.NoError(t, err)
+	_, err = bundles.ReadVerified(data, verification(t, key))
+	require.ErrorContains(t, err, "digest mismatch")
+	assert.Contains(t, err.Error(), ".manifest")
+}
+
+func verification(t *testing.T, private string) *bundle.VerificationConfig {
+	t.Helper()
+	return bundle.NewVerificationConfig(map[string]*bundle.KeyConfig{"ichor": {Key: publicOf(t, private), Algorithm: "RS256"}}, "ichor", "", nil)
+}
+
+func TestEpochReadsWhatJSONDecodes(t *testing.T) {
+	for _, v := range []any{int64(3), float64(3), "3"} {
+		got, err := bundles.Epoch(bundle.Manifest{Metadata: map[string]any{bundles.EpochKey: v}})
+		if s, ok := v.(string); ok {
+			require.Error(t, err, s)
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, int64(3), got)
+	}
+	_, err := bundles.Epoch(bundle.Manifest{Metadata: map[string]any{bundles.EpochKey: -1}})
+	require.Error(t, err)
+	_, err = bundles.Epoch(bundle.Manifest{})
+	require.ErrorIs(t, err, bundles.ErrNoEpoch)
+}
+
+// ichor bundle push refuses an epoch not above the tag's current one (every
+// manager that has seen the tag's bundle would refuse it), unless forced;
+// the same bundle again is no change.
+func TestPushRefusesAnEpochNotAboveTheTags(t *testing.T) {
+	srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	ref, err := bundles.ParseOCIRef(bundles.OCIPlainHTTPScheme + strings.TrimPrefix(srv.URL, "http://") + "/ichor/policy:stable")
+	require.NoError(t, err)
+	key := testKey(t)
+	at := func(epoch int64, extra string) []byte {
+		b, err := bundles.Default()
+		require.NoError(t, err)
+		if extra != "" {
+			b.Data["ichor"].(map[string]any)["extra"] = extra
+			b.Manifest.Revision = bundles.Digest(b)
+		}
+		bundles.SetEpoch(b, epoch)
+		require.NoError(t, bundles.Sign(b, key, "RS256", "ichor"))
+		data, err := bundles.Bytes(b)
+		require.NoError(t, err)
+		return data
+	}
+	anon := func(context.Context, string) (auth.Credential, error) { return auth.EmptyCredential, nil }
+	opts := bundles.PushOptions{Credential: anon, Verification: verification(t, key)}
+	ctx := context.Background()
+
+	_, err = bundles.PushOCI(ctx, ref, at(5, ""), opts)
+	require.NoError(t, err, "a tag that holds nothing yet")
+	_, err = bundles.PushOCI(ctx, ref, at(5, ""), opts)
+	require.NoError(t, err, "the same bundle again")
+	_, err = bundles.PushOCI(ctx, ref, at(5, "rebuilt"), opts)
+	require.ErrorIs(t, err, bundles.ErrEpochNotAbove, "another bundle of the same epoch")
+	_, err = bundles.PushOCI(ctx, ref, at(4, ""), opts)
+	require.ErrorIs(t, err, bundles.ErrEpochNotAbove, "an older epoch")
+	assert.ErrorContains(t, err, "epoch 4 is not above 5")
+	_, err = bundles.PushOCI(ctx, ref, at(6, ""), opts)
+	require.NoError(t, err, "a newer epoch")
+
+	forced := opts
+	forced.Force = true
+	_, err = bundles.PushOCI(ctx, ref, at(4, ""), forced)
+	require.NoError(t, err, "forced")
+	repo, err := newRepo(ref)
+	require.NoError(t, err)
+	b, err := bundles.TagBundle(ctx, repo, "stable", opts.Verification)
+	require.NoError(t, err)
+	epoch, err := bundles.Epoch(b.Manifest)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), epoch)
+
+	unepoched, err := bundles.Default()
+	require.NoError(t, err)
+	delete(unepoched.Manifest.Metadata, bundles.EpochKey)
+	require.NoError(t, bundles.Sign(unepoched, key, "RS256", "ichor"))
+	data, err := bundles.Bytes(unepoched)
+	require.NoError(t, err)
+	_, err = bundles.PushOCI(ctx, ref, data, forced)
+	require.ErrorIs(t, err, bundles.ErrNoEpoch, "a bundle without an epoch is never pushed")
+}

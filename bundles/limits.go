@@ -1,0 +1,172 @@
+package bundles
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Limits bound what a bundle may cost before OPA reads it. OPA's loader keeps
+// every file of a bundle in memory before it checks the signature, and bounds
+// only each file (up to 1 GiB by default): 40 files of 8 MiB of zeros are a
+// 321 KiB download that costs half a gigabyte per replica. A bundle is
+// therefore read twice: once here, as a stream that keeps nothing, counting
+// what it would cost, and only then by OPA.
+type Limits struct {
+	// CompressedBytes bounds the tarball as it is downloaded or read.
+	CompressedBytes int64
+	// UncompressedBytes bounds the tar stream once decompressed: every
+	// header and every file together.
+	UncompressedBytes int64
+	// FileBytes bounds each file (engine.MaxBundleFileBytes).
+	FileBytes int64
+	// Files bounds the number of entries of the tar stream, directories
+	// included: each is an allocation in OPA's loader.
+	Files int
+}
+
+// DefaultLimits are chosen from the policy's own bundle (16 files, 26 KiB
+// compressed and 114 KiB decompressed in this release), with room to grow
+// about a hundredfold in every direction, and well below the chart's memory
+// limit (512 MiB) even when OPA holds a bundle several times over while it
+// verifies, parses and compiles it.
+var DefaultLimits = Limits{
+	CompressedBytes:   2 << 20,
+	UncompressedBytes: 16 << 20,
+	FileBytes:         MaxFileBytes,
+	Files:             1000,
+}
+
+// ErrBundleTooLarge is a bundle beyond its Limits.
+var ErrBundleTooLarge = errors.New("bundle too large")
+
+func (l Limits) orDefault() Limits {
+	d := DefaultLimits
+	if l.CompressedBytes > 0 {
+		d.CompressedBytes = l.CompressedBytes
+	}
+	if l.UncompressedBytes > 0 {
+		d.UncompressedBytes = l.UncompressedBytes
+	}
+	if l.FileBytes > 0 {
+		d.FileBytes = l.FileBytes
+	}
+	if l.Files > 0 {
+		d.Files = l.Files
+	}
+	return d
+}
+
+// ReadAll reads a bundle tarball of at most CompressedBytes from r and scans
+// it (Scan): what it returns is safe to hand to OPA's reader. Zero fields of
+// l take DefaultLimits.
+func (l Limits) ReadAll(r io.Reader) ([]byte, error) {
+	data, err := l.ReadCompressed(r)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.Scan(bytes.NewReader(data)); err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+// ReadCompressed reads at most CompressedBytes from r, and refuses more.
+func (l Limits) ReadCompressed(r io.Reader) ([]byte, error) {
+	l = l.orDefault()
+	data, err := io.ReadAll(io.LimitReader(r, l.CompressedBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read bundle: %w", err)
+	}
+	if int64(len(data)) > l.CompressedBytes {
+		return nil, fmt.Errorf("%w: more than %d bytes compressed", ErrBundleTooLarge, l.CompressedBytes)
+	}
+	return data, nil
+}
+
+// ReadFile is ReadAll of a file.
+func (l Limits) ReadFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("bundle: %w", err)
+	}
+	defer f.Close()
+	data, err := l.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("bundle %s refused: %w", path, err)
+	}
+	return data, nil
+}
+
+// Scan reads a gzipped tar stream through to its end without keeping it, and
+// refuses it once it exceeds a limit: more bytes decompressed than
+// UncompressedBytes (a gzip that never ends stops there), more entries than
+// Files (a tar of many empty files stops there), or one file beyond
+// FileBytes. Its cost is a fixed buffer, whatever the stream holds.
+func (l Limits) Scan(r io.Reader) error {
+	l = l.orDefault()
+	gz, err := gzip.NewReader(r)
+	if err != nil {
+		return fmt.Errorf("bundle is not a gzipped tarball: %w", err)
+	}
+	defer gz.Close()
+	counted := &countingReader{r: gz, limit: l.UncompressedBytes}
+	tr := tar.NewReader(counted)
+	for files := 0; ; files++ {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if counted.over() {
+			return l.uncompressedErr()
+		}
+		if err != nil {
+			return fmt.Errorf("bundle is not a gzipped tarball: %w", err)
+		}
+		if files >= l.Files {
+			return fmt.Errorf("%w: more than %d files", ErrBundleTooLarge, l.Files)
+		}
+		if hdr.Size > l.FileBytes {
+			return fmt.Errorf("%w: file %q is %d bytes, more than the size limit of %d bytes per file", ErrBundleTooLarge, hdr.Name, hdr.Size, l.FileBytes)
+		}
+		//nolint:gosec // G110: the reads are counted and stop at UncompressedBytes (countingReader).
+		if _, err := io.Copy(io.Discard, tr); err != nil {
+			if counted.over() {
+				return l.uncompressedErr()
+			}
+			return fmt.Errorf("bundle is not a gzipped tarball: %w", err)
+		}
+	}
+}
+
+func (l Limits) uncompressedErr() error {
+	return fmt.Errorf("%w: more than %d bytes once decompressed", ErrBundleTooLarge, l.UncompressedBytes)
+}
+
+// countingReader reads up to limit bytes, then fails.
+type countingReader struct {
+	r     io.Reader
+	n     int64
+	limit int64
+}
+
+var errOverLimit = errors.New("over the limit")
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if c.n >= c.limit {
+		c.n = c.limit + 1
+		return 0, errOverLimit
+	}
+	if rest := c.limit - c.n; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingReader) over() bool { return c.n > c.limit }

@@ -1,0 +1,150 @@
+package bundles_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"runtime"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+)
+
+// Bomb is a gzipped tar of files of size zero bytes each, as someone who may
+// write to a bundle source could serve it: 40 files of 8 MiB are about
+// 321 KiB.
+func Bomb(t testing.TB, files int, size int64) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	zeros := make([]byte, 1<<20)
+	for i := range files {
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("/x%d/data.json", i), Mode: 0o600, Size: size, Typeflag: tar.TypeReg}))
+		for left := size; left > 0; left -= int64(len(zeros)) {
+			_, err := tw.Write(zeros[:min(left, int64(len(zeros)))])
+			require.NoError(t, err)
+		}
+	}
+	require.NoError(t, tw.Close())
+	require.NoError(t, gz.Close())
+	return buf.Bytes()
+}
+
+func TestTheBundleOfThisReleaseIsWellWithinTheLimits(t *testing.T) {
+	b, err := bundles.Default()
+	require.NoError(t, err)
+	data, err := bundles.Bytes(b)
+	require.NoError(t, err)
+	_, err = bundles.DefaultLimits.ReadAll(bytes.NewReader(data))
+	require.NoError(t, err)
+
+	files, uncompressed := 0, int64(0)
+	gz, err := gzip.NewReader(bytes.NewReader(data))
+	require.NoError(t, err)
+	n, err := io.Copy(io.Discard, io.LimitReader(gz, bundles.DefaultLimits.UncompressedBytes))
+	require.NoError(t, err)
+	uncompressed = n
+	gz, err = gzip.NewReader(bytes.NewReader(data))
+	require.NoError(t, err)
+	for tr := tar.NewReader(gz); ; files++ {
+		if _, err := tr.Next(); err != nil {
+			break
+		}
+	}
+	t.Logf("the bundle of this release: %d bytes compressed, %d decompressed, %d files", len(data), uncompressed, files)
+	// Room to grow tenfold in each direction.
+	assert.Less(t, int64(len(data))*10, bundles.DefaultLimits.CompressedBytes)
+	assert.Less(t, uncompressed*10, bundles.DefaultLimits.UncompressedBytes)
+	assert.Less(t, files*10, bundles.DefaultLimits.Files)
+}
+
+// The reproduced attack: 40 files of 8 MiB of zeros, about 321 KiB on the
+// wire, each file within the per-file limit, which OPA's loader held whole
+// (320 MiB) before it checked anything else. The scan refuses it at the
+// decompressed limit, having kept nothing.
+func TestABombIsRefusedByItsSizeOnceDecompressedKeepingNothing(t *testing.T) {
+	bomb := Bomb(t, 40, bundles.MaxFileBytes)
+	t.Logf("bomb: %d bytes compressed, %d once decompressed", len(bomb), 40*bundles.MaxFileBytes)
+	require.Less(t, int64(len(bomb)), bundles.DefaultLimits.CompressedBytes, "the bomb passes the compressed limit")
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := bundles.DefaultLimits.ReadAll(bytes.NewReader(bomb))
+	runtime.ReadMemStats(&after)
+	require.ErrorIs(t, err, bundles.ErrBundleTooLarge)
+	assert.ErrorContains(t, err, "once decompressed")
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("allocated while refusing it: %d KiB", allocated>>10)
+	// Generous: the bomb is 320 MiB decompressed; the scan keeps buffers of
+	// the compressed bytes and of the tar reader.
+	assert.Less(t, allocated, uint64(16<<20))
+}
+
+func TestATarOfManyEmptyFilesIsRefusedByItsCount(t *testing.T) {
+	_, err := bundles.DefaultLimits.ReadAll(bytes.NewReader(Bomb(t, bundles.DefaultLimits.Files+1, 0)))
+	require.ErrorIs(t, err, bundles.ErrBundleTooLarge)
+	assert.ErrorContains(t, err, "files")
+	_, err = bundles.DefaultLimits.ReadAll(bytes.NewReader(Bomb(t, bundles.DefaultLimits.Files, 0)))
+	require.NoError(t, err)
+}
+
+func TestOneFileBeyondThePerFileLimitIsRefused(t *testing.T) {
+	_, err := bundles.DefaultLimits.ReadAll(bytes.NewReader(Bomb(t, 1, bundles.MaxFileBytes+1)))
+	require.ErrorIs(t, err, bundles.ErrBundleTooLarge)
+	assert.ErrorContains(t, err, "per file")
+}
+
+// endless is a gzip stream that never ends: a tar of files of 1 MiB of
+// zeros (which decompress a thousandfold), or random bytes (which do not
+// compress).
+func endless(t *testing.T, random bool) io.Reader {
+	t.Helper()
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pr.Close() })
+	go func() {
+		gz := gzip.NewWriter(pw)
+		block := make([]byte, 1<<20)
+		if random {
+			for {
+				_, _ = rand.Read(block)
+				if _, err := gz.Write(block); err != nil {
+					return
+				}
+			}
+		}
+		tw := tar.NewWriter(gz)
+		for i := 0; ; i++ {
+			if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("x%d", i), Mode: 0o600, Size: int64(len(block)), Typeflag: tar.TypeReg}); err != nil {
+				return
+			}
+			if _, err := tw.Write(block); err != nil {
+				return
+			}
+		}
+	}()
+	return pr
+}
+
+func TestAGzipThatNeverEndsIsRefused(t *testing.T) {
+	// Of zeros: the scan stops at the decompressed limit.
+	err := bundles.DefaultLimits.Scan(endless(t, false))
+	require.ErrorIs(t, err, bundles.ErrBundleTooLarge)
+	assert.ErrorContains(t, err, "once decompressed")
+	// Of random bytes: the read stops at the compressed limit.
+	_, err = bundles.DefaultLimits.ReadAll(endless(t, true))
+	require.ErrorIs(t, err, bundles.ErrBundleTooLarge)
+	assert.ErrorContains(t, err, "compressed")
+}
+
+func TestWhatIsNotAGzippedTarballIsRefused(t *testing.T) {
+	_, err := bundles.DefaultLimits.ReadAll(bytes.NewReader([]byte("not a tarball")))
+	require.ErrorContains(t, err, "not a gzipped tarball")
+}

@@ -1,0 +1,320 @@
+package engine_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/open-policy-agent/opa/v1/bundle"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/content"
+	"oras.land/oras-go/v2/content/memory"
+	"oras.land/oras-go/v2/registry/remote"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// bomb is the reproduced attack: 40 files just under the per-file limit,
+// of zeros, about 321 KiB gzipped and 320 MiB once decompressed. It needs no
+// key: OPA's loader read every file before it looked at the signature.
+func bomb(t *testing.T) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	size := int64(engine.MaxBundleFileBytes - 4096)
+	zeros := make([]byte, size)
+	for i := range 40 {
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("/x%d/data.json", i), Mode: 0o600, Size: size, Typeflag: tar.TypeReg}))
+		_, err := tw.Write(zeros)
+		require.NoError(t, err)
+	}
+	require.NoError(t, tw.Close())
+	require.NoError(t, gz.Close())
+	return buf.Bytes()
+}
+
+// signedEpoch is the policy, loosened or not, at an epoch, signed by s.
+func signedEpoch(t *testing.T, loosen bool, epoch int64, s signer) (*bundle.Bundle, []byte) {
+	t.Helper()
+	b := policyBundle(t, loosen)
+	bundles.SetEpoch(b, epoch)
+	require.NoError(t, bundles.Sign(b, s.private, "RS256", "ichor"))
+	data, err := bundles.Bytes(b)
+	require.NoError(t, err)
+	return b, data
+}
+
+// pushRaw pushes a layer's bytes as the bundle of a tag, as any OCI tool
+// would, with none of the checks of ichor bundle push.
+func pushRaw(t *testing.T, host, repository, tag string, data []byte) {
+	t.Helper()
+	ctx := context.Background()
+	store := memory.New()
+	layer := content.NewDescriptorFromBytes(bundles.OCILayerMediaType, data)
+	require.NoError(t, store.Push(ctx, layer, bytes.NewReader(data)))
+	manifest, err := oras.PackManifest(ctx, store, oras.PackManifestVersion1_1, "application/vnd.ichor.test", oras.PackManifestOptions{Layers: []ocispec.Descriptor{layer}})
+	require.NoError(t, err)
+	require.NoError(t, store.Tag(ctx, manifest, tag))
+	repo, err := remote.NewRepository(host + "/" + repository)
+	require.NoError(t, err)
+	repo.PlainHTTP = true
+	_, err = oras.Copy(ctx, store, tag, repo, tag, oras.DefaultCopyOptions)
+	require.NoError(t, err)
+}
+
+// source is a bundle source of each kind whose content a test replaces.
+type source struct {
+	ref   string
+	serve func(data []byte)
+}
+
+func sources(t *testing.T) map[string]func(t *testing.T) source {
+	return map[string]func(t *testing.T) source{
+		"file": func(t *testing.T) source {
+			path := filepath.Join(t.TempDir(), "bundle.tar.gz")
+			return source{ref: path, serve: func(data []byte) {
+				require.NoError(t, os.WriteFile(path+".tmp", data, 0o600))
+				require.NoError(t, os.Rename(path+".tmp", path))
+			}}
+		},
+		"url": func(t *testing.T) source {
+			var current atomic.Pointer[[]byte]
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				if p := current.Load(); p != nil {
+					_, _ = w.Write(*p)
+				}
+			}))
+			t.Cleanup(srv.Close)
+			return source{ref: srv.URL + "/bundles/ichor.tar.gz", serve: func(data []byte) { current.Store(&data) }}
+		},
+		"oci": func(t *testing.T) source {
+			srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+			t.Cleanup(srv.Close)
+			host := strings.TrimPrefix(srv.URL, "http://")
+			return source{ref: bundles.OCIPlainHTTPScheme + host + "/ichor/policy:stable", serve: func(data []byte) {
+				pushRaw(t, host, "ichor/policy", "stable", data)
+			}}
+		},
+	}
+}
+
+// fakeEpochs is the cluster's record of the highest epoch, in memory.
+type fakeEpochs struct {
+	mu      sync.Mutex
+	highest int64
+}
+
+func (f *fakeEpochs) Highest(context.Context) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.highest, nil
+}
+
+func (f *fakeEpochs) Raise(_ context.Context, epoch int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.highest = max(f.highest, epoch)
+	return nil
+}
+
+func (f *fakeEpochs) get() int64 {
+	n, _ := f.Highest(context.Background())
+	return n
+}
+
+type started struct {
+	e       *engine.Engine
+	st      *statuses
+	metrics *engine.Metrics
+}
+
+func start(t *testing.T, src source, s signer, epochs engine.EpochStore) (started, error) {
+	t.Helper()
+	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	st := &statuses{}
+	e, err := engine.New(context.Background(), engine.Options{
+		Source: src.ref, PollInterval: 200 * time.Millisecond, StartTimeout: 5 * time.Second,
+		VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}}, AllowInsecureHTTP: true,
+		Epochs: epochs, DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, OnBundleStatus: st.add,
+	})
+	if err == nil {
+		t.Cleanup(func() { e.Stop(context.Background()) })
+	}
+	return started{e: e, st: st, metrics: metrics}, err
+}
+
+// refused serves data and waits for its refusal, which names want; the
+// bundle in service stays.
+func (s started) refused(t *testing.T, src source, data []byte, want string, keeps *bundle.Bundle) {
+	t.Helper()
+	before := s.st.refusals()
+	failures := testutil.ToFloat64(s.metrics.LoadFailures())
+	src.serve(data)
+	// A source polled again refuses the previous bundle again until the
+	// new one is there: wait for this one's reason.
+	require.Eventually(t, func() bool {
+		return s.st.refusals() > before && s.st.last() != nil && strings.Contains(s.st.last().Error(), want)
+	}, 30*time.Second, 20*time.Millisecond, "not refused for %q; last: %v", want, s.st.last())
+	assert.Greater(t, testutil.ToFloat64(s.metrics.LoadFailures()), failures, "the refusal is counted")
+	_, rev := forgedIPDecision(t, s.e)
+	assert.Equal(t, keeps.Manifest.Revision, rev, "the last good bundle keeps deciding")
+}
+
+// peakHeapGrowth is how far the heap in use grew above where it was, at
+// most, while f ran (sampled every few milliseconds).
+func peakHeapGrowth(f func()) uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	base, peak := ms.HeapInuse, ms.HeapInuse
+	done := make(chan struct{})
+	sampled := make(chan uint64)
+	go func() {
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapInuse)
+			select {
+			case <-done:
+				sampled <- peak
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	f()
+	close(done)
+	return <-sampled - base
+}
+
+// The reproduced attack of issue 21 (3), from each kind of source: a bundle
+// of 321 KiB that costs 320 MiB once OPA reads it. It is refused by the scan
+// before OPA reads it, the last good bundle keeps deciding, the refusal is
+// counted, and the heap does not grow by what the bomb decompresses to.
+func TestABundleBombIsRefusedBeforeOPAReadsIt(t *testing.T) {
+	s := newSigner(t)
+	data := bomb(t)
+	t.Logf("bomb: %d KiB on the wire, %d MiB once decompressed", len(data)>>10, 40*(engine.MaxBundleFileBytes-4096)>>20)
+	for name, newSource := range sources(t) {
+		t.Run(name, func(t *testing.T) {
+			src := newSource(t)
+			good, goodData := signedEpoch(t, false, bundles.Floor(), s)
+			src.serve(goodData)
+			e, err := start(t, src, s, nil)
+			require.NoError(t, err)
+
+			grown := peakHeapGrowth(func() { e.refused(t, src, data, "bundle too large", good) })
+			t.Logf("%s: the heap grew by at most %d MiB while the bomb was refused (the bomb is %d MiB decompressed)", name, grown>>20, 40*(engine.MaxBundleFileBytes-4096)>>20)
+			// Generous, and no timing: OPA reading it held 320 MiB at once.
+			assert.Less(t, grown, uint64(128<<20))
+		})
+	}
+}
+
+// The reproduced attack of issue 21 (2): whoever may move the tag (or
+// serve the URL, or write the file) puts back an older bundle signed with
+// the operator's key. It is refused before it is activated, from every kind
+// of source; so is one from before epochs, and one below the binary's floor.
+// The highest epoch is recorded, and a restart that reads it refuses the old
+// bundle too.
+func TestAnOlderSignedBundleIsRefused(t *testing.T) {
+	s := newSigner(t)
+	for name, newSource := range sources(t) {
+		t.Run(name, func(t *testing.T) {
+			src := newSource(t)
+			old, oldData := signedEpoch(t, false, bundles.Floor()+1, s)
+			src.serve(oldData)
+			epochs := &fakeEpochs{}
+			e, err := start(t, src, s, epochs)
+			require.NoError(t, err)
+			_, rev := forgedIPDecision(t, e.e)
+			require.Equal(t, old.Manifest.Revision, rev)
+			assert.Equal(t, bundles.Floor()+1, epochs.get(), "the epoch in service is recorded")
+
+			// A newer bundle, one epoch up: activated, and recorded.
+			newer, newerData := signedEpoch(t, true, bundles.Floor()+2, s)
+			src.serve(newerData)
+			require.Eventually(t, func() bool {
+				_, rev := forgedIPDecision(t, e.e)
+				return rev == newer.Manifest.Revision
+			}, 30*time.Second, 20*time.Millisecond)
+			require.Eventually(t, func() bool { return epochs.get() == bundles.Floor()+2 }, 10*time.Second, 20*time.Millisecond)
+
+			// The tag moved back to the older signed bundle.
+			e.refused(t, src, oldData, fmt.Sprintf("epoch %d is below %d", bundles.Floor()+1, bundles.Floor()+2), newer)
+			// A signed bundle from before epochs.
+			noEpoch := policyBundle(t, false)
+			delete(noEpoch.Manifest.Metadata, bundles.EpochKey)
+			require.NoError(t, bundles.Sign(noEpoch, s.private, "RS256", "ichor"))
+			noEpochData, err := bundles.Bytes(noEpoch)
+			require.NoError(t, err)
+			e.refused(t, src, noEpochData, "carries no epoch", newer)
+			// Below the floor of this binary.
+			_, belowFloor := signedEpoch(t, false, bundles.Floor()-1, s)
+			e.refused(t, src, belowFloor, "the floor of this binary", newer)
+			action, _ := forgedIPDecision(t, e.e)
+			assert.Equal(t, "approve", action, "the newer rules keep deciding")
+
+			// A restart while the source serves the older bundle: the
+			// recorded epoch refuses it.
+			e.e.Stop(context.Background())
+			src.serve(oldData)
+			_, err = start(t, src, s, epochs)
+			require.ErrorContains(t, err, fmt.Sprintf("below %d, the highest epoch activated in this cluster", bundles.Floor()+2))
+		})
+	}
+}
+
+// Another replica activated a newer bundle: this one learns its epoch from
+// the record within a poll interval, and refuses what is below it although
+// it never served the newer bundle itself.
+func TestAReplicaRefusesWhatIsBelowAnotherReplicasEpoch(t *testing.T) {
+	s := newSigner(t)
+	src := sources(t)["url"](t)
+	cur, curData := signedEpoch(t, false, bundles.Floor()+1, s)
+	src.serve(curData)
+	epochs := &fakeEpochs{}
+	e, err := start(t, src, s, epochs)
+	require.NoError(t, err)
+	require.NoError(t, epochs.Raise(context.Background(), bundles.Floor()+3))
+	// Wait for the record to be read: a same-epoch rebuild is then refused.
+	_, sameEpoch := signedEpoch(t, true, bundles.Floor()+1, s)
+	e.refused(t, src, sameEpoch, "the highest epoch activated in this cluster", cur)
+}
+
+// An unsigned source (a file without --bundle-key) has no epoch anyone
+// vouches for: it is neither checked nor recorded.
+func TestAnUnsignedFileIsNotHeldToEpochs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "bundle.tar.gz")
+	b := policyBundle(t, false)
+	delete(b.Manifest.Metadata, bundles.EpochKey)
+	writeBundle(t, path, b, nil)
+	e, err := engine.New(context.Background(), engine.Options{Source: path, DecisionLog: io.Discard, Log: io.Discard})
+	require.NoError(t, err)
+	e.Stop(context.Background())
+}

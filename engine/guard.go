@@ -1,0 +1,250 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/open-policy-agent/opa/v1/plugins"
+	"github.com/open-policy-agent/opa/v1/plugins/rest"
+	"github.com/open-policy-agent/opa/v1/storage"
+	"github.com/open-policy-agent/opa/v1/util"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+)
+
+// EpochStore keeps the highest bundle epoch any replica has activated, where
+// every replica and every restart reads it (the manager's ConfigMap): a
+// restart must not reopen the window a newer bundle closed.
+type EpochStore interface {
+	// Highest is the highest epoch recorded; 0 when none is.
+	Highest(ctx context.Context) (int64, error)
+	// Raise records epoch unless a higher one is recorded already.
+	Raise(ctx context.Context, epoch int64) error
+}
+
+// ErrBundleRollback is a signed bundle older than the floor of this binary,
+// than the bundle active, or than the newest any replica has activated.
+var ErrBundleRollback = errors.New("bundle older than the one in service")
+
+// epochGuard refuses, inside OPA's activation and before anything of the
+// bundle is in service, a signed bundle whose epoch is below the lowest one
+// allowed. OPA's bundle plugin offers no hook that can refuse a bundle (its
+// pre-activation hook's error is only logged), so the guard sits where every
+// activation must pass, whatever its source: the write of the bundle's
+// manifest into the store, inside the activation's transaction. An error
+// there aborts the transaction, and OPA keeps the last good bundle.
+type epochGuard struct {
+	// enforce is false for unsigned sources: an unsigned bundle has no
+	// epoch anyone vouches for.
+	enforce bool
+	floor   int64
+
+	mu sync.Mutex
+	// active is the epoch of the bundle in service; persisted, the highest
+	// the EpochStore holds as last read.
+	active, persisted int64
+}
+
+// check says why a manifest may not be activated; nil when it may.
+func (g *epochGuard) check(m bundle.Manifest) error {
+	if !g.enforce {
+		return nil
+	}
+	epoch, err := bundles.Epoch(m)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBundleRollback, err)
+	}
+	g.mu.Lock()
+	active, persisted := g.active, g.persisted
+	g.mu.Unlock()
+	switch {
+	case epoch < g.floor:
+		return fmt.Errorf("%w: epoch %d is below %d, the floor of this binary (a bundle from before a hole it closes)", ErrBundleRollback, epoch, g.floor)
+	case epoch < active:
+		return fmt.Errorf("%w: epoch %d is below %d, the epoch of the bundle in service", ErrBundleRollback, epoch, active)
+	case epoch < persisted:
+		return fmt.Errorf("%w: epoch %d is below %d, the highest epoch activated in this cluster", ErrBundleRollback, epoch, persisted)
+	}
+	return nil
+}
+
+func (g *epochGuard) setActive(epoch int64) {
+	g.mu.Lock()
+	g.active = epoch
+	g.mu.Unlock()
+}
+
+func (g *epochGuard) persistedEpoch() int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.persisted
+}
+
+func (g *epochGuard) setPersisted(epoch int64) {
+	g.mu.Lock()
+	g.persisted = max(g.persisted, epoch)
+	g.mu.Unlock()
+}
+
+// guardedStore is OPA's store with the epoch guard on the write of the
+// bundle's manifest.
+type guardedStore struct {
+	storage.Store
+	guard *epochGuard
+	// manifest is where the bundle plugin writes the manifest of BundleName.
+	manifest storage.Path
+}
+
+func (s *guardedStore) Write(ctx context.Context, txn storage.Transaction, op storage.PatchOp, path storage.Path, value any) error {
+	if op != storage.RemoveOp && path.Equal(s.manifest) {
+		var m bundle.Manifest
+		if err := roundTrip(value, &m); err != nil {
+			return fmt.Errorf("bundle manifest: %w", err)
+		}
+		if err := s.guard.check(m); err != nil {
+			return err
+		}
+	}
+	return s.Store.Write(ctx, txn, op, path, value)
+}
+
+// MakeDir and NonEmpty are the optional interfaces of OPA's in-memory store,
+// which OPA looks for on the store it is given.
+func (s *guardedStore) MakeDir(ctx context.Context, txn storage.Transaction, path storage.Path) error {
+	if md, ok := s.Store.(storage.MakeDirer); ok {
+		return md.MakeDir(ctx, txn, path)
+	}
+	return storage.MakeDir(ctx, s.Store, txn, path)
+}
+
+func (s *guardedStore) NonEmpty(ctx context.Context, txn storage.Transaction) func([]string) (bool, error) {
+	if ne, ok := s.Store.(storage.NonEmptyer); ok {
+		return ne.NonEmpty(ctx, txn)
+	}
+	return storage.NonEmpty(ctx, s.Store, txn)
+}
+
+// limitsPluginName is the name of the HTTP client plugin of the bundle
+// service: OPA's default client, whose responses are bounded and scanned.
+const limitsPluginName = "ichor_bundle_limits"
+
+// limitsPlugin is an OPA REST client plugin (credentials.plugin of the
+// bundle service) that gives the bundle downloader, for a URL and for a
+// registry alike, OPA's own HTTP client with every response body read
+// within the bundle limits and, when it is a gzip stream, scanned (Limits.Scan)
+// before OPA's reader sees a byte of it. A registry's manifests and blobs
+// pass through it too: what the OCI downloader keeps in its local store has
+// been bounded and scanned on the way in.
+type limitsPlugin struct {
+	limits  bundles.Limits
+	manager *plugins.Manager
+}
+
+type limitsFactory struct{ limits bundles.Limits }
+
+func (*limitsFactory) Validate(*plugins.Manager, []byte) (any, error) { return struct{}{}, nil }
+
+func (f *limitsFactory) New(m *plugins.Manager, _ any) plugins.Plugin {
+	return &limitsPlugin{limits: f.limits, manager: m}
+}
+
+// Start reports the plugin ready: OPA is ready once every plugin is.
+func (p *limitsPlugin) Start(context.Context) error {
+	p.manager.UpdatePluginStatus(limitsPluginName, &plugins.Status{State: plugins.StateOK})
+	return nil
+}
+
+func (*limitsPlugin) Stop(context.Context)             {}
+func (*limitsPlugin) Reconfigure(context.Context, any) {}
+
+// NewClient is OPA's default client (its TLS configuration from the
+// service's) with the limits on its transport.
+func (p *limitsPlugin) NewClient(c rest.Config) (*http.Client, error) {
+	tlsConfig, err := rest.DefaultTLSConfig(c)
+	if err != nil {
+		return nil, err
+	}
+	var timeout int64
+	if c.ResponseHeaderTimeoutSeconds != nil {
+		timeout = *c.ResponseHeaderTimeoutSeconds
+	}
+	client := rest.DefaultRoundTripperClient(tlsConfig, timeout)
+	client.Transport = &limitsTransport{base: client.Transport, limits: p.limits}
+	return client, nil
+}
+
+func (*limitsPlugin) Prepare(*http.Request) error { return nil }
+
+type limitsTransport struct {
+	base   http.RoundTripper
+	limits bundles.Limits
+}
+
+// gzipMagic starts every gzip stream; a bundle is one.
+var gzipMagic = []byte{0x1f, 0x8b}
+
+func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || req.Method == http.MethodHead || resp.StatusCode != http.StatusOK {
+		return resp, err
+	}
+	defer resp.Body.Close()
+	// A registry's manifests and image configs are bounded in size only;
+	// a gzip stream is a bundle, and is scanned.
+	data, err := t.limits.ReadCompressed(resp.Body)
+	if err == nil && bytes.HasPrefix(data, gzipMagic) {
+		err = t.limits.Scan(bytes.NewReader(data))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Redacted(), err)
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(data))
+	resp.ContentLength = int64(len(data))
+	return resp, nil
+}
+
+// roundTrip decodes a value written to OPA's store (Go values as JSON
+// decodes them, or OPA's own) into v.
+func roundTrip(value, v any) error {
+	if av, ok := value.(ast.Value); ok {
+		j, err := ast.JSON(av)
+		if err != nil {
+			return err
+		}
+		value = j
+	}
+	raw, err := json.Marshal(value)
+	if err != nil {
+		return err
+	}
+	return util.Unmarshal(raw, v)
+}
+
+// refreshEpochs reads the highest epoch recorded in the cluster every
+// interval, so that a replica learns what another activated before its own
+// source shows it.
+func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n, err := store.Highest(ctx); err == nil {
+			e.guard.setPersisted(n)
+		} else if ctx.Err() == nil {
+			e.notes.WithFields(map[string]any{"error": err.Error()}).Error("Could not read the highest bundle epoch recorded in the cluster.")
+		}
+	}
+}
