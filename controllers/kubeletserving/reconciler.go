@@ -42,6 +42,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 )
 
 // ApprovalReason is the reason of the Approved condition this controller
@@ -70,6 +71,7 @@ type Decider interface {
 	KubeletServing(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error)
 	KubeletServingRejection(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error)
 	KubeletServingLimits(context.Context) (engine.KubeletServingLimits, error)
+	Kubeconfig(context.Context, engine.KubeconfigInput) (engine.KubeconfigDecision, error)
 	RecordApplied(ctx context.Context, decisionID, object, action string) error
 }
 
@@ -93,6 +95,12 @@ type Reconciler struct {
 	// LocalClusters are the clusters without kubeconfigRef that may judge
 	// the API server the manager runs against; any other judges nothing.
 	LocalClusters *cluster.Local
+	// LocalAPIServer is the identity of the API server the manager runs
+	// against: a kubeconfigRef whose server is that one is refused.
+	LocalAPIServer *kubeconfig.Local
+	// AllowInsecureKubeconfig lets a kubeconfigRef set
+	// insecure-skip-tls-verify (--remote-kubeconfig-allow-insecure).
+	AllowInsecureKubeconfig bool
 
 	ResyncInterval time.Duration
 	// MaxConcurrentDecisions bounds the requests decided at once;
