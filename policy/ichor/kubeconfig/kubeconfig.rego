@@ -51,7 +51,11 @@ _kubeconfig := input.kubeconfig
 #   in the input yet: the manager then makes a TLS handshake with the server (no request,
 #   no credential) and asks again.
 # entrypoint: true
-decision := {"allowed": false, "check_identity": false, "reasons": lib_reasons.capped(_refused, _config.max_reasons_per_code)} if {
+decision := {
+	"allowed": false,
+	"check_identity": false,
+	"reasons": lib_reasons.capped(_refused, _config.max_reasons_per_code),
+} if {
 	count(_refused) > 0
 } else := {"allowed": false, "check_identity": true, "reasons": [_unchecked]} if {
 	not input.server_identity
@@ -87,15 +91,18 @@ _unchecked := {
 	"message": sprintf("the server %q of the kubeconfig has not been identified yet", [_context.server.url]),
 }
 
-_cluster_name := sprintf("TalosCluster %s/%s", [object.get(input, ["cluster", "namespace"], ""), object.get(input, ["cluster", "name"], "")])
+_cluster_name := sprintf(
+	"TalosCluster %s/%s",
+	[object.get(input, ["cluster", "namespace"], ""), object.get(input, ["cluster", "name"], "")],
+)
 
 default _context := {"server": {"url": ""}, "credentials": {}}
 
 _context := _kubeconfig.context
 
-_credential_kind := "a bearer token" if _context.credentials.token
+default _credential_kind := "a client certificate"
 
-else := "a client certificate"
+_credential_kind := "a bearer token" if _context.credentials.token
 
 _fields := object.get(_kubeconfig, "fields", [])
 
@@ -127,7 +134,10 @@ _refused contains reason if {
 	_too_large
 	reason := {
 		"code": "KubeconfigTooLarge",
-		"message": sprintf("the kubeconfig is %d bytes, more than the %d a kubeconfig may be", [_kubeconfig.bytes, _kubeconfig.max_bytes]),
+		"message": sprintf(
+			"the kubeconfig is %d bytes, more than the %d a kubeconfig may be",
+			[_kubeconfig.bytes, _kubeconfig.max_bytes],
+		),
 	}
 }
 
@@ -158,7 +168,10 @@ _refused contains reason if {
 	_kubeconfig.field_count > _config.max_fields
 	reason := {
 		"code": "TooManyFields",
-		"message": sprintf("the kubeconfig has %d fields, more than the %d allowed", [_kubeconfig.field_count, _config.max_fields]),
+		"message": sprintf(
+			"the kubeconfig has %d fields, more than the %d allowed",
+			[_kubeconfig.field_count, _config.max_fields],
+		),
 	}
 }
 
@@ -271,9 +284,6 @@ _refused contains reason if {
 	}
 }
 
-# A field the table lists as allowed, or that one of the rules above names.
-_allowed_field(field) if _config.fields[field] in {"allowed", "insecure", "path", "exec", "auth_provider", "proxy", "impersonation"}
-
 # METADATA
 # title: Insecure TLS
 # description: |
@@ -329,11 +339,6 @@ _refused contains reason if {
 	}
 }
 
-_ambiguous if {
-	_kubeconfig.contexts > 1
-	_kubeconfig.current_context == ""
-}
-
 # METADATA
 # title: Context incomplete
 # description: |
@@ -346,7 +351,10 @@ _refused contains reason if {
 	not _kubeconfig.context[concat("_", [kind, "found"])]
 	reason := {
 		"code": "ContextIncomplete",
-		"message": sprintf("context %q names %s %q, which the kubeconfig does not have", [_context.name, kind, _context[kind]]),
+		"message": sprintf(
+			"context %q names %s %q, which the kubeconfig does not have",
+			[_context.name, kind, _context[kind]],
+		),
 	}
 }
 
@@ -363,15 +371,11 @@ _refused contains reason if {
 	not _https(_context.server)
 	reason := {
 		"code": "ServerNotHTTPS",
-		"message": sprintf("server %q of cluster %q is not an https URL with a host", [_context.server.url, _context.cluster]),
+		"message": sprintf(
+			"server %q of cluster %q is not an https URL with a host",
+			[_context.server.url, _context.cluster],
+		),
 	}
-}
-
-_https(server) if {
-	object.get(server, "error", "") == ""
-	server.scheme == "https"
-	server.host != ""
-	server.user_info == false
 }
 
 # METADATA
@@ -388,16 +392,10 @@ _refused contains reason if {
 	reason := {
 		"code": "CredentialsMissing",
 		"message": sprintf(
-			"user %q has no token and not both client-certificate-data and client-key-data; the manager lends no credential of its own",
-			[_context.user],
+			"user %q has no token and not both client-certificate-data and client-key-data; %s",
+			[_context.user, "the manager lends no credential of its own"],
 		),
 	}
-}
-
-_credentials_complete(creds) if {
-	creds.client_certificate_data == creds.client_key_data
-	some kind in ["token", "client_certificate_data"]
-	creds[kind] == true
 }
 
 # METADATA
@@ -416,8 +414,11 @@ _refused_identity contains reason if {
 	reason := {
 		"code": "ServerIsLocal",
 		"message": sprintf(
-			"server %q is the API server the manager runs against (%s); only the operator names the clusters that judge it (--local-clusters)",
-			[_context.server.url, _identity_words[fact]],
+			"server %q is the API server the manager runs against (%s); %s",
+			[
+				_context.server.url, _identity_words[fact],
+				"only the operator names the clusters that judge it (--local-clusters)",
+			],
 		),
 	}
 }
@@ -425,4 +426,27 @@ _refused_identity contains reason if {
 _identity_words := {
 	"same_key_as_local": "it presents the same key",
 	"verifies_with_local_ca": "its certificate is issued by the same CA",
+}
+
+# A field the table lists as allowed, or that one of the rules above names.
+_allowed_field(field) if _config.fields[field] in _named_categories
+
+_named_categories := {"allowed", "insecure", "path", "exec", "auth_provider", "proxy", "impersonation"}
+
+_ambiguous if {
+	_kubeconfig.contexts > 1
+	_kubeconfig.current_context == ""
+}
+
+_https(server) if {
+	object.get(server, "error", "") == ""
+	server.scheme == "https"
+	server.host != ""
+	server.user_info == false
+}
+
+_credentials_complete(creds) if {
+	creds.client_certificate_data == creds.client_key_data
+	some kind in ["token", "client_certificate_data"]
+	creds[kind] == true
 }
