@@ -293,6 +293,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.Metrics.forget(req.Namespace, req.Name)
 		return reconcile.Result{}, r.refuseTarget(ctx, &cluster, err)
 	}
+	var refused *KubeconfigRefusedError
+	if errors.As(err, &refused) {
+		// Decided once for this content, and said on the cluster; the
+		// Secret is read again in a while, as Secrets are not watched.
+		r.NodeReaders.Forget(req.NamespacedName)
+		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
+		r.Metrics.forget(req.Namespace, req.Name)
+		if err := r.refuseTarget(ctx, &cluster, err); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
+	}
 	if err != nil {
 		logger.Error(err, "cannot judge the cluster's API server")
 		if err := r.refuseTarget(ctx, &cluster, err); err != nil {

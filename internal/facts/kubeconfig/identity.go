@@ -83,6 +83,9 @@ func (l *Local) load(ctx context.Context) ([]byte, *x509.CertPool, error) {
 // (the rule must have allowed its fields first). An error is a server that
 // could not be reached: nothing can be said of it.
 func (l *Local) Probe(ctx context.Context, d *Document) (Identity, error) {
+	if l == nil {
+		return Identity{}, errors.New("the manager's own API server is not known, so no server can be told apart from it")
+	}
 	if d.cluster == nil {
 		return Identity{}, errors.New("the kubeconfig has no cluster in use")
 	}
