@@ -42,6 +42,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/engine/enginetest"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
+	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 	"github.com/ichor-dev/ichor-policy/test/talosapi"
@@ -113,6 +114,7 @@ func startManager(ctx context.Context) error {
 		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second},
 		ResyncInterval: 3 * time.Second,
 		LocalClusters:  local,
+		LocalAPIServer: &kubeconfig.Local{Config: env.Config},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err

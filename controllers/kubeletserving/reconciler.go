@@ -42,6 +42,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 )
 
 // ApprovalReason is the reason of the Approved condition this controller
@@ -70,6 +71,7 @@ type Decider interface {
 	KubeletServing(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error)
 	KubeletServingRejection(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error)
 	KubeletServingLimits(context.Context) (engine.KubeletServingLimits, error)
+	Kubeconfig(context.Context, engine.KubeconfigInput) (engine.KubeconfigDecision, error)
 	RecordApplied(ctx context.Context, decisionID, object, action string) error
 }
 
@@ -93,6 +95,12 @@ type Reconciler struct {
 	// LocalClusters are the clusters without kubeconfigRef that may judge
 	// the API server the manager runs against; any other judges nothing.
 	LocalClusters *cluster.Local
+	// LocalAPIServer is the identity of the API server the manager runs
+	// against: a kubeconfigRef whose server is that one is refused.
+	LocalAPIServer *kubeconfig.Local
+	// AllowInsecureKubeconfig lets a kubeconfigRef set
+	// insecure-skip-tls-verify (--remote-kubeconfig-allow-insecure).
+	AllowInsecureKubeconfig bool
 
 	ResyncInterval time.Duration
 	// MaxConcurrentDecisions bounds the requests decided at once;
@@ -284,6 +292,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
 		r.Metrics.forget(req.Namespace, req.Name)
 		return reconcile.Result{}, r.refuseTarget(ctx, &cluster, err)
+	}
+	var refused *KubeconfigRefusedError
+	if errors.As(err, &refused) {
+		// Decided once for this content, and said on the cluster; the
+		// Secret is read again in a while, as Secrets are not watched.
+		r.NodeReaders.Forget(req.NamespacedName)
+		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
+		r.Metrics.forget(req.Namespace, req.Name)
+		if err := r.refuseTarget(ctx, &cluster, err); err != nil {
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 	if err != nil {
 		logger.Error(err, "cannot judge the cluster's API server")

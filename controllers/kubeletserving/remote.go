@@ -3,6 +3,7 @@ package kubeletserving
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"sync"
@@ -15,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -26,6 +27,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 )
 
 // ReasonKubeconfigUnreadable is the reason of a False
@@ -33,6 +36,22 @@ import (
 // cannot be read or its API server cannot be watched: nothing is decided
 // there until it can.
 const ReasonKubeconfigUnreadable = "KubeconfigUnreadable"
+
+// ReasonKubeconfigRefused is the reason of a False
+// KubeletServingCertificates condition when the rule ichor/kubeconfig refused
+// the cluster's kubeconfigRef: a field it may not hold, or a server that is
+// the manager's own API server. Nothing is decided there, and nothing is
+// connected to, until the Secret changes.
+const ReasonKubeconfigRefused = "KubeconfigRefused"
+
+// KubeconfigRefusedError is a kubeconfigRef the rule refused.
+type KubeconfigRefusedError struct {
+	Decision engine.KubeconfigDecision
+}
+
+func (e *KubeconfigRefusedError) Error() string {
+	return "the kubeconfigRef is refused: " + e.Decision.ConditionMessage()
+}
 
 // ReasonLocalClusterNotNamed is the reason of a False
 // KubeletServingCertificates condition of a cluster without kubeconfigRef
@@ -64,10 +83,22 @@ type target struct {
 	cancel     context.CancelFunc
 }
 
-// targets keeps one watched API server per cluster with a kubeconfigRef.
+// targets keeps one watched API server per cluster with a kubeconfigRef, and
+// the rule's verdict on each cluster's kubeconfig content, so that a
+// kubeconfig is judged (and logged) once, not at every reconcile.
 type targets struct {
-	mu     sync.Mutex
-	remote map[types.NamespacedName]*target
+	mu       sync.Mutex
+	remote   map[types.NamespacedName]*target
+	verdicts map[types.NamespacedName]*verdict
+}
+
+// verdict is what the rule said of one kubeconfig content: the decision on
+// the document, and once its server was identified, the final one.
+type verdict struct {
+	sum      [sha256.Size]byte
+	doc      *kubeconfig.Document
+	document engine.KubeconfigDecision
+	final    *engine.KubeconfigDecision
 }
 
 // targetFor is the API server a cluster judges. A remote one is started (its
@@ -82,28 +113,104 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 		}
 		return &target{reader: r.Client, clientset: r.Clientset, local: true, names: &r.localNames}, nil
 	}
-	kubeconfig, err := r.readKubeconfig(ctx, c)
+	data, err := r.readKubeconfig(ctx, c)
 	if err != nil {
 		return nil, err
 	}
 	r.targets.mu.Lock()
 	defer r.targets.mu.Unlock()
 	if t, ok := r.targets.remote[key]; ok {
-		if bytes.Equal(t.kubeconfig, kubeconfig) {
+		if bytes.Equal(t.kubeconfig, data) {
 			return t, nil
 		}
 		t.cancel()
 		delete(r.targets.remote, key)
 	}
-	t, err := r.startRemote(ctx, key, kubeconfig)
+	v, err := r.judgeKubeconfig(ctx, c, data)
 	if err != nil {
 		return nil, err
 	}
+	cfg, err := v.doc.RESTConfig(r.AllowInsecureKubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
+	}
+	t, err := r.startRemote(ctx, key, cfg)
+	if err != nil {
+		return nil, err
+	}
+	t.kubeconfig = data
 	if r.targets.remote == nil {
 		r.targets.remote = map[types.NamespacedName]*target{}
 	}
 	r.targets.remote[key] = t
 	return t, nil
+}
+
+// judgeKubeconfig asks the rule about a kubeconfig, once per content: first
+// the document, with no connection made; when its fields pass, the identity
+// of its server (a TLS handshake that sends nothing), and the rule again. A
+// server that cannot be reached is an error, tried again later, and costs no
+// new decision. The caller holds r.targets.mu.
+func (r *Reconciler) judgeKubeconfig(ctx context.Context, c *ichorv1alpha1.TalosCluster, data []byte) (*verdict, error) {
+	key := client.ObjectKeyFromObject(c)
+	sum := sha256.Sum256(data)
+	v, ok := r.targets.verdicts[key]
+	if !ok || v.sum != sum {
+		v = &verdict{sum: sum, doc: kubeconfig.Read(data)}
+		d, err := r.Engine.Kubeconfig(ctx, r.kubeconfigInput(c, v.doc, nil))
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
+		}
+		v.document = d
+		if !d.CheckIdentity {
+			v.final = &d
+			r.kubeconfigRefused(ctx, c, d)
+		}
+		if r.targets.verdicts == nil {
+			r.targets.verdicts = map[types.NamespacedName]*verdict{}
+		}
+		r.targets.verdicts[key] = v
+	}
+	if v.final == nil {
+		id, err := r.LocalAPIServer.Probe(ctx, v.doc)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig of cluster %s: the identity of its server cannot be checked: %w", key, err)
+		}
+		d, err := r.Engine.Kubeconfig(ctx, r.kubeconfigInput(c, v.doc, &id))
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
+		}
+		if d.CheckIdentity {
+			return nil, fmt.Errorf("kubeconfig of cluster %s: decision %s asks for the server's identity, which it was given: the bundle is broken", key, d.DecisionID)
+		}
+		v.final = &d
+		r.kubeconfigRefused(ctx, c, d)
+	}
+	if !v.final.Allowed {
+		return nil, &KubeconfigRefusedError{Decision: *v.final}
+	}
+	return v, nil
+}
+
+func (r *Reconciler) kubeconfigInput(c *ichorv1alpha1.TalosCluster, doc *kubeconfig.Document, id *kubeconfig.Identity) engine.KubeconfigInput {
+	return engine.KubeconfigInput{
+		Cluster:        engine.KubeconfigCluster{Namespace: c.Namespace, Name: c.Name},
+		Kubeconfig:     doc.Facts,
+		Settings:       engine.KubeconfigSettings{AllowInsecureSkipTLSVerify: r.AllowInsecureKubeconfig},
+		ServerIdentity: id,
+	}
+}
+
+// kubeconfigRefused writes the Event of a refused kubeconfig, once per
+// content (the caller decides once per content).
+func (r *Reconciler) kubeconfigRefused(ctx context.Context, c *ichorv1alpha1.TalosCluster, d engine.KubeconfigDecision) {
+	if d.Allowed {
+		return
+	}
+	log.FromContext(ctx).Info("the cluster's kubeconfigRef is refused", "decision_id", d.DecisionID, "reasons", d.Reasons.Codes())
+	if r.Recorder != nil {
+		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonKubeconfigRefused, "Decide", "%s", d.EventNote())
+	}
 }
 
 func (r *Reconciler) readKubeconfig(ctx context.Context, c *ichorv1alpha1.TalosCluster) ([]byte, error) {
@@ -123,11 +230,9 @@ func (r *Reconciler) readKubeconfig(ctx context.Context, c *ichorv1alpha1.TalosC
 	return data, nil
 }
 
-func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, kubeconfig []byte) (*target, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
-	}
+// startRemote watches the API server of cfg, built from the allow-listed
+// data of a kubeconfig the rule allowed.
+func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, cfg *rest.Config) (*target, error) {
 	scheme := runtime.NewScheme()
 	if err := certificatesv1.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -191,7 +296,7 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 		}
 	}
 	log.FromContext(ctx).Info("watching the cluster's own API server for kubelet serving CSRs", "host", cfg.Host)
-	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, kubeconfig: kubeconfig, cancel: cancel}, nil
+	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, cancel: cancel}, nil
 }
 
 func (t *targets) stop(key types.NamespacedName) {
@@ -201,20 +306,25 @@ func (t *targets) stop(key types.NamespacedName) {
 		rt.cancel()
 		delete(t.remote, key)
 	}
+	delete(t.verdicts, key)
 }
 
 // refuseTarget says on the cluster why its API server is not judged.
 func (r *Reconciler) refuseTarget(ctx context.Context, c *ichorv1alpha1.TalosCluster, cause error) error {
-	reason := ReasonKubeconfigUnreadable
-	if errors.Is(cause, ErrLocalClusterNotNamed) {
+	reason, message := ReasonKubeconfigUnreadable, cause.Error()
+	var refused *KubeconfigRefusedError
+	switch {
+	case errors.Is(cause, ErrLocalClusterNotNamed):
 		reason = ReasonLocalClusterNotNamed
+	case errors.As(cause, &refused):
+		reason, message = ReasonKubeconfigRefused, refused.Decision.ConditionMessage()
 	}
 	before := c.DeepCopy()
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
 		Type:               ichorv1alpha1.ConditionKubeletServingCertificates,
 		Status:             metav1.ConditionFalse,
 		Reason:             reason,
-		Message:            cause.Error(),
+		Message:            message,
 		ObservedGeneration: c.Generation,
 	})
 	setReady(c)

@@ -842,6 +842,12 @@ func TestLocalClustersValue(t *testing.T) {
 	assert.Equal(t, "ichor/mgmt,ichor/edge", argValue(t, dep, "--local-clusters"))
 }
 
+func TestRemoteKubeconfigAllowInsecureValue(t *testing.T) {
+	assert.NotContains(t, args(render(t).deployment(t)), "--remote-kubeconfig-allow-insecure")
+	dep := render(t, "manager.remoteKubeconfigAllowInsecure=true").deployment(t)
+	assert.Contains(t, args(dep), "--remote-kubeconfig-allow-insecure")
+}
+
 func TestLeaseAndDecisionLogTimingsAreValues(t *testing.T) {
 	dep := render(t).deployment(t)
 	assert.NotContains(t, strings.Join(args(dep), " "), "--leader-elect-")

@@ -45,6 +45,7 @@ type managerOptions struct {
 	admissionKeySecret   string
 	localClusters        []string
 	adminKubeconfigs     bool
+	allowInsecureRemote  bool
 	webhookPort          int
 	webhookCertDir       string
 	webhookGenerateCerts bool
@@ -98,6 +99,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.BoolVar(&o.kubeletClient, "kubelet-client-approver", false, "approve kubelet client certificates (signer kubernetes.io/kube-apiserver-client-kubelet) as kube-controller-manager's csrapproving controller does; see docs/kubelet-client.md before switching it on")
 	f.BoolVar(&o.webhook, "webhook", true, "serve the TalosCredentialRequest admission webhook and issue credentials (it needs a serving certificate: --webhook-cert-dir or --webhook-generate-certs); without it no credential is issued")
 	f.StringSliceVar(&o.localClusters, "local-clusters", nil, "the TalosClusters (namespace/name, comma-separated or repeated) whose machines are nodes of the API server the manager runs against, and which alone judge its kubelet certificate requests; a cluster without spec.kubeconfigRef that is not named here judges nothing (condition KubeletServingCertificates, reason LocalClusterNotNamed)")
+	f.BoolVar(&o.allowInsecureRemote, "remote-kubeconfig-allow-insecure", false, "let a TalosCluster's kubeconfigRef set insecure-skip-tls-verify (its server's certificate then is not verified, and anyone on the path can read its credential); without it such a kubeconfig is refused (condition KubeletServingCertificates, reason KubeconfigRefused, code InsecureSkipTLSVerify)")
 	f.StringVar(&o.admissionKeySecret, "admission-key-secret", credential.DefaultKeySecretName, "Secret in the manager's namespace ($POD_NAMESPACE), created empty, that the manager fills with the key of the admission records the webhook writes and the issuer verifies: without a record made with it no credential is issued")
 	f.BoolVar(&o.adminKubeconfigs, "admin-kubeconfigs", true, "issue admin kubeconfigs (group ichor:cluster-admins); false revokes them for good: none is issued even if the ichor:cluster-admins binding is recreated (the chart's adminCredentials.enabled=false also removes the binding)")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server (HTTPS)")
@@ -146,31 +148,32 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 		return usage.Errorf("--talos-reader-lifetime %s is negative", o.readerLifetime)
 	}
 	mo := manager.Options{
-		Config:                  cfg,
-		Log:                     s.err,
-		LogOptions:              &o.log,
-		Engine:                  engineOpts,
-		BundleName:              o.bundle,
-		ShadowBundle:            o.shadowBundle,
-		DecisionLogFlushTimeout: o.logFlushTimeout,
-		MetricsAddr:             o.metricsAddr,
-		ProbeAddr:               o.probeAddr,
-		LeaderElect:             o.leaderElect,
-		LeaseDuration:           o.leaseDuration,
-		RenewDeadline:           o.renewDeadline,
-		RetryPeriod:             o.retryPeriod,
-		Namespace:               os.Getenv("POD_NAMESPACE"),
-		PodName:                 os.Getenv("POD_NAME"),
-		Webhook:                 o.webhook,
-		WebhookPort:             o.webhookPort,
-		WebhookCertDir:          o.webhookCertDir,
-		AdmissionKeySecret:      o.admissionKeySecret,
-		AdminKubeconfigs:        o.adminKubeconfigs,
-		KubeletClientApprover:   o.kubeletClient,
-		LocalClusters:           localClusters,
-		ResyncInterval:          o.resync,
-		TalosTimeout:            o.talosTimeout,
-		ReaderLifetime:          o.readerLifetime,
+		Config:                        cfg,
+		Log:                           s.err,
+		LogOptions:                    &o.log,
+		Engine:                        engineOpts,
+		BundleName:                    o.bundle,
+		ShadowBundle:                  o.shadowBundle,
+		DecisionLogFlushTimeout:       o.logFlushTimeout,
+		MetricsAddr:                   o.metricsAddr,
+		ProbeAddr:                     o.probeAddr,
+		LeaderElect:                   o.leaderElect,
+		LeaseDuration:                 o.leaseDuration,
+		RenewDeadline:                 o.renewDeadline,
+		RetryPeriod:                   o.retryPeriod,
+		Namespace:                     os.Getenv("POD_NAMESPACE"),
+		PodName:                       os.Getenv("POD_NAME"),
+		Webhook:                       o.webhook,
+		WebhookPort:                   o.webhookPort,
+		WebhookCertDir:                o.webhookCertDir,
+		AdmissionKeySecret:            o.admissionKeySecret,
+		AdminKubeconfigs:              o.adminKubeconfigs,
+		KubeletClientApprover:         o.kubeletClient,
+		LocalClusters:                 localClusters,
+		RemoteKubeconfigAllowInsecure: o.allowInsecureRemote,
+		ResyncInterval:                o.resync,
+		TalosTimeout:                  o.talosTimeout,
+		ReaderLifetime:                o.readerLifetime,
 	}
 	o.audit.apply(&mo)
 	if o.webhookGenerateCerts {

@@ -38,6 +38,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/bundleepoch"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
+	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
@@ -106,6 +107,9 @@ type Options struct {
 	// LocalClusters are the clusters whose machines are nodes of the API
 	// server the manager runs against.
 	LocalClusters *cluster.Local
+	// RemoteKubeconfigAllowInsecure lets a TalosCluster's kubeconfigRef set
+	// insecure-skip-tls-verify; the rule ichor/kubeconfig refuses it otherwise.
+	RemoteKubeconfigAllowInsecure bool
 
 	ResyncInterval time.Duration
 	TalosTimeout   time.Duration
@@ -304,6 +308,9 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		NodeReaders:    nodeReaders,
 		LocalClusters:  o.LocalClusters,
 		ResyncInterval: o.ResyncInterval,
+		// A kubeconfigRef whose server is this API server is refused.
+		LocalAPIServer:          &kubeconfig.Local{Config: o.Config},
+		AllowInsecureKubeconfig: o.RemoteKubeconfigAllowInsecure,
 	}
 	if err := serving.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up the kubelet serving approver: %w", err)

@@ -100,6 +100,16 @@ test_an_audited_certificate_with_ten_thousand_names_is_cut_to_a_hundred if {
 	count(cut.value) == 100
 }
 
+# A tenant's kubeconfig with a thousand keys: the fields of its facts are cut like a CSR's names.
+test_a_kubeconfig_with_a_thousand_fields_is_cut_to_a_hundred if {
+	fields := [{"path": sprintf("users[%d].name", [i]), "field": "users[].name"} | some i in numbers.range(1, 1000)]
+	masks := log.mask with input as {"input": {"kubeconfig": {"fields": fields, "unknown_fields": []}}}
+	{"op": "upsert", "path": "/input/log_truncated", "value": {"kubeconfig.fields": 1000}} in masks
+	some cut in masks
+	cut.path == "/input/kubeconfig/fields"
+	count(cut.value) == 100
+}
+
 # A hostile kubelet's certificate with an issuer DN of 250 KB, and long errors quoting it: each
 # free-text string is cut with its length and listed in log_truncated; the short ones are kept.
 test_an_audited_certificates_long_strings_are_cut if {

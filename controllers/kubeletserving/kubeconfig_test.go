@@ -1,0 +1,298 @@
+package kubeletserving_test
+
+import (
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+)
+
+// recorder is a tenant's server: it records every connection and every
+// Authorization header it is sent.
+type recorder struct {
+	*httptest.Server
+
+	mu    sync.Mutex
+	conns int
+	auth  []string
+	certs int
+}
+
+func newRecorder(t *testing.T, useTLS bool) *recorder {
+	t.Helper()
+	r := &recorder{}
+	r.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		r.mu.Lock()
+		r.auth = append(r.auth, req.Header.Get("Authorization"))
+		if req.TLS != nil {
+			r.certs += len(req.TLS.PeerCertificates)
+		}
+		r.mu.Unlock()
+		http.Error(w, "no", http.StatusForbidden)
+	}))
+	r.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			r.mu.Lock()
+			r.conns++
+			r.mu.Unlock()
+		}
+	}
+	if useTLS {
+		r.TLS = &tls.Config{ClientAuth: tls.RequestClientCert, MinVersion: tls.VersionTLS12}
+		r.StartTLS()
+	} else {
+		r.Start()
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+// untouched checks that the server was never connected to, so no credential
+// reached it.
+func (r *recorder) untouched(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	assert.Zero(t, r.conns, "the tenant's server was connected to")
+	assert.Empty(t, r.auth, "the tenant's server received requests, with these Authorization headers")
+	assert.Zero(t, r.certs, "the tenant's server received a client certificate")
+}
+
+// kubeconfigDoc is a kubeconfig of one cluster, user and context, with
+// the given lines added under the cluster and the user.
+func kubeconfigDoc(server, clusterLines, userLines string) string {
+	return `apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster:
+    server: ` + server + `
+` + clusterLines + `contexts:
+- name: x
+  context: {cluster: c, user: u}
+current-context: x
+users:
+- name: u
+  user:
+` + userLines
+}
+
+// remoteCluster creates a TalosCluster whose kubeconfigRef is the document.
+func remoteCluster(t *testing.T, name, doc string) *fixture {
+	t.Helper()
+	ctx := t.Context()
+	ns := "kubeconfig-" + name
+	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	require.NoError(t, env.Client.Create(ctx, env.SecretsBundleSecret(ns, "talos-secrets")))
+	require.NoError(t, env.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kubeconfig"},
+		Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte(doc)},
+	}))
+	cluster := &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant"},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion:  "v1.14",
+			SecretsRef:    ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"},
+			KubeconfigRef: &ichorv1alpha1.KubeconfigReference{Name: "kubeconfig"},
+			Security: ichorv1alpha1.ClusterSecurity{KubeletServingCertificates: ichorv1alpha1.KubeletServingCertificates{
+				Enabled: true,
+			}},
+		},
+	}
+	require.NoError(t, env.Client.Create(ctx, cluster))
+	return &fixture{t: t, ctx: ctx, ns: ns, cluster: cluster.Name}
+}
+
+// kubeconfigEntry is a decision-log entry of the kubeconfig rule.
+type kubeconfigEntry struct {
+	Path  string `json:"path"`
+	Input struct {
+		Cluster engine.KubeconfigCluster `json:"cluster"`
+	} `json:"input"`
+	Result engine.KubeconfigDecision `json:"result"`
+}
+
+func kubeconfigEntries(f *fixture) []kubeconfigEntry {
+	return harness.Decisions(decisionLog, func(e kubeconfigEntry) bool {
+		return e.Path == engine.PathKubeconfig && e.Input.Cluster.Namespace == f.ns && e.Input.Cluster.Name == f.cluster
+	})
+}
+
+// waitRefused waits for the cluster's condition to say the kubeconfig is
+// refused with every code, and checks the Event and the decision log.
+func (f *fixture) waitRefused(codes ...string) metav1.Condition {
+	f.t.Helper()
+	var got *metav1.Condition
+	require.Eventually(f.t, func() bool {
+		got = meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		return got != nil && got.Status == metav1.ConditionFalse && got.Reason == kubeletserving.ReasonKubeconfigRefused
+	}, wait, 100*time.Millisecond, "the kubeconfig of %s was not refused: %+v", f.ns, got)
+	for _, code := range codes {
+		assert.Contains(f.t, got.Message, code+": ")
+	}
+	require.Eventually(f.t, func() bool {
+		var list eventsv1.EventList
+		require.NoError(f.t, env.Client.List(f.ctx, &list))
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "TalosCluster" && e.Regarding.Namespace == f.ns && e.Reason == kubeletserving.ReasonKubeconfigRefused {
+				return true
+			}
+		}
+		return false
+	}, wait, 200*time.Millisecond, "no KubeconfigRefused Event on %s", f.ns)
+	entries := kubeconfigEntries(f)
+	require.NotEmpty(f.t, entries)
+	last := entries[len(entries)-1]
+	assert.False(f.t, last.Result.Allowed)
+	assert.Subset(f.t, last.Result.Reasons.Codes(), codes)
+	return *got
+}
+
+// Each way a kubeconfig could make the manager act for a tenant is refused
+// on its fields, and the server it names is never connected to.
+func TestKubeconfigRefusedOnItsFieldsConnectsToNothing(t *testing.T) {
+	dir := t.TempDir()
+	// The manager's own token, as a file the tenant names.
+	token := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(token, []byte("the-managers-own-token"), 0o600))
+	// A client certificate and key the manager holds.
+	user, err := env.UserConfig("the-manager")
+	require.NoError(t, err)
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	require.NoError(t, os.WriteFile(certFile, user.CertData, 0o600))
+	require.NoError(t, os.WriteFile(keyFile, user.KeyData, 0o600))
+	marker := filepath.Join(dir, "exec-ran")
+	data := "    token: tenant-token\n"
+
+	cases := []struct {
+		name                  string
+		cluster, user         string
+		codes                 []string
+		proxy, plain, unknown bool
+	}{
+		{name: "tokenfile", user: "    tokenFile: " + token + "\n", codes: []string{"PathField", "CredentialsMissing"}},
+		{name: "cert-paths", user: "    client-certificate: " + certFile + "\n    client-key: " + keyFile + "\n", codes: []string{"PathField"}},
+		{name: "ca-path", cluster: "    certificate-authority: " + certFile + "\n", user: data, codes: []string{"PathField"}},
+		{name: "exec", user: "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n      args: [-c, 'touch " + marker + "']\n      interactiveMode: Never\n", codes: []string{"ExecPlugin"}},
+		{name: "auth-provider", user: "    auth-provider:\n      name: oidc\n      config: {id-token: stolen, idp-issuer-url: 'https://issuer.invalid'}\n", codes: []string{"AuthProvider"}},
+		{name: "proxy-url", user: data, codes: []string{"ProxyURL"}, proxy: true},
+		{name: "insecure", cluster: "    insecure-skip-tls-verify: true\n", user: data, codes: []string{"InsecureSkipTLSVerify"}},
+		{name: "impersonation", user: data + "    as: system:admin\n    as-groups: [system:masters]\n", codes: []string{"Impersonation"}},
+		{name: "unknown-field", user: data + "    tokenfile: " + token + "\n", codes: []string{"UnknownField"}},
+		{name: "plain-http", user: data, codes: []string{"ServerNotHTTPS"}, plain: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			server := newRecorder(t, !c.plain)
+			clusterLines := c.cluster
+			proxy := newRecorder(t, false)
+			if c.proxy {
+				clusterLines += "    proxy-url: " + proxy.URL + "\n"
+			}
+			if !c.plain && !strings.Contains(c.cluster, "insecure") {
+				clusterLines += "    certificate-authority-data: " + base64.StdEncoding.EncodeToString(pemOf(server.Certificate().Raw)) + "\n"
+			}
+			// Checked even when the refusal never comes: what reached the
+			// tenant's servers is the attack.
+			t.Cleanup(func() {
+				server.untouched(t)
+				proxy.untouched(t)
+				assert.NoFileExists(t, marker, "the exec command ran in the manager")
+			})
+			f := remoteCluster(t, c.name, kubeconfigDoc(server.URL, clusterLines, c.user))
+			cond := f.waitRefused(c.codes...)
+			assert.NotContains(t, cond.Message, "the-managers-own-token")
+		})
+	}
+}
+
+// A kubeconfig is judged once per content: another reconcile of the cluster
+// logs no new decision, and a new content is judged again.
+func TestKubeconfigIsJudgedOncePerContent(t *testing.T) {
+	server := newRecorder(t, true)
+	f := remoteCluster(t, "once", kubeconfigDoc(server.URL, "", "    tokenFile: /etc/hostname\n"))
+	f.waitRefused("PathField")
+	require.Len(t, kubeconfigEntries(f), 1)
+
+	// A change of the cluster reconciles it again; its condition follows
+	// the new generation.
+	c := f.get()
+	c.Spec.TalosVersion = "v1.15"
+	require.NoError(t, env.Client.Update(f.ctx, c))
+	require.Eventually(t, func() bool {
+		c := f.get()
+		got := meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		return got != nil && got.ObservedGeneration == c.Generation
+	}, wait, 100*time.Millisecond)
+	assert.Len(t, kubeconfigEntries(f), 1, "the same kubeconfig was judged again")
+
+	// Another content is judged.
+	var s corev1.Secret
+	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "kubeconfig"}, &s))
+	s.Data[ichorv1alpha1.DefaultKubeconfigKey] = []byte(kubeconfigDoc(server.URL, "", "    exec: {command: /bin/true, apiVersion: client.authentication.k8s.io/v1}\n"))
+	require.NoError(t, env.Client.Update(f.ctx, &s))
+	require.Eventually(t, func() bool {
+		got := meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		return got != nil && strings.Contains(got.Message, "ExecPlugin")
+	}, wait, 200*time.Millisecond)
+	assert.Len(t, kubeconfigEntries(f), 2)
+	server.untouched(t)
+}
+
+// Two contexts and no current-context: which is meant is a guess.
+func TestKubeconfigWithTwoContextsAndNoCurrentIsRefused(t *testing.T) {
+	server := newRecorder(t, true)
+	doc := strings.Replace(kubeconfigDoc(server.URL, "", "    token: t\n"), "current-context: x\n", "", 1)
+	doc = strings.Replace(doc, "contexts:\n", "contexts:\n- name: second\n  context: {cluster: c, user: u}\n", 1)
+	f := remoteCluster(t, "two-contexts", doc)
+	f.waitRefused("ContextAmbiguous")
+	server.untouched(t)
+}
+
+// The API server the manager runs against, named by another name and with
+// credentials given as data, is refused: only --local-clusters names the
+// clusters that judge it. Its credential never reaches the decision log.
+func TestKubeconfigOfTheManagersOwnAPIServerIsRefused(t *testing.T) {
+	for name, doc := range map[string]string{
+		"as-is":      string(env.AdminKubeconfig),
+		"other-name": strings.Replace(string(env.AdminKubeconfig), "127.0.0.1", "localhost", 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.Contains(t, doc, "client-key-data")
+			f := remoteCluster(t, "local-"+name, doc)
+			f.waitRefused("ServerIsLocal")
+			entries := kubeconfigEntries(f)
+			require.Len(t, entries, 2, "one decision on the document, one on its server")
+			assert.True(t, entries[0].Result.CheckIdentity)
+			b, err := json.Marshal(harness.Decisions(decisionLog, func(e json.RawMessage) bool { return strings.Contains(string(e), f.ns) }))
+			require.NoError(t, err)
+			assert.NotContains(t, string(b), base64.StdEncoding.EncodeToString(env.Config.KeyData))
+		})
+	}
+}
+
+func pemOf(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}

@@ -1,0 +1,148 @@
+package kubeconfig
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// Identity is what the server of a kubeconfig is, found by a TLS handshake
+// that sends no credential and no request: whether it presents the key of
+// the API server the manager runs against, and whether its certificate
+// chains to that API server's CA. A server that does either is the manager's
+// own API server, or one its cluster's CA vouches for, whatever its URL.
+type Identity struct {
+	// SameKeyAsLocal is whether its certificate's public key is the local
+	// API server's.
+	SameKeyAsLocal bool `json:"same_key_as_local"`
+	// VerifiesWithLocalCA is whether its certificate chain verifies against
+	// the CA the manager trusts its own API server with (host names aside).
+	VerifiesWithLocalCA bool `json:"verifies_with_local_ca"`
+	// LocalCAKnown is whether the manager has a CA of its own API server to
+	// verify against (none when it trusts the system's roots).
+	LocalCAKnown bool `json:"local_ca_known"`
+}
+
+// ProbeTimeout bounds the handshake with a server.
+const ProbeTimeout = 10 * time.Second
+
+// Local is the identity of the API server the manager runs against: its
+// serving key, read once by a handshake, and its CA.
+type Local struct {
+	// Config is the manager's own client configuration.
+	Config *rest.Config
+
+	mu    sync.Mutex
+	key   []byte
+	roots *x509.CertPool
+}
+
+func (l *Local) load(ctx context.Context) ([]byte, *x509.CertPool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.key != nil {
+		return l.key, l.roots, nil
+	}
+	if l.Config == nil {
+		return nil, nil, errors.New("the manager's own API server is not known")
+	}
+	cfg := rest.CopyConfig(l.Config)
+	// The in-cluster configuration names its CA by file.
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		return nil, nil, fmt.Errorf("the CA of the manager's own API server: %w", err)
+	}
+	var roots *x509.CertPool
+	if len(cfg.CAData) > 0 {
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(cfg.CAData) {
+			return nil, nil, errors.New("the CA of the manager's own API server holds no certificate")
+		}
+	}
+	certs, err := handshake(ctx, cfg.Host, cfg.ServerName)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the manager's own API server: %w", err)
+	}
+	key, err := x509.MarshalPKIXPublicKey(certs[0].PublicKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the manager's own API server's key: %w", err)
+	}
+	l.key, l.roots = key, roots
+	return key, roots, nil
+}
+
+// Probe finds the identity of the server of the document's context in use
+// (the rule must have allowed its fields first). An error is a server that
+// could not be reached: nothing can be said of it.
+func (l *Local) Probe(ctx context.Context, d *Document) (Identity, error) {
+	if l == nil {
+		return Identity{}, errors.New("the manager's own API server is not known, so no server can be told apart from it")
+	}
+	if d.cluster == nil {
+		return Identity{}, errors.New("the kubeconfig has no cluster in use")
+	}
+	localKey, roots, err := l.load(ctx)
+	if err != nil {
+		return Identity{}, err
+	}
+	certs, err := handshake(ctx, d.cluster.Server, d.cluster.TLSServerName)
+	if err != nil {
+		return Identity{}, fmt.Errorf("the server of the kubeconfig: %w", err)
+	}
+	id := Identity{LocalCAKnown: roots != nil}
+	if key, err := x509.MarshalPKIXPublicKey(certs[0].PublicKey); err == nil {
+		id.SameKeyAsLocal = bytes.Equal(key, localKey)
+	}
+	if roots != nil {
+		inter := x509.NewCertPool()
+		for _, c := range certs[1:] {
+			inter.AddCert(c)
+		}
+		_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+		id.VerifiesWithLocalCA = err == nil
+	}
+	return id, nil
+}
+
+// handshake is the certificates a TLS server presents. Nothing is trusted
+// and nothing is sent but the handshake: no client certificate, no request.
+func handshake(ctx context.Context, server, serverName string) ([]*x509.Certificate, error) {
+	u, err := url.Parse(server)
+	if err != nil {
+		return nil, fmt.Errorf("server URL: %w", err)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "443")
+	}
+	if serverName == "" {
+		serverName = u.Hostname()
+	}
+	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+	defer cancel()
+	d := tls.Dialer{Config: &tls.Config{
+		ServerName: serverName,
+		// The certificates are looked at, not trusted: the handshake only
+		// says what the server is.
+		InsecureSkipVerify: true, //nolint:gosec // G402: nothing is sent over this connection
+		MinVersion:         tls.VersionTLS12,
+	}}
+	conn, err := d.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return nil, fmt.Errorf("TLS handshake with %s: %w", host, err)
+	}
+	defer func() { _ = conn.Close() }()
+	certs := conn.(*tls.Conn).ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return nil, fmt.Errorf("TLS handshake with %s: no certificate", host)
+	}
+	return certs, nil
+}
