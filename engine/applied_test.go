@@ -2,9 +2,12 @@ package engine_test
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 	"github.com/ichor-dev/ichor-policy/internal/version"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
@@ -46,4 +50,47 @@ func TestRecordAppliedLogsTheRecord(t *testing.T) {
 	require.Len(t, read, 1)
 	assert.Equal(t, decisionlog.PathApplied, read[0].Path)
 	assert.Empty(t, decisionlog.InEffect(read), "a record is not a verdict")
+}
+
+// TestTheDecisionCounterTellsRecordsFromDecisions: a record that a verdict
+// was applied is counted by ichor_policy_decisions_total with
+// kind="record", apart from the verdict (kind="decision"): a rate of
+// approvals over kind="decision" counts each approval once, not twice.
+func TestTheDecisionCounterTellsRecordsFromDecisions(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics, err := engine.NewMetrics(reg)
+	require.NoError(t, err)
+	e, err := engine.New(context.Background(), engine.Options{DecisionLog: io.Discard, Metrics: metrics, ID: "test"})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	d, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
+	require.NoError(t, err)
+	require.Equal(t, engine.ActionApprove, d.Action)
+	require.NoError(t, e.RecordApplied(context.Background(), d.DecisionID, "csr/csr-worker-1", d.Action))
+
+	got, err := testutil.GatherAndCount(reg, "ichor_policy_decisions_total")
+	require.NoError(t, err)
+	assert.Equal(t, 2, got, "one series for the verdict, one for its record")
+	kinds := map[string]float64{}
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range families {
+		if mf.GetName() != "ichor_policy_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			kinds[labels["kind"]+" "+labels["policy"]+" "+labels["action"]] += m.GetCounter().GetValue()
+		}
+	}
+	assert.Equal(t, map[string]float64{
+		"decision " + engine.PathKubeletServing + " approve": 1,
+		"record " + engine.PathApplied + " approve":          1,
+	}, kinds)
+	assert.Equal(t, engine.KindRecord, engine.KindOf(engine.PathApplied))
+	assert.Equal(t, engine.KindDecision, engine.KindOf(engine.PathKubeletServing))
 }

@@ -30,8 +30,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_policy_decisions_total",
-			Help: "Decisions by policy, action and first reason code.",
-		}, []string{"policy", "action", "reason"}),
+			Help: "Decision-log entries by kind (decision: a rule's verdict; record: the record that a verdict was applied, path " + PathApplied + "), policy, action and first reason code. Count decisions with kind=\"decision\".",
+		}, []string{"kind", "policy", "action", "reason"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ichor_policy_decision_duration_seconds",
 			Help:    "Time to evaluate and log one decision.",
@@ -113,7 +113,24 @@ func (m *Metrics) decision(path string, result json.RawMessage, err error, d tim
 	if len(o.Reasons) > 0 {
 		reason = o.Reasons[0].Code
 	}
-	m.decisions.WithLabelValues(path, action, reason).Inc()
+	m.decisions.WithLabelValues(KindOf(path), path, action, reason).Inc()
+}
+
+// The kinds of entry ichor_policy_decisions_total counts: a verdict of a
+// rule, or the record that a verdict was carried out. A record is logged
+// like a decision (it goes through the same engine and sinks) but decides
+// nothing, so a rate of decisions counts kind="decision" only.
+const (
+	KindDecision = "decision"
+	KindRecord   = "record"
+)
+
+// KindOf is the kind of the entries logged for a path.
+func KindOf(path string) string {
+	if path == PathApplied {
+		return KindRecord
+	}
+	return KindDecision
 }
 
 func (m *Metrics) bundle(revision string, err error) {
@@ -151,7 +168,8 @@ func (m *Metrics) Disagreements(path string) prometheus.Counter {
 	return m.disagreements.WithLabelValues(path)
 }
 
-// Decisions is the decision counter of a policy, action and reason.
+// Decisions is the counter of a policy, action and reason, of the kind its
+// path logs.
 func (m *Metrics) Decisions(path, action, reason string) prometheus.Counter {
-	return m.decisions.WithLabelValues(path, action, reason)
+	return m.decisions.WithLabelValues(KindOf(path), path, action, reason)
 }

@@ -46,8 +46,9 @@ const (
 	// deleted or denied, and approvals resume.
 	ConditionKubeletServingRequests = "KubeletServingRequests"
 
-	// A TalosCluster has ConditionReady too, summing up the conditions
-	// above; see ConditionReady.
+	// A TalosCluster has ConditionReady too, which says whether Ichor
+	// serves it as configured, not how far its nodes are; see
+	// ConditionReady.
 )
 
 // Condition reasons of a TalosCluster.
@@ -82,9 +83,10 @@ const (
 	// requests it withholds.
 	ReasonTooManyPendingRequests = "TooManyPendingRequests"
 
-	// ReasonConditionsHealthy is the reason of a True ConditionReady of a
-	// TalosCluster while kubelet serving certificates are on.
-	ReasonConditionsHealthy = "ConditionsHealthy"
+	// ReasonServing is the reason of a True ConditionReady of a TalosCluster
+	// while kubelet serving certificates are on: the spec is accepted and
+	// the cluster's requests are decided, whatever the nodes' progress.
+	ReasonServing = "Serving"
 
 	// ReasonKubeletServingOff is the reason of a True ConditionReady of a
 	// TalosCluster while kubelet serving certificates are off: nothing is to
@@ -213,7 +215,7 @@ type TalosClusterStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=tcl,categories=ichor
-// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Every condition of the cluster is healthy"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Ichor serves the cluster as its spec asks (not whether every node has its certificate: see Issued)"
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1,description="Why the cluster is or is not ready"
 // +kubebuilder:printcolumn:name="Talos",type=string,JSONPath=`.spec.talosVersion`
 // +kubebuilder:printcolumn:name="Serving",type=boolean,JSONPath=`.spec.security.kubeletServingCertificates.enabled`,description="Kubelet serving certificates enabled"

@@ -60,14 +60,17 @@ const (
 	// refused; a refused request is not retried, ask again with a new
 	// request.
 	//
-	// ConditionReady of a TalosCluster sums up its other conditions for
-	// whatever reads one condition: kstatus, and with it Flux's and Argo
-	// CD's health checks. It is True while every other condition is True or
-	// absent (reason ReasonConditionsHealthy; ReasonKubeletServingOff while
-	// kubelet serving certificates are off), and False with the reason and
-	// message of the first that is not, in the order
-	// ConditionKubeletServingRequests (a person must act),
-	// ConditionKubeletServingCertificates, ConditionKubeletServingVerified.
+	// ConditionReady of a TalosCluster says whether Ichor serves the
+	// cluster as its spec asks, for whatever reads one condition (kubectl
+	// wait, kstatus, and with it Flux's and Argo CD's health checks): True
+	// once the spec of its observedGeneration is accepted (reason
+	// ReasonServing; ReasonKubeletServingOff while kubelet serving
+	// certificates are off), False only when the configuration is refused,
+	// with the reason and message of the refusal (a kubeconfigRef that cannot
+	// be read, a local cluster the operator did not name). It does not follow
+	// the nodes: a node joining, pending or denied, and a flood withheld, are
+	// ConditionKubeletServingCertificates and
+	// ConditionKubeletServingRequests, which any node can move.
 	ConditionReady = "Ready"
 )
 

@@ -2,6 +2,7 @@ package kubeletaudit
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,6 +15,10 @@ import (
 type Metrics struct {
 	audited *prometheus.GaugeVec
 	drift   *prometheus.GaugeVec
+	// lastSuccess and interval say whether the audit runs: an alert fires
+	// when the last pass that succeeded is several intervals old.
+	lastSuccess prometheus.Gauge
+	interval    prometheus.Gauge
 	// clusters are those with gauges, so that a cluster deleted since is
 	// forgotten (retain) rather than alerted on for ever.
 	clusters map[types.NamespacedName]bool
@@ -31,13 +36,37 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ichor_kubelet_serving_certificate_drift",
 			Help: "Machines whose kubelet serving certificate drifted at the cluster's last audit, by reason code (CertificateNamesNotNode, CertificateNotIssuedByClusterCA, CertificateNotForServing, CertificateNotYetValid, CertificateExpiresSoon); alert on it.",
 		}, []string{"namespace", "cluster", "reason"}),
+		// 0 until the first pass succeeds, on every replica: only the leader
+		// audits, and max() over the replicas is the leader's.
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ichor_kubelet_serving_audit_last_success_timestamp_seconds",
+			Help: "When the last kubelet serving audit pass that ended without an error (every enabled cluster, every machine decided) started, as a Unix time; 0 until one has, and on the replicas that are not the leader. Alert when it is older than a few audit intervals.",
+		}),
+		interval: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ichor_kubelet_serving_audit_interval_seconds",
+			Help: "The interval between passes of the kubelet serving audit (--kubelet-serving-audit-interval), set by the leader when it starts auditing; 0 on the others.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.audited, m.drift} {
+	for _, c := range []prometheus.Collector{m.audited, m.drift, m.lastSuccess, m.interval} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register the kubelet serving audit's metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// started records the interval of the audit the leader runs.
+func (m *Metrics) started(interval time.Duration) {
+	if m != nil {
+		m.interval.Set(interval.Seconds())
+	}
+}
+
+// succeeded records a pass, started at at, that ended without an error.
+func (m *Metrics) succeeded(at time.Time) {
+	if m != nil {
+		m.lastSuccess.Set(float64(at.UnixNano()) / 1e9)
+	}
 }
 
 // set replaces a cluster's gauges with its last audit.

@@ -55,6 +55,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 	logger := log.FromContext(ctx).WithName("kubelet-serving-audit")
 	ctx = log.IntoContext(ctx, logger)
+	r.Metrics.started(r.Interval)
 	ticker := time.NewTicker(r.Interval)
 	defer ticker.Stop()
 	for {
@@ -69,8 +70,13 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 }
 
-// Pass audits every enabled cluster once.
+// Pass audits every enabled cluster once. A pass that ends without an
+// error sets the time of the last successful audit, which an alert watches:
+// an audit that stops (no leader, a pass that hangs or fails every time)
+// would otherwise leave its last gauges in place, looking current.
 func (r *Runner) Pass(ctx context.Context) error {
+	// The pass is as recent as its start: a slow pass is no fresher.
+	start := time.Now()
 	var clusters ichorv1alpha1.TalosClusterList
 	if err := r.Client.List(ctx, &clusters); err != nil {
 		return fmt.Errorf("list TalosClusters: %w", err)
@@ -90,7 +96,11 @@ func (r *Runner) Pass(ctx context.Context) error {
 	// A cluster turned off, being deleted or gone: its gauges go, so that
 	// no alert fires for what is no longer audited.
 	r.Metrics.retain(audited)
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	r.Metrics.succeeded(start)
+	return nil
 }
 
 func (r *Runner) cluster(ctx context.Context, c *ichorv1alpha1.TalosCluster) error {

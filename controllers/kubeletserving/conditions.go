@@ -94,43 +94,48 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 	return nil
 }
 
-// readyFrom are the conditions Ready sums up, in the order a failing one is
-// named: a flood first (nothing is approved until a person acts), then
-// machines without a certificate, then verification.
-var readyFrom = []string{
-	ichorv1alpha1.ConditionKubeletServingRequests,
-	ichorv1alpha1.ConditionKubeletServingCertificates,
-	ichorv1alpha1.ConditionKubeletServingVerified,
-}
-
 // maxConditionMessage is metav1.Condition's limit on a message.
 const maxConditionMessage = 32768
 
-// setReady sets Ready from the other conditions, for the tools that read one
-// condition (kstatus, and Flux's and Argo CD's health checks through it), and
-// records the generation it was computed from, which kstatus compares with
+// progressReasons are the reasons of a False KubeletServingCertificates that
+// say how far the nodes are, not that the cluster is served otherwise than
+// configured: a node joining, a node the rule left pending or denied. Any
+// other reason (the kubeconfigRef unreadable, a local cluster the operator
+// did not name, or a refusal added later) is a refusal of the configuration.
+var progressReasons = map[string]bool{
+	ichorv1alpha1.ReasonMachinesPending: true,
+}
+
+// setReady sets Ready, for the tools that read one condition (kubectl wait,
+// kstatus, and Flux's and Argo CD's health checks through it), and records
+// the generation it was computed from, which kstatus compares with
 // metadata.generation before it believes any condition.
+//
+// Ready says whether Ichor serves the cluster as its spec asks: True once
+// the spec of this generation is accepted and its requests are being
+// decided, False only when the configuration is refused. It never follows
+// the nodes: a node joining, a request left pending, a node denied for
+// ever, a flood withheld are what KubeletServingCertificates and
+// KubeletServingRequests say. Were Ready to follow them, every node join
+// would stall kubectl wait and GitOps health checks, and whoever may create
+// a CSR (any node, a flood) could turn the cluster unhealthy at will.
 func setReady(cluster *ichorv1alpha1.TalosCluster) {
 	ready := metav1.Condition{
 		Type:               ichorv1alpha1.ConditionReady,
 		Status:             metav1.ConditionTrue,
-		Reason:             ichorv1alpha1.ReasonConditionsHealthy,
-		Message:            "kubelet serving certificates: every condition is healthy",
+		Reason:             ichorv1alpha1.ReasonServing,
+		Message:            "kubelet serving certificates: the spec is accepted and the cluster's requests are decided; node progress is in KubeletServingCertificates",
 		ObservedGeneration: cluster.Generation,
 	}
 	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
 		ready.Reason = ichorv1alpha1.ReasonKubeletServingOff
 		ready.Message = "kubelet serving certificates are off: nothing to approve"
 	}
-	for _, t := range readyFrom {
-		c := meta.FindStatusCondition(cluster.Status.Conditions, t)
-		if c == nil || c.Status == metav1.ConditionTrue {
-			continue
-		}
+	c := meta.FindStatusCondition(cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+	if c != nil && c.Status != metav1.ConditionTrue && !progressReasons[c.Reason] {
 		ready.Status = metav1.ConditionFalse
 		ready.Reason = c.Reason
-		ready.Message = truncate(t+" is "+string(c.Status)+": "+c.Message, maxConditionMessage)
-		break
+		ready.Message = truncate("the configuration is refused: "+c.Message, maxConditionMessage)
 	}
 	meta.SetStatusCondition(&cluster.Status.Conditions, ready)
 	cluster.Status.ObservedGeneration = cluster.Generation

@@ -150,7 +150,9 @@ func TestAlertRules(t *testing.T) {
 			require.NotEmpty(t, r.Alert, "a rule that is not an alert: %+v", r)
 			alerts = append(alerts, r.Alert)
 			names := metric.FindAllString(r.Expr, -1)
-			assert.NotEmpty(t, names, "%s reads no ichor metric: %s", r.Alert, r.Expr)
+			if r.Alert != "IchorManagerAbsent" {
+				assert.NotEmpty(t, names, "%s reads no ichor metric: %s", r.Alert, r.Expr)
+			}
 			for _, n := range names {
 				assert.True(t, defined[n], "%s reads %s, which the manager does not define", r.Alert, n)
 			}
@@ -172,6 +174,7 @@ func TestAlertRules(t *testing.T) {
 	for _, want := range []string{
 		"IchorKubeletServingCSRPending", "IchorPolicyBundleRefused", "IchorDecisionLogEntriesDropped",
 		"IchorDecisionLogUploadDropped", "IchorWebhookCertificateExpiring", "IchorTalosIdentityReadsFailing",
+		"IchorManagerAbsent", "IchorKubeletServingAuditStale",
 	} {
 		assert.Contains(t, alerts, want)
 	}
@@ -189,9 +192,30 @@ func TestAlertRules(t *testing.T) {
 		t.Fatalf("no alert %s", name)
 		return rule{}
 	}
+	// The manager's absence is read from the job the chart's own
+	// ServiceMonitor scrapes: the metrics Service's name (no jobLabel).
+	defaults := alertGroups(t)
+	absent := byName(defaults, "IchorManagerAbsent")
+	assert.Equal(t, `absent(up{job="`+release+`-metrics", namespace="`+namespace+`"} == 1)`, absent.Expr)
+	assert.Equal(t, "10m", absent.For)
+	assert.Equal(t, "critical", absent.Labels["severity"])
+	sm := renderWith(t, monitoringAPIs, monitoringOn...).get(t, "ServiceMonitor", release)
+	_, hasJobLabel, _ := unstructured.NestedString(sm.Object, "spec", "jobLabel")
+	assert.False(t, hasJobLabel, "a jobLabel changes the job IchorManagerAbsent watches")
+	render(t).get(t, "Service", release+"-metrics")
+	// The audit is stale after three of its intervals by default.
+	assert.Equal(t, "time() - max(ichor_kubelet_serving_audit_last_success_timestamp_seconds) > 3 * max(ichor_kubelet_serving_audit_interval_seconds)",
+		byName(defaults, "IchorKubeletServingAuditStale").Expr)
+
 	groups := alertGroups(t, "monitoring.prometheusRule.csrPendingMinutes=45", "monitoring.prometheusRule.certificateExpiryDays=14",
-		"monitoring.prometheusRule.severity.critical=page", "monitoring.prometheusRule.additionalLabels.team=platform")
+		"monitoring.prometheusRule.severity.critical=page", "monitoring.prometheusRule.additionalLabels.team=platform",
+		"monitoring.prometheusRule.managerAbsentMinutes=20", "monitoring.prometheusRule.managerJob=kubernetes-pods",
+		"monitoring.prometheusRule.auditStaleMinutes=90")
 	assert.Equal(t, "45m", byName(groups, "IchorKubeletServingCSRPending").For)
+	assert.Equal(t, "20m", byName(groups, "IchorManagerAbsent").For)
+	assert.Contains(t, byName(groups, "IchorManagerAbsent").Expr, `up{job="kubernetes-pods", namespace="`+namespace+`"}`)
+	assert.Equal(t, "time() - max(ichor_kubelet_serving_audit_last_success_timestamp_seconds) > 90 * 60",
+		byName(groups, "IchorKubeletServingAuditStale").Expr)
 	assert.Contains(t, byName(groups, "IchorWebhookCertificateExpiring").Expr, "< 14 * 86400")
 	assert.Equal(t, "page", byName(groups, "IchorPolicyBundleRefused").Labels["severity"])
 	assert.Equal(t, "platform", byName(groups, "IchorTalosIdentityReadsFailing").Labels["team"])

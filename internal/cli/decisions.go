@@ -251,11 +251,17 @@ func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped, 
 		}
 		return errors.New("no decision read" + from + ": " + what + `; a decision-log entry is a JSON object with msg "Decision Log" (the manager's standard output) or an OPA decision-log event (what --decision-log-url receives), one a line, in JSON arrays, or gzip-compressed`)
 	}
+	// The records that a verdict was applied are entries, not decisions:
+	// counted apart, so that this count and list's and replay's agree.
+	read := plural(len(decisionlog.Verdicts(all)), "decision", "decisions")
+	if records := len(all) - len(decisionlog.Verdicts(all)); records > 0 {
+		read += " and " + plural(records, "record of an applied verdict", "records of applied verdicts")
+	}
 	switch {
 	case len(parts) > 0:
-		fmt.Fprintf(s.err, "ichor: read %s%s; %s\n", plural(len(all), "decision", "decisions"), from, what)
+		fmt.Fprintf(s.err, "ichor: read %s%s; %s\n", read, from, what)
 	case from != "":
-		fmt.Fprintf(s.err, "ichor: read %s%s\n", plural(len(all), "decision", "decisions"), from)
+		fmt.Fprintf(s.err, "ichor: read %s%s\n", read, from)
 	}
 	return nil
 }
@@ -520,12 +526,21 @@ type replayOptions struct {
 	bundle string
 	failOn []string
 	output string
+	all    bool
+}
+
+// notReplayed counts the log's entries a replay leaves out before its
+// filters: the records that a verdict was applied, which decide nothing,
+// and (without --all) the verdicts never applied, as list leaves them out.
+type notReplayed struct {
+	Records      int `json:"records"`
+	NeverApplied int `json:"never_applied"`
 }
 
 func newDecisionsReplayCommand(s streams) *cobra.Command {
 	var o replayOptions
 	cmd := &cobra.Command{
-		Use:   "replay --bundle CANDIDATE [FILE...|-] [--fail-on DIRECTION]... [filters] [-o table|json]",
+		Use:   "replay --bundle CANDIDATE [FILE...|-] [--fail-on DIRECTION]... [filters] [--all] [-o table|json]",
 		Short: "Decide every logged input again with a candidate bundle and report what would change",
 		Long: `Decide every logged decision's input again, at its rule's path, with a candidate
 bundle (a policy directory laid out like policy/, or a bundle tarball), and
@@ -539,8 +554,12 @@ report each decision that would change, grouped by direction:
 
 A decision whose action stays but whose set of reason codes changes is
 reported as "reasons changed": it is no direction, only information. The
-summary counts the unchanged decisions too. The filters of "decisions list"
-select which decisions are replayed. Replay is exact because the rules do no
+summary counts the unchanged decisions too. Replay counts what "decisions
+list" lists: the verdicts in effect. The records that a verdict was applied
+decide nothing and are never replayed; a verdict that was never applied (an
+approver met a conflict writing it and decided again) is replayed only with
+--all. The summary says how many of each were left out. The filters of
+"decisions list" select which decisions are replayed. Replay is exact because the rules do no
 I/O: the input holds every fact the decision was made on. A candidate that
 calls a builtin OPA marks non-deterministic (time.now_ns, http.send, net.*,
 rand.*, uuid.rfc4122, opa.runtime, io.jwt.decode_verify, ...) is refused
@@ -573,6 +592,7 @@ log proves nothing); 2 for a wrong flag.`,
 	f.StringVar(&o.bundle, "bundle", "", "the candidate: a policy directory or a bundle tarball (required)")
 	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit "+fmt.Sprint(ExitChanged)+" when a decision changes in this direction (repeatable): FROM-to-TO, to-STATE, from-STATE, any, reasons-changed")
 	f.StringVarP(&o.output, "output", "o", "table", "output: table, or json (one document)")
+	f.BoolVar(&o.all, "all", false, "also replay the verdicts that were never applied (an approver that met a conflict writing decided again), as list --all lists them; the records of what was applied are never replayed")
 	return cmd
 }
 
@@ -597,9 +617,17 @@ func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) e
 	if err != nil {
 		return err
 	}
-	selected := decisionlog.Filter(entries, crit)
+	// Replay counts what list counts: the verdicts in effect (every verdict
+	// with --all), never the records that one was applied.
+	verdicts := decisionlog.Verdicts(entries)
+	considered := decisionlog.InEffect(entries)
+	if o.all {
+		considered = verdicts
+	}
+	skipped := notReplayed{Records: len(entries) - len(verdicts), NeverApplied: len(verdicts) - len(considered)}
+	selected := decisionlog.Filter(considered, crit)
 	if len(selected) == 0 {
-		return fmt.Errorf("no decision to replay: %d decisions read, none selected; an empty replay proves nothing", len(entries))
+		return fmt.Errorf("no decision to replay: %d decisions read, none selected; an empty replay proves nothing", len(considered))
 	}
 	b, err := loadBundle(o.bundle)
 	if err != nil {
@@ -633,9 +661,9 @@ func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) e
 	}
 	logged := loggedRevisions(selected)
 	if o.output == "json" {
-		err = writeReplayJSON(s.out, o, rep, logged, failed)
+		err = writeReplayJSON(s.out, o, rep, logged, failed, skipped)
 	} else {
-		err = writeReplayTable(s.out, o, rep, logged)
+		err = writeReplayTable(s.out, o, rep, logged, skipped)
 	}
 	if err != nil {
 		return err
@@ -671,7 +699,7 @@ func plural(n int, one, many string) string {
 
 func noteTitle(note string) string { return strings.ReplaceAll(note, "-", " ") }
 
-func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logged []string) error {
+func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logged []string, skipped notReplayed) error {
 	fmt.Fprintf(w, "Replayed %s logged under %s against %s (revision %s).\n\n",
 		plural(rep.Replayed, "decision", "decisions"), dash(strings.Join(logged, ", ")), o.bundle, dash(rep.Revision))
 
@@ -688,6 +716,12 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 	row(tw, "unchanged", strconv.Itoa(rep.Unchanged))
 	if len(rep.Truncated) > 0 {
 		row(tw, "not replayed: input cut in the log", strconv.Itoa(len(rep.Truncated)))
+	}
+	if skipped.NeverApplied > 0 {
+		fmt.Fprintf(tw, "not replayed: verdicts never applied (--all replays them)\t%d\n", skipped.NeverApplied)
+	}
+	if skipped.Records > 0 {
+		fmt.Fprintf(tw, "not replayed: records of applied verdicts (not decisions)\t%d\n", skipped.Records)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -767,13 +801,16 @@ type replayJSON struct {
 	FailOn    []string `json:"fail_on"`
 	// Failed counts the changes per --fail-on value that matched.
 	Failed map[string]int `json:"failed"`
+	// NotReplayed counts the entries left out before the filters: they
+	// are not counted in replayed.
+	NotReplayed notReplayed `json:"not_replayed"`
 }
 
-func writeReplayJSON(w io.Writer, o replayOptions, rep decisionlog.Report, logged []string, failed map[string]int) error {
+func writeReplayJSON(w io.Writer, o replayOptions, rep decisionlog.Report, logged []string, failed map[string]int, skipped notReplayed) error {
 	out := replayJSON{
 		LoggedRevisions: logged, Replayed: rep.Replayed, Unchanged: rep.Unchanged,
 		Directions: rep.Directions, Notes: rep.Notes, Changes: []replayChangeJSON{},
-		FailOn: o.failOn, Failed: failed, Truncated: []string{},
+		FailOn: o.failOn, Failed: failed, Truncated: []string{}, NotReplayed: skipped,
 	}
 	for _, e := range rep.Truncated {
 		out.Truncated = append(out.Truncated, e.DecisionID)

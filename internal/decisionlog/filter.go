@@ -93,6 +93,19 @@ func InEffect(entries []Entry) []Entry {
 	return out
 }
 
+// Verdicts are the rules' decisions, every verdict, applied or not, without
+// the applied-verdict records (which decide nothing): what `list --all`
+// shows of decisions and `replay --all` replays.
+func Verdicts(entries []Entry) []Entry {
+	out := make([]Entry, 0, len(entries))
+	for _, e := range entries {
+		if e.Path != PathApplied {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // ValidAction reports whether a is an action word.
 func ValidAction(a string) bool { return slices.Contains(Actions, a) }
 

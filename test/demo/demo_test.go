@@ -53,9 +53,10 @@ func TestDemoTellsTheStory(t *testing.T) {
 
 	// The manager's metrics, with their labels.
 	for _, want := range []string{
-		`ichor_policy_decisions_total{action="deny",policy="ichor/kubelet_serving/decision",reason="IPNotNode"} 1`,
-		`ichor_policy_decisions_total{action="approve",policy="ichor/kubelet_serving/decision",reason="IchorKubeletServing"}`,
-		`ichor_policy_decisions_total{action="pending",policy="ichor/kubelet_serving/decision",reason="MachineUnknown"}`,
+		`ichor_policy_decisions_total{action="deny",kind="decision",policy="ichor/kubelet_serving/decision",reason="IPNotNode"} 1`,
+		`ichor_policy_decisions_total{action="approve",kind="decision",policy="ichor/kubelet_serving/decision",reason="IchorKubeletServing"}`,
+		`ichor_policy_decisions_total{action="pending",kind="decision",policy="ichor/kubelet_serving/decision",reason="MachineUnknown"}`,
+		`ichor_policy_decisions_total{action="approve",kind="record",policy="system/applied/record",reason=""}`,
 		`ichor_policy_decision_duration_seconds_bucket{policy="ichor/kubelet_serving/decision"`,
 		`ichor_policy_bundle_info{revision="sha256:`,
 		`ichor_policy_bundle_load_failures_total 0`,

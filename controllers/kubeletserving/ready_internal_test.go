@@ -1,0 +1,67 @@
+package kubeletserving
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+)
+
+// TestReadyIsFalseOnlyForARefusedConfiguration: every condition the nodes
+// move (a machine waiting, verification waiting for it, a flood withheld)
+// leaves Ready True; a refusal of the configuration, including a reason
+// this table does not know yet, makes it False with that reason.
+func TestReadyIsFalseOnlyForARefusedConfiguration(t *testing.T) {
+	cond := func(typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: reason + " message"}
+	}
+	waiting := cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, ichorv1alpha1.ReasonMachinesPending)
+	for _, tc := range []struct {
+		name       string
+		enabled    bool
+		conditions []metav1.Condition
+		status     metav1.ConditionStatus
+		reason     string
+	}{
+		{name: "off", status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonKubeletServingOff},
+		{name: "not yet looked at", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing},
+		{name: "every machine issued", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing, conditions: []metav1.Condition{
+			cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionTrue, ichorv1alpha1.ReasonAllMachinesIssued),
+		}},
+		{name: "a node joining, verification waiting", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing, conditions: []metav1.Condition{
+			waiting, cond(ichorv1alpha1.ConditionKubeletServingVerified, metav1.ConditionFalse, ichorv1alpha1.ReasonAwaitingCertificates),
+		}},
+		{name: "a flood withheld", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing, conditions: []metav1.Condition{
+			waiting, cond(ichorv1alpha1.ConditionKubeletServingRequests, metav1.ConditionFalse, ichorv1alpha1.ReasonTooManyPendingRequests),
+		}},
+		{name: "kubeconfig unreadable", enabled: true, status: metav1.ConditionFalse, reason: ReasonKubeconfigUnreadable, conditions: []metav1.Condition{
+			cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, ReasonKubeconfigUnreadable),
+		}},
+		{name: "local cluster not named", enabled: true, status: metav1.ConditionFalse, reason: ReasonLocalClusterNotNamed, conditions: []metav1.Condition{
+			cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, ReasonLocalClusterNotNamed),
+		}},
+		{name: "a refusal added later", enabled: true, status: metav1.ConditionFalse, reason: "KubeconfigRefused", conditions: []metav1.Condition{
+			cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, "KubeconfigRefused"),
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Generation: 7}}
+			c.Spec.Security.KubeletServingCertificates.Enabled = tc.enabled
+			c.Status.Conditions = tc.conditions
+			setReady(c)
+			ready := meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionReady)
+			if assert.NotNil(t, ready) {
+				assert.Equal(t, tc.status, ready.Status)
+				assert.Equal(t, tc.reason, ready.Reason)
+				assert.EqualValues(t, 7, ready.ObservedGeneration)
+				if tc.status == metav1.ConditionFalse {
+					assert.Equal(t, "the configuration is refused: "+tc.reason+" message", ready.Message)
+				}
+			}
+			assert.EqualValues(t, 7, c.Status.ObservedGeneration)
+		})
+	}
+}

@@ -1,0 +1,96 @@
+package kubeletserving_test
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+)
+
+// TestReadyFollowsTheConfigurationNotTheNodes: Ready is what kubectl wait,
+// Flux and Argo CD gate on. A node joining (its request pending until its
+// Talos API answers) and a node the rule denies for good are node progress,
+// which KubeletServingCertificates says; Ready stays True through both, for
+// the current generation. A configuration Ichor refuses (a kubeconfigRef it
+// cannot read) makes it False with the refusal's reason, and putting it
+// right makes it True again.
+func TestReadyFollowsTheConfigurationNotTheNodes(t *testing.T) {
+	f := newFixture(t, false)
+	f.machine("ready-1", "10.29.0.2")
+	k1, err := env.StartKubelet(f.ctx, harness.KubeletOptions{NodeName: "ready-1", IPs: []net.IP{net.ParseIP("10.29.0.2")}})
+	require.NoError(t, err)
+	t.Cleanup(k1.Stop)
+	f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionTrue)
+	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonServing)
+
+	// A node joins: its machine is registered and its kubelet asks before
+	// its Talos API answers, so its request is pending (NodeUnreadable).
+	joining := f.machine("ready-2", "10.29.0.3")
+	joining.SetUnavailable(true)
+	pending := submit(t, nodeClient(t, "system:node:ready-2", "system:nodes"), "ready-join",
+		csrgen.Request{Subject: csrgen.NodeSubject("ready-2"), IPs: []net.IP{net.ParseIP("10.29.0.3")}})
+	loggedPending(t, pending, "NodeUnreadable")
+	ready := f.readyWhen(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, "ready-2")
+	assert.Equal(t, metav1.ConditionTrue, ready.Status, "a node join made Ready %s: %s", ready.Status, ready.Message)
+	assert.Equal(t, ichorv1alpha1.ReasonServing, ready.Reason)
+	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonServing)
+
+	// A node the rule denies (it asks for another node's address) stays
+	// without a certificate for ever: node progress again, not a fault of
+	// the cluster's service.
+	f.machine("ready-3", "10.29.0.4")
+	denied := submit(t, nodeClient(t, "system:node:ready-3", "system:nodes"), "ready-denied",
+		csrgen.Request{Subject: csrgen.NodeSubject("ready-3"), IPs: []net.IP{net.ParseIP("10.29.0.2")}})
+	requireDenied(t, denied, "IPNotNode")
+	ready = f.readyWhen(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, "ready-3")
+	assert.Equal(t, metav1.ConditionTrue, ready.Status, "a denied node made Ready %s: %s", ready.Status, ready.Message)
+	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonServing)
+
+	// The configuration refused: a kubeconfigRef naming a Secret that does
+	// not exist. Nothing is judged, and Ready says so for the new generation.
+	c := f.get()
+	c.Spec.KubeconfigRef = &ichorv1alpha1.KubeconfigReference{Name: "no-such-kubeconfig"}
+	require.NoError(t, env.Client.Update(f.ctx, c))
+	ready = f.waitReady(metav1.ConditionFalse, kubeletserving.ReasonKubeconfigUnreadable)
+	assert.Contains(t, ready.Message, "the configuration is refused: ")
+	assert.Contains(t, ready.Message, `"no-such-kubeconfig"`)
+
+	// Put right: served again, though two nodes still have no certificate.
+	c = f.get()
+	c.Spec.KubeconfigRef = nil
+	require.NoError(t, env.Client.Update(f.ctx, c))
+	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonServing)
+	assert.False(t, meta.IsStatusConditionTrue(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates))
+	assert.Nil(t, harness.Verdict(env.GetCSR(t, pending)), "the joining node's request is still pending")
+	assert.Equal(t, certificatesv1.CertificateDenied, decided(t, denied).Type)
+}
+
+// readyWhen waits until the condition typ has the status and its message
+// names name, and returns Ready as the same object has it: the approver
+// writes both in one status update, so this is Ready while that holds.
+func (f *fixture) readyWhen(typ string, status metav1.ConditionStatus, name string) metav1.Condition {
+	f.t.Helper()
+	var ready *metav1.Condition
+	require.Eventually(f.t, func() bool {
+		cluster := f.get()
+		c := meta.FindStatusCondition(cluster.Status.Conditions, typ)
+		if c == nil || c.Status != status || !strings.Contains(c.Message, name) || c.ObservedGeneration != cluster.Generation {
+			return false
+		}
+		ready = meta.FindStatusCondition(cluster.Status.Conditions, ichorv1alpha1.ConditionReady)
+		return ready != nil
+	}, wait, 100*time.Millisecond, "condition %s did not become %s naming %s", typ, status, name)
+	assert.Equal(f.t, f.get().Generation, ready.ObservedGeneration)
+	return *ready
+}
