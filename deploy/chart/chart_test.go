@@ -739,8 +739,13 @@ func TestLeaderElectionRole(t *testing.T) {
 // break-glass kubeconfig, and they can be left out.
 func TestShippedRoles(t *testing.T) {
 	want := map[string][]rbacv1.PolicyRule{}
-	for _, obj := range decode(t, readFile(t, filepath.Join(root(t), "deploy", "rbac", "roles.yaml"))) {
-		want[obj.GetName()] = typed[rbacv1.ClusterRole](t, obj).Rules
+	// One List, so that opa test loads every role of it.
+	list := decode(t, readFile(t, filepath.Join(root(t), "deploy", "rbac", "roles.yaml"))).get(t, "List", "")
+	items, _, err := unstructured.NestedSlice(list.Object, "items")
+	require.NoError(t, err)
+	for _, item := range items {
+		role := typed[rbacv1.ClusterRole](t, &unstructured.Unstructured{Object: item.(map[string]any)})
+		want[role.Name] = role.Rules
 	}
 	require.Len(t, want, 3)
 	objs := render(t)
