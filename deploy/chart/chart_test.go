@@ -787,10 +787,23 @@ func TestTheInvariantCatchesTheClientSignerWithoutItsApprover(t *testing.T) {
 	assert.Equal(t, "SignerNotEnabled", got[0].Code)
 }
 
-func TestSecretsAreReadCluserWideOrInTheNamespacesNamed(t *testing.T) {
+// TestSecretsAreReadInTheReleaseNamespaceOrTheNamespacesNamed: by default
+// the manager may get Secrets in the release namespace only, so that a leaked
+// token is not every cluster's CA keys; rbac.secretsNamespaces names others
+// instead, and cluster-wide is the explicit rbac.secretsClusterWide.
+func TestSecretsAreReadInTheReleaseNamespaceOrTheNamespacesNamed(t *testing.T) {
 	bound := render(t).boundRoles(t)
 	manager := bound["ClusterRole//"+release+"-manager"]
-	assert.True(t, grants(manager, "", "secrets", "get", "any-secret"), "by default the manager reads Secrets wherever a TalosCluster is")
+	assert.False(t, grants(manager, "", "secrets", "get", "any-secret"), "by default no cluster-wide get on Secrets")
+	for key, rules := range bound {
+		if strings.HasPrefix(key, "ClusterRole/") {
+			assert.False(t, grants(rules, "", "secrets", "get", "any-secret"), "%s grants get on every Secret", key)
+		}
+	}
+	rules := bound["Role/"+namespace+"/"+release+"-manager-secrets"]
+	require.NotNil(t, rules, "no Role for the clusters' Secrets in the release namespace")
+	assert.True(t, grants(rules, "", "secrets", "get", "talos-secrets"))
+	assert.False(t, grants(rules, "", "secrets", "list", ""))
 
 	objs := render(t, "rbac.secretsNamespaces={team-a,team-b}")
 	bound = objs.boundRoles(t)
@@ -802,9 +815,19 @@ func TestSecretsAreReadCluserWideOrInTheNamespacesNamed(t *testing.T) {
 		assert.True(t, grants(rules, "", "secrets", "get", "talos-secrets"))
 		assert.False(t, grants(rules, "", "secrets", "list", ""))
 	}
+	assert.Nil(t, bound["Role/"+namespace+"/"+release+"-manager-secrets"], "the namespaces named replace the release namespace")
 	// Its own Secrets are still read and written by name in its namespace.
 	own := bound["Role/"+namespace+"/"+release+"-manager"]
 	assert.True(t, grants(own, "", "secrets", "update", credential.DefaultKeySecretName))
+
+	bound = render(t, "rbac.secretsClusterWide=true").boundRoles(t)
+	assert.True(t, grants(bound["ClusterRole//"+release+"-manager"], "", "secrets", "get", "any-secret"), "cluster-wide when asked for")
+	assert.Nil(t, bound["Role/"+namespace+"/"+release+"-manager-secrets"])
+
+	out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace,
+		"--set", "rbac.secretsClusterWide=true", "--set", "rbac.secretsNamespaces={team-a}")
+	require.Error(t, err)
+	assert.Contains(t, string(out), "rbac.secretsClusterWide and rbac.secretsNamespaces exclude each other")
 }
 
 func TestAdmissionPolicyAndKeyAreInstalled(t *testing.T) {
