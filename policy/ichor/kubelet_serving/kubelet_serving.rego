@@ -105,15 +105,14 @@ approved := {
 
 # METADATA
 # title: Unparseable request
-# description: spec.request is not a PEM-encoded PKCS#10 certificate request.
+# description: |
+#   spec.request is not exactly what the signer signs: the first PEM block must be a
+#   PKCS#10 request of type CERTIFICATE REQUEST, and the only block (lib/csr's malformed).
 # custom:
 #   code: MalformedRequest
 rejected contains reason if {
-	not _request.parsed
-	reason := {
-		"code": "MalformedRequest",
-		"message": sprintf("spec.request does not parse as a certificate request: %s", [_parse_error]),
-	}
+	some problem in lib_csr.malformed(object.get(input, ["csr", "request"], {}))
+	reason := {"code": "MalformedRequest", "message": concat(" ", ["spec.request", problem])}
 }
 
 # METADATA
@@ -424,13 +423,9 @@ deny contains reason if {
 	}
 }
 
-# Why the request did not parse, and why its signature did not verify. Go always sets
-# both, but an input without them (no request at all, a hand-made input) must still
-# produce its reason: a reason that cannot be built would let the request through.
-default _parse_error := "the input holds no parse error (no request was given)"
-
-_parse_error := _request.parse_error if is_string(_request.parse_error)
-
+# Why the signature did not verify. Go always sets it, but an input without it (a
+# hand-made input) must still produce its reason: a reason that cannot be built would let
+# the request through.
 default _signature_error := "the input holds no signature error"
 
 _signature_error := _request.signature_error if is_string(_request.signature_error)
