@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -167,6 +168,7 @@ func TestTheDefaultInstallReadsNoSecretOutsideItsNamespace(t *testing.T) {
 	assert.False(t, mayGet("team-a"), "the default reads no Secret in another namespace")
 	assert.False(t, mayGet("kube-system"), "the default reads no Secret in kube-system")
 
+	require.NoError(t, c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}))
 	helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--set", "rbac.secretsNamespaces={team-a}"}, kc...)...)
 	assert.True(t, mayGet("team-a"), "a namespace named")
 	assert.False(t, mayGet("team-b"), "a namespace not named")
