@@ -439,16 +439,18 @@ func TestManagerRightsAreTheGeneratedOnes(t *testing.T) {
 			t.Fatalf("deploy/rbac/role.yaml holds a %s", obj.GetKind())
 		}
 	}
-	// With every feature on, the rights are exactly the generated ones; by
-	// default, without the client signer's approve.
-	objs := render(t, "manager.kubeletClientApprover=true")
+	// With every feature on and Secrets read cluster-wide, the rights are
+	// exactly the generated ones; by default, without the client signer's
+	// approve and without get on Secrets (a Role per namespace has it).
+	objs := render(t, "manager.kubeletClientApprover=true", "rbac.secretsClusterWide=true")
 	bound := objs.boundRoles(t)
 	assert.Equal(t, wantCluster, bound["ClusterRole//"+release+"-manager"])
-	withoutClient := slices.DeleteFunc(slices.Clone(wantCluster), func(r rbacv1.PolicyRule) bool {
-		return slices.Contains(r.ResourceNames, "kubernetes.io/kube-apiserver-client-kubelet")
+	byDefault := slices.DeleteFunc(slices.Clone(wantCluster), func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.ResourceNames, "kubernetes.io/kube-apiserver-client-kubelet") ||
+			(slices.Contains(r.Resources, "secrets") && len(r.ResourceNames) == 0)
 	})
-	require.Len(t, withoutClient, len(wantCluster)-1)
-	assert.Equal(t, withoutClient, render(t).boundRoles(t)["ClusterRole//"+release+"-manager"])
+	require.Len(t, byDefault, len(wantCluster)-2)
+	assert.Equal(t, byDefault, render(t).boundRoles(t)["ClusterRole//"+release+"-manager"])
 	if wantNamespaced == nil {
 		assert.Empty(t, objs.all("Role", release+"-manager"))
 	} else {
