@@ -24,6 +24,10 @@ const (
 // counts with.
 type KubeletServingLimits struct {
 	MaxUndecidedPerRequester int `json:"max_undecided_per_requester"`
+	// NodeUserPrefix is what a node's username starts with, before its node
+	// name (system:node:): Go counts apart the requests of a requester that
+	// is not the node the request names.
+	NodeUserPrefix string `json:"node_user_prefix"`
 	// Revision is the bundle revision the limits are of.
 	Revision string `json:"-"`
 }
@@ -37,6 +41,9 @@ func (e *Engine) KubeletServingLimits(ctx context.Context) (KubeletServingLimits
 	}
 	if out.MaxUndecidedPerRequester < 1 {
 		return KubeletServingLimits{}, fmt.Errorf("decision %s of %s gives no max_undecided_per_requester of at least 1: the bundle is broken", d.ID, d.Path)
+	}
+	if out.NodeUserPrefix == "" {
+		return KubeletServingLimits{}, fmt.Errorf("decision %s of %s gives no node_user_prefix: the bundle is broken", d.ID, d.Path)
 	}
 	out.Revision = d.Revision
 	return out, nil

@@ -146,3 +146,15 @@ func TestConcurrentDecisionsAreEachLogged(t *testing.T) {
 	}
 	assert.Len(t, ids, n)
 }
+
+// The counts of the flood guards are taken with the rule's own limits: the
+// cap of each requester's requests, and the prefix that makes a requester
+// the node a request names.
+func TestKubeletServingLimitsComeFromTheRule(t *testing.T) {
+	e, _ := newEngine(t)
+	limits, err := e.KubeletServingLimits(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, 5, limits.MaxUndecidedPerRequester)
+	assert.Equal(t, "system:node:", limits.NodeUserPrefix)
+	assert.NotEmpty(t, limits.Revision)
+}

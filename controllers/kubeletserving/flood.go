@@ -14,6 +14,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/machines"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 )
@@ -93,10 +94,22 @@ func (p *pass) requests(ctx context.Context, csr *certificatesv1.CertificateSign
 // machines of the clusters that judge it: for a cluster with kubeconfigRef,
 // its own; for the manager's API server, those of every enabled cluster the
 // operator named (LocalClusters).
+//
+// Undecided are only the requests Ichor could approve for those clusters: the
+// requester is system:node:<name>, <name> is the node name the request asks
+// for, and a machine of theirs answers to it. Every other undecided request
+// (a name no machine has: kube-controller-manager issues a client identity
+// for any name to whoever holds a bootstrap token) is counted apart, as
+// unknown, so that such names cannot hold up a real node's approval; the rule
+// says what each count weighs.
 func (p *pass) countAll(ctx context.Context) (*csrinput.Requests, error) {
 	limits, err := p.r.limits.get(ctx, p.r.Engine, p.now)
 	if err != nil {
 		return nil, fmt.Errorf("the limits of the kubelet serving rule: %w", err)
+	}
+	names, machines, err := p.judgedNodeNames(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var all certificatesv1.CertificateSigningRequestList
 	if err := p.target.reader.List(ctx, &all, client.MatchingFields{IndexUndecided: undecidedAll}, client.UnsafeDisableDeepCopy); err != nil {
@@ -105,19 +118,31 @@ func (p *pass) countAll(ctx context.Context) (*csrinput.Requests, error) {
 	// Each requester's up to the rule's limit: beyond it the rule denies
 	// them, so one node's flood does not make every node's look like one.
 	perRequester := map[string]int{}
-	undecided := 0
+	out := csrinput.Requests{Machines: machines}
 	for i := range all.Items {
-		u := all.Items[i].Spec.Username
-		if perRequester[u] < limits.MaxUndecidedPerRequester {
-			perRequester[u]++
-			undecided++
+		csr := &all.Items[i]
+		u := csr.Spec.Username
+		if perRequester[u] >= limits.MaxUndecidedPerRequester {
+			continue
+		}
+		perRequester[u]++
+		if node := p.target.names.of(csr); node != "" && names[node] && u == limits.NodeUserPrefix+node {
+			out.Undecided++
+		} else {
+			out.Unknown++
 		}
 	}
+	return &out, nil
+}
+
+// judgedNodeNames are the node names the machines of the clusters that judge
+// the pass's API server answer to, and how many machines those are.
+func (p *pass) judgedNodeNames(ctx context.Context) (map[string]bool, int, error) {
 	judges := []ichorv1alpha1.TalosCluster{*p.cluster}
 	if p.target.local {
 		var enabled ichorv1alpha1.TalosClusterList
 		if err := p.r.Client.List(ctx, &enabled, client.MatchingFields{IndexServingEnabled: "true"}); err != nil {
-			return nil, fmt.Errorf("list enabled clusters: %w", err)
+			return nil, 0, fmt.Errorf("list enabled clusters: %w", err)
 		}
 		judges = judges[:0]
 		for _, c := range enabled.Items {
@@ -126,15 +151,21 @@ func (p *pass) countAll(ctx context.Context) (*csrinput.Requests, error) {
 			}
 		}
 	}
-	machines := 0
+	names := map[string]bool{}
+	count := 0
 	for _, c := range judges {
 		var list ichorv1alpha1.TalosMachineList
 		if err := p.r.Client.List(ctx, &list, client.InNamespace(c.Namespace), client.MatchingFields{IndexCluster: c.Name}, client.UnsafeDisableDeepCopy); err != nil {
-			return nil, fmt.Errorf("count the machines of cluster %s/%s: %w", c.Namespace, c.Name, err)
+			return nil, 0, fmt.Errorf("count the machines of cluster %s/%s: %w", c.Namespace, c.Name, err)
 		}
-		machines += len(list.Items)
+		count += len(list.Items)
+		for i := range list.Items {
+			for _, n := range machines.NodeNames(&list.Items[i]) {
+				names[n] = true
+			}
+		}
 	}
-	return &csrinput.Requests{Undecided: undecided, Machines: machines}, nil
+	return names, count, nil
 }
 
 // newer reports whether a was created after b (the name breaks a tie: the

@@ -42,6 +42,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/engine/enginetest"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
@@ -644,6 +645,8 @@ type logEntry struct {
 		Machine json.RawMessage `json:"machine"`
 		// Node is the identity read from the Talos API, when one was read.
 		Node json.RawMessage `json:"node"`
+		// Requests are the counts the flood guards read.
+		Requests *csrinput.Requests `json:"requests"`
 	} `json:"input"`
 	Result  engine.CSRDecision `json:"result"`
 	Bundles map[string]struct {

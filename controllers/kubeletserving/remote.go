@@ -29,6 +29,7 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
+	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 )
 
 // ReasonKubeconfigUnreadable is the reason of a False
@@ -221,7 +222,7 @@ func (r *Reconciler) readKubeconfig(ctx context.Context, c *ichorv1alpha1.TalosC
 	}
 	var secret corev1.Secret
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: ref.Name}, &secret); err != nil {
-		return nil, fmt.Errorf("kubeconfig of cluster %s/%s: get Secret %q: %w", c.Namespace, c.Name, ref.Name, err)
+		return nil, fmt.Errorf("kubeconfig of cluster %s/%s: get Secret %q: %w", c.Namespace, c.Name, ref.Name, clustersecrets.Forbidden(err, c.Namespace))
 	}
 	data, ok := secret.Data[k]
 	if !ok {

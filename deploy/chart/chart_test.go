@@ -440,16 +440,18 @@ func TestManagerRightsAreTheGeneratedOnes(t *testing.T) {
 			t.Fatalf("deploy/rbac/role.yaml holds a %s", obj.GetKind())
 		}
 	}
-	// With every feature on, the rights are exactly the generated ones; by
-	// default, without the client signer's approve.
-	objs := render(t, "manager.kubeletClientApprover=true")
+	// With every feature on and Secrets read cluster-wide, the rights are
+	// exactly the generated ones; by default, without the client signer's
+	// approve and without get on Secrets (a Role per namespace has it).
+	objs := render(t, "manager.kubeletClientApprover=true", "rbac.secretsClusterWide=true")
 	bound := objs.boundRoles(t)
 	assert.Equal(t, wantCluster, bound["ClusterRole//"+release+"-manager"])
-	withoutClient := slices.DeleteFunc(slices.Clone(wantCluster), func(r rbacv1.PolicyRule) bool {
-		return slices.Contains(r.ResourceNames, "kubernetes.io/kube-apiserver-client-kubelet")
+	byDefault := slices.DeleteFunc(slices.Clone(wantCluster), func(r rbacv1.PolicyRule) bool {
+		return slices.Contains(r.ResourceNames, "kubernetes.io/kube-apiserver-client-kubelet") ||
+			(slices.Contains(r.Resources, "secrets") && len(r.ResourceNames) == 0)
 	})
-	require.Len(t, withoutClient, len(wantCluster)-1)
-	assert.Equal(t, withoutClient, render(t).boundRoles(t)["ClusterRole//"+release+"-manager"])
+	require.Len(t, byDefault, len(wantCluster)-2)
+	assert.Equal(t, byDefault, render(t).boundRoles(t)["ClusterRole//"+release+"-manager"])
 	if wantNamespaced == nil {
 		assert.Empty(t, objs.all("Role", release+"-manager"))
 	} else {
@@ -740,8 +742,13 @@ func TestLeaderElectionRole(t *testing.T) {
 // break-glass kubeconfig, and they can be left out.
 func TestShippedRoles(t *testing.T) {
 	want := map[string][]rbacv1.PolicyRule{}
-	for _, obj := range decode(t, readFile(t, filepath.Join(root(t), "deploy", "rbac", "roles.yaml"))) {
-		want[obj.GetName()] = typed[rbacv1.ClusterRole](t, obj).Rules
+	// One List, so that opa test loads every role of it.
+	list := decode(t, readFile(t, filepath.Join(root(t), "deploy", "rbac", "roles.yaml"))).get(t, "List", "")
+	items, _, err := unstructured.NestedSlice(list.Object, "items")
+	require.NoError(t, err)
+	for _, item := range items {
+		role := typed[rbacv1.ClusterRole](t, &unstructured.Unstructured{Object: item.(map[string]any)})
+		want[role.Name] = role.Rules
 	}
 	require.Len(t, want, 3)
 	objs := render(t)
@@ -783,10 +790,23 @@ func TestTheInvariantCatchesTheClientSignerWithoutItsApprover(t *testing.T) {
 	assert.Equal(t, "SignerNotEnabled", got[0].Code)
 }
 
-func TestSecretsAreReadCluserWideOrInTheNamespacesNamed(t *testing.T) {
+// TestSecretsAreReadInTheReleaseNamespaceOrTheNamespacesNamed: by default
+// the manager may get Secrets in the release namespace only, so that a leaked
+// token is not every cluster's CA keys; rbac.secretsNamespaces names others
+// instead, and cluster-wide is the explicit rbac.secretsClusterWide.
+func TestSecretsAreReadInTheReleaseNamespaceOrTheNamespacesNamed(t *testing.T) {
 	bound := render(t).boundRoles(t)
 	manager := bound["ClusterRole//"+release+"-manager"]
-	assert.True(t, grants(manager, "", "secrets", "get", "any-secret"), "by default the manager reads Secrets wherever a TalosCluster is")
+	assert.False(t, grants(manager, "", "secrets", "get", "any-secret"), "by default no cluster-wide get on Secrets")
+	for key, rules := range bound {
+		if strings.HasPrefix(key, "ClusterRole/") {
+			assert.False(t, grants(rules, "", "secrets", "get", "any-secret"), "%s grants get on every Secret", key)
+		}
+	}
+	rules := bound["Role/"+namespace+"/"+release+"-manager-secrets"]
+	require.NotNil(t, rules, "no Role for the clusters' Secrets in the release namespace")
+	assert.True(t, grants(rules, "", "secrets", "get", "talos-secrets"))
+	assert.False(t, grants(rules, "", "secrets", "list", ""))
 
 	objs := render(t, "rbac.secretsNamespaces={team-a,team-b}")
 	bound = objs.boundRoles(t)
@@ -798,9 +818,19 @@ func TestSecretsAreReadCluserWideOrInTheNamespacesNamed(t *testing.T) {
 		assert.True(t, grants(rules, "", "secrets", "get", "talos-secrets"))
 		assert.False(t, grants(rules, "", "secrets", "list", ""))
 	}
+	assert.Nil(t, bound["Role/"+namespace+"/"+release+"-manager-secrets"], "the namespaces named replace the release namespace")
 	// Its own Secrets are still read and written by name in its namespace.
 	own := bound["Role/"+namespace+"/"+release+"-manager"]
 	assert.True(t, grants(own, "", "secrets", "update", credential.DefaultKeySecretName))
+
+	bound = render(t, "rbac.secretsClusterWide=true").boundRoles(t)
+	assert.True(t, grants(bound["ClusterRole//"+release+"-manager"], "", "secrets", "get", "any-secret"), "cluster-wide when asked for")
+	assert.Nil(t, bound["Role/"+namespace+"/"+release+"-manager-secrets"])
+
+	out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace,
+		"--set", "rbac.secretsClusterWide=true", "--set", "rbac.secretsNamespaces={team-a}")
+	require.Error(t, err)
+	assert.Contains(t, string(out), "rbac.secretsClusterWide and rbac.secretsNamespaces exclude each other")
 }
 
 func TestAdmissionPolicyAndKeyAreInstalled(t *testing.T) {

@@ -5,14 +5,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -130,4 +133,59 @@ func certState(t *testing.T, c client.Client) (map[string][]byte, []byte) {
 	require.NoError(t, c.Get(t.Context(), types.NamespacedName{Name: webhookcerts.DefaultWebhookConfigurationName}, &vwc))
 	require.Len(t, vwc.Webhooks, 1)
 	return secret.Data, vwc.Webhooks[0].ClientConfig.CABundle
+}
+
+// TestTheDefaultInstallReadsNoSecretOutsideItsNamespace installs the chart
+// into a real API server and asks it, with SubjectAccessReviews as the
+// manager's ServiceAccount, where the manager may get Secrets: by default in
+// the release namespace only (a leaked token is not every cluster's CA keys);
+// in the namespaces rbac.secretsNamespaces names instead; anywhere only with
+// rbac.secretsClusterWide.
+func TestTheDefaultInstallReadsNoSecretOutsideItsNamespace(t *testing.T) {
+	log.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	c, kubeconfigPath := envWithHelm(t)
+	kc := []string{"--kubeconfig", kubeconfigPath, "--namespace", namespace}
+	helm(t, nil, append([]string{"install", release, chartDir(t), "--create-namespace"}, kc...)...)
+	t.Cleanup(func() {
+		_ = exec.Command(helmBinary(t), append([]string{"uninstall", release, "--ignore-not-found"}, kc...)...).Run()
+	})
+	var dep appsv1.Deployment
+	require.NoError(t, c.Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: release}, &dep))
+	manager := "system:serviceaccount:" + namespace + ":" + dep.Spec.Template.Spec.ServiceAccountName
+
+	mayGet := func(ns string) bool {
+		t.Helper()
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   manager,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: ns, Verb: "get", Resource: "secrets", Name: "talos-secrets",
+			},
+		}}
+		require.NoError(t, c.Create(t.Context(), sar))
+		return sar.Status.Allowed
+	}
+	// The API server's authorizer sees a changed role within moments, not at once.
+	becomes := func(ns string, want bool, msg string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return mayGet(ns) == want }, 30*time.Second, 200*time.Millisecond, msg)
+	}
+	becomes(namespace, true, "the default reads the clusters' Secrets in the release namespace")
+	assert.False(t, mayGet("team-a"), "the default reads no Secret in another namespace")
+	assert.False(t, mayGet("kube-system"), "the default reads no Secret in kube-system")
+
+	require.NoError(t, c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}))
+	helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--set", "rbac.secretsNamespaces={team-a}"}, kc...)...)
+	becomes("team-a", true, "a namespace named")
+	becomes(namespace, false, "the namespaces named replace the release namespace")
+	assert.False(t, mayGet("team-b"), "a namespace not named")
+
+	helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--reset-values", "--set", "rbac.secretsClusterWide=true"}, kc...)...)
+	becomes("team-b", true, "cluster-wide, asked for")
+	assert.True(t, mayGet("kube-system"), "cluster-wide, asked for")
+
+	helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--reset-values"}, kc...)...)
+	becomes("team-b", false, "back to the default, the cluster-wide grant is gone")
+	assert.False(t, mayGet("kube-system"))
+	assert.True(t, mayGet(namespace))
 }

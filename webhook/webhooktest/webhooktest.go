@@ -294,7 +294,7 @@ const ConfigurationName = "validating-webhook-configuration"
 // RequesterPolicy is the ValidatingAdmissionPolicy that pins spec.requester.
 const RequesterPolicy = "ichor-credential-requester"
 
-// ShippedRoles are the ClusterRoles of deploy/rbac/roles.yaml.
+// ShippedRoles are the ClusterRoles of deploy/rbac/roles.yaml, a List.
 func ShippedRoles() ([]rbacv1.ClusterRole, error) {
 	root, err := RepoRoot()
 	if err != nil {
@@ -304,21 +304,23 @@ func ShippedRoles() ([]rbacv1.ClusterRole, error) {
 	if err != nil {
 		return nil, err
 	}
-	var roles []rbacv1.ClusterRole
-	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
-		if strings.TrimSpace(stripComments(doc)) == "" {
-			continue
-		}
-		var role rbacv1.ClusterRole
-		if err := yaml.UnmarshalStrict([]byte(doc), &role); err != nil {
-			return nil, fmt.Errorf("webhooktest: roles.yaml: %w", err)
-		}
+	var list struct {
+		APIVersion string               `json:"apiVersion"`
+		Kind       string               `json:"kind"`
+		Items      []rbacv1.ClusterRole `json:"items"`
+	}
+	if err := yaml.UnmarshalStrict(data, &list); err != nil {
+		return nil, fmt.Errorf("webhooktest: roles.yaml: %w", err)
+	}
+	if list.Kind != "List" {
+		return nil, fmt.Errorf("webhooktest: roles.yaml: kind %q, not a List", list.Kind)
+	}
+	for _, role := range list.Items {
 		if role.Kind != "ClusterRole" {
 			return nil, fmt.Errorf("webhooktest: roles.yaml: unexpected kind %q", role.Kind)
 		}
-		roles = append(roles, role)
 	}
-	return roles, nil
+	return list.Items, nil
 }
 
 func stripComments(doc string) string {

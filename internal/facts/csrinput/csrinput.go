@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 )
@@ -44,6 +45,10 @@ type CSR struct {
 
 // Request is input.csr.request: the parsed PKCS#10 request.
 type Request struct {
+	// PEM is what spec.request holds as PEM. Parsed and what follows are of
+	// its first block, the one kube-controller-manager reads (and signs, if
+	// its type is CERTIFICATE REQUEST), whatever its type and headers.
+	PEM                PEM         `json:"pem"`
 	Parsed             bool        `json:"parsed"`
 	ParseError         string      `json:"parse_error"`
 	SignatureValid     bool        `json:"signature_valid"`
@@ -54,6 +59,25 @@ type Request struct {
 	Extensions         []Extension `json:"extensions"`
 	PublicKey          PublicKey   `json:"public_key"`
 }
+
+// PEM describes the PEM blocks of spec.request.
+type PEM struct {
+	// Blocks is how many PEM blocks there are.
+	Blocks int `json:"blocks"`
+	// Types are their types in order, the first MaxPEMTypes of them, each
+	// cut to MaxPEMTypeBytes: a type is text the requester wrote.
+	Types []string `json:"types"`
+	// Headers is how many headers the first block has. The signer reads the
+	// block's bytes, never its headers.
+	Headers int `json:"headers"`
+}
+
+// The bounds of PEM's facts, so that a request of a thousand blocks costs a
+// bounded input and log entry.
+const (
+	MaxPEMTypes     = 8
+	MaxPEMTypeBytes = 64
+)
 
 // Attribute is one subject attribute, in the order the request lists them.
 type Attribute struct {
@@ -111,6 +135,29 @@ func Build(csr *certificatesv1.CertificateSigningRequest) CSR {
 	return out
 }
 
+// describePEM counts the PEM blocks of data and lists their types.
+func describePEM(data []byte) PEM {
+	out := PEM{Types: []string{}}
+	for rest := data; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			return out
+		}
+		if out.Blocks == 0 {
+			out.Headers = len(block.Headers)
+		}
+		out.Blocks++
+		if len(out.Types) < MaxPEMTypes {
+			t := block.Type
+			if len(t) > MaxPEMTypeBytes {
+				t = t[:MaxPEMTypeBytes]
+			}
+			out.Types = append(out.Types, strings.ToValidUTF8(t, "\uFFFD"))
+		}
+	}
+}
+
 // ParseRequest describes PEM-encoded PKCS#10 bytes.
 func ParseRequest(pemBytes []byte) Request {
 	req := Request{
@@ -118,22 +165,12 @@ func ParseRequest(pemBytes []byte) Request {
 		SubjectAltNames: []SAN{},
 		Extensions:      []Extension{},
 	}
-	block, rest := pem.Decode(pemBytes)
-	switch {
-	case block == nil:
+	req.PEM = describePEM(pemBytes)
+	// The first block, as kube-controller-manager reads it: its type and
+	// headers are facts for the rule (PEM), not reasons to look no further.
+	block, _ := pem.Decode(pemBytes)
+	if block == nil {
 		req.ParseError = "no PEM block found"
-		return req
-	case block.Type != "CERTIFICATE REQUEST" && block.Type != "NEW CERTIFICATE REQUEST":
-		req.ParseError = fmt.Sprintf("PEM block is %q, not CERTIFICATE REQUEST", block.Type)
-		return req
-	case len(block.Headers) != 0:
-		req.ParseError = "PEM block has headers"
-		return req
-	}
-	// A second block would be a second request (or anything else) that the
-	// signer ignores but a person reading the object might not: refuse it.
-	if next, _ := pem.Decode(rest); next != nil {
-		req.ParseError = "more than one PEM block"
 		return req
 	}
 	csr, err := x509.ParseCertificateRequest(block.Bytes)
@@ -158,7 +195,7 @@ func ParseRequest(pemBytes []byte) Request {
 				// A partial list of names is the shape of a smuggling bypass:
 				// a name the rule never sees, that another parser reads.
 				return Request{
-					Subject: []Attribute{}, SubjectAltNames: []SAN{}, Extensions: []Extension{},
+					PEM: req.PEM, Subject: []Attribute{}, SubjectAltNames: []SAN{}, Extensions: []Extension{},
 					ParseError: "subjectAltName extension: " + err.Error(),
 				}
 			}

@@ -4,8 +4,10 @@ import (
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/json"
+	"encoding/pem"
 	"net"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -96,17 +98,14 @@ func TestBuildReportsTamperedSignature(t *testing.T) {
 }
 
 func TestBuildReportsMalformedPEM(t *testing.T) {
-	good := mustPEM(t, csrgen.Request{Subject: csrgen.NodeSubject("worker-1")})
 	for name, tc := range map[string]struct {
 		in   []byte
 		want string
 	}{
-		"empty":        {nil, "no PEM block found"},
-		"not PEM":      {[]byte("hello"), "no PEM block found"},
-		"wrong type":   {[]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"), `PEM block is "CERTIFICATE", not CERTIFICATE REQUEST`},
-		"garbage DER":  {[]byte("-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"), "asn1: structure error"},
-		"two requests": {append(append([]byte{}, good...), good...), "more than one PEM block"},
-		"headers":      {[]byte("-----BEGIN CERTIFICATE REQUEST-----\nProc-Type: 4,ENCRYPTED\n\nAAAA\n-----END CERTIFICATE REQUEST-----\n"), "PEM block has headers"},
+		"empty":       {nil, "no PEM block found"},
+		"not PEM":     {[]byte("hello"), "no PEM block found"},
+		"a cert":      {[]byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"), "asn1: structure error"},
+		"garbage DER": {[]byte("-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"), "asn1: structure error"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			req := csrinput.ParseRequest(tc.in)
@@ -119,7 +118,53 @@ func TestBuildReportsMalformedPEM(t *testing.T) {
 			assert.Contains(t, string(b), `"subject":[]`)
 			assert.Contains(t, string(b), `"subject_alt_names":[]`)
 			assert.Contains(t, string(b), `"extensions":[]`)
+			assert.Contains(t, string(b), `"types":[`)
 		})
+	}
+}
+
+// What kube-controller-manager signs is the first PEM block, and only when its
+// type is CERTIFICATE REQUEST; its headers change nothing, and it reads no
+// further block (k8s.io/kubernetes pkg/apis/certificates/v1.ParseCSR). The
+// facts say all of it, and the rules decide: the first block is parsed
+// whatever its type, its headers and what follows.
+func TestBuildDescribesThePEMBlocksAndParsesTheFirst(t *testing.T) {
+	good := mustPEM(t, csrgen.Request{Subject: csrgen.NodeSubject("worker-1")})
+	block, _ := pem.Decode(good)
+	require.NotNil(t, block)
+	withType := func(typ string, headers map[string]string) []byte {
+		return pem.EncodeToMemory(&pem.Block{Type: typ, Headers: headers, Bytes: block.Bytes})
+	}
+	for name, tc := range map[string]struct {
+		in   []byte
+		want csrinput.PEM
+	}{
+		"one request":             {good, csrinput.PEM{Blocks: 1, Types: []string{"CERTIFICATE REQUEST"}}},
+		"new certificate request": {withType("NEW CERTIFICATE REQUEST", nil), csrinput.PEM{Blocks: 1, Types: []string{"NEW CERTIFICATE REQUEST"}}},
+		"headers":                 {withType("CERTIFICATE REQUEST", map[string]string{"Proc-Type": "4,ENCRYPTED", "X": "y"}), csrinput.PEM{Blocks: 1, Types: []string{"CERTIFICATE REQUEST"}, Headers: 2}},
+		"two requests":            {append(append([]byte{}, good...), withType("CERTIFICATE", nil)...), csrinput.PEM{Blocks: 2, Types: []string{"CERTIFICATE REQUEST", "CERTIFICATE"}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			req := csrinput.ParseRequest(tc.in)
+			assert.True(t, req.Parsed, req.ParseError)
+			assert.True(t, req.SignatureValid, req.SignatureError)
+			assert.Equal(t, tc.want, req.PEM)
+		})
+	}
+}
+
+// A thousand blocks, of long types, cost a bounded input.
+func TestPEMFactsAreBounded(t *testing.T) {
+	var in []byte
+	long := strings.Repeat("X", 1000)
+	for range 1000 {
+		in = append(in, pem.EncodeToMemory(&pem.Block{Type: long, Bytes: []byte{1}})...)
+	}
+	req := csrinput.ParseRequest(in)
+	assert.Equal(t, 1000, req.PEM.Blocks)
+	require.Len(t, req.PEM.Types, csrinput.MaxPEMTypes)
+	for _, typ := range req.PEM.Types {
+		assert.Len(t, typ, csrinput.MaxPEMTypeBytes)
 	}
 }
 
@@ -197,7 +242,7 @@ func TestBuildNeverReturnsNilLists(t *testing.T) {
 	require.NoError(t, err)
 	assert.JSONEq(t, `{
 		"name": "", "signer_name": "", "username": "", "uid": "", "groups": [], "extra": {}, "usages": [],
-		"request": {"parsed": false, "parse_error": "no PEM block found", "signature_valid": false, "signature_error": "",
+		"request": {"pem": {"blocks": 0, "types": [], "headers": 0}, "parsed": false, "parse_error": "no PEM block found", "signature_valid": false, "signature_error": "",
 		  "signature_algorithm": "", "subject": [], "subject_alt_names": [], "extensions": [], "public_key": {"algorithm": ""}}
 	}`, string(b))
 }

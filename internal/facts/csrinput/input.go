@@ -26,9 +26,15 @@ type Requests struct {
 	FromRequester int `json:"from_requester"`
 	// NewerFromRequester are those of them created after this one.
 	NewerFromRequester int `json:"newer_from_requester"`
-	// Undecided are those of every requester, each requester's counted up to
-	// the rule's max_undecided_per_requester (the rest it denies).
+	// Undecided are those Ichor could approve for the clusters that judge
+	// this API server (the requester is system:node:<name>, <name> is the
+	// request's node name and one of their machines answers to it), each
+	// requester's counted up to the rule's max_undecided_per_requester (the
+	// rest it denies).
 	Undecided int `json:"undecided"`
+	// Unknown are every other undecided request (a node name no machine of
+	// theirs has, or a requester that is not that node), counted the same way.
+	Unknown int `json:"unknown"`
 	// Machines are the machines of the clusters that judge this API server.
 	Machines int `json:"machines"`
 }

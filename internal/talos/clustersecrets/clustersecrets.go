@@ -17,6 +17,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"go.yaml.in/yaml/v4"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -49,7 +50,7 @@ func Load(ctx context.Context, reader client.Reader, cluster *ichorv1alpha1.Talo
 	}
 	var secret corev1.Secret
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: ref.Name}, &secret); err != nil {
-		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: get Secret %q: %w", cluster.Namespace, cluster.Name, ref.Name, err)
+		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: get Secret %q: %w", cluster.Namespace, cluster.Name, ref.Name, Forbidden(err, cluster.Namespace))
 	}
 	data, ok := secret.Data[key]
 	if !ok {
@@ -66,6 +67,19 @@ func Load(ctx context.Context, reader client.Reader, cluster *ichorv1alpha1.Talo
 		}
 	}
 	return out, nil
+}
+
+// Forbidden adds to an error of reading a cluster's Secret, when the API
+// server refused the manager the read, what grants it: the chart gives the
+// manager get on Secrets only in the namespaces rbac.secretsNamespaces names
+// (the release namespace by default), so a cluster elsewhere is unreadable
+// until a person names its namespace. Any other error is returned as it is.
+func Forbidden(err error, namespace string) error {
+	if !apierrors.IsForbidden(err) {
+		return err
+	}
+	return fmt.Errorf("%w (the manager may not read Secrets in namespace %q: with the Helm chart, add it to "+
+		"rbac.secretsNamespaces, whose default is the release namespace only; see docs/hardening.md)", err, namespace)
 }
 
 // Parse reads a secrets bundle as `talosctl gen secrets` writes it, and checks

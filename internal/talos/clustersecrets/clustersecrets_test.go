@@ -2,6 +2,7 @@ package clustersecrets_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -10,9 +11,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
@@ -82,4 +87,30 @@ func TestLoadReadsCurrentAndPrevious(t *testing.T) {
 	cluster.Spec.SecretsRef.Name = "absent"
 	_, err = clustersecrets.Load(context.Background(), c, cluster)
 	assert.ErrorContains(t, err, `get Secret "absent"`)
+}
+
+// A cluster in a namespace where the chart gave the manager no get on
+// Secrets fails with the API server's Forbidden, and says which value grants
+// the read; any other failure is left as it is.
+func TestLoadSaysWhichValueGrantsAForbiddenRead(t *testing.T) {
+	cluster := &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "demo"},
+		Spec:       ichorv1alpha1.TalosClusterSpec{SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"}},
+	}
+	refuse := func(err error) client.Reader {
+		return fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
+			Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+				return err
+			},
+		}).Build()
+	}
+	forbidden := apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "talos-secrets", errors.New("RBAC: access denied"))
+	_, err := clustersecrets.Load(context.Background(), refuse(forbidden), cluster)
+	require.Error(t, err)
+	assert.True(t, apierrors.IsForbidden(err), "still the API server's Forbidden")
+	assert.Contains(t, err.Error(), `the manager may not read Secrets in namespace "team-a": with the Helm chart, add it to rbac.secretsNamespaces`)
+
+	_, err = clustersecrets.Load(context.Background(), refuse(apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, "talos-secrets")), cluster)
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "rbac.secretsNamespaces")
 }

@@ -50,3 +50,32 @@ test_sound_keys_are_recognized if {
 		_decide(_set("/csr/request/public_key", key)).action == "approve"
 	}
 }
+
+# What kube-controller-manager signs is the first PEM block, and only a CERTIFICATE
+# REQUEST: its approver recognizes nothing in a NEW CERTIFICATE REQUEST (sarapprove's
+# own cases), and neither does this rule.
+test_a_new_certificate_request_block_is_not_recognized if {
+	d := _decide(_set("/csr/request/pem/types", ["NEW CERTIFICATE REQUEST"]))
+	d.action == "pending"
+	[r.code | some r in d.reasons] == ["MalformedRequest"]
+	d.reasons[0].message == concat("", [
+		"not recognized: spec.request is a PEM block of type \"NEW CERTIFICATE REQUEST\"; ",
+		"kube-controller-manager signs only a CERTIFICATE REQUEST block",
+	])
+}
+
+test_pem_headers_change_nothing if {
+	_decide(_set("/csr/request/pem/headers", 2)).action == "approve"
+}
+
+test_a_second_pem_block_is_not_recognized if {
+	d := _decide(_set("/csr/request/pem", {"blocks": 2, "types": ["CERTIFICATE REQUEST", "CERTIFICATE"], "headers": 0}))
+	d.action == "pending"
+	[r.code | some r in d.reasons] == ["MalformedRequest"]
+	startswith(d.reasons[0].message, "not recognized: spec.request holds 2 PEM blocks")
+}
+
+# A decision logged before Go described the PEM replays as it was decided.
+test_an_input_without_pem_facts_is_judged_on_the_rest if {
+	_decide([{"op": "remove", "path": "/csr/request/pem"}]).action == "approve"
+}

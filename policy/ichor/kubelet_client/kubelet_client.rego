@@ -87,19 +87,18 @@ approved := {
 # METADATA
 # title: Unparseable request
 # description: |
-#   spec.request is not a PEM-encoded PKCS#10 certificate request; kube-controller-manager
-#   recognizes nothing in it either. The subject checks are not reported, since there is no
-#   subject to check.
+#   spec.request is not exactly what kube-controller-manager signs, so it recognizes nothing
+#   in it either: its approver and signer read the first PEM block, which must be a PKCS#10
+#   request of type CERTIFICATE REQUEST (not NEW CERTIFICATE REQUEST; its headers change
+#   nothing), and this rule also refuses a further block (lib/csr's malformed). The subject
+#   checks are not reported for a request that does not parse, since there is no subject.
 # custom:
 #   code: MalformedRequest
 unrecognized contains reason if {
-	not _request.parsed
+	some problem in lib_csr.malformed(object.get(input, ["csr", "request"], {}))
 	reason := {
 		"code": "MalformedRequest",
-		"message": sprintf(
-			"not recognized: spec.request does not parse as a certificate request: %s",
-			[_parse_error],
-		),
+		"message": concat(" ", ["not recognized: spec.request", problem]),
 	}
 }
 
@@ -350,13 +349,9 @@ _not_self_note := sprintf(
 	not _self_node_client
 }
 
-# Why the request did not parse, and why its signature did not verify. Go always sets
-# both, but an input without them (no request at all, a hand-made input) must still
-# produce its reason: a reason that cannot be built would let the request through.
-default _parse_error := "the input holds no parse error (no request was given)"
-
-_parse_error := _request.parse_error if is_string(_request.parse_error)
-
+# Why the signature did not verify. Go always sets it, but an input without it (a
+# hand-made input) must still produce its reason: a reason that cannot be built would let
+# the request through.
 default _signature_error := "the input holds no signature error"
 
 _signature_error := _request.signature_error if is_string(_request.signature_error)

@@ -15,6 +15,7 @@ _good := {
 		"extra": {},
 		"usages": ["digital signature", "key encipherment", "client auth"],
 		"request": {
+			"pem": {"blocks": 1, "types": ["CERTIFICATE REQUEST"], "headers": 0},
 			"parsed": true,
 			"parse_error": "",
 			"signature_valid": true,

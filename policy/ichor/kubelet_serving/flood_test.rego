@@ -90,5 +90,13 @@ test_a_backlog_of_the_machines_own_nodes_never_withholds if {
 _without_node := object.remove(json.patch(_good, []), ["node"])
 
 test_go_learns_the_limit_it_counts_with if {
-	kubelet_serving.limits == {"max_undecided_per_requester": 5}
+	kubelet_serving.limits == {"max_undecided_per_requester": 5, "node_user_prefix": "system:node:"}
+}
+
+# Whoever holds a bootstrap token can have a node identity issued for any name, and
+# with it five undecided requests a name: requests for names no machine has are counted
+# apart, and however many they are, they withhold nothing.
+test_requests_for_names_no_machine_has_withhold_nothing if {
+	d := _decide(array.concat(_requests(1, 0, 1, 3), [{"op": "add", "path": "/requests/unknown", "value": 100000}]))
+	d.action == "approve"
 }

@@ -21,10 +21,10 @@
 #   (the identity read from the Talos API, absent if it was not read) and input.requests
 #   (counts Go takes from its cache: from_requester, the undecided kubelet serving
 #   requests of this request's requester, this one included; newer_from_requester, how
-#   many of those are newer; undecided, those of every requester, each requester's
-#   counted up to the limits' max_undecided_per_requester, since the rest are denied
-#   anyway; machines, the machines of the clusters that judge this API server; absent
-#   counts are zero).
+#   many of those are newer; undecided, those whose requester is the node a machine of the
+#   clusters judging this API server answers to, and unknown, every other, each requester's
+#   counted up to the limits' max_undecided_per_requester since the rest are denied anyway;
+#   machines, the machines of those clusters; absent counts are zero).
 package ichor.kubelet_serving
 
 import data.ichor.lib.csr as lib_csr
@@ -59,12 +59,17 @@ else := _verdict("approve", {approved})
 # METADATA
 # title: Kubelet serving limits
 # description: |
-#   What Go needs from the tables before it counts: {"max_undecided_per_requester": n}.
-#   Go counts each requester's undecided requests up to n into input.requests.undecided, so
-#   that one node's flood, which the rule denies beyond n, does not make the API server look
-#   flooded to every other node.
+#   What Go needs from the tables before it counts: {"max_undecided_per_requester": n,
+#   "node_user_prefix": p}. Go counts each requester's undecided requests up to n, so that
+#   one node's flood, which the rule denies beyond n, does not make the API server look
+#   flooded to every other node; into input.requests.undecided when the requester is p
+#   followed by the request's node name and a machine answers to that name, into
+#   input.requests.unknown otherwise.
 # entrypoint: true
-limits := {"max_undecided_per_requester": _config.max_undecided_per_requester}
+limits := {
+	"max_undecided_per_requester": _config.max_undecided_per_requester,
+	"node_user_prefix": _config.node_user_prefix,
+}
 
 # METADATA
 # title: Kubelet serving rejection
@@ -100,15 +105,14 @@ approved := {
 
 # METADATA
 # title: Unparseable request
-# description: spec.request is not a PEM-encoded PKCS#10 certificate request.
+# description: |
+#   spec.request is not exactly what the signer signs: the first PEM block must be a
+#   PKCS#10 request of type CERTIFICATE REQUEST, and the only block (lib/csr's malformed).
 # custom:
 #   code: MalformedRequest
 rejected contains reason if {
-	not _request.parsed
-	reason := {
-		"code": "MalformedRequest",
-		"message": sprintf("spec.request does not parse as a certificate request: %s", [_parse_error]),
-	}
+	some problem in lib_csr.malformed(object.get(input, ["csr", "request"], {}))
+	reason := {"code": "MalformedRequest", "message": concat(" ", ["spec.request", problem])}
 }
 
 # METADATA
@@ -157,11 +161,14 @@ rejected contains reason if {
 # METADATA
 # title: Too many undecided requests
 # description: |
-#   The API server holds more undecided kubelet serving requests than its machines explain:
-#   more than max_undecided_per_machine per machine of the clusters judging it, and more
-#   than min_undecided_allowance in all. Nothing is approved until a person has looked (the
-#   cluster's condition KubeletServingRequests says so, and the metric
-#   ichor_kubelet_serving_flood_guard); requests that fail a check are still denied.
+#   The API server holds more undecided requests that Ichor could approve (those of a node
+#   a machine judging it answers to) than its machines explain: more than
+#   max_undecided_per_machine per machine, and more than min_undecided_allowance in all.
+#   Nothing is approved until a person has looked (the condition KubeletServingRequests,
+#   the metric ichor_kubelet_serving_flood_guard); requests that fail a check are still
+#   denied. Requests for names no machine has (input.requests.unknown) do not count: a
+#   bootstrap token gets a node identity for any name, and such names must not hold up a
+#   real node. Each is left pending (MachineUnknown) with one decision.
 # custom:
 #   code: TooManyPendingRequests
 withheld contains reason if {
@@ -416,13 +423,9 @@ deny contains reason if {
 	}
 }
 
-# Why the request did not parse, and why its signature did not verify. Go always sets
-# both, but an input without them (no request at all, a hand-made input) must still
-# produce its reason: a reason that cannot be built would let the request through.
-default _parse_error := "the input holds no parse error (no request was given)"
-
-_parse_error := _request.parse_error if is_string(_request.parse_error)
-
+# Why the signature did not verify. Go always sets it, but an input without it (a
+# hand-made input) must still produce its reason: a reason that cannot be built would let
+# the request through.
 default _signature_error := "the input holds no signature error"
 
 _signature_error := _request.signature_error if is_string(_request.signature_error)

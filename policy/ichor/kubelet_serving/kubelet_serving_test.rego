@@ -13,6 +13,7 @@ _good := {
 		"extra": {},
 		"usages": ["digital signature", "server auth"],
 		"request": {
+			"pem": {"blocks": 1, "types": ["CERTIFICATE REQUEST"], "headers": 0},
 			"parsed": true,
 			"parse_error": "",
 			"signature_valid": true,
@@ -424,4 +425,23 @@ test_weak_keys_are_denied if {
 test_a_weak_key_message_names_the_key if {
 	d := _decide(_set("/csr/request/public_key", {"algorithm": "RSA", "bits": 1024}))
 	startswith(d.reasons[0].message, `public key "RSA 1024-bit" is not allowed`)
+}
+
+# The signer signs the first PEM block, and only a CERTIFICATE REQUEST: anything else is
+# denied at once, whatever the node's identity.
+test_a_new_certificate_request_block_is_malformed if {
+	d := _decide(_set("/csr/request/pem/types", ["NEW CERTIFICATE REQUEST"]))
+	d.action == "deny"
+	[r.code | some r in d.reasons] == ["MalformedRequest"]
+	startswith(d.reasons[0].message, "spec.request is a PEM block of type \"NEW CERTIFICATE REQUEST\"")
+}
+
+test_pem_headers_do_not_change_the_request if {
+	_decide(_set("/csr/request/pem/headers", 1)).action == "approve"
+}
+
+test_a_second_pem_block_is_malformed if {
+	d := _decide(_set("/csr/request/pem/blocks", 2))
+	d.action == "deny"
+	[r.code | some r in d.reasons] == ["MalformedRequest"]
 }

@@ -1,7 +1,8 @@
 # METADATA
 # title: CSR subject and usages
 # description: |
-#   What the CSR rules share about reading a request: the subject's common names and
+#   What the CSR rules share about reading a request: whether it is exactly what the
+#   signer signs, the subject's common names and
 #   organizations, the node name the subject claims, how a subject attribute is shown in a
 #   message, and whether the usages are exactly one of the sets a signer permits. Each
 #   function takes what it reads as arguments (the request as input.csr.request has it, a
@@ -53,3 +54,47 @@ usages_allowed(usages, allowed_sets) if {
 	count(usages) == count(allowed)
 	{usage | some usage in usages} == {usage | some usage in allowed}
 }
+
+# METADATA
+# title: Malformed request
+# description: |
+#   Why spec.request is not exactly a request kube-controller-manager signs, as messages
+#   that follow "spec.request"; empty when it is one. Its signer and approver read the
+#   first PEM block and take it only when its type is CERTIFICATE REQUEST (k8s.io/kubernetes
+#   pkg/apis/certificates/v1.ParseCSR): a NEW CERTIFICATE REQUEST or any other type is
+#   refused. PEM headers change nothing the signer reads and are allowed. A further block is
+#   refused: the signer never reads it, but a person or a tool reading the object might. An
+#   input without request.pem (logged before Go gave it) has no PEM problem, and one without
+#   a parse error (no request at all) still gets its message: a reason that cannot be built
+#   would let the request through.
+malformed(request) := unparsed | pem if {
+	unparsed := {sprintf("does not parse as a certificate request: %s", [_parse_error(request)]) |
+		not request.parsed
+	}
+	pem := {message |
+		request.parsed
+		some message in [
+			_first_type_problem(object.get(request, ["pem", "types"], ["CERTIFICATE REQUEST"])),
+			_blocks_problem(object.get(request, ["pem", "blocks"], 1)),
+		]
+		message != ""
+	}
+}
+
+_parse_error(request) := request.parse_error if {
+	is_string(request.parse_error)
+} else := "the input holds no parse error (no request was given)"
+
+_first_type_problem(types) := "" if {
+	types[0] == "CERTIFICATE REQUEST"
+} else := sprintf(
+	"is a PEM block of type %q; kube-controller-manager signs only a CERTIFICATE REQUEST block",
+	[concat("", array.slice(types, 0, 1))],
+)
+
+_blocks_problem(blocks) := "" if {
+	blocks <= 1
+} else := sprintf(
+	"holds %d PEM blocks; the signer reads the first only, and a reader of the object may see another",
+	[blocks],
+)

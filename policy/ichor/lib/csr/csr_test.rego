@@ -123,3 +123,22 @@ test_repeated_usage_is_not_allowed if {
 test_no_usages_are_not_allowed if not csr.usages_allowed([], _sets)
 
 test_no_allowed_sets_allow_nothing if not csr.usages_allowed([], {})
+
+# --- malformed ---
+
+test_a_single_certificate_request_block_is_well_formed if {
+	csr.malformed({"parsed": true, "pem": {"blocks": 1, "types": ["CERTIFICATE REQUEST"], "headers": 3}}) == set()
+}
+
+test_every_pem_problem_is_reported if {
+	csr.malformed({"parsed": true, "pem": {"blocks": 3, "types": ["NEW CERTIFICATE REQUEST", "X", "Y"]}}) == {
+		"is a PEM block of type \"NEW CERTIFICATE REQUEST\"; kube-controller-manager signs only a CERTIFICATE REQUEST block",
+		"holds 3 PEM blocks; the signer reads the first only, and a reader of the object may see another",
+	}
+}
+
+test_a_request_that_does_not_parse_is_reported_with_its_error if {
+	unparsed := {"parsed": false, "parse_error": "asn1: structure error"}
+	csr.malformed(unparsed) == {"does not parse as a certificate request: asn1: structure error"}
+	csr.malformed({}) == {"does not parse as a certificate request: the input holds no parse error (no request was given)"}
+}
