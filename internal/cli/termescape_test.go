@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/termsafe/termsafetest"
@@ -244,7 +245,7 @@ func TestOnlyRenderWritesRaw(t *testing.T) {
 	var out, errOut bytes.Buffer
 	s := newStreams(nil, &out, &errOut)
 	assert.Same(t, &out, s.rawOut)
-	opts, err := managerOptions{}.engineOptions(s)
+	opts, err := managerOptions{bundleLimits: bundles.DefaultLimits}.engineOptions(s)
 	require.NoError(t, err)
 	assert.Same(t, s.out, opts.DecisionLog)
 	assert.Same(t, s.err, opts.Log)
