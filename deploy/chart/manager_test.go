@@ -51,15 +51,19 @@ const chartNamespace = "ichor-chart"
 // the chart's webhook configuration (pointed at the test's loopback address,
 // where a Service would lead in a cluster). The kubelet serving approver
 // approves, the webhook admits and the issuer issues, and the policy refuses
-// a forged requester.
+// a forged requester. The cluster lives in its own namespace, which the
+// operator names for the manager's Secret reads (rbac.secretsNamespaces): by
+// default it reads Secrets in the release namespace only.
 func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 	ctx := t.Context()
 	env := harness.StartForTest(t, harness.Options{})
 	admin := writeKubeconfig(t, env.AdminKubeconfig)
 	// The harness has installed the CRDs (from deploy/crds, which the
 	// chart's are held identical to).
+	// The cluster's namespace, where the chart puts the Role that reads its Secrets.
+	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}))
 	helm(t, nil, "install", release, chartDir(t), "--kubeconfig", admin, "--namespace", chartNamespace, "--create-namespace",
-		"--set", "manager.localClusters={demo/demo}", "--set", "manager.kubeletClientApprover=true", "--set", "crds.install=false", "--wait=false")
+		"--set", "manager.localClusters={demo/demo}", "--set", "manager.kubeletClientApprover=true", "--set", "rbac.secretsNamespaces={demo}", "--set", "crds.install=false", "--wait=false")
 	require.NoError(t, webhooktest.WaitRequesterPolicy(ctx, env.Client, "default", true))
 
 	// The webhook configuration the chart made, pointed here.
@@ -106,7 +110,6 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 	require.NoError(t, webhooktest.WaitWebhook(ctx, env.Client, "default", true))
 
 	// A cluster whose kubelet serving certificates the manager approves.
-	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}))
 	require.NoError(t, env.Client.Create(ctx, env.SecretsBundleSecret("demo", "talos-secrets")))
 	require.NoError(t, env.Client.Create(ctx, &ichorv1alpha1.TalosCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "demo"},
