@@ -32,6 +32,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/bundles/bundlestest"
 	"github.com/ichor-dev/ichor-policy/engine"
 )
 
@@ -219,6 +220,7 @@ func peakHeapGrowth(f func()) uint64 {
 func TestABundleBombIsRefusedBeforeOPAReadsIt(t *testing.T) {
 	s := newSigner(t)
 	data := bomb(t)
+	sparse := bundlestest.SparseBomb(40, engine.MaxBundleFileBytes)
 	t.Logf("bomb: %d KiB on the wire, %d MiB once decompressed", len(data)>>10, 40*(engine.MaxBundleFileBytes-4096)>>20)
 	for name, newSource := range sources(t) {
 		t.Run(name, func(t *testing.T) {
@@ -231,6 +233,13 @@ func TestABundleBombIsRefusedBeforeOPAReadsIt(t *testing.T) {
 			grown := peakHeapGrowth(func() { e.refused(t, src, data, "bundle too large", good) })
 			t.Logf("%s: the heap grew by at most %d MiB while the bomb was refused (the bomb is %d MiB decompressed)", name, grown>>20, 40*(engine.MaxBundleFileBytes-4096)>>20)
 			// Generous, and no timing: OPA reading it held 320 MiB at once.
+			assert.Less(t, grown, uint64(128<<20))
+
+			// The same 320 MiB as sparse entries: under a kilobyte, each
+			// declaring 8 MiB, which OPA's loader allocated and filled
+			// before it looked at the signature.
+			grown = peakHeapGrowth(func() { e.refused(t, src, sparse, "sparse file", good) })
+			t.Logf("%s: the heap grew by at most %d MiB while the sparse bomb (%d bytes) was refused", name, grown>>20, len(sparse))
 			assert.Less(t, grown, uint64(128<<20))
 		})
 	}
