@@ -45,7 +45,8 @@ var DefaultLimits = Limits{
 // ErrBundleTooLarge is a bundle beyond its Limits.
 var ErrBundleTooLarge = errors.New("bundle too large")
 
-func (l Limits) orDefault() Limits {
+// OrDefault is l with DefaultLimits in its zero fields.
+func (l Limits) OrDefault() Limits {
 	d := DefaultLimits
 	if l.CompressedBytes > 0 {
 		d.CompressedBytes = l.CompressedBytes
@@ -78,7 +79,7 @@ func (l Limits) ReadAll(r io.Reader) ([]byte, error) {
 
 // ReadCompressed reads at most CompressedBytes from r, and refuses more.
 func (l Limits) ReadCompressed(r io.Reader) ([]byte, error) {
-	l = l.orDefault()
+	l = l.OrDefault()
 	data, err := io.ReadAll(io.LimitReader(r, l.CompressedBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read bundle: %w", err)
@@ -116,7 +117,7 @@ func (l Limits) ReadFile(path string) ([]byte, error) {
 // directory (sparse files, links, devices, fifos, global headers) is
 // refused: a bundle has no use for them.
 func (l Limits) Scan(r io.Reader) error {
-	l = l.orDefault()
+	l = l.OrDefault()
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return fmt.Errorf("bundle is not a gzipped tarball: %w", err)
