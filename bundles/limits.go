@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // Limits bound what a bundle may cost before OPA reads it. OPA's loader keeps
@@ -44,7 +45,8 @@ var DefaultLimits = Limits{
 // ErrBundleTooLarge is a bundle beyond its Limits.
 var ErrBundleTooLarge = errors.New("bundle too large")
 
-func (l Limits) orDefault() Limits {
+// OrDefault is l with DefaultLimits in its zero fields.
+func (l Limits) OrDefault() Limits {
 	d := DefaultLimits
 	if l.CompressedBytes > 0 {
 		d.CompressedBytes = l.CompressedBytes
@@ -77,7 +79,7 @@ func (l Limits) ReadAll(r io.Reader) ([]byte, error) {
 
 // ReadCompressed reads at most CompressedBytes from r, and refuses more.
 func (l Limits) ReadCompressed(r io.Reader) ([]byte, error) {
-	l = l.orDefault()
+	l = l.OrDefault()
 	data, err := io.ReadAll(io.LimitReader(r, l.CompressedBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read bundle: %w", err)
@@ -107,8 +109,15 @@ func (l Limits) ReadFile(path string) ([]byte, error) {
 // UncompressedBytes (a gzip that never ends stops there), more entries than
 // Files (a tar of many empty files stops there), or one file beyond
 // FileBytes. Its cost is a fixed buffer, whatever the stream holds.
+//
+// What OPA's loader allocates is each file's declared size (it makes a
+// buffer of hdr.Size), not what the stream carries: a sparse entry declares
+// 8 MiB in a kilobyte. So the declared sizes count against
+// UncompressedBytes too, and every entry that is not a regular file or a
+// directory (sparse files, links, devices, fifos, global headers) is
+// refused: a bundle has no use for them.
 func (l Limits) Scan(r io.Reader) error {
-	l = l.orDefault()
+	l = l.OrDefault()
 	gz, err := gzip.NewReader(r)
 	if err != nil {
 		return fmt.Errorf("bundle is not a gzipped tarball: %w", err)
@@ -116,6 +125,7 @@ func (l Limits) Scan(r io.Reader) error {
 	defer gz.Close()
 	counted := &countingReader{r: gz, limit: l.UncompressedBytes}
 	tr := tar.NewReader(counted)
+	var declared int64
 	for files := 0; ; files++ {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -130,8 +140,15 @@ func (l Limits) Scan(r io.Reader) error {
 		if files >= l.Files {
 			return fmt.Errorf("%w: more than %d files", ErrBundleTooLarge, l.Files)
 		}
+		if err := entryKind(hdr); err != nil {
+			return err
+		}
 		if hdr.Size > l.FileBytes {
 			return fmt.Errorf("%w: file %q is %d bytes, more than the size limit of %d bytes per file", ErrBundleTooLarge, hdr.Name, hdr.Size, l.FileBytes)
+		}
+		// hdr.Size <= FileBytes and the count is bounded: no overflow.
+		if declared += hdr.Size; declared > l.UncompressedBytes {
+			return fmt.Errorf("%w: its files declare more than %d bytes", ErrBundleTooLarge, l.UncompressedBytes)
 		}
 		//nolint:gosec // G110: the reads are counted and stop at UncompressedBytes (countingReader).
 		if _, err := io.Copy(io.Discard, tr); err != nil {
@@ -141,6 +158,24 @@ func (l Limits) Scan(r io.Reader) error {
 			return fmt.Errorf("bundle is not a gzipped tarball: %w", err)
 		}
 	}
+}
+
+// ErrBundleEntry is a tar entry a bundle has no use for.
+var ErrBundleEntry = errors.New("bundle entry refused")
+
+// entryKind refuses every entry but a regular file or a directory. A sparse
+// file is a regular file to archive/tar once read (PAX 0.1/1.0 keep type
+// '0'), recognised by its GNU.sparse.* records.
+func entryKind(hdr *tar.Header) error {
+	if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeDir {
+		return fmt.Errorf("%w: %q is of tar type %q; only regular files and directories are allowed", ErrBundleEntry, hdr.Name, hdr.Typeflag)
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, "GNU.sparse.") {
+			return fmt.Errorf("%w: %q is a sparse file", ErrBundleEntry, hdr.Name)
+		}
+	}
+	return nil
 }
 
 func (l Limits) uncompressedErr() error {

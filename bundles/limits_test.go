@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/bundles/bundlestest"
 )
 
 // Bomb is a gzipped tar of files of size zero bytes each, as someone who may
@@ -147,4 +148,41 @@ func TestAGzipThatNeverEndsIsRefused(t *testing.T) {
 func TestWhatIsNotAGzippedTarballIsRefused(t *testing.T) {
 	_, err := bundles.DefaultLimits.ReadAll(bytes.NewReader([]byte("not a tarball")))
 	require.ErrorContains(t, err, "not a gzipped tarball")
+}
+
+// A sparse entry declares 8 MiB in a kilobyte, and OPA's loader allocates
+// what it declares: it is refused as sparse. The declared sizes count too,
+// so a tar whose files declare more than the budget is refused although
+// its stream is small.
+func TestASparseBombIsRefused(t *testing.T) {
+	data := bundlestest.SparseBomb(40, bundles.MaxFileBytes)
+	t.Logf("sparse bomb: %d bytes compressed, %d MiB declared", len(data), 40*bundles.MaxFileBytes>>20)
+	_, err := bundles.DefaultLimits.ReadAll(bytes.NewReader(data))
+	require.ErrorIs(t, err, bundles.ErrBundleEntry)
+	assert.ErrorContains(t, err, "sparse")
+}
+
+func TestDeclaredSizesCountAgainstTheUncompressedBudget(t *testing.T) {
+	limits := bundles.Limits{UncompressedBytes: 3<<20 + 1<<19}
+	// Two files of 1 MiB fit. At the fourth header the stream holds a
+	// little over 3 MiB, within the budget, but the files declare 4 MiB.
+	_, err := limits.ReadAll(bytes.NewReader(Bomb(t, 2, 1<<20)))
+	require.NoError(t, err)
+	_, err = limits.ReadAll(bytes.NewReader(Bomb(t, 4, 1<<20)))
+	require.ErrorIs(t, err, bundles.ErrBundleTooLarge)
+	assert.ErrorContains(t, err, "declare")
+}
+
+func TestOnlyRegularFilesAndDirectoriesAreAllowed(t *testing.T) {
+	for _, typ := range []byte{tar.TypeSymlink, tar.TypeLink, tar.TypeChar, tar.TypeBlock, tar.TypeFifo} {
+		var buf bytes.Buffer
+		gz := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(gz)
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: "x/", Mode: 0o700, Typeflag: tar.TypeDir}))
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: "x/data.json", Mode: 0o600, Typeflag: typ, Linkname: "/etc/passwd"}))
+		require.NoError(t, tw.Close())
+		require.NoError(t, gz.Close())
+		_, err := bundles.DefaultLimits.ReadAll(&buf)
+		require.ErrorIs(t, err, bundles.ErrBundleEntry, "type %q", typ)
+	}
 }

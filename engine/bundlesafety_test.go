@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -21,6 +23,7 @@ import (
 
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -32,6 +35,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/bundles/bundlestest"
 	"github.com/ichor-dev/ichor-policy/engine"
 )
 
@@ -219,6 +223,7 @@ func peakHeapGrowth(f func()) uint64 {
 func TestABundleBombIsRefusedBeforeOPAReadsIt(t *testing.T) {
 	s := newSigner(t)
 	data := bomb(t)
+	sparse := bundlestest.SparseBomb(40, engine.MaxBundleFileBytes)
 	t.Logf("bomb: %d KiB on the wire, %d MiB once decompressed", len(data)>>10, 40*(engine.MaxBundleFileBytes-4096)>>20)
 	for name, newSource := range sources(t) {
 		t.Run(name, func(t *testing.T) {
@@ -231,6 +236,13 @@ func TestABundleBombIsRefusedBeforeOPAReadsIt(t *testing.T) {
 			grown := peakHeapGrowth(func() { e.refused(t, src, data, "bundle too large", good) })
 			t.Logf("%s: the heap grew by at most %d MiB while the bomb was refused (the bomb is %d MiB decompressed)", name, grown>>20, 40*(engine.MaxBundleFileBytes-4096)>>20)
 			// Generous, and no timing: OPA reading it held 320 MiB at once.
+			assert.Less(t, grown, uint64(128<<20))
+
+			// The same 320 MiB as sparse entries: under a kilobyte, each
+			// declaring 8 MiB, which OPA's loader allocated and filled
+			// before it looked at the signature.
+			grown = peakHeapGrowth(func() { e.refused(t, src, sparse, "sparse file", good) })
+			t.Logf("%s: the heap grew by at most %d MiB while the sparse bomb (%d bytes) was refused", name, grown>>20, len(sparse))
 			assert.Less(t, grown, uint64(128<<20))
 		})
 	}
@@ -317,4 +329,82 @@ func TestAnUnsignedFileIsNotHeldToEpochs(t *testing.T) {
 	e, err := engine.New(context.Background(), engine.Options{Source: path, DecisionLog: io.Discard, Log: io.Discard})
 	require.NoError(t, err)
 	e.Stop(context.Background())
+}
+
+// pushGraph pushes to a tag what a registry may hold that is not a bundle:
+// a manifest of layers random blobs of size bytes each, or, with index, an
+// image index over such a manifest.
+func pushGraph(t *testing.T, host, repository, tag string, layers, size int, index bool) {
+	t.Helper()
+	ctx := context.Background()
+	store := memory.New()
+	var descs []ocispec.Descriptor
+	for range layers {
+		blob := make([]byte, size)
+		_, _ = rand.Read(blob)
+		d := content.NewDescriptorFromBytes(bundles.OCILayerMediaType, blob)
+		require.NoError(t, store.Push(ctx, d, bytes.NewReader(blob)))
+		descs = append(descs, d)
+	}
+	root, err := oras.PackManifest(ctx, store, oras.PackManifestVersion1_1, "application/vnd.ichor.test", oras.PackManifestOptions{Layers: descs})
+	require.NoError(t, err)
+	if index {
+		raw, err := json.Marshal(ocispec.Index{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex, Manifests: []ocispec.Descriptor{root}})
+		require.NoError(t, err)
+		root = content.NewDescriptorFromBytes(ocispec.MediaTypeImageIndex, raw)
+		require.NoError(t, store.Push(ctx, root, bytes.NewReader(raw)))
+	}
+	require.NoError(t, store.Tag(ctx, root, tag))
+	repo, err := remote.NewRepository(host + "/" + repository)
+	require.NoError(t, err)
+	repo.PlainHTTP = true
+	_, err = oras.Copy(ctx, store, tag, repo, tag, oras.DefaultCopyOptions)
+	require.NoError(t, err)
+}
+
+// The reproduced attack of the review's F2: whoever may move the tag points
+// it at a manifest of 40 layers (or at an index), and OPA's downloader
+// would copy every blob into its store on disk, each within the limits,
+// their number without bound. The manifest is refused before any blob is
+// fetched, the refusal is counted, the last good bundle keeps deciding.
+func TestAnOCITagOfMoreThanABundleIsRefusedBeforeABlobIsFetched(t *testing.T) {
+	s := newSigner(t)
+	var blobGets atomic.Int64
+	registry := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+			blobGets.Add(1)
+		}
+		registry.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	var hostile func()
+	src := source{ref: bundles.OCIPlainHTTPScheme + host + "/ichor/policy:stable", serve: func(data []byte) {
+		if data == nil {
+			blobGets.Store(0)
+			hostile()
+			return
+		}
+		pushRaw(t, host, "ichor/policy", "stable", data)
+	}}
+	good, goodData := signedEpoch(t, false, bundles.Floor(), s)
+	src.serve(goodData)
+	e, err := start(t, src, s, nil)
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name, want   string
+		layers, size int
+		index        bool
+	}{
+		{name: "40 layers", want: "40 layers, more than the 4 a bundle may have", layers: 40, size: 64 << 10},
+		{name: "layers beyond the compressed limit", want: "its blobs declare more than", layers: 3, size: 1 << 20},
+		{name: "an index", want: "not an index", layers: 1, size: 1 << 10, index: true},
+	} {
+		hostile = func() { pushGraph(t, host, "ichor/policy", "stable", tc.layers, tc.size, tc.index) }
+		e.refused(t, src, nil, tc.want, good)
+		t.Logf("%s: %v", tc.name, e.st.last())
+		assert.Zero(t, blobGets.Load(), "%s: no blob is fetched", tc.name)
+	}
 }

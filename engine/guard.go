@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -178,7 +179,7 @@ func (p *limitsPlugin) NewClient(c rest.Config) (*http.Client, error) {
 		timeout = *c.ResponseHeaderTimeoutSeconds
 	}
 	client := rest.DefaultRoundTripperClient(tlsConfig, timeout)
-	client.Transport = &limitsTransport{base: client.Transport, limits: p.limits}
+	client.Transport = &limitsTransport{base: client.Transport, limits: p.limits.OrDefault(), oci: strings.EqualFold(c.Type, "oci")}
 	return client, nil
 }
 
@@ -187,6 +188,9 @@ func (*limitsPlugin) Prepare(*http.Request) error { return nil }
 type limitsTransport struct {
 	base   http.RoundTripper
 	limits bundles.Limits
+	// oci: the service is a registry, whose manifests are checked
+	// (ocipull.go).
+	oci bool
 }
 
 // gzipMagic starts every gzip stream; a bundle is one.
@@ -194,14 +198,29 @@ var gzipMagic = []byte{0x1f, 0x8b}
 
 func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.base.RoundTrip(req)
-	if err != nil || req.Method == http.MethodHead || resp.StatusCode != http.StatusOK {
+	if err != nil || resp.StatusCode != http.StatusOK {
 		return resp, err
 	}
+	manifest := t.oci && isManifestRequest(req)
+	if req.Method == http.MethodHead {
+		if manifest {
+			if err := checkManifestType(resp); err != nil {
+				resp.Body.Close()
+				return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Redacted(), err)
+			}
+		}
+		return resp, nil
+	}
 	defer resp.Body.Close()
-	// A registry's manifests and image configs are bounded in size only;
-	// a gzip stream is a bundle, and is scanned.
+	// A registry's manifest is checked for what it would have OPA fetch;
+	// image configs are bounded in size only; a gzip stream is a bundle,
+	// and is scanned.
 	data, err := t.limits.ReadCompressed(resp.Body)
-	if err == nil && bytes.HasPrefix(data, gzipMagic) {
+	switch {
+	case err != nil:
+	case manifest:
+		err = checkManifest(data, t.limits)
+	case bytes.HasPrefix(data, gzipMagic):
 		err = t.limits.Scan(bytes.NewReader(data))
 	}
 	if err != nil {

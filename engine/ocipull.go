@@ -1,0 +1,111 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+)
+
+// What OPA's OCI downloader (v1.22.4, download/oci_download.go) does with a
+// tag: it resolves it with a HEAD of /manifests/<tag>, whose Content-Type
+// becomes the root's media type, then copies the whole graph under that
+// root (oras.Copy with the default options) into a local store on disk
+// (a temporary directory, removed only when the engine stops) before it
+// looks for the bundle layer: every layer, the config, the subject, and
+// every child of an index. Each response is bounded by the limits; their
+// number is bounded here, before a blob is fetched, by refusing any root
+// that is not a single image manifest, and any image manifest that points
+// to more than a bundle needs.
+
+// maxManifestLayers is the most layers a bundle's manifest may have. OPA's
+// bundle is one layer (and a config); a few more leave room for a tool that
+// adds, say, a signature or an SBOM layer.
+const maxManifestLayers = 4
+
+// manifestSlack is what a manifest's config and extra layers may add to
+// the bundle's CompressedBytes.
+const manifestSlack = 64 << 10
+
+// ErrBundleManifest is a registry manifest that is not a bundle's.
+var ErrBundleManifest = errors.New("bundle manifest refused")
+
+// bundleManifestTypes are the media types of the root of a bundle's tag:
+// an image manifest. Anything else (an image index, a Docker manifest
+// list, an artifact manifest, none) is refused.
+var bundleManifestTypes = map[string]bool{
+	"application/vnd.oci.image.manifest.v1+json":           true,
+	"application/vnd.docker.distribution.manifest.v2+json": true,
+}
+
+// isManifestRequest is a request of the registry API for a manifest.
+func isManifestRequest(req *http.Request) bool {
+	return strings.Contains(req.URL.Path, "/manifests/")
+}
+
+// checkManifestType refuses a manifest response whose media type is not a
+// bundle's. OPA's downloader decides what to follow from the type the HEAD
+// of the tag returns, so this is what stops an index before its children.
+func checkManifestType(resp *http.Response) error {
+	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if err != nil || !bundleManifestTypes[mt] {
+		return fmt.Errorf("%w: media type %q; a bundle's tag is one image manifest (not an index, a manifest list or an artifact manifest)", ErrBundleManifest, resp.Header.Get("Content-Type"))
+	}
+	return nil
+}
+
+type manifestDescriptor struct {
+	Size int64 `json:"size"`
+}
+
+// manifestGraph is every field through which oras follows a manifest to
+// other content (content.Successors): an image manifest's config, layers
+// and subject, an index's manifests, an artifact manifest's blobs.
+type manifestGraph struct {
+	Config    *manifestDescriptor  `json:"config"`
+	Layers    []manifestDescriptor `json:"layers"`
+	Subject   json.RawMessage      `json:"subject"`
+	Manifests json.RawMessage      `json:"manifests"`
+	Blobs     json.RawMessage      `json:"blobs"`
+}
+
+// checkManifest refuses a manifest body that would have OPA's downloader
+// fetch more than a bundle: another manifest (an index's children, a
+// subject, whose own graph would follow), more than maxManifestLayers
+// layers, or blobs whose declared sizes add up to more than the bundle's
+// CompressedBytes and manifestSlack. oras verifies each blob against its
+// declared size, so the declared sizes bound what is stored.
+func checkManifest(data []byte, limits bundles.Limits) error {
+	var m manifestGraph
+	if err := json.Unmarshal(data, &m); err != nil {
+		return fmt.Errorf("%w: not a manifest: %w", ErrBundleManifest, err)
+	}
+	if len(m.Manifests) > 0 || len(m.Blobs) > 0 || len(m.Subject) > 0 && string(m.Subject) != "null" {
+		return fmt.Errorf("%w: it points to other manifests or blobs (an index, a subject or an artifact manifest); a bundle's tag is one image manifest", ErrBundleManifest)
+	}
+	if len(m.Layers) > maxManifestLayers {
+		return fmt.Errorf("%w: %d layers, more than the %d a bundle may have", ErrBundleManifest, len(m.Layers), maxManifestLayers)
+	}
+	blobs := m.Layers
+	if m.Config != nil {
+		blobs = append(blobs, *m.Config)
+	}
+	var total int64
+	budget := limits.CompressedBytes + manifestSlack
+	for _, b := range blobs {
+		if b.Size < 0 {
+			return fmt.Errorf("%w: a blob of negative size %d", ErrBundleManifest, b.Size)
+		}
+		// Each size is checked against the budget before it is added: no
+		// overflow.
+		if b.Size > budget || total+b.Size > budget {
+			return fmt.Errorf("%w: its blobs declare more than %d bytes", bundles.ErrBundleTooLarge, budget)
+		}
+		total += b.Size
+	}
+	return nil
+}
