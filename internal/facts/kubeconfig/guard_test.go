@@ -127,7 +127,7 @@ func TestRedirectToTheLocalAPIServerIsNotFollowed(t *testing.T) {
 	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
 	cert, ca := selfSigned(t)
 	tenant := newServer(t, &cert, func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, local.URL+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+		http.Redirect(w, r, local.URL+r.URL.RequestURI(), http.StatusTemporaryRedirect) //nolint:gosec // G710: the tenant's server redirects on purpose
 	})
 	// The tenant's CA data trusts its own server and the local CA (public:
 	// kube-root-ca.crt is in every namespace).
