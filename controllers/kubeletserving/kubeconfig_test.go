@@ -1,6 +1,7 @@
 package kubeletserving_test
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
@@ -295,4 +296,57 @@ func TestKubeconfigOfTheManagersOwnAPIServerIsRefused(t *testing.T) {
 
 func pemOf(der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+
+// A tenant's server that passes the identity check and then never answers
+// holds its own cluster's work (the cache sync waits up to 30 s), and no
+// other: a local cluster's kubelet gets its certificate while the tenant's
+// first request is still unanswered.
+func TestAStallingRemoteServerDoesNotDelayALocalCluster(t *testing.T) {
+	release := make(chan struct{})
+	var (
+		mu       sync.Mutex
+		requests int
+		done     = map[int]bool{}
+	)
+	stall := httptest.NewTLSServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		requests++
+		n := requests
+		mu.Unlock()
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+		mu.Lock()
+		done[n] = true
+		mu.Unlock()
+	}))
+	t.Cleanup(stall.Close)
+	t.Cleanup(func() { close(release) })
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: stall.Certificate().Raw}))
+	remote := remoteCluster(t, "stall", kubeconfigDoc(stall.URL, "    certificate-authority-data: "+ca+"\n", "    token: tenant-token\n"))
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: remote.ns, Name: remote.cluster}})
+	})
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return requests > 0
+	}, wait, 50*time.Millisecond, "the tenant's server was never asked")
+
+	f := newFixture(t, false)
+	f.machine("stall-local-1", "10.20.77.2")
+	kubelet, err := env.StartKubelet(f.ctx, harness.KubeletOptions{
+		NodeName: "stall-local-1", DNSNames: []string{"stall-local-1"}, IPs: []net.IP{net.ParseIP("10.20.77.2")},
+	})
+	require.NoError(t, err)
+	t.Cleanup(kubelet.Stop)
+	ctx, cancel := context.WithTimeout(f.ctx, wait)
+	defer cancel()
+	_, err = kubelet.WaitForCertificate(ctx)
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.False(t, done[1], "the local cluster's kubelet waited for the tenant's stalled request to end")
 }

@@ -86,11 +86,48 @@ type target struct {
 
 // targets keeps one watched API server per cluster with a kubeconfigRef, and
 // the rule's verdict on each cluster's kubeconfig content, so that a
-// kubeconfig is judged (and logged) once, not at every reconcile.
+// kubeconfig is judged (and logged) once per content and bundle revision,
+// not at every reconcile. mu guards the maps only and is never held across a
+// network call: the work on one cluster (probe, cache sync, up to 40 s
+// against a tenant's server) is serialised by that cluster's own lock, so a
+// stalling server delays its own cluster and no other.
 type targets struct {
 	mu       sync.Mutex
+	keys     map[types.NamespacedName]*keyLock
 	remote   map[types.NamespacedName]*target
 	verdicts map[types.NamespacedName]*verdict
+}
+
+// keyLock serialises the work on one cluster; users counts who holds or
+// waits for it, so that it is dropped when nobody does.
+type keyLock struct {
+	mu    sync.Mutex
+	users int
+}
+
+// lock takes the lock of one cluster and returns its release.
+func (t *targets) lock(key types.NamespacedName) func() {
+	t.mu.Lock()
+	if t.keys == nil {
+		t.keys = map[types.NamespacedName]*keyLock{}
+	}
+	k, ok := t.keys[key]
+	if !ok {
+		k = &keyLock{}
+		t.keys[key] = k
+	}
+	k.users++
+	t.mu.Unlock()
+	k.mu.Lock()
+	return func() {
+		k.mu.Unlock()
+		t.mu.Lock()
+		k.users--
+		if k.users == 0 {
+			delete(t.keys, key)
+		}
+		t.mu.Unlock()
+	}
 }
 
 // verdict is what the rule said of one kubeconfig content: the decision on
@@ -102,9 +139,37 @@ type verdict struct {
 	final    *engine.KubeconfigDecision
 }
 
+// current is whether the verdict is of this content and was given by the
+// active bundle: a new bundle judges again.
+func (v *verdict) current(sum [sha256.Size]byte, revision string) bool {
+	if v == nil || v.sum != sum {
+		return false
+	}
+	if revision == "" {
+		return true
+	}
+	if v.final != nil {
+		return v.final.Revision == revision
+	}
+	return v.document.Revision == revision
+}
+
+// revisioner is a Decider that says which bundle is active (the engine).
+type revisioner interface{ Revision() string }
+
+// revision is the active bundle's revision, or "" when the Decider does not
+// say (then a verdict lasts as long as its content).
+func (r *Reconciler) revision() string {
+	if rv, ok := r.Engine.(revisioner); ok {
+		return rv.Revision()
+	}
+	return ""
+}
+
 // targetFor is the API server a cluster judges. A remote one is started (its
 // cache synced and its CSR events wired to this cluster) on first use and
-// restarted when the kubeconfig changes.
+// restarted when the kubeconfig changes; a new bundle judges its kubeconfig
+// again, and stops it if it is now refused.
 func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluster) (*target, error) {
 	key := client.ObjectKeyFromObject(c)
 	if c.Spec.KubeconfigRef == nil {
@@ -118,45 +183,62 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 	if err != nil {
 		return nil, err
 	}
+	unlock := r.targets.lock(key)
+	defer unlock()
+	sum, revision := sha256.Sum256(data), r.revision()
 	r.targets.mu.Lock()
-	defer r.targets.mu.Unlock()
-	if t, ok := r.targets.remote[key]; ok {
-		if bytes.Equal(t.kubeconfig, data) {
-			return t, nil
-		}
-		t.cancel()
-		delete(r.targets.remote, key)
+	t := r.targets.remote[key]
+	current := r.targets.verdicts[key].current(sum, revision)
+	r.targets.mu.Unlock()
+	if t != nil && bytes.Equal(t.kubeconfig, data) && current {
+		return t, nil
 	}
-	v, err := r.judgeKubeconfig(ctx, c, data)
+	v, err := r.judgeKubeconfig(ctx, c, sum, data, revision)
+	if t != nil && (err != nil || !bytes.Equal(t.kubeconfig, data)) {
+		// Another content, or this one no longer allowed (or not
+		// identified): its watch stops.
+		t.cancel()
+		r.targets.mu.Lock()
+		delete(r.targets.remote, key)
+		r.targets.mu.Unlock()
+		t = nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := v.doc.RESTConfig(r.AllowInsecureKubeconfig)
+	if t != nil {
+		return t, nil
+	}
+	cfg, err := r.LocalAPIServer.RESTConfig(ctx, v.doc, r.AllowInsecureKubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
 	}
-	t, err := r.startRemote(ctx, key, cfg)
+	t, err = r.startRemote(ctx, key, cfg)
 	if err != nil {
 		return nil, err
 	}
 	t.kubeconfig = data
+	r.targets.mu.Lock()
 	if r.targets.remote == nil {
 		r.targets.remote = map[types.NamespacedName]*target{}
 	}
 	r.targets.remote[key] = t
+	r.targets.mu.Unlock()
 	return t, nil
 }
 
-// judgeKubeconfig asks the rule about a kubeconfig, once per content: first
-// the document, with no connection made; when its fields pass, the identity
-// of its server (a TLS handshake that sends nothing), and the rule again. A
-// server that cannot be reached is an error, tried again later, and costs no
-// new decision. The caller holds r.targets.mu.
-func (r *Reconciler) judgeKubeconfig(ctx context.Context, c *ichorv1alpha1.TalosCluster, data []byte) (*verdict, error) {
+// judgeKubeconfig asks the rule about a kubeconfig, once per content and
+// bundle revision: first the document, with no connection made; when its
+// fields pass, the identity of its server (a TLS handshake that sends
+// nothing), and the rule again. A server that cannot be reached is an error,
+// tried again later, and costs no new decision. The caller holds the
+// cluster's lock, not r.targets.mu.
+func (r *Reconciler) judgeKubeconfig(ctx context.Context, c *ichorv1alpha1.TalosCluster, sum [sha256.Size]byte, data []byte, revision string) (*verdict, error) {
 	key := client.ObjectKeyFromObject(c)
-	sum := sha256.Sum256(data)
-	v, ok := r.targets.verdicts[key]
-	if !ok || v.sum != sum {
+	r.targets.mu.Lock()
+	v := r.targets.verdicts[key]
+	r.targets.mu.Unlock()
+	if !v.current(sum, revision) {
 		v = &verdict{sum: sum, doc: kubeconfig.Read(data)}
 		d, err := r.Engine.Kubeconfig(ctx, r.kubeconfigInput(c, v.doc, nil))
 		if err != nil {
@@ -167,10 +249,7 @@ func (r *Reconciler) judgeKubeconfig(ctx context.Context, c *ichorv1alpha1.Talos
 			v.final = &d
 			r.kubeconfigRefused(ctx, c, d)
 		}
-		if r.targets.verdicts == nil {
-			r.targets.verdicts = map[types.NamespacedName]*verdict{}
-		}
-		r.targets.verdicts[key] = v
+		r.keepVerdict(key, v)
 	}
 	if v.final == nil {
 		id, err := r.LocalAPIServer.Probe(ctx, v.doc)
@@ -184,13 +263,25 @@ func (r *Reconciler) judgeKubeconfig(ctx context.Context, c *ichorv1alpha1.Talos
 		if d.CheckIdentity {
 			return nil, fmt.Errorf("kubeconfig of cluster %s: decision %s asks for the server's identity, which it was given: the bundle is broken", key, d.DecisionID)
 		}
-		v.final = &d
+		final := *v
+		final.final = &d
+		v = &final
 		r.kubeconfigRefused(ctx, c, d)
+		r.keepVerdict(key, v)
 	}
 	if !v.final.Allowed {
 		return nil, &KubeconfigRefusedError{Decision: *v.final}
 	}
 	return v, nil
+}
+
+func (r *Reconciler) keepVerdict(key types.NamespacedName, v *verdict) {
+	r.targets.mu.Lock()
+	defer r.targets.mu.Unlock()
+	if r.targets.verdicts == nil {
+		r.targets.verdicts = map[types.NamespacedName]*verdict{}
+	}
+	r.targets.verdicts[key] = v
 }
 
 func (r *Reconciler) kubeconfigInput(c *ichorv1alpha1.TalosCluster, doc *kubeconfig.Document, id *kubeconfig.Identity) engine.KubeconfigInput {
@@ -301,6 +392,8 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 }
 
 func (t *targets) stop(key types.NamespacedName) {
+	unlock := t.lock(key)
+	defer unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if rt, ok := t.remote[key]; ok {

@@ -97,6 +97,12 @@ func (l *Local) Probe(ctx context.Context, d *Document) (Identity, error) {
 	if err != nil {
 		return Identity{}, fmt.Errorf("the server of the kubeconfig: %w", err)
 	}
+	return identify(certs, localKey, roots), nil
+}
+
+// identify is what a server presenting certs is, next to the local API
+// server's key and CA (roots, nil when unknown).
+func identify(certs []*x509.Certificate, localKey []byte, roots *x509.CertPool) Identity {
 	id := Identity{LocalCAKnown: roots != nil}
 	if key, err := x509.MarshalPKIXPublicKey(certs[0].PublicKey); err == nil {
 		id.SameKeyAsLocal = bytes.Equal(key, localKey)
@@ -109,7 +115,7 @@ func (l *Local) Probe(ctx context.Context, d *Document) (Identity, error) {
 		_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
 		id.VerifiesWithLocalCA = err == nil
 	}
-	return id, nil
+	return id
 }
 
 // handshake is the certificates a TLS server presents. Nothing is trusted
