@@ -49,7 +49,9 @@ kubectl logs interleaves) are skipped, and their number is noted on standard
 error. What a decision-log service stores (--decision-log-url) is read too:
 OPA's decision-log events, one a line or in JSON arrays (an upload's body),
 and any of these gzip-compressed (as uploads are), detected from the content.
-An input in which no decision is read is an error (exit 1).
+An input in which no decision is read is an error (exit 1). Each input is read
+up to --max-log-bytes once decompressed (a longer one is refused, exit 1), and
+a line longer than --max-line-bytes is skipped unread and counted.
 
 --from-cluster reads the manager pods' logs through the API server instead
 (the container named manager of each pod --selector selects, in -n, by
