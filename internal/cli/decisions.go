@@ -49,7 +49,9 @@ kubectl logs interleaves) are skipped, and their number is noted on standard
 error. What a decision-log service stores (--decision-log-url) is read too:
 OPA's decision-log events, one a line or in JSON arrays (an upload's body),
 and any of these gzip-compressed (as uploads are), detected from the content.
-An input in which no decision is read is an error (exit 1).
+An input in which no decision is read is an error (exit 1). Each input is read
+up to --max-log-bytes once decompressed (a longer one is refused, exit 1), and
+a line longer than --max-line-bytes is skipped unread and counted.
 
 --from-cluster reads the manager pods' logs through the API server instead
 (the container named manager of each pod --selector selects, in -n, by
@@ -121,6 +123,10 @@ type sourceFlags struct {
 	fromCluster                              bool
 	kubeconfig, context, namespace, selector string
 	previous                                 bool
+	// maxBytes and maxLine bound what is read of each input (each pod's
+	// log with --from-cluster): decisionlog.Limits.
+	maxBytes int64
+	maxLine  int
 }
 
 // defaultNamespace is where the chart is installed by the documented
@@ -135,6 +141,28 @@ func (f *sourceFlags) register(cmd *cobra.Command) {
 	fs.StringVarP(&f.namespace, "namespace", "n", "", "with --from-cluster: the manager's namespace (default: the context's, else "+defaultNamespace+")")
 	fs.StringVar(&f.selector, "selector", decisionlog.ManagerSelector, "with --from-cluster: the label selector of the manager's pods (the chart's)")
 	fs.BoolVar(&f.previous, "previous", false, "with --from-cluster: read the containers' logs before their last restart, as kubectl logs --previous")
+	fs.Int64Var(&f.maxBytes, "max-log-bytes", decisionlog.DefaultMaxBytes, "the most bytes read of each log (each pod's with --from-cluster), after decompression: a longer log is refused")
+	fs.IntVar(&f.maxLine, "max-line-bytes", decisionlog.DefaultMaxLine, "the most bytes of one line: a longer line is skipped, and counted")
+}
+
+// limits validates --max-log-bytes and --max-line-bytes.
+func (f sourceFlags) limits() (decisionlog.Limits, error) {
+	if f.maxBytes <= 0 {
+		return decisionlog.Limits{}, usage.Errorf("--max-log-bytes %d: give a number of bytes above 0", f.maxBytes)
+	}
+	if f.maxLine <= 0 {
+		return decisionlog.Limits{}, usage.Errorf("--max-line-bytes %d: give a number of bytes above 0", f.maxLine)
+	}
+	return decisionlog.Limits{MaxBytes: f.maxBytes, MaxLine: f.maxLine}, nil
+}
+
+// tooLarge says which flag raises the bound a log exceeded. It stays an
+// error of the input (exit 1), not of the command line.
+func tooLarge(err error) error {
+	if errors.Is(err, decisionlog.ErrTooLarge) {
+		return fmt.Errorf("%w (--max-log-bytes raises the bound)", err)
+	}
+	return err
 }
 
 // readDecisions reads the decision log: the manager pods' logs with
@@ -143,11 +171,15 @@ func (f *sourceFlags) register(cmd *cobra.Command) {
 // replay of nothing would report success on, say, the wrong container's log
 // or a service's store in a shape not read.
 func readDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []string) ([]decisionlog.Entry, error) {
+	limits, err := src.limits()
+	if err != nil {
+		return nil, err
+	}
 	if src.fromCluster {
 		if len(files) > 0 {
 			return nil, usage.Errorf("--from-cluster reads the manager pods' logs: give no FILE (%s)", strings.Join(files, " "))
 		}
-		return readCluster(cmd.Context(), s, src)
+		return readCluster(cmd.Context(), s, src, limits)
 	}
 	for _, name := range []string{"kubeconfig", "context", "namespace", "selector", "previous"} {
 		if cmd.Flags().Changed(name) {
@@ -175,22 +207,23 @@ func readDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []strin
 		} else {
 			name = "standard input"
 		}
-		entries, n, err := decisionlog.Read(r)
+		entries, n, err := decisionlog.ReadLimited(r, limits)
 		if errors.Is(err, decisionlog.ErrFormat) {
 			return nil, usage.Wrap(fmt.Errorf("read decision log %s: %w", name, err))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("read decision log %s: %w", name, err)
+			return nil, tooLarge(fmt.Errorf("read decision log %s: %w", name, err))
 		}
 		all = append(all, entries...)
 		skipped.Lines += n.Lines
 		skipped.Items += n.Items
+		skipped.Long += n.Long
 	}
 	return all, checkRead(s, all, skipped, "")
 }
 
 // readCluster reads the manager pods' logs.
-func readCluster(ctx context.Context, s streams, src sourceFlags) ([]decisionlog.Entry, error) {
+func readCluster(ctx context.Context, s streams, src sourceFlags, limits decisionlog.Limits) ([]decisionlog.Entry, error) {
 	// kubectl's loading of --kubeconfig and --context, as every command that
 	// speaks to an API server; its other flags would mean nothing here.
 	flags := kube.NewConfigFlags()
@@ -221,11 +254,11 @@ func readCluster(ctx context.Context, s streams, src sourceFlags) ([]decisionlog
 		return nil, usage.Errorf("--selector: %v", err)
 	}
 	entries, skipped, pods, err := decisionlog.Cluster{
-		Client: client, Namespace: namespace, Selector: src.selector, Previous: src.previous,
+		Client: client, Namespace: namespace, Selector: src.selector, Previous: src.previous, Limits: limits,
 		Unreadable: func(pod string, err error) { fmt.Fprintf(s.err, "ichor: pod %s skipped: %v\n", pod, err) },
 	}.Read(ctx)
 	if err != nil {
-		return nil, err
+		return nil, tooLarge(err)
 	}
 	return entries, checkRead(s, entries, skipped, fmt.Sprintf(" from %s in namespace %s (%s)", plural(len(pods), "pod", "pods"), namespace, strings.Join(pods, ", ")))
 }
@@ -244,9 +277,17 @@ func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped, 
 	if skipped.Lines+skipped.Items == 1 {
 		what = " that is not a decision-log entry"
 	}
-	what = "skipped " + strings.Join(parts, " and ") + what
+	var notes []string
+	if len(parts) > 0 {
+		notes = append(notes, "skipped "+strings.Join(parts, " and ")+what)
+	}
+	if skipped.Long > 0 {
+		// Whatever they hold, unread: say so, and how to read them.
+		notes = append(notes, "skipped "+plural(skipped.Long, "line", "lines")+" longer than --max-line-bytes, unread (the flag raises the bound)")
+	}
+	what = strings.Join(notes, "; ")
 	if len(all) == 0 {
-		if len(parts) == 0 {
+		if what == "" {
 			what = "the input is empty"
 		}
 		return errors.New("no decision read" + from + ": " + what + `; a decision-log entry is a JSON object with msg "Decision Log" (the manager's standard output) or an OPA decision-log event (what --decision-log-url receives), one a line, in JSON arrays, or gzip-compressed`)
@@ -258,7 +299,7 @@ func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped, 
 		read += " and " + plural(records, "record of an applied verdict", "records of applied verdicts")
 	}
 	switch {
-	case len(parts) > 0:
+	case what != "":
 		fmt.Fprintf(s.err, "ichor: read %s%s; %s\n", read, from, what)
 	case from != "":
 		fmt.Fprintf(s.err, "ichor: read %s%s\n", read, from)

@@ -37,6 +37,8 @@ type Cluster struct {
 	// (a container still starting in a rolling update, one that never
 	// restarted with Previous): the others are read all the same.
 	Unreadable func(pod string, err error)
+	// Limits bound what is read of each pod's log (see ReadLimited).
+	Limits Limits
 }
 
 // Read reads the decisions in the logs of the container named
@@ -60,6 +62,10 @@ func (c Cluster) Read(ctx context.Context) ([]Entry, Skipped, []string, error) {
 			continue
 		}
 		got, s, err := c.readPod(ctx, pod.Name)
+		if errors.Is(err, ErrTooLarge) {
+			// Not a pod to skip: what is listed would lack its decisions.
+			return nil, Skipped{}, nil, err
+		}
 		if err != nil {
 			errs = append(errs, err)
 			if c.Unreadable != nil {
@@ -70,6 +76,7 @@ func (c Cluster) Read(ctx context.Context) ([]Entry, Skipped, []string, error) {
 		entries = append(entries, got...)
 		skipped.Lines += s.Lines
 		skipped.Items += s.Items
+		skipped.Long += s.Long
 		read = append(read, pod.Name)
 	}
 	if len(read) == 0 && len(errs) > 0 {
@@ -88,7 +95,7 @@ func (c Cluster) readPod(ctx context.Context, name string) ([]Entry, Skipped, er
 		return nil, Skipped{}, fmt.Errorf("read the log of pod %s/%s, container %s: %w", c.Namespace, name, ManagerContainer, err)
 	}
 	defer stream.Close()
-	entries, skipped, err := Read(stream)
+	entries, skipped, err := ReadLimited(stream, c.Limits)
 	if err != nil {
 		return nil, Skipped{}, fmt.Errorf("read the log of pod %s/%s, container %s: %w", c.Namespace, name, ManagerContainer, err)
 	}

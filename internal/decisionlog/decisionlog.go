@@ -137,7 +137,42 @@ type Skipped struct {
 	Lines int
 	// Items are values of a JSON document or array that are not events.
 	Items int
+	// Long are lines longer than Limits.MaxLine: skipped unread (the rest
+	// of such a line is discarded as it streams past), whatever they hold.
+	Long int
 }
+
+// The default bounds of a read: generous for a real log (the manager's
+// entries are bounded by its own caps, a few hundred KiB at most), small
+// enough that a log crafted to exhaust memory (a few KiB of gzip that
+// decompress to a line of gigabytes, or to billions of entries) cannot.
+const (
+	DefaultMaxBytes int64 = 1 << 30
+	DefaultMaxLine  int   = 16 << 20
+)
+
+// Limits bound what Read takes from one input. A zero field is its default.
+type Limits struct {
+	// MaxBytes bounds the bytes of the input after decompression: a log
+	// that is longer is refused (ErrTooLarge), as is a JSON document.
+	MaxBytes int64
+	// MaxLine bounds the bytes of one line (without its newline): a longer
+	// line is skipped and counted (Skipped.Long), never held whole.
+	MaxLine int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultMaxBytes
+	}
+	if l.MaxLine <= 0 {
+		l.MaxLine = DefaultMaxLine
+	}
+	return l
+}
+
+// ErrTooLarge is an input longer than Limits.MaxBytes after decompression.
+var ErrTooLarge = errors.New("the decision log is larger than the bound")
 
 // ErrFormat is an input that announces a shape it does not keep: a gzip
 // stream that does not decompress, a JSON document that does not parse. It
@@ -167,17 +202,66 @@ var gzipMagic = []byte{0x1f, 0x8b}
 //
 // The error is the reader's, or ErrFormat for an input that starts as gzip
 // or a JSON document and then is not one.
+//
+// Read bounds what it takes by the default Limits; see ReadLimited.
 func Read(r io.Reader) ([]Entry, Skipped, error) {
+	return ReadLimited(r, Limits{})
+}
+
+// ReadLimited is Read within limits: the input, decompressed, is read up to
+// limits.MaxBytes, past which it fails with ErrTooLarge (a log cut at the
+// bound would be read as if it were whole); a line longer than
+// limits.MaxLine is skipped and counted in Skipped.Long. So a log, however
+// crafted, takes memory in proportion to the bounds, not to what it claims.
+func ReadLimited(r io.Reader, limits Limits) ([]Entry, Skipped, error) {
+	limits = limits.withDefaults()
 	br := bufio.NewReader(r)
+	var plain io.Reader = br
+	compressed := false
 	if magic, _ := br.Peek(len(gzipMagic)); bytes.Equal(magic, gzipMagic) {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
 			return nil, Skipped{}, fmt.Errorf("%w: gzip: %w", ErrFormat, err)
 		}
 		defer zr.Close()
-		return readPlain(bufio.NewReader(gzipErrors{zr}))
+		plain, compressed = gzipErrors{zr}, true
 	}
-	return readPlain(br)
+	bounded := &boundedReader{r: plain, left: limits.MaxBytes, max: limits.MaxBytes, compressed: compressed}
+	return readPlain(bufio.NewReader(bounded), limits)
+}
+
+// boundedReader reads up to max bytes, then fails with ErrTooLarge if there
+// are more (io.LimitReader would end quietly, and a log cut short would be
+// read as if it were whole).
+type boundedReader struct {
+	r          io.Reader
+	left, max  int64
+	compressed bool
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return 0, b.err()
+	}
+	// One byte past the bound tells a log of exactly max bytes from a
+	// longer one.
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return n + int(b.left), b.err()
+	}
+	return n, err
+}
+
+func (b *boundedReader) err() error {
+	what := ""
+	if b.compressed {
+		what = " once decompressed"
+	}
+	return fmt.Errorf("%w: more than %d bytes%s", ErrTooLarge, b.max, what)
 }
 
 // gzipErrors marks the errors of a decompression as the input's: a stream
@@ -193,11 +277,13 @@ func (g gzipErrors) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func readPlain(br *bufio.Reader) ([]Entry, Skipped, error) {
+func readPlain(br *bufio.Reader, limits Limits) ([]Entry, Skipped, error) {
 	if isDocument(br) {
+		// A document's values are bounded by the input's bound (the
+		// decoder holds one value whole, and no more than the input).
 		return readDocument(br)
 	}
-	return readLines(br)
+	return readLines(br, limits.MaxLine)
 }
 
 // isDocument reports whether the input starts with a JSON array of objects
@@ -275,12 +361,17 @@ func appendValue(entries *[]Entry, v json.RawMessage) (skipped int) {
 	return skipped
 }
 
-func readLines(br *bufio.Reader) ([]Entry, Skipped, error) {
+func readLines(br *bufio.Reader, maxLine int) ([]Entry, Skipped, error) {
 	var entries []Entry
 	var skipped Skipped
+	var text []byte
 	for {
-		text, err := br.ReadBytes('\n')
-		if t := bytes.TrimSpace(text); len(t) > 0 {
+		var long bool
+		var err error
+		text, long, err = nextLine(br, text[:0], maxLine)
+		if long {
+			skipped.Long++
+		} else if t := bytes.TrimSpace(text); len(t) > 0 {
 			if !readLine(&entries, &skipped, t) {
 				skipped.Lines++
 			}
@@ -290,6 +381,30 @@ func readLines(br *bufio.Reader) ([]Entry, Skipped, error) {
 		}
 		if err != nil {
 			return entries, skipped, err
+		}
+	}
+}
+
+// nextLine reads the next line into buf (its newline included, when it has
+// one) and returns it, or reports it long, when it has more than maxLine
+// bytes before its newline: then it is read to its end in the buffer's
+// slices and discarded, so that no more than maxLine bytes of it are held.
+// (An entry keeps no part of buf: parse copies what it keeps.)
+func nextLine(br *bufio.Reader, buf []byte, maxLine int) (line []byte, long bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		n := len(chunk)
+		if err == nil {
+			n-- // the newline
+		}
+		if !long && len(buf)+n > maxLine {
+			long, buf = true, buf[:0]
+		}
+		if !long {
+			buf = append(buf, chunk...)
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return buf, long, err
 		}
 	}
 }
