@@ -405,7 +405,9 @@ func (t *targets) stop(key types.NamespacedName) {
 
 // refuseTarget says on the cluster why its API server is not judged.
 func (r *Reconciler) refuseTarget(ctx context.Context, c *ichorv1alpha1.TalosCluster, cause error) error {
-	reason, message := ReasonKubeconfigUnreadable, cause.Error()
+	// An error quotes what the tenant's Secret and server said (a certificate's
+	// names, a server's answer): clipped and escaped as a rule's reasons are.
+	reason, message := ReasonKubeconfigUnreadable, engine.Clip(cause.Error(), "", engine.MaxConditionMessage)
 	var refused *KubeconfigRefusedError
 	switch {
 	case errors.Is(cause, ErrLocalClusterNotNamed):
