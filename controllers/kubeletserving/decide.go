@@ -226,15 +226,6 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		return nil
 	}
 	epoch := p.r.machineEpoch.Get()
-	// A request for a name no machine has is decided once (pending,
-	// MachineUnknown) and again only when a machine takes its name or the
-	// request changes, not at every change of any machine: whoever holds a
-	// bootstrap token can make such requests without end, and each must cost
-	// one decision and one log entry, not one a machine change.
-	if candidates == 0 && p.r.memo.Carry(p.memoKey(csr), csr.ResourceVersion, codeMachineUnknown, epoch) {
-		p.addPending()
-		return nil
-	}
 	if wait, skip := p.r.memo.Skip(p.memoKey(csr), csr.ResourceVersion, epoch, p.now); skip {
 		p.addPending()
 		if v, ok := p.r.memo.Verdict(p.memoKey(csr)); ok && v.Key == codeTooManyPending {

@@ -113,21 +113,6 @@ func (m *Memo[K, V]) Hold(k K, v Verdict, maxAge, wait time.Duration, now time.T
 	return true
 }
 
-// Carry moves a pending verdict to epoch, and reports true, when the request
-// is at the same version and its verdict, not written, is key: the machines
-// changed, but not in a way its verdict depends on (the caller has looked).
-// The verdict's wait and attempts are kept.
-func (m *Memo[K, V]) Carry(k K, resourceVersion, key string, epoch uint64) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.m[k]
-	if !ok || e.applied || e.verdict.ResourceVersion != resourceVersion || e.verdict.Key != key {
-		return false
-	}
-	e.verdict.Epoch = epoch
-	return true
-}
-
 // Verdict is the verdict remembered of k, if any, written or not.
 func (m *Memo[K, V]) Verdict(k K) (Verdict, bool) {
 	m.mu.Lock()

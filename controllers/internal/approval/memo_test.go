@@ -149,20 +149,3 @@ func TestEpochCountsOnlyChangedState(t *testing.T) {
 	assert.True(t, e.Note("m2", "ns/demo/worker-9/worker-1"), "another machine")
 	assert.Equal(t, uint64(3), e.Get())
 }
-
-func TestCarryKeepsAnUnwrittenVerdictOfTheSameVersionAcrossEpochs(t *testing.T) {
-	var m approval.Memo[string, string]
-	m.Pending("a", approval.Verdict{ResourceVersion: "1", Epoch: 1, Key: "MachineUnknown"}, "", start, func(int) time.Duration { return 0 })
-	_, skip := m.Skip("a", "1", 2, start)
-	require.False(t, skip, "a new epoch is worth a look")
-
-	assert.False(t, m.Carry("a", "1", "NodeUnreadable", 2), "another verdict is not carried")
-	assert.False(t, m.Carry("a", "2", "MachineUnknown", 2), "another version of the request is not carried")
-	assert.False(t, m.Carry("b", "1", "MachineUnknown", 2), "nothing remembered, nothing carried")
-	require.True(t, m.Carry("a", "1", "MachineUnknown", 2))
-	_, skip = m.Skip("a", "1", 2, start)
-	assert.True(t, skip, "carried to the new epoch, it waits for the next change")
-
-	m.Applied("a", "1", "")
-	assert.False(t, m.Carry("a", "1", "MachineUnknown", 3), "a written verdict is not carried")
-}
