@@ -85,8 +85,12 @@ policy-test: ## Rego: strict check, format, tests (the shipped roles of deploy/r
 	$(REGAL) lint $(POLICY)
 
 .PHONY: go-test
-go-test: envtest-assets ## Go tests, integration tests against the real API server included
-	go test $(GO_TEST_FLAGS) ./...
+go-test: envtest-assets ## Go tests, integration tests against the real API server included; a failure ends with a summary of the failed tests and their messages
+	@log="$$(mktemp)"; trap 'rm -f "$$log"' EXIT; \
+	  if ! go test $(GO_TEST_FLAGS) ./... 2>&1 | tee "$$log"; then \
+	    echo; echo "==== failed tests, each with the lines it logged (at most 40 a test) ===="; \
+	    grep -E -A40 -- '^\s*--- FAIL|^panic:' "$$log" | grep -v -E -- '^\s*--- (PASS|SKIP)' | head -400; \
+	    echo "==== failed packages ===="; grep -E '^(FAIL|ok )\s' "$$log" | grep '^FAIL'; exit 1; fi
 
 .PHONY: chart-test
 chart-test: HELM = $(shell go -C tools/helm tool -n helm)

@@ -19,20 +19,25 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 )
 
-// IndexUndecided indexes the undecided kubelet serving CSRs by their
-// requester ("user:" and spec.username) and all of them under one key
-// (undecidedAll): the counts the flood guards of the rule read are a lookup
-// in the cache, not a scan.
+// IndexUndecided indexes the kubelet serving CSRs for the flood guards of
+// the rule: the undecided ones by their requester ("user:" and spec.username)
+// and all of them under one key (undecidedAll), and every one, decided or not,
+// by its requester ("made-by:" and spec.username). The counts are a lookup in
+// the cache, not a scan.
 const IndexUndecided = "ichor.dev/undecidedKubeletServing"
 
 const undecidedAll = "all"
 
 func undecidedKeys(o client.Object) []string {
 	csr, ok := o.(*certificatesv1.CertificateSigningRequest)
-	if !ok || csr.Spec.SignerName != certificatesv1.KubeletServingSignerName || len(csr.Status.Certificate) > 0 || approval.IsDecided(csr) {
+	if !ok || csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
 		return nil
 	}
-	return []string{undecidedAll, "user:" + csr.Spec.Username}
+	madeBy := "made-by:" + csr.Spec.Username
+	if len(csr.Status.Certificate) > 0 || approval.IsDecided(csr) {
+		return []string{madeBy}
+	}
+	return []string{undecidedAll, "user:" + csr.Spec.Username, madeBy}
 }
 
 func addUndecidedIndex(ctx context.Context, indexer client.FieldIndexer) error {
@@ -69,21 +74,28 @@ func (c *limitsCache) get(ctx context.Context, eng Decider, now time.Time) (engi
 }
 
 // requests are the counts of input.requests for csr: its requester's
-// undecided requests and how many are newer, from the target's cache, and
-// the pass's counts of every undecided request and of the machines.
+// undecided requests, and how many of its requests are newer, decided or not,
+// from the target's cache; and the pass's counts of every undecided request
+// and of the machines. Newer counts the decided ones too, so that the answer
+// does not depend on the order requests are judged in: once a flood's newest
+// were decided, an older one judged after them would otherwise find fewer
+// newer ones and be judged on its merits.
 func (p *pass) requests(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*csrinput.Requests, error) {
 	p.countsOnce.Do(func() { p.counts, p.countsErr = p.countAll(ctx) })
 	if p.countsErr != nil {
 		return nil, p.countsErr
 	}
 	var mine certificatesv1.CertificateSigningRequestList
-	if err := p.target.reader.List(ctx, &mine, client.MatchingFields{IndexUndecided: "user:" + csr.Spec.Username}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("count the undecided requests of %s: %w", csr.Spec.Username, err)
+	if err := p.target.reader.List(ctx, &mine, client.MatchingFields{IndexUndecided: "made-by:" + csr.Spec.Username}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("count the requests of %s: %w", csr.Spec.Username, err)
 	}
 	out := *p.counts
-	out.FromRequester = len(mine.Items)
 	for i := range mine.Items {
-		if newer(&mine.Items[i], csr) {
+		other := &mine.Items[i]
+		if len(other.Status.Certificate) == 0 && !approval.IsDecided(other) {
+			out.FromRequester++
+		}
+		if newer(other, csr) {
 			out.NewerFromRequester++
 		}
 	}

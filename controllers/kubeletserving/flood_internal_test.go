@@ -1,6 +1,7 @@
 package kubeletserving
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -57,19 +58,24 @@ func TestNewerBreaksTiesByName(t *testing.T) {
 
 func TestOnlyUndecidedKubeletServingRequestsAreCounted(t *testing.T) {
 	c := csrOf("system:node:x", "a", time.Unix(0, 0))
-	if got := undecidedKeys(&c); len(got) != 2 || got[0] != undecidedAll || got[1] != "user:system:node:x" {
+	if got := undecidedKeys(&c); !slices.Equal(got, []string{undecidedAll, "user:system:node:x", "made-by:system:node:x"}) {
 		t.Fatalf("keys %v", got)
 	}
 	approved := c
 	approved.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved}}
-	other := c
-	other.Spec.SignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
+	denied := c
+	denied.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateDenied}}
 	issued := c
 	issued.Status.Certificate = []byte("x")
-	for name, csr := range map[string]*certificatesv1.CertificateSigningRequest{"approved": &approved, "another signer": &other, "issued": &issued} {
-		if got := undecidedKeys(csr); got != nil {
-			t.Fatalf("%s: keys %v, want none", name, got)
+	for name, csr := range map[string]*certificatesv1.CertificateSigningRequest{"approved": &approved, "denied": &denied, "issued": &issued} {
+		if got := undecidedKeys(csr); !slices.Equal(got, []string{"made-by:system:node:x"}) {
+			t.Fatalf("%s: keys %v, want only the requester's: it still counts as newer than an older request", name, got)
 		}
+	}
+	other := c
+	other.Spec.SignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
+	if got := undecidedKeys(&other); got != nil {
+		t.Fatalf("another signer: keys %v, want none", got)
 	}
 }
 

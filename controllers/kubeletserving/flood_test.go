@@ -281,3 +281,43 @@ func floodGuard(t *testing.T, namespace string) float64 {
 	}
 	return -1
 }
+
+// A requester's newer requests count once they are decided too, so the order
+// requests are judged in cannot save an old one: here the five newer requests
+// of a node are denied by a person while the oldest waits for its machine,
+// and when the machine comes the oldest is still one of the flood's oldest
+// (TooManyRequests), not judged on its merits as if it were the newest.
+func TestAnOldRequestStaysOldOnceTheNewerAreDecided(t *testing.T) {
+	f := newFixture(t, false)
+	node := nodeClient(t, "system:node:late-1", "system:nodes")
+	req := csrgen.Request{Subject: csrgen.NodeSubject("late-1"), IPs: []net.IP{net.ParseIP("10.45.0.2")}}
+	oldest := submit(t, node, "late-1-0", req)
+	loggedPending(t, oldest, "MachineUnknown")
+	for i := 1; i <= 5; i++ {
+		name := submit(t, node, fmt.Sprintf("late-1-%d", i), req)
+		denyByHand(t, name)
+	}
+	f.machine("late-1", "10.45.0.2")
+	requireDenied(t, oldest, "TooManyRequests")
+}
+
+// denyByHand denies a CSR as the cluster's admin would with kubectl, retrying
+// on a conflict with the approver's own write.
+func denyByHand(t *testing.T, name string) {
+	t.Helper()
+	csrs := env.Clientset.CertificatesV1().CertificateSigningRequests()
+	require.Eventually(t, func() bool {
+		csr, err := csrs.Get(t.Context(), name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		if harness.Verdict(csr) != nil {
+			return true
+		}
+		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+			Type: certificatesv1.CertificateDenied, Status: "True", Reason: "DeniedByHand", Message: "a person denied it",
+		})
+		_, err = csrs.UpdateApproval(t.Context(), name, csr, metav1.UpdateOptions{})
+		return err == nil
+	}, wait, 50*time.Millisecond, "deny %s", name)
+}

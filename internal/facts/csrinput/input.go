@@ -24,7 +24,8 @@ type KubeletServing struct {
 type Requests struct {
 	// FromRequester are the requester's (spec.username), this one included.
 	FromRequester int `json:"from_requester"`
-	// NewerFromRequester are those of them created after this one.
+	// NewerFromRequester are the requester's kubelet serving requests, decided
+	// or not, created after this one.
 	NewerFromRequester int `json:"newer_from_requester"`
 	// Undecided are those Ichor could approve for the clusters that judge
 	// this API server (the requester is system:node:<name>, <name> is the

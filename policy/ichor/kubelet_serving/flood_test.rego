@@ -17,8 +17,16 @@ test_the_oldest_requests_beyond_the_limit_are_denied if {
 	d := _decide(_requests(12, 5, 12, 3))
 	d.action == "deny"
 	[r.code | some r in d.reasons] == ["TooManyRequests"]
-	startswith(d.reasons[0].message, "system:node:worker-1 has 12 undecided kubelet serving requests, 5 of them newer")
+	startswith(d.reasons[0].message, "system:node:worker-1 has 12 undecided kubelet serving requests and 5 newer than this one")
 	endswith(d.reasons[0].message, "; only the newest 5 are decided")
+}
+
+# The newer ones count when they are decided too: the last undecided request of
+# a flood whose newest were approved is still one of its oldest.
+test_newer_requests_count_once_decided if {
+	d := _decide(_requests(1, 5, 1, 3))
+	d.action == "deny"
+	[r.code | some r in d.reasons] == ["TooManyRequests"]
 }
 
 test_too_many_requests_is_a_rejection_without_the_node if {

@@ -21,7 +21,7 @@
 #   (the identity read from the Talos API, absent if it was not read) and input.requests
 #   (counts Go takes from its cache: from_requester, the undecided kubelet serving
 #   requests of this request's requester, this one included; newer_from_requester, how
-#   many of those are newer; undecided, those whose requester is the node a machine of the
+#   many of the requester's kubelet serving requests, decided or not, are newer; undecided, those whose requester is the node a machine of the
 #   clusters judging this API server answers to, and unknown, every other, each requester's
 #   counted up to the limits' max_undecided_per_requester since the rest are denied anyway;
 #   machines, the machines of those clusters; absent counts are zero).
@@ -135,9 +135,10 @@ rejected contains reason if {
 # METADATA
 # title: Too many requests from the requester
 # description: |
-#   The requester (a node's credential) has more undecided kubelet serving requests than
-#   data.json's max_undecided_per_requester, and at least that many of them are newer
-#   than this one. The oldest are denied and the newest kept: a kubelet's certificate
+#   The requester (a node's credential) has made at least data.json's
+#   max_undecided_per_requester kubelet serving requests newer than this one, decided or
+#   not (counting the decided ones too makes the verdict independent of the order the
+#   requests are judged in). The oldest are denied and the newest kept: a kubelet's certificate
 #   manager waits on the request it made last and abandons an older one, so a kubelet that
 #   asked again keeps its chance, while a credential that creates requests without end
 #   gets a bounded number of them decided, each denied before its node is read.
@@ -149,7 +150,7 @@ rejected contains reason if {
 	reason := {
 		"code": "TooManyRequests",
 		"message": sprintf(
-			"%s has %d undecided kubelet serving requests, %d of them newer than this one; %s",
+			"%s has %d undecided kubelet serving requests and %d newer than this one; %s",
 			[
 				input.csr.username, _count("from_requester"), newer,
 				sprintf("only the newest %d are decided", [_config.max_undecided_per_requester]),
