@@ -88,6 +88,12 @@ const (
 	// the cluster's requests are decided, whatever the nodes' progress.
 	ReasonServing = "Serving"
 
+	// ReasonTalosAPIUnreachable is the reason of a False ConditionReady of a
+	// TalosCluster: every machine whose identity Ichor read in the last
+	// minutes failed to answer over the Talos API (or the cluster's Talos
+	// credentials could not be made), so no request can be judged.
+	ReasonTalosAPIUnreachable = "TalosAPIUnreachable"
+
 	// ReasonKubeletServingOff is the reason of a True ConditionReady of a
 	// TalosCluster while kubelet serving certificates are off: nothing is to
 	// be approved.

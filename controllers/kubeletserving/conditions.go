@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
 )
 
 // updateConditions sets KubeletServingCertificates from the machines'
@@ -84,7 +85,7 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 			ObservedGeneration: cluster.Generation,
 		})
 	}
-	setReady(cluster)
+	setReady(cluster, r.NodeReaders.reachability(p.key(), p.now))
 	if !statusChanged(before.Status, cluster.Status) {
 		return nil
 	}
@@ -113,13 +114,18 @@ var progressReasons = map[string]bool{
 //
 // Ready says whether Ichor serves the cluster as its spec asks: True once
 // the spec of this generation is accepted and its requests are being
-// decided, False only when the configuration is refused. It never follows
-// the nodes: a node joining, a request left pending, a node denied for
-// ever, a flood withheld are what KubeletServingCertificates and
-// KubeletServingRequests say. Were Ready to follow them, every node join
-// would stall kubectl wait and GitOps health checks, and whoever may create
-// a CSR (any node, a flood) could turn the cluster unhealthy at will.
-func setReady(cluster *ichorv1alpha1.TalosCluster) {
+// decided; False when the configuration is refused, or when Ichor reaches
+// none of the cluster's Talos API: every machine it read within
+// readFreshness failed (reach). It never follows the nodes' progress: a node
+// joining, a request left pending, a node denied for ever, a flood withheld
+// are what KubeletServingCertificates and KubeletServingRequests say. Were
+// Ready to follow them, every node join would stall kubectl wait and GitOps
+// health checks, and whoever may create a CSR (any node, a flood) could turn
+// the cluster unhealthy at will. One machine of several that does not answer
+// is that machine's matter (its request stays pending, NodeUnreadable); a
+// policy bundle that was refused leaves the last good one serving, which
+// the manager's metrics and alerts say, not each cluster's Ready.
+func setReady(cluster *ichorv1alpha1.TalosCluster, reach reachability) {
 	ready := metav1.Condition{
 		Type:               ichorv1alpha1.ConditionReady,
 		Status:             metav1.ConditionTrue,
@@ -127,15 +133,20 @@ func setReady(cluster *ichorv1alpha1.TalosCluster) {
 		Message:            "kubelet serving certificates: the spec is accepted and the cluster's requests are decided; node progress is in KubeletServingCertificates",
 		ObservedGeneration: cluster.Generation,
 	}
-	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
+	c := meta.FindStatusCondition(cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+	switch {
+	case !cluster.Spec.Security.KubeletServingCertificates.Enabled:
 		ready.Reason = ichorv1alpha1.ReasonKubeletServingOff
 		ready.Message = "kubelet serving certificates are off: nothing to approve"
-	}
-	c := meta.FindStatusCondition(cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
-	if c != nil && c.Status != metav1.ConditionTrue && !progressReasons[c.Reason] {
+	case c != nil && c.Status != metav1.ConditionTrue && !progressReasons[c.Reason]:
 		ready.Status = metav1.ConditionFalse
 		ready.Reason = c.Reason
 		ready.Message = truncate("the configuration is refused: "+c.Message, maxConditionMessage)
+	case reach.machines > 0 && reach.failed == reach.machines:
+		ready.Status = metav1.ConditionFalse
+		ready.Reason = ichorv1alpha1.ReasonTalosAPIUnreachable
+		ready.Message = engine.Clip(fmt.Sprintf("no machine's Talos API answered: the %d machines read in the last %s all failed; %s: %s",
+			reach.machines, readFreshness, reach.machine, reach.err), "", maxConditionMessage)
 	}
 	meta.SetStatusCondition(&cluster.Status.Conditions, ready)
 	cluster.Status.ObservedGeneration = cluster.Generation
@@ -183,7 +194,7 @@ func (r *Reconciler) clearConditions(ctx context.Context, cluster *ichorv1alpha1
 	meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
 	meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)
 	meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingRequests)
-	setReady(cluster)
+	setReady(cluster, reachability{})
 	if !statusChanged(before.Status, cluster.Status) {
 		return nil
 	}

@@ -351,11 +351,13 @@ func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigni
 func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine) *csrinput.Node {
 	reader, err := p.r.NodeReaders.Get(ctx, p.cluster)
 	if err != nil {
+		p.r.NodeReaders.observe(p.key(), machine.Name, p.r.Clock.Now(), err)
 		return &csrinput.Node{Readable: false, Error: err.Error(), Addresses: []string{}}
 	}
 	start := time.Now()
 	id, err := reader.Read(ctx, machine.Spec.Endpoint)
 	p.r.Metrics.talosRead(err, time.Since(start))
+	p.r.NodeReaders.observe(p.key(), machine.Name, p.r.Clock.Now(), err)
 	if err != nil {
 		return &csrinput.Node{Readable: false, Error: err.Error(), Addresses: []string{}}
 	}

@@ -106,13 +106,15 @@ func startManager(ctx context.Context) error {
 		return err
 	}
 	r := &kubeletserving.Reconciler{
-		Client:         mgr.GetClient(),
-		APIReader:      mgr.GetAPIReader(),
-		Clientset:      env.Clientset,
-		Engine:         &enginetest.Engine{Engine: eng, KubeletServingFunc: oddServing, KubeletServingRejectionFunc: rejection},
-		Metrics:        metrics,
-		Recorder:       mgr.GetEventRecorder("ichor-kubelet-serving"),
-		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second},
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Clientset: env.Clientset,
+		Engine:    &enginetest.Engine{Engine: eng, KubeletServingFunc: oddServing, KubeletServingRejectionFunc: rejection},
+		Metrics:   metrics,
+		Recorder:  mgr.GetEventRecorder("ichor-kubelet-serving"),
+		// A machine whose reads fail for two seconds counts as unreachable
+		// for Ready, so that a test sees it within its deadline.
+		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second, UnreachableAfter: 2 * time.Second},
 		ResyncInterval: 3 * time.Second,
 		LocalClusters:  local,
 		LocalAPIServer: &kubeconfig.Local{Config: env.Config},

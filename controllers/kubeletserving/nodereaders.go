@@ -25,10 +25,29 @@ type NodeReaders struct {
 	Lifetime time.Duration
 	// Timeout bounds one identity read.
 	Timeout time.Duration
+	// UnreachableAfter is how long a machine's reads must have failed
+	// without a success before it counts as unreachable for the cluster's
+	// Ready (defaultUnreachableAfter if zero): a node that is joining may
+	// ask before its Talos API answers, and that is no fault of the cluster.
+	UnreachableAfter time.Duration
 
 	mu      sync.Mutex
 	readers map[types.NamespacedName]*cachedReader
+	// reads are the outcome of each machine's last identity read, by
+	// cluster and machine: whether Ichor reaches the cluster's Talos API is
+	// part of its Ready.
+	reads map[types.NamespacedName]map[string]readOutcome
 }
+
+// readOutcome is a machine's last identity read: when, its error ("" when it
+// was read), and since when its reads have failed without a success.
+type readOutcome struct {
+	at, failingSince time.Time
+	err              string
+}
+
+// defaultUnreachableAfter is UnreachableAfter's default.
+const defaultUnreachableAfter = time.Minute
 
 type cachedReader struct {
 	caCert []byte
@@ -79,9 +98,71 @@ func (n *NodeReaders) Get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	return reader, nil
 }
 
-// Forget drops a cluster's reader.
+// Forget drops a cluster's reader and its machines' read outcomes.
 func (n *NodeReaders) Forget(key types.NamespacedName) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.readers, key)
+	delete(n.reads, key)
+}
+
+// observe records the outcome of a read of a machine of the cluster (err nil
+// when it was read).
+func (n *NodeReaders) observe(key types.NamespacedName, machine string, at time.Time, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.reads == nil {
+		n.reads = map[types.NamespacedName]map[string]readOutcome{}
+	}
+	if n.reads[key] == nil {
+		n.reads[key] = map[string]readOutcome{}
+	}
+	o := readOutcome{at: at}
+	if err != nil {
+		o.err, o.failingSince = err.Error(), at
+		if prev, ok := n.reads[key][machine]; ok && prev.err != "" {
+			o.failingSince = prev.failingSince
+		}
+	}
+	n.reads[key][machine] = o
+}
+
+// reachability is what the reads of a cluster's machines within the last
+// readFreshness say: how many machines were read and how many of those
+// have failed for UnreachableAfter or longer, the first of them by name and
+// its error. Older outcomes are dropped: a machine is read only while it has
+// a request to decide.
+type reachability struct {
+	machines, failed int
+	machine, err     string
+}
+
+// readFreshness is how long a read's outcome counts towards the cluster's
+// Ready: longer than a node's retries (unreadableRecheck), shorter than a
+// person's patience with a condition that no longer holds.
+const readFreshness = 5 * time.Minute
+
+func (n *NodeReaders) reachability(key types.NamespacedName, now time.Time) reachability {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	after := n.UnreachableAfter
+	if after <= 0 {
+		after = defaultUnreachableAfter
+	}
+	var r reachability
+	for machine, o := range n.reads[key] {
+		if now.Sub(o.at) > readFreshness {
+			delete(n.reads[key], machine)
+			continue
+		}
+		r.machines++
+		if o.err == "" || o.at.Sub(o.failingSince) < after {
+			continue
+		}
+		r.failed++
+		if r.machine == "" || machine < r.machine {
+			r.machine, r.err = machine, o.err
+		}
+	}
+	return r
 }

@@ -11,9 +11,11 @@ import (
 )
 
 // TestReadyIsFalseOnlyForARefusedConfiguration: every condition the nodes
-// move (a machine waiting, verification waiting for it, a flood withheld)
-// leaves Ready True; a refusal of the configuration, including a reason
-// this table does not know yet, makes it False with that reason.
+// move (a machine waiting, verification waiting for it, a flood withheld,
+// one machine of several not answering) leaves Ready True; a refusal of the
+// configuration, including a reason this table does not know yet, makes it
+// False with that reason, and so does a Talos API no machine of which
+// answered.
 func TestReadyIsFalseOnlyForARefusedConfiguration(t *testing.T) {
 	cond := func(typ string, status metav1.ConditionStatus, reason string) metav1.Condition {
 		return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: reason + " message"}
@@ -23,8 +25,10 @@ func TestReadyIsFalseOnlyForARefusedConfiguration(t *testing.T) {
 		name       string
 		enabled    bool
 		conditions []metav1.Condition
+		reach      reachability
 		status     metav1.ConditionStatus
 		reason     string
+		message    string
 	}{
 		{name: "off", status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonKubeletServingOff},
 		{name: "not yet looked at", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing},
@@ -46,18 +50,31 @@ func TestReadyIsFalseOnlyForARefusedConfiguration(t *testing.T) {
 		{name: "a refusal added later", enabled: true, status: metav1.ConditionFalse, reason: "KubeconfigRefused", conditions: []metav1.Condition{
 			cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, "KubeconfigRefused"),
 		}},
+		{name: "one machine of two unreachable", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing,
+			conditions: []metav1.Condition{waiting}, reach: reachability{machines: 2, failed: 1, machine: "m-1", err: "timeout"}},
+		{name: "every machine read unreachable", enabled: true, status: metav1.ConditionFalse, reason: ichorv1alpha1.ReasonTalosAPIUnreachable,
+			conditions: []metav1.Condition{waiting}, reach: reachability{machines: 2, failed: 2, machine: "m-1", err: "timeout\x1b[2J"},
+			message: "no machine's Talos API answered: the 2 machines read in the last 5m0s all failed; m-1: timeout^[[2J"},
+		{name: "a refusal comes before reachability", enabled: true, status: metav1.ConditionFalse, reason: ReasonKubeconfigUnreadable,
+			conditions: []metav1.Condition{cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, ReasonKubeconfigUnreadable)},
+			reach:      reachability{machines: 1, failed: 1, machine: "m-1", err: "x"}},
+		{name: "off, whatever was read", status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonKubeletServingOff,
+			reach: reachability{machines: 1, failed: 1, machine: "m-1", err: "x"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Generation: 7}}
 			c.Spec.Security.KubeletServingCertificates.Enabled = tc.enabled
 			c.Status.Conditions = tc.conditions
-			setReady(c)
+			setReady(c, tc.reach)
 			ready := meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionReady)
 			if assert.NotNil(t, ready) {
 				assert.Equal(t, tc.status, ready.Status)
 				assert.Equal(t, tc.reason, ready.Reason)
 				assert.EqualValues(t, 7, ready.ObservedGeneration)
-				if tc.status == metav1.ConditionFalse {
+				switch {
+				case tc.message != "":
+					assert.Equal(t, tc.message, ready.Message)
+				case tc.status == metav1.ConditionFalse:
 					assert.Equal(t, "the configuration is refused: "+tc.reason+" message", ready.Message)
 				}
 			}

@@ -76,6 +76,27 @@ func TestReadyFollowsTheConfigurationNotTheNodes(t *testing.T) {
 	assert.Equal(t, certificatesv1.CertificateDenied, decided(t, denied).Type)
 }
 
+// TestReadyIsFalseWhileNoMachinesTalosAPIAnswers: Ichor serves a cluster
+// only through its machines' Talos API. When every machine it had to read
+// has failed for UnreachableAfter, Ready is False (TalosAPIUnreachable,
+// naming the machine and the error); when the node answers again its
+// request is approved and Ready is True.
+func TestReadyIsFalseWhileNoMachinesTalosAPIAnswers(t *testing.T) {
+	f := newFixture(t, false)
+	dark := f.machine("dark-1", "10.31.0.2")
+	dark.SetUnavailable(true)
+	pending := submit(t, nodeClient(t, "system:node:dark-1", "system:nodes"), "dark-1",
+		csrgen.Request{Subject: csrgen.NodeSubject("dark-1"), IPs: []net.IP{net.ParseIP("10.31.0.2")}})
+	loggedPending(t, pending, "NodeUnreadable")
+	ready := f.waitReady(metav1.ConditionFalse, ichorv1alpha1.ReasonTalosAPIUnreachable)
+	assert.Contains(t, ready.Message, "no machine's Talos API answered")
+	assert.Contains(t, ready.Message, "dark-1: ")
+
+	dark.SetUnavailable(false)
+	assert.Equal(t, certificatesv1.CertificateApproved, decided(t, pending).Type)
+	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonServing)
+}
+
 // readyWhen waits until the condition typ has the status and its message
 // names name, and returns Ready as the same object has it: the approver
 // writes both in one status update, so this is Ready while that holds.

@@ -423,7 +423,7 @@ func (r *Reconciler) refuseTarget(ctx context.Context, c *ichorv1alpha1.TalosClu
 		Message:            message,
 		ObservedGeneration: c.Generation,
 	})
-	setReady(c)
+	setReady(c, reachability{})
 	if !statusChanged(before.Status, c.Status) {
 		return nil
 	}
