@@ -92,8 +92,13 @@ type Options struct {
 	// DecisionLog receives the decision log as JSON lines (OPA's console
 	// sink); nil means stdout, io.Discard turns the console sink off.
 	DecisionLog io.Writer
-	// DecisionLogFile appends the decision log, as JSON lines, to a file.
-	DecisionLogFile string
+	// DecisionLogFile appends the decision log, as JSON lines, to a file,
+	// rotated at DecisionLogFileMaxMiB (DefaultDecisionLogFileMaxMiB when 0)
+	// with DecisionLogFileMaxBackups rotated files kept
+	// (DefaultDecisionLogFileMaxBackups when 0).
+	DecisionLogFile           string
+	DecisionLogFileMaxMiB     int
+	DecisionLogFileMaxBackups int
 	// DecisionLogURL uploads the decision log to a service speaking OPA's
 	// decision-log API (POST {URL}/logs, gzipped JSON arrays).
 	DecisionLogURL string
@@ -432,7 +437,8 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 	logs := map[string]any{"console": opts.DecisionLog != io.Discard}
 	if opts.DecisionLogFile != "" || opts.DecisionLogURL != "" {
 		plugins[sinksName] = sinksConfig{
-			File: opts.DecisionLogFile, URL: opts.DecisionLogURL, BufferEvents: int(opts.DecisionLogBufferEvents),
+			File: opts.DecisionLogFile, FileMaxMiB: opts.DecisionLogFileMaxMiB, FileMaxBackups: opts.DecisionLogFileMaxBackups,
+			URL: opts.DecisionLogURL, BufferEvents: int(opts.DecisionLogBufferEvents),
 		}
 		logs["plugin"] = sinksName
 	}

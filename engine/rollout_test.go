@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -282,6 +283,65 @@ func TestDecisionLogFileSink(t *testing.T) {
 	assert.Contains(t, string(data), `"msg":"Decision Log"`)
 	assert.Contains(t, string(data), `"ichor_version":"`+version.Get().Version+`"`)
 	assert.NotContains(t, string(data), "s3cret", "masked")
+}
+
+// The file sink rotates by size and keeps a bounded number of rotated
+// files: a manager that runs for months does not fill its volume. Every
+// entry is whole in one file, and the newest is in the current one.
+func TestDecisionLogFileSinkRotatesAndKeepsABoundedNumber(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "decisions.log")
+	e, err := engine.New(context.Background(), engine.Options{
+		DecisionLog: io.Discard, Log: io.Discard, DecisionLogFile: path, DecisionLogFileMaxMiB: 1, DecisionLogFileMaxBackups: 2,
+	})
+	require.NoError(t, err)
+	in := servingInput(t, csrgen.ECDSA, "10.5.0.2")
+	// Decide until the file was begun anew three times: one rotated file
+	// more than are kept.
+	var last string
+	var size int64
+	for rotations, i := 0, 0; rotations < 3; i++ {
+		require.Less(t, i, 100_000, "the file was not rotated")
+		d, err := e.KubeletServing(context.Background(), in)
+		require.NoError(t, err)
+		last = d.DecisionID
+		info, err := os.Stat(path)
+		require.NoError(t, err)
+		if info.Size() < size {
+			rotations++
+		}
+		size = info.Size()
+	}
+	e.Stop(context.Background())
+
+	// The oldest rotated files are removed in the background.
+	var files []string
+	require.Eventually(t, func() bool {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return false
+		}
+		files = files[:0]
+		for _, f := range entries {
+			files = append(files, f.Name())
+		}
+		return len(files) == 3
+	}, 10*time.Second, 50*time.Millisecond, "want the current file and two rotated ones")
+	for _, name := range files {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		assert.LessOrEqual(t, len(data), 1<<20, name)
+		assert.True(t, strings.HasSuffix(string(data), "\n"), "%s ends with a whole entry", name)
+		for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+			assert.True(t, json.Valid([]byte(line)), "%s holds whole JSON lines", name)
+		}
+		info, err := os.Stat(filepath.Join(dir, name))
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o600), info.Mode().Perm(), name)
+	}
+	current, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Contains(t, string(current), `"decision_id":"`+last+`"`)
 }
 
 func TestDecisionLogServiceSink(t *testing.T) {

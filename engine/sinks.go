@@ -14,6 +14,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/plugins"
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
+	"gopkg.in/natefinch/lumberjack.v2"
 )
 
 // sinksName is the decision-log plugin of the engine's own sinks: a file
@@ -39,6 +40,14 @@ const (
 	uploadTimeout     = 10 * time.Second
 )
 
+// The decision-log file's rotation by default: at 100 MiB the file is
+// renamed with the time in its name and a new one begun, and the five newest
+// rotated files are kept.
+const (
+	DefaultDecisionLogFileMaxMiB     = 100
+	DefaultDecisionLogFileMaxBackups = 5
+)
+
 // MaxDecisionLogEntryBytes is the largest entry, as JSON, the upload sink
 // takes; a larger one is dropped and counted (cause oversized). The mask
 // (policy/system/log) keeps entries far below it.
@@ -47,6 +56,11 @@ const MaxDecisionLogEntryBytes = 1 << 20
 type sinksConfig struct {
 	// File, when set, receives every entry as one JSON line.
 	File string `json:"file,omitempty"`
+	// FileMaxMiB is the size at which the file is rotated (renamed with the
+	// time in its name, and a new one begun); FileMaxBackups is how many
+	// rotated files are kept, the oldest removed beyond it.
+	FileMaxMiB     int `json:"file_max_mib,omitempty"`
+	FileMaxBackups int `json:"file_max_backups,omitempty"`
 	// URL, when set, is a service speaking OPA's decision-log API
 	// (POST {URL}/logs, a gzipped JSON array of entries).
 	URL string `json:"url,omitempty"`
@@ -67,6 +81,12 @@ func (f *sinksFactory) Validate(_ *plugins.Manager, config []byte) (any, error) 
 	if c.BufferEvents <= 0 {
 		c.BufferEvents = DefaultDecisionLogBufferEvents
 	}
+	if c.FileMaxMiB <= 0 {
+		c.FileMaxMiB = DefaultDecisionLogFileMaxMiB
+	}
+	if c.FileMaxBackups <= 0 {
+		c.FileMaxBackups = DefaultDecisionLogFileMaxBackups
+	}
 	return c, nil
 }
 
@@ -81,7 +101,7 @@ type sinks struct {
 	client  *http.Client
 
 	fileMu sync.Mutex
-	f      *os.File
+	f      *lumberjack.Logger
 
 	mu      sync.Mutex
 	pending [][]byte
@@ -97,13 +117,19 @@ var _ logs.Logger = (*sinks)(nil)
 
 func (s *sinks) Start(context.Context) error {
 	if s.config.File != "" {
+		// Opened here once, so that a path that cannot be written fails the
+		// start rather than the first decision; the rotating writer opens it
+		// again on its first write.
 		f, err := os.OpenFile(s.config.File, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err == nil {
+			err = f.Close()
+		}
 		if err != nil {
 			s.manager.UpdatePluginStatus(sinksName, &plugins.Status{State: plugins.StateErr, Message: err.Error()})
 			return fmt.Errorf("decision-log file: %w", err)
 		}
 		s.fileMu.Lock()
-		s.f = f
+		s.f = &lumberjack.Logger{Filename: s.config.File, MaxSize: s.config.FileMaxMiB, MaxBackups: s.config.FileMaxBackups}
 		s.fileMu.Unlock()
 	}
 	if s.config.URL != "" {

@@ -34,6 +34,8 @@ type managerOptions struct {
 	bundleLimits         bundles.Limits
 	shadowBundle         string
 	logFile              string
+	logFileMaxMiB        int
+	logFileMaxBackups    int
 	logURL               string
 	logBuffer            int64
 	logFlushTimeout      time.Duration
@@ -89,7 +91,9 @@ service account). Every decision is written to standard output as one JSON line
 	f.Int64Var(&o.bundleLimits.UncompressedBytes, "bundle-max-uncompressed-bytes", bundles.DefaultLimits.UncompressedBytes, "refuse a --bundle larger than this once decompressed (every file and tar header together), found by a scan that keeps nothing, before OPA reads it")
 	f.IntVar(&o.bundleLimits.Files, "bundle-max-files", bundles.DefaultLimits.Files, "refuse a --bundle of more files than this, before OPA reads it")
 	f.StringVar(&o.shadowBundle, "shadow-bundle", "", "a candidate bundle (directory or tarball) evaluated beside the active one on every decision, never acted on; disagreements are logged and counted")
-	f.StringVar(&o.logFile, "decision-log-file", "", "also append the decision log to this file")
+	f.StringVar(&o.logFile, "decision-log-file", "", "also append the decision log to this file, rotated by size (--decision-log-file-max-mib, --decision-log-file-max-backups)")
+	f.IntVar(&o.logFileMaxMiB, "decision-log-file-max-mib", engine.DefaultDecisionLogFileMaxMiB, "rotate --decision-log-file when it reaches this many MiB: it is renamed with the time in its name (decisions-2026-12-01T15-04-05.000.log) and a new one begun")
+	f.IntVar(&o.logFileMaxBackups, "decision-log-file-max-backups", engine.DefaultDecisionLogFileMaxBackups, "how many rotated --decision-log-file files are kept; the oldest beyond it are removed")
 	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API)")
 	f.Int64Var(&o.logBuffer, "decision-log-buffer-events", engine.DefaultDecisionLogBufferEvents, "entries the upload buffer holds while the service is away; when it is full the oldest are dropped, counted in ichor_policy_decision_log_upload_dropped_total{cause=\"buffer_full\"}")
 	f.DurationVar(&o.logFlushTimeout, "decision-log-flush-timeout", 10*time.Second, "at shutdown, how long the upload buffer may take to send what it holds; what is left is lost, logged and counted (cause shutdown). The pod's terminationGracePeriodSeconds must cover it")
@@ -191,8 +195,12 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 	opts := engine.Options{
 		DecisionLog: s.out, Log: s.err, PollInterval: o.bundlePoll,
-		DecisionLogFile: o.logFile, DecisionLogURL: o.logURL, DecisionLogBufferEvents: o.logBuffer,
+		DecisionLogFile: o.logFile, DecisionLogFileMaxMiB: o.logFileMaxMiB, DecisionLogFileMaxBackups: o.logFileMaxBackups,
+		DecisionLogURL: o.logURL, DecisionLogBufferEvents: o.logBuffer,
 		AllowInsecureHTTP: o.bundleInsecureHTTP, Limits: o.bundleLimits,
+	}
+	if o.logFileMaxMiB <= 0 || o.logFileMaxBackups <= 0 {
+		return opts, usage.Errorf("--decision-log-file-max-mib and --decision-log-file-max-backups must be positive")
 	}
 	if o.bundleLimits.CompressedBytes <= 0 || o.bundleLimits.UncompressedBytes <= 0 || o.bundleLimits.Files <= 0 {
 		return opts, usage.Errorf("--bundle-max-compressed-bytes, --bundle-max-uncompressed-bytes and --bundle-max-files must be positive")
