@@ -13,6 +13,7 @@ require (
 	github.com/cosi-project/runtime v1.16.3
 	github.com/go-logr/logr v1.4.4
 	github.com/google/go-containerregistry v0.21.7
+	github.com/google/renameio/v2 v2.0.2
 	github.com/open-policy-agent/opa v1.22.4
 	github.com/opencontainers/image-spec v1.1.1
 	github.com/prometheus/client_golang v1.25.0

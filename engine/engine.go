@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/renameio/v2"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/logging"
@@ -353,11 +354,9 @@ func (e *Engine) writePrivate(data []byte) error {
 		e.tmpDir = dir
 		e.private = filepath.Join(dir, "bundle.tar.gz")
 	}
-	tmp := e.private + ".new"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("write bundle: %w", err)
-	}
-	if err := os.Rename(tmp, e.private); err != nil {
+	// OPA reads the file while a new bundle replaces it: it sees the old one
+	// or the new one whole, never a part.
+	if err := renameio.WriteFile(e.private, data, 0o600); err != nil {
 		return fmt.Errorf("write bundle: %w", err)
 	}
 	return nil

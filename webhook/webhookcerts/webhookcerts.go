@@ -50,6 +50,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/renameio/v2"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -436,29 +437,11 @@ func (r *Rotator) writeFiles(m *material) error {
 		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, f.data) {
 			continue
 		}
-		if err := writeAtomic(path, f.data); err != nil {
+		// The webhook server reads the pair while it is replaced: it sees
+		// the old file or the new one whole.
+		if err := renameio.WriteFile(path, f.data, 0o600); err != nil {
 			return fmt.Errorf("webhook certificates: %w", err)
 		}
 	}
 	return nil
-}
-
-func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }
