@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/plugins"
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	"gopkg.in/natefinch/lumberjack.v2"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // sinksName is the decision-log plugin of the engine's own sinks: a file
@@ -239,23 +241,28 @@ func (s *sinks) writeFile(event logs.EventV1) error {
 
 func (s *sinks) uploadLoop(ctx context.Context) {
 	defer close(s.done)
-	wait := uploadInterval
+	// After a failure: uploadInterval doubled at each further failure, at
+	// most uploadMaxBackoff, and uploadInterval again after a success.
+	failed := func() wait.Backoff {
+		return wait.Backoff{Duration: 2 * uploadInterval, Factor: 2, Cap: uploadMaxBackoff, Steps: math.MaxInt32}
+	}
+	backoff, next := failed(), uploadInterval
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-time.After(next):
 		case <-s.wake:
 		}
 		err := s.uploadBatch(ctx)
 		switch {
 		case err == nil:
-			wait = uploadInterval
+			backoff, next = failed(), uploadInterval
 		case ctx.Err() != nil:
 			return
 		default:
-			wait = min(wait*2, uploadMaxBackoff)
-			s.engine.notes.WithFields(map[string]any{"url": s.config.URL, "error": err.Error(), "pending": s.pendingCount(), "retry_in": wait.String()}).Error("Decision-log upload failed; the entries are kept and sent again.")
+			next = backoff.Step()
+			s.engine.notes.WithFields(map[string]any{"url": s.config.URL, "error": err.Error(), "pending": s.pendingCount(), "retry_in": next.String()}).Error("Decision-log upload failed; the entries are kept and sent again.")
 		}
 	}
 }

@@ -3,6 +3,11 @@ package approval
 import "time"
 
 // Backoff is a wait that doubles with each attempt, from Initial up to Max.
+//
+// It is a function of the attempts, not a stateful stepper like
+// apimachinery's wait.Backoff or a workqueue rate limiter: the attempts are
+// kept in a Memo beside the verdict they belong to, and forgotten with it, so
+// that a second count kept by a limiter cannot disagree with the memo.
 type Backoff struct {
 	Initial time.Duration
 	Max     time.Duration
