@@ -122,10 +122,10 @@ func TestStoreAndLoad(t *testing.T) {
 func TestRenewAt(t *testing.T) {
 	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	for lifetime, before := range map[time.Duration]time.Duration{
-		time.Hour:           5 * time.Minute,
+		time.Hour:            5 * time.Minute,
 		365 * 24 * time.Hour: 5 * time.Minute,
-		10 * time.Minute:    time.Minute,
-		30 * time.Second:    3 * time.Second,
+		10 * time.Minute:     time.Minute,
+		30 * time.Second:     3 * time.Second,
 	} {
 		leaf := &x509.Certificate{NotBefore: start, NotAfter: start.Add(lifetime)}
 		assert.Equal(t, start.Add(lifetime-before), execcache.RenewAt(leaf), lifetime)
