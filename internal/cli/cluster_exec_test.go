@@ -243,7 +243,7 @@ func (ce *clusterEnv) execClient(t *testing.T, kubeconfig string) (execClientRes
 	result := filepath.Join(t.TempDir(), "result.json")
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestExecCredentialClientHelper$", "-test.count=1")
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestExecCredentialClientHelper$", "-test.count=1") //nolint:gosec // this test binary, run again
 	cmd.Env = append(os.Environ(), execHelperKubeconfig+"="+kubeconfig, execHelperResult+"="+result)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

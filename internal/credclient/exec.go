@@ -42,7 +42,7 @@ const ExecInfoEnv = "KUBERNETES_EXEC_INFO"
 // ExecCredentialCommand is the plugin's subcommand: an argument of every
 // exec kubeconfig Ichor writes, and how a management kubeconfig that would
 // run the plugin itself is recognized.
-const ExecCredentialCommand = "exec-credential"
+const ExecCredentialCommand = "exec-credential" //nolint:gosec // a subcommand's name, not a credential
 
 // maxExecInfo bounds KUBERNETES_EXEC_INFO: it holds a few flags, or a
 // cluster's CA with provideClusterInfo, which Ichor does not ask for.

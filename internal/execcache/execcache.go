@@ -120,7 +120,7 @@ func Open(dir string) (*Cache, error) {
 		return nil, fmt.Errorf("the credential cache %s: %w", dir, err)
 	}
 	if info.Mode().Perm()&0o077 != 0 {
-		if err := os.Chmod(dir, 0o700); err != nil {
+		if err := os.Chmod(dir, 0o700); err != nil { //nolint:gosec // a directory is searched: 0700 is its 0600
 			return nil, fmt.Errorf("the credential cache %s is open to others and cannot be closed: %w", dir, err)
 		}
 	}

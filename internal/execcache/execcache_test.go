@@ -281,7 +281,7 @@ func TestLoadRefuses(t *testing.T) {
 func TestOpenChecksTheDirectory(t *testing.T) {
 	base := t.TempDir()
 	loose := filepath.Join(base, "loose")
-	require.NoError(t, os.Mkdir(loose, 0o755))
+	require.NoError(t, os.Mkdir(loose, 0o755)) //nolint:gosec // loose on purpose
 	require.NoError(t, os.Chmod(loose, 0o755))
 	_, err := execcache.Open(loose)
 	require.NoError(t, err)
