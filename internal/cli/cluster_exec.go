@@ -56,7 +56,7 @@ func writeExecKubeconfig(cmd *cobra.Command, s streams, k genericclioptions.REST
 	if err != nil {
 		dir = "(no cache directory: " + err.Error() + ")"
 	}
-	fmt.Fprintf(s.out, "Wrote %s to %s.\nkubectl runs %s %s for its credential: %s, cached in %s until shortly before it expires.\nUse it with: %s\n",
+	fmt.Fprintf(s.out, "Wrote %s to %s; it holds no credential.\nkubectl runs %s %s when it needs one: a certificate of %s, cached in %s until shortly before it expires.\nUse it with: %s\n",
 		w.Description, w.Path, plugin.Command, strings.Join(plugin.Args, " "), w.Expires, dir, w.UseWith)
 	return nil
 }

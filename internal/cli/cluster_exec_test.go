@@ -109,7 +109,7 @@ func TestExecKubeconfigCommandLine(t *testing.T) {
 		}
 		code, stdout, stderr := runAs(t, tc.argv0, args...)
 		require.Equal(t, cli.ExitOK, code, stderr)
-		assert.Contains(t, stdout, "that asks for its credential when kubectl needs one")
+		assert.Contains(t, stdout, "it holds no credential.\nkubectl runs "+tc.command+" cluster exec-credential demo --namespace=team-a")
 		kc, execCfg := readExecKubeconfig(t, out)
 		assert.Equal(t, tc.command, execCfg.Command, tc.argv0)
 		assert.Equal(t, []string{

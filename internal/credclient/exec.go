@@ -137,8 +137,9 @@ func ExecKubeconfig(ctx context.Context, o Request, plugin ExecPlugin) (Written,
 	}
 	return Written{
 		Path:        out,
-		Description: "an admin kubeconfig for " + restCfg.Host + " that asks for its credential when kubectl needs one",
-		Expires:     fmt.Sprintf("each credential after %s; the file itself holds none", *o.TTL),
+		Description: "an admin kubeconfig for " + restCfg.Host,
+		// Each credential's lifetime: the file holds none.
+		Expires: o.TTL.String(),
 		UseWith:     "kubectl --kubeconfig " + out + " get nodes",
 	}, nil
 }
