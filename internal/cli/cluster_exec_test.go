@@ -192,7 +192,7 @@ func TestExecCredentialReadsExecInfo(t *testing.T) {
 	}
 }
 
-// execHelperEnv names, in the environment of this test binary run again as
+// execHelperKubeconfig and execHelperResult name, in the environment of this test binary run again as
 // a client-go program, the kubeconfig it uses and the file it answers in.
 const (
 	execHelperKubeconfig = "ICHOR_TEST_EXEC_KUBECONFIG"
@@ -207,14 +207,14 @@ type execClientResult struct {
 	NamespacesError string   `json:"namespacesError"`
 }
 
-// TestExecCredentialClientHelper is not a test: TestExecCredentialPlugin runs
+// TestExecCredentialClientHelper is not a test: testExecCredentialPlugin runs
 // the test binary again with it, as a fresh client-go program (kubectl, k9s
 // and controllers are such programs), so that each call runs the plugin in a
 // new process, with no credential in memory: client-go keeps one per process.
 func TestExecCredentialClientHelper(t *testing.T) {
 	kubeconfig := os.Getenv(execHelperKubeconfig)
 	if kubeconfig == "" {
-		t.Skip("run by TestExecCredentialPlugin")
+		t.Skip("run by TestClusterCommands/ExecCredentialPlugin")
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	require.NoError(t, err)
@@ -309,7 +309,7 @@ func writeCache(t *testing.T, path string, e cachedEntry) {
 	require.NoError(t, os.WriteFile(path, data, 0o600))
 }
 
-// TestExecCredentialPlugin: a kubeconfig written with --exec, used by fresh
+// testExecCredentialPlugin: a kubeconfig written with --exec, used by fresh
 // client-go programs against the real API server, with the real webhook and
 // issuer. The first call asks for one credential; a second within its
 // lifetime asks for none; an expired one asks for one; a cache that is a
@@ -318,8 +318,7 @@ func writeCache(t *testing.T, path string, e cachedEntry) {
 // revocation of docs/credentials.md) the cached credential is refused by the
 // API server and the plugin, asked again, fails with the reason code and
 // prints nothing.
-func TestExecCredentialPlugin(t *testing.T) {
-	ce := startClusterEnv(t)
+func (ce *clusterEnv) testExecCredentialPlugin(t *testing.T) {
 	ctx := t.Context()
 	ichor, err := harness.BuildIchor(t.TempDir())
 	require.NoError(t, err)

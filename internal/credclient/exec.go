@@ -140,7 +140,7 @@ func ExecKubeconfig(ctx context.Context, o Request, plugin ExecPlugin) (Written,
 		Description: "an admin kubeconfig for " + restCfg.Host,
 		// Each credential's lifetime: the file holds none.
 		Expires: o.TTL.String(),
-		UseWith:     "kubectl --kubeconfig " + out + " get nodes",
+		UseWith: "kubectl --kubeconfig " + out + " get nodes",
 	}, nil
 }
 
