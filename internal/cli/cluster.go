@@ -22,6 +22,8 @@ type credentialFlags struct {
 	talosEndpoints []string
 	breakGlass     bool
 	merge          bool
+	exec           bool   // cluster kubeconfig --exec (cluster_exec.go)
+	execCommand    string // cluster kubeconfig --exec-command
 }
 
 // request is what the flags ask for.
@@ -63,7 +65,7 @@ verb and records an Event naming you) and again by the controller before it sign
 	// (a context, impersonation, a token) reaches it here; -n is the
 	// TalosCluster's namespace, by default the context's.
 	k.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newTalosconfigCommand(s, k), newKubeconfigCommand(s, k))
+	cmd.AddCommand(newTalosconfigCommand(s, k), newKubeconfigCommand(s, k), newExecCredentialCommand(s, k))
 	return cmd
 }
 
@@ -108,7 +110,7 @@ else those of your current talosconfig.`,
 func newKubeconfigCommand(s streams, k genericclioptions.RESTClientGetter) *cobra.Command {
 	o := credentialFlags{}
 	cmd := &cobra.Command{
-		Use:   "kubeconfig NAME [--out FILE] [--ttl DURATION] [--break-glass] [-n NAMESPACE]",
+		Use:   "kubeconfig NAME [--out FILE] [--ttl DURATION] [--break-glass | --exec] [-n NAMESPACE]",
 		Short: "Get a cluster-admin kubeconfig (revocable by RBAC)",
 		Long: `Get a kubeconfig for the cluster Ichor runs in whose certificate is in the group
 ichor:cluster-admins, bound to cluster-admin by the ClusterRoleBinding
@@ -123,13 +125,23 @@ issuance is a Warning Event on the cluster.
 The server and its CA come from your kubeconfig. The file is written with mode
 0600, by default beside your kubeconfig with the suffix .ichor-admin (or
 .ichor-break-glass); your kubeconfig is never overwritten, nor any existing file
-without --force.`,
+without --force.
+
+--exec writes a kubeconfig (suffix .ichor-admin-exec) that holds no credential:
+its user runs "cluster exec-credential NAME" as a client.authentication.k8s.io/v1
+exec plugin, which asks for a short-lived admin certificate (--ttl, default 1h)
+when kubectl needs one and caches it until shortly before it expires.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.exec {
+				return writeExecKubeconfig(cmd, s, k, o, args[0])
+			}
 			return writeCredential(cmd, s, credclient.Kubeconfig, o.request(cmd, k, args[0], s))
 		},
 	}
 	addCredentialFlags(cmd, &o, "kubeconfig")
 	cmd.Flags().BoolVar(&o.breakGlass, "break-glass", false, "ask for the break-glass super-admin kubeconfig (system:masters)")
+	cmd.Flags().BoolVar(&o.exec, "exec", false, "write a kubeconfig that holds no credential: kubectl runs ichor cluster exec-credential for a short-lived one (--ttl, default 1h) when it needs one")
+	cmd.Flags().StringVar(&o.execCommand, "exec-command", "", "with --exec, the program kubectl runs (default: this binary, as you ran it)")
 	return cmd
 }

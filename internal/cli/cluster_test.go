@@ -89,6 +89,7 @@ func TestClusterCommands(t *testing.T) {
 	t.Run("RenderFromTheAPIServer", ce.testRenderFromTheAPIServer)
 	t.Run("AdminKubeconfigWorksUntilRevoked", ce.testAdminKubeconfig)
 	t.Run("BreakGlassKubeconfig", ce.testBreakGlassKubeconfig)
+	t.Run("ExecCredentialPlugin", ce.testExecCredentialPlugin) // cluster_exec_test.go
 	t.Run("AnsweredRequestsAreDeleted", ce.testAnsweredRequestsAreDeleted)
 }
 

@@ -42,8 +42,9 @@ func RunAs(ctx context.Context, argv0 string, args []string, stdin io.Reader, st
 	s := newStreams(stdin, stdout, stderr)
 	defer s.flush()
 	root := newRootWith(s)
+	root.Annotations = map[string]string{argv0Annotation: argv0}
 	if strings.TrimSuffix(filepath.Base(argv0), ".exe") == kubectlPlugin {
-		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl ichor"}
+		root.Annotations[cobra.CommandDisplayNameAnnotation] = "kubectl ichor"
 	}
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)

@@ -244,32 +244,15 @@ func Kubeconfig(ctx context.Context, o Request) (Written, error) {
 	if err := checkOutput(out, protected, o.Force); err != nil {
 		return Written{}, err
 	}
-	key, err := newKey()
+	var caData []byte
+	issued, err := requestKubeCredential(ctx, o, purpose, func(cfg *rest.Config) (err error) {
+		caData, err = serverCA(cfg)
+		return err
+	})
 	if err != nil {
 		return Written{}, err
 	}
-	reqs, err := checkLocally(ctx, o, purpose, key)
-	if err != nil {
-		return Written{}, err
-	}
-
-	c, namespace, restCfg, err := kube.Client(o.Kube)
-	if err != nil {
-		return Written{}, err
-	}
-	caData, err := serverCA(restCfg)
-	if err != nil {
-		return Written{}, err
-	}
-
-	answer, err := requestCredential(ctx, c, o, namespace, cluster, purpose, key, reqs)
-	if err != nil {
-		return Written{}, err
-	}
-	keyPEM, err := privateKeyPEM(key, "PRIVATE KEY")
-	if err != nil {
-		return Written{}, err
-	}
+	answer, keyPEM, restCfg := issued.answer, issued.keyPEM, issued.restCfg
 	name := cluster + "-" + strings.TrimPrefix(string(purpose), "kubeconfig-")
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters[cluster] = &clientcmdapi.Cluster{
@@ -302,6 +285,50 @@ func Kubeconfig(ctx context.Context, o Request) (Written, error) {
 		Expires:     expiry(answer),
 		UseWith:     "kubectl --kubeconfig " + out + " get nodes",
 	}, nil
+}
+
+// kubeCredential is a Kubernetes credential the issuer signed for a key made
+// here.
+type kubeCredential struct {
+	answer *ichorv1alpha1.TalosCredentialRequest
+	// keyPEM is the private key, PKCS#8 "PRIVATE KEY" as kubectl reads it.
+	keyPEM []byte
+	// restCfg is the caller's client configuration, which asked.
+	restCfg *rest.Config
+}
+
+// requestKubeCredential is the one way a Kubernetes credential is asked for,
+// by `ichor cluster kubeconfig` and by the exec credential plugin alike: a
+// key made here, the local policy check, the request as the caller, the
+// wait for the issuer. prepare, if not nil, reads what else the caller's
+// client configuration must give before anything is sent.
+func requestKubeCredential(ctx context.Context, o Request, purpose ichorv1alpha1.CredentialPurpose, prepare func(*rest.Config) error) (kubeCredential, error) {
+	key, err := newKey()
+	if err != nil {
+		return kubeCredential{}, err
+	}
+	reqs, err := checkLocally(ctx, o, purpose, key)
+	if err != nil {
+		return kubeCredential{}, err
+	}
+	c, namespace, restCfg, err := kube.Client(o.Kube)
+	if err != nil {
+		return kubeCredential{}, err
+	}
+	if prepare != nil {
+		if err := prepare(restCfg); err != nil {
+			return kubeCredential{}, err
+		}
+	}
+	answer, err := requestCredential(ctx, c, o, namespace, o.Cluster, purpose, key, reqs)
+	if err != nil {
+		return kubeCredential{}, err
+	}
+	keyPEM, err := privateKeyPEM(key, "PRIVATE KEY")
+	if err != nil {
+		return kubeCredential{}, err
+	}
+	return kubeCredential{answer: answer, keyPEM: keyPEM, restCfg: restCfg}, nil
 }
 
 // checkLocally asks the embedded policy's issuance decision before anything

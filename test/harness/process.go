@@ -13,29 +13,34 @@ import (
 )
 
 var (
-	buildOnce sync.Once
+	buildMu   sync.Mutex
 	buildPath string
-	buildErr  error
 )
 
 // BuildIchor builds cmd/ichor once per test process, into dir on the first
 // call, and returns the binary's path: tests that run the real manager as a
-// process share it.
+// process share it. When the binary built earlier is gone (its dir was the
+// t.TempDir of a test that has ended), it is built again into dir.
 func BuildIchor(dir string) (string, error) {
-	buildOnce.Do(func() {
-		root, ok := findRepoRoot(sourceDir())
-		if !ok {
-			buildErr = errors.New("harness: repository root not found")
-			return
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if buildPath != "" {
+		if _, err := os.Stat(buildPath); err == nil {
+			return buildPath, nil
 		}
-		buildPath = filepath.Join(dir, "ichor")
-		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/ichor")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("harness: build cmd/ichor: %w: %s", err, out)
-		}
-	})
-	return buildPath, buildErr
+	}
+	root, ok := findRepoRoot(sourceDir())
+	if !ok {
+		return "", errors.New("harness: repository root not found")
+	}
+	path := filepath.Join(dir, "ichor")
+	cmd := exec.Command("go", "build", "-o", path, "./cmd/ichor")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("harness: build cmd/ichor: %w: %s", err, out)
+	}
+	buildPath = path
+	return buildPath, nil
 }
 
 func sourceDir() string {

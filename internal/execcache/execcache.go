@@ -1,0 +1,300 @@
+// Package execcache keeps the credentials `ichor cluster exec-credential`
+// was issued, so that each kubectl run does not cost a TalosCredentialRequest.
+//
+// A credential is a certificate and its private key, so the cache is held to
+// the rules of a private key on disk: one file per key (the management API
+// server, the TalosCluster, the kubeconfig context and the identity used to
+// ask), mode 0600 in a directory 0700 of the user, written atomically (a
+// temporary file renamed into place, so a reader sees the old file or the new
+// one, never half of one). A file that is a symbolic link, not the user's, or
+// readable by anyone else is never read; one that does not decode, is another
+// key's, or whose certificate is not for its key is ignored; each is replaced
+// by the next credential issued. Nothing the cache holds is trusted beyond
+// "this process wrote it": a file that fails any check is a miss, never an
+// error that stops kubectl.
+package execcache
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
+)
+
+// maxFileSize bounds what is read of a cache file: a certificate and a key
+// take a few kilobytes.
+const maxFileSize = 64 << 10
+
+// renewBefore is how long before its certificate expires a credential is
+// renewed at most; a short one is renewed a tenth of its lifetime before.
+const renewBefore = 5 * time.Minute
+
+// Key names what a cached credential was issued for. Two keys that differ in
+// any field never share a file, so two contexts, two people or two servers
+// never share a credential.
+type Key struct {
+	// Server is the management API server's URL, and TLSServerName the
+	// name its certificate is checked for.
+	Server        string `json:"server"`
+	TLSServerName string `json:"tlsServerName,omitempty"`
+	// Namespace and Cluster name the TalosCluster, Purpose the credential.
+	Namespace string `json:"namespace"`
+	Cluster   string `json:"cluster"`
+	Purpose   string `json:"purpose"`
+	// Kubeconfig are the files the management kubeconfig is read from;
+	// Context and User the context and the kubeconfig user used.
+	Kubeconfig []string `json:"kubeconfig,omitempty"`
+	Context    string   `json:"context,omitempty"`
+	User       string   `json:"user,omitempty"`
+	// Impersonate is who the caller impersonates (--as, --as-group,
+	// --as-uid), as one string.
+	Impersonate string `json:"impersonate,omitempty"`
+	// Identity is a SHA-256 of what the caller authenticates with to the
+	// management API server (its certificate, token, their files), so that
+	// a kubeconfig user whose credential changed to another person's does
+	// not reuse the first person's admin credential.
+	Identity string `json:"identity,omitempty"`
+}
+
+// ID is the key's name on disk: a SHA-256 of every field.
+func (k Key) ID() string {
+	data, err := json.Marshal(k)
+	if err != nil {
+		// A struct of strings always marshals.
+		panic(err)
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// entry is a cache file: the key it was written for and the ExecCredential
+// as it was printed, nothing else.
+type entry struct {
+	Key        string                      `json:"key"`
+	Credential clientauthv1.ExecCredential `json:"credential"`
+}
+
+// Cache is a directory of cached credentials.
+type Cache struct {
+	dir string
+}
+
+// DefaultDir is where the cache lives: ichor/exec-credential under the
+// user's cache directory ($XDG_CACHE_HOME or ~/.cache on Linux,
+// ~/Library/Caches on macOS).
+func DefaultDir() (string, error) {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("the user's cache directory: %w", err)
+	}
+	return filepath.Join(base, "ichor", "exec-credential"), nil
+}
+
+// Open makes the directory (0700) if it does not exist and checks it: a
+// directory of the user's, not a symbolic link; group and world access are
+// taken away.
+func Open(dir string) (*Cache, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create the credential cache %s: %w", dir, err)
+	}
+	info, err := os.Lstat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("the credential cache %s: %w", dir, err)
+	}
+	if !info.IsDir() {
+		return nil, fmt.Errorf("the credential cache %s is not a directory (a symbolic link?); remove it", dir)
+	}
+	if err := ownedByUser(info); err != nil {
+		return nil, fmt.Errorf("the credential cache %s: %w", dir, err)
+	}
+	if info.Mode().Perm()&0o077 != 0 {
+		if err := os.Chmod(dir, 0o700); err != nil { //nolint:gosec // a directory is searched: 0700 is its 0600
+			return nil, fmt.Errorf("the credential cache %s is open to others and cannot be closed: %w", dir, err)
+		}
+	}
+	return &Cache{dir: dir}, nil
+}
+
+// Path is the file of k.
+func (c *Cache) Path(k Key) string {
+	return filepath.Join(c.dir, k.ID()+".json")
+}
+
+// RenewAt is when a credential whose certificate is leaf is renewed: 5
+// minutes before it expires, or a tenth of its lifetime before when that is
+// shorter, so that a credential of a few minutes is still reused.
+func RenewAt(leaf *x509.Certificate) time.Time {
+	margin := leaf.NotAfter.Sub(leaf.NotBefore) / 10
+	margin = min(margin, renewBefore)
+	return leaf.NotAfter.Add(-margin)
+}
+
+// Load is the credential cached for k, if it is usable at now. An absent
+// file, or a credential due for renewal, is (nil, nil). A file that is not
+// to be trusted or does not hold a credential for k is (nil, error): a miss
+// the caller shows as a warning, never a reason to stop.
+func (c *Cache) Load(k Key, now time.Time) (*clientauthv1.ExecCredential, error) {
+	path := c.Path(k)
+	data, err := readPrivate(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ignoring the cached credential %s: %w", path, err)
+	}
+	cred, renewAt, err := decode(data, k.ID())
+	if err != nil {
+		return nil, fmt.Errorf("ignoring the cached credential %s: %w", path, err)
+	}
+	if !now.Before(renewAt) {
+		return nil, nil
+	}
+	return cred, nil
+}
+
+// decode checks a cache file's content: strictly the entry of key id, an
+// ExecCredential of client.authentication.k8s.io/v1 holding a certificate
+// and its key and nothing else. It returns the credential and when it is
+// renewed: the earlier of its expirationTimestamp and RenewAt.
+func decode(data []byte, id string) (*clientauthv1.ExecCredential, time.Time, error) {
+	var e entry
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return nil, time.Time{}, fmt.Errorf("it does not decode: %w", err)
+	}
+	if dec.More() {
+		return nil, time.Time{}, errors.New("it holds more than one document")
+	}
+	if e.Key != id {
+		return nil, time.Time{}, errors.New("it was written for another server, cluster, context or user")
+	}
+	cred := &e.Credential
+	s := cred.Status
+	switch {
+	case cred.APIVersion != clientauthv1.SchemeGroupVersion.String() || cred.Kind != "ExecCredential":
+		return nil, time.Time{}, fmt.Errorf("it holds %s %s, not an ExecCredential of %s", cred.APIVersion, cred.Kind, clientauthv1.SchemeGroupVersion)
+	case s == nil || s.Token != "" || s.ClientCertificateData == "" || s.ClientKeyData == "" || s.ExpirationTimestamp == nil:
+		return nil, time.Time{}, errors.New("it does not hold exactly a client certificate, its key and an expiry")
+	}
+	pair, err := tls.X509KeyPair([]byte(s.ClientCertificateData), []byte(s.ClientKeyData))
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("its certificate and key do not go together: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("its certificate does not parse: %w", err)
+	}
+	renewAt := RenewAt(leaf)
+	if s.ExpirationTimestamp.Time.Before(renewAt) {
+		renewAt = s.ExpirationTimestamp.Time
+	}
+	return cred, renewAt, nil
+}
+
+// Store writes cred as the credential of k: a temporary file of mode 0600 in
+// the directory, renamed over the file of k (over a symbolic link too, which
+// is replaced, never followed).
+func (c *Cache) Store(k Key, cred *clientauthv1.ExecCredential) (err error) {
+	data, err := json.Marshal(entry{Key: k.ID(), Credential: *cred})
+	if err != nil {
+		return fmt.Errorf("encode the credential: %w", err)
+	}
+	path := c.Path(k)
+	tmp, err := os.CreateTemp(c.dir, "."+k.ID()+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("cache the credential: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(tmp.Name())
+		}
+	}()
+	// CreateTemp makes the file 0600; say so rather than rely on it.
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("cache the credential: %w", err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("cache the credential: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("cache the credential: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("cache the credential: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("cache the credential: %w", err)
+	}
+	return nil
+}
+
+// Lock holds the lock of k until the returned function is called, so that
+// kubectl runs in parallel with an expired credential ask for one between
+// them, not one each: the others wait, then find it cached. It gives up at
+// ctx's end; where the system has no file locks it does nothing.
+func (c *Cache) Lock(ctx context.Context, k Key) (func(), error) {
+	return lockFile(ctx, filepath.Join(c.dir, k.ID()+".lock"))
+}
+
+// readPrivate reads a file that must be the user's own regular file,
+// unreadable by group and world, without following a symbolic link.
+func readPrivate(path string) ([]byte, error) {
+	f, err := openNoFollow(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case !info.Mode().IsRegular():
+		return nil, fmt.Errorf("it is not a regular file (%s)", info.Mode().Type())
+	case info.Mode().Perm()&0o077 != 0:
+		return nil, fmt.Errorf("its mode %04o lets others read or write it", info.Mode().Perm())
+	case info.Size() > maxFileSize:
+		return nil, fmt.Errorf("it is larger than %d bytes", maxFileSize)
+	}
+	if err := ownedByUser(info); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("it is larger than %d bytes", maxFileSize)
+	}
+	return data, nil
+}
+
+// Credential is the ExecCredential of a certificate and its key, renewed at
+// renewAt: what exec-credential prints and caches.
+func Credential(certPEM, keyPEM []byte, renewAt time.Time) *clientauthv1.ExecCredential {
+	at := metav1.NewTime(renewAt.UTC().Truncate(time.Second))
+	return &clientauthv1.ExecCredential{
+		TypeMeta: metav1.TypeMeta{APIVersion: clientauthv1.SchemeGroupVersion.String(), Kind: "ExecCredential"},
+		Status: &clientauthv1.ExecCredentialStatus{
+			ExpirationTimestamp:   &at,
+			ClientCertificateData: string(certPEM),
+			ClientKeyData:         string(keyPEM),
+		},
+	}
+}

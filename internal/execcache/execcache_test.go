@@ -1,0 +1,343 @@
+package execcache_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
+
+	"github.com/ichor-dev/ichor-policy/internal/execcache"
+)
+
+var key = execcache.Key{
+	Server: "https://mgmt.example:6443", Namespace: "team-a", Cluster: "demo", Purpose: "kubeconfig-admin",
+	Kubeconfig: []string{"/home/ada/.kube/config"}, Context: "mgmt", User: "ada", Identity: "digest",
+}
+
+// issue makes a certificate and key valid from notBefore for lifetime, as
+// the issuer would, and their ExecCredential.
+func issue(t *testing.T, notBefore time.Time, lifetime time.Duration) (*clientauthv1.ExecCredential, *x509.Certificate) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ichor-credential:kubeconfig-admin"},
+		NotBefore: notBefore, NotAfter: notBefore.Add(lifetime),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	require.NoError(t, err)
+	leaf, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(priv)
+	require.NoError(t, err)
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8})
+	return execcache.Credential(certPEM, keyPEM, execcache.RenewAt(leaf)), leaf
+}
+
+func open(t *testing.T) (*execcache.Cache, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "ichor", "exec-credential")
+	c, err := execcache.Open(dir)
+	require.NoError(t, err)
+	return c, dir
+}
+
+func perm(t *testing.T, path string) os.FileMode {
+	t.Helper()
+	info, err := os.Lstat(path)
+	require.NoError(t, err)
+	return info.Mode().Perm()
+}
+
+// TestStoreAndLoad: a stored credential is a file 0600 in a directory 0700,
+// holding the key's digest and the ExecCredential and nothing else; it is
+// reused until it is due for renewal, then it is a miss.
+func TestStoreAndLoad(t *testing.T) {
+	c, dir := open(t)
+	now := time.Now()
+	cred, leaf := issue(t, now.Add(-time.Minute), time.Hour)
+	require.NoError(t, c.Store(key, cred))
+
+	assert.Equal(t, os.FileMode(0o700), perm(t, dir))
+	assert.Equal(t, os.FileMode(0o600), perm(t, c.Path(key)))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temporary file is left behind")
+
+	data, err := os.ReadFile(c.Path(key))
+	require.NoError(t, err)
+	var doc map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(data, &doc))
+	assert.ElementsMatch(t, []string{"key", "credential"}, keys(doc))
+	assert.JSONEq(t, `"`+key.ID()+`"`, string(doc["key"]))
+	var status struct {
+		Status map[string]json.RawMessage `json:"status"`
+	}
+	require.NoError(t, json.Unmarshal(doc["credential"], &status))
+	assert.ElementsMatch(t, []string{"expirationTimestamp", "clientCertificateData", "clientKeyData"}, keys(status.Status))
+
+	got, err := c.Load(key, now)
+	require.NoError(t, err)
+	assertSame(t, cred, got)
+
+	renewAt := execcache.RenewAt(leaf)
+	got, err = c.Load(key, renewAt.Add(-time.Second))
+	require.NoError(t, err)
+	assert.NotNil(t, got)
+	got, err = c.Load(key, renewAt)
+	require.NoError(t, err)
+	assert.Nil(t, got, "a credential due for renewal is a miss")
+	// Not valid yet here is no reason to ask again: the API server judges
+	// its validity on its own clock, and a clock behind the issuer's would
+	// otherwise ask at every run.
+	got, err = c.Load(key, now.Add(-2*time.Minute))
+	require.NoError(t, err)
+	assert.NotNil(t, got)
+
+	other := key
+	other.Context = "another"
+	got, err = c.Load(other, now)
+	require.NoError(t, err)
+	assert.Nil(t, got, "another context has its own file")
+}
+
+// TestRenewAt: five minutes before expiry, or a tenth of the lifetime when
+// that is shorter.
+func TestRenewAt(t *testing.T) {
+	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for lifetime, before := range map[time.Duration]time.Duration{
+		time.Hour:            5 * time.Minute,
+		365 * 24 * time.Hour: 5 * time.Minute,
+		10 * time.Minute:     time.Minute,
+		30 * time.Second:     3 * time.Second,
+	} {
+		leaf := &x509.Certificate{NotBefore: start, NotAfter: start.Add(lifetime)}
+		assert.Equal(t, start.Add(lifetime-before), execcache.RenewAt(leaf), lifetime)
+	}
+}
+
+// TestLoadExpirationTimestamp: the stored expirationTimestamp bounds the
+// reuse too (it is what kubectl was told).
+func TestLoadExpirationTimestamp(t *testing.T) {
+	c, _ := open(t)
+	now := time.Now()
+	cred, _ := issue(t, now.Add(-time.Minute), time.Hour)
+	past := cred.Status.ExpirationTimestamp.Add(-2 * time.Hour)
+	cred.Status.ExpirationTimestamp.Time = past
+	require.NoError(t, c.Store(key, cred))
+	got, err := c.Load(key, now)
+	require.NoError(t, err)
+	assert.Nil(t, got)
+}
+
+// assertSame compares credentials as they are written: a time read back is
+// in the local zone.
+func assertSame(t *testing.T, want, got *clientauthv1.ExecCredential) {
+	t.Helper()
+	w, err := json.Marshal(want)
+	require.NoError(t, err)
+	g, err := json.Marshal(got)
+	require.NoError(t, err)
+	assert.JSONEq(t, string(w), string(g))
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestLoadRefuses: what a cache file must not be. Each is a miss with a
+// reason, never a crash, and the next Store replaces it with the user's own
+// file, never writing through a link.
+func TestLoadRefuses(t *testing.T) {
+	now := time.Now()
+	good, _ := issue(t, now.Add(-time.Minute), time.Hour)
+	goodJSON := func(id string, cred *clientauthv1.ExecCredential) []byte {
+		data, err := json.Marshal(map[string]any{"key": id, "credential": cred})
+		require.NoError(t, err)
+		return data
+	}
+	mismatched := good.DeepCopy()
+	other, _ := issue(t, now.Add(-time.Minute), time.Hour)
+	mismatched.Status.ClientKeyData = other.Status.ClientKeyData
+	withToken := good.DeepCopy()
+	withToken.Status.Token = "a token"
+	v1beta1 := good.DeepCopy()
+	v1beta1.APIVersion = "client.authentication.k8s.io/v1beta1"
+	anotherServer := key
+	anotherServer.Server = "https://other.example:6443"
+
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, path string)
+		why   string
+	}{
+		{"a symbolic link to another file", func(t *testing.T, path string) {
+			target := filepath.Join(t.TempDir(), "target")
+			require.NoError(t, os.WriteFile(target, goodJSON(key.ID(), good), 0o600))
+			require.NoError(t, os.Symlink(target, path))
+		}, "it is a symbolic link"},
+		{"readable by the group", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, goodJSON(key.ID(), good), 0o640))
+			require.NoError(t, os.Chmod(path, 0o640))
+		}, "lets others read or write it"},
+		{"writable by the world", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, goodJSON(key.ID(), good), 0o602))
+			require.NoError(t, os.Chmod(path, 0o602))
+		}, "lets others read or write it"},
+		{"garbage", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, []byte("\x1b[2J{garbage"), 0o600))
+		}, "it does not decode"},
+		{"empty", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, nil, 0o600))
+		}, "it does not decode"},
+		{"another server's key", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, goodJSON(anotherServer.ID(), good), 0o600))
+		}, "it was written for another server"},
+		{"a key that is not its certificate's", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, goodJSON(key.ID(), mismatched), 0o600))
+		}, "do not go together"},
+		{"a token besides the certificate", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, goodJSON(key.ID(), withToken), 0o600))
+		}, "does not hold exactly a client certificate"},
+		{"another version", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, goodJSON(key.ID(), v1beta1), 0o600))
+		}, "not an ExecCredential of client.authentication.k8s.io/v1"},
+		{"an unknown field", func(t *testing.T, path string) {
+			data := goodJSON(key.ID(), good)
+			data = append(data[:len(data)-1], []byte(`,"kubeconfig":"x"}`)...)
+			require.NoError(t, os.WriteFile(path, data, 0o600))
+		}, "unknown field"},
+		{"two documents", func(t *testing.T, path string) {
+			data := goodJSON(key.ID(), good)
+			require.NoError(t, os.WriteFile(path, append(append(data, '\n'), data...), 0o600))
+		}, "more than one document"},
+		{"too large", func(t *testing.T, path string) {
+			require.NoError(t, os.WriteFile(path, []byte(strings.Repeat(" ", 65<<10)), 0o600))
+		}, "larger than"},
+		{"a directory", func(t *testing.T, path string) {
+			require.NoError(t, os.Mkdir(path, 0o700))
+		}, "not a regular file"},
+		{"a FIFO (a read would block)", func(t *testing.T, path string) {
+			require.NoError(t, syscall.Mkfifo(path, 0o600))
+		}, "not a regular file"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := open(t)
+			path := c.Path(key)
+			tc.setup(t, path)
+			var target []byte
+			if dest, err := os.Readlink(path); err == nil {
+				target, err = os.ReadFile(dest)
+				require.NoError(t, err)
+				defer func() {
+					after, err := os.ReadFile(dest)
+					require.NoError(t, err)
+					assert.Equal(t, target, after, "the link's target was written")
+				}()
+			}
+			got, err := c.Load(key, now)
+			assert.Nil(t, got)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.why)
+
+			if tc.name == "a directory" {
+				return // a directory is not replaced by a rename; nobody makes one there
+			}
+			fresh, _ := issue(t, now.Add(-time.Minute), time.Hour)
+			require.NoError(t, c.Store(key, fresh))
+			info, err := os.Lstat(path)
+			require.NoError(t, err)
+			assert.True(t, info.Mode().IsRegular())
+			assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+			got, err = c.Load(key, now)
+			require.NoError(t, err)
+			assertSame(t, fresh, got)
+		})
+	}
+}
+
+// TestOpenChecksTheDirectory: the directory is made 0700, a looser one is
+// closed, and a symbolic link in its place is refused.
+func TestOpenChecksTheDirectory(t *testing.T) {
+	base := t.TempDir()
+	loose := filepath.Join(base, "loose")
+	require.NoError(t, os.Mkdir(loose, 0o755)) //nolint:gosec // loose on purpose
+	require.NoError(t, os.Chmod(loose, 0o755))
+	_, err := execcache.Open(loose)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o700), perm(t, loose))
+
+	link := filepath.Join(base, "link")
+	require.NoError(t, os.Symlink(loose, link))
+	_, err = execcache.Open(link)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not a directory")
+}
+
+// TestKeysNeverShare: a key differing in any one field is another file.
+func TestKeysNeverShare(t *testing.T) {
+	seen := map[string]string{key.ID(): "base"}
+	for name, change := range map[string]func(*execcache.Key){
+		"server":      func(k *execcache.Key) { k.Server = "https://other.example:6443" },
+		"server name": func(k *execcache.Key) { k.TLSServerName = "other" },
+		"namespace":   func(k *execcache.Key) { k.Namespace = "team-b" },
+		"cluster":     func(k *execcache.Key) { k.Cluster = "prod" },
+		"purpose":     func(k *execcache.Key) { k.Purpose = "kubeconfig-super-admin" },
+		"kubeconfig":  func(k *execcache.Key) { k.Kubeconfig = []string{"/home/bob/.kube/config"} },
+		"context":     func(k *execcache.Key) { k.Context = "other" },
+		"user":        func(k *execcache.Key) { k.User = "bob" },
+		"impersonate": func(k *execcache.Key) { k.Impersonate = "bob" },
+		"identity":    func(k *execcache.Key) { k.Identity = "other" },
+	} {
+		k := key
+		k.Kubeconfig = append([]string(nil), key.Kubeconfig...)
+		change(&k)
+		id := k.ID()
+		assert.NotContains(t, seen, id, name)
+		seen[id] = name
+	}
+}
+
+// TestLockSerializes: while one run holds a key's lock another waits, and
+// gives up at its deadline; another key's lock is free.
+func TestLockSerializes(t *testing.T) {
+	c, _ := open(t)
+	unlock, err := c.Lock(t.Context(), key)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = c.Lock(ctx, key)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "another exec-credential held it")
+
+	other := key
+	other.Cluster = "prod"
+	unlockOther, err := c.Lock(t.Context(), other)
+	require.NoError(t, err)
+	unlockOther()
+
+	unlock()
+	unlock, err = c.Lock(t.Context(), key)
+	require.NoError(t, err)
+	unlock()
+}

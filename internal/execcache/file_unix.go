@@ -1,0 +1,69 @@
+//go:build unix
+
+package execcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"syscall"
+	"time"
+)
+
+// lockPoll is how often a held lock is tried again.
+const lockPoll = 100 * time.Millisecond
+
+// openNoFollow opens path for reading, refusing a symbolic link in its last
+// element (O_NOFOLLOW: the check and the open are one step, so the file
+// cannot be swapped for a link between them).
+func openNoFollow(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, errors.New("it is a symbolic link")
+	}
+	return f, err
+}
+
+// ownedByUser refuses a file or directory that is not the user's.
+func ownedByUser(info fs.FileInfo) error {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return errors.New("its owner cannot be read")
+	}
+	if int64(st.Uid) != int64(os.Getuid()) {
+		return fmt.Errorf("it belongs to uid %d, not to you (uid %d)", st.Uid, os.Getuid())
+	}
+	return nil
+}
+
+// lockFile takes an exclusive flock(2) on path (made 0600 if absent, never
+// through a symbolic link), trying again until ctx ends.
+func lockFile(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock the credential cache: %w", err)
+	}
+	ticker := time.NewTicker(lockPoll)
+	defer ticker.Stop()
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) //nolint:gosec // a descriptor fits an int
+		if err == nil {
+			return func() {
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN) //nolint:gosec // a descriptor fits an int
+				f.Close()
+			}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock the credential cache: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("lock the credential cache: another exec-credential held it until %w", ctx.Err())
+		case <-ticker.C:
+		}
+	}
+}
