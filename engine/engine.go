@@ -24,7 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/renameio/v2"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/logging"
@@ -35,6 +34,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/internal/privatefile"
 	"github.com/ichor-dev/ichor-policy/internal/version"
 )
 
@@ -356,7 +356,7 @@ func (e *Engine) writePrivate(data []byte) error {
 	}
 	// OPA reads the file while a new bundle replaces it: it sees the old one
 	// or the new one whole, never a part.
-	if err := renameio.WriteFile(e.private, data, 0o600); err != nil {
+	if err := privatefile.Write(e.private, data); err != nil {
 		return fmt.Errorf("write bundle: %w", err)
 	}
 	return nil

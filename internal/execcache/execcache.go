@@ -31,6 +31,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
+
+	"github.com/ichor-dev/ichor-policy/internal/privatefile"
 )
 
 // maxFileSize bounds what is read of a cache file: a certificate and a key
@@ -207,38 +209,14 @@ func decode(data []byte, id string) (*clientauthv1.ExecCredential, time.Time, er
 // Store writes cred as the credential of k: a temporary file of mode 0600 in
 // the directory, renamed over the file of k (over a symbolic link too, which
 // is replaced, never followed).
-func (c *Cache) Store(k Key, cred *clientauthv1.ExecCredential) (err error) {
+func (c *Cache) Store(k Key, cred *clientauthv1.ExecCredential) error {
 	data, err := json.Marshal(entry{Key: k.ID(), Credential: *cred})
 	if err != nil {
 		return fmt.Errorf("encode the credential: %w", err)
 	}
-	path := c.Path(k)
-	tmp, err := os.CreateTemp(c.dir, "."+k.ID()+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("cache the credential: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(tmp.Name())
-		}
-	}()
-	// CreateTemp makes the file 0600; say so rather than rely on it.
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("cache the credential: %w", err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("cache the credential: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("cache the credential: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("cache the credential: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	// Beside the file, never in a shared temporary directory; renamed over
+	// it, so a reader sees the old credential or the new one whole.
+	if err := privatefile.Write(c.Path(k), data); err != nil {
 		return fmt.Errorf("cache the credential: %w", err)
 	}
 	return nil

@@ -50,7 +50,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/renameio/v2"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -61,6 +60,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/ichor-dev/ichor-policy/internal/privatefile"
 )
 
 // The names the chart gives the objects this package writes. They are fixed,
@@ -439,7 +440,7 @@ func (r *Rotator) writeFiles(m *material) error {
 		}
 		// The webhook server reads the pair while it is replaced: it sees
 		// the old file or the new one whole.
-		if err := renameio.WriteFile(path, f.data, 0o600); err != nil {
+		if err := privatefile.Write(path, f.data); err != nil {
 			return fmt.Errorf("webhook certificates: %w", err)
 		}
 	}
