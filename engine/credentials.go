@@ -161,11 +161,36 @@ type AdmissionProof struct {
 	Error string `json:"error,omitempty"`
 }
 
-// AdminBindingFacts are the facts of the ClusterRoleBinding that gives admin
-// kubeconfigs their power.
+// AdminIdentityFacts are what the issuer found of admins' own
+// ClusterRoleBindings before an admin kubeconfig is signed: every binding
+// labelled as Ichor's admin binding (the rule picks the requester's by name),
+// and a nonce Go drew for a new binding's name, so that the decision, which
+// names the binding, replays from its input.
+type AdminIdentityFacts struct {
+	Bindings []AdminBindingFacts `json:"bindings"`
+	Nonce    string              `json:"nonce"`
+}
+
+// AdminBindingFacts are one ClusterRoleBinding's name, role and subjects.
 type AdminBindingFacts struct {
-	Name   string `json:"name"`
-	Exists bool   `json:"exists"`
+	Name     string                `json:"name"`
+	RoleRef  RoleRefFacts          `json:"role_ref"`
+	Subjects []BindingSubjectFacts `json:"subjects"`
+}
+
+// RoleRefFacts are a binding's roleRef.
+type RoleRefFacts struct {
+	APIGroup string `json:"api_group"`
+	Kind     string `json:"kind"`
+	Name     string `json:"name"`
+}
+
+// BindingSubjectFacts are one subject of a binding.
+type BindingSubjectFacts struct {
+	APIGroup  string `json:"api_group"`
+	Kind      string `json:"kind"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // IssuerSettings are the operator's choices the issuance rule reads.
@@ -186,8 +211,10 @@ type CredentialIssuanceInput struct {
 	// now; absent when none could be made (no requester, unknown purpose).
 	Authorization *AuthorizationFacts `json:"authorization,omitempty"`
 	Cluster       ClusterFacts        `json:"cluster"`
-	AdminBinding  AdminBindingFacts   `json:"admin_binding"`
-	Settings      IssuerSettings      `json:"settings"`
+	// AdminIdentity is gathered for every request: the rule decides which
+	// purposes a binding of the requester's own gives their power.
+	AdminIdentity AdminIdentityFacts `json:"admin_identity"`
+	Settings      IssuerSettings     `json:"settings"`
 }
 
 // CredentialCheckInput is the input of the credential checks alone: the
@@ -207,16 +234,29 @@ type IssuedCertificate struct {
 	CommonName string   `json:"common_name,omitempty"`
 }
 
-// CredentialIssuance is the issuance decision. Certificate is set only when
-// the request is allowed.
+// AdminBindingDecision is the requester's own ClusterRoleBinding an admin
+// kubeconfig needs: Go makes it (Create) or found it intact, before it signs.
+// Its only subject is the group Group, its role the ClusterRole ClusterRole.
+type AdminBindingDecision struct {
+	Name        string `json:"name"`
+	Group       string `json:"group"`
+	ClusterRole string `json:"cluster_role"`
+	Username    string `json:"username"`
+	Identity    string `json:"identity"`
+	Create      bool   `json:"create"`
+}
+
+// CredentialIssuance is the issuance decision. Certificate, and AdminBinding
+// for an admin kubeconfig, are set only when the request is allowed.
 type CredentialIssuance struct {
-	Allowed         bool               `json:"allowed"`
-	Reasons         Reasons            `json:"reasons"`
-	Purpose         string             `json:"purpose"`
-	LifetimeSeconds float64            `json:"lifetime_seconds"`
-	Certificate     *IssuedCertificate `json:"certificate,omitempty"`
-	DecisionID      string             `json:"decision_id"`
-	Revision        string             `json:"revision"`
+	Allowed         bool                  `json:"allowed"`
+	Reasons         Reasons               `json:"reasons"`
+	Purpose         string                `json:"purpose"`
+	LifetimeSeconds float64               `json:"lifetime_seconds"`
+	Certificate     *IssuedCertificate    `json:"certificate,omitempty"`
+	AdminBinding    *AdminBindingDecision `json:"admin_binding,omitempty"`
+	DecisionID      string                `json:"decision_id"`
+	Revision        string                `json:"revision"`
 }
 
 // Requirements returns the grant and the Event of a purpose. It returns

@@ -520,7 +520,7 @@ func TestBreakGlassIsAWarningAndNoShippedRoleHoldsIt(t *testing.T) {
 	require.Len(t, events, 1)
 	assert.Equal(t, corev1.EventTypeWarning, events[0].Type)
 	assert.Equal(t, "KubeconfigSuperAdmin", events[0].Reason)
-	assert.Equal(t, "a break-glass kubeconfig (O=system:masters) was requested by ichor:dave (lifetime 15m0s)", events[0].Message)
+	assert.Equal(t, "a break-glass kubeconfig (CN=ichor-super-admin:u:ichor:dave, O=system:masters) was requested by ichor:dave (lifetime 15m0s)", events[0].Message)
 
 	// The cap of the break-glass kubeconfig is an hour.
 	msg = refusal(t, dave.Create(f.ctx, f.request(ichorv1alpha1.PurposeKubeconfigSuperAdmin, "1h0m1s", ed25519Key(t))))

@@ -439,62 +439,6 @@ func TestLifetimeCapsInTheController(t *testing.T) {
 	}
 }
 
-func TestAdminKubeconfigWorksUntilItsBindingIsDeleted(t *testing.T) {
-	f := newFixture(t)
-	// The binding is installed with Ichor (the chart); the controller never creates it.
-	binding := adminBinding()
-	_ = env.Client.Delete(f.ctx, binding.DeepCopy())
-	require.NoError(t, env.Client.Create(f.ctx, binding))
-
-	tcr, key := f.ask("demo", ichorv1alpha1.PurposeKubeconfigAdmin, "")
-	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, tcr).Reason, ready(t, tcr).Message)
-	cert := parseCert(t, tcr.Status.Certificate)
-	assert.Equal(t, []string{credentials.AdminGroup}, cert.Subject.Organization)
-	assert.Equal(t, "ichor-credential:kubeconfig-admin", cert.Subject.CommonName)
-	roots, _ := pool(t, tcr.Status.TrustBundle)
-	require.NoError(t, verify(cert, roots))
-	k8sCA, _ := env.KubernetesCA()
-	assert.Equal(t, strings.TrimSpace(string(k8sCA)), strings.TrimSpace(tcr.Status.TrustBundle))
-
-	cs := certClient(t, tcr.Status.Certificate, key)
-	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(f.ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, "ichor-credential:kubeconfig-admin", review.Status.UserInfo.Username)
-	assert.Contains(t, review.Status.UserInfo.Groups, credentials.AdminGroup)
-	assert.NotContains(t, review.Status.UserInfo.Groups, "system:masters")
-	require.Eventually(t, func() bool {
-		_, err := cs.CoreV1().Namespaces().List(f.ctx, metav1.ListOptions{})
-		return err == nil
-	}, 30*time.Second, 100*time.Millisecond, "the admin kubeconfig cannot list namespaces")
-
-	// Revocation: one delete.
-	require.NoError(t, env.Client.Delete(f.ctx, binding.DeepCopy()))
-	require.Eventually(t, func() bool {
-		_, err := cs.CoreV1().Namespaces().List(f.ctx, metav1.ListOptions{})
-		return apierrors.IsForbidden(err)
-	}, 30*time.Second, 100*time.Millisecond, "the admin kubeconfig still works after its binding was deleted")
-
-	// A new request is refused, not answered by recreating the binding, which
-	// would restore the revoked kubeconfigs (a leaked one included).
-	again, _ := f.ask("demo", ichorv1alpha1.PurposeKubeconfigAdmin, "")
-	require.Equal(t, ichorv1alpha1.ReasonRefused, ready(t, again).Reason, ready(t, again).Message)
-	assert.Contains(t, ready(t, again).Message, "AdminBindingMissing: the ClusterRoleBinding ichor:cluster-admins does not exist, so admin kubeconfigs are revoked")
-	assert.Empty(t, again.Status.Certificate)
-	err = env.Client.Get(f.ctx, types.NamespacedName{Name: credentials.AdminBinding}, &rbacv1.ClusterRoleBinding{})
-	assert.True(t, apierrors.IsNotFound(err), "the controller recreated the binding: %v", err)
-	_, err = cs.CoreV1().Namespaces().List(f.ctx, metav1.ListOptions{})
-	assert.True(t, apierrors.IsForbidden(err), "the revoked kubeconfig works again: %v", err)
-}
-
-// adminBinding is the binding the chart installs.
-func adminBinding() *rbacv1.ClusterRoleBinding {
-	return &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: credentials.AdminBinding},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: credentials.AdminClusterRole},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: credentials.AdminGroup}},
-	}
-}
-
 func TestBreakGlassIsSystemMastersAndBindsNothing(t *testing.T) {
 	f := newFixture(t)
 	var before rbacv1.ClusterRoleBindingList
@@ -505,6 +449,8 @@ func TestBreakGlassIsSystemMastersAndBindsNothing(t *testing.T) {
 	cert := parseCert(t, tcr.Status.Certificate)
 	assert.Equal(t, []string{"system:masters"}, cert.Subject.Organization)
 	assert.Equal(t, 15*time.Minute, cert.NotAfter.Sub(cert.NotBefore))
+	// It names the person, as the admin kubeconfig does.
+	assert.Equal(t, "ichor-super-admin:"+identityPart(t, f.admin()), cert.Subject.CommonName)
 
 	var after rbacv1.ClusterRoleBindingList
 	require.NoError(t, env.Client.List(f.ctx, &after))
@@ -600,8 +546,6 @@ func TestClusterGoneSinceAdmissionIsRefusedAndMissingSecretsFail(t *testing.T) {
 
 func TestRequestsMadeWhileTheWebhookWasAbsentAreNeverIssued(t *testing.T) {
 	f := newFixture(t)
-	require.NoError(t, env.Client.Create(f.ctx, adminBinding()))
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), adminBinding()) })
 	// Someone who may only create requests (the API server's RBAC lets them,
 	// the webhook would refuse every purpose), while the webhook
 	// configuration is gone: after `helm uninstall`, in an upgrade window,
@@ -637,6 +581,7 @@ func TestRequestsMadeWhileTheWebhookWasAbsentAreNeverIssued(t *testing.T) {
 		assert.Empty(t, again.Status.Certificate)
 	}
 	assert.Len(t, refusedEvents(t, f.ns, len(made)), len(made), "each refusal is a Warning Event on the request")
+	assert.Empty(t, adminBindingsOf(t, "ichor:mallory"), "a refused request made a binding")
 }
 
 func TestARequesterWhoLostTheGrantAfterAdmissionIsRefused(t *testing.T) {
@@ -736,17 +681,18 @@ func TestAKubernetesCredentialOfAClusterThatJudgesAnotherAPIServerIsRefused(t *t
 	assert.Contains(t, c.Message, `ClusterNotLocal: TalosCluster "demo" judges another API server (spec.kubeconfigRef)`)
 }
 
-func TestAdminKubeconfigsRevokedByTheOperatorAreRefusedEvenWithTheBinding(t *testing.T) {
+func TestAdminKubeconfigsRevokedByTheOperatorAreRefusedAndBindNothing(t *testing.T) {
 	f := newFixture(t)
-	require.NoError(t, env.Client.Create(f.ctx, adminBinding()))
-	t.Cleanup(func() { _ = env.Client.Delete(context.Background(), adminBinding()) })
 	f.r.AdminKubeconfigs = false
+	ada := f.user("ichor:ada-revoked-by-operator", "ichor-admin")
 
-	tcr, _ := f.ask("demo", ichorv1alpha1.PurposeKubeconfigAdmin, "")
+	tcr, _ := f.create(ada, "demo", ichorv1alpha1.PurposeKubeconfigAdmin, "")
+	tcr = f.answer(tcr)
 	c := ready(t, tcr)
 	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
 	assert.Contains(t, c.Message, "AdminKubeconfigsRevoked: the operator revoked admin kubeconfigs")
 	assert.Empty(t, tcr.Status.Certificate)
+	assert.Empty(t, adminBindingsOf(t, "ichor:ada-revoked-by-operator"), "a refused request made a binding")
 	// Other purposes are not concerned.
 	other, _ := f.ask("demo", ichorv1alpha1.PurposeKubeconfigSuperAdmin, "")
 	assert.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, other).Reason)

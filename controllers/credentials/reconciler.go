@@ -19,10 +19,14 @@
 // as CN. During a CA rotation the current CA signs and the trust bundle holds
 // the current and the previous one.
 //
-// A credential whose groups include AdminGroup is useful only while the
-// ClusterRoleBinding AdminBinding exists. It is installed with Ichor; the
-// controller only checks it (a fact for the rule), so deleting it revokes
-// every such credential at once and for good.
+// An admin kubeconfig names its person: its common name is the requester's
+// admin identity and its only group is the name of that person's own
+// ClusterRoleBinding to cluster-admin, both derived by the rule from
+// spec.requester. Before it signs, the controller makes that binding (or the
+// rule found it intact), labelled as Ichor's and owned by nothing, so that it
+// outlives the request; deleting it revokes that person's admin kubeconfigs
+// at once and for good (a later one gets a new binding and a new group). See
+// adminbindings.go for what happens when one is deleted.
 //
 // A request is deleted Retention (two minutes) after it was answered.
 package credentials
@@ -38,7 +42,6 @@ import (
 	siderox509 "github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,23 +66,10 @@ import (
 // not pile up.
 const DefaultRetention = 2 * time.Minute
 
-// The revocable cluster-admin group of KEP-4214 and the binding that gives it
-// cluster-admin in the cluster the controller runs against.
-const (
-	AdminGroup   = "ichor:cluster-admins"
-	AdminBinding = "ichor:cluster-admins"
-	// AdminClusterRole is the built-in role the binding grants.
-	AdminClusterRole = "cluster-admin"
-)
-
-// LabelManagedBy marks the binding the controller created.
-const LabelManagedBy = "app.kubernetes.io/managed-by"
-
 // +kubebuilder:rbac:groups=ichor.dev,resources=taloscredentialrequests,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=ichor.dev,resources=taloscredentialrequests/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ichor.dev,resources=talosclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,resourceNames=ichor:cluster-admins,verbs=get
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups="",resources=events,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -95,11 +85,11 @@ type Decider interface {
 // Reconciler issues TalosCredentialRequests.
 type Reconciler struct {
 	// Client reads requests and clusters and writes status, the deletion and
-	// the admin binding.
+	// the admins' bindings.
 	Client client.Client
-	// APIReader reads the secrets Secret, the admission record and the admin
-	// binding directly, so the manager needs get on those only, and a record
-	// written a moment ago is seen.
+	// APIReader reads the secrets Secret, the admission record and the
+	// admins' bindings directly, so the manager needs get (list) on those
+	// only, and a record or a binding written a moment ago is seen.
 	APIReader client.Reader
 	Engine    Decider
 	// Keys holds the admission key admission records are verified with.
@@ -118,6 +108,8 @@ type Reconciler struct {
 	Retention time.Duration
 	// Clock is the clock; the real one if nil.
 	Clock clock.PassiveClock
+	// Nonce draws a new admin binding's nonce; crypto/rand if nil.
+	Nonce func() (string, error)
 }
 
 // SetupWithManager registers the reconciler.
@@ -224,7 +216,23 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	}
 
 	_, publicKey := engine.ParsePublicKey(tcr.Spec.PublicKey)
-	issued, err := r.issue(ctx, cluster, d, publicKey)
+	// The person's own binding first: a certificate signed before its binding
+	// exists would be powerless, and one whose binding cannot be made is not
+	// signed.
+	binding, err := r.bind(ctx, tcr, d)
+	var signed issued
+	if err == nil {
+		signed, err = r.issue(ctx, cluster, d, publicKey)
+	}
+	if err == nil && binding != nil {
+		r.recordExpiry(ctx, binding, signed.notAfter)
+	}
+	return r.answered(ctx, out, d, signed, err)
+}
+
+// answered writes what signing (or making the binding) came to.
+func (r *Reconciler) answered(ctx context.Context, out *ichorv1alpha1.TalosCredentialRequest, d engine.CredentialIssuance, issued issued, err error) (*ichorv1alpha1.TalosCredentialRequest, string, error) {
+	logger := log.FromContext(ctx).WithValues("decision_id", d.DecisionID, "purpose", d.Purpose)
 	var failed *failure
 	switch {
 	case errors.As(err, &failed):
@@ -248,10 +256,9 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 // retried, never answered on a guess.
 func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (engine.CredentialIssuanceInput, *ichorv1alpha1.TalosCluster, error) {
 	in := engine.CredentialIssuanceInput{
-		Request:      credential.Request(tcr, tcr.Namespace),
-		Requester:    credential.Requester(tcr.Spec.Requester),
-		AdminBinding: engine.AdminBindingFacts{Name: AdminBinding},
-		Settings:     engine.IssuerSettings{AdminKubeconfigs: r.AdminKubeconfigs},
+		Request:   credential.Request(tcr, tcr.Namespace),
+		Requester: credential.Requester(tcr.Spec.Requester),
+		Settings:  engine.IssuerSettings{AdminKubeconfigs: r.AdminKubeconfigs},
 	}
 	var err error
 	var cl *ichorv1alpha1.TalosCluster
@@ -271,13 +278,8 @@ func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 		}
 	}
 
-	var binding rbacv1.ClusterRoleBinding
-	switch err := r.APIReader.Get(ctx, client.ObjectKey{Name: AdminBinding}, &binding); {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return in, nil, fmt.Errorf("get ClusterRoleBinding %s: %w", AdminBinding, err)
-	default:
-		in.AdminBinding.Exists = true
+	if in.AdminIdentity, err = r.adminIdentity(ctx); err != nil {
+		return in, nil, err
 	}
 	return in, cl, nil
 }

@@ -851,13 +851,20 @@ func TestAdmissionPolicyAndKeyAreInstalled(t *testing.T) {
 }
 
 func TestAdminCredentialsValue(t *testing.T) {
+	// A new install makes no shared binding: each person gets their own from
+	// the manager.
 	objs := render(t)
+	assert.Empty(t, objs.all("ClusterRoleBinding", "ichor:cluster-admins"))
+	assert.NotContains(t, args(objs.deployment(t)), "--admin-kubeconfigs=false")
+
+	// Kept explicitly for the migration window: an ordinary release resource.
+	objs = render(t, "adminCredentials.sharedBinding=true")
 	binding := typed[rbacv1.ClusterRoleBinding](t, objs.get(t, "ClusterRoleBinding", "ichor:cluster-admins"))
 	assert.Empty(t, binding.Annotations["helm.sh/hook"], "an ordinary release resource, so every sync converges on the value")
 	assert.Equal(t, "cluster-admin", binding.RoleRef.Name)
-	assert.NotContains(t, args(objs.deployment(t)), "--admin-kubeconfigs=false")
+	assert.Empty(t, render(t, "adminCredentials.sharedBinding=false").all("ClusterRoleBinding", "ichor:cluster-admins"))
 
-	objs = render(t, "adminCredentials.enabled=false")
+	objs = render(t, "adminCredentials.enabled=false", "adminCredentials.sharedBinding=true")
 	assert.Empty(t, objs.all("ClusterRoleBinding", "ichor:cluster-admins"))
 	assert.Contains(t, args(objs.deployment(t)), "--admin-kubeconfigs=false")
 

@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +18,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -85,28 +89,14 @@ func TestUpgradeKeepsTheManagersCertificates(t *testing.T) {
 			require.NoError(t, c.Get(t.Context(), types.NamespacedName{Name: webhookcerts.DefaultWebhookConfigurationName}, &vwc))
 			assert.EqualValues(t, 8443, *vwc.Webhooks[0].ClientConfig.Service.Port, "the upgrade was not applied to the webhook configuration")
 
-			// Revocation is a value: the binding is removed by an upgrade
-			// with adminCredentials.enabled=false, and the next upgrade with
-			// the value still off does not bring it back (a post-install hook
-			// would, under Argo CD, at every sync).
+			// A new install makes no shared binding; revoking admin
+			// kubeconfigs is a value that makes the manager refuse them.
 			binding := types.NamespacedName{Name: "ichor:cluster-admins"}
-			require.NoError(t, c.Get(t.Context(), binding, &rbacv1.ClusterRoleBinding{}), "the binding is installed with the chart")
-			for range 2 {
-				helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--set", "adminCredentials.enabled=false"}, kc...)...)
-				err := c.Get(t.Context(), binding, &rbacv1.ClusterRoleBinding{})
-				assert.True(t, apierrors.IsNotFound(err), "an upgrade with adminCredentials.enabled=false leaves the binding: %v", err)
-				require.NoError(t, c.Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: release}, &dep))
-				assert.Contains(t, dep.Spec.Template.Spec.Containers[0].Args, "--admin-kubeconfigs=false")
-			}
-			// Switching it back on does not restore the revoked kubeconfigs by
-			// accident: the upgrade fails and says why, until restore is set.
-			out, err := helmOutput(t, append([]string{"upgrade", release, chartDir(t), "--set", "adminCredentials.enabled=true"}, kc...)...)
-			require.Error(t, err)
-			assert.Contains(t, string(out), "the ClusterRoleBinding ichor:cluster-admins is missing, so admin kubeconfigs were revoked")
 			err = c.Get(t.Context(), binding, &rbacv1.ClusterRoleBinding{})
-			assert.True(t, apierrors.IsNotFound(err), "a refused upgrade created the binding: %v", err)
-			helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--set", "adminCredentials.enabled=true", "--set", "adminCredentials.restore=true"}, kc...)...)
-			require.NoError(t, c.Get(t.Context(), binding, &rbacv1.ClusterRoleBinding{}), "restore brings the binding back")
+			assert.True(t, apierrors.IsNotFound(err), "a new install made the shared binding: %v", err)
+			helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--set", "adminCredentials.enabled=false"}, kc...)...)
+			require.NoError(t, c.Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: release}, &dep))
+			assert.Contains(t, dep.Spec.Template.Spec.Containers[0].Args, "--admin-kubeconfigs=false")
 
 			helm(t, nil, append([]string{"uninstall", release}, kc...)...)
 			for _, gone := range []struct {
@@ -188,4 +178,73 @@ func TestTheDefaultInstallReadsNoSecretOutsideItsNamespace(t *testing.T) {
 	becomes("team-b", false, "back to the default, the cluster-wide grant is gone")
 	assert.False(t, mayGet("kube-system"))
 	assert.True(t, mayGet(namespace))
+}
+
+// TestSharedAdminBindingMigrationWindow: an install that had the shared
+// binding ichor:cluster-admins (earlier charts made it) keeps it, and the
+// shared admin kubeconfigs issued under it keep working, across upgrades,
+// until the operator closes the window with adminCredentials.sharedBinding=false;
+// then they are refused, and later upgrades neither bring it back nor, with
+// the value true again, restore it without adminCredentials.restore.
+func TestSharedAdminBindingMigrationWindow(t *testing.T) {
+	log.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	env := &envtest.Environment{BinaryAssetsDirectory: assetsDir(t)}
+	cfg, err := env.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	admin, err := env.AddUser(envtest.User{Name: "chart-test", Groups: []string{"system:masters"}}, cfg)
+	require.NoError(t, err)
+	kubeconfig, err := admin.KubeConfig()
+	require.NoError(t, err)
+	c, err := client.New(cfg, client.Options{})
+	require.NoError(t, err)
+	kc := []string{"--kubeconfig", writeKubeconfig(t, kubeconfig), "--namespace", namespace}
+
+	// A shared admin kubeconfig as earlier Ichors issued it: that name and
+	// that group, from a CA the API server trusts.
+	shared, err := env.AddUser(envtest.User{Name: "ichor-credential:kubeconfig-admin", Groups: []string{"ichor:cluster-admins"}}, cfg)
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(shared.Config())
+	require.NoError(t, err)
+	works := func() error {
+		_, err := cs.CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{Limit: 1})
+		return err
+	}
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true,
+			func(context.Context) (bool, error) { return cond(), nil }), what)
+	}
+
+	// The install as an earlier chart left it: the shared binding, a release
+	// resource.
+	helm(t, nil, append([]string{"install", release, chartDir(t), "--create-namespace", "--set", "adminCredentials.sharedBinding=true"}, kc...)...)
+	t.Cleanup(func() {
+		_ = exec.Command(helmBinary(t), append([]string{"uninstall", release, "--ignore-not-found"}, kc...)...).Run()
+	})
+	binding := types.NamespacedName{Name: "ichor:cluster-admins"}
+	waitUntil("the shared kubeconfig works", func() bool { return works() == nil })
+
+	// Upgrades with the default value keep it: the window stays open.
+	for range 2 {
+		helm(t, nil, append([]string{"upgrade", release, chartDir(t)}, kc...)...)
+		require.NoError(t, c.Get(t.Context(), binding, &rbacv1.ClusterRoleBinding{}), "an upgrade removed the shared binding before the window closed")
+		require.NoError(t, works(), "the shared kubeconfig stopped working before the window closed")
+	}
+
+	// The operator closes the window.
+	helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--set", "adminCredentials.sharedBinding=false"}, kc...)...)
+	err = c.Get(t.Context(), binding, &rbacv1.ClusterRoleBinding{})
+	assert.True(t, apierrors.IsNotFound(err), "sharedBinding=false left the binding: %v", err)
+	waitUntil("the shared kubeconfig is refused", func() bool { return apierrors.IsForbidden(works()) })
+
+	// The default does not bring it back; true does not restore it by accident.
+	helm(t, nil, append([]string{"upgrade", release, chartDir(t)}, kc...)...)
+	err = c.Get(t.Context(), binding, &rbacv1.ClusterRoleBinding{})
+	assert.True(t, apierrors.IsNotFound(err), "an upgrade brought the shared binding back: %v", err)
+	out, err := helmOutput(t, append([]string{"upgrade", release, chartDir(t), "--set", "adminCredentials.sharedBinding=true"}, kc...)...)
+	require.Error(t, err)
+	assert.Contains(t, string(out), "the ClusterRoleBinding ichor:cluster-admins is missing, so the shared admin kubeconfigs were revoked")
+	helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--set", "adminCredentials.sharedBinding=true", "--set", "adminCredentials.restore=true"}, kc...)...)
+	require.NoError(t, c.Get(t.Context(), binding, &rbacv1.ClusterRoleBinding{}), "restore brings the binding back")
 }

@@ -66,6 +66,7 @@ verb and records an Event naming you) and again by the controller before it sign
 	// TalosCluster's namespace, by default the context's.
 	k.AddFlags(cmd.PersistentFlags())
 	cmd.AddCommand(newTalosconfigCommand(s, k), newKubeconfigCommand(s, k), newExecCredentialCommand(s, k))
+	cmd.AddCommand(newAdminsCommand(s, k))
 	return cmd
 }
 
@@ -112,10 +113,11 @@ func newKubeconfigCommand(s streams, k genericclioptions.RESTClientGetter) *cobr
 	cmd := &cobra.Command{
 		Use:   "kubeconfig NAME [--out FILE] [--ttl DURATION] [--break-glass | --exec] [-n NAMESPACE]",
 		Short: "Get a cluster-admin kubeconfig (revocable by RBAC)",
-		Long: `Get a kubeconfig for the cluster Ichor runs in whose certificate is in the group
-ichor:cluster-admins, bound to cluster-admin by the ClusterRoleBinding
-ichor:cluster-admins: deleting that binding revokes every such kubeconfig at once.
-You need download on talosclusters/kubeconfig-admin.
+		Long: `Get a kubeconfig for the cluster Ichor runs in whose certificate names you
+(common name ichor-admin:u:USERNAME, or a hash of an unusual username) and whose
+only group is bound to cluster-admin by a ClusterRoleBinding of your own, which
+Ichor makes before it signs: 'ichor cluster admins revoke USERNAME' revokes yours
+without touching anyone else's. You need download on talosclusters/kubeconfig-admin.
 
 --break-glass asks for the super-admin kubeconfig instead (group system:masters,
 which RBAC cannot restrict; only its short lifetime limits it). It needs download

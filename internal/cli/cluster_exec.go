@@ -169,7 +169,7 @@ asks for a new one exactly as "cluster kubeconfig" does (a key made here, a
 TalosCredentialRequest as you, the webhook's and the issuer's decisions) and
 caches it under your cache directory (ichor/exec-credential, files 0600).
 
-A refusal (AdminBindingMissing, AdminKubeconfigsRevoked, NotAuthorized, ...) is
+A refusal (NotAuthorized, AdminKubeconfigsRevoked, UsernameReserved, ...) is
 written to standard error with its reason code, nothing to standard output, and
 the exit status is not zero, so kubectl fails with that message.`,
 		Args: cobra.ExactArgs(1),

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +25,8 @@ import (
 	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 	"github.com/ichor-dev/ichor-policy/internal/cli"
 	"github.com/ichor-dev/ichor-policy/internal/execcache"
 	"github.com/ichor-dev/ichor-policy/test/harness"
@@ -314,9 +315,9 @@ func writeCache(t *testing.T, path string, e cachedEntry) {
 // issuer. The first call asks for one credential; a second within its
 // lifetime asks for none; an expired one asks for one; a cache that is a
 // link, another server's, garbage or readable by others is never used and is
-// replaced with one request; and once the admin binding is deleted (the
-// revocation of docs/credentials.md) the cached credential is refused by the
-// API server and the plugin, asked again, fails with the reason code and
+// replaced with one request; and once the person is revoked (ichor cluster
+// admins revoke) and loses the grant, the cached credential is refused by
+// the API server and the plugin, asked again, fails with the reason code and
 // prints nothing.
 func (ce *clusterEnv) testExecCredentialPlugin(t *testing.T) {
 	ctx := t.Context()
@@ -325,13 +326,6 @@ func (ce *clusterEnv) testExecCredentialPlugin(t *testing.T) {
 	cacheHome := filepath.Join(ce.dir, "cache-home")
 	t.Setenv("XDG_CACHE_HOME", cacheHome)
 	cacheDir := filepath.Join(cacheHome, "ichor", "exec-credential")
-
-	require.NoError(t, ce.env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: credentials.AdminBinding},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: credentials.AdminClusterRole},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: credentials.AdminGroup}},
-	}))
-	waitGroupAllowed(t, ce.env, credentials.AdminGroup, authorizationv1.ResourceAttributes{Resource: "namespaces", Verb: "list"})
 
 	// Writing the kubeconfig asks for nothing.
 	before := ce.admissions(t)
@@ -345,16 +339,27 @@ func (ce *clusterEnv) testExecCredentialPlugin(t *testing.T) {
 	assert.Equal(t, before, ce.admissions(t), "writing an exec kubeconfig sent a request")
 	assert.NoDirExists(t, cacheDir)
 
-	// The first call asks for exactly one credential, of an hour.
+	// The first call asks for exactly one credential, of an hour, for Ada
+	// (revoked by Rita before: the manager binds her anew). Her new binding
+	// may take a moment to reach the API server's authorizer; the calls
+	// that wait for it use the cached credential.
 	r, _ := ce.execClient(t, kubeconfig)
 	require.Empty(t, r.ReviewError)
-	assert.Empty(t, r.NamespacesError, "the admin credential is cluster-admin")
+	assert.Equal(t, before+1, ce.admissions(t))
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		if r.NamespacesError == "" {
+			return true, nil
+		}
+		r, _ = ce.execClient(t, kubeconfig)
+		return r.NamespacesError == "", nil
+	}), "the admin credential is cluster-admin: %s", r.NamespacesError)
 	assert.Equal(t, before+1, ce.admissions(t))
 	assert.Equal(t, os.FileMode(0o700), mode(t, cacheDir))
 	path := cacheFile(t, cacheDir)
 	first, leaf := readCache(t, path)
 	assert.Equal(t, leaf.Subject.CommonName, r.Username, "the API server authenticated the cached certificate")
-	assert.Contains(t, r.Groups, credentials.AdminGroup)
+	assert.Equal(t, "ichor-admin:u:ichor:ada", r.Username)
+	assert.True(t, slices.ContainsFunc(r.Groups, func(g string) bool { return strings.HasPrefix(g, "ichor-admin:u:ichor:ada:") }), "no group of Ada's own: %v", r.Groups)
 	assert.Equal(t, time.Hour, leaf.NotAfter.Sub(leaf.NotBefore))
 	assert.WithinDuration(t, execcache.RenewAt(leaf).Truncate(time.Second), first.Credential.Status.ExpirationTimestamp.Time, 0, "kubectl is told to ask again when the cache would")
 	// The cache holds the credential and nothing of the person's own
@@ -386,21 +391,44 @@ func (ce *clusterEnv) testExecCredentialPlugin(t *testing.T) {
 
 	ce.testExecCacheHostile(t, kubeconfig, path, before+2)
 
-	// Revocation: the binding deleted, the cached credential still
-	// authenticates and may do nothing; asked again, the plugin fails with
-	// the reason code and kubectl with it.
-	require.NoError(t, ce.env.Client.Delete(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: credentials.AdminBinding}}))
+	// Revocation of a person who leaves: Rita revokes Ada's binding, and
+	// Ada loses her grant (she may still ask, as anyone with create on
+	// requests may). The cached credential still authenticates and may do
+	// nothing; asked again, the plugin fails with the reason code and
+	// kubectl with it.
+	code, _, stderr = ce.ichor(t, "cluster", "admins", "revoke", "ichor:ada", "--kubeconfig", ce.kubeconfig["rita"])
+	require.Equal(t, cli.ExitOK, code, stderr)
+	grant := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: teamNS, Name: "ada-ichor-admin"}}
+	require.NoError(t, ce.env.Client.Get(ctx, client.ObjectKeyFromObject(grant), grant))
+	require.NoError(t, ce.env.Client.Delete(ctx, grant))
+	askOnly := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: teamNS, Name: "ada-ask-only"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "ask-for-credentials"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "ichor:ada"}},
+	}
+	require.NoError(t, ce.env.Client.Create(ctx, askOnly))
+	// The subtests after this one know Ada as an admin. Deferred, not a
+	// cleanup: the test's context, which waitAllowed polls with, is
+	// cancelled before cleanups run.
+	defer func() {
+		_ = ce.env.Client.Delete(ctx, askOnly)
+		require.NoError(t, ce.env.Client.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: grant.Namespace, Name: grant.Name},
+			RoleRef:    grant.RoleRef,
+			Subjects:   grant.Subjects,
+		}))
+		waitAllowed(t, ce.env, "ichor:ada", authorizationv1.ResourceAttributes{Namespace: teamNS, Group: "ichor.dev", Resource: "talosclusters", Subresource: "kubeconfig-admin", Name: "demo", Verb: "download"})
+	}()
+	waitAllowed(t, ce.env, "ichor:ada", authorizationv1.ResourceAttributes{Namespace: teamNS, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"})
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
 		r, _ := ce.execClient(t, kubeconfig)
 		return strings.Contains(r.NamespacesError, "forbidden"), nil
 	}), "the cached admin credential still works without its binding")
-	count := ce.admissions(t)
 	expire(t, path)
 	r, stderr = ce.execClient(t, kubeconfig)
 	assert.Empty(t, r.Username)
 	assert.Contains(t, r.ReviewError, "exit code 1")
-	assert.Contains(t, stderr, "AdminBindingMissing")
-	assert.Equal(t, count+1, ce.admissions(t))
+	assert.Contains(t, stderr, "NotAuthorized")
 
 	// Run as kubectl runs it: nothing on standard output, the reason on
 	// standard error, a status that is not zero.
@@ -414,7 +442,7 @@ func (ce *clusterEnv) testExecCredentialPlugin(t *testing.T) {
 	assert.Equal(t, cli.ExitError, exitErr.ExitCode())
 	assert.Empty(t, pluginOut.String())
 	assert.Contains(t, pluginErr.String(), "no admin credential for cluster demo")
-	assert.Contains(t, pluginErr.String(), "AdminBindingMissing: the ClusterRoleBinding ichor:cluster-admins does not exist")
+	assert.Contains(t, pluginErr.String(), `NotAuthorized: user "ichor:ada" may not download talosclusters/kubeconfig-admin "demo"`)
 	t.Logf("the plugin, refused:\n%s", pluginErr.String())
 }
 
@@ -461,15 +489,4 @@ func (ce *clusterEnv) testExecCacheHostile(t *testing.T, kubeconfig, path string
 	kept, err := os.ReadFile(target)
 	require.NoError(t, err)
 	assert.Equal(t, valid, kept, "the link's target was written")
-}
-
-func waitGroupAllowed(t *testing.T, env *harness.Env, group string, attrs authorizationv1.ResourceAttributes) {
-	t.Helper()
-	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: "someone", Groups: []string{group}, ResourceAttributes: &attrs}}
-		if err := env.Client.Create(ctx, sar); err != nil {
-			return false, err
-		}
-		return sar.Status.Allowed, nil
-	}), "RBAC never allowed group %s to %+v", group, attrs)
 }

@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,7 +127,7 @@ func startClusterEnv(t *testing.T) *clusterEnv {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: managerUser},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: managerUser}},
 	}))
-	waitAllowed(t, env, managerUser, authorizationv1.ResourceAttributes{Group: "rbac.authorization.k8s.io", Resource: "clusterrolebindings", Name: credentials.AdminBinding, Verb: "get"})
+	waitAllowed(t, env, managerUser, authorizationv1.ResourceAttributes{Group: "rbac.authorization.k8s.io", Resource: "clusterroles", Name: "cluster-admin", Verb: "bind"})
 	waitAllowed(t, env, managerUser, authorizationv1.ResourceAttributes{Namespace: harness.ManagerNamespace, Resource: "secrets", Name: credential.DefaultKeySecretName, Verb: "update"})
 	require.NoError(t, webhooktest.InstallAdmissionPolicies(ctx, env.Client, "default"))
 
@@ -152,6 +153,7 @@ func startClusterEnv(t *testing.T) *clusterEnv {
 	require.NoError(t, err)
 	require.NoError(t, (&webhook.CredentialRequestValidator{Engine: eng, Instance: "cli-test", Keys: keys, LocalClusters: local}).SetupWithManager(mgr))
 	require.NoError(t, (&credentials.Reconciler{Engine: eng, Keys: keys, AdminKubeconfigs: true, Retention: testRetention, LocalClusters: local}).SetupWithManager(mgr))
+	require.NoError(t, (&credentials.AdminBindings{Engine: eng, Recorder: mgr.GetEventRecorder("ichor-credentials"), AdminKubeconfigs: true}).SetupWithManager(mgr))
 	mgrDone := make(chan struct{})
 	go func() {
 		defer close(mgrDone)
@@ -224,6 +226,34 @@ func startClusterEnv(t *testing.T) *clusterEnv {
 		ce.kubeconfig[user] = writeKubeconfig(t, ce.dir, user, cfg)
 	}
 	waitAllowed(t, env, "ichor:walt", authorizationv1.ResourceAttributes{Namespace: teamNS, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"})
+	// Rita may revoke admins, and nothing else: list and delete on
+	// clusterrolebindings (no bind: she cannot grant cluster-admin), create
+	// Events in default, and a SelfSubjectReview (everyone may).
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "revoke-admins"},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterrolebindings"}, Verbs: []string{"list", "delete"},
+		}},
+	}))
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "rita-revoke-admins"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "revoke-admins"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "ichor:rita"}},
+	}))
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "revocation-events"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}}},
+	}))
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, Name: "rita-revocation-events"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "revocation-events"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "ichor:rita"}},
+	}))
+	waitAllowed(t, env, "ichor:rita", authorizationv1.ResourceAttributes{Group: rbacv1.GroupName, Resource: "clusterrolebindings", Verb: "delete"})
+	waitAllowed(t, env, "ichor:rita", authorizationv1.ResourceAttributes{Namespace: metav1.NamespaceDefault, Group: "events.k8s.io", Resource: "events", Verb: "create"})
+	ritaCfg, err := env.UserConfig("ichor:rita")
+	require.NoError(t, err)
+	ce.kubeconfig["rita"] = writeKubeconfig(t, ce.dir, "rita", ritaCfg)
 	waitAllowed(t, env, "ichor:bea", authorizationv1.ResourceAttributes{Namespace: teamNS, Group: "ichor.dev", Resource: "talosclusters", Subresource: "kubeconfig-super-admin", Name: "demo", Verb: "download"})
 
 	// The person's current talosconfig, pointing elsewhere.
@@ -587,23 +617,18 @@ func (ce *clusterEnv) testTalosconfigMerge(t *testing.T) {
 }
 
 func (ce *clusterEnv) testAdminKubeconfig(t *testing.T) {
-	// Without the binding (installed with Ichor, never by the controller) no
-	// admin kubeconfig is issued: they are revoked.
-	code, _, stderr := ce.ichor(t, "cluster", "kubeconfig", "demo", "--kubeconfig", ce.kubeconfig["ada"])
-	require.NotEqual(t, cli.ExitOK, code)
-	assert.Contains(t, stderr, "admin kubeconfigs are revoked")
-	require.NoError(t, ce.env.Client.Create(t.Context(), &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: credentials.AdminBinding},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: credentials.AdminClusterRole},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: credentials.AdminGroup}},
-	}))
+	// Nobody holds an admin binding yet.
+	code, stdout, stderr := ce.ichor(t, "cluster", "admins", "list", "--kubeconfig", ce.kubeconfig["rita"])
+	require.Equal(t, cli.ExitOK, code, stderr)
+	assert.Contains(t, stdout, "No admin bindings")
 
-	code, stdout, stderr := ce.ichor(t, "cluster", "kubeconfig", "demo", "--kubeconfig", ce.kubeconfig["ada"])
+	code, stdout, stderr = ce.ichor(t, "cluster", "kubeconfig", "demo", "--kubeconfig", ce.kubeconfig["ada"])
 	require.Equal(t, cli.ExitOK, code, stderr)
 	out := ce.kubeconfig["ada"] + ".ichor-admin"
 	assert.Contains(t, stdout, "Wrote an admin kubeconfig for")
 	assert.Equal(t, os.FileMode(0o600), mode(t, out))
-	assert.Contains(t, eventMessages(ce.events(t, "KubeconfigAdmin")), "a cluster-admin kubeconfig (O=ichor:cluster-admins) was requested by ichor:ada (lifetime 8760h0m0s)")
+	assert.Contains(t, eventMessages(ce.events(t, "KubeconfigAdmin")),
+		"a cluster-admin kubeconfig (CN=ichor-admin:u:ichor:ada, O=their own group, bound to cluster-admin) was requested by ichor:ada (lifetime 8760h0m0s)")
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", out)
 	require.NoError(t, err)
@@ -611,8 +636,9 @@ func (ce *clusterEnv) testAdminKubeconfig(t *testing.T) {
 	require.NoError(t, err)
 	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(t.Context(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, "ichor-credential:kubeconfig-admin", review.Status.UserInfo.Username)
-	assert.Contains(t, review.Status.UserInfo.Groups, credentials.AdminGroup)
+	assert.Equal(t, "ichor-admin:u:ichor:ada", review.Status.UserInfo.Username)
+	assert.True(t, slices.ContainsFunc(review.Status.UserInfo.Groups, func(g string) bool { return strings.HasPrefix(g, "ichor-admin:u:ichor:ada:") }),
+		"no group of Ada's own: %v", review.Status.UserInfo.Groups)
 	require.Eventually(t, func() bool {
 		_, err := cs.CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{})
 		return err == nil
@@ -623,14 +649,43 @@ func (ce *clusterEnv) testAdminKubeconfig(t *testing.T) {
 	assert.Equal(t, cli.ExitUsage, code)
 	assert.Contains(t, stderr, "it is the file you use now")
 
-	// Revocation: delete the binding.
-	require.NoError(t, ce.env.Client.Delete(t.Context(), &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: credentials.AdminBinding}}))
+	// Rita lists who holds a binding, then revokes Ada with her own rights.
+	code, stdout, stderr = ce.ichor(t, "cluster", "admins", "list", "--kubeconfig", ce.kubeconfig["rita"])
+	require.Equal(t, cli.ExitOK, code, stderr)
+	assert.Regexp(t, `(?m)^ichor:ada\s+ichor-admin:u:ichor:ada\s+ichor-admin:u:ichor:ada:[a-z0-9]{10}\s+\S+Z\s+\S+Z\s+cluster-admin$`, stdout)
+
+	code, stdout, stderr = ce.ichor(t, "cluster", "admins", "revoke", "ichor:ada", "--kubeconfig", ce.kubeconfig["rita"])
+	require.Equal(t, cli.ExitOK, code, stderr)
+	assert.Contains(t, stdout, "Revoked ichor:ada: deleted ClusterRoleBinding ichor-admin:u:ichor:ada:")
 	require.Eventually(t, func() bool {
 		_, err := cs.CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{})
 		return apierrors.IsForbidden(err)
-	}, 30*time.Second, 100*time.Millisecond, "the admin kubeconfig still works without its binding")
+	}, 30*time.Second, 100*time.Millisecond, "the admin kubeconfig still works after it was revoked")
 	_, err = cs.CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{})
-	t.Logf("after the binding was deleted: %v", err)
+	t.Logf("after the binding was revoked: %v", err)
+
+	// Rita's Event names who revoked whom; the manager's names whom, and
+	// where the revoker is recorded.
+	for _, want := range []string{
+		`Revoked the admin binding of "ichor:ada" (ichor-admin:u:ichor:ada) by "ichor:rita", with ichor cluster admins revoke`,
+		`Revoked the admin binding of "ichor:ada" (ichor-admin:u:ichor:ada) by "` + credentials.RevokedByUnknown + `"`,
+	} {
+		require.Eventually(t, func() bool {
+			var list corev1.EventList
+			require.NoError(t, ce.env.Client.List(t.Context(), &list, client.InNamespace(metav1.NamespaceDefault)))
+			for _, e := range list.Items {
+				if e.Reason == credentials.ReasonAdminRevoked && strings.Contains(e.Message, want) {
+					return true
+				}
+			}
+			return false
+		}, 30*time.Second, 100*time.Millisecond, "no AdminRevoked Event says %s", want)
+	}
+
+	// Nothing left to revoke.
+	code, _, stderr = ce.ichor(t, "cluster", "admins", "revoke", "ichor:ada", "--kubeconfig", ce.kubeconfig["rita"])
+	assert.Equal(t, cli.ExitError, code)
+	assert.Contains(t, stderr, `no admin binding of user "ichor:ada"`)
 }
 
 func (ce *clusterEnv) testBreakGlassKubeconfig(t *testing.T) {
@@ -649,17 +704,17 @@ func (ce *clusterEnv) testBreakGlassKubeconfig(t *testing.T) {
 	require.NoError(t, err)
 	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(t.Context(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, "ichor-credential:kubeconfig-super-admin", review.Status.UserInfo.Username)
+	assert.Equal(t, "ichor-super-admin:u:ichor:bea", review.Status.UserInfo.Username)
 	assert.Contains(t, review.Status.UserInfo.Groups, "system:masters")
-	// No binding was made for it: system:masters needs none, and the admin
-	// binding deleted earlier stays deleted.
-	err = ce.env.Client.Get(t.Context(), client.ObjectKey{Name: credentials.AdminBinding}, &rbacv1.ClusterRoleBinding{})
-	assert.True(t, apierrors.IsNotFound(err), "the break-glass kubeconfig recreated the admin binding: %v", err)
+	// No binding was made for it: system:masters needs none.
+	var bindings rbacv1.ClusterRoleBindingList
+	require.NoError(t, ce.env.Client.List(t.Context(), &bindings, client.HasLabels{credentials.LabelAdminBinding}))
+	assert.Empty(t, bindings.Items, "the break-glass kubeconfig made an admin binding")
 
 	events := ce.events(t, "KubeconfigSuperAdmin")
 	require.Len(t, events, 1)
 	assert.Equal(t, corev1.EventTypeWarning, events[0].Type)
-	assert.Equal(t, "a break-glass kubeconfig (O=system:masters) was requested by ichor:bea (lifetime 15m0s)", events[0].Message)
+	assert.Equal(t, "a break-glass kubeconfig (CN=ichor-super-admin:u:ichor:bea, O=system:masters) was requested by ichor:bea (lifetime 15m0s)", events[0].Message)
 }
 
 func (ce *clusterEnv) testAnsweredRequestsAreDeleted(t *testing.T) {

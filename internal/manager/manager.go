@@ -17,7 +17,9 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -159,7 +161,14 @@ func Run(ctx context.Context, o Options) error {
 		Scheme: scheme,
 		// Nothing here reads managedFields; at thousands of CSRs and
 		// machines they are a large part of the cache.
-		Cache:                  cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache: cache.Options{
+			DefaultTransform: cache.TransformStripManagedFields(),
+			// Only the admins' own bindings (controllers/credentials), not
+			// every binding of the cluster.
+			ByObject: map[client.Object]cache.ByObject{
+				&rbacv1.ClusterRoleBinding{}: {Label: labels.SelectorFromSet(labels.Set{credentials.LabelAdminBinding: "true"})},
+			},
+		},
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress: o.ProbeAddr,
 		LeaderElection:         o.LeaderElect,
@@ -399,6 +408,12 @@ func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine,
 	}
 	if err := issuer.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the credential issuer: %w", err)
+	}
+	admins := &credentials.AdminBindings{
+		Client: mgr.GetClient(), Engine: eng, Recorder: mgr.GetEventRecorder("ichor-credentials"), AdminKubeconfigs: o.AdminKubeconfigs,
+	}
+	if err := admins.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the admin bindings' watch: %w", err)
 	}
 	return nil
 }

@@ -16,11 +16,13 @@
 #   Who asks is recorded on the request (spec.requester), pinned to the user who creates it
 #   by a ValidatingAdmissionPolicy and by the webhook; the issuer signs only a request whose
 #   admission by the webhook it can prove, after a SubjectAccessReview as that requester.
-#   The requester's name is never in the certificate (ADR 0124); the Event and the API
-#   server's audit log name them. A Kubernetes
-#   certificate's common name is fixed per purpose, "ichor-credential:<purpose>", outside
-#   the "ichor:" names of Ichor users and the "system:" names of Kubernetes, so no binding
-#   made for a person or a component applies to it.
+#   A Talos certificate does not name the requester (ADR 0124); the Event and the API
+#   server's audit log name them. A Kubernetes certificate does: its common name is the
+#   requester's identity (identity.rego: "ichor-admin:" or "ichor-super-admin:", then the
+#   username or its hash), outside the "system:" names of Kubernetes and never another
+#   person's, so the API server's audit log names who did what. An admin kubeconfig's only
+#   group is bound to cluster-admin by its person's own ClusterRoleBinding, which the issuer
+#   makes before it signs, so one person's can be revoked without the others'.
 package ichor.credentials
 
 import data.ichor.lib.keys as lib_keys
@@ -91,24 +93,30 @@ admission := object.union(
 #   a key only the manager holds over the request's uid, spec and requester, checks out;
 #   decision_id of the admission; error, why it does not verify); authorization (the
 #   SubjectAccessReview Go made as the requester just now, as at admission); cluster
-#   (exists; kubeconfig_ref, whether it judges another API server); admin_binding (name and
-#   exists, the ClusterRoleBinding that gives admin kubeconfigs their power); settings
+#   (exists; kubeconfig_ref, whether it judges another API server); admin_identity
+#   (bindings: the ClusterRoleBindings labelled as Ichor's admin bindings, each {"name",
+#   "role_ref": {"api_group", "kind", "name"}, "subjects": [{"api_group", "kind", "name"}]};
+#   nonce: ten lowercase letters or digits Go drew for a new binding's name); settings
 #   (admin_kubeconfigs: false when the operator revoked them).
 #
 #   Output: {"allowed": bool, "reasons": [...], "purpose": name, "lifetime_seconds",
 #   "certificate": {"kind": "talos", "talos_role"} or
-#   {"kind": "kubernetes", "groups", "common_name"}}. The certificate is there only when
-#   allowed, so nothing can be signed from a refusal.
+#   {"kind": "kubernetes", "groups", "common_name"}}, and for an admin kubeconfig
+#   "admin_binding": {"name", "group", "cluster_role", "username", "identity", "create"}: the
+#   person's ClusterRoleBinding, which Go makes (create) or found intact before it signs. The
+#   certificate and the binding are there only when allowed, so nothing can be signed or
+#   bound from a refusal.
 # entrypoint: true
-issuance := object.union(
+issuance := object.union_n([
 	{
 		"allowed": count(_issuance_refusals) == 0,
 		"reasons": _issuance_reasons,
 		"purpose": _purpose_name(_request),
 		"lifetime_seconds": _lifetime(_request, _config.purposes),
 	},
-	_certificate_of(_request, _issuance_refusals),
-)
+	_certificate_of(_request, _issuance_refusals, _subject_name(_requester)),
+	_admin_binding_of(_issuance_refusals),
+])
 
 # METADATA
 # title: Credential checks
@@ -127,7 +135,7 @@ credential := object.union(
 		"purpose": _purpose_name(input),
 		"lifetime_seconds": _lifetime(input, _config.purposes),
 	},
-	_certificate_of(input, _credential_only_refusals),
+	_certificate_of(input, _credential_only_refusals, ""),
 )
 
 _admission_refusals := _who_refusals(_user) | _refused_at_admission
@@ -136,7 +144,7 @@ _admission_reasons := sort(_admission_refusals) if count(_admission_refusals) > 
 
 else := [_admitted]
 
-_issuance_refusals := _who_refusals(_requester) | _refused_at_issuance
+_issuance_refusals := (_who_refusals(_requester) | _refused_at_issuance) | _admin_binding_refusals
 
 # What admission and issuance both check: the credential, the recorded requester, the
 # cluster, and the SubjectAccessReview made as subject.
@@ -145,17 +153,18 @@ _who_refusals(subject) := union({
 	_refused_for_requester,
 	_cluster_refusals,
 	_authorization_refusals(subject),
+	_identity_refusals(subject, object.get(_config.purposes, _purpose_name(_request), {})),
 })
 
 _issuance_reasons := sort(_issuance_refusals) if count(_issuance_refusals) > 0
 
-else := [_issuable(_request)]
+else := [_issuable(_request, _subject_name(_requester))]
 
 _credential_only_refusals := _credential_refusals(input, _config)
 
 _credential_only_reasons := sort(_credential_only_refusals) if count(_credential_only_refusals) > 0
 
-else := [_issuable(input)]
+else := [_issuable(input, "")]
 
 default _admission_event := {}
 
@@ -166,7 +175,7 @@ _admission_event := {"event": {
 	"reason": purpose.event.reason,
 	"message": sprintf(
 		"%s was requested by %s (lifetime %s)",
-		[_credential_text(purpose), _username, _duration(_lifetime(_request, _config.purposes))],
+		[_credential_text(purpose, _username), _username, _duration(_lifetime(_request, _config.purposes))],
 	),
 }} if {
 	count(_admission_refusals) == 0
@@ -174,12 +183,17 @@ _admission_event := {"event": {
 	purpose := _config.purposes[_request.purpose]
 }
 
-# What to sign, only when nothing refuses it.
-default _certificate_of(_, _) := {}
+# What to sign, and the binding to make first, only when nothing refuses it.
+default _certificate_of(_, _, _) := {}
 
-_certificate_of(request, refusals) := {"certificate": _certificate(_config.purposes[request.purpose])} if {
+_certificate_of(request, refusals, username) := {"certificate": certificate} if {
 	count(refusals) == 0
+	certificate := _certificate(_config.purposes[request.purpose], username)
 }
+
+default _admin_binding_of(_) := {}
+
+_admin_binding_of(refusals) := {"admin_binding": _admin_binding} if count(refusals) == 0
 
 # METADATA
 # title: Admitted
@@ -191,7 +205,7 @@ _admitted := {
 	"message": sprintf("user %q may %s: %s with lifetime %s is admitted", [
 		_username,
 		_grant_text(purpose.authorization, _cluster, _namespace),
-		_credential_text(purpose),
+		_credential_text(purpose, _username),
 		_duration(_lifetime(_request, _config.purposes)),
 	]),
 } if {
@@ -203,11 +217,11 @@ _admitted := {
 # description: Every check passed again; the message names the credential and its lifetime.
 # custom:
 #   code: IchorCredentialIssuable
-_issuable(request) := {
+_issuable(request, username) := {
 	"code": "IchorCredentialIssuable",
 	"message": sprintf(
 		"%s with lifetime %s may be signed",
-		[_credential_text(purpose), _duration(_lifetime(request, _config.purposes))],
+		[_credential_text(purpose, username), _duration(_lifetime(request, _config.purposes))],
 	),
 } if {
 	purpose := _config.purposes[request.purpose]
@@ -401,10 +415,26 @@ _whole_number(value) if {
 	value == floor(value)
 }
 
-_certificate(purpose) := {"kind": "talos", "talos_role": purpose.talos_role} if {
+_certificate(purpose, _) := {"kind": "talos", "talos_role": purpose.talos_role} if {
 	purpose.kind == "talos"
 }
 
-_certificate(purpose) := {"kind": "kubernetes", "groups": purpose.groups, "common_name": purpose.common_name} if {
+# The credential check knows no requester: the common name and a binding's group are known
+# only at issuance, and nothing is signed on the check.
+_certificate(purpose, "") := {"kind": "kubernetes", "groups": object.get(purpose, "groups", [])} if {
 	purpose.kind == "kubernetes"
 }
+
+_certificate(purpose, username) := {
+	"kind": "kubernetes",
+	"groups": array.concat(object.get(purpose, "groups", []), _binding_groups(purpose)),
+	"common_name": _person_identity(purpose, username),
+} if {
+	purpose.kind == "kubernetes"
+	username != ""
+}
+
+# The person's own group, for a purpose whose identity is bound by a binding of its own.
+_binding_groups(purpose) := [_admin_binding.group] if {
+	_config.person_identity.binding_roles[purpose.identity]
+} else := []

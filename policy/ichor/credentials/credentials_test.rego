@@ -382,7 +382,10 @@ test_kubeconfig_super_admin_is_a_warning_event if {
 	d.event == {
 		"type": "Warning",
 		"reason": "KubeconfigSuperAdmin",
-		"message": "a break-glass kubeconfig (O=system:masters) was requested by ichor:alice (lifetime 15m0s)",
+		"message": concat("", [
+			"a break-glass kubeconfig (CN=ichor-super-admin:u:ichor:alice, O=system:masters) ",
+			"was requested by ichor:alice (lifetime 15m0s)",
+		]),
 	}
 }
 
@@ -398,8 +401,11 @@ test_every_purpose_is_admitted_with_an_event_naming_user_credential_and_lifetime
 		"etcd-snapshot": "an os:etcd:backup identity to take an etcd snapshot",
 		"packet-capture": "an os:operator identity to run one packet capture",
 		"credentials-talos": "an os:admin talosconfig for the CA-rotation hand-off",
-		"kubeconfig-admin": "a cluster-admin kubeconfig (O=ichor:cluster-admins)",
-		"kubeconfig-super-admin": "a break-glass kubeconfig (O=system:masters)",
+		"kubeconfig-admin": concat("", [
+			"a cluster-admin kubeconfig (CN=ichor-admin:u:ichor:alice, ",
+			"O=their own group, bound to cluster-admin)",
+		]),
+		"kubeconfig-super-admin": "a break-glass kubeconfig (CN=ichor-super-admin:u:ichor:alice, O=system:masters)",
 	}
 	lifetimes := {
 		"talosconfig-reader": "1h0m0s", "node-reader": "10m0s", "support-bundle": "15m0s",

@@ -1,5 +1,6 @@
 # What only the issuer checks, right before it signs: that the webhook admitted exactly this
-# request, and that admin kubeconfigs are not revoked.
+# request, and that admin kubeconfigs are not revoked (the person's own binding is checked
+# in identity.rego).
 package ichor.credentials
 
 # METADATA
@@ -23,41 +24,16 @@ _refused_at_issuance contains reason if {
 }
 
 # METADATA
-# title: Admin binding missing
-# description: |
-#   The credential's groups include the revocable admin group (KEP-4214) and the
-#   ClusterRoleBinding that gives it cluster-admin does not exist. Deleting that binding is
-#   how every admin kubeconfig is revoked at once, so while it is missing none is issued:
-#   one issued now would come back to life with the binding. Checked before signing.
-# custom:
-#   code: AdminBindingMissing
-_refused_at_issuance contains reason if {
-	_config.admin_binding.group in _config.purposes[_request.purpose].groups
-	not input.admin_binding.exists == true
-	reason := {
-		"code": "AdminBindingMissing",
-		"message": sprintf(
-			concat("", [
-				"the ClusterRoleBinding %s does not exist, so admin kubeconfigs are revoked: after a compromise, ",
-				"rotate the Kubernetes CA, then restore it (chart value adminCredentials.enabled=true, or ",
-				"kubectl create clusterrolebinding %s --clusterrole=cluster-admin --group=%s)",
-			]),
-			[_config.admin_binding.name, _config.admin_binding.name, _config.admin_binding.group],
-		),
-	}
-}
-
-# METADATA
 # title: Admin kubeconfigs revoked by the operator
 # description: |
-#   The credential's groups include the revocable admin group and the operator revoked admin
-#   kubeconfigs (the chart value adminCredentials.enabled=false, the manager flag
-#   --admin-kubeconfigs=false), which also removes the binding. None is issued, even if the
-#   binding is created again by hand. Checked before signing.
+#   The credential is an admin kubeconfig (its person's own binding gives it its power) and
+#   the operator revoked admin kubeconfigs (the chart value adminCredentials.enabled=false,
+#   the manager flag --admin-kubeconfigs=false), under which the manager also deletes every
+#   person's binding. None is issued, and no binding is made. Checked before signing.
 # custom:
 #   code: AdminKubeconfigsRevoked
 _refused_at_issuance contains reason if {
-	_config.admin_binding.group in _config.purposes[_request.purpose].groups
+	_binding_role
 	not input.settings.admin_kubeconfigs == true
 	reason := {
 		"code": "AdminKubeconfigsRevoked",

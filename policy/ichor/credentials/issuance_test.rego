@@ -17,7 +17,7 @@ _good_issuance := {
 	},
 	"authorization": _good.authorization,
 	"cluster": {"exists": true, "kubeconfig_ref": false, "local": true},
-	"admin_binding": {"name": "ichor:cluster-admins", "exists": true},
+	"admin_identity": {"bindings": [], "nonce": "k2x9p4m7qa"},
 	"settings": {"admin_kubeconfigs": true},
 }
 
@@ -68,19 +68,40 @@ test_issuance_one_second_above_twelve_hours_is_refused_without_a_certificate if 
 	_codes(d) == ["LifetimeTooLong"]
 }
 
-test_issuance_of_kubeconfig_admin_is_ichor_cluster_admins_with_a_fixed_name if {
+test_issuance_of_kubeconfig_admin_names_the_person_and_makes_their_binding if {
 	d := _issue_purpose("kubeconfig-admin", [])
 	d.lifetime_seconds == _one_year
 	d.certificate == {
 		"kind": "kubernetes",
-		"groups": ["ichor:cluster-admins"],
-		"common_name": "ichor-credential:kubeconfig-admin",
+		"groups": ["ichor-admin:u:ichor:alice:k2x9p4m7qa"],
+		"common_name": "ichor-admin:u:ichor:alice",
 	}
+	d.admin_binding == {
+		"name": "ichor-admin:u:ichor:alice:k2x9p4m7qa",
+		"group": "ichor-admin:u:ichor:alice:k2x9p4m7qa",
+		"cluster_role": "cluster-admin",
+		"username": "ichor:alice",
+		"identity": "ichor-admin:u:ichor:alice",
+		"create": true,
+	}
+	d.reasons == [{
+		"code": "IchorCredentialIssuable",
+		"message": concat("", [
+			"a cluster-admin kubeconfig (CN=ichor-admin:u:ichor:alice, O=their own group, bound to cluster-admin) ",
+			"with lifetime 8760h0m0s may be signed",
+		]),
+	}]
 }
 
-test_issuance_of_kubeconfig_super_admin_is_system_masters if {
+test_issuance_of_kubeconfig_super_admin_is_system_masters_naming_the_person if {
 	d := _issue_purpose("kubeconfig-super-admin", _issue_ttl(3600))
-	d.certificate.groups == ["system:masters"]
+	d.certificate == {"kind": "kubernetes", "groups": ["system:masters"], "common_name": "ichor-super-admin:u:ichor:alice"}
+	not d.admin_binding
+}
+
+test_only_kubernetes_credentials_of_people_name_a_binding if {
+	not _issue([]).admin_binding
+	not _issue_purpose("kubeconfig-super-admin", []).admin_binding
 }
 
 test_issuance_refuses_what_admission_refuses if {
@@ -166,23 +187,6 @@ test_kubernetes_credential_of_a_remote_cluster_is_refused_before_signing if {
 	_issue_purpose("credentials-talos", remote).allowed
 }
 
-test_admin_kubeconfig_without_its_binding_is_refused if {
-	d := _issue_purpose("kubeconfig-admin", _set("/admin_binding/exists", false))
-	not d.certificate
-	d.reasons == [{"code": "AdminBindingMissing", "message": concat("", [
-		"the ClusterRoleBinding ichor:cluster-admins does not exist, so admin kubeconfigs are revoked: ",
-		"after a compromise, rotate the Kubernetes CA, then restore it (chart value ",
-		"adminCredentials.enabled=true, or kubectl create clusterrolebinding ichor:cluster-admins ",
-		"--clusterrole=cluster-admin --group=ichor:cluster-admins)",
-	])}]
-	_codes(_issue_purpose("kubeconfig-admin", [{"op": "remove", "path": "/admin_binding"}])) == ["AdminBindingMissing"]
-}
-
-test_other_purposes_do_not_need_the_admin_binding if {
-	_issue_purpose("kubeconfig-super-admin", _set("/admin_binding/exists", false)).allowed
-	_issue(_set("/admin_binding/exists", false)).allowed
-}
-
 test_admin_kubeconfig_revoked_by_the_operator_is_refused_even_with_a_binding if {
 	d := _issue_purpose("kubeconfig-admin", _set("/settings/admin_kubeconfigs", false))
 	d.reasons == [{
@@ -192,8 +196,12 @@ test_admin_kubeconfig_revoked_by_the_operator_is_refused_even_with_a_binding if 
 			"chart value adminCredentials.enabled=false); none is issued",
 		]),
 	}]
+	not d.admin_binding
 	_codes(_issue_purpose("kubeconfig-admin", [{"op": "remove", "path": "/settings"}])) == ["AdminKubeconfigsRevoked"]
 	_issue(_set("/settings/admin_kubeconfigs", false)).allowed
+
+	# The break-glass kubeconfig is not concerned: it is for when RBAC is broken.
+	_issue_purpose("kubeconfig-super-admin", _set("/settings/admin_kubeconfigs", false)).allowed
 }
 
 test_issuance_of_empty_input_is_refused_for_every_missing_fact if {

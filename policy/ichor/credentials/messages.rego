@@ -19,13 +19,21 @@ _hours_minutes_seconds(hours, minutes, seconds) := sprintf("%dh%dm%ds", [hours, 
 
 # What is issued, as the Event says it: the Talos role or the certificate's groups are
 # part of the sentence, so the record names the power handed out.
-_credential_text(purpose) := sprintf("an %s %s", [purpose.talos_role, purpose.credential]) if {
+_credential_text(purpose, _) := sprintf("an %s %s", [purpose.talos_role, purpose.credential]) if {
 	purpose.kind == "talos"
 }
 
-_credential_text(purpose) := sprintf("a %s (%s)", [
+# A Kubernetes credential's subject: the person's identity when the requester is known, the
+# fixed groups, and the person's own group when a binding of their own gives it its power.
+_credential_text(purpose, username) := sprintf("a %s (%s)", [
 	purpose.credential,
-	concat(", ", [sprintf("O=%s", [group]) | some group in purpose.groups]),
+	concat(", ", array.concat(
+		array.concat(
+			[sprintf("CN=%s", [identity]) | identity := _person_identity(purpose, username)],
+			[sprintf("O=%s", [group]) | some group in object.get(purpose, "groups", [])],
+		),
+		[sprintf("O=their own group, bound to %s", [role]) | role := _config.person_identity.binding_roles[purpose.identity]],
+	)),
 ]) if {
 	purpose.kind == "kubernetes"
 }

@@ -30,7 +30,7 @@ test_only_kubeconfig_super_admin_is_system_masters if {
 }
 
 test_the_system_masters_check_catches_an_admin_kubeconfig_in_it if {
-	broken := json.patch(_purposes, [{"op": "add", "path": "/kubeconfig-admin/groups/-", "value": "system:masters"}])
+	broken := json.patch(_purposes, [{"op": "add", "path": "/kubeconfig-admin/groups", "value": ["system:masters"]}])
 	_system_masters(broken) == {"kubeconfig-admin", "kubeconfig-super-admin"}
 }
 
@@ -39,8 +39,10 @@ _system_masters(purposes) := {name |
 	"system:masters" in object.get(purpose, "groups", [])
 }
 
-test_kubeconfig_admin_is_exactly_ichor_cluster_admins if {
-	_purposes["kubeconfig-admin"].groups == ["ichor:cluster-admins"]
+test_kubeconfig_admin_has_no_fixed_group_only_its_persons_binding if {
+	not _purposes["kubeconfig-admin"].groups
+	_purposes["kubeconfig-admin"].identity == "admin"
+	_person_identity_config.binding_roles == {"admin": "cluster-admin"}
 }
 
 test_every_default_is_positive_and_within_its_cap if {
@@ -119,10 +121,14 @@ _certificate_well_formed(purpose) if {
 	not purpose.common_name
 }
 
+# A Kubernetes credential names its person (identity.rego): no fixed common name, and its
+# power comes from fixed groups or from the person's own binding.
 _certificate_well_formed(purpose) if {
 	purpose.kind == "kubernetes"
-	count(purpose.groups) > 0
 	not purpose.talos_role
-	not startswith(purpose.common_name, "system:")
-	not startswith(purpose.common_name, "ichor:")
+	not purpose.common_name
+	_person_identity_config.prefixes[purpose.identity]
+	count(object.get(purpose, "groups", [])) + count({1 | _person_identity_config.binding_roles[purpose.identity]}) > 0
 }
+
+_person_identity_config := _config.person_identity

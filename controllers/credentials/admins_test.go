@@ -1,0 +1,333 @@
+package credentials_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/credentials"
+	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+	"github.com/ichor-dev/ichor-policy/webhook/webhooktest"
+)
+
+// identityPart is the part of a person's identity after its prefix, as
+// policy/ichor/credentials/identity.rego documents it: the username when
+// short and plain, else the hash.
+func identityPart(t *testing.T, c client.Client) string {
+	t.Helper()
+	who, err := credential.WhoAmI(t.Context(), c)
+	require.NoError(t, err)
+	return partOf(who.Username)
+}
+
+func partOf(username string) string {
+	plain := len(username) <= 36 && username != "" && strings.Trim(username, "._@:-") == username &&
+		strings.IndexFunc(username, func(r rune) bool {
+			return (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && !strings.ContainsRune("._@:-", r)
+		}) < 0
+	if plain {
+		return "u:" + username
+	}
+	sum := sha256.Sum256([]byte(username))
+	return "h:" + hex.EncodeToString(sum[:])[:36]
+}
+
+// adminBindingsOf are the admin bindings whose manager-written username is
+// username.
+func adminBindingsOf(t *testing.T, username string) []rbacv1.ClusterRoleBinding {
+	t.Helper()
+	var list rbacv1.ClusterRoleBindingList
+	require.NoError(t, env.Client.List(t.Context(), &list, client.HasLabels{credentials.LabelAdminBinding}))
+	var out []rbacv1.ClusterRoleBinding
+	for _, b := range list.Items {
+		if b.Annotations[credentials.AnnotationAdminUsername] == username {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// issuedAdmin is one person's admin kubeconfig, issued.
+type issuedAdmin struct {
+	tcr     *ichorv1alpha1.TalosCredentialRequest
+	cs      kubernetes.Interface
+	binding rbacv1.ClusterRoleBinding
+}
+
+func (f *fixture) adminKubeconfig(c client.Client, username string) issuedAdmin {
+	f.t.Helper()
+	tcr, key := f.create(c, "demo", ichorv1alpha1.PurposeKubeconfigAdmin, "")
+	tcr = f.answer(tcr)
+	require.Equal(f.t, ichorv1alpha1.ReasonIssued, ready(f.t, tcr).Reason, ready(f.t, tcr).Message)
+	bindings := adminBindingsOf(f.t, username)
+	require.Len(f.t, bindings, 1)
+	return issuedAdmin{tcr: tcr, cs: certClient(f.t, tcr.Status.Certificate, key), binding: bindings[0]}
+}
+
+// listNamespaces is one request as the certificate's user.
+func listNamespaces(ctx context.Context, cs kubernetes.Interface) error {
+	_, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{Limit: 1})
+	return err
+}
+
+// waitFor polls cond until it holds or 30 s pass.
+func waitFor(t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return cond()
+	})
+	require.NoError(t, err, "waiting until %s", what)
+}
+
+func TestTwoAdminsAreEachNamedAndRevokingOneLeavesTheOther(t *testing.T) {
+	f := newFixture(t)
+	adaName, bobName := "ichor:ada", "ichor:bob"
+	ada := f.adminKubeconfig(f.user(adaName, "ichor-admin"), adaName)
+	bob := f.adminKubeconfig(f.user(bobName, "ichor-admin"), bobName)
+
+	// Each certificate names its person, and its only group is its person's
+	// own binding, which grants cluster-admin to that group alone.
+	for _, p := range []struct {
+		name string
+		got  issuedAdmin
+	}{{adaName, ada}, {bobName, bob}} {
+		cert := parseCert(t, p.got.tcr.Status.Certificate)
+		identity := "ichor-admin:u:" + p.name
+		assert.Equal(t, identity, cert.Subject.CommonName)
+		assert.Equal(t, []string{p.got.binding.Name}, cert.Subject.Organization)
+		assert.True(t, strings.HasPrefix(p.got.binding.Name, identity+":"), p.got.binding.Name)
+		assert.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"}, p.got.binding.RoleRef)
+		assert.Equal(t, []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: p.got.binding.Name}}, p.got.binding.Subjects)
+		assert.Equal(t, identity, p.got.binding.Annotations[credentials.AnnotationAdminIdentity])
+		assert.Equal(t, cert.NotAfter.UTC().Format(time.RFC3339), p.got.binding.Annotations[credentials.AnnotationCertificateExpiry])
+		assert.Equal(t, credentials.ManagedBy, p.got.binding.Labels[credentials.LabelManagedBy])
+		assert.Empty(t, p.got.binding.OwnerReferences, "the binding must outlive its request")
+
+		// The API server sees the person: the authenticated user of a request.
+		review, err := p.got.cs.AuthenticationV1().SelfSubjectReviews().Create(f.ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, identity, review.Status.UserInfo.Username)
+		assert.Contains(t, review.Status.UserInfo.Groups, p.got.binding.Name)
+		assert.NotContains(t, review.Status.UserInfo.Groups, "system:masters")
+		waitFor(t, p.name+"'s admin kubeconfig works", func() (bool, error) { return listNamespaces(f.ctx, p.got.cs) == nil, nil })
+	}
+	assert.NotEqual(t, ada.binding.Name, bob.binding.Name)
+
+	// Revoke Ada alone.
+	require.NoError(t, credentials.RevokeBinding(f.ctx, env.Client, ada.binding.DeepCopy(), ""))
+	waitFor(t, "Ada's next request is refused", func() (bool, error) {
+		err := listNamespaces(f.ctx, ada.cs)
+		if err == nil {
+			return false, nil
+		}
+		if !apierrors.IsForbidden(err) {
+			return false, err
+		}
+		// The authorizer names the person too.
+		assert.Contains(t, err.Error(), `User "ichor-admin:u:ichor:ada" cannot list resource "namespaces"`)
+		return true, nil
+	})
+	require.NoError(t, listNamespaces(f.ctx, bob.cs), "Bob's admin kubeconfig stopped working when Ada's was revoked")
+
+	// Ada asks again: a new binding and a new group; her revoked certificate
+	// (a leaked one, say) stays powerless.
+	newAda := f.adminKubeconfig(f.clientOf(adaName), adaName)
+	assert.NotEqual(t, ada.binding.Name, newAda.binding.Name)
+	waitFor(t, "Ada's new admin kubeconfig works", func() (bool, error) { return listNamespaces(f.ctx, newAda.cs) == nil, nil })
+	assert.True(t, apierrors.IsForbidden(listNamespaces(f.ctx, ada.cs)), "the revoked certificate came back with the new binding")
+	require.NoError(t, listNamespaces(f.ctx, bob.cs))
+}
+
+// clientOf is a client of a user f.user already bound.
+func (f *fixture) clientOf(name string) client.Client {
+	f.t.Helper()
+	cfg, err := env.UserConfig(name)
+	require.NoError(f.t, err)
+	c, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(f.t, err)
+	c, err = webhooktest.Requesting(f.ctx, c)
+	require.NoError(f.t, err)
+	return c
+}
+
+func publicKeyPEM(t *testing.T) string {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	require.NoError(t, err)
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+}
+
+func TestTheAdminBindingOutlivesItsRequestAndIsReused(t *testing.T) {
+	f := newFixture(t)
+	name := "ichor:dora"
+	dora := f.user(name, "ichor-admin")
+	first := f.adminKubeconfig(dora, name)
+
+	// The request is deleted (as at the end of its retention); the binding stays.
+	require.NoError(t, env.Client.Delete(f.ctx, first.tcr))
+	waitFor(t, "the request is gone", func() (bool, error) {
+		err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(first.tcr), &ichorv1alpha1.TalosCredentialRequest{})
+		return apierrors.IsNotFound(err), nil
+	})
+	require.Len(t, adminBindingsOf(t, name), 1)
+	require.NoError(t, listNamespaces(f.ctx, first.cs))
+
+	// A second kubeconfig of the same person reuses the binding: one group per
+	// person, and the latest expiry recorded.
+	f.skew = time.Hour
+	second := f.adminKubeconfig(dora, name)
+	assert.Equal(t, first.binding.Name, second.binding.Name)
+	assert.Equal(t, []string{first.binding.Name}, parseCert(t, second.tcr.Status.Certificate).Subject.Organization)
+	assert.Equal(t, second.tcr.Status.ExpiresAt.UTC().Format(time.RFC3339), second.binding.Annotations[credentials.AnnotationCertificateExpiry])
+}
+
+func TestHostileUsernamesAreHashedOrRefused(t *testing.T) {
+	f := newFixture(t)
+	// A Cyrillic "а" that reads as ichor:alice, and a name too long to stay
+	// plain: both hashed, neither is ichor:alice's identity.
+	for _, name := range []string{"ichor:\u0430lice", "ichor:" + strings.Repeat("x", 60)} {
+		got := f.adminKubeconfig(f.user(name, "ichor-admin"), name)
+		cert := parseCert(t, got.tcr.Status.Certificate)
+		assert.Equal(t, "ichor-admin:"+partOf(name), cert.Subject.CommonName)
+		assert.True(t, strings.HasPrefix(cert.Subject.CommonName, "ichor-admin:h:"), cert.Subject.CommonName)
+		assert.Equal(t, name, got.binding.Annotations[credentials.AnnotationAdminUsername])
+	}
+
+	// A system: name is refused at admission, before anything is recorded.
+	mallory := "system:masters-lookalike"
+	c := f.user(mallory, "ichor-admin")
+	tcr := &ichorv1alpha1.TalosCredentialRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, GenerateName: "demo-kubeconfig-admin-"},
+		Spec:       ichorv1alpha1.TalosCredentialRequestSpec{ClusterName: "demo", Purpose: ichorv1alpha1.PurposeKubeconfigAdmin, PublicKey: publicKeyPEM(t)},
+	}
+	err := c.Create(f.ctx, tcr)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `UsernameReserved: user "system:masters-lookalike" may not be issued a cluster-admin kubeconfig`)
+	assert.Empty(t, adminBindingsOf(t, mallory))
+}
+
+func TestRevocationIsRecordedAndTheOperatorsRevocationRemovesEveryBinding(t *testing.T) {
+	f := newFixture(t)
+	eve := f.adminKubeconfig(f.user("ichor:eve", "ichor-admin"), "ichor:eve")
+	fay := f.adminKubeconfig(f.user("ichor:fay", "ichor-admin"), "ichor:fay")
+
+	cfg, err := env.UserConfig(controllerUser)
+	require.NoError(t, err)
+	mgr, err := env.NewManager(cfg, nil)
+	require.NoError(t, err)
+	watcher := &credentials.AdminBindings{Engine: eng, Recorder: recorder, AdminKubeconfigs: true}
+	require.NoError(t, watcher.SetupWithManager(mgr))
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := harness.RunManager(ctx, mgr, "admin bindings")
+	t.Cleanup(func() { cancel(); <-done })
+	// The watch has seen the bindings once each reconciled (the first list).
+	waitFor(t, "the watch has seen the bindings", func() (bool, error) {
+		return reconciled(t, "admin-bindings") >= 2, nil
+	})
+
+	// Eve is revoked by a person: the decision log's record and the Event name
+	// her, and say where the revoker is recorded.
+	require.NoError(t, credentials.RevokeBinding(f.ctx, env.Client, eve.binding.DeepCopy(), ""))
+	want := `Revoked the admin binding of "ichor:eve" (ichor-admin:u:ichor:eve) by "` + credentials.RevokedByUnknown + `"`
+	waitFor(t, "the revocation is in the decision log", func() (bool, error) {
+		return strings.Contains(decisionLog.String(), jsonText(want)), nil
+	})
+	var entry struct {
+		Path   string `json:"path"`
+		Result struct {
+			Applied string `json:"applied"`
+			Object  string `json:"object"`
+		} `json:"result"`
+	}
+	for line := range strings.SplitSeq(decisionLog.String(), "\n") {
+		if strings.Contains(line, jsonText(want)) {
+			require.NoError(t, json.Unmarshal([]byte(line), &entry))
+		}
+	}
+	assert.Equal(t, eve.binding.Annotations[credentials.AnnotationDecisionID], entry.Result.Applied, "the record names the decision that made the binding")
+	assert.Equal(t, "clusterrolebinding/"+eve.binding.Name, entry.Result.Object)
+	waitFor(t, "the revocation Event", func() (bool, error) {
+		var list eventsv1.EventList
+		if err := env.Client.List(f.ctx, &list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+			return false, err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Name == eve.binding.Name && e.Reason == credentials.ReasonAdminRevoked {
+				assert.Contains(t, e.Note, want)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+
+	// The operator revokes admin kubeconfigs: a manager started with
+	// --admin-kubeconfigs=false reconciles every admin binding it lists at
+	// start and removes it, naming the operator.
+	revoked := &credentials.AdminBindings{Client: ctrlClient, Engine: eng, AdminKubeconfigs: false}
+	for _, b := range adminBindingsOf(t, "ichor:fay") {
+		_, err := revoked.Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&b)})
+		require.NoError(t, err)
+	}
+	waitFor(t, "Fay's binding is removed", func() (bool, error) {
+		return len(adminBindingsOf(t, "ichor:fay")) == 0, nil
+	})
+	waitFor(t, "Fay's admin kubeconfig is refused", func() (bool, error) {
+		return apierrors.IsForbidden(listNamespaces(f.ctx, fay.cs)), nil
+	})
+	waitFor(t, "the operator's revocation is in the decision log", func() (bool, error) {
+		return strings.Contains(decisionLog.String(), jsonText(`Revoked the admin binding of "ichor:fay" (ichor-admin:u:ichor:fay) by "`+credentials.RevokedByOperator+`"`)), nil
+	})
+}
+
+// reconciled is how many reconciles the controller named name has made,
+// from controller-runtime's metrics.
+func reconciled(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	require.NoError(t, err)
+	total := 0.0
+	for _, fam := range families {
+		if fam.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == name {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+// jsonText is s as it reads inside a JSON string.
+func jsonText(s string) string {
+	b, _ := json.Marshal(s)
+	return strings.Trim(string(b), `"`)
+}

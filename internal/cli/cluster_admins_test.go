@@ -1,0 +1,140 @@
+package cli
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	eventsv1 "k8s.io/api/events/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/ichor-dev/ichor-policy/controllers/credentials"
+)
+
+// adminBinding is an admin binding as the manager makes it.
+func adminBinding(name, username, identity, expires string, made time.Time) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              name,
+			UID:               "uid-" + "x",
+			CreationTimestamp: metav1.NewTime(made),
+			Labels:            map[string]string{credentials.LabelAdminBinding: "true", credentials.LabelManagedBy: credentials.ManagedBy},
+			Annotations: map[string]string{
+				credentials.AnnotationAdminUsername:     username,
+				credentials.AnnotationAdminIdentity:     identity,
+				credentials.AnnotationCertificateExpiry: expires,
+			},
+		},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: name}},
+	}
+}
+
+func fakeAdmins(t *testing.T, objs ...client.Object) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+}
+
+func testStreams() (streams, *bytes.Buffer, *bytes.Buffer) {
+	var out, errOut bytes.Buffer
+	return newStreams(strings.NewReader(""), &out, &errOut), &out, &errOut
+}
+
+func TestAdminsListShowsWhoWhenAndExpiryEscaped(t *testing.T) {
+	made := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	hostile := "ichor:eve\x1b]52;c;aGk=\x07\ttab"
+	altered := adminBinding("ichor-admin:u:ichor:zed:0000000000", "ichor:zed", "ichor-admin:u:ichor:zed", "", made)
+	altered.Subjects = append(altered.Subjects, rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "ichor:mallory"})
+	unlabelled := adminBinding("someone-elses", "ichor:nobody", "x", "", made)
+	unlabelled.Labels = nil
+	c := fakeAdmins(t,
+		adminBinding("ichor-admin:u:ichor:bob:bbbbbbbbbb", "ichor:bob", "ichor-admin:u:ichor:bob", "2027-11-30T09:00:00Z", made),
+		adminBinding("ichor-admin:u:ichor:ada:aaaaaaaaaa", "ichor:ada", "ichor-admin:u:ichor:ada", "2026-12-01T10:00:00Z", made.Add(time.Hour)),
+		adminBinding("ichor-admin:h:0123:cccccccccc", hostile, "ichor-admin:h:0123", "", made),
+		altered, unlabelled,
+	)
+	s, out, _ := testStreams()
+	require.NoError(t, listAdmins(t.Context(), c, s.out))
+	s.flush()
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 5, out.String())
+	assert.Regexp(t, `^USER\s+IDENTITY\s+BINDING\s+MADE\s+LATEST CERTIFICATE EXPIRES\s+ROLE$`, lines[0])
+	assert.Regexp(t, `^ichor:ada\s+ichor-admin:u:ichor:ada\s+ichor-admin:u:ichor:ada:aaaaaaaaaa\s+2026-11-30T10:00:00Z\s+2026-12-01T10:00:00Z\s+cluster-admin$`, lines[1])
+	assert.Regexp(t, `^ichor:bob\s+.*2027-11-30T09:00:00Z\s+cluster-admin$`, lines[2])
+	// The escape and the tab of a hostile username are shown, not acted on,
+	// and do not move the columns.
+	assert.NotContains(t, out.String(), "\x1b")
+	assert.NotContains(t, out.String(), "\x07")
+	assert.Contains(t, lines[3], `ichor:eve^[]52;c;aGk=\u0007\ttab`)
+	assert.Regexp(t, `\s-\s+cluster-admin$`, lines[3], "no expiry recorded reads -")
+	assert.Regexp(t, `^ichor:zed\s.*cluster-admin \(altered: revoke it\)$`, lines[4])
+	assert.NotContains(t, out.String(), "someone-elses", "a binding without Ichor's label is not an admin's")
+}
+
+func TestAdminsListWithNobody(t *testing.T) {
+	s, out, _ := testStreams()
+	require.NoError(t, listAdmins(t.Context(), fakeAdmins(t), s.out))
+	s.flush()
+	assert.Equal(t, "No admin bindings: nobody holds an admin kubeconfig that works.\n", out.String())
+}
+
+func TestAdminsRevokeDeletesOnlyThatPersonsBindingsAndNamesTheRevoker(t *testing.T) {
+	made := time.Now()
+	c := fakeAdmins(t,
+		adminBinding("ichor-admin:u:ichor:ada:aaaaaaaaaa", "ichor:ada", "ichor-admin:u:ichor:ada", "", made),
+		// A race made two; both go.
+		adminBinding("ichor-admin:u:ichor:ada:zzzzzzzzzz", "ichor:ada", "ichor-admin:u:ichor:ada", "", made),
+		adminBinding("ichor-admin:u:ichor:bob:bbbbbbbbbb", "ichor:bob", "ichor-admin:u:ichor:bob", "", made),
+		// Not Ichor's, though it says ichor:ada.
+		func() client.Object {
+			b := adminBinding("hand-made", "ichor:ada", "x", "", made)
+			b.Labels = nil
+			return b
+		}(),
+	)
+	s, out, errOut := testStreams()
+	require.NoError(t, revokeAdmin(t.Context(), c, "ichor:ada", "ichor:rita", s))
+	s.flush()
+	assert.Empty(t, errOut.String())
+	assert.Equal(t, 2, strings.Count(out.String(), "Revoked ichor:ada: deleted ClusterRoleBinding ichor-admin:u:ichor:ada:"), out.String())
+
+	for name, gone := range map[string]bool{
+		"ichor-admin:u:ichor:ada:aaaaaaaaaa": true, "ichor-admin:u:ichor:ada:zzzzzzzzzz": true,
+		"ichor-admin:u:ichor:bob:bbbbbbbbbb": false, "hand-made": false,
+	} {
+		err := c.Get(t.Context(), client.ObjectKey{Name: name}, &rbacv1.ClusterRoleBinding{})
+		assert.Equal(t, gone, apierrors.IsNotFound(err), "%s: %v", name, err)
+	}
+	var events eventsv1.EventList
+	require.NoError(t, c.List(t.Context(), &events, client.InNamespace(metav1.NamespaceDefault)))
+	require.Len(t, events.Items, 2)
+	for _, e := range events.Items {
+		assert.Equal(t, credentials.ReasonAdminRevoked, e.Reason)
+		assert.Equal(t, "ClusterRoleBinding", e.Regarding.Kind)
+		assert.Equal(t, `Revoked the admin binding of "ichor:ada" (ichor-admin:u:ichor:ada) by "ichor:rita", with ichor cluster admins revoke`, e.Note)
+		assert.Equal(t, "ichor:rita", e.ReportingInstance)
+	}
+
+	// Nobody left to revoke: an error naming them, escaped.
+	err := revokeAdmin(t.Context(), c, "ichor:ada", "ichor:rita", s)
+	require.ErrorIs(t, err, errNoAdminBinding)
+	assert.Contains(t, err.Error(), `no admin binding of user "ichor:ada"`)
+	err = revokeAdmin(t.Context(), c, "ichor:\x1b[2Jx", "ichor:rita", s)
+	assert.Contains(t, err.Error(), `"ichor:\x1b[2Jx"`)
+}
+
+func TestRevokerInstanceIsBounded(t *testing.T) {
+	assert.Equal(t, "unknown", revokerInstance(""))
+	assert.Len(t, revokerInstance(strings.Repeat("r", 300)), 128)
+}

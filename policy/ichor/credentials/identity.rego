@@ -1,0 +1,153 @@
+# Whose a Kubernetes credential is: the person's admin identity, derived from the recorded
+# requester, and the ClusterRoleBinding that gives an admin kubeconfig its power (issue 23,
+# KEP-4214: "for each new User ... create a new ClusterRoleBinding").
+#
+# The identity is a prefix per kind of credential ("ichor-admin:", "ichor-super-admin:"),
+# then either "u:" and the username itself, when it is short (at most plain_max_length
+# characters) and made only of ASCII letters, digits and . _ @ : - (starting and ending with
+# a letter or digit), or else "h:" and the first hash_length hex digits of the SHA-256 of the
+# username's UTF-8 bytes. The two forms differ in their first character after the prefix, so
+# no plain name equals a hashed one; a plain name is the username itself, so two people's
+# never meet; a hashed one would need a SHA-256 collision in 144 bits. Nothing a username
+# holds can make the identity start with "system:" or with another person's identity.
+#
+# An admin kubeconfig's group is its person's binding's name: the identity, ":" and a nonce
+# of ten lowercase letters or digits, drawn when the binding is made. A new binding is a new
+# group, so a certificate whose binding was deleted (revoked) stays powerless when its
+# person later gets a new one.
+package ichor.credentials
+
+# The person's identity for the purpose, from the username; undefined for a purpose without
+# one or an empty username.
+_person_identity(purpose, username) := concat("", [
+	_config.person_identity.prefixes[purpose.identity],
+	_identity_part(username),
+]) if {
+	is_string(username)
+	username != ""
+}
+
+_identity_part(username) := concat("", ["u:", username]) if {
+	count(username) <= _config.person_identity.plain_max_length
+	regex.match(`^[A-Za-z0-9]([A-Za-z0-9._@:-]*[A-Za-z0-9])?$`, username)
+} else := concat("", ["h:", substring(crypto.sha256(username), 0, _config.person_identity.hash_length)])
+
+# METADATA
+# title: Username reserved
+# description: |
+#   A credential that names its person (kubeconfig-admin, kubeconfig-super-admin) is not
+#   issued to a username that starts with one of person_identity.reserved_prefixes: "system:"
+#   (Kubernetes' own users: nodes, service accounts, components, which are not people) and
+#   the prefixes of Ichor's certificate identities ("ichor-admin:", "ichor-super-admin:",
+#   "ichor-credential:"), so the API server's audit log never shows a person under a name
+#   that reads as another credential's. Checked at admission and again before signing.
+# custom:
+#   code: UsernameReserved
+_identity_refusals(subject, purpose) := {reason |
+	purpose.identity
+	username := _subject_name(subject)
+	some prefix in _config.person_identity.reserved_prefixes
+	startswith(username, prefix)
+	reason := {
+		"code": "UsernameReserved",
+		"message": sprintf(
+			"user %q may not be issued a %s: names starting with %q are reserved (%s)",
+			[username, purpose.credential, prefix, concat(", ", _config.person_identity.reserved_prefixes)],
+		),
+	}
+}
+
+# The bindings of the input, as Go listed them (Ichor's label), that are this identity's:
+# the identity, ":" and a nonce. A longer name that merely starts with the identity is
+# another person's (their plain username goes on after ours).
+_bindings_of(identity) := [binding |
+	some binding in _list_or_empty(object.get(_admin_facts, "bindings", []))
+	is_string(binding.name)
+	startswith(binding.name, concat("", [identity, ":"]))
+	regex.match(_config.person_identity.nonce_pattern, substring(binding.name, count(identity) + 1, -1))
+]
+
+default _admin_facts := {}
+
+_admin_facts := input.admin_identity if is_object(input.admin_identity)
+
+# What an intact binding of the identity holds: the built-in cluster-admin role, and its own
+# group (the binding's name) as the only subject.
+_intact(binding, role) if {
+	binding.role_ref == {"api_group": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}
+	binding.subjects == [{"api_group": "rbac.authorization.k8s.io", "kind": "Group", "name": binding.name}]
+}
+
+# METADATA
+# title: Admin binding altered
+# description: |
+#   The person already has an Ichor admin binding (named after their identity) that no longer
+#   grants exactly cluster-admin to its own group: someone changed its subjects, or made one
+#   of that name to another role. Ichor neither reuses nor repairs it, since either would
+#   hand power to what was added; revoke it (`ichor cluster admins revoke USER`) and ask
+#   again. Checked before signing.
+# custom:
+#   code: AdminBindingAltered
+_admin_binding_refusals contains reason if {
+	some binding in _bindings_of(_requester_identity)
+	not _intact(binding, _binding_role)
+	reason := {
+		"code": "AdminBindingAltered",
+		"message": sprintf(
+			concat("", [
+				"the ClusterRoleBinding %q of %q no longer grants exactly %s to its own group; ",
+				"revoke it with `ichor cluster admins revoke %s` and ask again",
+			]),
+			[binding.name, _subject_name(_requester), _binding_role, _subject_name(_requester)],
+		),
+	}
+}
+
+# METADATA
+# title: Admin binding nonce invalid
+# description: |
+#   The person has no binding yet and the nonce Go drew for a new one is not ten lowercase
+#   letters or digits, so the binding's name would not be the identity's alone. A bug or a
+#   tampered input, never a person's doing; nothing is signed. Checked before signing.
+# custom:
+#   code: AdminBindingNonceInvalid
+_admin_binding_refusals contains reason if {
+	count(_bindings_of(_requester_identity)) == 0
+	not _nonce_valid
+	reason := {
+		"code": "AdminBindingNonceInvalid",
+		"message": sprintf(
+			"the nonce %v for a new admin binding is not ten lowercase letters or digits",
+			[object.get(_admin_facts, "nonce", null)],
+		),
+	}
+}
+
+_nonce_valid if regex.match(_config.person_identity.nonce_pattern, _admin_facts.nonce)
+
+# Only for a purpose whose identity has a binding (admin), and a requester with a name.
+_requester_identity := identity if {
+	_binding_role
+	identity := _person_identity(_config.purposes[_request.purpose], _subject_name(_requester))
+}
+
+# The role a purpose's person binding grants; undefined for a purpose without one.
+_binding_role := _config.person_identity.binding_roles[_config.purposes[_request.purpose].identity]
+
+# The binding the certificate's group is: the person's intact one if they have one (the
+# first by name, if a race made two), else a new one named with the nonce.
+_admin_binding := {
+	"name": name,
+	"group": name,
+	"cluster_role": _binding_role,
+	"username": _subject_name(_requester),
+	"identity": _requester_identity,
+	"create": count(existing) == 0,
+} if {
+	existing := sort([binding.name | some binding in _bindings_of(_requester_identity); _intact(binding, _binding_role)])
+	name := _first_or_new(existing, concat("", [_requester_identity, ":", object.get(_admin_facts, "nonce", "")]))
+}
+
+_first_or_new(names, _) := names[0] if count(names) > 0
+
+_first_or_new(names, new) := new if count(names) == 0

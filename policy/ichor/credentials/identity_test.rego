@@ -1,0 +1,228 @@
+# A Kubernetes credential's identity and the admin's own binding: the names derived from the
+# recorded requester, hostile usernames, and the bindings Go found.
+package ichor.credentials_test
+
+# The issuance of purpose to username: the requester and the review are theirs.
+_issue_as(purpose, username, patch) := _issue_purpose(purpose, array.concat(
+	[
+		{"op": "replace", "path": "/requester/username", "value": username},
+		{"op": "replace", "path": "/authorization/user", "value": username},
+	],
+	patch,
+))
+
+_admin_as(username) := _issue_as("kubeconfig-admin", username, [])
+
+_hashed(username) := concat("", ["ichor-admin:h:", substring(crypto.sha256(username), 0, 36)])
+
+# An intact binding of identity with nonce.
+_binding(identity, nonce) := {
+	"name": concat(":", [identity, nonce]),
+	"role_ref": {"api_group": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+	"subjects": [{"api_group": "rbac.authorization.k8s.io", "kind": "Group", "name": concat(":", [identity, nonce])}],
+}
+
+_bindings(bindings) := _set("/admin_identity/bindings", bindings)
+
+test_a_short_ascii_username_is_its_own_identity if {
+	every username in ["ichor:alice", "ada@example.com", "Alice", "bob.o-neil_2", "a", "oidc:https:x"] {
+		d := _admin_as(username)
+		d.allowed
+		d.certificate.common_name == concat("", ["ichor-admin:u:", username])
+		d.certificate.groups == [concat("", ["ichor-admin:u:", username, ":k2x9p4m7qa"])]
+		d.admin_binding.username == username
+	}
+}
+
+test_case_matters_as_it_does_to_kubernetes if {
+	_admin_as("Alice").certificate.common_name != _admin_as("alice").certificate.common_name
+}
+
+test_a_username_outside_the_allow_list_is_hashed if {
+	every username in [
+		"../", "../../etc/passwd", "a/b", "100%", "ichor:alice\n", "-alice", "alice-", "ichor:alice ",
+		"ichor:a\u0000", "ichor:al*ce",
+	] {
+		d := _admin_as(username)
+		d.certificate.common_name == _hashed(username)
+		d.admin_binding.name == concat("", [_hashed(username), ":k2x9p4m7qa"])
+		not contains(d.admin_binding.name, "/")
+	}
+}
+
+test_a_unicode_look_alike_is_not_its_look_alike if {
+	# Cyrillic a (U+0430), Greek omicron in "bob", a fullwidth colon.
+	every username in ["ichor:\u0430lice", "ichor:b\u03bfb", "ichor\uff1aalice"] {
+		d := _admin_as(username)
+		d.certificate.common_name == _hashed(username)
+		d.certificate.common_name != "ichor-admin:u:ichor:alice"
+	}
+}
+
+test_a_look_alike_hashes_apart if {
+	_hashed("ichor:\u0430lice") != _hashed("ichor:alice")
+}
+
+test_a_long_username_is_hashed_and_every_identity_is_bounded if {
+	thirty := concat("", ["ichor:", _repeat("a", 30)])
+	_admin_as(thirty).certificate.common_name == concat("", ["ichor-admin:u:", thirty])
+	long := concat("", ["ichor:", _repeat("a", 31)])
+	_admin_as(long).certificate.common_name == _hashed(long)
+	huge := _repeat("x", 1000)
+	d := _admin_as(huge)
+	d.certificate.common_name == _hashed(huge)
+
+	# Both forms stay within X.509's 64 characters for a common name and an organization, with
+	# the nonce, and within the break-glass prefix.
+	count(d.admin_binding.name) <= 61
+	count(_issue_as("kubeconfig-super-admin", huge, []).certificate.common_name) <= 64
+}
+
+_repeat(s, n) := concat("", [s | some _ in numbers.range(1, n)])
+
+test_the_two_forms_never_meet if {
+	# A username that spells another's hashed part is too long to stay plain, so it is hashed
+	# itself; a shorter one stays plain, behind "u:".
+	spelled := substring(_hashed("../"), count("ichor-admin:"), -1)
+	_admin_as(spelled).certificate.common_name == _hashed(spelled)
+	_admin_as(spelled).certificate.common_name != _hashed("../")
+	shorter := substring(spelled, 0, 36)
+	_admin_as(shorter).certificate.common_name == concat("", ["ichor-admin:u:", shorter])
+}
+
+test_reserved_usernames_are_refused_with_no_certificate_and_no_binding if {
+	every username in [
+		"system:masters", "system:admin", "system:serviceaccount:ichor-system:ichor-policy",
+		"system:kube-controller-manager", "ichor-admin:u:ichor:bob", "ichor-super-admin:u:ichor:bea",
+		"ichor-credential:kubeconfig-super-admin", "ichor-credential:kubeconfig-admin",
+	] {
+		every purpose in ["kubeconfig-admin", "kubeconfig-super-admin"] {
+			_codes(_issue_as(purpose, username, [])) == ["UsernameReserved"]
+			not _issue_as(purpose, username, []).certificate
+			not _issue_as(purpose, username, []).admin_binding
+		}
+	}
+}
+
+test_a_reserved_username_is_named_in_the_refusal if {
+	_admin_as("system:masters").reasons == [{
+		"code": "UsernameReserved",
+		"message": concat("", [
+			`user "system:masters" may not be issued a cluster-admin kubeconfig: names starting with "system:" `,
+			"are reserved (system:, ichor-admin:, ichor-super-admin:, ichor-credential:)",
+		]),
+	}]
+}
+
+test_reserved_usernames_are_refused_at_admission_too if {
+	admit := _admit_purpose("kubeconfig-admin", [
+		{"op": "replace", "path": "/user/username", "value": "system:masters"},
+		{"op": "replace", "path": "/requester/username", "value": "system:masters"},
+		{"op": "replace", "path": "/authorization/user", "value": "system:masters"},
+	])
+	_codes(admit) == ["UsernameReserved"]
+	not admit.event
+
+	# A Talos credential does not name its person: nothing is reserved there.
+	_issue_as("talosconfig-reader", "system:masters", []).allowed
+}
+
+test_an_empty_username_is_refused_with_no_identity if {
+	d := _admin_as("")
+	_codes(d) == ["RequesterUnknown"]
+	not d.certificate
+	not d.admin_binding
+}
+
+test_the_break_glass_kubeconfig_names_the_person_and_binds_nothing if {
+	d := _issue_as("kubeconfig-super-admin", "ichor:bea", [])
+	d.certificate.common_name == "ichor-super-admin:u:ichor:bea"
+	d.certificate.groups == ["system:masters"]
+	_issue_as("kubeconfig-super-admin", "../", []).certificate.common_name == concat("", [
+		"ichor-super-admin:h:",
+		substring(crypto.sha256("../"), 0, 36),
+	])
+}
+
+test_an_intact_binding_of_the_person_is_reused if {
+	d := _issue_purpose("kubeconfig-admin", _bindings([
+		_binding("ichor-admin:u:ichor:bob", "aaaaaaaaaa"),
+		_binding("ichor-admin:u:ichor:alice", "0123456789"),
+	]))
+	d.certificate.groups == ["ichor-admin:u:ichor:alice:0123456789"]
+	d.admin_binding.name == "ichor-admin:u:ichor:alice:0123456789"
+	d.admin_binding.create == false
+}
+
+test_two_intact_bindings_of_a_race_use_the_first_by_name if {
+	d := _issue_purpose("kubeconfig-admin", _bindings([
+		_binding("ichor-admin:u:ichor:alice", "zzzzzzzzzz"),
+		_binding("ichor-admin:u:ichor:alice", "0000000000"),
+	]))
+	d.admin_binding.name == "ichor-admin:u:ichor:alice:0000000000"
+}
+
+test_another_persons_binding_that_starts_with_the_identity_is_not_theirs if {
+	# ichor:alice:0123456789's identity starts with ichor:alice's; its binding is not hers.
+	d := _issue_purpose("kubeconfig-admin", _bindings([
+		_binding("ichor-admin:u:ichor:alice:0123456789", "aaaaaaaaaa"),
+		_binding("ichor-admin:u:ichor:alicea", "aaaaaaaaaa"),
+		{"name": 7},
+	]))
+	d.admin_binding.name == "ichor-admin:u:ichor:alice:k2x9p4m7qa"
+	d.admin_binding.create == true
+}
+
+test_an_altered_binding_is_refused_not_reused_or_repaired if {
+	widened := json.patch(_binding("ichor-admin:u:ichor:alice", "0123456789"), [{
+		"op": "add", "path": "/subjects/-",
+		"value": {"api_group": "rbac.authorization.k8s.io", "kind": "User", "name": "ichor:mallory"},
+	}])
+	other_role := json.patch(
+		_binding("ichor-admin:u:ichor:alice", "aaaaaaaaaa"),
+		[{"op": "replace", "path": "/role_ref/name", "value": "view"}],
+	)
+	every binding in [widened, other_role] {
+		d := _issue_purpose("kubeconfig-admin", _bindings([binding]))
+		not d.certificate
+		not d.admin_binding
+		d.reasons == [{"code": "AdminBindingAltered", "message": sprintf(
+			concat("", [
+				`the ClusterRoleBinding %q of "ichor:alice" no longer grants exactly cluster-admin to its own group; `,
+				"revoke it with `ichor cluster admins revoke ichor:alice` and ask again",
+			]),
+			[binding.name],
+		)}]
+	}
+}
+
+test_a_new_binding_needs_a_nonce_of_ten_lowercase_letters_or_digits if {
+	every nonce in ["", "short", "UPPERCASE1", "k2x9p4m7q:", "k2x9p4m7qab", 7] {
+		_codes(_issue_purpose("kubeconfig-admin", _set("/admin_identity/nonce", nonce))) == ["AdminBindingNonceInvalid"]
+		not _issue_purpose("kubeconfig-admin", _set("/admin_identity/nonce", nonce)).certificate
+	}
+}
+
+test_admin_identity_facts_missing_or_not_an_object_are_no_nonce if {
+	removed := [{"op": "remove", "path": "/admin_identity"}]
+	_codes(_issue_purpose("kubeconfig-admin", removed)) == ["AdminBindingNonceInvalid"]
+	_codes(_issue_purpose("kubeconfig-admin", _set("/admin_identity", "none"))) == ["AdminBindingNonceInvalid"]
+}
+
+test_with_an_intact_binding_no_nonce_is_needed if {
+	_issue_purpose("kubeconfig-admin", array.concat(
+		_set("/admin_identity/nonce", ""),
+		_bindings([_binding("ichor-admin:u:ichor:alice", "0123456789")]),
+	)).allowed
+}
+
+test_the_credential_check_names_no_person if {
+	d := _check({"purpose": "kubeconfig-admin", "public_key": _reader_key})
+	d.allowed
+	d.certificate == {"kind": "kubernetes", "groups": []}
+	d.reasons[0].message == concat("", [
+		"a cluster-admin kubeconfig (O=their own group, bound to cluster-admin) ",
+		"with lifetime 8760h0m0s may be signed",
+	])
+	not d.admin_binding
+}
