@@ -16,7 +16,7 @@ import (
 )
 
 type checkClientOptions struct {
-	file       string
+	files      []string
 	authorized []string
 	machine    string
 	bundle     string
@@ -76,7 +76,7 @@ a wrong flag or a file that is not a CSR manifest.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.file, "file", "f", "", `the CSR manifest or list (YAML or JSON); "-" for standard input`)
+	addFileFlag(f, &o.files)
 	f.StringSliceVar(&o.authorized, "authorized", nil, "the subresources of certificatesigningrequests the requester is taken to be allowed to create: selfnodeclient, nodeclient (comma-separated or repeated), or none; default: none, and the output says nothing was asked")
 	f.StringVar(&o.machine, "machine", "", "the name of the TalosMachine that has the request's node name (default: none)")
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to decide with (default: the embedded bundle)")
@@ -84,7 +84,7 @@ a wrong flag or a file that is not a CSR manifest.`,
 }
 
 func runCheckClientCSR(ctx context.Context, s streams, o checkClientOptions, authorizedGiven bool) error {
-	if o.file == "" {
+	if len(o.files) == 0 {
 		return usage.Errorf("-f FILE is required (\"-\" reads standard input)")
 	}
 	assumed, err := parseAuthorized(o.authorized, authorizedGiven)
@@ -95,11 +95,11 @@ func runCheckClientCSR(ctx context.Context, s streams, o checkClientOptions, aut
 	if o.machine != "" {
 		machine = &csrinput.Machine{Name: o.machine}
 	}
-	csrs, list, err := readCSRManifests(s.in, o.file, clientWrap)
+	csrs, err := readCSRManifests(s.in, o.files, clientWrap)
 	if err != nil {
 		return err
 	}
-	return checkEach(ctx, s, o.bundle, csrs, list, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
+	return checkEach(ctx, s, o.bundle, csrs, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
 		in := csrinput.KubeletClient{CSR: csrinput.Build(csr), Authorization: assumed.facts(), Machine: machine}
 		d, err := eng.KubeletClient(ctx, in)
 		if errors.Is(err, engine.ErrNoDecision) {

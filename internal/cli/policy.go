@@ -3,12 +3,10 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/spf13/cobra"
@@ -60,7 +58,7 @@ func newPolicyDocCommand(s streams) *cobra.Command {
 }
 
 type checkCSROptions struct {
-	file           string
+	files          []string
 	nodeIPs        []string
 	nodename       string
 	hostname       string
@@ -73,10 +71,16 @@ type checkCSROptions struct {
 // checkInput is said once for both check commands: what FILE may be, and
 // what becomes of a list.
 const checkInput = `FILE is the manifest exactly as "kubectl get csr NAME -o yaml" (or -o json)
-prints it; "-" reads it from standard input. A list ("kubectl get csr -o yaml",
-several names, a label or field selector) is decided item by item, and each
-decision is printed as one JSON line carrying the request's name under "csr";
-an item the rule does not govern gets a line with its "error" instead.
+prints it; "-" reads it from standard input. -f reads every document of a
+file (YAML documents separated by "---", or JSON objects one after another),
+a directory (its .yaml, .yml and .json files, not its subdirectories) and may
+be repeated. Every document must be a CertificateSigningRequest or a List of
+them: any other kind is refused (exit 2), naming the document. A list ("kubectl
+get csr -o yaml", several names, a label or field selector), several
+documents, files or a directory are decided item by item, and each decision
+is printed as one JSON line carrying the request's name under "csr"; an item
+the rule does not govern gets a line with its "error" instead. At most
+10000 requests, 1000 files of a directory and 32 MiB of each input are read.
 
 A bare PEM CERTIFICATE REQUEST is refused, with the manifest to wrap it in:
 the rule decides on what the API server records beside the PEM (the signer,
@@ -113,7 +117,7 @@ a wrong flag or a file that is not a CSR manifest.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.file, "file", "f", "", `the CSR manifest or list (YAML or JSON); "-" for standard input`)
+	addFileFlag(f, &o.files)
 	f.StringArrayVar(&o.nodeIPs, "node-ip", nil, "an address of the node, as the Talos NodeIP resource \"kubelet\" lists it (repeatable)")
 	f.StringVar(&o.nodename, "nodename", "", "the node's Nodename as Talos reports it")
 	f.StringVar(&o.hostname, "hostname", "", "the node's hostname as Talos reports it")
@@ -125,18 +129,18 @@ a wrong flag or a file that is not a CSR manifest.`,
 }
 
 func runCheckCSR(ctx context.Context, s streams, o checkCSROptions) error {
-	if o.file == "" {
+	if len(o.files) == 0 {
 		return usage.Errorf("-f FILE is required (\"-\" reads standard input)")
 	}
 	identity, err := servingIdentity(o)
 	if err != nil {
 		return err
 	}
-	csrs, list, err := readCSRManifests(s.in, o.file, servingWrap)
+	in, err := readCSRManifests(s.in, o.files, servingWrap)
 	if err != nil {
 		return err
 	}
-	return checkEach(ctx, s, o.bundle, csrs, list, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
+	return checkEach(ctx, s, o.bundle, in, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
 		in := identity
 		in.CSR = csrinput.Build(csr)
 		d, err := eng.KubeletServing(ctx, in)
@@ -207,7 +211,7 @@ type csrCheck struct {
 // engine of the embedded bundle or bundlePath. One request prints its
 // decision indented, as it always has; a list's items print one JSON line
 // each, and a request no rule governed is an error after the others.
-func checkEach(ctx context.Context, s streams, bundlePath string, csrs []*certificatesv1.CertificateSigningRequest, list bool,
+func checkEach(ctx context.Context, s streams, bundlePath string, in csrInputs,
 	decide func(context.Context, *engine.Engine, *certificatesv1.CertificateSigningRequest) (csrCheck, error)) error {
 	var b *bundle.Bundle
 	var err error
@@ -223,7 +227,8 @@ func checkEach(ctx context.Context, s streams, bundlePath string, csrs []*certif
 		return err
 	}
 	defer eng.Stop(context.WithoutCancel(ctx))
-	if !list {
+	csrs := in.csrs
+	if !in.list {
 		c, err := decide(ctx, eng, csrs[0])
 		if err != nil {
 			return err
@@ -275,53 +280,6 @@ type pemWrap struct {
 var servingWrap = pemWrap{
 	signer: certificatesv1.KubeletServingSignerName, usages: "[digital signature, server auth]",
 	username: "system:node:NODE", groups: "[system:nodes, system:authenticated]",
-}
-
-// readCSRManifests reads a certificates.k8s.io/v1 CertificateSigningRequest
-// manifest, or a List or CertificateSigningRequestList of them (list is then
-// true), YAML or JSON, from a file or from stdin ("-").
-func readCSRManifests(stdin io.Reader, file string, wrap pemWrap) (csrs []*certificatesv1.CertificateSigningRequest, list bool, err error) {
-	var data []byte
-	if file == "-" {
-		data, err = io.ReadAll(stdin)
-	} else {
-		data, err = os.ReadFile(file)
-	}
-	switch {
-	case err != nil && file == "-":
-		return nil, false, fmt.Errorf("read standard input: %w", err)
-	case err != nil:
-		// A file named on the command line that cannot be read is the
-		// caller's to fix, like one that is not a CSR manifest.
-		return nil, false, usage.Errorf("read %s: %w", file, err)
-	}
-	if block, _ := pem.Decode(data); block != nil {
-		return nil, false, pemError(file, block.Type, wrap)
-	}
-	var meta struct {
-		metav1.TypeMeta
-		Items []json.RawMessage `json:"items"`
-	}
-	if err := yaml.Unmarshal(data, &meta); err != nil {
-		return nil, false, usage.Errorf("%s is neither YAML nor JSON: %v", file, err)
-	}
-	csrList := metav1.TypeMeta{APIVersion: certificatesv1.SchemeGroupVersion.String(), Kind: "CertificateSigningRequestList"}
-	switch meta.TypeMeta {
-	case metav1.TypeMeta{APIVersion: "v1", Kind: "List"}, csrList:
-		for i, item := range meta.Items {
-			csr, err := decodeCSR(item, fmt.Sprintf("%s item %d", file, i), meta.TypeMeta == csrList)
-			if err != nil {
-				return nil, true, err
-			}
-			csrs = append(csrs, csr)
-		}
-		return csrs, true, nil
-	}
-	csr, err := decodeCSR(data, file, false)
-	if err != nil {
-		return nil, false, err
-	}
-	return []*certificatesv1.CertificateSigningRequest{csr}, false, nil
 }
 
 // decodeCSR decodes one CertificateSigningRequest; what names it in errors.

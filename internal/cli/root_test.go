@@ -39,8 +39,8 @@ func TestWrongCommandLinesAreUsageErrors(t *testing.T) {
 		{[]string{"decisions", "show"}, "give the decision ID"},
 		{[]string{"manager", "--zap-log-level", "bogus"}, `invalid argument "bogus" for "--zap-log-level" flag`},
 		{[]string{"manager", "--zap-encoder", "xml"}, `invalid argument "xml" for "--zap-encoder" flag`},
-		{[]string{"policy", "check-csr", "-f", "/nonexistent/csr.yaml", "--nodename", "worker-1"}, "read /nonexistent/csr.yaml: open /nonexistent/csr.yaml: no such file"},
-		{[]string{"policy", "check-client-csr", "-f", "/nonexistent/csr.yaml"}, "read /nonexistent/csr.yaml: open /nonexistent/csr.yaml: no such file"},
+		{[]string{"policy", "check-csr", "-f", "/nonexistent/csr.yaml", "--nodename", "worker-1"}, "read /nonexistent/csr.yaml: stat /nonexistent/csr.yaml: no such file"},
+		{[]string{"policy", "check-client-csr", "-f", "/nonexistent/csr.yaml"}, "read /nonexistent/csr.yaml: stat /nonexistent/csr.yaml: no such file"},
 		{[]string{"render", "kubelet-serving", "-f", "/nonexistent/cluster.yaml"}, "read /nonexistent/cluster.yaml: open /nonexistent/cluster.yaml: no such file"},
 		{[]string{"bundle", "build", "--signing-key", "/nonexistent/key.pem", "-o", "/nonexistent/bundle.tar.gz"}, "--signing-key: open /nonexistent/key.pem: no such file"},
 	} {
