@@ -83,7 +83,7 @@ func (f *filterFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.action, "action", "", "only decisions with this action: "+strings.Join(decisionlog.Actions, ", ")+" (allowed and refused are admission's and issuance's)")
 	fs.StringVar(&f.node, "node", "", "only decisions about this node (the result's node, the request's system:node:NAME, or the Nodename Talos reported)")
 	fs.StringVar(&f.user, "user", "", "only decisions on a request by this user (the CSR's spec.username, or the admission request's user)")
-	fs.StringVar(&f.since, "since", "", "only decisions made since then: a duration before now (30m, 24h) or an RFC 3339 time")
+	fs.StringVar(&f.since, "since", "", "only decisions made since then: a duration before now (30m, 24h, 30d, 1d12h) or an RFC 3339 time")
 	fs.StringVar(&f.revision, "revision", "", "only decisions made with this bundle revision (or a prefix of it)")
 }
 

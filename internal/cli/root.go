@@ -25,6 +25,19 @@ const (
 	ExitUsage = 2
 )
 
+// exitStatuses is what every command's exit status means, in the root's
+// help; a command that uses 3 says what for in its own.
+const exitStatuses = `Exit status of every command:
+  0  done
+  1  failed: an input that could not be read or held nothing to act on, an
+     API server that cannot be reached or refused the request, a request that
+     could not be decided
+  2  a wrong command, flag or argument, or a named input that is not there or
+     not of the kind the command reads: nothing was done
+  3  done, and what was found needs a person: decisions replay --fail-on
+     matched a change, audit kubelet-serving found a drifted certificate
+  4  audit kubelet-serving: none drifted, but one could not be judged`
+
 // Run executes the command line args and returns the process exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return RunAs(ctx, "ichor", args, stdin, stdout, stderr)
@@ -107,8 +120,11 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 
 func newRootWith(s streams) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "ichor",
-		Short:         "ichor-policy: the certificate and credential rules of Ichor, in Rego",
+		Use:   "ichor",
+		Short: "ichor-policy: the certificate and credential rules of Ichor, in Rego",
+		Long: `ichor-policy: the certificate and credential rules of Ichor, in Rego.
+
+` + exitStatuses,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
