@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -16,7 +17,10 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
@@ -213,4 +217,49 @@ func (in *csrInputs) append(csr *certificatesv1.CertificateSigningRequest) error
 // addFileFlag adds -f, kubectl's flag for the manifests to read.
 func addFileFlag(f *pflag.FlagSet, files *[]string) {
 	f.StringArrayVarP(files, "file", "f", nil, `a CSR manifest, list, or file of several (YAML or JSON), or a directory of them; "-" for standard input (repeatable)`)
+}
+
+// fetchCSRs gets the named requests from the API server the kubeconfig flags
+// name, with the rights of the person running the command, as kubectl get
+// csr NAME would print them.
+func fetchCSRs(ctx context.Context, k genericclioptions.RESTClientGetter, names []string) (csrInputs, error) {
+	in := csrInputs{list: len(names) > 1}
+	if len(names) > maxRequests {
+		return in, usage.Errorf("%d names: at most %d requests are decided in one command", len(names), maxRequests)
+	}
+	c, _, _, err := kube.Client(k)
+	if err != nil {
+		return in, err
+	}
+	for _, name := range names {
+		var csr certificatesv1.CertificateSigningRequest
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &csr); err != nil {
+			return in, fmt.Errorf("get certificatesigningrequest %s: %w", name, err)
+		}
+		in.csrs = append(in.csrs, &csr)
+	}
+	return in, nil
+}
+
+// csrSource reads the requests from -f, or from the cluster by NAME.
+func csrSource(ctx context.Context, s streams, k genericclioptions.RESTClientGetter, files, names []string, wrap pemWrap) (csrInputs, error) {
+	switch {
+	case len(files) > 0 && len(names) > 0:
+		return csrInputs{}, usage.Errorf("give the requests' NAMEs or -f FILE, not both")
+	case len(names) > 0:
+		return fetchCSRs(ctx, k, names)
+	case len(files) == 0:
+		return csrInputs{}, usage.Errorf("give the requests' NAMEs (read from the cluster) or -f FILE (\"-\" reads standard input)")
+	}
+	return readCSRManifests(s.in, files, wrap)
+}
+
+// addClusterFlags adds kubectl's client flags, for a command that reads
+// requests from the cluster by NAME.
+func addClusterFlags(f *pflag.FlagSet) *genericclioptions.ConfigFlags {
+	k := kube.NewConfigFlags()
+	// A CSR is cluster-scoped: -n would mean nothing.
+	k.Namespace = nil
+	k.AddFlags(f)
+	return k
 }

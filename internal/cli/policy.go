@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -66,11 +67,16 @@ type checkCSROptions struct {
 	machineUnknown bool
 	nodeUnreadable bool
 	bundle         string
+	names          []string
+	kube           genericclioptions.RESTClientGetter
 }
 
 // checkInput is said once for both check commands: what FILE may be, and
 // what becomes of a list.
-const checkInput = `FILE is the manifest exactly as "kubectl get csr NAME -o yaml" (or -o json)
+const checkInput = `NAME is a request in the cluster, read with your kubeconfig (kubectl's flags:
+--kubeconfig, --context, --as, ...) as "kubectl get csr NAME" reads it;
+several NAMEs are decided one JSON line each. Or give the request as a file:
+FILE is the manifest exactly as "kubectl get csr NAME -o yaml" (or -o json)
 prints it; "-" reads it from standard input. -f reads every document of a
 file (YAML documents separated by "---", or JSON objects one after another),
 a directory (its .yaml, .yml and .json files, not its subdirectories) and may
@@ -89,7 +95,7 @@ the usages, the requester's username and groups), and those are not in it.`
 func newCheckCSRCommand(s streams) *cobra.Command {
 	var o checkCSROptions
 	cmd := &cobra.Command{
-		Use:   "check-csr -f FILE [--nodename NAME] [--hostname NAME] [--node-ip IP]... [--machine-unknown] [--node-unreadable] [--bundle PATH]",
+		Use:   "check-csr (NAME... | -f FILE) [--nodename NAME] [--hostname NAME] [--node-ip IP]... [--machine-unknown] [--node-unreadable] [--bundle PATH]",
 		Short: "Decide a kubelet-serving CSR offline, as the controller would",
 		Long: `Decide a kubelet-serving CertificateSigningRequest with the kubelet-serving rule,
 offline, and print the decision: its action (approve, deny or pending), every
@@ -107,17 +113,19 @@ label, or their names), or ask with --machine-unknown or --node-unreadable.
 Exit status: 0 when every request was decided (whatever the decisions), 1 when
 one or more could not be (a CSR of another signer, an unreadable bundle), 2 for
 a wrong flag or a file that is not a CSR manifest.`,
-		Example: `  kubectl get csr csr-8x2kq -o yaml | ichor policy check-csr -f - \
+		Example: `  ichor policy check-csr csr-8x2kq --nodename worker-1 --hostname worker-1 --node-ip 10.5.0.2
+  kubectl get csr csr-8x2kq -o yaml | ichor policy check-csr -f - \
       --nodename worker-1 --hostname worker-1 --node-ip 10.5.0.2
   kubectl get csr --field-selector spec.signerName=kubernetes.io/kubelet-serving -o yaml |
       ichor policy check-csr -f - --node-unreadable`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.names = args
 			return runCheckCSR(cmd.Context(), s, o)
 		},
 	}
 	f := cmd.Flags()
 	addFileFlag(f, &o.files)
+	o.kube = addClusterFlags(f)
 	f.StringArrayVar(&o.nodeIPs, "node-ip", nil, "an address of the node, as the Talos NodeIP resource \"kubelet\" lists it (repeatable)")
 	f.StringVar(&o.nodename, "nodename", "", "the node's Nodename as Talos reports it")
 	f.StringVar(&o.hostname, "hostname", "", "the node's hostname as Talos reports it")
@@ -129,14 +137,11 @@ a wrong flag or a file that is not a CSR manifest.`,
 }
 
 func runCheckCSR(ctx context.Context, s streams, o checkCSROptions) error {
-	if len(o.files) == 0 {
-		return usage.Errorf("-f FILE is required (\"-\" reads standard input)")
-	}
 	identity, err := servingIdentity(o)
 	if err != nil {
 		return err
 	}
-	in, err := readCSRManifests(s.in, o.files, servingWrap)
+	in, err := csrSource(ctx, s, o.kube, o.files, o.names, servingWrap)
 	if err != nil {
 		return err
 	}

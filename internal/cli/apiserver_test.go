@@ -1,0 +1,114 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/cli"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+)
+
+// apiEnv is a real API server with requests in it, for the commands that
+// read or write CSRs in the cluster.
+type apiEnv struct {
+	env *harness.Env
+	dir string
+	// admin is the harness's admin kubeconfig; nobody's is a user with no
+	// rights at all.
+	admin, nobody string
+	good, forged  string
+}
+
+func startAPIEnv(t *testing.T) *apiEnv {
+	t.Helper()
+	env := harness.StartForTest(t, harness.Options{})
+	ae := &apiEnv{env: env, dir: t.TempDir()}
+	ae.admin = filepath.Join(ae.dir, "admin.kubeconfig")
+	require.NoError(t, os.WriteFile(ae.admin, env.AdminKubeconfig, 0o600))
+	nobody, err := env.UserConfig("nobody")
+	require.NoError(t, err)
+	ae.nobody = writeKubeconfig(t, ae.dir, "nobody", nobody)
+
+	// worker-1's kubelet asks, so the API server records it as the requester.
+	nodeCfg, err := env.UserConfig("system:node:worker-1", harness.NodesGroup)
+	require.NoError(t, err)
+	node, err := kubernetes.NewForConfig(nodeCfg)
+	require.NoError(t, err)
+	ae.good = env.SubmitCSR(t, node, csrgen.ServingObject("csr-good", "worker-1",
+		request(t, csrgen.Request{DNSNames: []string{"worker-1"}, IPs: []net.IP{net.ParseIP("10.5.0.2")}})))
+	ae.forged = env.SubmitCSR(t, node, csrgen.ServingObject("csr-forged", "worker-1",
+		request(t, csrgen.Request{IPs: []net.IP{net.ParseIP("10.5.0.3")}})))
+	return ae
+}
+
+// TestCommandsOnTheAPIServer runs the commands that speak to the cluster
+// against a real API server, one control plane for all.
+func TestCommandsOnTheAPIServer(t *testing.T) {
+	ae := startAPIEnv(t)
+	t.Run("check-csr NAME", ae.testCheckCSRByName)
+}
+
+// testCheckCSRByName: check-csr NAME reads the request from the cluster, as
+// kubectl get csr NAME does, and decides it as -f decides what kubectl prints.
+func (ae *apiEnv) testCheckCSRByName(t *testing.T) {
+	forged := ae.env.GetCSR(t, ae.forged)
+	forged.TypeMeta = metav1.TypeMeta{APIVersion: "certificates.k8s.io/v1", Kind: "CertificateSigningRequest"}
+	asFile := manifest(t, forged, false)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		// want are the names and actions decided, one JSON line each;
+		// wantOne the single request's action.
+		want    []string
+		wantOne string
+		stderr  string
+	}{
+		{name: "one request", args: []string{ae.good, "--kubeconfig", ae.admin}, wantOne: engine.ActionApprove},
+		{name: "the same as -f", args: []string{"-f", asFile, "--kubeconfig", ae.admin}, wantOne: engine.ActionDeny},
+		{name: "several", args: []string{ae.good, ae.forged, "--kubeconfig", ae.admin}, want: []string{"csr-good approve", "csr-forged deny"}},
+		{name: "kubectl's flags: --as", args: []string{ae.good, "--kubeconfig", ae.admin, "--as", "nobody"}, code: cli.ExitError, stderr: `User "nobody" cannot get resource "certificatesigningrequests"`},
+		{name: "a person without get", args: []string{ae.good, "--kubeconfig", ae.nobody}, code: cli.ExitError, stderr: "forbidden"},
+		{name: "a request that is not there", args: []string{"csr-none", "--kubeconfig", ae.admin}, code: cli.ExitError, stderr: `certificatesigningrequests.certificates.k8s.io "csr-none" not found`},
+		{name: "NAME and -f", args: []string{ae.good, "-f", asFile, "--kubeconfig", ae.admin}, code: cli.ExitUsage, stderr: "not both"},
+		{name: "neither", args: []string{"--kubeconfig", ae.admin}, code: cli.ExitUsage, stderr: "give the requests' NAMEs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := run(t, "", append(append([]string{"policy", "check-csr"}, tc.args...), identity...)...)
+			require.Equal(t, tc.code, code, stderr)
+			assert.Contains(t, stderr, tc.stderr)
+			switch {
+			case tc.wantOne != "":
+				var d engine.CSRDecision
+				require.NoError(t, json.Unmarshal([]byte(stdout), &d), stdout)
+				assert.Equal(t, tc.wantOne, d.Action, stdout)
+			case tc.code != cli.ExitOK:
+				assert.Empty(t, stdout)
+			default:
+				var got []string
+				for _, l := range checkLines(t, stdout) {
+					got = append(got, l.CSR+" "+l.Action)
+				}
+				assert.Equal(t, tc.want, got)
+			}
+		})
+	}
+
+	t.Run("check-client-csr NAME", func(t *testing.T) {
+		code, stdout, stderr := run(t, "", "policy", "check-client-csr", ae.good, "--kubeconfig", ae.admin)
+		assert.Equal(t, cli.ExitError, code, stderr)
+		assert.Contains(t, stderr, "the kubelet-client rule governs signer "+certificatesv1.KubeAPIServerClientKubeletSignerName+" only")
+		assert.Empty(t, stdout)
+	})
+}
