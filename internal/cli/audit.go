@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -75,6 +74,7 @@ type auditOptions struct {
 	timeout     time.Duration
 	output      string
 	bundle      string
+	bundleKey   bundleKeyFlags
 	decisionLog string
 }
 
@@ -126,6 +126,7 @@ did not answer); 1 for an error (a secrets bundle unreadable, a broken bundle);
 	f.DurationVar(&o.timeout, "timeout", servingcert.DefaultTimeout, "bound on each TLS handshake and each Talos identity read")
 	f.StringVarP(&o.output, "output", "o", "table", "table or json")
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to judge with (default: the embedded bundle)")
+	o.bundleKey.register(f)
 	f.StringVar(&o.decisionLog, "decision-log", "", "append the audit's decision log (JSON lines) to this file")
 	return cmd
 }
@@ -159,15 +160,13 @@ func runAudit(ctx context.Context, s streams, o auditOptions) error {
 	if err != nil {
 		return err
 	}
-	var b *bundle.Bundle
-	if o.bundle != "" {
-		if b, err = loadBundle(o.bundle); err != nil {
-			return err
-		}
-	}
 	// The audit's decisions go to --decision-log, else nowhere: this is a
 	// report to a person, not a decision the cluster acts on.
-	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, DecisionLogFile: o.decisionLog, Log: s.err})
+	opts := engine.Options{DecisionLog: io.Discard, DecisionLogFile: o.decisionLog, Log: s.err}
+	if _, err := o.bundleKey.engineBundle(&opts, o.bundle); err != nil {
+		return err
+	}
+	eng, err := engine.New(ctx, opts)
 	if err != nil {
 		return err
 	}

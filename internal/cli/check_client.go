@@ -21,6 +21,7 @@ type checkClientOptions struct {
 	authorized []string
 	machine    string
 	bundle     string
+	bundleKey  bundleKeyFlags
 	names      []string
 	kube       genericclioptions.RESTClientGetter
 }
@@ -84,6 +85,7 @@ a wrong flag or a file that is not a CSR manifest.`,
 	f.StringSliceVar(&o.authorized, "authorized", nil, "the subresources of certificatesigningrequests the requester is taken to be allowed to create: selfnodeclient, nodeclient (comma-separated or repeated), or none; default: none, and the output says nothing was asked")
 	f.StringVar(&o.machine, "machine", "", "the name of the TalosMachine that has the request's node name (default: none)")
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to decide with (default: the embedded bundle)")
+	o.bundleKey.register(f)
 	return cmd
 }
 
@@ -100,7 +102,7 @@ func runCheckClientCSR(ctx context.Context, s streams, o checkClientOptions, aut
 	if err != nil {
 		return err
 	}
-	return checkEach(ctx, s, o.bundle, csrs, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
+	return checkEach(ctx, s, o.bundleKey, o.bundle, csrs, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
 		in := csrinput.KubeletClient{CSR: csrinput.Build(csr), Authorization: assumed.facts(), Machine: machine}
 		d, err := eng.KubeletClient(ctx, in)
 		if errors.Is(err, engine.ErrNoDecision) {

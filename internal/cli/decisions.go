@@ -562,12 +562,13 @@ func timeNano(t time.Time) string {
 }
 
 type replayOptions struct {
-	filter filterFlags
-	source sourceFlags
-	bundle string
-	failOn []string
-	output string
-	all    bool
+	filter    filterFlags
+	source    sourceFlags
+	bundle    string
+	bundleKey bundleKeyFlags
+	failOn    []string
+	output    string
+	all       bool
 }
 
 // notReplayed counts the log's entries a replay leaves out before its
@@ -584,8 +585,10 @@ func newDecisionsReplayCommand(s streams) *cobra.Command {
 		Use:   "replay --bundle CANDIDATE [FILE...|-] [--fail-on DIRECTION]... [filters] [--all] [-o table|json]",
 		Short: "Decide every logged input again with a candidate bundle and report what would change",
 		Long: `Decide every logged decision's input again, at its rule's path, with a candidate
-bundle (a policy directory laid out like policy/, or a bundle tarball), and
-report each decision that would change, grouped by direction:
+bundle (a policy directory laid out like policy/, or a bundle tarball; a
+signed tarball is verified with --bundle-key, --bundle-key-id and
+--bundle-key-algorithm, the managers' flags, and refused as they would refuse
+it), and report each decision that would change, grouped by direction:
 
   approve → deny, deny → approve, approve → pending, pending → approve,
   deny → pending, pending → deny; for admission and issuance
@@ -631,6 +634,7 @@ log proves nothing); 2 for a wrong flag.`,
 	o.source.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&o.bundle, "bundle", "", "the candidate: a policy directory or a bundle tarball (required)")
+	o.bundleKey.register(f)
 	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit "+fmt.Sprint(ExitChanged)+" when a decision changes in this direction (repeatable): FROM-to-TO, to-STATE, from-STATE, any, reasons-changed")
 	f.StringVarP(&o.output, "output", "o", "table", "output: table, or json (one document)")
 	f.BoolVar(&o.all, "all", false, "also replay the verdicts that were never applied (an approver that met a conflict writing decided again), as list --all lists them; the records of what was applied are never replayed")
@@ -670,16 +674,17 @@ func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) e
 	if len(selected) == 0 {
 		return fmt.Errorf("no decision to replay: %d decisions read, none selected; an empty replay proves nothing", len(considered))
 	}
-	b, err := loadBundle(o.bundle)
+	// The replayed decisions are questions, not decisions anyone acts on:
+	// they are not logged. OPA's own errors still reach stderr.
+	opts := engine.Options{DecisionLog: io.Discard, Log: s.err}
+	b, err := o.bundleKey.engineBundle(&opts, o.bundle)
 	if err != nil {
 		return err
 	}
 	if err := decisionlog.CheckReplayable(b); err != nil {
 		return fmt.Errorf("%s cannot be replayed exactly: %w", o.bundle, err)
 	}
-	// The replayed decisions are questions, not decisions anyone acts on:
-	// they are not logged. OPA's own errors still reach stderr.
-	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, Log: s.err})
+	eng, err := engine.New(ctx, opts)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/netip"
 
-	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/spf13/cobra"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -67,6 +66,7 @@ type checkCSROptions struct {
 	machineUnknown bool
 	nodeUnreadable bool
 	bundle         string
+	bundleKey      bundleKeyFlags
 	names          []string
 	kube           genericclioptions.RESTClientGetter
 }
@@ -106,7 +106,10 @@ reason with its code and message, the decision id and the bundle revision.
 The node's identity is what the controller would read from the node's Talos
 API: give it with --nodename, --hostname and --node-ip, or say that no managed
 machine has the node name (--machine-unknown) or that the node could not be
-read (--node-unreadable). Every item of a list is decided with that one
+read (--node-unreadable). --bundle decides with a candidate policy: a
+directory, or a bundle tarball; a signed one is verified with --bundle-key
+(and --bundle-key-id, --bundle-key-algorithm), as the managers verify it.
+Every item of a list is decided with that one
 identity: list one node's requests (a field selector on spec.signerName and a
 label, or their names), or ask with --machine-unknown or --node-unreadable.
 
@@ -133,6 +136,7 @@ a wrong flag or a file that is not a CSR manifest.`,
 	f.BoolVar(&o.machineUnknown, "machine-unknown", false, "no managed machine has the request's node name")
 	f.BoolVar(&o.nodeUnreadable, "node-unreadable", false, "the node's identity could not be read from the Talos API")
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to decide with (default: the embedded bundle)")
+	o.bundleKey.register(f)
 	return cmd
 }
 
@@ -145,7 +149,7 @@ func runCheckCSR(ctx context.Context, s streams, o checkCSROptions) error {
 	if err != nil {
 		return err
 	}
-	return checkEach(ctx, s, o.bundle, in, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
+	return checkEach(ctx, s, o.bundleKey, o.bundle, in, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
 		in := identity
 		in.CSR = csrinput.Build(csr)
 		d, err := eng.KubeletServing(ctx, in)
@@ -216,18 +220,15 @@ type csrCheck struct {
 // engine of the embedded bundle or bundlePath. One request prints its
 // decision indented, as it always has; a list's items print one JSON line
 // each, and a request no rule governed is an error after the others.
-func checkEach(ctx context.Context, s streams, bundlePath string, in csrInputs,
+func checkEach(ctx context.Context, s streams, key bundleKeyFlags, bundlePath string, in csrInputs,
 	decide func(context.Context, *engine.Engine, *certificatesv1.CertificateSigningRequest) (csrCheck, error)) error {
-	var b *bundle.Bundle
-	var err error
-	if bundlePath != "" {
-		if b, err = loadBundle(bundlePath); err != nil {
-			return err
-		}
-	}
 	// Offline, the decision log goes nowhere: this is a question, not a decision
 	// the cluster acts on. OPA's own errors still reach stderr.
-	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, Log: s.err})
+	opts := engine.Options{DecisionLog: io.Discard, Log: s.err}
+	if _, err := key.engineBundle(&opts, bundlePath); err != nil {
+		return err
+	}
+	eng, err := engine.New(ctx, opts)
 	if err != nil {
 		return err
 	}
