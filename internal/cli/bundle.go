@@ -25,7 +25,7 @@ func newBundleCommand(s streams) *cobra.Command {
 	var policyDir, out, signingKey, signingAlg, keyID string
 	var epoch int64
 	build := &cobra.Command{
-		Use:   "build [-o FILE] [--policy DIR] [--epoch N]",
+		Use:   "build [--out FILE] [--policy DIR] [--epoch N]",
 		Short: "Build the policy bundle, with a revision that is a digest of its content and the epoch of its rules",
 		Long: `Build the policy bundle. Its revision is a digest of its content; its epoch,
 written in the signed .manifest, is the policy tree's EPOCH file (the embedded
@@ -35,6 +35,9 @@ highest epoch activated in its cluster; raise EPOCH with each change that
 closes a hole. A tree without EPOCH needs --epoch: the epoch is not guessed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := retired(cmd, "--out FILE"); err != nil {
+				return err
+			}
 			b, err := policyFrom(policyDir)
 			if err != nil {
 				return err
@@ -76,7 +79,8 @@ closes a hole. A tree without EPOCH needs --epoch: the epoch is not guessed.`,
 		},
 	}
 	build.Flags().StringVar(&policyDir, "policy", "", "the policy directory to build (default: the policy embedded in this binary)")
-	build.Flags().StringVarP(&out, "output", "o", "bundle.tar.gz", "the bundle file to write")
+	build.Flags().StringVar(&out, "out", "bundle.tar.gz", "the bundle file to write")
+	addRetiredOutput(build.Flags())
 	build.Flags().StringVar(&signingKey, "signing-key", "", "sign the bundle with this private key (PEM), OPA's bundle signing")
 	build.Flags().StringVar(&signingAlg, "signing-alg", "RS256", "the signing algorithm (RS256, ES256, PS256, ...)")
 	build.Flags().StringVar(&keyID, "key-id", "ichor", "the key id written in the signature, which the manager's --bundle-key-id matches")

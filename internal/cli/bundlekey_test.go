@@ -28,7 +28,7 @@ func TestASignedBundleIsCheckedOffline(t *testing.T) {
 	private, public := signingKey(t, dir, "ichor")
 	_, other := signingKey(t, dir, "other")
 	signed := filepath.Join(dir, "signed.tar.gz")
-	code, stdout, stderr := run(t, "", "bundle", "build", "--signing-key", private, "-o", signed)
+	code, stdout, stderr := run(t, "", "bundle", "build", "--signing-key", private, "--out", signed)
 	require.Equal(t, cli.ExitOK, code, stderr)
 	revision := strings.TrimSuffix(strings.Fields(stdout)[3], ",")
 

@@ -40,6 +40,9 @@ func (o credentialFlags) request(cmd *cobra.Command, k genericclioptions.RESTCli
 
 // writeCredential asks for the credential and says what was written.
 func writeCredential(cmd *cobra.Command, s streams, ask func(context.Context, credclient.Request) (credclient.Written, error), r credclient.Request) error {
+	if err := retired(cmd, "--out FILE"); err != nil {
+		return err
+	}
 	w, err := ask(cmd.Context(), r)
 	if err != nil {
 		return err
@@ -70,7 +73,8 @@ verb and records an Event naming you) and again by the controller before it sign
 func addCredentialFlags(cmd *cobra.Command, o *credentialFlags, what string) {
 	f := cmd.Flags()
 	f.DurationVar(&o.ttl, "ttl", 0, "lifetime of the "+what+" (default: the policy's default for it); above the policy's cap it is refused, never shortened")
-	f.StringVarP(&o.out, "out", "o", "", "file to write")
+	f.StringVar(&o.out, "out", "", "file to write")
+	addRetiredOutput(f)
 	f.BoolVar(&o.force, "force", false, "replace --out if it exists (never the file you are using now)")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the controller's answer")
 	f.StringVar(&o.decisionLog, "decision-log", "", "append the local policy check's decision log (JSON lines) to this file")

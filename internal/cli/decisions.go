@@ -110,13 +110,6 @@ func (f filterFlags) criteria(now time.Time) (decisionlog.Criteria, error) {
 	return c, nil
 }
 
-func checkOutput(output string) error {
-	if output != "table" && output != "json" {
-		return usage.Errorf("-o %q: the output is table or json", output)
-	}
-	return nil
-}
-
 // sourceFlags say where the decision log is read from besides files: the
 // manager pods' logs, through the API server.
 type sourceFlags struct {
@@ -310,10 +303,10 @@ func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped, 
 func newDecisionsListCommand(s streams) *cobra.Command {
 	var f filterFlags
 	var src sourceFlags
-	var output string
+	output := newOutputFlag(outputTable, outputWide, outputName)
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "list [FILE...|-] [--policy NAME] [--action ACTION] [--node NAME] [--user NAME] [--since WHEN] [--revision REV] [-o table|json]",
+		Use:   "list [FILE...|-] [--policy NAME] [--action ACTION] [--node NAME] [--user NAME] [--since WHEN] [--revision REV] [-o table|wide|json|yaml|name|jsonpath=TEMPLATE]",
 		Short: "List the decisions of a decision log, in its order",
 		Long: `List the decisions of a decision log, in the log's order, one a row: time,
 decision id, policy, action, node (or user), reason codes and bundle revision.
@@ -324,7 +317,9 @@ and it decided again, the verdict it never applied is left out (--all lists
 it, and the records of what was applied).
 
 With -o json, each decision is one JSON object a line with the same fields
-and the whole logged entry under "entry".
+and the whole logged entry under "entry"; -o yaml and -o jsonpath=TEMPLATE
+see them as {"items": [...]} (-o 'jsonpath={.items[*].id}'); -o name prints
+the decision ids, one a line; -o wide adds the decision path and the user.
 
 ` + decisionsInput + `
 
@@ -334,7 +329,7 @@ that is not the shape it starts as (a gzip stream cut short, say).`,
 		Example: `  kubectl logs deploy/ichor-policy | ichor decisions list --action deny --since 24h
   ichor decisions list decisions.log --policy kubelet-serving --node worker-1 -o json`,
 		RunE: func(cmd *cobra.Command, files []string) error {
-			if err := checkOutput(output); err != nil {
+			if err := output.parse(""); err != nil {
 				return err
 			}
 			crit, err := f.criteria(time.Now())
@@ -349,19 +344,24 @@ that is not the shape it starts as (a gzip stream cut short, say).`,
 				entries = decisionlog.InEffect(entries)
 			}
 			matched := decisionlog.Filter(entries, crit)
-			if output == "json" {
-				return writeListJSON(s.out, matched)
-			}
-			if len(matched) == 0 {
+			switch {
+			case output.structured():
+				return output.print(s.out, true, func(w io.Writer) error { return writeListJSON(w, matched) })
+			case output.format == outputName:
+				for _, e := range matched {
+					fmt.Fprintln(s.out, line(e.DecisionID))
+				}
+				return nil
+			case len(matched) == 0:
 				fmt.Fprintf(s.err, "ichor: no decision matches (of %d read)\n", len(entries))
 				return nil
 			}
-			return writeListTable(s.out, matched)
+			return writeListTable(s.out, matched, output.format == outputWide)
 		},
 	}
 	f.register(cmd)
 	src.register(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table, or json (one object a line)")
+	output.register(cmd.Flags(), "one object a line")
 	cmd.Flags().BoolVar(&all, "all", false, "also list verdicts that were never applied (an approver that met a conflict writing decides again; the one applied is recorded) and the applied records themselves")
 	return cmd
 }
@@ -382,12 +382,20 @@ func formatTime(t time.Time) string {
 
 func codesText(codes []string) string { return dash(strings.Join(codes, ",")) }
 
-func writeListTable(w io.Writer, entries []decisionlog.Entry) error {
+func writeListTable(w io.Writer, entries []decisionlog.Entry, wide bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row(tw, "TIME", "ID", "POLICY", "ACTION", "NODE/USER", "CODES", "REVISION")
+	header := []string{"TIME", "ID", "POLICY", "ACTION", "NODE/USER", "CODES", "REVISION"}
+	if wide {
+		header = append(header, "PATH", "USER")
+	}
+	row(tw, header...)
 	for _, e := range entries {
-		row(tw, formatTime(e.Timestamp), e.DecisionID, e.Policy(),
-			dash(e.Action()), dash(e.Subject()), codesText(e.Codes()), dash(e.Revision))
+		cells := []string{formatTime(e.Timestamp), e.DecisionID, e.Policy(),
+			dash(e.Action()), dash(e.Subject()), codesText(e.Codes()), dash(e.Revision)}
+		if wide {
+			cells = append(cells, dash(e.Path), dash(e.User()))
+		}
+		row(tw, cells...)
 	}
 	return tw.Flush()
 }
@@ -419,10 +427,10 @@ func writeListJSON(w io.Writer, entries []decisionlog.Entry) error {
 }
 
 func newDecisionsShowCommand(s streams) *cobra.Command {
-	var output string
+	output := newOutputFlag(outputText)
 	var src sourceFlags
 	cmd := &cobra.Command{
-		Use:   "show ID [FILE...|-] [-o text|json]",
+		Use:   "show ID [FILE...|-] [-o text|json|yaml|jsonpath=TEMPLATE]",
 		Short: "Show one decision whole: its reasons, input and result",
 		Long: `Show one decision of a decision log: a header naming its time, policy, bundle
 revision, action, node and user; its reasons as "CODE: message" lines (the
@@ -445,8 +453,8 @@ the log could not be read), 2 for a wrong flag or no ID.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "text" && output != "json" {
-				return usage.Errorf("-o %q: the output is text or json", output)
+			if err := output.parse(""); err != nil {
+				return err
 			}
 			entries, err := readDecisions(cmd, s, src, args[1:])
 			if err != nil {
@@ -456,13 +464,13 @@ the log could not be read), 2 for a wrong flag or no ID.`,
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				return writeIndented(s.out, e.Raw)
+			if output.structured() {
+				return output.print(s.out, false, func(w io.Writer) error { return writeIndented(w, e.Raw) })
 			}
 			return writeShow(s.out, e)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output: text, or json (the logged entry)")
+	output.register(cmd.Flags(), "the logged entry")
 	src.register(cmd)
 	return cmd
 }
@@ -567,7 +575,7 @@ type replayOptions struct {
 	bundle    string
 	bundleKey bundleKeyFlags
 	failOn    []string
-	output    string
+	output    *outputFlag
 	all       bool
 }
 
@@ -580,9 +588,9 @@ type notReplayed struct {
 }
 
 func newDecisionsReplayCommand(s streams) *cobra.Command {
-	var o replayOptions
+	o := replayOptions{output: newOutputFlag(outputTable)}
 	cmd := &cobra.Command{
-		Use:   "replay --bundle CANDIDATE [FILE...|-] [--fail-on DIRECTION]... [filters] [--all] [-o table|json]",
+		Use:   "replay --bundle CANDIDATE [FILE...|-] [--fail-on DIRECTION]... [filters] [--all] [-o table|json|yaml|jsonpath=TEMPLATE]",
 		Short: "Decide every logged input again with a candidate bundle and report what would change",
 		Long: `Decide every logged decision's input again, at its rule's path, with a candidate
 bundle (a policy directory laid out like policy/, or a bundle tarball; a
@@ -636,14 +644,14 @@ log proves nothing); 2 for a wrong flag.`,
 	f.StringVar(&o.bundle, "bundle", "", "the candidate: a policy directory or a bundle tarball (required)")
 	o.bundleKey.register(f)
 	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit "+fmt.Sprint(ExitChanged)+" when a decision changes in this direction (repeatable): FROM-to-TO, to-STATE, from-STATE, any, reasons-changed")
-	f.StringVarP(&o.output, "output", "o", "table", "output: table, or json (one document)")
+	o.output.register(f, "one document")
 	f.BoolVar(&o.all, "all", false, "also replay the verdicts that were never applied (an approver that met a conflict writing decided again), as list --all lists them; the records of what was applied are never replayed")
 	return cmd
 }
 
 func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) error {
 	ctx := cmd.Context()
-	if err := checkOutput(o.output); err != nil {
+	if err := o.output.parse(""); err != nil {
 		return err
 	}
 	if o.bundle == "" {
@@ -706,8 +714,8 @@ func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) e
 		}
 	}
 	logged := loggedRevisions(selected)
-	if o.output == "json" {
-		err = writeReplayJSON(s.out, o, rep, logged, failed, skipped)
+	if o.output.structured() {
+		err = o.output.print(s.out, false, func(w io.Writer) error { return writeReplayJSON(w, o, rep, logged, failed, skipped) })
 	} else {
 		err = writeReplayTable(s.out, o, rep, logged, skipped)
 	}

@@ -412,7 +412,7 @@ func TestDecisionsRefusesBadUsage(t *testing.T) {
 		{"bad policy", []string{"decisions", "list", log, "--policy", "serving"}, ExitUsage, `unknown policy "serving"`},
 		{"bad since", []string{"decisions", "list", log, "--since", "yesterday"}, ExitUsage, "--since"},
 		{"negative days", []string{"decisions", "list", log, "--since", "-30d"}, ExitUsage, "--since"},
-		{"bad output", []string{"decisions", "list", log, "-o", "yaml"}, ExitUsage, `-o "yaml"`},
+		{"bad output", []string{"decisions", "list", log, "-o", "xml"}, ExitUsage, `-o "xml"`},
 		{"stdin twice", []string{"decisions", "list", "-", "-"}, ExitUsage, "given twice"},
 		{"missing file", []string{"decisions", "list", "/nonexistent/decisions.log"}, ExitUsage, "no such file"},
 		{"show without ID", []string{"decisions", "show"}, ExitUsage, "give the decision ID"},
