@@ -28,6 +28,8 @@ type apiEnv struct {
 	// rights at all.
 	admin, nobody string
 	good, forged  string
+	// node submits requests as worker-1's kubelet.
+	node kubernetes.Interface
 }
 
 func startAPIEnv(t *testing.T) *apiEnv {
@@ -45,6 +47,7 @@ func startAPIEnv(t *testing.T) *apiEnv {
 	require.NoError(t, err)
 	node, err := kubernetes.NewForConfig(nodeCfg)
 	require.NoError(t, err)
+	ae.node = node
 	ae.good = env.SubmitCSR(t, node, csrgen.ServingObject("csr-good", "worker-1",
 		request(t, csrgen.Request{DNSNames: []string{"worker-1"}, IPs: []net.IP{net.ParseIP("10.5.0.2")}})))
 	ae.forged = env.SubmitCSR(t, node, csrgen.ServingObject("csr-forged", "worker-1",
@@ -57,6 +60,62 @@ func startAPIEnv(t *testing.T) *apiEnv {
 func TestCommandsOnTheAPIServer(t *testing.T) {
 	ae := startAPIEnv(t)
 	t.Run("check-csr NAME", ae.testCheckCSRByName)
+	t.Run("approve and deny", ae.testManualDecision)
+}
+
+// testManualDecision: ichor approve|deny write a person's decision on a
+// request Ichor left pending, through the approval subresource with the
+// person's own rights, and refuse anything else without writing.
+func (ae *apiEnv) testManualDecision(t *testing.T) {
+	submit := func(name, signer string) string {
+		obj := csrgen.ServingObject(name, "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}}))
+		if signer != "" {
+			obj.Spec.SignerName = signer
+		}
+		return ae.env.SubmitCSR(t, ae.node, obj)
+	}
+	toApprove, toDeny, other := submit("csr-manual-1", ""), submit("csr-manual-2", ""), submit("csr-other", "example.com/other")
+	noRights := submit("csr-manual-3", "")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		// csr is the request to look at after, and condition what it
+		// should then carry ("" for none).
+		csr, condition, reason string
+		stderr                 string
+	}{
+		{name: "approve", args: []string{"approve", toApprove, "--message", "checked with talosctl"}, csr: toApprove, condition: "Approved", reason: cli.ManualApprovalReason},
+		{name: "approve again", args: []string{"approve", toApprove, "--message", "again"}, code: cli.ExitError, csr: toApprove, condition: "Approved", reason: cli.ManualApprovalReason, stderr: "not a request Ichor left pending: it is Approved already"},
+		{name: "deny what is approved", args: []string{"deny", toApprove, "--message", "no"}, code: cli.ExitError, csr: toApprove, condition: "Approved", reason: cli.ManualApprovalReason, stderr: "it is Approved already"},
+		{name: "deny with a reason", args: []string{"deny", toDeny, "--reason", "NodeRetired", "--message", "worker-1 is gone"}, csr: toDeny, condition: "Denied", reason: "NodeRetired"},
+		{name: "another signer", args: []string{"approve", other, "--message", "x"}, code: cli.ExitError, csr: other, stderr: `its signer "example.com/other" is not one Ichor decides`},
+		{name: "without rights", args: []string{"approve", noRights, "--message", "x", "--as", "nobody"}, code: cli.ExitError, csr: noRights, stderr: "forbidden"},
+		{name: "no message", args: []string{"approve", noRights}, code: cli.ExitUsage, csr: noRights, stderr: "--message is required"},
+		{name: "a reason that is a sentence", args: []string{"approve", noRights, "--message", "x", "--reason", "looks fine"}, code: cli.ExitUsage, csr: noRights, stderr: "give a CamelCase code"},
+		{name: "not there", args: []string{"approve", "csr-none", "--message", "x"}, code: cli.ExitError, stderr: "not found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := run(t, "", append(tc.args, "--kubeconfig", ae.admin)...)
+			require.Equal(t, tc.code, code, stdout+stderr)
+			assert.Contains(t, stderr, tc.stderr)
+			if tc.code == cli.ExitOK {
+				assert.Contains(t, stdout, "certificatesigningrequest/"+tc.csr+" ")
+			}
+			if tc.csr == "" {
+				return
+			}
+			verdict := harness.Verdict(ae.env.GetCSR(t, tc.csr))
+			if tc.condition == "" {
+				assert.Nil(t, verdict, "nothing is written")
+				return
+			}
+			require.NotNil(t, verdict)
+			assert.Equal(t, tc.condition, string(verdict.Type))
+			assert.Equal(t, tc.reason, verdict.Reason)
+			assert.Contains(t, verdict.Message, "by hand with ichor: ")
+		})
+	}
 }
 
 // testCheckCSRByName: check-csr NAME reads the request from the cluster, as
