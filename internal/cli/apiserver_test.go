@@ -10,9 +10,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/cli"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
@@ -61,6 +63,50 @@ func TestCommandsOnTheAPIServer(t *testing.T) {
 	ae := startAPIEnv(t)
 	t.Run("check-csr NAME", ae.testCheckCSRByName)
 	t.Run("approve and deny", ae.testManualDecision)
+	t.Run("completion", ae.testCompletion)
+}
+
+// testCompletion: the names of CSRs and TalosClusters are completed from
+// the cluster with the command line's kubeconfig flags; approve and deny
+// offer only what they accept.
+func (ae *apiEnv) testCompletion(t *testing.T) {
+	ctx := t.Context()
+	require.NoError(t, ae.env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-c"}}))
+	for _, name := range []string{"prod", "staging"} {
+		require.NoError(t, ae.env.Client.Create(ctx, &ichorv1alpha1.TalosCluster{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "team-c", Name: name},
+			Spec:       ichorv1alpha1.TalosClusterSpec{TalosVersion: "v1.14", SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "s"}},
+		}))
+	}
+	pending := ae.env.SubmitCSR(t, ae.node, csrgen.ServingObject("csr-complete-me", "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}})))
+	code, _, stderr := run(t, "", "approve", ae.good, "--message", "for the test", "--kubeconfig", ae.admin)
+	require.Equal(t, cli.ExitOK, code, stderr)
+
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		want, not []string
+	}{
+		{"check-csr", []string{"policy", "check-csr", "--kubeconfig", ae.admin, "csr-"}, []string{ae.good, ae.forged, pending}, nil},
+		{"check-csr after a name", []string{"policy", "check-csr", "--kubeconfig", ae.admin, ae.good, "csr-"}, []string{ae.forged}, []string{ae.good}},
+		{"approve: only the pending", []string{"approve", "--kubeconfig", ae.admin, "csr-"}, []string{ae.forged, pending}, []string{ae.good}},
+		{"deny: a prefix", []string{"deny", "--kubeconfig", ae.admin, "csr-complete"}, []string{pending}, []string{ae.forged}},
+		{"cluster talosconfig", []string{"cluster", "talosconfig", "--kubeconfig", ae.admin, "-n", "team-c", ""}, []string{"prod", "staging"}, nil},
+		{"cluster kubeconfig", []string{"cluster", "kubeconfig", "--kubeconfig", ae.admin, "-n", "team-c", "st"}, []string{"staging"}, []string{"prod"}},
+		{"render kubelet-serving", []string{"render", "kubelet-serving", "--kubeconfig", ae.admin, "-n", "team-c", ""}, []string{"prod", "staging"}, nil},
+		{"audit --cluster", []string{"audit", "kubelet-serving", "--kubeconfig", ae.admin, "-n", "team-c", "--cluster", "p"}, []string{"prod"}, nil},
+		{"without rights: nothing", []string{"policy", "check-csr", "--kubeconfig", ae.nobody, ""}, nil, []string{ae.good}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := complete(t, tc.args...)
+			for _, w := range tc.want {
+				assert.Contains(t, got, w)
+			}
+			for _, n := range tc.not {
+				assert.NotContains(t, got, n)
+			}
+		})
+	}
 }
 
 // testManualDecision: ichor approve|deny write a person's decision on a

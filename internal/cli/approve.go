@@ -89,6 +89,7 @@ flag.`,
 	k.Namespace = nil // a CSR is cluster-scoped
 	k.AddFlags(f)
 	o.kube = k
+	cmd.ValidArgsFunction = completeCSRs(k, true)
 	return cmd
 }
 

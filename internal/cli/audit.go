@@ -124,9 +124,10 @@ did not answer); 1 for an error (a secrets bundle unreadable, a broken bundle);
 	f.StringVar(&o.cluster, "cluster", "", "audit this TalosCluster only (even if its kubelet serving certificates are not enabled)")
 	f.IntVar(&o.port, "kubelet-port", servingcert.DefaultPort, "the port the kubelets serve on")
 	f.DurationVar(&o.timeout, "timeout", servingcert.DefaultTimeout, "bound on each TLS handshake and each Talos identity read")
-	o.output.register(f, "one document")
+	o.output.register(cmd, "one document")
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to judge with (default: the embedded bundle)")
 	o.bundleKey.register(f)
+	_ = cmd.RegisterFlagCompletionFunc("cluster", completeTalosClusters(o.kube))
 	f.StringVar(&o.decisionLog, "decision-log", "", "append the audit's decision log (JSON lines) to this file")
 	return cmd
 }

@@ -81,7 +81,9 @@ a wrong flag or a file that is not a CSR manifest.`,
 	}
 	f := cmd.Flags()
 	addFileFlag(f, &o.files)
-	o.kube = addClusterFlags(f)
+	k := addClusterFlags(f)
+	o.kube = k
+	cmd.ValidArgsFunction = completeCSRs(k, false)
 	f.StringSliceVar(&o.authorized, "authorized", nil, "the subresources of certificatesigningrequests the requester is taken to be allowed to create: selfnodeclient, nodeclient (comma-separated or repeated), or none; default: none, and the output says nothing was asked")
 	f.StringVar(&o.machine, "machine", "", "the name of the TalosMachine that has the request's node name (default: none)")
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to decide with (default: the embedded bundle)")

@@ -98,7 +98,8 @@ talosctl config merge does: its context (NAME-reader, renamed NAME-reader-1, ...
 when the name is taken) becomes the current one, and the others are kept.
 The endpoints are the cluster's control-plane machines, else --talos-endpoints,
 else those of your current talosconfig.`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeTalosClusters(k),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return writeCredential(cmd, s, credclient.Talosconfig, o.request(cmd, k, args[0], s))
 		},
@@ -128,7 +129,8 @@ The server and its CA come from your kubeconfig. The file is written with mode
 0600, by default beside your kubeconfig with the suffix .ichor-admin (or
 .ichor-break-glass); your kubeconfig is never overwritten, nor any existing file
 without --force.`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeTalosClusters(k),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return writeCredential(cmd, s, credclient.Kubeconfig, o.request(cmd, k, args[0], s))
 		},

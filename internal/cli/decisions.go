@@ -361,7 +361,7 @@ that is not the shape it starts as (a gzip stream cut short, say).`,
 	}
 	f.register(cmd)
 	src.register(cmd)
-	output.register(cmd.Flags(), "one object a line")
+	output.register(cmd, "one object a line")
 	cmd.Flags().BoolVar(&all, "all", false, "also list verdicts that were never applied (an approver that met a conflict writing decides again; the one applied is recorded) and the applied records themselves")
 	return cmd
 }
@@ -470,7 +470,7 @@ the log could not be read), 2 for a wrong flag or no ID.`,
 			return writeShow(s.out, e)
 		},
 	}
-	output.register(cmd.Flags(), "the logged entry")
+	output.register(cmd, "the logged entry")
 	src.register(cmd)
 	return cmd
 }
@@ -644,7 +644,7 @@ log proves nothing); 2 for a wrong flag.`,
 	f.StringVar(&o.bundle, "bundle", "", "the candidate: a policy directory or a bundle tarball (required)")
 	o.bundleKey.register(f)
 	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit "+fmt.Sprint(ExitChanged)+" when a decision changes in this direction (repeatable): FROM-to-TO, to-STATE, from-STATE, any, reasons-changed")
-	o.output.register(f, "one document")
+	o.output.register(cmd, "one document")
 	f.BoolVar(&o.all, "all", false, "also replay the verdicts that were never applied (an approver that met a conflict writing decided again), as list --all lists them; the records of what was applied are never replayed")
 	return cmd
 }

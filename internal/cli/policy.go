@@ -128,7 +128,9 @@ a wrong flag or a file that is not a CSR manifest.`,
 	}
 	f := cmd.Flags()
 	addFileFlag(f, &o.files)
-	o.kube = addClusterFlags(f)
+	k := addClusterFlags(f)
+	o.kube = k
+	cmd.ValidArgsFunction = completeCSRs(k, false)
 	f.StringArrayVar(&o.nodeIPs, "node-ip", nil, "an address of the node, as the Talos NodeIP resource \"kubelet\" lists it (repeatable)")
 	f.StringVar(&o.nodename, "nodename", "", "the node's Nodename as Talos reports it")
 	f.StringVar(&o.hostname, "hostname", "", "the node's hostname as Talos reports it")

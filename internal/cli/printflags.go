@@ -51,8 +51,12 @@ func (o *outputFlag) formats() []string {
 	return append(append([]string{o.human}, o.others...), outputJSON, outputYAML, outputJSONPath+"=TEMPLATE")
 }
 
-func (o *outputFlag) register(f *pflag.FlagSet, jsonIs string) {
-	f.StringVarP(&o.value, "output", "o", o.human, "output format: "+strings.Join(o.formats(), ", ")+"; json is "+jsonIs+", yaml and jsonpath see the same document")
+func (o *outputFlag) register(cmd *cobra.Command, jsonIs string) {
+	cmd.Flags().StringVarP(&o.value, "output", "o", o.human, "output format: "+strings.Join(o.formats(), ", ")+"; json is "+jsonIs+", yaml and jsonpath see the same document")
+	completions := append(append([]string{o.human}, o.others...), outputJSON, outputYAML, outputJSONPath+"=")
+	_ = cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return completions, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+	})
 }
 
 // parse validates -o: a file name where a format belongs (the old meaning of

@@ -43,7 +43,8 @@ are written.
 The cluster is read from FILE (-f, as kubectl get taloscluster NAME -o yaml
 prints it) or from the API server (NAME, with kubectl's flags: -n NAMESPACE, by
 default the kubeconfig context's, --context, --kubeconfig, ...).`,
-		Args: cobra.MaximumNArgs(1),
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: completeTalosClusters(k),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := retired(cmd, "--output-dir DIR"); err != nil {
 				return err

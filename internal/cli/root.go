@@ -138,6 +138,7 @@ func newRootWith(s streams) *cobra.Command {
 	// held to the same rules as the others.
 	root.InitDefaultCompletionCmd()
 	usageArgs(root)
+	completeFlagValues(root)
 	return root
 }
 

@@ -33,7 +33,7 @@ With -o json, one JSON object.`,
 			return writeVersionText(s.out, info)
 		},
 	}
-	output.register(cmd.Flags(), "one object")
+	output.register(cmd, "one object")
 	return cmd
 }
 
