@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
@@ -217,6 +218,20 @@ func readDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []strin
 
 // readCluster reads the manager pods' logs.
 func readCluster(ctx context.Context, s streams, src sourceFlags, limits decisionlog.Limits) ([]decisionlog.Entry, error) {
+	c, err := clusterSource(s, src, limits)
+	if err != nil {
+		return nil, err
+	}
+	entries, skipped, pods, err := c.Read(ctx)
+	if err != nil {
+		return nil, tooLarge(err)
+	}
+	return entries, checkRead(s, entries, skipped, fmt.Sprintf(" from %s in namespace %s (%s)", plural(len(pods), "pod", "pods"), c.Namespace, strings.Join(pods, ", ")))
+}
+
+// clusterSource is the manager pods' logs that --from-cluster and its flags
+// name.
+func clusterSource(s streams, src sourceFlags, limits decisionlog.Limits) (decisionlog.Cluster, error) {
 	// kubectl's loading of --kubeconfig and --context, as every command that
 	// speaks to an API server; its other flags would mean nothing here.
 	flags := kube.NewConfigFlags()
@@ -224,7 +239,7 @@ func readCluster(ctx context.Context, s streams, src sourceFlags, limits decisio
 	loader := flags.ToRawKubeConfigLoader()
 	cfg, err := loader.ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
+		return decisionlog.Cluster{}, fmt.Errorf("kubeconfig: %w", err)
 	}
 	namespace := src.namespace
 	if namespace == "" {
@@ -232,7 +247,7 @@ func readCluster(ctx context.Context, s streams, src sourceFlags, limits decisio
 		// "default", where the manager is not installed.
 		raw, err := loader.RawConfig()
 		if err != nil {
-			return nil, fmt.Errorf("kubeconfig: %w", err)
+			return decisionlog.Cluster{}, fmt.Errorf("kubeconfig: %w", err)
 		}
 		if c := raw.Contexts[cmp.Or(src.context, raw.CurrentContext)]; c != nil {
 			namespace = c.Namespace
@@ -241,19 +256,15 @@ func readCluster(ctx context.Context, s streams, src sourceFlags, limits decisio
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+		return decisionlog.Cluster{}, fmt.Errorf("client: %w", err)
 	}
 	if _, err := labels.Parse(src.selector); err != nil {
-		return nil, usage.Errorf("--selector: %v", err)
+		return decisionlog.Cluster{}, usage.Errorf("--selector: %v", err)
 	}
-	entries, skipped, pods, err := decisionlog.Cluster{
+	return decisionlog.Cluster{
 		Client: client, Namespace: namespace, Selector: src.selector, Previous: src.previous, Limits: limits,
 		Unreadable: func(pod string, err error) { fmt.Fprintf(s.err, "ichor: pod %s skipped: %v\n", pod, err) },
-	}.Read(ctx)
-	if err != nil {
-		return nil, tooLarge(err)
-	}
-	return entries, checkRead(s, entries, skipped, fmt.Sprintf(" from %s in namespace %s (%s)", plural(len(pods), "pod", "pods"), namespace, strings.Join(pods, ", ")))
+	}, nil
 }
 
 // checkRead says on standard error what was read from where, and what was
@@ -304,7 +315,7 @@ func newDecisionsListCommand(s streams) *cobra.Command {
 	var f filterFlags
 	var src sourceFlags
 	output := newOutputFlag(outputTable, outputWide, outputName)
-	var all bool
+	var all, follow bool
 	cmd := &cobra.Command{
 		Use:   "list [FILE...|-] [--policy NAME] [--action ACTION] [--node NAME] [--user NAME] [--since WHEN] [--revision REV] [-o table|wide|json|yaml|name|jsonpath=TEMPLATE]",
 		Short: "List the decisions of a decision log, in its order",
@@ -321,6 +332,12 @@ and the whole logged entry under "entry"; -o yaml and -o jsonpath=TEMPLATE
 see them as {"items": [...]} (-o 'jsonpath={.items[*].id}'); -o name prints
 the decision ids, one a line; -o wide adds the decision path and the user.
 
+--follow (with --from-cluster) tails the replicas' logs as kubectl logs -f
+does and prints each decision as it is logged (table, wide, json or name),
+from --since (read by the API server) or the whole log, until interrupted or
+every pod's log ends; the verdicts never applied cannot be told apart while
+following, so every verdict is printed (--all adds the applied records).
+
 ` + decisionsInput + `
 
 Exit status: 0 when decisions were read (whether or not one matched), 1 when
@@ -335,6 +352,9 @@ that is not the shape it starts as (a gzip stream cut short, say).`,
 			crit, err := f.criteria(time.Now())
 			if err != nil {
 				return err
+			}
+			if follow {
+				return followDecisions(cmd, s, src, files, crit, output, all)
 			}
 			entries, err := readDecisions(cmd, s, src, files)
 			if err != nil {
@@ -362,6 +382,7 @@ that is not the shape it starts as (a gzip stream cut short, say).`,
 	f.register(cmd)
 	src.register(cmd)
 	output.register(cmd, "one object a line")
+	cmd.Flags().BoolVar(&follow, "follow", false, "with --from-cluster: print the decisions as the replicas log them, as kubectl logs -f, until interrupted (from --since, else the whole log)")
 	cmd.Flags().BoolVar(&all, "all", false, "also list verdicts that were never applied (an approver that met a conflict writing decides again; the one applied is recorded) and the applied records themselves")
 	return cmd
 }
@@ -885,4 +906,66 @@ func writeReplayJSON(w io.Writer, o replayOptions, rep decisionlog.Report, logge
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// followDecisions prints the manager pods' decisions as they are logged.
+func followDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []string, crit decisionlog.Criteria, output *outputFlag, all bool) error {
+	switch {
+	case !src.fromCluster:
+		return usage.Errorf("--follow tails the manager pods' logs: give --from-cluster")
+	case len(files) > 0:
+		return usage.Errorf("--from-cluster reads the manager pods' logs: give no FILE (%s)", strings.Join(files, " "))
+	case src.previous:
+		return usage.Errorf("--follow and --previous contradict each other: a previous container's log does not grow")
+	case output.format == outputYAML || output.format == outputJSONPath:
+		return usage.Errorf("--follow prints one decision at a time: -o table, wide, json or name")
+	}
+	limits, err := src.limits()
+	if err != nil {
+		return err
+	}
+	c, err := clusterSource(s, src, limits)
+	if err != nil {
+		return err
+	}
+	var since *metav1.Time
+	if !crit.Since.IsZero() {
+		since = &metav1.Time{Time: crit.Since}
+	}
+	tw := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
+	header := output.format == outputTable || output.format == outputWide
+	pods, err := c.Follow(cmd.Context(), since, func(_ string, e decisionlog.Entry) error {
+		if (!all && len(decisionlog.Verdicts([]decisionlog.Entry{e})) == 0) || len(decisionlog.Filter([]decisionlog.Entry{e}, crit)) == 0 {
+			return nil
+		}
+		switch output.format {
+		case outputJSON:
+			return writeListJSON(s.out, []decisionlog.Entry{e})
+		case outputName:
+			_, err := fmt.Fprintln(s.out, line(e.DecisionID))
+			return err
+		}
+		if header {
+			header = false
+			cells := []string{"TIME", "ID", "POLICY", "ACTION", "NODE/USER", "CODES", "REVISION"}
+			if output.format == outputWide {
+				cells = append(cells, "PATH", "USER")
+			}
+			row(tw, cells...)
+		}
+		cells := []string{formatTime(e.Timestamp), e.DecisionID, e.Policy(), dash(e.Action()), dash(e.Subject()), codesText(e.Codes()), dash(e.Revision)}
+		if output.format == outputWide {
+			cells = append(cells, dash(e.Path), dash(e.User()))
+		}
+		row(tw, cells...)
+		// Each row as it comes: a row waits for no other to be aligned with.
+		return tw.Flush()
+	})
+	if err != nil {
+		return err
+	}
+	if cmd.Context().Err() == nil {
+		fmt.Fprintf(s.err, "ichor: the logs of %s ended\n", strings.Join(pods, ", "))
+	}
+	return nil
 }
