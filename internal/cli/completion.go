@@ -102,7 +102,10 @@ func completeFlag(cmd *cobra.Command, flag string, values ...string) {
 // few, in c and every command under it.
 func completeFlagValues(c *cobra.Command) {
 	completeFlag(c, "action", decisionlog.Actions...)
-	completeFlag(c, "policy", slices.Sorted(maps.Keys(decisionlog.Policies))...)
+	if c.HasParent() && c.Parent().Name() == "decisions" {
+		// Elsewhere (policy doc, bundle build) --policy is a directory.
+		completeFlag(c, "policy", slices.Sorted(maps.Keys(decisionlog.Policies))...)
+	}
 	completeFlag(c, "authorized", "selfnodeclient", "nodeclient", "none")
 	completeFlag(c, "role", string(ichorv1alpha1.MachineRoleControlPlane), string(ichorv1alpha1.MachineRoleWorker))
 	completeFlag(c, "bundle-key-algorithm", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "HS256", "HS384", "HS512")

@@ -49,4 +49,7 @@ func TestCompletionOfFlagValues(t *testing.T) {
 			}
 		})
 	}
+	// Where --policy is a directory, it completes files, not rule names.
+	assert.NotContains(t, complete(t, "bundle", "build", "--policy", "kubelet-"), "kubelet-serving")
+	assert.NotContains(t, complete(t, "policy", "doc", "--policy", "kubelet-"), "kubelet-serving")
 }
