@@ -22,6 +22,7 @@ type checkClientOptions struct {
 	machine    string
 	bundle     string
 	bundleKey  bundleKeyFlags
+	output     *outputFlag
 	names      []string
 	kube       genericclioptions.RESTClientGetter
 }
@@ -42,7 +43,7 @@ var clientWrap = pemWrap{
 }
 
 func newCheckClientCSRCommand(s streams) *cobra.Command {
-	var o checkClientOptions
+	o := checkClientOptions{output: newOutputFlag(outputJSON)}
 	cmd := &cobra.Command{
 		Use:   "check-client-csr (NAME... | -f FILE) [--authorized selfnodeclient,nodeclient|none] [--machine NAME] [--bundle PATH]",
 		Short: "Decide a kubelet client CSR offline, as the kubelet client approver would",
@@ -88,6 +89,7 @@ a wrong flag or a file that is not a CSR manifest.`,
 	f.StringVar(&o.machine, "machine", "", "the name of the TalosMachine that has the request's node name (default: none)")
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to decide with (default: the embedded bundle)")
 	o.bundleKey.register(f)
+	o.output.register(cmd, "the decision indented, or one JSON line a request for several")
 	return cmd
 }
 
@@ -104,7 +106,7 @@ func runCheckClientCSR(ctx context.Context, s streams, o checkClientOptions, aut
 	if err != nil {
 		return err
 	}
-	return checkEach(ctx, s, o.bundleKey, o.bundle, csrs, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
+	return checkEach(ctx, s, o.output, o.bundleKey, o.bundle, csrs, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
 		in := csrinput.KubeletClient{CSR: csrinput.Build(csr), Authorization: assumed.facts(), Machine: machine}
 		d, err := eng.KubeletClient(ctx, in)
 		if errors.Is(err, engine.ErrNoDecision) {

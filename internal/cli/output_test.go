@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ichor-dev/ichor-policy/internal/cli"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
 )
 
 // TestOutputIsAFormatEverywhere: -o is an output format in every command
@@ -26,7 +27,10 @@ func TestOutputIsAFormatEverywhere(t *testing.T) {
 	id := strings.TrimSpace(stdout)
 	require.NotEmpty(t, id)
 
+	csr := manifest(t, csrgen.ServingObject("csr-1", "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}})), false)
 	commands := map[string][]string{
+		"policy check-csr": append([]string{"policy", "check-csr", "-f", csr}, identity...),
+		"check several":    append([]string{"policy", "check-csr", "-f", csr, "-f", csr}, identity...),
 		"version":          {"version"},
 		"decisions list":   {"decisions", "list", log},
 		"decisions show":   {"decisions", "show", id, log},
@@ -34,6 +38,8 @@ func TestOutputIsAFormatEverywhere(t *testing.T) {
 	}
 	// A JSONPath each command's document answers, and what it prints.
 	jsonpath := map[string][2]string{
+		"policy check-csr": {"{.action}", "approve"},
+		"check several":    {"{.items[*].csr}", "csr-1 csr-1"},
 		"version":          {"{.go_version}", "go1."},
 		"decisions list":   {"{.items[*].id}", id},
 		"decisions show":   {"{.decision_id}", id},

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,6 +68,7 @@ type checkCSROptions struct {
 	nodeUnreadable bool
 	bundle         string
 	bundleKey      bundleKeyFlags
+	output         *outputFlag
 	names          []string
 	kube           genericclioptions.RESTClientGetter
 }
@@ -93,7 +95,7 @@ the rule decides on what the API server records beside the PEM (the signer,
 the usages, the requester's username and groups), and those are not in it.`
 
 func newCheckCSRCommand(s streams) *cobra.Command {
-	var o checkCSROptions
+	o := checkCSROptions{output: newOutputFlag(outputJSON)}
 	cmd := &cobra.Command{
 		Use:   "check-csr (NAME... | -f FILE) [--nodename NAME] [--hostname NAME] [--node-ip IP]... [--machine-unknown] [--node-unreadable] [--bundle PATH]",
 		Short: "Decide a kubelet-serving CSR offline, as the controller would",
@@ -139,6 +141,7 @@ a wrong flag or a file that is not a CSR manifest.`,
 	f.BoolVar(&o.nodeUnreadable, "node-unreadable", false, "the node's identity could not be read from the Talos API")
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to decide with (default: the embedded bundle)")
 	o.bundleKey.register(f)
+	o.output.register(cmd, "the decision indented, or one JSON line a request for several")
 	return cmd
 }
 
@@ -151,7 +154,7 @@ func runCheckCSR(ctx context.Context, s streams, o checkCSROptions) error {
 	if err != nil {
 		return err
 	}
-	return checkEach(ctx, s, o.bundleKey, o.bundle, in, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
+	return checkEach(ctx, s, o.output, o.bundleKey, o.bundle, in, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
 		in := identity
 		in.CSR = csrinput.Build(csr)
 		d, err := eng.KubeletServing(ctx, in)
@@ -219,10 +222,33 @@ type csrCheck struct {
 }
 
 // checkEach decides every request with the rule that decide asks, on an
-// engine of the embedded bundle or bundlePath. One request prints its
-// decision indented, as it always has; a list's items print one JSON line
-// each, and a request no rule governed is an error after the others.
-func checkEach(ctx context.Context, s streams, key bundleKeyFlags, bundlePath string, in csrInputs,
+// engine of the embedded bundle or bundlePath, and prints as -o asks: json,
+// its default, or the same document as yaml or through a JSONPath template.
+func checkEach(ctx context.Context, s streams, output *outputFlag, key bundleKeyFlags, bundlePath string, in csrInputs,
+	decide func(context.Context, *engine.Engine, *certificatesv1.CertificateSigningRequest) (csrCheck, error)) error {
+	if err := output.parse(""); err != nil {
+		return err
+	}
+	if output.format == outputJSON {
+		return checkEachJSON(ctx, s, key, bundlePath, in, decide)
+	}
+	var buf bytes.Buffer
+	asJSON := s
+	asJSON.out = &buf
+	err := checkEachJSON(ctx, asJSON, key, bundlePath, in, decide)
+	if buf.Len() > 0 {
+		// The decisions made are printed, whatever came after them.
+		if perr := output.print(s.out, in.list, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); perr != nil {
+			return perr
+		}
+	}
+	return err
+}
+
+// checkEachJSON is checkEach in JSON. One request prints its decision
+// indented, as it always has; a list's items print one JSON line each, and
+// a request no rule governed is an error after the others.
+func checkEachJSON(ctx context.Context, s streams, key bundleKeyFlags, bundlePath string, in csrInputs,
 	decide func(context.Context, *engine.Engine, *certificatesv1.CertificateSigningRequest) (csrCheck, error)) error {
 	// Offline, the decision log goes nowhere: this is a question, not a decision
 	// the cluster acts on. OPA's own errors still reach stderr.

@@ -48,12 +48,12 @@ func newOutputFlag(human string, others ...string) *outputFlag {
 }
 
 func (o *outputFlag) formats() []string {
-	return append(append([]string{o.human}, o.others...), outputJSON, outputYAML, outputJSONPath+"=TEMPLATE")
+	return slices.Compact(append(append([]string{o.human}, o.others...), outputJSON, outputYAML, outputJSONPath+"=TEMPLATE"))
 }
 
 func (o *outputFlag) register(cmd *cobra.Command, jsonIs string) {
 	cmd.Flags().StringVarP(&o.value, "output", "o", o.human, "output format: "+strings.Join(o.formats(), ", ")+"; json is "+jsonIs+", yaml and jsonpath see the same document")
-	completions := append(append([]string{o.human}, o.others...), outputJSON, outputYAML, outputJSONPath+"=")
+	completions := slices.Compact(append(append([]string{o.human}, o.others...), outputJSON, outputYAML, outputJSONPath+"="))
 	_ = cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		return completions, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
 	})
