@@ -144,7 +144,7 @@ envtest-assets: ## Build kube-apiserver, kube-controller-manager and etcd into t
 
 .PHONY: bundle
 bundle: ## Build the policy bundle into dist/bundle.tar.gz
-	go run ./cmd/ichor bundle build --policy $(POLICY) -o dist/bundle.tar.gz
+	go run ./cmd/ichor bundle build --policy $(POLICY) --out dist/bundle.tar.gz
 
 .PHONY: docs
 docs: ## Regenerate docs/policy.md from the rules' METADATA

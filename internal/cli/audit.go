@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -73,8 +72,9 @@ type auditOptions struct {
 	cluster     string
 	port        int
 	timeout     time.Duration
-	output      string
+	output      *outputFlag
 	bundle      string
+	bundleKey   bundleKeyFlags
 	decisionLog string
 }
 
@@ -88,9 +88,9 @@ func newAuditCommand(s streams) *cobra.Command {
 }
 
 func newAuditKubeletServingCommand(s streams) *cobra.Command {
-	o := auditOptions{kube: kube.NewConfigFlags()}
+	o := auditOptions{kube: kube.NewConfigFlags(), output: newOutputFlag(outputTable)}
 	cmd := &cobra.Command{
-		Use:   "kubelet-serving [--cluster NAME] [-n NAMESPACE] [-o table|json]",
+		Use:   "kubelet-serving [--cluster NAME] [-n NAMESPACE] [-o table|json|yaml|jsonpath=TEMPLATE]",
 		Short: "Audit the kubelet serving certificates in service against the nodes' identity of today",
 		Long: `Read the serving certificate each kubelet presents on its port (a TLS handshake,
 no credential needed), read the node's identity of today from its Talos API, and
@@ -124,8 +124,10 @@ did not answer); 1 for an error (a secrets bundle unreadable, a broken bundle);
 	f.StringVar(&o.cluster, "cluster", "", "audit this TalosCluster only (even if its kubelet serving certificates are not enabled)")
 	f.IntVar(&o.port, "kubelet-port", servingcert.DefaultPort, "the port the kubelets serve on")
 	f.DurationVar(&o.timeout, "timeout", servingcert.DefaultTimeout, "bound on each TLS handshake and each Talos identity read")
-	f.StringVarP(&o.output, "output", "o", "table", "table or json")
+	o.output.register(cmd, "one document")
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to judge with (default: the embedded bundle)")
+	o.bundleKey.register(f)
+	_ = cmd.RegisterFlagCompletionFunc("cluster", completeTalosClusters(o.kube))
 	f.StringVar(&o.decisionLog, "decision-log", "", "append the audit's decision log (JSON lines) to this file")
 	return cmd
 }
@@ -147,9 +149,10 @@ type auditRow struct {
 }
 
 func runAudit(ctx context.Context, s streams, o auditOptions) error {
+	if err := o.output.parse(""); err != nil {
+		return err
+	}
 	switch {
-	case o.output != "table" && o.output != "json":
-		return usage.Errorf("-o %q: want table or json", o.output)
 	case validKubeletPort(o.port) != nil:
 		return validKubeletPort(o.port)
 	case o.timeout <= 0:
@@ -159,15 +162,13 @@ func runAudit(ctx context.Context, s streams, o auditOptions) error {
 	if err != nil {
 		return err
 	}
-	var b *bundle.Bundle
-	if o.bundle != "" {
-		if b, err = loadBundle(o.bundle); err != nil {
-			return err
-		}
-	}
 	// The audit's decisions go to --decision-log, else nowhere: this is a
 	// report to a person, not a decision the cluster acts on.
-	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, DecisionLogFile: o.decisionLog, Log: s.err})
+	opts := engine.Options{DecisionLog: io.Discard, DecisionLogFile: o.decisionLog, Log: s.err}
+	if _, err := o.bundleKey.engineBundle(&opts, o.bundle); err != nil {
+		return err
+	}
+	eng, err := engine.New(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -202,13 +203,15 @@ func runAudit(ctx context.Context, s streams, o auditOptions) error {
 			rows = append(rows, rowOf(cl, r))
 		}
 	}
-	if o.output == "json" {
-		out := json.NewEncoder(s.out)
-		out.SetIndent("", "  ")
+	if o.output.structured() {
 		if rows == nil {
 			rows = []auditRow{}
 		}
-		if err := out.Encode(rows); err != nil {
+		if err := o.output.print(s.out, false, func(w io.Writer) error {
+			out := json.NewEncoder(w)
+			out.SetIndent("", "  ")
+			return out.Encode(rows)
+		}); err != nil {
 			return err
 		}
 	} else if err := printAuditTable(s.out, rows); err != nil {

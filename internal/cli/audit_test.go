@@ -46,9 +46,9 @@ func TestAuditKubeletServing(t *testing.T) {
 
 func TestAuditKubeletServingUsage(t *testing.T) {
 	var out, errOut bytes.Buffer
-	code := cli.Run(t.Context(), []string{"audit", "kubelet-serving", "-o", "yaml"}, nil, &out, &errOut)
+	code := cli.Run(t.Context(), []string{"audit", "kubelet-serving", "-o", "xml"}, nil, &out, &errOut)
 	assert.Equal(t, cli.ExitUsage, code)
-	assert.Contains(t, errOut.String(), `-o "yaml": want table or json`)
+	assert.Contains(t, errOut.String(), `-o "xml": -o is the output format (table, json, yaml, jsonpath=TEMPLATE)`)
 }
 
 func startAuditEnv(t *testing.T) *auditEnv {

@@ -6,11 +6,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
@@ -22,7 +25,7 @@ func newBundleCommand(s streams) *cobra.Command {
 	var policyDir, out, signingKey, signingAlg, keyID string
 	var epoch int64
 	build := &cobra.Command{
-		Use:   "build [-o FILE] [--policy DIR] [--epoch N]",
+		Use:   "build [--out FILE] [--policy DIR] [--epoch N]",
 		Short: "Build the policy bundle, with a revision that is a digest of its content and the epoch of its rules",
 		Long: `Build the policy bundle. Its revision is a digest of its content; its epoch,
 written in the signed .manifest, is the policy tree's EPOCH file (the embedded
@@ -32,6 +35,9 @@ highest epoch activated in its cluster; raise EPOCH with each change that
 closes a hole. A tree without EPOCH needs --epoch: the epoch is not guessed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := retired(cmd, "--out FILE"); err != nil {
+				return err
+			}
 			b, err := policyFrom(policyDir)
 			if err != nil {
 				return err
@@ -73,7 +79,8 @@ closes a hole. A tree without EPOCH needs --epoch: the epoch is not guessed.`,
 		},
 	}
 	build.Flags().StringVar(&policyDir, "policy", "", "the policy directory to build (default: the policy embedded in this binary)")
-	build.Flags().StringVarP(&out, "output", "o", "bundle.tar.gz", "the bundle file to write")
+	build.Flags().StringVar(&out, "out", "bundle.tar.gz", "the bundle file to write")
+	addRetiredOutput(build.Flags())
 	build.Flags().StringVar(&signingKey, "signing-key", "", "sign the bundle with this private key (PEM), OPA's bundle signing")
 	build.Flags().StringVar(&signingAlg, "signing-alg", "RS256", "the signing algorithm (RS256, ES256, PS256, ...)")
 	build.Flags().StringVar(&keyID, "key-id", "ichor", "the key id written in the signature, which the manager's --bundle-key-id matches")
@@ -91,14 +98,80 @@ func policyFrom(dir string) (*bundle.Bundle, error) {
 	return bundles.FromDir(dir)
 }
 
-// loadBundle loads a bundle the caller named; one that is not there is the
-// caller's to fix (exit 2), one that is there but broken is not.
-func loadBundle(path string) (*bundle.Bundle, error) {
-	b, err := bundles.Load(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, usage.Wrap(err)
+// bundleKeyFlags are the manager's flags that verify a signed bundle, for the
+// commands that decide offline with one: the same key, key id and algorithm
+// check here what the manager would accept.
+type bundleKeyFlags struct {
+	key, keyID, algorithm string
+}
+
+func (k *bundleKeyFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&k.key, "bundle-key", "", "verify the signed bundle tarball --bundle with this public key (PEM), as the manager's --bundle-key")
+	f.StringVar(&k.keyID, "bundle-key-id", "ichor", "the key id of --bundle-key (as \"ichor bundle build --key-id\" writes it)")
+	f.StringVar(&k.algorithm, "bundle-key-algorithm", "RS256", "the signing algorithm of --bundle-key")
+}
+
+// errUnverifiable is OPA's error for a signed bundle read without a key.
+const errUnverifiable = "verification key not provided"
+
+// load reads the bundle at path the caller named, verified with the key
+// when one is given. One that is not there is the caller's to fix (exit 2),
+// one that is there but broken or wrongly signed is not (exit 1).
+// A signed bundle read without a key is refused, as the manager refuses it,
+// with the flag that reads it.
+func (k bundleKeyFlags) load(path string) (*bundle.Bundle, error) {
+	if k.key == "" {
+		b, err := bundles.Load(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, usage.Wrap(err)
+		case err != nil && strings.Contains(err.Error(), errUnverifiable):
+			return nil, usage.Errorf("%w: the bundle is signed; give the managers' public key with --bundle-key (and --bundle-key-id, --bundle-key-algorithm as theirs)", err)
+		}
+		return b, err
 	}
-	return b, err
+	if path == "" {
+		return nil, usage.Errorf("--bundle-key verifies --bundle: give the signed bundle tarball")
+	}
+	info, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return nil, usage.Errorf("bundle: %w", err)
+	case info.IsDir():
+		return nil, usage.Errorf("--bundle %s is a directory, which cannot be signed; give a signed tarball with --bundle-key", path)
+	}
+	key, err := os.ReadFile(k.key)
+	if err != nil {
+		return nil, usage.Errorf("--bundle-key: %w", err)
+	}
+	vc := bundle.NewVerificationConfig(map[string]*bundle.KeyConfig{
+		k.keyID: {Key: string(key), Algorithm: k.algorithm},
+	}, k.keyID, "", nil)
+	return bundles.LoadVerified(path, vc)
+}
+
+// engineBundle loads the bundle at path (none: the embedded one) into the
+// engine's options. A signed bundle is the engine's Source with the key, so
+// that the engine verifies it as the manager's does; b is what was read, for
+// the caller's own checks.
+func (k bundleKeyFlags) engineBundle(opts *engine.Options, path string) (b *bundle.Bundle, err error) {
+	if path == "" && k.key == "" {
+		return nil, nil
+	}
+	if b, err = k.load(path); err != nil {
+		return nil, err
+	}
+	if k.key == "" {
+		opts.Bundle = b
+		return b, nil
+	}
+	key, err := os.ReadFile(k.key)
+	if err != nil {
+		return nil, usage.Errorf("--bundle-key: %w", err)
+	}
+	opts.Source = path
+	opts.VerificationKeys = []engine.VerificationKey{{ID: k.keyID, PEM: string(key), Algorithm: k.algorithm}}
+	return b, nil
 }
 
 func newBundlePushCommand(s streams) *cobra.Command {

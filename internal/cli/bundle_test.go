@@ -49,9 +49,9 @@ func TestBundlePushWritesOPAsOCILayout(t *testing.T) {
 	private, public := signingKey(t, dir, "ichor")
 	_, strangerPublic := signingKey(t, dir, "stranger")
 	signed, unsigned := filepath.Join(dir, "signed.tar.gz"), filepath.Join(dir, "unsigned.tar.gz")
-	code, _, stderr := run(t, "", "bundle", "build", "-o", signed, "--signing-key", private)
+	code, _, stderr := run(t, "", "bundle", "build", "--out", signed, "--signing-key", private)
 	require.Equal(t, 0, code, stderr)
-	code, _, stderr = run(t, "", "bundle", "build", "-o", unsigned)
+	code, _, stderr = run(t, "", "bundle", "build", "--out", unsigned)
 	require.Equal(t, 0, code, stderr)
 	ref := "oci+http://" + host + "/ichor/policy:v1"
 
@@ -130,7 +130,7 @@ func TestBundleEpochsFromBuildToPush(t *testing.T) {
 		t.Helper()
 		out := filepath.Join(dir, strconv.Itoa(len(args))+strings.Join(args, "")+".tar.gz")
 		out = filepath.Join(dir, strings.NewReplacer("/", "_", "-", "_").Replace(filepath.Base(out)))
-		code, stdout, stderr := run(t, "", append([]string{"bundle", "build", "-o", out, "--signing-key", private}, args...)...)
+		code, stdout, stderr := run(t, "", append([]string{"bundle", "build", "--out", out, "--signing-key", private}, args...)...)
 		require.Equal(t, 0, code, stderr)
 		assert.Contains(t, stdout, "epoch ")
 		return out
@@ -149,7 +149,7 @@ func TestBundleEpochsFromBuildToPush(t *testing.T) {
 	tree := filepath.Join(dir, "policy")
 	require.NoError(t, os.CopyFS(tree, os.DirFS("../../policy")))
 	require.NoError(t, os.Remove(filepath.Join(tree, bundles.EpochFile)))
-	code, _, stderr := run(t, "", "bundle", "build", "--policy", tree, "-o", filepath.Join(dir, "x.tar.gz"))
+	code, _, stderr := run(t, "", "bundle", "build", "--policy", tree, "--out", filepath.Join(dir, "x.tar.gz"))
 	assert.Equal(t, 2, code)
 	assert.Contains(t, stderr, "give the epoch of its rules with --epoch")
 

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletclient"
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -16,10 +17,14 @@ import (
 )
 
 type checkClientOptions struct {
-	file       string
+	files      []string
 	authorized []string
 	machine    string
 	bundle     string
+	bundleKey  bundleKeyFlags
+	output     *outputFlag
+	names      []string
+	kube       genericclioptions.RESTClientGetter
 }
 
 // assumedAuthorization is what the requester's two SubjectAccessReviews were
@@ -38,9 +43,9 @@ var clientWrap = pemWrap{
 }
 
 func newCheckClientCSRCommand(s streams) *cobra.Command {
-	var o checkClientOptions
+	o := checkClientOptions{output: newOutputFlag(outputJSON)}
 	cmd := &cobra.Command{
-		Use:   "check-client-csr -f FILE [--authorized selfnodeclient,nodeclient|none] [--machine NAME] [--bundle PATH]",
+		Use:   "check-client-csr (NAME... | -f FILE) [--authorized selfnodeclient,nodeclient|none] [--machine NAME] [--bundle PATH]",
 		Short: "Decide a kubelet client CSR offline, as the kubelet client approver would",
 		Long: `Decide a kube-apiserver-client-kubelet CertificateSigningRequest with the
 kubelet-client rule, offline, and print the decision: approve or pending (the
@@ -70,23 +75,25 @@ a wrong flag or a file that is not a CSR manifest.`,
 		Example: `  kubectl get csr csr-7xk2p -o yaml | ichor policy check-client-csr -f - --authorized selfnodeclient
   kubectl get csr --field-selector spec.signerName=kubernetes.io/kube-apiserver-client-kubelet -o yaml |
       ichor policy check-client-csr -f - --authorized nodeclient`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.names = args
 			return runCheckClientCSR(cmd.Context(), s, o, cmd.Flags().Changed("authorized"))
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.file, "file", "f", "", `the CSR manifest or list (YAML or JSON); "-" for standard input`)
+	addFileFlag(f, &o.files)
+	k := addClusterFlags(f)
+	o.kube = k
+	cmd.ValidArgsFunction = completeCSRs(k, false)
 	f.StringSliceVar(&o.authorized, "authorized", nil, "the subresources of certificatesigningrequests the requester is taken to be allowed to create: selfnodeclient, nodeclient (comma-separated or repeated), or none; default: none, and the output says nothing was asked")
 	f.StringVar(&o.machine, "machine", "", "the name of the TalosMachine that has the request's node name (default: none)")
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to decide with (default: the embedded bundle)")
+	o.bundleKey.register(f)
+	o.output.register(cmd, "the decision indented, or one JSON line a request for several")
 	return cmd
 }
 
 func runCheckClientCSR(ctx context.Context, s streams, o checkClientOptions, authorizedGiven bool) error {
-	if o.file == "" {
-		return usage.Errorf("-f FILE is required (\"-\" reads standard input)")
-	}
 	assumed, err := parseAuthorized(o.authorized, authorizedGiven)
 	if err != nil {
 		return err
@@ -95,11 +102,11 @@ func runCheckClientCSR(ctx context.Context, s streams, o checkClientOptions, aut
 	if o.machine != "" {
 		machine = &csrinput.Machine{Name: o.machine}
 	}
-	csrs, list, err := readCSRManifests(s.in, o.file, clientWrap)
+	csrs, err := csrSource(ctx, s, o.kube, o.files, o.names, clientWrap)
 	if err != nil {
 		return err
 	}
-	return checkEach(ctx, s, o.bundle, csrs, list, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
+	return checkEach(ctx, s, o.output, o.bundleKey, o.bundle, csrs, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
 		in := csrinput.KubeletClient{CSR: csrinput.Build(csr), Authorization: assumed.facts(), Machine: machine}
 		d, err := eng.KubeletClient(ctx, in)
 		if errors.Is(err, engine.ErrNoDecision) {

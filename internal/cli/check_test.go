@@ -198,7 +198,7 @@ func TestCheckClientCSR(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no file", []string{"--authorized", "none"}, "-f FILE is required"},
+		{"no file", []string{"--authorized", "none"}, "or -f FILE"},
 		{"an unknown subresource", []string{"-f", self, "--authorized", "selfnode"}, `--authorized "selfnode": give selfnodeclient, nodeclient or none`},
 		{"none with another", []string{"-f", self, "--authorized", "none,nodeclient"}, "--authorized none takes no other value"},
 		{"empty", []string{"-f", self, "--authorized", ""}, "--authorized takes selfnodeclient, nodeclient or none"},

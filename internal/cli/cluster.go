@@ -42,6 +42,9 @@ func (o credentialFlags) request(cmd *cobra.Command, k genericclioptions.RESTCli
 
 // writeCredential asks for the credential and says what was written.
 func writeCredential(cmd *cobra.Command, s streams, ask func(context.Context, credclient.Request) (credclient.Written, error), r credclient.Request) error {
+	if err := retired(cmd, "--out FILE"); err != nil {
+		return err
+	}
 	w, err := ask(cmd.Context(), r)
 	if err != nil {
 		return err
@@ -73,7 +76,8 @@ verb and records an Event naming you) and again by the controller before it sign
 func addCredentialFlags(cmd *cobra.Command, o *credentialFlags, what string) {
 	f := cmd.Flags()
 	f.DurationVar(&o.ttl, "ttl", 0, "lifetime of the "+what+" (default: the policy's default for it); above the policy's cap it is refused, never shortened")
-	f.StringVarP(&o.out, "out", "o", "", "file to write")
+	f.StringVar(&o.out, "out", "", "file to write")
+	addRetiredOutput(f)
 	f.BoolVar(&o.force, "force", false, "replace --out if it exists (never the file you are using now)")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the controller's answer")
 	f.StringVar(&o.decisionLog, "decision-log", "", "append the local policy check's decision log (JSON lines) to this file")
@@ -97,7 +101,8 @@ talosctl config merge does: its context (NAME-reader, renamed NAME-reader-1, ...
 when the name is taken) becomes the current one, and the others are kept.
 The endpoints are the cluster's control-plane machines, else --talos-endpoints,
 else those of your current talosconfig.`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeTalosClusters(k),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return writeCredential(cmd, s, credclient.Talosconfig, o.request(cmd, k, args[0], s))
 		},
@@ -133,7 +138,8 @@ without --force.
 its user runs "cluster exec-credential NAME" as a client.authentication.k8s.io/v1
 exec plugin, which asks for a short-lived admin certificate (--ttl, default 1h)
 when kubectl needs one and caches it until shortly before it expires.`,
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeTalosClusters(k),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.exec {
 				return writeExecKubeconfig(cmd, s, k, o, args[0])

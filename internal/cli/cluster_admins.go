@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,18 +41,37 @@ Kubernetes rights (list, and patch and delete, on clusterrolebindings).`,
 }
 
 func newAdminsListCommand(s streams, k genericclioptions.RESTClientGetter) *cobra.Command {
-	return &cobra.Command{
-		Use:   "list",
+	output := newOutputFlag(outputTable)
+	cmd := &cobra.Command{
+		Use:   "list [-o table|json|yaml|jsonpath=TEMPLATE]",
 		Short: "Show who holds an admin binding, when it was made and their latest certificate's expiry",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := output.parse(""); err != nil {
+				return err
+			}
 			c, _, _, err := kube.Client(k)
 			if err != nil {
 				return err
 			}
-			return listAdmins(cmd.Context(), c, s.out)
+			return listAdmins(cmd.Context(), c, s.out, output)
 		},
 	}
+	output.register(cmd, `{"items": [{"user", "identity", "binding", "made", "certificateExpires", "role", "intact"}]}`)
+	return cmd
+}
+
+// adminRow is one admin binding as list shows it, and as -o json writes it.
+type adminRow struct {
+	User               string    `json:"user"`
+	Identity           string    `json:"identity"`
+	Binding            string    `json:"binding"`
+	Made               time.Time `json:"made"`
+	CertificateExpires string    `json:"certificateExpires,omitempty"`
+	Role               string    `json:"role"`
+	// Intact is false for a binding someone changed, which the rule will
+	// not reuse (AdminBindingAltered): revoke it.
+	Intact bool `json:"intact"`
 }
 
 func newAdminsRevokeCommand(s streams, k genericclioptions.RESTClientGetter) *cobra.Command {
@@ -110,30 +130,38 @@ func adminBindings(ctx context.Context, c client.Reader) ([]rbacv1.ClusterRoleBi
 // listAdmins writes the table. Every cell is escaped: usernames are what an
 // authenticator said, and annotations what anyone who may patch a binding
 // wrote.
-func listAdmins(ctx context.Context, c client.Reader, out io.Writer) error {
+func listAdmins(ctx context.Context, c client.Reader, out io.Writer, output *outputFlag) error {
 	items, err := adminBindings(ctx, c)
 	if err != nil {
 		return err
 	}
-	if len(items) == 0 {
+	rows := make([]adminRow, 0, len(items))
+	for _, b := range items {
+		rows = append(rows, adminRow{
+			User: b.Annotations[credentials.AnnotationAdminUsername], Identity: b.Annotations[credentials.AnnotationAdminIdentity],
+			Binding: b.Name, Made: b.CreationTimestamp.UTC(), CertificateExpires: b.Annotations[credentials.AnnotationCertificateExpiry],
+			Role: b.RoleRef.Name, Intact: intactAdminBinding(&b),
+		})
+	}
+	if output.structured() {
+		return output.print(out, false, func(w io.Writer) error {
+			return json.NewEncoder(w).Encode(map[string]any{"items": rows})
+		})
+	}
+	if len(rows) == 0 {
 		fmt.Fprintln(out, "No admin bindings: nobody holds an admin kubeconfig that works.")
 		return nil
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "USER\tIDENTITY\tBINDING\tMADE\tLATEST CERTIFICATE EXPIRES\tROLE")
-	for _, b := range items {
-		expires := b.Annotations[credentials.AnnotationCertificateExpiry]
-		if expires == "" {
-			expires = "-"
-		}
-		role := b.RoleRef.Name
-		if !intactAdminBinding(&b) {
+	for _, r := range rows {
+		role := r.Role
+		if !r.Intact {
 			// The rule refuses to reuse it (AdminBindingAltered); say so here.
 			role += " (altered: revoke it)"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n",
-			cell(b.Annotations[credentials.AnnotationAdminUsername]), cell(b.Annotations[credentials.AnnotationAdminIdentity]),
-			cell(b.Name), b.CreationTimestamp.UTC().Format(time.RFC3339), cell(expires), cell(role))
+			cell(r.User), cell(r.Identity), cell(r.Binding), r.Made.Format(time.RFC3339), cell(r.CertificateExpires), cell(role))
 	}
 	return w.Flush()
 }

@@ -65,7 +65,9 @@ func TestAdminsListShowsWhoWhenAndExpiryEscaped(t *testing.T) {
 		altered, unlabelled,
 	)
 	s, out, _ := testStreams()
-	require.NoError(t, listAdmins(t.Context(), c, s.out))
+	table := newOutputFlag(outputTable)
+	require.NoError(t, table.parse(""))
+	require.NoError(t, listAdmins(t.Context(), c, s.out, table))
 	s.flush()
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	require.Len(t, lines, 5, out.String())
@@ -80,11 +82,24 @@ func TestAdminsListShowsWhoWhenAndExpiryEscaped(t *testing.T) {
 	assert.Regexp(t, `\s-\s+cluster-admin$`, lines[3], "no expiry recorded reads -")
 	assert.Regexp(t, `^ichor:zed\s.*cluster-admin \(altered: revoke it\)$`, lines[4])
 	assert.NotContains(t, out.String(), "someone-elses", "a binding without Ichor's label is not an admin's")
+
+	// -o jsonpath sees the same rows as -o json, the altered one not intact.
+	s, out, _ = testStreams()
+	path := newOutputFlag(outputTable)
+	path.value = `jsonpath={range .items[*]}{.user}={.intact}{"\n"}{end}`
+	require.NoError(t, path.parse(""))
+	require.NoError(t, listAdmins(t.Context(), c, s.out, path))
+	s.flush()
+	assert.Contains(t, out.String(), "ichor:ada=true\n")
+	assert.Contains(t, out.String(), "ichor:zed=false\n")
+	assert.NotContains(t, out.String(), "\x1b", "the streams escape what a template prints")
 }
 
 func TestAdminsListWithNobody(t *testing.T) {
 	s, out, _ := testStreams()
-	require.NoError(t, listAdmins(t.Context(), fakeAdmins(t), s.out))
+	table := newOutputFlag(outputTable)
+	require.NoError(t, table.parse(""))
+	require.NoError(t, listAdmins(t.Context(), fakeAdmins(t), s.out, table))
 	s.flush()
 	assert.Equal(t, "No admin bindings: nobody holds an admin kubeconfig that works.\n", out.String())
 }

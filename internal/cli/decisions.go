@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
@@ -83,7 +84,7 @@ func (f *filterFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.action, "action", "", "only decisions with this action: "+strings.Join(decisionlog.Actions, ", ")+" (allowed and refused are admission's and issuance's)")
 	fs.StringVar(&f.node, "node", "", "only decisions about this node (the result's node, the request's system:node:NAME, or the Nodename Talos reported)")
 	fs.StringVar(&f.user, "user", "", "only decisions on a request by this user (the CSR's spec.username, or the admission request's user)")
-	fs.StringVar(&f.since, "since", "", "only decisions made since then: a duration before now (30m, 24h) or an RFC 3339 time")
+	fs.StringVar(&f.since, "since", "", "only decisions made since then: a duration before now (30m, 24h, 30d, 1d12h) or an RFC 3339 time")
 	fs.StringVar(&f.revision, "revision", "", "only decisions made with this bundle revision (or a prefix of it)")
 }
 
@@ -108,13 +109,6 @@ func (f filterFlags) criteria(now time.Time) (decisionlog.Criteria, error) {
 		c.Since = since
 	}
 	return c, nil
-}
-
-func checkOutput(output string) error {
-	if output != "table" && output != "json" {
-		return usage.Errorf("-o %q: the output is table or json", output)
-	}
-	return nil
 }
 
 // sourceFlags say where the decision log is read from besides files: the
@@ -224,6 +218,20 @@ func readDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []strin
 
 // readCluster reads the manager pods' logs.
 func readCluster(ctx context.Context, s streams, src sourceFlags, limits decisionlog.Limits) ([]decisionlog.Entry, error) {
+	c, err := clusterSource(s, src, limits)
+	if err != nil {
+		return nil, err
+	}
+	entries, skipped, pods, err := c.Read(ctx)
+	if err != nil {
+		return nil, tooLarge(err)
+	}
+	return entries, checkRead(s, entries, skipped, fmt.Sprintf(" from %s in namespace %s (%s)", plural(len(pods), "pod", "pods"), c.Namespace, strings.Join(pods, ", ")))
+}
+
+// clusterSource is the manager pods' logs that --from-cluster and its flags
+// name.
+func clusterSource(s streams, src sourceFlags, limits decisionlog.Limits) (decisionlog.Cluster, error) {
 	// kubectl's loading of --kubeconfig and --context, as every command that
 	// speaks to an API server; its other flags would mean nothing here.
 	flags := kube.NewConfigFlags()
@@ -231,7 +239,7 @@ func readCluster(ctx context.Context, s streams, src sourceFlags, limits decisio
 	loader := flags.ToRawKubeConfigLoader()
 	cfg, err := loader.ClientConfig()
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
+		return decisionlog.Cluster{}, fmt.Errorf("kubeconfig: %w", err)
 	}
 	namespace := src.namespace
 	if namespace == "" {
@@ -239,7 +247,7 @@ func readCluster(ctx context.Context, s streams, src sourceFlags, limits decisio
 		// "default", where the manager is not installed.
 		raw, err := loader.RawConfig()
 		if err != nil {
-			return nil, fmt.Errorf("kubeconfig: %w", err)
+			return decisionlog.Cluster{}, fmt.Errorf("kubeconfig: %w", err)
 		}
 		if c := raw.Contexts[cmp.Or(src.context, raw.CurrentContext)]; c != nil {
 			namespace = c.Namespace
@@ -248,19 +256,15 @@ func readCluster(ctx context.Context, s streams, src sourceFlags, limits decisio
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+		return decisionlog.Cluster{}, fmt.Errorf("client: %w", err)
 	}
 	if _, err := labels.Parse(src.selector); err != nil {
-		return nil, usage.Errorf("--selector: %v", err)
+		return decisionlog.Cluster{}, usage.Errorf("--selector: %v", err)
 	}
-	entries, skipped, pods, err := decisionlog.Cluster{
+	return decisionlog.Cluster{
 		Client: client, Namespace: namespace, Selector: src.selector, Previous: src.previous, Limits: limits,
 		Unreadable: func(pod string, err error) { fmt.Fprintf(s.err, "ichor: pod %s skipped: %v\n", pod, err) },
-	}.Read(ctx)
-	if err != nil {
-		return nil, tooLarge(err)
-	}
-	return entries, checkRead(s, entries, skipped, fmt.Sprintf(" from %s in namespace %s (%s)", plural(len(pods), "pod", "pods"), namespace, strings.Join(pods, ", ")))
+	}, nil
 }
 
 // checkRead says on standard error what was read from where, and what was
@@ -310,10 +314,10 @@ func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped, 
 func newDecisionsListCommand(s streams) *cobra.Command {
 	var f filterFlags
 	var src sourceFlags
-	var output string
-	var all bool
+	output := newOutputFlag(outputTable, outputWide, outputName)
+	var all, follow bool
 	cmd := &cobra.Command{
-		Use:   "list [FILE...|-] [--policy NAME] [--action ACTION] [--node NAME] [--user NAME] [--since WHEN] [--revision REV] [-o table|json]",
+		Use:   "list [FILE...|-] [--policy NAME] [--action ACTION] [--node NAME] [--user NAME] [--since WHEN] [--revision REV] [-o table|wide|json|yaml|name|jsonpath=TEMPLATE]",
 		Short: "List the decisions of a decision log, in its order",
 		Long: `List the decisions of a decision log, in the log's order, one a row: time,
 decision id, policy, action, node (or user), reason codes and bundle revision.
@@ -324,7 +328,15 @@ and it decided again, the verdict it never applied is left out (--all lists
 it, and the records of what was applied).
 
 With -o json, each decision is one JSON object a line with the same fields
-and the whole logged entry under "entry".
+and the whole logged entry under "entry"; -o yaml and -o jsonpath=TEMPLATE
+see them as {"items": [...]} (-o 'jsonpath={.items[*].id}'); -o name prints
+the decision ids, one a line; -o wide adds the decision path and the user.
+
+--follow (with --from-cluster) tails the replicas' logs as kubectl logs -f
+does and prints each decision as it is logged (table, wide, json or name),
+from --since (read by the API server) or the whole log, until interrupted or
+every pod's log ends; the verdicts never applied cannot be told apart while
+following, so every verdict is printed (--all adds the applied records).
 
 ` + decisionsInput + `
 
@@ -334,12 +346,15 @@ that is not the shape it starts as (a gzip stream cut short, say).`,
 		Example: `  kubectl logs deploy/ichor-policy | ichor decisions list --action deny --since 24h
   ichor decisions list decisions.log --policy kubelet-serving --node worker-1 -o json`,
 		RunE: func(cmd *cobra.Command, files []string) error {
-			if err := checkOutput(output); err != nil {
+			if err := output.parse(""); err != nil {
 				return err
 			}
 			crit, err := f.criteria(time.Now())
 			if err != nil {
 				return err
+			}
+			if follow {
+				return followDecisions(cmd, s, src, files, crit, output, all)
 			}
 			entries, err := readDecisions(cmd, s, src, files)
 			if err != nil {
@@ -349,19 +364,25 @@ that is not the shape it starts as (a gzip stream cut short, say).`,
 				entries = decisionlog.InEffect(entries)
 			}
 			matched := decisionlog.Filter(entries, crit)
-			if output == "json" {
-				return writeListJSON(s.out, matched)
-			}
-			if len(matched) == 0 {
+			switch {
+			case output.structured():
+				return output.print(s.out, true, func(w io.Writer) error { return writeListJSON(w, matched) })
+			case output.format == outputName:
+				for _, e := range matched {
+					fmt.Fprintln(s.out, line(e.DecisionID))
+				}
+				return nil
+			case len(matched) == 0:
 				fmt.Fprintf(s.err, "ichor: no decision matches (of %d read)\n", len(entries))
 				return nil
 			}
-			return writeListTable(s.out, matched)
+			return writeListTable(s.out, matched, output.format == outputWide)
 		},
 	}
 	f.register(cmd)
 	src.register(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output: table, or json (one object a line)")
+	output.register(cmd, "one object a line")
+	cmd.Flags().BoolVar(&follow, "follow", false, "with --from-cluster: print the decisions as the replicas log them, as kubectl logs -f, until interrupted (from --since, else the whole log)")
 	cmd.Flags().BoolVar(&all, "all", false, "also list verdicts that were never applied (an approver that met a conflict writing decides again; the one applied is recorded) and the applied records themselves")
 	return cmd
 }
@@ -382,12 +403,20 @@ func formatTime(t time.Time) string {
 
 func codesText(codes []string) string { return dash(strings.Join(codes, ",")) }
 
-func writeListTable(w io.Writer, entries []decisionlog.Entry) error {
+func writeListTable(w io.Writer, entries []decisionlog.Entry, wide bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row(tw, "TIME", "ID", "POLICY", "ACTION", "NODE/USER", "CODES", "REVISION")
+	header := []string{"TIME", "ID", "POLICY", "ACTION", "NODE/USER", "CODES", "REVISION"}
+	if wide {
+		header = append(header, "PATH", "USER")
+	}
+	row(tw, header...)
 	for _, e := range entries {
-		row(tw, formatTime(e.Timestamp), e.DecisionID, e.Policy(),
-			dash(e.Action()), dash(e.Subject()), codesText(e.Codes()), dash(e.Revision))
+		cells := []string{formatTime(e.Timestamp), e.DecisionID, e.Policy(),
+			dash(e.Action()), dash(e.Subject()), codesText(e.Codes()), dash(e.Revision)}
+		if wide {
+			cells = append(cells, dash(e.Path), dash(e.User()))
+		}
+		row(tw, cells...)
 	}
 	return tw.Flush()
 }
@@ -419,10 +448,10 @@ func writeListJSON(w io.Writer, entries []decisionlog.Entry) error {
 }
 
 func newDecisionsShowCommand(s streams) *cobra.Command {
-	var output string
+	output := newOutputFlag(outputText)
 	var src sourceFlags
 	cmd := &cobra.Command{
-		Use:   "show ID [FILE...|-] [-o text|json]",
+		Use:   "show ID [FILE...|-] [-o text|json|yaml|jsonpath=TEMPLATE]",
 		Short: "Show one decision whole: its reasons, input and result",
 		Long: `Show one decision of a decision log: a header naming its time, policy, bundle
 revision, action, node and user; its reasons as "CODE: message" lines (the
@@ -445,8 +474,8 @@ the log could not be read), 2 for a wrong flag or no ID.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "text" && output != "json" {
-				return usage.Errorf("-o %q: the output is text or json", output)
+			if err := output.parse(""); err != nil {
+				return err
 			}
 			entries, err := readDecisions(cmd, s, src, args[1:])
 			if err != nil {
@@ -456,13 +485,13 @@ the log could not be read), 2 for a wrong flag or no ID.`,
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				return writeIndented(s.out, e.Raw)
+			if output.structured() {
+				return output.print(s.out, false, func(w io.Writer) error { return writeIndented(w, e.Raw) })
 			}
 			return writeShow(s.out, e)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output: text, or json (the logged entry)")
+	output.register(cmd, "the logged entry")
 	src.register(cmd)
 	return cmd
 }
@@ -562,12 +591,13 @@ func timeNano(t time.Time) string {
 }
 
 type replayOptions struct {
-	filter filterFlags
-	source sourceFlags
-	bundle string
-	failOn []string
-	output string
-	all    bool
+	filter    filterFlags
+	source    sourceFlags
+	bundle    string
+	bundleKey bundleKeyFlags
+	failOn    []string
+	output    *outputFlag
+	all       bool
 }
 
 // notReplayed counts the log's entries a replay leaves out before its
@@ -579,13 +609,15 @@ type notReplayed struct {
 }
 
 func newDecisionsReplayCommand(s streams) *cobra.Command {
-	var o replayOptions
+	o := replayOptions{output: newOutputFlag(outputTable)}
 	cmd := &cobra.Command{
-		Use:   "replay --bundle CANDIDATE [FILE...|-] [--fail-on DIRECTION]... [filters] [--all] [-o table|json]",
+		Use:   "replay --bundle CANDIDATE [FILE...|-] [--fail-on DIRECTION]... [filters] [--all] [-o table|json|yaml|jsonpath=TEMPLATE]",
 		Short: "Decide every logged input again with a candidate bundle and report what would change",
 		Long: `Decide every logged decision's input again, at its rule's path, with a candidate
-bundle (a policy directory laid out like policy/, or a bundle tarball), and
-report each decision that would change, grouped by direction:
+bundle (a policy directory laid out like policy/, or a bundle tarball; a
+signed tarball is verified with --bundle-key, --bundle-key-id and
+--bundle-key-algorithm, the managers' flags, and refused as they would refuse
+it), and report each decision that would change, grouped by direction:
 
   approve → deny, deny → approve, approve → pending, pending → approve,
   deny → pending, pending → deny; for admission and issuance
@@ -631,15 +663,16 @@ log proves nothing); 2 for a wrong flag.`,
 	o.source.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&o.bundle, "bundle", "", "the candidate: a policy directory or a bundle tarball (required)")
+	o.bundleKey.register(f)
 	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit "+fmt.Sprint(ExitChanged)+" when a decision changes in this direction (repeatable): FROM-to-TO, to-STATE, from-STATE, any, reasons-changed")
-	f.StringVarP(&o.output, "output", "o", "table", "output: table, or json (one document)")
+	o.output.register(cmd, "one document")
 	f.BoolVar(&o.all, "all", false, "also replay the verdicts that were never applied (an approver that met a conflict writing decided again), as list --all lists them; the records of what was applied are never replayed")
 	return cmd
 }
 
 func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) error {
 	ctx := cmd.Context()
-	if err := checkOutput(o.output); err != nil {
+	if err := o.output.parse(""); err != nil {
 		return err
 	}
 	if o.bundle == "" {
@@ -670,16 +703,17 @@ func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) e
 	if len(selected) == 0 {
 		return fmt.Errorf("no decision to replay: %d decisions read, none selected; an empty replay proves nothing", len(considered))
 	}
-	b, err := loadBundle(o.bundle)
+	// The replayed decisions are questions, not decisions anyone acts on:
+	// they are not logged. OPA's own errors still reach stderr.
+	opts := engine.Options{DecisionLog: io.Discard, Log: s.err}
+	b, err := o.bundleKey.engineBundle(&opts, o.bundle)
 	if err != nil {
 		return err
 	}
 	if err := decisionlog.CheckReplayable(b); err != nil {
 		return fmt.Errorf("%s cannot be replayed exactly: %w", o.bundle, err)
 	}
-	// The replayed decisions are questions, not decisions anyone acts on:
-	// they are not logged. OPA's own errors still reach stderr.
-	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, Log: s.err})
+	eng, err := engine.New(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -701,8 +735,8 @@ func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) e
 		}
 	}
 	logged := loggedRevisions(selected)
-	if o.output == "json" {
-		err = writeReplayJSON(s.out, o, rep, logged, failed, skipped)
+	if o.output.structured() {
+		err = o.output.print(s.out, false, func(w io.Writer) error { return writeReplayJSON(w, o, rep, logged, failed, skipped) })
 	} else {
 		err = writeReplayTable(s.out, o, rep, logged, skipped)
 	}
@@ -872,4 +906,66 @@ func writeReplayJSON(w io.Writer, o replayOptions, rep decisionlog.Report, logge
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// followDecisions prints the manager pods' decisions as they are logged.
+func followDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []string, crit decisionlog.Criteria, output *outputFlag, all bool) error {
+	switch {
+	case !src.fromCluster:
+		return usage.Errorf("--follow tails the manager pods' logs: give --from-cluster")
+	case len(files) > 0:
+		return usage.Errorf("--from-cluster reads the manager pods' logs: give no FILE (%s)", strings.Join(files, " "))
+	case src.previous:
+		return usage.Errorf("--follow and --previous contradict each other: a previous container's log does not grow")
+	case output.format == outputYAML || output.format == outputJSONPath:
+		return usage.Errorf("--follow prints one decision at a time: -o table, wide, json or name")
+	}
+	limits, err := src.limits()
+	if err != nil {
+		return err
+	}
+	c, err := clusterSource(s, src, limits)
+	if err != nil {
+		return err
+	}
+	var since *metav1.Time
+	if !crit.Since.IsZero() {
+		since = &metav1.Time{Time: crit.Since}
+	}
+	tw := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
+	header := output.format == outputTable || output.format == outputWide
+	pods, err := c.Follow(cmd.Context(), since, func(_ string, e decisionlog.Entry) error {
+		if (!all && len(decisionlog.Verdicts([]decisionlog.Entry{e})) == 0) || len(decisionlog.Filter([]decisionlog.Entry{e}, crit)) == 0 {
+			return nil
+		}
+		switch output.format {
+		case outputJSON:
+			return writeListJSON(s.out, []decisionlog.Entry{e})
+		case outputName:
+			_, err := fmt.Fprintln(s.out, line(e.DecisionID))
+			return err
+		}
+		if header {
+			header = false
+			cells := []string{"TIME", "ID", "POLICY", "ACTION", "NODE/USER", "CODES", "REVISION"}
+			if output.format == outputWide {
+				cells = append(cells, "PATH", "USER")
+			}
+			row(tw, cells...)
+		}
+		cells := []string{formatTime(e.Timestamp), e.DecisionID, e.Policy(), dash(e.Action()), dash(e.Subject()), codesText(e.Codes()), dash(e.Revision)}
+		if output.format == outputWide {
+			cells = append(cells, dash(e.Path), dash(e.User()))
+		}
+		row(tw, cells...)
+		// Each row as it comes: a row waits for no other to be aligned with.
+		return tw.Flush()
+	})
+	if err != nil {
+		return err
+	}
+	if cmd.Context().Err() == nil {
+		fmt.Fprintf(s.err, "ichor: the logs of %s ended\n", strings.Join(pods, ", "))
+	}
+	return nil
 }

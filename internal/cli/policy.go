@@ -1,21 +1,20 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 
-	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/spf13/cobra"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -60,7 +59,7 @@ func newPolicyDocCommand(s streams) *cobra.Command {
 }
 
 type checkCSROptions struct {
-	file           string
+	files          []string
 	nodeIPs        []string
 	nodename       string
 	hostname       string
@@ -68,24 +67,37 @@ type checkCSROptions struct {
 	machineUnknown bool
 	nodeUnreadable bool
 	bundle         string
+	bundleKey      bundleKeyFlags
+	output         *outputFlag
+	names          []string
+	kube           genericclioptions.RESTClientGetter
 }
 
 // checkInput is said once for both check commands: what FILE may be, and
 // what becomes of a list.
-const checkInput = `FILE is the manifest exactly as "kubectl get csr NAME -o yaml" (or -o json)
-prints it; "-" reads it from standard input. A list ("kubectl get csr -o yaml",
-several names, a label or field selector) is decided item by item, and each
-decision is printed as one JSON line carrying the request's name under "csr";
-an item the rule does not govern gets a line with its "error" instead.
+const checkInput = `NAME is a request in the cluster, read with your kubeconfig (kubectl's flags:
+--kubeconfig, --context, --as, ...) as "kubectl get csr NAME" reads it;
+several NAMEs are decided one JSON line each. Or give the request as a file:
+FILE is the manifest exactly as "kubectl get csr NAME -o yaml" (or -o json)
+prints it; "-" reads it from standard input. -f reads every document of a
+file (YAML documents separated by "---", or JSON objects one after another),
+a directory (its .yaml, .yml and .json files, not its subdirectories) and may
+be repeated. Every document must be a CertificateSigningRequest or a List of
+them: any other kind is refused (exit 2), naming the document. A list ("kubectl
+get csr -o yaml", several names, a label or field selector), several
+documents, files or a directory are decided item by item, and each decision
+is printed as one JSON line carrying the request's name under "csr"; an item
+the rule does not govern gets a line with its "error" instead. At most
+10000 requests, 1000 files of a directory and 32 MiB of each input are read.
 
 A bare PEM CERTIFICATE REQUEST is refused, with the manifest to wrap it in:
 the rule decides on what the API server records beside the PEM (the signer,
 the usages, the requester's username and groups), and those are not in it.`
 
 func newCheckCSRCommand(s streams) *cobra.Command {
-	var o checkCSROptions
+	o := checkCSROptions{output: newOutputFlag(outputJSON)}
 	cmd := &cobra.Command{
-		Use:   "check-csr -f FILE [--nodename NAME] [--hostname NAME] [--node-ip IP]... [--machine-unknown] [--node-unreadable] [--bundle PATH]",
+		Use:   "check-csr (NAME... | -f FILE) [--nodename NAME] [--hostname NAME] [--node-ip IP]... [--machine-unknown] [--node-unreadable] [--bundle PATH]",
 		Short: "Decide a kubelet-serving CSR offline, as the controller would",
 		Long: `Decide a kubelet-serving CertificateSigningRequest with the kubelet-serving rule,
 offline, and print the decision: its action (approve, deny or pending), every
@@ -96,24 +108,31 @@ reason with its code and message, the decision id and the bundle revision.
 The node's identity is what the controller would read from the node's Talos
 API: give it with --nodename, --hostname and --node-ip, or say that no managed
 machine has the node name (--machine-unknown) or that the node could not be
-read (--node-unreadable). Every item of a list is decided with that one
+read (--node-unreadable). --bundle decides with a candidate policy: a
+directory, or a bundle tarball; a signed one is verified with --bundle-key
+(and --bundle-key-id, --bundle-key-algorithm), as the managers verify it.
+Every item of a list is decided with that one
 identity: list one node's requests (a field selector on spec.signerName and a
 label, or their names), or ask with --machine-unknown or --node-unreadable.
 
 Exit status: 0 when every request was decided (whatever the decisions), 1 when
 one or more could not be (a CSR of another signer, an unreadable bundle), 2 for
 a wrong flag or a file that is not a CSR manifest.`,
-		Example: `  kubectl get csr csr-8x2kq -o yaml | ichor policy check-csr -f - \
+		Example: `  ichor policy check-csr csr-8x2kq --nodename worker-1 --hostname worker-1 --node-ip 10.5.0.2
+  kubectl get csr csr-8x2kq -o yaml | ichor policy check-csr -f - \
       --nodename worker-1 --hostname worker-1 --node-ip 10.5.0.2
   kubectl get csr --field-selector spec.signerName=kubernetes.io/kubelet-serving -o yaml |
       ichor policy check-csr -f - --node-unreadable`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.names = args
 			return runCheckCSR(cmd.Context(), s, o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&o.file, "file", "f", "", `the CSR manifest or list (YAML or JSON); "-" for standard input`)
+	addFileFlag(f, &o.files)
+	k := addClusterFlags(f)
+	o.kube = k
+	cmd.ValidArgsFunction = completeCSRs(k, false)
 	f.StringArrayVar(&o.nodeIPs, "node-ip", nil, "an address of the node, as the Talos NodeIP resource \"kubelet\" lists it (repeatable)")
 	f.StringVar(&o.nodename, "nodename", "", "the node's Nodename as Talos reports it")
 	f.StringVar(&o.hostname, "hostname", "", "the node's hostname as Talos reports it")
@@ -121,22 +140,21 @@ a wrong flag or a file that is not a CSR manifest.`,
 	f.BoolVar(&o.machineUnknown, "machine-unknown", false, "no managed machine has the request's node name")
 	f.BoolVar(&o.nodeUnreadable, "node-unreadable", false, "the node's identity could not be read from the Talos API")
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to decide with (default: the embedded bundle)")
+	o.bundleKey.register(f)
+	o.output.register(cmd, "the decision indented, or one JSON line a request for several")
 	return cmd
 }
 
 func runCheckCSR(ctx context.Context, s streams, o checkCSROptions) error {
-	if o.file == "" {
-		return usage.Errorf("-f FILE is required (\"-\" reads standard input)")
-	}
 	identity, err := servingIdentity(o)
 	if err != nil {
 		return err
 	}
-	csrs, list, err := readCSRManifests(s.in, o.file, servingWrap)
+	in, err := csrSource(ctx, s, o.kube, o.files, o.names, servingWrap)
 	if err != nil {
 		return err
 	}
-	return checkEach(ctx, s, o.bundle, csrs, list, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
+	return checkEach(ctx, s, o.output, o.bundleKey, o.bundle, in, func(ctx context.Context, eng *engine.Engine, csr *certificatesv1.CertificateSigningRequest) (csrCheck, error) {
 		in := identity
 		in.CSR = csrinput.Build(csr)
 		d, err := eng.KubeletServing(ctx, in)
@@ -204,26 +222,47 @@ type csrCheck struct {
 }
 
 // checkEach decides every request with the rule that decide asks, on an
-// engine of the embedded bundle or bundlePath. One request prints its
-// decision indented, as it always has; a list's items print one JSON line
-// each, and a request no rule governed is an error after the others.
-func checkEach(ctx context.Context, s streams, bundlePath string, csrs []*certificatesv1.CertificateSigningRequest, list bool,
+// engine of the embedded bundle or bundlePath, and prints as -o asks: json,
+// its default, or the same document as yaml or through a JSONPath template.
+func checkEach(ctx context.Context, s streams, output *outputFlag, key bundleKeyFlags, bundlePath string, in csrInputs,
 	decide func(context.Context, *engine.Engine, *certificatesv1.CertificateSigningRequest) (csrCheck, error)) error {
-	var b *bundle.Bundle
-	var err error
-	if bundlePath != "" {
-		if b, err = loadBundle(bundlePath); err != nil {
-			return err
+	if err := output.parse(""); err != nil {
+		return err
+	}
+	if output.format == outputJSON {
+		return checkEachJSON(ctx, s, key, bundlePath, in, decide)
+	}
+	var buf bytes.Buffer
+	asJSON := s
+	asJSON.out = &buf
+	err := checkEachJSON(ctx, asJSON, key, bundlePath, in, decide)
+	if buf.Len() > 0 {
+		// The decisions made are printed, whatever came after them.
+		if perr := output.print(s.out, in.list, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); perr != nil {
+			return perr
 		}
 	}
+	return err
+}
+
+// checkEachJSON is checkEach in JSON. One request prints its decision
+// indented, as it always has; a list's items print one JSON line each, and
+// a request no rule governed is an error after the others.
+func checkEachJSON(ctx context.Context, s streams, key bundleKeyFlags, bundlePath string, in csrInputs,
+	decide func(context.Context, *engine.Engine, *certificatesv1.CertificateSigningRequest) (csrCheck, error)) error {
 	// Offline, the decision log goes nowhere: this is a question, not a decision
 	// the cluster acts on. OPA's own errors still reach stderr.
-	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, Log: s.err})
+	opts := engine.Options{DecisionLog: io.Discard, Log: s.err}
+	if _, err := key.engineBundle(&opts, bundlePath); err != nil {
+		return err
+	}
+	eng, err := engine.New(ctx, opts)
 	if err != nil {
 		return err
 	}
 	defer eng.Stop(context.WithoutCancel(ctx))
-	if !list {
+	csrs := in.csrs
+	if !in.list {
 		c, err := decide(ctx, eng, csrs[0])
 		if err != nil {
 			return err
@@ -275,53 +314,6 @@ type pemWrap struct {
 var servingWrap = pemWrap{
 	signer: certificatesv1.KubeletServingSignerName, usages: "[digital signature, server auth]",
 	username: "system:node:NODE", groups: "[system:nodes, system:authenticated]",
-}
-
-// readCSRManifests reads a certificates.k8s.io/v1 CertificateSigningRequest
-// manifest, or a List or CertificateSigningRequestList of them (list is then
-// true), YAML or JSON, from a file or from stdin ("-").
-func readCSRManifests(stdin io.Reader, file string, wrap pemWrap) (csrs []*certificatesv1.CertificateSigningRequest, list bool, err error) {
-	var data []byte
-	if file == "-" {
-		data, err = io.ReadAll(stdin)
-	} else {
-		data, err = os.ReadFile(file)
-	}
-	switch {
-	case err != nil && file == "-":
-		return nil, false, fmt.Errorf("read standard input: %w", err)
-	case err != nil:
-		// A file named on the command line that cannot be read is the
-		// caller's to fix, like one that is not a CSR manifest.
-		return nil, false, usage.Errorf("read %s: %w", file, err)
-	}
-	if block, _ := pem.Decode(data); block != nil {
-		return nil, false, pemError(file, block.Type, wrap)
-	}
-	var meta struct {
-		metav1.TypeMeta
-		Items []json.RawMessage `json:"items"`
-	}
-	if err := yaml.Unmarshal(data, &meta); err != nil {
-		return nil, false, usage.Errorf("%s is neither YAML nor JSON: %v", file, err)
-	}
-	csrList := metav1.TypeMeta{APIVersion: certificatesv1.SchemeGroupVersion.String(), Kind: "CertificateSigningRequestList"}
-	switch meta.TypeMeta {
-	case metav1.TypeMeta{APIVersion: "v1", Kind: "List"}, csrList:
-		for i, item := range meta.Items {
-			csr, err := decodeCSR(item, fmt.Sprintf("%s item %d", file, i), meta.TypeMeta == csrList)
-			if err != nil {
-				return nil, true, err
-			}
-			csrs = append(csrs, csr)
-		}
-		return csrs, true, nil
-	}
-	csr, err := decodeCSR(data, file, false)
-	if err != nil {
-		return nil, false, err
-	}
-	return []*certificatesv1.CertificateSigningRequest{csr}, false, nil
 }
 
 // decodeCSR decodes one CertificateSigningRequest; what names it in errors.

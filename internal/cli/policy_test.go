@@ -169,7 +169,7 @@ func TestCheckCSRRefusesBadInputClearly(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no file", []string{"policy", "check-csr", "--nodename", "worker-1"}, cli.ExitUsage, "-f FILE is required"},
+		{"no file", []string{"policy", "check-csr", "--nodename", "worker-1"}, cli.ExitUsage, "or -f FILE"},
 		{"missing file", []string{"policy", "check-csr", "-f", "/nonexistent/csr.yaml", "--nodename", "worker-1"}, cli.ExitUsage, "no such file"},
 		{"not YAML", []string{"policy", "check-csr", "-f", notYAML, "--nodename", "worker-1"}, cli.ExitUsage, "neither YAML nor JSON"},
 		{"a Secret", []string{"policy", "check-csr", "-f", secret, "--nodename", "worker-1"}, cli.ExitUsage, "is a Secret (v1), not a certificates.k8s.io/v1 CertificateSigningRequest"},

@@ -26,7 +26,7 @@ func newRenderCommand(s streams) *cobra.Command {
 	var file, role, outDir string
 	k := kube.NewConfigFlags()
 	serving := &cobra.Command{
-		Use:   "kubelet-serving [NAME] [-f FILE] [--role controlplane|worker] [-o DIR]",
+		Use:   "kubelet-serving [NAME] [-f FILE] [--role controlplane|worker] [--output-dir DIR]",
 		Short: "The kubelet serving certificate patch of a TalosCluster (ADR 0125)",
 		Long: `Print the machine-configuration patch that kubelet serving certificates render to
 for a TalosCluster: the KubeletConfig document with serverTLSBootstrap from Talos
@@ -35,16 +35,20 @@ for the kube-apiserver, on control planes only, once the cluster's
 KubeletServingVerified condition is True. Nothing is printed when the option is off.
 
 A patch is for one machine role. When the roles' patches are the same it is
-printed once; when they differ, --role chooses the one to print, or -o DIR writes
-one file per role (DIR/controlplane.yaml, DIR/worker.yaml, replaced if they exist),
+printed once; when they differ, --role chooses the one to print, or --output-dir DIR
+writes one file per role (DIR/controlplane.yaml, DIR/worker.yaml, replaced if they exist),
 each ready for talosctl patch mc --patch @FILE. Only the fields the patch sets
 are written.
 
 The cluster is read from FILE (-f, as kubectl get taloscluster NAME -o yaml
 prints it) or from the API server (NAME, with kubectl's flags: -n NAMESPACE, by
 default the kubeconfig context's, --context, --kubeconfig, ...).`,
-		Args: cobra.MaximumNArgs(1),
+		Args:              cobra.MaximumNArgs(1),
+		ValidArgsFunction: completeTalosClusters(k),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := retired(cmd, "--output-dir DIR"); err != nil {
+				return err
+			}
 			cluster, err := readTalosCluster(cmd, k, file, args)
 			if err != nil {
 				return err
@@ -78,7 +82,8 @@ default the kubeconfig context's, --context, --kubeconfig, ...).`,
 	f := serving.Flags()
 	f.StringVarP(&file, "file", "f", "", "a TalosCluster manifest (YAML or JSON)")
 	f.StringVar(&role, "role", "", "render only the patch of this machine role (controlplane or worker)")
-	f.StringVarP(&outDir, "output-dir", "o", "", "write one file per role into this directory (ROLE.yaml) instead of printing")
+	f.StringVar(&outDir, "output-dir", "", "write one file per role into this directory (ROLE.yaml) instead of printing")
+	addRetiredOutput(f)
 	k.AddFlags(f)
 	cmd.AddCommand(serving)
 	return cmd
@@ -112,7 +117,7 @@ func printPatch(s streams, cluster *ichorv1alpha1.TalosCluster, patches []rolePa
 	for _, p := range patches {
 		names = append(names, string(p.role))
 		if !bytes.Equal(p.data, patches[0].data) {
-			return usage.Errorf("the patches of the roles %s and %s differ for %s/%s: pass --role %s or --role %s to print one, or -o DIR to write one file per role",
+			return usage.Errorf("the patches of the roles %s and %s differ for %s/%s: pass --role %s or --role %s to print one, or --output-dir DIR to write one file per role",
 				patches[0].role, p.role, cluster.Namespace, cluster.Name, patches[0].role, p.role)
 		}
 	}

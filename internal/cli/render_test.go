@@ -47,7 +47,7 @@ func TestRenderKubeletServingByContract(t *testing.T) {
 	code, out, stderr := run(t, "", "render", "kubelet-serving", "-f", verified)
 	assert.Equal(t, cli.ExitUsage, code)
 	assert.Empty(t, out)
-	assert.Contains(t, stderr, "the patches of the roles controlplane and worker differ for default/demo: pass --role controlplane or --role worker to print one, or -o DIR to write one file per role")
+	assert.Contains(t, stderr, "the patches of the roles controlplane and worker differ for default/demo: pass --role controlplane or --role worker to print one, or --output-dir DIR to write one file per role")
 
 	code, out, stderr = run(t, "", "render", "kubelet-serving", "-f", verified, "--role", "controlplane")
 	require.Equal(t, cli.ExitOK, code, stderr)
@@ -66,13 +66,13 @@ func TestRenderKubeletServingByContract(t *testing.T) {
 	assert.NotContains(t, out, "---", "one patch")
 }
 
-// TestRenderKubeletServingWritesOneFilePerRole: -o DIR writes
+// TestRenderKubeletServingWritesOneFilePerRole: --output-dir DIR writes
 // DIR/controlplane.yaml and DIR/worker.yaml, each a patch Talos loads, the
 // kube-apiserver's document on the control plane only, and only the fields
 // the patch sets.
 func TestRenderKubeletServingWritesOneFilePerRole(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "patches")
-	code, out, stderr := run(t, "", "render", "kubelet-serving", "-f", clusterManifest(t, "v1.14", true, true), "-o", dir)
+	code, out, stderr := run(t, "", "render", "kubelet-serving", "-f", clusterManifest(t, "v1.14", true, true), "--output-dir", dir)
 	require.Equal(t, cli.ExitOK, code, stderr)
 	assert.Empty(t, out)
 	entries, err := os.ReadDir(dir)
@@ -103,7 +103,7 @@ func TestRenderKubeletServingWritesOneFilePerRole(t *testing.T) {
 
 	// --role with -o writes that role's file alone.
 	one := filepath.Join(t.TempDir(), "worker-only")
-	code, _, stderr = run(t, "", "render", "kubelet-serving", "-f", clusterManifest(t, "v1.14", true, true), "-o", one, "--role", "worker")
+	code, _, stderr = run(t, "", "render", "kubelet-serving", "-f", clusterManifest(t, "v1.14", true, true), "--output-dir", one, "--role", "worker")
 	require.Equal(t, cli.ExitOK, code, stderr)
 	assert.FileExists(t, filepath.Join(one, "worker.yaml"))
 	assert.NoFileExists(t, filepath.Join(one, "controlplane.yaml"))

@@ -25,6 +25,19 @@ const (
 	ExitUsage = 2
 )
 
+// exitStatuses is what every command's exit status means, in the root's
+// help; a command that uses 3 says what for in its own.
+const exitStatuses = `Exit status of every command:
+  0  done
+  1  failed: an input that could not be read or held nothing to act on, an
+     API server that cannot be reached or refused the request, a request that
+     could not be decided
+  2  a wrong command, flag or argument, or a named input that is not there or
+     not of the kind the command reads: nothing was done
+  3  done, and what was found needs a person: decisions replay --fail-on
+     matched a change, audit kubelet-serving found a drifted certificate
+  4  audit kubelet-serving: none drifted, but one could not be judged`
+
 // Run executes the command line args and returns the process exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return RunAs(ctx, "ichor", args, stdin, stdout, stderr)
@@ -108,8 +121,11 @@ func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 
 func newRootWith(s streams) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "ichor",
-		Short:         "ichor-policy: the certificate and credential rules of Ichor, in Rego",
+		Use:   "ichor",
+		Short: "ichor-policy: the certificate and credential rules of Ichor, in Rego",
+		Long: `ichor-policy: the certificate and credential rules of Ichor, in Rego.
+
+` + exitStatuses,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -118,11 +134,12 @@ func newRootWith(s streams) *cobra.Command {
 	root.SetErr(s.err)
 	// Cobra's own flag errors are usage errors too.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage.Wrap(err) })
-	root.AddCommand(newPolicyCommand(s), newBundleCommand(s), newManagerCommand(s), newRenderCommand(s), newDecisionsCommand(s), newClusterCommand(s), newVersionCommand(s), newAuditCommand(s))
+	root.AddCommand(newManualDecisionCommand(s, true), newManualDecisionCommand(s, false), newPolicyCommand(s), newBundleCommand(s), newManagerCommand(s), newRenderCommand(s), newDecisionsCommand(s), newClusterCommand(s), newVersionCommand(s), newAuditCommand(s))
 	// Cobra adds its completion command when it executes; added now, it is
 	// held to the same rules as the others.
 	root.InitDefaultCompletionCmd()
 	usageArgs(root)
+	completeFlagValues(root)
 	return root
 }
 

@@ -31,18 +31,18 @@ func TestWrongCommandLinesAreUsageErrors(t *testing.T) {
 		{[]string{"manager", "extra"}, `unknown command "extra" for "ichor manager"`},
 		{[]string{"bundle", "build", "extra"}, `unknown command "extra" for "ichor bundle build"`},
 		{[]string{"policy", "doc", "extra"}, `unknown command "extra" for "ichor policy doc"`},
-		{[]string{"policy", "check-csr", "extra", "-f", "-", "--nodename", "worker-1"}, `unknown command "extra" for "ichor policy check-csr"`},
-		{[]string{"policy", "check-client-csr", "extra", "-f", "-"}, `unknown command "extra" for "ichor policy check-client-csr"`},
+		{[]string{"policy", "check-csr", "extra", "-f", "-", "--nodename", "worker-1"}, "give the requests' NAMEs or -f FILE, not both"},
+		{[]string{"policy", "check-client-csr", "extra", "-f", "-"}, "give the requests' NAMEs or -f FILE, not both"},
 		{[]string{"render", "kubelet-serving", "a", "b"}, "accepts at most 1 arg(s), received 2"},
 		{[]string{"cluster", "talosconfig"}, "accepts 1 arg(s), received 0"},
 		{[]string{"cluster", "kubeconfig", "a", "b"}, "accepts 1 arg(s), received 2"},
 		{[]string{"decisions", "show"}, "give the decision ID"},
 		{[]string{"manager", "--zap-log-level", "bogus"}, `invalid argument "bogus" for "--zap-log-level" flag`},
 		{[]string{"manager", "--zap-encoder", "xml"}, `invalid argument "xml" for "--zap-encoder" flag`},
-		{[]string{"policy", "check-csr", "-f", "/nonexistent/csr.yaml", "--nodename", "worker-1"}, "read /nonexistent/csr.yaml: open /nonexistent/csr.yaml: no such file"},
-		{[]string{"policy", "check-client-csr", "-f", "/nonexistent/csr.yaml"}, "read /nonexistent/csr.yaml: open /nonexistent/csr.yaml: no such file"},
+		{[]string{"policy", "check-csr", "-f", "/nonexistent/csr.yaml", "--nodename", "worker-1"}, "read /nonexistent/csr.yaml: stat /nonexistent/csr.yaml: no such file"},
+		{[]string{"policy", "check-client-csr", "-f", "/nonexistent/csr.yaml"}, "read /nonexistent/csr.yaml: stat /nonexistent/csr.yaml: no such file"},
 		{[]string{"render", "kubelet-serving", "-f", "/nonexistent/cluster.yaml"}, "read /nonexistent/cluster.yaml: open /nonexistent/cluster.yaml: no such file"},
-		{[]string{"bundle", "build", "--signing-key", "/nonexistent/key.pem", "-o", "/nonexistent/bundle.tar.gz"}, "--signing-key: open /nonexistent/key.pem: no such file"},
+		{[]string{"bundle", "build", "--signing-key", "/nonexistent/key.pem", "--out", "/nonexistent/bundle.tar.gz"}, "--signing-key: open /nonexistent/key.pem: no such file"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := run(t, "", tc.args...)

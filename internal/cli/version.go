@@ -7,14 +7,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ichor-dev/ichor-policy/internal/usage"
 	"github.com/ichor-dev/ichor-policy/internal/version"
 )
 
 func newVersionCommand(s streams) *cobra.Command {
-	var output string
+	output := newOutputFlag(outputText)
 	cmd := &cobra.Command{
-		Use:   "version [-o text|json]",
+		Use:   "version [-o text|json|yaml|jsonpath=TEMPLATE]",
 		Short: "Print the version of this binary, and the Go and OPA it was built with",
 		Long: `Print the version of this binary: the version stamped by the release build (or
 the module's, or "devel"), the VCS revision and time when the build recorded
@@ -24,17 +23,17 @@ The same values are the labels of the manager's ichor_build_info metric.
 With -o json, one JSON object.`,
 		Args: cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
-			info := version.Get()
-			switch output {
-			case "text":
-				return writeVersionText(s.out, info)
-			case "json":
-				return json.NewEncoder(s.out).Encode(info)
+			if err := output.parse(""); err != nil {
+				return err
 			}
-			return usage.Errorf("-o %q: the output is text or json", output)
+			info := version.Get()
+			if output.structured() {
+				return output.print(s.out, false, func(w io.Writer) error { return json.NewEncoder(w).Encode(info) })
+			}
+			return writeVersionText(s.out, info)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output: text, or json")
+	output.register(cmd, "one object")
 	return cmd
 }
 

@@ -25,8 +25,8 @@ func TestVersion(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &got), stdout)
 	assert.Equal(t, want, got)
 
-	code, stdout, stderr = run(t, "", "version", "-o", "yaml")
+	code, stdout, stderr = run(t, "", "version", "-o", "xml")
 	assert.Equal(t, cli.ExitUsage, code)
 	assert.Empty(t, stdout)
-	assert.Contains(t, stderr, `-o "yaml": the output is text or json`)
+	assert.Contains(t, stderr, `-o "xml": -o is the output format (text, json, yaml, jsonpath=TEMPLATE)`)
 }

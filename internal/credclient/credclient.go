@@ -498,10 +498,12 @@ func talosEndpoints(ctx context.Context, c client.Client, namespace, cluster str
 			return tc.Endpoints, "the current talosconfig " + current, nil
 		}
 	}
-	why := "the cluster has no control-plane TalosMachines"
 	if err != nil {
-		why = fmt.Sprintf("the TalosMachines could not be listed (%v)", err)
+		// The API server's failure (unreachable, forbidden) is not a wrong
+		// command line: exit 1, with --talos-endpoints as the way around it.
+		return nil, "", fmt.Errorf("no Talos endpoints for cluster %s/%s: the TalosMachines could not be listed (%w), and neither --talos-endpoints nor the current talosconfig (%s) names any", namespace, cluster, err, current)
 	}
+	why := "the cluster has no control-plane TalosMachines"
 	return nil, "", usage.Errorf("no Talos endpoints for cluster %s/%s: %s, and neither --talos-endpoints nor the current talosconfig (%s) names any", namespace, cluster, why, current)
 }
 

@@ -1,11 +1,15 @@
 package decisionlog
 
 import (
+	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -100,4 +104,85 @@ func (c Cluster) readPod(ctx context.Context, name string) ([]Entry, Skipped, er
 		return nil, Skipped{}, fmt.Errorf("read the log of pod %s/%s, container %s: %w", c.Namespace, name, ManagerContainer, err)
 	}
 	return entries, skipped, nil
+}
+
+// Follow streams the decisions of the log of every selected pod's manager
+// container as they are written, as kubectl logs -f does: from since (nil:
+// the whole log), each entry passed to found with its pod, one at a time.
+// Nothing is held: each line is read within Limits.MaxLine and dropped. It
+// returns the pods followed when every stream has ended (a pod gone) or ctx
+// is done. Pods that start after it began are not followed (kubectl logs -f
+// follows those it found too).
+func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod string, e Entry) error) ([]string, error) {
+	selector := cmp.Or(c.Selector, ManagerSelector)
+	pods, err := c.Client.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return nil, fmt.Errorf("list the manager's pods in namespace %s (%s): %w", c.Namespace, selector, err)
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
+	limits := c.Limits.withDefaults()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var followed []string
+	var errs []error
+	// foundErr is found's first error: it ends the following.
+	var foundErr error
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, pod := range pods.Items {
+		if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ManagerContainer }) {
+			continue
+		}
+		stream, err := c.Client.CoreV1().Pods(c.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{
+			Container: ManagerContainer, Follow: true, SinceTime: since,
+		}).Stream(ctx)
+		if err != nil {
+			err = fmt.Errorf("follow the log of pod %s/%s, container %s: %w", c.Namespace, pod.Name, ManagerContainer, err)
+			errs = append(errs, err)
+			if c.Unreadable != nil {
+				c.Unreadable(pod.Name, err)
+			}
+			continue
+		}
+		followed = append(followed, pod.Name)
+		wg.Add(1)
+		go func(name string, stream io.ReadCloser) {
+			defer wg.Done()
+			defer stream.Close()
+			br := bufio.NewReader(stream)
+			var text []byte
+			for {
+				var long bool
+				var err error
+				text, long, err = nextLine(br, text[:0], limits.MaxLine)
+				if t := bytes.TrimSpace(text); !long && len(t) > 0 {
+					var entries []Entry
+					var skipped Skipped
+					readLine(&entries, &skipped, t)
+					mu.Lock()
+					for _, e := range entries {
+						if foundErr == nil {
+							if foundErr = found(name, e); foundErr != nil {
+								cancel()
+							}
+						}
+					}
+					mu.Unlock()
+				}
+				if err != nil {
+					return
+				}
+			}
+		}(pod.Name, stream)
+	}
+	if len(followed) == 0 {
+		if len(errs) > 0 {
+			return nil, errors.Join(errs...)
+		}
+		return nil, fmt.Errorf("no pod in namespace %s matches %s with a container named %s: give the manager's namespace (-n) or its pods' labels (--selector)", c.Namespace, selector, ManagerContainer)
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	return followed, foundErr
 }

@@ -249,13 +249,18 @@ func TestParsingOfPoliciesAndTimes(t *testing.T) {
 	_, err := decisionlog.ResolvePolicy("serving")
 	assert.ErrorContains(t, err, "admission, credential-check, issuance, kubelet-client, kubelet-serving, kubelet-serving-audit, kubelet-serving-limits, kubelet-serving-rejection, requirements")
 
-	got, err := decisionlog.ParseSince("90m", now)
-	require.NoError(t, err)
-	assert.Equal(t, now.Add(-90*time.Minute), got)
-	got, err = decisionlog.ParseSince("2026-04-30T08:00:00+02:00", now)
-	require.NoError(t, err)
-	assert.True(t, got.Equal(time.Date(2026, 4, 30, 6, 0, 0, 0, time.UTC)))
-	for _, bad := range []string{"yesterday", "-1h", "2026-04-30"} {
+	for in, want := range map[string]time.Time{
+		"90m":                       now.Add(-90 * time.Minute),
+		"30d":                       now.Add(-30 * 24 * time.Hour),
+		"1d12h":                     now.Add(-36 * time.Hour),
+		"0d":                        now,
+		"2026-04-30T08:00:00+02:00": time.Date(2026, 4, 30, 6, 0, 0, 0, time.UTC),
+	} {
+		got, err := decisionlog.ParseSince(in, now)
+		require.NoError(t, err, in)
+		assert.True(t, got.Equal(want), "%s: %v, want %v", in, got, want)
+	}
+	for _, bad := range []string{"yesterday", "-1h", "2026-04-30", "-1d", "+1d", "d", "1d-2h", "1dd", "1d2", "100001d", "99999999999999999999d"} {
 		_, err := decisionlog.ParseSince(bad, now)
 		assert.Error(t, err, bad)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -110,9 +111,9 @@ func Verdicts(entries []Entry) []Entry {
 func ValidAction(a string) bool { return slices.Contains(Actions, a) }
 
 // ParseSince reads a --since value: a duration before now (such as 90m or
-// 1h), or an RFC 3339 time.
+// 1h, or in days, such as 30d or 1d12h), or an RFC 3339 time.
 func ParseSince(s string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(s); err == nil {
+	if d, err := parseDays(s); err == nil {
 		if d < 0 {
 			return time.Time{}, fmt.Errorf("since %q: a duration before now must be positive", s)
 		}
@@ -122,4 +123,30 @@ func ParseSince(s string, now time.Time) (time.Time, error) {
 		return t, nil
 	}
 	return time.Time{}, fmt.Errorf("since %q is neither a duration (such as 30m or 24h) nor an RFC 3339 time (such as 2026-05-01T12:00:00Z)", s)
+}
+
+// maxSinceDays keeps a number of days within what a time.Duration holds
+// (about 106000 days), with room for the hours after it.
+const maxSinceDays = 100000
+
+// parseDays is time.ParseDuration with days in front: 30d, 1d12h. A day is
+// 24 hours, as kubectl's and Prometheus's durations count it.
+func parseDays(s string) (time.Duration, error) {
+	days, rest, ok := strings.Cut(s, "d")
+	if !ok {
+		return time.ParseDuration(s)
+	}
+	n, err := strconv.Atoi(days)
+	if err != nil || n < 0 || n > maxSinceDays || strings.HasPrefix(days, "+") {
+		return 0, fmt.Errorf("%q: a number of days from 0 to %d before the d", s, maxSinceDays)
+	}
+	d := time.Duration(n) * 24 * time.Hour
+	if rest == "" {
+		return d, nil
+	}
+	more, err := time.ParseDuration(rest)
+	if err != nil || more < 0 {
+		return 0, fmt.Errorf("%q: after the days, a duration such as 12h", s)
+	}
+	return d + more, nil
 }

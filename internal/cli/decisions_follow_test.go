@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestDecisionsFollowPrintsEachDecisionAsItIsLogged: --follow asks the API
+// server for the log with follow=true and prints each decision as the stream
+// delivers it, before the log ends; --since goes to the API server as
+// sinceTime. (A stand-in for pods/log, as apiServerWithPodLogs says why.)
+func TestDecisionsFollowPrintsEachDecisionAsItIsLogged(t *testing.T) {
+	f := newDecisionsFixture(t)
+	lines := strings.Split(strings.TrimSpace(f.kubectlLogs()), "\n")
+	more := make(chan struct{})
+	var mu sync.Mutex
+	var queries []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		const pods = "/api/v1/namespaces/ichor-system/pods"
+		switch {
+		case r.URL.Path == pods:
+			list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: []corev1.Pod{{
+				ObjectMeta: metav1.ObjectMeta{Name: "ichor-policy-a", Namespace: "ichor-system"},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager"}}},
+			}}}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(list)
+		case r.URL.Path == pods+"/ichor-policy-a/log":
+			mu.Lock()
+			queries = append(queries, r.URL.RawQuery)
+			mu.Unlock()
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = io.WriteString(w, strings.Join(lines[:2], "\n")+"\n") // the first decision
+			w.(http.Flusher).Flush()
+			select {
+			case <-more:
+			case <-r.Context().Done():
+				return
+			}
+			_, _ = io.WriteString(w, strings.Join(lines[2:], "\n")+"\n")
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	kubeconfig := kubeconfigFor(t, srv.URL, "")
+
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		// first is in the output before the log goes on, want after.
+		first, want []string
+	}{
+		{"table", nil, []string{"ID", f.approve}, []string{f.deny, f.pending, f.two}},
+		{"json", []string{"-o", "json", "--action", "deny"}, nil, []string{`"id":"` + f.deny + `"`}},
+		{"name since", []string{"-o", "name", "--since", "1h"}, []string{f.approve}, []string{f.two}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			more = make(chan struct{})
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			out, errOut := &decisionsSink{}, &bytes.Buffer{}
+			done := make(chan int)
+			go func() {
+				done <- Run(ctx, append([]string{"decisions", "list", "--from-cluster", "--follow", "--kubeconfig", kubeconfig}, tc.flags...), strings.NewReader(""), out, errOut)
+			}()
+			stdout := func() string { out.mu.Lock(); defer out.mu.Unlock(); return out.buf.String() }
+			for _, w := range tc.first {
+				require.Eventually(t, func() bool { return strings.Contains(stdout(), w) }, 30*time.Second, 10*time.Millisecond, "printed before the log goes on: %s", w)
+			}
+			assert.NotContains(t, stdout(), f.two, "nothing that was not logged yet")
+			close(more)
+			require.Equal(t, ExitOK, <-done, errOut.String())
+			for _, w := range tc.want {
+				assert.Contains(t, stdout(), w)
+			}
+			if tc.name == "json" {
+				assert.NotContains(t, stdout(), f.approve, "the filters apply")
+			}
+			assert.Contains(t, errOut.String(), "the logs of ichor-policy-a ended")
+		})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, queries, 3)
+	assert.Contains(t, queries[0], "follow=true")
+	assert.NotContains(t, queries[0], "sinceTime")
+	assert.Contains(t, queries[2], "sinceTime=")
+}
+
+func TestDecisionsFollowUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"decisions", "list", "--follow"}, "give --from-cluster"},
+		{[]string{"decisions", "list", "--follow", "--from-cluster", "--previous"}, "contradict"},
+		{[]string{"decisions", "list", "--follow", "--from-cluster", "-o", "yaml"}, "one decision at a time"},
+	} {
+		code, _, stderr, _ := decisionsRun(t, "", tc.args...)
+		assert.Equal(t, ExitUsage, code, stderr)
+		assert.Contains(t, stderr, tc.want)
+	}
+}
