@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -159,6 +160,20 @@ func TestTwoAdminsAreEachNamedAndRevokingOneLeavesTheOther(t *testing.T) {
 	waitFor(t, "Ada's new admin kubeconfig works", func() (bool, error) { return listNamespaces(f.ctx, newAda.cs) == nil, nil })
 	assert.True(t, apierrors.IsForbidden(listNamespaces(f.ctx, ada.cs)), "the revoked certificate came back with the new binding")
 	require.NoError(t, listNamespaces(f.ctx, bob.cs))
+
+	// The API server's audit log names each person as the user of their
+	// requests: the allowed ones, and Ada's refused ones after revocation.
+	for _, want := range []struct {
+		user string
+		code int
+	}{{"ichor-admin:u:ichor:ada", 200}, {"ichor-admin:u:ichor:bob", 200}, {"ichor-admin:u:ichor:ada", 403}} {
+		waitFor(t, fmt.Sprintf("the audit log has a list of namespaces by %s answered %d", want.user, want.code), func() (bool, error) {
+			events, err := env.AuditEvents(func(e harness.AuditEvent) bool {
+				return e.User.Username == want.user && e.Verb == "list" && strings.HasPrefix(e.RequestURI, "/api/v1/namespaces?") && e.ResponseStatus.Code == want.code
+			})
+			return len(events) > 0, err
+		})
+	}
 }
 
 // clientOf is a client of a user f.user already bound.

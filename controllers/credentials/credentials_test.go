@@ -83,7 +83,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(harness.Main(m, harness.Options{}, func(ctx context.Context, e *harness.Env) (func(), error) {
+	os.Exit(harness.Main(m, harness.Options{AuditLog: true}, func(ctx context.Context, e *harness.Env) (func(), error) {
 		env = e
 		install, err := setup(ctx)
 		return func() {

@@ -54,6 +54,11 @@ type Options struct {
 	// directory that Stop removes; a directory given here is kept, logs
 	// included, for a person to read after the run.
 	WorkDir string
+
+	// AuditLog has the API server write an audit log (level Metadata, every
+	// request) to Env.AuditLogPath, which AuditEvents reads: what the API
+	// server recorded as each request's user.
+	AuditLog bool
 }
 
 // Env is a running environment. Its fields are set by Start and read-only.
@@ -84,6 +89,8 @@ type Env struct {
 	KCMLogPath       string
 	APIServerLogPath string
 	EtcdLogPath      string
+	// AuditLogPath is the API server's audit log, with Options.AuditLog.
+	AuditLogPath string
 
 	osCA       *talosapi.CA
 	authn      *clientCertAuthn
@@ -143,6 +150,10 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 			err = errors.Join(err, e.Stop())
 		}
 	}()
+
+	if opts.AuditLog {
+		e.AuditLogPath = filepath.Join(e.WorkDir, "audit.log")
+	}
 
 	if err = e.startControlPlane(crdDir); err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
@@ -213,6 +224,13 @@ func (e *Env) startControlPlane(crdDir string) error {
 	// authorizes like a cluster whatever envtest's defaults become. There is
 	// no Node authorizer: bindNodeRole grants nodes the role instead.
 	apiServer.Configure().Set("authorization-mode", "RBAC")
+	if e.AuditLogPath != "" {
+		policy := filepath.Join(e.WorkDir, "audit-policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+			return fmt.Errorf("audit policy: %w", err)
+		}
+		apiServer.Configure().Set("audit-policy-file", policy).Set("audit-log-path", e.AuditLogPath).Set("audit-log-format", "json")
+	}
 
 	e.testEnv = &envtest.Environment{
 		ControlPlane: envtest.ControlPlane{
