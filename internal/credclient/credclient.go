@@ -53,6 +53,13 @@ const (
 )
 
 // pollInterval is how often the request's status is read while waiting.
+//
+// A get by name, not a watch (watchtools.UntilWithSync): a watch needs list
+// and watch on every TalosCredentialRequest of the namespace (RBAC can name
+// the object of a watch only when its name is known when the role is
+// written, and a request's is generated), while asking needs create and get
+// alone. A person who may ask should not have to see everyone's requests to
+// read their own answer; a get every half second costs the API server little.
 const pollInterval = 500 * time.Millisecond
 
 // progressEvery is how often the wait says it is still waiting.
