@@ -85,7 +85,9 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 			ObservedGeneration: cluster.Generation,
 		})
 	}
-	setReady(cluster, r.NodeReaders.reachability(p.key(), p.now))
+	reach := r.NodeReaders.reachability(p.key(), p.now)
+	reach.total = len(machines.Items)
+	setReady(cluster, reach)
 	if !statusChanged(before.Status, cluster.Status) {
 		return nil
 	}
@@ -115,8 +117,9 @@ var progressReasons = map[string]bool{
 // Ready says whether Ichor serves the cluster as its spec asks: True once
 // the spec of this generation is accepted and its requests are being
 // decided; False when the configuration is refused, or when Ichor reaches
-// none of the cluster's Talos API: every machine it read within
-// readFreshness failed (reach). It never follows the nodes' progress: a node
+// none of the cluster's Talos API: every machine it read for its own node's
+// request within readFreshness failed, and those are more than half of the
+// cluster's machines (reach). It never follows the nodes' progress: a node
 // joining, a request left pending, a node denied for ever, a flood withheld
 // are what KubeletServingCertificates and KubeletServingRequests say. Were
 // Ready to follow them, every node join would stall kubectl wait and GitOps
@@ -142,11 +145,11 @@ func setReady(cluster *ichorv1alpha1.TalosCluster, reach reachability) {
 		ready.Status = metav1.ConditionFalse
 		ready.Reason = c.Reason
 		ready.Message = truncate("the configuration is refused: "+c.Message, maxConditionMessage)
-	case reach.machines > 0 && reach.failed == reach.machines:
+	case reach.unreachable():
 		ready.Status = metav1.ConditionFalse
 		ready.Reason = ichorv1alpha1.ReasonTalosAPIUnreachable
-		ready.Message = engine.Clip(fmt.Sprintf("no machine's Talos API answered: the %d machines read in the last %s all failed; %s: %s",
-			reach.machines, readFreshness, reach.machine, reach.err), "", maxConditionMessage)
+		ready.Message = engine.Clip(fmt.Sprintf("no machine's Talos API answered: the %d of the cluster's %d machines read in the last %s all failed; %s: %s",
+			reach.machines, reach.total, readFreshness, reach.machine, reach.err), "", maxConditionMessage)
 	}
 	meta.SetStatusCondition(&cluster.Status.Conditions, ready)
 	cluster.Status.ObservedGeneration = cluster.Generation

@@ -259,7 +259,15 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 				return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 			}
 		}
-		in.Node = p.readNode(ctx, machine)
+		// Only a read for the node's own request says whether Ichor reaches
+		// the cluster: anyone may ask in a node's name, and a request of
+		// another requester (denied by the rule) must not make the
+		// cluster's Ready False.
+		limits, err := p.r.limits.get(ctx, p.r.Engine, p.now)
+		if err != nil {
+			return fmt.Errorf("the limits of the kubelet serving rule: %w", err)
+		}
+		in.Node = p.readNode(ctx, machine, csr.Spec.Username == limits.NodeUserPrefix+node)
 		// A node that still cannot be read, for the same reason, changes no
 		// fact: it is looked at again soon, without a new decision (and log
 		// entry) each time, so that it is decided within seconds of coming
@@ -347,17 +355,23 @@ func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigni
 }
 
 // readNode reads the machine's identity over its Talos API. A failure is a
-// fact for the rule (readable=false, and why), never a decision here.
-func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine) *csrinput.Node {
+// fact for the rule (readable=false, and why), never a decision here. With
+// reach, the outcome counts towards the cluster's Ready.
+func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine, reach bool) *csrinput.Node {
+	observe := func(err error) {
+		if reach {
+			p.r.NodeReaders.observe(p.key(), machine.Name, p.r.Clock.Now(), err)
+		}
+	}
 	reader, err := p.r.NodeReaders.Get(ctx, p.cluster)
 	if err != nil {
-		p.r.NodeReaders.observe(p.key(), machine.Name, p.r.Clock.Now(), err)
+		observe(err)
 		return &csrinput.Node{Readable: false, Error: err.Error(), Addresses: []string{}}
 	}
 	start := time.Now()
 	id, err := reader.Read(ctx, machine.Spec.Endpoint)
 	p.r.Metrics.talosRead(err, time.Since(start))
-	p.r.NodeReaders.observe(p.key(), machine.Name, p.r.Clock.Now(), err)
+	observe(err)
 	if err != nil {
 		return &csrinput.Node{Readable: false, Error: err.Error(), Addresses: []string{}}
 	}

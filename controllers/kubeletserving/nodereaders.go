@@ -135,6 +135,16 @@ func (n *NodeReaders) observe(key types.NamespacedName, machine string, at time.
 type reachability struct {
 	machines, failed int
 	machine, err     string
+	// total is how many machines the cluster has.
+	total int
+}
+
+// unreachable reports whether the reads say that Ichor reaches none of the
+// cluster: every machine read failed, and those are more than half of the
+// cluster's machines, so that one node (whose Talos API its owner may stop)
+// of a larger cluster cannot make the cluster's Ready False.
+func (r reachability) unreachable() bool {
+	return r.machines > 0 && r.failed == r.machines && 2*r.failed > r.total
 }
 
 // readFreshness is how long a read's outcome counts towards the cluster's
@@ -143,6 +153,9 @@ type reachability struct {
 const readFreshness = 5 * time.Minute
 
 func (n *NodeReaders) reachability(key types.NamespacedName, now time.Time) reachability {
+	if n == nil {
+		return reachability{}
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	after := n.UnreachableAfter

@@ -51,15 +51,17 @@ func TestReadyIsFalseOnlyForARefusedConfiguration(t *testing.T) {
 			cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, "KubeconfigRefused"),
 		}},
 		{name: "one machine of two unreachable", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing,
-			conditions: []metav1.Condition{waiting}, reach: reachability{machines: 2, failed: 1, machine: "m-1", err: "timeout"}},
+			conditions: []metav1.Condition{waiting}, reach: reachability{machines: 2, failed: 1, machine: "m-1", err: "timeout", total: 2}},
+		{name: "the one machine read of three unreachable", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing,
+			conditions: []metav1.Condition{waiting}, reach: reachability{machines: 1, failed: 1, machine: "m-1", err: "timeout", total: 3}},
 		{name: "every machine read unreachable", enabled: true, status: metav1.ConditionFalse, reason: ichorv1alpha1.ReasonTalosAPIUnreachable,
-			conditions: []metav1.Condition{waiting}, reach: reachability{machines: 2, failed: 2, machine: "m-1", err: "timeout\x1b[2J"},
-			message: "no machine's Talos API answered: the 2 machines read in the last 5m0s all failed; m-1: timeout^[[2J"},
+			conditions: []metav1.Condition{waiting}, reach: reachability{machines: 2, failed: 2, machine: "m-1", err: "timeout\x1b[2J", total: 3},
+			message: "no machine's Talos API answered: the 2 of the cluster's 3 machines read in the last 5m0s all failed; m-1: timeout^[[2J"},
 		{name: "a refusal comes before reachability", enabled: true, status: metav1.ConditionFalse, reason: ReasonKubeconfigUnreadable,
 			conditions: []metav1.Condition{cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, ReasonKubeconfigUnreadable)},
-			reach:      reachability{machines: 1, failed: 1, machine: "m-1", err: "x"}},
+			reach:      reachability{machines: 1, failed: 1, machine: "m-1", err: "x", total: 1}},
 		{name: "off, whatever was read", status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonKubeletServingOff,
-			reach: reachability{machines: 1, failed: 1, machine: "m-1", err: "x"}},
+			reach: reachability{machines: 1, failed: 1, machine: "m-1", err: "x", total: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Generation: 7}}

@@ -97,6 +97,31 @@ func TestReadyIsFalseWhileNoMachinesTalosAPIAnswers(t *testing.T) {
 	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonServing)
 }
 
+// TestARequestOfAnotherRequesterDoesNotTurnReadyFalse: anyone may ask in a
+// node's name, and the machine that name picks is read (the rule then
+// denies the requester); such a read, failing, says nothing of whether
+// Ichor reaches the cluster, so Ready stays True however long it fails
+// (hostile review F1).
+func TestARequestOfAnotherRequesterDoesNotTurnReadyFalse(t *testing.T) {
+	f := newFixture(t, false)
+	dark := f.machine("dark-2", "10.31.1.2")
+	dark.SetUnavailable(true)
+	other := submit(t, nodeClient(t, "system:node:elsewhere", "system:nodes"), "dark-2-foreign",
+		csrgen.Request{Subject: csrgen.NodeSubject("dark-2"), IPs: []net.IP{net.ParseIP("10.31.1.2")}})
+	loggedPending(t, other, "NodeUnreadable")
+	// Read again and again, well past UnreachableAfter (two seconds here),
+	// each pass writing the conditions: Ready is True all along.
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		ready := meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionReady)
+		if ready != nil {
+			require.Equal(t, metav1.ConditionTrue, ready.Status, "a foreign requester's request made Ready %s: %s", ready.Status, ready.Message)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonServing)
+}
+
 // readyWhen waits until the condition typ has the status and its message
 // names name, and returns Ready as the same object has it: the approver
 // writes both in one status update, so this is Ready while that holds.
