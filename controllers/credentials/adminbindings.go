@@ -71,7 +71,7 @@ const (
 // nonce a new one would be named with.
 func (r *Reconciler) adminIdentity(ctx context.Context) (engine.AdminIdentityFacts, error) {
 	var list rbacv1.ClusterRoleBindingList
-	if err := r.APIReader.List(ctx, &list, client.HasLabels{LabelAdminBinding}, client.Limit(MaxAdminBindings)); err != nil {
+	if err := r.APIReader.List(ctx, &list, AdminBindingLabels, client.Limit(MaxAdminBindings)); err != nil {
 		return engine.AdminIdentityFacts{}, fmt.Errorf("list the admins' ClusterRoleBindings: %w", err)
 	}
 	if list.Continue != "" {
@@ -197,12 +197,15 @@ const RevokedByOperator = "the operator (--admin-kubeconfigs=false, chart value 
 // left to the next pass.
 func RemoveAdminBindings(ctx context.Context, c client.Client, revokedBy string) (int, error) {
 	var list rbacv1.ClusterRoleBindingList
-	if err := c.List(ctx, &list, client.HasLabels{LabelAdminBinding}); err != nil {
+	if err := c.List(ctx, &list, AdminBindingLabels); err != nil {
 		return 0, fmt.Errorf("list the admins' ClusterRoleBindings: %w", err)
 	}
 	removed := 0
 	var errs []error
 	for i := range list.Items {
+		if !Revocable(&list.Items[i]) {
+			continue
+		}
 		if err := RevokeBinding(ctx, c, &list.Items[i], revokedBy); err != nil {
 			errs = append(errs, err)
 			continue
@@ -317,8 +320,29 @@ func (a *AdminBindings) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(a)
 }
 
+// AdminBindingLabels selects the admins' bindings: the label's value as
+// Ichor writes it, the one the manager's cache watches, so that the issuer,
+// the watch and the CLI see the same bindings.
+var AdminBindingLabels = client.MatchingLabels{LabelAdminBinding: "true"}
+
 func isAdminBinding(b *rbacv1.ClusterRoleBinding) bool {
-	return b != nil && b.Labels[LabelAdminBinding] != ""
+	return b != nil && b.Labels[LabelAdminBinding] == "true"
+}
+
+// adminBindingPrefix begins the name of every binding Ichor makes for a
+// person (data.json's person_identity, kubeconfig-admin's prefix).
+const adminBindingPrefix = "ichor-admin:"
+
+// Revocable reports whether the manager may delete the binding when the
+// operator revokes admin kubeconfigs: one of Ichor's, by its label, its name
+// and its role (cluster-admin). Whoever may label a binding must not have
+// the manager delete system:basic-user or another binding that is not an
+// admin's; an admin binding someone altered (another subject added) still
+// names cluster-admin and goes. The role is the one the rule binds
+// (data.json, person_identity.binding_roles).
+func Revocable(b *rbacv1.ClusterRoleBinding) bool {
+	return isAdminBinding(b) && strings.HasPrefix(b.Name, adminBindingPrefix) &&
+		b.RoleRef == rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"}
 }
 
 // Reconcile deletes an admin binding while the operator revoked admin
@@ -331,7 +355,7 @@ func (a *AdminBindings) Reconcile(ctx context.Context, req reconcile.Request) (r
 	if err := a.Client.Get(ctx, req.NamespacedName, &b); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !isAdminBinding(&b) {
+	if !Revocable(&b) {
 		return reconcile.Result{}, nil
 	}
 	if err := RevokeBinding(ctx, a.Client, &b, RevokedByOperator); err != nil {

@@ -317,6 +317,27 @@ func TestRevocationIsRecordedAndTheOperatorsRevocationRemovesEveryBinding(t *tes
 	waitFor(t, "the operator's revocation is in the decision log", func() (bool, error) {
 		return strings.Contains(decisionLog.String(), jsonText(`Revoked the admin binding of "ichor:fay" (ichor-admin:u:ichor:fay) by "`+credentials.RevokedByOperator+`"`)), nil
 	})
+
+	// Whoever may label a binding cannot have the manager delete one that is
+	// not an admin's (hostile review F2): a binding labelled as Ichor's whose
+	// name or role is not an admin binding's is left alone.
+	for _, decoy := range []*rbacv1.ClusterRoleBinding{
+		{ObjectMeta: metav1.ObjectMeta{Name: "decoy-basic-user", Labels: map[string]string{credentials.LabelAdminBinding: "true"}},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:authenticated-decoy"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "ichor-admin:u:decoy:view", Labels: map[string]string{credentials.LabelAdminBinding: "true"}},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "ichor-admin:u:decoy:view"}}},
+	} {
+		require.NoError(t, env.Client.Create(f.ctx, decoy))
+		t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(f.ctx), decoy) })
+		_, err := revoked.Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(decoy)})
+		require.NoError(t, err)
+		n, err := credentials.RemoveAdminBindings(f.ctx, ctrlClient, credentials.RevokedByOperator)
+		require.NoError(t, err)
+		assert.Zero(t, n, "RemoveAdminBindings removed %s", decoy.Name)
+		require.NoError(t, env.Client.Get(f.ctx, client.ObjectKeyFromObject(decoy), &rbacv1.ClusterRoleBinding{}), "%s was deleted", decoy.Name)
+	}
 }
 
 // reconciled is how many reconciles the controller named name has made,

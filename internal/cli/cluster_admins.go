@@ -109,7 +109,7 @@ DELETE and its user, the record of who revoked that no client writes.`,
 // adminBindings are the admins' bindings, by username, then name.
 func adminBindings(ctx context.Context, c client.Reader) ([]rbacv1.ClusterRoleBinding, error) {
 	var list rbacv1.ClusterRoleBindingList
-	if err := c.List(ctx, &list, client.HasLabels{credentials.LabelAdminBinding}); err != nil {
+	if err := c.List(ctx, &list, credentials.AdminBindingLabels); err != nil {
 		return nil, fmt.Errorf("list the admins' ClusterRoleBindings: %w", err)
 	}
 	slices.SortFunc(list.Items, func(a, b rbacv1.ClusterRoleBinding) int {

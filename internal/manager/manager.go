@@ -332,6 +332,14 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 			return err
 		}
 	}
+	// Without the webhook nothing is issued, but the admins' bindings are
+	// still watched: --admin-kubeconfigs=false removes them either way.
+	admins := &credentials.AdminBindings{
+		Client: mgr.GetClient(), Engine: eng, Recorder: mgr.GetEventRecorder("ichor-credentials"), AdminKubeconfigs: o.AdminKubeconfigs,
+	}
+	if err := admins.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the admin bindings' watch: %w", err)
+	}
 	if o.KubeletClientApprover {
 		clientApprover := &kubeletclient.Reconciler{
 			Client:    mgr.GetClient(),
@@ -408,12 +416,6 @@ func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine,
 	}
 	if err := issuer.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the credential issuer: %w", err)
-	}
-	admins := &credentials.AdminBindings{
-		Client: mgr.GetClient(), Engine: eng, Recorder: mgr.GetEventRecorder("ichor-credentials"), AdminKubeconfigs: o.AdminKubeconfigs,
-	}
-	if err := admins.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up the admin bindings' watch: %w", err)
 	}
 	return nil
 }
