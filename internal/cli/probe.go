@@ -59,8 +59,13 @@ func probe(ctx context.Context, s streams, target, contains string, timeout time
 	client := &http.Client{Timeout: 10 * time.Second}
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
-		last = probeOnce(ctx, client, target, contains)
-		return last == nil, nil
+		err := probeOnce(ctx, client, target, contains)
+		// An ask cut short by the deadline says nothing about the server:
+		// the answer before it is the one to report.
+		if err == nil || ctx.Err() == nil || last == nil {
+			last = err
+		}
+		return err == nil, nil
 	})
 	if err != nil {
 		if last == nil {

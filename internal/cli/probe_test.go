@@ -33,7 +33,7 @@ func TestProbeWaitsForTheAnswerAsked(t *testing.T) {
 	assert.Contains(t, stdout, "answered 200 OK")
 	assert.GreaterOrEqual(t, calls.Load(), int32(3))
 
-	code, _, stderr = run(t, "", "probe", srv.URL+"/metrics", "--contains", "not_there", "--timeout", "2s")
+	code, _, stderr = run(t, "", "probe", srv.URL+"/metrics", "--contains", "not_there", "--timeout", "5s")
 	assert.Equal(t, cli.ExitError, code)
 	assert.Contains(t, stderr, `does not contain "not_there"`)
 
