@@ -66,6 +66,23 @@ image: ## The manager image, without a container daemon: an OCI image layout in 
 	  -version "$(VERSION)" -revision "$(REVISION)" -ldflags "$(LDFLAGS)" -repository "$(IMAGE_REPOSITORY)" \
 	  -platforms "$(IMAGE_PLATFORMS)" -base "$(BASE_IMAGE)" -ca-bundle "$(CA_BUNDLE)"
 
+# `make release VERSION=vX.Y.Z`: the files of a release in dist/ (docs/install.md,
+# deploy/release): the chart package pinning the image by digest, the image as
+# an OCI archive, the kubectl plugin's archives and krew manifest, a CycloneDX
+# SBOM, SHA256SUMS. Each platform's binary is compiled once, for the image and
+# the plugin alike.
+PLUGIN_PLATFORMS ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64
+
+.PHONY: release
+release: HELM = $(shell go -C tools/helm tool -n helm)
+release: SBOM_TOOL = $(shell go -C tools/cyclonedx-gomod tool -n cyclonedx-gomod)
+release: ## The release files in dist/ (VERSION=vX.Y.Z; IMAGE_PLATFORMS, PLUGIN_PLATFORMS, BASE_IMAGE; docs/install.md)
+	@mkdir -p dist
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./deploy/release/cmd/release -o dist \
+	  -version "$(VERSION)" -revision "$(REVISION)" -ldflags "$(LDFLAGS)" -repository "$(IMAGE_REPOSITORY)" \
+	  -image-platforms "$(IMAGE_PLATFORMS)" -plugin-platforms "$(PLUGIN_PLATFORMS)" -base "$(BASE_IMAGE)" -ca-bundle "$(CA_BUNDLE)" \
+	  -helm "$(HELM)" -sbom-tool "$(SBOM_TOOL)"
+
 .PHONY: test
 test: go-lint policy-test envtest-assets go-test chart-test ## The whole suite: gofmt, go vet, golangci-lint, opa check/fmt/test (100% coverage), Regal, go test, the chart
 

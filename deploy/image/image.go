@@ -104,6 +104,11 @@ type Options struct {
 	// /etc/ssl/certs/ca-certificates.crt; empty for none. A Base brings its
 	// own, so it is not used with one.
 	CABundle string
+	// Binaries are ichor binaries already built by Compile with these
+	// options, by platform ("linux/amd64"): the release builds each platform
+	// once, for the image and the plugin archives alike. A platform not
+	// here is compiled.
+	Binaries map[string]string
 }
 
 // Build compiles ichor for each platform, builds the image index on the
@@ -127,7 +132,11 @@ func Build(ctx context.Context, o Options) (v1.Hash, error) {
 
 	binaries := map[string]string{}
 	for _, p := range o.Platforms {
-		if binaries[p.String()], err = compile(ctx, o, p, work); err != nil {
+		if b, ok := o.Binaries[p.String()]; ok {
+			binaries[p.String()] = b
+			continue
+		}
+		if binaries[p.String()], err = Compile(ctx, o, p, work); err != nil {
 			return v1.Hash{}, err
 		}
 	}
@@ -184,12 +193,17 @@ func tag(o Options) (name.Tag, error) {
 	return t, nil
 }
 
-// compile builds ./cmd/ichor for p: static (no cgo), without the paths of
-// the build machine (-trimpath) or its VCS state, the version stamped.
-// Without its symbol table and DWARF (-s -w) the binary is a third smaller;
-// its build information stays, for `go version -m`.
-func compile(ctx context.Context, o Options, p v1.Platform, work string) (string, error) {
-	out := filepath.Join(work, p.OS+"-"+p.Architecture, "ichor")
+// Compile builds ./cmd/ichor for p into work/OS-ARCH/: static (no cgo),
+// without the paths of the build machine (-trimpath) or its VCS state, the
+// version stamped. Without its symbol table and DWARF (-s -w) the binary is a
+// third smaller; its build information stays, for `go version -m`. For
+// windows it is ichor.exe. Only o.Dir, o.LDFlags and o.Version are read.
+func Compile(ctx context.Context, o Options, p v1.Platform, work string) (string, error) {
+	name := "ichor"
+	if p.OS == "windows" {
+		name += ".exe"
+	}
+	out := filepath.Join(work, p.OS+"-"+p.Architecture, name)
 	ldflags := "-s -w " + o.LDFlags + " -X " + versionVar + "=" + o.Version
 	//nolint:gosec // G204: the build machine's go command, with the options of whoever runs make image.
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, "./cmd/ichor")

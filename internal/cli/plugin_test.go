@@ -95,7 +95,7 @@ func TestKrewManifest(t *testing.T) {
 	out := help(t, "kubectl-"+p.Metadata.Name)
 	assert.Contains(t, out, "kubectl "+p.Metadata.Name+" [command]")
 
-	want := map[string]bool{"linux/amd64": true, "linux/arm64": true, "darwin/amd64": true, "darwin/arm64": true}
+	want := map[string]bool{"linux/amd64": true, "linux/arm64": true, "darwin/amd64": true, "darwin/arm64": true, "windows/amd64": true}
 	got := map[string]bool{}
 	for _, pl := range p.Spec.Platforms {
 		osName, arch := pl.Selector.MatchLabels["os"], pl.Selector.MatchLabels["arch"]
@@ -105,9 +105,13 @@ func TestKrewManifest(t *testing.T) {
 		sum, name, _ := strings.Cut(pl.SHA256, "#")
 		assert.Regexp(t, regexp.MustCompile(`^[0-9a-f]{64}$`), sum, platform)
 		assert.Equal(t, "SHA256_"+strings.ToUpper(osName)+"_"+strings.ToUpper(arch), name, "%s: the sha256 of another platform's archive", platform)
-		assert.Equal(t, "ichor", pl.Bin, platform)
+		bin := "ichor"
+		if osName == "windows" {
+			bin += ".exe"
+		}
+		assert.Equal(t, bin, pl.Bin, platform)
 		require.Len(t, pl.Files, 1, platform)
-		assert.Equal(t, "ichor", pl.Files[0].From, platform)
+		assert.Equal(t, bin, pl.Files[0].From, platform)
 	}
 	assert.Equal(t, want, got)
 	assert.Len(t, placeholders, 1+len(want), "placeholders: %v", placeholders)

@@ -134,7 +134,7 @@ func newRootWith(s streams) *cobra.Command {
 	root.SetErr(s.err)
 	// Cobra's own flag errors are usage errors too.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage.Wrap(err) })
-	root.AddCommand(newManualDecisionCommand(s, true), newManualDecisionCommand(s, false), newPolicyCommand(s), newBundleCommand(s), newManagerCommand(s), newRenderCommand(s), newDecisionsCommand(s), newClusterCommand(s), newVersionCommand(s), newAuditCommand(s))
+	root.AddCommand(newManualDecisionCommand(s, true), newManualDecisionCommand(s, false), newPolicyCommand(s), newBundleCommand(s), newManagerCommand(s), newRenderCommand(s), newDecisionsCommand(s), newClusterCommand(s), newVersionCommand(s), newAuditCommand(s), newProbeCommand(s))
 	// Cobra adds its completion command when it executes; added now, it is
 	// held to the same rules as the others.
 	root.InitDefaultCompletionCmd()

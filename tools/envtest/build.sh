@@ -15,9 +15,26 @@ declare -A pkgs=(
   [etcd]=go.etcd.io/etcd/server/v3
 )
 
+# kube-apiserver and kube-controller-manager report the version the release
+# build stamps (hack/lib/version.sh); built from the module they would say
+# v0.0.0-master, which Helm then compares with the chart's kubeVersion
+# (>=1.30.0-0) and refuses. A binary built before it was stamped is rebuilt
+# (a link only, with Go's build cache warm).
+k8s_version="$(cd "$here" && go list -m -f '{{.Version}}' k8s.io/kubernetes)"
+k8s_minor="${k8s_version#v*.}"; k8s_minor="${k8s_minor%%.*}"
+k8s_major="${k8s_version#v}"; k8s_major="${k8s_major%%.*}"
+k8s_ldflags=""
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  k8s_ldflags+=" -X $p.gitVersion=$k8s_version -X $p.gitMajor=$k8s_major -X $p.gitMinor=$k8s_minor -X $p.gitTreeState=clean"
+done
+
 missing=()
 for bin in kube-apiserver kube-controller-manager etcd; do
-  [[ -x "$dir/$bin" ]] || missing+=("$bin")
+  if [[ ! -x "$dir/$bin" ]]; then
+    missing+=("$bin")
+  elif [[ "$bin" != etcd && "$("$dir/$bin" --version 2>/dev/null)" != "Kubernetes $k8s_version" ]]; then
+    missing+=("$bin")
+  fi
 done
 if ((${#missing[@]} == 0)); then
   echo "envtest-assets: up to date in $dir"
@@ -32,7 +49,9 @@ for bin in "${missing[@]}"; do
   echo "envtest-assets: go build ${pkgs[$bin]}"
   # Build to a temporary name and rename, so an interrupted build never
   # leaves a half-written binary that a later run would take as present.
-  go build -o "$dir/.$bin.tmp" "${pkgs[$bin]}"
+  ldflags=""
+  [[ "$bin" == etcd ]] || ldflags="$k8s_ldflags"
+  go build -ldflags "$ldflags" -o "$dir/.$bin.tmp" "${pkgs[$bin]}"
   mv "$dir/.$bin.tmp" "$dir/$bin"
 done
 echo "envtest-assets: done in $((SECONDS - start))s"
