@@ -17,7 +17,10 @@ test_the_oldest_requests_beyond_the_limit_are_denied if {
 	d := _decide(_requests(12, 5, 12, 3))
 	d.action == "deny"
 	[r.code | some r in d.reasons] == ["TooManyRequests"]
-	startswith(d.reasons[0].message, "system:node:worker-1 has 12 undecided kubelet serving requests and 5 newer than this one")
+	startswith(
+		d.reasons[0].message,
+		"system:node:worker-1 has 12 undecided kubelet serving requests and 5 newer than this one",
+	)
 	endswith(d.reasons[0].message, "; only the newest 5 are decided")
 }
 

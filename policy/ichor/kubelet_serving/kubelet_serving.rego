@@ -21,10 +21,11 @@
 #   (the identity read from the Talos API, absent if it was not read) and input.requests
 #   (counts Go takes from its cache: from_requester, the undecided kubelet serving
 #   requests of this request's requester, this one included; newer_from_requester, how
-#   many of the requester's kubelet serving requests, decided or not, are newer; undecided, those whose requester is the node a machine of the
-#   clusters judging this API server answers to, and unknown, every other, each requester's
-#   counted up to the limits' max_undecided_per_requester since the rest are denied anyway;
-#   machines, the machines of those clusters; absent counts are zero).
+#   many of the requester's kubelet serving requests, decided or not, are newer;
+#   undecided, those whose requester is the node a machine of the clusters judging this
+#   API server answers to, and unknown, every other, each requester's counted up to the
+#   limits' max_undecided_per_requester since the rest are denied anyway; machines, the
+#   machines of those clusters; absent counts are zero).
 package ichor.kubelet_serving
 
 import data.ichor.lib.csr as lib_csr
