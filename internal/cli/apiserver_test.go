@@ -140,6 +140,7 @@ func (ae *apiEnv) testManualDecision(t *testing.T) {
 		{name: "no message", args: []string{"approve", noRights}, code: cli.ExitUsage, csr: noRights, stderr: "--message is required"},
 		{name: "a reason that is a sentence", args: []string{"approve", noRights, "--message", "x", "--reason", "looks fine"}, code: cli.ExitUsage, csr: noRights, stderr: "give a CamelCase code"},
 		{name: "not there", args: []string{"approve", "csr-none", "--message", "x"}, code: cli.ExitError, stderr: "not found"},
+		{name: "the approver's own reason", args: []string{"approve", noRights, "--message", "x", "--reason", "IchorKubeletServing"}, code: cli.ExitUsage, csr: noRights, stderr: "reasons that begin with Ichor are the approvers' own"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := run(t, "", append(tc.args, "--kubeconfig", ae.admin)...)

@@ -68,8 +68,11 @@ kubernetes.io/kube-apiserver-client-kubelet); the manager's rights are not used.
 
 Only an undecided request of a signer Ichor's approvers decide is written:
 Ichor never leaves such a request undecided except as pending (an unknown
-machine, an unreadable node, a flood guard). A request already approved or
-denied, or of another signer, is refused, and nothing is written. The
+machine, an unreadable node, a flood guard), or not yet judged: check with
+"ichor policy check-csr NAME" and "ichor decisions list" what Ichor said or would
+say before you overrule it. A request already approved or denied, or of another
+signer, is refused, and nothing is written. A --reason that begins with Ichor
+(the approvers' own) is refused, so a person's decision never reads as theirs. The
 condition's message names you as the API server authenticated you, and the
 API server's audit log records the write as yours.
 
@@ -97,6 +100,10 @@ func runManualDecision(ctx context.Context, s streams, o manualDecision, names [
 	switch {
 	case !reasonPattern.MatchString(o.reason):
 		return usage.Errorf("--reason %q: give a CamelCase code (a letter, then letters and digits, at most 64)", o.reason)
+	case strings.HasPrefix(o.reason, "Ichor") && o.reason != ManualApprovalReason && o.reason != ManualDenialReason:
+		// IchorKubeletServing and IchorKubeletClient say the approvers
+		// decided; a person's decision must not read as theirs.
+		return usage.Errorf("--reason %q: reasons that begin with Ichor are the approvers' own; give yours (or leave the default, %s or %s)", o.reason, ManualApprovalReason, ManualDenialReason)
 	case strings.TrimSpace(o.message) == "":
 		return usage.Errorf("--message is required: say why, for whoever reads the request after you")
 	case len(o.message) > maxManualMessage:

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -304,20 +305,31 @@ func cacheKey(o Request, cfg *rest.Config) (execcache.Key, error) {
 }
 
 // identityDigest is a SHA-256 of what cfg authenticates with: certificate,
-// token and their files, a user name, an exec or auth provider. A password
-// is left out (it may be guessable, and the digest names a file).
+// token and their files (names and contents, so that a file rewritten for
+// another person is another identity), a user name, an exec plugin (its
+// command, arguments and environment) or auth provider. A password is left
+// out (it may be guessable, and the digest names a file). What an exec
+// plugin reads from the rest of the environment (a cloud profile, an OIDC
+// login) it cannot see: docs/credentials.md says to clear the cache when
+// switching identity that way.
 func identityDigest(cfg *rest.Config) string {
 	id := struct {
 		CertData, CertFile, KeyFile, Token, TokenFile, Username string
+		CertFileSum, TokenFileSum                               string
 		ExecCommand                                             string
 		ExecArgs                                                []string
+		ExecEnv                                                 []string
 		AuthProvider                                            string
 	}{
 		CertData: string(cfg.TLSClientConfig.CertData), CertFile: cfg.TLSClientConfig.CertFile, KeyFile: cfg.TLSClientConfig.KeyFile,
 		Token: cfg.BearerToken, TokenFile: cfg.BearerTokenFile, Username: cfg.Username,
+		CertFileSum: fileSum(cfg.TLSClientConfig.CertFile), TokenFileSum: fileSum(cfg.BearerTokenFile),
 	}
 	if cfg.ExecProvider != nil {
 		id.ExecCommand, id.ExecArgs = cfg.ExecProvider.Command, cfg.ExecProvider.Args
+		for _, v := range cfg.ExecProvider.Env {
+			id.ExecEnv = append(id.ExecEnv, v.Name+"="+v.Value)
+		}
 	}
 	if cfg.AuthProvider != nil {
 		id.AuthProvider = cfg.AuthProvider.Name
@@ -328,4 +340,25 @@ func identityDigest(cfg *rest.Config) string {
 	}
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
+}
+
+// maxIdentityFile bounds what fileSum reads: a certificate or a token.
+const maxIdentityFile = 1 << 20
+
+// fileSum is a SHA-256 of a file's first maxIdentityFile bytes, "" when
+// there is no file or it cannot be read (the request then fails on its own).
+func fileSum(path string) string {
+	if path == "" {
+		return ""
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, io.LimitReader(f, maxIdentityFile)); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
