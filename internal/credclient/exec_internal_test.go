@@ -45,7 +45,7 @@ func TestIdentityDigestFollowsFileContentsAndExecEnvironment(t *testing.T) {
 	if identityDigest(exec("ada")) == identityDigest(exec("bob")) {
 		t.Fatal("an exec plugin run with another environment gives the same digest")
 	}
-	if identityDigest(exec("ada")) != identityDigest(exec("ada")) {
+	if ada := identityDigest(exec("ada")); ada != identityDigest(exec("ada")) {
 		t.Fatal("the same exec plugin gives another digest")
 	}
 }
