@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,6 +36,28 @@ type faultProxy struct {
 	// large for etcd.
 	refuse  string
 	refused atomic.Int64
+	// conflictFirst, when set, answers 409 to the first approval write of
+	// conflictFirst requests in every ten (by the order of their first
+	// write), and lets every other write through.
+	conflictFirst int
+	mu            sync.Mutex
+	firstWrites   map[string]bool
+}
+
+// conflictFirstWrite reports whether this write, the request's first, is to
+// be answered 409.
+func (p *faultProxy) conflictFirstWrite(path string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.firstWrites == nil {
+		p.firstWrites = map[string]bool{}
+	}
+	if _, seen := p.firstWrites[path]; seen {
+		return false
+	}
+	conflict := len(p.firstWrites)%10 < p.conflictFirst
+	p.firstWrites[path] = conflict
+	return conflict
 }
 
 func (p *faultProxy) start(t *testing.T) string {
@@ -62,12 +85,20 @@ func (p *faultProxy) start(t *testing.T) string {
 			rp.ServeHTTP(w, r)
 			return
 		}
+		if p.conflictFirst > 0 {
+			p.writes.Add(1)
+			if !p.conflictFirstWrite(r.URL.Path) {
+				rp.ServeHTTP(w, r)
+				return
+			}
+			p.conflicts.Add(1)
+			conflict(w)
+			return
+		}
 		switch p.writes.Add(1) % 3 {
 		case 0:
 			p.conflicts.Add(1)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusConflict)
-			_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409,"message":"the object has been modified; please apply your changes to the latest version and try again"}`))
+			conflict(w)
 		case 1:
 			p.lost.Add(1)
 			rec := httptest.NewRecorder()
@@ -88,6 +119,46 @@ func (p *faultProxy) start(t *testing.T) string {
 	path := filepath.Join(t.TempDir(), "proxy.kubeconfig")
 	require.NoError(t, os.WriteFile(path, data, 0o600))
 	return path
+}
+
+// conflict answers as the API server does when the object changed since it
+// was read.
+func conflict(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusConflict)
+	_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","code":409,"message":"the object has been modified; please apply your changes to the latest version and try again"}`))
+}
+
+// A conflict is not a failure: a request whose approval write is answered
+// 409 is read again and written at once, without a second decision (and
+// without the backoff of a failed write). Of a burst where three requests in
+// ten conflict on their first write, each is decided once, by one verdict in
+// the log, with one write more per conflict. (Before: each conflicted
+// request was decided again after a backoff; the last verdict of a
+// 200-request burst under 30% conflicts came 34.5 s after it, against 4.0 s
+// without.)
+func TestAConflictedApprovalIsWrittenAgainAtOnceWithoutASecondDecision(t *testing.T) {
+	f := newFixture(t)
+	p := &faultProxy{conflictFirst: 3}
+	proxied := p.start(t)
+	m := f.manager("manager", []string{"--kubeconfig=" + proxied})
+	names := f.burst("r", 40, 50)
+	burst := time.Now()
+	waitDecided(f.ctx, t, names, 90*time.Second)
+	t.Logf("the last verdict %s after the burst; %d approval writes, %d answered 409", time.Since(burst).Round(time.Millisecond), p.writes.Load(), p.conflicts.Load())
+	exactlyOnceApproved(f.ctx, t, names)
+	require.EqualValues(t, 12, p.conflicts.Load(), "three in ten of the 40 first writes")
+	assert.EqualValues(t, len(names)+12, p.writes.Load(), "one write more per conflict")
+	logged := entries(t, m)
+	for _, name := range names {
+		verdicts := 0
+		for _, e := range logged {
+			if e.Path != decisionlog.PathApplied && e.Object() == "csr/"+name {
+				verdicts++
+			}
+		}
+		assert.Equal(t, 1, verdicts, "%s: verdicts logged", name)
+	}
 }
 
 // Approval writes that conflict, or are applied but answered 504: every

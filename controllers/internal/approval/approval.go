@@ -6,13 +6,16 @@ package approval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 )
 
 // IsDecided reports whether the request is approved or denied, by anyone.
@@ -45,21 +48,55 @@ func Deny(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.Cert
 	return write(ctx, cs, csr, certificatesv1.CertificateDenied, reason, message, now)
 }
 
+// ErrDecidedMeanwhile is returned when a write conflicted because someone
+// else decided the request in the meantime: nothing was written here.
+var ErrDecidedMeanwhile = errors.New("decided by another writer meanwhile")
+
+// conflictRetry is how often a conflicted write is tried again on the
+// request as it is now, and how soon: at once (a conflict is not a failure,
+// and backing off on it held a burst's verdicts back by tens of seconds),
+// with a few milliseconds between tries so that a writer that keeps
+// changing the request does not spin us.
+var conflictRetry = wait.Backoff{Steps: 5, Duration: 5 * time.Millisecond, Factor: 2, Jitter: 0.1}
+
 func write(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest, kind certificatesv1.RequestConditionType, reason, message string, now time.Time) error {
-	updated := csr.DeepCopy()
 	t := metav1.NewTime(now)
-	updated.Status.Conditions = append(updated.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+	condition := certificatesv1.CertificateSigningRequestCondition{
 		Type:               kind,
 		Status:             corev1.ConditionTrue,
 		Reason:             reason,
 		Message:            message,
 		LastUpdateTime:     t,
 		LastTransitionTime: t,
+	}
+	current := csr
+	err := retry.RetryOnConflict(conflictRetry, func() error {
+		if current == nil {
+			// A conflict: read the request as it is now. Its spec cannot
+			// change (the API server refuses it), so the verdict still
+			// holds for it unless someone decided it meanwhile, or it is
+			// another request of the same name.
+			live, err := cs.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("read it again after a conflict: %w", err)
+			}
+			switch {
+			case live.UID != csr.UID:
+				return fmt.Errorf("read it again after a conflict: it is another request now (uid %s, decided on %s)", live.UID, csr.UID)
+			case IsDecided(live):
+				return ErrDecidedMeanwhile
+			}
+			current = live
+		}
+		// The resourceVersion of the object decided on (or read again
+		// since): if the request changed, the update conflicts.
+		updated := current.DeepCopy()
+		updated.Status.Conditions = append(updated.Status.Conditions, condition)
+		_, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, updated, metav1.UpdateOptions{})
+		current = nil
+		return err
 	})
-	// The resourceVersion of the object decided on: if the request changed
-	// since (decided by someone else, say), the update conflicts and the
-	// request is looked at again.
-	if _, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, updated, metav1.UpdateOptions{}); err != nil {
+	if err != nil {
 		verb := "approve"
 		if kind == certificatesv1.CertificateDenied {
 			verb = "deny"

@@ -76,3 +76,72 @@ func TestAWriteThatConflictsSaysWhichRequestAndKeepsTheCause(t *testing.T) {
 	assert.Contains(t, err.Error(), "deny CSR csr-a")
 	assert.True(t, apierrors.IsConflict(err), "the API error is wrapped, so callers can tell a conflict")
 }
+
+// conflictOnce answers the first approval write with 409, as when the request
+// changed since it was read, and counts the writes.
+func conflictOnce(cs *fake.Clientset, writes *int) {
+	cs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "approval" {
+			return false, nil, nil
+		}
+		*writes++
+		if *writes == 1 {
+			return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "certificates.k8s.io", Resource: "certificatesigningrequests"}, "csr-a", errors.New("the object has been modified"))
+		}
+		return false, nil, nil
+	})
+}
+
+// A conflict is not a failure: the request is read again and, undecided, the
+// verdict is written on it at once.
+func TestAConflictedWriteIsWrittenAgainOnTheRequestAsItIsNow(t *testing.T) {
+	csr := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-a", UID: "u-1", ResourceVersion: "7"}}
+	live := csr.DeepCopy()
+	live.ResourceVersion = "8"
+	live.Annotations = map[string]string{"changed": "by someone"}
+	cs := fake.NewClientset(live)
+	writes := 0
+	conflictOnce(cs, &writes)
+	require.NoError(t, approval.Approve(context.Background(), cs, csr, "IchorKubeletServing", "matches", start))
+	assert.Equal(t, 2, writes)
+	got, err := cs.CertificatesV1().CertificateSigningRequests().Get(context.Background(), "csr-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, got.Status.Conditions, 1)
+	assert.True(t, approval.IsApproved(got))
+	assert.Equal(t, "by someone", got.Annotations["changed"], "written on the request as read again")
+}
+
+// A conflict because someone else decided the request meanwhile writes
+// nothing more, and says so; a request of the same name that is another one
+// is not written either.
+func TestAConflictedWriteIsNotWrittenAgainOnARequestDecidedOrReplaced(t *testing.T) {
+	csr := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-a", UID: "u-1", ResourceVersion: "7"}}
+	decided := csr.DeepCopy()
+	decided.ResourceVersion = "8"
+	decided.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: "ByAPerson"}}
+	replaced := csr.DeepCopy()
+	replaced.UID, replaced.ResourceVersion = "u-2", "9"
+	for _, tc := range []struct {
+		name string
+		live *certificatesv1.CertificateSigningRequest
+		want string
+	}{
+		{"decided meanwhile", decided, "decided by another writer meanwhile"},
+		{"another request of the name", replaced, "it is another request now (uid u-2, decided on u-1)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cs := fake.NewClientset(tc.live)
+			writes := 0
+			conflictOnce(cs, &writes)
+			err := approval.Approve(context.Background(), cs, csr, "IchorKubeletServing", "matches", start)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "approve CSR csr-a: ")
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Equal(t, tc.live == decided, errors.Is(err, approval.ErrDecidedMeanwhile))
+			assert.Equal(t, 1, writes, "nothing written after the conflict")
+			got, err := cs.CertificatesV1().CertificateSigningRequests().Get(context.Background(), "csr-a", metav1.GetOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, tc.live.Status.Conditions, got.Status.Conditions)
+		})
+	}
+}
