@@ -343,16 +343,25 @@ func (e *Engine) resource(opts Options) (resource, serviceURL string, err error)
 	return "file://" + e.private, "", nil
 }
 
-// writePrivate writes the bundle OPA reads into a private temporary
-// directory, replacing the file whole.
-func (e *Engine) writePrivate(data []byte) error {
+// privateDir is the engine's private temporary directory, made on first
+// use and removed when the engine stops.
+func (e *Engine) privateDir() (string, error) {
 	if e.tmpDir == "" {
 		dir, err := os.MkdirTemp("", "ichor-bundle-")
 		if err != nil {
-			return fmt.Errorf("bundle directory: %w", err)
+			return "", fmt.Errorf("bundle directory: %w", err)
 		}
 		e.tmpDir = dir
 		e.private = filepath.Join(dir, "bundle.tar.gz")
+	}
+	return e.tmpDir, nil
+}
+
+// writePrivate writes the bundle OPA reads into a private temporary
+// directory, replacing the file whole.
+func (e *Engine) writePrivate(data []byte) error {
+	if _, err := e.privateDir(); err != nil {
+		return err
 	}
 	// OPA reads the file while a new bundle replaces it: it sees the old one
 	// or the new one whole, never a part.
@@ -391,6 +400,7 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 	source := map[string]any{"resource": resource}
 	services := map[string]any{}
 	plugins := map[string]any{}
+	persistence := ""
 	if serviceURL != "" {
 		// OPA's client, with every response bounded and a bundle scanned
 		// before OPA reads it (limitsPlugin).
@@ -398,6 +408,14 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 		plugins[limitsPluginName] = map[string]any{}
 		if bundles.IsOCI(opts.Source) {
 			service["type"] = "oci"
+			// OPA's OCI store goes under the engine's private directory,
+			// where the limits plugin prunes it (ocistore.go) and Stop
+			// removes it.
+			dir, err := e.privateDir()
+			if err != nil {
+				return nil, err
+			}
+			persistence = dir
 		}
 		services["bundle"] = service
 		source["service"] = "bundle"
@@ -418,6 +436,9 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 		"labels":   map[string]string{"app": "ichor-policy", "ichor_version": version.Get().Version},
 		"services": services,
 		"bundles":  map[string]any{BundleName: source},
+	}
+	if persistence != "" {
+		config["persistence_directory"] = persistence
 	}
 	if len(opts.VerificationKeys) > 0 {
 		keys := map[string]any{}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	"github.com/open-policy-agent/opa/v1/plugins/rest"
 	"github.com/open-policy-agent/opa/v1/storage"
@@ -179,7 +180,12 @@ func (p *limitsPlugin) NewClient(c rest.Config) (*http.Client, error) {
 		timeout = *c.ResponseHeaderTimeoutSeconds
 	}
 	client := rest.DefaultRoundTripperClient(tlsConfig, timeout)
-	client.Transport = &limitsTransport{base: client.Transport, limits: p.limits.OrDefault(), oci: strings.EqualFold(c.Type, "oci")}
+	t := &limitsTransport{base: client.Transport, limits: p.limits.OrDefault(), oci: strings.EqualFold(c.Type, "oci")}
+	if cfg := p.manager.GetConfig(); t.oci && cfg.PersistenceDirectory != nil {
+		t.store = ociStoreDir(*cfg.PersistenceDirectory)
+		t.logger = p.manager.Logger()
+	}
+	client.Transport = t
 	return client, nil
 }
 
@@ -191,12 +197,25 @@ type limitsTransport struct {
 	// oci: the service is a registry, whose manifests are checked
 	// (ocipull.go).
 	oci bool
+	// store is OPA's OCI store, pruned as each pull starts (ocistore.go).
+	store  string
+	logger logging.Logger
 }
 
 // gzipMagic starts every gzip stream; a bundle is one.
 var gzipMagic = []byte{0x1f, 0x8b}
 
 func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	// A pull starts by resolving the tag (HEAD of its manifest); the
+	// previous pull is over, so every blob its tag does not reference can
+	// go.
+	if t.store != "" && req.Method == http.MethodHead && isManifestRequest(req) {
+		if removed, err := pruneOCIStore(t.store, t.limits); err != nil {
+			t.logger.Warn("The OCI bundle store could not be pruned before a pull: %v.", err)
+		} else if removed > 0 {
+			t.logger.Debug("Removed %d blobs of earlier revisions from the OCI bundle store.", removed)
+		}
+	}
 	resp, err := t.base.RoundTrip(req)
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return resp, err

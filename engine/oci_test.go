@@ -3,10 +3,14 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"io"
+	"io/fs"
 	"log"
 	"net"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -162,4 +166,65 @@ func TestAnUnreachableRegistryFailsTheStartWithItsReason(t *testing.T) {
 	assert.Contains(t, err.Error(), "was not activated within 2s")
 	assert.Contains(t, err.Error(), addr, "the error names the registry")
 	assert.Less(t, time.Since(start), 30*time.Second)
+}
+
+// duBytes is the size of the files under dir.
+func duBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var total int64
+	require.NoError(t, filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err == nil {
+			total += info.Size()
+		}
+		return err
+	}))
+	return total
+}
+
+// OPA's OCI downloader keeps every revision it ever pulled in a store on
+// disk. A tag that keeps moving (to bundles nobody signed: whoever may push
+// to the repository) must not fill the manager's /tmp, a 64 MiB emptyDir in
+// the chart: the store keeps the revision tagged and the one being pulled.
+// (Before: 20 pushes of a 682 KiB bundle left 10.3 MiB; after, 1.1 MiB.)
+func TestAMovingTagDoesNotFillTheDisk(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	s, stranger := newSigner(t), newSigner(t)
+	srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	ref := bundles.OCIPlainHTTPScheme + host + "/ichor/policy:stable"
+	good := policyBundle(t, false)
+	push(t, ref, good, s)
+	var st statuses
+	e, err := engine.New(context.Background(), engine.Options{
+		Source: ref, PollInterval: time.Second, VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}},
+		AllowInsecureHTTP: true, DecisionLog: io.Discard, Log: io.Discard, OnBundleStatus: st.add,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	const pushes, padding = 20, 512 << 10
+	for i := range pushes {
+		b := policyBundle(t, true)
+		random := make([]byte, padding)
+		_, _ = rand.Read(random)
+		// Incompressible: the bundle is as large on disk as on the wire.
+		b.Data["ichor"].(map[string]any)["padding"] = base64.StdEncoding.EncodeToString(random)
+		before := st.refusals()
+		push(t, ref, b, stranger)
+		require.Eventually(t, func() bool { return st.refusals() > before }, 15*time.Second, 20*time.Millisecond, "push %d refused", i)
+	}
+	used := duBytes(t, tmp)
+	t.Logf("%d pushes of a %d KiB bundle: %d KiB on disk", pushes, padding*4/3>>10, used>>10)
+	assert.Less(t, used, int64(4*padding*4/3), "at most the revision tagged and the one being pulled, with room")
+	_, rev := forgedIPDecision(t, e)
+	assert.Equal(t, good.Manifest.Revision, rev, "the bundle in service stays")
+
+	e.Stop(context.Background())
+	assert.Zero(t, duBytes(t, tmp), "the store goes with the engine")
 }

@@ -1,0 +1,123 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	godigest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+)
+
+// OPA's OCI downloader copies each new revision's blobs into a store on
+// disk (an OCI layout) and never removes one, so the store grows by a
+// bundle with every revision the tag ever pointed to: a tag moved often
+// enough, by its owner or by anyone who may push unsigned blobs to the
+// repository, fills the manager's /tmp (64 MiB in the chart) and gets every
+// replica evicted. The engine gives OPA the store's directory
+// (persistence_directory) and, before each pull starts, removes every blob
+// that the manifest tagged now does not reference: the store holds one
+// revision, and the one being pulled.
+
+// ociStoreDir is where OPA's OCI downloader keeps its store under the
+// persistence directory (plugins/bundle: filepath.Join(dir, "oci")).
+func ociStoreDir(persistence string) string { return filepath.Join(persistence, "oci") }
+
+// maxOCIIndexBytes bounds the store's index.json the pruning reads: OPA's
+// store adds an entry (about 200 bytes) for each manifest it ever pulled.
+const maxOCIIndexBytes = 16 << 20
+
+// pruneOCIStore removes from the OCI layout at root every blob that no
+// tagged manifest references, and reports how many it removed. It must not
+// run during a pull: a blob being copied is referenced by no tag yet.
+func pruneOCIStore(root string, limits bundles.Limits) (int, error) {
+	index, err := readBounded(filepath.Join(root, ocispec.ImageIndexFile), maxOCIIndexBytes)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil // nothing pulled yet
+	}
+	if err != nil {
+		return 0, err
+	}
+	var idx ocispec.Index
+	if err := json.Unmarshal(index, &idx); err != nil {
+		return 0, fmt.Errorf("read the OCI store's index: %w", err)
+	}
+	keep := map[string]bool{}
+	for _, m := range idx.Manifests {
+		if m.Annotations[ocispec.AnnotationRefName] == "" {
+			continue // pulled once, by digest only: a revision gone by
+		}
+		if err := m.Digest.Validate(); err != nil {
+			return 0, fmt.Errorf("read the OCI store's index: %w", err)
+		}
+		keep[blobName(m.Digest)] = true
+		data, err := readBounded(filepath.Join(root, ocispec.ImageBlobsDir, blobName(m.Digest)), limits.CompressedBytes)
+		if err != nil {
+			return 0, fmt.Errorf("read the tagged manifest %s: %w", m.Digest, err)
+		}
+		var manifest ocispec.Manifest
+		if err := json.Unmarshal(data, &manifest); err != nil {
+			return 0, fmt.Errorf("read the tagged manifest %s: %w", m.Digest, err)
+		}
+		for _, d := range append([]ocispec.Descriptor{manifest.Config}, manifest.Layers...) {
+			if err := d.Digest.Validate(); err == nil {
+				keep[blobName(d.Digest)] = true
+			}
+		}
+	}
+	// The walk and the removals stay inside the store's blobs directory,
+	// whatever links it holds.
+	blobs, err := os.OpenRoot(filepath.Join(root, ocispec.ImageBlobsDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("prune the OCI store: %w", err)
+	}
+	defer blobs.Close()
+	removed := 0
+	err = fs.WalkDir(blobs.FS(), ".", func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() || keep[path]:
+			return nil
+		}
+		if err := blobs.Remove(path); err != nil {
+			return err
+		}
+		removed++
+		return nil
+	})
+	if err != nil {
+		return removed, fmt.Errorf("prune the OCI store: %w", err)
+	}
+	return removed, nil
+}
+
+// blobName is a blob's path under the layout's blobs directory, as fs.FS
+// names it.
+func blobName(d godigest.Digest) string { return d.Algorithm().String() + "/" + d.Encoded() }
+
+// readBounded reads a file of at most max bytes.
+func readBounded(path string, max int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("%s is over %d bytes", path, max)
+	}
+	return data, nil
+}
