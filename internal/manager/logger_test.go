@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
@@ -64,4 +65,22 @@ func TestLoggerDefaultsAreTodays(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(line(flagOptions(t, "-zap-time-encoding=rfc3339"))), &entry))
 	assert.IsType(t, "", entry["ts"])
 	assert.NotContains(t, line(flagOptions(t, "-zap-encoder=console")), `"msg"`)
+}
+
+// client-go's klog lines go through the manager's logger, as JSON, so that a
+// control character in them (a tenant API server's error text) is escaped
+// and never reaches the operator's terminal raw. (Before: klog wrote text to
+// stderr.)
+func TestKlogLinesAreTheManagersEscapedJSON(t *testing.T) {
+	var buf bytes.Buffer
+	setLoggers(newLogger(&buf, nil))
+	t.Cleanup(klog.ClearLogger)
+	klog.InfoS("watch failed", "err", "denied\n\x1b]2;owned\x07")
+	klog.Flush()
+	line := buf.String()
+	assert.NotContains(t, line, "\x1b", "escaped")
+	var entry map[string]any
+	require.NoError(t, json.Unmarshal([]byte(line), &entry), line)
+	assert.Equal(t, "client-go", entry["logger"])
+	assert.Equal(t, "denied\n\x1b]2;owned\x07", entry["err"])
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -137,7 +138,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.LocalClusters == nil {
 		o.LocalClusters = &cluster.Local{}
 	}
-	ctrl.SetLogger(newLogger(o.Log, o.LogOptions))
+	setLoggers(newLogger(o.Log, o.LogOptions))
 	if err := registerBuildInfo(ctrlmetrics.Registry, version.Get()); err != nil {
 		return err
 	}
@@ -204,6 +205,15 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("manager: %w", err)
 	}
 	return nil
+}
+
+// setLoggers makes logger the controllers' and client-go's: client-go logs
+// through klog, whose text lines would otherwise reach stderr raw, with
+// whatever a tenant's API server put in an error message (escape sequences
+// for the operator's terminal included); the JSON lines escape them.
+func setLoggers(logger logr.Logger) {
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger.WithName("client-go"))
 }
 
 // newLogger is the controllers' logger: the options the flags set, writing to
