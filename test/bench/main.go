@@ -31,6 +31,10 @@ type Options struct {
 	OPABench          string
 	Doc               string
 	Out               io.Writer
+	// Peers are other approvers run at Machines in PeerRounds rounds,
+	// alternating with the rubber stamp and Ichor as shipped.
+	Peers      []Peer
+	PeerRounds int
 }
 
 // Report is everything one `make bench` measured.
@@ -151,6 +155,9 @@ func Main(ctx context.Context, o Options) (err error) {
 			return err
 		}
 	}
+	if err := runPeers(ctx, rep, fleet, tracker, o, []Variant{rubber, shipped}, runOpts); err != nil {
+		return err
+	}
 	if err := DeleteRequests(ctx, fleet.Env.Clientset); err != nil {
 		return err
 	}
@@ -216,6 +223,41 @@ func runVariants(ctx context.Context, rep *Report, fleet *Fleet, tracker *Tracke
 			} else {
 				rep.Heaps[key] = ps
 			}
+		}
+	}
+	return nil
+}
+
+// runPeers runs the comparison with the peers at N: in each round the rubber
+// stamp, Ichor as shipped and every peer on the same machines, in an order
+// reversed every other round so that neither the machine's load nor the
+// control plane's growth favours one.
+func runPeers(ctx context.Context, rep *Report, fleet *Fleet, tracker *Tracker, o Options, ours []Variant, runOpts RunOptions) error {
+	if len(o.Peers) == 0 {
+		return nil
+	}
+	g, err := fleet.Main(o.Machines)
+	if err != nil {
+		return err
+	}
+	variants := slices.Clone(ours)
+	for _, p := range o.Peers {
+		variants = append(variants, Variant{Name: p.Name, Mode: "peer", Command: p.Command})
+	}
+	for round := 1; round <= max(o.PeerRounds, 1); round++ {
+		fmt.Fprintf(runOpts.Log, "== Peers, round %d: %d machines\n", round, o.Machines)
+		order := slices.Clone(variants)
+		if round%2 == 0 {
+			slices.Reverse(order)
+		}
+		for _, v := range order {
+			ro := runOpts
+			ro.Round = round
+			res, err := fleet.Run(ctx, tracker, v, g, ro)
+			if err != nil {
+				return err
+			}
+			rep.Runs = append(rep.Runs, res)
 		}
 	}
 	return nil

@@ -79,8 +79,12 @@ func StartController(binary, dir, name string, flags []string, cliArgs []string)
 // Pid is the process id.
 func (c *Controller) Pid() int { return c.cmd.Process.Pid }
 
-// WaitReady waits for the stats endpoint to answer.
+// WaitReady waits for the stats endpoint to answer (a peer: for it to be up
+// a moment).
 func (c *Controller) WaitReady(ctx context.Context) error {
+	if c.stats == "" {
+		return c.waitStarted(ctx)
+	}
 	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		select {
 		case err := <-c.done:
@@ -95,6 +99,9 @@ func (c *Controller) WaitReady(ctx context.Context) error {
 
 // Stats asks the process for its Stats.
 func (c *Controller) Stats(ctx context.Context) (Stats, error) {
+	if c.stats == "" {
+		return procStats(c.Pid())
+	}
 	var st Stats
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+c.stats+"/stats", nil)
 	if err != nil {

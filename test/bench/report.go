@@ -68,7 +68,7 @@ func (r *Report) run(variant string, n int) (Result, bool) {
 // runIn is the run of the variant on n machines spread over k TalosClusters.
 func (r *Report) runIn(variant string, n, k int) (Result, bool) {
 	for _, res := range r.Runs {
-		if res.Variant.Name == variant && res.Machines == n && max(res.Clusters, 1) == k {
+		if res.Round == 0 && res.Variant.Name == variant && res.Machines == n && max(res.Clusters, 1) == k {
 			return res, true
 		}
 	}
@@ -153,6 +153,7 @@ func (r *Report) Markdown() string {
 	r.goalsTable(w)
 	r.decisionTables(w)
 	r.endToEndTables(w)
+	r.peerTable(w)
 	r.admissionTable(w)
 	r.profileTables(w)
 	r.spreadProfileTable(w)
@@ -562,6 +563,8 @@ func describeVariant(v Variant) string {
 		return "`ichor manager` as shipped"
 	case v.Mode == "cli":
 		return "`ichor manager " + strings.Join(v.ManagerArgs, " ") + "`"
+	case v.Mode == "peer":
+		return v.Name
 	default:
 		return fmt.Sprintf("rubber stamp (%d workers)", v.Workers)
 	}

@@ -27,6 +27,8 @@ type Variant struct {
 	// Ichor reports whether the variant is the Ichor manager (whose
 	// decisions should all be approvals).
 	Ichor bool
+	// Command is a peer's program and arguments (mode peer).
+	Command []string
 }
 
 // Args are benchmanager's arguments for the variant. `ichor manager` serves
@@ -67,6 +69,8 @@ type RunOptions struct {
 	Profile bool
 	// Log receives progress.
 	Log io.Writer
+	// Round is the round of the comparison with the peers (0: a main run).
+	Round int
 }
 
 // Result is one run of the load against one controller.
@@ -94,6 +98,12 @@ type Result struct {
 	ControlPlaneIdle float64
 	// LogPath and DecisionLogPath are the controller's outputs.
 	LogPath, DecisionLogPath string
+	// Round is the round of the comparison with the peers the run was part
+	// of (from 1); 0 for the main runs.
+	Round int
+	// APIRequests are the API server's requests from the first request of
+	// the load to the last approval, by verb and resource.
+	APIRequests APIRequests
 }
 
 // ControlPlaneNet is the control plane's CPU over the load less its idle
@@ -155,8 +165,17 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 			return res, err
 		}
 	}
-	flags, cliArgs := v.Args(o.Kubeconfig, f, g.Clusters)
-	ctl, err := StartController(o.Manager, o.Dir, name, flags, cliArgs)
+	if o.Round > 0 {
+		name = fmt.Sprintf("%s-round%d", name, o.Round)
+	}
+	res.Round = o.Round
+	var ctl *Controller
+	if v.Mode == "peer" {
+		ctl, err = startPeer(v, o.Dir, name, o.Kubeconfig)
+	} else {
+		flags, cliArgs := v.Args(o.Kubeconfig, f, g.Clusters)
+		ctl, err = StartController(o.Manager, o.Dir, name, flags, cliArgs)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -200,6 +219,10 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 		res.ControlPlaneIdle += (d - idleStart[k]).Seconds() / time.Since(idleFrom).Seconds()
 	}
 	if res.Before, err = ctl.Stats(ctx); err != nil {
+		return res, err
+	}
+	apiBefore, err := ScrapeAPIRequests(ctx, cs)
+	if err != nil {
 		return res, err
 	}
 	cpBefore, driverBefore := cp.CPU(), selfCPU()
@@ -246,6 +269,11 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 		return res, err
 	}
 	cpAfter, driverAfter := cp.CPU(), selfCPU()
+	apiAfter, err := ScrapeAPIRequests(ctx, cs)
+	if err != nil {
+		return res, err
+	}
+	res.APIRequests = apiAfter.Since(apiBefore)
 	if o.Profile {
 		if err := ctl.StopProfile(ctx); err != nil {
 			return res, err

@@ -38,6 +38,14 @@ func main() {
 	flag.StringVar(&o.GoBench, "gobench", "", "output of `go test -bench` to include in the summary")
 	flag.StringVar(&o.OPABench, "opabench", "", "output of `opa test --bench --format gobench` to include in the summary")
 	flag.StringVar(&o.Doc, "doc", "", "write the results into this Markdown file between its bench markers (docs/performance.md)")
+	flag.Func("peer", `another approver to run at N beside the rubber stamp and Ichor as shipped: "NAME BINARY [ARG...]", run with KUBECONFIG set (repeat for more; docs/performance.md)`, func(s string) error {
+		p, err := bench.ParsePeer(s)
+		if err == nil {
+			o.Peers = append(o.Peers, p)
+		}
+		return err
+	})
+	flag.IntVar(&o.PeerRounds, "peer-rounds", 2, "rounds of the comparison with -peer, the order reversed every other round")
 	flag.Parse()
 	for _, s := range strings.Split(growth, ",") {
 		if s = strings.TrimSpace(s); s == "" {
