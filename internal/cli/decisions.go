@@ -335,10 +335,10 @@ decision.cli.ichor.dev/ID, one a line, which "decisions show" takes.
 
 --follow (with --from-cluster) tails the replicas' logs as kubectl logs -f
 does and prints each decision as it is logged (in any -o; json and yaml
-print each Decision as its own document),
-from --since (read by the API server) or the whole log, until interrupted or
-every pod's log ends; the verdicts never applied cannot be told apart while
-following, so every verdict is printed (--all adds the applied records).
+print each Decision as its own document), from --since (read by the API
+server) or the whole log, until interrupted or every pod's log ends; the
+verdicts never applied cannot be told apart while following, so every
+verdict is printed (--all adds the applied records).
 
 ` + decisionsInput + `
 
