@@ -191,7 +191,7 @@ func (ae *apiEnv) testCheckCSRByName(t *testing.T) {
 		{name: "neither", args: []string{"--kubeconfig", ae.admin}, code: cli.ExitUsage, stderr: "give the requests' NAMEs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := run(t, "", append(append([]string{"policy", "check-csr"}, tc.args...), identity...)...)
+			code, stdout, stderr := run(t, "", append(append([]string{"policy", "check-csr", "-o", "json"}, tc.args...), identity...)...)
 			require.Equal(t, tc.code, code, stderr)
 			assert.Contains(t, stderr, tc.stderr)
 			switch {
@@ -212,7 +212,7 @@ func (ae *apiEnv) testCheckCSRByName(t *testing.T) {
 	}
 
 	t.Run("check-client-csr NAME", func(t *testing.T) {
-		code, stdout, stderr := run(t, "", "policy", "check-client-csr", ae.good, "--kubeconfig", ae.admin)
+		code, stdout, stderr := run(t, "", "policy", "check-client-csr", "-o", "json", ae.good, "--kubeconfig", ae.admin)
 		assert.Equal(t, cli.ExitError, code, stderr)
 		assert.Contains(t, stderr, "the kubelet-client rule governs signer "+certificatesv1.KubeAPIServerClientKubeletSignerName+" only")
 		assert.Empty(t, stdout)

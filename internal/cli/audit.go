@@ -2,15 +2,14 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -72,7 +71,7 @@ type auditOptions struct {
 	cluster     string
 	port        int
 	timeout     time.Duration
-	output      *outputFlag
+	output      *printFlags
 	bundle      string
 	bundleKey   bundleKeyFlags
 	decisionLog string
@@ -88,9 +87,9 @@ func newAuditCommand(s streams) *cobra.Command {
 }
 
 func newAuditKubeletServingCommand(s streams) *cobra.Command {
-	o := auditOptions{kube: kube.NewConfigFlags(), output: newOutputFlag(outputTable)}
+	o := auditOptions{kube: kube.NewConfigFlags(), output: newTablePrintFlags(true)}
 	cmd := &cobra.Command{
-		Use:   "kubelet-serving [--cluster NAME] [-n NAMESPACE] [-o table|json|yaml|jsonpath=TEMPLATE]",
+		Use:   "kubelet-serving [--cluster NAME] [-n NAMESPACE] [-o table|wide|json|yaml|name|jsonpath=TEMPLATE]",
 		Short: "Audit the kubelet serving certificates in service against the nodes' identity of today",
 		Long: `Read the serving certificate each kubelet presents on its port (a TLS handshake,
 no credential needed), read the node's identity of today from its Talos API, and
@@ -103,6 +102,12 @@ or the one --cluster names. You need what the manager needs: list on TalosCluste
 and TalosMachines, and get on each cluster's secrets Secret (the Talos OS CA to read
 nodes with, the Kubernetes CA to verify with). The kubelets' port must be reachable
 from here.
+
+The table has one row a machine, then the reasons of each certificate that is
+not current; -o wide adds the address read and the decision id. -o json, yaml
+and jsonpath=TEMPLATE print a List (apiVersion v1) of KubeletServingAudit
+objects (cli.ichor.dev/v1alpha1), one a machine, named by the TalosMachine in
+its namespace; -o name prints kubeletservingaudit.cli.ichor.dev/MACHINE.
 
 Exit status: 0 when every certificate is current; 3 when at least one drifted;
 4 when none drifted but at least one could not be judged (its kubelet or its node
@@ -124,7 +129,7 @@ did not answer); 1 for an error (a secrets bundle unreadable, a broken bundle);
 	f.StringVar(&o.cluster, "cluster", "", "audit this TalosCluster only (even if its kubelet serving certificates are not enabled)")
 	f.IntVar(&o.port, "kubelet-port", servingcert.DefaultPort, "the port the kubelets serve on")
 	f.DurationVar(&o.timeout, "timeout", servingcert.DefaultTimeout, "bound on each TLS handshake and each Talos identity read")
-	o.output.register(cmd, "one document")
+	o.output.register(cmd)
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to judge with (default: the embedded bundle)")
 	o.bundleKey.register(f)
 	_ = cmd.RegisterFlagCompletionFunc("cluster", completeTalosClusters(o.kube))
@@ -149,7 +154,7 @@ type auditRow struct {
 }
 
 func runAudit(ctx context.Context, s streams, o auditOptions) error {
-	if err := o.output.parse(""); err != nil {
+	if err := o.output.complete(); err != nil {
 		return err
 	}
 	switch {
@@ -203,18 +208,7 @@ func runAudit(ctx context.Context, s streams, o auditOptions) error {
 			rows = append(rows, rowOf(cl, r))
 		}
 	}
-	if o.output.structured() {
-		if rows == nil {
-			rows = []auditRow{}
-		}
-		if err := o.output.print(s.out, false, func(w io.Writer) error {
-			out := json.NewEncoder(w)
-			out.SetIndent("", "  ")
-			return out.Encode(rows)
-		}); err != nil {
-			return err
-		}
-	} else if err := printAuditTable(s.out, rows); err != nil {
+	if err := printAudit(s.out, o.output, rows); err != nil {
 		return err
 	}
 	return auditVerdict(rows)
@@ -238,30 +232,36 @@ func rowOf(cl *ichorv1alpha1.TalosCluster, r kubeletaudit.Result) auditRow {
 	return row
 }
 
-// printAuditTable prints one line a machine, then the reasons of every
-// machine whose certificate is not current.
-func printAuditTable(w io.Writer, rows []auditRow) error {
+// printAudit prints the rows as -o asks; the table has one line a machine,
+// then the reasons of every machine whose certificate is not current.
+func printAudit(w io.Writer, output *printFlags, rows []auditRow) error {
+	if !output.isHuman() {
+		docs := make([]unstructured.Unstructured, 0, len(rows))
+		for _, r := range rows {
+			d, err := document("KubeletServingAudit", r.Namespace, r.Machine, r)
+			if err != nil {
+				return err
+			}
+			docs = append(docs, *d)
+		}
+		return output.print(w, documentList(docs))
+	}
 	if len(rows) == 0 {
 		_, err := fmt.Fprintln(w, "No machines to audit.")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	row(tw, "MACHINE", "NODE", "STATUS", "EXPIRES", "REASON")
+	t := newTable([]string{"Machine", "Node", "Status", "Expires", "Reason"}, "Address", "Decision")
 	for _, r := range rows {
-		expires := r.Expires
-		if expires == "" {
-			expires = "-"
-		}
-		reason := "-"
+		reason := ""
 		if codes := r.Reasons.Codes(); len(codes) > 0 {
 			reason = codes[0]
 			if len(codes) > 1 {
 				reason += fmt.Sprintf(" (+%d)", len(codes)-1)
 			}
 		}
-		row(tw, r.Cluster+"/"+r.Machine, r.Node, r.Status, expires, reason)
+		addRow(t, r.Cluster+"/"+r.Machine, r.Node, r.Status, r.Expires, reason, r.Address, r.DecisionID)
 	}
-	if err := tw.Flush(); err != nil {
+	if err := output.printTable(w, t); err != nil {
 		return err
 	}
 	for _, r := range rows {

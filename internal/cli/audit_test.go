@@ -48,7 +48,7 @@ func TestAuditKubeletServingUsage(t *testing.T) {
 	var out, errOut bytes.Buffer
 	code := cli.Run(t.Context(), []string{"audit", "kubelet-serving", "-o", "xml"}, nil, &out, &errOut)
 	assert.Equal(t, cli.ExitUsage, code)
-	assert.Contains(t, errOut.String(), `-o "xml": -o is the output format (table, json, yaml, jsonpath=TEMPLATE)`)
+	assert.Contains(t, errOut.String(), `unable to match a printer suitable for the output format "xml", allowed formats are: json,jsonpath,jsonpath-as-json,jsonpath-file,kyaml,name,table,wide,yaml`)
 }
 
 func startAuditEnv(t *testing.T) *auditEnv {
@@ -141,8 +141,7 @@ func (ae *auditEnv) testMoved(t *testing.T) {
 
 	require.Equal(t, cli.ExitDrifted, code, errOut)
 	assert.Contains(t, errOut, "1 of 1 kubelet serving certificates drifted")
-	var rows []auditRow
-	require.NoError(t, json.Unmarshal([]byte(out), &rows), out)
+	rows := auditRows(t, out)
 	require.Len(t, rows, 1)
 	assert.Equal(t, "moved-1", rows[0].Machine)
 	assert.Equal(t, "10.43.0.33:10250", rows[0].Address)
@@ -159,6 +158,28 @@ func (ae *auditEnv) testMoved(t *testing.T) {
 	require.Equal(t, cli.ExitDrifted, code)
 	assert.Regexp(t, `moved/moved-1\s+moved-1\s+drifted\s+\S+\s+CertificateNamesNotNode`, out)
 	assert.Contains(t, out, "  CertificateNamesNotNode: the kubelet serving certificate of machine \"moved-1\"")
+	assert.NotContains(t, out, "10.43.0.33:10250", "the address only in the wide table")
+
+	code, out, _ = ae.run(t, "--cluster", "moved", "-o", "wide")
+	require.Equal(t, cli.ExitDrifted, code)
+	assert.Regexp(t, `MACHINE\s+NODE\s+STATUS\s+EXPIRES\s+REASON\s+ADDRESS\s+DECISION`, out)
+	assert.Regexp(t, `moved/moved-1\s+moved-1\s+drifted\s+\S+\s+CertificateNamesNotNode\s+10\.43\.0\.33:10250\s+[0-9a-f-]{36}\n`, out, "each audit is a decision of its own")
+
+	code, out, _ = ae.run(t, "--cluster", "moved", "-o", "name")
+	require.Equal(t, cli.ExitDrifted, code, "the exit status says the same in every format")
+	assert.Equal(t, "kubeletservingaudit.cli.ichor.dev/moved-1\n", out)
+}
+
+// auditRows are the items of the List that -o json prints.
+func auditRows(t *testing.T, out string) []auditRow {
+	t.Helper()
+	var list struct {
+		Kind  string
+		Items []auditRow
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &list), out)
+	assert.Equal(t, "List", list.Kind)
+	return list.Items
 }
 
 func (ae *auditEnv) testQuiet(t *testing.T) {
@@ -170,8 +191,7 @@ func (ae *auditEnv) testQuiet(t *testing.T) {
 
 	assert.Less(t, time.Since(start), 20*time.Second, "a silent kubelet costs its timeout")
 	require.Equal(t, cli.ExitUnjudged, code, errOut)
-	var rows []auditRow
-	require.NoError(t, json.Unmarshal([]byte(out), &rows), out)
+	rows := auditRows(t, out)
 	require.Len(t, rows, 1)
 	assert.Equal(t, "unknown", rows[0].Status)
 	assert.Equal(t, "CertificateUnreadable", rows[0].Reasons[0].Code)

@@ -35,7 +35,7 @@ func TestASignedBundleIsCheckedOffline(t *testing.T) {
 	csr := manifest(t, csrgen.ServingObject("csr-1", "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}})), false)
 	log := decisionLog(t, dir)
 	commands := map[string][]string{
-		"check-csr": append([]string{"policy", "check-csr", "-f", csr}, identity...),
+		"check-csr": append([]string{"policy", "check-csr", "-o", "json", "-f", csr}, identity...),
 		"replay":    {"decisions", "replay", log, "-o", "json"},
 	}
 	for _, tc := range []struct {

@@ -22,7 +22,7 @@ type checkClientOptions struct {
 	machine    string
 	bundle     string
 	bundleKey  bundleKeyFlags
-	output     *outputFlag
+	output     *printFlags
 	names      []string
 	kube       genericclioptions.RESTClientGetter
 }
@@ -43,7 +43,7 @@ var clientWrap = pemWrap{
 }
 
 func newCheckClientCSRCommand(s streams) *cobra.Command {
-	o := checkClientOptions{output: newOutputFlag(outputJSON)}
+	o := checkClientOptions{output: newTablePrintFlags(true)}
 	cmd := &cobra.Command{
 		Use:   "check-client-csr (NAME... | -f FILE) [--authorized selfnodeclient,nodeclient|none] [--machine NAME] [--bundle PATH]",
 		Short: "Decide a kubelet client CSR offline, as the kubelet client approver would",
@@ -89,7 +89,7 @@ a wrong flag or a file that is not a CSR manifest.`,
 	f.StringVar(&o.machine, "machine", "", "the name of the TalosMachine that has the request's node name (default: none)")
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to decide with (default: the embedded bundle)")
 	o.bundleKey.register(f)
-	o.output.register(cmd, "the decision indented, or one JSON line a request for several")
+	o.output.register(cmd)
 	return cmd
 }
 

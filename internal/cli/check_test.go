@@ -22,23 +22,28 @@ import (
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 )
 
-// checkLine is one JSON line of a check command over a list.
+// checkLine is one item of what a check command prints for a list with -o
+// json: a List of CSRDecisions.
 type checkLine struct {
 	CSR string `json:"csr"`
 	engine.CSRDecision
+	// DocumentKind is the document's kind, CSRDecision; the kind of
+	// request recognized is RequestKind.
+	DocumentKind         string          `json:"kind"`
+	RequestKind          string          `json:"request_kind"`
 	Error                string          `json:"error"`
 	AssumedAuthorization map[string]bool `json:"assumed_authorization"`
 }
 
 func checkLines(t *testing.T, stdout string) []checkLine {
 	t.Helper()
-	var lines []checkLine
-	for _, l := range strings.Split(strings.TrimSpace(stdout), "\n") {
-		var c checkLine
-		require.NoError(t, json.Unmarshal([]byte(l), &c), l)
-		lines = append(lines, c)
+	var list struct {
+		APIVersion, Kind string
+		Items            []checkLine
 	}
-	return lines
+	require.NoError(t, json.Unmarshal([]byte(stdout), &list), stdout)
+	assert.Equal(t, "v1/List", list.APIVersion+"/"+list.Kind)
+	return list.Items
 }
 
 func codes(d engine.CSRDecision) []string {
@@ -101,7 +106,7 @@ func TestCheckCSRDecidesEveryItemOfAList(t *testing.T) {
 		asJSON, asAPI bool
 	}{{"kubectl yaml", false, false}, {"kubectl json", true, false}, {"API server list", true, true}} {
 		t.Run(form.name, func(t *testing.T) {
-			code, stdout, stderr := run(t, "", append([]string{"policy", "check-csr", "-f", writeList(t, form.asJSON, form.asAPI, good, forged)}, identity...)...)
+			code, stdout, stderr := run(t, "", append([]string{"policy", "check-csr", "-o", "json", "-f", writeList(t, form.asJSON, form.asAPI, good, forged)}, identity...)...)
 			require.Equal(t, cli.ExitOK, code, stderr)
 			lines := checkLines(t, stdout)
 			require.Len(t, lines, 2)
@@ -115,7 +120,7 @@ func TestCheckCSRDecidesEveryItemOfAList(t *testing.T) {
 	}
 
 	t.Run("an item of another signer is reported, the others decided, and the status is 1", func(t *testing.T) {
-		code, stdout, stderr := run(t, "", append([]string{"policy", "check-csr", "-f", writeList(t, false, false, client, good)}, identity...)...)
+		code, stdout, stderr := run(t, "", append([]string{"policy", "check-csr", "-o", "json", "-f", writeList(t, false, false, client, good)}, identity...)...)
 		assert.Equal(t, cli.ExitError, code)
 		assert.Contains(t, stderr, "no decision for 1 of the 2 requests")
 		lines := checkLines(t, stdout)
@@ -127,7 +132,7 @@ func TestCheckCSRDecidesEveryItemOfAList(t *testing.T) {
 	})
 
 	t.Run("an empty list", func(t *testing.T) {
-		code, stdout, stderr := run(t, "apiVersion: v1\nkind: List\nitems: []\n", "policy", "check-csr", "-f", "-", "--machine-unknown")
+		code, stdout, stderr := run(t, "apiVersion: v1\nkind: List\nitems: []\n", "policy", "check-csr", "-o", "json", "-f", "-", "--machine-unknown")
 		assert.Equal(t, cli.ExitOK, code, stderr)
 		assert.Empty(t, stdout)
 		assert.Contains(t, stderr, "the list holds no request")
@@ -164,7 +169,7 @@ func TestCheckClientCSR(t *testing.T) {
 			map[string]bool{"selfnodeclient": true, "nodeclient": true, "given": true}, "system:masters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := run(t, "", append([]string{"policy", "check-client-csr", "-f", tc.file}, tc.flags...)...)
+			code, stdout, stderr := run(t, "", append([]string{"policy", "check-client-csr", "-o", "json", "-f", tc.file}, tc.flags...)...)
 			require.Equal(t, cli.ExitOK, code, stderr)
 			var c checkLine
 			require.NoError(t, json.Unmarshal([]byte(stdout), &c), stdout)
@@ -174,7 +179,8 @@ func TestCheckClientCSR(t *testing.T) {
 			} else {
 				assert.Contains(t, codes(c.CSRDecision), "PrivilegedSubject")
 			}
-			assert.Equal(t, tc.kind, c.Kind)
+			assert.Equal(t, tc.kind, c.RequestKind)
+			assert.Equal(t, "CSRDecision", c.DocumentKind)
 			assert.Equal(t, tc.assumed, c.AssumedAuthorization)
 			assert.Contains(t, c.Reasons[0].Message, tc.inReason)
 			assert.NotEmpty(t, c.DecisionID)
@@ -184,7 +190,7 @@ func TestCheckClientCSR(t *testing.T) {
 	t.Run("a list of both signers", func(t *testing.T) {
 		serving := csrgen.ServingObject("csr-serving", "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}}))
 		client := clientObject(t, "csr-self", "system:node:worker-1", csrgen.NodeSubject("worker-1"))
-		code, stdout, stderr := run(t, "", "policy", "check-client-csr", "-f", writeList(t, false, false, serving, client), "--authorized", "selfnodeclient")
+		code, stdout, stderr := run(t, "", "policy", "check-client-csr", "-o", "json", "-f", writeList(t, false, false, serving, client), "--authorized", "selfnodeclient")
 		assert.Equal(t, cli.ExitError, code)
 		assert.Contains(t, stderr, "no decision for 1 of the 2 requests")
 		lines := checkLines(t, stdout)
@@ -204,7 +210,7 @@ func TestCheckClientCSR(t *testing.T) {
 		{"empty", []string{"-f", self, "--authorized", ""}, "--authorized takes selfnodeclient, nodeclient or none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := run(t, "", append([]string{"policy", "check-client-csr"}, tc.args...)...)
+			code, stdout, stderr := run(t, "", append([]string{"policy", "check-client-csr", "-o", "json"}, tc.args...)...)
 			assert.Equal(t, cli.ExitUsage, code)
 			assert.Empty(t, stdout)
 			assert.Contains(t, stderr, tc.want)
@@ -244,12 +250,12 @@ func TestCheckRefusesABarePEMAndShowsTheWrapping(t *testing.T) {
 
 			code, stdout, stderr = run(t, "", append([]string{"policy", tc.command, "-f", wrapped}, tc.flags...)...)
 			require.Equal(t, cli.ExitOK, code, stderr)
-			assert.Contains(t, stdout, `"action": "approve"`)
+			assert.Regexp(t, `(?m)^check\s+approve\s`, stdout, "the table, by default")
 		})
 	}
 
 	t.Run("another PEM block", func(t *testing.T) {
-		code, _, stderr := run(t, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "policy", "check-csr", "-f", "-", "--machine-unknown")
+		code, _, stderr := run(t, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n", "policy", "check-csr", "-o", "json", "-f", "-", "--machine-unknown")
 		assert.Equal(t, cli.ExitUsage, code)
 		assert.Contains(t, stderr, "- is a PEM CERTIFICATE, not a CertificateSigningRequest manifest")
 	})

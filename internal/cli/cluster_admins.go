@@ -2,12 +2,11 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
-	"text/tabwriter"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,6 +14,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -22,7 +22,6 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
-	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 )
 
 // newAdminsCommand is `ichor cluster admins`: the admins' own
@@ -41,13 +40,21 @@ Kubernetes rights (list, and patch and delete, on clusterrolebindings).`,
 }
 
 func newAdminsListCommand(s streams, k genericclioptions.RESTClientGetter) *cobra.Command {
-	output := newOutputFlag(outputTable)
+	output := newTablePrintFlags(true)
 	cmd := &cobra.Command{
-		Use:   "list [-o table|json|yaml|jsonpath=TEMPLATE]",
+		Use:   "list [-o table|wide|json|yaml|name|jsonpath=TEMPLATE]",
 		Short: "Show who holds an admin binding, when it was made and their latest certificate's expiry",
-		Args:  cobra.NoArgs,
+		Long: `Show who holds an admin binding, when it was made and their latest
+certificate's expiry; -o wide adds whether the binding is intact.
+
+-o json, yaml and jsonpath=TEMPLATE print a List (apiVersion v1) of
+AdminBinding objects (cli.ichor.dev/v1alpha1), named by their
+ClusterRoleBinding, with the fields user, identity, binding, made,
+certificateExpires, role and intact; -o name prints
+adminbinding.cli.ichor.dev/BINDING, one a line.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := output.parse(""); err != nil {
+			if err := output.complete(); err != nil {
 				return err
 			}
 			c, _, _, err := kube.Client(k)
@@ -57,7 +64,7 @@ func newAdminsListCommand(s streams, k genericclioptions.RESTClientGetter) *cobr
 			return listAdmins(cmd.Context(), c, s.out, output)
 		},
 	}
-	output.register(cmd, `{"items": [{"user", "identity", "binding", "made", "certificateExpires", "role", "intact"}]}`)
+	output.register(cmd)
 	return cmd
 }
 
@@ -127,43 +134,42 @@ func adminBindings(ctx context.Context, c client.Reader) ([]rbacv1.ClusterRoleBi
 	return list.Items, nil
 }
 
-// listAdmins writes the table. Every cell is escaped: usernames are what an
-// authenticator said, and annotations what anyone who may patch a binding
-// wrote.
-func listAdmins(ctx context.Context, c client.Reader, out io.Writer, output *outputFlag) error {
+// listAdmins prints the admins' bindings as -o asks. Every cell is
+// escaped: usernames are what an authenticator said, and annotations what
+// anyone who may patch a binding wrote.
+func listAdmins(ctx context.Context, c client.Reader, out io.Writer, output *printFlags) error {
 	items, err := adminBindings(ctx, c)
 	if err != nil {
 		return err
 	}
-	rows := make([]adminRow, 0, len(items))
+	docs := make([]unstructured.Unstructured, 0, len(items))
+	t := newTable([]string{"User", "Identity", "Binding", "Made", "Latest Certificate Expires", "Role"}, "Intact")
 	for _, b := range items {
-		rows = append(rows, adminRow{
+		r := adminRow{
 			User: b.Annotations[credentials.AnnotationAdminUsername], Identity: b.Annotations[credentials.AnnotationAdminIdentity],
 			Binding: b.Name, Made: b.CreationTimestamp.UTC(), CertificateExpires: b.Annotations[credentials.AnnotationCertificateExpiry],
 			Role: b.RoleRef.Name, Intact: intactAdminBinding(&b),
-		})
-	}
-	if output.structured() {
-		return output.print(out, false, func(w io.Writer) error {
-			return json.NewEncoder(w).Encode(map[string]any{"items": rows})
-		})
-	}
-	if len(rows) == 0 {
-		fmt.Fprintln(out, "No admin bindings: nobody holds an admin kubeconfig that works.")
-		return nil
-	}
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "USER\tIDENTITY\tBINDING\tMADE\tLATEST CERTIFICATE EXPIRES\tROLE")
-	for _, r := range rows {
+		}
+		d, err := document("AdminBinding", "", r.Binding, r)
+		if err != nil {
+			return err
+		}
+		docs = append(docs, *d)
 		role := r.Role
 		if !r.Intact {
 			// The rule refuses to reuse it (AdminBindingAltered); say so here.
 			role += " (altered: revoke it)"
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n",
-			cell(r.User), cell(r.Identity), cell(r.Binding), r.Made.Format(time.RFC3339), cell(r.CertificateExpires), cell(role))
+		addRow(t, r.User, r.Identity, r.Binding, r.Made.Format(time.RFC3339), r.CertificateExpires, role, strconv.FormatBool(r.Intact))
 	}
-	return w.Flush()
+	switch {
+	case !output.isHuman():
+		return output.print(out, documentList(docs))
+	case len(docs) == 0:
+		fmt.Fprintln(out, "No admin bindings: nobody holds an admin kubeconfig that works.")
+		return nil
+	}
+	return output.printTable(out, t)
 }
 
 // intactAdminBinding is what the rule reuses: cluster-admin to the binding's
@@ -171,13 +177,6 @@ func listAdmins(ctx context.Context, c client.Reader, out io.Writer, output *out
 func intactAdminBinding(b *rbacv1.ClusterRoleBinding) bool {
 	return b.RoleRef == rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"} &&
 		slices.Equal(b.Subjects, []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: b.Name}})
-}
-
-func cell(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return termsafe.EscapeLine(s)
 }
 
 // errNoAdminBinding is revoking someone who holds no binding.

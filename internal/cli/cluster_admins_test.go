@@ -65,8 +65,8 @@ func TestAdminsListShowsWhoWhenAndExpiryEscaped(t *testing.T) {
 		altered, unlabelled,
 	)
 	s, out, _ := testStreams()
-	table := newOutputFlag(outputTable)
-	require.NoError(t, table.parse(""))
+	table := newTablePrintFlags(true)
+	require.NoError(t, table.complete())
 	require.NoError(t, listAdmins(t.Context(), c, s.out, table))
 	s.flush()
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -85,9 +85,9 @@ func TestAdminsListShowsWhoWhenAndExpiryEscaped(t *testing.T) {
 
 	// -o jsonpath sees the same rows as -o json, the altered one not intact.
 	s, out, _ = testStreams()
-	path := newOutputFlag(outputTable)
-	path.value = `jsonpath={range .items[*]}{.user}={.intact}{"\n"}{end}`
-	require.NoError(t, path.parse(""))
+	path := newTablePrintFlags(true)
+	path.format = `jsonpath={range .items[*]}{.user}={.intact}{"\n"}{end}`
+	require.NoError(t, path.complete())
 	require.NoError(t, listAdmins(t.Context(), c, s.out, path))
 	s.flush()
 	assert.Contains(t, out.String(), "ichor:ada=true\n")
@@ -95,10 +95,41 @@ func TestAdminsListShowsWhoWhenAndExpiryEscaped(t *testing.T) {
 	assert.NotContains(t, out.String(), "\x1b", "the streams escape what a template prints")
 }
 
+// A binding's name is anyone's who may create one with Ichor's label: in
+// every human output, -o name included, it is escaped and kept to its line.
+func TestAdminsListEscapesABindingsNameInEveryFormat(t *testing.T) {
+	made := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	c := fakeAdmins(t, adminBinding("ichor-admin:u:x\n\x1b[2Jforged\tcell", "ichor:x", "ichor-admin:u:x", "", made))
+	for _, tc := range []struct {
+		format string
+		want   string
+	}{
+		{outputTable, "ichor:x   ichor-admin:u:x   ichor-admin:u:x\\n^[[2Jforged\\tcell   2026-11-30T09:00:00Z   "},
+		{outputWide, "   true\n"},
+		{"name", "adminbinding.cli.ichor.dev/ichor-admin:u:x\\n^[[2Jforged\\tcell\n"},
+	} {
+		t.Run(tc.format, func(t *testing.T) {
+			s, out, _ := testStreams()
+			p := newTablePrintFlags(true)
+			p.format = tc.format
+			require.NoError(t, p.complete())
+			require.NoError(t, listAdmins(t.Context(), c, s.out, p))
+			s.flush()
+			assert.NotContains(t, out.String(), "\x1b")
+			assert.Contains(t, out.String(), tc.want)
+			lines := 1
+			if tc.format != "name" {
+				lines = 2 // the header and the row
+			}
+			assert.Equal(t, lines, strings.Count(out.String(), "\n"), out.String())
+		})
+	}
+}
+
 func TestAdminsListWithNobody(t *testing.T) {
 	s, out, _ := testStreams()
-	table := newOutputFlag(outputTable)
-	require.NoError(t, table.parse(""))
+	table := newTablePrintFlags(true)
+	require.NoError(t, table.complete())
 	require.NoError(t, listAdmins(t.Context(), fakeAdmins(t), s.out, table))
 	s.flush()
 	assert.Equal(t, "No admin bindings: nobody holds an admin kubeconfig that works.\n", out.String())

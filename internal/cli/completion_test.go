@@ -33,9 +33,11 @@ func TestCompletionOfFlagValues(t *testing.T) {
 		want []string
 	}{
 		{[]string{"decisions", "list", "-o", ""}, []string{"table", "wide", "name", "json", "yaml", "jsonpath="}},
-		{[]string{"decisions", "replay", "-o", ""}, []string{"table", "json", "yaml", "jsonpath="}},
+		{[]string{"decisions", "replay", "-o", ""}, []string{"table", "wide", "json", "yaml", "kyaml", "jsonpath=", "jsonpath-file=", "jsonpath-as-json="}},
 		{[]string{"version", "-o", ""}, []string{"text", "json", "yaml", "jsonpath="}},
-		{[]string{"audit", "kubelet-serving", "-o", ""}, []string{"table", "json", "yaml", "jsonpath="}},
+		{[]string{"audit", "kubelet-serving", "-o", ""}, []string{"table", "wide", "name", "json", "yaml", "jsonpath="}},
+		{[]string{"policy", "check-csr", "-o", ""}, []string{"table", "wide", "name", "json", "yaml", "jsonpath="}},
+		{[]string{"cluster", "admins", "list", "-o", ""}, []string{"table", "wide", "name", "json", "yaml", "jsonpath="}},
 		{[]string{"decisions", "list", "--action", ""}, []string{"approve", "deny", "pending", "allowed", "refused"}},
 		{[]string{"decisions", "list", "--policy", "kubelet-"}, []string{"kubelet-client", "kubelet-serving"}},
 		{[]string{"policy", "check-client-csr", "--authorized", ""}, []string{"selfnodeclient", "nodeclient", "none"}},
@@ -49,6 +51,10 @@ func TestCompletionOfFlagValues(t *testing.T) {
 			}
 		})
 	}
+	// Only what a command prints is offered: a replay's report has no name,
+	// a version is no table.
+	assert.NotContains(t, complete(t, "decisions", "replay", "-o", ""), "name")
+	assert.NotContains(t, complete(t, "version", "-o", ""), "table")
 	// Where --policy is a directory, it completes files, not rule names.
 	assert.NotContains(t, complete(t, "bundle", "build", "--policy", "kubelet-"), "kubelet-serving")
 	assert.NotContains(t, complete(t, "policy", "doc", "--policy", "kubelet-"), "kubelet-serving")

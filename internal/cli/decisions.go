@@ -11,11 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 
@@ -314,7 +314,7 @@ func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped, 
 func newDecisionsListCommand(s streams) *cobra.Command {
 	var f filterFlags
 	var src sourceFlags
-	output := newOutputFlag(outputTable, outputWide, outputName)
+	output := newTablePrintFlags(true)
 	var all, follow bool
 	cmd := &cobra.Command{
 		Use:   "list [FILE...|-] [--policy NAME] [--action ACTION] [--node NAME] [--user NAME] [--since WHEN] [--revision REV] [-o table|wide|json|yaml|name|jsonpath=TEMPLATE]",
@@ -327,16 +327,18 @@ Only the verdicts in effect are listed: when an approver's write conflicted
 and it decided again, the verdict it never applied is left out (--all lists
 it, and the records of what was applied).
 
-With -o json, each decision is one JSON object a line with the same fields
-and the whole logged entry under "entry"; -o yaml and -o jsonpath=TEMPLATE
-see them as {"items": [...]} (-o 'jsonpath={.items[*].id}'); -o name prints
-the decision ids, one a line; -o wide adds the decision path and the user.
+-o wide adds the decision path and the user. -o json, yaml and
+jsonpath=TEMPLATE print a List (apiVersion v1) of Decision objects
+(cli.ichor.dev/v1alpha1) with the same fields and the whole logged entry
+under "entry" (-o 'jsonpath={.items[*].id}'); -o name prints
+decision.cli.ichor.dev/ID, one a line, which "decisions show" takes.
 
 --follow (with --from-cluster) tails the replicas' logs as kubectl logs -f
-does and prints each decision as it is logged (table, wide, json or name),
-from --since (read by the API server) or the whole log, until interrupted or
-every pod's log ends; the verdicts never applied cannot be told apart while
-following, so every verdict is printed (--all adds the applied records).
+does and prints each decision as it is logged (in any -o; json and yaml
+print each Decision as its own document), from --since (read by the API
+server) or the whole log, until interrupted or every pod's log ends; the
+verdicts never applied cannot be told apart while following, so every
+verdict is printed (--all adds the applied records).
 
 ` + decisionsInput + `
 
@@ -346,7 +348,7 @@ that is not the shape it starts as (a gzip stream cut short, say).`,
 		Example: `  kubectl logs deploy/ichor-policy | ichor decisions list --action deny --since 24h
   ichor decisions list decisions.log --policy kubelet-serving --node worker-1 -o json`,
 		RunE: func(cmd *cobra.Command, files []string) error {
-			if err := output.parse(""); err != nil {
+			if err := output.complete(); err != nil {
 				return err
 			}
 			crit, err := f.criteria(time.Now())
@@ -364,24 +366,31 @@ that is not the shape it starts as (a gzip stream cut short, say).`,
 				entries = decisionlog.InEffect(entries)
 			}
 			matched := decisionlog.Filter(entries, crit)
-			switch {
-			case output.structured():
-				return output.print(s.out, true, func(w io.Writer) error { return writeListJSON(w, matched) })
-			case output.format == outputName:
+			if !output.isHuman() {
+				items := make([]unstructured.Unstructured, 0, len(matched))
 				for _, e := range matched {
-					fmt.Fprintln(s.out, line(e.DecisionID))
+					d, err := decisionDocument(e)
+					if err != nil {
+						return err
+					}
+					items = append(items, *d)
 				}
-				return nil
-			case len(matched) == 0:
+				return output.print(s.out, documentList(items))
+			}
+			if len(matched) == 0 {
 				fmt.Fprintf(s.err, "ichor: no decision matches (of %d read)\n", len(entries))
 				return nil
 			}
-			return writeListTable(s.out, matched, output.format == outputWide)
+			t := decisionsTable()
+			for _, e := range matched {
+				addDecisionRow(t, e)
+			}
+			return output.printTable(s.out, t)
 		},
 	}
 	f.register(cmd)
 	src.register(cmd)
-	output.register(cmd, "one object a line")
+	output.register(cmd)
 	cmd.Flags().BoolVar(&follow, "follow", false, "with --from-cluster: print the decisions as the replicas log them, as kubectl logs -f, until interrupted (from --since, else the whole log)")
 	cmd.Flags().BoolVar(&all, "all", false, "also list verdicts that were never applied (an approver that met a conflict writing decides again; the one applied is recorded) and the applied records themselves")
 	return cmd
@@ -401,27 +410,19 @@ func formatTime(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-func codesText(codes []string) string { return dash(strings.Join(codes, ",")) }
-
-func writeListTable(w io.Writer, entries []decisionlog.Entry, wide bool) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header := []string{"TIME", "ID", "POLICY", "ACTION", "NODE/USER", "CODES", "REVISION"}
-	if wide {
-		header = append(header, "PATH", "USER")
-	}
-	row(tw, header...)
-	for _, e := range entries {
-		cells := []string{formatTime(e.Timestamp), e.DecisionID, e.Policy(),
-			dash(e.Action()), dash(e.Subject()), codesText(e.Codes()), dash(e.Revision)}
-		if wide {
-			cells = append(cells, dash(e.Path), dash(e.User()))
-		}
-		row(tw, cells...)
-	}
-	return tw.Flush()
+// decisionsTable is the table of decisions list: -o wide adds the path
+// and the user.
+func decisionsTable() *metav1.Table {
+	return newTable([]string{"Time", "ID", "Policy", "Action", "Node/User", "Codes", "Revision"}, "Path", "User")
 }
 
-type listRecord struct {
+func addDecisionRow(t *metav1.Table, e decisionlog.Entry) {
+	addRow(t, formatTime(e.Timestamp), e.DecisionID, e.Policy(), e.Action(), e.Subject(), strings.Join(e.Codes(), ","), e.Revision, e.Path, e.User())
+}
+
+// decisionRecord is a decision as -o json, yaml and jsonpath see it: the
+// table's fields, and the logged entry whole.
+type decisionRecord struct {
 	Time     time.Time       `json:"time"`
 	ID       string          `json:"id"`
 	Policy   string          `json:"policy"`
@@ -434,24 +435,20 @@ type listRecord struct {
 	Entry    json.RawMessage `json:"entry"`
 }
 
-func writeListJSON(w io.Writer, entries []decisionlog.Entry) error {
-	enc := json.NewEncoder(w)
-	for _, e := range entries {
-		if err := enc.Encode(listRecord{
-			Time: e.Timestamp, ID: e.DecisionID, Policy: e.Policy(), Path: e.Path, Action: e.Action(),
-			Node: e.Node(), User: e.User(), Codes: e.Codes(), Revision: e.Revision, Entry: e.Raw,
-		}); err != nil {
-			return err
-		}
-	}
-	return nil
+// decisionDocument is a decision as list and show print it: a Decision
+// named by its id.
+func decisionDocument(e decisionlog.Entry) (*unstructured.Unstructured, error) {
+	return document("Decision", "", e.DecisionID, decisionRecord{
+		Time: e.Timestamp, ID: e.DecisionID, Policy: e.Policy(), Path: e.Path, Action: e.Action(),
+		Node: e.Node(), User: e.User(), Codes: e.Codes(), Revision: e.Revision, Entry: e.Raw,
+	})
 }
 
 func newDecisionsShowCommand(s streams) *cobra.Command {
-	output := newOutputFlag(outputText)
+	output := newTextPrintFlags(true)
 	var src sourceFlags
 	cmd := &cobra.Command{
-		Use:   "show ID [FILE...|-] [-o text|json|yaml|jsonpath=TEMPLATE]",
+		Use:   "show ID [FILE...|-] [-o text|json|yaml|name|jsonpath=TEMPLATE]",
 		Short: "Show one decision whole: its reasons, input and result",
 		Long: `Show one decision of a decision log: a header naming its time, policy, bundle
 revision, action, node and user; its reasons as "CODE: message" lines (the
@@ -460,7 +457,9 @@ it after the log mask, and its result, as indented JSON. ID is the decision id
 that the CSR condition, the Event and the controller's log line carry; a
 prefix of it that only one decision has will do.
 
-With -o json, the logged entry is printed whole, indented.
+-o json, yaml and jsonpath=TEMPLATE print the Decision that "decisions list"
+prints, the logged entry whole under "entry"; ID may be what "decisions list
+-o name" prints (decision.cli.ichor.dev/ID).
 
 ` + decisionsInput + `
 
@@ -474,7 +473,7 @@ the log could not be read), 2 for a wrong flag or no ID.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := output.parse(""); err != nil {
+			if err := output.complete(); err != nil {
 				return err
 			}
 			entries, err := readDecisions(cmd, s, src, args[1:])
@@ -485,19 +484,27 @@ the log could not be read), 2 for a wrong flag or no ID.`,
 			if err != nil {
 				return err
 			}
-			if output.structured() {
-				return output.print(s.out, false, func(w io.Writer) error { return writeIndented(w, e.Raw) })
+			if !output.isHuman() {
+				d, err := decisionDocument(e)
+				if err != nil {
+					return err
+				}
+				return output.print(s.out, d)
 			}
 			return writeShow(s.out, e)
 		},
 	}
-	output.register(cmd, "the logged entry")
+	output.register(cmd)
 	src.register(cmd)
 	return cmd
 }
 
-// findDecision finds a decision by id, or by a prefix of exactly one id.
+// findDecision finds a decision by id, or by a prefix of exactly one id. The
+// id may be named as -o name prints it, decision.cli.ichor.dev/ID.
 func findDecision(entries []decisionlog.Entry, id string) (decisionlog.Entry, error) {
+	if kind, rest, ok := strings.Cut(id, "/"); ok && (kind == "decision" || kind == "decision.cli.ichor.dev") {
+		id = rest
+	}
 	var found []decisionlog.Entry
 	for _, e := range entries {
 		if e.DecisionID == id {
@@ -535,17 +542,17 @@ func writeShow(w io.Writer, e decisionlog.Entry) error {
 	if policy != e.Path {
 		policy += " (" + e.Path + ")"
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row(tw, "Decision:", e.DecisionID)
-	row(tw, "Time:", dash(timeNano(e.Timestamp)))
-	row(tw, "Policy:", policy)
-	row(tw, "Revision:", dash(e.Revision))
-	row(tw, "Action:", dash(o.Action))
+	field := func(name, value string) { fmt.Fprintf(w, "%-11s%s\n", name+":", line(value)) }
+	field("Decision", e.DecisionID)
+	field("Time", dash(timeNano(e.Timestamp)))
+	field("Policy", policy)
+	field("Revision", dash(e.Revision))
+	field("Action", dash(o.Action))
 	if n := e.Node(); n != "" {
-		row(tw, "Node:", n)
+		field("Node", n)
 	}
 	if u := e.User(); u != "" {
-		row(tw, "User:", u)
+		field("User", u)
 	}
 	if len(e.Labels) > 0 {
 		keys := make([]string, 0, len(e.Labels))
@@ -556,10 +563,7 @@ func writeShow(w io.Writer, e decisionlog.Entry) error {
 		for i, k := range keys {
 			keys[i] = k + "=" + e.Labels[k]
 		}
-		row(tw, "Labels:", strings.Join(keys, " "))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
+		field("Labels", strings.Join(keys, " "))
 	}
 
 	fmt.Fprintln(w, "\nReasons:")
@@ -596,7 +600,7 @@ type replayOptions struct {
 	bundle    string
 	bundleKey bundleKeyFlags
 	failOn    []string
-	output    *outputFlag
+	output    *printFlags
 	all       bool
 }
 
@@ -609,7 +613,7 @@ type notReplayed struct {
 }
 
 func newDecisionsReplayCommand(s streams) *cobra.Command {
-	o := replayOptions{output: newOutputFlag(outputTable)}
+	o := replayOptions{output: newTablePrintFlags(false)}
 	cmd := &cobra.Command{
 		Use:   "replay --bundle CANDIDATE [FILE...|-] [--fail-on DIRECTION]... [filters] [--all] [-o table|json|yaml|jsonpath=TEMPLATE]",
 		Short: "Decide every logged input again with a candidate bundle and report what would change",
@@ -665,14 +669,14 @@ log proves nothing); 2 for a wrong flag.`,
 	f.StringVar(&o.bundle, "bundle", "", "the candidate: a policy directory or a bundle tarball (required)")
 	o.bundleKey.register(f)
 	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit "+fmt.Sprint(ExitChanged)+" when a decision changes in this direction (repeatable): FROM-to-TO, to-STATE, from-STATE, any, reasons-changed")
-	o.output.register(cmd, "one document")
+	o.output.register(cmd)
 	f.BoolVar(&o.all, "all", false, "also replay the verdicts that were never applied (an approver that met a conflict writing decided again), as list --all lists them; the records of what was applied are never replayed")
 	return cmd
 }
 
 func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) error {
 	ctx := cmd.Context()
-	if err := o.output.parse(""); err != nil {
+	if err := o.output.complete(); err != nil {
 		return err
 	}
 	if o.bundle == "" {
@@ -735,10 +739,10 @@ func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) e
 		}
 	}
 	logged := loggedRevisions(selected)
-	if o.output.structured() {
-		err = o.output.print(s.out, false, func(w io.Writer) error { return writeReplayJSON(w, o, rep, logged, failed, skipped) })
-	} else {
+	if o.output.isHuman() {
 		err = writeReplayTable(s.out, o, rep, logged, skipped)
+	} else {
+		err = printReplay(s.out, o, rep, logged, failed, skipped)
 	}
 	if err != nil {
 		return err
@@ -776,29 +780,28 @@ func noteTitle(note string) string { return strings.ReplaceAll(note, "-", " ") }
 
 func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logged []string, skipped notReplayed) error {
 	fmt.Fprintf(w, "Replayed %s logged under %s against %s (revision %s).\n\n",
-		plural(rep.Replayed, "decision", "decisions"), dash(strings.Join(logged, ", ")), o.bundle, dash(rep.Revision))
+		plural(rep.Replayed, "decision", "decisions"), line(dash(strings.Join(logged, ", "))), line(o.bundle), line(dash(rep.Revision)))
 
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row(tw, "CHANGE", "DECISIONS")
+	summary := newTable([]string{"Change", "Decisions"})
 	for _, d := range decisionlog.SortedDirections(rep.Directions) {
-		row(tw, decisionlog.Arrow(d), strconv.Itoa(rep.Directions[d]))
+		addRow(summary, decisionlog.Arrow(d), strconv.Itoa(rep.Directions[d]))
 	}
 	for _, n := range []string{decisionlog.NoteReasonsChanged, decisionlog.NoteResultChanged} {
 		if rep.Notes[n] > 0 {
-			row(tw, noteTitle(n)+" (same action)", strconv.Itoa(rep.Notes[n]))
+			addRow(summary, noteTitle(n)+" (same action)", strconv.Itoa(rep.Notes[n]))
 		}
 	}
-	row(tw, "unchanged", strconv.Itoa(rep.Unchanged))
+	addRow(summary, "unchanged", strconv.Itoa(rep.Unchanged))
 	if len(rep.Truncated) > 0 {
-		row(tw, "not replayed: input cut in the log", strconv.Itoa(len(rep.Truncated)))
+		addRow(summary, "not replayed: input cut in the log", strconv.Itoa(len(rep.Truncated)))
 	}
 	if skipped.NeverApplied > 0 {
-		fmt.Fprintf(tw, "not replayed: verdicts never applied (--all replays them)\t%d\n", skipped.NeverApplied)
+		addRow(summary, "not replayed: verdicts never applied (--all replays them)", strconv.Itoa(skipped.NeverApplied))
 	}
 	if skipped.Records > 0 {
-		fmt.Fprintf(tw, "not replayed: records of applied verdicts (not decisions)\t%d\n", skipped.Records)
+		addRow(summary, "not replayed: records of applied verdicts (not decisions)", strconv.Itoa(skipped.Records))
 	}
-	if err := tw.Flush(); err != nil {
+	if err := o.output.printTable(w, summary); err != nil {
 		return err
 	}
 	if len(rep.Changes) == 0 {
@@ -808,20 +811,18 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 
 	for _, d := range decisionlog.SortedDirections(rep.Directions) {
 		fmt.Fprintf(w, "\n%s: %s\n", decisionlog.Arrow(d), plural(rep.Directions[d], "decision", "decisions"))
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		row(tw, "ID", "TIME", "POLICY", "NODE/USER", "OLD → NEW", "NEW CODES")
+		t := newTable([]string{"ID", "Time", "Policy", "Node/User", "Old → New", "New Codes"})
 		for _, c := range rep.Changes {
 			if c.Direction != d {
 				continue
 			}
-			codes := codesText(c.New.Reasons.Codes())
+			codes := strings.Join(c.New.Reasons.Codes(), ",")
 			if c.New.Action == decisionlog.ActionError {
 				codes = "error: " + c.New.Error
 			}
-			row(tw, c.Entry.DecisionID, formatTime(c.Entry.Timestamp), c.Entry.Policy(),
-				dash(c.Entry.Subject()), decisionlog.Arrow(d), codes)
+			addRow(t, c.Entry.DecisionID, formatTime(c.Entry.Timestamp), c.Entry.Policy(), c.Entry.Subject(), decisionlog.Arrow(d), codes)
 		}
-		if err := tw.Flush(); err != nil {
+		if err := o.output.printTable(w, t); err != nil {
 			return err
 		}
 	}
@@ -830,16 +831,15 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 			continue
 		}
 		fmt.Fprintf(w, "\n%s, same action (information): %s\n", noteTitle(n), plural(rep.Notes[n], "decision", "decisions"))
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		row(tw, "ID", "TIME", "POLICY", "NODE/USER", "ACTION", "OLD CODES → NEW CODES")
+		t := newTable([]string{"ID", "Time", "Policy", "Node/User", "Action", "Old Codes → New Codes"})
 		for _, c := range rep.Changes {
 			if c.Note != n {
 				continue
 			}
-			row(tw, c.Entry.DecisionID, formatTime(c.Entry.Timestamp), c.Entry.Policy(),
-				dash(c.Entry.Subject()), dash(c.New.Action), codesText(c.Old.Reasons.Codes())+" → "+codesText(c.New.Reasons.Codes()))
+			addRow(t, c.Entry.DecisionID, formatTime(c.Entry.Timestamp), c.Entry.Policy(), c.Entry.Subject(), c.New.Action,
+				dash(strings.Join(c.Old.Reasons.Codes(), ","))+" → "+dash(strings.Join(c.New.Reasons.Codes(), ",")))
 		}
-		if err := tw.Flush(); err != nil {
+		if err := o.output.printTable(w, t); err != nil {
 			return err
 		}
 	}
@@ -881,7 +881,8 @@ type replayJSON struct {
 	NotReplayed notReplayed `json:"not_replayed"`
 }
 
-func writeReplayJSON(w io.Writer, o replayOptions, rep decisionlog.Report, logged []string, failed map[string]int, skipped notReplayed) error {
+// printReplay prints the report as a DecisionReplay document.
+func printReplay(w io.Writer, o replayOptions, rep decisionlog.Report, logged []string, failed map[string]int, skipped notReplayed) error {
 	out := replayJSON{
 		LoggedRevisions: logged, Replayed: rep.Replayed, Unchanged: rep.Unchanged,
 		Directions: rep.Directions, Notes: rep.Notes, Changes: []replayChangeJSON{},
@@ -903,13 +904,17 @@ func writeReplayJSON(w io.Writer, o replayOptions, rep decisionlog.Report, logge
 			Node: c.Entry.Node(), User: c.Entry.User(), Direction: c.Direction, Note: c.Note, Old: c.Old, New: c.New,
 		})
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	d, err := document("DecisionReplay", "", "", out)
+	if err != nil {
+		return err
+	}
+	return o.output.print(w, d)
 }
 
-// followDecisions prints the manager pods' decisions as they are logged.
-func followDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []string, crit decisionlog.Criteria, output *outputFlag, all bool) error {
+// followDecisions prints the manager pods' decisions as they are logged:
+// in the table forms, each as a row of one table (its header printed once);
+// in the others, each as its own document.
+func followDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []string, crit decisionlog.Criteria, output *printFlags, all bool) error {
 	switch {
 	case !src.fromCluster:
 		return usage.Errorf("--follow tails the manager pods' logs: give --from-cluster")
@@ -917,8 +922,6 @@ func followDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []str
 		return usage.Errorf("--from-cluster reads the manager pods' logs: give no FILE (%s)", strings.Join(files, " "))
 	case src.previous:
 		return usage.Errorf("--follow and --previous contradict each other: a previous container's log does not grow")
-	case output.format == outputYAML || output.format == outputJSONPath:
-		return usage.Errorf("--follow prints one decision at a time: -o table, wide, json or name")
 	}
 	limits, err := src.limits()
 	if err != nil {
@@ -932,34 +935,22 @@ func followDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []str
 	if !crit.Since.IsZero() {
 		since = &metav1.Time{Time: crit.Since}
 	}
-	tw := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
-	header := output.format == outputTable || output.format == outputWide
+	rows := output.tablePrinter()
 	pods, err := c.Follow(cmd.Context(), since, func(_ string, e decisionlog.Entry) error {
 		if (!all && len(decisionlog.Verdicts([]decisionlog.Entry{e})) == 0) || len(decisionlog.Filter([]decisionlog.Entry{e}, crit)) == 0 {
 			return nil
 		}
-		switch output.format {
-		case outputJSON:
-			return writeListJSON(s.out, []decisionlog.Entry{e})
-		case outputName:
-			_, err := fmt.Fprintln(s.out, line(e.DecisionID))
+		if output.isHuman() {
+			// Each row as it comes: a row waits for no other to be aligned with.
+			t := decisionsTable()
+			addDecisionRow(t, e)
+			return rows.PrintObj(t, s.out)
+		}
+		d, err := decisionDocument(e)
+		if err != nil {
 			return err
 		}
-		if header {
-			header = false
-			cells := []string{"TIME", "ID", "POLICY", "ACTION", "NODE/USER", "CODES", "REVISION"}
-			if output.format == outputWide {
-				cells = append(cells, "PATH", "USER")
-			}
-			row(tw, cells...)
-		}
-		cells := []string{formatTime(e.Timestamp), e.DecisionID, e.Policy(), dash(e.Action()), dash(e.Subject()), codesText(e.Codes()), dash(e.Revision)}
-		if output.format == outputWide {
-			cells = append(cells, dash(e.Path), dash(e.User()))
-		}
-		row(tw, cells...)
-		// Each row as it comes: a row waits for no other to be aligned with.
-		return tw.Flush()
+		return output.print(s.out, d)
 	})
 	if err != nil {
 		return err

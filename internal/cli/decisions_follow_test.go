@@ -65,8 +65,9 @@ func TestDecisionsFollowPrintsEachDecisionAsItIsLogged(t *testing.T) {
 		first, want []string
 	}{
 		{"table", nil, []string{"ID", f.approve}, []string{f.deny, f.pending, f.two}},
-		{"json", []string{"-o", "json", "--action", "deny"}, nil, []string{`"id":"` + f.deny + `"`}},
-		{"name since", []string{"-o", "name", "--since", "1h"}, []string{f.approve}, []string{f.two}},
+		{"json", []string{"-o", "json", "--action", "deny"}, nil, []string{`"id": "` + f.deny + `"`}},
+		{"yaml", []string{"-o", "yaml", "--action", "approve"}, []string{"id: " + f.approve}, []string{"---\n", "id: " + f.two}},
+		{"name since", []string{"-o", "name", "--since", "1h"}, []string{"decision.cli.ichor.dev/" + f.approve}, []string{"decision.cli.ichor.dev/" + f.two}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			more = make(chan struct{})
@@ -87,18 +88,21 @@ func TestDecisionsFollowPrintsEachDecisionAsItIsLogged(t *testing.T) {
 			for _, w := range tc.want {
 				assert.Contains(t, stdout(), w)
 			}
-			if tc.name == "json" {
+			switch tc.name {
+			case "json":
 				assert.NotContains(t, stdout(), f.approve, "the filters apply")
+			case "table":
+				assert.Equal(t, 1, strings.Count(stdout(), "REVISION"), "one header for the rows as they come")
 			}
 			assert.Contains(t, errOut.String(), "the logs of ichor-policy-a ended")
 		})
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	require.Len(t, queries, 3)
+	require.Len(t, queries, 4)
 	assert.Contains(t, queries[0], "follow=true")
 	assert.NotContains(t, queries[0], "sinceTime")
-	assert.Contains(t, queries[2], "sinceTime=")
+	assert.Contains(t, queries[3], "sinceTime=")
 }
 
 func TestDecisionsFollowUsage(t *testing.T) {
@@ -108,7 +112,7 @@ func TestDecisionsFollowUsage(t *testing.T) {
 	}{
 		{[]string{"decisions", "list", "--follow"}, "give --from-cluster"},
 		{[]string{"decisions", "list", "--follow", "--from-cluster", "--previous"}, "contradict"},
-		{[]string{"decisions", "list", "--follow", "--from-cluster", "-o", "yaml"}, "one decision at a time"},
+		{[]string{"decisions", "list", "--follow", "--from-cluster", "-o", "xml"}, `unable to match a printer suitable for the output format "xml"`},
 	} {
 		code, _, stderr, _ := decisionsRun(t, "", tc.args...)
 		assert.Equal(t, ExitUsage, code, stderr)

@@ -5,7 +5,6 @@ package cli
 // returns.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -45,6 +44,18 @@ func decisionsRun(t *testing.T, stdin string, args ...string) (code int, stdout,
 	root.SetArgs(args)
 	err = root.ExecuteContext(context.Background())
 	return code, out.String(), errOut.String(), err
+}
+
+// listItems are the items of the v1 List a command printed with -o json.
+func listItems[T any](t *testing.T, stdout string) []T {
+	t.Helper()
+	var list struct {
+		APIVersion, Kind string
+		Items            []T
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &list), stdout)
+	assert.Equal(t, "v1/List", list.APIVersion+"/"+list.Kind)
+	return list.Items
 }
 
 type decisionsSink struct {
@@ -216,11 +227,7 @@ func TestDecisionsListFilters(t *testing.T) {
 			code, stdout, stderr, _ := decisionsRun(t, "", append([]string{"decisions", "list", log, "-o", "json"}, tc.flags...)...)
 			require.Equal(t, ExitOK, code, stderr)
 			var got []string
-			sc := bufio.NewScanner(strings.NewReader(stdout))
-			sc.Buffer(nil, 1<<22)
-			for sc.Scan() {
-				var rec struct{ ID string }
-				require.NoError(t, json.Unmarshal(sc.Bytes(), &rec))
+			for _, rec := range listItems[struct{ ID string }](t, stdout) {
 				got = append(got, rec.ID)
 			}
 			assert.Equal(t, tc.want, got)
@@ -243,15 +250,19 @@ func TestDecisionsListJSONCarriesTheFieldsAndTheEntry(t *testing.T) {
 	code, stdout, stderr, _ := decisionsRun(t, f.log, "decisions", "list", "-", "--action", "deny", "-o", "json")
 
 	require.Equal(t, ExitOK, code, stderr)
-	lines := strings.Split(strings.TrimSpace(stdout), "\n")
-	require.Len(t, lines, 1)
-	var rec struct {
+	recs := listItems[struct {
+		APIVersion, Kind                               string
+		Metadata                                       struct{ Name string }
 		Time                                           time.Time
 		ID, Policy, Path, Action, Node, User, Revision string
 		Codes                                          []string
 		Entry                                          map[string]any
-	}
-	require.NoError(t, json.Unmarshal([]byte(lines[0]), &rec))
+	}](t, stdout)
+	require.Len(t, recs, 1)
+	rec := recs[0]
+	assert.Equal(t, "cli.ichor.dev/v1alpha1", rec.APIVersion)
+	assert.Equal(t, "Decision", rec.Kind)
+	assert.Equal(t, f.deny, rec.Metadata.Name)
 	assert.Equal(t, f.deny, rec.ID)
 	assert.Equal(t, "kubelet-serving", rec.Policy)
 	assert.Equal(t, engine.PathKubeletServing, rec.Path)
@@ -283,13 +294,26 @@ func TestDecisionsShowPrintsTheReasonsInputAndResult(t *testing.T) {
 	assert.Contains(t, stdout, "\nResult:\n{\n  \"action\": \"deny\",")
 	assert.Contains(t, stdout, `"subject_alt_names": [`)
 
-	// A prefix that one decision has is enough; -o json is the entry.
+	// A prefix that one decision has is enough; -o json is the Decision
+	// that list prints, the entry whole in it.
 	code, stdout, stderr, _ = decisionsRun(t, f.log, "decisions", "show", f.pending[:13], "-o", "json")
 	require.Equal(t, ExitOK, code, stderr)
-	var entry map[string]any
-	require.NoError(t, json.Unmarshal([]byte(stdout), &entry))
-	assert.Equal(t, f.pending, entry["decision_id"])
-	assert.Contains(t, stdout, "\n  \"decision_id\": ")
+	var d struct {
+		Kind, ID string
+		Entry    map[string]any
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &d))
+	assert.Equal(t, "Decision", d.Kind)
+	assert.Equal(t, f.pending, d.ID)
+	assert.Equal(t, f.pending, d.Entry["decision_id"])
+
+	// What -o name prints names it to show.
+	code, name, stderr, _ := decisionsRun(t, f.log, "decisions", "list", "--action", "pending", "-o", "name")
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, "decision.cli.ichor.dev/"+f.pending+"\n", name)
+	code, stdout, stderr, _ = decisionsRun(t, f.log, "decisions", "show", strings.TrimSpace(name))
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Regexp(t, `(?m)^Decision:\s+`+f.pending+`$`, stdout)
 }
 
 func TestDecisionsShowRefusesAnUnknownID(t *testing.T) {
@@ -412,11 +436,11 @@ func TestDecisionsRefusesBadUsage(t *testing.T) {
 		{"bad policy", []string{"decisions", "list", log, "--policy", "serving"}, ExitUsage, `unknown policy "serving"`},
 		{"bad since", []string{"decisions", "list", log, "--since", "yesterday"}, ExitUsage, "--since"},
 		{"negative days", []string{"decisions", "list", log, "--since", "-30d"}, ExitUsage, "--since"},
-		{"bad output", []string{"decisions", "list", log, "-o", "xml"}, ExitUsage, `-o "xml"`},
+		{"bad output", []string{"decisions", "list", log, "-o", "xml"}, ExitUsage, `unable to match a printer suitable for the output format "xml", allowed formats are: json,jsonpath,jsonpath-as-json,jsonpath-file,kyaml,name,table,wide,yaml`},
 		{"stdin twice", []string{"decisions", "list", "-", "-"}, ExitUsage, "given twice"},
 		{"missing file", []string{"decisions", "list", "/nonexistent/decisions.log"}, ExitUsage, "no such file"},
 		{"show without ID", []string{"decisions", "show"}, ExitUsage, "give the decision ID"},
-		{"show bad output", []string{"decisions", "show", f.deny, log, "-o", "table"}, ExitUsage, `-o "table"`},
+		{"show bad output", []string{"decisions", "show", f.deny, log, "-o", "table"}, ExitUsage, `unable to match a printer suitable for the output format "table", allowed formats are: json,jsonpath,jsonpath-as-json,jsonpath-file,kyaml,name,text,yaml`},
 		{"replay without bundle", []string{"decisions", "replay", log}, ExitUsage, "--bundle is required"},
 		{"replay bad direction", []string{"decisions", "replay", "--bundle", "../../policy", log, "--fail-on", "deny-approve"}, ExitUsage, `"deny-approve" is not a direction`},
 		{"replay bad direction in a list", []string{"decisions", "replay", "--bundle", "../../policy", log, "--fail-on", "any,to-granted"}, ExitUsage, `"to-granted" is not a direction`},
@@ -452,12 +476,9 @@ func TestDecisionsReadWhatADecisionLogServiceReceived(t *testing.T) {
 	_, fromServiceJSON, _, err := decisionsRun(t, string(bytes.Join(f.uploads, nil)), "decisions", "list", "-o", "json")
 	require.NoError(t, err)
 	withoutEntry := func(out string) []map[string]any {
-		var recs []map[string]any
-		for l := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
-			var rec map[string]any
-			require.NoError(t, json.Unmarshal([]byte(l), &rec))
+		recs := listItems[map[string]any](t, out)
+		for _, rec := range recs {
 			delete(rec, "entry")
-			recs = append(recs, rec)
 		}
 		return recs
 	}

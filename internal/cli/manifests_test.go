@@ -85,7 +85,7 @@ func TestCheckCSRReadsEveryDocument(t *testing.T) {
 		{name: "a file that is not there", files: []string{filepath.Join(dir, "nothing.yaml")}, code: cli.ExitUsage, stderr: "no such file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := []string{"policy", "check-csr"}
+			args := []string{"policy", "check-csr", "-o", "json"}
 			for _, f := range tc.files {
 				args = append(args, "-f", f)
 			}
@@ -114,7 +114,7 @@ func TestCheckCSRReadsEveryDocument(t *testing.T) {
 // before it is decoded.
 func TestCheckCSRBoundsWhatItReads(t *testing.T) {
 	big := strings.Repeat(" ", 32<<20+1)
-	code, stdout, stderr := run(t, big, "policy", "check-csr", "-f", "-", "--machine-unknown")
+	code, stdout, stderr := run(t, big, "policy", "check-csr", "-o", "json", "-f", "-", "--machine-unknown")
 	assert.Equal(t, cli.ExitUsage, code)
 	assert.Empty(t, stdout)
 	assert.Contains(t, stderr, "- is larger than 33554432 bytes")
@@ -123,7 +123,7 @@ func TestCheckCSRBoundsWhatItReads(t *testing.T) {
 	obj.Spec.SignerName = certificatesv1.KubeletServingSignerName
 	doc := jsonDoc(t, obj)
 	many := strings.Repeat(doc+"\n", 10001)
-	code, _, stderr = run(t, many, "policy", "check-csr", "-f", "-", "--machine-unknown")
+	code, _, stderr = run(t, many, "policy", "check-csr", "-o", "json", "-f", "-", "--machine-unknown")
 	assert.Equal(t, cli.ExitUsage, code)
 	assert.Contains(t, stderr, "more than 10000")
 }

@@ -2,7 +2,9 @@ package cli_test
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -11,86 +13,67 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ichor-dev/ichor-policy/internal/cli"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe/termsafetest"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 )
 
-// TestOutputIsAFormatEverywhere: -o is an output format in every command
-// that prints a document, with one vocabulary (json, yaml and jsonpath=
-// everywhere, and the human form by default), and a file or directory is
-// never -o: where it was, the old command line is refused with the flag that
-// writes it now.
+// outputCommand is a command that prints, and what each -o shows of it.
+type outputCommand struct {
+	name string
+	args []string
+	// table is a command whose human form is a table (else text): it
+	// takes -o wide, whose column wide names.
+	table bool
+	wide  string
+	// human matches the default output.
+	human string
+	// kind is the document's kind; named what -o name prints, "" for a
+	// command whose document has no name (-o name refused).
+	kind, named string
+	// jsonpath is a template and what it prints.
+	jsonpath, want string
+}
+
+// TestOutputIsAFormatEverywhere: -o means one thing in every command that
+// prints, as in kubectl: an output format (table by default where the output
+// is rows, or text where it is one thing; wide; json, yaml and kyaml; name;
+// jsonpath=, jsonpath-file=), through cli-runtime's printers; anything else,
+// a file name where a format belongs included, is refused (exit 2) with
+// kubectl's words. A request named to forge a row and retitle the terminal
+// is escaped in the table's cell and in -o name, and kept exactly in -o json.
 func TestOutputIsAFormatEverywhere(t *testing.T) {
 	dir := t.TempDir()
 	log := decisionLog(t, dir)
-	code, stdout, stderr := run(t, "", "decisions", "list", log, "-o", "name")
+	code, id, stderr := run(t, "", "decisions", "list", log, "-o", "jsonpath={.items[0].id}")
 	require.Equal(t, cli.ExitOK, code, stderr)
-	id := strings.TrimSpace(stdout)
 	require.NotEmpty(t, id)
 
-	csr := manifest(t, csrgen.ServingObject("csr-1", "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}})), false)
-	commands := map[string][]string{
-		"policy check-csr": append([]string{"policy", "check-csr", "-f", csr}, identity...),
-		"check several":    append([]string{"policy", "check-csr", "-f", csr, "-f", csr}, identity...),
-		"version":          {"version"},
-		"decisions list":   {"decisions", "list", log},
-		"decisions show":   {"decisions", "show", id, log},
-		"decisions replay": {"decisions", "replay", log, "--bundle", "../../policy"},
-	}
-	// A JSONPath each command's document answers, and what it prints.
-	jsonpath := map[string][2]string{
-		"policy check-csr": {"{.action}", "approve"},
-		"check several":    {"{.items[*].csr}", "csr-1 csr-1"},
-		"version":          {"{.go_version}", "go1."},
-		"decisions list":   {"{.items[*].id}", id},
-		"decisions show":   {"{.decision_id}", id},
-		"decisions replay": {"{.replayed}", "1"},
-	}
-	for name, args := range commands {
-		for _, tc := range []struct {
-			output string
-			check  func(t *testing.T, stdout string)
-		}{
-			{"json", func(t *testing.T, stdout string) {
-				for _, l := range strings.Split(strings.TrimSpace(stdout), "\n") {
-					assert.True(t, json.Valid([]byte(l)) || json.Valid([]byte(stdout)), stdout)
-				}
-			}},
-			{"yaml", func(t *testing.T, stdout string) {
-				var doc map[string]any
-				require.NoError(t, yaml.Unmarshal([]byte(stdout), &doc), stdout)
-				assert.NotEmpty(t, doc)
-			}},
-			{"jsonpath=" + jsonpath[name][0], func(t *testing.T, stdout string) {
-				assert.Contains(t, stdout, jsonpath[name][1])
-			}},
-		} {
-			t.Run(name+" -o "+tc.output, func(t *testing.T) {
-				code, stdout, stderr := run(t, "", append(args, "-o", tc.output)...)
-				require.Equal(t, cli.ExitOK, code, stderr)
-				tc.check(t, stdout)
-			})
-		}
-		t.Run(name+" -o a file", func(t *testing.T) {
-			code, stdout, stderr := run(t, "", append(args, "-o", "out.json")...)
-			assert.Equal(t, cli.ExitUsage, code)
-			assert.Empty(t, stdout)
-			assert.Contains(t, stderr, `-o "out.json": -o is the output format (`)
-		})
-	}
+	hostile := "csr-\x1b]0;owned\x07\x1b[2J\nforged-row\tx"
+	escaped := `csr-^[]0;owned\u0007^[[2J\nforged-row\tx`
+	csr := manifest(t, csrgen.ServingObject(hostile, "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}})), false)
+	client := manifest(t, clientObject(t, "csr-client", "system:node:worker-1", csrgen.NodeSubject("worker-1")), false)
+	check := append([]string{"policy", "check-csr", "-f", csr}, identity...)
 
-	for _, tc := range []struct {
-		name string
-		args []string
-		want string
-	}{
-		{"decisions list -o wide", []string{"decisions", "list", log, "-o", "wide"}, "PATH"},
-		{"decisions list -o name", []string{"decisions", "list", log, "-o", "name"}, id + "\n"},
+	for _, c := range []outputCommand{
+		{name: "decisions list", args: []string{"decisions", "list", log}, table: true, wide: "PATH",
+			human: `(?m)^TIME\s+ID\s+POLICY\s+ACTION\s+NODE/USER\s+CODES\s+REVISION\n\S+\s+` + id + `\s+kubelet-serving\s+pending\s+worker-1\s+MachineUnknown\s+sha256:`,
+			kind:  "List", named: "decision.cli.ichor.dev/" + id + "\n", jsonpath: "{.items[*].id}", want: id},
+		{name: "decisions show", args: []string{"decisions", "show", id, log},
+			human: `(?m)^Decision:\s+` + id + `$`, kind: "Decision", named: "decision.cli.ichor.dev/" + id + "\n", jsonpath: "{.entry.result.action}", want: "pending"},
+		{name: "decisions replay", args: []string{"decisions", "replay", log, "--bundle", "../../policy"}, table: true,
+			human: `(?m)^CHANGE\s+DECISIONS\nunchanged\s+1$`, kind: "DecisionReplay", jsonpath: "{.replayed}", want: "1"},
+		{name: "policy check-csr", args: check, table: true, wide: "REVISION",
+			human: `(?m)^CSR\s+ACTION\s+NODE\s+CODES\s+DECISION\n` + regexp.QuoteMeta(escaped) + `\s+approve\s+worker-1\s+IchorKubeletServing\s+\S+\n\n`,
+			kind:  "CSRDecision", named: "csrdecision.cli.ichor.dev/" + escaped + "\n", jsonpath: "{.action}", want: "approve"},
+		{name: "check several", args: append([]string{"policy", "check-csr", "-f", csr, "-f", csr}, identity...), table: true, wide: "KIND",
+			human: `(?m)^CSR\s+ACTION\s+NODE\s+CODES\s+DECISION\n(` + regexp.QuoteMeta(escaped) + `\s+approve\s.*\n){2}\n`,
+			kind:  "List", named: strings.Repeat("csrdecision.cli.ichor.dev/"+escaped+"\n", 2), jsonpath: "{.items[*].action}", want: "approve approve"},
+		{name: "policy check-client-csr", args: []string{"policy", "check-client-csr", "-f", client, "--authorized", "selfnodeclient"}, table: true, wide: "KIND",
+			human: `(?m)^csr-client\s+approve\s+worker-1\s+IchorKubeletClient\s`, kind: "CSRDecision", named: "csrdecision.cli.ichor.dev/csr-client\n",
+			jsonpath: "{.request_kind}", want: "selfnodeclient"},
+		{name: "version", args: []string{"version"}, human: `(?m)^ichor:\s+\S+\n`, kind: "Version", jsonpath: "{.go_version}", want: "go1."},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := run(t, "", tc.args...)
-			require.Equal(t, cli.ExitOK, code, stderr)
-			assert.Contains(t, stdout, tc.want)
-		})
+		t.Run(c.name, func(t *testing.T) { testOutputFormats(t, c, dir) })
 	}
 
 	// Where -o named a file, the old command line is refused, saying which
@@ -113,4 +96,81 @@ func TestOutputIsAFormatEverywhere(t *testing.T) {
 		})
 	}
 	assert.NoFileExists(t, filepath.Join(dir, "b.tar.gz"))
+}
+
+// testOutputFormats runs c in every format.
+func testOutputFormats(t *testing.T, c outputCommand, dir string) {
+	out := func(t *testing.T, format ...string) string {
+		t.Helper()
+		code, stdout, stderr := run(t, "", append(append([]string{}, c.args...), format...)...)
+		require.Equal(t, cli.ExitOK, code, stderr)
+		termsafetest.AssertInert(t, stdout)
+		return stdout
+	}
+	refused := func(t *testing.T, format string) string {
+		t.Helper()
+		code, stdout, stderr := run(t, "", append(append([]string{}, c.args...), "-o", format)...)
+		assert.Equal(t, cli.ExitUsage, code)
+		assert.Empty(t, stdout)
+		return stderr
+	}
+	human := out(t)
+	assert.Regexp(t, c.human, human)
+	if c.table {
+		assert.Regexp(t, c.human, out(t, "-o", "table"))
+		if c.wide != "" {
+			assert.NotContains(t, human, c.wide)
+			assert.Contains(t, out(t, "-o", "wide"), c.wide)
+		}
+	} else {
+		assert.Regexp(t, c.human, out(t, "-o", "text"))
+		assert.Contains(t, refused(t, "wide"), `unable to match a printer suitable for the output format "wide"`)
+	}
+
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out(t, "-o", "json")), &doc))
+	assert.Equal(t, c.kind, doc["kind"])
+	if c.kind != "List" {
+		assert.Equal(t, "cli.ichor.dev/v1alpha1", doc["apiVersion"])
+	}
+	if strings.Contains(c.named, "forged") {
+		// JSON keeps the name exactly; the stream's escapes are JSON's.
+		items, ok := doc["items"].([]any)
+		if !ok {
+			items = []any{doc}
+		}
+		for _, item := range items {
+			assert.Equal(t, "csr-\x1b]0;owned\x07\x1b[2J\nforged-row\tx", item.(map[string]any)["metadata"].(map[string]any)["name"])
+		}
+	}
+	require.NoError(t, yaml.Unmarshal([]byte(out(t, "-o", "yaml")), &doc))
+	assert.Equal(t, c.kind, doc["kind"])
+	assert.Contains(t, out(t, "-o", "kyaml"), "kind: \""+c.kind+"\"")
+
+	if c.named != "" {
+		assert.Equal(t, c.named, out(t, "-o", "name"), "one line a name, escaped")
+	} else {
+		stderr := refused(t, "name")
+		assert.Contains(t, stderr, `unable to match a printer suitable for the output format "name"`)
+		assert.NotContains(t, stderr, ",name,")
+	}
+
+	assert.Contains(t, out(t, "-o", "jsonpath="+c.jsonpath), c.want)
+	template := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-")+".jsonpath")
+	require.NoError(t, os.WriteFile(template, []byte(c.jsonpath), 0o600))
+	assert.Contains(t, out(t, "-o", "jsonpath-file="+template), c.want)
+	assert.Contains(t, refused(t, "jsonpath={.items["), "error parsing jsonpath")
+	assert.Contains(t, refused(t, "jsonpath"), "template format specified but no template given")
+
+	for _, format := range []string{"xml", "out.json", "Table"} {
+		stderr := refused(t, format)
+		assert.Contains(t, stderr, "unable to match a printer suitable for the output format")
+	}
+	stderr := refused(t, "xml")
+	human0 := "table,wide"
+	if !c.table {
+		human0 = "text"
+	}
+	assert.Contains(t, stderr, `ichor: unable to match a printer suitable for the output format "xml", allowed formats are: json,jsonpath,jsonpath-as-json,jsonpath-file,kyaml,`)
+	assert.Contains(t, stderr, human0)
 }

@@ -1,17 +1,17 @@
 package cli
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
+	"strings"
 
 	"github.com/spf13/cobra"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -68,7 +68,7 @@ type checkCSROptions struct {
 	nodeUnreadable bool
 	bundle         string
 	bundleKey      bundleKeyFlags
-	output         *outputFlag
+	output         *printFlags
 	names          []string
 	kube           genericclioptions.RESTClientGetter
 }
@@ -77,7 +77,7 @@ type checkCSROptions struct {
 // what becomes of a list.
 const checkInput = `NAME is a request in the cluster, read with your kubeconfig (kubectl's flags:
 --kubeconfig, --context, --as, ...) as "kubectl get csr NAME" reads it;
-several NAMEs are decided one JSON line each. Or give the request as a file:
+several NAMEs are decided one row each. Or give the request as a file:
 FILE is the manifest exactly as "kubectl get csr NAME -o yaml" (or -o json)
 prints it; "-" reads it from standard input. -f reads every document of a
 file (YAML documents separated by "---", or JSON objects one after another),
@@ -85,17 +85,25 @@ a directory (its .yaml, .yml and .json files, not its subdirectories) and may
 be repeated. Every document must be a CertificateSigningRequest or a List of
 them: any other kind is refused (exit 2), naming the document. A list ("kubectl
 get csr -o yaml", several names, a label or field selector), several
-documents, files or a directory are decided item by item, and each decision
-is printed as one JSON line carrying the request's name under "csr"; an item
-the rule does not govern gets a line with its "error" instead. At most
-10000 requests, 1000 files of a directory and 32 MiB of each input are read.
+documents, files or a directory are decided item by item, one row each; an
+item the rule does not govern gets its "error" instead. At most 10000
+requests, 1000 files of a directory and 32 MiB of each input are read.
+
+The table has one row a request (-o wide adds the kind recognized and the
+bundle revision), then every request's reasons as "CODE: message" lines.
+-o json, yaml and jsonpath=TEMPLATE print a CSRDecision object
+(cli.ichor.dev/v1alpha1) named by the request, with its action, reasons,
+node, request_kind (what check-client-csr recognized), decision_id and
+revision, or for several requests a List
+(apiVersion v1) of them (-o 'jsonpath={.items[*].action}'); -o name prints
+csrdecision.cli.ichor.dev/NAME.
 
 A bare PEM CERTIFICATE REQUEST is refused, with the manifest to wrap it in:
 the rule decides on what the API server records beside the PEM (the signer,
 the usages, the requester's username and groups), and those are not in it.`
 
 func newCheckCSRCommand(s streams) *cobra.Command {
-	o := checkCSROptions{output: newOutputFlag(outputJSON)}
+	o := checkCSROptions{output: newTablePrintFlags(true)}
 	cmd := &cobra.Command{
 		Use:   "check-csr (NAME... | -f FILE) [--nodename NAME] [--hostname NAME] [--node-ip IP]... [--machine-unknown] [--node-unreadable] [--bundle PATH]",
 		Short: "Decide a kubelet-serving CSR offline, as the controller would",
@@ -141,7 +149,7 @@ a wrong flag or a file that is not a CSR manifest.`,
 	f.BoolVar(&o.nodeUnreadable, "node-unreadable", false, "the node's identity could not be read from the Talos API")
 	f.StringVar(&o.bundle, "bundle", "", "a policy directory or bundle tarball to decide with (default: the embedded bundle)")
 	o.bundleKey.register(f)
-	o.output.register(cmd, "the decision indented, or one JSON line a request for several")
+	o.output.register(cmd)
 	return cmd
 }
 
@@ -212,44 +220,48 @@ var errNotDecided = errors.New("no decision")
 // csrCheck is what a check command prints for one request: the decision, or
 // for an item of a list that got none, the reason.
 type csrCheck struct {
-	// CSR is the request's name, for the items of a list.
-	CSR string `json:"csr,omitempty"`
+	// CSR is the request's name.
+	CSR string
 	*engine.CSRDecision
-	Error string `json:"error,omitempty"`
+	Error string
 	// AssumedAuthorization is what check-client-csr took the requester's
 	// SubjectAccessReviews to answer.
+	AssumedAuthorization *assumedAuthorization
+}
+
+// csrDecisionRecord is a check's decision as -o json, yaml and jsonpath see
+// it: the decision's fields, but the kind of request recognized under
+// request_kind, since kind is the document's.
+type csrDecisionRecord struct {
+	CSR                  string                `json:"csr"`
+	Action               string                `json:"action,omitempty"`
+	Reasons              engine.Reasons        `json:"reasons,omitempty"`
+	Node                 string                `json:"node,omitempty"`
+	RequestKind          string                `json:"request_kind,omitempty"`
+	DecisionID           string                `json:"decision_id,omitempty"`
+	Revision             string                `json:"revision,omitempty"`
+	Error                string                `json:"error,omitempty"`
 	AssumedAuthorization *assumedAuthorization `json:"assumed_authorization,omitempty"`
 }
 
-// checkEach decides every request with the rule that decide asks, on an
-// engine of the embedded bundle or bundlePath, and prints as -o asks: json,
-// its default, or the same document as yaml or through a JSONPath template.
-func checkEach(ctx context.Context, s streams, output *outputFlag, key bundleKeyFlags, bundlePath string, in csrInputs,
-	decide func(context.Context, *engine.Engine, *certificatesv1.CertificateSigningRequest) (csrCheck, error)) error {
-	if err := output.parse(""); err != nil {
-		return err
+func (c csrCheck) record() csrDecisionRecord {
+	r := csrDecisionRecord{CSR: c.CSR, Error: c.Error, AssumedAuthorization: c.AssumedAuthorization}
+	if d := c.CSRDecision; d != nil {
+		r.Action, r.Reasons, r.Node, r.RequestKind, r.DecisionID, r.Revision = d.Action, d.Reasons, d.Node, d.Kind, d.DecisionID, d.Revision
 	}
-	if output.format == outputJSON {
-		return checkEachJSON(ctx, s, key, bundlePath, in, decide)
-	}
-	var buf bytes.Buffer
-	asJSON := s
-	asJSON.out = &buf
-	err := checkEachJSON(ctx, asJSON, key, bundlePath, in, decide)
-	if buf.Len() > 0 {
-		// The decisions made are printed, whatever came after them.
-		if perr := output.print(s.out, in.list, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err }); perr != nil {
-			return perr
-		}
-	}
-	return err
+	return r
 }
 
-// checkEachJSON is checkEach in JSON. One request prints its decision
-// indented, as it always has; a list's items print one JSON line each, and
-// a request no rule governed is an error after the others.
-func checkEachJSON(ctx context.Context, s streams, key bundleKeyFlags, bundlePath string, in csrInputs,
+// checkEach decides every request with the rule that decide asks, on an
+// engine of the embedded bundle or bundlePath, and prints the decisions as
+// -o asks. One request that the rule does not govern is an error; an item
+// of a list that it does not govern gets its error, and the command fails
+// after printing the others.
+func checkEach(ctx context.Context, s streams, output *printFlags, key bundleKeyFlags, bundlePath string, in csrInputs,
 	decide func(context.Context, *engine.Engine, *certificatesv1.CertificateSigningRequest) (csrCheck, error)) error {
+	if err := output.complete(); err != nil {
+		return err
+	}
 	// Offline, the decision log goes nowhere: this is a question, not a decision
 	// the cluster acts on. OPA's own errors still reach stderr.
 	opts := engine.Options{DecisionLog: io.Discard, Log: s.err}
@@ -261,38 +273,78 @@ func checkEachJSON(ctx context.Context, s streams, key bundleKeyFlags, bundlePat
 		return err
 	}
 	defer eng.Stop(context.WithoutCancel(ctx))
-	csrs := in.csrs
-	if !in.list {
-		c, err := decide(ctx, eng, csrs[0])
-		if err != nil {
-			return err
-		}
-		out := json.NewEncoder(s.out)
-		out.SetIndent("", "  ")
-		return out.Encode(c)
-	}
-	if len(csrs) == 0 {
+	if in.list && len(in.csrs) == 0 {
 		fmt.Fprintln(s.err, "ichor: the list holds no request")
 		return nil
 	}
-	out := json.NewEncoder(s.out)
+	var checks []csrCheck
 	undecided := 0
-	for _, csr := range csrs {
+	for _, csr := range in.csrs {
 		c, err := decide(ctx, eng, csr)
 		switch {
-		case errors.Is(err, errNotDecided):
+		case errors.Is(err, errNotDecided) && in.list:
 			undecided++
 			c = csrCheck{Error: err.Error()}
+		case err != nil && in.list:
+			err = fmt.Errorf("%s: %w", csr.Name, err)
+			fallthrough
 		case err != nil:
-			return fmt.Errorf("%s: %w", csr.Name, err)
+			// The decisions made are printed, whatever came after them.
+			return errors.Join(printChecks(s.out, output, checks, in.list), err)
 		}
 		c.CSR = csr.Name
-		if err := out.Encode(c); err != nil {
-			return err
-		}
+		checks = append(checks, c)
+	}
+	if err := printChecks(s.out, output, checks, in.list); err != nil {
+		return err
 	}
 	if undecided > 0 {
-		return fmt.Errorf("%w for %d of the %d requests: their lines say why", errNotDecided, undecided, len(csrs))
+		return fmt.Errorf("%w for %d of the %d requests: their rows say why", errNotDecided, undecided, len(in.csrs))
+	}
+	return nil
+}
+
+// printChecks prints the decisions: a table of them and their reasons, or
+// a CSRDecision document for one request, a List of them for a list.
+func printChecks(w io.Writer, output *printFlags, checks []csrCheck, list bool) error {
+	if len(checks) == 0 {
+		return nil
+	}
+	if !output.isHuman() {
+		docs := make([]unstructured.Unstructured, 0, len(checks))
+		for _, c := range checks {
+			d, err := document("CSRDecision", "", c.CSR, c.record())
+			if err != nil {
+				return err
+			}
+			docs = append(docs, *d)
+		}
+		if !list {
+			return output.print(w, &docs[0])
+		}
+		return output.print(w, documentList(docs))
+	}
+	t := newTable([]string{"CSR", "Action", "Node", "Codes", "Decision"}, "Kind", "Revision")
+	for _, c := range checks {
+		if c.CSRDecision == nil {
+			addRow(t, c.CSR, engine.ActionError, "", "", "", "", "")
+			continue
+		}
+		addRow(t, c.CSR, c.Action, c.Node, strings.Join(c.Reasons.Codes(), ","), c.DecisionID, c.Kind, c.Revision)
+	}
+	if err := output.printTable(w, t); err != nil {
+		return err
+	}
+	for _, c := range checks {
+		switch {
+		case c.CSRDecision == nil:
+			fmt.Fprintf(w, "\n%s: no decision: %s\n", line(c.CSR), line(c.Error))
+		case len(c.Reasons) > 0:
+			fmt.Fprintf(w, "\n%s (%s):\n", line(c.CSR), line(c.Action))
+			for _, r := range c.Reasons {
+				fmt.Fprintf(w, "  %s: %s\n", line(r.Code), line(r.Message))
+			}
+		}
 	}
 	return nil
 }

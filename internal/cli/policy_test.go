@@ -121,7 +121,7 @@ func TestCheckCSRGivesTheRuleDecisionForEveryReason(t *testing.T) {
 	} {
 		for _, asJSON := range []bool{false, true} {
 			t.Run(tc.name+map[bool]string{false: " yaml", true: " json"}[asJSON], func(t *testing.T) {
-				args := append([]string{"policy", "check-csr", "-f", manifest(t, tc.obj, asJSON)}, tc.flags...)
+				args := append([]string{"policy", "check-csr", "-o", "json", "-f", manifest(t, tc.obj, asJSON)}, tc.flags...)
 				code, stdout, stderr := run(t, "", args...)
 				require.Equal(t, cli.ExitOK, code, stderr)
 
@@ -146,7 +146,7 @@ func TestCheckCSRReadsStdin(t *testing.T) {
 	data, err := yaml.Marshal(obj)
 	require.NoError(t, err)
 
-	code, stdout, stderr := run(t, string(data), append([]string{"policy", "check-csr", "-f", "-"}, identity...)...)
+	code, stdout, stderr := run(t, string(data), append([]string{"policy", "check-csr", "-o", "json", "-f", "-"}, identity...)...)
 
 	require.Equal(t, cli.ExitOK, code, stderr)
 	assert.Contains(t, stdout, `"action": "approve"`)
@@ -169,18 +169,18 @@ func TestCheckCSRRefusesBadInputClearly(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no file", []string{"policy", "check-csr", "--nodename", "worker-1"}, cli.ExitUsage, "or -f FILE"},
-		{"missing file", []string{"policy", "check-csr", "-f", "/nonexistent/csr.yaml", "--nodename", "worker-1"}, cli.ExitUsage, "no such file"},
-		{"not YAML", []string{"policy", "check-csr", "-f", notYAML, "--nodename", "worker-1"}, cli.ExitUsage, "neither YAML nor JSON"},
-		{"a Secret", []string{"policy", "check-csr", "-f", secret, "--nodename", "worker-1"}, cli.ExitUsage, "is a Secret (v1), not a certificates.k8s.io/v1 CertificateSigningRequest"},
-		{"a list with a Secret", []string{"policy", "check-csr", "-f", list, "--nodename", "worker-1"}, cli.ExitUsage, "item 0 is a Secret (v1), not a certificates.k8s.io/v1 CertificateSigningRequest"},
-		{"no identity", []string{"policy", "check-csr", "-f", good}, cli.ExitUsage, "give the node's identity"},
-		{"bad IP", []string{"policy", "check-csr", "-f", good, "--nodename", "worker-1", "--node-ip", "10.5.0"}, cli.ExitUsage, `--node-ip "10.5.0" is not an IP address`},
-		{"contradiction", []string{"policy", "check-csr", "-f", good, "--machine-unknown", "--node-unreadable"}, cli.ExitUsage, "contradict"},
-		{"unknown machine with identity", []string{"policy", "check-csr", "-f", good, "--machine-unknown", "--nodename", "worker-1"}, cli.ExitUsage, "--machine-unknown takes no node identity"},
-		{"unknown flag", []string{"policy", "check-csr", "-f", good, "--bogus"}, cli.ExitUsage, "unknown flag: --bogus"},
-		{"missing bundle", []string{"policy", "check-csr", "-f", good, "--nodename", "worker-1", "--bundle", "/nonexistent"}, cli.ExitUsage, "no such file"},
-		{"another signer", append([]string{"policy", "check-csr", "-f", manifest(t, other, false)}, identity...), cli.ExitError, "no decision: the kubelet-serving rule governs signer kubernetes.io/kubelet-serving only"},
+		{"no file", []string{"policy", "check-csr", "-o", "json", "--nodename", "worker-1"}, cli.ExitUsage, "or -f FILE"},
+		{"missing file", []string{"policy", "check-csr", "-o", "json", "-f", "/nonexistent/csr.yaml", "--nodename", "worker-1"}, cli.ExitUsage, "no such file"},
+		{"not YAML", []string{"policy", "check-csr", "-o", "json", "-f", notYAML, "--nodename", "worker-1"}, cli.ExitUsage, "neither YAML nor JSON"},
+		{"a Secret", []string{"policy", "check-csr", "-o", "json", "-f", secret, "--nodename", "worker-1"}, cli.ExitUsage, "is a Secret (v1), not a certificates.k8s.io/v1 CertificateSigningRequest"},
+		{"a list with a Secret", []string{"policy", "check-csr", "-o", "json", "-f", list, "--nodename", "worker-1"}, cli.ExitUsage, "item 0 is a Secret (v1), not a certificates.k8s.io/v1 CertificateSigningRequest"},
+		{"no identity", []string{"policy", "check-csr", "-o", "json", "-f", good}, cli.ExitUsage, "give the node's identity"},
+		{"bad IP", []string{"policy", "check-csr", "-o", "json", "-f", good, "--nodename", "worker-1", "--node-ip", "10.5.0"}, cli.ExitUsage, `--node-ip "10.5.0" is not an IP address`},
+		{"contradiction", []string{"policy", "check-csr", "-o", "json", "-f", good, "--machine-unknown", "--node-unreadable"}, cli.ExitUsage, "contradict"},
+		{"unknown machine with identity", []string{"policy", "check-csr", "-o", "json", "-f", good, "--machine-unknown", "--nodename", "worker-1"}, cli.ExitUsage, "--machine-unknown takes no node identity"},
+		{"unknown flag", []string{"policy", "check-csr", "-o", "json", "-f", good, "--bogus"}, cli.ExitUsage, "unknown flag: --bogus"},
+		{"missing bundle", []string{"policy", "check-csr", "-o", "json", "-f", good, "--nodename", "worker-1", "--bundle", "/nonexistent"}, cli.ExitUsage, "no such file"},
+		{"another signer", append([]string{"policy", "check-csr", "-o", "json", "-f", manifest(t, other, false)}, identity...), cli.ExitError, "no decision: the kubelet-serving rule governs signer kubernetes.io/kubelet-serving only"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := run(t, "", tc.args...)
@@ -197,8 +197,8 @@ func TestCheckCSRDecidesWithAnotherBundle(t *testing.T) {
 	dir := harness.PolicyWithoutServingIPCheck(t)
 	forged := manifest(t, csrgen.ServingObject("csr-1", "worker-1", request(t, csrgen.Request{IPs: []net.IP{net.ParseIP("10.5.0.3")}})), false)
 
-	_, before, _ := run(t, "", append([]string{"policy", "check-csr", "-f", forged}, identity...)...)
-	code, after, stderr := run(t, "", append([]string{"policy", "check-csr", "-f", forged, "--bundle", dir}, identity...)...)
+	_, before, _ := run(t, "", append([]string{"policy", "check-csr", "-o", "json", "-f", forged}, identity...)...)
+	code, after, stderr := run(t, "", append([]string{"policy", "check-csr", "-o", "json", "-f", forged, "--bundle", dir}, identity...)...)
 
 	require.Equal(t, cli.ExitOK, code, stderr)
 	var b, a engine.CSRDecision

@@ -1,8 +1,6 @@
 package cli
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,136 +9,238 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/printers"
-	"sigs.k8s.io/yaml"
 
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
-// Output formats: -o means one thing in every command, an output format, as
-// in kubectl. Files and directories have their own flags (--out,
-// --output-dir).
+// The human forms of -o: a table of rows (and its wide form, with the
+// columns of priority 1), or the text of a command that prints one thing.
 const (
-	outputTable    = "table"
-	outputText     = "text"
-	outputWide     = "wide"
-	outputJSON     = "json"
-	outputYAML     = "yaml"
-	outputName     = "name"
-	outputJSONPath = "jsonpath"
+	outputTable = "table"
+	outputWide  = "wide"
+	outputText  = "text"
 )
 
-// outputFlag is a command's -o. Human is the default, for a person: table
-// where the output is rows, text where it is one thing; the others are the
-// formats the command has besides json, yaml and jsonpath=TEMPLATE, which
-// every command has.
-type outputFlag struct {
-	value  string
-	human  string
-	others []string
-	// format and template are what value says, once parsed.
-	format, template string
+// cliAPIVersion is the apiVersion of the documents the commands print: no API
+// server serves them, and the group says so. A command that prints several
+// prints a v1 List of them, as kubectl does.
+const cliAPIVersion = "cli.ichor.dev/v1alpha1"
+
+// printFlags is a command's -o: one output format, as kubectl's -o, in every
+// command that prints objects or rows. The machine formats are cli-runtime's
+// printers, chosen by its print flags (json, yaml, kyaml, name, jsonpath=,
+// jsonpath-file=, jsonpath-as-json=); the human form is cli-runtime's table
+// printer over a metav1.Table (table, wide), or a command's own text where it
+// prints one thing (version, decisions show). An unknown format is refused
+// with kubectl's words, as a usage error. Files and directories are never -o:
+// they have flags of their own (--out, --output-dir).
+type printFlags struct {
+	format   string
+	human    []string
+	jsonYAML *genericclioptions.JSONYamlPrintFlags
+	// name is nil for a command whose document has no name.
+	name     *genericclioptions.NamePrintFlags
+	jsonPath *genericclioptions.JSONPathPrintFlags
+	// printer is the machine format's printer, once complete chose it.
+	printer printers.ResourcePrinter
 }
 
-func newOutputFlag(human string, others ...string) *outputFlag {
-	return &outputFlag{value: human, human: human, others: others}
+// newTablePrintFlags is -o of a command that prints rows: table by default,
+// and wide; named when each row is an object with a name (-o name).
+func newTablePrintFlags(named bool) *printFlags {
+	return newPrintFlags([]string{outputTable, outputWide}, named)
 }
 
-func (o *outputFlag) formats() []string {
-	return slices.Compact(append(append([]string{o.human}, o.others...), outputJSON, outputYAML, outputJSONPath+"=TEMPLATE"))
+// newTextPrintFlags is -o of a command that prints one thing, as text by
+// default.
+func newTextPrintFlags(named bool) *printFlags {
+	return newPrintFlags([]string{outputText}, named)
 }
 
-func (o *outputFlag) register(cmd *cobra.Command, jsonIs string) {
-	cmd.Flags().StringVarP(&o.value, "output", "o", o.human, "output format: "+strings.Join(o.formats(), ", ")+"; json is "+jsonIs+", yaml and jsonpath see the same document")
-	completions := slices.Compact(append(append([]string{o.human}, o.others...), outputJSON, outputYAML, outputJSONPath+"="))
+func newPrintFlags(human []string, named bool) *printFlags {
+	p := &printFlags{
+		format:   human[0],
+		human:    human,
+		jsonYAML: genericclioptions.NewJSONYamlPrintFlags(),
+		jsonPath: &genericclioptions.JSONPathPrintFlags{},
+	}
+	if named {
+		p.name = genericclioptions.NewNamePrintFlags("")
+	}
+	return p
+}
+
+// allowedFormats are the formats -o takes, as kubectl lists them.
+func (p *printFlags) allowedFormats() []string {
+	formats := slices.Concat(p.human, p.jsonYAML.AllowedFormats(), p.name.AllowedFormats(), p.jsonPath.AllowedFormats())
+	slices.Sort(formats)
+	return formats
+}
+
+// register adds -o to cmd, and the completion of its values.
+func (p *printFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVarP(&p.format, "output", "o", p.format,
+		fmt.Sprintf("output format, one of: %s (jsonpath=TEMPLATE, jsonpath-file=FILE)", strings.Join(p.allowedFormats(), ", ")))
+	var values []cobra.Completion
+	for _, f := range p.allowedFormats() {
+		if strings.HasPrefix(f, "jsonpath") {
+			f += "="
+		}
+		values = append(values, f)
+	}
 	_ = cmd.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		return completions, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+		return values, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
 	})
 }
 
-// parse validates -o: a file name where a format belongs (the old meaning of
-// -o in some commands) is refused with the flag that writes files.
-func (o *outputFlag) parse(fileFlag string) error {
-	format, template, hasTemplate := strings.Cut(o.value, "=")
-	switch {
-	case format == outputJSONPath && hasTemplate && template != "":
-		o.format, o.template = format, template
-		return nil
-	case !hasTemplate && (format == o.human || format == outputJSON || format == outputYAML || slices.Contains(o.others, format)):
-		o.format = format
+// complete validates -o and chooses its printer: a format it does not know
+// is a usage error with kubectl's message, as is a JSONPath template that
+// does not parse or a template file that cannot be read.
+func (p *printFlags) complete() error {
+	if p.isHuman() {
 		return nil
 	}
-	msg := fmt.Sprintf("-o %q: -o is the output format (%s)", o.value, strings.Join(o.formats(), ", "))
-	if fileFlag != "" {
-		msg += "; a file to write is " + fileFlag
+	var err error
+	p.printer, err = p.jsonYAML.ToPrinter(p.format)
+	if genericclioptions.IsNoCompatiblePrinterError(err) && p.name != nil && p.format != "" {
+		p.printer, err = p.name.ToPrinter(p.format)
+		p.printer = escapedNames{p.printer}
 	}
-	return usage.Errorf("%s", msg)
+	if genericclioptions.IsNoCompatiblePrinterError(err) {
+		p.printer, err = p.jsonPath.ToPrinter(p.format)
+	}
+	if genericclioptions.IsNoCompatiblePrinterError(err) {
+		err = genericclioptions.NoCompatiblePrinterError{OutputFormat: &p.format, AllowedFormats: p.allowedFormats()}
+	}
+	return usage.Wrap(err)
 }
 
-// structured reports whether -o asks for json, yaml or jsonpath.
-func (o *outputFlag) structured() bool {
-	return o.format == outputJSON || o.format == outputYAML || o.format == outputJSONPath
-}
+// isHuman reports whether -o asks for the command's human form.
+func (p *printFlags) isHuman() bool { return slices.Contains(p.human, p.format) }
 
-// print writes the command's JSON output (writeJSON) as -o asks: as it is
-// for json, else as YAML or through the JSONPath template, cli-runtime's
-// printer as kubectl's -o jsonpath. A command whose JSON is one object a
-// line (lines) is seen by yaml and jsonpath as {"items": [...]}, as kubectl
-// shows a list.
-func (o *outputFlag) print(w io.Writer, lines bool, writeJSON func(io.Writer) error) error {
-	if o.format == outputJSON {
-		return writeJSON(w)
-	}
-	var buf bytes.Buffer
-	if err := writeJSON(&buf); err != nil {
-		return err
-	}
-	var doc any
-	if lines {
-		items := []any{}
-		sc := bufio.NewScanner(&buf)
-		sc.Buffer(nil, 64<<20)
-		for sc.Scan() {
-			var item any
-			if err := json.Unmarshal(sc.Bytes(), &item); err != nil {
-				return fmt.Errorf("output: %w", err)
-			}
-			items = append(items, item)
-		}
-		if err := sc.Err(); err != nil {
-			return fmt.Errorf("output: %w", err)
-		}
-		doc = map[string]any{"items": items}
-	} else if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
-		return fmt.Errorf("output: %w", err)
-	}
-	if items, ok := doc.([]any); ok {
-		// An array, such as the audit's rows, is a list too.
-		doc = map[string]any{"items": items}
-	}
-	if o.format == outputYAML {
-		b, err := yaml.Marshal(doc)
-		if err != nil {
-			return fmt.Errorf("output: %w", err)
-		}
-		_, err = w.Write(b)
-		return err
-	}
-	obj, ok := doc.(map[string]any)
-	if !ok {
-		return fmt.Errorf("output: jsonpath needs an object, and the output is %T", doc)
-	}
-	// The template is the person's, and what it prints is the output's
-	// strings: the streams escape them as any other output.
-	p, err := printers.NewJSONPathPrinter(o.template)
-	if err != nil {
-		return usage.Errorf("-o jsonpath=%s: %v", o.template, err)
-	}
-	if err := p.PrintObj(&unstructured.Unstructured{Object: obj}, w); err != nil {
-		return usage.Errorf("-o jsonpath=%s: %v", o.template, err)
+// print writes obj, a document or a List of them, in the machine format -o
+// names.
+func (p *printFlags) print(w io.Writer, obj runtime.Object) error {
+	if err := p.printer.PrintObj(obj, w); err != nil {
+		return fmt.Errorf("-o %s: %w", p.format, err)
 	}
 	return nil
+}
+
+// tablePrinter is the printer of the table and wide forms. One printer
+// prints the header once for all the tables given to it with the same
+// columns, so that rows printed as they come (decisions list --follow) are
+// one table.
+func (p *printFlags) tablePrinter() printers.ResourcePrinter {
+	return printers.NewTablePrinter(printers.PrintOptions{Wide: p.format == outputWide})
+}
+
+// printTable writes t in the table or wide form.
+func (p *printFlags) printTable(w io.Writer, t *metav1.Table) error {
+	return p.tablePrinter().PrintObj(t, w)
+}
+
+// newTable is a table with columns, then the wide columns, which only -o
+// wide shows. The printer writes the names in upper case.
+func newTable(columns []string, wide ...string) *metav1.Table {
+	t := &metav1.Table{}
+	for _, c := range columns {
+		t.ColumnDefinitions = append(t.ColumnDefinitions, metav1.TableColumnDefinition{Name: c, Type: "string"})
+	}
+	for _, c := range wide {
+		t.ColumnDefinitions = append(t.ColumnDefinitions, metav1.TableColumnDefinition{Name: c, Type: "string", Priority: 1})
+	}
+	return t
+}
+
+// addRow adds a row of cells to t, one for each column. Every cell is
+// escaped and kept to its line (termsafe.EscapeLine), an empty one written
+// "-": the values are what requesters and log writers wrote, and a newline or
+// a tab in one must neither add a row nor move a column (cli-runtime's table
+// printer would cut the cell at a newline, and hide the rest).
+func addRow(t *metav1.Table, cells ...string) {
+	row := metav1.TableRow{Cells: make([]any, len(cells))}
+	for i, c := range cells {
+		row.Cells[i] = cell(c)
+	}
+	t.Rows = append(t.Rows, row)
+}
+
+// cell is s as a table cell: escaped, kept to its line, "-" when empty.
+func cell(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return termsafe.EscapeLine(s)
+}
+
+// line is s kept to the line it is printed in, in a command's text (the
+// streams escape what a terminal would act on, but cannot tell a newline a
+// value carries from one that lays the text out).
+func line(s string) string { return termsafe.EscapeLine(s) }
+
+// document is v, a command's output, as the printers print it: an object of
+// kind in cliAPIVersion whose fields are v's JSON, named name (when it has
+// one) in namespace (when it has one).
+func document(kind, namespace, name string, v any) (*unstructured.Unstructured, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("output: %w", err)
+	}
+	u := &unstructured.Unstructured{}
+	// apimachinery's decoder keeps integers int64, as Unstructured needs.
+	if err := utiljson.Unmarshal(b, &u.Object); err != nil {
+		return nil, fmt.Errorf("output: %w", err)
+	}
+	u.SetAPIVersion(cliAPIVersion)
+	u.SetKind(kind)
+	if name != "" {
+		u.SetName(name)
+	}
+	if namespace != "" {
+		u.SetNamespace(namespace)
+	}
+	return u, nil
+}
+
+// documentList is items as one v1 List, as kubectl prints several objects.
+func documentList(items []unstructured.Unstructured) *unstructured.UnstructuredList {
+	l := &unstructured.UnstructuredList{Items: items}
+	if l.Items == nil {
+		l.Items = []unstructured.Unstructured{}
+	}
+	l.SetAPIVersion("v1")
+	l.SetKind("List")
+	return l
+}
+
+// escapedNames is cli-runtime's name printer given names escaped and kept to
+// their line: a name with a newline would otherwise print as two names.
+type escapedNames struct{ printers.ResourcePrinter }
+
+func (p escapedNames) PrintObj(obj runtime.Object, w io.Writer) error {
+	if l, ok := obj.(*unstructured.UnstructuredList); ok {
+		for i := range l.Items {
+			if err := p.PrintObj(&l.Items[i], w); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		named := &unstructured.Unstructured{}
+		named.SetGroupVersionKind(u.GroupVersionKind())
+		named.SetName(termsafe.EscapeLine(u.GetName()))
+		obj = named
+	}
+	return p.ResourcePrinter.PrintObj(obj, w)
 }
 
 // addRetiredOutput keeps -o on a command where it named a file, hidden,

@@ -155,17 +155,19 @@ func TestHostileCommonNameThroughTheRealManager(t *testing.T) {
 	code, stdout, stderr := run(t, "", "decisions", "show", ids[unknown], m.DecisionLog, "-o", "json")
 	require.Equal(t, ExitOK, code, stderr)
 	termsafetest.AssertInert(t, stdout)
-	var entry struct {
-		Result struct{ Node string } `json:"result"`
-		Input  struct {
-			CSR struct {
-				Username string `json:"username"`
-			} `json:"csr"`
-		} `json:"input"`
+	var d struct {
+		Entry struct {
+			Result struct{ Node string } `json:"result"`
+			Input  struct {
+				CSR struct {
+					Username string `json:"username"`
+				} `json:"csr"`
+			} `json:"input"`
+		} `json:"entry"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(stdout), &entry))
-	assert.Equal(t, termsafetest.Node, entry.Result.Node)
-	assert.Equal(t, "system:node:"+termsafetest.Node, entry.Input.CSR.Username)
+	require.NoError(t, json.Unmarshal([]byte(stdout), &d))
+	assert.Equal(t, termsafetest.Node, d.Entry.Result.Node)
+	assert.Equal(t, "system:node:"+termsafetest.Node, d.Entry.Input.CSR.Username)
 }
 
 // submitAs creates a kubelet-serving CSR as user, in the nodes' group, and

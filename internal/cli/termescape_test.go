@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -132,10 +133,10 @@ func TestDecisionsJSONOutputKeepsTheLoggedStrings(t *testing.T) {
 
 	_, stdout, stderr := run(t, l.log, "decisions", "list", "-o", "json")
 	termsafetest.AssertInert(t, stdout+stderr)
+	var list struct{ Items []decisionRecord }
+	require.NoError(t, json.Unmarshal([]byte(stdout), &list), stdout)
 	var nodes []string
-	for dec := json.NewDecoder(strings.NewReader(stdout)); dec.More(); {
-		var r listRecord
-		require.NoError(t, dec.Decode(&r))
+	for _, r := range list.Items {
 		nodes = append(nodes, r.Node)
 	}
 	assert.Equal(t, []string{termsafetest.Node, "worker-1"}, nodes)
@@ -143,10 +144,12 @@ func TestDecisionsJSONOutputKeepsTheLoggedStrings(t *testing.T) {
 	_, stdout, _ = run(t, l.log, "decisions", "show", l.pending, "-o", "json")
 	termsafetest.AssertInert(t, stdout)
 	var entry struct {
-		Result struct{ Node string } `json:"result"`
+		Entry struct {
+			Result struct{ Node string } `json:"result"`
+		} `json:"entry"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &entry))
-	assert.Equal(t, termsafetest.Node, entry.Result.Node)
+	assert.Equal(t, termsafetest.Node, entry.Entry.Result.Node)
 
 	_, stdout, _ = run(t, l.log, "decisions", "show", l.deny, "-o", "text")
 	assert.NotContains(t, stdout, hostileOrg)
@@ -186,13 +189,24 @@ func TestDecisionsOfAHandWrittenLog(t *testing.T) {
 	termsafetest.AssertInert(t, stdout+stderr)
 	assert.Contains(t, stdout, `"node": "raw\ufffd2J"`, "the input's JSON, as it was written")
 
+	// A decision id is the log writer's too: -o name keeps each to its line.
+	forgedID := strings.Replace(written, `"decision_id":"`+l.pending+`"`, `"decision_id":"evil\n\u001b[2Jdecision.cli.ichor.dev/forged"`, 1)
+	require.NotEqual(t, written, forgedID)
+	code, stdout, stderr = run(t, forgedID, "decisions", "list", "--all", "-o", "name")
+	require.Equal(t, ExitOK, code, stderr)
+	termsafetest.AssertInert(t, stdout)
+	assert.Equal(t, "decision.cli.ichor.dev/evil\\n^[[2Jdecision.cli.ichor.dev/forged\n", strings.SplitAfter(stdout, "\n")[0])
+	assert.Len(t, strings.Split(strings.TrimRight(stdout, "\n"), "\n"), 2, "one line a decision:\n%s", stdout)
+
 	_, stdout, _ = run(t, strings.SplitN(written, "\n", 2)[0], "decisions", "show", l.pending, "-o", "json")
 	termsafetest.AssertInert(t, stdout)
-	var entry struct {
-		Result struct{ Node string } `json:"result"`
+	var d struct {
+		Entry struct {
+			Result struct{ Node string } `json:"result"`
+		} `json:"entry"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(stdout), &entry))
-	assert.Equal(t, "raw\ufffd2J", entry.Result.Node, "what a JSON decoder reads for the byte")
+	require.NoError(t, json.Unmarshal([]byte(stdout), &d))
+	assert.Equal(t, "raw\ufffd2J", d.Entry.Result.Node, "what a JSON decoder reads for the byte")
 }
 
 // An error quotes what it failed on; it reaches the terminal escaped.
@@ -213,7 +227,9 @@ func TestErrorsOnStandardErrorAreEscaped(t *testing.T) {
 func TestAuditTableEscapesWhatTheKubeletServed(t *testing.T) {
 	var out bytes.Buffer
 	s := newStreams(nil, &out, &bytes.Buffer{})
-	require.NoError(t, printAuditTable(s.out, []auditRow{{
+	table := newTablePrintFlags(true)
+	require.NoError(t, table.complete())
+	require.NoError(t, printAudit(s.out, table, []auditRow{{
 		Cluster: "demo", Machine: "worker-1", Node: termsafetest.Node, Status: engine.AuditDrifted,
 		Reasons:    engine.Reasons{{Code: "CertificateNamesNotNode", Message: "the certificate names " + termsafetest.Node + "\nforged line"}},
 		DecisionID: "d-1",
@@ -222,7 +238,7 @@ func TestAuditTableEscapesWhatTheKubeletServed(t *testing.T) {
 	}}))
 	s.flush()
 	termsafetest.AssertInert(t, out.String())
-	assert.Contains(t, out.String(), "demo/worker-1  "+termsafetest.NodeEscaped+"  ")
+	assert.Regexp(t, `demo/worker-1\s+`+regexp.QuoteMeta(termsafetest.NodeEscaped)+`\s+drifted`, out.String())
 	assert.Contains(t, out.String(), "  CertificateNamesNotNode: the certificate names "+termsafetest.NodeEscaped+`\nforged line`+"\n")
 	assert.Contains(t, out.String(), `demo/worker-2: no decision: handshake: ^[]0;owned\u0007`)
 }

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -11,7 +10,7 @@ import (
 )
 
 func newVersionCommand(s streams) *cobra.Command {
-	output := newOutputFlag(outputText)
+	output := newTextPrintFlags(false)
 	cmd := &cobra.Command{
 		Use:   "version [-o text|json|yaml|jsonpath=TEMPLATE]",
 		Short: "Print the version of this binary, and the Go and OPA it was built with",
@@ -20,20 +19,25 @@ the module's, or "devel"), the VCS revision and time when the build recorded
 them, and the versions of Go and of the OPA library that evaluates the rules.
 The same values are the labels of the manager's ichor_build_info metric.
 
-With -o json, one JSON object.`,
+-o json, yaml and jsonpath=TEMPLATE print a Version object
+(cli.ichor.dev/v1alpha1) with the same fields.`,
 		Args: cobra.NoArgs,
 		RunE: func(_ *cobra.Command, _ []string) error {
-			if err := output.parse(""); err != nil {
+			if err := output.complete(); err != nil {
 				return err
 			}
 			info := version.Get()
-			if output.structured() {
-				return output.print(s.out, false, func(w io.Writer) error { return json.NewEncoder(w).Encode(info) })
+			if !output.isHuman() {
+				d, err := document("Version", "", "", info)
+				if err != nil {
+					return err
+				}
+				return output.print(s.out, d)
 			}
 			return writeVersionText(s.out, info)
 		},
 	}
-	output.register(cmd, "one object")
+	output.register(cmd)
 	return cmd
 }
 

@@ -28,5 +28,5 @@ func TestVersion(t *testing.T) {
 	code, stdout, stderr = run(t, "", "version", "-o", "xml")
 	assert.Equal(t, cli.ExitUsage, code)
 	assert.Empty(t, stdout)
-	assert.Contains(t, stderr, `-o "xml": -o is the output format (text, json, yaml, jsonpath=TEMPLATE)`)
+	assert.Contains(t, stderr, `unable to match a printer suitable for the output format "xml", allowed formats are: json,jsonpath,jsonpath-as-json,jsonpath-file,kyaml,text,yaml`)
 }
