@@ -247,10 +247,11 @@ func grants(rules []rbacv1.PolicyRule, group, resource, verb, name string) bool 
 func TestChartCopiesAreTheGeneratedManifests(t *testing.T) {
 	r, c := root(t), chartDir(t)
 	pairs := map[string]string{
-		filepath.Join(r, "deploy", "rbac", "role.yaml"):           filepath.Join(c, "files", "role.yaml"),
-		filepath.Join(r, "deploy", "rbac", "roles.yaml"):          filepath.Join(c, "files", "roles.yaml"),
-		filepath.Join(r, "deploy", "webhook", "manifests.yaml"):   filepath.Join(c, "files", "webhook.yaml"),
-		filepath.Join(r, "deploy", "admission", "requester.yaml"): filepath.Join(c, "files", "admission.yaml"),
+		filepath.Join(r, "deploy", "rbac", "role.yaml"):                     filepath.Join(c, "files", "role.yaml"),
+		filepath.Join(r, "deploy", "rbac", "roles.yaml"):                    filepath.Join(c, "files", "roles.yaml"),
+		filepath.Join(r, "deploy", "webhook", "manifests.yaml"):             filepath.Join(c, "files", "webhook.yaml"),
+		filepath.Join(r, "deploy", "webhook", "recorder", "manifests.yaml"): filepath.Join(c, "files", "recorder-webhook.yaml"),
+		filepath.Join(r, "deploy", "admission", "requester.yaml"):           filepath.Join(c, "files", "admission.yaml"),
 	}
 	sources, err := filepath.Glob(filepath.Join(r, "deploy", "crds", "*.yaml"))
 	require.NoError(t, err)
