@@ -66,8 +66,11 @@ const MaxConditions = 16
 const MaxGroups = 256
 
 // The records' Events, in namespace default: get to find an act's record,
-// create to write it.
+// create to write it. The watches read the requests and the admins' bindings
+// the approvers and the issuer read already.
 // +kubebuilder:rbac:groups="",resources=events,verbs=get;create
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;list;watch
 
 // EventName is the name of the record's Event of the object with this UID.
 func EventName(uid types.UID) string {
