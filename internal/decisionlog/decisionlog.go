@@ -739,11 +739,11 @@ func (e Entry) User() string {
 
 // Subject is what a listing shows in its NODE/USER column: the node for a
 // decision about a node, else the requester; for a person's act, who acted
-// and on whom ("ada → bob").
+// and on whom ("ada→bob").
 func (e Entry) Subject() string {
 	if e.Manual() {
 		r := e.manual()
-		return r.Actor + " → " + r.Whom
+		return r.Actor + "→" + r.Whom
 	}
 	if n := e.Node(); n != "" {
 		return n

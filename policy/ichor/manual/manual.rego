@@ -116,12 +116,17 @@ _quoted(s) := sprintf("%q", [s]) if {
 
 _who := sprintf("by %q", [_actor.name]) if _actor.source == "admission"
 
-_who := sprintf(
-	"by %q, as the binding's ichor.dev/revoked-by annotation says (a claim on the object, which the manager writes when the operator revokes admin kubeconfigs)",
-	[_actor.name],
-) if _actor.source == "annotation"
+_who := sprintf("by %q, as the binding's ichor.dev/revoked-by annotation says (%s)", [
+	_actor.name,
+	"a claim on the object, which the manager writes when the operator revokes admin kubeconfigs",
+]) if {
+	_actor.source == "annotation"
+}
 
-_who := "by someone the manager did not see (its webhook was not called): the API server's audit log names the user" if {
+_who := concat(": ", [
+	"by someone the manager did not see (its webhook was not called)",
+	"the API server's audit log names the user",
+]) if {
 	_actor.source == "unknown"
 }
 
@@ -134,7 +139,7 @@ _who := "by someone the manager did not see (its webhook was not called): the AP
 #   them (quoted and cut).
 # custom:
 #   code: ManualApproval
-_csr_reason := _csr_reason_of("ManualApproval") if _decision.code == "ManualApproval"
+_csr_reason := {"code": "ManualApproval", "message": _csr_message} if _decision.action == "approve"
 
 # METADATA
 # title: Manual denial
@@ -143,19 +148,16 @@ _csr_reason := _csr_reason_of("ManualApproval") if _decision.code == "ManualAppr
 #   message says the same as a manual approval's.
 # custom:
 #   code: ManualDenial
-_csr_reason := _csr_reason_of("ManualDenial") if _decision.code == "ManualDenial"
+_csr_reason := {"code": "ManualDenial", "message": _csr_message} if _decision.action == "deny"
 
-_csr_reason_of(code) := {
-	"code": code,
-	"message": sprintf(
-		"certificate signing request %s of %q (signer %s) %s by hand %s, not by Ichor: reason %s, message %s",
-		[
-			_request.name, _request.username, _request.signer_name, _decision.verb, _who,
-			_quoted(object.get(_decision.condition, "reason", "")),
-			_quoted(object.get(_decision.condition, "message", "")),
-		],
-	),
-}
+_csr_message := sprintf(
+	"certificate signing request %s of %q (signer %s) %s by hand %s, not by Ichor: reason %s, message %s",
+	[
+		_request.name, _request.username, _request.signer_name, _decision.verb, _who,
+		_quoted(object.get(_decision.condition, "reason", "")),
+		_quoted(object.get(_decision.condition, "message", "")),
+	],
+)
 
 # METADATA
 # title: Admin revoked
@@ -168,7 +170,7 @@ _csr_reason_of(code) := {
 _revocation := {
 	"code": "AdminRevoked",
 	"message": sprintf(
-		"the admin binding %s of %q (identity %q) was revoked %s; their admin kubeconfigs no longer have cluster-admin",
-		[_binding.name, _binding.username, _binding.identity, _who],
+		"the admin binding %s of %q (identity %q) was revoked %s; %s",
+		[_binding.name, _binding.username, _binding.identity, _who, "their admin kubeconfigs no longer have cluster-admin"],
 	),
 }

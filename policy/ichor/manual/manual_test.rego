@@ -33,7 +33,10 @@ test_a_persons_approval_names_the_person_and_what_they_wrote if {
 	r.object == "csr/csr-8x2kq"
 	r.reasons == [{
 		"code": "ManualApproval",
-		"message": `certificate signing request csr-8x2kq of "system:node:worker-4" (signer kubernetes.io/kubelet-serving) approved by hand by "ada", not by Ichor: reason "IchorManualApproval", message "worker-4's IP moved"`,
+		"message": concat("", [
+			`certificate signing request csr-8x2kq of "system:node:worker-4" (signer kubernetes.io/kubelet-serving) `,
+			`approved by hand by "ada", not by Ichor: reason "IchorManualApproval", message "worker-4's IP moved"`,
+		]),
 	}]
 }
 
@@ -101,7 +104,8 @@ _binding := {
 }
 
 test_a_revocation_by_ada_names_ada_and_bob if {
-	r := manual.record with input as {"act": "admin_binding_deletion", "seen_by": "admission", "user": _ada, "binding": _binding}
+	act := {"act": "admin_binding_deletion", "seen_by": "admission", "user": _ada, "binding": _binding}
+	r := manual.record with input as act
 	r == {
 		"kind": "revocation",
 		"action": "revoke",
@@ -111,7 +115,10 @@ test_a_revocation_by_ada_names_ada_and_bob if {
 		"object": "clusterrolebinding/ichor-admin:u:bob-1a2b3c4d5e",
 		"reasons": [{
 			"code": "AdminRevoked",
-			"message": `the admin binding ichor-admin:u:bob-1a2b3c4d5e of "bob" (identity "ichor-admin:u:bob") was revoked by "ada"; their admin kubeconfigs no longer have cluster-admin`,
+			"message": concat("", [
+				`the admin binding ichor-admin:u:bob-1a2b3c4d5e of "bob" (identity "ichor-admin:u:bob") was revoked by "ada"; `,
+				"their admin kubeconfigs no longer have cluster-admin",
+			]),
 		}],
 	}
 }
@@ -131,6 +138,7 @@ test_the_revoked_by_annotation_is_named_as_a_claim if {
 	contains(r.reasons[0].message, "a claim on the object")
 
 	# The API server's word wins over the annotation.
-	seen := manual.record with input as {"act": "admin_binding_deletion", "seen_by": "admission", "user": _ada, "binding": b}
+	act := {"act": "admin_binding_deletion", "seen_by": "admission", "user": _ada, "binding": b}
+	seen := manual.record with input as act
 	seen.actor == "ada"
 }
