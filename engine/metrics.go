@@ -30,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_policy_decisions_total",
-			Help: "Decision-log entries by kind (decision: a rule's verdict; record: the record that a verdict was applied, path " + PathApplied + "), policy, action and first reason code. Count decisions with kind=\"decision\".",
+			Help: "Decision-log entries by kind (decision: a rule's verdict; record: the record that a verdict was applied, path " + PathApplied + "; manual: a person's act recorded, path " + PathManualRecord + "), policy, action and first reason code. Count decisions with kind=\"decision\".",
 		}, []string{"kind", "policy", "action", "reason"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ichor_policy_decision_duration_seconds",
@@ -117,18 +117,24 @@ func (m *Metrics) decision(path string, result json.RawMessage, err error, d tim
 }
 
 // The kinds of entry ichor_policy_decisions_total counts: a verdict of a
-// rule, or the record that a verdict was carried out. A record is logged
-// like a decision (it goes through the same engine and sinks) but decides
-// nothing, so a rate of decisions counts kind="decision" only.
+// rule, the record that a verdict was carried out, or the record of a
+// person's act (a CSR decided by hand, an admin binding revoked). Records
+// are logged like decisions (they go through the same engine and sinks) but
+// Ichor decides nothing in them, so a rate of decisions counts
+// kind="decision" only.
 const (
 	KindDecision = "decision"
 	KindRecord   = "record"
+	KindManual   = "manual"
 )
 
 // KindOf is the kind of the entries logged for a path.
 func KindOf(path string) string {
-	if path == PathApplied {
+	switch path {
+	case PathApplied:
 		return KindRecord
+	case PathManualRecord:
+		return KindManual
 	}
 	return KindDecision
 }

@@ -286,6 +286,13 @@ type AdminBindings struct {
 	Recorder events.EventRecorder
 	// AdminKubeconfigs is false when the operator revoked admin kubeconfigs.
 	AdminKubeconfigs bool
+	// Revocations, when set, records each deletion instead of the applied
+	// record and the Event above: the record of a person's act
+	// (internal/manualact), written once per act, by the webhook that saw
+	// who deleted or else here with the revoker unknown.
+	Revocations interface {
+		Revoked(ctx context.Context, b *rbacv1.ClusterRoleBinding)
+	}
 }
 
 // SetupWithManager registers the watch.
@@ -367,6 +374,10 @@ func (a *AdminBindings) Reconcile(ctx context.Context, req reconcile.Request) (r
 
 // revoked records the deletion of an admin binding.
 func (a *AdminBindings) revoked(ctx context.Context, b *rbacv1.ClusterRoleBinding) {
+	if a.Revocations != nil {
+		a.Revocations.Revoked(ctx, b)
+		return
+	}
 	username, revokedBy := Revocation(b)
 	action := fmt.Sprintf("Revoked the admin binding of %q (%s) by %q", username, b.Annotations[AnnotationAdminIdentity], revokedBy)
 	logger := log.FromContext(ctx).WithValues("binding", b.Name, "username", username, "revoked_by", revokedBy)

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -27,11 +28,13 @@ import (
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 	"github.com/ichor-dev/ichor-policy/deploy/image"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/bundleepoch"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/manager"
+	"github.com/ichor-dev/ichor-policy/webhook"
 	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
 )
 
@@ -247,10 +250,11 @@ func grants(rules []rbacv1.PolicyRule, group, resource, verb, name string) bool 
 func TestChartCopiesAreTheGeneratedManifests(t *testing.T) {
 	r, c := root(t), chartDir(t)
 	pairs := map[string]string{
-		filepath.Join(r, "deploy", "rbac", "role.yaml"):           filepath.Join(c, "files", "role.yaml"),
-		filepath.Join(r, "deploy", "rbac", "roles.yaml"):          filepath.Join(c, "files", "roles.yaml"),
-		filepath.Join(r, "deploy", "webhook", "manifests.yaml"):   filepath.Join(c, "files", "webhook.yaml"),
-		filepath.Join(r, "deploy", "admission", "requester.yaml"): filepath.Join(c, "files", "admission.yaml"),
+		filepath.Join(r, "deploy", "rbac", "role.yaml"):                     filepath.Join(c, "files", "role.yaml"),
+		filepath.Join(r, "deploy", "rbac", "roles.yaml"):                    filepath.Join(c, "files", "roles.yaml"),
+		filepath.Join(r, "deploy", "webhook", "manifests.yaml"):             filepath.Join(c, "files", "webhook.yaml"),
+		filepath.Join(r, "deploy", "webhook", "recorder", "manifests.yaml"): filepath.Join(c, "files", "recorder-webhook.yaml"),
+		filepath.Join(r, "deploy", "admission", "requester.yaml"):           filepath.Join(c, "files", "admission.yaml"),
 	}
 	sources, err := filepath.Glob(filepath.Join(r, "deploy", "crds", "*.yaml"))
 	require.NoError(t, err)
@@ -471,7 +475,8 @@ func TestWebhookIsWiredToTheManager(t *testing.T) {
 			objs := render(t, set...)
 			vwc := objs.get(t, "ValidatingWebhookConfiguration", webhookcerts.DefaultWebhookConfigurationName)
 			webhooks, _, _ := unstructured.NestedSlice(vwc.Object, "webhooks")
-			require.Len(t, webhooks, 1)
+			require.Len(t, webhooks, 3)
+			assertRecorderWebhooks(t, webhooks[1:])
 			wh := webhooks[0].(map[string]any)
 			assert.Equal(t, "vtaloscredentialrequest.ichor.dev", wh["name"])
 			assert.Equal(t, "Fail", wh["failurePolicy"])
@@ -495,6 +500,38 @@ func TestWebhookIsWiredToTheManager(t *testing.T) {
 			assert.EqualValues(t, 9443, port)
 		})
 	}
+}
+
+// assertRecorderWebhooks: the webhooks that record a person's acts
+// (deploy/webhook/recorder) never refuse, are served by the manager's
+// Service at the paths package webhook registers, and leave out the
+// manager's own ServiceAccount, so Ichor's own approvals cost no call.
+func assertRecorderWebhooks(t *testing.T, webhooks []any) {
+	t.Helper()
+	paths := map[string]string{
+		"record-csr-approval.ichor.dev":         webhook.PathRecordCSRApproval,
+		"record-admin-binding-delete.ichor.dev": webhook.PathRecordAdminBindingDelete,
+	}
+	for _, w := range webhooks {
+		wh := w.(map[string]any)
+		name, _ := wh["name"].(string)
+		require.Contains(t, paths, name)
+		assert.Equal(t, "Ignore", wh["failurePolicy"], name)
+		assert.Equal(t, "NoneOnDryRun", wh["sideEffects"], name)
+		timeout, _, _ := unstructured.NestedFieldNoCopy(wh, "timeoutSeconds")
+		seconds, err := strconv.Atoi(fmt.Sprint(timeout))
+		require.NoError(t, err, name)
+		assert.LessOrEqual(t, seconds, 5, name)
+		path, _, _ := unstructured.NestedString(wh, "clientConfig", "service", "path")
+		assert.Equal(t, paths[name], path, name)
+		conditions, _, _ := unstructured.NestedSlice(wh, "matchConditions")
+		require.NotEmpty(t, conditions, name)
+		last := conditions[len(conditions)-1].(map[string]any)
+		assert.Equal(t, fmt.Sprintf("request.userInfo.username != 'system:serviceaccount:%s:%s'", namespace, release), last["expression"], name)
+	}
+	binding := webhooks[1].(map[string]any)
+	labels, _, _ := unstructured.NestedStringMap(binding, "objectSelector", "matchLabels")
+	assert.Equal(t, map[string]string{credentials.LabelAdminBinding: "true"}, labels)
 }
 
 func containerPort(t *testing.T, dep *appsv1.Deployment, name string) int32 {

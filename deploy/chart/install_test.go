@@ -121,7 +121,12 @@ func certState(t *testing.T, c client.Client) (map[string][]byte, []byte) {
 	require.NoError(t, c.Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: webhookcerts.DefaultSecretName}, &secret))
 	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
 	require.NoError(t, c.Get(t.Context(), types.NamespacedName{Name: webhookcerts.DefaultWebhookConfigurationName}, &vwc))
-	require.Len(t, vwc.Webhooks, 1)
+	// The credential webhook and the two that record a person's acts, all
+	// with the same CA bundle.
+	require.Len(t, vwc.Webhooks, 3)
+	for _, w := range vwc.Webhooks[1:] {
+		require.Equal(t, vwc.Webhooks[0].ClientConfig.CABundle, w.ClientConfig.CABundle, "webhook %s", w.Name)
+	}
 	return secret.Data, vwc.Webhooks[0].ClientConfig.CABundle
 }
 

@@ -73,8 +73,10 @@ machine, an unreadable node, a flood guard), or not yet judged: check with
 say before you overrule it. A request already approved or denied, or of another
 signer, is refused, and nothing is written. A --reason that begins with Ichor
 (the approvers' own) is refused, so a person's decision never reads as theirs. The
-condition's message names you as the API server authenticated you, and the
-API server's audit log records the write as yours.
+condition's message names you as the API server authenticated you, the API
+server's audit log records the write as yours, and the manager's webhook
+records it in the decision log as yours ("ichor decisions list --policy
+manual") and as an Event on the request.
 
 Exit status: 0 when every request was written; 1 when one could not be (it is
 decided already, another signer's, not there, or you may not); 2 for a wrong

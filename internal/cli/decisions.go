@@ -298,9 +298,14 @@ func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped, 
 	}
 	// The records that a verdict was applied are entries, not decisions:
 	// counted apart, so that this count and list's and replay's agree.
-	read := plural(len(decisionlog.Verdicts(all)), "decision", "decisions")
-	if records := len(all) - len(decisionlog.Verdicts(all)); records > 0 {
+	verdicts := decisionlog.Verdicts(all)
+	decided := decisionlog.Decisions(verdicts)
+	read := plural(len(decided), "decision", "decisions")
+	if records := len(all) - len(verdicts); records > 0 {
 		read += " and " + plural(records, "record of an applied verdict", "records of applied verdicts")
+	}
+	if acts := len(verdicts) - len(decided); acts > 0 {
+		read += " and " + plural(acts, "record of a person's act", "records of a person's acts")
 	}
 	switch {
 	case what != "":
@@ -610,6 +615,10 @@ type replayOptions struct {
 type notReplayed struct {
 	Records      int `json:"records"`
 	NeverApplied int `json:"never_applied"`
+	// Manual are the records of a person's acts (a CSR decided by hand, an
+	// admin binding revoked): list lists them, but Ichor decided nothing in
+	// them, so there is nothing to replay.
+	Manual int `json:"manual"`
 }
 
 func newDecisionsReplayCommand(s streams) *cobra.Command {
@@ -633,7 +642,9 @@ A decision whose action stays but whose set of reason codes changes is
 reported as "reasons changed": it is no direction, only information. The
 summary counts the unchanged decisions too. Replay counts what "decisions
 list" lists: the verdicts in effect. The records that a verdict was applied
-decide nothing and are never replayed; a verdict that was never applied (an
+decide nothing and are never replayed, nor are the records of a person's acts
+(a CSR decided by hand, an admin binding revoked: policy manual), which list
+lists; a verdict that was never applied (an
 approver met a conflict writing it and decided again) is replayed only with
 --all. The summary says how many of each were left out. The filters of
 "decisions list" select which decisions are replayed. Replay is exact because the rules do no
@@ -702,10 +713,11 @@ func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) e
 	if o.all {
 		considered = verdicts
 	}
-	skipped := notReplayed{Records: len(entries) - len(verdicts), NeverApplied: len(verdicts) - len(considered)}
-	selected := decisionlog.Filter(considered, crit)
+	decided := decisionlog.Decisions(considered)
+	skipped := notReplayed{Records: len(entries) - len(verdicts), NeverApplied: len(verdicts) - len(considered), Manual: len(considered) - len(decided)}
+	selected := decisionlog.Filter(decided, crit)
 	if len(selected) == 0 {
-		return fmt.Errorf("no decision to replay: %d decisions read, none selected; an empty replay proves nothing", len(considered))
+		return fmt.Errorf("no decision to replay: %d decisions read, none selected; an empty replay proves nothing", len(decided))
 	}
 	// The replayed decisions are questions, not decisions anyone acts on:
 	// they are not logged. OPA's own errors still reach stderr.
@@ -800,6 +812,9 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 	}
 	if skipped.Records > 0 {
 		addRow(summary, "not replayed: records of applied verdicts (not decisions)", strconv.Itoa(skipped.Records))
+	}
+	if skipped.Manual > 0 {
+		addRow(summary, "not replayed: records of a person's acts (not decisions)", strconv.Itoa(skipped.Manual))
 	}
 	if err := o.output.printTable(w, summary); err != nil {
 		return err

@@ -52,6 +52,10 @@ const (
 	PathKubeletServingLimits    = engine.PathKubeletServingLimits
 	// PathKubeletServingAudit is the audit of a certificate in service.
 	PathKubeletServingAudit = engine.PathKubeletServingAudit
+	// PathManual is the record of a person's act (a CSR decided by hand, an
+	// admin binding revoked): listed, never replayed (Ichor decided
+	// nothing in it).
+	PathManual = engine.PathManualRecord
 )
 
 // Policies maps the short names of the decision rules to their paths: every
@@ -66,6 +70,7 @@ var Policies = map[string]string{
 	"kubelet-serving-rejection": PathKubeletServingRejection,
 	"kubelet-serving-limits":    PathKubeletServingLimits,
 	"kubelet-serving-audit":     PathKubeletServingAudit,
+	"manual":                    PathManual,
 }
 
 // The actions a decision is listed and filtered by: a CSR rule's action as it
@@ -86,12 +91,14 @@ const (
 	ActionCurrent = engine.AuditCurrent
 	ActionDrifted = engine.AuditDrifted
 	ActionUnknown = engine.AuditUnknown
+	// ActionRevoke is a person's revocation of an admin binding (PathManual).
+	ActionRevoke = engine.ActionRevoke
 )
 
 // Actions are the action words, in the order they are listed.
 var Actions = []string{
 	ActionApprove, ActionDeny, ActionPending, ActionAllowed, ActionRefused,
-	ActionCurrent, ActionDrifted, ActionUnknown, ActionNone, ActionError,
+	ActionCurrent, ActionDrifted, ActionUnknown, ActionRevoke, ActionNone, ActionError,
 }
 
 // Entry is one decision of the log, as OPA wrote it.
@@ -693,9 +700,31 @@ func (e Entry) Truncated() bool {
 	return len(marker.Truncated) > 0
 }
 
+// Manual reports whether the entry records a person's act (PathManual).
+func (e Entry) Manual() bool { return e.Path == PathManual }
+
+// manualRecord is what a listing reads of a person's act: who acted (the
+// API server's user, or "unknown") and whom the act was about.
+type manualRecord struct {
+	Actor string `json:"actor"`
+	Whom  string `json:"whom"`
+}
+
+func (e Entry) manual() manualRecord {
+	var r manualRecord
+	if e.Result != nil {
+		_ = json.Unmarshal(e.Result, &r)
+	}
+	return r
+}
+
 // User is the requester: the CSR's spec.username, the admission request's
-// user, or the requester an issuance decision re-authorized.
+// user, or the requester an issuance decision re-authorized; for a person's
+// act, the person who acted ("unknown" when the manager did not see them).
 func (e Entry) User() string {
+	if e.Manual() {
+		return e.manual().Actor
+	}
 	s := e.subject()
 	switch {
 	case s.CSR != nil && s.CSR.Username != "":
@@ -709,8 +738,13 @@ func (e Entry) User() string {
 }
 
 // Subject is what a listing shows in its NODE/USER column: the node for a
-// decision about a node, else the requester.
+// decision about a node, else the requester; for a person's act, who acted
+// and on whom ("ada→bob").
 func (e Entry) Subject() string {
+	if e.Manual() {
+		r := e.manual()
+		return r.Actor + "→" + r.Whom
+	}
 	if n := e.Node(); n != "" {
 		return n
 	}

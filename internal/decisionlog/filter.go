@@ -107,6 +107,19 @@ func Verdicts(entries []Entry) []Entry {
 	return out
 }
 
+// Decisions are the entries Ichor's rules decided, which a replay replays:
+// without the records of a person's acts (PathManual), which Ichor did not
+// decide. (Verdicts and InEffect keep them, so that list shows them.)
+func Decisions(entries []Entry) []Entry {
+	out := make([]Entry, 0, len(entries))
+	for _, e := range entries {
+		if !e.Manual() {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // ValidAction reports whether a is an action word.
 func ValidAction(a string) bool { return slices.Contains(Actions, a) }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,6 +44,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/manualact"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 	"github.com/ichor-dev/ichor-policy/internal/version"
@@ -337,15 +339,20 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if err := setUpAudit(mgr, eng, nodeReaders, o); err != nil {
 		return err
 	}
+	recorder := &manualact.Recorder{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng}
 	if o.Webhook {
-		if err := setUpCredentials(ctx, mgr, eng, o); err != nil {
+		if err := setUpCredentials(ctx, mgr, eng, o, recorder); err != nil {
 			return err
 		}
+	}
+	if err := setUpManualDecisions(mgr, recorder, o); err != nil {
+		return err
 	}
 	// Without the webhook nothing is issued, but the admins' bindings are
 	// still watched: --admin-kubeconfigs=false removes them either way.
 	admins := &credentials.AdminBindings{
 		Client: mgr.GetClient(), Engine: eng, Recorder: mgr.GetEventRecorder("ichor-credentials"), AdminKubeconfigs: o.AdminKubeconfigs,
+		Revocations: &manualact.Revocations{Recorder: recorder},
 	}
 	if err := admins.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the admin bindings' watch: %w", err)
@@ -396,9 +403,39 @@ func setUpAudit(mgr ctrl.Manager, eng *engine.Engine, nodeReaders *kubeletservin
 	return nil
 }
 
-// setUpCredentials adds the admission webhook and the issuer, which share the
-// admission records' key.
-func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options) error {
+// decidedSigners are the signers whose requests Ichor decides in the API
+// server the manager runs against: none unless the operator named the
+// clusters that judge it (--local-clusters); the kubelet client signer only
+// with its approver.
+func decidedSigners(o Options) []string {
+	if o.LocalClusters.Len() == 0 {
+		return nil
+	}
+	signers := []string{certificatesv1.KubeletServingSignerName}
+	if o.KubeletClientApprover {
+		signers = append(signers, kubeletclient.SignerName)
+	}
+	return signers
+}
+
+// setUpManualDecisions adds the watch that records a CSR decided by hand
+// when the webhook did not (internal/manualact), for the signers Ichor
+// decides here.
+func setUpManualDecisions(mgr ctrl.Manager, recorder *manualact.Recorder, o Options) error {
+	signers := decidedSigners(o)
+	if len(signers) == 0 {
+		return nil
+	}
+	if err := (&manualact.CSRDecisions{Recorder: recorder, Signers: signers}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the watch of decisions made by hand: %w", err)
+	}
+	return nil
+}
+
+// setUpCredentials adds the admission webhooks and the issuer, which share the
+// admission records' key, and the webhook that records a person's acts
+// (which signs its records with the same key).
+func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options, recorder *manualact.Recorder) error {
 	keys, err := admissionKeys(mgr, o.Namespace, o.AdmissionKeySecret)
 	if err != nil {
 		return err
@@ -413,6 +450,10 @@ func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine,
 	}
 	if err := validator.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the credential request webhook: %w", err)
+	}
+	recorder.Keys = keys
+	if err := (&credwebhook.ActRecorder{Recorder: recorder, Signers: decidedSigners(o)}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the webhook that records a person's acts: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 		return err

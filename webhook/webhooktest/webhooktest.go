@@ -355,3 +355,38 @@ func (r *requesting) Create(ctx context.Context, obj client.Object, opts ...clie
 	}
 	return r.Client.Create(ctx, obj, opts...)
 }
+
+// InstallRecorder creates the webhooks that record a person's acts
+// (deploy/webhook/recorder) in the API server of cfg, pointing at a local
+// server on 127.0.0.1, with the match condition the chart adds: the writes
+// of manager (the manager's username) are left out. The caller removes
+// LocalServingCertDir (Cleanup) when done.
+func InstallRecorder(cfg *rest.Config, manager string) (*envtest.WebhookInstallOptions, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(filepath.Join(root, "deploy", "webhook", "recorder", "manifests.yaml"))
+	if err != nil {
+		return nil, fmt.Errorf("webhooktest: %w", err)
+	}
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	if err := yaml.Unmarshal(data, &vwc); err != nil {
+		return nil, fmt.Errorf("webhooktest: deploy/webhook/recorder: %w", err)
+	}
+	vwc.Name = "ichor-test-recorder"
+	for i := range vwc.Webhooks {
+		vwc.Webhooks[i].MatchConditions = append(vwc.Webhooks[i].MatchConditions, admissionregistrationv1.MatchCondition{
+			Name: "not-the-manager", Expression: fmt.Sprintf("request.userInfo.username != %q", manager),
+		})
+	}
+	opts := &envtest.WebhookInstallOptions{
+		ValidatingWebhooks: []*admissionregistrationv1.ValidatingWebhookConfiguration{&vwc},
+		LocalServingHost:   "127.0.0.1",
+	}
+	if err := opts.Install(cfg); err != nil {
+		_ = opts.Cleanup()
+		return nil, fmt.Errorf("webhooktest: install the recorder's webhook configuration: %w", err)
+	}
+	return opts, nil
+}

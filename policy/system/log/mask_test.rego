@@ -160,3 +160,20 @@ test_capped_paths_of_another_type_are_left_alone if {
 		"result": {"reasons": null},
 	}
 }
+
+test_a_persons_condition_message_and_long_username_are_cut if {
+	long := concat("", [x | some _ in numbers.range(1, 600); x := "m"])
+	conditions := [{"type": "Approved", "status": "True", "reason": "X", "message": long}]
+	masks := log.mask with input as {"input": {
+		"act": "csr_decision",
+		"user": {"username": long},
+		"certificate_request": {"conditions": conditions},
+	}}
+	{"op": "upsert", "path": "/input/log_truncated", "value": {
+		"certificate_request.conditions": 1,
+		"user.username": 600,
+	}} in masks
+	some cut in masks
+	cut.path == "/input/certificate_request/conditions"
+	endswith(cut.value[0].message, "... (600 bytes)")
+}

@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+)
+
+// PathManualRecord is the record of a person's act that Ichor does not decide
+// (policy/ichor/manual): a CSR approved or denied by hand, an admin binding
+// revoked.
+const PathManualRecord = "ichor/manual/record"
+
+// The acts of a person the rule records (ManualActInput.Act).
+const (
+	ActCSRDecision          = "csr_decision"
+	ActAdminBindingDeletion = "admin_binding_deletion"
+)
+
+// Who saw the act (ManualActInput.SeenBy): the manager's webhook, told by the
+// API server who acted; or a watch of the manager, which sees the result and
+// never the actor.
+const (
+	SeenByAdmission = "admission"
+	SeenByWatch     = "watch"
+)
+
+// ActionRevoke is the action of a revocation record.
+const ActionRevoke = "revoke"
+
+// Kinds of a manual record.
+const (
+	ManualKindDecision   = "manual-decision"
+	ManualKindRevocation = "revocation"
+)
+
+// ActorUnknown is the actor of an act the webhook did not see.
+const ActorUnknown = "unknown"
+
+// ManualActInput is the input of the record: the act, who saw it, the user the
+// API server named (admission only), and the object's facts.
+type ManualActInput struct {
+	Act    string          `json:"act"`
+	SeenBy string          `json:"seen_by"`
+	User   *CredentialUser `json:"user,omitempty"`
+	// CertificateRequest is set for ActCSRDecision.
+	CertificateRequest *ManualCSRFacts `json:"certificate_request,omitempty"`
+	// Binding is set for ActAdminBindingDeletion.
+	Binding *ManualBindingFacts `json:"binding,omitempty"`
+}
+
+// ManualCSRFacts are a CSR's facts for the record: its name, signer, the
+// requester as the API server recorded it, and its conditions after and
+// before the write (bounded by the gatherer).
+type ManualCSRFacts struct {
+	Name               string            `json:"name"`
+	UID                string            `json:"uid"`
+	SignerName         string            `json:"signer_name"`
+	Username           string            `json:"username"`
+	Conditions         []ManualCondition `json:"conditions"`
+	PreviousConditions []ManualCondition `json:"previous_conditions"`
+}
+
+// ManualCondition is one condition of a CSR as written.
+type ManualCondition struct {
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// ManualBindingFacts are an admin binding's facts: its name and uid, whose it
+// is (the manager's annotations), the revoked-by annotation, and its role.
+type ManualBindingFacts struct {
+	Name      string       `json:"name"`
+	UID       string       `json:"uid"`
+	Username  string       `json:"username"`
+	Identity  string       `json:"identity"`
+	RevokedBy string       `json:"revoked_by"`
+	RoleRef   RoleRefFacts `json:"role_ref"`
+}
+
+// ManualRecord is the rule's record of the act.
+type ManualRecord struct {
+	Kind        string  `json:"kind"`
+	Action      string  `json:"action"`
+	Actor       string  `json:"actor"`
+	ActorSource string  `json:"actor_source"`
+	Whom        string  `json:"whom"`
+	Object      string  `json:"object"`
+	Node        string  `json:"node,omitempty"`
+	Reasons     Reasons `json:"reasons"`
+	DecisionID  string  `json:"decision_id"`
+	Revision    string  `json:"revision"`
+}
+
+// EventNote is the record's reasons and its decision id, cut to what an
+// Event takes (escaped: the reasons quote what a person wrote).
+func (r ManualRecord) EventNote() string {
+	return Clip(r.Reasons.String(), fmt.Sprintf(" (decision %s)", r.DecisionID), MaxEventNote)
+}
+
+// RecordManual writes the record of a person's act to the decision log. It
+// returns ErrNoDecision when the rule does not record the act (a write that
+// decides nothing).
+func (e *Engine) RecordManual(ctx context.Context, in ManualActInput) (ManualRecord, error) {
+	var out ManualRecord
+	d, err := e.decideInto(ctx, PathManualRecord, in, &out)
+	if err != nil {
+		return ManualRecord{}, err
+	}
+	if len(out.Reasons) == 0 || out.Kind == "" || out.Action == "" || out.Object == "" {
+		return ManualRecord{}, fmt.Errorf("decision %s of %s does not have the documented shape (kind %q, action %q, object %q, %d reasons)",
+			d.ID, d.Path, out.Kind, out.Action, out.Object, len(out.Reasons))
+	}
+	out.DecisionID, out.Revision = d.ID, d.Revision
+	return out, nil
+}

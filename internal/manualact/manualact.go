@@ -1,0 +1,228 @@
+// Package manualact records, in the decision log and as an Event, what a
+// person did with their own rights where Ichor's rules do not decide: a
+// certificate signing request of a signer Ichor decides approved or denied
+// by hand, and an admin's own ClusterRoleBinding deleted (issues 22 and 23).
+//
+// The API server tells only an admission webhook who made a write, so the
+// manager's webhook (package webhook, ActRecorder) is the first to record an
+// act, with its user; it always allows. When the webhook was not called (its
+// failurePolicy is Ignore: a person's decision or a revocation is never
+// blocked by the manager being away), the manager's watches see the result
+// afterwards and record it with the actor unknown. One act is recorded once:
+// the record's Event is named after the object's UID and carries a MAC made
+// with the manager's admission key, and whoever finds a verified Event for
+// the object records nothing more. A forged Event (anyone who may create
+// Events in namespace default can write one by that name) does not verify,
+// so it cannot silence a record; at worst the act is recorded twice.
+//
+// What is recorded is the rule ichor/manual/record's (Go gathers, Rego
+// decides); this package gathers the facts, bounded, and writes the Event.
+package manualact
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// EventSource is the component the records' Events name.
+const EventSource = "ichor-recorder"
+
+// EventNamespace is where the Events of the cluster-scoped objects recorded
+// (CSRs, ClusterRoleBindings) are written, as the API server's own event
+// recorder does for such objects.
+const EventNamespace = metav1.NamespaceDefault
+
+// The annotations of a record's Event.
+const (
+	AnnotationDecisionID = "ichor.dev/decision-id"
+	AnnotationObjectUID  = "ichor.dev/object-uid"
+	AnnotationMAC        = "ichor.dev/record-mac"
+)
+
+// MaxConditions bounds the conditions of a CSR gathered as facts, after and
+// before the write: the API server does not bound how many a request holds.
+const MaxConditions = 16
+
+// MaxGroups bounds the groups of the user gathered (the mask cuts the logged
+// list further).
+const MaxGroups = 256
+
+// The records' Events, in namespace default: get to find an act's record,
+// create to write it. The watches read the requests and the admins' bindings
+// the approvers and the issuer read already.
+// +kubebuilder:rbac:groups="",resources=events,verbs=get;create
+// +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;list;watch
+
+// EventName is the name of the record's Event of the object with this UID.
+func EventName(uid types.UID) string {
+	return "ichor-act-" + string(uid)
+}
+
+// Decider writes the record: *engine.Engine.
+type Decider interface {
+	RecordManual(ctx context.Context, in engine.ManualActInput) (engine.ManualRecord, error)
+}
+
+// KeySource is the admission key the records' MACs are made with
+// (*credential.Keys).
+type KeySource interface {
+	Key(ctx context.Context) ([]byte, error)
+}
+
+// Recorder records acts: it looks for the act's verified Event, asks the
+// rule for the record (which the engine logs), and writes the Event.
+type Recorder struct {
+	// Reader finds an act's Event (uncached: the manager's APIReader).
+	Reader client.Reader
+	// Client writes the Event.
+	Client client.Client
+	Engine Decider
+	// Keys makes and checks the Events' MACs; nil records every act it is
+	// given, without looking for an earlier record (no webhook runs).
+	Keys KeySource
+	// Instance names this replica in the Events (reportingInstance); the
+	// host name if empty.
+	Instance string
+	Clock    clock.PassiveClock
+}
+
+// Record records one act on the object (a CSR or a ClusterRoleBinding) with
+// uid. It returns the record, or nil when the act was recorded already or
+// the rule does not record it. An error is logged by the caller: recording
+// never stands in the way of the act.
+func (r *Recorder) Record(ctx context.Context, regarding corev1.ObjectReference, in engine.ManualActInput) (*engine.ManualRecord, error) {
+	if regarding.UID == "" {
+		return nil, errors.New("the object has no UID to record the act under")
+	}
+	var key []byte
+	if r.Keys != nil {
+		var err error
+		if key, err = r.Keys.Key(ctx); err != nil {
+			return nil, fmt.Errorf("the records' key: %w", err)
+		}
+		recorded, err := r.recorded(ctx, key, regarding.UID)
+		if err != nil {
+			return nil, err
+		}
+		if recorded {
+			return nil, nil
+		}
+	}
+	rec, err := r.Engine.RecordManual(ctx, in)
+	if errors.Is(err, engine.ErrNoDecision) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := r.event(ctx, key, regarding, rec); err != nil {
+		return &rec, fmt.Errorf("the record's Event: %w", err)
+	}
+	return &rec, nil
+}
+
+// recorded reports whether the act on the object with uid has a verified
+// Event already.
+func (r *Recorder) recorded(ctx context.Context, key []byte, uid types.UID) (bool, error) {
+	var ev corev1.Event
+	err := r.Reader.Get(ctx, client.ObjectKey{Namespace: EventNamespace, Name: EventName(uid)}, &ev)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look for the act's record: %w", err)
+	}
+	want := mac(key, uid, ev.Annotations[AnnotationDecisionID])
+	got := ev.Annotations[AnnotationMAC]
+	if !hmac.Equal([]byte(got), []byte(want)) {
+		log.FromContext(ctx).Info("an Event by the record's name does not verify: the act is recorded again", "event", ev.Name)
+		return false, nil
+	}
+	return true, nil
+}
+
+// mac binds an Event to the object's UID and the record's decision id.
+func mac(key []byte, uid types.UID, decisionID string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("ichor-act\x00" + string(uid) + "\x00" + decisionID))
+	return base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
+// event writes the record's Event, named after the object's UID; if that
+// name is taken (by an Event that did not verify), under a generated name.
+func (r *Recorder) event(ctx context.Context, key []byte, regarding corev1.ObjectReference, rec engine.ManualRecord) error {
+	now := metav1.NewTime(r.now())
+	instance := r.Instance
+	if instance == "" {
+		instance, _ = os.Hostname()
+	}
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:   EventNamespace,
+			Name:        EventName(regarding.UID),
+			Annotations: map[string]string{AnnotationDecisionID: rec.DecisionID, AnnotationObjectUID: string(regarding.UID)},
+		},
+		InvolvedObject:      regarding,
+		Type:                corev1.EventTypeNormal,
+		Reason:              rec.Reasons[0].Code,
+		Message:             rec.EventNote(),
+		Source:              corev1.EventSource{Component: EventSource},
+		FirstTimestamp:      now,
+		LastTimestamp:       now,
+		Count:               1,
+		Action:              rec.Action,
+		ReportingController: "ichor.dev/" + EventSource,
+		ReportingInstance:   instance,
+	}
+	if key != nil {
+		ev.Annotations[AnnotationMAC] = mac(key, regarding.UID, rec.DecisionID)
+	}
+	err := r.Client.Create(ctx, ev)
+	if apierrors.IsAlreadyExists(err) {
+		ev.Name, ev.GenerateName, ev.ResourceVersion = "", EventName(regarding.UID)+"-", ""
+		err = r.Client.Create(ctx, ev)
+	}
+	return err
+}
+
+func (r *Recorder) now() time.Time {
+	if r.Clock != nil {
+		return r.Clock.Now()
+	}
+	return time.Now()
+}
+
+// CSRReference is a CSR as an Event's object.
+func CSRReference(csr *certificatesv1.CertificateSigningRequest) corev1.ObjectReference {
+	return corev1.ObjectReference{
+		APIVersion: certificatesv1.SchemeGroupVersion.String(), Kind: "CertificateSigningRequest",
+		Name: csr.Name, UID: csr.UID, ResourceVersion: csr.ResourceVersion,
+	}
+}
+
+// BindingReference is a ClusterRoleBinding as an Event's object.
+func BindingReference(b *rbacv1.ClusterRoleBinding) corev1.ObjectReference {
+	return corev1.ObjectReference{
+		APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRoleBinding",
+		Name: b.Name, UID: b.UID, ResourceVersion: b.ResourceVersion,
+	}
+}

@@ -1,0 +1,434 @@
+package manualact_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/ichor-dev/ichor-policy/controllers/credentials"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/cli"
+	"github.com/ichor-dev/ichor-policy/internal/manualact"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+	"github.com/ichor-dev/ichor-policy/webhook"
+	"github.com/ichor-dev/ichor-policy/webhook/webhooktest"
+)
+
+// managerUser is the identity the manager runs as, with the rights of the
+// recorder's +kubebuilder:rbac markers (and, to write its own approvals in
+// the test, those of the approvers on the approval subresource).
+const managerUser = "ichor-test:manager"
+
+var signers = []string{certificatesv1.KubeletServingSignerName, certificatesv1.KubeAPIServerClientKubeletSignerName}
+
+// recEnv is a real API server, the recorder's webhooks installed as the
+// chart installs them, and a manager serving them and running the watches.
+type recEnv struct {
+	env     *harness.Env
+	log     *harness.DecisionLog
+	dir     string
+	install *envtest.WebhookInstallOptions
+	node    kubernetes.Interface
+	manager kubernetes.Interface
+	// ada's kubeconfig: a person who may approve and deny kubelet requests
+	// and revoke admin bindings, with her own rights.
+	ada    string
+	adaAPI kubernetes.Interface
+}
+
+// TestAPersonsActsAreRecordedWithWhoActed: the acts of people the manager
+// does not decide, recorded once each in the decision log and as an Event,
+// naming who acted as the API server authenticated them; a revocation or a
+// decision never waits on the manager, and when its webhook is not called
+// the watches record the act with the actor unknown.
+func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
+	re := startRecEnv(t)
+	approved := re.csr(t, "csr-approve")
+	denied := re.csr(t, "csr-deny")
+	own := re.csr(t, "csr-own")
+	hostile := re.csr(t, "csr-hostile")
+
+	t.Run("a person's approval names the person", func(t *testing.T) {
+		re.ichor(t, 0, "approve", approved.Name, "--message", "worker-1's IP moved; checked with talosctl", "--kubeconfig", re.ada)
+		r := re.waitRecord(t, "csr/"+approved.Name, "ada")
+		assert.Equal(t, engine.ManualKindDecision, r.Result.Kind)
+		assert.Equal(t, engine.ActionApprove, r.Result.Action)
+		assert.Equal(t, engine.SeenByAdmission, r.Input.SeenBy)
+		assert.Equal(t, "system:node:worker-1", r.Result.Whom)
+		assert.Equal(t, "worker-1", r.Result.Node)
+		require.Len(t, r.Result.Reasons, 1)
+		assert.Equal(t, "ManualApproval", r.Result.Reasons[0].Code)
+		assert.Contains(t, r.Result.Reasons[0].Message, `approved by hand by "ada"`)
+		assert.Contains(t, r.Result.Reasons[0].Message, `worker-1's IP moved; checked with talosctl`)
+		ev := re.event(t, approved.UID)
+		assert.Equal(t, "ManualApproval", ev.Reason)
+		assert.Equal(t, "CertificateSigningRequest", ev.InvolvedObject.Kind)
+		assert.Contains(t, ev.Message, `by "ada"`)
+		assert.Contains(t, ev.Message, r.DecisionID)
+		assert.NotEmpty(t, ev.Annotations[manualact.AnnotationMAC])
+	})
+
+	t.Run("a person's denial", func(t *testing.T) {
+		re.ichor(t, 0, "deny", denied.Name, "--reason", "Stolen", "--message", "not one of ours", "--kubeconfig", re.ada)
+		r := re.waitRecord(t, "csr/"+denied.Name, "ada")
+		assert.Equal(t, engine.ActionDeny, r.Result.Action)
+		assert.Equal(t, "ManualDenial", r.Result.Reasons[0].Code)
+		assert.Contains(t, r.Result.Reasons[0].Message, `reason "Stolen"`)
+	})
+
+	t.Run("the manager's own approval calls no webhook", func(t *testing.T) {
+		re.managerApproves(t, own)
+		// The API server calls a webhook within the write: had it been
+		// called, its record and Event would exist now.
+		assert.Empty(t, re.records("csr/"+own.Name))
+		var ev corev1.Event
+		assert.Error(t, re.env.Client.Get(t.Context(), types.NamespacedName{Namespace: manualact.EventNamespace, Name: manualact.EventName(own.UID)}, &ev))
+	})
+
+	t.Run("a forged, oversized reason and message are bounded", func(t *testing.T) {
+		csr := re.env.GetCSR(t, hostile.Name)
+		message := "\x1b]0;owned\x07\r\n" + strings.Repeat("m", 64<<10)
+		csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "IchorKubeletServing", Message: message,
+		})
+		_, err := re.adaAPI.CertificatesV1().CertificateSigningRequests().UpdateApproval(t.Context(), csr.Name, csr, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		r := re.waitRecord(t, "csr/"+hostile.Name, "ada")
+		msg := r.Result.Reasons[0].Message
+		assert.Less(t, len(msg), 1024, "the reason quotes at most 256 bytes of what was written")
+		assert.Contains(t, msg, fmt.Sprintf("... (%d bytes)", len(message)))
+		assert.NotContains(t, msg, "\x1b")
+		assert.NotContains(t, msg, "\r")
+		assert.Contains(t, r.Input.Truncated, "certificate_request.conditions", "the logged input says it was cut")
+		assert.Less(t, len(r.raw), 16<<10, "the entry is bounded")
+		ev := re.event(t, hostile.UID)
+		assert.LessOrEqual(t, len(ev.Message), engine.MaxEventNote)
+		assert.NotContains(t, ev.Message, "\x1b")
+	})
+
+	bob := re.adminBinding(t, "bob")
+	t.Run("a revocation by Ada of Bob names both", func(t *testing.T) {
+		re.ichor(t, 0, "cluster", "admins", "revoke", "bob", "--kubeconfig", re.ada)
+		r := re.waitRecord(t, "clusterrolebinding/"+bob.Name, "ada")
+		assert.Equal(t, engine.ManualKindRevocation, r.Result.Kind)
+		assert.Equal(t, engine.ActionRevoke, r.Result.Action)
+		assert.Equal(t, "bob", r.Result.Whom)
+		assert.Equal(t, "AdminRevoked", r.Result.Reasons[0].Code)
+		assert.Contains(t, r.Result.Reasons[0].Message, `of "bob"`)
+		assert.Contains(t, r.Result.Reasons[0].Message, `revoked by "ada"`)
+		ev := re.event(t, bob.UID)
+		assert.Equal(t, credentials.ReasonAdminRevoked, ev.Reason)
+		assert.Contains(t, ev.Message, `"bob"`)
+		assert.Contains(t, ev.Message, `"ada"`)
+	})
+
+	carl := re.adminBinding(t, "carl")
+	t.Run("a forged record does not silence a revocation", func(t *testing.T) {
+		// Anyone who may create Events in default can take the record's name.
+		require.NoError(t, re.env.Client.Create(t.Context(), &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Namespace: manualact.EventNamespace, Name: manualact.EventName(carl.UID), Annotations: map[string]string{manualact.AnnotationMAC: "forged"}},
+			InvolvedObject: manualact.BindingReference(carl),
+			Reason:         "AdminRevoked", Message: "nothing to see", Type: corev1.EventTypeNormal,
+		}))
+		re.ichor(t, 0, "cluster", "admins", "revoke", "carl", "--kubeconfig", re.ada)
+		r := re.waitRecord(t, "clusterrolebinding/"+carl.Name, "ada")
+		assert.Equal(t, "carl", r.Result.Whom)
+	})
+
+	// The webhook becomes unreachable: every write still succeeds, and the
+	// watches record what they see with the actor unknown.
+	re.breakWebhooks(t)
+	dan := re.adminBinding(t, "dan")
+	ownLater := re.csr(t, "csr-own-later")
+	unseen := re.csr(t, "csr-unseen")
+	t.Run("without the webhook a revocation succeeds and is recorded, the revoker unknown", func(t *testing.T) {
+		re.ichor(t, 0, "cluster", "admins", "revoke", "dan", "--kubeconfig", re.ada)
+		r := re.waitRecord(t, "clusterrolebinding/"+dan.Name, engine.ActorUnknown)
+		assert.Equal(t, engine.SeenByWatch, r.Input.SeenBy)
+		assert.Equal(t, "dan", r.Result.Whom)
+		assert.Contains(t, r.Result.Reasons[0].Message, "the API server's audit log names the user")
+	})
+	t.Run("without the webhook an approval succeeds and is recorded, the approver unknown", func(t *testing.T) {
+		re.managerApproves(t, ownLater)
+		re.ichor(t, 0, "approve", unseen.Name, "--message", "by hand", "--kubeconfig", re.ada)
+		r := re.waitRecord(t, "csr/"+unseen.Name, engine.ActorUnknown)
+		assert.Equal(t, engine.ActionApprove, r.Result.Action)
+		assert.Equal(t, engine.SeenByWatch, r.Input.SeenBy)
+	})
+
+	t.Run("each act is recorded once", func(t *testing.T) {
+		// The watches saw every act before the last ones they recorded
+		// (one informer per kind delivers in order): what they did not
+		// record by now, they never will.
+		for _, object := range []string{"csr/" + approved.Name, "csr/" + denied.Name, "csr/" + hostile.Name, "clusterrolebinding/" + bob.Name} {
+			assert.Len(t, re.records(object), 1, object)
+		}
+		assert.Empty(t, re.records("csr/"+own.Name), "the manager's own approval is no person's act")
+		assert.Empty(t, re.records("csr/"+ownLater.Name), "the manager's own approval is no person's act")
+	})
+}
+
+func startRecEnv(t *testing.T) *recEnv {
+	t.Helper()
+	ctx := t.Context()
+	env := harness.StartForTest(t, harness.Options{})
+	re := &recEnv{env: env, log: &harness.DecisionLog{}, dir: t.TempDir()}
+
+	rules, err := webhooktest.MarkerRules("internal/manualact")
+	require.NoError(t, err)
+	rules = append(rules, approverRules()...)
+	re.grant(t, managerUser, rules...)
+	keyRules, err := webhooktest.NamespacedMarkerRules("internal/facts/credential")
+	require.NoError(t, err)
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: harness.ManagerNamespace, Name: "manager"}, Rules: keyRules}))
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: harness.ManagerNamespace, Name: "manager"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "manager"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: managerUser}},
+	}))
+	// Ada: a person's rights for ichor approve|deny and ichor cluster admins.
+	re.grant(t, "ada", append(approverRules(),
+		rbacv1.PolicyRule{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"get", "list"}},
+		rbacv1.PolicyRule{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterrolebindings"}, Verbs: []string{"get", "list", "delete"}},
+		rbacv1.PolicyRule{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}},
+	)...)
+	for user, attrs := range map[string]authorizationv1.ResourceAttributes{
+		managerUser: {Namespace: harness.ManagerNamespace, Resource: "secrets", Name: "ichor-policy-admission-key", Verb: "update"},
+		"ada":       {Group: rbacv1.GroupName, Resource: "clusterrolebindings", Verb: "delete"},
+	} {
+		require.NoError(t, env.WaitAllowed(ctx, user, nil, attrs))
+	}
+	adaCfg, err := env.UserConfig("ada")
+	require.NoError(t, err)
+	re.ada = writeKubeconfig(t, re.dir, "ada", adaCfg)
+	re.adaAPI, err = kubernetes.NewForConfig(adaCfg)
+	require.NoError(t, err)
+	nodeCfg, err := env.UserConfig("system:node:worker-1", harness.NodesGroup)
+	require.NoError(t, err)
+	re.node, err = kubernetes.NewForConfig(nodeCfg)
+	require.NoError(t, err)
+
+	re.install, err = webhooktest.InstallRecorder(env.Config, managerUser)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = re.install.Cleanup() })
+	eng, err := engine.New(ctx, engine.Options{DecisionLog: re.log, Log: os.Stderr, ID: "recorder-test"})
+	require.NoError(t, err)
+	t.Cleanup(func() { eng.Stop(context.Background()) })
+	re.startManager(t, eng)
+	return re
+}
+
+func (re *recEnv) startManager(t *testing.T, eng *engine.Engine) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	cfg, err := re.env.UserConfig(managerUser)
+	require.NoError(t, err)
+	re.manager, err = kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	mgr, err := re.env.NewManager(cfg, crwebhook.NewServer(webhooktest.ServerOptions(re.install)))
+	require.NoError(t, err)
+	keyClient, err := client.New(cfg, client.Options{Scheme: re.env.Scheme})
+	require.NoError(t, err)
+	recorder := &manualact.Recorder{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Keys: re.env.AdmissionKeys(keyClient), Instance: "recorder-test"}
+	require.NoError(t, (&webhook.ActRecorder{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
+	require.NoError(t, (&manualact.CSRDecisions{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
+	require.NoError(t, (&credentials.AdminBindings{Engine: eng, AdminKubeconfigs: true, Revocations: &manualact.Revocations{Recorder: recorder}}).SetupWithManager(mgr))
+	done := harness.RunManager(ctx, mgr, "manager")
+	t.Cleanup(func() { cancel(); <-done })
+	started := mgr.GetWebhookServer().StartedChecker()
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return started(nil) == nil, nil
+	}))
+	require.True(t, mgr.GetCache().WaitForCacheSync(ctx))
+}
+
+// approverRules are the rights to decide kubelet requests.
+func approverRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests/approval"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, ResourceNames: signers, Verbs: []string{"approve"}},
+	}
+}
+
+func (re *recEnv) grant(t *testing.T, user string, rules ...rbacv1.PolicyRule) {
+	t.Helper()
+	name := "test:" + user
+	require.NoError(t, re.env.Client.Create(t.Context(), &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}))
+	require.NoError(t, re.env.Client.Create(t.Context(), &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}))
+}
+
+// csr is a kubelet serving request of worker-1, left pending.
+func (re *recEnv) csr(t *testing.T, name string) *certificatesv1.CertificateSigningRequest {
+	t.Helper()
+	pem, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("worker-1"), DNSNames: []string{"worker-1"}, IPs: []net.IP{net.ParseIP("10.5.0.2")}})
+	require.NoError(t, err)
+	re.env.SubmitCSR(t, re.node, csrgen.ServingObject(name, "worker-1", pem))
+	return re.env.GetCSR(t, name)
+}
+
+// managerApproves writes an approval as the approver writes it, as the
+// manager.
+func (re *recEnv) managerApproves(t *testing.T, csr *certificatesv1.CertificateSigningRequest) {
+	t.Helper()
+	csr = re.env.GetCSR(t, csr.Name)
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "IchorKubeletServing",
+		Message: "IchorKubeletServing: the request matches the node (decision 0b6f3c1e-2a4d-4e5f-8a9b-1c2d3e4f5a6b, policy revision sha256:0123456789abcdef)",
+	})
+	_, err := re.manager.CertificatesV1().CertificateSigningRequests().UpdateApproval(t.Context(), csr.Name, csr, metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
+
+// adminBinding is a person's admin binding as the issuer makes it.
+func (re *recEnv) adminBinding(t *testing.T, user string) *rbacv1.ClusterRoleBinding {
+	t.Helper()
+	name := "ichor-admin:u:" + user + "-0123456789"
+	b := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:   name,
+			Labels: map[string]string{credentials.LabelAdminBinding: "true", credentials.LabelManagedBy: credentials.ManagedBy},
+			Annotations: map[string]string{
+				credentials.AnnotationAdminUsername: user,
+				credentials.AnnotationAdminIdentity: "ichor-admin:u:" + user,
+			},
+		},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: name}},
+	}
+	require.NoError(t, re.env.Client.Create(t.Context(), b))
+	return b
+}
+
+// breakWebhooks points the recorder's webhooks at a port nobody serves.
+func (re *recEnv) breakWebhooks(t *testing.T) {
+	t.Helper()
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	require.NoError(t, re.env.Client.Get(t.Context(), types.NamespacedName{Name: "ichor-test-recorder"}, &vwc))
+	for i := range vwc.Webhooks {
+		vwc.Webhooks[i].ClientConfig.URL = ptr.To("https://127.0.0.1:1/unavailable")
+	}
+	require.NoError(t, re.env.Client.Update(t.Context(), &vwc))
+	// The API server reads the configuration through an informer: approve
+	// probes by hand until one is recorded by the watch rather than the
+	// webhook.
+	for i := 0; ; i++ {
+		require.Less(t, i, 50, "the API server still calls the webhook")
+		probe := re.csr(t, fmt.Sprintf("csr-probe-%d", i))
+		re.ichor(t, 0, "approve", probe.Name, "--message", "probe", "--kubeconfig", re.ada)
+		var r recordEntry
+		require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			rs := re.records("csr/" + probe.Name)
+			if len(rs) > 0 {
+				r = rs[0]
+			}
+			return len(rs) > 0, nil
+		}), "the probe %s was not recorded", probe.Name)
+		if r.Input.SeenBy == engine.SeenByWatch {
+			return
+		}
+	}
+}
+
+type recordEntry struct {
+	DecisionID string `json:"decision_id"`
+	Path       string `json:"path"`
+	Input      struct {
+		SeenBy    string         `json:"seen_by"`
+		Truncated map[string]any `json:"log_truncated"`
+	} `json:"input"`
+	Result engine.ManualRecord `json:"result"`
+	raw    string
+}
+
+// records are the manual records of object in the decision log.
+func (re *recEnv) records(object string) []recordEntry {
+	var out []recordEntry
+	for _, line := range strings.Split(re.log.String(), "\n") {
+		var e recordEntry
+		if !strings.Contains(line, engine.PathManualRecord) || json.Unmarshal([]byte(line), &e) != nil || e.Path != engine.PathManualRecord || e.Result.Object != object {
+			continue
+		}
+		e.raw = line
+		out = append(out, e)
+	}
+	return out
+}
+
+// waitRecord waits, up to 30 s, for a record of object naming actor.
+func (re *recEnv) waitRecord(t *testing.T, object, actor string) recordEntry {
+	t.Helper()
+	var found recordEntry
+	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		for _, r := range re.records(object) {
+			if r.Result.Actor == actor {
+				found = r
+				return true, nil
+			}
+		}
+		return false, nil
+	}), "no record of %s by %s in the decision log:\n%s", object, actor, re.log.String())
+	return found
+}
+
+// event is the record's Event of the object with uid.
+func (re *recEnv) event(t *testing.T, uid types.UID) corev1.Event {
+	t.Helper()
+	var ev corev1.Event
+	require.NoError(t, re.env.Client.Get(t.Context(), types.NamespacedName{Namespace: manualact.EventNamespace, Name: manualact.EventName(uid)}, &ev))
+	return ev
+}
+
+// ichor runs the command line in-process and expects the exit code.
+func (re *recEnv) ichor(t *testing.T, code int, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	got := cli.Run(ctx, args, strings.NewReader(""), &out, &errOut)
+	t.Logf("$ ichor %s\n%s%s(exit %d)", strings.Join(args, " "), out.String(), errOut.String(), got)
+	require.Equal(t, code, got, errOut.String())
+	return out.String()
+}
+
+func writeKubeconfig(t *testing.T, dir, user string, cfg *rest.Config) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts[user] = &clientcmdapi.Context{Cluster: "test", AuthInfo: user}
+	kc.CurrentContext = user
+	path := filepath.Join(dir, user+".kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*kc, path))
+	return path
+}

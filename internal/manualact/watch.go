@@ -1,0 +1,111 @@
+package manualact
+
+import (
+	"context"
+	"errors"
+	"regexp"
+	"slices"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// maxLoggedName bounds a name quoted in the manager's log.
+const maxLoggedName = 256
+
+// Revocations records the deletions of admin bindings the admin-bindings
+// watch sees (controllers/credentials.AdminBindings.Revocations): the act
+// with its revoker unknown, unless the webhook recorded it already.
+type Revocations struct {
+	Recorder *Recorder
+}
+
+// Revoked records the deletion of b.
+func (r *Revocations) Revoked(ctx context.Context, b *rbacv1.ClusterRoleBinding) {
+	Log(ctx, "binding", b.Name)(r.Recorder.Record(ctx, BindingReference(b), BindingDeletion(b, nil)))
+}
+
+// Log logs what Record returned; kind and name say what the act was on.
+// Every string is cut: the actor is as long as the cluster's authenticator
+// makes it.
+func Log(ctx context.Context, kind, name string) func(*engine.ManualRecord, error) {
+	return func(rec *engine.ManualRecord, err error) {
+		logger := log.FromContext(ctx).WithValues(kind, engine.Clip(name, "", maxLoggedName))
+		if rec != nil {
+			logger = logger.WithValues("decision_id", rec.DecisionID, "action", rec.Action, "actor", engine.Clip(rec.Actor, "", maxLoggedName))
+		}
+		if err != nil {
+			logger.Error(err, "record a person's act")
+			return
+		}
+		if rec != nil {
+			logger.Info("recorded a person's act", "kind", rec.Kind, "actor_source", rec.ActorSource)
+		}
+	}
+}
+
+// ownDecision finds the decision id the approvers write at the end of their
+// condition's message ("(decision ID, policy revision REV)").
+var ownDecision = regexp.MustCompile(`\(decision [0-9a-f-]{36}, policy revision [^)]*\)$`)
+
+// CSRDecisions watches the requests of the signers Ichor decides and records
+// a decision that Ichor's approvers did not write, when the webhook did not
+// record it: the request seen going from undecided to decided, the actor
+// unknown. Only a change seen while the manager runs is recorded (a request
+// decided while no manager ran is in the API server's audit log), and a
+// condition that reads as an approver's (its message ends with the decision
+// and the policy revision) is taken as Ichor's own: the webhook, which the
+// API server tells who wrote, is the record that cannot be misled so.
+type CSRDecisions struct {
+	Recorder *Recorder
+	// Signers are the signers whose requests Ichor decides here.
+	Signers []string
+}
+
+// SetupWithManager registers the watch (leader-elected, as the approvers).
+func (c *CSRDecisions) SetupWithManager(mgr ctrl.Manager) error {
+	if c.Recorder == nil || c.Recorder.Engine == nil {
+		return errors.New("manual decisions watch: no recorder")
+	}
+	h := handler.TypedFuncs[*certificatesv1.CertificateSigningRequest, reconcile.Request]{
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if c.decidedByHand(e.ObjectOld, e.ObjectNew) {
+				Log(ctx, "csr", e.ObjectNew.Name)(c.Recorder.Record(ctx, CSRReference(e.ObjectNew), CSRDecision(e.ObjectNew, e.ObjectOld, nil)))
+			}
+		},
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("manual-decisions").
+		WatchesRawSource(source.Kind(mgr.GetCache(), &certificatesv1.CertificateSigningRequest{}, h)).
+		Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil }))
+}
+
+// decidedByHand reports whether the update decided a request of Ichor's
+// signers with a condition that is not an approver's.
+func (c *CSRDecisions) decidedByHand(old, csr *certificatesv1.CertificateSigningRequest) bool {
+	if old == nil || csr == nil || !slices.Contains(c.Signers, csr.Spec.SignerName) || decision(old) != nil {
+		return false
+	}
+	d := decision(csr)
+	return d != nil && !ownDecision.MatchString(d.Message)
+}
+
+// decision is the request's Approved or Denied condition, or nil.
+func decision(csr *certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequestCondition {
+	for i, c := range csr.Status.Conditions {
+		if (c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied) && c.Status == corev1.ConditionTrue {
+			return &csr.Status.Conditions[i]
+		}
+	}
+	return nil
+}

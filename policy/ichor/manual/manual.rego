@@ -1,0 +1,176 @@
+# METADATA
+# title: A person's acts, recorded
+# description: |
+#   Not a decision of Ichor's: the record, in the decision log, of what a person did with
+#   their own rights where Ichor's rules do not decide, so that the log names who did it.
+#   Two acts are recorded: a certificate signing request of a signer Ichor decides
+#   (kubernetes.io/kubelet-serving, kubernetes.io/kube-apiserver-client-kubelet) approved
+#   or denied by hand (`ichor approve|deny`, `kubectl certificate approve|deny`), and an
+#   admin's own ClusterRoleBinding deleted (`ichor cluster admins revoke`, or any DELETE of
+#   a binding labelled ichor.dev/admin-binding). The act is never refused: the API server
+#   has already authorized it, and the manager's webhook that sees it always allows.
+#
+#   Who acted is a fact only when the API server said so: the admission request's user,
+#   seen by the manager's webhook (seen_by "admission"). When the webhook was not called
+#   (the manager's webhook down, unreachable, or timed out: its failurePolicy is Ignore) the
+#   manager's watch sees the result afterwards (seen_by "watch") and the record says that
+#   the actor is unknown; the API server's audit log names the user then. A binding's
+#   ichor.dev/revoked-by annotation, which the manager writes before it removes the bindings
+#   for the operator, is named as what it is: a claim on the object.
+#
+#   Input: act ("csr_decision" or "admin_binding_deletion"), seen_by ("admission" or
+#   "watch"), user (username, uid, groups, extra: the admission request's, absent when seen
+#   by the watch); for a CSR, certificate_request (name, uid, signer_name, username: the
+#   requester as the API server recorded it, conditions and previous_conditions: each
+#   {type, status, reason, message}, after and before the write); for a binding, binding
+#   (name, uid, username and identity: the manager's annotations naming whose it is,
+#   revoked_by: the annotation, role_ref {kind, name}).
+package ichor.manual
+
+# The tables of data.json, beside this file, under "config" so that the package's own
+# rules can share the path data.ichor.manual.
+_config := data.ichor.manual.config
+
+# METADATA
+# title: Record of a person's act
+# description: |
+#   {"kind": "manual-decision" or "revocation", "action": "approve", "deny" or "revoke",
+#   "actor": the username, or "unknown", "actor_source": "admission", "annotation" or
+#   "unknown", "whom": the CSR's requester or the binding's person, "object":
+#   "csr/NAME" or "clusterrolebinding/NAME", "node" (a CSR of a node), "reasons": one
+#   {"code", "message"}}. The reason is also the Event the manager writes on the object.
+#   Undefined for an act the input does not describe (a write that decides nothing).
+# entrypoint: true
+record := object.union(
+	{
+		"kind": "manual-decision",
+		"action": _decision.action,
+		"actor": _actor.name,
+		"actor_source": _actor.source,
+		"whom": _request.username,
+		"object": concat("/", ["csr", _request.name]),
+		"reasons": [_csr_reason],
+	},
+	_node,
+) if {
+	input.act == "csr_decision"
+	_decision
+}
+
+record := {
+	"kind": "revocation",
+	"action": "revoke",
+	"actor": _actor.name,
+	"actor_source": _actor.source,
+	"whom": _binding.username,
+	"object": concat("/", ["clusterrolebinding", _binding.name]),
+	"reasons": [_revocation],
+} if {
+	input.act == "admin_binding_deletion"
+}
+
+_request := object.union(
+	{"name": "", "username": "", "signer_name": "", "conditions": [], "previous_conditions": []},
+	object.get(input, "certificate_request", {}),
+)
+
+_binding := object.union(
+	{"name": "", "username": "", "identity": "", "revoked_by": ""},
+	object.get(input, "binding", {}),
+)
+
+# The decision this write made: a condition Approved or Denied, True, that the request did
+# not have before the write. The API server lets neither be removed nor both be held.
+_decision := object.union(_config.decisions[c.type], {"condition": c}) if {
+	some c in _request.conditions
+	c.status == "True"
+	_config.decisions[c.type]
+	not _decided_before(c.type)
+}
+
+_decided_before(type) if {
+	some p in _request.previous_conditions
+	p.type == type
+}
+
+_node := {"node": trim_prefix(_request.username, _config.node_user_prefix)} if {
+	startswith(_request.username, _config.node_user_prefix)
+}
+
+_node := {} if not startswith(_request.username, _config.node_user_prefix)
+
+_actor := {"name": input.user.username, "source": "admission"} if {
+	input.seen_by == "admission"
+	is_string(input.user.username)
+	input.user.username != ""
+} else := {"name": _binding.revoked_by, "source": "annotation"} if {
+	input.act == "admin_binding_deletion"
+	is_string(_binding.revoked_by)
+	_binding.revoked_by != ""
+} else := {"name": _config.unknown_actor, "source": "unknown"}
+
+# What the person wrote on the condition, quoted (every control character escaped) and cut.
+_quoted(s) := sprintf("%q", [s]) if {
+	count(s) <= _config.max_quoted_length
+} else := sprintf("%q... (%d bytes)", [substring(s, 0, _config.max_quoted_length), count(s)])
+
+_who := sprintf("by %q", [_actor.name]) if _actor.source == "admission"
+
+_who := sprintf("by %q, as the binding's ichor.dev/revoked-by annotation says (%s)", [
+	_actor.name,
+	"a claim on the object, which the manager writes when the operator revokes admin kubeconfigs",
+]) if {
+	_actor.source == "annotation"
+}
+
+_who := concat(": ", [
+	"by someone the manager did not see (its webhook was not called)",
+	"the API server's audit log names the user",
+]) if {
+	_actor.source == "unknown"
+}
+
+# METADATA
+# title: Manual approval
+# description: |
+#   A request of a signer Ichor decides was approved by a person, with their own rights,
+#   not by Ichor's approver: the message names the person as the API server authenticated
+#   them, the requester, the signer and the condition's reason and message as they wrote
+#   them (quoted and cut).
+# custom:
+#   code: ManualApproval
+_csr_reason := {"code": "ManualApproval", "message": _csr_message} if _decision.action == "approve"
+
+# METADATA
+# title: Manual denial
+# description: |
+#   A request of a signer Ichor decides was denied by a person, with their own rights: the
+#   message says the same as a manual approval's.
+# custom:
+#   code: ManualDenial
+_csr_reason := {"code": "ManualDenial", "message": _csr_message} if _decision.action == "deny"
+
+_csr_message := sprintf(
+	"certificate signing request %s of %q (signer %s) %s by hand %s, not by Ichor: reason %s, message %s",
+	[
+		_request.name, _request.username, _request.signer_name, _decision.verb, _who,
+		_quoted(object.get(_decision.condition, "reason", "")),
+		_quoted(object.get(_decision.condition, "message", "")),
+	],
+)
+
+# METADATA
+# title: Admin revoked
+# description: |
+#   An admin's own ClusterRoleBinding was deleted: that person's admin kubeconfigs no
+#   longer have cluster-admin. The message names the person (the manager's annotations on
+#   the binding), the binding, and who revoked it.
+# custom:
+#   code: AdminRevoked
+_revocation := {
+	"code": "AdminRevoked",
+	"message": sprintf(
+		"the admin binding %s of %q (identity %q) was revoked %s; %s",
+		[_binding.name, _binding.username, _binding.identity, _who, "their admin kubeconfigs no longer have cluster-admin"],
+	),
+}

@@ -1,0 +1,144 @@
+package ichor.manual_test
+
+import data.ichor.manual
+
+_ada := {"username": "ada", "uid": "u-1", "groups": ["admins", "system:authenticated"]}
+
+_approved := {"type": "Approved", "status": "True", "reason": "IchorManualApproval", "message": "worker-4's IP moved"}
+
+_csr(conditions, previous) := {
+	"name": "csr-8x2kq",
+	"uid": "c-1",
+	"signer_name": "kubernetes.io/kubelet-serving",
+	"username": "system:node:worker-4",
+	"conditions": conditions,
+	"previous_conditions": previous,
+}
+
+_csr_act(seen_by, conditions) := {
+	"act": "csr_decision",
+	"seen_by": seen_by,
+	"user": _ada,
+	"certificate_request": _csr(conditions, []),
+}
+
+test_a_persons_approval_names_the_person_and_what_they_wrote if {
+	r := manual.record with input as _csr_act("admission", [_approved])
+	r.kind == "manual-decision"
+	r.action == "approve"
+	r.actor == "ada"
+	r.actor_source == "admission"
+	r.whom == "system:node:worker-4"
+	r.node == "worker-4"
+	r.object == "csr/csr-8x2kq"
+	r.reasons == [{
+		"code": "ManualApproval",
+		"message": concat("", [
+			`certificate signing request csr-8x2kq of "system:node:worker-4" (signer kubernetes.io/kubelet-serving) `,
+			`approved by hand by "ada", not by Ichor: reason "IchorManualApproval", message "worker-4's IP moved"`,
+		]),
+	}]
+}
+
+test_a_persons_denial_is_a_manual_denial if {
+	denied := {"type": "Denied", "status": "True", "reason": "Stolen", "message": "not ours"}
+	r := manual.record with input as _csr_act("admission", [denied])
+	r.action == "deny"
+	r.reasons[0].code == "ManualDenial"
+	contains(r.reasons[0].message, `denied by hand by "ada"`)
+}
+
+test_a_decision_seen_only_by_the_watch_has_an_unknown_actor if {
+	act := object.remove(_csr_act("watch", [_approved]), ["user"])
+	r := manual.record with input as act
+	r.actor == "unknown"
+	r.actor_source == "unknown"
+	contains(r.reasons[0].message, "by someone the manager did not see")
+}
+
+test_a_user_is_an_actor_only_as_admission_saw_them if {
+	# A user in an input the watch made is not who acted.
+	r := manual.record with input as _csr_act("watch", [_approved])
+	r.actor == "unknown"
+
+	empty := manual.record with input as object.union(_csr_act("admission", [_approved]), {"user": {"username": ""}})
+	empty.actor == "unknown"
+}
+
+test_a_request_of_a_client_is_no_node if {
+	act := object.union(_csr_act("admission", [_approved]), {"certificate_request": {"username": "bob"}})
+	r := manual.record with input as act
+	r.whom == "bob"
+	not r.node
+}
+
+test_a_write_that_decides_nothing_is_not_recorded if {
+	# Already approved before the write, or a condition that is not a decision.
+	not manual.record with input as object.union(
+		_csr_act("admission", [_approved]),
+		{"certificate_request": {"previous_conditions": [_approved]}},
+	)
+	not manual.record with input as _csr_act("admission", [{"type": "Failed", "status": "True"}])
+	not manual.record with input as _csr_act("admission", [object.union(_approved, {"status": "False"})])
+	not manual.record with input as {"act": "something_else", "user": _ada}
+}
+
+test_what_a_person_wrote_is_quoted_and_cut if {
+	long := concat("", [x | some _ in numbers.range(1, 300); x := "a"])
+	hostile := object.union(_approved, {"reason": "X\u001b[2J", "message": concat("", ["\r", long])})
+	r := manual.record with input as _csr_act("admission", [hostile])
+	msg := r.reasons[0].message
+	contains(msg, `reason "X\x1b[2J"`)
+	contains(msg, `... (301 bytes)`)
+	not contains(msg, "\u001b")
+	not contains(msg, "\r")
+}
+
+_binding := {
+	"name": "ichor-admin:u:bob-1a2b3c4d5e",
+	"uid": "b-1",
+	"username": "bob",
+	"identity": "ichor-admin:u:bob",
+	"revoked_by": "",
+	"role_ref": {"kind": "ClusterRole", "name": "cluster-admin"},
+}
+
+test_a_revocation_by_ada_names_ada_and_bob if {
+	act := {"act": "admin_binding_deletion", "seen_by": "admission", "user": _ada, "binding": _binding}
+	r := manual.record with input as act
+	r == {
+		"kind": "revocation",
+		"action": "revoke",
+		"actor": "ada",
+		"actor_source": "admission",
+		"whom": "bob",
+		"object": "clusterrolebinding/ichor-admin:u:bob-1a2b3c4d5e",
+		"reasons": [{
+			"code": "AdminRevoked",
+			"message": concat("", [
+				`the admin binding ichor-admin:u:bob-1a2b3c4d5e of "bob" (identity "ichor-admin:u:bob") was revoked by "ada"; `,
+				"their admin kubeconfigs no longer have cluster-admin",
+			]),
+		}],
+	}
+}
+
+test_a_revocation_the_watch_saw_has_an_unknown_actor if {
+	r := manual.record with input as {"act": "admin_binding_deletion", "seen_by": "watch", "binding": _binding}
+	r.actor == "unknown"
+	r.whom == "bob"
+	contains(r.reasons[0].message, "the API server's audit log names the user")
+}
+
+test_the_revoked_by_annotation_is_named_as_a_claim if {
+	b := object.union(_binding, {"revoked_by": "the operator"})
+	r := manual.record with input as {"act": "admin_binding_deletion", "seen_by": "watch", "binding": b}
+	r.actor == "the operator"
+	r.actor_source == "annotation"
+	contains(r.reasons[0].message, "a claim on the object")
+
+	# The API server's word wins over the annotation.
+	act := {"act": "admin_binding_deletion", "seen_by": "admission", "user": _ada, "binding": b}
+	seen := manual.record with input as act
+	seen.actor == "ada"
+}

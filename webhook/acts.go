@@ -1,0 +1,110 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/manualact"
+)
+
+// The paths of the webhooks that record a person's acts
+// (deploy/webhook/recorder names them too).
+const (
+	PathRecordCSRApproval        = "/record-certificates-k8s-io-v1-certificatesigningrequest-approval"
+	PathRecordAdminBindingDelete = "/record-rbac-v1-clusterrolebinding-delete"
+)
+
+// ActRecorder is the admission webhook that records what a person does with
+// their own rights where Ichor does not decide: a CSR of a signer Ichor
+// decides approved or denied (UPDATE of certificatesigningrequests/approval),
+// an admin binding deleted (DELETE of a ClusterRoleBinding labelled
+// ichor.dev/admin-binding). The API server tells a webhook, and only a
+// webhook, who makes a write, so the record names them.
+//
+// It always allows, whatever happens: it is registered with failurePolicy
+// Ignore and a short timeout, and answers allowed to every request, so that
+// neither a person's decision nor a revocation waits on the manager. It
+// records nothing of a dry run (sideEffects NoneOnDryRun). The manager's own
+// writes never reach it: the configuration's matchConditions leave out the
+// manager's ServiceAccount.
+type ActRecorder struct {
+	Recorder *manualact.Recorder
+	// Signers are the signers whose requests Ichor decides here; a request
+	// of another is not recorded (the configuration's matchConditions leave
+	// them out already).
+	Signers []string
+}
+
+// SetupWithManager registers the two paths on the manager's webhook server.
+func (a *ActRecorder) SetupWithManager(mgr ctrl.Manager) error {
+	if a.Recorder == nil || a.Recorder.Engine == nil {
+		return errors.New("act recorder webhook: no recorder")
+	}
+	if a.Recorder.Reader == nil {
+		a.Recorder.Reader = mgr.GetAPIReader()
+	}
+	if a.Recorder.Client == nil {
+		a.Recorder.Client = mgr.GetClient()
+	}
+	srv := mgr.GetWebhookServer()
+	srv.Register(PathRecordCSRApproval, &crwebhook.Admission{Handler: admission.HandlerFunc(a.csrApproval)})
+	srv.Register(PathRecordAdminBindingDelete, &crwebhook.Admission{Handler: admission.HandlerFunc(a.bindingDeletion)})
+	return nil
+}
+
+// allowed is every answer: the act is the API server's to authorize.
+func allowed() admission.Response { return admission.Allowed("") }
+
+func (a *ActRecorder) csrApproval(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Update || req.SubResource != "approval" || (req.DryRun != nil && *req.DryRun) {
+		return allowed()
+	}
+	var csr, old certificatesv1.CertificateSigningRequest
+	if err := json.Unmarshal(req.Object.Raw, &csr); err != nil {
+		log.FromContext(ctx).Error(err, "decode the certificate signing request to record its decision")
+		return allowed()
+	}
+	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		log.FromContext(ctx).Error(err, "decode the certificate signing request to record its decision")
+		return allowed()
+	}
+	if !a.decides(csr.Spec.SignerName) {
+		return allowed()
+	}
+	a.record(ctx, "csr", csr.Name, manualact.CSRReference(&csr), manualact.CSRDecision(&csr, &old, &req.UserInfo))
+	return allowed()
+}
+
+func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request) admission.Response {
+	if req.Operation != admissionv1.Delete || (req.DryRun != nil && *req.DryRun) {
+		return allowed()
+	}
+	var b rbacv1.ClusterRoleBinding
+	if err := json.Unmarshal(req.OldObject.Raw, &b); err != nil {
+		log.FromContext(ctx).Error(err, "decode the ClusterRoleBinding to record its deletion")
+		return allowed()
+	}
+	if !manualact.IsAdminBinding(&b) {
+		return allowed()
+	}
+	a.record(ctx, "binding", b.Name, manualact.BindingReference(&b), manualact.BindingDeletion(&b, &req.UserInfo))
+	return allowed()
+}
+
+func (a *ActRecorder) decides(signer string) bool { return slices.Contains(a.Signers, signer) }
+
+func (a *ActRecorder) record(ctx context.Context, kind, name string, regarding corev1.ObjectReference, in engine.ManualActInput) {
+	manualact.Log(ctx, kind, name)(a.Recorder.Record(ctx, regarding, in))
+}
