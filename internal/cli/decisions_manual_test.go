@@ -60,10 +60,10 @@ func TestDecisionsListShowsAPersonsActsAndReplayLeavesThemOut(t *testing.T) {
 
 	code, stdout, _, _ = decisionsRun(t, "", "decisions", "list", log, "--user", "ada", "-o", "name")
 	require.Equal(t, ExitOK, code)
-	assert.Equal(t, approval+"\n", stdout)
+	assert.Equal(t, "decision.cli.ichor.dev/"+approval+"\n", stdout)
 	code, stdout, _, _ = decisionsRun(t, "", "decisions", "list", log, "--action", "revoke", "-o", "name")
 	require.Equal(t, ExitOK, code)
-	assert.Equal(t, revocation+"\n", stdout)
+	assert.Equal(t, "decision.cli.ichor.dev/"+revocation+"\n", stdout)
 
 	code, stdout, stderr, _ = decisionsRun(t, "", "decisions", "replay", "--bundle", "../../policy", log)
 	require.Equal(t, ExitOK, code, stderr)
