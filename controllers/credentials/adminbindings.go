@@ -234,7 +234,9 @@ func AdminBindingShape(b *rbacv1.ClusterRoleBinding) error {
 func checkBindingDecision(b *engine.AdminBindingDecision, d engine.CredentialIssuance, g gathered, requester string) error {
 	want := g.adminBinding
 	if want == nil {
-		return errors.New("the decision names an admin binding for a purpose whose requirements name none")
+		// A bundle older than this manager names no admin binding in its
+		// requirements: Go then knows no identity to hold it to.
+		return errors.New("the decision names an admin binding for a purpose whose requirements name none (is the policy bundle older than the manager?)")
 	}
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
