@@ -48,12 +48,24 @@ type CredentialEvent struct {
 	Message string `json:"message,omitempty"`
 }
 
-// CredentialRequirements is what Go gathers before it asks for admission.
+// CredentialRequirements is what Go gathers before it asks for admission or
+// issuance.
 type CredentialRequirements struct {
 	Authorization CredentialAuthorization `json:"authorization"`
 	Event         CredentialEvent         `json:"event"`
-	DecisionID    string                  `json:"decision_id"`
-	Revision      string                  `json:"revision"`
+	// AdminBinding is set only for a purpose whose credential its person's
+	// own ClusterRoleBinding gives power (kubeconfig-admin), asked with a
+	// username: the issuer gathers admin bindings for such a request alone.
+	AdminBinding *AdminBindingRequirement `json:"admin_binding,omitempty"`
+	DecisionID   string                   `json:"decision_id"`
+	Revision     string                   `json:"revision"`
+}
+
+// AdminBindingRequirement is whose admin bindings the issuer gathers: those
+// named after Identity (Identity, ":" and a nonce) that bind ClusterRole.
+type AdminBindingRequirement struct {
+	Identity    string `json:"identity"`
+	ClusterRole string `json:"cluster_role"`
 }
 
 // PublicKeyFacts are the facts of spec.publicKey: whether it parsed as a PEM
@@ -162,9 +174,10 @@ type AdmissionProof struct {
 }
 
 // AdminIdentityFacts are what the issuer found of admins' own
-// ClusterRoleBindings before an admin kubeconfig is signed: every binding
-// labelled as Ichor's admin binding (the rule picks the requester's by name),
-// and a nonce Go drew for a new binding's name, so that the decision, which
+// ClusterRoleBindings before an admin kubeconfig is signed: the bindings
+// labelled as Ichor's admin binding that are named after the requester's
+// identity and bind the requirements' role (the rule checks both again), and
+// a nonce Go drew for a new binding's name, so that the decision, which
 // names the binding, replays from its input.
 type AdminIdentityFacts struct {
 	Bindings []AdminBindingFacts `json:"bindings"`
@@ -211,8 +224,9 @@ type CredentialIssuanceInput struct {
 	// now; absent when none could be made (no requester, unknown purpose).
 	Authorization *AuthorizationFacts `json:"authorization,omitempty"`
 	Cluster       ClusterFacts        `json:"cluster"`
-	// AdminIdentity is gathered for every request: the rule decides which
-	// purposes a binding of the requester's own gives their power.
+	// AdminIdentity is gathered only when the purpose's requirements name
+	// an admin binding (kubeconfig-admin): the requester's bindings, by
+	// name and role. Empty for every other purpose.
 	AdminIdentity AdminIdentityFacts `json:"admin_identity"`
 	Settings      IssuerSettings     `json:"settings"`
 }
@@ -262,13 +276,27 @@ type CredentialIssuance struct {
 // Requirements returns the grant and the Event of a purpose. It returns
 // ErrNoDecision for a purpose the table does not know.
 func (e *Engine) Requirements(ctx context.Context, purpose string) (CredentialRequirements, error) {
+	return e.RequirementsFor(ctx, purpose, "")
+}
+
+// RequirementsFor is Requirements for a requester: with a username, the
+// requirements of a purpose that needs an admin binding name whose (the
+// person's identity, as the rule derives it) and its role.
+func (e *Engine) RequirementsFor(ctx context.Context, purpose, username string) (CredentialRequirements, error) {
+	in := map[string]string{"purpose": purpose}
+	if username != "" {
+		in["username"] = username
+	}
 	var out CredentialRequirements
-	d, err := e.decideInto(ctx, PathCredentialRequirements, map[string]string{"purpose": purpose}, &out)
+	d, err := e.decideInto(ctx, PathCredentialRequirements, in, &out)
 	if err != nil {
 		return CredentialRequirements{}, err
 	}
 	if out.Authorization.Verb == "" || out.Authorization.Resource == "" || out.Event.Reason == "" {
 		return CredentialRequirements{}, fmt.Errorf("decision %s of %s names no grant or no event", d.ID, d.Path)
+	}
+	if b := out.AdminBinding; b != nil && (b.Identity == "" || b.ClusterRole == "") {
+		return CredentialRequirements{}, fmt.Errorf("decision %s of %s names an admin binding without an identity or a role", d.ID, d.Path)
 	}
 	out.DecisionID, out.Revision = d.ID, d.Revision
 	return out, nil

@@ -5,14 +5,19 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -60,27 +66,84 @@ const (
 	// log records the DELETE and its user.
 	AnnotationRevokedBy = "ichor.dev/revoked-by"
 
-	// MaxAdminBindings bounds the bindings listed as facts of one decision.
+	// MaxAdminBindings bounds one requester's bindings to their role (only
+	// holders of bind on it can make them) listed as facts of one decision.
 	MaxAdminBindings = 1000
 )
 
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,resourceNames=cluster-admin,verbs=bind
 
-// adminIdentity gathers the admins' bindings (Ichor's label) and draws the
-// nonce a new one would be named with.
-func (r *Reconciler) adminIdentity(ctx context.Context) (engine.AdminIdentityFacts, error) {
+// IndexAdminIdentity indexes the admins' bindings in the manager's cache by
+// the identity their name begins with: the name up to its last ":", the rule's
+// identity:nonce. The issuer reads a requester's bindings through it, so a
+// request costs no list of every labelled binding, and bindings named after
+// someone else are never its facts.
+const IndexAdminIdentity = "ichor.dev/admin-identity"
+
+// IndexAdminBindings registers IndexAdminIdentity with the cache that holds
+// the admins' bindings, before it starts.
+func IndexAdminBindings(ctx context.Context, indexer client.FieldIndexer) error {
+	err := indexer.IndexField(ctx, &rbacv1.ClusterRoleBinding{}, IndexAdminIdentity, func(o client.Object) []string {
+		name := o.GetName()
+		if i := strings.LastIndexByte(name, ':'); i > 0 {
+			return []string{name[:i]}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("index the admins' ClusterRoleBindings by identity: %w", err)
+	}
+	return nil
+}
+
+// ignoredBindings counts the labelled bindings named after a requester that
+// bind another role than theirs: whoever may create bindings can make one
+// (RBAC lets them bind a role whose permissions they hold), so they are not
+// Ichor's, refuse nobody and serve nobody; a count that grows is someone
+// planting them.
+var ignoredBindings = prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "ichor_admin_bindings_ignored_total",
+	Help: "Labelled ClusterRoleBindings named after an admin kubeconfig's requester that bind another role than Ichor's, ignored when the request was decided (not Ichor's: someone made them).",
+})
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(ignoredBindings)
+}
+
+// adminIdentity gathers the requester's admin bindings, as their purpose's
+// requirements name them (identity and role), from the cache, and draws the
+// nonce a new one would be named with. A labelled binding of their name to
+// another role is left out, counted and logged: it is not Ichor's.
+func (r *Reconciler) adminIdentity(ctx context.Context, want engine.AdminBindingRequirement) (engine.AdminIdentityFacts, error) {
+	if r.Bindings == nil {
+		return engine.AdminIdentityFacts{}, errors.New("no reader of the admins' ClusterRoleBindings")
+	}
 	var list rbacv1.ClusterRoleBindingList
-	if err := r.APIReader.List(ctx, &list, AdminBindingLabels, client.Limit(MaxAdminBindings)); err != nil {
-		return engine.AdminIdentityFacts{}, fmt.Errorf("list the admins' ClusterRoleBindings: %w", err)
+	if err := r.Bindings.List(ctx, &list, AdminBindingLabels, client.MatchingFields{IndexAdminIdentity: want.Identity}); err != nil {
+		return engine.AdminIdentityFacts{}, fmt.Errorf("list the ClusterRoleBindings of %s: %w", want.Identity, err)
 	}
-	if list.Continue != "" {
-		return engine.AdminIdentityFacts{}, fmt.Errorf("more than %d ClusterRoleBindings carry %s", MaxAdminBindings, LabelAdminBinding)
-	}
+	role := rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: want.ClusterRole}
 	facts := engine.AdminIdentityFacts{Bindings: make([]engine.AdminBindingFacts, 0, len(list.Items))}
+	var ignored []string
 	for i := range list.Items {
+		if list.Items[i].RoleRef != role {
+			ignored = append(ignored, list.Items[i].Name)
+			continue
+		}
 		facts.Bindings = append(facts.Bindings, BindingFacts(&list.Items[i]))
 	}
+	if len(ignored) > 0 {
+		ignoredBindings.Add(float64(len(ignored)))
+		slices.Sort(ignored)
+		log.FromContext(ctx).Info("ignored labelled ClusterRoleBindings named after the requester that bind another role: not Ichor's",
+			"identity", want.Identity, "role", want.ClusterRole, "ignored", len(ignored), "bindings", ignored[:min(len(ignored), 10)])
+	}
+	// Only holders of bind on the role can make more; a bound on the input.
+	if len(facts.Bindings) > MaxAdminBindings {
+		return engine.AdminIdentityFacts{}, fmt.Errorf("more than %d ClusterRoleBindings of %s to %s", MaxAdminBindings, want.Identity, want.ClusterRole)
+	}
+	slices.SortFunc(facts.Bindings, func(a, b engine.AdminBindingFacts) int { return strings.Compare(a.Name, b.Name) })
 	nonce := r.Nonce
 	if nonce == nil {
 		nonce = Nonce
@@ -123,15 +186,111 @@ func Nonce() (string, error) {
 	return out.String(), nil
 }
 
-// bind makes the person's binding when the decision says so, and returns
-// the decision's binding (nil for a credential without one).
-func (r *Reconciler) bind(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest, d engine.CredentialIssuance) (*engine.AdminBindingDecision, error) {
-	b := d.AdminBinding
-	if b == nil || !b.Create {
-		return b, nil
+// The one role the manager binds, which its RBAC (bind on cluster-admin by
+// name) and the chart's ValidatingAdmissionPolicy hold it to.
+var clusterAdmin = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"}
+
+// adminBindingName is the name of every binding Ichor makes for a person:
+// the admin identity (identity.rego: "ichor-admin:", "u:" and the username,
+// or "h:" and hex) then ":" and a nonce.
+var adminBindingName = regexp.MustCompile(`^ichor-admin:(u:.+|h:[0-9a-f]+):[a-z0-9]{10}$`)
+
+var nonceForm = regexp.MustCompile(`^[a-z0-9]{10}$`)
+
+// AdminBindingShape reports how b differs from what Ichor makes of a
+// person's binding, nil if it does not: a name of the form
+// ichor-admin:(u|h):…:NONCE, Ichor's label, cluster-admin as the role and,
+// as the only subject, the group named as the binding. The manager creates
+// nothing else and reuses, annotates or deletes nothing else for a person;
+// the chart's ValidatingAdmissionPolicy holds its service account to the
+// same.
+func AdminBindingShape(b *rbacv1.ClusterRoleBinding) error {
+	var problems []string
+	if !adminBindingName.MatchString(b.Name) {
+		problems = append(problems, fmt.Sprintf("its name %q is not %sIDENTITY:NONCE", b.Name, adminBindingPrefix))
 	}
-	if b.Name == "" || b.Group == "" || b.ClusterRole == "" {
-		return nil, failf("the decision names an admin binding without a name, group or role")
+	if !isAdminBinding(b) {
+		problems = append(problems, fmt.Sprintf("it lacks the label %s=true", LabelAdminBinding))
+	}
+	if b.RoleRef != clusterAdmin {
+		problems = append(problems, fmt.Sprintf("its role is %s %q, not the ClusterRole cluster-admin", b.RoleRef.Kind, b.RoleRef.Name))
+	}
+	if want := []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: b.Name}}; !slices.Equal(b.Subjects, want) {
+		problems = append(problems, "its subjects are not exactly the group named as the binding")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("ClusterRoleBinding %q is not an admin binding as Ichor makes it: %s", b.Name, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// checkBindingDecision holds the decision's binding to what Ichor makes for
+// this request, before anything is written or signed: Go does not trust a
+// bundle with the power to bind cluster-admin (review 2, F3). The binding
+// must be the requester's (the identity the requirements named for their
+// username), named IDENTITY:NONCE with the nonce Go drew (or one Go listed,
+// to reuse), grant cluster-admin to its own group, and be the certificate's
+// only group, with the identity as its common name.
+func checkBindingDecision(b *engine.AdminBindingDecision, d engine.CredentialIssuance, g gathered, requester string) error {
+	want := g.adminBinding
+	if want == nil {
+		// A bundle older than this manager names no admin binding in its
+		// requirements: Go then knows no identity to hold it to.
+		return errors.New("the decision names an admin binding for a purpose whose requirements name none (is the policy bundle older than the manager?)")
+	}
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if b.Identity != want.Identity || !strings.HasPrefix(b.Identity, adminBindingPrefix) {
+		add("its identity %q is not the requester's, %q", b.Identity, want.Identity)
+	}
+	if b.Username != requester {
+		add("its username %q is not the requester's, %q", b.Username, requester)
+	}
+	if b.ClusterRole != clusterAdmin.Name || want.ClusterRole != clusterAdmin.Name {
+		add("its role %q is not cluster-admin", b.ClusterRole)
+	}
+	if b.Group != b.Name {
+		add("its group %q is not its name %q", b.Group, b.Name)
+	}
+	nonce, ok := strings.CutPrefix(b.Name, b.Identity+":")
+	switch {
+	case !ok || !nonceForm.MatchString(nonce) || !adminBindingName.MatchString(b.Name):
+		add("its name %q is not the identity, \":\" and a nonce", b.Name)
+	case b.Create && nonce != g.in.AdminIdentity.Nonce:
+		add("a new binding's name %q does not end in the nonce drawn for it", b.Name)
+	case !b.Create && !slices.ContainsFunc(g.in.AdminIdentity.Bindings, func(f engine.AdminBindingFacts) bool { return f.Name == b.Name }):
+		add("it reuses %q, which is not one of the requester's bindings", b.Name)
+	}
+	if c := d.Certificate; c == nil || c.Kind != engine.CertificateKindKubernetes || c.CommonName != b.Identity || !slices.Equal(c.Groups, []string{b.Group}) {
+		add("the certificate is not a Kubernetes one whose common name is the identity and whose only group is the binding")
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("the decision's admin binding is not what Ichor makes for this request: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// ReasonAdminBindingRefused is the reason of the Warning Event on a request
+// whose decision named a binding Go will not write.
+const ReasonAdminBindingRefused = "AdminBindingRefused"
+
+// bind makes the person's binding when the decision says so, or checks the
+// one it reuses, and returns it (nil for a credential without one).
+func (r *Reconciler) bind(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest, d engine.CredentialIssuance, g gathered) (*rbacv1.ClusterRoleBinding, error) {
+	b := d.AdminBinding
+	if b == nil {
+		if g.adminBinding != nil {
+			// An admin kubeconfig without its binding would be signed
+			// with whatever groups the decision names.
+			return nil, r.refuseBinding(ctx, tcr, errors.New("the decision allows an admin kubeconfig without its admin binding"))
+		}
+		return nil, nil
+	}
+	if err := checkBindingDecision(b, d, g, tcr.Spec.Requester.Username); err != nil {
+		return nil, r.refuseBinding(ctx, tcr, err)
+	}
+	if !b.Create {
+		return r.reused(ctx, b.Name)
 	}
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{
@@ -143,8 +302,11 @@ func (r *Reconciler) bind(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 				AnnotationDecisionID:    d.DecisionID,
 			},
 		},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: b.ClusterRole},
+		RoleRef:  clusterAdmin,
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: b.Group}},
+	}
+	if err := AdminBindingShape(binding); err != nil {
+		return nil, r.refuseBinding(ctx, tcr, err)
 	}
 	// A name already taken (a nonce drawn twice, or a race with another
 	// issuer) is retried: the next decision sees the binding that exists.
@@ -156,19 +318,71 @@ func (r *Reconciler) bind(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 	}
 	log.FromContext(ctx).Info("made the admin binding", "binding", b.Name, "identity", b.Identity,
 		"request", types.NamespacedName{Namespace: tcr.Namespace, Name: tcr.Name})
-	return b, nil
+	// The person's next request is decided on the cache: wait until it
+	// holds the binding, so that it is reused rather than doubled.
+	if err := r.untilCached(ctx, b.Name, true); err != nil {
+		log.FromContext(ctx).Error(err, "the cache has not seen the new admin binding; a request of the same person may make another", "binding", b.Name)
+	}
+	return binding, nil
+}
+
+// reused reads, from the API server, the binding the decision reuses, which
+// it found in the cache: it must still exist and be Ichor's shape. Gone
+// (revoked a moment ago) or changed, the request is decided again once the
+// cache has caught up, rather than signed for a group nothing binds.
+func (r *Reconciler) reused(ctx context.Context, name string) (*rbacv1.ClusterRoleBinding, error) {
+	var current rbacv1.ClusterRoleBinding
+	err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, &current)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.untilCached(ctx, name, false); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("the admin binding %s the decision reuses was deleted since it was listed; deciding again", name)
+	case err != nil:
+		return nil, fmt.Errorf("get the admin binding %s: %w", name, err)
+	}
+	if err := AdminBindingShape(&current); err != nil {
+		return nil, fmt.Errorf("the admin binding the decision reuses changed since it was listed; deciding again: %w", err)
+	}
+	return &current, nil
+}
+
+// cacheWait bounds the wait for the cache to see a binding made or deleted.
+const cacheWait = 10 * time.Second
+
+// untilCached waits until the cache holds the binding (present) or no
+// longer does.
+func (r *Reconciler) untilCached(ctx context.Context, name string, present bool) error {
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, cacheWait, true, func(ctx context.Context) (bool, error) {
+		err := r.Bindings.Get(ctx, client.ObjectKey{Name: name}, &rbacv1.ClusterRoleBinding{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		return (err == nil) == present, nil
+	})
+	if err != nil {
+		return fmt.Errorf("wait for the cache to see ClusterRoleBinding %s (present: %t): %w", name, present, err)
+	}
+	return nil
+}
+
+// refuseBinding fails the request: nothing is bound or signed, and a Warning
+// Event says why, for the person and the operator.
+func (r *Reconciler) refuseBinding(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest, err error) error {
+	log.FromContext(ctx).Error(err, "refused to write the decision's admin binding")
+	if r.Recorder != nil {
+		r.Recorder.Eventf(tcr, nil, corev1.EventTypeWarning, ReasonAdminBindingRefused, "Bind", "%s",
+			engine.Clip("nothing bound or signed: "+err.Error(), "", engine.MaxEventNote))
+	}
+	return &failure{err}
 }
 
 // recordExpiry writes the latest certificate expiry on the binding, for
 // `ichor cluster admins list`. It is a note, not a control: failing to write
 // it is logged and the certificate is still handed out.
-func (r *Reconciler) recordExpiry(ctx context.Context, b *engine.AdminBindingDecision, notAfter time.Time) {
-	logger := log.FromContext(ctx).WithValues("binding", b.Name)
-	var current rbacv1.ClusterRoleBinding
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Name: b.Name}, &current); err != nil {
-		logger.Error(err, "read the admin binding to record the certificate's expiry")
-		return
-	}
+func (r *Reconciler) recordExpiry(ctx context.Context, current *rbacv1.ClusterRoleBinding, notAfter time.Time) {
+	logger := log.FromContext(ctx).WithValues("binding", current.Name)
 	if was, err := time.Parse(time.RFC3339, current.Annotations[AnnotationCertificateExpiry]); err == nil && !notAfter.After(was) {
 		return
 	}
@@ -177,7 +391,7 @@ func (r *Reconciler) recordExpiry(ctx context.Context, b *engine.AdminBindingDec
 		current.Annotations = map[string]string{}
 	}
 	current.Annotations[AnnotationCertificateExpiry] = notAfter.UTC().Format(time.RFC3339)
-	if err := r.Client.Patch(ctx, &current, patch); err != nil {
+	if err := r.Client.Patch(ctx, current, patch); err != nil {
 		logger.Error(err, "record the certificate's expiry on the admin binding")
 	}
 }
@@ -348,8 +562,7 @@ const adminBindingPrefix = "ichor-admin:"
 // names cluster-admin and goes. The role is the one the rule binds
 // (data.json, person_identity.binding_roles).
 func Revocable(b *rbacv1.ClusterRoleBinding) bool {
-	return isAdminBinding(b) && strings.HasPrefix(b.Name, adminBindingPrefix) &&
-		b.RoleRef == rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"}
+	return isAdminBinding(b) && strings.HasPrefix(b.Name, adminBindingPrefix) && b.RoleRef == clusterAdmin
 }
 
 // Reconcile deletes an admin binding while the operator revoked admin

@@ -152,6 +152,7 @@ func TestTwoAdminsAreEachNamedAndRevokingOneLeavesTheOther(t *testing.T) {
 		return true, nil
 	})
 	require.NoError(t, listNamespaces(f.ctx, bob.cs), "Bob's admin kubeconfig stopped working when Ada's was revoked")
+	cacheForgets(t, ada.binding.Name)
 
 	// Ada asks again: a new binding and a new group; her revoked certificate
 	// (a leaked one, say) stays powerless.

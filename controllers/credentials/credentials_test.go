@@ -32,11 +32,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -74,6 +76,9 @@ var (
 	// webhookConfig is the installed ValidatingWebhookConfiguration, to
 	// remove and restore it.
 	webhookConfig *admissionregistrationv1.ValidatingWebhookConfiguration
+	// bindings is the controller's cache of the admins' bindings, as the
+	// manager makes it: label-selected, indexed by identity.
+	bindings cache.Cache
 )
 
 const (
@@ -125,6 +130,9 @@ func setup(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 		return nil, err
 	}
 	keys = env.AdmissionKeys(ctrlClient)
+	if err := startBindingCache(ctx, cfg); err != nil {
+		return nil, err
+	}
 	clientset, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -152,6 +160,26 @@ func setup(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 		return nil, err
 	}
 	return startWebhook(ctx)
+}
+
+// startBindingCache starts the cache of the admins' bindings as the manager
+// has it (internal/manager): only those labelled as Ichor's, read with the
+// controller's rights.
+func startBindingCache(ctx context.Context, cfg *rest.Config) error {
+	var err error
+	bindings, err = cache.New(cfg, cache.Options{Scheme: env.Scheme, ByObject: map[client.Object]cache.ByObject{
+		&rbacv1.ClusterRoleBinding{}: {Label: labels.SelectorFromSet(labels.Set{credentials.LabelAdminBinding: "true"})},
+	}})
+	if err != nil {
+		return err
+	}
+	if err := credentials.IndexAdminBindings(ctx, bindings); err != nil {
+		return err
+	}
+	go func() { _ = bindings.Start(ctx) }()
+	// Blocks until the informer has listed.
+	_, err = bindings.GetInformer(ctx, &rbacv1.ClusterRoleBinding{})
+	return err
 }
 
 // grant gives user the cluster rules and, in the key's namespace, the
@@ -242,7 +270,7 @@ func newFixture(t *testing.T) *fixture {
 	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	f := &fixture{t: t, ctx: ctx, ns: ns}
 	f.r = &credentials.Reconciler{
-		Client: ctrlClient, APIReader: ctrlClient, Engine: eng, Keys: keys, AdminKubeconfigs: true, Recorder: recorder, LocalClusters: local,
+		Client: ctrlClient, APIReader: ctrlClient, Bindings: bindings, Engine: eng, Keys: keys, AdminKubeconfigs: true, Recorder: recorder, LocalClusters: local,
 		Clock: skewedClock{f},
 	}
 	f.cluster("demo", env.SecretsBundleSecret(ns, "talos-secrets"))

@@ -78,6 +78,9 @@ const DefaultRetention = 2 * time.Minute
 // test's (engine/enginetest).
 type Decider interface {
 	credential.Requirer
+	// RequirementsFor is Requirements for a requester: for kubeconfig-admin
+	// it names their identity and their binding's role.
+	RequirementsFor(ctx context.Context, purpose, username string) (engine.CredentialRequirements, error)
 	Issuance(context.Context, engine.CredentialIssuanceInput) (engine.CredentialIssuance, error)
 	RecordApplied(ctx context.Context, decisionID, object, action string) error
 }
@@ -87,11 +90,16 @@ type Reconciler struct {
 	// Client reads requests and clusters and writes status, the deletion and
 	// the admins' bindings.
 	Client client.Client
-	// APIReader reads the secrets Secret, the admission record and the
-	// admins' bindings directly, so the manager needs get (list) on those
-	// only, and a record or a binding written a moment ago is seen.
+	// APIReader reads the secrets Secret, the admission record and a
+	// reused admin binding directly, so the manager needs get on those
+	// only, and a record written a moment ago is seen.
 	APIReader client.Reader
-	Engine    Decider
+	// Bindings reads the admins' bindings: the manager's cache, which holds
+	// only those labelled as Ichor's and indexes them by identity
+	// (IndexAdminBindings). Only kubeconfig-admin requests read it, and a
+	// read costs the API server nothing.
+	Bindings client.Reader
+	Engine   Decider
 	// Keys holds the admission key admission records are verified with.
 	Keys *credential.Keys
 	// AdminKubeconfigs is false when the operator revoked admin kubeconfigs
@@ -125,6 +133,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Keys == nil {
 		return errors.New("credentials controller: no admission key")
+	}
+	if r.Bindings == nil {
+		if err := IndexAdminBindings(context.Background(), mgr.GetFieldIndexer()); err != nil {
+			return err
+		}
+		r.Bindings = mgr.GetCache()
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("credentials").
@@ -195,11 +209,11 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	out := tcr.DeepCopy()
 	out.Status.ObservedGeneration = tcr.Generation
 
-	in, cluster, err := r.facts(ctx, tcr)
+	g, err := r.facts(ctx, tcr)
 	if err != nil {
 		return nil, "", err
 	}
-	d, err := r.Engine.Issuance(ctx, in)
+	d, err := r.Engine.Issuance(ctx, g.in)
 	if err != nil {
 		return nil, "", fmt.Errorf("decide issuance: %w", err)
 	}
@@ -219,10 +233,10 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	// The person's own binding first: a certificate signed before its binding
 	// exists would be powerless, and one whose binding cannot be made is not
 	// signed.
-	binding, err := r.bind(ctx, tcr, d)
+	binding, err := r.bind(ctx, tcr, d, g)
 	var signed issued
 	if err == nil {
-		signed, err = r.issue(ctx, cluster, d, publicKey)
+		signed, err = r.issue(ctx, g.cluster, d, publicKey)
 	}
 	if err == nil && binding != nil {
 		r.recordExpiry(ctx, binding, signed.notAfter)
@@ -251,37 +265,58 @@ func (r *Reconciler) answered(ctx context.Context, out *ichorv1alpha1.TalosCrede
 	return out, d.DecisionID, nil
 }
 
+// gathered is what the issuer gathered for one decision: its input, the
+// cluster, and the admin binding the purpose's requirements named (nil for
+// every purpose but kubeconfig-admin), which the decision's binding is
+// checked against.
+type gathered struct {
+	in           engine.CredentialIssuanceInput
+	cluster      *ichorv1alpha1.TalosCluster
+	adminBinding *engine.AdminBindingRequirement
+}
+
 // facts gathers the issuance input right before signing. An error is a fact
 // that could not be gathered (the API server did not answer): the request is
-// retried, never answered on a guess.
-func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (engine.CredentialIssuanceInput, *ichorv1alpha1.TalosCluster, error) {
+// retried, never answered on a guess. Admin bindings are gathered only for
+// a purpose whose requirements name one, from the cache.
+func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (gathered, error) {
 	in := engine.CredentialIssuanceInput{
 		Request:   credential.Request(tcr, tcr.Namespace),
 		Requester: credential.Requester(tcr.Spec.Requester),
 		Settings:  engine.IssuerSettings{AdminKubeconfigs: r.AdminKubeconfigs},
 	}
 	var err error
-	var cl *ichorv1alpha1.TalosCluster
-	if in.Cluster, cl, err = credential.Cluster(ctx, r.Client, tcr.Namespace, tcr.Spec.ClusterName, r.LocalClusters); err != nil {
-		return in, nil, err
+	g := gathered{}
+	if in.Cluster, g.cluster, err = credential.Cluster(ctx, r.Client, tcr.Namespace, tcr.Spec.ClusterName, r.LocalClusters); err != nil {
+		return g, err
 	}
 	var clusterUID types.UID
-	if cl != nil {
-		clusterUID = cl.UID
+	if g.cluster != nil {
+		clusterUID = g.cluster.UID
 	}
 	if in.Admission, err = r.admission(ctx, tcr, clusterUID); err != nil {
-		return in, nil, err
+		return g, err
 	}
 	if in.Requester != nil {
-		if in.Authorization, err = credential.ReviewPurpose(ctx, r.Client, r.Engine, *in.Requester, tcr.Namespace, tcr.Spec.ClusterName, tcr.Spec.Purpose); err != nil {
-			return in, nil, err
+		reqs, err := r.Engine.RequirementsFor(ctx, string(tcr.Spec.Purpose), in.Requester.Username)
+		switch {
+		case errors.Is(err, engine.ErrNoDecision):
+			// An unknown purpose: nothing to review, and the rule refuses it.
+		case err != nil:
+			return g, err
+		default:
+			if in.Authorization, err = credential.Review(ctx, r.Client, *in.Requester, tcr.Namespace, tcr.Spec.ClusterName, reqs.Authorization); err != nil {
+				return g, err
+			}
+			if g.adminBinding = reqs.AdminBinding; g.adminBinding != nil {
+				if in.AdminIdentity, err = r.adminIdentity(ctx, *g.adminBinding); err != nil {
+					return g, err
+				}
+			}
 		}
 	}
-
-	if in.AdminIdentity, err = r.adminIdentity(ctx); err != nil {
-		return in, nil, err
-	}
-	return in, cl, nil
+	g.in = in
+	return g, nil
 }
 
 // admission looks for the webhook's record of admitting this request and

@@ -231,6 +231,8 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 	assert.Equal(t, ichorv1alpha1.ReasonIssued, ready.Reason, ready.Message)
 	assert.NotEmpty(t, list.Items[0].Status.Certificate)
 
+	adminKubeconfigUnderThePolicy(t, env)
+
 	// The chart's policy refuses a requester who writes someone else in.
 	forged := tcr.DeepCopy()
 	forged.Spec.Requester = ichorv1alpha1.Requester{Username: "ichor:bob", Groups: []string{"system:authenticated"}}
@@ -267,4 +269,47 @@ func publicKeyPEM(t *testing.T) string {
 	der, err := x509.MarshalPKIXPublicKey(pub)
 	require.NoError(t, err)
 	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+}
+
+// adminKubeconfigUnderThePolicy: a person's admin kubeconfig, issued by the
+// running manager. It makes their binding and records the certificate's
+// expiry on it under the chart's ValidatingAdmissionPolicy of its
+// ClusterRoleBinding writes (review 2, F3), which would refuse anything but
+// Ichor's shape.
+func adminKubeconfigUnderThePolicy(t *testing.T, env *harness.Env) {
+	t.Helper()
+	ctx := t.Context()
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "ada"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ichor-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "ichor:ada"}},
+	}))
+	adaCfg, err := env.UserConfig("ichor:ada")
+	require.NoError(t, err)
+	adaRaw, err := client.New(adaCfg, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	ada, err := webhooktest.Requesting(ctx, adaRaw)
+	require.NoError(t, err)
+	adminTCR := &ichorv1alpha1.TalosCredentialRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "demo-kubeconfig-admin-ada"},
+		Spec:       ichorv1alpha1.TalosCredentialRequestSpec{ClusterName: "demo", Purpose: ichorv1alpha1.PurposeKubeconfigAdmin, PublicKey: publicKeyPEM(t)},
+	}
+	require.Eventually(t, func() bool { return ada.Create(ctx, adminTCR.DeepCopy()) == nil }, 30*time.Second, 200*time.Millisecond,
+		"ada's request was never admitted")
+	require.Eventually(t, func() bool {
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(adminTCR), adminTCR))
+		return meta.FindStatusCondition(adminTCR.Status.Conditions, ichorv1alpha1.ConditionReady) != nil
+	}, time.Minute, 200*time.Millisecond)
+	ready := meta.FindStatusCondition(adminTCR.Status.Conditions, ichorv1alpha1.ConditionReady)
+	require.Equal(t, ichorv1alpha1.ReasonIssued, ready.Reason, ready.Message)
+	var bindings rbacv1.ClusterRoleBindingList
+	require.NoError(t, env.Client.List(ctx, &bindings, client.MatchingLabels{"ichor.dev/admin-binding": "true"}))
+	require.Len(t, bindings.Items, 1)
+	assert.True(t, strings.HasPrefix(bindings.Items[0].Name, "ichor-admin:u:ichor:ada:"), bindings.Items[0].Name)
+	require.Eventually(t, func() bool {
+		var b rbacv1.ClusterRoleBinding
+		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(&bindings.Items[0]), &b))
+		return b.Annotations["ichor.dev/certificate-expiry"] != ""
+	}, 30*time.Second, 200*time.Millisecond, "the manager could not record the expiry on the binding")
+
 }

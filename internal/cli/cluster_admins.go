@@ -5,19 +5,25 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
@@ -82,15 +88,31 @@ type adminRow struct {
 }
 
 func newAdminsRevokeCommand(s streams, k genericclioptions.RESTClientGetter) *cobra.Command {
-	return &cobra.Command{
+	inFlight := 30 * time.Second
+	cmd := &cobra.Command{
 		Use:   "revoke USER",
 		Short: "Delete one person's admin binding: their admin kubeconfigs stop working at once",
-		Long: `Delete the admin binding of USER (the username as the API server knows it, as
+		Long: `Delete the admin bindings of USER (the username as the API server knows it, as
 'ichor cluster admins list' shows it). Every admin kubeconfig issued to them stops
 working at their next request; everyone else's keeps working. A kubeconfig they
 ask for later gets a new binding and a new group, so the revoked ones never come
 back. To stop them asking again, take download on talosclusters/kubeconfig-admin
-from them too.
+from them first.
+
+Their bindings are found as the manager makes them, never by an annotation
+anyone who may patch a binding could write: labelled ichor.dev/admin-binding=true,
+named after their identity (computed from USER by the policy built into this
+command, as the manager's rule does: ichor-admin:u:USER, or ichor-admin:h: and a
+hash), a colon and a nonce, and bound to cluster-admin. A binding of their name
+to another role is not Ichor's and is left alone (and named). The command says
+how many it deleted.
+
+A request of theirs the manager is answering while you revoke may make a new
+binding a moment later. So, after deleting, the command looks for their
+kubeconfig-admin requests not answered yet (in every namespace), waits up to
+--wait for the manager to answer them, and deletes any binding that appeared.
+A request they make after that is judged on their grant: without download on
+talosclusters/kubeconfig-admin it is refused.
 
 The binding is deleted with your rights (delete on clusterrolebindings; no
 power to grant anything), and an Event AdminRevoked on it, in namespace
@@ -100,6 +122,10 @@ its decision log and as its own Event; the API server's audit log records your
 DELETE and its user, the record of who revoked that no client writes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			identity, err := adminIdentityOf(cmd.Context(), args[0], s)
+			if err != nil {
+				return err
+			}
 			c, _, _, err := kube.Client(k)
 			if err != nil {
 				return err
@@ -108,9 +134,31 @@ DELETE and its user, the record of who revoked that no client writes.`,
 			if err != nil {
 				return err
 			}
-			return revokeAdmin(cmd.Context(), c, args[0], who.Username, s)
+			return revokeAdmin(cmd.Context(), c, revocation{user: args[0], identity: identity, revoker: who.Username, wait: inFlight}, s)
 		},
 	}
+	cmd.Flags().DurationVar(&inFlight, "wait", inFlight, "how long to wait for the person's kubeconfig-admin requests in flight to be answered before looking for bindings they made")
+	return cmd
+}
+
+// adminIdentityOf is the person's admin identity as the policy derives it:
+// the requirements of kubeconfig-admin for that username, asked of the
+// policy built into the CLI (the manager's rule, unless its operator changed
+// person_identity in a bundle of their own).
+func adminIdentityOf(ctx context.Context, user string, s streams) (string, error) {
+	eng, err := engine.New(ctx, engine.Options{DecisionLog: io.Discard, Log: s.err, ID: "ichor-cli"})
+	if err != nil {
+		return "", err
+	}
+	defer eng.Stop(context.WithoutCancel(ctx))
+	reqs, err := eng.RequirementsFor(ctx, string(ichorv1alpha1.PurposeKubeconfigAdmin), user)
+	if err != nil {
+		return "", fmt.Errorf("the policy's admin identity of %q: %w", user, err)
+	}
+	if reqs.AdminBinding == nil {
+		return "", fmt.Errorf("the policy gives user %q no admin identity", user)
+	}
+	return reqs.AdminBinding.Identity, nil
 }
 
 // adminBindings are the admins' bindings, by username, then name.
@@ -182,42 +230,145 @@ func intactAdminBinding(b *rbacv1.ClusterRoleBinding) bool {
 // errNoAdminBinding is revoking someone who holds no binding.
 var errNoAdminBinding = errors.New("no admin binding")
 
-// revokeAdmin deletes every admin binding of user (a race may have made
-// two), then writes an Event naming user and revoker on each.
-func revokeAdmin(ctx context.Context, c client.Client, user, revoker string, s streams) error {
-	items, err := adminBindings(ctx, c)
+// revocation is one `ichor cluster admins revoke`: whom (their username and
+// the identity the policy gives it), by whom, and how long to wait for their
+// requests in flight.
+type revocation struct {
+	user, identity, revoker string
+	wait                    time.Duration
+	// poll is how often the requests in flight are looked at again; a
+	// second if zero.
+	poll time.Duration
+}
+
+// nonceForm is the end of an admin binding's name after the identity.
+var nonceForm = regexp.MustCompile(`^[a-z0-9]{10}$`)
+
+// theirs reports whether b is one of the person's bindings as the manager
+// makes them: labelled (the list selects it), named identity:nonce, bound
+// to cluster-admin (credentials.Revocable). An altered one (a subject added)
+// still binds cluster-admin and is theirs to revoke.
+func (r revocation) theirs(b *rbacv1.ClusterRoleBinding) bool {
+	nonce, ok := strings.CutPrefix(b.Name, r.identity+":")
+	return ok && nonceForm.MatchString(nonce)
+}
+
+// revokeAdmin deletes every admin binding of the person (a race may have
+// made two), writes an Event naming them and the revoker on each, then waits
+// for their kubeconfig-admin requests in flight and deletes what those made.
+func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) error {
+	// Listed before the bindings: a request answered after this list made
+	// its binding before its answer, so the second pass sees it.
+	inFlight, listErr := pendingAdminRequests(ctx, c, r.user)
+	deleted, err := r.deleteBindings(ctx, c, s)
 	if err != nil {
 		return err
 	}
-	var theirs []rbacv1.ClusterRoleBinding
-	for _, b := range items {
-		if b.Annotations[credentials.AnnotationAdminUsername] == user {
-			theirs = append(theirs, b)
+	switch {
+	case listErr != nil:
+		fmt.Fprintf(s.err, "warning: could not look for %s's kubeconfig-admin requests in flight (%v): one the manager is answering now may make a binding after this; run revoke again in a minute\n",
+			cell(r.user), listErr)
+	case len(inFlight) > 0:
+		fmt.Fprintf(s.out, "Waiting up to %s for %d kubeconfig-admin request(s) of %s in flight to be answered.\n", r.wait, len(inFlight), cell(r.user))
+		if err := untilAnswered(ctx, c, inFlight, r.wait, r.poll); err != nil {
+			fmt.Fprintf(s.err, "warning: %v: a binding they make later is not revoked; run revoke again\n", err)
 		}
-	}
-	if len(theirs) == 0 {
-		return fmt.Errorf("%w of user %q: see `ichor cluster admins list`", errNoAdminBinding, user)
-	}
-	for i := range theirs {
-		b := &theirs[i]
-		if err := credentials.RevokeBinding(ctx, c, b, ""); err != nil {
+		more, err := r.deleteBindings(ctx, c, s)
+		if err != nil {
 			return err
 		}
+		deleted += more
+	}
+	if deleted == 0 {
+		return fmt.Errorf("%w of user %q (identity %s): see `ichor cluster admins list`", errNoAdminBinding, r.user, r.identity)
+	}
+	fmt.Fprintf(s.out, "Revoked %s: deleted %d admin binding(s). Take download on talosclusters/kubeconfig-admin from them too, or their next request gets a new one.\n",
+		cell(r.user), deleted)
+	return nil
+}
+
+// deleteBindings deletes the person's bindings that exist now, and returns
+// how many.
+func (r revocation) deleteBindings(ctx context.Context, c client.Client, s streams) (int, error) {
+	items, err := adminBindings(ctx, c)
+	if err != nil {
+		return 0, err
+	}
+	deleted := 0
+	for i := range items {
+		b := &items[i]
+		if !r.theirs(b) {
+			continue
+		}
+		if !credentials.Revocable(b) {
+			fmt.Fprintf(s.err, "Left ClusterRoleBinding %s alone: it is named after %s but binds %s %s, not cluster-admin, so it is not Ichor's.\n",
+				cell(b.Name), cell(r.user), cell(b.RoleRef.Kind), cell(b.RoleRef.Name))
+			continue
+		}
+		if err := credentials.RevokeBinding(ctx, c, b, ""); err != nil {
+			return deleted, err
+		}
+		deleted++
 		fmt.Fprintf(s.out, "Revoked %s: deleted ClusterRoleBinding %s (identity %s). Their admin kubeconfigs no longer have cluster-admin.\n",
-			cell(user), cell(b.Name), cell(b.Annotations[credentials.AnnotationAdminIdentity]))
-		if err := c.Create(ctx, revocationEvent(b, user, revoker, time.Now())); err != nil {
+			cell(r.user), cell(b.Name), cell(r.identity))
+		if err := c.Create(ctx, revocationEvent(b, r.user, r.identity, r.revoker, time.Now())); err != nil {
 			// The revocation is done; the API server's audit log and the
 			// manager's decision log record it still.
 			fmt.Fprintf(s.err, "warning: the Event naming you as the revoker could not be written: %v\n", err)
 		}
 	}
+	return deleted, nil
+}
+
+// pendingAdminRequests are the person's kubeconfig-admin requests the
+// manager has not answered yet, in every namespace.
+func pendingAdminRequests(ctx context.Context, c client.Reader, user string) ([]client.ObjectKey, error) {
+	var list ichorv1alpha1.TalosCredentialRequestList
+	if err := c.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list TalosCredentialRequests: %w", err)
+	}
+	var out []client.ObjectKey
+	for i := range list.Items {
+		tcr := &list.Items[i]
+		if tcr.Spec.Purpose == ichorv1alpha1.PurposeKubeconfigAdmin && tcr.Spec.Requester.Username == user &&
+			meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady) == nil {
+			out = append(out, client.ObjectKeyFromObject(tcr))
+		}
+	}
+	return out, nil
+}
+
+// untilAnswered waits until each request is answered or gone.
+func untilAnswered(ctx context.Context, c client.Reader, keys []client.ObjectKey, timeout, poll time.Duration) error {
+	if poll <= 0 {
+		poll = time.Second
+	}
+	err := wait.PollUntilContextTimeout(ctx, poll, timeout, false, func(ctx context.Context) (bool, error) {
+		for _, key := range keys {
+			var tcr ichorv1alpha1.TalosCredentialRequest
+			err := c.Get(ctx, key, &tcr)
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			if err != nil {
+				return false, err
+			}
+			if meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady) == nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("their requests in flight were not all answered within %s: %w", timeout, err)
+	}
 	return nil
 }
 
 // revocationEvent is the revoker's own record, on the deleted binding.
-func revocationEvent(b *rbacv1.ClusterRoleBinding, user, revoker string, now time.Time) *eventsv1.Event {
+func revocationEvent(b *rbacv1.ClusterRoleBinding, user, identity, revoker string, now time.Time) *eventsv1.Event {
 	note := fmt.Sprintf("Revoked the admin binding of %q (%s) by %q, with ichor cluster admins revoke",
-		user, b.Annotations[credentials.AnnotationAdminIdentity], revoker)
+		user, identity, revoker)
 	return &eventsv1.Event{
 		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceDefault, GenerateName: "ichor-admin-revoked-"},
 		EventTime:  metav1.NewMicroTime(now),

@@ -2,6 +2,9 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
@@ -11,13 +14,16 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
 )
 
 // adminBinding is an admin binding as the manager makes it.
@@ -41,9 +47,7 @@ func adminBinding(name, username, identity, expires string, made time.Time) *rba
 
 func fakeAdmins(t *testing.T, objs ...client.Object) client.Client {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	return fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
+	return fake.NewClientBuilder().WithScheme(cliScheme(t)).WithObjects(objs...).Build()
 }
 
 func testStreams() (streams, *bytes.Buffer, *bytes.Buffer) {
@@ -150,10 +154,11 @@ func TestAdminsRevokeDeletesOnlyThatPersonsBindingsAndNamesTheRevoker(t *testing
 		}(),
 	)
 	s, out, errOut := testStreams()
-	require.NoError(t, revokeAdmin(t.Context(), c, "ichor:ada", "ichor:rita", s))
+	require.NoError(t, revokeAdmin(t.Context(), c, adaRevocation, s))
 	s.flush()
 	assert.Empty(t, errOut.String())
 	assert.Equal(t, 2, strings.Count(out.String(), "Revoked ichor:ada: deleted ClusterRoleBinding ichor-admin:u:ichor:ada:"), out.String())
+	assert.Contains(t, out.String(), "Revoked ichor:ada: deleted 2 admin binding(s).")
 
 	for name, gone := range map[string]bool{
 		"ichor-admin:u:ichor:ada:aaaaaaaaaa": true, "ichor-admin:u:ichor:ada:zzzzzzzzzz": true,
@@ -173,11 +178,127 @@ func TestAdminsRevokeDeletesOnlyThatPersonsBindingsAndNamesTheRevoker(t *testing
 	}
 
 	// Nobody left to revoke: an error naming them, escaped.
-	err := revokeAdmin(t.Context(), c, "ichor:ada", "ichor:rita", s)
+	err := revokeAdmin(t.Context(), c, adaRevocation, s)
 	require.ErrorIs(t, err, errNoAdminBinding)
 	assert.Contains(t, err.Error(), `no admin binding of user "ichor:ada"`)
-	err = revokeAdmin(t.Context(), c, "ichor:\x1b[2Jx", "ichor:rita", s)
+	err = revokeAdmin(t.Context(), c, revocation{user: "ichor:\x1b[2Jx", identity: "ichor-admin:h:00", revoker: "ichor:rita"}, s)
 	assert.Contains(t, err.Error(), `"ichor:\x1b[2Jx"`)
+}
+
+var adaRevocation = revocation{user: "ichor:ada", identity: "ichor-admin:u:ichor:ada", revoker: "ichor:rita", wait: time.Second, poll: time.Millisecond}
+
+// The identity is the policy's, as the manager's rule derives it.
+func TestAdminsRevokeFindsTheIdentityAsTheRuleDoes(t *testing.T) {
+	s, _, _ := testStreams()
+	for user, want := range map[string]string{
+		"ichor:ada": "ichor-admin:u:ichor:ada",
+		"../":       "ichor-admin:h:" + hex.EncodeToString(func() []byte { h := sha256.Sum256([]byte("../")); return h[:] }())[:36],
+	} {
+		got, err := adminIdentityOf(t.Context(), user, s)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, user)
+	}
+	_, err := adminIdentityOf(t.Context(), "", s)
+	require.Error(t, err)
+}
+
+// Review 2, F6: revoke used to pick bindings by the annotation
+// ichor.dev/admin-username, which whoever may patch a binding writes. A
+// planted label and annotation made the admin's own revoke delete an
+// unrelated binding, and a binding of theirs whose annotation says otherwise
+// survived. Now a binding is theirs by its name (their identity, a colon and
+// a nonce) and its role.
+func TestAdminsRevokeSelectsByNameAndRoleNotByAnnotation(t *testing.T) {
+	made := time.Now()
+	planted := adminBinding("system:discovery", "ichor:ada", "ichor-admin:u:ichor:ada", "", made)
+	planted.RoleRef.Name = "system:discovery"
+	planted.Subjects = []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:authenticated"}}
+	decoy := adminBinding("ichor-admin:u:ichor:ada:dddddddddd", "ichor:ada", "ichor-admin:u:ichor:ada", "", made)
+	decoy.RoleRef.Name = "view"
+	c := fakeAdmins(t,
+		planted, decoy,
+		// Theirs, though its annotation names someone else.
+		adminBinding("ichor-admin:u:ichor:ada:cccccccccc", "ichor:bob", "ichor-admin:u:ichor:bob", "", made),
+		// Another person's, whose username goes on after ada's.
+		adminBinding("ichor-admin:u:ichor:ada:x:eeeeeeeeee", "ichor:ada:x", "ichor-admin:u:ichor:ada:x", "", made),
+	)
+	s, out, errOut := testStreams()
+	require.NoError(t, revokeAdmin(t.Context(), c, adaRevocation, s))
+	s.flush()
+	assert.Contains(t, out.String(), "Revoked ichor:ada: deleted 1 admin binding(s).")
+	assert.Contains(t, errOut.String(), "Left ClusterRoleBinding ichor-admin:u:ichor:ada:dddddddddd alone")
+	for name, gone := range map[string]bool{
+		"system:discovery": false, "ichor-admin:u:ichor:ada:dddddddddd": false,
+		"ichor-admin:u:ichor:ada:cccccccccc": true, "ichor-admin:u:ichor:ada:x:eeeeeeeeee": false,
+	} {
+		err := c.Get(t.Context(), client.ObjectKey{Name: name}, &rbacv1.ClusterRoleBinding{})
+		assert.Equal(t, gone, apierrors.IsNotFound(err), "%s: %v", name, err)
+	}
+}
+
+// Review 2, F6: a revoke that raced the person's first issuance found
+// nothing, and the binding appeared a moment later. Now revoke waits for
+// their kubeconfig-admin requests in flight and deletes what they made.
+func TestAdminsRevokeWaitsForTheirRequestsInFlight(t *testing.T) {
+	made := time.Now()
+	pending := &ichorv1alpha1.TalosCredentialRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "ada-admin"},
+		Spec: ichorv1alpha1.TalosCredentialRequestSpec{ClusterName: "demo", Purpose: ichorv1alpha1.PurposeKubeconfigAdmin,
+			Requester: ichorv1alpha1.Requester{Username: "ichor:ada"}},
+	}
+	other := pending.DeepCopy()
+	other.Name, other.Spec.Requester.Username = "bob-admin", "ichor:bob"
+	var c client.Client
+	answered := false
+	c = fake.NewClientBuilder().WithScheme(cliScheme(t)).
+		WithObjects(adminBinding("ichor-admin:u:ichor:ada:aaaaaaaaaa", "ichor:ada", "ichor-admin:u:ichor:ada", "", made), pending, other).
+		WithStatusSubresource(&ichorv1alpha1.TalosCredentialRequest{}).
+		WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, w client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			// The manager answers ada's request while revoke waits: it
+			// makes her a new binding first, then answers.
+			if key.Name == pending.Name && !answered {
+				answered = true
+				if err := w.Create(ctx, adminBinding("ichor-admin:u:ichor:ada:nnnnnnnnnn", "ichor:ada", "ichor-admin:u:ichor:ada", "", made)); err != nil {
+					return err
+				}
+				var tcr ichorv1alpha1.TalosCredentialRequest
+				if err := w.Get(ctx, key, &tcr); err != nil {
+					return err
+				}
+				meta.SetStatusCondition(&tcr.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.ReasonIssued})
+				if err := w.Status().Update(ctx, &tcr); err != nil {
+					return err
+				}
+			}
+			return w.Get(ctx, key, obj, opts...)
+		}}).Build()
+	s, out, errOut := testStreams()
+	require.NoError(t, revokeAdmin(t.Context(), c, adaRevocation, s))
+	s.flush()
+	assert.Empty(t, errOut.String())
+	assert.Contains(t, out.String(), "Waiting up to 1s for 1 kubeconfig-admin request(s) of ichor:ada in flight to be answered.")
+	assert.Contains(t, out.String(), "Revoked ichor:ada: deleted 2 admin binding(s).")
+	var list rbacv1.ClusterRoleBindingList
+	require.NoError(t, c.List(t.Context(), &list))
+	assert.Empty(t, list.Items, "a binding made by the request in flight survived the revoke")
+
+	// A request that is never answered: revoke says so, and what it did.
+	stuck := pending.DeepCopy()
+	stuck.Name, stuck.ResourceVersion = "ada-stuck", ""
+	require.NoError(t, c.Create(t.Context(), stuck))
+	require.NoError(t, c.Create(t.Context(), adminBinding("ichor-admin:u:ichor:ada:ssssssssss", "ichor:ada", "ichor-admin:u:ichor:ada", "", made)))
+	s, out, errOut = testStreams()
+	require.NoError(t, revokeAdmin(t.Context(), c, revocation{user: "ichor:ada", identity: "ichor-admin:u:ichor:ada", revoker: "ichor:rita", wait: 20 * time.Millisecond, poll: time.Millisecond}, s))
+	s.flush()
+	assert.Contains(t, errOut.String(), "were not all answered within 20ms")
+	assert.Contains(t, out.String(), "deleted 1 admin binding(s)")
+}
+
+func cliScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme, err := kube.Scheme()
+	require.NoError(t, err)
+	return scheme
 }
 
 func TestRevokerInstanceIsBounded(t *testing.T) {

@@ -40,14 +40,30 @@ _request := input.request
 # METADATA
 # title: Requirements of a purpose
 # description: |
-#   Input {"purpose": name}. The row Go needs before it asks for admission: which
-#   SubjectAccessReview to make as the requester and which Event it will write,
-#   {"authorization": {"verb", "group", "resource", "subresource"}, "event": {"type", "reason"}}.
-#   Undefined for an unknown purpose, which admission refuses.
+#   Input {"purpose": name, "username": the requester's, optional}. The row Go needs before
+#   it asks for admission or issuance: which SubjectAccessReview to make as the requester and
+#   which Event it will write, {"authorization": {"verb", "group", "resource",
+#   "subresource"}, "event": {"type", "reason"}}, and, only for a purpose whose credential
+#   gets its power from its person's own ClusterRoleBinding (kubeconfig-admin) and a
+#   username that has an identity, "admin_binding": {"identity", "cluster_role"}: the
+#   person's identity (identity.rego) and the role their binding grants. The issuer gathers
+#   admin bindings for such a request only, and only those named after that identity that
+#   bind that role; every other purpose costs no binding lookup. Undefined for an unknown
+#   purpose, which admission refuses.
 # entrypoint: true
-requirements := {"authorization": purpose.authorization, "event": purpose.event} if {
+requirements := object.union(
+	{"authorization": purpose.authorization, "event": purpose.event},
+	_admin_binding_requirement(purpose),
+) if {
 	purpose := _config.purposes[input.purpose]
 }
+
+default _admin_binding_requirement(_) := {}
+
+_admin_binding_requirement(purpose) := {"admin_binding": {
+	"identity": _person_identity(purpose, input.username),
+	"cluster_role": _config.person_identity.binding_roles[purpose.identity],
+}}
 
 # METADATA
 # title: Admission decision
@@ -93,10 +109,12 @@ admission := object.union(
 #   a key only the manager holds over the request's uid, spec and requester, checks out;
 #   decision_id of the admission; error, why it does not verify); authorization (the
 #   SubjectAccessReview Go made as the requester just now, as at admission); cluster
-#   (exists; kubeconfig_ref, whether it judges another API server); admin_identity
-#   (bindings: the ClusterRoleBindings labelled as Ichor's admin bindings, each {"name",
-#   "role_ref": {"api_group", "kind", "name"}, "subjects": [{"api_group", "kind", "name"}]};
-#   nonce: ten lowercase letters or digits Go drew for a new binding's name); settings
+#   (exists; kubeconfig_ref, whether it judges another API server); admin_identity, only
+#   for a purpose whose requirements name an admin_binding (bindings: the ClusterRoleBindings
+#   labelled as Ichor's admin bindings whose name is the requester's identity, ":" and one
+#   more part, to the requirements' role, each {"name", "role_ref": {"api_group", "kind",
+#   "name"}, "subjects": [{"api_group", "kind", "name"}]}; nonce: ten lowercase letters or
+#   digits Go drew for a new binding's name); settings
 #   (admin_kubeconfigs: false when the operator revoked them).
 #
 #   Output: {"allowed": bool, "reasons": [...], "purpose": name, "lifetime_seconds",

@@ -58,14 +58,21 @@ _identity_refusals(subject, purpose) := {reason |
 }
 
 # The bindings of the input, as Go listed them (Ichor's label), that are this identity's:
-# the identity, ":" and a nonce. A longer name that merely starts with the identity is
-# another person's (their plain username goes on after ours).
-_bindings_of(identity) := [binding |
+# the identity, ":" and a nonce, to the role the purpose binds. A longer name that merely
+# starts with the identity is another person's (their plain username goes on after ours).
+# A binding of that name to another role is nobody's: whoever may create a binding may bind
+# a role whose permissions they hold without `bind`, so such a binding carries no power its
+# maker lacked, and counting it would let them refuse the person at will. Only holders of
+# `bind` on the purpose's role (cluster-admin) can make one that counts.
+_bindings_of(identity, role) := [binding |
 	some binding in _list_or_empty(object.get(_admin_facts, "bindings", []))
 	is_string(binding.name)
 	startswith(binding.name, concat("", [identity, ":"]))
 	regex.match(_config.person_identity.nonce_pattern, substring(binding.name, count(identity) + 1, -1))
+	binding.role_ref == _role_ref(role)
 ]
+
+_role_ref(role) := {"api_group": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}
 
 default _admin_facts := {}
 
@@ -74,22 +81,23 @@ _admin_facts := input.admin_identity if is_object(input.admin_identity)
 # What an intact binding of the identity holds: the built-in cluster-admin role, and its own
 # group (the binding's name) as the only subject.
 _intact(binding, role) if {
-	binding.role_ref == {"api_group": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}
+	binding.role_ref == _role_ref(role)
 	binding.subjects == [{"api_group": "rbac.authorization.k8s.io", "kind": "Group", "name": binding.name}]
 }
 
 # METADATA
 # title: Admin binding altered
 # description: |
-#   The person already has an Ichor admin binding (named after their identity) that no longer
-#   grants exactly cluster-admin to its own group: someone changed its subjects, or made one
-#   of that name to another role. Ichor neither reuses nor repairs it, since either would
-#   hand power to what was added; revoke it (`ichor cluster admins revoke USER`) and ask
-#   again. Checked before signing.
+#   The person already has an Ichor admin binding (named after their identity, to
+#   cluster-admin) that no longer grants cluster-admin to its own group alone: someone who
+#   holds `bind` on cluster-admin changed its subjects. Ichor neither reuses nor repairs it,
+#   since either would hand power to what was added; revoke it (`ichor cluster admins revoke
+#   USER`) and ask again. A binding of that name to another role is not the person's and is
+#   ignored (anyone who may create bindings could make one). Checked before signing.
 # custom:
 #   code: AdminBindingAltered
 _admin_binding_refusals contains reason if {
-	some binding in _bindings_of(_requester_identity)
+	some binding in _bindings_of(_requester_identity, _binding_role)
 	not _intact(binding, _binding_role)
 	reason := {
 		"code": "AdminBindingAltered",
@@ -112,7 +120,7 @@ _admin_binding_refusals contains reason if {
 # custom:
 #   code: AdminBindingNonceInvalid
 _admin_binding_refusals contains reason if {
-	count(_bindings_of(_requester_identity)) == 0
+	count(_bindings_of(_requester_identity, _binding_role)) == 0
 	not _nonce_valid
 	reason := {
 		"code": "AdminBindingNonceInvalid",
@@ -144,7 +152,10 @@ _admin_binding := {
 	"identity": _requester_identity,
 	"create": count(existing) == 0,
 } if {
-	existing := sort([binding.name | some binding in _bindings_of(_requester_identity); _intact(binding, _binding_role)])
+	existing := sort([binding.name |
+		some binding in _bindings_of(_requester_identity, _binding_role)
+		_intact(binding, _binding_role)
+	])
 	name := _first_or_new(existing, concat("", [_requester_identity, ":", object.get(_admin_facts, "nonce", "")]))
 }
 

@@ -2,6 +2,8 @@
 # recorded requester, hostile usernames, and the bindings Go found.
 package ichor.credentials_test
 
+import data.ichor.credentials
+
 # The issuance of purpose to username: the requester and the review are theirs.
 _issue_as(purpose, username, patch) := _issue_purpose(purpose, array.concat(
 	[
@@ -178,11 +180,11 @@ test_an_altered_binding_is_refused_not_reused_or_repaired if {
 		"op": "add", "path": "/subjects/-",
 		"value": {"api_group": "rbac.authorization.k8s.io", "kind": "User", "name": "ichor:mallory"},
 	}])
-	other_role := json.patch(
+	regrouped := json.patch(
 		_binding("ichor-admin:u:ichor:alice", "aaaaaaaaaa"),
-		[{"op": "replace", "path": "/role_ref/name", "value": "view"}],
+		[{"op": "replace", "path": "/subjects/0/name", "value": "system:authenticated"}],
 	)
-	every binding in [widened, other_role] {
+	every binding in [widened, regrouped] {
 		d := _issue_purpose("kubeconfig-admin", _bindings([binding]))
 		not d.certificate
 		not d.admin_binding
@@ -193,6 +195,34 @@ test_an_altered_binding_is_refused_not_reused_or_repaired if {
 			]),
 			[binding.name],
 		)}]
+	}
+}
+
+# Review 2, F5: whoever may create bindings may bind a role whose permissions they hold
+# without `bind`, so a binding named after a person to another role (view, or a ClusterRole
+# of the same name in another kind) is nobody's. It neither refuses the person nor is reused:
+# they get a new binding of their own.
+test_a_binding_of_the_persons_name_to_another_role_is_ignored if {
+	intact := _binding("ichor-admin:u:ichor:alice", "aaaaaaaaaa")
+	every patch in [
+		[{"op": "replace", "path": "/role_ref/name", "value": "view"}],
+		[{"op": "replace", "path": "/role_ref/kind", "value": "Role"}],
+		[{"op": "replace", "path": "/role_ref/api_group", "value": "example.com"}],
+	] {
+		decoy := json.patch(intact, patch)
+		d := _issue_purpose("kubeconfig-admin", _bindings([decoy]))
+		d.allowed
+		d.admin_binding.name == "ichor-admin:u:ichor:alice:k2x9p4m7qa"
+		d.admin_binding.create == true
+
+		# Beside an intact one, the intact one is reused.
+		beside := _issue_purpose("kubeconfig-admin", _bindings([
+			json.patch(_binding("ichor-admin:u:ichor:alice", "0000000000"), patch),
+			_binding("ichor-admin:u:ichor:alice", "1111111111"),
+		]))
+		beside.admin_binding.name == "ichor-admin:u:ichor:alice:1111111111"
+		beside.admin_binding.group == beside.admin_binding.name
+		beside.admin_binding.create == false
 	}
 }
 
@@ -225,4 +255,20 @@ test_the_credential_check_names_no_person if {
 		"with lifetime 8760h0m0s may be signed",
 	])
 	not d.admin_binding
+}
+
+# Review 2, F5: the issuer looks up admin bindings only for a purpose whose credential a
+# binding of its person's gives power, named after that person's identity.
+test_requirements_name_the_admin_binding_only_where_one_gives_power if {
+	reqs := credentials.requirements with input as {"purpose": "kubeconfig-admin", "username": "ichor:alice"}
+	reqs.admin_binding == {"identity": "ichor-admin:u:ichor:alice", "cluster_role": "cluster-admin"}
+	hashed := credentials.requirements with input as {"purpose": "kubeconfig-admin", "username": "../"}
+	hashed.admin_binding.identity == concat("", ["ichor-admin:h:", substring(crypto.sha256("../"), 0, 36)])
+
+	# No username (admission asks with the purpose alone), or an empty one: no lookup.
+	not credentials.requirements.admin_binding with input as {"purpose": "kubeconfig-admin"}
+	not credentials.requirements.admin_binding with input as {"purpose": "kubeconfig-admin", "username": ""}
+	every purpose in ["talosconfig-reader", "credentials-talos", "node-reader", "kubeconfig-super-admin"] {
+		not credentials.requirements.admin_binding with input as {"purpose": purpose, "username": "ichor:alice"}
+	}
 }
