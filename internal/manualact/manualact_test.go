@@ -313,7 +313,7 @@ func (re *recEnv) managerApproves(t *testing.T, csr *certificatesv1.CertificateS
 // adminBinding is a person's admin binding as the issuer makes it.
 func (re *recEnv) adminBinding(t *testing.T, user string) *rbacv1.ClusterRoleBinding {
 	t.Helper()
-	name := "ichor-admin:u:" + user + "-0123456789"
+	name := "ichor-admin:u:" + user + ":0123456789"
 	b := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:   name,
