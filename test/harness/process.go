@@ -27,7 +27,7 @@ const TestBinaryEnv = "ICHOR_TEST_BINARY"
 // test that has ended), it is built again into dir.
 func BuildIchor(dir string) (string, error) {
 	if path := os.Getenv(TestBinaryEnv); path != "" {
-		info, err := os.Stat(path)
+		info, err := os.Stat(path) //nolint:gosec // G703: the binary the caller (make go-test) built for the tests
 		if err != nil {
 			return "", fmt.Errorf("harness: $%s: %w", TestBinaryEnv, err)
 		}
