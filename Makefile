@@ -5,9 +5,16 @@ SHELL := /usr/bin/env bash -o pipefail
 .DEFAULT_GOAL := build
 
 # The same toolchain and flags everywhere, so the build cache is reused
-# between runs, CI and the demo.
+# between runs, CI and the demo. They are the flags the image and the release
+# compile with (deploy/image.Compile: -trimpath, no cgo), so go vet, the
+# tests, the ichor they run and the image share one compile of each package:
+# with cgo on, net and os/user (and all that import them) differ, and
+# -trimpath changes every package's compile. The project's compile is about
+# 19 CPU-minutes cold on two cores; a second one with other flags costs as
+# much again (README, "What the suite costs").
 export GOTOOLCHAIN := local
-export GOFLAGS := -buildvcs=false
+export GOFLAGS := -buildvcs=false -trimpath
+export CGO_ENABLED := 0
 
 # The version stamped into ichor (ichor version, ichor_build_info, the
 # decision log's labels.ichor_version) and the image's tag; the image build
@@ -34,12 +41,32 @@ ENVTEST_K8S_VERSION := v1.37.2
 ENVTEST_ASSETS ?= $(CACHE_DIR)/envtest/$(ENVTEST_K8S_VERSION)
 export KUBEBUILDER_ASSETS := $(ENVTEST_ASSETS)
 
-# OPA is the one the binary embeds (a tool line in go.mod); the linters are
-# pinned in their own tool modules. `go tool -n` builds each once and prints
-# its cached path.
-OPA := go tool opa
-REGAL = $(shell go -C tools/regal tool -n regal)
-GOLANGCI_LINT = $(shell go -C tools/golangci-lint tool -n golangci-lint)
+# OPA is the one the binary embeds (a tool line in go.mod); the linters and
+# Helm are pinned in their own tool modules. `go tool -n` builds each once and
+# prints its cached path. It takes none of GOFLAGS' build flags (-trimpath,
+# -tags), so the tools are built as the docs' bare `go -C tools/X tool -n X`
+# builds them (CGO_ENABLED the go command's default, which $(shell) does not
+# see exported before make 4.4): the Makefile and a person share one build.
+# Helm is resolved once a run. OPA, a tool of the project's own module, is
+# built with go build and the suite's flags instead, into bin/tools (an
+# up-to-date binary is not linked again): it then shares the compile of the
+# packages ichor links, OPA's among them.
+GO_TOOL := env -u CGO_ENABLED GOTOOLCHAIN=$(GOTOOLCHAIN) go
+GO_BUILD := GOTOOLCHAIN=$(GOTOOLCHAIN) GOFLAGS="$(GOFLAGS)" CGO_ENABLED=$(CGO_ENABLED) go build
+OPA_BIN := $(CURDIR)/bin/tools/opa
+OPA = $(eval OPA := $$(shell $(GO_BUILD) -o "$(OPA_BIN)" github.com/open-policy-agent/opa && echo "$(OPA_BIN)"))$(OPA)
+REGAL = $(shell $(GO_TOOL) -C tools/regal tool -n regal)
+GOLANGCI_LINT = $(shell $(GO_TOOL) -C tools/golangci-lint tool -n golangci-lint)
+HELM = $(eval HELM := $$(shell $(GO_TOOL) -C tools/helm tool -n helm))$(HELM)
+# promtool leaves out Prometheus's optional service discoveries (its documented
+# remove_all_sd build tag): checking and testing rules never reach them, and
+# they (the AWS, Azure, GCE, OCI... SDKs) are over half of promtool's source,
+# more than kube-apiserver's. Without -tags in `go tool`, it is built with go
+# build (and the suite's flags) into bin/tools, where an up-to-date binary is
+# not linked again.
+PROMTOOL_BIN := $(CURDIR)/bin/tools/promtool
+PROMTOOL = $(eval PROMTOOL := $$(shell cd tools/promtool && $(GO_BUILD) -tags remove_all_sd \
+  -o "$(PROMTOOL_BIN)" github.com/prometheus/prometheus/cmd/promtool && echo "$(PROMTOOL_BIN)"))$(PROMTOOL)
 
 POLICY := policy
 # opa test's per-test timeout: OPA's default (5 s) was hit by one test on a
@@ -74,8 +101,7 @@ image: ## The manager image, without a container daemon: an OCI image layout in 
 PLUGIN_PLATFORMS ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64
 
 .PHONY: release
-release: HELM = $(shell go -C tools/helm tool -n helm)
-release: SBOM_TOOL = $(shell go -C tools/cyclonedx-gomod tool -n cyclonedx-gomod)
+release: SBOM_TOOL = $(shell $(GO_TOOL) -C tools/cyclonedx-gomod tool -n cyclonedx-gomod)
 release: ## The release files in dist/ (VERSION=vX.Y.Z; IMAGE_PLATFORMS, PLUGIN_PLATFORMS, BASE_IMAGE; docs/install.md)
 	@mkdir -p dist
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./deploy/release/cmd/release -o dist \
@@ -84,7 +110,7 @@ release: ## The release files in dist/ (VERSION=vX.Y.Z; IMAGE_PLATFORMS, PLUGIN_
 	  -helm "$(HELM)" -sbom-tool "$(SBOM_TOOL)"
 
 .PHONY: test
-test: go-lint policy-test envtest-assets go-test chart-test ## The whole suite: gofmt, go vet, golangci-lint, opa check/fmt/test (100% coverage), Regal, go test, the chart
+test: go-lint policy-test envtest-assets go-test chart-lint ## The whole suite: gofmt, go vet, golangci-lint, opa check/fmt/test (100% coverage), Regal, go test, the chart
 
 .PHONY: vet
 vet:
@@ -101,18 +127,28 @@ policy-test: ## Rego: strict check, format, tests (the shipped roles of deploy/r
 	  echo "policy coverage: 100%"
 	$(REGAL) lint $(POLICY)
 
+# ICHOR_TEST_BINARY: cmd/ichor built once, for every test that runs it as a
+# process (test/harness.BuildIchor); in bin/, so a warm run does not relink it.
+# HELM and PROMTOOL: the chart's and the release's tests, the alerts' included.
+ICHOR_TEST_BINARY := $(CURDIR)/bin/test/ichor
+
 .PHONY: go-test
-go-test: envtest-assets ## Go tests, integration tests against the real API server included; a failure ends with a summary of the failed tests and their messages
+go-test: envtest-assets ## Go tests, integration tests against the real API server, the chart's alerts through promtool and the release included; a failure ends with a summary of the failed tests and their messages
+	@[[ -x "$(HELM)" && -x "$(PROMTOOL)" ]] || { echo "go-test: helm or promtool did not build (HELM=$(HELM) PROMTOOL=$(PROMTOOL))"; exit 1; }
+	go build -o "$(ICHOR_TEST_BINARY)" ./cmd/ichor
 	@log="$$(mktemp)"; trap 'rm -f "$$log"' EXIT; \
-	  if ! go test $(GO_TEST_FLAGS) ./... 2>&1 | tee "$$log"; then \
+	  if ! ICHOR_TEST_BINARY="$(ICHOR_TEST_BINARY)" HELM="$(HELM)" PROMTOOL="$(PROMTOOL)" go test $(GO_TEST_FLAGS) ./... 2>&1 | tee "$$log"; then \
 	    echo; echo "==== failed tests, each with the lines it logged (at most 40 a test) ===="; \
 	    grep -E -A40 -- '^\s*--- FAIL|^panic:' "$$log" | grep -v -E -- '^\s*--- (PASS|SKIP)' | head -400; \
 	    echo "==== failed packages ===="; grep -E '^(FAIL|ok )\s' "$$log" | grep '^FAIL'; exit 1; fi
 
+# make test runs chart-lint; its go-test runs deploy/chart's tests with the rest.
 .PHONY: chart-test
-chart-test: HELM = $(shell go -C tools/helm tool -n helm)
-chart-test: PROMTOOL = $(shell go -C tools/promtool tool -n promtool)
-chart-test: envtest-assets ## The Helm chart: helm lint and template (default, cert-manager, monitoring), the values schema, the RBAC invariant over the render, the alerts' metrics, install and upgrade (CRDs included) on a real API server
+chart-test: chart-lint envtest-assets ## The Helm chart: helm lint and template (default, cert-manager, monitoring), the values schema, the RBAC invariant over the render, the alerts' metrics, install and upgrade (CRDs included) on a real API server
+	HELM="$(HELM)" PROMTOOL="$(PROMTOOL)" go test $(GO_TEST_FLAGS) ./deploy/chart/
+
+.PHONY: chart-lint
+chart-lint: ## The Helm chart: helm lint and template (default, cert-manager, monitoring), the values schema refusing bad values
 	$(HELM) lint --strict deploy/chart
 	$(HELM) lint --strict deploy/chart --set webhook.certManager.enabled=true
 	$(HELM) template ichor-policy deploy/chart --namespace ichor-system > /dev/null
@@ -121,11 +157,8 @@ chart-test: envtest-assets ## The Helm chart: helm lint and template (default, c
 	  --api-versions monitoring.coreos.com/v1/ServiceMonitor --api-versions monitoring.coreos.com/v1/PrometheusRule > /dev/null
 	@for bad in replicas=5 imagee.tag=x replicaCount=two manager.leaderElect=nope; do \
 	  if $(HELM) lint --strict deploy/chart --set "$$bad" > /dev/null 2>&1; then echo "helm lint accepted --set $$bad; the values schema should refuse it"; exit 1; fi; done
-	HELM="$(HELM)" PROMTOOL="$(PROMTOOL)" go test $(GO_TEST_FLAGS) ./deploy/chart/
 
 .PHONY: alerts-test
-alerts-test: HELM = $(shell go -C tools/helm tool -n helm)
-alerts-test: PROMTOOL = $(shell go -C tools/promtool tool -n promtool)
 alerts-test: ## Only the chart's alerts with promtool (chart-test runs them too): check rules, and fire each from synthetic series (builds promtool once: minutes)
 	HELM="$(HELM)" PROMTOOL="$(PROMTOOL)" go test -count=1 -run '^TestAlert' -v ./deploy/chart/
 

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,9 +53,11 @@ var certManager = []string{"webhook.certManager.enabled=true"}
 // root is the repository root; chartDir the chart.
 func root(t *testing.T) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	require.True(t, ok)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	// `go test` runs in the package's directory (a path from runtime.Caller
+	// is not one under -trimpath, as `make test` builds).
+	dir, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	return dir
 }
 
 func chartDir(t *testing.T) string { return filepath.Join(root(t), "deploy", "chart") }

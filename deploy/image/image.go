@@ -193,6 +193,16 @@ func tag(o Options) (name.Tag, error) {
 	return t, nil
 }
 
+// compileFlags and compileEnv are what Compile gives the go command besides
+// -ldflags, -o, GOOS and GOARCH. The Makefile exports the same GOFLAGS and
+// CGO_ENABLED for go vet and the tests, so that a run of the suite compiles
+// each package once, for the tests and the image alike, rather than twice
+// (TestTheMakefileCompilesAsTheImageDoes).
+var (
+	compileFlags = []string{"-trimpath"}
+	compileEnv   = []string{"CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOAMD64=v1", "GOARM64=v8.0"}
+)
+
 // Compile builds ./cmd/ichor for p into work/OS-ARCH/: static (no cgo),
 // without the paths of the build machine (-trimpath) or its VCS state, the
 // version stamped. Without its symbol table and DWARF (-s -w) the binary is a
@@ -205,13 +215,13 @@ func Compile(ctx context.Context, o Options, p v1.Platform, work string) (string
 	}
 	out := filepath.Join(work, p.OS+"-"+p.Architecture, name)
 	ldflags := "-s -w " + o.LDFlags + " -X " + versionVar + "=" + o.Version
+	args := append([]string{"build"}, compileFlags...)
 	//nolint:gosec // G204: the build machine's go command, with the options of whoever runs make image.
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", ldflags, "-o", out, "./cmd/ichor")
+	cmd := exec.CommandContext(ctx, "go", append(args, "-ldflags", ldflags, "-o", out, "./cmd/ichor")...)
 	cmd.Dir = o.Dir
 	// GOFLAGS, GOAMD64 and GOARM64 from the caller's environment would change
 	// the binary; they are set to what every build of the image uses.
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+p.OS, "GOARCH="+p.Architecture,
-		"GOFLAGS=-buildvcs=false", "GOAMD64=v1", "GOARM64=v8.0")
+	cmd.Env = append(append(os.Environ(), compileEnv...), "GOOS="+p.OS, "GOARCH="+p.Architecture)
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Run(); err != nil {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -19,9 +18,11 @@ import (
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	require.True(t, ok)
-	return filepath.Join(filepath.Dir(file), "..", "..")
+	// `go test` runs in the package's directory (a path from runtime.Caller
+	// is not one under -trimpath, as `make test` builds).
+	dir, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	return dir
 }
 
 // TestRenderKrewFillsEveryPlaceholderOfThePlatformsBuilt: the manifest gets

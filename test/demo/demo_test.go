@@ -2,8 +2,6 @@ package demo_test
 
 import (
 	"bytes"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ichor-dev/ichor-policy/test/demo"
+	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
 // TestDemoTellsTheStory runs `make demo`'s scenario non-interactively: the
@@ -18,10 +17,8 @@ import (
 // stranger stays pending, and the node whose Talos API was down is approved
 // once it answers.
 func TestDemoTellsTheStory(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "ichor")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/ichor")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	bin, err := harness.BuildIchor(t.TempDir())
+	require.NoError(t, err)
 
 	var story bytes.Buffer
 	res, err := demo.Run(t.Context(), demo.Options{

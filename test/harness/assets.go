@@ -81,9 +81,8 @@ func resolveAssetsDir(explicit string) (string, error) {
 	return dir, nil
 }
 
-// resolveCRDDir finds deploy/crds: an explicit option, else the repository
-// root above this source file (tests), else above the working directory (a
-// binary built with -trimpath, such as the demo run from the checkout).
+// resolveCRDDir finds deploy/crds: an explicit option, else the one of the
+// repository's root (repoRoot).
 func resolveCRDDir(explicit string) (string, error) {
 	if explicit != "" {
 		if _, err := os.Stat(explicit); err != nil {
@@ -93,8 +92,19 @@ func resolveCRDDir(explicit string) (string, error) {
 		return explicit, nil
 	}
 
-	var starts []string
+	root, starts, ok := repoRoot()
+	if !ok {
+		return "", fmt.Errorf("deploy/crds not found above %v: set Options.CRDDir", starts)
+	}
 
+	return filepath.Join(root, "deploy", "crds"), nil
+}
+
+// repoRoot finds the repository's root: above this source file when its path
+// is absolute, else (a build with -trimpath, as `make test` and the demo's
+// binary are) above the working directory, a package's directory under
+// `go test`. starts are the directories searched from.
+func repoRoot() (root string, starts []string, ok bool) {
 	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
 		starts = append(starts, filepath.Dir(file))
 	}
@@ -105,11 +115,11 @@ func resolveCRDDir(explicit string) (string, error) {
 
 	for _, start := range starts {
 		if root, ok := findRepoRoot(start); ok {
-			return filepath.Join(root, "deploy", "crds"), nil
+			return root, starts, true
 		}
 	}
 
-	return "", fmt.Errorf("deploy/crds not found above %v: set Options.CRDDir", starts)
+	return "", starts, false
 }
 
 // findRepoRoot walks up from dir to the directory whose go.mod declares this

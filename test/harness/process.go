@@ -1,12 +1,10 @@
 package harness
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -17,11 +15,27 @@ var (
 	buildPath string
 )
 
-// BuildIchor builds cmd/ichor once per test process, into dir on the first
-// call, and returns the binary's path: tests that run the real manager as a
-// process share it. When the binary built earlier is gone (its dir was the
-// t.TempDir of a test that has ended), it is built again into dir.
+// TestBinaryEnv names an ichor built for the tests by the caller: `make
+// go-test` builds cmd/ichor once, with the suite's flags, and every test
+// package that runs the binary shares it instead of linking its own.
+const TestBinaryEnv = "ICHOR_TEST_BINARY"
+
+// BuildIchor returns the path of an ichor built from this checkout: the one
+// $ICHOR_TEST_BINARY names, else cmd/ichor built once per test process, into
+// dir on the first call. Tests that run the real manager as a process share
+// it. When the binary built earlier is gone (its dir was the t.TempDir of a
+// test that has ended), it is built again into dir.
 func BuildIchor(dir string) (string, error) {
+	if path := os.Getenv(TestBinaryEnv); path != "" {
+		info, err := os.Stat(path) //nolint:gosec // G703: the binary the caller (make go-test) built for the tests
+		if err != nil {
+			return "", fmt.Errorf("harness: $%s: %w", TestBinaryEnv, err)
+		}
+		if info.IsDir() || info.Mode().Perm()&0o111 == 0 {
+			return "", fmt.Errorf("harness: $%s (%s) is not an executable file", TestBinaryEnv, path)
+		}
+		return path, nil
+	}
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if buildPath != "" {
@@ -29,9 +43,9 @@ func BuildIchor(dir string) (string, error) {
 			return buildPath, nil
 		}
 	}
-	root, ok := findRepoRoot(sourceDir())
+	root, starts, ok := repoRoot()
 	if !ok {
-		return "", errors.New("harness: repository root not found")
+		return "", fmt.Errorf("harness: repository root not found above %v", starts)
 	}
 	path := filepath.Join(dir, "ichor")
 	cmd := exec.Command("go", "build", "-o", path, "./cmd/ichor")
@@ -41,11 +55,6 @@ func BuildIchor(dir string) (string, error) {
 	}
 	buildPath = path
 	return buildPath, nil
-}
-
-func sourceDir() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Dir(file)
 }
 
 // ManagerOptions configure a manager process.

@@ -1,8 +1,9 @@
-// Module promtool pins Prometheus's promtool, which `make alerts-test` uses to
-// check the chart's alerting rules and fire each alert from synthetic series
-// (deploy/chart/testdata/alerts_test.yaml). It lives apart from the main
-// module so Prometheus's dependency graph never touches the manager's; its
-// cold build takes minutes, so `make test` does not build it.
+// Module promtool pins Prometheus's promtool, which `make test` (and `make
+// alerts-test`) uses to check the chart's alerting rules and fire each alert
+// from synthetic series (deploy/chart/testdata/alerts_test.yaml). It lives
+// apart from the main module so Prometheus's dependency graph never touches
+// the manager's. The Makefile builds it with go build -tags remove_all_sd,
+// without Prometheus's optional service discoveries (over half its source).
 module github.com/ichor-dev/ichor-policy/tools/promtool
 
 go 1.26.7

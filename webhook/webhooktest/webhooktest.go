@@ -31,13 +31,23 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 )
 
-// RepoRoot is the directory of this repository's go.mod.
+// RepoRoot is the directory of this repository's go.mod: above this source
+// file, or, when the test binary was built with -trimpath (as `make test`
+// builds it) and the path is the module's, above the working directory, the
+// package's directory under `go test`.
 func RepoRoot() (string, error) {
 	_, file, _, ok := runtime.Caller(0)
 	if !ok {
 		return "", errors.New("webhooktest: cannot locate the source file")
 	}
 	dir := filepath.Dir(file)
+	if !filepath.IsAbs(dir) {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("webhooktest: %w", err)
+		}
+		dir = wd
+	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
 			return dir, nil
