@@ -565,6 +565,19 @@ func Revocable(b *rbacv1.ClusterRoleBinding) bool {
 	return isAdminBinding(b) && strings.HasPrefix(b.Name, adminBindingPrefix) && b.RoleRef == clusterAdmin
 }
 
+// AdminBindingIdentity is the identity b grants cluster-admin for, read from
+// its name (IDENTITY:NONCE), when b is one of Ichor's admin bindings by its
+// label, its name and its role (Revocable); ok is false otherwise. Unlike
+// the ichor.dev/admin-username and admin-identity annotations, which whoever
+// creates a labelled binding writes, the name of a binding to cluster-admin
+// can only be chosen by a holder of bind on cluster-admin.
+func AdminBindingIdentity(b *rbacv1.ClusterRoleBinding) (identity string, ok bool) {
+	if !Revocable(b) || !adminBindingName.MatchString(b.Name) {
+		return "", false
+	}
+	return b.Name[:strings.LastIndexByte(b.Name, ':')], true
+}
+
 // Reconcile deletes an admin binding while the operator revoked admin
 // kubeconfigs; otherwise it has nothing to do.
 func (a *AdminBindings) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
