@@ -162,6 +162,10 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 		assert.Equal(t, "carl", r.Result.Whom)
 	})
 
+	t.Run("hostile acts are recorded as they happened (review 3)", func(t *testing.T) {
+		hostileActsAreRecordedAsTheyHappened(t, re)
+	})
+
 	// The webhook becomes unreachable: every write still succeeds, and the
 	// watches record what they see with the actor unknown.
 	re.breakWebhooks(t)
