@@ -97,6 +97,7 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 		return allowed()
 	}
 	if !manualact.IsAdminBinding(&b) {
+		manualact.LogIgnored(ctx, &b)
 		return allowed()
 	}
 	a.record(ctx, "binding", b.Name, manualact.BindingReference(&b), manualact.BindingDeletion(&b, &req.UserInfo))

@@ -290,7 +290,7 @@ func (r *Reconciler) bind(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 		return nil, r.refuseBinding(ctx, tcr, err)
 	}
 	if !b.Create {
-		return r.reused(ctx, b.Name)
+		return r.reused(ctx, tcr, b.Name)
 	}
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{
@@ -329,8 +329,9 @@ func (r *Reconciler) bind(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 // reused reads, from the API server, the binding the decision reuses, which
 // it found in the cache: it must still exist and be Ichor's shape. Gone
 // (revoked a moment ago) or changed, the request is decided again once the
-// cache has caught up, rather than signed for a group nothing binds.
-func (r *Reconciler) reused(ctx context.Context, name string) (*rbacv1.ClusterRoleBinding, error) {
+// cache has caught up, rather than signed for a group nothing binds. One
+// being deleted, or with finalizers, fails the request (review 3, F4).
+func (r *Reconciler) reused(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest, name string) (*rbacv1.ClusterRoleBinding, error) {
 	var current rbacv1.ClusterRoleBinding
 	err := r.APIReader.Get(ctx, client.ObjectKey{Name: name}, &current)
 	switch {
@@ -344,6 +345,13 @@ func (r *Reconciler) reused(ctx context.Context, name string) (*rbacv1.ClusterRo
 	}
 	if err := AdminBindingShape(&current); err != nil {
 		return nil, fmt.Errorf("the admin binding the decision reuses changed since it was listed; deciding again: %w", err)
+	}
+	if current.DeletionTimestamp != nil || len(current.Finalizers) > 0 {
+		// Being revoked, or held against a revocation (anyone who may
+		// patch it can add a finalizer, no bind needed): never sign for
+		// it. The request fails; the person asks again once it is gone.
+		return nil, r.refuseBinding(ctx, tcr, fmt.Errorf("the admin binding %s the decision reuses is being deleted (since %v) or held by finalizers %q: revoke it, remove its finalizers, and ask again",
+			name, current.DeletionTimestamp, current.Finalizers))
 	}
 	return &current, nil
 }
@@ -563,6 +571,19 @@ const adminBindingPrefix = "ichor-admin:"
 // (data.json, person_identity.binding_roles).
 func Revocable(b *rbacv1.ClusterRoleBinding) bool {
 	return isAdminBinding(b) && strings.HasPrefix(b.Name, adminBindingPrefix) && b.RoleRef == clusterAdmin
+}
+
+// AdminBindingIdentity is the identity b grants cluster-admin for, read from
+// its name (IDENTITY:NONCE), when b is one of Ichor's admin bindings by its
+// label, its name and its role (Revocable); ok is false otherwise. Unlike
+// the ichor.dev/admin-username and admin-identity annotations, which whoever
+// creates a labelled binding writes, the name of a binding to cluster-admin
+// can only be chosen by a holder of bind on cluster-admin.
+func AdminBindingIdentity(b *rbacv1.ClusterRoleBinding) (identity string, ok bool) {
+	if !Revocable(b) || !adminBindingName.MatchString(b.Name) {
+		return "", false
+	}
+	return b.Name[:strings.LastIndexByte(b.Name, ':')], true
 }
 
 // Reconcile deletes an admin binding while the operator revoked admin

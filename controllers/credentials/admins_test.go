@@ -368,3 +368,38 @@ func jsonText(s string) string {
 	b, _ := json.Marshal(s)
 	return strings.Trim(string(b), `"`)
 }
+
+// TestAHeldAdminBindingIsNotReused: anyone who may patch bindings (no bind
+// needed) can add a finalizer to a person's binding, so that revoking it
+// only requests its deletion (review 3, F4). The issuer signs for no binding
+// that has finalizers or is being deleted: the request fails, nothing signed.
+func TestAHeldAdminBindingIsNotReused(t *testing.T) {
+	f := newFixture(t)
+	name := "ichor:hal"
+	hal := f.user(name, "ichor-admin")
+	first := f.adminKubeconfig(hal, name)
+	b := first.binding.DeepCopy()
+	patch := client.MergeFrom(b.DeepCopy())
+	b.Finalizers = []string{"review3.example/hold"}
+	require.NoError(t, env.Client.Patch(f.ctx, b, patch))
+	t.Cleanup(func() {
+		var now rbacv1.ClusterRoleBinding
+		if env.Client.Get(context.WithoutCancel(f.ctx), client.ObjectKeyFromObject(b), &now) == nil {
+			p := client.MergeFrom(now.DeepCopy())
+			now.Finalizers = nil
+			_ = env.Client.Patch(context.WithoutCancel(f.ctx), &now, p)
+		}
+	})
+
+	for _, step := range []string{"held by a finalizer", "and its deletion requested"} {
+		if step == "and its deletion requested" {
+			require.NoError(t, env.Client.Delete(f.ctx, b))
+		}
+		tcr, _ := f.create(hal, "demo", ichorv1alpha1.PurposeKubeconfigAdmin, "")
+		tcr = f.answer(tcr)
+		c := ready(t, tcr)
+		assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason, step)
+		assert.Contains(t, c.Message, "review3.example/hold", step)
+		assert.Empty(t, tcr.Status.Certificate, step)
+	}
+}

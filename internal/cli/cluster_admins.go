@@ -114,6 +114,11 @@ kubeconfig-admin requests not answered yet (in every namespace), waits up to
 A request they make after that is judged on their grant: without download on
 talosclusters/kubeconfig-admin it is refused.
 
+After each DELETE the command reads the binding again: one a finalizer keeps
+(anyone who may patch bindings can add one, without the power to bind) still
+grants cluster-admin, so the command names its finalizers, says it is NOT
+revoked and exits non-zero; remove them and run revoke again.
+
 The binding is deleted with your rights (delete on clusterrolebindings; no
 power to grant anything), and an Event AdminRevoked on it, in namespace
 default, names them and you (from a SelfSubjectReview), written with your rights
@@ -260,7 +265,7 @@ func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) 
 	// Listed before the bindings: a request answered after this list made
 	// its binding before its answer, so the second pass sees it.
 	inFlight, listErr := pendingAdminRequests(ctx, c, r.user)
-	deleted, err := r.deleteBindings(ctx, c, s)
+	deleted, held, err := r.deleteBindings(ctx, c, s)
 	if err != nil {
 		return err
 	}
@@ -273,11 +278,18 @@ func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) 
 		if err := untilAnswered(ctx, c, inFlight, r.wait, r.poll); err != nil {
 			fmt.Fprintf(s.err, "warning: %v: a binding they make later is not revoked; run revoke again\n", err)
 		}
-		more, err := r.deleteBindings(ctx, c, s)
+		more, moreHeld, err := r.deleteBindings(ctx, c, s)
 		if err != nil {
 			return err
 		}
 		deleted += more
+		held = append(held, moreHeld...)
+	}
+	if len(held) > 0 {
+		slices.Sort(held)
+		held = slices.Compact(held)
+		return fmt.Errorf("%w: %d of %s's admin binding(s) still exist and still grant cluster-admin (%s); remove their finalizers and run revoke again",
+			errBindingHeld, len(held), cell(r.user), strings.Join(held, ", "))
 	}
 	if deleted == 0 {
 		return fmt.Errorf("%w of user %q (identity %s): see `ichor cluster admins list`", errNoAdminBinding, r.user, r.identity)
@@ -287,14 +299,19 @@ func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) 
 	return nil
 }
 
+// errBindingHeld is a binding deleted that still exists: a finalizer keeps
+// it, and until it goes it grants cluster-admin as before.
+var errBindingHeld = errors.New("admin binding deleted but still there")
+
 // deleteBindings deletes the person's bindings that exist now, and returns
-// how many.
-func (r revocation) deleteBindings(ctx context.Context, c client.Client, s streams) (int, error) {
+// how many are gone, and the names of those a finalizer keeps.
+func (r revocation) deleteBindings(ctx context.Context, c client.Client, s streams) (int, []string, error) {
 	items, err := adminBindings(ctx, c)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	deleted := 0
+	var held []string
 	for i := range items {
 		b := &items[i]
 		if !r.theirs(b) {
@@ -306,7 +323,18 @@ func (r revocation) deleteBindings(ctx context.Context, c client.Client, s strea
 			continue
 		}
 		if err := credentials.RevokeBinding(ctx, c, b, ""); err != nil {
-			return deleted, err
+			return deleted, held, err
+		}
+		// A DELETE is answered before a finalizer lets the object go:
+		// anyone who may patch the binding (no bind needed) can hold it,
+		// granting cluster-admin, with its deletion only requested.
+		gone, err := bindingGone(ctx, c, b, r.user, s)
+		if err != nil {
+			return deleted, held, err
+		}
+		if !gone {
+			held = append(held, cell(b.Name))
+			continue
 		}
 		deleted++
 		fmt.Fprintf(s.out, "Revoked %s: deleted ClusterRoleBinding %s (identity %s). Their admin kubeconfigs no longer have cluster-admin.\n",
@@ -317,7 +345,31 @@ func (r revocation) deleteBindings(ctx context.Context, c client.Client, s strea
 			fmt.Fprintf(s.err, "warning: the Event naming you as the revoker could not be written: %v\n", err)
 		}
 	}
-	return deleted, nil
+	return deleted, held, nil
+}
+
+// bindingGone reports whether the binding deleted is gone; when a finalizer
+// keeps it, it says so on s.err. It lists, as revoke does, rather than gets:
+// a revoker needs list and delete only.
+func bindingGone(ctx context.Context, c client.Reader, b *rbacv1.ClusterRoleBinding, user string, s streams) (bool, error) {
+	items, err := adminBindings(ctx, c)
+	if err != nil {
+		return false, fmt.Errorf("check that ClusterRoleBinding %s is gone: %w", cell(b.Name), err)
+	}
+	i := slices.IndexFunc(items, func(o rbacv1.ClusterRoleBinding) bool { return o.Name == b.Name && o.UID == b.UID })
+	if i < 0 {
+		// Gone; another of that name is the second pass's to find.
+		return true, nil
+	}
+	now := items[i]
+	finalizers := make([]string, 0, len(now.Finalizers))
+	for _, f := range now.Finalizers {
+		finalizers = append(finalizers, cell(f))
+	}
+	fmt.Fprintf(s.err, "NOT revoked: ClusterRoleBinding %s is marked for deletion but still exists, held by the finalizer(s) %s, and still grants %s cluster-admin. "+
+		"Someone who may patch it added them. Remove them (kubectl patch clusterrolebinding %s --type=json -p '[{\"op\":\"remove\",\"path\":\"/metadata/finalizers\"}]', which needs patch on clusterrolebindings) and run revoke again.\n",
+		cell(b.Name), strings.Join(finalizers, ", "), cell(user), cell(b.Name))
+	return false, nil
 }
 
 // pendingAdminRequests are the person's kubeconfig-admin requests the

@@ -32,7 +32,10 @@ func (f decisionsFixture) withActs(t *testing.T) (log, approval, revocation stri
 	require.NoError(t, err)
 	r, err := e.RecordManual(ctx, engine.ManualActInput{
 		Act: engine.ActAdminBindingDeletion, SeenBy: engine.SeenByWatch,
-		Binding: &engine.ManualBindingFacts{Name: "ichor-admin:u:bob-0123456789", Username: "bob", Identity: "ichor-admin:u:bob"},
+		Binding: &engine.ManualBindingFacts{
+			Name: "ichor-admin:u:bob:0123456789", Username: "bob", Identity: "ichor-admin:u:bob",
+			RoleRef: engine.RoleRefFacts{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
+		},
 	})
 	require.NoError(t, err)
 	return f.log + sink.buf.String(), a.DecisionID, r.DecisionID

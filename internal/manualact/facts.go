@@ -26,27 +26,55 @@ func CSRDecision(csr, old *certificatesv1.CertificateSigningRequest, user *authe
 	return in
 }
 
-// conditions are the request's conditions, the first MaxConditions: a
-// request is decided once (the API server keeps Approved and Denied
-// exclusive and never removes them), and the approver writes one condition.
+// conditions are the request's conditions, at most MaxConditions: the
+// Approved, Denied and Failed ones first (the first of each type), then the
+// others in order until the bound. A person can write any number of
+// conditions of their own before their verdict; cut in order, they would
+// push the verdict out of the facts and the decision would go unrecorded
+// (review 3, F1).
 func conditions(csr *certificatesv1.CertificateSigningRequest) []engine.ManualCondition {
 	out := make([]engine.ManualCondition, 0, min(len(csr.Status.Conditions), MaxConditions))
+	kept := make([]bool, len(csr.Status.Conditions))
+	for _, t := range verdictTypes {
+		for i, c := range csr.Status.Conditions {
+			if c.Type == t {
+				out, kept[i] = append(out, condition(c)), true
+				break
+			}
+		}
+	}
 	for i, c := range csr.Status.Conditions {
-		if i == MaxConditions {
+		if len(out) == MaxConditions {
 			break
 		}
-		out = append(out, engine.ManualCondition{Type: string(c.Type), Status: string(c.Status), Reason: c.Reason, Message: c.Message})
+		if !kept[i] {
+			out = append(out, condition(c))
+		}
 	}
 	return out
 }
 
+// verdictTypes are the conditions that say what became of a request, kept
+// in the facts whatever else it holds.
+var verdictTypes = []certificatesv1.RequestConditionType{
+	certificatesv1.CertificateApproved, certificatesv1.CertificateDenied, certificatesv1.CertificateFailed,
+}
+
+func condition(c certificatesv1.CertificateSigningRequestCondition) engine.ManualCondition {
+	return engine.ManualCondition{Type: string(c.Type), Status: string(c.Status), Reason: c.Reason, Message: c.Message}
+}
+
 // BindingDeletion is the input of an admin binding's deletion, seen by the
-// webhook with the admission's user, or by the watch (user nil).
+// webhook with the admission's user, or by the watch (user nil). The
+// identity is the one its name carries (credentials.AdminBindingIdentity),
+// a fact; the username is the manager's annotation, a claim whoever made
+// the binding may have written (review 3, F3).
 func BindingDeletion(b *rbacv1.ClusterRoleBinding, user *authenticationv1.UserInfo) engine.ManualActInput {
+	identity, _ := credentials.AdminBindingIdentity(b)
 	in := engine.ManualActInput{Act: engine.ActAdminBindingDeletion, Binding: &engine.ManualBindingFacts{
 		Name: b.Name, UID: string(b.UID),
 		Username:  b.Annotations[credentials.AnnotationAdminUsername],
-		Identity:  b.Annotations[credentials.AnnotationAdminIdentity],
+		Identity:  identity,
 		RevokedBy: b.Annotations[credentials.AnnotationRevokedBy],
 		RoleRef:   engine.RoleRefFacts{APIGroup: b.RoleRef.APIGroup, Kind: b.RoleRef.Kind, Name: b.RoleRef.Name},
 	}}
@@ -67,9 +95,16 @@ func seen(in *engine.ManualActInput, user *authenticationv1.UserInfo) {
 	in.User = &u
 }
 
-// IsAdminBinding reports whether the binding carries the admins' label as
-// Ichor writes it (the webhook's objectSelector and the manager's cache select
-// the same).
+// IsAdminBinding reports whether the binding is one of Ichor's admin
+// bindings, whose deletion is a revocation: labelled, named IDENTITY:NONCE
+// and bound to cluster-admin (credentials.AdminBindingIdentity). The label
+// alone, which the webhook's objectSelector and the manager's cache select
+// on, anyone who may create bindings can write on a binding to a harmless
+// role (review 3, F3).
 func IsAdminBinding(b *rbacv1.ClusterRoleBinding) bool {
-	return b != nil && b.Labels[credentials.LabelAdminBinding] == "true"
+	if b == nil {
+		return false
+	}
+	_, ok := credentials.AdminBindingIdentity(b)
+	return ok
 }

@@ -1,6 +1,7 @@
 package manualact
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -73,8 +74,90 @@ func TestTheWatchRecordsOnlyADecisionByHand(t *testing.T) {
 	}
 }
 
+func adminBinding(name, role, username string) *rbacv1.ClusterRoleBinding {
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Labels: map[string]string{"ichor.dev/admin-binding": "true"},
+			Annotations: map[string]string{"ichor.dev/admin-username": username, "ichor.dev/admin-identity": "ichor-admin:u:" + username},
+		},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: name}},
+	}
+}
+
+// TestIsAdminBinding: only Ichor's admin bindings (label, IDENTITY:NONCE,
+// cluster-admin) are revoked by their deletion; the label alone anyone who
+// may create bindings writes on one to a harmless role (review 3, F3).
 func TestIsAdminBinding(t *testing.T) {
-	assert.True(t, IsAdminBinding(&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"ichor.dev/admin-binding": "true"}}}))
-	assert.False(t, IsAdminBinding(&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"ichor.dev/admin-binding": "yes"}}}))
+	assert.True(t, IsAdminBinding(adminBinding("ichor-admin:u:bob:0123456789", "cluster-admin", "bob")))
+	assert.False(t, IsAdminBinding(adminBinding("ichor-admin:u:alice:aaaaaaaaaa", "system:public-info-viewer", "alice")), "another role")
+	assert.False(t, IsAdminBinding(adminBinding("ichor-admin:u:alice", "cluster-admin", "alice")), "no nonce")
+	assert.False(t, IsAdminBinding(adminBinding("someone-else:0123456789", "cluster-admin", "alice")), "not an admin identity")
+	unlabelled := adminBinding("ichor-admin:u:bob:0123456789", "cluster-admin", "bob")
+	unlabelled.Labels["ichor.dev/admin-binding"] = "yes"
+	assert.False(t, IsAdminBinding(unlabelled))
 	assert.False(t, IsAdminBinding(nil))
+}
+
+// TestWhomIsTheNamesIdentity: the identity is read from the binding's name,
+// not from the annotation its creator wrote.
+func TestWhomIsTheNamesIdentity(t *testing.T) {
+	in := BindingDeletion(adminBinding("ichor-admin:u:bob:0123456789", "cluster-admin", "alice"), nil)
+	assert.Equal(t, "ichor-admin:u:bob", in.Binding.Identity)
+	assert.Equal(t, "alice", in.Binding.Username, "the annotation, passed as the claim it is")
+	other := BindingDeletion(adminBinding("ichor-admin:u:alice:aaaaaaaaaa", "view", "alice"), nil)
+	assert.Empty(t, other.Binding.Identity, "not Ichor's: no identity")
+}
+
+// TestTheWatchIgnoresALabelledBindingOfAnotherRole: the watch records no
+// revocation for it (the rule is never asked).
+func TestTheWatchIgnoresALabelledBindingOfAnotherRole(t *testing.T) {
+	r := &Revocations{Recorder: &Recorder{Engine: panics{}}}
+	r.Revoked(t.Context(), adminBinding("ichor-admin:u:alice:aaaaaaaaaa", "system:public-info-viewer", "alice"))
+}
+
+type panics struct{}
+
+func (panics) RecordManual(context.Context, engine.ManualActInput) (engine.ManualRecord, error) {
+	panic("a labelled binding to another role was taken for a revocation")
+}
+
+// TestAVerdictBehindPaddingIsKept: sixteen conditions of a person's own,
+// then Approved (review 3, F1); cut in order, the verdict would leave the
+// facts and the decision would go unrecorded.
+func TestAVerdictBehindPaddingIsKept(t *testing.T) {
+	var conds []certificatesv1.CertificateSigningRequestCondition
+	for i := range 2 * MaxConditions {
+		conds = append(conds, certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.RequestConditionType(fmt.Sprintf("Note%d", i)), Status: corev1.ConditionTrue})
+	}
+	failed := certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.CertificateFailed, Status: corev1.ConditionTrue}
+	padded := append(append(conds[:MaxConditions:MaxConditions], approved("hidden"), failed), conds[MaxConditions:]...)
+	in := CSRDecision(request(padded...), request(conds...), &authenticationv1.UserInfo{Username: "ada"})
+	got := in.CertificateRequest.Conditions
+	assert.Len(t, got, MaxConditions)
+	assert.Equal(t, engine.ManualCondition{Type: "Approved", Status: "True", Reason: "R", Message: "hidden"}, got[0])
+	assert.Equal(t, "Failed", got[1].Type)
+	assert.Equal(t, "Note0", got[2].Type, "then the others, in order")
+	assert.True(t, decides(in))
+	assert.False(t, decides(CSRDecision(request(approved("x")), request(approved("x")), nil)), "decided before the write")
+	assert.False(t, decides(BindingDeletion(&rbacv1.ClusterRoleBinding{}, nil)))
+}
+
+type noDecision struct{}
+
+func (noDecision) RecordManual(context.Context, engine.ManualActInput) (engine.ManualRecord, error) {
+	return engine.ManualRecord{}, engine.ErrNoDecision
+}
+
+// TestAVerdictTheRuleMissesIsAnError: a write that decided a request and
+// that the rule does not record is reported, never dropped in silence.
+func TestAVerdictTheRuleMissesIsAnError(t *testing.T) {
+	r := &Recorder{Engine: noDecision{}}
+	ref := corev1.ObjectReference{UID: "u-1"}
+	rec, err := r.Record(t.Context(), ref, CSRDecision(request(approved("by hand")), request(), nil))
+	assert.Nil(t, rec)
+	assert.ErrorIs(t, err, ErrDecisionUnrecorded)
+	rec, err = r.Record(t.Context(), ref, CSRDecision(request(), request(), nil))
+	assert.Nil(t, rec)
+	assert.NoError(t, err, "a write that decides nothing is not recorded, and that is no error")
 }

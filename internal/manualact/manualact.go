@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -129,6 +130,11 @@ func (r *Recorder) Record(ctx context.Context, regarding corev1.ObjectReference,
 	}
 	rec, err := r.Engine.RecordManual(ctx, in)
 	if errors.Is(err, engine.ErrNoDecision) {
+		if decides(in) {
+			// The facts hold a verdict the write made, yet the rule
+			// records none: say so rather than lose a person's act.
+			return nil, fmt.Errorf("%w: %w", ErrDecisionUnrecorded, err)
+		}
 		return nil, nil
 	}
 	if err != nil {
@@ -138,6 +144,28 @@ func (r *Recorder) Record(ctx context.Context, regarding corev1.ObjectReference,
 		return &rec, fmt.Errorf("the record's Event: %w", err)
 	}
 	return &rec, nil
+}
+
+// ErrDecisionUnrecorded is a request's verdict, written by the act, that
+// the rule did not record (a bundle whose rule misses it): the caller logs
+// it as an error, since a person's decision then has no record of its own.
+var ErrDecisionUnrecorded = errors.New("the act decided a certificate signing request, but the rule recorded no decision")
+
+// decides reports whether the facts of a CSR's act hold an Approved or
+// Denied condition, True, whose type the request did not hold before.
+func decides(in engine.ManualActInput) bool {
+	f := in.CertificateRequest
+	if in.Act != engine.ActCSRDecision || f == nil {
+		return false
+	}
+	for _, c := range f.Conditions {
+		verdict := c.Type == string(certificatesv1.CertificateApproved) || c.Type == string(certificatesv1.CertificateDenied)
+		if verdict && c.Status == string(corev1.ConditionTrue) &&
+			!slices.ContainsFunc(f.PreviousConditions, func(p engine.ManualCondition) bool { return p.Type == c.Type }) {
+			return true
+		}
+	}
+	return false
 }
 
 // recorded reports whether the act on the object with uid has a verified

@@ -162,6 +162,10 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 		assert.Equal(t, "carl", r.Result.Whom)
 	})
 
+	t.Run("hostile acts are recorded as they happened (review 3)", func(t *testing.T) {
+		hostileActsAreRecordedAsTheyHappened(t, re)
+	})
+
 	// The webhook becomes unreachable: every write still succeeds, and the
 	// watches record what they see with the actor unknown.
 	re.breakWebhooks(t)
@@ -409,7 +413,8 @@ func (re *recEnv) event(t *testing.T, uid types.UID) corev1.Event {
 	return ev
 }
 
-// ichor runs the command line in-process and expects the exit code.
+// ichor runs the command line in-process, expects the exit code, and
+// returns what it wrote (out, then err).
 func (re *recEnv) ichor(t *testing.T, code int, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -418,7 +423,7 @@ func (re *recEnv) ichor(t *testing.T, code int, args ...string) string {
 	got := cli.Run(ctx, args, strings.NewReader(""), &out, &errOut)
 	t.Logf("$ ichor %s\n%s%s(exit %d)", strings.Join(args, " "), out.String(), errOut.String(), got)
 	require.Equal(t, code, got, errOut.String())
-	return out.String()
+	return out.String() + errOut.String()
 }
 
 func writeKubeconfig(t *testing.T, dir, user string, cfg *rest.Config) string {

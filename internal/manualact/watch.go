@@ -30,9 +30,21 @@ type Revocations struct {
 	Recorder *Recorder
 }
 
-// Revoked records the deletion of b.
+// Revoked records the deletion of b, if it is one of Ichor's admin
+// bindings; another labelled binding's deletion is only logged.
 func (r *Revocations) Revoked(ctx context.Context, b *rbacv1.ClusterRoleBinding) {
+	if !IsAdminBinding(b) {
+		LogIgnored(ctx, b)
+		return
+	}
 	Log(ctx, "binding", b.Name)(r.Recorder.Record(ctx, BindingReference(b), BindingDeletion(b, nil)))
+}
+
+// LogIgnored logs, at debug level, the deletion of a labelled binding that
+// is not one of Ichor's admin bindings: no revocation, so no record.
+func LogIgnored(ctx context.Context, b *rbacv1.ClusterRoleBinding) {
+	log.FromContext(ctx).V(1).Info("a labelled ClusterRoleBinding that is not an admin binding of Ichor's was deleted: not recorded as a revocation",
+		"binding", engine.Clip(b.Name, "", maxLoggedName), "role", engine.Clip(b.RoleRef.Name, "", maxLoggedName))
 }
 
 // Log logs what Record returned; kind and name say what the act was on.

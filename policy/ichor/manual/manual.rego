@@ -23,8 +23,9 @@
 #   by the watch); for a CSR, certificate_request (name, uid, signer_name, username: the
 #   requester as the API server recorded it, conditions and previous_conditions: each
 #   {type, status, reason, message}, after and before the write); for a binding, binding
-#   (name, uid, username and identity: the manager's annotations naming whose it is,
-#   revoked_by: the annotation, role_ref {kind, name}).
+#   (name, uid, identity: read by the manager from the name of a labelled binding named
+#   IDENTITY:NONCE, else empty, username: the manager's annotation, a claim, revoked_by: the
+#   annotation, role_ref {kind, name}).
 package ichor.manual
 
 # The tables of data.json, beside this file, under "config" so that the package's own
@@ -62,11 +63,12 @@ record := {
 	"action": "revoke",
 	"actor": _actor.name,
 	"actor_source": _actor.source,
-	"whom": _binding.username,
+	"whom": _whom,
 	"object": concat("/", ["clusterrolebinding", _binding.name]),
 	"reasons": [_revocation],
 } if {
 	input.act == "admin_binding_deletion"
+	_admin_binding
 }
 
 _request := object.union(
@@ -75,9 +77,31 @@ _request := object.union(
 )
 
 _binding := object.union(
-	{"name": "", "username": "", "identity": "", "revoked_by": ""},
+	{"name": "", "username": "", "identity": "", "revoked_by": "", "role_ref": {}},
 	object.get(input, "binding", {}),
 )
+
+# Only the deletion of one of Ichor's admin bindings is a revocation: the identity, which the
+# manager reads from the binding's name (IDENTITY:NONCE) only for a labelled binding so
+# named, and cluster-admin as its role. Whoever may create bindings can label one to a
+# harmless role and delete it; that revokes nobody.
+_admin_binding if {
+	startswith(_binding.identity, _config.admin_identity_prefix)
+	object.get(_binding.role_ref, "kind", "") == _config.admin_role.kind
+	object.get(_binding.role_ref, "name", "") == _config.admin_role.name
+}
+
+# Whose binding it was: the username its identity carries ("ichor-admin:u:" and the
+# username), else the identity itself (a hashed one). Never the ichor.dev/admin-username
+# annotation alone, which whoever made the binding wrote.
+_whom := trim_prefix(_binding.identity, _config.user_identity_prefix) if {
+	startswith(_binding.identity, _config.user_identity_prefix)
+} else := _binding.identity
+
+# The annotation's username, named as a claim when it is not whom the identity says.
+_claimed_username := "" if {
+	_binding.username in {"", _whom}
+} else := sprintf(" (its ichor.dev/admin-username annotation, a claim on the object, says %q)", [_binding.username])
 
 # The decision this write made: a condition Approved or Denied, True, that the request did
 # not have before the write. The API server lets neither be removed nor both be held.
@@ -163,14 +187,18 @@ _csr_message := sprintf(
 # title: Admin revoked
 # description: |
 #   An admin's own ClusterRoleBinding was deleted: that person's admin kubeconfigs no
-#   longer have cluster-admin. The message names the person (the manager's annotations on
-#   the binding), the binding, and who revoked it.
+#   longer have cluster-admin. The message names the person (from the identity in the
+#   binding's name; the username annotation too, as a claim, when it says otherwise), the
+#   binding, and who revoked it.
 # custom:
 #   code: AdminRevoked
 _revocation := {
 	"code": "AdminRevoked",
 	"message": sprintf(
-		"the admin binding %s of %q (identity %q) was revoked %s; %s",
-		[_binding.name, _binding.username, _binding.identity, _who, "their admin kubeconfigs no longer have cluster-admin"],
+		"the admin binding %s of %q (identity %q)%s was revoked %s; %s",
+		[
+			_binding.name, _whom, _binding.identity, _claimed_username, _who,
+			"their admin kubeconfigs no longer have cluster-admin",
+		],
 	),
 }

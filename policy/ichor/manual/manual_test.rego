@@ -95,7 +95,7 @@ test_what_a_person_wrote_is_quoted_and_cut if {
 }
 
 _binding := {
-	"name": "ichor-admin:u:bob-1a2b3c4d5e",
+	"name": "ichor-admin:u:bob:1a2b3c4d5e",
 	"uid": "b-1",
 	"username": "bob",
 	"identity": "ichor-admin:u:bob",
@@ -112,11 +112,11 @@ test_a_revocation_by_ada_names_ada_and_bob if {
 		"actor": "ada",
 		"actor_source": "admission",
 		"whom": "bob",
-		"object": "clusterrolebinding/ichor-admin:u:bob-1a2b3c4d5e",
+		"object": "clusterrolebinding/ichor-admin:u:bob:1a2b3c4d5e",
 		"reasons": [{
 			"code": "AdminRevoked",
 			"message": concat("", [
-				`the admin binding ichor-admin:u:bob-1a2b3c4d5e of "bob" (identity "ichor-admin:u:bob") was revoked by "ada"; `,
+				`the admin binding ichor-admin:u:bob:1a2b3c4d5e of "bob" (identity "ichor-admin:u:bob") was revoked by "ada"; `,
 				"their admin kubeconfigs no longer have cluster-admin",
 			]),
 		}],
@@ -141,4 +141,35 @@ test_the_revoked_by_annotation_is_named_as_a_claim if {
 	act := {"act": "admin_binding_deletion", "seen_by": "admission", "user": _ada, "binding": b}
 	seen := manual.record with input as act
 	seen.actor == "ada"
+}
+
+_deletion(binding) := {"act": "admin_binding_deletion", "seen_by": "admission", "user": _ada, "binding": binding}
+
+test_whom_is_read_from_the_identity_not_the_annotation if {
+	# An annotation names alice on bob's binding: whom is bob, the annotation a claim.
+	r := manual.record with input as _deletion(object.union(_binding, {"username": "alice"}))
+	r.whom == "bob"
+	contains(r.reasons[0].message, concat("", [
+		`of "bob" (identity "ichor-admin:u:bob") `,
+		`(its ichor.dev/admin-username annotation, a claim on the object, says "alice")`,
+	]))
+
+	# A hashed identity carries no username: it is whom.
+	h := object.union(_binding, {
+		"identity": "ichor-admin:h:0a1b2c",
+		"name": "ichor-admin:h:0a1b2c:1a2b3c4d5e",
+		"username": "Bob Smith",
+	})
+	rh := manual.record with input as _deletion(h)
+	rh.whom == "ichor-admin:h:0a1b2c"
+	contains(rh.reasons[0].message, `says "Bob Smith"`)
+}
+
+test_a_labelled_binding_that_is_not_ichors_is_no_revocation if {
+	# Whoever may create bindings labels one to a harmless role and deletes it.
+	harmless := object.union(_binding, {"role_ref": {"kind": "ClusterRole", "name": "system:public-info-viewer"}})
+	not manual.record with input as _deletion(harmless)
+
+	# The manager names no identity for a binding not named IDENTITY:NONCE.
+	not manual.record with input as _deletion(object.union(_binding, {"identity": ""}))
 }
