@@ -174,31 +174,7 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 		return false
 	}, time.Minute, 200*time.Millisecond, "the kubelet client approver did not approve with the chart's rights")
 
-	// A person's approval by hand, of a request the manager leaves pending
-	// (no machine answers to worker-9), is recorded through the chart's
-	// webhook with the chart's rights, naming the person; the manager's own
-	// approvals above are not.
-	worker9, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("worker-9"), DNSNames: []string{"worker-9"}})
-	require.NoError(t, err)
-	byHand := env.SubmitCSR(t, nodeClient, csrgen.ServingObject("worker-9-serving", "worker-9", worker9))
-	csr := env.GetCSR(t, byHand)
-	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "IchorManualApproval", Message: "checked by hand",
-	})
-	_, err = env.Clientset.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, byHand, csr, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	var events corev1.EventList
-	require.NoError(t, env.Client.List(ctx, &events, client.InNamespace(manualact.EventNamespace)))
-	var manual []corev1.Event
-	for _, e := range events.Items {
-		if strings.HasPrefix(e.Name, "ichor-act-") {
-			manual = append(manual, e)
-		}
-	}
-	require.Len(t, manual, 1, "one act by hand, recorded within the write; the manager's approvals are none")
-	assert.Equal(t, manualact.EventName(csr.UID), manual[0].Name)
-	assert.Equal(t, "ManualApproval", manual[0].Reason)
-	assert.Contains(t, manual[0].Message, "approved by hand by ")
+	aPersonsApprovalIsRecorded(ctx, t, env, nodeClient)
 
 	// A person's read-only talosconfig, through the webhook and the issuer.
 	require.NoError(t, env.Client.Create(ctx, &rbacv1.RoleBinding{
@@ -311,5 +287,35 @@ func adminKubeconfigUnderThePolicy(t *testing.T, env *harness.Env) {
 		require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(&bindings.Items[0]), &b))
 		return b.Annotations["ichor.dev/certificate-expiry"] != ""
 	}, 30*time.Second, 200*time.Millisecond, "the manager could not record the expiry on the binding")
+
+}
+
+// aPersonsApprovalIsRecorded: a person's approval by hand, of a request the
+// manager leaves pending (no machine answers to worker-9), is recorded
+// through the chart's webhook with the chart's rights, naming the person;
+// the manager's own approvals are not.
+func aPersonsApprovalIsRecorded(ctx context.Context, t *testing.T, env *harness.Env, nodeClient kubernetes.Interface) {
+	t.Helper()
+	worker9, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("worker-9"), DNSNames: []string{"worker-9"}})
+	require.NoError(t, err)
+	byHand := env.SubmitCSR(t, nodeClient, csrgen.ServingObject("worker-9-serving", "worker-9", worker9))
+	csr := env.GetCSR(t, byHand)
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "IchorManualApproval", Message: "checked by hand",
+	})
+	_, err = env.Clientset.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, byHand, csr, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	var events corev1.EventList
+	require.NoError(t, env.Client.List(ctx, &events, client.InNamespace(manualact.EventNamespace)))
+	var manual []corev1.Event
+	for _, e := range events.Items {
+		if strings.HasPrefix(e.Name, "ichor-act-") {
+			manual = append(manual, e)
+		}
+	}
+	require.Len(t, manual, 1, "one act by hand, recorded within the write; the manager's approvals are none")
+	assert.Equal(t, manualact.EventName(csr.UID), manual[0].Name)
+	assert.Equal(t, "ManualApproval", manual[0].Reason)
+	assert.Contains(t, manual[0].Message, "approved by hand by ")
 
 }
