@@ -50,35 +50,8 @@ func ParsePeer(s string) (Peer, error) {
 // startPeer runs the peer's program with KUBECONFIG set. Its CPU and memory
 // are read from /proc, as the control plane's are.
 func startPeer(v Variant, dir, name, kubeconfig string) (*Controller, error) {
-	c := &Controller{
-		Name:            name,
-		DecisionLogPath: filepath.Join(dir, name+".stdout.log"),
-		LogPath:         filepath.Join(dir, name+".log"),
-		done:            make(chan error, 1),
-	}
-	stdout, err := os.Create(c.DecisionLogPath)
-	if err != nil {
-		return nil, err
-	}
-	stderr, err := os.Create(c.LogPath)
-	if err != nil {
-		stdout.Close()
-		return nil, err
-	}
-	c.cmd = exec.Command(v.Command[0], v.Command[1:]...) //nolint:gosec // G204: the operator's own -peer
-	c.cmd.Stdout, c.cmd.Stderr = stdout, stderr
-	c.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-	if err := c.cmd.Start(); err != nil {
-		stdout.Close()
-		stderr.Close()
-		return nil, fmt.Errorf("start %s: %w", v.Command[0], err)
-	}
-	go func() {
-		c.done <- c.cmd.Wait()
-		stdout.Close()
-		stderr.Close()
-	}()
-	return c, nil
+	c := &Controller{Name: name, DecisionLogPath: filepath.Join(dir, name+".stdout.log"), LogPath: filepath.Join(dir, name+".log")}
+	return c, c.start(exec.Command(v.Command[0], v.Command[1:]...), "KUBECONFIG="+kubeconfig) //nolint:gosec // G204: the operator's own -peer
 }
 
 // procStats are a process's CPU and resident set from /proc: what a peer,

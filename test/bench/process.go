@@ -38,42 +38,43 @@ func StartController(binary, dir, name string, flags []string, cliArgs []string)
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{
-		Name:            name,
-		DecisionLogPath: filepath.Join(dir, name+".decisions.log"),
-		LogPath:         filepath.Join(dir, name+".log"),
-		stats:           addr,
-		done:            make(chan error, 1),
-	}
-	stdout, err := os.Create(c.DecisionLogPath)
-	if err != nil {
-		return nil, err
-	}
-	stderr, err := os.Create(c.LogPath)
-	if err != nil {
-		stdout.Close()
-		return nil, err
-	}
 	args := append([]string{"-stats", addr}, flags...)
 	if len(cliArgs) > 0 {
 		args = append(append(args, "--"), cliArgs...)
 	}
-	c.cmd = exec.Command(binary, args...)
-	c.cmd.Stdout, c.cmd.Stderr = stdout, stderr
+	c := &Controller{Name: name, DecisionLogPath: filepath.Join(dir, name+".decisions.log"), LogPath: filepath.Join(dir, name+".log"), stats: addr}
 	// The manager's namespace, as the chart sets it: where its admission
 	// key Secret is (harness.ManagerNamespace).
-	c.cmd.Env = append(os.Environ(), "POD_NAMESPACE="+harness.ManagerNamespace)
+	return c, c.start(exec.Command(binary, args...), "POD_NAMESPACE="+harness.ManagerNamespace)
+}
+
+// start runs cmd with env added to this process's, its standard output and
+// error into DecisionLogPath and LogPath.
+func (c *Controller) start(cmd *exec.Cmd, env ...string) error {
+	c.done = make(chan error, 1)
+	stdout, err := os.Create(c.DecisionLogPath)
+	if err != nil {
+		return err
+	}
+	stderr, err := os.Create(c.LogPath)
+	if err != nil {
+		stdout.Close()
+		return err
+	}
+	c.cmd = cmd
+	c.cmd.Stdout, c.cmd.Stderr = stdout, stderr
+	c.cmd.Env = append(os.Environ(), env...)
 	if err := c.cmd.Start(); err != nil {
 		stdout.Close()
 		stderr.Close()
-		return nil, fmt.Errorf("start %s: %w", binary, err)
+		return fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
 	go func() {
 		c.done <- c.cmd.Wait()
 		stdout.Close()
 		stderr.Close()
 	}()
-	return c, nil
+	return nil
 }
 
 // Pid is the process id.
