@@ -41,32 +41,28 @@ ENVTEST_K8S_VERSION := v1.37.2
 ENVTEST_ASSETS ?= $(CACHE_DIR)/envtest/$(ENVTEST_K8S_VERSION)
 export KUBEBUILDER_ASSETS := $(ENVTEST_ASSETS)
 
-# OPA is the one the binary embeds (a tool line in go.mod); the linters and
-# Helm are pinned in their own tool modules. `go tool -n` builds each once and
-# prints its cached path. It takes none of GOFLAGS' build flags (-trimpath,
-# -tags), so the tools are built as the docs' bare `go -C tools/X tool -n X`
-# builds them (CGO_ENABLED the go command's default, which $(shell) does not
-# see exported before make 4.4): the Makefile and a person share one build.
-# Helm is resolved once a run. OPA, a tool of the project's own module, is
-# built with go build and the suite's flags instead, into bin/tools (an
-# up-to-date binary is not linked again): it then shares the compile of the
-# packages ichor links, OPA's among them.
-GO_TOOL := env -u CGO_ENABLED GOTOOLCHAIN=$(GOTOOLCHAIN) go
+# The tools are built from source with the suite's own flags (GOFLAGS,
+# CGO_ENABLED) into bin/tools, where an up-to-date binary is not linked again.
+# OPA is the one the binary embeds (a tool line in go.mod); the linters, Helm
+# and promtool are pinned in their own tool modules, whose libraries shared
+# with the project (Kubernetes' client libraries, x/net, protobuf...) are held
+# at the project's versions. With one set of flags and one version, each such
+# package is compiled once for the project and every tool; `go tool` would
+# take none of GOFLAGS' build flags (-trimpath, -tags) and compile the
+# standard library and every shared library a second time.
+# $(call tool_build,MODULE_DIR,PACKAGE,NAME[,GO_BUILD_FLAGS]) prints the path.
 GO_BUILD := GOTOOLCHAIN=$(GOTOOLCHAIN) GOFLAGS="$(GOFLAGS)" CGO_ENABLED=$(CGO_ENABLED) go build
-OPA_BIN := $(CURDIR)/bin/tools/opa
-OPA = $(eval OPA := $$(shell $(GO_BUILD) -o "$(OPA_BIN)" github.com/open-policy-agent/opa && echo "$(OPA_BIN)"))$(OPA)
-REGAL = $(shell $(GO_TOOL) -C tools/regal tool -n regal)
-GOLANGCI_LINT = $(shell $(GO_TOOL) -C tools/golangci-lint tool -n golangci-lint)
-HELM = $(eval HELM := $$(shell $(GO_TOOL) -C tools/helm tool -n helm))$(HELM)
+tool_build = $(shell cd $(1) && $(GO_BUILD) $(4) -o "$(CURDIR)/bin/tools/$(3)" $(2) && echo "$(CURDIR)/bin/tools/$(3)")
+# Each is resolved (built or found up to date) once a run.
+OPA = $(eval OPA := $$(call tool_build,.,github.com/open-policy-agent/opa,opa))$(OPA)
+REGAL = $(eval REGAL := $$(call tool_build,tools/regal,github.com/open-policy-agent/regal,regal))$(REGAL)
+GOLANGCI_LINT = $(eval GOLANGCI_LINT := $$(call tool_build,tools/golangci-lint,github.com/golangci/golangci-lint/v2/cmd/golangci-lint,golangci-lint))$(GOLANGCI_LINT)
+HELM = $(eval HELM := $$(call tool_build,tools/helm,helm.sh/helm/v4/cmd/helm,helm))$(HELM)
 # promtool leaves out Prometheus's optional service discoveries (its documented
 # remove_all_sd build tag): checking and testing rules never reach them, and
 # they (the AWS, Azure, GCE, OCI... SDKs) are over half of promtool's source,
-# more than kube-apiserver's. Without -tags in `go tool`, it is built with go
-# build (and the suite's flags) into bin/tools, where an up-to-date binary is
-# not linked again.
-PROMTOOL_BIN := $(CURDIR)/bin/tools/promtool
-PROMTOOL = $(eval PROMTOOL := $$(shell cd tools/promtool && $(GO_BUILD) -tags remove_all_sd \
-  -o "$(PROMTOOL_BIN)" github.com/prometheus/prometheus/cmd/promtool && echo "$(PROMTOOL_BIN)"))$(PROMTOOL)
+# more than kube-apiserver's.
+PROMTOOL = $(eval PROMTOOL := $$(call tool_build,tools/promtool,github.com/prometheus/prometheus/cmd/promtool,promtool,-tags remove_all_sd))$(PROMTOOL)
 
 POLICY := policy
 # opa test's per-test timeout: OPA's default (5 s) was hit by one test on a
@@ -101,7 +97,7 @@ image: ## The manager image, without a container daemon: an OCI image layout in 
 PLUGIN_PLATFORMS ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64
 
 .PHONY: release
-release: SBOM_TOOL = $(shell $(GO_TOOL) -C tools/cyclonedx-gomod tool -n cyclonedx-gomod)
+release: SBOM_TOOL = $(call tool_build,tools/cyclonedx-gomod,github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod,cyclonedx-gomod)
 release: ## The release files in dist/ (VERSION=vX.Y.Z; IMAGE_PLATFORMS, PLUGIN_PLATFORMS, BASE_IMAGE; docs/install.md)
 	@mkdir -p dist
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./deploy/release/cmd/release -o dist \
