@@ -240,15 +240,8 @@ func Kubeconfig(ctx context.Context, o Request) (Written, error) {
 	if o.BreakGlass {
 		purpose, suffix, what = ichorv1alpha1.PurposeKubeconfigSuperAdmin, breakGlassSuffix, "a break-glass kubeconfig"
 	}
-	protected := kube.KubeconfigFiles(o.Kube)
-	out := o.Out
-	if out == "" {
-		if len(protected) == 0 {
-			return Written{}, usage.Errorf("no kubeconfig file to write beside: pass --out")
-		}
-		out = protected[0] + suffix
-	}
-	if err := checkOutput(out, protected, o.Force); err != nil {
+	out, protected, err := kubeconfigOutput(o, suffix)
+	if err != nil {
 		return Written{}, err
 	}
 	var caData []byte
@@ -259,31 +252,14 @@ func Kubeconfig(ctx context.Context, o Request) (Written, error) {
 	if err != nil {
 		return Written{}, err
 	}
-	answer, keyPEM, restCfg := issued.answer, issued.keyPEM, issued.restCfg
+	answer, restCfg := issued.answer, issued.restCfg
 	name := cluster + "-" + strings.TrimPrefix(string(purpose), "kubeconfig-")
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters[cluster] = &clientcmdapi.Cluster{
-		Server:                   restCfg.Host,
-		TLSServerName:            restCfg.TLSClientConfig.ServerName,
-		InsecureSkipTLSVerify:    restCfg.TLSClientConfig.Insecure,
-		CertificateAuthorityData: joinPEM(caData, []byte(answer.Status.TrustBundle)),
-	}
-	if restCfg.TLSClientConfig.Insecure {
-		// The server is not verified with your kubeconfig either; a CA would
-		// make client-go refuse the combination.
-		kc.Clusters[cluster].CertificateAuthorityData = nil
-	}
-	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{
+	auth := &clientcmdapi.AuthInfo{
 		ClientCertificateData: []byte(answer.Status.Certificate),
-		ClientKeyData:         keyPEM,
+		ClientKeyData:         issued.keyPEM,
 	}
-	kc.Contexts[name] = &clientcmdapi.Context{Cluster: cluster, AuthInfo: name}
-	kc.CurrentContext = name
-	data, err := clientcmd.Write(*kc)
-	if err != nil {
-		return Written{}, fmt.Errorf("encode the kubeconfig: %w", err)
-	}
-	if err := writeFile(out, data, protected, o.Force); err != nil {
+	ca := joinPEM(caData, []byte(answer.Status.TrustBundle))
+	if err := writeKubeconfig(out, protected, o.Force, cluster, name, restCfg, ca, auth); err != nil {
 		return Written{}, err
 	}
 	return Written{
@@ -292,6 +268,49 @@ func Kubeconfig(ctx context.Context, o Request) (Written, error) {
 		Expires:     expiry(answer),
 		UseWith:     "kubectl --kubeconfig " + out + " get nodes",
 	}, nil
+}
+
+// kubeconfigOutput is where a kubeconfig is written: --out, or beside the
+// first file of the caller's kubeconfig with suffix; never over one of those
+// files (the protected ones) unless forced.
+func kubeconfigOutput(o Request, suffix string) (out string, protected []string, err error) {
+	protected = kube.KubeconfigFiles(o.Kube)
+	out = o.Out
+	if out == "" {
+		if len(protected) == 0 {
+			return "", nil, usage.Errorf("no kubeconfig file to write beside: pass --out")
+		}
+		out = protected[0] + suffix
+	}
+	if err := checkOutput(out, protected, o.Force); err != nil {
+		return "", nil, err
+	}
+	return out, protected, nil
+}
+
+// writeKubeconfig writes a kubeconfig of one context, name, to cluster's API
+// server as the caller's client configuration reaches it, with auth.
+func writeKubeconfig(out string, protected []string, force bool, cluster, name string, restCfg *rest.Config, caData []byte, auth *clientcmdapi.AuthInfo) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters[cluster] = &clientcmdapi.Cluster{
+		Server:                   restCfg.Host,
+		TLSServerName:            restCfg.TLSClientConfig.ServerName,
+		InsecureSkipTLSVerify:    restCfg.TLSClientConfig.Insecure,
+		CertificateAuthorityData: caData,
+	}
+	if restCfg.TLSClientConfig.Insecure {
+		// The server is not verified with your kubeconfig either; a CA would
+		// make client-go refuse the combination.
+		kc.Clusters[cluster].CertificateAuthorityData = nil
+	}
+	kc.AuthInfos[name] = auth
+	kc.Contexts[name] = &clientcmdapi.Context{Cluster: cluster, AuthInfo: name}
+	kc.CurrentContext = name
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
+		return fmt.Errorf("encode the kubeconfig: %w", err)
+	}
+	return writeFile(out, data, protected, force)
 }
 
 // kubeCredential is a Kubernetes credential the issuer signed for a key made

@@ -20,7 +20,6 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
@@ -73,15 +72,8 @@ func ExecKubeconfig(ctx context.Context, o Request, plugin ExecPlugin) (Written,
 		ttl := DefaultExecTTL
 		o.TTL = &ttl
 	}
-	protected := kube.KubeconfigFiles(o.Kube)
-	out := o.Out
-	if out == "" {
-		if len(protected) == 0 {
-			return Written{}, usage.Errorf("no kubeconfig file to write beside: pass --out")
-		}
-		out = protected[0] + execKubeconfigSuffix
-	}
-	if err := checkOutput(out, protected, o.Force); err != nil {
+	out, protected, err := kubeconfigOutput(o, execKubeconfigSuffix)
+	if err != nil {
 		return Written{}, err
 	}
 	restCfg, err := o.Kube.ToRESTConfig()
@@ -104,18 +96,7 @@ func ExecKubeconfig(ctx context.Context, o Request, plugin ExecPlugin) (Written,
 	}
 
 	cluster := o.Cluster
-	name := cluster + "-admin"
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters[cluster] = &clientcmdapi.Cluster{
-		Server:                   restCfg.Host,
-		TLSServerName:            restCfg.TLSClientConfig.ServerName,
-		InsecureSkipTLSVerify:    restCfg.TLSClientConfig.Insecure,
-		CertificateAuthorityData: caData,
-	}
-	if restCfg.TLSClientConfig.Insecure {
-		kc.Clusters[cluster].CertificateAuthorityData = nil
-	}
-	kc.AuthInfos[name] = &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
+	auth := &clientcmdapi.AuthInfo{Exec: &clientcmdapi.ExecConfig{
 		APIVersion: clientauthv1.SchemeGroupVersion.String(),
 		Command:    plugin.Command,
 		Args:       plugin.Args,
@@ -127,13 +108,7 @@ func ExecKubeconfig(ctx context.Context, o Request, plugin ExecPlugin) (Written,
 		InstallHint: "ichor runs this kubeconfig's credential plugin: install the ichor binary as " +
 			plugin.Command + " (on your PATH as kubectl-ichor, for instance), see docs/credentials.md",
 	}}
-	kc.Contexts[name] = &clientcmdapi.Context{Cluster: cluster, AuthInfo: name}
-	kc.CurrentContext = name
-	data, err := clientcmd.Write(*kc)
-	if err != nil {
-		return Written{}, fmt.Errorf("encode the kubeconfig: %w", err)
-	}
-	if err := writeFile(out, data, protected, o.Force); err != nil {
+	if err := writeKubeconfig(out, protected, o.Force, cluster, cluster+"-admin", restCfg, caData, auth); err != nil {
 		return Written{}, err
 	}
 	return Written{
