@@ -8,12 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
-	"time"
-
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/ichor-dev/ichor-policy/deploy/image"
 )
@@ -31,31 +26,17 @@ func run() error {
 	flag.StringVar(&o.Out, "o", "dist/image", "the OCI image layout directory to write")
 	flag.StringVar(&archive, "archive", "", "also write the layout as this tar archive")
 	flag.StringVar(&platforms, "platforms", "linux/amd64,linux/arm64", "the platforms of the image index, comma separated")
-	flag.StringVar(&o.Version, "version", "", "the version stamped into ichor, and the tag")
-	flag.StringVar(&o.Revision, "revision", "", "the VCS revision, for the revision label")
-	flag.StringVar(&o.Repository, "repository", "ghcr.io/ichor-dev/ichor-policy", "the image's name, without the tag")
-	flag.StringVar(&o.LDFlags, "ldflags", "", "more linker flags (the version is stamped after them)")
-	flag.StringVar(&o.Base, "base", "", "the base image: empty for an empty base, else an OCI image layout directory or NAME@sha256:DIGEST")
-	flag.StringVar(&o.CABundle, "ca-bundle", image.DefaultCABundle, "the CA bundle the empty base carries; empty for none")
+	image.FlagTargets{Version: &o.Version, Revision: &o.Revision, Repository: &o.Repository, LDFlags: &o.LDFlags, Base: &o.Base, CABundle: &o.CABundle}.
+		Register(flag.CommandLine, "the version stamped into ichor, and the tag")
 	flag.Parse()
 
-	for _, s := range strings.Split(platforms, ",") {
-		p, err := v1.ParsePlatform(strings.TrimSpace(s))
-		if err != nil {
-			return fmt.Errorf("-platforms: %w", err)
-		}
-		o.Platforms = append(o.Platforms, *p)
+	var err error
+	if o.Platforms, err = image.ParsePlatforms(platforms); err != nil {
+		return fmt.Errorf("-platforms: %w", err)
 	}
-	// The reproducible-builds convention; without it, the epoch, so that two
-	// builds of the same source still agree.
-	epoch := int64(0)
-	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
-		var err error
-		if epoch, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return fmt.Errorf("SOURCE_DATE_EPOCH %q is not a number of seconds: %w", s, err)
-		}
+	if o.Created, err = image.SourceDateEpoch(); err != nil {
+		return err
 	}
-	o.Created = time.Unix(epoch, 0).UTC()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

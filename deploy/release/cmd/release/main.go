@@ -8,12 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
-	"time"
-
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/ichor-dev/ichor-policy/deploy/image"
 	"github.com/ichor-dev/ichor-policy/deploy/release"
@@ -30,14 +25,10 @@ func run() error {
 	o := release.Options{Dir: "."}
 	var imagePlatforms, pluginPlatforms string
 	flag.StringVar(&o.Out, "o", "dist", "the directory to write the release to")
-	flag.StringVar(&o.Version, "version", "", "the release's version, vX.Y.Z")
-	flag.StringVar(&o.Revision, "revision", "", "the VCS revision, for the image's revision label")
-	flag.StringVar(&o.Repository, "repository", "ghcr.io/ichor-dev/ichor-policy", "the image's name, without the tag")
-	flag.StringVar(&o.LDFlags, "ldflags", "", "more linker flags (the version is stamped after them)")
+	image.FlagTargets{Version: &o.Version, Revision: &o.Revision, Repository: &o.Repository, LDFlags: &o.LDFlags, Base: &o.Base, CABundle: &o.CABundle}.
+		Register(flag.CommandLine, "the release's version, vX.Y.Z")
 	flag.StringVar(&imagePlatforms, "image-platforms", "linux/amd64,linux/arm64", "the image's platforms, comma separated")
 	flag.StringVar(&pluginPlatforms, "plugin-platforms", "linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64", "the kubectl plugin's platforms, comma separated")
-	flag.StringVar(&o.Base, "base", "", "the image's base: empty for an empty base, else an OCI image layout directory or NAME@sha256:DIGEST")
-	flag.StringVar(&o.CABundle, "ca-bundle", image.DefaultCABundle, "the CA bundle the empty base carries; empty for none")
 	flag.StringVar(&o.Helm, "helm", "", "the helm binary that packages the chart (tools/helm)")
 	flag.StringVar(&o.SBOMTool, "sbom-tool", "", "cyclonedx-gomod (tools/cyclonedx-gomod), which writes the SBOM")
 	flag.Parse()
@@ -45,19 +36,15 @@ func run() error {
 		return fmt.Errorf("-helm and -sbom-tool are required")
 	}
 	var err error
-	if o.ImagePlatforms, err = platforms(imagePlatforms); err != nil {
+	if o.ImagePlatforms, err = image.ParsePlatforms(imagePlatforms); err != nil {
 		return fmt.Errorf("-image-platforms: %w", err)
 	}
-	if o.PluginPlatforms, err = platforms(pluginPlatforms); err != nil {
+	if o.PluginPlatforms, err = image.ParsePlatforms(pluginPlatforms); err != nil {
 		return fmt.Errorf("-plugin-platforms: %w", err)
 	}
-	epoch := int64(0)
-	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
-		if epoch, err = strconv.ParseInt(s, 10, 64); err != nil {
-			return fmt.Errorf("SOURCE_DATE_EPOCH %q is not a number of seconds: %w", s, err)
-		}
+	if o.Created, err = image.SourceDateEpoch(); err != nil {
+		return err
 	}
-	o.Created = time.Unix(epoch, 0).UTC()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -70,16 +57,4 @@ func run() error {
 		fmt.Printf("  %s\n", f)
 	}
 	return nil
-}
-
-func platforms(list string) ([]v1.Platform, error) {
-	var out []v1.Platform
-	for _, s := range strings.Split(list, ",") {
-		p, err := v1.ParsePlatform(strings.TrimSpace(s))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *p)
-	}
-	return out, nil
 }
