@@ -154,13 +154,22 @@ type started struct {
 	metrics *engine.Metrics
 }
 
+// start starts an engine on src and waits for its first bundle, long
+// enough for a loaded machine.
 func start(t *testing.T, src source, s signer, epochs engine.EpochStore) (started, error) {
+	t.Helper()
+	return startWithin(t, src, s, epochs, 30*time.Second)
+}
+
+// startWithin is start with a start timeout: a start that must fail waits
+// for all of it.
+func startWithin(t *testing.T, src source, s signer, epochs engine.EpochStore, timeout time.Duration) (started, error) {
 	t.Helper()
 	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
 	st := &statuses{}
 	e, err := engine.New(context.Background(), engine.Options{
-		Source: src.ref, PollInterval: 200 * time.Millisecond, StartTimeout: 5 * time.Second,
+		Source: src.ref, PollInterval: 200 * time.Millisecond, StartTimeout: timeout,
 		VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}}, AllowInsecureHTTP: true,
 		Epochs: epochs, DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, OnBundleStatus: st.add,
 	})
@@ -301,7 +310,7 @@ func TestAnOlderSignedBundleIsRefused(t *testing.T) {
 			// timeout, and the start then fails for that: start again until
 			// the bundle was read, within a deadline. It must never start.
 			for deadline := time.Now().Add(time.Minute); ; {
-				_, err = start(t, src, s, epochs)
+				_, err = startWithin(t, src, s, epochs, 5*time.Second)
 				require.Error(t, err, "a restart activated the older bundle")
 				if strings.Contains(err.Error(), want) || time.Now().After(deadline) {
 					break
