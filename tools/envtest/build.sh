@@ -42,7 +42,7 @@ if ((${#missing[@]} == 0)); then
 fi
 
 echo "envtest-assets: building ${missing[*]} into $dir"
-echo "envtest-assets: a cold build takes about 11 minutes on two cores; later runs reuse it"
+echo "envtest-assets: a cold build takes about 16 CPU-minutes (8 minutes on two cores); later runs reuse it"
 start=$SECONDS
 cd "$here"
 for bin in "${missing[@]}"; do
