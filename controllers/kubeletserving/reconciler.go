@@ -120,6 +120,8 @@ type Reconciler struct {
 
 	// shardEvents carry the shards this replica began or ceased to serve.
 	shardEvents chan event.TypedGenericEvent[int]
+	// adoptions are the clusters taken over and not yet fully passed.
+	adoptions adoptions
 
 	work *workers
 	// limits are the rule's limits the flood counts are taken with.
@@ -347,6 +349,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// The pass has its own copy of the cluster: its decisions may outlive
 	// the reconcile, which goes on to write the cluster's status.
 	p := &pass{r: r, cluster: cluster.DeepCopy(), target: t, now: r.Clock.Now()}
+	if work.full {
+		p.adoptedSince = r.adoptions.take(req.NamespacedName)
+	}
 	var csrs []certificatesv1.CertificateSigningRequest
 	// live are the requests a full pass found in the API server: the
 	// cluster's memos of any other are forgotten.
@@ -394,6 +399,10 @@ type pass struct {
 	cluster *ichorv1alpha1.TalosCluster
 	target  *target
 	now     time.Time
+	// adoptedSince, on the first full pass of a cluster taken over from
+	// another replica, is from when verdicts that replica wrote are recorded
+	// applied again (settle); zero otherwise.
+	adoptedSince time.Time
 
 	mu       sync.Mutex
 	requeue  time.Duration

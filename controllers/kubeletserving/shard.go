@@ -3,7 +3,10 @@ package kubeletserving
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,6 +31,53 @@ type Sharding interface {
 	Identity() string
 	// Shards is the number of shards.
 	Shards() int
+	// LeaseDuration is how long a replica that died may have served its
+	// shards before another takes them.
+	LeaseDuration() time.Duration
+}
+
+// adoptions are the clusters this replica has begun to serve, with the time
+// from which verdicts on their requests may be another replica's not yet
+// recorded applied.
+type adoptions struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]time.Time
+}
+
+func (a *adoptions) add(key types.NamespacedName, since time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[types.NamespacedName]time.Time{}
+	}
+	a.m[key] = since
+}
+
+// take returns and forgets a cluster's adoption; zero if none.
+func (a *adoptions) take(key types.NamespacedName) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	since := a.m[key]
+	delete(a.m, key)
+	return since
+}
+
+// adopts reports whether a decided request's verdict is to be recorded
+// applied again on this pass: the cluster was taken over, and the verdict,
+// an approver's (it names its decision), was written shortly before or
+// since. The window is the lease duration and two seconds, since a
+// condition's time is whole seconds.
+func (p *pass) adopts(csr *certificatesv1.CertificateSigningRequest) bool {
+	if p.adoptedSince.IsZero() {
+		return false
+	}
+	for _, c := range csr.Status.Conditions {
+		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
+			continue
+		}
+		return !c.LastUpdateTime.Time.Before(p.adoptedSince) && decisionIDPattern.MatchString(c.Message)
+	}
+	return false
 }
 
 // serves reports whether this replica serves the cluster: always, unless
@@ -64,12 +114,17 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 		return nil
 	}
 	var out []reconcile.Request
+	since := r.Clock.Now().Add(-r.Shards.LeaseDuration() - 2*time.Second)
 	for _, c := range clusters.Items {
-		if r.Shards.ShardOf(c.UID) == shard {
-			key := client.ObjectKeyFromObject(&c)
-			r.dirty.markFull(key)
-			out = append(out, reconcile.Request{NamespacedName: key})
+		if r.Shards.ShardOf(c.UID) != shard {
+			continue
 		}
+		key := client.ObjectKeyFromObject(&c)
+		if _, ok := r.Shards.Serves(c.UID); ok {
+			r.adoptions.add(key, since)
+		}
+		r.dirty.markFull(key)
+		out = append(out, reconcile.Request{NamespacedName: key})
 	}
 	return out
 }
@@ -85,6 +140,7 @@ func (r *Reconciler) letGo(key types.NamespacedName) {
 	r.Metrics.forget(key.Namespace, key.Name)
 	r.work.cancelWakeUp(key)
 	r.dirty.forget(key)
+	r.adoptions.take(key)
 }
 
 // markServed says on the cluster which replica serves it and through which

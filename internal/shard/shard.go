@@ -117,6 +117,15 @@ type Set struct {
 	// replica saw it change: liveness is judged by this replica's clock, as
 	// client-go's elector judges a leader, never by the writer's.
 	seen map[string]observation
+	// wrote is, per shard, the Lease this replica last wrote and the
+	// resourceVersion it replaced ("" for a create): until the watch brings
+	// the write, the cache shows the Lease as it was before it.
+	wrote map[int]written
+}
+
+type written struct {
+	replaced string
+	lease    *coordinationv1.Lease
 }
 
 type observation struct {
@@ -149,7 +158,7 @@ func New(o Options) (*Set, error) {
 	if o.OnChange == nil {
 		o.OnChange = func(int) {}
 	}
-	return &Set{o: o, kick: make(chan struct{}, 1), held: map[int]bool{}, seen: map[string]observation{}}, nil
+	return &Set{o: o, kick: make(chan struct{}, 1), held: map[int]bool{}, seen: map[string]observation{}, wrote: map[int]written{}}, nil
 }
 
 // Identity is this replica's name.
@@ -157,6 +166,10 @@ func (s *Set) Identity() string { return s.o.Identity }
 
 // Shards is the number of shards.
 func (s *Set) Shards() int { return s.o.Shards }
+
+// LeaseDuration is how long after its last renewal a replica that died is
+// taken to be gone.
+func (s *Set) LeaseDuration() time.Duration { return s.o.LeaseDuration }
 
 // ShardOf is the shard of a cluster: its UID hashed, modulo the shard count.
 // The UID, not the name, so that a cluster deleted and made again under the
@@ -358,8 +371,8 @@ func (s *Set) tick(ctx context.Context) {
 	}
 	for shard := range s.o.Shards {
 		mine := Owner(live, shard) == s.o.Identity
-		lease, err := s.lister.Get(ShardLeaseName(shard))
-		if err != nil && !apierrors.IsNotFound(err) {
+		lease, err := s.shardLease(shard)
+		if err != nil {
 			s.o.Log.Error(err, "read shard Lease", "shard", shard)
 			continue
 		}
@@ -382,6 +395,33 @@ func (s *Set) tick(ctx context.Context) {
 	}
 }
 
+// shardLease is a shard's Lease as the cache has it or, until the cache has
+// this replica's last write of it, as written; nil if there is none.
+func (s *Set) shardLease(shard int) (*coordinationv1.Lease, error) {
+	lease, err := s.lister.Get(ShardLeaseName(shard))
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.wrote[shard]
+	switch {
+	case !ok:
+		return lease, nil
+	case lease == nil && w.replaced == "", lease != nil && lease.ResourceVersion == w.replaced:
+		return w.lease, nil
+	default:
+		delete(s.wrote, shard)
+		return lease, nil
+	}
+}
+
+func (s *Set) noteWrite(shard int, replaced string, lease *coordinationv1.Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wrote[shard] = written{replaced: replaced, lease: lease}
+}
+
 // take writes this replica as the shard's holder, on the resourceVersion it
 // judged: if anyone wrote the Lease since, the write conflicts and the shard
 // is looked at again on the next tick.
@@ -394,10 +434,14 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		RenewTime:            &now,
 	}
 	leases := s.o.Client.CoordinationV1().Leases(s.o.Namespace)
-	var err error
+	var (
+		err      error
+		result   *coordinationv1.Lease
+		replaced string
+	)
 	if lease == nil {
 		spec.LeaseTransitions = ptr.To[int32](0)
-		_, err = leases.Create(ctx, &coordinationv1.Lease{
+		result, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: ShardLeaseName(shard), Namespace: s.o.Namespace,
 				Labels: map[string]string{LabelRole: roleShard, LabelShard: strconv.Itoa(shard)}},
 			Spec: spec,
@@ -406,7 +450,8 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		updated := lease.DeepCopy()
 		spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
 		updated.Spec = spec
-		_, err = leases.Update(ctx, updated, metav1.UpdateOptions{})
+		replaced = lease.ResourceVersion
+		result, err = leases.Update(ctx, updated, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
@@ -414,6 +459,7 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		}
 		return
 	}
+	s.noteWrite(shard, replaced, result)
 	s.mu.Lock()
 	// The membership may have lapsed during the write: then the shard is
 	// not served, and the Lease names a replica the others will see gone.
@@ -454,11 +500,16 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 	updated := lease.DeepCopy()
 	updated.Spec.HolderIdentity = ptr.To("")
 	updated.Spec.RenewTime = ptr.To(metav1.NewMicroTime(s.o.Clock.Now()))
-	if _, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Update(ctx, updated, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
-		// Not named free: the others take it once this replica's
-		// membership expires, or at its next release.
-		s.o.Log.Error(err, "release shard", "shard", shard)
+	result, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
+	if err != nil {
+		if !apierrors.IsConflict(err) {
+			// Not named free: the others take it once this replica's
+			// membership expires.
+			s.o.Log.Error(err, "release shard", "shard", shard)
+		}
+		return
 	}
+	s.noteWrite(shard, lease.ResourceVersion, result)
 }
 
 // releaseAll gives up every shard held, at shutdown.
