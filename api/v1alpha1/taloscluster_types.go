@@ -46,6 +46,13 @@ const (
 	// deleted or denied, and approvals resume.
 	ConditionKubeletServingRequests = "KubeletServingRequests"
 
+	// ConditionServedBy names, while the manager's replicas share the
+	// clusters out (--shards), the replica that serves the cluster and the
+	// shard it holds the cluster through; absent when sharding is off. The
+	// replica that takes the shard over writes it; the shard's Lease
+	// (ichor-policy-shard-N in the manager's namespace) is what decides.
+	ConditionServedBy = "ServedBy"
+
 	// A TalosCluster has ConditionReady too, which says whether Ichor
 	// serves it as configured, not how far its nodes are; see
 	// ConditionReady.
@@ -93,6 +100,10 @@ const (
 	// minutes failed to answer over the Talos API (or the cluster's Talos
 	// credentials could not be made), so no request can be judged.
 	ReasonTalosAPIUnreachable = "TalosAPIUnreachable"
+
+	// ReasonShardHeld is the reason of a True ConditionServedBy: the replica
+	// named holds the cluster's shard.
+	ReasonShardHeld = "ShardHeld"
 
 	// ReasonKubeletServingOff is the reason of a True ConditionReady of a
 	// TalosCluster while kubelet serving certificates are off: nothing is to

@@ -51,8 +51,14 @@ var decisionIDPattern = regexp.MustCompile(`\(decision ([0-9a-f-]{36})[,)]`)
 // here failed: a write answered with an error (a 504, a lost connection) may
 // have been applied all the same, and a conflict means another writer
 // decided. The condition names the decision that was applied.
+//
+// A cluster taken over from another replica is settled the same way: that
+// replica may have written a verdict and stopped (been killed) before it
+// recorded it applied, so the verdicts written since shortly before the
+// take-over are recorded again, naming the decision the condition names (a
+// record naming the same decision twice says nothing new).
 func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) {
-	if !p.r.failures.Has(p.memoKey(csr)) {
+	if !p.r.failures.Has(p.memoKey(csr)) && !p.adopts(csr) {
 		return
 	}
 	p.r.failures.Forget(p.memoKey(csr))
@@ -171,7 +177,7 @@ func (p *pass) requestsToLookAt(ctx context.Context) ([]certificatesv1.Certifica
 // no write of it waiting to be settled (failures), and no certificate or one
 // that its machine has recorded already.
 func (p *pass) settled(csr *certificatesv1.CertificateSigningRequest, recorded bool) bool {
-	return approval.IsDecided(csr) && !p.r.failures.Has(p.memoKey(csr)) && (len(csr.Status.Certificate) == 0 || recorded)
+	return approval.IsDecided(csr) && !p.r.failures.Has(p.memoKey(csr)) && !p.adopts(csr) && (len(csr.Status.Certificate) == 0 || recorded)
 }
 
 // ours reports whether a request for node is this cluster's: the same

@@ -26,10 +26,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -111,6 +113,15 @@ type Reconciler struct {
 	PassWait time.Duration
 	// Clock is the clock; the real one if nil.
 	Clock clock.PassiveClock
+	// Shards, when set, is this replica's part of the sharding: it serves
+	// only the clusters of the shards it holds, on every replica (not
+	// leader-elected). Nil serves every cluster, as a single replica does.
+	Shards Sharding
+
+	// shardEvents carry the shards this replica began or ceased to serve.
+	shardEvents chan event.TypedGenericEvent[int]
+	// adoptions are the clusters taken over and not yet fully passed.
+	adoptions adoptions
 
 	work *workers
 	// limits are the rule's limits the flood counts are taken with.
@@ -156,9 +167,21 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	c, err := ctrl.NewControllerManagedBy(mgr).
+	opts := controller.Options{MaxConcurrentReconciles: 4}
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Shards != nil {
+		// Every replica serves its own shards, leader or not.
+		opts.NeedLeaderElection = ptr.To(false)
+		r.shardEvents = make(chan event.TypedGenericEvent[int])
+		b = b.WatchesRawSource(source.Channel(r.shardEvents, handler.TypedEnqueueRequestsFromMapFunc(r.shardToClusters)))
+	}
+	c, err := b.
 		Named("kubeletserving").
-		For(&ichorv1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&ichorv1alpha1.TalosCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{},
+			predicate.NewPredicateFuncs(func(obj client.Object) bool {
+				c, ok := obj.(*ichorv1alpha1.TalosCluster)
+				return ok && r.serves(c)
+			}))).
 		Watches(&ichorv1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToCluster)).
 		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(r.csrToClusters),
 			builder.WithPredicates(predicate.NewPredicateFuncs(isKubeletServing))).
@@ -166,7 +189,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		WatchesRawSource(source.Channel(r.work.kicks, &handler.EnqueueRequestForObject{})).
 		// Clusters are independent: one whose nodes time out does not hold
 		// back the others.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
+		WithOptions(opts).
 		Build(r)
 	if err != nil {
 		return err
@@ -183,7 +206,7 @@ func isKubeletServing(obj client.Object) bool {
 // machineToCluster wakes the machine's cluster for a full pass: a machine
 // that appears, changes its name or loses its certificate changes what the
 // cluster's pending requests and conditions depend on.
-func (r *Reconciler) machineToCluster(_ context.Context, obj client.Object) []reconcile.Request {
+func (r *Reconciler) machineToCluster(ctx context.Context, obj client.Object) []reconcile.Request {
 	m, ok := obj.(*ichorv1alpha1.TalosMachine)
 	if !ok {
 		return nil
@@ -193,6 +216,14 @@ func (r *Reconciler) machineToCluster(_ context.Context, obj client.Object) []re
 	// recorded certificate) do not count.
 	r.machineEpoch.Note(m.UID, m.Namespace+"/"+m.Spec.ClusterName+"/"+m.Status.NodeName+"/"+m.Spec.Hostname+"/"+m.Spec.Endpoint)
 	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
+	if r.Shards != nil {
+		// Another replica's cluster is its business; a cluster not (yet)
+		// in the cache is reconciled when it arrives.
+		var c ichorv1alpha1.TalosCluster
+		if err := r.Client.Get(ctx, key, &c); err != nil || !r.serves(&c) {
+			return nil
+		}
+	}
 	r.dirty.markFull(key)
 	return []reconcile.Request{{NamespacedName: key}}
 }
@@ -217,7 +248,7 @@ func (r *Reconciler) csrToClusters(ctx context.Context, obj client.Object) []rec
 		// those whose kubeconfigRef names another, nor those the operator
 		// has not named.
 		var c ichorv1alpha1.TalosCluster
-		if err := r.Client.Get(ctx, key, &c); err != nil || !r.LocalClusters.Judges(&c) {
+		if err := r.Client.Get(ctx, key, &c); err != nil || !r.LocalClusters.Judges(&c) || !r.serves(&c) {
 			continue
 		}
 		r.dirty.add(key, csr.Name)
@@ -266,16 +297,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var cluster ichorv1alpha1.TalosCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.NodeReaders.Forget(req.NamespacedName)
-			r.targets.stop(req.NamespacedName)
-			r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
-			r.failures.ForgetIf(ofCluster(req.NamespacedName, nil))
-			r.Metrics.forget(req.Namespace, req.Name)
-			r.work.cancelWakeUp(req.NamespacedName)
-			r.dirty.forget(req.NamespacedName)
+			r.letGo(req.NamespacedName)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("get cluster: %w", err)
+	}
+	if !r.serves(&cluster) {
+		// Another replica holds its shard: nothing of it is kept here.
+		r.letGo(req.NamespacedName)
+		return reconcile.Result{}, nil
+	}
+	if err := r.markServed(ctx, &cluster); err != nil {
+		return reconcile.Result{}, err
 	}
 	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
 		r.NodeReaders.Forget(req.NamespacedName)
@@ -316,6 +349,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// The pass has its own copy of the cluster: its decisions may outlive
 	// the reconcile, which goes on to write the cluster's status.
 	p := &pass{r: r, cluster: cluster.DeepCopy(), target: t, now: r.Clock.Now()}
+	if work.full {
+		p.adoptedSince = r.adoptions.take(req.NamespacedName)
+	}
 	var csrs []certificatesv1.CertificateSigningRequest
 	// live are the requests a full pass found in the API server: the
 	// cluster's memos of any other are forgotten.
@@ -363,6 +399,10 @@ type pass struct {
 	cluster *ichorv1alpha1.TalosCluster
 	target  *target
 	now     time.Time
+	// adoptedSince, on the first full pass of a cluster taken over from
+	// another replica, is from when verdicts that replica wrote are recorded
+	// applied again (settle); zero otherwise.
+	adoptedSince time.Time
 
 	mu       sync.Mutex
 	requeue  time.Duration

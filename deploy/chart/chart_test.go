@@ -775,6 +775,27 @@ func TestLeaderElectionRole(t *testing.T) {
 	assert.Empty(t, render(t, "manager.leaderElect=false", "replicaCount=1").all("Role", release+"-leader-election"))
 }
 
+// TestShardingRoleAndFlags: with manager.sharding.shards the manager is
+// given the shard count and timings, and the Leases of its own namespace
+// only (their names follow the Pods' names); without it, neither.
+func TestShardingRoleAndFlags(t *testing.T) {
+	objs := render(t, "manager.sharding.shards=16", "manager.sharding.leaseDuration=4s")
+	dep := objs.deployment(t)
+	assert.Equal(t, "16", argValue(t, dep, "--shards"))
+	assert.Equal(t, "4s", argValue(t, dep, "--shard-lease-duration"))
+	rules := objs.boundRoles(t)["Role/"+namespace+"/"+release+"-shards"]
+	require.NotNil(t, rules, "the sharding Role is not bound to the manager")
+	for _, verb := range []string{"get", "list", "watch", "create", "update"} {
+		assert.True(t, grants(rules, "coordination.k8s.io", "leases", verb, "ichor-policy-shard-3"), verb)
+	}
+	assert.False(t, grants(rules, "coordination.k8s.io", "leases", "delete", "ichor-policy-shard-3"))
+	plain := render(t)
+	assert.Empty(t, plain.all("Role", release+"-shards"))
+	for _, arg := range args(plain.deployment(t)) {
+		assert.NotContains(t, arg, "--shard")
+	}
+}
+
 // TestShippedRoles: ichor-admin, ichor-operator and ichor-viewer are rendered
 // with deploy/rbac/roles.yaml's rules and no others, none of them holds the
 // break-glass kubeconfig, and they can be left out.

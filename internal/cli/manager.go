@@ -16,6 +16,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/manager"
+	"github.com/ichor-dev/ichor-policy/internal/shard"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
 )
@@ -62,6 +63,7 @@ type managerOptions struct {
 	qps                  float32
 	burst                int
 	log                  zap.Options
+	sharding             manager.Sharding
 }
 
 func newManagerCommand(s streams) *cobra.Command {
@@ -100,6 +102,11 @@ service account). Every decision is written to standard output as one JSON line
 	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the leader's last renewal before taking over when the leader dies without releasing the lease (a leader that stops cleanly releases it at once)")
 	f.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew before it gives up leading")
 	f.DurationVar(&o.retryPeriod, "leader-elect-retry-period", time.Second, "how often candidates try to take the lease, and the leader to renew it: a released lease is taken within this")
+	f.IntVar(&o.sharding.Shards, "shards", 0, "share the TalosClusters out among the replicas in this many shards, each held by one replica through a Lease (ichor-policy-shard-N in $POD_NAMESPACE) and given to the live replicas by rendezvous hashing; every replica then approves kubelet serving requests for its own shards' clusters, leader or not. 0 turns sharding off (one replica, or the leader, serves every cluster). Give every replica the same number, a few times the most replicas you will run; see docs/architecture.md#sharding")
+	f.DurationVar(&o.sharding.LeaseDuration, "shard-lease-duration", shard.DefaultLeaseDuration, "how long after a replica's last renewal of its membership Lease the others take its shards when it dies without giving them up (a replica that stops cleanly gives them up at once); above --shard-renew-deadline plus --shard-retry-period")
+	f.DurationVar(&o.sharding.RenewDeadline, "shard-renew-deadline", shard.DefaultRenewDeadline, "how long a replica keeps trying to renew its membership before it stops serving its shards")
+	f.DurationVar(&o.sharding.RetryPeriod, "shard-retry-period", shard.DefaultRetryPeriod, "how often a replica renews its membership and looks at the shards' Leases: a shard given up is taken within this")
+	f.StringVar(&o.sharding.Identity, "shard-identity", "", "this replica's name among the shards' holders (default: $POD_NAME)")
 	f.BoolVar(&o.kubeletClient, "kubelet-client-approver", false, "approve kubelet client certificates (signer kubernetes.io/kube-apiserver-client-kubelet) as kube-controller-manager's csrapproving controller does; see docs/kubelet-client.md before switching it on")
 	f.BoolVar(&o.webhook, "webhook", true, "serve the TalosCredentialRequest admission webhook and issue credentials (it needs a serving certificate: --webhook-cert-dir or --webhook-generate-certs); without it no credential is issued")
 	f.StringSliceVar(&o.localClusters, "local-clusters", nil, "the TalosClusters (namespace/name, comma-separated or repeated) whose machines are nodes of the API server the manager runs against, and which alone judge its kubelet certificate requests; a cluster without spec.kubeconfigRef that is not named here judges nothing (condition KubeletServingCertificates, reason LocalClusterNotNamed)")
@@ -178,6 +185,7 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 		ResyncInterval:                o.resync,
 		TalosTimeout:                  o.talosTimeout,
 		ReaderLifetime:                o.readerLifetime,
+		Sharding:                      o.sharding,
 	}
 	o.audit.apply(&mo)
 	if o.webhookGenerateCerts {

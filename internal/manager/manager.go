@@ -45,6 +45,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/manualact"
+	"github.com/ichor-dev/ichor-policy/internal/shard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 	"github.com/ichor-dev/ichor-policy/internal/version"
@@ -129,6 +130,21 @@ type Options struct {
 	// KubeletPort is the port the kubelets serve on; servingcert.DefaultPort
 	// if zero.
 	KubeletPort int
+
+	// Sharding, when its Shards is above zero, shares the TalosClusters out
+	// among the replicas (internal/shard): each serves the kubelet serving
+	// approvals of the clusters whose shard it holds, leader or not.
+	Sharding Sharding
+}
+
+// Sharding are the sharding's settings; zero Shards for none.
+type Sharding struct {
+	Shards        int
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
+	// Identity names this replica; the Pod's name if empty.
+	Identity string
 }
 
 // Run runs the manager until ctx ends. An error marked by package usage is
@@ -333,6 +349,9 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		LocalAPIServer:          &kubeconfig.Local{Config: o.Config},
 		AllowInsecureKubeconfig: o.RemoteKubeconfigAllowInsecure,
 	}
+	if err := setUpSharding(mgr, clientset, serving, o); err != nil {
+		return err
+	}
 	if err := serving.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up the kubelet serving approver: %w", err)
 	}
@@ -369,6 +388,38 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		if err := clientApprover.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: true}); err != nil {
 			return fmt.Errorf("set up the kubelet client approver: %w", err)
 		}
+	}
+	return nil
+}
+
+// setUpSharding makes this replica's part of the sharding, when it is on,
+// and gives it to the serving approver, whose shard changes it reports.
+func setUpSharding(mgr ctrl.Manager, clientset kubernetes.Interface, serving *kubeletserving.Reconciler, o Options) error {
+	if o.Sharding.Shards == 0 {
+		return nil
+	}
+	if o.Sharding.Shards < 0 {
+		return usage.Errorf("--shards %d is negative", o.Sharding.Shards)
+	}
+	identity := o.Sharding.Identity
+	if identity == "" {
+		identity = o.PodName
+	}
+	metrics, err := shard.NewMetrics(ctrlmetrics.Registry)
+	if err != nil {
+		return err
+	}
+	set, err := shard.New(shard.Options{
+		Client: clientset, Namespace: o.Namespace, Identity: identity, Shards: o.Sharding.Shards,
+		LeaseDuration: o.Sharding.LeaseDuration, RenewDeadline: o.Sharding.RenewDeadline, RetryPeriod: o.Sharding.RetryPeriod,
+		Log: ctrl.Log.WithName("shard"), Metrics: metrics, OnChange: serving.ShardChanged,
+	})
+	if err != nil {
+		return usage.Errorf("sharding: %v", err)
+	}
+	serving.Shards = set
+	if err := mgr.Add(set); err != nil {
+		return fmt.Errorf("set up the sharding: %w", err)
 	}
 	return nil
 }

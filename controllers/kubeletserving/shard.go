@@ -1,0 +1,169 @@
+package kubeletserving
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+)
+
+// Sharding is this replica's part when the replicas share the clusters out
+// (internal/shard.Set): it serves a cluster only while it holds the
+// cluster's shard.
+type Sharding interface {
+	// Serves reports whether this replica serves the cluster of that UID
+	// now, and the cluster's shard.
+	Serves(uid types.UID) (shard int, ok bool)
+	// ShardOf is the shard of the cluster of that UID.
+	ShardOf(uid types.UID) int
+	// Identity names this replica.
+	Identity() string
+	// Shards is the number of shards.
+	Shards() int
+	// LeaseDuration is how long a replica that died may have served its
+	// shards before another takes them.
+	LeaseDuration() time.Duration
+}
+
+// adoptions are the clusters this replica has begun to serve, with the time
+// from which verdicts on their requests may be another replica's not yet
+// recorded applied.
+type adoptions struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]time.Time
+}
+
+func (a *adoptions) add(key types.NamespacedName, since time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.m == nil {
+		a.m = map[types.NamespacedName]time.Time{}
+	}
+	a.m[key] = since
+}
+
+// take returns and forgets a cluster's adoption; zero if none.
+func (a *adoptions) take(key types.NamespacedName) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	since := a.m[key]
+	delete(a.m, key)
+	return since
+}
+
+// adopts reports whether a decided request's verdict is to be recorded
+// applied again on this pass: the cluster was taken over, and the verdict,
+// an approver's (it names its decision), was written shortly before or
+// since. The window is the lease duration and two seconds, since a
+// condition's time is whole seconds.
+func (p *pass) adopts(csr *certificatesv1.CertificateSigningRequest) bool {
+	if p.adoptedSince.IsZero() {
+		return false
+	}
+	for _, c := range csr.Status.Conditions {
+		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
+			continue
+		}
+		return !c.LastUpdateTime.Time.Before(p.adoptedSince) && decisionIDPattern.MatchString(c.Message)
+	}
+	return false
+}
+
+// serves reports whether this replica serves the cluster: always, unless
+// the clusters are shared out.
+func (r *Reconciler) serves(c *ichorv1alpha1.TalosCluster) bool {
+	if r.Shards == nil {
+		return true
+	}
+	_, ok := r.Shards.Serves(c.UID)
+	return ok
+}
+
+// ShardChanged is told of each shard this replica began or ceased to serve:
+// its clusters are reconciled, to be served or let go. It does not wait for
+// the controller.
+func (r *Reconciler) ShardChanged(shard int) {
+	ch := r.shardEvents
+	if ch == nil {
+		return
+	}
+	go func() {
+		select {
+		case ch <- event.TypedGenericEvent[int]{Object: shard}:
+		case <-r.runCtx.Done():
+		}
+	}()
+}
+
+// shardToClusters are the clusters of a shard, from the cache.
+func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile.Request {
+	var clusters ichorv1alpha1.TalosClusterList
+	if err := r.Client.List(ctx, &clusters); err != nil {
+		log.FromContext(ctx).Error(err, "list the clusters of a shard", "shard", shard)
+		return nil
+	}
+	var out []reconcile.Request
+	since := r.Clock.Now().Add(-r.Shards.LeaseDuration() - 2*time.Second)
+	for _, c := range clusters.Items {
+		if r.Shards.ShardOf(c.UID) != shard {
+			continue
+		}
+		key := client.ObjectKeyFromObject(&c)
+		if _, ok := r.Shards.Serves(c.UID); ok {
+			r.adoptions.add(key, since)
+		}
+		r.dirty.markFull(key)
+		out = append(out, reconcile.Request{NamespacedName: key})
+	}
+	return out
+}
+
+// letGo drops what this replica holds for a cluster it no longer serves (or
+// that is gone): the remote API server's watch and cache, the Talos reader,
+// the memos and wake-ups. The replica that serves it next starts afresh.
+func (r *Reconciler) letGo(key types.NamespacedName) {
+	r.NodeReaders.Forget(key)
+	r.targets.stop(key)
+	r.memo.ForgetIf(ofCluster(key, nil))
+	r.failures.ForgetIf(ofCluster(key, nil))
+	r.Metrics.forget(key.Namespace, key.Name)
+	r.work.cancelWakeUp(key)
+	r.dirty.forget(key)
+	r.adoptions.take(key)
+}
+
+// markServed says on the cluster which replica serves it and through which
+// shard, or removes that when the clusters are not shared out.
+func (r *Reconciler) markServed(ctx context.Context, c *ichorv1alpha1.TalosCluster) error {
+	before := c.DeepCopy()
+	if r.Shards == nil {
+		meta.RemoveStatusCondition(&c.Status.Conditions, ichorv1alpha1.ConditionServedBy)
+	} else {
+		shard := r.Shards.ShardOf(c.UID)
+		meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
+			Type:               ichorv1alpha1.ConditionServedBy,
+			Status:             metav1.ConditionTrue,
+			Reason:             ichorv1alpha1.ReasonShardHeld,
+			Message:            fmt.Sprintf("replica %s serves the cluster: it holds shard %d of %d", r.Shards.Identity(), shard, r.Shards.Shards()),
+			ObservedGeneration: c.Generation,
+		})
+	}
+	if !statusChanged(before.Status, c.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, c, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("say which replica serves the cluster: %w", err)
+	}
+	return nil
+}

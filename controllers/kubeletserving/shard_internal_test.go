@@ -1,0 +1,112 @@
+package kubeletserving
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
+)
+
+// oneShard is a replica that serves shard 0 of 2 while serving is true;
+// every cluster's shard is 0 unless other names its UID.
+type oneShard struct {
+	serving bool
+	other   types.UID
+}
+
+func (s *oneShard) ShardOf(uid types.UID) int {
+	if uid == s.other {
+		return 1
+	}
+	return 0
+}
+
+func (s *oneShard) Serves(uid types.UID) (int, bool) {
+	shard := s.ShardOf(uid)
+	return shard, s.serving && shard == 0
+}
+func (*oneShard) Identity() string             { return "replica-a" }
+func (*oneShard) Shards() int                  { return 2 }
+func (*oneShard) LeaseDuration() time.Duration { return 3 * time.Second }
+
+// A replica that no longer holds a cluster's shard drops what it held for
+// it, a kubeconfigRef cluster's watch of its API server included, and
+// decides nothing; one that holds it names itself on the cluster.
+func TestAClusterWhoseShardGoesIsLetGo(t *testing.T) {
+	scheme, err := kube.Scheme()
+	require.NoError(t, err)
+	cluster := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "remote", UID: "uid-remote"}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cluster).WithStatusSubresource(cluster).Build()
+	shards := &oneShard{}
+	r := &Reconciler{Client: c, Shards: shards, NodeReaders: &NodeReaders{}, work: newWorkers(1), Clock: clock.RealClock{}}
+	key := client.ObjectKeyFromObject(cluster)
+	stopped := false
+	r.targets.remote = map[types.NamespacedName]*target{key: {cancel: func() { stopped = true }}}
+	r.dirty.add(key, "csr-a")
+	r.adoptions.add(key, time.Now())
+
+	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: key})
+	require.NoError(t, err)
+	assert.Equal(t, reconcile.Result{}, res)
+	assert.True(t, stopped, "the remote API server's watch still runs")
+	assert.Empty(t, r.targets.remote)
+	assert.True(t, r.adoptions.take(key).IsZero(), "the adoption is kept")
+	var got ichorv1alpha1.TalosCluster
+	require.NoError(t, c.Get(context.Background(), key, &got))
+	assert.Nil(t, meta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ConditionServedBy), "a replica that does not serve the cluster wrote on it")
+
+	// Served: the condition names the replica and the shard.
+	shards.serving = true
+	require.NoError(t, r.markServed(context.Background(), &got))
+	require.NoError(t, c.Get(context.Background(), key, &got))
+	cond := meta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ConditionServedBy)
+	require.NotNil(t, cond)
+	assert.Equal(t, ichorv1alpha1.ReasonShardHeld, cond.Reason)
+	assert.Equal(t, "replica replica-a serves the cluster: it holds shard 0 of 2", cond.Message)
+	assert.True(t, r.serves(&got))
+
+	// Another shard's cluster is not this replica's, held or not.
+	shards.other = cluster.UID
+	assert.False(t, r.serves(&got))
+
+	// Sharding off: the condition goes.
+	r.Shards = nil
+	require.NoError(t, r.markServed(context.Background(), &got))
+	require.NoError(t, c.Get(context.Background(), key, &got))
+	assert.Nil(t, meta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ConditionServedBy))
+}
+
+// A cluster taken over settles the verdicts written shortly before: an
+// approver's condition (it names its decision) since the adoption, not an
+// older one, not one a person wrote.
+func TestATakenOverClusterSettlesOnlyRecentVerdictsOfAnApprover(t *testing.T) {
+	since := time.Unix(1_000_000, 0)
+	p := &pass{adoptedSince: since}
+	verdict := func(at time.Time, message string) *certificatesv1.CertificateSigningRequest {
+		return &certificatesv1.CertificateSigningRequest{Status: certificatesv1.CertificateSigningRequestStatus{
+			Conditions: []certificatesv1.CertificateSigningRequestCondition{{
+				Type: certificatesv1.CertificateApproved, LastUpdateTime: metav1.NewTime(at), Message: message,
+			}},
+		}}
+	}
+	named := "approved (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c, revision abc)"
+	assert.True(t, p.adopts(verdict(since, named)))
+	assert.True(t, p.adopts(verdict(since.Add(time.Second), named)))
+	assert.False(t, p.adopts(verdict(since.Add(-time.Second), named)), "a verdict from before the window")
+	assert.False(t, p.adopts(verdict(since, "approved by hand")), "a verdict that names no decision")
+	assert.False(t, p.adopts(&certificatesv1.CertificateSigningRequest{}), "an undecided request")
+	assert.False(t, (&pass{}).adopts(verdict(since, named)), "a cluster not taken over")
+}
