@@ -71,13 +71,16 @@ func Log(ctx context.Context, kind, name string) func(*engine.ManualRecord, erro
 var ownDecision = regexp.MustCompile(`\(decision [0-9a-f-]{36}, policy revision [^)]*\)$`)
 
 // CSRDecisions watches the requests of the signers Ichor decides and records
-// a decision that Ichor's approvers did not write, when the webhook did not
-// record it: the request seen going from undecided to decided, the actor
-// unknown. Only a change seen while the manager runs is recorded (a request
-// decided while no manager ran is in the API server's audit log), and a
-// condition that reads as an approver's (its message ends with the decision
-// and the policy revision) is taken as Ichor's own: the webhook, which the
-// API server tells who wrote, is the record that cannot be misled so.
+// each decision that Ichor's approvers did not write, as it is stored: the
+// request seen going from undecided to decided, with the attempts the
+// webhook kept from the version the stored write replaced (the informer's
+// old object), from which the rule names who acted, or says the actor is
+// unknown. Only a change seen while the manager leads is recorded (a
+// request decided while no manager led is in the API server's audit log;
+// the attempt's Event says who asked), and a condition that reads as an
+// approver's (its message ends with the decision and the policy revision)
+// is taken as Ichor's own, so a person's attempt that lost to it is no
+// record at all.
 type CSRDecisions struct {
 	Recorder *Recorder
 	// Signers are the signers whose requests Ichor decides here.
@@ -92,7 +95,7 @@ func (c *CSRDecisions) SetupWithManager(mgr ctrl.Manager) error {
 	h := handler.TypedFuncs[*certificatesv1.CertificateSigningRequest, reconcile.Request]{
 		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			if c.decidedByHand(e.ObjectOld, e.ObjectNew) {
-				Log(ctx, "csr", e.ObjectNew.Name)(c.Recorder.Record(ctx, CSRReference(e.ObjectNew), CSRDecision(e.ObjectNew, e.ObjectOld, nil)))
+				Log(ctx, "csr", e.ObjectNew.Name)(c.Recorder.RecordDecision(ctx, e.ObjectOld, e.ObjectNew))
 			}
 		},
 	}
