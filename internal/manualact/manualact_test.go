@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -61,6 +63,9 @@ type recEnv struct {
 	// and revoke admin bindings, with her own rights.
 	ada    string
 	adaAPI kubernetes.Interface
+	// eventHook, when set, is called with every Event the recorder
+	// writes, before it is written (within admission for the webhook's).
+	eventHook atomic.Pointer[func(*corev1.Event)]
 }
 
 // TestAPersonsActsAreRecordedWithWhoActed: the acts of people the manager
@@ -80,7 +85,8 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 		r := re.waitRecord(t, "csr/"+approved.Name, "ada")
 		assert.Equal(t, engine.ManualKindDecision, r.Result.Kind)
 		assert.Equal(t, engine.ActionApprove, r.Result.Action)
-		assert.Equal(t, engine.SeenByAdmission, r.Input.SeenBy)
+		assert.Equal(t, engine.SeenByWatch, r.Input.SeenBy, "the verdict as the API server stored it")
+		assert.Equal(t, "admission", r.Result.ActorSource, "the one attempt of that verdict, as admitted")
 		assert.Equal(t, "system:node:worker-1", r.Result.Whom)
 		assert.Equal(t, "worker-1", r.Result.Node)
 		require.Len(t, r.Result.Reasons, 1)
@@ -104,12 +110,14 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 	})
 
 	t.Run("the manager's own approval calls no webhook", func(t *testing.T) {
+		before := re.env.GetCSR(t, own.Name)
 		re.managerApproves(t, own)
 		// The API server calls a webhook within the write: had it been
-		// called, its record and Event would exist now.
-		assert.Empty(t, re.records("csr/"+own.Name))
+		// called, the attempt it keeps would exist now.
 		var ev corev1.Event
-		assert.Error(t, re.env.Client.Get(t.Context(), types.NamespacedName{Namespace: manualact.EventNamespace, Name: manualact.EventName(own.UID)}, &ev))
+		assert.True(t, apierrors.IsNotFound(re.env.Client.Get(t.Context(), types.NamespacedName{
+			Namespace: manualact.EventNamespace, Name: manualact.AttemptEventName(own.UID, before.ResourceVersion, 0),
+		}, &ev)))
 	})
 
 	t.Run("a forged, oversized reason and message are bounded", func(t *testing.T) {
@@ -165,6 +173,9 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 	t.Run("hostile acts are recorded as they happened (review 3)", func(t *testing.T) {
 		hostileActsAreRecordedAsTheyHappened(t, re)
 	})
+	t.Run("a decision is recorded as the API server stored it (review 3, F2)", func(t *testing.T) {
+		racingDecisionsAreRecordedAsStored(t, re)
+	})
 
 	// The webhook becomes unreachable: every write still succeeds, and the
 	// watches record what they see with the actor unknown.
@@ -185,6 +196,7 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 		r := re.waitRecord(t, "csr/"+unseen.Name, engine.ActorUnknown)
 		assert.Equal(t, engine.ActionApprove, r.Result.Action)
 		assert.Equal(t, engine.SeenByWatch, r.Input.SeenBy)
+		assert.Equal(t, engine.ActorUnknown, r.Result.ActorSource, "no attempt was kept")
 	})
 
 	t.Run("each act is recorded once", func(t *testing.T) {
@@ -260,7 +272,10 @@ func (re *recEnv) startManager(t *testing.T, eng *engine.Engine) {
 	require.NoError(t, err)
 	keyClient, err := client.New(cfg, client.Options{Scheme: re.env.Scheme})
 	require.NoError(t, err)
-	recorder := &manualact.Recorder{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Keys: re.env.AdmissionKeys(keyClient), Instance: "recorder-test"}
+	recorder := &manualact.Recorder{
+		Reader: mgr.GetAPIReader(), Client: &hookedClient{Client: mgr.GetClient(), hook: &re.eventHook}, Engine: eng,
+		Keys: re.env.AdmissionKeys(keyClient), Instance: "recorder-test",
+	}
 	require.NoError(t, (&webhook.ActRecorder{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
 	require.NoError(t, (&manualact.CSRDecisions{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
 	require.NoError(t, (&credentials.AdminBindings{Engine: eng, AdminKubeconfigs: true, Revocations: &manualact.Revocations{Recorder: recorder}}).SetupWithManager(mgr))
@@ -344,8 +359,8 @@ func (re *recEnv) breakWebhooks(t *testing.T) {
 	}
 	require.NoError(t, re.env.Client.Update(t.Context(), &vwc))
 	// The API server reads the configuration through an informer: approve
-	// probes by hand until one is recorded by the watch rather than the
-	// webhook.
+	// probes by hand until one is recorded without its approver, of whom
+	// the webhook kept no attempt.
 	for i := 0; ; i++ {
 		require.Less(t, i, 50, "the API server still calls the webhook")
 		probe := re.csr(t, fmt.Sprintf("csr-probe-%d", i))
@@ -358,7 +373,7 @@ func (re *recEnv) breakWebhooks(t *testing.T) {
 			}
 			return len(rs) > 0, nil
 		}), "the probe %s was not recorded", probe.Name)
-		if r.Input.SeenBy == engine.SeenByWatch {
+		if r.Result.Actor == engine.ActorUnknown {
 			return
 		}
 	}
@@ -405,11 +420,15 @@ func (re *recEnv) waitRecord(t *testing.T, object, actor string) recordEntry {
 	return found
 }
 
-// event is the record's Event of the object with uid.
+// event waits, up to 30 s, for the record's Event of the object with uid
+// (written just after the record).
 func (re *recEnv) event(t *testing.T, uid types.UID) corev1.Event {
 	t.Helper()
 	var ev corev1.Event
-	require.NoError(t, re.env.Client.Get(t.Context(), types.NamespacedName{Namespace: manualact.EventNamespace, Name: manualact.EventName(uid)}, &ev))
+	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := re.env.Client.Get(ctx, types.NamespacedName{Namespace: manualact.EventNamespace, Name: manualact.EventName(uid)}, &ev)
+		return err == nil, client.IgnoreNotFound(err)
+	}), "no record Event of %s", uid)
 	return ev
 }
 
