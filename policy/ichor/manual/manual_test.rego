@@ -61,6 +61,18 @@ test_a_decision_no_attempt_was_kept_of_has_an_unknown_actor if {
 	contains(r.reasons[0].message, "by someone the manager did not see")
 }
 
+test_a_decision_found_made_as_the_watch_started_names_nobody if {
+	# Decided while no manager watched: the version the write replaced is not known, so an
+	# attempt, even of the verdict stored, names nobody.
+	found := object.union(_csr_act([_denied], [_attempt("Denied", "ada")]), {"seen_by": "watch_start"})
+	r := manual.record with input as found
+	r.action == "deny"
+	r.actor == "unknown"
+	r.actor_source == "not_watched"
+	contains(r.reasons[0].message, "denied by hand by someone no manager saw (it was decided while none watched")
+	contains(r.reasons[0].message, "the API server's audit log names the user")
+}
+
 test_the_attempt_that_lost_names_nobody if {
 	# Ada's approval and Bob's denial both passed admission; the denial was stored.
 	r := manual.record with input as _csr_act([_denied], [_attempt("Approved", "ada"), _attempt("Denied", "bob")])
