@@ -22,7 +22,15 @@ const (
 const (
 	SeenByAdmission = "admission"
 	SeenByWatch     = "watch"
+	// SeenByWatchStart is a request the watch found decided when it first
+	// saw it (the requests it lists as it starts: after a leader change or
+	// a restart): the change itself was not watched.
+	SeenByWatchStart = "watch_start"
 )
+
+// ActorSourceNotWatched is the actor_source of a decision the watch found
+// made when it started: no manager watched it, so nobody is named.
+const ActorSourceNotWatched = "not_watched"
 
 // ActionRevoke is the action of a revocation record.
 const ActionRevoke = "revoke"

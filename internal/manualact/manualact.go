@@ -134,6 +134,18 @@ func (r *Recorder) RecordDecision(ctx context.Context, old, csr *certificatesv1.
 	})
 }
 
+// RecordFoundDecision records the verdict csr holds when the watch first
+// sees it decided (a decision stored while no manager watched), unless its
+// record is there. Nothing tells which version the write replaced, so no
+// attempt is read: the rule names nobody (seen_by watch_start). Without
+// Keys (no webhook) no mark can be verified, so each start of the watch
+// records it again: twice rather than never.
+func (r *Recorder) RecordFoundDecision(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*engine.ManualRecord, error) {
+	in := CSRDecision(csr, nil, nil)
+	in.SeenBy = engine.SeenByWatchStart
+	return r.record(ctx, CSRReference(csr), act(in), &in, nil)
+}
+
 // act names the act in its record's mark: the verdict a CSR's write added,
 // or a revocation.
 func act(in engine.ManualActInput) string {
