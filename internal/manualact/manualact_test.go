@@ -29,8 +29,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
@@ -66,6 +69,11 @@ type recEnv struct {
 	// eventHook, when set, is called with every Event the recorder
 	// writes, before it is written (within admission for the webhook's).
 	eventHook atomic.Pointer[func(*corev1.Event)]
+	// eng is the manager's engine, kept across its restarts; ctx bounds
+	// every manager the test starts, and stop stops the one running.
+	eng  *engine.Engine
+	ctx  context.Context
+	stop func()
 }
 
 // TestAPersonsActsAreRecordedWithWhoActed: the acts of people the manager
@@ -176,6 +184,9 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 	t.Run("a decision is recorded as the API server stored it (review 3, F2)", func(t *testing.T) {
 		racingDecisionsAreRecordedAsStored(t, re)
 	})
+	t.Run("a decision made while no manager watched is recorded when one starts", func(t *testing.T) {
+		decisionsNoManagerWatchedAreRecorded(t, re)
+	})
 
 	// The webhook becomes unreachable: every write still succeeds, and the
 	// watches record what they see with the actor unknown.
@@ -257,19 +268,29 @@ func startRecEnv(t *testing.T) *recEnv {
 	eng, err := engine.New(ctx, engine.Options{DecisionLog: re.log, Log: os.Stderr, ID: "recorder-test"})
 	require.NoError(t, err)
 	t.Cleanup(func() { eng.Stop(context.Background()) })
-	re.startManager(t, eng)
+	re.eng, re.ctx = eng, ctx
+	t.Cleanup(re.stopManager)
+	re.startManager(t)
 	return re
 }
 
-func (re *recEnv) startManager(t *testing.T, eng *engine.Engine) {
+// startManager starts the manager: its webhook and its watches, as the
+// manager's user. It runs until stopManager, or the end of the test.
+func (re *recEnv) startManager(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel := context.WithCancel(re.ctx)
 	cfg, err := re.env.UserConfig(managerUser)
 	require.NoError(t, err)
 	re.manager, err = kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
-	mgr, err := re.env.NewManager(cfg, crwebhook.NewServer(webhooktest.ServerOptions(re.install)))
+	// A manager started again registers its controllers' names again.
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: re.env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		WebhookServer: crwebhook.NewServer(webhooktest.ServerOptions(re.install)),
+		Controller:    config.Controller{SkipNameValidation: ptr.To(true)},
+	})
 	require.NoError(t, err)
+	eng := re.eng
 	keyClient, err := client.New(cfg, client.Options{Scheme: re.env.Scheme})
 	require.NoError(t, err)
 	recorder := &manualact.Recorder{
@@ -280,12 +301,21 @@ func (re *recEnv) startManager(t *testing.T, eng *engine.Engine) {
 	require.NoError(t, (&manualact.CSRDecisions{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
 	require.NoError(t, (&credentials.AdminBindings{Engine: eng, AdminKubeconfigs: true, Revocations: &manualact.Revocations{Recorder: recorder}}).SetupWithManager(mgr))
 	done := harness.RunManager(ctx, mgr, "manager")
-	t.Cleanup(func() { cancel(); <-done })
+	re.stop = func() { cancel(); <-done }
 	started := mgr.GetWebhookServer().StartedChecker()
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return started(nil) == nil, nil
 	}))
 	require.True(t, mgr.GetCache().WaitForCacheSync(ctx))
+}
+
+// stopManager stops the manager, and waits until it has stopped: its
+// webhook is then unreachable (failurePolicy Ignore) and nothing watches.
+func (re *recEnv) stopManager() {
+	if re.stop != nil {
+		re.stop()
+		re.stop = nil
+	}
 }
 
 // approverRules are the rights to decide kubelet requests.
