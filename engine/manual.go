@@ -22,7 +22,15 @@ const (
 const (
 	SeenByAdmission = "admission"
 	SeenByWatch     = "watch"
+	// SeenByWatchStart is a request the watch found decided when it first
+	// saw it (the requests it lists as it starts: after a leader change or
+	// a restart): the change itself was not watched.
+	SeenByWatchStart = "watch_start"
 )
+
+// ActorSourceNotWatched is the actor_source of a decision the watch found
+// made when it started: no manager watched it, so nobody is named.
+const ActorSourceNotWatched = "not_watched"
 
 // ActionRevoke is the action of a revocation record.
 const ActionRevoke = "revoke"
@@ -46,6 +54,22 @@ type ManualActInput struct {
 	CertificateRequest *ManualCSRFacts `json:"certificate_request,omitempty"`
 	// Binding is set for ActAdminBindingDeletion.
 	Binding *ManualBindingFacts `json:"binding,omitempty"`
+	// Attempts, for ActCSRDecision, are the writes of a verdict the
+	// manager's webhook admitted from the version of the request that the
+	// stored write replaced, whoever's write was then stored (several
+	// writes can pass admission; the API server stores one).
+	Attempts []ManualAttempt `json:"attempts,omitempty"`
+	// AttemptsIncomplete says that Attempts may miss some: more were made
+	// than the manager keeps, or some could not be read.
+	AttemptsIncomplete bool `json:"attempts_incomplete,omitempty"`
+}
+
+// ManualAttempt is one write of a verdict the webhook admitted: the
+// condition type it added and its user as the API server authenticated them.
+type ManualAttempt struct {
+	Verdict  string `json:"verdict"`
+	Username string `json:"username"`
+	UID      string `json:"uid"`
 }
 
 // ManualCSRFacts are a CSR's facts for the record: its name, signer, the

@@ -8,14 +8,12 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/manualact"
 )
 
@@ -26,17 +24,25 @@ const (
 	PathRecordAdminBindingDelete = "/record-rbac-v1-clusterrolebinding-delete"
 )
 
-// ActRecorder is the admission webhook that records what a person does with
+// ActRecorder is the admission webhook that sees what a person does with
 // their own rights where Ichor does not decide: a CSR of a signer Ichor
 // decides approved or denied (UPDATE of certificatesigningrequests/approval),
 // an admin binding deleted (DELETE of a ClusterRoleBinding labelled
 // ichor.dev/admin-binding). The API server tells a webhook, and only a
-// webhook, who makes a write, so the record names them.
+// webhook, who makes a write.
+//
+// A webhook is called before the write is stored, and the API server may
+// then refuse it: of an approve and a deny sent at once on one request, both
+// pass admission and one is stored. So a verdict is not recorded here: the
+// webhook keeps the write as an attempt (manualact.Recorder.Attempt), and
+// the manager's watch records the verdict stored, naming the person from
+// the attempts (review 3, F2). A binding's deletion is recorded here, with
+// its user.
 //
 // It always allows, whatever happens: it is registered with failurePolicy
 // Ignore and a short timeout, and answers allowed to every request, so that
 // neither a person's decision nor a revocation waits on the manager. It
-// records nothing of a dry run (sideEffects NoneOnDryRun). The manager's own
+// keeps nothing of a dry run (sideEffects NoneOnDryRun). The manager's own
 // writes never reach it: the configuration's matchConditions leave out the
 // manager's ServiceAccount.
 type ActRecorder struct {
@@ -83,7 +89,8 @@ func (a *ActRecorder) csrApproval(ctx context.Context, req admission.Request) ad
 	if !a.decides(csr.Spec.SignerName) {
 		return allowed()
 	}
-	a.record(ctx, "csr", csr.Name, manualact.CSRReference(&csr), manualact.CSRDecision(&csr, &old, &req.UserInfo))
+	attempt, err := a.Recorder.Attempt(ctx, &csr, &old, &req.UserInfo)
+	manualact.LogAttempt(ctx, csr.Name, attempt, err)
 	return allowed()
 }
 
@@ -100,12 +107,8 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 		manualact.LogIgnored(ctx, &b)
 		return allowed()
 	}
-	a.record(ctx, "binding", b.Name, manualact.BindingReference(&b), manualact.BindingDeletion(&b, &req.UserInfo))
+	manualact.Log(ctx, "binding", b.Name)(a.Recorder.Record(ctx, manualact.BindingReference(&b), manualact.BindingDeletion(&b, &req.UserInfo)))
 	return allowed()
 }
 
 func (a *ActRecorder) decides(signer string) bool { return slices.Contains(a.Signers, signer) }
-
-func (a *ActRecorder) record(ctx context.Context, kind, name string, regarding corev1.ObjectReference, in engine.ManualActInput) {
-	manualact.Log(ctx, kind, name)(a.Recorder.Record(ctx, regarding, in))
-}

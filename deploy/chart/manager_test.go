@@ -291,9 +291,10 @@ func adminKubeconfigUnderThePolicy(t *testing.T, env *harness.Env) {
 }
 
 // aPersonsApprovalIsRecorded: a person's approval by hand, of a request the
-// manager leaves pending (no machine answers to worker-9), is recorded
-// through the chart's webhook with the chart's rights, naming the person;
-// the manager's own approvals are not.
+// manager leaves pending (no machine answers to worker-9), is kept as an
+// attempt through the chart's webhook and recorded by the manager's watch as
+// stored, with the chart's rights, naming the person; the manager's own
+// approvals are not.
 func aPersonsApprovalIsRecorded(ctx context.Context, t *testing.T, env *harness.Env, nodeClient kubernetes.Interface) {
 	t.Helper()
 	worker9, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("worker-9"), DNSNames: []string{"worker-9"}})
@@ -305,17 +306,25 @@ func aPersonsApprovalIsRecorded(ctx context.Context, t *testing.T, env *harness.
 	})
 	_, err = env.Clientset.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, byHand, csr, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	var events corev1.EventList
-	require.NoError(t, env.Client.List(ctx, &events, client.InNamespace(manualact.EventNamespace)))
+	var attempt corev1.Event
+	require.NoError(t, env.Client.Get(ctx, types.NamespacedName{Namespace: manualact.EventNamespace, Name: manualact.AttemptEventName(csr.UID, csr.ResourceVersion, 0)}, &attempt),
+		"the webhook keeps the attempt within the write")
+	assert.Equal(t, manualact.ReasonAttempt, attempt.Reason)
 	var manual []corev1.Event
-	for _, e := range events.Items {
-		if strings.HasPrefix(e.Name, "ichor-act-") {
-			manual = append(manual, e)
+	require.Eventually(t, func() bool {
+		var events corev1.EventList
+		require.NoError(t, env.Client.List(ctx, &events, client.InNamespace(manualact.EventNamespace)))
+		manual = nil
+		for _, e := range events.Items {
+			if strings.HasPrefix(e.Name, "ichor-act-") {
+				manual = append(manual, e)
+			}
 		}
-	}
-	require.Len(t, manual, 1, "one act by hand, recorded within the write; the manager's approvals are none")
+		return len(manual) > 0
+	}, 30*time.Second, 200*time.Millisecond, "the watch did not record the approval stored")
+	// The watch saw the manager's approvals before this one, in order.
+	require.Len(t, manual, 1, "one act by hand; the manager's approvals are none")
 	assert.Equal(t, manualact.EventName(csr.UID), manual[0].Name)
 	assert.Equal(t, "ManualApproval", manual[0].Reason)
 	assert.Contains(t, manual[0].Message, "approved by hand by ")
-
 }

@@ -22,12 +22,13 @@ func (f decisionsFixture) withActs(t *testing.T) (log, approval, revocation stri
 	require.NoError(t, err)
 	defer e.Stop(ctx)
 	a, err := e.RecordManual(ctx, engine.ManualActInput{
-		Act: engine.ActCSRDecision, SeenBy: engine.SeenByAdmission, User: &engine.CredentialUser{Username: "ada", Groups: []string{}},
+		Act: engine.ActCSRDecision, SeenBy: engine.SeenByWatch,
 		CertificateRequest: &engine.ManualCSRFacts{
 			Name: "csr-worker-9", SignerName: "kubernetes.io/kubelet-serving", Username: "system:node:worker-9",
 			Conditions:         []engine.ManualCondition{{Type: "Approved", Status: "True", Reason: "IchorManualApproval", Message: "by ada, by hand with ichor: moved"}},
 			PreviousConditions: []engine.ManualCondition{},
 		},
+		Attempts: []engine.ManualAttempt{{Verdict: "Approved", Username: "ada"}},
 	})
 	require.NoError(t, err)
 	r, err := e.RecordManual(ctx, engine.ManualActInput{

@@ -74,6 +74,24 @@ func TestTheWatchRecordsOnlyADecisionByHand(t *testing.T) {
 	}
 }
 
+// TestTheWatchRecordsARequestFoundDecidedByHand: a request the watch first
+// sees (as it starts) already decided, of a signer Ichor decides, by a
+// condition that is not an approver's, was decided while no manager watched.
+func TestTheWatchRecordsARequestFoundDecidedByHand(t *testing.T) {
+	c := &CSRDecisions{Signers: []string{certificatesv1.KubeletServingSignerName}}
+	other := request(approved("by hand"))
+	other.Spec.SignerName = "example.com/other"
+	assert.True(t, c.foundDecidedByHand(request(approved("by ada"))))
+	assert.True(t, c.foundDecidedByHand(request(certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue})))
+	assert.False(t, c.foundDecidedByHand(request(approved("IchorKubeletServing: matches (decision 0b6f3c1e-2a4d-4e5f-8a9b-1c2d3e4f5a6b, policy revision sha256:0123456789abcdef)"))), "the approver's")
+	assert.False(t, c.foundDecidedByHand(request()), "undecided")
+	assert.False(t, c.foundDecidedByHand(other), "another signer")
+	assert.False(t, c.foundDecidedByHand(nil))
+
+	found := CSRDecision(request(approved("by ada")), nil, nil)
+	assert.Equal(t, "Approved", AddedVerdict(found.CertificateRequest), "with no old request, the verdict it holds is the act its mark names")
+}
+
 func adminBinding(name, role, username string) *rbacv1.ClusterRoleBinding {
 	return &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{

@@ -3,20 +3,29 @@
 // certificate signing request of a signer Ichor decides approved or denied
 // by hand, and an admin's own ClusterRoleBinding deleted (issues 22 and 23).
 //
-// The API server tells only an admission webhook who made a write, so the
-// manager's webhook (package webhook, ActRecorder) is the first to record an
-// act, with its user; it always allows. When the webhook was not called (its
-// failurePolicy is Ignore: a person's decision or a revocation is never
-// blocked by the manager being away), the manager's watches see the result
-// afterwards and record it with the actor unknown. One act is recorded once:
-// the record's Event is named after the object's UID and carries a MAC made
-// with the manager's admission key, and whoever finds a verified Event for
-// the object records nothing more. A forged Event (anyone who may create
-// Events in namespace default can write one by that name) does not verify,
-// so it cannot silence a record; at worst the act is recorded twice.
+// The API server tells only an admission webhook who makes a write, and a
+// webhook is called before the write is stored, which may then be refused.
+// So a request's decision is recorded from what was stored: the manager's
+// webhook (package webhook, ActRecorder) keeps each write of a verdict it
+// admits as an attempt, with its user (attempts.go), and the manager's watch
+// records the verdict it sees stored, with the attempts kept from the
+// version the stored write replaced; the rule names the person only if one
+// person attempted that verdict from that version. When the webhook was not
+// called (its failurePolicy is Ignore: a person's decision or a revocation
+// is never blocked by the manager being away), no attempt is kept and the
+// record says the actor is unknown. An admin binding's deletion is still
+// recorded by the webhook, with its user, as the DELETE is admitted.
+//
+// One act is recorded once: the record's Event is named after the object's
+// UID and carries a MAC, made with the manager's admission key, over the
+// UID, the act (the verdict, or the revocation) and the record's decision
+// id; whoever finds a verified Event of the same act records nothing more.
+// A forged Event (anyone who may create Events in namespace default can
+// write one by that name) does not verify, so it cannot silence a record;
+// at worst the act is recorded twice.
 //
 // What is recorded is the rule ichor/manual/record's (Go gathers, Rego
-// decides); this package gathers the facts, bounded, and writes the Event.
+// decides); this package gathers the facts, bounded, and writes the Events.
 package manualact
 
 import (
@@ -27,7 +36,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -55,6 +63,7 @@ const EventNamespace = metav1.NamespaceDefault
 const (
 	AnnotationDecisionID = "ichor.dev/decision-id"
 	AnnotationObjectUID  = "ichor.dev/object-uid"
+	AnnotationAct        = "ichor.dev/act"
 	AnnotationMAC        = "ichor.dev/record-mac"
 )
 
@@ -98,7 +107,8 @@ type Recorder struct {
 	Client client.Client
 	Engine Decider
 	// Keys makes and checks the Events' MACs; nil records every act it is
-	// given, without looking for an earlier record (no webhook runs).
+	// given, without looking for an earlier record or reading attempts (no
+	// webhook runs: every actor is unknown).
 	Keys KeySource
 	// Instance names this replica in the Events (reportingInstance); the
 	// host name if empty.
@@ -106,11 +116,48 @@ type Recorder struct {
 	Clock    clock.PassiveClock
 }
 
-// Record records one act on the object (a CSR or a ClusterRoleBinding) with
-// uid. It returns the record, or nil when the act was recorded already or
-// the rule does not record it. An error is logged by the caller: recording
-// never stands in the way of the act.
+// Record records one act on the object (a CSR or a ClusterRoleBinding): in
+// is its facts. It returns the record, or nil when the act was recorded
+// already or the rule does not record it. An error is logged by the caller:
+// recording never stands in the way of the act.
 func (r *Recorder) Record(ctx context.Context, regarding corev1.ObjectReference, in engine.ManualActInput) (*engine.ManualRecord, error) {
+	return r.record(ctx, regarding, act(in), &in, nil)
+}
+
+// RecordDecision records the verdict the watch saw stored on csr by the
+// write that replaced old, with the attempts the webhook kept from old's
+// version. It returns nil for a write that added no verdict.
+func (r *Recorder) RecordDecision(ctx context.Context, old, csr *certificatesv1.CertificateSigningRequest) (*engine.ManualRecord, error) {
+	in := CSRDecision(csr, old, nil)
+	return r.record(ctx, CSRReference(csr), act(in), &in, func(key []byte) {
+		in.Attempts, in.AttemptsIncomplete = r.attempts(ctx, key, old.UID, old.ResourceVersion)
+	})
+}
+
+// RecordFoundDecision records the verdict csr holds when the watch first
+// sees it decided (a decision stored while no manager watched), unless its
+// record is there. Nothing tells which version the write replaced, so no
+// attempt is read: the rule names nobody (seen_by watch_start). Without
+// Keys (no webhook) no mark can be verified, so each start of the watch
+// records it again: twice rather than never.
+func (r *Recorder) RecordFoundDecision(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*engine.ManualRecord, error) {
+	in := CSRDecision(csr, nil, nil)
+	in.SeenBy = engine.SeenByWatchStart
+	return r.record(ctx, CSRReference(csr), act(in), &in, nil)
+}
+
+// act names the act in its record's mark: the verdict a CSR's write added,
+// or a revocation.
+func act(in engine.ManualActInput) string {
+	if in.Act == engine.ActAdminBindingDeletion {
+		return engine.ActionRevoke
+	}
+	return AddedVerdict(in.CertificateRequest)
+}
+
+// record looks for the act's verified mark, lets gather add the facts that
+// need the key, asks the rule for the record and writes its Event.
+func (r *Recorder) record(ctx context.Context, regarding corev1.ObjectReference, act string, in *engine.ManualActInput, gather func(key []byte)) (*engine.ManualRecord, error) {
 	if regarding.UID == "" {
 		return nil, errors.New("the object has no UID to record the act under")
 	}
@@ -120,17 +167,20 @@ func (r *Recorder) Record(ctx context.Context, regarding corev1.ObjectReference,
 		if key, err = r.Keys.Key(ctx); err != nil {
 			return nil, fmt.Errorf("the records' key: %w", err)
 		}
-		recorded, err := r.recorded(ctx, key, regarding.UID)
+		recorded, err := r.recorded(ctx, key, regarding.UID, act)
 		if err != nil {
 			return nil, err
 		}
 		if recorded {
 			return nil, nil
 		}
+		if gather != nil {
+			gather(key)
+		}
 	}
-	rec, err := r.Engine.RecordManual(ctx, in)
+	rec, err := r.Engine.RecordManual(ctx, *in)
 	if errors.Is(err, engine.ErrNoDecision) {
-		if decides(in) {
+		if decides(*in) {
 			// The facts hold a verdict the write made, yet the rule
 			// records none: say so rather than lose a person's act.
 			return nil, fmt.Errorf("%w: %w", ErrDecisionUnrecorded, err)
@@ -140,7 +190,7 @@ func (r *Recorder) Record(ctx context.Context, regarding corev1.ObjectReference,
 	if err != nil {
 		return nil, err
 	}
-	if err := r.event(ctx, key, regarding, rec); err != nil {
+	if err := r.event(ctx, key, regarding, act, rec); err != nil {
 		return &rec, fmt.Errorf("the record's Event: %w", err)
 	}
 	return &rec, nil
@@ -154,23 +204,12 @@ var ErrDecisionUnrecorded = errors.New("the act decided a certificate signing re
 // decides reports whether the facts of a CSR's act hold an Approved or
 // Denied condition, True, whose type the request did not hold before.
 func decides(in engine.ManualActInput) bool {
-	f := in.CertificateRequest
-	if in.Act != engine.ActCSRDecision || f == nil {
-		return false
-	}
-	for _, c := range f.Conditions {
-		verdict := c.Type == string(certificatesv1.CertificateApproved) || c.Type == string(certificatesv1.CertificateDenied)
-		if verdict && c.Status == string(corev1.ConditionTrue) &&
-			!slices.ContainsFunc(f.PreviousConditions, func(p engine.ManualCondition) bool { return p.Type == c.Type }) {
-			return true
-		}
-	}
-	return false
+	return in.Act == engine.ActCSRDecision && AddedVerdict(in.CertificateRequest) != ""
 }
 
 // recorded reports whether the act on the object with uid has a verified
 // Event already.
-func (r *Recorder) recorded(ctx context.Context, key []byte, uid types.UID) (bool, error) {
+func (r *Recorder) recorded(ctx context.Context, key []byte, uid types.UID, act string) (bool, error) {
 	var ev corev1.Event
 	err := r.Reader.Get(ctx, client.ObjectKey{Namespace: EventNamespace, Name: EventName(uid)}, &ev)
 	if apierrors.IsNotFound(err) {
@@ -179,35 +218,33 @@ func (r *Recorder) recorded(ctx context.Context, key []byte, uid types.UID) (boo
 	if err != nil {
 		return false, fmt.Errorf("look for the act's record: %w", err)
 	}
-	want := mac(key, uid, ev.Annotations[AnnotationDecisionID])
+	want := mac(key, uid, act, ev.Annotations[AnnotationDecisionID])
 	got := ev.Annotations[AnnotationMAC]
 	if !hmac.Equal([]byte(got), []byte(want)) {
-		log.FromContext(ctx).Info("an Event by the record's name does not verify: the act is recorded again", "event", ev.Name)
+		log.FromContext(ctx).Info("an Event by the record's name does not verify as this act's record: the act is recorded", "event", ev.Name, "act", act)
 		return false, nil
 	}
 	return true, nil
 }
 
-// mac binds an Event to the object's UID and the record's decision id.
-func mac(key []byte, uid types.UID, decisionID string) string {
+// mac binds an Event to the object's UID, the act (the verdict, or the
+// revocation: a record of one verdict never stands for another) and the
+// record's decision id.
+func mac(key []byte, uid types.UID, act, decisionID string) string {
 	m := hmac.New(sha256.New, key)
-	m.Write([]byte("ichor-act\x00" + string(uid) + "\x00" + decisionID))
+	m.Write([]byte("ichor-act\x00" + string(uid) + "\x00" + act + "\x00" + decisionID))
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
 // event writes the record's Event, named after the object's UID; if that
 // name is taken (by an Event that did not verify), under a generated name.
-func (r *Recorder) event(ctx context.Context, key []byte, regarding corev1.ObjectReference, rec engine.ManualRecord) error {
+func (r *Recorder) event(ctx context.Context, key []byte, regarding corev1.ObjectReference, act string, rec engine.ManualRecord) error {
 	now := metav1.NewTime(r.now())
-	instance := r.Instance
-	if instance == "" {
-		instance, _ = os.Hostname()
-	}
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:   EventNamespace,
 			Name:        EventName(regarding.UID),
-			Annotations: map[string]string{AnnotationDecisionID: rec.DecisionID, AnnotationObjectUID: string(regarding.UID)},
+			Annotations: map[string]string{AnnotationDecisionID: rec.DecisionID, AnnotationObjectUID: string(regarding.UID), AnnotationAct: act},
 		},
 		InvolvedObject:      regarding,
 		Type:                corev1.EventTypeNormal,
@@ -219,10 +256,10 @@ func (r *Recorder) event(ctx context.Context, key []byte, regarding corev1.Objec
 		Count:               1,
 		Action:              rec.Action,
 		ReportingController: "ichor.dev/" + EventSource,
-		ReportingInstance:   instance,
+		ReportingInstance:   r.instance(),
 	}
 	if key != nil {
-		ev.Annotations[AnnotationMAC] = mac(key, regarding.UID, rec.DecisionID)
+		ev.Annotations[AnnotationMAC] = mac(key, regarding.UID, act, rec.DecisionID)
 	}
 	err := r.Client.Create(ctx, ev)
 	if apierrors.IsAlreadyExists(err) {
@@ -230,6 +267,15 @@ func (r *Recorder) event(ctx context.Context, key []byte, regarding corev1.Objec
 		err = r.Client.Create(ctx, ev)
 	}
 	return err
+}
+
+// instance names this replica in the Events.
+func (r *Recorder) instance() string {
+	if r.Instance != "" {
+		return r.Instance
+	}
+	host, _ := os.Hostname()
+	return host
 }
 
 func (r *Recorder) now() time.Time {

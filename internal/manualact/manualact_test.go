@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -27,8 +29,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
@@ -61,6 +66,14 @@ type recEnv struct {
 	// and revoke admin bindings, with her own rights.
 	ada    string
 	adaAPI kubernetes.Interface
+	// eventHook, when set, is called with every Event the recorder
+	// writes, before it is written (within admission for the webhook's).
+	eventHook atomic.Pointer[func(*corev1.Event)]
+	// eng is the manager's engine, kept across its restarts; ctx bounds
+	// every manager the test starts, and stop stops the one running.
+	eng  *engine.Engine
+	ctx  context.Context
+	stop func()
 }
 
 // TestAPersonsActsAreRecordedWithWhoActed: the acts of people the manager
@@ -80,7 +93,8 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 		r := re.waitRecord(t, "csr/"+approved.Name, "ada")
 		assert.Equal(t, engine.ManualKindDecision, r.Result.Kind)
 		assert.Equal(t, engine.ActionApprove, r.Result.Action)
-		assert.Equal(t, engine.SeenByAdmission, r.Input.SeenBy)
+		assert.Equal(t, engine.SeenByWatch, r.Input.SeenBy, "the verdict as the API server stored it")
+		assert.Equal(t, "admission", r.Result.ActorSource, "the one attempt of that verdict, as admitted")
 		assert.Equal(t, "system:node:worker-1", r.Result.Whom)
 		assert.Equal(t, "worker-1", r.Result.Node)
 		require.Len(t, r.Result.Reasons, 1)
@@ -104,12 +118,14 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 	})
 
 	t.Run("the manager's own approval calls no webhook", func(t *testing.T) {
+		before := re.env.GetCSR(t, own.Name)
 		re.managerApproves(t, own)
 		// The API server calls a webhook within the write: had it been
-		// called, its record and Event would exist now.
-		assert.Empty(t, re.records("csr/"+own.Name))
+		// called, the attempt it keeps would exist now.
 		var ev corev1.Event
-		assert.Error(t, re.env.Client.Get(t.Context(), types.NamespacedName{Namespace: manualact.EventNamespace, Name: manualact.EventName(own.UID)}, &ev))
+		assert.True(t, apierrors.IsNotFound(re.env.Client.Get(t.Context(), types.NamespacedName{
+			Namespace: manualact.EventNamespace, Name: manualact.AttemptEventName(own.UID, before.ResourceVersion, 0),
+		}, &ev)))
 	})
 
 	t.Run("a forged, oversized reason and message are bounded", func(t *testing.T) {
@@ -165,6 +181,12 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 	t.Run("hostile acts are recorded as they happened (review 3)", func(t *testing.T) {
 		hostileActsAreRecordedAsTheyHappened(t, re)
 	})
+	t.Run("a decision is recorded as the API server stored it (review 3, F2)", func(t *testing.T) {
+		racingDecisionsAreRecordedAsStored(t, re)
+	})
+	t.Run("a decision made while no manager watched is recorded when one starts", func(t *testing.T) {
+		decisionsNoManagerWatchedAreRecorded(t, re)
+	})
 
 	// The webhook becomes unreachable: every write still succeeds, and the
 	// watches record what they see with the actor unknown.
@@ -185,6 +207,7 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 		r := re.waitRecord(t, "csr/"+unseen.Name, engine.ActorUnknown)
 		assert.Equal(t, engine.ActionApprove, r.Result.Action)
 		assert.Equal(t, engine.SeenByWatch, r.Input.SeenBy)
+		assert.Equal(t, engine.ActorUnknown, r.Result.ActorSource, "no attempt was kept")
 	})
 
 	t.Run("each act is recorded once", func(t *testing.T) {
@@ -245,32 +268,54 @@ func startRecEnv(t *testing.T) *recEnv {
 	eng, err := engine.New(ctx, engine.Options{DecisionLog: re.log, Log: os.Stderr, ID: "recorder-test"})
 	require.NoError(t, err)
 	t.Cleanup(func() { eng.Stop(context.Background()) })
-	re.startManager(t, eng)
+	re.eng, re.ctx = eng, ctx
+	t.Cleanup(re.stopManager)
+	re.startManager(t)
 	return re
 }
 
-func (re *recEnv) startManager(t *testing.T, eng *engine.Engine) {
+// startManager starts the manager: its webhook and its watches, as the
+// manager's user. It runs until stopManager, or the end of the test.
+func (re *recEnv) startManager(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel := context.WithCancel(re.ctx)
 	cfg, err := re.env.UserConfig(managerUser)
 	require.NoError(t, err)
 	re.manager, err = kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
-	mgr, err := re.env.NewManager(cfg, crwebhook.NewServer(webhooktest.ServerOptions(re.install)))
+	// A manager started again registers its controllers' names again.
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: re.env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		WebhookServer: crwebhook.NewServer(webhooktest.ServerOptions(re.install)),
+		Controller:    config.Controller{SkipNameValidation: ptr.To(true)},
+	})
 	require.NoError(t, err)
+	eng := re.eng
 	keyClient, err := client.New(cfg, client.Options{Scheme: re.env.Scheme})
 	require.NoError(t, err)
-	recorder := &manualact.Recorder{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Keys: re.env.AdmissionKeys(keyClient), Instance: "recorder-test"}
+	recorder := &manualact.Recorder{
+		Reader: mgr.GetAPIReader(), Client: &hookedClient{Client: mgr.GetClient(), hook: &re.eventHook}, Engine: eng,
+		Keys: re.env.AdmissionKeys(keyClient), Instance: "recorder-test",
+	}
 	require.NoError(t, (&webhook.ActRecorder{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
 	require.NoError(t, (&manualact.CSRDecisions{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
 	require.NoError(t, (&credentials.AdminBindings{Engine: eng, AdminKubeconfigs: true, Revocations: &manualact.Revocations{Recorder: recorder}}).SetupWithManager(mgr))
 	done := harness.RunManager(ctx, mgr, "manager")
-	t.Cleanup(func() { cancel(); <-done })
+	re.stop = func() { cancel(); <-done }
 	started := mgr.GetWebhookServer().StartedChecker()
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		return started(nil) == nil, nil
 	}))
 	require.True(t, mgr.GetCache().WaitForCacheSync(ctx))
+}
+
+// stopManager stops the manager, and waits until it has stopped: its
+// webhook is then unreachable (failurePolicy Ignore) and nothing watches.
+func (re *recEnv) stopManager() {
+	if re.stop != nil {
+		re.stop()
+		re.stop = nil
+	}
 }
 
 // approverRules are the rights to decide kubelet requests.
@@ -344,8 +389,8 @@ func (re *recEnv) breakWebhooks(t *testing.T) {
 	}
 	require.NoError(t, re.env.Client.Update(t.Context(), &vwc))
 	// The API server reads the configuration through an informer: approve
-	// probes by hand until one is recorded by the watch rather than the
-	// webhook.
+	// probes by hand until one is recorded without its approver, of whom
+	// the webhook kept no attempt.
 	for i := 0; ; i++ {
 		require.Less(t, i, 50, "the API server still calls the webhook")
 		probe := re.csr(t, fmt.Sprintf("csr-probe-%d", i))
@@ -358,7 +403,7 @@ func (re *recEnv) breakWebhooks(t *testing.T) {
 			}
 			return len(rs) > 0, nil
 		}), "the probe %s was not recorded", probe.Name)
-		if r.Input.SeenBy == engine.SeenByWatch {
+		if r.Result.Actor == engine.ActorUnknown {
 			return
 		}
 	}
@@ -405,11 +450,15 @@ func (re *recEnv) waitRecord(t *testing.T, object, actor string) recordEntry {
 	return found
 }
 
-// event is the record's Event of the object with uid.
+// event waits, up to 30 s, for the record's Event of the object with uid
+// (written just after the record).
 func (re *recEnv) event(t *testing.T, uid types.UID) corev1.Event {
 	t.Helper()
 	var ev corev1.Event
-	require.NoError(t, re.env.Client.Get(t.Context(), types.NamespacedName{Namespace: manualact.EventNamespace, Name: manualact.EventName(uid)}, &ev))
+	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := re.env.Client.Get(ctx, types.NamespacedName{Namespace: manualact.EventNamespace, Name: manualact.EventName(uid)}, &ev)
+		return err == nil, client.IgnoreNotFound(err)
+	}), "no record Event of %s", uid)
 	return ev
 }
 

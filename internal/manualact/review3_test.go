@@ -40,7 +40,7 @@ func hostileActsAreRecordedAsTheyHappened(t *testing.T, re *recEnv) {
 		require.Len(t, re.env.GetCSR(t, csr.Name).Status.Conditions, 17)
 		r := re.waitRecord(t, "csr/"+csr.Name, "ada")
 		assert.Equal(t, engine.ActionApprove, r.Result.Action)
-		assert.Equal(t, engine.SeenByAdmission, r.Input.SeenBy)
+		assert.Equal(t, "admission", r.Result.ActorSource)
 		assert.Contains(t, r.Result.Reasons[0].Message, "behind the padding")
 		assert.Equal(t, "ManualApproval", re.event(t, csr.UID).Reason)
 	})

@@ -71,13 +71,20 @@ func Log(ctx context.Context, kind, name string) func(*engine.ManualRecord, erro
 var ownDecision = regexp.MustCompile(`\(decision [0-9a-f-]{36}, policy revision [^)]*\)$`)
 
 // CSRDecisions watches the requests of the signers Ichor decides and records
-// a decision that Ichor's approvers did not write, when the webhook did not
-// record it: the request seen going from undecided to decided, the actor
-// unknown. Only a change seen while the manager runs is recorded (a request
-// decided while no manager ran is in the API server's audit log), and a
+// each decision that Ichor's approvers did not write, as it is stored: the
+// request seen going from undecided to decided, with the attempts the
+// webhook kept from the version the stored write replaced (the informer's
+// old object), from which the rule names who acted, or says the actor is
+// unknown. A request the watch first sees already decided (the requests it
+// lists as it starts: after a leader change or a restart, when no manager
+// watched the change) is recorded too, unless its record is there: the
+// actor unknown, as the version the write replaced is not known. That costs,
+// as the watch starts, one GET of a record's Event per request of those
+// signers decided by someone other than Ichor (the API server's
+// kube-controller-manager deletes decided requests after an hour or two). A
 // condition that reads as an approver's (its message ends with the decision
-// and the policy revision) is taken as Ichor's own: the webhook, which the
-// API server tells who wrote, is the record that cannot be misled so.
+// and the policy revision) is taken as Ichor's own, so a person's attempt
+// that lost to it is no record at all.
 type CSRDecisions struct {
 	Recorder *Recorder
 	// Signers are the signers whose requests Ichor decides here.
@@ -90,9 +97,14 @@ func (c *CSRDecisions) SetupWithManager(mgr ctrl.Manager) error {
 		return errors.New("manual decisions watch: no recorder")
 	}
 	h := handler.TypedFuncs[*certificatesv1.CertificateSigningRequest, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[*certificatesv1.CertificateSigningRequest], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if c.foundDecidedByHand(e.Object) {
+				Log(ctx, "csr", e.Object.Name)(c.Recorder.RecordFoundDecision(ctx, e.Object))
+			}
+		},
 		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			if c.decidedByHand(e.ObjectOld, e.ObjectNew) {
-				Log(ctx, "csr", e.ObjectNew.Name)(c.Recorder.Record(ctx, CSRReference(e.ObjectNew), CSRDecision(e.ObjectNew, e.ObjectOld, nil)))
+				Log(ctx, "csr", e.ObjectNew.Name)(c.Recorder.RecordDecision(ctx, e.ObjectOld, e.ObjectNew))
 			}
 		},
 	}
@@ -105,7 +117,15 @@ func (c *CSRDecisions) SetupWithManager(mgr ctrl.Manager) error {
 // decidedByHand reports whether the update decided a request of Ichor's
 // signers with a condition that is not an approver's.
 func (c *CSRDecisions) decidedByHand(old, csr *certificatesv1.CertificateSigningRequest) bool {
-	if old == nil || csr == nil || !slices.Contains(c.Signers, csr.Spec.SignerName) || decision(old) != nil {
+	return old != nil && decision(old) == nil && c.foundDecidedByHand(csr)
+}
+
+// foundDecidedByHand reports whether the request is one of Ichor's
+// signers', decided by a condition that is not an approver's. Seen so at
+// once (an Add: the API server drops a request's status when it is
+// created), it was decided before the watch began.
+func (c *CSRDecisions) foundDecidedByHand(csr *certificatesv1.CertificateSigningRequest) bool {
+	if csr == nil || !slices.Contains(c.Signers, csr.Spec.SignerName) {
 		return false
 	}
 	d := decision(csr)

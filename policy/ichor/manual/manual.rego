@@ -10,22 +10,37 @@
 #   a binding labelled ichor.dev/admin-binding). The act is never refused: the API server
 #   has already authorized it, and the manager's webhook that sees it always allows.
 #
-#   Who acted is a fact only when the API server said so: the admission request's user,
-#   seen by the manager's webhook (seen_by "admission"). When the webhook was not called
-#   (the manager's webhook down, unreachable, or timed out: its failurePolicy is Ignore) the
-#   manager's watch sees the result afterwards (seen_by "watch") and the record says that
-#   the actor is unknown; the API server's audit log names the user then. A binding's
-#   ichor.dev/revoked-by annotation, which the manager writes before it removes the bindings
-#   for the operator, is named as what it is: a claim on the object.
+#   Who acted is a fact only when the API server said so: the admission request's user, seen by
+#   the manager's webhook. A webhook is called before the write is stored, and the API server
+#   may refuse the write afterwards (an approve and a deny sent at once on one request both pass
+#   admission; one is stored), so a decision is recorded from what was stored: the manager's
+#   watch sees the verdict stored (seen_by "watch"), and the webhook keeps each write of a
+#   verdict it admitted as an attempt. The person is named only if exactly one person attempted
+#   the verdict stored from the version of the request the stored write replaced, and no attempt
+#   may be missing; else the actor is unknown, and the record says why (actor_source "ambiguous"
+#   for several people or attempts the manager did not keep, "unknown" when the webhook saw
+#   none: down, unreachable, or timed out, as its failurePolicy is Ignore). A decision stored
+#   while no manager watched (a leader change, a restart) is recorded when the watch starts and
+#   finds the request decided (seen_by "watch_start"), with the actor unknown (actor_source
+#   "not_watched"): the version the write replaced is not known, so neither are its attempts. A
+#   decision of Ichor's own approver is no person's act, and a person's attempt that lost to it
+#   is recorded nowhere. An admin binding's deletion is recorded by the webhook as admitted
+#   (seen_by "admission", user), or by the watch after it (seen_by "watch"); a binding's
+#   ichor.dev/revoked-by annotation, which the manager writes before it removes the bindings for
+#   the operator, is named as what it is: a claim on the object. The API server's audit log
+#   names the user whenever the record cannot.
 #
-#   Input: act ("csr_decision" or "admin_binding_deletion"), seen_by ("admission" or
-#   "watch"), user (username, uid, groups, extra: the admission request's, absent when seen
-#   by the watch); for a CSR, certificate_request (name, uid, signer_name, username: the
-#   requester as the API server recorded it, conditions and previous_conditions: each
-#   {type, status, reason, message}, after and before the write); for a binding, binding
-#   (name, uid, identity: read by the manager from the name of a labelled binding named
-#   IDENTITY:NONCE, else empty, username: the manager's annotation, a claim, revoked_by: the
-#   annotation, role_ref {kind, name}).
+#   Input: act ("csr_decision" or "admin_binding_deletion"), seen_by ("admission", "watch", or
+#   "watch_start" for a request found decided), user (username, uid, groups, extra: the
+#   admission request's, for a binding seen by the webhook); for a CSR, certificate_request
+#   (name, uid, signer_name, username: the requester as the API server recorded it, conditions
+#   and previous_conditions: each {type, status, reason, message}, after and before the stored
+#   write), attempts (each {verdict: the condition type the write added, username, uid: its
+#   user}: the writes the webhook admitted from the version the stored write replaced, at most
+#   4) and attempts_incomplete (true when more attempts may have been made than are listed); for
+#   a binding, binding (name, uid, identity: read by the manager from the name of a labelled
+#   binding named IDENTITY:NONCE, else empty, username: the manager's annotation, a claim,
+#   revoked_by: the annotation, role_ref {kind, name}).
 package ichor.manual
 
 # The tables of data.json, beside this file, under "config" so that the package's own
@@ -36,8 +51,11 @@ _config := data.ichor.manual.config
 # title: Record of a person's act
 # description: |
 #   {"kind": "manual-decision" or "revocation", "action": "approve", "deny" or "revoke",
-#   "actor": the username, or "unknown", "actor_source": "admission", "annotation" or
-#   "unknown", "whom": the CSR's requester or the binding's person, "object":
+#   "actor": the username, or "unknown", "actor_source": "admission" (the API server named
+#   the user to the webhook), "annotation" (a claim on the binding), "ambiguous" (several
+#   people attempted the verdict stored at once, or attempts were not kept: the actor is
+#   unknown), "not_watched" (decided while no manager watched: the actor is unknown) or
+#   "unknown" (the webhook saw no attempt), "whom": the CSR's requester or the binding's person, "object":
 #   "csr/NAME" or "clusterrolebinding/NAME", "node" (a CSR of a node), "reasons": one
 #   {"code", "message"}}. The reason is also the Event the manager writes on the object.
 #   Undefined for an act the input does not describe (a write that decides nothing).
@@ -124,14 +142,53 @@ _node := {"node": trim_prefix(_request.username, _config.node_user_prefix)} if {
 _node := {} if not startswith(_request.username, _config.node_user_prefix)
 
 _actor := {"name": input.user.username, "source": "admission"} if {
+	input.act == "admin_binding_deletion"
 	input.seen_by == "admission"
 	is_string(input.user.username)
 	input.user.username != ""
+} else := {"name": _config.unknown_actor, "source": "not_watched"} if {
+	# Found decided as the watch started: no manager watched the change, and the version the
+	# write replaced, to which any attempt belongs, is not known.
+	input.act == "csr_decision"
+	input.seen_by == "watch_start"
+} else := {"name": _attempted_by, "source": "admission"} if {
+	input.act == "csr_decision"
+	_attempted_by
+} else := {"name": _config.unknown_actor, "source": "ambiguous"} if {
+	input.act == "csr_decision"
+	_ambiguity
 } else := {"name": _binding.revoked_by, "source": "annotation"} if {
 	input.act == "admin_binding_deletion"
 	is_string(_binding.revoked_by)
 	_binding.revoked_by != ""
 } else := {"name": _config.unknown_actor, "source": "unknown"}
+
+# The people who attempted the verdict stored: the writes of that condition type the webhook
+# admitted from the version of the request that the stored write replaced. Writes of the other
+# verdict were refused (the API server lets a request hold only one).
+_attempters contains a.username if {
+	some a in object.get(input, "attempts", [])
+	a.verdict == _decision.condition.type
+}
+
+# Who decided: the one person who attempted the verdict stored, when no attempt can be missing.
+_attempted_by := name if {
+	not input.attempts_incomplete
+	count(_attempters) == 1
+	some name in _attempters
+	is_string(name)
+	name != ""
+}
+
+# Why the attempts do not say who decided, when they cannot.
+_ambiguity := sprintf("%d people asked for this verdict at once (%s)", [
+	count(_attempters),
+	concat(", ", sort([_quoted(u) | some u in _attempters])),
+]) if {
+	count(_attempters) > 1
+} else := "more people asked for a verdict at once than the manager keeps, or it could not read them all" if {
+	input.attempts_incomplete == true
+}
 
 # What the person wrote on the condition, quoted (every control character escaped) and cut.
 _quoted(s) := sprintf("%q", [s]) if {
@@ -145,6 +202,20 @@ _who := sprintf("by %q, as the binding's ichor.dev/revoked-by annotation says (%
 	"a claim on the object, which the manager writes when the operator revokes admin kubeconfigs",
 ]) if {
 	_actor.source == "annotation"
+}
+
+_who := concat("; ", [
+	sprintf("by someone the manager cannot single out: %s", [_ambiguity]),
+	"the API server's audit log names whose write was stored",
+]) if {
+	_actor.source == "ambiguous"
+}
+
+_who := concat(": ", [
+	"by someone no manager saw (it was decided while none watched, as during a leader change or a restart)",
+	"the API server's audit log names the user",
+]) if {
+	_actor.source == "not_watched"
 }
 
 _who := concat(": ", [

@@ -15,15 +15,21 @@ _csr(conditions, previous) := {
 	"previous_conditions": previous,
 }
 
-_csr_act(seen_by, conditions) := {
+# A decision as the watch saw it stored, with the attempts the webhook kept from the version
+# the stored write replaced.
+_csr_act(conditions, attempts) := {
 	"act": "csr_decision",
-	"seen_by": seen_by,
-	"user": _ada,
+	"seen_by": "watch",
 	"certificate_request": _csr(conditions, []),
+	"attempts": attempts,
 }
 
+_attempt(verdict, username) := {"verdict": verdict, "username": username, "uid": concat("-", ["uid", username])}
+
+_denied := {"type": "Denied", "status": "True", "reason": "Stolen", "message": "not ours"}
+
 test_a_persons_approval_names_the_person_and_what_they_wrote if {
-	r := manual.record with input as _csr_act("admission", [_approved])
+	r := manual.record with input as _csr_act([_approved], [_attempt("Approved", "ada")])
 	r.kind == "manual-decision"
 	r.action == "approve"
 	r.actor == "ada"
@@ -41,32 +47,81 @@ test_a_persons_approval_names_the_person_and_what_they_wrote if {
 }
 
 test_a_persons_denial_is_a_manual_denial if {
-	denied := {"type": "Denied", "status": "True", "reason": "Stolen", "message": "not ours"}
-	r := manual.record with input as _csr_act("admission", [denied])
+	r := manual.record with input as _csr_act([_denied], [_attempt("Denied", "ada")])
 	r.action == "deny"
 	r.reasons[0].code == "ManualDenial"
 	contains(r.reasons[0].message, `denied by hand by "ada"`)
 }
 
-test_a_decision_seen_only_by_the_watch_has_an_unknown_actor if {
-	act := object.remove(_csr_act("watch", [_approved]), ["user"])
-	r := manual.record with input as act
+test_a_decision_no_attempt_was_kept_of_has_an_unknown_actor if {
+	# The webhook was not called: no attempt.
+	r := manual.record with input as object.remove(_csr_act([_approved], []), ["attempts"])
 	r.actor == "unknown"
 	r.actor_source == "unknown"
 	contains(r.reasons[0].message, "by someone the manager did not see")
 }
 
-test_a_user_is_an_actor_only_as_admission_saw_them if {
-	# A user in an input the watch made is not who acted.
-	r := manual.record with input as _csr_act("watch", [_approved])
+test_a_decision_found_made_as_the_watch_started_names_nobody if {
+	# Decided while no manager watched: the version the write replaced is not known, so an
+	# attempt, even of the verdict stored, names nobody.
+	found := object.union(_csr_act([_denied], [_attempt("Denied", "ada")]), {"seen_by": "watch_start"})
+	r := manual.record with input as found
+	r.action == "deny"
+	r.actor == "unknown"
+	r.actor_source == "not_watched"
+	contains(r.reasons[0].message, "denied by hand by someone no manager saw (it was decided while none watched")
+	contains(r.reasons[0].message, "the API server's audit log names the user")
+}
+
+test_the_attempt_that_lost_names_nobody if {
+	# Ada's approval and Bob's denial both passed admission; the denial was stored.
+	r := manual.record with input as _csr_act([_denied], [_attempt("Approved", "ada"), _attempt("Denied", "bob")])
+	r.action == "deny"
+	r.actor == "bob"
+	r.actor_source == "admission"
+
+	# Only Ada's denial was admitted, and an approval was stored: not hers.
+	u := manual.record with input as _csr_act([_approved], [_attempt("Denied", "ada")])
+	u.action == "approve"
+	u.actor == "unknown"
+	u.actor_source == "unknown"
+}
+
+test_two_people_who_attempted_the_verdict_stored_are_not_told_apart if {
+	r := manual.record with input as _csr_act([_denied], [_attempt("Denied", "bob"), _attempt("Denied", "ada")])
+	r.action == "deny"
+	r.actor == "unknown"
+	r.actor_source == "ambiguous"
+	contains(r.reasons[0].message, concat("", [
+		"by someone the manager cannot single out: ",
+		`2 people asked for this verdict at once ("ada", "bob")`,
+	]))
+	contains(r.reasons[0].message, "the API server's audit log names whose write was stored")
+
+	# One person twice is one person.
+	twice := manual.record with input as _csr_act([_denied], [_attempt("Denied", "ada"), _attempt("Denied", "ada")])
+	twice.actor == "ada"
+}
+
+test_attempts_that_may_be_missing_name_nobody if {
+	act := object.union(_csr_act([_approved], [_attempt("Approved", "ada")]), {"attempts_incomplete": true})
+	r := manual.record with input as act
+	r.actor == "unknown"
+	r.actor_source == "ambiguous"
+	contains(r.reasons[0].message, "more people asked for a verdict at once than the manager keeps")
+}
+
+test_a_user_is_an_actor_only_as_an_attempt_of_the_verdict_stored if {
+	# A user beside a decision is not who acted: only an attempt says who.
+	r := manual.record with input as object.union(_csr_act([_approved], []), {"seen_by": "admission", "user": _ada})
 	r.actor == "unknown"
 
-	empty := manual.record with input as object.union(_csr_act("admission", [_approved]), {"user": {"username": ""}})
+	empty := manual.record with input as _csr_act([_approved], [_attempt("Approved", "")])
 	empty.actor == "unknown"
 }
 
 test_a_request_of_a_client_is_no_node if {
-	act := object.union(_csr_act("admission", [_approved]), {"certificate_request": {"username": "bob"}})
+	act := object.union(_csr_act([_approved], [_attempt("Approved", "ada")]), {"certificate_request": {"username": "bob"}})
 	r := manual.record with input as act
 	r.whom == "bob"
 	not r.node
@@ -75,18 +130,18 @@ test_a_request_of_a_client_is_no_node if {
 test_a_write_that_decides_nothing_is_not_recorded if {
 	# Already approved before the write, or a condition that is not a decision.
 	not manual.record with input as object.union(
-		_csr_act("admission", [_approved]),
+		_csr_act([_approved], []),
 		{"certificate_request": {"previous_conditions": [_approved]}},
 	)
-	not manual.record with input as _csr_act("admission", [{"type": "Failed", "status": "True"}])
-	not manual.record with input as _csr_act("admission", [object.union(_approved, {"status": "False"})])
+	not manual.record with input as _csr_act([{"type": "Failed", "status": "True"}], [])
+	not manual.record with input as _csr_act([object.union(_approved, {"status": "False"})], [])
 	not manual.record with input as {"act": "something_else", "user": _ada}
 }
 
 test_what_a_person_wrote_is_quoted_and_cut if {
 	long := concat("", [x | some _ in numbers.range(1, 300); x := "a"])
 	hostile := object.union(_approved, {"reason": "X\u001b[2J", "message": concat("", ["\r", long])})
-	r := manual.record with input as _csr_act("admission", [hostile])
+	r := manual.record with input as _csr_act([hostile], [_attempt("Approved", "ada")])
 	msg := r.reasons[0].message
 	contains(msg, `reason "X\x1b[2J"`)
 	contains(msg, `... (301 bytes)`)

@@ -1,0 +1,238 @@
+package manualact
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"unicode/utf8"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// An attempt is a person's write of a verdict on a request that the
+// manager's webhook admitted. Admission runs before the write is stored,
+// and several writes can pass it from one version of a request (an approve
+// and a deny sent at once, a person's denial beside Ichor's approval): the
+// API server stores one and refuses the others ("updates may not remove a
+// condition", or a conflict). So the webhook records no decision (review 3,
+// F2). It keeps the attempt, as an Event whose MAC binds it to the request's
+// UID, the version the write replaces, the verdict and the user; any
+// replica may take the admission call, so the attempts live in the API
+// server, not in one replica's memory. The manager's watch then sees the
+// change stored (the version it replaced, the verdict) and records that
+// verdict, with the attempts kept from that version as facts: the rule
+// names the person only if they say who.
+
+// MaxAttempts bounds the attempts kept from one version of a request (the
+// webhook's writes, the watch's reads): each has its own Event name, a
+// place, and the watch reads every place.
+const MaxAttempts = 4
+
+// ReasonAttempt is the reason of an attempt's Event.
+const ReasonAttempt = "ManualDecisionAttempt"
+
+// The annotations of an attempt's Event (with AnnotationObjectUID and
+// AnnotationMAC).
+const (
+	AnnotationOldResourceVersion = "ichor.dev/old-resource-version"
+	AnnotationVerdict            = "ichor.dev/verdict"
+	AnnotationUsername           = "ichor.dev/username"
+	AnnotationUserUID            = "ichor.dev/user-uid"
+)
+
+// maxAttemptUser bounds the username and uid an attempt keeps; a longer one
+// is cut and ends with a hash of the whole, so two long names that share
+// their first bytes remain two people.
+const maxAttemptUser = 512
+
+// AttemptEventName is the name of the attempt's Event at place slot, of a
+// write that replaces the version oldRV of the object with this UID.
+func AttemptEventName(uid types.UID, oldRV string, slot int) string {
+	return fmt.Sprintf("ichor-attempt-%s-%s-%d", uid, versionPart(oldRV), slot)
+}
+
+// resourceVersion is what the API server writes as a resourceVersion (an
+// etcd revision); anything else is hashed into an Event name.
+var resourceVersion = regexp.MustCompile(`^[0-9]{1,20}$`)
+
+func versionPart(rv string) string {
+	if resourceVersion.MatchString(rv) {
+		return rv
+	}
+	sum := sha256.Sum256([]byte(rv))
+	return "h" + hex.EncodeToString(sum[:8])
+}
+
+// Attempt keeps, as an Event, a write of a verdict on csr that the webhook
+// admits: old is the request the write replaces, user who makes it. It
+// returns the attempt kept, or nil for a write that adds no verdict. An
+// error is logged by the caller: the write is never refused.
+func (r *Recorder) Attempt(ctx context.Context, csr, old *certificatesv1.CertificateSigningRequest, user *authenticationv1.UserInfo) (*engine.ManualAttempt, error) {
+	verdict := AddedVerdict(CSRDecision(csr, old, nil).CertificateRequest)
+	if verdict == "" {
+		return nil, nil
+	}
+	if old.UID == "" || old.ResourceVersion == "" {
+		return nil, errors.New("the request has no UID or resourceVersion to keep the attempt under")
+	}
+	if r.Keys == nil {
+		return nil, errors.New("no key to sign the attempt with")
+	}
+	key, err := r.Keys.Key(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the records' key: %w", err)
+	}
+	a := engine.ManualAttempt{Verdict: verdict, Username: boundUser(user.Username), UID: boundUser(user.UID)}
+	for slot := range MaxAttempts {
+		ev := r.attemptEvent(key, old, slot, a)
+		err := r.Client.Create(ctx, ev)
+		if err == nil {
+			return &a, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("keep the attempt: %w", err)
+		}
+	}
+	return nil, fmt.Errorf("the %d places of attempts on %s at version %s are taken: this attempt is not kept", MaxAttempts, old.Name, old.ResourceVersion)
+}
+
+func (r *Recorder) attemptEvent(key []byte, old *certificatesv1.CertificateSigningRequest, slot int, a engine.ManualAttempt) *corev1.Event {
+	now := metav1.NewTime(r.now())
+	verb := map[string]string{string(certificatesv1.CertificateApproved): "approve", string(certificatesv1.CertificateDenied): "deny"}[a.Verdict]
+	return &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: EventNamespace,
+			Name:      AttemptEventName(old.UID, old.ResourceVersion, slot),
+			Annotations: map[string]string{
+				AnnotationObjectUID:          string(old.UID),
+				AnnotationOldResourceVersion: old.ResourceVersion,
+				AnnotationVerdict:            a.Verdict,
+				AnnotationUsername:           a.Username,
+				AnnotationUserUID:            a.UID,
+				AnnotationMAC:                attemptMAC(key, old.UID, old.ResourceVersion, slot, a),
+			},
+		},
+		InvolvedObject: CSRReference(old),
+		Type:           corev1.EventTypeNormal,
+		Reason:         ReasonAttempt,
+		Message: engine.Clip(fmt.Sprintf("%q asked to %s certificate signing request %s (at resourceVersion %s)", a.Username, verb, old.Name, old.ResourceVersion),
+			"; the decision log records the verdict the API server stores, and names who only if this attempt is the one stored", engine.MaxEventNote),
+		Source:              corev1.EventSource{Component: EventSource},
+		FirstTimestamp:      now,
+		LastTimestamp:       now,
+		Count:               1,
+		Action:              verb,
+		ReportingController: "ichor.dev/" + EventSource,
+		ReportingInstance:   r.instance(),
+	}
+}
+
+// attempts are the verified attempts kept from the version oldRV of the
+// object with uid, and whether they may be incomplete: every place taken
+// (more may have been made), or a place that could not be read. An Event in
+// a place that does not verify (anyone who may create Events in default can
+// write one) is no attempt, and is logged.
+func (r *Recorder) attempts(ctx context.Context, key []byte, uid types.UID, oldRV string) ([]engine.ManualAttempt, bool) {
+	out := []engine.ManualAttempt{}
+	taken, incomplete := 0, false
+	for slot := range MaxAttempts {
+		var ev corev1.Event
+		err := r.Reader.Get(ctx, client.ObjectKey{Namespace: EventNamespace, Name: AttemptEventName(uid, oldRV, slot)}, &ev)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			log.FromContext(ctx).Error(err, "read a person's attempt", "event", AttemptEventName(uid, oldRV, slot))
+			incomplete = true
+			continue
+		}
+		taken++
+		an := ev.Annotations
+		a := engine.ManualAttempt{Verdict: an[AnnotationVerdict], Username: an[AnnotationUsername], UID: an[AnnotationUserUID]}
+		if !hmac.Equal([]byte(an[AnnotationMAC]), []byte(attemptMAC(key, uid, oldRV, slot, a))) {
+			log.FromContext(ctx).Info("an Event by an attempt's name does not verify: it is no attempt", "event", ev.Name)
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, incomplete || taken == MaxAttempts
+}
+
+// attemptMAC binds an attempt's Event to the object's UID, the version the
+// write replaces, its place and what it says. The fields are JSON, so that
+// no username can be read as another field.
+func attemptMAC(key []byte, uid types.UID, oldRV string, slot int, a engine.ManualAttempt) string {
+	fields, _ := json.Marshal([]string{string(uid), oldRV, strconv.Itoa(slot), a.Verdict, a.Username, a.UID})
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("ichor-attempt\x00"))
+	m.Write(fields)
+	return base64.StdEncoding.EncodeToString(m.Sum(nil))
+}
+
+// boundUser cuts a username or uid to maxAttemptUser bytes, at a rune's
+// start, ending with a hash of the whole.
+func boundUser(s string) string {
+	if len(s) <= maxAttemptUser {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	tail := "...sha256:" + hex.EncodeToString(sum[:8])
+	keep := maxAttemptUser - len(tail)
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return s[:keep] + tail
+}
+
+// AddedVerdict is the type of the Approved or Denied condition, True, that
+// the request holds after the write and did not hold before, or "".
+func AddedVerdict(f *engine.ManualCSRFacts) string {
+	if f == nil {
+		return ""
+	}
+	for _, c := range f.Conditions {
+		verdict := c.Type == string(certificatesv1.CertificateApproved) || c.Type == string(certificatesv1.CertificateDenied)
+		if verdict && c.Status == string(corev1.ConditionTrue) && !decidedBefore(f, c.Type) {
+			return c.Type
+		}
+	}
+	return ""
+}
+
+func decidedBefore(f *engine.ManualCSRFacts, typ string) bool {
+	for _, p := range f.PreviousConditions {
+		if p.Type == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// LogAttempt logs what Attempt returned.
+func LogAttempt(ctx context.Context, name string, a *engine.ManualAttempt, err error) {
+	logger := log.FromContext(ctx).WithValues("csr", engine.Clip(name, "", maxLoggedName))
+	if err != nil {
+		logger.Error(err, "keep a person's attempt to decide a request")
+		return
+	}
+	if a != nil {
+		logger.V(1).Info("kept a person's attempt to decide a request; the watch records the verdict stored",
+			"verdict", a.Verdict, "user", engine.Clip(a.Username, "", maxLoggedName))
+	}
+}

@@ -1,0 +1,100 @@
+package manualact
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+type staticKey []byte
+
+func (k staticKey) Key(context.Context) ([]byte, error) { return k, nil }
+
+func attemptRecorder(t *testing.T) *Recorder {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	return &Recorder{Reader: c, Client: c, Keys: staticKey("0123456789abcdef0123456789abcdef"), Instance: "test"}
+}
+
+// TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt: the webhook's attempt is read
+// back; an Event in an attempt's place that the manager did not sign is no
+// attempt, and places all taken say the attempts may be incomplete.
+func TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt(t *testing.T) {
+	ctx := t.Context()
+	r := attemptRecorder(t)
+	old := request()
+	old.UID, old.ResourceVersion = "c5b1e0c2-0000-4000-8000-000000000001", "4242"
+	csr := request(approved("by hand"))
+	csr.UID = old.UID
+
+	// Someone who may create Events takes place 0 first, claiming Ada denied.
+	forged := r.attemptEvent([]byte("not the key"), old, 0, engine.ManualAttempt{Verdict: "Denied", Username: "ada"})
+	require.NoError(t, r.Client.Create(ctx, forged))
+
+	a, err := r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "bob", UID: "u-bob"})
+	require.NoError(t, err)
+	assert.Equal(t, &engine.ManualAttempt{Verdict: "Approved", Username: "bob", UID: "u-bob"}, a)
+	got, incomplete := r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
+	assert.Equal(t, []engine.ManualAttempt{{Verdict: "Approved", Username: "bob", UID: "u-bob"}}, got, "the forged place is skipped, Bob's kept in the next")
+	assert.False(t, incomplete)
+
+	// An Event edited after the webhook wrote it no longer verifies.
+	var ev corev1.Event
+	require.NoError(t, r.Reader.Get(ctx, objectKey(AttemptEventName(old.UID, old.ResourceVersion, 1)), &ev))
+	ev.Annotations[AnnotationUsername] = "ada"
+	require.NoError(t, r.Client.Update(ctx, &ev))
+	got, _ = r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
+	assert.Empty(t, got)
+
+	// Every place taken: more attempts may have been made than are read.
+	for range MaxAttempts - 2 {
+		_, err := r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "cy"})
+		require.NoError(t, err)
+	}
+	_, err = r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "dee"})
+	require.ErrorContains(t, err, "this attempt is not kept")
+	got, incomplete = r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
+	assert.Len(t, got, MaxAttempts-2)
+	assert.True(t, incomplete)
+
+	// A write that adds no verdict is no attempt.
+	a, err = r.Attempt(ctx, csr, csr, &authenticationv1.UserInfo{Username: "bob"})
+	assert.NoError(t, err)
+	assert.Nil(t, a)
+}
+
+// TestLongUsernamesStayApart: a username is cut for the attempt's Event, and
+// two that share their first bytes remain two people.
+func TestLongUsernamesStayApart(t *testing.T) {
+	long := strings.Repeat("é", 600)
+	a, b := boundUser(long+"a"), boundUser(long+"b")
+	assert.LessOrEqual(t, len(a), maxAttemptUser)
+	assert.NotEqual(t, a, b)
+	assert.Equal(t, "ada", boundUser("ada"))
+	assert.True(t, strings.HasPrefix(a, "é"), "cut at a rune's start")
+}
+
+// TestAnUnusualResourceVersionMakesAValidName: the API server's versions
+// are digits; anything else is hashed into the Event's name.
+func TestAnUnusualResourceVersionMakesAValidName(t *testing.T) {
+	assert.Equal(t, "ichor-attempt-u-1-4242-0", AttemptEventName("u-1", "4242", 0))
+	name := AttemptEventName("u-1", "Not/A Version", 3)
+	assert.Regexp(t, `^ichor-attempt-u-1-h[0-9a-f]{16}-3$`, name)
+}
+
+func objectKey(name string) client.ObjectKey {
+	return client.ObjectKey{Namespace: EventNamespace, Name: name}
+}
