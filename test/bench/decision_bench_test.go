@@ -251,3 +251,32 @@ func BenchmarkRecordApplied(b *testing.B) {
 	}
 	reportP99(b, samples)
 }
+
+// BenchmarkApproval is the whole policy cost of one approved kubelet-serving
+// request, as the reconciler pays it: the verdict (input conversion,
+// evaluation, the mask, the entry written) and, once the approval is
+// written on the request, the record that it was applied. The decision log
+// is written as the manager writes it (JSON lines, to a discarding writer).
+func BenchmarkApproval(b *testing.B) {
+	_, in := servingInput(b)
+	ctx := context.Background()
+	e, err := engine.New(ctx, engine.Options{DecisionLog: discard{}, Log: io.Discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Stop(context.Background()) })
+	samples := make([]time.Duration, 0, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		start := time.Now()
+		d, err := e.KubeletServing(ctx, in)
+		if err != nil || d.Action != engine.ActionApprove {
+			b.Fatalf("decision %+v, %v", d, err)
+		}
+		if err := recordApproval(ctx, e, d); err != nil {
+			b.Fatal(err)
+		}
+		samples = append(samples, time.Since(start))
+	}
+	reportP99(b, samples)
+}
