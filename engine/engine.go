@@ -154,7 +154,10 @@ type Engine struct {
 	// always written.
 	log   *logging.StandardLogger
 	notes *logging.StandardLogger
-	mgr   *plugins.Manager
+	// console is the decision log's console sink (OPA's), nil when it is
+	// off; RecordApplied writes to it directly.
+	console *logging.StandardLogger
+	mgr     *plugins.Manager
 	// guard refuses a signed bundle older than allowed; limits bound a
 	// bundle before OPA reads it; epochs records the highest epoch.
 	guard  *epochGuard
@@ -203,9 +206,8 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 
-	var console *logging.StandardLogger
 	if opts.DecisionLog != io.Discard {
-		console = jsonLogger(orDefault(opts.DecisionLog, os.Stdout), logging.Info)
+		e.console = jsonLogger(orDefault(opts.DecisionLog, os.Stdout), logging.Info)
 	}
 	sdkOpts := sdk.Options{
 		ID:          opts.ID,
@@ -224,8 +226,8 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 			guard: e.guard, manifest: bundle.ManifestStoragePath(BundleName),
 		},
 	}
-	if console != nil {
-		sdkOpts.ConsoleLogger = console
+	if e.console != nil {
+		sdkOpts.ConsoleLogger = e.console
 	}
 	opa, err := sdk.New(ctx, sdkOpts)
 	if err != nil {

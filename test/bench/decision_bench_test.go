@@ -229,10 +229,9 @@ type discard struct{}
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // BenchmarkRecordApplied is the record, written after every approval, that a
-// decision was carried out (engine.RecordApplied): the second decision of
-// each approved request, with the decision log written as the manager writes
-// it (JSON lines, here to a discarding writer), so masked and encoded as
-// every entry is.
+// decision was carried out (engine.RecordApplied): a plain entry, no rule
+// evaluated, with the decision log written as the manager writes it (JSON
+// lines, here to a discarding writer).
 func BenchmarkRecordApplied(b *testing.B) {
 	ctx := context.Background()
 	e, err := engine.New(ctx, engine.Options{DecisionLog: discard{}, Log: io.Discard})
@@ -244,7 +243,10 @@ func BenchmarkRecordApplied(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		start := time.Now()
-		if err := e.RecordApplied(ctx, "4a8b3a0e-6c2f-4f3e-9d1c-2b7e5f0a9c11", "csr/csr-bench", engine.ActionApprove); err != nil {
+		if err := e.RecordApplied(ctx, engine.Applied{
+			DecisionID: "4a8b3a0e-6c2f-4f3e-9d1c-2b7e5f0a9c11", Object: "csr/csr-bench", UID: "0b6f3c9e-5d1a-4f7b-8e2c-9a4d6b1f3e70",
+			Action: engine.ActionApprove, Outcome: engine.AppliedWritten,
+		}); err != nil {
 			b.Fatal(err)
 		}
 		samples = append(samples, time.Since(start))
