@@ -67,6 +67,7 @@ func BenchmarkKubeletClient(b *testing.B) {
 	ctx := context.Background()
 	samples := make([]time.Duration, 0, 1024)
 	b.ReportAllocs()
+	cpu := startCPU()
 	for b.Loop() {
 		start := time.Now()
 		in := csrinput.KubeletClient{
@@ -84,6 +85,7 @@ func BenchmarkKubeletClient(b *testing.B) {
 		}
 	}
 	reportP99(b, samples)
+	cpu.report(b)
 }
 
 // BenchmarkCredentialAdmission is the engine's part of one
@@ -105,6 +107,7 @@ func BenchmarkCredentialAdmission(b *testing.B) {
 	keyPEM := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
 	samples := make([]time.Duration, 0, 1024)
 	b.ReportAllocs()
+	cpu := startCPU()
 	for b.Loop() {
 		start := time.Now()
 		reqs, err := e.Requirements(ctx, "talosconfig-reader")
@@ -133,6 +136,7 @@ func BenchmarkCredentialAdmission(b *testing.B) {
 		}
 	}
 	reportP99(b, samples)
+	cpu.report(b)
 }
 
 // reportP99 reports the 99th percentile of the samples, as
@@ -178,12 +182,14 @@ func BenchmarkKubeletServingParts(b *testing.B) {
 	run := func(b *testing.B, f func()) {
 		samples := make([]time.Duration, 0, 1024)
 		b.ReportAllocs()
+		cpu := startCPU()
 		for b.Loop() {
 			start := time.Now()
 			f()
 			samples = append(samples, time.Since(start))
 		}
 		reportP99(b, samples)
+		cpu.report(b)
 	}
 	b.Run("build-input", func(b *testing.B) {
 		run(b, func() { _ = csrinput.Build(obj) })
@@ -241,6 +247,7 @@ func BenchmarkRecordApplied(b *testing.B) {
 	b.Cleanup(func() { e.Stop(context.Background()) })
 	samples := make([]time.Duration, 0, 1024)
 	b.ReportAllocs()
+	cpu := startCPU()
 	for b.Loop() {
 		start := time.Now()
 		if err := e.RecordApplied(ctx, engine.Applied{
@@ -252,6 +259,7 @@ func BenchmarkRecordApplied(b *testing.B) {
 		samples = append(samples, time.Since(start))
 	}
 	reportP99(b, samples)
+	cpu.report(b)
 }
 
 // BenchmarkApproval is the whole policy cost of one approved kubelet-serving
@@ -269,6 +277,7 @@ func BenchmarkApproval(b *testing.B) {
 	b.Cleanup(func() { e.Stop(context.Background()) })
 	samples := make([]time.Duration, 0, 1024)
 	b.ReportAllocs()
+	cpu := startCPU()
 	for b.Loop() {
 		start := time.Now()
 		d, err := e.KubeletServing(ctx, in)
@@ -281,4 +290,5 @@ func BenchmarkApproval(b *testing.B) {
 		samples = append(samples, time.Since(start))
 	}
 	reportP99(b, samples)
+	cpu.report(b)
 }
