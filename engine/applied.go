@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -43,8 +42,8 @@ type Applied struct {
 //
 // The record is a plain entry, not a decision: no rule is evaluated for it
 // (it decides nothing, and a rule's evaluation cost as much again as a
-// verdict's mask and entry). It is written, like every entry, to the
-// console and to the configured sinks, with its own id, the labels, the time
+// verdict's mask and entry). It is handed, like every entry, to the engine's
+// sinks (the console, the file, the service), with its own id, the labels, the time
 // and the active bundle's revision, and counted by
 // ichor_policy_decisions_total with kind="record". The mask is not applied:
 // the record holds none of what the mask cuts or hides, only the facts Go
@@ -68,27 +67,14 @@ func (e *Engine) RecordApplied(ctx context.Context, a Applied) error {
 		Input:      &input,
 		Timestamp:  start.UTC(),
 	}
-	var errs []error
-	if e.console != nil {
-		e.console.WithFields(consoleFields(event)).Info("Decision Log")
-	}
 	if s, ok := e.mgr.Plugin(sinksName).(logs.Logger); ok {
-		if err := s.Log(ctx, event); err != nil {
-			errs = append(errs, fmt.Errorf("record of decision %s on %s: %w", a.DecisionID, a.Object, err))
-		}
+		err = s.Log(ctx, event)
 	}
 	if e.metrics != nil {
 		e.metrics.record(a.Action, time.Since(start))
 	}
-	return errors.Join(errs...)
-}
-
-// consoleFields are a record's fields as OPA's console sink writes an
-// entry's (its logger adds "msg" and "time"): the shape entryFields gives
-// the file sink, less what the logger adds.
-func consoleFields(event logs.EventV1) map[string]any {
-	fields := entryFields(event)
-	delete(fields, "msg")
-	delete(fields, "time")
-	return fields
+	if err != nil {
+		return fmt.Errorf("record of decision %s on %s: %w", a.DecisionID, a.Object, err)
+	}
+	return nil
 }
