@@ -2,34 +2,79 @@ package engine
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"time"
 
-	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/google/uuid"
+	"github.com/open-policy-agent/opa/v1/plugins/logs"
 )
 
-// PathApplied is the record, in the decision log, that a decision was
-// carried out (policy/system/applied).
+// PathApplied is the path of the record, in the decision log, that a
+// decision was carried out. The path is the one the record had when a rule
+// (policy/system/applied) wrote it, so that dashboards over
+// ichor_policy_decisions_total and readers of older versions keep working.
 const PathApplied = "system/applied/record"
 
-// RecordApplied writes to the decision log that the decision with this id
-// was carried out on object (as "csr/NAME" or "taloscredentialrequest/NS/NAME")
-// by action. A bundle without the record's rule still logs the record, as an
-// undefined decision with the same input.
-func (e *Engine) RecordApplied(ctx context.Context, decisionID, object, action string) error {
-	_, err := e.Decide(ctx, PathApplied, appliedInput(decisionID, object, action))
-	if errors.Is(err, ErrNoDecision) {
-		return nil
-	}
-	return err
+// The outcomes of the write a record reports (Applied.Outcome).
+const (
+	// AppliedWritten: the manager's own write of the verdict succeeded.
+	AppliedWritten = "written"
+	// AppliedObserved: the manager's write failed (an error, a timeout, a
+	// conflict) and the object, read again once decided, shows this
+	// decision: the write may have been applied all the same, or another
+	// replica wrote it.
+	AppliedObserved = "observed"
+)
+
+// Applied is what a record of an applied verdict says: which decision was
+// carried out, on which object (as "csr/NAME",
+// "taloscredentialrequest/NS/NAME" or "clusterrolebinding/NAME", and its
+// uid), by what action, and how the manager knows (Outcome).
+type Applied struct {
+	DecisionID string `json:"decision_id"`
+	Object     string `json:"object"`
+	UID        string `json:"uid"`
+	Action     string `json:"action"`
+	Outcome    string `json:"outcome"`
 }
 
-// appliedInput is the record's input, {"decision_id", "object", "action"},
-// built as OPA's value: the same value inputValue reads from its JSON,
-// without the encoding and the reading back, on every approval.
-func appliedInput(decisionID, object, action string) ast.Value {
-	return ast.NewObject(
-		ast.Item(ast.InternedTerm("decision_id"), ast.StringTerm(decisionID)),
-		ast.Item(ast.InternedTerm("object"), ast.StringTerm(object)),
-		ast.Item(ast.InternedTerm("action"), ast.StringTerm(action)),
-	)
+// RecordApplied writes to the decision log that a decision was carried out.
+//
+// The record is a plain entry, not a decision: no rule is evaluated for it
+// (it decides nothing, and a rule's evaluation cost as much again as a
+// verdict's mask and entry). It is handed, like every entry, to the engine's
+// sinks (the console, the file, the service), with its own id, the labels, the time
+// and the active bundle's revision, and counted by
+// ichor_policy_decisions_total with kind="record". The mask is not applied:
+// the record holds none of what the mask cuts or hides, only the facts Go
+// gives here. An entry the file sink cannot take is an error, as for a
+// decision.
+func (e *Engine) RecordApplied(ctx context.Context, a Applied) error {
+	start := time.Now()
+	if a.Outcome != AppliedWritten && a.Outcome != AppliedObserved {
+		return fmt.Errorf("record of decision %s on %s: outcome %q is not %q or %q", a.DecisionID, a.Object, a.Outcome, AppliedWritten, AppliedObserved)
+	}
+	id, err := uuid.NewRandom()
+	if err != nil {
+		return fmt.Errorf("record of decision %s on %s: entry id: %w", a.DecisionID, a.Object, err)
+	}
+	var input any = a
+	event := logs.EventV1{
+		Labels:     e.mgr.Labels(),
+		DecisionID: id.String(),
+		Bundles:    map[string]logs.BundleInfoV1{BundleName: {Revision: e.Revision()}},
+		Path:       PathApplied,
+		Input:      &input,
+		Timestamp:  start.UTC(),
+	}
+	if s, ok := e.mgr.Plugin(sinksName).(logs.Logger); ok {
+		err = s.Log(ctx, event)
+	}
+	if e.metrics != nil {
+		e.metrics.record(a.Action, time.Since(start))
+	}
+	if err != nil {
+		return fmt.Errorf("record of decision %s on %s: %w", a.DecisionID, a.Object, err)
+	}
+	return nil
 }

@@ -3,8 +3,12 @@ package engine_test
 import (
 	"context"
 	"io"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -19,20 +23,31 @@ import (
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
-// The record that a decision was carried out is a decision-log entry like
-// any other: its own id, the labels, the time, the bundle's revision, the
-// input Go gave and the rule's result; the reader takes it for a record.
-func TestRecordAppliedLogsTheRecord(t *testing.T) {
+// applied is the record of an approval the manager wrote on csr-worker-1.
+func applied(decisionID string) engine.Applied {
+	return engine.Applied{
+		DecisionID: decisionID, Object: "csr/csr-worker-1", UID: "6f1c0d3e-2b4a-4e8f-9c7d-1a2b3c4d5e6f",
+		Action: engine.ActionApprove, Outcome: engine.AppliedWritten,
+	}
+}
+
+// The record that a decision was carried out is a plain decision-log entry:
+// its own id, the labels, the time, the active bundle's revision, and the
+// facts of the write Go gave (which decision, on which object and uid, by
+// what action, how the write went) as its input; no result, since no rule
+// made it. The reader takes it for a record and reads its facts back.
+func TestRecordAppliedIsAPlainEntry(t *testing.T) {
 	e, log := newEngine(t)
 	def, err := bundles.Default()
 	require.NoError(t, err)
 
-	require.NoError(t, e.RecordApplied(context.Background(), "d-1", "csr/csr-worker-1", engine.ActionApprove))
+	require.NoError(t, e.RecordApplied(context.Background(), applied("d-1")))
 
 	entries := harness.Decisions[map[string]any](log, nil)
 	require.Len(t, entries, 1)
 	entry := entries[0]
 	assert.Equal(t, "Decision Log", entry["msg"])
+	assert.Equal(t, "openpolicyagent.org/decision_logs", entry["type"])
 	assert.Equal(t, engine.PathApplied, entry["path"])
 	assert.NotEmpty(t, entry["decision_id"])
 	assert.NotEqual(t, "d-1", entry["decision_id"])
@@ -42,14 +57,97 @@ func TestRecordAppliedLogsTheRecord(t *testing.T) {
 	assert.Equal(t, "ichor-policy", labels["app"])
 	assert.Equal(t, "test", labels["id"])
 	assert.Equal(t, version.Get().Version, labels["ichor_version"])
-	assert.Equal(t, map[string]any{"decision_id": "d-1", "object": "csr/csr-worker-1", "action": "approve"}, entry["input"])
-	assert.Equal(t, map[string]any{"applied": "d-1", "object": "csr/csr-worker-1", "action": "approve"}, entry["result"])
+	assert.Equal(t, map[string]any{
+		"decision_id": "d-1", "object": "csr/csr-worker-1", "uid": "6f1c0d3e-2b4a-4e8f-9c7d-1a2b3c4d5e6f",
+		"action": "approve", "outcome": "written",
+	}, entry["input"])
+	assert.NotContains(t, entry, "result", "no rule made it")
+	assert.NotContains(t, entry, "error")
 
 	read, _, err := decisionlog.Read(strings.NewReader(log.String()))
 	require.NoError(t, err)
 	require.Len(t, read, 1)
 	assert.Equal(t, decisionlog.PathApplied, read[0].Path)
+	got, ok := read[0].Applied()
+	require.True(t, ok)
+	assert.Equal(t, applied("d-1"), got)
+	assert.Equal(t, engine.ActionApprove, read[0].Action())
 	assert.Empty(t, decisionlog.InEffect(read), "a record is not a verdict")
+}
+
+// No rule is evaluated for a record: a bundle without the former record rule
+// (policy/system/applied) logs the same entry, where the evaluated record
+// was an undefined decision with an error and no facts of the write.
+func TestRecordAppliedEvaluatesNoRule(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "system", "applied")))
+	b, err := bundles.FromDir(dir)
+	require.NoError(t, err)
+	log := &harness.DecisionLog{}
+	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: log, Log: io.Discard, ID: "test"})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	require.NoError(t, e.RecordApplied(context.Background(), applied("d-1")))
+
+	read, _, err := decisionlog.Read(strings.NewReader(log.String()))
+	require.NoError(t, err)
+	require.Len(t, read, 1)
+	assert.Nil(t, read[0].Error, "no rule, so nothing undefined")
+	got, ok := read[0].Applied()
+	require.True(t, ok)
+	assert.Equal(t, applied("d-1"), got)
+}
+
+// A record goes to every sink a decision goes to, the same entry in each:
+// the console, the file and the decision-log service.
+func TestRecordAppliedReachesEverySink(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	svc := &harness.LogService{}
+	srv := httptest.NewServer(svc)
+	t.Cleanup(srv.Close)
+	console := &harness.DecisionLog{}
+	e, err := engine.New(context.Background(), engine.Options{
+		DecisionLog: console, Log: io.Discard, ID: "test", DecisionLogFile: path, DecisionLogURL: srv.URL,
+	})
+	require.NoError(t, err)
+
+	require.NoError(t, e.RecordApplied(context.Background(), applied("d-1")))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e.Stop(ctx)
+
+	fromConsole, _, err := decisionlog.Read(strings.NewReader(console.String()))
+	require.NoError(t, err)
+	require.Len(t, fromConsole, 1)
+	id := fromConsole[0].DecisionID
+	assert.True(t, svc.Has(id), "the service received the record")
+	file, err := os.Open(path)
+	require.NoError(t, err)
+	defer file.Close()
+	fromFile, _, err := decisionlog.Read(file)
+	require.NoError(t, err)
+	require.Len(t, fromFile, 1)
+	assert.Equal(t, id, fromFile[0].DecisionID)
+	assert.JSONEq(t, string(fromConsole[0].Input), string(fromFile[0].Input))
+	for _, body := range svc.Bodies() {
+		fromService, _, err := decisionlog.Read(strings.NewReader(string(body)))
+		require.NoError(t, err)
+		require.Len(t, fromService, 1)
+		assert.JSONEq(t, string(fromConsole[0].Input), string(fromService[0].Input))
+		assert.Equal(t, fromConsole[0].Revision, fromService[0].Revision)
+	}
+}
+
+// A record says how the manager knows the verdict was applied; one that
+// says nothing of it is not written.
+func TestRecordAppliedNeedsItsOutcome(t *testing.T) {
+	e, log := newEngine(t)
+	a := applied("d-1")
+	a.Outcome = ""
+	require.ErrorContains(t, e.RecordApplied(context.Background(), a), `outcome "" is not "written" or "observed"`)
+	assert.Empty(t, log.String())
 }
 
 // TestTheDecisionCounterTellsRecordsFromDecisions: a record that a verdict
@@ -67,7 +165,7 @@ func TestTheDecisionCounterTellsRecordsFromDecisions(t *testing.T) {
 	d, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
 	require.NoError(t, err)
 	require.Equal(t, engine.ActionApprove, d.Action)
-	require.NoError(t, e.RecordApplied(context.Background(), d.DecisionID, "csr/csr-worker-1", d.Action))
+	require.NoError(t, e.RecordApplied(context.Background(), applied(d.DecisionID)))
 
 	got, err := testutil.GatherAndCount(reg, "ichor_policy_decisions_total")
 	require.NoError(t, err)
@@ -84,13 +182,14 @@ func TestTheDecisionCounterTellsRecordsFromDecisions(t *testing.T) {
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			kinds[labels["kind"]+" "+labels["policy"]+" "+labels["action"]] += m.GetCounter().GetValue()
+			kinds[labels["kind"]+" "+labels["policy"]+" "+labels["action"]+" "+labels["reason"]] += m.GetCounter().GetValue()
 		}
 	}
 	assert.Equal(t, map[string]float64{
-		"decision " + engine.PathKubeletServing + " approve": 1,
-		"record " + engine.PathApplied + " approve":          1,
-	}, kinds)
+		"decision " + engine.PathKubeletServing + " approve IchorKubeletServing": 1,
+		"record " + engine.PathApplied + " approve ":                             1,
+	}, kinds, "the record's series is the one the evaluated record had")
+	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.Decisions(engine.PathApplied, engine.ActionApprove, "")))
 	assert.Equal(t, engine.KindRecord, engine.KindOf(engine.PathApplied))
 	assert.Equal(t, engine.KindDecision, engine.KindOf(engine.PathKubeletServing))
 }

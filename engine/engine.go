@@ -154,7 +154,10 @@ type Engine struct {
 	// always written.
 	log   *logging.StandardLogger
 	notes *logging.StandardLogger
-	mgr   *plugins.Manager
+	// console is where the decision log's console sink writes (the
+	// engine's, see sinks.go), nil when it is off.
+	console io.Writer
+	mgr     *plugins.Manager
 	// guard refuses a signed bundle older than allowed; limits bound a
 	// bundle before OPA reads it; epochs records the highest epoch.
 	guard  *epochGuard
@@ -203,9 +206,8 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, err
 	}
 
-	var console *logging.StandardLogger
 	if opts.DecisionLog != io.Discard {
-		console = jsonLogger(orDefault(opts.DecisionLog, os.Stdout), logging.Info)
+		e.console = orDefault(opts.DecisionLog, os.Stdout)
 	}
 	sdkOpts := sdk.Options{
 		ID:          opts.ID,
@@ -224,8 +226,10 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 			guard: e.guard, manifest: bundle.ManifestStoragePath(BundleName),
 		},
 	}
-	if console != nil {
-		sdkOpts.ConsoleLogger = console
+	if e.console != nil {
+		// The decision log's console is the engine's sink; OPA writes
+		// nothing else there, but whatever it would goes to the same place.
+		sdkOpts.ConsoleLogger = jsonLogger(e.console, logging.Info)
 	}
 	opa, err := sdk.New(ctx, sdkOpts)
 	if err != nil {
@@ -454,10 +458,11 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 		// when present.
 		source["signing"] = map[string]any{}
 	}
-	logs := map[string]any{"console": opts.DecisionLog != io.Discard}
-	if opts.DecisionLogFile != "" || opts.DecisionLogURL != "" {
+	// OPA's console sink stays off: the engine's writes the console (sinks.go).
+	logs := map[string]any{"console": false}
+	if console := opts.DecisionLog != io.Discard; console || opts.DecisionLogFile != "" || opts.DecisionLogURL != "" {
 		plugins[sinksName] = sinksConfig{
-			File: opts.DecisionLogFile, FileMaxMiB: opts.DecisionLogFileMaxMiB, FileMaxBackups: opts.DecisionLogFileMaxBackups,
+			Console: console, File: opts.DecisionLogFile, FileMaxMiB: opts.DecisionLogFileMaxMiB, FileMaxBackups: opts.DecisionLogFileMaxBackups,
 			URL: opts.DecisionLogURL, BufferEvents: int(opts.DecisionLogBufferEvents),
 		}
 		logs["plugin"] = sinksName

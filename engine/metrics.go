@@ -116,6 +116,13 @@ func (m *Metrics) decision(path string, result json.RawMessage, err error, d tim
 	m.decisions.WithLabelValues(KindOf(path), path, action, reason).Inc()
 }
 
+// record counts a record that a verdict was applied, which no rule
+// evaluates: kind="record", as it was counted when a rule wrote it.
+func (m *Metrics) record(action string, d time.Duration) {
+	m.latency.WithLabelValues(PathApplied).Observe(d.Seconds())
+	m.decisions.WithLabelValues(KindRecord, PathApplied, action, "").Inc()
+}
+
 // The kinds of entry ichor_policy_decisions_total counts: a verdict of a
 // rule, the record that a verdict was carried out, or the record of a
 // person's act (a CSR decided by hand, an admin binding revoked). Records

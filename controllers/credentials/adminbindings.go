@@ -502,7 +502,7 @@ type AdminBindings struct {
 	Client client.Client
 	// Engine writes the decision log's record.
 	Engine interface {
-		RecordApplied(ctx context.Context, decisionID, object, action string) error
+		RecordApplied(ctx context.Context, a engine.Applied) error
 	}
 	// Recorder writes the Event; nil writes none.
 	Recorder events.EventRecorder
@@ -616,7 +616,10 @@ func (a *AdminBindings) revoked(ctx context.Context, b *rbacv1.ClusterRoleBindin
 	action := fmt.Sprintf("Revoked the admin binding of %q (%s) by %q", username, b.Annotations[AnnotationAdminIdentity], revokedBy)
 	logger := log.FromContext(ctx).WithValues("binding", b.Name, "username", username, "revoked_by", revokedBy)
 	decisionID := b.Annotations[AnnotationDecisionID]
-	if err := a.Engine.RecordApplied(ctx, decisionID, "clusterrolebinding/"+b.Name, action); err != nil {
+	if err := // Seen by the watch: the binding is gone, whoever deleted it.
+		a.Engine.RecordApplied(ctx, engine.Applied{
+			DecisionID: decisionID, Object: "clusterrolebinding/" + b.Name, UID: string(b.UID), Action: action, Outcome: engine.AppliedObserved,
+		}); err != nil {
 		logger.Error(err, "record the revocation in the decision log")
 	}
 	logger.Info("admin binding revoked")

@@ -29,6 +29,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
+	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 	"github.com/ichor-dev/ichor-policy/webhook/webhooktest"
@@ -274,19 +275,19 @@ func TestRevocationIsRecordedAndTheOperatorsRevocationRemovesEveryBinding(t *tes
 		return strings.Contains(decisionLog.String(), jsonText(want)), nil
 	})
 	var entry struct {
-		Path   string `json:"path"`
-		Result struct {
-			Applied string `json:"applied"`
-			Object  string `json:"object"`
-		} `json:"result"`
+		Path  string         `json:"path"`
+		Input engine.Applied `json:"input"`
 	}
 	for line := range strings.SplitSeq(decisionLog.String(), "\n") {
 		if strings.Contains(line, jsonText(want)) {
 			require.NoError(t, json.Unmarshal([]byte(line), &entry))
 		}
 	}
-	assert.Equal(t, eve.binding.Annotations[credentials.AnnotationDecisionID], entry.Result.Applied, "the record names the decision that made the binding")
-	assert.Equal(t, "clusterrolebinding/"+eve.binding.Name, entry.Result.Object)
+	assert.Equal(t, engine.PathApplied, entry.Path)
+	assert.Equal(t, eve.binding.Annotations[credentials.AnnotationDecisionID], entry.Input.DecisionID, "the record names the decision that made the binding")
+	assert.Equal(t, "clusterrolebinding/"+eve.binding.Name, entry.Input.Object)
+	assert.Equal(t, string(eve.binding.UID), entry.Input.UID)
+	assert.Equal(t, engine.AppliedObserved, entry.Input.Outcome, "the watch saw the binding deleted")
 	waitFor(t, "the revocation Event", func() (bool, error) {
 		var list eventsv1.EventList
 		if err := env.Client.List(f.ctx, &list, client.InNamespace(metav1.NamespaceDefault)); err != nil {

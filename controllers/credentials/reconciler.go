@@ -82,7 +82,7 @@ type Decider interface {
 	// it names their identity and their binding's role.
 	RequirementsFor(ctx context.Context, purpose, username string) (engine.CredentialRequirements, error)
 	Issuance(context.Context, engine.CredentialIssuanceInput) (engine.CredentialIssuance, error)
-	RecordApplied(ctx context.Context, decisionID, object, action string) error
+	RecordApplied(ctx context.Context, a engine.Applied) error
 }
 
 // Reconciler issues TalosCredentialRequests.
@@ -179,7 +179,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("write the answer: %w", err)
 	}
 	ready := meta.FindStatusCondition(answer.Status.Conditions, ichorv1alpha1.ConditionReady)
-	if err := r.Engine.RecordApplied(ctx, decisionID, "taloscredentialrequest/"+tcr.Namespace+"/"+tcr.Name, ready.Reason); err != nil {
+	if err := r.Engine.RecordApplied(ctx, engine.Applied{
+		DecisionID: decisionID, Object: "taloscredentialrequest/" + tcr.Namespace + "/" + tcr.Name, UID: string(tcr.UID),
+		Action: ready.Reason, Outcome: engine.AppliedWritten,
+	}); err != nil {
 		log.FromContext(ctx).Error(err, "record the applied decision", "decision_id", decisionID)
 	}
 	return reconcile.Result{RequeueAfter: r.retention()}, nil

@@ -81,7 +81,7 @@ const (
 // or a test's (engine/enginetest).
 type Decider interface {
 	KubeletClient(context.Context, csrinput.KubeletClient) (engine.CSRDecision, error)
-	RecordApplied(ctx context.Context, decisionID, object, action string) error
+	RecordApplied(ctx context.Context, a engine.Applied) error
 }
 
 // Reconciler approves kubelet client certificates.
@@ -251,7 +251,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		r.memo.Applied(csr.UID, csr.ResourceVersion, pendingRequest{name: csr.Name, node: node})
 		logger.Info("approved kubelet client certificate")
-		if err := r.Engine.RecordApplied(ctx, d.DecisionID, "csr/"+csr.Name, d.Action); err != nil {
+		if err := r.Engine.RecordApplied(ctx, engine.Applied{
+			DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten,
+		}); err != nil {
 			logger.Error(err, "record the applied decision")
 		}
 		// No Event: the Approved condition and the decision log say it.

@@ -71,7 +71,9 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 			if c.Type == certificatesv1.CertificateDenied {
 				action = engine.ActionDeny
 			}
-			if err := p.r.Engine.RecordApplied(ctx, m[1], "csr/"+csr.Name, action); err != nil {
+			if err := p.r.Engine.RecordApplied(ctx, engine.Applied{
+				DecisionID: m[1], Object: "csr/" + csr.Name, UID: string(csr.UID), Action: action, Outcome: engine.AppliedObserved,
+			}); err != nil {
 				log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", m[1])
 			}
 		}
@@ -355,7 +357,9 @@ func (p *pass) written(csr *certificatesv1.CertificateSigningRequest) {
 // request: of several verdicts logged for one request (the first write
 // conflicted), this is the one in effect.
 func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision) {
-	if err := p.r.Engine.RecordApplied(ctx, d.DecisionID, "csr/"+csr.Name, d.Action); err != nil {
+	if err := p.r.Engine.RecordApplied(ctx, engine.Applied{
+		DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten,
+	}); err != nil {
 		log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", d.DecisionID)
 	}
 }

@@ -74,7 +74,7 @@ type Decider interface {
 	KubeletServingRejection(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error)
 	KubeletServingLimits(context.Context) (engine.KubeletServingLimits, error)
 	Kubeconfig(context.Context, engine.KubeconfigInput) (engine.KubeconfigDecision, error)
-	RecordApplied(ctx context.Context, decisionID, object, action string) error
+	RecordApplied(ctx context.Context, a engine.Applied) error
 }
 
 // Reconciler approves kubelet serving certificates.

@@ -39,7 +39,7 @@ func (d *revisionDecider) KubeletServingLimits(context.Context) (engine.KubeletS
 	panic("not asked")
 }
 
-func (d *revisionDecider) RecordApplied(context.Context, string, string, string) error {
+func (d *revisionDecider) RecordApplied(context.Context, engine.Applied) error {
 	panic("not asked")
 }
 

@@ -568,10 +568,14 @@ func OutcomeOf(result json.RawMessage) Outcome {
 	return Outcome{Outcome: engine.OutcomeOf(result, nil), Result: result}
 }
 
-// Outcome is the entry's decision.
+// Outcome is the entry's decision; for a record that a decision was carried
+// out, which no rule made, the action it records.
 func (e Entry) Outcome() Outcome {
 	if e.Result == nil && e.Error != nil && !isUndefined(e.Error) {
 		return Outcome{Outcome: engine.Outcome{Action: ActionError, Reasons: engine.Reasons{}}, Error: ErrorText(e.Error)}
+	}
+	if a, ok := e.Applied(); ok && e.Result == nil {
+		return Outcome{Outcome: engine.Outcome{Action: a.Action, Reasons: engine.Reasons{}}}
 	}
 	return OutcomeOf(e.Result)
 }

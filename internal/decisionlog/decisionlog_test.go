@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http/httptest"
@@ -451,6 +452,51 @@ func TestOnlyTheAppliedVerdictOfAConflictedRequestIsInEffect(t *testing.T) {
 	// The first approval was never written; csr-2's verdict has no record
 	// (an older manager) and stays; pending writes nothing and stays.
 	assert.Equal(t, []string{"second", "old", "wait"}, ids)
+}
+
+// A log holds the records that a decision was carried out in the shapes they
+// have had: the plain entry (its facts as input, no result), the former
+// record rule's entry (the same facts as input, repeated as its result,
+// without the object's uid or the write's outcome), and that rule's entry
+// from a bundle without the rule (undefined: input, no result, an error).
+// Each is read as a record of its decision, and applies it.
+func TestEveryShapeOfTheAppliedRecordIsRead(t *testing.T) {
+	const verdict = `{"msg":"Decision Log","decision_id":"%s","path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"%s"}},"result":{"action":"approve","reasons":[{"code":"IchorKubeletServing","message":"m"}]}}` + "\n"
+	var log strings.Builder
+	for _, v := range [][2]string{{"a1", "csr-a"}, {"a2", "csr-a"}, {"b1", "csr-b"}, {"b2", "csr-b"}, {"c1", "csr-c"}, {"c2", "csr-c"}, {"d1", "csr-d"}} {
+		fmt.Fprintf(&log, verdict, v[0], v[1])
+	}
+	// The plain entry, as RecordApplied writes it.
+	log.WriteString(`{"bundles":{"ichor":{"revision":"sha256:4181216f15935cd2"}},"decision_id":"886eb44f-79fa-41b2-bec4-b85f0c4f3ce0","input":{"decision_id":"a2","object":"csr/csr-a","uid":"6f1c0d3e","action":"approve","outcome":"written"},"labels":{"app":"ichor-policy","id":"test"},"level":"info","msg":"Decision Log","path":"system/applied/record","time":"2026-12-01T20:38:57Z","timestamp":"2026-12-01T20:38:57.35224584Z","type":"openpolicyagent.org/decision_logs"}` + "\n")
+	// The former rule's entry, as a manager before it wrote it.
+	log.WriteString(`{"bundles":{"ichor":{"revision":"sha256:87e213ffe5220c35"}},"decision_id":"0d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6","input":{"action":"approve","decision_id":"b2","object":"csr/csr-b"},"labels":{"app":"ichor-policy","id":"test"},"level":"info","msg":"Decision Log","path":"system/applied/record","result":{"action":"approve","applied":"b2","object":"csr/csr-b"},"time":"2026-11-29T13:08:07Z","timestamp":"2026-11-29T13:08:07.004514004Z","type":"openpolicyagent.org/decision_logs"}` + "\n")
+	// The former rule undefined: a bundle without it.
+	log.WriteString(`{"decision_id":"1e2f3a4b-5c6d-4e7f-8091-a2b3c4d5e6f7","error":{"code":"opa_undefined_error","message":"system/applied/record decision was undefined"},"input":{"action":"approve","decision_id":"c1","object":"csr/csr-c"},"labels":{"app":"ichor-policy","id":"test"},"msg":"Decision Log","path":"system/applied/record","timestamp":"2026-11-29T13:08:08Z","type":"openpolicyagent.org/decision_logs"}` + "\n")
+	// A record that names no decision applies none: csr-d keeps its verdict.
+	log.WriteString(`{"decision_id":"2f3a4b5c-6d7e-4f80-91a2-b3c4d5e6f708","input":{"decision_id":"","object":"csr/csr-d","uid":"","action":"approve","outcome":"observed"},"labels":{"app":"ichor-policy"},"msg":"Decision Log","path":"system/applied/record","timestamp":"2026-12-01T20:39:00Z","type":"openpolicyagent.org/decision_logs"}` + "\n")
+
+	entries, _, err := decisionlog.Read(strings.NewReader(log.String()))
+	require.NoError(t, err)
+	require.Len(t, entries, 11)
+	var records []engine.Applied
+	for _, e := range entries {
+		if a, ok := e.Applied(); ok {
+			records = append(records, a)
+			assert.Equal(t, engine.ActionApprove, e.Action(), "a record's action is the one it records")
+		}
+	}
+	assert.Equal(t, []engine.Applied{
+		{DecisionID: "a2", Object: "csr/csr-a", UID: "6f1c0d3e", Action: "approve", Outcome: engine.AppliedWritten},
+		{DecisionID: "b2", Object: "csr/csr-b", Action: "approve"},
+		{DecisionID: "c1", Object: "csr/csr-c", Action: "approve"},
+		{Object: "csr/csr-d", Action: "approve", Outcome: engine.AppliedObserved},
+	}, records)
+	var ids []string
+	for _, e := range decisionlog.InEffect(entries) {
+		ids = append(ids, e.DecisionID)
+	}
+	assert.Equal(t, []string{"a2", "b2", "c1", "d1"}, ids)
+	assert.Len(t, decisionlog.Verdicts(entries), 7, "the records are not verdicts, whatever their shape")
 }
 
 // uploadedLog runs the engine on the inputs of realLog with both sinks on:

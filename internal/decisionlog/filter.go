@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ichor-dev/ichor-policy/engine"
 )
 
 // Criteria select decisions; a zero field selects every decision.
@@ -56,29 +58,38 @@ func Filter(entries []Entry, c Criteria) []Entry {
 }
 
 // PathApplied is the path of the records that a decision was carried out
-// (policy/system/applied).
-const PathApplied = "system/applied/record"
+// (engine.RecordApplied).
+const PathApplied = engine.PathApplied
+
+// Applied is the record's facts when the entry is a record that a decision
+// was carried out: which decision, on which object, by what action. Both
+// shapes a record has had hold them in the entry's input: the plain entry
+// the manager writes (no result; the object's uid and the write's outcome
+// beside them), and the entry of the former record rule
+// (policy/system/applied, whose result repeated them), which has no uid and
+// no outcome: those are empty.
+func (e Entry) Applied() (engine.Applied, bool) {
+	var a engine.Applied
+	if e.Path != PathApplied || json.Unmarshal(e.Input, &a) != nil {
+		return engine.Applied{}, false
+	}
+	return a, true
+}
 
 // InEffect are the entries a reader wants by default: the decisions in
 // effect, without the applied-verdict records. A verdict is left out when it
 // was never applied while another verdict on the same object was: an
 // approver that decided, met a conflict writing (someone else decided, the
 // object changed) and decided again logged both. Logs without applied
-// records (older managers) keep every verdict.
+// records (older managers) keep every verdict; a record that names no
+// decision (an admin binding without its annotation) applies none.
 func InEffect(entries []Entry) []Entry {
 	applied := map[string]bool{}
 	objects := map[string]bool{}
 	for _, e := range entries {
-		if e.Path != PathApplied {
-			continue
-		}
-		var in struct {
-			DecisionID string `json:"decision_id"`
-			Object     string `json:"object"`
-		}
-		if json.Unmarshal(e.Input, &in) == nil {
-			applied[in.DecisionID] = true
-			objects[in.Object] = true
+		if a, ok := e.Applied(); ok && a.DecisionID != "" {
+			applied[a.DecisionID] = true
+			objects[a.Object] = true
 		}
 	}
 	out := make([]Entry, 0, len(entries))

@@ -67,6 +67,7 @@ func BenchmarkKubeletClient(b *testing.B) {
 	ctx := context.Background()
 	samples := make([]time.Duration, 0, 1024)
 	b.ReportAllocs()
+	cpu := startCPU()
 	for b.Loop() {
 		start := time.Now()
 		in := csrinput.KubeletClient{
@@ -84,6 +85,7 @@ func BenchmarkKubeletClient(b *testing.B) {
 		}
 	}
 	reportP99(b, samples)
+	cpu.report(b)
 }
 
 // BenchmarkCredentialAdmission is the engine's part of one
@@ -105,6 +107,7 @@ func BenchmarkCredentialAdmission(b *testing.B) {
 	keyPEM := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
 	samples := make([]time.Duration, 0, 1024)
 	b.ReportAllocs()
+	cpu := startCPU()
 	for b.Loop() {
 		start := time.Now()
 		reqs, err := e.Requirements(ctx, "talosconfig-reader")
@@ -133,6 +136,7 @@ func BenchmarkCredentialAdmission(b *testing.B) {
 		}
 	}
 	reportP99(b, samples)
+	cpu.report(b)
 }
 
 // reportP99 reports the 99th percentile of the samples, as
@@ -178,12 +182,14 @@ func BenchmarkKubeletServingParts(b *testing.B) {
 	run := func(b *testing.B, f func()) {
 		samples := make([]time.Duration, 0, 1024)
 		b.ReportAllocs()
+		cpu := startCPU()
 		for b.Loop() {
 			start := time.Now()
 			f()
 			samples = append(samples, time.Since(start))
 		}
 		reportP99(b, samples)
+		cpu.report(b)
 	}
 	b.Run("build-input", func(b *testing.B) {
 		run(b, func() { _ = csrinput.Build(obj) })
@@ -229,10 +235,9 @@ type discard struct{}
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // BenchmarkRecordApplied is the record, written after every approval, that a
-// decision was carried out (engine.RecordApplied): the second decision of
-// each approved request, with the decision log written as the manager writes
-// it (JSON lines, here to a discarding writer), so masked and encoded as
-// every entry is.
+// decision was carried out (engine.RecordApplied): a plain entry, no rule
+// evaluated, with the decision log written as the manager writes it (JSON
+// lines, here to a discarding writer).
 func BenchmarkRecordApplied(b *testing.B) {
 	ctx := context.Background()
 	e, err := engine.New(ctx, engine.Options{DecisionLog: discard{}, Log: io.Discard})
@@ -242,12 +247,48 @@ func BenchmarkRecordApplied(b *testing.B) {
 	b.Cleanup(func() { e.Stop(context.Background()) })
 	samples := make([]time.Duration, 0, 1024)
 	b.ReportAllocs()
+	cpu := startCPU()
 	for b.Loop() {
 		start := time.Now()
-		if err := e.RecordApplied(ctx, "4a8b3a0e-6c2f-4f3e-9d1c-2b7e5f0a9c11", "csr/csr-bench", engine.ActionApprove); err != nil {
+		if err := e.RecordApplied(ctx, engine.Applied{
+			DecisionID: "4a8b3a0e-6c2f-4f3e-9d1c-2b7e5f0a9c11", Object: "csr/csr-bench", UID: "0b6f3c9e-5d1a-4f7b-8e2c-9a4d6b1f3e70",
+			Action: engine.ActionApprove, Outcome: engine.AppliedWritten,
+		}); err != nil {
 			b.Fatal(err)
 		}
 		samples = append(samples, time.Since(start))
 	}
 	reportP99(b, samples)
+	cpu.report(b)
+}
+
+// BenchmarkApproval is the whole policy cost of one approved kubelet-serving
+// request, as the reconciler pays it: the verdict (input conversion,
+// evaluation, the mask, the entry written) and, once the approval is
+// written on the request, the record that it was applied. The decision log
+// is written as the manager writes it (JSON lines, to a discarding writer).
+func BenchmarkApproval(b *testing.B) {
+	_, in := servingInput(b)
+	ctx := context.Background()
+	e, err := engine.New(ctx, engine.Options{DecisionLog: discard{}, Log: io.Discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Stop(context.Background()) })
+	samples := make([]time.Duration, 0, 1024)
+	b.ReportAllocs()
+	cpu := startCPU()
+	for b.Loop() {
+		start := time.Now()
+		d, err := e.KubeletServing(ctx, in)
+		if err != nil || d.Action != engine.ActionApprove {
+			b.Fatalf("decision %+v, %v", d, err)
+		}
+		if err := recordApproval(ctx, e, d); err != nil {
+			b.Fatal(err)
+		}
+		samples = append(samples, time.Since(start))
+	}
+	reportP99(b, samples)
+	cpu.report(b)
 }
