@@ -1,13 +1,11 @@
 # METADATA
 # title: Applied verdicts
 # description: |
-#   Not a decision: a record, written to the decision log through the same sinks, that a
-#   decision was carried out. An approver decides, then writes its verdict on the request;
-#   when that write conflicts (someone else decided, the object changed) it decides again,
-#   so the log can hold several verdicts for one request of which one was applied. After a
-#   write succeeds, Go asks this rule with {"decision_id", "object", "action"}, and the
-#   record names the decision carried out. `ichor decisions list` shows the applied
-#   verdicts (and those that write nothing, such as pending) unless asked for all.
+#   Not a decision, and no longer evaluated by this release's manager: it writes the record
+#   that a decision was carried out itself, as a plain decision-log entry under this rule's
+#   path (docs/decision-log.md), with the write's outcome and the object's uid. The rule stays
+#   in the bundle so that a manager of the release before, which asks it after each write,
+#   still records what it applied when it runs this bundle; it goes with the next epoch.
 package system.applied
 
 # METADATA
