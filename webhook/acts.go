@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -39,9 +40,12 @@ const (
 // the attempts (review 3, F2). A binding's deletion is recorded here, with
 // its user.
 //
-// It always allows, whatever happens: it is registered with failurePolicy
-// Ignore and a short timeout, and answers allowed to every request, so that
-// neither a person's decision nor a revocation waits on the manager. It
+// It allows, whatever happens, with one exception: it is registered with
+// failurePolicy Ignore and a short timeout, and answers allowed, so that
+// neither a person's decision nor a revocation waits on the manager. The
+// exception is a person's verdict whose message ends as an approver's
+// ("(decision ID, policy revision R)"): the watch would take it for Ichor's
+// and record no one's act, so it is refused (review 4, R1). It
 // keeps nothing of a dry run (sideEffects NoneOnDryRun). The manager's own
 // writes never reach it: the configuration's matchConditions leave out the
 // manager's ServiceAccount.
@@ -89,6 +93,13 @@ func (a *ActRecorder) csrApproval(ctx context.Context, req admission.Request) ad
 	if !a.decides(csr.Spec.SignerName) {
 		return allowed()
 	}
+	if c := addedVerdictReadingAsIchors(&csr, &old); c != nil {
+		// The manager's own writes never reach this webhook (its match
+		// conditions leave its ServiceAccount out); a person's verdict that
+		// reads as an approver's would be taken for Ichor's and recorded
+		// as no one's act.
+		return admission.Denied(fmt.Sprintf("the %s condition's message ends as an Ichor approver's does (\"(decision ID, policy revision R)\"), which only Ichor writes: a person's decision is recorded as theirs; write the message without that ending", c.Type))
+	}
 	attempt, err := a.Recorder.Attempt(ctx, &csr, &old, &req.UserInfo)
 	manualact.LogAttempt(ctx, csr.Name, attempt, err)
 	return allowed()
@@ -112,3 +123,20 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 }
 
 func (a *ActRecorder) decides(signer string) bool { return slices.Contains(a.Signers, signer) }
+
+// addedVerdictReadingAsIchors is the Approved or Denied condition the write
+// adds whose message reads as an approver's, or nil.
+func addedVerdictReadingAsIchors(csr, old *certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequestCondition {
+	for i, c := range csr.Status.Conditions {
+		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
+			continue
+		}
+		had := slices.ContainsFunc(old.Status.Conditions, func(o certificatesv1.CertificateSigningRequestCondition) bool {
+			return o.Type == c.Type && o.Message == c.Message
+		})
+		if !had && manualact.ReadsAsIchors(c.Message) {
+			return &csr.Status.Conditions[i]
+		}
+	}
+	return nil
+}

@@ -70,6 +70,13 @@ func Log(ctx context.Context, kind, name string) func(*engine.ManualRecord, erro
 // condition's message ("(decision ID, policy revision REV)").
 var ownDecision = regexp.MustCompile(`\(decision [0-9a-f-]{36}, policy revision [^)]*\)$`)
 
+// ReadsAsIchors reports whether a condition's message ends as an approver's
+// does, with a decision id and a policy revision: the watch takes such a
+// condition as Ichor's own and records no person's act. The webhook refuses a
+// person's write of one (review 4, R1), so that a person cannot pass their
+// decision off as Ichor's while the webhook runs.
+func ReadsAsIchors(message string) bool { return ownDecision.MatchString(message) }
+
 // CSRDecisions watches the requests of the signers Ichor decides and records
 // each decision that Ichor's approvers did not write, as it is stored: the
 // request seen going from undecided to decided, with the attempts the
