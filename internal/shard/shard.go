@@ -146,6 +146,10 @@ func New(o Options) (*Set, error) {
 		return nil, fmt.Errorf("shard: %d shards: at least one", o.Shards)
 	case o.RetryPeriod <= 0 || o.RenewDeadline <= 0:
 		return nil, fmt.Errorf("shard: the renew deadline %s and retry period %s must be positive", o.RenewDeadline, o.RetryPeriod)
+	case o.LeaseDuration < time.Second || o.LeaseDuration%time.Second != 0:
+		// A Lease holds its duration in whole seconds, and client-go's
+		// elector writes it so: a fraction would be cut off there.
+		return nil, fmt.Errorf("shard: the lease duration %s must be whole seconds, at least one", o.LeaseDuration)
 	case o.LeaseDuration <= o.RenewDeadline+o.RetryPeriod:
 		// A replica must stop serving before the others can see its
 		// membership expire: its last renewal, a retry period, then a renew
@@ -337,8 +341,10 @@ func (s *Set) live(now time.Time) ([]string, error) {
 		if holder == "" || holder == s.o.Identity || MemberLeaseName(holder) != l.Name {
 			continue
 		}
-		d := time.Duration(ptr.Deref(l.Spec.LeaseDurationSeconds, 0)) * time.Second
-		if o, ok := s.seen[l.Name]; ok && now.Sub(o.at) < d {
+		// The configured duration, which every replica shares, never the
+		// Lease's own field: whoever may write Leases here could make a
+		// member that one write keeps live for ever (review 4, S3).
+		if o, ok := s.seen[l.Name]; ok && now.Sub(o.at) < s.o.LeaseDuration {
 			out = append(out, holder)
 		}
 	}
@@ -391,6 +397,11 @@ func (s *Set) tick(ctx context.Context) {
 			s.release(ctx, shard, lease)
 		case !held && mine && (holder == "" || holder == s.o.Identity || !isLive[holder]):
 			s.take(ctx, shard, lease, holder)
+		case !held && !mine && holder == s.o.Identity:
+			// A release whose write failed: the Lease still names this
+			// replica, live, and the owner waits for it to name nobody
+			// (review 4, S2). Name nobody again until the write succeeds.
+			s.release(ctx, shard, lease)
 		}
 	}
 }
@@ -503,7 +514,8 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 	result, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
 	if err != nil {
 		if !apierrors.IsConflict(err) {
-			// Not named free: the others take it once this replica's
+			// Not named free: tick tries again while it names this
+			// replica, and the others take it once this replica's
 			// membership expires.
 			s.o.Log.Error(err, "release shard", "shard", shard)
 		}

@@ -78,6 +78,7 @@ func TestTimingsThatWouldLetTwoReplicasServeAShardAreRefused(t *testing.T) {
 	for name, change := range map[string]func(*shard.Options){
 		"lease not above deadline and retry": func(o *shard.Options) { o.LeaseDuration = 2500 * time.Millisecond },
 		"no shards":                          func(o *shard.Options) { o.Shards = 0 },
+		"a lease of a fraction of a second":  func(o *shard.Options) { o.LeaseDuration = 3500 * time.Millisecond },
 		"no namespace":                       func(o *shard.Options) { o.Namespace = "" },
 		"no identity":                        func(o *shard.Options) { o.Identity = "" },
 	} {

@@ -1,0 +1,139 @@
+package shard_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/ichor-dev/ichor-policy/internal/shard"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+)
+
+const leaseNamespace = "ichor-shards"
+
+// leaseEnv is a real API server with the namespace the Leases live in.
+func leaseEnv(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	env, err := harness.Start(t.Context(), harness.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	_, err = env.Clientset.CoreV1().Namespaces().Create(t.Context(),
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leaseNamespace}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return env.Clientset
+}
+
+// startReplica runs a replica's Set until the test ends.
+func startReplica(t *testing.T, cs kubernetes.Interface, id string, shards int) *shard.Set {
+	t.Helper()
+	s, err := shard.New(shard.Options{Client: cs, Namespace: leaseNamespace, Identity: id, Shards: shards,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		Log: testr.New(t).WithName(id)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+// servedOnce reports whether every shard is held by exactly one of sets.
+func servedOnce(shards int, sets ...*shard.Set) bool {
+	count := map[int]int{}
+	for _, s := range sets {
+		for _, h := range s.Held() {
+			count[h]++
+		}
+	}
+	for s := range shards {
+		if count[s] != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// Review 4, S2: a release whose Lease write fails (a timeout during a
+// rebalance) is tried again; before, the Lease kept naming the replica that
+// gave the shard up, and the shard's owner never took it.
+func TestShardAFailedReleaseIsTriedAgain(t *testing.T) {
+	real := leaseEnv(t)
+	var mu sync.Mutex
+	failed := 0
+	cs := &failingLeases{Interface: real, fail: func(l *coordinationv1.Lease) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if l.Labels[shard.LabelRole] == "shard" && ptr.Deref(l.Spec.HolderIdentity, "x") == "" && failed < 3 {
+			failed++
+			return errors.New("injected: the API server timed out")
+		}
+		return nil
+	}}
+	const shards = 8
+	a := startReplica(t, cs, "a", shards)
+	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond)
+	b := startReplica(t, cs, "b", shards)
+	require.Eventually(t, func() bool { return servedOnce(shards, a, b) && len(b.Held()) > 0 }, 20*time.Second, 50*time.Millisecond,
+		"a holds %v, b holds %v", a.Held(), b.Held())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Positive(t, failed, "no release failed: the test proved nothing")
+}
+
+// Review 4, S3: a membership Lease that someone wrote once, with a duration
+// of its own choosing, is live only for the configured lease duration after
+// it was seen to change; before, its shards were never served.
+func TestShardAForgedMemberIsLiveNoLongerThanTheLeaseDuration(t *testing.T) {
+	cs := leaseEnv(t)
+	_, err := cs.CoordinationV1().Leases(leaseNamespace).Create(t.Context(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: shard.MemberLeaseName("ghost"), Labels: map[string]string{shard.LabelRole: "member"}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("ghost"), LeaseDurationSeconds: ptr.To[int32](1 << 30)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	const shards = 8
+	a := startReplica(t, cs, "a", shards)
+	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond,
+		"the only replica holds %v of %d shards", a.Held(), shards)
+}
+
+// failingLeases fails the Lease updates fail says to.
+type failingLeases struct {
+	kubernetes.Interface
+	fail func(*coordinationv1.Lease) error
+}
+
+func (f *failingLeases) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return failingCoordination{f.Interface.CoordinationV1(), f.fail}
+}
+
+type failingCoordination struct {
+	coordinationv1client.CoordinationV1Interface
+	fail func(*coordinationv1.Lease) error
+}
+
+func (c failingCoordination) Leases(namespace string) coordinationv1client.LeaseInterface {
+	return failingLeaseClient{c.CoordinationV1Interface.Leases(namespace), c.fail}
+}
+
+type failingLeaseClient struct {
+	coordinationv1client.LeaseInterface
+	fail func(*coordinationv1.Lease) error
+}
+
+func (l failingLeaseClient) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if err := l.fail(lease); err != nil {
+		return nil, err
+	}
+	return l.LeaseInterface.Update(ctx, lease, opts)
+}
