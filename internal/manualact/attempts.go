@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"unicode/utf8"
 
@@ -62,21 +61,16 @@ const (
 const maxAttemptUser = 512
 
 // AttemptEventName is the name of the attempt's Event at place slot, of a
-// write that replaces the version oldRV of the object with this UID.
-func AttemptEventName(uid types.UID, oldRV string, slot int) string {
-	return fmt.Sprintf("ichor-attempt-%s-%s-%d", uid, versionPart(oldRV), slot)
-}
-
-// resourceVersion is what the API server writes as a resourceVersion (an
-// etcd revision); anything else is hashed into an Event name.
-var resourceVersion = regexp.MustCompile(`^[0-9]{1,20}$`)
-
-func versionPart(rv string) string {
-	if resourceVersion.MatchString(rv) {
-		return rv
-	}
-	sum := sha256.Sum256([]byte(rv))
-	return "h" + hex.EncodeToString(sum[:8])
+// write that replaces the version oldRV of the object with this UID: an
+// HMAC of those with the records' key, so that nobody without the key can
+// know the names and take the places before a person's attempt (review 4,
+// R2: every kubelet may create Events in default).
+func AttemptEventName(key []byte, uid types.UID, oldRV string, slot int) string {
+	fields, _ := json.Marshal([]string{string(uid), oldRV, strconv.Itoa(slot)})
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("ichor-attempt-name\x00"))
+	m.Write(fields)
+	return "ichor-attempt-" + hex.EncodeToString(m.Sum(nil))[:40]
 }
 
 // Attempt keeps, as an Event, a write of a verdict on csr that the webhook
@@ -118,7 +112,7 @@ func (r *Recorder) attemptEvent(key []byte, old *certificatesv1.CertificateSigni
 	return &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: EventNamespace,
-			Name:      AttemptEventName(old.UID, old.ResourceVersion, slot),
+			Name:      AttemptEventName(key, old.UID, old.ResourceVersion, slot),
 			Annotations: map[string]string{
 				AnnotationObjectUID:          string(old.UID),
 				AnnotationOldResourceVersion: old.ResourceVersion,
@@ -153,12 +147,12 @@ func (r *Recorder) attempts(ctx context.Context, key []byte, uid types.UID, oldR
 	taken, incomplete := 0, false
 	for slot := range MaxAttempts {
 		var ev corev1.Event
-		err := r.Reader.Get(ctx, client.ObjectKey{Namespace: EventNamespace, Name: AttemptEventName(uid, oldRV, slot)}, &ev)
+		err := r.Reader.Get(ctx, client.ObjectKey{Namespace: EventNamespace, Name: AttemptEventName(key, uid, oldRV, slot)}, &ev)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			log.FromContext(ctx).Error(err, "read a person's attempt", "event", AttemptEventName(uid, oldRV, slot))
+			log.FromContext(ctx).Error(err, "read a person's attempt", "event", AttemptEventName(key, uid, oldRV, slot))
 			incomplete = true
 			continue
 		}

@@ -2,6 +2,7 @@ package manualact
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,6 +44,9 @@ func TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt(t *testing.T) {
 
 	// Someone who may create Events takes place 0 first, claiming Ada denied.
 	forged := r.attemptEvent([]byte("not the key"), old, 0, engine.ManualAttempt{Verdict: "Denied", Username: "ada"})
+	// At the place's true name, which takes the key to know: the MAC is
+	// what is checked here.
+	forged.Name = AttemptEventName([]byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion, 0)
 	require.NoError(t, r.Client.Create(ctx, forged))
 
 	a, err := r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "bob", UID: "u-bob"})
@@ -53,7 +58,7 @@ func TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt(t *testing.T) {
 
 	// An Event edited after the webhook wrote it no longer verifies.
 	var ev corev1.Event
-	require.NoError(t, r.Reader.Get(ctx, objectKey(AttemptEventName(old.UID, old.ResourceVersion, 1)), &ev))
+	require.NoError(t, r.Reader.Get(ctx, objectKey(AttemptEventName([]byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion, 1)), &ev))
 	ev.Annotations[AnnotationUsername] = "ada"
 	require.NoError(t, r.Client.Update(ctx, &ev))
 	got, _ = r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
@@ -87,14 +92,39 @@ func TestLongUsernamesStayApart(t *testing.T) {
 	assert.True(t, strings.HasPrefix(a, "é"), "cut at a rune's start")
 }
 
-// TestAnUnusualResourceVersionMakesAValidName: the API server's versions
-// are digits; anything else is hashed into the Event's name.
-func TestAnUnusualResourceVersionMakesAValidName(t *testing.T) {
-	assert.Equal(t, "ichor-attempt-u-1-4242-0", AttemptEventName("u-1", "4242", 0))
-	name := AttemptEventName("u-1", "Not/A Version", 3)
-	assert.Regexp(t, `^ichor-attempt-u-1-h[0-9a-f]{16}-3$`, name)
+// TestAttemptNamesAreTheKeys: an attempt's place is named with the key, so
+// that nobody without it can take the places first (review 4, R2); any
+// version makes a valid Event name.
+func TestAttemptNamesAreTheKeys(t *testing.T) {
+	name := AttemptEventName([]byte("k1"), "u-1", "Not/A Version", 3)
+	assert.Regexp(t, `^ichor-attempt-[0-9a-f]{40}$`, name)
+	assert.NotEqual(t, name, AttemptEventName([]byte("k2"), "u-1", "Not/A Version", 3), "another key, another name")
+	assert.NotEqual(t, name, AttemptEventName([]byte("k1"), "u-1", "Not/A Version", 2), "another place, another name")
+	assert.NotEqual(t, AttemptEventName([]byte("k1"), "u-1", "42", 0), AttemptEventName([]byte("k1"), "u-14", "2", 0), "fields cannot run into each other")
 }
 
 func objectKey(name string) client.ObjectKey {
 	return client.ObjectKey{Namespace: EventNamespace, Name: name}
+}
+
+// Review 4, R2: Events at the names places had before (the request's UID
+// and its readable resourceVersion), which anyone who may create Events in
+// default could write, take no place: a lone approver is read back alone,
+// and the attempts complete.
+func TestSquattersTakeNoPlace(t *testing.T) {
+	ctx := t.Context()
+	r := attemptRecorder(t)
+	old := request()
+	old.UID, old.ResourceVersion = "c5b1e0c2-0000-4000-8000-000000000001", "4242"
+	csr := request(approved("by hand"))
+	csr.UID = old.UID
+	for slot := range MaxAttempts {
+		junk := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: EventNamespace, Name: fmt.Sprintf("ichor-attempt-%s-%s-%d", old.UID, old.ResourceVersion, slot)}}
+		require.NoError(t, r.Client.Create(ctx, junk))
+	}
+	_, err := r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "ada", UID: "u-ada"})
+	require.NoError(t, err)
+	got, incomplete := r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
+	assert.Equal(t, []engine.ManualAttempt{{Verdict: "Approved", Username: "ada", UID: "u-ada"}}, got)
+	assert.False(t, incomplete)
 }

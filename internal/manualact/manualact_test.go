@@ -124,7 +124,7 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 		// called, the attempt it keeps would exist now.
 		var ev corev1.Event
 		assert.True(t, apierrors.IsNotFound(re.env.Client.Get(t.Context(), types.NamespacedName{
-			Namespace: manualact.EventNamespace, Name: manualact.AttemptEventName(own.UID, before.ResourceVersion, 0),
+			Namespace: manualact.EventNamespace, Name: re.attemptName(t, own.UID, before.ResourceVersion, 0),
 		}, &ev)))
 	})
 
@@ -460,6 +460,15 @@ func (re *recEnv) event(t *testing.T, uid types.UID) corev1.Event {
 		return err == nil, client.IgnoreNotFound(err)
 	}), "no record Event of %s", uid)
 	return ev
+}
+
+// attemptName is the name of an attempt's Event at place slot, made with
+// the manager's key.
+func (re *recEnv) attemptName(t *testing.T, uid types.UID, oldRV string, slot int) string {
+	t.Helper()
+	key, err := re.env.AdmissionKeys(re.env.Client).Key(t.Context())
+	require.NoError(t, err)
+	return manualact.AttemptEventName(key, uid, oldRV, slot)
 }
 
 // ichor runs the command line in-process, expects the exit code, and
