@@ -307,6 +307,9 @@ func (re *recEnv) startManager(t *testing.T) {
 		return started(nil) == nil, nil
 	}))
 	require.True(t, mgr.GetCache().WaitForCacheSync(ctx))
+	// The watch's handler may come later than the cache: from now on, what
+	// is decided is seen as a change.
+	re.flushAfterStart(t)
 }
 
 // stopManager stops the manager, and waits until it has stopped: its

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -177,13 +178,33 @@ func (re *recEnv) holdUntilBothAdmitted(uid types.UID) *atomic.Bool {
 // will.
 func (re *recEnv) flush(t *testing.T) {
 	t.Helper()
+	re.waitRecord(t, "csr/"+re.sentinel(t), "ada")
+}
+
+// flushAfterStart is flush for a manager just started: until its watch has
+// its handler, a request decided is first seen listed (an Add, recorded as
+// no one's), in no particular order among the listed ones. A first sentinel
+// recorded either way says the listed requests were handed over; a second,
+// then seen as a change, comes after all of them.
+func (re *recEnv) flushAfterStart(t *testing.T) {
+	t.Helper()
+	first := "csr/" + re.sentinel(t)
+	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return len(re.records(first)) > 0, nil
+	}), "no record of %s in the decision log:\n%s", first, re.log.String())
+	re.flush(t)
+}
+
+// sentinel is a new request Ada approves, by name.
+func (re *recEnv) sentinel(t *testing.T) string {
+	t.Helper()
 	sentinel := re.csr(t, fmt.Sprintf("csr-flush-%d", time.Now().UnixNano()))
 	sentinel.Status.Conditions = append(sentinel.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
 		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "Flush", Message: "the last act",
 	})
 	_, err := re.adaAPI.CertificatesV1().CertificateSigningRequests().UpdateApproval(t.Context(), sentinel.Name, sentinel, metav1.UpdateOptions{})
 	require.NoError(t, err)
-	re.waitRecord(t, "csr/"+sentinel.Name, "ada")
+	return sentinel.Name
 }
 
 // managerApprovesNow writes, as the manager, an approval as the approver
