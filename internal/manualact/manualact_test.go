@@ -67,7 +67,7 @@ type recEnv struct {
 	ada    string
 	adaAPI kubernetes.Interface
 	// eventHook, when set, is called with every Event the recorder
-	// writes, before it is written (within admission for the webhook's).
+	// writes, once it is written (within admission for the webhook's).
 	eventHook atomic.Pointer[func(*corev1.Event)]
 	// eng is the manager's engine, kept across its restarts; ctx bounds
 	// every manager the test starts, and stop stops the one running.

@@ -146,9 +146,11 @@ func racingDecisionsAreRecordedAsStored(t *testing.T, re *recEnv) {
 	})
 }
 
-// holdUntilBothAdmitted makes the recorder's first Event about the object
-// with uid wait, up to 2 s (within the webhook's 3 s), for a second one:
-// two webhook calls are then both under way. It reports whether they met.
+// holdUntilBothAdmitted makes the webhook call that wrote the first Event
+// about the object with uid wait, up to 2 s (within the webhook's 3 s), for
+// a second one written: two webhook calls are then both under way, with
+// both attempts kept before either write is stored. It reports whether they
+// met.
 func (re *recEnv) holdUntilBothAdmitted(uid types.UID) *atomic.Bool {
 	var arrived atomic.Int32
 	var met atomic.Bool
@@ -239,11 +241,17 @@ type hookedClient struct {
 	hook *atomic.Pointer[func(*corev1.Event)]
 }
 
+// Create calls the hook once an Event is written: an attempt's, within the
+// webhook's call, so that a test can hold a write's admission with its
+// attempt kept (two writes held so are both kept before either is stored).
 func (h *hookedClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if err := h.Client.Create(ctx, obj, opts...); err != nil {
+		return err
+	}
 	if ev, ok := obj.(*corev1.Event); ok {
 		if f := h.hook.Load(); f != nil {
 			(*f)(ev)
 		}
 	}
-	return h.Client.Create(ctx, obj, opts...)
+	return nil
 }
