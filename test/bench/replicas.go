@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +32,9 @@ type Replica struct {
 	CPU           time.Duration
 	Before, After Stats
 	LogPath       string
+	// Profile and HeapProfile are its CPU profile over the load and its
+	// heap after the last approval.
+	Profile, HeapProfile string
 }
 
 // CPUPerRequest is the replica's CPU per request of its clusters.
@@ -182,11 +186,15 @@ func runReplicas(ctx context.Context, rep *Report, fleet *Fleet, tracker *Tracke
 		for _, v := range order {
 			ro := runOpts
 			ro.Round = round
+			// Profiles in the first round only: where each process's CPU
+			// and heap go, one replica beside each of several.
+			ro.Profile = round == 1
 			res, err := fleet.Run(ctx, tracker, v, spread, ro)
 			if err != nil {
 				return err
 			}
 			rep.Runs = append(rep.Runs, res)
+			summarizeReplicaProfiles(ctx, rep, runOpts, res)
 		}
 	}
 	if err := DeleteRequests(ctx, fleet.Env.Clientset); err != nil {
@@ -336,4 +344,119 @@ func bytesRatio(a, b uint64) float64 {
 		return 0
 	}
 	return float64(a) / float64(b)
+}
+
+// processKey names a process of a run of the replicas' comparison in the
+// report's profiles: the run, and the replica (from 0) of several.
+func processKey(res Result, replica int) string {
+	key := fmt.Sprintf("%s-round%d", RunName(res.Variant.Name, res.Machines, res.Clusters), res.Round)
+	if len(res.Replicas) > 0 {
+		key += fmt.Sprintf("-r%d", replica)
+	}
+	return key
+}
+
+// summarizeReplicaProfiles adds the CPU and heap profiles of each process
+// of the run to the report.
+func summarizeReplicaProfiles(ctx context.Context, rep *Report, o RunOptions, res Result) {
+	files := [][2]string{{res.Profile, res.HeapProfile}}
+	if len(res.Replicas) > 0 {
+		files = nil
+		for _, rp := range res.Replicas {
+			files = append(files, [2]string{rp.Profile, rp.HeapProfile})
+		}
+	}
+	for i, f := range files {
+		if f[0] != "" {
+			if ps, err := SummarizeProfile(ctx, o.Manager, f[0]); err != nil {
+				fmt.Fprintf(o.Log, "   profile: %v\n", err)
+			} else {
+				rep.Profiles[processKey(res, i)] = ps
+			}
+		}
+		if f[1] != "" {
+			if ps, err := SummarizeHeap(ctx, o.Manager, f[1]); err != nil {
+				fmt.Fprintf(o.Log, "   heap profile: %v\n", err)
+			} else {
+				rep.Heaps[processKey(res, i)] = ps
+			}
+		}
+	}
+}
+
+// replicaProfileTable puts, for the first round that has them, one
+// replica's CPU per CSR and heap by category beside each replica's of
+// several (CPU per CSR it served): what a replica of several still spends
+// on the clusters it does not serve.
+func (r *Report) replicaProfileTable(w func(string, ...any)) {
+	rounds := r.replicaRounds()
+	for _, round := range slices.Sorted(maps.Keys(rounds)) {
+		one, many := rounds[round][0], rounds[round][1]
+		type col struct {
+			label    string
+			requests int
+			cpu, mem ProfileSummary
+		}
+		var cols []col
+		if cpu, ok := r.Profiles[processKey(one, 0)]; ok {
+			cols = append(cols, col{"one replica", one.Machines, cpu, r.Heaps[processKey(one, 0)]})
+		}
+		for i, rp := range many.Replicas {
+			if cpu, ok := r.Profiles[processKey(many, i)]; ok {
+				cols = append(cols, col{rp.Identity, rp.Machines, cpu, r.Heaps[processKey(many, i)]})
+			}
+		}
+		if len(cols) < 2 {
+			continue
+		}
+		for _, part := range []struct {
+			title string
+			get   func(col) ProfileSummary
+			cell  func(col, float64) string
+		}{
+			{"CPU profile over the load, per CSR the process served", func(c col) ProfileSummary { return c.cpu },
+				func(c col, v float64) string { return ms(time.Duration(v) / time.Duration(max(c.requests, 1))) }},
+			{"heap in use after the last approval", func(c col) ProfileSummary { return c.mem },
+				func(_ col, v float64) string { return fmt.Sprintf("%.1f MiB", v/mebibyte) }},
+		} {
+			w("### Where each process's %s goes, one replica beside %d (round %d)", strings.SplitN(part.title, " ", 2)[0], len(many.Replicas), round)
+			w("")
+			w("%s.", strings.ToUpper(part.title[:1])+part.title[1:])
+			w("")
+			head, rule := "| what |", "|---|"
+			var names []string
+			seen := map[string]bool{}
+			for _, c := range cols {
+				head += " " + c.label + " |"
+				rule += "---|"
+				for _, cat := range part.get(c).Categories {
+					if !seen[cat.Name] {
+						seen[cat.Name] = true
+						names = append(names, cat.Name)
+					}
+				}
+			}
+			w("%s", head)
+			w("%s", rule)
+			for _, name := range append(names, "all") {
+				line := "| " + name + " |"
+				for _, c := range cols {
+					ps := part.get(c)
+					v := ps.Total
+					if name != "all" {
+						v = 0
+						for _, cat := range ps.Categories {
+							if cat.Name == name {
+								v = cat.Value
+							}
+						}
+					}
+					line += " " + part.cell(c, v) + " |"
+				}
+				w("%s", line)
+			}
+			w("")
+		}
+		return
+	}
 }

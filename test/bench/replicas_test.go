@@ -123,7 +123,30 @@ func TestReplicaReport(t *testing.T) {
 			assert.NotContains(t, md, "### Beside other approvers")
 		})
 	}
+	// The profiles side by side, per CSR each process served.
+	many := replicaRun(sharded, n, k, 110, []time.Duration{2 * time.Second, 2 * time.Second}, []uint64{110 << 20, 100 << 20}, []int{400, 600})
+	cat := func(name string, v float64) ProfileSummary {
+		return ProfileSummary{Total: v, Categories: []Category{{Name: name, Value: v}}}
+	}
+	rep := &Report{Options: Options{Machines: n, Clusters: k, Replicas: 2, Shards: 8}, Runs: []Result{base, many},
+		Profiles: map[string]ProfileSummary{
+			"ichor-one-replica-n1000-k10-round1":   cat("informer cache", 4e9),
+			"ichor-2-replicas-n1000-k10-round1-r0": cat("informer cache", 2e9),
+			"ichor-2-replicas-n1000-k10-round1-r1": cat("informer cache", 3e9),
+		},
+		Heaps: map[string]ProfileSummary{
+			"ichor-one-replica-n1000-k10-round1":   cat("policy engine", 20<<20),
+			"ichor-2-replicas-n1000-k10-round1-r0": cat("policy engine", 19<<20),
+		},
+	}
+	md := rep.Markdown()
+	require.Contains(t, md, "### Where each process's CPU goes, one replica beside 2 (round 1)")
+	assert.Equal(t, "| what | one replica | r0 | r1 |", lineWith(md, "| what | one replica |"))
+	assert.Equal(t, "| informer cache | 4.00 ms | 5.00 ms | 5.00 ms |", lineWith(md, "| informer cache |"))
+	require.Contains(t, md, "### Where each process's heap goes, one replica beside 2 (round 1)")
+	assert.Equal(t, "| policy engine | 20.0 MiB | 19.0 MiB | 0.0 MiB |", lineWith(md, "| policy engine |"))
+
 	// Without the comparison, no section.
-	rep := &Report{Options: Options{Machines: n, Clusters: k}}
+	rep = &Report{Options: Options{Machines: n, Clusters: k}}
 	assert.False(t, strings.Contains(rep.Markdown(), "Beyond one replica"))
 }

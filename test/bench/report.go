@@ -155,6 +155,7 @@ func (r *Report) Markdown() string {
 	r.endToEndTables(w)
 	r.peerTable(w)
 	r.replicaTable(w)
+	r.replicaProfileTable(w)
 	r.admissionTable(w)
 	r.profileTables(w)
 	r.spreadProfileTable(w)

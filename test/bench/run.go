@@ -230,10 +230,18 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 		return res, err
 	}
 	cpBefore, driverBefore := cp.CPU(), selfCPU()
-	if o.Profile && len(ctls) == 1 {
-		res.Profile = filepath.Join(o.Dir, name+".cpu.pprof")
-		if err := ctl.StartProfile(ctx, res.Profile); err != nil {
-			return res, err
+	if o.Profile {
+		for i, c := range ctls {
+			file := filepath.Join(o.Dir, c.Name+".cpu.pprof")
+			if err := c.StartProfile(ctx, file); err != nil {
+				return res, err
+			}
+			if i == 0 {
+				res.Profile = file
+			}
+			if i < len(res.Replicas) {
+				res.Replicas[i].Profile = file
+			}
 		}
 	}
 
@@ -282,13 +290,21 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 		return res, err
 	}
 	res.APIRequests = apiAfter.Since(apiBefore)
-	if res.Profile != "" {
-		if err := ctl.StopProfile(ctx); err != nil {
-			return res, err
-		}
-		res.HeapProfile = filepath.Join(o.Dir, name+".heap.pprof")
-		if err := ctl.HeapProfile(ctx, res.HeapProfile); err != nil {
-			return res, err
+	if o.Profile {
+		for i, c := range ctls {
+			if err := c.StopProfile(ctx); err != nil {
+				return res, err
+			}
+			file := filepath.Join(o.Dir, c.Name+".heap.pprof")
+			if err := c.HeapProfile(ctx, file); err != nil {
+				return res, err
+			}
+			if i == 0 {
+				res.HeapProfile = file
+			}
+			if i < len(res.Replicas) {
+				res.Replicas[i].HeapProfile = file
+			}
 		}
 	}
 	for i := range ctls {
