@@ -36,11 +36,12 @@ type Options struct {
 	Peers      []Peer
 	PeerRounds int
 	// Replicas is R: `ichor manager` is also run as R replicas sharing
-	// Clusters TalosClusters with Machines machines spread over them in
-	// Shards shards, in ReplicaRounds rounds alternating with one replica
-	// over the same clusters (none if R ≤ 1). ReplicasOnly runs that alone.
-	Replicas, Shards, ReplicaRounds int
-	ReplicasOnly                    bool
+	// ReplicaClusters TalosClusters with Machines machines spread over them
+	// in Shards shards, in ReplicaRounds rounds alternating with one
+	// replica over the same clusters (none if R ≤ 1). ReplicasOnly runs
+	// that alone.
+	Replicas, ReplicaClusters, Shards, ReplicaRounds int
+	ReplicasOnly                                     bool
 }
 
 // Report is everything one `make bench` measured.

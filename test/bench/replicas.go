@@ -171,11 +171,11 @@ func runReplicas(ctx context.Context, rep *Report, fleet *Fleet, tracker *Tracke
 	}
 	say := func(format string, args ...any) { fmt.Fprintf(runOpts.Log, format+"\n", args...) }
 	start := time.Now()
-	spread, err := fleet.Spread(ctx, o.Machines, o.Clusters)
+	spread, err := fleet.Spread(ctx, o.Machines, o.ReplicaClusters)
 	if err != nil {
 		return err
 	}
-	say("== Replicas: %d machines over %d TalosClusters (ready in %s)", o.Machines, o.Clusters, since(start))
+	say("== Replicas: %d machines over %d TalosClusters (ready in %s)", o.Machines, o.ReplicaClusters, since(start))
 	one, sharded := ReplicaVariants(o.Replicas, o.Shards)
 	for round := 1; round <= max(o.ReplicaRounds, 1); round++ {
 		say("== Replicas, round %d: one replica, then %d replicas with --shards %d (reversed every other round)", round, o.Replicas, o.Shards)
@@ -221,8 +221,8 @@ func (o Options) Validate() error {
 		}
 		return nil
 	}
-	if o.Clusters < o.Replicas {
-		return fmt.Errorf("-replicas %d shares TalosClusters out: it needs -clusters %d or more, not %d", o.Replicas, o.Replicas, o.Clusters)
+	if o.ReplicaClusters < o.Replicas {
+		return fmt.Errorf("-replicas %d shares TalosClusters out: it needs -replica-clusters %d or more, not %d", o.Replicas, o.Replicas, o.ReplicaClusters)
 	}
 	if o.Shards < o.Replicas {
 		return fmt.Errorf("-shards %d: at least one shard per replica (-replicas %d)", o.Shards, o.Replicas)
@@ -264,7 +264,7 @@ func (r *Report) replicaTable(w func(string, ...any)) {
 	if o.Replicas <= 1 || len(rounds) == 0 {
 		return
 	}
-	w("### Beyond one replica: %d replicas with `--shards %d` against one, N = %d machines over %d TalosClusters (rounds alternate the order)", o.Replicas, o.Shards, o.Machines, o.Clusters)
+	w("### Beyond one replica: %d replicas with `--shards %d` against one, N = %d machines over %d TalosClusters (rounds alternate the order)", o.Replicas, o.Shards, o.Machines, o.ReplicaClusters)
 	w("")
 	w("Both are `ichor manager` as shipped with `--leader-elect`, as the chart runs them; the replicas share the clusters out through the shard Leases, named so that the machines split as evenly as the clusters' shards allow, and start the load once every shard is held by its replica. CPU is each process's from the first request to the last approval, peak RSS its VmHWM since its start; ratios are to the one replica of the same round.")
 	w("")

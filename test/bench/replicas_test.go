@@ -68,9 +68,9 @@ func TestReplicaVariants(t *testing.T) {
 
 func TestOptionsValidate(t *testing.T) {
 	assert.NoError(t, Options{}.Validate(), "no replicas")
-	assert.NoError(t, Options{Replicas: 2, Shards: 8, Clusters: 10}.Validate())
-	assert.ErrorContains(t, Options{Replicas: 3, Shards: 8, Clusters: 2}.Validate(), "-clusters 3 or more")
-	assert.ErrorContains(t, Options{Replicas: 2, Shards: 1, Clusters: 10}.Validate(), "at least one shard per replica")
+	assert.NoError(t, Options{Replicas: 2, Shards: 8, ReplicaClusters: 10}.Validate())
+	assert.ErrorContains(t, Options{Replicas: 3, Shards: 8, ReplicaClusters: 2, Clusters: 10}.Validate(), "-replica-clusters 3 or more")
+	assert.ErrorContains(t, Options{Replicas: 2, Shards: 1, ReplicaClusters: 10}.Validate(), "at least one shard per replica")
 	assert.ErrorContains(t, Options{ReplicasOnly: true}.Validate(), "-replicas-only needs")
 }
 
@@ -108,7 +108,7 @@ func TestReplicaReport(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			many := replicaRun(sharded, n, k, tc.perSecond, tc.cpu, tc.rss, []int{500, 500})
-			rep := &Report{Options: Options{Machines: n, Clusters: k, Replicas: 2, Shards: 8, ReplicaRounds: 1}, Runs: []Result{base, many}}
+			rep := &Report{Options: Options{Machines: n, ReplicaClusters: k, Replicas: 2, Shards: 8, ReplicaRounds: 1}, Runs: []Result{base, many}}
 			md := rep.Markdown()
 			require.Contains(t, md, "### Beyond one replica: 2 replicas with `--shards 8` against one, N = 1000 machines over 10 TalosClusters")
 			assert.Equal(t, "| 1 | `ichor manager --leader-elect` | 1000/1000 | 100.0 (1.00) | 2970 ms | one | 10 / 1000 | 4000 ms (1.00) | 4.00 ms | 200 MiB (1.00) | 40 MiB |",
@@ -128,7 +128,7 @@ func TestReplicaReport(t *testing.T) {
 	cat := func(name string, v float64) ProfileSummary {
 		return ProfileSummary{Total: v, Categories: []Category{{Name: name, Value: v}}}
 	}
-	rep := &Report{Options: Options{Machines: n, Clusters: k, Replicas: 2, Shards: 8}, Runs: []Result{base, many},
+	rep := &Report{Options: Options{Machines: n, ReplicaClusters: k, Replicas: 2, Shards: 8}, Runs: []Result{base, many},
 		Profiles: map[string]ProfileSummary{
 			"ichor-one-replica-n1000-k10-round1":   cat("informer cache", 4e9),
 			"ichor-2-replicas-n1000-k10-round1-r0": cat("informer cache", 2e9),

@@ -68,7 +68,8 @@ func parseFlags(args []string) (bench.Options, error) {
 		return err
 	})
 	fs.IntVar(&o.PeerRounds, "peer-rounds", 2, "rounds of the comparison with -peer, the order reversed every other round")
-	fs.IntVar(&o.Replicas, "replicas", 2, "R: also run `ichor manager` as R replicas sharing N machines spread over K TalosClusters of their own (--shards), alternating with one replica over the same clusters, both with --leader-elect as the chart runs them (0 or 1: not)")
+	fs.IntVar(&o.Replicas, "replicas", 2, "R: also run `ichor manager` as R replicas sharing N machines spread over -replica-clusters TalosClusters of their own (--shards), alternating with one replica over the same clusters, both with --leader-elect as the chart runs them (0 or 1: not)")
+	fs.IntVar(&o.ReplicaClusters, "replica-clusters", 10, "the TalosClusters of the comparison of replicas, N machines spread over them")
 	fs.IntVar(&o.Shards, "shards", 8, "the replicas' --shards: a few per replica")
 	fs.IntVar(&o.ReplicaRounds, "replica-rounds", 2, "rounds of the comparison of replicas, the order reversed every other round")
 	fs.BoolVar(&o.ReplicasOnly, "replicas-only", false, "run the comparison of replicas alone (no main comparison, growth, peers or admission)")
