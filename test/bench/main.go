@@ -42,6 +42,9 @@ type Options struct {
 	// that alone.
 	Replicas, ReplicaClusters, Shards, ReplicaRounds int
 	ReplicasOnly                                     bool
+	// ReplicaArgs are added to the sharded replicas' `ichor manager`
+	// arguments.
+	ReplicaArgs []string
 }
 
 // Report is everything one `make bench` measured.

@@ -176,7 +176,7 @@ func runReplicas(ctx context.Context, rep *Report, fleet *Fleet, tracker *Tracke
 		return err
 	}
 	say("== Replicas: %d machines over %d TalosClusters (ready in %s)", o.Machines, o.ReplicaClusters, since(start))
-	one, sharded := ReplicaVariants(o.Replicas, o.Shards)
+	one, sharded := ReplicaVariants(o.Replicas, o.Shards, o.ReplicaArgs...)
 	for round := 1; round <= max(o.ReplicaRounds, 1); round++ {
 		say("== Replicas, round %d: one replica, then %d replicas with --shards %d (reversed every other round)", round, o.Replicas, o.Shards)
 		order := []Variant{one, sharded}
@@ -205,11 +205,12 @@ func runReplicas(ctx context.Context, rep *Report, fleet *Fleet, tracker *Tracke
 
 // ReplicaVariants are the two sides of the replicas' comparison: `ichor
 // manager` as shipped as one replica, and as replicas sharing the clusters
-// in shards; both elect a leader, as the chart runs them.
-func ReplicaVariants(replicas, shards int) (one, sharded Variant) {
+// in shards, with the extra arguments (the sharding's timings, say); both
+// elect a leader, as the chart runs them.
+func ReplicaVariants(replicas, shards int, extra ...string) (one, sharded Variant) {
 	one = Variant{Name: "ichor-one-replica", Mode: "cli", Ichor: true, Replicas: 1, ManagerArgs: []string{"--leader-elect"}}
 	sharded = Variant{Name: fmt.Sprintf("ichor-%d-replicas", replicas), Mode: "cli", Ichor: true, Replicas: replicas,
-		Shards: shards, ManagerArgs: []string{"--leader-elect", "--shards", strconv.Itoa(shards)}}
+		Shards: shards, ManagerArgs: append([]string{"--leader-elect", "--shards", strconv.Itoa(shards)}, extra...)}
 	return one, sharded
 }
 
@@ -229,6 +230,9 @@ func (o Options) Validate() error {
 	}
 	return nil
 }
+
+// shardTransitions is the replicas' counter of shards taken and given up.
+const shardTransitions = "ichor_shard_transitions_total"
 
 // The goals of issue 24 §3 for R replicas against one: reported, never
 // enforced. "About half" (of R = 2) is read as at most 1.2/R.
@@ -268,8 +272,10 @@ func (r *Report) replicaTable(w func(string, ...any)) {
 	w("")
 	w("Both are `ichor manager` as shipped with `--leader-elect`, as the chart runs them; the replicas share the clusters out through the shard Leases, named so that the machines split as evenly as the clusters' shards allow, and start the load once every shard is held by its replica. CPU is each process's from the first request to the last approval, peak RSS its VmHWM since its start; ratios are to the one replica of the same round.")
 	w("")
-	w("| round | controller | approved | approvals/s (÷ one replica) | p99 create → approved | process | clusters / machines served | CPU over the load (÷ one replica) | CPU per CSR served | peak RSS (÷ one replica) | peak heap |")
-	w("|---|---|---|---|---|---|---|---|---|---|---|")
+	w("Shard transitions are each replica's `ichor_shard_transitions_total` over the load (shards taken or given up): 0 when the split held; more when a replica, starved of CPU, could not renew its membership within `--shard-renew-deadline` and its shards moved (its log says `membership` `member: false`).")
+	w("")
+	w("| round | controller | approved | approvals/s (÷ one replica) | p99 create → approved | process | clusters / machines served | CPU over the load (÷ one replica) | CPU per CSR served | peak RSS (÷ one replica) | peak heap | shard transitions during the load |")
+	w("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, round := range slices.Sorted(maps.Keys(rounds)) {
 		one := rounds[round][0]
 		for _, res := range r.Runs {
@@ -279,17 +285,18 @@ func (r *Report) replicaTable(w func(string, ...any)) {
 			lead := fmt.Sprintf("| %d | %s | %s | %.1f (%.2f) | %s |", round, describeVariant(res.Variant), approvedCell(res),
 				res.Outcome.PerSecond(), perSecondRatio(res, one), ms(res.Outcome.Quantile(0.99)))
 			if len(res.Replicas) == 0 {
-				w("%s one | %d / %d | %s (1.00) | %s | %s (1.00) | %s |", lead, res.Clusters, res.Machines, ms(res.CPU),
-					ms(perRequest(res.CPU, res)), mib(res.After.VmHWM), mib(res.After.HeapInusePeak))
+				w("%s one | %d / %d | %s (1.00) | %s | %s (1.00) | %s | %s |", lead, res.Clusters, res.Machines, ms(res.CPU),
+					ms(perRequest(res.CPU, res)), mib(res.After.VmHWM), mib(res.After.HeapInusePeak), missing)
 				continue
 			}
 			for i, rp := range res.Replicas {
 				if i > 0 {
 					lead = "| | | | | |"
 				}
-				w("%s %s | %d / %d | %s (%.2f) | %s | %s (%.2f) | %s |", lead, rp.Identity, rp.Clusters, rp.Machines,
+				w("%s %s | %d / %d | %s (%.2f) | %s | %s (%.2f) | %s | %.0f |", lead, rp.Identity, rp.Clusters, rp.Machines,
 					ms(rp.CPU), ratio(rp.CPU, one.CPU), ms(rp.CPUPerRequest()),
-					mib(rp.After.VmHWM), bytesRatio(rp.After.VmHWM, one.After.VmHWM), mib(rp.After.HeapInusePeak))
+					mib(rp.After.VmHWM), bytesRatio(rp.After.VmHWM, one.After.VmHWM), mib(rp.After.HeapInusePeak),
+					Delta(rp.Before, rp.After, shardTransitions))
 			}
 		}
 	}

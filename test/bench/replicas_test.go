@@ -64,6 +64,8 @@ func TestReplicaVariants(t *testing.T) {
 	assert.Equal(t, "2 × `ichor manager --leader-elect --shards 8`", describeVariant(sharded))
 	assert.Equal(t, 1, one.Replicas)
 	assert.Equal(t, 8, sharded.Shards)
+	_, timed := ReplicaVariants(2, 8, "--shard-lease-duration", "15s")
+	assert.Equal(t, "2 × `ichor manager --leader-elect --shards 8 --shard-lease-duration 15s`", describeVariant(timed))
 }
 
 func TestOptionsValidate(t *testing.T) {
@@ -81,7 +83,8 @@ func replicaRun(v Variant, n, k int, perSecond float64, cpu []time.Duration, rss
 	res.Round = 1
 	for i := range cpu {
 		res.Replicas = append(res.Replicas, Replica{Identity: fmt.Sprintf("r%d", i), Clusters: machines[i] / (n / k), Machines: machines[i],
-			CPU: cpu[i], After: Stats{VmHWM: rss[i], HeapInusePeak: 10 << 20}})
+			CPU: cpu[i], Before: Stats{Metrics: map[string]float64{shardTransitions: 4}},
+			After: Stats{VmHWM: rss[i], HeapInusePeak: 10 << 20, Metrics: map[string]float64{shardTransitions: float64(4 + 3*i)}}})
 		res.CPU += cpu[i]
 	}
 	res.After = res.Replicas[0].After
@@ -111,12 +114,15 @@ func TestReplicaReport(t *testing.T) {
 			rep := &Report{Options: Options{Machines: n, ReplicaClusters: k, Replicas: 2, Shards: 8, ReplicaRounds: 1}, Runs: []Result{base, many}}
 			md := rep.Markdown()
 			require.Contains(t, md, "### Beyond one replica: 2 replicas with `--shards 8` against one, N = 1000 machines over 10 TalosClusters")
-			assert.Equal(t, "| 1 | `ichor manager --leader-elect` | 1000/1000 | 100.0 (1.00) | 2970 ms | one | 10 / 1000 | 4000 ms (1.00) | 4.00 ms | 200 MiB (1.00) | 40 MiB |",
+			assert.Equal(t, "| 1 | `ichor manager --leader-elect` | 1000/1000 | 100.0 (1.00) | 2970 ms | one | 10 / 1000 | 4000 ms (1.00) | 4.00 ms | 200 MiB (1.00) | 40 MiB | – |",
 				lineWith(md, "| 1 | `ichor manager --leader-elect` |"))
 			first := lineWith(md, "| 1 | 2 × `ichor manager --leader-elect --shards 8` |")
 			assert.Contains(t, first, fmt.Sprintf("| r0 | 5 / 500 | %s (%.2f) |", ms(tc.cpu[0]), float64(tc.cpu[0])/float64(4*time.Second)))
 			second := lineWith(md, "| | | | | | r1 |")
 			assert.Contains(t, second, fmt.Sprintf("| r1 | 5 / 500 | %s (%.2f) | %s |", ms(tc.cpu[1]), float64(tc.cpu[1])/float64(4*time.Second), ms(tc.cpu[1]/500)))
+			// The shards that moved during the load: none on r0, three on r1.
+			assert.True(t, strings.HasSuffix(first, " | 0 |"), first)
+			assert.True(t, strings.HasSuffix(second, " | 3 |"), second)
 			verdict := lineWith(md, "- Round 1, 2 replicas against one:")
 			assert.Contains(t, verdict, tc.verdict)
 			// The replicas' runs are not peers'.

@@ -72,6 +72,10 @@ func parseFlags(args []string) (bench.Options, error) {
 	fs.IntVar(&o.ReplicaClusters, "replica-clusters", 10, "the TalosClusters of the comparison of replicas, N machines spread over them")
 	fs.IntVar(&o.Shards, "shards", 8, "the replicas' --shards: a few per replica")
 	fs.IntVar(&o.ReplicaRounds, "replica-rounds", 2, "rounds of the comparison of replicas, the order reversed every other round")
+	fs.Func("replica-args", "more `ichor manager` arguments of the sharded replicas, separated by spaces (the sharding's timings, say: \"--shard-lease-duration 15s --shard-renew-deadline 10s --shard-retry-period 2s\")", func(s string) error {
+		o.ReplicaArgs = append(o.ReplicaArgs, strings.Fields(s)...)
+		return nil
+	})
 	fs.BoolVar(&o.ReplicasOnly, "replicas-only", false, "run the comparison of replicas alone (no main comparison, growth, peers or admission)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

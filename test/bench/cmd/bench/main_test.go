@@ -20,13 +20,14 @@ func TestParseFlagsReplicas(t *testing.T) {
 	assert.Equal(t, []int{100, 1000, 5000}, o.Growth)
 
 	o, err = parseFlags([]string{"-manager", "bm", "-machines", "500", "-replicas", "3", "-shards", "12",
-		"-replica-rounds", "4", "-replicas-only", "-growth", ""})
+		"-replica-rounds", "4", "-replicas-only", "-growth", "", "-replica-args", "--shard-lease-duration 15s  --shard-renew-deadline 10s"})
 	require.NoError(t, err)
 	assert.Equal(t, 500, o.Machines)
 	assert.Equal(t, 3, o.Replicas)
 	assert.Equal(t, 12, o.Shards)
 	assert.Equal(t, 4, o.ReplicaRounds)
 	assert.True(t, o.ReplicasOnly)
+	assert.Equal(t, []string{"--shard-lease-duration", "15s", "--shard-renew-deadline", "10s"}, o.ReplicaArgs)
 	assert.Empty(t, o.Growth)
 
 	o, err = parseFlags([]string{"-manager", "bm", "-replicas", "0"})
