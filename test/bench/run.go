@@ -218,11 +218,9 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 	for k, d := range idleEnd {
 		res.ControlPlaneIdle += (d - idleStart[k]).Seconds() / time.Since(idleFrom).Seconds()
 	}
-	before := make([]Stats, len(ctls))
-	for i, c := range ctls {
-		if before[i], err = c.Stats(ctx); err != nil {
-			return res, err
-		}
+	before, err := statsOf(ctx, ctls)
+	if err != nil {
+		return res, err
 	}
 	res.Before = before[0]
 	apiBefore, err := ScrapeAPIRequests(ctx, cs)
@@ -231,17 +229,8 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 	}
 	cpBefore, driverBefore := cp.CPU(), selfCPU()
 	if o.Profile {
-		for i, c := range ctls {
-			file := filepath.Join(o.Dir, c.Name+".cpu.pprof")
-			if err := c.StartProfile(ctx, file); err != nil {
-				return res, err
-			}
-			if i == 0 {
-				res.Profile = file
-			}
-			if i < len(res.Replicas) {
-				res.Replicas[i].Profile = file
-			}
+		if err := startProfiles(ctx, ctls, o.Dir, &res); err != nil {
+			return res, err
 		}
 	}
 
@@ -277,11 +266,9 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 		return res, werr
 	}
 
-	after := make([]Stats, len(ctls))
-	for i, c := range ctls {
-		if after[i], err = c.Stats(ctx); err != nil {
-			return res, err
-		}
+	after, err := statsOf(ctx, ctls)
+	if err != nil {
+		return res, err
 	}
 	res.After = after[0]
 	cpAfter, driverAfter := cp.CPU(), selfCPU()
@@ -291,29 +278,11 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 	}
 	res.APIRequests = apiAfter.Since(apiBefore)
 	if o.Profile {
-		for i, c := range ctls {
-			if err := c.StopProfile(ctx); err != nil {
-				return res, err
-			}
-			file := filepath.Join(o.Dir, c.Name+".heap.pprof")
-			if err := c.HeapProfile(ctx, file); err != nil {
-				return res, err
-			}
-			if i == 0 {
-				res.HeapProfile = file
-			}
-			if i < len(res.Replicas) {
-				res.Replicas[i].HeapProfile = file
-			}
+		if err := stopProfiles(ctx, ctls, o.Dir, &res); err != nil {
+			return res, err
 		}
 	}
-	for i := range ctls {
-		res.CPU += after[i].CPU - before[i].CPU
-	}
-	for i := range res.Replicas {
-		res.Replicas[i].Before, res.Replicas[i].After = before[i], after[i]
-		res.Replicas[i].CPU = after[i].CPU - before[i].CPU
-	}
+	res.addCPU(before, after)
 	for k, d := range cpAfter {
 		res.ControlPlaneCPU += d - cpBefore[k]
 	}
@@ -328,6 +297,68 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 		res.Outcome.Quantile(0.5).Round(time.Millisecond), res.Outcome.Quantile(0.99).Round(time.Millisecond),
 		res.CPU.Round(time.Millisecond), map[bool]string{true: " (TIMED OUT)", false: ""}[res.TimedOut])
 	return res, nil
+}
+
+// statsOf asks each process for its Stats.
+func statsOf(ctx context.Context, ctls []*Controller) ([]Stats, error) {
+	out := make([]Stats, len(ctls))
+	for i, c := range ctls {
+		var err error
+		if out[i], err = c.Stats(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// addCPU sets the run's CPU, the sum of its processes', and each replica's
+// figures, from their stats before and after the load.
+func (r *Result) addCPU(before, after []Stats) {
+	for i := range after {
+		r.CPU += after[i].CPU - before[i].CPU
+	}
+	for i := range r.Replicas {
+		r.Replicas[i].Before, r.Replicas[i].After = before[i], after[i]
+		r.Replicas[i].CPU = after[i].CPU - before[i].CPU
+	}
+}
+
+// startProfiles starts each process's CPU profile into dir, named after
+// it; the run keeps the first's, each replica its own.
+func startProfiles(ctx context.Context, ctls []*Controller, dir string, res *Result) error {
+	for i, c := range ctls {
+		file := filepath.Join(dir, c.Name+".cpu.pprof")
+		if err := c.StartProfile(ctx, file); err != nil {
+			return err
+		}
+		if i == 0 {
+			res.Profile = file
+		}
+		if i < len(res.Replicas) {
+			res.Replicas[i].Profile = file
+		}
+	}
+	return nil
+}
+
+// stopProfiles stops them and writes each process's heap profile beside.
+func stopProfiles(ctx context.Context, ctls []*Controller, dir string, res *Result) error {
+	for i, c := range ctls {
+		if err := c.StopProfile(ctx); err != nil {
+			return err
+		}
+		file := filepath.Join(dir, c.Name+".heap.pprof")
+		if err := c.HeapProfile(ctx, file); err != nil {
+			return err
+		}
+		if i == 0 {
+			res.HeapProfile = file
+		}
+		if i < len(res.Replicas) {
+			res.Replicas[i].HeapProfile = file
+		}
+	}
+	return nil
 }
 
 // startControllers starts the variant's controller, or its replicas, and
