@@ -172,7 +172,7 @@ lint: go-lint ## gofmt, go vet, golangci-lint, opa fmt/check, Regal
 .PHONY: bench
 bench: BENCH_DIR ?= $(CACHE_DIR)/bench
 bench: BENCH_FLAGS ?=
-bench: envtest-assets ## Benchmarks: decisions beside hand-written Go, the policies alone, end to end (Ichor beside a rubber stamp at N machines, over one TalosCluster and over 10, growth to 5,000), admission, memory; results in docs/performance.md (BENCH_FLAGS="-machines 2000" for more)
+bench: envtest-assets ## Benchmarks: decisions beside hand-written Go, the policies alone, end to end (Ichor beside a rubber stamp at N machines, over one TalosCluster and over 10, growth to 5,000; 2 replicas with --shards beside one over 10), admission, memory; results in docs/performance.md (BENCH_FLAGS="-machines 2000" for more)
 	@mkdir -p "$(BENCH_DIR)"
 	go test -run '^$$' -bench . -benchmem ./engine/... ./test/bench/... | tee "$(BENCH_DIR)/gobench.txt"
 	$(OPA) test --timeout $(OPA_TEST_TIMEOUT) $(POLICY) $(POLICY_TEST_DATA) --bench --format gobench | tee "$(BENCH_DIR)/opabench.txt"

@@ -107,14 +107,14 @@ func alertGroups(t *testing.T, set ...string) []ruleGroup {
 }
 
 // definedMetrics are the names of the metrics the manager's code defines
-// (Name: "ichor_..." in engine, controllers and webhook), with the series a
-// histogram adds.
+// (Name: "ichor_..." in engine, controllers, webhook and internal/shard),
+// with the series a histogram adds.
 func definedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	name := regexp.MustCompile(`Name:\s+"(ichor_[a-z0-9_]+)"`)
 	histogram := regexp.MustCompile(`prometheus\.NewHistogram(Vec)?\(prometheus\.HistogramOpts\{\s*Name:\s+"(ichor_[a-z0-9_]+)"`)
 	out := map[string]bool{}
-	for _, dir := range []string{"engine", "controllers", "webhook"} {
+	for _, dir := range []string{"engine", "controllers", "webhook", filepath.Join("internal", "shard")} {
 		require.NoError(t, filepath.WalkDir(filepath.Join(root(t), dir), func(path string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 				return err
@@ -144,7 +144,7 @@ func TestAlertRules(t *testing.T) {
 	defined := definedMetrics(t)
 	metric := regexp.MustCompile(`\bichor_[a-z0-9_]+`)
 	var alerts []string
-	for _, g := range alertGroups(t) {
+	for _, g := range alertGroups(t, shardingOn...) {
 		assert.NotEmpty(t, g.Name)
 		for _, r := range g.Rules {
 			require.NotEmpty(t, r.Alert, "a rule that is not an alert: %+v", r)
@@ -174,7 +174,7 @@ func TestAlertRules(t *testing.T) {
 	for _, want := range []string{
 		"IchorKubeletServingCSRPending", "IchorPolicyBundleRefused", "IchorDecisionLogEntriesDropped",
 		"IchorDecisionLogUploadDropped", "IchorWebhookCertificateExpiring", "IchorTalosIdentityReadsFailing",
-		"IchorManagerAbsent", "IchorKubeletServingAuditStale",
+		"IchorManagerAbsent", "IchorKubeletServingAuditStale", "IchorShardUnheld", "IchorShardReplicasMissing",
 	} {
 		assert.Contains(t, alerts, want)
 	}
@@ -217,21 +217,62 @@ func TestAlertRules(t *testing.T) {
 	assert.Equal(t, "time() - max(ichor_kubelet_serving_audit_last_success_timestamp_seconds) > 90 * 60",
 		byName(groups, "IchorKubeletServingAuditStale").Expr)
 	assert.Contains(t, byName(groups, "IchorWebhookCertificateExpiring").Expr, "< 14 * 86400")
+	shardAlerts(t, defaults, groups, byName)
 	assert.Equal(t, "page", byName(groups, "IchorPolicyBundleRefused").Labels["severity"])
 	assert.Equal(t, "platform", byName(groups, "IchorTalosIdentityReadsFailing").Labels["team"])
 }
 
+// shardingOn turns sharding on for the alert tests: four shards among the
+// default two replicas, as testdata/alerts_test.yaml has them.
+var shardingOn = []string{"manager.sharding.shards=4"}
+
+// shardAlerts: the sharding's alerts are there only with sharding on, read
+// this release's replicas, and take the configured shards and replicas and
+// their values.
+func shardAlerts(t *testing.T, defaults, customised []ruleGroup, byName func([]ruleGroup, string) rule) {
+	t.Helper()
+	for _, groups := range [][]ruleGroup{defaults, customised} {
+		for _, g := range groups {
+			for _, r := range g.Rules {
+				assert.NotContains(t, r.Alert, "Shard", "a sharding alert without sharding")
+			}
+		}
+	}
+	on := alertGroups(t, shardingOn...)
+	unheld := byName(on, "IchorShardUnheld")
+	sel := `job="` + release + `-metrics", namespace="` + namespace + `"`
+	assert.Equal(t, `4 - (count(count by (shard) (ichor_shard_held{`+sel+`, shard=~"0|1|2|3"} == 1)) or vector(0)) > 0`, unheld.Expr)
+	assert.Equal(t, "5m", unheld.For)
+	assert.Equal(t, "critical", unheld.Labels["severity"])
+	missing := byName(on, "IchorShardReplicasMissing")
+	assert.Equal(t, `(min(ichor_shard_live_replicas{`+sel+`}) or vector(0)) < 2`, missing.Expr)
+	assert.Equal(t, "15m", missing.For)
+	assert.Equal(t, "warning", missing.Labels["severity"])
+
+	set := alertGroups(t, "manager.sharding.shards=12", "replicaCount=3", "monitoring.prometheusRule.managerJob=kubernetes-pods",
+		"monitoring.prometheusRule.shardUnheldMinutes=2", "monitoring.prometheusRule.shardReplicasMissingMinutes=30",
+		"monitoring.prometheusRule.additionalLabels.team=platform")
+	unheld, missing = byName(set, "IchorShardUnheld"), byName(set, "IchorShardReplicasMissing")
+	assert.True(t, strings.HasPrefix(unheld.Expr, `12 - (count(count by (shard) (ichor_shard_held{job="kubernetes-pods", namespace="`+namespace+`", shard=~"0|1|2|3|4|5|6|7|8|9|10|11"}`), unheld.Expr)
+	assert.Equal(t, "2m", unheld.For)
+	assert.True(t, strings.HasSuffix(missing.Expr, ") < 3"), missing.Expr)
+	assert.Equal(t, "30m", missing.For)
+	assert.Equal(t, "platform", missing.Labels["team"])
+}
+
 // TestAlertsFire runs testdata/alerts_test.yaml with promtool: every alert
-// fires from synthetic series, and the near misses do not. promtool is
-// $PROMTOOL; `make chart-test` (and so `make test`) and `make alerts-test`
-// build the one pinned in tools/promtool (a cold build takes minutes, once).
+// (the sharding's included) fires from synthetic series, and the near
+// misses do not. promtool is $PROMTOOL; `make chart-test` (and so `make
+// test`) and `make alerts-test` build the one pinned in tools/promtool (a
+// cold build takes minutes, once).
 func TestAlertsFire(t *testing.T) {
 	promtool := os.Getenv("PROMTOOL")
 	if promtool == "" {
 		t.Skip("PROMTOOL is not set; `make alerts-test` runs this test with the pinned promtool")
 	}
 	dir := t.TempDir()
-	groups := alertGroups(t)
+	// Sharding on, so that its alerts are tested too.
+	groups := alertGroups(t, shardingOn...)
 	write := func(name string, groups []ruleGroup) {
 		data, err := sigsyaml.Marshal(map[string]any{"groups": groups})
 		require.NoError(t, err)

@@ -35,6 +35,16 @@ type Options struct {
 	// alternating with the rubber stamp and Ichor as shipped.
 	Peers      []Peer
 	PeerRounds int
+	// Replicas is R: `ichor manager` is also run as R replicas sharing
+	// ReplicaClusters TalosClusters with Machines machines spread over them
+	// in Shards shards, in ReplicaRounds rounds alternating with one
+	// replica over the same clusters (none if R ≤ 1). ReplicasOnly runs
+	// that alone.
+	Replicas, ReplicaClusters, Shards, ReplicaRounds int
+	ReplicasOnly                                     bool
+	// ReplicaArgs are added to the sharded replicas' `ichor manager`
+	// arguments.
+	ReplicaArgs []string
 }
 
 // Report is everything one `make bench` measured.
@@ -55,6 +65,9 @@ type Report struct {
 
 // Main runs the whole benchmark and prints the summary.
 func Main(ctx context.Context, o Options) (err error) {
+	if err := o.Validate(); err != nil {
+		return err
+	}
 	slices.Sort(o.Growth)
 	out := o.Out
 	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
@@ -116,6 +129,9 @@ func Main(ctx context.Context, o Options) (err error) {
 	// defaults, as shipped.
 	ichor := Variant{Name: "ichor", Mode: "cli", ManagerArgs: []string{"--kube-api-qps", "-1"}, Ichor: true}
 	shipped := Variant{Name: "ichor-shipped", Mode: "cli", Ichor: true}
+	if o.ReplicasOnly {
+		counts = nil
+	}
 	for _, n := range counts {
 		start := time.Now()
 		if err := fleet.Grow(ctx, n); err != nil {
@@ -155,14 +171,19 @@ func Main(ctx context.Context, o Options) (err error) {
 			return err
 		}
 	}
-	if err := runPeers(ctx, rep, fleet, tracker, o, []Variant{rubber, shipped}, runOpts); err != nil {
+	if !o.ReplicasOnly {
+		if err := runPeers(ctx, rep, fleet, tracker, o, []Variant{rubber, shipped}, runOpts); err != nil {
+			return err
+		}
+	}
+	if err := runReplicas(ctx, rep, fleet, tracker, o, runOpts); err != nil {
 		return err
 	}
 	if err := DeleteRequests(ctx, fleet.Env.Clientset); err != nil {
 		return err
 	}
 
-	if o.Admissions > 0 {
+	if o.Admissions > 0 && !o.ReplicasOnly {
 		say("== Admission: %d TalosCredentialRequests through the webhook", o.Admissions)
 		res, err := RunAdmission(ctx, fleet, o.Admissions, out)
 		if err != nil {
@@ -174,6 +195,8 @@ func Main(ctx context.Context, o Options) (err error) {
 			}
 		}
 		rep.Admission = &res
+	} else if o.ReplicasOnly {
+		rep.AdmissionSkipped = "not run (-replicas-only)"
 	} else {
 		rep.AdmissionSkipped = "not run (-admissions 0)"
 	}

@@ -180,7 +180,7 @@ func (r *Report) peerTable(w func(string, ...any)) {
 	w("| round | approver | approved | approvals/s (÷ rubber stamp) | p99 create → approved (÷) | approver CPU per CSR | control plane CPU per CSR, net (÷) | peak RSS | API requests per CSR | most counted |")
 	w("|---|---|---|---|---|---|---|---|---|---|")
 	for _, res := range r.Runs {
-		if res.Round == 0 {
+		if res.Round == 0 || res.Variant.Replicas > 0 {
 			continue
 		}
 		var rubber Result

@@ -154,6 +154,8 @@ func (r *Report) Markdown() string {
 	r.decisionTables(w)
 	r.endToEndTables(w)
 	r.peerTable(w)
+	r.replicaTable(w)
+	r.replicaProfileTable(w)
 	r.admissionTable(w)
 	r.profileTables(w)
 	r.spreadProfileTable(w)
@@ -558,6 +560,11 @@ func describeRun(res Result) string {
 }
 
 func describeVariant(v Variant) string {
+	if v.Replicas > 1 {
+		one := v
+		one.Replicas = 1
+		return fmt.Sprintf("%d × %s", v.Replicas, describeVariant(one))
+	}
 	switch {
 	case v.Mode == "cli" && len(v.ManagerArgs) == 0:
 		return "`ichor manager` as shipped"

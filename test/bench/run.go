@@ -29,6 +29,9 @@ type Variant struct {
 	Ichor bool
 	// Command is a peer's program and arguments (mode peer).
 	Command []string
+	// Replicas of `ichor manager` run side by side (mode cli; 0 or 1: one),
+	// sharing the TalosClusters out in Shards (--shards, in ManagerArgs).
+	Replicas, Shards int
 }
 
 // Args are benchmanager's arguments for the variant. `ichor manager` serves
@@ -104,6 +107,9 @@ type Result struct {
 	// APIRequests are the API server's requests from the first request of
 	// the load to the last approval, by verb and resource.
 	APIRequests APIRequests
+	// Replicas are the figures of each replica of a variant of several;
+	// then CPU is their sum, and Before and After are the first's.
+	Replicas []Replica
 }
 
 // ControlPlaneNet is the control plane's CPU over the load less its idle
@@ -169,25 +175,19 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 		name = fmt.Sprintf("%s-round%d", name, o.Round)
 	}
 	res.Round = o.Round
-	var ctl *Controller
-	if v.Mode == "peer" {
-		ctl, err = startPeer(v, o.Dir, name, o.Kubeconfig)
-	} else {
-		flags, cliArgs := v.Args(o.Kubeconfig, f, g.Clusters)
-		ctl, err = StartController(o.Manager, o.Dir, name, flags, cliArgs)
-	}
+	ctls, err := f.startControllers(ctx, v, g, o, name, &res)
+	defer func() {
+		for _, ctl := range ctls {
+			if stopErr := ctl.Stop(); stopErr != nil && err == nil && ctx.Err() == nil {
+				err = fmt.Errorf("%s: %w\n%s", ctl.Name, stopErr, tail(ctl.LogPath, 20))
+			}
+		}
+	}()
 	if err != nil {
 		return res, err
 	}
+	ctl := ctls[0]
 	res.LogPath, res.DecisionLogPath = ctl.LogPath, ctl.DecisionLogPath
-	defer func() {
-		if stopErr := ctl.Stop(); stopErr != nil && err == nil && ctx.Err() == nil {
-			err = fmt.Errorf("%s: %w\n%s", name, stopErr, tail(ctl.LogPath, 20))
-		}
-	}()
-	if err := ctl.WaitReady(ctx); err != nil {
-		return res, err
-	}
 
 	start := time.Now()
 	subs, err := Submit(ctx, warm, 1)
@@ -218,17 +218,18 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 	for k, d := range idleEnd {
 		res.ControlPlaneIdle += (d - idleStart[k]).Seconds() / time.Since(idleFrom).Seconds()
 	}
-	if res.Before, err = ctl.Stats(ctx); err != nil {
+	before, err := statsOf(ctx, ctls)
+	if err != nil {
 		return res, err
 	}
+	res.Before = before[0]
 	apiBefore, err := ScrapeAPIRequests(ctx, cs)
 	if err != nil {
 		return res, err
 	}
 	cpBefore, driverBefore := cp.CPU(), selfCPU()
 	if o.Profile {
-		res.Profile = filepath.Join(o.Dir, name+".cpu.pprof")
-		if err := ctl.StartProfile(ctx, res.Profile); err != nil {
+		if err := startProfiles(ctx, ctls, o.Dir, &res); err != nil {
 			return res, err
 		}
 	}
@@ -265,9 +266,11 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 		return res, werr
 	}
 
-	if res.After, err = ctl.Stats(ctx); err != nil {
+	after, err := statsOf(ctx, ctls)
+	if err != nil {
 		return res, err
 	}
+	res.After = after[0]
 	cpAfter, driverAfter := cp.CPU(), selfCPU()
 	apiAfter, err := ScrapeAPIRequests(ctx, cs)
 	if err != nil {
@@ -275,15 +278,11 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 	}
 	res.APIRequests = apiAfter.Since(apiBefore)
 	if o.Profile {
-		if err := ctl.StopProfile(ctx); err != nil {
-			return res, err
-		}
-		res.HeapProfile = filepath.Join(o.Dir, name+".heap.pprof")
-		if err := ctl.HeapProfile(ctx, res.HeapProfile); err != nil {
+		if err := stopProfiles(ctx, ctls, o.Dir, &res); err != nil {
 			return res, err
 		}
 	}
-	res.CPU = res.After.CPU - res.Before.CPU
+	res.addCPU(before, after)
 	for k, d := range cpAfter {
 		res.ControlPlaneCPU += d - cpBefore[k]
 	}
@@ -298,6 +297,126 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 		res.Outcome.Quantile(0.5).Round(time.Millisecond), res.Outcome.Quantile(0.99).Round(time.Millisecond),
 		res.CPU.Round(time.Millisecond), map[bool]string{true: " (TIMED OUT)", false: ""}[res.TimedOut])
 	return res, nil
+}
+
+// statsOf asks each process for its Stats.
+func statsOf(ctx context.Context, ctls []*Controller) ([]Stats, error) {
+	out := make([]Stats, len(ctls))
+	for i, c := range ctls {
+		var err error
+		if out[i], err = c.Stats(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// addCPU sets the run's CPU, the sum of its processes', and each replica's
+// figures, from their stats before and after the load.
+func (r *Result) addCPU(before, after []Stats) {
+	for i := range after {
+		r.CPU += after[i].CPU - before[i].CPU
+	}
+	for i := range r.Replicas {
+		r.Replicas[i].Before, r.Replicas[i].After = before[i], after[i]
+		r.Replicas[i].CPU = after[i].CPU - before[i].CPU
+	}
+}
+
+// startProfiles starts each process's CPU profile into dir, named after
+// it; the run keeps the first's, each replica its own.
+func startProfiles(ctx context.Context, ctls []*Controller, dir string, res *Result) error {
+	for i, c := range ctls {
+		file := filepath.Join(dir, c.Name+".cpu.pprof")
+		if err := c.StartProfile(ctx, file); err != nil {
+			return err
+		}
+		if i == 0 {
+			res.Profile = file
+		}
+		if i < len(res.Replicas) {
+			res.Replicas[i].Profile = file
+		}
+	}
+	return nil
+}
+
+// stopProfiles stops them and writes each process's heap profile beside.
+func stopProfiles(ctx context.Context, ctls []*Controller, dir string, res *Result) error {
+	for i, c := range ctls {
+		if err := c.StopProfile(ctx); err != nil {
+			return err
+		}
+		file := filepath.Join(dir, c.Name+".heap.pprof")
+		if err := c.HeapProfile(ctx, file); err != nil {
+			return err
+		}
+		if i == 0 {
+			res.HeapProfile = file
+		}
+		if i < len(res.Replicas) {
+			res.Replicas[i].HeapProfile = file
+		}
+	}
+	return nil
+}
+
+// startControllers starts the variant's controller, or its replicas, and
+// waits until they are ready (replicas: until their shards have settled,
+// each shard held by the replica rendezvous hashing names). The replicas
+// are named so that they share the machines as evenly as the clusters'
+// shards allow, and res.Replicas says what each serves. It returns what
+// it started, to be stopped, even on an error.
+func (f *Fleet) startControllers(ctx context.Context, v Variant, g Group, o RunOptions, name string, res *Result) ([]*Controller, error) {
+	if v.Mode == "peer" {
+		ctl, err := startPeer(v, o.Dir, name, o.Kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		return []*Controller{ctl}, ctl.WaitReady(ctx)
+	}
+	flags, cliArgs := v.Args(o.Kubeconfig, f, g.Clusters)
+	if v.Replicas <= 1 {
+		ctl, err := StartController(o.Manager, o.Dir, name, flags, cliArgs)
+		if err != nil {
+			return nil, err
+		}
+		return []*Controller{ctl}, ctl.WaitReady(ctx)
+	}
+	clusters, err := f.clusterMachines(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	ids, _ := pickIdentities(clusters, v.Replicas, v.Shards)
+	var ctls []*Controller
+	for i, id := range ids {
+		port := 0
+		if i > 0 {
+			if port, err = stablePort(); err != nil {
+				return ctls, err
+			}
+		}
+		ctl, err := StartController(o.Manager, o.Dir, fmt.Sprintf("%s-r%d", name, i), flags, replicaArgs(cliArgs, id, port))
+		if err != nil {
+			return ctls, err
+		}
+		ctls = append(ctls, ctl)
+	}
+	for _, ctl := range ctls {
+		if err := ctl.WaitReady(ctx); err != nil {
+			return ctls, err
+		}
+	}
+	holders, err := f.waitShardsSettled(ctx, ids, v.Shards)
+	if err != nil {
+		return ctls, err
+	}
+	held := func(s int) string { return holders[s] }
+	load, count := replicaLoad(clusters, ids, v.Shards, held), replicaClusters(clusters, ids, v.Shards, held)
+	for i, id := range ids {
+		res.Replicas = append(res.Replicas, Replica{Identity: id, Clusters: count[i], Machines: load[i], LogPath: ctls[i].LogPath})
+	}
+	return ctls, nil
 }
 
 // firstOfEachCluster is the group's first machine of each of its clusters.
