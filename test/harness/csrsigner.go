@@ -11,12 +11,17 @@ import (
 	"time"
 )
 
-// kcmStopTimeout is how long kube-controller-manager gets to exit on SIGTERM
-// before it is killed; it holds no state worth a graceful exit.
-const kcmStopTimeout = 10 * time.Second
+// signerBinary is the CSR signer in the assets directory: kube-controller-manager's
+// CSR signing controller alone (tools/envtest/cmd/csrsigner), the one part of
+// kube-controller-manager the tests need, built from the same pinned module.
+const signerBinary = "csrsigner"
 
-// controllerManager is a kube-controller-manager child process.
-type controllerManager struct {
+// signerStopTimeout is how long the signer gets to exit on SIGTERM before it
+// is killed; it holds no state worth a graceful exit.
+const signerStopTimeout = 10 * time.Second
+
+// csrSigner is the CSR signer's child process.
+type csrSigner struct {
 	cmd     *exec.Cmd
 	logPath string
 	log     *os.File
@@ -28,28 +33,26 @@ type controllerManager struct {
 	stopErr  error
 }
 
-// kcmArgs runs the CSR signing controller and nothing else. csrapproving in
-// particular must never run: the approver under test would not be the only
-// one, and an approval by kube-controller-manager would pass for Ichor's.
-// Secure serving is off (port 0): nothing scrapes it, and readiness is proven
-// by a signed certificate instead of a health endpoint.
-func kcmArgs(kubeconfig, caCert, caKey string) []string {
+// signerArgs sign with the bundle's Kubernetes CA for a year at most
+// (kube-controller-manager's default --cluster-signing-duration, the signer's
+// too) or the shorter spec.expirationSeconds. The signer runs
+// kube-controller-manager's csrsigning controller and nothing else: no
+// approver (csrapproving) is even in the binary, so the approver under test
+// is the only one and no approval passes for Ichor's. It serves nothing:
+// readiness is proven by a signed certificate instead of a health endpoint.
+func signerArgs(kubeconfig, caCert, caKey string) []string {
 	return []string{
 		"--kubeconfig=" + kubeconfig,
-		"--controllers=csrsigning",
 		"--cluster-signing-cert-file=" + caCert,
 		"--cluster-signing-key-file=" + caKey,
-		"--leader-elect=false",
-		"--secure-port=0",
-		"--use-service-account-credentials=false",
 		"--v=2",
 	}
 }
 
-func startControllerManager(binary, logPath string, args []string) (*controllerManager, error) {
+func startSigner(binary, logPath string, args []string) (*csrSigner, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("kube-controller-manager log: %w", err)
+		return nil, fmt.Errorf("CSR signer log: %w", err)
 	}
 
 	cmd := exec.Command(binary, args...)
@@ -63,18 +66,18 @@ func startControllerManager(binary, logPath string, args []string) (*controllerM
 		return nil, fmt.Errorf("start %s: %w", filepath.Base(binary), err)
 	}
 
-	kcm := &controllerManager{cmd: cmd, logPath: logPath, log: logFile, done: make(chan struct{})}
+	signer := &csrSigner{cmd: cmd, logPath: logPath, log: logFile, done: make(chan struct{})}
 
 	go func() {
-		kcm.waitErr = cmd.Wait()
-		close(kcm.done)
+		signer.waitErr = cmd.Wait()
+		close(signer.done)
 	}()
 
-	return kcm, nil
+	return signer, nil
 }
 
 // exited reports whether the process has ended, with its exit error.
-func (k *controllerManager) exited() (bool, error) {
+func (k *csrSigner) exited() (bool, error) {
 	select {
 	case <-k.done:
 		return true, k.waitErr
@@ -83,9 +86,9 @@ func (k *controllerManager) exited() (bool, error) {
 	}
 }
 
-// stop sends SIGTERM, kills after kcmStopTimeout, and returns only once the
+// stop sends SIGTERM, kills after signerStopTimeout, and returns only once the
 // process has been reaped, so nothing outlives Env.Stop.
-func (k *controllerManager) stop() error {
+func (k *csrSigner) stop() error {
 	k.stopOnce.Do(func() {
 		defer k.log.Close() //nolint:errcheck // the log is complete once the process is gone
 
@@ -94,14 +97,14 @@ func (k *controllerManager) stop() error {
 		}
 
 		if err := k.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			k.stopErr = fmt.Errorf("signal kube-controller-manager: %w", err)
+			k.stopErr = fmt.Errorf("signal the CSR signer: %w", err)
 		}
 
 		select {
 		case <-k.done:
-		case <-time.After(kcmStopTimeout):
+		case <-time.After(signerStopTimeout):
 			if err := k.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
-				k.stopErr = errors.Join(k.stopErr, fmt.Errorf("kill kube-controller-manager: %w", err))
+				k.stopErr = errors.Join(k.stopErr, fmt.Errorf("kill the CSR signer: %w", err))
 			}
 
 			<-k.done
