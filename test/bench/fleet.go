@@ -1,7 +1,7 @@
 // Package bench measures what the policy engine costs end to end: N
 // simulated Talos machines (a Talos API test server each) whose kubelets all
 // ask for a serving certificate at once, against the real kube-apiserver,
-// etcd and kube-controller-manager signer of test/harness, decided by the
+// etcd and CSR signer (kube-controller-manager's) of test/harness, decided by the
 // Ichor manager in one run and by a rubber stamp (approve everything, check
 // nothing) in the next, so the ratio of the two is what the policy costs
 // beside the API server's own ceiling on this machine. It also measures

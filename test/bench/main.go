@@ -98,7 +98,7 @@ func Main(ctx context.Context, o Options) (err error) {
 		rep.Decisions = append(rep.Decisions, lines...)
 	}
 
-	say("== End to end: control plane (kube-apiserver, etcd, kube-controller-manager signer) in %s", o.Dir)
+	say("== End to end: control plane (kube-apiserver, etcd, the CSR signer) in %s", o.Dir)
 	start := time.Now()
 	fleet, err := StartFleet(ctx, filepath.Join(o.Dir, "control-plane"))
 	if err != nil {

@@ -185,8 +185,8 @@ func tail(path string, lines int) string {
 	return strings.Join(all, "\n")
 }
 
-// ControlPlane is the processes of the harness (kube-apiserver, etcd,
-// kube-controller-manager): children of this process, found in /proc.
+// ControlPlane is the processes of the harness (kube-apiserver, etcd, the
+// CSR signer csrsigner): children of this process, found in /proc.
 type ControlPlane map[string]int
 
 // FindControlPlane finds this process's children by command name.
@@ -217,7 +217,7 @@ func FindControlPlane() (ControlPlane, error) {
 		}
 		ppid, _ := strconv.Atoi(fields[1])
 		comm := s[open+1 : end]
-		if ppid == self && (comm == "kube-apiserver" || comm == "etcd" || strings.HasPrefix(comm, "kube-controller")) {
+		if ppid == self && (comm == "kube-apiserver" || comm == "etcd" || comm == "csrsigner") {
 			out[comm] = pid
 		}
 	}
@@ -227,7 +227,7 @@ func FindControlPlane() (ControlPlane, error) {
 // Check reports a process of the control plane that is gone: something on
 // the machine stopped it (the run cannot go on).
 func (p ControlPlane) Check() error {
-	for _, name := range []string{"kube-apiserver", "etcd", "kube-controller"} {
+	for _, name := range []string{"kube-apiserver", "etcd", "csrsigner"} {
 		pid, ok := p[name]
 		if !ok {
 			return fmt.Errorf("the control plane has no %s process", name)

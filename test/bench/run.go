@@ -86,7 +86,7 @@ type Result struct {
 	TimedOut bool
 	// CPU is the controller's CPU time from the first request to the last
 	// approval; ControlPlaneCPU that of kube-apiserver, etcd and
-	// kube-controller-manager together, DriverCPU that of this process (the
+	// the CSR signer together, DriverCPU that of this process (the
 	// Talos API servers, the kubelets' creates, the tracker).
 	CPU, ControlPlaneCPU, DriverCPU time.Duration
 	// Before and After are the controller's stats before the load (warmed

@@ -1,5 +1,5 @@
 // Package demo is the story `make demo` tells, on an embedded control plane:
-// a real kube-apiserver, etcd and kube-controller-manager's CSR signer, a
+// a real kube-apiserver, etcd and kube-controller-manager's CSR signer (alone), a
 // handful of simulated Talos nodes (Talos API test servers) with their
 // kubelets (the client-go certificate manager the kubelet runs), and the real
 // `ichor manager` binary deciding their serving certificates.

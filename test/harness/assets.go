@@ -20,7 +20,7 @@ const modulePath = "github.com/ichor-dev/ichor-policy"
 
 // controlPlaneBinaries are the executables the harness starts from the assets
 // directory.
-var controlPlaneBinaries = []string{"kube-apiserver", "etcd", "kube-controller-manager"}
+var controlPlaneBinaries = []string{"kube-apiserver", "etcd", signerBinary}
 
 // AssetsMissingError is Start's error (errors.As) when a control-plane binary
 // is absent, so a caller such as the demo can tell the user what to run.

@@ -31,7 +31,7 @@ const userCertValidity = 7 * 24 * time.Hour
 // argument a caller configured; replacing the authenticator is the one hook that
 // runs at that point. Harness users (admin, UserConfig) keep certificates from
 // the harness CA, so a certificate from the bundle's CA is always one Ichor or
-// kube-controller-manager signed.
+// the CSR signer signed.
 type clientCertAuthn struct {
 	caCert   *x509.Certificate
 	caKey    crypto.Signer

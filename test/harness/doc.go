@@ -1,13 +1,14 @@
 // Package harness is the integration-test environment every controller test and
 // the `make demo` sandbox run on: a real kube-apiserver and etcd (envtest), a
-// real kube-controller-manager running only the CSR signing controller, a Talos
+// CSR signer that is kube-controller-manager's CSR signing controller alone
+// (tools/envtest/cmd/csrsigner, from the same pinned Kubernetes), a Talos
 // secrets bundle made by Talos's own generator, Talos API test servers for the
 // nodes, and simulated kubelets that request their certificates with the same
 // certificate manager the kubelet runs.
 //
-// Nothing here approves a CSR: kube-controller-manager runs without its
-// csrapproving controller, so the approver under test is the only one. What
-// kube-controller-manager does is sign what was approved, with the bundle's
+// Nothing here approves a CSR: the signer has no csrapproving controller, so
+// the approver under test is the only one. What the signer does is sign what
+// was approved, as kube-controller-manager does, with the bundle's
 // Kubernetes CA, which is also a client CA of the kube-apiserver. A credential
 // Ichor signs with that CA therefore authenticates exactly as it would on a
 // Talos cluster.

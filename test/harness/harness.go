@@ -35,13 +35,13 @@ const (
 	// are cheap local requests; a short interval keeps Start fast.
 	pollInterval = 50 * time.Millisecond
 
-	// kcmUser is the identity kube-controller-manager runs as.
-	kcmUser = "ichor-harness:kube-controller-manager"
+	// signerUser is the identity the CSR signer runs as.
+	signerUser = "ichor-harness:csr-signer"
 )
 
 // Options configures Start. The zero value is a working environment.
 type Options struct {
-	// AssetsDir holds kube-apiserver, etcd and kube-controller-manager. Empty:
+	// AssetsDir holds kube-apiserver, etcd and csrsigner. Empty:
 	// $KUBEBUILDER_ASSETS, else DefaultAssetsDir().
 	AssetsDir string
 
@@ -49,7 +49,7 @@ type Options struct {
 	// repository, found above this source file or the working directory.
 	CRDDir string
 
-	// WorkDir receives the secrets bundle, the kube-controller-manager files,
+	// WorkDir receives the secrets bundle, the CSR signer's files,
 	// the kubelets' certificates and the logs. Empty: a fresh temporary
 	// directory that Stop removes; a directory given here is kept, logs
 	// included, for a person to read after the run.
@@ -86,7 +86,7 @@ type Env struct {
 	// WorkDir holds this environment's files (see Options.WorkDir).
 	WorkDir string
 	// Logs of the three control-plane processes, for a failing test to show.
-	KCMLogPath       string
+	SignerLogPath    string
 	APIServerLogPath string
 	EtcdLogPath      string
 	// AuditLogPath is the API server's audit log, with Options.AuditLog.
@@ -95,7 +95,7 @@ type Env struct {
 	osCA       *talosapi.CA
 	authn      *clientCertAuthn
 	testEnv    *envtest.Environment
-	kcm        *controllerManager
+	signer     *csrSigner
 	removeWork bool
 	logFiles   []*os.File
 
@@ -110,7 +110,7 @@ type Env struct {
 
 // Start runs the environment and returns once the kube-apiserver answers with
 // the CRDs established and their resources served without delay, RBAC lets
-// nodes request certificates, and kube-controller-manager has signed a probe
+// nodes request certificates, and the CSR signer has signed a probe
 // certificate.
 //
 // ctx bounds the start only (defaultStartTimeout when it has no deadline):
@@ -167,11 +167,11 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
 
-	if err = e.startControllerManager(ctx); err != nil {
-		return nil, fmt.Errorf("harness: %w\n%s", err, tailFile(e.KCMLogPath, 30))
+	if err = e.startSigner(ctx); err != nil {
+		return nil, fmt.Errorf("harness: %w\n%s", err, tailFile(e.SignerLogPath, 30))
 	}
 
-	// Last, so the time kube-controller-manager took to start counts towards
+	// Last, so the time the CSR signer took to start counts towards
 	// the CRDs' create grace period.
 	if err = e.warmCRDs(ctx); err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
@@ -200,7 +200,7 @@ func (e *Env) startControlPlane(crdDir string) error {
 		return err
 	}
 
-	e.KCMLogPath = filepath.Join(e.WorkDir, "kube-controller-manager.log")
+	e.SignerLogPath = filepath.Join(e.WorkDir, signerBinary+".log")
 	e.APIServerLogPath = filepath.Join(e.WorkDir, "kube-apiserver.log")
 	e.EtcdLogPath = filepath.Join(e.WorkDir, "etcd.log")
 
@@ -299,10 +299,10 @@ func (e *Env) Stop() error {
 			n.Stop()
 		}
 
-		// kube-controller-manager first: stopped after the apiserver it would
+		// The CSR signer first: stopped after the apiserver it would
 		// spend its stop timeout retrying a vanished server.
-		if e.kcm != nil {
-			errs = append(errs, e.kcm.stop())
+		if e.signer != nil {
+			errs = append(errs, e.signer.stop())
 		}
 
 		if e.testEnv != nil {
@@ -332,7 +332,7 @@ func (e *Env) Stop() error {
 // UserConfig is a client configuration authenticating as name in groups, with
 // a client certificate from the harness's own CA (not the bundle's: a
 // certificate from the bundle's Kubernetes CA is always one Ichor or
-// kube-controller-manager signed). RBAC applies: bind roles as needed.
+// the CSR signer signed). RBAC applies: bind roles as needed.
 func (e *Env) UserConfig(name string, groups ...string) (*rest.Config, error) {
 	user, err := e.testEnv.AddUser(envtest.User{Name: name, Groups: slices.Clone(groups)}, &rest.Config{QPS: 1000, Burst: 2000})
 	if err != nil {
@@ -375,7 +375,7 @@ func (e *Env) SecretsBundleSecret(namespace, name string) *corev1.Secret {
 func (e *Env) TailLogs(lines int) string {
 	var b strings.Builder
 
-	for _, path := range []string{e.KCMLogPath, e.APIServerLogPath, e.EtcdLogPath} {
+	for _, path := range []string{e.SignerLogPath, e.APIServerLogPath, e.EtcdLogPath} {
 		if path != "" {
 			b.WriteString(tailFile(path, lines))
 		}

@@ -88,7 +88,7 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// kube-controller-manager signs with the bundle's Kubernetes CA.
+	// The CSR signer signs with the bundle's Kubernetes CA.
 	cert, err := kubelet.WaitForCertificate(ctx)
 	if err != nil {
 		log.Fatal(err)

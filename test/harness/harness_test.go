@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,7 +41,7 @@ import (
 )
 
 // controlPlaneProcesses are the children Stop must leave none of.
-var controlPlaneProcesses = []string{"kube-apiserver", "etcd", "kube-controller-manager"}
+var controlPlaneProcesses = []string{"kube-apiserver", "etcd", "csrsigner"}
 
 // TestHarness runs every check against one environment (a start costs seconds
 // on two cores), then proves Stop leaves no process behind.
@@ -69,7 +70,7 @@ func TestHarness(t *testing.T) {
 		require.Contains(t, children, name, "%s should be running", name)
 	}
 
-	t.Run("KubeletServingCSRApprovedByHandIsSignedByKCM", func(t *testing.T) { testKubeletServing(ctx, t, env) })
+	t.Run("KubeletServingCSRApprovedByHandIsSigned", func(t *testing.T) { testKubeletServing(ctx, t, env) })
 	t.Run("ClientCertificateFromBundleCAAuthenticates", func(t *testing.T) { testBundleCAClient(ctx, t, env) })
 	t.Run("TalosNodeAnswersIdentityRead", func(t *testing.T) { testTalosNode(ctx, t, env) })
 	t.Run("CRDsAreInstalled", func(t *testing.T) { testCRDs(ctx, t, env) })
@@ -106,12 +107,12 @@ func TestStartReportsMissingBinaries(t *testing.T) {
 
 	var missing *harness.AssetsMissingError
 	require.ErrorAs(t, err, &missing)
-	assert.Equal(t, []string{"kube-apiserver", "etcd", "kube-controller-manager"}, missing.Missing)
+	assert.Equal(t, []string{"kube-apiserver", "etcd", "csrsigner"}, missing.Missing)
 	assert.ErrorContains(t, err, "control-plane binaries not found in "+dir+": run `make envtest-assets`")
 }
 
 // TestFailedStartLeavesNothing starts a control plane whose
-// kube-controller-manager dies at once: Start must report it with its log and
+// CSR signer dies at once: Start must report it with its log and
 // stop the apiserver and etcd it had started.
 func TestFailedStartLeavesNothing(t *testing.T) {
 	realAssets, err := harness.DefaultAssetsDir()
@@ -126,8 +127,8 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 		require.NoError(t, os.Symlink(filepath.Join(realAssets, name), filepath.Join(assets, name)))
 	}
 
-	require.NoError(t, os.WriteFile(filepath.Join(assets, "kube-controller-manager"),
-		[]byte("#!/bin/sh\necho 'kcm: refusing to start' >&2\nexit 3\n"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(assets, "csrsigner"),
+		[]byte("#!/bin/sh\necho 'csrsigner: refusing to start' >&2\nexit 3\n"), 0o700))
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -136,8 +137,8 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	require.Error(t, err)
 	assert.Nil(t, env)
 	t.Log(err)
-	assert.ErrorContains(t, err, "kube-controller-manager exited")
-	assert.ErrorContains(t, err, "kcm: refusing to start", "the error carries the log's tail")
+	assert.ErrorContains(t, err, "the CSR signer exited")
+	assert.ErrorContains(t, err, "csrsigner: refusing to start", "the error carries the log's tail")
 	assert.Empty(t, childProcesses(t), "control-plane processes left after a failed Start")
 }
 
@@ -314,10 +315,10 @@ func testSecretsBundle(t *testing.T, env *harness.Env) {
 	assert.True(t, bytes.Contains(osKey, []byte("ED25519 PRIVATE KEY")), "the OS CA key is Ed25519 as Talos makes it")
 }
 
-// testNoApprover checks that kube-controller-manager approves nothing: a
-// kubelet's client-certificate renewal, which its csrapproving controller
-// would approve at once, stays pending while a later CSR approved by hand is
-// signed.
+// testNoApprover checks that the control plane approves nothing: a kubelet's
+// client-certificate renewal, which kube-controller-manager's csrapproving
+// controller would approve at once, stays pending while a later CSR approved
+// by hand is signed.
 func testNoApprover(ctx context.Context, t *testing.T, env *harness.Env) {
 	clientKubelet, err := env.StartKubelet(ctx, harness.KubeletOptions{
 		NodeName:   "worker-4",
@@ -343,12 +344,19 @@ func testNoApprover(ctx context.Context, t *testing.T, env *harness.Env) {
 
 	got, err := env.Clientset.CertificatesV1().CertificateSigningRequests().Get(ctx, renewal.Name, metav1.GetOptions{})
 	require.NoError(t, err)
-	assert.Empty(t, got.Status.Conditions, "kube-controller-manager must not approve")
+	assert.Empty(t, got.Status.Conditions, "the control plane must not approve")
 	assert.Nil(t, clientKubelet.Current())
 
-	kcmLog, err := os.ReadFile(env.KCMLogPath)
+	// The signer runs kube-controller-manager's four signing controllers and
+	// no other certificate controller (an approver would be one).
+	signerLog, err := os.ReadFile(env.SignerLogPath)
 	require.NoError(t, err)
-	assert.Contains(t, string(kcmLog), `"Warning: controller is disabled" controller="certificatesigningrequest-approving-controller"`)
+	started := regexp.MustCompile(`"Starting certificate controller" name="([^"]+)"`).FindAllStringSubmatch(string(signerLog), -1)
+	names := make([]string, 0, len(started))
+	for _, m := range started {
+		names = append(names, m[1])
+	}
+	assert.ElementsMatch(t, []string{"csrsigning-kubelet-serving", "csrsigning-kubelet-client", "csrsigning-kube-apiserver-client", "csrsigning-legacy-unknown"}, names)
 }
 
 func approve(ctx context.Context, t *testing.T, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest) {

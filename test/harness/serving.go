@@ -144,7 +144,7 @@ func (h *Hosts) Dial(ctx context.Context, network, address string) (net.Conn, er
 
 // ApproveServing approves the kubelet's newest undecided CSR as the admin,
 // standing in for an approver that a test does not run, and waits until the
-// kubelet holds the certificate kube-controller-manager signs for it.
+// kubelet holds the certificate the CSR signer signs for it.
 func (k *Kubelet) ApproveServing(ctx context.Context) (*x509.Certificate, error) {
 	csr, err := k.WaitForPendingCSR(ctx)
 	if err != nil {

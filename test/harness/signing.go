@@ -23,24 +23,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// startControllerManager writes the bundle's Kubernetes CA and a system:masters
-// kubeconfig, starts kube-controller-manager with only the signing controller,
-// and waits until it has signed a probe CSR: the one proof that it is up,
-// watching CSRs and signing with the right CA.
-func (e *Env) startControllerManager(ctx context.Context) error {
-	dir := filepath.Join(e.WorkDir, "kube-controller-manager")
+// startSigner writes the bundle's Kubernetes CA and a system:masters
+// kubeconfig, starts the CSR signer (kube-controller-manager's signing
+// controller alone), and waits until it has signed a probe CSR: the one proof
+// that it is up, watching CSRs and signing with the right CA.
+func (e *Env) startSigner(ctx context.Context) error {
+	dir := filepath.Join(e.WorkDir, signerBinary)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("kube-controller-manager directory: %w", err)
+		return fmt.Errorf("CSR signer directory: %w", err)
 	}
 
-	user, err := e.testEnv.AddUser(envtest.User{Name: kcmUser, Groups: []string{"system:masters"}}, &rest.Config{QPS: 1000, Burst: 2000})
+	user, err := e.testEnv.AddUser(envtest.User{Name: signerUser, Groups: []string{"system:masters"}}, &rest.Config{QPS: 1000, Burst: 2000})
 	if err != nil {
-		return fmt.Errorf("kube-controller-manager user: %w", err)
+		return fmt.Errorf("CSR signer user: %w", err)
 	}
 
 	kubeconfig, err := user.KubeConfig()
 	if err != nil {
-		return fmt.Errorf("kube-controller-manager kubeconfig: %w", err)
+		return fmt.Errorf("CSR signer kubeconfig: %w", err)
 	}
 
 	files := map[string][]byte{
@@ -50,13 +50,13 @@ func (e *Env) startControllerManager(ctx context.Context) error {
 	}
 	for name, data := range files {
 		if err = os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			return fmt.Errorf("write kube-controller-manager %s: %w", name, err)
+			return fmt.Errorf("write the CSR signer's %s: %w", name, err)
 		}
 	}
 
-	args := kcmArgs(filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"))
+	args := signerArgs(filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"))
 
-	if e.kcm, err = startControllerManager(filepath.Join(e.AssetsDir, "kube-controller-manager"), e.KCMLogPath, args); err != nil {
+	if e.signer, err = startSigner(filepath.Join(e.AssetsDir, signerBinary), e.SignerLogPath, args); err != nil {
 		return err
 	}
 
@@ -64,7 +64,7 @@ func (e *Env) startControllerManager(ctx context.Context) error {
 }
 
 // probeSigning has a kube-apiserver-client CSR approved (by the admin, as a
-// test would) and waits for kube-controller-manager to sign it with the
+// test would) and waits for the CSR signer to sign it with the
 // bundle's Kubernetes CA. The probe CSR is deleted afterwards so a test never
 // sees it.
 func (e *Env) probeSigning(ctx context.Context) (err error) {
@@ -109,7 +109,7 @@ func (e *Env) probeSigning(ctx context.Context) (err error) {
 		Type:    certificatesv1.CertificateApproved,
 		Status:  corev1.ConditionTrue,
 		Reason:  "IchorHarnessProbe",
-		Message: "the harness checks that kube-controller-manager signs",
+		Message: "the harness checks that the CSR signer signs",
 	})
 
 	if _, err = csrs.UpdateApproval(ctx, csr.Name, csr, metav1.UpdateOptions{}); err != nil {
@@ -119,8 +119,8 @@ func (e *Env) probeSigning(ctx context.Context) (err error) {
 	var signed []byte
 
 	err = wait.PollUntilContextCancel(ctx, pollInterval, true, func(ctx context.Context) (bool, error) {
-		if done, exitErr := e.kcm.exited(); done {
-			return false, fmt.Errorf("kube-controller-manager exited: %v", exitErr) //nolint:errorlint // the exit status, nil on a clean exit, is for the reader
+		if done, exitErr := e.signer.exited(); done {
+			return false, fmt.Errorf("the CSR signer exited: %v", exitErr) //nolint:errorlint // the exit status, nil on a clean exit, is for the reader
 		}
 
 		got, err := csrs.Get(ctx, csr.Name, metav1.GetOptions{})
@@ -130,7 +130,7 @@ func (e *Env) probeSigning(ctx context.Context) (err error) {
 
 		for _, c := range got.Status.Conditions {
 			if c.Type == certificatesv1.CertificateFailed && c.Status == corev1.ConditionTrue {
-				return false, fmt.Errorf("kube-controller-manager failed the probe CSR: %s: %s", c.Reason, c.Message)
+				return false, fmt.Errorf("the CSR signer failed the probe CSR: %s: %s", c.Reason, c.Message)
 			}
 		}
 
@@ -139,7 +139,7 @@ func (e *Env) probeSigning(ctx context.Context) (err error) {
 		return len(signed) > 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("wait for kube-controller-manager to sign: %w", err)
+		return fmt.Errorf("wait for the CSR signer to sign: %w", err)
 	}
 
 	return verifySignedBy(signed, e.SecretsBundle.Certs.K8s.Crt)
@@ -164,7 +164,7 @@ func verifySignedBy(certPEM, caPEM []byte) error {
 	}
 
 	if _, err = cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-		return fmt.Errorf("kube-controller-manager signed with another CA: %w", err)
+		return fmt.Errorf("the CSR signer signed with another CA: %w", err)
 	}
 
 	return nil

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds the control-plane binaries the integration tests and the demo run
-# (kube-apiserver, kube-controller-manager, etcd) from the versions pinned in
-# this module, into a cache directory outside the repository, once. The
-# public envtest binary download is not reachable here, so they come from source.
+# (kube-apiserver, etcd, and csrsigner: kube-controller-manager's CSR signing
+# controller alone, ./cmd/csrsigner) from the versions pinned in this module,
+# into a cache directory outside the repository, once. The public envtest
+# binary download is not reachable here, so they come from source. A binary
+# the directory lacks (csrsigner in a cache from before it replaced
+# kube-controller-manager) is built, the others kept.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -11,11 +14,11 @@ mkdir -p "$dir"
 
 declare -A pkgs=(
   [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
-  [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
+  [csrsigner]=./cmd/csrsigner
   [etcd]=go.etcd.io/etcd/server/v3
 )
 
-# kube-apiserver and kube-controller-manager report the version the release
+# kube-apiserver and csrsigner report the version the release
 # build stamps (hack/lib/version.sh); built from the module they would say
 # v0.0.0-master, which Helm then compares with the chart's kubeVersion
 # (>=1.30.0-0) and refuses. A binary built before it was stamped is rebuilt
@@ -29,7 +32,7 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 missing=()
-for bin in kube-apiserver kube-controller-manager etcd; do
+for bin in kube-apiserver csrsigner etcd; do
   if [[ ! -x "$dir/$bin" ]]; then
     missing+=("$bin")
   elif [[ "$bin" != etcd && "$("$dir/$bin" --version 2>/dev/null)" != "Kubernetes $k8s_version" ]]; then
