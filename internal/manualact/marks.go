@@ -1,0 +1,188 @@
+package manualact
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// A request's decision by hand, once recorded, is marked so in one
+// ConfigMap of the manager's namespace, MarksConfigMapName (review 4, R3).
+//
+// The mark must last as long as the request does: as the leader's watch
+// starts (a restart, a rollout, a leader change) it lists every request, and
+// records each one it finds decided by hand unless its mark is there. The
+// record's Event, which was the mark before, is deleted after the API
+// server's --event-ttl (an hour by default), while kube-controller-manager
+// keeps a decided request an hour or two more, or for ever with its cleaner
+// off: every start in that gap recorded the decision again. A ConfigMap has
+// no TTL. The chart creates it empty, as it does the bundle epoch's, so the
+// manager needs get and update on that one name: no right to create, list
+// or delete anything. Each write of a mark drops the marks of requests that
+// are no longer in the API server (the watch's cache lists them), and at
+// most MaxMarks are kept: a mark that does not fit is not written, and the
+// decision may be recorded again at a restart, never lost.
+//
+// The places weighed and left: an annotation on the request itself needs
+// update or patch on every CertificateSigningRequest in the cluster, any
+// signer's (labels, annotations and finalizers: a finalizer keeps a request
+// from being deleted), and changes the request's resourceVersion under
+// everyone who watches it; a ConfigMap per mark needs create on ConfigMaps
+// in the namespace, which cannot be limited to names and so would let the
+// manager create the bundle epoch's ConfigMap, which it must never do;
+// skipping requests found decided long ago would trust the condition's
+// lastUpdateTime, which whoever decides writes.
+//
+// A mark's key is an HMAC of the request's UID and the verdict with the
+// admission key (as the attempts' names, review 4, R2), and its value
+// carries a MAC over the UID, the verdict and the record's decision id: a
+// mark that does not verify marks nothing, so at worst an act is recorded
+// twice, never not at all. Only the manager and whoever administers its
+// namespace (who can read the key) may write that ConfigMap.
+
+// MarksConfigMapName is the ConfigMap, in the manager's namespace, that
+// holds the marks of the decisions by hand recorded.
+const MarksConfigMapName = "ichor-policy-record-marks"
+
+// +kubebuilder:rbac:groups="",namespace=ichor-system,resources=configmaps,resourceNames=ichor-policy-record-marks,verbs=get;update
+
+// MaxMarks bounds the marks kept, so that the ConfigMap stays well under
+// the API server's 1 MiB: a mark is at most about 450 bytes (a request's
+// name is at most 253).
+const MaxMarks = 2000
+
+// errMarksFull is MaxMarks marks of requests still there.
+var errMarksFull = errors.New("the marks are full")
+
+// markEntry is a mark's value: the request (its name for whoever reads the
+// ConfigMap, its UID), the act, the record's decision id and the MAC.
+type markEntry struct {
+	Object     string `json:"object"`
+	UID        string `json:"uid"`
+	Act        string `json:"act"`
+	DecisionID string `json:"decision_id"`
+	MAC        string `json:"mac"`
+}
+
+// MarkKey is the key, in the marks' ConfigMap, of the mark of the verdict
+// (act) of the request with this UID: an HMAC of both with the records' key.
+func MarkKey(key []byte, uid types.UID, act string) string {
+	fields, _ := json.Marshal([]string{string(uid), act})
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("ichor-act-mark\x00"))
+	m.Write(fields)
+	return "act-" + hex.EncodeToString(m.Sum(nil))[:40]
+}
+
+func (r *Recorder) marks() client.ObjectKey {
+	return client.ObjectKey{Namespace: r.Namespace, Name: MarksConfigMapName}
+}
+
+// marked is the decision id of the verified mark of the act on the request
+// with uid, or "" when there is none (or no ConfigMap to keep marks in).
+func (r *Recorder) marked(ctx context.Context, key []byte, uid types.UID, act string) (string, error) {
+	if r.Namespace == "" {
+		return "", nil
+	}
+	var cm corev1.ConfigMap
+	err := r.Reader.Get(ctx, r.marks(), &cm)
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("look for the act's mark: %w", err)
+	}
+	raw, ok := cm.Data[MarkKey(key, uid, act)]
+	if !ok {
+		return "", nil
+	}
+	var e markEntry
+	if json.Unmarshal([]byte(raw), &e) != nil || e.DecisionID == "" || e.UID != string(uid) || e.Act != act ||
+		!hmac.Equal([]byte(e.MAC), []byte(mac(key, uid, act, e.DecisionID))) {
+		log.FromContext(ctx).Info("a mark by this act's key does not verify: the act is recorded", "configmap", MarksConfigMapName, "act", act)
+		return "", nil
+	}
+	return e.DecisionID, nil
+}
+
+// mark adds the mark of the act on the request, recorded as decisionID,
+// and drops the marks of requests no longer in requests (the watch's cache;
+// nil drops none). Without the ConfigMap (a manager installed without the
+// chart), or with MaxMarks marks of requests still there, it writes nothing
+// and logs why: the act may then be recorded again at a restart.
+func (r *Recorder) mark(ctx context.Context, key []byte, regarding corev1.ObjectReference, act, decisionID string, requests client.Reader) error {
+	if r.Namespace == "" {
+		return nil
+	}
+	value, err := json.Marshal(markEntry{
+		Object: "csr/" + regarding.Name, UID: string(regarding.UID), Act: act, DecisionID: decisionID,
+		MAC: mac(key, regarding.UID, act, decisionID),
+	})
+	if err != nil {
+		return err
+	}
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var cm corev1.ConfigMap
+		if err := r.Reader.Get(ctx, r.marks(), &cm); err != nil {
+			return err
+		}
+		if err := prune(ctx, &cm, requests); err != nil {
+			return err
+		}
+		if len(cm.Data) >= MaxMarks {
+			return errMarksFull
+		}
+		cm.Data[MarkKey(key, regarding.UID, act)] = string(value)
+		return r.Client.Update(ctx, &cm)
+	})
+	switch {
+	case apierrors.IsNotFound(err):
+		log.FromContext(ctx).Info("no ConfigMap to mark the act recorded in (the chart creates it): a restart may record it again once its Event has expired",
+			"configmap", MarksConfigMapName, "namespace", r.Namespace)
+		return nil
+	case errors.Is(err, errMarksFull):
+		log.FromContext(ctx).Error(err, "the act is not marked recorded: a restart may record it again once its Event has expired",
+			"configmap", MarksConfigMapName, "max_marks", MaxMarks)
+		return nil
+	case err != nil:
+		return fmt.Errorf("mark the act recorded: %w", err)
+	}
+	return nil
+}
+
+// prune drops, from the marks, those that cannot be read and those of
+// requests that are no longer there.
+func prune(ctx context.Context, cm *corev1.ConfigMap, requests client.Reader) error {
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	live := map[string]bool{}
+	if requests != nil {
+		var list certificatesv1.CertificateSigningRequestList
+		if err := requests.List(ctx, &list); err != nil {
+			return fmt.Errorf("list the requests whose marks to keep: %w", err)
+		}
+		for _, csr := range list.Items {
+			live[string(csr.UID)] = true
+		}
+	}
+	for k, v := range cm.Data {
+		var e markEntry
+		if json.Unmarshal([]byte(v), &e) != nil || requests != nil && !live[e.UID] {
+			delete(cm.Data, k)
+		}
+	}
+	return nil
+}

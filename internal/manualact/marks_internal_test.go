@@ -1,0 +1,77 @@
+package manualact
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+// TestAMarkVerifiesAndTheMarksOfRequestsGoneAreDropped (review 4, R3): a
+// mark is found only for its request and verdict, and only as the manager
+// wrote it; each write drops the marks of requests no longer there and
+// unreadable ones; and no more than MaxMarks are kept.
+func TestAMarkVerifiesAndTheMarksOfRequestsGoneAreDropped(t *testing.T) {
+	ctx := t.Context()
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	live := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-live", UID: "u-live"}}
+	requests := fake.NewClientBuilder().WithScheme(scheme).WithObjects(live).Build()
+	marks := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ichor-system", Name: MarksConfigMapName}, Data: map[string]string{
+		"act-gone":       `{"uid":"u-gone","act":"Approved","decision_id":"d-0","mac":"x"}`,
+		"act-unreadable": "{",
+	}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(marks).Build()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	r := &Recorder{Reader: c, Client: c, Namespace: "ichor-system"}
+	ref := corev1.ObjectReference{Name: live.Name, UID: live.UID}
+
+	id, err := r.marked(ctx, key, live.UID, "Approved")
+	require.NoError(t, err)
+	assert.Empty(t, id)
+	require.NoError(t, r.mark(ctx, key, ref, "Approved", "d-1", requests))
+	id, err = r.marked(ctx, key, live.UID, "Approved")
+	require.NoError(t, err)
+	assert.Equal(t, "d-1", id)
+	id, _ = r.marked(ctx, key, live.UID, "Denied")
+	assert.Empty(t, id, "a mark of one verdict is no mark of the other")
+	id, _ = r.marked(ctx, []byte("another key, another manager"), live.UID, "Approved")
+	assert.Empty(t, id)
+
+	var got corev1.ConfigMap
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(marks), &got))
+	assert.Len(t, got.Data, 1, "the marks of requests gone, and unreadable ones, are dropped: %v", got.Data)
+
+	// A mark edited (the decision id of another record) does not verify.
+	for k, v := range got.Data {
+		got.Data[k] = v[:len(v)-1] + `,"decision_id":"d-forged"}`
+	}
+	require.NoError(t, c.Update(ctx, &got))
+	id, _ = r.marked(ctx, key, live.UID, "Approved")
+	assert.Empty(t, id)
+
+	// Full: the mark is not written, and that is no error (the act was
+	// recorded; a restart may record it again).
+	full := map[string]string{}
+	many := []client.Object{live}
+	for i := range MaxMarks {
+		uid := types.UID(fmt.Sprintf("u-%d", i))
+		many = append(many, &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: string(uid), UID: uid}})
+		full[fmt.Sprintf("act-%d", i)] = fmt.Sprintf(`{"uid":%q}`, uid)
+	}
+	got.Data = full
+	require.NoError(t, c.Update(ctx, &got))
+	requests = fake.NewClientBuilder().WithScheme(scheme).WithObjects(many...).Build()
+	require.NoError(t, r.mark(ctx, key, ref, "Approved", "d-2", requests))
+	id, _ = r.marked(ctx, key, live.UID, "Approved")
+	assert.Empty(t, id)
+}
