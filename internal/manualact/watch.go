@@ -186,9 +186,9 @@ func (c *CSRDecisions) reconcile(ctx context.Context, k decisionKey) (reconcile.
 	}
 	if err := c.Recorder.recordDecision(ctx, p, c.requests); err != nil {
 		if errors.Is(err, reconcile.TerminalError(nil)) {
-			c.forget(k)
+			c.forget(k) // not tried again
 		}
-		return reconcile.Result{}, fmt.Errorf("record the decision by hand on %s (tried again later): %w", engine.Clip(p.csr.Name, "", maxLoggedName), err)
+		return reconcile.Result{}, fmt.Errorf("record the decision by hand on %s: %w", engine.Clip(p.csr.Name, "", maxLoggedName), err)
 	}
 	c.forget(k)
 	return reconcile.Result{}, nil
