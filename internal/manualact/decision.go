@@ -32,11 +32,15 @@ type pendingDecision struct {
 	old, csr *certificatesv1.CertificateSigningRequest
 	rec      *engine.ManualRecord
 	marked   bool
+	evented  bool
 }
 
 // recordDecision does what is left of p's record: look for its mark, read
 // the attempts kept from the version the write replaced, ask the rule for
-// the record (which the engine logs), mark it recorded, write its Event.
+// the record (which the engine logs), write its Event and mark it recorded.
+// The Event and the mark are written independently (review 5, F1): a mark
+// that fails does not hold back the Event, which is also a mark until
+// --event-ttl; each one written is not written again.
 // requests are the requests still in the API server (the watch's cache),
 // whose marks are kept.
 // An error leaves p as far as it got, for the queue to try again.
@@ -78,16 +82,18 @@ func (r *Recorder) recordDecision(ctx context.Context, p *pendingDecision, reque
 		p.rec = rec
 		Log(ctx, "csr", p.csr.Name)(rec, nil)
 	}
-	if !p.marked && key != nil {
-		if err := r.mark(ctx, key, regarding, act, p.rec.DecisionID, requests); err != nil {
-			return err
+	var eventErr, markErr error
+	if !p.evented {
+		if eventErr = r.event(ctx, key, regarding, act, *p.rec); eventErr != nil {
+			eventErr = fmt.Errorf("the record's Event: %w", eventErr)
 		}
+		p.evented = eventErr == nil
 	}
-	p.marked = true
-	if err := r.event(ctx, key, regarding, act, *p.rec); err != nil {
-		return fmt.Errorf("the record's Event: %w", err)
+	if !p.marked && key != nil {
+		markErr = r.mark(ctx, key, regarding, act, p.rec.DecisionID, requests)
 	}
-	return nil
+	p.marked = p.marked || markErr == nil
+	return errors.Join(eventErr, markErr)
 }
 
 // alreadyRecorded reports whether the act has a verified mark; or a

@@ -32,8 +32,9 @@ import (
 // manager needs get and update on that one name: no right to create, list
 // or delete anything. Each write of a mark drops the marks of requests that
 // are no longer in the API server (the watch's cache lists them), and at
-// most MaxMarks are kept: a mark that does not fit is not written, and the
-// decision may be recorded again at a restart, never lost.
+// most MaxMarks, of MaxMarksBytes, are kept: a mark that does not fit, or
+// that the API server refuses for good, is not written, and the decision
+// may be recorded again at a restart, never lost.
 //
 // The places weighed and left: an annotation on the request itself needs
 // update or patch on every CertificateSigningRequest in the cluster, any
@@ -58,18 +59,24 @@ const MarksConfigMapName = "ichor-policy-record-marks"
 
 // +kubebuilder:rbac:groups="",namespace=ichor-system,resources=configmaps,resourceNames=ichor-policy-record-marks,verbs=get;update
 
-// MaxMarks bounds the marks kept, so that the ConfigMap stays well under
-// the API server's 1 MiB: a mark is at most about 450 bytes (a request's
-// name is at most 253).
-const MaxMarks = 2000
+// MaxMarks bounds the number of marks kept, and MaxMarksBytes their size
+// (keys and values), well under the API server's 1 MiB for a ConfigMap's
+// data (review 5, F1). A mark holds no name: a request's name is not
+// validated (etcd's request size is its only bound), so one long name would
+// fill the ConfigMap. Its key is 44 bytes and its value, four fields of
+// bounded length (a UID, a verdict, a decision id, a MAC), about 200.
+const (
+	MaxMarks      = 2000
+	MaxMarksBytes = 900 << 10
+)
 
-// errMarksFull is MaxMarks marks of requests still there.
+// errMarksFull is MaxMarks marks, or MaxMarksBytes, of requests still
+// there.
 var errMarksFull = errors.New("the marks are full")
 
-// markEntry is a mark's value: the request (its name for whoever reads the
-// ConfigMap, its UID), the act, the record's decision id and the MAC.
+// markEntry is a mark's value: the request's UID, the act, the record's
+// decision id and the MAC. No name (review 5, F1): the UID finds the request.
 type markEntry struct {
-	Object     string `json:"object"`
 	UID        string `json:"uid"`
 	Act        string `json:"act"`
 	DecisionID string `json:"decision_id"`
@@ -127,8 +134,7 @@ func (r *Recorder) mark(ctx context.Context, key []byte, regarding corev1.Object
 		return nil
 	}
 	value, err := json.Marshal(markEntry{
-		Object: "csr/" + regarding.Name, UID: string(regarding.UID), Act: act, DecisionID: decisionID,
-		MAC: mac(key, regarding.UID, act, decisionID),
+		UID: string(regarding.UID), Act: act, DecisionID: decisionID, MAC: mac(key, regarding.UID, act, decisionID),
 	})
 	if err != nil {
 		return err
@@ -141,10 +147,11 @@ func (r *Recorder) mark(ctx context.Context, key []byte, regarding corev1.Object
 		if err := prune(ctx, &cm, requests); err != nil {
 			return err
 		}
-		if len(cm.Data) >= MaxMarks {
+		markKey := MarkKey(key, regarding.UID, act)
+		if len(cm.Data) >= MaxMarks || dataBytes(cm.Data)+len(markKey)+len(value) > MaxMarksBytes {
 			return errMarksFull
 		}
-		cm.Data[MarkKey(key, regarding.UID, act)] = string(value)
+		cm.Data[markKey] = string(value)
 		return r.Client.Update(ctx, &cm)
 	})
 	switch {
@@ -152,14 +159,33 @@ func (r *Recorder) mark(ctx context.Context, key []byte, regarding corev1.Object
 		log.FromContext(ctx).Info("no ConfigMap to mark the act recorded in (the chart creates it): a restart may record it again once its Event has expired",
 			"configmap", MarksConfigMapName, "namespace", r.Namespace)
 		return nil
-	case errors.Is(err, errMarksFull):
-		log.FromContext(ctx).Error(err, "the act is not marked recorded: a restart may record it again once its Event has expired",
-			"configmap", MarksConfigMapName, "max_marks", MaxMarks)
+	case apierrors.IsForbidden(err):
+		// Review 5, F2: a manager without its rights on the ConfigMap
+		// (a Role edited, rolled out after the Deployment, or in another
+		// namespace) still records; the Event marks, as before the marks.
+		log.FromContext(ctx).Error(err, "the manager may not read or write its marks: the act is marked by its Event only, and a restart may record it again once that has expired",
+			"configmap", MarksConfigMapName, "namespace", r.Namespace)
+		return nil
+	case errors.Is(err, errMarksFull), apierrors.IsRequestEntityTooLargeError(err), apierrors.IsInvalid(err):
+		// Full, or refused as too large or invalid (review 5, F1): a
+		// permanent refusal, not tried again.
+		log.FromContext(ctx).Error(err, "the act is not marked recorded (the marks are full): a restart may record it again once its Event has expired",
+			"configmap", MarksConfigMapName, "max_marks", MaxMarks, "max_marks_bytes", MaxMarksBytes)
 		return nil
 	case err != nil:
 		return fmt.Errorf("mark the act recorded: %w", err)
 	}
 	return nil
+}
+
+// dataBytes is the size of a ConfigMap's data, as the API server counts it
+// against its limit.
+func dataBytes(data map[string]string) int {
+	n := 0
+	for k, v := range data {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // prune drops, from the marks, those that cannot be read and those of

@@ -1,19 +1,25 @@
 package manualact
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
 // TestAMarkVerifiesAndTheMarksOfRequestsGoneAreDropped (review 4, R3): a
@@ -74,4 +80,61 @@ func TestAMarkVerifiesAndTheMarksOfRequestsGoneAreDropped(t *testing.T) {
 	require.NoError(t, r.mark(ctx, key, ref, "Approved", "d-2", requests))
 	id, _ = r.marked(ctx, key, live.UID, "Approved")
 	assert.Empty(t, id)
+}
+
+// TestTheMarksAreBoundedByBytesAndARefusedMarkIsNotTriedAgain (review 5,
+// F1): the marks are bounded by their size as well as their number, and an
+// update the API server refuses for good (too large, invalid, forbidden) is
+// logged, not an error for the queue to try again for ever; one that may
+// pass later (unavailable) is.
+func TestTheMarksAreBoundedByBytesAndARefusedMarkIsNotTriedAgain(t *testing.T) {
+	ctx := t.Context()
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	live := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-live", UID: "u-live"}}
+	big := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-big", UID: "u-big"}}
+	requests := fake.NewClientBuilder().WithScheme(scheme).WithObjects(live, big).Build()
+	key := []byte("0123456789abcdef0123456789abcdef")
+	ref := corev1.ObjectReference{Name: strings.Repeat("<", 4096), UID: live.UID}
+	newMarks := func(data map[string]string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ichor-system", Name: MarksConfigMapName}, Data: data}
+	}
+
+	// A mark holds no name: its size does not grow with the request's.
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(newMarks(nil)).Build()
+	r := &Recorder{Reader: c, Client: c, Namespace: "ichor-system"}
+	require.NoError(t, r.mark(ctx, key, ref, "Approved", "d-1", requests))
+	var got corev1.ConfigMap
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(newMarks(nil)), &got))
+	require.Len(t, got.Data, 1)
+	assert.Less(t, dataBytes(got.Data), 300, "%v", got.Data)
+
+	// Full by bytes, with one mark: nothing written, no error.
+	bigID := strings.Repeat("d", MaxMarksBytes-200)
+	filler := fmt.Sprintf(`{"uid":"u-big","act":"Approved","decision_id":%q,"mac":%q}`, bigID, mac(key, big.UID, "Approved", bigID))
+	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(newMarks(map[string]string{MarkKey(key, big.UID, "Approved"): filler})).Build()
+	r = &Recorder{Reader: c, Client: c, Namespace: "ichor-system"}
+	require.NoError(t, r.mark(ctx, key, ref, "Approved", "d-1", requests))
+	id, err := r.marked(ctx, key, live.UID, "Approved")
+	require.NoError(t, err)
+	assert.Empty(t, id, "no mark past MaxMarksBytes")
+
+	for name, refusal := range map[string]error{
+		"too large": apierrors.NewRequestEntityTooLargeError("limit is 1048576"),
+		"invalid":   apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, MarksConfigMapName, nil),
+		"forbidden": apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, MarksConfigMapName, errors.New("no update")),
+	} {
+		c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(newMarks(nil)).WithInterceptorFuncs(interceptor.Funcs{
+			Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error { return refusal },
+		}).Build()
+		r = &Recorder{Reader: c, Client: c, Namespace: "ichor-system"}
+		assert.NoError(t, r.mark(ctx, key, ref, "Approved", "d-1", requests), "refused for good (%s): logged, not tried again", name)
+	}
+	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(newMarks(nil)).WithInterceptorFuncs(interceptor.Funcs{
+		Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error {
+			return apierrors.NewServiceUnavailable("injected")
+		},
+	}).Build()
+	r = &Recorder{Reader: c, Client: c, Namespace: "ichor-system"}
+	assert.Error(t, r.mark(ctx, key, ref, "Approved", "d-1", requests), "unavailable: tried again")
 }

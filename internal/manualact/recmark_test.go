@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -13,6 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -107,6 +110,84 @@ func TestADecisionByHandIsRecordedOnceWhateverFailsOrExpires(t *testing.T) {
 	t.Run("an attempt of the verdict stored in other words names nobody (review 4, R4)", func(t *testing.T) {
 		anAttemptInOtherWordsNamesNobody(t, re)
 	})
+
+	t.Run("long names fill no marks: a later decision by hand is marked, has its Event, and is recorded once (review 5, F1)", func(t *testing.T) {
+		longNamesFillNoMarks(t, re)
+	})
+}
+
+// longNamesFillNoMarks: the API server does not validate a request's name
+// (etcd's request size bounds it), so three requests decided by hand, named
+// with about a third of 1 MiB each, filled the marks' ConfigMap when a mark
+// held the name. Every later decision by hand then had no mark (its update
+// refused, 422, and tried again for ever), no Event (held back by the mark),
+// and was recorded again at each restart.
+func longNamesFillNoMarks(t *testing.T, re *recEnv) {
+	ctx := t.Context()
+	approve := func(csr *certificatesv1.CertificateSigningRequest) {
+		c := csr.DeepCopy()
+		c.Status.Conditions = append(c.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "ByHand", Message: "by ada, by hand: ok",
+		})
+		_, err := re.adaAPI.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, c.Name, c, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	// The lengths the review found: the three names' marks summed to just
+	// under 1 MiB, so that the next mark did not fit.
+	for _, long := range []struct {
+		c string
+		n int
+	}{{"a", 349262}, {"b", 349262}, {"c", 348949}} {
+		big := re.csr(t, strings.Repeat(long.c, long.n))
+		approve(big)
+		re.event(t, big.UID)
+		re.waitMark(t, big.UID)
+	}
+	marks := re.marks(t)
+	size := 0
+	for k, v := range marks.Data {
+		size += len(k) + len(v)
+		assert.False(t, strings.Contains(v, "aaaa"), "a mark holds no name: %.100s", v)
+	}
+	assert.Less(t, size, 64<<10, "the marks stay small whatever the names")
+
+	csr := re.csr(t, "csr-after-long-names")
+	approve(csr)
+	re.waitRecord(t, "csr/"+csr.Name, "ada")
+	re.event(t, csr.UID)
+	re.waitMark(t, csr.UID)
+	re.stopManager()
+	re.startManager(t)
+	re.flush(t)
+	assert.Len(t, re.records("csr/"+csr.Name), 1, "marked: recorded once, whatever the restarts")
+}
+
+// marks is the marks' ConfigMap.
+func (re *recEnv) marks(t *testing.T) corev1.ConfigMap {
+	t.Helper()
+	var cm corev1.ConfigMap
+	require.NoError(t, re.env.Client.Get(t.Context(), client.ObjectKey{Namespace: harness.ManagerNamespace, Name: manualact.MarksConfigMapName}, &cm))
+	return cm
+}
+
+// waitMark waits until the request with uid has exactly one mark.
+func (re *recEnv) waitMark(t *testing.T, uid types.UID) {
+	t.Helper()
+	var found int
+	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		var cm corev1.ConfigMap
+		if err := re.env.Client.Get(ctx, client.ObjectKey{Namespace: harness.ManagerNamespace, Name: manualact.MarksConfigMapName}, &cm); err != nil {
+			return false, err
+		}
+		found = 0
+		for _, v := range cm.Data {
+			if strings.Contains(v, `"uid":"`+string(uid)+`"`) {
+				found++
+			}
+		}
+		return found > 0, nil
+	}), "no mark of %s", uid)
+	assert.Equal(t, 1, found, "one mark of %s", uid)
 }
 
 // anAttemptInOtherWordsNamesNobody: Cy's approval is admitted and kept as an
