@@ -108,6 +108,16 @@ func (r *Recorder) marked(ctx context.Context, key []byte, uid types.UID, act st
 	if apierrors.IsNotFound(err) {
 		return "", nil
 	}
+	if apierrors.IsForbidden(err) {
+		// Review 5, F2: a manager that may not read its marks (its Role
+		// edited, rolled out after the Deployment, or bound in another
+		// namespace) must still record, as without the ConfigMap: the
+		// record's Event is looked for instead, and marks until
+		// --event-ttl. At worst twice, never not at all.
+		log.FromContext(ctx).Error(err, "the manager may not read its marks: the act's Event is looked for instead, and a restart may record it again once that has expired",
+			"configmap", MarksConfigMapName, "namespace", r.Namespace)
+		return "", nil
+	}
 	if err != nil {
 		return "", fmt.Errorf("look for the act's mark: %w", err)
 	}

@@ -138,3 +138,22 @@ func TestTheMarksAreBoundedByBytesAndARefusedMarkIsNotTriedAgain(t *testing.T) {
 	r = &Recorder{Reader: c, Client: c, Namespace: "ichor-system"}
 	assert.Error(t, r.mark(ctx, key, ref, "Approved", "d-1", requests), "unavailable: tried again")
 }
+
+// TestAForbiddenReadOfTheMarksIsNoMark (review 5, F2): a manager that may
+// not read its marks looks for the record's Event instead, as without the
+// ConfigMap; it does not stop recording.
+func TestAForbiddenReadOfTheMarksIsNoMark(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+			return apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, MarksConfigMapName, errors.New("no get"))
+		},
+	}).Build()
+	r := &Recorder{Reader: c, Client: c, Namespace: "ichor-system"}
+	key := []byte("0123456789abcdef0123456789abcdef")
+	id, err := r.marked(t.Context(), key, "u-1", "Approved")
+	require.NoError(t, err)
+	assert.Empty(t, id)
+	require.NoError(t, r.mark(t.Context(), key, corev1.ObjectReference{Name: "csr-1", UID: "u-1"}, "Approved", "d-1", nil))
+}

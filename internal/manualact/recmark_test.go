@@ -2,6 +2,7 @@ package manualact_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -105,6 +106,30 @@ func TestADecisionByHandIsRecordedOnceWhateverFailsOrExpires(t *testing.T) {
 		require.GreaterOrEqual(t, failed.Load(), int32(1), "a read of the recorder failed")
 		re.flush(t)
 		assert.Len(t, re.records("csr/"+csr.Name), 1)
+	})
+
+	t.Run("a manager that may not read its marks still records, once (review 5, F2)", func(t *testing.T) {
+		csr := re.csr(t, "csr-marks-forbidden")
+		var failed atomic.Int32
+		fail := func(_ client.ObjectKey, obj client.Object) error {
+			if _, mark := obj.(*corev1.ConfigMap); !mark {
+				return nil
+			}
+			failed.Add(1)
+			return apierrors.NewForbidden(corev1.Resource("configmaps"), manualact.MarksConfigMapName, errors.New("injected: its Role lost get"))
+		}
+		re.failRead.Store(&fail)
+		defer re.failRead.Store(nil)
+		re.ichor(t, 0, "approve", csr.Name, "--message", "checked", "--kubeconfig", re.ada)
+		re.waitRecord(t, "csr/"+csr.Name, "ada")
+		re.event(t, csr.UID)
+		require.GreaterOrEqual(t, failed.Load(), int32(1), "a read of the marks was forbidden")
+		re.failRead.Store(nil)
+
+		re.stopManager()
+		re.startManager(t)
+		re.flush(t)
+		assert.Len(t, re.records("csr/"+csr.Name), 1, "its Event marked it")
 	})
 
 	t.Run("an attempt of the verdict stored in other words names nobody (review 4, R4)", func(t *testing.T) {
