@@ -51,7 +51,10 @@ import (
 // carries a MAC over the UID, the verdict and the record's decision id: a
 // mark that does not verify marks nothing, so at worst an act is recorded
 // twice, never not at all. Only the manager and whoever administers its
-// namespace (who can read the key) may write that ConfigMap.
+// namespace may write that ConfigMap. Whoever can read the key (its
+// Secret) can write a mark that verifies, before a decision by hand, and
+// so keep it from being recorded (review 5, F3), as with the Event before
+// the marks: the key's readers are the manager's equals.
 
 // MarksConfigMapName is the ConfigMap, in the manager's namespace, that
 // holds the marks of the decisions by hand recorded.
