@@ -30,8 +30,8 @@ import (
 // off: every start in that gap recorded the decision again. A ConfigMap has
 // no TTL. The chart creates it empty, as it does the bundle epoch's, so the
 // manager needs get and update on that one name: no right to create, list
-// or delete anything. Each write of a mark drops the marks of requests that
-// are no longer in the API server (the watch's cache lists them), and at
+// or delete anything. Each write of a mark drops the marks that do not
+// verify and those of requests that are no longer in the API server (the watch's cache lists them), and at
 // most MaxMarks, of MaxMarksBytes, are kept: a mark that does not fit, or
 // that the API server refuses for good, is not written, and the decision
 // may be recorded again at a restart, never lost.
@@ -124,17 +124,28 @@ func (r *Recorder) marked(ctx context.Context, key []byte, uid types.UID, act st
 	if err != nil {
 		return "", fmt.Errorf("look for the act's mark: %w", err)
 	}
-	raw, ok := cm.Data[MarkKey(key, uid, act)]
+	markKey := MarkKey(key, uid, act)
+	raw, ok := cm.Data[markKey]
 	if !ok {
 		return "", nil
 	}
-	var e markEntry
-	if json.Unmarshal([]byte(raw), &e) != nil || e.DecisionID == "" || e.UID != string(uid) || e.Act != act ||
-		!hmac.Equal([]byte(e.MAC), []byte(mac(key, uid, act, e.DecisionID))) {
+	e, ok := verified(key, markKey, raw)
+	if !ok || e.UID != string(uid) || e.Act != act {
 		log.FromContext(ctx).Info("a mark by this act's key does not verify: the act is recorded", "configmap", MarksConfigMapName, "act", act)
 		return "", nil
 	}
 	return e.DecisionID, nil
+}
+
+// verified is the mark stored under markKey with value raw, and whether
+// it verifies with key: its key and its MAC are the ones key makes for its
+// UID, act and decision id.
+func verified(key []byte, markKey, raw string) (markEntry, bool) {
+	var e markEntry
+	if json.Unmarshal([]byte(raw), &e) != nil || e.DecisionID == "" || markKey != MarkKey(key, types.UID(e.UID), e.Act) {
+		return e, false
+	}
+	return e, hmac.Equal([]byte(e.MAC), []byte(mac(key, types.UID(e.UID), e.Act, e.DecisionID)))
 }
 
 // mark adds the mark of the act on the request, recorded as decisionID,
@@ -157,7 +168,7 @@ func (r *Recorder) mark(ctx context.Context, key []byte, regarding corev1.Object
 		if err := r.Reader.Get(ctx, r.marks(), &cm); err != nil {
 			return err
 		}
-		if err := prune(ctx, &cm, requests); err != nil {
+		if err := prune(ctx, key, &cm, requests); err != nil {
 			return err
 		}
 		markKey := MarkKey(key, regarding.UID, act)
@@ -201,9 +212,11 @@ func dataBytes(data map[string]string) int {
 	return n
 }
 
-// prune drops, from the marks, those that cannot be read and those of
-// requests that are no longer there.
-func prune(ctx context.Context, cm *corev1.ConfigMap, requests client.Reader) error {
+// prune drops, from the marks, those that do not verify with key (made
+// with a key since replaced, edited, or junk: review 5, F6), which would
+// count toward the bounds and mark nothing, and those of requests that are
+// no longer there.
+func prune(ctx context.Context, key []byte, cm *corev1.ConfigMap, requests client.Reader) error {
 	if cm.Data == nil {
 		cm.Data = map[string]string{}
 	}
@@ -218,8 +231,7 @@ func prune(ctx context.Context, cm *corev1.ConfigMap, requests client.Reader) er
 		}
 	}
 	for k, v := range cm.Data {
-		var e markEntry
-		if json.Unmarshal([]byte(v), &e) != nil || requests != nil && !live[e.UID] {
+		if e, ok := verified(key, k, v); !ok || requests != nil && !live[e.UID] {
 			delete(cm.Data, k)
 		}
 	}

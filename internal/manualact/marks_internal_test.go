@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,7 +74,7 @@ func TestAMarkVerifiesAndTheMarksOfRequestsGoneAreDropped(t *testing.T) {
 	for i := range MaxMarks {
 		uid := types.UID(fmt.Sprintf("u-%d", i))
 		many = append(many, &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: string(uid), UID: uid}})
-		full[fmt.Sprintf("act-%d", i)] = fmt.Sprintf(`{"uid":%q}`, uid)
+		full[MarkKey(key, uid, "Approved")] = fmt.Sprintf(`{"uid":%q,"act":"Approved","decision_id":"d","mac":%q}`, uid, mac(key, uid, "Approved", "d"))
 	}
 	got.Data = full
 	require.NoError(t, c.Update(ctx, &got))
@@ -156,4 +158,34 @@ func TestAForbiddenReadOfTheMarksIsNoMark(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, id)
 	require.NoError(t, r.mark(t.Context(), key, corev1.ObjectReference{Name: "csr-1", UID: "u-1"}, "Approved", "d-1", nil))
+}
+
+// TestMarksThatDoNotVerifyAreDropped (review 5, F6): a write of a mark
+// drops the marks that no longer verify (made with a key since replaced,
+// edited, or junk that reads as JSON) even of requests still there, so that
+// they count toward no bound.
+func TestMarksThatDoNotVerifyAreDropped(t *testing.T) {
+	ctx := t.Context()
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	live := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-live", UID: "u-live"}}
+	other := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-other", UID: "u-other"}}
+	requests := fake.NewClientBuilder().WithScheme(scheme).WithObjects(live, other).Build()
+	oldKey := []byte("the key before it was replaced..")
+	key := []byte("0123456789abcdef0123456789abcdef")
+	kept := fmt.Sprintf(`{"uid":"u-other","act":"Approved","decision_id":"d-0","mac":%q}`, mac(key, other.UID, "Approved", "d-0"))
+	marks := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ichor-system", Name: MarksConfigMapName}, Data: map[string]string{
+		MarkKey(oldKey, live.UID, "Approved"): fmt.Sprintf(`{"uid":"u-live","act":"Approved","decision_id":"d-old","mac":%q}`, mac(oldKey, live.UID, "Approved", "d-old")),
+		"act-junk":                            `{"uid":"u-live","act":"Approved","decision_id":"d-junk","mac":"x"}`,
+		"act-moved":                           kept, // a verifying value under another key
+		MarkKey(key, other.UID, "Approved"):   kept,
+	}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(marks).Build()
+	r := &Recorder{Reader: c, Client: c, Namespace: "ichor-system"}
+	require.NoError(t, r.mark(ctx, key, corev1.ObjectReference{Name: live.Name, UID: live.UID}, "Approved", "d-1", requests))
+
+	var got corev1.ConfigMap
+	require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(marks), &got))
+	assert.ElementsMatch(t, []string{MarkKey(key, live.UID, "Approved"), MarkKey(key, other.UID, "Approved")}, slices.Collect(maps.Keys(got.Data)),
+		"only the marks that verify with the key are kept")
 }
