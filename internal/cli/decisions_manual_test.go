@@ -11,8 +11,10 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 )
 
-// conditionWritten stands for the digest of the condition Ada wrote.
-const conditionWritten = "5fd0560694d0c3fe4ace7bad9ce0767470e44680a430522bdd881ca0c6cfa951"
+// conditionWritten is the digest of the condition Ada wrote, as
+// manualact.ConditionDigest makes it: the sha256 of the JSON
+// ["Approved","IchorManualApproval","by ada, by hand with ichor: moved"].
+const conditionWritten = "dfc6c4b6f9f0dd8e4679952e0da4018753f31bb9ee26c28d802883b9acb418d4"
 
 // withActs is the fixture's log and two records of a person's acts, as the
 // manager logs them (internal/manualact): Ada approved a request by hand,

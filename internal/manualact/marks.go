@@ -31,10 +31,11 @@ import (
 // no TTL. The chart creates it empty, as it does the bundle epoch's, so the
 // manager needs get and update on that one name: no right to create, list
 // or delete anything. Each write of a mark drops the marks that do not
-// verify and those of requests that are no longer in the API server (the watch's cache lists them), and at
-// most MaxMarks, of MaxMarksBytes, are kept: a mark that does not fit, or
-// that the API server refuses for good, is not written, and the decision
-// may be recorded again at a restart, never lost.
+// verify and those of requests that are no longer in the API server (the
+// watch's cache lists them), and at most MaxMarks, of MaxMarksBytes, are
+// kept: a mark that does not fit, or that the API server refuses for good,
+// is not written, and the decision may be recorded again at a restart,
+// never lost.
 //
 // The places weighed and left: an annotation on the request itself needs
 // update or patch on every CertificateSigningRequest in the cluster, any

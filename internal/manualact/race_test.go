@@ -235,7 +235,7 @@ func verdictOf(csr *certificatesv1.CertificateSigningRequest) string {
 }
 
 // hookedClient is the recorder's client, calling the test's hooks before
-// each object it writes, and after each Event it wrote.
+// each object it creates or updates, and after each Event it wrote.
 type hookedClient struct {
 	client.Client
 	hook *atomic.Pointer[func(*corev1.Event)]
@@ -261,4 +261,15 @@ func (h *hookedClient) Create(ctx context.Context, obj client.Object, opts ...cl
 		}
 	}
 	return nil
+}
+
+// Update asks fail first, as Create does: the recorder updates only the
+// marks' ConfigMap.
+func (h *hookedClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if f := h.fail.Load(); f != nil {
+		if err := (*f)(obj); err != nil {
+			return err
+		}
+	}
+	return h.Client.Update(ctx, obj, opts...)
 }

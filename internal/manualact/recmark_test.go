@@ -67,9 +67,16 @@ func TestADecisionByHandIsRecordedOnceWhateverFailsOrExpires(t *testing.T) {
 
 	t.Run("a write of the recorder that fails is tried again, and the decision recorded once", func(t *testing.T) {
 		csr := re.csr(t, "csr-write-fails")
-		var failed atomic.Int32
+		var eventFailed, markFailed atomic.Int32
 		fail := func(obj client.Object) error {
-			if obj.GetAnnotations()[manualact.AnnotationObjectUID] != string(csr.UID) || isAttempt(obj) || failed.Add(1) > 1 {
+			if cm, ok := obj.(*corev1.ConfigMap); ok {
+				// The first write of this request's mark (review 5, F7).
+				if !marksOf(cm, csr.UID) || markFailed.Add(1) > 1 {
+					return nil
+				}
+				return apierrors.NewServiceUnavailable("injected: the first write of the mark fails")
+			}
+			if obj.GetAnnotations()[manualact.AnnotationObjectUID] != string(csr.UID) || isAttempt(obj) || eventFailed.Add(1) > 1 {
 				return nil
 			}
 			return apierrors.NewServiceUnavailable("injected: the first write of the record fails")
@@ -80,8 +87,12 @@ func TestADecisionByHandIsRecordedOnceWhateverFailsOrExpires(t *testing.T) {
 		re.waitRecord(t, "csr/"+csr.Name, "ada")
 		ev := re.event(t, csr.UID)
 		assert.Contains(t, ev.Message, `by "ada"`)
-		require.GreaterOrEqual(t, failed.Load(), int32(1), "a write of the record failed")
+		re.waitMark(t, csr.UID)
+		require.GreaterOrEqual(t, eventFailed.Load(), int32(1), "a write of the record's Event failed")
+		require.GreaterOrEqual(t, markFailed.Load(), int32(1), "a write of the mark failed")
 
+		// The Event expires: only the mark, tried again, is left to mark it.
+		require.NoError(t, re.env.Client.Delete(ctx, &ev))
 		re.stopManager()
 		re.startManager(t)
 		re.flush(t)
@@ -297,4 +308,14 @@ func (h *hookedReader) Get(ctx context.Context, key client.ObjectKey, obj client
 		}
 	}
 	return h.Reader.Get(ctx, key, obj, opts...)
+}
+
+// marksOf reports whether the marks in cm hold one of the request with uid.
+func marksOf(cm *corev1.ConfigMap, uid types.UID) bool {
+	for _, v := range cm.Data {
+		if strings.Contains(v, `"uid":"`+string(uid)+`"`) {
+			return true
+		}
+	}
+	return false
 }
