@@ -37,10 +37,11 @@ type pendingDecision struct {
 
 // recordDecision does what is left of p's record: look for its mark, read
 // the attempts kept from the version the write replaced, ask the rule for
-// the record (which the engine logs), write its Event and mark it recorded.
-// The Event and the mark are written independently (review 5, F1): a mark
+// the record (which the engine logs), mark it recorded, write its Event.
+// The mark and the Event are written independently (review 5, F1): a mark
 // that fails does not hold back the Event, which is also a mark until
-// --event-ttl; each one written is not written again.
+// --event-ttl; each one written is not written again. The mark is tried
+// first, so that an Event seen means its mark was tried.
 // requests are the requests still in the API server (the watch's cache),
 // whose marks are kept.
 // An error leaves p as far as it got, for the queue to try again.
@@ -82,18 +83,18 @@ func (r *Recorder) recordDecision(ctx context.Context, p *pendingDecision, reque
 		p.rec = rec
 		Log(ctx, "csr", p.csr.Name)(rec, nil)
 	}
-	var eventErr, markErr error
+	var markErr, eventErr error
+	if !p.marked && key != nil {
+		markErr = r.mark(ctx, key, regarding, act, p.rec.DecisionID, requests)
+	}
+	p.marked = p.marked || markErr == nil
 	if !p.evented {
 		if eventErr = r.event(ctx, key, regarding, act, *p.rec); eventErr != nil {
 			eventErr = fmt.Errorf("the record's Event: %w", eventErr)
 		}
 		p.evented = eventErr == nil
 	}
-	if !p.marked && key != nil {
-		markErr = r.mark(ctx, key, regarding, act, p.rec.DecisionID, requests)
-	}
-	p.marked = p.marked || markErr == nil
-	return errors.Join(eventErr, markErr)
+	return errors.Join(markErr, eventErr)
 }
 
 // alreadyRecorded reports whether the act has a verified mark; or a
