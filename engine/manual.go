@@ -65,11 +65,16 @@ type ManualActInput struct {
 }
 
 // ManualAttempt is one write of a verdict the webhook admitted: the
-// condition type it added and its user as the API server authenticated them.
+// condition type it added, the digest of that condition as written
+// (ConditionSHA256), and its user as the API server authenticated them.
 type ManualAttempt struct {
-	Verdict  string `json:"verdict"`
-	Username string `json:"username"`
-	UID      string `json:"uid"`
+	Verdict string `json:"verdict"`
+	// ConditionSHA256 is the hex sha256 of the verdict condition the write
+	// added: its type, reason and message (review 4, R4: an attempt names
+	// its person only for the very condition stored).
+	ConditionSHA256 string `json:"condition_sha256"`
+	Username        string `json:"username"`
+	UID             string `json:"uid"`
 }
 
 // ManualCSRFacts are a CSR's facts for the record: its name, signer, the
@@ -82,6 +87,10 @@ type ManualCSRFacts struct {
 	Username           string            `json:"username"`
 	Conditions         []ManualCondition `json:"conditions"`
 	PreviousConditions []ManualCondition `json:"previous_conditions"`
+	// VerdictConditionSHA256 is the hex sha256 of the verdict condition the
+	// write added, as an attempt's ConditionSHA256 is made, computed on the
+	// condition before any bound cuts it; "" when the write added none.
+	VerdictConditionSHA256 string `json:"verdict_condition_sha256,omitempty"`
 }
 
 // ManualCondition is one condition of a CSR as written.

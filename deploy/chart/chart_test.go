@@ -33,6 +33,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/bundleepoch"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/manager"
+	"github.com/ichor-dev/ichor-policy/internal/manualact"
 	"github.com/ichor-dev/ichor-policy/webhook"
 	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
 )
@@ -957,6 +958,24 @@ func TestLeaseAndDecisionLogTimingsAreValues(t *testing.T) {
 	assert.Equal(t, "20s", argValue(t, dep, "--decision-log-flush-timeout"))
 	assert.Equal(t, "5000", argValue(t, dep, "--decision-log-buffer-events"))
 	assert.EqualValues(t, 45, *dep.Spec.Template.Spec.TerminationGracePeriodSeconds)
+}
+
+// The marks of the records of decisions by hand are one ConfigMap the chart
+// creates empty: the manager holds get and update on that name, and may
+// create no ConfigMap at all (review 4, R3: that right cannot be limited to
+// names, and would reach the bundle epoch's).
+func TestRecordMarksAreOneConfigMapTheManagerCannotCreate(t *testing.T) {
+	objs := render(t)
+	cm := typed[corev1.ConfigMap](t, objs.get(t, "ConfigMap", manualact.MarksConfigMapName))
+	assert.Equal(t, namespace, cm.Namespace)
+	assert.Empty(t, cm.Data, "an upgrade must not drop the marks the manager wrote")
+	for name, rules := range objs.boundRoles(t) {
+		assert.False(t, grants(rules, "", "configmaps", "create", ""), "%s grants the manager create on ConfigMaps", name)
+	}
+	own := objs.boundRoles(t)["Role/"+namespace+"/"+release+"-manager"]
+	for _, verb := range []string{"get", "update"} {
+		assert.True(t, grants(own, "", "configmaps", verb, manualact.MarksConfigMapName))
+	}
 }
 
 // The highest bundle epoch is kept in a ConfigMap the chart creates empty,

@@ -333,4 +333,16 @@ func aPersonsApprovalIsRecorded(ctx context.Context, t *testing.T, env *harness.
 	assert.Equal(t, manualact.EventName(csr.UID), manual[0].Name)
 	assert.Equal(t, "ManualApproval", manual[0].Reason)
 	assert.Contains(t, manual[0].Message, "approved by hand by ")
+	// Marked recorded, with the chart's rights (get and update on the
+	// ConfigMap the chart creates), so that a restart does not record it
+	// again once the Event has expired (review 4, R3).
+	var marks corev1.ConfigMap
+	require.NoError(t, env.Client.Get(ctx, types.NamespacedName{Namespace: chartNamespace, Name: manualact.MarksConfigMapName}, &marks))
+	marked := 0
+	for _, v := range marks.Data {
+		if strings.Contains(v, string(csr.UID)) {
+			marked++
+		}
+	}
+	assert.Equal(t, 1, marked, "the act's mark: %v", marks.Data)
 }

@@ -11,6 +11,11 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 )
 
+// conditionWritten is the digest of the condition Ada wrote, as
+// manualact.ConditionDigest makes it: the sha256 of the JSON
+// ["Approved","IchorManualApproval","by ada, by hand with ichor: moved"].
+const conditionWritten = "dfc6c4b6f9f0dd8e4679952e0da4018753f31bb9ee26c28d802883b9acb418d4"
+
 // withActs is the fixture's log and two records of a person's acts, as the
 // manager logs them (internal/manualact): Ada approved a request by hand,
 // and someone the manager did not see revoked Bob's admin binding.
@@ -27,8 +32,11 @@ func (f decisionsFixture) withActs(t *testing.T) (log, approval, revocation stri
 			Name: "csr-worker-9", SignerName: "kubernetes.io/kubelet-serving", Username: "system:node:worker-9",
 			Conditions:         []engine.ManualCondition{{Type: "Approved", Status: "True", Reason: "IchorManualApproval", Message: "by ada, by hand with ichor: moved"}},
 			PreviousConditions: []engine.ManualCondition{},
+			// The digest of the condition stored, and of the one Ada's
+			// attempt wrote (manualact.ConditionDigest): hers.
+			VerdictConditionSHA256: conditionWritten,
 		},
-		Attempts: []engine.ManualAttempt{{Verdict: "Approved", Username: "ada"}},
+		Attempts: []engine.ManualAttempt{{Verdict: "Approved", ConditionSHA256: conditionWritten, Username: "ada"}},
 	})
 	require.NoError(t, err)
 	r, err := e.RecordManual(ctx, engine.ManualActInput{

@@ -358,7 +358,7 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if err := setUpAudit(mgr, eng, nodeReaders, o); err != nil {
 		return err
 	}
-	recorder := &manualact.Recorder{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng}
+	recorder := &manualact.Recorder{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Namespace: o.Namespace}
 	if o.Webhook {
 		if err := setUpCredentials(ctx, mgr, eng, o, recorder); err != nil {
 			return err

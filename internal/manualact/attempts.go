@@ -51,6 +51,7 @@ const ReasonAttempt = "ManualDecisionAttempt"
 const (
 	AnnotationOldResourceVersion = "ichor.dev/old-resource-version"
 	AnnotationVerdict            = "ichor.dev/verdict"
+	AnnotationConditionSHA256    = "ichor.dev/condition-sha256"
 	AnnotationUsername           = "ichor.dev/username"
 	AnnotationUserUID            = "ichor.dev/user-uid"
 )
@@ -78,7 +79,8 @@ func AttemptEventName(key []byte, uid types.UID, oldRV string, slot int) string 
 // returns the attempt kept, or nil for a write that adds no verdict. An
 // error is logged by the caller: the write is never refused.
 func (r *Recorder) Attempt(ctx context.Context, csr, old *certificatesv1.CertificateSigningRequest, user *authenticationv1.UserInfo) (*engine.ManualAttempt, error) {
-	verdict := AddedVerdict(CSRDecision(csr, old, nil).CertificateRequest)
+	facts := CSRDecision(csr, old, nil).CertificateRequest
+	verdict := AddedVerdict(facts)
 	if verdict == "" {
 		return nil, nil
 	}
@@ -92,7 +94,7 @@ func (r *Recorder) Attempt(ctx context.Context, csr, old *certificatesv1.Certifi
 	if err != nil {
 		return nil, fmt.Errorf("the records' key: %w", err)
 	}
-	a := engine.ManualAttempt{Verdict: verdict, Username: boundUser(user.Username), UID: boundUser(user.UID)}
+	a := engine.ManualAttempt{Verdict: verdict, ConditionSHA256: facts.VerdictConditionSHA256, Username: boundUser(user.Username), UID: boundUser(user.UID)}
 	for slot := range MaxAttempts {
 		ev := r.attemptEvent(key, old, slot, a)
 		err := r.Client.Create(ctx, ev)
@@ -117,6 +119,7 @@ func (r *Recorder) attemptEvent(key []byte, old *certificatesv1.CertificateSigni
 				AnnotationObjectUID:          string(old.UID),
 				AnnotationOldResourceVersion: old.ResourceVersion,
 				AnnotationVerdict:            a.Verdict,
+				AnnotationConditionSHA256:    a.ConditionSHA256,
 				AnnotationUsername:           a.Username,
 				AnnotationUserUID:            a.UID,
 				AnnotationMAC:                attemptMAC(key, old.UID, old.ResourceVersion, slot, a),
@@ -139,12 +142,14 @@ func (r *Recorder) attemptEvent(key []byte, old *certificatesv1.CertificateSigni
 
 // attempts are the verified attempts kept from the version oldRV of the
 // object with uid, and whether they may be incomplete: every place taken
-// (more may have been made), or a place that could not be read. An Event in
-// a place that does not verify (anyone who may create Events in default can
-// write one) is no attempt, and is logged.
-func (r *Recorder) attempts(ctx context.Context, key []byte, uid types.UID, oldRV string) ([]engine.ManualAttempt, bool) {
+// (more may have been made than are read). A place that cannot be read is
+// an error: the watch's queue tries the whole record again later, rather
+// than record a decision whose attempts it did not read. An Event in a
+// place that does not verify (it cannot be the manager's) is no attempt,
+// and is logged.
+func (r *Recorder) attempts(ctx context.Context, key []byte, uid types.UID, oldRV string) ([]engine.ManualAttempt, bool, error) {
 	out := []engine.ManualAttempt{}
-	taken, incomplete := 0, false
+	taken := 0
 	for slot := range MaxAttempts {
 		var ev corev1.Event
 		err := r.Reader.Get(ctx, client.ObjectKey{Namespace: EventNamespace, Name: AttemptEventName(key, uid, oldRV, slot)}, &ev)
@@ -152,27 +157,26 @@ func (r *Recorder) attempts(ctx context.Context, key []byte, uid types.UID, oldR
 			continue
 		}
 		if err != nil {
-			log.FromContext(ctx).Error(err, "read a person's attempt", "event", AttemptEventName(key, uid, oldRV, slot))
-			incomplete = true
-			continue
+			return nil, false, fmt.Errorf("read a person's attempt at place %d: %w", slot, err)
 		}
 		taken++
 		an := ev.Annotations
-		a := engine.ManualAttempt{Verdict: an[AnnotationVerdict], Username: an[AnnotationUsername], UID: an[AnnotationUserUID]}
+		a := engine.ManualAttempt{Verdict: an[AnnotationVerdict], ConditionSHA256: an[AnnotationConditionSHA256], Username: an[AnnotationUsername], UID: an[AnnotationUserUID]}
 		if !hmac.Equal([]byte(an[AnnotationMAC]), []byte(attemptMAC(key, uid, oldRV, slot, a))) {
 			log.FromContext(ctx).Info("an Event by an attempt's name does not verify: it is no attempt", "event", ev.Name)
 			continue
 		}
 		out = append(out, a)
 	}
-	return out, incomplete || taken == MaxAttempts
+	return out, taken == MaxAttempts, nil
 }
 
 // attemptMAC binds an attempt's Event to the object's UID, the version the
-// write replaces, its place and what it says. The fields are JSON, so that
-// no username can be read as another field.
+// write replaces, its place and what it says: the verdict, the digest of
+// the condition written (review 4, R4) and the user. The fields are JSON,
+// so that no username can be read as another field.
 func attemptMAC(key []byte, uid types.UID, oldRV string, slot int, a engine.ManualAttempt) string {
-	fields, _ := json.Marshal([]string{string(uid), oldRV, strconv.Itoa(slot), a.Verdict, a.Username, a.UID})
+	fields, _ := json.Marshal([]string{string(uid), oldRV, strconv.Itoa(slot), a.Verdict, a.ConditionSHA256, a.Username, a.UID})
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte("ichor-attempt\x00"))
 	m.Write(fields)

@@ -51,9 +51,10 @@ func TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt(t *testing.T) {
 
 	a, err := r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "bob", UID: "u-bob"})
 	require.NoError(t, err)
-	assert.Equal(t, &engine.ManualAttempt{Verdict: "Approved", Username: "bob", UID: "u-bob"}, a)
-	got, incomplete := r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
-	assert.Equal(t, []engine.ManualAttempt{{Verdict: "Approved", Username: "bob", UID: "u-bob"}}, got, "the forged place is skipped, Bob's kept in the next")
+	assert.Equal(t, &engine.ManualAttempt{Verdict: "Approved", ConditionSHA256: ConditionDigest(approved("by hand")), Username: "bob", UID: "u-bob"}, a)
+	got, incomplete, err := r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
+	require.NoError(t, err)
+	assert.Equal(t, []engine.ManualAttempt{{Verdict: "Approved", ConditionSHA256: ConditionDigest(approved("by hand")), Username: "bob", UID: "u-bob"}}, got, "the forged place is skipped, Bob's kept in the next")
 	assert.False(t, incomplete)
 
 	// An Event edited after the webhook wrote it no longer verifies.
@@ -61,7 +62,8 @@ func TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt(t *testing.T) {
 	require.NoError(t, r.Reader.Get(ctx, objectKey(AttemptEventName([]byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion, 1)), &ev))
 	ev.Annotations[AnnotationUsername] = "ada"
 	require.NoError(t, r.Client.Update(ctx, &ev))
-	got, _ = r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
+	got, _, err = r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
+	require.NoError(t, err)
 	assert.Empty(t, got)
 
 	// Every place taken: more attempts may have been made than are read.
@@ -71,7 +73,8 @@ func TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt(t *testing.T) {
 	}
 	_, err = r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "dee"})
 	require.ErrorContains(t, err, "this attempt is not kept")
-	got, incomplete = r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
+	got, incomplete, err = r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
+	require.NoError(t, err)
 	assert.Len(t, got, MaxAttempts-2)
 	assert.True(t, incomplete)
 
@@ -124,7 +127,8 @@ func TestSquattersTakeNoPlace(t *testing.T) {
 	}
 	_, err := r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "ada", UID: "u-ada"})
 	require.NoError(t, err)
-	got, incomplete := r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
-	assert.Equal(t, []engine.ManualAttempt{{Verdict: "Approved", Username: "ada", UID: "u-ada"}}, got)
+	got, incomplete, err := r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
+	require.NoError(t, err)
+	assert.Equal(t, []engine.ManualAttempt{{Verdict: "Approved", ConditionSHA256: ConditionDigest(approved("by hand")), Username: "ada", UID: "u-ada"}}, got)
 	assert.False(t, incomplete)
 }

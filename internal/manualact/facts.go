@@ -1,8 +1,14 @@
 package manualact
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+
 	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
@@ -21,9 +27,41 @@ func CSRDecision(csr, old *certificatesv1.CertificateSigningRequest, user *authe
 	if old != nil {
 		facts.PreviousConditions = conditions(old)
 	}
+	if c := addedVerdictCondition(csr, old); c != nil {
+		facts.VerdictConditionSHA256 = ConditionDigest(*c)
+	}
 	in := engine.ManualActInput{Act: engine.ActCSRDecision, CertificateRequest: facts}
 	seen(&in, user)
 	return in
+}
+
+// addedVerdictCondition is the Approved or Denied condition, True, that csr
+// holds and old (nil: none) did not hold, whole (before any bound), or nil.
+func addedVerdictCondition(csr, old *certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequestCondition {
+	for i, c := range csr.Status.Conditions {
+		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied || c.Status != corev1.ConditionTrue {
+			continue
+		}
+		if old == nil || !slices.ContainsFunc(old.Status.Conditions, func(o certificatesv1.CertificateSigningRequestCondition) bool { return o.Type == c.Type }) {
+			return &csr.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// ConditionDigest is the hex sha256 of a verdict condition as written: its
+// type, reason and message, as a JSON array, so that no field runs into
+// another. Its status is True for every verdict, and its times the API
+// server may fill in, so neither is part of it. The webhook binds each
+// attempt to it, and the watch compares it with the condition stored
+// (review 4, R4): a person is named only for the condition their own write
+// added. Two people who write the same words (kubectl certificate approve
+// writes one message for everyone) are not told apart by it; ichor approve
+// writes the person's name into the message.
+func ConditionDigest(c certificatesv1.CertificateSigningRequestCondition) string {
+	fields, _ := json.Marshal([]string{string(c.Type), c.Reason, c.Message})
+	sum := sha256.Sum256(fields)
+	return hex.EncodeToString(sum[:])
 }
 
 // conditions are the request's conditions, at most MaxConditions: the

@@ -3,6 +3,7 @@ package manualact
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -178,4 +179,21 @@ func TestAVerdictTheRuleMissesIsAnError(t *testing.T) {
 	rec, err = r.Record(t.Context(), ref, CSRDecision(request(), request(), nil))
 	assert.Nil(t, rec)
 	assert.NoError(t, err, "a write that decides nothing is not recorded, and that is no error")
+}
+
+// TestTheConditionStoredIsDigestedWhole (review 4, R4): the digest of the
+// verdict a write added is over its type, reason and message, whole (before
+// the bound cuts the facts), and tells two people's words apart.
+func TestTheConditionStoredIsDigestedWhole(t *testing.T) {
+	long := approved(strings.Repeat("m", 64<<10))
+	in := CSRDecision(request(long), request(), nil)
+	assert.Equal(t, ConditionDigest(long), in.CertificateRequest.VerdictConditionSHA256)
+	assert.NotEqual(t, ConditionDigest(approved("by ada, by hand with ichor: ok")), ConditionDigest(approved("by cy, by hand with ichor: ok")))
+	denied := approved("ok")
+	denied.Type = certificatesv1.CertificateDenied
+	assert.NotEqual(t, ConditionDigest(approved("ok")), ConditionDigest(denied))
+	shifted := approved("k")
+	shifted.Reason = "Ro"
+	assert.NotEqual(t, ConditionDigest(approved("ok")), ConditionDigest(shifted), "no field runs into another")
+	assert.Empty(t, CSRDecision(request(long), request(long), nil).CertificateRequest.VerdictConditionSHA256, "decided before: no verdict added")
 }

@@ -16,13 +16,21 @@
 // record says the actor is unknown. An admin binding's deletion is still
 // recorded by the webhook, with its user, as the DELETE is admitted.
 //
-// One act is recorded once: the record's Event is named after the object's
-// UID and carries a MAC, made with the manager's admission key, over the
-// UID, the act (the verdict, or the revocation) and the record's decision
-// id; whoever finds a verified Event of the same act records nothing more.
-// A forged Event (anyone who may create Events in namespace default can
-// write one by that name) does not verify, so it cannot silence a record;
-// at worst the act is recorded twice.
+// One act is recorded once. A request's decision is marked recorded in a
+// ConfigMap of the manager's namespace (marks.go), which lasts as long as
+// the request: an Event expires after the API server's --event-ttl (an
+// hour) while the request lives on, and a restart would then record the
+// decision again (review 4, R3). The mark's key is an HMAC, made with the
+// manager's admission key, of the request's UID and the verdict; it carries
+// a MAC over the UID, the verdict and the record's decision id. The watch
+// records through a rate-limited queue (watch.go), which tries a record
+// again until it is written and marked, and never evaluates the rule twice
+// for one act. A revocation's mark is the record's Event, named after the
+// binding's UID, with the same MAC: the binding is gone when the act is
+// seen, so nothing there is listed again at a restart. Either mark, forged
+// (anyone who may create Events in namespace default can write an Event by
+// that name), does not verify, so it cannot silence a record; at worst the
+// act is recorded twice.
 //
 // What is recorded is the rule ichor/manual/record's (Go gathers, Rego
 // decides); this package gathers the facts, bounded, and writes the Events.
@@ -77,7 +85,8 @@ const MaxGroups = 256
 
 // The records' Events, in namespace default: get to find an act's record,
 // create to write it. The watches read the requests and the admins' bindings
-// the approvers and the issuer read already.
+// the approvers and the issuer read already. The marks of requests' decisions
+// are in one ConfigMap, by name (marks.go).
 // +kubebuilder:rbac:groups="",resources=events,verbs=get;create
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;list;watch
@@ -110,6 +119,10 @@ type Recorder struct {
 	// given, without looking for an earlier record or reading attempts (no
 	// webhook runs: every actor is unknown).
 	Keys KeySource
+	// Namespace is the manager's namespace, where the marks of requests'
+	// decisions are kept (marks.go); empty: a request's decision is marked
+	// by its Event only, which expires (--event-ttl).
+	Namespace string
 	// Instance names this replica in the Events (reportingInstance); the
 	// host name if empty.
 	Instance string
@@ -121,29 +134,7 @@ type Recorder struct {
 // already or the rule does not record it. An error is logged by the caller:
 // recording never stands in the way of the act.
 func (r *Recorder) Record(ctx context.Context, regarding corev1.ObjectReference, in engine.ManualActInput) (*engine.ManualRecord, error) {
-	return r.record(ctx, regarding, act(in), &in, nil)
-}
-
-// RecordDecision records the verdict the watch saw stored on csr by the
-// write that replaced old, with the attempts the webhook kept from old's
-// version. It returns nil for a write that added no verdict.
-func (r *Recorder) RecordDecision(ctx context.Context, old, csr *certificatesv1.CertificateSigningRequest) (*engine.ManualRecord, error) {
-	in := CSRDecision(csr, old, nil)
-	return r.record(ctx, CSRReference(csr), act(in), &in, func(key []byte) {
-		in.Attempts, in.AttemptsIncomplete = r.attempts(ctx, key, old.UID, old.ResourceVersion)
-	})
-}
-
-// RecordFoundDecision records the verdict csr holds when the watch first
-// sees it decided (a decision stored while no manager watched), unless its
-// record is there. Nothing tells which version the write replaced, so no
-// attempt is read: the rule names nobody (seen_by watch_start). Without
-// Keys (no webhook) no mark can be verified, so each start of the watch
-// records it again: twice rather than never.
-func (r *Recorder) RecordFoundDecision(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*engine.ManualRecord, error) {
-	in := CSRDecision(csr, nil, nil)
-	in.SeenBy = engine.SeenByWatchStart
-	return r.record(ctx, CSRReference(csr), act(in), &in, nil)
+	return r.record(ctx, regarding, act(in), &in)
 }
 
 // act names the act in its record's mark: the verdict a CSR's write added,
@@ -155,9 +146,11 @@ func act(in engine.ManualActInput) string {
 	return AddedVerdict(in.CertificateRequest)
 }
 
-// record looks for the act's verified mark, lets gather add the facts that
-// need the key, asks the rule for the record and writes its Event.
-func (r *Recorder) record(ctx context.Context, regarding corev1.ObjectReference, act string, in *engine.ManualActInput, gather func(key []byte)) (*engine.ManualRecord, error) {
+// record looks for the act's verified mark (its Event), asks the rule for
+// the record and writes its Event: at once, for a revocation (the webhook,
+// the bindings' watch). A request's decision goes through the watch's queue
+// instead (decision.go).
+func (r *Recorder) record(ctx context.Context, regarding corev1.ObjectReference, act string, in *engine.ManualActInput) (*engine.ManualRecord, error) {
 	if regarding.UID == "" {
 		return nil, errors.New("the object has no UID to record the act under")
 	}
@@ -171,13 +164,23 @@ func (r *Recorder) record(ctx context.Context, regarding corev1.ObjectReference,
 		if err != nil {
 			return nil, err
 		}
-		if recorded {
+		if recorded != "" {
 			return nil, nil
 		}
-		if gather != nil {
-			gather(key)
-		}
 	}
+	rec, err := r.evaluate(ctx, in)
+	if rec == nil || err != nil {
+		return nil, err
+	}
+	if err := r.event(ctx, key, regarding, act, *rec); err != nil {
+		return rec, fmt.Errorf("the record's Event: %w", err)
+	}
+	return rec, nil
+}
+
+// evaluate asks the rule for the record, which the engine logs; nil when
+// the rule records nothing, and the facts hold no verdict.
+func (r *Recorder) evaluate(ctx context.Context, in *engine.ManualActInput) (*engine.ManualRecord, error) {
 	rec, err := r.Engine.RecordManual(ctx, *in)
 	if errors.Is(err, engine.ErrNoDecision) {
 		if decides(*in) {
@@ -189,9 +192,6 @@ func (r *Recorder) record(ctx context.Context, regarding corev1.ObjectReference,
 	}
 	if err != nil {
 		return nil, err
-	}
-	if err := r.event(ctx, key, regarding, act, rec); err != nil {
-		return &rec, fmt.Errorf("the record's Event: %w", err)
 	}
 	return &rec, nil
 }
@@ -207,24 +207,23 @@ func decides(in engine.ManualActInput) bool {
 	return in.Act == engine.ActCSRDecision && AddedVerdict(in.CertificateRequest) != ""
 }
 
-// recorded reports whether the act on the object with uid has a verified
-// Event already.
-func (r *Recorder) recorded(ctx context.Context, key []byte, uid types.UID, act string) (bool, error) {
+// recorded is the decision id of the act's verified record Event on the
+// object with uid, or "" when there is none.
+func (r *Recorder) recorded(ctx context.Context, key []byte, uid types.UID, act string) (string, error) {
 	var ev corev1.Event
 	err := r.Reader.Get(ctx, client.ObjectKey{Namespace: EventNamespace, Name: EventName(uid)}, &ev)
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return "", nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("look for the act's record: %w", err)
+		return "", fmt.Errorf("look for the act's record: %w", err)
 	}
-	want := mac(key, uid, act, ev.Annotations[AnnotationDecisionID])
-	got := ev.Annotations[AnnotationMAC]
-	if !hmac.Equal([]byte(got), []byte(want)) {
+	id := ev.Annotations[AnnotationDecisionID]
+	if !hmac.Equal([]byte(ev.Annotations[AnnotationMAC]), []byte(mac(key, uid, act, id))) || id == "" {
 		log.FromContext(ctx).Info("an Event by the record's name does not verify as this act's record: the act is recorded", "event", ev.Name, "act", act)
-		return false, nil
+		return "", nil
 	}
-	return true, nil
+	return id, nil
 }
 
 // mac binds an Event to the object's UID, the act (the verdict, or the

@@ -69,6 +69,11 @@ type recEnv struct {
 	// eventHook, when set, is called with every Event the recorder
 	// writes, once it is written (within admission for the webhook's).
 	eventHook atomic.Pointer[func(*corev1.Event)]
+	// failWrite and failRead, when set, are asked before each object the
+	// recorder writes, and each it reads from the API server: an error
+	// they return is the API server's answer instead.
+	failWrite atomic.Pointer[func(client.Object) error]
+	failRead  atomic.Pointer[func(client.ObjectKey, client.Object) error]
 	// eng is the manager's engine, kept across its restarts; ctx bounds
 	// every manager the test starts, and stop stops the one running.
 	eng  *engine.Engine
@@ -234,6 +239,10 @@ func startRecEnv(t *testing.T) *recEnv {
 	re.grant(t, managerUser, rules...)
 	keyRules, err := webhooktest.NamespacedMarkerRules("internal/facts/credential")
 	require.NoError(t, err)
+	// The marks of the records, in the manager's namespace.
+	markRules, err := webhooktest.NamespacedMarkerRules("internal/manualact")
+	require.NoError(t, err)
+	keyRules = append(keyRules, markRules...)
 	require.NoError(t, env.Client.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: harness.ManagerNamespace, Name: "manager"}, Rules: keyRules}))
 	require.NoError(t, env.Client.Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: harness.ManagerNamespace, Name: "manager"},
@@ -294,8 +303,9 @@ func (re *recEnv) startManager(t *testing.T) {
 	keyClient, err := client.New(cfg, client.Options{Scheme: re.env.Scheme})
 	require.NoError(t, err)
 	recorder := &manualact.Recorder{
-		Reader: mgr.GetAPIReader(), Client: &hookedClient{Client: mgr.GetClient(), hook: &re.eventHook}, Engine: eng,
-		Keys: re.env.AdmissionKeys(keyClient), Instance: "recorder-test",
+		Reader: &hookedReader{Reader: mgr.GetAPIReader(), fail: &re.failRead},
+		Client: &hookedClient{Client: mgr.GetClient(), hook: &re.eventHook, fail: &re.failWrite}, Engine: eng,
+		Keys: re.env.AdmissionKeys(keyClient), Instance: "recorder-test", Namespace: harness.ManagerNamespace,
 	}
 	require.NoError(t, (&webhook.ActRecorder{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
 	require.NoError(t, (&manualact.CSRDecisions{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))

@@ -234,17 +234,24 @@ func verdictOf(csr *certificatesv1.CertificateSigningRequest) string {
 	return ""
 }
 
-// hookedClient is the recorder's client, calling the test's hook before
-// each Event it writes.
+// hookedClient is the recorder's client, calling the test's hooks before
+// each object it creates or updates, and after each Event it wrote.
 type hookedClient struct {
 	client.Client
 	hook *atomic.Pointer[func(*corev1.Event)]
+	fail *atomic.Pointer[func(client.Object) error]
 }
 
 // Create calls the hook once an Event is written: an attempt's, within the
 // webhook's call, so that a test can hold a write's admission with its
 // attempt kept (two writes held so are both kept before either is stored).
+// Before, fail may answer for the API server.
 func (h *hookedClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if f := h.fail.Load(); f != nil {
+		if err := (*f)(obj); err != nil {
+			return err
+		}
+	}
 	if err := h.Client.Create(ctx, obj, opts...); err != nil {
 		return err
 	}
@@ -254,4 +261,15 @@ func (h *hookedClient) Create(ctx context.Context, obj client.Object, opts ...cl
 		}
 	}
 	return nil
+}
+
+// Update asks fail first, as Create does: the recorder updates only the
+// marks' ConfigMap.
+func (h *hookedClient) Update(ctx context.Context, obj client.Object, opts ...client.UpdateOption) error {
+	if f := h.fail.Load(); f != nil {
+		if err := (*f)(obj); err != nil {
+			return err
+		}
+	}
+	return h.Client.Update(ctx, obj, opts...)
 }

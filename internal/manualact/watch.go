@@ -3,14 +3,22 @@ package manualact
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -84,41 +92,112 @@ func ReadsAsIchors(message string) bool { return ownDecision.MatchString(message
 // old object), from which the rule names who acted, or says the actor is
 // unknown. A request the watch first sees already decided (the requests it
 // lists as it starts: after a leader change or a restart, when no manager
-// watched the change) is recorded too, unless its record is there: the
-// actor unknown, as the version the write replaced is not known. That costs,
-// as the watch starts, one GET of a record's Event per request of those
-// signers decided by someone other than Ichor (the API server's
-// kube-controller-manager deletes decided requests after an hour or two). A
-// condition that reads as an approver's (its message ends with the decision
-// and the policy revision) is taken as Ichor's own, so a person's attempt
-// that lost to it is no record at all.
+// watched the change) is recorded too, unless its mark is there: the actor
+// unknown, as the version the write replaced is not known. That costs, as
+// the watch starts, one GET of a mark per request of those signers decided
+// by someone other than Ichor (the API server's kube-controller-manager
+// deletes decided requests after an hour or two). A condition that reads as
+// an approver's (its message ends with the decision and the policy
+// revision) is taken as Ichor's own, so a person's attempt that lost to it
+// is no record at all.
+//
+// The handlers only queue the decision, keyed by the request's UID and the
+// verdict; the record is made by the controller's worker, from client-go's
+// rate-limited work queue, which tries it again, later each time (up to
+// RetryMax apart), for as long as a read, the rule or a write fails
+// (review 4, R3): an act is recorded once it can be, and never twice by one
+// manager. What a manager has queued and not recorded when it stops, the
+// next leader's watch finds decided, unmarked, as it starts.
 type CSRDecisions struct {
 	Recorder *Recorder
 	// Signers are the signers whose requests Ichor decides here.
 	Signers []string
+
+	mu       sync.Mutex
+	pending  map[decisionKey]*pendingDecision
+	requests client.Reader
 }
+
+// The delays between the tries of one record: from RetryBase, doubled each
+// time, up to RetryMax.
+const (
+	RetryBase = 200 * time.Millisecond
+	RetryMax  = 5 * time.Minute
+)
 
 // SetupWithManager registers the watch (leader-elected, as the approvers).
 func (c *CSRDecisions) SetupWithManager(mgr ctrl.Manager) error {
 	if c.Recorder == nil || c.Recorder.Engine == nil {
 		return errors.New("manual decisions watch: no recorder")
 	}
-	h := handler.TypedFuncs[*certificatesv1.CertificateSigningRequest, reconcile.Request]{
-		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[*certificatesv1.CertificateSigningRequest], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	h := handler.TypedFuncs[*certificatesv1.CertificateSigningRequest, decisionKey]{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[*certificatesv1.CertificateSigningRequest], q workqueue.TypedRateLimitingInterface[decisionKey]) {
 			if c.foundDecidedByHand(e.Object) {
-				Log(ctx, "csr", e.Object.Name)(c.Recorder.RecordFoundDecision(ctx, e.Object))
+				c.enqueue(q, nil, e.Object)
 			}
 		},
-		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest], q workqueue.TypedRateLimitingInterface[decisionKey]) {
 			if c.decidedByHand(e.ObjectOld, e.ObjectNew) {
-				Log(ctx, "csr", e.ObjectNew.Name)(c.Recorder.RecordDecision(ctx, e.ObjectOld, e.ObjectNew))
+				c.enqueue(q, e.ObjectOld, e.ObjectNew)
 			}
 		},
 	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("manual-decisions").
-		WatchesRawSource(source.Kind(mgr.GetCache(), &certificatesv1.CertificateSigningRequest{}, h)).
-		Complete(reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) { return reconcile.Result{}, nil }))
+	c.requests = mgr.GetCache()
+	const name = "manual-decisions"
+	logger := mgr.GetLogger().WithValues("controller", name)
+	return builder.TypedControllerManagedBy[decisionKey](mgr).
+		Named(name).
+		WithOptions(controller.TypedOptions[decisionKey]{
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[decisionKey](RetryBase, RetryMax),
+		}).
+		WithLogConstructor(func(k *decisionKey) logr.Logger {
+			if k == nil {
+				return logger
+			}
+			return logger.WithValues("csr_uid", k.UID, "verdict", k.Verdict)
+		}).
+		WatchesRawSource(source.TypedKind(mgr.GetCache(), &certificatesv1.CertificateSigningRequest{}, h)).
+		Complete(reconcile.TypedFunc[decisionKey](c.reconcile))
+}
+
+// enqueue queues the decision csr holds. A decision queued already keeps
+// what it got so far: one act, one record.
+func (c *CSRDecisions) enqueue(q workqueue.TypedRateLimitingInterface[decisionKey], old, csr *certificatesv1.CertificateSigningRequest) {
+	k := decisionKey{UID: csr.UID, Verdict: string(decision(csr).Type)}
+	c.mu.Lock()
+	if c.pending == nil {
+		c.pending = map[decisionKey]*pendingDecision{}
+	}
+	if _, ok := c.pending[k]; !ok {
+		c.pending[k] = &pendingDecision{old: old, csr: csr}
+	}
+	c.mu.Unlock()
+	q.Add(k)
+}
+
+// reconcile records the decision queued under k; an error queues it again,
+// rate-limited. The queue hands one key to one worker at a time.
+func (c *CSRDecisions) reconcile(ctx context.Context, k decisionKey) (reconcile.Result, error) {
+	c.mu.Lock()
+	p := c.pending[k]
+	c.mu.Unlock()
+	if p == nil {
+		return reconcile.Result{}, nil
+	}
+	if err := c.Recorder.recordDecision(ctx, p, c.requests); err != nil {
+		if errors.Is(err, reconcile.TerminalError(nil)) {
+			c.forget(k) // not tried again
+		}
+		return reconcile.Result{}, fmt.Errorf("record the decision by hand on %s: %w", engine.Clip(p.csr.Name, "", maxLoggedName), err)
+	}
+	c.forget(k)
+	return reconcile.Result{}, nil
+}
+
+func (c *CSRDecisions) forget(k decisionKey) {
+	c.mu.Lock()
+	delete(c.pending, k)
+	c.mu.Unlock()
 }
 
 // decidedByHand reports whether the update decided a request of Ichor's

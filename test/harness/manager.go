@@ -18,12 +18,13 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/internal/bundleepoch"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
+	"github.com/ichor-dev/ichor-policy/internal/manualact"
 )
 
 // ManagerNamespace is the namespace the manager runs in, as the Helm chart
 // installs it: Start creates it with the empty Secret the chart creates for
-// the admission key and the empty ConfigMap of the highest bundle epoch,
-// which the manager fills. A manager run by a test finds
+// the admission key and the empty ConfigMaps of the highest bundle epoch and
+// of the marks of the records of decisions by hand, which the manager fills. A manager run by a test finds
 // it through POD_NAMESPACE, as in the chart.
 const ManagerNamespace = "ichor-system"
 
@@ -32,6 +33,7 @@ func (e *Env) createManagerNamespace(ctx context.Context) error {
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ManagerNamespace}},
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ManagerNamespace, Name: credential.DefaultKeySecretName}},
 		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ManagerNamespace, Name: bundleepoch.ConfigMapName}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ManagerNamespace, Name: manualact.MarksConfigMapName}},
 	} {
 		if err := e.Client.Create(ctx, obj); err != nil {
 			return fmt.Errorf("the manager's namespace: create %s: %w", obj.GetName(), err)

@@ -16,8 +16,9 @@
 #   admission; one is stored), so a decision is recorded from what was stored: the manager's
 #   watch sees the verdict stored (seen_by "watch"), and the webhook keeps each write of a
 #   verdict it admitted as an attempt. The person is named only if exactly one person attempted
-#   the verdict stored from the version of the request the stored write replaced, and no attempt
-#   may be missing; else the actor is unknown, and the record says why (actor_source "ambiguous"
+#   the verdict stored from the version of the request the stored write replaced, writing the
+#   very condition stored (type, reason and message: its digest), and no attempt may be missing;
+#   else the actor is unknown, and the record says why (actor_source "ambiguous"
 #   for several people or attempts the manager did not keep, "unknown" when the webhook saw
 #   none: down, unreachable, or timed out, as its failurePolicy is Ignore). A decision stored
 #   while no manager watched (a leader change, a restart) is recorded when the watch starts and
@@ -35,12 +36,15 @@
 #   admission request's, for a binding seen by the webhook); for a CSR, certificate_request
 #   (name, uid, signer_name, username: the requester as the API server recorded it, conditions
 #   and previous_conditions: each {type, status, reason, message}, after and before the stored
-#   write), attempts (each {verdict: the condition type the write added, username, uid: its
-#   user}: the writes the webhook admitted from the version the stored write replaced, at most
-#   4) and attempts_incomplete (true when more attempts may have been made than are listed); for
-#   a binding, binding (name, uid, identity: read by the manager from the name of a labelled
-#   binding named IDENTITY:NONCE, else empty, username: the manager's annotation, a claim,
-#   revoked_by: the annotation, role_ref {kind, name}).
+#   write, verdict_condition_sha256: the hex sha256 of the verdict condition the stored write
+#   added, over the JSON array [type, reason, message] of the whole condition), attempts (each
+#   {verdict: the condition type the write added, condition_sha256: the same digest of the
+#   condition it added, username, uid: its user}: the writes the webhook admitted from the
+#   version the stored write replaced, at most 4) and attempts_incomplete (true when more
+#   attempts may have been made than are listed); for a binding, binding (name, uid,
+#   identity: read by the manager from the name of a labelled binding named IDENTITY:NONCE,
+#   else empty, username: the manager's annotation, a claim, revoked_by: the annotation,
+#   role_ref {kind, name}).
 package ichor.manual
 
 # The tables of data.json, beside this file, under "config" so that the package's own
@@ -90,7 +94,10 @@ record := {
 }
 
 _request := object.union(
-	{"name": "", "username": "", "signer_name": "", "conditions": [], "previous_conditions": []},
+	{
+		"name": "", "username": "", "signer_name": "", "conditions": [], "previous_conditions": [],
+		"verdict_condition_sha256": "",
+	},
 	object.get(input, "certificate_request", {}),
 )
 
@@ -164,11 +171,20 @@ _actor := {"name": input.user.username, "source": "admission"} if {
 } else := {"name": _config.unknown_actor, "source": "unknown"}
 
 # The people who attempted the verdict stored: the writes of that condition type the webhook
-# admitted from the version of the request that the stored write replaced. Writes of the other
-# verdict were refused (the API server lets a request hold only one).
+# admitted from the version of the request that the stored write replaced, each of which wrote
+# the very condition stored (its digest: type, reason and message). Writes of the other verdict
+# were refused (the API server lets a request hold only one); a write of the same verdict in
+# other words was not the one stored, whoever's write was (its attempt may not have been kept).
 _attempters contains a.username if {
 	some a in object.get(input, "attempts", [])
 	a.verdict == _decision.condition.type
+	_wrote_the_condition_stored(a)
+}
+
+_wrote_the_condition_stored(a) if {
+	is_string(a.condition_sha256)
+	a.condition_sha256 != ""
+	a.condition_sha256 == _request.verdict_condition_sha256
 }
 
 # Who decided: the one person who attempted the verdict stored, when no attempt can be missing.
@@ -219,7 +235,7 @@ _who := concat(": ", [
 }
 
 _who := concat(": ", [
-	"by someone the manager did not see (its webhook was not called)",
+	"by someone the manager did not see (its webhook was not called, or kept no attempt that wrote the condition stored)",
 	"the API server's audit log names the user",
 ]) if {
 	_actor.source == "unknown"

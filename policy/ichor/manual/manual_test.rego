@@ -13,6 +13,7 @@ _csr(conditions, previous) := {
 	"username": "system:node:worker-4",
 	"conditions": conditions,
 	"previous_conditions": previous,
+	"verdict_condition_sha256": "sha-stored",
 }
 
 # A decision as the watch saw it stored, with the attempts the webhook kept from the version
@@ -24,7 +25,15 @@ _csr_act(conditions, attempts) := {
 	"attempts": attempts,
 }
 
-_attempt(verdict, username) := {"verdict": verdict, "username": username, "uid": concat("-", ["uid", username])}
+# An attempt that wrote the condition stored (its digest is the stored condition's).
+_attempt(verdict, username) := _attempt_wrote(verdict, username, "sha-stored")
+
+_attempt_wrote(verdict, username, digest) := {
+	"verdict": verdict,
+	"condition_sha256": digest,
+	"username": username,
+	"uid": concat("-", ["uid", username]),
+}
 
 _denied := {"type": "Denied", "status": "True", "reason": "Stolen", "message": "not ours"}
 
@@ -85,6 +94,38 @@ test_the_attempt_that_lost_names_nobody if {
 	u.action == "approve"
 	u.actor == "unknown"
 	u.actor_source == "unknown"
+}
+
+test_an_attempt_of_the_verdict_in_other_words_names_nobody if {
+	# Review 4, R4: Cy's approval was kept and lost; Ada's, stored, was not kept (its webhook
+	# call timed out). Cy asked for the verdict stored, but did not write the condition stored.
+	r := manual.record with input as _csr_act([_approved], [_attempt_wrote("Approved", "cy", "sha-cys-words")])
+	r.action == "approve"
+	r.actor == "unknown"
+	r.actor_source == "unknown"
+	contains(r.reasons[0].message, "kept no attempt that wrote the condition stored")
+
+	# Both kept: the one whose words were stored is named.
+	both := manual.record with input as _csr_act([_approved], [
+		_attempt_wrote("Approved", "cy", "sha-cys-words"),
+		_attempt("Approved", "ada"),
+	])
+	both.actor == "ada"
+	both.actor_source == "admission"
+
+	# An attempt without a digest (an older webhook's) names nobody.
+	undigested := object.remove(_attempt("Approved", "ada"), ["condition_sha256"])
+	bare := manual.record with input as _csr_act([_approved], [undigested])
+	bare.actor == "unknown"
+
+	# Nor does a digest that is not a string, or a stored condition without one.
+	odd := manual.record with input as _csr_act([_approved], [_attempt_wrote("Approved", "ada", 7)])
+	odd.actor == "unknown"
+	unstored := manual.record with input as object.union(
+		_csr_act([_approved], [_attempt_wrote("Approved", "ada", "")]),
+		{"certificate_request": {"verdict_condition_sha256": ""}},
+	)
+	unstored.actor == "unknown"
 }
 
 test_two_people_who_attempted_the_verdict_stored_are_not_told_apart if {
