@@ -45,6 +45,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
+	"github.com/ichor-dev/ichor-policy/internal/shard"
 )
 
 // ApprovalReason is the reason of the Approved condition this controller
@@ -302,10 +303,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, fmt.Errorf("get cluster: %w", err)
 	}
-	if !r.serves(&cluster) {
-		// Another replica holds its shard: nothing of it is kept here.
-		r.letGo(req.NamespacedName)
-		return reconcile.Result{}, nil
+	var fence shard.Fence
+	if r.Shards != nil {
+		f, ok := r.Shards.Fence(cluster.UID)
+		if !ok {
+			// Another replica holds its shard: nothing of it is kept here.
+			r.letGo(req.NamespacedName)
+			return reconcile.Result{}, nil
+		}
+		fence = f
 	}
 	if err := r.markServed(ctx, &cluster); err != nil {
 		return reconcile.Result{}, err
@@ -348,7 +354,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	// The pass has its own copy of the cluster: its decisions may outlive
 	// the reconcile, which goes on to write the cluster's status.
-	p := &pass{r: r, cluster: cluster.DeepCopy(), target: t, now: r.Clock.Now()}
+	p := &pass{r: r, cluster: cluster.DeepCopy(), target: t, now: r.Clock.Now(), fence: fence}
 	if work.full {
 		p.adoptedSince = r.adoptions.take(req.NamespacedName)
 	}
@@ -399,6 +405,10 @@ type pass struct {
 	cluster *ichorv1alpha1.TalosCluster
 	target  *target
 	now     time.Time
+	// fence, when the clusters are shared out, is this replica's hold on
+	// the cluster's shard as the pass began: its decisions run under its
+	// context and begin their writes through it.
+	fence shard.Fence
 	// adoptedSince, on the first full pass of a cluster taken over from
 	// another replica, is from when verdicts that replica wrote are recorded
 	// applied again (settle); zero otherwise.

@@ -2,6 +2,7 @@ package kubeletserving
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/internal/shard"
 )
 
 // Sharding is this replica's part when the replicas share the clusters out
@@ -34,6 +36,45 @@ type Sharding interface {
 	// LeaseDuration is how long a replica that died may have served its
 	// shards before another takes them.
 	LeaseDuration() time.Duration
+	// Fence is this replica's hold on the shard of the cluster of that UID,
+	// if it serves the cluster now: a pass's decisions run under its
+	// context, and each write is begun through it (review 4, S1).
+	Fence(uid types.UID) (shard.Fence, bool)
+	// Settled is, for a shard this replica took from one that gave it up,
+	// until when that one had recorded its verdicts; zero if not known.
+	Settled(shard int) time.Time
+}
+
+// errNotServed is what a decision found when it was about to act: this
+// replica no longer serves the cluster (or cannot tell that it still does),
+// and the replica that does decides the request.
+var errNotServed = errors.New("the cluster is no longer served by this replica")
+
+// stillServes reports whether this replica may still act for the pass's
+// cluster: always, unless the clusters are shared out; then while the hold
+// the pass was begun under is this replica's and its membership is renewed.
+func (p *pass) stillServes() bool {
+	if p.fence == nil {
+		return true
+	}
+	done, ok := p.fence.Begin()
+	if ok {
+		done()
+	}
+	return ok
+}
+
+// begin begins a write for the pass's cluster (see shard.Fence): done is to
+// be called once it and its record are done.
+func (p *pass) begin() (done func(), err error) {
+	if p.fence == nil {
+		return func() {}, nil
+	}
+	done, ok := p.fence.Begin()
+	if !ok {
+		return nil, errNotServed
+	}
+	return done, nil
 }
 
 // adoptions are the clusters this replica has begun to serve, with the time
@@ -115,6 +156,11 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 	}
 	var out []reconcile.Request
 	since := r.Clock.Now().Add(-r.Shards.LeaseDuration() - 2*time.Second)
+	if settled := r.Shards.Settled(shard); settled.After(since) {
+		// Given up, not lost: its holder recorded its verdicts until then
+		// (review 4, S6).
+		since = settled
+	}
 	for _, c := range clusters.Items {
 		if r.Shards.ShardOf(c.UID) != shard {
 			continue

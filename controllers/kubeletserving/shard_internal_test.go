@@ -18,6 +18,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/shard"
 )
 
 // oneShard is a replica that serves shard 0 of 2 while serving is true;
@@ -38,9 +39,22 @@ func (s *oneShard) Serves(uid types.UID) (int, bool) {
 	shard := s.ShardOf(uid)
 	return shard, s.serving && shard == 0
 }
+func (s *oneShard) Fence(uid types.UID) (shard.Fence, bool) {
+	if _, ok := s.Serves(uid); !ok {
+		return nil, false
+	}
+	return openFence{}, true
+}
+func (*oneShard) Settled(int) time.Time        { return time.Time{} }
 func (*oneShard) Identity() string             { return "replica-a" }
 func (*oneShard) Shards() int                  { return 2 }
 func (*oneShard) LeaseDuration() time.Duration { return 3 * time.Second }
+
+// openFence is a hold that never ends.
+type openFence struct{}
+
+func (openFence) Context() context.Context      { return context.Background() }
+func (openFence) Begin() (done func(), ok bool) { return func() {}, true }
 
 // A replica that no longer holds a cluster's shard drops what it held for
 // it, a kubeconfigRef cluster's watch of its API server included, and
