@@ -355,8 +355,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// The pass has its own copy of the cluster: its decisions may outlive
 	// the reconcile, which goes on to write the cluster's status.
 	p := &pass{r: r, cluster: cluster.DeepCopy(), target: t, now: r.Clock.Now(), fence: fence}
+	var adopted adoption
 	if work.full {
-		p.adoptedSince = r.adoptions.take(req.NamespacedName)
+		adopted = r.adoptions.take(req.NamespacedName)
+		p.adoptedSince = adopted.since
 	}
 	var csrs []certificatesv1.CertificateSigningRequest
 	// live are the requests a full pass found in the API server: the
@@ -384,6 +386,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// Each request is decided on its own: a failure or a node that does not
 	// answer holds back only that request, which is tried again with backoff.
 	p.dispatch(ctx, csrs, r.PassWait)
+	if adopted.settled != nil {
+		// The adopted verdicts were recorded (settle is quick: no Talos
+		// read), or are being by a decision that outlived the wait.
+		adopted.settled()
+	}
 	if !work.full {
 		return r.dirty.requeue(req.NamespacedName, start, p.result().RequeueAfter), nil
 	}

@@ -79,28 +79,38 @@ func (p *pass) begin() (done func(), err error) {
 
 // adoptions are the clusters this replica has begun to serve, with the time
 // from which verdicts on their requests may be another replica's not yet
-// recorded applied.
+// recorded applied, and what to call once they are.
 type adoptions struct {
 	mu sync.Mutex
-	m  map[types.NamespacedName]time.Time
+	m  map[types.NamespacedName]adoption
 }
 
-func (a *adoptions) add(key types.NamespacedName, since time.Time) {
+type adoption struct {
+	since time.Time
+	// settled tells the hold of the cluster's shard that the cluster's
+	// verdicts are settled (shard.Fence.Adopt); nil without sharding.
+	settled func()
+}
+
+func (a *adoptions) add(key types.NamespacedName, since time.Time, settled func()) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.m == nil {
-		a.m = map[types.NamespacedName]time.Time{}
+		a.m = map[types.NamespacedName]adoption{}
 	}
-	a.m[key] = since
+	a.m[key] = adoption{since: since, settled: settled}
 }
 
-// take returns and forgets a cluster's adoption; zero if none.
-func (a *adoptions) take(key types.NamespacedName) time.Time {
+// take returns and forgets a cluster's adoption; zero if none. Its settled
+// is not called: the caller calls it once the verdicts are settled, or
+// never (the cluster let go first), and then the shard's release does not
+// say it settled.
+func (a *adoptions) take(key types.NamespacedName) adoption {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	since := a.m[key]
+	ad := a.m[key]
 	delete(a.m, key)
-	return since
+	return ad
 }
 
 // adopts reports whether a decided request's verdict is to be recorded
@@ -166,8 +176,10 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 			continue
 		}
 		key := client.ObjectKeyFromObject(&c)
-		if _, ok := r.Shards.Serves(c.UID); ok {
-			r.adoptions.add(key, since)
+		if f, ok := r.Shards.Fence(c.UID); ok {
+			// Until its first full pass has settled them, a release of the
+			// shard must not say this replica recorded every verdict.
+			r.adoptions.add(key, since, f.Adopt())
 		}
 		r.dirty.markFull(key)
 		out = append(out, reconcile.Request{NamespacedName: key})

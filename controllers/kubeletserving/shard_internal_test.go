@@ -55,6 +55,7 @@ type openFence struct{}
 
 func (openFence) Context() context.Context      { return context.Background() }
 func (openFence) Begin() (done func(), ok bool) { return func() {}, true }
+func (openFence) Adopt() (settled func())       { return func() {} }
 
 // A replica that no longer holds a cluster's shard drops what it held for
 // it, a kubeconfigRef cluster's watch of its API server included, and
@@ -70,14 +71,14 @@ func TestAClusterWhoseShardGoesIsLetGo(t *testing.T) {
 	stopped := false
 	r.targets.remote = map[types.NamespacedName]*target{key: {cancel: func() { stopped = true }}}
 	r.dirty.add(key, "csr-a")
-	r.adoptions.add(key, time.Now())
+	r.adoptions.add(key, time.Now(), nil)
 
 	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: key})
 	require.NoError(t, err)
 	assert.Equal(t, reconcile.Result{}, res)
 	assert.True(t, stopped, "the remote API server's watch still runs")
 	assert.Empty(t, r.targets.remote)
-	assert.True(t, r.adoptions.take(key).IsZero(), "the adoption is kept")
+	assert.True(t, r.adoptions.take(key).since.IsZero(), "the adoption is kept")
 	var got ichorv1alpha1.TalosCluster
 	require.NoError(t, c.Get(context.Background(), key, &got))
 	assert.Nil(t, meta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ConditionServedBy), "a replica that does not serve the cluster wrote on it")

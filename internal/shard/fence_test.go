@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -141,4 +142,56 @@ func (l blindLeases) Watch(ctx context.Context, opts metav1.ListOptions) (watch.
 		lease, ok := e.Object.(*coordinationv1.Lease)
 		return e, !ok || lease.Labels[shard.LabelRole] != "member"
 	}), nil
+}
+
+// Review 4, S6: a replica that gives a shard up waits for its acts in
+// progress, then says on the Lease until when it recorded its verdicts, and
+// the next holder is told; not while it has another replica's verdicts
+// still to record (a cluster it took over from one that died), so that the
+// next holder records those.
+func TestShardAReleaseSaysUntilWhenItsVerdictsAreRecorded(t *testing.T) {
+	cs := leaseEnv(t)
+	const shards = 8
+	a := startReplica(t, cs, "a", shards)
+	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond)
+	both := []string{"a", "b"}
+	var settled, unsettled types.UID
+	for i := 0; settled == "" || unsettled == ""; i++ {
+		uid := types.UID(fmt.Sprintf("cluster-%d", i))
+		switch s := shard.Of(uid, shards); {
+		case shard.Owner(both, s) != "b":
+		case settled == "":
+			settled = uid
+		case s != shard.Of(settled, shards):
+			unsettled = uid
+		}
+	}
+	fs, ok := a.Fence(settled)
+	require.True(t, ok)
+	fs.Adopt()()
+	fu, ok := a.Fence(unsettled)
+	require.True(t, ok)
+	_ = fu.Adopt()
+	// An act in progress when b joins: the release waits for it.
+	done, ok := fs.Begin()
+	require.True(t, ok)
+	ended := make(chan time.Time, 1)
+	go func() {
+		<-fs.Context().Done()
+		time.Sleep(300 * time.Millisecond)
+		ended <- time.Now()
+		done()
+	}()
+
+	b := startReplica(t, cs, "b", shards)
+	require.Eventually(t, func() bool {
+		_, s1 := b.Serves(settled)
+		_, s2 := b.Serves(unsettled)
+		return s1 && s2
+	}, 20*time.Second, 50*time.Millisecond, "b did not take the shards")
+	at := b.Settled(shard.Of(settled, shards))
+	require.False(t, at.IsZero(), "the release did not say until when its verdicts are recorded")
+	actDone := <-ended
+	assert.False(t, at.Before(actDone), "said settled at %s, before its act ended at %s", at, actDone)
+	assert.True(t, b.Settled(shard.Of(unsettled, shards)).IsZero(), "said settled with a dead replica's verdicts still to record")
 }

@@ -164,6 +164,9 @@ type hold struct {
 	// acts are the acts begun under the hold (Fence.Begin) and not done: a
 	// release waits for them before it says the shard settled.
 	acts sync.WaitGroup
+	// unsettled counts the adoptions not settled (Fence.Adopt), under the
+	// Set's lock: while there are any, a release does not say it settled.
+	unsettled int
 }
 
 type written struct {
@@ -270,6 +273,11 @@ type Fence interface {
 	// within the renew deadline and the shard counts agree; done must then
 	// be called once the act and its record are done.
 	Begin() (done func(), ok bool)
+	// Adopt says the hold has verdicts another replica wrote to record (a
+	// cluster taken over from a replica that died): until settled is
+	// called, a release of the shard does not say this replica recorded
+	// every verdict, and the next holder records them.
+	Adopt() (settled func())
 }
 
 type fence struct {
@@ -288,6 +296,17 @@ func (f fence) Begin() (func(), bool) {
 	}
 	f.h.acts.Add(1)
 	return f.h.acts.Done, true
+}
+
+func (f fence) Adopt() func() {
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	f.h.unsettled++
+	return sync.OnceFunc(func() {
+		f.s.mu.Lock()
+		defer f.s.mu.Unlock()
+		f.h.unsettled--
+	})
 }
 
 // Fence is this replica's hold on the shard of the cluster of that UID, if
@@ -804,7 +823,7 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 	updated.Spec.HolderIdentity = ptr.To("")
 	updated.Spec.RenewTime = ptr.To(metav1.NewMicroTime(s.o.Clock.Now()))
 	delete(updated.Annotations, AnnotationSettledUntil)
-	if h != nil && waitFor(&h.acts, s.o.RenewDeadline) {
+	if h != nil && waitFor(&h.acts, s.o.RenewDeadline) && s.settledHold(h) {
 		if updated.Annotations == nil {
 			updated.Annotations = map[string]string{}
 		}
@@ -821,6 +840,13 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 		return
 	}
 	s.noteWrite(shard, lease.ResourceVersion, result)
+}
+
+// settledHold reports whether the hold has no adoption left to settle.
+func (s *Set) settledHold(h *hold) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return h.unsettled == 0
 }
 
 // waitFor waits for wg at most d, and reports whether it is done.
