@@ -355,10 +355,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// The pass has its own copy of the cluster: its decisions may outlive
 	// the reconcile, which goes on to write the cluster's status.
 	p := &pass{r: r, cluster: cluster.DeepCopy(), target: t, now: r.Clock.Now(), fence: fence}
-	var adopted adoption
 	if work.full {
-		adopted = r.adoptions.take(req.NamespacedName)
-		p.adoptedSince = adopted.since
+		// Forgotten once this pass has settled its verdicts: a pass that
+		// fails first leaves it to the next full one.
+		p.adoptedSince = r.adoptions.peek(req.NamespacedName).since
 	}
 	var csrs []certificatesv1.CertificateSigningRequest
 	// live are the requests a full pass found in the API server: the
@@ -386,10 +386,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// Each request is decided on its own: a failure or a node that does not
 	// answer holds back only that request, which is tried again with backoff.
 	p.dispatch(ctx, csrs, r.PassWait)
-	if adopted.settled != nil {
+	if !p.adoptedSince.IsZero() {
 		// The adopted verdicts were recorded (settle is quick: no Talos
 		// read), or are being by a decision that outlived the wait.
-		adopted.settled()
+		r.adoptions.settle(req.NamespacedName, p.adoptedSince)
 	}
 	if !work.full {
 		return r.dirty.requeue(req.NamespacedName, start, p.result().RequeueAfter), nil

@@ -92,19 +92,52 @@ type adoption struct {
 	settled func()
 }
 
+// add notes that a cluster was taken over. One already noted (two shard
+// changes seen under one hold, or a hold before) is kept from the earlier
+// time, and its settled is called: the new one stands for both.
 func (a *adoptions) add(key types.NamespacedName, since time.Time, settled func()) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.m == nil {
 		a.m = map[types.NamespacedName]adoption{}
 	}
+	if old, ok := a.m[key]; ok {
+		if old.since.Before(since) {
+			since = old.since
+		}
+		if old.settled != nil {
+			old.settled()
+		}
+	}
 	a.m[key] = adoption{since: since, settled: settled}
 }
 
-// take returns and forgets a cluster's adoption; zero if none. Its settled
-// is not called: the caller calls it once the verdicts are settled, or
-// never (the cluster let go first), and then the shard's release does not
-// say it settled.
+// peek is a cluster's adoption; zero if none.
+func (a *adoptions) peek(key types.NamespacedName) adoption {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.m[key]
+}
+
+// settle forgets a cluster's adoption once a full pass settled it, and
+// calls its settled; an adoption noted since is kept for the next pass.
+func (a *adoptions) settle(key types.NamespacedName, since time.Time) {
+	a.mu.Lock()
+	ad, ok := a.m[key]
+	if !ok || !ad.since.Equal(since) {
+		a.mu.Unlock()
+		return
+	}
+	delete(a.m, key)
+	a.mu.Unlock()
+	if ad.settled != nil {
+		ad.settled()
+	}
+}
+
+// take returns and forgets a cluster's adoption, without calling its
+// settled: the cluster is let go, and the shard's release must not say it
+// settled (the next holder records the verdicts).
 func (a *adoptions) take(key types.NamespacedName) adoption {
 	a.mu.Lock()
 	defer a.mu.Unlock()

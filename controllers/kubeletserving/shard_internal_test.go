@@ -125,3 +125,27 @@ func TestATakenOverClusterSettlesOnlyRecentVerdictsOfAnApprover(t *testing.T) {
 	assert.False(t, p.adopts(&certificatesv1.CertificateSigningRequest{}), "an undecided request")
 	assert.False(t, (&pass{}).adopts(verdict(since, named)), "a cluster not taken over")
 }
+
+// A cluster taken over twice before its first full pass (two shard changes
+// seen under one hold) is settled once, from the earlier time, and tells
+// the shard so once per note; one let go first tells it nothing, so that
+// the shard's release does not say it settled.
+func TestAnAdoptionNotedTwiceIsSettledOnceFromTheEarlierTime(t *testing.T) {
+	var a adoptions
+	key := types.NamespacedName{Namespace: "ns", Name: "c"}
+	early, late := time.Unix(1_000_000, 0), time.Unix(1_000_005, 0)
+	settled := 0
+	a.add(key, early, func() { settled++ })
+	a.add(key, late, func() { settled++ })
+	assert.Equal(t, 1, settled, "the adoption replaced is not settled")
+	assert.Equal(t, early, a.peek(key).since)
+	a.settle(key, late)
+	assert.Equal(t, 1, settled, "settled from another time")
+	a.settle(key, early)
+	assert.Equal(t, 2, settled)
+	assert.True(t, a.peek(key).since.IsZero())
+
+	a.add(key, early, func() { settled++ })
+	assert.Equal(t, early, a.take(key).since)
+	assert.Equal(t, 2, settled, "an adoption let go was said settled")
+}

@@ -167,6 +167,9 @@ type hold struct {
 	// unsettled counts the adoptions not settled (Fence.Adopt), under the
 	// Set's lock: while there are any, a release does not say it settled.
 	unsettled int
+	// settled is when the replica this one took the shard from had
+	// recorded its verdicts; zero if not known (it died, or none said).
+	settled time.Time
 }
 
 type written struct {
@@ -273,10 +276,11 @@ type Fence interface {
 	// within the renew deadline and the shard counts agree; done must then
 	// be called once the act and its record are done.
 	Begin() (done func(), ok bool)
-	// Adopt says the hold has verdicts another replica wrote to record (a
-	// cluster taken over from a replica that died): until settled is
-	// called, a release of the shard does not say this replica recorded
-	// every verdict, and the next holder records them.
+	// Adopt says the hold may have verdicts another replica wrote to
+	// record (a cluster taken over from a replica that died, or that did not
+	// say until when it had recorded its own): until settled is called, a
+	// release of the shard does not say this replica recorded every
+	// verdict, and the next holder records them.
 	Adopt() (settled func())
 }
 
@@ -301,6 +305,12 @@ func (f fence) Begin() (func(), bool) {
 func (f fence) Adopt() func() {
 	f.s.mu.Lock()
 	defer f.s.mu.Unlock()
+	if !f.h.settled.IsZero() {
+		// Taken from a replica that gave it up and said until when it had
+		// recorded its verdicts: nobody wrote any since, so there is
+		// nothing of another's to record.
+		return func() {}
+	}
 	f.h.unsettled++
 	return sync.OnceFunc(func() {
 		f.s.mu.Lock()
@@ -778,7 +788,7 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 	// not served, and the Lease names a replica the others will see gone.
 	ok := s.member && s.freshLocked(s.o.Clock.Now()) && len(s.mismatch) == 0 && s.held[shard] == nil
 	if ok {
-		h := &hold{}
+		h := &hold{settled: settled}
 		h.ctx, h.cancel = context.WithCancel(s.base)
 		s.held[shard] = h
 		s.settled[shard] = settled
@@ -787,7 +797,7 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 	if !ok {
 		return
 	}
-	s.o.Log.Info("shard taken", "shard", shard, "previous_holder", previous)
+	s.o.Log.Info("shard taken", "shard", shard, "previous_holder", previous, "settled_until", settled)
 	s.o.Metrics.held(shard, true, "taken")
 	s.o.OnChange(shard)
 }

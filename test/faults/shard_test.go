@@ -229,19 +229,20 @@ func (s *shardFleet) appliedOnce(names []string) {
 // either, as a hand-over by release must not record a verdict again.
 func (s *shardFleet) appliedExactlyOnce(names []string) {
 	s.t.Helper()
-	records := map[string]int{}
+	records := map[string][]string{}
 	for _, id := range s.order {
 		for _, e := range entries(s.t, s.replicas[id]) {
 			var in struct {
-				Object string `json:"object"`
+				Object  string `json:"object"`
+				Outcome string `json:"outcome"`
 			}
 			if e.Path == decisionlog.PathApplied && json.Unmarshal(e.Input, &in) == nil {
-				records[in.Object]++
+				records[in.Object] = append(records[in.Object], id+" "+in.Outcome+" "+e.Timestamp.Format(time.RFC3339Nano))
 			}
 		}
 	}
 	for _, name := range names {
-		assert.Equal(s.t, 1, records["csr/"+name], "%s: applied records over every log", name)
+		assert.Len(s.t, records["csr/"+name], 1, "%s: applied records over every log", name)
 	}
 }
 
