@@ -147,6 +147,10 @@ type Set struct {
 	// settled is, per shard taken from a replica that gave it up, when that
 	// replica had recorded its verdicts (the Lease's annotation).
 	settled map[int]time.Time
+	// releasedSettled is, per shard this replica last gave up, the
+	// settled-until its release wrote ("" for none): a release whose write
+	// failed is tried again without the hold.
+	releasedSettled map[int]string
 	// seen is, per Lease name, its last resourceVersion and when this
 	// replica saw it change: liveness is judged by this replica's clock, as
 	// client-go's elector judges a leader, never by the writer's.
@@ -214,7 +218,7 @@ func New(o Options) (*Set, error) {
 	if o.OnCountMismatch == nil {
 		o.OnCountMismatch = func(map[string]string) {}
 	}
-	return &Set{o: o, base: context.Background(), kick: make(chan struct{}, 1), held: map[int]*hold{}, settled: map[int]time.Time{},
+	return &Set{o: o, base: context.Background(), kick: make(chan struct{}, 1), held: map[int]*hold{}, settled: map[int]time.Time{}, releasedSettled: map[int]string{},
 		seen: map[string]observation{}, wrote: map[int]written{}}, nil
 }
 
@@ -792,6 +796,7 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		h.ctx, h.cancel = context.WithCancel(s.base)
 		s.held[shard] = h
 		s.settled[shard] = settled
+		delete(s.releasedSettled, shard)
 	}
 	s.mu.Unlock()
 	if !ok {
@@ -833,11 +838,35 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 	updated.Spec.HolderIdentity = ptr.To("")
 	updated.Spec.RenewTime = ptr.To(metav1.NewMicroTime(s.o.Clock.Now()))
 	delete(updated.Annotations, AnnotationSettledUntil)
-	if h != nil && waitFor(&h.acts, s.o.RenewDeadline) && s.settledHold(h) {
-		if updated.Annotations == nil {
-			updated.Annotations = map[string]string{}
+	settled := ""
+	if h == nil {
+		// A release tried again (the last write failed): what the first
+		// found of the hold still holds.
+		s.mu.Lock()
+		settled = s.releasedSettled[shard]
+		s.mu.Unlock()
+		if settled != "" {
+			if updated.Annotations == nil {
+				updated.Annotations = map[string]string{}
+			}
+			updated.Annotations[AnnotationSettledUntil] = settled
 		}
-		updated.Annotations[AnnotationSettledUntil] = s.o.Clock.Now().UTC().Format(time.RFC3339Nano)
+	} else {
+		switch acted, unsettled := waitFor(&h.acts, s.o.RenewDeadline), s.unsettledOf(h); {
+		case !acted:
+			s.o.Log.Info("shard released unsettled: writes still in progress after the renew deadline", "shard", shard)
+		case unsettled > 0:
+			s.o.Log.Info("shard released unsettled: clusters taken over from a replica gone not yet passed", "shard", shard, "clusters", unsettled)
+		default:
+			settled = s.o.Clock.Now().UTC().Format(time.RFC3339Nano)
+			if updated.Annotations == nil {
+				updated.Annotations = map[string]string{}
+			}
+			updated.Annotations[AnnotationSettledUntil] = settled
+		}
+		s.mu.Lock()
+		s.releasedSettled[shard] = settled
+		s.mu.Unlock()
 	}
 	result, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
 	if err != nil {
@@ -849,14 +878,15 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 		}
 		return
 	}
+	s.o.Log.V(1).Info("shard released", "shard", shard, "settled_until", settled)
 	s.noteWrite(shard, lease.ResourceVersion, result)
 }
 
-// settledHold reports whether the hold has no adoption left to settle.
-func (s *Set) settledHold(h *hold) bool {
+// unsettledOf is how many adoptions the hold has left to settle.
+func (s *Set) unsettledOf(h *hold) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return h.unsettled == 0
+	return h.unsettled
 }
 
 // waitFor waits for wg at most d, and reports whether it is done.
@@ -881,14 +911,22 @@ func (s *Set) releaseAll(ctx context.Context) {
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, 2*s.o.RenewDeadline)
 	defer cancel()
+	// At once, not one after the other: on a slow API server the budget
+	// would run out before the last, whose Lease the others then take
+	// only once the membership expires, and without its settled-until.
+	var wg sync.WaitGroup
 	for _, shard := range held {
-		lease, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Get(ctx, s.shardLeaseName(shard), metav1.GetOptions{})
-		if err != nil {
-			s.drop(shard, "stopping")
-			continue
-		}
-		s.release(ctx, shard, lease)
+		wg.Go(func() {
+			lease, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Get(ctx, s.shardLeaseName(shard), metav1.GetOptions{})
+			if err != nil {
+				s.o.Log.Error(err, "release shard", "shard", shard)
+				s.drop(shard, "stopping")
+				return
+			}
+			s.release(ctx, shard, lease)
+		})
 	}
+	wg.Wait()
 }
 
 // Held are the shards this replica serves, in order.

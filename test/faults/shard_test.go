@@ -393,4 +393,13 @@ func TestShardScaleThreeToOneToThree(t *testing.T) {
 	// (review 4, S6; before, each take recorded those of the last seconds
 	// a second time).
 	s.appliedExactlyOnce(all)
+	if t.Failed() {
+		for _, id := range s.order {
+			for _, l := range strings.Split(readLog(t, s.replicas[id]), "\n") {
+				if strings.Contains(l, `"logger":"shard"`) || strings.Contains(l, "release shard") {
+					t.Logf("DIAG %s: %s", id, l)
+				}
+			}
+		}
+	}
 }
