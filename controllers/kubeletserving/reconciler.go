@@ -317,6 +317,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
+		// Nothing of it is decided here, so nothing to settle either.
+		r.adoptions.drop(req.NamespacedName)
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.targets.stop(req.NamespacedName)
 		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
@@ -327,6 +329,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if errors.Is(err, ErrLocalClusterNotNamed) {
 		// Only a restart with other flags changes this.
 		logger.Info("the cluster judges nothing: the operator has not named it as a judge of the local API server")
+		r.adoptions.drop(req.NamespacedName)
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
 		r.Metrics.forget(req.Namespace, req.Name)

@@ -135,6 +135,20 @@ func (a *adoptions) settle(key types.NamespacedName, since time.Time) {
 	}
 }
 
+// drop forgets a cluster's adoption and calls its settled: the cluster
+// decides nothing here (not enabled, or judging nothing), so it has no
+// verdict to settle, and must not keep the shard's release from saying it
+// settled.
+func (a *adoptions) drop(key types.NamespacedName) {
+	a.mu.Lock()
+	ad, ok := a.m[key]
+	delete(a.m, key)
+	a.mu.Unlock()
+	if ok && ad.settled != nil {
+		ad.settled()
+	}
+}
+
 // take returns and forgets a cluster's adoption, without calling its
 // settled: the cluster is let go, and the shard's release must not say it
 // settled (the next holder records the verdicts).

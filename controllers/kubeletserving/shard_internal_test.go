@@ -148,4 +148,10 @@ func TestAnAdoptionNotedTwiceIsSettledOnceFromTheEarlierTime(t *testing.T) {
 	a.add(key, early, func() { settled++ })
 	assert.Equal(t, early, a.take(key).since)
 	assert.Equal(t, 2, settled, "an adoption let go was said settled")
+
+	// A cluster that decides nothing here has nothing to settle.
+	a.add(key, early, func() { settled++ })
+	a.drop(key)
+	assert.Equal(t, 3, settled)
+	assert.True(t, a.peek(key).since.IsZero())
 }
