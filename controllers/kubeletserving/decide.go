@@ -337,6 +337,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	switch d.Action {
 	case engine.ActionApprove:
 		if err := p.approve(ctx, csr, d); err != nil {
+			p.unsettledBy(err)
 			return &writeError{err: err, machine: machine}
 		}
 		p.written(csr)
@@ -346,6 +347,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		// at a mass reboot an Event per approval doubles the API writes.
 	case engine.ActionDeny:
 		if err := p.deny(ctx, csr, d); err != nil {
+			p.unsettledBy(err)
 			return &writeError{err: err, machine: machine}
 		}
 		p.written(csr)
@@ -387,6 +389,7 @@ func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigni
 		DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten,
 	}); err != nil {
 		log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", d.DecisionID)
+		p.unsettle()
 	}
 }
 

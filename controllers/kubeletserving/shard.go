@@ -8,6 +8,7 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -75,6 +76,24 @@ func (p *pass) begin() (done func(), err error) {
 		return nil, errNotServed
 	}
 	return done, nil
+}
+
+// unsettle says a verdict of the pass may be in effect without its applied
+// record: a release of the shard then leaves it to the next holder to
+// record (shard.Fence.Unsettle).
+func (p *pass) unsettle() {
+	if p.fence != nil {
+		p.fence.Unsettle()
+	}
+}
+
+// unsettledBy unsettles the shard for a write that failed otherwise than by
+// a conflict: a write answered with an error (a timeout, a cancelled
+// context once sent) may have been applied all the same.
+func (p *pass) unsettledBy(err error) {
+	if !apierrors.IsConflict(err) {
+		p.unsettle()
+	}
 }
 
 // adoptions are the clusters this replica has begun to serve, with the time

@@ -56,6 +56,7 @@ type openFence struct{}
 func (openFence) Context() context.Context      { return context.Background() }
 func (openFence) Begin() (done func(), ok bool) { return func() {}, true }
 func (openFence) Adopt() (settled func())       { return func() {} }
+func (openFence) Unsettle()                     {}
 
 // A replica that no longer holds a cluster's shard drops what it held for
 // it, a kubeconfigRef cluster's watch of its API server included, and

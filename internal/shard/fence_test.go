@@ -172,13 +172,22 @@ func TestShardAReleaseSaysUntilWhenItsVerdictsAreRecorded(t *testing.T) {
 	fu, ok := a.Fence(unsettled)
 	require.True(t, ok)
 	_ = fu.Adopt()
-	// An act in progress when b joins: the release waits for it.
+	// An act in progress when b joins: the release waits for it, and lets
+	// it run (its context is not cancelled: a write cancelled once sent may
+	// have been applied all the same; review 5, F1).
 	done, ok := fs.Begin()
 	require.True(t, ok)
 	ended := make(chan time.Time, 1)
+	cancelledDuringAct := make(chan bool, 1)
 	go func() {
-		<-fs.Context().Done()
+		for {
+			if _, served := a.Serves(settled); !served {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 		time.Sleep(300 * time.Millisecond)
+		cancelledDuringAct <- fs.Context().Err() != nil
 		ended <- time.Now()
 		done()
 	}()
@@ -192,6 +201,53 @@ func TestShardAReleaseSaysUntilWhenItsVerdictsAreRecorded(t *testing.T) {
 	at := b.Settled(shard.Of(settled, shards))
 	require.False(t, at.IsZero(), "the release did not say until when its verdicts are recorded")
 	actDone := <-ended
+	assert.False(t, <-cancelledDuringAct, "the release cancelled the act it waits for")
 	assert.False(t, at.Before(actDone), "said settled at %s, before its act ended at %s", at, actDone)
 	assert.True(t, b.Settled(shard.Of(unsettled, shards)).IsZero(), "said settled with a dead replica's verdicts still to record")
+	select {
+	case <-fs.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the released hold's context did not end")
+	}
+}
+
+// Review 5, F1: an act whose write failed otherwise than by a conflict (it
+// may have been applied all the same) or whose record failed unsettles the
+// hold: its release says nothing of until when verdicts are recorded, so
+// that the next holder records the verdict in effect.
+func TestShardAReleaseAfterAnUncertainWriteSaysNothingSettled(t *testing.T) {
+	cs := leaseEnv(t)
+	const shards = 8
+	a := startReplica(t, cs, "a", shards)
+	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond)
+	both := []string{"a", "b"}
+	var uncertain, clean types.UID
+	for i := 0; uncertain == "" || clean == ""; i++ {
+		uid := types.UID(fmt.Sprintf("cluster-%d", i))
+		switch s := shard.Of(uid, shards); {
+		case shard.Owner(both, s) != "b":
+		case uncertain == "":
+			uncertain = uid
+		case s != shard.Of(uncertain, shards):
+			clean = uid
+		}
+	}
+	for _, uid := range []types.UID{uncertain, clean} {
+		f, ok := a.Fence(uid)
+		require.True(t, ok)
+		done, ok := f.Begin()
+		require.True(t, ok)
+		if uid == uncertain {
+			f.Unsettle()
+		}
+		done()
+	}
+	b := startReplica(t, cs, "b", shards)
+	require.Eventually(t, func() bool {
+		_, s1 := b.Serves(uncertain)
+		_, s2 := b.Serves(clean)
+		return s1 && s2
+	}, 20*time.Second, 50*time.Millisecond, "b did not take the shards")
+	assert.True(t, b.Settled(shard.Of(uncertain, shards)).IsZero(), "said settled after a write that may have been applied unrecorded")
+	assert.False(t, b.Settled(shard.Of(clean, shards)).IsZero(), "a release with every act recorded did not say so")
 }

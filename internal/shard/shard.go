@@ -135,6 +135,9 @@ type Set struct {
 	mu sync.Mutex
 	// member is whether this replica's membership Lease is renewed.
 	member bool
+	// lapseTimer gives up every shard at the renew deadline after the last
+	// renewal (armLapse).
+	lapseTimer *time.Timer
 	// renewedAt is when the last renewal of the membership that succeeded
 	// was sent, on the monotonic clock: the others cannot judge this replica
 	// gone before a lease duration after it, and it serves only within the
@@ -286,6 +289,12 @@ type Fence interface {
 	// release of the shard does not say this replica recorded every
 	// verdict, and the next holder records them.
 	Adopt() (settled func())
+	// Unsettle says an act under the hold may have been applied without
+	// its record (its write failed otherwise than by a conflict, which may
+	// mean it was applied all the same, or its record failed): a release of
+	// the shard never says this replica recorded every verdict, so that the
+	// next holder records the verdicts in effect (review 5, F1).
+	Unsettle()
 }
 
 type fence struct {
@@ -304,6 +313,12 @@ func (f fence) Begin() (func(), bool) {
 	}
 	f.h.acts.Add(1)
 	return f.h.acts.Done, true
+}
+
+func (f fence) Unsettle() {
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	f.h.unsettled++
 }
 
 func (f fence) Adopt() func() {
@@ -463,7 +478,23 @@ func (r *renewals) renew(ler resourcelock.LeaderElectionRecord, write func() err
 	r.s.mu.Lock()
 	r.s.renewedAt = sent
 	r.s.mu.Unlock()
+	r.s.armLapse(sent)
 	return nil
+}
+
+// armLapse gives up every shard once the renew deadline after the renewal
+// sent at sent has passed with none since: a renewal held up in the API
+// server or behind the client's rate limiter must not keep the shards, and
+// the writes begun under them, past it (review 5, F2). Each renewal moves
+// the one timer on.
+func (s *Set) armLapse(sent time.Time) {
+	d := max(s.o.RenewDeadline-s.o.Clock.Since(sent), 0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lapseTimer != nil {
+		s.lapseTimer.Stop()
+	}
+	s.lapseTimer = time.AfterFunc(d, func() { s.lapse(s.o.Clock.Now()) })
 }
 
 // lapse gives up every shard if the last renewal is older than the renew
@@ -810,6 +841,17 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 // drop ceases to serve a shard here, without writing: what runs under its
 // hold is cancelled. It returns the hold, nil if the shard was not held.
 func (s *Set) drop(shard int, why string) *hold {
+	h := s.detach(shard, why)
+	if h != nil {
+		h.cancel()
+	}
+	return h
+}
+
+// detach ceases to serve a shard here, without writing and without
+// cancelling what runs under its hold: no act begins under it any more.
+// It returns the hold, nil if the shard was not held.
+func (s *Set) detach(shard int, why string) *hold {
 	s.mu.Lock()
 	h := s.held[shard]
 	delete(s.held, shard)
@@ -817,7 +859,6 @@ func (s *Set) drop(shard int, why string) *hold {
 	if h == nil {
 		return nil
 	}
-	h.cancel()
 	s.o.Log.Info("shard given up", "shard", shard, "why", why)
 	s.o.Metrics.held(shard, false, why)
 	s.o.OnChange(shard)
@@ -830,7 +871,14 @@ func (s *Set) drop(shard int, why string) *hold {
 // when this replica recorded its verdicts, so that the next holder does not
 // record them again (review 4, S6).
 func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Lease) {
-	h := s.drop(shard, "released")
+	// The writes begun under the hold are let finish (within the renew
+	// deadline) before it is cancelled: a write cancelled once sent may
+	// have been applied all the same, and its record would be lost
+	// (review 5, F1). No act begins once it is detached.
+	h := s.detach(shard, "released")
+	if h != nil {
+		defer h.cancel()
+	}
 	if lease == nil || ptr.Deref(lease.Spec.HolderIdentity, "") != s.o.Identity {
 		return
 	}
