@@ -44,6 +44,9 @@ type Sharding interface {
 	// Settled is, for a shard this replica took from one that gave it up,
 	// until when that one had recorded its verdicts; zero if not known.
 	Settled(shard int) time.Time
+	// AdoptionsNoted says the adoptions of the shard's clusters are noted
+	// (each Fence's Adopt called): a release may say settled from then on.
+	AdoptionsNoted(shard int)
 }
 
 // errNotServed is what a decision found when it was about to act: this
@@ -250,6 +253,7 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 		r.dirty.markFull(key)
 		out = append(out, reconcile.Request{NamespacedName: key})
 	}
+	r.Shards.AdoptionsNoted(shard)
 	return out
 }
 

@@ -46,6 +46,7 @@ func (s *oneShard) Fence(uid types.UID) (shard.Fence, bool) {
 	return openFence{}, true
 }
 func (*oneShard) Settled(int) time.Time        { return time.Time{} }
+func (*oneShard) AdoptionsNoted(int)           {}
 func (*oneShard) Identity() string             { return "replica-a" }
 func (*oneShard) Shards() int                  { return 2 }
 func (*oneShard) LeaseDuration() time.Duration { return 3 * time.Second }

@@ -166,6 +166,10 @@ func TestShardAReleaseSaysUntilWhenItsVerdictsAreRecorded(t *testing.T) {
 			unsettled = uid
 		}
 	}
+	// The approver notes the adoptions of every shard's clusters once taken.
+	for _, s := range a.Held() {
+		a.AdoptionsNoted(s)
+	}
 	fs, ok := a.Fence(settled)
 	require.True(t, ok)
 	fs.Adopt()()
@@ -214,22 +218,32 @@ func TestShardAReleaseSaysUntilWhenItsVerdictsAreRecorded(t *testing.T) {
 // Review 5, F1: an act whose write failed otherwise than by a conflict (it
 // may have been applied all the same) or whose record failed unsettles the
 // hold: its release says nothing of until when verdicts are recorded, so
-// that the next holder records the verdict in effect.
+// that the next holder records the verdict in effect. F3: nor does the
+// release of a shard taken from a replica that said nothing, before the
+// approver has noted its clusters' adoptions.
 func TestShardAReleaseAfterAnUncertainWriteSaysNothingSettled(t *testing.T) {
 	cs := leaseEnv(t)
 	const shards = 8
 	a := startReplica(t, cs, "a", shards)
 	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond)
 	both := []string{"a", "b"}
-	var uncertain, clean types.UID
-	for i := 0; uncertain == "" || clean == ""; i++ {
+	var uncertain, clean, unnoted types.UID
+	for i := 0; uncertain == "" || clean == "" || unnoted == ""; i++ {
 		uid := types.UID(fmt.Sprintf("cluster-%d", i))
 		switch s := shard.Of(uid, shards); {
 		case shard.Owner(both, s) != "b":
 		case uncertain == "":
 			uncertain = uid
-		case s != shard.Of(uncertain, shards):
+		case s == shard.Of(uncertain, shards):
+		case clean == "":
 			clean = uid
+		case s != shard.Of(clean, shards):
+			unnoted = uid
+		}
+	}
+	for _, s := range a.Held() {
+		if s != shard.Of(unnoted, shards) {
+			a.AdoptionsNoted(s)
 		}
 	}
 	for _, uid := range []types.UID{uncertain, clean} {
@@ -246,8 +260,10 @@ func TestShardAReleaseAfterAnUncertainWriteSaysNothingSettled(t *testing.T) {
 	require.Eventually(t, func() bool {
 		_, s1 := b.Serves(uncertain)
 		_, s2 := b.Serves(clean)
-		return s1 && s2
+		_, s3 := b.Serves(unnoted)
+		return s1 && s2 && s3
 	}, 20*time.Second, 50*time.Millisecond, "b did not take the shards")
 	assert.True(t, b.Settled(shard.Of(uncertain, shards)).IsZero(), "said settled after a write that may have been applied unrecorded")
+	assert.True(t, b.Settled(shard.Of(unnoted, shards)).IsZero(), "said settled before the adoptions were noted")
 	assert.False(t, b.Settled(shard.Of(clean, shards)).IsZero(), "a release with every act recorded did not say so")
 }

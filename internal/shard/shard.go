@@ -174,6 +174,12 @@ type hold struct {
 	// unsettled counts the adoptions not settled (Fence.Adopt), under the
 	// Set's lock: while there are any, a release does not say it settled.
 	unsettled int
+	// noting is true from the take of a shard whose previous holder did not
+	// say until when it had recorded its verdicts, until the approver has
+	// noted the adoptions of its clusters (AdoptionsNoted): it counts as one
+	// unsettled adoption meanwhile, so that a release in between does not
+	// say settled (review 5, F3).
+	noting bool
 	// settled is when the replica this one took the shard from had
 	// recorded its verdicts; zero if not known (it died, or none said).
 	settled time.Time
@@ -357,6 +363,19 @@ func (s *Set) Settled(shard int) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.settled[shard]
+}
+
+// AdoptionsNoted says the approver has noted, under the current hold of
+// shard, the adoptions of every cluster of the shard (Fence.Adopt): until
+// then a hold taken from a replica that did not say until when it had
+// recorded its verdicts counts as unsettled.
+func (s *Set) AdoptionsNoted(shard int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.held[shard]; h != nil && h.noting {
+		h.noting = false
+		h.unsettled--
+	}
 }
 
 // NeedLeaderElection is false: every replica takes part.
@@ -823,7 +842,15 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 	// not served, and the Lease names a replica the others will see gone.
 	ok := s.member && s.freshLocked(s.o.Clock.Now()) && len(s.mismatch) == 0 && s.held[shard] == nil
 	if ok {
-		h := &hold{settled: settled}
+		// A settled-until ahead of this replica's clock (a forged one, or a
+		// skewed clock) says no more than "settled now" (review 5, F10).
+		if now := s.o.Clock.Now(); settled.After(now) {
+			settled = now
+		}
+		h := &hold{settled: settled, noting: settled.IsZero()}
+		if h.noting {
+			h.unsettled = 1
+		}
 		h.ctx, h.cancel = context.WithCancel(s.base)
 		s.held[shard] = h
 		s.settled[shard] = settled
