@@ -33,6 +33,11 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
 		return nil
 	}
+	if !p.stillServes() {
+		// The shard went while the request waited for a worker: its new
+		// holder sees to it.
+		return nil
+	}
 	if len(csr.Status.Certificate) > 0 {
 		p.settle(ctx, csr)
 		return p.record(ctx, csr)
@@ -286,6 +291,12 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 			return nil
 		}
 	}
+	if !p.stillServes() {
+		// The shard went during the Talos read (or this replica was paused
+		// past its renew deadline): no verdict is reached, nor logged, here.
+		logger.V(1).Info("not decided: the cluster is no longer served by this replica")
+		return nil
+	}
 	d, err := p.r.Engine.KubeletServing(ctx, in)
 	if errors.Is(err, engine.ErrNoDecision) {
 		return nil
@@ -308,23 +319,40 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		return fmt.Errorf("decision %s on CSR %s gives no reason: nothing done", d.DecisionID, csr.Name)
 	}
 
+	if d.Action == engine.ActionApprove || d.Action == engine.ActionDeny {
+		// Just before the write, and whatever came before: this replica
+		// still serves the cluster and was renewed within the renew
+		// deadline, or it writes nothing (review 4, S1). Until done, a
+		// graceful release waits for the write's record.
+		done, err := p.begin()
+		if err != nil {
+			logger.Info("not written: the cluster is no longer served by this replica")
+			return nil
+		}
+		defer done()
+	}
+	// The write is cancelled if the shard goes before it is sent; its
+	// record, once it was written, is kept whatever happens meanwhile.
+	record := context.WithoutCancel(ctx)
 	switch d.Action {
 	case engine.ActionApprove:
 		if err := p.approve(ctx, csr, d); err != nil {
+			p.unsettledBy(err)
 			return &writeError{err: err, machine: machine}
 		}
 		p.written(csr)
 		logger.Info("approved kubelet serving certificate")
-		p.applied(ctx, csr, d)
+		p.applied(record, csr, d)
 		// No Event: the Approved condition and the decision log say it, and
 		// at a mass reboot an Event per approval doubles the API writes.
 	case engine.ActionDeny:
 		if err := p.deny(ctx, csr, d); err != nil {
+			p.unsettledBy(err)
 			return &writeError{err: err, machine: machine}
 		}
 		p.written(csr)
 		logger.Info("denied kubelet serving certificate")
-		p.applied(ctx, csr, d)
+		p.applied(record, csr, d)
 		p.event(machine, csr, corev1.EventTypeWarning, "Denied", d.EventNote())
 	case engine.ActionPending:
 		p.addPending()
@@ -361,6 +389,7 @@ func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigni
 		DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten,
 	}); err != nil {
 		log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", d.DecisionID)
+		p.unsettle()
 	}
 }
 

@@ -45,6 +45,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
+	"github.com/ichor-dev/ichor-policy/internal/shard"
 )
 
 // ApprovalReason is the reason of the Approved condition this controller
@@ -302,15 +303,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, fmt.Errorf("get cluster: %w", err)
 	}
-	if !r.serves(&cluster) {
-		// Another replica holds its shard: nothing of it is kept here.
-		r.letGo(req.NamespacedName)
-		return reconcile.Result{}, nil
+	var fence shard.Fence
+	if r.Shards != nil {
+		f, ok := r.Shards.Fence(cluster.UID)
+		if !ok {
+			// Another replica holds its shard: nothing of it is kept here.
+			r.letGo(req.NamespacedName)
+			return reconcile.Result{}, nil
+		}
+		fence = f
 	}
 	if err := r.markServed(ctx, &cluster); err != nil {
 		return reconcile.Result{}, err
 	}
 	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
+		// Nothing of it is decided here, so nothing to settle either.
+		r.adoptions.drop(req.NamespacedName)
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.targets.stop(req.NamespacedName)
 		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
@@ -321,6 +329,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if errors.Is(err, ErrLocalClusterNotNamed) {
 		// Only a restart with other flags changes this.
 		logger.Info("the cluster judges nothing: the operator has not named it as a judge of the local API server")
+		r.adoptions.drop(req.NamespacedName)
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
 		r.Metrics.forget(req.Namespace, req.Name)
@@ -348,9 +357,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	// The pass has its own copy of the cluster: its decisions may outlive
 	// the reconcile, which goes on to write the cluster's status.
-	p := &pass{r: r, cluster: cluster.DeepCopy(), target: t, now: r.Clock.Now()}
+	p := &pass{r: r, cluster: cluster.DeepCopy(), target: t, now: r.Clock.Now(), fence: fence}
 	if work.full {
-		p.adoptedSince = r.adoptions.take(req.NamespacedName)
+		// Forgotten once this pass has settled its verdicts: a pass that
+		// fails first leaves it to the next full one.
+		p.adoptedSince = r.adoptions.peek(req.NamespacedName).since
 	}
 	var csrs []certificatesv1.CertificateSigningRequest
 	// live are the requests a full pass found in the API server: the
@@ -378,6 +389,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// Each request is decided on its own: a failure or a node that does not
 	// answer holds back only that request, which is tried again with backoff.
 	p.dispatch(ctx, csrs, r.PassWait)
+	if !p.adoptedSince.IsZero() {
+		// The adopted verdicts were recorded (settle is quick: no Talos
+		// read), or are being by a decision that outlived the wait.
+		r.adoptions.settle(req.NamespacedName, p.adoptedSince)
+	}
 	if !work.full {
 		return r.dirty.requeue(req.NamespacedName, start, p.result().RequeueAfter), nil
 	}
@@ -399,6 +415,10 @@ type pass struct {
 	cluster *ichorv1alpha1.TalosCluster
 	target  *target
 	now     time.Time
+	// fence, when the clusters are shared out, is this replica's hold on
+	// the cluster's shard as the pass began: its decisions run under its
+	// context and begin their writes through it.
+	fence shard.Fence
 	// adoptedSince, on the first full pass of a cluster taken over from
 	// another replica, is from when verdicts that replica wrote are recorded
 	// applied again (settle); zero otherwise.

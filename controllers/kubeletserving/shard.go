@@ -2,11 +2,13 @@ package kubeletserving
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/internal/shard"
 )
 
 // Sharding is this replica's part when the replicas share the clusters out
@@ -34,32 +37,149 @@ type Sharding interface {
 	// LeaseDuration is how long a replica that died may have served its
 	// shards before another takes them.
 	LeaseDuration() time.Duration
+	// Fence is this replica's hold on the shard of the cluster of that UID,
+	// if it serves the cluster now: a pass's decisions run under its
+	// context, and each write is begun through it (review 4, S1).
+	Fence(uid types.UID) (shard.Fence, bool)
+	// Settled is, for a shard this replica took from one that gave it up,
+	// until when that one had recorded its verdicts; zero if not known.
+	Settled(shard int) time.Time
+	// AdoptionsNoted says the adoptions of the shard's clusters are noted
+	// (each Fence's Adopt called): a release may say settled from then on.
+	AdoptionsNoted(shard int)
+}
+
+// errNotServed is what a decision found when it was about to act: this
+// replica no longer serves the cluster (or cannot tell that it still does),
+// and the replica that does decides the request.
+var errNotServed = errors.New("the cluster is no longer served by this replica")
+
+// stillServes reports whether this replica may still act for the pass's
+// cluster: always, unless the clusters are shared out; then while the hold
+// the pass was begun under is this replica's and its membership is renewed.
+func (p *pass) stillServes() bool {
+	if p.fence == nil {
+		return true
+	}
+	done, ok := p.fence.Begin()
+	if ok {
+		done()
+	}
+	return ok
+}
+
+// begin begins a write for the pass's cluster (see shard.Fence): done is to
+// be called once it and its record are done.
+func (p *pass) begin() (done func(), err error) {
+	if p.fence == nil {
+		return func() {}, nil
+	}
+	done, ok := p.fence.Begin()
+	if !ok {
+		return nil, errNotServed
+	}
+	return done, nil
+}
+
+// unsettle says a verdict of the pass may be in effect without its applied
+// record: a release of the shard then leaves it to the next holder to
+// record (shard.Fence.Unsettle).
+func (p *pass) unsettle() {
+	if p.fence != nil {
+		p.fence.Unsettle()
+	}
+}
+
+// unsettledBy unsettles the shard for a write that failed otherwise than by
+// a conflict: a write answered with an error (a timeout, a cancelled
+// context once sent) may have been applied all the same.
+func (p *pass) unsettledBy(err error) {
+	if !apierrors.IsConflict(err) {
+		p.unsettle()
+	}
 }
 
 // adoptions are the clusters this replica has begun to serve, with the time
 // from which verdicts on their requests may be another replica's not yet
-// recorded applied.
+// recorded applied, and what to call once they are.
 type adoptions struct {
 	mu sync.Mutex
-	m  map[types.NamespacedName]time.Time
+	m  map[types.NamespacedName]adoption
 }
 
-func (a *adoptions) add(key types.NamespacedName, since time.Time) {
+type adoption struct {
+	since time.Time
+	// settled tells the hold of the cluster's shard that the cluster's
+	// verdicts are settled (shard.Fence.Adopt); nil without sharding.
+	settled func()
+}
+
+// add notes that a cluster was taken over. One already noted (two shard
+// changes seen under one hold, or a hold before) is kept from the earlier
+// time, and its settled is called: the new one stands for both.
+func (a *adoptions) add(key types.NamespacedName, since time.Time, settled func()) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.m == nil {
-		a.m = map[types.NamespacedName]time.Time{}
+		a.m = map[types.NamespacedName]adoption{}
 	}
-	a.m[key] = since
+	if old, ok := a.m[key]; ok {
+		if old.since.Before(since) {
+			since = old.since
+		}
+		if old.settled != nil {
+			old.settled()
+		}
+	}
+	a.m[key] = adoption{since: since, settled: settled}
 }
 
-// take returns and forgets a cluster's adoption; zero if none.
-func (a *adoptions) take(key types.NamespacedName) time.Time {
+// peek is a cluster's adoption; zero if none.
+func (a *adoptions) peek(key types.NamespacedName) adoption {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	since := a.m[key]
+	return a.m[key]
+}
+
+// settle forgets a cluster's adoption once a full pass settled it, and
+// calls its settled; an adoption noted since is kept for the next pass.
+func (a *adoptions) settle(key types.NamespacedName, since time.Time) {
+	a.mu.Lock()
+	ad, ok := a.m[key]
+	if !ok || !ad.since.Equal(since) {
+		a.mu.Unlock()
+		return
+	}
 	delete(a.m, key)
-	return since
+	a.mu.Unlock()
+	if ad.settled != nil {
+		ad.settled()
+	}
+}
+
+// drop forgets a cluster's adoption and calls its settled: the cluster
+// decides nothing here (not enabled, or judging nothing), so it has no
+// verdict to settle, and must not keep the shard's release from saying it
+// settled.
+func (a *adoptions) drop(key types.NamespacedName) {
+	a.mu.Lock()
+	ad, ok := a.m[key]
+	delete(a.m, key)
+	a.mu.Unlock()
+	if ok && ad.settled != nil {
+		ad.settled()
+	}
+}
+
+// take returns and forgets a cluster's adoption, without calling its
+// settled: the cluster is let go, and the shard's release must not say it
+// settled (the next holder records the verdicts).
+func (a *adoptions) take(key types.NamespacedName) adoption {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ad := a.m[key]
+	delete(a.m, key)
+	return ad
 }
 
 // adopts reports whether a decided request's verdict is to be recorded
@@ -115,17 +235,25 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 	}
 	var out []reconcile.Request
 	since := r.Clock.Now().Add(-r.Shards.LeaseDuration() - 2*time.Second)
+	if settled := r.Shards.Settled(shard); settled.After(since) {
+		// Given up, not lost: its holder recorded its verdicts until then
+		// (review 4, S6).
+		since = settled
+	}
 	for _, c := range clusters.Items {
 		if r.Shards.ShardOf(c.UID) != shard {
 			continue
 		}
 		key := client.ObjectKeyFromObject(&c)
-		if _, ok := r.Shards.Serves(c.UID); ok {
-			r.adoptions.add(key, since)
+		if f, ok := r.Shards.Fence(c.UID); ok {
+			// Until its first full pass has settled them, a release of the
+			// shard must not say this replica recorded every verdict.
+			r.adoptions.add(key, since, f.Adopt())
 		}
 		r.dirty.markFull(key)
 		out = append(out, reconcile.Request{NamespacedName: key})
 	}
+	r.Shards.AdoptionsNoted(shard)
 	return out
 }
 

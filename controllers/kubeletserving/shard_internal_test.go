@@ -18,6 +18,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/shard"
 )
 
 // oneShard is a replica that serves shard 0 of 2 while serving is true;
@@ -38,9 +39,25 @@ func (s *oneShard) Serves(uid types.UID) (int, bool) {
 	shard := s.ShardOf(uid)
 	return shard, s.serving && shard == 0
 }
+func (s *oneShard) Fence(uid types.UID) (shard.Fence, bool) {
+	if _, ok := s.Serves(uid); !ok {
+		return nil, false
+	}
+	return openFence{}, true
+}
+func (*oneShard) Settled(int) time.Time        { return time.Time{} }
+func (*oneShard) AdoptionsNoted(int)           {}
 func (*oneShard) Identity() string             { return "replica-a" }
 func (*oneShard) Shards() int                  { return 2 }
 func (*oneShard) LeaseDuration() time.Duration { return 3 * time.Second }
+
+// openFence is a hold that never ends.
+type openFence struct{}
+
+func (openFence) Context() context.Context      { return context.Background() }
+func (openFence) Begin() (done func(), ok bool) { return func() {}, true }
+func (openFence) Adopt() (settled func())       { return func() {} }
+func (openFence) Unsettle()                     {}
 
 // A replica that no longer holds a cluster's shard drops what it held for
 // it, a kubeconfigRef cluster's watch of its API server included, and
@@ -56,14 +73,14 @@ func TestAClusterWhoseShardGoesIsLetGo(t *testing.T) {
 	stopped := false
 	r.targets.remote = map[types.NamespacedName]*target{key: {cancel: func() { stopped = true }}}
 	r.dirty.add(key, "csr-a")
-	r.adoptions.add(key, time.Now())
+	r.adoptions.add(key, time.Now(), nil)
 
 	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: key})
 	require.NoError(t, err)
 	assert.Equal(t, reconcile.Result{}, res)
 	assert.True(t, stopped, "the remote API server's watch still runs")
 	assert.Empty(t, r.targets.remote)
-	assert.True(t, r.adoptions.take(key).IsZero(), "the adoption is kept")
+	assert.True(t, r.adoptions.take(key).since.IsZero(), "the adoption is kept")
 	var got ichorv1alpha1.TalosCluster
 	require.NoError(t, c.Get(context.Background(), key, &got))
 	assert.Nil(t, meta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ConditionServedBy), "a replica that does not serve the cluster wrote on it")
@@ -109,4 +126,34 @@ func TestATakenOverClusterSettlesOnlyRecentVerdictsOfAnApprover(t *testing.T) {
 	assert.False(t, p.adopts(verdict(since, "approved by hand")), "a verdict that names no decision")
 	assert.False(t, p.adopts(&certificatesv1.CertificateSigningRequest{}), "an undecided request")
 	assert.False(t, (&pass{}).adopts(verdict(since, named)), "a cluster not taken over")
+}
+
+// A cluster taken over twice before its first full pass (two shard changes
+// seen under one hold) is settled once, from the earlier time, and tells
+// the shard so once per note; one let go first tells it nothing, so that
+// the shard's release does not say it settled.
+func TestAnAdoptionNotedTwiceIsSettledOnceFromTheEarlierTime(t *testing.T) {
+	var a adoptions
+	key := types.NamespacedName{Namespace: "ns", Name: "c"}
+	early, late := time.Unix(1_000_000, 0), time.Unix(1_000_005, 0)
+	settled := 0
+	a.add(key, early, func() { settled++ })
+	a.add(key, late, func() { settled++ })
+	assert.Equal(t, 1, settled, "the adoption replaced is not settled")
+	assert.Equal(t, early, a.peek(key).since)
+	a.settle(key, late)
+	assert.Equal(t, 1, settled, "settled from another time")
+	a.settle(key, early)
+	assert.Equal(t, 2, settled)
+	assert.True(t, a.peek(key).since.IsZero())
+
+	a.add(key, early, func() { settled++ })
+	assert.Equal(t, early, a.take(key).since)
+	assert.Equal(t, 2, settled, "an adoption let go was said settled")
+
+	// A cluster that decides nothing here has nothing to settle.
+	a.add(key, early, func() { settled++ })
+	a.drop(key)
+	assert.Equal(t, 3, settled)
+	assert.True(t, a.peek(key).since.IsZero())
 }

@@ -190,8 +190,8 @@ func (wu *wakeUp) add(csr string) {
 
 // dispatch decides the requests concurrently and waits for them at most
 // wait. A decision still running then finishes in the background, with the
-// manager's context, and what it asks (a retry) becomes a wake-up of the
-// cluster.
+// manager's context (sharded: that of this replica's hold on the cluster's
+// shard), and what it asks (a retry) becomes a wake-up of the cluster.
 //
 // Each requester's requests are decided one after the other, oldest first,
 // while different requesters' are decided at once: a node credential that
@@ -203,6 +203,11 @@ func (wu *wakeUp) add(csr string) {
 func (p *pass) dispatch(ctx context.Context, csrs []certificatesv1.CertificateSigningRequest, wait time.Duration) {
 	var wg sync.WaitGroup
 	background := p.r.runCtx
+	if p.fence != nil {
+		// Sharded: the decisions end when this replica ceases to serve the
+		// cluster's shard, those that outlive the pass included.
+		background = p.fence.Context()
+	}
 	if background == nil {
 		background = context.WithoutCancel(ctx)
 	}
@@ -266,7 +271,9 @@ func (p *pass) dispatch(ctx context.Context, csrs []certificatesv1.CertificateSi
 					}
 					return
 				}
-				if err := p.handle(background, csr); err != nil {
+				// A decision cut short because the shard went (its context
+				// ended) is the new holder's to make, not a failure here.
+				if err := p.handle(background, csr); err != nil && background.Err() == nil {
 					p.failed(background, csr, err)
 				}
 				<-p.r.work.slots

@@ -11,6 +11,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -413,6 +415,7 @@ func setUpSharding(mgr ctrl.Manager, clientset kubernetes.Interface, serving *ku
 		Client: clientset, Namespace: o.Namespace, Identity: identity, Shards: o.Sharding.Shards,
 		LeaseDuration: o.Sharding.LeaseDuration, RenewDeadline: o.Sharding.RenewDeadline, RetryPeriod: o.Sharding.RetryPeriod,
 		Log: ctrl.Log.WithName("shard"), Metrics: metrics, OnChange: serving.ShardChanged,
+		OnCountMismatch: shardCountEvents(mgr, o.Namespace, o.PodName, o.Sharding.Shards),
 	})
 	if err != nil {
 		return usage.Errorf("sharding: %v", err)
@@ -592,6 +595,34 @@ func bundleEvents(mgr ctrl.Manager, namespace, pod string) func(engine.BundleSta
 		} else {
 			rec.Eventf(self, nil, corev1.EventTypeNormal, "BundleActivated", "LoadBundle", "policy bundle revision %s active", st.ActiveRevision)
 		}
+	}
+}
+
+// shardCountEvents says on the manager's own Pod when live replicas
+// announce another shard count than this one's, and when they agree again:
+// meanwhile this replica serves no cluster (internal/shard).
+func shardCountEvents(mgr ctrl.Manager, namespace, pod string, shards int) func(map[string]string) {
+	if pod == "" {
+		return nil
+	}
+	rec := mgr.GetEventRecorder("ichor-policy")
+	self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: namespace}}
+	return func(others map[string]string) {
+		if len(others) == 0 {
+			rec.Eventf(self, nil, corev1.EventTypeNormal, "ShardCountAgreed", "Shard", "the live replicas agree on --shards=%d: this replica serves its shards again", shards)
+			return
+		}
+		var named []string
+		for id, n := range others {
+			if n == "" {
+				n = "none announced"
+			}
+			named = append(named, id+" ("+n+")")
+		}
+		slices.Sort(named)
+		rec.Eventf(self, nil, corev1.EventTypeWarning, "ShardCountMismatch", "Shard", "%s",
+			engine.Clip(fmt.Sprintf("this replica (--shards=%d) serves no cluster while live replicas announce another shard count: %s", shards, strings.Join(named, ", ")),
+				"; give every replica the same --shards", engine.MaxEventNote))
 	}
 }
 

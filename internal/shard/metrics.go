@@ -13,6 +13,7 @@ type Metrics struct {
 	heldGauge   *prometheus.GaugeVec
 	transitions *prometheus.CounterVec
 	liveMembers prometheus.Gauge
+	mismatched  prometheus.Gauge
 }
 
 // NewMetrics makes the collectors and registers them.
@@ -24,14 +25,18 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"shard"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_shard_transitions_total",
-			Help: "Shards this replica began or ceased to serve, by event: taken; released (meant for another replica), taken (by another that judged this one gone), lost (this replica's membership could not be renewed), stopping.",
+			Help: "Shards this replica began or ceased to serve, by event: taken; released (meant for another replica), taken (by another that judged this one gone), lost (this replica's membership could not be renewed), unrenewed (its last renewal older than the renew deadline: a pause, a slow API server), shard-count-mismatch, stopping.",
 		}, []string{"shard", "event"}),
 		liveMembers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ichor_shard_live_replicas",
 			Help: "Replicas this one sees live (membership Lease renewed within its duration), itself included.",
 		}),
+		mismatched: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ichor_shard_count_mismatch",
+			Help: "1 while a live replica announces another shard count (--shards) than this one's: meanwhile this replica serves no cluster.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.heldGauge, m.transitions, m.liveMembers} {
+	for _, c := range []prometheus.Collector{m.heldGauge, m.transitions, m.liveMembers, m.mismatched} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register the sharding metrics: %w", err)
 		}
@@ -57,4 +62,15 @@ func (m *Metrics) members(n int) {
 		return
 	}
 	m.liveMembers.Set(float64(n))
+}
+
+func (m *Metrics) mismatch(on bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if on {
+		v = 1
+	}
+	m.mismatched.Set(v)
 }

@@ -7,7 +7,7 @@
 //   - a cluster belongs to shard hash(UID) mod N, and shard s is meant for the
 //     live replica that rendezvous hashing (highest random weight) picks for
 //     s: when a replica comes or goes only the shards it wins or held move;
-//   - a shard is held through a Lease of its own, ichor-policy-shard-<s>,
+//   - a shard is held through a Lease of its own, ichor-policy-shard-<N>-<s>,
 //     which names its holder. The holder's membership is what keeps it: a
 //     shard Lease is not renewed, it is valid while its holder is live. A
 //     replica takes a shard meant for it when its Lease names nobody, itself,
@@ -15,10 +15,16 @@
 //     resourceVersion, so two replicas cannot both take it; it gives up a
 //     shard meant for another by ceasing to serve it and then naming nobody.
 //
-// A replica serves a cluster only while it holds the cluster's shard and its
-// own membership is renewed; client-go's elector stops it after its renew
-// deadline, before the others see its membership expire (the lease duration
-// must exceed the renew deadline and a retry period).
+// A replica serves a cluster only while it holds the cluster's shard, its
+// own membership was renewed within the renew deadline (on the monotonic
+// clock: a replica paused past it serves nothing until it has given up and
+// taken its shards again), and no live replica announces another shard
+// count. A replica takes a shard from a holder it judges gone only once a
+// read of that holder's membership from the API server (not the cache)
+// shows it unrenewed since seen a lease duration ago. The approver acts
+// under a Fence: its context ends when the shard goes, and each write
+// re-checks all this just before it is sent (docs/architecture.md,
+// "Sharding", says what is left: a write already on the wire).
 package shard
 
 import (
@@ -29,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -57,6 +64,15 @@ const (
 	LabelRole = "ichor.dev/shard-role"
 	// LabelShard is the shard number of a shard Lease.
 	LabelShard = "ichor.dev/shard"
+	// LabelShards is the shard count a membership Lease's replica was given,
+	// and that of a shard Lease: replicas given different counts would
+	// serve some clusters twice, so none serves while they disagree.
+	LabelShards = "ichor.dev/shards"
+	// AnnotationSettledUntil, on a shard Lease that names nobody, is when
+	// the replica that gave the shard up had recorded every verdict it
+	// wrote for the shard's clusters (RFC 3339, its clock): the next
+	// holder need not record them again.
+	AnnotationSettledUntil = "ichor.dev/settled-until"
 
 	roleMember = "member"
 	roleShard  = "shard"
@@ -99,6 +115,11 @@ type Options struct {
 	OnChange func(shard int)
 	// Clock tells the time liveness is judged by; the real one if nil.
 	Clock clock.PassiveClock
+	// OnCountMismatch is called, from the Set's own goroutine, when a live
+	// replica announces another shard count than this one's (others names
+	// them, with their counts) and when none does any more (others empty):
+	// meanwhile this replica serves nothing.
+	OnCountMismatch func(others map[string]string)
 }
 
 // Set is this replica's membership and the shards it holds. It is a
@@ -108,11 +129,31 @@ type Set struct {
 	lister coordinationlisters.LeaseNamespaceLister
 	kick   chan struct{}
 
+	// base is the context the holds' contexts derive from: Start's.
+	base context.Context
+
 	mu sync.Mutex
 	// member is whether this replica's membership Lease is renewed.
 	member bool
-	// held are the shards this replica serves.
-	held map[int]bool
+	// lapseTimer gives up every shard at the renew deadline after the last
+	// renewal (armLapse).
+	lapseTimer *time.Timer
+	// renewedAt is when the last renewal of the membership that succeeded
+	// was sent, on the monotonic clock: the others cannot judge this replica
+	// gone before a lease duration after it, and it serves only within the
+	// renew deadline after it.
+	renewedAt time.Time
+	// mismatch names the live replicas announcing another shard count.
+	mismatch map[string]string
+	// held are the shards this replica serves, each with its hold.
+	held map[int]*hold
+	// settled is, per shard taken from a replica that gave it up, when that
+	// replica had recorded its verdicts (the Lease's annotation).
+	settled map[int]time.Time
+	// releasedSettled is, per shard this replica last gave up, the
+	// settled-until its release wrote ("" for none): a release whose write
+	// failed is tried again without the hold.
+	releasedSettled map[int]string
 	// seen is, per Lease name, its last resourceVersion and when this
 	// replica saw it change: liveness is judged by this replica's clock, as
 	// client-go's elector judges a leader, never by the writer's.
@@ -121,6 +162,27 @@ type Set struct {
 	// resourceVersion it replaced ("" for a create): until the watch brings
 	// the write, the cache shows the Lease as it was before it.
 	wrote map[int]written
+}
+
+// hold is this replica's hold on one shard, from its take to its drop.
+type hold struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	// acts are the acts begun under the hold (Fence.Begin) and not done: a
+	// release waits for them before it says the shard settled.
+	acts sync.WaitGroup
+	// unsettled counts the adoptions not settled (Fence.Adopt), under the
+	// Set's lock: while there are any, a release does not say it settled.
+	unsettled int
+	// noting is true from the take of a shard whose previous holder did not
+	// say until when it had recorded its verdicts, until the approver has
+	// noted the adoptions of its clusters (AdoptionsNoted): it counts as one
+	// unsettled adoption meanwhile, so that a release in between does not
+	// say settled (review 5, F3).
+	noting bool
+	// settled is when the replica this one took the shard from had
+	// recorded its verdicts; zero if not known (it died, or none said).
+	settled time.Time
 }
 
 type written struct {
@@ -162,7 +224,11 @@ func New(o Options) (*Set, error) {
 	if o.OnChange == nil {
 		o.OnChange = func(int) {}
 	}
-	return &Set{o: o, kick: make(chan struct{}, 1), held: map[int]bool{}, seen: map[string]observation{}, wrote: map[int]written{}}, nil
+	if o.OnCountMismatch == nil {
+		o.OnCountMismatch = func(map[string]string) {}
+	}
+	return &Set{o: o, base: context.Background(), kick: make(chan struct{}, 1), held: map[int]*hold{}, settled: map[int]time.Time{}, releasedSettled: map[int]string{},
+		seen: map[string]observation{}, wrote: map[int]written{}}, nil
 }
 
 // Identity is this replica's name.
@@ -189,12 +255,127 @@ func Of(uid types.UID, shards int) int {
 }
 
 // Serves reports whether this replica serves the cluster of that UID now,
-// and its shard.
+// and its shard: it holds the shard, its membership was renewed within the
+// renew deadline, and no live replica announces another shard count.
 func (s *Set) Serves(uid types.UID) (shard int, ok bool) {
 	shard = s.ShardOf(uid)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return shard, s.member && s.held[shard]
+	return shard, s.servesLocked(shard, nil)
+}
+
+// servesLocked reports whether the shard is served, and under h when h is
+// not nil.
+func (s *Set) servesLocked(shard int, h *hold) bool {
+	cur := s.held[shard]
+	return cur != nil && (h == nil || h == cur) && s.member && len(s.mismatch) == 0 && s.freshLocked(s.o.Clock.Now())
+}
+
+// freshLocked reports whether the membership's last renewal that succeeded
+// was sent within the renew deadline.
+func (s *Set) freshLocked(now time.Time) bool {
+	return !s.renewedAt.IsZero() && now.Sub(s.renewedAt) < s.o.RenewDeadline
+}
+
+// Fence is this replica's hold on the shard of a cluster, taken when a pass
+// over the cluster begins.
+type Fence interface {
+	// Context ends when this replica ceases to serve the shard (given up,
+	// taken, the membership lost or unrenewed): what runs under it stops.
+	Context() context.Context
+	// Begin is called just before an act that another replica must not do
+	// at the same time (an approval or denial, and its record). ok is false
+	// unless the hold is still this replica's, its membership was renewed
+	// within the renew deadline and the shard counts agree; done must then
+	// be called once the act and its record are done.
+	Begin() (done func(), ok bool)
+	// Adopt says the hold may have verdicts another replica wrote to
+	// record (a cluster taken over from a replica that died, or that did not
+	// say until when it had recorded its own): until settled is called, a
+	// release of the shard does not say this replica recorded every
+	// verdict, and the next holder records them.
+	Adopt() (settled func())
+	// Unsettle says an act under the hold may have been applied without
+	// its record (its write failed otherwise than by a conflict, which may
+	// mean it was applied all the same, or its record failed): a release of
+	// the shard never says this replica recorded every verdict, so that the
+	// next holder records the verdicts in effect (review 5, F1).
+	Unsettle()
+}
+
+type fence struct {
+	s     *Set
+	shard int
+	h     *hold
+}
+
+func (f fence) Context() context.Context { return f.h.ctx }
+
+func (f fence) Begin() (func(), bool) {
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	if f.h.ctx.Err() != nil || !f.s.servesLocked(f.shard, f.h) {
+		return nil, false
+	}
+	f.h.acts.Add(1)
+	return f.h.acts.Done, true
+}
+
+func (f fence) Unsettle() {
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	f.h.unsettled++
+}
+
+func (f fence) Adopt() func() {
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	if !f.h.settled.IsZero() {
+		// Taken from a replica that gave it up and said until when it had
+		// recorded its verdicts: nobody wrote any since, so there is
+		// nothing of another's to record.
+		return func() {}
+	}
+	f.h.unsettled++
+	return sync.OnceFunc(func() {
+		f.s.mu.Lock()
+		defer f.s.mu.Unlock()
+		f.h.unsettled--
+	})
+}
+
+// Fence is this replica's hold on the shard of the cluster of that UID, if
+// it serves the cluster now.
+func (s *Set) Fence(uid types.UID) (Fence, bool) {
+	shard := s.ShardOf(uid)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.servesLocked(shard, nil) {
+		return nil, false
+	}
+	return fence{s: s, shard: shard, h: s.held[shard]}, true
+}
+
+// Settled is when the replica that gave this replica's hold of shard up
+// (by a release, not a death) had recorded every verdict it wrote for the
+// shard's clusters; zero when that is not known.
+func (s *Set) Settled(shard int) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.settled[shard]
+}
+
+// AdoptionsNoted says the approver has noted, under the current hold of
+// shard, the adoptions of every cluster of the shard (Fence.Adopt): until
+// then a hold taken from a replica that did not say until when it had
+// recorded its verdicts counts as unsettled.
+func (s *Set) AdoptionsNoted(shard int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.held[shard]; h != nil && h.noting {
+		h.noting = false
+		h.unsettled--
+	}
 }
 
 // NeedLeaderElection is false: every replica takes part.
@@ -204,6 +385,7 @@ func (*Set) NeedLeaderElection() bool { return false }
 // gives up every shard and the membership, so that the others take them over
 // within a retry period.
 func (s *Set) Start(ctx context.Context) error {
+	s.base = ctx
 	factory := informers.NewSharedInformerFactoryWithOptions(s.o.Client, 0,
 		informers.WithNamespace(s.o.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = LabelRole }))
@@ -211,7 +393,7 @@ func (s *Set) Start(ctx context.Context) error {
 	if _, err := leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.observe(obj) },
 		UpdateFunc: func(_, obj any) { s.observe(obj) },
-		DeleteFunc: func(any) { s.poke() },
+		DeleteFunc: func(obj any) { s.forget(obj) },
 	}); err != nil {
 		return fmt.Errorf("shard: watch the Leases: %w", err)
 	}
@@ -256,12 +438,12 @@ func (s *Set) Start(ctx context.Context) error {
 // elector is client-go's leader elector on this replica's membership Lease,
 // released when the replica stops.
 func (s *Set) elector() (*leaderelection.LeaderElector, error) {
-	lock := &resourcelock.LeaseLock{
+	lock := &renewals{Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: s.o.Namespace, Name: MemberLeaseName(s.o.Identity)},
 		Client:     s.o.Client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: s.o.Identity},
-		Labels:     map[string]string{LabelRole: roleMember},
-	}
+		Labels:     map[string]string{LabelRole: roleMember, LabelShards: strconv.Itoa(s.o.Shards)},
+	}, s: s}
 	e, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   s.o.LeaseDuration,
@@ -280,28 +462,99 @@ func (s *Set) elector() (*leaderelection.LeaderElector, error) {
 	return e, nil
 }
 
+// renewals is the membership's lock as the elector uses it, noting when
+// each renewal that succeeded was sent.
+type renewals struct {
+	resourcelock.Interface
+	s *Set
+}
+
+func (r *renewals) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	return r.renew(ler, func() error { return r.Interface.Create(ctx, ler) })
+}
+
+func (r *renewals) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	return r.renew(ler, func() error { return r.Interface.Update(ctx, ler) })
+}
+
+// renew writes the membership. A write that names this replica is a
+// renewal: it is timed from before it is sent, since the others may see it
+// from then on. If the last renewal is older than the renew deadline when
+// this one is sent, or was by the time it succeeded (the replica was paused
+// or the API server slow: the others may have judged it gone meanwhile),
+// every shard is given up first: the replica takes them again only through
+// their Leases, as any other would.
+func (r *renewals) renew(ler resourcelock.LeaderElectionRecord, write func() error) error {
+	if ler.HolderIdentity != r.s.o.Identity {
+		return write() // the release
+	}
+	sent := r.s.o.Clock.Now()
+	r.s.lapse(sent)
+	if err := write(); err != nil {
+		return err
+	}
+	r.s.lapse(r.s.o.Clock.Now())
+	r.s.mu.Lock()
+	r.s.renewedAt = sent
+	r.s.mu.Unlock()
+	r.s.armLapse(sent)
+	return nil
+}
+
+// armLapse gives up every shard once the renew deadline after the renewal
+// sent at sent has passed with none since: a renewal held up in the API
+// server or behind the client's rate limiter must not keep the shards, and
+// the writes begun under them, past it (review 5, F2). Each renewal moves
+// the one timer on.
+func (s *Set) armLapse(sent time.Time) {
+	d := max(s.o.RenewDeadline-s.o.Clock.Since(sent), 0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lapseTimer != nil {
+		s.lapseTimer.Stop()
+	}
+	s.lapseTimer = time.AfterFunc(d, func() { s.lapse(s.o.Clock.Now()) })
+}
+
+// lapse gives up every shard if the last renewal is older than the renew
+// deadline at now.
+func (s *Set) lapse(now time.Time) {
+	s.mu.Lock()
+	lapsed := len(s.held) > 0 && !s.freshLocked(now)
+	s.mu.Unlock()
+	if lapsed {
+		s.o.Log.Info("membership renewal older than the renew deadline: every shard given up", "identity", s.o.Identity)
+		s.dropAll("unrenewed")
+	}
+}
+
 func (s *Set) setMember(member bool) {
 	s.mu.Lock()
 	was := s.member
 	s.member = member
-	var dropped []int
+	s.mu.Unlock()
 	if !member {
 		// Without a renewed membership nothing is served: the others may
 		// take every shard once they see it expire.
-		for shard := range s.held {
-			dropped = append(dropped, shard)
-		}
-		s.held = map[int]bool{}
+		s.dropAll("lost")
 	}
-	s.mu.Unlock()
 	if was != member {
 		s.o.Log.Info("membership", "identity", s.o.Identity, "member", member)
 	}
-	for _, shard := range dropped {
-		s.o.Metrics.held(shard, false, "lost")
-		s.o.OnChange(shard)
-	}
 	s.poke()
+}
+
+// dropAll ceases to serve every shard held, without writing.
+func (s *Set) dropAll(why string) {
+	s.mu.Lock()
+	var held []int
+	for shard := range s.held {
+		held = append(held, shard)
+	}
+	s.mu.Unlock()
+	for _, shard := range held {
+		s.drop(shard, why)
+	}
 }
 
 func (s *Set) poke() {
@@ -317,25 +570,55 @@ func (s *Set) observe(obj any) {
 	if !ok {
 		return
 	}
-	now := s.o.Clock.Now()
-	s.mu.Lock()
-	if o, ok := s.seen[l.Name]; !ok || o.resourceVersion != l.ResourceVersion {
-		s.seen[l.Name] = observation{resourceVersion: l.ResourceVersion, at: now}
-	}
-	s.mu.Unlock()
+	s.note(l, s.o.Clock.Now())
 	s.poke()
 }
 
-// live are the replicas whose membership Lease this replica saw renewed
-// within that Lease's duration, this one included while its own is renewed.
-func (s *Set) live(now time.Time) ([]string, error) {
-	members, err := s.lister.List(labels.SelectorFromSet(labels.Set{LabelRole: roleMember}))
-	if err != nil {
-		return nil, fmt.Errorf("list membership Leases: %w", err)
+// note records a Lease's resourceVersion and, if it changed, when.
+func (s *Set) note(l *coordinationv1.Lease, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o, ok := s.seen[l.Name]; !ok || o.resourceVersion != l.ResourceVersion {
+		s.seen[l.Name] = observation{resourceVersion: l.ResourceVersion, at: now}
+	}
+}
+
+// forget drops what was seen of a deleted Lease.
+func (s *Set) forget(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if l, ok := obj.(*coordinationv1.Lease); ok {
+		s.mu.Lock()
+		delete(s.seen, l.Name)
+		s.mu.Unlock()
+	}
+	s.poke()
+}
+
+// view is who is live, as this replica judges it: the replicas whose
+// membership Lease it saw change within the lease duration, this one
+// included while its own is renewed, and those of them that announce
+// another shard count (with the count).
+type view struct {
+	live     []string
+	isLive   map[string]bool
+	mismatch map[string]string
+}
+
+// live judges the membership Leases: those of the cache, or members, read
+// from the API server, noting first the changes they show.
+func (s *Set) live(now time.Time, members []*coordinationv1.Lease) (view, error) {
+	if members == nil {
+		var err error
+		if members, err = s.lister.List(labels.SelectorFromSet(labels.Set{LabelRole: roleMember})); err != nil {
+			return view{}, fmt.Errorf("list membership Leases: %w", err)
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
+	v := view{isLive: map[string]bool{}, mismatch: map[string]string{}}
+	mine := strconv.Itoa(s.o.Shards)
 	for _, l := range members {
 		holder := ptr.Deref(l.Spec.HolderIdentity, "")
 		if holder == "" || holder == s.o.Identity || MemberLeaseName(holder) != l.Name {
@@ -345,38 +628,70 @@ func (s *Set) live(now time.Time) ([]string, error) {
 		// Lease's own field: whoever may write Leases here could make a
 		// member that one write keeps live for ever (review 4, S3).
 		if o, ok := s.seen[l.Name]; ok && now.Sub(o.at) < s.o.LeaseDuration {
-			out = append(out, holder)
+			v.live = append(v.live, holder)
+			v.isLive[holder] = true
+			// A replica of before the count was announced announces none,
+			// which is another count too (review 4, S4).
+			if n := l.Labels[LabelShards]; n != mine {
+				v.mismatch[holder] = n
+			}
 		}
 	}
 	if s.member {
-		out = append(out, s.o.Identity)
+		v.live = append(v.live, s.o.Identity)
+		v.isLive[s.o.Identity] = true
 	}
-	slices.Sort(out)
-	return out, nil
+	slices.Sort(v.live)
+	return v, nil
+}
+
+// verified is who is live, judged on the membership Leases read from the
+// API server (a quorum read, not the cache): a replica this replica's watch
+// has not seen renewed within the lease duration may have been renewed
+// all the same (the watch lags, or this replica was paused). A replica is
+// gone only if its Lease is still the one seen a lease duration ago.
+func (s *Set) verified(ctx context.Context, now time.Time) (view, error) {
+	list, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelRole + "=" + roleMember})
+	if err != nil {
+		return view{}, fmt.Errorf("read the membership Leases: %w", err)
+	}
+	members := make([]*coordinationv1.Lease, 0, len(list.Items))
+	for i := range list.Items {
+		l := &list.Items[i]
+		if l.Labels[LabelRole] != roleMember {
+			continue
+		}
+		s.note(l, now)
+		members = append(members, l)
+	}
+	return s.live(now, members)
 }
 
 // tick takes the shards meant for this replica that nobody live holds, and
-// gives up those meant for another.
+// gives up those meant for another. While a live replica announces another
+// shard count, it serves nothing.
 func (s *Set) tick(ctx context.Context) {
 	now := s.o.Clock.Now()
-	live, err := s.live(now)
+	v, err := s.live(now, nil)
 	if err != nil {
 		s.o.Log.Error(err, "shard hand-over")
 		return
 	}
-	s.o.Metrics.members(len(live))
+	s.o.Metrics.members(len(v.live))
+	if s.setMismatch(v.mismatch) {
+		return
+	}
 	s.mu.Lock()
 	member := s.member
 	s.mu.Unlock()
 	if !member {
 		return
 	}
-	isLive := map[string]bool{}
-	for _, id := range live {
-		isLive[id] = true
-	}
+	// The view from the API server, read once a look and only if a shard
+	// is to be taken.
+	var checked *view
 	for shard := range s.o.Shards {
-		mine := Owner(live, shard) == s.o.Identity
+		mine := Owner(v.live, shard) == s.o.Identity
 		lease, err := s.shardLease(shard)
 		if err != nil {
 			s.o.Log.Error(err, "read shard Lease", "shard", shard)
@@ -387,7 +702,7 @@ func (s *Set) tick(ctx context.Context) {
 			holder = ptr.Deref(lease.Spec.HolderIdentity, "")
 		}
 		s.mu.Lock()
-		held := s.held[shard]
+		held := s.held[shard] != nil
 		s.mu.Unlock()
 		switch {
 		case held && holder != s.o.Identity:
@@ -395,8 +710,23 @@ func (s *Set) tick(ctx context.Context) {
 			s.drop(shard, "taken")
 		case held && !mine:
 			s.release(ctx, shard, lease)
-		case !held && mine && (holder == "" || holder == s.o.Identity || !isLive[holder]):
-			s.take(ctx, shard, lease, holder)
+		case !held && mine && (holder == "" || holder == s.o.Identity || !v.isLive[holder]):
+			if checked == nil {
+				c, err := s.verified(ctx, now)
+				if err != nil {
+					s.o.Log.Error(err, "shard hand-over")
+					return
+				}
+				checked = &c
+				if s.setMismatch(c.mismatch) {
+					return
+				}
+			}
+			// The holder this replica's watch saw unrenewed may have been
+			// renewed (review 4, S1): taken only if the API server agrees.
+			if Owner(checked.live, shard) == s.o.Identity && (holder == "" || holder == s.o.Identity || !checked.isLive[holder]) {
+				s.take(ctx, shard, lease, holder)
+			}
 		case !held && !mine && holder == s.o.Identity:
 			// A release whose write failed: the Lease still names this
 			// replica, live, and the owner waits for it to name nobody
@@ -406,10 +736,39 @@ func (s *Set) tick(ctx context.Context) {
 	}
 }
 
+// setMismatch notes the live replicas that announce another shard count
+// and, if there are any, gives up every shard: replicas given different
+// counts (a rollout that changes it) would serve some clusters twice and
+// others not at all. It reports whether there are.
+func (s *Set) setMismatch(others map[string]string) bool {
+	s.mu.Lock()
+	was := len(s.mismatch) > 0
+	changed := !maps.Equal(s.mismatch, others)
+	if len(others) == 0 {
+		s.mismatch = nil
+	} else {
+		s.mismatch = maps.Clone(others)
+	}
+	s.mu.Unlock()
+	s.o.Metrics.mismatch(len(others) > 0)
+	if len(others) > 0 {
+		s.dropAll("shard-count-mismatch")
+	}
+	if changed && (was || len(others) > 0) {
+		if len(others) > 0 {
+			s.o.Log.Info("live replicas announce another shard count: this replica serves nothing until they agree", "shards", s.o.Shards, "others", others)
+		} else {
+			s.o.Log.Info("the live replicas agree on the shard count again", "shards", s.o.Shards)
+		}
+		s.o.OnCountMismatch(maps.Clone(others))
+	}
+	return len(others) > 0
+}
+
 // shardLease is a shard's Lease as the cache has it or, until the cache has
 // this replica's last write of it, as written; nil if there is none.
 func (s *Set) shardLease(shard int) (*coordinationv1.Lease, error) {
-	lease, err := s.lister.Get(ShardLeaseName(shard))
+	lease, err := s.lister.Get(s.shardLeaseName(shard))
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, err
 	}
@@ -449,18 +808,25 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		err      error
 		result   *coordinationv1.Lease
 		replaced string
+		settled  time.Time
 	)
 	if lease == nil {
 		spec.LeaseTransitions = ptr.To[int32](0)
 		result, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: ShardLeaseName(shard), Namespace: s.o.Namespace,
-				Labels: map[string]string{LabelRole: roleShard, LabelShard: strconv.Itoa(shard)}},
+			ObjectMeta: metav1.ObjectMeta{Name: s.shardLeaseName(shard), Namespace: s.o.Namespace,
+				Labels: map[string]string{LabelRole: roleShard, LabelShard: strconv.Itoa(shard), LabelShards: strconv.Itoa(s.o.Shards)}},
 			Spec: spec,
 		}, metav1.CreateOptions{})
 	} else {
 		updated := lease.DeepCopy()
 		spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
 		updated.Spec = spec
+		if previous == "" {
+			// Given up, not lost: its holder said until when it recorded
+			// its verdicts. The next holder is told afresh.
+			settled, _ = time.Parse(time.RFC3339Nano, lease.Annotations[AnnotationSettledUntil])
+		}
+		delete(updated.Annotations, AnnotationSettledUntil)
 		replaced = lease.ResourceVersion
 		result, err = leases.Update(ctx, updated, metav1.UpdateOptions{})
 	}
@@ -474,43 +840,109 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 	s.mu.Lock()
 	// The membership may have lapsed during the write: then the shard is
 	// not served, and the Lease names a replica the others will see gone.
-	ok := s.member
+	ok := s.member && s.freshLocked(s.o.Clock.Now()) && len(s.mismatch) == 0 && s.held[shard] == nil
 	if ok {
-		s.held[shard] = true
+		// A settled-until ahead of this replica's clock (a forged one, or a
+		// skewed clock) says no more than "settled now" (review 5, F10).
+		if now := s.o.Clock.Now(); settled.After(now) {
+			settled = now
+		}
+		h := &hold{settled: settled, noting: settled.IsZero()}
+		if h.noting {
+			h.unsettled = 1
+		}
+		h.ctx, h.cancel = context.WithCancel(s.base)
+		s.held[shard] = h
+		s.settled[shard] = settled
+		delete(s.releasedSettled, shard)
 	}
 	s.mu.Unlock()
 	if !ok {
 		return
 	}
-	s.o.Log.Info("shard taken", "shard", shard, "previous_holder", previous)
+	s.o.Log.Info("shard taken", "shard", shard, "previous_holder", previous, "settled_until", settled)
 	s.o.Metrics.held(shard, true, "taken")
 	s.o.OnChange(shard)
 }
 
-// drop ceases to serve a shard here, without writing.
-func (s *Set) drop(shard int, why string) {
+// drop ceases to serve a shard here, without writing: what runs under its
+// hold is cancelled. It returns the hold, nil if the shard was not held.
+func (s *Set) drop(shard int, why string) *hold {
+	h := s.detach(shard, why)
+	if h != nil {
+		h.cancel()
+	}
+	return h
+}
+
+// detach ceases to serve a shard here, without writing and without
+// cancelling what runs under its hold: no act begins under it any more.
+// It returns the hold, nil if the shard was not held.
+func (s *Set) detach(shard int, why string) *hold {
 	s.mu.Lock()
-	held := s.held[shard]
+	h := s.held[shard]
 	delete(s.held, shard)
 	s.mu.Unlock()
-	if !held {
-		return
+	if h == nil {
+		return nil
 	}
 	s.o.Log.Info("shard given up", "shard", shard, "why", why)
 	s.o.Metrics.held(shard, false, why)
 	s.o.OnChange(shard)
+	return h
 }
 
 // release ceases to serve a shard, then names nobody on its Lease, so that
-// the replica it is meant for takes it at its next look.
+// the replica it is meant for takes it at its next look. Once the acts begun
+// under the hold are done (within the renew deadline), the Lease says until
+// when this replica recorded its verdicts, so that the next holder does not
+// record them again (review 4, S6).
 func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Lease) {
-	s.drop(shard, "released")
+	// The writes begun under the hold are let finish (within the renew
+	// deadline) before it is cancelled: a write cancelled once sent may
+	// have been applied all the same, and its record would be lost
+	// (review 5, F1). No act begins once it is detached.
+	h := s.detach(shard, "released")
+	if h != nil {
+		defer h.cancel()
+	}
 	if lease == nil || ptr.Deref(lease.Spec.HolderIdentity, "") != s.o.Identity {
 		return
 	}
 	updated := lease.DeepCopy()
 	updated.Spec.HolderIdentity = ptr.To("")
 	updated.Spec.RenewTime = ptr.To(metav1.NewMicroTime(s.o.Clock.Now()))
+	delete(updated.Annotations, AnnotationSettledUntil)
+	settled := ""
+	if h == nil {
+		// A release tried again (the last write failed): what the first
+		// found of the hold still holds.
+		s.mu.Lock()
+		settled = s.releasedSettled[shard]
+		s.mu.Unlock()
+		if settled != "" {
+			if updated.Annotations == nil {
+				updated.Annotations = map[string]string{}
+			}
+			updated.Annotations[AnnotationSettledUntil] = settled
+		}
+	} else {
+		switch acted, unsettled := waitFor(&h.acts, s.o.RenewDeadline), s.unsettledOf(h); {
+		case !acted:
+			s.o.Log.Info("shard released unsettled: writes still in progress after the renew deadline", "shard", shard)
+		case unsettled > 0:
+			s.o.Log.Info("shard released unsettled: clusters taken over from a replica gone not yet passed", "shard", shard, "clusters", unsettled)
+		default:
+			settled = s.o.Clock.Now().UTC().Format(time.RFC3339Nano)
+			if updated.Annotations == nil {
+				updated.Annotations = map[string]string{}
+			}
+			updated.Annotations[AnnotationSettledUntil] = settled
+		}
+		s.mu.Lock()
+		s.releasedSettled[shard] = settled
+		s.mu.Unlock()
+	}
 	result, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
 	if err != nil {
 		if !apierrors.IsConflict(err) {
@@ -521,7 +953,27 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 		}
 		return
 	}
+	s.o.Log.V(1).Info("shard released", "shard", shard, "settled_until", settled)
 	s.noteWrite(shard, lease.ResourceVersion, result)
+}
+
+// unsettledOf is how many adoptions the hold has left to settle.
+func (s *Set) unsettledOf(h *hold) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return h.unsettled
+}
+
+// waitFor waits for wg at most d, and reports whether it is done.
+func waitFor(wg *sync.WaitGroup, d time.Duration) bool {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(d):
+		return false
+	}
 }
 
 // releaseAll gives up every shard held, at shutdown.
@@ -532,16 +984,24 @@ func (s *Set) releaseAll(ctx context.Context) {
 		held = append(held, shard)
 	}
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, s.o.RenewDeadline)
+	ctx, cancel := context.WithTimeout(ctx, 2*s.o.RenewDeadline)
 	defer cancel()
+	// At once, not one after the other: on a slow API server the budget
+	// would run out before the last, whose Lease the others then take
+	// only once the membership expires, and without its settled-until.
+	var wg sync.WaitGroup
 	for _, shard := range held {
-		lease, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Get(ctx, ShardLeaseName(shard), metav1.GetOptions{})
-		if err != nil {
-			s.drop(shard, "stopping")
-			continue
-		}
-		s.release(ctx, shard, lease)
+		wg.Go(func() {
+			lease, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Get(ctx, s.shardLeaseName(shard), metav1.GetOptions{})
+			if err != nil {
+				s.o.Log.Error(err, "release shard", "shard", shard)
+				s.drop(shard, "stopping")
+				return
+			}
+			s.release(ctx, shard, lease)
+		})
 	}
+	wg.Wait()
 }
 
 // Held are the shards this replica serves, in order.
@@ -580,7 +1040,11 @@ func MemberLeaseName(identity string) string {
 	return MemberLeasePrefix + hex.EncodeToString(sum[:8])
 }
 
-// ShardLeaseName is the name of a shard's Lease.
-func ShardLeaseName(shard int) string {
-	return ShardLeasePrefix + strconv.Itoa(shard)
+// ShardLeaseName is the name of the Lease of a shard of shards: the count is
+// in the name, so that replicas given different counts (a rollout that
+// changes it) never take one another's Leases for their own.
+func ShardLeaseName(shards, shard int) string {
+	return ShardLeasePrefix + strconv.Itoa(shards) + "-" + strconv.Itoa(shard)
 }
+
+func (s *Set) shardLeaseName(shard int) string { return ShardLeaseName(s.o.Shards, shard) }

@@ -88,5 +88,5 @@ func TestTimingsThatWouldLetTwoReplicasServeAShardAreRefused(t *testing.T) {
 		assert.Error(t, err, name)
 	}
 	assert.Regexp(t, `^ichor-policy-member-[0-9a-f]{16}$`, shard.MemberLeaseName("ichor-policy-7d9c-x/y"))
-	assert.Equal(t, "ichor-policy-shard-7", shard.ShardLeaseName(7))
+	assert.Equal(t, "ichor-policy-shard-4-7", shard.ShardLeaseName(4, 7))
 }

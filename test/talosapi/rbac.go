@@ -117,12 +117,20 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		return nil, err
 	}
 
+	if err := s.wait(ctx); err != nil {
+		return nil, err
+	}
+
 	return handler(ctx, req)
 }
 
 func (s *Server) streamInterceptor(srv any, stream grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx, err := s.authorize(stream.Context(), info.FullMethod)
 	if err != nil {
+		return err
+	}
+
+	if err := s.wait(ctx); err != nil {
 		return err
 	}
 

@@ -22,6 +22,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/cosi-project/runtime/pkg/resource/meta"
@@ -77,6 +78,7 @@ type Server struct {
 	stopCtx   func() bool
 
 	mu       sync.Mutex
+	delay    time.Duration
 	calls    map[string]int
 	denied   map[string]int
 	reboots  int
@@ -228,6 +230,38 @@ func (s *Server) setMode(on bool, m mode) {
 		s.listener.setMode(m)
 	} else {
 		s.listener.setMode(serving)
+	}
+}
+
+// SetDelay makes every call that arrives from now on wait d (or until its
+// caller gives up) before it is answered, as a slow node: a test can hold a
+// reader in flight. Zero answers at once again; calls already waiting keep
+// their wait.
+func (s *Server) SetDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	s.delay = d
+}
+
+// wait holds a call for the delay set when it arrived.
+func (s *Server) wait(ctx context.Context) error {
+	s.mu.Lock()
+	d := s.delay
+	s.mu.Unlock()
+
+	if d <= 0 {
+		return nil
+	}
+
+	t := time.NewTimer(d)
+	defer t.Stop()
+
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
