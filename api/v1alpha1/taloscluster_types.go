@@ -50,7 +50,7 @@ const (
 	// clusters out (--shards), the replica that serves the cluster and the
 	// shard it holds the cluster through; absent when sharding is off. The
 	// replica that takes the shard over writes it; the shard's Lease
-	// (ichor-policy-shard-N in the manager's namespace) is what decides.
+	// (ichor-policy-shard-<shards>-<shard> in the manager's namespace) is what decides.
 	ConditionServedBy = "ServedBy"
 
 	// A TalosCluster has ConditionReady too, which says whether Ichor

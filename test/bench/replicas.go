@@ -127,7 +127,7 @@ func replicaArgs(base []string, identity string, webhookPort int) []string {
 func (f *Fleet) shardHolders(ctx context.Context, shards int) (map[int]string, error) {
 	out := map[int]string{}
 	for s := range shards {
-		lease, err := f.Env.Clientset.CoordinationV1().Leases(harness.ManagerNamespace).Get(ctx, shard.ShardLeaseName(s), metav1.GetOptions{})
+		lease, err := f.Env.Clientset.CoordinationV1().Leases(harness.ManagerNamespace).Get(ctx, shard.ShardLeaseName(shards, s), metav1.GetOptions{})
 		if err != nil {
 			return nil, err
 		}
