@@ -15,10 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -30,15 +28,13 @@ import (
 // unreadable ones; and no more than MaxMarks are kept.
 func TestAMarkVerifiesAndTheMarksOfRequestsGoneAreDropped(t *testing.T) {
 	ctx := t.Context()
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	live := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-live", UID: "u-live"}}
-	requests := fake.NewClientBuilder().WithScheme(scheme).WithObjects(live).Build()
+	requests := fake.NewClientBuilder().WithObjects(live).Build()
 	marks := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ichor-system", Name: MarksConfigMapName}, Data: map[string]string{
 		"act-gone":       `{"uid":"u-gone","act":"Approved","decision_id":"d-0","mac":"x"}`,
 		"act-unreadable": "{",
 	}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(marks).Build()
+	c := fake.NewClientBuilder().WithObjects(marks).Build()
 	key := []byte("0123456789abcdef0123456789abcdef")
 	r := &Recorder{Reader: c, Client: c, Namespace: "ichor-system"}
 	ref := corev1.ObjectReference{Name: live.Name, UID: live.UID}
@@ -78,7 +74,7 @@ func TestAMarkVerifiesAndTheMarksOfRequestsGoneAreDropped(t *testing.T) {
 	}
 	got.Data = full
 	require.NoError(t, c.Update(ctx, &got))
-	requests = fake.NewClientBuilder().WithScheme(scheme).WithObjects(many...).Build()
+	requests = fake.NewClientBuilder().WithObjects(many...).Build()
 	require.NoError(t, r.mark(ctx, key, ref, "Approved", "d-2", requests))
 	id, _ = r.marked(ctx, key, live.UID, "Approved")
 	assert.Empty(t, id)
@@ -91,11 +87,9 @@ func TestAMarkVerifiesAndTheMarksOfRequestsGoneAreDropped(t *testing.T) {
 // pass later (unavailable) is.
 func TestTheMarksAreBoundedByBytesAndARefusedMarkIsNotTriedAgain(t *testing.T) {
 	ctx := t.Context()
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	live := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-live", UID: "u-live"}}
 	big := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-big", UID: "u-big"}}
-	requests := fake.NewClientBuilder().WithScheme(scheme).WithObjects(live, big).Build()
+	requests := fake.NewClientBuilder().WithObjects(live, big).Build()
 	key := []byte("0123456789abcdef0123456789abcdef")
 	ref := corev1.ObjectReference{Name: strings.Repeat("<", 4096), UID: live.UID}
 	newMarks := func(data map[string]string) *corev1.ConfigMap {
@@ -103,7 +97,7 @@ func TestTheMarksAreBoundedByBytesAndARefusedMarkIsNotTriedAgain(t *testing.T) {
 	}
 
 	// A mark holds no name: its size does not grow with the request's.
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(newMarks(nil)).Build()
+	c := fake.NewClientBuilder().WithObjects(newMarks(nil)).Build()
 	r := &Recorder{Reader: c, Client: c, Namespace: "ichor-system"}
 	require.NoError(t, r.mark(ctx, key, ref, "Approved", "d-1", requests))
 	var got corev1.ConfigMap
@@ -114,7 +108,7 @@ func TestTheMarksAreBoundedByBytesAndARefusedMarkIsNotTriedAgain(t *testing.T) {
 	// Full by bytes, with one mark: nothing written, no error.
 	bigID := strings.Repeat("d", MaxMarksBytes-200)
 	filler := fmt.Sprintf(`{"uid":"u-big","act":"Approved","decision_id":%q,"mac":%q}`, bigID, mac(key, big.UID, "Approved", bigID))
-	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(newMarks(map[string]string{MarkKey(key, big.UID, "Approved"): filler})).Build()
+	c = fake.NewClientBuilder().WithObjects(newMarks(map[string]string{MarkKey(key, big.UID, "Approved"): filler})).Build()
 	r = &Recorder{Reader: c, Client: c, Namespace: "ichor-system"}
 	require.NoError(t, r.mark(ctx, key, ref, "Approved", "d-1", requests))
 	id, err := r.marked(ctx, key, live.UID, "Approved")
@@ -126,13 +120,13 @@ func TestTheMarksAreBoundedByBytesAndARefusedMarkIsNotTriedAgain(t *testing.T) {
 		"invalid":   apierrors.NewInvalid(schema.GroupKind{Kind: "ConfigMap"}, MarksConfigMapName, nil),
 		"forbidden": apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, MarksConfigMapName, errors.New("no update")),
 	} {
-		c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(newMarks(nil)).WithInterceptorFuncs(interceptor.Funcs{
+		c = fake.NewClientBuilder().WithObjects(newMarks(nil)).WithInterceptorFuncs(interceptor.Funcs{
 			Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error { return refusal },
 		}).Build()
 		r = &Recorder{Reader: c, Client: c, Namespace: "ichor-system"}
 		assert.NoError(t, r.mark(ctx, key, ref, "Approved", "d-1", requests), "refused for good (%s): logged, not tried again", name)
 	}
-	c = fake.NewClientBuilder().WithScheme(scheme).WithObjects(newMarks(nil)).WithInterceptorFuncs(interceptor.Funcs{
+	c = fake.NewClientBuilder().WithObjects(newMarks(nil)).WithInterceptorFuncs(interceptor.Funcs{
 		Update: func(context.Context, client.WithWatch, client.Object, ...client.UpdateOption) error {
 			return apierrors.NewServiceUnavailable("injected")
 		},
@@ -145,9 +139,7 @@ func TestTheMarksAreBoundedByBytesAndARefusedMarkIsNotTriedAgain(t *testing.T) {
 // not read its marks looks for the record's Event instead, as without the
 // ConfigMap; it does not stop recording.
 func TestAForbiddenReadOfTheMarksIsNoMark(t *testing.T) {
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
-	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+	c := fake.NewClientBuilder().WithInterceptorFuncs(interceptor.Funcs{
 		Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
 			return apierrors.NewForbidden(schema.GroupResource{Resource: "configmaps"}, MarksConfigMapName, errors.New("no get"))
 		},
@@ -166,11 +158,9 @@ func TestAForbiddenReadOfTheMarksIsNoMark(t *testing.T) {
 // they count toward no bound.
 func TestMarksThatDoNotVerifyAreDropped(t *testing.T) {
 	ctx := t.Context()
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	live := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-live", UID: "u-live"}}
 	other := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-other", UID: "u-other"}}
-	requests := fake.NewClientBuilder().WithScheme(scheme).WithObjects(live, other).Build()
+	requests := fake.NewClientBuilder().WithObjects(live, other).Build()
 	oldKey := []byte("the key before it was replaced..")
 	key := []byte("0123456789abcdef0123456789abcdef")
 	kept := fmt.Sprintf(`{"uid":"u-other","act":"Approved","decision_id":"d-0","mac":%q}`, mac(key, other.UID, "Approved", "d-0"))
@@ -180,7 +170,7 @@ func TestMarksThatDoNotVerifyAreDropped(t *testing.T) {
 		"act-moved":                           kept, // a verifying value under another key
 		MarkKey(key, other.UID, "Approved"):   kept,
 	}}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(marks).Build()
+	c := fake.NewClientBuilder().WithObjects(marks).Build()
 	r := &Recorder{Reader: c, Client: c, Namespace: "ichor-system"}
 	require.NoError(t, r.mark(ctx, key, corev1.ObjectReference{Name: live.Name, UID: live.UID}, "Approved", "d-1", requests))
 

@@ -219,13 +219,20 @@ func BenchmarkKubeletServingParts(b *testing.B) {
 		run(b, decide(newEngine(b)))
 	})
 	b.Run("decide-logged", func(b *testing.B) {
-		e, err := engine.New(ctx, engine.Options{DecisionLog: discard{}, Log: io.Discard})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { e.Stop(context.Background()) })
-		run(b, decide(e))
+		run(b, decide(loggedEngine(b)))
 	})
+}
+
+// loggedEngine is an engine whose decision log is written as the manager
+// writes it (JSON lines), to a discarding writer.
+func loggedEngine(b *testing.B) *engine.Engine {
+	b.Helper()
+	e, err := engine.New(context.Background(), engine.Options{DecisionLog: discard{}, Log: io.Discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { e.Stop(context.Background()) })
+	return e
 }
 
 // discard is io.Discard under another name: the engine turns its console
@@ -240,11 +247,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 // lines, here to a discarding writer).
 func BenchmarkRecordApplied(b *testing.B) {
 	ctx := context.Background()
-	e, err := engine.New(ctx, engine.Options{DecisionLog: discard{}, Log: io.Discard})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { e.Stop(context.Background()) })
+	e := loggedEngine(b)
 	samples := make([]time.Duration, 0, 1024)
 	b.ReportAllocs()
 	cpu := startCPU()
@@ -270,11 +273,7 @@ func BenchmarkRecordApplied(b *testing.B) {
 func BenchmarkApproval(b *testing.B) {
 	_, in := servingInput(b)
 	ctx := context.Background()
-	e, err := engine.New(ctx, engine.Options{DecisionLog: discard{}, Log: io.Discard})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { e.Stop(context.Background()) })
+	e := loggedEngine(b)
 	samples := make([]time.Duration, 0, 1024)
 	b.ReportAllocs()
 	cpu := startCPU()
