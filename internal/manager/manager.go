@@ -49,6 +49,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/manualact"
 	"github.com/ichor-dev/ichor-policy/internal/shard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 	"github.com/ichor-dev/ichor-policy/internal/version"
 	credwebhook "github.com/ichor-dev/ichor-policy/webhook"
@@ -612,18 +613,25 @@ func shardCountEvents(mgr ctrl.Manager, namespace, pod string, shards int) func(
 			rec.Eventf(self, nil, corev1.EventTypeNormal, "ShardCountAgreed", "Shard", "the live replicas agree on --shards=%d: this replica serves its shards again", shards)
 			return
 		}
-		var named []string
-		for id, n := range others {
-			if n == "" {
-				n = "none announced"
-			}
-			named = append(named, id+" ("+n+")")
-		}
-		slices.Sort(named)
-		rec.Eventf(self, nil, corev1.EventTypeWarning, "ShardCountMismatch", "Shard", "%s",
-			engine.Clip(fmt.Sprintf("this replica (--shards=%d) serves no cluster while live replicas announce another shard count: %s", shards, strings.Join(named, ", ")),
-				"; give every replica the same --shards", engine.MaxEventNote))
+		rec.Eventf(self, nil, corev1.EventTypeWarning, "ShardCountMismatch", "Shard", "%s", shardCountMismatchNote(shards, others))
 	}
+}
+
+// shardCountMismatchNote names the replicas announcing another shard count,
+// by their Leases' holder identities and labels: whoever may write Leases in
+// the namespace chooses those, so each is escaped as one line (termsafe)
+// before it reaches kubectl describe, and the note is cut to an Event's size.
+func shardCountMismatchNote(shards int, others map[string]string) string {
+	named := make([]string, 0, len(others))
+	for id, n := range others {
+		if n == "" {
+			n = "none announced"
+		}
+		named = append(named, termsafe.EscapeLine(id)+" ("+termsafe.EscapeLine(n)+")")
+	}
+	slices.Sort(named)
+	return engine.Clip(fmt.Sprintf("this replica (--shards=%d) serves no cluster while live replicas announce another shard count: %s", shards, strings.Join(named, ", ")),
+		"; give every replica the same --shards", engine.MaxEventNote)
 }
 
 // bundleRefusalAction names a refusal's cause for its Event: the same cause
