@@ -6,7 +6,7 @@ SHELL := /usr/bin/env bash -o pipefail
 
 # The same toolchain and flags everywhere, so the build cache is reused
 # between runs, CI and the demo. They are the flags the image and the release
-# compile with (deploy/image.Compile: -trimpath, no cgo), so go vet, the
+# compile with (deploy/image.Compile: -trimpath, no cgo), so the
 # tests, the ichor they run and the image share one compile of each package:
 # with cgo on, net and os/user (and all that import them) differ, and
 # -trimpath changes every package's compile. The project's compile is about
@@ -108,11 +108,7 @@ release: ## The release files in dist/ (VERSION=vX.Y.Z; IMAGE_PLATFORMS, PLUGIN_
 	  -helm "$(HELM)" -sbom-tool "$(SBOM_TOOL)"
 
 .PHONY: test
-test: go-lint policy-test envtest-assets go-test chart-lint ## The whole suite: gofmt, go vet, golangci-lint, opa check/fmt/test (100% coverage), Regal, go test, the chart
-
-.PHONY: vet
-vet:
-	go vet ./...
+test: go-lint policy-test envtest-assets go-test chart-lint ## The whole suite: gofmt, golangci-lint (go vet's checks among them), opa check/fmt/test (100% coverage), Regal, go test, the chart
 
 .PHONY: policy-test
 policy-test: ## Rego: strict check, format, tests (the shipped roles of deploy/rbac/roles.yaml as data) with 100% coverage, Regal
@@ -128,14 +124,15 @@ policy-test: ## Rego: strict check, format, tests (the shipped roles of deploy/r
 # ICHOR_TEST_BINARY: cmd/ichor built once, for every test that runs it as a
 # process (test/harness.BuildIchor); in bin/, so a warm run does not relink it.
 # HELM and PROMTOOL: the chart's and the release's tests, the alerts' included.
-# -vet=off: go-test follows `go vet ./...` (its prerequisite), which runs every
-# vet check over the same packages, test files included; go test's own vet (a
-# subset of those checks) would type-check every package and dependency a
-# second time under another configuration, about 5 CPU-minutes cold.
+# -vet=off: go vet's checks run once, in go-lint: golangci-lint's govet is
+# every analyzer go vet runs (and inline), over the same packages and their
+# tests. A vet pass type-checks every dependency too (for its facts), each
+# configuration apart: go vet ./... and go test's own vet each cost about 5
+# CPU-minutes cold on top of golangci-lint's (README, "What the suite costs").
 ICHOR_TEST_BINARY := $(CURDIR)/bin/test/ichor
 
 .PHONY: go-test
-go-test: vet envtest-assets ## Go tests, integration tests against the real API server, the chart's alerts through promtool and the release included; a failure ends with a summary of the failed tests and their messages
+go-test: envtest-assets ## Go tests, integration tests against the real API server, the chart's alerts through promtool and the release included; a failure ends with a summary of the failed tests and their messages
 	@[[ -x "$(HELM)" && -x "$(PROMTOOL)" ]] || { echo "go-test: helm or promtool did not build (HELM=$(HELM) PROMTOOL=$(PROMTOOL))"; exit 1; }
 	go build -o "$(ICHOR_TEST_BINARY)" ./cmd/ichor
 	@log="$$(mktemp)"; trap 'rm -f "$$log"' EXIT; \
@@ -165,12 +162,12 @@ alerts-test: ## Only the chart's alerts with promtool (chart-test runs them too)
 	HELM="$(HELM)" PROMTOOL="$(PROMTOOL)" go test -count=1 -run '^TestAlert' -v ./deploy/chart/
 
 .PHONY: go-lint
-go-lint: vet ## Go: gofmt, go vet, golangci-lint (staticcheck, errcheck, errorlint, gosec, importas, funlen, dupl; .golangci.yml)
+go-lint: ## Go: gofmt, golangci-lint (govet: go vet's checks; staticcheck, errcheck, errorlint, gosec, importas, funlen, dupl; .golangci.yml)
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: lint
-lint: go-lint ## gofmt, go vet, golangci-lint, opa fmt/check, Regal
+lint: go-lint ## gofmt, golangci-lint (go vet's checks among them), opa fmt/check, Regal
 	$(OPA) check --strict $(POLICY)
 	$(OPA) fmt --fail --list $(POLICY)
 	$(REGAL) lint $(POLICY)
