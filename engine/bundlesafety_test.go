@@ -428,3 +428,48 @@ func TestAnOCITagOfMoreThanABundleIsRefusedBeforeABlobIsFetched(t *testing.T) {
 		assert.Zero(t, blobGets.Load(), "%s: no blob is fetched", tc.name)
 	}
 }
+
+// labelledBundle is the shipped policy with one more module whose METADATA
+// declares labels.
+func labelledBundle(t *testing.T) *bundle.Bundle {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "ichor", "probe"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ichor", "probe", "probe.rego"), []byte(
+		"# METADATA\n# title: probe\n# labels:\n#   team: platform\npackage ichor.probe\n\nx := true\n"), 0o600))
+	b, err := bundles.FromDir(dir)
+	require.NoError(t, err)
+	return b
+}
+
+// A bundle whose METADATA declares labels would have OPA v1.22.4 write one
+// shared tracker from every concurrent decision (ErrBundleLabels): from
+// every kind of source it is refused at activation and the last good bundle
+// keeps deciding, and a start on one fails saying why.
+func TestABundleWithMetadataLabelsIsRefused(t *testing.T) {
+	s := newSigner(t)
+	labelled := labelledBundle(t)
+	bundles.SetEpoch(labelled, bundles.Floor())
+	require.NoError(t, bundles.Sign(labelled, s.private, "RS256", "ichor"))
+	labelledData, err := bundles.Bytes(labelled)
+	require.NoError(t, err)
+	for name, newSource := range sources(t) {
+		t.Run(name, func(t *testing.T) {
+			src := newSource(t)
+			good, goodData := signedEpoch(t, false, bundles.Floor(), s)
+			src.serve(goodData)
+			e, err := start(t, src, s, nil)
+			require.NoError(t, err)
+			e.refused(t, src, labelledData, engine.ErrBundleLabels.Error(), good)
+			assert.Contains(t, e.st.last().Error(), "probe/probe.rego, line 1", "the module and the line are named")
+		})
+	}
+
+	// A start on one: a file is read at once, so the start fails for it
+	// within a short start timeout.
+	src := sources(t)["file"](t)
+	src.serve(labelledData)
+	_, err = startWithin(t, src, s, nil, 10*time.Second)
+	require.ErrorContains(t, err, engine.ErrBundleLabels.Error())
+}

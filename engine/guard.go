@@ -119,6 +119,58 @@ func (s *guardedStore) Write(ctx context.Context, txn storage.Transaction, op st
 	return s.Store.Write(ctx, txn, op, path, value)
 }
 
+// ErrBundleLabels is a bundle whose METADATA declares labels. OPA v1.22.4's
+// SDK records the labels of the rules a query evaluates into the tracker of
+// that query's first decision, which it keeps in the prepared query it caches
+// (sdk/opa.go, evaluate); every later decision writes that one tracker's maps
+// from its own goroutine, and concurrent map writes end the process. Such a
+// bundle is refused at activation, the last good one keeps deciding.
+var ErrBundleLabels = errors.New("bundle declares METADATA labels, which this OPA records unsafely under concurrent decisions")
+
+// UpsertPolicy refuses, inside the activation's transaction, a module whose
+// METADATA declares labels (ErrBundleLabels).
+func (s *guardedStore) UpsertPolicy(ctx context.Context, txn storage.Transaction, id string, bs []byte) error {
+	if err := refuseLabels(id, bs); err != nil {
+		return err
+	}
+	return s.Store.UpsertPolicy(ctx, txn, id, bs)
+}
+
+// Truncate is how a bundle read in OPA's lazy mode (a URL's) is written:
+// its modules pass through refuseLabels on the way in.
+func (s *guardedStore) Truncate(ctx context.Context, txn storage.Transaction, params storage.TransactionParams, it storage.Iterator) error {
+	return s.Store.Truncate(ctx, txn, params, labelsRefused{it})
+}
+
+type labelsRefused struct{ storage.Iterator }
+
+func (it labelsRefused) Next() (*storage.Update, error) {
+	u, err := it.Iterator.Next()
+	if err == nil && u != nil && u.IsPolicy {
+		err = refuseLabels(u.Path.String(), u.Value)
+	}
+	return u, err
+}
+
+// refuseLabels is ErrBundleLabels for a module whose METADATA declares
+// labels. A module that does not parse is left to OPA's compiler, which
+// refuses it with its own error.
+func refuseLabels(id string, module []byte) error {
+	if !bytes.Contains(module, []byte("labels")) {
+		return nil
+	}
+	m, err := ast.ParseModuleWithOpts(id, string(module), ast.ParserOptions{ProcessAnnotation: true, RegoVersion: ast.RegoV1})
+	if err != nil {
+		return nil //nolint:nilerr // OPA's compiler refuses a module that does not parse, with its own error
+	}
+	for _, a := range m.Annotations {
+		if len(a.Labels) > 0 {
+			return fmt.Errorf("%w: %s, line %d", ErrBundleLabels, id, a.Location.Row)
+		}
+	}
+	return nil
+}
+
 // MakeDir and NonEmpty are the optional interfaces of OPA's in-memory store,
 // which OPA looks for on the store it is given.
 func (s *guardedStore) MakeDir(ctx context.Context, txn storage.Transaction, path storage.Path) error {
