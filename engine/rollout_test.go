@@ -474,18 +474,26 @@ func TestStopFlushesTheUploadBufferAndCountsWhatItCouldNotSend(t *testing.T) {
 
 func TestTheUploadBufferIsBoundedByDefault(t *testing.T) {
 	// A service that is away: the buffer holds the default, not everything.
+	// The entries come from a rule that costs nothing (the buffer counts
+	// entries, whatever decided them): ten thousand kubelet-serving
+	// decisions took half a minute of CPU.
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "ichor", "probe"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ichor", "probe", "probe.rego"), []byte("package ichor.probe\n\ndecision := true\n"), 0o600))
+	b, err := bundles.FromDir(dir)
+	require.NoError(t, err)
 	svc := &harness.LogService{}
 	svc.SetDown(true)
 	srv := httptest.NewServer(svc)
 	t.Cleanup(srv.Close)
 	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
-	e, err := engine.New(context.Background(), engine.Options{DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL})
+	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Stop(context.Background()) })
-	in := servingInput(t, csrgen.ECDSA, "10.5.0.2")
 	for range engine.DefaultDecisionLogBufferEvents + 50 {
-		_, err := e.KubeletServing(context.Background(), in)
+		_, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool { return metrics.UploadDropped("buffer_full") >= 50 }, 10*time.Second, 50*time.Millisecond,

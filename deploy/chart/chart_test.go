@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	rbacvalidation "k8s.io/component-helpers/auth/rbac/validation"
 
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 	"github.com/ichor-dev/ichor-policy/deploy/image"
@@ -234,12 +235,28 @@ func (o objects) boundRoles(t *testing.T) map[string][]rbacv1.PolicyRule {
 }
 
 // grants reports whether rules grant verb on group/resource for name (any
-// name when name is empty must be granted without resourceNames).
+// name when name is empty must be granted without resourceNames), as the
+// API server's RBAC reads them: "*" in groups, resources or verbs grants
+// every one (component-helpers' Covers, what the API server's escalation
+// check uses).
 func grants(rules []rbacv1.PolicyRule, group, resource, verb, name string) bool {
-	return slices.ContainsFunc(rules, func(r rbacv1.PolicyRule) bool {
-		return slices.Contains(r.APIGroups, group) && slices.Contains(r.Resources, resource) && slices.Contains(r.Verbs, verb) &&
-			(len(r.ResourceNames) == 0 || (name != "" && slices.Contains(r.ResourceNames, name)))
-	})
+	asked := rbacv1.PolicyRule{APIGroups: []string{group}, Resources: []string{resource}, Verbs: []string{verb}}
+	if name != "" {
+		asked.ResourceNames = []string{name}
+	}
+	covered, _ := rbacvalidation.Covers(rules, []rbacv1.PolicyRule{asked})
+	return covered
+}
+
+func TestGrantsReadsWildcardsAsRBACDoes(t *testing.T) {
+	all := []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}}
+	assert.True(t, grants(all, "", "configmaps", "create", ""))
+	assert.True(t, grants(all, "", "configmaps", "update", "any"))
+	named := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"*"}, ResourceNames: []string{"marks"}}}
+	assert.True(t, grants(named, "", "configmaps", "delete", "marks"))
+	assert.False(t, grants(named, "", "configmaps", "delete", "other"))
+	assert.False(t, grants(named, "", "configmaps", "create", ""), "a named grant is no grant on every name")
+	assert.False(t, grants(named, "apps", "configmaps", "get", "marks"))
 }
 
 // The copies ------------------------------------------------------------------

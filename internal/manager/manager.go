@@ -352,7 +352,7 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 		LocalAPIServer:          &kubeconfig.Local{Config: o.Config},
 		AllowInsecureKubeconfig: o.RemoteKubeconfigAllowInsecure,
 	}
-	if err := setUpSharding(mgr, clientset, serving, o); err != nil {
+	if err := setUpSharding(mgr, serving, o); err != nil {
 		return err
 	}
 	if err := serving.SetupWithManager(ctx, mgr); err != nil {
@@ -397,7 +397,7 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 
 // setUpSharding makes this replica's part of the sharding, when it is on,
 // and gives it to the serving approver, whose shard changes it reports.
-func setUpSharding(mgr ctrl.Manager, clientset kubernetes.Interface, serving *kubeletserving.Reconciler, o Options) error {
+func setUpSharding(mgr ctrl.Manager, serving *kubeletserving.Reconciler, o Options) error {
 	if o.Sharding.Shards == 0 {
 		return nil
 	}
@@ -408,12 +408,21 @@ func setUpSharding(mgr ctrl.Manager, clientset kubernetes.Interface, serving *ku
 	if identity == "" {
 		identity = o.PodName
 	}
+	// The Leases get a clientset of their own, so a token bucket of their
+	// own (--kube-api-qps and --kube-api-burst each): sharing the
+	// approvals' would queue a renewal behind a mass reboot's approvals
+	// until the shards lapse, while approvals that passed the fence wait
+	// in the same queue (review 5, F2).
+	leases, err := kubernetes.NewForConfig(rest.CopyConfig(o.Config))
+	if err != nil {
+		return fmt.Errorf("the shard Leases' clientset: %w", err)
+	}
 	metrics, err := shard.NewMetrics(ctrlmetrics.Registry)
 	if err != nil {
 		return err
 	}
 	set, err := shard.New(shard.Options{
-		Client: clientset, Namespace: o.Namespace, Identity: identity, Shards: o.Sharding.Shards,
+		Client: leases, Namespace: o.Namespace, Identity: identity, Shards: o.Sharding.Shards,
 		LeaseDuration: o.Sharding.LeaseDuration, RenewDeadline: o.Sharding.RenewDeadline, RetryPeriod: o.Sharding.RetryPeriod,
 		Log: ctrl.Log.WithName("shard"), Metrics: metrics, OnChange: serving.ShardChanged,
 		OnCountMismatch: shardCountEvents(mgr, o.Namespace, o.PodName, o.Sharding.Shards),
