@@ -4,6 +4,10 @@
 // apart from the main module so Prometheus's dependency graph never touches
 // the manager's. The Makefile builds it with go build -tags remove_all_sd,
 // without Prometheus's optional service discoveries (over half its source).
+// The libraries it shares with the project (Kubernetes' client libraries,
+// x/net, grpc, go-openapi, Prometheus' common...) are at the project's
+// versions, and the project's at promtool's where promtool's are newer, so
+// each is compiled once for both: raise them together.
 module github.com/ichor-dev/ichor-policy/tools/promtool
 
 go 1.26.7
