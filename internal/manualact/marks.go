@@ -224,7 +224,8 @@ func prune(ctx context.Context, key []byte, cm *corev1.ConfigMap, requests clien
 	live := map[string]bool{}
 	if requests != nil {
 		var list certificatesv1.CertificateSigningRequestList
-		if err := requests.List(ctx, &list); err != nil {
+		// Read only: the cache's own objects, not a copy of every request.
+		if err := requests.List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 			return fmt.Errorf("list the requests whose marks to keep: %w", err)
 		}
 		for _, csr := range list.Items {
