@@ -516,7 +516,7 @@ func TestLayerMediaTypeFollowsTheBase(t *testing.T) {
 }
 
 // TestTheMakefileCompilesAsTheImageDoes: the GOFLAGS and CGO_ENABLED that the
-// Makefile exports to go vet, go test and the binaries the tests run are
+// Makefile exports to go test and the binaries the tests run are
 // Compile's, so a cold `make test` compiles the project's packages once, not
 // once for the tests and again, without cgo and with -trimpath, for the
 // image (the ichor graph: 1,550 packages, most of the 19 CPU-minutes the
