@@ -14,8 +14,9 @@ import (
 // goroutines as decide at once. With no METADATA labels anywhere the tracker
 // only reads (a race on one pointer, set each time to the same value, which
 // go test -race reports inside topdown/evaluated.go); with labels it writes
-// its maps, and concurrent map writes end the manager. So the shipped policy
-// declares no labels until OPA fixes it (no later OPA is served here).
+// its maps, and concurrent map writes end the manager. The engine refuses
+// such a bundle at activation (engine.ErrBundleLabels), so the shipped policy
+// must declare none until OPA fixes it (no later OPA is served here).
 func TestTheShippedPolicyDeclaresNoMetadataLabels(t *testing.T) {
 	b, err := bundles.Default()
 	require.NoError(t, err)
