@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -81,9 +79,12 @@ func (c *limitsCache) get(ctx context.Context, eng Decider, now time.Time) (engi
 // were decided, an older one judged after them would otherwise find fewer
 // newer ones and be judged on its merits.
 func (p *pass) requests(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*csrinput.Requests, error) {
-	p.countsOnce.Do(func() { p.counts, p.countsErr = p.countAll(ctx) })
-	if p.countsErr != nil {
-		return nil, p.countsErr
+	if p.counts == nil {
+		counts, err := p.countAll(ctx)
+		if err != nil {
+			return nil, err
+		}
+		p.counts = counts
 	}
 	var mine certificatesv1.CertificateSigningRequestList
 	if err := p.target.reader.List(ctx, &mine, client.MatchingFields{IndexUndecided: "made-by:" + csr.Spec.Username}, client.UnsafeDisableDeepCopy); err != nil {
@@ -189,27 +190,13 @@ func newer(a, b *certificatesv1.CertificateSigningRequest) bool {
 	return a.Name > b.Name
 }
 
-// byRequester groups a pass's requests by requester (spec.username), in a
-// fixed order, each group oldest first.
-func byRequester(csrs []certificatesv1.CertificateSigningRequest) [][]*certificatesv1.CertificateSigningRequest {
-	groups := map[string][]*certificatesv1.CertificateSigningRequest{}
-	for i := range csrs {
-		u := csrs[i].Spec.Username
-		groups[u] = append(groups[u], &csrs[i])
+// oldestFirst orders requests by creation, then by name.
+func oldestFirst(a, b certificatesv1.CertificateSigningRequest) int {
+	switch {
+	case newer(&b, &a):
+		return -1
+	case newer(&a, &b):
+		return 1
 	}
-	out := make([][]*certificatesv1.CertificateSigningRequest, 0, len(groups))
-	for _, u := range slices.Sorted(maps.Keys(groups)) {
-		group := groups[u]
-		slices.SortFunc(group, func(a, b *certificatesv1.CertificateSigningRequest) int {
-			switch {
-			case newer(b, a):
-				return -1
-			case newer(a, b):
-				return 1
-			}
-			return cmp.Compare(a.Name, b.Name)
-		})
-		out = append(out, group)
-	}
-	return out
+	return cmp.Compare(a.Name, b.Name)
 }

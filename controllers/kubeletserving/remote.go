@@ -227,6 +227,22 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 	return t, nil
 }
 
+// currentTarget is the API server a cluster judges, as its last reconcile
+// set it up (targetFor); nil when it judges none, or its watch is not
+// started.
+func (r *Reconciler) currentTarget(c *ichorv1alpha1.TalosCluster) *target {
+	if c.Spec.KubeconfigRef == nil {
+		if !r.LocalClusters.Judges(c) {
+			return nil
+		}
+		return &target{reader: r.Client, clientset: r.Clientset, local: true, names: &r.localNames}
+	}
+	key := client.ObjectKeyFromObject(c)
+	r.targets.mu.Lock()
+	defer r.targets.mu.Unlock()
+	return r.targets.remote[key]
+}
+
 // judgeKubeconfig asks the rule about a kubeconfig, once per content and
 // bundle revision: first the document, with no connection made; when its
 // fields pass, the identity of its server (a TLS handshake that sends
@@ -376,8 +392,10 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	if r.controller != nil {
 		src := source.Kind(cl.GetCache(), &certificatesv1.CertificateSigningRequest{},
 			handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, csr *certificatesv1.CertificateSigningRequest) []reconcile.Request {
-				r.dirty.add(key, csr.Name)
-				return []reconcile.Request{{NamespacedName: key}}
+				// The request's requester is queued; the cluster is not
+				// reconciled.
+				r.enqueue(requester{cluster: key, username: csr.Spec.Username})
+				return nil
 			}),
 			predicate.NewTypedPredicateFuncs(func(csr *certificatesv1.CertificateSigningRequest) bool {
 				return csr.Spec.SignerName == certificatesv1.KubeletServingSignerName
