@@ -343,6 +343,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if errors.As(err, &refused) {
 		// Decided once for this content, and said on the cluster; the
 		// Secret is read again in a while, as Secrets are not watched.
+		// Nothing is decided there meanwhile: its watch ends (the verdict
+		// is kept, so the refusal is not logged again).
+		r.targets.drop(req.NamespacedName, false)
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
 		r.Metrics.forget(req.Namespace, req.Name)
@@ -352,6 +355,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 	if err != nil {
+		// An unreadable Secret (deleted, or its RBAC taken away, to stop
+		// Ichor acting there), a server that cannot be identified or
+		// watched: nothing is decided for the cluster until it is put
+		// right, so the watch an earlier reconcile started, and the
+		// credentials it holds, end here; the workers find no target.
+		r.targets.drop(req.NamespacedName, false)
 		logger.Error(err, "cannot judge the cluster's API server")
 		if err := r.refuseTarget(ctx, &cluster, err); err != nil {
 			return reconcile.Result{}, err

@@ -409,7 +409,17 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, cancel: cancel}, nil
 }
 
+// stop ends the cluster's watch and forgets the rule's verdict on its
+// kubeconfig.
 func (t *targets) stop(key types.NamespacedName) {
+	t.drop(key, true)
+}
+
+// drop ends the cluster's watch, so that no worker decides through it (see
+// passFor), and forgets the verdict too when forget is set. A verdict kept is
+// one of a content: a refusal is not judged (and logged) again until the
+// Secret or the bundle changes.
+func (t *targets) drop(key types.NamespacedName, forget bool) {
 	unlock := t.lock(key)
 	defer unlock()
 	t.mu.Lock()
@@ -418,7 +428,9 @@ func (t *targets) stop(key types.NamespacedName) {
 		rt.cancel()
 		delete(t.remote, key)
 	}
-	delete(t.verdicts, key)
+	if forget {
+		delete(t.verdicts, key)
+	}
 }
 
 // refuseTarget says on the cluster why its API server is not judged.
