@@ -127,6 +127,9 @@ type Reconciler struct {
 
 	// shardEvents carry the shards this replica began or ceased to serve.
 	shardEvents chan event.TypedGenericEvent[int]
+	// rejudge carries the clusters a worker found with a kubeconfig to
+	// judge again (a changed Secret, a new bundle): they are reconciled.
+	rejudge chan event.TypedGenericEvent[types.NamespacedName]
 	// adoptions are the clusters taken over and not yet fully passed.
 	adoptions adoptions
 
@@ -176,7 +179,12 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		return fmt.Errorf("add the decision workers: %w", err)
 	}
 	opts := controller.Options{MaxConcurrentReconciles: 4}
-	b := ctrl.NewControllerManagedBy(mgr)
+	r.rejudge = make(chan event.TypedGenericEvent[types.NamespacedName])
+	b := ctrl.NewControllerManagedBy(mgr).
+		WatchesRawSource(source.Channel(r.rejudge, handler.TypedEnqueueRequestsFromMapFunc(
+			func(_ context.Context, key types.NamespacedName) []reconcile.Request {
+				return []reconcile.Request{{NamespacedName: key}}
+			})))
 	if r.Shards != nil {
 		// Every replica serves its own shards, leader or not.
 		opts.NeedLeaderElection = ptr.To(false)
@@ -452,6 +460,9 @@ func (r *Reconciler) passFor(ctx context.Context, key types.NamespacedName) (*pa
 		p.fence = f
 	}
 	if p.target = r.currentTarget(&cluster); p.target == nil {
+		return nil, false, nil
+	}
+	if !p.target.local && !r.targetStillAllowed(ctx, &cluster, p.target) {
 		return nil, false, nil
 	}
 	return p, true, nil
