@@ -419,15 +419,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 }
 
 // leftPending counts, of a cluster's requests, the undecided ones its last
-// decision left pending, and of those, the ones the rule withheld for a
-// flood (TooManyPendingRequests).
+// decision left pending or whose verdict could not be written (they are
+// pending all the same, and the pending alert exists for them), and of
+// those, the ones the rule withheld for a flood (TooManyPendingRequests).
 func (r *Reconciler) leftPending(key types.NamespacedName, csrs []certificatesv1.CertificateSigningRequest) (pending, withheld int) {
 	for i := range csrs {
 		if approval.IsDecided(&csrs[i]) {
 			continue
 		}
-		v, ok := r.memo.Verdict(memoKey{cluster: key, uid: csrs[i].UID})
+		k := memoKey{cluster: key, uid: csrs[i].UID}
+		v, ok := r.memo.Verdict(k)
 		if !ok || v.Key == "" {
+			if r.failures.Has(k) {
+				pending++
+			}
 			continue
 		}
 		pending++

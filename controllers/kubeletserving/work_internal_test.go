@@ -13,9 +13,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -286,4 +289,25 @@ func goroutines(fn string) int {
 		}
 	}
 	return n
+}
+
+// Review 6 M3: a request whose write the API server keeps refusing is still
+// undecided, and is counted pending (the gauge the pending alert watches),
+// though no pending verdict of the rule is remembered of it.
+func TestARequestWhoseWriteKeepsFailingCountsAsPending(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:x", "csr-x", t0))
+	f.csrs.PrependReactor("update", "certificatesigningrequests", func(k8stesting.Action) (bool, kruntime.Object, error) {
+		return true, nil, apierrors.NewRequestEntityTooLargeError("too big")
+	})
+	ctx := context.Background()
+	f.add("system:node:x")
+	require.True(t, f.r.next(ctx))
+	require.False(t, f.approved(t, "csr-x"))
+	list, err := f.csrs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	// What the cluster's reconcile sets the gauge ichor_kubelet_serving_pending_csrs to.
+	pending, withheld := f.r.leftPending(f.cluster, list.Items)
+	assert.Equal(t, 1, pending, "a request whose write keeps failing is not counted pending")
+	assert.Zero(t, withheld)
 }
