@@ -80,10 +80,11 @@ var decisionIDPattern = regexp.MustCompile(`\(decision ([0-9a-f-]{36})[,)]`)
 // take-over are recorded again, naming the decision the condition names (a
 // record naming the same decision twice says nothing new).
 func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) {
-	if !p.r.failures.Has(p.memoKey(csr)) && !p.adopts(csr) {
+	// Taken, not looked at then forgotten: the reconcile and a worker may
+	// settle the same request at once, and only one records it.
+	if !p.r.failures.Take(p.memoKey(csr)) && !p.adopts(csr) {
 		return
 	}
-	p.r.failures.Forget(p.memoKey(csr))
 	for _, c := range csr.Status.Conditions {
 		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
 			continue

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
@@ -310,4 +312,53 @@ func TestARequestWhoseWriteKeepsFailingCountsAsPending(t *testing.T) {
 	pending, withheld := f.r.leftPending(f.cluster, list.Items)
 	assert.Equal(t, 1, pending, "a request whose write keeps failing is not counted pending")
 	assert.Zero(t, withheld)
+}
+
+// recordingDecider counts the decisions recorded applied.
+type recordingDecider struct {
+	*decider
+	recorded atomic.Int64
+}
+
+func (d *recordingDecider) RecordApplied(context.Context, engine.Applied) error {
+	d.recorded.Add(1)
+	return nil
+}
+
+// Review 6 L1: the reconcile and a worker may settle the same request at
+// once (a failed write found decided); one decision is recorded applied
+// once, not by both.
+func TestASettledRequestIsRecordedAppliedOnce(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clock.RealClock{})
+	rec := &recordingDecider{decider: f.dec}
+	f.r.Engine = rec
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(context.Background(), f.cluster, &c))
+	csr := csrOf("system:node:x", "csr-x", t0)
+	csr.UID = "uid-csr-x"
+	csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
+		Type: certificatesv1.CertificateApproved, Status: "True",
+		Message: "approved (decision 00000000-0000-0000-0000-000000000000)",
+	}}
+	const rounds = 3000
+	key := (&pass{r: f.r, cluster: &c}).memoKey(&csr)
+	for range rounds {
+		f.r.failures.Pending(key, approval.Verdict{}, struct{}{}, t0, func(int) time.Duration { return 0 })
+		var ready, wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 8 {
+			ready.Add(1)
+			wg.Go(func() {
+				p := &pass{r: f.r, cluster: &c}
+				ready.Done()
+				<-start
+				p.settle(context.Background(), &csr)
+			})
+		}
+		ready.Wait()
+		close(start)
+		wg.Wait()
+	}
+	assert.Equal(t, int64(rounds), rec.recorded.Load(), "one failed write's decision recorded applied more than once")
 }
