@@ -130,7 +130,8 @@ type Reconciler struct {
 	// rejudge carries the clusters a worker found with a kubeconfig to
 	// judge again (a changed Secret, a new bundle): they are reconciled.
 	rejudge chan event.TypedGenericEvent[types.NamespacedName]
-	// adoptions are the clusters taken over and not yet fully passed.
+	// adoptions are the clusters taken over whose first reconcile (it settles
+	// the verdicts written before the take-over) has not yet run.
 	adoptions adoptions
 
 	// queue holds the requesters whose requests are to be decided, and
