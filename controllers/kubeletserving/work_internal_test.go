@@ -362,3 +362,49 @@ func TestASettledRequestIsRecordedAppliedOnce(t *testing.T) {
 	}
 	assert.Equal(t, int64(rounds), rec.recorded.Load(), "one failed write's decision recorded applied more than once")
 }
+
+// listCounter counts the listings of every undecided request (the flood
+// guard's fleet-wide count).
+type listCounter struct {
+	client.Client
+	all atomic.Int64
+}
+
+func (c *listCounter) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	var o client.ListOptions
+	o.ApplyOptions(opts)
+	if o.FieldSelector != nil && o.FieldSelector.String() == IndexUndecided+"="+undecidedAll {
+		c.all.Add(1)
+	}
+	return c.Client.List(ctx, list, opts...)
+}
+
+// Review 6 M2: many requesters' keys decided within a second share one
+// listing of every undecided request, not one each: a flood of requester
+// names does not cost names × requests.
+func TestTheFloodCountsAreTakenOnceASecondNotOncePerRequester(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	var csrs []certificatesv1.CertificateSigningRequest
+	for i := range 20 {
+		csrs = append(csrs, csrOf(fmt.Sprintf("system:node:n%d", i), fmt.Sprintf("csr-%d", i), t0))
+	}
+	f := newQueueFixture(t, clk, csrs...)
+	lc := &listCounter{Client: f.r.Client}
+	f.r.Client = lc
+	ctx := context.Background()
+	for i := range 10 {
+		f.add(fmt.Sprintf("system:node:n%d", i))
+		require.True(t, f.r.next(ctx))
+	}
+	assert.Equal(t, int64(1), lc.all.Load(), "ten requesters in one second: listings of every undecided request")
+	clk.Step(2 * countsTTL)
+	for i := 10; i < 20; i++ {
+		f.add(fmt.Sprintf("system:node:n%d", i))
+		require.True(t, f.r.next(ctx))
+	}
+	assert.Equal(t, int64(2), lc.all.Load(), "the counts are taken again once they are older than countsTTL")
+	for i := range 20 {
+		assert.True(t, f.approved(t, fmt.Sprintf("csr-%d", i)))
+	}
+}
