@@ -18,21 +18,24 @@ import (
 
 // updateConditions sets KubeletServingCertificates from the machines'
 // recorded certificates and the latched KubeletServingVerified (ADR 0125,
-// "Condition" and "verifyFromAPIServer and ordering").
-func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, p *pass) error {
+// "Condition" and "verifyFromAPIServer and ordering"), and says when a
+// machine's certificate expires next (zero: none), to look again then.
+func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, now time.Time, withheld int) (next time.Duration, err error) {
 	var machines ichorv1alpha1.TalosMachineList
 	if err := r.Client.List(ctx, &machines, client.InNamespace(cluster.Namespace), client.MatchingFields{IndexCluster: cluster.Name}); err != nil {
-		return fmt.Errorf("list machines of the cluster: %w", err)
+		return 0, fmt.Errorf("list machines of the cluster: %w", err)
 	}
 	var waiting []string
 	for _, m := range machines.Items {
 		cert := m.Status.KubeletServingCertificate
-		if cert == nil || !cert.NotAfter.After(p.now) {
+		if cert == nil || !cert.NotAfter.After(now) {
 			waiting = append(waiting, m.Name)
 			continue
 		}
 		// Look again when this certificate expires: the condition turns False.
-		p.requeueIn(cert.NotAfter.Sub(p.now) + time.Second)
+		if d := cert.NotAfter.Sub(now) + time.Second; next == 0 || d < next {
+			next = d
+		}
 	}
 	sort.Strings(waiting)
 
@@ -58,7 +61,7 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 			len(waiting), len(machines.Items), nameSome(waiting, maxNamedMachines))
 	}
 	meta.SetStatusCondition(&cluster.Status.Conditions, issued)
-	meta.SetStatusCondition(&cluster.Status.Conditions, requestsCondition(cluster, p.withheldCount()))
+	meta.SetStatusCondition(&cluster.Status.Conditions, requestsCondition(cluster, withheld))
 
 	verify := cluster.Spec.Security.KubeletServingCertificates.VerifyFromAPIServer
 	latched := meta.IsStatusConditionTrue(cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)
@@ -85,16 +88,16 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 			ObservedGeneration: cluster.Generation,
 		})
 	}
-	reach := r.NodeReaders.reachability(p.key(), p.now)
+	reach := r.NodeReaders.reachability(client.ObjectKeyFromObject(cluster), now)
 	reach.total = len(machines.Items)
 	setReady(cluster, reach)
 	if !statusChanged(before.Status, cluster.Status) {
-		return nil
+		return next, nil
 	}
 	if err := r.Client.Status().Patch(ctx, cluster, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("update cluster conditions: %w", err)
+		return 0, fmt.Errorf("update cluster conditions: %w", err)
 	}
-	return nil
+	return next, nil
 }
 
 // maxConditionMessage is metav1.Condition's limit on a message.
@@ -168,8 +171,8 @@ func truncate(s string, n int) string {
 	return s[:cut] + ellipsis
 }
 
-// requestsCondition says whether the rule withheld approvals for a flood in
-// this full pass.
+// requestsCondition says whether the rule withholds approvals for a flood:
+// withheld requests the cluster's last decisions withheld.
 func requestsCondition(cluster *ichorv1alpha1.TalosCluster, withheld int) metav1.Condition {
 	if withheld > 0 {
 		return metav1.Condition{

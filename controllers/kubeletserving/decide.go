@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -38,6 +40,21 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// holder sees to it.
 		return nil
 	}
+	if p.r.failures.Has(p.memoKey(csr)) && !approval.IsDecided(csr) {
+		// Its last write failed, and may have been applied all the same (a
+		// 504): the API server says whether it is still undecided, not the
+		// cache, which may not show the write yet. Deciding it again from
+		// the cache would log a second verdict.
+		live, err := p.target.clientset.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) || (err == nil && live.UID != csr.UID):
+			p.r.failures.Forget(p.memoKey(csr))
+			return nil
+		case err != nil:
+			return fmt.Errorf("read CSR %s again after a failed write: %w", csr.Name, err)
+		}
+		csr = live
+	}
 	if len(csr.Status.Certificate) > 0 {
 		p.settle(ctx, csr)
 		return p.record(ctx, csr)
@@ -63,10 +80,11 @@ var decisionIDPattern = regexp.MustCompile(`\(decision ([0-9a-f-]{36})[,)]`)
 // take-over are recorded again, naming the decision the condition names (a
 // record naming the same decision twice says nothing new).
 func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) {
-	if !p.r.failures.Has(p.memoKey(csr)) && !p.adopts(csr) {
+	// Taken, not looked at then forgotten: the reconcile and a worker may
+	// settle the same request at once, and only one records it.
+	if !p.r.failures.Take(p.memoKey(csr)) && !p.adopts(csr) {
 		return
 	}
-	p.r.failures.Forget(p.memoKey(csr))
 	for _, c := range csr.Status.Conditions {
 		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
 			continue
@@ -141,11 +159,11 @@ func (p *pass) judges(ctx context.Context, key types.NamespacedName) (bool, erro
 // one of its machines answers to, and those for a name no machine of a
 // cluster judging this API server answers to, which every such cluster
 // leaves pending (machineFor). A request for another judging cluster's
-// machine is that cluster's, so that K clusters' full passes look at each
+// machine is that cluster's, so that K clusters' reconciles look at each
 // request once between them rather than K times: each look parses the
 // request or its certificate and looks its machine up. Of those, it leaves
 // out the requests handle has nothing left to do for (settled), so that the
-// full passes that follow every recorded certificate cost little once a
+// reconciles that follow every machine change cost little once a
 // fleet's requests are decided.
 //
 // It returns them, and the UIDs of every request the API server holds.
@@ -178,6 +196,33 @@ func (p *pass) requestsToLookAt(ctx context.Context) ([]certificatesv1.Certifica
 		csr.DeepCopyInto(&out[len(out)-1])
 	}
 	return out, live, nil
+}
+
+// requestsOf are the requests of one requester that are this cluster's to
+// decide or record and have something left to do, oldest first: the order
+// the flood guard counts them in.
+func (p *pass) requestsOf(ctx context.Context, username string) ([]certificatesv1.CertificateSigningRequest, error) {
+	var list certificatesv1.CertificateSigningRequestList
+	if err := p.target.reader.List(ctx, &list, client.MatchingFields{IndexUndecided: "made-by:" + username}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list the requests of %s: %w", username, err)
+	}
+	judging := map[types.NamespacedName]bool{}
+	var out []certificatesv1.CertificateSigningRequest
+	for i := range list.Items {
+		csr := &list.Items[i]
+		ours, recorded, err := p.ours(ctx, p.target.names.of(csr), csr.Name, judging)
+		if err != nil {
+			return nil, err
+		}
+		if !ours || p.settled(csr, recorded) {
+			continue
+		}
+		// The list shares the cache's objects; what is handed on is a copy.
+		out = append(out, certificatesv1.CertificateSigningRequest{})
+		csr.DeepCopyInto(&out[len(out)-1])
+	}
+	slices.SortFunc(out, oldestFirst)
+	return out, nil
 }
 
 // settled reports whether handle has nothing to do for a request: decided,
@@ -233,18 +278,9 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// Another cluster's machine answers to this name: that cluster decides.
 		return nil
 	}
-	if wait, skip := p.r.failures.Skip(p.memoKey(csr), "", 0, p.now); skip {
-		p.addPending()
-		p.retryIn(wait, csr)
-		return nil
-	}
 	epoch := p.r.machineEpoch.Get()
 	if wait, skip := p.r.memo.Skip(p.memoKey(csr), csr.ResourceVersion, epoch, p.now); skip {
-		p.addPending()
-		if v, ok := p.r.memo.Verdict(p.memoKey(csr)); ok && v.Key == codeTooManyPending {
-			p.addWithheld()
-		}
-		p.retryIn(wait, csr)
+		p.retryIn(wait)
 		return nil
 	}
 
@@ -286,8 +322,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// entry) each time, so that it is decided within seconds of coming
 		// back.
 		if !in.Node.Readable && p.r.memo.Hold(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Key: codeNodeUnreadable}, maxBackoff, unreadableRecheck, p.now) {
-			p.addPending()
-			p.retryIn(unreadableRecheck, csr)
+			p.retryIn(unreadableRecheck)
 			return nil
 		}
 	}
@@ -355,14 +390,12 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		p.applied(record, csr, d)
 		p.event(machine, csr, corev1.EventTypeWarning, "Denied", d.EventNote())
 	case engine.ActionPending:
-		p.addPending()
 		key := strings.Join(d.Reasons.Codes(), ",")
 		if key == codeTooManyPending {
-			p.addWithheld()
 			p.r.Metrics.withheld(p.cluster.Namespace, p.cluster.Name)
 		}
 		first, wait := p.r.memo.Pending(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Key: key}, struct{}{}, p.now, pendingWait(key))
-		p.retryIn(wait, csr)
+		p.retryIn(wait)
 		if first {
 			logger.Info("left kubelet serving certificate pending")
 			if machine != nil {
@@ -452,7 +485,7 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if issued := csrinput.NodeNameOfCertificate(cert); issued != node {
 		// The signer put another name in the certificate than the request
 		// asked for: it is not this machine's. Retrying changes nothing; each
-		// full pass says it again.
+		// reconcile of the cluster says it again.
 		log.FromContext(ctx).Error(nil, "not recorded: the issued certificate is for another node than the request",
 			"csr", csr.Name, "request_node", node, "certificate_node", issued)
 		return nil
@@ -531,8 +564,8 @@ const (
 	codeTooManyPending = ichorv1alpha1.ReasonTooManyPendingRequests
 )
 
-// backoff is the wait before a request is tried again after a failure, and
-// before a pending verdict other than the two below is decided again.
+// backoff is the wait before a pending verdict other than the two below is
+// decided again (a failure's is its key's, with the same bounds: newQueue).
 var backoff = approval.Backoff{Initial: minBackoff, Max: maxBackoff}
 
 // withheldBackoff paces the rechecks of a withheld request.

@@ -4,12 +4,11 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
@@ -73,6 +72,56 @@ func (c *limitsCache) get(ctx context.Context, eng Decider, now time.Time) (engi
 	return limits, nil
 }
 
+// countsTTL is how long the counts of an API server's undecided requests and
+// judged machines are used before they are taken again (review 6 M2): each
+// requester's key is a look of its own, and a listing of every undecided
+// request per key would make a flood of requester names cost names × requests.
+// These counts are fleet-wide, and already approximate (events arrive while
+// they are used); the requester's own counts stay exact.
+const countsTTL = time.Second
+
+// countsCache keeps the counts of each API server for countsTTL: the
+// manager's own (the zero key) and each cluster's with a kubeconfigRef.
+type countsCache struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]countsEntry
+}
+
+type countsEntry struct {
+	counts csrinput.Requests
+	at     time.Time
+}
+
+// get is the counts of key's API server, taken by count when older than
+// countsTTL. count runs without the lock: two workers may take them at once,
+// which costs a listing, not a wrong count.
+func (c *countsCache) get(ctx context.Context, key types.NamespacedName, now time.Time, count func(context.Context) (*csrinput.Requests, error)) (*csrinput.Requests, error) {
+	c.mu.Lock()
+	e, ok := c.m[key]
+	c.mu.Unlock()
+	if ok && now.Sub(e.at) < countsTTL && !now.Before(e.at) {
+		out := e.counts
+		return &out, nil
+	}
+	counts, err := count(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[types.NamespacedName]countsEntry{}
+	}
+	for k, old := range c.m {
+		// Those of clusters gone or idle are dropped.
+		if now.Sub(old.at) >= countsTTL {
+			delete(c.m, k)
+		}
+	}
+	c.m[key] = countsEntry{counts: *counts, at: now}
+	return counts, nil
+}
+
 // requests are the counts of input.requests for csr: its requester's
 // undecided requests, and how many of its requests are newer, decided or not,
 // from the target's cache; and the pass's counts of every undecided request
@@ -81,9 +130,16 @@ func (c *limitsCache) get(ctx context.Context, eng Decider, now time.Time) (engi
 // were decided, an older one judged after them would otherwise find fewer
 // newer ones and be judged on its merits.
 func (p *pass) requests(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*csrinput.Requests, error) {
-	p.countsOnce.Do(func() { p.counts, p.countsErr = p.countAll(ctx) })
-	if p.countsErr != nil {
-		return nil, p.countsErr
+	if p.counts == nil {
+		var key types.NamespacedName // the manager's API server
+		if !p.target.local {
+			key = p.key()
+		}
+		counts, err := p.r.floodCounts.get(ctx, key, p.now, p.countAll)
+		if err != nil {
+			return nil, err
+		}
+		p.counts = counts
 	}
 	var mine certificatesv1.CertificateSigningRequestList
 	if err := p.target.reader.List(ctx, &mine, client.MatchingFields{IndexUndecided: "made-by:" + csr.Spec.Username}, client.UnsafeDisableDeepCopy); err != nil {
@@ -189,27 +245,13 @@ func newer(a, b *certificatesv1.CertificateSigningRequest) bool {
 	return a.Name > b.Name
 }
 
-// byRequester groups a pass's requests by requester (spec.username), in a
-// fixed order, each group oldest first.
-func byRequester(csrs []certificatesv1.CertificateSigningRequest) [][]*certificatesv1.CertificateSigningRequest {
-	groups := map[string][]*certificatesv1.CertificateSigningRequest{}
-	for i := range csrs {
-		u := csrs[i].Spec.Username
-		groups[u] = append(groups[u], &csrs[i])
+// oldestFirst orders requests by creation, then by name.
+func oldestFirst(a, b certificatesv1.CertificateSigningRequest) int {
+	switch {
+	case newer(&b, &a):
+		return -1
+	case newer(&a, &b):
+		return 1
 	}
-	out := make([][]*certificatesv1.CertificateSigningRequest, 0, len(groups))
-	for _, u := range slices.Sorted(maps.Keys(groups)) {
-		group := groups[u]
-		slices.SortFunc(group, func(a, b *certificatesv1.CertificateSigningRequest) int {
-			switch {
-			case newer(b, a):
-				return -1
-			case newer(a, b):
-				return 1
-			}
-			return cmp.Compare(a.Name, b.Name)
-		})
-		out = append(out, group)
-	}
-	return out
+	return cmp.Compare(a.Name, b.Name)
 }

@@ -1,13 +1,16 @@
 package kubeletserving
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 )
 
 func csrOf(user, name string, created time.Time) certificatesv1.CertificateSigningRequest {
@@ -17,31 +20,27 @@ func csrOf(user, name string, created time.Time) certificatesv1.CertificateSigni
 	}
 }
 
-func TestRequestsAreGroupedByRequesterOldestFirst(t *testing.T) {
+// A requester's requests are listed oldest first (the name breaks a tie),
+// and only that requester's.
+func TestARequestersRequestsAreListedOldestFirst(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	var csrs []certificatesv1.CertificateSigningRequest
 	for i := range 4 {
-		// Listed newest first, as a cache may list them.
+		// Created newest first, as a cache may list them.
 		csrs = append(csrs, csrOf("system:node:flood", string(rune('d'-i)), t0.Add(time.Duration(3-i)*time.Second)))
 	}
-	csrs = append(csrs, csrOf("system:node:calm", "z", t0.Add(10*time.Second)))
-
+	csrs = append(csrs, csrOf("system:node:flood", "0", t0.Add(3*time.Second)), csrOf("system:node:calm", "z", t0))
+	f := newQueueFixture(t, clock.RealClock{}, csrs...)
+	p, ok, err := f.r.passFor(context.Background(), f.cluster)
+	require.NoError(t, err)
+	require.True(t, ok)
+	list, err := p.requestsOf(context.Background(), "system:node:flood")
+	require.NoError(t, err)
 	var got []string
-	for _, group := range byRequester(csrs) {
-		for _, c := range group {
-			got = append(got, c.Spec.Username[len("system:node:"):]+"/"+c.Name)
-		}
-		got = append(got, "|")
+	for _, c := range list {
+		got = append(got, c.Name)
 	}
-	want := []string{"calm/z", "|", "flood/a", "flood/b", "flood/c", "flood/d", "|"}
-	if len(got) != len(want) {
-		t.Fatalf("groups %v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("groups %v, want %v: one group a requester, its oldest first", got, want)
-		}
-	}
+	assert.Equal(t, []string{"a", "b", "c", "0", "d"}, got)
 }
 
 func TestNewerBreaksTiesByName(t *testing.T) {
@@ -76,51 +75,5 @@ func TestOnlyUndecidedKubeletServingRequestsAreCounted(t *testing.T) {
 	other.Spec.SignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
 	if got := undecidedKeys(&other); got != nil {
 		t.Fatalf("another signer: keys %v, want none", got)
-	}
-}
-
-// A wake-up a pass asked for survives the dirty passes that come before it
-// (the queue keeps one entry a key), and a stream of dirty passes does not
-// put off the full pass beyond the resync interval.
-func TestAWakeUpIsNotLostToTheDirtyPassesBeforeIt(t *testing.T) {
-	var d dirtySet
-	key := types.NamespacedName{Namespace: "ns", Name: "demo"}
-	t0 := time.Unix(1_000_000, 0)
-	resync := time.Minute
-
-	if w := d.take(key, t0, resync); !w.full {
-		t.Fatal("the first pass is a full one")
-	}
-	if got := d.requeue(key, t0, 5*time.Second); got.RequeueAfter != 5*time.Second {
-		t.Fatalf("requeue %v, want 5s", got.RequeueAfter)
-	}
-	d.add(key, "csr-a")
-	w := d.take(key, t0.Add(time.Second), resync)
-	if w.full || !w.csrs["csr-a"] {
-		t.Fatalf("an event before the wake-up is a dirty pass: %+v", w)
-	}
-	if got := d.requeue(key, t0.Add(time.Second), 0); got.RequeueAfter != 4*time.Second {
-		t.Fatalf("the dirty pass passes the wake-up on: requeue %v, want 4s", got.RequeueAfter)
-	}
-	d.add(key, "csr-b")
-	if w := d.take(key, t0.Add(5*time.Second), resync); !w.full {
-		t.Fatal("once the wake-up is due the pass is a full one, events or not")
-	}
-	if got := d.requeue(key, t0.Add(5*time.Second), 0); got.RequeueAfter != 0 {
-		t.Fatalf("nothing asked for: requeue %v", got.RequeueAfter)
-	}
-
-	// Events every second for longer than the resync interval.
-	now := t0.Add(5 * time.Second)
-	fulls := 0
-	for range 130 {
-		now = now.Add(time.Second)
-		d.add(key, "csr-c")
-		if d.take(key, now, resync).full {
-			fulls++
-		}
-	}
-	if fulls != 2 {
-		t.Fatalf("%d full passes in 130 s of events, want one a resync interval (2)", fulls)
 	}
 }

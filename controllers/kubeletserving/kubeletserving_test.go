@@ -38,6 +38,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/engine/enginetest"
@@ -715,6 +716,33 @@ func TestClusterWithKubeconfigRefIsJudgedInItsOwnAPIServer(t *testing.T) {
 	require.NoError(t, err, "the kubelet of the workload cluster got no certificate")
 	assert.Equal(t, "system:node:remote-1", cert.Subject.CommonName)
 	f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionTrue)
+
+	// Review 6 H1: the operator deletes the kubeconfig Secret to stop Ichor
+	// acting there. Once the cluster says so, nothing more is decided in
+	// its API server, not even through the watch started before.
+	require.NoError(t, env.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workload-kubeconfig"}}))
+	require.Eventually(t, func() bool {
+		c := meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		cond = *c
+		return c.Reason == kubeletserving.ReasonKubeconfigUnreadable
+	}, wait, 100*time.Millisecond, "the cluster does not say its kubeconfig is gone")
+	assert.Contains(t, cond.Message, `get Secret "workload-kubeconfig"`)
+	cfg, err := workload.UserConfig("system:node:remote-1", "system:nodes")
+	require.NoError(t, err)
+	remoteNode, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	pemBytes, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("remote-1"), IPs: []net.IP{net.ParseIP("10.26.0.2")}})
+	require.NoError(t, err)
+	obj := csrgen.ServingObject("after-the-kubeconfig-is-gone", "ignored", pemBytes)
+	obj.Spec.Username, obj.Spec.Groups = "", nil
+	name := workload.SubmitCSR(t, remoteNode, obj)
+	// A decision comes within a second when the cluster is judged; ten
+	// seconds without one is the proof there is none.
+	assert.Never(t, func() bool {
+		got, err := remoteNode.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+		return err == nil && approval.IsDecided(got)
+	}, 10*time.Second, 200*time.Millisecond, "a request was decided for a cluster whose kubeconfig is gone")
+	assert.Empty(t, entriesFor(name), "a decision was logged for a cluster whose kubeconfig is gone")
 }
 
 func TestNodeNameOfTwoClustersMachinesStaysPending(t *testing.T) {

@@ -36,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"kind"}),
 		pendingCSRs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ichor_kubelet_serving_pending_csrs",
-			Help: "Kubelet serving CSRs left pending at the cluster's last full pass.",
+			Help: "Kubelet serving CSRs left pending, as the cluster's last reconcile counted them.",
 		}, []string{"namespace", "cluster"}),
 		floodGuard: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ichor_kubelet_serving_flood_guard",
@@ -69,7 +69,7 @@ func (m *Metrics) failure(kind string) {
 	}
 }
 
-// pending sets the counts of a full pass: the requests left pending, and
+// pending sets the counts of a reconcile: the requests left pending, and
 // whether any was withheld for a flood.
 func (m *Metrics) pending(namespace, cluster string, pending, withheld int) {
 	if m == nil {
@@ -83,7 +83,7 @@ func (m *Metrics) pending(namespace, cluster string, pending, withheld int) {
 	m.floodGuard.WithLabelValues(namespace, cluster).Set(guard)
 }
 
-// withheld raises the flood guard at once, between full passes.
+// withheld raises the flood guard at once, between reconciles.
 func (m *Metrics) withheld(namespace, cluster string) {
 	if m != nil {
 		m.floodGuard.WithLabelValues(namespace, cluster).Set(1)

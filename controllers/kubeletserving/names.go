@@ -11,7 +11,7 @@ import (
 
 // nodeNames remembers the node name each request of one API server is for,
 // so that a request is parsed for it once in its life rather than by every
-// event and by every cluster's full pass: a request's spec cannot change
+// event and by every cluster's reconcile: a request's spec cannot change
 // after it is created, and its UID is never reused. The zero value is ready.
 type nodeNames struct {
 	mu sync.Mutex
@@ -35,7 +35,7 @@ func (n *nodeNames) of(csr *certificatesv1.CertificateSigningRequest) string {
 
 // lookup is the node name the request is for, remembered or parsed; it
 // remembers nothing new. The events of the API server ask it: only passes
-// fill the memo, and a cluster's full passes, which follow within its
+// fill the memo, and a cluster's reconciles, which follow within its
 // resync, forget the requests gone, so that it holds no more than the
 // requests the API server holds.
 func (n *nodeNames) lookup(csr *certificatesv1.CertificateSigningRequest) string {
@@ -49,7 +49,7 @@ func (n *nodeNames) lookup(csr *certificatesv1.CertificateSigningRequest) string
 }
 
 // keepOnly forgets the requests not in live, every request of the API server
-// a full pass listed: those are gone. One created since the list may be
+// a reconcile listed: those are gone. One created since the list may be
 // forgotten too, and is parsed again when next asked for.
 func (n *nodeNames) keepOnly(live map[types.UID]bool) {
 	n.mu.Lock()

@@ -1,22 +1,30 @@
 // Package kubeletserving is the approver of kubelet serving certificates
-// (ADR 0125): KubeletServingReconciler, keyed by TalosCluster, woken by
-// CertificateSigningRequest events and a timer.
+// (ADR 0125). It never touches another signer and never deletes a request.
+// Top to bottom:
 //
-// For every undecided request of the signer kubernetes.io/kubelet-serving in
-// a cluster with the option enabled, it gathers the facts (the request, the
-// machine with that node name, the node's identity read from its Talos API),
-// asks the engine, and acts: approve, deny, or leave pending. It never touches
-// another signer and never deletes a request. Once kube-controller-manager
-// has signed, it records the certificate on the TalosMachine, and it keeps
-// the cluster's KubeletServingCertificates and latched KubeletServingVerified
-// conditions.
+//   - gather (reconciler.go): one reconcile per TalosCluster with the option
+//     enabled, on a timer (the resync) and when the cluster, one of its
+//     machines or its shard changes, lists the cluster's requests with
+//     something left to do and queues their requesters; a CSR event queues
+//     its requester directly.
+//   - decide (work.go, decide.go, flood.go): a fixed pool of workers takes
+//     the requesters from client-go's rate-limited workqueue, one worker a
+//     requester at a time, and for each of its requests, oldest first,
+//     gathers the facts (the request, the machine with that node name, the
+//     node's identity read from its Talos API, the flood counts) and asks
+//     the engine.
+//   - act (decide.go): approve, deny, or leave pending; a wait the verdict
+//     asks for is the key's AddAfter, a failure its AddRateLimited.
+//   - record (decide.go, conditions.go): the applied record in the decision
+//     log, the issued certificate on the TalosMachine, and the cluster's
+//     KubeletServingCertificates and latched KubeletServingVerified
+//     conditions.
 package kubeletserving
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -25,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -106,12 +115,9 @@ type Reconciler struct {
 	AllowInsecureKubeconfig bool
 
 	ResyncInterval time.Duration
-	// MaxConcurrentDecisions bounds the requests decided at once;
+	// MaxConcurrentDecisions is the number of decision workers;
 	// DefaultMaxConcurrentDecisions if zero.
 	MaxConcurrentDecisions int
-	// PassWait is how long a pass waits for its decisions; DefaultPassWait
-	// if zero.
-	PassWait time.Duration
 	// Clock is the clock; the real one if nil.
 	Clock clock.PassiveClock
 	// Shards, when set, is this replica's part of the sharding: it serves
@@ -121,16 +127,24 @@ type Reconciler struct {
 
 	// shardEvents carry the shards this replica began or ceased to serve.
 	shardEvents chan event.TypedGenericEvent[int]
-	// adoptions are the clusters taken over and not yet fully passed.
+	// rejudge carries the clusters a worker found with a kubeconfig to
+	// judge again (a changed Secret, a new bundle): they are reconciled.
+	rejudge chan event.TypedGenericEvent[types.NamespacedName]
+	// adoptions are the clusters taken over whose first reconcile (it settles
+	// the verdicts written before the take-over) has not yet run.
 	adoptions adoptions
 
-	work *workers
+	// queue holds the requesters whose requests are to be decided, and
+	// when (see work.go).
+	queue workqueue.TypedRateLimitingInterface[requester]
 	// limits are the rule's limits the flood counts are taken with.
 	limits limitsCache
-	// failures are the requests whose handling failed, with their backoff.
+	// floodCounts are each API server's fleet-wide flood counts.
+	floodCounts countsCache
+	// failures are the requests whose handling failed: their verdict in
+	// effect is to be recorded (settle). Their backoff is their key's.
 	failures approval.Memo[memoKey, struct{}]
 
-	dirty dirtySet
 	// memo keeps the pending verdicts, so that a request left pending is
 	// not decided (and logged) again in a loop: only once it or the machines
 	// change, or, when the node could not be read, after a growing backoff.
@@ -159,17 +173,21 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.MaxConcurrentDecisions <= 0 {
 		r.MaxConcurrentDecisions = DefaultMaxConcurrentDecisions
 	}
-	if r.PassWait <= 0 {
-		r.PassWait = DefaultPassWait
-	}
-	r.work = newWorkers(r.MaxConcurrentDecisions)
-	r.work.owe = r.dirty.owe
+	r.queue = newQueue(clock.RealClock{})
 	r.runCtx = ctx
 	if err := AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	if err := mgr.Add(workers{r: r, n: r.MaxConcurrentDecisions, leader: r.Shards == nil}); err != nil {
+		return fmt.Errorf("add the decision workers: %w", err)
+	}
 	opts := controller.Options{MaxConcurrentReconciles: 4}
-	b := ctrl.NewControllerManagedBy(mgr)
+	r.rejudge = make(chan event.TypedGenericEvent[types.NamespacedName])
+	b := ctrl.NewControllerManagedBy(mgr).
+		WatchesRawSource(source.Channel(r.rejudge, handler.TypedEnqueueRequestsFromMapFunc(
+			func(_ context.Context, key types.NamespacedName) []reconcile.Request {
+				return []reconcile.Request{{NamespacedName: key}}
+			})))
 	if r.Shards != nil {
 		// Every replica serves its own shards, leader or not.
 		opts.NeedLeaderElection = ptr.To(false)
@@ -184,10 +202,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 				return ok && r.serves(c)
 			}))).
 		Watches(&ichorv1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToCluster)).
-		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(r.csrToClusters),
+		// A request's event is a key of the decision queue, not a
+		// reconcile of the cluster: its work does not grow with the number
+		// of requests or machines.
+		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(r.csrToRequesters),
 			builder.WithPredicates(predicate.NewPredicateFuncs(isKubeletServing))).
-		// Decisions that outlive their pass wake their cluster here.
-		WatchesRawSource(source.Channel(r.work.kicks, &handler.EnqueueRequestForObject{})).
 		// Clusters are independent: one whose nodes time out does not hold
 		// back the others.
 		WithOptions(opts).
@@ -204,7 +223,7 @@ func isKubeletServing(obj client.Object) bool {
 	return ok && csr.Spec.SignerName == certificatesv1.KubeletServingSignerName
 }
 
-// machineToCluster wakes the machine's cluster for a full pass: a machine
+// machineToCluster reconciles the machine's cluster: a machine
 // that appears, changes its name or loses its certificate changes what the
 // cluster's pending requests and conditions depend on.
 func (r *Reconciler) machineToCluster(ctx context.Context, obj client.Object) []reconcile.Request {
@@ -225,15 +244,13 @@ func (r *Reconciler) machineToCluster(ctx context.Context, obj client.Object) []
 			return nil
 		}
 	}
-	r.dirty.markFull(key)
 	return []reconcile.Request{{NamespacedName: key}}
 }
 
-// csrToClusters wakes the clusters concerned by one request and marks only
-// that request dirty, so the work of a CSR event does not grow with the
-// number of requests or machines: the request's node name is looked up in
+// csrToRequesters queues the request's requester in each cluster concerned
+// by it, and reconciles no cluster: the request's node name is looked up in
 // the machine index.
-func (r *Reconciler) csrToClusters(ctx context.Context, obj client.Object) []reconcile.Request {
+func (r *Reconciler) csrToRequesters(ctx context.Context, obj client.Object) []reconcile.Request {
 	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
 	if !ok {
 		return nil
@@ -243,7 +260,6 @@ func (r *Reconciler) csrToClusters(ctx context.Context, obj client.Object) []rec
 		log.FromContext(ctx).Error(err, "map CSR to clusters", "csr", csr.Name)
 		return nil
 	}
-	reqs := make([]reconcile.Request, 0, len(keys))
 	for _, key := range keys {
 		// A request in this API server is for the clusters judging it: not
 		// those whose kubeconfigRef names another, nor those the operator
@@ -252,10 +268,9 @@ func (r *Reconciler) csrToClusters(ctx context.Context, obj client.Object) []rec
 		if err := r.Client.Get(ctx, key, &c); err != nil || !r.LocalClusters.Judges(&c) || !r.serves(&c) {
 			continue
 		}
-		r.dirty.add(key, csr.Name)
-		reqs = append(reqs, reconcile.Request{NamespacedName: key})
+		r.enqueue(requester{cluster: key, username: csr.Spec.Username})
 	}
-	return reqs
+	return nil
 }
 
 // clustersFor is the clusters that may decide a request for node: the
@@ -286,15 +301,15 @@ func (r *Reconciler) clustersFor(ctx context.Context, node string) ([]types.Name
 	return keys, nil
 }
 
-// Reconcile decides the dirty requests of one cluster or, on a timer, a
-// cluster or machine change, makes a full pass over all of them and the
-// conditions.
+// Reconcile looks at one cluster as a whole: on a timer (the resync), and
+// when the cluster, one of its machines or its shard changes. It gathers the
+// cluster's requests that have something left to do, queues their
+// requesters (the workers decide them, see work.go), records the verdicts of
+// a cluster taken over, and keeps the cluster's conditions.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	logger := log.FromContext(ctx).WithValues("taloscluster", req.NamespacedName)
 	ctx = log.IntoContext(ctx, logger)
 
-	start := r.Clock.Now()
-	work := r.dirty.take(req.NamespacedName, start, r.ResyncInterval)
 	var cluster ichorv1alpha1.TalosCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -339,6 +354,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if errors.As(err, &refused) {
 		// Decided once for this content, and said on the cluster; the
 		// Secret is read again in a while, as Secrets are not watched.
+		// Nothing is decided there meanwhile: its watch ends (the verdict
+		// is kept, so the refusal is not logged again).
+		r.targets.drop(req.NamespacedName, false)
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
 		r.Metrics.forget(req.Namespace, req.Name)
@@ -348,6 +366,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 	if err != nil {
+		// An unreadable Secret (deleted, or its RBAC taken away, to stop
+		// Ichor acting there), a server that cannot be identified or
+		// watched: nothing is decided for the cluster until it is put
+		// right, so the watch an earlier reconcile started, and the
+		// credentials it holds, end here; the workers find no target.
+		r.targets.drop(req.NamespacedName, false)
 		logger.Error(err, "cannot judge the cluster's API server")
 		if err := r.refuseTarget(ctx, &cluster, err); err != nil {
 			return reconcile.Result{}, err
@@ -355,272 +379,134 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
 
-	// The pass has its own copy of the cluster: its decisions may outlive
-	// the reconcile, which goes on to write the cluster's status.
-	p := &pass{r: r, cluster: cluster.DeepCopy(), target: t, now: r.Clock.Now(), fence: fence}
-	if work.full {
-		// Forgotten once this pass has settled its verdicts: a pass that
-		// fails first leaves it to the next full one.
-		p.adoptedSince = r.adoptions.peek(req.NamespacedName).since
-	}
-	var csrs []certificatesv1.CertificateSigningRequest
-	// live are the requests a full pass found in the API server: the
-	// cluster's memos of any other are forgotten.
-	var live map[types.UID]bool
-	if work.full {
-		if csrs, live, err = p.requestsToLookAt(ctx); err != nil {
-			return reconcile.Result{}, err
-		}
-	} else {
-		for name := range work.csrs {
-			var csr certificatesv1.CertificateSigningRequest
-			if err := t.reader.Get(ctx, types.NamespacedName{Name: name}, &csr); err != nil {
-				if apierrors.IsNotFound(err) {
-					continue
-				}
-				// Every request this pass was for is looked at by the next:
-				// those a wake-up brought have no event to mark them again.
-				r.dirty.owe(req.NamespacedName, work.csrs, false)
-				return reconcile.Result{}, fmt.Errorf("get CSR %s: %w", name, err)
-			}
-			csrs = append(csrs, csr)
-		}
-	}
-	// Each request is decided on its own: a failure or a node that does not
-	// answer holds back only that request, which is tried again with backoff.
-	p.dispatch(ctx, csrs, r.PassWait)
-	if !p.adoptedSince.IsZero() {
-		// The adopted verdicts were recorded (settle is quick: no Talos
-		// read), or are being by a decision that outlived the wait.
-		r.adoptions.settle(req.NamespacedName, p.adoptedSince)
-	}
-	if !work.full {
-		return r.dirty.requeue(req.NamespacedName, start, p.result().RequeueAfter), nil
-	}
-	r.memo.ForgetIf(ofCluster(req.NamespacedName, live))
-	r.failures.ForgetIf(ofCluster(req.NamespacedName, live))
-	r.Metrics.pending(cluster.Namespace, cluster.Name, p.pendingCount(), p.withheldCount())
-	if err := r.updateConditions(ctx, &cluster, p); err != nil {
+	// Gather: the requests with something left to do. On the first look at
+	// a cluster taken over from another replica, adoptedSince brings the
+	// verdicts that replica wrote shortly before, to record them here.
+	p := &pass{r: r, cluster: &cluster, target: t, now: r.Clock.Now(), fence: fence}
+	p.adoptedSince = r.adoptions.peek(req.NamespacedName).since
+	csrs, live, err := p.requestsToLookAt(ctx)
+	if err != nil {
 		return reconcile.Result{}, err
 	}
-	p.requeueIn(r.ResyncInterval)
-	return r.dirty.requeue(req.NamespacedName, start, p.result().RequeueAfter), nil
+	queued := map[string]bool{}
+	for i := range csrs {
+		csr := &csrs[i]
+		if approval.IsDecided(csr) {
+			// Record which verdict is in effect (no Talos read, no write).
+			p.settle(ctx, csr)
+			if len(csr.Status.Certificate) == 0 {
+				continue
+			}
+		}
+		if !queued[csr.Spec.Username] {
+			queued[csr.Spec.Username] = true
+			r.enqueue(requester{cluster: req.NamespacedName, username: csr.Spec.Username})
+		}
+	}
+	if !p.adoptedSince.IsZero() {
+		r.adoptions.settle(req.NamespacedName, p.adoptedSince)
+	}
+	// The cluster's memos of requests that are gone are forgotten.
+	r.memo.ForgetIf(ofCluster(req.NamespacedName, live))
+	r.failures.ForgetIf(ofCluster(req.NamespacedName, live))
+	pending, withheld := r.leftPending(req.NamespacedName, csrs)
+	r.Metrics.pending(cluster.Namespace, cluster.Name, pending, withheld)
+	next, err := r.updateConditions(ctx, &cluster, p.now, withheld)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if next <= 0 || next > r.ResyncInterval {
+		next = r.ResyncInterval
+	}
+	return reconcile.Result{RequeueAfter: next}, nil
 }
 
-// pass is the state of one reconcile of one cluster. Its decisions run
-// concurrently, and may outlive it (detached): what they ask afterwards is a
-// wake-up of the cluster.
+// leftPending counts, of a cluster's requests, the undecided ones its last
+// decision left pending or whose verdict could not be written (they are
+// pending all the same, and the pending alert exists for them), and of
+// those, the ones the rule withheld for a flood (TooManyPendingRequests).
+func (r *Reconciler) leftPending(key types.NamespacedName, csrs []certificatesv1.CertificateSigningRequest) (pending, withheld int) {
+	for i := range csrs {
+		if approval.IsDecided(&csrs[i]) {
+			continue
+		}
+		k := memoKey{cluster: key, uid: csrs[i].UID}
+		v, ok := r.memo.Verdict(k)
+		if !ok || v.Key == "" {
+			if r.failures.Has(k) {
+				pending++
+			}
+			continue
+		}
+		pending++
+		if v.Key == codeTooManyPending {
+			withheld++
+		}
+	}
+	return pending, withheld
+}
+
+// passFor is what a worker needs to decide requests of a cluster: the
+// cluster, the API server it judges, and this replica's hold on its shard.
+// ok is false when there is nothing to decide here: the cluster is gone, not
+// enabled, not served by this replica, or its API server not (yet) watched
+// (its reconcile starts the watch, and queues its requests then).
+func (r *Reconciler) passFor(ctx context.Context, key types.NamespacedName) (*pass, bool, error) {
+	var cluster ichorv1alpha1.TalosCluster
+	if err := r.Client.Get(ctx, key, &cluster); err != nil {
+		return nil, false, client.IgnoreNotFound(err)
+	}
+	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
+		return nil, false, nil
+	}
+	p := &pass{r: r, cluster: &cluster, now: r.Clock.Now()}
+	if r.Shards != nil {
+		f, ok := r.Shards.Fence(cluster.UID)
+		if !ok {
+			return nil, false, nil
+		}
+		p.fence = f
+	}
+	if p.target = r.currentTarget(&cluster); p.target == nil {
+		return nil, false, nil
+	}
+	if !p.target.local && !r.targetStillAllowed(ctx, &cluster, p.target) {
+		return nil, false, nil
+	}
+	return p, true, nil
+}
+
+// pass is the facts of one look at a cluster's requests: a reconcile's, or
+// a worker's at one requester's.
 type pass struct {
 	r       *Reconciler
 	cluster *ichorv1alpha1.TalosCluster
 	target  *target
 	now     time.Time
 	// fence, when the clusters are shared out, is this replica's hold on
-	// the cluster's shard as the pass began: its decisions run under its
-	// context and begin their writes through it.
+	// the cluster's shard: the decisions run under its context and begin
+	// their writes through it.
 	fence shard.Fence
-	// adoptedSince, on the first full pass of a cluster taken over from
-	// another replica, is from when verdicts that replica wrote are recorded
+	// adoptedSince, on a reconcile of a cluster taken over from another
+	// replica, is from when verdicts that replica wrote are recorded
 	// applied again (settle); zero otherwise.
 	adoptedSince time.Time
-
-	mu       sync.Mutex
-	requeue  time.Duration
-	detached bool
-	// pending counts the requests this pass left pending, withheld those the
-	// rule withheld for a flood (TooManyPendingRequests).
-	pending  int
-	withheld int
-
+	// wait is the earliest look again a decision asked for; zero for none.
+	wait time.Duration
 	// counts are the flood guard's counts of the pass's API server, taken
 	// once a pass.
-	countsOnce sync.Once
-	counts     *csrinput.Requests
-	countsErr  error
+	counts *csrinput.Requests
 }
 
 func (p *pass) key() types.NamespacedName {
 	return client.ObjectKeyFromObject(p.cluster)
 }
 
-// retryIn asks, for one of the pass's decisions, for the cluster to be
-// reconciled again within d: as the pass's requeue while the pass waits for
-// its decisions, as a wake-up of the cluster to look at csr again once it
-// has stopped waiting (the whole cluster when csr is nil).
-func (p *pass) retryIn(d time.Duration, csr *certificatesv1.CertificateSigningRequest) {
-	if d <= 0 {
-		return
+// retryIn asks for the pass's requests to be looked at again within d.
+func (p *pass) retryIn(d time.Duration) {
+	if d > 0 && (p.wait == 0 || d < p.wait) {
+		p.wait = d
 	}
-	p.mu.Lock()
-	if !p.detached {
-		// Under the same lock as the check: a detach in between would leave
-		// the requeue to a pass that has already returned.
-		p.requeueLocked(d)
-		p.mu.Unlock()
-		return
-	}
-	p.mu.Unlock()
-	name := ""
-	if csr != nil {
-		name = csr.Name
-	}
-	p.r.work.kickAfter(p.key(), d, name)
-}
-
-// requeueIn asks for the cluster to be reconciled again within d as the
-// pass's requeue, whether or not its decisions are still running: for what
-// the reconcile itself asks after them (its conditions' expiries, the
-// resync), which it returns.
-func (p *pass) requeueIn(d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.requeueLocked(d)
-}
-
-func (p *pass) requeueLocked(d time.Duration) {
-	if p.requeue == 0 || d < p.requeue {
-		p.requeue = d
-	}
-}
-
-func (p *pass) addPending() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.pending++
-}
-
-func (p *pass) addWithheld() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.withheld++
-}
-
-func (p *pass) withheldCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.withheld
-}
-
-func (p *pass) pendingCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.pending
-}
-
-// detach makes the decisions still running report to the cluster's queue.
-func (p *pass) detach() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.detached = true
-}
-
-func (p *pass) result() reconcile.Result {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return reconcile.Result{RequeueAfter: p.requeue}
-}
-
-// dirtySet holds, per cluster, the requests whose events arrived since its
-// last reconcile, whether a full pass is due, and when the cluster asked to
-// be looked at again.
-//
-// A reconcile asks for its next one with RequeueAfter; a request's event
-// that arrives first reconciles the cluster at once, and the queue counts
-// that as the requeue (controller-runtime's queue keeps one entry a key), so
-// the wake-up a pass asked for would be lost to the next dirty pass. The
-// wake-up is kept here instead: a dirty pass passes it on, and once it is due
-// the pass is a full one, which looks at every request whose wait is over.
-type dirtySet struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]*work
-}
-
-type work struct {
-	full bool
-	csrs map[string]bool
-	// wakeAt is when a pass asked the cluster to be looked at again; zero
-	// for never. lastFull is when its last full pass began.
-	wakeAt   time.Time
-	lastFull time.Time
-}
-
-func (d *dirtySet) get(key types.NamespacedName) *work {
-	if d.m == nil {
-		d.m = map[types.NamespacedName]*work{}
-	}
-	w, ok := d.m[key]
-	if !ok {
-		w = &work{csrs: map[string]bool{}}
-		d.m[key] = w
-	}
-	return w
-}
-
-func (d *dirtySet) add(key types.NamespacedName, csr string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.get(key).csrs[csr] = true
-}
-
-func (d *dirtySet) markFull(key types.NamespacedName) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.get(key).full = true
-}
-
-// owe marks what a wake-up of the cluster is for: the requests to look at
-// again, or a full pass.
-func (d *dirtySet) owe(key types.NamespacedName, requests map[string]bool, full bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	w := d.get(key)
-	w.full = w.full || full
-	for name := range requests {
-		w.csrs[name] = true
-	}
-}
-
-// take returns and clears the cluster's work. A reconcile with no request
-// marked dirty comes from the timer or a cluster change, and one whose
-// wake-up is due or whose last full pass is resync old is owed one: both
-// are full passes.
-func (d *dirtySet) take(key types.NamespacedName, now time.Time, resync time.Duration) work {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	w := d.get(key)
-	due := !w.wakeAt.IsZero() && !now.Before(w.wakeAt)
-	out := work{full: w.full || len(w.csrs) == 0 || due || now.Sub(w.lastFull) >= resync, csrs: w.csrs}
-	w.full, w.csrs = false, map[string]bool{}
-	if out.full {
-		out.csrs = nil
-		w.wakeAt, w.lastFull = time.Time{}, now
-	}
-	return out
-}
-
-// forget drops a cluster's state (the cluster is gone).
-func (d *dirtySet) forget(key types.NamespacedName) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.m, key)
-}
-
-// requeue records the wake-up a pass asks for and returns the requeue that
-// keeps every wake-up asked for: the earliest still ahead.
-func (d *dirtySet) requeue(key types.NamespacedName, now time.Time, after time.Duration) reconcile.Result {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	w := d.get(key)
-	if after > 0 && (w.wakeAt.IsZero() || now.Add(after).Before(w.wakeAt)) {
-		w.wakeAt = now.Add(after)
-	}
-	if w.wakeAt.IsZero() {
-		return reconcile.Result{}
-	}
-	return reconcile.Result{RequeueAfter: max(w.wakeAt.Sub(now), time.Millisecond)}
 }
 
 // statusChanged reports whether a status update would change anything.

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -227,6 +228,61 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 	return t, nil
 }
 
+// currentTarget is the API server a cluster judges, as its last reconcile
+// set it up (targetFor); nil when it judges none, or its watch is not
+// started.
+func (r *Reconciler) currentTarget(c *ichorv1alpha1.TalosCluster) *target {
+	if c.Spec.KubeconfigRef == nil {
+		if !r.LocalClusters.Judges(c) {
+			return nil
+		}
+		return &target{reader: r.Client, clientset: r.Clientset, local: true, names: &r.localNames}
+	}
+	key := client.ObjectKeyFromObject(c)
+	r.targets.mu.Lock()
+	defer r.targets.mu.Unlock()
+	return r.targets.remote[key]
+}
+
+// targetStillAllowed is whether a worker may decide through a cluster's
+// remote target: its Secret, read again now (as a reconcile did before each
+// decision, review 6 M1), still holds the content the target was started
+// with, and the rule's verdict on it is of the active bundle. If not, nothing
+// is decided and the cluster is reconciled, to judge the kubeconfig again
+// (its reconcile queues the requests again). An unreadable Secret or another
+// content also ends the watch at once: its credentials are no longer the
+// operator's word.
+func (r *Reconciler) targetStillAllowed(ctx context.Context, c *ichorv1alpha1.TalosCluster, t *target) bool {
+	key := client.ObjectKeyFromObject(c)
+	data, err := r.readKubeconfig(ctx, c)
+	if err != nil || !bytes.Equal(data, t.kubeconfig) {
+		log.FromContext(ctx).Info("the cluster's kubeconfigRef changed or cannot be read: it is judged again before any decision", "error", err)
+		r.targets.dropIf(key, t)
+		r.rejudgeCluster(ctx, key)
+		return false
+	}
+	revision := r.revision()
+	r.targets.mu.Lock()
+	current := r.targets.remote[key] == t && r.targets.verdicts[key].current(sha256.Sum256(data), revision)
+	r.targets.mu.Unlock()
+	if !current {
+		r.rejudgeCluster(ctx, key)
+	}
+	return current
+}
+
+// rejudgeCluster has a cluster reconciled (without a controller, as in unit
+// tests, it is left to its resync).
+func (r *Reconciler) rejudgeCluster(ctx context.Context, key types.NamespacedName) {
+	if r.rejudge == nil {
+		return
+	}
+	select {
+	case r.rejudge <- event.TypedGenericEvent[types.NamespacedName]{Object: key}:
+	case <-ctx.Done():
+	}
+}
+
 // judgeKubeconfig asks the rule about a kubeconfig, once per content and
 // bundle revision: first the document, with no connection made; when its
 // fields pass, the identity of its server (a TLS handshake that sends
@@ -376,8 +432,10 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	if r.controller != nil {
 		src := source.Kind(cl.GetCache(), &certificatesv1.CertificateSigningRequest{},
 			handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, csr *certificatesv1.CertificateSigningRequest) []reconcile.Request {
-				r.dirty.add(key, csr.Name)
-				return []reconcile.Request{{NamespacedName: key}}
+				// The request's requester is queued; the cluster is not
+				// reconciled.
+				r.enqueue(requester{cluster: key, username: csr.Spec.Username})
+				return nil
 			}),
 			predicate.NewTypedPredicateFuncs(func(csr *certificatesv1.CertificateSigningRequest) bool {
 				return csr.Spec.SignerName == certificatesv1.KubeletServingSignerName
@@ -391,7 +449,29 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, cancel: cancel}, nil
 }
 
+// stop ends the cluster's watch and forgets the rule's verdict on its
+// kubeconfig.
 func (t *targets) stop(key types.NamespacedName) {
+	t.drop(key, true)
+}
+
+// dropIf ends the cluster's watch if it is still t (a reconcile may have
+// started another meanwhile). It takes no cluster lock: a worker does not
+// wait behind a reconcile's probe of the server.
+func (t *targets) dropIf(key types.NamespacedName, rt *target) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.remote[key] == rt {
+		rt.cancel()
+		delete(t.remote, key)
+	}
+}
+
+// drop ends the cluster's watch, so that no worker decides through it (see
+// passFor), and forgets the verdict too when forget is set. A verdict kept is
+// one of a content: a refusal is not judged (and logged) again until the
+// Secret or the bundle changes.
+func (t *targets) drop(key types.NamespacedName, forget bool) {
 	unlock := t.lock(key)
 	defer unlock()
 	t.mu.Lock()
@@ -400,7 +480,9 @@ func (t *targets) stop(key types.NamespacedName) {
 		rt.cancel()
 		delete(t.remote, key)
 	}
-	delete(t.verdicts, key)
+	if forget {
+		delete(t.verdicts, key)
+	}
 }
 
 // refuseTarget says on the cluster why its API server is not judged.

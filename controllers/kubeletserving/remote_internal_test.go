@@ -4,10 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -66,4 +70,97 @@ func TestKubeconfigVerdictIsJudgedAgainByANewBundle(t *testing.T) {
 	assert.Equal(t, 2, d.asked, "a new bundle did not judge the kubeconfig again")
 	judge()
 	assert.Equal(t, 2, d.asked)
+}
+
+// bundleDecider is a decider whose active bundle revision a test sets.
+type bundleDecider struct {
+	*decider
+	rev string
+}
+
+func (d *bundleDecider) Revision() string { return d.rev }
+
+// Review 6 M1: a worker decides through a cluster's remote target only while
+// its kubeconfig Secret still holds the content the target was started with,
+// judged by the active bundle. A Secret rotated, deleted, or a new bundle
+// takes effect before the next decision, not at the cluster's next resync.
+func TestAWorkerDecidesNothingThroughAKubeconfigNoLongerJudged(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// change is what happens after the target was started.
+		change func(t *testing.T, f *queueFixture, dec *bundleDecider, s *corev1.Secret)
+		// kept: the watch itself stays (only its verdict is to be renewed).
+		kept bool
+	}{
+		{name: "Secret rotated", change: func(t *testing.T, f *queueFixture, _ *bundleDecider, s *corev1.Secret) {
+			s.Data[ichorv1alpha1.DefaultKubeconfigKey] = []byte("after")
+			require.NoError(t, f.r.Client.Update(context.Background(), s))
+		}},
+		{name: "Secret deleted", change: func(t *testing.T, f *queueFixture, _ *bundleDecider, s *corev1.Secret) {
+			require.NoError(t, f.r.Client.Delete(context.Background(), s))
+		}},
+		{name: "new bundle", kept: true, change: func(_ *testing.T, _ *queueFixture, dec *bundleDecider, _ *corev1.Secret) {
+			dec.rev = "r2"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t0 := time.Unix(1_000_000, 0)
+			f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:x", "csr-x", t0))
+			dec := &bundleDecider{decider: f.dec, rev: "r1"}
+			f.r.Engine = dec
+			f.r.APIReader = f.r.Client
+			ctx := context.Background()
+			secret := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "kc"},
+				Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte("before")},
+			}
+			require.NoError(t, f.r.Client.Create(ctx, secret))
+			var c ichorv1alpha1.TalosCluster
+			require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+			c.Spec.KubeconfigRef = &ichorv1alpha1.KubeconfigReference{Name: "kc"}
+			require.NoError(t, f.r.Client.Update(ctx, &c))
+			// The target and verdict a reconcile left: "before", allowed by r1.
+			allowed := engine.KubeconfigDecision{Allowed: true, Revision: "r1"}
+			tg := &target{reader: f.r.Client, clientset: f.csrs, names: &nodeNames{}, kubeconfig: []byte("before"), cancel: func() {}}
+			f.r.targets.remote = map[types.NamespacedName]*target{f.cluster: tg}
+			f.r.targets.verdicts = map[types.NamespacedName]*verdict{f.cluster: {
+				sum: sha256.Sum256([]byte("before")), document: allowed, final: &allowed,
+			}}
+
+			tc.change(t, f, dec, secret)
+			f.add("system:node:x")
+			require.True(t, f.r.next(ctx))
+			assert.False(t, f.approved(t, "csr-x"), "decided through a kubeconfig no longer judged")
+			assert.Empty(t, f.dec.calls(), "decided through a kubeconfig no longer judged")
+			f.r.targets.mu.Lock()
+			_, still := f.r.targets.remote[f.cluster]
+			f.r.targets.mu.Unlock()
+			assert.Equal(t, tc.kept, still, "the watch kept")
+		})
+	}
+	// Unchanged, the same target decides (the check refuses nothing more).
+	t.Run("unchanged", func(t *testing.T) {
+		t0 := time.Unix(1_000_000, 0)
+		f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:x", "csr-x", t0))
+		f.r.APIReader = f.r.Client
+		ctx := context.Background()
+		require.NoError(t, f.r.Client.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "kc"},
+			Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte("before")},
+		}))
+		var c ichorv1alpha1.TalosCluster
+		require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+		c.Spec.KubeconfigRef = &ichorv1alpha1.KubeconfigReference{Name: "kc"}
+		require.NoError(t, f.r.Client.Update(ctx, &c))
+		allowed := engine.KubeconfigDecision{Allowed: true}
+		f.r.targets.remote = map[types.NamespacedName]*target{f.cluster: {
+			reader: f.r.Client, clientset: f.csrs, names: &nodeNames{}, kubeconfig: []byte("before"), cancel: func() {},
+		}}
+		f.r.targets.verdicts = map[types.NamespacedName]*verdict{f.cluster: {
+			sum: sha256.Sum256([]byte("before")), document: allowed, final: &allowed,
+		}}
+		f.add("system:node:x")
+		require.True(t, f.r.next(ctx))
+		assert.True(t, f.approved(t, "csr-x"))
+	})
 }

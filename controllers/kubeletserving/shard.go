@@ -38,7 +38,7 @@ type Sharding interface {
 	// shards before another takes them.
 	LeaseDuration() time.Duration
 	// Fence is this replica's hold on the shard of the cluster of that UID,
-	// if it serves the cluster now: a pass's decisions run under its
+	// if it serves the cluster now: a worker's decisions run under its
 	// context, and each write is begun through it (review 4, S1).
 	Fence(uid types.UID) (shard.Fence, bool)
 	// Settled is, for a shard this replica took from one that gave it up,
@@ -141,7 +141,7 @@ func (a *adoptions) peek(key types.NamespacedName) adoption {
 	return a.m[key]
 }
 
-// settle forgets a cluster's adoption once a full pass settled it, and
+// settle forgets a cluster's adoption once a reconcile settled it, and
 // calls its settled; an adoption noted since is kept for the next pass.
 func (a *adoptions) settle(key types.NamespacedName, since time.Time) {
 	a.mu.Lock()
@@ -246,11 +246,10 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 		}
 		key := client.ObjectKeyFromObject(&c)
 		if f, ok := r.Shards.Fence(c.UID); ok {
-			// Until its first full pass has settled them, a release of the
+			// Until its first reconcile has settled them, a release of the
 			// shard must not say this replica recorded every verdict.
 			r.adoptions.add(key, since, f.Adopt())
 		}
-		r.dirty.markFull(key)
 		out = append(out, reconcile.Request{NamespacedName: key})
 	}
 	r.Shards.AdoptionsNoted(shard)
@@ -259,15 +258,15 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 
 // letGo drops what this replica holds for a cluster it no longer serves (or
 // that is gone): the remote API server's watch and cache, the Talos reader,
-// the memos and wake-ups. The replica that serves it next starts afresh.
+// the memos. The replica that serves it next starts afresh. Its requesters
+// still queued are dropped by the workers, which decide nothing for a
+// cluster whose shard this replica does not hold.
 func (r *Reconciler) letGo(key types.NamespacedName) {
 	r.NodeReaders.Forget(key)
 	r.targets.stop(key)
 	r.memo.ForgetIf(ofCluster(key, nil))
 	r.failures.ForgetIf(ofCluster(key, nil))
 	r.Metrics.forget(key.Namespace, key.Name)
-	r.work.cancelWakeUp(key)
-	r.dirty.forget(key)
 	r.adoptions.take(key)
 }
 

@@ -2,6 +2,8 @@ package kubeletserving
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/shard"
 )
@@ -68,11 +71,10 @@ func TestAClusterWhoseShardGoesIsLetGo(t *testing.T) {
 	cluster := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "remote", UID: "uid-remote"}}
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(cluster).WithStatusSubresource(cluster).Build()
 	shards := &oneShard{}
-	r := &Reconciler{Client: c, Shards: shards, NodeReaders: &NodeReaders{}, work: newWorkers(1), Clock: clock.RealClock{}}
+	r := &Reconciler{Client: c, Shards: shards, NodeReaders: &NodeReaders{}, Clock: clock.RealClock{}}
 	key := client.ObjectKeyFromObject(cluster)
 	stopped := false
 	r.targets.remote = map[types.NamespacedName]*target{key: {cancel: func() { stopped = true }}}
-	r.dirty.add(key, "csr-a")
 	r.adoptions.add(key, time.Now(), nil)
 
 	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: key})
@@ -156,4 +158,98 @@ func TestAnAdoptionNotedTwiceIsSettledOnceFromTheEarlierTime(t *testing.T) {
 	a.drop(key)
 	assert.Equal(t, 3, settled)
 	assert.True(t, a.peek(key).since.IsZero())
+}
+
+// dropShard is a replica that holds shard 0 until the test drops it: then
+// the hold's context ends and it begins no write.
+type dropShard struct {
+	mu     sync.Mutex
+	held   bool
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+func newDropShard() *dropShard {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &dropShard{held: true, ctx: ctx, cancel: cancel}
+}
+
+func (s *dropShard) drop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held = false
+	s.cancel()
+}
+
+func (s *dropShard) Serves(types.UID) (int, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return 0, s.held
+}
+
+func (s *dropShard) Fence(uid types.UID) (shard.Fence, bool) {
+	if _, ok := s.Serves(uid); !ok {
+		return nil, false
+	}
+	return dropFence{s}, true
+}
+func (*dropShard) ShardOf(types.UID) int        { return 0 }
+func (*dropShard) Settled(int) time.Time        { return time.Time{} }
+func (*dropShard) AdoptionsNoted(int)           {}
+func (*dropShard) Identity() string             { return "replica-a" }
+func (*dropShard) Shards() int                  { return 1 }
+func (*dropShard) LeaseDuration() time.Duration { return 3 * time.Second }
+
+type dropFence struct{ s *dropShard }
+
+func (f dropFence) Context() context.Context { return f.s.ctx }
+func (f dropFence) Begin() (func(), bool) {
+	_, ok := f.s.Serves("")
+	return func() {}, ok
+}
+func (dropFence) Adopt() func() { return func() {} }
+func (dropFence) Unsettle()     {}
+
+// A replica whose shard is dropped decides nothing more of its clusters: the
+// decision in flight is cancelled and writes nothing, and the requesters
+// still queued are dropped without a decision, and without a backoff (the
+// shard's going is no failure of theirs).
+func TestADroppedShardsQueuedRequestersAreNotDecidedHere(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:busy", "csr-busy", t0), csrOf("system:node:queued", "csr-queued", t0))
+	shards := newDropShard()
+	f.r.Shards = shards
+	f.dec.decide = func(ctx context.Context, name string) (engine.CSRDecision, error) {
+		if name == "csr-busy" {
+			<-ctx.Done()
+		}
+		return approve(), nil
+	}
+	busy := requester{cluster: f.cluster, username: "system:node:busy"}
+	queued := requester{cluster: f.cluster, username: "system:node:queued"}
+	f.r.enqueue(busy)
+	inFlight := make(chan struct{})
+	go func() {
+		defer close(inFlight)
+		f.r.next(context.Background())
+	}()
+	require.Eventually(t, func() bool { return slices.Contains(f.dec.calls(), "csr-busy") }, 5*time.Second, 5*time.Millisecond)
+	f.r.enqueue(queued)
+
+	shards.drop()
+	select {
+	case <-inFlight:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the decision in flight was not cancelled with the shard")
+	}
+	require.Equal(t, 1, f.r.queue.Len())
+	require.True(t, f.r.next(context.Background()))
+
+	assert.Equal(t, []string{"csr-busy"}, f.dec.calls(), "a queued requester of the dropped shard was decided")
+	assert.False(t, f.approved(t, "csr-busy"), "the cancelled decision was written")
+	assert.False(t, f.approved(t, "csr-queued"))
+	assert.Zero(t, f.r.queue.Len())
+	assert.Zero(t, f.r.queue.NumRequeues(busy), "the cancelled decision backs off as a failure")
+	assert.Zero(t, f.r.queue.NumRequeues(queued))
+	assert.False(t, f.r.failures.Has(memoKey{cluster: f.cluster, uid: "uid-csr-busy"}))
 }

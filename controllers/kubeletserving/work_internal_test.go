@@ -3,235 +3,408 @@ package kubeletserving
 import (
 	"context"
 	"fmt"
-	"maps"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 )
 
-// A request another pass holds (another cluster's full pass looking at every
-// request of the API server, which decides none of this cluster's) is looked
-// at again by this cluster soon, not left until some later event.
-func TestARequestHeldByAnotherPassIsLookedAtAgain(t *testing.T) {
-	r := &Reconciler{work: newWorkers(2)}
-	p := &pass{r: r, cluster: &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "demo"}}, now: time.Now()}
-	csr := csrOf("system:node:worker-1", "csr-a", time.Unix(1_000_000, 0))
-	csr.UID = "uid-a"
-	if !r.work.claim(csr.UID) {
-		t.Fatal("claim")
-	}
-
-	p.dispatch(context.Background(), []certificatesv1.CertificateSigningRequest{csr}, time.Second)
-
-	if got := p.pendingCount(); got != 1 {
-		t.Errorf("pending %d, want 1", got)
-	}
-	if got := p.result().RequeueAfter; got != busyRequesterRecheck {
-		t.Errorf("requeue after %v, want %v", got, busyRequesterRecheck)
-	}
-	if got := len(r.work.slots); got != 0 {
-		t.Errorf("%d worker slots still taken", got)
-	}
+// decider is a Decider whose verdicts a test chooses: decide answers for
+// each request (by name), and every call is counted.
+type decider struct {
+	mu      sync.Mutex
+	decide  func(ctx context.Context, name string) (engine.CSRDecision, error)
+	decided []string
+	// running counts the decisions running now, by requester; most is the
+	// most of one requester's that ever ran at once.
+	running map[string]int
+	most    int
 }
 
-// A requester's requests are decided oldest first: when another pass holds
-// one of them, the newer ones are left for the next look too, not decided
-// ahead of it (the rule counts each one's newer requests).
-func TestTheRequestsAfterOneHeldByAnotherPassWaitForIt(t *testing.T) {
-	r := &Reconciler{work: newWorkers(2)}
-	p := &pass{r: r, cluster: &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "demo"}}, now: time.Now()}
+func (d *decider) KubeletServing(ctx context.Context, in csrinput.KubeletServing) (engine.CSRDecision, error) {
+	name, user := in.CSR.Name, in.CSR.Username
+	d.mu.Lock()
+	d.decided = append(d.decided, name)
+	if d.running == nil {
+		d.running = map[string]int{}
+	}
+	d.running[user]++
+	d.most = max(d.most, d.running[user])
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.running[user]--
+		d.mu.Unlock()
+	}()
+	if d.decide != nil {
+		return d.decide(ctx, name)
+	}
+	return approve(), nil
+}
+
+func (*decider) KubeletServingRejection(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error) {
+	return engine.CSRDecision{}, engine.ErrNoDecision
+}
+
+func (*decider) KubeletServingLimits(context.Context) (engine.KubeletServingLimits, error) {
+	return engine.KubeletServingLimits{MaxUndecidedPerRequester: 10, NodeUserPrefix: "system:node:"}, nil
+}
+
+func (*decider) Kubeconfig(context.Context, engine.KubeconfigInput) (engine.KubeconfigDecision, error) {
+	return engine.KubeconfigDecision{}, nil
+}
+
+func (*decider) RecordApplied(context.Context, engine.Applied) error { return nil }
+
+func (d *decider) calls() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.decided)
+}
+
+func approve() engine.CSRDecision {
+	return engine.CSRDecision{Action: engine.ActionApprove, Reasons: engine.Reasons{{Code: "Test", Message: "test"}}, DecisionID: "00000000-0000-0000-0000-000000000000"}
+}
+
+func pendingAs(code string) engine.CSRDecision {
+	return engine.CSRDecision{Action: engine.ActionPending, Reasons: engine.Reasons{{Code: code, Message: "test"}}, DecisionID: "00000000-0000-0000-0000-000000000001"}
+}
+
+// queueFixture is a replica deciding the requests of cluster ns/demo (no
+// machine: the requests name no node), with the decision queue and workers
+// and none of the manager.
+type queueFixture struct {
+	r       *Reconciler
+	dec     *decider
+	cluster types.NamespacedName
+	csrs    *k8sfake.Clientset
+}
+
+func newQueueFixture(t *testing.T, clk clock.WithTicker, csrs ...certificatesv1.CertificateSigningRequest) *queueFixture {
+	t.Helper()
+	scheme, err := kube.Scheme()
+	require.NoError(t, err)
+	c := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "demo", UID: "uid-demo"}}
+	c.Spec.Security.KubeletServingCertificates.Enabled = true
+	objs := []client.Object{c}
+	typed := make([]certificatesv1.CertificateSigningRequest, len(csrs))
+	for i := range csrs {
+		csrs[i].UID = types.UID("uid-" + csrs[i].Name)
+		typed[i] = csrs[i]
+		objs = append(objs, &csrs[i])
+	}
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...)
+	require.NoError(t, AddIndexes(context.Background(), indexerOf{b}))
+	cs := k8sfake.NewClientset()
+	for i := range typed {
+		_, err := cs.CertificatesV1().CertificateSigningRequests().Create(context.Background(), &typed[i], metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	local := &cluster.Local{}
+	local.Add(client.ObjectKeyFromObject(c))
+	dec := &decider{}
+	r := &Reconciler{
+		Client: b.Build(), Clientset: cs, Engine: dec, NodeReaders: &NodeReaders{}, LocalClusters: local,
+		Clock: clk, queue: newQueue(clk),
+	}
+	return &queueFixture{r: r, dec: dec, cluster: client.ObjectKeyFromObject(c), csrs: cs}
+}
+
+// start runs n workers until the test ends, and waits for them then.
+func (f *queueFixture) start(t *testing.T, n int) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = workers{r: f.r, n: n}.Start(ctx)
+	}()
+	stop = func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the workers did not stop with the manager")
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func (f *queueFixture) add(username string) {
+	f.r.enqueue(requester{cluster: f.cluster, username: username})
+}
+
+// approved reports whether the request was approved in the API server.
+func (f *queueFixture) approved(t *testing.T, name string) bool {
+	t.Helper()
+	csr, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(context.Background(), name, metav1.GetOptions{})
+	require.NoError(t, err)
+	for _, c := range csr.Status.Conditions {
+		if c.Type == certificatesv1.CertificateApproved {
+			return true
+		}
+	}
+	return false
+}
+
+// A requester whose decision hangs (a node that does not answer) holds one
+// worker: the other requesters' requests are decided meanwhile.
+func TestAHangingRequesterDoesNotHoldUpTheOthers(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clock.RealClock{},
+		csrOf("system:node:hang", "csr-hang", t0),
+		csrOf("system:node:a", "csr-a", t0), csrOf("system:node:b", "csr-b", t0))
+	release := make(chan struct{})
+	f.dec.decide = func(ctx context.Context, name string) (engine.CSRDecision, error) {
+		if name == "csr-hang" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return engine.CSRDecision{}, ctx.Err()
+			}
+		}
+		return approve(), nil
+	}
+	f.start(t, 2)
+	f.add("system:node:hang")
+	require.Eventually(t, func() bool { return slices.Contains(f.dec.calls(), "csr-hang") }, 5*time.Second, 5*time.Millisecond)
+	f.add("system:node:a")
+	f.add("system:node:b")
+	require.Eventually(t, func() bool { return f.approved(t, "csr-a") && f.approved(t, "csr-b") }, 5*time.Second, 5*time.Millisecond,
+		"the hanging requester held up the others")
+	assert.False(t, f.approved(t, "csr-hang"))
+	close(release)
+	require.Eventually(t, func() bool { return f.approved(t, "csr-hang") }, 5*time.Second, 5*time.Millisecond)
+}
+
+// One requester's requests are decided one at a time, oldest first,
+// however many workers are idle and however often the requester is queued:
+// the order the flood guard counts them in.
+func TestARequestersRequestsAreDecidedOneAtATimeOldestFirst(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	var csrs []certificatesv1.CertificateSigningRequest
-	for i, name := range []string{"csr-old", "csr-held", "csr-new"} {
-		csr := csrOf("system:node:worker-1", name, t0.Add(time.Duration(i)*time.Second))
-		csr.UID = types.UID("uid-" + name)
-		csrs = append(csrs, csr)
+	for i, name := range []string{"csr-d", "csr-c", "csr-b", "csr-a"} {
+		// Created newest first, as a cache may list them.
+		csrs = append(csrs, csrOf("system:node:flood", name, t0.Add(time.Duration(3-i)*time.Second)))
 	}
-	// The oldest is of another signer, which handle leaves alone at once.
-	csrs[0].Spec.SignerName = "example.com/other"
-	if !r.work.claim(csrs[1].UID) {
-		t.Fatal("claim")
+	csrs = append(csrs, csrOf("system:node:flood", "csr-0", t0.Add(3*time.Second))) // a tie: the name orders it
+	f := newQueueFixture(t, clock.RealClock{}, csrs...)
+	f.dec.decide = func(context.Context, string) (engine.CSRDecision, error) {
+		time.Sleep(5 * time.Millisecond)
+		return approve(), nil
 	}
-
-	p.dispatch(context.Background(), csrs, time.Second)
-
-	if got := p.pendingCount(); got != 2 {
-		t.Errorf("pending %d, want 2: the held request and the newer one", got)
+	f.start(t, 4)
+	for range 10 {
+		f.add("system:node:flood")
 	}
-	if got := p.result().RequeueAfter; got != busyRequesterRecheck {
-		t.Errorf("requeue after %v, want %v", got, busyRequesterRecheck)
-	}
-	if !r.work.claim(csrs[2].UID) {
-		t.Error("the newer request was claimed and not released")
-	}
-	if !r.work.claim(csrs[0].UID) {
-		t.Error("the oldest request was not released after it was handled")
-	}
+	require.Eventually(t, func() bool { return len(f.dec.calls()) >= 5 }, 5*time.Second, 5*time.Millisecond)
+	assert.Equal(t, []string{"csr-a", "csr-b", "csr-c", "csr-0", "csr-d"}, f.dec.calls()[:5])
+	f.dec.mu.Lock()
+	defer f.dec.mu.Unlock()
+	assert.Equal(t, 1, f.dec.most, "a requester's requests were decided at once")
 }
 
-// A pass whose decisions outlived it (a node that hangs past PassWait) still
-// asks for its own next look as its requeue: its conditions' wake-ups (one a
-// machine, at its certificate's expiry) are not timers that outlive it, and
-// only its decisions' retries are wake-ups. Before: one timer and one
-// TalosCluster a certified machine per such pass, each kept until the
-// certificate's expiry, a year; a node that kept hanging made such a pass
-// about every 13 s (a 10 s read, then the 3 s recheck).
-func TestADetachedPassAsksForItsOwnNextLookAsARequeue(t *testing.T) {
+// A wake-up a decision asks for (a node that could not be read is read
+// again in three seconds) comes then, not before, and no timer of its own
+// is left behind: the queue's delay is the timer.
+func TestAWakeUpAskedForComesThen(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	f := newQueueFixture(t, clk, csrOf("system:node:dark", "csr-dark", clk.Now()))
+	f.dec.decide = func(context.Context, string) (engine.CSRDecision, error) {
+		return pendingAs(codeNodeUnreadable), nil
+	}
+	f.start(t, 1)
+	f.add("system:node:dark")
+	require.Eventually(t, func() bool { return len(f.dec.calls()) == 1 && clk.HasWaiters() }, 5*time.Second, 5*time.Millisecond)
+
+	clk.Step(unreadableRecheck - time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // nothing to wait for: nothing must happen
+	assert.Len(t, f.dec.calls(), 1, "decided again before its wait was over")
+	clk.Step(time.Millisecond)
+	require.Eventually(t, func() bool { return len(f.dec.calls()) == 2 }, 5*time.Second, 5*time.Millisecond, "the wake-up did not come")
+}
+
+// When the manager stops, the workers stop, a decision that hangs included,
+// and no goroutine of the approver's is left: no worker, and no timer of the
+// queue's delays (a wake-up asked for was pending).
+func TestNoWorkerOrTimerIsLeftAfterTheManagerStops(t *testing.T) {
+	// The package's other tests run a manager meanwhile, with queues of its
+	// own: what is counted is the queues' delay loops, before and after.
+	loops := goroutines("waitingLoop")
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:hang", "csr-hang", t0), csrOf("system:node:later", "csr-later", t0))
+	f.dec.decide = func(ctx context.Context, name string) (engine.CSRDecision, error) {
+		if name == "csr-later" {
+			return pendingAs("Later"), nil
+		}
+		<-ctx.Done()
+		return engine.CSRDecision{}, ctx.Err()
+	}
+	stop := f.start(t, 4)
+	f.add("system:node:later")
+	f.add("system:node:hang")
+	require.Eventually(t, func() bool { return len(f.dec.calls()) == 2 }, 5*time.Second, 5*time.Millisecond)
+	require.Equal(t, loops+1, goroutines("waitingLoop"))
+	// This replica's workers (the manager's have another receiver).
+	worker := fmt.Sprintf("kubeletserving.(*Reconciler).next(%p,", f.r)
+	require.Equal(t, 4, goroutines(worker))
+	stop()
+	assert.True(t, f.r.queue.ShuttingDown())
+	assert.Zero(t, goroutines(worker), "a worker is left")
+	require.Eventually(t, func() bool { return goroutines("waitingLoop") == loops }, 5*time.Second, 10*time.Millisecond,
+		"the queue's delay loop is left")
+}
+
+// goroutines counts the goroutines with fn in their stack.
+func goroutines(fn string) int {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for g := range strings.SplitSeq(string(buf), "\n\n") {
+		if strings.Contains(g, fn) {
+			n++
+		}
+	}
+	return n
+}
+
+// Review 6 M3: a request whose write the API server keeps refusing is still
+// undecided, and is counted pending (the gauge the pending alert watches),
+// though no pending verdict of the rule is remembered of it.
+func TestARequestWhoseWriteKeepsFailingCountsAsPending(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:x", "csr-x", t0))
+	f.csrs.PrependReactor("update", "certificatesigningrequests", func(k8stesting.Action) (bool, kruntime.Object, error) {
+		return true, nil, apierrors.NewRequestEntityTooLargeError("too big")
+	})
 	ctx := context.Background()
-	cluster := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "demo"}}
-	cluster.Spec.Security.KubeletServingCertificates.Enabled = true
-	objs := []client.Object{cluster}
-	expiry := time.Now().Add(365 * 24 * time.Hour)
-	for _, name := range []string{"node-1", "node-2", "node-3"} {
-		m := &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
-		m.Spec.ClusterName, m.Spec.Hostname = "demo", name
-		m.Status.KubeletServingCertificate = &ichorv1alpha1.KubeletServingCertificateStatus{Request: "csr-" + name, NotAfter: metav1.NewTime(expiry)}
-		objs = append(objs, m)
-	}
-	scheme, err := kube.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(cluster)
-	if err := AddIndexes(ctx, indexerOf{b}); err != nil {
-		t.Fatal(err)
-	}
-	r := &Reconciler{Client: b.Build(), work: newWorkers(1)}
-	p := &pass{r: r, cluster: cluster.DeepCopy(), now: time.Now()}
-	p.detach()
-
-	if err := r.updateConditions(ctx, cluster, p); err != nil {
-		t.Fatal(err)
-	}
-	if got := r.work.pendingKicks(); got != 0 {
-		t.Errorf("%d wake-up timers pending after the conditions, want none", got)
-	}
-	if got := p.result().RequeueAfter; got < 364*24*time.Hour {
-		t.Errorf("requeue after %v, want the certificates' expiry, a year", got)
-	}
-	// A decision still running asks for a look: a wake-up of the cluster.
-	t.Cleanup(func() { r.work.cancelWakeUp(p.key()) })
-	p.retryIn(time.Minute, nil)
-	if got := r.work.pendingKicks(); got != 1 {
-		t.Errorf("%d wake-up timers pending after a decision's retry, want 1", got)
-	}
+	f.add("system:node:x")
+	require.True(t, f.r.next(ctx))
+	require.False(t, f.approved(t, "csr-x"))
+	list, err := f.csrs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	// What the cluster's reconcile sets the gauge ichor_kubelet_serving_pending_csrs to.
+	pending, withheld := f.r.leftPending(f.cluster, list.Items)
+	assert.Equal(t, 1, pending, "a request whose write keeps failing is not counted pending")
+	assert.Zero(t, withheld)
 }
 
-// The decisions that outlive their pass wake their cluster once, at the
-// earliest time any of them asked for: however many ask, a cluster has at
-// most one wake-up timer. It carries every request asked for, marked dirty
-// before the kick, so that the reconcile it starts looks at each of them
-// (and one whose wait is not over asks again), even when events have marked
-// others meanwhile. A wake-up for no request in particular is owed a full
-// pass.
-func TestTheWakeUpsOfDetachedDecisionsAreOneTimerACluster(t *testing.T) {
-	w := newWorkers(1)
-	dirty := &dirtySet{}
-	w.owe = dirty.owe
-	demo := types.NamespacedName{Namespace: "ns", Name: "demo"}
-	other := types.NamespacedName{Namespace: "ns", Name: "other"}
-	want := map[string]bool{}
-	for i := range 1000 {
-		name := fmt.Sprintf("csr-%d", i)
-		w.kickAfter(demo, time.Hour+time.Duration(i)*time.Second, name)
-		want[name] = true
-	}
-	w.kickAfter(other, time.Hour, "")
-	if got := w.pendingKicks(); got != 2 {
-		t.Fatalf("%d wake-up timers pending, want 2 (one a cluster)", got)
-	}
-	// An event marked another request of demo meanwhile.
-	dirty.add(demo, "csr-event")
-	want["csr-event"] = true
-
-	// An earlier one replaces the later and takes its requests over.
-	w.kickAfter(demo, 10*time.Millisecond, "csr-early")
-	want["csr-early"] = true
-	select {
-	case e := <-w.kicks:
-		if e.Object.GetName() != "demo" || e.Object.GetNamespace() != "ns" {
-			t.Errorf("woke %s/%s, want ns/demo", e.Object.GetNamespace(), e.Object.GetName())
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the earlier wake-up did not come")
-	}
-	if got := w.pendingKicks(); got != 1 {
-		t.Fatalf("%d wake-up timers pending after demo's came, want 1 (other's)", got)
-	}
-	dirty.mu.Lock()
-	got := maps.Clone(dirty.m[demo].csrs)
-	full := dirty.m[demo].full
-	dirty.mu.Unlock()
-	if !maps.Equal(got, want) || full {
-		t.Errorf("demo's wake-up marked %d requests (full pass %v), want the %d asked for and the event's, no full pass", len(got), full, len(want))
-	}
-	// A later one after it came is scheduled anew, and a gone cluster's is
-	// stopped.
-	w.kickAfter(demo, time.Hour, "csr-late")
-	if got := w.pendingKicks(); got != 2 {
-		t.Errorf("%d wake-up timers pending, want 2", got)
-	}
-	w.cancelWakeUp(demo)
-	if got := w.pendingKicks(); got != 1 {
-		t.Errorf("%d wake-up timers pending after demo's was cancelled, want 1", got)
-	}
-	// One for the whole cluster is owed a full pass.
-	w.kickAfter(other, 10*time.Millisecond, "")
-	select {
-	case <-w.kicks:
-	case <-time.After(5 * time.Second):
-		t.Fatal("other's wake-up did not come")
-	}
-	dirty.mu.Lock()
-	defer dirty.mu.Unlock()
-	if !dirty.m[other].full {
-		t.Error("a wake-up for the whole cluster is not owed a full pass")
-	}
+// recordingDecider counts the decisions recorded applied.
+type recordingDecider struct {
+	*decider
+	recorded atomic.Int64
 }
 
-// A wake-up whose kick the full channel drops still marks its requests: the
-// cluster's next reconcile (its requeue, the resync at the latest) looks at
-// them.
-func TestAWakeUpWhoseKickIsDroppedStillMarksItsRequests(t *testing.T) {
-	w := newWorkers(1)
-	dirty := &dirtySet{}
-	w.owe = dirty.owe
-	for range cap(w.kicks) {
-		w.kicks <- event.GenericEvent{}
-	}
-	demo := types.NamespacedName{Namespace: "ns", Name: "demo"}
-	w.kickAfter(demo, time.Millisecond, "csr-a")
-
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		dirty.mu.Lock()
-		marked := dirty.m[demo] != nil && dirty.m[demo].csrs["csr-a"]
-		dirty.mu.Unlock()
-		if marked {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the wake-up did not mark csr-a")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if got, want := len(w.kicks), cap(w.kicks); got != want {
-		t.Errorf("%d kicks queued, want %d: the full channel takes none", got, want)
-	}
+func (d *recordingDecider) RecordApplied(context.Context, engine.Applied) error {
+	d.recorded.Add(1)
+	return nil
 }
 
-// pendingKicks is the number of wake-up timers not yet fired.
-func (w *workers) pendingKicks() int {
-	w.wakeMu.Lock()
-	defer w.wakeMu.Unlock()
-	return len(w.wakeUps)
+// Review 6 L1: the reconcile and a worker may settle the same request at
+// once (a failed write found decided); one decision is recorded applied
+// once, not by both.
+func TestASettledRequestIsRecordedAppliedOnce(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clock.RealClock{})
+	rec := &recordingDecider{decider: f.dec}
+	f.r.Engine = rec
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(context.Background(), f.cluster, &c))
+	csr := csrOf("system:node:x", "csr-x", t0)
+	csr.UID = "uid-csr-x"
+	csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
+		Type: certificatesv1.CertificateApproved, Status: "True",
+		Message: "approved (decision 00000000-0000-0000-0000-000000000000)",
+	}}
+	const rounds = 3000
+	key := (&pass{r: f.r, cluster: &c}).memoKey(&csr)
+	for range rounds {
+		f.r.failures.Pending(key, approval.Verdict{}, struct{}{}, t0, func(int) time.Duration { return 0 })
+		var ready, wg sync.WaitGroup
+		start := make(chan struct{})
+		for range 8 {
+			ready.Add(1)
+			wg.Go(func() {
+				p := &pass{r: f.r, cluster: &c}
+				ready.Done()
+				<-start
+				p.settle(context.Background(), &csr)
+			})
+		}
+		ready.Wait()
+		close(start)
+		wg.Wait()
+	}
+	assert.Equal(t, int64(rounds), rec.recorded.Load(), "one failed write's decision recorded applied more than once")
+}
+
+// listCounter counts the listings of every undecided request (the flood
+// guard's fleet-wide count).
+type listCounter struct {
+	client.Client
+	all atomic.Int64
+}
+
+func (c *listCounter) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	var o client.ListOptions
+	o.ApplyOptions(opts)
+	if o.FieldSelector != nil && o.FieldSelector.String() == IndexUndecided+"="+undecidedAll {
+		c.all.Add(1)
+	}
+	return c.Client.List(ctx, list, opts...)
+}
+
+// Review 6 M2: many requesters' keys decided within a second share one
+// listing of every undecided request, not one each: a flood of requester
+// names does not cost names × requests.
+func TestTheFloodCountsAreTakenOnceASecondNotOncePerRequester(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	var csrs []certificatesv1.CertificateSigningRequest
+	for i := range 20 {
+		csrs = append(csrs, csrOf(fmt.Sprintf("system:node:n%d", i), fmt.Sprintf("csr-%d", i), t0))
+	}
+	f := newQueueFixture(t, clk, csrs...)
+	lc := &listCounter{Client: f.r.Client}
+	f.r.Client = lc
+	ctx := context.Background()
+	for i := range 10 {
+		f.add(fmt.Sprintf("system:node:n%d", i))
+		require.True(t, f.r.next(ctx))
+	}
+	assert.Equal(t, int64(1), lc.all.Load(), "ten requesters in one second: listings of every undecided request")
+	clk.Step(2 * countsTTL)
+	for i := 10; i < 20; i++ {
+		f.add(fmt.Sprintf("system:node:n%d", i))
+		require.True(t, f.r.next(ctx))
+	}
+	assert.Equal(t, int64(2), lc.all.Load(), "the counts are taken again once they are older than countsTTL")
+	for i := range 20 {
+		assert.True(t, f.approved(t, fmt.Sprintf("csr-%d", i)))
+	}
 }

@@ -495,7 +495,7 @@ func (r *Report) wallTable(w func(string, ...any), n int) {
 		return "kubeletserving"
 	}
 	row("wall time (first request → last approval, divided by N)", func(c Result) string { return ms(wallPerRequest(c)) })
-	row("reconciles (each takes every request marked dirty since the last)", func(c Result) string {
+	row("cluster reconciles (each queues the requesters with something left to do; the workers decide)", func(c Result) string {
 		return fmt.Sprintf("%.3f (%.0f in all)", per(c, "controller_runtime_reconcile_time_seconds:"+controller(c)+"_count"),
 			Delta(c.Before, c.After, "controller_runtime_reconcile_time_seconds:"+controller(c)+"_count"))
 	})

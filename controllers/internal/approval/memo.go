@@ -132,6 +132,16 @@ func (m *Memo[K, V]) Has(k K) bool {
 	return ok
 }
 
+// Take forgets k and reports whether anything was remembered of it, at
+// once: of callers taking the same k, one is told true.
+func (m *Memo[K, V]) Take(k K) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.m[k]
+	delete(m.m, k)
+	return ok
+}
+
 // Forget forgets k.
 func (m *Memo[K, V]) Forget(k K) {
 	m.mu.Lock()

@@ -1,6 +1,8 @@
 package approval_test
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,4 +150,23 @@ func TestEpochCountsOnlyChangedState(t *testing.T) {
 	assert.True(t, e.Note("m1", "ns/demo/worker-9/worker-1"), "a new node name")
 	assert.True(t, e.Note("m2", "ns/demo/worker-9/worker-1"), "another machine")
 	assert.Equal(t, uint64(3), e.Get())
+}
+
+// Take forgets and tells, at once: of many takers of one key, one is told
+// it was there.
+func TestTakeIsTrueForOneTakerOnly(t *testing.T) {
+	var m approval.Memo[string, string]
+	m.Pending("k", approval.Verdict{Key: "x"}, "", start, backoff(time.Second, time.Minute))
+	var told atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if m.Take("k") {
+				told.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int32(1), told.Load())
+	assert.False(t, m.Has("k"))
 }
