@@ -8,7 +8,6 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
@@ -72,56 +71,6 @@ func (c *limitsCache) get(ctx context.Context, eng Decider, now time.Time) (engi
 	return limits, nil
 }
 
-// countsTTL is how long the counts of an API server's undecided requests and
-// judged machines are used before they are taken again (review 6 M2): each
-// requester's key is a look of its own, and a listing of every undecided
-// request per key would make a flood of requester names cost names × requests.
-// These counts are fleet-wide, and already approximate (events arrive while
-// they are used); the requester's own counts stay exact.
-const countsTTL = time.Second
-
-// countsCache keeps the counts of each API server for countsTTL: the
-// manager's own (the zero key) and each cluster's with a kubeconfigRef.
-type countsCache struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]countsEntry
-}
-
-type countsEntry struct {
-	counts csrinput.Requests
-	at     time.Time
-}
-
-// get is the counts of key's API server, taken by count when older than
-// countsTTL. count runs without the lock: two workers may take them at once,
-// which costs a listing, not a wrong count.
-func (c *countsCache) get(ctx context.Context, key types.NamespacedName, now time.Time, count func(context.Context) (*csrinput.Requests, error)) (*csrinput.Requests, error) {
-	c.mu.Lock()
-	e, ok := c.m[key]
-	c.mu.Unlock()
-	if ok && now.Sub(e.at) < countsTTL && !now.Before(e.at) {
-		out := e.counts
-		return &out, nil
-	}
-	counts, err := count(ctx)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[types.NamespacedName]countsEntry{}
-	}
-	for k, old := range c.m {
-		// Those of clusters gone or idle are dropped.
-		if now.Sub(old.at) >= countsTTL {
-			delete(c.m, k)
-		}
-	}
-	c.m[key] = countsEntry{counts: *counts, at: now}
-	return counts, nil
-}
-
 // requests are the counts of input.requests for csr: its requester's
 // undecided requests, and how many of its requests are newer, decided or not,
 // from the target's cache; and the pass's counts of every undecided request
@@ -131,11 +80,7 @@ func (c *countsCache) get(ctx context.Context, key types.NamespacedName, now tim
 // newer ones and be judged on its merits.
 func (p *pass) requests(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*csrinput.Requests, error) {
 	if p.counts == nil {
-		var key types.NamespacedName // the manager's API server
-		if !p.target.local {
-			key = p.key()
-		}
-		counts, err := p.r.floodCounts.get(ctx, key, p.now, p.countAll)
+		counts, err := p.countAll(ctx)
 		if err != nil {
 			return nil, err
 		}

@@ -139,8 +139,6 @@ type Reconciler struct {
 	queue workqueue.TypedRateLimitingInterface[requester]
 	// limits are the rule's limits the flood counts are taken with.
 	limits limitsCache
-	// floodCounts are each API server's fleet-wide flood counts.
-	floodCounts countsCache
 	// failures are the requests whose handling failed: their verdict in
 	// effect is to be recorded (settle). Their backoff is their key's.
 	failures approval.Memo[memoKey, struct{}]
