@@ -429,27 +429,13 @@ func TestAnOCITagOfMoreThanABundleIsRefusedBeforeABlobIsFetched(t *testing.T) {
 	}
 }
 
-// labelledBundle is the shipped policy with one more module whose METADATA
-// declares labels.
-func labelledBundle(t *testing.T) *bundle.Bundle {
-	t.Helper()
-	dir := t.TempDir()
-	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "ichor", "probe"), 0o700))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "ichor", "probe", "probe.rego"), []byte(
-		"# METADATA\n# title: probe\n# labels:\n#   team: platform\npackage ichor.probe\n\nx := true\n"), 0o600))
-	b, err := bundles.FromDir(dir)
-	require.NoError(t, err)
-	return b
-}
-
 // A bundle whose METADATA declares labels would have OPA v1.22.4 write one
 // shared tracker from every concurrent decision (ErrBundleLabels): from
 // every kind of source it is refused at activation and the last good bundle
 // keeps deciding, and a start on one fails saying why.
 func TestABundleWithMetadataLabelsIsRefused(t *testing.T) {
 	s := newSigner(t)
-	labelled := labelledBundle(t)
+	labelled := policyWithProbe(t, "# METADATA\n# title: probe\n# labels:\n#   team: platform\npackage ichor.probe\n\nx := true\n")
 	bundles.SetEpoch(labelled, bundles.Floor())
 	require.NoError(t, bundles.Sign(labelled, s.private, "RS256", "ichor"))
 	labelledData, err := bundles.Bytes(labelled)

@@ -67,6 +67,19 @@ func policyBundle(t *testing.T, loosen bool) *bundle.Bundle {
 	return b
 }
 
+// policyWithProbe is the shipped policy with one more module,
+// ichor/probe/probe.rego, whose source is module.
+func policyWithProbe(t *testing.T, module string) *bundle.Bundle {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "ichor", "probe"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "ichor", "probe", "probe.rego"), []byte(module), 0o600))
+	b, err := bundles.FromDir(dir)
+	require.NoError(t, err)
+	return b
+}
+
 func writeBundle(t *testing.T, path string, b *bundle.Bundle, s *signer) {
 	t.Helper()
 	if s != nil {
@@ -477,12 +490,7 @@ func TestTheUploadBufferIsBoundedByDefault(t *testing.T) {
 	// The entries come from a rule that costs nothing (the buffer counts
 	// entries, whatever decided them): ten thousand kubelet-serving
 	// decisions took half a minute of CPU.
-	dir := t.TempDir()
-	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "ichor", "probe"), 0o700))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "ichor", "probe", "probe.rego"), []byte("package ichor.probe\n\ndecision := true\n"), 0o600))
-	b, err := bundles.FromDir(dir)
-	require.NoError(t, err)
+	b := policyWithProbe(t, "package ichor.probe\n\ndecision := true\n")
 	svc := &harness.LogService{}
 	svc.SetDown(true)
 	srv := httptest.NewServer(svc)
@@ -501,16 +509,11 @@ func TestTheUploadBufferIsBoundedByDefault(t *testing.T) {
 }
 
 func TestAnOversizedEntryIsCountedNotUploaded(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "ichor", "probe"), 0o700))
 	// A rule whose answer is over a megabyte, which the mask does not cut.
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "ichor", "probe", "probe.rego"), []byte(`package ichor.probe
+	b := policyWithProbe(t, `package ichor.probe
 
 decision := {"big": concat("", [x | some _ in numbers.range(1, 1200000); x := "z"])}
-`), 0o600))
-	b, err := bundles.FromDir(dir)
-	require.NoError(t, err)
+`)
 	svc := &harness.LogService{}
 	srv := httptest.NewServer(svc)
 	t.Cleanup(srv.Close)
