@@ -253,9 +253,6 @@ func TestAWakeUpAskedForComesThen(t *testing.T) {
 // and no goroutine of the approver's is left: no worker, and no timer of the
 // queue's delays (a wake-up asked for was pending).
 func TestNoWorkerOrTimerIsLeftAfterTheManagerStops(t *testing.T) {
-	// The package's other tests run a manager meanwhile, with queues of its
-	// own: what is counted is the queues' delay loops, before and after.
-	loops := goroutines("waitingLoop")
 	t0 := time.Unix(1_000_000, 0)
 	f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:hang", "csr-hang", t0), csrOf("system:node:later", "csr-later", t0))
 	f.dec.decide = func(ctx context.Context, name string) (engine.CSRDecision, error) {
@@ -265,19 +262,31 @@ func TestNoWorkerOrTimerIsLeftAfterTheManagerStops(t *testing.T) {
 		<-ctx.Done()
 		return engine.CSRDecision{}, ctx.Err()
 	}
+	// The package's other tests run managers meanwhile, with queues of
+	// their own: this queue's delay loop is the one this test started.
+	loop := startedHere("k8s.io/client-go/util/workqueue.newDelayingQueue[...]")
 	stop := f.start(t, 4)
 	f.add("system:node:later")
 	f.add("system:node:hang")
 	require.Eventually(t, func() bool { return len(f.dec.calls()) == 2 }, 5*time.Second, 5*time.Millisecond)
-	require.Equal(t, loops+1, goroutines("waitingLoop"))
+	require.Equal(t, 1, goroutines(loop), "the queue's delay loop is not found")
 	// This replica's workers (the manager's have another receiver).
 	worker := fmt.Sprintf("kubeletserving.(*Reconciler).next(%p,", f.r)
 	require.Equal(t, 4, goroutines(worker))
 	stop()
 	assert.True(t, f.r.queue.ShuttingDown())
 	assert.Zero(t, goroutines(worker), "a worker is left")
-	require.Eventually(t, func() bool { return goroutines("waitingLoop") == loops }, 5*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return goroutines(loop) == 0 }, 5*time.Second, 10*time.Millisecond,
 		"the queue's delay loop is left")
+}
+
+// startedHere is how the stack of a goroutine that fn started, called by
+// the calling goroutine, ends.
+func startedHere(fn string) string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	// "goroutine 7 [running]: ..."
+	return fmt.Sprintf("created by %s in goroutine %s\n", fn, strings.Fields(string(buf))[1])
 }
 
 // goroutines counts the goroutines with fn in their stack.
