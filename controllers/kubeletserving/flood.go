@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -71,20 +72,100 @@ func (c *limitsCache) get(ctx context.Context, eng Decider, now time.Time) (engi
 	return limits, nil
 }
 
+// countsTTL is how long the flood counts are used after an event that can
+// only lower them (a request decided or deleted, a machine's status
+// written): a count a little high withholds an approval a little longer,
+// which is safe, and a mass reboot's approvals do not each cost a count.
+const countsTTL = time.Second
+
+// floodCounts keeps the counts of one API server's undecided requests
+// (countAll) between the events that change them, so that the work of a
+// burst of requests grows with the events and not with events × requesters:
+// every requester key of a flood would otherwise list every undecided
+// request again.
+//
+// The events are noted before their requester is queued, and the informer
+// has stored the request before it tells of it, so the worker that decides
+// a request finds it counted: counts taken before an event that may raise
+// them (a new undecided request) are never used after it. Counts taken
+// before one that can only lower them are used for up to countsTTL. One
+// count runs at a time; the workers that wait for it use it when it is new
+// enough. The zero value is ready; nil counts every time.
+type floodCounts struct {
+	// raised counts the events after which the counts may be higher;
+	// lowered, every other.
+	raised, lowered atomic.Uint64
+
+	mu sync.Mutex
+	// taken is when counts were taken, on basis, after raisedAt raising
+	// and loweredAt other events; zero when there are none.
+	taken     time.Time
+	basis     countsBasis
+	raisedAt  uint64
+	loweredAt uint64
+	counts    csrinput.Requests
+}
+
+// countsBasis is what the counts depend on besides the requests: the rule's
+// limits, the machines' node names (their epoch) and which clusters judge.
+type countsBasis struct {
+	limits       engine.KubeletServingLimits
+	machineEpoch uint64
+	judges       string
+}
+
+// noteEvent notes a request's event: raising when, after it, the request
+// is undecided (it is counted from now on), lowering otherwise.
+func (f *floodCounts) noteEvent(csr *certificatesv1.CertificateSigningRequest, deleted bool) {
+	if f == nil {
+		return
+	}
+	if !deleted && len(csr.Status.Certificate) == 0 && !approval.IsDecided(csr) {
+		f.raised.Add(1)
+		return
+	}
+	f.lowered.Add(1)
+}
+
+// get is the counts on basis: the kept ones when no raising event came
+// since they were taken and, when some other event did (or machines
+// changed: machineEvents), they are younger than countsTTL; else count's,
+// kept.
+func (f *floodCounts) get(basis countsBasis, machineEvents uint64, now time.Time, count func() (csrinput.Requests, error)) (csrinput.Requests, error) {
+	if f == nil {
+		return count()
+	}
+	raised, lowered := f.raised.Load(), f.lowered.Load()+machineEvents
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.taken.IsZero() && f.basis == basis && f.raisedAt >= raised &&
+		(f.loweredAt >= lowered || now.Sub(f.taken) < countsTTL) {
+		return f.counts, nil
+	}
+	// Read again, before the listing: every event up to these is in it.
+	raisedAt, loweredAt := f.raised.Load(), f.lowered.Load()+machineEvents
+	counts, err := count()
+	if err != nil {
+		return csrinput.Requests{}, err
+	}
+	f.taken, f.basis, f.raisedAt, f.loweredAt, f.counts = now, basis, raisedAt, loweredAt, counts
+	return counts, nil
+}
+
 // requests are the counts of input.requests for csr: its requester's
 // undecided requests, and how many of its requests are newer, decided or not,
-// from the target's cache; and the pass's counts of every undecided request
-// and of the machines. Newer counts the decided ones too, so that the answer
-// does not depend on the order requests are judged in: once a flood's newest
-// were decided, an older one judged after them would otherwise find fewer
-// newer ones and be judged on its merits.
+// from the target's cache; and the counts of every undecided request and of
+// the machines (floodCounts), taken once a pass. Newer counts the decided
+// ones too, so that the answer does not depend on the order requests are
+// judged in: once a flood's newest were decided, an older one judged after
+// them would otherwise find fewer newer ones and be judged on its merits.
 func (p *pass) requests(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*csrinput.Requests, error) {
 	if p.counts == nil {
 		counts, err := p.countAll(ctx)
 		if err != nil {
 			return nil, err
 		}
-		p.counts = counts
+		p.counts = &counts
 	}
 	var mine certificatesv1.CertificateSigningRequestList
 	if err := p.target.reader.List(ctx, &mine, client.MatchingFields{IndexUndecided: "made-by:" + csr.Spec.Username}, client.UnsafeDisableDeepCopy); err != nil {
@@ -103,10 +184,11 @@ func (p *pass) requests(ctx context.Context, csr *certificatesv1.CertificateSign
 	return &out, nil
 }
 
-// countAll counts the undecided requests of the pass's API server and the
-// machines of the clusters that judge it: for a cluster with kubeconfigRef,
-// its own; for the manager's API server, those of every enabled cluster the
-// operator named (LocalClusters).
+// countAll is the counts of every undecided request of the pass's API server
+// and of the machines of the clusters that judge it: for a cluster with
+// kubeconfigRef, its own; for the manager's API server, those of every
+// enabled cluster the operator named (LocalClusters). The target's
+// floodCounts keeps them between events (see there).
 //
 // Undecided are only the requests Ichor could approve for those clusters: the
 // requester is system:node:<name>, <name> is the node name the request asks
@@ -115,18 +197,34 @@ func (p *pass) requests(ctx context.Context, csr *certificatesv1.CertificateSign
 // for any name to whoever holds a bootstrap token) is counted apart, as
 // unknown, so that such names cannot hold up a real node's approval; the rule
 // says what each count weighs.
-func (p *pass) countAll(ctx context.Context) (*csrinput.Requests, error) {
+func (p *pass) countAll(ctx context.Context) (csrinput.Requests, error) {
 	limits, err := p.r.limits.get(ctx, p.r.Engine, p.now)
 	if err != nil {
-		return nil, fmt.Errorf("the limits of the kubelet serving rule: %w", err)
+		return csrinput.Requests{}, fmt.Errorf("the limits of the kubelet serving rule: %w", err)
 	}
-	names, machines, err := p.judgedNodeNames(ctx)
+	judges, err := p.judgingClusters(ctx)
 	if err != nil {
-		return nil, err
+		return csrinput.Requests{}, err
+	}
+	basis := countsBasis{limits: limits, machineEpoch: p.r.machineEpoch.Get()}
+	for _, c := range judges {
+		basis.judges += fmt.Sprintf("%s/%d;", c.UID, c.Generation)
+	}
+	return p.target.counts.get(basis, p.r.machineEvents.Load(), p.now, func() (csrinput.Requests, error) {
+		return p.count(ctx, limits, judges)
+	})
+}
+
+// count lists every undecided request of the pass's API server and the
+// machines of the judging clusters, and counts them (countAll).
+func (p *pass) count(ctx context.Context, limits engine.KubeletServingLimits, judges []ichorv1alpha1.TalosCluster) (csrinput.Requests, error) {
+	names, machines, err := p.judgedNodeNames(ctx, judges)
+	if err != nil {
+		return csrinput.Requests{}, err
 	}
 	var all certificatesv1.CertificateSigningRequestList
 	if err := p.target.reader.List(ctx, &all, client.MatchingFields{IndexUndecided: undecidedAll}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("count the undecided requests: %w", err)
+		return csrinput.Requests{}, fmt.Errorf("count the undecided requests: %w", err)
 	}
 	// Each requester's up to the rule's limit: beyond it the rule denies
 	// them, so one node's flood does not make every node's look like one.
@@ -145,25 +243,30 @@ func (p *pass) countAll(ctx context.Context) (*csrinput.Requests, error) {
 			out.Unknown++
 		}
 	}
-	return &out, nil
+	return out, nil
 }
 
-// judgedNodeNames are the node names the machines of the clusters that judge
-// the pass's API server answer to, and how many machines those are.
-func (p *pass) judgedNodeNames(ctx context.Context) (map[string]bool, int, error) {
-	judges := []ichorv1alpha1.TalosCluster{*p.cluster}
-	if p.target.local {
-		var enabled ichorv1alpha1.TalosClusterList
-		if err := p.r.Client.List(ctx, &enabled, client.MatchingFields{IndexServingEnabled: "true"}); err != nil {
-			return nil, 0, fmt.Errorf("list enabled clusters: %w", err)
-		}
-		judges = judges[:0]
-		for _, c := range enabled.Items {
-			if c.Spec.KubeconfigRef == nil && p.r.LocalClusters.Judges(&c) {
-				judges = append(judges, c)
-			}
+// judgingClusters are the clusters that judge the pass's API server.
+func (p *pass) judgingClusters(ctx context.Context) ([]ichorv1alpha1.TalosCluster, error) {
+	if !p.target.local {
+		return []ichorv1alpha1.TalosCluster{*p.cluster}, nil
+	}
+	var enabled ichorv1alpha1.TalosClusterList
+	if err := p.r.Client.List(ctx, &enabled, client.MatchingFields{IndexServingEnabled: "true"}); err != nil {
+		return nil, fmt.Errorf("list enabled clusters: %w", err)
+	}
+	var judges []ichorv1alpha1.TalosCluster
+	for _, c := range enabled.Items {
+		if c.Spec.KubeconfigRef == nil && p.r.LocalClusters.Judges(&c) {
+			judges = append(judges, c)
 		}
 	}
+	return judges, nil
+}
+
+// judgedNodeNames are the node names the machines of the judging clusters
+// answer to, and how many machines those are.
+func (p *pass) judgedNodeNames(ctx context.Context, judges []ichorv1alpha1.TalosCluster) (map[string]bool, int, error) {
 	names := map[string]bool{}
 	count := 0
 	for _, c := range judges {

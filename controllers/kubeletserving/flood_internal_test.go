@@ -11,6 +11,8 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
+
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 )
 
 func csrOf(user, name string, created time.Time) certificatesv1.CertificateSigningRequest {
@@ -75,5 +77,77 @@ func TestOnlyUndecidedKubeletServingRequestsAreCounted(t *testing.T) {
 	other.Spec.SignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
 	if got := undecidedKeys(&other); got != nil {
 		t.Fatalf("another signer: keys %v, want none", got)
+	}
+}
+
+// The flood counts are taken again after any event that may raise them,
+// even one that came while they were being taken; after one that can only
+// lower them (or a machine's event), only once they are countsTTL old; and
+// whenever what they are taken on changes. A failed count is not kept.
+func TestTheFloodCountsAreKeptUntilAnEventMayHaveRaisedThem(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	undecided := csrOf("system:node:a", "new", t0)
+	decided := csrOf("system:node:a", "old", t0)
+	decided.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: "True"}}
+	basis := countsBasis{machineEpoch: 1, judges: "uid/1;"}
+
+	var f floodCounts
+	taken := 0
+	var during func()
+	count := func() (csrinput.Requests, error) {
+		taken++
+		if during != nil {
+			during()
+			during = nil
+		}
+		return csrinput.Requests{Undecided: taken}, nil
+	}
+	get := func(b countsBasis, machineEvents uint64, now time.Time) int {
+		t.Helper()
+		got, err := f.get(b, machineEvents, now, count)
+		require.NoError(t, err)
+		return got.Undecided
+	}
+
+	assert.Equal(t, 1, get(basis, 0, t0), "first: counted")
+	assert.Equal(t, 1, get(basis, 0, t0.Add(time.Hour)), "no event: kept, however old")
+
+	f.noteEvent(&undecided, false)
+	assert.Equal(t, 2, get(basis, 0, t0.Add(time.Hour)), "a new undecided request: counted again")
+
+	f.noteEvent(&decided, false)
+	f.noteEvent(&undecided, true)
+	assert.Equal(t, 2, get(basis, 0, t0.Add(time.Hour+countsTTL/2)), "a decision and a deletion: kept while young")
+	assert.Equal(t, 3, get(basis, 0, t0.Add(time.Hour+countsTTL)), "and counted again once countsTTL old")
+
+	assert.Equal(t, 3, get(basis, 0, t0.Add(2*time.Hour)), "nothing since: kept")
+	assert.Equal(t, 4, get(basis, 1, t0.Add(2*time.Hour)), "a machine's event: counted again once old")
+
+	moved := basis
+	moved.machineEpoch++
+	assert.Equal(t, 5, get(moved, 1, t0.Add(2*time.Hour)), "machines answering to other names: counted again at once")
+	judged := moved
+	judged.judges += "uid2/1;"
+	assert.Equal(t, 6, get(judged, 1, t0.Add(2*time.Hour)), "another judging cluster: counted again at once")
+
+	// A request that arrives while the counts are taken may be missing from
+	// them: they are not used after its event.
+	during = func() { f.noteEvent(&undecided, false) }
+	f.noteEvent(&undecided, false)
+	assert.Equal(t, 7, get(judged, 1, t0.Add(2*time.Hour)), "counted, and another request came meanwhile")
+	assert.Equal(t, 8, get(judged, 1, t0.Add(2*time.Hour)), "so counted again")
+	assert.Equal(t, 8, get(judged, 1, t0.Add(2*time.Hour)), "then kept")
+
+	f.noteEvent(&undecided, false)
+	_, err := f.get(judged, 1, t0.Add(3*time.Hour), func() (csrinput.Requests, error) { return csrinput.Requests{}, assert.AnError })
+	require.ErrorIs(t, err, assert.AnError)
+	assert.Equal(t, 9, get(judged, 1, t0.Add(3*time.Hour)), "a failed count is not kept: counted again")
+
+	var none *floodCounts
+	none.noteEvent(&undecided, false)
+	for want := 10; want <= 11; want++ {
+		got, err := none.get(judged, 1, t0, count)
+		require.NoError(t, err)
+		assert.Equal(t, want, got.Undecided, "no cache: counted every time")
 	}
 }

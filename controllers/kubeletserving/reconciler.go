@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -156,8 +157,19 @@ type Reconciler struct {
 	// machine is worth deciding again only after one, and one whose node
 	// could not be read is decided at once after one.
 	machineEpoch approval.Epoch
-	// localNames are the node names of the local API server's requests.
-	localNames nodeNames
+	// machineEvents counts every machine event, machineEpoch's or not (a
+	// status written, a deletion): flood counts taken before one are used a
+	// little longer only (floodCounts).
+	machineEvents atomic.Uint64
+	// localNames are the node names of the local API server's requests,
+	// and localCounts its flood counts.
+	localNames  nodeNames
+	localCounts floodCounts
+}
+
+// localTarget is the API server the manager runs against.
+func (r *Reconciler) localTarget() *target {
+	return &target{reader: r.Client, clientset: r.Clientset, local: true, names: &r.localNames, counts: &r.localCounts}
 }
 
 // SetupWithManager registers the reconciler and its indexes.
@@ -203,8 +215,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		// A request's event is a key of the decision queue, not a
 		// reconcile of the cluster: its work does not grow with the number
 		// of requests or machines.
-		Watches(&certificatesv1.CertificateSigningRequest{}, handler.EnqueueRequestsFromMapFunc(r.csrToRequesters),
-			builder.WithPredicates(predicate.NewPredicateFuncs(isKubeletServing))).
+		WatchesRawSource(source.Kind(mgr.GetCache(), &certificatesv1.CertificateSigningRequest{},
+			csrEvents(&r.localCounts, r.csrToRequesters), predicate.NewTypedPredicateFuncs(isKubeletServing))).
 		// Clusters are independent: one whose nodes time out does not hold
 		// back the others.
 		WithOptions(opts).
@@ -216,9 +228,34 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	return nil
 }
 
-func isKubeletServing(obj client.Object) bool {
-	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
-	return ok && csr.Spec.SignerName == certificatesv1.KubeletServingSignerName
+func isKubeletServing(csr *certificatesv1.CertificateSigningRequest) bool {
+	return csr.Spec.SignerName == certificatesv1.KubeletServingSignerName
+}
+
+// csrEvents handles one API server's kubelet serving CSR events: each is
+// noted in its flood counts before the request's requester is queued (see
+// floodCounts), then queue is called with the request. The work is the
+// decision queue's, not a reconcile's.
+func csrEvents(counts *floodCounts, queue func(context.Context, *certificatesv1.CertificateSigningRequest)) handler.TypedEventHandler[*certificatesv1.CertificateSigningRequest, reconcile.Request] {
+	type events = workqueue.TypedRateLimitingInterface[reconcile.Request]
+	return handler.TypedFuncs[*certificatesv1.CertificateSigningRequest, reconcile.Request]{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[*certificatesv1.CertificateSigningRequest], _ events) {
+			counts.noteEvent(e.Object, false)
+			queue(ctx, e.Object)
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest], _ events) {
+			counts.noteEvent(e.ObjectNew, false)
+			queue(ctx, e.ObjectNew)
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[*certificatesv1.CertificateSigningRequest], _ events) {
+			counts.noteEvent(e.Object, true)
+			queue(ctx, e.Object)
+		},
+		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[*certificatesv1.CertificateSigningRequest], _ events) {
+			counts.noteEvent(e.Object, false)
+			queue(ctx, e.Object)
+		},
+	}
 }
 
 // machineToCluster reconciles the machine's cluster: a machine
@@ -233,6 +270,7 @@ func (r *Reconciler) machineToCluster(ctx context.Context, obj client.Object) []
 	// Talos API moved is worth reading again. Status updates of machines (a
 	// recorded certificate) do not count.
 	r.machineEpoch.Note(m.UID, m.Namespace+"/"+m.Spec.ClusterName+"/"+m.Status.NodeName+"/"+m.Spec.Hostname+"/"+m.Spec.Endpoint)
+	r.machineEvents.Add(1)
 	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
 	if r.Shards != nil {
 		// Another replica's cluster is its business; a cluster not (yet)
@@ -248,15 +286,11 @@ func (r *Reconciler) machineToCluster(ctx context.Context, obj client.Object) []
 // csrToRequesters queues the request's requester in each cluster concerned
 // by it, and reconciles no cluster: the request's node name is looked up in
 // the machine index.
-func (r *Reconciler) csrToRequesters(ctx context.Context, obj client.Object) []reconcile.Request {
-	csr, ok := obj.(*certificatesv1.CertificateSigningRequest)
-	if !ok {
-		return nil
-	}
+func (r *Reconciler) csrToRequesters(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) {
 	keys, err := r.clustersFor(ctx, r.localNames.lookup(csr))
 	if err != nil {
 		log.FromContext(ctx).Error(err, "map CSR to clusters", "csr", csr.Name)
-		return nil
+		return
 	}
 	for _, key := range keys {
 		// A request in this API server is for the clusters judging it: not
@@ -268,7 +302,6 @@ func (r *Reconciler) csrToRequesters(ctx context.Context, obj client.Object) []r
 		}
 		r.enqueue(requester{cluster: key, username: csr.Spec.Username})
 	}
-	return nil
 }
 
 // clustersFor is the clusters that may decide a request for node: the

@@ -21,10 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
@@ -80,6 +78,9 @@ type target struct {
 	local bool
 	// names are the node names of its requests, parsed once.
 	names *nodeNames
+	// counts are the flood counts of its undecided requests, kept between
+	// its events.
+	counts *floodCounts
 
 	kubeconfig []byte
 	cancel     context.CancelFunc
@@ -178,7 +179,7 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 		if !r.LocalClusters.Judges(c) {
 			return nil, ErrLocalClusterNotNamed
 		}
-		return &target{reader: r.Client, clientset: r.Clientset, local: true, names: &r.localNames}, nil
+		return r.localTarget(), nil
 	}
 	data, err := r.readKubeconfig(ctx, c)
 	if err != nil {
@@ -236,7 +237,7 @@ func (r *Reconciler) currentTarget(c *ichorv1alpha1.TalosCluster) *target {
 		if !r.LocalClusters.Judges(c) {
 			return nil
 		}
-		return &target{reader: r.Client, clientset: r.Clientset, local: true, names: &r.localNames}
+		return r.localTarget()
 	}
 	key := client.ObjectKeyFromObject(c)
 	r.targets.mu.Lock()
@@ -429,24 +430,21 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 		cancel()
 		return nil, fmt.Errorf("watch CSRs of cluster %s: the cache did not sync", key)
 	}
+	counts := &floodCounts{}
 	if r.controller != nil {
+		// The request's requester is queued; the cluster is not reconciled.
 		src := source.Kind(cl.GetCache(), &certificatesv1.CertificateSigningRequest{},
-			handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, csr *certificatesv1.CertificateSigningRequest) []reconcile.Request {
-				// The request's requester is queued; the cluster is not
-				// reconciled.
+			csrEvents(counts, func(_ context.Context, csr *certificatesv1.CertificateSigningRequest) {
 				r.enqueue(requester{cluster: key, username: csr.Spec.Username})
-				return nil
 			}),
-			predicate.NewTypedPredicateFuncs(func(csr *certificatesv1.CertificateSigningRequest) bool {
-				return csr.Spec.SignerName == certificatesv1.KubeletServingSignerName
-			}))
+			predicate.NewTypedPredicateFuncs(isKubeletServing))
 		if err := r.controller.Watch(src); err != nil {
 			cancel()
 			return nil, fmt.Errorf("watch CSRs of cluster %s: %w", key, err)
 		}
 	}
 	log.FromContext(ctx).Info("watching the cluster's own API server for kubelet serving CSRs", "host", cfg.Host)
-	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, cancel: cancel}, nil
+	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, counts: counts, cancel: cancel}, nil
 }
 
 // stop ends the cluster's watch and forgets the rule's verdict on its
