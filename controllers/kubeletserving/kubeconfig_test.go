@@ -6,13 +6,17 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
@@ -349,4 +354,42 @@ func TestAStallingRemoteServerDoesNotDelayALocalCluster(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	assert.False(t, done[1], "the local cluster's kubelet waited for the tenant's stalled request to end")
+}
+
+// stallingProxy is a tenant's API server that answers everything but its
+// first approval write, which it holds until the client gives up: the
+// server behind it is cfg's, reached with cfg's credentials. It returns the
+// tenant's kubeconfig, and how many approval writes it held and saw given up.
+func stallingProxy(t *testing.T, cfg *rest.Config) (doc string, stalls func() (held, gaveUp int64)) {
+	t.Helper()
+	target, err := url.Parse(cfg.Host)
+	require.NoError(t, err)
+	transport, err := rest.TransportFor(cfg)
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = transport
+	rp.FlushInterval = -1 // watches stream
+	var held, gaveUp atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The tenant's token is not the server's: cfg's credentials are.
+		r.Header.Del("Authorization")
+		if r.Method == http.MethodPut && strings.HasSuffix(r.URL.Path, "/approval") && held.CompareAndSwap(0, 1) {
+			// Read to the end, so that the server notices the client
+			// hanging up (its context ends).
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-r.Context().Done():
+				gaveUp.Add(1)
+			case <-release:
+			}
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	return kubeconfigDoc(srv.URL, "    certificate-authority-data: "+ca+"\n", "    token: tenant-token\n"),
+		func() (int64, int64) { return held.Load(), gaveUp.Load() }
 }

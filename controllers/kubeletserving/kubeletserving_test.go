@@ -117,8 +117,10 @@ func startManager(ctx context.Context) error {
 		// for Ready, so that a test sees it within its deadline.
 		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second, UnreachableAfter: 2 * time.Second},
 		ResyncInterval: 3 * time.Second,
-		LocalClusters:  local,
-		LocalAPIServer: &kubeconfig.Local{Config: env.Config},
+		// A tenant's server that holds a request is given up on soon.
+		TenantRequestTimeout: 3 * time.Second,
+		LocalClusters:        local,
+		LocalAPIServer:       &kubeconfig.Local{Config: env.Config},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err
@@ -668,13 +670,19 @@ func TestClusterWithKubeconfigRefIsJudgedInItsOwnAPIServer(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = workload.Stop() })
 
+	// Review 6 M4: the tenant's server holds the first approval write
+	// until the manager gives up on it (TenantRequestTimeout), as a server
+	// that accepts a request and never answers; the decision is written
+	// again, and no worker is held for good.
+	tenant, stalls := stallingProxy(t, workload.Config)
+
 	ns := "remote-cluster"
 	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	// The workload cluster's own secrets bundle: its OS CA signs its nodes' Talos APIs.
 	require.NoError(t, env.Client.Create(ctx, workload.SecretsBundleSecret(ns, "talos-secrets")))
 	require.NoError(t, env.Client.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workload-kubeconfig"},
-		Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: workload.AdminKubeconfig},
+		Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte(tenant)},
 	}))
 	cluster := &ichorv1alpha1.TalosCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workload"},
@@ -715,6 +723,10 @@ func TestClusterWithKubeconfigRefIsJudgedInItsOwnAPIServer(t *testing.T) {
 	cert, err := kubelet.WaitForCertificate(waitCtx)
 	require.NoError(t, err, "the kubelet of the workload cluster got no certificate")
 	assert.Equal(t, "system:node:remote-1", cert.Subject.CommonName)
+	assert.Eventually(t, func() bool {
+		held, gaveUp := stalls()
+		return held == 1 && gaveUp == 1
+	}, wait, 50*time.Millisecond, "the stalled approval write was not given up")
 	f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionTrue)
 
 	// Review 6 H1: the operator deletes the kubeconfig Secret to stop Ichor

@@ -66,6 +66,11 @@ const ApprovalReason = "IchorKubeletServing"
 const (
 	DefaultResyncInterval = time.Minute
 	DefaultTalosTimeout   = 10 * time.Second
+	// DefaultTenantRequestTimeout bounds each read and write of a CSR in a
+	// tenant's API server (kubeconfigRef), answer included: a server that
+	// accepts the request and never answers would otherwise hold a
+	// decision worker, which every cluster shares, for as long as it likes.
+	DefaultTenantRequestTimeout = 30 * time.Second
 )
 
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
@@ -116,6 +121,9 @@ type Reconciler struct {
 	AllowInsecureKubeconfig bool
 
 	ResyncInterval time.Duration
+	// TenantRequestTimeout bounds each request to a tenant's API server
+	// but its watch; DefaultTenantRequestTimeout if zero.
+	TenantRequestTimeout time.Duration
 	// MaxConcurrentDecisions is the number of decision workers;
 	// DefaultMaxConcurrentDecisions if zero.
 	MaxConcurrentDecisions int
@@ -179,6 +187,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
+	}
+	if r.TenantRequestTimeout <= 0 {
+		r.TenantRequestTimeout = DefaultTenantRequestTimeout
 	}
 	if r.MaxConcurrentDecisions <= 0 {
 		r.MaxConcurrentDecisions = DefaultMaxConcurrentDecisions

@@ -404,7 +404,11 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	if err := addUndecidedIndex(ctx, cl.GetFieldIndexer()); err != nil {
 		return nil, fmt.Errorf("index CSRs of cluster %s: %w", key, err)
 	}
-	clientset, err := kubernetes.NewForConfig(cfg)
+	// The clientset reads and writes single requests, each bounded; the
+	// cache's watch is a stream, and has no such bound.
+	bounded := rest.CopyConfig(cfg)
+	bounded.Timeout = r.TenantRequestTimeout
+	clientset, err := kubernetes.NewForConfig(bounded)
 	if err != nil {
 		return nil, fmt.Errorf("API server of cluster %s: %w", key, err)
 	}
