@@ -14,7 +14,8 @@
 //     node's identity read from its Talos API, the flood counts) and asks
 //     the engine.
 //   - act (decide.go): approve, deny, or leave pending; a wait the verdict
-//     asks for is the key's AddAfter, a failure its AddRateLimited.
+//     asks for, or a failed request's backoff, is the key's AddAfter; a
+//     failure to list the requester's requests, its AddRateLimited.
 //   - record (decide.go, conditions.go): the applied record in the decision
 //     log, the issued certificate on the TalosMachine, and the cluster's
 //     KubeletServingCertificates and latched KubeletServingVerified
@@ -194,7 +195,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if r.MaxConcurrentDecisions <= 0 {
 		r.MaxConcurrentDecisions = DefaultMaxConcurrentDecisions
 	}
-	r.queue = newQueue(clock.RealClock{})
+	// The queue's wake-ups are measured on the clock the waits are
+	// computed with.
+	queueClock, ok := r.Clock.(clock.WithTicker)
+	if !ok {
+		queueClock = clock.RealClock{}
+	}
+	r.queue = newQueue(queueClock)
 	r.runCtx = ctx
 	if err := AddIndexes(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err

@@ -46,9 +46,9 @@ func newQueue(clk clock.WithTicker) workqueue.TypedRateLimitingInterface[request
 }
 
 // enqueue asks for a requester's requests in a cluster to be decided. A key
-// backing off after a failure is left to its backoff: its requests are all
-// looked at when it comes, and a request whose write the API server refuses
-// must not cost a decision, a log entry and a write at every event or resync.
+// backing off after a failure to list them is left to its backoff: they are
+// all looked at when it comes. (A request that failed backs off on its own,
+// see failed.)
 func (r *Reconciler) enqueue(key requester) {
 	if r.queue.NumRequeues(key) > 0 {
 		return
@@ -109,10 +109,14 @@ func (r *Reconciler) next(ctx context.Context) bool {
 
 // decideRequester gathers, decides, acts and records for each of a
 // requester's requests in a cluster, oldest first, and says when to look at
-// them again (zero: only on an event), or that one failed (then the key backs
-// off). It decides nothing for a cluster this replica does not serve, and a
-// decision runs under this replica's hold on the cluster's shard: it ends
-// when the shard goes.
+// them again (zero: only on an event), or that they could not be listed (then
+// the key backs off). A request whose handling failed waits out its own
+// backoff, the others of its requester are decided meanwhile: a request the
+// API server refuses for good does not hold up the node's next one, and an
+// event does not bring it back early (a decision, a log entry and a refused
+// write each time). It decides nothing for a cluster this replica does not
+// serve, and a decision runs under this replica's hold on the cluster's
+// shard: it ends when the shard goes.
 func (r *Reconciler) decideRequester(ctx context.Context, key requester) (time.Duration, error) {
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("taloscluster", key.cluster, "requester", key.username))
 	p, ok, err := r.passFor(ctx, key.cluster)
@@ -126,9 +130,13 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (time.D
 	if err != nil {
 		return 0, err
 	}
-	var failed error
+	epoch := r.machineEpoch.Get()
 	for i := range csrs {
 		csr := &csrs[i]
+		if wait, skip := r.failures.Skip(p.memoKey(csr), csr.ResourceVersion, epoch, p.now); skip {
+			p.retryIn(wait)
+			continue
+		}
 		err := p.handle(ctx, csr)
 		if ctx.Err() != nil {
 			// A decision cut short because the shard went (its context
@@ -136,23 +144,24 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (time.D
 			return 0, nil
 		}
 		if err != nil {
-			p.failed(ctx, csr, err)
-			failed = err
+			p.failed(ctx, csr, epoch, err)
 		}
 	}
-	return p.wait, failed
+	return p.wait, nil
 }
 
-// failed remembers a request whose handling failed: a write answered with an
-// error may have been applied all the same, so its verdict in effect is
-// recorded (settle) at its next look, which the key's backoff brings.
-func (p *pass) failed(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, err error) {
+// failed remembers a request whose handling failed, and when to look at it
+// again: with backoff, unless it changes (or the machines do) meanwhile. A
+// write answered with an error may have been applied all the same, so its
+// verdict in effect is recorded (settle) at that next look.
+func (p *pass) failed(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, epoch uint64, err error) {
 	kind := "transient"
 	if permanentWrite(err) {
 		kind = "permanent"
 	}
 	p.r.Metrics.failure(kind)
-	first, _ := p.r.failures.Pending(p.memoKey(csr), approval.Verdict{}, struct{}{}, p.now, func(int) time.Duration { return 0 })
+	first, wait := p.r.failures.Pending(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch}, struct{}{}, p.now, backoff.After)
+	p.retryIn(wait)
 	log.FromContext(ctx).Error(err, "handle CSR", "csr", csr.Name, "kind", kind)
 	var we *writeError
 	if first && kind == "permanent" && errors.As(err, &we) && we.machine != nil {

@@ -371,3 +371,48 @@ func TestASettledRequestIsRecordedAppliedOnce(t *testing.T) {
 	}
 	assert.Equal(t, int64(rounds), rec.recorded.Load(), "one failed write's decision recorded applied more than once")
 }
+
+// Review 6 L3: a request the API server refuses for good backs off on its
+// own. The node's next request is decided at once, not after the older
+// one's backoff (up to five minutes), and the events that bring the
+// requester back do not bring the refused one back before its time.
+func TestARequestRefusedForGoodHoldsUpNoOtherOfItsRequester(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	// The clock stands still unless the test moves it: no backoff runs out
+	// by itself.
+	clk := clocktesting.NewFakeClock(t0)
+	f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-old", t0))
+	var refused atomic.Int64
+	f.csrs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		if a.(k8stesting.UpdateAction).GetObject().(*certificatesv1.CertificateSigningRequest).Name != "csr-old" {
+			return false, nil, nil
+		}
+		refused.Add(1)
+		return true, nil, apierrors.NewRequestEntityTooLargeError("too big")
+	})
+	f.start(t, 2)
+	f.add("system:node:x")
+	require.Eventually(t, func() bool { return refused.Load() == 1 }, 5*time.Second, 5*time.Millisecond)
+
+	for i, name := range []string{"csr-new", "csr-newer"} {
+		csr := csrOf("system:node:x", name, t0.Add(time.Duration(i+1)*time.Second))
+		csr.UID = types.UID("uid-" + name)
+		require.NoError(t, f.r.Client.Create(context.Background(), &csr))
+		_, err := f.csrs.CertificatesV1().CertificateSigningRequests().Create(context.Background(), &csr, metav1.CreateOptions{})
+		require.NoError(t, err)
+		// Its event.
+		f.add("system:node:x")
+		// The older one is looked at first in the same turn: once this
+		// one is approved, that one was skipped.
+		require.Eventually(t, func() bool { return f.approved(t, name) }, 5*time.Second, 5*time.Millisecond,
+			"%s waited behind a request refused for good", name)
+	}
+	assert.Equal(t, int64(1), refused.Load(), "an event brought the refused request back before its backoff")
+	assert.Equal(t, []string{"csr-old", "csr-new", "csr-newer"}, f.dec.calls(), "decided again before its backoff")
+
+	// Its backoff over, it is tried again.
+	clk.Step(minBackoff)
+	require.Eventually(t, func() bool { return refused.Load() == 2 }, 5*time.Second, 5*time.Millisecond,
+		"the refused request was not tried again after its backoff")
+	assert.False(t, f.approved(t, "csr-old"))
+}
