@@ -325,6 +325,11 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 			p.retryIn(unreadableRecheck)
 			return nil
 		}
+		// The read may have taken seconds: the counts the rule weighs are
+		// those of now (kept between events, so this is mostly no listing).
+		if in.Requests, err = p.requests(ctx, csr); err != nil {
+			return err
+		}
 	}
 	if !p.stillServes() {
 		// The shard went during the Talos read (or this replica was paused

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,7 +76,7 @@ func (c *limitsCache) get(ctx context.Context, eng Decider, now time.Time) (engi
 
 // countsTTL is how long the flood counts are used after an event that can
 // only lower them (a request decided or deleted, a machine's status
-// written): a count a little high withholds an approval a little longer,
+// written; not a machine's deletion, which lowers the rule's limit): a count a little high withholds an approval a little longer,
 // which is safe, and a mass reboot's approvals do not each cost a count.
 const countsTTL = time.Second
 
@@ -107,11 +109,13 @@ type floodCounts struct {
 }
 
 // countsBasis is what the counts depend on besides the requests: the rule's
-// limits, the machines' node names (their epoch) and which clusters judge.
+// limits, the machines' node names (their epoch), the machines deleted (a
+// deletion lowers the rule's limit) and which clusters judge.
 type countsBasis struct {
-	limits       engine.KubeletServingLimits
-	machineEpoch uint64
-	judges       string
+	limits          engine.KubeletServingLimits
+	machineEpoch    uint64
+	machinesDeleted uint64
+	judges          string
 }
 
 // noteEvent notes a request's event: raising when, after it, the request
@@ -155,23 +159,19 @@ func (f *floodCounts) get(basis countsBasis, machineEvents uint64, now time.Time
 // requests are the counts of input.requests for csr: its requester's
 // undecided requests, and how many of its requests are newer, decided or not,
 // from the target's cache; and the counts of every undecided request and of
-// the machines (floodCounts), taken once a pass. Newer counts the decided
+// the machines, kept between events (floodCounts). Newer counts the decided
 // ones too, so that the answer does not depend on the order requests are
 // judged in: once a flood's newest were decided, an older one judged after
 // them would otherwise find fewer newer ones and be judged on its merits.
 func (p *pass) requests(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (*csrinput.Requests, error) {
-	if p.counts == nil {
-		counts, err := p.countAll(ctx)
-		if err != nil {
-			return nil, err
-		}
-		p.counts = &counts
+	out, err := p.countAll(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var mine certificatesv1.CertificateSigningRequestList
 	if err := p.target.reader.List(ctx, &mine, client.MatchingFields{IndexUndecided: "made-by:" + csr.Spec.Username}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("count the requests of %s: %w", csr.Spec.Username, err)
 	}
-	out := *p.counts
 	for i := range mine.Items {
 		other := &mine.Items[i]
 		if len(other.Status.Certificate) == 0 && !approval.IsDecided(other) {
@@ -206,11 +206,15 @@ func (p *pass) countAll(ctx context.Context) (csrinput.Requests, error) {
 	if err != nil {
 		return csrinput.Requests{}, err
 	}
-	basis := countsBasis{limits: limits, machineEpoch: p.r.machineEpoch.Get()}
+	basis := countsBasis{limits: limits, machineEpoch: p.r.machineEpoch.Get(), machinesDeleted: p.r.machinesDeleted.Load()}
+	ids := make([]string, 0, len(judges))
 	for _, c := range judges {
-		basis.judges += fmt.Sprintf("%s/%d;", c.UID, c.Generation)
+		ids = append(ids, fmt.Sprintf("%s/%d", c.UID, c.Generation))
 	}
-	return p.target.counts.get(basis, p.r.machineEvents.Load(), p.now, func() (csrinput.Requests, error) {
+	// The cache lists them in no set order.
+	slices.Sort(ids)
+	basis.judges = strings.Join(ids, ";")
+	return p.target.counts.get(basis, p.r.machineEvents.Load(), p.r.Clock.Now(), func() (csrinput.Requests, error) {
 		return p.count(ctx, limits, judges)
 	})
 }

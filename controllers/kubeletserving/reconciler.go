@@ -167,9 +167,10 @@ type Reconciler struct {
 	// could not be read is decided at once after one.
 	machineEpoch approval.Epoch
 	// machineEvents counts every machine event, machineEpoch's or not (a
-	// status written, a deletion): flood counts taken before one are used a
-	// little longer only (floodCounts).
-	machineEvents atomic.Uint64
+	// status written): flood counts taken before one are used a little
+	// longer only; machinesDeleted counts deletions, after which they are
+	// not used (floodCounts).
+	machineEvents, machinesDeleted atomic.Uint64
 	// localNames are the node names of the local API server's requests,
 	// and localCounts its flood counts.
 	localNames  nodeNames
@@ -229,7 +230,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 				c, ok := obj.(*ichorv1alpha1.TalosCluster)
 				return ok && r.serves(c)
 			}))).
-		Watches(&ichorv1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToCluster)).
+		Watches(&ichorv1alpha1.TalosMachine{}, countDeletions{EventHandler: handler.EnqueueRequestsFromMapFunc(r.machineToCluster), deleted: &r.machinesDeleted}).
 		// A request's event is a key of the decision queue, not a
 		// reconcile of the cluster: its work does not grow with the number
 		// of requests or machines.
@@ -248,6 +249,17 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 
 func isKubeletServing(csr *certificatesv1.CertificateSigningRequest) bool {
 	return csr.Spec.SignerName == certificatesv1.KubeletServingSignerName
+}
+
+// countDeletions counts the deletions among the events it passes on.
+type countDeletions struct {
+	handler.EventHandler
+	deleted *atomic.Uint64
+}
+
+func (c countDeletions) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	c.deleted.Add(1)
+	c.EventHandler.Delete(ctx, e, q)
 }
 
 // csrEvents handles one API server's kubelet serving CSR events: each is
@@ -542,9 +554,6 @@ type pass struct {
 	adoptedSince time.Time
 	// wait is the earliest look again a decision asked for; zero for none.
 	wait time.Duration
-	// counts are the flood guard's counts of the pass's API server, taken
-	// once a pass.
-	counts *csrinput.Requests
 }
 
 func (p *pass) key() types.NamespacedName {
