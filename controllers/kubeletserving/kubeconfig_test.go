@@ -304,7 +304,8 @@ func pemOf(der []byte) []byte {
 }
 
 // A tenant's server that passes the identity check and then never answers
-// holds its own cluster's work (the cache sync waits up to 30 s), and no
+// holds its own cluster's work (the cache sync waits up to 30 s, the
+// transport up to kubeconfig.ResponseHeaderTimeout for any answer), and no
 // other: a local cluster's kubelet gets its certificate while the tenant's
 // first request is still unanswered.
 func TestAStallingRemoteServerDoesNotDelayALocalCluster(t *testing.T) {
@@ -312,11 +313,13 @@ func TestAStallingRemoteServerDoesNotDelayALocalCluster(t *testing.T) {
 	var (
 		mu       sync.Mutex
 		requests int
+		paths    []string
 		done     = map[int]bool{}
 	)
 	stall := httptest.NewTLSServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		requests++
+		paths = append(paths, r.URL.Path)
 		n := requests
 		mu.Unlock()
 		select {
@@ -339,6 +342,11 @@ func TestAStallingRemoteServerDoesNotDelayALocalCluster(t *testing.T) {
 		defer mu.Unlock()
 		return requests > 0
 	}, wait, 50*time.Millisecond, "the tenant's server was never asked")
+	mu.Lock()
+	// Review 7 H2: the first request is the watch's list, which the cache
+	// sync bounds, not a discovery of the server's kinds, which nothing did.
+	assert.Equal(t, "/apis/certificates.k8s.io/v1/certificatesigningrequests", paths[0])
+	mu.Unlock()
 
 	f := newFixture(t, false)
 	f.machine("stall-local-1", "10.20.77.2")

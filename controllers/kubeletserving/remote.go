@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -386,8 +387,13 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	if err := certificatesv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
+	// The one kind watched there is known: no discovery is asked of the
+	// tenant's server (a request no context bounds).
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(certificatesv1.SchemeGroupVersion.WithKind("CertificateSigningRequest"), meta.RESTScopeRoot)
 	cl, err := cluster.New(cfg, func(o *cluster.Options) {
 		o.Scheme = scheme
+		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mapper, nil }
 		o.Cache = cache.Options{
 			ByObject:         map[client.Object]cache.ByObject{&certificatesv1.CertificateSigningRequest{}: {}},
 			DefaultTransform: cache.TransformStripManagedFields(),

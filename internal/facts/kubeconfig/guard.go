@@ -17,6 +17,10 @@ import (
 // manager's own API server (its key, or a certificate of its CA).
 var ErrServerIsLocal = errors.New("the peer presents the key or a certificate of the CA of the manager's own API server: a remote cluster's client does not talk to it")
 
+// ResponseHeaderTimeout is how long a remote API server has to start its
+// answer to any request.
+const ResponseHeaderTimeout = 30 * time.Second
+
 // RESTConfig is the client configuration of the document's server
 // (Document.RESTConfig) whose every connection is checked, not only the
 // first probe: each TLS handshake refuses a peer that presents the local API
@@ -66,9 +70,12 @@ func (l *Local) RESTConfig(ctx context.Context, d *Document, insecure bool) (*re
 		DialContext:         dialer.DialContext,
 		TLSClientConfig:     tlsConfig,
 		TLSHandshakeTimeout: ProbeTimeout,
-		ForceAttemptHTTP2:   true,
-		MaxIdleConnsPerHost: 25,
-		IdleConnTimeout:     90 * time.Second,
+		// A server that takes a request and never starts its answer (a
+		// list, a watch, a write) holds whoever asked: not for longer.
+		ResponseHeaderTimeout: ResponseHeaderTimeout,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConnsPerHost:   25,
+		IdleConnTimeout:       90 * time.Second,
 	}
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return noRedirects{rt} }
 	return cfg, nil
