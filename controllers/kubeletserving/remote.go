@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
@@ -82,6 +83,10 @@ type target struct {
 	// counts are the flood counts of its undecided requests, kept between
 	// its events.
 	counts *floodCounts
+	// breaker holds its requesters back while it lets requests time out,
+	// and slots bound the workers it holds; nil for the local API server.
+	breaker *stallBreaker
+	slots   *tenantSlots
 
 	kubeconfig []byte
 	cancel     context.CancelFunc
@@ -414,6 +419,11 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	// cache's watch is a stream, and has no such bound.
 	bounded := rest.CopyConfig(cfg)
 	bounded.Timeout = r.TenantRequestTimeout
+	breaker := &stallBreaker{clock: r.Clock}
+	if breaker.clock == nil {
+		breaker.clock = clock.RealClock{}
+	}
+	bounded.Wrap(breaker.RoundTripper)
 	clientset, err := kubernetes.NewForConfig(bounded)
 	if err != nil {
 		return nil, fmt.Errorf("API server of cluster %s: %w", key, err)
@@ -454,7 +464,7 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 		}
 	}
 	log.FromContext(ctx).Info("watching the cluster's own API server for kubelet serving CSRs", "host", cfg.Host)
-	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, counts: counts, cancel: cancel}, nil
+	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, counts: counts, breaker: breaker, slots: newTenantSlots(max(1, r.MaxConcurrentDecisions/4)), cancel: cancel}, nil
 }
 
 // stop ends the cluster's watch and forgets the rule's verdict on its

@@ -126,6 +126,23 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (time.D
 	if p.fence != nil {
 		ctx = log.IntoContext(p.fence.Context(), log.FromContext(ctx))
 	}
+	if !p.target.slots.take(key) {
+		// Queued again when one of the tenant's turns ends.
+		return 0, nil
+	}
+	defer func() {
+		if parked, ok := p.target.slots.give(); ok {
+			r.queue.Add(parked)
+		}
+	}()
+	ok, probe, wait := p.target.breaker.enter()
+	if !ok {
+		// The tenant's server stalls: nothing is asked of it now.
+		return wait, nil
+	}
+	if probe {
+		defer p.target.breaker.leave()
+	}
 	csrs, err := p.requestsOf(ctx, key.username)
 	if err != nil {
 		return 0, err
@@ -145,6 +162,11 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (time.D
 		}
 		if err != nil {
 			p.failed(ctx, csr, epoch, err)
+			if p.target.breaker.stalled() {
+				// The rest wait for the server, not this worker.
+				p.retryIn(minBackoff)
+				break
+			}
 		}
 	}
 	return p.wait, nil
