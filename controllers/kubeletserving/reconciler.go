@@ -531,9 +531,6 @@ func (r *Reconciler) passFor(ctx context.Context, key types.NamespacedName) (*pa
 	if p.target = r.currentTarget(&cluster); p.target == nil {
 		return nil, false, nil
 	}
-	if !p.target.local && !r.targetStillAllowed(ctx, &cluster, p.target) {
-		return nil, false, nil
-	}
 	return p, true, nil
 }
 

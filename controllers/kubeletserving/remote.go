@@ -83,10 +83,10 @@ type target struct {
 	// counts are the flood counts of its undecided requests, kept between
 	// its events.
 	counts *floodCounts
-	// breaker holds its requesters back while it lets requests time out,
-	// and slots bound the workers it holds; nil for the local API server.
-	breaker *stallBreaker
-	slots   *tenantSlots
+	// gate bounds the decision workers its tenant holds, and holds its
+	// requesters back while its servers stall; nil for the local API
+	// server.
+	gate *tenantGate
 
 	kubeconfig []byte
 	cancel     context.CancelFunc
@@ -104,6 +104,8 @@ type targets struct {
 	keys     map[types.NamespacedName]*keyLock
 	remote   map[types.NamespacedName]*target
 	verdicts map[types.NamespacedName]*verdict
+	// gates are the tenants' gates, by namespace.
+	gates map[string]*tenantGate
 }
 
 // keyLock serialises the work on one cluster; users counts who holds or
@@ -233,6 +235,26 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 	r.targets.remote[key] = t
 	r.targets.mu.Unlock()
 	return t, nil
+}
+
+// gateOf is the gate of the tenant in namespace (see tenantGate), kept for
+// the manager's life: one per namespace with a kubeconfigRef.
+func (r *Reconciler) gateOf(namespace string) *tenantGate {
+	r.targets.mu.Lock()
+	defer r.targets.mu.Unlock()
+	if r.targets.gates == nil {
+		r.targets.gates = map[string]*tenantGate{}
+	}
+	g, ok := r.targets.gates[namespace]
+	if !ok {
+		clk := r.Clock
+		if clk == nil {
+			clk = clock.RealClock{}
+		}
+		g = newTenantGate(clk, max(1, r.MaxConcurrentDecisions/4), r.TenantRequestTimeout/3)
+		r.targets.gates[namespace] = g
+	}
+	return g
 }
 
 // currentTarget is the API server a cluster judges, as its last reconcile
@@ -419,11 +441,8 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	// cache's watch is a stream, and has no such bound.
 	bounded := rest.CopyConfig(cfg)
 	bounded.Timeout = r.TenantRequestTimeout
-	breaker := &stallBreaker{clock: r.Clock}
-	if breaker.clock == nil {
-		breaker.clock = clock.RealClock{}
-	}
-	bounded.Wrap(breaker.RoundTripper)
+	gate := r.gateOf(key.Namespace)
+	bounded.Wrap(gate.RoundTripper)
 	clientset, err := kubernetes.NewForConfig(bounded)
 	if err != nil {
 		return nil, fmt.Errorf("API server of cluster %s: %w", key, err)
@@ -464,7 +483,7 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 		}
 	}
 	log.FromContext(ctx).Info("watching the cluster's own API server for kubelet serving CSRs", "host", cfg.Host)
-	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, counts: counts, breaker: breaker, slots: newTenantSlots(max(1, r.MaxConcurrentDecisions/4)), cancel: cancel}, nil
+	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, counts: counts, gate: gate, cancel: cancel}, nil
 }
 
 // stop ends the cluster's watch and forgets the rule's verdict on its

@@ -3,6 +3,7 @@ package kubeletserving
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -11,157 +12,231 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// stallBreaker keeps a tenant's API server from holding the decision
-// workers, which every cluster shares: each request to it is bounded
-// (TenantRequestTimeout), but a server that lets every write time out would
-// otherwise hold a worker that long for each of its requesters, which it
-// names itself, again and again. After a request to it timed out, none of
-// its requesters is decided until a backoff has passed (5 s, doubling, at
-// most 5 min, while it keeps timing out); then one requester at a time
-// tries, and the first try in which it answered and let nothing time out
-// closes the breaker. (tenantSlots bounds what it can hold before that.)
-// The nil breaker never opens (the local API server).
-type stallBreaker struct {
-	clock clock.PassiveClock
+// tenantGate keeps the API servers of one tenant (the TalosClusters with a
+// kubeconfigRef in one namespace) from holding the decision workers, which
+// every cluster shares. Each request to such a server is bounded
+// (TenantRequestTimeout), but the tenant names its own requesters, so
+// without a gate a server that stalls would hold a worker that long for
+// each of them, again and again. The gate
+//   - lets at most slots turns run at once; a requester that finds them
+//     taken is parked, and handed back (queued again) when a turn ends;
+//   - is a breaker: once a request stalled (it timed out, or took longer
+//     than stallAfter, answer included), no turn runs until a backoff has
+//     passed (5 s, doubling with each stalled try, at most 5 min; forgiven
+//     after twice that without a stall). One requester turned away waits for
+//     it (the waker), the others are parked; then one turn tries, alone,
+//     and asks the server something cheap first; only a try the server
+//     answered without a stall closes the breaker, and the parked
+//     requesters are handed back as slots allow.
+//
+// It is kept per namespace, not per watch, so that a rewritten kubeconfig
+// Secret or a second TalosCluster does not get fresh slots or a closed
+// breaker. The nil gate lets everything through (the local API server).
+type tenantGate struct {
+	clock      clock.PassiveClock
+	stallAfter time.Duration
 
-	mu sync.Mutex
-	// timeouts counts the requests that timed out since the breaker last
-	// closed; zero: closed.
-	timeouts int
-	// until is when the next try may begin.
-	until time.Time
-	// probing: a try is running; answered and timedOut are what the
-	// server did during it.
-	probing, answered, timedOut bool
+	mu       sync.Mutex
+	free     int
+	parked   []requester
+	isParked map[requester]bool
+
+	// open: a request stalled; until is when the next try may begin, and
+	// trips counts the stalled tries that set it.
+	open      bool
+	trips     int
+	until     time.Time
+	lastStall time.Time
+	// probing: a try runs; answered and stalled are what the server did
+	// meanwhile.
+	probing, answered, stalled bool
+	// wakerDue is when the requester turned away while the breaker is
+	// open comes back to try; zero: none does.
+	wakerDue time.Time
 }
 
-// enter reports whether a requester's requests may be decided through the
-// server now, and whether this turn is the one try of a server that stalled
-// (then leave must be called); when not, how long to wait.
-func (b *stallBreaker) enter() (ok, probe bool, wait time.Duration) {
-	if b == nil {
+func newTenantGate(clk clock.PassiveClock, slots int, stallAfter time.Duration) *tenantGate {
+	if stallAfter <= 0 {
+		stallAfter = DefaultTenantRequestTimeout / 3
+	}
+	return &tenantGate{clock: clk, stallAfter: stallAfter, free: slots, isParked: map[requester]bool{}}
+}
+
+// enter says whether key's turn runs now, and whether it is the try of a
+// stalled server (then the turn asks the server something cheap first).
+// When it does not run, wait is when it comes back (it is the waker), or
+// zero: it is parked, and handed back by a later leave.
+func (g *tenantGate) enter(key requester) (ok, probe bool, wait time.Duration) {
+	if g == nil {
 		return true, false, 0
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := b.clock.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.clock.Now()
 	switch {
-	case b.timeouts == 0:
+	case g.open && now.Before(g.until):
+		// A waker lost on the way (its cluster gone) is replaced.
+		if g.wakerDue.IsZero() || now.After(g.wakerDue.Add(minBackoff)) {
+			g.wakerDue = g.until
+			return false, false, g.until.Sub(now)
+		}
+	case g.open && !g.probing && g.free > 0:
+		g.free--
+		g.probing, g.answered, g.stalled = true, false, false
+		g.wakerDue = time.Time{}
+		return true, true, 0
+	case !g.open && g.free > 0:
+		g.free--
 		return true, false, 0
-	case now.Before(b.until):
-		return false, false, b.until.Sub(now)
-	case b.probing:
-		return false, false, minBackoff
 	}
-	b.probing, b.answered, b.timedOut = true, false, false
-	return true, true, 0
+	if !g.isParked[key] {
+		g.isParked[key] = true
+		g.parked = append(g.parked, key)
+	}
+	return false, false, 0
 }
 
-// leave ends the try enter allowed: the breaker closes if the server
-// answered in it and let nothing time out.
-func (b *stallBreaker) leave() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.answered && !b.timedOut {
-		b.timeouts = 0
+// leave ends a turn enter let run. It returns the requesters to queue
+// again; and after a try the server did not pass, how long its requester
+// waits (it is the waker).
+func (g *tenantGate) leave(probe bool) (handBack []requester, wait time.Duration) {
+	if g == nil {
+		return nil, 0
 	}
-	b.probing = false
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.free++
+	if probe {
+		g.probing = false
+		switch {
+		case g.answered && !g.stalled:
+			g.open = false
+		case !g.stalled:
+			// Not answered, not stalled (refused): tried again later.
+			g.arm(g.clock.Now())
+		}
+	}
+	if g.open {
+		now := g.clock.Now()
+		switch {
+		case probe:
+			g.wakerDue = g.until
+			return nil, g.until.Sub(now)
+		case !now.Before(g.until) && !g.probing && len(g.parked) > 0:
+			// Time to try, and the waker was parked (no slot was
+			// free): this one is handed back to try.
+			return g.handBack(1), 0
+		}
+		return nil, 0
+	}
+	return g.handBack(g.free), 0
 }
 
-// stalled reports whether the breaker is open: the rest of a turn waits.
-func (b *stallBreaker) stalled() bool {
-	if b == nil {
+// handBack unparks up to n requesters, oldest first.
+func (g *tenantGate) handBack(n int) []requester {
+	n = min(n, len(g.parked))
+	out := append([]requester(nil), g.parked[:n]...)
+	g.parked = g.parked[n:]
+	for _, k := range out {
+		delete(g.isParked, k)
+	}
+	return out
+}
+
+// halted reports whether the rest of a turn waits: the breaker opened (for
+// a try: the server stalled in it).
+func (g *tenantGate) halted(probe bool) bool {
+	if g == nil {
 		return false
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.timeouts > 0
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.open && (!probe || g.stalled)
 }
 
-// observe notes the outcome of one request to the server: err, and the
-// request's context after it.
-func (b *stallBreaker) observe(err, ctxErr error) {
+// observe notes the outcome of one request to a server of the tenant: err
+// (the transport's or the body's), the request's context after it, and how
+// long it took, answer included.
+func (g *tenantGate) observe(err, ctxErr error, took time.Duration) {
 	var netErr net.Error
-	timedOut := err != nil && (errors.Is(err, context.DeadlineExceeded) || errors.Is(ctxErr, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()))
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	stalled := took >= g.stallAfter || errors.Is(err, context.DeadlineExceeded) || errors.Is(ctxErr, context.DeadlineExceeded) ||
+		(errors.As(err, &netErr) && netErr.Timeout())
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.clock.Now()
 	switch {
-	case timedOut:
-		b.until = b.clock.Now().Add(backoff.After(b.timeouts))
-		b.timeouts++
-		b.timedOut = true
-	case err == nil:
-		b.answered = true
+	case stalled:
+		// A stall opens the breaker, or fails the try; the stalls of
+		// turns begun before it opened count once.
+		if !g.open || (g.probing && !g.stalled) {
+			if !g.lastStall.IsZero() && now.Sub(g.lastStall) > 2*maxBackoff {
+				g.trips = 0
+			}
+			g.arm(now)
+		}
+		if g.probing {
+			g.stalled = true
+		}
+		g.lastStall = now
+	case err == nil && g.probing:
+		g.answered = true
 	}
 }
 
-// RoundTripper observes every request sent through rt.
-func (b *stallBreaker) RoundTripper(rt http.RoundTripper) http.RoundTripper {
-	return observed{rt: rt, b: b}
+// arm opens the breaker for the next backoff.
+func (g *tenantGate) arm(now time.Time) {
+	g.open = true
+	g.until = now.Add(backoff.After(g.trips))
+	g.trips++
+}
+
+// RoundTripper observes every request sent through rt, and takes the
+// Retry-After off the answers: client-go would otherwise wait and send again
+// within one bounded request, for as long as the server asks.
+func (g *tenantGate) RoundTripper(rt http.RoundTripper) http.RoundTripper {
+	return observed{rt: rt, g: g}
 }
 
 type observed struct {
 	rt http.RoundTripper
-	b  *stallBreaker
+	g  *tenantGate
 }
 
 func (o observed) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := o.g.clock.Now()
 	resp, err := o.rt.RoundTrip(req)
-	o.b.observe(err, req.Context().Err())
-	return resp, err
+	if err != nil {
+		o.g.observe(err, req.Context().Err(), o.g.clock.Since(start))
+		return nil, err
+	}
+	resp.Header.Del("Retry-After")
+	resp.Body = &observedBody{ReadCloser: resp.Body, done: func(readErr error) {
+		o.g.observe(readErr, req.Context().Err(), o.g.clock.Since(start))
+	}}
+	return resp, nil
 }
 
 // WrappedRoundTripper lets client-go find the transport underneath.
 func (o observed) WrappedRoundTripper() http.RoundTripper { return o.rt }
 
-// tenantSlots bounds how many decision workers one tenant's API server
-// holds at once, whatever it does: a requester that finds them taken is
-// parked, and queued again when one is given back, rather than wait in a
-// worker or come back again and again. The nil slots never run out (the
-// local API server).
-type tenantSlots struct {
-	mu       sync.Mutex
-	free     int
-	parked   []requester
-	isParked map[requester]bool
+// observedBody tells, once closed, how reading it ended.
+type observedBody struct {
+	io.ReadCloser
+	done func(error)
+	once sync.Once
+	err  error
 }
 
-func newTenantSlots(n int) *tenantSlots {
-	return &tenantSlots{free: n, isParked: map[requester]bool{}}
+func (b *observedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.err = err
+	}
+	return n, err
 }
 
-// take takes a slot for key, or parks key and reports false.
-func (s *tenantSlots) take(key requester) bool {
-	if s == nil {
-		return true
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.free > 0 {
-		s.free--
-		return true
-	}
-	if !s.isParked[key] {
-		s.isParked[key] = true
-		s.parked = append(s.parked, key)
-	}
-	return false
-}
-
-// give gives a slot back, and returns the parked requester to queue again,
-// if any.
-func (s *tenantSlots) give() (requester, bool) {
-	if s == nil {
-		return requester{}, false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.free++
-	if len(s.parked) == 0 {
-		return requester{}, false
-	}
-	key := s.parked[0]
-	s.parked = s.parked[1:]
-	delete(s.isParked, key)
-	return key, true
+func (b *observedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(func() { b.done(b.err) })
+	return err
 }

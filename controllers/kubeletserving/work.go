@@ -117,7 +117,7 @@ func (r *Reconciler) next(ctx context.Context) bool {
 // write each time). It decides nothing for a cluster this replica does not
 // serve, and a decision runs under this replica's hold on the cluster's
 // shard: it ends when the shard goes.
-func (r *Reconciler) decideRequester(ctx context.Context, key requester) (time.Duration, error) {
+func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again time.Duration, _ error) {
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("taloscluster", key.cluster, "requester", key.username))
 	p, ok, err := r.passFor(ctx, key.cluster)
 	if err != nil || !ok {
@@ -126,22 +126,32 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (time.D
 	if p.fence != nil {
 		ctx = log.IntoContext(p.fence.Context(), log.FromContext(ctx))
 	}
-	if !p.target.slots.take(key) {
-		// Queued again when one of the tenant's turns ends.
-		return 0, nil
-	}
-	defer func() {
-		if parked, ok := p.target.slots.give(); ok {
-			r.queue.Add(parked)
-		}
-	}()
-	ok, probe, wait := p.target.breaker.enter()
+	// The tenant's gate before anything else: a requester turned away
+	// costs no read.
+	ok, probe, wait := p.target.gate.enter(key)
 	if !ok {
-		// The tenant's server stalls: nothing is asked of it now.
 		return wait, nil
 	}
+	defer func() {
+		handBack, wait := p.target.gate.leave(probe)
+		for _, k := range handBack {
+			r.queue.Add(k)
+		}
+		if wait > 0 && (again == 0 || wait < again) {
+			// The try failed: this requester comes back for the next.
+			again = wait
+		}
+	}()
+	if !p.target.local && !r.targetStillAllowed(ctx, p.cluster, p.target) {
+		return 0, nil
+	}
 	if probe {
-		defer p.target.breaker.leave()
+		// The try of a server that stalled asks it something cheap
+		// first, so that the try says whether it answers.
+		if err := p.target.clientset.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+			log.FromContext(ctx).Info("the tenant's API server stalled, and does not answer yet", "error", err)
+			return 0, nil
+		}
 	}
 	csrs, err := p.requestsOf(ctx, key.username)
 	if err != nil {
@@ -162,11 +172,12 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (time.D
 		}
 		if err != nil {
 			p.failed(ctx, csr, epoch, err)
-			if p.target.breaker.stalled() {
-				// The rest wait for the server, not this worker.
-				p.retryIn(minBackoff)
-				break
-			}
+		}
+		if p.target.gate.halted(probe) {
+			// The tenant's server stalls: the rest wait for it, not
+			// this worker.
+			p.retryIn(minBackoff)
+			break
 		}
 	}
 	return p.wait, nil
