@@ -104,8 +104,9 @@ type targets struct {
 	keys     map[types.NamespacedName]*keyLock
 	remote   map[types.NamespacedName]*target
 	verdicts map[types.NamespacedName]*verdict
-	// gates are the tenants' gates, by namespace.
+	// gates are the tenants' gates, by namespace, and pool what they share.
 	gates map[string]*tenantGate
+	pool  *remotePool
 }
 
 // keyLock serialises the work on one cluster; users counts who holds or
@@ -251,7 +252,13 @@ func (r *Reconciler) gateOf(namespace string) *tenantGate {
 		if clk == nil {
 			clk = clock.RealClock{}
 		}
-		g = newTenantGate(clk, max(1, r.MaxConcurrentDecisions/4), r.TenantRequestTimeout/3)
+		if r.targets.pool == nil {
+			// Every tenant together holds at most half the workers, one
+			// at most a quarter: the local API server's clusters keep
+			// the rest.
+			r.targets.pool = newRemotePool(max(1, r.MaxConcurrentDecisions/2))
+		}
+		g = r.targets.pool.newGate(clk, max(1, r.MaxConcurrentDecisions/4), r.TenantRequestTimeout/3)
 		r.targets.gates[namespace] = g
 	}
 	return g

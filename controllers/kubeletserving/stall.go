@@ -18,29 +18,29 @@ import (
 // (TenantRequestTimeout), but the tenant names its own requesters, so
 // without a gate a server that stalls would hold a worker that long for
 // each of them, again and again. The gate
-//   - lets at most slots turns run at once; a requester that finds them
-//     taken is parked, and handed back (queued again) when a turn ends;
+//   - lets at most slots turns of the tenant run at once, and the pool's
+//     slots bound every tenant's together; a requester that finds them
+//     taken is parked (in the pool, oldest first), and handed back (queued
+//     again) when a turn ends;
 //   - is a breaker: once a request stalled (it timed out, or took longer
 //     than stallAfter, answer included), no turn runs until a backoff has
 //     passed (5 s, doubling with each stalled try, at most 5 min; forgiven
-//     after twice that without a stall). One requester turned away waits for
-//     it (the waker), the others are parked; then one turn tries, alone,
-//     and asks the server something cheap first; only a try the server
-//     answered without a stall closes the breaker, and the parked
-//     requesters are handed back as slots allow.
+//     after a clean try, or twice that without a stall). One requester
+//     turned away waits for it (the waker), the others are parked; then one
+//     turn tries, alone, and asks the server something cheap first; only a
+//     try the server answered without a stall closes the breaker, and the
+//     parked requesters are handed back as slots allow.
 //
 // It is kept per namespace, not per watch, so that a rewritten kubeconfig
 // Secret or a second TalosCluster does not get fresh slots or a closed
 // breaker. The nil gate lets everything through (the local API server).
 type tenantGate struct {
+	pool       *remotePool
 	clock      clock.PassiveClock
 	stallAfter time.Duration
 
-	mu       sync.Mutex
-	free     int
-	parked   []requester
-	isParked map[requester]bool
-
+	// The fields below are guarded by pool.mu.
+	free int
 	// open: a request stalled; until is when the next try may begin, and
 	// trips counts the stalled tries that set it.
 	open      bool
@@ -55,11 +55,29 @@ type tenantGate struct {
 	wakerDue time.Time
 }
 
-func newTenantGate(clk clock.PassiveClock, slots int, stallAfter time.Duration) *tenantGate {
+// remotePool is what every tenant's turns share: the slots of all of them
+// together, and the requesters parked, oldest first.
+type remotePool struct {
+	mu       sync.Mutex
+	free     int
+	parked   []parkedKey
+	isParked map[requester]bool
+}
+
+type parkedKey struct {
+	gate *tenantGate
+	key  requester
+}
+
+func newRemotePool(slots int) *remotePool {
+	return &remotePool{free: slots, isParked: map[requester]bool{}}
+}
+
+func (p *remotePool) newGate(clk clock.PassiveClock, slots int, stallAfter time.Duration) *tenantGate {
 	if stallAfter <= 0 {
 		stallAfter = DefaultTenantRequestTimeout / 3
 	}
-	return &tenantGate{clock: clk, stallAfter: stallAfter, free: slots, isParked: map[requester]bool{}}
+	return &tenantGate{pool: p, clock: clk, stallAfter: stallAfter, free: slots}
 }
 
 // enter says whether key's turn runs now, and whether it is the try of a
@@ -70,76 +88,88 @@ func (g *tenantGate) enter(key requester) (ok, probe bool, wait time.Duration) {
 	if g == nil {
 		return true, false, 0
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.pool.mu.Lock()
+	defer g.pool.mu.Unlock()
 	now := g.clock.Now()
+	free := g.free > 0 && g.pool.free > 0
 	switch {
 	case g.open && now.Before(g.until):
-		// A waker lost on the way (its cluster gone) is replaced.
 		if g.wakerDue.IsZero() || now.After(g.wakerDue.Add(minBackoff)) {
+			// No waker, or it was lost on the way (its cluster gone).
 			g.wakerDue = g.until
 			return false, false, g.until.Sub(now)
 		}
-	case g.open && !g.probing && g.free > 0:
+	case g.open && !g.probing && free:
 		g.free--
+		g.pool.free--
 		g.probing, g.answered, g.stalled = true, false, false
 		g.wakerDue = time.Time{}
 		return true, true, 0
-	case !g.open && g.free > 0:
+	case !g.open && free:
 		g.free--
+		g.pool.free--
 		return true, false, 0
 	}
-	if !g.isParked[key] {
-		g.isParked[key] = true
-		g.parked = append(g.parked, key)
+	if !g.pool.isParked[key] {
+		g.pool.isParked[key] = true
+		g.pool.parked = append(g.pool.parked, parkedKey{gate: g, key: key})
 	}
 	return false, false, 0
 }
 
 // leave ends a turn enter let run. It returns the requesters to queue
-// again; and after a try the server did not pass, how long its requester
-// waits (it is the waker).
+// again (of any tenant: the slot given back is the pool's too); and after
+// a try the server did not pass, when its requester comes back (it is the
+// waker).
 func (g *tenantGate) leave(probe bool) (handBack []requester, wait time.Duration) {
 	if g == nil {
 		return nil, 0
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.pool.mu.Lock()
+	defer g.pool.mu.Unlock()
 	g.free++
+	g.pool.free++
+	now := g.clock.Now()
 	if probe {
 		g.probing = false
 		switch {
 		case g.answered && !g.stalled:
 			g.open = false
+			g.trips = 0
 		case !g.stalled:
 			// Not answered, not stalled (refused): tried again later.
-			g.arm(g.clock.Now())
+			g.arm(now)
 		}
-	}
-	if g.open {
-		now := g.clock.Now()
-		switch {
-		case probe:
+		if g.open {
 			g.wakerDue = g.until
-			return nil, g.until.Sub(now)
-		case !now.Before(g.until) && !g.probing && len(g.parked) > 0:
-			// Time to try, and the waker was parked (no slot was
-			// free): this one is handed back to try.
-			return g.handBack(1), 0
+			wait = g.until.Sub(now)
 		}
-		return nil, 0
 	}
-	return g.handBack(g.free), 0
+	return g.pool.handBack(now), wait
 }
 
-// handBack unparks up to n requesters, oldest first.
-func (g *tenantGate) handBack(n int) []requester {
-	n = min(n, len(g.parked))
-	out := append([]requester(nil), g.parked[:n]...)
-	g.parked = g.parked[n:]
-	for _, k := range out {
-		delete(g.isParked, k)
+// handBack unparks, oldest first, the requesters whose tenant can run a
+// turn now, as many as the pool's slots; and of a tenant whose backoff is
+// over and whose waker was parked, one, to try. Called with mu held.
+func (p *remotePool) handBack(now time.Time) []requester {
+	var out []requester
+	taken := map[*tenantGate]int{}
+	kept := p.parked[:0]
+	for _, pk := range p.parked {
+		g := pk.gate
+		room := len(out) < p.free && g.free-taken[g] > 0
+		switch {
+		case room && !g.open,
+			room && !now.Before(g.until) && !g.probing && taken[g] == 0:
+			out = append(out, pk.key)
+			taken[g]++
+			delete(p.isParked, pk.key)
+		default:
+			kept = append(kept, pk)
+		}
 	}
+	clear(p.parked[len(kept):])
+	p.parked = kept
 	return out
 }
 
@@ -149,8 +179,8 @@ func (g *tenantGate) halted(probe bool) bool {
 	if g == nil {
 		return false
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.pool.mu.Lock()
+	defer g.pool.mu.Unlock()
 	return g.open && (!probe || g.stalled)
 }
 
@@ -158,11 +188,14 @@ func (g *tenantGate) halted(probe bool) bool {
 // (the transport's or the body's), the request's context after it, and how
 // long it took, answer included.
 func (g *tenantGate) observe(err, ctxErr error, took time.Duration) {
+	if g == nil {
+		return
+	}
 	var netErr net.Error
 	stalled := took >= g.stallAfter || errors.Is(err, context.DeadlineExceeded) || errors.Is(ctxErr, context.DeadlineExceeded) ||
 		(errors.As(err, &netErr) && netErr.Timeout())
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.pool.mu.Lock()
+	defer g.pool.mu.Unlock()
 	now := g.clock.Now()
 	switch {
 	case stalled:

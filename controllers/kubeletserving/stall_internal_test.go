@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -30,7 +31,7 @@ func tenantKey(n int) requester { return requester{username: fmt.Sprintf("system
 // back in; a long quiet forgives the past.
 func TestAStallingTenantServerHoldsItsRequestersBack(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	g := newTenantGate(clk, 2, 10*time.Second)
+	g := newRemotePool(32).newGate(clk, 2, 10*time.Second)
 	timeout := fmt.Errorf("put approval: %w", context.DeadlineExceeded)
 
 	ok, probe, _ := g.enter(tenantKey(1))
@@ -106,7 +107,7 @@ func TestAStallingTenantServerHoldsItsRequestersBack(t *testing.T) {
 // requester that finds them taken is parked once, and handed back, oldest
 // first, as turns end.
 func TestATenantHoldsNoMoreWorkersThanItsSlots(t *testing.T) {
-	g := newTenantGate(clock.RealClock{}, 2, time.Minute)
+	g := newRemotePool(32).newGate(clock.RealClock{}, 2, time.Minute)
 	for n, want := range []bool{true, true, false, false, false} {
 		ok, _, wait := g.enter(tenantKey([]int{1, 2, 3, 4, 3}[n]))
 		require.Equal(t, want, ok, "turn %d", n)
@@ -120,6 +121,36 @@ func TestATenantHoldsNoMoreWorkersThanItsSlots(t *testing.T) {
 	assert.Equal(t, []requester{tenantKey(4)}, handBack)
 	handBack, _ = g.leave(false)
 	assert.Empty(t, handBack, "nobody left parked")
+}
+
+// Review 9 H2: every tenant together holds at most the pool's slots; a slot
+// given back by one tenant hands back another's parked requester.
+func TestTenantsTogetherHoldNoMoreWorkersThanThePool(t *testing.T) {
+	pool := newRemotePool(3)
+	a := pool.newGate(clock.RealClock{}, 2, time.Minute)
+	b := pool.newGate(clock.RealClock{}, 2, time.Minute)
+	key := func(ns string, n int) requester {
+		return requester{cluster: types.NamespacedName{Namespace: ns, Name: "c"}, username: fmt.Sprint(n)}
+	}
+	for _, c := range []struct {
+		g    *tenantGate
+		key  requester
+		runs bool
+	}{
+		{a, key("a", 1), true}, {a, key("a", 2), true}, {b, key("b", 1), true},
+		{b, key("b", 2), false}, // the pool's three are taken
+		{a, key("a", 3), false},
+	} {
+		ok, _, wait := c.g.enter(c.key)
+		require.Equal(t, c.runs, ok, "%v", c.key)
+		assert.Zero(t, wait)
+	}
+	handBack, _ := a.leave(false)
+	assert.Equal(t, []requester{key("b", 2)}, handBack, "the slot a gave back is b's parked requester's, the oldest")
+	ok, _, _ := b.enter(key("b", 2))
+	require.True(t, ok)
+	handBack, _ = b.leave(false)
+	assert.Equal(t, []requester{key("a", 3)}, handBack)
 }
 
 // The gate sees what client-go does with a tenant's server: a request it
@@ -161,17 +192,17 @@ func TestATenantRequestThatStallsOpensTheGate(t *testing.T) {
 	// stallAfter is below the request's bound, as the manager sets it
 	// (a third of it): whichever of client-go's timers ends the request,
 	// it took that long.
-	g := newTenantGate(clock.RealClock{}, 1, time.Second)
+	g := newRemotePool(32).newGate(clock.RealClock{}, 1, time.Second)
 	_, err := clientFor(g).CertificatesV1().CertificateSigningRequests().Get(context.Background(), "csr", metav1.GetOptions{})
 	require.Error(t, err)
 	assert.True(t, g.halted(false), "a request that timed out (%v) did not open the gate", err)
 
-	g = newTenantGate(clock.RealClock{}, 1, 200*time.Millisecond)
+	g = newRemotePool(32).newGate(clock.RealClock{}, 1, 200*time.Millisecond)
 	_, err = clientFor(g).CertificatesV1().CertificateSigningRequests().Get(context.Background(), "slow", metav1.GetOptions{})
 	t.Logf("slow answer: %v", err)
 	assert.True(t, g.halted(false), "an answer whose body took longer than stallAfter did not open the gate")
 
-	g = newTenantGate(clock.RealClock{}, 1, time.Minute)
+	g = newRemotePool(32).newGate(clock.RealClock{}, 1, time.Minute)
 	before := hits.Load()
 	_, err = clientFor(g).CertificatesV1().CertificateSigningRequests().Get(context.Background(), "retry", metav1.GetOptions{})
 	require.Error(t, err)

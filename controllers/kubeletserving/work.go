@@ -137,8 +137,9 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 		for _, k := range handBack {
 			r.queue.Add(k)
 		}
-		if wait > 0 && (again == 0 || wait < again) {
-			// The try failed: this requester comes back for the next.
+		if wait > 0 {
+			// The try failed: this requester is the waker, and comes
+			// back for the next, not before.
 			again = wait
 		}
 	}()
@@ -172,6 +173,11 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 		}
 		if err != nil {
 			p.failed(ctx, csr, epoch, err)
+			if errors.Is(err, context.DeadlineExceeded) {
+				// A request's whole bound ran out, across client-go's
+				// own retries: a stall, however quick each round trip.
+				p.target.gate.observe(err, nil, 0)
+			}
 		}
 		if p.target.gate.halted(probe) {
 			// The tenant's server stalls: the rest wait for it, not
