@@ -7,9 +7,11 @@
 //     machines or its shard changes, lists the cluster's requests with
 //     something left to do and queues their requesters; a CSR event queues
 //     its requester directly.
-//   - decide (work.go, decide.go, flood.go): a fixed pool of workers takes
-//     the requesters from client-go's rate-limited workqueue, one worker a
-//     requester at a time, and for each of its requests, oldest first,
+//   - decide (work.go, decide.go, flood.go, stall.go): a fixed pool of
+//     workers takes the requesters from client-go's rate-limited workqueue,
+//     one worker a requester at a time (a tenant's requesters through its
+//     gate first, which bounds the workers its API servers hold), and for
+//     each of its requests, oldest first,
 //     gathers the facts (the request, the machine with that node name, the
 //     node's identity read from its Talos API, the flood counts) and asks
 //     the engine.
