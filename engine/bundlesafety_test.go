@@ -161,6 +161,17 @@ func start(t *testing.T, src source, s signer, epochs engine.EpochStore) (starte
 	return startWithin(t, src, s, epochs, 30*time.Second)
 }
 
+// startOnGood serves a good bundle of the floor epoch on src and starts an
+// engine on it.
+func startOnGood(t *testing.T, src source, s signer) (*bundle.Bundle, started) {
+	t.Helper()
+	good, data := signedEpoch(t, false, bundles.Floor(), s)
+	src.serve(data)
+	e, err := start(t, src, s, nil)
+	require.NoError(t, err)
+	return good, e
+}
+
 // startWithin is start with a start timeout: a start that must fail waits
 // for all of it.
 func startWithin(t *testing.T, src source, s signer, epochs engine.EpochStore, timeout time.Duration) (started, error) {
@@ -237,10 +248,7 @@ func TestABundleBombIsRefusedBeforeOPAReadsIt(t *testing.T) {
 	for name, newSource := range sources(t) {
 		t.Run(name, func(t *testing.T) {
 			src := newSource(t)
-			good, goodData := signedEpoch(t, false, bundles.Floor(), s)
-			src.serve(goodData)
-			e, err := start(t, src, s, nil)
-			require.NoError(t, err)
+			good, e := startOnGood(t, src, s)
 
 			grown := peakHeapGrowth(func() { e.refused(t, src, data, "bundle too large", good) })
 			t.Logf("%s: the heap grew by at most %d MiB while the bomb was refused (the bomb is %d MiB decompressed)", name, grown>>20, 40*(engine.MaxBundleFileBytes-4096)>>20)
@@ -408,10 +416,7 @@ func TestAnOCITagOfMoreThanABundleIsRefusedBeforeABlobIsFetched(t *testing.T) {
 		}
 		pushRaw(t, host, "ichor/policy", "stable", data)
 	}}
-	good, goodData := signedEpoch(t, false, bundles.Floor(), s)
-	src.serve(goodData)
-	e, err := start(t, src, s, nil)
-	require.NoError(t, err)
+	good, e := startOnGood(t, src, s)
 
 	for _, tc := range []struct {
 		name, want   string
@@ -443,10 +448,7 @@ func TestABundleWithMetadataLabelsIsRefused(t *testing.T) {
 	for name, newSource := range sources(t) {
 		t.Run(name, func(t *testing.T) {
 			src := newSource(t)
-			good, goodData := signedEpoch(t, false, bundles.Floor(), s)
-			src.serve(goodData)
-			e, err := start(t, src, s, nil)
-			require.NoError(t, err)
+			good, e := startOnGood(t, src, s)
 			e.refused(t, src, labelledData, engine.ErrBundleLabels.Error(), good)
 			assert.Contains(t, e.st.last().Error(), "probe/probe.rego, line 1", "the module and the line are named")
 		})
