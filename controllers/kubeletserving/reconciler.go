@@ -9,8 +9,9 @@
 //     its requester directly.
 //   - decide (work.go, decide.go, flood.go, stall.go): a fixed pool of
 //     workers takes the requesters from client-go's rate-limited workqueue,
-//     one worker a requester at a time (a tenant's requesters through its
-//     gate first, which bounds the workers its API servers hold), and for
+//     one worker a requester at a time (a remote cluster's requesters
+//     through its gate first, which bounds the workers its tenant's API
+//     servers hold, and holds them back while its own stalls), and for
 //     each of its requests, oldest first,
 //     gathers the facts (the request, the machine with that node name, the
 //     node's identity read from its Talos API, the flood counts) and asks

@@ -83,9 +83,9 @@ type target struct {
 	// counts are the flood counts of its undecided requests, kept between
 	// its events.
 	counts *floodCounts
-	// gate bounds the decision workers its tenant holds, and holds its
-	// requesters back while its servers stall; nil for the local API
-	// server.
+	// gate bounds the decision workers its tenant holds, and holds the
+	// cluster's requesters back while its server stalls; nil for the
+	// local API server.
 	gate *tenantGate
 
 	kubeconfig []byte
@@ -104,8 +104,8 @@ type targets struct {
 	keys     map[types.NamespacedName]*keyLock
 	remote   map[types.NamespacedName]*target
 	verdicts map[types.NamespacedName]*verdict
-	// gates are the tenants' gates, by namespace, and pool what they share.
-	gates map[string]*tenantGate
+	// gates are the clusters' gates, and pool what they share.
+	gates map[types.NamespacedName]*tenantGate
 	pool  *remotePool
 }
 
@@ -238,15 +238,16 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 	return t, nil
 }
 
-// gateOf is the gate of the tenant in namespace (see tenantGate), kept for
-// the manager's life: one per namespace with a kubeconfigRef.
-func (r *Reconciler) gateOf(namespace string) *tenantGate {
+// gateOf is the gate of the cluster (see tenantGate), kept until the
+// cluster is forgotten (targets.stop), so that a new watch of its server
+// keeps the breaker.
+func (r *Reconciler) gateOf(key types.NamespacedName) *tenantGate {
 	r.targets.mu.Lock()
 	defer r.targets.mu.Unlock()
 	if r.targets.gates == nil {
-		r.targets.gates = map[string]*tenantGate{}
+		r.targets.gates = map[types.NamespacedName]*tenantGate{}
 	}
-	g, ok := r.targets.gates[namespace]
+	g, ok := r.targets.gates[key]
 	if !ok {
 		clk := r.Clock
 		if clk == nil {
@@ -258,8 +259,8 @@ func (r *Reconciler) gateOf(namespace string) *tenantGate {
 			// the rest.
 			r.targets.pool = newRemotePool(max(1, r.MaxConcurrentDecisions/2))
 		}
-		g = r.targets.pool.newGate(clk, max(1, r.MaxConcurrentDecisions/4), r.TenantRequestTimeout/3)
-		r.targets.gates[namespace] = g
+		g = r.targets.pool.newGate(clk, key.Namespace, max(1, r.MaxConcurrentDecisions/4), r.TenantRequestTimeout/3)
+		r.targets.gates[key] = g
 	}
 	return g
 }
@@ -448,7 +449,7 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	// cache's watch is a stream, and has no such bound.
 	bounded := rest.CopyConfig(cfg)
 	bounded.Timeout = r.TenantRequestTimeout
-	gate := r.gateOf(key.Namespace)
+	gate := r.gateOf(key)
 	bounded.Wrap(gate.RoundTripper)
 	clientset, err := kubernetes.NewForConfig(bounded)
 	if err != nil {
@@ -526,6 +527,10 @@ func (t *targets) drop(key types.NamespacedName, forget bool) {
 	}
 	if forget {
 		delete(t.verdicts, key)
+		if g, ok := t.gates[key]; ok {
+			t.pool.forget(g, key.Namespace)
+			delete(t.gates, key)
+		}
 	}
 }
 

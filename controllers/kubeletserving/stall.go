@@ -12,54 +12,67 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// tenantGate keeps the API servers of one tenant (the TalosClusters with a
-// kubeconfigRef in one namespace) from holding the decision workers, which
-// every cluster shares. Each request to such a server is bounded
+// tenantGate keeps the API server of a TalosCluster with a kubeconfigRef,
+// which its tenant controls, from holding the decision workers that every
+// cluster shares. Each request to such a server is bounded
 // (TenantRequestTimeout), but the tenant names its own requesters, so
 // without a gate a server that stalls would hold a worker that long for
 // each of them, again and again. The gate
-//   - lets at most slots turns of the tenant run at once, and the pool's
-//     slots bound every tenant's together; a requester that finds them
-//     taken is parked (in the pool, oldest first), and handed back (queued
-//     again) when a turn ends;
-//   - is a breaker: once a request stalled (it timed out, or took longer
-//     than stallAfter, answer included), no turn runs until a backoff has
-//     passed (5 s, doubling with each stalled try, at most 5 min; forgiven
-//     after a clean try, or twice that without a stall). One requester
-//     turned away waits for it (the waker), the others are parked; then one
-//     turn tries, alone, and asks the server something cheap first; only a
-//     try the server answered without a stall closes the breaker, and the
-//     parked requesters are handed back as slots allow.
+//   - lets at most slots turns of the tenant (the clusters with a
+//     kubeconfigRef in one namespace) run at once, and the pool's slots
+//     bound every tenant's together; a requester that finds them taken is
+//     parked (in the pool, oldest first), and handed back (queued again)
+//     when a turn ends;
+//   - is the cluster's breaker: once a request to its server stalled (it
+//     timed out, or took longer than stallAfter, answer included), no turn
+//     of the cluster runs until a backoff has passed (5 s, doubling with
+//     each stalled try, at most 5 min; forgiven after a clean try, or twice
+//     that without a stall). A requester turned away meanwhile comes back
+//     when it ends; then one turn tries, alone, and asks the server
+//     something cheap first; only a try the server answered without a stall
+//     closes the breaker, and the cluster's parked requesters are handed
+//     back as slots allow.
 //
-// It is kept per namespace, not per watch, so that a rewritten kubeconfig
-// Secret or a second TalosCluster does not get fresh slots or a closed
-// breaker. The nil gate lets everything through (the local API server).
+// Slots are the tenant's, so that a second TalosCluster does not bring
+// fresh ones; the breaker is the cluster's, so that one broken server holds
+// back its own requesters and not its neighbours'. The gate lasts across
+// kubeconfig rewrites (a new watch keeps the breaker), and is forgotten with
+// the cluster (deleted, or its shard gone), its parked requesters with it.
+// The nil gate lets everything through (the local API server).
 type tenantGate struct {
 	pool       *remotePool
+	slots      *tenantSlots
 	clock      clock.PassiveClock
 	stallAfter time.Duration
 
 	// The fields below are guarded by pool.mu.
-	free int
 	// open: a request stalled; until is when the next try may begin, and
-	// trips counts the stalled tries that set it.
+	// trips counts the stalled tries that set it. closedAt is when a try
+	// last closed it: stalls of requests sent before are old news.
 	open      bool
 	trips     int
 	until     time.Time
 	lastStall time.Time
-	// probing: a try runs; answered and stalled are what the server did
-	// meanwhile.
+	closedAt  time.Time
+	// probing: a try runs since probeStart; answered and stalled are what
+	// the server did meanwhile, to the requests sent since.
 	probing, answered, stalled bool
-	// wakerDue is when the requester turned away while the breaker is
-	// open comes back to try; zero: none does.
-	wakerDue time.Time
+	probeStart                 time.Time
+}
+
+// tenantSlots are the turns one tenant may run at once; gates counts the
+// clusters that share them. Guarded by pool.mu.
+type tenantSlots struct {
+	free  int
+	gates int
 }
 
 // remotePool is what every tenant's turns share: the slots of all of them
-// together, and the requesters parked, oldest first.
+// together, each tenant's own, and the requesters parked, oldest first.
 type remotePool struct {
 	mu       sync.Mutex
 	free     int
+	tenants  map[string]*tenantSlots
 	parked   []parkedKey
 	isParked map[requester]bool
 }
@@ -70,20 +83,50 @@ type parkedKey struct {
 }
 
 func newRemotePool(slots int) *remotePool {
-	return &remotePool{free: slots, isParked: map[requester]bool{}}
+	return &remotePool{free: slots, tenants: map[string]*tenantSlots{}, isParked: map[requester]bool{}}
 }
 
-func (p *remotePool) newGate(clk clock.PassiveClock, slots int, stallAfter time.Duration) *tenantGate {
+// newGate is a new breaker for a cluster of the tenant in namespace, which
+// shares the tenant's slots (slots of them, if it is the tenant's first).
+func (p *remotePool) newGate(clk clock.PassiveClock, namespace string, slots int, stallAfter time.Duration) *tenantGate {
 	if stallAfter <= 0 {
 		stallAfter = DefaultTenantRequestTimeout / 3
 	}
-	return &tenantGate{pool: p, clock: clk, stallAfter: stallAfter, free: slots}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.tenants[namespace]
+	if !ok {
+		s = &tenantSlots{free: slots}
+		p.tenants[namespace] = s
+	}
+	s.gates++
+	return &tenantGate{pool: p, slots: s, clock: clk, stallAfter: stallAfter}
+}
+
+// forget drops a gate whose cluster this replica no longer judges: its
+// parked requesters, and its tenant's slots once no cluster shares them. A
+// turn still running gives its slot back to the pool all the same.
+func (p *remotePool) forget(g *tenantGate, namespace string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	kept := make([]parkedKey, 0, len(p.parked))
+	for _, pk := range p.parked {
+		if pk.gate == g {
+			delete(p.isParked, pk.key)
+			continue
+		}
+		kept = append(kept, pk)
+	}
+	p.parked = kept
+	if g.slots.gates--; g.slots.gates <= 0 && p.tenants[namespace] == g.slots {
+		delete(p.tenants, namespace)
+	}
 }
 
 // enter says whether key's turn runs now, and whether it is the try of a
 // stalled server (then the turn asks the server something cheap first).
-// When it does not run, wait is when it comes back (it is the waker), or
-// zero: it is parked, and handed back by a later leave.
+// When it does not run, wait is when it comes back (the cluster's backoff
+// runs), or zero: it is parked, and handed back by a later leave.
 func (g *tenantGate) enter(key requester) (ok, probe bool, wait time.Duration) {
 	if g == nil {
 		return true, false, 0
@@ -91,23 +134,18 @@ func (g *tenantGate) enter(key requester) (ok, probe bool, wait time.Duration) {
 	g.pool.mu.Lock()
 	defer g.pool.mu.Unlock()
 	now := g.clock.Now()
-	free := g.free > 0 && g.pool.free > 0
+	free := g.slots.free > 0 && g.pool.free > 0
 	switch {
 	case g.open && now.Before(g.until):
-		if g.wakerDue.IsZero() || now.After(g.wakerDue.Add(minBackoff)) {
-			// No waker, or it was lost on the way (its cluster gone).
-			g.wakerDue = g.until
-			return false, false, g.until.Sub(now)
-		}
+		// Every requester turned away comes back when the backoff
+		// ends: no single one is trusted to wake the others.
+		return false, false, g.until.Sub(now)
 	case g.open && !g.probing && free:
-		g.free--
-		g.pool.free--
-		g.probing, g.answered, g.stalled = true, false, false
-		g.wakerDue = time.Time{}
+		g.take()
+		g.probing, g.answered, g.stalled, g.probeStart = true, false, false, now
 		return true, true, 0
 	case !g.open && free:
-		g.free--
-		g.pool.free--
+		g.take()
 		return true, false, 0
 	}
 	if !g.pool.isParked[key] {
@@ -117,52 +155,63 @@ func (g *tenantGate) enter(key requester) (ok, probe bool, wait time.Duration) {
 	return false, false, 0
 }
 
-// leave ends a turn enter let run. It returns the requesters to queue
-// again (of any tenant: the slot given back is the pool's too); and after
-// a try the server did not pass, when its requester comes back (it is the
-// waker).
-func (g *tenantGate) leave(probe bool) (handBack []requester, wait time.Duration) {
+func (g *tenantGate) take() {
+	g.slots.free--
+	g.pool.free--
+}
+
+// leave ends a turn enter let run; aborted: it ended for a reason of this
+// side (the kubeconfig changed, the shard went), before the server was
+// asked anything, and says nothing about the server. It returns the
+// requesters to queue again (of any tenant: the slot given back is the
+// pool's too); and, while the cluster's backoff runs, when this requester
+// comes back.
+func (g *tenantGate) leave(probe, aborted bool) (handBack []requester, wait time.Duration) {
 	if g == nil {
 		return nil, 0
 	}
 	g.pool.mu.Lock()
 	defer g.pool.mu.Unlock()
-	g.free++
+	g.slots.free++
 	g.pool.free++
 	now := g.clock.Now()
 	if probe {
 		g.probing = false
 		switch {
-		case g.answered && !g.stalled:
+		case g.stalled:
+			// observe armed the next backoff.
+		case g.answered:
 			g.open = false
 			g.trips = 0
-		case !g.stalled:
+			g.closedAt = now
+		case !aborted:
 			// Not answered, not stalled (refused): tried again later.
 			g.arm(now)
 		}
-		if g.open {
-			g.wakerDue = g.until
-			wait = g.until.Sub(now)
-		}
+	}
+	if g.open && now.Before(g.until) {
+		wait = g.until.Sub(now)
 	}
 	return g.pool.handBack(now), wait
 }
 
-// handBack unparks, oldest first, the requesters whose tenant can run a
-// turn now, as many as the pool's slots; and of a tenant whose backoff is
-// over and whose waker was parked, one, to try. Called with mu held.
+// handBack unparks, oldest first, the requesters whose cluster can run a
+// turn now, as many as the pool's and their tenant's slots allow; of a
+// cluster whose backoff is over, one, to try. Called with mu held.
 func (p *remotePool) handBack(now time.Time) []requester {
 	var out []requester
-	taken := map[*tenantGate]int{}
+	taken := map[*tenantSlots]int{}
+	trying := map[*tenantGate]bool{}
 	kept := p.parked[:0]
 	for _, pk := range p.parked {
 		g := pk.gate
-		room := len(out) < p.free && g.free-taken[g] > 0
+		room := len(out) < p.free && g.slots.free-taken[g.slots] > 0
 		switch {
 		case room && !g.open,
-			room && !now.Before(g.until) && !g.probing && taken[g] == 0:
+			room && !now.Before(g.until) && !g.probing && !trying[g]:
 			out = append(out, pk.key)
-			taken[g]++
+			taken[g.slots]++
+			trying[g] = g.open
 			delete(p.isParked, pk.key)
 		default:
 			kept = append(kept, pk)
@@ -184,7 +233,7 @@ func (g *tenantGate) halted(probe bool) bool {
 	return g.open && (!probe || g.stalled)
 }
 
-// observe notes the outcome of one request to a server of the tenant: err
+// observe notes the outcome of one request to the cluster's server: err
 // (the transport's or the body's), the request's context after it, and how
 // long it took, answer included.
 func (g *tenantGate) observe(err, ctxErr error, took time.Duration) {
@@ -197,11 +246,16 @@ func (g *tenantGate) observe(err, ctxErr error, took time.Duration) {
 	g.pool.mu.Lock()
 	defer g.pool.mu.Unlock()
 	now := g.clock.Now()
+	sent := now.Add(-took)
 	switch {
+	case g.probing && sent.Before(g.probeStart):
+		// A request from before the try says nothing of it.
+	case stalled && !g.open && sent.Before(g.closedAt):
+		// Nor, once a try closed the breaker, a request from before.
 	case stalled:
 		// A stall opens the breaker, or fails the try; the stalls of
 		// turns begun before it opened count once.
-		if !g.open || (g.probing && !g.stalled) {
+		if !g.open || g.probing && !g.stalled {
 			if !g.lastStall.IsZero() && now.Sub(g.lastStall) > 2*maxBackoff {
 				g.trips = 0
 			}

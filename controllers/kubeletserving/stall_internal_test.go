@@ -2,59 +2,73 @@ package kubeletserving
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
 )
 
 func tenantKey(n int) requester { return requester{username: fmt.Sprintf("system:node:%d", n)} }
 
-// Review 7 H1, review 8: once a request to a tenant's server stalled, none
-// of its requesters runs until a backoff has passed; one turned away waits
-// for it, the others are parked; then one tries, alone; a try that stalls,
-// or is refused, doubles the backoff (the stalls of turns begun before
-// count once); only a try the server answered cleanly lets the parked ones
-// back in; a long quiet forgives the past.
+// Review 7 H1, reviews 8 and 9: once a request to a cluster's server
+// stalled, none of its requesters runs until a backoff has passed, and each
+// turned away comes back when it ends; then one tries, alone, the others
+// are parked; a try that stalls, or is refused, doubles the backoff (the
+// stalls of turns begun before count once); a try cut short on this side
+// doubles nothing; only a try the server answered cleanly lets the parked
+// ones back in, and a stall of a request sent before that try is old news;
+// a long quiet forgives the past.
 func TestAStallingTenantServerHoldsItsRequestersBack(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
-	g := newRemotePool(32).newGate(clk, 2, 10*time.Second)
+	g := newRemotePool(32).newGate(clk, "ns", 2, 10*time.Second)
 	timeout := fmt.Errorf("put approval: %w", context.DeadlineExceeded)
+	// observe, as the transport does: a request sent took ago, ending now.
+	observe := func(err, ctxErr error, took time.Duration) {
+		clk.Step(took)
+		g.observe(err, ctxErr, took)
+	}
 
 	ok, probe, _ := g.enter(tenantKey(1))
 	require.True(t, ok && !probe, "closed: a requester runs, and is no try")
-	g.observe(errors.New("connection refused"), nil, time.Millisecond)
-	g.observe(context.Canceled, context.Canceled, time.Millisecond)
-	g.observe(nil, nil, time.Second)
+	observe(errors.New("connection refused"), nil, time.Millisecond)
+	observe(context.Canceled, context.Canceled, time.Millisecond)
+	observe(nil, nil, time.Second)
 	require.False(t, g.halted(false), "a refusal, a cancellation or a quick answer is no stall")
 
-	g.observe(timeout, nil, 30*time.Second)
+	observe(timeout, nil, 30*time.Second)
 	require.True(t, g.halted(false), "a timeout opens the breaker")
 	g.observe(nil, context.DeadlineExceeded, 30*time.Second) // another turn's, begun before
-	ok, _, wait := g.enter(tenantKey(2))
-	require.False(t, ok)
-	assert.Equal(t, 5*time.Second, wait, "the first turned away waits for the backoff (the stalls of turns begun before count once)")
-	for _, n := range []int{3, 3, 4} {
-		ok, _, wait = g.enter(tenantKey(n))
+	for _, n := range []int{2, 3, 3} {
+		ok, _, wait := g.enter(tenantKey(n))
 		require.False(t, ok)
-		assert.Zero(t, wait, "the others are parked")
+		assert.Equal(t, 5*time.Second, wait, "every requester turned away comes back when the backoff ends (the stalls of turns begun before count once)")
 	}
-	handBack, wait := g.leave(false)
+	handBack, wait := g.leave(false, false)
 	assert.Empty(t, handBack, "a turn ending while the breaker is open hands nobody back")
-	assert.Zero(t, wait)
+	assert.Equal(t, 5*time.Second, wait, "the stalled turn's requester comes back when the backoff ends")
 
 	// Each try: it runs alone, the server stalls (a slow answer) or
 	// refuses, and the backoff doubles.
@@ -62,42 +76,57 @@ func TestAStallingTenantServerHoldsItsRequestersBack(t *testing.T) {
 		backoff time.Duration
 		outcome func()
 	}{
-		{5 * time.Second, func() { g.observe(nil, nil, time.Millisecond); g.observe(nil, nil, 11*time.Second) }},
-		{10 * time.Second, func() { g.observe(errors.New("connection reset"), nil, time.Millisecond) }},
+		{5 * time.Second, func() { observe(nil, nil, time.Millisecond); observe(nil, nil, 11*time.Second) }},
+		{10 * time.Second, func() { observe(errors.New("connection reset"), nil, time.Millisecond) }},
 	} {
 		clk.Step(c.backoff)
 		ok, probe, _ = g.enter(tenantKey(2))
-		require.True(t, ok && probe, "the backoff over, the waker tries")
-		ok, _, wait = g.enter(tenantKey(5))
-		require.False(t, ok, "a second requester ran during the try")
-		assert.Zero(t, wait)
+		require.True(t, ok && probe, "the backoff over, a requester tries")
+		for _, n := range []int{3, 4} {
+			ok, _, wait = g.enter(tenantKey(n))
+			require.False(t, ok, "a second requester ran during the try")
+			assert.Zero(t, wait, "parked")
+		}
 		c.outcome()
-		handBack, wait = g.leave(true)
+		handBack, wait = g.leave(true, false)
 		assert.Empty(t, handBack)
 		assert.Equal(t, 2*c.backoff, wait, "the try failed: its requester waits the doubled backoff")
 		require.True(t, g.halted(false))
 	}
+
+	// A try this side cuts short (the kubeconfig changed) says nothing of
+	// the server: no longer backoff, and another requester tries at once.
 	clk.Step(20 * time.Second)
 	ok, probe, _ = g.enter(tenantKey(2))
 	require.True(t, ok && probe)
-	g.observe(nil, nil, time.Millisecond)
-	require.False(t, g.halted(true), "a clean try goes on")
-	handBack, wait = g.leave(true)
-	assert.Zero(t, wait)
-	assert.Equal(t, []requester{tenantKey(3), tenantKey(4)}, handBack, "closed: the parked are handed back, oldest first, as slots allow")
+	handBack, wait = g.leave(true, true)
+	assert.Zero(t, wait, "a try cut short here was held against the server")
+	assert.Equal(t, []requester{tenantKey(3)}, handBack, "after a try cut short, the oldest parked tries next")
+
 	ok, probe, _ = g.enter(tenantKey(3))
+	require.True(t, ok && probe)
+	g.observe(nil, nil, time.Minute) // sent before the try: says nothing of it
+	require.False(t, g.halted(true), "a request sent before the try failed it")
+	observe(nil, nil, time.Millisecond)
+	require.False(t, g.halted(true), "a clean try goes on")
+	handBack, wait = g.leave(true, false)
+	assert.Zero(t, wait)
+	assert.Equal(t, []requester{tenantKey(4)}, handBack, "closed: the parked are handed back, oldest first, as slots allow")
+	g.observe(timeout, nil, 30*time.Second)
+	assert.False(t, g.halted(false), "a stall of a request sent before the breaker closed opened it again")
+	ok, probe, _ = g.enter(tenantKey(4))
 	assert.True(t, ok && !probe)
 
 	// Long after, a new stall starts from the first backoff again.
 	clk.Step(11 * time.Minute)
-	g.observe(timeout, nil, 30*time.Second)
+	observe(timeout, nil, 30*time.Second)
 	_, _, wait = g.enter(tenantKey(6))
 	assert.Equal(t, 5*time.Second, wait)
 
 	var none *tenantGate
 	ok, probe, _ = none.enter(tenantKey(1))
 	assert.True(t, ok && !probe)
-	handBack, wait = none.leave(false)
+	handBack, wait = none.leave(false, false)
 	assert.Empty(t, handBack)
 	assert.Zero(t, wait)
 	assert.False(t, none.halted(false))
@@ -107,50 +136,115 @@ func TestAStallingTenantServerHoldsItsRequestersBack(t *testing.T) {
 // requester that finds them taken is parked once, and handed back, oldest
 // first, as turns end.
 func TestATenantHoldsNoMoreWorkersThanItsSlots(t *testing.T) {
-	g := newRemotePool(32).newGate(clock.RealClock{}, 2, time.Minute)
+	g := newRemotePool(32).newGate(clock.RealClock{}, "ns", 2, time.Minute)
 	for n, want := range []bool{true, true, false, false, false} {
 		ok, _, wait := g.enter(tenantKey([]int{1, 2, 3, 4, 3}[n]))
 		require.Equal(t, want, ok, "turn %d", n)
 		assert.Zero(t, wait)
 	}
-	handBack, _ := g.leave(false)
+	handBack, _ := g.leave(false, false)
 	assert.Equal(t, []requester{tenantKey(3)}, handBack, "parked twice, or not handed back")
 	ok, _, _ := g.enter(tenantKey(3))
 	require.True(t, ok)
-	handBack, _ = g.leave(false)
+	handBack, _ = g.leave(false, false)
 	assert.Equal(t, []requester{tenantKey(4)}, handBack)
-	handBack, _ = g.leave(false)
+	handBack, _ = g.leave(false, false)
 	assert.Empty(t, handBack, "nobody left parked")
+}
+
+func clusterKey(ns, cluster string, n int) requester {
+	return requester{cluster: types.NamespacedName{Namespace: ns, Name: cluster}, username: fmt.Sprint(n)}
 }
 
 // Review 9 H2: every tenant together holds at most the pool's slots; a slot
 // given back by one tenant hands back another's parked requester.
 func TestTenantsTogetherHoldNoMoreWorkersThanThePool(t *testing.T) {
 	pool := newRemotePool(3)
-	a := pool.newGate(clock.RealClock{}, 2, time.Minute)
-	b := pool.newGate(clock.RealClock{}, 2, time.Minute)
-	key := func(ns string, n int) requester {
-		return requester{cluster: types.NamespacedName{Namespace: ns, Name: "c"}, username: fmt.Sprint(n)}
-	}
+	a := pool.newGate(clock.RealClock{}, "a", 2, time.Minute)
+	b := pool.newGate(clock.RealClock{}, "b", 2, time.Minute)
 	for _, c := range []struct {
 		g    *tenantGate
 		key  requester
 		runs bool
 	}{
-		{a, key("a", 1), true}, {a, key("a", 2), true}, {b, key("b", 1), true},
-		{b, key("b", 2), false}, // the pool's three are taken
-		{a, key("a", 3), false},
+		{a, clusterKey("a", "c", 1), true}, {a, clusterKey("a", "c", 2), true}, {b, clusterKey("b", "c", 1), true},
+		{b, clusterKey("b", "c", 2), false}, // the pool's three are taken
+		{a, clusterKey("a", "c", 3), false},
 	} {
 		ok, _, wait := c.g.enter(c.key)
 		require.Equal(t, c.runs, ok, "%v", c.key)
 		assert.Zero(t, wait)
 	}
-	handBack, _ := a.leave(false)
-	assert.Equal(t, []requester{key("b", 2)}, handBack, "the slot a gave back is b's parked requester's, the oldest")
-	ok, _, _ := b.enter(key("b", 2))
+	handBack, _ := a.leave(false, false)
+	assert.Equal(t, []requester{clusterKey("b", "c", 2)}, handBack, "the slot a gave back is b's parked requester's, the oldest")
+	ok, _, _ := b.enter(clusterKey("b", "c", 2))
 	require.True(t, ok)
-	handBack, _ = b.leave(false)
-	assert.Equal(t, []requester{key("a", 3)}, handBack)
+	handBack, _ = b.leave(false, false)
+	assert.Equal(t, []requester{clusterKey("a", "c", 3)}, handBack)
+}
+
+// Review 9 M1: the clusters of one tenant share its slots, but each has its
+// own breaker: one whose server stalls holds back its own requesters, not
+// its neighbours'.
+func TestOneStallingClusterDoesNotHoldBackItsNeighbours(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	pool := newRemotePool(32)
+	broken := pool.newGate(clk, "ns", 2, 10*time.Second)
+	healthy := pool.newGate(clk, "ns", 2, 10*time.Second)
+
+	ok, _, _ := broken.enter(clusterKey("ns", "broken", 1))
+	require.True(t, ok)
+	ok, _, _ = healthy.enter(clusterKey("ns", "healthy", 1))
+	require.True(t, ok)
+	ok, _, wait := healthy.enter(clusterKey("ns", "healthy", 2))
+	require.False(t, ok, "a second cluster of the tenant brought fresh slots")
+	assert.Zero(t, wait, "parked")
+
+	clk.Step(30 * time.Second)
+	broken.observe(context.DeadlineExceeded, nil, 30*time.Second)
+	require.True(t, broken.halted(false))
+	require.False(t, healthy.halted(false), "one cluster's stall halted its neighbour")
+	handBack, wait := broken.leave(false, false)
+	assert.Equal(t, 5*time.Second, wait)
+	assert.Equal(t, []requester{clusterKey("ns", "healthy", 2)}, handBack, "the stalled cluster's slot is its neighbour's")
+	ok, _, _ = healthy.enter(clusterKey("ns", "healthy", 2))
+	assert.True(t, ok, "the neighbour of a stalled cluster was turned away")
+	ok, _, wait = broken.enter(clusterKey("ns", "broken", 2))
+	assert.False(t, ok)
+	assert.Equal(t, 5*time.Second, wait)
+}
+
+// Review 9 L2: a cluster forgotten (deleted, or its shard gone) leaves no
+// parked requester behind, nor, once it was its tenant's last, the tenant's
+// slots.
+func TestAForgottenClusterLeavesNothingParked(t *testing.T) {
+	pool := newRemotePool(32)
+	gone := pool.newGate(clock.RealClock{}, "ns", 1, time.Minute)
+	kept := pool.newGate(clock.RealClock{}, "ns", 1, time.Minute)
+	ok, _, _ := gone.enter(clusterKey("ns", "gone", 1))
+	require.True(t, ok)
+	for n := 2; n < 100; n++ {
+		ok, _, _ = gone.enter(clusterKey("ns", "gone", n))
+		require.False(t, ok)
+	}
+	ok, _, _ = kept.enter(clusterKey("ns", "kept", 1))
+	require.False(t, ok)
+
+	pool.forget(gone, "ns")
+	pool.mu.Lock()
+	assert.Len(t, pool.parked, 1, "the forgotten cluster's parked requesters are kept")
+	assert.Len(t, pool.isParked, 1)
+	assert.Contains(t, pool.tenants, "ns", "the tenant's slots went with one of its clusters")
+	pool.mu.Unlock()
+	handBack, _ := gone.leave(false, false) // its turn, still running, ends
+	assert.Equal(t, []requester{clusterKey("ns", "kept", 1)}, handBack)
+
+	pool.forget(kept, "ns")
+	pool.mu.Lock()
+	defer pool.mu.Unlock()
+	assert.Empty(t, pool.parked)
+	assert.Empty(t, pool.tenants, "the tenant's slots outlived its last cluster")
+	assert.Equal(t, 32, pool.free, "a slot of the pool was lost")
 }
 
 // The gate sees what client-go does with a tenant's server: a request it
@@ -192,19 +286,249 @@ func TestATenantRequestThatStallsOpensTheGate(t *testing.T) {
 	// stallAfter is below the request's bound, as the manager sets it
 	// (a third of it): whichever of client-go's timers ends the request,
 	// it took that long.
-	g := newRemotePool(32).newGate(clock.RealClock{}, 1, time.Second)
+	g := newRemotePool(32).newGate(clock.RealClock{}, "ns", 1, time.Second)
 	_, err := clientFor(g).CertificatesV1().CertificateSigningRequests().Get(context.Background(), "csr", metav1.GetOptions{})
 	require.Error(t, err)
 	assert.True(t, g.halted(false), "a request that timed out (%v) did not open the gate", err)
 
-	g = newRemotePool(32).newGate(clock.RealClock{}, 1, 200*time.Millisecond)
+	g = newRemotePool(32).newGate(clock.RealClock{}, "ns", 1, 200*time.Millisecond)
 	_, err = clientFor(g).CertificatesV1().CertificateSigningRequests().Get(context.Background(), "slow", metav1.GetOptions{})
 	t.Logf("slow answer: %v", err)
 	assert.True(t, g.halted(false), "an answer whose body took longer than stallAfter did not open the gate")
 
-	g = newRemotePool(32).newGate(clock.RealClock{}, 1, time.Minute)
+	g = newRemotePool(32).newGate(clock.RealClock{}, "ns", 1, time.Minute)
 	before := hits.Load()
 	_, err = clientFor(g).CertificatesV1().CertificateSigningRequests().Get(context.Background(), "retry", metav1.GetOptions{})
 	require.Error(t, err)
 	assert.Equal(t, int64(1), hits.Load()-before, "client-go obeyed the tenant's Retry-After")
+}
+
+// tenantServer is a tenant's API server for the workers' tests: it refuses
+// /version, serves reads of its CSRs and approvals, which it holds unanswered
+// while stalling is set (client-go's timeout ends them).
+type tenantServer struct {
+	mu       sync.Mutex
+	csrs     map[string]certificatesv1.CertificateSigningRequest
+	approved map[string]bool
+	stalling atomic.Bool
+	// done ends the requests held at the test's end.
+	done chan struct{}
+}
+
+func (s *tenantServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	const prefix = "/apis/certificates.k8s.io/v1/certificatesigningrequests/"
+	name, approval := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, prefix), "/approval")
+	write := func(v any) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	switch {
+	case r.URL.Path == "/version":
+		// A hardened server's RBAC refuses it: an answer all the same.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_ = json.NewEncoder(w).Encode(metav1.Status{
+			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+			Reason: metav1.StatusReasonForbidden, Code: http.StatusForbidden,
+		})
+	case !strings.HasPrefix(r.URL.Path, prefix):
+		http.NotFound(w, r)
+	case approval && r.Method == http.MethodPut:
+		if s.stalling.Load() {
+			select {
+			case <-r.Context().Done():
+			case <-s.done:
+			}
+			return
+		}
+		var csr certificatesv1.CertificateSigningRequest
+		if err := json.NewDecoder(r.Body).Decode(&csr); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		s.mu.Lock()
+		s.approved[name] = true
+		s.mu.Unlock()
+		write(&csr)
+	case r.Method == http.MethodGet:
+		s.mu.Lock()
+		csr, ok := s.csrs[name]
+		s.mu.Unlock()
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		write(&csr)
+	default:
+		http.Error(w, "not served here", http.StatusMethodNotAllowed)
+	}
+}
+
+func (s *tenantServer) allApproved() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.approved) == len(s.csrs)
+}
+
+// dueQueue is the decision queue, watched: it knows when each key put off
+// is due, and how many keys the workers hold, so that a test on a fake
+// clock can move it to the next wake-up once the workers are done with the
+// last, and can tell a requester lost (nothing queued, held or due, and
+// requests still wait) from one that comes back.
+type dueQueue struct {
+	workqueue.TypedRateLimitingInterface[requester]
+	clk     *clocktesting.FakeClock
+	limiter workqueue.TypedRateLimiter[requester]
+
+	mu   sync.Mutex
+	due  map[requester]time.Time
+	held int
+}
+
+func newDueQueue(clk *clocktesting.FakeClock) *dueQueue {
+	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[requester](minBackoff, maxBackoff)
+	return &dueQueue{
+		TypedRateLimitingInterface: workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
+			workqueue.TypedRateLimitingQueueConfig[requester]{Name: "test", Clock: clk}),
+		clk: clk, limiter: limiter, due: map[requester]time.Time{},
+	}
+}
+
+func (q *dueQueue) AddAfter(k requester, d time.Duration) {
+	if d > 0 {
+		q.mu.Lock()
+		at := q.clk.Now().Add(d)
+		if cur, ok := q.due[k]; !ok || at.Before(cur) {
+			q.due[k] = at
+		}
+		q.mu.Unlock()
+	}
+	q.TypedRateLimitingInterface.AddAfter(k, d)
+}
+
+// AddRateLimited is the queue's own (the same limiter's wait), seen.
+func (q *dueQueue) AddRateLimited(k requester) { q.AddAfter(k, q.limiter.When(k)) }
+
+func (q *dueQueue) Get() (requester, bool) {
+	k, quit := q.TypedRateLimitingInterface.Get()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if at, ok := q.due[k]; ok && !at.After(q.clk.Now()) {
+		delete(q.due, k)
+	}
+	if !quit {
+		q.held++
+	}
+	return k, quit
+}
+
+func (q *dueQueue) Done(k requester) {
+	q.mu.Lock()
+	q.held--
+	q.mu.Unlock()
+	q.TypedRateLimitingInterface.Done(k)
+}
+
+// settled: no key is queued ready, held by a worker, or due by now; next is
+// the earliest key due later (zero: none).
+func (q *dueQueue) settled() (ok bool, next time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.Len() > 0 || q.held > 0 {
+		return false, time.Time{}
+	}
+	now := q.clk.Now()
+	for _, at := range q.due {
+		if !at.After(now) {
+			return false, time.Time{}
+		}
+		if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	return true, next
+}
+
+// Review 9 T1, H1, L1: the workers and a tenant's gate together, with
+// nothing queued again from outside (no resync, no event). Six requesters
+// of a tenant with two slots; the tenant's server stalls every approval,
+// then recovers (its RBAC refuses the try's /version: that is an answer).
+// Every request is approved once the backoff has passed: no requester is
+// lost on the way, parked or turned away.
+func TestEveryRequesterOfAStalledTenantComesBackWithoutAResync(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	var csrs []certificatesv1.CertificateSigningRequest
+	for n := range 6 {
+		csrs = append(csrs, csrOf(fmt.Sprintf("system:node:%d", n), fmt.Sprintf("csr-%d", n), clk.Now()))
+	}
+	f := newQueueFixture(t, clk, csrs...)
+	queue := newDueQueue(clk)
+	f.r.queue = queue
+	srv := &tenantServer{csrs: map[string]certificatesv1.CertificateSigningRequest{}, approved: map[string]bool{}, done: make(chan struct{})}
+	for _, c := range csrs {
+		c.TypeMeta = metav1.TypeMeta{APIVersion: "certificates.k8s.io/v1", Kind: "CertificateSigningRequest"}
+		c.UID = types.UID("uid-" + c.Name)
+		srv.csrs[c.Name] = c
+	}
+	srv.stalling.Store(true)
+	hs := httptest.NewServer(srv)
+	t.Cleanup(hs.Close)
+	t.Cleanup(func() { close(srv.done) })
+
+	ctx := context.Background()
+	f.r.APIReader = f.r.Client
+	f.r.MaxConcurrentDecisions = 8 // a tenant's slots: 2
+	f.r.TenantRequestTimeout = 500 * time.Millisecond
+	require.NoError(t, f.r.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "kc"},
+		Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte("kubeconfig")},
+	}))
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	c.Spec.KubeconfigRef = &ichorv1alpha1.KubeconfigReference{Name: "kc"}
+	require.NoError(t, f.r.Client.Update(ctx, &c))
+	gate := f.r.gateOf(f.cluster)
+	// JSON, which the test's server speaks; client-go would send protobuf.
+	cfg := &rest.Config{Host: hs.URL, Timeout: f.r.TenantRequestTimeout, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
+	cfg.Wrap(gate.RoundTripper)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	allowed := engine.KubeconfigDecision{Allowed: true}
+	f.r.targets.remote = map[types.NamespacedName]*target{f.cluster: {
+		reader: f.r.Client, clientset: cs, names: &nodeNames{}, counts: &floodCounts{}, gate: gate,
+		kubeconfig: []byte("kubeconfig"), cancel: func() {},
+	}}
+	f.r.targets.verdicts = map[types.NamespacedName]*verdict{f.cluster: {
+		sum: sha256.Sum256([]byte("kubeconfig")), document: allowed, final: &allowed,
+	}}
+
+	f.start(t, 4)
+	for n := range 6 {
+		f.add(fmt.Sprintf("system:node:%d", n))
+	}
+	require.Eventually(t, func() bool { return gate.halted(false) }, 10*time.Second, 10*time.Millisecond, "the stalled approvals did not open the gate")
+	srv.stalling.Store(false)
+
+	// The fake clock moves to each wake-up in turn, once the workers are
+	// done with the last; each request's and the breaker's backoffs are
+	// counted in it.
+	recovered := clk.Now()
+	for !srv.allApproved() {
+		var next time.Time
+		require.Eventually(t, func() bool {
+			var ok bool
+			ok, next = queue.settled()
+			return ok || srv.allApproved()
+		}, 10*time.Second, time.Millisecond, "the workers did not settle")
+		if srv.allApproved() {
+			break
+		}
+		require.False(t, next.IsZero(), "a requester was lost: nothing is queued, held or due, and requests wait (approved: %v)", srv.approved)
+		require.Less(t, next.Sub(recovered), 10*time.Minute, "not approved 10 minutes after the server recovered")
+		clk.SetTime(next)
+	}
+	t.Logf("every request approved %s after the server recovered", clk.Since(recovered))
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	assert.Len(t, srv.approved, 6)
 }

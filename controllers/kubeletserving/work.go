@@ -132,24 +132,32 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 	if !ok {
 		return wait, nil
 	}
+	// aborted: the turn ends for a reason of this side, before the
+	// server is asked anything; it says nothing about the server.
+	aborted := true
 	defer func() {
-		handBack, wait := p.target.gate.leave(probe)
+		handBack, wait := p.target.gate.leave(probe, aborted || ctx.Err() != nil)
 		for _, k := range handBack {
 			r.queue.Add(k)
 		}
 		if wait > 0 {
-			// The try failed: this requester is the waker, and comes
-			// back for the next, not before.
+			// The cluster's backoff runs: this requester comes back
+			// when it ends, not before.
 			again = wait
 		}
 	}()
 	if !p.target.local && !r.targetStillAllowed(ctx, p.cluster, p.target) {
 		return 0, nil
 	}
+	aborted = false
 	if probe {
 		// The try of a server that stalled asks it something cheap
-		// first, so that the try says whether it answers.
-		if err := p.target.clientset.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error(); err != nil {
+		// first, so that the try says whether it answers. An answer
+		// that is an error (a proxy's 503, RBAC's 403) is an answer: the
+		// server does not stall, and the turn goes on.
+		err := p.target.clientset.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Error()
+		var status apierrors.APIStatus
+		if err != nil && !errors.As(err, &status) {
 			log.FromContext(ctx).Info("the tenant's API server stalled, and does not answer yet", "error", err)
 			return 0, nil
 		}
@@ -176,7 +184,7 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 			if errors.Is(err, context.DeadlineExceeded) {
 				// A request's whole bound ran out, across client-go's
 				// own retries: a stall, however quick each round trip.
-				p.target.gate.observe(err, nil, 0)
+				p.target.gate.observe(err, nil, r.TenantRequestTimeout)
 			}
 		}
 		if p.target.gate.halted(probe) {
