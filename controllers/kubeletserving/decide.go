@@ -504,7 +504,23 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 		IssuedAt: metav1.NewTime(cert.NotBefore),
 		NotAfter: metav1.NewTime(cert.NotAfter),
 	}
-	if err := p.r.Client.Status().Patch(ctx, machine, client.MergeFrom(before)); err != nil {
+	// Written as a verdict is, under the replica's hold on the shard, and
+	// on the machine as it was read: a replica that paused with an old
+	// view of it neither writes for a cluster it no longer serves nor puts
+	// an older certificate over a newer one recorded meanwhile (review 5,
+	// F5).
+	done, err := p.begin()
+	if err != nil {
+		return nil
+	}
+	defer done()
+	if err := p.r.Client.Status().Patch(ctx, machine, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		if apierrors.IsConflict(err) {
+			// Changed meanwhile: looked at again once the cache shows
+			// what changed.
+			p.retryIn(time.Second)
+			return nil
+		}
 		return fmt.Errorf("record certificate of CSR %s on machine %s: %w", csr.Name, machine.Name, err)
 	}
 	log.FromContext(ctx).Info("recorded kubelet serving certificate", "machine", machine.Name, "csr", csr.Name, "not_after", cert.NotAfter)

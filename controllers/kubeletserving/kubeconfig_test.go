@@ -401,3 +401,98 @@ func stallingProxy(t *testing.T, cfg *rest.Config) (doc string, stalls func() (h
 	return kubeconfigDoc(srv.URL, "    certificate-authority-data: "+ca+"\n", "    token: tenant-token\n"),
 		func() (int64, int64) { return held.Load(), gaveUp.Load() }
 }
+
+// hold is one request a stalling tenant server held, from its arrival until
+// the client gave up.
+type hold struct {
+	tenant     string
+	start, end time.Time
+}
+
+// Review 8 M3: starting the watch of a tenant's API server waits for that
+// server (its TLS probe, the list its cache syncs from), and holds a
+// reconcile worker meanwhile; the four are every cluster's. So at most one
+// start of a tenant runs at a time, and at most two at once: six clusters
+// of three tenants whose servers stall are started in turn, never more
+// than two of them held together (nor two of one tenant), and each is
+// tried.
+func TestStallingTenantsHoldAtMostHalfTheReconcileWorkers(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		holds []hold
+		asked = map[string]int{}
+	)
+	var clusters []*ichorv1alpha1.TalosCluster
+	for _, tenant := range []string{"a", "b", "c"} {
+		ns := "starts-" + tenant
+		require.NoError(t, env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+		require.NoError(t, env.Client.Create(t.Context(), env.SecretsBundleSecret(ns, "talos-secrets")))
+		for _, name := range []string{"one", "two"} {
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+				h := hold{tenant: tenant, start: time.Now()}
+				mu.Lock()
+				asked[ns+"/"+name]++
+				mu.Unlock()
+				<-r.Context().Done()
+				h.end = time.Now()
+				mu.Lock()
+				holds = append(holds, h)
+				mu.Unlock()
+			}))
+			t.Cleanup(srv.Close)
+			ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+			require.NoError(t, env.Client.Create(t.Context(), &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Data: map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte(kubeconfigDoc(srv.URL,
+					"    certificate-authority-data: "+ca+"\n", "    token: tenant-token\n"))},
+			}))
+			c := &ichorv1alpha1.TalosCluster{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: ichorv1alpha1.TalosClusterSpec{
+					TalosVersion:  "v1.14",
+					SecretsRef:    ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"},
+					KubeconfigRef: &ichorv1alpha1.KubeconfigReference{Name: name},
+					Security: ichorv1alpha1.ClusterSecurity{KubeletServingCertificates: ichorv1alpha1.KubeletServingCertificates{
+						Enabled: true,
+					}},
+				},
+			}
+			clusters = append(clusters, c)
+		}
+	}
+	for _, c := range clusters {
+		require.NoError(t, env.Client.Create(t.Context(), c))
+		t.Cleanup(func() { _ = env.Client.Delete(context.Background(), c) })
+	}
+
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(asked) == len(clusters) && len(holds) >= len(clusters)
+	}, wait, 50*time.Millisecond, "not every tenant's server was tried")
+
+	// Held together: around a moment a second after one hold began, the
+	// holds begun half a second before and ending half a second after.
+	// (A start that follows another begins as soon as the last ended,
+	// before its server may have seen the client hang up.)
+	mu.Lock()
+	defer mu.Unlock()
+	most, mostOfOne := 0, 0
+	for _, h := range holds {
+		at := h.start.Add(time.Second)
+		together, byTenant := 0, map[string]int{}
+		for _, o := range holds {
+			if !o.start.After(at.Add(-500*time.Millisecond)) && o.end.After(at.Add(500*time.Millisecond)) {
+				together++
+				byTenant[o.tenant]++
+			}
+		}
+		most = max(most, together)
+		for _, n := range byTenant {
+			mostOfOne = max(mostOfOne, n)
+		}
+	}
+	assert.LessOrEqual(t, most, 2, "more than half the reconcile workers waited on tenants' servers at once")
+	assert.LessOrEqual(t, mostOfOne, 1, "two starts of one tenant waited on its servers at once")
+	t.Logf("%d holds, at most %d together; asked: %v", len(holds), most, asked)
+}

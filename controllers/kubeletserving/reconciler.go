@@ -213,7 +213,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := mgr.Add(workers{r: r, n: r.MaxConcurrentDecisions, leader: r.Shards == nil}); err != nil {
 		return fmt.Errorf("add the decision workers: %w", err)
 	}
-	opts := controller.Options{MaxConcurrentReconciles: 4}
+	opts := controller.Options{MaxConcurrentReconciles: reconcileWorkers}
 	r.rejudge = make(chan event.TypedGenericEvent[types.NamespacedName])
 	b := ctrl.NewControllerManagedBy(mgr).
 		WatchesRawSource(source.Channel(r.rejudge, handler.TypedEnqueueRequestsFromMapFunc(
@@ -413,6 +413,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
 		r.Metrics.forget(req.Namespace, req.Name)
 		return reconcile.Result{}, r.refuseTarget(ctx, &cluster, err)
+	}
+	var deferred *startDeferredError
+	if errors.As(err, &deferred) {
+		// The start of its watch waits for room, or for its backoff;
+		// whatever an earlier start left on the cluster stands.
+		logger.V(1).Info("the watch of the cluster's API server is not started yet", "reason", err.Error())
+		return reconcile.Result{RequeueAfter: deferred.wait}, nil
 	}
 	var refused *KubeconfigRefusedError
 	if errors.As(err, &refused) {

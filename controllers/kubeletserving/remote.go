@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
-	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -107,6 +106,8 @@ type targets struct {
 	// gates are the clusters' gates, and pool what they share.
 	gates map[types.NamespacedName]*tenantGate
 	pool  *remotePool
+	// starts bounds the reconciles that start remote watches.
+	starts remoteStarts
 }
 
 // keyLock serialises the work on one cluster; users counts who holds or
@@ -204,6 +205,27 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 	if t != nil && bytes.Equal(t.kubeconfig, data) && current {
 		return t, nil
 	}
+	// Judging the content asks the server who it is, and starting its
+	// watch lists its CSRs: both wait for the tenant's server.
+	end, err := r.targets.starts.begin(key, sum, revision, r.Clock.Now(), r.TenantRequestTimeout/6)
+	if err != nil {
+		return nil, err
+	}
+	t, err = r.judgeAndStart(ctx, c, t, sum, data, revision)
+	var refused *KubeconfigRefusedError
+	if errors.As(err, &refused) {
+		// The rule's refusal is kept with the content, not retried.
+		end(r.Clock.Now(), r.TenantRequestTimeout, nil)
+	} else {
+		end(r.Clock.Now(), r.TenantRequestTimeout, err)
+	}
+	return t, err
+}
+
+// judgeAndStart judges a kubeconfig content and starts the watch of the
+// server it names, or keeps t, the cluster's watch, if it is of that content.
+func (r *Reconciler) judgeAndStart(ctx context.Context, c *ichorv1alpha1.TalosCluster, t *target, sum [sha256.Size]byte, data []byte, revision string) (*target, error) {
+	key := client.ObjectKeyFromObject(c)
 	v, err := r.judgeKubeconfig(ctx, c, sum, data, revision)
 	if t != nil && (err != nil || !bytes.Equal(t.kubeconfig, data)) {
 		// Another content, or this one no longer allowed (or not
@@ -220,11 +242,7 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 	if t != nil {
 		return t, nil
 	}
-	cfg, err := r.LocalAPIServer.RESTConfig(ctx, v.doc, r.AllowInsecureKubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
-	}
-	t, err = r.startRemote(ctx, key, cfg)
+	t, err = r.startRemoteFrom(ctx, key, v.doc)
 	if err != nil {
 		return nil, err
 	}
@@ -236,6 +254,17 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 	r.targets.remote[key] = t
 	r.targets.mu.Unlock()
 	return t, nil
+}
+
+// startRemoteFrom starts the watch of the API server an allowed kubeconfig
+// names: the server's identity is checked (RESTConfig), then its CSRs are
+// watched.
+func (r *Reconciler) startRemoteFrom(ctx context.Context, key types.NamespacedName, doc *kubeconfig.Document) (*target, error) {
+	cfg, err := r.LocalAPIServer.RESTConfig(ctx, doc, r.AllowInsecureKubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
+	}
+	return r.startRemote(ctx, key, cfg)
 }
 
 // gateOf is the gate of the cluster (see tenantGate), kept until the
@@ -466,7 +495,7 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 			log.FromContext(ctx).Error(err, "watch of a remote API server stopped", "taloscluster", key)
 		}
 	}()
-	syncCtx, stop := context.WithTimeout(ctx, 30*time.Second)
+	syncCtx, stop := context.WithTimeout(ctx, r.TenantRequestTimeout)
 	defer stop()
 	// Start the informer for CSRs, then wait for it.
 	if _, err := cl.GetCache().GetInformer(syncCtx, &certificatesv1.CertificateSigningRequest{}); err != nil {
@@ -527,6 +556,7 @@ func (t *targets) drop(key types.NamespacedName, forget bool) {
 	}
 	if forget {
 		delete(t.verdicts, key)
+		t.starts.forget(key)
 		if g, ok := t.gates[key]; ok {
 			t.pool.forget(g, key.Namespace)
 			delete(t.gates, key)

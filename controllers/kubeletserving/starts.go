@@ -1,0 +1,106 @@
+package kubeletserving
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// reconcileWorkers is how many TalosClusters are reconciled at once.
+const reconcileWorkers = 4
+
+// remoteStarts keeps the start of remote clusters' watches from holding the
+// reconcile workers, which every cluster shares (review 8 M3). A start asks
+// the tenant's server (a TLS probe, the list its cache syncs from) and may
+// wait up to the tenant's request bound for it. So
+//   - at most one start of a tenant (a namespace) runs at a time, and at
+//     most half the reconcile workers start remote watches at once; a
+//     reconcile that finds no room comes back a little later;
+//   - a cluster whose start failed is not started again, for the same
+//     kubeconfig content and bundle revision, until a backoff has passed
+//     (the request bound, doubling with each failure, at most 5 min),
+//     however often it is reconciled meanwhile (its own status writes, its
+//     machines' events: a tenant's to make at will).
+type remoteStarts struct {
+	mu      sync.Mutex
+	running int
+	tenants map[string]bool
+	failed  map[types.NamespacedName]startFailure
+}
+
+// startFailure is a cluster's failed start: of which content and revision,
+// how many in a row, and when the next may begin.
+type startFailure struct {
+	sum      [sha256.Size]byte
+	revision string
+	n        int
+	until    time.Time
+	err      error
+}
+
+// startDeferredError says a remote cluster's watch is not started in this
+// reconcile, and when to look again; the cluster's conditions still say why
+// the last start failed, if one did.
+type startDeferredError struct {
+	wait  time.Duration
+	cause error
+}
+
+func (e *startDeferredError) Error() string {
+	if e.cause != nil {
+		return fmt.Sprintf("the watch of the cluster's API server is started again in %s; it last failed: %v", e.wait, e.cause)
+	}
+	return fmt.Sprintf("another watch of the tenant's API servers is starting; this one starts in %s", e.wait)
+}
+
+// Unwrap is the last start's failure, if that is why.
+func (e *startDeferredError) Unwrap() error { return e.cause }
+
+// begin says whether key's watch may start now; if it may, end must be
+// called with the start's outcome.
+func (s *remoteStarts) begin(key types.NamespacedName, sum [sha256.Size]byte, revision string, now time.Time, busyWait time.Duration) (end func(now time.Time, bound time.Duration, err error), _ error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f, ok := s.failed[key]; ok && f.sum == sum && f.revision == revision && now.Before(f.until) {
+		return nil, &startDeferredError{wait: f.until.Sub(now), cause: f.err}
+	}
+	if s.tenants[key.Namespace] || s.running >= max(1, reconcileWorkers/2) {
+		return nil, &startDeferredError{wait: busyWait}
+	}
+	if s.tenants == nil {
+		s.tenants = map[string]bool{}
+	}
+	s.tenants[key.Namespace] = true
+	s.running++
+	return func(now time.Time, bound time.Duration, err error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.tenants, key.Namespace)
+		s.running--
+		if err == nil {
+			delete(s.failed, key)
+			return
+		}
+		f := s.failed[key]
+		if f.sum != sum || f.revision != revision {
+			f = startFailure{sum: sum, revision: revision}
+		}
+		f.err = err
+		f.until = now.Add(min(bound<<min(f.n, 10), maxBackoff))
+		f.n++
+		if s.failed == nil {
+			s.failed = map[types.NamespacedName]startFailure{}
+		}
+		s.failed[key] = f
+	}, nil
+}
+
+// forget drops what is kept of a cluster's failed starts.
+func (s *remoteStarts) forget(key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.failed, key)
+}

@@ -1,0 +1,97 @@
+package kubeletserving
+
+import (
+	"crypto/sha256"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Review 8 M3: a cluster whose watch could not be started is not started
+// again, for the same kubeconfig and bundle, until its backoff has passed
+// (the request bound, doubling, at most 5 min), however often it is
+// reconciled; another content, or another bundle, is tried at once; a start
+// that works forgets the failures.
+func TestAFailedStartBacksOff(t *testing.T) {
+	var s remoteStarts
+	key := types.NamespacedName{Namespace: "ns", Name: "c"}
+	sum, other := sha256.Sum256([]byte("kubeconfig")), sha256.Sum256([]byte("rotated"))
+	now := time.Unix(1_000_000, 0)
+	bound := 30 * time.Second
+	stalled := errors.New("the cache did not sync")
+
+	fail := func(sum [sha256.Size]byte, revision string) {
+		t.Helper()
+		end, err := s.begin(key, sum, revision, now, time.Second)
+		require.NoError(t, err)
+		end(now, bound, stalled)
+	}
+	deferred := func(sum [sha256.Size]byte, revision string) time.Duration {
+		t.Helper()
+		_, err := s.begin(key, sum, revision, now, time.Second)
+		var d *startDeferredError
+		require.ErrorAs(t, err, &d)
+		return d.wait
+	}
+
+	for _, backoff := range []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 5 * time.Minute, 5 * time.Minute} {
+		fail(sum, "r1")
+		assert.Equal(t, backoff, deferred(sum, "r1"))
+		_, err := s.begin(key, sum, "r1", now, time.Second)
+		assert.ErrorIs(t, err, stalled, "the deferral does not say why the last start failed")
+		now = now.Add(backoff)
+	}
+	fail(sum, "r1")
+	end, err := s.begin(key, other, "r1", now, time.Second)
+	require.NoError(t, err, "a rotated kubeconfig waited for the old one's backoff")
+	end(now, bound, nil)
+	end, err = s.begin(key, sum, "r1", now, time.Second)
+	require.NoError(t, err, "a start that worked did not forget the failures")
+	end(now, bound, stalled)
+	assert.Equal(t, 30*time.Second, deferred(sum, "r1"), "the backoff did not start again after a start that worked")
+	end, err = s.begin(key, sum, "r2", now, time.Second)
+	require.NoError(t, err, "a new bundle waited for the old one's backoff")
+	end(now, bound, stalled)
+	s.forget(key)
+	end, err = s.begin(key, sum, "r2", now, time.Second)
+	require.NoError(t, err, "a forgotten cluster kept its backoff")
+	end(now, bound, nil)
+}
+
+// Review 8 M3: one start of a tenant at a time, and at most half the
+// reconcile workers starting remote watches at once; the others come back
+// after busyWait, and find room once a start ends, whatever its outcome.
+func TestRemoteStartsAreBounded(t *testing.T) {
+	var s remoteStarts
+	now := time.Unix(1_000_000, 0)
+	sum := sha256.Sum256([]byte("kubeconfig"))
+	begin := func(ns, name string) (func(time.Time, time.Duration, error), error) {
+		return s.begin(types.NamespacedName{Namespace: ns, Name: name}, sum, "r1", now, 5*time.Second)
+	}
+	endA, err := begin("a", "one")
+	require.NoError(t, err)
+	_, err = begin("a", "two")
+	var d *startDeferredError
+	require.ErrorAs(t, err, &d, "two starts of one tenant at once")
+	assert.Equal(t, 5*time.Second, d.wait)
+	endB, err := begin("b", "one")
+	require.NoError(t, err)
+	_, err = begin("c", "one")
+	require.ErrorAs(t, err, &d, "more than half the reconcile workers starting remote watches")
+	endA(now, time.Second, errors.New("stalled"))
+	endC, err := begin("c", "one")
+	require.NoError(t, err, "a start that failed did not give its room back")
+	_, err = begin("a", "two")
+	require.ErrorAs(t, err, &d, "a third start while two run")
+	endB(now, time.Second, nil)
+	endTwo, err := begin("a", "two")
+	require.NoError(t, err, "the tenant's start that ended did not give its turn back")
+	endTwo(now, time.Second, nil)
+	endC(now, time.Second, nil)
+	assert.Zero(t, s.running)
+	assert.Empty(t, s.tenants)
+}
