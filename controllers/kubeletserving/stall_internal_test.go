@@ -532,3 +532,26 @@ func TestEveryRequesterOfAStalledTenantComesBackWithoutAResync(t *testing.T) {
 	defer srv.mu.Unlock()
 	assert.Len(t, srv.approved, 6)
 }
+
+// Review 9 M1, L2: the manager keeps one gate per remote cluster, sharing
+// its tenant's slots, through every new watch of its server; a cluster
+// forgotten (deleted, disabled, its shard gone) takes its gate with it.
+func TestEachRemoteClusterHasItsGateUntilItIsForgotten(t *testing.T) {
+	r := &Reconciler{MaxConcurrentDecisions: 32, TenantRequestTimeout: DefaultTenantRequestTimeout, Clock: clock.RealClock{}}
+	a, b := types.NamespacedName{Namespace: "ns", Name: "a"}, types.NamespacedName{Namespace: "ns", Name: "b"}
+	ga, gb := r.gateOf(a), r.gateOf(b)
+	require.NotSame(t, ga, gb, "two clusters share a breaker")
+	assert.Same(t, ga.slots, gb.slots, "two clusters of a tenant do not share its slots")
+	assert.Same(t, ga, r.gateOf(a), "a new watch of the cluster's server got a fresh breaker")
+
+	r.targets.drop(a, false)
+	assert.Same(t, ga, r.gateOf(a), "a watch restarted (the kubeconfig rewritten, refused) reset the breaker")
+	r.targets.stop(a)
+	assert.NotSame(t, ga, r.gateOf(a), "a forgotten cluster kept its gate")
+	r.targets.stop(a)
+	r.targets.stop(b)
+	r.targets.mu.Lock()
+	defer r.targets.mu.Unlock()
+	assert.Empty(t, r.targets.gates)
+	assert.Empty(t, r.targets.pool.tenants, "a tenant's slots outlived its clusters")
+}
