@@ -88,7 +88,10 @@ type target struct {
 	gate *tenantGate
 
 	kubeconfig []byte
-	cancel     context.CancelFunc
+	// watch is the remote cache's context, which cancel ends: a decision
+	// through the target ends with it. Nil for the local API server.
+	watch  context.Context
+	cancel context.CancelFunc
 }
 
 // targets keeps one watched API server per cluster with a kubeconfigRef, and
@@ -520,7 +523,7 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 		}
 	}
 	log.FromContext(ctx).Info("watching the cluster's own API server for kubelet serving CSRs", "host", cfg.Host)
-	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, counts: counts, gate: gate, cancel: cancel}, nil
+	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, counts: counts, gate: gate, watch: runCtx, cancel: cancel}, nil
 }
 
 // stop ends the cluster's watch and forgets the rule's verdict on its
@@ -558,7 +561,7 @@ func (t *targets) drop(key types.NamespacedName, forget bool) {
 		delete(t.verdicts, key)
 		t.starts.forget(key)
 		if g, ok := t.gates[key]; ok {
-			t.pool.forget(g, key.Namespace)
+			t.pool.forget(g)
 			delete(t.gates, key)
 		}
 	}

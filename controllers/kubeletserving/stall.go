@@ -58,13 +58,17 @@ type tenantGate struct {
 	// the server did meanwhile, to the requests sent since.
 	probing, answered, stalled bool
 	probeStart                 time.Time
+	// gone: the cluster was forgotten; a worker that still found its old
+	// target is not parked under it, but comes back to the new one.
+	gone bool
 }
 
-// tenantSlots are the turns one tenant may run at once; gates counts the
-// clusters that share them. Guarded by pool.mu.
+// tenantSlots are the turns one tenant may run at once (free of max);
+// gates counts the clusters that share them. Guarded by pool.mu.
 type tenantSlots struct {
-	free  int
-	gates int
+	namespace string
+	free, max int
+	gates     int
 }
 
 // remotePool is what every tenant's turns share: the slots of all of them
@@ -96,7 +100,7 @@ func (p *remotePool) newGate(clk clock.PassiveClock, namespace string, slots int
 	defer p.mu.Unlock()
 	s, ok := p.tenants[namespace]
 	if !ok {
-		s = &tenantSlots{free: slots}
+		s = &tenantSlots{namespace: namespace, free: slots, max: slots}
 		p.tenants[namespace] = s
 	}
 	s.gates++
@@ -104,9 +108,11 @@ func (p *remotePool) newGate(clk clock.PassiveClock, namespace string, slots int
 }
 
 // forget drops a gate whose cluster this replica no longer judges: its
-// parked requesters, and its tenant's slots once no cluster shares them. A
-// turn still running gives its slot back to the pool all the same.
-func (p *remotePool) forget(g *tenantGate, namespace string) {
+// parked requesters, and its tenant's slots once no cluster shares them and
+// no turn holds one (a turn of a forgotten cluster still counts against
+// them, so that forgetting a cluster and starting it again brings the
+// tenant no fresh slots).
+func (p *remotePool) forget(g *tenantGate) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	kept := make([]parkedKey, 0, len(p.parked))
@@ -118,8 +124,16 @@ func (p *remotePool) forget(g *tenantGate, namespace string) {
 		kept = append(kept, pk)
 	}
 	p.parked = kept
-	if g.slots.gates--; g.slots.gates <= 0 && p.tenants[namespace] == g.slots {
-		delete(p.tenants, namespace)
+	g.gone = true
+	g.slots.gates--
+	p.dropIdle(g.slots)
+}
+
+// dropIdle forgets a tenant's slots once no cluster shares them and no turn
+// holds one. Called with mu held.
+func (p *remotePool) dropIdle(s *tenantSlots) {
+	if s.gates <= 0 && s.free >= s.max && p.tenants[s.namespace] == s {
+		delete(p.tenants, s.namespace)
 	}
 }
 
@@ -134,6 +148,9 @@ func (g *tenantGate) enter(key requester) (ok, probe bool, wait time.Duration) {
 	g.pool.mu.Lock()
 	defer g.pool.mu.Unlock()
 	now := g.clock.Now()
+	if g.gone {
+		return false, false, minBackoff
+	}
 	free := g.slots.free > 0 && g.pool.free > 0
 	switch {
 	case g.open && now.Before(g.until):
@@ -174,6 +191,7 @@ func (g *tenantGate) leave(probe, aborted bool) (handBack []requester, wait time
 	defer g.pool.mu.Unlock()
 	g.slots.free++
 	g.pool.free++
+	g.pool.dropIdle(g.slots)
 	now := g.clock.Now()
 	if probe {
 		g.probing = false

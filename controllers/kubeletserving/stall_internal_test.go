@@ -230,7 +230,7 @@ func TestAForgottenClusterLeavesNothingParked(t *testing.T) {
 	ok, _, _ = kept.enter(clusterKey("ns", "kept", 1))
 	require.False(t, ok)
 
-	pool.forget(gone, "ns")
+	pool.forget(gone)
 	pool.mu.Lock()
 	assert.Len(t, pool.parked, 1, "the forgotten cluster's parked requesters are kept")
 	assert.Len(t, pool.isParked, 1)
@@ -239,12 +239,49 @@ func TestAForgottenClusterLeavesNothingParked(t *testing.T) {
 	handBack, _ := gone.leave(false, false) // its turn, still running, ends
 	assert.Equal(t, []requester{clusterKey("ns", "kept", 1)}, handBack)
 
-	pool.forget(kept, "ns")
+	pool.forget(kept)
 	pool.mu.Lock()
 	defer pool.mu.Unlock()
 	assert.Empty(t, pool.parked)
 	assert.Empty(t, pool.tenants, "the tenant's slots outlived its last cluster")
 	assert.Equal(t, 32, pool.free, "a slot of the pool was lost")
+}
+
+// Review 10 F1, F2: forgetting a cluster while its turns run, then starting
+// it again (disabled and enabled, deleted and created), brings its tenant
+// no fresh slots: the old turns still count until they end. And a worker
+// that still found the forgotten gate is not parked under it, where no turn
+// of the new one would hand it back: it comes back shortly.
+func TestForgettingAClusterBringsItsTenantNoFreshSlots(t *testing.T) {
+	pool := newRemotePool(32)
+	old := pool.newGate(clock.RealClock{}, "ns", 2, time.Minute)
+	for n := range 2 {
+		ok, _, _ := old.enter(clusterKey("ns", "c", n))
+		require.True(t, ok)
+	}
+	pool.forget(old)
+	ok, _, wait := old.enter(clusterKey("ns", "c", 9))
+	assert.False(t, ok, "a turn ran under a forgotten gate")
+	assert.Equal(t, minBackoff, wait, "a worker that found a forgotten gate was parked under it")
+
+	again := pool.newGate(clock.RealClock{}, "ns", 2, time.Minute)
+	ok, _, wait = again.enter(clusterKey("ns", "c", 2))
+	require.False(t, ok, "the cluster started again got fresh slots while its old turns run")
+	assert.Zero(t, wait, "parked")
+	handBack, _ := old.leave(false, false)
+	assert.Equal(t, []requester{clusterKey("ns", "c", 2)}, handBack, "an old turn's end does not make room for the new gate")
+	ok, _, _ = again.enter(clusterKey("ns", "c", 2))
+	require.True(t, ok)
+	_, _ = old.leave(false, false)
+	pool.forget(again)
+	pool.mu.Lock()
+	assert.Contains(t, pool.tenants, "ns", "the tenant's slots went while a turn held one")
+	pool.mu.Unlock()
+	_, _ = again.leave(false, false)
+	pool.mu.Lock()
+	defer pool.mu.Unlock()
+	assert.Empty(t, pool.tenants, "the tenant's slots outlived its clusters and their turns")
+	assert.Equal(t, 32, pool.free)
 }
 
 // The gate sees what client-go does with a tenant's server: a request it
@@ -303,14 +340,16 @@ func TestATenantRequestThatStallsOpensTheGate(t *testing.T) {
 	assert.Equal(t, int64(1), hits.Load()-before, "client-go obeyed the tenant's Retry-After")
 }
 
-// tenantServer is a tenant's API server for the workers' tests: it refuses
-// /version, serves reads of its CSRs and approvals, which it holds unanswered
-// while stalling is set (client-go's timeout ends them).
+// tenantServer is a tenant's API server for the workers' tests: it serves
+// /version as version says, reads of its CSRs, and approvals, which it holds
+// unanswered while stalling is set (client-go's timeout ends them).
 type tenantServer struct {
 	mu       sync.Mutex
 	csrs     map[string]certificatesv1.CertificateSigningRequest
 	approved map[string]bool
+	puts     int
 	stalling atomic.Bool
+	version  http.HandlerFunc
 	// done ends the requests held at the test's end.
 	done chan struct{}
 }
@@ -324,16 +363,13 @@ func (s *tenantServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case r.URL.Path == "/version":
-		// A hardened server's RBAC refuses it: an answer all the same.
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusForbidden)
-		_ = json.NewEncoder(w).Encode(metav1.Status{
-			TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
-			Reason: metav1.StatusReasonForbidden, Code: http.StatusForbidden,
-		})
+		s.version(w, r)
 	case !strings.HasPrefix(r.URL.Path, prefix):
 		http.NotFound(w, r)
 	case approval && r.Method == http.MethodPut:
+		s.mu.Lock()
+		s.puts++
+		s.mu.Unlock()
 		if s.stalling.Load() {
 			select {
 			case <-r.Context().Done():
@@ -364,6 +400,17 @@ func (s *tenantServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// versionRefused is /version on a hardened server: RBAC refuses it, which
+// is an answer all the same.
+func versionRefused(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusForbidden)
+	_ = json.NewEncoder(w).Encode(metav1.Status{
+		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+		Reason: metav1.StatusReasonForbidden, Code: http.StatusForbidden,
+	})
+}
+
 func (s *tenantServer) allApproved() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -383,6 +430,10 @@ type dueQueue struct {
 	mu   sync.Mutex
 	due  map[requester]time.Time
 	held int
+	// events counts keys taken and given back, so that a settled look
+	// can be checked again: a worker may have taken a key from the queue
+	// and not yet counted it held.
+	events int
 }
 
 func newDueQueue(clk *clocktesting.FakeClock) *dueQueue {
@@ -418,59 +469,83 @@ func (q *dueQueue) Get() (requester, bool) {
 	}
 	if !quit {
 		q.held++
+		q.events++
 	}
 	return k, quit
 }
 
+// Done lets the queue take the key back (and queue it again, if it was
+// added meanwhile) before the worker no longer counts as holding it.
 func (q *dueQueue) Done(k requester) {
+	q.TypedRateLimitingInterface.Done(k)
 	q.mu.Lock()
 	q.held--
+	q.events++
 	q.mu.Unlock()
-	q.TypedRateLimitingInterface.Done(k)
 }
 
-// settled: no key is queued ready, held by a worker, or due by now; next is
-// the earliest key due later (zero: none).
+// settled: no key is queued ready, held by a worker, or due by now, twice
+// over 20 ms with nothing taken or given back between; next is the earliest
+// key due later (zero: none).
 func (q *dueQueue) settled() (ok bool, next time.Time) {
+	ok, next, events := q.look()
+	if !ok {
+		return false, time.Time{}
+	}
+	time.Sleep(20 * time.Millisecond)
+	again, _, after := q.look()
+	return again && after == events, next
+}
+
+func (q *dueQueue) look() (ok bool, next time.Time, events int) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.Len() > 0 || q.held > 0 {
-		return false, time.Time{}
+		return false, time.Time{}, q.events
 	}
 	now := q.clk.Now()
 	for _, at := range q.due {
 		if !at.After(now) {
-			return false, time.Time{}
+			return false, time.Time{}, q.events
 		}
 		if next.IsZero() || at.Before(next) {
 			next = at
 		}
 	}
-	return true, next
+	return true, next, q.events
 }
 
-// Review 9 T1, H1, L1: the workers and a tenant's gate together, with
-// nothing queued again from outside (no resync, no event). Six requesters
-// of a tenant with two slots; the tenant's server stalls every approval,
-// then recovers (its RBAC refuses the try's /version: that is an answer).
-// Every request is approved once the backoff has passed: no requester is
-// lost on the way, parked or turned away.
-func TestEveryRequesterOfAStalledTenantComesBackWithoutAResync(t *testing.T) {
+// stalledTenant is a replica deciding, through a tenant's gate, the
+// requests of six requesters (one each, or more) of a cluster whose API
+// server is srv, reached by a real client-go clientset; the workers' queue
+// is watched (dueQueue), and the fake clock moves only when the test says.
+type stalledTenant struct {
+	f      *queueFixture
+	clk    *clocktesting.FakeClock
+	queue  *dueQueue
+	srv    *tenantServer
+	gate   *tenantGate
+	target *target
+}
+
+func newStalledTenant(t *testing.T, timeout time.Duration, version http.HandlerFunc, csrsEach int) *stalledTenant {
+	t.Helper()
 	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
 	var csrs []certificatesv1.CertificateSigningRequest
 	for n := range 6 {
-		csrs = append(csrs, csrOf(fmt.Sprintf("system:node:%d", n), fmt.Sprintf("csr-%d", n), clk.Now()))
+		for i := range csrsEach {
+			csrs = append(csrs, csrOf(fmt.Sprintf("system:node:%d", n), fmt.Sprintf("csr-%d-%d", n, i), clk.Now().Add(time.Duration(i)*time.Second)))
+		}
 	}
 	f := newQueueFixture(t, clk, csrs...)
 	queue := newDueQueue(clk)
 	f.r.queue = queue
-	srv := &tenantServer{csrs: map[string]certificatesv1.CertificateSigningRequest{}, approved: map[string]bool{}, done: make(chan struct{})}
+	srv := &tenantServer{csrs: map[string]certificatesv1.CertificateSigningRequest{}, approved: map[string]bool{}, version: version, done: make(chan struct{})}
 	for _, c := range csrs {
 		c.TypeMeta = metav1.TypeMeta{APIVersion: "certificates.k8s.io/v1", Kind: "CertificateSigningRequest"}
 		c.UID = types.UID("uid-" + c.Name)
 		srv.csrs[c.Name] = c
 	}
-	srv.stalling.Store(true)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
 	t.Cleanup(func() { close(srv.done) })
@@ -478,7 +553,7 @@ func TestEveryRequesterOfAStalledTenantComesBackWithoutAResync(t *testing.T) {
 	ctx := context.Background()
 	f.r.APIReader = f.r.Client
 	f.r.MaxConcurrentDecisions = 8 // a tenant's slots: 2
-	f.r.TenantRequestTimeout = 500 * time.Millisecond
+	f.r.TenantRequestTimeout = timeout
 	require.NoError(t, f.r.Client.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "kc"},
 		Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte("kubeconfig")},
@@ -489,48 +564,127 @@ func TestEveryRequesterOfAStalledTenantComesBackWithoutAResync(t *testing.T) {
 	require.NoError(t, f.r.Client.Update(ctx, &c))
 	gate := f.r.gateOf(f.cluster)
 	// JSON, which the test's server speaks; client-go would send protobuf.
-	cfg := &rest.Config{Host: hs.URL, Timeout: f.r.TenantRequestTimeout, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
+	cfg := &rest.Config{Host: hs.URL, Timeout: timeout, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
 	cfg.Wrap(gate.RoundTripper)
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
-	allowed := engine.KubeconfigDecision{Allowed: true}
-	f.r.targets.remote = map[types.NamespacedName]*target{f.cluster: {
+	watch, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	tg := &target{
 		reader: f.r.Client, clientset: cs, names: &nodeNames{}, counts: &floodCounts{}, gate: gate,
-		kubeconfig: []byte("kubeconfig"), cancel: func() {},
-	}}
+		kubeconfig: []byte("kubeconfig"), watch: watch, cancel: cancel,
+	}
+	allowed := engine.KubeconfigDecision{Allowed: true}
+	f.r.targets.remote = map[types.NamespacedName]*target{f.cluster: tg}
 	f.r.targets.verdicts = map[types.NamespacedName]*verdict{f.cluster: {
 		sum: sha256.Sum256([]byte("kubeconfig")), document: allowed, final: &allowed,
 	}}
+	return &stalledTenant{f: f, clk: clk, queue: queue, srv: srv, gate: gate, target: tg}
+}
 
-	f.start(t, 4)
-	for n := range 6 {
-		f.add(fmt.Sprintf("system:node:%d", n))
-	}
-	require.Eventually(t, func() bool { return gate.halted(false) }, 10*time.Second, 10*time.Millisecond, "the stalled approvals did not open the gate")
-	srv.stalling.Store(false)
+// settle waits for the workers to be done with what is due now; next is
+// the earliest wake-up after it (zero: none).
+func (s *stalledTenant) settle(t *testing.T) (next time.Time) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var ok bool
+		ok, next = s.queue.settled()
+		return ok
+	}, 10*time.Second, time.Millisecond, "the workers did not settle")
+	return next
+}
 
-	// The fake clock moves to each wake-up in turn, once the workers are
-	// done with the last; each request's and the breaker's backoffs are
-	// counted in it.
-	recovered := clk.Now()
-	for !srv.allApproved() {
-		var next time.Time
-		require.Eventually(t, func() bool {
-			var ok bool
-			ok, next = queue.settled()
-			return ok || srv.allApproved()
-		}, 10*time.Second, time.Millisecond, "the workers did not settle")
-		if srv.allApproved() {
-			break
-		}
-		require.False(t, next.IsZero(), "a requester was lost: nothing is queued, held or due, and requests wait (approved: %v)", srv.approved)
-		require.Less(t, next.Sub(recovered), 10*time.Minute, "not approved 10 minutes after the server recovered")
-		clk.SetTime(next)
+// Review 9 T1, H1, L1, L4, review 10 T: the workers and a tenant's gate
+// together, with nothing queued again from outside (no resync, no event).
+// Six requesters of a tenant with two slots; the tenant's server stalls
+// every approval, then recovers, and answers /version as each case says.
+// Every request is approved once the backoff has passed: no requester is
+// lost on the way, parked, turned away or trying.
+func TestEveryRequesterOfAStalledTenantComesBackWithoutAResync(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		version func(resets *atomic.Int64) http.HandlerFunc
+	}{
+		{"RBAC refuses /version", func(*atomic.Int64) http.HandlerFunc { return versionRefused }},
+		{"the first tries' /version is reset", func(resets *atomic.Int64) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				if resets.Add(1) <= 2 {
+					c, _, err := w.(http.Hijacker).Hijack()
+					if err == nil {
+						_ = c.Close()
+					}
+					return
+				}
+				versionRefused(w, r)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var resets atomic.Int64
+			s := newStalledTenant(t, 500*time.Millisecond, tc.version(&resets), 1)
+			s.srv.stalling.Store(true)
+			s.f.start(t, 4)
+			for n := range 6 {
+				s.f.add(fmt.Sprintf("system:node:%d", n))
+			}
+			require.Eventually(t, func() bool { return s.gate.halted(false) }, 10*time.Second, 10*time.Millisecond, "the stalled approvals did not open the gate")
+			s.srv.stalling.Store(false)
+
+			// The fake clock moves to each wake-up in turn, once the
+			// workers are done with the last; each request's and the
+			// breaker's backoffs are counted in it.
+			recovered := s.clk.Now()
+			for !s.srv.allApproved() {
+				next := s.settle(t)
+				if s.srv.allApproved() {
+					break
+				}
+				require.False(t, next.IsZero(), "a requester was lost: nothing is queued, held or due, and requests wait (approved: %v)", s.srv.approved)
+				require.Less(t, next.Sub(recovered), 10*time.Minute, "not approved 10 minutes after the server recovered")
+				s.clk.SetTime(next)
+			}
+			t.Logf("every request approved %s after the server recovered", s.clk.Since(recovered))
+		})
 	}
-	t.Logf("every request approved %s after the server recovered", clk.Since(recovered))
-	srv.mu.Lock()
-	defer srv.mu.Unlock()
-	assert.Len(t, srv.approved, 6)
+}
+
+// Review 10 T (M16): once a request of a turn stalled, the turn stops; the
+// requester's other requests wait for the backoff, not the worker.
+func TestAStallEndsTheTurn(t *testing.T) {
+	s := newStalledTenant(t, 500*time.Millisecond, versionRefused, 3)
+	s.srv.stalling.Store(true)
+	s.f.start(t, 4)
+	s.f.add("system:node:0")
+	require.Eventually(t, func() bool { return s.gate.halted(false) }, 10*time.Second, time.Millisecond)
+	next := s.settle(t)
+	s.srv.mu.Lock()
+	defer s.srv.mu.Unlock()
+	assert.Equal(t, 1, s.srv.puts, "the turn went on after its request stalled")
+	assert.Equal(t, 5*time.Second, next.Sub(s.clk.Now()), "the requester does not come back when the backoff ends")
+}
+
+// Review 10 F1: a turn ends with its target. Once the kubeconfig is
+// withdrawn or the cluster forgotten (the target's watch ends), the request
+// in flight is given up and nothing more is sent to that server, however
+// long its bound.
+func TestATurnEndsWithItsTarget(t *testing.T) {
+	s := newStalledTenant(t, time.Hour, versionRefused, 3)
+	s.srv.stalling.Store(true)
+	s.f.start(t, 4)
+	s.f.add("system:node:0")
+	require.Eventually(t, func() bool {
+		s.srv.mu.Lock()
+		defer s.srv.mu.Unlock()
+		return s.srv.puts == 1
+	}, 10*time.Second, time.Millisecond, "the first approval was not sent")
+	s.target.cancel()
+	s.settle(t)
+	s.srv.mu.Lock()
+	defer s.srv.mu.Unlock()
+	assert.Equal(t, 1, s.srv.puts, "a turn went on through a target that ended")
+	s.gate.pool.mu.Lock()
+	defer s.gate.pool.mu.Unlock()
+	assert.False(t, s.gate.open, "a turn this side ended was held against the server")
 }
 
 // Review 9 M1, L2: the manager keeps one gate per remote cluster, sharing

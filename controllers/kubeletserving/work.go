@@ -132,6 +132,14 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 	if !ok {
 		return wait, nil
 	}
+	if p.target.watch != nil {
+		// A turn ends with its target: through a kubeconfig withdrawn, or
+		// a cluster forgotten, nothing more is sent.
+		turn, cancel := context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(p.target.watch, cancel)()
+		ctx = turn
+	}
 	// aborted: the turn ends for a reason of this side, before the
 	// server is asked anything; it says nothing about the server.
 	aborted := true
@@ -159,6 +167,10 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 		var status apierrors.APIStatus
 		if err != nil && !errors.As(err, &status) {
 			log.FromContext(ctx).Info("the tenant's API server stalled, and does not answer yet", "error", err)
+			return 0, nil
+		}
+		if p.target.gate.halted(true) {
+			// It answered, but stalled doing so: the try failed.
 			return 0, nil
 		}
 	}
