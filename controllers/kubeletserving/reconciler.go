@@ -419,7 +419,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// The start of its watch waits for room, or for its backoff;
 		// whatever an earlier start left on the cluster stands.
 		logger.V(1).Info("the watch of the cluster's API server is not started yet", "reason", err.Error())
-		return reconcile.Result{RequeueAfter: deferred.wait}, nil
+		// At least every 30 s, to see a kubeconfig put right (another
+		// content is started at once).
+		return reconcile.Result{RequeueAfter: min(deferred.wait, 30*time.Second)}, nil
 	}
 	var refused *KubeconfigRefusedError
 	if errors.As(err, &refused) {

@@ -208,22 +208,33 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 	if t != nil && bytes.Equal(t.kubeconfig, data) && current {
 		return t, nil
 	}
+	if t != nil && !bytes.Equal(t.kubeconfig, data) {
+		// Another content: the watch with the old credentials ends now,
+		// whenever the new one starts.
+		r.targets.dropIf(key, t)
+		t = nil
+	}
 	// Judging the content asks the server who it is, and starting its
 	// watch lists its CSRs: both wait for the tenant's server.
 	end, err := r.targets.starts.begin(key, sum, revision, r.Clock.Now(), r.TenantRequestTimeout/6)
 	if err != nil {
 		return nil, err
 	}
+	outcome := errStartPanicked
+	defer func() { end(r.Clock.Now(), r.TenantRequestTimeout, outcome) }()
 	t, err = r.judgeAndStart(ctx, c, t, sum, data, revision)
+	outcome = err
 	var refused *KubeconfigRefusedError
 	if errors.As(err, &refused) {
 		// The rule's refusal is kept with the content, not retried.
-		end(r.Clock.Now(), r.TenantRequestTimeout, nil)
-	} else {
-		end(r.Clock.Now(), r.TenantRequestTimeout, err)
+		outcome = nil
 	}
 	return t, err
 }
+
+// errStartPanicked is the outcome of a start that did not return: it backs
+// off as a failure does, and gives its room back.
+var errStartPanicked = errors.New("the start of the watch panicked")
 
 // judgeAndStart judges a kubeconfig content and starts the watch of the
 // server it names, or keeps t, the cluster's watch, if it is of that content.
@@ -326,8 +337,10 @@ func (r *Reconciler) targetStillAllowed(ctx context.Context, c *ichorv1alpha1.Ta
 	data, err := r.readKubeconfig(ctx, c)
 	if err != nil || !bytes.Equal(data, t.kubeconfig) {
 		log.FromContext(ctx).Info("the cluster's kubeconfigRef changed or cannot be read: it is judged again before any decision", "error", err)
-		r.targets.dropIf(key, t)
+		// Asked before the watch ends: ending it ends this turn's
+		// context, which the ask waits on.
 		r.rejudgeCluster(ctx, key)
+		r.targets.dropIf(key, t)
 		return false
 	}
 	revision := r.revision()

@@ -665,8 +665,8 @@ func TestAStallEndsTheTurn(t *testing.T) {
 
 // Review 10 F1: a turn ends with its target. Once the kubeconfig is
 // withdrawn or the cluster forgotten (the target's watch ends), the request
-// in flight is given up and nothing more is sent to that server, however
-// long its bound.
+// in flight is given up (and remembered as failed: it may have been
+// applied) and nothing more is sent to that server, however long its bound.
 func TestATurnEndsWithItsTarget(t *testing.T) {
 	s := newStalledTenant(t, time.Hour, versionRefused, 3)
 	s.srv.stalling.Store(true)
@@ -679,6 +679,9 @@ func TestATurnEndsWithItsTarget(t *testing.T) {
 	}, 10*time.Second, time.Millisecond, "the first approval was not sent")
 	s.target.cancel()
 	s.settle(t)
+	// Review 11 M1: the write cut short may have been applied; the
+	// request is remembered, to be settled at its next look.
+	assert.True(t, s.f.r.failures.Has(memoKey{cluster: s.f.cluster, uid: "uid-csr-0-0"}), "the approval cut short was forgotten")
 	s.srv.mu.Lock()
 	defer s.srv.mu.Unlock()
 	assert.Equal(t, 1, s.srv.puts, "a turn went on through a target that ended")

@@ -3,6 +3,7 @@ package kubeletserving
 import (
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,7 +19,9 @@ const reconcileWorkers = 4
 // wait up to the tenant's request bound for it. So
 //   - at most one start of a tenant (a namespace) runs at a time, and at
 //     most half the reconcile workers start remote watches at once; a
-//     reconcile that finds no room comes back a little later;
+//     reconcile that finds no room comes back a little later, and the
+//     tenants that found none are given it in the order they came (a tenant
+//     whose clusters keep polling does not win it over one that waits);
 //   - a cluster whose start failed is not started again, for the same
 //     kubeconfig content and bundle revision, until a backoff has passed
 //     (the request bound, doubling with each failure, at most 5 min),
@@ -29,6 +32,15 @@ type remoteStarts struct {
 	running int
 	tenants map[string]bool
 	failed  map[types.NamespacedName]startFailure
+	// waiting are the tenants that found no room, oldest first, each with
+	// when it last asked: one that stops asking (its clusters gone, or
+	// started) is dropped after a few of its waits.
+	waiting []waitingTenant
+}
+
+type waitingTenant struct {
+	namespace string
+	asked     time.Time
 }
 
 // startFailure is a cluster's failed start: of which content and revision,
@@ -67,7 +79,10 @@ func (s *remoteStarts) begin(key types.NamespacedName, sum [sha256.Size]byte, re
 	if f, ok := s.failed[key]; ok && f.sum == sum && f.revision == revision && now.Before(f.until) {
 		return nil, &startDeferredError{wait: f.until.Sub(now), cause: f.err}
 	}
-	if s.tenants[key.Namespace] || s.running >= max(1, reconcileWorkers/2) {
+	if s.tenants[key.Namespace] {
+		return nil, &startDeferredError{wait: busyWait}
+	}
+	if !s.takeTurn(key.Namespace, now, busyWait) {
 		return nil, &startDeferredError{wait: busyWait}
 	}
 	if s.tenants == nil {
@@ -96,6 +111,34 @@ func (s *remoteStarts) begin(key types.NamespacedName, sum [sha256.Size]byte, re
 		}
 		s.failed[key] = f
 	}, nil
+}
+
+// takeTurn says whether the tenant in namespace may start now: there is
+// room, and no tenant that waited longer is owed it. A tenant turned away
+// is kept in line. Called with mu held.
+func (s *remoteStarts) takeTurn(namespace string, now time.Time, busyWait time.Duration) bool {
+	live := s.waiting[:0]
+	for _, w := range s.waiting {
+		if w.namespace == namespace || now.Sub(w.asked) <= 3*busyWait {
+			live = append(live, w)
+		}
+	}
+	clear(s.waiting[len(live):])
+	s.waiting = live
+	room := max(1, reconcileWorkers/2) - s.running
+	at := slices.IndexFunc(s.waiting, func(w waitingTenant) bool { return w.namespace == namespace })
+	switch {
+	case at >= 0 && at < room:
+		s.waiting = slices.Delete(s.waiting, at, at+1)
+		return true
+	case at < 0 && len(s.waiting) < room:
+		return true
+	case at >= 0:
+		s.waiting[at].asked = now
+	default:
+		s.waiting = append(s.waiting, waitingTenant{namespace: namespace, asked: now})
+	}
+	return false
 }
 
 // forget drops what is kept of a cluster's failed starts.

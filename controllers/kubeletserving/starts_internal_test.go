@@ -95,3 +95,50 @@ func TestRemoteStartsAreBounded(t *testing.T) {
 	assert.Zero(t, s.running)
 	assert.Empty(t, s.tenants)
 }
+
+// Review 11 M3: the tenants that found no room for a start are given it in
+// the order they came: a tenant whose many clusters poll often does not win
+// every free room over one that waits. A tenant that stops asking loses its
+// place.
+func TestTenantsWaitingForAStartAreServedInTurn(t *testing.T) {
+	var s remoteStarts
+	now := time.Unix(1_000_000, 0)
+	sum := sha256.Sum256([]byte("kubeconfig"))
+	begin := func(ns, name string) (func(time.Time, time.Duration, error), error) {
+		return s.begin(types.NamespacedName{Namespace: ns, Name: name}, sum, "r1", now, 5*time.Second)
+	}
+	runs := func(ns, name string) func(time.Time, time.Duration, error) {
+		t.Helper()
+		end, err := begin(ns, name)
+		require.NoError(t, err, "%s/%s did not start", ns, name)
+		return end
+	}
+	waits := func(ns, name string) {
+		t.Helper()
+		_, err := begin(ns, name)
+		var d *startDeferredError
+		require.ErrorAs(t, err, &d, "%s/%s started out of turn", ns, name)
+	}
+	endA, endB := runs("hostile-a", "1"), runs("hostile-b", "1")
+	waits("patient", "1")
+	waits("late", "1")
+	endA(now, time.Second, errors.New("stalled"))
+	waits("hostile-a", "2") // polls first, but the patient tenant came before
+	waits("late", "1")
+	endP := runs("patient", "1")
+	endB(now, time.Second, errors.New("stalled"))
+	waits("hostile-b", "2")
+	endL := runs("late", "1")
+	endP(now, time.Second, nil)
+
+	// hostile-a waits in line before hostile-b, but stops asking: after a
+	// few of its waits, hostile-b, which keeps asking, is not held behind
+	// it.
+	now = now.Add(10 * time.Second)
+	waits("hostile-b", "2")
+	now = now.Add(10 * time.Second)
+	end := runs("hostile-b", "2")
+	end(now, time.Second, nil)
+	endL(now, time.Second, nil)
+	assert.Empty(t, s.waiting, "a tenant that started is kept in line")
+}

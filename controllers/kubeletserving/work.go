@@ -132,6 +132,7 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 	if !ok {
 		return wait, nil
 	}
+	shard := ctx
 	if p.target.watch != nil {
 		// A turn ends with its target: through a kubeconfig withdrawn, or
 		// a cluster forgotten, nothing more is sent.
@@ -186,13 +187,19 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 			continue
 		}
 		err := p.handle(ctx, csr)
-		if ctx.Err() != nil {
+		if shard.Err() != nil {
 			// A decision cut short because the shard went (its context
 			// ended) is the new holder's to make, not a failure here.
 			return 0, nil
 		}
 		if err != nil {
-			p.failed(ctx, csr, epoch, err)
+			// Cut short with its target, it is still this replica's: its
+			// write may have been applied, and is settled at the next
+			// look (through the cluster's next target).
+			p.failed(shard, csr, epoch, err)
+			if ctx.Err() != nil {
+				return 0, nil
+			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				// A request's whole bound ran out, across client-go's
 				// own retries: a stall, however quick each round trip.
