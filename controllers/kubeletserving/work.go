@@ -197,14 +197,15 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 			// write may have been applied, and is settled at the next
 			// look (through the cluster's next target).
 			p.failed(shard, csr, epoch, err)
-			if ctx.Err() != nil {
-				return 0, nil
-			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				// A request's whole bound ran out, across client-go's
 				// own retries: a stall, however quick each round trip.
 				p.target.gate.observe(err, nil, r.TenantRequestTimeout)
 			}
+		}
+		if ctx.Err() != nil {
+			// The target ended: the rest wait for the cluster's next.
+			return 0, nil
 		}
 		if p.target.gate.halted(probe) {
 			// The tenant's server stalls: the rest wait for it, not
