@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
@@ -108,24 +107,10 @@ func TestAWorkerDecidesNothingThroughAKubeconfigNoLongerJudged(t *testing.T) {
 			f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:x", "csr-x", t0))
 			dec := &bundleDecider{decider: f.dec, rev: "r1"}
 			f.r.Engine = dec
-			f.r.APIReader = f.r.Client
 			ctx := context.Background()
-			secret := &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "kc"},
-				Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte("before")},
-			}
-			require.NoError(t, f.r.Client.Create(ctx, secret))
-			var c ichorv1alpha1.TalosCluster
-			require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
-			c.Spec.KubeconfigRef = &ichorv1alpha1.KubeconfigReference{Name: "kc"}
-			require.NoError(t, f.r.Client.Update(ctx, &c))
 			// The target and verdict a reconcile left: "before", allowed by r1.
-			allowed := engine.KubeconfigDecision{Allowed: true, Revision: "r1"}
-			tg := &target{reader: f.r.Client, clientset: f.csrs, names: &nodeNames{}, kubeconfig: []byte("before"), cancel: func() {}}
-			f.r.targets.remote = map[types.NamespacedName]*target{f.cluster: tg}
-			f.r.targets.verdicts = map[types.NamespacedName]*verdict{f.cluster: {
-				sum: sha256.Sum256([]byte("before")), document: allowed, final: &allowed,
-			}}
+			tg := &target{reader: f.r.Client, clientset: f.csrs, names: &nodeNames{}, cancel: func() {}}
+			secret := f.judgeRemotely(t, "before", tg, engine.KubeconfigDecision{Allowed: true, Revision: "r1"})
 
 			tc.change(t, f, dec, secret)
 			f.add("system:node:x")
@@ -142,23 +127,9 @@ func TestAWorkerDecidesNothingThroughAKubeconfigNoLongerJudged(t *testing.T) {
 	t.Run("unchanged", func(t *testing.T) {
 		t0 := time.Unix(1_000_000, 0)
 		f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:x", "csr-x", t0))
-		f.r.APIReader = f.r.Client
 		ctx := context.Background()
-		require.NoError(t, f.r.Client.Create(ctx, &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "kc"},
-			Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte("before")},
-		}))
-		var c ichorv1alpha1.TalosCluster
-		require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
-		c.Spec.KubeconfigRef = &ichorv1alpha1.KubeconfigReference{Name: "kc"}
-		require.NoError(t, f.r.Client.Update(ctx, &c))
-		allowed := engine.KubeconfigDecision{Allowed: true}
-		f.r.targets.remote = map[types.NamespacedName]*target{f.cluster: {
-			reader: f.r.Client, clientset: f.csrs, names: &nodeNames{}, kubeconfig: []byte("before"), cancel: func() {},
-		}}
-		f.r.targets.verdicts = map[types.NamespacedName]*verdict{f.cluster: {
-			sum: sha256.Sum256([]byte("before")), document: allowed, final: &allowed,
-		}}
+		f.judgeRemotely(t, "before", &target{reader: f.r.Client, clientset: f.csrs, names: &nodeNames{}, cancel: func() {}},
+			engine.KubeconfigDecision{Allowed: true})
 		f.add("system:node:x")
 		require.True(t, f.r.next(ctx))
 		assert.True(t, f.approved(t, "csr-x"))

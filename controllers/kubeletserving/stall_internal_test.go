@@ -2,7 +2,6 @@ package kubeletserving
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +17,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -27,7 +25,6 @@ import (
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
 )
 
@@ -550,35 +547,21 @@ func newStalledTenant(t *testing.T, timeout time.Duration, version http.HandlerF
 	t.Cleanup(hs.Close)
 	t.Cleanup(func() { close(srv.done) })
 
-	ctx := context.Background()
-	f.r.APIReader = f.r.Client
 	f.r.MaxConcurrentDecisions = 8 // a tenant's slots: 2
 	f.r.TenantRequestTimeout = timeout
-	require.NoError(t, f.r.Client.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "kc"},
-		Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte("kubeconfig")},
-	}))
-	var c ichorv1alpha1.TalosCluster
-	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
-	c.Spec.KubeconfigRef = &ichorv1alpha1.KubeconfigReference{Name: "kc"}
-	require.NoError(t, f.r.Client.Update(ctx, &c))
 	gate := f.r.gateOf(f.cluster)
 	// JSON, which the test's server speaks; client-go would send protobuf.
 	cfg := &rest.Config{Host: hs.URL, Timeout: timeout, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
 	cfg.Wrap(gate.RoundTripper)
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
-	watch, cancel := context.WithCancel(ctx)
+	watch, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	tg := &target{
 		reader: f.r.Client, clientset: cs, names: &nodeNames{}, counts: &floodCounts{}, gate: gate,
-		kubeconfig: []byte("kubeconfig"), watch: watch, cancel: cancel,
+		watch: watch, cancel: cancel,
 	}
-	allowed := engine.KubeconfigDecision{Allowed: true}
-	f.r.targets.remote = map[types.NamespacedName]*target{f.cluster: tg}
-	f.r.targets.verdicts = map[types.NamespacedName]*verdict{f.cluster: {
-		sum: sha256.Sum256([]byte("kubeconfig")), document: allowed, final: &allowed,
-	}}
+	f.judgeRemotely(t, "kubeconfig", tg, engine.KubeconfigDecision{Allowed: true})
 	return &stalledTenant{f: f, clk: clk, queue: queue, srv: srv, gate: gate, target: tg}
 }
 

@@ -2,6 +2,7 @@ package kubeletserving
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"runtime"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -132,6 +134,30 @@ func newQueueFixture(t *testing.T, clk clock.WithTicker, csrs ...certificatesv1.
 		Clock: clk, queue: newQueue(clk),
 	}
 	return &queueFixture{r: r, dec: dec, cluster: client.ObjectKeyFromObject(c), csrs: cs}
+}
+
+// judgeRemotely makes the fixture's cluster one whose kubeconfigRef (Secret
+// "kc") holds kubeconfig, judged through tg, as a reconcile leaves it once
+// the rule gave d on that content. It returns the Secret.
+func (f *queueFixture) judgeRemotely(t *testing.T, kubeconfig string, tg *target, d engine.KubeconfigDecision) *corev1.Secret {
+	t.Helper()
+	ctx := context.Background()
+	f.r.APIReader = f.r.Client
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "kc"},
+		Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte(kubeconfig)},
+	}
+	require.NoError(t, f.r.Client.Create(ctx, secret))
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	c.Spec.KubeconfigRef = &ichorv1alpha1.KubeconfigReference{Name: "kc"}
+	require.NoError(t, f.r.Client.Update(ctx, &c))
+	tg.kubeconfig = []byte(kubeconfig)
+	f.r.targets.remote = map[types.NamespacedName]*target{f.cluster: tg}
+	f.r.targets.verdicts = map[types.NamespacedName]*verdict{f.cluster: {
+		sum: sha256.Sum256([]byte(kubeconfig)), document: d, final: &d,
+	}}
+	return secret
 }
 
 // start runs n workers until the test ends, and waits for them then.
