@@ -114,11 +114,28 @@ func TestAStallingTenantServerHoldsItsRequestersBack(t *testing.T) {
 	ok, probe, _ = g.enter(tenantKey(4))
 	assert.True(t, ok && !probe)
 
-	// Long after, a new stall starts from the first backoff again.
-	clk.Step(11 * time.Minute)
+	// The clean try forgave the stalls before it: a new one starts from
+	// the first backoff again.
 	observe(timeout, nil, 30*time.Second)
-	_, _, wait = g.enter(tenantKey(6))
-	assert.Equal(t, 5*time.Second, wait)
+	_, _, wait = g.enter(tenantKey(5))
+	assert.Equal(t, 5*time.Second, wait, "a try the server answered did not forgive the stalls before it")
+	g.leave(false, false)
+
+	// So does a long quiet without one: a try that stalls long after the
+	// last stall starts from the first backoff again, and not from the
+	// doubled one.
+	clk.Step(5 * time.Second)
+	ok, probe, _ = g.enter(tenantKey(5))
+	require.True(t, ok && probe)
+	observe(nil, nil, 11*time.Second)
+	_, wait = g.leave(true, false)
+	require.Equal(t, 10*time.Second, wait)
+	clk.Step(11 * time.Minute)
+	ok, probe, _ = g.enter(tenantKey(5))
+	require.True(t, ok && probe)
+	observe(nil, nil, 11*time.Second)
+	_, wait = g.leave(true, false)
+	assert.Equal(t, 5*time.Second, wait, "ten minutes without a stall did not forgive the past")
 
 	var none *tenantGate
 	ok, probe, _ = none.enter(tenantKey(1))
@@ -694,4 +711,46 @@ func TestEachRemoteClusterHasItsGateUntilItIsForgotten(t *testing.T) {
 	defer r.targets.mu.Unlock()
 	assert.Empty(t, r.targets.gates)
 	assert.Empty(t, r.targets.pool.tenants, "a tenant's slots outlived its clusters")
+}
+
+// Review 11: a try whose /version is answered, but only after the stall
+// bound, has failed. The turn ends there (nothing is asked of the server
+// that just stalled), the breaker stays open for the next, longer backoff,
+// and the requester comes back when it ends.
+func TestATryAnsweredOnlyAfterTheStallBoundFails(t *testing.T) {
+	var clk *clocktesting.FakeClock
+	var slow atomic.Bool
+	s := newStalledTenant(t, 600*time.Millisecond, func(w http.ResponseWriter, r *http.Request) {
+		if slow.Load() {
+			// The answer takes the whole request bound: twice the
+			// stall bound (a third of it).
+			clk.Step(400 * time.Millisecond)
+		}
+		versionRefused(w, r)
+	}, 1)
+	clk = s.clk
+	s.srv.stalling.Store(true)
+	s.f.start(t, 4)
+	s.f.add("system:node:0")
+	require.Eventually(t, func() bool { return s.gate.halted(false) }, 10*time.Second, time.Millisecond, "the stalled approval did not open the gate")
+
+	// The server no longer stalls approvals, but answers the try's
+	// /version late.
+	s.srv.stalling.Store(false)
+	slow.Store(true)
+	s.clk.SetTime(s.settle(t))
+	next := s.settle(t)
+	s.srv.mu.Lock()
+	puts := s.srv.puts
+	s.srv.mu.Unlock()
+	assert.Equal(t, 1, puts, "the try went on to approve through a server that stalled in it")
+	assert.Equal(t, 10*time.Second, next.Sub(s.clk.Now()), "the failed try did not double the backoff, or its requester does not come back when it ends")
+
+	// Answered in time, the next try approves.
+	slow.Store(false)
+	s.clk.SetTime(next)
+	s.settle(t)
+	s.srv.mu.Lock()
+	defer s.srv.mu.Unlock()
+	assert.True(t, s.srv.approved["csr-0-0"], "the request was not approved once the server answered in time")
 }

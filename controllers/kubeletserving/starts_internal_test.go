@@ -1,6 +1,7 @@
 package kubeletserving
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"testing"
@@ -9,6 +10,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
 )
 
 // Review 8 M3: a cluster whose watch could not be started is not started
@@ -141,4 +146,37 @@ func TestTenantsWaitingForAStartAreServedInTurn(t *testing.T) {
 	end(now, time.Second, nil)
 	endL(now, time.Second, nil)
 	assert.Empty(t, s.waiting, "a tenant that started is kept in line")
+}
+
+// panickingJudge is a Decider whose kubeconfig rule panics.
+type panickingJudge struct{ Decider }
+
+func (panickingJudge) Kubeconfig(context.Context, engine.KubeconfigInput) (engine.KubeconfigDecision, error) {
+	panic("the kubeconfig rule panicked")
+}
+
+// Review 11 M2: a start that panics (controller-runtime recovers the
+// reconcile) gives its room back, and backs off as a failed one does.
+func TestAStartThatPanicsGivesItsRoomBack(t *testing.T) {
+	f := newQueueFixture(t, clocktesting.NewFakeClock(time.Unix(1_000_000, 0)))
+	f.r.TenantRequestTimeout = 30 * time.Second
+	secret := f.judgeRemotely(t, "kubeconfig", &target{cancel: func() {}}, engine.KubeconfigDecision{Allowed: true})
+	ctx := context.Background()
+	secret.Data[ichorv1alpha1.DefaultKubeconfigKey] = []byte("rotated")
+	require.NoError(t, f.r.Client.Update(ctx, secret))
+	f.r.Engine = panickingJudge{f.r.Engine}
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+
+	require.Panics(t, func() { _, _ = f.r.targetFor(ctx, &c) })
+	s := &f.r.targets.starts
+	s.mu.Lock()
+	assert.Zero(t, s.running, "the start that panicked kept its room")
+	assert.Empty(t, s.tenants, "the tenant of the start that panicked cannot start again")
+	s.mu.Unlock()
+	_, err := f.r.targetFor(ctx, &c)
+	var deferred *startDeferredError
+	require.ErrorAs(t, err, &deferred, "a start that panicked is tried again at once")
+	assert.ErrorIs(t, err, errStartPanicked)
+	assert.Equal(t, 30*time.Second, deferred.wait)
 }
