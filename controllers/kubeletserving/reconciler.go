@@ -233,7 +233,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 				c, ok := obj.(*ichorv1alpha1.TalosCluster)
 				return ok && r.serves(c)
 			}))).
-		Watches(&ichorv1alpha1.TalosMachine{}, countDeletions{EventHandler: handler.EnqueueRequestsFromMapFunc(r.machineToCluster), deleted: &r.machinesDeleted}).
+		Watches(&ichorv1alpha1.TalosMachine{}, machineEvents{r: r}).
 		// A request's event is a key of the decision queue, not a
 		// reconcile of the cluster: its work does not grow with the number
 		// of requests or machines.
@@ -254,15 +254,52 @@ func isKubeletServing(csr *certificatesv1.CertificateSigningRequest) bool {
 	return csr.Spec.SignerName == certificatesv1.KubeletServingSignerName
 }
 
-// countDeletions counts the deletions among the events it passes on.
-type countDeletions struct {
-	handler.EventHandler
-	deleted *atomic.Uint64
+// machineEvents reconciles a machine's cluster on each of its events (see
+// machineToCluster), and counts the deletions. An update that changes none
+// of what decisions read (the machine's recorded certificate, its labels)
+// reconciles it recordSettle later: each certificate recorded is such an
+// update, and a burst of them then brings a reconcile (a pass over every
+// request, and the conditions written) about once a second, not one each.
+type machineEvents struct{ r *Reconciler }
+
+// recordSettle is how long a cluster's conditions may lag a machine's
+// status write that changes nothing decisions read.
+const recordSettle = time.Second
+
+type reconcileQueue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+func (h machineEvents) Create(ctx context.Context, e event.CreateEvent, q reconcileQueue) {
+	addAll(q, h.r.machineToCluster(ctx, e.Object), 0)
 }
 
-func (c countDeletions) Delete(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-	c.deleted.Add(1)
-	c.EventHandler.Delete(ctx, e, q)
+func (h machineEvents) Update(ctx context.Context, e event.UpdateEvent, q reconcileQueue) {
+	changed := h.r.noteMachine(e.ObjectNew)
+	wait := time.Duration(0)
+	if !changed {
+		wait = recordSettle
+	}
+	// Both clusters, if the machine moved: the one it left, and its own.
+	addAll(q, h.r.clusterOfMachine(ctx, e.ObjectOld), wait)
+	addAll(q, h.r.clusterOfMachine(ctx, e.ObjectNew), wait)
+}
+
+func (h machineEvents) Delete(ctx context.Context, e event.DeleteEvent, q reconcileQueue) {
+	h.r.machinesDeleted.Add(1)
+	addAll(q, h.r.machineToCluster(ctx, e.Object), 0)
+}
+
+func (h machineEvents) Generic(ctx context.Context, e event.GenericEvent, q reconcileQueue) {
+	addAll(q, h.r.machineToCluster(ctx, e.Object), 0)
+}
+
+func addAll(q reconcileQueue, reqs []reconcile.Request, wait time.Duration) {
+	for _, req := range reqs {
+		if wait > 0 {
+			q.AddAfter(req, wait)
+		} else {
+			q.Add(req)
+		}
+	}
 }
 
 // csrEvents handles one API server's kubelet serving CSR events: each is
@@ -295,15 +332,30 @@ func csrEvents(counts *floodCounts, queue func(context.Context, *certificatesv1.
 // that appears, changes its name or loses its certificate changes what the
 // cluster's pending requests and conditions depend on.
 func (r *Reconciler) machineToCluster(ctx context.Context, obj client.Object) []reconcile.Request {
+	r.noteMachine(obj)
+	return r.clusterOfMachine(ctx, obj)
+}
+
+// noteMachine counts a machine event, and says whether it changed what
+// decisions read of the machine: the node names it answers to, and its
+// endpoint (a node whose Talos API moved is worth reading again). Status
+// updates of machines (a recorded certificate) do not count.
+func (r *Reconciler) noteMachine(obj client.Object) (changed bool) {
+	m, ok := obj.(*ichorv1alpha1.TalosMachine)
+	if !ok {
+		return false
+	}
+	r.machineEvents.Add(1)
+	return r.machineEpoch.Note(m.UID, m.Namespace+"/"+m.Spec.ClusterName+"/"+m.Status.NodeName+"/"+m.Spec.Hostname+"/"+m.Spec.Endpoint)
+}
+
+// clusterOfMachine is the reconcile of the machine's cluster, if this
+// replica serves it.
+func (r *Reconciler) clusterOfMachine(ctx context.Context, obj client.Object) []reconcile.Request {
 	m, ok := obj.(*ichorv1alpha1.TalosMachine)
 	if !ok {
 		return nil
 	}
-	// The node names a machine answers to, and its endpoint: a node whose
-	// Talos API moved is worth reading again. Status updates of machines (a
-	// recorded certificate) do not count.
-	r.machineEpoch.Note(m.UID, m.Namespace+"/"+m.Spec.ClusterName+"/"+m.Status.NodeName+"/"+m.Spec.Hostname+"/"+m.Spec.Endpoint)
-	r.machineEvents.Add(1)
 	key := types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}
 	if r.Shards != nil {
 		// Another replica's cluster is its business; a cluster not (yet)
