@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -31,54 +30,56 @@ func (q *addsSeen) AddAfter(r reconcile.Request, d time.Duration) {
 	q.adds = append(q.adds, timedAdd{r.Name, d})
 }
 
-// A machine's status write that changes nothing decisions read (its
-// recorded certificate) reconciles its cluster recordSettle later, so that
-// a burst of records brings a reconcile about once a second; a machine that
-// appears, goes, answers to another name, moves its Talos API or moves to
-// another cluster reconciles at once (both clusters, if it moved), and every
-// event is counted for the flood counts.
+// A machine's status write that leaves its epoch as it was (its recorded
+// certificate) reconciles its cluster recordSettle later, so that a burst of
+// records brings a reconcile about once a second; a machine that appears,
+// goes, answers to another node name or hostname, or moves its Talos API
+// reconciles it at once; every event is counted for the flood counts.
 func TestARecordedCertificateReconcilesItsClusterALittleLater(t *testing.T) {
 	r := &Reconciler{}
 	h := machineEvents{r: r}
 	ctx := context.Background()
-	machine := func(cluster, node, endpoint, certRequest string) *ichorv1alpha1.TalosMachine {
+	machine := func(node, hostname, endpoint, certRequest string) *ichorv1alpha1.TalosMachine {
 		m := &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m", UID: types.UID("uid-m")}}
-		m.Spec.ClusterName, m.Spec.Endpoint, m.Status.NodeName = cluster, endpoint, node
+		m.Spec.ClusterName, m.Spec.Hostname, m.Spec.Endpoint, m.Status.NodeName = "a", hostname, endpoint, node
 		if certRequest != "" {
 			m.Status.KubeletServingCertificate = &ichorv1alpha1.KubeletServingCertificateStatus{Request: certRequest}
 		}
 		return m
 	}
-	queue := func() *addsSeen {
-		return &addsSeen{reconcileQueue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())}
-	}
+	// The queue's Add and AddAfter are seen, and nothing else is called.
+	queue := func() *addsSeen { return &addsSeen{} }
 
 	q := queue()
-	first := machine("a", "n1", "10.0.0.1", "")
-	h.Create(ctx, event.CreateEvent{Object: first}, q)
+	last := machine("n1", "h1", "10.0.0.1", "")
+	h.Create(ctx, event.CreateEvent{Object: last}, q)
 	assert.Equal(t, []timedAdd{{"a", 0}}, q.adds, "a new machine")
+	assert.Equal(t, uint64(1), r.machineEvents.Load(), "a new machine was not counted")
 
 	for _, tc := range []struct {
 		name string
 		new  *ichorv1alpha1.TalosMachine
-		want []timedAdd
+		wait time.Duration
 	}{
-		{"a certificate recorded", machine("a", "n1", "10.0.0.1", "csr-1"), []timedAdd{{"a", recordSettle}, {"a", recordSettle}}},
-		{"another name", machine("a", "n2", "10.0.0.1", "csr-1"), []timedAdd{{"a", 0}, {"a", 0}}},
-		{"its Talos API moved", machine("a", "n2", "10.0.0.2", "csr-1"), []timedAdd{{"a", 0}, {"a", 0}}},
-		{"another certificate recorded", machine("a", "n2", "10.0.0.2", "csr-2"), []timedAdd{{"a", recordSettle}, {"a", recordSettle}}},
-		{"moved to another cluster", machine("b", "n2", "10.0.0.2", "csr-2"), []timedAdd{{"a", 0}, {"b", 0}}},
+		{"a certificate recorded", machine("n1", "h1", "10.0.0.1", "csr-1"), recordSettle},
+		{"another node name", machine("n2", "h1", "10.0.0.1", "csr-1"), 0},
+		{"another hostname", machine("n2", "h2", "10.0.0.1", "csr-1"), 0},
+		{"its Talos API moved", machine("n2", "h2", "10.0.0.2", "csr-1"), 0},
+		{"another certificate recorded", machine("n2", "h2", "10.0.0.2", "csr-2"), recordSettle},
+		{"its certificate gone", machine("n2", "h2", "10.0.0.2", ""), recordSettle},
 	} {
 		q := queue()
 		before := r.machineEvents.Load()
-		h.Update(ctx, event.UpdateEvent{ObjectOld: first, ObjectNew: tc.new}, q)
-		assert.Equal(t, tc.want, q.adds, tc.name)
+		h.Update(ctx, event.UpdateEvent{ObjectOld: last, ObjectNew: tc.new}, q)
+		assert.Equal(t, []timedAdd{{"a", tc.wait}}, q.adds, tc.name)
 		assert.Equal(t, before+1, r.machineEvents.Load(), "%s: not counted", tc.name)
-		first = tc.new
+		last = tc.new
 	}
 
 	q = queue()
-	h.Delete(ctx, event.DeleteEvent{Object: first}, q)
-	assert.Equal(t, []timedAdd{{"b", 0}}, q.adds, "a machine gone")
+	before := r.machineEvents.Load()
+	h.Delete(ctx, event.DeleteEvent{Object: last}, q)
+	assert.Equal(t, []timedAdd{{"a", 0}}, q.adds, "a machine gone")
+	assert.Equal(t, before+1, r.machineEvents.Load(), "a machine gone was not counted")
 	assert.Equal(t, uint64(1), r.machinesDeleted.Load())
 }

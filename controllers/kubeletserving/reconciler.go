@@ -233,7 +233,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 				c, ok := obj.(*ichorv1alpha1.TalosCluster)
 				return ok && r.serves(c)
 			}))).
-		Watches(&ichorv1alpha1.TalosMachine{}, machineEvents{r: r}).
+		// The initial list and resyncs go behind real events, as
+		// controller-runtime's own handlers put them.
+		Watches(&ichorv1alpha1.TalosMachine{}, handler.WithLowPriorityWhenUnchanged[client.Object, reconcile.Request](machineEvents{r: r})).
 		// A request's event is a key of the decision queue, not a
 		// reconcile of the cluster: its work does not grow with the number
 		// of requests or machines.
@@ -255,15 +257,19 @@ func isKubeletServing(csr *certificatesv1.CertificateSigningRequest) bool {
 }
 
 // machineEvents reconciles a machine's cluster on each of its events (see
-// machineToCluster), and counts the deletions. An update that changes none
-// of what decisions read (the machine's recorded certificate, its labels)
-// reconciles it recordSettle later: each certificate recorded is such an
-// update, and a burst of them then brings a reconcile (a pass over every
-// request, and the conditions written) about once a second, not one each.
+// machineToCluster), and counts the deletions. An update that changes
+// nothing of how requests are matched to machines (the machine epoch: its
+// node names, endpoint and cluster) reconciles it recordSettle later: each
+// certificate Ichor records on a machine is such an update, and a burst of
+// them then brings a reconcile (a pass over every request, and the
+// conditions written) about once a second, not one each. The reconcile
+// reads the machines from the cache when it runs, so waiting changes when
+// the record is seen (a request counted settled, the conditions), never
+// what is decided on.
 type machineEvents struct{ r *Reconciler }
 
 // recordSettle is how long a cluster's conditions may lag a machine's
-// status write that changes nothing decisions read.
+// status write that leaves its epoch as it was.
 const recordSettle = time.Second
 
 type reconcileQueue = workqueue.TypedRateLimitingInterface[reconcile.Request]
@@ -278,8 +284,7 @@ func (h machineEvents) Update(ctx context.Context, e event.UpdateEvent, q reconc
 	if !changed {
 		wait = recordSettle
 	}
-	// Both clusters, if the machine moved: the one it left, and its own.
-	addAll(q, h.r.clusterOfMachine(ctx, e.ObjectOld), wait)
+	// A machine's cluster name does not change (the CRD refuses it).
 	addAll(q, h.r.clusterOfMachine(ctx, e.ObjectNew), wait)
 }
 

@@ -722,8 +722,8 @@ func TestATryAnsweredOnlyAfterTheStallBoundFails(t *testing.T) {
 	var slow atomic.Bool
 	s := newStalledTenant(t, 600*time.Millisecond, func(w http.ResponseWriter, r *http.Request) {
 		if slow.Load() {
-			// The answer takes the whole request bound: twice the
-			// stall bound (a third of it).
+			// The answer takes twice the stall bound (a third of the
+			// request bound), within the request bound.
 			clk.Step(400 * time.Millisecond)
 		}
 		versionRefused(w, r)
