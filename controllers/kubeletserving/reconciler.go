@@ -235,7 +235,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			}))).
 		// The initial list and resyncs go behind real events, as
 		// controller-runtime's own handlers put them.
-		Watches(&ichorv1alpha1.TalosMachine{}, handler.WithLowPriorityWhenUnchanged[client.Object, reconcile.Request](machineEvents{r: r})).
+		Watches(&ichorv1alpha1.TalosMachine{}, handler.WithLowPriorityWhenUnchanged[client.Object, reconcile.Request](machineHandler{r: r})).
 		// A request's event is a key of the decision queue, not a
 		// reconcile of the cluster: its work does not grow with the number
 		// of requests or machines.
@@ -256,7 +256,7 @@ func isKubeletServing(csr *certificatesv1.CertificateSigningRequest) bool {
 	return csr.Spec.SignerName == certificatesv1.KubeletServingSignerName
 }
 
-// machineEvents reconciles a machine's cluster on each of its events (see
+// machineHandler reconciles a machine's cluster on each of its events (see
 // machineToCluster), and counts the deletions. An update that changes
 // nothing of how requests are matched to machines (the machine epoch: its
 // node names, endpoint and cluster) reconciles it recordSettle later: each
@@ -266,7 +266,7 @@ func isKubeletServing(csr *certificatesv1.CertificateSigningRequest) bool {
 // reads the machines from the cache when it runs, so waiting changes when
 // the record is seen (a request counted settled, the conditions), never
 // what is decided on.
-type machineEvents struct{ r *Reconciler }
+type machineHandler struct{ r *Reconciler }
 
 // recordSettle is how long a cluster's conditions may lag a machine's
 // status write that leaves its epoch as it was.
@@ -274,11 +274,11 @@ const recordSettle = time.Second
 
 type reconcileQueue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
-func (h machineEvents) Create(ctx context.Context, e event.CreateEvent, q reconcileQueue) {
+func (h machineHandler) Create(ctx context.Context, e event.CreateEvent, q reconcileQueue) {
 	addAll(q, h.r.machineToCluster(ctx, e.Object), 0)
 }
 
-func (h machineEvents) Update(ctx context.Context, e event.UpdateEvent, q reconcileQueue) {
+func (h machineHandler) Update(ctx context.Context, e event.UpdateEvent, q reconcileQueue) {
 	changed := h.r.noteMachine(e.ObjectNew)
 	wait := time.Duration(0)
 	if !changed {
@@ -288,12 +288,12 @@ func (h machineEvents) Update(ctx context.Context, e event.UpdateEvent, q reconc
 	addAll(q, h.r.clusterOfMachine(ctx, e.ObjectNew), wait)
 }
 
-func (h machineEvents) Delete(ctx context.Context, e event.DeleteEvent, q reconcileQueue) {
+func (h machineHandler) Delete(ctx context.Context, e event.DeleteEvent, q reconcileQueue) {
 	h.r.machinesDeleted.Add(1)
 	addAll(q, h.r.machineToCluster(ctx, e.Object), 0)
 }
 
-func (h machineEvents) Generic(ctx context.Context, e event.GenericEvent, q reconcileQueue) {
+func (h machineHandler) Generic(ctx context.Context, e event.GenericEvent, q reconcileQueue) {
 	addAll(q, h.r.machineToCluster(ctx, e.Object), 0)
 }
 
@@ -341,10 +341,10 @@ func (r *Reconciler) machineToCluster(ctx context.Context, obj client.Object) []
 	return r.clusterOfMachine(ctx, obj)
 }
 
-// noteMachine counts a machine event, and says whether it changed what
-// decisions read of the machine: the node names it answers to, and its
-// endpoint (a node whose Talos API moved is worth reading again). Status
-// updates of machines (a recorded certificate) do not count.
+// noteMachine counts a machine event (machineEvents), and says whether it
+// changed the machine's epoch: the node names it answers to, and its
+// endpoint (a node whose Talos API moved is worth reading again). A
+// recorded certificate does not change it.
 func (r *Reconciler) noteMachine(obj client.Object) (changed bool) {
 	m, ok := obj.(*ichorv1alpha1.TalosMachine)
 	if !ok {

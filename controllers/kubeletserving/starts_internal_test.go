@@ -155,7 +155,7 @@ func (panickingJudge) Kubeconfig(context.Context, engine.KubeconfigInput) (engin
 	panic("the kubeconfig rule panicked")
 }
 
-// Review 11 M2: a start that panics (controller-runtime recovers the
+// Review 11: a start that panics (controller-runtime recovers the
 // reconcile) gives its room back, and backs off as a failed one does.
 func TestAStartThatPanicsGivesItsRoomBack(t *testing.T) {
 	f := newQueueFixture(t, clocktesting.NewFakeClock(time.Unix(1_000_000, 0)))

@@ -37,7 +37,7 @@ func (q *addsSeen) AddAfter(r reconcile.Request, d time.Duration) {
 // reconciles it at once; every event is counted for the flood counts.
 func TestARecordedCertificateReconcilesItsClusterALittleLater(t *testing.T) {
 	r := &Reconciler{}
-	h := machineEvents{r: r}
+	h := machineHandler{r: r}
 	ctx := context.Background()
 	machine := func(node, hostname, endpoint, certRequest string) *ichorv1alpha1.TalosMachine {
 		m := &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "m", UID: types.UID("uid-m")}}
