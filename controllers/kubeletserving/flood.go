@@ -250,13 +250,14 @@ func (p *pass) count(ctx context.Context, limits engine.KubeletServingLimits, ju
 	return out, nil
 }
 
-// judgingClusters are the clusters that judge the pass's API server.
+// judgingClusters are the clusters that judge the pass's API server. They
+// share the cache's objects (every decision of a burst asks): read only.
 func (p *pass) judgingClusters(ctx context.Context) ([]ichorv1alpha1.TalosCluster, error) {
 	if !p.target.local {
 		return []ichorv1alpha1.TalosCluster{*p.cluster}, nil
 	}
 	var enabled ichorv1alpha1.TalosClusterList
-	if err := p.r.Client.List(ctx, &enabled, client.MatchingFields{IndexServingEnabled: "true"}); err != nil {
+	if err := p.r.Client.List(ctx, &enabled, client.MatchingFields{IndexServingEnabled: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list enabled clusters: %w", err)
 	}
 	var judges []ichorv1alpha1.TalosCluster
