@@ -1,6 +1,7 @@
 package faults_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -299,8 +300,16 @@ func TestShardAKilledReplicasClustersMoveWithinFiveSecondsAndNothingIsDecidedTwi
 		s.start(id)
 	}
 	s.waitSettled(live, 90*time.Second)
-	victim := live[0]
+	// The victim is the replica serving the most clusters: which shards
+	// the clusters fall in depends on the UIDs the API server gives them,
+	// and a fixed one (holding 2 of the 12 shards) served none in about
+	// one run of 240.
 	served := s.servedBy()
+	per := map[string]int{}
+	for _, id := range served {
+		per[id]++
+	}
+	victim := slices.MaxFunc(live, func(a, b string) int { return cmp.Compare(per[a], per[b]) })
 	theirs := map[string]bool{}
 	for c, id := range served {
 		if id == victim {
@@ -315,7 +324,7 @@ func TestShardAKilledReplicasClustersMoveWithinFiveSecondsAndNothingIsDecidedTwi
 	t.Logf("killed %s with %d of %d requests decided", victim, len(decisions(s.ctx, t, before)), len(before))
 	// And a request for each of its clusters while nobody serves them.
 	during, _ := s.submitAll(theirs)
-	survivors := live[1:]
+	survivors := slices.DeleteFunc(slices.Clone(live), func(id string) bool { return id == victim })
 	var moved time.Duration
 	require.Eventually(t, func() bool {
 		now := s.servedBy()
