@@ -100,7 +100,10 @@ func StartManager(o ManagerOptions) (*ManagerProcess, error) {
 	}
 	m.cmd = exec.Command(o.Binary, append([]string{"manager", "--kubeconfig", o.Kubeconfig}, o.Args...)...)
 	m.cmd.Stdout, m.cmd.Stderr = stdout, stderr
-	m.cmd.Env = append(os.Environ(), o.Env...)
+	// The manager's own temporary files (the engine's bundle directory) go
+	// under Dir, which the test removes: a manager the test kills cannot
+	// remove them itself.
+	m.cmd.Env = append(append(os.Environ(), "TMPDIR="+o.Dir), o.Env...)
 	if err := m.cmd.Start(); err != nil {
 		stdout.Close()
 		stderr.Close()
