@@ -34,10 +34,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -146,8 +148,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("kubeletclient").
 		For(&certificatesv1.CertificateSigningRequest{}, builder.WithPredicates(predicate.NewPredicateFuncs(isKubeletClient))).
-		Watches(&ichorv1alpha1.TalosMachine{}, handler.EnqueueRequestsFromMapFunc(r.machineToRequests)).
-		Watches(&ichorv1alpha1.TalosCluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToRequests),
+		Watches(&ichorv1alpha1.TalosMachine{}, enqueueNoting(r.machineToRequests)).
+		Watches(&ichorv1alpha1.TalosCluster{}, enqueueNoting(r.clusterToRequests),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
 }
@@ -157,17 +159,44 @@ func isKubeletClient(obj client.Object) bool {
 	return ok && csr.Spec.SignerName == SignerName
 }
 
+// enqueueNoting enqueues the requests toRequests names for an object's
+// event, telling it whether the object was deleted (so that the epoch
+// forgets it).
+func enqueueNoting(toRequests func(obj client.Object, deleted bool) []reconcile.Request) handler.Funcs {
+	type queue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+	add := func(q queue, obj client.Object, deleted bool) {
+		for _, req := range toRequests(obj, deleted) {
+			q.Add(req)
+		}
+	}
+	return handler.Funcs{
+		CreateFunc:  func(_ context.Context, e event.CreateEvent, q queue) { add(q, e.Object, false) },
+		UpdateFunc:  func(_ context.Context, e event.UpdateEvent, q queue) { add(q, e.ObjectNew, false) },
+		DeleteFunc:  func(_ context.Context, e event.DeleteEvent, q queue) { add(q, e.Object, true) },
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q queue) { add(q, e.Object, false) },
+	}
+}
+
+// note notes an object's state in the machine epoch, and forgets a deleted
+// one (Epoch.Forget); it reports whether the state changed.
+func (r *Reconciler) note(uid types.UID, state string, deleted bool) bool {
+	if deleted {
+		return r.machineEpoch.Forget(uid, state)
+	}
+	return r.machineEpoch.Note(uid, state)
+}
+
 // machineToRequests wakes the pending requests for the machine's node names
 // when they are a new fact: a machine that appears, or changes the names it
 // answers to or its cluster. A status update that leaves them alone (a
-// recorded serving certificate) changes nothing here.
-func (r *Reconciler) machineToRequests(_ context.Context, obj client.Object) []reconcile.Request {
+// recorded serving certificate) changes nothing here, nor does a deletion.
+func (r *Reconciler) machineToRequests(obj client.Object, deleted bool) []reconcile.Request {
 	m, ok := obj.(*ichorv1alpha1.TalosMachine)
 	if !ok {
 		return nil
 	}
 	key := m.Namespace + "/" + m.Spec.ClusterName + "/" + m.Status.NodeName + "/" + m.Spec.Hostname
-	if !r.machineEpoch.Note(m.UID, key) {
+	if !r.note(m.UID, key, deleted) {
 		return nil
 	}
 	return r.waiting(m.Status.NodeName, m.Spec.Hostname)
@@ -176,12 +205,12 @@ func (r *Reconciler) machineToRequests(_ context.Context, obj client.Object) []r
 // clusterToRequests wakes every pending request when a cluster appears or
 // gains or loses spec.kubeconfigRef, which says whether its machines are this
 // API server's nodes. Such changes are rare, and pending requests few.
-func (r *Reconciler) clusterToRequests(_ context.Context, obj client.Object) []reconcile.Request {
+func (r *Reconciler) clusterToRequests(obj client.Object, deleted bool) []reconcile.Request {
 	c, ok := obj.(*ichorv1alpha1.TalosCluster)
 	if !ok {
 		return nil
 	}
-	if !r.machineEpoch.Note(c.UID, fmt.Sprint(c.Spec.KubeconfigRef == nil)) {
+	if !r.note(c.UID, fmt.Sprint(c.Spec.KubeconfigRef == nil), deleted) {
 		return nil
 	}
 	return r.waiting()

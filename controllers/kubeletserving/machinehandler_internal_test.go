@@ -77,9 +77,11 @@ func TestARecordedCertificateReconcilesItsClusterALittleLater(t *testing.T) {
 	}
 
 	q = queue()
-	before := r.machineEvents.Load()
+	before, epoch := r.machineEvents.Load(), r.machineEpoch.Get()
 	h.Delete(ctx, event.DeleteEvent{Object: last}, q)
 	assert.Equal(t, []timedAdd{{"a", 0}}, q.adds, "a machine gone")
 	assert.Equal(t, before+1, r.machineEvents.Load(), "a machine gone was not counted")
 	assert.Equal(t, uint64(1), r.machinesDeleted.Load())
+	assert.Equal(t, epoch, r.machineEpoch.Get(), "a deletion changed the epoch")
+	assert.True(t, r.noteMachine(last), "a deleted machine is still remembered")
 }

@@ -290,7 +290,8 @@ func (h machineHandler) Update(ctx context.Context, e event.UpdateEvent, q recon
 
 func (h machineHandler) Delete(ctx context.Context, e event.DeleteEvent, q reconcileQueue) {
 	h.r.machinesDeleted.Add(1)
-	addAll(q, h.r.machineToCluster(ctx, e.Object), 0)
+	h.r.forgetMachine(e.Object)
+	addAll(q, h.r.clusterOfMachine(ctx, e.Object), 0)
 }
 
 func (h machineHandler) Generic(ctx context.Context, e event.GenericEvent, q reconcileQueue) {
@@ -351,7 +352,23 @@ func (r *Reconciler) noteMachine(obj client.Object) (changed bool) {
 		return false
 	}
 	r.machineEvents.Add(1)
-	return r.machineEpoch.Note(m.UID, m.Namespace+"/"+m.Spec.ClusterName+"/"+m.Status.NodeName+"/"+m.Spec.Hostname+"/"+m.Spec.Endpoint)
+	return r.machineEpoch.Note(m.UID, machineEpochKey(m))
+}
+
+// forgetMachine counts a deleted machine's event and forgets it in the
+// epoch (its last state noted first, as noteMachine would).
+func (r *Reconciler) forgetMachine(obj client.Object) {
+	m, ok := obj.(*ichorv1alpha1.TalosMachine)
+	if !ok {
+		return
+	}
+	r.machineEvents.Add(1)
+	r.machineEpoch.Forget(m.UID, machineEpochKey(m))
+}
+
+// machineEpochKey is what of a machine the epoch follows.
+func machineEpochKey(m *ichorv1alpha1.TalosMachine) string {
+	return m.Namespace + "/" + m.Spec.ClusterName + "/" + m.Status.NodeName + "/" + m.Spec.Hostname + "/" + m.Spec.Endpoint
 }
 
 // clusterOfMachine is the reconcile of the machine's cluster, if this

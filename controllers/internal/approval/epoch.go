@@ -17,12 +17,26 @@ type Epoch struct {
 }
 
 // Note records the lookup-relevant state of an object and reports whether it
-// changed, which starts a new epoch. A deleted object is noted with its last
-// state, so a deletion is no change: losing a machine cannot turn a pending
-// request into an approved one.
+// changed, which starts a new epoch.
 func (e *Epoch) Note(uid types.UID, state string) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.note(uid, state)
+}
+
+// Forget notes a deleted object's last state, as Note does, and then forgets
+// the object: a deletion is no change of its own (losing a machine cannot
+// turn a pending request into an approved one), and what was seen of
+// deleted objects is not kept for the life of the process.
+func (e *Epoch) Forget(uid types.UID, lastState string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	changed := e.note(uid, lastState)
+	delete(e.seen, uid)
+	return changed
+}
+
+func (e *Epoch) note(uid types.UID, state string) bool {
 	if e.seen == nil {
 		e.seen = map[types.UID]string{}
 	}

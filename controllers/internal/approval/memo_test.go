@@ -152,6 +152,17 @@ func TestEpochCountsOnlyChangedState(t *testing.T) {
 	assert.Equal(t, uint64(3), e.Get())
 }
 
+func TestEpochForgetsADeletedObjectWithoutAChange(t *testing.T) {
+	var e approval.Epoch
+	e.Note("m1", "ns/demo/worker-1/worker-1")
+	assert.False(t, e.Forget("m1", "ns/demo/worker-1/worker-1"), "a deletion is no change")
+	assert.Equal(t, uint64(1), e.Get())
+	assert.True(t, e.Note("m1", "ns/demo/worker-1/worker-1"), "forgotten: seen again, it is new")
+	assert.True(t, e.Forget("m1", "ns/demo/worker-2/worker-1"), "a last state not seen before is a change")
+	assert.Equal(t, uint64(3), e.Get())
+	assert.True(t, e.Note("m1", "ns/demo/worker-2/worker-1"), "forgotten, whatever its last state")
+}
+
 // Take forgets and tells, at once: of many takers of one key, one is told
 // it was there.
 func TestTakeIsTrueForOneTakerOnly(t *testing.T) {
