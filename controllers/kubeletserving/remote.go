@@ -236,6 +236,14 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 // off as a failure does, and gives its room back.
 var errStartPanicked = errors.New("the start of the watch panicked")
 
+// ownFailure is a failed start whose cause is on this side (the rule's
+// evaluation, a broken bundle), not the tenant's server: it gives its room
+// back, and neither backs the cluster off nor forgets its failures
+// (review 11 L4). The reconcile looks again in 30 s.
+type ownFailure struct{ error }
+
+func (f ownFailure) Unwrap() error { return f.error }
+
 // judgeAndStart judges a kubeconfig content and starts the watch of the
 // server it names, or keeps t, the cluster's watch, if it is of that content.
 func (r *Reconciler) judgeAndStart(ctx context.Context, c *ichorv1alpha1.TalosCluster, t *target, sum [sha256.Size]byte, data []byte, revision string) (*target, error) {
@@ -380,7 +388,7 @@ func (r *Reconciler) judgeKubeconfig(ctx context.Context, c *ichorv1alpha1.Talos
 		v = &verdict{sum: sum, doc: kubeconfig.Read(data)}
 		d, err := r.Engine.Kubeconfig(ctx, r.kubeconfigInput(c, v.doc, nil))
 		if err != nil {
-			return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
+			return nil, ownFailure{fmt.Errorf("kubeconfig of cluster %s: %w", key, err)}
 		}
 		v.document = d
 		if !d.CheckIdentity {
@@ -396,10 +404,10 @@ func (r *Reconciler) judgeKubeconfig(ctx context.Context, c *ichorv1alpha1.Talos
 		}
 		d, err := r.Engine.Kubeconfig(ctx, r.kubeconfigInput(c, v.doc, &id))
 		if err != nil {
-			return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
+			return nil, ownFailure{fmt.Errorf("kubeconfig of cluster %s: %w", key, err)}
 		}
 		if d.CheckIdentity {
-			return nil, fmt.Errorf("kubeconfig of cluster %s: decision %s asks for the server's identity, which it was given: the bundle is broken", key, d.DecisionID)
+			return nil, ownFailure{fmt.Errorf("kubeconfig of cluster %s: decision %s asks for the server's identity, which it was given: the bundle is broken", key, d.DecisionID)}
 		}
 		final := *v
 		final.final = &d

@@ -2,6 +2,7 @@ package kubeletserving
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -26,7 +27,8 @@ const reconcileWorkers = 4
 //     kubeconfig content and bundle revision, until a backoff has passed
 //     (the request bound, doubling with each failure, at most 5 min),
 //     however often it is reconciled meanwhile (its own status writes, its
-//     machines' events: a tenant's to make at will).
+//     machines' events: a tenant's to make at will). A failure of this
+//     side (ownFailure) is not the tenant's, and backs nothing off.
 type remoteStarts struct {
 	mu      sync.Mutex
 	running int
@@ -97,6 +99,9 @@ func (s *remoteStarts) begin(key types.NamespacedName, sum [sha256.Size]byte, re
 		s.running--
 		if err == nil {
 			delete(s.failed, key)
+			return
+		}
+		if errors.As(err, new(ownFailure)) {
 			return
 		}
 		f := s.failed[key]

@@ -180,3 +180,64 @@ func TestAStartThatPanicsGivesItsRoomBack(t *testing.T) {
 	assert.ErrorIs(t, err, errStartPanicked)
 	assert.Equal(t, 30*time.Second, deferred.wait)
 }
+
+// Review 11 L4: a start that fails on this side (the rule's evaluation, a
+// broken bundle) is not the tenant's failure: it gives its room back, the
+// cluster is not backed off, and the failures of the tenant's server before
+// it still count.
+func TestAStartThatFailsOnThisSideDoesNotBackOff(t *testing.T) {
+	var s remoteStarts
+	key := types.NamespacedName{Namespace: "ns", Name: "c"}
+	sum := sha256.Sum256([]byte("kubeconfig"))
+	now := time.Unix(1_000_000, 0)
+	bound := 30 * time.Second
+	stalled := errors.New("the cache did not sync")
+	own := ownFailure{errors.New("evaluate the kubeconfig rule: the bundle is broken")}
+
+	end, err := s.begin(key, sum, "r1", now, time.Second)
+	require.NoError(t, err)
+	end(now, bound, stalled)
+	now = now.Add(bound)
+	for range 3 {
+		end, err = s.begin(key, sum, "r1", now, time.Second)
+		require.NoError(t, err, "a failure on this side backed the cluster off")
+		end(now, bound, own)
+	}
+	s.mu.Lock()
+	assert.Zero(t, s.running, "a failure on this side kept its room")
+	s.mu.Unlock()
+	end, err = s.begin(key, sum, "r1", now, time.Second)
+	require.NoError(t, err)
+	end(now, bound, stalled)
+	_, err = s.begin(key, sum, "r1", now, time.Second)
+	var deferred *startDeferredError
+	require.ErrorAs(t, err, &deferred)
+	assert.Equal(t, 2*bound, deferred.wait, "a failure on this side made the tenant's earlier failures forgotten")
+}
+
+type failingJudge struct{ Decider }
+
+func (failingJudge) Kubeconfig(context.Context, engine.KubeconfigInput) (engine.KubeconfigDecision, error) {
+	return engine.KubeconfigDecision{}, errors.New("evaluate: the bundle is broken")
+}
+
+// The kubeconfig rule's errors are this side's failures: the cluster is
+// judged again at its next reconcile, not after a tenant's backoff.
+func TestAKubeconfigRuleThatFailsIsAskedAgainAtOnce(t *testing.T) {
+	f := newQueueFixture(t, clocktesting.NewFakeClock(time.Unix(1_000_000, 0)))
+	f.r.TenantRequestTimeout = 30 * time.Second
+	secret := f.judgeRemotely(t, "kubeconfig", &target{cancel: func() {}}, engine.KubeconfigDecision{Allowed: true})
+	ctx := context.Background()
+	secret.Data[ichorv1alpha1.DefaultKubeconfigKey] = []byte("rotated")
+	require.NoError(t, f.r.Client.Update(ctx, secret))
+	f.r.Engine = failingJudge{f.r.Engine}
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+
+	for range 2 {
+		_, err := f.r.targetFor(ctx, &c)
+		require.ErrorContains(t, err, "the bundle is broken")
+		var deferred *startDeferredError
+		assert.NotErrorAs(t, err, &deferred, "a failure of the rule backed the cluster off")
+	}
+}
