@@ -2,6 +2,7 @@ package kubeletserving
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -150,4 +151,53 @@ func TestTheFloodCountsAreKeptUntilAnEventMayHaveRaisedThem(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, got.Undecided, "no cache: counted every time")
 	}
+}
+
+// The judged node names are listed again only when a machine appears,
+// changes its names or cluster (a new epoch), is deleted, or the judging
+// clusters change: not for each request of a burst.
+func TestTheJudgedNodeNamesAreKeptWhileTheMachinesAreAsTheyWere(t *testing.T) {
+	var f floodCounts
+	listed := 0
+	list := func() (map[string]bool, int, error) {
+		listed++
+		return map[string]bool{fmt.Sprintf("node-%d", listed): true}, listed, nil
+	}
+	get := func(b namesBasis) int {
+		t.Helper()
+		names, machines, err := f.judgedNames(b, list)
+		require.NoError(t, err)
+		require.True(t, names[fmt.Sprintf("node-%d", machines)], "the names and the machines were not taken together")
+		return machines
+	}
+	basis := namesBasis{machineEpoch: 1, judges: "uid/1"}
+	assert.Equal(t, 1, get(basis), "first: listed")
+	assert.Equal(t, 1, get(basis), "the same machines: kept")
+
+	for _, tc := range []struct {
+		name   string
+		change func(*namesBasis)
+	}{
+		{"a machine appeared or answers to another name", func(b *namesBasis) { b.machineEpoch++ }},
+		{"a machine was deleted", func(b *namesBasis) { b.machinesDeleted++ }},
+		{"another cluster judges", func(b *namesBasis) { b.judges += ";uid2/1" }},
+	} {
+		before := listed
+		tc.change(&basis)
+		assert.Equal(t, before+1, get(basis), "%s: not listed again", tc.name)
+		assert.Equal(t, before+1, get(basis), "%s: then not kept", tc.name)
+	}
+
+	basis.machineEpoch++
+	_, _, err := f.judgedNames(basis, func() (map[string]bool, int, error) { return nil, 0, assert.AnError })
+	require.ErrorIs(t, err, assert.AnError)
+	want := listed + 1
+	assert.Equal(t, want, get(basis), "a failed listing was kept")
+
+	var none *floodCounts
+	_, first, err := none.judgedNames(basis, list)
+	require.NoError(t, err)
+	_, second, err := none.judgedNames(basis, list)
+	require.NoError(t, err)
+	assert.Equal(t, first+1, second, "no cache: listed every time")
 }
