@@ -178,14 +178,24 @@ func (p *pass) requestsToLookAt(ctx context.Context) ([]certificatesv1.Certifica
 		live[list.Items[i].UID] = true
 	}
 	p.target.names.keepOnly(live)
+	mine, err := p.machinesByNodeName(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
 	// Whether each other cluster judges this API server, looked up once for
 	// this choice: the decisions look again (judges).
 	judging := map[types.NamespacedName]bool{}
 	var out []certificatesv1.CertificateSigningRequest
 	for i := range list.Items {
 		csr := &list.Items[i]
-		ours, recorded, err := p.ours(ctx, p.target.names.of(csr), csr.Name, judging)
-		if err != nil {
+		node := p.target.names.of(csr)
+		var ours, recorded bool
+		if named, ok := mine[node]; ok {
+			// A machine of this cluster answers to the name: the answer
+			// ours would give, without looking up every cluster's.
+			ours = true
+			recorded = slices.ContainsFunc(named, func(m *ichorv1alpha1.TalosMachine) bool { return recordsRequest(m, csr.Name) })
+		} else if ours, recorded, err = p.ours(ctx, node, csr.Name, judging); err != nil {
 			return nil, nil, err
 		}
 		if !ours || p.settled(csr, recorded) {
@@ -232,6 +242,32 @@ func (p *pass) settled(csr *certificatesv1.CertificateSigningRequest, recorded b
 	return approval.IsDecided(csr) && !p.r.failures.Has(p.memoKey(csr)) && !p.adopts(csr) && (len(csr.Status.Certificate) == 0 || recorded)
 }
 
+// machinesByNodeName are this cluster's machines by the node names they
+// answer to (machines.NodeNames, as the index ours reads), listed once for a
+// full pass: most of its requests are for one of them. They share the
+// cache's objects: read only.
+func (p *pass) machinesByNodeName(ctx context.Context) (map[string][]*ichorv1alpha1.TalosMachine, error) {
+	var list ichorv1alpha1.TalosMachineList
+	if err := p.r.Client.List(ctx, &list, client.InNamespace(p.cluster.Namespace), client.MatchingFields{IndexCluster: p.cluster.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list the machines of cluster %s: %w", p.key(), err)
+	}
+	byName := make(map[string][]*ichorv1alpha1.TalosMachine, len(list.Items))
+	for i := range list.Items {
+		m := &list.Items[i]
+		for _, n := range machines.NodeNames(m) {
+			byName[n] = append(byName[n], m)
+		}
+	}
+	return byName, nil
+}
+
+// recordsRequest reports whether machine m has recorded the certificate of the
+// request csr.
+func recordsRequest(m *ichorv1alpha1.TalosMachine, csr string) bool {
+	rec := m.Status.KubeletServingCertificate
+	return rec != nil && rec.Request == csr
+}
+
 // ours reports whether a request for node is this cluster's: the same
 // answer machineFor gives (a machine of this cluster, or none of any cluster
 // judging this API server), without copying the machines; and whether a
@@ -251,8 +287,7 @@ func (p *pass) ours(ctx context.Context, node, csr string, judging map[types.Nam
 		key := clusterOf(m)
 		if key == p.key() {
 			ours = true
-			rec := m.Status.KubeletServingCertificate
-			recorded = recorded || (rec != nil && rec.Request == csr)
+			recorded = recorded || recordsRequest(m, csr)
 			continue
 		}
 		judges, known := judging[key]
