@@ -36,4 +36,12 @@ func TestADeletedMachineOrClusterIsForgottenWithoutANewEpoch(t *testing.T) {
 	assert.Equal(t, uint64(2), r.machineEpoch.Get(), "a deletion changed the epoch")
 	assert.True(t, r.machineEpoch.Note(machine.UID, machineState), "a deleted machine is still remembered")
 	assert.True(t, r.machineEpoch.Note(cluster.UID, clusterState), "a deleted cluster is still remembered")
+
+	// Deleted and made again under its name while the watch was down: the
+	// informer's relist tells it as an update, and the old one is forgotten.
+	again := machine.DeepCopy()
+	again.UID = "uid-m-again"
+	machines.Update(ctx, event.UpdateEvent{ObjectOld: machine, ObjectNew: again}, nil)
+	assert.False(t, r.machineEpoch.Note(again.UID, machineState), "the new machine is not remembered")
+	assert.True(t, r.machineEpoch.Note(machine.UID, machineState), "the machine replaced is still remembered")
 }

@@ -170,8 +170,15 @@ func enqueueNoting(toRequests func(obj client.Object, deleted bool) []reconcile.
 		}
 	}
 	return handler.Funcs{
-		CreateFunc:  func(_ context.Context, e event.CreateEvent, q queue) { add(q, e.Object, false) },
-		UpdateFunc:  func(_ context.Context, e event.UpdateEvent, q queue) { add(q, e.ObjectNew, false) },
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q queue) { add(q, e.Object, false) },
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q queue) {
+			if e.ObjectOld.GetUID() != e.ObjectNew.GetUID() {
+				// Deleted and made again under its name while the watch
+				// was down: the informer's relist tells it as an update.
+				add(q, e.ObjectOld, true)
+			}
+			add(q, e.ObjectNew, false)
+		},
 		DeleteFunc:  func(_ context.Context, e event.DeleteEvent, q queue) { add(q, e.Object, true) },
 		GenericFunc: func(_ context.Context, e event.GenericEvent, q queue) { add(q, e.Object, false) },
 	}

@@ -84,4 +84,20 @@ func TestARecordedCertificateReconcilesItsClusterALittleLater(t *testing.T) {
 	assert.Equal(t, uint64(1), r.machinesDeleted.Load())
 	assert.Equal(t, epoch, r.machineEpoch.Get(), "a deletion changed the epoch")
 	assert.True(t, r.noteMachine(last), "a deleted machine is still remembered")
+
+	// A machine deleted and made again under its name while the watch was
+	// down comes as an update from the informer's relist: the old one is
+	// gone, and counted so.
+	r = &Reconciler{}
+	h = machineHandler{r: r}
+	old := machine("n1", "h1", "10.0.0.1", "")
+	h.Create(ctx, event.CreateEvent{Object: old}, queue())
+	replaced := machine("n1", "h1", "10.0.0.1", "")
+	replaced.UID = "uid-m-again"
+	q = queue()
+	h.Update(ctx, event.UpdateEvent{ObjectOld: old, ObjectNew: replaced}, q)
+	assert.Equal(t, []timedAdd{{"a", 0}}, q.adds, "a machine made again")
+	assert.Equal(t, uint64(1), r.machinesDeleted.Load(), "the machine replaced was not counted as deleted")
+	assert.False(t, r.noteMachine(replaced), "the new machine is not remembered")
+	assert.True(t, r.noteMachine(old), "the machine replaced is still remembered")
 }

@@ -279,6 +279,12 @@ func (h machineHandler) Create(ctx context.Context, e event.CreateEvent, q recon
 }
 
 func (h machineHandler) Update(ctx context.Context, e event.UpdateEvent, q reconcileQueue) {
+	if e.ObjectOld.GetUID() != e.ObjectNew.GetUID() {
+		// A machine deleted and made again under its name while the watch
+		// was down: the informer's relist tells it as an update.
+		h.r.machinesDeleted.Add(1)
+		h.r.forgetMachine(e.ObjectOld)
+	}
 	changed := h.r.noteMachine(e.ObjectNew)
 	wait := time.Duration(0)
 	if !changed {

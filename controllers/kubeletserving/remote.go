@@ -238,8 +238,11 @@ var errStartPanicked = errors.New("the start of the watch panicked")
 
 // ownFailure is a failed start whose cause is on this side (the rule's
 // evaluation, a broken bundle), not the tenant's server: it gives its room
-// back, and neither backs the cluster off nor forgets its failures
-// (review 11 L4). The reconcile looks again in 30 s.
+// back, and the cluster is started again after the request bound, never
+// doubled, its tenant's failures before kept as they were (review 11 L4).
+// It still waits: the rule's second evaluation weighs what the tenant's
+// server presented, and every reconcile (which the tenant can cause)
+// would otherwise probe its server again.
 type ownFailure struct{ error }
 
 func (f ownFailure) Unwrap() error { return f.error }

@@ -28,7 +28,8 @@ const reconcileWorkers = 4
 //     (the request bound, doubling with each failure, at most 5 min),
 //     however often it is reconciled meanwhile (its own status writes, its
 //     machines' events: a tenant's to make at will). A failure of this
-//     side (ownFailure) is not the tenant's, and backs nothing off.
+//     side (ownFailure) is not the tenant's: it waits the request bound,
+//     never doubled, and counts for nothing in the tenant's backoff.
 type remoteStarts struct {
 	mu      sync.Mutex
 	running int
@@ -101,16 +102,19 @@ func (s *remoteStarts) begin(key types.NamespacedName, sum [sha256.Size]byte, re
 			delete(s.failed, key)
 			return
 		}
-		if errors.As(err, new(ownFailure)) {
-			return
-		}
 		f := s.failed[key]
 		if f.sum != sum || f.revision != revision {
 			f = startFailure{sum: sum, revision: revision}
 		}
 		f.err = err
-		f.until = now.Add(min(bound<<min(f.n, 10), maxBackoff))
-		f.n++
+		if errors.As(err, new(ownFailure)) {
+			// Not the tenant's: the same wait every time, and its
+			// failures before stay as they were.
+			f.until = now.Add(bound)
+		} else {
+			f.until = now.Add(min(bound<<min(f.n, 10), maxBackoff))
+			f.n++
+		}
 		if s.failed == nil {
 			s.failed = map[types.NamespacedName]startFailure{}
 		}

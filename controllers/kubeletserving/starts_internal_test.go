@@ -182,10 +182,10 @@ func TestAStartThatPanicsGivesItsRoomBack(t *testing.T) {
 }
 
 // Review 11 L4: a start that fails on this side (the rule's evaluation, a
-// broken bundle) is not the tenant's failure: it gives its room back, the
-// cluster is not backed off, and the failures of the tenant's server before
-// it still count.
-func TestAStartThatFailsOnThisSideDoesNotBackOff(t *testing.T) {
+// broken bundle) is not the tenant's failure: it gives its room back, waits
+// the request bound however often it fails, and the failures of the
+// tenant's server before it still count.
+func TestAStartThatFailsOnThisSideWaitsWithoutBackingOff(t *testing.T) {
 	var s remoteStarts
 	key := types.NamespacedName{Namespace: "ns", Name: "c"}
 	sum := sha256.Sum256([]byte("kubeconfig"))
@@ -193,6 +193,13 @@ func TestAStartThatFailsOnThisSideDoesNotBackOff(t *testing.T) {
 	bound := 30 * time.Second
 	stalled := errors.New("the cache did not sync")
 	own := ownFailure{errors.New("evaluate the kubeconfig rule: the bundle is broken")}
+	deferredFor := func() time.Duration {
+		t.Helper()
+		_, err := s.begin(key, sum, "r1", now, time.Second)
+		var deferred *startDeferredError
+		require.ErrorAs(t, err, &deferred)
+		return deferred.wait
+	}
 
 	end, err := s.begin(key, sum, "r1", now, time.Second)
 	require.NoError(t, err)
@@ -202,6 +209,8 @@ func TestAStartThatFailsOnThisSideDoesNotBackOff(t *testing.T) {
 		end, err = s.begin(key, sum, "r1", now, time.Second)
 		require.NoError(t, err, "a failure on this side backed the cluster off")
 		end(now, bound, own)
+		assert.Equal(t, bound, deferredFor(), "a failure on this side did not wait the request bound, once")
+		now = now.Add(bound)
 	}
 	s.mu.Lock()
 	assert.Zero(t, s.running, "a failure on this side kept its room")
@@ -209,10 +218,7 @@ func TestAStartThatFailsOnThisSideDoesNotBackOff(t *testing.T) {
 	end, err = s.begin(key, sum, "r1", now, time.Second)
 	require.NoError(t, err)
 	end(now, bound, stalled)
-	_, err = s.begin(key, sum, "r1", now, time.Second)
-	var deferred *startDeferredError
-	require.ErrorAs(t, err, &deferred)
-	assert.Equal(t, 2*bound, deferred.wait, "a failure on this side made the tenant's earlier failures forgotten")
+	assert.Equal(t, 2*bound, deferredFor(), "the failures on this side counted in the tenant's backoff, or made its earlier failure forgotten")
 }
 
 type failingJudge struct{ Decider }
@@ -222,9 +228,10 @@ func (failingJudge) Kubeconfig(context.Context, engine.KubeconfigInput) (engine.
 }
 
 // The kubeconfig rule's errors are this side's failures: the cluster is
-// judged again at its next reconcile, not after a tenant's backoff.
-func TestAKubeconfigRuleThatFailsIsAskedAgainAtOnce(t *testing.T) {
-	f := newQueueFixture(t, clocktesting.NewFakeClock(time.Unix(1_000_000, 0)))
+// judged again after the request bound, which does not double.
+func TestAKubeconfigRuleThatFailsIsAskedAgainAfterTheBound(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	f := newQueueFixture(t, clk)
 	f.r.TenantRequestTimeout = 30 * time.Second
 	secret := f.judgeRemotely(t, "kubeconfig", &target{cancel: func() {}}, engine.KubeconfigDecision{Allowed: true})
 	ctx := context.Background()
@@ -234,10 +241,15 @@ func TestAKubeconfigRuleThatFailsIsAskedAgainAtOnce(t *testing.T) {
 	var c ichorv1alpha1.TalosCluster
 	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
 
-	for range 2 {
+	for range 3 {
 		_, err := f.r.targetFor(ctx, &c)
 		require.ErrorContains(t, err, "the bundle is broken")
+		var own ownFailure
+		require.ErrorAs(t, err, &own, "the rule's error is not this side's failure")
+		_, err = f.r.targetFor(ctx, &c)
 		var deferred *startDeferredError
-		assert.NotErrorAs(t, err, &deferred, "a failure of the rule backed the cluster off")
+		require.ErrorAs(t, err, &deferred, "a failure of the rule is asked again before the bound")
+		assert.Equal(t, 30*time.Second, deferred.wait, "a failure of the rule backed the cluster off")
+		clk.Step(30 * time.Second)
 	}
 }
