@@ -11,9 +11,17 @@ import (
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
 )
 
 func csrOf(user, name string, created time.Time) certificatesv1.CertificateSigningRequest {
@@ -200,4 +208,67 @@ func TestTheJudgedNodeNamesAreKeptWhileTheMachinesAreAsTheyWere(t *testing.T) {
 	_, second, err := none.judgedNames(basis, list)
 	require.NoError(t, err)
 	assert.Equal(t, first+1, second, "no cache: listed every time")
+}
+
+// The counts a decision weighs see the machines as the events left them: a
+// machine deleted, one made, another cluster judging. The judged node names
+// are kept between counts, so each of these must be in what they are kept
+// on.
+func TestTheCountsSeeEveryChangeOfTheJudgedMachines(t *testing.T) {
+	ctx := context.Background()
+	scheme, err := kube.Scheme()
+	require.NoError(t, err)
+	clusterObj := func(ns, name string) *ichorv1alpha1.TalosCluster {
+		c := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID("uid-" + ns + "-" + name), Generation: 1}}
+		c.Spec.Security.KubeletServingCertificates.Enabled = true
+		return c
+	}
+	machine := func(ns, node, clusterName string) *ichorv1alpha1.TalosMachine {
+		m := &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: node, UID: types.UID("uid-" + node)}}
+		m.Spec.ClusterName, m.Spec.Hostname = clusterName, node
+		return m
+	}
+	alpha := clusterObj("a", "alpha")
+	objs := []client.Object{alpha, clusterObj("b", "beta"), machine("a", "node-1", "alpha"), machine("a", "node-2", "alpha"), machine("b", "node-3", "beta")}
+	for i, node := range []string{"node-1", "node-2", "node-3", "node-4"} {
+		csr := csrOf("system:node:"+node, "csr-"+node, time.Unix(int64(i), 0))
+		req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject(node)})
+		require.NoError(t, err)
+		csr.Spec.Request, csr.UID = req, types.UID("uid-csr-"+node)
+		objs = append(objs, &csr)
+	}
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...)
+	require.NoError(t, AddIndexes(ctx, indexerOf{b}))
+	c := b.Build()
+	local, err := cluster.ParseLocal([]string{"a/alpha"})
+	require.NoError(t, err)
+	r := &Reconciler{Client: c, Engine: &decider{}, LocalClusters: local, Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0))}
+	for _, o := range objs {
+		// The machines as their creation events noted them.
+		r.noteMachine(o)
+	}
+	p := &pass{r: r, cluster: alpha, now: r.Clock.Now(), target: &target{reader: c, local: true, names: &r.localNames, counts: &floodCounts{}}}
+	counts := func() csrinput.Requests {
+		t.Helper()
+		got, err := p.countAll(ctx)
+		require.NoError(t, err)
+		return got
+	}
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 2, Unknown: 2}, counts())
+
+	// Each change as the machine handler notes it (the cache first, then
+	// the event).
+	gone := machine("a", "node-2", "alpha")
+	require.NoError(t, c.Delete(ctx, gone))
+	r.machinesDeleted.Add(1)
+	r.forgetMachine(gone)
+	assert.Equal(t, csrinput.Requests{Machines: 1, Undecided: 1, Unknown: 3}, counts(), "a machine deleted")
+
+	made := machine("a", "node-4", "alpha")
+	require.NoError(t, c.Create(ctx, made))
+	r.noteMachine(made)
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 2, Unknown: 2}, counts(), "a machine made")
+
+	local.Add(types.NamespacedName{Namespace: "b", Name: "beta"})
+	assert.Equal(t, csrinput.Requests{Machines: 3, Undecided: 3, Unknown: 1}, counts(), "another cluster judging")
 }

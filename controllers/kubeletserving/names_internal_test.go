@@ -44,8 +44,11 @@ func TestAFullPassLooksOnlyAtItsOwnRequests(t *testing.T) {
 		// A name both judging clusters' machines answer to: both look, and
 		// the rule leaves it pending (MachineAmbiguous).
 		machine("a", "node-both", "alpha"), machine("b", "node-both", "beta"),
+		// A judging cluster of the same name in another namespace: its
+		// machine is not alpha's.
+		clusterObj("b", "alpha"), machine("b", "node-b-alpha", "alpha"),
 	}
-	for i, node := range []string{"node-a", "node-b", "node-c", "node-both", "nobody"} {
+	for i, node := range []string{"node-a", "node-b", "node-c", "node-both", "nobody", "node-b-alpha"} {
 		req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject(node)})
 		if err != nil {
 			t.Fatal(err)
@@ -86,7 +89,7 @@ func TestAFullPassLooksOnlyAtItsOwnRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := b.Build()
-	local, err := cluster.ParseLocal([]string{"a/alpha", "b/beta"})
+	local, err := cluster.ParseLocal([]string{"a/alpha", "b/beta", "b/alpha"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +102,8 @@ func TestAFullPassLooksOnlyAtItsOwnRequests(t *testing.T) {
 	}
 	// The memos are kept for every request the API server holds, looked at
 	// or not: a decided one may still be waited on by an older pass.
-	if len(live) != 8 {
-		t.Errorf("%d requests found in the API server, want every kubelet-serving one (8)", len(live))
+	if len(live) != 9 {
+		t.Errorf("%d requests found in the API server, want every kubelet-serving one (9)", len(live))
 	}
 	var names []string
 	for _, csr := range got {
@@ -126,8 +129,8 @@ func TestAFullPassLooksOnlyAtItsOwnRequests(t *testing.T) {
 	// A remote API server's requests are all its one cluster's, but for
 	// those settled.
 	p.target = &target{reader: c, names: &nodeNames{}}
-	if got, _, err = p.requestsToLookAt(ctx); err != nil || len(got) != 6 {
-		t.Errorf("remote: looked at %d requests (%v), want every unsettled kubelet-serving one (6)", len(got), err)
+	if got, _, err = p.requestsToLookAt(ctx); err != nil || len(got) != 7 {
+		t.Errorf("remote: looked at %d requests (%v), want every unsettled kubelet-serving one (7)", len(got), err)
 	}
 }
 
