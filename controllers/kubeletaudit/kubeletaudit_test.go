@@ -62,9 +62,18 @@ const (
 func TestMain(m *testing.M) {
 	os.Exit(harness.Main(m, harness.Options{}, func(ctx context.Context, e *harness.Env) (func(), error) {
 		env = e
-		return nil, startManager(ctx)
+		err := startManager(ctx)
+		return func() {
+			if stopEngine != nil {
+				stopEngine()
+			}
+		}, err
 	}))
 }
+
+// stopEngine stops the manager's engine after the tests (it removes its
+// temporary bundle directory).
+var stopEngine func()
 
 func startManager(ctx context.Context) error {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
@@ -72,6 +81,7 @@ func startManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	stopEngine = func() { eng.Stop(context.Background()) }
 	metrics, err := kubeletaudit.NewMetrics(metricsRegistry)
 	if err != nil {
 		return err

@@ -75,9 +75,18 @@ const wait = 60 * time.Second
 func TestMain(m *testing.M) {
 	os.Exit(harness.Main(m, harness.Options{}, func(ctx context.Context, e *harness.Env) (func(), error) {
 		env = e
-		return nil, startManager(ctx)
+		err := startManager(ctx)
+		return func() {
+			if stopEngine != nil {
+				stopEngine()
+			}
+		}, err
 	}))
 }
+
+// stopEngine stops the manager's engine after the tests (it removes its
+// temporary bundle directory).
+var stopEngine func()
 
 // floodAllowance is the test bundle's min_undecided_allowance, with no
 // allowance per machine: the flood guard trips at a count a test can reach
@@ -99,6 +108,7 @@ func startManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	stopEngine = func() { eng.Stop(context.Background()) }
 	if metrics, err = kubeletserving.NewMetrics(metricsRegistry); err != nil {
 		return err
 	}

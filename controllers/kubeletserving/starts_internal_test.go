@@ -155,26 +155,36 @@ func (panickingJudge) Kubeconfig(context.Context, engine.KubeconfigInput) (engin
 	panic("the kubeconfig rule panicked")
 }
 
-// Review 11: a start that panics (controller-runtime recovers the
-// reconcile) gives its room back, and backs off as a failed one does.
-func TestAStartThatPanicsGivesItsRoomBack(t *testing.T) {
-	f := newQueueFixture(t, clocktesting.NewFakeClock(time.Unix(1_000_000, 0)))
+// rotatedUnder is the fixture's remote cluster, started on one kubeconfig
+// and then given another, which judge (wrapping the fixture's decider)
+// is to judge at the cluster's next start.
+func rotatedUnder(t *testing.T, f *queueFixture, judge func(Decider) Decider) *ichorv1alpha1.TalosCluster {
+	t.Helper()
 	f.r.TenantRequestTimeout = 30 * time.Second
 	secret := f.judgeRemotely(t, "kubeconfig", &target{cancel: func() {}}, engine.KubeconfigDecision{Allowed: true})
 	ctx := context.Background()
 	secret.Data[ichorv1alpha1.DefaultKubeconfigKey] = []byte("rotated")
 	require.NoError(t, f.r.Client.Update(ctx, secret))
-	f.r.Engine = panickingJudge{f.r.Engine}
+	f.r.Engine = judge(f.r.Engine)
 	var c ichorv1alpha1.TalosCluster
 	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	return &c
+}
 
-	require.Panics(t, func() { _, _ = f.r.targetFor(ctx, &c) })
+// Review 11: a start that panics (controller-runtime recovers the
+// reconcile) gives its room back, and backs off as a failed one does.
+func TestAStartThatPanicsGivesItsRoomBack(t *testing.T) {
+	f := newQueueFixture(t, clocktesting.NewFakeClock(time.Unix(1_000_000, 0)))
+	c := rotatedUnder(t, f, func(d Decider) Decider { return panickingJudge{d} })
+	ctx := context.Background()
+
+	require.Panics(t, func() { _, _ = f.r.targetFor(ctx, c) })
 	s := &f.r.targets.starts
 	s.mu.Lock()
 	assert.Zero(t, s.running, "the start that panicked kept its room")
 	assert.Empty(t, s.tenants, "the tenant of the start that panicked cannot start again")
 	s.mu.Unlock()
-	_, err := f.r.targetFor(ctx, &c)
+	_, err := f.r.targetFor(ctx, c)
 	var deferred *startDeferredError
 	require.ErrorAs(t, err, &deferred, "a start that panicked is tried again at once")
 	assert.ErrorIs(t, err, errStartPanicked)
@@ -232,21 +242,15 @@ func (failingJudge) Kubeconfig(context.Context, engine.KubeconfigInput) (engine.
 func TestAKubeconfigRuleThatFailsIsAskedAgainAfterTheBound(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
 	f := newQueueFixture(t, clk)
-	f.r.TenantRequestTimeout = 30 * time.Second
-	secret := f.judgeRemotely(t, "kubeconfig", &target{cancel: func() {}}, engine.KubeconfigDecision{Allowed: true})
+	c := rotatedUnder(t, f, func(d Decider) Decider { return failingJudge{d} })
 	ctx := context.Background()
-	secret.Data[ichorv1alpha1.DefaultKubeconfigKey] = []byte("rotated")
-	require.NoError(t, f.r.Client.Update(ctx, secret))
-	f.r.Engine = failingJudge{f.r.Engine}
-	var c ichorv1alpha1.TalosCluster
-	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
 
 	for range 3 {
-		_, err := f.r.targetFor(ctx, &c)
+		_, err := f.r.targetFor(ctx, c)
 		require.ErrorContains(t, err, "the bundle is broken")
 		var own ownFailure
 		require.ErrorAs(t, err, &own, "the rule's error is not this side's failure")
-		_, err = f.r.targetFor(ctx, &c)
+		_, err = f.r.targetFor(ctx, c)
 		var deferred *startDeferredError
 		require.ErrorAs(t, err, &deferred, "a failure of the rule is asked again before the bound")
 		assert.Equal(t, 30*time.Second, deferred.wait, "a failure of the rule backed the cluster off")
