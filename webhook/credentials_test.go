@@ -59,9 +59,6 @@ var (
 	// local are the clusters named as those of this API server; each test
 	// names its own.
 	local = &clusterfacts.Local{}
-	// eng is the webhook's engine, stopped after the tests (it removes its
-	// temporary bundle directory).
-	eng *engine.Engine
 )
 
 // webhookUser is the identity the webhook runs as, with exactly the rights of
@@ -80,9 +77,6 @@ func TestMain(m *testing.M) {
 		env = e
 		install, err := startWebhook(ctx)
 		return func() {
-			if eng != nil {
-				eng.Stop(context.Background())
-			}
 			if install != nil {
 				_ = install.Cleanup() // a temporary directory
 			}
@@ -146,8 +140,11 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 		return nil, err
 	}
 
-	eng, err = engine.New(ctx, engine.Options{DecisionLog: decisionLog, Log: os.Stderr, ID: "webhook-test"})
+	eng, err := engine.New(ctx, engine.Options{DecisionLog: decisionLog, Log: os.Stderr, ID: "webhook-test"})
 	if err != nil {
+		return nil, err
+	}
+	if err := env.AtStop(func() { eng.Stop(context.Background()) }); err != nil {
 		return nil, err
 	}
 	install, err := webhooktest.Install(env.Config)

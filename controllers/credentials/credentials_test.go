@@ -65,14 +65,12 @@ import (
 // talosconfig-reader cap is 24 hours, a policy that changed between admission
 // and issuance: the issuer holds requests to its own, current caps.
 var (
-	env *harness.Env
-	eng *engine.Engine
-	// webhookEngine is the webhook's, on a lenient bundle.
-	webhookEngine *engine.Engine
-	ctrlClient    client.Client
-	keys          *credential.Keys
-	recorder      events.EventRecorder
-	decisionLog   = &harness.DecisionLog{}
+	env         *harness.Env
+	eng         *engine.Engine
+	ctrlClient  client.Client
+	keys        *credential.Keys
+	recorder    events.EventRecorder
+	decisionLog = &harness.DecisionLog{}
 	// local are the clusters named as those of this API server.
 	local = &clusterfacts.Local{}
 	// webhookConfig is the installed ValidatingWebhookConfiguration, to
@@ -94,10 +92,8 @@ func TestMain(m *testing.M) {
 		env = e
 		install, err := setup(ctx)
 		return func() {
-			for _, e := range []*engine.Engine{eng, webhookEngine} {
-				if e != nil {
-					e.Stop(context.Background())
-				}
+			if eng != nil {
+				eng.Stop(context.Background())
 			}
 			if install != nil {
 				_ = install.Cleanup() // a temporary directory
@@ -215,8 +211,11 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 	}
 	purposes := lenient.Data["ichor"].(map[string]any)["credentials"].(map[string]any)["config"].(map[string]any)["purposes"].(map[string]any)
 	purposes["talosconfig-reader"].(map[string]any)["max_lifetime_seconds"] = json.Number("86400")
-	webhookEngine, err = engine.New(ctx, engine.Options{Bundle: lenient, DecisionLog: io.Discard, Log: os.Stderr, ID: "credentials-test-webhook"})
+	webhookEngine, err := engine.New(ctx, engine.Options{Bundle: lenient, DecisionLog: io.Discard, Log: os.Stderr, ID: "credentials-test-webhook"})
 	if err != nil {
+		return nil, err
+	}
+	if err := env.AtStop(func() { webhookEngine.Stop(context.Background()) }); err != nil {
 		return nil, err
 	}
 	install, err := webhooktest.Install(env.Config)

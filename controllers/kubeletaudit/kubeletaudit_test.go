@@ -62,18 +62,9 @@ const (
 func TestMain(m *testing.M) {
 	os.Exit(harness.Main(m, harness.Options{}, func(ctx context.Context, e *harness.Env) (func(), error) {
 		env = e
-		err := startManager(ctx)
-		return func() {
-			if stopEngine != nil {
-				stopEngine()
-			}
-		}, err
+		return nil, startManager(ctx)
 	}))
 }
-
-// stopEngine stops the manager's engine after the tests (it removes its
-// temporary bundle directory).
-var stopEngine func()
 
 func startManager(ctx context.Context) error {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr), zap.UseDevMode(true)))
@@ -81,7 +72,9 @@ func startManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	stopEngine = func() { eng.Stop(context.Background()) }
+	if err := env.AtStop(func() { eng.Stop(context.Background()) }); err != nil {
+		return err
+	}
 	metrics, err := kubeletaudit.NewMetrics(metricsRegistry)
 	if err != nil {
 		return err

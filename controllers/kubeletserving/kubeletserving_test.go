@@ -75,18 +75,9 @@ const wait = 60 * time.Second
 func TestMain(m *testing.M) {
 	os.Exit(harness.Main(m, harness.Options{}, func(ctx context.Context, e *harness.Env) (func(), error) {
 		env = e
-		err := startManager(ctx)
-		return func() {
-			if stopEngine != nil {
-				stopEngine()
-			}
-		}, err
+		return nil, startManager(ctx)
 	}))
 }
-
-// stopEngine stops the manager's engine after the tests (it removes its
-// temporary bundle directory).
-var stopEngine func()
 
 // floodAllowance is the test bundle's min_undecided_allowance, with no
 // allowance per machine: the flood guard trips at a count a test can reach
@@ -108,7 +99,9 @@ func startManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	stopEngine = func() { eng.Stop(context.Background()) }
+	if err := env.AtStop(func() { eng.Stop(context.Background()) }); err != nil {
+		return err
+	}
 	if metrics, err = kubeletserving.NewMetrics(metricsRegistry); err != nil {
 		return err
 	}

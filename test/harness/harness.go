@@ -103,6 +103,7 @@ type Env struct {
 	stopped  bool
 	nodes    []*TalosNode
 	kubelets []*Kubelet
+	atStop   []func()
 
 	stopOnce sync.Once
 	stopErr  error
@@ -285,11 +286,15 @@ func (e *Env) Stop() error {
 	e.stopOnce.Do(func() {
 		e.mu.Lock()
 		e.stopped = true
-		kubelets, nodes := e.kubelets, e.nodes
-		e.kubelets, e.nodes = nil, nil
+		kubelets, nodes, atStop := e.kubelets, e.nodes, e.atStop
+		e.kubelets, e.nodes, e.atStop = nil, nil, nil
 		e.mu.Unlock()
 
 		var errs []error
+
+		for _, f := range slices.Backward(atStop) {
+			f()
+		}
 
 		for _, k := range kubelets {
 			k.Stop()
@@ -398,6 +403,14 @@ func tailFile(path string, lines int) string {
 	}
 
 	return fmt.Sprintf("==> %s (last %d lines) <==\n%s\n", path, len(all), strings.Join(all, "\n"))
+}
+
+// AtStop registers f to run first when the environment stops (the last
+// registered first): what a package's set-up made beside the control plane,
+// such as an engine, whose temporary bundle directory its Stop removes. It
+// refuses once Stop has begun.
+func (e *Env) AtStop(f func()) error {
+	return e.track(func() { e.atStop = append(e.atStop, f) })
 }
 
 // track registers a node or kubelet for Stop; it refuses once Stop has begun,
