@@ -93,10 +93,10 @@ func TestARecordedCertificateReconcilesItsClusterALittleLater(t *testing.T) {
 	old := machine("n1", "h1", "10.0.0.1", "")
 	h.Create(ctx, event.CreateEvent{Object: old}, queue())
 	replaced := machine("n1", "h1", "10.0.0.1", "")
-	replaced.UID = "uid-m-again"
+	replaced.UID, replaced.Spec.ClusterName = "uid-m-again", "b"
 	q = queue()
 	h.Update(ctx, event.UpdateEvent{ObjectOld: old, ObjectNew: replaced}, q)
-	assert.Equal(t, []timedAdd{{"a", 0}}, q.adds, "a machine made again")
+	assert.Equal(t, []timedAdd{{"a", 0}, {"b", 0}}, q.adds, "a machine made again, in another cluster")
 	assert.Equal(t, uint64(1), r.machinesDeleted.Load(), "the machine replaced was not counted as deleted")
 	assert.False(t, r.noteMachine(replaced), "the new machine is not remembered")
 	assert.True(t, r.noteMachine(old), "the machine replaced is still remembered")

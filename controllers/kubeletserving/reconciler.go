@@ -281,9 +281,11 @@ func (h machineHandler) Create(ctx context.Context, e event.CreateEvent, q recon
 func (h machineHandler) Update(ctx context.Context, e event.UpdateEvent, q reconcileQueue) {
 	if e.ObjectOld.GetUID() != e.ObjectNew.GetUID() {
 		// A machine deleted and made again under its name while the watch
-		// was down: the informer's relist tells it as an update.
+		// was down: the informer's relist tells it as an update, and the
+		// one made may be of another cluster.
 		h.r.machinesDeleted.Add(1)
 		h.r.forgetMachine(e.ObjectOld)
+		addAll(q, h.r.clusterOfMachine(ctx, e.ObjectOld), 0)
 	}
 	changed := h.r.noteMachine(e.ObjectNew)
 	wait := time.Duration(0)
