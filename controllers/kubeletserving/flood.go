@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -74,69 +73,67 @@ func (c *limitsCache) get(ctx context.Context, eng Decider, now time.Time) (engi
 	return limits, nil
 }
 
-// countsTTL is how long the flood counts are used after an event that can
-// only lower them (a request decided or deleted, a machine's status
-// written; not a machine's deletion, which lowers the rule's limit): a count a little high withholds an approval a little longer,
-// which is safe, and a mass reboot's approvals do not each cost a count.
-const countsTTL = time.Second
-
-// floodCounts keeps the counts of one API server's undecided requests
-// (countAll) between the events that change them, so that the work of a
-// burst of requests grows with the events and not with events × requesters:
-// every requester key of a flood would otherwise list every undecided
-// request again.
+// floodCounts keeps one API server's undecided kubelet serving requests, by
+// requester, as its informer's events tell of them, and the counts the rule
+// weighs (countAll), so that a count costs the requesters whose requests
+// changed since the last, not a listing of every undecided request: a burst
+// raises the counts with every request, and listing them for each decision
+// made the burst's work grow with the square of its size (7% of the
+// manager's CPU at 5,000 machines).
 //
-// The events are noted before their requester is queued, and the informer
-// has stored the request before it tells of it, so the worker that decides
-// a request finds it counted: counts taken before an event that may raise
-// them (a new undecided request) are never used after it. Counts taken
-// before one that can only lower them are used for up to countsTTL. One
-// count runs at a time; the workers that wait for it use it when it is new
-// enough. The zero value is ready; nil counts every time.
+// The counts are exact for the events noted: each event is noted before its
+// requester is queued (csrEvents), so the worker that decides a request
+// finds it counted. The first count lists the undecided requests from the
+// cache (seed), since a worker may decide before the informer has told this
+// handler of every request it holds; from then on the events keep them. An
+// event the listing already holds changes nothing, and one older than it can
+// only count a request that is since decided until the event that says so
+// follows: a decision is never undone, so no event makes a count lower than
+// it is. The zero value is ready; nil lists them for every count.
 type floodCounts struct {
-	// raised counts the events after which the counts may be higher;
-	// lowered, every other.
-	raised, lowered atomic.Uint64
-
 	mu sync.Mutex
-	// taken is when counts were taken, on basis, after raisedAt raising
-	// and loweredAt other events; zero when there are none.
-	taken     time.Time
-	basis     countsBasis
-	raisedAt  uint64
-	loweredAt uint64
-	counts    csrinput.Requests
+	// seeded: the undecided requests were listed once; the events keep
+	// requests and requesters since.
+	seeded bool
+	// requests are the undecided requests by key (requestKey), and
+	// requesters the same by requester.
+	requests   map[string]undecidedRequest
+	requesters map[string]*requesterCounts
+	// changed are the requesters whose requests changed since the sums.
+	changed map[string]bool
 
-	// judged are the node names the judging clusters' machines answer to,
-	// kept while their basis holds: every request of a burst raises the
-	// counts, and listing every machine for each was the larger part of
-	// counting them (7.7% of the manager's CPU at 5,000 machines).
-	judged judgedNames
-}
-
-// judgedNames are the node names of the judging clusters' machines, and how
-// many machines those are, taken on basis.
-type judgedNames struct {
-	mu       sync.Mutex
-	basis    namesBasis
+	// summed: undecided, unknown, names and machines were summed on
+	// basis, each requester's part in its requesterCounts.
+	summed             bool
+	basis              countsBasis
+	undecided, unknown int
+	// names are the node names the judging clusters' machines answer to,
+	// and machines how many machines those are, listed on basis. Read only.
 	names    map[string]bool
 	machines int
 }
 
-// namesBasis is what the judged node names depend on: a machine that
-// appears, or changes the names it answers to or its cluster, starts a new
-// machine epoch (noteMachine; it is noted after the cache holds the change,
-// so names listed on an epoch are never older than it), a deleted one is
-// counted, and which clusters judge is the judges' key.
-type namesBasis struct {
-	machineEpoch    uint64
-	machinesDeleted uint64
-	judges          string
+// undecidedRequest is what the counts know of an undecided request: who made
+// it, and the node name it asks for (csrinput.NodeName).
+type undecidedRequest struct {
+	requester, node string
+}
+
+// requesterCounts are one requester's undecided requests, and what they
+// added to the sums.
+type requesterCounts struct {
+	requests int
+	// byNode counts its requests by the node name they ask for.
+	byNode map[string]int
+	// undecided and unknown are its part of the sums.
+	undecided, unknown int
 }
 
 // countsBasis is what the counts depend on besides the requests: the rule's
-// limits, the machines' node names (their epoch), the machines deleted (a
-// deletion lowers the rule's limit) and which clusters judge.
+// limits, the machines' node names (their epoch: a machine that appears, or
+// changes the names it answers to or its cluster, starts a new one), the
+// machines deleted (a deletion lowers the rule's limit) and which clusters
+// judge.
 type countsBasis struct {
 	limits          engine.KubeletServingLimits
 	machineEpoch    uint64
@@ -144,62 +141,156 @@ type countsBasis struct {
 	judges          string
 }
 
-// noteEvent notes a request's event: raising when, after it, the request
-// is undecided (it is counted from now on), lowering otherwise.
-func (f *floodCounts) noteEvent(csr *certificatesv1.CertificateSigningRequest, deleted bool) {
-	if f == nil {
-		return
+// requestKey is the request's UID; a request without one (only a fake
+// client makes those) is known by its name, as unique at any one time.
+func requestKey(csr *certificatesv1.CertificateSigningRequest) string {
+	if csr.UID != "" {
+		return string(csr.UID)
 	}
-	if !deleted && len(csr.Status.Certificate) == 0 && !approval.IsDecided(csr) {
-		f.raised.Add(1)
-		return
-	}
-	f.lowered.Add(1)
+	return "name:" + csr.Name
 }
 
-// get is the counts on basis: the kept ones when no raising event came
-// since they were taken and, when some other event did (or machines
-// changed: machineEvents), they are younger than countsTTL; else count's,
-// kept.
-func (f *floodCounts) get(basis countsBasis, machineEvents uint64, now time.Time, count func() (csrinput.Requests, error)) (csrinput.Requests, error) {
-	if f == nil {
-		return count()
+// isUndecided says whether the request is one the counts keep: neither
+// approved, denied nor failed, and holding no certificate.
+func isUndecided(csr *certificatesv1.CertificateSigningRequest) bool {
+	return len(csr.Status.Certificate) == 0 && !approval.IsDecided(csr)
+}
+
+// noteEvent notes a request's event: an undecided one is kept, with the
+// node name nodeName says it asks for, and a decided or deleted one is
+// forgotten.
+func (f *floodCounts) noteEvent(csr *certificatesv1.CertificateSigningRequest, deleted bool, nodeName func(*certificatesv1.CertificateSigningRequest) string) {
+	if f == nil || !isKubeletServing(csr) {
+		return
 	}
-	raised, lowered := f.raised.Load(), f.lowered.Load()+machineEvents
+	key := requestKey(csr)
+	if deleted || !isUndecided(csr) {
+		f.mu.Lock()
+		f.forget(key)
+		f.mu.Unlock()
+		return
+	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.taken.IsZero() && f.basis == basis && f.raisedAt >= raised &&
-		(f.loweredAt >= lowered || now.Sub(f.taken) < countsTTL) {
-		return f.counts, nil
+	_, known := f.requests[key]
+	f.mu.Unlock()
+	if known {
+		return
 	}
-	// Read again, before the listing: every event up to these is in it.
-	raisedAt, loweredAt := f.raised.Load(), f.lowered.Load()+machineEvents
-	counts, err := count()
-	if err != nil {
-		return csrinput.Requests{}, err
-	}
-	f.taken, f.basis, f.raisedAt, f.loweredAt, f.counts = now, basis, raisedAt, loweredAt, counts
-	return counts, nil
+	// Parsed outside the lock: the node name does not change (a request's
+	// spec cannot), and keep leaves a request kept meanwhile as it is.
+	node := nodeName(csr)
+	f.mu.Lock()
+	f.keep(key, undecidedRequest{requester: csr.Spec.Username, node: node})
+	f.mu.Unlock()
 }
 
-// judgedNames are the judged node names on basis: the kept ones, else
-// list's, kept. The map is shared: read only.
-func (f *floodCounts) judgedNames(basis namesBasis, list func() (map[string]bool, int, error)) (map[string]bool, int, error) {
+// keep adds an undecided request, once; f.mu is held.
+func (f *floodCounts) keep(key string, req undecidedRequest) {
+	if _, ok := f.requests[key]; ok {
+		return
+	}
+	if f.requests == nil {
+		f.requests, f.requesters, f.changed = map[string]undecidedRequest{}, map[string]*requesterCounts{}, map[string]bool{}
+	}
+	f.requests[key] = req
+	c := f.requesters[req.requester]
+	if c == nil {
+		c = &requesterCounts{byNode: map[string]int{}}
+		f.requesters[req.requester] = c
+	}
+	c.requests++
+	c.byNode[req.node]++
+	f.changed[req.requester] = true
+}
+
+// forget removes a request no longer undecided, if kept; f.mu is held. A
+// requester left with none stays until the next sum takes its part away.
+func (f *floodCounts) forget(key string) {
+	req, ok := f.requests[key]
+	if !ok {
+		return
+	}
+	delete(f.requests, key)
+	c := f.requesters[req.requester]
+	c.requests--
+	if c.byNode[req.node]--; c.byNode[req.node] == 0 {
+		delete(c.byNode, req.node)
+	}
+	f.changed[req.requester] = true
+}
+
+// get is the counts on basis. The first lists the undecided requests
+// (listUndecided) and keeps them; names lists the judged node names when
+// the basis is new. A failed listing leaves nothing behind: the next count
+// lists again.
+func (f *floodCounts) get(
+	basis countsBasis,
+	listUndecided func() ([]*certificatesv1.CertificateSigningRequest, error),
+	nodeName func(*certificatesv1.CertificateSigningRequest) string,
+	names func() (map[string]bool, int, error),
+) (csrinput.Requests, error) {
 	if f == nil {
-		return list()
+		f = &floodCounts{}
+	} else {
+		f.mu.Lock()
+		defer f.mu.Unlock()
 	}
-	j := &f.judged
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.names != nil && j.basis == basis {
-		return j.names, j.machines, nil
+	if !f.seeded {
+		// Under the lock, so that no event is noted between the listing
+		// and its keeping: every event after it is noted on top of it.
+		listed, err := listUndecided()
+		if err != nil {
+			return csrinput.Requests{}, err
+		}
+		f.requests, f.requesters, f.changed = nil, nil, nil
+		for _, csr := range listed {
+			f.keep(requestKey(csr), undecidedRequest{requester: csr.Spec.Username, node: nodeName(csr)})
+		}
+		f.seeded, f.summed = true, false
 	}
-	names, machines, err := list()
-	if err != nil {
-		return nil, 0, err
+	if !f.summed || f.basis != basis {
+		judged, machines, err := names()
+		if err != nil {
+			return csrinput.Requests{}, err
+		}
+		f.names, f.machines, f.basis = judged, machines, basis
+		f.undecided, f.unknown = 0, 0
+		for u := range f.requesters {
+			f.changed[u] = true
+		}
+		for _, c := range f.requesters {
+			c.undecided, c.unknown = 0, 0
+		}
+		f.summed = true
 	}
-	j.basis, j.names, j.machines = basis, names, machines
-	return names, machines, nil
+	for u := range f.changed {
+		c := f.requesters[u]
+		f.undecided -= c.undecided
+		f.unknown -= c.unknown
+		if c.requests == 0 {
+			delete(f.requesters, u)
+			continue
+		}
+		c.undecided, c.unknown = c.part(u, basis.limits, f.names)
+		f.undecided += c.undecided
+		f.unknown += c.unknown
+	}
+	clear(f.changed)
+	return csrinput.Requests{Machines: f.machines, Undecided: f.undecided, Unknown: f.unknown}, nil
+}
+
+// part is what requester's undecided requests add to the counts: up to the
+// rule's limit of them (beyond it the rule denies them, so one node's flood
+// does not make every node's look like one), those a judged node makes for
+// its own node name as undecided first, the rest as unknown.
+func (c *requesterCounts) part(requester string, limits engine.KubeletServingLimits, names map[string]bool) (undecided, unknown int) {
+	counted := max(0, min(c.requests, limits.MaxUndecidedPerRequester))
+	own := 0
+	if node, ok := strings.CutPrefix(requester, limits.NodeUserPrefix); ok && node != "" && names[node] {
+		own = c.byNode[node]
+	}
+	undecided = min(own, counted)
+	return undecided, counted - undecided
 }
 
 // requests are the counts of input.requests for csr: its requester's
@@ -234,7 +325,7 @@ func (p *pass) requests(ctx context.Context, csr *certificatesv1.CertificateSign
 // and of the machines of the clusters that judge it: for a cluster with
 // kubeconfigRef, its own; for the manager's API server, those of every
 // enabled cluster the operator named (LocalClusters). The target's
-// floodCounts keeps them between events (see there).
+// floodCounts keeps them as its events come (see there).
 //
 // Undecided are only the requests Ichor could approve for those clusters: the
 // requester is system:node:<name>, <name> is the node name the request asks
@@ -262,43 +353,19 @@ func (p *pass) countAll(ctx context.Context) (csrinput.Requests, error) {
 	// The cache lists them in no set order.
 	slices.Sort(ids)
 	basis.judges = strings.Join(ids, ";")
-	return p.target.counts.get(basis, p.r.machineEvents.Load(), p.r.Clock.Now(), func() (csrinput.Requests, error) {
-		return p.count(ctx, limits, judges, namesBasis{machineEpoch: basis.machineEpoch, machinesDeleted: basis.machinesDeleted, judges: basis.judges})
-	})
-}
-
-// count lists every undecided request of the pass's API server and the
-// machines of the judging clusters (their node names kept on namesAt), and
-// counts them (countAll).
-func (p *pass) count(ctx context.Context, limits engine.KubeletServingLimits, judges []ichorv1alpha1.TalosCluster, namesAt namesBasis) (csrinput.Requests, error) {
-	names, machines, err := p.target.counts.judgedNames(namesAt, func() (map[string]bool, int, error) {
+	return p.target.counts.get(basis, func() ([]*certificatesv1.CertificateSigningRequest, error) {
+		var all certificatesv1.CertificateSigningRequestList
+		if err := p.target.reader.List(ctx, &all, client.MatchingFields{IndexUndecided: undecidedAll}, client.UnsafeDisableDeepCopy); err != nil {
+			return nil, fmt.Errorf("count the undecided requests: %w", err)
+		}
+		listed := make([]*certificatesv1.CertificateSigningRequest, len(all.Items))
+		for i := range all.Items {
+			listed[i] = &all.Items[i]
+		}
+		return listed, nil
+	}, p.target.names.of, func() (map[string]bool, int, error) {
 		return p.judgedNodeNames(ctx, judges)
 	})
-	if err != nil {
-		return csrinput.Requests{}, err
-	}
-	var all certificatesv1.CertificateSigningRequestList
-	if err := p.target.reader.List(ctx, &all, client.MatchingFields{IndexUndecided: undecidedAll}, client.UnsafeDisableDeepCopy); err != nil {
-		return csrinput.Requests{}, fmt.Errorf("count the undecided requests: %w", err)
-	}
-	// Each requester's up to the rule's limit: beyond it the rule denies
-	// them, so one node's flood does not make every node's look like one.
-	perRequester := map[string]int{}
-	out := csrinput.Requests{Machines: machines}
-	for i := range all.Items {
-		csr := &all.Items[i]
-		u := csr.Spec.Username
-		if perRequester[u] >= limits.MaxUndecidedPerRequester {
-			continue
-		}
-		perRequester[u]++
-		if node := p.target.names.of(csr); node != "" && names[node] && u == limits.NodeUserPrefix+node {
-			out.Undecided++
-		} else {
-			out.Unknown++
-		}
-	}
-	return out, nil
 }
 
 // judgingClusters are the clusters that judge the pass's API server. They

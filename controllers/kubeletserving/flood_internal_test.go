@@ -3,6 +3,7 @@ package kubeletserving
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -16,8 +17,10 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
@@ -89,125 +92,217 @@ func TestOnlyUndecidedKubeletServingRequestsAreCounted(t *testing.T) {
 	}
 }
 
-// The flood counts are taken again after any event that may raise them,
-// even one that came while they were being taken; after one that can only
-// lower them (or a machine's event), only once they are countsTTL old; and
-// whenever what they are taken on changes. A failed count is not kept.
-func TestTheFloodCountsAreKeptUntilAnEventMayHaveRaisedThem(t *testing.T) {
+// The flood counts are listed once, then kept by the events: a request made,
+// decided or deleted changes them without a listing, the same event twice
+// counts once, each requester counts up to the rule's limit (its requests
+// for its own judged node name first), and a change of what they are summed
+// on (the judged machines, the limits) sums them again without listing the
+// requests.
+func TestTheFloodCountsFollowTheEventsAfterOneListing(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
-	undecided := csrOf("system:node:a", "new", t0)
-	decided := csrOf("system:node:a", "old", t0)
-	decided.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: "True"}}
-	basis := countsBasis{machineEpoch: 1, judges: "uid/1;"}
-
+	// A test request asks for the node name its spec.request holds.
+	nodeOf := func(c *certificatesv1.CertificateSigningRequest) string { return string(c.Spec.Request) }
+	cache := map[string]*certificatesv1.CertificateSigningRequest{}
 	var f floodCounts
-	taken := 0
-	var during func()
-	count := func() (csrinput.Requests, error) {
-		taken++
-		if during != nil {
-			during()
-			during = nil
-		}
-		return csrinput.Requests{Undecided: taken}, nil
+	made := func(name, requester, node string) *certificatesv1.CertificateSigningRequest {
+		c := csrOf(requester, name, t0)
+		c.UID, c.Spec.Request = types.UID("uid-"+name), []byte(node)
+		cache[name] = &c
+		f.noteEvent(&c, false, nodeOf)
+		return &c
 	}
-	get := func(b countsBasis, machineEvents uint64, now time.Time) int {
-		t.Helper()
-		got, err := f.get(b, machineEvents, now, count)
-		require.NoError(t, err)
-		return got.Undecided
-	}
-
-	assert.Equal(t, 1, get(basis, 0, t0), "first: counted")
-	assert.Equal(t, 1, get(basis, 0, t0.Add(time.Hour)), "no event: kept, however old")
-
-	f.noteEvent(&undecided, false)
-	assert.Equal(t, 2, get(basis, 0, t0.Add(time.Hour)), "a new undecided request: counted again")
-
-	f.noteEvent(&decided, false)
-	f.noteEvent(&undecided, true)
-	assert.Equal(t, 2, get(basis, 0, t0.Add(time.Hour+countsTTL/2)), "a decision and a deletion: kept while young")
-	assert.Equal(t, 3, get(basis, 0, t0.Add(time.Hour+countsTTL)), "and counted again once countsTTL old")
-
-	assert.Equal(t, 3, get(basis, 0, t0.Add(2*time.Hour)), "nothing since: kept")
-	assert.Equal(t, 4, get(basis, 1, t0.Add(2*time.Hour)), "a machine's event: counted again once old")
-
-	moved := basis
-	moved.machineEpoch++
-	assert.Equal(t, 5, get(moved, 1, t0.Add(2*time.Hour)), "machines answering to other names: counted again at once")
-	judged := moved
-	judged.judges += "uid2/1;"
-	assert.Equal(t, 6, get(judged, 1, t0.Add(2*time.Hour)), "another judging cluster: counted again at once")
-
-	// A request that arrives while the counts are taken may be missing from
-	// them: they are not used after its event.
-	during = func() { f.noteEvent(&undecided, false) }
-	f.noteEvent(&undecided, false)
-	assert.Equal(t, 7, get(judged, 1, t0.Add(2*time.Hour)), "counted, and another request came meanwhile")
-	assert.Equal(t, 8, get(judged, 1, t0.Add(2*time.Hour)), "so counted again")
-	assert.Equal(t, 8, get(judged, 1, t0.Add(2*time.Hour)), "then kept")
-
-	f.noteEvent(&undecided, false)
-	_, err := f.get(judged, 1, t0.Add(3*time.Hour), func() (csrinput.Requests, error) { return csrinput.Requests{}, assert.AnError })
-	require.ErrorIs(t, err, assert.AnError)
-	assert.Equal(t, 9, get(judged, 1, t0.Add(3*time.Hour)), "a failed count is not kept: counted again")
-
-	var none *floodCounts
-	none.noteEvent(&undecided, false)
-	for want := 10; want <= 11; want++ {
-		got, err := none.get(judged, 1, t0, count)
-		require.NoError(t, err)
-		assert.Equal(t, want, got.Undecided, "no cache: counted every time")
-	}
-}
-
-// The judged node names are listed again only when a machine appears,
-// changes its names or cluster (a new epoch), is deleted, or the judging
-// clusters change: not for each request of a burst.
-func TestTheJudgedNodeNamesAreKeptWhileTheMachinesAreAsTheyWere(t *testing.T) {
-	var f floodCounts
 	listed := 0
-	list := func() (map[string]bool, int, error) {
+	list := func() ([]*certificatesv1.CertificateSigningRequest, error) {
 		listed++
-		return map[string]bool{fmt.Sprintf("node-%d", listed): true}, listed, nil
+		var out []*certificatesv1.CertificateSigningRequest
+		for _, c := range cache {
+			if isUndecided(c) {
+				out = append(out, c)
+			}
+		}
+		return out, nil
 	}
-	get := func(b namesBasis) int {
+	judged := map[string]bool{"n1": true, "n2": true}
+	namesListed := 0
+	names := func() (map[string]bool, int, error) {
+		namesListed++
+		return judged, len(judged), nil
+	}
+	basis := countsBasis{limits: engine.KubeletServingLimits{MaxUndecidedPerRequester: 3, NodeUserPrefix: "system:node:"}, machineEpoch: 1, judges: "uid/1"}
+	get := func() csrinput.Requests {
 		t.Helper()
-		names, machines, err := f.judgedNames(b, list)
+		got, err := f.get(basis, list, nodeOf, names)
 		require.NoError(t, err)
-		require.True(t, names[fmt.Sprintf("node-%d", machines)], "the names and the machines were not taken together")
-		return machines
+		return got
 	}
-	basis := namesBasis{machineEpoch: 1, judges: "uid/1"}
-	assert.Equal(t, 1, get(basis), "first: listed")
-	assert.Equal(t, 1, get(basis), "the same machines: kept")
 
-	for _, tc := range []struct {
-		name   string
-		change func(*namesBasis)
-	}{
-		{"a machine appeared or answers to another name", func(b *namesBasis) { b.machineEpoch++ }},
-		{"a machine was deleted", func(b *namesBasis) { b.machinesDeleted++ }},
-		{"another cluster judges", func(b *namesBasis) { b.judges += ";uid2/1" }},
-	} {
-		before := listed
-		tc.change(&basis)
-		assert.Equal(t, before+1, get(basis), "%s: not listed again", tc.name)
-		assert.Equal(t, before+1, get(basis), "%s: then not kept", tc.name)
+	a := made("a", "system:node:n1", "n1")
+	// Told of before the first count, and deleted since: the listing, which
+	// no longer holds it, is what counts.
+	gone := made("gone", "system:node:n2", "n2")
+	delete(cache, "gone")
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 1}, get(), "first: listed")
+	assert.Equal(t, 1, listed)
+	f.noteEvent(gone, true, nodeOf)
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 1}, get(), "its deletion told of at last")
+	// A request told of while the listing was taken is kept once.
+	f.mu.Lock()
+	f.keep(requestKey(a), undecidedRequest{requester: a.Spec.Username, node: "n1"})
+	f.mu.Unlock()
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 1}, get(), "kept twice")
+
+	made("b", "system:node:n2", "n2")
+	made("c", "system:node:n2", "n1")                // a node asking for another's name
+	ghost := made("d", "system:node:ghost", "ghost") // a name no machine has
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 2, Unknown: 2}, get(), "new requests, from their events")
+	f.noteEvent(ghost, false, nodeOf)
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 2, Unknown: 2}, get(), "the same event again (a relist)")
+
+	approved := a.DeepCopy()
+	approved.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: "True"}}
+	cache["a"] = approved
+	f.noteEvent(approved, false, nodeOf)
+	delete(cache, "d")
+	f.noteEvent(ghost, true, nodeOf)
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 1, Unknown: 1}, get(), "a request decided, another deleted")
+	issued := cache["b"].DeepCopy()
+	issued.Status.Certificate = []byte("x")
+	cache["b"] = issued
+	f.noteEvent(issued, false, nodeOf)
+	assert.Equal(t, csrinput.Requests{Machines: 2, Unknown: 1}, get(), "a request holding a certificate")
+
+	for i := range 4 {
+		made(fmt.Sprintf("flood-%d", i), "system:node:n2", "n2")
 	}
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 3}, get(), "n2's up to the limit, those for its own name first")
+	assert.Equal(t, 1, listed, "the requests were listed again")
+	assert.Equal(t, 1, namesListed, "the judged names were listed again")
 
 	basis.machineEpoch++
-	_, _, err := f.judgedNames(basis, func() (map[string]bool, int, error) { return nil, 0, assert.AnError })
+	judged = map[string]bool{"n1": true}
+	assert.Equal(t, csrinput.Requests{Machines: 1, Unknown: 3}, get(), "n2's machine gone: its requests are unknown")
+	basis.limits.MaxUndecidedPerRequester = 10
+	assert.Equal(t, csrinput.Requests{Machines: 1, Unknown: 5}, get(), "a higher limit")
+	basis.judges += ";uid2/1"
+	judged = map[string]bool{"n1": true, "n2": true}
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 4, Unknown: 1}, get(), "another cluster judging")
+	assert.Equal(t, 4, namesListed)
+	assert.Equal(t, 1, listed, "the requests were listed again")
+
+	basis.machineEpoch++
+	_, err := f.get(basis, list, nodeOf, func() (map[string]bool, int, error) { return nil, 0, assert.AnError })
 	require.ErrorIs(t, err, assert.AnError)
-	want := listed + 1
-	assert.Equal(t, want, get(basis), "a failed listing was kept")
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 4, Unknown: 1}, get(), "a failed listing of the names is listed again")
 
 	var none *floodCounts
-	_, first, err := none.judgedNames(basis, list)
+	before := listed
+	for want := before + 1; want <= before+2; want++ {
+		got, err := none.get(basis, list, nodeOf, names)
+		require.NoError(t, err)
+		assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 4, Unknown: 1}, got)
+		assert.Equal(t, want, listed, "no cache: listed every time")
+	}
+	none.noteEvent(a, false, nodeOf)
+
+	var failed floodCounts
+	_, err = failed.get(basis, func() ([]*certificatesv1.CertificateSigningRequest, error) { return nil, assert.AnError }, nodeOf, names)
+	require.ErrorIs(t, err, assert.AnError)
+	got, err := failed.get(basis, list, nodeOf, names)
 	require.NoError(t, err)
-	_, second, err := none.judgedNames(basis, list)
-	require.NoError(t, err)
-	assert.Equal(t, first+1, second, "no cache: listed every time")
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 4, Unknown: 1}, got, "a failed listing of the requests is listed again")
+}
+
+// Whatever the events, in whatever mix (requests made, decided, deleted,
+// made again under their name while the watch was down, told twice), the
+// counts the events keep are those a listing of the cache gives.
+func TestTheFloodCountsTheEventsKeepAreThoseOfAListing(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(uint64(seed), 0))
+	nodes := []string{"n0", "n1", "n2", "n3", "ghost"}
+	requests := map[string][]byte{}
+	for _, n := range nodes {
+		req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject(n)})
+		require.NoError(t, err)
+		requests[n] = req
+	}
+	var f floodCounts
+	var names nodeNames
+	events := csrEvents(&f, &names, func(context.Context, *certificatesv1.CertificateSigningRequest) {})
+	cache := map[string]*certificatesv1.CertificateSigningRequest{}
+	list := func() ([]*certificatesv1.CertificateSigningRequest, error) {
+		var out []*certificatesv1.CertificateSigningRequest
+		for _, c := range cache {
+			if isUndecided(c) {
+				out = append(out, c)
+			}
+		}
+		return out, nil
+	}
+	judged := map[string]bool{"n0": true, "n1": true, "n2": true}
+	namesOf := func() (map[string]bool, int, error) { return judged, len(judged), nil }
+	basis := countsBasis{limits: engine.KubeletServingLimits{MaxUndecidedPerRequester: 3, NodeUserPrefix: "system:node:"}, machineEpoch: 1}
+	ctx := context.Background()
+	pick := func() *certificatesv1.CertificateSigningRequest {
+		for _, c := range cache {
+			return c
+		}
+		return nil
+	}
+	uid := 0
+	for step := range 2000 {
+		switch op := rnd.IntN(10); {
+		case op < 4 || len(cache) == 0:
+			requester, node := nodes[rnd.IntN(len(nodes))], nodes[rnd.IntN(len(nodes))]
+			if rnd.IntN(3) > 0 {
+				node = requester // mostly a node asking for its own name
+			}
+			uid++
+			c := csrOf("system:node:"+requester, fmt.Sprintf("csr-%d", uid), time.Unix(int64(uid), 0))
+			c.UID, c.Spec.Request = types.UID(fmt.Sprintf("uid-%d", uid)), requests[node]
+			cache[c.Name] = &c
+			events.Create(ctx, event.TypedCreateEvent[*certificatesv1.CertificateSigningRequest]{Object: &c}, nil)
+		case op < 6:
+			old := pick()
+			decided := old.DeepCopy()
+			condition := []certificatesv1.RequestConditionType{certificatesv1.CertificateApproved, certificatesv1.CertificateDenied, certificatesv1.CertificateFailed}[rnd.IntN(3)]
+			decided.Status.Conditions = append(decided.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{Type: condition, Status: "True"})
+			cache[old.Name] = decided
+			events.Update(ctx, event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest]{ObjectOld: old, ObjectNew: decided}, nil)
+		case op < 8:
+			old := pick()
+			delete(cache, old.Name)
+			events.Delete(ctx, event.TypedDeleteEvent[*certificatesv1.CertificateSigningRequest]{Object: old}, nil)
+		case op < 9:
+			// Deleted and made again while the watch was down: the relist
+			// tells of it as an update.
+			old := pick()
+			uid++
+			again := old.DeepCopy()
+			again.UID, again.Status = types.UID(fmt.Sprintf("uid-%d", uid)), certificatesv1.CertificateSigningRequestStatus{}
+			again.Spec.Request = requests[nodes[rnd.IntN(len(nodes))]]
+			cache[old.Name] = again
+			events.Update(ctx, event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest]{ObjectOld: old, ObjectNew: again}, nil)
+		default:
+			// A relist tells of a request as it is.
+			c := pick()
+			events.Update(ctx, event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest]{ObjectOld: c, ObjectNew: c}, nil)
+		}
+		if rnd.IntN(50) == 0 {
+			basis.machineEpoch++
+			delete(judged, nodes[rnd.IntN(3)])
+			judged[nodes[rnd.IntN(3)]] = true
+		}
+		if step%7 != 0 {
+			continue
+		}
+		kept, err := f.get(basis, list, names.of, namesOf)
+		require.NoError(t, err)
+		var fresh floodCounts
+		listed, err := fresh.get(basis, list, names.of, namesOf)
+		require.NoError(t, err)
+		require.Equal(t, listed, kept, "step %d (seed %d)", step, seed)
+	}
 }
 
 // The counts a decision weighs see the machines as the events left them: a

@@ -169,11 +169,9 @@ type Reconciler struct {
 	// machine is worth deciding again only after one, and one whose node
 	// could not be read is decided at once after one.
 	machineEpoch approval.Epoch
-	// machineEvents counts every machine event, machineEpoch's or not (a
-	// status written): flood counts taken before one are used a little
-	// longer only; machinesDeleted counts deletions, after which they are
-	// not used (floodCounts).
-	machineEvents, machinesDeleted atomic.Uint64
+	// machinesDeleted counts machine deletions: flood counts summed before
+	// one are not used (floodCounts).
+	machinesDeleted atomic.Uint64
 	// localNames are the node names of the local API server's requests,
 	// and localCounts its flood counts.
 	localNames  nodeNames
@@ -240,7 +238,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		// reconcile of the cluster: its work does not grow with the number
 		// of requests or machines.
 		WatchesRawSource(source.Kind(mgr.GetCache(), &certificatesv1.CertificateSigningRequest{},
-			csrEvents(&r.localCounts, r.csrToRequesters), predicate.NewTypedPredicateFuncs(isKubeletServing))).
+			csrEvents(&r.localCounts, &r.localNames, r.csrToRequesters), predicate.NewTypedPredicateFuncs(isKubeletServing))).
 		// Clusters are independent: one whose nodes time out does not hold
 		// back the others.
 		WithOptions(opts).
@@ -319,24 +317,31 @@ func addAll(q reconcileQueue, reqs []reconcile.Request, wait time.Duration) {
 // csrEvents handles one API server's kubelet serving CSR events: each is
 // noted in its flood counts before the request's requester is queued (see
 // floodCounts), then queue is called with the request. The work is the
-// decision queue's, not a reconcile's.
-func csrEvents(counts *floodCounts, queue func(context.Context, *certificatesv1.CertificateSigningRequest)) handler.TypedEventHandler[*certificatesv1.CertificateSigningRequest, reconcile.Request] {
+// decision queue's, not a reconcile's. names are the API server's request
+// node names, which the counts keep for each undecided request.
+func csrEvents(counts *floodCounts, names *nodeNames, queue func(context.Context, *certificatesv1.CertificateSigningRequest)) handler.TypedEventHandler[*certificatesv1.CertificateSigningRequest, reconcile.Request] {
 	type events = workqueue.TypedRateLimitingInterface[reconcile.Request]
 	return handler.TypedFuncs[*certificatesv1.CertificateSigningRequest, reconcile.Request]{
 		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[*certificatesv1.CertificateSigningRequest], _ events) {
-			counts.noteEvent(e.Object, false)
+			counts.noteEvent(e.Object, false, names.of)
 			queue(ctx, e.Object)
 		},
 		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest], _ events) {
-			counts.noteEvent(e.ObjectNew, false)
+			if e.ObjectOld.UID != e.ObjectNew.UID {
+				// A request deleted and made again under its name while
+				// the watch was down: the informer's relist tells it as an
+				// update, and the one gone is never told of again.
+				counts.noteEvent(e.ObjectOld, true, names.of)
+			}
+			counts.noteEvent(e.ObjectNew, false, names.of)
 			queue(ctx, e.ObjectNew)
 		},
 		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[*certificatesv1.CertificateSigningRequest], _ events) {
-			counts.noteEvent(e.Object, true)
+			counts.noteEvent(e.Object, true, names.of)
 			queue(ctx, e.Object)
 		},
 		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[*certificatesv1.CertificateSigningRequest], _ events) {
-			counts.noteEvent(e.Object, false)
+			counts.noteEvent(e.Object, false, names.of)
 			queue(ctx, e.Object)
 		},
 	}
@@ -350,8 +355,7 @@ func (r *Reconciler) machineToCluster(ctx context.Context, obj client.Object) []
 	return r.clusterOfMachine(ctx, obj)
 }
 
-// noteMachine counts a machine event (machineEvents), and says whether it
-// changed the machine's epoch: the node names it answers to, and its
+// noteMachine notes a machine's event, and says whether it changed the machine's epoch: the node names it answers to, and its
 // endpoint (a node whose Talos API moved is worth reading again). A
 // recorded certificate does not change it.
 func (r *Reconciler) noteMachine(obj client.Object) (changed bool) {
@@ -359,18 +363,16 @@ func (r *Reconciler) noteMachine(obj client.Object) (changed bool) {
 	if !ok {
 		return false
 	}
-	r.machineEvents.Add(1)
 	return r.machineEpoch.Note(m.UID, machineEpochKey(m))
 }
 
-// forgetMachine counts a deleted machine's event and forgets it in the
-// epoch (its last state noted first, as noteMachine would).
+// forgetMachine forgets a deleted machine in the epoch (its last state
+// noted first, as noteMachine would).
 func (r *Reconciler) forgetMachine(obj client.Object) {
 	m, ok := obj.(*ichorv1alpha1.TalosMachine)
 	if !ok {
 		return
 	}
-	r.machineEvents.Add(1)
 	r.machineEpoch.Forget(m.UID, machineEpochKey(m))
 }
 

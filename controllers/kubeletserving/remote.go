@@ -533,11 +533,11 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 		cancel()
 		return nil, fmt.Errorf("watch CSRs of cluster %s: the cache did not sync", key)
 	}
-	counts := &floodCounts{}
+	counts, names := &floodCounts{}, &nodeNames{}
 	if r.controller != nil {
 		// The request's requester is queued; the cluster is not reconciled.
 		src := source.Kind(cl.GetCache(), &certificatesv1.CertificateSigningRequest{},
-			csrEvents(counts, func(_ context.Context, csr *certificatesv1.CertificateSigningRequest) {
+			csrEvents(counts, names, func(_ context.Context, csr *certificatesv1.CertificateSigningRequest) {
 				r.enqueue(requester{cluster: key, username: csr.Spec.Username})
 			}),
 			predicate.NewTypedPredicateFuncs(isKubeletServing))
@@ -547,7 +547,7 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 		}
 	}
 	log.FromContext(ctx).Info("watching the cluster's own API server for kubelet serving CSRs", "host", cfg.Host)
-	return &target{reader: cl.GetClient(), clientset: clientset, names: &nodeNames{}, counts: counts, gate: gate, watch: runCtx, cancel: cancel}, nil
+	return &target{reader: cl.GetClient(), clientset: clientset, names: names, counts: counts, gate: gate, watch: runCtx, cancel: cancel}, nil
 }
 
 // stop ends the cluster's watch and forgets the rule's verdict on its
