@@ -204,7 +204,8 @@ func (f *floodCounts) keep(key string, req undecidedRequest) {
 }
 
 // forget removes a request no longer undecided, if kept; f.mu is held. A
-// requester left with none stays until the next sum takes its part away.
+// requester left with none goes at once when it adds nothing to the sums,
+// else at the next sum, which takes its part away.
 func (f *floodCounts) forget(key string) {
 	req, ok := f.requests[key]
 	if !ok {
@@ -215,6 +216,11 @@ func (f *floodCounts) forget(key string) {
 	c.requests--
 	if c.byNode[req.node]--; c.byNode[req.node] == 0 {
 		delete(c.byNode, req.node)
+	}
+	if c.requests == 0 && c.undecided == 0 && c.unknown == 0 {
+		delete(f.requesters, req.requester)
+		delete(f.changed, req.requester)
+		return
 	}
 	f.changed[req.requester] = true
 }

@@ -170,6 +170,14 @@ func TestTheFloodCountsFollowTheEventsAfterOneListing(t *testing.T) {
 	cache["b"] = issued
 	f.noteEvent(issued, false, nodeOf)
 	assert.Equal(t, csrinput.Requests{Machines: 2, Unknown: 1}, get(), "a request holding a certificate")
+	// A requester whose requests came and went between two counts is not
+	// kept until the next: no count may come (no cluster judges).
+	late := made("late", "system:node:late", "late")
+	delete(cache, "late")
+	f.noteEvent(late, true, nodeOf)
+	f.mu.Lock()
+	assert.NotContains(t, f.requesters, "system:node:late")
+	f.mu.Unlock()
 
 	for i := range 4 {
 		made(fmt.Sprintf("flood-%d", i), "system:node:n2", "n2")
@@ -213,8 +221,9 @@ func TestTheFloodCountsFollowTheEventsAfterOneListing(t *testing.T) {
 }
 
 // Whatever the events, in whatever mix (requests made, decided, deleted,
-// made again under their name while the watch was down, told twice), the
-// counts the events keep are those a listing of the cache gives.
+// made again under their name while the watch was down, for this signer or
+// another, told twice), the counts the events keep are those a listing of
+// the cache gives; and once the requests are gone, nothing is kept of them.
 func TestTheFloodCountsTheEventsKeepAreThoseOfAListing(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
@@ -228,12 +237,30 @@ func TestTheFloodCountsTheEventsKeepAreThoseOfAListing(t *testing.T) {
 	}
 	var f floodCounts
 	var names nodeNames
-	events := csrEvents(&f, &names, func(context.Context, *certificatesv1.CertificateSigningRequest) {})
+	handler := csrEvents(&f, &names, func(context.Context, *certificatesv1.CertificateSigningRequest) {})
+	// The events as the source delivers them: through its predicate.
+	pred := kubeletServingEvents()
+	ctx := context.Background()
+	create := func(c *certificatesv1.CertificateSigningRequest) {
+		if e := (event.TypedCreateEvent[*certificatesv1.CertificateSigningRequest]{Object: c}); pred.Create(e) {
+			handler.Create(ctx, e, nil)
+		}
+	}
+	update := func(old, c *certificatesv1.CertificateSigningRequest) {
+		if e := (event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest]{ObjectOld: old, ObjectNew: c}); pred.Update(e) {
+			handler.Update(ctx, e, nil)
+		}
+	}
+	remove := func(c *certificatesv1.CertificateSigningRequest) {
+		if e := (event.TypedDeleteEvent[*certificatesv1.CertificateSigningRequest]{Object: c}); pred.Delete(e) {
+			handler.Delete(ctx, e, nil)
+		}
+	}
 	cache := map[string]*certificatesv1.CertificateSigningRequest{}
 	list := func() ([]*certificatesv1.CertificateSigningRequest, error) {
 		var out []*certificatesv1.CertificateSigningRequest
 		for _, c := range cache {
-			if isUndecided(c) {
+			if isKubeletServing(c) && isUndecided(c) {
 				out = append(out, c)
 			}
 		}
@@ -242,7 +269,6 @@ func TestTheFloodCountsTheEventsKeepAreThoseOfAListing(t *testing.T) {
 	judged := map[string]bool{"n0": true, "n1": true, "n2": true}
 	namesOf := func() (map[string]bool, int, error) { return judged, len(judged), nil }
 	basis := countsBasis{limits: engine.KubeletServingLimits{MaxUndecidedPerRequester: 3, NodeUserPrefix: "system:node:"}, machineEpoch: 1}
-	ctx := context.Background()
 	pick := func() *certificatesv1.CertificateSigningRequest {
 		for _, c := range cache {
 			return c
@@ -261,18 +287,18 @@ func TestTheFloodCountsTheEventsKeepAreThoseOfAListing(t *testing.T) {
 			c := csrOf("system:node:"+requester, fmt.Sprintf("csr-%d", uid), time.Unix(int64(uid), 0))
 			c.UID, c.Spec.Request = types.UID(fmt.Sprintf("uid-%d", uid)), requests[node]
 			cache[c.Name] = &c
-			events.Create(ctx, event.TypedCreateEvent[*certificatesv1.CertificateSigningRequest]{Object: &c}, nil)
+			create(&c)
 		case op < 6:
 			old := pick()
 			decided := old.DeepCopy()
 			condition := []certificatesv1.RequestConditionType{certificatesv1.CertificateApproved, certificatesv1.CertificateDenied, certificatesv1.CertificateFailed}[rnd.IntN(3)]
 			decided.Status.Conditions = append(decided.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{Type: condition, Status: "True"})
 			cache[old.Name] = decided
-			events.Update(ctx, event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest]{ObjectOld: old, ObjectNew: decided}, nil)
+			update(old, decided)
 		case op < 8:
 			old := pick()
 			delete(cache, old.Name)
-			events.Delete(ctx, event.TypedDeleteEvent[*certificatesv1.CertificateSigningRequest]{Object: old}, nil)
+			remove(old)
 		case op < 9:
 			// Deleted and made again while the watch was down: the relist
 			// tells of it as an update.
@@ -281,12 +307,15 @@ func TestTheFloodCountsTheEventsKeepAreThoseOfAListing(t *testing.T) {
 			again := old.DeepCopy()
 			again.UID, again.Status = types.UID(fmt.Sprintf("uid-%d", uid)), certificatesv1.CertificateSigningRequestStatus{}
 			again.Spec.Request = requests[nodes[rnd.IntN(len(nodes))]]
+			if rnd.IntN(4) == 0 {
+				again.Spec.SignerName = certificatesv1.KubeAPIServerClientKubeletSignerName
+			}
 			cache[old.Name] = again
-			events.Update(ctx, event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest]{ObjectOld: old, ObjectNew: again}, nil)
+			update(old, again)
 		default:
 			// A relist tells of a request as it is.
 			c := pick()
-			events.Update(ctx, event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest]{ObjectOld: c, ObjectNew: c}, nil)
+			update(c, c)
 		}
 		if rnd.IntN(50) == 0 {
 			basis.machineEpoch++
@@ -303,6 +332,19 @@ func TestTheFloodCountsTheEventsKeepAreThoseOfAListing(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, listed, kept, "step %d (seed %d)", step, seed)
 	}
+	for _, c := range cache {
+		delete(cache, c.Name)
+		remove(c)
+	}
+	for u, c := range f.requesters {
+		assert.Positive(t, c.undecided+c.unknown, "requester %s kept with no requests and nothing to take from the sums", u)
+	}
+	kept, err := f.get(basis, list, names.of, namesOf)
+	require.NoError(t, err)
+	assert.Equal(t, csrinput.Requests{Machines: len(judged)}, kept)
+	assert.Empty(t, f.requests, "requests kept after they were deleted")
+	assert.Empty(t, f.requesters, "requesters kept after their requests were deleted")
+	assert.Empty(t, names.m, "node names kept after their requests were deleted")
 }
 
 // The counts a decision weighs see the machines as the events left them: a

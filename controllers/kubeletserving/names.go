@@ -34,10 +34,11 @@ func (n *nodeNames) of(csr *certificatesv1.CertificateSigningRequest) string {
 }
 
 // lookup is the node name the request is for, remembered or parsed; it
-// remembers nothing new. The events of the API server ask it: only passes
-// fill the memo, and a cluster's reconciles, which follow within its
-// resync, forget the requests gone, so that it holds no more than the
-// requests the API server holds.
+// remembers nothing new. The events of the API server ask it; the passes
+// and the flood counts (for an undecided request, on its first event) fill
+// the memo, and a request's deletion and a cluster's reconciles, which
+// follow within its resync, forget the requests gone, so that it holds no
+// more than the requests the API server holds.
 func (n *nodeNames) lookup(csr *certificatesv1.CertificateSigningRequest) string {
 	n.mu.Lock()
 	name, ok := n.m[csr.UID]
@@ -59,4 +60,11 @@ func (n *nodeNames) keepOnly(live map[types.UID]bool) {
 			delete(n.m, uid)
 		}
 	}
+}
+
+// forget forgets a request deleted.
+func (n *nodeNames) forget(uid types.UID) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.m, uid)
 }

@@ -180,7 +180,13 @@ type Reconciler struct {
 
 // localTarget is the API server the manager runs against.
 func (r *Reconciler) localTarget() *target {
-	return &target{reader: r.Client, clientset: r.Clientset, local: true, names: &r.localNames, counts: &r.localCounts}
+	counts := &r.localCounts
+	if r.controller == nil {
+		// Not set up with a manager: no events keep the counts, so they
+		// are listed for every count.
+		counts = nil
+	}
+	return &target{reader: r.Client, clientset: r.Clientset, local: true, names: &r.localNames, counts: counts}
 }
 
 // SetupWithManager registers the reconciler and its indexes.
@@ -238,7 +244,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 		// reconcile of the cluster: its work does not grow with the number
 		// of requests or machines.
 		WatchesRawSource(source.Kind(mgr.GetCache(), &certificatesv1.CertificateSigningRequest{},
-			csrEvents(&r.localCounts, &r.localNames, r.csrToRequesters), predicate.NewTypedPredicateFuncs(isKubeletServing))).
+			csrEvents(&r.localCounts, &r.localNames, r.csrToRequesters), kubeletServingEvents())).
 		// Clusters are independent: one whose nodes time out does not hold
 		// back the others.
 		WithOptions(opts).
@@ -318,7 +324,9 @@ func addAll(q reconcileQueue, reqs []reconcile.Request, wait time.Duration) {
 // noted in its flood counts before the request's requester is queued (see
 // floodCounts), then queue is called with the request. The work is the
 // decision queue's, not a reconcile's. names are the API server's request
-// node names, which the counts keep for each undecided request.
+// node names: the counts fill them for each undecided request, and a
+// request gone is forgotten, so that they hold no more than the requests
+// the API server holds.
 func csrEvents(counts *floodCounts, names *nodeNames, queue func(context.Context, *certificatesv1.CertificateSigningRequest)) handler.TypedEventHandler[*certificatesv1.CertificateSigningRequest, reconcile.Request] {
 	type events = workqueue.TypedRateLimitingInterface[reconcile.Request]
 	return handler.TypedFuncs[*certificatesv1.CertificateSigningRequest, reconcile.Request]{
@@ -327,24 +335,47 @@ func csrEvents(counts *floodCounts, names *nodeNames, queue func(context.Context
 			queue(ctx, e.Object)
 		},
 		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest], _ events) {
-			if e.ObjectOld.UID != e.ObjectNew.UID {
+			replaced := e.ObjectOld.UID != e.ObjectNew.UID
+			if replaced {
 				// A request deleted and made again under its name while
 				// the watch was down: the informer's relist tells it as an
 				// update, and the one gone is never told of again.
 				counts.noteEvent(e.ObjectOld, true, names.of)
 			}
 			counts.noteEvent(e.ObjectNew, false, names.of)
-			queue(ctx, e.ObjectNew)
+			if isKubeletServing(e.ObjectNew) {
+				queue(ctx, e.ObjectNew)
+			} else {
+				// Made again for another signer (kubeletServingEvents):
+				// only the one gone was this controller's.
+				queue(ctx, e.ObjectOld)
+			}
+			if replaced {
+				names.forget(e.ObjectOld.UID)
+			}
 		},
 		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[*certificatesv1.CertificateSigningRequest], _ events) {
 			counts.noteEvent(e.Object, true, names.of)
 			queue(ctx, e.Object)
+			names.forget(e.Object.UID)
 		},
 		GenericFunc: func(ctx context.Context, e event.TypedGenericEvent[*certificatesv1.CertificateSigningRequest], _ events) {
 			counts.noteEvent(e.Object, false, names.of)
 			queue(ctx, e.Object)
 		},
 	}
+}
+
+// kubeletServingEvents lets the events of kubelet serving requests
+// through, and an update whose old object was one (a request deleted and
+// made again under its name for another signer while the watch was down),
+// so that csrEvents forgets the one gone.
+func kubeletServingEvents() predicate.TypedPredicate[*certificatesv1.CertificateSigningRequest] {
+	p := predicate.NewTypedPredicateFuncs(isKubeletServing)
+	p.UpdateFunc = func(e event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest]) bool {
+		return isKubeletServing(e.ObjectOld) || isKubeletServing(e.ObjectNew)
+	}
+	return p
 }
 
 // machineToCluster reconciles the machine's cluster: a machine

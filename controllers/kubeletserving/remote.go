@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
@@ -540,11 +539,22 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 			csrEvents(counts, names, func(_ context.Context, csr *certificatesv1.CertificateSigningRequest) {
 				r.enqueue(requester{cluster: key, username: csr.Spec.Username})
 			}),
-			predicate.NewTypedPredicateFuncs(isKubeletServing))
+			kubeletServingEvents())
 		if err := r.controller.Watch(src); err != nil {
 			cancel()
 			return nil, fmt.Errorf("watch CSRs of cluster %s: %w", key, err)
 		}
+		// The handler registers, and is told of every request the cache
+		// holds, after Watch returns: the flood counts listed before then
+		// could keep a request deleted meanwhile, and a handler that never
+		// registers would leave them as listed.
+		if err := src.WaitForSync(syncCtx); err != nil {
+			cancel()
+			return nil, fmt.Errorf("watch CSRs of cluster %s: %w", key, err)
+		}
+	} else {
+		// No events to keep the counts by: listed for every count.
+		counts = nil
 	}
 	log.FromContext(ctx).Info("watching the cluster's own API server for kubelet serving CSRs", "host", cfg.Host)
 	return &target{reader: cl.GetClient(), clientset: clientset, names: names, counts: counts, gate: gate, watch: runCtx, cancel: cancel}, nil

@@ -65,7 +65,8 @@ else := _verdict("approve", {approved})
 #   one node's flood, which the rule denies beyond n, does not make the API server look
 #   flooded to every other node; into input.requests.undecided when the requester is p
 #   followed by the request's node name and a machine answers to that name, into
-#   input.requests.unknown otherwise.
+#   input.requests.unknown otherwise. Of a requester with more than n, those for its own
+#   node name are counted first: the count of undecided is the highest its requests allow.
 # entrypoint: true
 limits := {
 	"max_undecided_per_requester": _config.max_undecided_per_requester,
