@@ -3,17 +3,25 @@ package kubeletserving
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/pem"
 	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 )
 
 // Review 8 M3: a cluster whose watch could not be started is not started
@@ -160,10 +168,16 @@ func (panickingJudge) Kubeconfig(context.Context, engine.KubeconfigInput) (engin
 // is to judge at the cluster's next start.
 func rotatedUnder(t *testing.T, f *queueFixture, judge func(Decider) Decider) *ichorv1alpha1.TalosCluster {
 	t.Helper()
+	return rotatedTo(t, f, []byte("rotated"), judge)
+}
+
+// rotatedTo is rotatedUnder with the kubeconfig rotated to data.
+func rotatedTo(t *testing.T, f *queueFixture, data []byte, judge func(Decider) Decider) *ichorv1alpha1.TalosCluster {
+	t.Helper()
 	f.r.TenantRequestTimeout = 30 * time.Second
 	secret := f.judgeRemotely(t, "kubeconfig", &target{cancel: func() {}}, engine.KubeconfigDecision{Allowed: true})
 	ctx := context.Background()
-	secret.Data[ichorv1alpha1.DefaultKubeconfigKey] = []byte("rotated")
+	secret.Data[ichorv1alpha1.DefaultKubeconfigKey] = data
 	require.NoError(t, f.r.Client.Update(ctx, secret))
 	f.r.Engine = judge(f.r.Engine)
 	var c ichorv1alpha1.TalosCluster
@@ -255,5 +269,84 @@ func TestAKubeconfigRuleThatFailsIsAskedAgainAfterTheBound(t *testing.T) {
 		require.ErrorAs(t, err, &deferred, "a failure of the rule is asked again before the bound")
 		assert.Equal(t, 30*time.Second, deferred.wait, "a failure of the rule backed the cluster off")
 		clk.Step(30 * time.Second)
+	}
+}
+
+// identityJudge asks for the server's identity on the document, and on the
+// identity fails (err) or, when err is nil, asks for it again: the bundle is
+// broken either way.
+type identityJudge struct {
+	Decider
+	err error
+}
+
+func (j identityJudge) Kubeconfig(_ context.Context, in engine.KubeconfigInput) (engine.KubeconfigDecision, error) {
+	if in.ServerIdentity == nil || j.err == nil {
+		return engine.KubeconfigDecision{CheckIdentity: true, DecisionID: "d-1"}, nil
+	}
+	return engine.KubeconfigDecision{}, j.err
+}
+
+// The rule's failures on its second evaluation, once the server's identity
+// was probed (an error, or a decision asking for the identity it was given),
+// are this side's failures too: the bound, every time, and no backoff. The
+// tenant's server and the manager's own are TLS servers of this test: the
+// probe is a real handshake.
+func TestAKubeconfigRuleThatFailsOnTheServersIdentityIsAskedAgainAfterTheBound(t *testing.T) {
+	// The probe closes each connection after the handshake, which the
+	// servers would log.
+	server := func() *httptest.Server {
+		s := httptest.NewUnstartedServer(http.NotFoundHandler())
+		s.Config.ErrorLog = log.New(io.Discard, "", 0)
+		s.StartTLS()
+		t.Cleanup(s.Close)
+		return s
+	}
+	tenant, own := server(), server()
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: tenant
+  cluster:
+    server: %s
+contexts:
+- name: tenant
+  context:
+    cluster: tenant
+    user: tenant
+current-context: tenant
+users:
+- name: tenant
+  user:
+    token: not-sent
+`, tenant.URL)
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"the rule fails", errors.New("evaluate: the bundle is broken"), "the bundle is broken"},
+		{"the rule asks for the identity again", nil, "asks for the server's identity, which it was given"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+			f := newQueueFixture(t, clk)
+			f.r.LocalAPIServer = &kubeconfig.Local{Config: &rest.Config{Host: own.URL, TLSClientConfig: rest.TLSClientConfig{
+				CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: own.Certificate().Raw}),
+			}}}
+			c := rotatedTo(t, f, []byte(kc), func(d Decider) Decider { return identityJudge{d, tc.err} })
+			ctx := context.Background()
+			for range 3 {
+				_, err := f.r.targetFor(ctx, c)
+				require.ErrorContains(t, err, tc.want)
+				var failed ownFailure
+				require.ErrorAs(t, err, &failed, "the rule's failure on the identity is not this side's")
+				_, err = f.r.targetFor(ctx, c)
+				var deferred *startDeferredError
+				require.ErrorAs(t, err, &deferred, "a failure of the rule is asked again before the bound")
+				assert.Equal(t, 30*time.Second, deferred.wait, "a failure of the rule backed the cluster off")
+				clk.Step(30 * time.Second)
+			}
+		})
 	}
 }
