@@ -26,6 +26,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/role"
+	"google.golang.org/grpc"
 
 	"github.com/ichor-dev/ichor-policy/internal/talos/taloscert"
 )
@@ -151,6 +152,11 @@ func (r *Reader) Read(ctx context.Context, endpoint string) (Identity, error) {
 			Certificates: []tls.Certificate{*cert},
 			MinVersion:   tls.VersionTLS12,
 		}),
+		// A connection carries three small reads and is closed: gRPC's
+		// 32 KiB read buffer per connection was a sixteenth of all the
+		// manager allocated in a burst. TLS reads whole records into its
+		// own buffer, so the framer reads from it directly.
+		client.WithGRPCDialOptions(grpc.WithReadBufferSize(0)),
 	)
 	if err != nil {
 		return Identity{}, fmt.Errorf("talos node %s: connect: %w", endpoint, err)

@@ -294,3 +294,22 @@ func TestConcurrentReads(t *testing.T) {
 	wg.Wait()
 	assert.Len(t, n.srv.ClientCertificates(), 1, "concurrent reads share one credential")
 }
+
+// BenchmarkRead is one identity read, as a decision makes it: a connection,
+// its TLS handshake and the three reads. The Talos API server runs in the
+// same process, so its work is in the figures too.
+func BenchmarkRead(b *testing.B) {
+	ca, err := talosapi.NewCA()
+	require.NoError(b, err)
+	srv, err := talosapi.Start(b.Context(), talosapi.Options{CA: ca, Nodename: "worker-1", Hostname: "worker-1", Addresses: []netip.Addr{netip.MustParseAddr("10.5.0.2")}})
+	require.NoError(b, err)
+	b.Cleanup(srv.Stop)
+	r, err := talosnode.NewReader(talosnode.Options{CACertPEM: ca.CertPEM, CAKeyPEM: ca.KeyPEM})
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.Read(b.Context(), srv.Endpoint()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
