@@ -3,6 +3,7 @@ package kubeletserving
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -269,11 +270,11 @@ func TestTheFloodCountsTheEventsKeepAreThoseOfAListing(t *testing.T) {
 	judged := map[string]bool{"n0": true, "n1": true, "n2": true}
 	namesOf := func() (map[string]bool, int, error) { return judged, len(judged), nil }
 	basis := countsBasis{limits: engine.KubeletServingLimits{MaxUndecidedPerRequester: 3, NodeUserPrefix: "system:node:"}, machineEpoch: 1}
+	// One of the cache's requests, chosen by the seed alone (a map's order
+	// is not): the logged seed, set in place of the clock's, replays a failure.
 	pick := func() *certificatesv1.CertificateSigningRequest {
-		for _, c := range cache {
-			return c
-		}
-		return nil
+		names := slices.Sorted(maps.Keys(cache))
+		return cache[names[rnd.IntN(len(names))]]
 	}
 	uid := 0
 	for step := range 2000 {
