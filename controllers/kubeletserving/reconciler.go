@@ -386,9 +386,10 @@ func (r *Reconciler) machineToCluster(ctx context.Context, obj client.Object) []
 	return r.clusterOfMachine(ctx, obj)
 }
 
-// noteMachine notes a machine's event, and says whether it changed the machine's epoch: the node names it answers to, and its
-// endpoint (a node whose Talos API moved is worth reading again). A
-// recorded certificate does not change it.
+// noteMachine notes a machine's event, and says whether it changed the
+// machine's epoch: the node names it answers to, and its endpoint (a node
+// whose Talos API moved is worth reading again). A recorded certificate does
+// not change it.
 func (r *Reconciler) noteMachine(obj client.Object) (changed bool) {
 	m, ok := obj.(*ichorv1alpha1.TalosMachine)
 	if !ok {

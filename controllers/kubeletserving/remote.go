@@ -2,6 +2,7 @@ package kubeletserving
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -548,7 +549,9 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 		// holds, after Watch returns: the flood counts listed before then
 		// could keep a request deleted meanwhile, and a handler that never
 		// registers would leave them as listed.
-		if err := src.WaitForSync(syncCtx); err != nil {
+		// WaitForSync says nothing went wrong when its context was
+		// cancelled: that is no sync either.
+		if err := cmp.Or(src.WaitForSync(syncCtx), syncCtx.Err()); err != nil {
 			cancel()
 			return nil, fmt.Errorf("watch CSRs of cluster %s: %w", key, err)
 		}
