@@ -34,7 +34,7 @@ func undecidedKeys(o client.Object) []string {
 		return nil
 	}
 	madeBy := "made-by:" + csr.Spec.Username
-	if len(csr.Status.Certificate) > 0 || approval.IsDecided(csr) {
+	if !isUndecided(csr) {
 		return []string{madeBy}
 	}
 	return []string{undecidedAll, "user:" + csr.Spec.Username, madeBy}
@@ -261,10 +261,8 @@ func (f *floodCounts) get(
 		}
 		f.names, f.machines, f.basis = judged, machines, basis
 		f.undecided, f.unknown = 0, 0
-		for u := range f.requesters {
+		for u, c := range f.requesters {
 			f.changed[u] = true
-		}
-		for _, c := range f.requesters {
 			c.undecided, c.unknown = 0, 0
 		}
 		f.summed = true
@@ -317,7 +315,7 @@ func (p *pass) requests(ctx context.Context, csr *certificatesv1.CertificateSign
 	}
 	for i := range mine.Items {
 		other := &mine.Items[i]
-		if len(other.Status.Certificate) == 0 && !approval.IsDecided(other) {
+		if isUndecided(other) {
 			out.FromRequester++
 		}
 		if newer(other, csr) {
