@@ -259,20 +259,45 @@ func TestARequestersRequestsAreDecidedOneAtATimeOldestFirst(t *testing.T) {
 // again in three seconds) comes then, not before, and no timer of its own
 // is left behind: the queue's delay is the timer.
 func TestAWakeUpAskedForComesThen(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	clk := &timersOf{FakeClock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0))}
 	f := newQueueFixture(t, clk, csrOf("system:node:dark", "csr-dark", clk.Now()))
 	f.dec.decide = func(context.Context, string) (engine.CSRDecision, error) {
 		return pendingAs(codeNodeUnreadable), nil
 	}
 	f.start(t, 1)
 	f.add("system:node:dark")
-	require.Eventually(t, func() bool { return len(f.dec.calls()) == 1 && clk.HasWaiters() }, 5*time.Second, 5*time.Millisecond)
+	// The queue's delay loop sets a timer for the wake-up: the clock must
+	// not move before then (its due time is fixed when it is asked for).
+	require.Eventually(t, func() bool { return slices.Contains(clk.set(), unreadableRecheck) }, 5*time.Second, 5*time.Millisecond,
+		"no wake-up was asked for in %v", unreadableRecheck)
+	require.Len(t, f.dec.calls(), 1)
 
+	// A fake timer fires within Step, and the worker decides after it.
 	clk.Step(unreadableRecheck - time.Millisecond)
-	time.Sleep(50 * time.Millisecond) // nothing to wait for: nothing must happen
 	assert.Len(t, f.dec.calls(), 1, "decided again before its wait was over")
 	clk.Step(time.Millisecond)
 	require.Eventually(t, func() bool { return len(f.dec.calls()) == 2 }, 5*time.Second, 5*time.Millisecond, "the wake-up did not come")
+}
+
+// timersOf is a fake clock that remembers the duration of every timer set
+// on it (the queue's heartbeat and metrics tickers are not timers).
+type timersOf struct {
+	*clocktesting.FakeClock
+	mu     sync.Mutex
+	timers []time.Duration
+}
+
+func (c *timersOf) NewTimer(d time.Duration) clock.Timer {
+	c.mu.Lock()
+	c.timers = append(c.timers, d)
+	c.mu.Unlock()
+	return c.FakeClock.NewTimer(d)
+}
+
+func (c *timersOf) set() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.timers)
 }
 
 // When the manager stops, the workers stop, a decision that hangs included,
