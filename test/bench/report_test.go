@@ -170,3 +170,44 @@ func TestRunName(t *testing.T) {
 		t.Errorf("ten clusters: %q", got)
 	}
 }
+
+// Issue 24's goals: the logged decision, and the manager as shipped beside
+// each peer and the rubber stamp of the same round, each part that missed
+// named with its distance.
+func TestPeerGoals(t *testing.T) {
+	rubber := Variant{Name: "rubberstamp", Mode: "rubberstamp", Workers: 4}
+	shipped := Variant{Name: "ichor-shipped", Mode: "cli", Ichor: true}
+	peer := Variant{Name: "kca", Mode: "peer", Command: []string{"kca"}}
+	const n = 100
+	inRound := func(res Result, round int) Result { res.Round = round; return res }
+	rep := &Report{
+		Options: Options{Machines: n, Peers: []Peer{{Name: "kca", Command: []string{"kca"}}}},
+		Decisions: []BenchLine{
+			{Name: "BenchmarkKubeletServingParts/decide-logged", Metrics: map[string]float64{"ns/op": 90_000, "p99-µs": 450}},
+		},
+		Runs: []Result{
+			// Round 1: the manager ahead of the peer on every count.
+			inRound(fakeRun(rubber, n, 1, 400, time.Second, 400*time.Microsecond), 1),
+			inRound(fakeRun(shipped, n, 1, 360, 2*time.Second, 1200*time.Microsecond), 1),
+			inRound(fakeRun(peer, n, 1, 300, 3*time.Second, 1100*time.Microsecond), 1),
+			// Round 2: behind it on every count.
+			inRound(fakeRun(peer, n, 1, 300, 2*time.Second, time.Millisecond), 2),
+			inRound(fakeRun(shipped, n, 1, 200, 3*time.Second, 4*time.Millisecond), 2),
+			inRound(fakeRun(rubber, n, 1, 400, time.Second, 400*time.Microsecond), 2),
+		},
+	}
+	md := rep.Markdown()
+	for _, want := range []string{
+		"| kubelet-serving decision with the decision log written, mean ≤ 100 µs and p99 ≤ 300 µs | mean 90.0 µs, p99 450 µs | **missed**: p99 by 150 µs |",
+		"| round 1, beside kca: throughput as shipped ≥ kca's and ≥ 80% of the rubber stamp | 0.90 of the rubber stamp, kca 0.75 | met |",
+		"| round 1, beside kca: CPU per approved CSR ≤ 1.2x kca's and ≤ 1.50 ms | 1.20 ms, kca 1.10 ms (1.1x) | met |",
+		"| round 1, beside kca: p99 create → approved ≤ kca's | 2000 ms, kca 3000 ms (0.67x) | met |",
+		"| round 2, beside kca: throughput as shipped ≥ kca's and ≥ 80% of the rubber stamp | 0.50 of the rubber stamp, kca 0.75 | **missed**: beside kca by 0.25, beside the rubber stamp by 0.30 |",
+		"| round 2, beside kca: CPU per approved CSR ≤ 1.2x kca's and ≤ 1.50 ms | 4.00 ms, kca 1.00 ms (4.0x) | **missed**: beside kca by 2.80x, absolute by 2.50 ms |",
+		"| round 2, beside kca: p99 create → approved ≤ kca's | 3000 ms, kca 2000 ms (1.50x) | **missed**: beside kca by 0.50x |",
+	} {
+		if !strings.Contains(md, want+"\n") {
+			t.Errorf("no goal row\n%s\nin:\n%s", want, md)
+		}
+	}
+}
