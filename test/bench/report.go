@@ -287,6 +287,11 @@ func (r *Report) peerGoals(w func(string, ...any)) {
 			continue
 		}
 		peer := res.Variant.Name
+		if len(res.Outcome.Latencies) == 0 || len(shipped.Outcome.Latencies) == 0 {
+			// A ratio to nothing would read as a goal met.
+			w("| round %d, beside %s | not compared: approved %s by %s, %s as shipped | – |", res.Round, peer, approvedCell(res), peer, approvedCell(shipped))
+			continue
+		}
 		w("| round %d, beside %s: throughput as shipped ≥ %s's and ≥ 80%% of the rubber stamp | %.2f of the rubber stamp, %s %.2f | %s |",
 			res.Round, peer, peer, share(shipped, rubber), peer, share(res, rubber),
 			allHeld(checkAtLeast("beside "+peer, share(shipped, rubber), share(res, rubber)),

@@ -196,8 +196,15 @@ func TestPeerGoals(t *testing.T) {
 			inRound(fakeRun(rubber, n, 1, 400, time.Second, 400*time.Microsecond), 2),
 		},
 	}
+	// Round 3: the peer approved nothing, so nothing is compared with it.
+	none := inRound(fakeRun(peer, n, 1, 300, 2*time.Second, time.Millisecond), 3)
+	none.Outcome.Latencies = nil
+	rep.Runs = append(rep.Runs, none,
+		inRound(fakeRun(shipped, n, 1, 200, 3*time.Second, 4*time.Millisecond), 3),
+		inRound(fakeRun(rubber, n, 1, 400, time.Second, 400*time.Microsecond), 3))
 	md := rep.Markdown()
 	for _, want := range []string{
+		"| round 3, beside kca | not compared: approved 0/100 by kca, 100/100 as shipped | – |",
 		"| kubelet-serving decision with the decision log written, mean ≤ 100 µs and p99 ≤ 300 µs | mean 90.0 µs, p99 450 µs | **missed**: p99 by 150 µs |",
 		"| round 1, beside kca: throughput as shipped ≥ kca's and ≥ 80% of the rubber stamp | 0.90 of the rubber stamp, kca 0.75 | met |",
 		"| round 1, beside kca: CPU per approved CSR ≤ 1.2x kca's and ≤ 1.50 ms | 1.20 ms, kca 1.10 ms (1.1x) | met |",
@@ -209,5 +216,8 @@ func TestPeerGoals(t *testing.T) {
 		if !strings.Contains(md, want+"\n") {
 			t.Errorf("no goal row\n%s\nin:\n%s", want, md)
 		}
+	}
+	if row := lineWith(md, "| round 3, beside kca: "); row != "" {
+		t.Errorf("a goal judged against a peer that approved nothing: %s", row)
 	}
 }
