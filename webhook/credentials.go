@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -175,13 +176,26 @@ func (v *CredentialRequestValidator) facts(ctx context.Context, req admission.Re
 		Request:   credential.Request(tcr, namespace),
 	}
 
-	var err error
-	if in.Authorization, err = credential.ReviewPurpose(ctx, v.Client, v.Engine, user, namespace, tcr.Spec.ClusterName, tcr.Spec.Purpose); err != nil {
+	// The review and the cluster's read are two round trips to the API
+	// server that need nothing of each other: made at once, the request
+	// waits for the slower only (the admission's latency is the API
+	// server's create's).
+	var (
+		wg                    sync.WaitGroup
+		cl                    *ichorv1alpha1.TalosCluster
+		reviewErr, clusterErr error
+	)
+	wg.Go(func() {
+		in.Authorization, reviewErr = credential.ReviewPurpose(ctx, v.Client, v.Engine, user, namespace, tcr.Spec.ClusterName, tcr.Spec.Purpose)
+	})
+	wg.Go(func() {
+		in.Cluster, cl, clusterErr = credential.Cluster(ctx, v.Reader, namespace, tcr.Spec.ClusterName, v.LocalClusters)
+	})
+	wg.Wait()
+	if err := errors.Join(reviewErr, clusterErr); err != nil {
 		return in, nil, err
 	}
-	var cl *ichorv1alpha1.TalosCluster
-	in.Cluster, cl, err = credential.Cluster(ctx, v.Reader, namespace, tcr.Spec.ClusterName, v.LocalClusters)
-	return in, cl, err
+	return in, cl, nil
 }
 
 // record writes the decision's Event on the cluster, as a core/v1 Event

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -16,17 +17,20 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -36,6 +40,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -59,6 +64,8 @@ var (
 	// local are the clusters named as those of this API server; each test
 	// names its own.
 	local = &clusterfacts.Local{}
+	// decider is the served webhook's engine.
+	decider *enginetest.Engine
 )
 
 // webhookUser is the identity the webhook runs as, with exactly the rights of
@@ -165,11 +172,11 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 		return done(err)
 	}
 	admissionKeys = env.AdmissionKeys(keyClient)
+	decider = &enginetest.Engine{Engine: eng, AdmissionFunc: func(_ context.Context, in engine.CredentialAdmissionInput) (engine.CredentialAdmission, error) {
+		return odd.Answer(in.Request.Namespace)
+	}}
 	v := &webhook.CredentialRequestValidator{
-		Engine: &enginetest.Engine{Engine: eng, AdmissionFunc: func(_ context.Context, in engine.CredentialAdmissionInput) (engine.CredentialAdmission, error) {
-			return odd.Answer(in.Request.Namespace)
-		}},
-		Instance: "webhook-test", Keys: admissionKeys, LocalClusters: local,
+		Engine: decider, Instance: "webhook-test", Keys: admissionKeys, LocalClusters: local,
 	}
 	if err := v.SetupWithManager(mgr); err != nil {
 		return done(err)
@@ -699,4 +706,71 @@ func TestAnOddAdmissionAnswerIsARefusal(t *testing.T) {
 			assert.Empty(t, f.events(), "no issuance is recorded")
 		})
 	}
+}
+
+// The SubjectAccessReview and the TalosCluster's read are made at once, so a
+// request waits for the slower of the two round trips, not for both: here the
+// review waits for the read to have started, which a handler that made them
+// one after the other would never do, and gives up with an error.
+func TestTheReviewAndTheClusterReadAreMadeAtOnce(t *testing.T) {
+	f := newFixture(t, true)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
+	who, err := credential.WhoAmI(f.ctx, alice)
+	require.NoError(t, err)
+
+	read := make(chan struct{})
+	v := &webhook.CredentialRequestValidator{
+		Engine: decider, LocalClusters: local, Instance: "webhook-test", Keys: admissionKeys,
+		Client: reviewAfterRead{Client: env.Client, read: read},
+		Reader: readStarts{Reader: env.Client, read: read, once: &sync.Once{}},
+	}
+	tcr := f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))
+	tcr.Name, tcr.UID, tcr.Spec.Requester = "demo-talosconfig-reader-x", "uid-x", who
+	raw, err := json.Marshal(tcr)
+	require.NoError(t, err)
+	extra := map[string]authenticationv1.ExtraValue{}
+	for k, vals := range who.Extra {
+		extra[k] = vals
+	}
+	dryRun := true // no Event: the facts are what is looked at
+	resp := v.Handle(f.ctx, admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "review-x", Operation: admissionv1.Create, Namespace: f.ns, DryRun: &dryRun,
+		Kind:     metav1.GroupVersionKind{Group: "ichor.dev", Version: "v1alpha1", Kind: "TalosCredentialRequest"},
+		Object:   runtime.RawExtension{Raw: raw},
+		UserInfo: authenticationv1.UserInfo{Username: who.Username, UID: who.UID, Groups: who.Groups, Extra: extra},
+	}})
+	require.NotNil(t, resp.Result)
+	assert.True(t, resp.Allowed, "refused: %s", resp.Result.Message)
+}
+
+// readStarts says when the TalosCluster's read starts.
+type readStarts struct {
+	client.Reader
+	read chan struct{}
+	once *sync.Once
+}
+
+func (r readStarts) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*ichorv1alpha1.TalosCluster); ok {
+		r.once.Do(func() { close(r.read) })
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// reviewAfterRead makes a SubjectAccessReview only once the cluster's read
+// has started, and gives up after a while.
+type reviewAfterRead struct {
+	client.Client
+	read chan struct{}
+}
+
+func (c reviewAfterRead) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if _, ok := obj.(*authorizationv1.SubjectAccessReview); ok {
+		select {
+		case <-c.read:
+		case <-time.After(10 * time.Second):
+			return errors.New("the TalosCluster was not read while the SubjectAccessReview waited: one after the other")
+		}
+	}
+	return c.Client.Create(ctx, obj, opts...)
 }
