@@ -185,17 +185,32 @@ func (v *CredentialRequestValidator) facts(ctx context.Context, req admission.Re
 		cl                    *ichorv1alpha1.TalosCluster
 		reviewErr, clusterErr error
 	)
-	wg.Go(func() {
+	wg.Go(panicAsError(&reviewErr, func() {
 		in.Authorization, reviewErr = credential.ReviewPurpose(ctx, v.Client, v.Engine, user, namespace, tcr.Spec.ClusterName, tcr.Spec.Purpose)
-	})
-	wg.Go(func() {
+	}))
+	wg.Go(panicAsError(&clusterErr, func() {
 		in.Cluster, cl, clusterErr = credential.Cluster(ctx, v.Reader, namespace, tcr.Spec.ClusterName, v.LocalClusters)
-	})
+	}))
 	wg.Wait()
 	if err := errors.Join(reviewErr, clusterErr); err != nil {
 		return in, nil, err
 	}
 	return in, cl, nil
+}
+
+// panicAsError runs f, a part of a request's handling in a goroutine of its
+// own, turning a panic in it into *err: controller-runtime recovers a
+// handler's panic as a failed request, but a goroutine's would end the
+// manager.
+func panicAsError(err *error, f func()) func() {
+	return func() {
+		defer func() {
+			if p := recover(); p != nil {
+				*err = fmt.Errorf("panic: %v", p)
+			}
+		}()
+		f()
+	}
 }
 
 // record writes the decision's Event on the cluster, as a core/v1 Event

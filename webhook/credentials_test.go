@@ -14,10 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -709,21 +709,45 @@ func TestAnOddAdmissionAnswerIsARefusal(t *testing.T) {
 }
 
 // The SubjectAccessReview and the TalosCluster's read are made at once, so a
-// request waits for the slower of the two round trips, not for both: here the
-// review waits for the read to have started, which a handler that made them
-// one after the other would never do, and gives up with an error.
+// request waits for the slower of the two round trips, not for both: here
+// each waits for the other to have started, which neither order one after
+// the other would do (each gives up after a while, with an error).
 func TestTheReviewAndTheClusterReadAreMadeAtOnce(t *testing.T) {
 	f := newFixture(t, true)
-	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
-	who, err := credential.WhoAmI(f.ctx, alice)
-	require.NoError(t, err)
-
-	read := make(chan struct{})
+	review, read := make(chan struct{}), make(chan struct{})
 	v := &webhook.CredentialRequestValidator{
 		Engine: decider, LocalClusters: local, Instance: "webhook-test", Keys: admissionKeys,
-		Client: reviewAfterRead{Client: env.Client, read: read},
-		Reader: readStarts{Reader: env.Client, read: read, once: &sync.Once{}},
+		Client: reviewMeetsRead{Client: env.Client, review: review, read: read},
+		Reader: readMeetsReview{Reader: env.Client, review: review, read: read},
 	}
+	resp := v.Handle(f.ctx, f.dryRunBy(t, f.user("ichor:alice", "ClusterRole/ichor-operator")))
+	require.NotNil(t, resp.Result)
+	assert.True(t, resp.Allowed, "refused: %s", resp.Result.Message)
+}
+
+// A panic in the part of the handling that runs beside the other is a
+// failed request, as controller-runtime makes of a handler's own panic, and
+// the manager goes on.
+func TestAPanicBesideTheReviewIsAFailedRequest(t *testing.T) {
+	f := newFixture(t, true)
+	v := &webhook.CredentialRequestValidator{
+		Engine: decider, LocalClusters: local, Instance: "webhook-test", Keys: admissionKeys,
+		Client: env.Client, Reader: panickingReader{},
+	}
+	resp := v.Handle(f.ctx, f.dryRunBy(t, f.user("ichor:alice", "ClusterRole/ichor-operator")))
+	require.NotNil(t, resp.Result)
+	assert.False(t, resp.Allowed)
+	assert.Equal(t, int32(http.StatusInternalServerError), resp.Result.Code)
+	assert.Contains(t, resp.Result.Message, "panic: the reader broke")
+}
+
+// dryRunBy is the admission request of a dry-run create of a talosconfig
+// reader's request by the user of c (no Event is written: the facts are what
+// is looked at), as the API server sends it.
+func (f *fixture) dryRunBy(t *testing.T, c client.Client) admission.Request {
+	t.Helper()
+	who, err := credential.WhoAmI(f.ctx, c)
+	require.NoError(t, err)
 	tcr := f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))
 	tcr.Name, tcr.UID, tcr.Spec.Requester = "demo-talosconfig-reader-x", "uid-x", who
 	raw, err := json.Marshal(tcr)
@@ -732,45 +756,57 @@ func TestTheReviewAndTheClusterReadAreMadeAtOnce(t *testing.T) {
 	for k, vals := range who.Extra {
 		extra[k] = vals
 	}
-	dryRun := true // no Event: the facts are what is looked at
-	resp := v.Handle(f.ctx, admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "review-x", Operation: admissionv1.Create, Namespace: f.ns, DryRun: &dryRun,
+	return admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "review-x", Operation: admissionv1.Create, Namespace: f.ns, DryRun: ptr.To(true),
 		Kind:     metav1.GroupVersionKind{Group: "ichor.dev", Version: "v1alpha1", Kind: "TalosCredentialRequest"},
 		Object:   runtime.RawExtension{Raw: raw},
 		UserInfo: authenticationv1.UserInfo{Username: who.Username, UID: who.UID, Groups: who.Groups, Extra: extra},
-	}})
-	require.NotNil(t, resp.Result)
-	assert.True(t, resp.Allowed, "refused: %s", resp.Result.Message)
+	}}
 }
 
-// readStarts says when the TalosCluster's read starts.
-type readStarts struct {
+// meet says that this side started, and waits a while for the other.
+func meet(mine, theirs chan struct{}, what string) error {
+	close(mine)
+	select {
+	case <-theirs:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s waited for the other in vain: one after the other", what)
+	}
+}
+
+// readMeetsReview reads the TalosCluster once the review has started.
+type readMeetsReview struct {
 	client.Reader
-	read chan struct{}
-	once *sync.Once
+	review, read chan struct{}
 }
 
-func (r readStarts) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+func (r readMeetsReview) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 	if _, ok := obj.(*ichorv1alpha1.TalosCluster); ok {
-		r.once.Do(func() { close(r.read) })
+		if err := meet(r.read, r.review, "the TalosCluster's read"); err != nil {
+			return err
+		}
 	}
 	return r.Reader.Get(ctx, key, obj, opts...)
 }
 
-// reviewAfterRead makes a SubjectAccessReview only once the cluster's read
-// has started, and gives up after a while.
-type reviewAfterRead struct {
+// reviewMeetsRead makes the SubjectAccessReview once the read has started.
+type reviewMeetsRead struct {
 	client.Client
-	read chan struct{}
+	review, read chan struct{}
 }
 
-func (c reviewAfterRead) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+func (c reviewMeetsRead) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
 	if _, ok := obj.(*authorizationv1.SubjectAccessReview); ok {
-		select {
-		case <-c.read:
-		case <-time.After(10 * time.Second):
-			return errors.New("the TalosCluster was not read while the SubjectAccessReview waited: one after the other")
+		if err := meet(c.review, c.read, "the SubjectAccessReview"); err != nil {
+			return err
 		}
 	}
 	return c.Client.Create(ctx, obj, opts...)
+}
+
+type panickingReader struct{ client.Reader }
+
+func (panickingReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
+	panic("the reader broke")
 }
