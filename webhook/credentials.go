@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -185,10 +186,10 @@ func (v *CredentialRequestValidator) facts(ctx context.Context, req admission.Re
 		cl                    *ichorv1alpha1.TalosCluster
 		reviewErr, clusterErr error
 	)
-	wg.Go(panicAsError(&reviewErr, func() {
+	wg.Go(panicAsError(ctx, &reviewErr, func() {
 		in.Authorization, reviewErr = credential.ReviewPurpose(ctx, v.Client, v.Engine, user, namespace, tcr.Spec.ClusterName, tcr.Spec.Purpose)
 	}))
-	wg.Go(panicAsError(&clusterErr, func() {
+	wg.Go(panicAsError(ctx, &clusterErr, func() {
 		in.Cluster, cl, clusterErr = credential.Cluster(ctx, v.Reader, namespace, tcr.Spec.ClusterName, v.LocalClusters)
 	}))
 	wg.Wait()
@@ -201,12 +202,13 @@ func (v *CredentialRequestValidator) facts(ctx context.Context, req admission.Re
 // panicAsError runs f, a part of a request's handling in a goroutine of its
 // own, turning a panic in it into *err: controller-runtime recovers a
 // handler's panic as a failed request, but a goroutine's would end the
-// manager.
-func panicAsError(err *error, f func()) func() {
+// manager. The stack goes to the manager's log, not to the requester.
+func panicAsError(ctx context.Context, err *error, f func()) func() {
 	return func() {
 		defer func() {
 			if p := recover(); p != nil {
 				*err = fmt.Errorf("panic: %v", p)
+				log.FromContext(ctx).Error(*err, "a panic while gathering a credential request's facts", "stack", string(debug.Stack()))
 			}
 		}()
 		f()
