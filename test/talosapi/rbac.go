@@ -134,16 +134,28 @@ func (s *Server) streamInterceptor(srv any, stream grpc.ServerStream, info *grpc
 		return err
 	}
 
-	return handler(srv, &contextStream{ServerStream: stream, ctx: ctx})
+	return handler(srv, &contextStream{ServerStream: stream, ctx: ctx, s: s, watch: info.FullMethod == MethodStateWatch})
 }
 
 type contextStream struct {
 	grpc.ServerStream
 
 	ctx context.Context //nolint:containedctx // the stream's own context, with roles added
+
+	s     *Server
+	watch bool
 }
 
 func (c *contextStream) Context() context.Context { return c.ctx }
+
+// SendMsg drops a watch's messages while the node's watches are muted.
+func (c *contextStream) SendMsg(m any) error {
+	if c.watch && c.s.watchesMuted() {
+		return nil
+	}
+
+	return c.ServerStream.SendMsg(m)
+}
 
 // accessPolicy mirrors Talos's resources.AccessPolicy, which machined wraps
 // around the state it serves: the API is read-only for everyone (even

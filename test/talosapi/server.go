@@ -79,6 +79,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	delay    time.Duration
+	muted    bool
 	calls    map[string]int
 	denied   map[string]int
 	reboots  int
@@ -242,6 +243,25 @@ func (s *Server) SetDelay(d time.Duration) {
 	defer s.mu.Unlock()
 
 	s.delay = d
+}
+
+// SetWatchesMuted makes the node send nothing on its watch streams while
+// muted is true, the ones open and the ones opened meanwhile: a node whose
+// state changes without its watchers hearing of it (a stalled stream, or a
+// node that says one thing in its events and another when asked). Direct
+// reads answer as ever.
+func (s *Server) SetWatchesMuted(muted bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	s.muted = muted
+}
+
+func (s *Server) watchesMuted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.muted
 }
 
 // wait holds a call for the delay set when it arrived.

@@ -140,26 +140,9 @@ func (r *Reader) Read(ctx context.Context, endpoint string) (Identity, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 
-	cert, err := r.credential()
+	c, err := r.connect(ctx, endpoint, grpc.WithReadBufferSize(0))
 	if err != nil {
-		return Identity{}, fmt.Errorf("talos node %s: %w", endpoint, err)
-	}
-
-	c, err := client.New(ctx,
-		client.WithEndpoints(endpoint),
-		client.WithTLSConfig(&tls.Config{
-			RootCAs:      r.roots,
-			Certificates: []tls.Certificate{*cert},
-			MinVersion:   tls.VersionTLS12,
-		}),
-		// A connection carries three small reads and is closed: gRPC's
-		// 32 KiB read buffer per connection was a sixteenth of all the
-		// manager allocated in a burst. TLS reads whole records into its
-		// own buffer, so the framer reads from it directly.
-		client.WithGRPCDialOptions(grpc.WithReadBufferSize(0)),
-	)
-	if err != nil {
-		return Identity{}, fmt.Errorf("talos node %s: connect: %w", endpoint, err)
+		return Identity{}, err
 	}
 
 	defer c.Close() //nolint:errcheck // nothing was written; a close error changes nothing
@@ -184,6 +167,34 @@ func (r *Reader) Read(ctx context.Context, endpoint string) (Identity, error) {
 		Hostname:  hostname.TypedSpec().Hostname,
 		Addresses: canonicalAddresses(nodeIP.TypedSpec().Addresses),
 	}, nil
+}
+
+// connect makes a client of the node's Talos API with the reader's
+// credential; gRPC dials on the first call. A connection that carries a few
+// small reads and is closed wants grpc.WithReadBufferSize(0): gRPC's 32 KiB
+// read buffer per connection was a sixteenth of all the manager allocated in
+// a burst, and TLS reads whole records into its own buffer, so the framer
+// reads from it directly.
+func (r *Reader) connect(ctx context.Context, endpoint string, opts ...grpc.DialOption) (*client.Client, error) {
+	cert, err := r.credential()
+	if err != nil {
+		return nil, fmt.Errorf("talos node %s: %w", endpoint, err)
+	}
+
+	c, err := client.New(ctx,
+		client.WithEndpoints(endpoint),
+		client.WithTLSConfig(&tls.Config{
+			RootCAs:      r.roots,
+			Certificates: []tls.Certificate{*cert},
+			MinVersion:   tls.VersionTLS12,
+		}),
+		client.WithGRPCDialOptions(opts...),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("talos node %s: connect: %w", endpoint, err)
+	}
+
+	return c, nil
 }
 
 // credential returns the cached client certificate, issuing a new one when it

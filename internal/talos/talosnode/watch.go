@@ -1,0 +1,437 @@
+package talosnode
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/state"
+	cosiclient "github.com/cosi-project/runtime/pkg/state/protobuf/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+const (
+	// DefaultWatchMaxAge is the freshness bound when WatchOptions.MaxAge is
+	// zero.
+	DefaultWatchMaxAge = 2 * time.Minute
+
+	// DefaultWatchDials is WatchOptions.Dials when zero.
+	DefaultWatchDials = 8
+)
+
+// WatchOptions configures the watches of a Reader.
+type WatchOptions struct {
+	// MaxAge is the freshness bound: an identity is taken from a watch for
+	// at most MaxAge after the watch read the node's three resources, then
+	// the watch is made anew (a new connection, the credential of the
+	// moment, the node's state read again). A node whose changes stopped
+	// reaching Ichor (a stream stalled in between, or a node that says one
+	// thing in its events and another when asked) is read afresh within
+	// MaxAge. Zero means DefaultWatchMaxAge; it is capped at the time the
+	// reader's credential is renewed before its end, so that no connection
+	// outlives the credential it was made with.
+	MaxAge time.Duration
+
+	// Dials bounds how many watches are being established at once, so that
+	// a start with thousands of machines is not thousands of handshakes at
+	// the same moment. Zero means DefaultWatchDials.
+	Dials int
+}
+
+// Source says where an identity came from.
+type Source string
+
+const (
+	// FromWatch: the node's live watch, established, synced and younger
+	// than the bound.
+	FromWatch Source = "watch"
+	// FromRead: a direct read (Reader.Read), because the node had no such
+	// watch.
+	FromRead Source = "read"
+)
+
+// Watches keeps one live COSI watch per node it is told to watch, over the
+// authenticated Talos API with the reader's credential, and answers identity
+// reads from it: the node's NodeIP "kubelet", Nodename and HostnameStatus as
+// the node last reported them, without a handshake per decision. Whenever a
+// node's watch is not established, not synced (the three initial states not
+// all read) or older than MaxAge, Read reads the node directly, so an
+// identity is never older than the bound and never comes from anything but
+// the node (ADR 0125).
+//
+// It is safe for concurrent use. Stop ends every watch.
+type Watches struct {
+	reader  *Reader
+	maxAge  time.Duration
+	dials   chan struct{}
+	backoff wait.Backoff
+
+	ctx    context.Context //nolint:containedctx // the watches' lifetime, ended by Stop
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	nodes map[string]*nodeWatch
+	wg    sync.WaitGroup
+}
+
+// nodeWatch is the watch of one endpoint and what it last saw.
+type nodeWatch struct {
+	cancel context.CancelFunc
+
+	mu sync.Mutex
+	// conn is the connection of the established watch (nil when none).
+	conn *grpc.ClientConn
+	// since is when the current watch had read all three resources.
+	since time.Time
+	// The node's resources as the watch last saw them; nil when absent.
+	nodeIP   *k8s.NodeIPSpec
+	nodename *k8s.NodenameSpec
+	hostname *network.HostnameStatusSpec
+	// id is the identity of the three, kept ready for reads.
+	id Identity
+}
+
+// The three resources a watch follows.
+var identityPointers = []resource.Pointer{
+	k8s.NewNodeIP(k8s.NamespaceName, k8s.KubeletID).Metadata(),
+	k8s.NewNodename(k8s.NamespaceName, k8s.NodenameID).Metadata(),
+	network.NewHostnameStatus(network.NamespaceName, network.HostnameID).Metadata(),
+}
+
+// Watches makes the reader's set of watches, empty until Keep names nodes.
+func (r *Reader) Watches(opts WatchOptions) (*Watches, error) {
+	maxAge := opts.MaxAge
+	switch {
+	case maxAge == 0:
+		maxAge = DefaultWatchMaxAge
+	case maxAge < 0:
+		return nil, fmt.Errorf("talosnode: watch max age %s is negative", maxAge)
+	}
+	maxAge = min(maxAge, r.renewBefore())
+
+	dials := opts.Dials
+	switch {
+	case dials == 0:
+		dials = DefaultWatchDials
+	case dials < 0:
+		return nil, fmt.Errorf("talosnode: watch dials %d is negative", dials)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+
+	return &Watches{
+		reader:  r,
+		maxAge:  maxAge,
+		dials:   make(chan struct{}, dials),
+		backoff: wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 30 * time.Second},
+		ctx:     ctx,
+		cancel:  cancel,
+		nodes:   map[string]*nodeWatch{},
+	}, nil
+}
+
+// MaxAge is the freshness bound in effect.
+func (w *Watches) MaxAge() time.Duration {
+	return w.maxAge
+}
+
+// Keep watches exactly these endpoints: it starts the watches of new ones and
+// ends those of endpoints not named. After Stop it does nothing.
+func (w *Watches) Keep(endpoints []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	if w.ctx.Err() != nil {
+		return
+	}
+
+	for endpoint, n := range w.nodes {
+		if !slices.Contains(endpoints, endpoint) {
+			n.cancel()
+			delete(w.nodes, endpoint)
+		}
+	}
+
+	for _, endpoint := range endpoints {
+		if _, ok := w.nodes[endpoint]; ok || endpoint == "" {
+			continue
+		}
+
+		ctx, cancel := context.WithCancel(w.ctx)
+		n := &nodeWatch{cancel: cancel}
+		w.nodes[endpoint] = n
+
+		w.wg.Go(func() { w.run(ctx, endpoint, n) })
+	}
+}
+
+// Stop ends every watch and waits until their connections are closed.
+func (w *Watches) Stop() {
+	w.mu.Lock()
+	w.cancel()
+	w.nodes = map[string]*nodeWatch{}
+	w.mu.Unlock()
+
+	w.wg.Wait()
+}
+
+// Count is how many nodes are watched, and of those how many have an
+// established, synced watch younger than the bound.
+func (w *Watches) Count() (watched, live int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+
+	now := w.reader.clock()
+
+	for _, n := range w.nodes {
+		if _, ok := n.identity(now, w.maxAge); ok {
+			live++
+		}
+	}
+
+	return len(w.nodes), live
+}
+
+// Live reports whether the endpoint has an established, synced watch younger
+// than the bound.
+func (w *Watches) Live(endpoint string) bool {
+	w.mu.Lock()
+	n := w.nodes[endpoint]
+	w.mu.Unlock()
+
+	if n == nil {
+		return false
+	}
+
+	_, ok := n.identity(w.reader.clock(), w.maxAge)
+
+	return ok
+}
+
+// Read returns the node's identity from its watch when that is established,
+// synced and younger than the bound, and otherwise reads the node directly
+// (Reader.Read, with its errors).
+func (w *Watches) Read(ctx context.Context, endpoint string) (Identity, Source, error) {
+	w.mu.Lock()
+	n := w.nodes[endpoint]
+	w.mu.Unlock()
+
+	if n != nil {
+		if id, ok := n.identity(w.reader.clock(), w.maxAge); ok {
+			return id, FromWatch, nil
+		}
+	}
+
+	id, err := w.reader.Read(ctx, endpoint)
+
+	return id, FromRead, err
+}
+
+// run keeps the node's watch until ctx ends: each watch lasts until an error
+// (then a backoff) or until the bound (then a new one at once).
+func (w *Watches) run(ctx context.Context, endpoint string, n *nodeWatch) {
+	backoff := w.backoff
+
+	for ctx.Err() == nil {
+		err := w.watchOnce(ctx, endpoint, n)
+		n.drop()
+
+		if err == nil {
+			backoff = w.backoff
+
+			continue
+		}
+
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff.Step()):
+		}
+	}
+}
+
+// watchOnce establishes one watch of the node and follows it until it fails,
+// ctx ends, or it reaches its age (then it returns nil).
+func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) error {
+	select {
+	case w.dials <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+
+	dialing := true
+	release := func() {
+		if dialing {
+			dialing = false
+			<-w.dials
+		}
+	}
+	defer release()
+
+	// The events are few and small: no 32 KiB buffers per connection held
+	// for as long as the watch lives.
+	c, err := w.reader.connect(ctx, endpoint, grpc.WithReadBufferSize(0), grpc.WithWriteBufferSize(0))
+	if err != nil {
+		return err
+	}
+
+	defer c.Close() //nolint:errcheck // nothing was written; a close error changes nothing
+
+	watchCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	// Establishing is bounded like a read: a node that accepts and never
+	// answers holds a dial slot no longer than that.
+	setup := time.AfterFunc(w.reader.timeout, func() {
+		cancel(fmt.Errorf("talos node %s: watch not established within %s", endpoint, w.reader.timeout))
+	})
+	defer setup.Stop()
+
+	// Without the adapter's own retries: a broken stream must end this
+	// watch at once, so reads go to the node until a new one is synced.
+	st := state.WrapCore(cosiclient.NewAdapter(cosiv1alpha1.NewStateClient(c.Conn()), cosiclient.WithDisableWatchRetry()))
+	events := make(chan state.Event, len(identityPointers))
+
+	for _, ptr := range identityPointers {
+		if err := st.Watch(watchCtx, ptr, events); err != nil {
+			if cause := context.Cause(watchCtx); cause != nil && ctx.Err() == nil {
+				return cause
+			}
+
+			return fmt.Errorf("talos node %s: watch %s %s/%s: %w", endpoint, ptr.Type(), ptr.Namespace(), ptr.ID(), err)
+		}
+	}
+
+	age := time.NewTimer(jittered(w.maxAge))
+	defer age.Stop()
+
+	synced := false
+
+	for {
+		select {
+		case <-watchCtx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+
+			return context.Cause(watchCtx)
+		case <-age.C:
+			return nil
+		case ev := <-events:
+			if ev.Type == state.Errored {
+				return fmt.Errorf("talos node %s: watch: %w", endpoint, ev.Error)
+			}
+
+			n.apply(ev)
+
+			if !synced && n.complete() {
+				synced = true
+
+				setup.Stop()
+				release()
+				n.establish(c.Conn(), w.reader.clock())
+			}
+		}
+	}
+}
+
+// jittered is d less up to a tenth, so that watches made at one moment (a
+// start) are not all made anew at one moment.
+func jittered(d time.Duration) time.Duration {
+	return wait.Jitter(d*9/10, 1.0/9)
+}
+
+// apply takes an event of the watch in. An event about anything but the
+// three resources (a node may send what it likes on its streams) is ignored.
+func (n *nodeWatch) apply(ev state.Event) {
+	if ev.Resource == nil || !watched(ev.Resource.Metadata()) {
+		return
+	}
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	gone := ev.Type == state.Destroyed
+
+	switch r := ev.Resource.(type) {
+	case *k8s.NodeIP:
+		n.nodeIP = nil
+		if !gone {
+			n.nodeIP = r.TypedSpec()
+		}
+	case *k8s.Nodename:
+		n.nodename = nil
+		if !gone {
+			n.nodename = r.TypedSpec()
+		}
+	case *network.HostnameStatus:
+		n.hostname = nil
+		if !gone {
+			n.hostname = r.TypedSpec()
+		}
+	default:
+		return
+	}
+
+	if n.nodeIP != nil && n.nodename != nil && n.hostname != nil {
+		n.id = Identity{
+			Nodename:  n.nodename.Nodename,
+			Hostname:  n.hostname.Hostname,
+			Addresses: canonicalAddresses(n.nodeIP.Addresses),
+		}
+	}
+}
+
+func watched(md *resource.Metadata) bool {
+	return slices.ContainsFunc(identityPointers, func(p resource.Pointer) bool {
+		return md.Namespace() == p.Namespace() && md.Type() == p.Type() && md.ID() == p.ID()
+	})
+}
+
+func (n *nodeWatch) complete() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	return n.nodeIP != nil && n.nodename != nil && n.hostname != nil
+}
+
+func (n *nodeWatch) establish(conn *grpc.ClientConn, at time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	n.conn, n.since = conn, at
+}
+
+// drop forgets the ended watch and all it saw.
+func (n *nodeWatch) drop() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	n.conn, n.nodeIP, n.nodename, n.hostname, n.id = nil, nil, nil, nil, Identity{}
+}
+
+// identity is the watched identity, if the watch is established, its
+// connection up, all three resources present and the watch younger than
+// maxAge at now.
+func (n *nodeWatch) identity(now time.Time, maxAge time.Duration) (Identity, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	switch {
+	case n.conn == nil, n.nodeIP == nil, n.nodename == nil, n.hostname == nil:
+		return Identity{}, false
+	case now.Sub(n.since) >= maxAge || now.Before(n.since):
+		return Identity{}, false
+	case n.conn.GetState() != connectivity.Ready:
+		return Identity{}, false
+	}
+
+	return Identity{Nodename: n.id.Nodename, Hostname: n.id.Hostname, Addresses: slices.Clone(n.id.Addresses)}, true
+}

@@ -1,0 +1,318 @@
+package talosnode_test
+
+import (
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
+	"github.com/ichor-dev/ichor-policy/test/talosapi"
+)
+
+// waitLive waits until every watched node has a live watch.
+func waitLive(t *testing.T, w *talosnode.Watches, want int) {
+	t.Helper()
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		watched, live := w.Count()
+		assert.Equal(c, want, watched)
+		assert.Equal(c, want, live)
+	}, 15*time.Second, 10*time.Millisecond, "the watches were not established")
+}
+
+func newWatches(t *testing.T, r *talosnode.Reader, opts talosnode.WatchOptions) *talosnode.Watches {
+	t.Helper()
+
+	w, err := r.Watches(opts)
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+
+	return w
+}
+
+// clock is a settable time for the freshness bound; it starts at the real
+// time, so the credentials it dates are valid on the node.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	return c.now
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+
+	c.now = c.now.Add(d)
+}
+
+func TestAWatchedNodeIsReadWithoutACallPerRead(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1.lan", "10.5.0.2")
+	w := newWatches(t, newReader(t, n.ca, talosnode.Options{}), talosnode.WatchOptions{})
+
+	w.Keep([]string{n.srv.Endpoint()})
+	waitLive(t, w, 1)
+
+	gets := n.srv.Calls(talosapi.MethodStateGet)
+
+	for range 5 {
+		id, src, err := w.Read(t.Context(), n.srv.Endpoint())
+		require.NoError(t, err)
+		assert.Equal(t, talosnode.FromWatch, src)
+		assert.Equal(t, talosnode.Identity{Nodename: "worker-1", Hostname: "worker-1.lan", Addresses: []string{"10.5.0.2"}}, id)
+	}
+
+	assert.Equal(t, gets, n.srv.Calls(talosapi.MethodStateGet), "a watched node was read directly")
+	assert.Equal(t, 3, n.srv.Calls(talosapi.MethodStateWatch), "one watch per resource")
+
+	// A node not watched is read directly.
+	other := startNode(t, "worker-2", "worker-2.lan", "10.5.0.3")
+	_, src, err := w.Read(t.Context(), other.srv.Endpoint())
+	require.Error(t, err, "another cluster's CA: the read must fail the handshake")
+	assert.Equal(t, talosnode.FromRead, src)
+}
+
+func TestAWatchSeesTheIdentityChangeMidWatch(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1.lan", "10.5.0.2")
+	w := newWatches(t, newReader(t, n.ca, talosnode.Options{}), talosnode.WatchOptions{})
+
+	w.Keep([]string{n.srv.Endpoint()})
+	waitLive(t, w, 1)
+
+	require.NoError(t, n.srv.SetIdentity(t.Context(), talosapi.Identity{
+		Nodename: "worker-9", Hostname: "worker-9.lan", Addresses: []netip.Addr{netip.MustParseAddr("fd00::9")},
+	}))
+
+	want := talosnode.Identity{Nodename: "worker-9", Hostname: "worker-9.lan", Addresses: []string{"fd00::9"}}
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		id, src, err := w.Read(t.Context(), n.srv.Endpoint())
+		assert.NoError(c, err)
+		assert.Equal(c, talosnode.FromWatch, src)
+		assert.Equal(c, want, id)
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// A node whose events stop reaching Ichor while its state changes is believed
+// at most for the bound: then it is read directly, and says what it is.
+func TestANodeThatLiesBetweenEventsIsReadAfreshAtTheBound(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1.lan", "10.5.0.2")
+	clk := &clock{now: time.Now()}
+	w := newWatches(t, newReader(t, n.ca, talosnode.Options{Clock: clk.Now}), talosnode.WatchOptions{MaxAge: 20 * time.Second})
+
+	w.Keep([]string{n.srv.Endpoint()})
+	waitLive(t, w, 1)
+
+	n.srv.SetWatchesMuted(true)
+	require.NoError(t, n.srv.SetIdentity(t.Context(), talosapi.Identity{
+		Nodename: "worker-9", Hostname: "worker-9.lan", Addresses: []netip.Addr{netip.MustParseAddr("10.5.0.9")},
+	}))
+
+	// Within the bound, the watch's word stands: that is the bound's price.
+	id, src, err := w.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err)
+	assert.Equal(t, talosnode.FromWatch, src)
+	assert.Equal(t, "worker-1", id.Nodename)
+
+	clk.Add(20 * time.Second)
+
+	id, src, err = w.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err)
+	assert.Equal(t, talosnode.FromRead, src, "a watch as old as the bound was believed")
+	assert.Equal(t, talosnode.Identity{Nodename: "worker-9", Hostname: "worker-9.lan", Addresses: []string{"10.5.0.9"}}, id)
+
+	_, live := w.Count()
+	assert.Zero(t, live)
+}
+
+// A dropped watch is not believed: reads go to the node (and fail while it is
+// away); when the node returns, a new watch is made and used.
+func TestAWatchDroppedIsNotBelievedAndTheNodesReturnIsWatchedAgain(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1.lan", "10.5.0.2")
+	w := newWatches(t, newReader(t, n.ca, talosnode.Options{Timeout: 2 * time.Second}), talosnode.WatchOptions{})
+
+	w.Keep([]string{n.srv.Endpoint()})
+	waitLive(t, w, 1)
+
+	n.srv.SetUnavailable(true)
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		_, src, err := w.Read(t.Context(), n.srv.Endpoint())
+		assert.Equal(c, talosnode.FromRead, src)
+		assert.Error(c, err)
+	}, 10*time.Second, 10*time.Millisecond, "the watch of a node that went away was still believed")
+
+	n.srv.SetUnavailable(false)
+	waitLive(t, w, 1)
+
+	id, src, err := w.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err)
+	assert.Equal(t, talosnode.FromWatch, src)
+	assert.Equal(t, "worker-1", id.Nodename)
+}
+
+// A node that takes connections and never answers holds a dial slot no longer
+// than the read timeout: another node's watch is made all the same.
+func TestAHangingNodeGivesItsDialBack(t *testing.T) {
+	ca, err := talosapi.NewCA()
+	require.NoError(t, err)
+
+	hanging, err := talosapi.Start(t.Context(), talosapi.Options{CA: ca, Nodename: "hang", Hostname: "hang"})
+	require.NoError(t, err)
+	t.Cleanup(hanging.Stop)
+	hanging.SetHanging(true)
+
+	fine, err := talosapi.Start(t.Context(), talosapi.Options{CA: ca, Nodename: "fine", Hostname: "fine", Addresses: []netip.Addr{netip.MustParseAddr("10.5.0.2")}})
+	require.NoError(t, err)
+	t.Cleanup(fine.Stop)
+
+	w := newWatches(t, newReader(t, ca, talosnode.Options{Timeout: time.Second}), talosnode.WatchOptions{Dials: 1})
+	w.Keep([]string{hanging.Endpoint(), fine.Endpoint()})
+
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		id, src, err := w.Read(t.Context(), fine.Endpoint())
+		assert.NoError(c, err)
+		assert.Equal(c, talosnode.FromWatch, src)
+		assert.Equal(c, "fine", id.Nodename)
+	}, 15*time.Second, 10*time.Millisecond)
+
+	watched, live := w.Count()
+	assert.Equal(t, 2, watched)
+	assert.Equal(t, 1, live)
+}
+
+func TestKeepEndsTheWatchesOfNodesNoLongerNamed(t *testing.T) {
+	a := startNode(t, "a", "a", "10.5.0.2")
+	w := newWatches(t, newReader(t, a.ca, talosnode.Options{}), talosnode.WatchOptions{})
+
+	w.Keep([]string{a.srv.Endpoint()})
+	waitLive(t, w, 1)
+
+	w.Keep(nil)
+
+	watched, live := w.Count()
+	assert.Zero(t, watched)
+	assert.Zero(t, live)
+
+	_, src, err := w.Read(t.Context(), a.srv.Endpoint())
+	require.NoError(t, err)
+	assert.Equal(t, talosnode.FromRead, src)
+
+	w.Stop()
+	w.Keep([]string{a.srv.Endpoint()})
+
+	watched, _ = w.Count()
+	assert.Zero(t, watched, "a stopped set of watches started one")
+}
+
+func TestWatchOptions(t *testing.T) {
+	n := startNode(t, "a", "a")
+
+	for name, tc := range map[string]struct {
+		reader talosnode.Options
+		opts   talosnode.WatchOptions
+		want   time.Duration
+		err    string
+	}{
+		"default":           {want: talosnode.DefaultWatchMaxAge},
+		"set":               {opts: talosnode.WatchOptions{MaxAge: 30 * time.Second}, want: 30 * time.Second},
+		"capped at renewal": {reader: talosnode.Options{CertificateLifetime: time.Minute}, opts: talosnode.WatchOptions{MaxAge: time.Hour}, want: 20 * time.Second},
+		"negative age":      {opts: talosnode.WatchOptions{MaxAge: -time.Second}, err: "watch max age -1s is negative"},
+		"negative dials":    {opts: talosnode.WatchOptions{Dials: -1}, err: "watch dials -1 is negative"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			w, err := newReader(t, n.ca, tc.reader).Watches(tc.opts)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+
+			require.NoError(t, err)
+			t.Cleanup(w.Stop)
+			assert.Equal(t, tc.want, w.MaxAge())
+		})
+	}
+}
+
+// BenchmarkWatchMemory is what a live watch costs to hold: the heap and the
+// goroutines of N watches of one node (each its own connection, as each node
+// is), per watch, once all are established.
+func BenchmarkWatchMemory(b *testing.B) {
+	for _, watches := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("watches=%d", watches), func(b *testing.B) {
+			ca, err := talosapi.NewCA()
+			require.NoError(b, err)
+
+			for b.Loop() {
+				measureWatches(b, ca, watches)
+			}
+		})
+	}
+}
+
+func measureWatches(b *testing.B, ca *talosapi.CA, watches int) {
+	b.Helper()
+
+	srv, err := talosapi.Start(b.Context(), talosapi.Options{CA: ca, Nodename: "a", Hostname: "a", Addresses: []netip.Addr{netip.MustParseAddr("10.5.0.2")}})
+	require.NoError(b, err)
+	defer srv.Stop()
+
+	r, err := talosnode.NewReader(talosnode.Options{CACertPEM: ca.CertPEM, CAKeyPEM: ca.KeyPEM, Timeout: time.Minute})
+	require.NoError(b, err)
+
+	// One watch set per watch, each of one node: the endpoint is the key of
+	// a set, and the server is the same.
+	sets := make([]*talosnode.Watches, watches)
+	for i := range sets {
+		if sets[i], err = r.Watches(talosnode.WatchOptions{Dials: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	defer func() {
+		for _, s := range sets {
+			s.Stop()
+		}
+	}()
+
+	goroutines, heap := runtime.NumGoroutine(), heapInUse()
+
+	for _, s := range sets {
+		s.Keep([]string{srv.Endpoint()})
+	}
+
+	require.Eventually(b, func() bool {
+		for _, s := range sets {
+			if _, live := s.Count(); live != 1 {
+				return false
+			}
+		}
+
+		return true
+	}, 5*time.Minute, 100*time.Millisecond)
+
+	// The server's side is in this process too: its share is counted with
+	// the client's, so the figures are an upper bound of the manager's.
+	b.ReportMetric((float64(heapInUse())-float64(heap))/float64(watches), "heap-B/watch")
+	b.ReportMetric(float64(runtime.NumGoroutine()-goroutines)/float64(watches), "goroutines/watch")
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+
+	return m.HeapInuse
+}
