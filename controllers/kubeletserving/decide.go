@@ -466,7 +466,8 @@ func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigni
 	}
 }
 
-// readNode reads the machine's identity over its Talos API. A failure is a
+// readNode reads the machine's identity over its Talos API, from its live
+// watch when it has one fresh enough (NodeReaders.Read). A failure is a
 // fact for the rule (readable=false, and why), never a decision here. With
 // reach, the outcome counts towards the cluster's Ready.
 func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine, reach bool) *csrinput.Node {
@@ -475,14 +476,9 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 			p.r.NodeReaders.observe(p.key(), machine.Name, p.r.Clock.Now(), err)
 		}
 	}
-	reader, err := p.r.NodeReaders.Get(ctx, p.cluster)
-	if err != nil {
-		observe(err)
-		return &csrinput.Node{Readable: false, Error: err.Error(), Addresses: []string{}}
-	}
 	start := time.Now()
-	id, err := reader.Read(ctx, machine.Spec.Endpoint)
-	p.r.Metrics.talosRead(err, time.Since(start))
+	id, source, err := p.r.NodeReaders.Read(ctx, p.cluster, machine.Spec.Endpoint)
+	p.r.Metrics.talosRead(source, err, time.Since(start))
 	observe(err)
 	if err != nil {
 		return &csrinput.Node{Readable: false, Error: err.Error(), Addresses: []string{}}

@@ -68,6 +68,7 @@ var (
 	// metrics are the approver's, in a registry of the tests' own.
 	metricsRegistry = prometheus.NewRegistry()
 	metrics         *kubeletserving.Metrics
+	nodeReaders     *kubeletserving.NodeReaders
 )
 
 const wait = 60 * time.Second
@@ -109,6 +110,9 @@ func startManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// As the manager ships: the identities of machines expected to ask
+	// are watched.
+	nodeReaders = &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second, UnreachableAfter: 2 * time.Second, Watch: true}
 	r := &kubeletserving.Reconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
@@ -118,7 +122,7 @@ func startManager(ctx context.Context) error {
 		Recorder:  mgr.GetEventRecorder("ichor-kubelet-serving"),
 		// A machine whose reads fail for two seconds counts as unreachable
 		// for Ready, so that a test sees it within its deadline.
-		NodeReaders:    &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second, UnreachableAfter: 2 * time.Second},
+		NodeReaders:    nodeReaders,
 		ResyncInterval: 3 * time.Second,
 		// A tenant's server that holds a request is given up on soon.
 		TenantRequestTimeout: 3 * time.Second,
@@ -297,6 +301,40 @@ func TestGoodRequestIsApprovedSignedAndRecorded(t *testing.T) {
 
 	// No Event: the condition and the log say it (one Event a denial or a
 	// pending verdict, none an approval).
+}
+
+// A machine expected to ask (no certificate recorded) is watched before its
+// kubelet asks: its decision reads no node. Once its certificate is
+// recorded, it is no longer expected to ask and its watch ends.
+func TestAJoiningMachineIsDecidedFromItsWatchAndLetGoOnceRecorded(t *testing.T) {
+	f := newFixture(t, false)
+	node := f.machine("watched-1", "10.21.0.2")
+	key := types.NamespacedName{Namespace: f.ns, Name: f.cluster}
+	require.Eventually(t, func() bool { return nodeReaders.WatchLive(key, node.Endpoint()) }, wait, 10*time.Millisecond,
+		"the joining machine's identity is not watched")
+
+	kubelet, err := env.StartKubelet(f.ctx, harness.KubeletOptions{NodeName: "watched-1", DNSNames: []string{"watched-1"}, IPs: []net.IP{net.ParseIP("10.21.0.2")}})
+	require.NoError(t, err)
+	t.Cleanup(kubelet.Stop)
+	ctx, cancel := context.WithTimeout(f.ctx, wait)
+	defer cancel()
+	_, err = kubelet.WaitForCertificate(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, node.Calls(talosapi.MethodStateGet), "the decision read the node although its watch was live")
+
+	require.Eventually(t, func() bool { return !nodeReaders.WatchLive(key, node.Endpoint()) }, wait, 10*time.Millisecond,
+		"the watch of a machine with its certificate recorded did not end")
+	watches := node.Calls(talosapi.MethodStateWatch)
+	kubelet.Stop()
+	// A request of a machine not expected to ask is read from the node.
+	require.NoError(t, node.SetIdentity(f.ctx, talosapi.Identity{Nodename: "watched-1", Hostname: "watched-1", Addresses: []netip.Addr{netip.MustParseAddr("10.21.0.3")}}))
+	again, err := env.StartKubelet(f.ctx, harness.KubeletOptions{NodeName: "watched-1", DNSNames: []string{"watched-1"}, IPs: []net.IP{net.ParseIP("10.21.0.3")}})
+	require.NoError(t, err)
+	t.Cleanup(again.Stop)
+	_, err = again.WaitForCertificate(ctx)
+	require.NoError(t, err)
+	assert.Positive(t, node.Calls(talosapi.MethodStateGet), "the request of a machine not watched was not read from its node")
+	assert.Equal(t, watches, node.Calls(talosapi.MethodStateWatch), "a machine not expected to ask was watched again")
 }
 
 func TestEachDenyReasonEndToEnd(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 )
 
 // Metrics are the approver's Prometheus collectors, served beside the
@@ -12,6 +14,7 @@ import (
 type Metrics struct {
 	talosReadSeconds *prometheus.HistogramVec
 	talosReadErrors  prometheus.Counter
+	talosWatched     prometheus.Counter
 	writeFailures    *prometheus.CounterVec
 	pendingCSRs      *prometheus.GaugeVec
 	floodGuard       *prometheus.GaugeVec
@@ -30,6 +33,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ichor_talos_identity_read_errors_total",
 			Help: "Node identity reads that failed; the requests concerned stay pending.",
 		}),
+		talosWatched: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ichor_talos_identity_watched_total",
+			Help: "Node identities taken from the node's live watch (established, synced, younger than --talos-watch-max-age) instead of a read; ichor_talos_identity_read_duration_seconds counts the reads.",
+		}),
 		writeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_kubelet_serving_decision_failures_total",
 			Help: "Requests whose decision could not be reached or written, by kind: permanent (the API server refused the write as too large or invalid) or transient; each is tried again with backoff.",
@@ -43,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "1 while the rule withholds the cluster's approvals because its API server holds more undecided kubelet serving requests than its machines explain (TooManyPendingRequests); alert on it.",
 		}, []string{"namespace", "cluster"}),
 	}
-	for _, c := range []prometheus.Collector{m.talosReadSeconds, m.talosReadErrors, m.writeFailures, m.pendingCSRs, m.floodGuard} {
+	for _, c := range []prometheus.Collector{m.talosReadSeconds, m.talosReadErrors, m.talosWatched, m.writeFailures, m.pendingCSRs, m.floodGuard} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register the kubelet serving approver's metrics: %w", err)
 		}
@@ -51,8 +58,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) talosRead(err error, took time.Duration) {
+func (m *Metrics) talosRead(source talosnode.Source, err error, took time.Duration) {
 	if m == nil {
+		return
+	}
+	if source == talosnode.FromWatch {
+		m.talosWatched.Inc()
 		return
 	}
 	result := "ok"
@@ -96,4 +107,24 @@ func (m *Metrics) forget(namespace, cluster string) {
 		m.pendingCSRs.DeleteLabelValues(namespace, cluster)
 		m.floodGuard.DeleteLabelValues(namespace, cluster)
 	}
+}
+
+// RegisterWatchMetrics registers the gauges of the identity watches: how many
+// machines are watched, and how many of those watches are live.
+func RegisterWatchMetrics(reg prometheus.Registerer, n *NodeReaders) error {
+	for _, g := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ichor_talos_identity_watches",
+			Help: "Machines whose identity is watched (expected to ask for a serving certificate soon), over the clusters this replica serves.",
+		}, func() float64 { w, _ := n.Watches(); return float64(w) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ichor_talos_identity_watches_live",
+			Help: "Of ichor_talos_identity_watches, those established, synced and younger than --talos-watch-max-age; a decision for another machine reads its node.",
+		}, func() float64 { _, l := n.Watches(); return float64(l) }),
+	} {
+		if err := reg.Register(g); err != nil {
+			return fmt.Errorf("register the identity watches' metrics: %w", err)
+		}
+	}
+	return nil
 }

@@ -25,6 +25,12 @@ type NodeReaders struct {
 	Lifetime time.Duration
 	// Timeout bounds one identity read.
 	Timeout time.Duration
+	// Watch keeps a live watch of the identity of each machine expected to
+	// ask for a certificate soon (Keep), so that its decision reads no node
+	// (talosnode.Watches); WatchMaxAge is the watches' freshness bound (zero:
+	// talosnode.DefaultWatchMaxAge).
+	Watch       bool
+	WatchMaxAge time.Duration
 	// UnreachableAfter is how long a machine's reads must have failed
 	// without a success before it counts as unreachable for the cluster's
 	// Ready (defaultUnreachableAfter if zero): a node that is joining may
@@ -52,6 +58,9 @@ const defaultUnreachableAfter = time.Minute
 type cachedReader struct {
 	caCert []byte
 	reader *talosnode.Reader
+	// watches are the reader's live watches (nil when NodeReaders.Watch is
+	// off); they end with the reader.
+	watches *talosnode.Watches
 	// read is when the secrets bundle was last read, secretsRef where from.
 	read       time.Time
 	secretsRef ichorv1alpha1.SecretsBundleReference
@@ -62,13 +71,13 @@ type cachedReader struct {
 // rotated OS CA is in use within this time.
 const secretsFreshness = 10 * time.Second
 
-// Get returns the reader of a cluster, made anew when its OS CA changed.
-func (n *NodeReaders) Get(ctx context.Context, cluster *ichorv1alpha1.TalosCluster) (*talosnode.Reader, error) {
+// get returns the reader of a cluster, made anew when its OS CA changed.
+func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosCluster) (*cachedReader, error) {
 	key := types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name}
 	n.mu.Lock()
 	if c, ok := n.readers[key]; ok && c.secretsRef == cluster.Spec.SecretsRef && time.Since(c.read) < secretsFreshness {
 		n.mu.Unlock()
-		return c.reader, nil
+		return c, nil
 	}
 	n.mu.Unlock()
 	bundles, err := clustersecrets.Load(ctx, n.Reader, cluster)
@@ -80,7 +89,7 @@ func (n *NodeReaders) Get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	defer n.mu.Unlock()
 	if c, ok := n.readers[key]; ok && bytes.Equal(c.caCert, os.Crt) {
 		c.read, c.secretsRef = time.Now(), cluster.Spec.SecretsRef
-		return c.reader, nil
+		return c, nil
 	}
 	reader, err := talosnode.NewReader(talosnode.Options{
 		CACertPEM:           os.Crt,
@@ -91,17 +100,111 @@ func (n *NodeReaders) Get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	if err != nil {
 		return nil, fmt.Errorf("talos identity reader of cluster %s: %w", key, err)
 	}
+	c := &cachedReader{caCert: os.Crt, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef}
+	if n.Watch {
+		if c.watches, err = reader.Watches(talosnode.WatchOptions{MaxAge: n.WatchMaxAge}); err != nil {
+			return nil, fmt.Errorf("talos identity watches of cluster %s: %w", key, err)
+		}
+	}
 	if n.readers == nil {
 		n.readers = map[types.NamespacedName]*cachedReader{}
 	}
-	n.readers[key] = &cachedReader{caCert: os.Crt, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef}
-	return reader, nil
+	// A rotated OS CA: the watches made with the old one end.
+	if old, ok := n.readers[key]; ok && old.watches != nil {
+		go old.watches.Stop()
+	}
+	n.readers[key] = c
+	return c, nil
 }
 
-// Forget drops a cluster's reader and its machines' read outcomes.
+// Get returns the identity reader of a cluster, made anew when its OS CA
+// changed.
+func (n *NodeReaders) Get(ctx context.Context, cluster *ichorv1alpha1.TalosCluster) (*talosnode.Reader, error) {
+	c, err := n.get(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	return c.reader, nil
+}
+
+// Read is a machine's identity: from its live watch when it has one that is
+// established, synced and younger than the bound, otherwise read from the
+// node at once.
+func (n *NodeReaders) Read(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, endpoint string) (talosnode.Identity, talosnode.Source, error) {
+	c, err := n.get(ctx, cluster)
+	if err != nil {
+		return talosnode.Identity{}, talosnode.FromRead, err
+	}
+	if c.watches == nil {
+		id, err := c.reader.Read(ctx, endpoint)
+		return id, talosnode.FromRead, err
+	}
+	return c.watches.Read(ctx, endpoint)
+}
+
+// Keep watches exactly these endpoints of the cluster's machines (when Watch
+// is on); an error is the cluster's secrets bundle's.
+func (n *NodeReaders) Keep(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, endpoints []string) error {
+	if !n.Watch {
+		return nil
+	}
+	c, err := n.get(ctx, cluster)
+	if err != nil {
+		return err
+	}
+	c.watches.Keep(endpoints)
+	return nil
+}
+
+// Stop ends every cluster's watches and waits until their connections are
+// closed; the readers stay, so reads go to the nodes.
+func (n *NodeReaders) Stop() {
+	n.mu.Lock()
+	var stopping []*talosnode.Watches
+	for _, c := range n.readers {
+		if c.watches != nil {
+			stopping = append(stopping, c.watches)
+		}
+	}
+	n.mu.Unlock()
+	for _, w := range stopping {
+		w.Stop()
+	}
+}
+
+// WatchLive reports whether the endpoint of the cluster has a live watch
+// (established, synced, younger than the bound).
+func (n *NodeReaders) WatchLive(key types.NamespacedName, endpoint string) bool {
+	n.mu.Lock()
+	c, ok := n.readers[key]
+	n.mu.Unlock()
+	return ok && c.watches != nil && c.watches.Live(endpoint)
+}
+
+// Watches is how many machines are watched, and how many of those watches
+// are live (established, synced, younger than the bound), over all clusters.
+func (n *NodeReaders) Watches() (watched, live int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, c := range n.readers {
+		if c.watches != nil {
+			w, l := c.watches.Count()
+			watched, live = watched+w, live+l
+		}
+	}
+	return watched, live
+}
+
+// Forget drops a cluster's reader, its watches and its machines' read
+// outcomes.
 func (n *NodeReaders) Forget(key types.NamespacedName) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if c, ok := n.readers[key]; ok && c.watches != nil {
+		// Their connections close in the background: a reconcile does not
+		// wait on a node.
+		go c.watches.Stop()
+	}
 	delete(n.readers, key)
 	delete(n.reads, key)
 }

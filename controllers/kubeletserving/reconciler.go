@@ -217,6 +217,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	if err := mgr.Add(workers{r: r, n: r.MaxConcurrentDecisions, leader: r.Shards == nil}); err != nil {
 		return fmt.Errorf("add the decision workers: %w", err)
 	}
+	if err := mgr.Add(stopWatches{r.NodeReaders}); err != nil {
+		return fmt.Errorf("add the end of the identity watches: %w", err)
+	}
 	opts := controller.Options{MaxConcurrentReconciles: reconcileWorkers}
 	r.rejudge = make(chan event.TypedGenericEvent[types.NamespacedName])
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -600,9 +603,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	r.failures.ForgetIf(ofCluster(req.NamespacedName, live))
 	pending, withheld := r.leftPending(req.NamespacedName, csrs)
 	r.Metrics.pending(cluster.Namespace, cluster.Name, pending, withheld)
+	renewal, err := r.keepWatches(ctx, &cluster, p.now)
+	if err != nil {
+		// The decisions read the nodes directly meanwhile.
+		logger.Error(err, "cannot watch the machines' identities")
+	}
 	next, err := r.updateConditions(ctx, &cluster, p.now, withheld)
 	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if renewal > 0 && (next <= 0 || renewal < next) {
+		next = renewal
 	}
 	if next <= 0 || next > r.ResyncInterval {
 		next = r.ResyncInterval

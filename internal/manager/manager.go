@@ -122,6 +122,10 @@ type Options struct {
 
 	ResyncInterval time.Duration
 	TalosTimeout   time.Duration
+	// TalosWatch keeps live identity watches of the machines expected to
+	// ask soon; TalosWatchMaxAge is their freshness bound.
+	TalosWatch       bool
+	TalosWatchMaxAge time.Duration
 	// ReaderLifetime is the lifetime asked for the manager's own os:reader
 	// Talos certificate; zero for the policy's default.
 	ReaderLifetime time.Duration
@@ -337,7 +341,14 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if err != nil {
 		return err
 	}
-	nodeReaders := &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Lifetime: lifetime, Timeout: o.TalosTimeout}
+	if o.TalosWatchMaxAge < 0 {
+		return fmt.Errorf("--talos-watch-max-age %s is negative", o.TalosWatchMaxAge)
+	}
+	nodeReaders := &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Lifetime: lifetime, Timeout: o.TalosTimeout,
+		Watch: o.TalosWatch, WatchMaxAge: o.TalosWatchMaxAge}
+	if err := kubeletserving.RegisterWatchMetrics(ctrlmetrics.Registry, nodeReaders); err != nil {
+		return err
+	}
 	serving := &kubeletserving.Reconciler{
 		Metrics:        servingMetrics,
 		Client:         mgr.GetClient(),

@@ -49,8 +49,10 @@ func TestShardAPausedReplicaDecidesNothingOnceItsShardsAreTaken(t *testing.T) {
 	live := []string{"pa", "pb"}
 	for _, id := range live {
 		// A Talos read outlives the pause: what stops the paused replica's
-		// decisions must be the fence, not a timeout.
-		s.startWith(id, shardCount, "--talos-timeout=90s")
+		// decisions must be the fence, not a timeout. The nodes are read at
+		// decision time, not watched: a held read is how the test holds a
+		// decision in flight.
+		s.startWith(id, shardCount, "--talos-timeout=90s", "--talos-watch=false")
 	}
 	s.waitSettled(live, 90*time.Second)
 	victim, taker := live[0], live[1]
