@@ -72,6 +72,8 @@ func metricSums() map[string]float64 {
 				out[key+"_sum"] += h.GetSampleSum()
 			} else if c := m.GetCounter(); c != nil {
 				out[key] += c.GetValue()
+			} else if g := m.GetGauge(); g != nil {
+				out[key] += g.GetValue()
 			}
 		}
 	}

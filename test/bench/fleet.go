@@ -402,3 +402,49 @@ feed:
 func since(t time.Time) time.Duration {
 	return time.Since(t).Round(100 * time.Millisecond)
 }
+
+// ForgetCertificates clears the serving certificate recorded on each machine
+// of the group, as before the fleet's first join: every run's requests are
+// then of machines expected to ask (whose identities the manager watches),
+// whatever an earlier run recorded.
+func (f *Fleet) ForgetCertificates(ctx context.Context, g Group) error {
+	work := make(chan *Machine)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for range 8 {
+		wg.Go(func() {
+			for m := range work {
+				if err := f.forgetCertificate(ctx, m); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, m := range g.Machines {
+		work <- m
+	}
+	close(work)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (f *Fleet) forgetCertificate(ctx context.Context, m *Machine) error {
+	var tm ichorv1alpha1.TalosMachine
+	key := types.NamespacedName{Namespace: m.Cluster.Namespace, Name: m.Name}
+	if err := f.Env.Client.Get(ctx, key, &tm); err != nil {
+		return fmt.Errorf("get TalosMachine %s: %w", key, err)
+	}
+	if tm.Status.KubeletServingCertificate == nil {
+		return nil
+	}
+	tm.Status.KubeletServingCertificate = nil
+	if err := f.Env.Client.Status().Update(ctx, &tm); err != nil {
+		return fmt.Errorf("forget the certificate of TalosMachine %s: %w", key, err)
+	}
+	return nil
+}

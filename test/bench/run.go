@@ -165,6 +165,10 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 		return res, err
 	}
 
+	if err := f.ForgetCertificates(ctx, g); err != nil {
+		return res, err
+	}
+
 	name := RunName(v.Name, n, len(g.Clusters))
 	if v.Mode == "cli" {
 		if err := f.InstallWebhook(); err != nil {
@@ -206,6 +210,12 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 	}
 	if len(denied) > 0 {
 		return res, fmt.Errorf("%s: warm-up request denied: %v\n%s", name, denied, tail(ctl.LogPath, 20))
+	}
+	// The warm-up's machines have their certificates recorded: the others
+	// are expected to ask, and their identities are watched before the load
+	// (a manager that watches none has no such gauge).
+	if err := waitWatches(ctx, ctls, n-len(warmNames)); err != nil {
+		return res, fmt.Errorf("%s: %w\n%s", name, err, tail(ctl.LogPath, 20))
 	}
 	say("%s: started and warmed up in %s", name, since(start))
 
@@ -449,4 +459,32 @@ func (f *Fleet) WriteKubeconfig(dir string) (string, error) {
 // waitFor polls cond every interval until it holds or the timeout passes.
 func waitFor(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error)) error {
 	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, cond)
+}
+
+// watchesLive is the manager's gauge of live identity watches.
+const watchesLive = "ichor_talos_identity_watches_live"
+
+// waitWatches waits until the controllers' live identity watches, summed,
+// are at least want, when they report any.
+func waitWatches(ctx context.Context, ctls []*Controller, want int) error {
+	live := 0.0
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		live = 0
+		for _, c := range ctls {
+			st, err := c.Stats(ctx)
+			if err != nil {
+				return false, err
+			}
+			v, ok := st.Metrics[watchesLive]
+			if !ok {
+				return true, nil
+			}
+			live += v
+		}
+		return live >= float64(want), nil
+	})
+	if err != nil {
+		return fmt.Errorf("identity watches live: %.0f of %d: %w", live, want, err)
+	}
+	return nil
 }
