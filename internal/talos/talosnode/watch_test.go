@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/test/talosapi"
@@ -34,27 +34,6 @@ func newWatches(t *testing.T, r *talosnode.Reader, opts talosnode.WatchOptions) 
 	t.Cleanup(w.Stop)
 
 	return w
-}
-
-// clock is a settable time for the freshness bound; it starts at the real
-// time, so the credentials it dates are valid on the node.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-
-	c.now = c.now.Add(d)
 }
 
 func TestAWatchedNodeIsReadWithoutACallPerRead(t *testing.T) {
@@ -108,7 +87,9 @@ func TestAWatchSeesTheIdentityChangeMidWatch(t *testing.T) {
 // at most for the bound: then it is read directly, and says what it is.
 func TestANodeThatLiesBetweenEventsIsReadAfreshAtTheBound(t *testing.T) {
 	n := startNode(t, "worker-1", "worker-1.lan", "10.5.0.2")
-	clk := &clock{now: time.Now()}
+	// From the real time, so that the credentials it dates are valid on
+	// the node.
+	clk := clocktesting.NewFakeClock(time.Now())
 	w := newWatches(t, newReader(t, n.ca, talosnode.Options{Clock: clk.Now}), talosnode.WatchOptions{MaxAge: 20 * time.Second})
 
 	w.Keep([]string{n.srv.Endpoint()})
@@ -125,7 +106,7 @@ func TestANodeThatLiesBetweenEventsIsReadAfreshAtTheBound(t *testing.T) {
 	assert.Equal(t, talosnode.FromWatch, src)
 	assert.Equal(t, "worker-1", id.Nodename)
 
-	clk.Add(20 * time.Second)
+	clk.Step(20 * time.Second)
 
 	id, src, err = w.Read(t.Context(), n.srv.Endpoint())
 	require.NoError(t, err)
