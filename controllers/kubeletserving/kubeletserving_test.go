@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
@@ -45,6 +46,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
+	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 	"github.com/ichor-dev/ichor-policy/test/talosapi"
@@ -335,6 +337,51 @@ func TestAJoiningMachineIsDecidedFromItsWatchAndLetGoOnceRecorded(t *testing.T) 
 	require.NoError(t, err)
 	assert.Positive(t, node.Calls(talosapi.MethodStateGet), "the request of a machine not watched was not read from its node")
 	assert.Equal(t, watches, node.Calls(talosapi.MethodStateWatch), "a machine not expected to ask was watched again")
+}
+
+// The watches over all clusters are bounded: a cluster's machines beyond the
+// room the others leave are read at decision time, and take the room when it
+// is given back.
+func TestTheWatchesOverAllClustersAreBounded(t *testing.T) {
+	ctx := t.Context()
+	ns := "watches-bounded"
+	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	require.NoError(t, env.Client.Create(ctx, env.SecretsBundleSecret(ns, "talos-secrets")))
+	cluster := func(name string) *ichorv1alpha1.TalosCluster {
+		return &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: ichorv1alpha1.TalosClusterSpec{SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"}}}
+	}
+	a, b := cluster("a"), cluster("b")
+	var endpoints []string
+	for i := range 3 {
+		node, err := env.StartTalosNode(ctx, harness.NodeOptions{Name: fmt.Sprintf("bounded-%d", i), Addresses: []netip.Addr{netip.MustParseAddr(fmt.Sprintf("10.22.0.%d", i+2))}})
+		require.NoError(t, err)
+		t.Cleanup(node.Stop)
+		endpoints = append(endpoints, node.Endpoint())
+	}
+	nr := &kubeletserving.NodeReaders{Reader: env.Client, Timeout: 2 * time.Second, Watch: true, WatchMax: 2}
+	t.Cleanup(nr.Stop)
+	live := func(c *ichorv1alpha1.TalosCluster, endpoint string) func() bool {
+		return func() bool { return nr.WatchLive(client.ObjectKeyFromObject(c), endpoint) }
+	}
+
+	require.NoError(t, nr.Keep(ctx, a, endpoints[:2]))
+	require.NoError(t, nr.Keep(ctx, b, endpoints[2:]))
+	require.Eventually(t, live(a, endpoints[1]), wait, 10*time.Millisecond)
+	watched, _ := nr.Watches()
+	assert.Equal(t, 2, watched)
+	assert.False(t, live(b, endpoints[2])(), "a watch beyond the bound")
+	id, src, err := nr.Read(ctx, b, endpoints[2])
+	require.NoError(t, err)
+	assert.Equal(t, talosnode.FromRead, src)
+	assert.Equal(t, "bounded-2", id.Nodename)
+
+	// Room given back is taken at the cluster's next Keep.
+	require.NoError(t, nr.Keep(ctx, a, endpoints[:1]))
+	require.NoError(t, nr.Keep(ctx, b, endpoints[2:]))
+	require.Eventually(t, live(b, endpoints[2]), wait, 10*time.Millisecond)
+	watched, _ = nr.Watches()
+	assert.Equal(t, 2, watched)
 }
 
 func TestEachDenyReasonEndToEnd(t *testing.T) {

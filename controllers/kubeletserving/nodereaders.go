@@ -31,6 +31,11 @@ type NodeReaders struct {
 	// talosnode.DefaultWatchMaxAge).
 	Watch       bool
 	WatchMaxAge time.Duration
+	// WatchMax bounds the watches over all clusters (DefaultWatchMax if
+	// zero): each holds a connection, three streams and their goroutines.
+	// A cluster's machines beyond the room the others leave are read at
+	// decision time.
+	WatchMax int
 	// UnreachableAfter is how long a machine's reads must have failed
 	// without a success before it counts as unreachable for the cluster's
 	// Ready (defaultUnreachableAfter if zero): a node that is joining may
@@ -142,8 +147,9 @@ func (n *NodeReaders) Read(ctx context.Context, cluster *ichorv1alpha1.TalosClus
 	return c.watches.Read(ctx, endpoint)
 }
 
-// Keep watches exactly these endpoints of the cluster's machines (when Watch
-// is on); an error is the cluster's secrets bundle's.
+// Keep watches these endpoints of the cluster's machines, the first ones
+// first when WatchMax leaves no room for all, and no other of the cluster's
+// (when Watch is on); an error is the cluster's secrets bundle's.
 func (n *NodeReaders) Keep(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, endpoints []string) error {
 	if !n.Watch {
 		return nil
@@ -152,9 +158,25 @@ func (n *NodeReaders) Keep(ctx context.Context, cluster *ichorv1alpha1.TalosClus
 	if err != nil {
 		return err
 	}
-	c.watches.Keep(endpoints)
+	room := n.WatchMax
+	if room <= 0 {
+		room = DefaultWatchMax
+	}
+	n.mu.Lock()
+	for _, other := range n.readers {
+		if other != c && other.watches != nil {
+			w, _ := other.watches.Count()
+			room -= w
+		}
+	}
+	n.mu.Unlock()
+	c.watches.Keep(endpoints[:min(len(endpoints), max(room, 0))])
 	return nil
 }
+
+// DefaultWatchMax is NodeReaders.WatchMax's default: a join of 1,000
+// machines at once is watched whole, at about 180 MiB (docs/performance.md).
+const DefaultWatchMax = 1000
 
 // Stop ends every cluster's watches and waits until their connections are
 // closed; the readers stay, so reads go to the nodes.

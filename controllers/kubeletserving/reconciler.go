@@ -603,17 +603,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	r.failures.ForgetIf(ofCluster(req.NamespacedName, live))
 	pending, withheld := r.leftPending(req.NamespacedName, csrs)
 	r.Metrics.pending(cluster.Namespace, cluster.Name, pending, withheld)
-	renewal, err := r.keepWatches(ctx, &cluster, p.now)
-	if err != nil {
+	if err := r.keepWatches(ctx, &cluster, p.now); err != nil {
 		// The decisions read the nodes directly meanwhile.
 		logger.Error(err, "cannot watch the machines' identities")
 	}
 	next, err := r.updateConditions(ctx, &cluster, p.now, withheld)
 	if err != nil {
 		return reconcile.Result{}, err
-	}
-	if renewal > 0 && (next <= 0 || renewal < next) {
-		next = renewal
 	}
 	if next <= 0 || next > r.ResyncInterval {
 		next = r.ResyncInterval

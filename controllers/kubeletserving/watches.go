@@ -3,6 +3,8 @@ package kubeletserving
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -10,55 +12,47 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 )
 
-// renewalMark is the share of a kubelet serving certificate's lifetime after
-// which its kubelet may ask for the next: client-go's certificate manager
-// rotates at a jittered 70 to 90% of it.
-const renewalMark = 0.7
-
 // keepWatches watches the identity of the cluster's machines that are
 // expected to ask for a certificate soon: those with no unexpired recorded
-// certificate (a node joining, or one whose request is pending) and those
-// past the renewal mark of theirs. The others, most of a settled fleet, hold
-// no connection; a request of theirs is read from the node at once. It says
-// when the next machine reaches its mark (zero: none), to look again then.
-func (r *Reconciler) keepWatches(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, now time.Time) (next time.Duration, err error) {
+// certificate (a node joining, or one whose request is pending), newest
+// first, as many as NodeReaders.WatchMax leaves room for. A machine with a
+// certificate is not watched, not even near its renewal: a watch is made
+// anew at every freshness bound, so a machine watched for the months before
+// its renewal would cost tens of thousands of handshakes to save one, and a
+// settled fleet would hold a connection per node. Its renewal is read from
+// the node at once, as every request of a machine not watched is.
+func (r *Reconciler) keepWatches(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, now time.Time) error {
 	if !r.NodeReaders.Watch {
-		return 0, nil
+		return nil
 	}
 	var machines ichorv1alpha1.TalosMachineList
 	if err := r.Client.List(ctx, &machines, client.InNamespace(cluster.Namespace), client.MatchingFields{IndexCluster: cluster.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return 0, fmt.Errorf("list machines of the cluster: %w", err)
+		return fmt.Errorf("list machines of the cluster: %w", err)
 	}
-	var endpoints []string
+	var expected []*ichorv1alpha1.TalosMachine
 	for i := range machines.Items {
 		m := &machines.Items[i]
-		if m.Spec.Endpoint == "" {
-			continue
+		cert := m.Status.KubeletServingCertificate
+		if m.Spec.Endpoint != "" && (cert == nil || !cert.NotAfter.After(now)) {
+			expected = append(expected, m)
 		}
-		mark, expected := renewalDue(m.Status.KubeletServingCertificate, now)
-		if expected {
-			endpoints = append(endpoints, m.Spec.Endpoint)
-			continue
+	}
+	// A machine that joined long ago and never asked is the first to go
+	// without a watch when there is not room for all.
+	slices.SortFunc(expected, func(a, b *ichorv1alpha1.TalosMachine) int {
+		if c := b.CreationTimestamp.Compare(a.CreationTimestamp.Time); c != 0 {
+			return c
 		}
-		if d := mark.Sub(now) + time.Second; next == 0 || d < next {
-			next = d
-		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	endpoints := make([]string, len(expected))
+	for i, m := range expected {
+		endpoints[i] = m.Spec.Endpoint
 	}
 	if err := r.NodeReaders.Keep(ctx, cluster, endpoints); err != nil {
-		return 0, fmt.Errorf("watch the machines' identities: %w", err)
+		return fmt.Errorf("watch the machines' identities: %w", err)
 	}
-	return next, nil
-}
-
-// renewalDue says whether a machine with this recorded certificate is
-// expected to ask for one now, and if not, from when it is.
-func renewalDue(cert *ichorv1alpha1.KubeletServingCertificateStatus, now time.Time) (mark time.Time, due bool) {
-	if cert == nil || !cert.NotAfter.After(now) {
-		return time.Time{}, true
-	}
-	life := cert.NotAfter.Sub(cert.IssuedAt.Time)
-	mark = cert.IssuedAt.Add(time.Duration(float64(life) * renewalMark))
-	return mark, !now.Before(mark)
+	return nil
 }
 
 // stopWatches ends every identity watch when the manager stops, on every

@@ -61,6 +61,7 @@ type managerOptions struct {
 	talosTimeout         time.Duration
 	talosWatch           bool
 	talosWatchMaxAge     time.Duration
+	talosWatchMax        int
 	readerLifetime       time.Duration
 	kubeconfig           string
 	qps                  float32
@@ -125,7 +126,8 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.webhookClusterDomain, "webhook-cluster-domain", webhookcerts.DefaultClusterDomain, "the cluster's DNS domain, for the serving certificate's NAME.NAMESPACE.svc.DOMAIN")
 	f.DurationVar(&o.resync, "resync-interval", kubeletserving.DefaultResyncInterval, "how often every cluster is looked at again in full")
 	f.DurationVar(&o.talosTimeout, "talos-timeout", kubeletserving.DefaultTalosTimeout, "bound on reading one node's identity from its Talos API")
-	f.BoolVar(&o.talosWatch, "talos-watch", true, "keep a live watch of the identity of each machine expected to ask for a serving certificate soon (no certificate recorded, or past 70% of its lifetime), so its decision reads no node; false reads every node at decision time")
+	f.BoolVar(&o.talosWatch, "talos-watch", true, "keep a live watch of the identity of each machine expected to ask for a serving certificate soon (no unexpired certificate recorded: a node joining), so its decision reads no node; false reads every node at decision time")
+	f.IntVar(&o.talosWatchMax, "talos-watch-max", kubeletserving.DefaultWatchMax, "most identity watches held at once, over all clusters (about 180 KiB each); the newest machines of a cluster first, the others read at decision time")
 	f.DurationVar(&o.talosWatchMaxAge, "talos-watch-max-age", talosnode.DefaultWatchMaxAge, "freshness bound of an identity watch: it is believed for at most this long after it read the node, then made anew (capped at the renewal of the os:reader certificate)")
 	f.DurationVar(&o.readerLifetime, "talos-reader-lifetime", 0, "lifetime of the manager's own os:reader Talos certificate (default: the policy's default for purpose node-reader; above the policy's cap is refused)")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to run against (default: in-cluster, then $KUBECONFIG)")
@@ -191,6 +193,7 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 		TalosTimeout:                  o.talosTimeout,
 		TalosWatch:                    o.talosWatch,
 		TalosWatchMaxAge:              o.talosWatchMaxAge,
+		TalosWatchMax:                 o.talosWatchMax,
 		ReaderLifetime:                o.readerLifetime,
 		Sharding:                      o.sharding,
 	}

@@ -126,6 +126,8 @@ type Options struct {
 	// ask soon; TalosWatchMaxAge is their freshness bound.
 	TalosWatch       bool
 	TalosWatchMaxAge time.Duration
+	// TalosWatchMax bounds the watches held at once.
+	TalosWatchMax int
 	// ReaderLifetime is the lifetime asked for the manager's own os:reader
 	// Talos certificate; zero for the policy's default.
 	ReaderLifetime time.Duration
@@ -344,8 +346,11 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	if o.TalosWatchMaxAge < 0 {
 		return fmt.Errorf("--talos-watch-max-age %s is negative", o.TalosWatchMaxAge)
 	}
+	if o.TalosWatchMax < 0 {
+		return fmt.Errorf("--talos-watch-max %d is negative", o.TalosWatchMax)
+	}
 	nodeReaders := &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Lifetime: lifetime, Timeout: o.TalosTimeout,
-		Watch: o.TalosWatch, WatchMaxAge: o.TalosWatchMaxAge}
+		Watch: o.TalosWatch, WatchMaxAge: o.TalosWatchMaxAge, WatchMax: o.TalosWatchMax}
 	if err := kubeletserving.RegisterWatchMetrics(ctrlmetrics.Registry, nodeReaders); err != nil {
 		return err
 	}

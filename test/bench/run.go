@@ -6,12 +6,16 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 )
 
 // Variant is a controller the load is run against.
@@ -306,7 +310,47 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 		name, len(res.Outcome.Latencies), len(denied), res.Outcome.Elapsed().Round(time.Millisecond), res.Outcome.PerSecond(),
 		res.Outcome.Quantile(0.5).Round(time.Millisecond), res.Outcome.Quantile(0.99).Round(time.Millisecond),
 		res.CPU.Round(time.Millisecond), map[bool]string{true: " (TIMED OUT)", false: ""}[res.TimedOut])
+	if v.Ichor && !res.TimedOut {
+		// Outside the measures: the records Ichor makes after the last
+		// approval are let in before it stops, so that the machines of
+		// the next runs are as a settled fleet leaves them, not joining.
+		start := time.Now()
+		if err := f.waitRecorded(ctx, g); err != nil {
+			return res, fmt.Errorf("%s: %w", name, err)
+		}
+		say("%s: every certificate recorded %s after the last approval", name, since(start))
+	}
 	return res, nil
+}
+
+// waitRecorded waits until every machine of the group has a certificate
+// recorded.
+func (f *Fleet) waitRecorded(ctx context.Context, g Group) error {
+	mine := map[types.NamespacedName]bool{}
+	for _, m := range g.Machines {
+		mine[types.NamespacedName{Namespace: m.Cluster.Namespace, Name: m.Name}] = true
+	}
+	left := 0
+	err := waitFor(ctx, 2*time.Minute, func(ctx context.Context) (bool, error) {
+		left = 0
+		for _, ns := range namespacesOf(g) {
+			var list ichorv1alpha1.TalosMachineList
+			if err := f.Env.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+				return false, err
+			}
+			for i := range list.Items {
+				m := &list.Items[i]
+				if mine[client.ObjectKeyFromObject(m)] && m.Status.KubeletServingCertificate == nil {
+					left++
+				}
+			}
+		}
+		return left == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%d machines have no certificate recorded: %w", left, err)
+	}
+	return nil
 }
 
 // statsOf asks each process for its Stats.
@@ -487,4 +531,14 @@ func waitWatches(ctx context.Context, ctls []*Controller, want int) error {
 		return fmt.Errorf("identity watches live: %.0f of %d: %w", live, want, err)
 	}
 	return nil
+}
+
+func namespacesOf(g Group) []string {
+	var out []string
+	for _, c := range g.Clusters {
+		if !slices.Contains(out, c.Namespace) {
+			out = append(out, c.Namespace)
+		}
+	}
+	return out
 }
