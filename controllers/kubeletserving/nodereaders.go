@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
@@ -66,9 +68,14 @@ type cachedReader struct {
 	// watches are the reader's live watches (nil when NodeReaders.Watch is
 	// off); they end with the reader.
 	watches *talosnode.Watches
-	// read is when the secrets bundle was last read, secretsRef where from.
+	// read is when the secrets bundle was last read, secretsRef where from,
+	// uid the cluster's (one made anew under the same name starts afresh).
 	read       time.Time
 	secretsRef ichorv1alpha1.SecretsBundleReference
+	uid        types.UID
+	// want is how many of the cluster's machines are expected to ask, kept
+	// how many of those are watched (Keep).
+	want, kept int
 }
 
 // secretsFreshness is how long a cluster's secrets bundle, read once, is
@@ -80,19 +87,23 @@ const secretsFreshness = 10 * time.Second
 func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosCluster) (*cachedReader, error) {
 	key := types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name}
 	n.mu.Lock()
-	if c, ok := n.readers[key]; ok && c.secretsRef == cluster.Spec.SecretsRef && time.Since(c.read) < secretsFreshness {
+	if c, ok := n.readers[key]; ok && c.uid == cluster.UID && c.secretsRef == cluster.Spec.SecretsRef && time.Since(c.read) < secretsFreshness {
 		n.mu.Unlock()
 		return c, nil
 	}
 	n.mu.Unlock()
 	bundles, err := clustersecrets.Load(ctx, n.Reader, cluster)
 	if err != nil {
+		// The bundle taken away (or unreadable) stops the watches made
+		// with it: they would go on signing credentials from the key in
+		// memory.
+		n.dropReader(key)
 		return nil, err
 	}
 	os := bundles.Current.Certs.OS
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if c, ok := n.readers[key]; ok && bytes.Equal(c.caCert, os.Crt) {
+	if c, ok := n.readers[key]; ok && c.uid == cluster.UID && bytes.Equal(c.caCert, os.Crt) {
 		c.read, c.secretsRef = time.Now(), cluster.Spec.SecretsRef
 		return c, nil
 	}
@@ -105,10 +116,11 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	if err != nil {
 		return nil, fmt.Errorf("talos identity reader of cluster %s: %w", key, err)
 	}
-	c := &cachedReader{caCert: os.Crt, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef}
+	c := &cachedReader{caCert: os.Crt, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef, uid: cluster.UID}
 	if n.Watch {
 		if c.watches, err = reader.Watches(talosnode.WatchOptions{MaxAge: n.WatchMaxAge}); err != nil {
-			return nil, fmt.Errorf("talos identity watches of cluster %s: %w", key, err)
+			// Reads at decision time, as with --talos-watch=false.
+			log.FromContext(ctx).Error(err, "the cluster's machines are not watched", "taloscluster", key)
 		}
 	}
 	if n.readers == nil {
@@ -155,23 +167,60 @@ func (n *NodeReaders) Keep(ctx context.Context, cluster *ichorv1alpha1.TalosClus
 		return nil
 	}
 	c, err := n.get(ctx, cluster)
-	if err != nil {
+	if err != nil || c.watches == nil {
 		return err
 	}
-	room := n.WatchMax
-	if room <= 0 {
-		room = DefaultWatchMax
-	}
 	n.mu.Lock()
+	defer n.mu.Unlock()
+	c.want = len(endpoints)
+	c.kept = min(c.want, n.share(c))
+	c.watches.Keep(endpoints[:c.kept])
+	return nil
+}
+
+// share is how many watches the cluster may keep: its fair share of
+// WatchMax among the clusters that want watches (none gets more than it
+// wants, what one leaves is shared by the others), and no more than the
+// others leave free until they give theirs back at their next Keep. A
+// cluster of machines that never ask takes its share, not every watch.
+// n.mu is held.
+func (n *NodeReaders) share(c *cachedReader) int {
+	total := n.WatchMax
+	if total <= 0 {
+		total = DefaultWatchMax
+	}
+	var wants []int
+	free := total
 	for _, other := range n.readers {
-		if other != c && other.watches != nil {
-			w, _ := other.watches.Count()
-			room -= w
+		if other.watches == nil || other.want == 0 {
+			continue
+		}
+		wants = append(wants, other.want)
+		if other != c {
+			free -= other.kept
 		}
 	}
-	n.mu.Unlock()
-	c.watches.Keep(endpoints[:min(len(endpoints), max(room, 0))])
-	return nil
+	return max(0, min(fairShare(wants, total, c.want), free))
+}
+
+// fairShare is the max-min fair share of total for a claimant wanting want
+// among wants (want among them): the claims below an equal split are met
+// whole, and what they leave is split among the others.
+func fairShare(wants []int, total, want int) int {
+	slices.Sort(wants)
+	left, claimants := total, len(wants)
+	for _, w := range wants {
+		equal := left / claimants
+		if w > equal {
+			return min(want, equal)
+		}
+		if w == want {
+			return want
+		}
+		left -= w
+		claimants--
+	}
+	return want
 }
 
 // DefaultWatchMax is NodeReaders.WatchMax's default: a join of 1,000
@@ -220,6 +269,14 @@ func (n *NodeReaders) Watches() (watched, live int) {
 // Forget drops a cluster's reader, its watches and its machines' read
 // outcomes.
 func (n *NodeReaders) Forget(key types.NamespacedName) {
+	n.dropReader(key)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.reads, key)
+}
+
+// dropReader drops a cluster's reader and ends its watches.
+func (n *NodeReaders) dropReader(key types.NamespacedName) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if c, ok := n.readers[key]; ok && c.watches != nil {
@@ -228,7 +285,6 @@ func (n *NodeReaders) Forget(key types.NamespacedName) {
 		go c.watches.Stop()
 	}
 	delete(n.readers, key)
-	delete(n.reads, key)
 }
 
 // observe records the outcome of a read of a machine of the cluster (err nil

@@ -562,8 +562,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// Ichor acting there), a server that cannot be identified or
 		// watched: nothing is decided for the cluster until it is put
 		// right, so the watch an earlier reconcile started, and the
-		// credentials it holds, end here; the workers find no target.
+		// credentials it holds, end here; the workers find no target, and
+		// no node is watched for it.
 		r.targets.drop(req.NamespacedName, false)
+		r.NodeReaders.Forget(req.NamespacedName)
 		logger.Error(err, "cannot judge the cluster's API server")
 		if err := r.refuseTarget(ctx, &cluster, err); err != nil {
 			return reconcile.Result{}, err

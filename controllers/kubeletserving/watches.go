@@ -14,8 +14,11 @@ import (
 
 // keepWatches watches the identity of the cluster's machines that are
 // expected to ask for a certificate soon: those with no unexpired recorded
-// certificate (a node joining, or one whose request is pending), newest
-// first, as many as NodeReaders.WatchMax leaves room for. A machine with a
+// certificate made within joinWindow (a node joining, or one whose request
+// is pending), newest first, as many as NodeReaders.WatchMax leaves room for.
+// A machine that has not asked within the window is not watched any longer:
+// it may never ask, and its watch, made anew at every bound, would cost a
+// handshake every two minutes for nothing. A machine with a
 // certificate is not watched, not even near its renewal: a watch is made
 // anew at every freshness bound, so a machine watched for the months before
 // its renewal would cost tens of thousands of handshakes to save one, and a
@@ -33,7 +36,8 @@ func (r *Reconciler) keepWatches(ctx context.Context, cluster *ichorv1alpha1.Tal
 	for i := range machines.Items {
 		m := &machines.Items[i]
 		cert := m.Status.KubeletServingCertificate
-		if m.Spec.Endpoint != "" && (cert == nil || !cert.NotAfter.After(now)) {
+		joining := now.Sub(m.CreationTimestamp.Time) < joinWindow
+		if m.Spec.Endpoint != "" && joining && (cert == nil || !cert.NotAfter.After(now)) {
 			expected = append(expected, m)
 		}
 	}
@@ -54,6 +58,10 @@ func (r *Reconciler) keepWatches(ctx context.Context, cluster *ichorv1alpha1.Tal
 	}
 	return nil
 }
+
+// joinWindow is how long after its TalosMachine is made a machine without a
+// certificate counts as joining.
+const joinWindow = time.Hour
 
 // stopWatches ends every identity watch when the manager stops, on every
 // replica (a replica that is not the leader serves its shards).

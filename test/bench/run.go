@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 )
 
 // Variant is a controller the load is run against.
@@ -218,7 +219,7 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 	// The warm-up's machines have their certificates recorded: the others
 	// are expected to ask, and their identities are watched before the load
 	// (a manager that watches none has no such gauge).
-	if err := waitWatches(ctx, ctls, n-len(warmNames)); err != nil {
+	if err := waitWatches(ctx, ctls, v.Ichor, min(n-len(warmNames), kubeletserving.DefaultWatchMax)); err != nil {
 		return res, fmt.Errorf("%s: %w\n%s", name, err, tail(ctl.LogPath, 20))
 	}
 	say("%s: started and warmed up in %s", name, since(start))
@@ -314,18 +315,15 @@ func (f *Fleet) Run(ctx context.Context, tr *Tracker, v Variant, g Group, o RunO
 		// Outside the measures: the records Ichor makes after the last
 		// approval are let in before it stops, so that the machines of
 		// the next runs are as a settled fleet leaves them, not joining.
-		start := time.Now()
-		if err := f.waitRecorded(ctx, g); err != nil {
-			return res, fmt.Errorf("%s: %w", name, err)
-		}
-		say("%s: every certificate recorded %s after the last approval", name, since(start))
+		return res, f.waitRecorded(ctx, g, name, say)
 	}
 	return res, nil
 }
 
 // waitRecorded waits until every machine of the group has a certificate
-// recorded.
-func (f *Fleet) waitRecorded(ctx context.Context, g Group) error {
+// recorded, and says how long it took.
+func (f *Fleet) waitRecorded(ctx context.Context, g Group, name string, say func(string, ...any)) error {
+	start := time.Now()
 	mine := map[types.NamespacedName]bool{}
 	for _, m := range g.Machines {
 		mine[types.NamespacedName{Namespace: m.Cluster.Namespace, Name: m.Name}] = true
@@ -348,8 +346,9 @@ func (f *Fleet) waitRecorded(ctx context.Context, g Group) error {
 		return left == 0, nil
 	})
 	if err != nil {
-		return fmt.Errorf("%d machines have no certificate recorded: %w", left, err)
+		return fmt.Errorf("%s: %d machines have no certificate recorded: %w", name, left, err)
 	}
+	say("%s: every certificate recorded %s after the last approval", name, since(start))
 	return nil
 }
 
@@ -509,8 +508,9 @@ func waitFor(ctx context.Context, timeout time.Duration, cond func(context.Conte
 const watchesLive = "ichor_talos_identity_watches_live"
 
 // waitWatches waits until the controllers' live identity watches, summed,
-// are at least want, when they report any.
-func waitWatches(ctx context.Context, ctls []*Controller, want int) error {
+// are at least want (at most --talos-watch-max are made), when they report
+// any; Ichor must.
+func waitWatches(ctx context.Context, ctls []*Controller, ichor bool, want int) error {
 	live := 0.0
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		live = 0
@@ -520,6 +520,9 @@ func waitWatches(ctx context.Context, ctls []*Controller, want int) error {
 				return false, err
 			}
 			v, ok := st.Metrics[watchesLive]
+			if !ok && ichor {
+				return false, fmt.Errorf("%s reports no %s", c.Name, watchesLive)
+			}
 			if !ok {
 				return true, nil
 			}

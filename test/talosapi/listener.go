@@ -62,6 +62,14 @@ func (l *gatedListener) Accept() (net.Conn, error) {
 	}
 }
 
+// heldConns is how many connections the node holds unanswered (hanging).
+func (l *gatedListener) heldConns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	return len(l.held)
+}
+
 // setMode switches the mode and drops every connection made under the old one,
 // so clients that already had a connection see the outage too.
 func (l *gatedListener) setMode(m mode) {

@@ -226,6 +226,11 @@ func (s *Server) SetHanging(hang bool) {
 	s.setMode(hang, hanging)
 }
 
+// Held is how many connections the node holds unanswered while hanging.
+func (s *Server) Held() int {
+	return s.listener.heldConns()
+}
+
 func (s *Server) setMode(on bool, m mode) {
 	if on {
 		s.listener.setMode(m)

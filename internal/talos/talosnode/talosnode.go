@@ -50,6 +50,9 @@ const (
 	// maxBackdate is the clock skew between controller and node the credential
 	// tolerates.
 	maxBackdate = 30 * time.Second
+
+	// maxMessage bounds a message from a node.
+	maxMessage = 64 << 10
 )
 
 // Identity is what the node says about itself. Addresses are canonical
@@ -188,7 +191,10 @@ func (r *Reader) connect(ctx context.Context, endpoint string, opts ...grpc.Dial
 			Certificates: []tls.Certificate{*cert},
 			MinVersion:   tls.VersionTLS12,
 		}),
-		client.WithGRPCDialOptions(opts...),
+		// An identity is a few hundred bytes: a node gets no more than
+		// this for an answer or an event (gRPC's default is 4 MiB, Talos's
+		// client sets 32).
+		client.WithGRPCDialOptions(append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)))...),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("talos node %s: connect: %w", endpoint, err)

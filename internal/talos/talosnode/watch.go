@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 const (
@@ -115,7 +116,13 @@ func (r *Reader) Watches(opts WatchOptions) (*Watches, error) {
 	case maxAge < 0:
 		return nil, fmt.Errorf("talosnode: watch max age %s is negative", maxAge)
 	}
-	maxAge = min(maxAge, r.renewBefore())
+	// A watch starts its age when it connects, and may take a timeout to
+	// be established: it ends before the credential it was made with is
+	// renewed.
+	maxAge = min(maxAge, r.renewBefore()-r.timeout)
+	if maxAge <= r.timeout {
+		return nil, fmt.Errorf("talosnode: watch max age %s is not longer than the read timeout %s (or the credential lives too short for a watch)", maxAge, r.timeout)
+	}
 
 	dials := opts.Dials
 	switch {
@@ -153,8 +160,13 @@ func (w *Watches) Keep(endpoints []string) {
 		return
 	}
 
+	keep := make(map[string]struct{}, len(endpoints))
+	for _, endpoint := range endpoints {
+		keep[endpoint] = struct{}{}
+	}
+
 	for endpoint, n := range w.nodes {
-		if !slices.Contains(endpoints, endpoint) {
+		if _, ok := keep[endpoint]; !ok {
 			n.cancel()
 			delete(w.nodes, endpoint)
 		}
@@ -241,12 +253,14 @@ func (w *Watches) run(ctx context.Context, endpoint string, n *nodeWatch) {
 	backoff := w.backoff
 
 	for ctx.Err() == nil {
-		err := w.watchOnce(ctx, endpoint, n)
+		synced, err := w.watchOnce(ctx, endpoint, n)
 		n.drop()
 
-		if err == nil {
+		if synced {
 			backoff = w.backoff
+		}
 
+		if err == nil {
 			continue
 		}
 
@@ -258,12 +272,13 @@ func (w *Watches) run(ctx context.Context, endpoint string, n *nodeWatch) {
 }
 
 // watchOnce establishes one watch of the node and follows it until it fails,
-// ctx ends, or it reaches its age (then it returns nil).
-func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) error {
+// ctx ends, or it reaches its age (then it returns nil, if it had synced);
+// synced says whether it did.
+func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) (synced bool, err error) {
 	select {
 	case w.dials <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 
 	dialing := true
@@ -276,10 +291,15 @@ func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) 
 	defer release()
 
 	// The events are few and small: no 32 KiB buffers per connection held
-	// for as long as the watch lives.
+	// for as long as the watch lives. The connection's age, and so the
+	// identity's, starts now.
+	connected := w.reader.clock()
+	age := time.NewTimer(jittered(w.maxAge))
+	defer age.Stop()
+
 	c, err := w.reader.connect(ctx, endpoint, grpc.WithReadBufferSize(0), grpc.WithWriteBufferSize(0))
 	if err != nil {
-		return err
+		return false, err
 	}
 
 	defer c.Close() //nolint:errcheck // nothing was written; a close error changes nothing
@@ -297,36 +317,43 @@ func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) 
 	// Without the adapter's own retries: a broken stream must end this
 	// watch at once, so reads go to the node until a new one is synced.
 	st := state.WrapCore(cosiclient.NewAdapter(cosiv1alpha1.NewStateClient(c.Conn()), cosiclient.WithDisableWatchRetry()))
-	events := make(chan state.Event, len(identityPointers))
+	updates := make(chan state.Event, len(identityPointers))
 
 	for _, ptr := range identityPointers {
-		if err := st.Watch(watchCtx, ptr, events); err != nil {
+		if err := st.Watch(watchCtx, ptr, updates); err != nil {
 			if cause := context.Cause(watchCtx); cause != nil && ctx.Err() == nil {
-				return cause
+				return false, cause
 			}
 
-			return fmt.Errorf("talos node %s: watch %s %s/%s: %w", endpoint, ptr.Type(), ptr.Namespace(), ptr.ID(), err)
+			return false, fmt.Errorf("talos node %s: watch %s %s/%s: %w", endpoint, ptr.Type(), ptr.Namespace(), ptr.ID(), err)
 		}
 	}
 
-	age := time.NewTimer(jittered(w.maxAge))
-	defer age.Stop()
-
-	synced := false
+	// A node's identity changes seldom; a node that sends more than this
+	// is refused its watch (and read at decision time until a new one).
+	events := flowcontrol.NewTokenBucketRateLimiter(eventsPerSecond, eventsBurst)
 
 	for {
 		select {
 		case <-watchCtx.Done():
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return synced, ctx.Err()
 			}
 
-			return context.Cause(watchCtx)
+			return synced, context.Cause(watchCtx)
 		case <-age.C:
-			return nil
-		case ev := <-events:
+			if !synced {
+				return false, fmt.Errorf("talos node %s: watch not synced within its age %s", endpoint, w.maxAge)
+			}
+
+			return true, nil
+		case ev := <-updates:
 			if ev.Type == state.Errored {
-				return fmt.Errorf("talos node %s: watch: %w", endpoint, ev.Error)
+				return synced, fmt.Errorf("talos node %s: watch: %w", endpoint, ev.Error)
+			}
+
+			if !events.TryAccept() {
+				return synced, fmt.Errorf("talos node %s: watch: more than %d events at once, %d a second after", endpoint, eventsBurst, eventsPerSecond)
 			}
 
 			n.apply(ev)
@@ -336,11 +363,18 @@ func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) 
 
 				setup.Stop()
 				release()
-				n.establish(c.Conn(), w.reader.clock())
+				n.establish(c.Conn(), connected)
 			}
 		}
 	}
 }
+
+// The events a watch takes: the three initial states and a few changes at
+// once, then one a second.
+const (
+	eventsBurst     = 30
+	eventsPerSecond = 1
+)
 
 // jittered is d less up to a tenth, so that watches made at one moment (a
 // start) are not all made anew at one moment.
@@ -419,7 +453,7 @@ func (n *nodeWatch) drop() {
 
 // identity is the watched identity, if the watch is established, its
 // connection up, all three resources present and the watch younger than
-// maxAge at now.
+// maxAge at now (its age counted from its connection).
 func (n *nodeWatch) identity(now time.Time, maxAge time.Duration) (Identity, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

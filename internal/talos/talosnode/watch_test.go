@@ -159,6 +159,9 @@ func TestAHangingNodeGivesItsDialBack(t *testing.T) {
 	t.Cleanup(fine.Stop)
 
 	w := newWatches(t, newReader(t, ca, talosnode.Options{Timeout: time.Second}), talosnode.WatchOptions{Dials: 1})
+	// The hanging node takes the one dial slot first.
+	w.Keep([]string{hanging.Endpoint()})
+	require.Eventually(t, func() bool { return hanging.Held() > 0 }, 10*time.Second, 10*time.Millisecond)
 	w.Keep([]string{hanging.Endpoint(), fine.Endpoint()})
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -171,6 +174,50 @@ func TestAHangingNodeGivesItsDialBack(t *testing.T) {
 	watched, live := w.Count()
 	assert.Equal(t, 2, watched)
 	assert.Equal(t, 1, live)
+}
+
+// A node's answer or event larger than an identity can be is refused: a
+// node cannot make the manager hold megabytes per watch.
+func TestAnOversizedIdentityIsRefused(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1.lan", "10.5.0.2")
+	huge := make([]netip.Addr, 5000)
+	for i := range huge {
+		huge[i] = netip.AddrFrom16([16]byte{0xfd, 0, 14: byte(i >> 8), 15: byte(i)})
+	}
+	require.NoError(t, n.srv.SetIdentity(t.Context(), talosapi.Identity{Nodename: "worker-1", Hostname: "worker-1.lan", Addresses: huge}))
+
+	w := newWatches(t, newReader(t, n.ca, talosnode.Options{}), talosnode.WatchOptions{})
+	w.Keep([]string{n.srv.Endpoint()})
+
+	_, src, err := w.Read(t.Context(), n.srv.Endpoint())
+	require.ErrorContains(t, err, "ResourceExhausted")
+	assert.Equal(t, talosnode.FromRead, src)
+
+	// The watch, refused the same, is never live: the node's watch calls
+	// grow with its retries while no read is answered from it.
+	require.Eventually(t, func() bool { return n.srv.Calls(talosapi.MethodStateWatch) >= 3 }, 10*time.Second, 10*time.Millisecond)
+	_, live := w.Count()
+	assert.Zero(t, live)
+}
+
+// A node that sends more events than an identity needs loses its watch.
+func TestANodeFloodingItsWatchLosesIt(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1.lan", "10.5.0.2")
+	w := newWatches(t, newReader(t, n.ca, talosnode.Options{}), talosnode.WatchOptions{})
+	w.Keep([]string{n.srv.Endpoint()})
+	waitLive(t, w, 1)
+	watches := n.srv.Calls(talosapi.MethodStateWatch)
+
+	for i := range 100 {
+		require.NoError(t, n.srv.SetIdentity(t.Context(), talosapi.Identity{
+			Nodename: "worker-1", Hostname: fmt.Sprintf("worker-1-%d.lan", i), Addresses: []netip.Addr{netip.MustParseAddr("10.5.0.2")},
+		}))
+	}
+
+	// Ended, and made anew after the backoff (a second): three new watch
+	// calls.
+	require.Eventually(t, func() bool { return n.srv.Calls(talosapi.MethodStateWatch) >= watches+3 }, 15*time.Second, 10*time.Millisecond,
+		"a flooding node kept its watch")
 }
 
 func TestKeepEndsTheWatchesOfNodesNoLongerNamed(t *testing.T) {
@@ -206,11 +253,12 @@ func TestWatchOptions(t *testing.T) {
 		want   time.Duration
 		err    string
 	}{
-		"default":           {want: talosnode.DefaultWatchMaxAge},
-		"set":               {opts: talosnode.WatchOptions{MaxAge: 30 * time.Second}, want: 30 * time.Second},
-		"capped at renewal": {reader: talosnode.Options{CertificateLifetime: time.Minute}, opts: talosnode.WatchOptions{MaxAge: time.Hour}, want: 20 * time.Second},
-		"negative age":      {opts: talosnode.WatchOptions{MaxAge: -time.Second}, err: "watch max age -1s is negative"},
-		"negative dials":    {opts: talosnode.WatchOptions{Dials: -1}, err: "watch dials -1 is negative"},
+		"default":               {want: talosnode.DefaultWatchMaxAge},
+		"set":                   {opts: talosnode.WatchOptions{MaxAge: 30 * time.Second}, want: 30 * time.Second},
+		"capped at renewal":     {reader: talosnode.Options{CertificateLifetime: 3 * time.Minute, Timeout: 5 * time.Second}, opts: talosnode.WatchOptions{MaxAge: time.Hour}, want: 55 * time.Second},
+		"negative age":          {opts: talosnode.WatchOptions{MaxAge: -time.Second}, err: "watch max age -1s is negative"},
+		"negative dials":        {opts: talosnode.WatchOptions{Dials: -1}, err: "watch dials -1 is negative"},
+		"not above the timeout": {opts: talosnode.WatchOptions{MaxAge: 10 * time.Second}, err: "is not longer than the read timeout 10s"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			w, err := newReader(t, n.ca, tc.reader).Watches(tc.opts)
