@@ -253,16 +253,17 @@ func (w *Watches) run(ctx context.Context, endpoint string, n *nodeWatch) {
 	backoff := w.backoff
 
 	for ctx.Err() == nil {
-		synced, err := w.watchOnce(ctx, endpoint, n)
-		n.drop()
-
-		if synced {
+		// Only a watch that lived to its age resets the backoff: a node
+		// that ends each watch soon after it is synced (a flood of events,
+		// a dropped connection) does not get a handshake a second.
+		if err := w.watchOnce(ctx, endpoint, n); err == nil {
+			n.drop()
 			backoff = w.backoff
-		}
 
-		if err == nil {
 			continue
 		}
+
+		n.drop()
 
 		select {
 		case <-ctx.Done():
@@ -272,13 +273,12 @@ func (w *Watches) run(ctx context.Context, endpoint string, n *nodeWatch) {
 }
 
 // watchOnce establishes one watch of the node and follows it until it fails,
-// ctx ends, or it reaches its age (then it returns nil, if it had synced);
-// synced says whether it did.
-func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) (synced bool, err error) {
+// ctx ends, or it reaches its age (then it returns nil, if it had synced).
+func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) error {
 	select {
 	case w.dials <- struct{}{}:
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return ctx.Err()
 	}
 
 	dialing := true
@@ -299,7 +299,7 @@ func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) 
 
 	c, err := w.reader.connect(ctx, endpoint, grpc.WithReadBufferSize(0), grpc.WithWriteBufferSize(0))
 	if err != nil {
-		return false, err
+		return err
 	}
 
 	defer c.Close() //nolint:errcheck // nothing was written; a close error changes nothing
@@ -322,38 +322,39 @@ func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) 
 	for _, ptr := range identityPointers {
 		if err := st.Watch(watchCtx, ptr, updates); err != nil {
 			if cause := context.Cause(watchCtx); cause != nil && ctx.Err() == nil {
-				return false, cause
+				return cause
 			}
 
-			return false, fmt.Errorf("talos node %s: watch %s %s/%s: %w", endpoint, ptr.Type(), ptr.Namespace(), ptr.ID(), err)
+			return fmt.Errorf("talos node %s: watch %s %s/%s: %w", endpoint, ptr.Type(), ptr.Namespace(), ptr.ID(), err)
 		}
 	}
 
 	// A node's identity changes seldom; a node that sends more than this
 	// is refused its watch (and read at decision time until a new one).
 	events := flowcontrol.NewTokenBucketRateLimiter(eventsPerSecond, eventsBurst)
+	synced := false
 
 	for {
 		select {
 		case <-watchCtx.Done():
 			if ctx.Err() != nil {
-				return synced, ctx.Err()
+				return ctx.Err()
 			}
 
-			return synced, context.Cause(watchCtx)
+			return context.Cause(watchCtx)
 		case <-age.C:
 			if !synced {
-				return false, fmt.Errorf("talos node %s: watch not synced within its age %s", endpoint, w.maxAge)
+				return fmt.Errorf("talos node %s: watch not synced within its age %s", endpoint, w.maxAge)
 			}
 
-			return true, nil
+			return nil
 		case ev := <-updates:
 			if ev.Type == state.Errored {
-				return synced, fmt.Errorf("talos node %s: watch: %w", endpoint, ev.Error)
+				return fmt.Errorf("talos node %s: watch: %w", endpoint, ev.Error)
 			}
 
 			if !events.TryAccept() {
-				return synced, fmt.Errorf("talos node %s: watch: more than %d events at once, %d a second after", endpoint, eventsBurst, eventsPerSecond)
+				return fmt.Errorf("talos node %s: watch: more than %d events at once, %d a second after", endpoint, eventsBurst, eventsPerSecond)
 			}
 
 			n.apply(ev)
