@@ -13,17 +13,14 @@ import (
 )
 
 // keepWatches watches the identity of the cluster's machines that are
-// expected to ask for a certificate soon: those with no unexpired recorded
-// certificate made within joinWindow (a node joining, or one whose request
-// is pending), newest first, as many as NodeReaders.WatchMax leaves room for.
-// A machine that has not asked within the window is not watched any longer:
-// it may never ask, and its watch, made anew at every bound, would cost a
-// handshake every two minutes for nothing. A machine with a
-// certificate is not watched, not even near its renewal: a watch is made
-// anew at every freshness bound, so a machine watched for the months before
-// its renewal would cost tens of thousands of handshakes to save one, and a
-// settled fleet would hold a connection per node. Its renewal is read from
-// the node at once, as every request of a machine not watched is.
+// joining: no unexpired certificate recorded, and the TalosMachine made within
+// joinWindow; the newest first, as many as NodeReaders.WatchMax leaves room
+// for. A watch is made anew at every freshness bound, so it pays only for a
+// request that comes soon: a machine that has not asked within the window
+// may never ask, and one with a certificate asks again only near its
+// renewal, months away (watching it until then would cost tens of thousands
+// of handshakes to save one). Their requests are read from the node at once,
+// as every request of a machine not watched is.
 func (r *Reconciler) keepWatches(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, now time.Time) error {
 	if !r.NodeReaders.Watch {
 		return nil
