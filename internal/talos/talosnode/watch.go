@@ -31,14 +31,14 @@ const (
 // WatchOptions configures the watches of a Reader.
 type WatchOptions struct {
 	// MaxAge is the freshness bound: an identity is taken from a watch for
-	// at most MaxAge after the watch read the node's three resources, then
-	// the watch is made anew (a new connection, the credential of the
-	// moment, the node's state read again). A node whose changes stopped
-	// reaching Ichor (a stream stalled in between, or a node that says one
-	// thing in its events and another when asked) is read afresh within
-	// MaxAge. Zero means DefaultWatchMaxAge; it is capped at the time the
-	// reader's credential is renewed before its end, so that no connection
-	// outlives the credential it was made with.
+	// at most MaxAge after the watch's connection was made, then the watch
+	// is made anew (a new connection, the credential of the moment, the
+	// node's state read again). A node whose changes stopped reaching Ichor
+	// (a stream stalled in between, or a node that says one thing in its
+	// events and another when asked) is read afresh within MaxAge. Zero
+	// means DefaultWatchMaxAge; it is capped at the reader's renewal margin
+	// less a read timeout, so that no connection outlives the credential it
+	// was made with, and must be longer than a read timeout.
 	MaxAge time.Duration
 
 	// Dials bounds how many watches are being established at once, so that
@@ -90,7 +90,7 @@ type nodeWatch struct {
 	mu sync.Mutex
 	// conn is the connection of the established watch (nil when none).
 	conn *grpc.ClientConn
-	// since is when the current watch had read all three resources.
+	// since is when the current watch's connection was made: its age.
 	since time.Time
 	// The node's resources as the watch last saw them; nil when absent.
 	nodeIP   *k8s.NodeIPSpec
