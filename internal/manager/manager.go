@@ -156,6 +156,25 @@ type Sharding struct {
 	Identity string
 }
 
+// checkTalosWatch refuses watch options no reader could use, before the
+// manager serves: a freshness bound not longer than one read's timeout
+// would otherwise be refused by every cluster's reader later, each logging
+// it while its nodes are read directly.
+func checkTalosWatch(o Options, readerLifetime time.Duration) error {
+	switch {
+	case o.TalosWatchMaxAge < 0:
+		return usage.Errorf("--talos-watch-max-age %s is negative", o.TalosWatchMaxAge)
+	case o.TalosWatchMax < 0:
+		return usage.Errorf("--talos-watch-max %d is negative", o.TalosWatchMax)
+	case !o.TalosWatch:
+		return nil
+	}
+	if err := talosnode.CheckWatchMaxAge(o.TalosWatchMaxAge, readerLifetime, o.TalosTimeout); err != nil {
+		return usage.Errorf("--talos-watch-max-age %s with --talos-timeout %s and a reader lifetime of %s: %w", o.TalosWatchMaxAge, o.TalosTimeout, readerLifetime, err)
+	}
+	return nil
+}
+
 // Run runs the manager until ctx ends. An error marked by package usage is
 // in the options (or refused by the policy), not in the cluster.
 func Run(ctx context.Context, o Options) error {
@@ -184,6 +203,13 @@ func Run(ctx context.Context, o Options) error {
 		defer cancel()
 		stop(flushCtx)
 	}()
+	lifetime, err := ReaderLifetime(ctx, eng, o.ReaderLifetime)
+	if err != nil {
+		return err
+	}
+	if err := checkTalosWatch(o, lifetime); err != nil {
+		return err
+	}
 
 	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
 		Scheme: scheme,
@@ -214,7 +240,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := setUp(ctx, mgr, eng, o); err != nil {
+	if err := setUp(ctx, mgr, eng, o, lifetime); err != nil {
 		return err
 	}
 	if o.PodName != "" && o.Namespace != "" {
@@ -314,8 +340,9 @@ func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Con
 	return eng, stop, podEvents, nil
 }
 
-// setUp adds the approvers, the webhook and the issuer to mgr.
-func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options) error {
+// setUp adds the approvers, the webhook and the issuer to mgr; lifetime is
+// that of the manager's own Talos reader credential.
+func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options, lifetime time.Duration) error {
 	if o.Webhook && o.WebhookCerts != nil {
 		certs := *o.WebhookCerts
 		certs.Namespace = o.Namespace
@@ -328,10 +355,6 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 			return fmt.Errorf("set up the webhook certificates: %w", err)
 		}
 	}
-	lifetime, err := ReaderLifetime(ctx, eng, o.ReaderLifetime)
-	if err != nil {
-		return err
-	}
 	if o.LocalClusters.Len() == 0 {
 		ctrl.Log.WithName("manager").Info("no TalosCluster judges the kubelets of the API server the manager runs against: --local-clusters names none")
 	}
@@ -342,12 +365,6 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options)
 	servingMetrics, err := kubeletserving.NewMetrics(ctrlmetrics.Registry)
 	if err != nil {
 		return err
-	}
-	if o.TalosWatchMaxAge < 0 {
-		return fmt.Errorf("--talos-watch-max-age %s is negative", o.TalosWatchMaxAge)
-	}
-	if o.TalosWatchMax < 0 {
-		return fmt.Errorf("--talos-watch-max %d is negative", o.TalosWatchMax)
 	}
 	nodeReaders := &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Lifetime: lifetime, Timeout: o.TalosTimeout,
 		Watch: o.TalosWatch, WatchMaxAge: o.TalosWatchMaxAge, WatchMax: o.TalosWatchMax}

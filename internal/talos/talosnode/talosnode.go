@@ -227,7 +227,13 @@ func (r *Reader) credential() (*tls.Certificate, error) {
 }
 
 func (r *Reader) renewBefore() time.Duration {
-	return max(r.lifetime/3, r.timeout)
+	return renewBefore(r.lifetime, r.timeout)
+}
+
+// renewBefore is how long before its expiry a credential of that lifetime
+// is renewed: a third of it, and never less than one read's timeout.
+func renewBefore(lifetime, timeout time.Duration) time.Duration {
+	return max(lifetime/3, timeout)
 }
 
 // issue makes a fresh key for every credential: it never leaves memory, so

@@ -107,21 +107,45 @@ var identityPointers = []resource.Pointer{
 	network.NewHostnameStatus(network.NamespaceName, network.HostnameID).Metadata(),
 }
 
-// Watches makes the reader's set of watches, empty until Keep names nodes.
-func (r *Reader) Watches(opts WatchOptions) (*Watches, error) {
-	maxAge := opts.MaxAge
+// CheckWatchMaxAge says whether a watch's freshness bound can be used by a
+// reader of that certificate lifetime and read timeout (each zero for its
+// default), so that a wrong flag is refused when the manager starts rather
+// than by every cluster's reader later.
+func CheckWatchMaxAge(maxAge, lifetime, timeout time.Duration) error {
+	if lifetime == 0 {
+		lifetime = DefaultCertificateLifetime
+	}
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	_, err := watchMaxAge(maxAge, lifetime, timeout)
+	return err
+}
+
+// watchMaxAge is the freshness bound a reader of that lifetime and timeout
+// uses for maxAge (zero: DefaultWatchMaxAge).
+func watchMaxAge(maxAge, lifetime, timeout time.Duration) (time.Duration, error) {
 	switch {
 	case maxAge == 0:
 		maxAge = DefaultWatchMaxAge
 	case maxAge < 0:
-		return nil, fmt.Errorf("talosnode: watch max age %s is negative", maxAge)
+		return 0, fmt.Errorf("talosnode: watch max age %s is negative", maxAge)
 	}
 	// A watch starts its age when it connects, and may take a timeout to
 	// be established: it ends before the credential it was made with is
 	// renewed.
-	maxAge = min(maxAge, r.renewBefore()-r.timeout)
-	if maxAge <= r.timeout {
-		return nil, fmt.Errorf("talosnode: watch max age %s is not longer than the read timeout %s (or the credential lives too short for a watch)", maxAge, r.timeout)
+	maxAge = min(maxAge, renewBefore(lifetime, timeout)-timeout)
+	if maxAge <= timeout {
+		return 0, fmt.Errorf("talosnode: watch max age %s is not longer than the read timeout %s (or the credential lives too short for a watch)", maxAge, timeout)
+	}
+	return maxAge, nil
+}
+
+// Watches makes the reader's set of watches, empty until Keep names nodes.
+func (r *Reader) Watches(opts WatchOptions) (*Watches, error) {
+	maxAge, err := watchMaxAge(opts.MaxAge, r.lifetime, r.timeout)
+	if err != nil {
+		return nil, err
 	}
 
 	dials := opts.Dials

@@ -1,0 +1,47 @@
+package manager
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ichor-dev/ichor-policy/internal/usage"
+)
+
+// TestAWatchBoundNoLongerThanAReadIsRefusedAtStart: a freshness bound that a
+// watch could not keep (not longer than one read's timeout) is a flag error
+// the manager refuses before it serves, rather than one every cluster's
+// reader logs later while its nodes are read directly.
+func TestAWatchBoundNoLongerThanAReadIsRefusedAtStart(t *testing.T) {
+	const lifetime = time.Hour
+	for name, tc := range map[string]struct {
+		o        Options
+		lifetime time.Duration
+		err      string
+	}{
+		"max age below the timeout":      {o: Options{TalosWatch: true, TalosWatchMaxAge: time.Second, TalosTimeout: 5 * time.Second}, err: "is not longer than the read timeout 5s"},
+		"max age equal to the timeout":   {o: Options{TalosWatch: true, TalosWatchMaxAge: 10 * time.Second, TalosTimeout: 10 * time.Second}, err: "is not longer than the read timeout 10s"},
+		"default max age, long timeout":  {o: Options{TalosWatch: true, TalosTimeout: 3 * time.Minute}, err: "is not longer than the read timeout 3m0s"},
+		"credential too short to watch":  {o: Options{TalosWatch: true, TalosTimeout: 5 * time.Second}, lifetime: 20 * time.Second, err: "is not longer than the read timeout 5s"},
+		"negative max age":               {o: Options{TalosWatchMaxAge: -time.Second}, err: "--talos-watch-max-age -1s is negative"},
+		"negative max":                   {o: Options{TalosWatchMax: -1}, err: "--talos-watch-max -1 is negative"},
+		"the defaults":                   {o: Options{TalosWatch: true}},
+		"a bound above the timeout":      {o: Options{TalosWatch: true, TalosWatchMaxAge: 11 * time.Second, TalosTimeout: 10 * time.Second}},
+		"a bad bound with the watch off": {o: Options{TalosWatchMaxAge: time.Second, TalosTimeout: 5 * time.Second}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l := tc.lifetime
+			if l == 0 {
+				l = lifetime
+			}
+			err := checkTalosWatch(tc.o, l)
+			if tc.err == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.err)
+			require.True(t, usage.Is(err), "a flag error: %v", err)
+		})
+	}
+}
