@@ -687,9 +687,6 @@ func (s *Set) tick(ctx context.Context) {
 	if !member {
 		return
 	}
-	// The view from the API server, read once a look and only if a shard
-	// is to be taken.
-	var checked *view
 	for shard := range s.o.Shards {
 		mine := Owner(v.live, shard) == s.o.Identity
 		lease, err := s.shardLease(shard)
@@ -711,19 +708,22 @@ func (s *Set) tick(ctx context.Context) {
 		case held && !mine:
 			s.release(ctx, shard, lease)
 		case !held && mine && (holder == "" || holder == s.o.Identity || !v.isLive[holder]):
-			if checked == nil {
-				c, err := s.verified(ctx, now)
-				if err != nil {
-					s.o.Log.Error(err, "shard hand-over")
-					return
-				}
-				checked = &c
-				if s.setMismatch(c.mismatch) {
-					return
-				}
+			// The view from the API server, read for each take and after
+			// the shard's Lease was read: the holder this replica's watch
+			// saw unrenewed may have been renewed (review 4, S1), and a
+			// view read earlier in this look does not know a replica that
+			// joined since, took this shard and names itself on its Lease
+			// (its membership is written before any take). Taking from it
+			// as from a replica gone would make both record the verdicts
+			// in effect again.
+			checked, err := s.verified(ctx, s.o.Clock.Now())
+			if err != nil {
+				s.o.Log.Error(err, "shard hand-over")
+				return
 			}
-			// The holder this replica's watch saw unrenewed may have been
-			// renewed (review 4, S1): taken only if the API server agrees.
+			if s.setMismatch(checked.mismatch) {
+				return
+			}
 			if Owner(checked.live, shard) == s.o.Identity && (holder == "" || holder == s.o.Identity || !checked.isLive[holder]) {
 				s.take(ctx, shard, lease, holder)
 			}

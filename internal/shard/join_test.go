@@ -1,0 +1,174 @@
+package shard_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/ichor-dev/ichor-policy/internal/shard"
+)
+
+// A replica that joins while another is in the middle of a look (two
+// replicas started together, as a scale-up starts them) is not taken from
+// as from a replica gone. Before, the view of who is live was read once a
+// look: e, held up in its first take, went on with a view that did not know
+// d, took from d a shard d had just taken, and each recorded the verdicts
+// in effect a second time (seen in TestShardScaleThreeToOneToThree under
+// load). Here e's take of its first shard waits until d holds a shard that
+// a view without d gives to e, and e's watch has shown it; e then passes
+// that shard, taking the next of its own.
+func TestShardAReplicaThatJoinsDuringAnothersLookIsNotTakenFrom(t *testing.T) {
+	real := leaseEnv(t)
+	const shards = 16
+	// Identities for which the shards fall so that the test shows
+	// something: e's first shard is not d's, a later one of e's (without
+	// d) is d's, and one after that stays e's.
+	var a, d, e string
+	var first, contested, after int
+	found := false
+	for i := 0; i < 1000 && !found; i++ {
+		a, d, e = fmt.Sprintf("a%d", i), fmt.Sprintf("d%d", i), fmt.Sprintf("e%d", i)
+		without, with := []string{a, e}, []string{a, d, e}
+		var es []int
+		for s := range shards {
+			if shard.Owner(without, s) == e {
+				es = append(es, s)
+			}
+		}
+		if len(es) < 3 || shard.Owner(with, es[0]) != e {
+			continue
+		}
+		first = es[0]
+		for j, s := range es[1:] {
+			if shard.Owner(with, s) != d {
+				continue
+			}
+			for _, u := range es[j+2:] {
+				if shard.Owner(with, u) == e {
+					contested, after, found = s, u, true
+					break
+				}
+			}
+			if found {
+				break
+			}
+		}
+	}
+	require.True(t, found, "no identities split the shards as the test needs")
+
+	ra := startReplica(t, real, a, shards)
+	require.Eventually(t, func() bool { return len(ra.Held()) == shards }, 20*time.Second, 50*time.Millisecond)
+
+	gate := &gatedTake{Interface: real, lease: shard.ShardLeaseName(shards, first), watched: shard.ShardLeaseName(shards, contested),
+		holder: d, blocked: make(chan struct{}), seen: make(chan struct{}), open: make(chan struct{})}
+	re := startReplica(t, gate, e, shards)
+	select {
+	case <-gate.blocked:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s did not try to take shard %d", e, first)
+	}
+
+	rd := startReplica(t, real, d, shards)
+	leases := real.CoordinationV1().Leases(leaseNamespace)
+	var transitions int32
+	require.Eventually(t, func() bool {
+		l, err := leases.Get(t.Context(), shard.ShardLeaseName(shards, contested), metav1.GetOptions{})
+		if err != nil || ptr.Deref(l.Spec.HolderIdentity, "") != d || !slices.Contains(rd.Held(), contested) {
+			return false
+		}
+		transitions = ptr.Deref(l.Spec.LeaseTransitions, 0)
+		return true
+	}, 20*time.Second, 20*time.Millisecond, "%s did not take shard %d", d, contested)
+	select {
+	case <-gate.seen:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s's watch did not show %s holding shard %d", e, d, contested)
+	}
+	close(gate.open)
+
+	// e's look goes on past the contested shard to the next of its own.
+	require.Eventually(t, func() bool { return slices.Contains(re.Held(), after) }, 20*time.Second, 20*time.Millisecond,
+		"%s did not take shard %d", e, after)
+	l, err := leases.Get(t.Context(), shard.ShardLeaseName(shards, contested), metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, d, ptr.Deref(l.Spec.HolderIdentity, ""), "shard %d", contested)
+	require.Equal(t, transitions, ptr.Deref(l.Spec.LeaseTransitions, 0), "shard %d changed hands after %s took it", contested, d)
+	require.Contains(t, rd.Held(), contested)
+}
+
+// gatedTake holds the first write of one shard Lease until open is closed,
+// and says when its watch has shown another shard Lease naming holder.
+type gatedTake struct {
+	kubernetes.Interface
+	lease, watched, holder string
+	blocked, seen, open    chan struct{}
+	blockOnce, seenOnce    sync.Once
+}
+
+func (g *gatedTake) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return gatedCoordination{g.Interface.CoordinationV1(), g}
+}
+
+type gatedCoordination struct {
+	coordinationv1client.CoordinationV1Interface
+	g *gatedTake
+}
+
+func (c gatedCoordination) Leases(namespace string) coordinationv1client.LeaseInterface {
+	return gatedLeases{c.CoordinationV1Interface.Leases(namespace), c.g}
+}
+
+type gatedLeases struct {
+	coordinationv1client.LeaseInterface
+	g *gatedTake
+}
+
+func (l gatedLeases) hold(ctx context.Context, name string) {
+	if name != l.g.lease {
+		return
+	}
+	first := false
+	l.g.blockOnce.Do(func() { first = true })
+	if !first {
+		return
+	}
+	close(l.g.blocked)
+	select {
+	case <-l.g.open:
+	case <-ctx.Done():
+	}
+}
+
+func (l gatedLeases) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	l.hold(ctx, lease.Name)
+	return l.LeaseInterface.Update(ctx, lease, opts)
+}
+
+func (l gatedLeases) Create(ctx context.Context, lease *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	l.hold(ctx, lease.Name)
+	return l.LeaseInterface.Create(ctx, lease, opts)
+}
+
+func (l gatedLeases) Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := l.LeaseInterface.Watch(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+		if lease, ok := ev.Object.(*coordinationv1.Lease); ok && lease.Name == l.g.watched && ptr.Deref(lease.Spec.HolderIdentity, "") == l.g.holder {
+			l.g.seenOnce.Do(func() { close(l.g.seen) })
+		}
+		return ev, true
+	}), nil
+}
