@@ -650,11 +650,16 @@ func (s *Set) live(now time.Time, members []*coordinationv1.Lease) (view, error)
 // has not seen renewed within the lease duration may have been renewed
 // all the same (the watch lags, or this replica was paused). A replica is
 // gone only if its Lease is still the one seen a lease duration ago.
-func (s *Set) verified(ctx context.Context, now time.Time) (view, error) {
+func (s *Set) verified(ctx context.Context) (view, error) {
 	list, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelRole + "=" + roleMember})
 	if err != nil {
 		return view{}, fmt.Errorf("read the membership Leases: %w", err)
 	}
+	// The time the answer came, not the time the read was sent: a renewal
+	// the read is the first to show may have been made while it was on its
+	// way, and noted as seen earlier it would expire early by the read's
+	// latency (review of ee75044).
+	now := s.o.Clock.Now()
 	members := make([]*coordinationv1.Lease, 0, len(list.Items))
 	for i := range list.Items {
 		l := &list.Items[i]
@@ -716,7 +721,7 @@ func (s *Set) tick(ctx context.Context) {
 			// (its membership is written before any take). Taking from it
 			// as from a replica gone would make both record the verdicts
 			// in effect again.
-			checked, err := s.verified(ctx, s.o.Clock.Now())
+			checked, err := s.verified(ctx)
 			if err != nil {
 				s.o.Log.Error(err, "shard hand-over")
 				return
