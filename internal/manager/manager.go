@@ -156,12 +156,17 @@ type Sharding struct {
 	Identity string
 }
 
-// checkTalosWatch refuses watch options no reader could use, before the
-// manager serves: a freshness bound not longer than one read's timeout
+// checkTalosReader refuses Talos reader and watch options no reader could
+// use, before the manager serves: a negative timeout, a lifetime above the
+// reader's maximum or a watch bound not longer than one read's timeout
 // would otherwise be refused by every cluster's reader later, each logging
-// it while its nodes are read directly.
-func checkTalosWatch(o Options, readerLifetime time.Duration) error {
+// it while its nodes go unread (or, for the watch, are read directly).
+func checkTalosReader(o Options, readerLifetime time.Duration) error {
 	switch {
+	case o.TalosTimeout < 0:
+		return usage.Errorf("--talos-timeout %s is negative", o.TalosTimeout)
+	case readerLifetime > talosnode.MaxCertificateLifetime:
+		return usage.Errorf("the Talos reader lifetime %s exceeds the reader's maximum of %s", readerLifetime, talosnode.MaxCertificateLifetime)
 	case o.TalosWatchMaxAge < 0:
 		return usage.Errorf("--talos-watch-max-age %s is negative", o.TalosWatchMaxAge)
 	case o.TalosWatchMax < 0:
@@ -207,7 +212,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	if err := checkTalosWatch(o, lifetime); err != nil {
+	if err := checkTalosReader(o, lifetime); err != nil {
 		return err
 	}
 

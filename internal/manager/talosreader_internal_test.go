@@ -9,12 +9,13 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
-// TestAWatchBoundNoLongerThanAReadIsRefusedAtStart: a freshness bound that a
-// watch could not keep (not longer than one read's timeout) is a flag error
-// the manager refuses before it serves, rather than one every cluster's
-// reader logs later while its nodes are read directly.
-func TestAWatchBoundNoLongerThanAReadIsRefusedAtStart(t *testing.T) {
-	const lifetime = time.Hour
+// TestReaderOptionsNoReaderCouldUseAreRefusedAtStart: a freshness bound that a
+// watch could not keep (not longer than one read's timeout), a negative
+// timeout or a lifetime above the reader's maximum is a flag error the
+// manager refuses before it serves, rather than one every cluster's reader
+// logs later.
+func TestReaderOptionsNoReaderCouldUseAreRefusedAtStart(t *testing.T) {
+	const lifetime = 10 * time.Minute
 	for name, tc := range map[string]struct {
 		o        Options
 		lifetime time.Duration
@@ -26,6 +27,8 @@ func TestAWatchBoundNoLongerThanAReadIsRefusedAtStart(t *testing.T) {
 		"credential too short to watch":  {o: Options{TalosWatch: true, TalosTimeout: 5 * time.Second}, lifetime: 20 * time.Second, err: "is not longer than the read timeout 5s"},
 		"negative max age":               {o: Options{TalosWatchMaxAge: -time.Second}, err: "--talos-watch-max-age -1s is negative"},
 		"negative max":                   {o: Options{TalosWatchMax: -1}, err: "--talos-watch-max -1 is negative"},
+		"negative timeout":               {o: Options{TalosTimeout: -time.Second}, err: "--talos-timeout -1s is negative"},
+		"lifetime above the maximum":     {lifetime: 16 * time.Minute, err: "the Talos reader lifetime 16m0s exceeds the reader's maximum of 15m0s"},
 		"the defaults":                   {o: Options{TalosWatch: true}},
 		"a bound above the timeout":      {o: Options{TalosWatch: true, TalosWatchMaxAge: 11 * time.Second, TalosTimeout: 10 * time.Second}},
 		"a bad bound with the watch off": {o: Options{TalosWatchMaxAge: time.Second, TalosTimeout: 5 * time.Second}},
@@ -35,7 +38,7 @@ func TestAWatchBoundNoLongerThanAReadIsRefusedAtStart(t *testing.T) {
 			if l == 0 {
 				l = lifetime
 			}
-			err := checkTalosWatch(tc.o, l)
+			err := checkTalosReader(tc.o, l)
 			if tc.err == "" {
 				require.NoError(t, err)
 				return
