@@ -27,8 +27,8 @@ import (
 // d, took from d a shard d had just taken, and each recorded the verdicts
 // in effect a second time (seen in TestShardScaleThreeToOneToThree under
 // load). Here e's take of its first shard waits until d holds a shard that
-// a view without d gives to e, and e's watch has shown it; e then passes
-// that shard, taking the next of its own.
+// a view without d gives to e, and e's informer has stored it; e then
+// passes that shard, taking the next of its own.
 func TestShardAReplicaThatJoinsDuringAnothersLookIsNotTakenFrom(t *testing.T) {
 	real := leaseEnv(t)
 	const shards = 16
