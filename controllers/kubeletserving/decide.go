@@ -331,6 +331,12 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// request (the usual case) is never over a limit, and costs no
 		// second evaluation.
 		if in.Requests.FromRequester > 1 {
+			if !p.stillServes() {
+				// As before the verdict below: the requester's requests may
+				// have been listed from a remote API server, for seconds.
+				logger.V(1).Info("not decided: the cluster is no longer served by this replica")
+				return nil
+			}
 			d, err := p.r.Engine.KubeletServingRejection(ctx, in)
 			switch {
 			case err == nil && (d.Action != engine.ActionDeny || len(d.Reasons) == 0):
@@ -405,6 +411,9 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 			return nil
 		}
 		defer done()
+		// Noted before the write: a pass settling the cluster's adoption
+		// may see the write in its cache before this worker records it.
+		p.r.adoptions.wrote(p.key(), d.DecisionID)
 	}
 	// The write is cancelled if the shard goes before it is sent; its
 	// record, once it was written, is kept whatever happens meanwhile.
@@ -486,14 +495,19 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 	return &csrinput.Node{Readable: true, Nodename: id.Nodename, Hostname: id.Hostname, Addresses: id.Addresses}
 }
 
+// approve writes the verdict, stamped with the time of the write, not the
+// pass's start: a replica that takes the cluster over records again the
+// verdicts stamped shortly before its take (adopts), and a pass may have
+// read nodes for seconds before this write.
 func (p *pass) approve(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision) error {
-	return approval.Approve(ctx, p.target.clientset, csr, ApprovalReason, d.ConditionMessage(), p.now)
+	return approval.Approve(ctx, p.target.clientset, csr, ApprovalReason, d.ConditionMessage(), p.r.Clock.Now())
 }
 
+// deny writes the verdict, stamped with the time of the write (see approve).
 func (p *pass) deny(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision) error {
 	// The first reason by code: conditions take one reason, and the message
 	// lists them all.
-	return approval.Deny(ctx, p.target.clientset, csr, d.Reasons[0].Code, d.ConditionMessage(), p.now)
+	return approval.Deny(ctx, p.target.clientset, csr, d.Reasons[0].Code, d.ConditionMessage(), p.r.Clock.Now())
 }
 
 // record writes an issued certificate on the machine it is for, when it is

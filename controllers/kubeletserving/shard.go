@@ -112,6 +112,10 @@ type adoption struct {
 	// settled tells the hold of the cluster's shard that the cluster's
 	// verdicts are settled (shard.Fence.Adopt); nil without sharding.
 	settled func()
+	// mine are the decisions this replica's workers wrote on the cluster's
+	// requests since the adoption was noted: their writers record them, and
+	// the settling pass must not record them again.
+	mine map[string]bool
 }
 
 // add notes that a cluster was taken over. One already noted (two shard
@@ -123,6 +127,7 @@ func (a *adoptions) add(key types.NamespacedName, since time.Time, settled func(
 	if a.m == nil {
 		a.m = map[types.NamespacedName]adoption{}
 	}
+	var mine map[string]bool
 	if old, ok := a.m[key]; ok {
 		if old.since.Before(since) {
 			since = old.since
@@ -130,8 +135,34 @@ func (a *adoptions) add(key types.NamespacedName, since time.Time, settled func(
 		if old.settled != nil {
 			old.settled()
 		}
+		mine = old.mine
 	}
-	a.m[key] = adoption{since: since, settled: settled}
+	a.m[key] = adoption{since: since, settled: settled, mine: mine}
+}
+
+// wrote notes, before it is written, a decision this replica writes on a
+// request of a cluster whose adoption is not settled yet; nothing when
+// there is none.
+func (a *adoptions) wrote(key types.NamespacedName, decisionID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ad, ok := a.m[key]
+	if !ok {
+		return
+	}
+	if ad.mine == nil {
+		ad.mine = map[string]bool{}
+		a.m[key] = ad
+	}
+	ad.mine[decisionID] = true
+}
+
+// wroteHere reports whether this replica wrote the decision on a request of
+// the cluster since its adoption was noted.
+func (a *adoptions) wroteHere(key types.NamespacedName, decisionID string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.m[key].mine[decisionID]
 }
 
 // peek is a cluster's adoption; zero if none.
@@ -184,9 +215,9 @@ func (a *adoptions) take(key types.NamespacedName) adoption {
 
 // adopts reports whether a decided request's verdict is to be recorded
 // applied again on this pass: the cluster was taken over, and the verdict,
-// an approver's (it names its decision), was written shortly before or
-// since. The window is the lease duration and two seconds, since a
-// condition's time is whole seconds.
+// an approver's (it names its decision) other than this replica's own, was
+// written shortly before or since. The window is the lease duration and two
+// seconds, since a condition's time is whole seconds.
 func (p *pass) adopts(csr *certificatesv1.CertificateSigningRequest) bool {
 	if p.adoptedSince.IsZero() {
 		return false
@@ -195,7 +226,8 @@ func (p *pass) adopts(csr *certificatesv1.CertificateSigningRequest) bool {
 		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
 			continue
 		}
-		return !c.LastUpdateTime.Time.Before(p.adoptedSince) && decisionIDPattern.MatchString(c.Message)
+		m := decisionIDPattern.FindStringSubmatch(c.Message)
+		return m != nil && !c.LastUpdateTime.Time.Before(p.adoptedSince) && !p.r.adoptions.wroteHere(p.key(), m[1])
 	}
 	return false
 }

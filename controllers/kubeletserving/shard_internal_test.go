@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -110,10 +111,14 @@ func TestAClusterWhoseShardGoesIsLetGo(t *testing.T) {
 
 // A cluster taken over settles the verdicts written shortly before: an
 // approver's condition (it names its decision) since the adoption, not an
-// older one, not one a person wrote.
+// older one, not one a person wrote, and not one this replica wrote since
+// (its writer records it: review 12, L3).
 func TestATakenOverClusterSettlesOnlyRecentVerdictsOfAnApprover(t *testing.T) {
 	since := time.Unix(1_000_000, 0)
-	p := &pass{adoptedSince: since}
+	r := &Reconciler{}
+	cluster := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"}}
+	r.adoptions.add(client.ObjectKeyFromObject(cluster), since, nil)
+	p := &pass{r: r, cluster: cluster, adoptedSince: since}
 	verdict := func(at time.Time, message string) *certificatesv1.CertificateSigningRequest {
 		return &certificatesv1.CertificateSigningRequest{Status: certificatesv1.CertificateSigningRequestStatus{
 			Conditions: []certificatesv1.CertificateSigningRequestCondition{{
@@ -128,6 +133,15 @@ func TestATakenOverClusterSettlesOnlyRecentVerdictsOfAnApprover(t *testing.T) {
 	assert.False(t, p.adopts(verdict(since, "approved by hand")), "a verdict that names no decision")
 	assert.False(t, p.adopts(&certificatesv1.CertificateSigningRequest{}), "an undecided request")
 	assert.False(t, (&pass{}).adopts(verdict(since, named)), "a cluster not taken over")
+
+	// A verdict this replica wrote since the adoption: its writer records it.
+	r.adoptions.wrote(client.ObjectKeyFromObject(cluster), "0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c")
+	assert.False(t, p.adopts(verdict(since.Add(time.Second), named)), "a verdict this replica wrote is recorded again")
+	other := "approved (decision 1c5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c, revision abc)"
+	assert.True(t, p.adopts(verdict(since.Add(time.Second), other)), "another replica's verdict")
+	// Once settled, nothing is kept of what this replica wrote.
+	r.adoptions.settle(client.ObjectKeyFromObject(cluster), since)
+	assert.False(t, r.adoptions.wroteHere(client.ObjectKeyFromObject(cluster), "0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c"))
 }
 
 // A cluster taken over twice before its first full pass (two shard changes
@@ -252,4 +266,31 @@ func TestADroppedShardsQueuedRequestersAreNotDecidedHere(t *testing.T) {
 	assert.Zero(t, f.r.queue.NumRequeues(busy), "the cancelled decision backs off as a failure")
 	assert.Zero(t, f.r.queue.NumRequeues(queued))
 	assert.False(t, f.r.failures.Has(memoKey{cluster: f.cluster, uid: "uid-csr-busy"}))
+}
+
+// A verdict is stamped with the time of its write, not the pass's start: a
+// replica that takes the cluster over right after records again the verdicts
+// stamped within its window, and a pass may read nodes for seconds before it
+// writes (review 12, M1). Stamped at the start, this one would fall 4 s
+// before the write, out of the window of a take a lease duration later.
+func TestAVerdictIsStampedWhenItIsWritten(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	f := newQueueFixture(t, clk, csrOf("system:node:n1", "csr-1", t0))
+	f.dec.decide = func(context.Context, string) (engine.CSRDecision, error) {
+		clk.Step(4 * time.Second) // the node's read, or the requester's older requests
+		return approve(), nil
+	}
+	f.add("system:node:n1")
+	require.True(t, f.r.next(context.Background()))
+
+	csr, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(context.Background(), "csr-1", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, csr.Status.Conditions, 1)
+	assert.Equal(t, t0.Add(4*time.Second), csr.Status.Conditions[0].LastUpdateTime.Time)
+	written := clk.Now()
+	take := written.Add(3 * time.Second) // a lease duration later
+	p := &pass{r: f.r, cluster: &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: f.cluster.Name}},
+		adoptedSince: take.Add(-3*time.Second - 2*time.Second)}
+	assert.True(t, p.adopts(csr), "the next holder does not record the verdict")
 }
