@@ -49,6 +49,7 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		switch {
 		case apierrors.IsNotFound(err) || (err == nil && live.UID != csr.UID):
 			p.r.failures.Forget(p.memoKey(csr))
+			p.actSettled(csr)
 			return nil
 		case err != nil:
 			return fmt.Errorf("read CSR %s again after a failed write: %w", csr.Name, err)
@@ -82,8 +83,14 @@ var decisionIDPattern = regexp.MustCompile(`\(decision ([0-9a-f-]{36})[,)]`)
 func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) {
 	// Taken, not looked at then forgotten: the reconcile and a worker may
 	// settle the same request at once, and only one records it.
-	if !p.r.failures.Take(p.memoKey(csr)) && !p.adopts(csr) {
+	failed := p.r.failures.Take(p.memoKey(csr))
+	if !failed && !p.adopts(csr) {
 		return
+	}
+	if failed {
+		// Recorded below, or, if the condition names no decision of an
+		// approver, nothing of this replica's to record.
+		defer p.actSettled(csr)
 	}
 	for _, c := range csr.Status.Conditions {
 		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
@@ -418,25 +425,32 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	// The write is cancelled if the shard goes before it is sent; its
 	// record, once it was written, is kept whatever happens meanwhile.
 	record := context.WithoutCancel(ctx)
+	// The verdict's stamp, the time of its write, not the pass's start: a
+	// replica that takes the cluster over right after records again the
+	// verdicts stamped within its window (adopts), and a pass may have read
+	// nodes for seconds before this write (review 12, M1).
+	at := p.r.Clock.Now()
 	switch d.Action {
 	case engine.ActionApprove:
-		if err := p.approve(ctx, csr, d); err != nil {
-			p.unsettledBy(err)
+		if err := approval.Approve(ctx, p.target.clientset, csr, ApprovalReason, d.ConditionMessage(), at); err != nil {
+			p.unsettledBy(err, csr, at)
 			return &writeError{err: err, machine: machine}
 		}
 		p.written(csr)
 		logger.Info("approved kubelet serving certificate")
-		p.applied(record, csr, d)
+		p.applied(record, csr, d, at)
 		// No Event: the Approved condition and the decision log say it, and
 		// at a mass reboot an Event per approval doubles the API writes.
 	case engine.ActionDeny:
-		if err := p.deny(ctx, csr, d); err != nil {
-			p.unsettledBy(err)
+		// The first reason by code: conditions take one reason, and the
+		// message lists them all.
+		if err := approval.Deny(ctx, p.target.clientset, csr, d.Reasons[0].Code, d.ConditionMessage(), at); err != nil {
+			p.unsettledBy(err, csr, at)
 			return &writeError{err: err, machine: machine}
 		}
 		p.written(csr)
 		logger.Info("denied kubelet serving certificate")
-		p.applied(record, csr, d)
+		p.applied(record, csr, d, at)
 		p.event(machine, csr, corev1.EventTypeWarning, "Denied", d.EventNote())
 	case engine.ActionPending:
 		key := strings.Join(d.Reasons.Codes(), ",")
@@ -452,7 +466,10 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 			}
 		}
 	}
+	// A write of this request that failed before was not applied: the
+	// request was still undecided.
 	p.r.failures.Forget(p.memoKey(csr))
+	p.actSettled(csr)
 	return nil
 }
 
@@ -465,13 +482,14 @@ func (p *pass) written(csr *certificatesv1.CertificateSigningRequest) {
 
 // applied records in the decision log that the decision was written on the
 // request: of several verdicts logged for one request (the first write
-// conflicted), this is the one in effect.
-func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision) {
+// conflicted), this is the one in effect. A record that fails leaves the
+// verdict, stamped at, unsettled for good here.
+func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision, at time.Time) {
 	if err := p.r.Engine.RecordApplied(ctx, engine.Applied{
 		DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten,
 	}); err != nil {
 		log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", d.DecisionID)
-		p.unsettle()
+		p.unsettle(csr, at)
 	}
 }
 
@@ -493,21 +511,6 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 		return &csrinput.Node{Readable: false, Error: err.Error(), Addresses: []string{}}
 	}
 	return &csrinput.Node{Readable: true, Nodename: id.Nodename, Hostname: id.Hostname, Addresses: id.Addresses}
-}
-
-// approve writes the verdict, stamped with the time of the write, not the
-// pass's start: a replica that takes the cluster over records again the
-// verdicts stamped shortly before its take (adopts), and a pass may have
-// read nodes for seconds before this write.
-func (p *pass) approve(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision) error {
-	return approval.Approve(ctx, p.target.clientset, csr, ApprovalReason, d.ConditionMessage(), p.r.Clock.Now())
-}
-
-// deny writes the verdict, stamped with the time of the write (see approve).
-func (p *pass) deny(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision) error {
-	// The first reason by code: conditions take one reason, and the message
-	// lists them all.
-	return approval.Deny(ctx, p.target.clientset, csr, d.Reasons[0].Code, d.ConditionMessage(), p.r.Clock.Now())
 }
 
 // record writes an issued certificate on the machine it is for, when it is

@@ -44,6 +44,11 @@ type Sharding interface {
 	// Settled is, for a shard this replica took from one that gave it up,
 	// until when that one had recorded its verdicts; zero if not known.
 	Settled(shard int) time.Time
+	// UnsettledSince is, for a shard this replica took from one that gave
+	// it up without saying it settled, the time stamped on that one's
+	// earliest verdict that may be in effect without its record; zero if
+	// not known or none.
+	UnsettledSince(shard int) time.Time
 	// AdoptionsNoted says the adoptions of the shard's clusters are noted
 	// (each Fence's Adopt called): a release may say settled from then on.
 	AdoptionsNoted(shard int)
@@ -81,21 +86,31 @@ func (p *pass) begin() (done func(), err error) {
 	return done, nil
 }
 
-// unsettle says a verdict of the pass may be in effect without its applied
-// record: a release of the shard then leaves it to the next holder to
-// record (shard.Fence.Unsettle).
-func (p *pass) unsettle() {
+// unsettle says the verdict on csr stamped at may be in effect without its
+// applied record: until it is settled, a release of the shard leaves it to
+// the next holder to record, from that stamp on (shard.Fence.Unsettle).
+func (p *pass) unsettle(csr *certificatesv1.CertificateSigningRequest, at time.Time) {
 	if p.fence != nil {
-		p.fence.Unsettle()
+		p.fence.Unsettle(string(csr.UID), at)
 	}
 }
 
 // unsettledBy unsettles the shard for a write that failed otherwise than by
 // a conflict: a write answered with an error (a timeout, a cancelled
-// context once sent) may have been applied all the same.
-func (p *pass) unsettledBy(err error) {
+// context once sent) may have been applied all the same. It is settled
+// once the request, read again, shows its verdict recorded or none.
+func (p *pass) unsettledBy(err error, csr *certificatesv1.CertificateSigningRequest, at time.Time) {
 	if !apierrors.IsConflict(err) {
-		p.unsettle()
+		p.unsettle(csr, at)
+	}
+}
+
+// actSettled says a verdict on csr unsettled here before (a write that
+// failed) is recorded now, or was not applied (the request was still
+// undecided, or is gone).
+func (p *pass) actSettled(csr *certificatesv1.CertificateSigningRequest) {
+	if p.fence != nil {
+		p.fence.Settle(string(csr.UID))
 	}
 }
 
@@ -271,6 +286,12 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 		// Given up, not lost: its holder recorded its verdicts until then
 		// (review 4, S6).
 		since = settled
+	}
+	if unsettled := r.Shards.UnsettledSince(shard); !unsettled.IsZero() && unsettled.Before(since) {
+		// Given up with a verdict that may be in effect unrecorded since
+		// then (a write answered with a timeout long after it was sent):
+		// its stamp, its holder's clock as the condition's (review 12, M1).
+		since = unsettled
 	}
 	for _, c := range clusters.Items {
 		if r.Shards.ShardOf(c.UID) != shard {

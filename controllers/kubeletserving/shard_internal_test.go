@@ -2,17 +2,22 @@ package kubeletserving
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,6 +56,7 @@ func (s *oneShard) Fence(uid types.UID) (shard.Fence, bool) {
 }
 func (*oneShard) Settled(int) time.Time        { return time.Time{} }
 func (*oneShard) AdoptionsNoted(int)           {}
+func (*oneShard) UnsettledSince(int) time.Time { return time.Time{} }
 func (*oneShard) Identity() string             { return "replica-a" }
 func (*oneShard) Shards() int                  { return 2 }
 func (*oneShard) LeaseDuration() time.Duration { return 3 * time.Second }
@@ -61,7 +67,8 @@ type openFence struct{}
 func (openFence) Context() context.Context      { return context.Background() }
 func (openFence) Begin() (done func(), ok bool) { return func() {}, true }
 func (openFence) Adopt() (settled func())       { return func() {} }
-func (openFence) Unsettle()                     {}
+func (openFence) Unsettle(string, time.Time)    {}
+func (openFence) Settle(string)                 {}
 
 // A replica that no longer holds a cluster's shard drops what it held for
 // it, a kubeconfigRef cluster's watch of its API server included, and
@@ -210,6 +217,7 @@ func (s *dropShard) Fence(uid types.UID) (shard.Fence, bool) {
 func (*dropShard) ShardOf(types.UID) int        { return 0 }
 func (*dropShard) Settled(int) time.Time        { return time.Time{} }
 func (*dropShard) AdoptionsNoted(int)           {}
+func (*dropShard) UnsettledSince(int) time.Time { return time.Time{} }
 func (*dropShard) Identity() string             { return "replica-a" }
 func (*dropShard) Shards() int                  { return 1 }
 func (*dropShard) LeaseDuration() time.Duration { return 3 * time.Second }
@@ -221,8 +229,9 @@ func (f dropFence) Begin() (func(), bool) {
 	_, ok := f.s.Serves("")
 	return func() {}, ok
 }
-func (dropFence) Adopt() func() { return func() {} }
-func (dropFence) Unsettle()     {}
+func (dropFence) Adopt() func()              { return func() {} }
+func (dropFence) Unsettle(string, time.Time) {}
+func (dropFence) Settle(string)              {}
 
 // A replica whose shard is dropped decides nothing more of its clusters: the
 // decision in flight is cancelled and writes nothing, and the requesters
@@ -293,4 +302,87 @@ func TestAVerdictIsStampedWhenItIsWritten(t *testing.T) {
 	p := &pass{r: f.r, cluster: &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: f.cluster.Name}},
 		adoptedSince: take.Add(-3*time.Second - 2*time.Second)}
 	assert.True(t, p.adopts(csr), "the next holder does not record the verdict")
+}
+
+// recordingFence is a hold that never ends and keeps the acts unsettled
+// under it, with their stamps.
+type recordingFence struct {
+	openFence
+	mu      sync.Mutex
+	pending map[string]time.Time
+}
+
+func (f *recordingFence) Unsettle(act string, at time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pending[act] = at
+}
+
+func (f *recordingFence) Settle(act string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.pending, act)
+}
+
+func (f *recordingFence) unsettled() map[string]time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.pending)
+}
+
+// recordingShard serves every cluster under one recordingFence.
+type recordingShard struct {
+	oneShard
+	fence *recordingFence
+}
+
+func (s *recordingShard) Fence(types.UID) (shard.Fence, bool) { return s.fence, true }
+
+// Review 12, M1: a write answered with a timeout (applied all the same, as
+// a 504 may be) leaves its verdict unsettled on the hold, with the stamp the
+// condition carries, so that a release before it is settled tells the next
+// holder from when to record; once the request, read again, shows the
+// verdict and it is recorded, the act is settled.
+func TestAWriteThatTimedOutIsUnsettledWithItsStampUntilItIsRecorded(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
+	rec := &recordingDecider{decider: f.dec}
+	f.r.Engine = rec
+	fence := &recordingFence{pending: map[string]time.Time{}}
+	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	f.dec.decide = func(context.Context, string) (engine.CSRDecision, error) {
+		clk.Step(2 * time.Second) // the node's read
+		return approve(), nil
+	}
+	gvr := certificatesv1.SchemeGroupVersion.WithResource("certificatesigningrequests")
+	var timedOut atomic.Bool
+	f.csrs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		if timedOut.Swap(true) {
+			return false, nil, nil
+		}
+		// Applied, and answered as a timeout.
+		obj := a.(k8stesting.UpdateAction).GetObject()
+		if err := f.csrs.Tracker().Update(gvr, obj, ""); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewTimeoutError("the write's answer", 1)
+	})
+	ctx := context.Background()
+	f.add("system:node:x")
+	require.True(t, f.r.next(ctx))
+	require.True(t, f.approved(t, "csr-x"), "the write was not applied")
+	assert.Equal(t, map[string]time.Time{"uid-csr-x": t0.Add(2 * time.Second)}, fence.unsettled(), "the timed-out write is not unsettled with its stamp")
+	assert.Zero(t, rec.recorded.Load())
+
+	// The next look reads the request again, finds the verdict, records it,
+	// and settles the act.
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	cached := csrOf("system:node:x", "csr-x", t0)
+	cached.UID = "uid-csr-x"
+	p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: clk.Now(), fence: fence}
+	require.NoError(t, p.handle(ctx, &cached))
+	assert.Equal(t, int64(1), rec.recorded.Load(), "the verdict in effect was not recorded")
+	assert.Empty(t, fence.unsettled(), "the act recorded is still unsettled")
 }

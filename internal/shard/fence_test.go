@@ -218,17 +218,20 @@ func TestShardAReleaseSaysUntilWhenItsVerdictsAreRecorded(t *testing.T) {
 // Review 5, F1: an act whose write failed otherwise than by a conflict (it
 // may have been applied all the same) or whose record failed unsettles the
 // hold: its release says nothing of until when verdicts are recorded, so
-// that the next holder records the verdict in effect. F3: nor does the
-// release of a shard taken from a replica that said nothing, before the
-// approver has noted its clusters' adoptions.
+// that the next holder records the verdict in effect, and says the act's
+// stamp (review 12, M1: a write answered with a timeout long after it was
+// stamped is older than the window the next holder looks back otherwise).
+// An act settled since (recorded after all) leaves the hold settled. F3: nor
+// does the release of a shard taken from a replica that said nothing, before
+// the approver has noted its clusters' adoptions.
 func TestShardAReleaseAfterAnUncertainWriteSaysNothingSettled(t *testing.T) {
 	cs := leaseEnv(t)
 	const shards = 8
 	a := startReplica(t, cs, "a", shards)
 	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond)
 	both := []string{"a", "b"}
-	var uncertain, clean, unnoted types.UID
-	for i := 0; uncertain == "" || clean == "" || unnoted == ""; i++ {
+	var uncertain, clean, unnoted, resettled types.UID
+	for i := 0; uncertain == "" || clean == "" || unnoted == "" || resettled == ""; i++ {
 		uid := types.UID(fmt.Sprintf("cluster-%d", i))
 		switch s := shard.Of(uid, shards); {
 		case shard.Owner(both, s) != "b":
@@ -237,8 +240,11 @@ func TestShardAReleaseAfterAnUncertainWriteSaysNothingSettled(t *testing.T) {
 		case s == shard.Of(uncertain, shards):
 		case clean == "":
 			clean = uid
-		case s != shard.Of(clean, shards):
+		case s == shard.Of(clean, shards):
+		case unnoted == "":
 			unnoted = uid
+		case s != shard.Of(unnoted, shards):
+			resettled = uid
 		}
 	}
 	for _, s := range a.Held() {
@@ -246,13 +252,19 @@ func TestShardAReleaseAfterAnUncertainWriteSaysNothingSettled(t *testing.T) {
 			a.AdoptionsNoted(s)
 		}
 	}
-	for _, uid := range []types.UID{uncertain, clean} {
+	stamped := time.Now().Add(-time.Minute).Round(0)
+	for _, uid := range []types.UID{uncertain, clean, resettled} {
 		f, ok := a.Fence(uid)
 		require.True(t, ok)
 		done, ok := f.Begin()
 		require.True(t, ok)
-		if uid == uncertain {
-			f.Unsettle()
+		switch uid {
+		case uncertain:
+			f.Unsettle("csr-uid-1", stamped.Add(time.Second))
+			f.Unsettle("csr-uid-2", stamped)
+		case resettled:
+			f.Unsettle("csr-uid-3", stamped)
+			f.Settle("csr-uid-3")
 		}
 		done()
 	}
@@ -261,9 +273,14 @@ func TestShardAReleaseAfterAnUncertainWriteSaysNothingSettled(t *testing.T) {
 		_, s1 := b.Serves(uncertain)
 		_, s2 := b.Serves(clean)
 		_, s3 := b.Serves(unnoted)
-		return s1 && s2 && s3
+		_, s4 := b.Serves(resettled)
+		return s1 && s2 && s3 && s4
 	}, 20*time.Second, 50*time.Millisecond, "b did not take the shards")
 	assert.True(t, b.Settled(shard.Of(uncertain, shards)).IsZero(), "said settled after a write that may have been applied unrecorded")
+	assert.True(t, stamped.Equal(b.UnsettledSince(shard.Of(uncertain, shards))), "unsettled since %s, want the earliest act's stamp %s", b.UnsettledSince(shard.Of(uncertain, shards)), stamped)
+	assert.False(t, b.Settled(shard.Of(resettled, shards)).IsZero(), "an act settled since left the release unsettled")
+	assert.True(t, b.UnsettledSince(shard.Of(resettled, shards)).IsZero())
+	assert.True(t, b.UnsettledSince(shard.Of(unnoted, shards)).IsZero(), "an unsettled adoption has no act's stamp")
 	assert.True(t, b.Settled(shard.Of(unnoted, shards)).IsZero(), "said settled before the adoptions were noted")
 	assert.False(t, b.Settled(shard.Of(clean, shards)).IsZero(), "a release with every act recorded did not say so")
 }

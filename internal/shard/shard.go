@@ -73,6 +73,13 @@ const (
 	// wrote for the shard's clusters (RFC 3339, its clock): the next
 	// holder need not record them again.
 	AnnotationSettledUntil = "ichor.dev/settled-until"
+	// AnnotationUnsettledSince, on a shard Lease that names nobody and says
+	// no settled-until, is the time stamped on the earliest act the replica
+	// that gave the shard up may have applied without its record and had
+	// not settled since (RFC 3339, its clock, as the act's own stamp): the
+	// next holder records again the verdicts stamped since then, not only
+	// those of the last lease duration (review 12, M1).
+	AnnotationUnsettledSince = "ichor.dev/unsettled-since"
 
 	roleMember = "member"
 	roleShard  = "shard"
@@ -150,10 +157,14 @@ type Set struct {
 	// settled is, per shard taken from a replica that gave it up, when that
 	// replica had recorded its verdicts (the Lease's annotation).
 	settled map[int]time.Time
-	// releasedSettled is, per shard this replica last gave up, the
-	// settled-until its release wrote ("" for none): a release whose write
-	// failed is tried again without the hold.
-	releasedSettled map[int]string
+	// unsettledSince is, per shard taken from a replica that gave it up
+	// unsettled, the stamp of its earliest act left unsettled (the Lease's
+	// annotation); absent when not known.
+	unsettledSince map[int]time.Time
+	// releasedSettled is, per shard this replica last gave up, what its
+	// release wrote on the Lease: a release whose write failed is tried
+	// again without the hold.
+	releasedSettled map[int]releaseNote
 	// seen is, per Lease name, its last resourceVersion and when this
 	// replica saw it change: liveness is judged by this replica's clock, as
 	// client-go's elector judges a leader, never by the writer's.
@@ -183,6 +194,18 @@ type hold struct {
 	// settled is when the replica this one took the shard from had
 	// recorded its verdicts; zero if not known (it died, or none said).
 	settled time.Time
+	// pending are the acts under the hold that may have been applied
+	// without their record (Fence.Unsettle) and are not settled since
+	// (Fence.Settle), each with the time stamped on it, under the Set's
+	// lock: while there are any, a release does not say it settled, and
+	// says since when it did not.
+	pending map[string]time.Time
+}
+
+// releaseNote is what a release wrote on a shard's Lease, as its
+// annotations' values ("" for none).
+type releaseNote struct {
+	settledUntil, unsettledSince string
 }
 
 type written struct {
@@ -227,7 +250,7 @@ func New(o Options) (*Set, error) {
 	if o.OnCountMismatch == nil {
 		o.OnCountMismatch = func(map[string]string) {}
 	}
-	return &Set{o: o, base: context.Background(), kick: make(chan struct{}, 1), held: map[int]*hold{}, settled: map[int]time.Time{}, releasedSettled: map[int]string{},
+	return &Set{o: o, base: context.Background(), kick: make(chan struct{}, 1), held: map[int]*hold{}, settled: map[int]time.Time{}, unsettledSince: map[int]time.Time{}, releasedSettled: map[int]releaseNote{},
 		seen: map[string]observation{}, wrote: map[int]written{}}, nil
 }
 
@@ -295,12 +318,18 @@ type Fence interface {
 	// release of the shard does not say this replica recorded every
 	// verdict, and the next holder records them.
 	Adopt() (settled func())
-	// Unsettle says an act under the hold may have been applied without
-	// its record (its write failed otherwise than by a conflict, which may
-	// mean it was applied all the same, or its record failed): a release of
-	// the shard never says this replica recorded every verdict, so that the
-	// next holder records the verdicts in effect (review 5, F1).
-	Unsettle()
+	// Unsettle says an act under the hold, named act and stamped at, may
+	// have been applied without its record (its write failed otherwise
+	// than by a conflict, which may mean it was applied all the same, or
+	// its record failed): until Settle is called for it, a release of the
+	// shard does not say this replica recorded every verdict, and says the
+	// earliest such stamp, so that the next holder records the verdicts in
+	// effect since then (review 5, F1; review 12, M1).
+	Unsettle(act string, at time.Time)
+	// Settle says the act named was recorded since, or proved not applied
+	// (the request was still undecided, or is gone). An act unsettled under
+	// another hold is not this hold's: nothing happens.
+	Settle(act string)
 }
 
 type fence struct {
@@ -321,10 +350,21 @@ func (f fence) Begin() (func(), bool) {
 	return f.h.acts.Done, true
 }
 
-func (f fence) Unsettle() {
+func (f fence) Unsettle(act string, at time.Time) {
 	f.s.mu.Lock()
 	defer f.s.mu.Unlock()
-	f.h.unsettled++
+	if f.h.pending == nil {
+		f.h.pending = map[string]time.Time{}
+	}
+	if old, ok := f.h.pending[act]; !ok || at.Before(old) {
+		f.h.pending[act] = at
+	}
+}
+
+func (f fence) Settle(act string) {
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	delete(f.h.pending, act)
 }
 
 func (f fence) Adopt() func() {
@@ -354,6 +394,15 @@ func (s *Set) Fence(uid types.UID) (Fence, bool) {
 		return nil, false
 	}
 	return fence{s: s, shard: shard, h: s.held[shard]}, true
+}
+
+// UnsettledSince is, for this replica's hold of shard taken from a replica
+// that gave it up unsettled, the time stamped on that replica's earliest
+// act it had not settled; zero when not known or none.
+func (s *Set) UnsettledSince(shard int) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unsettledSince[shard]
 }
 
 // Settled is when the replica that gave this replica's hold of shard up
@@ -814,6 +863,9 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		result   *coordinationv1.Lease
 		replaced string
 		settled  time.Time
+		// unsettled is the stamp of the earliest act the previous holder
+		// gave the shard up without settling; zero when not known.
+		unsettled time.Time
 	)
 	if lease == nil {
 		spec.LeaseTransitions = ptr.To[int32](0)
@@ -830,8 +882,10 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 			// Given up, not lost: its holder said until when it recorded
 			// its verdicts. The next holder is told afresh.
 			settled, _ = time.Parse(time.RFC3339Nano, lease.Annotations[AnnotationSettledUntil])
+			unsettled, _ = time.Parse(time.RFC3339Nano, lease.Annotations[AnnotationUnsettledSince])
 		}
 		delete(updated.Annotations, AnnotationSettledUntil)
+		delete(updated.Annotations, AnnotationUnsettledSince)
 		replaced = lease.ResourceVersion
 		result, err = leases.Update(ctx, updated, metav1.UpdateOptions{})
 	}
@@ -849,8 +903,14 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 	if ok {
 		// A settled-until ahead of this replica's clock (a forged one, or a
 		// skewed clock) says no more than "settled now" (review 5, F10).
-		if now := s.o.Clock.Now(); settled.After(now) {
+		now := s.o.Clock.Now()
+		if settled.After(now) {
 			settled = now
+		}
+		// An unsettled-since ahead of this replica's clock says nothing
+		// earlier than the window the approver looks back anyway.
+		if unsettled.After(now) || !settled.IsZero() {
+			unsettled = time.Time{}
 		}
 		h := &hold{settled: settled, noting: settled.IsZero()}
 		if h.noting {
@@ -859,13 +919,14 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		h.ctx, h.cancel = context.WithCancel(s.base)
 		s.held[shard] = h
 		s.settled[shard] = settled
+		s.unsettledSince[shard] = unsettled
 		delete(s.releasedSettled, shard)
 	}
 	s.mu.Unlock()
 	if !ok {
 		return
 	}
-	s.o.Log.Info("shard taken", "shard", shard, "previous_holder", previous, "settled_until", settled)
+	s.o.Log.Info("shard taken", "shard", shard, "previous_holder", previous, "settled_until", settled, "unsettled_since", unsettled)
 	s.o.Metrics.held(shard, true, "taken")
 	s.o.OnChange(shard)
 }
@@ -918,35 +979,42 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 	updated.Spec.HolderIdentity = ptr.To("")
 	updated.Spec.RenewTime = ptr.To(metav1.NewMicroTime(s.o.Clock.Now()))
 	delete(updated.Annotations, AnnotationSettledUntil)
-	settled := ""
+	delete(updated.Annotations, AnnotationUnsettledSince)
+	var note releaseNote
 	if h == nil {
 		// A release tried again (the last write failed): what the first
 		// found of the hold still holds.
 		s.mu.Lock()
-		settled = s.releasedSettled[shard]
+		note = s.releasedSettled[shard]
 		s.mu.Unlock()
-		if settled != "" {
-			if updated.Annotations == nil {
-				updated.Annotations = map[string]string{}
-			}
-			updated.Annotations[AnnotationSettledUntil] = settled
-		}
 	} else {
-		switch acted, unsettled := waitFor(&h.acts, s.o.RenewDeadline), s.unsettledOf(h); {
+		acted := waitFor(&h.acts, s.o.RenewDeadline)
+		unsettled, pending, since := s.unsettledOf(h)
+		switch {
 		case !acted:
 			s.o.Log.Info("shard released unsettled: writes still in progress after the renew deadline", "shard", shard)
 		case unsettled > 0:
 			s.o.Log.Info("shard released unsettled: clusters taken over from a replica gone not yet passed", "shard", shard, "clusters", unsettled)
+		case pending > 0:
+			s.o.Log.Info("shard released unsettled: verdicts that may be in effect without their record", "shard", shard, "verdicts", pending, "since", since)
 		default:
-			settled = s.o.Clock.Now().UTC().Format(time.RFC3339Nano)
-			if updated.Annotations == nil {
-				updated.Annotations = map[string]string{}
-			}
-			updated.Annotations[AnnotationSettledUntil] = settled
+			note.settledUntil = s.o.Clock.Now().UTC().Format(time.RFC3339Nano)
+		}
+		if note.settledUntil == "" && pending > 0 {
+			note.unsettledSince = since.UTC().Format(time.RFC3339Nano)
 		}
 		s.mu.Lock()
-		s.releasedSettled[shard] = settled
+		s.releasedSettled[shard] = note
 		s.mu.Unlock()
+	}
+	for key, value := range map[string]string{AnnotationSettledUntil: note.settledUntil, AnnotationUnsettledSince: note.unsettledSince} {
+		if value == "" {
+			continue
+		}
+		if updated.Annotations == nil {
+			updated.Annotations = map[string]string{}
+		}
+		updated.Annotations[key] = value
 	}
 	result, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
 	if err != nil {
@@ -958,15 +1026,21 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 		}
 		return
 	}
-	s.o.Log.V(1).Info("shard released", "shard", shard, "settled_until", settled)
+	s.o.Log.V(1).Info("shard released", "shard", shard, "settled_until", note.settledUntil, "unsettled_since", note.unsettledSince)
 	s.noteWrite(shard, lease.ResourceVersion, result)
 }
 
-// unsettledOf is how many adoptions the hold has left to settle.
-func (s *Set) unsettledOf(h *hold) int {
+// unsettledOf is how many adoptions the hold has left to settle, how many
+// of its acts, and the earliest stamp of those acts.
+func (s *Set) unsettledOf(h *hold) (adoptions, acts int, since time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return h.unsettled
+	for _, at := range h.pending {
+		if since.IsZero() || at.Before(since) {
+			since = at
+		}
+	}
+	return h.unsettled, len(h.pending), since
 }
 
 // waitFor waits for wg at most d, and reports whether it is done.
