@@ -79,6 +79,9 @@ func newManagerCommand(s streams) *cobra.Command {
 service account). Every decision is written to standard output as one JSON line
 (OPA's decision log); the controllers' own logs go to standard error.`,
 		Args: cobra.NoArgs,
+		// Its decision log is flushed and its shards released at a stop,
+		// however long that takes (the pod's grace period bounds it).
+		Annotations: map[string]string{stopsGracefully: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runManager(cmd.Context(), s, o)
 		},

@@ -36,7 +36,10 @@ const exitStatuses = `Exit status of every command:
      not of the kind the command reads: nothing was done
   3  done, and what was found needs a person: decisions replay --fail-on
      matched a change, audit kubelet-serving found a drifted certificate
-  4  audit kubelet-serving: none drifted, but one could not be judged`
+  4  audit kubelet-serving: none drifted, but one could not be judged
+  130, 143  interrupted (SIGINT, SIGTERM) and not stopped within 2 seconds
+     (the manager is given all the time it takes); what was done stands.
+     A second signal ends the command at once`
 
 // Run executes the command line args and returns the process exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
