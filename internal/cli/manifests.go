@@ -116,7 +116,7 @@ func (in *csrInputs) read(stdin io.Reader, file string, wrap pemWrap) error {
 		return pemError(file, block.Type, wrap)
 	}
 	var docs []json.RawMessage
-	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(yamlReadableStream(data)), 4096)
 	for {
 		var doc json.RawMessage
 		err := d.Decode(&doc)
@@ -149,6 +149,26 @@ func (in *csrInputs) read(stdin io.Reader, file string, wrap pemWrap) error {
 		}
 	}
 	return nil
+}
+
+// yamlReadableStream is data, when it is a stream of JSON documents (as
+// kubectl get -o json writes), with the characters JSON keeps as they are and
+// a YAML reader refuses written as JSON escapes (yamlReadableJSON): the
+// documents are read as YAML, and a request named with a C1 control would
+// otherwise be refused as "neither YAML nor JSON". Anything else is returned
+// as it is.
+func yamlReadableStream(data []byte) []byte {
+	d := json.NewDecoder(bytes.NewReader(data))
+	for {
+		var doc json.RawMessage
+		err := d.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return yamlReadableJSON(data)
+		}
+		if err != nil {
+			return data
+		}
+	}
 }
 
 // readBounded reads a whole file, or standard input, of at most

@@ -174,3 +174,28 @@ func testOutputFormats(t *testing.T, c outputCommand, dir string) {
 	assert.Contains(t, stderr, `ichor: unable to match a printer suitable for the output format "xml", allowed formats are: json,jsonpath,jsonpath-as-json,jsonpath-file,kyaml,`)
 	assert.Contains(t, stderr, human0)
 }
+
+// TestYAMLOutputsKeepEveryCharacterARequesterWrote: a request named with
+// characters JSON keeps as they are and a YAML reader refuses (DEL, the C1
+// controls, a C1 CSI among them, U+FFFE) is read from kubectl's JSON, prints
+// in -o yaml and -o kyaml as in -o json, and reads back as the very name;
+// before, the input was refused ("neither YAML nor JSON", exit 2) and, read
+// otherwise, the whole output failed ("yaml: control characters are not
+// allowed", exit 1).
+func TestYAMLOutputsKeepEveryCharacterARequesterWrote(t *testing.T) {
+	hostile := "csr-\x7f\u0085\u009b31mred\u009dx\ufffe\uffff-\u202eend"
+	// Read as kubectl get -o json writes it (its -o yaml fails on it).
+	csr := manifest(t, csrgen.ServingObject(hostile, "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}})), true)
+	for _, format := range []string{"json", "yaml", "kyaml"} {
+		code, stdout, stderr := run(t, "", append([]string{"policy", "check-csr", "-f", csr, "-o", format}, identity...)...)
+		require.Equal(t, cli.ExitOK, code, "-o %s: %s", format, stderr)
+		assert.NotContains(t, stdout, "\u009b", "-o %s: a C1 CSI reached the terminal", format)
+		var doc struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(stdout), &doc), "-o %s", format)
+		assert.Equal(t, hostile, doc.Metadata.Name, "-o %s", format)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -109,6 +110,9 @@ func (p *printFlags) complete() error {
 	}
 	var err error
 	p.printer, err = p.jsonYAML.ToPrinter(p.format)
+	if err == nil && p.format != "json" {
+		p.printer = yamlReadable{p.printer}
+	}
 	if genericclioptions.IsNoCompatiblePrinterError(err) && p.name != nil && p.format != "" {
 		p.printer, err = p.name.ToPrinter(p.format)
 		p.printer = escapedNames{p.printer}
@@ -120,6 +124,39 @@ func (p *printFlags) complete() error {
 		err = genericclioptions.NoCompatiblePrinterError{OutputFormat: &p.format, AllowedFormats: p.allowedFormats()}
 	}
 	return usage.Wrap(err)
+}
+
+// yamlReadable prints an object through a YAML printer (yaml, kyaml) from
+// its JSON, in which every character a YAML reader refuses is written as a
+// JSON escape: DEL and the C1 controls (U+0080 to U+009F), and U+FFFE and
+// U+FFFF, which JSON keeps as they are. cli-runtime's YAML printers read the
+// object's JSON as YAML, so a requester's string holding one (a CSR named
+// with a C1 CSI) made the whole output fail, every other entry of a
+// decision log with it. The YAML printed holds the same strings, which the
+// YAML writer escapes.
+type yamlReadable struct{ printers.ResourcePrinter }
+
+func (p yamlReadable) PrintObj(obj runtime.Object, w io.Writer) error {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	return p.ResourcePrinter.PrintObj(&runtime.Unknown{Raw: yamlReadableJSON(data)}, w)
+}
+
+// yamlReadableJSON is the JSON document data with the characters a YAML
+// reader refuses escaped. They can only be in its strings: outside them,
+// JSON holds ASCII.
+func yamlReadableJSON(data []byte) []byte {
+	out := make([]byte, 0, len(data))
+	for _, r := range string(data) {
+		if r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0xfffe || r == 0xffff {
+			out = fmt.Appendf(out, `\u%04x`, r)
+			continue
+		}
+		out = utf8.AppendRune(out, r)
+	}
+	return out
 }
 
 // isHuman reports whether -o asks for the command's human form.
