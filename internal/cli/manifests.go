@@ -96,12 +96,30 @@ func manifestFiles(file string) (names []string, dir bool, err error) {
 		return nil, true, usage.Errorf("read directory %s: %w", file, err)
 	}
 	for _, e := range entries {
-		if e.Type().IsRegular() && slices.Contains(manifestExtensions, strings.ToLower(filepath.Ext(e.Name()))) {
-			names = append(names, filepath.Join(file, e.Name()))
+		if !slices.Contains(manifestExtensions, strings.ToLower(filepath.Ext(e.Name()))) {
+			continue
+		}
+		name := filepath.Join(file, e.Name())
+		// A link to a file is read, as kubectl reads it; a link to
+		// anything else (a directory, a device, a FIFO) is not, nor one
+		// that leads nowhere.
+		if e.Type()&os.ModeSymlink != 0 {
+			if target, err := os.Stat(name); err == nil && target.Mode().IsRegular() {
+				names = append(names, name)
+			}
+			continue
+		}
+		if e.Type().IsRegular() {
+			names = append(names, name)
 		}
 	}
-	if len(names) > maxManifestFiles {
+	switch {
+	case len(names) > maxManifestFiles:
 		return nil, true, usage.Errorf("directory %s holds %d manifest files, more than the %d read at once", file, len(names), maxManifestFiles)
+	case len(names) == 0:
+		// Named and empty, as an empty file is: nothing would be checked,
+		// and a pipeline gating on it would pass.
+		return nil, true, usage.Errorf("directory %s holds no manifest file (%s)", file, strings.Join(manifestExtensions, ", "))
 	}
 	return names, true, nil
 }

@@ -41,8 +41,10 @@ func writeFile(t *testing.T, dir, name, content string) string {
 }
 
 // TestCheckCSRReadsEveryDocument: -f reads every document of a file, of
-// standard input, of a directory and of every -f, and refuses a document that
-// is not a CSR rather than deciding the others silently. Before, a second
+// standard input, of a directory (its links to files too, as kubectl) and of
+// every -f, and refuses a document that is not a CSR rather than deciding the
+// others silently, and a directory that holds nothing to decide, as an empty
+// file. Before, a second
 // document after "---" was dropped unread and the command exited 0.
 func TestCheckCSRReadsEveryDocument(t *testing.T) {
 	good := csrgen.ServingObject("csr-good", "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}, IPs: []net.IP{net.ParseIP("10.5.0.2")}}))
@@ -61,6 +63,15 @@ func TestCheckCSRReadsEveryDocument(t *testing.T) {
 	writeFile(t, manifests, "README.md", "not read")
 	require.NoError(t, os.Mkdir(filepath.Join(manifests, "sub"), 0o700))
 	writeFile(t, manifests, "sub/c.yaml", yamlDoc(t, secret))
+	// A link to a file is read as the file; a link to a directory or to
+	// nothing is not.
+	linked := t.TempDir()
+	require.NoError(t, os.Symlink(oneForged, filepath.Join(linked, "forged.yaml")))
+	require.NoError(t, os.Symlink(manifests, filepath.Join(linked, "dir.yaml")))
+	require.NoError(t, os.Symlink(filepath.Join(dir, "nothing.yaml"), filepath.Join(linked, "dangling.yaml")))
+	onlyLinksAstray := t.TempDir()
+	require.NoError(t, os.Symlink(manifests, filepath.Join(onlyLinksAstray, "dir.yaml")))
+	emptyDir := t.TempDir()
 
 	for _, tc := range []struct {
 		name  string
@@ -78,6 +89,9 @@ func TestCheckCSRReadsEveryDocument(t *testing.T) {
 		{name: "two YAML documents on standard input", stdin: yamlDoc(t, good) + "---\n" + yamlDoc(t, forged), files: []string{"-"}, want: []string{"csr-good approve", "csr-forged deny"}},
 		{name: "a directory", files: []string{manifests}, want: []string{"csr-good approve", "csr-forged deny"}},
 		{name: "-f repeated", files: []string{oneForged, oneGood}, want: []string{"csr-forged deny", "csr-good approve"}},
+		{name: "a directory holding a link to a file", files: []string{linked}, want: []string{"csr-forged deny"}},
+		{name: "an empty directory", files: []string{emptyDir}, code: cli.ExitUsage, stderr: "holds no manifest file (.yaml, .yml, .json)"},
+		{name: "a directory of links to no file", files: []string{onlyLinksAstray}, code: cli.ExitUsage, stderr: "holds no manifest file"},
 		{name: "one document between separators and comments", files: []string{oneGood}, wantOne: engine.ActionApprove},
 		{name: "a Secret after a CSR", files: []string{withSecret}, code: cli.ExitUsage, stderr: "secret.yaml document 2 is a Secret (v1), not a certificates.k8s.io/v1 CertificateSigningRequest"},
 		{name: "no document", files: []string{empty}, code: cli.ExitUsage, stderr: "empty.yaml holds no manifest"},

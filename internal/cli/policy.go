@@ -81,8 +81,8 @@ several NAMEs are decided one row each. Or give the request as a file:
 FILE is the manifest exactly as "kubectl get csr NAME -o yaml" (or -o json)
 prints it; "-" reads it from standard input. -f reads every document of a
 file (YAML documents separated by "---", or JSON objects one after another),
-a directory (its .yaml, .yml and .json files, not its subdirectories) and may
-be repeated. Every document must be a CertificateSigningRequest or a List of
+a directory (its .yaml, .yml and .json files and links to files, not its
+subdirectories; one with none is refused, exit 2) and may be repeated. Every document must be a CertificateSigningRequest or a List of
 them: any other kind is refused (exit 2), naming the document. A list ("kubectl
 get csr -o yaml", several names, a label or field selector), several
 documents, files or a directory are decided item by item, one row each; an
@@ -274,8 +274,13 @@ func checkEach(ctx context.Context, s streams, output *printFlags, key bundleKey
 	}
 	defer eng.Stop(context.WithoutCancel(ctx))
 	if in.list && len(in.csrs) == 0 {
+		// As kubectl get with nothing found: a machine format prints an
+		// empty List, so that a pipeline reads a document.
 		fmt.Fprintln(s.err, "ichor: the list holds no request")
-		return nil
+		if output.isHuman() {
+			return nil
+		}
+		return output.print(s.out, documentList(nil))
 	}
 	var checks []csrCheck
 	undecided := 0
