@@ -113,7 +113,7 @@ func runManualDecision(ctx context.Context, s streams, o manualDecision, names [
 	}
 	cfg, err := o.kube.ToRESTConfig()
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
+		return kube.ConfigError(err)
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -140,14 +141,28 @@ func (k bundleKeyFlags) load(path string) (*bundle.Bundle, error) {
 	case info.IsDir():
 		return nil, usage.Errorf("--bundle %s is a directory, which cannot be signed; give a signed tarball with --bundle-key", path)
 	}
-	key, err := os.ReadFile(k.key)
+	key, err := k.read()
 	if err != nil {
-		return nil, usage.Errorf("--bundle-key: %w", err)
+		return nil, err
 	}
 	vc := bundle.NewVerificationConfig(map[string]*bundle.KeyConfig{
 		k.keyID: {Key: string(key), Algorithm: k.algorithm},
 	}, k.keyID, "", nil)
 	return bundles.LoadVerified(path, vc)
+}
+
+// read reads --bundle-key. A file that is not there, or that holds no PEM
+// block where the algorithm takes a public key (all but HS*, whose key is a
+// shared secret), is the caller's to fix (exit 2), as the manager's flag.
+func (k bundleKeyFlags) read() ([]byte, error) {
+	key, err := os.ReadFile(k.key)
+	if err != nil {
+		return nil, usage.Errorf("--bundle-key: %w", err)
+	}
+	if block, _ := pem.Decode(key); block == nil && !strings.HasPrefix(k.algorithm, "HS") {
+		return nil, usage.Errorf("--bundle-key %s holds no PEM public key (%s)", k.key, k.algorithm)
+	}
+	return key, nil
 }
 
 // engineBundle loads the bundle at path (none: the embedded one) into the
@@ -165,9 +180,9 @@ func (k bundleKeyFlags) engineBundle(opts *engine.Options, path string) (b *bund
 		opts.Bundle = b
 		return b, nil
 	}
-	key, err := os.ReadFile(k.key)
+	key, err := k.read()
 	if err != nil {
-		return nil, usage.Errorf("--bundle-key: %w", err)
+		return nil, err
 	}
 	opts.Source = path
 	opts.VerificationKeys = []engine.VerificationKey{{ID: k.keyID, PEM: string(key), Algorithm: k.algorithm}}

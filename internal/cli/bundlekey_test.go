@@ -27,6 +27,8 @@ func TestASignedBundleIsCheckedOffline(t *testing.T) {
 	dir := t.TempDir()
 	private, public := signingKey(t, dir, "ichor")
 	_, other := signingKey(t, dir, "other")
+	garbage := filepath.Join(dir, "garbage.pub")
+	require.NoError(t, os.WriteFile(garbage, []byte("not a key\n"), 0o600))
 	signed := filepath.Join(dir, "signed.tar.gz")
 	code, stdout, stderr := run(t, "", "bundle", "build", "--signing-key", private, "--out", signed)
 	require.Equal(t, cli.ExitOK, code, stderr)
@@ -51,6 +53,7 @@ func TestASignedBundleIsCheckedOffline(t *testing.T) {
 		{"another key id", []string{"--bundle", signed, "--bundle-key", public, "--bundle-key-id", "prod"}, cli.ExitError, "refused"},
 		{"a directory", []string{"--bundle", "../../policy", "--bundle-key", public}, cli.ExitUsage, "is a directory, which cannot be signed"},
 		{"a key that is not there", []string{"--bundle", signed, "--bundle-key", filepath.Join(dir, "none.pub")}, cli.ExitUsage, "--bundle-key: open"},
+		{"a key file that holds no key", []string{"--bundle", signed, "--bundle-key", garbage}, cli.ExitUsage, "holds no PEM public key (RS256)"},
 	} {
 		for name, args := range commands {
 			t.Run(tc.name+"/"+name, func(t *testing.T) {

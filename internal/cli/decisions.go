@@ -197,6 +197,10 @@ func readDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []strin
 				return nil, usage.Errorf("read decision log: %w", err)
 			}
 			defer f.Close()
+			if st, err := f.Stat(); err == nil && st.IsDir() {
+				// Named, and not of the kind read: a log is a file.
+				return nil, usage.Errorf("read decision log %s: a directory, not a log file", name)
+			}
 			r = f
 		} else {
 			name = "standard input"
@@ -239,7 +243,7 @@ func clusterSource(s streams, src sourceFlags, limits decisionlog.Limits) (decis
 	loader := flags.ToRawKubeConfigLoader()
 	cfg, err := loader.ClientConfig()
 	if err != nil {
-		return decisionlog.Cluster{}, fmt.Errorf("kubeconfig: %w", err)
+		return decisionlog.Cluster{}, kube.ConfigError(err)
 	}
 	namespace := src.namespace
 	if namespace == "" {

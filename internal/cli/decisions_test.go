@@ -432,6 +432,7 @@ func TestDecisionsRefusesBadUsage(t *testing.T) {
 		want string
 	}{
 		{"unknown flag", []string{"decisions", "list", log, "--bogus"}, ExitUsage, "unknown flag: --bogus"},
+		{"a directory for a log", []string{"decisions", "list", filepath.Dir(log)}, ExitUsage, "a directory, not a log file"},
 		{"bad action", []string{"decisions", "list", log, "--action", "approved"}, ExitUsage, `--action "approved" is not an action`},
 		{"bad policy", []string{"decisions", "list", log, "--policy", "serving"}, ExitUsage, `unknown policy "serving"`},
 		{"bad since", []string{"decisions", "list", log, "--since", "yesterday"}, ExitUsage, "--since"},

@@ -78,7 +78,7 @@ func ExecKubeconfig(ctx context.Context, o Request, plugin ExecPlugin) (Written,
 	}
 	restCfg, err := o.Kube.ToRESTConfig()
 	if err != nil {
-		return Written{}, fmt.Errorf("kubeconfig: %w", err)
+		return Written{}, kube.ConfigError(err)
 	}
 	if err := refuseNested(restCfg); err != nil {
 		return Written{}, err
@@ -168,7 +168,7 @@ func ExecCredential(ctx context.Context, o Request, cacheDir string, warn io.Wri
 	}
 	restCfg, err := o.Kube.ToRESTConfig()
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
+		return nil, kube.ConfigError(err)
 	}
 	if err := refuseNested(restCfg); err != nil {
 		return nil, err
@@ -239,7 +239,7 @@ func cacheKey(o Request, cfg *rest.Config) (execcache.Key, error) {
 	}
 	raw, err := loader.RawConfig()
 	if err != nil {
-		return execcache.Key{}, fmt.Errorf("kubeconfig: %w", err)
+		return execcache.Key{}, kube.ConfigError(err)
 	}
 	contextName := raw.CurrentContext
 	var userFlag string

@@ -4,7 +4,11 @@
 package kube
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"regexp"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -12,6 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ichor-dev/ichor-policy/internal/usage"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 )
@@ -61,7 +67,7 @@ func NewConfigFlags() *genericclioptions.ConfigFlags {
 func Client(flags genericclioptions.RESTClientGetter) (client.Client, string, *rest.Config, error) {
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
-		return nil, "", nil, fmt.Errorf("kubeconfig: %w", err)
+		return nil, "", nil, ConfigError(err)
 	}
 	namespace, _, err := flags.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
@@ -83,3 +89,37 @@ func Client(flags genericclioptions.RESTClientGetter) (client.Client, string, *r
 func KubeconfigFiles(flags genericclioptions.RESTClientGetter) []string {
 	return flags.ToRawKubeConfigLoader().ConfigAccess().GetLoadingPrecedence()
 }
+
+// ConfigError is an error of loading the client configuration, said as
+// such: a usage error (exit 2) when the flags name what is not there or not
+// valid (a --kubeconfig file that does not exist, a --context it does not
+// hold, a kubeconfig that fails clientcmd's validation, a --request-timeout
+// that is no duration), as the CLI's exit statuses say; any other stays an
+// error (exit 1).
+func ConfigError(err error) error {
+	err = fmt.Errorf("kubeconfig: %w", err)
+	if flagError(err) {
+		return usage.Wrap(err)
+	}
+	return err
+}
+
+// flagError reports whether a configuration loading error comes from what
+// the flags named.
+func flagError(err error) bool {
+	// clientcmd's own predicates look at the error itself, not through
+	// wrapping.
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if clientcmd.IsContextNotFound(e) || clientcmd.IsConfigurationInvalid(e) {
+			return true
+		}
+	}
+	// clientcmd's messages, errors of their own: a --request-timeout that
+	// is no duration; a --context, --cluster or --user the kubeconfig does
+	// not hold.
+	return errors.Is(err, fs.ErrNotExist) || strings.Contains(err.Error(), "Invalid timeout value") || namedNotHeld.MatchString(err.Error())
+}
+
+// namedNotHeld is clientcmd's message for a context, cluster or user the
+// flags name and the kubeconfig does not hold.
+var namedNotHeld = regexp.MustCompile(`(context|cluster|auth info) ".*" does not exist$`)

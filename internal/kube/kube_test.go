@@ -1,6 +1,7 @@
 package kube_test
 
 import (
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
 // kubeconfig writes a kubeconfig with two contexts, each with its namespace.
@@ -92,4 +94,39 @@ func TestConfigFlagsLeaveOutTheCacheDirectory(t *testing.T) {
 	for _, name := range []string{"kubeconfig", "context", "namespace", "as", "as-group", "request-timeout", "token", "server"} {
 		assert.NotNil(t, fs.Lookup(name), name)
 	}
+}
+
+// A flag naming what is not there or not valid is a usage error (exit 2),
+// as the CLI's exit statuses say; before, each was a plain error (exit 1).
+// A kubeconfig that loads is not refused here, whatever its server.
+func TestAKubeconfigFlagNamingWhatIsNotThereIsAUsageError(t *testing.T) {
+	path := kubeconfig(t)
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		usage bool
+	}{
+		{"a --kubeconfig that does not exist", []string{"--kubeconfig", filepath.Join(t.TempDir(), "none")}, true},
+		{"a --context the kubeconfig does not hold", []string{"--kubeconfig", path, "--context", "nope"}, true},
+		{"a --cluster the kubeconfig does not hold", []string{"--kubeconfig", path, "--cluster", "nope"}, true},
+		{"a --user the kubeconfig does not hold", []string{"--kubeconfig", path, "--user", "nope"}, true},
+		{"a --request-timeout that is no duration", []string{"--kubeconfig", path, "--request-timeout", "3x"}, true},
+		{"flags that load", []string{"--kubeconfig", path, "--context", "b", "--request-timeout", "3s"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			flags := kube.NewConfigFlags()
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			flags.AddFlags(fs)
+			require.NoError(t, fs.Parse(tc.args))
+			_, _, _, err := kube.Client(flags)
+			if !tc.usage {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.True(t, usage.Is(err), "%v is not a usage error", err)
+			assert.Contains(t, err.Error(), "kubeconfig: ")
+		})
+	}
+	assert.False(t, usage.Is(kube.ConfigError(errors.New("exec plugin: no such credential"))), "any other loading error is a usage error")
 }
