@@ -106,6 +106,7 @@ func completeFlagValues(c *cobra.Command) {
 		// Elsewhere (policy doc, bundle build) --policy is a directory.
 		completeFlag(c, "policy", slices.Sorted(maps.Keys(decisionlog.Policies))...)
 	}
+	completeFlag(c, "fail-on", decisionlog.FailOnValues()...)
 	completeFlag(c, "authorized", "selfnodeclient", "nodeclient", "none")
 	completeFlag(c, "role", string(ichorv1alpha1.MachineRoleControlPlane), string(ichorv1alpha1.MachineRoleWorker))
 	completeFlag(c, "bundle-key-algorithm", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "HS256", "HS384", "HS512")

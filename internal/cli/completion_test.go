@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ichor-dev/ichor-policy/internal/cli"
+	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 )
 
 // complete is what the shell's completion offers for the command line
@@ -43,6 +44,7 @@ func TestCompletionOfFlagValues(t *testing.T) {
 		{[]string{"policy", "check-client-csr", "--authorized", ""}, []string{"selfnodeclient", "nodeclient", "none"}},
 		{[]string{"render", "kubelet-serving", "--role", ""}, []string{"controlplane", "worker"}},
 		{[]string{"decisions", "replay", "--bundle-key-algorithm", "ES"}, []string{"ES256", "ES384", "ES512"}},
+		{[]string{"decisions", "replay", "--fail-on", ""}, []string{"any", "reasons-changed", "to-approve", "from-deny", "deny-to-approve", "allowed-to-refused"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			got := complete(t, tc.args...)
@@ -55,6 +57,11 @@ func TestCompletionOfFlagValues(t *testing.T) {
 	// a version is no table.
 	assert.NotContains(t, complete(t, "decisions", "replay", "-o", ""), "name")
 	assert.NotContains(t, complete(t, "version", "-o", ""), "table")
+	// Every --fail-on value offered is taken.
+	for _, v := range complete(t, "decisions", "replay", "--fail-on", "") {
+		assert.NoError(t, decisionlog.CheckFailOn(v))
+	}
+	assert.NotContains(t, complete(t, "decisions", "replay", "--fail-on", ""), "approve-to-approve")
 	// Where --policy is a directory, it completes files, not rule names.
 	assert.NotContains(t, complete(t, "bundle", "build", "--policy", "kubelet-"), "kubelet-serving")
 	assert.NotContains(t, complete(t, "policy", "doc", "--policy", "kubelet-"), "kubelet-serving")

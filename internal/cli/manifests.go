@@ -220,6 +220,14 @@ func (in *csrInputs) add(doc []byte, what string) error {
 		Items []json.RawMessage `json:"items"`
 	}
 	if err := json.Unmarshal(doc, &meta); err != nil {
+		// Say what it is, not which Go type it did not fit.
+		var wrongType *json.UnmarshalTypeError
+		if errors.As(err, &wrongType) {
+			if wrongType.Field == "" {
+				return usage.Errorf("%s is a JSON %s, not a Kubernetes object", what, wrongType.Value)
+			}
+			return usage.Errorf("%s is not a Kubernetes object: its %s is a JSON %s", what, wrongType.Field, wrongType.Value)
+		}
 		return usage.Errorf("%s is not a Kubernetes object: %v", what, err)
 	}
 	csrList := metav1.TypeMeta{APIVersion: certificatesv1.SchemeGroupVersion.String(), Kind: "CertificateSigningRequestList"}

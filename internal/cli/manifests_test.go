@@ -95,6 +95,8 @@ func TestCheckCSRReadsEveryDocument(t *testing.T) {
 		{name: "one document between separators and comments", files: []string{oneGood}, wantOne: engine.ActionApprove},
 		{name: "a Secret after a CSR", files: []string{withSecret}, code: cli.ExitUsage, stderr: "secret.yaml document 2 is a Secret (v1), not a certificates.k8s.io/v1 CertificateSigningRequest"},
 		{name: "no document", files: []string{empty}, code: cli.ExitUsage, stderr: "empty.yaml holds no manifest"},
+		{name: "a JSON array", stdin: "[]", files: []string{"-"}, code: cli.ExitUsage, stderr: "- is a JSON array, not a Kubernetes object"},
+		{name: "a list whose items are no list", stdin: `{"apiVersion": "v1", "kind": "List", "items": 3}`, files: []string{"-"}, code: cli.ExitUsage, stderr: "- is not a Kubernetes object: its items is a JSON number"},
 		{name: "standard input twice", files: []string{"-", "-"}, code: cli.ExitUsage, stderr: `"-" (standard input) is given twice`},
 		{name: "a file that is not there", files: []string{filepath.Join(dir, "nothing.yaml")}, code: cli.ExitUsage, stderr: "no such file"},
 	} {

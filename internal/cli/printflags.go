@@ -288,11 +288,12 @@ func addRetiredOutput(f *pflag.FlagSet) {
 	_ = f.MarkHidden("output")
 }
 
-// retired refuses -o on a command that prints no document.
+// retired refuses -o on a command that takes no output format: it prints no
+// document, or one of its own kind as it is (render's Talos patch).
 func retired(cmd *cobra.Command, fileFlag string) error {
 	if !cmd.Flags().Changed("output") {
 		return nil
 	}
 	v, _ := cmd.Flags().GetString("output")
-	return usage.Errorf("-o %q: -o is an output format in ichor, as in kubectl, and this command prints no document; the file to write is %s", v, fileFlag)
+	return usage.Errorf("-o %q: -o is an output format in ichor, as in kubectl, and this command takes none; the file to write is %s", v, fileFlag)
 }

@@ -194,6 +194,20 @@ func SortedDirections(counts map[string]int) []string {
 // states are the words a direction is made of.
 var states = append(slices.Clone(Actions), StateResult)
 
+// FailOnValues are every value CheckFailOn takes, for the shell's completion.
+func FailOnValues() []string {
+	out := []string{"any", NoteReasonsChanged, NoteResultChanged}
+	for _, from := range states {
+		out = append(out, "to-"+from, "from-"+from)
+		for _, to := range states {
+			if from != to {
+				out = append(out, from+"-to-"+to)
+			}
+		}
+	}
+	return out
+}
+
 // CheckFailOn validates a --fail-on value: "any", a direction
 // ("deny-to-approve"), "to-STATE", "from-STATE", or "reasons-changed".
 func CheckFailOn(pattern string) error {
