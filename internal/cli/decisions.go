@@ -527,7 +527,7 @@ func findDecision(entries []decisionlog.Entry, id string) (decisionlog.Entry, er
 	case 1:
 		return found[0], nil
 	case 0:
-		return decisionlog.Entry{}, fmt.Errorf("decision %s is not in the log (%d decisions read): a decision of another replica is in that pod's log, one made before the container restarted in kubectl logs --previous, and an old one may have rotated out", id, len(entries))
+		return decisionlog.Entry{}, fmt.Errorf("decision %s is not in the log (%d decisions read): a decision of another replica is in that pod's log, one made before the container restarted in kubectl logs --previous, and an old one may have rotated out", line(id), len(entries))
 	}
 	return decisionlog.Entry{}, fmt.Errorf("decision %s is ambiguous: %d decisions have ids starting with it; give more of it", id, len(found))
 }

@@ -130,6 +130,10 @@ func (in *csrInputs) read(stdin io.Reader, file string, wrap pemWrap) error {
 	if err != nil {
 		return err
 	}
+	// Named in messages on one line: a directory's file names are anyone's
+	// who could write there, and one with a newline would print a line of
+	// its own.
+	file = line(file)
 	if block, _ := pem.Decode(data); block != nil {
 		return pemError(file, block.Type, wrap)
 	}

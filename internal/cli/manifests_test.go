@@ -72,6 +72,9 @@ func TestCheckCSRReadsEveryDocument(t *testing.T) {
 	onlyLinksAstray := t.TempDir()
 	require.NoError(t, os.Symlink(manifests, filepath.Join(onlyLinksAstray, "dir.yaml")))
 	emptyDir := t.TempDir()
+	// A file name that would print a line of its own.
+	forging := t.TempDir()
+	writeFile(t, forging, "a\nichor: forged.yaml", yamlDoc(t, secret))
 
 	for _, tc := range []struct {
 		name  string
@@ -90,6 +93,7 @@ func TestCheckCSRReadsEveryDocument(t *testing.T) {
 		{name: "a directory", files: []string{manifests}, want: []string{"csr-good approve", "csr-forged deny"}},
 		{name: "-f repeated", files: []string{oneForged, oneGood}, want: []string{"csr-forged deny", "csr-good approve"}},
 		{name: "a directory holding a link to a file", files: []string{linked}, want: []string{"csr-forged deny"}},
+		{name: "a file named to forge a line", files: []string{forging}, code: cli.ExitUsage, stderr: `a\nichor: forged.yaml is a Secret`},
 		{name: "an empty directory", files: []string{emptyDir}, code: cli.ExitUsage, stderr: "holds no manifest file (.yaml, .yml, .json)"},
 		{name: "a directory of links to no file", files: []string{onlyLinksAstray}, code: cli.ExitUsage, stderr: "holds no manifest file"},
 		{name: "one document between separators and comments", files: []string{oneGood}, wantOne: engine.ActionApprove},
