@@ -3,6 +3,7 @@ package shard_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -283,4 +284,49 @@ func TestShardAReleaseAfterAnUncertainWriteSaysNothingSettled(t *testing.T) {
 	assert.True(t, b.UnsettledSince(shard.Of(unnoted, shards)).IsZero(), "an unsettled adoption has no act's stamp")
 	assert.True(t, b.Settled(shard.Of(unnoted, shards)).IsZero(), "said settled before the adoptions were noted")
 	assert.False(t, b.Settled(shard.Of(clean, shards)).IsZero(), "a release with every act recorded did not say so")
+}
+
+// Review 12, L2: a replica that stops (SIGTERM) lets the acts in progress
+// under its holds finish before it gives the shards up, as a release to a
+// replica that joins does: the holds do not end with the context the Set was
+// started with, which the manager cancels first. Before, every write in
+// flight at a rolling update was cancelled once sent (and perhaps applied),
+// and each shard was given up unsettled.
+func TestShardAStoppingReplicaLetsItsActsInProgressFinish(t *testing.T) {
+	cs := leaseEnv(t)
+	const shards = 4
+	s, err := shard.New(shard.Options{Client: cs, Namespace: leaseNamespace, Identity: "a", Shards: shards,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		Log: testr.New(t).WithName("a")})
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = s.Start(ctx) }()
+	t.Cleanup(func() { stop(); <-stopped })
+	require.Eventually(t, func() bool { return servedOnce(shards, s) }, 20*time.Second, 50*time.Millisecond)
+	for _, h := range s.Held() {
+		s.AdoptionsNoted(h)
+	}
+	const uid = types.UID("cluster-0")
+	f, ok := s.Fence(uid)
+	require.True(t, ok)
+	done, ok := f.Begin()
+	require.True(t, ok)
+
+	stop()
+	// The shard is given up (no act begins), and the act in progress still
+	// runs: its context ends only once it is done.
+	require.Eventually(t, func() bool { _, served := s.Serves(uid); return !served }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	assert.NoError(t, f.Context().Err(), "the act in progress was cancelled with the replica's context")
+	done()
+	select {
+	case <-stopped:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the replica did not stop")
+	}
+	assert.Error(t, f.Context().Err(), "the hold outlived the replica")
+	lease, err := cs.CoordinationV1().Leases(leaseNamespace).Get(context.Background(), shard.ShardLeasePrefix+strconv.Itoa(shards)+"-"+strconv.Itoa(shard.Of(uid, shards)), metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.NotEmpty(t, lease.Annotations[shard.AnnotationSettledUntil], "given up unsettled: %v", lease.Annotations)
 }

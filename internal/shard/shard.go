@@ -136,7 +136,12 @@ type Set struct {
 	lister coordinationlisters.LeaseNamespaceLister
 	kick   chan struct{}
 
-	// base is the context the holds' contexts derive from: Start's.
+	// base is the context the holds' contexts derive from: Start's values,
+	// not its end. A hold ends when it is dropped or released, and Start
+	// releases every hold before it returns, once the acts in progress
+	// under it are done (review 12, L2): the manager cancels Start's
+	// context first at a stop, and a write cancelled once sent may have
+	// been applied all the same.
 	base context.Context
 
 	mu sync.Mutex
@@ -434,7 +439,7 @@ func (*Set) NeedLeaderElection() bool { return false }
 // gives up every shard and the membership, so that the others take them over
 // within a retry period.
 func (s *Set) Start(ctx context.Context) error {
-	s.base = ctx
+	s.base = context.WithoutCancel(ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(s.o.Client, 0,
 		informers.WithNamespace(s.o.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = LabelRole }))
