@@ -26,8 +26,10 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/shard"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
 )
 
 // oneShard is a replica that serves shard 0 of 2 while serving is true;
@@ -385,4 +387,56 @@ func TestAWriteThatTimedOutIsUnsettledWithItsStampUntilItIsRecorded(t *testing.T
 	require.NoError(t, p.handle(ctx, &cached))
 	assert.Equal(t, int64(1), rec.recorded.Load(), "the verdict in effect was not recorded")
 	assert.Empty(t, fence.unsettled(), "the act recorded is still unsettled")
+}
+
+// closedFence is a hold this replica no longer has: nothing begins under it.
+type closedFence struct{ openFence }
+
+func (closedFence) Begin() (func(), bool) { return nil, false }
+
+// rejectingDecider counts the rejections asked of it, and rejects.
+type rejectingDecider struct {
+	*decider
+	rejections atomic.Int64
+}
+
+func (d *rejectingDecider) KubeletServingRejection(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error) {
+	d.rejections.Add(1)
+	return engine.CSRDecision{Action: engine.ActionDeny, Reasons: engine.Reasons{{Code: "TooManyUndecided", Message: "test"}}, DecisionID: "00000000-0000-0000-0000-000000000002"}, nil
+}
+
+// Review 12, L4: a requester's request that the rule may reject whatever the
+// node's identity (it has several undecided) is not judged, nor logged, by a
+// replica that no longer holds the cluster's shard, as no verdict is reached
+// after the node's read then: the requests are listed first (from a tenant's
+// API server, for seconds).
+func TestARejectionIsNotReachedForAClusterNoLongerServed(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	var csrs []certificatesv1.CertificateSigningRequest
+	for _, name := range []string{"csr-a", "csr-b"} {
+		req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("n1")})
+		require.NoError(t, err)
+		c := csrgen.ServingObject(name, "n1", req)
+		c.CreationTimestamp = metav1.NewTime(t0)
+		csrs = append(csrs, *c)
+	}
+	f := newQueueFixture(t, clocktesting.NewFakeClock(t0), csrs...)
+	ctx := context.Background()
+	m := &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "n1"}}
+	m.Spec.ClusterName, m.Spec.Hostname = f.cluster.Name, "n1"
+	require.NoError(t, f.r.Client.Create(ctx, m))
+	dec := &rejectingDecider{decider: f.dec}
+	f.r.Engine = dec
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+
+	// Served: the rejection is asked (the check is not what stops it).
+	p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: openFence{}}
+	require.NoError(t, p.decide(ctx, &csrs[1]))
+	require.Equal(t, int64(1), dec.rejections.Load(), "a served cluster's flooding requester was not judged")
+
+	// No longer served: not asked.
+	p = &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: closedFence{}}
+	require.NoError(t, p.decide(ctx, &csrs[0]))
+	assert.Equal(t, int64(1), dec.rejections.Load(), "a rejection was judged for a cluster no longer served")
 }
