@@ -55,6 +55,10 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 			return fmt.Errorf("read CSR %s again after a failed write: %w", csr.Name, err)
 		}
 		csr = live
+		if !approval.IsDecided(csr) {
+			// Still undecided: the write that failed was not applied.
+			p.actSettled(csr)
+		}
 	}
 	if len(csr.Status.Certificate) > 0 {
 		p.settle(ctx, csr)
@@ -87,11 +91,11 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if !failed && !p.adopts(csr) {
 		return
 	}
-	if failed {
-		// Recorded below, or, if the condition names no decision of an
-		// approver, nothing of this replica's to record.
-		defer p.actSettled(csr)
-	}
+	// A failed write of this replica's is settled once its verdict is
+	// recorded, or when the condition names no approver's decision (nothing
+	// of this replica's to record); a record that fails leaves it
+	// unsettled, for the next holder to record.
+	recorded := true
 	for _, c := range csr.Status.Conditions {
 		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
 			continue
@@ -105,9 +109,13 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 				DecisionID: m[1], Object: "csr/" + csr.Name, UID: string(csr.UID), Action: action, Outcome: engine.AppliedObserved,
 			}); err != nil {
 				log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", m[1])
+				recorded = false
 			}
 		}
-		return
+		break
+	}
+	if failed && recorded {
+		p.actSettled(csr)
 	}
 }
 
@@ -407,12 +415,18 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		return fmt.Errorf("decision %s on CSR %s gives no reason: nothing done", d.DecisionID, csr.Name)
 	}
 
+	// The verdict's stamp, the time of its write, not the pass's start: a
+	// replica that takes the cluster over right after records again the
+	// verdicts stamped within its window (adopts), and a pass may have read
+	// nodes for seconds before this write (review 12, M1).
+	at := p.r.Clock.Now()
 	if d.Action == engine.ActionApprove || d.Action == engine.ActionDeny {
 		// Just before the write, and whatever came before: this replica
 		// still serves the cluster and was renewed within the renew
 		// deadline, or it writes nothing (review 4, S1). Until done, a
-		// graceful release waits for the write's record.
-		done, err := p.begin()
+		// graceful release waits for the write's record, and one that
+		// cannot wait that long says the write's stamp.
+		done, err := p.begin(at)
 		if err != nil {
 			logger.Info("not written: the cluster is no longer served by this replica")
 			return nil
@@ -425,11 +439,6 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	// The write is cancelled if the shard goes before it is sent; its
 	// record, once it was written, is kept whatever happens meanwhile.
 	record := context.WithoutCancel(ctx)
-	// The verdict's stamp, the time of its write, not the pass's start: a
-	// replica that takes the cluster over right after records again the
-	// verdicts stamped within its window (adopts), and a pass may have read
-	// nodes for seconds before this write (review 12, M1).
-	at := p.r.Clock.Now()
 	switch d.Action {
 	case engine.ActionApprove:
 		if err := approval.Approve(ctx, p.target.clientset, csr, ApprovalReason, d.ConditionMessage(), at); err != nil {
@@ -466,10 +475,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 			}
 		}
 	}
-	// A write of this request that failed before was not applied: the
-	// request was still undecided.
 	p.r.failures.Forget(p.memoKey(csr))
-	p.actSettled(csr)
 	return nil
 }
 
@@ -557,7 +563,7 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 	// view of it neither writes for a cluster it no longer serves nor puts
 	// an older certificate over a newer one recorded meanwhile (review 5,
 	// F5).
-	done, err := p.begin()
+	done, err := p.begin(time.Time{})
 	if err != nil {
 		return nil
 	}

@@ -66,7 +66,7 @@ func (p *pass) stillServes() bool {
 	if p.fence == nil {
 		return true
 	}
-	done, ok := p.fence.Begin()
+	done, ok := p.fence.Begin(time.Time{})
 	if ok {
 		done()
 	}
@@ -74,16 +74,30 @@ func (p *pass) stillServes() bool {
 }
 
 // begin begins a write for the pass's cluster (see shard.Fence): done is to
-// be called once it and its record are done.
-func (p *pass) begin() (done func(), err error) {
+// be called once it and its record are done. at is the stamp of the verdict
+// it writes, zero for a write of anything else.
+func (p *pass) begin(at time.Time) (done func(), err error) {
 	if p.fence == nil {
 		return func() {}, nil
 	}
-	done, ok := p.fence.Begin()
+	done, ok := p.fence.Begin(conditionTime(at))
 	if !ok {
 		return nil, errNotServed
 	}
 	return done, nil
+}
+
+// conditionTime is the time a condition stamped at says once written:
+// whole seconds (metav1.Time), which the windows that look for it compare
+// with (adopts).
+func conditionTime(at time.Time) time.Time {
+	return at.Truncate(time.Second)
+}
+
+// actID names the act on csr for the pass's cluster on the hold: two
+// clusters of one shard may judge one API server's request.
+func (p *pass) actID(csr *certificatesv1.CertificateSigningRequest) string {
+	return p.key().String() + "/" + string(csr.UID)
 }
 
 // unsettle says the verdict on csr stamped at may be in effect without its
@@ -91,7 +105,7 @@ func (p *pass) begin() (done func(), err error) {
 // the next holder to record, from that stamp on (shard.Fence.Unsettle).
 func (p *pass) unsettle(csr *certificatesv1.CertificateSigningRequest, at time.Time) {
 	if p.fence != nil {
-		p.fence.Unsettle(string(csr.UID), at)
+		p.fence.Unsettle(p.actID(csr), conditionTime(at))
 	}
 }
 
@@ -110,7 +124,7 @@ func (p *pass) unsettledBy(err error, csr *certificatesv1.CertificateSigningRequ
 // undecided, or is gone).
 func (p *pass) actSettled(csr *certificatesv1.CertificateSigningRequest) {
 	if p.fence != nil {
-		p.fence.Settle(string(csr.UID))
+		p.fence.Settle(p.actID(csr))
 	}
 }
 

@@ -2,6 +2,7 @@ package kubeletserving
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
@@ -66,11 +68,11 @@ func (*oneShard) LeaseDuration() time.Duration { return 3 * time.Second }
 // openFence is a hold that never ends.
 type openFence struct{}
 
-func (openFence) Context() context.Context      { return context.Background() }
-func (openFence) Begin() (done func(), ok bool) { return func() {}, true }
-func (openFence) Adopt() (settled func())       { return func() {} }
-func (openFence) Unsettle(string, time.Time)    {}
-func (openFence) Settle(string)                 {}
+func (openFence) Context() context.Context               { return context.Background() }
+func (openFence) Begin(time.Time) (done func(), ok bool) { return func() {}, true }
+func (openFence) Adopt() (settled func())                { return func() {} }
+func (openFence) Unsettle(string, time.Time)             {}
+func (openFence) Settle(string)                          {}
 
 // A replica that no longer holds a cluster's shard drops what it held for
 // it, a kubeconfigRef cluster's watch of its API server included, and
@@ -227,7 +229,7 @@ func (*dropShard) LeaseDuration() time.Duration { return 3 * time.Second }
 type dropFence struct{ s *dropShard }
 
 func (f dropFence) Context() context.Context { return f.s.ctx }
-func (f dropFence) Begin() (func(), bool) {
+func (f dropFence) Begin(time.Time) (func(), bool) {
 	_, ok := f.s.Serves("")
 	return func() {}, ok
 }
@@ -354,7 +356,7 @@ func TestAWriteThatTimedOutIsUnsettledWithItsStampUntilItIsRecorded(t *testing.T
 	fence := &recordingFence{pending: map[string]time.Time{}}
 	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
 	f.dec.decide = func(context.Context, string) (engine.CSRDecision, error) {
-		clk.Step(2 * time.Second) // the node's read
+		clk.Step(2500 * time.Millisecond) // the node's read
 		return approve(), nil
 	}
 	gvr := certificatesv1.SchemeGroupVersion.WithResource("certificatesigningrequests")
@@ -374,7 +376,15 @@ func TestAWriteThatTimedOutIsUnsettledWithItsStampUntilItIsRecorded(t *testing.T
 	f.add("system:node:x")
 	require.True(t, f.r.next(ctx))
 	require.True(t, f.approved(t, "csr-x"), "the write was not applied")
-	assert.Equal(t, map[string]time.Time{"uid-csr-x": t0.Add(2 * time.Second)}, fence.unsettled(), "the timed-out write is not unsettled with its stamp")
+	// The stamp as the condition keeps it, in whole seconds (review 13,
+	// H2: a window from t0+2.5 s misses a condition of t0+2 s), and the act
+	// named with its cluster (two clusters of a shard may judge one request).
+	csr, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-x", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, csr.Status.Conditions, 1)
+	written := csr.Status.Conditions[0].LastUpdateTime.Rfc3339Copy().Time
+	assert.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0.Add(2 * time.Second)}, fence.unsettled(), "the timed-out write is not unsettled with its stamp")
+	assert.False(t, written.Before(fence.unsettled()["ns/demo/uid-csr-x"]), "a window from the stamp misses the condition written at %s", written)
 	assert.Zero(t, rec.recorded.Load())
 
 	// The next look reads the request again, finds the verdict, records it,
@@ -392,7 +402,7 @@ func TestAWriteThatTimedOutIsUnsettledWithItsStampUntilItIsRecorded(t *testing.T
 // closedFence is a hold this replica no longer has: nothing begins under it.
 type closedFence struct{ openFence }
 
-func (closedFence) Begin() (func(), bool) { return nil, false }
+func (closedFence) Begin(time.Time) (func(), bool) { return nil, false }
 
 // rejectingDecider counts the rejections asked of it, and rejects.
 type rejectingDecider struct {
@@ -439,4 +449,46 @@ func TestARejectionIsNotReachedForAClusterNoLongerServed(t *testing.T) {
 	p = &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: closedFence{}}
 	require.NoError(t, p.decide(ctx, &csrs[0]))
 	assert.Equal(t, int64(1), dec.rejections.Load(), "a rejection was judged for a cluster no longer served")
+}
+
+// failingRecorder is a decider whose records all fail (a decision-log sink
+// that refuses them).
+type failingRecorder struct{ *decider }
+
+func (failingRecorder) RecordApplied(context.Context, engine.Applied) error {
+	return errors.New("the decision log refused the entry")
+}
+
+// Review 13, H1 and M1: a verdict whose record failed stays unsettled on the
+// hold, whether its own write succeeded (the write's record) or it was found
+// applied after a failed write (the observed record): a release then says
+// since when, and the next holder records it. Before, the act was settled
+// straight after, and a graceful release said settled over a verdict with
+// no record.
+func TestAVerdictWhoseRecordFailedStaysUnsettled(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
+	f.r.Engine = failingRecorder{f.dec}
+	fence := &recordingFence{pending: map[string]time.Time{}}
+	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	ctx := context.Background()
+
+	// Written, and its record refused.
+	f.add("system:node:x")
+	require.True(t, f.r.next(ctx))
+	require.True(t, f.approved(t, "csr-x"))
+	assert.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled(), "a written verdict whose record failed was settled")
+
+	// Found applied after a failed write, and the observed record refused.
+	fence.Settle("ns/demo/uid-csr-x")
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: clk.Now(), fence: fence}
+	live, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-x", metav1.GetOptions{})
+	require.NoError(t, err)
+	p.unsettle(live, t0)
+	f.r.failures.Pending(p.memoKey(live), approval.Verdict{}, struct{}{}, t0, func(int) time.Duration { return 0 })
+	p.settle(ctx, live)
+	assert.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled(), "an applied verdict whose observed record failed was settled")
 }

@@ -110,6 +110,10 @@ func flagError(err error) bool {
 	// clientcmd's own predicates look at the error itself, not through
 	// wrapping.
 	for e := err; e != nil; e = errors.Unwrap(e) {
+		if clientcmd.IsEmptyConfig(e) {
+			// No kubeconfig at all: nothing the flags named.
+			return false
+		}
 		if clientcmd.IsContextNotFound(e) || clientcmd.IsConfigurationInvalid(e) {
 			return true
 		}

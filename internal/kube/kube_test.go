@@ -129,4 +129,13 @@ func TestAKubeconfigFlagNamingWhatIsNotThereIsAUsageError(t *testing.T) {
 		})
 	}
 	assert.False(t, usage.Is(kube.ConfigError(errors.New("exec plugin: no such credential"))), "any other loading error is a usage error")
+
+	// No kubeconfig at all (none named, none in $KUBECONFIG or ~/.kube, not
+	// in a pod) names nothing wrong: kubectl's defaults (localhost:8080)
+	// load, and the connection fails later, exit 1.
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("HOME", t.TempDir())
+	_, _, _, err := kube.Client(kube.NewConfigFlags())
+	assert.False(t, usage.Is(err), "%v is a usage error", err)
+	assert.False(t, usage.Is(kube.ConfigError(clientcmd.ErrEmptyConfig)), "an empty configuration is a usage error")
 }

@@ -69,12 +69,12 @@ func TestShardAReplicaPastItsRenewDeadlineActsOnNothing(t *testing.T) {
 	uid := types.UID("cluster-1")
 	f, ok := a.Fence(uid)
 	require.True(t, ok)
-	done, ok := f.Begin()
+	done, ok := f.Begin(time.Time{})
 	require.True(t, ok, "a fresh hold refuses to act")
 	done()
 
 	clock.jump(2 * time.Second)
-	_, ok = f.Begin()
+	_, ok = f.Begin(time.Time{})
 	assert.False(t, ok, "acted with a renewal older than the renew deadline")
 	_, served := a.Serves(uid)
 	assert.False(t, served)
@@ -85,7 +85,7 @@ func TestShardAReplicaPastItsRenewDeadlineActsOnNothing(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { _, ok := a.Fence(uid); return ok }, 20*time.Second, 50*time.Millisecond,
 		"the replica did not take its shard back")
-	_, ok = f.Begin()
+	_, ok = f.Begin(time.Time{})
 	assert.False(t, ok, "the old hold acts again once the shard is taken back")
 }
 
@@ -180,7 +180,7 @@ func TestShardAReleaseSaysUntilWhenItsVerdictsAreRecorded(t *testing.T) {
 	// An act in progress when b joins: the release waits for it, and lets
 	// it run (its context is not cancelled: a write cancelled once sent may
 	// have been applied all the same; review 5, F1).
-	done, ok := fs.Begin()
+	done, ok := fs.Begin(time.Time{})
 	require.True(t, ok)
 	ended := make(chan time.Time, 1)
 	cancelledDuringAct := make(chan bool, 1)
@@ -257,7 +257,7 @@ func TestShardAReleaseAfterAnUncertainWriteSaysNothingSettled(t *testing.T) {
 	for _, uid := range []types.UID{uncertain, clean, resettled} {
 		f, ok := a.Fence(uid)
 		require.True(t, ok)
-		done, ok := f.Begin()
+		done, ok := f.Begin(time.Time{})
 		require.True(t, ok)
 		switch uid {
 		case uncertain:
@@ -310,7 +310,7 @@ func TestShardAStoppingReplicaLetsItsActsInProgressFinish(t *testing.T) {
 	const uid = types.UID("cluster-0")
 	f, ok := s.Fence(uid)
 	require.True(t, ok)
-	done, ok := f.Begin()
+	done, ok := f.Begin(time.Time{})
 	require.True(t, ok)
 
 	stop()
@@ -329,4 +329,82 @@ func TestShardAStoppingReplicaLetsItsActsInProgressFinish(t *testing.T) {
 	lease, err := cs.CoordinationV1().Leases(leaseNamespace).Get(context.Background(), shard.ShardLeasePrefix+strconv.Itoa(shards)+"-"+strconv.Itoa(shard.Of(uid, shards)), metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.NotEmpty(t, lease.Annotations[shard.AnnotationSettledUntil], "given up unsettled: %v", lease.Annotations)
+}
+
+// Review 12, M2: a release that cannot wait for an act in progress (a write
+// hanging on a slow API server, which may still be applied) says its stamp,
+// so that the next holder records from it; without, its window began a
+// lease duration and two seconds before the take, after a write stamped
+// earlier.
+func TestShardAReleaseThatCannotWaitForAnActSaysItsStamp(t *testing.T) {
+	cs := leaseEnv(t)
+	const shards = 8
+	a := startReplica(t, cs, "a", shards)
+	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond)
+	for _, s := range a.Held() {
+		a.AdoptionsNoted(s)
+	}
+	uid := ownedBy(t, shards, []string{"a", "b"}, "b")
+	f, ok := a.Fence(uid)
+	require.True(t, ok)
+	stamped := time.Now().Add(-time.Minute).Truncate(time.Second)
+	done, ok := f.Begin(stamped)
+	require.True(t, ok)
+	defer done()
+
+	b := startReplica(t, cs, "b", shards)
+	require.Eventually(t, func() bool { _, served := b.Serves(uid); return served }, 30*time.Second, 50*time.Millisecond, "b did not take the shard")
+	assert.True(t, b.Settled(shard.Of(uid, shards)).IsZero(), "said settled with a write still in progress")
+	assert.True(t, stamped.Equal(b.UnsettledSince(shard.Of(uid, shards))), "unsettled since %s, want the act's stamp %s", b.UnsettledSince(shard.Of(uid, shards)), stamped)
+}
+
+// Review 12, M3: what a replica was told to record (unsettled-since) is
+// said again by its own release while it has not recorded it (its
+// adoptions not settled), so that the replica after it records from there;
+// before, the stamp was lost at the second hand-over.
+func TestShardAnUnsettledSinceIsCarriedToTheNextHolder(t *testing.T) {
+	cs := leaseEnv(t)
+	const shards = 16
+	a := startReplica(t, cs, "a", shards)
+	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond)
+	for _, s := range a.Held() {
+		a.AdoptionsNoted(s)
+	}
+	// A shard that moves from a to b when b joins, then from b to c.
+	var uid types.UID
+	for i := 0; uid == "" && i < 10000; i++ {
+		u := types.UID(fmt.Sprintf("cluster-%d", i))
+		s := shard.Of(u, shards)
+		if shard.Owner([]string{"a", "b"}, s) == "b" && shard.Owner([]string{"a", "b", "c"}, s) == "c" {
+			uid = u
+		}
+	}
+	require.NotEmpty(t, uid, "no shard of %d moves from a to b to c", shards)
+	f, ok := a.Fence(uid)
+	require.True(t, ok)
+	stamped := time.Now().Add(-time.Minute).Truncate(time.Second)
+	f.Unsettle("csr-uid", stamped)
+
+	b := startReplica(t, cs, "b", shards)
+	require.Eventually(t, func() bool { _, served := b.Serves(uid); return served }, 30*time.Second, 50*time.Millisecond, "b did not take the shard")
+	require.True(t, stamped.Equal(b.UnsettledSince(shard.Of(uid, shards))))
+	// b's approver has not noted (let alone settled) its adoptions when c
+	// joins.
+	c := startReplica(t, cs, "c", shards)
+	require.Eventually(t, func() bool { _, served := c.Serves(uid); return served }, 30*time.Second, 50*time.Millisecond, "c did not take the shard")
+	assert.True(t, stamped.Equal(c.UnsettledSince(shard.Of(uid, shards))), "c was told %s, want %s", c.UnsettledSince(shard.Of(uid, shards)), stamped)
+}
+
+// ownedBy is a cluster UID whose shard rendezvous hashing gives to owner
+// among live.
+func ownedBy(t *testing.T, shards int, live []string, owner string) types.UID {
+	t.Helper()
+	for i := range 10000 {
+		uid := types.UID(fmt.Sprintf("cluster-%d", i))
+		if shard.Owner(live, shard.Of(uid, shards)) == owner {
+			return uid
+		}
+	}
+	t.Fatalf("no cluster for %s among %v", owner, live)
+	return ""
 }

@@ -205,6 +205,17 @@ type hold struct {
 	// lock: while there are any, a release does not say it settled, and
 	// says since when it did not.
 	pending map[string]time.Time
+	// inflight are the stamps of the acts begun (Fence.Begin) and not done,
+	// by a number of their own, under the Set's lock.
+	inflight map[int]time.Time
+	nextAct  int
+	// inherited is, for a hold taken from a replica that did not say it
+	// settled, the earliest stamp of the verdicts the approver records
+	// again (those of its window, a lease duration and two seconds before
+	// the take, or the previous holder's unsettled-since): while its
+	// adoptions are not settled, a release says it, so that the next holder
+	// records them in its turn (review 12, M3).
+	inherited time.Time
 }
 
 // releaseNote is what a release wrote on a shard's Lease, as its
@@ -312,11 +323,13 @@ type Fence interface {
 	// taken, the membership lost or unrenewed): what runs under it stops.
 	Context() context.Context
 	// Begin is called just before an act that another replica must not do
-	// at the same time (an approval or denial, and its record). ok is false
+	// at the same time (an approval or denial, and its record), with the
+	// time stamped on it (zero for an act that stamps none). ok is false
 	// unless the hold is still this replica's, its membership was renewed
 	// within the renew deadline and the shard counts agree; done must then
-	// be called once the act and its record are done.
-	Begin() (done func(), ok bool)
+	// be called once the act and its record are done. A release that
+	// cannot wait for an act says its stamp (review 12, M2).
+	Begin(at time.Time) (done func(), ok bool)
 	// Adopt says the hold may have verdicts another replica wrote to
 	// record (a cluster taken over from a replica that died, or that did not
 	// say until when it had recorded its own): until settled is called, a
@@ -345,14 +358,28 @@ type fence struct {
 
 func (f fence) Context() context.Context { return f.h.ctx }
 
-func (f fence) Begin() (func(), bool) {
+func (f fence) Begin(at time.Time) (func(), bool) {
 	f.s.mu.Lock()
 	defer f.s.mu.Unlock()
 	if f.h.ctx.Err() != nil || !f.s.servesLocked(f.shard, f.h) {
 		return nil, false
 	}
 	f.h.acts.Add(1)
-	return f.h.acts.Done, true
+	if at.IsZero() {
+		return f.h.acts.Done, true
+	}
+	if f.h.inflight == nil {
+		f.h.inflight = map[int]time.Time{}
+	}
+	id := f.h.nextAct
+	f.h.nextAct++
+	f.h.inflight[id] = at
+	return sync.OnceFunc(func() {
+		f.s.mu.Lock()
+		delete(f.h.inflight, id)
+		f.s.mu.Unlock()
+		f.h.acts.Done()
+	}), true
 }
 
 func (f fence) Unsettle(act string, at time.Time) {
@@ -921,6 +948,14 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		if h.noting {
 			h.unsettled = 1
 		}
+		if h.noting && replaced != "" {
+			// Held before (a Lease made now had no holder, so no verdicts
+			// of another's to record).
+			h.inherited = now.Add(-s.o.LeaseDuration - 2*time.Second)
+			if !unsettled.IsZero() && unsettled.Before(h.inherited) {
+				h.inherited = unsettled
+			}
+		}
 		h.ctx, h.cancel = context.WithCancel(s.base)
 		s.held[shard] = h
 		s.settled[shard] = settled
@@ -994,7 +1029,7 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 		s.mu.Unlock()
 	} else {
 		acted := waitFor(&h.acts, s.o.RenewDeadline)
-		unsettled, pending, since := s.unsettledOf(h)
+		unsettled, pending, since := s.unsettledOf(h, acted)
 		switch {
 		case !acted:
 			s.o.Log.Info("shard released unsettled: writes still in progress after the renew deadline", "shard", shard)
@@ -1005,7 +1040,7 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 		default:
 			note.settledUntil = s.o.Clock.Now().UTC().Format(time.RFC3339Nano)
 		}
-		if note.settledUntil == "" && pending > 0 {
+		if note.settledUntil == "" && !since.IsZero() {
 			note.unsettledSince = since.UTC().Format(time.RFC3339Nano)
 		}
 		s.mu.Lock()
@@ -1036,14 +1071,28 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 }
 
 // unsettledOf is how many adoptions the hold has left to settle, how many
-// of its acts, and the earliest stamp of those acts.
-func (s *Set) unsettledOf(h *hold) (adoptions, acts int, since time.Time) {
+// of its acts, and the earliest stamp a next holder must record from: of
+// those acts, of the acts in progress (when acted is false: the release
+// could not wait for them), and, while adoptions are left, of the verdicts
+// they would record.
+func (s *Set) unsettledOf(h *hold, acted bool) (adoptions, acts int, since time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, at := range h.pending {
-		if since.IsZero() || at.Before(since) {
+	earliest := func(at time.Time) {
+		if !at.IsZero() && (since.IsZero() || at.Before(since)) {
 			since = at
 		}
+	}
+	for _, at := range h.pending {
+		earliest(at)
+	}
+	if !acted {
+		for _, at := range h.inflight {
+			earliest(at)
+		}
+	}
+	if h.unsettled > 0 {
+		earliest(h.inherited)
 	}
 	return h.unsettled, len(h.pending), since
 }
