@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -61,7 +59,9 @@ current-context: stall
 		{"an audit of a server that never answers", []string{"audit", "kubelet-serving", "--kubeconfig", kubeconfig}, syscall.SIGTERM, false, 143},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			stderr := &lockedBuffer{}
+			// Read while the process writes it (harness.DecisionLog is
+			// the project's locked buffer).
+			stderr := &harness.DecisionLog{}
 			cmd := exec.Command(ichor, tc.args...)
 			cmd.Stderr = stderr
 			require.NoError(t, cmd.Start())
@@ -98,22 +98,4 @@ current-context: stall
 			}
 		})
 	}
-}
-
-// lockedBuffer is a process's standard error, read while it is written.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
