@@ -84,18 +84,23 @@ var decisionIDPattern = regexp.MustCompile(`\(decision ([0-9a-f-]{36})[,)]`)
 // recorded it applied, so the verdicts written since shortly before the
 // take-over are recorded again, naming the decision the condition names (a
 // record naming the same decision twice says nothing new).
-func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) {
+//
+// It reports whether it recorded what it had to (true when nothing). A
+// record that fails is tried again at the request's next look (review 14,
+// M1): a failed write's, by the failures memo; a cluster's adoption, by the
+// reconcile, which keeps the adoption unsettled (review 14, H1).
+func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (recorded bool) {
 	// Taken, not looked at then forgotten: the reconcile and a worker may
 	// settle the same request at once, and only one records it.
 	failed := p.r.failures.Take(p.memoKey(csr))
 	if !failed && !p.adopts(csr) {
-		return
+		return true
 	}
 	// A failed write of this replica's is settled once its verdict is
 	// recorded, or when the condition names no approver's decision (nothing
 	// of this replica's to record); a record that fails leaves it
-	// unsettled, for the next holder to record.
-	recorded := true
+	// unsettled, for the next look here or the next holder to record.
+	recorded = true
 	for _, c := range csr.Status.Conditions {
 		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
 			continue
@@ -114,9 +119,22 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		}
 		break
 	}
-	if failed && recorded {
+	switch {
+	case failed && recorded:
 		p.actSettled(csr)
+	case failed:
+		p.recordLater(csr)
 	}
+	return recorded
+}
+
+// recordLater keeps a decided request whose applied record failed (the
+// decision log's sink refused it) among those to look at: its next look
+// finds it decided and records the verdict its condition names (settle).
+// Before, nothing looked at it again while the shard stayed here.
+func (p *pass) recordLater(csr *certificatesv1.CertificateSigningRequest) {
+	_, wait := p.r.failures.Pending(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: p.r.machineEpoch.Get()}, struct{}{}, p.now, backoff.After)
+	p.retryIn(wait)
 }
 
 // machineFor finds the machine with node name node among every cluster that
@@ -439,6 +457,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	// The write is cancelled if the shard goes before it is sent; its
 	// record, once it was written, is kept whatever happens meanwhile.
 	record := context.WithoutCancel(ctx)
+	recorded := true
 	switch d.Action {
 	case engine.ActionApprove:
 		if err := approval.Approve(ctx, p.target.clientset, csr, ApprovalReason, d.ConditionMessage(), at); err != nil {
@@ -447,7 +466,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		}
 		p.written(csr)
 		logger.Info("approved kubelet serving certificate")
-		p.applied(record, csr, d, at)
+		recorded = p.applied(record, csr, d, at)
 		// No Event: the Approved condition and the decision log say it, and
 		// at a mass reboot an Event per approval doubles the API writes.
 	case engine.ActionDeny:
@@ -459,7 +478,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		}
 		p.written(csr)
 		logger.Info("denied kubelet serving certificate")
-		p.applied(record, csr, d, at)
+		recorded = p.applied(record, csr, d, at)
 		p.event(machine, csr, corev1.EventTypeWarning, "Denied", d.EventNote())
 	case engine.ActionPending:
 		key := strings.Join(d.Reasons.Codes(), ",")
@@ -475,6 +494,10 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 			}
 		}
 	}
+	if !recorded {
+		p.recordLater(csr)
+		return nil
+	}
 	p.r.failures.Forget(p.memoKey(csr))
 	return nil
 }
@@ -489,14 +512,17 @@ func (p *pass) written(csr *certificatesv1.CertificateSigningRequest) {
 // applied records in the decision log that the decision was written on the
 // request: of several verdicts logged for one request (the first write
 // conflicted), this is the one in effect. A record that fails leaves the
-// verdict, stamped at, unsettled for good here.
-func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision, at time.Time) {
+// verdict, stamped at, unsettled here until a later look records it
+// (recordLater, settle); it reports whether the record was written.
+func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision, at time.Time) bool {
 	if err := p.r.Engine.RecordApplied(ctx, engine.Applied{
 		DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten,
 	}); err != nil {
 		log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", d.DecisionID)
 		p.unsettle(csr, at)
+		return false
 	}
+	return true
 }
 
 // readNode reads the machine's identity over its Talos API, from its live

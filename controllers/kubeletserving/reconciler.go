@@ -583,11 +583,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	queued := map[string]bool{}
+	unrecorded := false
 	for i := range csrs {
 		csr := &csrs[i]
 		if approval.IsDecided(csr) {
 			// Record which verdict is in effect (no Talos read, no write).
-			p.settle(ctx, csr)
+			if !p.settle(ctx, csr) {
+				unrecorded = true
+			}
 			if len(csr.Status.Certificate) == 0 {
 				continue
 			}
@@ -597,7 +600,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			r.enqueue(requester{cluster: req.NamespacedName, username: csr.Spec.Username})
 		}
 	}
-	if !p.adoptedSince.IsZero() {
+	if !p.adoptedSince.IsZero() && !unrecorded {
+		// Settled only once every verdict it was to record is recorded: a
+		// record refused (the decision log's sink) is tried again at the
+		// next pass, and the shard's release says nothing settled meanwhile.
 		r.adoptions.settle(req.NamespacedName, p.adoptedSince)
 	}
 	// The cluster's memos of requests that are gone are forgotten.

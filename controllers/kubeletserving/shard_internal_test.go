@@ -474,21 +474,69 @@ func TestAVerdictWhoseRecordFailedStaysUnsettled(t *testing.T) {
 	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
 	ctx := context.Background()
 
-	// Written, and its record refused.
+	// Written, and its record refused: unsettled, and looked at again
+	// (review 14, M1: before, nothing looked at it while the shard stayed).
 	f.add("system:node:x")
 	require.True(t, f.r.next(ctx))
 	require.True(t, f.approved(t, "csr-x"))
 	assert.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled(), "a written verdict whose record failed was settled")
+	key := memoKey{cluster: f.cluster, uid: "uid-csr-x"}
+	assert.True(t, f.r.failures.Has(key), "a verdict whose record failed is not looked at again")
 
-	// Found applied after a failed write, and the observed record refused.
-	fence.Settle("ns/demo/uid-csr-x")
+	// Its next look, with the sink back, records it and settles it.
+	rec := &recordingDecider{decider: f.dec}
+	f.r.Engine = rec
 	var c ichorv1alpha1.TalosCluster
 	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	decided, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-x", metav1.GetOptions{})
+	require.NoError(t, err)
 	p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: clk.Now(), fence: fence}
+	require.NoError(t, p.handle(ctx, decided))
+	assert.Equal(t, int64(1), rec.recorded.Load(), "the verdict was not recorded at its next look")
+	assert.Empty(t, fence.unsettled())
+	assert.False(t, f.r.failures.Has(key))
+	f.r.Engine = failingRecorder{f.dec}
+
+	// Found applied after a failed write, and the observed record refused.
 	live, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-x", metav1.GetOptions{})
 	require.NoError(t, err)
 	p.unsettle(live, t0)
 	f.r.failures.Pending(p.memoKey(live), approval.Verdict{}, struct{}{}, t0, func(int) time.Duration { return 0 })
-	p.settle(ctx, live)
+	assert.False(t, p.settle(ctx, live), "a refused record said recorded")
 	assert.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled(), "an applied verdict whose observed record failed was settled")
+	assert.True(t, f.r.failures.Has(key), "a verdict whose observed record failed is not looked at again")
+}
+
+// Review 14, H1: a cluster taken over stays adopted (and its shard
+// unsettled) while a verdict it was to record could not be: the reconcile
+// tries it again; before, the adoption was settled whatever the record's
+// fate, and a graceful release then said settled over a verdict with no
+// record.
+func TestAnAdoptionIsSettledOnlyOnceItsVerdictsAreRecorded(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	decided := csrOf("system:node:x", "csr-x", t0)
+	decided.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
+		Type: certificatesv1.CertificateApproved, Status: "True", LastUpdateTime: metav1.NewTime(t0),
+		Message: "approved (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c, revision abc)",
+	}}
+	f := newQueueFixture(t, clk, decided)
+	f.r.Shards = &oneShard{serving: true}
+	settledCalls := 0
+	f.r.adoptions.add(f.cluster, t0.Add(-5*time.Second), func() { settledCalls++ })
+	ctx := context.Background()
+
+	f.r.Engine = failingRecorder{f.dec}
+	_, err := f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	assert.Zero(t, settledCalls, "the adoption was settled over a verdict whose record failed")
+	assert.False(t, f.r.adoptions.peek(f.cluster).since.IsZero(), "the adoption was forgotten")
+
+	rec := &recordingDecider{decider: f.dec}
+	f.r.Engine = rec
+	_, err = f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), rec.recorded.Load(), "the verdict was not recorded at the next pass")
+	assert.Equal(t, 1, settledCalls)
+	assert.True(t, f.r.adoptions.peek(f.cluster).since.IsZero())
 }

@@ -119,7 +119,7 @@ func newQueueFixture(t *testing.T, clk clock.WithTicker, csrs ...certificatesv1.
 		typed[i] = csrs[i]
 		objs = append(objs, &csrs[i])
 	}
-	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&ichorv1alpha1.TalosMachine{})
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(&ichorv1alpha1.TalosMachine{}, &ichorv1alpha1.TalosCluster{})
 	require.NoError(t, AddIndexes(context.Background(), indexerOf{b}))
 	cs := k8sfake.NewClientset()
 	for i := range typed {
