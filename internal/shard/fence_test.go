@@ -408,3 +408,30 @@ func ownedBy(t *testing.T, shards int, live []string, owner string) types.UID {
 	t.Fatalf("no cluster for %s among %v", owner, live)
 	return ""
 }
+
+// Review 14, M3: a hold dropped without a Lease write (its renewals lapsed)
+// and taken back by the same replica records from what it left unsettled
+// (a write answered with a timeout, stamped 10 s before): before, the new
+// hold's window began a lease duration and two seconds before the retake,
+// after the stamp.
+func TestShardAHoldTakenBackFromItselfRecordsWhatTheDroppedOneLeft(t *testing.T) {
+	cs := leaseEnv(t)
+	clock := &jumpClock{}
+	const shards = 1
+	a := startWithClock(t, cs, "a", shards, clock)
+	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond)
+	uid := types.UID("cluster-1")
+	f, ok := a.Fence(uid)
+	require.True(t, ok)
+	stamped := clock.Now().Add(-10 * time.Second).Truncate(time.Second)
+	f.Unsettle("ns/c/uid-csr", stamped)
+
+	clock.jump(2 * time.Second) // past the renew deadline: the hold is dropped
+	select {
+	case <-f.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hold was not dropped")
+	}
+	require.Eventually(t, func() bool { _, ok := a.Fence(uid); return ok }, 20*time.Second, 50*time.Millisecond, "not taken back")
+	assert.True(t, stamped.Equal(a.UnsettledSince(0)), "the hold taken back records from %s, want the dropped one's act %s", a.UnsettledSince(0), stamped)
+}

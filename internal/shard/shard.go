@@ -170,6 +170,11 @@ type Set struct {
 	// release wrote on the Lease: a release whose write failed is tried
 	// again without the hold.
 	releasedSettled map[int]releaseNote
+	// given are, per shard, the hold this replica last gave up and whose
+	// unsettled state no Lease write has said yet (a drop, or a release
+	// whose write failed): if this replica takes the shard again from
+	// itself, its acts are what the new hold records from (review 14, M3).
+	given map[int]*hold
 	// seen is, per Lease name, its last resourceVersion and when this
 	// replica saw it change: liveness is judged by this replica's clock, as
 	// client-go's elector judges a leader, never by the writer's.
@@ -266,7 +271,7 @@ func New(o Options) (*Set, error) {
 	if o.OnCountMismatch == nil {
 		o.OnCountMismatch = func(map[string]string) {}
 	}
-	return &Set{o: o, base: context.Background(), kick: make(chan struct{}, 1), held: map[int]*hold{}, settled: map[int]time.Time{}, unsettledSince: map[int]time.Time{}, releasedSettled: map[int]releaseNote{},
+	return &Set{o: o, base: context.Background(), kick: make(chan struct{}, 1), held: map[int]*hold{}, settled: map[int]time.Time{}, unsettledSince: map[int]time.Time{}, releasedSettled: map[int]releaseNote{}, given: map[int]*hold{},
 		seen: map[string]observation{}, wrote: map[int]written{}}, nil
 }
 
@@ -944,6 +949,15 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		if unsettled.After(now) || !settled.IsZero() {
 			unsettled = time.Time{}
 		}
+		if gone := s.given[shard]; gone != nil && previous == s.o.Identity {
+			// Taken back from itself, the Lease unwritten since this
+			// replica gave it up (dropped, or its release's write failed):
+			// what that hold left unsettled is this one's to record.
+			if at := earliestLocked(gone, false); !at.IsZero() && (unsettled.IsZero() || at.Before(unsettled)) {
+				unsettled = at
+			}
+		}
+		delete(s.given, shard)
 		h := &hold{settled: settled, noting: settled.IsZero()}
 		if h.noting {
 			h.unsettled = 1
@@ -988,6 +1002,9 @@ func (s *Set) detach(shard int, why string) *hold {
 	s.mu.Lock()
 	h := s.held[shard]
 	delete(s.held, shard)
+	if h != nil {
+		s.given[shard] = h
+	}
 	s.mu.Unlock()
 	if h == nil {
 		return nil
@@ -1067,6 +1084,10 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 		return
 	}
 	s.o.Log.V(1).Info("shard released", "shard", shard, "settled_until", note.settledUntil, "unsettled_since", note.unsettledSince)
+	s.mu.Lock()
+	// The Lease says it now.
+	delete(s.given, shard)
+	s.mu.Unlock()
 	s.noteWrite(shard, lease.ResourceVersion, result)
 }
 
@@ -1078,6 +1099,12 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 func (s *Set) unsettledOf(h *hold, acted bool) (adoptions, acts int, since time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return h.unsettled, len(h.pending), earliestLocked(h, acted)
+}
+
+// earliestLocked is the earliest stamp a next holder of h's shard must
+// record from (see unsettledOf); zero for none. Under the Set's lock.
+func earliestLocked(h *hold, acted bool) (since time.Time) {
 	earliest := func(at time.Time) {
 		if !at.IsZero() && (since.IsZero() || at.Before(since)) {
 			since = at
@@ -1094,7 +1121,7 @@ func (s *Set) unsettledOf(h *hold, acted bool) (adoptions, acts int, since time.
 	if h.unsettled > 0 {
 		earliest(h.inherited)
 	}
-	return h.unsettled, len(h.pending), since
+	return since
 }
 
 // waitFor waits for wg at most d, and reports whether it is done.
