@@ -331,7 +331,7 @@ func TestShardAStoppingReplicaLetsItsActsInProgressFinish(t *testing.T) {
 	assert.NotEmpty(t, lease.Annotations[shard.AnnotationSettledUntil], "given up unsettled: %v", lease.Annotations)
 }
 
-// Review 12, M2: a release that cannot wait for an act in progress (a write
+// Review 13, M2: a release that cannot wait for an act in progress (a write
 // hanging on a slow API server, which may still be applied) says its stamp,
 // so that the next holder records from it; without, its window began a
 // lease duration and two seconds before the take, after a write stamped
@@ -358,7 +358,7 @@ func TestShardAReleaseThatCannotWaitForAnActSaysItsStamp(t *testing.T) {
 	assert.True(t, stamped.Equal(b.UnsettledSince(shard.Of(uid, shards))), "unsettled since %s, want the act's stamp %s", b.UnsettledSince(shard.Of(uid, shards)), stamped)
 }
 
-// Review 12, M3: what a replica was told to record (unsettled-since) is
+// Review 13, M3: what a replica was told to record (unsettled-since) is
 // said again by its own release while it has not recorded it (its
 // adoptions not settled), so that the replica after it records from there;
 // before, the stamp was lost at the second hand-over.

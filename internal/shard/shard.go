@@ -219,7 +219,7 @@ type hold struct {
 	// again (those of its window, a lease duration and two seconds before
 	// the take, or the previous holder's unsettled-since): while its
 	// adoptions are not settled, a release says it, so that the next holder
-	// records them in its turn (review 12, M3).
+	// records them in its turn (review 13, M3).
 	inherited time.Time
 }
 
@@ -333,7 +333,7 @@ type Fence interface {
 	// unless the hold is still this replica's, its membership was renewed
 	// within the renew deadline and the shard counts agree; done must then
 	// be called once the act and its record are done. A release that
-	// cannot wait for an act says its stamp (review 12, M2).
+	// cannot wait for an act says its stamp (review 13, M2).
 	Begin(at time.Time) (done func(), ok bool)
 	// Adopt says the hold may have verdicts another replica wrote to
 	// record (a cluster taken over from a replica that died, or that did not
