@@ -19,10 +19,13 @@ const PathApplied = "system/applied/record"
 const (
 	// AppliedWritten: the manager's own write of the verdict succeeded.
 	AppliedWritten = "written"
-	// AppliedObserved: the manager's write failed (an error, a timeout, a
-	// conflict) and the object, read again once decided, shows this
-	// decision: the write may have been applied all the same, or another
-	// replica wrote it.
+	// AppliedObserved: the manager did not see its own write succeed, and
+	// the object, read again once decided, shows this decision: the write
+	// was answered with an error that may have been applied all the same (a
+	// timeout, a lost connection, a 5xx; not a refusal such as a conflict
+	// or a 403), or its record had failed, or a replica that took the
+	// cluster over found it written shortly before by one that may not have
+	// recorded it.
 	AppliedObserved = "observed"
 )
 

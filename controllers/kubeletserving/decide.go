@@ -6,7 +6,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -40,39 +39,59 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// holder sees to it.
 		return nil
 	}
-	if p.r.failures.Has(p.memoKey(csr)) && !approval.IsDecided(csr) {
-		// Its last write failed, and may have been applied all the same (a
-		// 504): the API server says whether it is still undecided, not the
-		// cache, which may not show the write yet. Deciding it again from
-		// the cache would log a second verdict.
+	key := p.memoKey(csr)
+	if w, ok := p.r.uncertain.get(key); ok && !approval.IsDecided(csr) {
+		// A write of it may have been applied all the same (a 504): the
+		// API server says whether it is still undecided, not the cache,
+		// which may not show the write yet. Deciding it again from the
+		// cache would log a second verdict.
 		live, err := p.target.clientset.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err) || (err == nil && live.UID != csr.UID):
-			p.r.failures.Forget(p.memoKey(csr))
-			p.actSettled(csr)
+			p.r.failures.Forget(key)
+			if w, ok := p.r.uncertain.take(key); ok {
+				w.settleAct()
+			}
 			return nil
 		case err != nil:
 			return fmt.Errorf("read CSR %s again after a failed write: %w", csr.Name, err)
 		}
 		csr = live
-		if !approval.IsDecided(csr) {
-			// Still undecided: the write that failed was not applied.
-			p.actSettled(csr)
+		// Still undecided, it is decided again from what the API server
+		// says. The write stays uncertain while it may yet commit (an API
+		// server that answered with a timeout may still be at it): until
+		// the request is at another version than the write was made on
+		// (a later write here, or any change), or the write is too old.
+		if !approval.IsDecided(csr) && w.cannotCommit(csr.ResourceVersion, p.r.Clock.Now()) {
+			if w, ok := p.r.uncertain.take(key); ok {
+				w.settleAct()
+			}
 		}
 	}
 	if len(csr.Status.Certificate) > 0 {
-		p.settle(ctx, csr)
-		return p.record(ctx, csr)
+		recorded := p.settle(ctx, csr)
+		if err := p.record(ctx, csr); err != nil {
+			return err
+		}
+		p.lookedAt(csr, recorded)
+		return nil
 	}
 	if approval.IsDecided(csr) {
-		p.settle(ctx, csr)
+		p.lookedAt(csr, p.settle(ctx, csr))
 		return nil
 	}
 	return p.decide(ctx, csr)
 }
 
-// decisionIDPattern finds the decision id in a condition an approver wrote.
-var decisionIDPattern = regexp.MustCompile(`\(decision ([0-9a-f-]{36})[,)]`)
+// lookedAt forgets the failure of a decided request whose look did all it
+// had to: its verdict in effect recorded (or nothing to record) and its
+// certificate, if any, recorded on its machine. One whose verdict's record
+// failed again keeps its backoff (recordLater).
+func (p *pass) lookedAt(csr *certificatesv1.CertificateSigningRequest, recorded bool) {
+	if recorded {
+		p.r.failures.Forget(p.memoKey(csr))
+	}
+}
 
 // settle records which decision is in effect on a request whose last write
 // here failed: a write answered with an error (a 504, a lost connection) may
@@ -92,7 +111,7 @@ var decisionIDPattern = regexp.MustCompile(`\(decision ([0-9a-f-]{36})[,)]`)
 func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (recorded bool) {
 	// Taken, not looked at then forgotten: the reconcile and a worker may
 	// settle the same request at once, and only one records it.
-	failed := p.r.failures.Take(p.memoKey(csr))
+	w, failed := p.r.uncertain.take(p.memoKey(csr))
 	if !failed && !p.adopts(csr) {
 		return true
 	}
@@ -101,27 +120,22 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 	// of this replica's to record); a record that fails leaves it
 	// unsettled, for the next look here or the next holder to record.
 	recorded = true
-	for _, c := range csr.Status.Conditions {
-		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
-			continue
+	if decision, ok := approval.DecisionOf(csr); ok {
+		if err := p.r.Engine.RecordApplied(ctx, engine.Applied{
+			DecisionID: decision.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: decision.Action, Outcome: engine.AppliedObserved,
+		}); err != nil {
+			log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", decision.ID)
+			recorded = false
+		} else {
+			// Not recorded again by the cluster's adoption: a pass that
+			// retries it for another verdict whose record failed records
+			// only that one.
+			p.r.adoptions.wrote(p.key(), decision.ID)
 		}
-		if m := decisionIDPattern.FindStringSubmatch(c.Message); m != nil {
-			action := engine.ActionApprove
-			if c.Type == certificatesv1.CertificateDenied {
-				action = engine.ActionDeny
-			}
-			if err := p.r.Engine.RecordApplied(ctx, engine.Applied{
-				DecisionID: m[1], Object: "csr/" + csr.Name, UID: string(csr.UID), Action: action, Outcome: engine.AppliedObserved,
-			}); err != nil {
-				log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", m[1])
-				recorded = false
-			}
-		}
-		break
 	}
 	switch {
 	case failed && recorded:
-		p.actSettled(csr)
+		w.settleAct()
 	case failed:
 		p.recordLater(csr)
 	}
@@ -133,6 +147,7 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 // finds it decided and records the verdict its condition names (settle).
 // Before, nothing looked at it again while the shard stayed here.
 func (p *pass) recordLater(csr *certificatesv1.CertificateSigningRequest) {
+	p.r.uncertain.add(p.memoKey(csr), uncertainWrite{at: p.r.Clock.Now(), settle: p.actSettler(csr)})
 	_, wait := p.r.failures.Pending(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: p.r.machineEpoch.Get()}, struct{}{}, p.now, backoff.After)
 	p.retryIn(wait)
 }
@@ -272,7 +287,7 @@ func (p *pass) requestsOf(ctx context.Context, username string) ([]certificatesv
 // no write of it waiting to be settled (failures), and no certificate or one
 // that its machine has recorded already.
 func (p *pass) settled(csr *certificatesv1.CertificateSigningRequest, recorded bool) bool {
-	return approval.IsDecided(csr) && !p.r.failures.Has(p.memoKey(csr)) && !p.adopts(csr) && (len(csr.Status.Certificate) == 0 || recorded)
+	return approval.IsDecided(csr) && !p.r.failures.Has(p.memoKey(csr)) && !p.r.uncertain.has(p.memoKey(csr)) && !p.adopts(csr) && (len(csr.Status.Certificate) == 0 || recorded)
 }
 
 // machinesByNodeName are this cluster's machines by the node names they
@@ -438,6 +453,14 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	// verdicts stamped within its window (adopts), and a pass may have read
 	// nodes for seconds before this write (review 12, M1).
 	at := p.r.Clock.Now()
+	// An earlier write of this request whose outcome is unknown, made on a
+	// version the request may still be at: this write settles it if it
+	// succeeds (the earlier one then fails its version). Taken before the
+	// write, so that a reconcile that sees this write in its cache does not
+	// record it as the earlier one's (review 15, M1); given back if this
+	// write is refused.
+	var earlier uncertainWrite
+	var hadEarlier bool
 	if d.Action == engine.ActionApprove || d.Action == engine.ActionDeny {
 		// Just before the write, and whatever came before: this replica
 		// still serves the cluster and was renewed within the renew
@@ -453,6 +476,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		// Noted before the write: a pass settling the cluster's adoption
 		// may see the write in its cache before this worker records it.
 		p.r.adoptions.wrote(p.key(), d.DecisionID)
+		earlier, hadEarlier = p.r.uncertain.take(p.memoKey(csr))
 	}
 	// The write is cancelled if the shard goes before it is sent; its
 	// record, once it was written, is kept whatever happens meanwhile.
@@ -461,7 +485,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	switch d.Action {
 	case engine.ActionApprove:
 		if err := approval.Approve(ctx, p.target.clientset, csr, ApprovalReason, d.ConditionMessage(), at); err != nil {
-			p.unsettledBy(err, csr, at)
+			p.writeFailed(err, csr, at, earlier, hadEarlier)
 			return &writeError{err: err, machine: machine}
 		}
 		p.written(csr)
@@ -473,7 +497,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		// The first reason by code: conditions take one reason, and the
 		// message lists them all.
 		if err := approval.Deny(ctx, p.target.clientset, csr, d.Reasons[0].Code, d.ConditionMessage(), at); err != nil {
-			p.unsettledBy(err, csr, at)
+			p.writeFailed(err, csr, at, earlier, hadEarlier)
 			return &writeError{err: err, machine: machine}
 		}
 		p.written(csr)
@@ -495,10 +519,16 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		}
 	}
 	if !recorded {
+		// Its act stays unsettled from the earlier write's stamp on.
 		p.recordLater(csr)
 		return nil
 	}
 	p.r.failures.Forget(p.memoKey(csr))
+	if hadEarlier {
+		// Written, and recorded, on the version the request was at after
+		// the earlier write: that one can no longer commit.
+		earlier.settleAct()
+	}
 	return nil
 }
 
@@ -636,6 +666,12 @@ type memoKey struct {
 
 func (p *pass) memoKey(csr *certificatesv1.CertificateSigningRequest) memoKey {
 	return memoKey{cluster: p.key(), uid: csr.UID}
+}
+
+// act names the act on the request for the cluster on the shard's hold: two
+// clusters of one shard may judge one API server's request.
+func (k memoKey) act() string {
+	return k.cluster.String() + "/" + string(k.uid)
 }
 
 // ofCluster selects a cluster's requests, or with live, those of its

@@ -152,9 +152,12 @@ type Reconciler struct {
 	queue workqueue.TypedRateLimitingInterface[requester]
 	// limits are the rule's limits the flood counts are taken with.
 	limits limitsCache
-	// failures are the requests whose handling failed: their verdict in
-	// effect is to be recorded (settle). Their backoff is their key's.
+	// failures are the requests whose handling failed, looked at again
+	// with backoff (their key's).
 	failures approval.Memo[memoKey, struct{}]
+	// uncertain are those of them whose verdict in effect is to be
+	// recorded (settle).
+	uncertain uncertain
 
 	// memo keeps the pending verdicts, so that a request left pending is
 	// not decided (and logged) again in a loop: only once it or the machines
@@ -496,7 +499,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var cluster ichorv1alpha1.TalosCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.letGo(req.NamespacedName)
+			r.letGo(req.NamespacedName, true)
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("get cluster: %w", err)
@@ -506,7 +509,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		f, ok := r.Shards.Fence(cluster.UID)
 		if !ok {
 			// Another replica holds its shard: nothing of it is kept here.
-			r.letGo(req.NamespacedName)
+			r.letGo(req.NamespacedName, false)
 			return reconcile.Result{}, nil
 		}
 		fence = f
@@ -515,8 +518,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, err
 	}
 	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
-		// Nothing of it is decided here, so nothing to settle either.
+		// Nothing of it is decided here, so nothing to settle either, and
+		// nothing to record again: no replica records its verdicts while
+		// it is disabled.
 		r.adoptions.drop(req.NamespacedName)
+		r.forgetUncertain(req.NamespacedName)
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.targets.stop(req.NamespacedName)
 		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
@@ -578,6 +584,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// verdicts that replica wrote shortly before, to record them here.
 	p := &pass{r: r, cluster: &cluster, target: t, now: r.Clock.Now(), fence: fence}
 	p.adoptedSince = r.adoptions.peek(req.NamespacedName).since
+	// What a worker makes uncertain after the list is not forgotten as
+	// gone: the list does not have its request yet (review 15, H1).
+	uncertainUpTo := r.uncertain.generation()
 	csrs, live, err := p.requestsToLookAt(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -588,10 +597,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		csr := &csrs[i]
 		if approval.IsDecided(csr) {
 			// Record which verdict is in effect (no Talos read, no write).
-			if !p.settle(ctx, csr) {
+			recorded := p.settle(ctx, csr)
+			if !recorded {
 				unrecorded = true
 			}
 			if len(csr.Status.Certificate) == 0 {
+				p.lookedAt(csr, recorded)
 				continue
 			}
 		}
@@ -609,6 +620,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// The cluster's memos of requests that are gone are forgotten.
 	r.memo.ForgetIf(ofCluster(req.NamespacedName, live))
 	r.failures.ForgetIf(ofCluster(req.NamespacedName, live))
+	for _, w := range r.uncertain.forgetIf(ofCluster(req.NamespacedName, live), uncertainUpTo) {
+		// Gone: nothing is left to record of it, here or by the next
+		// holder, so the shard's release need not say it unsettled.
+		w.settleAct()
+	}
 	pending, withheld := r.leftPending(req.NamespacedName, csrs)
 	r.Metrics.pending(cluster.Namespace, cluster.Name, pending, withheld)
 	if err := r.keepWatches(ctx, &cluster, p.now); err != nil {

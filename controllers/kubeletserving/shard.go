@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
 	"github.com/ichor-dev/ichor-policy/internal/shard"
 )
 
@@ -44,6 +45,9 @@ type Sharding interface {
 	// Settled is, for a shard this replica took from one that gave it up,
 	// until when that one had recorded its verdicts; zero if not known.
 	Settled(shard int) time.Time
+	// TakenAt is when this replica took the shard; zero if it does not
+	// hold it.
+	TakenAt(shard int) time.Time
 	// UnsettledSince is, for a shard this replica took from one that gave
 	// it up without saying it settled, the time stamped on that one's
 	// earliest verdict that may be in effect without its record; zero if
@@ -94,38 +98,44 @@ func conditionTime(at time.Time) time.Time {
 	return at.Truncate(time.Second)
 }
 
-// actID names the act on csr for the pass's cluster on the hold: two
-// clusters of one shard may judge one API server's request.
-func (p *pass) actID(csr *certificatesv1.CertificateSigningRequest) string {
-	return p.key().String() + "/" + string(csr.UID)
-}
-
 // unsettle says the verdict on csr stamped at may be in effect without its
 // applied record: until it is settled, a release of the shard leaves it to
 // the next holder to record, from that stamp on (shard.Fence.Unsettle).
 func (p *pass) unsettle(csr *certificatesv1.CertificateSigningRequest, at time.Time) {
 	if p.fence != nil {
-		p.fence.Unsettle(p.actID(csr), conditionTime(at))
+		p.fence.Unsettle(p.memoKey(csr).act(), conditionTime(at))
 	}
 }
 
-// unsettledBy unsettles the shard for a write that failed otherwise than by
-// a conflict: a write answered with an error (a timeout, a cancelled
-// context once sent) may have been applied all the same. It is settled
-// once the request, read again, shows its verdict recorded or none.
-func (p *pass) unsettledBy(err error, csr *certificatesv1.CertificateSigningRequest, at time.Time) {
-	if !apierrors.IsConflict(err) {
+// writeFailed notes a verdict write that failed. One whose outcome is
+// unknown (approval.UnknownOutcome: a timeout, a lost connection, a 5xx)
+// makes the request uncertain, and its next look reads it again and records
+// the verdict in effect (settle); it also unsettles the shard, since it may
+// be in effect without its record until then. One the API server refused (a
+// conflict, a 403, a 422, a request decided meanwhile) was not applied: it
+// leaves the request as it was, an earlier write of unknown outcome
+// (earlier, if hadEarlier) still uncertain (review 15, M2: a refusal made
+// the shard unsettled for as long as the request then stayed pending).
+func (p *pass) writeFailed(err error, csr *certificatesv1.CertificateSigningRequest, at time.Time, earlier uncertainWrite, hadEarlier bool) {
+	var unknown *approval.UnknownOutcome
+	switch {
+	case errors.As(err, &unknown):
+		p.r.uncertain.add(p.memoKey(csr), uncertainWrite{resourceVersion: unknown.ResourceVersion, at: p.r.Clock.Now(), settle: p.actSettler(csr)})
 		p.unsettle(csr, at)
+	case hadEarlier:
+		p.r.uncertain.add(p.memoKey(csr), earlier)
 	}
 }
 
-// actSettled says a verdict on csr unsettled here before (a write that
-// failed) is recorded now, or was not applied (the request was still
-// undecided, or is gone).
-func (p *pass) actSettled(csr *certificatesv1.CertificateSigningRequest) {
-	if p.fence != nil {
-		p.fence.Settle(p.actID(csr))
+// actSettler is what settles the act on csr on the pass's hold once its
+// verdict is recorded, or cannot be in effect, or is gone; nil when the
+// clusters are not shared out.
+func (p *pass) actSettler(csr *certificatesv1.CertificateSigningRequest) func() {
+	if p.fence == nil {
+		return nil
 	}
+	fence, act := p.fence, p.memoKey(csr).act()
+	return func() { fence.Settle(act) }
 }
 
 // adoptions are the clusters this replica has begun to serve, with the time
@@ -141,9 +151,11 @@ type adoption struct {
 	// settled tells the hold of the cluster's shard that the cluster's
 	// verdicts are settled (shard.Fence.Adopt); nil without sharding.
 	settled func()
-	// mine are the decisions this replica's workers wrote on the cluster's
-	// requests since the adoption was noted: their writers record them, and
-	// the settling pass must not record them again.
+	// mine are the decisions whose record is this replica's since the
+	// adoption was noted: those its workers wrote on the cluster's requests
+	// (their writers record them) and those recorded already (a pass that
+	// is retried because another record failed): the settling pass must
+	// not record them again.
 	mine map[string]bool
 }
 
@@ -169,9 +181,9 @@ func (a *adoptions) add(key types.NamespacedName, since time.Time, settled func(
 	a.m[key] = adoption{since: since, settled: settled, mine: mine}
 }
 
-// wrote notes, before it is written, a decision this replica writes on a
-// request of a cluster whose adoption is not settled yet; nothing when
-// there is none.
+// wrote notes a decision whose record is this replica's, on a request of a
+// cluster whose adoption is not settled yet (one it writes, noted before the
+// write, or one recorded already); nothing when there is none.
 func (a *adoptions) wrote(key types.NamespacedName, decisionID string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -186,8 +198,8 @@ func (a *adoptions) wrote(key types.NamespacedName, decisionID string) {
 	ad.mine[decisionID] = true
 }
 
-// wroteHere reports whether this replica wrote the decision on a request of
-// the cluster since its adoption was noted.
+// wroteHere reports whether the record of the decision on a request of the
+// cluster is this replica's since its adoption was noted (wrote).
 func (a *adoptions) wroteHere(key types.NamespacedName, decisionID string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -251,14 +263,8 @@ func (p *pass) adopts(csr *certificatesv1.CertificateSigningRequest) bool {
 	if p.adoptedSince.IsZero() {
 		return false
 	}
-	for _, c := range csr.Status.Conditions {
-		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
-			continue
-		}
-		m := decisionIDPattern.FindStringSubmatch(c.Message)
-		return m != nil && !c.LastUpdateTime.Time.Before(p.adoptedSince) && !p.r.adoptions.wroteHere(p.key(), m[1])
-	}
-	return false
+	d, ok := approval.DecisionOf(csr)
+	return ok && !d.At.Before(p.adoptedSince) && !p.r.adoptions.wroteHere(p.key(), d.ID)
 }
 
 // serves reports whether this replica serves the cluster: always, unless
@@ -295,7 +301,14 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 		return nil
 	}
 	var out []reconcile.Request
-	since := r.Clock.Now().Add(-r.Shards.LeaseDuration() - 2*time.Second)
+	// Counted back from the take, not from now: the change may reach this
+	// mapping seconds after it (a busy controller), and a window from now
+	// would miss a dead holder's last verdicts by as much.
+	taken := r.Shards.TakenAt(shard)
+	if taken.IsZero() {
+		taken = r.Clock.Now()
+	}
+	since := taken.Add(-r.Shards.LeaseDuration() - 2*time.Second)
 	if settled := r.Shards.Settled(shard); settled.After(since) {
 		// Given up, not lost: its holder recorded its verdicts until then
 		// (review 4, S6).
@@ -327,14 +340,29 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 // that is gone): the remote API server's watch and cache, the Talos reader,
 // the memos. The replica that serves it next starts afresh. Its requesters
 // still queued are dropped by the workers, which decide nothing for a
-// cluster whose shard this replica does not hold.
-func (r *Reconciler) letGo(key types.NamespacedName) {
+// cluster whose shard this replica does not hold. A cluster gone leaves
+// nothing to record (no replica judges it any more): its uncertain acts are
+// settled; one served elsewhere leaves them to its next holder.
+func (r *Reconciler) letGo(key types.NamespacedName, gone bool) {
 	r.NodeReaders.Forget(key)
 	r.targets.stop(key)
 	r.memo.ForgetIf(ofCluster(key, nil))
 	r.failures.ForgetIf(ofCluster(key, nil))
+	if gone {
+		r.forgetUncertain(key)
+	} else {
+		r.uncertain.forgetIf(ofCluster(key, nil), math.MaxUint64)
+	}
 	r.Metrics.forget(key.Namespace, key.Name)
 	r.adoptions.take(key)
+}
+
+// forgetUncertain forgets the cluster's uncertain verdicts and settles their
+// acts: nothing will record them (the cluster is gone, or decides nothing).
+func (r *Reconciler) forgetUncertain(key types.NamespacedName) {
+	for _, w := range r.uncertain.forgetIf(ofCluster(key, nil), math.MaxUint64) {
+		w.settleAct()
+	}
 }
 
 // markServed says on the cluster which replica serves it and through which

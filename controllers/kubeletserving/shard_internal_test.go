@@ -39,6 +39,7 @@ import (
 type oneShard struct {
 	serving bool
 	other   types.UID
+	takenAt time.Time
 }
 
 func (s *oneShard) ShardOf(uid types.UID) int {
@@ -61,6 +62,7 @@ func (s *oneShard) Fence(uid types.UID) (shard.Fence, bool) {
 func (*oneShard) Settled(int) time.Time        { return time.Time{} }
 func (*oneShard) AdoptionsNoted(int)           {}
 func (*oneShard) UnsettledSince(int) time.Time { return time.Time{} }
+func (s *oneShard) TakenAt(int) time.Time      { return s.takenAt }
 func (*oneShard) Identity() string             { return "replica-a" }
 func (*oneShard) Shards() int                  { return 2 }
 func (*oneShard) LeaseDuration() time.Duration { return 3 * time.Second }
@@ -222,6 +224,7 @@ func (*dropShard) ShardOf(types.UID) int        { return 0 }
 func (*dropShard) Settled(int) time.Time        { return time.Time{} }
 func (*dropShard) AdoptionsNoted(int)           {}
 func (*dropShard) UnsettledSince(int) time.Time { return time.Time{} }
+func (*dropShard) TakenAt(int) time.Time        { return time.Time{} }
 func (*dropShard) Identity() string             { return "replica-a" }
 func (*dropShard) Shards() int                  { return 1 }
 func (*dropShard) LeaseDuration() time.Duration { return 3 * time.Second }
@@ -340,7 +343,12 @@ type recordingShard struct {
 	fence *recordingFence
 }
 
-func (s *recordingShard) Fence(types.UID) (shard.Fence, bool) { return s.fence, true }
+func (s *recordingShard) Fence(uid types.UID) (shard.Fence, bool) {
+	if _, ok := s.Serves(uid); !ok {
+		return nil, false
+	}
+	return s.fence, true
+}
 
 // Review 12, M1: a write answered with a timeout (applied all the same, as
 // a 504 may be) leaves its verdict unsettled on the hold, with the stamp the
@@ -501,10 +509,59 @@ func TestAVerdictWhoseRecordFailedStaysUnsettled(t *testing.T) {
 	live, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-x", metav1.GetOptions{})
 	require.NoError(t, err)
 	p.unsettle(live, t0)
-	f.r.failures.Pending(p.memoKey(live), approval.Verdict{}, struct{}{}, t0, func(int) time.Duration { return 0 })
+	f.r.uncertain.add(p.memoKey(live), uncertainWrite{at: t0, settle: p.actSettler(live)})
 	assert.False(t, p.settle(ctx, live), "a refused record said recorded")
 	assert.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled(), "an applied verdict whose observed record failed was settled")
 	assert.True(t, f.r.failures.Has(key), "a verdict whose observed record failed is not looked at again")
+	assert.True(t, f.r.uncertain.has(key), "a verdict whose observed record failed is not to be recorded at its next look")
+}
+
+// Review 14, M2: a decided request whose certificate cannot be recorded on
+// its machine (the signer's certificate is not PEM) is looked at again with
+// backoff, and its verdict is not recorded applied again at each look. Only
+// a verdict write that failed, or a record refused, is recorded at the next
+// look; before, every failure was taken for one, and each retry (up to every
+// five minutes, for as long as the request lived) logged the verdict anew.
+func TestACertificateNotRecordedOnItsMachineIsNotRecordedAppliedAgain(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("x")})
+	require.NoError(t, err)
+	request := csrgen.ServingObject("csr-x", "x", req)
+	request.CreationTimestamp = metav1.NewTime(t0)
+	f := newQueueFixture(t, clk, *request)
+	rec := &recordingDecider{decider: f.dec}
+	f.r.Engine = rec
+	ctx := context.Background()
+	f.add("system:node:x")
+	require.True(t, f.r.next(ctx))
+	require.True(t, f.approved(t, "csr-x"))
+	require.Equal(t, int64(1), rec.recorded.Load(), "the approval was not recorded applied")
+
+	// The signer issues a certificate that is not PEM, for a machine that
+	// answers to the node, and the cache shows it.
+	m := &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "x"}}
+	m.Spec.ClusterName, m.Spec.Hostname = f.cluster.Name, "x"
+	require.NoError(t, f.r.Client.Create(ctx, m))
+	live, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-x", metav1.GetOptions{})
+	require.NoError(t, err)
+	live.Status.Certificate = []byte("not PEM")
+	_, err = f.csrs.CertificatesV1().CertificateSigningRequests().UpdateStatus(ctx, live, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	var cached certificatesv1.CertificateSigningRequest
+	require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: "csr-x"}, &cached))
+	cached.Status = live.Status
+	require.NoError(t, f.r.Client.Status().Update(ctx, &cached))
+
+	key := memoKey{cluster: f.cluster, uid: "uid-csr-x"}
+	for look := range 3 {
+		clk.Step(maxBackoff + time.Second)
+		f.add("system:node:x")
+		require.True(t, f.r.next(ctx))
+		assert.True(t, f.r.failures.Has(key), "look %d: a certificate that could not be recorded is not looked at again", look)
+	}
+	assert.Equal(t, int64(1), rec.recorded.Load(), "the verdict was recorded applied again at the certificate's retries")
+	assert.False(t, f.r.uncertain.has(key), "a failure to record the certificate was taken for a failed write")
 }
 
 // Review 14, H1: a cluster taken over stays adopted (and its shard
@@ -539,4 +596,387 @@ func TestAnAdoptionIsSettledOnlyOnceItsVerdictsAreRecorded(t *testing.T) {
 	assert.Equal(t, int64(1), rec.recorded.Load(), "the verdict was not recorded at the next pass")
 	assert.Equal(t, 1, settledCalls)
 	assert.True(t, f.r.adoptions.peek(f.cluster).since.IsZero())
+}
+
+// recordsByDecision counts the records by decision id, and refuses those of
+// the decisions in refuse (a decision-log sink that refuses some entries).
+type recordsByDecision struct {
+	*decider
+	mu      sync.Mutex
+	refuse  map[string]bool
+	records map[string]int
+}
+
+func (d *recordsByDecision) RecordApplied(_ context.Context, a engine.Applied) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.refuse[a.DecisionID] {
+		return errors.New("the decision log refused the entry")
+	}
+	d.records[a.DecisionID]++
+	return nil
+}
+
+func (d *recordsByDecision) counts() map[string]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return maps.Clone(d.records)
+}
+
+// An adoption retried because one of its records was refused records that
+// one only: the verdicts it recorded at the first pass are not recorded
+// again (review 14, left as a Low then: duplicates while the sink refused).
+func TestAnAdoptionRetriedRecordsOnlyWhatItHadNotRecorded(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	var csrs []certificatesv1.CertificateSigningRequest
+	ids := map[string]string{"csr-a": "0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2a", "csr-b": "0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2b"}
+	for _, name := range []string{"csr-a", "csr-b"} {
+		c := csrOf("system:node:"+name, name, t0)
+		c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
+			Type: certificatesv1.CertificateApproved, Status: "True", LastUpdateTime: metav1.NewTime(t0),
+			Message: "approved (decision " + ids[name] + ", revision abc)",
+		}}
+		csrs = append(csrs, c)
+	}
+	f := newQueueFixture(t, clk, csrs...)
+	f.r.Shards = &oneShard{serving: true}
+	settledCalls := 0
+	f.r.adoptions.add(f.cluster, t0.Add(-5*time.Second), func() { settledCalls++ })
+	rec := &recordsByDecision{decider: f.dec, refuse: map[string]bool{ids["csr-b"]: true}, records: map[string]int{}}
+	f.r.Engine = rec
+	ctx := context.Background()
+
+	_, err := f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int{ids["csr-a"]: 1}, rec.counts())
+	require.Zero(t, settledCalls, "the adoption was settled over a verdict whose record failed")
+
+	rec.mu.Lock()
+	rec.refuse = nil
+	rec.mu.Unlock()
+	_, err = f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{ids["csr-a"]: 1, ids["csr-b"]: 1}, rec.counts(), "the retried adoption recorded again what it had recorded")
+	assert.Equal(t, 1, settledCalls)
+}
+
+// A request whose verdict write failed here (its act unsettled on the hold)
+// and that is gone by the next pass leaves nothing to record, here or by the
+// next holder: the pass that forgets it settles its act, so the shard's next
+// release may say settled (before, such acts stayed pending for as long as
+// the hold, and every release said unsettled since their stamp).
+func TestARequestGoneSettlesItsUnsettledAct(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
+	fence := &recordingFence{pending: map[string]time.Time{}}
+	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	ctx := context.Background()
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	var csr certificatesv1.CertificateSigningRequest
+	require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: "csr-x"}, &csr))
+	p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: fence}
+	p.writeFailed(&approval.UnknownOutcome{ResourceVersion: csr.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &csr, t0, uncertainWrite{}, false)
+	require.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled())
+
+	// Still there: a pass keeps it unsettled.
+	_, err := f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	require.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled(), "a request still there was settled")
+
+	require.NoError(t, f.r.Client.Delete(ctx, &csr))
+	_, err = f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	assert.Empty(t, fence.unsettled(), "the act of a request gone stayed unsettled")
+	assert.False(t, f.r.uncertain.has(memoKey{cluster: f.cluster, uid: "uid-csr-x"}))
+}
+
+// A write answered with a timeout and not (yet) applied: the request, read
+// again, is undecided and is decided again, but the failed write may still
+// commit (the API server may still be at it), so it stays uncertain and its
+// act unsettled until a later write of this replica's succeeds (the old one
+// then fails the version it was made on) or the verdict in effect is
+// recorded. Before, the read that found it undecided settled it, and a
+// write that committed after that read was left without its record.
+func TestAWriteThatMayStillCommitStaysUnsettledUntilAnotherIsWritten(t *testing.T) {
+	for _, then := range []string{"pending, then the late commit", "approved again", "changed meanwhile", "too old"} {
+		t.Run(then, func(t *testing.T) {
+			t0 := time.Unix(1_000_000, 0)
+			clk := clocktesting.NewFakeClock(t0)
+			f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
+			rec := &recordingDecider{decider: f.dec}
+			f.r.Engine = rec
+			fence := &recordingFence{pending: map[string]time.Time{}}
+			f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+			var late atomic.Pointer[certificatesv1.CertificateSigningRequest]
+			f.csrs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+				if late.Load() != nil {
+					return false, nil, nil
+				}
+				// Not applied (yet), and answered as a timeout.
+				late.Store(a.(k8stesting.UpdateAction).GetObject().(*certificatesv1.CertificateSigningRequest).DeepCopy())
+				return true, nil, apierrors.NewTimeoutError("the write's answer", 1)
+			})
+			ctx := context.Background()
+			var c ichorv1alpha1.TalosCluster
+			require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+			p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: clk.Now(), fence: fence}
+			// The request as the API server has it (the fixture's cache
+			// keeps versions of its own), as a cache in step would, at a
+			// version of its own (the fake API server keeps none).
+			gvr := certificatesv1.SchemeGroupVersion.WithResource("certificatesigningrequests")
+			cached, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-x", metav1.GetOptions{})
+			require.NoError(t, err)
+			cached.ResourceVersion = "1"
+			require.NoError(t, f.csrs.Tracker().Update(gvr, cached, ""))
+			require.Error(t, p.handle(ctx, cached.DeepCopy()))
+			require.False(t, f.approved(t, "csr-x"))
+			key := memoKey{cluster: f.cluster, uid: "uid-csr-x"}
+			act := map[string]time.Time{"ns/demo/uid-csr-x": t0}
+			require.Equal(t, act, fence.unsettled())
+
+			if then == "approved again" {
+				require.NoError(t, p.handle(ctx, cached.DeepCopy()))
+				require.True(t, f.approved(t, "csr-x"))
+				assert.Equal(t, int64(1), rec.recorded.Load())
+				assert.Empty(t, fence.unsettled(), "a verdict written after the uncertain one left it unsettled")
+				assert.False(t, f.r.uncertain.has(key))
+				return
+			}
+
+			f.dec.decide = func(context.Context, string) (engine.CSRDecision, error) { return pendingAs("NodeUnreadable"), nil }
+			switch then {
+			case "changed meanwhile":
+				// A label: the request is at another version, which the
+				// write, made on the one before, cannot commit on.
+				live, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-x", metav1.GetOptions{})
+				require.NoError(t, err)
+				live.Labels = map[string]string{"changed": "yes"}
+				live.ResourceVersion = "2"
+				_, err = f.csrs.CertificatesV1().CertificateSigningRequests().Update(ctx, live, metav1.UpdateOptions{})
+				require.NoError(t, err)
+			case "too old":
+				clk.Step(uncertainWriteMaxAge)
+			}
+			require.NoError(t, p.handle(ctx, cached.DeepCopy()))
+			require.False(t, f.approved(t, "csr-x"))
+			if then != "pending, then the late commit" {
+				assert.Empty(t, fence.unsettled(), "a write that can no longer commit left the shard unsettled")
+				assert.False(t, f.r.uncertain.has(key))
+				return
+			}
+			assert.Equal(t, act, fence.unsettled(), "a read that found the request undecided settled a write that may still commit")
+			assert.True(t, f.r.uncertain.has(key))
+
+			// The write commits late; the next look records it.
+			require.NoError(t, f.csrs.Tracker().Update(gvr, late.Load(), ""))
+			cached, err = f.csrs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-x", metav1.GetOptions{})
+			require.NoError(t, err)
+			require.NoError(t, p.handle(ctx, cached.DeepCopy()))
+			assert.Equal(t, int64(1), rec.recorded.Load(), "the late commit was not recorded")
+			assert.Empty(t, fence.unsettled())
+			assert.False(t, f.r.uncertain.has(key))
+		})
+	}
+}
+
+// The window of verdicts a taken-over cluster records again counts back
+// from the take, not from when the shard change reaches the approver: a
+// change mapped 10 s late (a busy controller) would otherwise miss the
+// verdicts a dead holder wrote in the last 10 s before its lease ran out.
+func TestTheAdoptionWindowCountsFromTheTake(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0.Add(10 * time.Second))
+	f := newQueueFixture(t, clk)
+	f.r.Shards = &oneShard{serving: true, takenAt: t0}
+	reqs := f.r.shardToClusters(context.Background(), 0)
+	require.Equal(t, []reconcile.Request{{NamespacedName: f.cluster}}, reqs)
+	assert.Equal(t, t0.Add(-3*time.Second-2*time.Second), f.r.adoptions.peek(f.cluster).since, "the window does not count back from the take")
+}
+
+// hookDecider counts the records and runs hook once, at the first record.
+type hookDecider struct {
+	*decider
+	n    atomic.Int64
+	hook func()
+}
+
+func (d *hookDecider) RecordApplied(context.Context, engine.Applied) error {
+	d.n.Add(1)
+	if h := d.hook; h != nil {
+		d.hook = nil
+		h()
+	}
+	return nil
+}
+
+// Review 15, H1: a request made after a pass listed its cluster's requests,
+// whose write a worker finds uncertain before the pass forgets the requests
+// it did not list, is not taken for gone: it stays uncertain, and its act
+// unsettled. Before, the pass settled it, and a release then said settled
+// over a verdict that may be in effect without its record.
+func TestAnUncertainWriteMadeDuringAPassIsNotTakenForGone(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	old := csrOf("system:node:a", "csr-a", t0)
+	old.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
+		Type: certificatesv1.CertificateApproved, Status: "True", LastUpdateTime: metav1.NewTime(t0),
+		Message: "approved (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2a, revision abc)",
+	}}
+	f := newQueueFixture(t, clk, old)
+	fence := &recordingFence{pending: map[string]time.Time{}}
+	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	f.r.adoptions.add(f.cluster, t0.Add(-5*time.Second), func() {})
+	ctx := context.Background()
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	rec := &hookDecider{decider: f.dec}
+	rec.hook = func() {
+		// While the pass records its adoption: a new request, whose write
+		// a worker finds uncertain.
+		n := csrOf("system:node:n", "csr-n", t0)
+		n.UID = "uid-csr-n"
+		require.NoError(t, f.r.Client.Create(ctx, &n))
+		p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: fence}
+		p.writeFailed(&approval.UnknownOutcome{ResourceVersion: n.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &n, t0, uncertainWrite{}, false)
+	}
+	f.r.Engine = rec
+	_, err := f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), rec.n.Load(), "the adoption was not recorded")
+	assert.Contains(t, fence.unsettled(), "ns/demo/uid-csr-n", "an uncertain write made during the pass was settled as gone")
+	assert.True(t, f.r.uncertain.has(memoKey{cluster: f.cluster, uid: "uid-csr-n"}), "an uncertain write made during the pass was forgotten")
+}
+
+// Review 15, M1: after a write of unknown outcome that was not applied, the
+// request is written again; a pass that sees that write in its cache while
+// the worker records it does not record it too (as the earlier write's
+// verdict found applied).
+func TestARequestWrittenAgainAfterAnUncertainWriteIsRecordedOnce(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("x")})
+	require.NoError(t, err)
+	request := csrgen.ServingObject("csr-x", "x", req)
+	request.CreationTimestamp = metav1.NewTime(t0)
+	f := newQueueFixture(t, clk, *request)
+	fence := &recordingFence{pending: map[string]time.Time{}}
+	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	ctx := context.Background()
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	// The request as the API server has it, at a version of its own (the
+	// fake API server keeps none).
+	gvr := certificatesv1.SchemeGroupVersion.WithResource("certificatesigningrequests")
+	cached, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-x", metav1.GetOptions{})
+	require.NoError(t, err)
+	cached.ResourceVersion = "1"
+	require.NoError(t, f.csrs.Tracker().Update(gvr, cached, ""))
+	p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: fence}
+	// Not applied: the request stays at the version it was made on.
+	p.writeFailed(&approval.UnknownOutcome{ResourceVersion: "1", Err: apierrors.NewTimeoutError("the write's answer", 1)}, cached, t0, uncertainWrite{}, false)
+	rec := &hookDecider{decider: f.dec}
+	rec.hook = func() {
+		// The worker's second write is in and the cache shows it; a pass
+		// runs while the worker records it.
+		live, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-x", metav1.GetOptions{})
+		require.NoError(t, err)
+		var cur certificatesv1.CertificateSigningRequest
+		require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: "csr-x"}, &cur))
+		cur.Status = live.Status
+		require.NoError(t, f.r.Client.Status().Update(ctx, &cur))
+		_, err = f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+		require.NoError(t, err)
+	}
+	f.r.Engine = rec
+	require.NoError(t, p.handle(ctx, cached.DeepCopy()))
+	require.True(t, f.approved(t, "csr-x"))
+	assert.Equal(t, int64(1), rec.n.Load(), "one verdict recorded applied twice")
+	assert.Empty(t, fence.unsettled())
+}
+
+// Review 15, M2: a write the API server refused (it says so: a 403, a 422, a
+// conflict with a request decided meanwhile) was not applied, and leaves the
+// shard settled and the request not uncertain, however long the request
+// then stays pending; one answered with an error that does not say so (a
+// 504, a 500, a lost connection) may have been applied and is uncertain.
+func TestOnlyAWriteThatMayHaveBeenAppliedIsUncertain(t *testing.T) {
+	gr := certificatesv1.Resource("certificatesigningrequests")
+	for name, tc := range map[string]struct {
+		err       error
+		uncertain bool
+	}{
+		"403":             {err: apierrors.NewForbidden(gr, "csr-x", errors.New("RBAC")), uncertain: false},
+		"422":             {err: apierrors.NewInvalid(certificatesv1.SchemeGroupVersion.WithKind("CertificateSigningRequest").GroupKind(), "csr-x", nil), uncertain: false},
+		"429":             {err: apierrors.NewTooManyRequests("slow down", 1), uncertain: false},
+		"504":             {err: apierrors.NewTimeoutError("the write's answer", 1), uncertain: true},
+		"500":             {err: apierrors.NewInternalError(errors.New("etcd")), uncertain: true},
+		"lost connection": {err: errors.New("connection reset by peer"), uncertain: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t0 := time.Unix(1_000_000, 0)
+			clk := clocktesting.NewFakeClock(t0)
+			f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
+			fence := &recordingFence{pending: map[string]time.Time{}}
+			f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+			f.csrs.PrependReactor("update", "certificatesigningrequests", func(k8stesting.Action) (bool, kruntime.Object, error) {
+				return true, nil, tc.err
+			})
+			ctx := context.Background()
+			f.add("system:node:x")
+			require.True(t, f.r.next(ctx))
+			require.False(t, f.approved(t, "csr-x"))
+			key := memoKey{cluster: f.cluster, uid: "uid-csr-x"}
+			assert.True(t, f.r.failures.Has(key), "the failed write is not tried again")
+			assert.Equal(t, tc.uncertain, f.r.uncertain.has(key))
+			if tc.uncertain {
+				assert.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled())
+			} else {
+				assert.Empty(t, fence.unsettled(), "a refused write unsettled the shard")
+			}
+		})
+	}
+}
+
+// A cluster deleted, or no longer enabled, leaves nothing any replica will
+// record: its uncertain acts are settled, so that its shard's releases do
+// not say unsettled for as long as the hold lasts. A cluster whose shard
+// another replica took keeps them unsettled on the hold it gave up.
+func TestAClusterGoneOrDisabledSettlesItsUncertainActs(t *testing.T) {
+	for _, how := range []string{"deleted", "disabled", "served elsewhere"} {
+		t.Run(how, func(t *testing.T) {
+			t0 := time.Unix(1_000_000, 0)
+			f := newQueueFixture(t, clocktesting.NewFakeClock(t0), csrOf("system:node:x", "csr-x", t0))
+			fence := &recordingFence{pending: map[string]time.Time{}}
+			shards := &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+			f.r.Shards = shards
+			ctx := context.Background()
+			var c ichorv1alpha1.TalosCluster
+			require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+			var csr certificatesv1.CertificateSigningRequest
+			require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: "csr-x"}, &csr))
+			p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: fence}
+			p.writeFailed(&approval.UnknownOutcome{ResourceVersion: csr.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &csr, t0, uncertainWrite{}, false)
+			require.NotEmpty(t, fence.unsettled())
+			switch how {
+			case "deleted":
+				require.NoError(t, f.r.Client.Delete(ctx, &c))
+			case "disabled":
+				c.Spec.Security.KubeletServingCertificates.Enabled = false
+				require.NoError(t, f.r.Client.Update(ctx, &c))
+			case "served elsewhere":
+				shards.serving = false
+			}
+			_, err := f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+			require.NoError(t, err)
+			assert.False(t, f.r.uncertain.has(memoKey{cluster: f.cluster, uid: "uid-csr-x"}))
+			if how == "served elsewhere" {
+				assert.NotEmpty(t, fence.unsettled(), "a cluster served elsewhere settled the acts its next holder is to record")
+				return
+			}
+			assert.Empty(t, fence.unsettled(), "a cluster that decides nothing more kept its acts unsettled")
+		})
+	}
 }

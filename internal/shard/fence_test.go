@@ -352,10 +352,15 @@ func TestShardAReleaseThatCannotWaitForAnActSaysItsStamp(t *testing.T) {
 	require.True(t, ok)
 	defer done()
 
+	started := time.Now()
 	b := startReplica(t, cs, "b", shards)
 	require.Eventually(t, func() bool { _, served := b.Serves(uid); return served }, 30*time.Second, 50*time.Millisecond, "b did not take the shard")
 	assert.True(t, b.Settled(shard.Of(uid, shards)).IsZero(), "said settled with a write still in progress")
 	assert.True(t, stamped.Equal(b.UnsettledSince(shard.Of(uid, shards))), "unsettled since %s, want the act's stamp %s", b.UnsettledSince(shard.Of(uid, shards)), stamped)
+	// The approver's window counts back from the take.
+	taken := b.TakenAt(shard.Of(uid, shards))
+	assert.False(t, taken.Before(started) || taken.After(time.Now()), "taken at %s, not between b's start at %s and now", taken, started)
+	assert.True(t, a.TakenAt(shard.Of(uid, shards)).IsZero(), "a replica says when it took a shard it gave up")
 }
 
 // Review 13, M3: what a replica was told to record (unsettled-since) is

@@ -214,6 +214,10 @@ type hold struct {
 	// by a number of their own, under the Set's lock.
 	inflight map[int]time.Time
 	nextAct  int
+	// takenAt is when the hold was taken, by this replica's clock: the
+	// approver's window of verdicts to record again counts back from it,
+	// not from when the change reaches it.
+	takenAt time.Time
 	// inherited is, for a hold taken from a replica that did not say it
 	// settled, the earliest stamp of the verdicts the approver records
 	// again (those of its window, a lease duration and two seconds before
@@ -440,6 +444,21 @@ func (s *Set) UnsettledSince(shard int) time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.unsettledSince[shard]
+}
+
+// TakenAt is when this replica took its hold of shard, by its clock; zero
+// when it does not hold the shard. A replica that died may have written
+// verdicts until about a lease duration before it: the approver records
+// again those written since then (review 14: counted from the moment the
+// shard change reached the approver, the window missed the verdicts of the
+// delay in between).
+func (s *Set) TakenAt(shard int) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.held[shard]; h != nil {
+		return h.takenAt
+	}
+	return time.Time{}
 }
 
 // Settled is when the replica that gave this replica's hold of shard up
@@ -958,7 +977,7 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 			}
 		}
 		delete(s.given, shard)
-		h := &hold{settled: settled, noting: settled.IsZero()}
+		h := &hold{settled: settled, noting: settled.IsZero(), takenAt: now}
 		if h.noting {
 			h.unsettled = 1
 		}

@@ -8,14 +8,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"regexp"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/ichor-dev/ichor-policy/engine"
 )
 
 // IsDecided reports whether the request is approved or denied, by anyone.
@@ -36,6 +41,42 @@ func IsApproved(csr *certificatesv1.CertificateSigningRequest) bool {
 		}
 	}
 	return false
+}
+
+// decisionIDPattern finds the decision id in the message of a condition an
+// approver wrote (engine's ConditionMessage: "... (decision ID, policy
+// revision R)").
+var decisionIDPattern = regexp.MustCompile(`\(decision ([0-9a-f-]{36})[,)]`)
+
+// Decision is the decision an approver's condition on a request names.
+type Decision struct {
+	// ID is the decision's id in the decision log.
+	ID string
+	// Action is engine.ActionApprove or engine.ActionDeny.
+	Action string
+	// At is the condition's time (whole seconds).
+	At time.Time
+}
+
+// DecisionOf is the decision the request's Approved or Denied condition
+// names; ok is false when the request is undecided or its condition names
+// none (a person's `kubectl certificate approve`).
+func DecisionOf(csr *certificatesv1.CertificateSigningRequest) (d Decision, ok bool) {
+	for _, c := range csr.Status.Conditions {
+		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
+			continue
+		}
+		m := decisionIDPattern.FindStringSubmatch(c.Message)
+		if m == nil {
+			return Decision{}, false
+		}
+		d = Decision{ID: m[1], Action: engine.ActionApprove, At: c.LastUpdateTime.Time}
+		if c.Type == certificatesv1.CertificateDenied {
+			d.Action = engine.ActionDeny
+		}
+		return d, true
+	}
+	return Decision{}, false
 }
 
 // Approve writes the Approved condition with reason and message.
@@ -70,6 +111,9 @@ func write(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.Cer
 		LastTransitionTime: t,
 	}
 	current := csr
+	// The version the last update was made on: a write answered with an
+	// error that may have been applied was made on it.
+	var lastVersion string
 	err := retry.RetryOnConflict(conflictRetry, func() error {
 		if current == nil {
 			// A conflict: read the request as it is now. Its spec cannot
@@ -92,7 +136,11 @@ func write(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.Cer
 		// since): if the request changed, the update conflicts.
 		updated := current.DeepCopy()
 		updated.Status.Conditions = append(updated.Status.Conditions, condition)
+		lastVersion = current.ResourceVersion
 		_, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, updated, metav1.UpdateOptions{})
+		if err != nil && mayHaveApplied(err) {
+			err = &UnknownOutcome{ResourceVersion: lastVersion, Err: err}
+		}
 		current = nil
 		return err
 	})
@@ -104,4 +152,30 @@ func write(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.Cer
 		return fmt.Errorf("%s CSR %s: %w", verb, csr.Name, err)
 	}
 	return nil
+}
+
+// UnknownOutcome is a write answered with an error that does not say the
+// API server refused it (a timeout, a lost connection, a 5xx): it may have
+// been applied, or may yet be (an API server still at it). It was made on
+// ResourceVersion, so it can no longer commit once the request is at
+// another version.
+type UnknownOutcome struct {
+	ResourceVersion string
+	Err             error
+}
+
+func (e *UnknownOutcome) Error() string { return e.Err.Error() }
+func (e *UnknownOutcome) Unwrap() error { return e.Err }
+
+// mayHaveApplied reports whether a write answered with err may have been
+// applied: anything but a refusal (a 4xx, but a 408 Request Timeout).
+func mayHaveApplied(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		// No answer (a lost connection, a context that ended once the
+		// request was sent).
+		return true
+	}
+	code := status.Status().Code
+	return code < 400 || code >= 500 || code == http.StatusRequestTimeout
 }

@@ -145,3 +145,49 @@ func TestAConflictedWriteIsNotWrittenAgainOnARequestDecidedOrReplaced(t *testing
 		})
 	}
 }
+
+// A write answered with an error that does not say the API server refused
+// it may have been applied: it is an UnknownOutcome naming the version it
+// was made on (the last try's, after a conflict), with its cause kept. One
+// the server refused is not.
+func TestAWriteOfUnknownOutcomeSaysTheVersionItWasMadeOn(t *testing.T) {
+	gr := schema.GroupResource{Group: "certificates.k8s.io", Resource: "certificatesigningrequests"}
+	for name, tc := range map[string]struct {
+		err     error
+		unknown bool
+	}{
+		"a 504":             {err: apierrors.NewTimeoutError("the answer", 1), unknown: true},
+		"a 500":             {err: apierrors.NewInternalError(errors.New("etcd")), unknown: true},
+		"a 408":             {err: apierrors.NewGenericServerResponse(408, "PUT", gr, "csr-a", "", 0, false), unknown: true},
+		"a lost connection": {err: errors.New("connection reset by peer"), unknown: true},
+		"a 403":             {err: apierrors.NewForbidden(gr, "csr-a", errors.New("RBAC")), unknown: false},
+		"a 429":             {err: apierrors.NewTooManyRequests("slow down", 1), unknown: false},
+		"a 404":             {err: apierrors.NewNotFound(gr, "csr-a"), unknown: false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			csr := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-a", UID: "u-1", ResourceVersion: "7"}}
+			live := csr.DeepCopy()
+			live.ResourceVersion = "8"
+			cs := fake.NewClientset(live)
+			writes := 0
+			cs.PrependReactor("update", "certificatesigningrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+				writes++
+				if writes == 1 {
+					// The first try conflicts: the second is made on the
+					// request as it is now.
+					return true, nil, apierrors.NewConflict(gr, "csr-a", errors.New("the object has been modified"))
+				}
+				return true, nil, tc.err
+			})
+			err := approval.Approve(context.Background(), cs, csr, "Test", "test", time.Now())
+			require.Error(t, err)
+			require.Equal(t, 2, writes)
+			var unknown *approval.UnknownOutcome
+			require.Equal(t, tc.unknown, errors.As(err, &unknown), "%v", err)
+			assert.ErrorIs(t, err, tc.err, "the cause is not kept")
+			if tc.unknown {
+				assert.Equal(t, "8", unknown.ResourceVersion, "not the version of the try that failed")
+			}
+		})
+	}
+}
