@@ -26,12 +26,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/workqueue"
@@ -114,7 +116,26 @@ type Reconciler struct {
 	// which machine a node name finds: a remembered verdict holds only in the
 	// epoch it was reached in.
 	machineEpoch approval.Epoch
+	// unrecorded are the requests whose approval written here may be in
+	// effect without its applied record: a write answered with an error
+	// that may have been applied all the same, or a record the decision log
+	// refused. Once decided, the request's next look records the decision
+	// its condition names (observed). Before, a write answered with a
+	// timeout that was applied was never recorded, and a refused record
+	// only logged.
+	unrecorded approval.Uncertain[requestKey]
 }
+
+// requestKey names a request by its name and uid: the uid tells a request
+// from another of the same name, and the name finds what is left of one
+// deleted.
+type requestKey struct {
+	name string
+	uid  types.UID
+}
+
+// recordRetry is the wait before a refused record is tried again.
+const recordRetry = 5 * time.Second
 
 // SetupOptions are the choices of SetupWithManager.
 type SetupOptions struct {
@@ -232,6 +253,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.Get(ctx, req.NamespacedName, &csr); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.memo.ForgetIf(func(_ types.UID, p pendingRequest) bool { return p.name == req.Name })
+			// A record owed of an approval known to be in effect is owed
+			// whatever became of the request.
+			for k, w := range r.unrecorded.ForgetIf(func(k requestKey) bool { return k.name == req.Name }, math.MaxUint64) {
+				if w.Record == nil {
+					continue
+				}
+				if err := r.Engine.RecordApplied(ctx, *w.Record); err != nil {
+					logger.Error(err, "record the applied decision of a request gone; tried again", "decision_id", w.Record.DecisionID, "retry_in", recordRetry)
+					r.unrecorded.Add(k, w)
+					return reconcile.Result{RequeueAfter: recordRetry}, nil
+				}
+			}
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("get CSR: %w", err)
@@ -239,9 +272,38 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if !isKubeletClient(&csr) {
 		return reconcile.Result{}, nil
 	}
+	key := requestKey{name: csr.Name, uid: csr.UID}
+	// stale is the version the cache shows when the API server showed the
+	// request decided at another: the cache has not caught up.
+	var stale string
+	if w, ok := r.unrecorded.Get(key); ok && !approval.IsDecided(&csr) {
+		// A write of it may have been applied: the API server says, not
+		// the cache, which may not show the write yet (deciding again
+		// from the cache would log a second verdict).
+		live, err := r.Clientset.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) || (err == nil && live.UID != csr.UID):
+			r.unrecorded.Take(key)
+			return reconcile.Result{}, nil
+		case err != nil:
+			return reconcile.Result{}, fmt.Errorf("read CSR %s again after a write of unknown outcome: %w", csr.Name, err)
+		}
+		if approval.IsDecided(live) {
+			stale = csr.ResourceVersion
+		}
+		csr = *live
+		if !approval.IsDecided(&csr) && w.CannotCommit(csr.ResourceVersion, r.Clock.Now()) {
+			r.unrecorded.Take(key)
+		}
+	}
 	if len(csr.Status.Certificate) > 0 || approval.IsDecided(&csr) {
 		r.memo.Forget(csr.UID)
-		return reconcile.Result{}, nil
+		if stale != "" {
+			// Until the cache shows the decision, its older version is
+			// not decided again (a second verdict in the log).
+			r.memo.Applied(csr.UID, stale, pendingRequest{name: csr.Name})
+		}
+		return r.recordObserved(ctx, &csr)
 	}
 
 	now := r.Clock.Now()
@@ -283,14 +345,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	switch d.Action {
 	case engine.ActionApprove:
 		if err := approval.Approve(ctx, r.Clientset, &csr, ApprovalReason, d.ConditionMessage(), now); err != nil {
+			var unknown *approval.UnknownOutcome
+			if errors.As(err, &unknown) {
+				r.unrecorded.Add(key, approval.UncertainWrite{ResourceVersion: unknown.ResourceVersion, At: r.Clock.Now()})
+			}
 			return reconcile.Result{}, err
 		}
+		// Written on the version read: an earlier write of unknown
+		// outcome can no longer commit.
+		r.unrecorded.Take(key)
 		r.memo.Applied(csr.UID, csr.ResourceVersion, pendingRequest{name: csr.Name, node: node})
 		logger.Info("approved kubelet client certificate")
-		if err := r.Engine.RecordApplied(ctx, engine.Applied{
-			DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten,
-		}); err != nil {
-			logger.Error(err, "record the applied decision")
+		owed := engine.Applied{DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten}
+		if err := r.Engine.RecordApplied(ctx, owed); err != nil {
+			logger.Error(err, "record the applied decision; tried again", "retry_in", recordRetry)
+			r.unrecorded.Add(key, approval.UncertainWrite{At: r.Clock.Now(), Record: &owed})
+			return reconcile.Result{RequeueAfter: recordRetry}, nil
 		}
 		// No Event: the Approved condition and the decision log say it.
 		return reconcile.Result{}, nil
@@ -305,6 +375,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
+}
+
+// recordObserved records, for a decided request whose approval written here
+// may be in effect without its record, the decision its condition names; a
+// record refused is tried again after recordRetry.
+func (r *Reconciler) recordObserved(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (reconcile.Result, error) {
+	key := requestKey{name: csr.Name, uid: csr.UID}
+	if _, ok := r.unrecorded.Take(key); !ok {
+		return reconcile.Result{}, nil
+	}
+	d, ok := approval.DecisionOf(csr)
+	if !ok {
+		// Decided by a person, or by another approver: nothing of this
+		// one's to record.
+		return reconcile.Result{}, nil
+	}
+	observed := engine.Applied{DecisionID: d.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedObserved}
+	if err := r.Engine.RecordApplied(ctx, observed); err != nil {
+		log.FromContext(ctx).Error(err, "record the applied decision; tried again", "decision_id", d.ID, "retry_in", recordRetry)
+		r.unrecorded.Add(key, approval.UncertainWrite{At: r.Clock.Now(), Record: &observed})
+		return reconcile.Result{RequeueAfter: recordRetry}, nil
+	}
+	return reconcile.Result{}, nil
 }
 
 // pendingRequest is what the memo keeps of a request besides its verdict:

@@ -40,7 +40,7 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		return nil
 	}
 	key := p.memoKey(csr)
-	if w, ok := p.r.uncertain.get(key); ok && !approval.IsDecided(csr) {
+	if w, ok := p.r.uncertain.Get(key); ok && !approval.IsDecided(csr) {
 		// A write of it may have been applied all the same (a 504): the
 		// API server says whether it is still undecided, not the cache,
 		// which may not show the write yet. Deciding it again from the
@@ -49,8 +49,8 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		switch {
 		case apierrors.IsNotFound(err) || (err == nil && live.UID != csr.UID):
 			p.r.failures.Forget(key)
-			if w, ok := p.r.uncertain.take(key); ok {
-				w.settleAct()
+			if w, ok := p.r.uncertain.Take(key); ok {
+				w.SettleAct()
 			}
 			return nil
 		case err != nil:
@@ -62,9 +62,9 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// server that answered with a timeout may still be at it): until
 		// the request is at another version than the write was made on
 		// (a later write here, or any change), or the write is too old.
-		if !approval.IsDecided(csr) && w.cannotCommit(csr.ResourceVersion, p.r.Clock.Now()) {
-			if w, ok := p.r.uncertain.take(key); ok {
-				w.settleAct()
+		if !approval.IsDecided(csr) && w.CannotCommit(csr.ResourceVersion, p.r.Clock.Now()) {
+			if w, ok := p.r.uncertain.Take(key); ok {
+				w.SettleAct()
 			}
 		}
 	}
@@ -111,7 +111,7 @@ func (p *pass) lookedAt(csr *certificatesv1.CertificateSigningRequest, recorded 
 func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (recorded bool) {
 	// Taken, not looked at then forgotten: the reconcile and a worker may
 	// settle the same request at once, and only one records it.
-	w, failed := p.r.uncertain.take(p.memoKey(csr))
+	w, failed := p.r.uncertain.Take(p.memoKey(csr))
 	if !failed && !p.adopts(csr) {
 		return true
 	}
@@ -120,10 +120,13 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 	// of this replica's to record); a record that fails leaves it
 	// unsettled, for the next look here or the next holder to record.
 	recorded = true
-	if decision, ok := approval.DecisionOf(csr); ok {
-		if err := p.r.Engine.RecordApplied(ctx, engine.Applied{
+	decision, named := approval.DecisionOf(csr)
+	var observed engine.Applied
+	if named {
+		observed = engine.Applied{
 			DecisionID: decision.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: decision.Action, Outcome: engine.AppliedObserved,
-		}); err != nil {
+		}
+		if err := p.r.Engine.RecordApplied(ctx, observed); err != nil {
 			log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", decision.ID)
 			recorded = false
 		} else {
@@ -135,9 +138,9 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 	}
 	switch {
 	case failed && recorded:
-		w.settleAct()
+		w.SettleAct()
 	case failed:
-		p.recordLater(csr)
+		p.recordLater(csr, observed, decision.At)
 	}
 	return recorded
 }
@@ -145,11 +148,36 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 // recordLater keeps a decided request whose applied record failed (the
 // decision log's sink refused it) among those to look at: its next look
 // finds it decided and records the verdict its condition names (settle).
-// Before, nothing looked at it again while the shard stayed here.
-func (p *pass) recordLater(csr *certificatesv1.CertificateSigningRequest) {
-	p.r.uncertain.add(p.memoKey(csr), uncertainWrite{at: p.r.Clock.Now(), settle: p.actSettler(csr)})
+// Before, nothing looked at it again while the shard stayed here. The
+// record is owed whatever becomes of the request (recordOwed), and the
+// verdict, stamped at, is unsettled on the hold meanwhile (on this hold,
+// which may not be the one its write was made under: review 16, L3).
+func (p *pass) recordLater(csr *certificatesv1.CertificateSigningRequest, owed engine.Applied, stamp time.Time) {
+	p.unsettle(csr, stamp)
+	p.r.uncertain.Add(p.memoKey(csr), approval.UncertainWrite{At: p.r.Clock.Now(), Settle: p.actSettler(csr), Record: &owed})
 	_, wait := p.r.failures.Pending(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: p.r.machineEpoch.Get()}, struct{}{}, p.now, backoff.After)
 	p.retryIn(wait)
+}
+
+// recordOwed records the verdicts owed by uncertain writes forgotten because
+// their request or cluster is gone (review 16, M1): a verdict known to be in
+// effect (written, its record refused) is recorded whatever became of its
+// request; the others have nothing left to record. Each recorded, or with
+// nothing to record, is settled; one refused again is kept, and owed is
+// true, for the caller to look again.
+func (r *Reconciler) recordOwed(ctx context.Context, dropped map[memoKey]approval.UncertainWrite) (owed bool) {
+	for k, w := range dropped {
+		if w.Record != nil {
+			if err := r.Engine.RecordApplied(ctx, *w.Record); err != nil {
+				log.FromContext(ctx).Error(err, "record the applied decision of a request no longer judged here; tried again", "object", w.Record.Object, "decision_id", w.Record.DecisionID)
+				r.uncertain.Add(k, w)
+				owed = true
+				continue
+			}
+		}
+		w.SettleAct()
+	}
+	return owed
 }
 
 // machineFor finds the machine with node name node among every cluster that
@@ -287,7 +315,7 @@ func (p *pass) requestsOf(ctx context.Context, username string) ([]certificatesv
 // no write of it waiting to be settled (failures), and no certificate or one
 // that its machine has recorded already.
 func (p *pass) settled(csr *certificatesv1.CertificateSigningRequest, recorded bool) bool {
-	return approval.IsDecided(csr) && !p.r.failures.Has(p.memoKey(csr)) && !p.r.uncertain.has(p.memoKey(csr)) && !p.adopts(csr) && (len(csr.Status.Certificate) == 0 || recorded)
+	return approval.IsDecided(csr) && !p.r.failures.Has(p.memoKey(csr)) && !p.r.uncertain.Has(p.memoKey(csr)) && !p.adopts(csr) && (len(csr.Status.Certificate) == 0 || recorded)
 }
 
 // machinesByNodeName are this cluster's machines by the node names they
@@ -459,7 +487,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	// write, so that a reconcile that sees this write in its cache does not
 	// record it as the earlier one's (review 15, M1); given back if this
 	// write is refused.
-	var earlier uncertainWrite
+	var earlier approval.UncertainWrite
 	var hadEarlier bool
 	if d.Action == engine.ActionApprove || d.Action == engine.ActionDeny {
 		// Just before the write, and whatever came before: this replica
@@ -476,12 +504,13 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		// Noted before the write: a pass settling the cluster's adoption
 		// may see the write in its cache before this worker records it.
 		p.r.adoptions.wrote(p.key(), d.DecisionID)
-		earlier, hadEarlier = p.r.uncertain.take(p.memoKey(csr))
+		earlier, hadEarlier = p.r.uncertain.Take(p.memoKey(csr))
 	}
 	// The write is cancelled if the shard goes before it is sent; its
 	// record, once it was written, is kept whatever happens meanwhile.
 	record := context.WithoutCancel(ctx)
 	recorded := true
+	owed := engine.Applied{DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten}
 	switch d.Action {
 	case engine.ActionApprove:
 		if err := approval.Approve(ctx, p.target.clientset, csr, ApprovalReason, d.ConditionMessage(), at); err != nil {
@@ -490,7 +519,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		}
 		p.written(csr)
 		logger.Info("approved kubelet serving certificate")
-		recorded = p.applied(record, csr, d, at)
+		recorded = p.applied(record, csr, owed)
 		// No Event: the Approved condition and the decision log say it, and
 		// at a mass reboot an Event per approval doubles the API writes.
 	case engine.ActionDeny:
@@ -502,7 +531,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		}
 		p.written(csr)
 		logger.Info("denied kubelet serving certificate")
-		recorded = p.applied(record, csr, d, at)
+		recorded = p.applied(record, csr, owed)
 		p.event(machine, csr, corev1.EventTypeWarning, "Denied", d.EventNote())
 	case engine.ActionPending:
 		key := strings.Join(d.Reasons.Codes(), ",")
@@ -520,14 +549,14 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	}
 	if !recorded {
 		// Its act stays unsettled from the earlier write's stamp on.
-		p.recordLater(csr)
+		p.recordLater(csr, owed, at)
 		return nil
 	}
 	p.r.failures.Forget(p.memoKey(csr))
 	if hadEarlier {
 		// Written, and recorded, on the version the request was at after
 		// the earlier write: that one can no longer commit.
-		earlier.settleAct()
+		earlier.SettleAct()
 	}
 	return nil
 }
@@ -541,15 +570,11 @@ func (p *pass) written(csr *certificatesv1.CertificateSigningRequest) {
 
 // applied records in the decision log that the decision was written on the
 // request: of several verdicts logged for one request (the first write
-// conflicted), this is the one in effect. A record that fails leaves the
-// verdict, stamped at, unsettled here until a later look records it
-// (recordLater, settle); it reports whether the record was written.
-func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d engine.CSRDecision, at time.Time) bool {
-	if err := p.r.Engine.RecordApplied(ctx, engine.Applied{
-		DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten,
-	}); err != nil {
-		log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", d.DecisionID)
-		p.unsettle(csr, at)
+// conflicted), this is the one in effect. It reports whether the record
+// was written; one refused is owed (recordLater).
+func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, owed engine.Applied) bool {
+	if err := p.r.Engine.RecordApplied(ctx, owed); err != nil {
+		log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", owed.DecisionID)
 		return false
 	}
 	return true
@@ -677,7 +702,13 @@ func (k memoKey) act() string {
 // ofCluster selects a cluster's requests, or with live, those of its
 // requests that are no longer undecided.
 func ofCluster(cluster types.NamespacedName, live map[types.UID]bool) func(memoKey, struct{}) bool {
-	return func(k memoKey, _ struct{}) bool { return k.cluster == cluster && (live == nil || !live[k.uid]) }
+	in := inCluster(cluster, live)
+	return func(k memoKey, _ struct{}) bool { return in(k) }
+}
+
+// inCluster is ofCluster for a set without data (approval.Uncertain).
+func inCluster(cluster types.NamespacedName, live map[types.UID]bool) func(memoKey) bool {
+	return func(k memoKey) bool { return k.cluster == cluster && (live == nil || !live[k.uid]) }
 }
 
 const (

@@ -157,7 +157,7 @@ type Reconciler struct {
 	failures approval.Memo[memoKey, struct{}]
 	// uncertain are those of them whose verdict in effect is to be
 	// recorded (settle).
-	uncertain uncertain
+	uncertain approval.Uncertain[memoKey]
 
 	// memo keeps the pending verdicts, so that a request left pending is
 	// not decided (and logged) again in a loop: only once it or the machines
@@ -499,7 +499,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var cluster ichorv1alpha1.TalosCluster
 	if err := r.Client.Get(ctx, req.NamespacedName, &cluster); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.letGo(req.NamespacedName, true)
+			if r.letGo(ctx, req.NamespacedName, true) {
+				return reconcile.Result{RequeueAfter: minBackoff}, nil
+			}
 			return reconcile.Result{}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("get cluster: %w", err)
@@ -509,7 +511,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		f, ok := r.Shards.Fence(cluster.UID)
 		if !ok {
 			// Another replica holds its shard: nothing of it is kept here.
-			r.letGo(req.NamespacedName, false)
+			r.letGo(ctx, req.NamespacedName, false)
 			return reconcile.Result{}, nil
 		}
 		fence = f
@@ -522,12 +524,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// nothing to record again: no replica records its verdicts while
 		// it is disabled.
 		r.adoptions.drop(req.NamespacedName)
-		r.forgetUncertain(req.NamespacedName)
+		owed := r.forgetUncertain(ctx, req.NamespacedName)
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.targets.stop(req.NamespacedName)
 		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
 		r.Metrics.forget(req.Namespace, req.Name)
-		return reconcile.Result{}, r.clearConditions(ctx, &cluster)
+		var result reconcile.Result
+		if owed {
+			result.RequeueAfter = minBackoff
+		}
+		return result, r.clearConditions(ctx, &cluster)
 	}
 	t, err := r.targetFor(ctx, &cluster)
 	if errors.Is(err, ErrLocalClusterNotNamed) {
@@ -586,7 +592,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	p.adoptedSince = r.adoptions.peek(req.NamespacedName).since
 	// What a worker makes uncertain after the list is not forgotten as
 	// gone: the list does not have its request yet (review 15, H1).
-	uncertainUpTo := r.uncertain.generation()
+	uncertainUpTo := r.uncertain.Generation()
 	csrs, live, err := p.requestsToLookAt(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -620,11 +626,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// The cluster's memos of requests that are gone are forgotten.
 	r.memo.ForgetIf(ofCluster(req.NamespacedName, live))
 	r.failures.ForgetIf(ofCluster(req.NamespacedName, live))
-	for _, w := range r.uncertain.forgetIf(ofCluster(req.NamespacedName, live), uncertainUpTo) {
-		// Gone: nothing is left to record of it, here or by the next
-		// holder, so the shard's release need not say it unsettled.
-		w.settleAct()
-	}
+	// Gone: what is owed of them is recorded now, and nothing else is left
+	// to record, here or by the next holder, so the shard's release need not
+	// say them unsettled.
+	owed := r.recordOwed(ctx, r.uncertain.ForgetIf(inCluster(req.NamespacedName, live), uncertainUpTo))
 	pending, withheld := r.leftPending(req.NamespacedName, csrs)
 	r.Metrics.pending(cluster.Namespace, cluster.Name, pending, withheld)
 	if err := r.keepWatches(ctx, &cluster, p.now); err != nil {
@@ -637,6 +642,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if next <= 0 || next > r.ResyncInterval {
 		next = r.ResyncInterval
+	}
+	if owed && (next <= 0 || next > minBackoff) {
+		next = minBackoff
 	}
 	return reconcile.Result{RequeueAfter: next}, nil
 }

@@ -116,14 +116,14 @@ func (p *pass) unsettle(csr *certificatesv1.CertificateSigningRequest, at time.T
 // leaves the request as it was, an earlier write of unknown outcome
 // (earlier, if hadEarlier) still uncertain (review 15, M2: a refusal made
 // the shard unsettled for as long as the request then stayed pending).
-func (p *pass) writeFailed(err error, csr *certificatesv1.CertificateSigningRequest, at time.Time, earlier uncertainWrite, hadEarlier bool) {
+func (p *pass) writeFailed(err error, csr *certificatesv1.CertificateSigningRequest, at time.Time, earlier approval.UncertainWrite, hadEarlier bool) {
 	var unknown *approval.UnknownOutcome
 	switch {
 	case errors.As(err, &unknown):
-		p.r.uncertain.add(p.memoKey(csr), uncertainWrite{resourceVersion: unknown.ResourceVersion, at: p.r.Clock.Now(), settle: p.actSettler(csr)})
+		p.r.uncertain.Add(p.memoKey(csr), approval.UncertainWrite{ResourceVersion: unknown.ResourceVersion, At: p.r.Clock.Now(), Settle: p.actSettler(csr)})
 		p.unsettle(csr, at)
 	case hadEarlier:
-		p.r.uncertain.add(p.memoKey(csr), earlier)
+		p.r.uncertain.Add(p.memoKey(csr), earlier)
 	}
 }
 
@@ -340,29 +340,32 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 // that is gone): the remote API server's watch and cache, the Talos reader,
 // the memos. The replica that serves it next starts afresh. Its requesters
 // still queued are dropped by the workers, which decide nothing for a
-// cluster whose shard this replica does not hold. A cluster gone leaves
-// nothing to record (no replica judges it any more): its uncertain acts are
-// settled; one served elsewhere leaves them to its next holder.
-func (r *Reconciler) letGo(key types.NamespacedName, gone bool) {
+// cluster whose shard this replica does not hold. A cluster gone leaves its
+// verdicts to nobody: the records owed of them are made now
+// (forgetUncertain), and owed is true while one is refused. One served
+// elsewhere leaves them to its next holder (the hold it gave up says them
+// unsettled).
+func (r *Reconciler) letGo(ctx context.Context, key types.NamespacedName, gone bool) (owed bool) {
 	r.NodeReaders.Forget(key)
 	r.targets.stop(key)
 	r.memo.ForgetIf(ofCluster(key, nil))
 	r.failures.ForgetIf(ofCluster(key, nil))
 	if gone {
-		r.forgetUncertain(key)
+		owed = r.forgetUncertain(ctx, key)
 	} else {
-		r.uncertain.forgetIf(ofCluster(key, nil), math.MaxUint64)
+		r.uncertain.ForgetIf(inCluster(key, nil), math.MaxUint64)
 	}
 	r.Metrics.forget(key.Namespace, key.Name)
 	r.adoptions.take(key)
+	return owed
 }
 
-// forgetUncertain forgets the cluster's uncertain verdicts and settles their
-// acts: nothing will record them (the cluster is gone, or decides nothing).
-func (r *Reconciler) forgetUncertain(key types.NamespacedName) {
-	for _, w := range r.uncertain.forgetIf(ofCluster(key, nil), math.MaxUint64) {
-		w.settleAct()
-	}
+// forgetUncertain forgets the uncertain verdicts of a cluster that is gone,
+// or decides nothing any more, and settles their acts: nothing will look at
+// them again. A record owed of one known to be in effect is made first
+// (recordOwed); owed is true while one is refused.
+func (r *Reconciler) forgetUncertain(ctx context.Context, key types.NamespacedName) (owed bool) {
+	return r.recordOwed(ctx, r.uncertain.ForgetIf(inCluster(key, nil), math.MaxUint64))
 }
 
 // markServed says on the cluster which replica serves it and through which

@@ -509,11 +509,11 @@ func TestAVerdictWhoseRecordFailedStaysUnsettled(t *testing.T) {
 	live, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-x", metav1.GetOptions{})
 	require.NoError(t, err)
 	p.unsettle(live, t0)
-	f.r.uncertain.add(p.memoKey(live), uncertainWrite{at: t0, settle: p.actSettler(live)})
+	f.r.uncertain.Add(p.memoKey(live), approval.UncertainWrite{At: t0, Settle: p.actSettler(live)})
 	assert.False(t, p.settle(ctx, live), "a refused record said recorded")
 	assert.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled(), "an applied verdict whose observed record failed was settled")
 	assert.True(t, f.r.failures.Has(key), "a verdict whose observed record failed is not looked at again")
-	assert.True(t, f.r.uncertain.has(key), "a verdict whose observed record failed is not to be recorded at its next look")
+	assert.True(t, f.r.uncertain.Has(key), "a verdict whose observed record failed is not to be recorded at its next look")
 }
 
 // Review 14, M2: a decided request whose certificate cannot be recorded on
@@ -561,7 +561,7 @@ func TestACertificateNotRecordedOnItsMachineIsNotRecordedAppliedAgain(t *testing
 		assert.True(t, f.r.failures.Has(key), "look %d: a certificate that could not be recorded is not looked at again", look)
 	}
 	assert.Equal(t, int64(1), rec.recorded.Load(), "the verdict was recorded applied again at the certificate's retries")
-	assert.False(t, f.r.uncertain.has(key), "a failure to record the certificate was taken for a failed write")
+	assert.False(t, f.r.uncertain.Has(key), "a failure to record the certificate was taken for a failed write")
 }
 
 // Review 14, H1: a cluster taken over stays adopted (and its shard
@@ -678,7 +678,7 @@ func TestARequestGoneSettlesItsUnsettledAct(t *testing.T) {
 	var csr certificatesv1.CertificateSigningRequest
 	require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: "csr-x"}, &csr))
 	p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: fence}
-	p.writeFailed(&approval.UnknownOutcome{ResourceVersion: csr.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &csr, t0, uncertainWrite{}, false)
+	p.writeFailed(&approval.UnknownOutcome{ResourceVersion: csr.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &csr, t0, approval.UncertainWrite{}, false)
 	require.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled())
 
 	// Still there: a pass keeps it unsettled.
@@ -690,7 +690,7 @@ func TestARequestGoneSettlesItsUnsettledAct(t *testing.T) {
 	_, err = f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
 	require.NoError(t, err)
 	assert.Empty(t, fence.unsettled(), "the act of a request gone stayed unsettled")
-	assert.False(t, f.r.uncertain.has(memoKey{cluster: f.cluster, uid: "uid-csr-x"}))
+	assert.False(t, f.r.uncertain.Has(memoKey{cluster: f.cluster, uid: "uid-csr-x"}))
 }
 
 // A write answered with a timeout and not (yet) applied: the request, read
@@ -742,7 +742,7 @@ func TestAWriteThatMayStillCommitStaysUnsettledUntilAnotherIsWritten(t *testing.
 				require.True(t, f.approved(t, "csr-x"))
 				assert.Equal(t, int64(1), rec.recorded.Load())
 				assert.Empty(t, fence.unsettled(), "a verdict written after the uncertain one left it unsettled")
-				assert.False(t, f.r.uncertain.has(key))
+				assert.False(t, f.r.uncertain.Has(key))
 				return
 			}
 
@@ -758,17 +758,17 @@ func TestAWriteThatMayStillCommitStaysUnsettledUntilAnotherIsWritten(t *testing.
 				_, err = f.csrs.CertificatesV1().CertificateSigningRequests().Update(ctx, live, metav1.UpdateOptions{})
 				require.NoError(t, err)
 			case "too old":
-				clk.Step(uncertainWriteMaxAge)
+				clk.Step(approval.UncertainWriteMaxAge)
 			}
 			require.NoError(t, p.handle(ctx, cached.DeepCopy()))
 			require.False(t, f.approved(t, "csr-x"))
 			if then != "pending, then the late commit" {
 				assert.Empty(t, fence.unsettled(), "a write that can no longer commit left the shard unsettled")
-				assert.False(t, f.r.uncertain.has(key))
+				assert.False(t, f.r.uncertain.Has(key))
 				return
 			}
 			assert.Equal(t, act, fence.unsettled(), "a read that found the request undecided settled a write that may still commit")
-			assert.True(t, f.r.uncertain.has(key))
+			assert.True(t, f.r.uncertain.Has(key))
 
 			// The write commits late; the next look records it.
 			require.NoError(t, f.csrs.Tracker().Update(gvr, late.Load(), ""))
@@ -777,7 +777,7 @@ func TestAWriteThatMayStillCommitStaysUnsettledUntilAnotherIsWritten(t *testing.
 			require.NoError(t, p.handle(ctx, cached.DeepCopy()))
 			assert.Equal(t, int64(1), rec.recorded.Load(), "the late commit was not recorded")
 			assert.Empty(t, fence.unsettled())
-			assert.False(t, f.r.uncertain.has(key))
+			assert.False(t, f.r.uncertain.Has(key))
 		})
 	}
 }
@@ -840,14 +840,14 @@ func TestAnUncertainWriteMadeDuringAPassIsNotTakenForGone(t *testing.T) {
 		n.UID = "uid-csr-n"
 		require.NoError(t, f.r.Client.Create(ctx, &n))
 		p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: fence}
-		p.writeFailed(&approval.UnknownOutcome{ResourceVersion: n.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &n, t0, uncertainWrite{}, false)
+		p.writeFailed(&approval.UnknownOutcome{ResourceVersion: n.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &n, t0, approval.UncertainWrite{}, false)
 	}
 	f.r.Engine = rec
 	_, err := f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), rec.n.Load(), "the adoption was not recorded")
 	assert.Contains(t, fence.unsettled(), "ns/demo/uid-csr-n", "an uncertain write made during the pass was settled as gone")
-	assert.True(t, f.r.uncertain.has(memoKey{cluster: f.cluster, uid: "uid-csr-n"}), "an uncertain write made during the pass was forgotten")
+	assert.True(t, f.r.uncertain.Has(memoKey{cluster: f.cluster, uid: "uid-csr-n"}), "an uncertain write made during the pass was forgotten")
 }
 
 // Review 15, M1: after a write of unknown outcome that was not applied, the
@@ -876,7 +876,7 @@ func TestARequestWrittenAgainAfterAnUncertainWriteIsRecordedOnce(t *testing.T) {
 	require.NoError(t, f.csrs.Tracker().Update(gvr, cached, ""))
 	p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: fence}
 	// Not applied: the request stays at the version it was made on.
-	p.writeFailed(&approval.UnknownOutcome{ResourceVersion: "1", Err: apierrors.NewTimeoutError("the write's answer", 1)}, cached, t0, uncertainWrite{}, false)
+	p.writeFailed(&approval.UnknownOutcome{ResourceVersion: "1", Err: apierrors.NewTimeoutError("the write's answer", 1)}, cached, t0, approval.UncertainWrite{}, false)
 	rec := &hookDecider{decider: f.dec}
 	rec.hook = func() {
 		// The worker's second write is in and the cache shows it; a pass
@@ -930,7 +930,7 @@ func TestOnlyAWriteThatMayHaveBeenAppliedIsUncertain(t *testing.T) {
 			require.False(t, f.approved(t, "csr-x"))
 			key := memoKey{cluster: f.cluster, uid: "uid-csr-x"}
 			assert.True(t, f.r.failures.Has(key), "the failed write is not tried again")
-			assert.Equal(t, tc.uncertain, f.r.uncertain.has(key))
+			assert.Equal(t, tc.uncertain, f.r.uncertain.Has(key))
 			if tc.uncertain {
 				assert.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled())
 			} else {
@@ -958,7 +958,7 @@ func TestAClusterGoneOrDisabledSettlesItsUncertainActs(t *testing.T) {
 			var csr certificatesv1.CertificateSigningRequest
 			require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: "csr-x"}, &csr))
 			p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: fence}
-			p.writeFailed(&approval.UnknownOutcome{ResourceVersion: csr.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &csr, t0, uncertainWrite{}, false)
+			p.writeFailed(&approval.UnknownOutcome{ResourceVersion: csr.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &csr, t0, approval.UncertainWrite{}, false)
 			require.NotEmpty(t, fence.unsettled())
 			switch how {
 			case "deleted":
@@ -971,12 +971,62 @@ func TestAClusterGoneOrDisabledSettlesItsUncertainActs(t *testing.T) {
 			}
 			_, err := f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
 			require.NoError(t, err)
-			assert.False(t, f.r.uncertain.has(memoKey{cluster: f.cluster, uid: "uid-csr-x"}))
+			assert.False(t, f.r.uncertain.Has(memoKey{cluster: f.cluster, uid: "uid-csr-x"}))
 			if how == "served elsewhere" {
 				assert.NotEmpty(t, fence.unsettled(), "a cluster served elsewhere settled the acts its next holder is to record")
 				return
 			}
 			assert.Empty(t, fence.unsettled(), "a cluster that decides nothing more kept its acts unsettled")
+		})
+	}
+}
+
+// Review 16, M1: a verdict known to be in effect (its write succeeded)
+// whose record the decision log refused is owed its record whatever becomes
+// of its request: the pass that finds the request gone (garbage-collected an
+// hour after approval while the sink was down) records it then, and settles
+// it only once recorded; before, it was forgotten and its act settled, and
+// no replica ever recorded it. So for a cluster deleted.
+func TestARecordOwedIsMadeWhenItsRequestOrClusterIsGone(t *testing.T) {
+	for _, gone := range []string{"request", "cluster"} {
+		t.Run(gone, func(t *testing.T) {
+			t0 := time.Unix(1_000_000, 0)
+			clk := clocktesting.NewFakeClock(t0)
+			f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
+			f.r.Engine = failingRecorder{f.dec}
+			fence := &recordingFence{pending: map[string]time.Time{}}
+			f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+			ctx := context.Background()
+			f.add("system:node:x")
+			require.True(t, f.r.next(ctx))
+			require.True(t, f.approved(t, "csr-x"))
+			unsettled := map[string]time.Time{"ns/demo/uid-csr-x": t0}
+			require.Equal(t, unsettled, fence.unsettled())
+
+			switch gone {
+			case "request":
+				var csr certificatesv1.CertificateSigningRequest
+				require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: "csr-x"}, &csr))
+				require.NoError(t, f.r.Client.Delete(ctx, &csr))
+			case "cluster":
+				var c ichorv1alpha1.TalosCluster
+				require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+				require.NoError(t, f.r.Client.Delete(ctx, &c))
+			}
+			// The sink still refuses: owed, unsettled, looked at again soon.
+			res, err := f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+			require.NoError(t, err)
+			assert.Equal(t, unsettled, fence.unsettled(), "a record still owed was settled")
+			assert.True(t, f.r.uncertain.Has(memoKey{cluster: f.cluster, uid: "uid-csr-x"}), "a record still owed was forgotten")
+			assert.True(t, res.RequeueAfter > 0 && res.RequeueAfter <= minBackoff, "a record still owed is not tried again soon: %s", res.RequeueAfter)
+
+			rec := &recordsByDecision{decider: f.dec, records: map[string]int{}}
+			f.r.Engine = rec
+			_, err = f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+			require.NoError(t, err)
+			assert.Equal(t, map[string]int{approve().DecisionID: 1}, rec.counts(), "the record owed was not made")
+			assert.Empty(t, fence.unsettled())
+			assert.False(t, f.r.uncertain.Has(memoKey{cluster: f.cluster, uid: "uid-csr-x"}))
 		})
 	}
 }

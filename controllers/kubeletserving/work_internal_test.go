@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
@@ -403,7 +404,7 @@ func TestASettledRequestIsRecordedAppliedOnce(t *testing.T) {
 	const rounds = 3000
 	key := (&pass{r: f.r, cluster: &c}).memoKey(&csr)
 	for range rounds {
-		f.r.uncertain.add(key, uncertainWrite{})
+		f.r.uncertain.Add(key, approval.UncertainWrite{})
 		var ready, wg sync.WaitGroup
 		start := make(chan struct{})
 		for range 8 {

@@ -363,7 +363,15 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 	if o.LocalClusters.Len() == 0 {
 		ctrl.Log.WithName("manager").Info("no TalosCluster judges the kubelets of the API server the manager runs against: --local-clusters names none")
 	}
-	clientset, err := kubernetes.NewForConfig(o.Config)
+	// The approvers read and write single requests, each bounded (the API
+	// server is told the bound, and gives the request up at it), as the
+	// tenants' are: a write answered with nothing is then done or undone
+	// well within the time its outcome is held uncertain
+	// (approval.UncertainWriteMaxAge), whatever the API server's own
+	// --request-timeout.
+	bounded := rest.CopyConfig(o.Config)
+	bounded.Timeout = kubeletserving.DefaultTenantRequestTimeout
+	clientset, err := kubernetes.NewForConfig(bounded)
 	if err != nil {
 		return fmt.Errorf("clientset: %w", err)
 	}

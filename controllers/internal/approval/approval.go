@@ -127,6 +127,11 @@ func write(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.Cer
 			switch {
 			case live.UID != csr.UID:
 				return fmt.Errorf("read it again after a conflict: it is another request now (uid %s, decided on %s)", live.UID, csr.UID)
+			case hasCondition(live, condition):
+				// This very write, applied by an earlier try whose
+				// answer was lost (client-go sends a write again by
+				// itself after a 5xx with Retry-After): written.
+				return nil
 			case IsDecided(live):
 				return ErrDecidedMeanwhile
 			}
@@ -152,6 +157,17 @@ func write(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.Cer
 		return fmt.Errorf("%s CSR %s: %w", verb, csr.Name, err)
 	}
 	return nil
+}
+
+// hasCondition reports whether the request carries the condition this write
+// makes: its type, reason and message, which names its decision.
+func hasCondition(csr *certificatesv1.CertificateSigningRequest, want certificatesv1.CertificateSigningRequestCondition) bool {
+	for _, c := range csr.Status.Conditions {
+		if c.Type == want.Type && c.Reason == want.Reason && c.Message == want.Message {
+			return true
+		}
+	}
+	return false
 }
 
 // UnknownOutcome is a write answered with an error that does not say the

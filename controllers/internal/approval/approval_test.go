@@ -2,7 +2,11 @@ package approval_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
@@ -190,4 +196,69 @@ func TestAWriteOfUnknownOutcomeSaysTheVersionItWasMadeOn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Review 16, L1: a write client-go sends again by itself (a 5xx with
+// Retry-After, as a proxy in front of the API server may answer) after its
+// first try was applied meets a conflict, and the request read again
+// carries this very condition: written, not "decided by another writer
+// meanwhile", which left the verdict in effect without its record.
+func TestAWriteAppliedByAnEarlierTryIsWritten(t *testing.T) {
+	var mu sync.Mutex
+	stored := &certificatesv1.CertificateSigningRequest{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "certificates.k8s.io/v1", Kind: "CertificateSigningRequest"},
+		ObjectMeta: metav1.ObjectMeta{Name: "csr-a", UID: "u1", ResourceVersion: "7"},
+	}
+	puts := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		status := func(code int32, reason metav1.StatusReason) {
+			w.WriteHeader(int(code))
+			_ = json.NewEncoder(w).Encode(metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: "Failure", Code: code, Reason: reason})
+		}
+		switch r.Method {
+		case http.MethodPut:
+			puts++
+			var in certificatesv1.CertificateSigningRequest
+			if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
+				status(http.StatusBadRequest, metav1.StatusReasonBadRequest)
+				return
+			}
+			if in.ResourceVersion != stored.ResourceVersion {
+				status(http.StatusConflict, metav1.StatusReasonConflict)
+				return
+			}
+			// Applied, and answered as a proxy may after an upstream
+			// hiccup.
+			stored.Status = in.Status
+			stored.ResourceVersion = "8"
+			w.Header().Set("Retry-After", "1")
+			status(http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable)
+		case http.MethodGet:
+			_ = json.NewEncoder(w).Encode(stored)
+		}
+	}))
+	defer srv.Close()
+	cs, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json", AcceptContentTypes: "application/json"}})
+	require.NoError(t, err)
+
+	message := "ok (decision 01234567-89ab-cdef-0123-456789abcdef, policy revision r)"
+	require.NoError(t, approval.Approve(context.Background(), cs, stored.DeepCopy(), "IchorKubeletServing", message, time.Now()))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, 2, puts, "client-go did not send the write again")
+	require.Len(t, stored.Status.Conditions, 1)
+
+	// Another writer's verdict is still another's.
+	other := stored.DeepCopy()
+	other.Status.Conditions = nil
+	other.ResourceVersion = "7"
+	stored.Status.Conditions[0].Message = "by hand"
+	stored.ResourceVersion = "9"
+	mu.Unlock()
+	err = approval.Approve(context.Background(), cs, other, "IchorKubeletServing", message, time.Now())
+	mu.Lock()
+	assert.ErrorIs(t, err, approval.ErrDecidedMeanwhile)
 }

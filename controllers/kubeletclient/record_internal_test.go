@@ -1,0 +1,182 @@
+package kubeletclient
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	k8sfake "k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ichor-dev/ichor-policy/controllers/internal/machines"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+)
+
+const testDecision = "0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c"
+
+// approvingEngine approves every request, and keeps the records it is
+// given, or refuses them while refuse is set (a decision-log sink that
+// refuses entries).
+type approvingEngine struct {
+	mu      sync.Mutex
+	refuse  bool
+	records []engine.Applied
+}
+
+func (*approvingEngine) KubeletClient(context.Context, csrinput.KubeletClient) (engine.CSRDecision, error) {
+	return engine.CSRDecision{Action: engine.ActionApprove, Reasons: engine.Reasons{{Code: "Test", Message: "test"}}, DecisionID: testDecision, Revision: "abc"}, nil
+}
+
+func (e *approvingEngine) RecordApplied(_ context.Context, a engine.Applied) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.refuse {
+		return errors.New("the decision log refused the entry")
+	}
+	e.records = append(e.records, a)
+	return nil
+}
+
+func (e *approvingEngine) outcomes() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, a := range e.records {
+		out = append(out, a.DecisionID+" "+a.Outcome)
+	}
+	return out
+}
+
+type indexerOf struct{ b *fake.ClientBuilder }
+
+func (i indexerOf) IndexField(_ context.Context, obj client.Object, field string, extract client.IndexerFunc) error {
+	i.b.WithIndex(obj, field, extract)
+	return nil
+}
+
+type recordFixture struct {
+	r   *Reconciler
+	cs  *k8sfake.Clientset
+	eng *approvingEngine
+	req reconcile.Request
+}
+
+func newRecordFixture(t *testing.T) *recordFixture {
+	t.Helper()
+	pem, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("x")})
+	require.NoError(t, err)
+	csr := &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "csr-c", UID: "uid-c", ResourceVersion: "1"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request: pem, SignerName: SignerName, Username: "system:node:x", Groups: []string{"system:nodes"},
+			Usages: []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+		},
+	}
+	scheme, err := kube.Scheme()
+	require.NoError(t, err)
+	b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(csr.DeepCopy()).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if review, ok := obj.(*authorizationv1.SubjectAccessReview); ok {
+				// The requester may create its own client certificate
+				// (the fake API server has no authorizer).
+				review.Status.Allowed = true
+				return nil
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	require.NoError(t, machines.AddNodeNameIndex(context.Background(), indexerOf{b}))
+	cs := k8sfake.NewClientset(csr.DeepCopy())
+	eng := &approvingEngine{}
+	r := &Reconciler{
+		Client: b.Build(), Clientset: cs, Engine: eng, LocalClusters: &cluster.Local{},
+		RecheckInterval: time.Second, MaxRecheckInterval: time.Minute, Clock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0)),
+	}
+	return &recordFixture{r: r, cs: cs, eng: eng, req: reconcile.Request{NamespacedName: types.NamespacedName{Name: "csr-c"}}}
+}
+
+// An approval whose write was applied and answered with a timeout is
+// recorded, once, when the request shows it: before, the retry found the
+// request decided and recorded nothing. The cache here never shows the
+// write, so the look reads the request from the API server.
+func TestAnApprovalOfUnknownOutcomeIsRecordedOnceItShows(t *testing.T) {
+	f := newRecordFixture(t)
+	gvr := certificatesv1.SchemeGroupVersion.WithResource("certificatesigningrequests")
+	answered := false
+	f.cs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		if answered {
+			return false, nil, nil
+		}
+		answered = true
+		written := a.(k8stesting.UpdateAction).GetObject().(*certificatesv1.CertificateSigningRequest).DeepCopy()
+		written.ResourceVersion = "2"
+		if err := f.cs.Tracker().Update(gvr, written, ""); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewTimeoutError("the write's answer", 1)
+	})
+	ctx := context.Background()
+	_, err := f.r.Reconcile(ctx, f.req)
+	require.True(t, apierrors.IsTimeout(err), "a write answered with a timeout is no success: %v", err)
+	assert.Empty(t, f.eng.outcomes())
+
+	for range 3 {
+		_, err = f.r.Reconcile(ctx, f.req)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []string{testDecision + " observed"}, f.eng.outcomes(), "the approval in effect is not recorded once")
+}
+
+// A record the decision log refuses is tried again, and then recorded once.
+func TestARefusedRecordOfAnApprovalIsTriedAgain(t *testing.T) {
+	f := newRecordFixture(t)
+	f.eng.refuse = true
+	ctx := context.Background()
+	res, err := f.r.Reconcile(ctx, f.req)
+	require.NoError(t, err)
+	assert.Equal(t, recordRetry, res.RequeueAfter, "a refused record is not tried again")
+	live, err := f.cs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-c", metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotEmpty(t, live.Status.Conditions, "not approved")
+
+	f.eng.mu.Lock()
+	f.eng.refuse = false
+	f.eng.mu.Unlock()
+	for range 3 {
+		res, err = f.r.Reconcile(ctx, f.req)
+		require.NoError(t, err)
+	}
+	assert.Zero(t, res.RequeueAfter)
+	assert.Equal(t, []string{testDecision + " observed"}, f.eng.outcomes())
+}
+
+// A write the API server refused was not applied: nothing is recorded for
+// it, and the request is read from the cache as before.
+func TestARefusedApprovalIsNotUncertain(t *testing.T) {
+	f := newRecordFixture(t)
+	f.cs.PrependReactor("update", "certificatesigningrequests", func(k8stesting.Action) (bool, kruntime.Object, error) {
+		return true, nil, apierrors.NewForbidden(certificatesv1.Resource("certificatesigningrequests"), "csr-c", errors.New("RBAC"))
+	})
+	_, err := f.r.Reconcile(context.Background(), f.req)
+	require.True(t, apierrors.IsForbidden(err), "%v", err)
+	assert.False(t, f.r.unrecorded.Has(requestKey{name: "csr-c", uid: "uid-c"}))
+}
