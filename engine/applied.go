@@ -48,7 +48,7 @@ type Applied struct {
 // verdict's mask and entry). It is handed, like every entry, to the engine's
 // sinks (the console, the file, the service), with its own id, the labels, the time
 // and the active bundle's revision, and counted by
-// ichor_policy_decisions_total with kind="record". The mask is not applied:
+// ichor_policy_decisions_total with kind="record" unless the file refused it. The mask is not applied:
 // the record holds none of what the mask cuts or hides, only the facts Go
 // gives here. An entry the file sink cannot take is an error, as for a
 // decision.
@@ -73,11 +73,13 @@ func (e *Engine) RecordApplied(ctx context.Context, a Applied) error {
 	if s, ok := e.mgr.Plugin(sinksName).(logs.Logger); ok {
 		err = s.Log(ctx, event)
 	}
+	if err != nil {
+		// Counted as dropped by the sink, and made again by its caller:
+		// counted here once it is taken.
+		return fmt.Errorf("record of decision %s on %s: %w", a.DecisionID, a.Object, err)
+	}
 	if e.metrics != nil {
 		e.metrics.record(a.Action, time.Since(start))
-	}
-	if err != nil {
-		return fmt.Errorf("record of decision %s on %s: %w", a.DecisionID, a.Object, err)
 	}
 	return nil
 }

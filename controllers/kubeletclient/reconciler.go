@@ -253,19 +253,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.Client.Get(ctx, req.NamespacedName, &csr); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.memo.ForgetIf(func(_ types.UID, p pendingRequest) bool { return p.name == req.Name })
-			// A record owed of an approval known to be in effect is owed
-			// whatever became of the request.
-			for k, w := range r.unrecorded.ForgetIf(func(k requestKey) bool { return k.name == req.Name }, math.MaxUint64) {
-				if w.Record == nil {
-					continue
-				}
-				if err := r.Engine.RecordApplied(ctx, *w.Record); err != nil {
-					logger.Error(err, "record the applied decision of a request gone; tried again", "decision_id", w.Record.DecisionID, "retry_in", recordRetry)
-					r.unrecorded.Add(k, w)
-					return reconcile.Result{RequeueAfter: recordRetry}, nil
-				}
-			}
-			return reconcile.Result{}, nil
+			return r.recordOwed(ctx, r.unrecorded.ForgetIf(func(k requestKey) bool { return k.name == req.Name }, math.MaxUint64)), nil
 		}
 		return reconcile.Result{}, fmt.Errorf("get CSR: %w", err)
 	}
@@ -273,6 +261,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	}
 	key := requestKey{name: csr.Name, uid: csr.UID}
+	// A request of the same name made again (bootstrap requests are named
+	// after their key and subject) leaves what the one before owed.
+	if result := r.recordOwed(ctx, r.unrecorded.ForgetIf(func(k requestKey) bool { return k.name == csr.Name && k.uid != csr.UID }, math.MaxUint64)); result.RequeueAfter > 0 {
+		return result, nil
+	}
 	// stale is the version the cache shows when the API server showed the
 	// request decided at another: the cache has not caught up.
 	var stale string
@@ -283,8 +276,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		live, err := r.Clientset.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err) || (err == nil && live.UID != csr.UID):
-			r.unrecorded.Take(key)
-			return reconcile.Result{}, nil
+			w, _ := r.unrecorded.Take(key)
+			return r.recordOwed(ctx, map[requestKey]approval.UncertainWrite{key: w}), nil
 		case err != nil:
 			return reconcile.Result{}, fmt.Errorf("read CSR %s again after a write of unknown outcome: %w", csr.Name, err)
 		}
@@ -382,7 +375,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // record refused is tried again after recordRetry.
 func (r *Reconciler) recordObserved(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) (reconcile.Result, error) {
 	key := requestKey{name: csr.Name, uid: csr.UID}
-	if _, ok := r.unrecorded.Take(key); !ok {
+	w, ok := r.unrecorded.Take(key)
+	if !ok {
 		return reconcile.Result{}, nil
 	}
 	d, ok := approval.DecisionOf(csr)
@@ -392,12 +386,36 @@ func (r *Reconciler) recordObserved(ctx context.Context, csr *certificatesv1.Cer
 		return reconcile.Result{}, nil
 	}
 	observed := engine.Applied{DecisionID: d.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedObserved}
+	if w.Record != nil {
+		// Its own write's record, refused before: what it wrote.
+		observed = *w.Record
+	}
 	if err := r.Engine.RecordApplied(ctx, observed); err != nil {
 		log.FromContext(ctx).Error(err, "record the applied decision; tried again", "decision_id", d.ID, "retry_in", recordRetry)
 		r.unrecorded.Add(key, approval.UncertainWrite{At: r.Clock.Now(), Record: &observed})
 		return reconcile.Result{RequeueAfter: recordRetry}, nil
 	}
 	return reconcile.Result{}, nil
+}
+
+// recordOwed makes the records owed by requests gone (or made again under
+// their name): an approval known to be in effect (written, its record
+// refused) is recorded whatever became of its request; the others have
+// nothing left to record. One refused again is kept, and the result asks
+// for another look after recordRetry.
+func (r *Reconciler) recordOwed(ctx context.Context, dropped map[requestKey]approval.UncertainWrite) reconcile.Result {
+	var result reconcile.Result
+	for k, w := range dropped {
+		if w.Record == nil {
+			continue
+		}
+		if err := r.Engine.RecordApplied(ctx, *w.Record); err != nil {
+			log.FromContext(ctx).Error(err, "record the applied decision of a request gone; tried again", "decision_id", w.Record.DecisionID, "retry_in", recordRetry)
+			r.unrecorded.Add(k, w)
+			result.RequeueAfter = recordRetry
+		}
+	}
+	return result
 }
 
 // pendingRequest is what the memo keeps of a request besides its verdict:

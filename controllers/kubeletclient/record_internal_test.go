@@ -166,7 +166,7 @@ func TestARefusedRecordOfAnApprovalIsTriedAgain(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Zero(t, res.RequeueAfter)
-	assert.Equal(t, []string{testDecision + " observed"}, f.eng.outcomes())
+	assert.Equal(t, []string{testDecision + " written"}, f.eng.outcomes(), "not the record of what it wrote, once")
 }
 
 // A write the API server refused was not applied: nothing is recorded for
@@ -179,4 +179,59 @@ func TestARefusedApprovalIsNotUncertain(t *testing.T) {
 	_, err := f.r.Reconcile(context.Background(), f.req)
 	require.True(t, apierrors.IsForbidden(err), "%v", err)
 	assert.False(t, f.r.unrecorded.Has(requestKey{name: "csr-c", uid: "uid-c"}))
+}
+
+// A record owed (an approval written, its record refused) is made even when
+// the request is deleted before the cache shows the approval, or made again
+// under its name (bootstrap requests are named after their key and
+// subject) before this approver looked (review 17).
+func TestARecordOwedIsMadeWhenTheRequestIsGoneOrMadeAgain(t *testing.T) {
+	for _, how := range []string{"deleted", "made again"} {
+		t.Run(how, func(t *testing.T) {
+			f := newRecordFixture(t)
+			f.eng.refuse = true
+			ctx := context.Background()
+			_, err := f.r.Reconcile(ctx, f.req)
+			require.NoError(t, err)
+			f.eng.mu.Lock()
+			f.eng.refuse = false
+			f.eng.mu.Unlock()
+			switch how {
+			case "deleted":
+				// The API server has deleted it; the cache does not show it
+				// yet, then does.
+				require.NoError(t, f.cs.CertificatesV1().CertificateSigningRequests().Delete(ctx, "csr-c", metav1.DeleteOptions{}))
+				_, err = f.r.Reconcile(ctx, f.req)
+				require.NoError(t, err)
+				require.NoError(t, f.r.Client.Delete(ctx, &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-c"}}))
+			case "made again":
+				var old certificatesv1.CertificateSigningRequest
+				require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: "csr-c"}, &old))
+				require.NoError(t, f.r.Client.Delete(ctx, &old))
+				again := old.DeepCopy()
+				again.ResourceVersion, again.UID, again.Status = "", "uid-c2", certificatesv1.CertificateSigningRequestStatus{}
+				require.NoError(t, f.r.Client.Create(ctx, again))
+				require.NoError(t, f.cs.CertificatesV1().CertificateSigningRequests().Delete(ctx, "csr-c", metav1.DeleteOptions{}))
+				_, err = f.cs.CertificatesV1().CertificateSigningRequests().Create(ctx, again, metav1.CreateOptions{})
+				require.NoError(t, err)
+			}
+			_, err = f.r.Reconcile(ctx, f.req)
+			require.NoError(t, err)
+			assert.Equal(t, 1, f.eng.recordsOf("uid-c"), "the record owed was not made once")
+			assert.False(t, f.r.unrecorded.Has(requestKey{name: "csr-c", uid: "uid-c"}))
+		})
+	}
+}
+
+// recordsOf counts the records made of the request of that uid.
+func (e *approvingEngine) recordsOf(uid string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, a := range e.records {
+		if a.UID == uid {
+			n++
+		}
+	}
+	return n
 }

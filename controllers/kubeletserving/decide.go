@@ -48,9 +48,10 @@ func (p *pass) handle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		live, err := p.target.clientset.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err) || (err == nil && live.UID != csr.UID):
+			// Gone: a record owed of it is made all the same (review 17).
 			p.r.failures.Forget(key)
 			if w, ok := p.r.uncertain.Take(key); ok {
-				w.SettleAct()
+				p.r.recordOwed(ctx, map[memoKey]approval.UncertainWrite{key: w})
 			}
 			return nil
 		case err != nil:
@@ -125,6 +126,11 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if named {
 		observed = engine.Applied{
 			DecisionID: decision.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: decision.Action, Outcome: engine.AppliedObserved,
+		}
+		if failed && w.Record != nil {
+			// A record owed of this replica's own write, refused before:
+			// what it wrote, not what the condition is read to say.
+			observed = *w.Record
 		}
 		if err := p.r.Engine.RecordApplied(ctx, observed); err != nil {
 			log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", decision.ID)

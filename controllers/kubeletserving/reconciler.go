@@ -589,7 +589,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// a cluster taken over from another replica, adoptedSince brings the
 	// verdicts that replica wrote shortly before, to record them here.
 	p := &pass{r: r, cluster: &cluster, target: t, now: r.Clock.Now(), fence: fence}
-	p.adoptedSince = r.adoptions.peek(req.NamespacedName).since
+	adopted := r.adoptions.peek(req.NamespacedName)
+	p.adoptedSince = adopted.since
 	// What a worker makes uncertain after the list is not forgotten as
 	// gone: the list does not have its request yet (review 15, H1).
 	uncertainUpTo := r.uncertain.Generation()
@@ -617,7 +618,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			r.enqueue(requester{cluster: req.NamespacedName, username: csr.Spec.Username})
 		}
 	}
-	if !p.adoptedSince.IsZero() && !unrecorded {
+	// A write of the previous holder's that may still commit keeps the
+	// adoption open: a pass looks again once it can no longer.
+	adoptionOpen := adopted.openUntil.Sub(p.now)
+	if !p.adoptedSince.IsZero() && !unrecorded && adoptionOpen <= 0 {
 		// Settled only once every verdict it was to record is recorded: a
 		// record refused (the decision log's sink) is tried again at the
 		// next pass, and the shard's release says nothing settled meanwhile.
@@ -645,6 +649,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if owed && (next <= 0 || next > minBackoff) {
 		next = minBackoff
+	}
+	if !p.adoptedSince.IsZero() && adoptionOpen > 0 && (next <= 0 || next > adoptionOpen) {
+		next = adoptionOpen
 	}
 	return reconcile.Result{RequeueAfter: next}, nil
 }

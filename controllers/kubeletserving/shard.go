@@ -148,6 +148,12 @@ type adoptions struct {
 
 type adoption struct {
 	since time.Time
+	// openUntil is, for a shard taken from a replica whose release said it
+	// had not settled (a write in progress it could not wait for, or one
+	// answered with an error that may yet commit), until when such a write
+	// may still commit: the adoption is settled only after, by a pass that
+	// looks then (review 16, L5).
+	openUntil time.Time
 	// settled tells the hold of the cluster's shard that the cluster's
 	// verdicts are settled (shard.Fence.Adopt); nil without sharding.
 	settled func()
@@ -162,7 +168,7 @@ type adoption struct {
 // add notes that a cluster was taken over. One already noted (two shard
 // changes seen under one hold, or a hold before) is kept from the earlier
 // time, and its settled is called: the new one stands for both.
-func (a *adoptions) add(key types.NamespacedName, since time.Time, settled func()) {
+func (a *adoptions) add(key types.NamespacedName, since, openUntil time.Time, settled func()) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.m == nil {
@@ -173,12 +179,15 @@ func (a *adoptions) add(key types.NamespacedName, since time.Time, settled func(
 		if old.since.Before(since) {
 			since = old.since
 		}
+		if old.openUntil.After(openUntil) {
+			openUntil = old.openUntil
+		}
 		if old.settled != nil {
 			old.settled()
 		}
 		mine = old.mine
 	}
-	a.m[key] = adoption{since: since, settled: settled, mine: mine}
+	a.m[key] = adoption{since: since, openUntil: openUntil, settled: settled, mine: mine}
 }
 
 // wrote notes a decision whose record is this replica's, on a request of a
@@ -314,11 +323,18 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 		// (review 4, S6).
 		since = settled
 	}
-	if unsettled := r.Shards.UnsettledSince(shard); !unsettled.IsZero() && unsettled.Before(since) {
-		// Given up with a verdict that may be in effect unrecorded since
-		// then (a write answered with a timeout long after it was sent):
-		// its stamp, its holder's clock as the condition's (review 12, M1).
-		since = unsettled
+	var openUntil time.Time
+	if unsettled := r.Shards.UnsettledSince(shard); !unsettled.IsZero() {
+		if unsettled.Before(since) {
+			// Given up with a verdict that may be in effect unrecorded
+			// since then (a write answered with a timeout long after it
+			// was sent): its stamp, its holder's clock as the
+			// condition's (review 12, M1).
+			since = unsettled
+		}
+		// Such a write may commit until it can no longer (as this
+		// replica's own are held uncertain): a pass looks then.
+		openUntil = unsettled.Add(approval.UncertainWriteMaxAge)
 	}
 	for _, c := range clusters.Items {
 		if r.Shards.ShardOf(c.UID) != shard {
@@ -328,7 +344,7 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 		if f, ok := r.Shards.Fence(c.UID); ok {
 			// Until its first reconcile has settled them, a release of the
 			// shard must not say this replica recorded every verdict.
-			r.adoptions.add(key, since, f.Adopt())
+			r.adoptions.add(key, since, openUntil, f.Adopt())
 		}
 		out = append(out, reconcile.Request{NamespacedName: key})
 	}

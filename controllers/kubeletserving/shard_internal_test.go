@@ -37,9 +37,10 @@ import (
 // oneShard is a replica that serves shard 0 of 2 while serving is true;
 // every cluster's shard is 0 unless other names its UID.
 type oneShard struct {
-	serving bool
-	other   types.UID
-	takenAt time.Time
+	serving        bool
+	other          types.UID
+	takenAt        time.Time
+	unsettledSince time.Time
 }
 
 func (s *oneShard) ShardOf(uid types.UID) int {
@@ -59,13 +60,13 @@ func (s *oneShard) Fence(uid types.UID) (shard.Fence, bool) {
 	}
 	return openFence{}, true
 }
-func (*oneShard) Settled(int) time.Time        { return time.Time{} }
-func (*oneShard) AdoptionsNoted(int)           {}
-func (*oneShard) UnsettledSince(int) time.Time { return time.Time{} }
-func (s *oneShard) TakenAt(int) time.Time      { return s.takenAt }
-func (*oneShard) Identity() string             { return "replica-a" }
-func (*oneShard) Shards() int                  { return 2 }
-func (*oneShard) LeaseDuration() time.Duration { return 3 * time.Second }
+func (*oneShard) Settled(int) time.Time          { return time.Time{} }
+func (*oneShard) AdoptionsNoted(int)             {}
+func (s *oneShard) UnsettledSince(int) time.Time { return s.unsettledSince }
+func (s *oneShard) TakenAt(int) time.Time        { return s.takenAt }
+func (*oneShard) Identity() string               { return "replica-a" }
+func (*oneShard) Shards() int                    { return 2 }
+func (*oneShard) LeaseDuration() time.Duration   { return 3 * time.Second }
 
 // openFence is a hold that never ends.
 type openFence struct{}
@@ -89,7 +90,7 @@ func TestAClusterWhoseShardGoesIsLetGo(t *testing.T) {
 	key := client.ObjectKeyFromObject(cluster)
 	stopped := false
 	r.targets.remote = map[types.NamespacedName]*target{key: {cancel: func() { stopped = true }}}
-	r.adoptions.add(key, time.Now(), nil)
+	r.adoptions.add(key, time.Now(), time.Time{}, nil)
 
 	res, err := r.Reconcile(context.Background(), reconcile.Request{NamespacedName: key})
 	require.NoError(t, err)
@@ -130,7 +131,7 @@ func TestATakenOverClusterSettlesOnlyRecentVerdictsOfAnApprover(t *testing.T) {
 	since := time.Unix(1_000_000, 0)
 	r := &Reconciler{}
 	cluster := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"}}
-	r.adoptions.add(client.ObjectKeyFromObject(cluster), since, nil)
+	r.adoptions.add(client.ObjectKeyFromObject(cluster), since, time.Time{}, nil)
 	p := &pass{r: r, cluster: cluster, adoptedSince: since}
 	verdict := func(at time.Time, message string) *certificatesv1.CertificateSigningRequest {
 		return &certificatesv1.CertificateSigningRequest{Status: certificatesv1.CertificateSigningRequestStatus{
@@ -139,7 +140,7 @@ func TestATakenOverClusterSettlesOnlyRecentVerdictsOfAnApprover(t *testing.T) {
 			}},
 		}}
 	}
-	named := "approved (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c, revision abc)"
+	named := "approved (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c, policy revision abc)"
 	assert.True(t, p.adopts(verdict(since, named)))
 	assert.True(t, p.adopts(verdict(since.Add(time.Second), named)))
 	assert.False(t, p.adopts(verdict(since.Add(-time.Second), named)), "a verdict from before the window")
@@ -150,7 +151,7 @@ func TestATakenOverClusterSettlesOnlyRecentVerdictsOfAnApprover(t *testing.T) {
 	// A verdict this replica wrote since the adoption: its writer records it.
 	r.adoptions.wrote(client.ObjectKeyFromObject(cluster), "0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c")
 	assert.False(t, p.adopts(verdict(since.Add(time.Second), named)), "a verdict this replica wrote is recorded again")
-	other := "approved (decision 1c5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c, revision abc)"
+	other := "approved (decision 1c5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c, policy revision abc)"
 	assert.True(t, p.adopts(verdict(since.Add(time.Second), other)), "another replica's verdict")
 	// Once settled, nothing is kept of what this replica wrote.
 	r.adoptions.settle(client.ObjectKeyFromObject(cluster), since)
@@ -166,8 +167,8 @@ func TestAnAdoptionNotedTwiceIsSettledOnceFromTheEarlierTime(t *testing.T) {
 	key := types.NamespacedName{Namespace: "ns", Name: "c"}
 	early, late := time.Unix(1_000_000, 0), time.Unix(1_000_005, 0)
 	settled := 0
-	a.add(key, early, func() { settled++ })
-	a.add(key, late, func() { settled++ })
+	a.add(key, early, time.Time{}, func() { settled++ })
+	a.add(key, late, time.Time{}, func() { settled++ })
 	assert.Equal(t, 1, settled, "the adoption replaced is not settled")
 	assert.Equal(t, early, a.peek(key).since)
 	a.settle(key, late)
@@ -176,12 +177,12 @@ func TestAnAdoptionNotedTwiceIsSettledOnceFromTheEarlierTime(t *testing.T) {
 	assert.Equal(t, 2, settled)
 	assert.True(t, a.peek(key).since.IsZero())
 
-	a.add(key, early, func() { settled++ })
+	a.add(key, early, time.Time{}, func() { settled++ })
 	assert.Equal(t, early, a.take(key).since)
 	assert.Equal(t, 2, settled, "an adoption let go was said settled")
 
 	// A cluster that decides nothing here has nothing to settle.
-	a.add(key, early, func() { settled++ })
+	a.add(key, early, time.Time{}, func() { settled++ })
 	a.drop(key)
 	assert.Equal(t, 3, settled)
 	assert.True(t, a.peek(key).since.IsZero())
@@ -575,12 +576,12 @@ func TestAnAdoptionIsSettledOnlyOnceItsVerdictsAreRecorded(t *testing.T) {
 	decided := csrOf("system:node:x", "csr-x", t0)
 	decided.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
 		Type: certificatesv1.CertificateApproved, Status: "True", LastUpdateTime: metav1.NewTime(t0),
-		Message: "approved (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c, revision abc)",
+		Message: "approved (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c, policy revision abc)",
 	}}
 	f := newQueueFixture(t, clk, decided)
 	f.r.Shards = &oneShard{serving: true}
 	settledCalls := 0
-	f.r.adoptions.add(f.cluster, t0.Add(-5*time.Second), func() { settledCalls++ })
+	f.r.adoptions.add(f.cluster, t0.Add(-5*time.Second), time.Time{}, func() { settledCalls++ })
 	ctx := context.Background()
 
 	f.r.Engine = failingRecorder{f.dec}
@@ -635,14 +636,14 @@ func TestAnAdoptionRetriedRecordsOnlyWhatItHadNotRecorded(t *testing.T) {
 		c := csrOf("system:node:"+name, name, t0)
 		c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
 			Type: certificatesv1.CertificateApproved, Status: "True", LastUpdateTime: metav1.NewTime(t0),
-			Message: "approved (decision " + ids[name] + ", revision abc)",
+			Message: "approved (decision " + ids[name] + ", policy revision abc)",
 		}}
 		csrs = append(csrs, c)
 	}
 	f := newQueueFixture(t, clk, csrs...)
 	f.r.Shards = &oneShard{serving: true}
 	settledCalls := 0
-	f.r.adoptions.add(f.cluster, t0.Add(-5*time.Second), func() { settledCalls++ })
+	f.r.adoptions.add(f.cluster, t0.Add(-5*time.Second), time.Time{}, func() { settledCalls++ })
 	rec := &recordsByDecision{decider: f.dec, refuse: map[string]bool{ids["csr-b"]: true}, records: map[string]int{}}
 	f.r.Engine = rec
 	ctx := context.Background()
@@ -823,12 +824,12 @@ func TestAnUncertainWriteMadeDuringAPassIsNotTakenForGone(t *testing.T) {
 	old := csrOf("system:node:a", "csr-a", t0)
 	old.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
 		Type: certificatesv1.CertificateApproved, Status: "True", LastUpdateTime: metav1.NewTime(t0),
-		Message: "approved (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2a, revision abc)",
+		Message: "approved (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2a, policy revision abc)",
 	}}
 	f := newQueueFixture(t, clk, old)
 	fence := &recordingFence{pending: map[string]time.Time{}}
 	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
-	f.r.adoptions.add(f.cluster, t0.Add(-5*time.Second), func() {})
+	f.r.adoptions.add(f.cluster, t0.Add(-5*time.Second), time.Time{}, func() {})
 	ctx := context.Background()
 	var c ichorv1alpha1.TalosCluster
 	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
@@ -1029,4 +1030,82 @@ func TestARecordOwedIsMadeWhenItsRequestOrClusterIsGone(t *testing.T) {
 			assert.False(t, f.r.uncertain.Has(memoKey{cluster: f.cluster, uid: "uid-csr-x"}))
 		})
 	}
+}
+
+// Review 16, L5: a shard taken from a replica whose release said it had not
+// settled (a write in progress it could not wait for, or one answered with a
+// timeout) stays adopted until such a write can no longer commit, and a pass
+// then records a verdict that committed after the first pass looked: before,
+// the first pass settled the adoption, and a late commit was never recorded.
+func TestAnAdoptionAfterAnUnsettledReleaseStaysOpenWhileAWriteMayCommit(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
+	f.r.ResyncInterval = time.Minute
+	stamp := t0.Add(-10 * time.Second)
+	f.r.Shards = &oneShard{serving: true, takenAt: t0, unsettledSince: stamp}
+	ctx := context.Background()
+	require.Len(t, f.r.shardToClusters(ctx, 0), 1)
+	rec := &recordsByDecision{decider: f.dec, records: map[string]int{}}
+	f.r.Engine = rec
+
+	// The first pass finds the request undecided: nothing to record, and
+	// the adoption stays open, looked at again when the write can no
+	// longer commit.
+	res, err := f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	assert.False(t, f.r.adoptions.peek(f.cluster).since.IsZero(), "the adoption was settled while the previous holder's write may commit")
+	assert.LessOrEqual(t, res.RequeueAfter, time.Minute)
+
+	// The previous holder's write commits late.
+	var csr certificatesv1.CertificateSigningRequest
+	require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: "csr-x"}, &csr))
+	csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
+		Type: certificatesv1.CertificateApproved, Status: "True", LastUpdateTime: metav1.NewTime(stamp),
+		Message: "approved (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c, policy revision abc)",
+	}}
+	require.NoError(t, f.r.Client.Status().Update(ctx, &csr))
+	clk.Step(time.Minute)
+	_, err = f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c": 1}, rec.counts(), "the late commit was not recorded")
+	assert.False(t, f.r.adoptions.peek(f.cluster).since.IsZero(), "settled before the write could no longer commit")
+
+	// Once it can no longer commit, the pass settles it, and records
+	// nothing again.
+	clk.Step(approval.UncertainWriteMaxAge)
+	res, err = f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	assert.True(t, f.r.adoptions.peek(f.cluster).since.IsZero(), "the adoption was not settled once no write could commit")
+	assert.Equal(t, map[string]int{"0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c": 1}, rec.counts())
+	assert.Equal(t, time.Minute, res.RequeueAfter)
+}
+
+// Review 17, L1: a request whose verdict was written and its record refused,
+// deleted before the cache shows the verdict, is found gone by the read that
+// checks it: the record owed is made then, not dropped.
+func TestARecordOwedIsMadeWhenTheReadFindsTheRequestGone(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
+	f.r.Engine = failingRecorder{f.dec}
+	fence := &recordingFence{pending: map[string]time.Time{}}
+	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	ctx := context.Background()
+	f.add("system:node:x")
+	require.True(t, f.r.next(ctx))
+	require.True(t, f.approved(t, "csr-x"))
+	require.NoError(t, f.csrs.CertificatesV1().CertificateSigningRequests().Delete(ctx, "csr-x", metav1.DeleteOptions{}))
+
+	rec := &recordsByDecision{decider: f.dec, records: map[string]int{}}
+	f.r.Engine = rec
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	var cached certificatesv1.CertificateSigningRequest
+	require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: "csr-x"}, &cached))
+	require.False(t, approval.IsDecided(&cached), "the cache shows the verdict already")
+	p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: clk.Now(), fence: fence}
+	require.NoError(t, p.handle(ctx, &cached))
+	assert.Equal(t, map[string]int{approve().DecisionID: 1}, rec.counts(), "the record owed was dropped")
+	assert.Empty(t, fence.unsettled())
 }

@@ -399,7 +399,7 @@ func TestASettledRequestIsRecordedAppliedOnce(t *testing.T) {
 	csr.UID = "uid-csr-x"
 	csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
 		Type: certificatesv1.CertificateApproved, Status: "True",
-		Message: "approved (decision 00000000-0000-0000-0000-000000000000)",
+		Message: "approved (decision 00000000-0000-0000-0000-000000000000, policy revision abc)",
 	}}
 	const rounds = 3000
 	key := (&pass{r: f.r, cluster: &c}).memoKey(&csr)

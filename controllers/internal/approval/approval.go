@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strings"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -43,10 +44,13 @@ func IsApproved(csr *certificatesv1.CertificateSigningRequest) bool {
 	return false
 }
 
-// decisionIDPattern finds the decision id in the message of a condition an
-// approver wrote (engine's ConditionMessage: "... (decision ID, policy
-// revision R)").
-var decisionIDPattern = regexp.MustCompile(`\(decision ([0-9a-f-]{36})[,)]`)
+// decisionTail is how the tail of the message of a condition an approver
+// wrote begins (engine's ConditionMessage: "REASONS (decision ID, policy
+// revision R)"; engine.Clip keeps the tail whole).
+const decisionTail = "(decision "
+
+// uuidPattern is a decision id.
+var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 // Decision is the decision an approver's condition on a request names.
 type Decision struct {
@@ -60,23 +64,40 @@ type Decision struct {
 
 // DecisionOf is the decision the request's Approved or Denied condition
 // names; ok is false when the request is undecided or its condition names
-// none (a person's `kubectl certificate approve`).
+// none (a person's `kubectl certificate approve`). The id is read from the
+// message's tail only: the reasons before it quote what a requester wrote
+// (a node name), which may itself read "(decision ..." (review 17).
 func DecisionOf(csr *certificatesv1.CertificateSigningRequest) (d Decision, ok bool) {
 	for _, c := range csr.Status.Conditions {
 		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
 			continue
 		}
-		m := decisionIDPattern.FindStringSubmatch(c.Message)
-		if m == nil {
+		id, ok := decisionIn(c.Message)
+		if !ok {
 			return Decision{}, false
 		}
-		d = Decision{ID: m[1], Action: engine.ActionApprove, At: c.LastUpdateTime.Time}
+		d = Decision{ID: id, Action: engine.ActionApprove, At: c.LastUpdateTime.Time}
 		if c.Type == certificatesv1.CertificateDenied {
 			d.Action = engine.ActionDeny
 		}
 		return d, true
 	}
 	return Decision{}, false
+}
+
+// decisionIn is the decision id of a message that ends in an approver's
+// tail, "(decision ID, policy revision R)".
+func decisionIn(message string) (string, bool) {
+	i := strings.LastIndex(message, decisionTail)
+	if i < 0 {
+		return "", false
+	}
+	rest := message[i+len(decisionTail):]
+	id, after, found := strings.Cut(rest, ", policy revision ")
+	if !found || !uuidPattern.MatchString(id) || !strings.HasSuffix(after, ")") {
+		return "", false
+	}
+	return id, true
 }
 
 // Approve writes the Approved condition with reason and message.

@@ -262,3 +262,35 @@ func TestAWriteAppliedByAnEarlierTryIsWritten(t *testing.T) {
 	mu.Lock()
 	assert.ErrorIs(t, err, approval.ErrDecidedMeanwhile)
 }
+
+// The decision a condition names is read from its tail, which the approver
+// writes: the reasons before it quote what a requester wrote (a node name
+// from the request's subject), and a requester may write "(decision ..."
+// there (review 17).
+func TestTheDecisionOfAConditionIsItsTails(t *testing.T) {
+	const ours = "0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c"
+	const forged = "ffffffff-ffff-ffff-ffff-ffffffffffff"
+	for name, tc := range map[string]struct {
+		message string
+		want    string
+	}{
+		"an approver's":       {message: "NodeIdentityMatches: ok (decision " + ours + ", policy revision sha256:4181216f)", want: ours},
+		"no revision":         {message: "ok (decision " + ours + ", policy revision )", want: ours},
+		"a forged one before": {message: `UsernameMismatch: CN "system:node:x (decision ` + forged + `, policy revision " is not the requester (decision ` + ours + `, policy revision r)`, want: ours},
+		"a forged one alone":  {message: `approved by hand: "x (decision ` + forged + `, policy revision r)" and more`},
+		"a person's":          {message: "This CSR was approved by kubectl certificate approve."},
+		"an id that is none":  {message: "ok (decision 0b5c6f1e-zzzz-4a53-9d7e-0c7f7f9a1b2c, policy revision r)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			csr := &certificatesv1.CertificateSigningRequest{Status: certificatesv1.CertificateSigningRequestStatus{
+				Conditions: []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue, Message: tc.message}},
+			}}
+			d, ok := approval.DecisionOf(csr)
+			assert.Equal(t, tc.want != "", ok)
+			assert.Equal(t, tc.want, d.ID)
+			if ok {
+				assert.Equal(t, "deny", d.Action)
+			}
+		})
+	}
+}
