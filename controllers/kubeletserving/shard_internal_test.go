@@ -464,6 +464,24 @@ func TestARejectionIsNotReachedForAClusterNoLongerServed(t *testing.T) {
 // that refuses them).
 type failingRecorder struct{ *decider }
 
+// refusedRecordFixture is a cluster whose one request (csr-x) was approved
+// here and its record refused by the decision log's sink (failingRecorder,
+// still in place): its act unsettled on a recording hold, stamped at the
+// clock's time.
+func refusedRecordFixture(t *testing.T) (*queueFixture, *recordingFence, *clocktesting.FakeClock) {
+	t.Helper()
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
+	f.r.Engine = failingRecorder{f.dec}
+	fence := &recordingFence{pending: map[string]time.Time{}}
+	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	f.add("system:node:x")
+	require.True(t, f.r.next(context.Background()))
+	require.True(t, f.approved(t, "csr-x"))
+	return f, fence, clk
+}
+
 func (failingRecorder) RecordApplied(context.Context, engine.Applied) error {
 	return errors.New("the decision log refused the entry")
 }
@@ -475,19 +493,11 @@ func (failingRecorder) RecordApplied(context.Context, engine.Applied) error {
 // straight after, and a graceful release said settled over a verdict with
 // no record.
 func TestAVerdictWhoseRecordFailedStaysUnsettled(t *testing.T) {
-	t0 := time.Unix(1_000_000, 0)
-	clk := clocktesting.NewFakeClock(t0)
-	f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
-	f.r.Engine = failingRecorder{f.dec}
-	fence := &recordingFence{pending: map[string]time.Time{}}
-	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
-	ctx := context.Background()
-
 	// Written, and its record refused: unsettled, and looked at again
 	// (review 14, M1: before, nothing looked at it while the shard stayed).
-	f.add("system:node:x")
-	require.True(t, f.r.next(ctx))
-	require.True(t, f.approved(t, "csr-x"))
+	f, fence, clk := refusedRecordFixture(t)
+	t0 := clk.Now()
+	ctx := context.Background()
 	assert.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled(), "a written verdict whose record failed was settled")
 	key := memoKey{cluster: f.cluster, uid: "uid-csr-x"}
 	assert.True(t, f.r.failures.Has(key), "a verdict whose record failed is not looked at again")
@@ -991,17 +1001,9 @@ func TestAClusterGoneOrDisabledSettlesItsUncertainActs(t *testing.T) {
 func TestARecordOwedIsMadeWhenItsRequestOrClusterIsGone(t *testing.T) {
 	for _, gone := range []string{"request", "cluster"} {
 		t.Run(gone, func(t *testing.T) {
-			t0 := time.Unix(1_000_000, 0)
-			clk := clocktesting.NewFakeClock(t0)
-			f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
-			f.r.Engine = failingRecorder{f.dec}
-			fence := &recordingFence{pending: map[string]time.Time{}}
-			f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+			f, fence, clk := refusedRecordFixture(t)
 			ctx := context.Background()
-			f.add("system:node:x")
-			require.True(t, f.r.next(ctx))
-			require.True(t, f.approved(t, "csr-x"))
-			unsettled := map[string]time.Time{"ns/demo/uid-csr-x": t0}
+			unsettled := map[string]time.Time{"ns/demo/uid-csr-x": clk.Now()}
 			require.Equal(t, unsettled, fence.unsettled())
 
 			switch gone {
@@ -1085,16 +1087,8 @@ func TestAnAdoptionAfterAnUnsettledReleaseStaysOpenWhileAWriteMayCommit(t *testi
 // deleted before the cache shows the verdict, is found gone by the read that
 // checks it: the record owed is made then, not dropped.
 func TestARecordOwedIsMadeWhenTheReadFindsTheRequestGone(t *testing.T) {
-	t0 := time.Unix(1_000_000, 0)
-	clk := clocktesting.NewFakeClock(t0)
-	f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
-	f.r.Engine = failingRecorder{f.dec}
-	fence := &recordingFence{pending: map[string]time.Time{}}
-	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	f, fence, clk := refusedRecordFixture(t)
 	ctx := context.Background()
-	f.add("system:node:x")
-	require.True(t, f.r.next(ctx))
-	require.True(t, f.approved(t, "csr-x"))
 	require.NoError(t, f.csrs.CertificatesV1().CertificateSigningRequests().Delete(ctx, "csr-x", metav1.DeleteOptions{}))
 
 	rec := &recordsByDecision{decider: f.dec, records: map[string]int{}}
