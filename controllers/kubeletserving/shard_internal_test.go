@@ -584,10 +584,7 @@ func TestAnAdoptionIsSettledOnlyOnceItsVerdictsAreRecorded(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	clk := clocktesting.NewFakeClock(t0)
 	decided := csrOf("system:node:x", "csr-x", t0)
-	decided.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
-		Type: certificatesv1.CertificateApproved, Status: "True", LastUpdateTime: metav1.NewTime(t0),
-		Message: "approved (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c, policy revision abc)",
-	}}
+	approvedAs(&decided, "0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c", t0)
 	f := newQueueFixture(t, clk, decided)
 	f.r.Shards = &oneShard{serving: true}
 	settledCalls := 0
@@ -644,10 +641,7 @@ func TestAnAdoptionRetriedRecordsOnlyWhatItHadNotRecorded(t *testing.T) {
 	ids := map[string]string{"csr-a": "0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2a", "csr-b": "0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2b"}
 	for _, name := range []string{"csr-a", "csr-b"} {
 		c := csrOf("system:node:"+name, name, t0)
-		c.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
-			Type: certificatesv1.CertificateApproved, Status: "True", LastUpdateTime: metav1.NewTime(t0),
-			Message: "approved (decision " + ids[name] + ", policy revision abc)",
-		}}
+		approvedAs(&c, ids[name], t0)
 		csrs = append(csrs, c)
 	}
 	f := newQueueFixture(t, clk, csrs...)
@@ -832,10 +826,7 @@ func TestAnUncertainWriteMadeDuringAPassIsNotTakenForGone(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	clk := clocktesting.NewFakeClock(t0)
 	old := csrOf("system:node:a", "csr-a", t0)
-	old.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
-		Type: certificatesv1.CertificateApproved, Status: "True", LastUpdateTime: metav1.NewTime(t0),
-		Message: "approved (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2a, policy revision abc)",
-	}}
+	approvedAs(&old, "0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2a", t0)
 	f := newQueueFixture(t, clk, old)
 	fence := &recordingFence{pending: map[string]time.Time{}}
 	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
@@ -1062,10 +1053,7 @@ func TestAnAdoptionAfterAnUnsettledReleaseStaysOpenWhileAWriteMayCommit(t *testi
 	// The previous holder's write commits late.
 	var csr certificatesv1.CertificateSigningRequest
 	require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: "csr-x"}, &csr))
-	csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
-		Type: certificatesv1.CertificateApproved, Status: "True", LastUpdateTime: metav1.NewTime(stamp),
-		Message: "approved (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c, policy revision abc)",
-	}}
+	approvedAs(&csr, "0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c", stamp)
 	require.NoError(t, f.r.Client.Status().Update(ctx, &csr))
 	clk.Step(time.Minute)
 	_, err = f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
@@ -1102,4 +1090,13 @@ func TestARecordOwedIsMadeWhenTheReadFindsTheRequestGone(t *testing.T) {
 	require.NoError(t, p.handle(ctx, &cached))
 	assert.Equal(t, map[string]int{approve().DecisionID: 1}, rec.counts(), "the record owed was dropped")
 	assert.Empty(t, fence.unsettled())
+}
+
+// approvedAs gives csr the Approved condition an approver writes for the
+// decision of that id, at at.
+func approvedAs(csr *certificatesv1.CertificateSigningRequest, id string, at time.Time) {
+	csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
+		Type: certificatesv1.CertificateApproved, Status: "True", LastUpdateTime: metav1.NewTime(at),
+		Message: "approved (decision " + id + ", policy revision abc)",
+	}}
 }
