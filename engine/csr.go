@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
@@ -132,6 +134,31 @@ const (
 // log, cut to MaxConditionMessage.
 func (d CSRDecision) ConditionMessage() string {
 	return Clip(d.Reasons.String(), fmt.Sprintf(" (decision %s, policy revision %s)", d.DecisionID, d.Revision), MaxConditionMessage)
+}
+
+// decisionTailStart is how the tail ConditionMessage writes begins.
+const decisionTailStart = "(decision "
+
+// decisionIDPattern is a decision id (a UUID, as uuid.NewRandom writes it).
+var decisionIDPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// DecisionOfMessage is the decision id of a condition message that ends in
+// the tail ConditionMessage writes, "(decision ID, policy revision R)" with
+// no ")" in R; ok is false for any other message (a person's, another
+// approver's). Only the tail is read: the reasons before it quote what a
+// requester wrote (a node name), which may itself read "(decision ...". The
+// one reader of that tail, for the approvers and for the watch and webhook
+// that tell Ichor's verdicts from a person's.
+func DecisionOfMessage(message string) (id string, ok bool) {
+	i := strings.LastIndex(message, decisionTailStart)
+	if i < 0 {
+		return "", false
+	}
+	id, revision, found := strings.Cut(message[i+len(decisionTailStart):], ", policy revision ")
+	if !found || !decisionIDPattern.MatchString(id) || !strings.HasSuffix(revision, ")") || strings.Count(revision, ")") != 1 {
+		return "", false
+	}
+	return id, true
 }
 
 // EventNote is the reasons and the decision id, cut to what an Event takes.

@@ -193,21 +193,22 @@ func (s *sinks) Stop(ctx context.Context) {
 
 func (s *sinks) Reconfigure(context.Context, any) {}
 
-// Log writes one entry to the file and the console and queues it for the
-// service. An entry the file cannot take is counted as dropped, goes nowhere
-// else, and the error fails the decision: a decision that is not logged is
-// not acted on, and a record refused is made again later, which would
-// otherwise put it on the console once per try. The upload is asynchronous;
-// its drops are counted by cause.
+// Log writes one entry to the console and the file and queues it for the
+// service. An entry the file cannot take is counted as dropped, and the
+// error fails the decision: a decision that is not logged is not acted on.
+// The console has it all the same, the last copy of a record the file
+// refused until a later try is taken (so a record tried again may be on the
+// console more than once: review 18 kept that over none). The upload is
+// asynchronous; its drops are counted by cause.
 func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
+	if s.config.Console {
+		s.writeConsole(event)
+	}
 	if s.config.File != "" {
 		if err := s.writeFile(event); err != nil {
 			s.engine.metrics.dropped("file")
 			return fmt.Errorf("decision-log file %s: %w", s.config.File, err)
 		}
-	}
-	if s.config.Console {
-		s.writeConsole(event)
 	}
 	if s.config.URL == "" {
 		return nil

@@ -379,19 +379,22 @@ func (r *Reconciler) recordObserved(ctx context.Context, csr *certificatesv1.Cer
 	if !ok {
 		return reconcile.Result{}, nil
 	}
-	d, ok := approval.DecisionOf(csr)
-	if !ok {
-		// Decided by a person, or by another approver: nothing of this
-		// one's to record.
-		return reconcile.Result{}, nil
-	}
-	observed := engine.Applied{DecisionID: d.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedObserved}
+	var observed engine.Applied
 	if w.Record != nil {
-		// Its own write's record, refused before: what it wrote.
+		// Its own write's record, refused before: what it wrote, whatever
+		// the condition is read to say.
 		observed = *w.Record
+	} else {
+		d, ok := approval.DecisionOf(csr)
+		if !ok {
+			// Decided by a person, or by another approver: nothing of
+			// this one's to record.
+			return reconcile.Result{}, nil
+		}
+		observed = engine.Applied{DecisionID: d.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedObserved}
 	}
 	if err := r.Engine.RecordApplied(ctx, observed); err != nil {
-		log.FromContext(ctx).Error(err, "record the applied decision; tried again", "decision_id", d.ID, "retry_in", recordRetry)
+		log.FromContext(ctx).Error(err, "record the applied decision; tried again", "decision_id", observed.DecisionID, "retry_in", recordRetry)
 		r.unrecorded.Add(key, approval.UncertainWrite{At: r.Clock.Now(), Record: &observed})
 		return reconcile.Result{RequeueAfter: recordRetry}, nil
 	}

@@ -122,31 +122,37 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 	// unsettled, for the next look here or the next holder to record.
 	recorded = true
 	decision, named := approval.DecisionOf(csr)
-	var observed engine.Applied
-	if named {
-		observed = engine.Applied{
+	var owed *engine.Applied
+	switch {
+	case failed && w.Record != nil:
+		// A record owed of this replica's own write, refused before: what
+		// it wrote, whatever the condition is read to say.
+		owed = w.Record
+	case named:
+		owed = &engine.Applied{
 			DecisionID: decision.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: decision.Action, Outcome: engine.AppliedObserved,
 		}
-		if failed && w.Record != nil {
-			// A record owed of this replica's own write, refused before:
-			// what it wrote, not what the condition is read to say.
-			observed = *w.Record
-		}
-		if err := p.r.Engine.RecordApplied(ctx, observed); err != nil {
-			log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", decision.ID)
+	}
+	if owed != nil {
+		if err := p.r.Engine.RecordApplied(ctx, *owed); err != nil {
+			log.FromContext(ctx).Error(err, "record the applied decision", "csr", csr.Name, "decision_id", owed.DecisionID)
 			recorded = false
 		} else {
 			// Not recorded again by the cluster's adoption: a pass that
 			// retries it for another verdict whose record failed records
 			// only that one.
-			p.r.adoptions.wrote(p.key(), decision.ID)
+			p.r.adoptions.wrote(p.key(), owed.DecisionID)
 		}
 	}
 	switch {
 	case failed && recorded:
 		w.SettleAct()
 	case failed:
-		p.recordLater(csr, observed, decision.At)
+		stamp := decision.At
+		if !named {
+			stamp = w.At
+		}
+		p.recordLater(csr, *owed, stamp)
 	}
 	return recorded
 }

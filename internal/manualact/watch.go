@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -74,16 +73,15 @@ func Log(ctx context.Context, kind, name string) func(*engine.ManualRecord, erro
 	}
 }
 
-// ownDecision finds the decision id the approvers write at the end of their
-// condition's message ("(decision ID, policy revision REV)").
-var ownDecision = regexp.MustCompile(`\(decision [0-9a-f-]{36}, policy revision [^)]*\)$`)
-
 // ReadsAsIchors reports whether a condition's message ends as an approver's
 // does, with a decision id and a policy revision: the watch takes such a
 // condition as Ichor's own and records no person's act. The webhook refuses a
 // person's write of one (review 4, R1), so that a person cannot pass their
 // decision off as Ichor's while the webhook runs.
-func ReadsAsIchors(message string) bool { return ownDecision.MatchString(message) }
+func ReadsAsIchors(message string) bool {
+	_, ok := engine.DecisionOfMessage(message)
+	return ok
+}
 
 // CSRDecisions watches the requests of the signers Ichor decides and records
 // each decision that Ichor's approvers did not write, as it is stored: the
@@ -215,7 +213,7 @@ func (c *CSRDecisions) foundDecidedByHand(csr *certificatesv1.CertificateSigning
 		return false
 	}
 	d := decision(csr)
-	return d != nil && !ownDecision.MatchString(d.Message)
+	return d != nil && !ReadsAsIchors(d.Message)
 }
 
 // decision is the request's Approved or Denied condition, or nil.

@@ -9,8 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
-	"strings"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -44,14 +42,6 @@ func IsApproved(csr *certificatesv1.CertificateSigningRequest) bool {
 	return false
 }
 
-// decisionTail is how the tail of the message of a condition an approver
-// wrote begins (engine's ConditionMessage: "REASONS (decision ID, policy
-// revision R)"; engine.Clip keeps the tail whole).
-const decisionTail = "(decision "
-
-// uuidPattern is a decision id.
-var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-
 // Decision is the decision an approver's condition on a request names.
 type Decision struct {
 	// ID is the decision's id in the decision log.
@@ -65,14 +55,15 @@ type Decision struct {
 // DecisionOf is the decision the request's Approved or Denied condition
 // names; ok is false when the request is undecided or its condition names
 // none (a person's `kubectl certificate approve`). The id is read from the
-// message's tail only: the reasons before it quote what a requester wrote
-// (a node name), which may itself read "(decision ..." (review 17).
+// message's tail only (engine.DecisionOfMessage): the reasons before it
+// quote what a requester wrote (a node name), which may itself read
+// "(decision ..." (review 17).
 func DecisionOf(csr *certificatesv1.CertificateSigningRequest) (d Decision, ok bool) {
 	for _, c := range csr.Status.Conditions {
 		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
 			continue
 		}
-		id, ok := decisionIn(c.Message)
+		id, ok := engine.DecisionOfMessage(c.Message)
 		if !ok {
 			return Decision{}, false
 		}
@@ -83,21 +74,6 @@ func DecisionOf(csr *certificatesv1.CertificateSigningRequest) (d Decision, ok b
 		return d, true
 	}
 	return Decision{}, false
-}
-
-// decisionIn is the decision id of a message that ends in an approver's
-// tail, "(decision ID, policy revision R)".
-func decisionIn(message string) (string, bool) {
-	i := strings.LastIndex(message, decisionTail)
-	if i < 0 {
-		return "", false
-	}
-	rest := message[i+len(decisionTail):]
-	id, after, found := strings.Cut(rest, ", policy revision ")
-	if !found || !uuidPattern.MatchString(id) || !strings.HasSuffix(after, ")") {
-		return "", false
-	}
-	return id, true
 }
 
 // Approve writes the Approved condition with reason and message.

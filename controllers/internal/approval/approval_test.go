@@ -280,6 +280,12 @@ func TestTheDecisionOfAConditionIsItsTails(t *testing.T) {
 		"a forged one alone":  {message: `approved by hand: "x (decision ` + forged + `, policy revision r)" and more`},
 		"a person's":          {message: "This CSR was approved by kubectl certificate approve."},
 		"an id that is none":  {message: "ok (decision 0b5c6f1e-zzzz-4a53-9d7e-0c7f7f9a1b2c, policy revision r)"},
+		"a person's quoting one after": {
+			// The webhook lets a person write this (it does not end as an
+			// approver's), and the watch records it as theirs: the
+			// approvers must not read a decision in it either.
+			message: "same as (decision " + ours + ", policy revision r) (INC-42)",
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			csr := &certificatesv1.CertificateSigningRequest{Status: certificatesv1.CertificateSigningRequestStatus{
