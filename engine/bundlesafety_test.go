@@ -434,6 +434,29 @@ func TestAnOCITagOfMoreThanABundleIsRefusedBeforeABlobIsFetched(t *testing.T) {
 	}
 }
 
+// A bundle whose revision holds a parenthesis (or a control character) is
+// refused at activation from every kind of source, the last good bundle
+// keeps deciding: the revision is written into every verdict's condition,
+// whose tail tells Ichor's verdicts from a person's (review 18).
+func TestABundleWithARevisionTheTailCannotHoldIsRefused(t *testing.T) {
+	s := newSigner(t)
+	for _, revision := range []string{"v1 (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c)", "v1)", "v1\x1b[2J"} {
+		odd := policyWithProbe(t, "package ichor.probe\n\nx := true\n")
+		odd.Manifest.Revision = revision
+		bundles.SetEpoch(odd, bundles.Floor())
+		require.NoError(t, bundles.Sign(odd, s.private, "RS256", "ichor"))
+		data, err := bundles.Bytes(odd)
+		require.NoError(t, err)
+		for name, newSource := range sources(t) {
+			t.Run(fmt.Sprintf("%s/%q", name, revision), func(t *testing.T) {
+				src := newSource(t)
+				good, e := startOnGood(t, src, s)
+				e.refused(t, src, data, engine.ErrBundleRevision.Error(), good)
+			})
+		}
+	}
+}
+
 // A bundle whose METADATA declares labels would have OPA v1.22.4 write one
 // shared tracker from every concurrent decision (ErrBundleLabels): from
 // every kind of source it is refused at activation and the last good bundle

@@ -56,8 +56,38 @@ type epochGuard struct {
 	active, persisted int64
 }
 
+// ErrBundleRevision is a bundle whose revision holds what the approvers
+// cannot write into a condition's tail and read back (a parenthesis), or
+// what a terminal would take for a command (a control character), or is
+// longer than MaxBundleRevision. The revision names the policy in every
+// decision's entry and on every verdict's condition ("(decision ID, policy
+// revision R)"), which is how an approver's verdict is told from a
+// person's (engine.DecisionOfMessage): a revision with a ")" made Ichor's
+// own verdicts read as a person's (review 18).
+var ErrBundleRevision = errors.New("bundle revision is not printable ASCII without parentheses")
+
+// MaxBundleRevision is the longest bundle revision taken: a digest, a
+// version or a commit id, with room to spare.
+const MaxBundleRevision = 256
+
+// checkRevision says why a bundle's revision may not be activated.
+func checkRevision(revision string) error {
+	if len(revision) > MaxBundleRevision {
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrBundleRevision, len(revision), MaxBundleRevision)
+	}
+	for i := range len(revision) {
+		if c := revision[i]; c < 0x20 || c > 0x7e || c == '(' || c == ')' {
+			return fmt.Errorf("%w: %q", ErrBundleRevision, revision)
+		}
+	}
+	return nil
+}
+
 // check says why a manifest may not be activated; nil when it may.
 func (g *epochGuard) check(m bundle.Manifest) error {
+	if err := checkRevision(m.Revision); err != nil {
+		return err
+	}
 	if !g.enforce {
 		return nil
 	}
