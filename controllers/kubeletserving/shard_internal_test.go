@@ -433,11 +433,7 @@ func TestARejectionIsNotReachedForAClusterNoLongerServed(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	var csrs []certificatesv1.CertificateSigningRequest
 	for _, name := range []string{"csr-a", "csr-b"} {
-		req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("n1")})
-		require.NoError(t, err)
-		c := csrgen.ServingObject(name, "n1", req)
-		c.CreationTimestamp = metav1.NewTime(t0)
-		csrs = append(csrs, *c)
+		csrs = append(csrs, servingRequest(t, name, "n1", t0))
 	}
 	f := newQueueFixture(t, clocktesting.NewFakeClock(t0), csrs...)
 	ctx := context.Background()
@@ -536,11 +532,7 @@ func TestAVerdictWhoseRecordFailedStaysUnsettled(t *testing.T) {
 func TestACertificateNotRecordedOnItsMachineIsNotRecordedAppliedAgain(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	clk := clocktesting.NewFakeClock(t0)
-	req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("x")})
-	require.NoError(t, err)
-	request := csrgen.ServingObject("csr-x", "x", req)
-	request.CreationTimestamp = metav1.NewTime(t0)
-	f := newQueueFixture(t, clk, *request)
+	f := newQueueFixture(t, clk, servingRequest(t, "csr-x", "x", t0))
 	rec := &recordingDecider{decider: f.dec}
 	f.r.Engine = rec
 	ctx := context.Background()
@@ -859,11 +851,7 @@ func TestAnUncertainWriteMadeDuringAPassIsNotTakenForGone(t *testing.T) {
 func TestARequestWrittenAgainAfterAnUncertainWriteIsRecordedOnce(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	clk := clocktesting.NewFakeClock(t0)
-	req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("x")})
-	require.NoError(t, err)
-	request := csrgen.ServingObject("csr-x", "x", req)
-	request.CreationTimestamp = metav1.NewTime(t0)
-	f := newQueueFixture(t, clk, *request)
+	f := newQueueFixture(t, clk, servingRequest(t, "csr-x", "x", t0))
 	fence := &recordingFence{pending: map[string]time.Time{}}
 	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
 	ctx := context.Background()
@@ -1099,4 +1087,15 @@ func approvedAs(csr *certificatesv1.CertificateSigningRequest, id string, at tim
 		Type: certificatesv1.CertificateApproved, Status: "True", LastUpdateTime: metav1.NewTime(at),
 		Message: "approved (decision " + id + ", policy revision abc)",
 	}}
+}
+
+// servingRequest is a kubelet-serving request of node, made at created, whose
+// request the node's name can be read from (csrOf's has none).
+func servingRequest(t *testing.T, name, node string, created time.Time) certificatesv1.CertificateSigningRequest {
+	t.Helper()
+	req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject(node)})
+	require.NoError(t, err)
+	c := csrgen.ServingObject(name, node, req)
+	c.CreationTimestamp = metav1.NewTime(created)
+	return *c
 }
