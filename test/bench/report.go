@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -709,6 +710,11 @@ func (r *Report) admissionTable(w func(string, ...any)) {
 		w("| the requester's create through `ichor manager` as shipped (%d requests) | %s | %s | |", a.ShippedN, ms(quantile(a.ShippedCreate, 0.5)), ms(quantile(a.ShippedCreate, 0.99)))
 	}
 	w("")
+	if a.ShippedN > 0 {
+		w("Through `ichor manager` as shipped, the manager spent %s of CPU per request (its webhook and its issuer: the admission, the issuance and their records; CPU profile `%s`).",
+			ms(a.ShippedCPU/time.Duration(a.ShippedN)), filepath.Base(a.ShippedProfile))
+		w("")
+	}
 	if a.Decisions > 0 {
 		var mean time.Duration
 		for _, d := range a.Handle {
