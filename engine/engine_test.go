@@ -2,6 +2,8 @@ package engine_test
 
 import (
 	"context"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"net"
 	"sync"
 	"testing"
@@ -98,6 +100,29 @@ func TestKubeletServingDeniesAnotherNodesIPAndLogsTheDenial(t *testing.T) {
 	require.Len(t, entries, 1)
 	assert.Equal(t, d.DecisionID, entries[0]["decision_id"])
 	assert.Equal(t, "deny", entries[0]["result"].(map[string]any)["action"])
+}
+
+func TestKubeletServingDeniesANodeNameInTheWrongForm(t *testing.T) {
+	// The node's own name as a constructed [2]: not a DNS name to
+	// crypto/x509, Kubernetes or the signer, so the request has no name it
+	// could be signed for and is not approved.
+	e, _ := newEngine(t)
+	name, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, IsCompound: true, Bytes: []byte("worker-1")})
+	require.NoError(t, err)
+	value, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: name})
+	require.NoError(t, err)
+	pemBytes, err := csrgen.PEM(csrgen.Request{
+		Subject:    csrgen.NodeSubject("worker-1"),
+		Extensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: value}},
+	})
+	require.NoError(t, err)
+	in := servingInput(t, csrgen.ECDSA)
+	in.CSR = csrinput.Build(csrgen.ServingObject("csr-worker-1", "worker-1", pemBytes))
+
+	d, err := e.KubeletServing(context.Background(), in)
+
+	require.NoError(t, err)
+	assert.Equal(t, engine.ActionDeny, d.Action, "%v", d.Reasons)
 }
 
 func TestOtherSignerGetsNoDecisionButIsLogged(t *testing.T) {

@@ -239,24 +239,32 @@ var attributeNames = map[string]string{
 	"1.2.840.113549.1.9.1":       "emailAddress",
 }
 
-// sanTypes maps the context-specific tags of GeneralName (RFC 5280 4.2.1.6).
-var sanTypes = map[int]string{
-	0: "other_name",
-	1: "email",
-	2: "dns",
-	3: "x400_address",
-	4: "directory_name",
-	5: "edi_party_name",
-	6: "uri",
-	7: "ip",
-	8: "registered_id",
+// sanTypes maps the context-specific tags of GeneralName (RFC 5280 4.2.1.6)
+// to each alternative's name and DER form: the strings, the address and the
+// OID are primitive (IMPLICIT tags), the others constructed (directoryName's
+// tag is EXPLICIT, around a Name).
+var sanTypes = map[int]struct {
+	name        string
+	constructed bool
+}{
+	0: {"other_name", true},
+	1: {"email", false},
+	2: {"dns", false},
+	3: {"x400_address", true},
+	4: {"directory_name", true},
+	5: {"edi_party_name", true},
+	6: {"uri", false},
+	7: {"ip", false},
+	8: {"registered_id", false},
 }
 
 // SubjectAltNames lists every GeneralName of a subjectAltName extension value. The
 // value must parse completely: one SEQUENCE with nothing after it, each of
 // its elements a whole ASN.1 value. crypto/x509 has accepted the extension by
 // then, but reads it more leniently; anything it let through that this reader
-// cannot account for byte for byte is an error, never a shorter list.
+// cannot account for byte for byte is an error, never a shorter list. A
+// name of another class or tag, or in the other DER form than its tag's
+// alternative, is listed as type "unknown" with its bytes in hex.
 func SubjectAltNames(der []byte) ([]SAN, error) {
 	var seq asn1.RawValue
 	rest, err := asn1.Unmarshal(der, &seq)
@@ -276,11 +284,14 @@ func SubjectAltNames(der []byte) ([]SAN, error) {
 			return nil, fmt.Errorf("name %d: %w", i, err)
 		}
 		typ, ok := sanTypes[name.Tag]
-		if name.Class != asn1.ClassContextSpecific || !ok {
+		if name.Class != asn1.ClassContextSpecific || !ok || name.IsCompound != typ.constructed {
+			// A tag in the wrong form is not its alternative: crypto/x509,
+			// and so the API server and the signer, read a constructed [2]
+			// holding "worker-1" as no DNS name at all.
 			sans = append(sans, SAN{Type: "unknown", Value: hex.EncodeToString(name.FullBytes)})
 			continue
 		}
-		sans = append(sans, SAN{Type: typ, Value: sanValue(typ, name)})
+		sans = append(sans, SAN{Type: typ.name, Value: sanValue(typ.name, name)})
 	}
 	return sans, nil
 }

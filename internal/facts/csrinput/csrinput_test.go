@@ -3,6 +3,7 @@ package csrinput_test
 import (
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"net"
@@ -208,6 +209,33 @@ func TestBuildListsNameTypesCryptoX509Ignores(t *testing.T) {
 	assert.Equal(t, "other_name", req.SubjectAltNames[0].Type)
 	assert.Equal(t, "registered_id", req.SubjectAltNames[1].Type)
 	assert.Equal(t, csrinput.SAN{Type: "dns", Value: "worker-1"}, req.SubjectAltNames[2])
+}
+
+func TestANameInTheWrongFormIsNotItsAlternative(t *testing.T) {
+	// A DNS name and an IP address tagged as constructed: crypto/x509 (so
+	// the API server, Kubernetes' own checks and the signer) reads neither
+	// as a name, and neither must the builder. The reviewed rule approved
+	// such a request for its node's name, which Kubernetes calls invalid.
+	constructed := func(tag int, b []byte) []byte {
+		v, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: tag, IsCompound: true, Bytes: b})
+		require.NoError(t, err)
+		return v
+	}
+	dns, ip := constructed(2, []byte("worker-1")), constructed(7, []byte{10, 5, 0, 2})
+	for name, der := range map[string][]byte{"dns": dns, "ip": ip} {
+		t.Run(name, func(t *testing.T) {
+			value, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: der})
+			require.NoError(t, err)
+
+			req := csrinput.ParseRequest(mustPEM(t, csrgen.Request{
+				Subject:    csrgen.NodeSubject("worker-1"),
+				Extensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: value}},
+			}))
+
+			require.True(t, req.Parsed, req.ParseError)
+			assert.Equal(t, []csrinput.SAN{{Type: "unknown", Value: hex.EncodeToString(der)}}, req.SubjectAltNames)
+		})
+	}
 }
 
 func TestBuildListsExtraExtensionsAndSubjectAttributes(t *testing.T) {
