@@ -35,9 +35,9 @@ type Sharding interface {
 	Identity() string
 	// Shards is the number of shards.
 	Shards() int
-	// LeaseDuration is how long a replica that died may have served its
-	// shards before another takes them.
-	LeaseDuration() time.Duration
+	// LookBack is how far before a take a verdict of a holder that did not
+	// say it had settled may still be without its record.
+	LookBack() time.Duration
 	// Fence is this replica's hold on the shard of the cluster of that UID,
 	// if it serves the cluster now: a worker's decisions run under its
 	// context, and each write is begun through it (review 4, S1).
@@ -317,7 +317,7 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 	if taken.IsZero() {
 		taken = r.Clock.Now()
 	}
-	since := taken.Add(-r.Shards.LeaseDuration() - 2*time.Second)
+	since := taken.Add(-r.Shards.LookBack())
 	if settled := r.Shards.Settled(shard); settled.After(since) {
 		// Given up, not lost: its holder recorded its verdicts until then
 		// (review 4, S6).

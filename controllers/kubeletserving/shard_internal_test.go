@@ -66,7 +66,7 @@ func (s *oneShard) UnsettledSince(int) time.Time { return s.unsettledSince }
 func (s *oneShard) TakenAt(int) time.Time        { return s.takenAt }
 func (*oneShard) Identity() string               { return "replica-a" }
 func (*oneShard) Shards() int                    { return 2 }
-func (*oneShard) LeaseDuration() time.Duration   { return 3 * time.Second }
+func (*oneShard) LookBack() time.Duration        { return 5 * time.Second }
 
 // openFence is a hold that never ends.
 type openFence struct{}
@@ -228,7 +228,7 @@ func (*dropShard) UnsettledSince(int) time.Time { return time.Time{} }
 func (*dropShard) TakenAt(int) time.Time        { return time.Time{} }
 func (*dropShard) Identity() string             { return "replica-a" }
 func (*dropShard) Shards() int                  { return 1 }
-func (*dropShard) LeaseDuration() time.Duration { return 3 * time.Second }
+func (*dropShard) LookBack() time.Duration      { return 5 * time.Second }
 
 type dropFence struct{ s *dropShard }
 

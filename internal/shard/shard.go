@@ -285,9 +285,12 @@ func (s *Set) Identity() string { return s.o.Identity }
 // Shards is the number of shards.
 func (s *Set) Shards() int { return s.o.Shards }
 
-// LeaseDuration is how long after its last renewal a replica that died is
-// taken to be gone.
-func (s *Set) LeaseDuration() time.Duration { return s.o.LeaseDuration }
+// LookBack is how far before a take of a shard from a holder that did not
+// say it had settled its verdicts may still be a verdict of that holder's
+// without its record: a replica that died may have served its shards until
+// its Lease ran out, and two seconds more cover a second of clock skew
+// between replicas and the conditions' whole seconds.
+func (s *Set) LookBack() time.Duration { return s.o.LeaseDuration + 2*time.Second }
 
 // ShardOf is the shard of a cluster: its UID hashed, modulo the shard count.
 // The UID, not the name, so that a cluster deleted and made again under the
@@ -984,7 +987,7 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		if h.noting && replaced != "" {
 			// Held before (a Lease made now had no holder, so no verdicts
 			// of another's to record).
-			h.inherited = now.Add(-s.o.LeaseDuration - 2*time.Second)
+			h.inherited = now.Add(-s.LookBack())
 			if !unsettled.IsZero() && unsettled.Before(h.inherited) {
 				h.inherited = unsettled
 			}
