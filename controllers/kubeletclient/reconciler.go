@@ -337,6 +337,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 	switch d.Action {
 	case engine.ActionApprove:
+		if ctx.Err() != nil {
+			// Stopping: a write not begun is the next leader's to make.
+			return reconcile.Result{}, ctx.Err()
+		}
+		// Begun, the write is finished and recorded even if the manager
+		// stops meanwhile (the client's timeout bounds it): no other
+		// replica records a verdict of this one's, so a write cut short
+		// that the API server applied would be in effect without its
+		// record. The leader Lease is let go once this returns.
+		ctx := context.WithoutCancel(ctx)
 		if err := approval.Approve(ctx, r.Clientset, &csr, ApprovalReason, d.ConditionMessage(), now); err != nil {
 			var unknown *approval.UnknownOutcome
 			if errors.As(err, &unknown) {

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval/approvaltest"
 	"github.com/ichor-dev/ichor-policy/controllers/internal/machines"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
@@ -234,4 +235,43 @@ func (e *approvingEngine) recordsOf(uid string) int {
 		}
 	}
 	return n
+}
+
+// An approval on the wire when the manager stops is finished and recorded:
+// no replica records a verdict of another's here, so a write cut short that
+// the API server applied would be in effect without its record. A stop
+// before the write begins writes nothing.
+func TestAnApprovalInFlightWhenTheManagerStopsIsFinishedAndRecorded(t *testing.T) {
+	f := newRecordFixture(t)
+	held := approvaltest.NewHeld()
+	f.r.Clientset = held.Clientset(t)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.r.Reconcile(ctx, f.req)
+		done <- err
+	}()
+	select {
+	case <-held.Sent:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the approval was not sent")
+	}
+	stop()
+	held.Answer()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reconcile did not return")
+	}
+	require.NoError(t, err)
+	assert.Equal(t, []string{testDecision + " written"}, f.eng.outcomes(), "the approval applied is not recorded")
+
+	// Stopped before it begins: nothing written, nothing recorded.
+	g := newRecordFixture(t)
+	g.r.Clientset = f.r.Clientset
+	_, err = g.r.Reconcile(ctx, g.req)
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Equal(t, int64(1), held.Writes(), "written after the stop")
+	assert.Empty(t, g.eng.outcomes())
 }

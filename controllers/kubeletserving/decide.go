@@ -521,11 +521,25 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	// The write is cancelled if the shard goes before it is sent; its
 	// record, once it was written, is kept whatever happens meanwhile.
 	record := context.WithoutCancel(ctx)
+	write := ctx
+	if p.fence == nil && (d.Action == engine.ActionApprove || d.Action == engine.ActionDeny) {
+		// Not shared out, nobody records a verdict of this replica's but
+		// itself: begun, a write is finished and recorded even if the
+		// manager stops meanwhile (the client's timeout bounds it), and
+		// the leader Lease is let go once the workers return; one not
+		// begun is the next leader's to make. A write cut short that the
+		// API server applied would be in effect without its record.
+		if ctx.Err() != nil {
+			logger.Info("not written: the manager is stopping")
+			return nil
+		}
+		write = record
+	}
 	recorded := true
 	owed := engine.Applied{DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten}
 	switch d.Action {
 	case engine.ActionApprove:
-		if err := approval.Approve(ctx, p.target.clientset, csr, ApprovalReason, d.ConditionMessage(), at); err != nil {
+		if err := approval.Approve(write, p.target.clientset, csr, ApprovalReason, d.ConditionMessage(), at); err != nil {
 			p.writeFailed(err, csr, at, earlier, hadEarlier)
 			return &writeError{err: err, machine: machine}
 		}
@@ -537,7 +551,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	case engine.ActionDeny:
 		// The first reason by code: conditions take one reason, and the
 		// message lists them all.
-		if err := approval.Deny(ctx, p.target.clientset, csr, d.Reasons[0].Code, d.ConditionMessage(), at); err != nil {
+		if err := approval.Deny(write, p.target.clientset, csr, d.Reasons[0].Code, d.ConditionMessage(), at); err != nil {
 			p.writeFailed(err, csr, at, earlier, hadEarlier)
 			return &writeError{err: err, machine: machine}
 		}

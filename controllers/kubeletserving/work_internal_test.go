@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -29,6 +30,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval/approvaltest"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
@@ -466,4 +468,51 @@ func TestARequestRefusedForGoodHoldsUpNoOtherOfItsRequester(t *testing.T) {
 	require.Eventually(t, func() bool { return refused.Load() == 2 }, 5*time.Second, 5*time.Millisecond,
 		"the refused request was not tried again after its backoff")
 	assert.False(t, f.approved(t, "csr-old"))
+}
+
+// Not shared out, an approval on the wire when the manager stops is
+// finished and recorded before the workers return (and the leader Lease is
+// let go): nobody records a verdict of this replica's but itself, so a write
+// cut short that the API server applied would be in effect without its
+// record. A stop before the write begins writes nothing.
+func TestAnApprovalInFlightWhenTheLeaderStopsIsFinishedAndRecorded(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	csr := csrOf("system:node:a", "csr-a", t0)
+	f := newQueueFixture(t, clock.RealClock{}, csr)
+	rec := &recordingDecider{decider: f.dec}
+	f.r.Engine = rec
+	held := approvaltest.NewHeld()
+	f.r.Clientset = held.Clientset(t)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = workers{r: f.r, n: 1}.Start(ctx)
+	}()
+	f.add("system:node:a")
+	select {
+	case <-held.Sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the approval was not sent")
+	}
+	stop()
+	held.Answer()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the workers did not stop with the manager")
+	}
+	assert.Equal(t, int64(1), rec.recorded.Load(), "the approval applied is not recorded")
+
+	// Stopped before it begins: nothing written.
+	g := newQueueFixture(t, clock.RealClock{}, csr)
+	g.r.Clientset = f.r.Clientset
+	p, ok, err := g.r.passFor(context.Background(), g.cluster)
+	require.NoError(t, err)
+	require.True(t, ok)
+	list, err := p.requestsOf(context.Background(), "system:node:a")
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.NoError(t, p.act(ctx, logr.Discard(), &list[0], nil, 0, approve()))
+	assert.Equal(t, int64(1), held.Writes(), "written after the stop")
 }
