@@ -384,7 +384,7 @@ _public_key_not_allowed(request, algorithms) := {reason |
 _cluster_refusals contains reason if {
 	_config.purposes[_request.purpose].kind == "kubernetes"
 	input.cluster.exists == true
-	not input.cluster.local == true
+	_not_local
 	reason := {
 		"code": "ClusterNotLocal",
 		"message": sprintf("%s; Kubernetes credentials are issued only for the cluster Ichor runs in", [_not_local_text]),
@@ -405,6 +405,12 @@ _cluster_refusals contains reason if {
 		"message": sprintf("TalosCluster %q does not exist in namespace %q", [_cluster, _namespace]),
 	}
 }
+
+# Either fact says it: Go names a cluster local only without a kubeconfigRef, and the rule
+# does not lean on that.
+_not_local if not input.cluster.local == true
+
+_not_local if not input.cluster.kubeconfig_ref == false
 
 _not_local_text := sprintf("TalosCluster %q judges another API server (spec.kubeconfigRef)", [_cluster]) if {
 	not input.cluster.kubeconfig_ref == false

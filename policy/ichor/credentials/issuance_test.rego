@@ -184,6 +184,11 @@ test_kubernetes_credential_of_a_remote_cluster_is_refused_before_signing if {
 	remote := array.concat(_set("/cluster/kubeconfig_ref", true), _set("/cluster/local", false))
 	_codes(_issue_purpose("kubeconfig-super-admin", remote)) == ["ClusterNotLocal"]
 	_codes(_issue_purpose("kubeconfig-admin", _set("/cluster/local", false))) == ["ClusterNotLocal"]
+
+	# A kubeconfigRef cluster also named local (Go never says both, the rule does not lean on it):
+	# refused at admission and at issuance.
+	_codes(_issue_purpose("kubeconfig-super-admin", _set("/cluster/kubeconfig_ref", true))) == ["ClusterNotLocal"]
+	_codes(_admit_purpose("kubeconfig-admin", _set("/cluster/kubeconfig_ref", true))) == ["ClusterNotLocal"]
 	_issue_purpose("credentials-talos", remote).allowed
 }
 
