@@ -257,6 +257,7 @@ func TestAnApprovalInFlightWhenTheManagerStopsIsFinishedAndRecorded(t *testing.T
 		t.Fatal("the approval was not sent")
 	}
 	stop()
+	require.Never(t, func() bool { return held.Cut() > 0 }, 200*time.Millisecond, time.Millisecond, "the stop cut the write short")
 	held.Answer()
 	var err error
 	select {

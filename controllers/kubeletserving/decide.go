@@ -533,7 +533,20 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 			logger.Info("not written: the manager is stopping")
 			return nil
 		}
-		write = record
+		var cancel context.CancelFunc
+		write, cancel = context.WithCancel(record)
+		defer cancel()
+		if p.target.watch != nil {
+			// A turn still ends with its target (review 10 F1): a
+			// kubeconfig withdrawn or a cluster forgotten while the
+			// manager runs, not the manager's stop, which ends every
+			// target's watch too.
+			defer context.AfterFunc(p.target.watch, func() {
+				if p.r.runCtx == nil || p.r.runCtx.Err() == nil {
+					cancel()
+				}
+			})()
+		}
 	}
 	recorded := true
 	owed := engine.Applied{DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten}

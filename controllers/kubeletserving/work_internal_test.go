@@ -474,39 +474,64 @@ func TestARequestRefusedForGoodHoldsUpNoOtherOfItsRequester(t *testing.T) {
 // finished and recorded before the workers return (and the leader Lease is
 // let go): nobody records a verdict of this replica's but itself, so a write
 // cut short that the API server applied would be in effect without its
-// record. A stop before the write begins writes nothing.
+// record. So is one to a remote cluster's API server, whose watch the stop
+// ends too (a turn still ends with its target while the manager runs:
+// TestATurnEndsWithItsTarget). A stop before the write begins writes
+// nothing.
 func TestAnApprovalInFlightWhenTheLeaderStopsIsFinishedAndRecorded(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	csr := csrOf("system:node:a", "csr-a", t0)
-	f := newQueueFixture(t, clock.RealClock{}, csr)
-	rec := &recordingDecider{decider: f.dec}
-	f.r.Engine = rec
-	held := approvaltest.NewHeld()
-	f.r.Clientset = held.Clientset(t)
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = workers{r: f.r, n: 1}.Start(ctx)
-	}()
-	f.add("system:node:a")
-	select {
-	case <-held.Sent:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the approval was not sent")
+	for _, remote := range []bool{false, true} {
+		t.Run(fmt.Sprintf("remote=%v", remote), func(t *testing.T) {
+			f := newQueueFixture(t, clock.RealClock{}, csr)
+			rec := &recordingDecider{decider: f.dec}
+			f.r.Engine = rec
+			held := approvaltest.NewHeld()
+			run, stopRun := context.WithCancel(context.Background())
+			defer stopRun()
+			f.r.runCtx = run
+			if remote {
+				watch, cancel := context.WithCancel(run)
+				defer cancel()
+				f.judgeRemotely(t, "kubeconfig", &target{
+					reader: f.r.Client, clientset: held.Clientset(t), names: &nodeNames{}, counts: &floodCounts{},
+					gate: f.r.gateOf(f.cluster), watch: watch, cancel: cancel,
+				}, engine.KubeconfigDecision{Allowed: true})
+			} else {
+				f.r.Clientset = held.Clientset(t)
+			}
+			ctx, stop := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_ = workers{r: f.r, n: 1}.Start(ctx)
+			}()
+			f.add("system:node:a")
+			select {
+			case <-held.Sent:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the approval was not sent")
+			}
+			stopRun()
+			stop()
+			require.Never(t, func() bool { return held.Cut() > 0 }, 200*time.Millisecond, time.Millisecond, "the stop cut the write short")
+			held.Answer()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the workers did not stop with the manager")
+			}
+			assert.Equal(t, int64(1), rec.recorded.Load(), "the approval applied is not recorded")
+		})
 	}
-	stop()
-	held.Answer()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the workers did not stop with the manager")
-	}
-	assert.Equal(t, int64(1), rec.recorded.Load(), "the approval applied is not recorded")
 
+	held := approvaltest.NewHeld()
+	held.Answer()
+	ctx, stop := context.WithCancel(context.Background())
+	stop()
 	// Stopped before it begins: nothing written.
 	g := newQueueFixture(t, clock.RealClock{}, csr)
-	g.r.Clientset = f.r.Clientset
+	g.r.Clientset = held.Clientset(t)
 	p, ok, err := g.r.passFor(context.Background(), g.cluster)
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -514,5 +539,5 @@ func TestAnApprovalInFlightWhenTheLeaderStopsIsFinishedAndRecorded(t *testing.T)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.NoError(t, p.act(ctx, logr.Discard(), &list[0], nil, 0, approve()))
-	assert.Equal(t, int64(1), held.Writes(), "written after the stop")
+	assert.Zero(t, held.Writes(), "written after the stop")
 }

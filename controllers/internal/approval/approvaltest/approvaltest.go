@@ -19,9 +19,9 @@ import (
 )
 
 // Held answers every approval write (PUT .../certificatesigningrequests/NAME/approval)
-// as applied once Answer is called, unless the write's own context ended
-// first: then it fails as client-go's transport fails a request cancelled
-// on the wire. Anything else is not found.
+// as applied once Answer is called, unless the write's own context ends
+// first: then it fails at once, as client-go's transport fails a request
+// cancelled on the wire. Anything else is not found.
 type Held struct {
 	// Sent is closed when the first write arrives.
 	Sent chan struct{}
@@ -29,6 +29,7 @@ type Held struct {
 	answer   chan struct{}
 	sentOnce sync.Once
 	puts     atomic.Int64
+	cut      atomic.Int64
 }
 
 // NewHeld returns a Held whose writes wait for Answer.
@@ -52,6 +53,10 @@ func (h *Held) Clientset(t *testing.T) kubernetes.Interface {
 // Answer lets the writes held, and every later one, be answered.
 func (h *Held) Answer() { close(h.answer) }
 
+// Cut is how many writes were cut short on the wire: their context ended
+// before they were answered.
+func (h *Held) Cut() int64 { return h.cut.Load() }
+
 // Writes is how many approval writes arrived.
 func (h *Held) Writes() int64 { return h.puts.Load() }
 
@@ -66,8 +71,12 @@ func (h *Held) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	h.puts.Add(1)
 	h.sentOnce.Do(func() { close(h.Sent) })
-	<-h.answer
+	select {
+	case <-h.answer:
+	case <-req.Context().Done():
+	}
 	if err := req.Context().Err(); err != nil {
+		h.cut.Add(1)
 		return nil, err
 	}
 	written.ResourceVersion += "1"
