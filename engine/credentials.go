@@ -169,6 +169,9 @@ type AdmissionProof struct {
 	Recorded   bool   `json:"recorded"`
 	Verified   bool   `json:"verified"`
 	DecisionID string `json:"decision_id,omitempty"`
+	// LifetimeSeconds is the lifetime the verified record says was
+	// admitted; absent from a record of a webhook older than that.
+	LifetimeSeconds int64 `json:"lifetime_seconds,omitempty"`
 	// Error says why a record does not verify.
 	Error string `json:"error,omitempty"`
 }

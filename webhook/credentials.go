@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"time"
 
@@ -232,7 +233,13 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 	if err != nil {
 		return err
 	}
-	mac, err := credential.MAC(key, tcr, namespace, cluster.UID, d.DecisionID)
+	// The lifetime admitted, which the issuer holds the signing to: whole
+	// seconds, as the rule admits them.
+	lifetime := int64(d.LifetimeSeconds)
+	if lifetime <= 0 || float64(lifetime) != d.LifetimeSeconds {
+		return fmt.Errorf("the decision admits a lifetime of %v seconds, not a positive whole number", d.LifetimeSeconds)
+	}
+	mac, err := credential.MAC(key, tcr, namespace, cluster.UID, d.DecisionID, lifetime)
 	if err != nil {
 		return err
 	}
@@ -250,6 +257,7 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 				credential.AnnotationRequest:    tcr.Name,
 				credential.AnnotationRequestUID: string(tcr.UID),
 				credential.AnnotationMAC:        mac,
+				credential.AnnotationLifetime:   strconv.FormatInt(lifetime, 10),
 			},
 		},
 		InvolvedObject: corev1.ObjectReference{

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"strconv"
 	"slices"
 	"strings"
 	"testing"
@@ -673,6 +674,44 @@ func TestAForgedAdmissionRecordIsRefused(t *testing.T) {
 
 	// The genuine one is still issued.
 	assert.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, f.answer(genuine)).Reason)
+}
+
+// What is signed is the lifetime admitted: a request that asked no ttl,
+// admitted when the purpose's default was 30 minutes (a record with a valid
+// MAC over that lifetime), is refused once the default the issuer finds is an
+// hour; one admitted for the hour is issued for it.
+func TestALifetimeOtherThanTheOneAdmittedIsRefused(t *testing.T) {
+	f := newFixture(t)
+	removeWebhook(t)
+	admitted := func(lifetime int64) *ichorv1alpha1.TalosCredentialRequest {
+		tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+		var cluster ichorv1alpha1.TalosCluster
+		require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "demo"}, &cluster))
+		key, err := keys.Key(f.ctx)
+		require.NoError(t, err)
+		const decision = "4b0d7c52-8f7c-4f55-9d6c-0c3b2d9a1e77"
+		mac, err := credential.MAC(key, tcr, f.ns, cluster.UID, decision, lifetime)
+		require.NoError(t, err)
+		require.NoError(t, env.Client.Create(f.ctx, &corev1.Event{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: credential.RecordName(tcr.UID), Annotations: map[string]string{
+				credential.AnnotationDecisionID: decision, credential.AnnotationMAC: mac,
+				credential.AnnotationLifetime: strconv.FormatInt(lifetime, 10),
+			}},
+			InvolvedObject: corev1.ObjectReference{Kind: "TalosCluster", Namespace: f.ns, Name: "demo", UID: cluster.UID},
+			Reason:         "TalosconfigReader", Message: "admitted", Type: corev1.EventTypeNormal,
+		}))
+		return tcr
+	}
+	shorter, same := admitted(1800), admitted(3600)
+	restoreWebhook(t)
+
+	c := ready(t, f.answer(shorter))
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
+	assert.Contains(t, c.Message, "LifetimeNotAdmitted: the credential would now live 1h0m0s, not the 1800 seconds admitted")
+	got := f.answer(same)
+	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, got).Reason)
+	cert := parseCert(t, got.Status.Certificate)
+	assert.Equal(t, time.Hour, cert.NotAfter.Sub(cert.NotBefore))
 }
 
 func TestAClusterRecreatedSinceAdmissionDoesNotInheritTheAdmission(t *testing.T) {

@@ -337,16 +337,16 @@ func (r *Reconciler) admission(ctx context.Context, tcr *ichorv1alpha1.TalosCred
 	if err != nil {
 		return engine.AdmissionProof{}, err
 	}
-	ok, decisionID, why := credential.Verify(key, tcr, clusterUID, &record)
+	ok, admitted, why := credential.Verify(key, tcr, clusterUID, &record)
 	if !ok {
 		// The key may have been replaced since it was read: read it again
 		// once before calling the record unverifiable.
 		if key, err = r.Keys.Reload(ctx); err != nil {
 			return engine.AdmissionProof{}, err
 		}
-		ok, decisionID, why = credential.Verify(key, tcr, clusterUID, &record)
+		ok, admitted, why = credential.Verify(key, tcr, clusterUID, &record)
 	}
-	return engine.AdmissionProof{Recorded: true, Verified: ok, DecisionID: decisionID, Error: why}, nil
+	return engine.AdmissionProof{Recorded: true, Verified: ok, DecisionID: admitted.DecisionID, LifetimeSeconds: admitted.LifetimeSeconds, Error: why}, nil
 }
 
 // failure is an error that answers the request (Failed) rather than being

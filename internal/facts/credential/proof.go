@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -29,8 +30,10 @@ import (
 // TalosCluster before it admits (ADR 0124): it names the Event after the
 // request's UID, which the API server assigns before validating admission and
 // nobody can choose, and annotates it with a MAC over the request's UID,
-// namespace, name and spec (requester included), the TalosCluster's UID and
-// the admission decision id, made with a key only the manager holds. The issuer looks the Event up by
+// namespace, name and spec (requester included), the TalosCluster's UID, the
+// admission decision id and the lifetime admitted (the purpose's default when
+// the spec asks none, which a bundle may change before the issuer signs),
+// made with a key only the manager holds. The issuer looks the Event up by
 // the UID and verifies the MAC: a request is admitted only if both hold.
 // Anyone who may create Events in the namespace can write such an Event, but
 // not its MAC; anyone who may delete Events can delete it, which refuses the
@@ -43,6 +46,9 @@ const (
 	AnnotationRequest    = "ichor.dev/taloscredentialrequest"
 	AnnotationRequestUID = "ichor.dev/taloscredentialrequest-uid"
 	AnnotationMAC        = "ichor.dev/admission-mac"
+	// AnnotationLifetime is the lifetime admitted, in whole seconds. A
+	// record of a webhook older than it has none, and its MAC covers none.
+	AnnotationLifetime = "ichor.dev/lifetime-seconds"
 )
 
 // KeySecretKey is the key of the admission key Secret's data that holds the
@@ -166,12 +172,11 @@ func (k *Keys) load(ctx context.Context) ([]byte, error) {
 
 // MAC is the admission MAC of a request, the UID of the TalosCluster it was
 // admitted for (so a cluster deleted and created again under the same name,
-// with other CAs, does not inherit it) and its admission decision id.
-func MAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string, clusterUID types.UID, decisionID string) (string, error) {
-	// encoding/json writes struct fields in order and map keys sorted, so
-	// the webhook and the issuer, each decoding the object into the same
-	// type, serialize the same content to the same bytes.
-	payload, err := json.Marshal(struct {
+// with other CAs, does not inherit it), its admission decision id and the
+// lifetime admitted in whole seconds; a lifetime of 0 is a record of a
+// webhook from before the lifetime was covered (version 2).
+func MAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string, clusterUID types.UID, decisionID string, lifetimeSeconds int64) (string, error) {
+	type v2 struct {
 		Version    int                                      `json:"v"`
 		UID        types.UID                                `json:"uid"`
 		Namespace  string                                   `json:"namespace"`
@@ -179,7 +184,20 @@ func MAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string
 		Spec       ichorv1alpha1.TalosCredentialRequestSpec `json:"spec"`
 		ClusterUID types.UID                                `json:"cluster_uid"`
 		DecisionID string                                   `json:"decision_id"`
-	}{2, tcr.UID, namespace, tcr.Name, tcr.Spec, clusterUID, decisionID})
+	}
+	// encoding/json writes struct fields in order and map keys sorted, so
+	// the webhook and the issuer, each decoding the object into the same
+	// type, serialize the same content to the same bytes.
+	var payload []byte
+	var err error
+	if lifetimeSeconds == 0 {
+		payload, err = json.Marshal(v2{2, tcr.UID, namespace, tcr.Name, tcr.Spec, clusterUID, decisionID})
+	} else {
+		payload, err = json.Marshal(struct {
+			v2
+			LifetimeSeconds int64 `json:"lifetime_seconds"`
+		}{v2{3, tcr.UID, namespace, tcr.Name, tcr.Spec, clusterUID, decisionID}, lifetimeSeconds})
+	}
 	if err != nil {
 		return "", fmt.Errorf("admission MAC: %w", err)
 	}
@@ -188,23 +206,40 @@ func MAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string
 	return base64.StdEncoding.EncodeToString(m.Sum(nil)), nil
 }
 
+// Admitted is what a verified admission record says of the admission: its
+// decision id, and the lifetime admitted in whole seconds (0: a record of a
+// webhook from before the lifetime was recorded).
+type Admitted struct {
+	DecisionID      string
+	LifetimeSeconds int64
+}
+
 // Verify reports whether the record proves the webhook admitted exactly
 // this request for the cluster with clusterUID: its MAC, with the current
-// key, covers the request's UID, namespace, name and spec, that cluster and
-// the decision id it names. A record that does not is described, never an
-// error: it is a fact for the rule.
-func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID, record *corev1.Event) (ok bool, decisionID, why string) {
-	decisionID = record.Annotations[AnnotationDecisionID]
+// key, covers the request's UID, namespace, name and spec, that cluster, the
+// decision id and the lifetime it names. A record that does not is
+// described, never an error: it is a fact for the rule.
+func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID, record *corev1.Event) (ok bool, admitted Admitted, why string) {
+	admitted.DecisionID = record.Annotations[AnnotationDecisionID]
 	got := record.Annotations[AnnotationMAC]
 	if got == "" {
-		return false, decisionID, fmt.Sprintf("the Event %s/%s carries no %s annotation", record.Namespace, record.Name, AnnotationMAC)
+		return false, admitted, fmt.Sprintf("the Event %s/%s carries no %s annotation", record.Namespace, record.Name, AnnotationMAC)
 	}
-	want, err := MAC(key, tcr, tcr.Namespace, clusterUID, decisionID)
+	if text, ok := record.Annotations[AnnotationLifetime]; ok {
+		// Whole seconds, written as strconv writes them: anything else is
+		// not a lifetime the webhook wrote.
+		n, err := strconv.ParseInt(text, 10, 64)
+		if err != nil || n <= 0 || strconv.FormatInt(n, 10) != text {
+			return false, Admitted{DecisionID: admitted.DecisionID}, fmt.Sprintf("the Event %s/%s carries a %s annotation that is not a lifetime in whole seconds", record.Namespace, record.Name, AnnotationLifetime)
+		}
+		admitted.LifetimeSeconds = n
+	}
+	want, err := MAC(key, tcr, tcr.Namespace, clusterUID, admitted.DecisionID, admitted.LifetimeSeconds)
 	if err != nil {
-		return false, decisionID, err.Error()
+		return false, Admitted{DecisionID: admitted.DecisionID}, err.Error()
 	}
 	if !hmac.Equal([]byte(got), []byte(want)) {
-		return false, decisionID, fmt.Sprintf("the MAC of the Event %s/%s does not match this request's uid, spec and requester, its cluster and the manager's admission key", record.Namespace, record.Name)
+		return false, Admitted{DecisionID: admitted.DecisionID}, fmt.Sprintf("the MAC of the Event %s/%s does not match this request's uid, spec and requester, its cluster, its decision and lifetime, and the manager's admission key", record.Namespace, record.Name)
 	}
-	return true, decisionID, ""
+	return true, admitted, ""
 }

@@ -107,7 +107,9 @@ admission := object.union(
 #   user who created the request); admission (the proof Go looked for: recorded, whether the
 #   webhook's admission record of this request exists; verified, whether its MAC, made with
 #   a key only the manager holds over the request's uid, spec and requester, checks out;
-#   decision_id of the admission; error, why it does not verify); authorization (the
+#   decision_id of the admission; lifetime_seconds, the lifetime the record says was
+#   admitted, absent from a record of an older webhook; error, why it does not verify);
+#   authorization (the
 #   SubjectAccessReview Go made as the requester just now, as at admission); cluster
 #   (exists; kubeconfig_ref, whether it judges another API server); admin_identity, only
 #   for a purpose whose requirements name an admin_binding (bindings: the ClusterRoleBindings

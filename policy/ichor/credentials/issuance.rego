@@ -44,6 +44,31 @@ _refused_at_issuance contains reason if {
 	}
 }
 
+# METADATA
+# title: Lifetime not the one admitted
+# description: |
+#   The admission record says the lifetime it admitted (under its MAC), and the credential
+#   would now have another: the request asked for no ttl, and the bundle changed the
+#   purpose's default between admission and signing. The Event that names the person says
+#   the lifetime admitted, and what is signed is what was admitted, so it is refused; ask
+#   again. A record of a webhook older than this check says no lifetime, and nothing is
+#   compared. Checked before signing.
+# custom:
+#   code: LifetimeNotAdmitted
+_refused_at_issuance contains reason if {
+	_admission_proven
+	admitted := input.admission.lifetime_seconds
+	lifetime := _lifetime(_request, _config.purposes)
+	admitted != lifetime
+	reason := {
+		"code": "LifetimeNotAdmitted",
+		"message": sprintf("%s %s, not the %v seconds admitted %s", [
+			"the credential would now live", _duration(lifetime), admitted,
+			"(the purpose's default changed since); ask again with a new request",
+		]),
+	}
+}
+
 _admission_proven if {
 	input.admission.recorded == true
 	input.admission.verified == true

@@ -243,3 +243,18 @@ test_a_review_that_is_not_an_object_is_no_review if {
 		_codes(_admit(_set("/authorization", authorization))) == ["AuthorizationMismatch"]
 	}
 }
+
+test_a_lifetime_other_than_the_one_admitted_is_refused if {
+	admitted := [{"op": "add", "path": "/admission/lifetime_seconds", "value": 3600}]
+	_issue(admitted).allowed
+	_issue(array.concat(admitted, _issue_ttl(3600))).allowed
+
+	# The default changed since admission (the record says 1800), or a record not a number.
+	d := _issue([{"op": "add", "path": "/admission/lifetime_seconds", "value": 1800}])
+	d.reasons == [{"code": "LifetimeNotAdmitted", "message": concat("", [
+		"the credential would now live 1h0m0s, not the 1800 seconds admitted ",
+		"(the purpose's default changed since); ask again with a new request",
+	])}]
+	not d.allowed
+	_codes(_issue([{"op": "add", "path": "/admission/lifetime_seconds", "value": "3600"}])) == ["LifetimeNotAdmitted"]
+}
