@@ -319,6 +319,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		in.Machine = &csrinput.Machine{Name: machine.Name, Namespace: machine.Namespace, Cluster: machine.Spec.ClusterName}
 	}
 
+	if ctx.Err() != nil {
+		// Stopping: no verdict is reached, nor logged, that would not be
+		// written; the next leader decides the request.
+		logger.V(1).Info("not decided: the manager is stopping")
+		return reconcile.Result{}, nil
+	}
 	d, err := r.Engine.KubeletClient(ctx, in)
 	if errors.Is(err, engine.ErrNoDecision) {
 		// The rule does not govern this request; nothing here will change that.
@@ -339,14 +345,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	case engine.ActionApprove:
 		if ctx.Err() != nil {
 			// Stopping: a write not begun is the next leader's to make.
-			return reconcile.Result{}, ctx.Err()
+			logger.V(1).Info("not written: the manager is stopping")
+			return reconcile.Result{}, nil
 		}
 		// Begun, the write is finished and recorded even if the manager
-		// stops meanwhile (the client's timeout bounds it): no other
-		// replica records a verdict of this one's, so a write cut short
-		// that the API server applied would be in effect without its
-		// record. The leader Lease is let go once this returns.
-		ctx := context.WithoutCancel(ctx)
+		// stops meanwhile (within approval.FinishGrace): no other replica
+		// records a verdict of this one's, so a write cut short that the
+		// API server applied would be in effect without its record. The
+		// leader Lease is let go once this returns.
+		ctx, cancel := approval.Finishing(ctx, approval.FinishGrace)
+		defer cancel()
 		if err := approval.Approve(ctx, r.Clientset, &csr, ApprovalReason, d.ConditionMessage(), now); err != nil {
 			var unknown *approval.UnknownOutcome
 			if errors.As(err, &unknown) {

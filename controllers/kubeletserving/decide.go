@@ -466,6 +466,11 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		logger.V(1).Info("not decided: the cluster is no longer served by this replica")
 		return nil
 	}
+	if ctx.Err() != nil {
+		// The manager is stopping (or the cluster's target ended): no
+		// verdict is reached, nor logged, that would not be written.
+		return fmt.Errorf("not decided: %w", context.Cause(ctx))
+	}
 	d, err := p.r.Engine.KubeletServing(ctx, in)
 	if errors.Is(err, engine.ErrNoDecision) {
 		return nil
@@ -501,7 +506,35 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	// write is refused.
 	var earlier approval.UncertainWrite
 	var hadEarlier bool
+	// The write is cancelled if the shard goes before it is sent; its
+	// record, once it was written, is kept whatever happens meanwhile.
+	record := context.WithoutCancel(ctx)
+	write := ctx
 	if d.Action == engine.ActionApprove || d.Action == engine.ActionDeny {
+		if p.fence == nil {
+			// Not shared out, nobody records a verdict of this replica's
+			// but itself: a write not begun once the manager was told to
+			// stop is the next leader's to make (and nothing is taken
+			// from the uncertain writes for it); one begun is finished
+			// and recorded, within approval.FinishGrace.
+			if ctx.Err() != nil {
+				return fmt.Errorf("not written: %w", context.Cause(ctx))
+			}
+			var cancel context.CancelFunc
+			write, cancel = approval.Finishing(ctx, approval.FinishGrace)
+			defer cancel()
+			if p.target.watch != nil {
+				// A turn still ends with its target (review 10 F1): a
+				// kubeconfig withdrawn or a cluster forgotten while the
+				// manager runs, not the manager's stop, which ends every
+				// target's watch too.
+				defer context.AfterFunc(p.target.watch, func() {
+					if p.r.runCtx == nil || p.r.runCtx.Err() == nil {
+						cancel()
+					}
+				})()
+			}
+		}
 		// Just before the write, and whatever came before: this replica
 		// still serves the cluster and was renewed within the renew
 		// deadline, or it writes nothing (review 4, S1). Until done, a
@@ -517,36 +550,6 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		// may see the write in its cache before this worker records it.
 		p.r.adoptions.wrote(p.key(), d.DecisionID)
 		earlier, hadEarlier = p.r.uncertain.Take(p.memoKey(csr))
-	}
-	// The write is cancelled if the shard goes before it is sent; its
-	// record, once it was written, is kept whatever happens meanwhile.
-	record := context.WithoutCancel(ctx)
-	write := ctx
-	if p.fence == nil && (d.Action == engine.ActionApprove || d.Action == engine.ActionDeny) {
-		// Not shared out, nobody records a verdict of this replica's but
-		// itself: begun, a write is finished and recorded even if the
-		// manager stops meanwhile (the client's timeout bounds it), and
-		// the leader Lease is let go once the workers return; one not
-		// begun is the next leader's to make. A write cut short that the
-		// API server applied would be in effect without its record.
-		if ctx.Err() != nil {
-			logger.Info("not written: the manager is stopping")
-			return nil
-		}
-		var cancel context.CancelFunc
-		write, cancel = context.WithCancel(record)
-		defer cancel()
-		if p.target.watch != nil {
-			// A turn still ends with its target (review 10 F1): a
-			// kubeconfig withdrawn or a cluster forgotten while the
-			// manager runs, not the manager's stop, which ends every
-			// target's watch too.
-			defer context.AfterFunc(p.target.watch, func() {
-				if p.r.runCtx == nil || p.r.runCtx.Err() == nil {
-					cancel()
-				}
-			})()
-		}
 	}
 	recorded := true
 	owed := engine.Applied{DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten}

@@ -538,6 +538,11 @@ func TestAnApprovalInFlightWhenTheLeaderStopsIsFinishedAndRecorded(t *testing.T)
 	list, err := p.requestsOf(context.Background(), "system:node:a")
 	require.NoError(t, err)
 	require.Len(t, list, 1)
-	require.NoError(t, p.act(ctx, logr.Discard(), &list[0], nil, 0, approve()))
+	// An earlier write of unknown outcome stays uncertain: nothing
+	// written now settles it (review 19, M1).
+	key := p.memoKey(&list[0])
+	g.r.uncertain.Add(key, approval.UncertainWrite{ResourceVersion: list[0].ResourceVersion, At: time.Now()})
+	require.ErrorIs(t, p.act(ctx, logr.Discard(), &list[0], nil, 0, approve()), context.Canceled)
 	assert.Zero(t, held.Writes(), "written after the stop")
+	assert.True(t, g.r.uncertain.Has(key), "an earlier write of unknown outcome was forgotten by a write not made")
 }

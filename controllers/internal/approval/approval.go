@@ -113,6 +113,12 @@ func write(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.Cer
 	var lastVersion string
 	err := retry.RetryOnConflict(conflictRetry, func() error {
 		if current == nil {
+			if stopping(ctx) {
+				// Not tried again once the manager was told to stop
+				// (Finishing): the conflicted write was not applied, and
+				// another leader may be deciding the request by now.
+				return errors.New("not written: it conflicted, and the manager is stopping")
+			}
 			// A conflict: read the request as it is now. Its spec cannot
 			// change (the API server refuses it), so the verdict still
 			// holds for it unless someone decided it meanwhile, or it is

@@ -88,9 +88,11 @@ type Attribute struct {
 }
 
 // SAN is one subject alternative name. Type is one of dns, ip, email, uri,
-// other_name, x400_address, directory_name, edi_party_name, registered_id.
-// Names of the types crypto/x509 does not decode carry their DER in hex, so
-// that a rule sees them rather than nothing.
+// other_name, x400_address, directory_name, edi_party_name, registered_id,
+// or unknown (another class or tag, or a tag in the other DER form than its
+// alternative's, which crypto/x509 reads as no name). Names of the types
+// crypto/x509 does not decode carry their DER in hex, so that a rule sees
+// them rather than nothing.
 type SAN struct {
 	Type  string `json:"type"`
 	Value string `json:"value"`

@@ -1,0 +1,72 @@
+package approval_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
+)
+
+// A write begun before the stop is not cut short by it, only grace after
+// it; ended by its own cancel, it leaves nothing running.
+func TestAFinishingWriteOutlivesTheStopForItsGrace(t *testing.T) {
+	parent, stop := context.WithCancel(context.Background())
+	ctx, cancel := approval.Finishing(parent, time.Second)
+	defer cancel()
+	stop()
+	require.Never(t, func() bool { return ctx.Err() != nil }, 100*time.Millisecond, time.Millisecond, "cut short by the stop")
+	require.Eventually(t, func() bool { return ctx.Err() != nil }, 10*time.Second, time.Millisecond, "not ended after its grace")
+
+	parent, stop = context.WithCancel(context.Background())
+	defer stop()
+	ctx, cancel = approval.Finishing(parent, time.Hour)
+	cancel()
+	assert.ErrorIs(t, ctx.Err(), context.Canceled)
+}
+
+// A write that conflicts once the manager was told to stop is not tried
+// again (another leader may be deciding the request by now): it was not
+// applied, and says so.
+func TestAWriteAfterTheStopIsNotTriedAgainOnAConflict(t *testing.T) {
+	csr := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-a", UID: "u1", ResourceVersion: "7"}}
+	for _, stopped := range []bool{false, true} {
+		cs := fake.NewClientset(csr.DeepCopy())
+		updates := 0
+		cs.PrependReactor("update", "certificatesigningrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+			updates++
+			if updates == 1 {
+				return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "certificates.k8s.io", Resource: "certificatesigningrequests"}, "csr-a", errors.New("the object has been modified"))
+			}
+			return false, nil, nil
+		})
+		parent, stop := context.WithCancel(context.Background())
+		ctx, cancel := approval.Finishing(parent, time.Minute)
+		if stopped {
+			stop()
+		}
+		err := approval.Approve(ctx, cs, csr.DeepCopy(), "IchorKubeletServing", "ok", time.Now())
+		cancel()
+		stop()
+		if !stopped {
+			require.NoError(t, err)
+			assert.Equal(t, 2, updates, "a conflict before the stop is not tried again")
+			continue
+		}
+		require.Error(t, err)
+		assert.Equal(t, 1, updates, "tried again after a conflict once the manager was told to stop")
+		var unknown *approval.UnknownOutcome
+		assert.False(t, errors.As(err, &unknown), "a conflicted write counts as maybe applied: %v", err)
+	}
+}
