@@ -62,10 +62,10 @@ func (r *Reconciler) review(ctx context.Context, csr *certificatesv1.Certificate
 // `ichor policy check-client-csr` builds the same input offline.
 func ReviewAttributes(subresource string) authorizationv1.ResourceAttributes {
 	return authorizationv1.ResourceAttributes{
-		Group: certificatesv1.GroupName,
-		// Any version, as kube-controller-manager asks: the permission is on
-		// the resource, whichever version of the API the request came in by.
-		Version:     "*",
+		// No version, as kube-controller-manager asks (sarapprove.go's
+		// recognizers): RBAC ignores it, and an authorizer webhook sees the
+		// very attributes it would have seen from kube-controller-manager.
+		Group:       certificatesv1.GroupName,
 		Resource:    "certificatesigningrequests",
 		Subresource: subresource,
 		Verb:        "create",

@@ -53,7 +53,7 @@ func kubeletClientCSR(b *testing.B) *certificatesv1.CertificateSigningRequest {
 
 func review(subresource string, allowed bool) csrinput.AccessReview {
 	return csrinput.AccessReview{
-		Verb: "create", Group: certificatesv1.GroupName, Version: "*",
+		Verb: "create", Group: certificatesv1.GroupName,
 		Resource: "certificatesigningrequests", Subresource: subresource, Allowed: allowed,
 	}
 }
