@@ -468,8 +468,11 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	}
 	if ctx.Err() != nil {
 		// The manager is stopping (or the cluster's target ended): no
-		// verdict is reached, nor logged, that would not be written.
-		return fmt.Errorf("not decided: %w", context.Cause(ctx))
+		// verdict is reached, nor logged, that would not be written. Not a
+		// failure: the request is looked at again by the next leader (or
+		// through the cluster's next target).
+		logger.V(1).Info("not decided: the turn ended", "cause", context.Cause(ctx))
+		return nil
 	}
 	d, err := p.r.Engine.KubeletServing(ctx, in)
 	if errors.Is(err, engine.ErrNoDecision) {
@@ -518,7 +521,8 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 			// from the uncertain writes for it); one begun is finished
 			// and recorded, within approval.FinishGrace.
 			if ctx.Err() != nil {
-				return fmt.Errorf("not written: %w", context.Cause(ctx))
+				logger.V(1).Info("not written: the turn ended", "cause", context.Cause(ctx))
+				return nil
 			}
 			var cancel context.CancelFunc
 			write, cancel = approval.Finishing(ctx, approval.FinishGrace)

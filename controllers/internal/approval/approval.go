@@ -86,6 +86,10 @@ func Deny(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.Cert
 	return write(ctx, cs, csr, certificatesv1.CertificateDenied, reason, message, now)
 }
 
+// errNotWrittenStopping is a conflicted write not made again because the
+// manager was told to stop: it was not applied.
+var errNotWrittenStopping = errors.New("not written: it conflicted, and the manager is stopping")
+
 // ErrDecidedMeanwhile is returned when a write conflicted because someone
 // else decided the request in the meantime: nothing was written here.
 var ErrDecidedMeanwhile = errors.New("decided by another writer meanwhile")
@@ -113,12 +117,6 @@ func write(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.Cer
 	var lastVersion string
 	err := retry.RetryOnConflict(conflictRetry, func() error {
 		if current == nil {
-			if stopping(ctx) {
-				// Not tried again once the manager was told to stop
-				// (Finishing): the conflicted write was not applied, and
-				// another leader may be deciding the request by now.
-				return errors.New("not written: it conflicted, and the manager is stopping")
-			}
 			// A conflict: read the request as it is now. Its spec cannot
 			// change (the API server refuses it), so the verdict still
 			// holds for it unless someone decided it meanwhile, or it is
@@ -137,6 +135,12 @@ func write(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.Cer
 				return nil
 			case IsDecided(live):
 				return ErrDecidedMeanwhile
+			case stopping(ctx):
+				// Not written again once the manager was told to stop
+				// (Finishing): another leader may be deciding the request
+				// by now. Read first all the same: the conflict may be
+				// this very write, applied by an earlier try (above).
+				return errNotWrittenStopping
 			}
 			current = live
 		}

@@ -36,9 +36,11 @@ func TestAFinishingWriteOutlivesTheStopForItsGrace(t *testing.T) {
 	assert.ErrorIs(t, ctx.Err(), context.Canceled)
 }
 
-// A write that conflicts once the manager was told to stop is not tried
+// A write that conflicts once the manager was told to stop is not made
 // again (another leader may be deciding the request by now): it was not
-// applied, and says so.
+// applied, and says so. The request is read first all the same: a conflict
+// that is this very write, applied by an earlier try whose answer was lost,
+// is written (review 20, M1).
 func TestAWriteAfterTheStopIsNotTriedAgainOnAConflict(t *testing.T) {
 	csr := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-a", UID: "u1", ResourceVersion: "7"}}
 	for _, stopped := range []bool{false, true} {
@@ -67,6 +69,28 @@ func TestAWriteAfterTheStopIsNotTriedAgainOnAConflict(t *testing.T) {
 		require.Error(t, err)
 		assert.Equal(t, 1, updates, "tried again after a conflict once the manager was told to stop")
 		var unknown *approval.UnknownOutcome
-		assert.False(t, errors.As(err, &unknown), "a conflicted write counts as maybe applied: %v", err)
+		assert.False(t, errors.As(err, &unknown), "a conflicted write not made again counts as maybe applied: %v", err)
 	}
+
+	// Applied by the first try, whose answer was lost; the second conflicts.
+	cs := fake.NewClientset(csr.DeepCopy())
+	gvr := certificatesv1.SchemeGroupVersion.WithResource("certificatesigningrequests")
+	updates := 0
+	cs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		updates++
+		if updates == 1 {
+			written := a.(k8stesting.UpdateAction).GetObject().(*certificatesv1.CertificateSigningRequest).DeepCopy()
+			written.ResourceVersion = "8"
+			if err := cs.Tracker().Update(gvr, written, ""); err != nil {
+				return true, nil, err
+			}
+		}
+		return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "certificates.k8s.io", Resource: "certificatesigningrequests"}, "csr-a", errors.New("the object has been modified"))
+	})
+	parent, stop := context.WithCancel(context.Background())
+	stop()
+	ctx, cancel := approval.Finishing(parent, time.Minute)
+	defer cancel()
+	require.NoError(t, approval.Approve(ctx, cs, csr.DeepCopy(), "IchorKubeletServing", "ok", time.Now()), "the write applied is not written")
+	assert.Equal(t, 1, updates, "written again after the stop")
 }
