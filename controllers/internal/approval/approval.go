@@ -115,47 +115,17 @@ func write(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.Cer
 	// The version the last update was made on: a write answered with an
 	// error that may have been applied was made on it.
 	var lastVersion string
+	// last is the error of the last try: retry.OnError hands back its last
+	// conflict in place of an error that wraps a context's end (a timeout,
+	// a cancel), which here is a write of unknown outcome (review 21, M1).
+	var last error
 	err := retry.RetryOnConflict(conflictRetry, func() error {
-		if current == nil {
-			// A conflict: read the request as it is now. Its spec cannot
-			// change (the API server refuses it), so the verdict still
-			// holds for it unless someone decided it meanwhile, or it is
-			// another request of the same name.
-			live, err := cs.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
-			if err != nil {
-				return fmt.Errorf("read it again after a conflict: %w", err)
-			}
-			switch {
-			case live.UID != csr.UID:
-				return fmt.Errorf("read it again after a conflict: it is another request now (uid %s, decided on %s)", live.UID, csr.UID)
-			case hasCondition(live, condition):
-				// This very write, applied by an earlier try whose
-				// answer was lost (client-go sends a write again by
-				// itself after a 5xx with Retry-After): written.
-				return nil
-			case IsDecided(live):
-				return ErrDecidedMeanwhile
-			case stopping(ctx):
-				// Not written again once the manager was told to stop
-				// (Finishing): another leader may be deciding the request
-				// by now. Read first all the same: the conflict may be
-				// this very write, applied by an earlier try (above).
-				return errNotWrittenStopping
-			}
-			current = live
-		}
-		// The resourceVersion of the object decided on (or read again
-		// since): if the request changed, the update conflicts.
-		updated := current.DeepCopy()
-		updated.Status.Conditions = append(updated.Status.Conditions, condition)
-		lastVersion = current.ResourceVersion
-		_, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, updated, metav1.UpdateOptions{})
-		if err != nil && mayHaveApplied(err) {
-			err = &UnknownOutcome{ResourceVersion: lastVersion, Err: err}
-		}
-		current = nil
-		return err
+		last = try(ctx, cs, csr, condition, &current, &lastVersion)
+		return last
 	})
+	if err != nil && last != nil {
+		err = last
+	}
 	if err != nil {
 		verb := "approve"
 		if kind == certificatesv1.CertificateDenied {
@@ -164,6 +134,53 @@ func write(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.Cer
 		return fmt.Errorf("%s CSR %s: %w", verb, csr.Name, err)
 	}
 	return nil
+}
+
+// try makes one try of a verdict write: on *current, or, after a conflict
+// (*current nil), on the request read again. *lastVersion is the version
+// the last update was made on.
+func try(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest, condition certificatesv1.CertificateSigningRequestCondition, current **certificatesv1.CertificateSigningRequest, lastVersion *string) error {
+	if *current == nil {
+		// A conflict: read the request as it is now. Its spec cannot
+		// change (the API server refuses it), so the verdict still
+		// holds for it unless someone decided it meanwhile, or it is
+		// another request of the same name.
+		live, err := cs.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+		if err != nil {
+			// The conflict may be this very write, applied by an
+			// earlier try (below): nothing says it was not.
+			return &UnknownOutcome{ResourceVersion: *lastVersion, Err: fmt.Errorf("read it again after a conflict: %w", err)}
+		}
+		switch {
+		case live.UID != csr.UID:
+			return fmt.Errorf("read it again after a conflict: it is another request now (uid %s, decided on %s)", live.UID, csr.UID)
+		case hasCondition(live, condition):
+			// This very write, applied by an earlier try whose
+			// answer was lost (client-go sends a write again by
+			// itself after a 5xx with Retry-After): written.
+			return nil
+		case IsDecided(live):
+			return ErrDecidedMeanwhile
+		case stopping(ctx):
+			// Not written again once the manager was told to stop
+			// (Finishing): another leader may be deciding the request
+			// by now. Read first all the same: the conflict may be
+			// this very write, applied by an earlier try (above).
+			return errNotWrittenStopping
+		}
+		*current = live
+	}
+	// The resourceVersion of the object decided on (or read again
+	// since): if the request changed, the update conflicts.
+	updated := (*current).DeepCopy()
+	updated.Status.Conditions = append(updated.Status.Conditions, condition)
+	*lastVersion = (*current).ResourceVersion
+	_, err := cs.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, csr.Name, updated, metav1.UpdateOptions{})
+	if err != nil && mayHaveApplied(err) {
+		err = &UnknownOutcome{ResourceVersion: *lastVersion, Err: err}
+	}
+	*current = nil
+	return err
 }
 
 // hasCondition reports whether the request carries the condition this write

@@ -3,6 +3,7 @@ package approval_test
 import (
 	"context"
 	"errors"
+	"net/url"
 	"testing"
 	"time"
 
@@ -93,4 +94,42 @@ func TestAWriteAfterTheStopIsNotTriedAgainOnAConflict(t *testing.T) {
 	defer cancel()
 	require.NoError(t, approval.Approve(ctx, cs, csr.DeepCopy(), "IchorKubeletServing", "ok", time.Now()), "the write applied is not written")
 	assert.Equal(t, 1, updates, "written again after the stop")
+}
+
+// A write whose try after a conflict ends with its context (a timeout, a
+// cancel: the API server may still apply it) is of unknown outcome, not the
+// conflict before it, which client-go's retry hands back in its place; so is
+// one whose request cannot be read again after the conflict, which may be
+// this very write, applied by an earlier try (review 21, M1).
+func TestAWriteCutShortAfterAConflictIsOfUnknownOutcome(t *testing.T) {
+	conflict := apierrors.NewConflict(schema.GroupResource{Group: "certificates.k8s.io", Resource: "certificatesigningrequests"}, "csr-a", errors.New("the object has been modified"))
+	csr := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-a", UID: "u1", ResourceVersion: "7"}}
+	for _, cause := range []error{context.DeadlineExceeded, context.Canceled} {
+		cs := fake.NewClientset(csr.DeepCopy())
+		updates := 0
+		cs.PrependReactor("update", "certificatesigningrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+			updates++
+			if updates == 1 {
+				return true, nil, conflict
+			}
+			return true, nil, &url.Error{Op: "Put", URL: "https://api/x", Err: cause}
+		})
+		err := approval.Approve(context.Background(), cs, csr.DeepCopy(), "IchorKubeletServing", "ok", time.Now())
+		var unknown *approval.UnknownOutcome
+		require.True(t, errors.As(err, &unknown), "%v: a write cut short after a conflict is not of unknown outcome: %v", cause, err)
+		assert.Equal(t, 2, updates)
+		assert.Equal(t, "7", unknown.ResourceVersion)
+	}
+
+	cs := fake.NewClientset(csr.DeepCopy())
+	cs.PrependReactor("update", "certificatesigningrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, conflict
+	})
+	cs.PrependReactor("get", "certificatesigningrequests", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("etcd is slow")
+	})
+	err := approval.Approve(context.Background(), cs, csr.DeepCopy(), "IchorKubeletServing", "ok", time.Now())
+	var unknown *approval.UnknownOutcome
+	require.True(t, errors.As(err, &unknown), "a write whose request cannot be read again after a conflict is not of unknown outcome: %v", err)
+	assert.Contains(t, err.Error(), "read it again after a conflict")
 }
