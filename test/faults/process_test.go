@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/bundleepoch"
 	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 	"github.com/ichor-dev/ichor-policy/test/harness"
@@ -149,6 +150,58 @@ func TestAManagerKilledMidBurstLosesNothingAndDecidesNothingTwice(t *testing.T) 
 	f.manager("second", nil)
 	waitDecided(f.ctx, t, names, 60*time.Second)
 	exactlyOnceApproved(f.ctx, t, names)
+}
+
+// A manager stopped by SIGTERM halfway through a burst, with its writes on
+// the wire: it begins no more, finishes those and records them before it
+// exits, and the next one decides the rest. Every request carries one
+// verdict, and over both decision logs exactly one applied record, of the
+// verdict in effect. (Before: a write on the wire was cancelled with the
+// stop, and one the API server applied had no record: nobody records a
+// leader's verdicts but itself.)
+func TestAManagerStoppedMidBurstRecordsEveryVerdictItWrote(t *testing.T) {
+	f := newFixture(t)
+	// Each approval is applied at once and answered a second later: the
+	// stop comes while they are on the wire.
+	p := &faultProxy{holdAnswer: time.Second}
+	first := f.manager("first", []string{"--kubeconfig=" + p.start(t)})
+	names := f.burst("q", 30, 49)
+	require.Eventually(t, func() bool { return len(decisions(f.ctx, t, names)) >= len(names)/3 }, 60*time.Second, 20*time.Millisecond)
+	require.NoError(t, first.Signal(syscall.SIGTERM))
+	select {
+	case <-first.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the manager did not exit within 30 s of SIGTERM")
+	}
+	t.Logf("stopped with %d of %d decided, %d approvals sent", len(decisions(f.ctx, t, names)), len(names), p.writes.Load())
+	second := f.manager("second", nil)
+	waitDecided(f.ctx, t, names, 60*time.Second)
+	exactlyOnceApproved(f.ctx, t, names)
+	// Stopped too, so that its log holds the record of its last write.
+	require.NoError(t, second.Signal(syscall.SIGTERM))
+	select {
+	case <-second.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second manager did not exit within 30 s of SIGTERM")
+	}
+
+	records := map[string][]string{}
+	for _, m := range []*harness.ManagerProcess{first, second} {
+		for _, e := range entries(t, m) {
+			var in struct {
+				DecisionID string `json:"decision_id"`
+				Object     string `json:"object"`
+			}
+			if e.Path == decisionlog.PathApplied && json.Unmarshal(e.Input, &in) == nil {
+				records[in.Object] = append(records[in.Object], in.DecisionID)
+			}
+		}
+	}
+	for name, conds := range decisions(f.ctx, t, names) {
+		id, ok := engine.DecisionOfMessage(conds[0].Message)
+		require.True(t, ok, "%s: %s", name, conds[0].Message)
+		assert.Equal(t, []string{id}, records["csr/"+name], "%s: applied records over both logs", name)
+	}
 }
 
 // Two managers that both act (leader election off, by mistake): the API

@@ -42,6 +42,10 @@ type faultProxy struct {
 	conflictFirst int
 	mu            sync.Mutex
 	firstWrites   map[string]bool
+	// holdAnswer, when set, sends every approval write to the API server
+	// at once (it is applied) and holds its answer that long, as an API
+	// server slow to answer; a client that goes away meanwhile gets none.
+	holdAnswer time.Duration
 }
 
 // conflictFirstWrite reports whether this write, the request's first, is to
@@ -72,6 +76,22 @@ func (p *faultProxy) start(t *testing.T) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPut || !strings.HasSuffix(r.URL.Path, "/approval") {
 			rp.ServeHTTP(w, r)
+			return
+		}
+		if p.holdAnswer > 0 {
+			p.writes.Add(1)
+			rec := httptest.NewRecorder()
+			rp.ServeHTTP(rec, r)
+			select {
+			case <-time.After(p.holdAnswer):
+			case <-r.Context().Done():
+				return
+			}
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(rec.Body.Bytes())
 			return
 		}
 		if p.refuse != "" {
