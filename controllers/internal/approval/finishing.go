@@ -21,8 +21,9 @@ type stoppedKey struct{}
 // (nobody else records a verdict of its own, and a write cut short that the
 // API server applied would be in effect without its record), but does not
 // wait past its own shutdown deadline on a slow API server. A write on it
-// after ctx ended tries once: a conflict then is final, since another
-// leader may be deciding the request by now.
+// that conflicts after ctx ended reads the request once more (the conflict
+// may be this very write, applied by an earlier try) and is not made again:
+// another leader may be deciding the request by now.
 func Finishing(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
 	out, cancel := context.WithCancel(context.WithValue(context.WithoutCancel(ctx), stoppedKey{}, ctx.Done()))
 	stopGrace := context.AfterFunc(ctx, func() {
