@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/hex"
 	"math/big"
 	"net"
 	"strings"
@@ -205,6 +206,30 @@ func TestExtendedKeyUsagesAreNamed(t *testing.T) {
 		NotBefore: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), NotAfter: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC),
 	}))
 	assert.Equal(t, []string{}, (&servingcert.Reader{Roots: cluster.pool()}).Read(t.Context(), none).ExtKeyUsages)
+}
+
+// A certificate whose only name is the node's in the constructed form of a
+// DNS name has no name as Go (and every TLS client) reads it: the audit sees
+// it as a name of unknown type, which the rule calls drifted, not the node's
+// DNS name.
+func TestANameInTheWrongFormIsNotTheNodes(t *testing.T) {
+	cluster := newCA(t, "kubernetes")
+	name, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassContextSpecific, Tag: 2, IsCompound: true, Bytes: []byte("worker-1")})
+	require.NoError(t, err)
+	value, err := asn1.Marshal(asn1.RawValue{Class: asn1.ClassUniversal, Tag: asn1.TagSequence, IsCompound: true, Bytes: name})
+	require.NoError(t, err)
+	addr := serve(t, cluster.leaf(t, &x509.Certificate{
+		SerialNumber: big.NewInt(9),
+		Subject:      pkix.Name{CommonName: "system:node:worker-1", Organization: []string{"system:nodes"}},
+		NotBefore:    time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), NotAfter: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC),
+		ExtKeyUsage:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage:        x509.KeyUsageDigitalSignature,
+		ExtraExtensions: []pkix.Extension{{Id: csrinput.OIDSubjectAltName, Value: value}},
+	}))
+	got := (&servingcert.Reader{Roots: cluster.pool()}).Read(t.Context(), addr)
+	require.True(t, got.Read, got.Error)
+	assert.Empty(t, got.SANError)
+	assert.Equal(t, []csrinput.SAN{{Type: "unknown", Value: hex.EncodeToString(name)}}, got.SubjectAltNames)
 }
 
 // RFC 5280's "no expiry" (99991231235959Z) is a time like any other: in
