@@ -9,7 +9,9 @@ package ichor.credentials
 #   The request carries no proof that this policy's admission webhook admitted it: no
 #   admission record (the Event the webhook writes on the TalosCluster before it admits)
 #   exists for its uid, or the record's MAC, made with a key only the manager holds over
-#   the request's uid, namespace, name, spec and requester, does not verify. Such a request
+#   the request's uid, namespace, name, spec and requester, the cluster's uid and the
+#   admission's decision id (and the lifetime admitted, in a second MAC), does not verify.
+#   Such a request
 #   was created while the webhook was not serving (uninstalled, or its configuration deleted
 #   or narrowed), or its record expired with the API server's --event-ttl (1h by default).
 #   It stays refused when the webhook comes back; ask again with a new request.
