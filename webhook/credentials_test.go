@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"net/http"
 	"os"
@@ -685,24 +686,37 @@ func TestAKubeconfigForAClusterTheOperatorDidNotNameIsRefused(t *testing.T) {
 	require.NoError(t, bea.Create(f.ctx, talos))
 }
 
-// A bundle whose admission decision fails, or that admits without naming the
-// Event that records the issuance, gets the request refused: nothing is
-// stored, no Event is written, and the refusal says why.
+// A bundle whose admission decision fails, admits without naming the Event
+// that records the issuance, or admits a lifetime the record cannot hold,
+// gets the request refused: nothing is stored, no Event is written, and the
+// refusal says why.
 func TestAnOddAdmissionAnswerIsARefusal(t *testing.T) {
 	f := newFixture(t, true)
 	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
-	for _, tc := range []struct {
+	type oddCase struct {
 		name   string
 		answer func() (engine.CredentialAdmission, error)
 		says   string
-	}{
+	}
+	cases := []oddCase{
 		{"failed", func() (engine.CredentialAdmission, error) {
 			return engine.CredentialAdmission{}, errors.New("evaluate ichor/credentials/admission: builtin error")
 		}, "builtin error"},
 		{"no-event", func() (engine.CredentialAdmission, error) {
 			return engine.CredentialAdmission{Allowed: true, Reasons: engine.Reasons{{Code: "IchorCredentialAdmitted", Message: "yes"}}, DecisionID: "d-odd"}, nil
 		}, "the policy names no Event to record its issuance"},
-	} {
+	}
+	// A lifetime the record cannot hold (not a whole number of seconds, or
+	// beyond what the issuer can sign for).
+	for _, lifetime := range []float64{0, 1.5, -3600, math.NaN(), math.Inf(1), 1e19} {
+		cases = append(cases, oddCase{fmt.Sprintf("lifetime %v", lifetime), func() (engine.CredentialAdmission, error) {
+			return engine.CredentialAdmission{
+				Allowed: true, Reasons: engine.Reasons{{Code: "IchorCredentialAdmitted", Message: "yes"}}, DecisionID: "d-odd",
+				LifetimeSeconds: lifetime, Event: &engine.CredentialEvent{Type: corev1.EventTypeNormal, Reason: "TalosconfigReader", Message: "odd"},
+			}, nil
+		}, "not a whole number from 1 to"})
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			odd.Set(f.ns, tc.answer)
 			t.Cleanup(func() { odd.Set(f.ns, nil) })
