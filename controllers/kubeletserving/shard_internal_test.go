@@ -663,6 +663,21 @@ func TestAnAdoptionRetriedRecordsOnlyWhatItHadNotRecorded(t *testing.T) {
 // next holder: the pass that forgets it settles its act, so the shard's next
 // release may say settled (before, such acts stayed pending for as long as
 // the hold, and every release said unsettled since their stamp).
+// failedWriteOfUnknownOutcome has a pass of the fixture's cluster, under
+// fence, fail the verdict write on the request name with a timeout at at (it
+// may have been applied), and returns the request and cluster as read.
+func failedWriteOfUnknownOutcome(t *testing.T, f *queueFixture, fence *recordingFence, name string, at time.Time) (certificatesv1.CertificateSigningRequest, ichorv1alpha1.TalosCluster) {
+	t.Helper()
+	ctx := context.Background()
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	var csr certificatesv1.CertificateSigningRequest
+	require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: name}, &csr))
+	p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: at, fence: fence}
+	p.writeFailed(&approval.UnknownOutcome{ResourceVersion: csr.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &csr, at, approval.UncertainWrite{}, false)
+	return csr, c
+}
+
 func TestARequestGoneSettlesItsUnsettledAct(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	clk := clocktesting.NewFakeClock(t0)
@@ -670,12 +685,7 @@ func TestARequestGoneSettlesItsUnsettledAct(t *testing.T) {
 	fence := &recordingFence{pending: map[string]time.Time{}}
 	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
 	ctx := context.Background()
-	var c ichorv1alpha1.TalosCluster
-	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
-	var csr certificatesv1.CertificateSigningRequest
-	require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: "csr-x"}, &csr))
-	p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: fence}
-	p.writeFailed(&approval.UnknownOutcome{ResourceVersion: csr.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &csr, t0, approval.UncertainWrite{}, false)
+	csr, _ := failedWriteOfUnknownOutcome(t, f, fence, "csr-x", t0)
 	require.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled())
 
 	// Still there: a pass keeps it unsettled.
@@ -943,12 +953,7 @@ func TestAClusterGoneOrDisabledSettlesItsUncertainActs(t *testing.T) {
 			shards := &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
 			f.r.Shards = shards
 			ctx := context.Background()
-			var c ichorv1alpha1.TalosCluster
-			require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
-			var csr certificatesv1.CertificateSigningRequest
-			require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: "csr-x"}, &csr))
-			p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: fence}
-			p.writeFailed(&approval.UnknownOutcome{ResourceVersion: csr.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &csr, t0, approval.UncertainWrite{}, false)
+			_, c := failedWriteOfUnknownOutcome(t, f, fence, "csr-x", t0)
 			require.NotEmpty(t, fence.unsettled())
 			switch how {
 			case "deleted":
