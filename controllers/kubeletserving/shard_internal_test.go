@@ -362,8 +362,7 @@ func TestAWriteThatTimedOutIsUnsettledWithItsStampUntilItIsRecorded(t *testing.T
 	f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
 	rec := &recordingDecider{decider: f.dec}
 	f.r.Engine = rec
-	fence := &recordingFence{pending: map[string]time.Time{}}
-	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	fence := servedThrough(f)
 	f.dec.decide = func(context.Context, string) (engine.CSRDecision, error) {
 		clk.Step(2500 * time.Millisecond) // the node's read
 		return approve(), nil
@@ -470,8 +469,7 @@ func refusedRecordFixture(t *testing.T) (*queueFixture, *recordingFence, *clockt
 	clk := clocktesting.NewFakeClock(t0)
 	f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
 	f.r.Engine = failingRecorder{f.dec}
-	fence := &recordingFence{pending: map[string]time.Time{}}
-	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	fence := servedThrough(f)
 	f.add("system:node:x")
 	require.True(t, f.r.next(context.Background()))
 	require.True(t, f.approved(t, "csr-x"))
@@ -663,6 +661,14 @@ func TestAnAdoptionRetriedRecordsOnlyWhatItHadNotRecorded(t *testing.T) {
 // next holder: the pass that forgets it settles its act, so the shard's next
 // release may say settled (before, such acts stayed pending for as long as
 // the hold, and every release said unsettled since their stamp).
+// servedThrough has this replica serve the fixture's cluster through a
+// recording fence, which it returns.
+func servedThrough(f *queueFixture) *recordingFence {
+	fence := &recordingFence{pending: map[string]time.Time{}}
+	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	return fence
+}
+
 // failedWriteOfUnknownOutcome has a pass of the fixture's cluster, under
 // fence, fail the verdict write on the request name with a timeout at at (it
 // may have been applied), and returns the request and cluster as read.
@@ -682,8 +688,7 @@ func TestARequestGoneSettlesItsUnsettledAct(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	clk := clocktesting.NewFakeClock(t0)
 	f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
-	fence := &recordingFence{pending: map[string]time.Time{}}
-	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	fence := servedThrough(f)
 	ctx := context.Background()
 	csr, _ := failedWriteOfUnknownOutcome(t, f, fence, "csr-x", t0)
 	require.Equal(t, map[string]time.Time{"ns/demo/uid-csr-x": t0}, fence.unsettled())
@@ -715,8 +720,7 @@ func TestAWriteThatMayStillCommitStaysUnsettledUntilAnotherIsWritten(t *testing.
 			f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
 			rec := &recordingDecider{decider: f.dec}
 			f.r.Engine = rec
-			fence := &recordingFence{pending: map[string]time.Time{}}
-			f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+			fence := servedThrough(f)
 			var late atomic.Pointer[certificatesv1.CertificateSigningRequest]
 			f.csrs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, kruntime.Object, error) {
 				if late.Load() != nil {
@@ -830,8 +834,7 @@ func TestAnUncertainWriteMadeDuringAPassIsNotTakenForGone(t *testing.T) {
 	old := csrOf("system:node:a", "csr-a", t0)
 	approvedAs(&old, "0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2a", t0)
 	f := newQueueFixture(t, clk, old)
-	fence := &recordingFence{pending: map[string]time.Time{}}
-	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	fence := servedThrough(f)
 	f.r.adoptions.add(f.cluster, t0.Add(-5*time.Second), time.Time{}, func() {})
 	ctx := context.Background()
 	var c ichorv1alpha1.TalosCluster
@@ -862,8 +865,7 @@ func TestARequestWrittenAgainAfterAnUncertainWriteIsRecordedOnce(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	clk := clocktesting.NewFakeClock(t0)
 	f := newQueueFixture(t, clk, servingRequest(t, "csr-x", "x", t0))
-	fence := &recordingFence{pending: map[string]time.Time{}}
-	f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+	fence := servedThrough(f)
 	ctx := context.Background()
 	var c ichorv1alpha1.TalosCluster
 	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
@@ -919,8 +921,7 @@ func TestOnlyAWriteThatMayHaveBeenAppliedIsUncertain(t *testing.T) {
 			t0 := time.Unix(1_000_000, 0)
 			clk := clocktesting.NewFakeClock(t0)
 			f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
-			fence := &recordingFence{pending: map[string]time.Time{}}
-			f.r.Shards = &recordingShard{oneShard: oneShard{serving: true}, fence: fence}
+			fence := servedThrough(f)
 			f.csrs.PrependReactor("update", "certificatesigningrequests", func(k8stesting.Action) (bool, kruntime.Object, error) {
 				return true, nil, tc.err
 			})
