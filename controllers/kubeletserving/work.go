@@ -45,14 +45,16 @@ func newQueue(clk clock.WithTicker) workqueue.TypedRateLimitingInterface[request
 		workqueue.TypedRateLimitingQueueConfig[requester]{Name: "kubeletserving_requests", Clock: clk})
 }
 
-// enqueue asks for a requester's requests in a cluster to be decided. A key
-// backing off after a failure to list them is left to its backoff: they are
-// all looked at when it comes. (A request that failed backs off on its own,
-// see failed.)
+// enqueue asks for a requester's requests in a cluster to be decided, as
+// controller-runtime queues a key on an event: at once, whether or not the key
+// is backing off after a failure to list them. An event is never dropped: one
+// that comes while the key's turn runs (the retry of a failed list among them)
+// turns the key again once that turn is done, so a request the turn listed too
+// early to see does not wait for the resync (review 21). What backs off on its
+// own is each request that failed (see failed) and a tenant's server that
+// stalls (the gate); a key's list fails only in a cache, so an event's turn
+// of a key backing off costs what any turn costs before its first request.
 func (r *Reconciler) enqueue(key requester) {
-	if r.queue.NumRequeues(key) > 0 {
-		return
-	}
 	r.queue.Add(key)
 }
 

@@ -3,6 +3,7 @@ package kubeletserving
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -27,6 +28,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
@@ -545,4 +547,50 @@ func TestAnApprovalInFlightWhenTheLeaderStopsIsFinishedAndRecorded(t *testing.T)
 	require.NoError(t, p.act(ctx, logr.Discard(), &list[0], nil, 0, approve()))
 	assert.Zero(t, held.Writes(), "written after the stop")
 	assert.True(t, g.r.uncertain.Has(key), "an earlier write of unknown outcome was forgotten by a write not made")
+}
+
+// An event for a requester whose turn is running is not dropped, even when
+// that turn is the retry of one whose list failed: the queue turns the key
+// again once the running turn is done (review 21). The clock does not move,
+// so neither the backoff nor a resync can bring the new request in.
+func TestAnEventDuringARetriedTurnIsNotDropped(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	f := newQueueFixture(t, clk, csrOf("system:node:a", "csr-a", clk.Now()))
+	later := csrOf("system:node:a", "csr-later", clk.Now())
+	later.UID = "uid-csr-later"
+	var lists atomic.Int32
+	f.r.Client = interceptor.NewClient(f.r.Client.(client.WithWatch), interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*certificatesv1.CertificateSigningRequestList); !ok {
+				return c.List(ctx, list, opts...)
+			}
+			switch lists.Add(1) {
+			case 1:
+				return errors.New("injected: the list failed")
+			case 2:
+				// The retried turn has listed; a request arrives, and its
+				// event, before the turn is done.
+				err := c.List(ctx, list, opts...)
+				require.NoError(t, c.Create(ctx, later.DeepCopy()))
+				_, cerr := f.csrs.CertificatesV1().CertificateSigningRequests().Create(ctx, later.DeepCopy(), metav1.CreateOptions{})
+				require.NoError(t, cerr)
+				f.add("system:node:a")
+				return err
+			}
+			return c.List(ctx, list, opts...)
+		},
+	})
+	f.start(t, 1)
+	f.add("system:node:a")
+	require.Eventually(t, func() bool { return f.r.queue.NumRequeues(requester{cluster: f.cluster, username: "system:node:a"}) == 1 },
+		5*time.Second, 5*time.Millisecond, "the failed list did not back off")
+	// The backoff's timer is set by the queue's delay loop: step until it
+	// has fired (a step before it is set is lost).
+	require.Eventually(t, func() bool {
+		clk.Step(maxBackoff)
+		return lists.Load() >= 2
+	}, 5*time.Second, 5*time.Millisecond, "the retry did not come")
+	require.Eventually(t, func() bool { return f.approved(t, "csr-a") }, 5*time.Second, 5*time.Millisecond)
+	assert.Eventually(t, func() bool { return f.approved(t, "csr-later") }, 5*time.Second, 5*time.Millisecond,
+		"the event that came during the retried turn was dropped: the request waits for the resync")
 }
