@@ -582,8 +582,10 @@ func TestAnEventDuringARetriedTurnIsNotDropped(t *testing.T) {
 	})
 	f.start(t, 1)
 	f.add("system:node:a")
-	require.Eventually(t, func() bool { return f.r.queue.NumRequeues(requester{cluster: f.cluster, username: "system:node:a"}) == 1 },
-		5*time.Second, 5*time.Millisecond, "the failed list did not back off")
+	backingOff := func() bool {
+		return f.r.queue.NumRequeues(requester{cluster: f.cluster, username: "system:node:a"}) == 1
+	}
+	require.Eventually(t, backingOff, 5*time.Second, 5*time.Millisecond, "the failed list did not back off")
 	// The backoff's timer is set by the queue's delay loop: step until it
 	// has fired (a step before it is set is lost).
 	require.Eventually(t, func() bool {
