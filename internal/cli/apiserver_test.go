@@ -17,6 +17,7 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/cli"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe/termsafetest"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
@@ -63,6 +64,7 @@ func TestCommandsOnTheAPIServer(t *testing.T) {
 	ae := startAPIEnv(t)
 	t.Run("check-csr NAME", ae.testCheckCSRByName)
 	t.Run("approve and deny", ae.testManualDecision)
+	t.Run("approve a request decided in other words", ae.testManualDecisionOfARequestDecidedInOtherWords)
 	t.Run("completion", ae.testCompletion)
 }
 
@@ -163,6 +165,29 @@ func (ae *apiEnv) testManualDecision(t *testing.T) {
 			assert.Contains(t, verdict.Message, "by hand with ichor: ")
 		})
 	}
+}
+
+// testManualDecisionOfARequestDecidedInOtherWords: the reason of the
+// verdict a request already carries is whoever wrote it's (the API server
+// does not hold a CSR condition's reason to a form): the refusal keeps it to
+// its line, so that it cannot print a line of its own (review 22 of the CLI's
+// output: a forged "approved" line under the refusal).
+func (ae *apiEnv) testManualDecisionOfARequestDecidedInOtherWords(t *testing.T) {
+	ctx := t.Context()
+	name := ae.env.SubmitCSR(t, ae.node, csrgen.ServingObject("csr-manual-forged", "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}})))
+	csr := ae.env.GetCSR(t, name)
+	reason := "Retired\n\nichor: certificatesigningrequest/csr-other approved by admin\u001b[2J"
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateDenied, Status: corev1.ConditionTrue, Reason: reason, Message: "m",
+	})
+	_, err := ae.env.Clientset.CertificatesV1().CertificateSigningRequests().UpdateApproval(ctx, name, csr, metav1.UpdateOptions{})
+	require.NoError(t, err, "the API server took the reason as it is")
+
+	code, stdout, stderr := run(t, "", "approve", name, "--message", "x", "--kubeconfig", ae.admin)
+	require.Equal(t, cli.ExitError, code, stdout+stderr)
+	termsafetest.AssertInert(t, stderr)
+	assert.NotContains(t, stderr, "\nichor: certificatesigningrequest/", "the reason printed a line of its own: %q", stderr)
+	assert.Contains(t, stderr, "it is Denied already (Retired\\n\\nichor: certificatesigningrequest/csr-other approved by admin^[[2J)")
 }
 
 // testCheckCSRByName: check-csr NAME reads the request from the cluster, as

@@ -158,7 +158,7 @@ func (o manualDecision) decide(ctx context.Context, cs kubernetes.Interface, nam
 	}
 	for _, c := range csr.Status.Conditions {
 		if c.Status == corev1.ConditionTrue && (c.Type == certificatesv1.CertificateApproved || c.Type == certificatesv1.CertificateDenied || c.Type == certificatesv1.CertificateFailed) {
-			return fmt.Errorf("%s: %w: it is %s already (%s)", name, errNotPending, c.Type, c.Reason)
+			return fmt.Errorf("%s: %w: it is %s already (%s)", name, errNotPending, c.Type, line(c.Reason))
 		}
 	}
 	kind := certificatesv1.CertificateDenied

@@ -829,7 +829,7 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 	}
 
 	for _, d := range decisionlog.SortedDirections(rep.Directions) {
-		fmt.Fprintf(w, "\n%s: %s\n", decisionlog.Arrow(d), plural(rep.Directions[d], "decision", "decisions"))
+		fmt.Fprintf(w, "\n%s: %s\n", line(decisionlog.Arrow(d)), plural(rep.Directions[d], "decision", "decisions"))
 		t := newTable([]string{"ID", "Time", "Policy", "Node/User", "Old → New", "New Codes"})
 		for _, c := range rep.Changes {
 			if c.Direction != d {

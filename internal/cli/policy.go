@@ -388,7 +388,7 @@ func decodeCSR(data []byte, what string, typed bool) (*certificatesv1.Certificat
 	case meta.APIVersion == "" || meta.Kind == "":
 		return nil, usage.Errorf("%s has no apiVersion and kind: it is not a Kubernetes manifest", what)
 	case meta.APIVersion != certificatesv1.SchemeGroupVersion.String() || meta.Kind != "CertificateSigningRequest":
-		return nil, usage.Errorf("%s is a %s (%s), not a %s CertificateSigningRequest", what, meta.Kind, meta.APIVersion, certificatesv1.SchemeGroupVersion)
+		return nil, usage.Errorf("%s is a %s (%s), not a %s CertificateSigningRequest", what, line(meta.Kind), line(meta.APIVersion), certificatesv1.SchemeGroupVersion)
 	}
 	gvk := certificatesv1.SchemeGroupVersion.WithKind("CertificateSigningRequest")
 	obj, _, err := csrCodecs.UniversalDeserializer().Decode(data, &gvk, nil)

@@ -160,6 +160,9 @@ func TestCheckCSRRefusesBadInputClearly(t *testing.T) {
 	require.NoError(t, os.WriteFile(secret, []byte("apiVersion: v1\nkind: Secret\nmetadata:\n  name: x\n"), 0o600))
 	list := filepath.Join(t.TempDir(), "list.yaml")
 	require.NoError(t, os.WriteFile(list, []byte("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Secret\n  metadata:\n    name: x\n"), 0o600))
+	// A kind and apiVersion are the file's writer's: kept to their line.
+	forgedKind := filepath.Join(t.TempDir(), "kind.yaml")
+	require.NoError(t, os.WriteFile(forgedKind, []byte("apiVersion: \"v1\\nichor: forged line\"\nkind: \"Pod\\u001b[2J\"\n"), 0o600))
 	notYAML := filepath.Join(t.TempDir(), "x")
 	require.NoError(t, os.WriteFile(notYAML, []byte("\t{{{"), 0o600))
 
@@ -174,6 +177,7 @@ func TestCheckCSRRefusesBadInputClearly(t *testing.T) {
 		{"not YAML", []string{"policy", "check-csr", "-o", "json", "-f", notYAML, "--nodename", "worker-1"}, cli.ExitUsage, "neither YAML nor JSON"},
 		{"a Secret", []string{"policy", "check-csr", "-o", "json", "-f", secret, "--nodename", "worker-1"}, cli.ExitUsage, "is a Secret (v1), not a certificates.k8s.io/v1 CertificateSigningRequest"},
 		{"a list with a Secret", []string{"policy", "check-csr", "-o", "json", "-f", list, "--nodename", "worker-1"}, cli.ExitUsage, "item 0 is a Secret (v1), not a certificates.k8s.io/v1 CertificateSigningRequest"},
+		{"a kind and apiVersion with lines of their own", []string{"policy", "check-csr", "-o", "json", "-f", forgedKind, "--nodename", "worker-1"}, cli.ExitUsage, `is a Pod^[[2J (v1\nichor: forged line), not a certificates.k8s.io/v1 CertificateSigningRequest`},
 		{"no identity", []string{"policy", "check-csr", "-o", "json", "-f", good}, cli.ExitUsage, "give the node's identity"},
 		{"bad IP", []string{"policy", "check-csr", "-o", "json", "-f", good, "--nodename", "worker-1", "--node-ip", "10.5.0"}, cli.ExitUsage, `--node-ip "10.5.0" is not an IP address`},
 		{"contradiction", []string{"policy", "check-csr", "-o", "json", "-f", good, "--machine-unknown", "--node-unreadable"}, cli.ExitUsage, "contradict"},

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
@@ -164,6 +165,14 @@ func readTalosCluster(cmd *cobra.Command, k genericclioptions.RESTClientGetter, 
 		}
 		if cluster.Kind != "TalosCluster" {
 			return nil, usage.Errorf("%s is a %q, not a TalosCluster", file, cluster.Kind)
+		}
+		// The names are printed in messages: held to what the API server
+		// would take, as those of one read from it are.
+		if errs := apivalidation.NameIsDNSSubdomain(cluster.Name, false); len(errs) > 0 {
+			return nil, usage.Errorf("%s: metadata.name %q: %s", file, cluster.Name, strings.Join(errs, "; "))
+		}
+		if errs := apivalidation.ValidateNamespaceName(cluster.Namespace, false); cluster.Namespace != "" && len(errs) > 0 {
+			return nil, usage.Errorf("%s: metadata.namespace %q: %s", file, cluster.Namespace, strings.Join(errs, "; "))
 		}
 	case len(args) == 1:
 		c, namespace, _, err := kube.Client(k)

@@ -150,3 +150,26 @@ func TestRenderKubeletServingRefusesBadInput(t *testing.T) {
 	assert.Equal(t, cli.ExitError, code)
 	assert.Contains(t, stderr, "1.14")
 }
+
+// A TalosCluster file names its cluster as the API server would let it:
+// a name that would carry a line of its own into the message (review 22 of
+// the CLI's output) is refused before anything is rendered.
+func TestRenderKubeletServingRefusesNamesTheAPIServerWouldNot(t *testing.T) {
+	for _, tc := range []struct{ name, metadata, field string }{
+		{"a name with a line of its own", `{name: "demo\nichor: forged\u001b[2J", namespace: default}`, "metadata.name"},
+		{"a namespace with a bidi override", `{name: demo, namespace: "ns\u202e"}`, "metadata.namespace"},
+		{"no name", `{namespace: default}`, "metadata.name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := "apiVersion: ichor.dev/v1alpha1\nkind: TalosCluster\nmetadata: " + tc.metadata + "\nspec:\n  talosVersion: v1.14\n  secretsRef: {name: demo-secrets}\n  security:\n    kubeletServingCertificates: {enabled: true}\n"
+			path := filepath.Join(t.TempDir(), "cluster.yaml")
+			require.NoError(t, os.WriteFile(path, []byte(m), 0o600))
+			code, stdout, stderr := run(t, "", "render", "kubelet-serving", "-f", path)
+			assert.Equal(t, cli.ExitUsage, code, stderr)
+			assert.Empty(t, stdout)
+			assert.Contains(t, stderr, tc.field)
+			assert.Equal(t, 1, strings.Count(stderr, "\n"), "the message is one line: %q", stderr)
+			assert.NotContains(t, stderr, "\u202e")
+		})
+	}
+}

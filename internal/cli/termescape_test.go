@@ -277,3 +277,19 @@ func TestRunFlushesTheEscapedStreams(t *testing.T) {
 	s.flush()
 	assert.Equal(t, `cut \ufffd`, out.String())
 }
+
+// A logged action is the log writer's too: replay's heading of each
+// direction of change keeps it to its line, so that it cannot add a line of
+// the report's own (review 22 of the CLI's output: "No decision would
+// change." under a change).
+func TestReplayHeadingsKeepTheLoggedActionToItsLine(t *testing.T) {
+	l := newHostileLog(t)
+	line := strings.SplitN(l.log, "\n", 2)[0]
+	require.Contains(t, line, `"action":"pending"`)
+	forged := strings.Replace(line, `"action":"pending"`, `"action":"x\n\nNo decision would change.\n\tfake"`, 1) + "\n"
+	code, stdout, stderr := run(t, forged, "decisions", "replay", "--bundle", "../../policy")
+	require.Equal(t, ExitOK, code, stderr)
+	termsafetest.AssertInert(t, stdout)
+	assert.NotContains(t, stdout, "\nNo decision would change.", "a logged action added a line:\n%s", stdout)
+	assert.Contains(t, stdout, `\n\nNo decision would change.\n\tfake`)
+}
