@@ -183,7 +183,24 @@ func testOutputFormats(t *testing.T, c outputCommand, dir string) {
 // otherwise, the whole output failed ("yaml: control characters are not
 // allowed", exit 1).
 func TestYAMLOutputsKeepEveryCharacterARequesterWrote(t *testing.T) {
-	hostile := "csr-\x7f\u0085\u009b31mred\u009dx\ufffe\uffff-\u202eend"
+	for _, hostile := range []string{
+		"csr-\x7f\u0085\u009b31mred\u009dx\ufffe\uffff-\u202eend",
+		// Characters YAML writes as they are and the streams escape: the
+		// string must be double-quoted for the escape to read back as the
+		// character (review 22: plain, single-quoted and block strings
+		// read back as the six characters of the escape).
+		"csr-\u202eend",
+		"*csr\u200b",
+		"csr\n\u00ad\ue000",
+		// What a YAML 1.1 reader would take for another type.
+		"on", "n", "0123", "1:20",
+	} {
+		t.Run(hostile, func(t *testing.T) { yamlKeepsTheName(t, hostile) })
+	}
+}
+
+func yamlKeepsTheName(t *testing.T, hostile string) {
+	t.Helper()
 	// Read as kubectl get -o json writes it (its -o yaml fails on it).
 	csr := manifest(t, csrgen.ServingObject(hostile, "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}})), true)
 	for _, format := range []string{"json", "yaml", "kyaml"} {

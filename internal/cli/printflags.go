@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v4"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -110,7 +111,10 @@ func (p *printFlags) complete() error {
 	}
 	var err error
 	p.printer, err = p.jsonYAML.ToPrinter(p.format)
-	if err == nil && p.format != "json" {
+	switch {
+	case err == nil && p.format == "yaml":
+		p.printer = &yamlPrinter{}
+	case err == nil && p.format != "json":
 		p.printer = yamlReadable{p.printer}
 	}
 	if genericclioptions.IsNoCompatiblePrinterError(err) && p.name != nil && p.format != "" {
@@ -126,7 +130,7 @@ func (p *printFlags) complete() error {
 	return usage.Wrap(err)
 }
 
-// yamlReadable prints an object through a YAML printer (yaml, kyaml) from
+// yamlReadable prints an object through a YAML printer (kyaml) from
 // its JSON, in which every character a YAML reader refuses is written as a
 // JSON escape: DEL and the C1 controls (U+0080 to U+009F), and U+FFFE and
 // U+FFFF, which JSON keeps as they are. cli-runtime's YAML printers read the
@@ -142,6 +146,77 @@ func (p yamlReadable) PrintObj(obj runtime.Object, w io.Writer) error {
 		return err
 	}
 	return p.ResourcePrinter.PrintObj(&runtime.Unknown{Raw: yamlReadableJSON(data)}, w)
+}
+
+// yamlPrinter prints -o yaml as cli-runtime's YAML printer does (the
+// object's JSON as YAML, keys sorted, "---" between documents), but writes
+// double-quoted every string that holds a character the streams escape
+// (termsafe: a bidi override, a zero-width space, a private-use character).
+// The streams write such a character as a JSON escape, \u202e, which YAML
+// reads as the character in a double-quoted string only: in the plain,
+// single-quoted or block string cli-runtime's printer chose, the document
+// read back held the six characters of the escape instead (review 22). A
+// string the YAML writer has to escape itself (a C0 or C1 control) it
+// double-quotes anyway.
+type yamlPrinter struct{ printed int }
+
+func (p *yamlPrinter) PrintObj(obj runtime.Object, w io.Writer) error {
+	data, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	var doc yaml.Node
+	if err := yaml.Load(yamlReadableJSON(data), &doc); err != nil {
+		return err
+	}
+	blockStyle(&doc)
+	out, err := yaml.Dump(&doc, yaml.WithV2Defaults(), yaml.WithCompactSeqIndent(true))
+	if err != nil {
+		return err
+	}
+	if p.printed++; p.printed > 1 {
+		out = append([]byte("---\n"), out...)
+	}
+	_, err = w.Write(out)
+	return err
+}
+
+// blockStyle makes a node read from JSON (flow mappings and sequences,
+// double-quoted strings) the block YAML kubectl prints: mappings with their
+// keys sorted, and each string in the writer's own choice of style unless it
+// holds a character the streams escape.
+func blockStyle(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode {
+		n.Style = 0
+		if n.Tag != "!!str" {
+			return
+		}
+		// The style the writer gives the string as a Go value: quoted
+		// where a YAML 1.1 reader (sigs.k8s.io/yaml's) would take it for
+		// something else, as "n" or "on".
+		var as yaml.Node
+		if err := as.Encode(n.Value); err != nil || termsafe.Escape(n.Value) != n.Value {
+			n.Style = yaml.DoubleQuotedStyle
+			return
+		}
+		n.Style = as.Style
+		return
+	}
+	n.Style = 0
+	if n.Kind == yaml.MappingNode {
+		pairs := make([][2]*yaml.Node, 0, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			pairs = append(pairs, [2]*yaml.Node{n.Content[i], n.Content[i+1]})
+		}
+		slices.SortStableFunc(pairs, func(a, b [2]*yaml.Node) int { return strings.Compare(a[0].Value, b[0].Value) })
+		n.Content = n.Content[:0]
+		for _, kv := range pairs {
+			n.Content = append(n.Content, kv[0], kv[1])
+		}
+	}
+	for _, c := range n.Content {
+		blockStyle(c)
+	}
 }
 
 // yamlReadableJSON is the JSON document data with the characters a YAML
