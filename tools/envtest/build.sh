@@ -52,8 +52,11 @@ for bin in "${missing[@]}"; do
   echo "envtest-assets: go build ${pkgs[$bin]}"
   # Build to a temporary name and rename, so an interrupted build never
   # leaves a half-written binary that a later run would take as present.
-  ldflags=""
-  [[ "$bin" == etcd ]] || ldflags="$k8s_ldflags"
+  # -w: no DWARF, as the tests' binaries (Makefile, GO_TEST_LINK): nobody
+  # debugs the control plane, and linking kube-apiserver without it took 7.5
+  # CPU-seconds instead of 13.5 here (2026-12-03).
+  ldflags="-w"
+  [[ "$bin" == etcd ]] || ldflags="$k8s_ldflags -w"
   go build -ldflags "$ldflags" -o "$dir/.$bin.tmp" "${pkgs[$bin]}"
   mv "$dir/.$bin.tmp" "$dir/$bin"
 done
