@@ -4,8 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"io"
+	stdlog "log"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -83,4 +91,53 @@ func TestKlogLinesAreTheManagersEscapedJSON(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(line), &entry), line)
 	assert.Equal(t, "client-go", entry["logger"])
 	assert.Equal(t, "denied\n\x1b]2;owned\x07", entry["err"])
+}
+
+// What a net/http server logs about a connection (controller-runtime's
+// servers have no ErrorLog: Go's standard logger) is an entry of the
+// manager's JSON log, escaped, not a text line beside them: here a client
+// that speaks no TLS to a TLS server.
+func TestNetHTTPServerErrorsAreTheManagersEscapedJSON(t *testing.T) {
+	var buf syncBuffer
+	setLoggers(newLogger(&buf, nil))
+	t.Cleanup(func() {
+		klog.ClearLogger()
+		stdlog.SetOutput(os.Stderr)
+		stdlog.SetFlags(stdlog.LstdFlags)
+	})
+	srv := httptest.NewTLSServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	_, err = conn.Write([]byte("GET /\x1b[2J HTTP/1.1\r\n\r\n"))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, conn)
+	require.NoError(t, conn.Close())
+	require.Eventually(t, func() bool { return strings.Contains(buf.String(), "TLS handshake error") }, 10*time.Second, 10*time.Millisecond,
+		"the server's error was not logged through the manager's logger: %q", buf.String())
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var entry map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &entry), "not a JSON line: %q", line)
+		assert.Equal(t, "stdlog", entry["logger"])
+		assert.NotContains(t, line, "\x1b")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a server's goroutines to write
+// while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

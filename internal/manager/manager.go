@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	stdlog "log"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -269,9 +270,27 @@ func Run(ctx context.Context, o Options) error {
 // through klog, whose text lines would otherwise reach stderr raw, with
 // whatever a tenant's API server put in an error message (escape sequences
 // for the operator's terminal included); the JSON lines escape them.
+//
+// Go's standard logger goes through it too: the net/http servers that
+// controller-runtime builds without an ErrorLog (the webhook's, the
+// metrics', the probes') log what fails on a connection (a TLS handshake, a
+// client's malformed request, a handler's panic) through it, as text lines
+// that reached stderr beside the JSON ones, naming what the client sent.
 func setLoggers(logger logr.Logger) {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger.WithName("client-go"))
+	stdlog.SetFlags(0)
+	stdlog.SetPrefix("")
+	stdlog.SetOutput(stdLogWriter{logger.WithName("stdlog")})
+}
+
+// stdLogWriter writes each line of Go's standard logger as an entry of the
+// manager's log.
+type stdLogWriter struct{ logr.Logger }
+
+func (w stdLogWriter) Write(p []byte) (int, error) {
+	w.Info(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }
 
 // newLogger is the controllers' logger: the options the flags set, writing to
