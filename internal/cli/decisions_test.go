@@ -749,3 +749,23 @@ func TestDecisionsFromClusterRefusesMixedSources(t *testing.T) {
 		})
 	}
 }
+
+// An API server's warnings are printed as kubectl prints them, once each,
+// on the command's standard error and escaped like the rest (review 22:
+// they were klog's text lines, written past the escaping streams).
+func TestAPIServerWarningsArePrintedOnceAndEscaped(t *testing.T) {
+	f := newDecisionsFixture(t)
+	inner, _ := apiServerWithPodLogs(t, map[string]string{"ichor-policy-7d9c6b8f5-a": f.kubectlLogs()})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Go's HTTP client refuses a header that holds a C0 control: a
+		// bidi override is what a server can put in one.
+		w.Header().Add("Warning", `299 - "the API is deprecated`+"\u202e"+`"`)
+		inner.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	code, stdout, stderr, _ := decisionsRun(t, "", "decisions", "list", "--from-cluster", "--kubeconfig", kubeconfigFor(t, srv.URL, ""))
+	require.Equal(t, ExitOK, code, stderr)
+	assert.NotEmpty(t, column(t, stdout, "ID"))
+	assert.NotContains(t, stderr, "\u202e")
+	assert.Equal(t, 1, strings.Count(stderr, "Warning: the API is deprecated\\u202e\n"), "once, escaped: %q", stderr)
+}

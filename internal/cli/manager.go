@@ -70,10 +70,13 @@ type managerOptions struct {
 	sharding             manager.Sharding
 }
 
+// managerCommand is the manager's command name.
+const managerCommand = "manager"
+
 func newManagerCommand(s streams) *cobra.Command {
 	var o managerOptions
 	cmd := &cobra.Command{
-		Use:   "manager",
+		Use:   managerCommand,
 		Short: "Run the controllers and the admission webhook: kubelet certificate approvers, credential issuance",
 		Long: `Run the controllers against the cluster of the current kubeconfig (in a pod: its
 service account). Every decision is written to standard output as one JSON line

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 
 	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
@@ -137,6 +138,18 @@ func newRootWith(s streams) *cobra.Command {
 	root.SetErr(s.err)
 	// Cobra's own flag errors are usage errors too.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usage.Wrap(err) })
+	// An API server's warnings (a deprecated API, a field it dropped) are
+	// printed as kubectl prints them: "Warning: ..." on standard error, once
+	// each, escaped like the rest, not as klog's text lines beside it. The
+	// manager logs them as entries of its log (klog's default handler, which
+	// its logger takes).
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+		if cmd.Name() == managerCommand {
+			rest.SetDefaultWarningHandler(rest.WarningLogger{})
+			return
+		}
+		rest.SetDefaultWarningHandler(rest.NewWarningWriter(s.err, rest.WarningWriterOptions{Deduplicate: true}))
+	}
 	root.AddCommand(newManualDecisionCommand(s, true), newManualDecisionCommand(s, false), newPolicyCommand(s), newBundleCommand(s), newManagerCommand(s), newRenderCommand(s), newDecisionsCommand(s), newClusterCommand(s), newVersionCommand(s), newAuditCommand(s), newProbeCommand(s))
 	// Cobra adds its completion command when it executes; added now, it is
 	// held to the same rules as the others.
