@@ -194,6 +194,9 @@ func TestYAMLOutputsKeepEveryCharacterARequesterWrote(t *testing.T) {
 		"csr\n\u00ad\ue000",
 		// What a YAML 1.1 reader would take for another type.
 		"on", "n", "0123", "1:20",
+		// A block that starts with a line break (review 23: read back
+		// without its leading spaces, or not at all).
+		"\n  csr-x", "\n\n  csr\nx",
 	} {
 		t.Run(hostile, func(t *testing.T) { yamlKeepsTheName(t, hostile) })
 	}

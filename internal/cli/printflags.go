@@ -149,7 +149,8 @@ func (p yamlReadable) PrintObj(obj runtime.Object, w io.Writer) error {
 }
 
 // yamlPrinter prints -o yaml as cli-runtime's YAML printer does (the
-// object's JSON as YAML, keys sorted, "---" between documents), but writes
+// object's JSON as YAML, keys sorted, "---" between documents; its keys were
+// in yaml.v2's order, a9 before a10, these are in encoding/json's), but writes
 // double-quoted every string that holds a character the streams escape
 // (termsafe: a bidi override, a zero-width space, a private-use character).
 // The streams write such a character as a JSON escape, \u202e, which YAML
@@ -191,15 +192,7 @@ func blockStyle(n *yaml.Node) {
 		if n.Tag != "!!str" {
 			return
 		}
-		// The style the writer gives the string as a Go value: quoted
-		// where a YAML 1.1 reader (sigs.k8s.io/yaml's) would take it for
-		// something else, as "n" or "on".
-		var as yaml.Node
-		if err := as.Encode(n.Value); err != nil || termsafe.Escape(n.Value) != n.Value {
-			n.Style = yaml.DoubleQuotedStyle
-			return
-		}
-		n.Style = as.Style
+		n.Style = stringStyle(n.Value)
 		return
 	}
 	n.Style = 0
@@ -217,6 +210,42 @@ func blockStyle(n *yaml.Node) {
 	for _, c := range n.Content {
 		blockStyle(c)
 	}
+}
+
+// stringStyle is the style a string is written in: the one the YAML writer
+// gives it as a Go value (quoted where a YAML 1.1 reader, sigs.k8s.io/yaml's,
+// would take it for something else, as "n" or "on"; a block when it has
+// several lines), but double-quoted when it holds a character the streams
+// escape, or starts with a line break: go.yaml.in/yaml/v4 v4.0.0-rc.6 writes
+// such a block without the indentation indicator it needs, and it read back
+// without its leading spaces, or not at all (review 23).
+func stringStyle(s string) yaml.Style {
+	if termsafe.Escape(s) != s || strings.HasPrefix(s, "\n") {
+		return yaml.DoubleQuotedStyle
+	}
+	if !mayHaveStyle(s) {
+		// Plain, which the writer quotes if it would read as another type.
+		return 0
+	}
+	var as yaml.Node
+	if err := as.Encode(s); err != nil {
+		return yaml.DoubleQuotedStyle
+	}
+	return as.Style
+}
+
+// mayHaveStyle reports whether the YAML writer may give s a style of its own:
+// a string of several lines, and those a YAML 1.1 reader takes for a boolean
+// (y, yes, n, no, on, off, in three cases), a sexagesimal number (a sign or a
+// digit first, and a colon) or the merge key. Asking the writer builds one per
+// string, which made the whole output of a list of thousands of decisions
+// several times slower; most strings are none of these.
+func mayHaveStyle(s string) bool {
+	switch strings.ToLower(s) {
+	case "y", "yes", "n", "no", "on", "off", "<<":
+		return true
+	}
+	return strings.Contains(s, "\n") || (strings.Contains(s, ":") && strings.ContainsAny(s[:1], "+-0123456789"))
 }
 
 // yamlReadableJSON is the JSON document data with the characters a YAML

@@ -168,7 +168,7 @@ func readTalosCluster(cmd *cobra.Command, k genericclioptions.RESTClientGetter, 
 		}
 		// The names are printed in messages: held to what the API server
 		// would take, as those of one read from it are.
-		if errs := apivalidation.NameIsDNSSubdomain(cluster.Name, false); len(errs) > 0 {
+		if errs := apivalidation.NameIsDNSSubdomain(cluster.Name, false); cluster.Name != "" && len(errs) > 0 {
 			return nil, usage.Errorf("%s: metadata.name %q: %s", file, cluster.Name, strings.Join(errs, "; "))
 		}
 		if errs := apivalidation.ValidateNamespaceName(cluster.Namespace, false); cluster.Namespace != "" && len(errs) > 0 {

@@ -158,7 +158,6 @@ func TestRenderKubeletServingRefusesNamesTheAPIServerWouldNot(t *testing.T) {
 	for _, tc := range []struct{ name, metadata, field string }{
 		{"a name with a line of its own", `{name: "demo\nichor: forged\u001b[2J", namespace: default}`, "metadata.name"},
 		{"a namespace with a bidi override", `{name: demo, namespace: "ns\u202e"}`, "metadata.namespace"},
-		{"no name", `{namespace: default}`, "metadata.name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := "apiVersion: ichor.dev/v1alpha1\nkind: TalosCluster\nmetadata: " + tc.metadata + "\nspec:\n  talosVersion: v1.14\n  secretsRef: {name: demo-secrets}\n  security:\n    kubeletServingCertificates: {enabled: true}\n"
@@ -172,4 +171,11 @@ func TestRenderKubeletServingRefusesNamesTheAPIServerWouldNot(t *testing.T) {
 			assert.NotContains(t, stderr, "\u202e")
 		})
 	}
+	// A manifest for kubectl create, named by the API server, renders.
+	m := "apiVersion: ichor.dev/v1alpha1\nkind: TalosCluster\nmetadata: {generateName: demo-}\nspec:\n  talosVersion: v1.14\n  secretsRef: {name: demo-secrets}\n  security:\n    kubeletServingCertificates: {enabled: true}\n"
+	path := filepath.Join(t.TempDir(), "cluster.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(m), 0o600))
+	code, stdout, stderr := run(t, "", "render", "kubelet-serving", "-f", path)
+	assert.Equal(t, cli.ExitOK, code, stderr)
+	assert.NotEmpty(t, stdout)
 }
