@@ -236,7 +236,7 @@ func stringStyle(s string) yaml.Style {
 
 // mayHaveStyle reports whether the YAML writer may give s a style of its own:
 // a string of several lines, and those a YAML 1.1 reader takes for a boolean
-// (y, yes, n, no, on, off, in three cases), a sexagesimal number (a sign or a
+// (y, yes, n, no, on, off, in any case), a sexagesimal number (a sign or a
 // digit first, and a colon) or the merge key. Asking the writer builds one per
 // string, which made the whole output of a list of thousands of decisions
 // several times slower; most strings are none of these.

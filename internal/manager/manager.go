@@ -275,7 +275,7 @@ func Run(ctx context.Context, o Options) error {
 // controller-runtime builds without an ErrorLog (the webhook's, the
 // metrics', the probes') log what fails on a connection (a TLS handshake, a
 // client's malformed request, a handler's panic) through it, as text lines
-// that reached stderr beside the JSON ones, naming what the client sent.
+// that reached stderr beside the JSON ones, naming the client.
 func setLoggers(logger logr.Logger) {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger.WithName("client-go"))
