@@ -37,6 +37,8 @@ func TestARemoteBundleWithoutAKeyIsRefusedAtRender(t *testing.T) {
 		{path: "http://bundles.example/ichor.tar.gz", set: []string{key}, want: "plain HTTP"},
 		{path: "http://bundles.example/ichor.tar.gz", set: []string{key, "manager.extraArgs={--bundle-allow-insecure-http}"}},
 		{path: "/etc/ichor/bundle.tar.gz"},
+		// Past the check through the manager's flags (review 24).
+		{path: "/etc/ichor/bundle.tar.gz", set: []string{"manager.extraArgs={--bundle=https://bundles.example/ichor.tar.gz}"}, want: "the bundle is manager.bundle.path"},
 	} {
 		t.Run(tc.path+fmt.Sprint(len(tc.set)), func(t *testing.T) {
 			args := []string{"template", release, chartDir(t), "--namespace", namespace, "--set", "manager.bundle.path=" + tc.path}
@@ -235,4 +237,26 @@ func TestKubeVersionIsWhatTheChartRenders(t *testing.T) {
 			assert.Contains(t, string(out), "chart requires kubeVersion")
 		}
 	}
+}
+
+// TestEachValueIsOneArgumentAsGiven: a value is the manager's argument as it
+// is given, whatever it holds: one that YAML would read as a map, or one
+// that holds a line of its own, was written into the Deployment unquoted,
+// which made it invalid, or added an argument of its own (review 24).
+func TestEachValueIsOneArgumentAsGiven(t *testing.T) {
+	keyID := "a: b"
+	path := "/etc/ichor/bundle.tar.gz\n            - --bundle=https://bundles.example/evil.tar.gz"
+	out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace,
+		"--set-string", "manager.bundle.path="+path,
+		"--set", "manager.bundle.verification.configMap=bundle-key", "--set-string", "manager.bundle.verification.keyID="+keyID)
+	require.NoError(t, err, "%s", out)
+	dep := decode(t, out).deployment(t)
+	assert.Equal(t, keyID, argValue(t, dep, "--bundle-key-id"))
+	var bundles []string
+	for _, a := range args(dep) {
+		if strings.HasPrefix(a, "--bundle=") {
+			bundles = append(bundles, a)
+		}
+	}
+	assert.Equal(t, []string{"--bundle=" + path}, bundles)
 }

@@ -58,6 +58,21 @@ func TestMonitoringIsOptInAndNeedsTheOperator(t *testing.T) {
 	assert.Equal(t, true, endpoint["honorLabels"], "the metrics' own namespace label (the TalosCluster's) must survive the scrape")
 	assert.Equal(t, "kps", objs.get(t, "PrometheusRule", release).GetLabels()["release"])
 
+	// A severity is a label's string whatever it reads as in YAML: "on" was
+	// rendered unquoted, a boolean the API server refuses in a label (review 24).
+	rule := renderWith(t, monitoringAPIs, append(monitoringOn, "monitoring.prometheusRule.severity.warning=on")...).get(t, "PrometheusRule", release)
+	groups, _, _ := unstructured.NestedSlice(rule.Object, "spec", "groups")
+	require.NotEmpty(t, groups)
+	rules, _, _ := unstructured.NestedSlice(groups[0].(map[string]any), "rules")
+	require.NotEmpty(t, rules)
+	severities := map[any]bool{}
+	for _, r := range rules {
+		labels, _, _ := unstructured.NestedMap(r.(map[string]any), "labels")
+		severities[labels["severity"]] = true
+	}
+	assert.True(t, severities["on"], "the severities rendered: %v", severities)
+	assert.False(t, severities[true], "a severity rendered as a boolean: %v", severities)
+
 	// The ServiceMonitor scrapes the Service: without it, the render says so.
 	out, err := helmOutput(t, append([]string{"template", release, chartDir(t), "--set", "monitoring.serviceMonitor.enabled=true",
 		"--set", "metrics.service.enabled=false"}, monitoringAPIs...)...)

@@ -81,6 +81,17 @@ func TestDisruptionBudgetOnlyWithReplicasToSpare(t *testing.T) {
 	assert.Len(t, render(t, "replicaCount=3").all("PodDisruptionBudget", ""), 1)
 	assert.Empty(t, render(t, "replicaCount=1").all("PodDisruptionBudget", ""))
 	assert.Empty(t, render(t, "podDisruptionBudget.enabled=false").all("PodDisruptionBudget", ""))
+	// A budget that no eviction can meet is refused (review 24).
+	for _, set := range [][]string{{"replicaCount=2", "podDisruptionBudget.minAvailable=2"}, {"replicaCount=3", "podDisruptionBudget.minAvailable=100%"}} {
+		args := []string{"template", release, chartDir(t), "--namespace", namespace}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		out, err := helmOutput(t, args...)
+		require.Error(t, err, "rendered %v", set)
+		assert.Contains(t, string(out), "no pod could ever be evicted")
+	}
+	assert.Len(t, render(t, "replicaCount=3", "podDisruptionBudget.minAvailable=2").all("PodDisruptionBudget", ""), 1)
 }
 
 // TestLogLevelAndFormat: the zap flags only when set (empty is the
@@ -91,6 +102,8 @@ func TestLogLevelAndFormat(t *testing.T) {
 	assert.Equal(t, "debug", argValue(t, dep, "--zap-log-level"))
 	assert.Equal(t, "console", argValue(t, dep, "--zap-encoder"))
 	assert.Equal(t, "3", argValue(t, render(t, "manager.logLevel=3").deployment(t), "--zap-log-level"))
+	// null removes the value, past the schema: the default, not "<nil>" (review 24).
+	assert.NotContains(t, strings.Join(args(render(t, "manager.logLevel=null").deployment(t)), " "), "--zap-")
 }
 
 // TestWebhookPortIsOneValue: the flag the manager listens on, the
