@@ -298,3 +298,28 @@ func checkSums(t *testing.T, dist string, files []string) {
 		assert.Equal(t, sum, listed[name], name)
 	}
 }
+
+// A chart in a git work tree is released as git tracks it: a file left
+// beside it (a values file with a secret) is not in the package, a change
+// not committed to a tracked file is (review 24).
+func TestThePackagedChartIsWhatGitTracks(t *testing.T) {
+	repo := t.TempDir()
+	dir := filepath.Join(repo, "chart")
+	require.NoError(t, os.CopyFS(dir, os.DirFS(filepath.Join(repoRoot(t), "deploy", "chart"))))
+	git := func(args ...string) {
+		out, err := exec.Command("git", append([]string{"-C", repo}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	git("init", "-q")
+	git("add", ".")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "values-prod.yaml"), []byte("token: s3cret\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "templates", "NOTES.txt"), []byte("changed, not committed\n"), 0o600))
+
+	out := t.TempDir()
+	name, err := PackageChart(t.Context(), helmBinary(t), dir, out, "v0.1.0", "registry.example/ichor-policy", "sha256:"+strings.Repeat("1", 64), time.Unix(1_700_000_000, 0))
+	require.NoError(t, err)
+	files := untar(t, filepath.Join(out, name))
+	assert.Contains(t, files, ChartName+"/Chart.yaml")
+	assert.NotContains(t, files, ChartName+"/values-prod.yaml", "a file git does not track was released")
+	assert.Equal(t, "changed, not committed\n", string(files[ChartName+"/templates/NOTES.txt"]))
+}

@@ -77,6 +77,12 @@ type Result struct {
 
 var semverTag = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$`)
 
+// notATag is what git describe adds to a tag for a commit past it
+// (-3-g6d13eb0) or a tree with changes (-dirty): the Makefile's default
+// VERSION outside a clean checkout of a tag, which is a valid semver
+// pre-release but no release.
+var notATag = regexp.MustCompile(`(-[0-9]+-g[0-9a-f]{4,}(-dirty)?|-dirty)$`)
+
 // ChartVersion is the chart's version for a release version: without the v.
 func ChartVersion(version string) string { return strings.TrimPrefix(version, "v") }
 
@@ -84,6 +90,9 @@ func ChartVersion(version string) string { return strings.TrimPrefix(version, "v
 func Build(ctx context.Context, o Options) (*Result, error) {
 	if !semverTag.MatchString(o.Version) {
 		return nil, fmt.Errorf("version %q: a release is vMAJOR.MINOR.PATCH (VERSION=v0.2.0), the chart's version without the v", o.Version)
+	}
+	if notATag.MatchString(o.Version) {
+		return nil, fmt.Errorf("version %q is git describe's for a commit past a tag or a tree with changes: a release is built from a clean checkout of its tag (git tag v0.2.0, or VERSION=v0.2.0)", o.Version)
 	}
 	if len(o.ImagePlatforms) == 0 || len(o.PluginPlatforms) == 0 {
 		return nil, errors.New("no platform for the image or for the plugin")
@@ -179,6 +188,48 @@ func sbomPlatform(o Options) string {
 	return o.ImagePlatforms[0].String()
 }
 
+// stageChart copies the chart at dir to staged: the files git tracks when dir
+// is in a git work tree (as they are in it, changes included), so that a file
+// left beside the chart (a values file with a secret, an editor's backup) is
+// never released, as Helm, which reads the directory, would release it (review
+// 24); every file of a chart outside a work tree (a copy).
+func stageChart(ctx context.Context, dir, staged string) error {
+	out, err := exec.CommandContext(ctx, "git", "-C", dir, "ls-files", "-z", "--", ".").Output()
+	if err != nil {
+		// No work tree (or no git): the directory is the chart.
+		if err := os.CopyFS(staged, os.DirFS(dir)); err != nil {
+			return fmt.Errorf("copying the chart: %w", err)
+		}
+		return nil
+	}
+	if len(out) == 0 {
+		return fmt.Errorf("copying the chart: git tracks no file of %s: add the chart before releasing it", dir)
+	}
+	src, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("opening the chart: %w", err)
+	}
+	defer func() { _ = src.Close() }()
+	for name := range strings.SplitSeq(strings.TrimSuffix(string(out), "\x00"), "\x00") {
+		data, err := src.ReadFile(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Tracked and deleted in the work tree: not in the chart.
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("copying the chart: %w", err)
+		}
+		to := filepath.Join(staged, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil { //nolint:gosec // G301: release files are public
+			return fmt.Errorf("copying the chart: %w", err)
+		}
+		if err := os.WriteFile(to, data, 0o644); err != nil { //nolint:gosec // G306: public
+			return fmt.Errorf("copying the chart: %w", err)
+		}
+	}
+	return nil
+}
+
 // PackageChart packages the chart at dir into out as NAME-VERSION.tgz, its
 // version and appVersion stamped and its default image the one released,
 // pinned by digest; every file's time is created, so the package is
@@ -190,8 +241,8 @@ func PackageChart(ctx context.Context, helm, dir, out, version, repository, dige
 	}
 	defer func() { _ = os.RemoveAll(work) }()
 	staged := filepath.Join(work, ChartName)
-	if err := os.CopyFS(staged, os.DirFS(dir)); err != nil {
-		return "", fmt.Errorf("copying the chart: %w", err)
+	if err := stageChart(ctx, dir, staged); err != nil {
+		return "", err
 	}
 	valuesPath := filepath.Join(staged, "values.yaml")
 	values, err := os.ReadFile(valuesPath)

@@ -134,4 +134,10 @@ func TestBuildRefusesAVersionThatIsNotARelease(t *testing.T) {
 		_, err := Build(t.Context(), Options{Version: v})
 		assert.ErrorContains(t, err, "a release is vMAJOR.MINOR.PATCH", v)
 	}
+	// git describe's, the Makefile's default VERSION past a tag or with
+	// changes: valid semver, no release (review 24).
+	for _, v := range []string{"v0.2.0-dirty", "v0.2.0-3-g6d13eb0", "v0.2.0-3-g6d13eb0-dirty", "v0.2.0-rc.1-12-gabcdef01"} {
+		_, err := Build(t.Context(), Options{Version: v})
+		assert.ErrorContains(t, err, "a release is built from a clean checkout of its tag", v)
+	}
 }
