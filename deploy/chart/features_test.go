@@ -240,13 +240,14 @@ func TestKubeVersionIsWhatTheChartRenders(t *testing.T) {
 }
 
 // TestEachValueIsOneArgumentAsGiven: a value is the manager's argument as it
-// is given, whatever it holds: one that YAML would read as a map, or one
-// that holds a line of its own, was written into the Deployment unquoted,
-// which made it invalid, or added an argument of its own (review 24).
+// is given, whatever it holds, even past the schema (which refuses
+// whitespace in these): one that YAML would read as a map, or one that holds
+// a line of its own, was written into the Deployment unquoted, which made it
+// invalid, or added an argument of its own (review 24).
 func TestEachValueIsOneArgumentAsGiven(t *testing.T) {
 	keyID := "a: b"
 	path := "/etc/ichor/bundle.tar.gz\n            - --bundle=https://bundles.example/evil.tar.gz"
-	out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace,
+	out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--skip-schema-validation",
 		"--set-string", "manager.bundle.path="+path,
 		"--set", "manager.bundle.verification.configMap=bundle-key", "--set-string", "manager.bundle.verification.keyID="+keyID)
 	require.NoError(t, err, "%s", out)

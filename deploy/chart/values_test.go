@@ -26,6 +26,12 @@ var badValues = map[string]string{
 	"webhook.port=70000":        "at '/webhook/port': maximum",
 	"manager.talosTimeout=10":   "at '/manager/talosTimeout'",
 	"monitoring.prometheus=yes": "additional properties 'prometheus' not allowed",
+	// Names and paths written into the manager's arguments and the chart's
+	// CEL (review 24: a service account name closed the CEL string).
+	"serviceAccount.name=x' || 'a' == 'a":   "at '/serviceAccount/name'",
+	"priorityClassName=High Priority":       "at '/priorityClassName'",
+	"manager.bundle.path=/x /y":             "at '/manager/bundle/path'",
+	"manager.bundle.verification.keyID=a b": "at '/manager/bundle/verification/keyID'",
 }
 
 // TestValuesSchemaRefusesWhatTheChartWouldIgnore: a misspelt key, a string
