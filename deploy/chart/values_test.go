@@ -1,6 +1,7 @@
 package chart
 
 import (
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -26,12 +27,10 @@ var badValues = map[string]string{
 	"webhook.port=70000":        "at '/webhook/port': maximum",
 	"manager.talosTimeout=10":   "at '/manager/talosTimeout'",
 	"monitoring.prometheus=yes": "additional properties 'prometheus' not allowed",
-	// Names and paths written into the manager's arguments and the chart's
-	// CEL (review 24: a service account name closed the CEL string).
-	"serviceAccount.name=x' || 'a' == 'a":   "at '/serviceAccount/name'",
-	"priorityClassName=High Priority":       "at '/priorityClassName'",
-	"manager.bundle.path=/x /y":             "at '/manager/bundle/path'",
-	"manager.bundle.verification.keyID=a b": "at '/manager/bundle/verification/keyID'",
+	// Names written into the chart's CEL (review 24: a service account name
+	// closed the CEL string) and its objects.
+	"serviceAccount.name=x' || 'a' == 'a": "at '/serviceAccount/name'",
+	"priorityClassName=High Priority":     "at '/priorityClassName'",
 }
 
 // TestValuesSchemaRefusesWhatTheChartWouldIgnore: a misspelt key, a string
@@ -88,7 +87,12 @@ func TestDisruptionBudgetOnlyWithReplicasToSpare(t *testing.T) {
 	assert.Empty(t, render(t, "replicaCount=1").all("PodDisruptionBudget", ""))
 	assert.Empty(t, render(t, "podDisruptionBudget.enabled=false").all("PodDisruptionBudget", ""))
 	// A budget that no eviction can meet is refused (review 24).
-	for _, set := range [][]string{{"replicaCount=2", "podDisruptionBudget.minAvailable=2"}, {"replicaCount=3", "podDisruptionBudget.minAvailable=100%"}} {
+	for _, set := range [][]string{
+		{"replicaCount=2", "podDisruptionBudget.minAvailable=2"},
+		{"replicaCount=3", "podDisruptionBudget.minAvailable=100%"},
+		// Rounded up, as the eviction API counts it: 2 of 2 (review 25).
+		{"replicaCount=2", "podDisruptionBudget.minAvailable=51%"},
+	} {
 		args := []string{"template", release, chartDir(t), "--namespace", namespace}
 		for _, s := range set {
 			args = append(args, "--set", s)
@@ -98,6 +102,7 @@ func TestDisruptionBudgetOnlyWithReplicasToSpare(t *testing.T) {
 		assert.Contains(t, string(out), "no pod could ever be evicted")
 	}
 	assert.Len(t, render(t, "replicaCount=3", "podDisruptionBudget.minAvailable=2").all("PodDisruptionBudget", ""), 1)
+	assert.Len(t, render(t, "replicaCount=3", "podDisruptionBudget.minAvailable=50%").all("PodDisruptionBudget", ""), 1)
 }
 
 // TestLogLevelAndFormat: the zap flags only when set (empty is the
@@ -156,4 +161,15 @@ func TestCRDsAreTheGeneratedOnesKeptOnUninstall(t *testing.T) {
 		assert.NotContains(t, crd.GetAnnotations(), "helm.sh/resource-policy")
 	}
 	assert.Empty(t, render(t, "crds.install=false").all("CustomResourceDefinition", ""))
+}
+
+// TestCountsAreWrittenAsIntegers: a count in a values file is a number YAML
+// reads as a float, which Go writes as 1e+06 from a million: the manager's
+// counts are written as integers, as its byte limits are (review 25).
+func TestCountsAreWrittenAsIntegers(t *testing.T) {
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	require.NoError(t, os.WriteFile(values, []byte("manager:\n  talosWatch:\n    max: 1000000\n  decisionLog:\n    bufferEvents: 2000000\n"), 0o600))
+	dep := decode(t, helm(t, nil, "template", release, chartDir(t), "--namespace", namespace, "-f", values)).deployment(t)
+	assert.Equal(t, "1000000", argValue(t, dep, "--talos-watch-max"))
+	assert.Equal(t, "2000000", argValue(t, dep, "--decision-log-buffer-events"))
 }

@@ -322,4 +322,16 @@ func TestThePackagedChartIsWhatGitTracks(t *testing.T) {
 	assert.Contains(t, files, ChartName+"/Chart.yaml")
 	assert.NotContains(t, files, ChartName+"/values-prod.yaml", "a file git does not track was released")
 	assert.Equal(t, "changed, not committed\n", string(files[ChartName+"/templates/NOTES.txt"]))
+
+	// A work tree git cannot read (here its index is broken; another
+	// user's, which git calls of dubious ownership, is another) is not a
+	// reason to release every file beside the chart (review 25).
+	require.NoError(t, os.WriteFile(filepath.Join(repo, ".git", "index"), []byte("broken"), 0o600))
+	_, err = PackageChart(t.Context(), helmBinary(t), dir, t.TempDir(), "v0.1.0", "registry.example/ichor-policy", "sha256:"+strings.Repeat("1", 64), time.Unix(1_700_000_000, 0))
+	require.ErrorContains(t, err, "git ls-files")
+
+	// Without git on PATH, a chart in a work tree is refused.
+	t.Setenv("PATH", t.TempDir())
+	_, err = PackageChart(t.Context(), helmBinary(t), dir, t.TempDir(), "v0.1.0", "registry.example/ichor-policy", "sha256:"+strings.Repeat("1", 64), time.Unix(1_700_000_000, 0))
+	require.ErrorContains(t, err, "git is not on PATH")
 }

@@ -10,6 +10,7 @@ package release
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/sha256"
@@ -195,13 +196,23 @@ func sbomPlatform(o Options) string {
 // 24); every file of a chart outside a work tree (a copy).
 func stageChart(ctx context.Context, dir, staged string) error {
 	//nolint:gosec // G204: git on the chart's own directory, the releaser's.
-	out, err := exec.CommandContext(ctx, "git", "-C", dir, "ls-files", "-z", "--", ".").Output()
-	if err != nil {
-		// No work tree (or no git): the directory is the chart.
+	cmd := exec.CommandContext(ctx, "git", "-C", dir, "ls-files", "-z", "--", ".")
+	// Git's own words, which say whether there is a work tree at all.
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	out, err := cmd.Output()
+	switch {
+	case errors.Is(err, exec.ErrNotFound) && inWorkTree(dir):
+		return fmt.Errorf("copying the chart: %s is in a git work tree and git is not on PATH: git says which of its files are the chart's", dir)
+	case errors.Is(err, exec.ErrNotFound), strings.Contains(string(stderrOf(err)), "not a git repository"):
+		// No work tree (a copy, a tarball): the directory is the chart.
 		if err := os.CopyFS(staged, os.DirFS(dir)); err != nil {
 			return fmt.Errorf("copying the chart: %w", err)
 		}
 		return nil
+	case err != nil:
+		// A work tree git will not read (another user's: "dubious
+		// ownership"): not a reason to release what it does not track.
+		return fmt.Errorf("listing the chart's files with git ls-files in %s: %w (%s)", dir, err, bytes.TrimSpace(stderrOf(err)))
 	}
 	if len(out) == 0 {
 		return fmt.Errorf("copying the chart: git tracks no file of %s: add the chart before releasing it", dir)
@@ -227,6 +238,33 @@ func stageChart(ctx context.Context, dir, staged string) error {
 		if err := os.WriteFile(to, data, 0o644); err != nil { //nolint:gosec // G306: public
 			return fmt.Errorf("copying the chart: %w", err)
 		}
+	}
+	return nil
+}
+
+// inWorkTree reports whether dir or a directory above it holds a .git.
+func inWorkTree(dir string) bool {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return true
+	}
+	for {
+		if _, err := os.Lstat(filepath.Join(dir, ".git")); err == nil {
+			return true
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return false
+		}
+		dir = parent
+	}
+}
+
+// stderrOf is what a command that exited with an error wrote on stderr.
+func stderrOf(err error) []byte {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return exit.Stderr
 	}
 	return nil
 }
