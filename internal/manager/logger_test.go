@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
 // flagOptions are the zap options as `ichor manager` binds and parses them.
@@ -98,7 +99,8 @@ func TestKlogLinesAreTheManagersEscapedJSON(t *testing.T) {
 // manager's JSON log, escaped, not a text line beside them: here a client
 // that speaks no TLS to a TLS server.
 func TestNetHTTPServerErrorsAreTheManagersEscapedJSON(t *testing.T) {
-	var buf syncBuffer
+	// Written by the server's goroutines while the test reads it.
+	var buf harness.DecisionLog
 	setLoggers(newLogger(&buf, nil))
 	t.Cleanup(func() {
 		klog.ClearLogger()
@@ -121,23 +123,4 @@ func TestNetHTTPServerErrorsAreTheManagersEscapedJSON(t *testing.T) {
 		assert.Equal(t, "stdlog", entry["logger"])
 		assert.NotContains(t, line, "\x1b")
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a server's goroutines to write
-// while a test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
