@@ -31,6 +31,10 @@ var badValues = map[string]string{
 	// closed the CEL string) and its objects.
 	"serviceAccount.name=x' || 'a' == 'a": "at '/serviceAccount/name'",
 	"priorityClassName=High Priority":     "at '/priorityClassName'",
+	// Counts past what int64 holds rendered 0, the manager's default, in
+	// silence (review 26).
+	"manager.talosWatch.max=99999999999999999999": "at '/manager/talosWatch/max'",
+	"manager.decisionLog.bufferEvents=1000000001": "at '/manager/decisionLog/bufferEvents'",
 }
 
 // TestValuesSchemaRefusesWhatTheChartWouldIgnore: a misspelt key, a string

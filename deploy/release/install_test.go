@@ -330,8 +330,13 @@ func TestThePackagedChartIsWhatGitTracks(t *testing.T) {
 	_, err = PackageChart(t.Context(), helmBinary(t), dir, t.TempDir(), "v0.1.0", "registry.example/ichor-policy", "sha256:"+strings.Repeat("1", 64), time.Unix(1_700_000_000, 0))
 	require.ErrorContains(t, err, "git ls-files")
 
-	// Without git on PATH, a chart in a work tree is refused.
+	// A .git above the chart that git does not read as one (here GIT_DIR
+	// names no repository; a linked work tree whose repository is gone is
+	// another), or no git on PATH: refused, not packaged whole (review 26).
+	t.Setenv("GIT_DIR", t.TempDir())
+	_, err = PackageChart(t.Context(), helmBinary(t), dir, t.TempDir(), "v0.1.0", "registry.example/ichor-policy", "sha256:"+strings.Repeat("1", 64), time.Unix(1_700_000_000, 0))
+	require.ErrorContains(t, err, "in a git work tree that git does not list")
 	t.Setenv("PATH", t.TempDir())
 	_, err = PackageChart(t.Context(), helmBinary(t), dir, t.TempDir(), "v0.1.0", "registry.example/ichor-policy", "sha256:"+strings.Repeat("1", 64), time.Unix(1_700_000_000, 0))
-	require.ErrorContains(t, err, "git is not on PATH")
+	require.ErrorContains(t, err, "in a git work tree that git does not list")
 }

@@ -200,15 +200,19 @@ func stageChart(ctx context.Context, dir, staged string) error {
 	// Git's own words, which say whether there is a work tree at all.
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	out, err := cmd.Output()
+	noGit := errors.Is(err, exec.ErrNotFound) || strings.Contains(string(stderrOf(err)), "not a git repository")
 	switch {
-	case errors.Is(err, exec.ErrNotFound) && inWorkTree(dir):
-		return fmt.Errorf("copying the chart: %s is in a git work tree and git is not on PATH: git says which of its files are the chart's", dir)
-	case errors.Is(err, exec.ErrNotFound), strings.Contains(string(stderrOf(err)), "not a git repository"):
+	case noGit && !inWorkTree(dir):
 		// No work tree (a copy, a tarball): the directory is the chart.
 		if err := os.CopyFS(staged, os.DirFS(dir)); err != nil {
 			return fmt.Errorf("copying the chart: %w", err)
 		}
 		return nil
+	case noGit:
+		// A .git above the chart that git does not read as one (not on
+		// PATH, GIT_DIR or GIT_CEILING_DIRECTORIES set, a linked work
+		// tree whose repository is gone): review 26.
+		return fmt.Errorf("copying the chart: %s is in a git work tree that git does not list (%s): git says which of its files are the chart's", dir, bytes.TrimSpace(stderrOf(err)))
 	case err != nil:
 		// A work tree git will not read (another user's: "dubious
 		// ownership"): not a reason to release what it does not track.
