@@ -153,13 +153,19 @@ type CredentialAdmissionInput struct {
 // request is allowed and is not a dry run: it must be written before the
 // request is admitted.
 type CredentialAdmission struct {
-	Allowed         bool             `json:"allowed"`
-	Reasons         Reasons          `json:"reasons"`
-	Purpose         string           `json:"purpose"`
-	LifetimeSeconds float64          `json:"lifetime_seconds"`
-	Event           *CredentialEvent `json:"event,omitempty"`
-	DecisionID      string           `json:"decision_id"`
-	Revision        string           `json:"revision"`
+	Allowed         bool    `json:"allowed"`
+	Reasons         Reasons `json:"reasons"`
+	Purpose         string  `json:"purpose"`
+	LifetimeSeconds float64 `json:"lifetime_seconds"`
+	// Credential is what the person is handed, as the rule names it (a
+	// JSON object Go does not read): set only when the request is allowed,
+	// and pinned by the webhook in the admission record, which issuance
+	// compares with what it would sign. A bundle older than the pin names
+	// none.
+	Credential json.RawMessage  `json:"credential,omitempty"`
+	Event      *CredentialEvent `json:"event,omitempty"`
+	DecisionID string           `json:"decision_id"`
+	Revision   string           `json:"revision"`
 }
 
 // AdmissionProof is what the issuer found of the webhook's admission of a
@@ -172,6 +178,10 @@ type AdmissionProof struct {
 	// LifetimeSeconds is the lifetime the verified record says was
 	// admitted; absent from a record of a webhook older than that.
 	LifetimeSeconds int64 `json:"lifetime_seconds,omitempty"`
+	// Credential is the credential the verified record says was admitted,
+	// as the admission decision named it; absent from a record of a
+	// webhook older than that.
+	Credential json.RawMessage `json:"credential,omitempty"`
 	// Error says why a record does not verify.
 	Error string `json:"error,omitempty"`
 }

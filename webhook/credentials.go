@@ -17,6 +17,7 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,6 +32,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -253,6 +255,17 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 	if err != nil {
 		return err
 	}
+	annotations := map[string]string{
+		credential.AnnotationDecisionID:  d.DecisionID,
+		credential.AnnotationRequest:     tcr.Name,
+		credential.AnnotationRequestUID:  string(tcr.UID),
+		credential.AnnotationMAC:         mac,
+		credential.AnnotationLifetime:    strconv.FormatInt(lifetime, 10),
+		credential.AnnotationLifetimeMAC: lifetimeMAC,
+	}
+	if err := pinCredential(annotations, key, tcr, namespace, cluster.UID, d); err != nil {
+		return err
+	}
 	now := metav1.NewTime(v.now())
 	instance := v.Instance
 	if instance == "" {
@@ -260,16 +273,9 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 	}
 	event := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: cluster.Namespace,
-			Name:      credential.RecordName(tcr.UID),
-			Annotations: map[string]string{
-				credential.AnnotationDecisionID:  d.DecisionID,
-				credential.AnnotationRequest:     tcr.Name,
-				credential.AnnotationRequestUID:  string(tcr.UID),
-				credential.AnnotationMAC:         mac,
-				credential.AnnotationLifetime:    strconv.FormatInt(lifetime, 10),
-				credential.AnnotationLifetimeMAC: lifetimeMAC,
-			},
+			Namespace:   cluster.Namespace,
+			Name:        credential.RecordName(tcr.UID),
+			Annotations: annotations,
 		},
 		InvolvedObject: corev1.ObjectReference{
 			APIVersion:      ichorv1alpha1.GroupVersion.String(),
@@ -290,6 +296,32 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 		ReportingInstance:   instance,
 	}
 	return v.Client.Create(ctx, event)
+}
+
+// pinCredential adds the credential the decision admits, and its MAC, to a
+// record's annotations, so that the issuer signs what the Event names. A
+// bundle from before the pin names none: the record then pins none, as an
+// older webhook's.
+func pinCredential(annotations map[string]string, key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string, clusterUID types.UID, d engine.CredentialAdmission) error {
+	if len(d.Credential) == 0 {
+		return nil
+	}
+	// Compact, as the MAC and the issuer read it; only an object is a
+	// credential.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, d.Credential); err != nil || compact.Len() == 0 || compact.Bytes()[0] != '{' {
+		return fmt.Errorf("the decision names a credential that is not a JSON object: %.100q", d.Credential)
+	}
+	if compact.Len() > credential.MaxCredential {
+		return fmt.Errorf("the decision names a credential of %d bytes, more than the %d a record holds", compact.Len(), credential.MaxCredential)
+	}
+	credentialMAC, err := credential.CredentialMAC(key, tcr, namespace, clusterUID, d.DecisionID, compact.String())
+	if err != nil {
+		return err
+	}
+	annotations[credential.AnnotationCredential] = compact.String()
+	annotations[credential.AnnotationCredentialMAC] = credentialMAC
+	return nil
 }
 
 func (v *CredentialRequestValidator) now() time.Time {

@@ -371,6 +371,14 @@ func TestHolderOfTheVerbIsAdmittedAndTheEventNamesThem(t *testing.T) {
 	ok, _, why = credential.Verify(key, tcr, e.InvolvedObject.UID, forged)
 	assert.False(t, ok, "a record whose lifetime was rewritten verified")
 	assert.Contains(t, why, "lifetime MAC")
+	// And the credential it names, as the Event's message says it.
+	assert.JSONEq(t, `{"kind":"talos","credential":"talosconfig","talos_role":"os:reader"}`, e.Annotations[credential.AnnotationCredential])
+	assert.JSONEq(t, e.Annotations[credential.AnnotationCredential], string(admitted.Credential), "the credential admitted is not the record's")
+	forged = e.DeepCopy()
+	forged.Annotations[credential.AnnotationCredential] = `{"credential":"talosconfig","kind":"talos","talos_role":"os:admin"}`
+	ok, _, why = credential.Verify(key, tcr, e.InvolvedObject.UID, forged)
+	assert.False(t, ok, "a record whose credential was rewritten verified")
+	assert.Contains(t, why, "credential MAC")
 	changed := tcr.DeepCopy()
 	changed.Spec.Requester.Groups = append(changed.Spec.Requester.Groups, "system:masters")
 	ok, _, why = credential.Verify(key, changed, e.InvolvedObject.UID, &e)

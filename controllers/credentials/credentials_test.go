@@ -716,6 +716,48 @@ func TestALifetimeOtherThanTheOneAdmittedIsRefused(t *testing.T) {
 	assert.Equal(t, time.Hour, cert.NotAfter.Sub(cert.NotBefore))
 }
 
+// What is signed is the credential admitted: a request admitted when its
+// purpose mapped to another Talos role (a record with a valid MAC over that
+// credential) is refused once the purpose the issuer finds maps to
+// os:reader; one admitted for os:reader is issued with it.
+func TestACredentialOtherThanTheOneAdmittedIsRefused(t *testing.T) {
+	f := newFixture(t)
+	removeWebhook(t)
+	admitted := func(pinned string) *ichorv1alpha1.TalosCredentialRequest {
+		tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+		var cluster ichorv1alpha1.TalosCluster
+		require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "demo"}, &cluster))
+		key, err := keys.Key(f.ctx)
+		require.NoError(t, err)
+		const decision = "4b0d7c52-8f7c-4f55-9d6c-0c3b2d9a1e77"
+		mac, err := credential.MAC(key, tcr, f.ns, cluster.UID, decision)
+		require.NoError(t, err)
+		credentialMAC, err := credential.CredentialMAC(key, tcr, f.ns, cluster.UID, decision, pinned)
+		require.NoError(t, err)
+		require.NoError(t, env.Client.Create(f.ctx, &corev1.Event{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: credential.RecordName(tcr.UID), Annotations: map[string]string{
+				credential.AnnotationDecisionID: decision, credential.AnnotationMAC: mac,
+				credential.AnnotationCredential: pinned, credential.AnnotationCredentialMAC: credentialMAC,
+			}},
+			InvolvedObject: corev1.ObjectReference{Kind: "TalosCluster", Namespace: f.ns, Name: "demo", UID: cluster.UID},
+			Reason:         "TalosconfigReader", Message: "admitted", Type: corev1.EventTypeNormal,
+		}))
+		return tcr
+	}
+	other := admitted(`{"credential":"talosconfig","kind":"talos","talos_role":"os:operator"}`)
+	same := admitted(`{"credential":"talosconfig","kind":"talos","talos_role":"os:reader"}`)
+	restoreWebhook(t)
+
+	got := f.answer(other)
+	c := ready(t, got)
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
+	assert.Contains(t, c.Message, "CredentialNotAdmitted: the credential would now be an os:reader talosconfig, not an os:operator talosconfig as admitted")
+	assert.Empty(t, got.Status.Certificate)
+	got = f.answer(same)
+	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, got).Reason)
+	assert.Equal(t, []string{"os:reader"}, parseCert(t, got.Status.Certificate).Subject.Organization)
+}
+
 func TestAClusterRecreatedSinceAdmissionDoesNotInheritTheAdmission(t *testing.T) {
 	f := newFixture(t)
 	tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeCredentialsTalos, "")

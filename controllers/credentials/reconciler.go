@@ -346,7 +346,10 @@ func (r *Reconciler) admission(ctx context.Context, tcr *ichorv1alpha1.TalosCred
 		}
 		ok, admitted, why = credential.Verify(key, tcr, clusterUID, &record)
 	}
-	return engine.AdmissionProof{Recorded: true, Verified: ok, DecisionID: admitted.DecisionID, LifetimeSeconds: admitted.LifetimeSeconds, Error: why}, nil
+	return engine.AdmissionProof{
+		Recorded: true, Verified: ok, DecisionID: admitted.DecisionID,
+		LifetimeSeconds: admitted.LifetimeSeconds, Credential: admitted.Credential, Error: why,
+	}, nil
 }
 
 // failure is an error that answers the request (Failed) rather than being

@@ -31,11 +31,13 @@ import (
 // request's UID, which the API server assigns before validating admission and
 // nobody can choose, and annotates it with a MAC over the request's UID,
 // namespace, name and spec (requester included), the TalosCluster's UID and
-// the admission decision id, and with a second MAC over all that and the
+// the admission decision id, with a second MAC over all that and the
 // lifetime admitted (the purpose's default when the spec asks none, which a
-// bundle may change before the issuer signs), both made with a key only the
-// manager holds. The issuer looks the Event up by
-// the UID and verifies the MAC: a request is admitted only if both hold.
+// bundle may change before the issuer signs) and a third over all that and
+// the credential admitted (what the purpose maps to, which a bundle may
+// change too), each made with a key only the manager holds. The issuer looks
+// the Event up by the UID and verifies the MACs: a request is admitted only
+// if all hold.
 // Anyone who may create Events in the namespace can write such an Event, but
 // not its MAC; anyone who may delete Events can delete it, which refuses the
 // request, and Events expire with the API server's --event-ttl (1h by
@@ -54,7 +56,18 @@ const (
 	// rolling upgrade; a record with one and not the other does not.
 	AnnotationLifetime    = "ichor.dev/lifetime-seconds"
 	AnnotationLifetimeMAC = "ichor.dev/admission-mac-lifetime"
+	// AnnotationCredential is the credential admitted, the JSON object
+	// the admission decision names (the Talos role, or the certificate's
+	// common name, groups and bound role), and AnnotationCredentialMAC the
+	// MAC that covers it and all AnnotationMAC covers. Older records have
+	// neither and verify as before, the credential not compared.
+	AnnotationCredential    = "ichor.dev/credential"               //nolint:gosec // G101: an annotation's name, not a credential
+	AnnotationCredentialMAC = "ichor.dev/admission-mac-credential" //nolint:gosec // G101: an annotation's name, not a credential
 )
+
+// MaxCredential bounds the credential a record names: a role, a common
+// name and a few groups are a few hundred bytes.
+const MaxCredential = 4096
 
 // KeySecretKey is the key of the admission key Secret's data that holds the
 // MAC key.
@@ -191,6 +204,15 @@ func LifetimeMAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespac
 	}{admitted{3, tcr.UID, namespace, tcr.Name, tcr.Spec, clusterUID, decisionID}, lifetimeSeconds})
 }
 
+// CredentialMAC is the MAC of all that MAC covers and the credential
+// admitted, the compact JSON object the admission decision names.
+func CredentialMAC(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string, clusterUID types.UID, decisionID, credential string) (string, error) {
+	return mac(key, struct {
+		admitted
+		Credential string `json:"credential"`
+	}{admitted{4, tcr.UID, namespace, tcr.Name, tcr.Spec, clusterUID, decisionID}, credential})
+}
+
 // admitted is what a MAC covers of an admission; Version tells the payloads
 // apart.
 type admitted struct {
@@ -217,25 +239,28 @@ func mac(key []byte, payload any) (string, error) {
 }
 
 // Admitted is what a verified admission record says of the admission: its
-// decision id, and the lifetime admitted in whole seconds (0: a record of a
-// webhook from before the lifetime was recorded).
+// decision id, the lifetime admitted in whole seconds (0: a record of a
+// webhook from before the lifetime was recorded) and the credential
+// admitted (nil: a record from before the credential was recorded).
 type Admitted struct {
 	DecisionID      string
 	LifetimeSeconds int64
+	Credential      json.RawMessage
 }
 
 // Verify reports whether the record proves the webhook admitted exactly
 // this request for the cluster with clusterUID: its MAC, with the current
 // key, covers the request's UID, namespace, name and spec, that cluster and
-// the decision id it names, and its lifetime MAC, if it has one, the
-// lifetime it names as well. A record that does not is described, never an
-// error: it is a fact for the rule.
+// the decision id it names, its lifetime MAC, if it has one, the lifetime it
+// names as well, and its credential MAC, if it has one, the credential it
+// names. A record that does not is described, never an error: it is a fact
+// for the rule.
 //
 // A record without the lifetime and its MAC is an older webhook's, and
 // says no lifetime: whoever may edit Events can strip both from a new
 // record and so have it read as one, which leaves the issuer as it was
 // before the lifetime was recorded (a default changed between admission and
-// signing goes unnoticed), never more.
+// signing goes unnoticed), never more. So with the credential and its MAC.
 func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID, record *corev1.Event) (ok bool, got Admitted, why string) {
 	got.DecisionID = record.Annotations[AnnotationDecisionID]
 	notOurs := func(what string) (bool, Admitted, string) {
@@ -256,7 +281,7 @@ func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID ty
 	lifetimeMAC, hasLifetimeMAC := record.Annotations[AnnotationLifetimeMAC]
 	switch {
 	case !hasLifetime && !hasLifetimeMAC:
-		return true, got, ""
+		return verifyCredential(key, tcr, clusterUID, record, got)
 	case !hasLifetime || !hasLifetimeMAC:
 		return notOurs("carries one of " + AnnotationLifetime + " and " + AnnotationLifetimeMAC + " without the other")
 	}
@@ -274,5 +299,38 @@ func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID ty
 		return false, Admitted{DecisionID: got.DecisionID}, fmt.Sprintf("the lifetime MAC of the Event %s/%s does not match the lifetime it names, this request's uid, spec and requester, its cluster and the manager's admission key", record.Namespace, record.Name)
 	}
 	got.LifetimeSeconds = n
+	return verifyCredential(key, tcr, clusterUID, record, got)
+}
+
+// verifyCredential is Verify's last step: the credential a record names,
+// if it names one, under its MAC.
+func verifyCredential(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID, record *corev1.Event, got Admitted) (bool, Admitted, string) {
+	notOurs := func(what string) (bool, Admitted, string) {
+		return false, Admitted{DecisionID: got.DecisionID}, fmt.Sprintf("the Event %s/%s %s", record.Namespace, record.Name, what)
+	}
+	text, hasCredential := record.Annotations[AnnotationCredential]
+	credentialMAC, hasCredentialMAC := record.Annotations[AnnotationCredentialMAC]
+	switch {
+	case !hasCredential && !hasCredentialMAC:
+		return true, got, ""
+	case !hasCredential || !hasCredentialMAC:
+		return notOurs("carries one of " + AnnotationCredential + " and " + AnnotationCredentialMAC + " without the other")
+	case len(text) > MaxCredential:
+		return notOurs(fmt.Sprintf("carries a %s annotation of %d bytes, more than the %d a record holds", AnnotationCredential, len(text), MaxCredential))
+	}
+	want, err := CredentialMAC(key, tcr, tcr.Namespace, clusterUID, got.DecisionID, text)
+	if err != nil {
+		return false, Admitted{DecisionID: got.DecisionID}, err.Error()
+	}
+	if !hmac.Equal([]byte(credentialMAC), []byte(want)) {
+		return false, Admitted{DecisionID: got.DecisionID}, fmt.Sprintf("the credential MAC of the Event %s/%s does not match the credential it names, this request's uid, spec and requester, its cluster and the manager's admission key", record.Namespace, record.Name)
+	}
+	// Under the MAC, only the webhook wrote it, a JSON object; anything
+	// else is not handed to the rule.
+	var object map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(text), &object); err != nil || object == nil {
+		return notOurs("carries a " + AnnotationCredential + " annotation that is not a JSON object")
+	}
+	got.Credential = json.RawMessage(text)
 	return true, got, ""
 }

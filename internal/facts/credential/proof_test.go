@@ -1,6 +1,7 @@
 package credential_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -60,5 +61,77 @@ func TestARecordSaysTheLifetimeAdmittedUnderItsMAC(t *testing.T) {
 		assert.False(t, ok, "%s: verified", name)
 		assert.NotEmpty(t, why, name)
 		assert.Zero(t, got.LifetimeSeconds, name)
+	}
+}
+
+// A record names the credential admitted under a MAC of its own, so the
+// issuer signs what the Event named; one of an older webhook names none and
+// verifies, the rule then comparing nothing. One with a credential and no
+// MAC of it, another credential than its MAC covers, or a credential that
+// is not a JSON object does not verify, and hands the rule no credential.
+func TestARecordNamesTheCredentialAdmittedUnderItsMAC(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	tcr := &ichorv1alpha1.TalosCredentialRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u"}}
+	tcr.Spec.ClusterName = "demo"
+	tcr.Spec.Purpose = ichorv1alpha1.PurposeTalosconfigReader
+	const reader = `{"credential":"talosconfig","kind":"talos","talos_role":"os:reader"}`
+	const operator = `{"credential":"talosconfig","kind":"talos","talos_role":"os:operator"}`
+	mac, err := credential.MAC(key, tcr, "ns", "cluster-uid", "decision")
+	require.NoError(t, err)
+	lifetimeMAC, err := credential.LifetimeMAC(key, tcr, "ns", "cluster-uid", "decision", 3600)
+	require.NoError(t, err)
+	credentialMAC := func(text string) string {
+		m, err := credential.CredentialMAC(key, tcr, "ns", "cluster-uid", "decision", text)
+		require.NoError(t, err)
+		return m
+	}
+	record := func(annotations map[string]string) *corev1.Event {
+		e := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: credential.RecordName("u"), Annotations: map[string]string{
+			credential.AnnotationDecisionID: "decision", credential.AnnotationMAC: mac,
+			credential.AnnotationLifetime: "3600", credential.AnnotationLifetimeMAC: lifetimeMAC,
+		}}}
+		for k, v := range annotations {
+			if v == "-" {
+				delete(e.Annotations, k)
+				continue
+			}
+			e.Annotations[k] = v
+		}
+		return e
+	}
+
+	ok, got, why := credential.Verify(key, tcr, "cluster-uid", record(map[string]string{
+		credential.AnnotationCredential: reader, credential.AnnotationCredentialMAC: credentialMAC(reader),
+	}))
+	assert.True(t, ok, why)
+	assert.Equal(t, credential.Admitted{DecisionID: "decision", LifetimeSeconds: 3600, Credential: []byte(reader)}, got)
+
+	// Without the lifetime's annotations (stripped, or a webhook between
+	// the two), the credential is still checked and named.
+	ok, got, why = credential.Verify(key, tcr, "cluster-uid", record(map[string]string{
+		credential.AnnotationLifetime: "-", credential.AnnotationLifetimeMAC: "-",
+		credential.AnnotationCredential: reader, credential.AnnotationCredentialMAC: credentialMAC(reader),
+	}))
+	assert.True(t, ok, why)
+	assert.JSONEq(t, reader, string(got.Credential))
+
+	ok, got, why = credential.Verify(key, tcr, "cluster-uid", record(nil))
+	assert.True(t, ok, "an older webhook's record: %s", why)
+	assert.Nil(t, got.Credential)
+
+	long := `{"credential":"` + strings.Repeat("x", credential.MaxCredential) + `"}`
+	for name, annotations := range map[string]map[string]string{
+		"another credential written":       {credential.AnnotationCredential: operator, credential.AnnotationCredentialMAC: credentialMAC(reader)},
+		"the credential's MAC taken away":  {credential.AnnotationCredential: reader},
+		"the credential taken away":        {credential.AnnotationCredentialMAC: credentialMAC(reader)},
+		"not an object, under its MAC":     {credential.AnnotationCredential: `["os:reader"]`, credential.AnnotationCredentialMAC: credentialMAC(`["os:reader"]`)},
+		"null, under its MAC":              {credential.AnnotationCredential: `null`, credential.AnnotationCredentialMAC: credentialMAC(`null`)},
+		"too long, under its MAC":          {credential.AnnotationCredential: long, credential.AnnotationCredentialMAC: credentialMAC(long)},
+		"checked without the lifetime too": {credential.AnnotationLifetime: "-", credential.AnnotationLifetimeMAC: "-", credential.AnnotationCredential: operator, credential.AnnotationCredentialMAC: credentialMAC(reader)},
+	} {
+		ok, got, why := credential.Verify(key, tcr, "cluster-uid", record(annotations))
+		assert.False(t, ok, "%s: verified", name)
+		assert.NotEmpty(t, why, name)
+		assert.Nil(t, got.Credential, name)
 	}
 }

@@ -71,7 +71,10 @@ _admin_binding_requirement(purpose) := {"admin_binding": {
 #   The validating webhook's decision on one TalosCredentialRequest:
 #   {"allowed": bool, "reasons": [{"code", "message"}], "purpose": name,
 #   "lifetime_seconds": the effective lifetime (the purpose's default when no ttl was asked),
-#   "event": {"type", "reason", "message"}}. The event is there only when the request is
+#   "credential": what the person is handed (kind, credential, and talos_role, or
+#   common_name, groups and bound_to), "event": {"type", "reason", "message"}}. The
+#   credential is there only when the request is allowed: the webhook pins it, with the
+#   lifetime, in the admission record, and issuance refuses another. The event is there only when the request is
 #   allowed and is not a dry run; the webhook writes it on the TalosCluster before it admits,
 #   and refuses the request if it cannot (ADR 0124: a credential that cannot be recorded is
 #   not issued). The Event is also the proof of admission the issuer looks for.
@@ -85,15 +88,16 @@ _admin_binding_requirement(purpose) := {"admin_binding": {
 #   name, and its answer: allowed, reason, evaluation_error); cluster (exists, and
 #   kubeconfig_ref: whether it judges another API server).
 # entrypoint: true
-admission := object.union(
+admission := object.union_n([
 	{
 		"allowed": count(_admission_refusals) == 0,
 		"reasons": _admission_reasons,
 		"purpose": _purpose_name(_request),
 		"lifetime_seconds": _lifetime(_request, _config.purposes),
 	},
+	_admission_credential,
 	_admission_event,
-)
+])
 
 # METADATA
 # title: Issuance decision
@@ -108,7 +112,8 @@ admission := object.union(
 #   webhook's admission record of this request exists; verified, whether its MAC, made with
 #   a key only the manager holds over the request's uid, spec and requester, checks out;
 #   decision_id of the admission; lifetime_seconds, the lifetime the record says was
-#   admitted, absent from a record of an older webhook; error, why it does not verify);
+#   admitted, and credential, the credential it says was admitted (as admission's output
+#   names it), each absent from a record of an older webhook; error, why it does not verify);
 #   authorization (the
 #   SubjectAccessReview Go made as the requester just now, as at admission); cluster
 #   (exists; kubeconfig_ref, whether it judges another API server); admin_identity, only
@@ -186,6 +191,13 @@ _credential_only_reasons := sort(_credential_only_refusals) if count(_credential
 
 else := [_issuable(input, "")]
 
+default _admission_credential := {}
+
+_admission_credential := {"credential": _credential(purpose, _username)} if {
+	count(_admission_refusals) == 0
+	purpose := _config.purposes[_request.purpose]
+}
+
 default _admission_event := {}
 
 # A dry run writes no Event (ADR 0124); a missing dry_run is not a dry run, so the
@@ -195,7 +207,7 @@ _admission_event := {"event": {
 	"reason": purpose.event.reason,
 	"message": sprintf(
 		"%s was requested by %s (lifetime %s)",
-		[_credential_text(purpose, _username), _username, _duration(_lifetime(_request, _config.purposes))],
+		[_credential_text(_credential(purpose, _username)), _username, _duration(_lifetime(_request, _config.purposes))],
 	),
 }} if {
 	count(_admission_refusals) == 0
@@ -225,7 +237,7 @@ _admitted := {
 	"message": sprintf("user %q may %s: %s with lifetime %s is admitted", [
 		_username,
 		_grant_text(purpose.authorization, _cluster, _namespace),
-		_credential_text(purpose, _username),
+		_credential_text(_credential(purpose, _username)),
 		_duration(_lifetime(_request, _config.purposes)),
 	]),
 } if {
@@ -241,7 +253,7 @@ _issuable(request, username) := {
 	"code": "IchorCredentialIssuable",
 	"message": sprintf(
 		"%s with lifetime %s may be signed",
-		[_credential_text(purpose, username), _duration(_lifetime(request, _config.purposes))],
+		[_credential_text(_credential(purpose, username)), _duration(_lifetime(request, _config.purposes))],
 	),
 } if {
 	purpose := _config.purposes[request.purpose]
@@ -458,6 +470,22 @@ _certificate(purpose, username) := {
 } if {
 	purpose.kind == "kubernetes"
 	username != ""
+}
+
+# What a person is handed, as the admission record pins it and issuance compares it (see
+# CredentialNotAdmitted): the Talos role, or the certificate's common name, its fixed groups
+# and the role the person's own group is bound to. The binding's name (its nonce) is drawn
+# at issuance and is not part of it; the person is, through the common name.
+_credential(purpose, _) := {"kind": "talos", "credential": purpose.credential, "talos_role": purpose.talos_role} if {
+	purpose.kind == "talos"
+}
+
+_credential(purpose, username) := object.union_n([
+	{"kind": "kubernetes", "credential": purpose.credential, "groups": object.get(purpose, "groups", [])},
+	{"common_name": identity | identity := _person_identity(purpose, username)},
+	{"bound_to": role | role := _config.person_identity.binding_roles[purpose.identity]},
+]) if {
+	purpose.kind == "kubernetes"
 }
 
 # The person's own group, for a purpose whose identity is bound by a binding of its own.

@@ -10,7 +10,8 @@ package ichor.credentials
 #   admission record (the Event the webhook writes on the TalosCluster before it admits)
 #   exists for its uid, or the record's MAC, made with a key only the manager holds over
 #   the request's uid, namespace, name, spec and requester, the cluster's uid and the
-#   admission's decision id (and the lifetime admitted, in a second MAC), does not verify.
+#   admission's decision id (and the lifetime and the credential admitted, in MACs of their
+#   own), does not verify.
 #   Such a request
 #   was created while the webhook was not serving (uninstalled, or its configuration deleted
 #   or narrowed), or its record expired with the API server's --event-ttl (1h by default).
@@ -70,6 +71,38 @@ _refused_at_issuance contains reason if {
 		]),
 	}
 }
+
+# METADATA
+# title: Credential not the one admitted
+# description: |
+#   The admission record names the credential it admitted (under a MAC): the Talos role, or
+#   the certificate's common name, fixed groups and the role the person's own group is bound
+#   to. The purpose now maps to another: the bundle changed it between admission and
+#   signing. The Event that names the person says the credential admitted, and what is
+#   signed is what was admitted, so it is refused; ask again. A record of a webhook older
+#   than this check names no credential, and nothing is compared. Checked before signing.
+# custom:
+#   code: CredentialNotAdmitted
+_refused_at_issuance contains reason if {
+	_admission_proven
+	admitted := input.admission.credential
+	purpose := _config.purposes[_request.purpose]
+	now := _credential(purpose, _subject_name(_requester))
+	admitted != now
+	reason := {
+		"code": "CredentialNotAdmitted",
+		"message": sprintf("%s %s, not %s %s", [
+			"the credential would now be", _credential_text(now), _admitted_credential_text,
+			"as admitted (the purpose changed since); ask again with a new request",
+		]),
+	}
+}
+
+# The admitted credential as the Event named it, when this policy can say it; a record of
+# another policy's shape is named by its JSON.
+_admitted_credential_text := text if {
+	text := _credential_text(input.admission.credential)
+} else := json.marshal(input.admission.credential)
 
 _admission_proven if {
 	input.admission.recorded == true

@@ -258,3 +258,65 @@ test_a_lifetime_other_than_the_one_admitted_is_refused if {
 	not d.allowed
 	_codes(_issue([{"op": "add", "path": "/admission/lifetime_seconds", "value": "3600"}])) == ["LifetimeNotAdmitted"]
 }
+
+# The admission record's credential (Go passes it verified, as the webhook wrote it).
+_admitted_credential(credential) := [{"op": "add", "path": "/admission/credential", "value": credential}]
+
+test_admission_pins_the_credential_it_names if {
+	_admit([]).credential == {"kind": "talos", "credential": "talosconfig", "talos_role": "os:reader"}
+	_admit_purpose("kubeconfig-admin", []).credential == {
+		"kind": "kubernetes",
+		"credential": "cluster-admin kubeconfig",
+		"groups": [],
+		"common_name": "ichor-admin:u:ichor:alice",
+		"bound_to": "cluster-admin",
+	}
+	_admit_purpose("kubeconfig-super-admin", []).credential == _super_admin
+
+	# Nothing is pinned for a refusal.
+	not _admit(_ttl(86400)).credential
+}
+
+_super_admin := {
+	"kind": "kubernetes",
+	"credential": "break-glass kubeconfig",
+	"groups": ["system:masters"],
+	"common_name": "ichor-super-admin:u:ichor:alice",
+}
+
+test_a_credential_other_than_the_one_admitted_is_refused if {
+	reader := {"kind": "talos", "credential": "talosconfig", "talos_role": "os:reader"}
+	_issue(_admitted_credential(reader)).allowed
+
+	# The purpose mapped to another role when it was admitted.
+	d := _issue(_admitted_credential(object.union(reader, {"talos_role": "os:operator"})))
+	not d.allowed
+	not d.certificate
+	d.reasons == [{"code": "CredentialNotAdmitted", "message": concat("", [
+		"the credential would now be an os:reader talosconfig, not an os:operator talosconfig ",
+		"as admitted (the purpose changed since); ask again with a new request",
+	])}]
+
+	# A kubeconfig admitted without the group it would now carry, or for another person.
+	_issue_purpose("kubeconfig-super-admin", _admitted_credential(_super_admin)).allowed
+	every admitted in [
+		object.union(_super_admin, {"groups": []}),
+		object.union(_super_admin, {"common_name": "ichor-super-admin:u:ichor:bob"}),
+		object.union(_super_admin, {"bound_to": "cluster-admin"}),
+	] {
+		_codes(_issue_purpose("kubeconfig-super-admin", _admitted_credential(admitted))) == ["CredentialNotAdmitted"]
+	}
+
+	# A record of a shape this policy does not write is named by its JSON.
+	odd := _issue(_admitted_credential({"kind": "x509"}))
+	odd.reasons == [{"code": "CredentialNotAdmitted", "message": concat("", [
+		`the credential would now be an os:reader talosconfig, not {"kind":"x509"} `,
+		"as admitted (the purpose changed since); ask again with a new request",
+	])}]
+}
+
+test_the_admitted_credential_is_compared_only_when_the_record_is_proven if {
+	operator := {"kind": "talos", "credential": "talosconfig", "talos_role": "os:operator"}
+	d := _issue(array.concat(_admitted_credential(operator), _set("/admission/verified", false)))
+	_codes(d) == ["NotAdmitted"]
+}

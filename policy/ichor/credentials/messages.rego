@@ -18,24 +18,25 @@ _hours_minutes_seconds(hours, minutes, seconds) := sprintf("%dh%dm%ds", [hours, 
 } else := sprintf("%ds", [seconds])
 
 # What is issued, as the Event says it: the Talos role or the certificate's groups are
-# part of the sentence, so the record names the power handed out.
-_credential_text(purpose, _) := sprintf("an %s %s", [purpose.talos_role, purpose.credential]) if {
-	purpose.kind == "talos"
+# part of the sentence, so the record names the power handed out. It is read from the
+# credential as admission pins it (_credential), so the Event and the pin cannot differ.
+_credential_text(credential) := sprintf("an %s %s", [credential.talos_role, credential.credential]) if {
+	credential.kind == "talos"
 }
 
 # A Kubernetes credential's subject: the person's identity when the requester is known, the
 # fixed groups, and the person's own group when a binding of their own gives it its power.
-_credential_text(purpose, username) := sprintf("a %s (%s)", [
-	purpose.credential,
+_credential_text(credential) := sprintf("a %s (%s)", [
+	credential.credential,
 	concat(", ", array.concat(
 		array.concat(
-			[sprintf("CN=%s", [identity]) | identity := _person_identity(purpose, username)],
-			[sprintf("O=%s", [group]) | some group in object.get(purpose, "groups", [])],
+			[sprintf("CN=%s", [identity]) | identity := credential.common_name],
+			[sprintf("O=%s", [group]) | some group in credential.groups],
 		),
-		[sprintf("O=their own group, bound to %s", [role]) | role := _config.person_identity.binding_roles[purpose.identity]],
+		[sprintf("O=their own group, bound to %s", [role]) | role := credential.bound_to],
 	)),
 ]) if {
-	purpose.kind == "kubernetes"
+	credential.kind == "kubernetes"
 }
 
 _grant_text(authorization, name, namespace) := sprintf(
