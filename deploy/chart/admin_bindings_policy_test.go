@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -145,4 +146,20 @@ func TestTheManagerWritesOnlyAdminBindings(t *testing.T) {
 	other := binding("ichor-test-anyone", "view", "ichor-test:team")
 	require.NoError(t, c.Create(ctx, other))
 	require.NoError(t, c.Delete(ctx, other))
+
+	// Admin kubeconfigs revoked: the manager makes no binding, so RBAC
+	// takes create from it, and it still annotates and deletes the
+	// bindings left (the hashed identity's).
+	helm(t, nil, append([]string{"upgrade", release, chartDir(t), "--set", "adminCredentials.enabled=false"}, kc...)...)
+	another := "ichor-admin:u:ichor:cy:0123456789"
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := manager.Create(ctx, binding(another, "cluster-admin", another), client.DryRunAll)
+		return apierrors.IsForbidden(err) && !refused(err), nil
+	}), "the manager may still create admin bindings with admin kubeconfigs revoked")
+	var left rbacv1.ClusterRoleBinding
+	require.NoError(t, manager.Get(ctx, client.ObjectKey{Name: hashed}, &left))
+	patch = client.MergeFrom(left.DeepCopy())
+	left.Annotations = map[string]string{credentials.AnnotationRevokedBy: credentials.RevokedByOperator}
+	require.NoError(t, manager.Patch(ctx, &left, patch), "naming the operator, admin kubeconfigs revoked")
+	require.NoError(t, manager.Delete(ctx, &left), "deleting a binding, admin kubeconfigs revoked")
 }

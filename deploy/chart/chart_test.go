@@ -482,6 +482,31 @@ func TestManagerRightsAreTheGeneratedOnes(t *testing.T) {
 	}
 }
 
+// TestRevokedAdminKubeconfigsTakeTheRightToMakeBindings: with admin
+// kubeconfigs revoked the manager makes no admin binding, so its role holds
+// no create on ClusterRoleBindings; it keeps what revoking them takes (patch
+// to annotate, delete, bind on cluster-admin) and everything else as by
+// default.
+func TestRevokedAdminKubeconfigsTakeTheRightToMakeBindings(t *testing.T) {
+	manager := "ClusterRole//" + release + "-manager"
+	enabled := render(t).boundRoles(t)[manager]
+	revoked := render(t, "adminCredentials.enabled=false").boundRoles(t)[manager]
+	require.NotEmpty(t, revoked)
+	assert.True(t, grants(enabled, "rbac.authorization.k8s.io", "clusterrolebindings", "create", ""))
+	assert.False(t, grants(revoked, "rbac.authorization.k8s.io", "clusterrolebindings", "create", ""), "create on bindings with admin kubeconfigs revoked")
+	for _, verb := range []string{"get", "list", "watch", "patch", "delete"} {
+		assert.True(t, grants(revoked, "rbac.authorization.k8s.io", "clusterrolebindings", verb, ""), verb)
+	}
+	assert.True(t, grants(revoked, "rbac.authorization.k8s.io", "clusterroles", "bind", "cluster-admin"))
+	want := slices.Clone(enabled)
+	for i, r := range want {
+		if slices.Contains(r.Resources, "clusterrolebindings") {
+			want[i].Verbs = slices.DeleteFunc(slices.Clone(r.Verbs), func(v string) bool { return v == "create" })
+		}
+	}
+	assert.Equal(t, want, revoked, "anything but create on bindings differs")
+}
+
 // Webhook ----------------------------------------------------------------------
 
 // TestWebhookIsWiredToTheManager, in both modes: the configuration has the
