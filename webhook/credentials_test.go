@@ -724,6 +724,20 @@ func TestAnOddAdmissionAnswerIsARefusal(t *testing.T) {
 			}, nil
 		}, "not a whole number from 1 to"})
 	}
+	// A credential the record cannot pin: not a JSON object, or larger than
+	// a record holds.
+	for name, pinned := range map[string]string{
+		"credential an array": `["os:reader"]`, "credential null": `null`, "credential a string": `"os:reader"`,
+		"credential too large": `{"kind":"talos","talos_role":"` + strings.Repeat("x", credential.MaxCredential) + `"}`,
+	} {
+		cases = append(cases, oddCase{name, func() (engine.CredentialAdmission, error) {
+			return engine.CredentialAdmission{
+				Allowed: true, Reasons: engine.Reasons{{Code: "IchorCredentialAdmitted", Message: "yes"}}, DecisionID: "d-odd",
+				LifetimeSeconds: 3600, Credential: json.RawMessage(pinned),
+				Event: &engine.CredentialEvent{Type: corev1.EventTypeNormal, Reason: "TalosconfigReader", Message: "odd"},
+			}, nil
+		}, "the decision names a credential"})
+	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			odd.Set(f.ns, tc.answer)
@@ -735,6 +749,34 @@ func TestAnOddAdmissionAnswerIsARefusal(t *testing.T) {
 			assert.Empty(t, f.events(), "no issuance is recorded")
 		})
 	}
+}
+
+// A bundle from before the pin names no credential: the record then pins
+// none, as an older webhook's, and verifies; the issuer compares nothing.
+func TestABundleWithoutThePinRecordsNoCredential(t *testing.T) {
+	f := newFixture(t, true)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
+	odd.Set(f.ns, func() (engine.CredentialAdmission, error) {
+		return engine.CredentialAdmission{
+			Allowed: true, Reasons: engine.Reasons{{Code: "IchorCredentialAdmitted", Message: "yes"}}, DecisionID: "d-older",
+			Purpose: string(ichorv1alpha1.PurposeTalosconfigReader), LifetimeSeconds: 3600,
+			Event: &engine.CredentialEvent{Type: corev1.EventTypeNormal, Reason: "TalosconfigReader", Message: "an older bundle's"},
+		}, nil
+	})
+	t.Cleanup(func() { odd.Set(f.ns, nil) })
+	tcr := f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))
+	require.NoError(t, alice.Create(f.ctx, tcr))
+	events := f.events()
+	require.Len(t, events, 1)
+	e := events[0]
+	assert.NotContains(t, e.Annotations, credential.AnnotationCredential)
+	assert.NotContains(t, e.Annotations, credential.AnnotationCredentialMAC)
+	key, err := admissionKeys.Key(f.ctx)
+	require.NoError(t, err)
+	ok, admitted, why := credential.Verify(key, tcr, e.InvolvedObject.UID, &e)
+	assert.True(t, ok, why)
+	assert.Nil(t, admitted.Credential)
+	assert.Equal(t, int64(3600), admitted.LifetimeSeconds)
 }
 
 // The SubjectAccessReview and the TalosCluster's read are made at once, so a

@@ -79,8 +79,10 @@ _refused_at_issuance contains reason if {
 #   the certificate's common name, fixed groups and the role the person's own group is bound
 #   to. The purpose now maps to another: the bundle changed it between admission and
 #   signing. The Event that names the person says the credential admitted, and what is
-#   signed is what was admitted, so it is refused; ask again. A record of a webhook older
-#   than this check names no credential, and nothing is compared. Checked before signing.
+#   signed is what was admitted, so it is refused; ask again. What is compared is what the
+#   certificate carries: a purpose's label (its credential text) and the order of its groups
+#   may change. A record of a webhook older than this check names no credential, and nothing
+#   is compared. Checked before signing.
 # custom:
 #   code: CredentialNotAdmitted
 _refused_at_issuance contains reason if {
@@ -88,21 +90,29 @@ _refused_at_issuance contains reason if {
 	admitted := input.admission.credential
 	purpose := _config.purposes[_request.purpose]
 	now := _credential(purpose, _subject_name(_requester))
-	admitted != now
+	_signed(admitted) != _signed(now)
+	[now_text, admitted_text] := _credentials_told_apart(now, admitted)
 	reason := {
 		"code": "CredentialNotAdmitted",
-		"message": sprintf("%s %s, not %s %s", [
-			"the credential would now be", _credential_text(now), _admitted_credential_text,
-			"as admitted (the purpose changed since); ask again with a new request",
-		]),
+		"message": sprintf(
+			"the credential would now be %s, not %s as admitted (%s); ask again with a new request",
+			[now_text, admitted_text, "the purpose changed since"],
+		),
 	}
 }
 
-# The admitted credential as the Event named it, when this policy can say it; a record of
-# another policy's shape is named by its JSON.
-_admitted_credential_text := text if {
-	text := _credential_text(input.admission.credential)
-} else := json.marshal(input.admission.credential)
+# What of a pinned credential the certificate carries: all but its label, the groups as a set.
+_signed(credential) := object.union(
+	object.remove(credential, ["credential", "groups"]),
+	{"groups": {group | some group in object.get(credential, "groups", [])}},
+)
+
+# The two credentials as the Event names them, or as JSON when that does not tell them apart
+# (a record of another policy's shape).
+_credentials_told_apart(now, admitted) := [_credential_text(now), text] if {
+	text := _credential_text(admitted)
+	text != _credential_text(now)
+} else := [json.marshal(now), json.marshal(admitted)]
 
 _admission_proven if {
 	input.admission.recorded == true

@@ -307,12 +307,32 @@ test_a_credential_other_than_the_one_admitted_is_refused if {
 		_codes(_issue_purpose("kubeconfig-super-admin", _admitted_credential(admitted))) == ["CredentialNotAdmitted"]
 	}
 
-	# A record of a shape this policy does not write is named by its JSON.
-	odd := _issue(_admitted_credential({"kind": "x509"}))
-	odd.reasons == [{"code": "CredentialNotAdmitted", "message": concat("", [
-		`the credential would now be an os:reader talosconfig, not {"kind":"x509"} `,
-		"as admitted (the purpose changed since); ask again with a new request",
-	])}]
+	# A record of a shape this policy does not write, or that reads the same, is named by its
+	# JSON.
+	every admitted in [{"kind": "x509"}, object.union(reader, {"extra": 1})] {
+		d := _issue(_admitted_credential(admitted))
+		d.reasons == [{"code": "CredentialNotAdmitted", "message": concat("", [
+			`the credential would now be {"credential":"talosconfig","kind":"talos","talos_role":"os:reader"}, not `,
+			json.marshal(admitted),
+			" as admitted (the purpose changed since); ask again with a new request",
+		])}]
+	}
+}
+
+test_a_label_or_the_order_of_groups_changed_since_admission_is_the_same_credential if {
+	reader := {"kind": "talos", "credential": "Talos config", "talos_role": "os:reader"}
+	_issue(_admitted_credential(reader)).allowed
+	masters := object.union(_super_admin, {"groups": ["system:masters", "system:masters"], "credential": "old"})
+	_issue_purpose("kubeconfig-super-admin", _admitted_credential(masters)).allowed
+}
+
+# Every purpose's credential, as admission pins it, is issued.
+test_every_purpose_is_issued_as_admitted if {
+	every name in object.keys(_purposes) {
+		admitted := _admit_purpose(name, [])
+		admitted.credential
+		_issue_purpose(name, _admitted_credential(admitted.credential)).allowed
+	}
 }
 
 test_the_admitted_credential_is_compared_only_when_the_record_is_proven if {
