@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -495,4 +496,47 @@ func TestStallingTenantsHoldAtMostHalfTheReconcileWorkers(t *testing.T) {
 	assert.LessOrEqual(t, most, 2, "more than half the reconcile workers waited on tenants' servers at once")
 	assert.LessOrEqual(t, mostOfOne, 1, "two starts of one tenant waited on its servers at once")
 	t.Logf("%d holds, at most %d together; asked: %v", len(holds), most, asked)
+}
+
+// testTenantMaxCSRs is the most CSRs the tests' manager keeps of a
+// tenant's API server.
+const testTenantMaxCSRs = 500
+
+// A tenant's API server that lists more CSRs than the manager keeps of one
+// (review 28 H1: any number, each as large as client-go decodes) is not
+// cached: its cluster says why, and the server is asked again later, not
+// believed.
+func TestATenantServerListingMoreThanTheManagerKeepsIsNotCached(t *testing.T) {
+	var lists atomic.Int64
+	hostile := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") == "true" {
+			// No watch list here: client-go falls back to a list.
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"MethodNotAllowed","code":405}`)
+			return
+		}
+		lists.Add(1)
+		_, _ = io.WriteString(w, `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{"resourceVersion":"7"},"items":[`)
+		for i := range testTenantMaxCSRs + 1 {
+			if i > 0 {
+				_, _ = io.WriteString(w, ",")
+			}
+			_, _ = fmt.Fprintf(w, `{"metadata":{"name":"csr-%d","uid":"u-%d","resourceVersion":"7"},"spec":{"signerName":"kubernetes.io/kubelet-serving","usages":["server auth"],"request":""}}`, i, i)
+		}
+		_, _ = io.WriteString(w, `]}`)
+	}))
+	t.Cleanup(hostile.Close)
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hostile.Certificate().Raw}))
+	f := remoteCluster(t, "many", kubeconfigDoc(hostile.URL, "    certificate-authority-data: "+ca+"\n", "    token: tenant-token\n"))
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.cluster}})
+	})
+	var cond *metav1.Condition
+	require.Eventually(t, func() bool {
+		cond = meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		return cond != nil && cond.Reason == kubeletserving.ReasonKubeconfigUnreadable &&
+			strings.Contains(cond.Message, fmt.Sprintf("holds more than %d CSRs", testTenantMaxCSRs))
+	}, wait, 100*time.Millisecond, "the cluster does not say its server lists too many CSRs: %+v", cond)
+	assert.Positive(t, lists.Load())
 }

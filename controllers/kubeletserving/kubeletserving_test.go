@@ -128,8 +128,10 @@ func startManager(ctx context.Context) error {
 		ResyncInterval: 3 * time.Second,
 		// A tenant's server that holds a request is given up on soon.
 		TenantRequestTimeout: 3 * time.Second,
-		LocalClusters:        local,
-		LocalAPIServer:       &kubeconfig.Local{Config: env.Config},
+		// Few, so a test's tenant server can list more.
+		TenantMaxCSRs:  testTenantMaxCSRs,
+		LocalClusters:  local,
+		LocalAPIServer: &kubeconfig.Local{Config: env.Config},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err

@@ -75,6 +75,13 @@ const (
 	// accepts the request and never answers would otherwise hold a
 	// decision worker, which every cluster shares, for as long as it likes.
 	DefaultTenantRequestTimeout = 30 * time.Second
+	// DefaultTenantMaxCSRs and DefaultTenantMaxCSRBytes bound what the
+	// manager keeps of one tenant's API server (kubeconfigRef): its CSRs
+	// and their size (as protobuf would write them). Kubernetes removes a
+	// CSR within a day, so a cluster of thousands of nodes holds a few
+	// thousand, about 3 KB each.
+	DefaultTenantMaxCSRs     = 10000
+	DefaultTenantMaxCSRBytes = 64 << 20
 )
 
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
@@ -128,6 +135,10 @@ type Reconciler struct {
 	// TenantRequestTimeout bounds each request to a tenant's API server
 	// but its watch; DefaultTenantRequestTimeout if zero.
 	TenantRequestTimeout time.Duration
+	// TenantMaxCSRs and TenantMaxCSRBytes bound the cache of each tenant's
+	// API server (see remoteLimits); the defaults if zero.
+	TenantMaxCSRs     int
+	TenantMaxCSRBytes int64
 	// MaxConcurrentDecisions is the number of decision workers;
 	// DefaultMaxConcurrentDecisions if zero.
 	MaxConcurrentDecisions int
@@ -205,6 +216,12 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	if r.MaxConcurrentDecisions <= 0 {
 		r.MaxConcurrentDecisions = DefaultMaxConcurrentDecisions
+	}
+	if r.TenantMaxCSRs <= 0 {
+		r.TenantMaxCSRs = DefaultTenantMaxCSRs
+	}
+	if r.TenantMaxCSRBytes <= 0 {
+		r.TenantMaxCSRBytes = DefaultTenantMaxCSRBytes
 	}
 	// The queue's wake-ups are measured on the clock the waits are
 	// computed with.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -482,12 +483,14 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	// tenant's server (a request no context bounds).
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(certificatesv1.SchemeGroupVersion.WithKind("CertificateSigningRequest"), meta.RESTScopeRoot)
+	limits := remoteLimits{maxCSRs: r.TenantMaxCSRs, maxBytes: r.TenantMaxCSRBytes, cluster: key, exceeded: &atomic.Pointer[error]{}}
 	cl, err := cluster.New(cfg, func(o *cluster.Options) {
 		o.Scheme = scheme
 		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mapper, nil }
 		o.Cache = cache.Options{
 			ByObject:         map[client.Object]cache.ByObject{&certificatesv1.CertificateSigningRequest{}: {}},
 			DefaultTransform: cache.TransformStripManagedFields(),
+			NewInformer:      limits.newInformer,
 		}
 	})
 	if err != nil {
@@ -531,6 +534,9 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	}
 	if !cl.GetCache().WaitForCacheSync(syncCtx) {
 		cancel()
+		if why := limits.why(); why != nil {
+			return nil, fmt.Errorf("watch CSRs of cluster %s: %w", key, why)
+		}
 		return nil, fmt.Errorf("watch CSRs of cluster %s: the cache did not sync", key)
 	}
 	counts, names := &floodCounts{}, &nodeNames{}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -21,13 +22,23 @@ var ErrServerIsLocal = errors.New("the peer presents the key or a certificate of
 // answer to any request.
 const ResponseHeaderTimeout = 30 * time.Second
 
+// MaxResponseBytes bounds the body of a remote API server's answer but a
+// watch's: a list of ten thousand CSRs is about 30 MiB. A watch is a
+// stream of events, each bounded by client-go's decoder (16 MiB), and what
+// the manager keeps of it is bounded where it is kept (the remote cache's
+// limits in controllers/kubeletserving).
+const MaxResponseBytes = 64 << 20
+
 // RESTConfig is the client configuration of the document's server
 // (Document.RESTConfig) whose every connection is checked, not only the
 // first probe: each TLS handshake refuses a peer that presents the local API
 // server's key or a chain that verifies against its CA (so a redirect, a new
 // DNS answer or a reconnection cannot reach it), no proxy is used (the
-// client goes where the probe went), and an HTTP redirect is an error, never
-// followed with the tenant's credential.
+// client goes where the probe went), an HTTP redirect is an error, never
+// followed with the tenant's credential, and an answer is read as sent
+// (no compression is asked for, so a few kilobytes on the wire cannot
+// inflate to gigabytes in the manager) and no further than
+// MaxResponseBytes, but a watch's.
 func (l *Local) RESTConfig(ctx context.Context, d *Document, insecure bool) (*rest.Config, error) {
 	if l == nil {
 		return nil, errors.New("the manager's own API server is not known, so no server can be told apart from it")
@@ -76,9 +87,59 @@ func (l *Local) RESTConfig(ctx context.Context, d *Document, insecure bool) (*re
 		ForceAttemptHTTP2:     true,
 		MaxIdleConnsPerHost:   25,
 		IdleConnTimeout:       90 * time.Second,
+		// Go would ask for gzip and inflate the answer without a bound: a
+		// tenant's server sent 216 KB that became 200 MB of CSRs (review
+		// 28 H1).
+		DisableCompression: true,
 	}
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return noRedirects{rt} }
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return noRedirects{boundedAnswers{rt}} }
 	return cfg, nil
+}
+
+// boundedAnswers holds the body of every answer but a watch's to
+// MaxResponseBytes: client-go reads a list whole before it decodes it.
+type boundedAnswers struct{ rt http.RoundTripper }
+
+func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := b.rt.RoundTrip(req)
+	if err != nil || req.URL.Query().Get("watch") == "true" {
+		return resp, err
+	}
+	if resp.ContentLength > MaxResponseBytes {
+		_ = resp.Body.Close()
+		return nil, fmt.Errorf("%s %s: the answer is %d bytes, more than the %d a remote API server's answer may be", req.Method, req.URL.Redacted(), resp.ContentLength, int64(MaxResponseBytes))
+	}
+	resp.Body = &boundedBody{ReadCloser: resp.Body, left: MaxResponseBytes, what: req.Method + " " + req.URL.Redacted()}
+	return resp, nil
+}
+
+// WrappedRoundTripper lets client-go find the transport underneath.
+func (b boundedAnswers) WrappedRoundTripper() http.RoundTripper { return b.rt }
+
+// boundedBody fails a read past its bound, rather than ending the body
+// early: a list cut short would decode as an error anyway, and this one
+// says why.
+type boundedBody struct {
+	io.ReadCloser
+	left int64
+	what string
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more tells an answer of exactly the bound from a longer one.
+		var one [1]byte
+		if n, err := b.ReadCloser.Read(one[:]); n == 0 {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%s: the answer is more than the %d bytes a remote API server's answer may be", b.what, int64(MaxResponseBytes))
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // noRedirects turns a redirect into an error, so that net/http's client

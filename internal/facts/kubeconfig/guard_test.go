@@ -1,6 +1,8 @@
 package kubeconfig_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -10,16 +12,21 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
+	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -171,4 +178,71 @@ func TestRemoteServerIsReachedDirectly(t *testing.T) {
 	proxy, err := tr.Proxy(req)
 	require.NoError(t, err)
 	assert.Nil(t, proxy, "the environment's proxy is used")
+}
+
+// csrListOf writes a CSR list of n items, each with a request of size
+// bytes, as a tenant's server would answer a list.
+func csrListOf(w io.Writer, n, size int) {
+	_, _ = io.WriteString(w, `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{},"items":[`)
+	blob := strings.Repeat("A", size)
+	for i := range n {
+		if i > 0 {
+			_, _ = io.WriteString(w, ",")
+		}
+		_, _ = fmt.Fprintf(w, `{"metadata":{"name":"csr-%d","uid":"u-%d"},"spec":{"signerName":"kubernetes.io/kubelet-serving","usages":["server auth"],"request":"%s"}}`, i, i, blob)
+	}
+	_, _ = io.WriteString(w, `]}`)
+}
+
+// A tenant's server answers as it likes (review 28 H1: 216 KB of gzip
+// became 200 MB of CSRs in the manager). No compression is asked for, so a
+// body compressed anyway is not inflated, and an answer past
+// MaxResponseBytes is refused; an ordinary list is read as before.
+func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
+	var gz bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	require.NoError(t, err)
+	csrListOf(zw, 200, 1<<20) // 200 MiB inflated
+	require.NoError(t, zw.Close())
+	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	cert, ca := selfSigned(t)
+	var mode atomic.Value
+	var askedGzip atomic.Bool
+	tenant := newServer(t, &cert, func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			askedGzip.Store(true)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		switch mode.Load() {
+		case "gzip":
+			w.Header().Set("Content-Encoding", "gzip")
+			_, _ = w.Write(gz.Bytes())
+		case "large":
+			csrListOf(w, 65, 1<<20) // past 64 MiB, streamed without a length
+		default:
+			csrListOf(w, 2, 1000)
+		}
+	})
+	cfg, err := localOf(local).RESTConfig(t.Context(), kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	list := func() (*certificatesv1.CertificateSigningRequestList, error) {
+		return cs.CertificatesV1().CertificateSigningRequests().List(t.Context(), metav1.ListOptions{})
+	}
+
+	mode.Store("small")
+	got, err := list()
+	require.NoError(t, err)
+	assert.Len(t, got.Items, 2)
+
+	mode.Store("gzip")
+	_, err = list()
+	require.Error(t, err, "a compressed answer nobody asked for was read")
+	assert.False(t, askedGzip.Load(), "the client asked the tenant's server for gzip")
+
+	mode.Store("large")
+	_, err = list()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxResponseBytes))
 }

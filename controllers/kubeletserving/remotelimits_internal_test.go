@@ -1,0 +1,87 @@
+package kubeletserving
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+)
+
+func limitedCSR(uid string, request int) *certificatesv1.CertificateSigningRequest {
+	return &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "csr-" + uid, UID: types.UID(uid)},
+		Spec:       certificatesv1.CertificateSigningRequestSpec{Request: make([]byte, request)},
+	}
+}
+
+// What a tenant's server brings to the cache is counted on its way in, by
+// its list and its watch alike: past the limits a list is refused and a
+// watch ends with an error, a deletion makes room again, and a watch that
+// sends everything again counts afresh.
+func TestATenantServerIsCountedOnItsWayIn(t *testing.T) {
+	w := watch.NewFakeWithChanSize(16, false)
+	var items []runtime.Object
+	inner := &toolscache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			list := &certificatesv1.CertificateSigningRequestList{}
+			for _, o := range items {
+				list.Items = append(list.Items, *o.(*certificatesv1.CertificateSigningRequest))
+			}
+			return list, nil
+		},
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return w, nil },
+	}
+	l := remoteLimits{maxCSRs: 3, maxBytes: 2000, cluster: types.NamespacedName{Namespace: "t", Name: "c"}, exceeded: &atomic.Pointer[error]{}}
+	c := &countedCSRs{limits: l, inner: inner}
+	ctx := t.Context()
+
+	items = []runtime.Object{limitedCSR("a", 100), limitedCSR("b", 100), limitedCSR("c", 100), limitedCSR("d", 100)}
+	_, err := c.list(ctx, metav1.ListOptions{})
+	require.Error(t, err, "a list of more CSRs than kept")
+	assert.Contains(t, err.Error(), "holds more than 3 CSRs")
+	require.Error(t, l.why())
+
+	items = items[:2]
+	_, err = c.list(ctx, metav1.ListOptions{})
+	require.NoError(t, err, "a new list counts afresh")
+
+	watched, err := c.watch(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	defer watched.Stop()
+	next := func(e watch.Event) watch.Event {
+		t.Helper()
+		w.Action(e.Type, e.Object)
+		return <-watched.ResultChan()
+	}
+	assert.Equal(t, watch.Added, next(watch.Event{Type: watch.Added, Object: limitedCSR("c", 100)}).Type)
+	assert.Equal(t, watch.Modified, next(watch.Event{Type: watch.Modified, Object: limitedCSR("c", 200)}).Type, "a change is counted once")
+	got := next(watch.Event{Type: watch.Added, Object: limitedCSR("d", 100)})
+	require.Equal(t, watch.Error, got.Type, "a fourth CSR")
+	assert.Contains(t, got.Object.(*metav1.Status).Message, "holds more than 3 CSRs")
+
+	// After a deletion there is room, by count; not by size.
+	assert.Equal(t, watch.Deleted, next(watch.Event{Type: watch.Deleted, Object: limitedCSR("d", 100)}).Type)
+	assert.Equal(t, watch.Deleted, next(watch.Event{Type: watch.Deleted, Object: limitedCSR("c", 200)}).Type)
+	assert.Equal(t, watch.Added, next(watch.Event{Type: watch.Added, Object: limitedCSR("e", 100)}).Type)
+	got = next(watch.Event{Type: watch.Modified, Object: limitedCSR("e", 3000)})
+	require.Equal(t, watch.Error, got.Type, "a CSR grown past the bytes kept")
+	assert.True(t, strings.Contains(got.Object.(*metav1.Status).Message, "more than 2000 bytes"), got.Object)
+
+	// A watch that sends every CSR again replaces what was counted.
+	again, err := c.watch(ctx, metav1.ListOptions{SendInitialEvents: ptr.To(true)})
+	require.NoError(t, err)
+	defer again.Stop()
+	c.mu.Lock()
+	assert.Empty(t, c.sizes)
+	c.mu.Unlock()
+}
