@@ -143,6 +143,11 @@ func (ae *apiEnv) testManualDecision(t *testing.T) {
 		{name: "a reason that is a sentence", args: []string{"approve", noRights, "--message", "x", "--reason", "looks fine"}, code: cli.ExitUsage, csr: noRights, stderr: "give a CamelCase code"},
 		{name: "not there", args: []string{"approve", "csr-none", "--message", "x"}, code: cli.ExitError, stderr: "not found"},
 		{name: "the approver's own reason", args: []string{"approve", noRights, "--message", "x", "--reason", "IchorKubeletServing"}, code: cli.ExitUsage, csr: noRights, stderr: "reasons that begin with Ichor are the approvers' own"},
+		{name: "the other verb's reason", args: []string{"deny", noRights, "--message", "x", "--reason", cli.ManualApprovalReason}, code: cli.ExitUsage, csr: noRights, stderr: "or the other verb's"},
+		// Review 29 L1: the message is read by whoever describes the request.
+		{name: "a message with control characters", args: []string{"approve", noRights, "--message", "ok\x1b]0;owned\a\x1b[2J"}, code: cli.ExitUsage, csr: noRights, stderr: "write one line of plain text"},
+		{name: "a message of two lines", args: []string{"approve", noRights, "--message", "ok\r\nApproved by: root"}, code: cli.ExitUsage, csr: noRights, stderr: "write one line of plain text"},
+		{name: "a message with a bidi override", args: []string{"deny", noRights, "--message", "ok \u202e toor"}, code: cli.ExitUsage, csr: noRights, stderr: "write one line of plain text"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := run(t, "", append(tc.args, "--kubeconfig", ae.admin)...)

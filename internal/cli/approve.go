@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
@@ -48,6 +49,15 @@ type manualDecision struct {
 	kube            genericclioptions.RESTClientGetter
 }
 
+// ownReason is the verb's default reason, the one Ichor reason a person's
+// decision may carry.
+func (o manualDecision) ownReason() string {
+	if o.approve {
+		return ManualApprovalReason
+	}
+	return ManualDenialReason
+}
+
 func newManualDecisionCommand(s streams, approve bool) *cobra.Command {
 	verb, reason, condition := "deny", ManualDenialReason, "Denied"
 	if approve {
@@ -72,7 +82,8 @@ machine, an unreadable node, a flood guard), or not yet judged: check with
 "ichor policy check-csr NAME" and "ichor decisions list" what Ichor said or would
 say before you overrule it. A request already approved or denied, or of another
 signer, is refused, and nothing is written. A --reason that begins with Ichor
-(the approvers' own) is refused, so a person's decision never reads as theirs. The
+(the approvers' own, or the other verb's default) is refused, so a person's
+decision never reads as theirs, and --message is one line of plain text. The
 condition's message names you as the API server authenticated you, the API
 server's audit log records the write as yours, and the manager's webhook
 records it in the decision log as yours ("ichor decisions list --policy
@@ -102,14 +113,20 @@ func runManualDecision(ctx context.Context, s streams, o manualDecision, names [
 	switch {
 	case !reasonPattern.MatchString(o.reason):
 		return usage.Errorf("--reason %q: give a CamelCase code (a letter, then letters and digits, at most 64)", o.reason)
-	case strings.HasPrefix(o.reason, "Ichor") && o.reason != ManualApprovalReason && o.reason != ManualDenialReason:
+	case strings.HasPrefix(o.reason, "Ichor") && o.reason != o.ownReason():
 		// IchorKubeletServing and IchorKubeletClient say the approvers
-		// decided; a person's decision must not read as theirs.
-		return usage.Errorf("--reason %q: reasons that begin with Ichor are the approvers' own; give yours (or leave the default, %s or %s)", o.reason, ManualApprovalReason, ManualDenialReason)
+		// decided, and the other verb's default says the opposite verdict;
+		// a person's decision must read as neither.
+		return usage.Errorf("--reason %q: reasons that begin with Ichor are the approvers' own or the other verb's; give yours (or leave the default, %s)", o.reason, o.ownReason())
 	case strings.TrimSpace(o.message) == "":
 		return usage.Errorf("--message is required: say why, for whoever reads the request after you")
 	case len(o.message) > maxManualMessage:
 		return usage.Errorf("--message is %d bytes; at most %d", len(o.message), maxManualMessage)
+	case termsafe.EscapeLine(o.message) != o.message:
+		// The message is read by everyone who describes the request: a
+		// control character or a line of its own would act on their
+		// terminal or read as another line (review 29 L1).
+		return usage.Errorf("--message %.100q: write one line of plain text, without control, format or line-breaking characters", o.message)
 	}
 	cfg, err := o.kube.ToRESTConfig()
 	if err != nil {
