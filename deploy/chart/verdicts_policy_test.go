@@ -1,0 +1,105 @@
+package chart
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
+)
+
+// TestAVerdictIsWrittenOnce (review 29 M1) installs the chart into a real
+// API server: whoever may write a request's approval can give an undecided
+// kubelet request its verdict, but not change the reason or message of the
+// verdict it carries (a person's approval rewritten as Ichor's, or Ichor's
+// as a person's); another signer's requests are not the chart's business.
+func TestAVerdictIsWrittenOnce(t *testing.T) {
+	log.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	env := &envtest.Environment{BinaryAssetsDirectory: assetsDir(t)}
+	cfg, err := env.Start()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Stop() })
+	admin, err := env.AddUser(envtest.User{Name: "chart-test", Groups: []string{"system:masters"}}, cfg)
+	require.NoError(t, err)
+	kubeconfig, err := admin.KubeConfig()
+	require.NoError(t, err)
+	kc := []string{"--kubeconfig", writeKubeconfig(t, kubeconfig), "--namespace", namespace}
+	helm(t, nil, append([]string{"install", release, chartDir(t), "--create-namespace"}, kc...)...)
+	t.Cleanup(func() {
+		_ = exec.Command(helmBinary(t), append([]string{"uninstall", release, "--ignore-not-found"}, kc...)...).Run()
+	})
+	cs, err := kubernetes.NewForConfig(admin.Config())
+	require.NoError(t, err)
+	ctx := t.Context()
+	csrs := cs.CertificatesV1().CertificateSigningRequests()
+
+	submit := func(name, signer string) *certificatesv1.CertificateSigningRequest {
+		t.Helper()
+		req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("worker-1"), DNSNames: []string{"worker-1"}})
+		require.NoError(t, err)
+		obj := csrgen.ServingObject(name, "worker-1", req)
+		obj.Spec.SignerName = signer
+		obj.Spec.Username, obj.Spec.Groups = "", nil // the API server sets who asked
+		got, err := csrs.Create(ctx, obj, metav1.CreateOptions{})
+		require.NoError(t, err)
+		return got
+	}
+	verdict := func(csr *certificatesv1.CertificateSigningRequest, kind certificatesv1.RequestConditionType, reason, message string) error {
+		t.Helper()
+		now, err := csrs.Get(ctx, csr.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		now.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
+			Type: kind, Status: corev1.ConditionTrue, Reason: reason, Message: message, LastUpdateTime: metav1.Now(),
+		}}
+		_, err = csrs.UpdateApproval(ctx, csr.Name, now, metav1.UpdateOptions{})
+		return err
+	}
+	refused := func(err error) bool {
+		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+release+"-verdicts'")
+	}
+
+	// The policy is in force once a rewrite it forbids is refused by it
+	// (each probe's verdict is another, so one made before is a change).
+	probe := submit("csr-probe", certificatesv1.KubeletServingSignerName)
+	require.NoError(t, verdict(probe, certificatesv1.CertificateApproved, "IchorManualApproval", "probe 0"))
+	n := 0
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		n++
+		return refused(verdict(probe, certificatesv1.CertificateApproved, "IchorManualApproval", "probe "+strconv.Itoa(n))), nil
+	}), "the policy is not enforced, or does not type-check")
+
+	byHand := submit("csr-by-hand", certificatesv1.KubeletServingSignerName)
+	require.NoError(t, verdict(byHand, certificatesv1.CertificateApproved, "IchorManualApproval", "by ada, by hand with ichor: moved"), "a first verdict")
+	assert.True(t, refused(verdict(byHand, certificatesv1.CertificateApproved, "IchorKubeletServing", "by Ichor's policy (decision 0b6f)")), "a person's approval rewritten as Ichor's")
+	assert.True(t, refused(verdict(byHand, certificatesv1.CertificateApproved, "IchorManualApproval", "by bob, by hand with ichor: moved")), "the message rewritten")
+	got, err := csrs.Get(ctx, byHand.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Len(t, got.Status.Conditions, 1)
+	assert.Equal(t, "by ada, by hand with ichor: moved", got.Status.Conditions[0].Message)
+
+	client := submit("csr-client", certificatesv1.KubeAPIServerClientKubeletSignerName)
+	require.NoError(t, verdict(client, certificatesv1.CertificateDenied, "IchorKubeletClient", "denied by Ichor's policy"), "a first denial")
+	assert.True(t, refused(verdict(client, certificatesv1.CertificateDenied, "IchorManualDenial", "by ada, by hand with ichor: no")), "a denial rewritten")
+
+	// The same verdict written again is no change.
+	require.NoError(t, verdict(client, certificatesv1.CertificateDenied, "IchorKubeletClient", "denied by Ichor's policy"))
+
+	other := submit("csr-other", "example.com/other")
+	require.NoError(t, verdict(other, certificatesv1.CertificateApproved, "Fine", "one"))
+	require.NoError(t, verdict(other, certificatesv1.CertificateApproved, "Fine", "two"), "another signer's verdict is not the chart's business")
+}
