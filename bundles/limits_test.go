@@ -27,7 +27,7 @@ func Bomb(t testing.TB, files int, size int64) []byte {
 	tw := tar.NewWriter(gz)
 	zeros := make([]byte, 1<<20)
 	for i := range files {
-		require.NoError(t, tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("/x%d/data.json", i), Mode: 0o600, Size: size, Typeflag: tar.TypeReg}))
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("/x%d/policy.rego", i), Mode: 0o600, Size: size, Typeflag: tar.TypeReg}))
 		for left := size; left > 0; left -= int64(len(zeros)) {
 			_, err := tw.Write(zeros[:min(left, int64(len(zeros)))])
 			require.NoError(t, err)
@@ -101,6 +101,34 @@ func TestOneFileBeyondThePerFileLimitIsRefused(t *testing.T) {
 	_, err := bundles.DefaultLimits.ReadAll(bytes.NewReader(Bomb(t, 1, bundles.MaxFileBytes+1)))
 	require.ErrorIs(t, err, bundles.ErrBundleTooLarge)
 	assert.ErrorContains(t, err, "per file")
+}
+
+// A file OPA parses before it checks its digest is held to less than other
+// files (review 28: 8 MiB of "{}," parsed to 294 MiB of heap, then failed
+// its digest): data files, the manifest and the signatures, wherever they
+// are; a policy of the same size is not.
+func TestADataFileBeyondItsOwnLimitIsRefused(t *testing.T) {
+	file := func(name string, size int64) []byte {
+		var buf bytes.Buffer
+		gz := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(gz)
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: size, Typeflag: tar.TypeReg}))
+		_, err := tw.Write(bytes.Repeat([]byte("{},"), int(size/3+1))[:size])
+		require.NoError(t, err)
+		require.NoError(t, tw.Close())
+		require.NoError(t, gz.Close())
+		return buf.Bytes()
+	}
+	over := bundles.DefaultLimits.DataFileBytes + 1
+	for _, name := range []string{"/data.json", "/a/b/data.yaml", "/x/data.yml", "/.manifest", "/.signatures.json", "/patch.json"} {
+		_, err := bundles.DefaultLimits.ReadAll(bytes.NewReader(file(name, over)))
+		require.ErrorIs(t, err, bundles.ErrBundleTooLarge, name)
+		assert.ErrorContains(t, err, "per data file", name)
+		_, err = bundles.DefaultLimits.ReadAll(bytes.NewReader(file(name, over-1)))
+		assert.NoError(t, err, name)
+	}
+	_, err := bundles.DefaultLimits.ReadAll(bytes.NewReader(file("/a/policy.rego", over)))
+	assert.NoError(t, err, "a policy is held to the per-file limit only")
 }
 
 // endless is a gzip stream that never ends: a tar of files of 1 MiB of
