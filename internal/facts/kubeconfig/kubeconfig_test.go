@@ -3,6 +3,7 @@ package kubeconfig_test
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -164,6 +165,20 @@ func TestTooManyFieldsAreCounted(t *testing.T) {
 	require.True(t, f.Parsed, f.Error)
 	assert.Len(t, f.Fields, kubeconfig.MaxFields)
 	assert.Equal(t, kubeconfig.MaxFields+1, f.FieldCount)
+}
+
+// Unknown fields are listed no further than the fields are (review 28 L3),
+// and those listed among the fields are among them.
+func TestUnknownFieldsAreHeldToTheFieldsBound(t *testing.T) {
+	var b strings.Builder
+	for i := range 2 * kubeconfig.MaxFields {
+		fmt.Fprintf(&b, "k%05d: 0\n", i)
+	}
+	f := kubeconfig.Read([]byte(b.String())).Facts
+	require.True(t, f.Parsed, f.Error)
+	assert.Len(t, f.UnknownFields, kubeconfig.MaxFields)
+	assert.Equal(t, 2*kubeconfig.MaxFields, f.FieldCount)
+	assert.Equal(t, paths(f), f.UnknownFields)
 }
 
 // Insecure takes effect only when the rule allowed it, and then without a CA

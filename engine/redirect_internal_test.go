@@ -1,0 +1,58 @@
+package engine
+
+import (
+	"crypto/tls"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/plugins"
+	"github.com/open-policy-agent/opa/v1/plugins/rest"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+)
+
+// The bundle client follows a server's redirects (a registry serves its
+// blobs from elsewhere), but not from https to plain http (review 28 L4):
+// that would hand the bundle to whoever is on the path, which only
+// --bundle-allow-insecure-http may choose.
+func TestABundleOverHTTPSIsNotFetchedOverPlainHTTP(t *testing.T) {
+	served := 0
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		served++
+		_, _ = w.Write([]byte("not a bundle"))
+	}))
+	t.Cleanup(plain.Close)
+	secure := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/elsewhere" {
+			_, _ = w.Write([]byte("a blob"))
+			return
+		}
+		target := plain.URL + "/bundle.tar.gz"
+		if r.URL.Path == "/same" {
+			target = "/elsewhere"
+		}
+		http.Redirect(w, r, target, http.StatusFound)
+	}))
+	t.Cleanup(secure.Close)
+	m, err := plugins.New([]byte(`{}`), "test", inmem.New())
+	require.NoError(t, err)
+	client, err := (&limitsPlugin{limits: bundles.DefaultLimits, manager: m}).NewClient(rest.Config{})
+	require.NoError(t, err)
+	// Trust the test server: the client's TLS configuration is the
+	// system's roots.
+	client.Transport.(*limitsTransport).base.(*http.Transport).TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // G402: the test's own server
+
+	_, err = client.Get(secure.URL + "/bundle.tar.gz")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "is not fetched over plain http")
+	assert.Zero(t, served, "the plain server was asked")
+
+	resp, err := client.Get(secure.URL + "/same")
+	require.NoError(t, err, "a redirect within https is followed")
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}
