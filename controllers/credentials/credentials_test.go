@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -676,6 +677,30 @@ func TestAForgedAdmissionRecordIsRefused(t *testing.T) {
 	assert.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, f.answer(genuine)).Reason)
 }
 
+// recordedAdmission creates a talosconfig-reader request while the webhook
+// is away and writes its admission record as the webhook would, with a
+// valid MAC and the annotations more gives.
+func (f *fixture) recordedAdmission(more func(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, cluster types.UID, decision string) map[string]string) *ichorv1alpha1.TalosCredentialRequest {
+	t := f.t
+	t.Helper()
+	tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+	var cluster ichorv1alpha1.TalosCluster
+	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "demo"}, &cluster))
+	key, err := keys.Key(f.ctx)
+	require.NoError(t, err)
+	const decision = "4b0d7c52-8f7c-4f55-9d6c-0c3b2d9a1e77"
+	mac, err := credential.MAC(key, tcr, f.ns, cluster.UID, decision)
+	require.NoError(t, err)
+	annotations := map[string]string{credential.AnnotationDecisionID: decision, credential.AnnotationMAC: mac}
+	maps.Copy(annotations, more(key, tcr, cluster.UID, decision))
+	require.NoError(t, env.Client.Create(f.ctx, &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: f.ns, Name: credential.RecordName(tcr.UID), Annotations: annotations},
+		InvolvedObject: corev1.ObjectReference{Kind: "TalosCluster", Namespace: f.ns, Name: "demo", UID: cluster.UID},
+		Reason:         "TalosconfigReader", Message: "admitted", Type: corev1.EventTypeNormal,
+	}))
+	return tcr
+}
+
 // What is signed is the lifetime admitted: a request that asked no ttl,
 // admitted when the purpose's default was 30 minutes (a record with a valid
 // MAC over that lifetime), is refused once the default the issuer finds is an
@@ -684,25 +709,11 @@ func TestALifetimeOtherThanTheOneAdmittedIsRefused(t *testing.T) {
 	f := newFixture(t)
 	removeWebhook(t)
 	admitted := func(lifetime int64) *ichorv1alpha1.TalosCredentialRequest {
-		tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
-		var cluster ichorv1alpha1.TalosCluster
-		require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "demo"}, &cluster))
-		key, err := keys.Key(f.ctx)
-		require.NoError(t, err)
-		const decision = "4b0d7c52-8f7c-4f55-9d6c-0c3b2d9a1e77"
-		mac, err := credential.MAC(key, tcr, f.ns, cluster.UID, decision)
-		require.NoError(t, err)
-		lifetimeMAC, err := credential.LifetimeMAC(key, tcr, f.ns, cluster.UID, decision, lifetime)
-		require.NoError(t, err)
-		require.NoError(t, env.Client.Create(f.ctx, &corev1.Event{
-			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: credential.RecordName(tcr.UID), Annotations: map[string]string{
-				credential.AnnotationDecisionID: decision, credential.AnnotationMAC: mac,
-				credential.AnnotationLifetime: strconv.FormatInt(lifetime, 10), credential.AnnotationLifetimeMAC: lifetimeMAC,
-			}},
-			InvolvedObject: corev1.ObjectReference{Kind: "TalosCluster", Namespace: f.ns, Name: "demo", UID: cluster.UID},
-			Reason:         "TalosconfigReader", Message: "admitted", Type: corev1.EventTypeNormal,
-		}))
-		return tcr
+		return f.recordedAdmission(func(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, cluster types.UID, decision string) map[string]string {
+			lifetimeMAC, err := credential.LifetimeMAC(key, tcr, f.ns, cluster, decision, lifetime)
+			require.NoError(t, err)
+			return map[string]string{credential.AnnotationLifetime: strconv.FormatInt(lifetime, 10), credential.AnnotationLifetimeMAC: lifetimeMAC}
+		})
 	}
 	shorter, same := admitted(1800), admitted(3600)
 	restoreWebhook(t)
@@ -724,25 +735,11 @@ func TestACredentialOtherThanTheOneAdmittedIsRefused(t *testing.T) {
 	f := newFixture(t)
 	removeWebhook(t)
 	admitted := func(pinned string) *ichorv1alpha1.TalosCredentialRequest {
-		tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
-		var cluster ichorv1alpha1.TalosCluster
-		require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "demo"}, &cluster))
-		key, err := keys.Key(f.ctx)
-		require.NoError(t, err)
-		const decision = "4b0d7c52-8f7c-4f55-9d6c-0c3b2d9a1e77"
-		mac, err := credential.MAC(key, tcr, f.ns, cluster.UID, decision)
-		require.NoError(t, err)
-		credentialMAC, err := credential.CredentialMAC(key, tcr, f.ns, cluster.UID, decision, pinned)
-		require.NoError(t, err)
-		require.NoError(t, env.Client.Create(f.ctx, &corev1.Event{
-			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: credential.RecordName(tcr.UID), Annotations: map[string]string{
-				credential.AnnotationDecisionID: decision, credential.AnnotationMAC: mac,
-				credential.AnnotationCredential: pinned, credential.AnnotationCredentialMAC: credentialMAC,
-			}},
-			InvolvedObject: corev1.ObjectReference{Kind: "TalosCluster", Namespace: f.ns, Name: "demo", UID: cluster.UID},
-			Reason:         "TalosconfigReader", Message: "admitted", Type: corev1.EventTypeNormal,
-		}))
-		return tcr
+		return f.recordedAdmission(func(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, cluster types.UID, decision string) map[string]string {
+			credentialMAC, err := credential.CredentialMAC(key, tcr, f.ns, cluster, decision, pinned)
+			require.NoError(t, err)
+			return map[string]string{credential.AnnotationCredential: pinned, credential.AnnotationCredentialMAC: credentialMAC}
+		})
 	}
 	other := admitted(`{"credential":"talosconfig","kind":"talos","talos_role":"os:operator"}`)
 	same := admitted(`{"credential":"talosconfig","kind":"talos","talos_role":"os:reader"}`)

@@ -3,7 +3,6 @@ package chart
 import (
 	"context"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -33,23 +31,11 @@ import (
 // are not its business.
 func TestTheManagerWritesOnlyAdminBindings(t *testing.T) {
 	log.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	env := &envtest.Environment{BinaryAssetsDirectory: assetsDir(t)}
-	cfg, err := env.Start()
+	cfg, kc := installedChart(t)
+	c, err := client.New(cfg, client.Options{})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
-	admin, err := env.AddUser(envtest.User{Name: "chart-test", Groups: []string{"system:masters"}}, cfg)
-	require.NoError(t, err)
-	kubeconfig, err := admin.KubeConfig()
-	require.NoError(t, err)
-	c, err := client.New(admin.Config(), client.Options{})
-	require.NoError(t, err)
-	kc := []string{"--kubeconfig", writeKubeconfig(t, kubeconfig), "--namespace", namespace}
-	helm(t, nil, append([]string{"install", release, chartDir(t), "--create-namespace"}, kc...)...)
-	t.Cleanup(func() {
-		_ = exec.Command(helmBinary(t), append([]string{"uninstall", release, "--ignore-not-found"}, kc...)...).Run()
-	})
 
-	asManager := rest.CopyConfig(admin.Config())
+	asManager := rest.CopyConfig(cfg)
 	asManager.Impersonate = rest.ImpersonationConfig{
 		UserName: "system:serviceaccount:" + namespace + ":" + release,
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -26,6 +28,31 @@ import (
 // envWithHelm starts a bare API server (no CRDs) and returns a client and a
 // kubeconfig file for Helm.
 func envWithHelm(t *testing.T) (client.Client, string) {
+	t.Helper()
+	c, kubeconfig, _ := startEnvWithHelm(t)
+	return c, kubeconfig
+}
+
+// installedChart starts a control plane, installs the chart into it with the
+// values set (uninstalled at the test's end) and returns the API server's
+// administrator configuration and Helm's --kubeconfig and --namespace flags.
+func installedChart(t *testing.T, set ...string) (*rest.Config, []string) {
+	t.Helper()
+	_, kubeconfig, cfg := startEnvWithHelm(t)
+	kc := []string{"--kubeconfig", kubeconfig, "--namespace", namespace}
+	args := append([]string{"install", release, chartDir(t), "--create-namespace"}, kc...)
+	for _, v := range set {
+		args = append(args, "--set", v)
+	}
+	helm(t, nil, args...)
+	t.Cleanup(func() {
+		_ = exec.Command(helmBinary(t), append([]string{"uninstall", release, "--ignore-not-found"}, kc...)...).Run()
+	})
+	return cfg, kc
+}
+
+// startEnvWithHelm is envWithHelm with the administrator configuration.
+func startEnvWithHelm(t *testing.T) (client.Client, string, *rest.Config) {
 	t.Helper()
 	env := &envtest.Environment{BinaryAssetsDirectory: assetsDir(t)}
 	cfg, err := env.Start()
@@ -40,7 +67,7 @@ func envWithHelm(t *testing.T) (client.Client, string) {
 	require.NoError(t, apiextensionsv1.AddToScheme(scheme))
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	require.NoError(t, err)
-	return c, writeKubeconfig(t, kubeconfig)
+	return c, writeKubeconfig(t, kubeconfig), cfg
 }
 
 // TestInstallRefusesBadValues: helm install checks the values schema before

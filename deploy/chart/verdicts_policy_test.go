@@ -3,7 +3,6 @@ package chart
 import (
 	"context"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -30,20 +28,8 @@ import (
 // as a person's); another signer's requests are not the chart's business.
 func TestAVerdictIsWrittenOnce(t *testing.T) {
 	log.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	env := &envtest.Environment{BinaryAssetsDirectory: assetsDir(t)}
-	cfg, err := env.Start()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = env.Stop() })
-	admin, err := env.AddUser(envtest.User{Name: "chart-test", Groups: []string{"system:masters"}}, cfg)
-	require.NoError(t, err)
-	kubeconfig, err := admin.KubeConfig()
-	require.NoError(t, err)
-	kc := []string{"--kubeconfig", writeKubeconfig(t, kubeconfig), "--namespace", namespace}
-	helm(t, nil, append([]string{"install", release, chartDir(t), "--create-namespace"}, kc...)...)
-	t.Cleanup(func() {
-		_ = exec.Command(helmBinary(t), append([]string{"uninstall", release, "--ignore-not-found"}, kc...)...).Run()
-	})
-	cs, err := kubernetes.NewForConfig(admin.Config())
+	cfg, _ := installedChart(t)
+	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	ctx := t.Context()
 	csrs := cs.CertificatesV1().CertificateSigningRequests()
