@@ -179,10 +179,11 @@ func (l Limits) Scan(r io.Reader) error {
 // (bundle.Reader: data files, the manifest, the signatures, a delta's patch).
 func dataFile(name string) bool {
 	switch path.Base(name) {
-	case "data.json", "data.yaml", "data.yml", ".manifest", ".signatures.json", "patch.json":
+	case "data.json", "data.yaml", "data.yml", ".signatures.json", "patch.json":
 		return true
 	}
-	return false
+	// OPA takes any file whose name ends so for a manifest (review 30 L3).
+	return strings.HasSuffix(name, ".manifest") || strings.HasSuffix(name, ".manifest.pb")
 }
 
 // ErrBundleEntry is a tar entry a bundle has no use for.

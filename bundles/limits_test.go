@@ -120,7 +120,7 @@ func TestADataFileBeyondItsOwnLimitIsRefused(t *testing.T) {
 		return buf.Bytes()
 	}
 	over := bundles.DefaultLimits.DataFileBytes + 1
-	for _, name := range []string{"/data.json", "/a/b/data.yaml", "/x/data.yml", "/.manifest", "/.signatures.json", "/patch.json"} {
+	for _, name := range []string{"/data.json", "/a/b/data.yaml", "/x/data.yml", "/.manifest", "/x/y.manifest", "/.signatures.json", "/patch.json"} {
 		_, err := bundles.DefaultLimits.ReadAll(bytes.NewReader(file(name, over)))
 		require.ErrorIs(t, err, bundles.ErrBundleTooLarge, name)
 		assert.ErrorContains(t, err, "per data file", name)

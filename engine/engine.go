@@ -214,7 +214,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		Config:      bytes.NewReader(config),
 		Logger:      e.log,
 		Ready:       make(chan struct{}),
-		Plugins:     map[string]plugins.Factory{sinksName: &sinksFactory{engine: e}, limitsPluginName: &limitsFactory{limits: opts.Limits}},
+		Plugins:     map[string]plugins.Factory{sinksName: &sinksFactory{engine: e}, limitsPluginName: &limitsFactory{limits: opts.Limits, plainHTTP: opts.AllowInsecureHTTP}},
 		ManagerOpts: []func(*plugins.Manager){func(m *plugins.Manager) { e.mgr = m }},
 		// The bundle's data (the tables of data.json) kept as OPA's values,
 		// as OPA's own server keeps them: a rule reading a table, and the

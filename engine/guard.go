@@ -229,16 +229,22 @@ const limitsPluginName = "ichor_bundle_limits"
 // pass through it too: what the OCI downloader keeps in its local store has
 // been bounded and scanned on the way in.
 type limitsPlugin struct {
-	limits  bundles.Limits
-	manager *plugins.Manager
+	limits bundles.Limits
+	// plainHTTP: --bundle-allow-insecure-http; without it no request of a
+	// bundle's goes over plain http, redirected or not.
+	plainHTTP bool
+	manager   *plugins.Manager
 }
 
-type limitsFactory struct{ limits bundles.Limits }
+type limitsFactory struct {
+	limits    bundles.Limits
+	plainHTTP bool
+}
 
 func (*limitsFactory) Validate(*plugins.Manager, []byte) (any, error) { return struct{}{}, nil }
 
 func (f *limitsFactory) New(m *plugins.Manager, _ any) plugins.Plugin {
-	return &limitsPlugin{limits: f.limits, manager: m}
+	return &limitsPlugin{limits: f.limits, plainHTTP: f.plainHTTP, manager: m}
 }
 
 // Start reports the plugin ready: OPA is ready once every plugin is.
@@ -263,7 +269,7 @@ func (p *limitsPlugin) NewClient(c rest.Config) (*http.Client, error) {
 	}
 	client := rest.DefaultRoundTripperClient(tlsConfig, timeout)
 	client.CheckRedirect = noDowngrade
-	t := &limitsTransport{base: client.Transport, limits: p.limits.OrDefault(), oci: strings.EqualFold(c.Type, "oci")}
+	t := &limitsTransport{base: client.Transport, limits: p.limits.OrDefault(), oci: strings.EqualFold(c.Type, "oci"), plainHTTP: p.plainHTTP}
 	if cfg := p.manager.GetConfig(); t.oci && cfg.PersistenceDirectory != nil {
 		t.store = ociStoreDir(*cfg.PersistenceDirectory)
 		t.logger = p.manager.Logger()
@@ -291,6 +297,11 @@ func noDowngrade(req *http.Request, via []*http.Request) error {
 type limitsTransport struct {
 	base   http.RoundTripper
 	limits bundles.Limits
+	// plainHTTP allows requests over plain http. OPA's OCI downloader
+	// builds its own client around this transport, without the client's
+	// CheckRedirect (noDowngrade), so a registry's redirect to http is
+	// refused here (review 30 L2).
+	plainHTTP bool
 	// oci: the service is a registry, whose manifests are checked
 	// (ocipull.go).
 	oci bool
@@ -303,6 +314,9 @@ type limitsTransport struct {
 var gzipMagic = []byte{0x1f, 0x8b}
 
 func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme != "https" && !t.plainHTTP {
+		return nil, fmt.Errorf("%s %s: a bundle is not fetched over plain http without --bundle-allow-insecure-http", req.Method, req.URL.Redacted())
+	}
 	// A pull starts by resolving the tag (HEAD of its manifest); the
 	// previous pull is over, so every blob its tag does not reference can
 	// go.

@@ -51,6 +51,13 @@ func TestABundleOverHTTPSIsNotFetchedOverPlainHTTP(t *testing.T) {
 	assert.Contains(t, err.Error(), "is not fetched over plain http")
 	assert.Zero(t, served, "the plain server was asked")
 
+	// OPA's OCI downloader makes its own client of the transport alone,
+	// without CheckRedirect: the transport refuses plain http itself.
+	_, err = (&http.Client{Transport: client.Transport}).Get(secure.URL + "/bundle.tar.gz")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not fetched over plain http without --bundle-allow-insecure-http")
+	assert.Zero(t, served, "the plain server was asked")
+
 	resp, err := client.Get(secure.URL + "/same")
 	require.NoError(t, err, "a redirect within https is followed")
 	_ = resp.Body.Close()

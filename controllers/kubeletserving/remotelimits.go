@@ -53,14 +53,27 @@ func (l remoteLimits) newInformer(lw toolscache.ListerWatcher, obj runtime.Objec
 }
 
 // countedCSRs is what the cache holds, as its list and watch brought it:
-// each CSR's size by UID.
+// each CSR's cost by the key the cache keeps it under (its name: a server
+// can send many names under one UID, review 30 H1).
 type countedCSRs struct {
 	limits remoteLimits
 	inner  toolscache.ListerWatcherWithContext
 
 	mu    sync.Mutex
-	sizes map[types.UID]int64
+	sizes map[string]int64
 	bytes int64
+}
+
+// cost is what a CSR takes in memory, about: its protobuf size, and the
+// header of each string of its lists and maps, which protobuf writes in two
+// bytes and Go holds in sixteen (review 30 L1: 32M empty groups).
+func cost(csr *certificatesv1.CertificateSigningRequest) int64 {
+	strs := len(csr.Spec.Groups) + len(csr.Spec.Usages) + len(csr.Spec.Extra) + len(csr.Status.Conditions)*4 +
+		len(csr.Labels)*2 + len(csr.Annotations)*2 + len(csr.Finalizers) + len(csr.OwnerReferences)*5
+	for _, values := range csr.Spec.Extra {
+		strs += len(values)
+	}
+	return int64(csr.Size()) + 16*int64(strs)
 }
 
 // reset forgets what was counted: a new list, or a watch that sends every
@@ -68,7 +81,7 @@ type countedCSRs struct {
 func (c *countedCSRs) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.sizes, c.bytes = map[types.UID]int64{}, 0
+	c.sizes, c.bytes = map[string]int64{}, 0
 }
 
 // put counts a CSR added or changed, and says when the cache would then
@@ -77,11 +90,11 @@ func (c *countedCSRs) put(csr *certificatesv1.CertificateSigningRequest) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.sizes == nil {
-		c.sizes = map[types.UID]int64{}
+		c.sizes = map[string]int64{}
 	}
-	size := int64(csr.Size())
-	c.bytes += size - c.sizes[csr.UID]
-	c.sizes[csr.UID] = size
+	key, size := csr.Name, cost(csr)
+	c.bytes += size - c.sizes[key]
+	c.sizes[key] = size
 	var err error
 	switch {
 	case len(c.sizes) > c.limits.maxCSRs:
@@ -109,8 +122,8 @@ func (l remoteLimits) why() error {
 func (c *countedCSRs) remove(csr *certificatesv1.CertificateSigningRequest) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.bytes -= c.sizes[csr.UID]
-	delete(c.sizes, csr.UID)
+	c.bytes -= c.sizes[csr.Name]
+	delete(c.sizes, csr.Name)
 }
 
 func (c *countedCSRs) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -146,22 +159,73 @@ func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch
 	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
 		c.reset()
 	}
-	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-		csr, ok := e.Object.(*certificatesv1.CertificateSigningRequest)
-		if !ok {
-			return e, true // a bookmark or an error: client-go reads it
-		}
-		switch e.Type {
-		case watch.Added, watch.Modified:
-			if err := c.put(csr); err != nil {
-				// Counted as if kept: the list that follows counts afresh.
-				return watch.Event{Type: watch.Error, Object: &metav1.Status{
-					Status: metav1.StatusFailure, Reason: metav1.StatusReasonRequestEntityTooLarge, Code: 413, Message: err.Error(),
-				}}, true
+	return newCountingWatch(w, c), nil
+}
+
+// countingWatch passes a watch's events through, counting each CSR on its
+// way into the cache, and ends it with an error event past the limits.
+// apimachinery's watch.Filter would do, but its goroutine waits forever to
+// hand over an event once the reader has stopped (after any error event,
+// ours included), with that event (review 30 M1).
+type countingWatch struct {
+	inner  watch.Interface
+	counts *countedCSRs
+	result chan watch.Event
+	done   chan struct{}
+	stop   sync.Once
+}
+
+func newCountingWatch(inner watch.Interface, counts *countedCSRs) *countingWatch {
+	w := &countingWatch{inner: inner, counts: counts, result: make(chan watch.Event), done: make(chan struct{})}
+	go w.loop()
+	return w
+}
+
+func (w *countingWatch) ResultChan() <-chan watch.Event { return w.result }
+
+func (w *countingWatch) Stop() {
+	w.stop.Do(func() { close(w.done) })
+	w.inner.Stop()
+}
+
+func (w *countingWatch) loop() {
+	defer close(w.result)
+	for {
+		var e watch.Event
+		select {
+		case <-w.done:
+			return
+		case got, ok := <-w.inner.ResultChan():
+			if !ok {
+				return
 			}
-		case watch.Deleted:
-			c.remove(csr)
+			e = w.count(got)
 		}
-		return e, true
-	}), nil
+		select {
+		case <-w.done:
+			return
+		case w.result <- e:
+		}
+	}
+}
+
+// count counts a CSR an event brings or takes away; past the limits the
+// event is an error, which ends the watch.
+func (w *countingWatch) count(e watch.Event) watch.Event {
+	csr, ok := e.Object.(*certificatesv1.CertificateSigningRequest)
+	if !ok {
+		return e // a bookmark or an error: client-go reads it
+	}
+	switch e.Type {
+	case watch.Added, watch.Modified:
+		if err := w.counts.put(csr); err != nil {
+			// Counted as if kept: the list that follows counts afresh.
+			return watch.Event{Type: watch.Error, Object: &metav1.Status{
+				Status: metav1.StatusFailure, Reason: metav1.StatusReasonRequestEntityTooLarge, Code: 413, Message: err.Error(),
+			}}
+		}
+	case watch.Deleted:
+		w.counts.remove(csr)
+	}
+	return e
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -80,8 +81,58 @@ func TestATenantServerIsCountedOnItsWayIn(t *testing.T) {
 	// A watch that sends every CSR again replaces what was counted.
 	again, err := c.watch(ctx, metav1.ListOptions{SendInitialEvents: ptr.To(true)})
 	require.NoError(t, err)
-	defer again.Stop()
+	again.Stop()
 	c.mu.Lock()
 	assert.Empty(t, c.sizes)
 	c.mu.Unlock()
+
+	// The cache keeps CSRs by name: many names under one UID are many
+	// CSRs, and a deletion of a name it does not hold frees nothing
+	// (review 30 H1).
+	items = []runtime.Object{limitedCSR("a", 10), limitedCSR("a", 10), limitedCSR("a", 10), limitedCSR("a", 10)}
+	for i, o := range items {
+		o.(*certificatesv1.CertificateSigningRequest).Name = "csr-" + string(rune('w'+i))
+	}
+	_, err = c.list(ctx, metav1.ListOptions{})
+	require.Error(t, err, "four names under one UID")
+	items = items[:1]
+	_, err = c.list(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	w = watch.NewFakeWithChanSize(16, false)
+	watched, err = c.watch(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	defer watched.Stop()
+	for _, name := range []string{"x", "y"} {
+		assert.Equal(t, watch.Added, next(watch.Event{Type: watch.Added, Object: limitedCSR(name, 10)}).Type)
+		gone := limitedCSR(name, 10)
+		gone.Name = "csr-never-" + name
+		assert.Equal(t, watch.Deleted, next(watch.Event{Type: watch.Deleted, Object: gone}).Type)
+	}
+	require.Equal(t, watch.Error, next(watch.Event{Type: watch.Added, Object: limitedCSR("z", 10)}).Type, "deletions of names never held freed room")
+
+	// Many empty strings are small on the wire and not in memory (review
+	// 30 L1): they count at what Go holds.
+	groups := limitedCSR("g", 0)
+	groups.Spec.Groups = make([]string, 200)
+	assert.Greater(t, cost(groups), int64(200*16))
+}
+
+// A watch stopped while an event waits to be handed over ends, without
+// the event (review 30 M1: apimachinery's watch.Filter kept its goroutine
+// and the event).
+func TestACountingWatchStoppedWithAnEventWaitingEnds(t *testing.T) {
+	inner := watch.NewFakeWithChanSize(2, false)
+	c := &countedCSRs{limits: remoteLimits{maxCSRs: 10, maxBytes: 1 << 20}}
+	w := newCountingWatch(inner, c)
+	inner.Add(limitedCSR("a", 10))
+	inner.Add(limitedCSR("b", 10))
+	w.Stop()
+	require.Eventually(t, func() bool {
+		select {
+		case _, ok := <-w.ResultChan():
+			return !ok
+		default:
+			return false
+		}
+	}, 10*time.Second, 10*time.Millisecond, "the watch did not end")
 }

@@ -185,7 +185,9 @@ func (o manualDecision) decide(ctx context.Context, cs kubernetes.Interface, nam
 	now := metav1.Now()
 	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
 		Type: kind, Status: corev1.ConditionTrue, Reason: o.reason,
-		Message:        fmt.Sprintf("by %s, by hand with ichor: %s", user, o.message),
+		// The name is the authenticator's (an OIDC claim, a certificate's
+		// CN): kept to its line as the message is (review 30 L4).
+		Message:        fmt.Sprintf("by %s, by hand with ichor: %s", termsafe.EscapeLine(user), o.message),
 		LastUpdateTime: now, LastTransitionTime: now,
 	})
 	// The resourceVersion read above makes a decision the manager wrote

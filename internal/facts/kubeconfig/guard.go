@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -102,8 +103,18 @@ type boundedAnswers struct{ rt http.RoundTripper }
 
 func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := b.rt.RoundTrip(req)
-	if err != nil || req.URL.Query().Get("watch") == "true" {
+	if err != nil {
 		return resp, err
+	}
+	if req.URL.Query().Get("watch") == "true" {
+		// client-go's decoder bounds a protobuf event before it reads it,
+		// but a JSON event is read whole before the bound is checked
+		// (review 30 H2): each JSON event ends a line, and no line may be
+		// longer than the decoder would take.
+		if !strings.Contains(resp.Header.Get("Content-Type"), "protobuf") {
+			resp.Body = &boundedLines{ReadCloser: resp.Body, what: req.Method + " " + req.URL.Redacted()}
+		}
+		return resp, nil
 	}
 	if resp.ContentLength > MaxResponseBytes {
 		_ = resp.Body.Close()
@@ -115,6 +126,42 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // WrappedRoundTripper lets client-go find the transport underneath.
 func (b boundedAnswers) WrappedRoundTripper() http.RoundTripper { return b.rt }
+
+// MaxWatchEventBytes bounds one event of a remote API server's JSON watch:
+// client-go's own bound on a decoded object (16 MiB).
+const MaxWatchEventBytes = 16 << 20
+
+// boundedLines fails a read once more than MaxWatchEventBytes have come
+// without a line break: a JSON watch writes one event a line.
+type boundedLines struct {
+	io.ReadCloser
+	line int64
+	what string
+}
+
+func (b *boundedLines) Read(p []byte) (int, error) {
+	if b.line > MaxWatchEventBytes {
+		return 0, b.tooLong()
+	}
+	if rest := MaxWatchEventBytes - b.line; int64(len(p)) > rest+1 {
+		p = p[:rest+1] // a byte past the bound tells an event of exactly it from a longer one
+	}
+	n, err := b.ReadCloser.Read(p)
+	for _, c := range p[:n] {
+		if c == '\n' {
+			b.line = 0
+			continue
+		}
+		if b.line++; b.line > MaxWatchEventBytes {
+			return 0, b.tooLong()
+		}
+	}
+	return n, err
+}
+
+func (b *boundedLines) tooLong() error {
+	return fmt.Errorf("%s: an event of the watch is more than the %d bytes a remote API server's event may be", b.what, int64(MaxWatchEventBytes))
+}
 
 // boundedBody fails a read past its bound, rather than ending the body
 // early: a list cut short would decode as an error anyway, and this one

@@ -246,3 +246,68 @@ func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxResponseBytes))
 }
+
+// A watch's events are bounded one by one (review 30 H2): client-go reads a
+// JSON event whole before its decoder's bound is checked, so a server could
+// have it hold an event of any size; the watch ends once an event is past
+// MaxWatchEventBytes, having read no more of it. Events of an ordinary
+// size, one a line, pass.
+func TestARemoteWatchEventIsBounded(t *testing.T) {
+	const huge = 256 << 20
+	event := func(w io.Writer, name string, size int) {
+		_, _ = fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":%q,"resourceVersion":"8"},"spec":{"signerName":"kubernetes.io/kubelet-serving","request":"%s"}}}`+"\n", name, strings.Repeat("A", size))
+	}
+	var sendHuge atomic.Bool
+	sent := make(chan int64, 1)
+	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	cert, ca := selfSigned(t)
+	tenant := newServer(t, &cert, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		event(w, "small", 100)
+		if sendHuge.Load() {
+			// One event that never ends its line, sent until the client
+			// stops reading.
+			_, _ = io.WriteString(w, `{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"huge"},"spec":{"request":"`)
+			chunk, written := bytes.Repeat([]byte("A"), 1<<20), int64(0)
+			for written < huge {
+				n, err := w.Write(chunk)
+				written += int64(n)
+				if err != nil {
+					break
+				}
+			}
+			sent <- written
+			return
+		}
+		event(w, "after", 100)
+	})
+	cfg, err := localOf(local).RESTConfig(t.Context(), kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	names := func() []string {
+		w, err := cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
+		require.NoError(t, err)
+		defer w.Stop()
+		var got []string
+		for e := range w.ResultChan() {
+			if csr, ok := e.Object.(*certificatesv1.CertificateSigningRequest); ok {
+				got = append(got, csr.Name)
+			} else {
+				got = append(got, string(e.Type))
+			}
+		}
+		return got
+	}
+	assert.Equal(t, []string{"small", "after"}, names())
+	sendHuge.Store(true)
+	got := names()
+	assert.Equal(t, "small", got[0])
+	assert.NotContains(t, got, "huge")
+	select {
+	case written := <-sent:
+		assert.Less(t, written, int64(4*kubeconfig.MaxWatchEventBytes), "the client read on past the bound")
+	case <-time.After(time.Minute):
+		t.Fatal("the server was still sending a minute after the watch ended")
+	}
+}
