@@ -77,7 +77,7 @@ const (
 	DefaultTenantRequestTimeout = 30 * time.Second
 	// DefaultTenantMaxCSRs and DefaultTenantMaxCSRBytes bound what the
 	// manager keeps of one tenant's API server (kubeconfigRef): its CSRs
-	// and their size (as protobuf would write them). Kubernetes removes a
+	// and about the memory they take (remotelimits.go). Kubernetes removes a
 	// CSR within a day, so a cluster of thousands of nodes holds a few
 	// thousand, about 3 KB each.
 	DefaultTenantMaxCSRs     = 10000

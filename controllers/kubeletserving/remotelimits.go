@@ -17,7 +17,7 @@ import (
 )
 
 // remoteLimits bounds what the cache of a tenant's API server keeps: its
-// CSRs, and their size as protobuf would write them. A tenant's server is
+// CSRs, and about the memory they take (cost). A tenant's server is
 // whatever the tenant runs (review 28 H1): it can list or send any number
 // of CSRs, each as large as client-go decodes (16 MiB), and the cache would
 // keep them all in the manager, which every tenant shares. The cache sees
