@@ -167,6 +167,14 @@ func runAudit(ctx context.Context, s streams, o auditOptions) error {
 	if err != nil {
 		return err
 	}
+	// The clusters are listed before the engine is made: the list's
+	// discovery of the API watches no context, and a command interrupted
+	// while it waits ends after interruptGrace without its deferred
+	// stops, which would leave the engine's directory behind.
+	clusters, err := auditClusters(ctx, c, namespace, o.cluster)
+	if err != nil {
+		return err
+	}
 	// The audit's decisions go to --decision-log, else nowhere: this is a
 	// report to a person, not a decision the cluster acts on.
 	opts := engine.Options{DecisionLog: io.Discard, DecisionLogFile: o.decisionLog, Log: s.err}
@@ -179,10 +187,6 @@ func runAudit(ctx context.Context, s streams, o auditOptions) error {
 	}
 	defer eng.Stop(context.WithoutCancel(ctx))
 	lifetime, err := manager.ReaderLifetime(ctx, eng, 0)
-	if err != nil {
-		return err
-	}
-	clusters, err := auditClusters(ctx, c, namespace, o.cluster)
 	if err != nil {
 		return err
 	}

@@ -64,6 +64,12 @@ current-context: stall
 			stderr := &harness.DecisionLog{}
 			cmd := exec.Command(ichor, tc.args...)
 			cmd.Stderr = stderr
+			// What the command makes to clean up (the policy engine's
+			// directory) is made before its waits that watch no context,
+			// or not at all: a command left after interruptGrace runs no
+			// deferred stop.
+			tmp := t.TempDir()
+			cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 			require.NoError(t, cmd.Start())
 			ended := make(chan error, 1)
 			go func() { ended <- cmd.Wait() }()
@@ -93,6 +99,9 @@ current-context: stall
 				} else {
 					assert.Contains(t, stderr.String(), "ichor: interrupted")
 				}
+				left, err := os.ReadDir(tmp)
+				require.NoError(t, err)
+				assert.Empty(t, left, "the interrupted command left files behind")
 			case <-time.After(30 * time.Second):
 				t.Fatalf("still running 30 s after %s; stderr: %s", tc.signal, stderr.String())
 			}
