@@ -24,9 +24,9 @@ var ErrServerIsLocal = errors.New("the peer presents the key or a certificate of
 const ResponseHeaderTimeout = 30 * time.Second
 
 // MaxResponseBytes bounds the body of a remote API server's answer but a
-// watch's: a list of ten thousand CSRs is about 30 MiB. A watch is a
-// stream of events, each bounded by client-go's decoder (16 MiB), and what
-// the manager keeps of it is bounded where it is kept (the remote cache's
+// watch's stream: a list of ten thousand CSRs is about 30 MiB. A watch is a
+// stream of events, each bounded to MaxWatchEventBytes, and what the
+// manager keeps of it is bounded where it is kept (the remote cache's
 // limits in controllers/kubeletserving).
 const MaxResponseBytes = 64 << 20
 
@@ -106,11 +106,13 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return resp, err
 	}
-	if req.URL.Query().Get("watch") == "true" {
-		// client-go's decoder bounds a protobuf event before it reads it,
-		// but a JSON event is read whole before the bound is checked
-		// (review 30 H2): each JSON event ends a line, and no line may be
-		// longer than the decoder would take.
+	if req.URL.Query().Get("watch") == "true" && resp.StatusCode == http.StatusOK {
+		// A watch's stream (its error answers are read whole, as any
+		// answer, and bounded below). client-go's decoder bounds a
+		// protobuf event before it reads it, but a JSON event is read
+		// whole before the bound is checked (review 30 H2): each JSON
+		// event ends a line, and no line may be longer than the decoder
+		// would take.
 		if !strings.Contains(resp.Header.Get("Content-Type"), "protobuf") {
 			resp.Body = &boundedLines{ReadCloser: resp.Body, what: req.Method + " " + req.URL.Redacted()}
 		}

@@ -219,6 +219,12 @@ func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
 			_, _ = w.Write(gz.Bytes())
 		case "large":
 			csrListOf(w, 65, 1<<20) // past 64 MiB, streamed without a length
+		case "large-watch-error":
+			// A watch's error answer, read whole by client-go: as large.
+			w.WriteHeader(http.StatusInternalServerError)
+			for range 65 {
+				_, _ = io.WriteString(w, strings.Repeat("x", 1<<20-1)+"\n")
+			}
 		default:
 			csrListOf(w, 2, 1000)
 		}
@@ -243,6 +249,11 @@ func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
 
 	mode.Store("large")
 	_, err = list()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxResponseBytes))
+
+	mode.Store("large-watch-error")
+	_, err = cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxResponseBytes))
 }
