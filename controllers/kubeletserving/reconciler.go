@@ -136,7 +136,7 @@ type Reconciler struct {
 	// but its watch; DefaultTenantRequestTimeout if zero.
 	TenantRequestTimeout time.Duration
 	// TenantMaxCSRs and TenantMaxCSRBytes bound the cache of each tenant's
-	// API server (see remoteLimits); the defaults if zero.
+	// API server; the defaults if zero (remoteLimits.newInformer).
 	TenantMaxCSRs     int
 	TenantMaxCSRBytes int64
 	// MaxConcurrentDecisions is the number of decision workers;
@@ -216,12 +216,6 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	if r.MaxConcurrentDecisions <= 0 {
 		r.MaxConcurrentDecisions = DefaultMaxConcurrentDecisions
-	}
-	if r.TenantMaxCSRs <= 0 {
-		r.TenantMaxCSRs = DefaultTenantMaxCSRs
-	}
-	if r.TenantMaxCSRBytes <= 0 {
-		r.TenantMaxCSRBytes = DefaultTenantMaxCSRBytes
 	}
 	// The queue's wake-ups are measured on the clock the waits are
 	// computed with.

@@ -62,7 +62,13 @@ func TestATenantServerIsCountedOnItsWayIn(t *testing.T) {
 	next := func(e watch.Event) watch.Event {
 		t.Helper()
 		w.Action(e.Type, e.Object)
-		return <-watched.ResultChan()
+		select {
+		case got := <-watched.ResultChan():
+			return got
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the %s event was not passed on", e.Type)
+			return watch.Event{}
+		}
 	}
 	assert.Equal(t, watch.Added, next(watch.Event{Type: watch.Added, Object: limitedCSR("c", 100)}).Type)
 	assert.Equal(t, watch.Modified, next(watch.Event{Type: watch.Modified, Object: limitedCSR("c", 200)}).Type, "a change is counted once")

@@ -263,12 +263,9 @@ type Admitted struct {
 // signing goes unnoticed), never more. So with the credential and its MAC.
 func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID, record *corev1.Event) (ok bool, got Admitted, why string) {
 	got.DecisionID = record.Annotations[AnnotationDecisionID]
-	notOurs := func(what string) (bool, Admitted, string) {
-		return false, Admitted{DecisionID: got.DecisionID}, fmt.Sprintf("the Event %s/%s %s", record.Namespace, record.Name, what)
-	}
 	recorded := record.Annotations[AnnotationMAC]
 	if recorded == "" {
-		return notOurs("carries no " + AnnotationMAC + " annotation")
+		return notOurs(record, got.DecisionID, "carries no "+AnnotationMAC+" annotation")
 	}
 	want, err := MAC(key, tcr, tcr.Namespace, clusterUID, got.DecisionID)
 	if err != nil {
@@ -283,13 +280,13 @@ func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID ty
 	case !hasLifetime && !hasLifetimeMAC:
 		return verifyCredential(key, tcr, clusterUID, record, got)
 	case !hasLifetime || !hasLifetimeMAC:
-		return notOurs("carries one of " + AnnotationLifetime + " and " + AnnotationLifetimeMAC + " without the other")
+		return notOurs(record, got.DecisionID, "carries one of "+AnnotationLifetime+" and "+AnnotationLifetimeMAC+" without the other")
 	}
 	// Whole seconds, written as strconv writes them: anything else is not
 	// a lifetime the webhook wrote.
 	n, err := strconv.ParseInt(text, 10, 64)
 	if err != nil || n <= 0 || strconv.FormatInt(n, 10) != text {
-		return notOurs("carries a " + AnnotationLifetime + " annotation that is not a lifetime in whole seconds")
+		return notOurs(record, got.DecisionID, "carries a "+AnnotationLifetime+" annotation that is not a lifetime in whole seconds")
 	}
 	want, err = LifetimeMAC(key, tcr, tcr.Namespace, clusterUID, got.DecisionID, n)
 	if err != nil {
@@ -302,21 +299,24 @@ func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID ty
 	return verifyCredential(key, tcr, clusterUID, record, got)
 }
 
+// notOurs is the answer of Verify for a record the webhook did not write as
+// it is: not verified, what it says of itself, and why.
+func notOurs(record *corev1.Event, decisionID, what string) (bool, Admitted, string) {
+	return false, Admitted{DecisionID: decisionID}, fmt.Sprintf("the Event %s/%s %s", record.Namespace, record.Name, what)
+}
+
 // verifyCredential is Verify's last step: the credential a record names,
 // if it names one, under its MAC.
 func verifyCredential(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID, record *corev1.Event, got Admitted) (bool, Admitted, string) {
-	notOurs := func(what string) (bool, Admitted, string) {
-		return false, Admitted{DecisionID: got.DecisionID}, fmt.Sprintf("the Event %s/%s %s", record.Namespace, record.Name, what)
-	}
 	text, hasCredential := record.Annotations[AnnotationCredential]
 	credentialMAC, hasCredentialMAC := record.Annotations[AnnotationCredentialMAC]
 	switch {
 	case !hasCredential && !hasCredentialMAC:
 		return true, got, ""
 	case !hasCredential || !hasCredentialMAC:
-		return notOurs("carries one of " + AnnotationCredential + " and " + AnnotationCredentialMAC + " without the other")
+		return notOurs(record, got.DecisionID, "carries one of "+AnnotationCredential+" and "+AnnotationCredentialMAC+" without the other")
 	case len(text) > MaxCredential:
-		return notOurs(fmt.Sprintf("carries a %s annotation of %d bytes, more than the %d a record holds", AnnotationCredential, len(text), MaxCredential))
+		return notOurs(record, got.DecisionID, fmt.Sprintf("carries a %s annotation of %d bytes, more than the %d a record holds", AnnotationCredential, len(text), MaxCredential))
 	}
 	want, err := CredentialMAC(key, tcr, tcr.Namespace, clusterUID, got.DecisionID, text)
 	if err != nil {
@@ -329,7 +329,7 @@ func verifyCredential(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clu
 	// else is not handed to the rule.
 	var object map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(text), &object); err != nil || object == nil {
-		return notOurs("carries a " + AnnotationCredential + " annotation that is not a JSON object")
+		return notOurs(record, got.DecisionID, "carries a "+AnnotationCredential+" annotation that is not a JSON object")
 	}
 	got.Credential = json.RawMessage(text)
 	return true, got, ""
