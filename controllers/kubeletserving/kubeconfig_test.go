@@ -540,3 +540,141 @@ func TestATenantServerListingMoreThanTheManagerKeepsIsNotCached(t *testing.T) {
 	}, wait, 100*time.Millisecond, "the cluster does not say its server lists too many CSRs: %+v", cond)
 	assert.Positive(t, lists.Load())
 }
+
+// A tenant's server that grows past what the manager keeps after its watch
+// started is not left with a stale cache and nothing said: the watch stops,
+// the cluster says why as a failed start does, and once the server sends
+// less the cluster is watched again. Here each watch brings more CSRs than
+// the bound while each list brings none: client-go alone would list and
+// watch again for ever, its cache never current.
+func TestATenantServerGrowingPastTheBoundAfterItsStartIsSaidOnTheCluster(t *testing.T) {
+	var grown atomic.Bool
+	var watches atomic.Int64
+	growing := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		q := r.URL.Query()
+		switch {
+		case q.Get("watch") == "true" && q.Has("sendInitialEvents"):
+			// No watch list here: client-go falls back to a list.
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"MethodNotAllowed","code":405}`)
+		case q.Get("watch") != "true":
+			_, _ = io.WriteString(w, `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{"resourceVersion":"7"},"items":[]}`)
+		default:
+			watches.Add(1)
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			if grown.Load() {
+				for i := range testTenantMaxCSRs + 1 {
+					_, _ = fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1",`+
+						`"metadata":{"name":"csr-%d","uid":"u-%d","resourceVersion":"%d"},"spec":{"signerName":"example.com/other","usages":["server auth"],"request":""}}}`+"\n", i, i, 8+i)
+				}
+				w.(http.Flusher).Flush()
+			}
+			<-r.Context().Done()
+		}
+	}))
+	t.Cleanup(growing.Close)
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: growing.Certificate().Raw}))
+	f := remoteCluster(t, "growing", kubeconfigDoc(growing.URL, "    certificate-authority-data: "+ca+"\n", "    token: tenant-token\n"))
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.cluster}})
+	})
+	condition := func() *metav1.Condition {
+		return meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+	}
+	watching := func() bool {
+		cond := condition()
+		return watches.Load() > 0 && cond != nil && cond.Reason != kubeletserving.ReasonKubeconfigUnreadable
+	}
+	require.Eventually(t, watching, wait, 100*time.Millisecond, "the tenant's server is not watched: %+v", condition())
+	started := condition()
+
+	// The watch open now stays quiet: the next one brings the CSRs.
+	grown.Store(true)
+	growing.CloseClientConnections()
+	require.Eventually(t, func() bool {
+		cond := condition()
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == kubeletserving.ReasonKubeconfigUnreadable &&
+			strings.Contains(cond.Message, fmt.Sprintf("holds more than %d CSRs", testTenantMaxCSRs))
+	}, wait, 100*time.Millisecond, "the cluster does not say its server grew past the bound: %+v", condition())
+
+	grown.Store(false)
+	watches.Store(0)
+	require.Eventually(t, watching, wait, 100*time.Millisecond, "the tenant's server is not watched again: %+v", condition())
+	assert.Equal(t, started.Reason, condition().Reason)
+}
+
+// A tenant's clusters are held to the bound together: a tenant does not get
+// the bound once more for each cluster it makes. The second of two
+// clusters whose servers hold more together is not watched, and says so;
+// once the first is gone, it is.
+func TestATenantsClustersAreHeldToTheBoundTogether(t *testing.T) {
+	const each = testTenantMaxCSRs/2 + 1
+	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Query().Get("watch") == "true" {
+			if r.URL.Query().Has("sendInitialEvents") {
+				w.WriteHeader(http.StatusMethodNotAllowed)
+				_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"MethodNotAllowed","code":405}`)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		_, _ = io.WriteString(w, `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{"resourceVersion":"7"},"items":[`)
+		for i := range each {
+			if i > 0 {
+				_, _ = io.WriteString(w, ",")
+			}
+			_, _ = fmt.Fprintf(w, `{"metadata":{"name":"csr-%d","uid":"u-%d","resourceVersion":"7"},"spec":{"signerName":"example.com/other","usages":["server auth"],"request":""}}`, i, i)
+		}
+		_, _ = io.WriteString(w, `]}`)
+	}))
+	t.Cleanup(server.Close)
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: server.Certificate().Raw}))
+	f := remoteCluster(t, "together", kubeconfigDoc(server.URL, "    certificate-authority-data: "+ca+"\n", "    token: tenant-token\n"))
+	first := &ichorv1alpha1.TalosCluster{}
+	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: f.cluster}, first))
+	second := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "second"}, Spec: first.Spec}
+	require.NoError(t, env.Client.Create(f.ctx, second))
+	t.Cleanup(func() {
+		for _, name := range []string{f.cluster, "second"} {
+			_ = env.Client.Delete(context.Background(), &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}})
+		}
+	})
+	condition := func(name string) *metav1.Condition {
+		var c ichorv1alpha1.TalosCluster
+		if err := env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: name}, &c); err != nil {
+			return nil
+		}
+		return meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+	}
+	together := fmt.Sprintf("the API servers of the clusters of namespace %s hold more than %d CSRs together", f.ns, testTenantMaxCSRs)
+	refused := func(name string) bool {
+		cond := condition(name)
+		return cond != nil && cond.Reason == kubeletserving.ReasonKubeconfigUnreadable && strings.Contains(cond.Message, together)
+	}
+	watched := func(name string) bool {
+		cond := condition(name)
+		return cond != nil && cond.Reason != "" && cond.Reason != kubeletserving.ReasonKubeconfigUnreadable
+	}
+	var held, left string
+	require.Eventually(t, func() bool {
+		switch {
+		case watched(f.cluster) && refused("second"):
+			held, left = f.cluster, "second"
+		case watched("second") && refused(f.cluster):
+			held, left = "second", f.cluster
+		default:
+			return false
+		}
+		return true
+	}, wait, 100*time.Millisecond, "not one cluster watched and the other refused: %+v, %+v", condition(f.cluster), condition("second"))
+
+	require.NoError(t, env.Client.Delete(f.ctx, &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: held}}))
+	require.Eventually(t, func() bool { return watched(left) }, wait, 100*time.Millisecond,
+		"the cluster left is not watched once the other is gone: %+v", condition(left))
+}

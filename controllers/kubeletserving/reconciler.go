@@ -76,10 +76,11 @@ const (
 	// decision worker, which every cluster shares, for as long as it likes.
 	DefaultTenantRequestTimeout = 30 * time.Second
 	// DefaultTenantMaxCSRs and DefaultTenantMaxCSRBytes bound what the
-	// manager keeps of one tenant's API server (kubeconfigRef): its CSRs
-	// and about the memory they take (remotelimits.go). Kubernetes removes a
-	// CSR within a day, so a cluster of thousands of nodes holds a few
-	// thousand, about 3 KB each.
+	// manager keeps of one tenant's API servers (the kubeconfigRefs of the
+	// clusters of a namespace, together): their CSRs and about the memory
+	// they take (remotelimits.go). Kubernetes removes a CSR within a day,
+	// so a cluster of thousands of nodes holds a few thousand, about 3 KB
+	// each.
 	DefaultTenantMaxCSRs     = 10000
 	DefaultTenantMaxCSRBytes = 64 << 20
 )
@@ -135,8 +136,9 @@ type Reconciler struct {
 	// TenantRequestTimeout bounds each request to a tenant's API server
 	// but its watch; DefaultTenantRequestTimeout if zero.
 	TenantRequestTimeout time.Duration
-	// TenantMaxCSRs and TenantMaxCSRBytes bound the cache of each tenant's
-	// API server; the defaults if zero (remoteLimits.newInformer).
+	// TenantMaxCSRs and TenantMaxCSRBytes bound the caches of each
+	// tenant's API servers, together; the defaults if zero
+	// (remoteLimits.newInformer).
 	TenantMaxCSRs     int
 	TenantMaxCSRBytes int64
 	// MaxConcurrentDecisions is the number of decision workers;
@@ -558,9 +560,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	var deferred *startDeferredError
 	if errors.As(err, &deferred) {
-		// The start of its watch waits for room, or for its backoff;
-		// whatever an earlier start left on the cluster stands.
+		// The start of its watch waits for room, or for its backoff.
+		// When it backs off from a failure, the cluster says that
+		// failure: a watch stopped after its start (its server grew past
+		// the limits) has said nothing yet. Said as the failed start
+		// said it, the condition does not change again while it waits.
 		logger.V(1).Info("the watch of the cluster's API server is not started yet", "reason", err.Error())
+		if deferred.cause != nil {
+			r.targets.drop(req.NamespacedName, false)
+			r.NodeReaders.Forget(req.NamespacedName)
+			if err := r.refuseTarget(ctx, &cluster, deferred.cause); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
 		// At least every 30 s, to see a kubeconfig put right (another
 		// content is started at once).
 		return reconcile.Result{RequeueAfter: min(deferred.wait, 30*time.Second)}, nil

@@ -89,6 +89,8 @@ type target struct {
 	gate *tenantGate
 
 	kubeconfig []byte
+	// limits bound what its cache keeps (remote API servers only).
+	limits remoteLimits
 	// watch is the remote cache's context, which cancel ends: a decision
 	// through the target ends with it. Nil for the local API server.
 	watch  context.Context
@@ -112,6 +114,32 @@ type targets struct {
 	pool  *remotePool
 	// starts bounds the reconciles that start remote watches.
 	starts remoteStarts
+	// usage is what each tenant's caches hold together (remoteLimits).
+	usage map[string]*tenantUsage
+}
+
+// holdUsage is the usage of the tenant in namespace, for one more watch of
+// its servers, and the release of that hold: a tenant's usage is forgotten
+// when none of its watches may count any more.
+func (t *targets) holdUsage(namespace string) (*tenantUsage, func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	u, ok := t.usage[namespace]
+	if !ok {
+		if t.usage == nil {
+			t.usage = map[string]*tenantUsage{}
+		}
+		u = &tenantUsage{}
+		t.usage[namespace] = u
+	}
+	u.holders++
+	return u, sync.OnceFunc(func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if u.holders--; u.holders == 0 && t.usage[namespace] == u {
+			delete(t.usage, namespace)
+		}
+	})
 }
 
 // keyLock serialises the work on one cluster; users counts who holds or
@@ -279,7 +307,30 @@ func (r *Reconciler) judgeAndStart(ctx context.Context, c *ichorv1alpha1.TalosCl
 	}
 	r.targets.remote[key] = t
 	r.targets.mu.Unlock()
+	var stopped sync.Once
+	t.limits.exceededAfterStart(func(err error) {
+		stopped.Do(func() { r.remoteExceeded(key, t, sum, revision, err) })
+	})
 	return t, nil
+}
+
+// remoteExceeded stops the watch of a cluster whose API server grew past the
+// limits the manager keeps of a tenant's servers after the watch started.
+// The start's failure is counted (its backoff), and the cluster reconciled,
+// which says why on it, as a start that failed for it would. A crossing
+// between the start and this being armed is not lost: client-go lists
+// again, and the list is counted.
+func (r *Reconciler) remoteExceeded(key types.NamespacedName, t *target, sum [sha256.Size]byte, revision string, cause error) {
+	parent := r.runCtx
+	if parent == nil {
+		parent = context.Background()
+	}
+	log.FromContext(parent).Error(cause, "the watch of a remote API server is stopped: it would bring more than the manager keeps of a tenant's servers", "taloscluster", key)
+	r.targets.starts.fail(key, sum, revision, r.Clock.Now(), r.TenantRequestTimeout, fmt.Errorf("watch CSRs of cluster %s: %w", key, cause))
+	r.targets.dropIf(key, t)
+	// Told from the cache's own list or watch: the ask must not wait
+	// there for a reconcile worker.
+	go r.rejudgeCluster(parent, key)
 }
 
 // startRemoteFrom starts the watch of the API server an allowed kubeconfig
@@ -483,7 +534,19 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	// tenant's server (a request no context bounds).
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(certificatesv1.SchemeGroupVersion.WithKind("CertificateSigningRequest"), meta.RESTScopeRoot)
-	limits := remoteLimits{maxCSRs: r.TenantMaxCSRs, maxBytes: r.TenantMaxCSRBytes, cluster: key, exceeded: &atomic.Pointer[error]{}}
+	usage, unhold := r.targets.holdUsage(key.Namespace)
+	limits := remoteLimits{
+		maxCSRs: r.TenantMaxCSRs, maxBytes: r.TenantMaxCSRBytes, cluster: key, tenant: usage, caches: &countedSet{},
+		exceeded: &atomic.Pointer[error]{}, afterStart: &atomic.Pointer[func(error)]{},
+	}
+	started := false
+	defer func() {
+		if !started {
+			// The watch never ran: nothing of it counts.
+			limits.release()
+			unhold()
+		}
+	}()
 	cl, err := cluster.New(cfg, func(o *cluster.Options) {
 		o.Scheme = scheme
 		o.MapperProvider = func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mapper, nil }
@@ -520,7 +583,11 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 		parent = context.WithoutCancel(ctx)
 	}
 	runCtx, cancel := context.WithCancel(parent)
+	started = true
 	go func() {
+		// What its caches held goes with them.
+		defer unhold()
+		defer limits.release()
 		if err := cl.Start(runCtx); err != nil {
 			log.FromContext(ctx).Error(err, "watch of a remote API server stopped", "taloscluster", key)
 		}
@@ -566,7 +633,7 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 		counts = nil
 	}
 	log.FromContext(ctx).Info("watching the cluster's own API server for kubelet serving CSRs", "host", cfg.Host)
-	return &target{reader: cl.GetClient(), clientset: clientset, names: names, counts: counts, gate: gate, watch: runCtx, cancel: cancel}, nil
+	return &target{reader: cl.GetClient(), clientset: clientset, names: names, counts: counts, gate: gate, limits: limits, watch: runCtx, cancel: cancel}, nil
 }
 
 // stop ends the cluster's watch and forgets the rule's verdict on its

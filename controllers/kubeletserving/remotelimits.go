@@ -16,7 +16,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// remoteLimits bounds what the cache of a tenant's API server keeps: its
+// remoteLimits bounds what the caches of a tenant's API servers keep: their
 // CSRs, and about the memory they take (cost). A tenant's server is
 // whatever the tenant runs (review 28 H1): it can list or send any number
 // of CSRs, each as large as client-go decodes (16 MiB), and the cache would
@@ -25,15 +25,38 @@ import (
 // their way in: a list (all its pages) that holds more is refused, and a
 // watch that would bring more ends with an error; client-go then lists
 // again, which is refused while the server holds more. The cluster's
-// watch stops being current, its start fails (the TalosCluster's
-// condition says why), and no other cluster is touched.
+// watch stops being current. A start that crosses them fails, and one that
+// crosses them later is stopped (see exceededAfterStart): either way the
+// TalosCluster's condition says why, and no other tenant is touched.
+//
+// The limits hold for each tenant (the clusters with a kubeconfigRef in one
+// namespace) as a whole, and so for each of its clusters: a tenant that
+// made a hundred clusters would otherwise be kept a hundred times over.
 type remoteLimits struct {
 	maxCSRs  int
 	maxBytes int64
 	cluster  types.NamespacedName
+	// tenant is what the caches of the cluster's tenant hold together;
+	// nil counts the cluster alone.
+	tenant *tenantUsage
+	// caches are the counts of this cluster's caches, given back to the
+	// tenant when its watch ends (release).
+	caches *countedSet
 	// exceeded keeps the last limit exceeded, for the error of a start
 	// whose cache did not sync because of it.
 	exceeded *atomic.Pointer[error]
+	// afterStart is told of every limit crossed once the start is over:
+	// client-go would list again and again, each list refused, and keep
+	// the cache as it last was, so that the cluster's new requests would
+	// go unseen with nothing said (the manager's log aside).
+	afterStart *atomic.Pointer[func(error)]
+}
+
+// exceededAfterStart has f told of each limit crossed from now on.
+func (l remoteLimits) exceededAfterStart(f func(error)) {
+	if l.afterStart != nil {
+		l.afterStart.Store(&f)
+	}
 }
 
 // newInformer is the cache's informer constructor (cache.Options.NewInformer)
@@ -46,10 +69,65 @@ func (l remoteLimits) newInformer(lw toolscache.ListerWatcher, obj runtime.Objec
 		l.maxBytes = DefaultTenantMaxCSRBytes
 	}
 	c := &countedCSRs{limits: l, inner: toolscache.ToListerWatcherWithContext(lw)}
+	if l.caches != nil {
+		l.caches.add(c)
+	}
 	return toolscache.NewSharedIndexInformer(&toolscache.ListWatch{
 		ListWithContextFunc:  c.list,
 		WatchFuncWithContext: c.watch,
 	}, obj, resync, indexers)
+}
+
+// release gives what the cluster's caches counted back to its tenant: its
+// watch has ended, and what they held with it.
+func (l remoteLimits) release() {
+	if l.caches != nil {
+		l.caches.release()
+	}
+}
+
+// tenantUsage is what the caches of one tenant's API servers hold together.
+type tenantUsage struct {
+	mu    sync.Mutex
+	csrs  int
+	bytes int64
+	// holders counts the tenant's watches that may still count here
+	// (targets.mu guards it).
+	holders int
+}
+
+// add counts csrs and bytes more (or fewer) and returns the totals.
+func (u *tenantUsage) add(csrs int, bytes int64) (int, int64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.csrs += csrs
+	u.bytes += bytes
+	return u.csrs, u.bytes
+}
+
+// countedSet is the counts of one cluster's caches.
+type countedSet struct {
+	mu       sync.Mutex
+	counted  []*countedCSRs
+	released bool
+}
+
+func (s *countedSet) add(c *countedCSRs) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.released {
+		c.release()
+	}
+	s.counted = append(s.counted, c)
+}
+
+func (s *countedSet) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.released = true
+	for _, c := range s.counted {
+		c.release()
+	}
 }
 
 // countedCSRs is what the cache holds, as its list and watch brought it:
@@ -59,9 +137,74 @@ type countedCSRs struct {
 	limits remoteLimits
 	inner  toolscache.ListerWatcherWithContext
 
-	mu    sync.Mutex
+	mu sync.Mutex
+	// held is what the cache holds.
+	held tally
+	// listing is what the list under way brought so far (nil when none):
+	// it replaces held once all its pages are in, and a list refused
+	// leaves held as it was, as client-go leaves its cache.
+	listing *tally
+	// released: the cache has ended, and its counts were given back to
+	// the tenant; nothing more is counted.
+	released bool
+}
+
+// tally is a set of CSRs by name, with their costs.
+type tally struct {
 	sizes map[string]int64
 	bytes int64
+}
+
+// set counts name at size, and says how many CSRs and bytes that adds.
+func (t *tally) set(name string, size int64) (int, int64) {
+	if t.sizes == nil {
+		t.sizes = map[string]int64{}
+	}
+	old, had := t.sizes[name]
+	t.sizes[name] = size
+	t.bytes += size - old
+	if had {
+		return 0, size - old
+	}
+	return 1, size
+}
+
+// unset forgets name, and says how many CSRs and bytes that took away.
+func (t *tally) unset(name string) (int, int64) {
+	size, had := t.sizes[name]
+	if !had {
+		return 0, 0
+	}
+	delete(t.sizes, name)
+	t.bytes -= size
+	return 1, size
+}
+
+// tenantAdd counts a change of this cache in its tenant's totals and
+// returns them; counting alone (no tenant), the totals are the cache's.
+// Called with c.mu held.
+func (c *countedCSRs) tenantAdd(csrs int, bytes int64) (int, int64) {
+	if c.limits.tenant == nil {
+		n, b := len(c.held.sizes), c.held.bytes
+		if c.listing != nil {
+			n, b = n+len(c.listing.sizes), b+c.listing.bytes
+		}
+		return n, b
+	}
+	return c.limits.tenant.add(csrs, bytes)
+}
+
+// release gives what the cache counted back to the tenant.
+func (c *countedCSRs) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.released {
+		return
+	}
+	c.released = true
+	c.dropListing()
+	c.tenantAdd(-len(c.held.sizes), -c.held.bytes)
+	c.held = tally{}
 }
 
 // cost is what a CSR takes in memory, about: its protobuf size, and the
@@ -76,34 +219,28 @@ func cost(csr *certificatesv1.CertificateSigningRequest) int64 {
 	return int64(csr.Size()) + 16*int64(strs)
 }
 
-// reset forgets what was counted: a new list, or a watch that sends every
-// CSR again (client-go's watch list), replaces what the cache holds.
+// reset forgets what the cache held: a watch that sends every CSR again
+// (client-go's watch list) replaces it.
 func (c *countedCSRs) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.sizes, c.bytes = map[string]int64{}, 0
+	if c.released {
+		return
+	}
+	c.tenantAdd(-len(c.held.sizes), -c.held.bytes)
+	c.held = tally{}
 }
 
-// put counts a CSR added or changed, and says when the cache would then
-// hold more than the limits.
-func (c *countedCSRs) put(csr *certificatesv1.CertificateSigningRequest) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.sizes == nil {
-		c.sizes = map[string]int64{}
-	}
-	key, size := csr.Name, cost(csr)
-	c.bytes += size - c.sizes[key]
-	c.sizes[key] = size
-	var err error
-	switch {
-	case len(c.sizes) > c.limits.maxCSRs:
-		err = fmt.Errorf("the API server of cluster %s holds more than %d CSRs, the most the manager keeps of a tenant's server", c.limits.cluster, c.limits.maxCSRs)
-	case c.bytes > c.limits.maxBytes:
-		err = fmt.Errorf("the CSRs of the API server of cluster %s are more than %d bytes, the most the manager keeps of a tenant's server", c.limits.cluster, c.limits.maxBytes)
-	}
-	if err != nil && c.limits.exceeded != nil {
+// told tells whoever watches the limits that one was crossed (outside the
+// counts' lock), and returns the crossing.
+func (c *countedCSRs) told(err error) error {
+	if c.limits.exceeded != nil {
 		c.limits.exceeded.Store(&err)
+	}
+	if c.limits.afterStart != nil {
+		if f := c.limits.afterStart.Load(); f != nil {
+			(*f)(err)
+		}
 	}
 	return err
 }
@@ -119,36 +256,118 @@ func (l remoteLimits) why() error {
 	return nil
 }
 
+// put counts a CSR a watch adds or changes, and says when the cache would
+// then hold more than the limits: the event is not passed on, so the CSR
+// is not counted.
+func (c *countedCSRs) put(csr *certificatesv1.CertificateSigningRequest) error {
+	c.mu.Lock()
+	if c.released {
+		c.mu.Unlock()
+		return nil
+	}
+	before, had := c.held.sizes[csr.Name]
+	n, b := c.held.set(csr.Name, cost(csr))
+	csrs, bytes := c.tenantAdd(n, b)
+	err := c.crossed(&c.held, csrs, bytes)
+	if err != nil {
+		c.held.unset(csr.Name)
+		if had {
+			c.held.set(csr.Name, before)
+		}
+		c.tenantAdd(-n, -b)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return c.told(err)
+	}
+	return nil
+}
+
+// crossed says which limit, if any, a cache's tally t or its tenant's
+// totals are past. Called with c.mu held.
+func (c *countedCSRs) crossed(t *tally, tenantCSRs int, tenantBytes int64) error {
+	switch {
+	case len(t.sizes) > c.limits.maxCSRs:
+		return fmt.Errorf("the API server of cluster %s holds more than %d CSRs, the most the manager keeps of a tenant's servers", c.limits.cluster, c.limits.maxCSRs)
+	case t.bytes > c.limits.maxBytes:
+		return fmt.Errorf("the CSRs of the API server of cluster %s are more than %d bytes, the most the manager keeps of a tenant's servers", c.limits.cluster, c.limits.maxBytes)
+	case tenantCSRs > c.limits.maxCSRs:
+		return fmt.Errorf("the API servers of the clusters of namespace %s hold more than %d CSRs together, the most the manager keeps of a tenant's servers", c.limits.cluster.Namespace, c.limits.maxCSRs)
+	case tenantBytes > c.limits.maxBytes:
+		return fmt.Errorf("the CSRs of the API servers of the clusters of namespace %s are more than %d bytes together, the most the manager keeps of a tenant's servers", c.limits.cluster.Namespace, c.limits.maxBytes)
+	}
+	return nil
+}
+
 func (c *countedCSRs) remove(csr *certificatesv1.CertificateSigningRequest) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.bytes -= c.sizes[csr.Name]
-	delete(c.sizes, csr.Name)
+	if c.released {
+		return
+	}
+	n, b := c.held.unset(csr.Name)
+	c.tenantAdd(-n, -b)
 }
 
+// list counts a list's pages as they come. What the list brings replaces
+// what the cache held once its last page is in; until then both are
+// counted in the tenant's totals, but a list is weighed without what it
+// replaces.
 func (c *countedCSRs) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 	list, err := c.inner.ListWithContext(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	if opts.Continue == "" {
-		// The first page of a list: the cache will hold what it brings.
-		c.reset()
-	}
 	items, err := meta.ExtractList(list)
 	if err != nil {
 		return nil, err
 	}
+	listed, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.released {
+		c.mu.Unlock()
+		return list, nil
+	}
+	if opts.Continue == "" || c.listing == nil {
+		// The first page of a list (or a page of one begun before
+		// this cache's time: counted as a first).
+		c.dropListing()
+		c.listing = &tally{}
+	}
 	for _, item := range items {
 		csr, ok := item.(*certificatesv1.CertificateSigningRequest)
 		if !ok {
+			c.dropListing()
+			c.mu.Unlock()
 			return nil, fmt.Errorf("the API server of cluster %s listed a %T among its CSRs", c.limits.cluster, item)
 		}
-		if err := c.put(csr); err != nil {
-			return nil, err
+		n, b := c.listing.set(csr.Name, cost(csr))
+		csrs, bytes := c.tenantAdd(n, b)
+		if err := c.crossed(c.listing, csrs-len(c.held.sizes), bytes-c.held.bytes); err != nil {
+			c.dropListing()
+			c.mu.Unlock()
+			return nil, c.told(err)
 		}
 	}
+	if listed.GetContinue() == "" {
+		// The last page: the cache now holds what the list brought.
+		c.tenantAdd(-len(c.held.sizes), -c.held.bytes)
+		c.held, c.listing = *c.listing, nil
+	}
+	c.mu.Unlock()
 	return list, nil
+}
+
+// dropListing forgets a list under way. Called with c.mu held.
+func (c *countedCSRs) dropListing() {
+	if c.listing == nil {
+		return
+	}
+	c.tenantAdd(-len(c.listing.sizes), -c.listing.bytes)
+	c.listing = nil
 }
 
 func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
@@ -219,7 +438,8 @@ func (w *countingWatch) count(e watch.Event) watch.Event {
 	switch e.Type {
 	case watch.Added, watch.Modified:
 		if err := w.counts.put(csr); err != nil {
-			// Counted as if kept: the list that follows counts afresh.
+			// Not passed on, so not counted: the cache keeps what it
+			// held, and the watch ends.
 			return watch.Event{Type: watch.Error, Object: &metav1.Status{
 				Status: metav1.StatusFailure, Reason: metav1.StatusReasonRequestEntityTooLarge, Code: 413, Message: err.Error(),
 			}}

@@ -42,7 +42,10 @@ func TestATenantServerIsCountedOnItsWayIn(t *testing.T) {
 		},
 		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return w, nil },
 	}
-	l := remoteLimits{maxCSRs: 3, maxBytes: 2000, cluster: types.NamespacedName{Namespace: "t", Name: "c"}, exceeded: &atomic.Pointer[error]{}}
+	l := remoteLimits{
+		maxCSRs: 3, maxBytes: 2000, cluster: types.NamespacedName{Namespace: "t", Name: "c"},
+		exceeded: &atomic.Pointer[error]{}, afterStart: &atomic.Pointer[func(error)]{},
+	}
 	c := &countedCSRs{limits: l, inner: inner}
 	ctx := t.Context()
 
@@ -55,6 +58,10 @@ func TestATenantServerIsCountedOnItsWayIn(t *testing.T) {
 	items = items[:2]
 	_, err = c.list(ctx, metav1.ListOptions{})
 	require.NoError(t, err, "a new list counts afresh")
+	// The start is over: a limit crossed from now on is told, which
+	// stops the cluster's watch (remoteExceeded).
+	told := make(chan error, 8)
+	l.exceededAfterStart(func(err error) { told <- err })
 
 	watched, err := c.watch(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
@@ -75,6 +82,12 @@ func TestATenantServerIsCountedOnItsWayIn(t *testing.T) {
 	got := next(watch.Event{Type: watch.Added, Object: limitedCSR("d", 100)})
 	require.Equal(t, watch.Error, got.Type, "a fourth CSR")
 	assert.Contains(t, got.Object.(*metav1.Status).Message, "holds more than 3 CSRs")
+	select {
+	case err := <-told:
+		assert.Contains(t, err.Error(), "holds more than 3 CSRs")
+	default:
+		t.Fatal("a limit crossed by a watch after the start was not told")
+	}
 
 	// After a deletion there is room, by count; not by size.
 	assert.Equal(t, watch.Deleted, next(watch.Event{Type: watch.Deleted, Object: limitedCSR("d", 100)}).Type)
@@ -89,7 +102,7 @@ func TestATenantServerIsCountedOnItsWayIn(t *testing.T) {
 	require.NoError(t, err)
 	again.Stop()
 	c.mu.Lock()
-	assert.Empty(t, c.sizes)
+	assert.Empty(t, c.held.sizes)
 	c.mu.Unlock()
 
 	// The cache keeps CSRs by name: many names under one UID are many
@@ -101,6 +114,7 @@ func TestATenantServerIsCountedOnItsWayIn(t *testing.T) {
 	}
 	_, err = c.list(ctx, metav1.ListOptions{})
 	require.Error(t, err, "four names under one UID")
+	assert.Len(t, told, 2, "the CSR grown past the bytes, and a list refused after the start, are told too")
 	items = items[:1]
 	_, err = c.list(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
@@ -141,4 +155,113 @@ func TestACountingWatchStoppedWithAnEventWaitingEnds(t *testing.T) {
 			return false
 		}
 	}, 10*time.Second, 10*time.Millisecond, "the watch did not end")
+}
+
+// The limits hold for a tenant's clusters together: a tenant's second
+// cluster is refused what its first already holds, and given it back when
+// the first's watch ends; another tenant is not touched.
+func TestATenantsClustersAreCountedTogether(t *testing.T) {
+	var r Reconciler
+	ctx := t.Context()
+	lister := func(items ...*certificatesv1.CertificateSigningRequest) toolscache.ListerWatcherWithContext {
+		return &toolscache.ListWatch{ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			list := &certificatesv1.CertificateSigningRequestList{}
+			for _, o := range items {
+				list.Items = append(list.Items, *o)
+			}
+			return list, nil
+		}}
+	}
+	cluster := func(namespace, name string, items ...*certificatesv1.CertificateSigningRequest) (*countedCSRs, func()) {
+		usage, unhold := r.targets.holdUsage(namespace)
+		l := remoteLimits{maxCSRs: 3, maxBytes: 2000, cluster: types.NamespacedName{Namespace: namespace, Name: name}, tenant: usage, caches: &countedSet{}}
+		c := &countedCSRs{limits: l, inner: lister(items...)}
+		l.caches.add(c)
+		return c, func() { l.release(); unhold() }
+	}
+
+	first, endFirst := cluster("t", "first", limitedCSR("a", 10), limitedCSR("b", 10))
+	_, err := first.list(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	second, endSecond := cluster("t", "second", limitedCSR("a", 10), limitedCSR("b", 10))
+	defer endSecond()
+	_, err = second.list(ctx, metav1.ListOptions{})
+	require.ErrorContains(t, err, "the API servers of the clusters of namespace t hold more than 3 CSRs together")
+
+	other, endOther := cluster("u", "other", limitedCSR("a", 10), limitedCSR("b", 10), limitedCSR("c", 10))
+	defer endOther()
+	_, err = other.list(ctx, metav1.ListOptions{})
+	require.NoError(t, err, "another tenant has its own")
+
+	// A list again counts afresh, not twice.
+	_, err = first.list(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+
+	endFirst()
+	_, err = second.list(ctx, metav1.ListOptions{})
+	require.NoError(t, err, "the first cluster's watch ended, and what it held with it")
+	endFirst()
+	_, err = first.list(ctx, metav1.ListOptions{})
+	require.NoError(t, err, "an ended cache counts nothing more")
+	r.targets.mu.Lock()
+	assert.Equal(t, 2, r.targets.usage["t"].csrs)
+	r.targets.mu.Unlock()
+
+	// The bytes are the tenant's too.
+	// One CSR of just under the bytes, alone within them.
+	big, endBig := cluster("t", "big", limitedCSR("x", 2000-int(cost(limitedCSR("x", 0)))-10))
+	defer endBig()
+	_, err = big.list(ctx, metav1.ListOptions{})
+	require.ErrorContains(t, err, "are more than 2000 bytes together")
+
+	endSecond()
+	endBig()
+	endOther()
+	r.targets.mu.Lock()
+	assert.Empty(t, r.targets.usage, "a tenant whose watches all ended is forgotten")
+	r.targets.mu.Unlock()
+}
+
+// A list in pages replaces what the cache held once its last page is in:
+// it is weighed without what it replaces, and a list refused in its second
+// page leaves the count as the cache is left, with what it held.
+func TestAListInPagesReplacesWhatTheCacheHeld(t *testing.T) {
+	var r Reconciler
+	ctx := t.Context()
+	pages := map[string][]*certificatesv1.CertificateSigningRequest{}
+	next := map[string]string{"": "2"}
+	inner := &toolscache.ListWatch{ListWithContextFunc: func(_ context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		list := &certificatesv1.CertificateSigningRequestList{ListMeta: metav1.ListMeta{Continue: next[opts.Continue]}}
+		for _, o := range pages[opts.Continue] {
+			list.Items = append(list.Items, *o)
+		}
+		return list, nil
+	}}
+	usage, unhold := r.targets.holdUsage("t")
+	defer unhold()
+	l := remoteLimits{maxCSRs: 3, maxBytes: 1 << 20, cluster: types.NamespacedName{Namespace: "t", Name: "c"}, tenant: usage, caches: &countedSet{}}
+	defer l.release()
+	c := &countedCSRs{limits: l, inner: inner}
+	l.caches.add(c)
+	held := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.held.sizes)
+	}
+
+	pages[""], pages["2"] = []*certificatesv1.CertificateSigningRequest{limitedCSR("a", 1), limitedCSR("b", 1)}, []*certificatesv1.CertificateSigningRequest{limitedCSR("c", 1)}
+	for _, page := range []string{"", "2", "", "2"} {
+		_, err := c.list(ctx, metav1.ListOptions{Continue: page})
+		require.NoError(t, err, "page %q: three CSRs, listed again", page)
+	}
+	assert.Equal(t, 3, held())
+	assert.Equal(t, 3, usage.csrs)
+
+	pages["2"] = append(pages["2"], limitedCSR("d", 1))
+	_, err := c.list(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	_, err = c.list(ctx, metav1.ListOptions{Continue: "2"})
+	require.ErrorContains(t, err, "holds more than 3 CSRs")
+	assert.Equal(t, 3, held(), "a refused list leaves the cache as it was")
+	assert.Equal(t, 3, usage.csrs)
 }

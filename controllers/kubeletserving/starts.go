@@ -102,24 +102,38 @@ func (s *remoteStarts) begin(key types.NamespacedName, sum [sha256.Size]byte, re
 			delete(s.failed, key)
 			return
 		}
-		f := s.failed[key]
-		if f.sum != sum || f.revision != revision {
-			f = startFailure{sum: sum, revision: revision}
-		}
-		f.err = err
-		if errors.As(err, new(ownFailure)) {
-			// Not the tenant's: the same wait every time, and its
-			// failures before stay as they were.
-			f.until = now.Add(bound)
-		} else {
-			f.until = now.Add(min(bound<<min(f.n, 10), maxBackoff))
-			f.n++
-		}
-		if s.failed == nil {
-			s.failed = map[types.NamespacedName]startFailure{}
-		}
-		s.failed[key] = f
+		s.failLocked(key, sum, revision, now, bound, err)
 	}, nil
+}
+
+// fail counts a failure of key's watch after its start (its tenant's server
+// grew past the limits the manager keeps), as if its start had failed: it
+// is not started again for that content and revision until the backoff has
+// passed, and a reconcile meanwhile says why (startDeferredError's cause).
+func (s *remoteStarts) fail(key types.NamespacedName, sum [sha256.Size]byte, revision string, now time.Time, bound time.Duration, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failLocked(key, sum, revision, now, bound, err)
+}
+
+func (s *remoteStarts) failLocked(key types.NamespacedName, sum [sha256.Size]byte, revision string, now time.Time, bound time.Duration, err error) {
+	f := s.failed[key]
+	if f.sum != sum || f.revision != revision {
+		f = startFailure{sum: sum, revision: revision}
+	}
+	f.err = err
+	if errors.As(err, new(ownFailure)) {
+		// Not the tenant's: the same wait every time, and its
+		// failures before stay as they were.
+		f.until = now.Add(bound)
+	} else {
+		f.until = now.Add(min(bound<<min(f.n, 10), maxBackoff))
+		f.n++
+	}
+	if s.failed == nil {
+		s.failed = map[types.NamespacedName]startFailure{}
+	}
+	s.failed[key] = f
 }
 
 // takeTurn says whether the tenant in namespace may start now: there is

@@ -172,8 +172,11 @@ func TestCRDsAreTheGeneratedOnesKeptOnUninstall(t *testing.T) {
 // counts are written as integers, as its byte limits are (review 25).
 func TestCountsAreWrittenAsIntegers(t *testing.T) {
 	values := filepath.Join(t.TempDir(), "values.yaml")
-	require.NoError(t, os.WriteFile(values, []byte("manager:\n  talosWatch:\n    max: 1000000\n  decisionLog:\n    bufferEvents: 2000000\n"), 0o600))
+	require.NoError(t, os.WriteFile(values, []byte("manager:\n  talosWatch:\n    max: 1000000\n  decisionLog:\n    bufferEvents: 2000000\n"+
+		"  tenantServers:\n    maxCSRs: 3000000\n    maxCSRMiB: 4000000\n"), 0o600))
 	dep := decode(t, helm(t, nil, "template", release, chartDir(t), "--namespace", namespace, "-f", values)).deployment(t)
 	assert.Equal(t, "1000000", argValue(t, dep, "--talos-watch-max"))
 	assert.Equal(t, "2000000", argValue(t, dep, "--decision-log-buffer-events"))
+	assert.Equal(t, "3000000", argValue(t, dep, "--tenant-max-csrs"))
+	assert.Equal(t, "4000000", argValue(t, dep, "--tenant-max-csr-mib"))
 }

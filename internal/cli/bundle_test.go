@@ -108,8 +108,13 @@ func TestManagerRefusesAMalformedOCIBundleReference(t *testing.T) {
 	}
 }
 
-func TestManagerRefusesAnAuditThatCouldNeverJudge(t *testing.T) {
-	for _, args := range [][]string{{"--kubelet-port", "0"}, {"--kubelet-port", "70000"}, {"--kubelet-serving-audit-interval", "-1m"}} {
+// TestManagerRefusesFlagValuesItCouldNeverUse: an audit that could never
+// judge, or a tenant's bound that keeps nothing, is a usage error at start.
+func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
+	for _, args := range [][]string{
+		{"--kubelet-port", "0"}, {"--kubelet-port", "70000"}, {"--kubelet-serving-audit-interval", "-1m"},
+		{"--tenant-max-csrs", "0"}, {"--tenant-max-csr-mib", "-1"}, {"--tenant-max-csr-mib", "9223372036854775807"},
+	} {
 		code, _, stderr := run(t, "", append([]string{"manager"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 		assert.Contains(t, stderr, args[0], args)

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"flag"
+	"math"
 	"os"
 	"time"
 
@@ -62,6 +63,8 @@ type managerOptions struct {
 	talosWatch           bool
 	talosWatchMaxAge     time.Duration
 	talosWatchMax        int
+	tenantMaxCSRs        int
+	tenantMaxCSRMiB      int
 	readerLifetime       time.Duration
 	kubeconfig           string
 	qps                  float32
@@ -135,6 +138,8 @@ service account). Every decision is written to standard output as one JSON line
 	f.BoolVar(&o.talosWatch, "talos-watch", true, "keep a live watch of the identity of each machine expected to ask for a serving certificate soon (no unexpired certificate recorded, its TalosMachine made within the hour: a node joining), so its decision reads no node; false reads every node at decision time")
 	f.IntVar(&o.talosWatchMax, "talos-watch-max", kubeletserving.DefaultWatchMax, "most identity watches held at once, shared fairly among the clusters (about 180 KiB each); the newest machines of a cluster first, the others read at decision time")
 	f.DurationVar(&o.talosWatchMaxAge, "talos-watch-max-age", talosnode.DefaultWatchMaxAge, "freshness bound of an identity watch: it is believed for at most this long after it read the node, then made anew (capped at the renewal of the os:reader certificate)")
+	f.IntVar(&o.tenantMaxCSRs, "tenant-max-csrs", kubeletserving.DefaultTenantMaxCSRs, "most CSRs the manager keeps of the API servers that a tenant's TalosClusters (those of one namespace) name by kubeconfigRef, together; a cluster whose server would bring more is not watched, and says so")
+	f.IntVar(&o.tenantMaxCSRMiB, "tenant-max-csr-mib", kubeletserving.DefaultTenantMaxCSRBytes>>20, "most MiB of CSRs the manager keeps of the API servers that a tenant's TalosClusters (those of one namespace) name by kubeconfigRef, together; a cluster whose server would bring more is not watched, and says so")
 	f.DurationVar(&o.readerLifetime, "talos-reader-lifetime", 0, "lifetime of the manager's own os:reader Talos certificate (default: the policy's default for purpose node-reader; above the policy's cap is refused)")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster to run against (default: in-cluster, then $KUBECONFIG)")
 	o.audit.add(f)
@@ -155,6 +160,12 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 	engineOpts, err := o.engineOptions(s)
 	if err != nil {
 		return err
+	}
+	if o.tenantMaxCSRs < 1 {
+		return usage.Errorf("--tenant-max-csrs %d must be at least 1", o.tenantMaxCSRs)
+	}
+	if o.tenantMaxCSRMiB < 1 || int64(o.tenantMaxCSRMiB) > math.MaxInt64>>20 {
+		return usage.Errorf("--tenant-max-csr-mib %d must be at least 1 and at most %d", o.tenantMaxCSRMiB, int64(math.MaxInt64>>20))
 	}
 	if err := o.audit.validate(); err != nil {
 		return err
@@ -200,6 +211,8 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 		TalosWatch:                    o.talosWatch,
 		TalosWatchMaxAge:              o.talosWatchMaxAge,
 		TalosWatchMax:                 o.talosWatchMax,
+		TenantMaxCSRs:                 o.tenantMaxCSRs,
+		TenantMaxCSRBytes:             int64(o.tenantMaxCSRMiB) << 20,
 		ReaderLifetime:                o.readerLifetime,
 		Sharding:                      o.sharding,
 	}

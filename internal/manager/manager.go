@@ -129,6 +129,10 @@ type Options struct {
 	TalosWatchMaxAge time.Duration
 	// TalosWatchMax bounds the watches held at once.
 	TalosWatchMax int
+	// TenantMaxCSRs and TenantMaxCSRBytes bound what the manager keeps of
+	// each API server a kubeconfigRef names; zero for the defaults.
+	TenantMaxCSRs     int
+	TenantMaxCSRBytes int64
 	// ReaderLifetime is the lifetime asked for the manager's own os:reader
 	// Talos certificate; zero for the policy's default.
 	ReaderLifetime time.Duration
@@ -215,6 +219,9 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if err := checkTalosReader(o, lifetime); err != nil {
 		return err
+	}
+	if o.TenantMaxCSRs < 0 || o.TenantMaxCSRBytes < 0 {
+		return usage.Errorf("the bounds of a tenant's API server, %d CSRs and %d bytes, are negative", o.TenantMaxCSRs, o.TenantMaxCSRBytes)
 	}
 
 	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
@@ -416,6 +423,8 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 		// A kubeconfigRef whose server is this API server is refused.
 		LocalAPIServer:          &kubeconfig.Local{Config: o.Config},
 		AllowInsecureKubeconfig: o.RemoteKubeconfigAllowInsecure,
+		TenantMaxCSRs:           o.TenantMaxCSRs,
+		TenantMaxCSRBytes:       o.TenantMaxCSRBytes,
 	}
 	if err := setUpSharding(mgr, serving, o); err != nil {
 		return err
