@@ -284,7 +284,7 @@ func (r *Reconciler) judgeAndStart(ctx context.Context, c *ichorv1alpha1.TalosCl
 	if t != nil && (err != nil || !bytes.Equal(t.kubeconfig, data)) {
 		// Another content, or this one no longer allowed (or not
 		// identified): its watch stops.
-		t.cancel()
+		t.stop()
 		r.targets.mu.Lock()
 		delete(r.targets.remote, key)
 		r.targets.mu.Unlock()
@@ -325,9 +325,21 @@ func (r *Reconciler) remoteExceeded(key types.NamespacedName, t *target, sum [sh
 	if parent == nil {
 		parent = context.Background()
 	}
+	r.targets.mu.Lock()
+	current := r.targets.remote[key] == t
+	if current {
+		// Only the cluster's current watch counts a failure: one already
+		// replaced (its kubeconfig rotated) or dropped says nothing of
+		// the next.
+		r.targets.starts.fail(key, sum, revision, r.Clock.Now(), r.TenantRequestTimeout, fmt.Errorf("watch CSRs of cluster %s: %w", key, cause))
+		t.stop()
+		delete(r.targets.remote, key)
+	}
+	r.targets.mu.Unlock()
+	if !current {
+		return
+	}
 	log.FromContext(parent).Error(cause, "the watch of a remote API server is stopped: it would bring more than the manager keeps of a tenant's servers", "taloscluster", key)
-	r.targets.starts.fail(key, sum, revision, r.Clock.Now(), r.TenantRequestTimeout, fmt.Errorf("watch CSRs of cluster %s: %w", key, cause))
-	r.targets.dropIf(key, t)
 	// Told from the cache's own list or watch: the ask must not wait
 	// there for a reconcile worker.
 	go r.rejudgeCluster(parent, key)
@@ -636,6 +648,14 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	return &target{reader: cl.GetClient(), clientset: clientset, names: names, counts: counts, gate: gate, limits: limits, watch: runCtx, cancel: cancel}, nil
 }
 
+// stop ends a remote target's watch. What its cache held is given back to
+// its tenant now, not when the cache has wound down: a watch started again
+// at once is not weighed against its predecessor.
+func (t *target) stop() {
+	t.cancel()
+	t.limits.release()
+}
+
 // stop ends the cluster's watch and forgets the rule's verdict on its
 // kubeconfig.
 func (t *targets) stop(key types.NamespacedName) {
@@ -649,7 +669,7 @@ func (t *targets) dropIf(key types.NamespacedName, rt *target) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.remote[key] == rt {
-		rt.cancel()
+		rt.stop()
 		delete(t.remote, key)
 	}
 }
@@ -664,7 +684,7 @@ func (t *targets) drop(key types.NamespacedName, forget bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if rt, ok := t.remote[key]; ok {
-		rt.cancel()
+		rt.stop()
 		delete(t.remote, key)
 	}
 	if forget {

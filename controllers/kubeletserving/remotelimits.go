@@ -23,8 +23,8 @@ import (
 // keep them all in the manager, which every tenant shares. The cache sees
 // nothing but what its list and its watch bring, so these are counted on
 // their way in: a list (all its pages) that holds more is refused, and a
-// watch that would bring more ends with an error; client-go then lists
-// again, which is refused while the server holds more. The cluster's
+// watch that would bring more ends with an error; client-go then lists (or
+// watch-lists) again, which is refused while the server holds more. The cluster's
 // watch stops being current. A start that crosses them fails, and one that
 // crosses them later is stopped (see exceededAfterStart): either way the
 // TalosCluster's condition says why, and no other tenant is touched.
@@ -219,18 +219,6 @@ func cost(csr *certificatesv1.CertificateSigningRequest) int64 {
 	return int64(csr.Size()) + 16*int64(strs)
 }
 
-// reset forgets what the cache held: a watch that sends every CSR again
-// (client-go's watch list) replaces it.
-func (c *countedCSRs) reset() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.released {
-		return
-	}
-	c.tenantAdd(-len(c.held.sizes), -c.held.bytes)
-	c.held = tally{}
-}
-
 // told tells whoever watches the limits that one was crossed (outside the
 // counts' lock), and returns the crossing.
 func (c *countedCSRs) told(err error) error {
@@ -265,6 +253,10 @@ func (c *countedCSRs) put(csr *certificatesv1.CertificateSigningRequest) error {
 		c.mu.Unlock()
 		return nil
 	}
+	if err := c.admissible(csr); err != nil {
+		c.mu.Unlock()
+		return c.told(err)
+	}
 	before, had := c.held.sizes[csr.Name]
 	n, b := c.held.set(csr.Name, cost(csr))
 	csrs, bytes := c.tenantAdd(n, b)
@@ -283,18 +275,33 @@ func (c *countedCSRs) put(csr *certificatesv1.CertificateSigningRequest) error {
 	return nil
 }
 
+// admissible refuses a CSR in a namespace: CSRs have none, and the cache
+// would keep one of each namespace under a name counted once.
+func (c *countedCSRs) admissible(csr *certificatesv1.CertificateSigningRequest) error {
+	if csr.Namespace != "" {
+		return fmt.Errorf("the API server of cluster %s sent the CSR %q in namespace %q: CSRs have none", c.limits.cluster, csr.Name, csr.Namespace)
+	}
+	return nil
+}
+
 // crossed says which limit, if any, a cache's tally t or its tenant's
 // totals are past. Called with c.mu held.
 func (c *countedCSRs) crossed(t *tally, tenantCSRs int, tenantBytes int64) error {
+	csrs := fmt.Sprintf("%d CSRs", c.limits.maxCSRs)
+	bytes := fmt.Sprintf("%d bytes", c.limits.maxBytes)
+	if c.limits.maxBytes%(1<<20) == 0 {
+		bytes = fmt.Sprintf("%d MiB", c.limits.maxBytes>>20)
+	}
+	const most = "the most the manager keeps of a tenant's servers: "
 	switch {
 	case len(t.sizes) > c.limits.maxCSRs:
-		return fmt.Errorf("the API server of cluster %s holds more than %d CSRs, the most the manager keeps of a tenant's servers", c.limits.cluster, c.limits.maxCSRs)
+		return fmt.Errorf("the API server of cluster %s holds more than %s (%s--tenant-max-csrs)", c.limits.cluster, csrs, most)
 	case t.bytes > c.limits.maxBytes:
-		return fmt.Errorf("the CSRs of the API server of cluster %s are more than %d bytes, the most the manager keeps of a tenant's servers", c.limits.cluster, c.limits.maxBytes)
+		return fmt.Errorf("the CSRs of the API server of cluster %s are more than %s (%s--tenant-max-csr-mib)", c.limits.cluster, bytes, most)
 	case tenantCSRs > c.limits.maxCSRs:
-		return fmt.Errorf("the API servers of the clusters of namespace %s hold more than %d CSRs together, the most the manager keeps of a tenant's servers", c.limits.cluster.Namespace, c.limits.maxCSRs)
+		return fmt.Errorf("the API servers of the clusters of namespace %s hold more than %s together (%s--tenant-max-csrs)", c.limits.cluster.Namespace, csrs, most)
 	case tenantBytes > c.limits.maxBytes:
-		return fmt.Errorf("the CSRs of the API servers of the clusters of namespace %s are more than %d bytes together, the most the manager keeps of a tenant's servers", c.limits.cluster.Namespace, c.limits.maxBytes)
+		return fmt.Errorf("the CSRs of the API servers of the clusters of namespace %s are more than %s together (%s--tenant-max-csr-mib)", c.limits.cluster.Namespace, bytes, most)
 	}
 	return nil
 }
@@ -309,56 +316,118 @@ func (c *countedCSRs) remove(csr *certificatesv1.CertificateSigningRequest) {
 	c.tenantAdd(-n, -b)
 }
 
+// removeListed forgets a CSR a watch list's first events brought.
+func (c *countedCSRs) removeListed(csr *certificatesv1.CertificateSigningRequest) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.listing == nil {
+		return
+	}
+	n, b := c.listing.unset(csr.Name)
+	c.tenantAdd(-n, -b)
+}
+
 // list counts a list's pages as they come. What the list brings replaces
 // what the cache held once its last page is in; until then both are
 // counted in the tenant's totals, but a list is weighed without what it
 // replaces.
 func (c *countedCSRs) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	if opts.Continue == "" {
+		c.beginListing()
+	}
 	list, err := c.inner.ListWithContext(ctx, opts)
 	if err != nil {
+		// A list broken off: the cache keeps what it held.
+		c.endListing(false)
 		return nil, err
 	}
 	items, err := meta.ExtractList(list)
 	if err != nil {
+		c.endListing(false)
 		return nil, err
 	}
 	listed, err := meta.ListAccessor(list)
 	if err != nil {
+		c.endListing(false)
 		return nil, err
-	}
-	c.mu.Lock()
-	if c.released {
-		c.mu.Unlock()
-		return list, nil
-	}
-	if opts.Continue == "" || c.listing == nil {
-		// The first page of a list (or a page of one begun before
-		// this cache's time: counted as a first).
-		c.dropListing()
-		c.listing = &tally{}
 	}
 	for _, item := range items {
 		csr, ok := item.(*certificatesv1.CertificateSigningRequest)
 		if !ok {
-			c.dropListing()
-			c.mu.Unlock()
+			c.endListing(false)
 			return nil, fmt.Errorf("the API server of cluster %s listed a %T among its CSRs", c.limits.cluster, item)
 		}
-		n, b := c.listing.set(csr.Name, cost(csr))
-		csrs, bytes := c.tenantAdd(n, b)
-		if err := c.crossed(c.listing, csrs-len(c.held.sizes), bytes-c.held.bytes); err != nil {
-			c.dropListing()
-			c.mu.Unlock()
-			return nil, c.told(err)
+		if err := c.putListed(csr, true); err != nil {
+			return nil, err
 		}
 	}
 	if listed.GetContinue() == "" {
-		// The last page: the cache now holds what the list brought.
-		c.tenantAdd(-len(c.held.sizes), -c.held.bytes)
-		c.held, c.listing = *c.listing, nil
+		c.endListing(true)
+	}
+	return list, nil
+}
+
+// beginListing starts the count of a list, or of a watch that sends every
+// CSR first (client-go's watch list).
+func (c *countedCSRs) beginListing() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropListing()
+	if !c.released {
+		c.listing = &tally{}
+	}
+}
+
+// putListed counts a CSR a list (or a watch list's first events) brings,
+// weighed without what the list replaces. Past the limits the list is
+// refused, and forgotten. A list's pages are kept whole until the last
+// (client-go's pager appends them), so a CSR listed twice (fresh pages of
+// the same few) is refused, not counted once: once is all a real server
+// lists it.
+func (c *countedCSRs) putListed(csr *certificatesv1.CertificateSigningRequest, paged bool) error {
+	c.mu.Lock()
+	if c.released {
+		c.mu.Unlock()
+		return nil
+	}
+	if c.listing == nil {
+		// A page of a list begun before this cache's time, or after
+		// its list was refused: counted as a first.
+		c.listing = &tally{}
+	}
+	err := c.admissible(csr)
+	if _, twice := c.listing.sizes[csr.Name]; err == nil && paged && twice {
+		err = fmt.Errorf("the API server of cluster %s listed the CSR %q twice", c.limits.cluster, csr.Name)
+	}
+	if err == nil {
+		n, b := c.listing.set(csr.Name, cost(csr))
+		csrs, bytes := c.tenantAdd(n, b)
+		err = c.crossed(c.listing, csrs-len(c.held.sizes), bytes-c.held.bytes)
+	}
+	if err != nil {
+		c.dropListing()
 	}
 	c.mu.Unlock()
-	return list, nil
+	if err != nil {
+		return c.told(err)
+	}
+	return nil
+}
+
+// endListing ends the count of a list: what it brought is what the cache
+// now holds (done), or it is forgotten and the cache holds what it held.
+func (c *countedCSRs) endListing(done bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.listing == nil {
+		return
+	}
+	if !done {
+		c.dropListing()
+		return
+	}
+	c.tenantAdd(-len(c.held.sizes), -c.held.bytes)
+	c.held, c.listing = *c.listing, nil
 }
 
 // dropListing forgets a list under way. Called with c.mu held.
@@ -375,10 +444,13 @@ func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch
 	if err != nil {
 		return nil, err
 	}
-	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
-		c.reset()
+	initial := opts.SendInitialEvents != nil && *opts.SendInitialEvents
+	if initial {
+		// Every CSR first, then a bookmark: counted as a list is, and
+		// what the cache holds until then is kept, as client-go keeps it.
+		c.beginListing()
 	}
-	return newCountingWatch(w, c), nil
+	return newCountingWatch(w, c, initial), nil
 }
 
 // countingWatch passes a watch's events through, counting each CSR on its
@@ -389,13 +461,16 @@ func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch
 type countingWatch struct {
 	inner  watch.Interface
 	counts *countedCSRs
-	result chan watch.Event
-	done   chan struct{}
-	stop   sync.Once
+	// initial: the watch sends every CSR first, until the bookmark that
+	// ends them (loop's goroutine only).
+	initial bool
+	result  chan watch.Event
+	done    chan struct{}
+	stop    sync.Once
 }
 
-func newCountingWatch(inner watch.Interface, counts *countedCSRs) *countingWatch {
-	w := &countingWatch{inner: inner, counts: counts, result: make(chan watch.Event), done: make(chan struct{})}
+func newCountingWatch(inner watch.Interface, counts *countedCSRs, initial bool) *countingWatch {
+	w := &countingWatch{inner: inner, counts: counts, initial: initial, result: make(chan watch.Event), done: make(chan struct{})}
 	go w.loop()
 	return w
 }
@@ -409,6 +484,13 @@ func (w *countingWatch) Stop() {
 
 func (w *countingWatch) loop() {
 	defer close(w.result)
+	defer func() {
+		if w.initial {
+			// Ended before all its first events came: the cache keeps
+			// what it held.
+			w.counts.endListing(false)
+		}
+	}()
 	for {
 		var e watch.Event
 		select {
@@ -433,11 +515,23 @@ func (w *countingWatch) loop() {
 func (w *countingWatch) count(e watch.Event) watch.Event {
 	csr, ok := e.Object.(*certificatesv1.CertificateSigningRequest)
 	if !ok {
-		return e // a bookmark or an error: client-go reads it
+		return e // an error: client-go reads it
+	}
+	put, remove := w.counts.put, w.counts.remove
+	if w.initial {
+		// The watch list's first events go to a store of their own,
+		// which keeps one of each name, as the cache does.
+		put = func(csr *certificatesv1.CertificateSigningRequest) error { return w.counts.putListed(csr, false) }
+		remove = w.counts.removeListed
 	}
 	switch e.Type {
+	case watch.Bookmark:
+		if w.initial && csr.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
+			w.initial = false
+			w.counts.endListing(true)
+		}
 	case watch.Added, watch.Modified:
-		if err := w.counts.put(csr); err != nil {
+		if err := put(csr); err != nil {
 			// Not passed on, so not counted: the cache keeps what it
 			// held, and the watch ends.
 			return watch.Event{Type: watch.Error, Object: &metav1.Status{
@@ -445,7 +539,7 @@ func (w *countingWatch) count(e watch.Event) watch.Event {
 			}}
 		}
 	case watch.Deleted:
-		w.counts.remove(csr)
+		remove(csr)
 	}
 	return e
 }

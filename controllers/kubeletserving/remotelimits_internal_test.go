@@ -2,6 +2,9 @@ package kubeletserving
 
 import (
 	"context"
+	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 )
 
@@ -97,13 +101,41 @@ func TestATenantServerIsCountedOnItsWayIn(t *testing.T) {
 	require.Equal(t, watch.Error, got.Type, "a CSR grown past the bytes kept")
 	assert.True(t, strings.Contains(got.Object.(*metav1.Status).Message, "more than 2000 bytes"), got.Object)
 
-	// A watch that sends every CSR again replaces what was counted.
-	again, err := c.watch(ctx, metav1.ListOptions{SendInitialEvents: ptr.To(true)})
-	require.NoError(t, err)
-	again.Stop()
-	c.mu.Lock()
-	assert.Empty(t, c.held.sizes)
-	c.mu.Unlock()
+	// A watch that sends every CSR first (a watch list) replaces what the
+	// cache held at the bookmark that ends them; ended before it, it
+	// leaves the cache as it was, as client-go does.
+	held := func() []string {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return slices.Sorted(maps.Keys(c.held.sizes))
+	}
+	before := held()
+	assert.Equal(t, []string{"csr-a", "csr-b", "csr-e"}, before, "a CSR past the limits is not counted")
+	watchList := func(events ...watch.Event) watch.Interface {
+		t.Helper()
+		w = watch.NewFakeWithChanSize(16, false)
+		listed, err := c.watch(ctx, metav1.ListOptions{SendInitialEvents: ptr.To(true)})
+		require.NoError(t, err)
+		for _, e := range events {
+			w.Action(e.Type, e.Object)
+			select {
+			case <-listed.ResultChan():
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the %s event was not passed on", e.Type)
+			}
+		}
+		return listed
+	}
+	end := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+	broken := watchList(watch.Event{Type: watch.Added, Object: limitedCSR("x", 10)})
+	broken.Stop()
+	for range broken.ResultChan() {
+	}
+	assert.Equal(t, before, held(), "a watch list ended before its bookmark")
+	listed := watchList(watch.Event{Type: watch.Added, Object: limitedCSR("x", 10)}, watch.Event{Type: watch.Added, Object: limitedCSR("y", 10)},
+		watch.Event{Type: watch.Bookmark, Object: end})
+	listed.Stop()
+	assert.Equal(t, []string{"csr-x", "csr-y"}, held())
 
 	// The cache keeps CSRs by name: many names under one UID are many
 	// CSRs, and a deletion of a name it does not hold frees nothing
@@ -143,7 +175,7 @@ func TestATenantServerIsCountedOnItsWayIn(t *testing.T) {
 func TestACountingWatchStoppedWithAnEventWaitingEnds(t *testing.T) {
 	inner := watch.NewFakeWithChanSize(2, false)
 	c := &countedCSRs{limits: remoteLimits{maxCSRs: 10, maxBytes: 1 << 20}}
-	w := newCountingWatch(inner, c)
+	w := newCountingWatch(inner, c, false)
 	inner.Add(limitedCSR("a", 10))
 	inner.Add(limitedCSR("b", 10))
 	w.Stop()
@@ -264,4 +296,116 @@ func TestAListInPagesReplacesWhatTheCacheHeld(t *testing.T) {
 	require.ErrorContains(t, err, "holds more than 3 CSRs")
 	assert.Equal(t, 3, held(), "a refused list leaves the cache as it was")
 	assert.Equal(t, 3, usage.csrs)
+}
+
+// What a real server never sends is refused, not counted once while the
+// cache keeps many (review 31 H1, H3): a CSR in a namespace (the cache
+// keys by namespace and name), and a CSR listed twice (client-go's pager
+// keeps every page until the last). A list broken off leaves the count
+// as the cache is left (review 31 M2).
+func TestWhatARealServerNeverSendsIsRefused(t *testing.T) {
+	ctx := t.Context()
+	var pages map[string][]*certificatesv1.CertificateSigningRequest
+	var fail map[string]bool
+	inner := &toolscache.ListWatch{ListWithContextFunc: func(_ context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		if fail[opts.Continue] {
+			return nil, errors.New("connection reset")
+		}
+		list := &certificatesv1.CertificateSigningRequestList{}
+		if _, more := pages[opts.Continue+"+"]; more {
+			list.Continue = opts.Continue + "+"
+		}
+		for _, o := range pages[opts.Continue] {
+			list.Items = append(list.Items, *o)
+		}
+		return list, nil
+	}}
+	usage := &tenantUsage{}
+	c := &countedCSRs{limits: remoteLimits{maxCSRs: 3, maxBytes: 1 << 20, cluster: types.NamespacedName{Namespace: "t", Name: "c"}, tenant: usage}, inner: inner}
+	namespaced := limitedCSR("n", 1)
+	namespaced.Namespace = "x1"
+
+	pages = map[string][]*certificatesv1.CertificateSigningRequest{"": {limitedCSR("a", 1), namespaced}}
+	_, err := c.list(ctx, metav1.ListOptions{})
+	require.ErrorContains(t, err, `sent the CSR "csr-n" in namespace "x1": CSRs have none`)
+
+	w := watch.NewFakeWithChanSize(4, false)
+	watched := newCountingWatch(w, c, false)
+	defer watched.Stop()
+	w.Add(namespaced)
+	got := <-watched.ResultChan()
+	require.Equal(t, watch.Error, got.Type, "a namespaced CSR by a watch")
+
+	pages = map[string][]*certificatesv1.CertificateSigningRequest{"": {limitedCSR("a", 1)}, "+": {limitedCSR("a", 1)}}
+	_, err = c.list(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	_, err = c.list(ctx, metav1.ListOptions{Continue: "+"})
+	require.ErrorContains(t, err, `listed the CSR "csr-a" twice`)
+	assert.Equal(t, 0, usage.csrs)
+
+	pages = map[string][]*certificatesv1.CertificateSigningRequest{"": {limitedCSR("a", 1), limitedCSR("b", 1)}, "+": {limitedCSR("c", 1)}}
+	fail = map[string]bool{"+": true}
+	_, err = c.list(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 2, usage.csrs, "a first page is counted")
+	_, err = c.list(ctx, metav1.ListOptions{Continue: "+"})
+	require.Error(t, err)
+	assert.Equal(t, 0, usage.csrs, "a list broken off counts nothing")
+}
+
+// A server that answers its start small and grows after it is started
+// again at a doubling interval, not every bound (review 31 M1).
+func TestAServerGrowingAfterEachStartBacksOff(t *testing.T) {
+	var s remoteStarts
+	key := types.NamespacedName{Namespace: "t", Name: "c"}
+	sum := [32]byte{1}
+	now := time.Unix(0, 0)
+	const bound = 30 * time.Second
+	var waits []time.Duration
+	for range 4 {
+		end, err := s.begin(key, sum, "r1", now, time.Second)
+		require.NoError(t, err)
+		end(now, bound, nil)
+		s.fail(key, sum, "r1", now, bound, errors.New("grew"))
+		_, err = s.begin(key, sum, "r1", now, time.Second)
+		var deferred *startDeferredError
+		require.ErrorAs(t, err, &deferred)
+		waits = append(waits, deferred.wait)
+		now = now.Add(deferred.wait)
+	}
+	assert.Equal(t, []time.Duration{bound, 2 * bound, 4 * bound, 8 * bound}, waits)
+
+	end, err := s.begin(key, [32]byte{2}, "r1", now, time.Second)
+	require.NoError(t, err, "another content starts at once")
+	end(now, bound, nil)
+	_, err = s.begin(key, [32]byte{2}, "r1", now, time.Second)
+	require.NoError(t, err, "and its success is not kept as a failure")
+}
+
+// A watch already replaced (its kubeconfig rotated) that crosses the limits
+// while it winds down counts no failure of the cluster's current one
+// (review 31 L1); the current one's crossing stops it.
+func TestAReplacedWatchCountsNoFailure(t *testing.T) {
+	r := &Reconciler{Clock: clock.RealClock{}, TenantRequestTimeout: time.Second}
+	key := types.NamespacedName{Namespace: "t", Name: "c"}
+	var stopped []string
+	old := &target{cancel: func() { stopped = append(stopped, "old") }}
+	current := &target{cancel: func() { stopped = append(stopped, "current") }}
+	r.targets.remote = map[types.NamespacedName]*target{key: current}
+	failed := func() bool {
+		r.targets.starts.mu.Lock()
+		defer r.targets.starts.mu.Unlock()
+		_, ok := r.targets.starts.failed[key]
+		return ok
+	}
+
+	r.remoteExceeded(key, old, [32]byte{1}, "r", errors.New("grew"))
+	assert.False(t, failed())
+	assert.Same(t, current, r.targets.remote[key])
+	assert.Empty(t, stopped)
+
+	r.remoteExceeded(key, current, [32]byte{1}, "r", errors.New("grew"))
+	assert.True(t, failed())
+	assert.NotContains(t, r.targets.remote, key)
+	assert.Equal(t, []string{"current"}, stopped)
 }

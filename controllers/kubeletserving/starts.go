@@ -54,6 +54,11 @@ type startFailure struct {
 	n        int
 	until    time.Time
 	err      error
+	// afterStart: the last failure came after a start that succeeded
+	// (remoteStarts.fail). A start that succeeds keeps the count, so a
+	// server that answers its start small and then grows is started
+	// again at a doubling interval, not every bound.
+	afterStart bool
 }
 
 // startDeferredError says a remote cluster's watch is not started in this
@@ -99,7 +104,9 @@ func (s *remoteStarts) begin(key types.NamespacedName, sum [sha256.Size]byte, re
 		delete(s.tenants, key.Namespace)
 		s.running--
 		if err == nil {
-			delete(s.failed, key)
+			if f, ok := s.failed[key]; !ok || !f.afterStart || f.sum != sum || f.revision != revision {
+				delete(s.failed, key)
+			}
 			return
 		}
 		s.failLocked(key, sum, revision, now, bound, err)
@@ -114,6 +121,9 @@ func (s *remoteStarts) fail(key types.NamespacedName, sum [sha256.Size]byte, rev
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failLocked(key, sum, revision, now, bound, err)
+	f := s.failed[key]
+	f.afterStart = true
+	s.failed[key] = f
 }
 
 func (s *remoteStarts) failLocked(key types.NamespacedName, sum [sha256.Size]byte, revision string, now time.Time, bound time.Duration, err error) {
@@ -121,7 +131,7 @@ func (s *remoteStarts) failLocked(key types.NamespacedName, sum [sha256.Size]byt
 	if f.sum != sum || f.revision != revision {
 		f = startFailure{sum: sum, revision: revision}
 	}
-	f.err = err
+	f.err, f.afterStart = err, false
 	if errors.As(err, new(ownFailure)) {
 		// Not the tenant's: the same wait every time, and its
 		// failures before stay as they were.

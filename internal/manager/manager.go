@@ -130,7 +130,8 @@ type Options struct {
 	// TalosWatchMax bounds the watches held at once.
 	TalosWatchMax int
 	// TenantMaxCSRs and TenantMaxCSRBytes bound what the manager keeps of
-	// each API server a kubeconfigRef names; zero for the defaults.
+	// the API servers a tenant's kubeconfigRefs name, together; zero for
+	// the defaults.
 	TenantMaxCSRs     int
 	TenantMaxCSRBytes int64
 	// ReaderLifetime is the lifetime asked for the manager's own os:reader
