@@ -131,8 +131,10 @@ func (s *countedSet) release() {
 }
 
 // countedCSRs is what the cache holds, as its list and watch brought it:
-// each CSR's cost by the key the cache keeps it under (its name: a server
-// can send many names under one UID, review 30 H1).
+// each CSR's cost by the key the cache keeps it under (its namespace and
+// name: a server can send many names under one UID, review 30 H1, and one
+// name in many namespaces, review 31 H1). A change is counted when the
+// cache takes it: a watch's event once it is handed over (review 32 H3).
 type countedCSRs struct {
 	limits remoteLimits
 	inner  toolscache.ListerWatcherWithContext
@@ -141,70 +143,83 @@ type countedCSRs struct {
 	// held is what the cache holds.
 	held tally
 	// listing is what the list under way brought so far (nil when none):
-	// it replaces held once all its pages are in, and a list refused
+	// it replaces held once all its pages are in, or a watch list's first
+	// events once their bookmark is in. A list refused or broken off
 	// leaves held as it was, as client-go leaves its cache.
 	listing *tally
+	// tenantCSRs and tenantBytes are what this cache adds to its tenant's
+	// totals: the larger of held and listing, which is what it holds
+	// once a list is in or given up.
+	tenantCSRs  int
+	tenantBytes int64
 	// released: the cache has ended, and its counts were given back to
 	// the tenant; nothing more is counted.
 	released bool
 }
 
-// tally is a set of CSRs by name, with their costs.
+// tally is a set of CSRs by the cache's key, with their costs.
 type tally struct {
 	sizes map[string]int64
 	bytes int64
 }
 
-// set counts name at size, and says how many CSRs and bytes that adds.
-func (t *tally) set(name string, size int64) (int, int64) {
+// set counts key at size, and returns what to call to undo it.
+func (t *tally) set(key string, size int64) (undo func()) {
 	if t.sizes == nil {
 		t.sizes = map[string]int64{}
 	}
-	old, had := t.sizes[name]
-	t.sizes[name] = size
+	old, had := t.sizes[key]
+	t.sizes[key] = size
 	t.bytes += size - old
-	if had {
-		return 0, size - old
-	}
-	return 1, size
-}
-
-// unset forgets name, and says how many CSRs and bytes that took away.
-func (t *tally) unset(name string) (int, int64) {
-	size, had := t.sizes[name]
-	if !had {
-		return 0, 0
-	}
-	delete(t.sizes, name)
-	t.bytes -= size
-	return 1, size
-}
-
-// tenantAdd counts a change of this cache in its tenant's totals and
-// returns them; counting alone (no tenant), the totals are the cache's.
-// Called with c.mu held.
-func (c *countedCSRs) tenantAdd(csrs int, bytes int64) (int, int64) {
-	if c.limits.tenant == nil {
-		n, b := len(c.held.sizes), c.held.bytes
-		if c.listing != nil {
-			n, b = n+len(c.listing.sizes), b+c.listing.bytes
+	return func() {
+		t.bytes -= size - old
+		if had {
+			t.sizes[key] = old
+		} else {
+			delete(t.sizes, key)
 		}
-		return n, b
 	}
-	return c.limits.tenant.add(csrs, bytes)
+}
+
+// unset forgets key.
+func (t *tally) unset(key string) {
+	if size, had := t.sizes[key]; had {
+		delete(t.sizes, key)
+		t.bytes -= size
+	}
+}
+
+// storeKey is the key the cache keeps a CSR under.
+func storeKey(csr *certificatesv1.CertificateSigningRequest) string {
+	return toolscache.MetaObjectToName(csr).String()
+}
+
+// settle brings this cache's share of its tenant's totals up to date and
+// returns the totals; counting alone (no tenant), they are the share.
+// Called with c.mu held.
+func (c *countedCSRs) settle() (int, int64) {
+	csrs, bytes := len(c.held.sizes), c.held.bytes
+	if c.listing != nil {
+		csrs, bytes = max(csrs, len(c.listing.sizes)), max(bytes, c.listing.bytes)
+	}
+	if c.released {
+		csrs, bytes = 0, 0
+	}
+	dc, db := csrs-c.tenantCSRs, bytes-c.tenantBytes
+	c.tenantCSRs, c.tenantBytes = csrs, bytes
+	if c.limits.tenant == nil {
+		return csrs, bytes
+	}
+	return c.limits.tenant.add(dc, db)
 }
 
 // release gives what the cache counted back to the tenant.
 func (c *countedCSRs) release() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.released {
-		return
-	}
 	c.released = true
-	c.dropListing()
-	c.tenantAdd(-len(c.held.sizes), -c.held.bytes)
-	c.held = tally{}
+	c.held, c.listing = tally{}, nil
+	c.settle()
 }
 
 // cost is what a CSR takes in memory, about: its protobuf size, and the
@@ -244,39 +259,7 @@ func (l remoteLimits) why() error {
 	return nil
 }
 
-// put counts a CSR a watch adds or changes, and says when the cache would
-// then hold more than the limits: the event is not passed on, so the CSR
-// is not counted.
-func (c *countedCSRs) put(csr *certificatesv1.CertificateSigningRequest) error {
-	c.mu.Lock()
-	if c.released {
-		c.mu.Unlock()
-		return nil
-	}
-	if err := c.admissible(csr); err != nil {
-		c.mu.Unlock()
-		return c.told(err)
-	}
-	before, had := c.held.sizes[csr.Name]
-	n, b := c.held.set(csr.Name, cost(csr))
-	csrs, bytes := c.tenantAdd(n, b)
-	err := c.crossed(&c.held, csrs, bytes)
-	if err != nil {
-		c.held.unset(csr.Name)
-		if had {
-			c.held.set(csr.Name, before)
-		}
-		c.tenantAdd(-n, -b)
-	}
-	c.mu.Unlock()
-	if err != nil {
-		return c.told(err)
-	}
-	return nil
-}
-
-// admissible refuses a CSR in a namespace: CSRs have none, and the cache
-// would keep one of each namespace under a name counted once.
+// admissible refuses a CSR in a namespace: CSRs have none.
 func (c *countedCSRs) admissible(csr *certificatesv1.CertificateSigningRequest) error {
 	if csr.Namespace != "" {
 		return fmt.Errorf("the API server of cluster %s sent the CSR %q in namespace %q: CSRs have none", c.limits.cluster, csr.Name, csr.Namespace)
@@ -306,137 +289,156 @@ func (c *countedCSRs) crossed(t *tally, tenantCSRs int, tenantBytes int64) error
 	return nil
 }
 
-func (c *countedCSRs) remove(csr *certificatesv1.CertificateSigningRequest) {
+// put counts a CSR into t (held, or a list under way: nil when t is not
+// the cache's any more, and nothing is counted), and says when that would
+// be past the limits: then it is not counted, and whoever watches the
+// limits is told. undo takes a counted CSR back out (an event the cache
+// did not take after all).
+func (c *countedCSRs) put(t func() *tally, csr *certificatesv1.CertificateSigningRequest) (undo func(), _ error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.released {
-		return
+	into := t()
+	if c.released || into == nil {
+		c.mu.Unlock()
+		return func() {}, nil
 	}
-	n, b := c.held.unset(csr.Name)
-	c.tenantAdd(-n, -b)
+	err := c.admissible(csr)
+	var back func()
+	if err == nil {
+		back = into.set(storeKey(csr), cost(csr))
+		csrs, bytes := c.settle()
+		if err = c.crossed(into, csrs, bytes); err != nil {
+			back()
+			c.settle()
+		}
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return nil, c.told(err)
+	}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if !c.released && t() == into {
+			back()
+			c.settle()
+		}
+	}, nil
 }
 
-// removeListed forgets a CSR a watch list's first events brought.
-func (c *countedCSRs) removeListed(csr *certificatesv1.CertificateSigningRequest) {
+// remove forgets a CSR of t (as put).
+func (c *countedCSRs) remove(t func() *tally, csr *certificatesv1.CertificateSigningRequest) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.listing == nil {
-		return
+	if into := t(); !c.released && into != nil {
+		into.unset(storeKey(csr))
+		c.settle()
 	}
-	n, b := c.listing.unset(csr.Name)
-	c.tenantAdd(-n, -b)
+}
+
+// heldTally is the cache's held tally, for put and remove.
+func (c *countedCSRs) heldTally() *tally { return &c.held }
+
+// listingTally is the tally of the list under way if it is still l.
+func (c *countedCSRs) listingTally(l *tally) func() *tally {
+	return func() *tally {
+		if c.listing != l {
+			return nil
+		}
+		return l
+	}
 }
 
 // list counts a list's pages as they come. What the list brings replaces
-// what the cache held once its last page is in; until then both are
-// counted in the tenant's totals, but a list is weighed without what it
-// replaces.
+// what the cache held once its last page is in; until then the larger of
+// the two counts.
 func (c *countedCSRs) list(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	var l *tally
 	if opts.Continue == "" {
-		c.beginListing()
+		l = c.beginListing()
+	} else {
+		c.mu.Lock()
+		l = c.listing
+		c.mu.Unlock()
+		if l == nil {
+			// A list refused, or given up: client-go asks no more of it.
+			return nil, fmt.Errorf("the API server of cluster %s: a page of a list not under way", c.limits.cluster)
+		}
 	}
 	list, err := c.inner.ListWithContext(ctx, opts)
+	if err == nil {
+		err = c.listPage(l, list, opts)
+	}
 	if err != nil {
-		// A list broken off: the cache keeps what it held.
-		c.endListing(false)
+		// A list broken off or refused: the cache keeps what it held.
+		c.endListing(l, false)
 		return nil, err
-	}
-	items, err := meta.ExtractList(list)
-	if err != nil {
-		c.endListing(false)
-		return nil, err
-	}
-	listed, err := meta.ListAccessor(list)
-	if err != nil {
-		c.endListing(false)
-		return nil, err
-	}
-	for _, item := range items {
-		csr, ok := item.(*certificatesv1.CertificateSigningRequest)
-		if !ok {
-			c.endListing(false)
-			return nil, fmt.Errorf("the API server of cluster %s listed a %T among its CSRs", c.limits.cluster, item)
-		}
-		if err := c.putListed(csr, true); err != nil {
-			return nil, err
-		}
-	}
-	if listed.GetContinue() == "" {
-		c.endListing(true)
 	}
 	return list, nil
 }
 
-// beginListing starts the count of a list, or of a watch that sends every
-// CSR first (client-go's watch list).
-func (c *countedCSRs) beginListing() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.dropListing()
-	if !c.released {
-		c.listing = &tally{}
+// listPage counts one page of the list l.
+func (c *countedCSRs) listPage(l *tally, list runtime.Object, opts metav1.ListOptions) error {
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return err
 	}
-}
-
-// putListed counts a CSR a list (or a watch list's first events) brings,
-// weighed without what the list replaces. Past the limits the list is
-// refused, and forgotten. A list's pages are kept whole until the last
-// (client-go's pager appends them), so a CSR listed twice (fresh pages of
-// the same few) is refused, not counted once: once is all a real server
-// lists it.
-func (c *countedCSRs) putListed(csr *certificatesv1.CertificateSigningRequest, paged bool) error {
-	c.mu.Lock()
-	if c.released {
+	listed, err := meta.ListAccessor(list)
+	if err != nil {
+		return err
+	}
+	if opts.Limit == 0 && listed.GetContinue() != "" {
+		// client-go takes an answer it did not ask to be paged whole,
+		// and would never count its end (review 32 H2).
+		return fmt.Errorf("the API server of cluster %s paged a list it was not asked to", c.limits.cluster)
+	}
+	for _, item := range items {
+		csr, ok := item.(*certificatesv1.CertificateSigningRequest)
+		if !ok {
+			return fmt.Errorf("the API server of cluster %s listed a %T among its CSRs", c.limits.cluster, item)
+		}
+		// A list's pages are kept whole until the last (client-go's
+		// pager appends them): a CSR listed twice (fresh pages of the
+		// same few) is refused, as a real server lists each once.
+		c.mu.Lock()
+		_, twice := l.sizes[storeKey(csr)]
 		c.mu.Unlock()
-		return nil
+		if twice {
+			return fmt.Errorf("the API server of cluster %s listed the CSR %q twice", c.limits.cluster, csr.Name)
+		}
+		if _, err := c.put(c.listingTally(l), csr); err != nil {
+			return err
+		}
 	}
-	if c.listing == nil {
-		// A page of a list begun before this cache's time, or after
-		// its list was refused: counted as a first.
-		c.listing = &tally{}
-	}
-	err := c.admissible(csr)
-	if _, twice := c.listing.sizes[csr.Name]; err == nil && paged && twice {
-		err = fmt.Errorf("the API server of cluster %s listed the CSR %q twice", c.limits.cluster, csr.Name)
-	}
-	if err == nil {
-		n, b := c.listing.set(csr.Name, cost(csr))
-		csrs, bytes := c.tenantAdd(n, b)
-		err = c.crossed(c.listing, csrs-len(c.held.sizes), bytes-c.held.bytes)
-	}
-	if err != nil {
-		c.dropListing()
-	}
-	c.mu.Unlock()
-	if err != nil {
-		return c.told(err)
+	if listed.GetContinue() == "" {
+		c.endListing(l, true)
 	}
 	return nil
 }
 
-// endListing ends the count of a list: what it brought is what the cache
-// now holds (done), or it is forgotten and the cache holds what it held.
-func (c *countedCSRs) endListing(done bool) {
+// beginListing starts the count of a list, or of a watch that sends every
+// CSR first (client-go's watch list), and returns it.
+func (c *countedCSRs) beginListing() *tally {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.listing == nil {
-		return
-	}
-	if !done {
-		c.dropListing()
-		return
-	}
-	c.tenantAdd(-len(c.held.sizes), -c.held.bytes)
-	c.held, c.listing = *c.listing, nil
+	c.listing = &tally{}
+	c.settle()
+	return c.listing
 }
 
-// dropListing forgets a list under way. Called with c.mu held.
-func (c *countedCSRs) dropListing() {
-	if c.listing == nil {
+// endListing ends the count of the list l, if it is still under way: what
+// it brought is what the cache now holds (done), or it is forgotten and
+// the cache holds what it held.
+func (c *countedCSRs) endListing(l *tally, done bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.listing != l || l == nil {
 		return
 	}
-	c.tenantAdd(-len(c.listing.sizes), -c.listing.bytes)
+	if done {
+		c.held = *l
+	}
 	c.listing = nil
+	c.settle()
 }
 
 func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
@@ -444,11 +446,11 @@ func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch
 	if err != nil {
 		return nil, err
 	}
-	initial := opts.SendInitialEvents != nil && *opts.SendInitialEvents
-	if initial {
+	var initial *tally
+	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
 		// Every CSR first, then a bookmark: counted as a list is, and
 		// what the cache holds until then is kept, as client-go keeps it.
-		c.beginListing()
+		initial = c.beginListing()
 	}
 	return newCountingWatch(w, c, initial), nil
 }
@@ -461,15 +463,15 @@ func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch
 type countingWatch struct {
 	inner  watch.Interface
 	counts *countedCSRs
-	// initial: the watch sends every CSR first, until the bookmark that
-	// ends them (loop's goroutine only).
-	initial bool
+	// initial is the count of the watch list's first events, until the
+	// bookmark that ends them (nil for a plain watch, and after it).
+	initial *tally
 	result  chan watch.Event
 	done    chan struct{}
 	stop    sync.Once
 }
 
-func newCountingWatch(inner watch.Interface, counts *countedCSRs, initial bool) *countingWatch {
+func newCountingWatch(inner watch.Interface, counts *countedCSRs, initial *tally) *countingWatch {
 	w := &countingWatch{inner: inner, counts: counts, initial: initial, result: make(chan watch.Event), done: make(chan struct{})}
 	go w.loop()
 	return w
@@ -484,15 +486,12 @@ func (w *countingWatch) Stop() {
 
 func (w *countingWatch) loop() {
 	defer close(w.result)
-	defer func() {
-		if w.initial {
-			// Ended before all its first events came: the cache keeps
-			// what it held.
-			w.counts.endListing(false)
-		}
-	}()
+	// Ended before all its first events came: the cache keeps what it
+	// held.
+	defer func() { w.counts.endListing(w.initial, false) }()
 	for {
 		var e watch.Event
+		var undo, taken func()
 		select {
 		case <-w.done:
 			return
@@ -500,46 +499,56 @@ func (w *countingWatch) loop() {
 			if !ok {
 				return
 			}
-			e = w.count(got)
+			e, undo, taken = w.count(got)
 		}
 		select {
 		case <-w.done:
+			// Not handed over: the cache did not take it.
+			if undo != nil {
+				undo()
+			}
 			return
 		case w.result <- e:
+			if taken != nil {
+				taken()
+			}
 		}
 	}
 }
 
-// count counts a CSR an event brings or takes away; past the limits the
-// event is an error, which ends the watch.
-func (w *countingWatch) count(e watch.Event) watch.Event {
+// count weighs a CSR an event brings or takes away. A CSR brought is
+// counted now (undo takes it back if the event is not handed over); past
+// the limits the event is an error, which ends the watch, and the CSR is
+// not counted. What takes a CSR away, or ends a watch list's first events,
+// is counted once the event is handed over (taken): a reader that stopped
+// at the event before never sees it (review 32 H3).
+func (w *countingWatch) count(e watch.Event) (out watch.Event, undo, taken func()) {
 	csr, ok := e.Object.(*certificatesv1.CertificateSigningRequest)
 	if !ok {
-		return e // an error: client-go reads it
+		return e, nil, nil // an error: client-go reads it
 	}
-	put, remove := w.counts.put, w.counts.remove
-	if w.initial {
-		// The watch list's first events go to a store of their own,
-		// which keeps one of each name, as the cache does.
-		put = func(csr *certificatesv1.CertificateSigningRequest) error { return w.counts.putListed(csr, false) }
-		remove = w.counts.removeListed
+	into := w.counts.heldTally
+	if l := w.initial; l != nil {
+		into = w.counts.listingTally(l)
 	}
 	switch e.Type {
 	case watch.Bookmark:
-		if w.initial && csr.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
-			w.initial = false
-			w.counts.endListing(true)
+		if l := w.initial; l != nil && csr.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
+			return e, nil, func() {
+				w.initial = nil
+				w.counts.endListing(l, true)
+			}
 		}
 	case watch.Added, watch.Modified:
-		if err := put(csr); err != nil {
-			// Not passed on, so not counted: the cache keeps what it
-			// held, and the watch ends.
+		undo, err := w.counts.put(into, csr)
+		if err != nil {
 			return watch.Event{Type: watch.Error, Object: &metav1.Status{
 				Status: metav1.StatusFailure, Reason: metav1.StatusReasonRequestEntityTooLarge, Code: 413, Message: err.Error(),
-			}}
+			}}, nil, nil
 		}
+		return e, undo, nil
 	case watch.Deleted:
-		remove(csr)
+		return e, nil, func() { w.counts.remove(into, csr) }
 	}
-	return e
+	return e, nil, nil
 }

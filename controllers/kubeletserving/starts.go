@@ -54,10 +54,11 @@ type startFailure struct {
 	n        int
 	until    time.Time
 	err      error
-	// afterStart: the last failure came after a start that succeeded
-	// (remoteStarts.fail). A start that succeeds keeps the count, so a
-	// server that answers its start small and then grows is started
-	// again at a doubling interval, not every bound.
+	// afterStart: a failure came after a start that succeeded
+	// (remoteStarts.fail). A start that succeeds then keeps the count, so
+	// a server that answers its start small and then grows is started
+	// again at a doubling interval, not every bound; the count is
+	// forgotten once no failure came for maxBackoff past its wait.
 	afterStart bool
 }
 
@@ -86,6 +87,8 @@ func (s *remoteStarts) begin(key types.NamespacedName, sum [sha256.Size]byte, re
 	defer s.mu.Unlock()
 	if f, ok := s.failed[key]; ok && f.sum == sum && f.revision == revision && now.Before(f.until) {
 		return nil, &startDeferredError{wait: f.until.Sub(now), cause: f.err}
+	} else if ok && f.afterStart && now.Sub(f.until) > maxBackoff {
+		delete(s.failed, key)
 	}
 	if s.tenants[key.Namespace] {
 		return nil, &startDeferredError{wait: busyWait}
@@ -131,7 +134,7 @@ func (s *remoteStarts) failLocked(key types.NamespacedName, sum [sha256.Size]byt
 	if f.sum != sum || f.revision != revision {
 		f = startFailure{sum: sum, revision: revision}
 	}
-	f.err, f.afterStart = err, false
+	f.err = err
 	if errors.As(err, new(ownFailure)) {
 		// Not the tenant's: the same wait every time, and its
 		// failures before stay as they were.
