@@ -498,6 +498,43 @@ func TestStallingTenantsHoldAtMostHalfTheReconcileWorkers(t *testing.T) {
 	t.Logf("%d holds, at most %d together; asked: %v", len(holds), most, asked)
 }
 
+// tenantServerCluster is a TalosCluster of its own namespace whose
+// kubeconfigRef names a tenant's API server that answers as handle does
+// (JSON), and that server.
+func tenantServerCluster(t *testing.T, name string, handle http.HandlerFunc) (*fixture, *httptest.Server) {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		handle(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	f := remoteCluster(t, name, kubeconfigDoc(srv.URL, "    certificate-authority-data: "+ca+"\n", "    token: tenant-token\n"))
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.cluster}})
+	})
+	return f, srv
+}
+
+// refuseWatch answers a watch as a server without watch list answers a
+// watch list: client-go falls back to a list.
+func refuseWatch(w http.ResponseWriter) {
+	w.WriteHeader(http.StatusMethodNotAllowed)
+	_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"MethodNotAllowed","code":405}`)
+}
+
+// writeCSRList answers a list with n CSRs of signer.
+func writeCSRList(w io.Writer, n int, signer string) {
+	_, _ = io.WriteString(w, `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{"resourceVersion":"7"},"items":[`)
+	for i := range n {
+		if i > 0 {
+			_, _ = io.WriteString(w, ",")
+		}
+		_, _ = fmt.Fprintf(w, `{"metadata":{"name":"csr-%d","uid":"u-%d","resourceVersion":"7"},"spec":{"signerName":%q,"usages":["server auth"],"request":""}}`, i, i, signer)
+	}
+	_, _ = io.WriteString(w, `]}`)
+}
+
 // testTenantMaxCSRs is the most CSRs the tests' manager keeps of a
 // tenant's API server.
 const testTenantMaxCSRs = 500
@@ -508,29 +545,13 @@ const testTenantMaxCSRs = 500
 // believed.
 func TestATenantServerListingMoreThanTheManagerKeepsIsNotCached(t *testing.T) {
 	var lists atomic.Int64
-	hostile := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
+	f, _ := tenantServerCluster(t, "many", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("watch") == "true" {
-			// No watch list here: client-go falls back to a list.
-			w.WriteHeader(http.StatusMethodNotAllowed)
-			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"MethodNotAllowed","code":405}`)
+			refuseWatch(w)
 			return
 		}
 		lists.Add(1)
-		_, _ = io.WriteString(w, `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{"resourceVersion":"7"},"items":[`)
-		for i := range testTenantMaxCSRs + 1 {
-			if i > 0 {
-				_, _ = io.WriteString(w, ",")
-			}
-			_, _ = fmt.Fprintf(w, `{"metadata":{"name":"csr-%d","uid":"u-%d","resourceVersion":"7"},"spec":{"signerName":"kubernetes.io/kubelet-serving","usages":["server auth"],"request":""}}`, i, i)
-		}
-		_, _ = io.WriteString(w, `]}`)
-	}))
-	t.Cleanup(hostile.Close)
-	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hostile.Certificate().Raw}))
-	f := remoteCluster(t, "many", kubeconfigDoc(hostile.URL, "    certificate-authority-data: "+ca+"\n", "    token: tenant-token\n"))
-	t.Cleanup(func() {
-		_ = env.Client.Delete(context.Background(), &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.cluster}})
+		writeCSRList(w, testTenantMaxCSRs+1, "kubernetes.io/kubelet-serving")
 	})
 	var cond *metav1.Condition
 	require.Eventually(t, func() bool {
@@ -550,16 +571,13 @@ func TestATenantServerListingMoreThanTheManagerKeepsIsNotCached(t *testing.T) {
 func TestATenantServerGrowingPastTheBoundAfterItsStartIsSaidOnTheCluster(t *testing.T) {
 	var grown atomic.Bool
 	var watches atomic.Int64
-	growing := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
+	f, growing := tenantServerCluster(t, "growing", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		switch {
 		case q.Get("watch") == "true" && q.Has("sendInitialEvents"):
-			// No watch list here: client-go falls back to a list.
-			w.WriteHeader(http.StatusMethodNotAllowed)
-			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"MethodNotAllowed","code":405}`)
+			refuseWatch(w)
 		case q.Get("watch") != "true":
-			_, _ = io.WriteString(w, `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{"resourceVersion":"7"},"items":[]}`)
+			writeCSRList(w, 0, "")
 		default:
 			watches.Add(1)
 			w.WriteHeader(http.StatusOK)
@@ -573,12 +591,6 @@ func TestATenantServerGrowingPastTheBoundAfterItsStartIsSaidOnTheCluster(t *test
 			}
 			<-r.Context().Done()
 		}
-	}))
-	t.Cleanup(growing.Close)
-	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: growing.Certificate().Raw}))
-	f := remoteCluster(t, "growing", kubeconfigDoc(growing.URL, "    certificate-authority-data: "+ca+"\n", "    token: tenant-token\n"))
-	t.Cleanup(func() {
-		_ = env.Client.Delete(context.Background(), &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.cluster}})
 	})
 	condition := func() *metav1.Condition {
 		return meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
@@ -611,31 +623,19 @@ func TestATenantServerGrowingPastTheBoundAfterItsStartIsSaidOnTheCluster(t *test
 // once the first is gone, it is.
 func TestATenantsClustersAreHeldToTheBoundTogether(t *testing.T) {
 	const each = testTenantMaxCSRs/2 + 1
-	server := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if r.URL.Query().Get("watch") == "true" {
-			if r.URL.Query().Has("sendInitialEvents") {
-				w.WriteHeader(http.StatusMethodNotAllowed)
-				_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"MethodNotAllowed","code":405}`)
-				return
-			}
+	f, _ := tenantServerCluster(t, "together", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		switch {
+		case q.Get("watch") == "true" && q.Has("sendInitialEvents"):
+			refuseWatch(w)
+		case q.Get("watch") == "true":
 			w.WriteHeader(http.StatusOK)
 			w.(http.Flusher).Flush()
 			<-r.Context().Done()
-			return
+		default:
+			writeCSRList(w, each, "example.com/other")
 		}
-		_, _ = io.WriteString(w, `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{"resourceVersion":"7"},"items":[`)
-		for i := range each {
-			if i > 0 {
-				_, _ = io.WriteString(w, ",")
-			}
-			_, _ = fmt.Fprintf(w, `{"metadata":{"name":"csr-%d","uid":"u-%d","resourceVersion":"7"},"spec":{"signerName":"example.com/other","usages":["server auth"],"request":""}}`, i, i)
-		}
-		_, _ = io.WriteString(w, `]}`)
-	}))
-	t.Cleanup(server.Close)
-	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: server.Certificate().Raw}))
-	f := remoteCluster(t, "together", kubeconfigDoc(server.URL, "    certificate-authority-data: "+ca+"\n", "    token: tenant-token\n"))
+	})
 	first := &ichorv1alpha1.TalosCluster{}
 	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: f.cluster}, first))
 	second := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "second"}, Spec: first.Spec}
