@@ -678,3 +678,95 @@ func TestATenantsClustersAreHeldToTheBoundTogether(t *testing.T) {
 	require.Eventually(t, func() bool { return watched(left) }, wait, 100*time.Millisecond,
 		"the cluster left is not watched once the other is gone: %+v", condition(left))
 }
+
+// writeWatchList answers a watch list with n CSRs of signer and the
+// bookmark that ends them, as an API server does, and holds the watch open.
+func writeWatchList(w http.ResponseWriter, r *http.Request, n int, signer string) {
+	w.WriteHeader(http.StatusOK)
+	for i := range n {
+		_, _ = fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1",`+
+			`"metadata":{"name":"csr-%d","uid":"u-%d","resourceVersion":"8"},"spec":{"signerName":%q,"usages":["server auth"],"request":""}}}`+"\n", i, i, signer)
+	}
+	_, _ = io.WriteString(w, `{"type":"BOOKMARK","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1",`+
+		`"metadata":{"resourceVersion":"9","annotations":{"k8s.io/initial-events-end":"true"}}}}`+"\n")
+	w.(http.Flusher).Flush()
+	<-r.Context().Done()
+}
+
+// A cache that lists again by watch list keeps what it held until the
+// list's bookmark comes, and so does its count (review 31 H2): a server
+// that stalls its cluster's second watch list cannot have the tenant's
+// count dropped while its cache still holds everything, and another of
+// the tenant's clusters is refused what the first still holds.
+func TestAWatchListThatNeverEndsKeepsTheTenantsCount(t *testing.T) {
+	const first = testTenantMaxCSRs - 100
+	var stalled atomic.Bool
+	var relists atomic.Int64
+	f, server := tenantServerCluster(t, "watchlist", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		switch {
+		case q.Get("watch") != "true":
+			writeCSRList(w, first, "example.com/other")
+		case q.Has("sendInitialEvents") && stalled.Load():
+			// The second watch list: nothing, and no bookmark.
+			relists.Add(1)
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		case q.Has("sendInitialEvents"):
+			writeWatchList(w, r, first, "example.com/other")
+		default:
+			// A plain watch from the bookmark's version: too old, so
+			// client-go lists again, by watch list.
+			w.WriteHeader(http.StatusGone)
+			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Expired","code":410}`)
+		}
+	})
+	condition := func(name string) *metav1.Condition {
+		var c ichorv1alpha1.TalosCluster
+		if err := env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: name}, &c); err != nil {
+			return nil
+		}
+		return meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+	}
+	require.Eventually(t, func() bool {
+		cond := condition(f.cluster)
+		return cond != nil && cond.Reason != "" && cond.Reason != kubeletserving.ReasonKubeconfigUnreadable
+	}, wait, 100*time.Millisecond, "the first cluster is not watched: %+v", condition(f.cluster))
+
+	stalled.Store(true)
+	server.CloseClientConnections()
+	require.Eventually(t, func() bool { return relists.Load() > 0 }, wait, 100*time.Millisecond, "the first cluster's cache did not list again")
+
+	second, _ := tenantServerCluster(t, "watchlist-second", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		switch {
+		case q.Get("watch") != "true":
+			writeCSRList(w, 200, "example.com/other")
+		case q.Has("sendInitialEvents"):
+			writeWatchList(w, r, 200, "example.com/other")
+		default:
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		}
+	})
+	// The second cluster is of another namespace: move it into the
+	// first's, beside it.
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: second.ns, Name: second.cluster}, &c))
+	var secret corev1.Secret
+	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: second.ns, Name: "kubeconfig"}, &secret))
+	require.NoError(t, env.Client.Create(f.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "kubeconfig-second"}, Data: secret.Data}))
+	spec := c.Spec
+	spec.KubeconfigRef = &ichorv1alpha1.KubeconfigReference{Name: "kubeconfig-second"}
+	require.NoError(t, env.Client.Create(f.ctx, &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "second"}, Spec: spec}))
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "second"}})
+	})
+	together := fmt.Sprintf("the API servers of the clusters of namespace %s hold more than %d CSRs together", f.ns, testTenantMaxCSRs)
+	require.Eventually(t, func() bool {
+		cond := condition("second")
+		return cond != nil && cond.Reason == kubeletserving.ReasonKubeconfigUnreadable && strings.Contains(cond.Message, together)
+	}, wait, 100*time.Millisecond, "the second cluster is not refused what the first still holds: %+v", condition("second"))
+}
