@@ -133,15 +133,19 @@ func (s *countedSet) release() {
 // countedCSRs is what the cache holds, as its list and watch brought it:
 // each CSR's cost by the key the cache keeps it under (its namespace and
 // name: a server can send many names under one UID, review 30 H1, and one
-// name in many namespaces, review 31 H1). A change is counted when the
-// cache takes it: a watch's event once it is handed over (review 32 H3).
+// name in many namespaces, review 31 H1). A change is counted as the
+// cache takes it: a CSR a watch brings before its event is handed over
+// (to weigh it), taken back if it is not; a removal, and the end of a
+// watch list's first events, once handed over (review 32 H3).
 type countedCSRs struct {
 	limits remoteLimits
 	inner  toolscache.ListerWatcherWithContext
 
 	mu sync.Mutex
-	// held is what the cache holds.
-	held tally
+	// held is what the cache holds (nil: nothing yet). A list that
+	// replaces it replaces the pointer, so that a change counted in the
+	// one it replaced is not taken back out of it (review 33 L1).
+	held *tally
 	// listing is what the list under way brought so far (nil when none):
 	// it replaces held once all its pages are in, or a watch list's first
 	// events once their bookmark is in. A list refused or broken off
@@ -198,7 +202,11 @@ func storeKey(csr *certificatesv1.CertificateSigningRequest) string {
 // returns the totals; counting alone (no tenant), they are the share.
 // Called with c.mu held.
 func (c *countedCSRs) settle() (int, int64) {
-	csrs, bytes := len(c.held.sizes), c.held.bytes
+	var csrs int
+	var bytes int64
+	if c.held != nil {
+		csrs, bytes = len(c.held.sizes), c.held.bytes
+	}
 	if c.listing != nil {
 		csrs, bytes = max(csrs, len(c.listing.sizes)), max(bytes, c.listing.bytes)
 	}
@@ -218,7 +226,7 @@ func (c *countedCSRs) release() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.released = true
-	c.held, c.listing = tally{}, nil
+	c.held, c.listing = nil, nil
 	c.settle()
 }
 
@@ -234,8 +242,10 @@ func cost(csr *certificatesv1.CertificateSigningRequest) int64 {
 	return int64(csr.Size()) + 16*int64(strs)
 }
 
-// told tells whoever watches the limits that one was crossed (outside the
-// counts' lock), and returns the crossing.
+// told tells whoever watches the limits that one was crossed, or that the
+// server sent what no API server sends (outside the counts' lock): either
+// way the cache is not current until it stops, which the cluster must say.
+// It returns err.
 func (c *countedCSRs) told(err error) error {
 	if c.limits.exceeded != nil {
 		c.limits.exceeded.Store(&err)
@@ -289,15 +299,14 @@ func (c *countedCSRs) crossed(t *tally, tenantCSRs int, tenantBytes int64) error
 	return nil
 }
 
-// put counts a CSR into t (held, or a list under way: nil when t is not
-// the cache's any more, and nothing is counted), and says when that would
-// be past the limits: then it is not counted, and whoever watches the
-// limits is told. undo takes a counted CSR back out (an event the cache
-// did not take after all).
-func (c *countedCSRs) put(t func() *tally, csr *certificatesv1.CertificateSigningRequest) (undo func(), _ error) {
+// put counts a CSR into the tally into (what the cache holds, or a list
+// under way; one that is neither any more counts nothing), and says when
+// that would be past the limits: then it is not counted, and whoever
+// watches the limits is told. undo takes a counted CSR back out (an event
+// the cache did not take after all), if into is still the cache's.
+func (c *countedCSRs) put(into *tally, csr *certificatesv1.CertificateSigningRequest) (undo func(), _ error) {
 	c.mu.Lock()
-	into := t()
-	if c.released || into == nil {
+	if !c.current(into) {
 		c.mu.Unlock()
 		return func() {}, nil
 	}
@@ -318,34 +327,37 @@ func (c *countedCSRs) put(t func() *tally, csr *certificatesv1.CertificateSignin
 	return func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if !c.released && t() == into {
+		if c.current(into) {
 			back()
 			c.settle()
 		}
 	}, nil
 }
 
-// remove forgets a CSR of t (as put).
-func (c *countedCSRs) remove(t func() *tally, csr *certificatesv1.CertificateSigningRequest) {
+// remove forgets a CSR of the tally into (as put).
+func (c *countedCSRs) remove(into *tally, csr *certificatesv1.CertificateSigningRequest) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if into := t(); !c.released && into != nil {
+	if c.current(into) {
 		into.unset(storeKey(csr))
 		c.settle()
 	}
 }
 
-// heldTally is the cache's held tally, for put and remove.
-func (c *countedCSRs) heldTally() *tally { return &c.held }
+// current says whether t is what the cache holds or the list under way.
+// Called with c.mu held.
+func (c *countedCSRs) current(t *tally) bool {
+	return !c.released && t != nil && (t == c.held || t == c.listing)
+}
 
-// listingTally is the tally of the list under way if it is still l.
-func (c *countedCSRs) listingTally(l *tally) func() *tally {
-	return func() *tally {
-		if c.listing != l {
-			return nil
-		}
-		return l
+// heldTally is what the cache holds now.
+func (c *countedCSRs) heldTally() *tally {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held == nil && !c.released {
+		c.held = &tally{}
 	}
+	return c.held
 }
 
 // list counts a list's pages as they come. What the list brings replaces
@@ -361,7 +373,7 @@ func (c *countedCSRs) list(ctx context.Context, opts metav1.ListOptions) (runtim
 		c.mu.Unlock()
 		if l == nil {
 			// A list refused, or given up: client-go asks no more of it.
-			return nil, fmt.Errorf("the API server of cluster %s: a page of a list not under way", c.limits.cluster)
+			return nil, c.told(fmt.Errorf("the API server of cluster %s sent a page of a list not under way", c.limits.cluster))
 		}
 	}
 	list, err := c.inner.ListWithContext(ctx, opts)
@@ -389,12 +401,12 @@ func (c *countedCSRs) listPage(l *tally, list runtime.Object, opts metav1.ListOp
 	if opts.Limit == 0 && listed.GetContinue() != "" {
 		// client-go takes an answer it did not ask to be paged whole,
 		// and would never count its end (review 32 H2).
-		return fmt.Errorf("the API server of cluster %s paged a list it was not asked to", c.limits.cluster)
+		return c.told(fmt.Errorf("the API server of cluster %s paged a list it was not asked to", c.limits.cluster))
 	}
 	for _, item := range items {
 		csr, ok := item.(*certificatesv1.CertificateSigningRequest)
 		if !ok {
-			return fmt.Errorf("the API server of cluster %s listed a %T among its CSRs", c.limits.cluster, item)
+			return c.told(fmt.Errorf("the API server of cluster %s listed a %T among its CSRs", c.limits.cluster, item))
 		}
 		// A list's pages are kept whole until the last (client-go's
 		// pager appends them): a CSR listed twice (fresh pages of the
@@ -403,9 +415,9 @@ func (c *countedCSRs) listPage(l *tally, list runtime.Object, opts metav1.ListOp
 		_, twice := l.sizes[storeKey(csr)]
 		c.mu.Unlock()
 		if twice {
-			return fmt.Errorf("the API server of cluster %s listed the CSR %q twice", c.limits.cluster, csr.Name)
+			return c.told(fmt.Errorf("the API server of cluster %s listed the CSR %q twice", c.limits.cluster, csr.Name))
 		}
-		if _, err := c.put(c.listingTally(l), csr); err != nil {
+		if _, err := c.put(l, csr); err != nil {
 			return err
 		}
 	}
@@ -435,7 +447,7 @@ func (c *countedCSRs) endListing(l *tally, done bool) {
 		return
 	}
 	if done {
-		c.held = *l
+		c.held = l
 	}
 	c.listing = nil
 	c.settle()
@@ -527,9 +539,9 @@ func (w *countingWatch) count(e watch.Event) (out watch.Event, undo, taken func(
 	if !ok {
 		return e, nil, nil // an error: client-go reads it
 	}
-	into := w.counts.heldTally
-	if l := w.initial; l != nil {
-		into = w.counts.listingTally(l)
+	into := w.initial
+	if into == nil {
+		into = w.counts.heldTally()
 	}
 	switch e.Type {
 	case watch.Bookmark:

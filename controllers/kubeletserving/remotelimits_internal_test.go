@@ -375,6 +375,28 @@ func TestWhatARealServerNeverSendsIsRefused(t *testing.T) {
 	w.Add(limitedCSR("c", 1))
 	<-watched.ResultChan()
 	assert.Equal(t, 3, usage.csrs, "the deletion of x/csr-a took nothing away")
+
+	// A refusal of what no server sends is told as a limit is: the
+	// cluster says it (review 33 L3).
+	told := make(chan error, 1)
+	c.limits.afterStart = &atomic.Pointer[func(error)]{}
+	c.limits.exceededAfterStart(func(err error) { told <- err })
+	_, err = c.list(ctx, metav1.ListOptions{Continue: "x"})
+	require.Error(t, err)
+	assert.Equal(t, err, <-told)
+
+	// A change counted in what the cache held before a list replaced it
+	// is not taken back out of the list's (review 33 L1).
+	old := c.heldTally()
+	undo, err := c.put(old, limitedCSR("c", 2))
+	require.NoError(t, err)
+	pages = map[string][]*certificatesv1.CertificateSigningRequest{"": {limitedCSR("a", 1), limitedCSR("b", 1), limitedCSR("c", 1)}}
+	_, err = c.list(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	undo()
+	c.remove(old, limitedCSR("a", 1))
+	assert.Equal(t, []string{"csr-a", "csr-b", "csr-c"}, slices.Sorted(maps.Keys(c.heldTally().sizes)))
+	assert.Equal(t, 3, usage.csrs)
 }
 
 // A server that answers its start small and grows after it is started
@@ -420,7 +442,13 @@ func TestAServerGrowingAfterEachStartBacksOff(t *testing.T) {
 	s.fail(key, sum, "r1", now, bound, errors.New("grew"))
 	_, err = s.begin(key, sum, "r1", now, time.Second)
 	require.ErrorAs(t, err, &deferred)
-	assert.Equal(t, bound, deferred.wait, "forgotten after a quiet while")
+	assert.Equal(t, bound, deferred.wait, "forgotten after a quiet while, noticed by a start")
+	s.fail(key, sum, "r1", now, bound, errors.New("grew"))
+	now = now.Add(2*bound + maxBackoff + time.Second)
+	s.fail(key, sum, "r1", now, bound, errors.New("grew"))
+	_, err = s.begin(key, sum, "r1", now, time.Second)
+	require.ErrorAs(t, err, &deferred)
+	assert.Equal(t, bound, deferred.wait, "forgotten after a quiet while, noticed by a running watch")
 
 	end, err = s.begin(key, [32]byte{2}, "r1", now, time.Second)
 	require.NoError(t, err, "another content starts at once")

@@ -135,6 +135,11 @@ func (s *remoteStarts) failLocked(key types.NamespacedName, sum [sha256.Size]byt
 		f = startFailure{sum: sum, revision: revision}
 	}
 	f.err = err
+	if f.afterStart && now.Sub(f.until) > maxBackoff {
+		// No failure for a quiet while past its wait: counted afresh,
+		// whether a start or a running watch notices (review 33 L2).
+		f.n = 0
+	}
 	if errors.As(err, new(ownFailure)) {
 		// Not the tenant's: the same wait every time, and its
 		// failures before stay as they were.
