@@ -54,6 +54,17 @@ func TestARejectionThatIsNotADenialIsNeverActedOn(t *testing.T) {
 	for _, n := range []string{"csr-odd-reject-1", "csr-odd-reject-2"} {
 		names = append(names, submit(t, node, n, csrgen.Request{Subject: csrgen.NodeSubject("odd-reject"), IPs: []net.IP{net.ParseIP("10.40.0.6")}}))
 	}
+	// The machine comes once both requests are counted as the requester's:
+	// the counts follow the requests' events, which the machine's event
+	// could otherwise overtake, and each request would be looked at alone.
+	require.Eventually(t, func() bool {
+		for _, e := range entriesFor(names[1]) {
+			if e.Input.Requests != nil && e.Input.Requests.FromRequester >= 2 {
+				return true
+			}
+		}
+		return false
+	}, wait, 100*time.Millisecond, "the requester's two requests were not counted together")
 	f.machine("odd-reject", "10.40.0.6")
 
 	require.Eventually(t, func() bool { return oddRejection.Asked("odd-reject") >= 2 }, wait, 100*time.Millisecond)
