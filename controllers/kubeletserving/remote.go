@@ -315,7 +315,8 @@ func (r *Reconciler) judgeAndStart(ctx context.Context, c *ichorv1alpha1.TalosCl
 }
 
 // remoteExceeded stops the watch of a cluster whose API server grew past the
-// limits the manager keeps of a tenant's servers after the watch started.
+// limits the manager keeps of a tenant's servers after the watch started,
+// or sent what no API server sends.
 // The start's failure is counted (its backoff), and the cluster reconciled,
 // which says why on it, as a start that failed for it would. A crossing
 // between the start and this being armed is not lost: client-go lists
@@ -339,7 +340,7 @@ func (r *Reconciler) remoteExceeded(key types.NamespacedName, t *target, sum [sh
 	if !current {
 		return
 	}
-	log.FromContext(parent).Error(cause, "the watch of a remote API server is stopped: it would bring more than the manager keeps of a tenant's servers", "taloscluster", key)
+	log.FromContext(parent).Error(cause, "the watch of a remote API server is stopped: it would bring more than the manager keeps of a tenant's servers, or sent what no API server sends", "taloscluster", key)
 	// Told from the cache's own list or watch: the ask must not wait
 	// there for a reconcile worker.
 	go r.rejudgeCluster(parent, key)

@@ -24,8 +24,8 @@ import (
 // nothing but what its list and its watch bring, so these are counted on
 // their way in: a list (all its pages) that holds more is refused, and a
 // watch that would bring more ends with an error; client-go then lists (or
-// watch-lists) again, which is refused while the server holds more. The cluster's
-// watch stops being current. A start that crosses them fails, and one that
+// watch-lists) again, which is refused while the server holds more. The
+// cluster's watch stops being current. A start that crosses them fails, and one that
 // crosses them later is stopped (see exceededAfterStart): either way the
 // TalosCluster's condition says why, and no other tenant is touched.
 //
@@ -52,7 +52,8 @@ type remoteLimits struct {
 	afterStart *atomic.Pointer[func(error)]
 }
 
-// exceededAfterStart has f told of each limit crossed from now on.
+// exceededAfterStart has f told of each limit crossed from now on, and of
+// each refusal of what no API server sends (countedCSRs.told).
 func (l remoteLimits) exceededAfterStart(f func(error)) {
 	if l.afterStart != nil {
 		l.afterStart.Store(&f)

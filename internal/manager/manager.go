@@ -222,7 +222,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	if o.TenantMaxCSRs < 0 || o.TenantMaxCSRBytes < 0 {
-		return usage.Errorf("the bounds of a tenant's API server, %d CSRs and %d bytes, are negative", o.TenantMaxCSRs, o.TenantMaxCSRBytes)
+		return usage.Errorf("the bounds of a tenant's API servers, %d CSRs and %d bytes, are negative", o.TenantMaxCSRs, o.TenantMaxCSRBytes)
 	}
 
 	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
