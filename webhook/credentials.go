@@ -88,6 +88,11 @@ type CredentialRequestValidator struct {
 	// LocalClusters are the clusters of the API server the manager runs
 	// against, the only ones Kubernetes credentials are issued for.
 	LocalClusters *cluster.Local
+	// AcceptUnpinned admits under a bundle whose decision names no
+	// credential, writing a record that pins none, as a webhook from before
+	// the pin did (--require-admission-pins=false). Otherwise such a request
+	// is refused here, since the issuer would refuse its record.
+	AcceptUnpinned bool
 	// Instance names this replica in the Events it writes (reportingInstance);
 	// the host name if empty.
 	Instance string
@@ -263,7 +268,7 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 		credential.AnnotationLifetime:    strconv.FormatInt(lifetime, 10),
 		credential.AnnotationLifetimeMAC: lifetimeMAC,
 	}
-	if err := pinCredential(annotations, key, tcr, namespace, cluster.UID, d); err != nil {
+	if err := pinCredential(annotations, key, tcr, namespace, cluster.UID, d, credential.Unpinned(v.AcceptUnpinned)); err != nil {
 		return err
 	}
 	now := metav1.NewTime(v.now())
@@ -301,10 +306,14 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 // pinCredential adds the credential the decision admits, and its MAC, to a
 // record's annotations, so that the issuer signs what the Event names. A
 // bundle from before the pin names none: the record then pins none, as an
-// older webhook's.
-func pinCredential(annotations map[string]string, key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string, clusterUID types.UID, d engine.CredentialAdmission) error {
-	if len(d.Credential) == 0 {
+// older webhook's, where unpinned records are accepted, and the request is
+// refused otherwise.
+func pinCredential(annotations map[string]string, key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string, clusterUID types.UID, d engine.CredentialAdmission, unpinned credential.Unpinned) error {
+	switch {
+	case len(d.Credential) == 0 && unpinned == credential.AcceptUnpinned:
 		return nil
+	case len(d.Credential) == 0:
+		return errors.New("the policy's admission decision names no credential to pin, and the manager requires admission pins (--require-admission-pins): activate a bundle of policy epoch 6 or later")
 	}
 	// Compact, as the MAC and the issuer read it; only an object is a
 	// credential.

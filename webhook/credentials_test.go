@@ -361,14 +361,14 @@ func TestHolderOfTheVerbIsAdmittedAndTheEventNamesThem(t *testing.T) {
 	assert.Equal(t, string(tcr.UID), e.Annotations[credential.AnnotationRequestUID])
 	key, err := admissionKeys.Key(f.ctx)
 	require.NoError(t, err)
-	ok, admitted, why := credential.Verify(key, tcr, e.InvolvedObject.UID, &e)
+	ok, admitted, why := credential.Verify(key, tcr, e.InvolvedObject.UID, &e, credential.RefuseUnpinned)
 	assert.True(t, ok, why)
 	assert.Equal(t, e.Annotations[credential.AnnotationDecisionID], admitted.DecisionID)
 	assert.Equal(t, "3600", e.Annotations[credential.AnnotationLifetime])
 	assert.Equal(t, int64(3600), admitted.LifetimeSeconds, "the lifetime admitted is not the record's")
 	forged := e.DeepCopy()
 	forged.Annotations[credential.AnnotationLifetime] = "7200"
-	ok, _, why = credential.Verify(key, tcr, e.InvolvedObject.UID, forged)
+	ok, _, why = credential.Verify(key, tcr, e.InvolvedObject.UID, forged, credential.RefuseUnpinned)
 	assert.False(t, ok, "a record whose lifetime was rewritten verified")
 	assert.Contains(t, why, "lifetime MAC")
 	// And the credential it names, as the Event's message says it.
@@ -376,14 +376,23 @@ func TestHolderOfTheVerbIsAdmittedAndTheEventNamesThem(t *testing.T) {
 	assert.JSONEq(t, e.Annotations[credential.AnnotationCredential], string(admitted.Credential), "the credential admitted is not the record's")
 	forged = e.DeepCopy()
 	forged.Annotations[credential.AnnotationCredential] = `{"credential":"talosconfig","kind":"talos","talos_role":"os:admin"}`
-	ok, _, why = credential.Verify(key, tcr, e.InvolvedObject.UID, forged)
+	ok, _, why = credential.Verify(key, tcr, e.InvolvedObject.UID, forged, credential.RefuseUnpinned)
 	assert.False(t, ok, "a record whose credential was rewritten verified")
 	assert.Contains(t, why, "credential MAC")
+	// Both pins taken away, the first MAC still valid: the record reads as
+	// an older webhook's, which the issuer accepts only when told to.
+	stripped := e.DeepCopy()
+	for _, a := range []string{credential.AnnotationLifetime, credential.AnnotationLifetimeMAC, credential.AnnotationCredential, credential.AnnotationCredentialMAC} {
+		delete(stripped.Annotations, a)
+	}
+	ok, _, why = credential.Verify(key, tcr, e.InvolvedObject.UID, stripped, credential.RefuseUnpinned)
+	assert.False(t, ok, "a record stripped of its pins verified")
+	assert.Contains(t, why, "--require-admission-pins")
 	changed := tcr.DeepCopy()
 	changed.Spec.Requester.Groups = append(changed.Spec.Requester.Groups, "system:masters")
-	ok, _, why = credential.Verify(key, changed, e.InvolvedObject.UID, &e)
+	ok, _, why = credential.Verify(key, changed, e.InvolvedObject.UID, &e, credential.RefuseUnpinned)
 	assert.False(t, ok)
-	ok, _, _ = credential.Verify(key, tcr, "another-cluster-uid", &e)
+	ok, _, _ = credential.Verify(key, tcr, "another-cluster-uid", &e, credential.RefuseUnpinned)
 	assert.False(t, ok)
 	assert.Contains(t, why, "does not match this request's uid, spec and requester")
 
@@ -751,9 +760,12 @@ func TestAnOddAdmissionAnswerIsARefusal(t *testing.T) {
 	}
 }
 
-// A bundle from before the pin names no credential: the record then pins
-// none, as an older webhook's, and verifies; the issuer compares nothing.
-func TestABundleWithoutThePinRecordsNoCredential(t *testing.T) {
+// A bundle from before the pin names no credential. The issuer would
+// refuse a record that pins none, so the webhook refuses the request at
+// once, saying why; where unpinned records are accepted
+// (--require-admission-pins=false, a rolling upgrade), the record pins none,
+// as an older webhook's, and verifies only there.
+func TestABundleWithoutThePinIsRefusedUnlessUnpinnedRecordsAreAccepted(t *testing.T) {
 	f := newFixture(t, true)
 	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
 	odd.Set(f.ns, func() (engine.CredentialAdmission, error) {
@@ -764,19 +776,38 @@ func TestABundleWithoutThePinRecordsNoCredential(t *testing.T) {
 		}, nil
 	})
 	t.Cleanup(func() { odd.Set(f.ns, nil) })
-	tcr := f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))
-	require.NoError(t, alice.Create(f.ctx, tcr))
+
+	err := alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t)))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the policy's admission decision names no credential to pin, and the manager requires admission pins (--require-admission-pins)")
+	assert.Empty(t, f.requests(), "nothing is stored")
+	assert.Empty(t, f.events(), "no issuance is recorded")
+
+	v := &webhook.CredentialRequestValidator{
+		Engine: decider, LocalClusters: local, Instance: "webhook-test", Keys: admissionKeys,
+		Client: env.Client, Reader: env.Client, AcceptUnpinned: true,
+	}
+	req := f.dryRunBy(t, alice)
+	req.DryRun = ptr.To(false)
+	resp := v.Handle(f.ctx, req)
+	require.NotNil(t, resp.Result)
+	require.True(t, resp.Allowed, "refused: %s", resp.Result.Message)
 	events := f.events()
 	require.Len(t, events, 1)
 	e := events[0]
 	assert.NotContains(t, e.Annotations, credential.AnnotationCredential)
 	assert.NotContains(t, e.Annotations, credential.AnnotationCredentialMAC)
+	var tcr ichorv1alpha1.TalosCredentialRequest
+	require.NoError(t, json.Unmarshal(req.Object.Raw, &tcr))
 	key, err := admissionKeys.Key(f.ctx)
 	require.NoError(t, err)
-	ok, admitted, why := credential.Verify(key, tcr, e.InvolvedObject.UID, &e)
+	ok, admitted, why := credential.Verify(key, &tcr, e.InvolvedObject.UID, &e, credential.AcceptUnpinned)
 	assert.True(t, ok, why)
 	assert.Nil(t, admitted.Credential)
 	assert.Equal(t, int64(3600), admitted.LifetimeSeconds)
+	ok, _, why = credential.Verify(key, &tcr, e.InvolvedObject.UID, &e, credential.RefuseUnpinned)
+	assert.False(t, ok, "a record without the credential verified where pins are required")
+	assert.Contains(t, why, "carries no ichor.dev/credential annotation nor its MAC")
 }
 
 // The SubjectAccessReview and the TalosCluster's read are made at once, so a

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -677,10 +676,18 @@ func TestAForgedAdmissionRecordIsRefused(t *testing.T) {
 	assert.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, f.answer(genuine)).Reason)
 }
 
+// The credential a talosconfig-reader request is admitted for, and another.
+const (
+	readerCredential   = `{"credential":"talosconfig","kind":"talos","talos_role":"os:reader"}`
+	operatorCredential = `{"credential":"talosconfig","kind":"talos","talos_role":"os:operator"}`
+)
+
 // recordedAdmission creates a talosconfig-reader request while the webhook
 // is away and writes its admission record as the webhook would, with a
-// valid MAC and the annotations more gives.
-func (f *fixture) recordedAdmission(more func(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, cluster types.UID, decision string) map[string]string) *ichorv1alpha1.TalosCredentialRequest {
+// valid MAC and valid pins of the lifetime and the credential given; a zero
+// lifetime or an empty credential leaves that pin out, as an older webhook's
+// record, or one whose pins were taken away.
+func (f *fixture) recordedAdmission(lifetime int64, pinned string) *ichorv1alpha1.TalosCredentialRequest {
 	t := f.t
 	t.Helper()
 	tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
@@ -692,7 +699,18 @@ func (f *fixture) recordedAdmission(more func(key []byte, tcr *ichorv1alpha1.Tal
 	mac, err := credential.MAC(key, tcr, f.ns, cluster.UID, decision)
 	require.NoError(t, err)
 	annotations := map[string]string{credential.AnnotationDecisionID: decision, credential.AnnotationMAC: mac}
-	maps.Copy(annotations, more(key, tcr, cluster.UID, decision))
+	if lifetime != 0 {
+		lifetimeMAC, err := credential.LifetimeMAC(key, tcr, f.ns, cluster.UID, decision, lifetime)
+		require.NoError(t, err)
+		annotations[credential.AnnotationLifetime] = strconv.FormatInt(lifetime, 10)
+		annotations[credential.AnnotationLifetimeMAC] = lifetimeMAC
+	}
+	if pinned != "" {
+		credentialMAC, err := credential.CredentialMAC(key, tcr, f.ns, cluster.UID, decision, pinned)
+		require.NoError(t, err)
+		annotations[credential.AnnotationCredential] = pinned
+		annotations[credential.AnnotationCredentialMAC] = credentialMAC
+	}
 	require.NoError(t, env.Client.Create(f.ctx, &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Namespace: f.ns, Name: credential.RecordName(tcr.UID), Annotations: annotations},
 		InvolvedObject: corev1.ObjectReference{Kind: "TalosCluster", Namespace: f.ns, Name: "demo", UID: cluster.UID},
@@ -708,14 +726,7 @@ func (f *fixture) recordedAdmission(more func(key []byte, tcr *ichorv1alpha1.Tal
 func TestALifetimeOtherThanTheOneAdmittedIsRefused(t *testing.T) {
 	f := newFixture(t)
 	removeWebhook(t)
-	admitted := func(lifetime int64) *ichorv1alpha1.TalosCredentialRequest {
-		return f.recordedAdmission(func(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, cluster types.UID, decision string) map[string]string {
-			lifetimeMAC, err := credential.LifetimeMAC(key, tcr, f.ns, cluster, decision, lifetime)
-			require.NoError(t, err)
-			return map[string]string{credential.AnnotationLifetime: strconv.FormatInt(lifetime, 10), credential.AnnotationLifetimeMAC: lifetimeMAC}
-		})
-	}
-	shorter, same := admitted(1800), admitted(3600)
+	shorter, same := f.recordedAdmission(1800, readerCredential), f.recordedAdmission(3600, readerCredential)
 	restoreWebhook(t)
 
 	c := ready(t, f.answer(shorter))
@@ -734,15 +745,7 @@ func TestALifetimeOtherThanTheOneAdmittedIsRefused(t *testing.T) {
 func TestACredentialOtherThanTheOneAdmittedIsRefused(t *testing.T) {
 	f := newFixture(t)
 	removeWebhook(t)
-	admitted := func(pinned string) *ichorv1alpha1.TalosCredentialRequest {
-		return f.recordedAdmission(func(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, cluster types.UID, decision string) map[string]string {
-			credentialMAC, err := credential.CredentialMAC(key, tcr, f.ns, cluster, decision, pinned)
-			require.NoError(t, err)
-			return map[string]string{credential.AnnotationCredential: pinned, credential.AnnotationCredentialMAC: credentialMAC}
-		})
-	}
-	other := admitted(`{"credential":"talosconfig","kind":"talos","talos_role":"os:operator"}`)
-	same := admitted(`{"credential":"talosconfig","kind":"talos","talos_role":"os:reader"}`)
+	other, same := f.recordedAdmission(3600, operatorCredential), f.recordedAdmission(3600, readerCredential)
 	restoreWebhook(t)
 
 	got := f.answer(other)
@@ -752,6 +755,36 @@ func TestACredentialOtherThanTheOneAdmittedIsRefused(t *testing.T) {
 	assert.Empty(t, got.Status.Certificate)
 	got = f.answer(same)
 	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, got).Reason)
+	assert.Equal(t, []string{"os:reader"}, parseCert(t, got.Status.Certificate).Subject.Organization)
+}
+
+// Whoever may edit Events can take the pins away from a record and leave
+// its first MAC valid, so that it reads as an older webhook's: such a
+// record, or one without the credential's pin, is refused, nothing signed,
+// unless the manager accepts unpinned records
+// (--require-admission-pins=false, for a rolling upgrade), which then
+// issues as an older release did.
+func TestARecordWithoutThePinsIsRefusedUnlessUnpinnedRecordsAreAccepted(t *testing.T) {
+	f := newFixture(t)
+	removeWebhook(t)
+	stripped, noCredential, noLifetime := f.recordedAdmission(0, ""), f.recordedAdmission(3600, ""), f.recordedAdmission(0, readerCredential)
+	older := f.recordedAdmission(0, "")
+	restoreWebhook(t)
+
+	for name, tcr := range map[string]*ichorv1alpha1.TalosCredentialRequest{
+		"no pins": stripped, "no credential": noCredential, "no lifetime": noLifetime,
+	} {
+		got := f.answer(tcr)
+		c := ready(t, got)
+		assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason, name)
+		assert.Contains(t, c.Message, "NotAdmitted: the admission record of this request does not prove it", name)
+		assert.Contains(t, c.Message, "the manager requires them (--require-admission-pins)", name)
+		assert.Empty(t, got.Status.Certificate, name)
+	}
+
+	f.r.AcceptUnpinned = true
+	got := f.answer(older)
+	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, got).Reason, ready(t, got).Message)
 	assert.Equal(t, []string{"os:reader"}, parseCert(t, got.Status.Certificate).Subject.Organization)
 }
 

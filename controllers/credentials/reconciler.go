@@ -105,6 +105,11 @@ type Reconciler struct {
 	// AdminKubeconfigs is false when the operator revoked admin kubeconfigs
 	// (--admin-kubeconfigs=false): the rule then issues none.
 	AdminKubeconfigs bool
+	// AcceptUnpinned accepts admission records without the lifetime and
+	// credential pins, as a webhook from before them wrote
+	// (--require-admission-pins=false, for a rolling upgrade from such a
+	// release): such a record's lifetime and credential are not compared.
+	AcceptUnpinned bool
 	// Recorder writes a Warning Event on a refused request; nil writes none.
 	Recorder events.EventRecorder
 	// LocalClusters are the clusters of the API server the manager runs
@@ -337,14 +342,15 @@ func (r *Reconciler) admission(ctx context.Context, tcr *ichorv1alpha1.TalosCred
 	if err != nil {
 		return engine.AdmissionProof{}, err
 	}
-	ok, admitted, why := credential.Verify(key, tcr, clusterUID, &record)
+	unpinned := credential.Unpinned(r.AcceptUnpinned)
+	ok, admitted, why := credential.Verify(key, tcr, clusterUID, &record, unpinned)
 	if !ok {
 		// The key may have been replaced since it was read: read it again
 		// once before calling the record unverifiable.
 		if key, err = r.Keys.Reload(ctx); err != nil {
 			return engine.AdmissionProof{}, err
 		}
-		ok, admitted, why = credential.Verify(key, tcr, clusterUID, &record)
+		ok, admitted, why = credential.Verify(key, tcr, clusterUID, &record, unpinned)
 	}
 	return engine.AdmissionProof{
 		Recorded: true, Verified: ok, DecisionID: admitted.DecisionID,

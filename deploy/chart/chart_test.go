@@ -987,6 +987,17 @@ func TestRemoteKubeconfigAllowInsecureValue(t *testing.T) {
 	assert.Contains(t, args(dep), "--remote-kubeconfig-allow-insecure")
 }
 
+// The manager requires admission pins unless told otherwise, for the time
+// of an upgrade from a release whose webhook wrote none.
+func TestRequireAdmissionPinsValue(t *testing.T) {
+	assert.NotContains(t, strings.Join(args(render(t).deployment(t)), " "), "--require-admission-pins")
+	dep := render(t, "manager.requireAdmissionPins=false").deployment(t)
+	assert.Contains(t, args(dep), "--require-admission-pins=false")
+	out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--set-string", "manager.requireAdmissionPins=false")
+	require.Error(t, err, "a string rendered")
+	assert.Contains(t, string(out), "requireAdmissionPins")
+}
+
 func TestLeaseAndDecisionLogTimingsAreValues(t *testing.T) {
 	dep := render(t).deployment(t)
 	assert.NotContains(t, strings.Join(args(dep), " "), "--leader-elect-")

@@ -50,6 +50,7 @@ type managerOptions struct {
 	admissionKeySecret   string
 	localClusters        []string
 	adminKubeconfigs     bool
+	requirePins          bool
 	allowInsecureRemote  bool
 	webhookPort          int
 	webhookCertDir       string
@@ -126,6 +127,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.BoolVar(&o.allowInsecureRemote, "remote-kubeconfig-allow-insecure", false, "let a TalosCluster's kubeconfigRef set insecure-skip-tls-verify (its server's certificate then is not verified, and anyone on the path can read its credential); without it such a kubeconfig is refused (condition KubeletServingCertificates, reason KubeconfigRefused, code InsecureSkipTLSVerify)")
 	f.StringVar(&o.admissionKeySecret, "admission-key-secret", credential.DefaultKeySecretName, "Secret in the manager's namespace ($POD_NAMESPACE), created empty, that the manager fills with the key of the admission records the webhook writes and the issuer verifies: without a record made with it no credential is issued")
 	f.BoolVar(&o.adminKubeconfigs, "admin-kubeconfigs", true, "issue admin kubeconfigs (each person's group bound to cluster-admin by a ClusterRoleBinding of their own); false revokes them for good: none is issued, and the manager deletes every person's binding (label ichor.dev/admin-binding) at start and whenever one appears")
+	f.BoolVar(&o.requirePins, "require-admission-pins", true, "issue a credential only if its admission record pins the lifetime and the credential admitted, each under its MAC; false also accepts a record without them, as a webhook from before them wrote, for the time of a rolling upgrade from such a release (whoever may edit Events can take the pins away from a record)")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server (HTTPS)")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "directory of the webhook server's tls.crt and tls.key (default: controller-runtime's, under the temporary directory)")
 	f.BoolVar(&o.webhookGenerateCerts, "webhook-generate-certs", false, "make and renew the webhook's CA and serving certificate, kept in --webhook-cert-secret, and set the CA bundle of --webhook-configuration (leave off when cert-manager provides them)")
@@ -203,6 +205,7 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 		WebhookCertDir:                o.webhookCertDir,
 		AdmissionKeySecret:            o.admissionKeySecret,
 		AdminKubeconfigs:              o.adminKubeconfigs,
+		AcceptUnpinnedAdmissions:      !o.requirePins,
 		KubeletClientApprover:         o.kubeletClient,
 		LocalClusters:                 localClusters,
 		RemoteKubeconfigAllowInsecure: o.allowInsecureRemote,

@@ -112,6 +112,9 @@ type Options struct {
 	// AdmissionKeySecret is the Secret of the admission records' key.
 	AdmissionKeySecret string
 	AdminKubeconfigs   bool
+	// AcceptUnpinnedAdmissions accepts admission records without the
+	// lifetime and credential pins (--require-admission-pins=false).
+	AcceptUnpinnedAdmissions bool
 
 	KubeletClientApprover bool
 	// LocalClusters are the clusters whose machines are nodes of the API
@@ -586,6 +589,7 @@ func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine,
 	}
 	validator := &credwebhook.CredentialRequestValidator{
 		Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Keys: keys, LocalClusters: o.LocalClusters,
+		AcceptUnpinned: o.AcceptUnpinnedAdmissions,
 	}
 	if err := validator.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the credential request webhook: %w", err)
@@ -602,7 +606,8 @@ func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine,
 	// only beside the webhook.
 	issuer := &credentials.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng, Keys: keys,
-		AdminKubeconfigs: o.AdminKubeconfigs, Recorder: mgr.GetEventRecorder("ichor-credentials"), LocalClusters: o.LocalClusters,
+		AdminKubeconfigs: o.AdminKubeconfigs, AcceptUnpinned: o.AcceptUnpinnedAdmissions,
+		Recorder: mgr.GetEventRecorder("ichor-credentials"), LocalClusters: o.LocalClusters,
 	}
 	if err := issuer.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the credential issuer: %w", err)

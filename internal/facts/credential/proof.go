@@ -51,16 +51,18 @@ const (
 	AnnotationMAC        = "ichor.dev/admission-mac"
 	// AnnotationLifetime is the lifetime admitted, in whole seconds, and
 	// AnnotationLifetimeMAC the MAC that covers it as well. A record of a
-	// webhook older than them has neither, and an issuer older than them
-	// reads AnnotationMAC alone, so records of either verify through a
-	// rolling upgrade; a record with one and not the other does not.
+	// webhook older than them has neither: it verifies only where the
+	// manager accepts unpinned records (AcceptUnpinned, for a rolling
+	// upgrade). An issuer older than them reads AnnotationMAC alone. A
+	// record with one and not the other never verifies.
 	AnnotationLifetime    = "ichor.dev/lifetime-seconds"
 	AnnotationLifetimeMAC = "ichor.dev/admission-mac-lifetime"
 	// AnnotationCredential is the credential admitted, the JSON object
 	// the admission decision names (the Talos role, or the certificate's
 	// common name, groups and bound role), and AnnotationCredentialMAC the
 	// MAC that covers it and all AnnotationMAC covers. Older records have
-	// neither and verify as before, the credential not compared.
+	// neither and verify, the credential not compared, only where the
+	// manager accepts unpinned records.
 	AnnotationCredential    = "ichor.dev/credential"               //nolint:gosec // G101: an annotation's name, not a credential
 	AnnotationCredentialMAC = "ichor.dev/admission-mac-credential" //nolint:gosec // G101: an annotation's name, not a credential
 )
@@ -248,20 +250,37 @@ type Admitted struct {
 	Credential      json.RawMessage
 }
 
+// Unpinned says whether Verify accepts a record without the pins: the
+// lifetime and the credential admitted, each under its MAC.
+type Unpinned bool
+
+const (
+	// RefuseUnpinned: a record must pin both. Whoever may edit Events in
+	// the namespace can take the pins away from a record and leave its
+	// first MAC valid; refused, that leaves the request unissued rather than
+	// signed with a lifetime or a credential other than the one admitted.
+	RefuseUnpinned Unpinned = false
+	// AcceptUnpinned: a record without a pin verifies as an older webhook's
+	// (or one of a bundle that names no credential), and that pin is not
+	// compared: for a rolling upgrade from a release whose webhook wrote
+	// none (--require-admission-pins=false).
+	AcceptUnpinned Unpinned = true
+)
+
 // Verify reports whether the record proves the webhook admitted exactly
 // this request for the cluster with clusterUID: its MAC, with the current
 // key, covers the request's UID, namespace, name and spec, that cluster and
-// the decision id it names, its lifetime MAC, if it has one, the lifetime it
-// names as well, and its credential MAC, if it has one, the credential it
-// names. A record that does not is described, never an error: it is a fact
-// for the rule.
+// the decision id it names, its lifetime MAC the lifetime it names as well,
+// and its credential MAC the credential it names. A record that does not is
+// described, never an error: it is a fact for the rule.
 //
-// A record without the lifetime and its MAC is an older webhook's, and
-// says no lifetime: whoever may edit Events can strip both from a new
-// record and so have it read as one, which leaves the issuer as it was
-// before the lifetime was recorded (a default changed between admission and
-// signing goes unnoticed), never more. So with the credential and its MAC.
-func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID, record *corev1.Event) (ok bool, got Admitted, why string) {
+// A record without the lifetime and its MAC, or without the credential and
+// its MAC, verifies only if unpinned is AcceptUnpinned, and then says no
+// lifetime or no credential: whoever may edit Events can strip both from a
+// new record and so have it read as an older webhook's, which leaves the
+// issuer as it was before the pins were recorded (a default or a mapping
+// changed between admission and signing goes unnoticed), never more.
+func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID, record *corev1.Event, unpinned Unpinned) (ok bool, got Admitted, why string) {
 	got.DecisionID = record.Annotations[AnnotationDecisionID]
 	recorded := record.Annotations[AnnotationMAC]
 	if recorded == "" {
@@ -277,8 +296,10 @@ func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID ty
 	text, hasLifetime := record.Annotations[AnnotationLifetime]
 	lifetimeMAC, hasLifetimeMAC := record.Annotations[AnnotationLifetimeMAC]
 	switch {
+	case !hasLifetime && !hasLifetimeMAC && unpinned == AcceptUnpinned:
+		return verifyCredential(key, tcr, clusterUID, record, got, unpinned)
 	case !hasLifetime && !hasLifetimeMAC:
-		return verifyCredential(key, tcr, clusterUID, record, got)
+		return notOurs(record, got.DecisionID, unpinnedWhy(AnnotationLifetime))
 	case !hasLifetime || !hasLifetimeMAC:
 		return notOurs(record, got.DecisionID, "carries one of "+AnnotationLifetime+" and "+AnnotationLifetimeMAC+" without the other")
 	}
@@ -296,7 +317,7 @@ func Verify(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID ty
 		return false, Admitted{DecisionID: got.DecisionID}, fmt.Sprintf("the lifetime MAC of the Event %s/%s does not match the lifetime it names, this request's uid, spec and requester, its cluster and the manager's admission key", record.Namespace, record.Name)
 	}
 	got.LifetimeSeconds = n
-	return verifyCredential(key, tcr, clusterUID, record, got)
+	return verifyCredential(key, tcr, clusterUID, record, got, unpinned)
 }
 
 // notOurs is the answer of Verify for a record the webhook did not write as
@@ -305,14 +326,21 @@ func notOurs(record *corev1.Event, decisionID, what string) (bool, Admitted, str
 	return false, Admitted{DecisionID: decisionID}, fmt.Sprintf("the Event %s/%s %s", record.Namespace, record.Name, what)
 }
 
+// unpinnedWhy says why a record without a pin does not verify.
+func unpinnedWhy(annotation string) string {
+	return "carries no " + annotation + " annotation nor its MAC: the record of a webhook from before the pins, or one whose pins were taken away, and the manager requires them (--require-admission-pins)"
+}
+
 // verifyCredential is Verify's last step: the credential a record names,
 // if it names one, under its MAC.
-func verifyCredential(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID, record *corev1.Event, got Admitted) (bool, Admitted, string) {
+func verifyCredential(key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, clusterUID types.UID, record *corev1.Event, got Admitted, unpinned Unpinned) (bool, Admitted, string) {
 	text, hasCredential := record.Annotations[AnnotationCredential]
 	credentialMAC, hasCredentialMAC := record.Annotations[AnnotationCredentialMAC]
 	switch {
-	case !hasCredential && !hasCredentialMAC:
+	case !hasCredential && !hasCredentialMAC && unpinned == AcceptUnpinned:
 		return true, got, ""
+	case !hasCredential && !hasCredentialMAC:
+		return notOurs(record, got.DecisionID, unpinnedWhy(AnnotationCredential))
 	case !hasCredential || !hasCredentialMAC:
 		return notOurs(record, got.DecisionID, "carries one of "+AnnotationCredential+" and "+AnnotationCredentialMAC+" without the other")
 	case len(text) > MaxCredential:

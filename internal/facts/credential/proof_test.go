@@ -15,9 +15,10 @@ import (
 
 // A record says the lifetime admitted under a MAC of its own, beside the
 // MAC an older issuer reads; one written by an older webhook (a rolling
-// upgrade) has neither and still verifies, saying no lifetime, and the rule
-// then compares nothing. One with a lifetime and no MAC of it, or another
-// lifetime than its MAC covers, does not verify.
+// upgrade), or one whose pins were taken away, has neither: it verifies,
+// saying no lifetime (the rule then compares nothing), only where unpinned
+// records are accepted. One with a lifetime and no MAC of it, or another
+// lifetime than its MAC covers, never verifies.
 func TestARecordSaysTheLifetimeAdmittedUnderItsMAC(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
 	tcr := &ichorv1alpha1.TalosCredentialRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u"}}
@@ -39,13 +40,18 @@ func TestARecordSaysTheLifetimeAdmittedUnderItsMAC(t *testing.T) {
 
 	ok, got, why := credential.Verify(key, tcr, "cluster-uid", record(map[string]string{
 		credential.AnnotationLifetime: "3600", credential.AnnotationLifetimeMAC: lifetimeMAC,
-	}))
+	}), credential.AcceptUnpinned)
 	assert.True(t, ok, why)
 	assert.Equal(t, credential.Admitted{DecisionID: "decision", LifetimeSeconds: 3600}, got)
 
-	ok, got, why = credential.Verify(key, tcr, "cluster-uid", record(nil))
+	ok, got, why = credential.Verify(key, tcr, "cluster-uid", record(nil), credential.AcceptUnpinned)
 	assert.True(t, ok, "an older webhook's record: %s", why)
 	assert.Equal(t, credential.Admitted{DecisionID: "decision"}, got)
+
+	ok, got, why = credential.Verify(key, tcr, "cluster-uid", record(nil), credential.RefuseUnpinned)
+	assert.False(t, ok, "a record without the lifetime verified where pins are required")
+	assert.Equal(t, credential.Admitted{DecisionID: "decision"}, got)
+	assert.Equal(t, "the Event ns/ichor-admission-u carries no ichor.dev/lifetime-seconds annotation nor its MAC: the record of a webhook from before the pins, or one whose pins were taken away, and the manager requires them (--require-admission-pins)", why)
 
 	for name, annotations := range map[string]map[string]string{
 		"another lifetime written":      {credential.AnnotationLifetime: "7200", credential.AnnotationLifetimeMAC: lifetimeMAC},
@@ -57,18 +63,22 @@ func TestARecordSaysTheLifetimeAdmittedUnderItsMAC(t *testing.T) {
 		"none":                          {credential.AnnotationLifetime: "", credential.AnnotationLifetimeMAC: lifetimeMAC},
 		"the MAC of another request":    {credential.AnnotationMAC: "x", credential.AnnotationLifetime: "3600", credential.AnnotationLifetimeMAC: lifetimeMAC},
 	} {
-		ok, got, why := credential.Verify(key, tcr, "cluster-uid", record(annotations))
-		assert.False(t, ok, "%s: verified", name)
-		assert.NotEmpty(t, why, name)
-		assert.Zero(t, got.LifetimeSeconds, name)
+		for _, unpinned := range []credential.Unpinned{credential.AcceptUnpinned, credential.RefuseUnpinned} {
+			ok, got, why := credential.Verify(key, tcr, "cluster-uid", record(annotations), unpinned)
+			assert.False(t, ok, "%s: verified", name)
+			assert.NotEmpty(t, why, name)
+			assert.Zero(t, got.LifetimeSeconds, name)
+		}
 	}
 }
 
 // A record names the credential admitted under a MAC of its own, so the
-// issuer signs what the Event named; one of an older webhook names none and
-// verifies, the rule then comparing nothing. One with a credential and no
-// MAC of it, another credential than its MAC covers, or a credential that
-// is not a JSON object does not verify, and hands the rule no credential.
+// issuer signs what the Event named; one of an older webhook, or one whose
+// pins were taken away, names none and verifies, the rule then comparing
+// nothing, only where unpinned records are accepted. One with a credential
+// and no MAC of it, another credential than its MAC covers, or a credential
+// that is not a JSON object never verifies, and hands the rule no
+// credential.
 func TestARecordNamesTheCredentialAdmittedUnderItsMAC(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
 	tcr := &ichorv1alpha1.TalosCredentialRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "r", UID: "u"}}
@@ -100,24 +110,35 @@ func TestARecordNamesTheCredentialAdmittedUnderItsMAC(t *testing.T) {
 		return e
 	}
 
-	ok, got, why := credential.Verify(key, tcr, "cluster-uid", record(map[string]string{
-		credential.AnnotationCredential: reader, credential.AnnotationCredentialMAC: credentialMAC(reader),
-	}))
-	assert.True(t, ok, why)
-	assert.Equal(t, credential.Admitted{DecisionID: "decision", LifetimeSeconds: 3600, Credential: []byte(reader)}, got)
+	pinned := map[string]string{credential.AnnotationCredential: reader, credential.AnnotationCredentialMAC: credentialMAC(reader)}
+	for _, unpinned := range []credential.Unpinned{credential.AcceptUnpinned, credential.RefuseUnpinned} {
+		ok, got, why := credential.Verify(key, tcr, "cluster-uid", record(pinned), unpinned)
+		assert.True(t, ok, why)
+		assert.Equal(t, credential.Admitted{DecisionID: "decision", LifetimeSeconds: 3600, Credential: []byte(reader)}, got)
+	}
 
 	// Without the lifetime's annotations (stripped, or a webhook between
-	// the two), the credential is still checked and named.
-	ok, got, why = credential.Verify(key, tcr, "cluster-uid", record(map[string]string{
+	// the two), the credential is still checked and named where unpinned
+	// records are accepted.
+	withoutLifetime := map[string]string{
 		credential.AnnotationLifetime: "-", credential.AnnotationLifetimeMAC: "-",
 		credential.AnnotationCredential: reader, credential.AnnotationCredentialMAC: credentialMAC(reader),
-	}))
+	}
+	ok, got, why := credential.Verify(key, tcr, "cluster-uid", record(withoutLifetime), credential.AcceptUnpinned)
 	assert.True(t, ok, why)
 	assert.JSONEq(t, reader, string(got.Credential))
+	ok, got, _ = credential.Verify(key, tcr, "cluster-uid", record(withoutLifetime), credential.RefuseUnpinned)
+	assert.False(t, ok, "a record without the lifetime verified where pins are required")
+	assert.Nil(t, got.Credential)
 
-	ok, got, why = credential.Verify(key, tcr, "cluster-uid", record(nil))
+	ok, got, why = credential.Verify(key, tcr, "cluster-uid", record(nil), credential.AcceptUnpinned)
 	assert.True(t, ok, "an older webhook's record: %s", why)
 	assert.Nil(t, got.Credential)
+	ok, got, why = credential.Verify(key, tcr, "cluster-uid", record(nil), credential.RefuseUnpinned)
+	assert.False(t, ok, "a record without the credential verified where pins are required")
+	assert.Equal(t, credential.Admitted{DecisionID: "decision"}, got, "nothing of a record that does not verify is handed on")
+	assert.Contains(t, why, "carries no ichor.dev/credential annotation nor its MAC")
+	assert.Contains(t, why, "--require-admission-pins")
 
 	long := `{"credential":"` + strings.Repeat("x", credential.MaxCredential) + `"}`
 	for name, annotations := range map[string]map[string]string{
@@ -129,9 +150,11 @@ func TestARecordNamesTheCredentialAdmittedUnderItsMAC(t *testing.T) {
 		"too long, under its MAC":          {credential.AnnotationCredential: long, credential.AnnotationCredentialMAC: credentialMAC(long)},
 		"checked without the lifetime too": {credential.AnnotationLifetime: "-", credential.AnnotationLifetimeMAC: "-", credential.AnnotationCredential: operator, credential.AnnotationCredentialMAC: credentialMAC(reader)},
 	} {
-		ok, got, why := credential.Verify(key, tcr, "cluster-uid", record(annotations))
-		assert.False(t, ok, "%s: verified", name)
-		assert.NotEmpty(t, why, name)
-		assert.Nil(t, got.Credential, name)
+		for _, unpinned := range []credential.Unpinned{credential.AcceptUnpinned, credential.RefuseUnpinned} {
+			ok, got, why := credential.Verify(key, tcr, "cluster-uid", record(annotations), unpinned)
+			assert.False(t, ok, "%s: verified", name)
+			assert.NotEmpty(t, why, name)
+			assert.Nil(t, got.Credential, name)
+		}
 	}
 }
