@@ -95,6 +95,9 @@ type target struct {
 	// through the target ends with it. Nil for the local API server.
 	watch  context.Context
 	cancel context.CancelFunc
+	// stopped is called once the watch has stopped and given its share of
+	// its tenant's bound back (remote API servers only).
+	stopped func()
 }
 
 // targets keeps one watched API server per cluster with a kubeconfigRef, and
@@ -646,7 +649,25 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 		counts = nil
 	}
 	log.FromContext(ctx).Info("watching the cluster's own API server for kubelet serving CSRs", "host", cfg.Host)
-	return &target{reader: cl.GetClient(), clientset: clientset, names: names, counts: counts, gate: gate, limits: limits, watch: runCtx, cancel: cancel}, nil
+	return &target{
+		reader: cl.GetClient(), clientset: clientset, names: names, counts: counts, gate: gate, limits: limits, watch: runCtx, cancel: cancel,
+		stopped: sync.OnceFunc(func() { r.wakeTenant(key) }),
+	}, nil
+}
+
+// wakeTenant has the clusters of key's tenant that were refused for what
+// the tenant's servers held together reconciled now, rather than after
+// their backoff: key's watch has ended, and its share with it. Each is
+// weighed afresh; one still past the bound fails again and backs off anew.
+// Called with r.targets.mu held, or not: it neither takes it nor waits.
+func (r *Reconciler) wakeTenant(key types.NamespacedName) {
+	parent := r.runCtx
+	if parent == nil {
+		parent = context.Background()
+	}
+	for _, sibling := range r.targets.starts.wake(key) {
+		go r.rejudgeCluster(parent, sibling)
+	}
 }
 
 // stop ends a remote target's watch. What its cache held is given back to
@@ -655,6 +676,9 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 func (t *target) stop() {
 	t.cancel()
 	t.limits.release()
+	if t.stopped != nil {
+		t.stopped()
+	}
 }
 
 // stop ends the cluster's watch and forgets the rule's verdict on its

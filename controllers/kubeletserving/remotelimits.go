@@ -293,12 +293,19 @@ func (c *countedCSRs) crossed(t *tally, tenantCSRs int, tenantBytes int64) error
 	case t.bytes > c.limits.maxBytes:
 		return fmt.Errorf("the CSRs of the API server of cluster %s are more than %s (%s--tenant-max-csr-mib)", c.limits.cluster, bytes, most)
 	case tenantCSRs > c.limits.maxCSRs:
-		return fmt.Errorf("the API servers of the clusters of namespace %s hold more than %s together (%s--tenant-max-csrs)", c.limits.cluster.Namespace, csrs, most)
+		return tenantBoundError{fmt.Errorf("the API servers of the clusters of namespace %s hold more than %s together (%s--tenant-max-csrs)", c.limits.cluster.Namespace, csrs, most)}
 	case tenantBytes > c.limits.maxBytes:
-		return fmt.Errorf("the CSRs of the API servers of the clusters of namespace %s are more than %s together (%s--tenant-max-csr-mib)", c.limits.cluster.Namespace, bytes, most)
+		return tenantBoundError{fmt.Errorf("the CSRs of the API servers of the clusters of namespace %s are more than %s together (%s--tenant-max-csr-mib)", c.limits.cluster.Namespace, bytes, most)}
 	}
 	return nil
 }
+
+// tenantBoundError is a limit crossed by a tenant's caches together, the
+// cluster's own within it: it may pass once another of the tenant's watches
+// ends and gives its share back (remoteStarts.wake).
+type tenantBoundError struct{ error }
+
+func (e tenantBoundError) Unwrap() error { return e.error }
 
 // put counts a CSR into the tally into (what the cache holds, or a list
 // under way; one that is neither any more counts nothing), and says when

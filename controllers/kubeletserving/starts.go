@@ -182,6 +182,26 @@ func (s *remoteStarts) takeTurn(namespace string, now time.Time, busyWait time.D
 	return false
 }
 
+// wake forgets the failed starts of the clusters of stopped's tenant that
+// failed for what the tenant's servers held together (tenantBoundError),
+// and returns them: stopped's watch has ended and given its share back, so
+// they may start now rather than after their backoff. stopped itself is
+// left as it is (its own watch may have been what crossed the bound). Only
+// a watch that ran wakes its siblings, never a failed start: two clusters
+// refused together would otherwise wake each other for ever.
+func (s *remoteStarts) wake(stopped types.NamespacedName) []types.NamespacedName {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var woken []types.NamespacedName
+	for key, f := range s.failed {
+		if key.Namespace == stopped.Namespace && key != stopped && errors.As(f.err, new(tenantBoundError)) {
+			delete(s.failed, key)
+			woken = append(woken, key)
+		}
+	}
+	return woken
+}
+
 // forget drops what is kept of a cluster's failed starts.
 func (s *remoteStarts) forget(key types.NamespacedName) {
 	s.mu.Lock()

@@ -10,6 +10,7 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -344,5 +346,43 @@ users:
 			c := rotatedTo(t, f, []byte(kc), func(d Decider) Decider { return identityJudge{d, tc.err} })
 			failsOnThisSide(t, f, clk, c, tc.want)
 		})
+	}
+}
+
+// A cluster refused for what its tenant's servers hold together is
+// reconciled as soon as another of the tenant's watches stops and gives its
+// share back, not after its backoff; its failure is forgotten, so that the
+// start is tried at once. Clusters of other tenants, a cluster refused for
+// its own server's size, and the cluster whose watch stopped are left to
+// their backoff.
+func TestAWatchThatStopsWakesTheClustersItsShareKeptOut(t *testing.T) {
+	r := &Reconciler{rejudge: make(chan event.TypedGenericEvent[types.NamespacedName], 8)}
+	now := time.Unix(1_000_000, 0)
+	sum := sha256.Sum256([]byte("kubeconfig"))
+	together := fmt.Errorf("watch CSRs of cluster: %w", tenantBoundError{errors.New("the API servers of the clusters of namespace ns hold more than 500 CSRs together")})
+	alone := errors.New("the API server of cluster ns/big holds more than 500 CSRs")
+	stopped := types.NamespacedName{Namespace: "ns", Name: "held"}
+	sibling := types.NamespacedName{Namespace: "ns", Name: "left"}
+	big := types.NamespacedName{Namespace: "ns", Name: "big"}
+	elsewhere := types.NamespacedName{Namespace: "other", Name: "left"}
+	for key, err := range map[types.NamespacedName]error{stopped: together, sibling: together, big: alone, elsewhere: together} {
+		r.targets.starts.fail(key, sum, "r1", now, 30*time.Second, err)
+	}
+
+	rt := &target{cancel: func() {}, stopped: sync.OnceFunc(func() { r.wakeTenant(stopped) })}
+	rt.stop()
+	select {
+	case e := <-r.rejudge:
+		assert.Equal(t, sibling, e.Object)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cluster left out was not reconciled")
+	}
+	end, err := r.targets.starts.begin(sibling, sum, "r1", now, time.Second)
+	require.NoError(t, err, "the cluster left out still waits for its backoff")
+	end(now, 30*time.Second, nil)
+	for _, key := range []types.NamespacedName{stopped, big, elsewhere} {
+		_, err := r.targets.starts.begin(key, sum, "r1", now, time.Second)
+		var deferred *startDeferredError
+		assert.ErrorAs(t, err, &deferred, "%s no longer waits for its backoff", key)
 	}
 }
