@@ -193,3 +193,44 @@ func TestTheDecisionCounterTellsRecordsFromDecisions(t *testing.T) {
 	assert.Equal(t, engine.KindRecord, engine.KindOf(engine.PathApplied))
 	assert.Equal(t, engine.KindDecision, engine.KindOf(engine.PathKubeletServing))
 }
+
+// A person's act is counted by how the record knows who acted, so that an
+// alert can say when acts are recorded that name nobody: a CSR approved by
+// hand while the webhook saw no attempt (actor_source unknown), and an admin
+// binding deleted as the API server told the webhook (admission).
+func TestAPersonsActsAreCountedByHowTheActorIsKnown(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics, err := engine.NewMetrics(reg)
+	require.NoError(t, err)
+	ctx := context.Background()
+	e, err := engine.New(ctx, engine.Options{DecisionLog: io.Discard, Metrics: metrics, ID: "test"})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(ctx) })
+
+	unseen, err := e.RecordManual(ctx, engine.ManualActInput{
+		Act: engine.ActCSRDecision, SeenBy: engine.SeenByWatch,
+		CertificateRequest: &engine.ManualCSRFacts{
+			Name: "csr-worker-9", SignerName: "kubernetes.io/kubelet-serving", Username: "system:node:worker-9",
+			Conditions:         []engine.ManualCondition{{Type: "Approved", Status: "True", Reason: "ByHand", Message: "ok"}},
+			PreviousConditions: []engine.ManualCondition{},
+		},
+	})
+	require.NoError(t, err)
+	require.Equal(t, engine.ActorSourceUnknown, unseen.ActorSource)
+	seen, err := e.RecordManual(ctx, engine.ManualActInput{
+		Act: engine.ActAdminBindingDeletion, SeenBy: engine.SeenByAdmission,
+		User: &engine.CredentialUser{Username: "ada", UID: "u-ada"},
+		Binding: &engine.ManualBindingFacts{
+			Name: "ichor-admin:u:bob:0123456789", Username: "bob", Identity: "ichor-admin:u:bob",
+			RoleRef: engine.RoleRefFacts{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
+		},
+	})
+	require.NoError(t, err)
+	require.Equal(t, engine.ActorSourceAdmission, seen.ActorSource)
+
+	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.ManualActs(engine.ManualKindDecision, engine.ActionApprove, engine.ActorSourceUnknown)))
+	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.ManualActs(engine.ManualKindRevocation, engine.ActionRevoke, engine.ActorSourceAdmission)))
+	got, err := testutil.GatherAndCount(reg, "ichor_policy_manual_acts_total")
+	require.NoError(t, err)
+	assert.Equal(t, 2, got)
+}

@@ -28,9 +28,25 @@ const (
 	SeenByWatchStart = "watch_start"
 )
 
-// ActorSourceNotWatched is the actor_source of a decision the watch found
-// made when it started: no manager watched it, so nobody is named.
-const ActorSourceNotWatched = "not_watched"
+// The actor_source of a record: how the record knows who acted, if it does.
+const (
+	// ActorSourceAdmission: the API server named the person to the
+	// manager's webhook.
+	ActorSourceAdmission = "admission"
+	// ActorSourceAnnotation: a binding's ichor.dev/revoked-by annotation,
+	// a claim on the object.
+	ActorSourceAnnotation = "annotation"
+	// ActorSourceAmbiguous: several people attempted the verdict stored,
+	// or attempts were not kept; nobody is named.
+	ActorSourceAmbiguous = "ambiguous"
+	// ActorSourceNotWatched is the actor_source of a decision the watch
+	// found made when it started: no manager watched it, so nobody is
+	// named.
+	ActorSourceNotWatched = "not_watched"
+	// ActorSourceUnknown: the webhook saw no attempt (down, unreachable or
+	// timed out); nobody is named.
+	ActorSourceUnknown = "unknown"
+)
 
 // ActionRevoke is the action of a revocation record.
 const ActionRevoke = "revoke"
@@ -146,5 +162,6 @@ func (e *Engine) RecordManual(ctx context.Context, in ManualActInput) (ManualRec
 			d.ID, d.Path, out.Kind, out.Action, out.Object, len(out.Reasons))
 	}
 	out.DecisionID, out.Revision = d.ID, d.Revision
+	e.metrics.manualAct(out)
 	return out, nil
 }

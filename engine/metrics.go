@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,7 @@ type Metrics struct {
 	uploadDropped  *prometheus.CounterVec
 	uploadedTotal  prometheus.Counter
 	uploadFailures prometheus.Counter
+	manualActs     *prometheus.CounterVec
 }
 
 // The causes of an upload drop.
@@ -65,12 +67,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ichor_policy_decision_log_upload_failures_total",
 			Help: "Uploads to the decision-log service that failed; their entries are kept and sent again.",
 		}),
+		manualActs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ichor_policy_manual_acts_total",
+			Help: "A person's acts recorded (path " + PathManualRecord + ": a kubelet CSR approved or denied by hand, an admin binding deleted), by kind, action and actor_source: admission when the API server named the person to the webhook; annotation, ambiguous, not_watched or unknown when the record cannot name them (the API server's audit log can).",
+		}, []string{"kind", "action", "actor_source"}),
 	}
 	for _, cause := range uploadDropCauses {
 		m.uploadDropped.WithLabelValues(cause)
 	}
 	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.revision, m.loadFailures, m.disagreements, m.droppedEntries,
-		m.uploadDropped, m.uploadedTotal, m.uploadFailures} {
+		m.uploadDropped, m.uploadedTotal, m.uploadFailures, m.manualActs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -114,6 +120,35 @@ func (m *Metrics) decision(path string, result json.RawMessage, err error, d tim
 		reason = o.Reasons[0].Code
 	}
 	m.decisions.WithLabelValues(KindOf(path), path, action, reason).Inc()
+}
+
+// The label values of ichor_policy_manual_acts_total, as the shipped rule
+// writes them; anything else a bundle writes is counted as "other", so that
+// a bundle cannot make series without bound.
+var (
+	manualKinds        = []string{ManualKindDecision, ManualKindRevocation}
+	manualActions      = []string{ActionApprove, ActionDeny, ActionRevoke}
+	manualActorSources = []string{ActorSourceAdmission, ActorSourceAnnotation, ActorSourceAmbiguous, ActorSourceNotWatched, ActorSourceUnknown}
+)
+
+func allowedLabel(value string, allowed []string) string {
+	if slices.Contains(allowed, value) {
+		return value
+	}
+	return "other"
+}
+
+// manualAct counts a person's act recorded.
+func (m *Metrics) manualAct(r ManualRecord) {
+	if m != nil {
+		m.manualActs.WithLabelValues(allowedLabel(r.Kind, manualKinds), allowedLabel(r.Action, manualActions),
+			allowedLabel(r.ActorSource, manualActorSources)).Inc()
+	}
+}
+
+// ManualActs is the count of a person's acts recorded with these labels.
+func (m *Metrics) ManualActs(kind, action, actorSource string) prometheus.Counter {
+	return m.manualActs.WithLabelValues(kind, action, actorSource)
 }
 
 // record counts a record that a verdict was applied, which no rule
