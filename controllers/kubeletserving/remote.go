@@ -655,17 +655,16 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	}, nil
 }
 
-// wakeTenant has the clusters of key's tenant that were refused for what
-// the tenant's servers held together reconciled now, rather than after
-// their backoff: key's watch has ended, and its share with it. Each is
-// weighed afresh; one still past the bound fails again and backs off anew.
-// Called with r.targets.mu held, or not: it neither takes it nor waits.
+// wakeTenant has a cluster of key's tenant that was refused for what the
+// tenant's servers held together reconciled now, rather than after its
+// backoff (remoteStarts.wake): key's watch has ended, and its share with
+// it. Called with r.targets.mu held, or not: it neither takes it nor waits.
 func (r *Reconciler) wakeTenant(key types.NamespacedName) {
 	parent := r.runCtx
 	if parent == nil {
 		parent = context.Background()
 	}
-	for _, sibling := range r.targets.starts.wake(key) {
+	if sibling, ok := r.targets.starts.wake(key, r.Clock.Now()); ok {
 		go r.rejudgeCluster(parent, sibling)
 	}
 }

@@ -182,24 +182,37 @@ func (s *remoteStarts) takeTurn(namespace string, now time.Time, busyWait time.D
 	return false
 }
 
-// wake forgets the failed starts of the clusters of stopped's tenant that
-// failed for what the tenant's servers held together (tenantBoundError),
-// and returns them: stopped's watch has ended and given its share back, so
-// they may start now rather than after their backoff. stopped itself is
-// left as it is (its own watch may have been what crossed the bound). Only
-// a watch that ran wakes its siblings, never a failed start: two clusters
-// refused together would otherwise wake each other for ever.
-func (s *remoteStarts) wake(stopped types.NamespacedName) []types.NamespacedName {
+// wake lets one cluster of stopped's tenant start now rather than after its
+// backoff: the one due soonest of those whose start failed for what the
+// tenant's servers held together (tenantBoundError). stopped's watch has
+// ended and given its share back. The failure's count is kept, so a start
+// that fails again backs off longer; a failure after a start that
+// succeeded (afterStart: a server that grew past the bound while watched)
+// is never woken, nor stopped itself. So two clusters that take turns at
+// crossing the bound wait for their backoffs, and a watch stopped at will
+// (its kubeconfig rewritten) starts at most one sibling's list besides its
+// own.
+func (s *remoteStarts) wake(stopped types.NamespacedName, now time.Time) (types.NamespacedName, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var woken []types.NamespacedName
+	var (
+		woken types.NamespacedName
+		found bool
+	)
 	for key, f := range s.failed {
-		if key.Namespace == stopped.Namespace && key != stopped && errors.As(f.err, new(tenantBoundError)) {
-			delete(s.failed, key)
-			woken = append(woken, key)
+		if key.Namespace != stopped.Namespace || key == stopped || f.afterStart || !now.Before(f.until) || !errors.As(f.err, new(tenantBoundError)) {
+			continue
+		}
+		if !found || f.until.Before(s.failed[woken].until) || (f.until.Equal(s.failed[woken].until) && key.Name < woken.Name) {
+			woken, found = key, true
 		}
 	}
-	return woken
+	if found {
+		f := s.failed[woken]
+		f.until = now
+		s.failed[woken] = f
+	}
+	return woken, found
 }
 
 // forget drops what is kept of a cluster's failed starts.

@@ -351,38 +351,68 @@ users:
 
 // A cluster refused for what its tenant's servers hold together is
 // reconciled as soon as another of the tenant's watches stops and gives its
-// share back, not after its backoff; its failure is forgotten, so that the
-// start is tried at once. Clusters of other tenants, a cluster refused for
-// its own server's size, and the cluster whose watch stopped are left to
-// their backoff.
-func TestAWatchThatStopsWakesTheClustersItsShareKeptOut(t *testing.T) {
-	r := &Reconciler{rejudge: make(chan event.TypedGenericEvent[types.NamespacedName], 8)}
+// share back, not after its backoff: one cluster per stop, the one due
+// soonest, its failures still counted (review 34 H1: two clusters that
+// take turns at crossing the bound would otherwise restart each other
+// without a backoff). Clusters of other tenants, a cluster refused for its
+// own server's size, one whose watch crossed the bound after its start,
+// and the cluster whose watch stopped are left to their backoff.
+func TestAWatchThatStopsWakesOneClusterItsShareKeptOut(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
+	r := &Reconciler{rejudge: make(chan event.TypedGenericEvent[types.NamespacedName], 8), Clock: clocktesting.NewFakePassiveClock(now)}
 	sum := sha256.Sum256([]byte("kubeconfig"))
+	bound := 30 * time.Second
 	together := fmt.Errorf("watch CSRs of cluster: %w", tenantBoundError{errors.New("the API servers of the clusters of namespace ns hold more than 500 CSRs together")})
 	alone := errors.New("the API server of cluster ns/big holds more than 500 CSRs")
 	stopped := types.NamespacedName{Namespace: "ns", Name: "held"}
-	sibling := types.NamespacedName{Namespace: "ns", Name: "left"}
+	first := types.NamespacedName{Namespace: "ns", Name: "first"}
+	second := types.NamespacedName{Namespace: "ns", Name: "second"}
+	grown := types.NamespacedName{Namespace: "ns", Name: "grown"}
 	big := types.NamespacedName{Namespace: "ns", Name: "big"}
 	elsewhere := types.NamespacedName{Namespace: "other", Name: "left"}
-	for key, err := range map[types.NamespacedName]error{stopped: together, sibling: together, big: alone, elsewhere: together} {
-		r.targets.starts.fail(key, sum, "r1", now, 30*time.Second, err)
+	for key, err := range map[types.NamespacedName]error{stopped: together, big: alone, elsewhere: together} {
+		r.targets.starts.fail(key, sum, "r1", now, bound, err)
 	}
+	end, err := r.targets.starts.begin(first, sum, "r1", now, time.Second)
+	require.NoError(t, err)
+	end(now, bound, together) // first: 30 s
+	end, err = r.targets.starts.begin(second, sum, "r1", now, time.Second)
+	require.NoError(t, err)
+	end(now, bound, together)
+	end, err = r.targets.starts.begin(second, sum, "r1", now.Add(bound), time.Second)
+	require.NoError(t, err)
+	end(now, bound, together) // second: 60 s, due after first
+	r.targets.starts.fail(grown, sum, "r1", now, bound, together)
 
+	deferred := func(key types.NamespacedName) bool {
+		_, err := r.targets.starts.begin(key, sum, "r1", now, time.Second)
+		var d *startDeferredError
+		return errors.As(err, &d)
+	}
+	woken := func() types.NamespacedName {
+		select {
+		case e := <-r.rejudge:
+			return e.Object
+		case <-time.After(10 * time.Second):
+			t.Fatal("no cluster left out was reconciled")
+			return types.NamespacedName{}
+		}
+	}
 	rt := &target{cancel: func() {}, stopped: sync.OnceFunc(func() { r.wakeTenant(stopped) })}
 	rt.stop()
-	select {
-	case e := <-r.rejudge:
-		assert.Equal(t, sibling, e.Object)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the cluster left out was not reconciled")
+	assert.Equal(t, first, woken(), "not the cluster due soonest")
+	for _, key := range []types.NamespacedName{stopped, second, grown, big, elsewhere} {
+		assert.True(t, deferred(key), "%s no longer waits for its backoff", key)
 	}
-	end, err := r.targets.starts.begin(sibling, sum, "r1", now, time.Second)
-	require.NoError(t, err, "the cluster left out still waits for its backoff")
-	end(now, 30*time.Second, nil)
-	for _, key := range []types.NamespacedName{stopped, big, elsewhere} {
-		_, err := r.targets.starts.begin(key, sum, "r1", now, time.Second)
-		var deferred *startDeferredError
-		assert.ErrorAs(t, err, &deferred, "%s no longer waits for its backoff", key)
-	}
+	end, err = r.targets.starts.begin(first, sum, "r1", now, time.Second)
+	require.NoError(t, err, "the cluster woken still waits for its backoff")
+	end(now.Add(time.Second), bound, together)
+	_, err = r.targets.starts.begin(first, sum, "r1", now.Add(bound+2*time.Second), time.Second)
+	assert.Error(t, err, "a woken cluster that fails again backs off as if it had not been woken")
+
+	// Another watch stops: the one left out due soonest now, the second,
+	// is woken.
+	other := &target{cancel: func() {}, stopped: sync.OnceFunc(func() { r.wakeTenant(big) })}
+	other.stop()
+	assert.Equal(t, second, woken())
 }
