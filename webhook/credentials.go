@@ -154,6 +154,14 @@ func (v *CredentialRequestValidator) Handle(ctx context.Context, req admission.R
 		return admission.Denied(fmt.Sprintf(
 			"the request was allowed but is refused because the policy names no Event to record its issuance (a broken bundle?) (decision %s)", d.DecisionID))
 	}
+	if len(d.Credential) == 0 && !v.AcceptUnpinned {
+		// The issuer would refuse the record, which would pin no
+		// credential: refused here, a dry run alike, so that it says
+		// what a create would meet.
+		logger.Error(nil, "refused: the decision admits without naming the credential to pin")
+		return admission.Denied(fmt.Sprintf(
+			"the request was allowed but is refused because the policy's admission decision names no credential to pin, and the manager requires admission pins (--require-admission-pins): activate a bundle of policy epoch 6 or later (decision %s)", d.DecisionID))
+	}
 	// A dry run has no side effect (sideEffects=NoneOnDryRun), whatever a
 	// bundle says.
 	if d.Event != nil && !in.DryRun {
@@ -268,7 +276,7 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 		credential.AnnotationLifetime:    strconv.FormatInt(lifetime, 10),
 		credential.AnnotationLifetimeMAC: lifetimeMAC,
 	}
-	if err := pinCredential(annotations, key, tcr, namespace, cluster.UID, d, credential.Unpinned(v.AcceptUnpinned)); err != nil {
+	if err := pinCredential(annotations, key, tcr, namespace, cluster.UID, d); err != nil {
 		return err
 	}
 	now := metav1.NewTime(v.now())
@@ -306,14 +314,11 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 // pinCredential adds the credential the decision admits, and its MAC, to a
 // record's annotations, so that the issuer signs what the Event names. A
 // bundle from before the pin names none: the record then pins none, as an
-// older webhook's, where unpinned records are accepted, and the request is
-// refused otherwise.
-func pinCredential(annotations map[string]string, key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string, clusterUID types.UID, d engine.CredentialAdmission, unpinned credential.Unpinned) error {
-	switch {
-	case len(d.Credential) == 0 && unpinned == credential.AcceptUnpinned:
+// older webhook's (Handle lets such a decision through only where unpinned
+// records are accepted).
+func pinCredential(annotations map[string]string, key []byte, tcr *ichorv1alpha1.TalosCredentialRequest, namespace string, clusterUID types.UID, d engine.CredentialAdmission) error {
+	if len(d.Credential) == 0 {
 		return nil
-	case len(d.Credential) == 0:
-		return errors.New("the policy's admission decision names no credential to pin, and the manager requires admission pins (--require-admission-pins): activate a bundle of policy epoch 6 or later")
 	}
 	// Compact, as the MAC and the issuer read it; only an object is a
 	// credential.

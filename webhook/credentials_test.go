@@ -777,11 +777,16 @@ func TestABundleWithoutThePinIsRefusedUnlessUnpinnedRecordsAreAccepted(t *testin
 	})
 	t.Cleanup(func() { odd.Set(f.ns, nil) })
 
+	says := "the policy's admission decision names no credential to pin, and the manager requires admission pins (--require-admission-pins)"
 	err := alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t)))
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "the policy's admission decision names no credential to pin, and the manager requires admission pins (--require-admission-pins)")
+	assert.Contains(t, err.Error(), says)
 	assert.Empty(t, f.requests(), "nothing is stored")
 	assert.Empty(t, f.events(), "no issuance is recorded")
+	// A dry run says what the create would meet (review 34 L1).
+	err = alice.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t)), client.DryRunAll)
+	require.Error(t, err, "a dry run admitted what a create refuses")
+	assert.Contains(t, err.Error(), says)
 
 	v := &webhook.CredentialRequestValidator{
 		Engine: decider, LocalClusters: local, Instance: "webhook-test", Keys: admissionKeys,

@@ -993,6 +993,9 @@ func TestRequireAdmissionPinsValue(t *testing.T) {
 	assert.NotContains(t, strings.Join(args(render(t).deployment(t)), " "), "--require-admission-pins")
 	dep := render(t, "manager.requireAdmissionPins=false").deployment(t)
 	assert.Contains(t, args(dep), "--require-admission-pins=false")
+	// A value missing, as after `helm upgrade --reuse-values` from a chart
+	// without it, keeps the pins (review 34 M1).
+	assert.NotContains(t, strings.Join(args(render(t, "manager.requireAdmissionPins=null").deployment(t)), " "), "--require-admission-pins")
 	out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--set-string", "manager.requireAdmissionPins=false")
 	require.Error(t, err, "a string rendered")
 	assert.Contains(t, string(out), "requireAdmissionPins")

@@ -587,6 +587,11 @@ func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine,
 	if _, err := keys.Key(ctx); err != nil {
 		return err
 	}
+	if o.AcceptUnpinnedAdmissions {
+		// Meant for the time of an upgrade only: said at every start, so
+		// that it is not left on unnoticed.
+		ctrl.Log.WithName("manager").Info("WARNING: admission records without the lifetime and credential pins are accepted (--require-admission-pins=false): whoever may edit Events can take the pins away from a record; turn it back on once the requests of the release before the pins are answered")
+	}
 	validator := &credwebhook.CredentialRequestValidator{
 		Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Keys: keys, LocalClusters: o.LocalClusters,
 		AcceptUnpinned: o.AcceptUnpinnedAdmissions,
