@@ -729,7 +729,8 @@ func TestAnOddAdmissionAnswerIsARefusal(t *testing.T) {
 		cases = append(cases, oddCase{fmt.Sprintf("lifetime %v", lifetime), func() (engine.CredentialAdmission, error) {
 			return engine.CredentialAdmission{
 				Allowed: true, Reasons: engine.Reasons{{Code: "IchorCredentialAdmitted", Message: "yes"}}, DecisionID: "d-odd",
-				LifetimeSeconds: lifetime, Event: &engine.CredentialEvent{Type: corev1.EventTypeNormal, Reason: "TalosconfigReader", Message: "odd"},
+				LifetimeSeconds: lifetime, Credential: json.RawMessage(`{"credential":"talosconfig","kind":"talos","talos_role":"os:reader"}`),
+				Event: &engine.CredentialEvent{Type: corev1.EventTypeNormal, Reason: "TalosconfigReader", Message: "odd"},
 			}, nil
 		}, "not a whole number from 1 to"})
 	}
