@@ -77,6 +77,10 @@ type Options struct {
 	// source is refused, signed or not: whoever sits on the path can replay
 	// an old signed bundle (with a rule since fixed) or withhold new ones.
 	AllowInsecureHTTP bool
+	// RegistryCredentials is a Docker config file holding the credential
+	// of an oci:// Source's registry (user name and password or token,
+	// under "auths"), read at each pull; empty pulls anonymously.
+	RegistryCredentials string
 	// StartTimeout bounds the first activation; a source whose bundle is
 	// refused at start makes New fail with the reason.
 	StartTimeout time.Duration
@@ -214,7 +218,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		Config:      bytes.NewReader(config),
 		Logger:      e.log,
 		Ready:       make(chan struct{}),
-		Plugins:     map[string]plugins.Factory{sinksName: &sinksFactory{engine: e}, limitsPluginName: &limitsFactory{limits: opts.Limits, plainHTTP: opts.AllowInsecureHTTP}},
+		Plugins:     map[string]plugins.Factory{sinksName: &sinksFactory{engine: e}, limitsPluginName: &limitsFactory{limits: opts.Limits, plainHTTP: opts.AllowInsecureHTTP, registryCredentials: opts.RegistryCredentials}},
 		ManagerOpts: []func(*plugins.Manager){func(m *plugins.Manager) { e.mgr = m }},
 		// The bundle's data (the tables of data.json) kept as OPA's values,
 		// as OPA's own server keeps them: a rule reading a table, and the
@@ -289,6 +293,8 @@ func (e *Engine) resource(opts Options) (resource, serviceURL string, err error)
 	switch {
 	case opts.Source != "" && opts.Bundle != nil:
 		return "", "", errors.New("engine: Bundle and Source are exclusive")
+	case opts.RegistryCredentials != "" && !bundles.IsOCI(opts.Source):
+		return "", "", fmt.Errorf("registry credentials are for a bundle in a registry (%s...), not %q", bundles.OCIScheme, opts.Source)
 	case bundles.IsOCI(opts.Source):
 		return ociResource(opts)
 	case isURL(opts.Source):

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -232,19 +233,23 @@ type limitsPlugin struct {
 	limits bundles.Limits
 	// plainHTTP: --bundle-allow-insecure-http; without it no request of a
 	// bundle's goes over plain http, redirected or not.
-	plainHTTP bool
-	manager   *plugins.Manager
+	plainHTTP           bool
+	registryCredentials string
+	manager             *plugins.Manager
 }
 
 type limitsFactory struct {
 	limits    bundles.Limits
 	plainHTTP bool
+	// registryCredentials is the Docker config file of an oci:// source's
+	// credential (--bundle-registry-credentials), read at each pull.
+	registryCredentials string
 }
 
 func (*limitsFactory) Validate(*plugins.Manager, []byte) (any, error) { return struct{}{}, nil }
 
 func (f *limitsFactory) New(m *plugins.Manager, _ any) plugins.Plugin {
-	return &limitsPlugin{limits: f.limits, plainHTTP: f.plainHTTP, manager: m}
+	return &limitsPlugin{limits: f.limits, plainHTTP: f.plainHTTP, registryCredentials: f.registryCredentials, manager: m}
 }
 
 // Start reports the plugin ready: OPA is ready once every plugin is.
@@ -273,6 +278,19 @@ func (p *limitsPlugin) NewClient(c rest.Config) (*http.Client, error) {
 	if cfg := p.manager.GetConfig(); t.oci && cfg.PersistenceDirectory != nil {
 		t.store = ociStoreDir(*cfg.PersistenceDirectory)
 		t.logger = p.manager.Logger()
+	}
+	if t.oci && p.registryCredentials != "" {
+		// Read at each pull (OPA makes a client for each): a credential
+		// rotated in its Secret is used at the next.
+		u, err := url.Parse(c.URL)
+		if err != nil {
+			return nil, fmt.Errorf("registry %q: %w", c.URL, err)
+		}
+		header, err := registryBasicAuth(p.registryCredentials, u.Host)
+		if err != nil {
+			return nil, err
+		}
+		t.auth = &registryAuth{host: u.Host, header: header}
 	}
 	client.Transport = t
 	return client, nil
@@ -308,6 +326,9 @@ type limitsTransport struct {
 	// store is OPA's OCI store, pruned as each pull starts (ocistore.go).
 	store  string
 	logger logging.Logger
+	// auth adds the registry's credential, when it has one
+	// (registryauth.go).
+	auth *registryAuth
 }
 
 // gzipMagic starts every gzip stream; a bundle is one.
@@ -327,7 +348,10 @@ func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			t.logger.Debug("Removed %d blobs of earlier revisions from the OCI bundle store.", removed)
 		}
 	}
-	resp, err := t.base.RoundTrip(req)
+	resp, err := t.base.RoundTrip(t.auth.authorize(req))
+	if err == nil {
+		t.auth.learn(req, resp)
+	}
 	if err != nil || resp.StatusCode != http.StatusOK {
 		return resp, err
 	}

@@ -31,6 +31,13 @@ func ociResource(opts Options) (resource, service string, err error) {
 	if ref.PlainHTTP && !opts.AllowInsecureHTTP {
 		return "", "", fmt.Errorf("bundle source %s is plain http: anyone on the path could serve an older signed bundle or none; use %s, or allow it explicitly (--bundle-allow-insecure-http)", ref, bundles.OCIScheme)
 	}
+	if opts.RegistryCredentials != "" {
+		// Read now, so that a credential that cannot be used fails the
+		// start with its reason; each pull reads it again.
+		if _, err := registryBasicAuth(opts.RegistryCredentials, ref.Registry); err != nil {
+			return "", "", err
+		}
+	}
 	// OPA's downloader reads the repository and the tag or digest from the
 	// resource, and the host from the service URL.
 	return ref.Reference.String(), ref.ServiceURL(), nil

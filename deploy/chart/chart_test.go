@@ -779,6 +779,25 @@ func TestManagerDeployment(t *testing.T) {
 	assert.Equal(t, "ichor-bundle-key", vol.ConfigMap.Name)
 }
 
+// A bundle in a registry that asks who pulls: the credential's Secret
+// (kubernetes.io/dockerconfigjson) is mounted and named to the manager;
+// given for a bundle that is not in a registry, the render fails, as the
+// manager would refuse to start.
+func TestBundleRegistryCredentialsValue(t *testing.T) {
+	assert.NotContains(t, strings.Join(args(render(t).deployment(t)), " "), "--bundle-registry-credentials")
+	dep := render(t, "manager.bundle.path=oci://registry.example/ichor/policy:stable", "manager.bundle.verification.configMap=ichor-bundle-key",
+		"manager.bundle.registryCredentials.secretName=registry-login").deployment(t)
+	assert.Equal(t, "/etc/ichor-policy/registry/.dockerconfigjson", argValue(t, dep, "--bundle-registry-credentials"))
+	vol := mountedVolume(t, dep, "/etc/ichor-policy/registry")
+	require.NotNil(t, vol.Secret)
+	assert.Equal(t, "registry-login", vol.Secret.SecretName)
+	assert.Equal(t, []corev1.KeyToPath{{Key: ".dockerconfigjson", Path: ".dockerconfigjson"}}, vol.Secret.Items)
+
+	out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--set", "manager.bundle.registryCredentials.secretName=registry-login")
+	require.Error(t, err, "rendered registry credentials for the embedded bundle")
+	assert.Contains(t, string(out), "is not in a registry (oci://)")
+}
+
 var (
 	yes, no  = true, false
 	ptrTrue  = &yes

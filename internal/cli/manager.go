@@ -31,6 +31,7 @@ type managerOptions struct {
 	bundle               string
 	bundleKeys           []string
 	bundleInsecureHTTP   bool
+	bundleRegistryCreds  string
 	bundleKeyID          string
 	bundleKeyAlg         string
 	bundlePoll           time.Duration
@@ -100,6 +101,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.bundle, "bundle", "", "the policy bundle to serve: a tarball path, an http(s) URL or an OCI reference (oci://REGISTRY/REPO:TAG, or oci+http:// for a plain-HTTP registry), each reloaded when it changes, or a policy directory (read once); default: the embedded bundle")
 	f.StringArrayVar(&o.bundleKeys, "bundle-key", nil, "a public key (PEM file) bundles must be signed with; repeatable; with it an unsigned or otherwise signed bundle is refused")
 	f.BoolVar(&o.bundleInsecureHTTP, "bundle-allow-insecure-http", false, "accept a --bundle over plain HTTP, http:// or oci+http:// (refused by default, signed or not: anyone on the path could serve an older signed bundle or none)")
+	f.StringVar(&o.bundleRegistryCreds, "bundle-registry-credentials", "", "a Docker config file (what docker login writes, or a kubernetes.io/dockerconfigjson Secret's .dockerconfigjson) whose \"auths\" hold a user name and a password or token for the registry of an oci:// --bundle, read at each pull; sent to that registry and the token service it names, never elsewhere; credential helpers are not run")
 	f.StringVar(&o.bundleKeyID, "bundle-key-id", "ichor", "the key id of --bundle-key (as \"ichor bundle build --key-id\" writes it)")
 	f.StringVar(&o.bundleKeyAlg, "bundle-key-algorithm", "RS256", "the signing algorithm of --bundle-key")
 	f.DurationVar(&o.bundlePoll, "bundle-poll-interval", engine.DefaultPollInterval, "how often --bundle is looked at for a new bundle")
@@ -237,7 +239,7 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 		DecisionLog: s.out, Log: s.err, PollInterval: o.bundlePoll,
 		DecisionLogFile: o.logFile, DecisionLogFileMaxMiB: o.logFileMaxMiB, DecisionLogFileMaxBackups: o.logFileMaxBackups,
 		DecisionLogURL: o.logURL, DecisionLogBufferEvents: o.logBuffer,
-		AllowInsecureHTTP: o.bundleInsecureHTTP, Limits: o.bundleLimits,
+		AllowInsecureHTTP: o.bundleInsecureHTTP, Limits: o.bundleLimits, RegistryCredentials: o.bundleRegistryCreds,
 	}
 	if o.logFileMaxMiB <= 0 || o.logFileMaxBackups <= 0 {
 		return opts, usage.Errorf("--decision-log-file-max-mib and --decision-log-file-max-backups must be positive")
