@@ -556,7 +556,7 @@ func TestATenantServerListingMoreThanTheManagerKeepsIsNotCached(t *testing.T) {
 	var cond *metav1.Condition
 	require.Eventually(t, func() bool {
 		cond = meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
-		return cond != nil && cond.Reason == kubeletserving.ReasonKubeconfigUnreadable &&
+		return cond != nil && cond.Reason == kubeletserving.ReasonRemoteServerTooLarge &&
 			strings.Contains(cond.Message, fmt.Sprintf("holds more than %d CSRs", testTenantMaxCSRs))
 	}, wait, 100*time.Millisecond, "the cluster does not say its server lists too many CSRs: %+v", cond)
 	assert.Positive(t, lists.Load())
@@ -597,7 +597,7 @@ func TestATenantServerGrowingPastTheBoundAfterItsStartIsSaidOnTheCluster(t *test
 	}
 	watching := func() bool {
 		cond := condition()
-		return watches.Load() > 0 && cond != nil && cond.Reason != kubeletserving.ReasonKubeconfigUnreadable
+		return watches.Load() > 0 && cond != nil && !refusedReason(cond.Reason)
 	}
 	require.Eventually(t, watching, wait, 100*time.Millisecond, "the tenant's server is not watched: %+v", condition())
 	started := condition()
@@ -607,7 +607,7 @@ func TestATenantServerGrowingPastTheBoundAfterItsStartIsSaidOnTheCluster(t *test
 	growing.CloseClientConnections()
 	require.Eventually(t, func() bool {
 		cond := condition()
-		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == kubeletserving.ReasonKubeconfigUnreadable &&
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == kubeletserving.ReasonRemoteServerTooLarge &&
 			strings.Contains(cond.Message, fmt.Sprintf("holds more than %d CSRs", testTenantMaxCSRs))
 	}, wait, 100*time.Millisecond, "the cluster does not say its server grew past the bound: %+v", condition())
 
@@ -655,11 +655,11 @@ func TestATenantsClustersAreHeldToTheBoundTogether(t *testing.T) {
 	together := fmt.Sprintf("the API servers of the clusters of namespace %s hold more than %d CSRs together", f.ns, testTenantMaxCSRs)
 	refused := func(name string) bool {
 		cond := condition(name)
-		return cond != nil && cond.Reason == kubeletserving.ReasonKubeconfigUnreadable && strings.Contains(cond.Message, together)
+		return cond != nil && cond.Reason == kubeletserving.ReasonRemoteServerTooLarge && strings.Contains(cond.Message, together)
 	}
 	watched := func(name string) bool {
 		cond := condition(name)
-		return cond != nil && cond.Reason != "" && cond.Reason != kubeletserving.ReasonKubeconfigUnreadable
+		return cond != nil && cond.Reason != "" && !refusedReason(cond.Reason)
 	}
 	var held, left string
 	require.Eventually(t, func() bool {
@@ -731,7 +731,7 @@ func TestAWatchListThatNeverEndsKeepsTheTenantsCount(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		cond := condition(f.cluster)
-		return cond != nil && cond.Reason != "" && cond.Reason != kubeletserving.ReasonKubeconfigUnreadable
+		return cond != nil && cond.Reason != "" && !refusedReason(cond.Reason)
 	}, wait, 100*time.Millisecond, "the first cluster is not watched: %+v", condition(f.cluster))
 
 	stalled.Store(true)
@@ -767,6 +767,17 @@ func TestAWatchListThatNeverEndsKeepsTheTenantsCount(t *testing.T) {
 	together := fmt.Sprintf("the API servers of the clusters of namespace %s hold more than %d CSRs together", f.ns, testTenantMaxCSRs)
 	require.Eventually(t, func() bool {
 		cond := condition("second")
-		return cond != nil && cond.Reason == kubeletserving.ReasonKubeconfigUnreadable && strings.Contains(cond.Message, together)
+		return cond != nil && cond.Reason == kubeletserving.ReasonRemoteServerTooLarge && strings.Contains(cond.Message, together)
 	}, wait, 100*time.Millisecond, "the second cluster is not refused what the first still holds: %+v", condition("second"))
+}
+
+// refusedReason is whether a KubeletServingCertificates reason says the
+// cluster's API server is not watched.
+func refusedReason(reason string) bool {
+	switch reason {
+	case kubeletserving.ReasonKubeconfigUnreadable, kubeletserving.ReasonKubeconfigRefused,
+		kubeletserving.ReasonRemoteServerTooLarge, kubeletserving.ReasonRemoteServerInvalid:
+		return true
+	}
+	return false
 }

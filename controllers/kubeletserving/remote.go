@@ -39,6 +39,20 @@ import (
 // there until it can.
 const ReasonKubeconfigUnreadable = "KubeconfigUnreadable"
 
+// ReasonRemoteServerTooLarge is the reason of a False
+// KubeletServingCertificates condition when the cluster's API server (or
+// its tenant's servers together) hold more CSRs, or more bytes of them, than
+// the manager keeps of a tenant's servers (--tenant-max-csrs,
+// --tenant-max-csr-mib): its watch is stopped and started again after a
+// backoff.
+const ReasonRemoteServerTooLarge = "RemoteServerTooLarge"
+
+// ReasonRemoteServerInvalid is the reason of a False
+// KubeletServingCertificates condition when the cluster's API server sent
+// what no Kubernetes API server sends (a CSR in a namespace, a CSR listed
+// twice, a list paged unasked): it is not watched until it stops.
+const ReasonRemoteServerInvalid = "RemoteServerInvalid"
+
 // ReasonKubeconfigRefused is the reason of a False
 // KubeletServingCertificates condition when the rule ichor/kubeconfig refused
 // the cluster's kubeconfigRef: a field it may not hold, or a server that is
@@ -721,18 +735,29 @@ func (t *targets) drop(key types.NamespacedName, forget bool) {
 	}
 }
 
-// refuseTarget says on the cluster why its API server is not judged.
-func (r *Reconciler) refuseTarget(ctx context.Context, c *ichorv1alpha1.TalosCluster, cause error) error {
+// refusal is the reason and message of the condition that says why a
+// cluster's API server is not judged.
+func refusal(cause error) (reason, message string) {
 	// An error quotes what the tenant's Secret and server said (a certificate's
 	// names, a server's answer): clipped and escaped as a rule's reasons are.
-	reason, message := ReasonKubeconfigUnreadable, engine.Clip(cause.Error(), "", engine.MaxConditionMessage)
+	reason, message = ReasonKubeconfigUnreadable, engine.Clip(cause.Error(), "", engine.MaxConditionMessage)
 	var refused *KubeconfigRefusedError
 	switch {
 	case errors.Is(cause, ErrLocalClusterNotNamed):
 		reason = ReasonLocalClusterNotNamed
+	case errors.As(cause, new(limitError)):
+		reason = ReasonRemoteServerTooLarge
+	case errors.As(cause, new(invalidAnswerError)):
+		reason = ReasonRemoteServerInvalid
 	case errors.As(cause, &refused):
 		reason, message = ReasonKubeconfigRefused, refused.Decision.ConditionMessage()
 	}
+	return reason, message
+}
+
+// refuseTarget says on the cluster why its API server is not judged.
+func (r *Reconciler) refuseTarget(ctx context.Context, c *ichorv1alpha1.TalosCluster, cause error) error {
+	reason, message := refusal(cause)
 	before := c.DeepCopy()
 	meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{
 		Type:               ichorv1alpha1.ConditionKubeletServingCertificates,

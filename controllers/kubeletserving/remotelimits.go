@@ -273,7 +273,7 @@ func (l remoteLimits) why() error {
 // admissible refuses a CSR in a namespace: CSRs have none.
 func (c *countedCSRs) admissible(csr *certificatesv1.CertificateSigningRequest) error {
 	if csr.Namespace != "" {
-		return fmt.Errorf("the API server of cluster %s sent the CSR %q in namespace %q: CSRs have none", c.limits.cluster, csr.Name, csr.Namespace)
+		return invalidAnswer("the API server of cluster %s sent the CSR %q in namespace %q: CSRs have none", c.limits.cluster, csr.Name, csr.Namespace)
 	}
 	return nil
 }
@@ -289,16 +289,22 @@ func (c *countedCSRs) crossed(t *tally, tenantCSRs int, tenantBytes int64) error
 	const most = "the most the manager keeps of a tenant's servers: "
 	switch {
 	case len(t.sizes) > c.limits.maxCSRs:
-		return fmt.Errorf("the API server of cluster %s holds more than %s (%s--tenant-max-csrs)", c.limits.cluster, csrs, most)
+		return limitError{fmt.Errorf("the API server of cluster %s holds more than %s (%s--tenant-max-csrs)", c.limits.cluster, csrs, most)}
 	case t.bytes > c.limits.maxBytes:
-		return fmt.Errorf("the CSRs of the API server of cluster %s are more than %s (%s--tenant-max-csr-mib)", c.limits.cluster, bytes, most)
+		return limitError{fmt.Errorf("the CSRs of the API server of cluster %s are more than %s (%s--tenant-max-csr-mib)", c.limits.cluster, bytes, most)}
 	case tenantCSRs > c.limits.maxCSRs:
-		return tenantBoundError{fmt.Errorf("the API servers of the clusters of namespace %s hold more than %s together (%s--tenant-max-csrs)", c.limits.cluster.Namespace, csrs, most)}
+		return limitError{tenantBoundError{fmt.Errorf("the API servers of the clusters of namespace %s hold more than %s together (%s--tenant-max-csrs)", c.limits.cluster.Namespace, csrs, most)}}
 	case tenantBytes > c.limits.maxBytes:
-		return tenantBoundError{fmt.Errorf("the CSRs of the API servers of the clusters of namespace %s are more than %s together (%s--tenant-max-csr-mib)", c.limits.cluster.Namespace, bytes, most)}
+		return limitError{tenantBoundError{fmt.Errorf("the CSRs of the API servers of the clusters of namespace %s are more than %s together (%s--tenant-max-csr-mib)", c.limits.cluster.Namespace, bytes, most)}}
 	}
 	return nil
 }
+
+// limitError is a limit the manager keeps of a tenant's servers, crossed
+// (ReasonRemoteServerTooLarge).
+type limitError struct{ error }
+
+func (e limitError) Unwrap() error { return e.error }
 
 // tenantBoundError is a limit crossed by a tenant's caches together, the
 // cluster's own within it: it may pass once another of the tenant's watches
@@ -306,6 +312,17 @@ func (c *countedCSRs) crossed(t *tally, tenantCSRs int, tenantBytes int64) error
 type tenantBoundError struct{ error }
 
 func (e tenantBoundError) Unwrap() error { return e.error }
+
+// invalidAnswerError is what no Kubernetes API server sends
+// (ReasonRemoteServerInvalid).
+type invalidAnswerError struct{ error }
+
+func (e invalidAnswerError) Unwrap() error { return e.error }
+
+// invalidAnswer is an invalidAnswerError of the message.
+func invalidAnswer(format string, args ...any) error {
+	return invalidAnswerError{fmt.Errorf(format, args...)}
+}
 
 // put counts a CSR into the tally into (what the cache holds, or a list
 // under way; one that is neither any more counts nothing), and says when
@@ -381,7 +398,7 @@ func (c *countedCSRs) list(ctx context.Context, opts metav1.ListOptions) (runtim
 		c.mu.Unlock()
 		if l == nil {
 			// A list refused, or given up: client-go asks no more of it.
-			return nil, c.told(fmt.Errorf("the API server of cluster %s sent a page of a list not under way", c.limits.cluster))
+			return nil, c.told(invalidAnswer("the API server of cluster %s sent a page of a list not under way", c.limits.cluster))
 		}
 	}
 	list, err := c.inner.ListWithContext(ctx, opts)
@@ -409,12 +426,12 @@ func (c *countedCSRs) listPage(l *tally, list runtime.Object, opts metav1.ListOp
 	if opts.Limit == 0 && listed.GetContinue() != "" {
 		// client-go takes an answer it did not ask to be paged whole,
 		// and would never count its end (review 32 H2).
-		return c.told(fmt.Errorf("the API server of cluster %s paged a list it was not asked to", c.limits.cluster))
+		return c.told(invalidAnswer("the API server of cluster %s paged a list it was not asked to", c.limits.cluster))
 	}
 	for _, item := range items {
 		csr, ok := item.(*certificatesv1.CertificateSigningRequest)
 		if !ok {
-			return c.told(fmt.Errorf("the API server of cluster %s listed a %T among its CSRs", c.limits.cluster, item))
+			return c.told(invalidAnswer("the API server of cluster %s listed a %T among its CSRs", c.limits.cluster, item))
 		}
 		// A list's pages are kept whole until the last (client-go's
 		// pager appends them): a CSR listed twice (fresh pages of the
@@ -423,7 +440,7 @@ func (c *countedCSRs) listPage(l *tally, list runtime.Object, opts metav1.ListOp
 		_, twice := l.sizes[storeKey(csr)]
 		c.mu.Unlock()
 		if twice {
-			return c.told(fmt.Errorf("the API server of cluster %s listed the CSR %q twice", c.limits.cluster, csr.Name))
+			return c.told(invalidAnswer("the API server of cluster %s listed the CSR %q twice", c.limits.cluster, csr.Name))
 		}
 		if _, err := c.put(l, csr); err != nil {
 			return err

@@ -3,6 +3,7 @@ package kubeletserving
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -483,4 +484,32 @@ func TestAReplacedWatchCountsNoFailure(t *testing.T) {
 	assert.True(t, failed())
 	assert.NotContains(t, r.targets.remote, key)
 	assert.Equal(t, []string{"current"}, stopped)
+}
+
+// A cluster whose API server holds more than the manager keeps says so
+// with a reason of its own, as does one whose server sent what no API
+// server sends, however the cause was wrapped on its way (a failed start,
+// or the backoff that remembers it); a kubeconfig that cannot be used
+// stays KubeconfigUnreadable.
+func TestARemoteServersRefusalHasAReasonOfItsOwn(t *testing.T) {
+	key := types.NamespacedName{Namespace: "ns", Name: "c"}
+	c := &countedCSRs{limits: remoteLimits{maxCSRs: 1, maxBytes: 1 << 20, cluster: key}}
+	held := &tally{sizes: map[string]int64{"a": 1, "b": 1}}
+	tooMany := c.crossed(held, 2, 2)
+	together := c.crossed(&tally{sizes: map[string]int64{}}, 2, 2)
+	invalid := c.admissible(&certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "a"}})
+	for name, tc := range map[string]struct {
+		cause  error
+		reason string
+	}{
+		"too many, at the start":      {fmt.Errorf("watch CSRs of cluster %s: %w", key, tooMany), ReasonRemoteServerTooLarge},
+		"together, while backing off": {&startDeferredError{wait: time.Second, cause: fmt.Errorf("watch CSRs of cluster %s: %w", key, together)}, ReasonRemoteServerTooLarge},
+		"what no server sends":        {fmt.Errorf("watch CSRs of cluster %s: %w", key, invalid), ReasonRemoteServerInvalid},
+		"a Secret that is missing":    {errors.New(`kubeconfig of cluster ns/c: get Secret "missing": not found`), ReasonKubeconfigUnreadable},
+	} {
+		reason, message := refusal(tc.cause)
+		assert.Equal(t, tc.reason, reason, name)
+		assert.NotEmpty(t, message, name)
+	}
+	assert.ErrorAs(t, together, new(tenantBoundError), "a crossing together no longer wakes a sibling")
 }
