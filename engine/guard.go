@@ -290,7 +290,7 @@ func (p *limitsPlugin) NewClient(c rest.Config) (*http.Client, error) {
 		if err != nil {
 			return nil, err
 		}
-		t.auth = &registryAuth{host: u.Host, header: header}
+		t.auth = newRegistryAuth(u, header)
 	}
 	client.Transport = t
 	return client, nil

@@ -1,16 +1,15 @@
 package engine
 
 import (
-	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
 	"sync"
-
-	"oras.land/oras-go/v2/registry/remote/credentials"
 )
 
 // Registry credentials, for an oci:// bundle in a registry that asks who
@@ -29,55 +28,120 @@ import (
 // most 1 MiB.
 const maxRegistryCredentialsBytes = 1 << 20
 
+// dockerConfig is what the manager reads of a Docker config file: "auths"
+// alone. It is read here rather than with oras-go's file store, whose
+// errors quote a malformed entry's decoded value (a password), and which
+// reads the file without a bound.
+type dockerConfig struct {
+	Auths map[string]dockerAuth `json:"auths"`
+}
+
+type dockerAuth struct {
+	Auth          string `json:"auth"`
+	Username      string `json:"username"`
+	Password      string `json:"password"`
+	IdentityToken string `json:"identitytoken"`
+	RegistryToken string `json:"registrytoken"`
+}
+
 // registryBasicAuth is the Authorization header of the credential for host
 // in a Docker config file (what `docker login` writes, or the
 // .dockerconfigjson of a kubernetes.io/dockerconfigjson Secret): a user
-// name and a password or token, under "auths". Credential helpers
-// (credsStore, credHelpers) are not run: the manager executes nothing a
-// file names.
+// name and a password or token, under "auths", keyed by the host as the
+// bundle's reference names it (https:// and a path after it, as docker
+// writes some, are allowed). Credential helpers (credsStore, credHelpers)
+// are not run: the manager executes nothing a file names. No error quotes
+// a value of the file.
 func registryBasicAuth(path, host string) (string, error) {
-	info, err := os.Stat(path)
+	f, err := os.Open(path) //nolint:gosec // G304: the operator's flag names the file
+	if err != nil {
+		return "", fmt.Errorf("registry credentials: %w", err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
 	switch {
 	case err != nil:
 		return "", fmt.Errorf("registry credentials: %w", err)
 	case !info.Mode().IsRegular():
 		return "", fmt.Errorf("registry credentials: %s is not a file", path)
-	case info.Size() > maxRegistryCredentialsBytes:
-		return "", fmt.Errorf("registry credentials: %s is %d bytes, more than the %d a Docker config file needs", path, info.Size(), maxRegistryCredentialsBytes)
 	}
-	store, err := credentials.NewFileStore(path)
-	if err != nil {
-		return "", fmt.Errorf("registry credentials: %s: %w", path, err)
-	}
-	cred, err := store.Get(context.Background(), host)
+	data, err := io.ReadAll(io.LimitReader(f, maxRegistryCredentialsBytes+1))
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("registry credentials: %s: %w", path, err)
-	case cred.RefreshToken != "" || cred.AccessToken != "":
-		return "", fmt.Errorf("registry credentials: %s holds an identity token for %s, which the manager does not exchange: log in with a user name and a password or access token", path, host)
-	case cred.Username == "" || cred.Password == "":
-		return "", fmt.Errorf("registry credentials: %s holds no user name and password for %s under \"auths\"", path, host)
+		return "", fmt.Errorf("registry credentials: %w", err)
+	case len(data) > maxRegistryCredentialsBytes:
+		return "", fmt.Errorf("registry credentials: %s is more than the %d bytes a Docker config file needs", path, maxRegistryCredentialsBytes)
 	}
-	return "Basic " + base64.StdEncoding.EncodeToString([]byte(cred.Username+":"+cred.Password)), nil
+	var config dockerConfig
+	if json.Unmarshal(data, &config) != nil {
+		return "", fmt.Errorf("registry credentials: %s is not a Docker config file (a JSON object with \"auths\")", path)
+	}
+	var (
+		entry dockerAuth
+		found bool
+	)
+	for key, a := range config.Auths {
+		if authsHost(key) == host {
+			entry, found = a, true
+			break
+		}
+	}
+	user, password := entry.Username, entry.Password
+	if entry.Auth != "" {
+		decoded, err := base64.StdEncoding.DecodeString(entry.Auth)
+		var ok bool
+		if user, password, ok = strings.Cut(string(decoded), ":"); err != nil || !ok {
+			return "", fmt.Errorf("registry credentials: %s: the \"auth\" of %s is not the base64 of user:password", path, host)
+		}
+	}
+	switch {
+	case !found:
+		return "", fmt.Errorf("registry credentials: %s holds no entry for %s under \"auths\"", path, host)
+	case entry.IdentityToken != "" || entry.RegistryToken != "":
+		return "", fmt.Errorf("registry credentials: %s holds an identity or registry token for %s, which the manager does not use: log in with a user name and a password or access token", path, host)
+	case user == "" || password == "":
+		return "", fmt.Errorf("registry credentials: %s holds no user name and password for %s", path, host)
+	}
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password)), nil
+}
+
+// authsHost is the host of a key of "auths": docker writes a host, or a URL
+// (https://index.docker.io/v1/).
+func authsHost(key string) string {
+	key = strings.TrimPrefix(strings.TrimPrefix(key, "https://"), "http://")
+	host, _, _ := strings.Cut(key, "/")
+	return host
 }
 
 // registryAuth adds a registry's credential to the requests of one pull.
 type registryAuth struct {
-	// host is the registry's host (and port).
-	host string
+	// registry is the registry's origin: scheme and host (and port).
+	registry url.URL
 	// header is the Authorization header of its credential.
 	header string
 
 	mu sync.Mutex
-	// realms are the hosts of the token services the registry named.
-	realms map[string]bool
+	// realms are the origins of the token services the registry named.
+	realms map[url.URL]bool
+}
+
+// newRegistryAuth is the credential of header for the registry at the
+// service URL service.
+func newRegistryAuth(service *url.URL, header string) *registryAuth {
+	return &registryAuth{registry: origin(service), header: header}
+}
+
+// origin is a URL's scheme and host: the credential is sent to an origin,
+// never over another scheme to the same host (a redirect to plain http).
+func origin(u *url.URL) url.URL {
+	return url.URL{Scheme: strings.ToLower(u.Scheme), Host: strings.ToLower(u.Host)}
 }
 
 // authorize is req with the credential, if req goes to the registry or a
 // token service it named and carries no Authorization yet (ORAS's bearer
 // token, once it has one, is left alone).
 func (a *registryAuth) authorize(req *http.Request) *http.Request {
-	if a == nil || req.Header.Get("Authorization") != "" || !a.trusted(req.URL.Host) {
+	if a == nil || req.Header.Get("Authorization") != "" || !a.trusted(origin(req.URL)) {
 		return req
 	}
 	out := req.Clone(req.Context())
@@ -85,18 +149,20 @@ func (a *registryAuth) authorize(req *http.Request) *http.Request {
 	return out
 }
 
-func (a *registryAuth) trusted(host string) bool {
-	if host == a.host {
+func (a *registryAuth) trusted(o url.URL) bool {
+	if o == a.registry {
 		return true
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.realms[host]
+	return a.realms[o]
 }
 
-// learn keeps the token service a 401 of the registry itself names.
+// learn keeps the token service a 401 of the registry itself names: over
+// https, or the registry's own scheme (a plain-http registry, allowed by
+// --bundle-allow-insecure-http, may name a plain-http token service).
 func (a *registryAuth) learn(req *http.Request, resp *http.Response) {
-	if a == nil || resp.StatusCode != http.StatusUnauthorized || req.URL.Host != a.host {
+	if a == nil || resp.StatusCode != http.StatusUnauthorized || origin(req.URL) != a.registry {
 		return
 	}
 	for _, challenge := range resp.Header.Values("Www-Authenticate") {
@@ -105,15 +171,18 @@ func (a *registryAuth) learn(req *http.Request, resp *http.Response) {
 			continue
 		}
 		u, err := url.Parse(realm)
-		if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != req.URL.Scheme) {
-			// Never a realm over plain http for a registry over https.
+		if err != nil || u.Host == "" {
+			continue
+		}
+		o := origin(u)
+		if o.Scheme != "https" && o.Scheme != a.registry.Scheme {
 			continue
 		}
 		a.mu.Lock()
 		if a.realms == nil {
-			a.realms = map[string]bool{}
+			a.realms = map[url.URL]bool{}
 		}
-		a.realms[u.Host] = true
+		a.realms[o] = true
 		a.mu.Unlock()
 	}
 }

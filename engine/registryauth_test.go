@@ -196,8 +196,13 @@ func TestRegistryCredentialsItCannotUseFailTheStart(t *testing.T) {
 		"a directory":    {bundles.OCIScheme + host + "/ichor/policy:stable", dir, "is not a file"},
 		"too large":      {bundles.OCIScheme + host + "/ichor/policy:stable", write("large.json", `{"auths":{}}`+strings.Repeat(" ", 1<<20)), "more than the 1048576"},
 		"not JSON":       {bundles.OCIScheme + host + "/ichor/policy:stable", write("broken.json", `{"auths":`), "registry credentials"},
-		"another host":   {bundles.OCIScheme + host + "/ichor/policy:stable", other, "holds no user name and password for " + host},
-		"identity token": {bundles.OCIScheme + host + "/ichor/policy:stable", write("token.json", `{"auths":{"`+host+`":{"auth":"`+base64.StdEncoding.EncodeToString([]byte("ada:"))+`","identitytoken":"refresh-me"}}}`), "identity token"},
+		"another host":   {bundles.OCIScheme + host + "/ichor/policy:stable", other, "holds no entry for " + host},
+		"identity token": {bundles.OCIScheme + host + "/ichor/policy:stable", write("token.json", `{"auths":{"`+host+`":{"auth":"`+base64.StdEncoding.EncodeToString([]byte("ada:"))+`","identitytoken":"SUPERSECRET"}}}`), "identity or registry token"},
+		// A token given alone, without "user:": the error must not quote it
+		// (review 35 H1: oras-go's did, into the log and a Pod's Event).
+		"a token without its user": {bundles.OCIScheme + host + "/ichor/policy:stable", write("alone.json", `{"auths":{"`+host+`":{"auth":"`+base64.StdEncoding.EncodeToString([]byte("SUPERSECRET"))+`"}}}`), "is not the base64 of user:password"},
+		"auth not base64":          {bundles.OCIScheme + host + "/ichor/policy:stable", write("raw.json", `{"auths":{"`+host+`":{"auth":"ada:SUPERSECRET"}}}`), "is not the base64 of user:password"},
+		"a user without password":  {bundles.OCIScheme + host + "/ichor/policy:stable", write("user.json", `{"auths":{"`+host+`":{"username":"ada"}}}`), "holds no user name and password"},
 		"not a registry": {"https://bundles.example/policy.tar.gz", other, "registry credentials are for a bundle in a registry"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -207,6 +212,7 @@ func TestRegistryCredentialsItCannotUseFailTheStart(t *testing.T) {
 			})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
+			assert.NotContains(t, err.Error(), "SUPERSECRET", "the error quotes the credential")
 		})
 	}
 }
