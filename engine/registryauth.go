@@ -76,14 +76,20 @@ func registryBasicAuth(path, host string) (string, error) {
 	if json.Unmarshal(data, &config) != nil {
 		return "", fmt.Errorf("registry credentials: %s is not a Docker config file (a JSON object with \"auths\")", path)
 	}
-	var (
-		entry dockerAuth
-		found bool
-	)
-	for key, a := range config.Auths {
-		if authsHost(key) == host {
+	entry, found := config.Auths[host]
+	if !found {
+		// Another spelling of the host (a URL of it, another case, a
+		// default port, Docker Hub's names): one entry, or several that
+		// agree, never one picked at random from several.
+		want := hostKey(host)
+		for key, a := range config.Auths {
+			if hostKey(authsHost(key)) != want {
+				continue
+			}
+			if found && a != entry {
+				return "", fmt.Errorf("registry credentials: %s holds several different entries for %s under \"auths\": keep one", path, host)
+			}
 			entry, found = a, true
-			break
 		}
 	}
 	user, password := entry.Username, entry.Password
@@ -113,6 +119,19 @@ func authsHost(key string) string {
 	return host
 }
 
+// hostKey is a registry host as the credential is looked up by: lower case,
+// without the default https port, and Docker Hub's names as one (docker
+// login writes https://index.docker.io/v1/; its registry is
+// registry-1.docker.io).
+func hostKey(host string) string {
+	host = strings.TrimSuffix(strings.ToLower(host), ":443")
+	switch host {
+	case "docker.io", "index.docker.io", "registry-1.docker.io":
+		return "docker.io"
+	}
+	return host
+}
+
 // registryAuth adds a registry's credential to the requests of one pull.
 type registryAuth struct {
 	// registry is the registry's origin: scheme and host (and port).
@@ -131,10 +150,15 @@ func newRegistryAuth(service *url.URL, header string) *registryAuth {
 	return &registryAuth{registry: origin(service), header: header}
 }
 
-// origin is a URL's scheme and host: the credential is sent to an origin,
-// never over another scheme to the same host (a redirect to plain http).
+// origin is a URL's scheme and host, without the scheme's default port: the
+// credential is sent to an origin, never over another scheme to the same
+// host (a redirect to plain http).
 func origin(u *url.URL) url.URL {
-	return url.URL{Scheme: strings.ToLower(u.Scheme), Host: strings.ToLower(u.Host)}
+	scheme, host := strings.ToLower(u.Scheme), strings.ToLower(u.Host)
+	if port := u.Port(); (scheme == "https" && port == "443") || (scheme == "http" && port == "80") {
+		host = strings.TrimSuffix(host, ":"+port)
+	}
+	return url.URL{Scheme: scheme, Host: host}
 }
 
 // authorize is req with the credential, if req goes to the registry or a
@@ -188,17 +212,51 @@ func (a *registryAuth) learn(req *http.Request, resp *http.Response) {
 }
 
 // bearerRealm is the realm of a Bearer challenge
-// (Bearer realm="https://...",service="...",scope="...").
+// (Bearer realm="https://...",service="...",scope="..."), its quoted
+// strings read as RFC 9110 writes them (a comma or an escaped quote
+// inside), as ORAS reads them.
 func bearerRealm(challenge string) (string, bool) {
 	scheme, params, ok := strings.Cut(strings.TrimSpace(challenge), " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return "", false
 	}
-	for param := range strings.SplitSeq(params, ",") {
-		key, value, ok := strings.Cut(strings.TrimSpace(param), "=")
-		if ok && strings.EqualFold(key, "realm") && len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' {
-			return value[1 : len(value)-1], true
+	for params != "" {
+		var key, value string
+		key, params, ok = strings.Cut(strings.TrimLeft(params, " ,"), "=")
+		if !ok {
+			return "", false
+		}
+		if value, params, ok = paramValue(params); !ok {
+			return "", false
+		}
+		if strings.EqualFold(strings.TrimSpace(key), "realm") {
+			return value, true
 		}
 	}
 	return "", false
+}
+
+// paramValue reads a parameter's value at the start of s, a token or a
+// quoted string, and returns it unquoted and what follows it.
+func paramValue(s string) (value, rest string, ok bool) {
+	s = strings.TrimLeft(s, " ")
+	if !strings.HasPrefix(s, `"`) {
+		value, rest, _ = strings.Cut(s, ",")
+		return strings.TrimSpace(value), rest, true
+	}
+	var b strings.Builder
+	for i := 1; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			if i++; i == len(s) {
+				return "", "", false
+			}
+			b.WriteByte(s[i])
+		case '"':
+			return b.String(), s[i+1:], true
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return "", "", false
 }

@@ -68,3 +68,64 @@ func TestTheRegistryCredentialIsFoundByItsHost(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "Basic "+base64.StdEncoding.EncodeToString([]byte("bob:x")), header)
 }
+
+// A challenge's realm is read as ORAS reads it: quoted strings with commas
+// or escaped quotes in them, tokens, and the parameters in any order.
+func TestTheRealmOfAChallenge(t *testing.T) {
+	for challenge, want := range map[string]string{
+		`Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a:pull"`: "https://auth.example/token",
+		`bearer service=registry.example, realm="https://auth.example/token?a=1,2"`:                      "https://auth.example/token?a=1,2",
+		`Bearer scope="repository:a:pull,push",realm="https://auth.example/t\"x"`:                        `https://auth.example/t"x`,
+		`Bearer realm=https://auth.example/token`:                                                        "https://auth.example/token",
+	} {
+		got, ok := bearerRealm(challenge)
+		assert.True(t, ok, challenge)
+		assert.Equal(t, want, got, challenge)
+	}
+	for _, challenge := range []string{`Basic realm="registry"`, `Bearer`, `Bearer service="x"`, `Bearer realm="https://unterminated`, `Bearer scope`} {
+		_, ok := bearerRealm(challenge)
+		assert.False(t, ok, challenge)
+	}
+}
+
+// The credential is found under another spelling of its host (another
+// case, the default port, Docker Hub's names), and one of several entries
+// that differ is never picked at random: refused.
+func TestTheRegistryCredentialIsFoundUnderAnotherSpellingOfItsHost(t *testing.T) {
+	dir := t.TempDir()
+	write := func(content string) string {
+		path := filepath.Join(dir, "config.json")
+		require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
+		return path
+	}
+	ada := base64.StdEncoding.EncodeToString([]byte("ada:s3cret"))
+	path := write(`{"auths":{"https://index.docker.io/v1/":{"auth":"` + ada + `"},"Registry.Example:443":{"auth":"` + ada + `"}}}`)
+	for _, host := range []string{"registry-1.docker.io", "docker.io", "registry.example", "registry.example:443"} {
+		header, err := registryBasicAuth(path, host)
+		require.NoError(t, err, host)
+		assert.Equal(t, "Basic "+ada, header, host)
+	}
+	bob := base64.StdEncoding.EncodeToString([]byte("bob:other"))
+	path = write(`{"auths":{"registry.example":{"auth":"` + ada + `"},"https://registry.example/v1/":{"auth":"` + bob + `"}}}`)
+	header, err := registryBasicAuth(path, "registry.example")
+	require.NoError(t, err, "the exact key is taken first")
+	assert.Equal(t, "Basic "+ada, header)
+	_, err = registryBasicAuth(path, "REGISTRY.example")
+	require.ErrorContains(t, err, "several different entries")
+	assert.NotContains(t, err.Error(), "s3cret")
+}
+
+// An origin is its scheme and host, without the scheme's default port.
+func TestAnOriginLeavesTheDefaultPortOut(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://Registry.Example:443/v2/": "https://registry.example",
+		"http://registry.example:80/v2/":   "http://registry.example",
+		"https://registry.example:80/v2/":  "https://registry.example:80",
+		"http://[::1]:5000/v2/":            "http://[::1]:5000",
+	} {
+		u, err := url.Parse(raw)
+		require.NoError(t, err)
+		o := origin(u)
+		assert.Equal(t, want, o.String(), raw)
+	}
+}

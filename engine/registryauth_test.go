@@ -203,7 +203,7 @@ func TestRegistryCredentialsItCannotUseFailTheStart(t *testing.T) {
 		"a token without its user": {bundles.OCIScheme + host + "/ichor/policy:stable", write("alone.json", `{"auths":{"`+host+`":{"auth":"`+base64.StdEncoding.EncodeToString([]byte("SUPERSECRET"))+`"}}}`), "is not the base64 of user:password"},
 		"auth not base64":          {bundles.OCIScheme + host + "/ichor/policy:stable", write("raw.json", `{"auths":{"`+host+`":{"auth":"ada:SUPERSECRET"}}}`), "is not the base64 of user:password"},
 		"a user without password":  {bundles.OCIScheme + host + "/ichor/policy:stable", write("user.json", `{"auths":{"`+host+`":{"username":"ada"}}}`), "holds no user name and password"},
-		"not a registry": {"https://bundles.example/policy.tar.gz", other, "registry credentials are for a bundle in a registry"},
+		"not a registry":           {"https://bundles.example/policy.tar.gz", other, "registry credentials are for a bundle in a registry"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := engine.New(context.Background(), engine.Options{
