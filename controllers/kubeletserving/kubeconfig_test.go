@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,7 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
@@ -560,6 +562,27 @@ func TestATenantServerListingMoreThanTheManagerKeepsIsNotCached(t *testing.T) {
 			strings.Contains(cond.Message, fmt.Sprintf("holds more than %d CSRs", testTenantMaxCSRs))
 	}, wait, 100*time.Millisecond, "the cluster does not say its server lists too many CSRs: %+v", cond)
 	assert.Positive(t, lists.Load())
+}
+
+// A tenant's server whose list answer is larger than the manager reads of
+// one is said on the cluster as one that holds too many CSRs, not as a
+// kubeconfig that cannot be used (review 36).
+func TestATenantServerAnsweringMoreThanTheManagerReadsIsSaidSo(t *testing.T) {
+	f, _ := tenantServerCluster(t, "huge-answer", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") == "true" {
+			refuseWatch(w)
+			return
+		}
+		// Declared past the bound: refused before a byte of it is read.
+		w.Header().Set("Content-Length", strconv.Itoa(kubeconfig.MaxResponseBytes+1))
+		writeCSRList(w, 1, "kubernetes.io/kubelet-serving")
+	})
+	var cond *metav1.Condition
+	require.Eventually(t, func() bool {
+		cond = meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		return cond != nil && cond.Reason == kubeletserving.ReasonRemoteServerTooLarge &&
+			strings.Contains(cond.Message, fmt.Sprintf("more than the %d a remote API server's answer may be", kubeconfig.MaxResponseBytes))
+	}, wait, 100*time.Millisecond, "the cluster does not say its server's answer is too large: %+v", cond)
 }
 
 // A tenant's server that grows past what the manager keeps after its watch

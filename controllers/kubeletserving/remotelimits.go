@@ -2,6 +2,7 @@ package kubeletserving
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 )
 
 // remoteLimits bounds what the caches of a tenant's API servers keep: their
@@ -270,6 +273,19 @@ func (l remoteLimits) why() error {
 	return nil
 }
 
+// tooLarge is err, told as a limit crossed when it is an answer larger than
+// the manager reads of a tenant's server (kubeconfig.AnswerTooLargeError):
+// client-go alone would list again and again, each answer refused, with
+// nothing said. A watch's event past its bound ends the stream inside
+// client-go, which keeps only its message: that one is not told here, and
+// client-go lists and watches again with its own backoff.
+func (c *countedCSRs) tooLarge(err error) error {
+	if errors.As(err, new(*kubeconfig.AnswerTooLargeError)) {
+		return c.told(limitError{err})
+	}
+	return err
+}
+
 // admissible refuses a CSR in a namespace: CSRs have none.
 func (c *countedCSRs) admissible(csr *certificatesv1.CertificateSigningRequest) error {
 	if csr.Namespace != "" {
@@ -402,7 +418,9 @@ func (c *countedCSRs) list(ctx context.Context, opts metav1.ListOptions) (runtim
 		}
 	}
 	list, err := c.inner.ListWithContext(ctx, opts)
-	if err == nil {
+	if err != nil {
+		err = c.tooLarge(err)
+	} else {
 		err = c.listPage(l, list, opts)
 	}
 	if err != nil {
@@ -481,7 +499,7 @@ func (c *countedCSRs) endListing(l *tally, done bool) {
 func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	w, err := c.inner.WatchWithContext(ctx, opts)
 	if err != nil {
-		return nil, err
+		return nil, c.tooLarge(err)
 	}
 	var initial *tally
 	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {

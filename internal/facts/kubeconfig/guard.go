@@ -30,6 +30,17 @@ const ResponseHeaderTimeout = 30 * time.Second
 // limits in controllers/kubeletserving).
 const MaxResponseBytes = 64 << 20
 
+// AnswerTooLargeError is an answer (or a watch's event) of a remote API
+// server beyond what the manager reads of one: the caller can tell it from
+// a server that cannot be reached.
+type AnswerTooLargeError struct{ msg string }
+
+func (e *AnswerTooLargeError) Error() string { return e.msg }
+
+func tooLarge(format string, args ...any) error {
+	return &AnswerTooLargeError{msg: fmt.Sprintf(format, args...)}
+}
+
 // RESTConfig is the client configuration of the document's server
 // (Document.RESTConfig) whose every connection is checked, not only the
 // first probe: each TLS handshake refuses a peer that presents the local API
@@ -120,7 +131,7 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	if resp.ContentLength > MaxResponseBytes {
 		_ = resp.Body.Close()
-		return nil, fmt.Errorf("%s %s: the answer is %d bytes, more than the %d a remote API server's answer may be", req.Method, req.URL.Redacted(), resp.ContentLength, int64(MaxResponseBytes))
+		return nil, tooLarge("%s %s: the answer is %d bytes, more than the %d a remote API server's answer may be", req.Method, req.URL.Redacted(), resp.ContentLength, int64(MaxResponseBytes))
 	}
 	resp.Body = &boundedBody{ReadCloser: resp.Body, left: MaxResponseBytes, what: req.Method + " " + req.URL.Redacted()}
 	return resp, nil
@@ -162,7 +173,7 @@ func (b *boundedLines) Read(p []byte) (int, error) {
 }
 
 func (b *boundedLines) tooLong() error {
-	return fmt.Errorf("%s: an event of the watch is more than the %d bytes a remote API server's event may be", b.what, int64(MaxWatchEventBytes))
+	return tooLarge("%s: an event of the watch is more than the %d bytes a remote API server's event may be", b.what, int64(MaxWatchEventBytes))
 }
 
 // boundedBody fails a read past its bound, rather than ending the body
@@ -181,7 +192,7 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 		if n, err := b.ReadCloser.Read(one[:]); n == 0 {
 			return 0, err
 		}
-		return 0, fmt.Errorf("%s: the answer is more than the %d bytes a remote API server's answer may be", b.what, int64(MaxResponseBytes))
+		return 0, tooLarge("%s: the answer is more than the %d bytes a remote API server's answer may be", b.what, int64(MaxResponseBytes))
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]

@@ -251,6 +251,7 @@ func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
 	_, err = list()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxResponseBytes))
+	assert.ErrorAs(t, err, new(*kubeconfig.AnswerTooLargeError), "client-go's error does not say the answer was too large")
 
 	mode.Store("large-watch-error")
 	_, err = cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
