@@ -18,8 +18,9 @@ import (
 // OPA's OCI downloader builds its client from the service's credentials
 // plugin, which is the engine's limits plugin, and gives ORAS's auth client
 // no credential of its own. So the limits transport adds it: to the
-// registry's host, and to the token services (realms) the registry names in
-// its 401 answers, as docker does; never to another host. A blob is often
+// registry's origin (scheme and host), and to the token services (realms)
+// the registry names in its 401 answers, as docker does; never to another
+// origin. A blob is often
 // served by a redirect to a storage service: net/http strips the
 // registry's Authorization from that request, and a presigned URL would
 // refuse a second one.
@@ -53,17 +54,27 @@ type dockerAuth struct {
 // are not run: the manager executes nothing a file names. No error quotes
 // a value of the file.
 func registryBasicAuth(path, host string) (string, error) {
+	// Looked at before it is opened, which a fifo would block, and again
+	// once open (a Secret's file is a link the kubelet moves).
+	regular := func(info os.FileInfo, err error) error {
+		switch {
+		case err != nil:
+			return fmt.Errorf("registry credentials: %w", err)
+		case !info.Mode().IsRegular():
+			return fmt.Errorf("registry credentials: %s is not a file", path)
+		}
+		return nil
+	}
+	if err := regular(os.Stat(path)); err != nil {
+		return "", err
+	}
 	f, err := os.Open(path) //nolint:gosec // G304: the operator's flag names the file
 	if err != nil {
 		return "", fmt.Errorf("registry credentials: %w", err)
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	switch {
-	case err != nil:
-		return "", fmt.Errorf("registry credentials: %w", err)
-	case !info.Mode().IsRegular():
-		return "", fmt.Errorf("registry credentials: %s is not a file", path)
+	if err := regular(f.Stat()); err != nil {
+		return "", err
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxRegistryCredentialsBytes+1))
 	switch {
