@@ -585,6 +585,39 @@ func TestATenantServerAnsweringMoreThanTheManagerReadsIsSaidSo(t *testing.T) {
 	}, wait, 100*time.Millisecond, "the cluster does not say its server's answer is too large: %+v", cond)
 }
 
+// A tenant's server whose watch sends an event larger than the manager
+// reads of one is said on the cluster too: client-go ends the stream,
+// keeping only the error's message, and would watch again for ever with
+// nothing said (review 36 L6).
+func TestATenantServerWatchingWithAnEventTooLargeIsSaidSo(t *testing.T) {
+	f, _ := tenantServerCluster(t, "huge-event", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		switch {
+		case q.Get("watch") == "true" && q.Has("sendInitialEvents"):
+			refuseWatch(w)
+		case q.Get("watch") == "true":
+			// One event that never ends its line, until the client stops
+			// reading.
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, `{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"huge"},"spec":{"request":"`)
+			chunk := []byte(strings.Repeat("A", 1<<20))
+			for range 2 * kubeconfig.MaxWatchEventBytes >> 20 {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+		default:
+			writeCSRList(w, 0, "")
+		}
+	})
+	var cond *metav1.Condition
+	require.Eventually(t, func() bool {
+		cond = meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		return cond != nil && cond.Reason == kubeletserving.ReasonRemoteServerTooLarge &&
+			strings.Contains(cond.Message, "an event of the watch is more than")
+	}, wait, 100*time.Millisecond, "the cluster does not say its server's watch event is too large: %+v", cond)
+}
+
 // A tenant's server that grows past what the manager keeps after its watch
 // started is not left with a stale cache and nothing said: the watch stops,
 // the cluster says why as a failed start does, and once the server sends

@@ -276,9 +276,8 @@ func (l remoteLimits) why() error {
 // tooLarge is err, told as a limit crossed when it is an answer larger than
 // the manager reads of a tenant's server (kubeconfig.AnswerTooLargeError):
 // client-go alone would list again and again, each answer refused, with
-// nothing said. A watch's event past its bound ends the stream inside
-// client-go, which keeps only its message: that one is not told here, and
-// client-go lists and watches again with its own backoff.
+// nothing said. A watch's event past its bound is told by the transport
+// (watch).
 func (c *countedCSRs) tooLarge(err error) error {
 	if errors.As(err, new(*kubeconfig.AnswerTooLargeError)) {
 		return c.told(limitError{err})
@@ -497,6 +496,9 @@ func (c *countedCSRs) endListing(l *tally, done bool) {
 }
 
 func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	// An event past its bound ends the stream inside client-go, which keeps
+	// only its message: the transport tells it here.
+	ctx = kubeconfig.WithAnswerTooLarge(ctx, func(err error) { _ = c.told(limitError{err}) })
 	w, err := c.inner.WatchWithContext(ctx, opts)
 	if err != nil {
 		return nil, c.tooLarge(err)

@@ -41,6 +41,24 @@ func tooLarge(format string, args ...any) error {
 	return &AnswerTooLargeError{msg: fmt.Sprintf(format, args...)}
 }
 
+type tooLargeKey struct{}
+
+// WithAnswerTooLarge has told called with the error when an answer to a
+// request made with the context it returns is past its bound. A watch's
+// event past MaxWatchEventBytes ends the stream inside client-go, which
+// keeps only its message: this is how its caller learns what it was.
+func WithAnswerTooLarge(ctx context.Context, told func(error)) context.Context {
+	return context.WithValue(ctx, tooLargeKey{}, told)
+}
+
+// answerTooLarge is err, told to whoever asked with WithAnswerTooLarge.
+func answerTooLarge(ctx context.Context, err error) error {
+	if told, ok := ctx.Value(tooLargeKey{}).(func(error)); ok {
+		told(err)
+	}
+	return err
+}
+
 // RESTConfig is the client configuration of the document's server
 // (Document.RESTConfig) whose every connection is checked, not only the
 // first probe: each TLS handshake refuses a peer that presents the local API
@@ -125,7 +143,7 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 		// event ends a line, and no line may be longer than the decoder
 		// would take.
 		if !strings.Contains(resp.Header.Get("Content-Type"), "protobuf") {
-			resp.Body = &boundedLines{ReadCloser: resp.Body, what: req.Method + " " + req.URL.Redacted()}
+			resp.Body = &boundedLines{ReadCloser: resp.Body, what: req.Method + " " + req.URL.Redacted(), ctx: req.Context()}
 		}
 		return resp, nil
 	}
@@ -150,6 +168,9 @@ type boundedLines struct {
 	io.ReadCloser
 	line int64
 	what string
+	// ctx is the request's, whose asker is told of an event past the
+	// bound (WithAnswerTooLarge).
+	ctx context.Context //nolint:containedctx // the request's, for the one error it tells
 }
 
 func (b *boundedLines) Read(p []byte) (int, error) {
@@ -173,7 +194,7 @@ func (b *boundedLines) Read(p []byte) (int, error) {
 }
 
 func (b *boundedLines) tooLong() error {
-	return tooLarge("%s: an event of the watch is more than the %d bytes a remote API server's event may be", b.what, int64(MaxWatchEventBytes))
+	return answerTooLarge(b.ctx, tooLarge("%s: an event of the watch is more than the %d bytes a remote API server's event may be", b.what, int64(MaxWatchEventBytes)))
 }
 
 // boundedBody fails a read past its bound, rather than ending the body

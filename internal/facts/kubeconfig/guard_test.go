@@ -297,8 +297,10 @@ func TestARemoteWatchEventIsBounded(t *testing.T) {
 	require.NoError(t, err)
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
+	var told atomic.Pointer[error]
+	ctx := kubeconfig.WithAnswerTooLarge(t.Context(), func(err error) { told.Store(&err) })
 	names := func() []string {
-		w, err := cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
+		w, err := cs.CertificatesV1().CertificateSigningRequests().Watch(ctx, metav1.ListOptions{})
 		require.NoError(t, err)
 		defer w.Stop()
 		var got []string
@@ -312,10 +314,15 @@ func TestARemoteWatchEventIsBounded(t *testing.T) {
 		return got
 	}
 	assert.Equal(t, []string{"small", "after"}, names())
+	assert.Nil(t, told.Load(), "an ordinary watch was told too large")
 	sendHuge.Store(true)
 	got := names()
 	assert.Equal(t, "small", got[0])
 	assert.NotContains(t, got, "huge")
+	// client-go keeps only the message of the error that ended the
+	// stream: the asker is told what it was.
+	require.NotNil(t, told.Load(), "the asker was not told of the event past the bound")
+	assert.ErrorAs(t, *told.Load(), new(*kubeconfig.AnswerTooLargeError))
 	select {
 	case written := <-sent:
 		assert.Less(t, written, int64(4*kubeconfig.MaxWatchEventBytes), "the client read on past the bound")
