@@ -708,11 +708,6 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 	return nil
 }
 
-// EventReporter is the reporting controller of the approver's Events: a
-// request left pending or denied is said on it under this name, which
-// ichor approve|deny look for.
-const EventReporter = "ichor-kubelet-serving"
-
 // event writes the Event of a decision.
 func (p *pass) event(machine *ichorv1alpha1.TalosMachine, csr *certificatesv1.CertificateSigningRequest, eventType, reason, note string) {
 	if p.r.Recorder == nil {

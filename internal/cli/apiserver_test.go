@@ -6,18 +6,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
-	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/cli"
 	"github.com/ichor-dev/ichor-policy/internal/termsafe/termsafetest"
@@ -127,23 +124,6 @@ func (ae *apiEnv) testManualDecision(t *testing.T) {
 	}
 	toApprove, toDeny, other := submit("csr-manual-1", ""), submit("csr-manual-2", ""), submit("csr-other", "example.com/other")
 	noRights := submit("csr-manual-3", "")
-	// The serving approver left toApprove pending, as it says it in an
-	// Event on it (events.k8s.io/v1, as its recorder writes it); it has
-	// said nothing of toDeny. Another component's Event is not Ichor's.
-	said := func(csr, reporter, reason, note string, at time.Time) {
-		obj := ae.env.GetCSR(t, csr)
-		_, err := ae.env.Clientset.EventsV1().Events(metav1.NamespaceDefault).Create(t.Context(), &eventsv1.Event{
-			ObjectMeta: metav1.ObjectMeta{GenerateName: csr + "-"},
-			Regarding:  corev1.ObjectReference{Kind: "CertificateSigningRequest", APIVersion: "certificates.k8s.io/v1", Name: csr, UID: obj.UID},
-			EventTime:  metav1.NewMicroTime(at), ReportingController: reporter, ReportingInstance: reporter + "-x",
-			Action: "Decide", Reason: reason, Note: note, Type: corev1.EventTypeWarning,
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
-	}
-	now := time.Now()
-	said(toApprove, kubeletserving.EventReporter, "MachineUnknown", "an earlier word\x1b[2J", now.Add(-time.Minute))
-	said(toApprove, kubeletserving.EventReporter, "MachineUnknown", "no TalosMachine answers to worker-1 (decision d-1)", now)
-	said(toDeny, "someone-else", "IchorSaysYes", "not Ichor's", now)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -153,12 +133,10 @@ func (ae *apiEnv) testManualDecision(t *testing.T) {
 		csr, condition, reason string
 		stderr                 string
 	}{
-		{name: "approve", args: []string{"approve", toApprove, "--message", "checked with talosctl"}, csr: toApprove, condition: "Approved", reason: cli.ManualApprovalReason,
-			stderr: "ichor: csr-manual-1: Ichor left it pending: MachineUnknown: no TalosMachine answers to worker-1 (decision d-1)\n"},
+		{name: "approve", args: []string{"approve", toApprove, "--message", "checked with talosctl"}, csr: toApprove, condition: "Approved", reason: cli.ManualApprovalReason},
 		{name: "approve again", args: []string{"approve", toApprove, "--message", "again"}, code: cli.ExitError, csr: toApprove, condition: "Approved", reason: cli.ManualApprovalReason, stderr: "not a request Ichor left pending: it is Approved already"},
 		{name: "deny what is approved", args: []string{"deny", toApprove, "--message", "no"}, code: cli.ExitError, csr: toApprove, condition: "Approved", reason: cli.ManualApprovalReason, stderr: "it is Approved already"},
-		{name: "deny with a reason", args: []string{"deny", toDeny, "--reason", "NodeRetired", "--message", "worker-1 is gone"}, csr: toDeny, condition: "Denied", reason: "NodeRetired",
-			stderr: `ichor: csr-manual-2: Ichor has said nothing of it yet (no Event of ichor-kubelet-serving on it): it may not have judged it; "ichor policy check-csr csr-manual-2" says what it would decide`},
+		{name: "deny with a reason", args: []string{"deny", toDeny, "--reason", "NodeRetired", "--message", "worker-1 is gone"}, csr: toDeny, condition: "Denied", reason: "NodeRetired"},
 		{name: "another signer", args: []string{"approve", other, "--message", "x"}, code: cli.ExitError, csr: other, stderr: `its signer "example.com/other" is not one Ichor decides`},
 		{name: "without rights", args: []string{"approve", noRights, "--message", "x", "--as", "nobody"}, code: cli.ExitError, csr: noRights, stderr: "forbidden"},
 		{name: "no message", args: []string{"approve", noRights}, code: cli.ExitUsage, csr: noRights, stderr: "--message is required"},

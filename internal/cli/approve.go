@@ -4,22 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
@@ -51,8 +47,6 @@ type manualDecision struct {
 	approve         bool
 	reason, message string
 	kube            genericclioptions.RESTClientGetter
-	// stderr is where what Ichor said of a request is written.
-	stderr io.Writer
 }
 
 // ownReason is the verb's default reason, the one Ichor reason a person's
@@ -93,11 +87,7 @@ decision never reads as theirs, and --message is one line of plain text. The
 condition's message names you as the API server authenticated you, the API
 server's audit log records the write as yours, and the manager's webhook
 records it in the decision log as yours ("ichor decisions list --policy
-manual") and as an Event on the request. Before it writes a kubelet serving
-request, it says what Ichor's approver last said of it (the newest of its
-Events on the request: it writes one for each request it leaves pending), or
-that it has said nothing yet; Events can be written by others, so this
-informs and never decides.
+manual") and as an Event on the request.
 
 Exit status: 0 when every request was written; 1 when one could not be (it is
 decided already, another signer's, not there, or you may not); 2 for a wrong
@@ -120,7 +110,6 @@ flag.`,
 }
 
 func runManualDecision(ctx context.Context, s streams, o manualDecision, names []string) error {
-	o.stderr = s.err
 	switch {
 	case !reasonPattern.MatchString(o.reason):
 		return usage.Errorf("--reason %q: give a CamelCase code (a letter, then letters and digits, at most 64)", o.reason)
@@ -189,7 +178,6 @@ func (o manualDecision) decide(ctx context.Context, cs kubernetes.Interface, nam
 			return fmt.Errorf("%s: %w: it is %s already (%s)", name, errNotPending, c.Type, line(c.Reason))
 		}
 	}
-	o.sayWhatIchorSaid(ctx, cs, csr)
 	kind := certificatesv1.CertificateDenied
 	if o.approve {
 		kind = certificatesv1.CertificateApproved
@@ -208,54 +196,4 @@ func (o manualDecision) decide(ctx context.Context, cs kubernetes.Interface, nam
 		return fmt.Errorf("write the decision on certificatesigningrequest %s: %w", name, err)
 	}
 	return nil
-}
-
-// sayWhatIchorSaid writes on stderr what Ichor's serving approver last said
-// of an undecided request, from its Events on it (it writes one for each
-// request it leaves pending, none before it judges), so that whoever
-// overrules it sees what they overrule, or that it has said nothing yet (it
-// may not have judged the request, or judges it in another API server).
-// The Events are whatever the API server holds: anyone who may write Events
-// in the default namespace could write one, so this informs and never
-// decides. The client approver writes none.
-func (o manualDecision) sayWhatIchorSaid(ctx context.Context, cs kubernetes.Interface, csr *certificatesv1.CertificateSigningRequest) {
-	if csr.Spec.SignerName != certificatesv1.KubeletServingSignerName {
-		return
-	}
-	events, err := cs.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{
-		FieldSelector: fields.AndSelectors(
-			fields.OneTermEqualSelector("involvedObject.uid", string(csr.UID)),
-			fields.OneTermEqualSelector("reportingComponent", kubeletserving.EventReporter),
-		).String(),
-		Limit: 100,
-	})
-	if err != nil {
-		fmt.Fprintf(o.stderr, "ichor: %s: what Ichor said of it is not shown: its Events cannot be read: %s\n", line(csr.Name), line(err.Error()))
-		return
-	}
-	var newest *corev1.Event
-	for i := range events.Items {
-		if e := &events.Items[i]; newest == nil || eventTime(e).After(eventTime(newest)) {
-			newest = e
-		}
-	}
-	if newest == nil {
-		fmt.Fprintf(o.stderr, "ichor: %s: Ichor has said nothing of it yet (no Event of %s on it): it may not have judged it; \"ichor policy check-csr %s\" says what it would decide\n",
-			line(csr.Name), kubeletserving.EventReporter, line(csr.Name))
-		return
-	}
-	fmt.Fprintf(o.stderr, "ichor: %s: Ichor left it pending: %s: %s\n", line(csr.Name), line(newest.Reason), line(newest.Message))
-}
-
-// eventTime is when an Event was last seen, in whichever field its writer
-// set.
-func eventTime(e *corev1.Event) time.Time {
-	t := e.LastTimestamp.Time
-	if e.Series != nil && e.Series.LastObservedTime.After(t) {
-		t = e.Series.LastObservedTime.Time
-	}
-	if e.EventTime.After(t) {
-		t = e.EventTime.Time
-	}
-	return t
 }
