@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -195,7 +194,6 @@ func TestRegistryCredentialsItCannotUseFailTheStart(t *testing.T) {
 	}{
 		"missing":        {bundles.OCIScheme + host + "/ichor/policy:stable", filepath.Join(dir, "absent.json"), "no such file"},
 		"a directory":    {bundles.OCIScheme + host + "/ichor/policy:stable", dir, "is not a file"},
-		"a fifo":         {bundles.OCIScheme + host + "/ichor/policy:stable", fifo(t, filepath.Join(dir, "fifo")), "is not a file"},
 		"too large":      {bundles.OCIScheme + host + "/ichor/policy:stable", write("large.json", `{"auths":{}}`+strings.Repeat(" ", 1<<20)), "more than the 1048576"},
 		"not JSON":       {bundles.OCIScheme + host + "/ichor/policy:stable", write("broken.json", `{"auths":`), "registry credentials"},
 		"another host":   {bundles.OCIScheme + host + "/ichor/policy:stable", other, "holds no entry for " + host},
@@ -217,12 +215,4 @@ func TestRegistryCredentialsItCannotUseFailTheStart(t *testing.T) {
 			assert.NotContains(t, err.Error(), "SUPERSECRET", "the error quotes the credential")
 		})
 	}
-}
-
-// fifo makes a named pipe at path, which an open for reading would wait on
-// for ever.
-func fifo(t *testing.T, path string) string {
-	t.Helper()
-	require.NoError(t, syscall.Mkfifo(path, 0o600))
-	return path
 }

@@ -169,8 +169,9 @@ type boundedLines struct {
 	line int64
 	what string
 	// ctx is the request's, whose asker is told of an event past the
-	// bound (WithAnswerTooLarge).
-	ctx context.Context //nolint:containedctx // the request's, for the one error it tells
+	// bound (WithAnswerTooLarge), once.
+	ctx  context.Context //nolint:containedctx // the request's, for the one error it tells
+	told bool
 }
 
 func (b *boundedLines) Read(p []byte) (int, error) {
@@ -194,7 +195,12 @@ func (b *boundedLines) Read(p []byte) (int, error) {
 }
 
 func (b *boundedLines) tooLong() error {
-	return answerTooLarge(b.ctx, tooLarge("%s: an event of the watch is more than the %d bytes a remote API server's event may be", b.what, int64(MaxWatchEventBytes)))
+	err := tooLarge("%s: an event of the watch is more than the %d bytes a remote API server's event may be", b.what, int64(MaxWatchEventBytes))
+	if b.told {
+		return err
+	}
+	b.told = true
+	return answerTooLarge(b.ctx, err)
 }
 
 // boundedBody fails a read past its bound, rather than ending the body
