@@ -1,0 +1,32 @@
+//go:build !windows
+
+package privatefile
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/google/renameio/v2"
+)
+
+// Write replaces path with data, mode 0600 whatever the file it replaces
+// had, through a temporary file in path's own directory (never a shared
+// temporary directory) renamed over it. A symbolic link at path is replaced,
+// not followed.
+//
+// renameio.WriteFile is not used as it is: it keeps the mode of the file it
+// replaces, so a file someone loosened to 0644 would stay readable by all.
+func Write(path string, data []byte) error {
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(Mode))
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer f.Cleanup() //nolint:errcheck // after CloseAtomicallyReplace it does nothing; before, the error that matters is returned
+	if _, err := f.Write(data); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.CloseAtomicallyReplace(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
