@@ -2,6 +2,7 @@ package kubeletserving_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
@@ -562,6 +563,133 @@ func TestATenantServerListingMoreThanTheManagerKeepsIsNotCached(t *testing.T) {
 			strings.Contains(cond.Message, fmt.Sprintf("holds more than %d CSRs", testTenantMaxCSRs))
 	}, wait, 100*time.Millisecond, "the cluster does not say its server lists too many CSRs: %+v", cond)
 	assert.Positive(t, lists.Load())
+}
+
+// A tenant that rewrites its kubeconfig Secret to undo the backoff of a
+// failed start has its server listed once a backoff, not once a rewrite
+// (each rewrite used to start the count afresh, so a tenant could have the
+// manager list its server as often as it wrote the Secret): the first
+// rewrite after a failure (a fix) is started at once, those within the next
+// wait are not started at all, and the last is started once that wait (twice
+// the request bound, the second failure's) is over.
+func TestRewritingAKubeconfigDoesNotUndoTheBackoff(t *testing.T) {
+	tenant := newRewritingTenant(t, "rewritten")
+	tenant.rewrite("fix")
+	require.Eventually(t, tenant.says(kubeletserving.ReasonRemoteServerInvalid), wait, 50*time.Millisecond,
+		"the first rewrite after a failed start was not started, or did not fail")
+	spam := make([]string, 8)
+	for i := range spam {
+		spam[i] = fmt.Sprintf("spam-%d", i)
+		tenant.rewrite(spam[i])
+	}
+	tenant.rewrite("last")
+	require.Eventually(t, tenant.listed("last"), wait, 50*time.Millisecond, "the last rewrite was not started once the backoff was over")
+	for _, token := range spam {
+		assert.False(t, tenant.listed(token)(), "%s, written within the backoff of the last rewrite started, was started", token)
+	}
+	fixed, _ := tenant.listedAt("fix")
+	last, _ := tenant.listedAt("last")
+	// Started no sooner than a wait (6 s) after the rewrite started before
+	// it, which listed soon after its start (a second is left for that).
+	assert.GreaterOrEqual(t, last.Sub(fixed), 5*time.Second, "the last rewrite was started before the backoff was over")
+}
+
+// A content the rule refuses ends the wait of a failed start, as a start
+// that works does, but not its count: a tenant that alternated a failing
+// kubeconfig with a refused one had the failing one started at once after
+// each refusal, the count never past one.
+func TestAlternatingWithARefusedKubeconfigDoesNotUndoTheBackoff(t *testing.T) {
+	tenant := newRewritingTenant(t, "alternating")
+	tenant.rewriteDoc(kubeconfigDoc(tenant.srv.URL, "    insecure-skip-tls-verify: true\n", "    token: refused\n"))
+	require.Eventually(t, tenant.says(kubeletserving.ReasonKubeconfigRefused), wait, 50*time.Millisecond,
+		"the first rewrite after a failed start was not judged")
+	tenant.rewrite("again")
+	require.Eventually(t, tenant.says(kubeletserving.ReasonRemoteServerTooLarge), wait, 50*time.Millisecond,
+		"the failing content was not started after the refusal")
+	tenant.rewrite("again-2")
+	require.Eventually(t, tenant.listed("again-2"), wait, 50*time.Millisecond, "the second failing content was not started once the backoff was over")
+	again, _ := tenant.listedAt("again")
+	again2, _ := tenant.listedAt("again-2")
+	// The second failure's wait is twice the request bound (6 s): before,
+	// the refusal forgot the first, and again-2 was started at once.
+	assert.GreaterOrEqual(t, again2.Sub(again), 4*time.Second, "the refusal undid the count of failed starts")
+	assert.False(t, tenant.listed("refused")(), "a refused kubeconfig reached its server")
+}
+
+// rewritingTenant is a cluster whose tenant's server fails every start
+// (too many CSRs, or for the token "fix" what no server sends) and records
+// when each token first listed, and whose tenant rewrites its kubeconfig.
+type rewritingTenant struct {
+	*fixture
+	srv *httptest.Server
+
+	mu    sync.Mutex
+	lists map[string]time.Time
+}
+
+func newRewritingTenant(t *testing.T, name string) *rewritingTenant {
+	tenant := &rewritingTenant{lists: map[string]time.Time{}}
+	tenant.fixture, tenant.srv = tenantServerCluster(t, name, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") == "true" {
+			refuseWatch(w)
+			return
+		}
+		token := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		tenant.mu.Lock()
+		if _, ok := tenant.lists[token]; !ok {
+			tenant.lists[token] = time.Now()
+		}
+		tenant.mu.Unlock()
+		if token == "fix" {
+			// What no server sends, so that this start's failure is
+			// seen on the cluster (RemoteServerInvalid).
+			_, _ = io.WriteString(w, `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{"resourceVersion":"7"},"items":[`+
+				`{"metadata":{"namespace":"x","name":"csr-0","uid":"u-0","resourceVersion":"7"},"spec":{"signerName":"kubernetes.io/kubelet-serving","usages":["server auth"],"request":""}}]}`)
+			return
+		}
+		writeCSRList(w, testTenantMaxCSRs+1, "kubernetes.io/kubelet-serving")
+	})
+	require.Eventually(t, tenant.says(kubeletserving.ReasonRemoteServerTooLarge), wait, 50*time.Millisecond, "the first start did not fail")
+	require.True(t, tenant.listed("tenant-token")())
+	return tenant
+}
+
+func (r *rewritingTenant) listedAt(token string) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.lists[token]
+	return at, ok
+}
+
+func (r *rewritingTenant) listed(token string) func() bool {
+	return func() bool { _, ok := r.listedAt(token); return ok }
+}
+
+// rewrite writes a kubeconfig with token; rewriteDoc writes doc. Secrets
+// are not watched: the tenant has its cluster reconciled after each rewrite
+// by making a machine, as it may.
+func (r *rewritingTenant) rewrite(token string) {
+	r.t.Helper()
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.srv.Certificate().Raw}))
+	r.rewriteDoc(kubeconfigDoc(r.srv.URL, "    certificate-authority-data: "+ca+"\n", "    token: "+token+"\n"))
+}
+
+func (r *rewritingTenant) rewriteDoc(doc string) {
+	r.t.Helper()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "kubeconfig"}}
+	secret.Data = map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte(doc)}
+	require.NoError(r.t, env.Client.Update(r.ctx, secret))
+	sum := sha256.Sum256([]byte(doc))
+	r.addMachine(fmt.Sprintf("after-%x", sum[:4]), "127.0.0.1:50000")
+}
+
+// says is whether the cluster's KubeletServingCertificates condition has
+// reason want.
+func (r *rewritingTenant) says(want string) func() bool {
+	return func() bool {
+		c := meta.FindStatusCondition(r.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		return c != nil && c.Reason == want
+	}
 }
 
 // A tenant's server whose list answer is larger than the manager reads of

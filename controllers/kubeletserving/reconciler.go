@@ -574,7 +574,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			}
 		}
 		// At least every 30 s, to see a kubeconfig put right (another
-		// content is started at once).
+		// content is started at once, once a backoff: remoteStarts).
 		return reconcile.Result{RequeueAfter: min(deferred.wait, 30*time.Second)}, nil
 	}
 	var refused *KubeconfigRefusedError

@@ -451,11 +451,16 @@ func TestAServerGrowingAfterEachStartBacksOff(t *testing.T) {
 	require.ErrorAs(t, err, &deferred)
 	assert.Equal(t, bound, deferred.wait, "forgotten after a quiet while, noticed by a running watch")
 
+	// Another content starts at once, and the count stays with the
+	// cluster: a rewrite of the kubeconfig does not undo it.
 	end, err = s.begin(key, [32]byte{2}, "r1", now, time.Second)
-	require.NoError(t, err, "another content starts at once")
+	require.NoError(t, err, "another content waited for the old one's backoff")
 	end(now, bound, nil)
+	now = now.Add(bound)
+	s.fail(key, [32]byte{2}, "r1", now, bound, errors.New("grew"))
 	_, err = s.begin(key, [32]byte{2}, "r1", now, time.Second)
-	require.NoError(t, err, "and its success is not kept as a failure")
+	require.ErrorAs(t, err, &deferred)
+	assert.Equal(t, 2*bound, deferred.wait, "a rewritten kubeconfig started the count afresh")
 }
 
 // A watch already replaced (its kubeconfig rotated) that crosses the limits

@@ -23,13 +23,22 @@ const reconcileWorkers = 4
 //     reconcile that finds no room comes back a little later, and the
 //     tenants that found none are given it in the order they came (a tenant
 //     whose clusters keep polling does not win it over one that waits);
-//   - a cluster whose start failed is not started again, for the same
-//     kubeconfig content and bundle revision, until a backoff has passed
-//     (the request bound, doubling with each failure, at most 5 min),
-//     however often it is reconciled meanwhile (its own status writes, its
-//     machines' events: a tenant's to make at will). A failure of this
-//     side (ownFailure) is not the tenant's: it waits the request bound,
-//     never doubled, and counts for nothing in the tenant's backoff.
+//   - a cluster whose start failed is not started again until a backoff
+//     has passed (the request bound, doubling with each failure, at most
+//     5 min), however often it is reconciled meanwhile (its own status
+//     writes, its machines' events: a tenant's to make at will). A failure
+//     of this side (ownFailure) is not the tenant's: it waits the request
+//     bound, never doubled, and counts for nothing in the tenant's backoff;
+//   - the count is the cluster's, not its kubeconfig content's: another
+//     content (the tenant's fix, or a rewrite to reset the backoff: the
+//     Secret is the tenant's to write at will) is started before the
+//     backoff has passed once per backoff, a start that succeeds (or
+//     whose content the rule refuses) ends the wait but keeps the count,
+//     and a cluster deleted and made again under its name keeps it too;
+//     only another bundle revision (the operator's), or no failure for
+//     maxBackoff past the wait, starts the count afresh. So alternating a
+//     failing content with one that starts, or that is refused, starts the
+//     failing one once per doubling wait.
 type remoteStarts struct {
 	mu      sync.Mutex
 	running int
@@ -46,8 +55,9 @@ type waitingTenant struct {
 	asked     time.Time
 }
 
-// startFailure is a cluster's failed start: of which content and revision,
-// how many in a row, and when the next may begin.
+// startFailure is a cluster's failed starts: of which bundle revision, the
+// content last started, how many since the count began, and when the next
+// may begin.
 type startFailure struct {
 	sum      [sha256.Size]byte
 	revision string
@@ -55,11 +65,18 @@ type startFailure struct {
 	until    time.Time
 	err      error
 	// afterStart: a failure came after a start that succeeded
-	// (remoteStarts.fail). A start that succeeds then keeps the count, so
-	// a server that answers its start small and then grows is started
-	// again at a doubling interval, not every bound; the count is
-	// forgotten once no failure came for maxBackoff past its wait.
+	// (remoteStarts.fail): a server that answers its start small and
+	// then grows. Such a cluster is never woken early (wake).
 	afterStart bool
+	// wait is the backoff until ends, and early when a start of another
+	// content was last let in before until: at most one such start per
+	// wait, so that rewriting the kubeconfig does not undo the backoff.
+	wait  time.Duration
+	early time.Time
+	// forgotten: the cluster went (deleted, disabled, no longer remote).
+	// Its count is kept for one made again under its name, and dropped
+	// once no failure came for maxBackoff past its wait.
+	forgotten bool
 }
 
 // startDeferredError says a remote cluster's watch is not started in this
@@ -85,10 +102,28 @@ func (e *startDeferredError) Unwrap() error { return e.cause }
 func (s *remoteStarts) begin(key types.NamespacedName, sum [sha256.Size]byte, revision string, now time.Time, busyWait time.Duration) (end func(now time.Time, bound time.Duration, err error), _ error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if f, ok := s.failed[key]; ok && f.sum == sum && f.revision == revision && now.Before(f.until) {
-		return nil, &startDeferredError{wait: f.until.Sub(now), cause: f.err}
-	} else if ok && f.afterStart && now.Sub(f.until) > maxBackoff {
+	f, ok := s.failed[key]
+	if ok && now.Sub(f.until) > maxBackoff {
+		// No failure for a quiet while past its wait: counted afresh.
 		delete(s.failed, key)
+		ok = false
+	}
+	if ok && f.forgotten {
+		// Made again under its name: held to the count of the one that
+		// went, and woken like any other.
+		f.forgotten = false
+		s.failed[key] = f
+	}
+	early := false
+	switch {
+	case ok && f.revision == revision && now.Before(f.until) && f.sum == sum:
+		return nil, &startDeferredError{wait: f.until.Sub(now), cause: f.err}
+	case ok && f.revision == revision && now.Before(f.until):
+		// Another content within the backoff: let in once a wait.
+		if next := f.early.Add(f.wait); !f.early.IsZero() && now.Before(next) {
+			return nil, &startDeferredError{wait: min(next.Sub(now), f.until.Sub(now)), cause: f.err}
+		}
+		early = true
 	}
 	if s.tenants[key.Namespace] {
 		return nil, &startDeferredError{wait: busyWait}
@@ -101,15 +136,30 @@ func (s *remoteStarts) begin(key types.NamespacedName, sum [sha256.Size]byte, re
 	}
 	s.tenants[key.Namespace] = true
 	s.running++
+	if early {
+		f.early = now
+		s.failed[key] = f
+	}
 	return func(now time.Time, bound time.Duration, err error) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		delete(s.tenants, key.Namespace)
 		s.running--
 		if err == nil {
-			if f, ok := s.failed[key]; !ok || !f.afterStart || f.sum != sum || f.revision != revision {
+			f, ok := s.failed[key]
+			if !ok || f.revision != revision {
 				delete(s.failed, key)
+				return
 			}
+			// The wait is over, the count is kept: a success (or a
+			// refusal, which targetFor reports as one) must not let a
+			// failing content back at once (alternating the two), nor a
+			// server that answers its start small and then grows.
+			f.sum = sum
+			if now.Before(f.until) {
+				f.until = now
+			}
+			s.failed[key] = f
 			return
 		}
 		s.failLocked(key, sum, revision, now, bound, err)
@@ -118,8 +168,8 @@ func (s *remoteStarts) begin(key types.NamespacedName, sum [sha256.Size]byte, re
 
 // fail counts a failure of key's watch after its start (its tenant's server
 // grew past the limits the manager keeps), as if its start had failed: it
-// is not started again for that content and revision until the backoff has
-// passed, and a reconcile meanwhile says why (startDeferredError's cause).
+// is not started again until the backoff has passed, and a reconcile
+// meanwhile says why (startDeferredError's cause).
 func (s *remoteStarts) fail(key types.NamespacedName, sum [sha256.Size]byte, revision string, now time.Time, bound time.Duration, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -130,28 +180,38 @@ func (s *remoteStarts) fail(key types.NamespacedName, sum [sha256.Size]byte, rev
 }
 
 func (s *remoteStarts) failLocked(key types.NamespacedName, sum [sha256.Size]byte, revision string, now time.Time, bound time.Duration, err error) {
-	f := s.failed[key]
-	if f.sum != sum || f.revision != revision {
-		f = startFailure{sum: sum, revision: revision}
+	f, ok := s.failed[key]
+	if !ok || f.revision != revision {
+		// Another bundle is the operator's: counted afresh. Another
+		// content is the tenant's, and counts on.
+		f = startFailure{revision: revision}
 	}
-	f.err = err
-	if f.afterStart && now.Sub(f.until) > maxBackoff {
-		// No failure for a quiet while past its wait: counted afresh,
-		// whether a start or a running watch notices (review 33 L2).
-		f.n = 0
+	f.sum, f.err = sum, err
+	if ok && now.Sub(f.until) > maxBackoff {
+		// No failure for a quiet while past its wait (or the start
+		// that ended it): counted afresh, whether a start or a running
+		// watch notices (review 33 L2).
+		f.n, f.early = 0, time.Time{}
 	}
 	if errors.As(err, new(ownFailure)) {
 		// Not the tenant's: the same wait every time, and its
 		// failures before stay as they were.
-		f.until = now.Add(bound)
+		f.wait = bound
 	} else {
-		f.until = now.Add(min(bound<<min(f.n, 10), maxBackoff))
+		f.wait = min(bound<<min(f.n, 10), maxBackoff)
 		f.n++
 	}
+	f.until = now.Add(f.wait)
 	if s.failed == nil {
 		s.failed = map[types.NamespacedName]startFailure{}
 	}
 	s.failed[key] = f
+	// The counts kept of clusters gone, once quiet, go with them.
+	for k, g := range s.failed {
+		if g.forgotten && now.Sub(g.until) > maxBackoff {
+			delete(s.failed, k)
+		}
+	}
 }
 
 // takeTurn says whether the tenant in namespace may start now: there is
@@ -200,7 +260,7 @@ func (s *remoteStarts) wake(stopped types.NamespacedName, now time.Time) (types.
 		found bool
 	)
 	for key, f := range s.failed {
-		if key.Namespace != stopped.Namespace || key == stopped || f.afterStart || !now.Before(f.until) || !errors.As(f.err, new(tenantBoundError)) {
+		if key.Namespace != stopped.Namespace || key == stopped || f.afterStart || f.forgotten || !now.Before(f.until) || !errors.As(f.err, new(tenantBoundError)) {
 			continue
 		}
 		if !found || f.until.Before(s.failed[woken].until) || (f.until.Equal(s.failed[woken].until) && key.Name < woken.Name) {
@@ -215,9 +275,14 @@ func (s *remoteStarts) wake(stopped types.NamespacedName, now time.Time) (types.
 	return woken, found
 }
 
-// forget drops what is kept of a cluster's failed starts.
+// forget marks what is kept of a cluster's failed starts as the cluster's
+// that went: a cluster made again under its name (by a tenant, to start
+// afresh) is still held to the backoff, and the count is dropped once quiet.
 func (s *remoteStarts) forget(key types.NamespacedName) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.failed, key)
+	if f, ok := s.failed[key]; ok {
+		f.forgotten = true
+		s.failed[key] = f
+	}
 }

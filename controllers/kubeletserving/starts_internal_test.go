@@ -29,8 +29,10 @@ import (
 // Review 8 M3: a cluster whose watch could not be started is not started
 // again, for the same kubeconfig and bundle, until its backoff has passed
 // (the request bound, doubling, at most 5 min), however often it is
-// reconciled; another content, or another bundle, is tried at once; a start
-// that works forgets the failures.
+// reconciled; another content is tried at once (once a backoff:
+// TestRewritingTheKubeconfigDoesNotUndoTheBackoff); a start that works ends
+// the wait but not the count, which starts afresh after a quiet while or
+// with another bundle.
 func TestAFailedStartBacksOff(t *testing.T) {
 	var s remoteStarts
 	key := types.NamespacedName{Namespace: "ns", Name: "c"}
@@ -65,16 +67,172 @@ func TestAFailedStartBacksOff(t *testing.T) {
 	require.NoError(t, err, "a rotated kubeconfig waited for the old one's backoff")
 	end(now, bound, nil)
 	end, err = s.begin(key, sum, "r1", now, time.Second)
-	require.NoError(t, err, "a start that worked did not forget the failures")
+	require.NoError(t, err, "a start that worked did not end the wait")
 	end(now, bound, stalled)
-	assert.Equal(t, 30*time.Second, deferred(sum, "r1"), "the backoff did not start again after a start that worked")
+	assert.Equal(t, 5*time.Minute, deferred(sum, "r1"), "a start that worked undid the count")
+	assert.Equal(t, 5*time.Minute, deferred(other, "r1"), "the content that worked was let in again within the wait")
+	now = now.Add(5*time.Minute + maxBackoff + time.Second)
+	fail(sum, "r1")
+	assert.Equal(t, 30*time.Second, deferred(sum, "r1"), "the count did not start afresh after a quiet while")
 	end, err = s.begin(key, sum, "r2", now, time.Second)
 	require.NoError(t, err, "a new bundle waited for the old one's backoff")
 	end(now, bound, stalled)
+	assert.Equal(t, 30*time.Second, deferred(sum, "r2"), "a new bundle did not start the count afresh")
+}
+
+// The kubeconfig Secret is the tenant's to write at will, and a
+// TalosCluster may be its to make: neither a rewrite nor a cluster made
+// again under its name undoes the backoff of its failed starts (the last
+// notes' "Left": each rewrite had started the count afresh, so a tenant
+// could have the manager list its server every few seconds). A rewrite is
+// started at once, once a backoff, so that a fix need not wait; its
+// failure counts on.
+func TestRewritingTheKubeconfigDoesNotUndoTheBackoff(t *testing.T) {
+	var s remoteStarts
+	key := types.NamespacedName{Namespace: "ns", Name: "c"}
+	now := time.Unix(1_000_000, 0)
+	bound := 30 * time.Second
+	stalled := errors.New("the cache did not sync")
+	content := func(i int) [sha256.Size]byte { return sha256.Sum256(fmt.Appendf(nil, "kubeconfig %d", i)) }
+	start := func(i int) (func(time.Time, time.Duration, error), error) {
+		return s.begin(key, content(i), "r1", now, time.Second)
+	}
+	failed := func(i int, why string) {
+		t.Helper()
+		end, err := start(i)
+		require.NoError(t, err, why)
+		end(now, bound, stalled)
+	}
+	deferred := func(i int) time.Duration {
+		t.Helper()
+		_, err := start(i)
+		var d *startDeferredError
+		require.ErrorAs(t, err, &d)
+		assert.ErrorIs(t, err, stalled, "the deferral does not say why the last start failed")
+		return d.wait
+	}
+
+	failed(0, "a first start waited")
+	failed(1, "a rewritten kubeconfig waited for the old one's backoff")
+	assert.Equal(t, time.Minute, deferred(1), "a rewrite that failed started the count afresh")
+	assert.Equal(t, time.Minute, deferred(2), "a second rewrite within the backoff was started at once")
+	now = now.Add(time.Minute)
+	failed(2, "the backoff over, a rewrite waited")
+	assert.Equal(t, 2*time.Minute, deferred(2))
+	// The last rewrite let in early was a minute ago; the next is let in
+	// a wait (now 2 min) after it.
+	assert.Equal(t, time.Minute, deferred(3), "a rewrite within a wait of the last one let in was started")
+	now = now.Add(time.Minute)
+	failed(3, "a rewrite a wait after the last one let in waited")
+	assert.Equal(t, 4*time.Minute, deferred(4))
+
 	s.forget(key)
-	end, err = s.begin(key, sum, "r2", now, time.Second)
-	require.NoError(t, err, "a forgotten cluster kept its backoff")
-	end(now, bound, nil)
+	assert.Equal(t, 4*time.Minute, deferred(3), "a cluster deleted and made again started the count afresh")
+	assert.Equal(t, 4*time.Minute, deferred(4), "a cluster deleted and made again was started at once with a rewrite")
+
+	// Another bundle is the operator's act: the count starts afresh.
+	end, err := s.begin(key, content(3), "r2", now, time.Second)
+	require.NoError(t, err, "a new bundle waited for the old one's backoff")
+	end(now, bound, stalled)
+	_, err = s.begin(key, content(3), "r2", now, time.Second)
+	var d *startDeferredError
+	require.ErrorAs(t, err, &d)
+	assert.Equal(t, bound, d.wait, "a new bundle did not start the count afresh")
+
+	// The count of a cluster that went is dropped once quiet.
+	s.forget(key)
+	now = now.Add(bound + maxBackoff + time.Second)
+	sibling := types.NamespacedName{Namespace: "ns", Name: "other"}
+	end, err = s.begin(sibling, content(0), "r1", now, time.Second)
+	require.NoError(t, err)
+	end(now, bound, stalled)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	assert.NotContains(t, s.failed, key, "the count of a cluster gone for good was kept")
+	assert.Contains(t, s.failed, sibling)
+}
+
+// A start that succeeds, or whose content the rule refuses (targetFor
+// reports it as a success), ends the wait but not the count: a tenant that
+// alternates a failing kubeconfig with one that starts had the failing one
+// started every other rewrite, the count never past one (review of the
+// change above, finding 1).
+func TestAlternatingAFailingKubeconfigWithOneThatStartsDoesNotUndoTheBackoff(t *testing.T) {
+	var s remoteStarts
+	key := types.NamespacedName{Namespace: "ns", Name: "c"}
+	failing, working := sha256.Sum256([]byte("hostile")), sha256.Sum256([]byte("refused or working"))
+	start := time.Unix(1_000_000, 0)
+	bound := 30 * time.Second
+	stalled := errors.New("the cache did not sync")
+
+	// The tenant rewrites its Secret every 5 s for half an hour, one
+	// content then the other.
+	window, every := 30*time.Minute, 5*time.Second
+	failingStarts := 0
+	for i, now := 0, start; now.Before(start.Add(window)); i, now = i+1, now.Add(every) {
+		sum, outcome := working, error(nil)
+		if i%2 == 0 {
+			sum, outcome = failing, stalled
+		}
+		end, err := s.begin(key, sum, "r1", now, time.Second)
+		if err != nil {
+			require.ErrorAs(t, err, new(*startDeferredError))
+			continue
+		}
+		if sum == failing {
+			failingStarts++
+		}
+		end(now, bound, outcome)
+	}
+	// The waits double to 5 min (30 s, 1, 2, 4, then 5 each): about 11
+	// waits in half an hour, and each lets the failing content in at most
+	// twice (when it is over, and right after the other content let in
+	// early has started). Every 10 s, as before, would be 180.
+	assert.LessOrEqual(t, failingStarts, 24, "the failing content was started %d times in %s", failingStarts, window)
+	assert.GreaterOrEqual(t, failingStarts, 5, "the failing content was not started once its waits were over")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	assert.Equal(t, maxBackoff, s.failed[key].wait, "the count did not grow to the longest wait")
+}
+
+// A cluster deleted and made again under its name is held to the count of
+// the one that went, and, as any cluster, woken when a sibling's watch gives
+// its share of the tenant's bound back.
+func TestAClusterMadeAgainIsWokenLikeAnyOther(t *testing.T) {
+	var s remoteStarts
+	key, sibling := types.NamespacedName{Namespace: "ns", Name: "c"}, types.NamespacedName{Namespace: "ns", Name: "sibling"}
+	sum := sha256.Sum256([]byte("kubeconfig"))
+	now := time.Unix(1_000_000, 0)
+	together := fmt.Errorf("watch CSRs: %w", tenantBoundError{errors.New("the tenant's servers hold too many CSRs together")})
+	end, err := s.begin(key, sum, "r1", now, time.Second)
+	require.NoError(t, err)
+	end(now, 30*time.Second, together)
+	s.forget(key)
+	_, err = s.begin(key, sum, "r1", now, time.Second)
+	require.ErrorAs(t, err, new(*startDeferredError), "a cluster made again was started within the backoff")
+	woken, ok := s.wake(sibling, now)
+	require.True(t, ok, "a cluster made again was not woken")
+	assert.Equal(t, key, woken)
+	end, err = s.begin(key, sum, "r1", now, time.Second)
+	require.NoError(t, err, "the cluster woken was not started")
+	end(now, 30*time.Second, nil)
+
+	// Gone again, it is woken no more; made again after a quiet while,
+	// it is counted afresh.
+	end, err = s.begin(key, sum, "r1", now, time.Second)
+	require.NoError(t, err)
+	end(now, 30*time.Second, together)
+	s.forget(key)
+	_, ok = s.wake(sibling, now)
+	assert.False(t, ok, "a cluster that went was woken")
+	now = now.Add(time.Minute + maxBackoff + time.Second)
+	end, err = s.begin(key, sum, "r1", now, time.Second)
+	require.NoError(t, err)
+	end(now, 30*time.Second, together)
+	_, err = s.begin(key, sum, "r1", now, time.Second)
+	var d *startDeferredError
+	require.ErrorAs(t, err, &d)
+	assert.Equal(t, 30*time.Second, d.wait, "the count of a cluster quiet after it went was kept")
 }
 
 // Review 8 M3: one start of a tenant at a time, and at most half the
