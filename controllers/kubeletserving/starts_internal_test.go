@@ -82,9 +82,9 @@ func TestAFailedStartBacksOff(t *testing.T) {
 
 // The kubeconfig Secret is the tenant's to write at will, and a
 // TalosCluster may be its to make: neither a rewrite nor a cluster made
-// again under its name undoes the backoff of its failed starts (the last
-// notes' "Left": each rewrite had started the count afresh, so a tenant
-// could have the manager list its server every few seconds). A rewrite is
+// again under its name undoes the backoff of its failed starts (each
+// rewrite had started the count afresh, so a tenant could have the manager
+// list its server every few seconds). A rewrite is
 // started at once, once a backoff, so that a fix need not wait; its
 // failure counts on.
 func TestRewritingTheKubeconfigDoesNotUndoTheBackoff(t *testing.T) {
@@ -155,8 +155,7 @@ func TestRewritingTheKubeconfigDoesNotUndoTheBackoff(t *testing.T) {
 // A start that succeeds, or whose content the rule refuses (targetFor
 // reports it as a success), ends the wait but not the count: a tenant that
 // alternates a failing kubeconfig with one that starts had the failing one
-// started every other rewrite, the count never past one (review of the
-// change above, finding 1).
+// started every other rewrite, the count never past one.
 func TestAlternatingAFailingKubeconfigWithOneThatStartsDoesNotUndoTheBackoff(t *testing.T) {
 	var s remoteStarts
 	key := types.NamespacedName{Namespace: "ns", Name: "c"}
