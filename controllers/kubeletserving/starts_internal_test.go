@@ -27,9 +27,9 @@ import (
 )
 
 // Review 8 M3: a cluster whose watch could not be started is not started
-// again, for the same kubeconfig and bundle, until its backoff has passed
-// (the request bound, doubling, at most 5 min), however often it is
-// reconciled; another content is tried at once (once a backoff:
+// again until its backoff has passed (the request bound, doubling, at most
+// 5 min), however often it is reconciled; another content is tried at once
+// (once a backoff:
 // TestRewritingTheKubeconfigDoesNotUndoTheBackoff); a start that works ends
 // the wait but not the count, which starts afresh after a quiet while or
 // with another bundle.
@@ -84,9 +84,8 @@ func TestAFailedStartBacksOff(t *testing.T) {
 // TalosCluster may be its to make: neither a rewrite nor a cluster made
 // again under its name undoes the backoff of its failed starts (each
 // rewrite had started the count afresh, so a tenant could have the manager
-// list its server every few seconds). A rewrite is
-// started at once, once a backoff, so that a fix need not wait; its
-// failure counts on.
+// list its server every few seconds). A rewrite is started at once, once a
+// backoff, so that a fix need not wait; its failure counts on.
 func TestRewritingTheKubeconfigDoesNotUndoTheBackoff(t *testing.T) {
 	var s remoteStarts
 	key := types.NamespacedName{Namespace: "ns", Name: "c"}
