@@ -24,7 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins"
@@ -34,6 +33,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/internal/opavalue"
 	"github.com/ichor-dev/ichor-policy/internal/privatefile"
 	"github.com/ichor-dev/ichor-policy/internal/version"
 )
@@ -651,7 +651,7 @@ func (e *Engine) Decide(ctx context.Context, path string, input any) (Decision, 
 }
 
 func (e *Engine) decide(ctx context.Context, path string, input any) (Decision, error) {
-	value, err := inputValue(input)
+	value, err := opavalue.Of(input)
 	if err != nil {
 		return Decision{Path: path}, fmt.Errorf("input of %s: %w", path, err)
 	}
@@ -686,20 +686,6 @@ type refuseNetwork struct{}
 
 func (refuseNetwork) RoundTrip(r *http.Request) (*http.Response, error) {
 	return nil, fmt.Errorf("policy rules may not reach the network (http.send %s): every fact is in the input", r.URL.Redacted())
-}
-
-// inputValue converts an input to OPA's value once, through its JSON: the
-// SDK's own conversion of a Go struct goes through a generic map and costs
-// more than the evaluation itself (see docs/performance.md).
-func inputValue(input any) (ast.Value, error) {
-	if v, ok := input.(ast.Value); ok {
-		return v, nil
-	}
-	b, err := json.Marshal(input)
-	if err != nil {
-		return nil, err
-	}
-	return ast.ValueFromReader(bytes.NewReader(b))
 }
 
 func jsonLogger(w io.Writer, level logging.Level) *logging.StandardLogger {
