@@ -385,7 +385,8 @@ func (r *Report) decisionTables(w func(string, ...any)) {
 		w("|---|---|---|---|")
 		for _, p := range []struct{ name, label string }{
 			{"build-input", "building the input (csrinput.Build: PEM, ECDSA signature check)"},
-			{"opa-input-conversion", "converting the input struct to OPA's value (JSON, then ast.ValueFromReader, as the engine does)"},
+			{"opa-input-conversion", "converting the input struct to OPA's value (opavalue.Of, as the engine does)"},
+			{"opa-input-conversion-via-json", "the same through its JSON (json.Marshal, then ast.ValueFromReader, as the engine did before opavalue)"},
 			{"decide-log-off", "the decision through the engine, decision log off (as the engine benchmark runs it)"},
 			{"decide-logged", "the decision through the engine, decision log written as the manager writes it"},
 		} {
