@@ -19,8 +19,9 @@ import (
 // written), built from the Go value without the JSON in between. The SDK's
 // own conversion of a Go struct, and the JSON encoded and read again, went
 // through a generic map: about a fifteenth of a logged decision's time and a
-// seventh of its allocations (see docs/performance.md). What this walk does not know exactly as encoding/json
-// does (a type with a MarshalJSON or MarshalText of its own, floats,
+// seventh of its allocations (see docs/performance.md). What this walk does
+// not know exactly as encoding/json does (a type with a MarshalJSON or
+// MarshalText of its own, floats,
 // embedded structs, invalid UTF-8, a tag's string or omitzero option, keys
 // that are not strings) is encoded by encoding/json and read as before, so
 // the value is the JSON's in every case (TestTheValueIsTheJSONs) but one: a
@@ -49,6 +50,9 @@ func valueOf(v reflect.Value, depth int) (ast.Value, error) {
 	t := v.Type()
 	switch handlingOf(t) {
 	case asOPAValue:
+		if v.Kind() == reflect.Pointer && v.IsNil() {
+			return ast.Null{}, nil
+		}
 		return v.Interface().(ast.Value), nil
 	case asJSON:
 		return viaJSON(v)
@@ -234,17 +238,12 @@ type structField struct {
 var structFields sync.Map // reflect.Type → []structField (nil: via JSON)
 
 func fieldsOf(t reflect.Type) ([]structField, bool) {
-	if cached, ok := structFields.Load(t); ok {
-		fields := cached.([]structField)
-		return fields, fields != nil
+	cached, ok := structFields.Load(t)
+	if !ok {
+		cached, _ = structFields.LoadOrStore(t, plainFields(t))
 	}
-	fields := plainFields(t)
-	if fields == nil {
-		structFields.Store(t, []structField(nil))
-		return nil, false
-	}
-	structFields.Store(t, fields)
-	return fields, true
+	fields := cached.([]structField)
+	return fields, fields != nil
 }
 
 // plainFields are t's fields when every one is plain: exported or skipped,

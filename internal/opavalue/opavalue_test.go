@@ -283,6 +283,12 @@ func TestAnOPAValueIsTakenAsItIs(t *testing.T) {
 	if v, err := got.Find(ast.MustParseRef("x.value")[1:]); err != nil || v != in {
 		t.Fatalf("got %v (%v, %v); want the same value under value", got, v, err)
 	}
+	var none *ast.Array
+	if got, err := opavalue.Of(struct {
+		A *ast.Array `json:"a"`
+	}{none}); err != nil || ast.Compare(got, ast.MustParseTerm(`{"a": null}`).Value) != 0 {
+		t.Fatalf("an absent OPA value: got %v, %v; want null", got, err)
+	}
 }
 
 func FuzzTheValueIsTheJSONs(f *testing.F) {
