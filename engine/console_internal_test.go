@@ -49,7 +49,7 @@ func TestTheConsoleLineIsOPAs(t *testing.T) {
 		Input:   info.Input, Result: info.Results, NDBuiltinCache: info.NDBuiltinCache, Metrics: m.All(), Error: info.Error,
 	}
 	require.NoError(t, plugin.Log(context.Background(), info))
-	ours, err := consoleLine(event, time.Now())
+	ours, err := consoleLine(nil, event, time.Now())
 	require.NoError(t, err)
 
 	var want, got map[string]any

@@ -18,6 +18,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
 	"gopkg.in/natefinch/lumberjack.v2"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/ichor-dev/ichor-policy/internal/jsonappend"
 )
 
 // sinksName is the decision-log plugin of the engine's own sinks: the
@@ -245,11 +247,15 @@ func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
 }
 
 func (s *sinks) writeFile(event logs.EventV1) error {
-	line, err := json.Marshal(entryFields(event))
+	buf := lineBuffers.Get().(*[]byte)
+	defer putLineBuffer(buf)
+	line, err := jsonappend.Value((*buf)[:0], entryFields(event))
+	*buf = line
 	if err != nil {
 		return err
 	}
 	line = append(line, '\n')
+	*buf = line
 	s.fileMu.Lock()
 	defer s.fileMu.Unlock()
 	if s.f == nil {
@@ -259,13 +265,33 @@ func (s *sinks) writeFile(event logs.EventV1) error {
 	return err
 }
 
+// lineBuffers hold the console's and the file's lines while they are
+// written (the writers do not keep them): a logged decision's line is a few
+// KiB, allocated anew and grown for each entry otherwise.
+var lineBuffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, 4<<10)
+	return &b
+}}
+
+// putLineBuffer returns a line's buffer, unless an unusually large entry grew
+// it: the pool keeps no megabyte buffers for ordinary lines.
+func putLineBuffer(b *[]byte) {
+	if cap(*b) <= 64<<10 {
+		lineBuffers.Put(b)
+	}
+}
+
 // writeConsole writes the entry to the console, one line in one write. The
 // container runtime keeps it; a write that fails is counted (sink stdout)
 // and does not fail the decision, as OPA's console sink did not.
 func (s *sinks) writeConsole(event logs.EventV1) {
-	line, err := consoleLine(event, time.Now())
+	buf := lineBuffers.Get().(*[]byte)
+	defer putLineBuffer(buf)
+	line, err := consoleLine((*buf)[:0], event, time.Now())
+	*buf = line
 	if err == nil {
 		line = append(line, '\n')
+		*buf = line
 		s.consoleMu.Lock()
 		_, err = s.console.Write(line)
 		s.consoleMu.Unlock()
@@ -404,8 +430,8 @@ func entryFields(e logs.EventV1) map[string]any {
 // consoleLine is an entry as OPA's console sink writes it: the fields its
 // plugin hands its logger (logs.eventToFields in OPA), and the logger's
 // level, msg and time (logrus's JSON, the time to the second), with the keys
-// in order, encoded once.
-func consoleLine(e logs.EventV1, now time.Time) ([]byte, error) {
+// in order, encoded once, appended to dst.
+func consoleLine(dst []byte, e logs.EventV1, now time.Time) ([]byte, error) {
 	m := map[string]any{
 		"level": "info", "msg": "Decision Log", "time": now.Format(time.RFC3339),
 		"type": logs.DecisionLogType, "timestamp": e.Timestamp.UTC().Format(time.RFC3339Nano), "decision_id": e.DecisionID,
@@ -440,5 +466,5 @@ func consoleLine(e logs.EventV1, now time.Time) ([]byte, error) {
 	put("request_context", e.RequestContext, e.RequestContext != nil)
 	put("rule_labels", e.RuleLabels, len(e.RuleLabels) > 0)
 	put("custom", e.Custom, len(e.Custom) > 0)
-	return json.Marshal(m)
+	return jsonappend.Value(dst, m)
 }
