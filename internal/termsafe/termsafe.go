@@ -19,6 +19,7 @@
 package termsafe
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strconv"
@@ -43,7 +44,7 @@ func Escape(s string) string {
 	s = printers.EscapeTerminal(s)
 	// Invalid UTF-8 decodes as U+FFFD, which safe refuses, so a string
 	// this finds nothing in is valid and has nothing to escape.
-	if strings.IndexFunc(s, func(r rune) bool { return !safe(r) }) < 0 {
+	if strings.IndexFunc(s, unsafe) < 0 {
 		return s
 	}
 	var b strings.Builder
@@ -111,11 +112,23 @@ func (w *Writer) Write(p []byte) (int, error) {
 		w.partial = append([]byte(nil), p[len(p)-cut:]...)
 		p = p[:len(p)-cut]
 	}
+	// Most of what is written (every decision-log line) has nothing to
+	// escape: it goes out as it came, without a copy of each line.
+	if bytes.IndexFunc(p, unsafe) < 0 {
+		if _, err := w.w.Write(p); err != nil {
+			return 0, err
+		}
+		return n, nil
+	}
 	if _, err := io.WriteString(w.w, Escape(string(p))); err != nil {
 		return 0, err
 	}
 	return n, nil
 }
+
+// unsafe is !safe; ESC and \r, which EscapeTerminal rewrites, are not safe
+// either, so text without an unsafe rune is what Escape leaves alone.
+func unsafe(r rune) bool { return !safe(r) }
 
 // Flush writes a cut sequence that no write completed, escaped as the
 // invalid UTF-8 it is.

@@ -3,6 +3,7 @@ package termsafe_test
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"testing"
 	"unicode/utf8"
 
@@ -83,4 +84,29 @@ func TestWriterJoinsACharacterCutBetweenWrites(t *testing.T) {
 func TestTheTestNodeIsAllTricks(t *testing.T) {
 	assert.Equal(t, termsafetest.NodeEscaped, termsafe.Escape(termsafetest.Node))
 	assert.Len(t, termsafetest.Controls(termsafetest.Node), 8, "ESC four times, BEL, CR, CSI, RLO")
+}
+
+// The Writer writes what Escape makes of each write, hostile or honest, and
+// an honest line (every decision-log line) without a copy of it.
+func TestWriterWritesWhatEscapeMakes(t *testing.T) {
+	ins := []string{"", "worker-1\n", `{"msg":"Decision Log","input":{"csr":{"name":"csr-1"}}}` + "\n", "\ufffd", "naïve 😀\t"}
+	for _, c := range termsafetest.Hostile {
+		ins = append(ins, c.In)
+	}
+	for _, in := range ins {
+		var out bytes.Buffer
+		w := termsafe.NewWriter(&out)
+		n, err := w.Write([]byte(in))
+		require.NoError(t, err)
+		require.NoError(t, w.Flush())
+		assert.Equal(t, len(in), n)
+		assert.Equal(t, termsafe.Escape(in), out.String(), "%q", in)
+	}
+
+	line := bytes.Repeat([]byte(`{"input":{"csr":{"name":"csr-1","usages":["server auth"]}}} `), 50)
+	w := termsafe.NewWriter(io.Discard)
+	allocs := testing.AllocsPerRun(100, func() {
+		_, _ = w.Write(line)
+	})
+	assert.Zero(t, allocs, "an honest line is written as it is")
 }
