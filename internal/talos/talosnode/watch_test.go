@@ -274,9 +274,9 @@ func TestWatchOptions(t *testing.T) {
 	}
 }
 
-// BenchmarkWatchMemory is what a live watch costs to hold: the heap and the
-// goroutines of N watches of one node (each its own connection, as each node
-// is), per watch, once all are established.
+// BenchmarkWatchMemory is what a live watch costs to hold: the heap, the
+// goroutines and their stacks of N watches of one node (each its own
+// connection, as each node is), per watch, once all are established.
 func BenchmarkWatchMemory(b *testing.B) {
 	for _, watches := range []int{1000, 5000} {
 		b.Run(fmt.Sprintf("watches=%d", watches), func(b *testing.B) {
@@ -315,7 +315,7 @@ func measureWatches(b *testing.B, ca *talosapi.CA, watches int) {
 		}
 	}()
 
-	goroutines, heap := runtime.NumGoroutine(), heapInUse()
+	goroutines, heap, stack := runtime.NumGoroutine(), heapInUse(), stackInUse()
 
 	for _, s := range sets {
 		s.Keep([]string{srv.Endpoint()})
@@ -335,6 +335,15 @@ func measureWatches(b *testing.B, ca *talosapi.CA, watches int) {
 	// the client's, so the figures are an upper bound of the manager's.
 	b.ReportMetric((float64(heapInUse())-float64(heap))/float64(watches), "heap-B/watch")
 	b.ReportMetric(float64(runtime.NumGoroutine()-goroutines)/float64(watches), "goroutines/watch")
+	// The goroutines' stacks are about as much as the heap, and outside it.
+	b.ReportMetric((float64(stackInUse())-float64(stack))/float64(watches), "stack-B/watch")
+}
+
+func stackInUse() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+
+	return m.StackInuse
 }
 
 func heapInUse() uint64 {
