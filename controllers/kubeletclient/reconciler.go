@@ -92,8 +92,8 @@ type Decider interface {
 type Reconciler struct {
 	// Client reads CSRs, TalosMachines and TalosClusters from the cache.
 	Client client.Client
-	// Clientset makes the SubjectAccessReviews and writes approvals (the
-	// approval subresource).
+	// Clientset reads requests afresh and writes approvals (the approval
+	// subresource); the SubjectAccessReviews go through Client.
 	Clientset kubernetes.Interface
 	Engine    Decider
 	// LocalClusters are the clusters whose machines may be this API

@@ -22,7 +22,9 @@ const maxDepth = 500
 
 // Value appends the JSON of v to dst, as encoding/json.Marshal(v) writes it
 // (map keys sorted, HTML characters and invalid UTF-8 escaped as it escapes
-// them), and returns its error where it fails.
+// them), and fails where it fails, with its error; of a value that holds
+// itself through several types, the type the error names may differ. After an
+// error, what dst holds is not to be used.
 func Value(dst []byte, v any) ([]byte, error) {
 	return appendValue(dst, v, 0)
 }
