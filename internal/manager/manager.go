@@ -24,7 +24,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -402,12 +401,6 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 	// --request-timeout.
 	bounded := rest.CopyConfig(o.Config)
 	bounded.Timeout = kubeletserving.DefaultTenantRequestTimeout
-	// Built-in types only (the requests and their approvals): protobuf, as
-	// the kube-controller-manager's clients and controller-runtime's client
-	// for built-in types speak it, costs the API server and the manager less
-	// to encode and decode than JSON.
-	bounded.ContentType = runtime.ContentTypeProtobuf
-	bounded.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	clientset, err := kubernetes.NewForConfig(bounded)
 	if err != nil {
 		return fmt.Errorf("clientset: %w", err)
