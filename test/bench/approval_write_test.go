@@ -2,12 +2,6 @@ package bench_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"testing"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -18,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ichor-dev/ichor-policy/test/bench"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
@@ -35,7 +30,10 @@ func BenchmarkApprovalWrite(b *testing.B) {
 	if err != nil || plane["kube-apiserver"] == 0 {
 		b.Fatalf("the API server's process: %v (found %v)", err, plane)
 	}
-	request := certificateRequest(b)
+	request, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("bench"), DNSNames: []string{"bench"}})
+	if err != nil {
+		b.Fatal(err)
+	}
 
 	for _, encoding := range []struct{ name, contentType string }{
 		{"default", ""},
@@ -86,20 +84,4 @@ func BenchmarkApprovalWrite(b *testing.B) {
 			b.ReportMetric((apiserver()-apiStart)/float64(b.N), "apiserver-cpu-ns/op")
 		})
 	}
-}
-
-func certificateRequest(b *testing.B) []byte {
-	b.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject:  pkix.Name{CommonName: "system:node:bench", Organization: []string{"system:nodes"}},
-		DNSNames: []string{"bench"},
-	}, key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})
 }
