@@ -44,7 +44,7 @@ func Escape(s string) string {
 	s = printers.EscapeTerminal(s)
 	// Invalid UTF-8 decodes as U+FFFD, which safe refuses, so a string
 	// this finds nothing in is valid and has nothing to escape.
-	if strings.IndexFunc(s, unsafe) < 0 {
+	if strings.IndexFunc(s, unsafeRune) < 0 {
 		return s
 	}
 	var b strings.Builder
@@ -114,7 +114,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	// Most of what is written (every decision-log line) has nothing to
 	// escape: it goes out as it came, without a copy of each line.
-	if bytes.IndexFunc(p, unsafe) < 0 {
+	if bytes.IndexFunc(p, unsafeRune) < 0 {
 		if _, err := w.w.Write(p); err != nil {
 			return 0, err
 		}
@@ -126,9 +126,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// unsafe is !safe; ESC and \r, which EscapeTerminal rewrites, are not safe
+// unsafeRune is !safe; ESC and \r, which EscapeTerminal rewrites, are not safe
 // either, so text without an unsafe rune is what Escape leaves alone.
-func unsafe(r rune) bool { return !safe(r) }
+func unsafeRune(r rune) bool { return !safe(r) }
 
 // Flush writes a cut sequence that no write completed, escaped as the
 // invalid UTF-8 it is.
