@@ -21,14 +21,13 @@ import (
 // through a generic map: about a fifteenth of a logged decision's time and a
 // seventh of its allocations (see docs/performance.md). What this walk does
 // not know exactly as encoding/json does (a type with a MarshalJSON or
-// MarshalText of its own, floats,
-// embedded structs, invalid UTF-8, a tag's string or omitzero option, keys
-// that are not strings) is encoded by encoding/json and read as before, so
-// the value is the JSON's in every case (TestTheValueIsTheJSONs) but one: a
-// value that is OPA's already is taken as it is (encoding/json would write
-// OPA's encoding of its terms). A value nested more deeply than OPA's JSON
-// reader takes (10,000 levels) is converted where its JSON would be refused;
-// no input is nearly as deep.
+// MarshalText of its own, floats, embedded structs, invalid UTF-8, a tag's
+// string or omitzero option, keys that are not strings) is encoded by
+// encoding/json and read as before, so the value is the JSON's in every case
+// (TestTheValueIsTheJSONs) but one: a value that is OPA's already is taken as
+// it is (encoding/json would write OPA's encoding of its terms). A value
+// nested more deeply than OPA's JSON reader takes (10,000 levels) is
+// converted where its JSON would be refused; no input is nearly as deep.
 func Of(v any) (ast.Value, error) {
 	return valueOf(reflect.ValueOf(v), 0)
 }
