@@ -53,10 +53,8 @@ mask contains {"op": "upsert", "path": concat("/", array.concat(["", "input"], p
 # title: Mask
 # description: Long reason lists of the result are cut, and long messages.
 mask contains {"op": "upsert", "path": "/result/reasons", "value": kept} if {
-	reasons := object.get(input, ["result", "reasons"], null)
-	is_array(reasons)
-	_too_big_reasons(reasons)
-	kept := [_cut_item(r) | some r in array.slice(reasons, 0, _config.max_logged_reasons)]
+	_reasons_too_big
+	kept := [_cut_item(r) | some r in array.slice(input.result.reasons, 0, _config.max_logged_reasons)]
 }
 
 # METADATA
@@ -81,17 +79,29 @@ _long_strings[path] := value if {
 
 # The capped lists of this entry that are too long or hold a long string, each checked
 # once per entry: every decision is masked, and most cut nothing. A path the entry does not
-# hold fails at is_array, before the call of _too_big (an absent list cuts nothing): most
-# entries hold few of the paths, and the applied record (system/applied) none.
+# hold fails at is_array (an absent list cuts nothing): most entries hold few of the paths,
+# and the applied record (system/applied) none. A list whose JSON is short fails before the
+# call of _too_big, which costs more than the JSON (see _short_json).
 _oversized[path] := items if {
 	some path in _config.capped_lists
 	input.input[path[0]]
 	items := object.get(input.input, path, null)
 	is_array(items)
+	count(json.marshal(items)) > _short_json
 	_too_big(items)
 }
 
-_truncated["result.reasons"] := count(reasons) if {
+# The length of JSON below which a list can be neither too long nor hold a long string: a
+# string of more than max_logged_value_length characters is at least as long in JSON, and a
+# list of more than max_logged_items items is at least twice that long (each item at least
+# one character, a comma between two). The lists of an ordinary request are far below it.
+_short_json := min([_config.max_logged_value_length, 2 * _config.max_logged_items])
+
+_truncated["result.reasons"] := count(input.result.reasons) if _reasons_too_big
+
+# Whether the result's reasons are to be cut, asked once per entry by the mask and by
+# log_truncated.
+_reasons_too_big if {
 	reasons := object.get(input, ["result", "reasons"], null)
 	is_array(reasons)
 	_too_big_reasons(reasons)

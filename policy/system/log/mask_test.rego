@@ -87,6 +87,23 @@ test_long_reason_lists_and_messages_of_the_result_are_cut if {
 	count([c | some c in one; c.path == "/result/reasons"; endswith(c.value[0].message, "... (513 bytes)")]) == 1
 }
 
+# The densest list JSON can hold: one character an item. Just over max_logged_items, it is
+# cut, although its JSON is far shorter than max_logged_value_length.
+test_a_list_of_one_character_items_just_over_the_cap_is_cut if {
+	digits := [0 | some _ in numbers.range(1, 101)]
+	masks := log.mask with input as _groups(digits)
+	{"op": "upsert", "path": "/input/log_truncated", "value": {"csr.groups": 101}} in masks
+	count([c | some c in masks; c.path == "/input/csr/groups"; count(c.value) == 100]) == 1
+
+	four := log.mask with input as _groups([0, 0, 0, 0]) with log.config as _three_items
+	{"op": "upsert", "path": "/input/log_truncated", "value": {"csr.groups": 4}} in four
+	count(log.mask) == 0 with input as _groups([0, 0, 0]) with log.config as _three_items
+}
+
+_groups(groups) := {"input": {"csr": {"groups": groups}}}
+
+_three_items := object.union(log.config, {"max_logged_items": 3})
+
 test_small_lists_are_left_alone if {
 	count(log.mask) == 0 with input as {"input": {"csr": {"request": {"subject_alt_names": _names(100)}}}}
 	count(log.mask) == 0 with input as {"input": {"node": {"addresses": ["10.5.0.2"]}}, "result": {"reasons": []}}
