@@ -109,6 +109,55 @@ test_small_lists_are_left_alone if {
 	count(log.mask) == 0 with input as {"input": {"node": {"addresses": ["10.5.0.2"]}}, "result": {"reasons": []}}
 }
 
+# An approval's entry as the manager logs it, every capped list and string of the kubelet
+# serving input present and short: nothing is cut. It is also what `opa test --bench` times
+# for the mask, which runs on every logged decision.
+test_an_approvals_entry_is_left_alone if {
+	count(log.mask) == 0 with input as _approval_entry
+}
+
+_approval_entry := {
+	"decision_id": "4f9b0c1e-0d7e-4c55-9c1a-0e2b7f1f6a10",
+	"path": "ichor/kubelet_serving/decision",
+	"input": {
+		"csr": {
+			"name": "csr-1", "signer_name": "kubernetes.io/kubelet-serving", "uid": "",
+			"username": "system:node:worker-1", "groups": ["system:nodes", "system:authenticated"], "extra": {},
+			"usages": ["digital signature", "server auth"],
+			"request": {
+				"pem": {"blocks": 1, "types": ["CERTIFICATE REQUEST"], "headers": 0},
+				"parsed": true, "parse_error": "",
+				"signature_valid": true, "signature_error": "", "signature_algorithm": "ECDSA-SHA256",
+				"subject": [
+					{"oid": "2.5.4.10", "name": "O", "value": "system:nodes"},
+					{"oid": "2.5.4.3", "name": "CN", "value": "system:node:worker-1"},
+				],
+				"subject_alt_names": [
+					{"type": "dns", "value": "worker-1"},
+					{"type": "ip", "value": "10.5.0.2"},
+					{"type": "ip", "value": "fd00::2"},
+				],
+				"extensions": [{"oid": "2.5.29.17", "critical": false}],
+				"public_key": {"algorithm": "ECDSA", "bits": 256, "curve": "P-256"},
+			},
+		},
+		"machine": {"name": "worker-1", "namespace": "default", "cluster": "demo"},
+		"machine_candidates": 0,
+		"node": {
+			"readable": true, "error": "", "nodename": "worker-1", "hostname": "worker-1",
+			"addresses": ["10.5.0.2", "fd00::2"],
+		},
+		"requests": {"from_requester": 1, "undecided": 1, "machines": 3},
+	},
+	"result": {"action": "approve", "node": "worker-1", "reasons": [{
+		"code": "IchorKubeletServing",
+		"message": concat(" ", [
+			"kubelet serving certificate for node \"worker-1\" (machine \"worker-1\")",
+			"matches its identity read from the Talos API",
+		]),
+	}]},
+}
+
 test_an_audited_certificate_with_ten_thousand_names_is_cut_to_a_hundred if {
 	masks := log.mask with input as {"input": {"certificate": {"subject_alt_names": _names(10000)}}}
 	{"op": "upsert", "path": "/input/log_truncated", "value": {"certificate.subject_alt_names": 10000}} in masks
