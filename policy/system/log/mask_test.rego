@@ -102,6 +102,14 @@ test_a_list_of_one_character_items_just_over_the_cap_is_cut if {
 
 _groups(groups) := {"input": {"csr": {"groups": groups}}}
 
+# A max_logged_items that is not a number bounds no list: a long string in one is still cut.
+test_a_broken_item_cap_still_cuts_a_long_string if {
+	long := concat("", [x | some _ in numbers.range(1, 513); x := "g"])
+	broken := object.union(log.config, {"max_logged_items": "a hundred"})
+	masks := log.mask with input as _groups(["system:nodes", long]) with log.config as broken
+	{"op": "upsert", "path": "/input/log_truncated", "value": {"csr.groups": 2}} in masks
+}
+
 _three_items := object.union(log.config, {"max_logged_items": 3})
 
 test_small_lists_are_left_alone if {
