@@ -95,8 +95,8 @@ _oversized[path] := items if {
 # string of more than max_logged_value_length characters is at least as long in JSON, and a
 # list of more than max_logged_items items is at least twice that long (each item at least
 # one character, a comma between two). The lists of an ordinary request are far below it.
-# A table that is not a number (a broken data.json) bounds nothing: every list is looked into,
-# as before the bound, rather than none.
+# A max_logged_items that is not a number (a broken data.json) leaves the bound undefined: then
+# every list is looked into, as before the bound, rather than none.
 default _short_json := 0
 
 _short_json := min([_config.max_logged_value_length, 2 * _config.max_logged_items])
