@@ -389,6 +389,7 @@ func (r *Report) decisionTables(w func(string, ...any)) {
 			{"opa-input-conversion-via-json", "the same through its JSON (json.Marshal, then ast.ValueFromReader, as the engine did before opavalue)"},
 			{"decide-log-off", "the decision through the engine, decision log off (as the engine benchmark runs it)"},
 			{"decide-logged", "the decision through the engine, decision log written as the manager writes it"},
+			{"mask", "of which the decision log's mask (policy/system/log) on the approval's entry, as OPA's decision-log plugin runs it"},
 		} {
 			if l, ok := r.bench("BenchmarkKubeletServingParts/" + p.name); ok {
 				w("| %s | %s | %s | %.0f |", p.label, us(l.Metrics["ns/op"]), us(l.Metrics["p99-µs"]*1e3), l.Metrics["allocs/op"])
