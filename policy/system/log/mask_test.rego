@@ -102,7 +102,8 @@ test_a_list_of_one_character_items_just_over_the_cap_is_cut if {
 
 _groups(groups) := {"input": {"csr": {"groups": groups}}}
 
-# A max_logged_items that is not a number bounds no list: a long string in one is still cut.
+# A max_logged_items that is not a number lets the mask skip no list: a long string in one is
+# still cut.
 test_a_broken_item_cap_still_cuts_a_long_string if {
 	long := concat("", [x | some _ in numbers.range(1, 513); x := "g"])
 	broken := object.union(log.config, {"max_logged_items": "a hundred"})
