@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -30,6 +31,9 @@ type Stats struct {
 	// current resident set.
 	VmHWM uint64 `json:"vm_hwm"`
 	VmRSS uint64 `json:"vm_rss"`
+	// AtPeak is what the resident set was made of at the highest VmRSS
+	// sampled (every 100ms), so that a peak can be taken apart.
+	AtPeak Memory `json:"at_peak"`
 	// CPU is the user and system time the process has used.
 	CPU        time.Duration `json:"cpu"`
 	Goroutines int           `json:"goroutines"`
@@ -39,6 +43,38 @@ type Stats struct {
 	// histogram (NAME:CONTROLLER for those with a controller label) and the
 	// value of each counter (rest_client_requests_total:METHOD by method).
 	Metrics map[string]float64 `json:"metrics"`
+}
+
+// Memory is what a Go process's resident set is made of at one moment, in
+// bytes: the kernel's count of its pages, split by the runtime's own.
+type Memory struct {
+	// RSS is VmRSS; File is RssFile, the pages of the binary (and any file)
+	// mapped in: code and read-only data, not the manager's work.
+	RSS  uint64 `json:"rss"`
+	File uint64 `json:"rss_file"`
+	// HeapInUse is the heap's spans holding objects (runtime.MemStats
+	// HeapInuse); HeapLive what the last collection found reachable in it
+	// (/gc/heap/live:bytes); the difference is garbage the collector's
+	// target (GOGC) lets accumulate until the next one.
+	HeapInUse uint64 `json:"heap_inuse"`
+	HeapLive  uint64 `json:"heap_live"`
+	// HeapFree is heap freed but not yet given back to the kernel
+	// (HeapIdle - HeapReleased).
+	HeapFree uint64 `json:"heap_free"`
+	// Stacks are the goroutines' stacks (StackSys), Goroutines how many.
+	Stacks     uint64 `json:"stacks"`
+	Goroutines int    `json:"goroutines"`
+	// Runtime is the runtime's own bookkeeping: spans, caches, the GC's
+	// metadata, profiling buckets and the rest (MSpanSys, MCacheSys, GCSys,
+	// BuckHashSys, OtherSys).
+	Runtime uint64 `json:"runtime"`
+}
+
+// Other is the resident memory the parts above do not explain: anonymous
+// pages outside Go's accounts, and the rounding of sampling two sources
+// one after the other (so it may be below zero).
+func (m Memory) Other() float64 {
+	return float64(m.RSS) - float64(m.File+m.HeapInUse+m.HeapFree+m.Stacks+m.Runtime)
 }
 
 // Delta is after's metric minus before's.
@@ -89,6 +125,7 @@ type StatsServer struct {
 	peak     uint64
 	last     uint64
 	numGC    uint32
+	atPeak   Memory
 	profile  *os.File
 	listener net.Listener
 }
@@ -127,18 +164,37 @@ func ServeStats(ctx context.Context, addr string) (*StatsServer, error) {
 func (s *StatsServer) sample() {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	status, _ := ProcStatus(os.Getpid()) // none on a system without /proc: no AtPeak
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = ms.HeapInuse
 	s.peak = max(s.peak, ms.HeapInuse)
 	s.numGC = ms.NumGC
+	if rss := status["VmRSS"]; rss > s.atPeak.RSS {
+		s.atPeak = Memory{
+			RSS: rss, File: status["RssFile"],
+			HeapInUse: ms.HeapInuse, HeapLive: heapLive(), HeapFree: ms.HeapIdle - ms.HeapReleased,
+			Stacks: ms.StackSys, Goroutines: runtime.NumGoroutine(),
+			Runtime: ms.MSpanSys + ms.MCacheSys + ms.GCSys + ms.BuckHashSys + ms.OtherSys,
+		}
+	}
+}
+
+// heapLive is the heap the last collection found reachable.
+func heapLive() uint64 {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return sample[0].Value.Uint64()
 }
 
 func (s *StatsServer) stats(w http.ResponseWriter, _ *http.Request) {
 	s.sample()
 	st := Stats{Goroutines: runtime.NumGoroutine(), Metrics: metricSums()}
 	s.mu.Lock()
-	st.HeapInusePeak, st.HeapInuse, st.NumGC = s.peak, s.last, s.numGC
+	st.HeapInusePeak, st.HeapInuse, st.NumGC, st.AtPeak = s.peak, s.last, s.numGC, s.atPeak
 	s.mu.Unlock()
 	if status, err := ProcStatus(os.Getpid()); err == nil {
 		st.VmHWM, st.VmRSS = status["VmHWM"], status["VmRSS"]

@@ -60,6 +60,15 @@ func ms(d time.Duration) string {
 
 func mib(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/mebibyte) }
 
+// memoryAtPeak takes a process's highest resident set apart.
+func memoryAtPeak(name string, m Memory) string {
+	other := fmt.Sprintf("%.0f MiB", m.Other()/mebibyte)
+	return fmt.Sprintf("What the resident set of %s was made of at its highest sample (%s, %d goroutines): "+
+		"the binary's pages %s; Go's heap in use %s, of which %s live at the last collection and the rest garbage that the collector's target lets wait for the next; "+
+		"heap freed and not yet returned %s; goroutine stacks %s; the runtime's own %s; other %s.",
+		name, mib(m.RSS), m.Goroutines, mib(m.File), mib(m.HeapInUse), mib(m.HeapLive), mib(m.HeapFree), mib(m.Stacks), mib(m.Runtime), strings.Replace(other, "-", "−", 1))
+}
+
 func (r *Report) bench(name string) (BenchLine, bool) {
 	for _, b := range r.Decisions {
 		if b.Name == name {
@@ -447,6 +456,11 @@ func (r *Report) endToEndTables(w func(string, ...any)) {
 		if res, ok := r.run(v, n); ok {
 			w("- Memory of %s at %d machines, from its start to the last approval: peak heap in use %s, peak RSS (VmHWM) %s (goal RSS ≤ 150 MiB at 1,000 machines: %s).",
 				describeVariant(res.Variant), n, mib(res.After.HeapInusePeak), mib(res.After.VmHWM), goalAtMost(float64(res.After.VmHWM)/mebibyte, goalRSSAt1000/mebibyte, " MiB"))
+		}
+	}
+	for _, v := range []string{"rubberstamp", "ichor-shipped", "ichor"} {
+		if res, ok := r.run(v, n); ok && res.After.AtPeak.RSS > 0 {
+			w("- %s", memoryAtPeak(describeVariant(res.Variant), res.After.AtPeak))
 		}
 	}
 	w("")

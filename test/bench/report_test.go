@@ -221,3 +221,41 @@ func TestPeerGoals(t *testing.T) {
 		t.Errorf("a goal judged against a peer that approved nothing: %s", row)
 	}
 }
+
+func TestMemoryAtPeakAddsUp(t *testing.T) {
+	m := Memory{RSS: 300 << 20, File: 70 << 20, HeapInUse: 150 << 20, HeapLive: 70 << 20, HeapFree: 10 << 20, Stacks: 60 << 20, Runtime: 8 << 20, Goroutines: 12000}
+	if got := m.Other(); got != 2<<20 {
+		t.Errorf("other %.0f, want 2 MiB", got)
+	}
+	line := memoryAtPeak("`ichor manager` as shipped", m)
+	for _, want := range []string{"(300 MiB, 12000 goroutines)", "the binary's pages 70 MiB", "heap in use 150 MiB, of which 70 MiB live", "not yet returned 10 MiB", "stacks 60 MiB", "own 8 MiB", "other 2 MiB."} {
+		if !strings.Contains(line, want) {
+			t.Errorf("%q lacks %q", line, want)
+		}
+	}
+	// Two sources sampled one after the other may overshoot the kernel's count.
+	m.RSS -= 4 << 20
+	if line := memoryAtPeak("x", m); !strings.Contains(line, "other −2 MiB.") {
+		t.Errorf("overshoot: %q", line)
+	}
+}
+
+// The stats endpoint takes the resident set apart from the process itself.
+func TestStatsServerTakesThePeakApart(t *testing.T) {
+	s, err := ServeStats(t.Context(), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.sample()
+	s.mu.Lock()
+	m := s.atPeak
+	s.mu.Unlock()
+	if m.RSS == 0 || m.File == 0 || m.HeapInUse == 0 || m.Stacks == 0 || m.Runtime == 0 || m.Goroutines == 0 {
+		t.Fatalf("a part is missing: %+v", m)
+	}
+	// The runtime's accounts are of memory it reserved, most of it touched:
+	// what they do not explain is small beside the whole.
+	if other := m.Other(); other < -float64(m.RSS)/4 || other > float64(m.RSS)/4 {
+		t.Errorf("the parts are %.0f bytes off the whole: %+v", other, m)
+	}
+}
