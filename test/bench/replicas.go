@@ -334,9 +334,28 @@ func replicaVerdict(round int, one, many Result) string {
 	if tp < goalReplicaThroughput {
 		tpVerdict = "**missed**"
 	}
-	return fmt.Sprintf("- Round %d, %d replicas against one: each replica's CPU over the load %.2f–%.2f of one replica's, its peak RSS %.2f–%.2f (goal about 1/%d, at most %.2f: CPU %s, RSS %s); throughput %.2fx (goal not lower: %s); all %d replicas together %.2fx the CPU.",
+	return fmt.Sprintf("- Round %d, %d replicas against one: each replica's CPU over the load %.2f–%.2f of one replica's, its peak RSS %.2f–%.2f (goal about 1/%d, at most %.2f: CPU %s, RSS %s)%s; throughput %.2fx (goal not lower: %s); all %d replicas together %.2fx the CPU.",
 		round, n, slices.Min(cpu), slices.Max(cpu), slices.Min(rss), slices.Max(rss), n, limit, verdict(cpu), verdict(rss),
-		tp, tpVerdict, n, ratio(many.CPU, one.CPU))
+		workingSetShare(one, many), tp, tpVerdict, n, ratio(many.CPU, one.CPU))
+}
+
+// workingSetShare is each replica's highest RSS net of the binary's pages
+// against one replica's, the part of the RSS that sharding can divide:
+// every replica maps the whole binary. Empty when a process did not take
+// its peak apart.
+func workingSetShare(one Result, many Result) string {
+	work := func(m Memory) uint64 { return m.RSS - min(m.File, m.RSS) }
+	if work(one.After.AtPeak) == 0 {
+		return ""
+	}
+	var shares []float64
+	for _, rp := range many.Replicas {
+		if work(rp.After.AtPeak) == 0 {
+			return ""
+		}
+		shares = append(shares, bytesRatio(work(rp.After.AtPeak), work(one.After.AtPeak)))
+	}
+	return fmt.Sprintf("; net of the binary's pages (%s in one replica), each replica's RSS %.2f–%.2f of one replica's", mib(one.After.AtPeak.File), slices.Min(shares), slices.Max(shares))
 }
 
 func perSecondRatio(res, base Result) float64 {

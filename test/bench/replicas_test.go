@@ -129,6 +129,18 @@ func TestReplicaReport(t *testing.T) {
 			assert.NotContains(t, md, "### Beside other approvers")
 		})
 	}
+	// Where the processes took their peaks apart, the share net of the
+	// binary's pages too: 70 MiB of a 200 MiB peak, 70 of 135 and of 120.
+	withPeaks := base
+	withPeaks.After.AtPeak = Memory{RSS: 200 << 20, File: 70 << 20}
+	halved := replicaRun(sharded, n, k, 110, []time.Duration{2 * time.Second, 2 * time.Second}, []uint64{135 << 20, 120 << 20}, []int{500, 500})
+	halved.Replicas[0].After.AtPeak = Memory{RSS: 135 << 20, File: 70 << 20}
+	halved.Replicas[1].After.AtPeak = Memory{RSS: 120 << 20, File: 70 << 20}
+	verdict := replicaVerdict(1, withPeaks, halved)
+	assert.Contains(t, verdict, "RSS **missed** (0.68 > 0.60)); net of the binary's pages (70 MiB in one replica), each replica's RSS 0.38–0.50 of one replica's; throughput")
+	halved.Replicas[1].After.AtPeak = Memory{}
+	assert.NotContains(t, replicaVerdict(1, withPeaks, halved), "net of the binary", "a replica without its peak taken apart")
+
 	// The profiles side by side, per CSR each process served.
 	many := replicaRun(sharded, n, k, 110, []time.Duration{2 * time.Second, 2 * time.Second}, []uint64{110 << 20, 100 << 20}, []int{400, 600})
 	cat := func(name string, v float64) ProfileSummary {
