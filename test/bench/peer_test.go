@@ -2,7 +2,10 @@ package bench
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -44,4 +47,23 @@ func TestAPIRequestsSinceAndTop(t *testing.T) {
 	assert.Equal(t, APIRequests{"GET certificatesigningrequests": 20, "PUT certificatesigningrequests/approval": 20, "WATCH leases": 1}, d)
 	assert.Equal(t, []string{"GET certificatesigningrequests", "PUT certificatesigningrequests/approval"}, d.Top(2))
 	assert.InDelta(t, 41, d.Total(), 0)
+}
+
+// A process is quiet once it spends under the share of a CPU over a window;
+// one that keeps a CPU busy never is, and the error says how busy it was.
+func TestWaitQuiet(t *testing.T) {
+	start := func(script string) *Controller {
+		dir := t.TempDir()
+		c := &Controller{Name: "sh", DecisionLogPath: filepath.Join(dir, "out"), LogPath: filepath.Join(dir, "err")}
+		require.NoError(t, c.start(exec.Command("sh", "-c", script)))
+		t.Cleanup(func() { _ = c.Stop() })
+		return c
+	}
+	settled, err := start("sleep 30").WaitQuiet(t.Context(), 200*time.Millisecond, 0.05, 10*time.Second)
+	require.NoError(t, err)
+	assert.Less(t, settled, 10*time.Second)
+
+	_, err = start("while :; do :; done").WaitQuiet(t.Context(), 200*time.Millisecond, 0.05, 2*time.Second)
+	require.Error(t, err)
+	assert.Regexp(t, `sh not quiet within 2s: [1-9][0-9]*% of a CPU over the last 200ms`, err.Error())
 }

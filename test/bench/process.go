@@ -98,6 +98,34 @@ func (c *Controller) WaitReady(ctx context.Context) error {
 	})
 }
 
+// WaitQuiet waits until the process has spent less than share of one CPU
+// over a window, so that what is measured next is not the tail of its start:
+// its caches filled, and the identity watches of machines that earlier runs
+// left joining made. It says how long that took, or, after timeout, how busy
+// the process still was.
+func (c *Controller) WaitQuiet(ctx context.Context, window time.Duration, share float64, timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	st, err := c.Stats(ctx)
+	if err != nil {
+		return 0, err
+	}
+	lastCPU, lastAt, busy := st.CPU, time.Now(), 0.0
+	err = wait.PollUntilContextTimeout(ctx, window, timeout, false, func(ctx context.Context) (bool, error) {
+		st, err := c.Stats(ctx)
+		if err != nil {
+			return false, err
+		}
+		now := time.Now()
+		busy = float64(st.CPU-lastCPU) / float64(now.Sub(lastAt))
+		lastCPU, lastAt = st.CPU, now
+		return busy < share, nil
+	})
+	if err != nil {
+		return time.Since(start), fmt.Errorf("%s not quiet within %s: %.0f%% of a CPU over the last %s: %w", c.Name, timeout, busy*100, window, err)
+	}
+	return time.Since(start), nil
+}
+
 // Stats asks the process for its Stats.
 func (c *Controller) Stats(ctx context.Context) (Stats, error) {
 	if c.stats == "" {

@@ -729,6 +729,11 @@ func (r *Report) admissionTable(w func(string, ...any)) {
 	if a.ShippedN > 0 {
 		w("Through `ichor manager` as shipped, the manager spent %s of CPU per request (its webhook and its issuer: the admission, the issuance and their records; CPU profile `%s`).",
 			ms(a.ShippedCPU/time.Duration(a.ShippedN)), filepath.Base(a.ShippedProfile))
+		if a.ShippedNotQuiet != "" {
+			w("The manager was not quiet before the requests: %s; its figures include that other work.", a.ShippedNotQuiet)
+		} else {
+			w("The requests began once the manager was quiet (under %.0f%% of a CPU over %s), %s after its start.", quietShare*100, quietWindow, a.ShippedSettled.Round(100*time.Millisecond))
+		}
 		w("")
 	}
 	if a.Decisions > 0 {
