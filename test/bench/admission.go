@@ -319,8 +319,8 @@ func requestName(i int) string {
 // fleet's configuration points. The requests of RunAdmission are deleted
 // first, so the manager's issuer has nothing to catch up on.
 func RunAdmissionShipped(ctx context.Context, f *Fleet, n int, ro RunOptions, res *AdmissionResult) (err error) {
-	if err := f.Env.Client.DeleteAllOf(ctx, &ichorv1alpha1.TalosCredentialRequest{}, client.InNamespace(Namespace)); err != nil {
-		return fmt.Errorf("delete TalosCredentialRequests: %w", err)
+	if err := deleteCredentialRequests(ctx, f); err != nil {
+		return err
 	}
 	v := Variant{Name: "ichor-shipped-admission", Mode: "cli", Ichor: true}
 	if err := f.InstallWebhook(); err != nil {
@@ -391,6 +391,14 @@ func RunAdmissionShipped(ctx context.Context, f *Fleet, n int, ro RunOptions, re
 	fmt.Fprintf(ro.Log, "   %d admitted by ichor manager as shipped in %s: create p50 %s p99 %s; manager CPU %s per request\n",
 		n, since(start), quantile(res.ShippedCreate, 0.5).Round(10*time.Microsecond), quantile(res.ShippedCreate, 0.99).Round(10*time.Microsecond),
 		(res.ShippedCPU / time.Duration(n)).Round(10*time.Microsecond))
+	return nil
+}
+
+// deleteCredentialRequests deletes the fleet's TalosCredentialRequests.
+func deleteCredentialRequests(ctx context.Context, f *Fleet) error {
+	if err := f.Env.Client.DeleteAllOf(ctx, &ichorv1alpha1.TalosCredentialRequest{}, client.InNamespace(Namespace)); err != nil {
+		return fmt.Errorf("delete TalosCredentialRequests: %w", err)
+	}
 	return nil
 }
 
