@@ -339,15 +339,16 @@ func RunAdmissionShipped(ctx context.Context, f *Fleet, n int, ro RunOptions, re
 	if err := ctl.WaitReady(ctx); err != nil {
 		return err
 	}
-	// A manager started on a control plane that earlier runs filled
-	// (thousands of machines joining, without records) first makes their
-	// identity watches, a TLS handshake each: the admissions wait for it.
-	res.ShippedSettled, err = ctl.WaitQuiet(ctx, quietWindow, quietShare, quietTimeout)
-	if err != nil {
-		if ctx.Err() != nil {
-			return err
-		}
-		res.ShippedNotQuiet = err.Error()
+	// A started manager first fills its caches and, on a control plane
+	// that holds joining machines, makes their identity watches, a TLS
+	// handshake each: the admissions wait for it.
+	settled, quietErr := ctl.WaitQuiet(ctx, quietWindow, quietShare, quietTimeout)
+	if quietErr != nil && ctx.Err() != nil {
+		return quietErr
+	}
+	res.ShippedSettled = settled
+	if quietErr != nil {
+		res.ShippedNotQuiet = quietErr.Error()
 	}
 	fmt.Fprintf(ro.Log, "   %s: quiet %s after its start%s\n", v.Name, res.ShippedSettled.Round(100*time.Millisecond), notQuiet(res.ShippedNotQuiet))
 	person, err := newRequester(f)

@@ -343,7 +343,7 @@ func replicaVerdict(round int, one, many Result) string {
 // against one replica's, the part of the RSS that sharding can divide:
 // every replica maps the whole binary. Empty when a process did not take
 // its peak apart.
-func workingSetShare(one Result, many Result) string {
+func workingSetShare(one, many Result) string {
 	work := func(m Memory) uint64 { return m.RSS - min(m.File, m.RSS) }
 	if work(one.After.AtPeak) == 0 {
 		return ""
