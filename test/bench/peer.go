@@ -158,6 +158,21 @@ func (r APIRequests) Top(n int) []string {
 	return keys[:min(n, len(keys))]
 }
 
+// mostPer is the n keys counted most, each with its count divided by per.
+func (r APIRequests) mostPer(n int, per float64) string {
+	top := make([]string, 0, n)
+	for _, k := range r.Top(n) {
+		top = append(top, fmt.Sprintf("%s %.2f", k, r[k]/per))
+	}
+	return strings.Join(top, ", ")
+}
+
+// approvedOf is what a run's API requests are counted per: its approved
+// requests, at least one.
+func approvedOf(res Result) float64 {
+	return float64(max(len(res.Outcome.Latencies), 1))
+}
+
 // Total is every request counted.
 func (r APIRequests) Total() float64 {
 	total := 0.0
@@ -189,11 +204,6 @@ func (r *Report) peerTable(w func(string, ...any)) {
 				rubber = o
 			}
 		}
-		n := float64(max(len(res.Outcome.Latencies), 1))
-		top := make([]string, 0, 4)
-		for _, k := range res.APIRequests.Top(4) {
-			top = append(top, fmt.Sprintf("%s %.2f", k, res.APIRequests[k]/n))
-		}
 		perSecond := 0.0
 		if rubber.Outcome.PerSecond() > 0 {
 			perSecond = res.Outcome.PerSecond() / rubber.Outcome.PerSecond()
@@ -203,7 +213,7 @@ func (r *Report) peerTable(w func(string, ...any)) {
 			ms(res.Outcome.Quantile(0.99)), ratio(res.Outcome.Quantile(0.99), rubber.Outcome.Quantile(0.99)),
 			ms(res.CPUPerRequest()),
 			ms(perRequest(res.ControlPlaneNet(), res)), ratio(perRequest(res.ControlPlaneNet(), res), perRequest(rubber.ControlPlaneNet(), rubber)),
-			mib(res.After.VmHWM), res.APIRequests.Total()/n, strings.Join(top, ", "))
+			mib(res.After.VmHWM), res.APIRequests.Total()/approvedOf(res), res.APIRequests.mostPer(4, approvedOf(res)))
 	}
 	w("")
 }

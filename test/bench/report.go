@@ -510,10 +510,10 @@ func (r *Report) spreadTable(w func(string, ...any)) {
 	}
 	w("### Spread: N = %d machines over %d TalosClusters beside one", n, k)
 	w("")
-	w("The same load on N other machines, machine i in cluster i mod %d, each cluster in a namespace of its own with its own secrets bundle and OS CA, every one named by `--local-clusters`; warmed up with one request per cluster. The runs over %d clusters come right after those over one; their controller's caches also hold the one cluster's %d idle machines. Each share is of the rubber stamp's run on the same machines.", k, k, n)
+	w("The same load on N other machines, machine i in cluster i mod %d, each cluster in a namespace of its own with its own secrets bundle and OS CA, every one named by `--local-clusters`; warmed up with one request per cluster. The runs over %d clusters come right after those over one; their controller's caches also hold the one cluster's %d idle machines. Each share is of the rubber stamp's run on the same machines. API requests are the API server's (apiserver_request_total) from the first request to the last approval, by every client, the five most counted by verb and resource.", k, k, n)
 	w("")
-	w("| controller | clusters | approved | approvals/s | share of the rubber stamp | median (create → approved) | p99 | controller CPU per CSR | control plane CPU per CSR (net of idle) | peak heap | peak RSS (VmHWM) |")
-	w("|---|---|---|---|---|---|---|---|---|---|---|")
+	w("| controller | clusters | approved | approvals/s | share of the rubber stamp | median (create → approved) | p99 | controller CPU per CSR | control plane CPU per CSR (net of idle) | peak heap | peak RSS (VmHWM) | API requests per CSR | most counted |")
+	w("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, v := range []string{"rubberstamp", "ichor", "ichor-shipped"} {
 		for _, c := range []int{1, k} {
 			res, ok := r.runIn(v, n, c)
@@ -521,9 +521,10 @@ func (r *Report) spreadTable(w func(string, ...any)) {
 				continue
 			}
 			rubber, _ := r.runIn("rubberstamp", n, c)
-			w("| %s | %d | %s | %.1f | %.0f%% | %s | %s | %s | %s | %s | %s |", describeVariant(res.Variant), c, approvedCell(res),
+			w("| %s | %d | %s | %.1f | %.0f%% | %s | %s | %s | %s | %s | %s | %.2f | %s |", describeVariant(res.Variant), c, approvedCell(res),
 				res.Outcome.PerSecond(), share(res, rubber)*100, ms(res.Outcome.Quantile(0.5)), ms(res.Outcome.Quantile(0.99)),
-				ms(res.CPUPerRequest()), ms(perRequest(res.ControlPlaneNet(), res)), mib(res.After.HeapInusePeak), mib(res.After.VmHWM))
+				ms(res.CPUPerRequest()), ms(perRequest(res.ControlPlaneNet(), res)), mib(res.After.HeapInusePeak), mib(res.After.VmHWM),
+				res.APIRequests.Total()/approvedOf(res), res.APIRequests.mostPer(5, approvedOf(res)))
 		}
 	}
 	w("")
