@@ -270,21 +270,29 @@ func (p *pass) requestsToLookAt(ctx context.Context) ([]certificatesv1.Certifica
 	if err != nil {
 		return nil, nil, err
 	}
-	// Whether each other cluster judges this API server, looked up once for
-	// this choice: the decisions look again (judges).
-	judging := map[types.NamespacedName]bool{}
+	// The node names the judging clusters' machines answer to, asked once
+	// for this choice when a request is for none of this cluster's
+	// machines: such a name is another judging cluster's machine's, the
+	// answer ours would give without a lookup a request (over K clusters,
+	// most requests are another's). The names are kept while the
+	// machines' names and the judging clusters stay the same; one that
+	// this cluster's machine took since mine was listed is looked at by
+	// the pass its event brings. The decisions look again (machineFor).
+	var judged map[string]bool
 	var out []certificatesv1.CertificateSigningRequest
 	for i := range list.Items {
 		csr := &list.Items[i]
 		node := p.target.names.of(csr)
-		var ours, recorded bool
+		ours, recorded := true, false
 		if named, ok := mine[node]; ok {
-			// A machine of this cluster answers to the name: the answer
-			// ours would give, without looking up every cluster's.
-			ours = true
 			recorded = slices.ContainsFunc(named, func(m *ichorv1alpha1.TalosMachine) bool { return recordsRequest(m, csr.Name) })
-		} else if ours, recorded, err = p.ours(ctx, node, csr.Name, judging); err != nil {
-			return nil, nil, err
+		} else if node != "" {
+			if judged == nil {
+				if judged, err = p.judgedNames(ctx); err != nil {
+					return nil, nil, err
+				}
+			}
+			ours = !judged[node]
 		}
 		if !ours || p.settled(csr, recorded) {
 			continue

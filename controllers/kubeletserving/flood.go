@@ -102,15 +102,19 @@ type floodCounts struct {
 	// changed are the requesters whose requests changed since the sums.
 	changed map[string]bool
 
-	// summed: undecided, unknown, names and machines were summed on
-	// basis, each requester's part in its requesterCounts.
+	// summed: undecided and unknown were summed on basis, each
+	// requester's part in its requesterCounts.
 	summed             bool
 	basis              countsBasis
 	undecided, unknown int
-	// names are the node names the judging clusters' machines answer to,
-	// and machines how many machines those are, listed on basis. Read only.
-	names    map[string]bool
-	machines int
+	// named: names are the node names the judging clusters' machines
+	// answer to, and machines how many machines those are, listed on
+	// namesBasis. A new listing replaces the map, which is never changed:
+	// read only.
+	named      bool
+	namesBasis namesBasis
+	names      map[string]bool
+	machines   int
 }
 
 // undecidedRequest is what the counts know of an undecided request: who made
@@ -130,12 +134,17 @@ type requesterCounts struct {
 }
 
 // countsBasis is what the counts depend on besides the requests: the rule's
-// limits, the machines' node names (their epoch: a machine that appears, or
-// changes the names it answers to or its cluster, starts a new one), the
-// machines deleted (a deletion lowers the rule's limit) and which clusters
-// judge.
+// limits and the judged node names.
 type countsBasis struct {
-	limits          engine.KubeletServingLimits
+	limits engine.KubeletServingLimits
+	names  namesBasis
+}
+
+// namesBasis is what the judged node names depend on: the machines' node
+// names (their epoch: a machine that appears, or changes the names it
+// answers to or its cluster, starts a new one), the machines deleted (a
+// deletion lowers the rule's limit) and which clusters judge.
+type namesBasis struct {
 	machineEpoch    uint64
 	machinesDeleted uint64
 	judges          string
@@ -255,11 +264,10 @@ func (f *floodCounts) get(
 		f.seeded, f.summed = true, false
 	}
 	if !f.summed || f.basis != basis {
-		judged, machines, err := names()
-		if err != nil {
+		if _, _, err := f.judgedNamesLocked(basis.names, names); err != nil {
 			return csrinput.Requests{}, err
 		}
-		f.names, f.machines, f.basis = judged, machines, basis
+		f.basis = basis
 		f.undecided, f.unknown = 0, 0
 		for u, c := range f.requesters {
 			f.changed[u] = true
@@ -281,6 +289,34 @@ func (f *floodCounts) get(
 	}
 	clear(f.changed)
 	return csrinput.Requests{Machines: f.machines, Undecided: f.undecided, Unknown: f.unknown}, nil
+}
+
+// judgedNames is the node names the judging clusters' machines answer to,
+// and how many machines those are, on basis: listed (list) when the basis is
+// new, the same map until then. Read only. The counts weigh them with every
+// decision, and a full pass over K clusters asks them which requests are
+// another cluster's (requestsToLookAt). nil lists them for every call.
+func (f *floodCounts) judgedNames(basis namesBasis, list func() (map[string]bool, int, error)) (map[string]bool, int, error) {
+	if f == nil {
+		return list()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.judgedNamesLocked(basis, list)
+}
+
+// judgedNamesLocked is judgedNames; f.mu is held (or f is no one else's).
+// A failed listing keeps nothing: the next call lists again.
+func (f *floodCounts) judgedNamesLocked(basis namesBasis, list func() (map[string]bool, int, error)) (map[string]bool, int, error) {
+	if f.named && f.namesBasis == basis {
+		return f.names, f.machines, nil
+	}
+	names, machines, err := list()
+	if err != nil {
+		return nil, 0, err
+	}
+	f.names, f.machines, f.namesBasis, f.named = names, machines, basis, true
+	return names, machines, nil
 }
 
 // part is what requester's undecided requests add to the counts: up to the
@@ -343,21 +379,11 @@ func (p *pass) countAll(ctx context.Context) (csrinput.Requests, error) {
 	if err != nil {
 		return csrinput.Requests{}, fmt.Errorf("the limits of the kubelet serving rule: %w", err)
 	}
-	judges, err := p.judgingClusters(ctx)
+	names, judges, err := p.judgedNamesBasis(ctx)
 	if err != nil {
 		return csrinput.Requests{}, err
 	}
-	// The machines' epoch and deletions are read before anything is
-	// listed: what is listed is never older than they say.
-	basis := countsBasis{limits: limits, machineEpoch: p.r.machineEpoch.Get(), machinesDeleted: p.r.machinesDeleted.Load()}
-	ids := make([]string, 0, len(judges))
-	for _, c := range judges {
-		ids = append(ids, fmt.Sprintf("%s/%d", c.UID, c.Generation))
-	}
-	// The cache lists them in no set order.
-	slices.Sort(ids)
-	basis.judges = strings.Join(ids, ";")
-	return p.target.counts.get(basis, func() ([]*certificatesv1.CertificateSigningRequest, error) {
+	return p.target.counts.get(countsBasis{limits: limits, names: names}, func() ([]*certificatesv1.CertificateSigningRequest, error) {
 		var all certificatesv1.CertificateSigningRequestList
 		if err := p.target.reader.List(ctx, &all, client.MatchingFields{IndexUndecided: undecidedAll}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, fmt.Errorf("count the undecided requests: %w", err)
@@ -372,19 +398,53 @@ func (p *pass) countAll(ctx context.Context) (csrinput.Requests, error) {
 	})
 }
 
+// judgedNamesBasis is what the judged node names of the pass's API server
+// depend on now (namesBasis), and the clusters that judge it.
+func (p *pass) judgedNamesBasis(ctx context.Context) (namesBasis, []*ichorv1alpha1.TalosCluster, error) {
+	judges, err := p.judgingClusters(ctx)
+	if err != nil {
+		return namesBasis{}, nil, err
+	}
+	// The machines' epoch and deletions are read before anything is
+	// listed: what is listed is never older than they say.
+	basis := namesBasis{machineEpoch: p.r.machineEpoch.Get(), machinesDeleted: p.r.machinesDeleted.Load()}
+	ids := make([]string, 0, len(judges))
+	for _, c := range judges {
+		ids = append(ids, fmt.Sprintf("%s/%d", c.UID, c.Generation))
+	}
+	// The cache lists them in no set order.
+	slices.Sort(ids)
+	basis.judges = strings.Join(ids, ";")
+	return basis, judges, nil
+}
+
+// judgedNames is the node names the machines of the clusters judging the
+// pass's API server answer to, read only: kept between calls while their
+// basis holds (floodCounts.judgedNames).
+func (p *pass) judgedNames(ctx context.Context) (map[string]bool, error) {
+	basis, judges, err := p.judgedNamesBasis(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names, _, err := p.target.counts.judgedNames(basis, func() (map[string]bool, int, error) {
+		return p.judgedNodeNames(ctx, judges)
+	})
+	return names, err
+}
+
 // judgingClusters are the clusters that judge the pass's API server. They
 // share the cache's objects (every decision of a burst asks): read only.
-func (p *pass) judgingClusters(ctx context.Context) ([]ichorv1alpha1.TalosCluster, error) {
+func (p *pass) judgingClusters(ctx context.Context) ([]*ichorv1alpha1.TalosCluster, error) {
 	if !p.target.local {
-		return []ichorv1alpha1.TalosCluster{*p.cluster}, nil
+		return []*ichorv1alpha1.TalosCluster{p.cluster}, nil
 	}
 	var enabled ichorv1alpha1.TalosClusterList
 	if err := p.r.Client.List(ctx, &enabled, client.MatchingFields{IndexServingEnabled: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list enabled clusters: %w", err)
 	}
-	var judges []ichorv1alpha1.TalosCluster
-	for _, c := range enabled.Items {
-		if c.Spec.KubeconfigRef == nil && p.r.LocalClusters.Judges(&c) {
+	judges := make([]*ichorv1alpha1.TalosCluster, 0, len(enabled.Items))
+	for i := range enabled.Items {
+		if c := &enabled.Items[i]; c.Spec.KubeconfigRef == nil && p.r.LocalClusters.Judges(c) {
 			judges = append(judges, c)
 		}
 	}
@@ -393,7 +453,7 @@ func (p *pass) judgingClusters(ctx context.Context) ([]ichorv1alpha1.TalosCluste
 
 // judgedNodeNames are the node names the machines of the judging clusters
 // answer to, and how many machines those are.
-func (p *pass) judgedNodeNames(ctx context.Context, judges []ichorv1alpha1.TalosCluster) (map[string]bool, int, error) {
+func (p *pass) judgedNodeNames(ctx context.Context, judges []*ichorv1alpha1.TalosCluster) (map[string]bool, int, error) {
 	names := map[string]bool{}
 	count := 0
 	for _, c := range judges {

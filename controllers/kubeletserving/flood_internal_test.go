@@ -129,7 +129,7 @@ func TestTheFloodCountsFollowTheEventsAfterOneListing(t *testing.T) {
 		namesListed++
 		return judged, len(judged), nil
 	}
-	basis := countsBasis{limits: engine.KubeletServingLimits{MaxUndecidedPerRequester: 3, NodeUserPrefix: "system:node:"}, machineEpoch: 1, judges: "uid/1"}
+	basis := countsBasis{limits: engine.KubeletServingLimits{MaxUndecidedPerRequester: 3, NodeUserPrefix: "system:node:"}, names: namesBasis{machineEpoch: 1, judges: "uid/1"}}
 	get := func() csrinput.Requests {
 		t.Helper()
 		got, err := f.get(basis, list, nodeOf, names)
@@ -187,19 +187,28 @@ func TestTheFloodCountsFollowTheEventsAfterOneListing(t *testing.T) {
 	assert.Equal(t, 1, listed, "the requests were listed again")
 	assert.Equal(t, 1, namesListed, "the judged names were listed again")
 
-	basis.machineEpoch++
+	basis.names.machineEpoch++
 	judged = map[string]bool{"n1": true}
 	assert.Equal(t, csrinput.Requests{Machines: 1, Unknown: 3}, get(), "n2's machine gone: its requests are unknown")
 	basis.limits.MaxUndecidedPerRequester = 10
 	assert.Equal(t, csrinput.Requests{Machines: 1, Unknown: 5}, get(), "a higher limit")
-	basis.judges += ";uid2/1"
+	assert.Equal(t, 2, namesListed, "a new limit sums again, on the same names")
+	// A full pass asks the same names (requestsToLookAt): kept, not listed.
+	kept, machines, err := f.judgedNames(basis.names, func() (map[string]bool, int, error) { return nil, 0, assert.AnError })
+	require.NoError(t, err)
+	assert.Equal(t, map[string]bool{"n1": true}, kept)
+	assert.Equal(t, 1, machines)
+	basis.names.judges += ";uid2/1"
 	judged = map[string]bool{"n1": true, "n2": true}
+	kept, _, err = f.judgedNames(basis.names, names)
+	require.NoError(t, err)
+	assert.Equal(t, judged, kept, "another cluster judging: listed again")
 	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 4, Unknown: 1}, get(), "another cluster judging")
-	assert.Equal(t, 4, namesListed)
+	assert.Equal(t, 3, namesListed, "the counts sum on the names the full pass listed")
 	assert.Equal(t, 1, listed, "the requests were listed again")
 
-	basis.machineEpoch++
-	_, err := f.get(basis, list, nodeOf, func() (map[string]bool, int, error) { return nil, 0, assert.AnError })
+	basis.names.machineEpoch++
+	_, err = f.get(basis, list, nodeOf, func() (map[string]bool, int, error) { return nil, 0, assert.AnError })
 	require.ErrorIs(t, err, assert.AnError)
 	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 4, Unknown: 1}, get(), "a failed listing of the names is listed again")
 
@@ -269,7 +278,7 @@ func TestTheFloodCountsTheEventsKeepAreThoseOfAListing(t *testing.T) {
 	}
 	judged := map[string]bool{"n0": true, "n1": true, "n2": true}
 	namesOf := func() (map[string]bool, int, error) { return judged, len(judged), nil }
-	basis := countsBasis{limits: engine.KubeletServingLimits{MaxUndecidedPerRequester: 3, NodeUserPrefix: "system:node:"}, machineEpoch: 1}
+	basis := countsBasis{limits: engine.KubeletServingLimits{MaxUndecidedPerRequester: 3, NodeUserPrefix: "system:node:"}, names: namesBasis{machineEpoch: 1}}
 	// One of the cache's requests, chosen by the seed alone (a map's order
 	// is not): the logged seed, set in place of the clock's, replays a failure.
 	pick := func() *certificatesv1.CertificateSigningRequest {
@@ -319,7 +328,7 @@ func TestTheFloodCountsTheEventsKeepAreThoseOfAListing(t *testing.T) {
 			update(c, c)
 		}
 		if rnd.IntN(50) == 0 {
-			basis.machineEpoch++
+			basis.names.machineEpoch++
 			delete(judged, nodes[rnd.IntN(3)])
 			judged[nodes[rnd.IntN(3)]] = true
 		}
