@@ -271,13 +271,16 @@ func (p *pass) requestsToLookAt(ctx context.Context) ([]certificatesv1.Certifica
 		return nil, nil, err
 	}
 	// The node names the judging clusters' machines answer to, asked once
-	// for this choice when a request is for none of this cluster's
-	// machines: such a name is another judging cluster's machine's, the
-	// answer ours would give without a lookup a request (over K clusters,
-	// most requests are another's). The names are kept while the
-	// machines' names and the judging clusters stay the same; one that
-	// this cluster's machine took since mine was listed is looked at by
-	// the pass its event brings. The decisions look again (machineFor).
+	// for this choice when a request on the manager's own API server is
+	// for none of this cluster's machines: such a name is another judging
+	// cluster's machine's, the answer ours would give without a lookup a
+	// request (over K clusters, most requests are another's). On a
+	// cluster's own API server no other cluster judges: every request is
+	// its own. The names are kept while the machines' names and the
+	// judging clusters stay the same. A name whose machine changed while
+	// this pass listed is looked at by the pass its event brings (the
+	// machine's cluster's, and this one's if the machine is its). The
+	// decisions look again (machineFor).
 	var judged map[string]bool
 	var out []certificatesv1.CertificateSigningRequest
 	for i := range list.Items {
@@ -286,7 +289,7 @@ func (p *pass) requestsToLookAt(ctx context.Context) ([]certificatesv1.Certifica
 		ours, recorded := true, false
 		if named, ok := mine[node]; ok {
 			recorded = slices.ContainsFunc(named, func(m *ichorv1alpha1.TalosMachine) bool { return recordsRequest(m, csr.Name) })
-		} else if node != "" {
+		} else if node != "" && p.target.local {
 			if judged == nil {
 				if judged, err = p.judgedNames(ctx); err != nil {
 					return nil, nil, err

@@ -103,7 +103,9 @@ type floodCounts struct {
 	changed map[string]bool
 
 	// summed: undecided and unknown were summed on basis, each
-	// requester's part in its requesterCounts.
+	// requester's part in its requesterCounts, with the names listed on
+	// basis.names (which a full pass's ask of other names replaces: then
+	// they are summed again).
 	summed             bool
 	basis              countsBasis
 	undecided, unknown int
@@ -236,8 +238,8 @@ func (f *floodCounts) forget(key string) {
 
 // get is the counts on basis. The first lists the undecided requests
 // (listUndecided) and keeps them; names lists the judged node names when
-// the basis is new. A failed listing leaves nothing behind: the next count
-// lists again.
+// the names kept are not those of basis.names. A failed listing leaves
+// nothing behind: the next count lists again.
 func (f *floodCounts) get(
 	basis countsBasis,
 	listUndecided func() ([]*certificatesv1.CertificateSigningRequest, error),
@@ -263,7 +265,9 @@ func (f *floodCounts) get(
 		}
 		f.seeded, f.summed = true, false
 	}
-	if !f.summed || f.basis != basis {
+	if !f.summed || f.basis != basis || f.namesBasis != basis.names {
+		// The names kept may be another basis's since the sums: a full
+		// pass asks them on what it read, which may be older or newer.
 		if _, _, err := f.judgedNamesLocked(basis.names, names); err != nil {
 			return csrinput.Requests{}, err
 		}

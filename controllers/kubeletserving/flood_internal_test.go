@@ -205,6 +205,15 @@ func TestTheFloodCountsFollowTheEventsAfterOneListing(t *testing.T) {
 	assert.Equal(t, judged, kept, "another cluster judging: listed again")
 	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 4, Unknown: 1}, get(), "another cluster judging")
 	assert.Equal(t, 3, namesListed, "the counts sum on the names the full pass listed")
+	// A full pass that read which clusters judge before the second did
+	// asks the names on that older basis; the counts, on the newer, are
+	// summed again on its names, not on the older listing.
+	older := basis.names
+	older.judges = "uid/1"
+	_, _, err = f.judgedNames(older, func() (map[string]bool, int, error) { return map[string]bool{"n1": true}, 1, nil })
+	require.NoError(t, err)
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 4, Unknown: 1}, get(), "the counts after a full pass asked older names")
+	assert.Equal(t, 4, namesListed, "the newer names listed again")
 	assert.Equal(t, 1, listed, "the requests were listed again")
 
 	basis.names.machineEpoch++
@@ -277,7 +286,9 @@ func TestTheFloodCountsTheEventsKeepAreThoseOfAListing(t *testing.T) {
 		return out, nil
 	}
 	judged := map[string]bool{"n0": true, "n1": true, "n2": true}
-	namesOf := func() (map[string]bool, int, error) { return judged, len(judged), nil }
+	// The counts keep the listing they are given, which the listing never
+	// changes after: each is a copy.
+	namesOf := func() (map[string]bool, int, error) { return maps.Clone(judged), len(judged), nil }
 	basis := countsBasis{limits: engine.KubeletServingLimits{MaxUndecidedPerRequester: 3, NodeUserPrefix: "system:node:"}, names: namesBasis{machineEpoch: 1}}
 	// One of the cache's requests, chosen by the seed alone (a map's order
 	// is not): the logged seed, set in place of the clock's, replays a failure.
