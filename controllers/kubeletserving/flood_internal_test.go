@@ -286,8 +286,8 @@ func TestTheFloodCountsTheEventsKeepAreThoseOfAListing(t *testing.T) {
 		return out, nil
 	}
 	judged := map[string]bool{"n0": true, "n1": true, "n2": true}
-	// The counts keep the listing they are given, which the listing never
-	// changes after: each is a copy.
+	// The counts keep the map a listing returns, which nothing changes
+	// after (floodCounts.names): each listing is a copy of judged.
 	namesOf := func() (map[string]bool, int, error) { return maps.Clone(judged), len(judged), nil }
 	basis := countsBasis{limits: engine.KubeletServingLimits{MaxUndecidedPerRequester: 3, NodeUserPrefix: "system:node:"}, names: namesBasis{machineEpoch: 1}}
 	// One of the cache's requests, chosen by the seed alone (a map's order
