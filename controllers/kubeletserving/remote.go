@@ -624,17 +624,24 @@ func (r *Reconciler) startRemote(ctx context.Context, key types.NamespacedName, 
 	}()
 	syncCtx, stop := context.WithTimeout(ctx, r.TenantRequestTimeout)
 	defer stop()
-	// Start the informer for CSRs, then wait for it.
-	if _, err := cl.GetCache().GetInformer(syncCtx, &certificatesv1.CertificateSigningRequest{}); err != nil {
-		cancel()
-		return nil, fmt.Errorf("watch CSRs of cluster %s: %w", key, err)
-	}
-	if !cl.GetCache().WaitForCacheSync(syncCtx) {
+	// A cache that did not sync: a limit the server crossed, told to the
+	// limits, is why, and what the cluster must say; client-go says only
+	// that it did not sync.
+	unsynced := func(err error) (*target, error) {
 		cancel()
 		if why := limits.why(); why != nil {
-			return nil, fmt.Errorf("watch CSRs of cluster %s: %w", key, why)
+			err = why
 		}
-		return nil, fmt.Errorf("watch CSRs of cluster %s: the cache did not sync", key)
+		return nil, fmt.Errorf("watch CSRs of cluster %s: %w", key, err)
+	}
+	// Start the informer for CSRs, then wait for it. GetInformer would wait
+	// for it itself, and fail with client-go's word alone, when the cache
+	// has started first (the goroutine above): it does not wait.
+	if _, err := cl.GetCache().GetInformer(syncCtx, &certificatesv1.CertificateSigningRequest{}, cache.BlockUntilSynced(false)); err != nil {
+		return unsynced(err)
+	}
+	if !cl.GetCache().WaitForCacheSync(syncCtx) {
+		return unsynced(errors.New("the cache did not sync"))
 	}
 	counts, names := &floodCounts{}, &nodeNames{}
 	if r.controller != nil {
