@@ -100,8 +100,9 @@ func (c *Controller) WaitReady(ctx context.Context) error {
 
 // WaitQuiet waits until the process has spent less than share of one CPU
 // over a window, so that what is measured next is not the tail of its start:
-// its caches filled, and the identity watches of machines left joining made. It says how long that took, or, after timeout, how busy
-// the process still was.
+// its caches filled, and the identity watches of machines left joining made.
+// It says how long that took, or, after timeout, how busy the process still
+// was.
 func (c *Controller) WaitQuiet(ctx context.Context, window time.Duration, share float64, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
 	st, err := c.Stats(ctx)
