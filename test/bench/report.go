@@ -260,12 +260,16 @@ func (r *Report) goalsTable(w func(string, ...any)) {
 	// Flat means the largest fleet's cost per CSR is within a quarter of the
 	// cheapest smaller fleet's: a smaller fleet may cost more per CSR (a
 	// short run pays its start more), which is no growth.
-	var costs []string
+	// The direct Talos reads per request go with the costs: past
+	// --talos-watch-max joining machines, a request's node is read rather
+	// than watched, which is the bound's price, not the rest's growth.
+	var costs, reads []string
 	var cheapest, largest time.Duration
 	for _, g := range r.Options.Growth {
 		if res, ok := r.run("ichor", g); ok && len(res.Outcome.Latencies) > 0 {
 			c := wallPerRequest(res)
 			costs = append(costs, fmt.Sprintf("%s at %d", ms(c), g))
+			reads = append(reads, fmt.Sprintf("%.2f", res.IdentityReadsPerRequest()))
 			if cheapest == 0 || c < cheapest {
 				cheapest = c
 			}
@@ -277,8 +281,8 @@ func (r *Report) goalsTable(w func(string, ...any)) {
 		if float64(largest) > 1.25*float64(cheapest) {
 			verdict = fmt.Sprintf("**grows**: at %d machines %.1fx the cheapest", r.Options.Growth[len(r.Options.Growth)-1], float64(largest)/float64(cheapest))
 		}
-		w("| cost per CSR flat from %d to %d machines (wall time per CSR, `--kube-api-qps -1`) | %s | %s |",
-			r.Options.Growth[0], r.Options.Growth[len(r.Options.Growth)-1], strings.Join(costs, ", "), verdict)
+		w("| cost per CSR flat from %d to %d machines (wall time per CSR, `--kube-api-qps -1`) | %s (direct Talos reads per CSR %s) | %s |",
+			r.Options.Growth[0], r.Options.Growth[len(r.Options.Growth)-1], strings.Join(costs, ", "), strings.Join(reads, ", "), verdict)
 	}
 	w("")
 }
@@ -474,8 +478,8 @@ func (r *Report) endToEndTables(w func(string, ...any)) {
 	w("")
 	w("Ichor here is `ichor manager --kube-api-qps -1`, client-side throttling off, so that the rows show the manager and the API server rather than a client QPS setting.")
 	w("")
-	w("| machines | rubber stamp: wall per CSR | Ichor: wall per CSR | Ichor / rubber stamp throughput | Ichor: CPU per CSR | Ichor: control plane CPU per CSR (net of idle) | Ichor: full passes' CPU | Ichor: peak heap | Ichor: peak RSS |")
-	w("|---|---|---|---|---|---|---|---|---|")
+	w("| machines | rubber stamp: wall per CSR | Ichor: wall per CSR | Ichor / rubber stamp throughput | Ichor: CPU per CSR | Ichor: direct Talos reads per CSR (past `--talos-watch-max`) | Ichor: control plane CPU per CSR (net of idle) | Ichor: full passes' CPU | Ichor: peak heap | Ichor: peak RSS |")
+	w("|---|---|---|---|---|---|---|---|---|---|")
 	for _, g := range r.Options.Growth {
 		rs, okR := r.run("rubberstamp", g)
 		ic, okI := r.run("ichor", g)
@@ -495,8 +499,8 @@ func (r *Report) endToEndTables(w func(string, ...any)) {
 				}
 			}
 		}
-		w("| %d | %s | %s | %.0f%% | %s | %s | %s | %s | %s |", g, ms(wallPerRequest(rs)), ms(wallPerRequest(ic))+timedOut(ic),
-			ratio*100, ms(ic.CPUPerRequest()), ms(perRequest(ic.ControlPlaneNet(), ic)), full, mib(ic.After.HeapInusePeak), mib(ic.After.VmHWM))
+		w("| %d | %s | %s | %.0f%% | %s | %.2f | %s | %s | %s | %s |", g, ms(wallPerRequest(rs)), ms(wallPerRequest(ic))+timedOut(ic),
+			ratio*100, ms(ic.CPUPerRequest()), ic.IdentityReadsPerRequest(), ms(perRequest(ic.ControlPlaneNet(), ic)), full, mib(ic.After.HeapInusePeak), mib(ic.After.VmHWM))
 	}
 	w("")
 }
@@ -607,7 +611,7 @@ func (r *Report) wallTable(w func(string, ...any), n int) {
 		if !c.Variant.Ichor {
 			return missing
 		}
-		return fmt.Sprintf("%.2f × %s", per(c, "ichor_talos_identity_read_duration_seconds_count"), mean(c, "ichor_talos_identity_read_duration_seconds"))
+		return fmt.Sprintf("%.2f × %s", c.IdentityReadsPerRequest(), mean(c, identityReadMetric))
 	})
 	row("policy decisions × mean (engine metric)", func(c Result) string {
 		if !c.Variant.Ichor {
@@ -642,7 +646,7 @@ func (r *Report) wallTable(w func(string, ...any), n int) {
 		// spends per request.
 		api := func(verb string) float64 { return per(c, "rest_client_requests_total:"+verb) }
 		apiMean := Delta(c.Before, c.After, "rest_client_request_duration_seconds_sum") / max(Delta(c.Before, c.After, "rest_client_request_duration_seconds_count"), 1)
-		talos := Delta(c.Before, c.After, "ichor_talos_identity_read_duration_seconds_sum") / float64(len(c.Outcome.Latencies))
+		talos := Delta(c.Before, c.After, identityReadMetric+"_sum") / float64(len(c.Outcome.Latencies))
 		decision := Delta(c.Before, c.After, "ichor_policy_decision_duration_seconds_sum") / float64(len(c.Outcome.Latencies))
 		chain := talos + decision + (api("GET")+api("PUT"))*apiMean
 		wall := wallPerRequest(c)

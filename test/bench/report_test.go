@@ -152,6 +152,36 @@ func TestSpreadReport(t *testing.T) {
 	}
 }
 
+// TestGrowthReportSaysTheDirectReads: the growth's goal row and table say,
+// fleet by fleet, how many of the manager's requests read their node
+// directly, so that a cost per CSR that grows past --talos-watch-max is seen
+// as the bound's price.
+func TestGrowthReportSaysTheDirectReads(t *testing.T) {
+	rubber := Variant{Name: "rubberstamp", Mode: "rubberstamp", Workers: 4}
+	ichor := Variant{Name: "ichor", Mode: "cli", ManagerArgs: []string{"--kube-api-qps", "-1"}, Ichor: true}
+	withReads := func(res Result, reads float64) Result {
+		res.After.Metrics = map[string]float64{identityReadMetric + "_count": reads}
+		return res
+	}
+	rep := &Report{
+		Options: Options{Machines: 100, Growth: []int{100, 500}},
+		Runs: []Result{
+			fakeRun(rubber, 100, 1, 400, time.Second, 400*time.Microsecond),
+			withReads(fakeRun(ichor, 100, 1, 200, 2*time.Second, 2*time.Millisecond), 0),
+			fakeRun(rubber, 500, 1, 400, time.Second, 400*time.Microsecond),
+			withReads(fakeRun(ichor, 500, 1, 100, 6*time.Second, 3*time.Millisecond), 400),
+		},
+	}
+	md := rep.Markdown()
+	want := "| cost per CSR flat from 100 to 500 machines (wall time per CSR, `--kube-api-qps -1`) | 5.00 ms at 100, 10.0 ms at 500 (direct Talos reads per CSR 0.00, 0.80) | **grows**: at 500 machines 2.0x the cheapest |"
+	if got := lineWith(md, "| cost per CSR flat"); got != want {
+		t.Errorf("growth goal row\n%s\nwant\n%s", got, want)
+	}
+	if row := lineWith(md, "| 500 |"); !strings.HasPrefix(row, "| 500 | 2.50 ms | 10.0 ms | 25% | 3.00 ms | 0.80 |") {
+		t.Errorf("growth table row %q, want the reads beside the CPU", row)
+	}
+}
+
 // lineWith is the first line of text that starts with prefix, or "".
 func lineWith(text, prefix string) string {
 	for _, l := range strings.Split(text, "\n") {

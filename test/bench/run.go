@@ -131,6 +131,20 @@ func (r Result) CPUPerRequest() time.Duration {
 	return r.CPU / time.Duration(len(r.Outcome.Latencies))
 }
 
+// identityReadMetric is the histogram of the manager's direct Talos reads of
+// a node's identity: a decision whose node has no live watch makes one.
+const identityReadMetric = "ichor_talos_identity_read_duration_seconds"
+
+// IdentityReadsPerRequest is the manager's direct Talos reads per request
+// decided over the load: 0 when every node's identity came from a watch, 1
+// when none did.
+func (r Result) IdentityReadsPerRequest() float64 {
+	if len(r.Outcome.Latencies) == 0 {
+		return 0
+	}
+	return Delta(r.Before, r.After, identityReadMetric+"_count") / float64(len(r.Outcome.Latencies))
+}
+
 // RunName names a run of variant on n machines over k clusters in results,
 // profiles and file names.
 func RunName(variant string, n, k int) string {
