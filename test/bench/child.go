@@ -121,22 +121,37 @@ func metricSums() map[string]float64 {
 // /profile/stop, POST /profile/heap?file=PATH. The controllers of this repository do not serve pprof, so
 // the benchmark process brings its own.
 type StatsServer struct {
-	mu       sync.Mutex
-	peak     uint64
-	last     uint64
-	numGC    uint32
-	atPeak   Memory
-	profile  *os.File
-	listener net.Listener
+	mu      sync.Mutex
+	peak    uint64
+	last    uint64
+	numGC   uint32
+	atPeak  Memory
+	profile *os.File
 }
 
-// ServeStats listens on addr and samples the heap until ctx ends.
-func ServeStats(ctx context.Context, addr string) (*StatsServer, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("stats endpoint: %w", err)
+// StatsListener is the socket a driver handed over as descriptor fd
+// (StartController's -stats-fd), or, when fd is 0, a new one listening on
+// addr.
+func StatsListener(fd int, addr string) (net.Listener, error) {
+	if fd == 0 {
+		return net.Listen("tcp", addr)
 	}
-	s := &StatsServer{listener: l}
+	f := os.NewFile(uintptr(fd), "stats")
+	if f == nil {
+		return nil, fmt.Errorf("descriptor %d is not valid", fd)
+	}
+	defer f.Close() // the listener holds its own duplicate
+	l, err := net.FileListener(f)
+	if err != nil {
+		return nil, fmt.Errorf("descriptor %d: %w", fd, err)
+	}
+	return l, nil
+}
+
+// ServeStats serves the stats endpoint on l and samples the heap until ctx
+// ends.
+func ServeStats(ctx context.Context, l net.Listener) *StatsServer {
+	s := &StatsServer{}
 	s.sample()
 	go func() {
 		t := time.NewTicker(100 * time.Millisecond)
@@ -158,7 +173,7 @@ func ServeStats(ctx context.Context, addr string) (*StatsServer, error) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	context.AfterFunc(ctx, func() { _ = srv.Close() })
-	return s, nil
+	return s
 }
 
 func (s *StatsServer) sample() {

@@ -31,22 +31,38 @@ type Controller struct {
 	done  chan error
 }
 
-// StartController runs binary with the stats endpoint on a free port, the
-// mode flags, and, for mode cli, the arguments of `ichor`.
+// StartController runs binary with the stats endpoint on a socket this
+// process listens on and hands over (-stats-fd), the mode flags, and, for
+// mode cli, the arguments of `ichor`. A port found free and named to the
+// child could be taken before the child listens: a run holds thousands of
+// Talos API servers and connections on loopback ports, and one did take it
+// (a replica's "bind: address already in use" ended a whole run).
 func StartController(binary, dir, name string, flags []string, cliArgs []string) (*Controller, error) {
-	addr, err := freeAddress()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listen for %s's stats endpoint: %w", name, err)
 	}
-	args := append([]string{"-stats", addr}, flags...)
+	socket, err := l.(*net.TCPListener).File()
+	_ = l.Close() // the socket stays open through its duplicate
+	if err != nil {
+		return nil, fmt.Errorf("hand %s its stats endpoint: %w", name, err)
+	}
+	defer socket.Close() // the child holds its own
+	args := append([]string{"-stats-fd", strconv.Itoa(statsFD)}, flags...)
 	if len(cliArgs) > 0 {
 		args = append(append(args, "--"), cliArgs...)
 	}
-	c := &Controller{Name: name, DecisionLogPath: filepath.Join(dir, name+".decisions.log"), LogPath: filepath.Join(dir, name+".log"), stats: addr}
+	c := &Controller{Name: name, DecisionLogPath: filepath.Join(dir, name+".decisions.log"), LogPath: filepath.Join(dir, name+".log"), stats: l.Addr().String()}
+	cmd := exec.Command(binary, args...)
+	cmd.ExtraFiles = []*os.File{socket}
 	// The manager's namespace, as the chart sets it: where its admission
 	// key Secret is (harness.ManagerNamespace).
-	return c, c.start(exec.Command(binary, args...), "POD_NAMESPACE="+harness.ManagerNamespace)
+	return c, c.start(cmd, "POD_NAMESPACE="+harness.ManagerNamespace)
 }
+
+// statsFD is the descriptor of the stats endpoint's socket in the child: its
+// first of exec.Cmd.ExtraFiles, after standard input, output and error.
+const statsFD = 3
 
 // start runs cmd with env added to this process's, its standard output and
 // error into DecisionLogPath and LogPath.
@@ -188,16 +204,6 @@ func (c *Controller) Stop() error {
 		_ = c.cmd.Process.Kill()
 		return <-c.done
 	}
-}
-
-// freeAddress is a loopback address with a port free now.
-func freeAddress() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // tail is the last lines of a file, for an error message.

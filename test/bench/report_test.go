@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -272,10 +273,11 @@ func TestMemoryAtPeakAddsUp(t *testing.T) {
 
 // The stats endpoint takes the resident set apart from the process itself.
 func TestStatsServerTakesThePeakApart(t *testing.T) {
-	s, err := ServeStats(t.Context(), "127.0.0.1:0")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := ServeStats(t.Context(), l)
 	s.sample()
 	s.mu.Lock()
 	m := s.atPeak

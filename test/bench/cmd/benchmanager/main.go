@@ -6,6 +6,9 @@
 //
 //	benchmanager -stats ADDR -mode cli -- manager --kubeconfig K ...
 //	benchmanager -stats ADDR -mode rubberstamp -kubeconfig K -workers 4
+//
+// The driver hands it a socket already listening (-stats-fd) rather than an
+// address, so that no other process can take the port in between.
 package main
 
 import (
@@ -25,9 +28,10 @@ func main() {
 	// default one.
 	fs := flag.NewFlagSet("benchmanager", flag.ExitOnError)
 	var (
-		stats = fs.String("stats", "127.0.0.1:0", "address of the stats and profile endpoint")
-		mode  = fs.String("mode", "cli", "cli (ichor's own command line, the arguments after --) or rubberstamp")
-		o     bench.ControllerOptions
+		stats   = fs.String("stats", "127.0.0.1:0", "address of the stats and profile endpoint (without -stats-fd)")
+		statsFD = fs.Int("stats-fd", 0, "descriptor of a socket listening for the stats and profile endpoint, handed over by the driver (0: listen on -stats)")
+		mode    = fs.String("mode", "cli", "cli (ichor's own command line, the arguments after --) or rubberstamp")
+		o       bench.ControllerOptions
 	)
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig (rubberstamp)")
 	fs.IntVar(&o.Workers, "workers", 4, "concurrent reconciles (rubberstamp)")
@@ -37,11 +41,12 @@ func main() {
 	bench.EnableClientMetrics()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if _, err := bench.ServeStats(ctx, *stats); err != nil {
-		fmt.Fprintln(os.Stderr, "benchmanager:", err)
+	l, err := bench.StatsListener(*statsFD, *stats)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchmanager: stats endpoint:", err)
 		os.Exit(1)
 	}
-	var err error
+	bench.ServeStats(ctx, l)
 	switch *mode {
 	case "cli":
 		if code := cli.Run(ctx, fs.Args(), os.Stdin, os.Stdout, os.Stderr); code != cli.ExitOK {
