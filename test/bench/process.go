@@ -35,8 +35,9 @@ type Controller struct {
 // process listens on and hands over (-stats-fd), the mode flags, and, for
 // mode cli, the arguments of `ichor`. A port found free and named to the
 // child could be taken before the child listens: a run holds thousands of
-// Talos API servers and connections on loopback ports, and one did take it
-// (a replica's "bind: address already in use" ended a whole run).
+// Talos API servers and connections on loopback ports, and in one run
+// something did take it (a replica's "bind: address already in use" ended
+// the whole run).
 func StartController(binary, dir, name string, flags []string, cliArgs []string) (*Controller, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
