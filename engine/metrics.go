@@ -49,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		disagreements: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_policy_shadow_disagreements_total",
-			Help: "Decisions where the shadow bundle disagreed with the active one.",
+			Help: "Decisions where the shadow bundle disagreed with the active one: another action, other reason codes, or another result for the same action (what it grants).",
 		}, []string{"policy"}),
 		droppedEntries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_policy_decision_log_dropped_total",

@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
+	"slices"
 	"strings"
 )
 
@@ -93,3 +96,80 @@ func OutcomeOf(result json.RawMessage, err error) Outcome {
 
 // Outcome is the decision's outcome.
 func (d Decision) Outcome() Outcome { return OutcomeOf(d.Result, nil) }
+
+// ResultChanges are the fields of a rule's result (the top-level keys of an
+// object) whose values differ between two results of the same action once
+// their text for people is set aside: the reasons, compared by code apart,
+// and every "message" (a reason's, an Event's), whose wording may change
+// without the decision changing. What is left is what the manager acts on
+// beside the action word: the node approved, the Talos role, the groups, the
+// lifetime, the admin binding's role, the Event's reason. A result that is
+// not an object is one field, "result". Under an action that grants nothing
+// (deny, pending, refused, none, error) there is nothing to act on, and no
+// field counts: a refusal that names another lifetime refuses the same.
+func ResultChanges(action string, a, b json.RawMessage) []string {
+	switch action {
+	case ActionDeny, ActionPending, ActionRefused, ActionNone, ActionError:
+		return nil
+	}
+	x, errX := withoutText(a)
+	y, errY := withoutText(b)
+	if errX != nil || errY != nil {
+		if bytes.Equal(a, b) {
+			return nil
+		}
+		return []string{"result"}
+	}
+	xo, okX := x.(map[string]any)
+	yo, okY := y.(map[string]any)
+	if !okX || !okY {
+		if reflect.DeepEqual(x, y) {
+			return nil
+		}
+		return []string{"result"}
+	}
+	var changed []string
+	for k, v := range xo {
+		if w, ok := yo[k]; !ok || !reflect.DeepEqual(v, w) {
+			changed = append(changed, k)
+		}
+	}
+	for k := range yo {
+		if _, ok := xo[k]; !ok {
+			changed = append(changed, k)
+		}
+	}
+	slices.Sort(changed)
+	return changed
+}
+
+// withoutText is a result as a generic value, less its reasons and every
+// "message" field.
+func withoutText(raw json.RawMessage) (any, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, err
+	}
+	if o, ok := v.(map[string]any); ok {
+		delete(o, "reasons")
+	}
+	dropMessages(v)
+	return v, nil
+}
+
+func dropMessages(v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		delete(t, "message")
+		for _, e := range t {
+			dropMessages(e)
+		}
+	case []any:
+		for _, e := range t {
+			dropMessages(e)
+		}
+	}
+}

@@ -281,6 +281,45 @@ func TestShadowDisagreementsAreCountedNotActedOn(t *testing.T) {
 	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.Decisions(engine.PathKubeletServing, "approve", "IchorKubeletServing")))
 }
 
+// A shadow bundle that grants more for the same verdict (an os:admin
+// talosconfig for twelve hours where the active one admits os:reader for
+// one, under the same reason code) disagrees: comparing the action and the
+// codes alone counted no disagreement.
+func TestAShadowThatGrantsMoreDisagrees(t *testing.T) {
+	ctx := context.Background()
+	wider, err := bundles.Load(harness.PolicyWithWiderTalosconfig(t))
+	require.NoError(t, err)
+	shadow, err := engine.New(ctx, engine.Options{Bundle: wider, DecisionLog: io.Discard, Log: io.Discard})
+	require.NoError(t, err)
+	t.Cleanup(func() { shadow.Stop(ctx) })
+	reg := prometheus.NewRegistry()
+	metrics, err := engine.NewMetrics(reg)
+	require.NoError(t, err)
+	var logs harness.DecisionLog
+	e, err := engine.New(ctx, engine.Options{DecisionLog: io.Discard, Log: &logs, Metrics: metrics, Shadow: shadow})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(ctx) })
+
+	admit := func(clusterExists bool) engine.Outcome {
+		t.Helper()
+		d, err := e.Decide(ctx, engine.PathCredentialAdmission, harness.AdmissionInput("ichor:alice", clusterExists))
+		require.NoError(t, err)
+		return d.Outcome()
+	}
+
+	refused := admit(false)
+	assert.Equal(t, engine.ActionRefused, refused.Action)
+	assert.Zero(t, testutil.ToFloat64(metrics.Disagreements(engine.PathCredentialAdmission)),
+		"a refusal that names another lifetime refuses the same")
+
+	admitted := admit(true)
+	assert.Equal(t, engine.ActionAllowed, admitted.Action, "the active bundle decides")
+	assert.Contains(t, admitted.Reasons.String(), "os:reader")
+	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.Disagreements(engine.PathCredentialAdmission)))
+	assert.Contains(t, logs.String(), "Shadow bundle disagrees")
+	assert.Contains(t, logs.String(), `"result_fields_changed":["credential","lifetime_seconds"]`)
+}
+
 func TestDecisionLogFileSink(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "decisions.log")
 	e, err := engine.New(context.Background(), engine.Options{DecisionLog: io.Discard, Log: io.Discard, DecisionLogFile: path})

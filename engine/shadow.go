@@ -6,8 +6,9 @@ import (
 	"slices"
 )
 
-// verdict is what a shadow comparison looks at: the action word and the
-// reason codes. Messages may change wording without the decision changing.
+// verdict is what a shadow comparison looks at beside the result's other
+// fields (ResultChanges): the action word and the reason codes. Messages may
+// change wording without the decision changing.
 type verdict struct {
 	Action string   `json:"action"`
 	Codes  []string `json:"codes"`
@@ -29,7 +30,13 @@ func (e *Engine) compareShadow(ctx context.Context, path string, input any, acti
 		return
 	}
 	s := verdictOf(shadow, shadowErr)
-	if a.Action == s.Action && slices.Equal(a.Codes, s.Codes) {
+	// A shadow that grants more for the same action (another Talos role,
+	// groups, a longer lifetime) keeps its reason code: the fields count.
+	var changed []string
+	if a.Action == s.Action {
+		changed = ResultChanges(a.Action, active.Result, shadow.Result)
+	}
+	if a.Action == s.Action && slices.Equal(a.Codes, s.Codes) && len(changed) == 0 {
 		return
 	}
 	if e.metrics != nil {
@@ -42,6 +49,9 @@ func (e *Engine) compareShadow(ctx context.Context, path string, input any, acti
 		"active_revision": active.Revision,
 		"shadow":          s,
 		"shadow_revision": shadow.Revision,
+	}
+	if len(changed) > 0 {
+		fields["result_fields_changed"] = changed
 	}
 	if shadowErr != nil && !errors.Is(shadowErr, ErrNoDecision) {
 		fields["shadow_error"] = shadowErr.Error()

@@ -642,8 +642,12 @@ it), and report each decision that would change, grouped by direction:
   undefined for the input (it no longer governs it); X → error when the
   candidate cannot evaluate it.
 
-A decision whose action stays but whose set of reason codes changes is
-reported as "reasons changed": it is no direction, only information. The
+A decision whose action stays but whose result changes beside its reasons
+and messages is reported as "result changed" with the fields that changed:
+another Talos role, groups, lifetime or admin binding role for the same
+"allowed", another node for the same "approve". A decision whose action and
+result stay but whose set of reason codes changes is reported as "reasons
+changed": only information. The
 summary counts the unchanged decisions too. Replay counts what "decisions
 list" lists: the verdicts in effect. The records that a verdict was applied
 decide nothing and are never replayed, nor are the records of a person's acts
@@ -660,10 +664,10 @@ rand.*, uuid.rfc4122, opa.runtime, io.jwt.decode_verify, ...) is refused
 --fail-on names the changes that must not happen (repeat it, or separate them
 with commas): a direction such as deny-to-approve or allowed-to-refused;
 to-STATE, any direction ending in STATE (to-approve: deny-to-approve,
-pending-to-approve, none-to-approve, ...); from-STATE; any, every direction;
-reasons-changed (or result-changed, for a rule that answers no action), which
-"any" does not include. STATE is one of approve, deny, pending, allowed,
-refused, none, error.
+pending-to-approve, none-to-approve, ...); from-STATE; result-changed; any,
+every direction and every result changed; reasons-changed, which "any" does
+not include. STATE is one of approve, deny, pending, allowed, refused, none,
+error.
 
 ` + decisionsInput + `
 
@@ -683,7 +687,7 @@ log proves nothing); 2 for a wrong flag.`,
 	f := cmd.Flags()
 	f.StringVar(&o.bundle, "bundle", "", "the candidate: a policy directory or a bundle tarball (required)")
 	o.bundleKey.register(f)
-	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit "+fmt.Sprint(ExitChanged)+" when a decision changes in this direction (repeatable): FROM-to-TO, to-STATE, from-STATE, any, reasons-changed")
+	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit "+fmt.Sprint(ExitChanged)+" when a decision changes in this direction (repeatable): FROM-to-TO, to-STATE, from-STATE, result-changed, any, reasons-changed")
 	o.output.register(cmd)
 	f.BoolVar(&o.all, "all", false, "also replay the verdicts that were never applied (an approver that met a conflict writing decided again), as list --all lists them; the records of what was applied are never replayed")
 	return cmd
@@ -802,7 +806,7 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 	for _, d := range decisionlog.SortedDirections(rep.Directions) {
 		addRow(summary, decisionlog.Arrow(d), strconv.Itoa(rep.Directions[d]))
 	}
-	for _, n := range []string{decisionlog.NoteReasonsChanged, decisionlog.NoteResultChanged} {
+	for _, n := range []string{decisionlog.NoteResultChanged, decisionlog.NoteReasonsChanged} {
 		if rep.Notes[n] > 0 {
 			addRow(summary, noteTitle(n)+" (same action)", strconv.Itoa(rep.Notes[n]))
 		}
@@ -845,18 +849,25 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 			return err
 		}
 	}
-	for _, n := range []string{decisionlog.NoteReasonsChanged, decisionlog.NoteResultChanged} {
+	for _, n := range []string{decisionlog.NoteResultChanged, decisionlog.NoteReasonsChanged} {
 		if rep.Notes[n] == 0 {
 			continue
 		}
-		fmt.Fprintf(w, "\n%s, same action (information): %s\n", noteTitle(n), plural(rep.Notes[n], "decision", "decisions"))
-		t := newTable([]string{"ID", "Time", "Policy", "Node/User", "Action", "Old Codes → New Codes"})
+		title, last := "%s, same action: %s\n", "Fields Changed"
+		if n == decisionlog.NoteReasonsChanged {
+			title, last = "%s, same action (information): %s\n", "Old Codes → New Codes"
+		}
+		fmt.Fprintf(w, "\n"+title, noteTitle(n), plural(rep.Notes[n], "decision", "decisions"))
+		t := newTable([]string{"ID", "Time", "Policy", "Node/User", "Action", last})
 		for _, c := range rep.Changes {
 			if c.Note != n {
 				continue
 			}
-			addRow(t, c.Entry.DecisionID, formatTime(c.Entry.Timestamp), c.Entry.Policy(), c.Entry.Subject(), c.New.Action,
-				dash(strings.Join(c.Old.Reasons.Codes(), ","))+" → "+dash(strings.Join(c.New.Reasons.Codes(), ",")))
+			what := strings.Join(c.Changed, ",")
+			if n == decisionlog.NoteReasonsChanged {
+				what = dash(strings.Join(c.Old.Reasons.Codes(), ",")) + " → " + dash(strings.Join(c.New.Reasons.Codes(), ","))
+			}
+			addRow(t, c.Entry.DecisionID, formatTime(c.Entry.Timestamp), c.Entry.Policy(), c.Entry.Subject(), c.New.Action, what)
 		}
 		if err := o.output.printTable(w, t); err != nil {
 			return err
@@ -866,14 +877,19 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 }
 
 type replayChangeJSON struct {
-	ID        string              `json:"id"`
-	Time      time.Time           `json:"time"`
-	Policy    string              `json:"policy"`
-	Path      string              `json:"path"`
-	Node      string              `json:"node"`
-	User      string              `json:"user"`
-	Direction string              `json:"direction,omitempty"`
-	Note      string              `json:"note,omitempty"`
+	ID        string    `json:"id"`
+	Time      time.Time `json:"time"`
+	Policy    string    `json:"policy"`
+	Path      string    `json:"path"`
+	Node      string    `json:"node"`
+	User      string    `json:"user"`
+	Direction string    `json:"direction,omitempty"`
+	Note      string    `json:"note,omitempty"`
+	// Changed, OldResult and NewResult say what a result-changed
+	// decision changed: the fields, and both results whole.
+	Changed   []string            `json:"changed,omitempty"`
+	OldResult json.RawMessage     `json:"old_result,omitempty"`
+	NewResult json.RawMessage     `json:"new_result,omitempty"`
 	Old       decisionlog.Outcome `json:"old"`
 	New       decisionlog.Outcome `json:"new"`
 }
@@ -918,10 +934,14 @@ func printReplay(w io.Writer, o replayOptions, rep decisionlog.Report, logged []
 	}
 	out.Candidate.Bundle, out.Candidate.Revision = o.bundle, rep.Revision
 	for _, c := range rep.Changes {
-		out.Changes = append(out.Changes, replayChangeJSON{
+		j := replayChangeJSON{
 			ID: c.Entry.DecisionID, Time: c.Entry.Timestamp, Policy: c.Entry.Policy(), Path: c.Entry.Path,
 			Node: c.Entry.Node(), User: c.Entry.User(), Direction: c.Direction, Note: c.Note, Old: c.Old, New: c.New,
-		})
+		}
+		if c.Note == decisionlog.NoteResultChanged {
+			j.Changed, j.OldResult, j.NewResult = c.Changed, c.Old.Result, c.New.Result
+		}
+		out.Changes = append(out.Changes, j)
 	}
 	d, err := document("DecisionReplay", "", "", out)
 	if err != nil {

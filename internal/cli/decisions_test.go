@@ -374,6 +374,55 @@ func TestDecisionsReplayWithoutTheIPCheckReportsTheFlip(t *testing.T) {
 	assert.Contains(t, stdout, "Replayed 2 decisions")
 }
 
+// A candidate that admits the same request under the same reason code but
+// grants more (os:admin for twelve hours where os:reader for one was
+// admitted) fails "--fail-on any", and says which fields changed; a gate on
+// directions alone does not see it.
+func TestDecisionsReplayReportsACredentialThatGrantsMore(t *testing.T) {
+	ctx := context.Background()
+	log := &harness.DecisionLog{}
+	e, err := engine.New(ctx, engine.Options{DecisionLog: log, Log: io.Discard})
+	require.NoError(t, err)
+	d, err := e.Decide(ctx, engine.PathCredentialAdmission, harness.AdmissionInput("ichor:alice", true))
+	require.NoError(t, err)
+	e.Stop(ctx)
+	file := filepath.Join(t.TempDir(), "decisions.log")
+	require.NoError(t, os.WriteFile(file, []byte(log.String()), 0o600))
+	candidate := harness.PolicyWithWiderTalosconfig(t)
+
+	code, stdout, stderr, _ := decisionsRun(t, "", "decisions", "replay", "--bundle", candidate, file, "--fail-on", "any")
+
+	assert.Equal(t, ExitChanged, code, stderr)
+	assert.Contains(t, stderr, "decisions changed as --fail-on forbids: any (1)")
+	assert.Regexp(t, `(?m)^result changed \(same action\)\s+1$`, stdout)
+	assert.Contains(t, stdout, "\nresult changed, same action: 1 decision\n")
+	assert.Regexp(t, `(?m)^`+d.ID+`\s+\S+Z\s+admission\s+ichor:alice\s+allowed\s+credential,lifetime_seconds$`, stdout)
+
+	for failOn, want := range map[string]int{"result-changed": ExitChanged, "to-allowed": ExitOK, "reasons-changed": ExitOK} {
+		code, _, stderr, _ := decisionsRun(t, "", "decisions", "replay", "--bundle", candidate, file, "--fail-on", failOn)
+		assert.Equal(t, want, code, "%s: %s", failOn, stderr)
+	}
+
+	_, stdout, stderr, _ = decisionsRun(t, "", "decisions", "replay", "--bundle", candidate, file, "-o", "json")
+	var rep struct {
+		Notes   map[string]int
+		Changes []struct {
+			Note      string
+			Changed   []string
+			OldResult map[string]any `json:"old_result"`
+			NewResult map[string]any `json:"new_result"`
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stderr)
+	assert.Equal(t, map[string]int{"result-changed": 1}, rep.Notes)
+	require.Len(t, rep.Changes, 1)
+	c := rep.Changes[0]
+	assert.Equal(t, []string{"credential", "lifetime_seconds"}, c.Changed)
+	assert.Equal(t, "os:reader", c.OldResult["credential"].(map[string]any)["talos_role"])
+	assert.Equal(t, "os:admin", c.NewResult["credential"].(map[string]any)["talos_role"])
+	assert.InDelta(t, 43200, c.NewResult["lifetime_seconds"], 0)
+}
+
 func TestDecisionsReplayJSON(t *testing.T) {
 	f := newDecisionsFixture(t)
 	candidate := harness.PolicyWithoutServingIPCheck(t)

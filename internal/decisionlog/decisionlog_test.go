@@ -50,26 +50,6 @@ func talos(node string, addrs ...string) *csrinput.Node {
 	return &csrinput.Node{Readable: true, Nodename: node, Hostname: node, Addresses: addrs}
 }
 
-// admission is a TalosCredentialRequest's admission input that the rule
-// admits, as policy/ichor/credentials/credentials_test.rego writes it.
-func admission(user string, clusterExists bool) map[string]any {
-	return map[string]any{
-		"operation": "CREATE", "dry_run": false,
-		"user":      map[string]any{"username": user, "uid": "5b2c", "groups": []string{"ichor:operators", "system:authenticated"}, "extra": map[string]any{}},
-		"requester": map[string]any{"username": user, "uid": "5b2c", "groups": []string{"ichor:operators", "system:authenticated"}, "extra": map[string]any{}},
-		"request": map[string]any{
-			"name": "talosconfig-x7k2p", "namespace": "team-a", "cluster": "demo", "purpose": "talosconfig-reader",
-			"public_key": map[string]any{"parsed": true, "algorithm": "Ed25519", "bits": 256, "error": ""},
-		},
-		"authorization": map[string]any{
-			"user": user, "groups": []string{"system:authenticated", "ichor:operators"},
-			"verb": "download", "group": "ichor.dev", "resource": "talosclusters", "subresource": "talosconfig-reader",
-			"namespace": "team-a", "name": "demo", "allowed": true, "reason": "RBAC: allowed", "evaluation_error": "",
-		},
-		"cluster": map[string]any{"exists": clusterExists, "kubeconfig_ref": false},
-	}
-}
-
 // realLog runs the engine on real inputs and returns its decision log:
 // worker-1 approved, worker-1 denied (another node's IP), worker-3 pending
 // (no machine), worker-2 approved, a request of another signer (no
@@ -97,7 +77,7 @@ func realLog(t *testing.T) (string, []string) {
 	other.CSR.SignerName = certificatesv1.KubeAPIServerClientSignerName
 	_, err = e.KubeletServing(ctx, other)
 	require.ErrorIs(t, err, engine.ErrNoDecision)
-	for _, in := range []map[string]any{admission("ichor:alice", true), admission("ichor:bob", false)} {
+	for _, in := range []map[string]any{harness.AdmissionInput("ichor:alice", true), harness.AdmissionInput("ichor:bob", false)} {
 		d, err := e.Decide(ctx, decisionlog.PathAdmission, in)
 		require.NoError(t, err)
 		ids = append(ids, d.ID)
@@ -321,6 +301,56 @@ func TestReplayWithoutTheIPCheckFlipsExactlyTheDenial(t *testing.T) {
 	}
 }
 
+// A candidate that grants more under the same action and reason code (an
+// os:admin talosconfig for twelve hours where os:reader for one was
+// admitted) is a change, and one that "any" fails on: comparing the action
+// and the codes alone replayed it as unchanged.
+func TestReplayReportsACredentialThatGrantsMore(t *testing.T) {
+	log, ids := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+
+	rep := replay(t, harness.PolicyWithWiderTalosconfig(t), entries)
+
+	assert.Equal(t, 7, rep.Replayed)
+	assert.Equal(t, 6, rep.Unchanged, "bob's refusal names another lifetime, and refuses the same")
+	assert.Empty(t, rep.Directions)
+	assert.Equal(t, map[string]int{decisionlog.NoteResultChanged: 1}, rep.Notes)
+	require.Len(t, rep.Changes, 1)
+	c := rep.Changes[0]
+	assert.Equal(t, ids[4], c.Entry.DecisionID, "alice's admission")
+	assert.Equal(t, []string{"credential", "lifetime_seconds"}, c.Changed,
+		"the role and the lifetime; the Event's message names them too, but it is text")
+	assert.Equal(t, c.Old.Reasons.Codes(), c.New.Reasons.Codes(), "the same reason code")
+	assert.Contains(t, string(c.New.Result), `"talos_role":"os:admin"`)
+	for pattern, want := range map[string]bool{
+		"any": true, "result-changed": true, "reasons-changed": false, "to-allowed": false, "refused-to-allowed": false,
+	} {
+		assert.Equal(t, want, c.Matches(pattern), pattern)
+	}
+}
+
+// Only the words changed: no change.
+func TestReplayLeavesAMessageInOtherWordsUnchanged(t *testing.T) {
+	log, _ := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	alice := entries[5]
+	var result map[string]any
+	require.NoError(t, json.Unmarshal(alice.Result, &result))
+	result["reasons"] = []any{map[string]any{"code": "IchorCredentialAdmitted", "message": "other words"}}
+	result["event"].(map[string]any)["message"] = "other words"
+	reworded, err := json.Marshal(result)
+	require.NoError(t, err)
+
+	rep, err := decisionlog.Replay(context.Background(), scripted{
+		decisionlog.PathAdmission: func() (engine.Decision, error) { return engine.Decision{Result: reworded}, nil },
+	}, []decisionlog.Entry{alice})
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Unchanged)
+	assert.Empty(t, rep.Changes)
+}
+
 // scripted answers each path with a fixed decision or error.
 type scripted map[string]func() (engine.Decision, error)
 
@@ -519,7 +549,7 @@ func uploadedLog(t *testing.T) (console string, bodies [][]byte) {
 		_, err := e.KubeletServing(ctx, in)
 		require.NoError(t, err)
 	}
-	_, err = e.Decide(ctx, decisionlog.PathAdmission, admission("ichor:bob", false))
+	_, err = e.Decide(ctx, decisionlog.PathAdmission, harness.AdmissionInput("ichor:bob", false))
 	require.NoError(t, err)
 	// A deadline makes Stop send what the upload sink holds.
 	stop, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -24,11 +24,17 @@ type Decider interface {
 // action nor an allowed.
 const StateResult = "result"
 
-// The informational changes: the action stayed, something else did not.
+// The changes with the same action word.
 const (
-	// NoteReasonsChanged is the same action for another set of reason codes.
+	// NoteReasonsChanged is the same action and result for another set of
+	// reason codes: information, which "any" does not include.
 	NoteReasonsChanged = "reasons-changed"
-	// NoteResultChanged is another value of a rule that answers no action.
+	// NoteResultChanged is the same action with another result beside the
+	// reasons and messages (engine.ResultChanges): another value of a rule
+	// that answers no action, or another grant (a Talos role, groups, a
+	// lifetime, an admin binding's role, the node approved). A candidate that
+	// widens what a credential grants keeps its action and its reason code,
+	// so "any" includes it.
 	NoteResultChanged = "result-changed"
 )
 
@@ -41,6 +47,9 @@ type Change struct {
 	Direction string `json:"direction,omitempty"`
 	// Note is NoteReasonsChanged or NoteResultChanged when it did not.
 	Note string `json:"note,omitempty"`
+	// Changed are the result's fields that changed, for NoteResultChanged
+	// (engine.ResultChanges).
+	Changed []string `json:"changed,omitempty"`
 }
 
 // Report is what a replay found.
@@ -50,7 +59,8 @@ type Report struct {
 	Revision string
 	// Replayed is the number of decisions replayed.
 	Replayed int
-	// Unchanged are those decided the same: same action, same reason codes.
+	// Unchanged are those decided the same: same action, same reason codes,
+	// and the same result but for its messages.
 	Unchanged int
 	// Directions counts the changes of action by direction.
 	Directions map[string]int
@@ -105,12 +115,14 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 		rep.Replayed++
 		c := Change{Entry: e, Old: e.Outcome(), New: now}
 		from, to := state(c.Old), state(c.New)
+		changed := engine.ResultChanges(from, c.Old.Result, c.New.Result)
 		switch {
 		case from != to:
 			c.Direction = Direction(from, to)
 			rep.Directions[c.Direction]++
-		case from == StateResult && !sameJSON(c.Old.Result, c.New.Result):
-			c.Note = NoteResultChanged
+		case len(changed) > 0:
+			// Before the codes: a widened grant keeps its code.
+			c.Note, c.Changed = NoteResultChanged, changed
 		case !slices.Equal(sortedCodes(c.Old), sortedCodes(c.New)):
 			c.Note = NoteReasonsChanged
 		default:
@@ -136,16 +148,6 @@ func sortedCodes(o Outcome) []string {
 	codes := o.Reasons.Codes()
 	slices.Sort(codes)
 	return codes
-}
-
-func sameJSON(a, b json.RawMessage) bool {
-	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
-		return bytes.Equal(a, b)
-	}
-	xa, _ := json.Marshal(x)
-	ya, _ := json.Marshal(y)
-	return bytes.Equal(xa, ya)
 }
 
 // Direction names a change of action: "deny-to-approve".
@@ -209,7 +211,8 @@ func FailOnValues() []string {
 }
 
 // CheckFailOn validates a --fail-on value: "any", a direction
-// ("deny-to-approve"), "to-STATE", "from-STATE", or "reasons-changed".
+// ("deny-to-approve"), "to-STATE", "from-STATE", "result-changed" or
+// "reasons-changed".
 func CheckFailOn(pattern string) error {
 	switch {
 	case pattern == "any" || pattern == NoteReasonsChanged || pattern == NoteResultChanged:
@@ -223,16 +226,16 @@ func CheckFailOn(pattern string) error {
 	if ok && from != to && slices.Contains(states, from) && slices.Contains(states, to) {
 		return nil
 	}
-	return fmt.Errorf("%q is not a direction: give FROM-to-TO (such as deny-to-approve or allowed-to-refused), to-STATE, from-STATE, any or reasons-changed, with STATE one of %s",
+	return fmt.Errorf("%q is not a direction: give FROM-to-TO (such as deny-to-approve or allowed-to-refused), to-STATE, from-STATE, result-changed, any or reasons-changed, with STATE one of %s",
 		pattern, strings.Join(states, ", "))
 }
 
 // Matches reports whether a change is one a --fail-on pattern names. "any"
-// is any change of action; the informational changes match only their own
-// name.
+// is any change of action or of the result; a change of the reason codes
+// alone matches only its own name.
 func (c Change) Matches(pattern string) bool {
 	if c.Direction == "" {
-		return pattern == c.Note
+		return pattern == c.Note || (pattern == "any" && c.Note == NoteResultChanged)
 	}
 	from, to, _ := strings.Cut(c.Direction, "-to-")
 	switch {

@@ -78,3 +78,26 @@ func FindDecision[E any](t testing.TB, l *DecisionLog, id string) E {
 		<-tick.C
 	}
 }
+
+// AdmissionInput is the input of ichor/credentials/admission for user's
+// request of a talosconfig-reader credential for cluster demo in namespace
+// team-a, granted by RBAC, as policy/ichor/credentials/credentials_test.rego
+// writes it: the rule admits it, or refuses it (ClusterNotFound) with
+// clusterExists false.
+func AdmissionInput(user string, clusterExists bool) map[string]any {
+	return map[string]any{
+		"operation": "CREATE", "dry_run": false,
+		"user":      map[string]any{"username": user, "uid": "5b2c", "groups": []string{"ichor:operators", "system:authenticated"}, "extra": map[string]any{}},
+		"requester": map[string]any{"username": user, "uid": "5b2c", "groups": []string{"ichor:operators", "system:authenticated"}, "extra": map[string]any{}},
+		"request": map[string]any{
+			"name": "talosconfig-x7k2p", "namespace": "team-a", "cluster": "demo", "purpose": "talosconfig-reader",
+			"public_key": map[string]any{"parsed": true, "algorithm": "Ed25519", "bits": 256, "error": ""},
+		},
+		"authorization": map[string]any{
+			"user": user, "groups": []string{"system:authenticated", "ichor:operators"},
+			"verb": "download", "group": "ichor.dev", "resource": "talosclusters", "subresource": "talosconfig-reader",
+			"namespace": "team-a", "name": "demo", "allowed": true, "reason": "RBAC: allowed", "evaluation_error": "",
+		},
+		"cluster": map[string]any{"exists": clusterExists, "kubeconfig_ref": false},
+	}
+}

@@ -15,18 +15,42 @@ import (
 // the tests of check-csr and replay.
 func PolicyWithoutServingIPCheck(t testing.TB) string {
 	t.Helper()
+	return policyWith(t, filepath.Join("ichor", "kubelet_serving", "kubelet_serving.rego"),
+		"\tsan.type == \"ip\"\n\tnot san.value in", "\tsan.type == \"ip-disabled\"\n\tnot san.value in")
+}
+
+// PolicyWithWiderTalosconfig is a copy of the shipped policy tree whose
+// talosconfig-reader purpose grants os:admin, for twelve hours by default,
+// where the shipped one grants os:reader for one: a candidate that admits
+// and issues the same requests, under the same reason codes, and grants
+// more, for the tests of replay and the shadow bundle.
+func PolicyWithWiderTalosconfig(t testing.TB) string {
+	t.Helper()
+	return policyWith(t, filepath.Join("ichor", "credentials", "data.json"),
+		`"talos_role": "os:reader",
+        "credential": "talosconfig",
+        "default_lifetime_seconds": 3600,`,
+		`"talos_role": "os:admin",
+        "credential": "talosconfig",
+        "default_lifetime_seconds": 43200,`)
+}
+
+// policyWith is a copy of the shipped policy tree, in the test's temporary
+// directory, with old replaced by replacement once in the file at path.
+func policyWith(t testing.TB, path, old, replacement string) string {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.CopyFS(dir, policy.FS); err != nil {
 		t.Fatalf("copy the policy tree: %v", err)
 	}
-	path := filepath.Join(dir, "ichor", "kubelet_serving", "kubelet_serving.rego")
+	path = filepath.Join(dir, path)
 	src, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := strings.Replace(string(src), "\tsan.type == \"ip\"\n\tnot san.value in", "\tsan.type == \"ip-disabled\"\n\tnot san.value in", 1)
+	out := strings.Replace(string(src), old, replacement, 1)
 	if out == string(src) {
-		t.Fatal("the IP check was not found in the kubelet-serving rule")
+		t.Fatalf("%q was not found in %s", old, path)
 	}
 	// Copied from an embed.FS, the files are read-only.
 	if err := os.Chmod(path, 0o600); err != nil {
