@@ -10,6 +10,14 @@ import (
 // so `kubectl create secret generic NAME --from-file=secrets.yaml` just works.
 const DefaultSecretsBundleKey = "secrets.yaml"
 
+// SecretsClaimAnnotation is the annotation of the Secret a TalosCluster's
+// secretsRef names that says which TalosClusters of its namespace may use
+// it: their names, separated by commas, or "*" for every one. Whoever may
+// write the Secret chooses which clusters its CAs sign for: whoever may
+// write a TalosCluster but not the Secret cannot point a cluster granted to
+// them at another cluster's CAs (docs/hardening.md).
+const SecretsClaimAnnotation = "ichor.dev/talos-clusters" //nolint:gosec // G101: an annotation's name, not a secret
+
 // DefaultKubeconfigKey is the key of the Secret named by
 // TalosClusterSpec.KubeconfigRef that holds the kubeconfig when the reference
 // names no key.
@@ -126,7 +134,9 @@ type TalosClusterSpec struct {
 
 	// SecretsRef names the Secret, in the TalosCluster's namespace, holding
 	// the cluster's Talos secrets bundle in the format `talosctl gen secrets`
-	// writes (the CAs and keys every credential is signed with).
+	// writes (the CAs and keys every credential is signed with). The Secret
+	// must name this cluster in its annotation ichor.dev/talos-clusters
+	// (names separated by commas, or "*" for every cluster of the namespace).
 	// +required
 	SecretsRef SecretsBundleReference `json:"secretsRef"`
 

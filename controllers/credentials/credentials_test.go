@@ -504,7 +504,7 @@ func TestRotationIssuesFromTheNewCAWithBothTrusted(t *testing.T) {
 	data, err := clustersecrets.Marshal(current)
 	require.NoError(t, err)
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "rotating-secrets"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "rotating-secrets", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "rotating"}},
 		Data: map[string][]byte{
 			ichorv1alpha1.DefaultSecretsBundleKey: data,
 			clustersecrets.PreviousKey:            env.SecretsBundleYAML,
@@ -531,6 +531,74 @@ func TestRotationIssuesFromTheNewCAWithBothTrusted(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(node.Stop)
 	assertTalosReader(t, node, roots, tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key})
+}
+
+// Whoever may write a TalosCluster, and is granted credentials for it alone,
+// cannot have them signed by another cluster's CAs by pointing its
+// secretsRef at that cluster's Secret: both SubjectAccessReviews name the
+// cluster, and the admission record pins its UID, none of them its CAs
+// (review of 2026-12-05). The Secret names the clusters that may use it;
+// only whoever may write the Secret may add one.
+func TestACredentialIsNotSignedWithAnotherClustersCAs(t *testing.T) {
+	f := newFixture(t)
+	claimed := func(name, cluster string, data []byte) *corev1.Secret {
+		return &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: cluster}},
+			Data:       map[string][]byte{ichorv1alpha1.DefaultSecretsBundleKey: data},
+		}
+	}
+	f.cluster("mine", claimed("mine-secrets", "mine", env.SecretsBundleYAML))
+	prodCA, err := talosapi.NewCA()
+	require.NoError(t, err)
+	prod, err := clustersecrets.Parse(env.SecretsBundleYAML)
+	require.NoError(t, err)
+	prod.Certs.OS = prodCA.PEMEncoded()
+	data, err := clustersecrets.Marshal(prod)
+	require.NoError(t, err)
+	f.cluster("prod", claimed("prod-secrets", "prod", data))
+
+	tcr, _ := f.ask("mine", ichorv1alpha1.PurposeTalosconfigReader, "")
+	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, tcr).Reason, ready(t, tcr).Message)
+	require.NoError(t, verify(parseCert(t, tcr.Status.Certificate), env.TalosCA().Pool()), "signed by its own cluster's CA")
+
+	// Its cluster pointed at prod's Secret, as whoever may update
+	// TalosClusters but not read Secrets could.
+	point := func(ref string) {
+		t.Helper()
+		var mine ichorv1alpha1.TalosCluster
+		require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "mine"}, &mine))
+		mine.Spec.SecretsRef.Name = ref
+		require.NoError(t, env.Client.Update(f.ctx, &mine))
+	}
+	point("prod-secrets")
+	tcr, _ = f.ask("mine", ichorv1alpha1.PurposeTalosconfigReader, "")
+	c := ready(t, tcr)
+	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Contains(t, c.Message, `Secret "prod-secrets": invalid secrets bundle: the Secret does not name this TalosCluster: its annotation ichor.dev/talos-clusters names "prod", not "mine"`)
+	assert.Empty(t, tcr.Status.Certificate, "nothing signed with prod's CA")
+	assert.Empty(t, tcr.Status.TrustBundle)
+
+	// Prod's Secret, annotated by whoever owns it to name mine too, signs
+	// for it: the claim, not the reference, decides.
+	var secret corev1.Secret
+	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "prod-secrets"}, &secret))
+	secret.Annotations[ichorv1alpha1.SecretsClaimAnnotation] = "prod, mine"
+	require.NoError(t, env.Client.Update(f.ctx, &secret))
+	tcr, _ = f.ask("mine", ichorv1alpha1.PurposeTalosconfigReader, "")
+	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, tcr).Reason, ready(t, tcr).Message)
+	require.NoError(t, verify(parseCert(t, tcr.Status.Certificate), prodCA.Pool()))
+
+	// A Secret without the annotation signs for no cluster, unless the
+	// manager allows it for an upgrade (--require-secrets-claim=false).
+	delete(secret.Annotations, ichorv1alpha1.SecretsClaimAnnotation)
+	require.NoError(t, env.Client.Update(f.ctx, &secret))
+	tcr, _ = f.ask("mine", ichorv1alpha1.PurposeTalosconfigReader, "")
+	c = ready(t, tcr)
+	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Contains(t, c.Message, fmt.Sprintf("it has no annotation ichor.dev/talos-clusters, which names the TalosClusters that may use its CAs (kubectl -n %s annotate secret prod-secrets ichor.dev/talos-clusters=mine;", f.ns))
+	f.r.SecretsClaims = clustersecrets.ClaimIfAnnotated
+	tcr, _ = f.ask("mine", ichorv1alpha1.PurposeTalosconfigReader, "")
+	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, tcr).Reason, ready(t, tcr).Message)
 }
 
 func TestAnsweredRequestIsDeletedAfterTwoMinutes(t *testing.T) {
@@ -567,7 +635,7 @@ func TestClusterGoneSinceAdmissionIsRefusedAndMissingSecretsFail(t *testing.T) {
 
 	// A cluster whose secrets cannot be read is not a refusal: nothing can
 	// be signed for it.
-	f.cluster("no-secrets", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "empty"}})
+	f.cluster("no-secrets", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "empty", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "no-secrets"}}})
 	tcr, _ = f.ask("no-secrets", ichorv1alpha1.PurposeTalosconfigReader, "")
 	c = ready(t, tcr)
 	assert.Equal(t, metav1.ConditionFalse, c.Status)

@@ -110,6 +110,10 @@ type Reconciler struct {
 	// (--require-admission-pins=false, for a rolling upgrade from such a
 	// release): such a record's lifetime and credential are not compared.
 	AcceptUnpinned bool
+	// SecretsClaims is what the cluster's secrets Secret must say of the
+	// cluster before its CAs sign (clustersecrets.Claims): by default that
+	// it names the cluster.
+	SecretsClaims clustersecrets.Claims
 	// Recorder writes a Warning Event on a refused request; nil writes none.
 	Recorder events.EventRecorder
 	// LocalClusters are the clusters of the API server the manager runs
@@ -402,7 +406,7 @@ func (r *Reconciler) issue(ctx context.Context, cluster *ichorv1alpha1.TalosClus
 		// anything would be guessing.
 		return issued{}, failf("the decision allows but names no certificate or lifetime")
 	}
-	bundles, err := clustersecrets.Load(ctx, r.APIReader, cluster)
+	bundles, err := clustersecrets.Load(ctx, r.APIReader, cluster, r.SecretsClaims)
 	if err != nil {
 		return issued{}, permanent(err)
 	}

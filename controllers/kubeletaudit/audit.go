@@ -48,6 +48,9 @@ type Auditor struct {
 	// Reader reads the cluster's secrets Secret (uncached: get on that one
 	// Secret is all the rights the audit needs beyond the machines').
 	Reader client.Reader
+	// SecretsClaims is what the secrets Secret must say of the cluster
+	// before its Kubernetes CA judges certificates (clustersecrets.Claims).
+	SecretsClaims clustersecrets.Claims
 	// NodeReaders gives a cluster's Talos identity reader, as the approver
 	// has it.
 	NodeReaders *kubeletserving.NodeReaders
@@ -78,7 +81,7 @@ type Result struct {
 // cluster's CA no certificate can be judged, and a certificate must never
 // look drifted for want of it.
 func (a *Auditor) Audit(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, machines []ichorv1alpha1.TalosMachine) ([]Result, error) {
-	bundles, err := clustersecrets.Load(ctx, a.Reader, cluster)
+	bundles, err := clustersecrets.Load(ctx, a.Reader, cluster, a.SecretsClaims)
 	if err != nil {
 		return nil, err
 	}

@@ -580,6 +580,48 @@ func TestASecretsRefChangeIsUsedAtOnce(t *testing.T) {
 	assert.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
 }
 
+// A cluster pointed at a Secret that does not name it is not read with that
+// Secret's OS CA: its requests stay pending, the node's error naming the
+// annotation, until whoever owns the Secret names the cluster in it; the
+// next look (every unreadableRecheck) then reads the node and approves.
+func TestASecretThatDoesNotNameTheClusterIsNotUsed(t *testing.T) {
+	f := newFixture(t, false)
+	ca, err := talosapi.NewCA()
+	require.NoError(t, err)
+	secret, err := env.SecretsBundleSecretWithOSCA(f.ns, "another-clusters-secrets", ca)
+	require.NoError(t, err)
+	secret.Annotations[ichorv1alpha1.SecretsClaimAnnotation] = "another-cluster"
+	require.NoError(t, env.Client.Create(f.ctx, secret))
+	var cluster ichorv1alpha1.TalosCluster
+	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: f.cluster}, &cluster))
+	cluster.Spec.SecretsRef.Name = secret.Name
+	require.NoError(t, env.Client.Update(f.ctx, &cluster))
+	talos, err := env.StartTalosNode(f.ctx, harness.NodeOptions{Name: "unclaimed-1", Addresses: []netip.Addr{netip.MustParseAddr("10.26.0.2")}, CA: ca})
+	require.NoError(t, err)
+	t.Cleanup(talos.Stop)
+	f.addMachine("unclaimed-1", talos.Endpoint())
+	kubelet := nodeClient(t, "system:node:unclaimed-1", "system:nodes")
+	name := submit(t, kubelet, "unclaimed-1", csrgen.Request{Subject: csrgen.NodeSubject("unclaimed-1"), IPs: []net.IP{net.ParseIP("10.26.0.2")}})
+
+	says := `Secret "another-clusters-secrets": invalid secrets bundle: the Secret does not name this TalosCluster: its annotation ichor.dev/talos-clusters names "another-cluster", not "` + f.cluster + `"`
+	require.Eventually(t, func() bool {
+		for _, e := range entriesFor(name) {
+			var node csrinput.Node
+			if e.Result.Action == engine.ActionPending && json.Unmarshal(e.Input.Node, &node) == nil && strings.Contains(node.Error, says) {
+				return true
+			}
+		}
+		return false
+	}, wait, 100*time.Millisecond, "no pending decision logged for %s whose node error names the claim", name)
+	assert.Nil(t, harness.Verdict(env.GetCSR(t, name)), "CSR %s must stay pending", name)
+
+	require.NoError(t, env.Client.Get(f.ctx, client.ObjectKeyFromObject(secret), secret))
+	secret.Annotations[ichorv1alpha1.SecretsClaimAnnotation] = "another-cluster," + f.cluster
+	require.NoError(t, env.Client.Update(f.ctx, secret))
+	c := decided(t, name)
+	assert.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
+}
+
 func TestAnotherSignerIsUntouched(t *testing.T) {
 	f := newFixture(t, false)
 	f.machine("other-1", "10.24.0.2")

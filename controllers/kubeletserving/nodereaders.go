@@ -23,6 +23,10 @@ import (
 type NodeReaders struct {
 	// Reader reads the secrets Secret (uncached).
 	Reader client.Reader
+	// SecretsClaims is what the secrets Secret must say of the cluster
+	// before its OS CA signs the readers' credential (clustersecrets.Claims):
+	// by default that it names the cluster.
+	SecretsClaims clustersecrets.Claims
 	// Lifetime of the reader's own credential, as the policy caps it.
 	Lifetime time.Duration
 	// Timeout bounds one identity read.
@@ -92,7 +96,7 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		return c, nil
 	}
 	n.mu.Unlock()
-	bundles, err := clustersecrets.Load(ctx, n.Reader, cluster)
+	bundles, err := clustersecrets.Load(ctx, n.Reader, cluster, n.SecretsClaims)
 	if err != nil {
 		// The bundle taken away (or unreadable) stops the watches made
 		// with it: they would go on signing credentials from the key in

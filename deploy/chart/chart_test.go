@@ -1020,6 +1020,15 @@ func TestRequireAdmissionPinsValue(t *testing.T) {
 	assert.Contains(t, string(out), "requireAdmissionPins")
 }
 
+// The manager requires a secrets Secret to name its clusters unless told
+// otherwise, for the time of an upgrade from a release without the claim; a
+// value missing (helm upgrade --reuse-values from such a chart) keeps it.
+func TestRequireSecretsClaimValue(t *testing.T) {
+	assert.NotContains(t, strings.Join(args(render(t).deployment(t)), " "), "--require-secrets-claim")
+	assert.Contains(t, args(render(t, "manager.requireSecretsClaim=false").deployment(t)), "--require-secrets-claim=false")
+	assert.NotContains(t, strings.Join(args(render(t, "manager.requireSecretsClaim=null").deployment(t)), " "), "--require-secrets-claim")
+}
+
 func TestLeaseAndDecisionLogTimingsAreValues(t *testing.T) {
 	dep := render(t).deployment(t)
 	assert.NotContains(t, strings.Join(args(dep), " "), "--leader-elect-")

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -52,6 +53,7 @@ type managerOptions struct {
 	localClusters        []string
 	adminKubeconfigs     bool
 	requirePins          bool
+	requireSecretsClaim  bool
 	allowInsecureRemote  bool
 	webhookPort          int
 	webhookCertDir       string
@@ -130,6 +132,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.admissionKeySecret, "admission-key-secret", credential.DefaultKeySecretName, "Secret in the manager's namespace ($POD_NAMESPACE), created empty, that the manager fills with the key of the admission records the webhook writes and the issuer verifies: without a record made with it no credential is issued")
 	f.BoolVar(&o.adminKubeconfigs, "admin-kubeconfigs", true, "issue admin kubeconfigs (each person's group bound to cluster-admin by a ClusterRoleBinding of their own); false revokes them for good: none is issued, and the manager deletes every person's binding (label ichor.dev/admin-binding) at start and whenever one appears")
 	f.BoolVar(&o.requirePins, "require-admission-pins", true, "issue a credential only if its admission record pins the lifetime and the credential admitted, each under its MAC; false also accepts a record without them, as a webhook from before them wrote, for the time of a rolling upgrade from such a release (whoever may edit Events can take the pins away from a record)")
+	f.BoolVar(&o.requireSecretsClaim, "require-secrets-claim", true, "use a TalosCluster's secrets Secret only if its annotation "+ichorv1alpha1.SecretsClaimAnnotation+" names the cluster (or is *); false also uses a Secret without the annotation, as releases before it did, for the time of an upgrade (whoever may write a TalosCluster can then point it at another cluster's CAs)")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server (HTTPS)")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "directory of the webhook server's tls.crt and tls.key (default: controller-runtime's, under the temporary directory)")
 	f.BoolVar(&o.webhookGenerateCerts, "webhook-generate-certs", false, "make and renew the webhook's CA and serving certificate, kept in --webhook-cert-secret, and set the CA bundle of --webhook-configuration (leave off when cert-manager provides them)")
@@ -208,6 +211,7 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 		AdmissionKeySecret:            o.admissionKeySecret,
 		AdminKubeconfigs:              o.adminKubeconfigs,
 		AcceptUnpinnedAdmissions:      !o.requirePins,
+		AllowUnclaimedSecrets:         !o.requireSecretsClaim,
 		KubeletClientApprover:         o.kubeletClient,
 		LocalClusters:                 localClusters,
 		RemoteKubeconfigAllowInsecure: o.allowInsecureRemote,

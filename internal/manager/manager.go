@@ -36,6 +36,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletaudit"
@@ -49,6 +50,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/manualact"
 	"github.com/ichor-dev/ichor-policy/internal/shard"
+	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
@@ -115,6 +117,10 @@ type Options struct {
 	// AcceptUnpinnedAdmissions accepts admission records without the
 	// lifetime and credential pins (--require-admission-pins=false).
 	AcceptUnpinnedAdmissions bool
+	// AllowUnclaimedSecrets uses a secrets Secret without the annotation
+	// that names its clusters (--require-secrets-claim=false, for an
+	// upgrade): clustersecrets.ClaimIfAnnotated.
+	AllowUnclaimedSecrets bool
 
 	KubeletClientApprover bool
 	// LocalClusters are the clusters whose machines are nodes of the API
@@ -223,6 +229,12 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if err := checkTalosReader(o, lifetime); err != nil {
 		return err
+	}
+	if o.AllowUnclaimedSecrets {
+		// Meant for the time of an upgrade only: said at every start, so
+		// that it is not left on unnoticed.
+		ctrl.Log.WithName("manager").Info("WARNING: a TalosCluster's secrets Secret is used without the annotation " + ichorv1alpha1.SecretsClaimAnnotation +
+			" that names the clusters that may use it (--require-secrets-claim=false): whoever may write a TalosCluster can point it at another cluster's CAs; annotate the Secrets and turn it back on")
 	}
 	if o.TenantMaxCSRs < 0 || o.TenantMaxCSRBytes < 0 {
 		return usage.Errorf("the bounds of a tenant's API servers, %d CSRs and %d bytes, are negative", o.TenantMaxCSRs, o.TenantMaxCSRBytes)
@@ -409,7 +421,7 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 	if err != nil {
 		return err
 	}
-	nodeReaders := &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Lifetime: lifetime, Timeout: o.TalosTimeout,
+	nodeReaders := &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), SecretsClaims: o.secretsClaims(), Lifetime: lifetime, Timeout: o.TalosTimeout,
 		Watch: o.TalosWatch, WatchMaxAge: o.TalosWatchMaxAge, WatchMax: o.TalosWatchMax}
 	if err := kubeletserving.RegisterWatchMetrics(ctrlmetrics.Registry, nodeReaders); err != nil {
 		return err
@@ -531,7 +543,7 @@ func setUpAudit(mgr ctrl.Manager, eng *engine.Engine, nodeReaders *kubeletservin
 	}
 	runner := &kubeletaudit.Runner{
 		Auditor: &kubeletaudit.Auditor{
-			Reader: mgr.GetAPIReader(), NodeReaders: nodeReaders, Engine: eng,
+			Reader: mgr.GetAPIReader(), SecretsClaims: o.secretsClaims(), NodeReaders: nodeReaders, Engine: eng,
 			Port: o.KubeletPort, Timeout: o.TalosTimeout,
 		},
 		Client:   mgr.GetClient(),
@@ -611,7 +623,7 @@ func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine,
 	// only beside the webhook.
 	issuer := &credentials.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng, Keys: keys,
-		AdminKubeconfigs: o.AdminKubeconfigs, AcceptUnpinned: o.AcceptUnpinnedAdmissions,
+		AdminKubeconfigs: o.AdminKubeconfigs, AcceptUnpinned: o.AcceptUnpinnedAdmissions, SecretsClaims: o.secretsClaims(),
 		Recorder: mgr.GetEventRecorder("ichor-credentials"), LocalClusters: o.LocalClusters,
 	}
 	if err := issuer.SetupWithManager(mgr); err != nil {
@@ -733,4 +745,12 @@ func shardCountMismatchNote(shards int, others map[string]string) string {
 func bundleRefusalAction(err error) string {
 	sum := sha256.Sum256([]byte(err.Error()))
 	return "LoadBundle/" + hex.EncodeToString(sum[:4])
+}
+
+// secretsClaims is what a secrets Secret must say of the clusters that use it.
+func (o Options) secretsClaims() clustersecrets.Claims {
+	if o.AllowUnclaimedSecrets {
+		return clustersecrets.ClaimIfAnnotated
+	}
+	return clustersecrets.ClaimRequired
 }

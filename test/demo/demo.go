@@ -279,7 +279,11 @@ func createCluster(ctx context.Context, env *harness.Env) error {
 	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "demo"}}); err != nil {
 		return fmt.Errorf("create namespace: %w", err)
 	}
-	if err := env.Client.Create(ctx, env.SecretsBundleSecret("demo", "demo-talos-secrets")); err != nil {
+	// The Secret names the one cluster that may use its CAs, as an
+	// operator's would.
+	secret := env.SecretsBundleSecret("demo", "demo-talos-secrets")
+	secret.Annotations[ichorv1alpha1.SecretsClaimAnnotation] = "demo"
+	if err := env.Client.Create(ctx, secret); err != nil {
 		return fmt.Errorf("create secrets bundle Secret: %w", err)
 	}
 	cluster := &ichorv1alpha1.TalosCluster{

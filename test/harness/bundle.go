@@ -67,7 +67,8 @@ func newSecretsBundle(dir string) (*secrets.Bundle, []byte, *talosapi.CA, error)
 
 // SecretsBundleSecretWithOSCA is SecretsBundleSecret for another cluster: the
 // environment's bundle with ca as its OS CA (certs.os), so that only the nodes
-// started with NodeOptions.CA = ca answer the readers made from it.
+// started with NodeOptions.CA = ca answer the readers made from it. Every
+// TalosCluster of its namespace may use it, as SecretsBundleSecret.
 func (e *Env) SecretsBundleSecretWithOSCA(namespace, name string, ca *talosapi.CA) (*corev1.Secret, error) {
 	bundle := *e.SecretsBundle
 	certs := *bundle.Certs
@@ -80,7 +81,7 @@ func (e *Env) SecretsBundleSecretWithOSCA(namespace, name string, ca *talosapi.C
 	}
 
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Annotations: everyCluster()},
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{ichorv1alpha1.DefaultSecretsBundleKey: data},
 	}, nil

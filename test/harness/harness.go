@@ -366,10 +366,12 @@ func (e *Env) TalosCA() *talosapi.CA {
 }
 
 // SecretsBundleSecret is a Secret holding the bundle under the key a
-// TalosCluster's secretsRef defaults to; the caller creates it.
+// TalosCluster's secretsRef defaults to, which every TalosCluster of its
+// namespace may use (ichorv1alpha1.SecretsClaimAnnotation "*": a test's
+// clusters share it); the caller creates it.
 func (e *Env) SecretsBundleSecret(namespace, name string) *corev1.Secret {
 	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Annotations: everyCluster()},
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{ichorv1alpha1.DefaultSecretsBundleKey: slices.Clone(e.SecretsBundleYAML)},
 	}
@@ -426,4 +428,10 @@ func (e *Env) track(add func()) error {
 	add()
 
 	return nil
+}
+
+// everyCluster is the claim of a secrets Secret that every TalosCluster of
+// its namespace may use.
+func everyCluster() map[string]string {
+	return map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "*"}
 }

@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/siderolabs/crypto/x509"
 	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
@@ -28,6 +30,25 @@ import (
 // person has to fix it, retrying will not.
 var ErrInvalid = errors.New("invalid secrets bundle")
 
+// ErrNotClaimed marks a Secret that does not name the cluster whose
+// secretsRef names it (ichorv1alpha1.SecretsClaimAnnotation). It is an
+// ErrInvalid too: whoever may write the Secret has to name the cluster.
+var ErrNotClaimed = errors.New("the Secret does not name this TalosCluster")
+
+// Claims is what Load asks of the Secret's claim.
+type Claims int
+
+const (
+	// ClaimRequired uses a Secret only for the clusters its annotation
+	// names.
+	ClaimRequired Claims = iota
+	// ClaimIfAnnotated also uses a Secret without the annotation for any
+	// cluster that names it, as before the claim: for the upgrade from such
+	// a release (`ichor manager --require-secrets-claim=false`). A Secret
+	// whose annotation names other clusters is refused all the same.
+	ClaimIfAnnotated
+)
+
 // PreviousKey is the key of the secrets Secret holding the bundle from before
 // a CA rotation, present only while the rotation is in progress.
 const PreviousKey = "previous-secrets.yaml"
@@ -39,10 +60,11 @@ type Bundles struct {
 	Previous *secrets.Bundle
 }
 
-// Load reads the secrets bundle (and the previous one, if any) of a cluster.
-// The reader should be uncached: the manager needs only get on the one Secret,
-// never list or watch on every Secret of the namespace.
-func Load(ctx context.Context, reader client.Reader, cluster *ichorv1alpha1.TalosCluster) (Bundles, error) {
+// Load reads the secrets bundle (and the previous one, if any) of a cluster,
+// from a Secret that names the cluster (claims). The reader should be
+// uncached: the manager needs only get on the one Secret, never list or watch
+// on every Secret of the namespace.
+func Load(ctx context.Context, reader client.Reader, cluster *ichorv1alpha1.TalosCluster, claims Claims) (Bundles, error) {
 	ref := cluster.Spec.SecretsRef
 	key := ref.Key
 	if key == "" {
@@ -51,6 +73,9 @@ func Load(ctx context.Context, reader client.Reader, cluster *ichorv1alpha1.Talo
 	var secret corev1.Secret
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: ref.Name}, &secret); err != nil {
 		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: get Secret %q: %w", cluster.Namespace, cluster.Name, ref.Name, Forbidden(err, cluster.Namespace))
+	}
+	if err := claimed(&secret, cluster.Name, claims); err != nil {
+		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: Secret %q: %w: %w", cluster.Namespace, cluster.Name, ref.Name, ErrInvalid, err)
 	}
 	data, ok := secret.Data[key]
 	if !ok {
@@ -68,6 +93,35 @@ func Load(ctx context.Context, reader client.Reader, cluster *ichorv1alpha1.Talo
 	}
 	return out, nil
 }
+
+// claimed is nil when the Secret's annotation names the cluster, or "*",
+// or (ClaimIfAnnotated) the Secret has no such annotation. The names are
+// those of TalosClusters: a name with spaces around it is the name.
+func claimed(secret *corev1.Secret, cluster string, claims Claims) error {
+	value, ok := secret.Annotations[ichorv1alpha1.SecretsClaimAnnotation]
+	if !ok {
+		if claims == ClaimIfAnnotated {
+			return nil
+		}
+		return fmt.Errorf("%w: it has no annotation %s, which names the TalosClusters that may use its CAs "+
+			"(kubectl -n %s annotate secret %s %s=%s; see docs/install.md)",
+			ErrNotClaimed, ichorv1alpha1.SecretsClaimAnnotation, secret.Namespace, secret.Name, ichorv1alpha1.SecretsClaimAnnotation, cluster)
+	}
+	for name := range strings.SplitSeq(value, ",") {
+		if name = strings.TrimSpace(name); name == cluster || name == "*" {
+			return nil
+		}
+	}
+	if len(value) > maxQuotedClaim {
+		// An annotation may be long; the message goes to conditions and logs.
+		value = value[:maxQuotedClaim] + "..."
+	}
+	return fmt.Errorf("%w: its annotation %s names %s, not %q: only whoever may write the Secret may let another cluster use its CAs",
+		ErrNotClaimed, ichorv1alpha1.SecretsClaimAnnotation, strconv.Quote(value), cluster)
+}
+
+// maxQuotedClaim is how much of a claim an error quotes.
+const maxQuotedClaim = 200
 
 // Forbidden adds to an error of reading a cluster's Secret, when the API
 // server refused the manager the read, what grants it: the chart gives the
