@@ -601,6 +601,29 @@ func TestACredentialIsNotSignedWithAnotherClustersCAs(t *testing.T) {
 	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, tcr).Reason, ready(t, tcr).Message)
 }
 
+// The issuer reads the cluster as the webhook did, uncached: a cache that
+// has not yet seen a cluster made a moment ago does not have a request the
+// webhook admitted refused for good (ClusterNotFound) when it is only late
+// (review of 2026-12-05).
+func TestACacheThatHasNotSeenTheClusterYetRefusesNothing(t *testing.T) {
+	f := newFixture(t)
+	f.r.Client = notYetCached{f.r.Client}
+
+	tcr, _ := f.ask("demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+
+	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, tcr).Reason, ready(t, tcr).Message)
+}
+
+// notYetCached is a cache that has seen no TalosCluster yet.
+type notYetCached struct{ client.Client }
+
+func (c notYetCached) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*ichorv1alpha1.TalosCluster); ok {
+		return apierrors.NewNotFound(ichorv1alpha1.GroupVersion.WithResource("talosclusters").GroupResource(), key.Name)
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
 func TestAnsweredRequestIsDeletedAfterTwoMinutes(t *testing.T) {
 	f := newFixture(t)
 	tcr, _ := f.ask("demo", ichorv1alpha1.PurposeTalosconfigReader, "13h")

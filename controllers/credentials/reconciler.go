@@ -299,7 +299,11 @@ func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 	}
 	var err error
 	g := gathered{}
-	if in.Cluster, g.cluster, err = credential.Cluster(ctx, r.Client, tcr.Namespace, tcr.Spec.ClusterName, r.LocalClusters); err != nil {
+	// Read as the webhook read it, uncached: a cache that has not yet seen
+	// a cluster made a moment ago (or made again under its name, with a new
+	// UID) would have the request refused for good (ClusterNotFound,
+	// NotAdmitted) when it is only late.
+	if in.Cluster, g.cluster, err = credential.Cluster(ctx, r.APIReader, tcr.Namespace, tcr.Spec.ClusterName, r.LocalClusters); err != nil {
 		return g, err
 	}
 	var clusterUID types.UID
