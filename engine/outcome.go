@@ -98,20 +98,21 @@ func OutcomeOf(result json.RawMessage, err error) Outcome {
 func (d Decision) Outcome() Outcome { return OutcomeOf(d.Result, nil) }
 
 // ResultChanges are the fields of a rule's result (the top-level keys of an
-// object) whose values differ between two results of the same action once
-// their text for people is set aside: the reasons, compared by code apart,
-// and every "message" (a reason's, an Event's), whose wording may change
-// without the decision changing. What is left is what the manager acts on
-// beside the action word: the node approved, the Talos role, the groups, the
-// lifetime, the admin binding's role, the Event's reason. A result that is
-// not an object is one field, "result". Under an action that grants nothing
-// (deny, pending, refused, none, error) there is nothing to act on, and no
-// field counts: a refusal that names another lifetime refuses the same.
-func ResultChanges(action string, a, b json.RawMessage) []string {
-	switch action {
-	case ActionDeny, ActionPending, ActionRefused, ActionNone, ActionError:
-		return nil
-	}
+// object) whose values differ between two results once their text for
+// people is set aside: the reasons, compared by code apart, and every
+// "message" (a reason's, an Event's), whose wording may change without the
+// decision changing. What is left is what the manager acts on beside the
+// action word: the node approved, the Talos role, the groups, the lifetime,
+// the admin binding's role, the Event's reason, a kubeconfig's
+// check_identity. A result that is not an object is one field, "result".
+//
+// Every field counts, under every action: a refusal that names another
+// lifetime is reported too, rather than trusting the action word, which
+// Outcome reads from "action" before "allowed" while the credential rules'
+// callers read "allowed" alone (a result {"allowed": true, "action":
+// "refused", ...} issues; review of 2026-12-05), and a refusal of a
+// kubeconfig can still ask for its server's identity (check_identity).
+func ResultChanges(a, b json.RawMessage) []string {
 	x, errX := withoutText(a)
 	y, errY := withoutText(b)
 	if errX != nil || errY != nil {

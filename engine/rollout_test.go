@@ -307,17 +307,19 @@ func TestAShadowThatGrantsMoreDisagrees(t *testing.T) {
 		return d.Outcome()
 	}
 
-	refused := admit(false)
-	assert.Equal(t, engine.ActionRefused, refused.Action)
-	assert.Zero(t, testutil.ToFloat64(metrics.Disagreements(engine.PathCredentialAdmission)),
-		"a refusal that names another lifetime refuses the same")
-
 	admitted := admit(true)
 	assert.Equal(t, engine.ActionAllowed, admitted.Action, "the active bundle decides")
 	assert.Contains(t, admitted.Reasons.String(), "os:reader")
 	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.Disagreements(engine.PathCredentialAdmission)))
 	assert.Contains(t, logs.String(), "Shadow bundle disagrees")
 	assert.Contains(t, logs.String(), `"result_fields_changed":["credential","lifetime_seconds"]`)
+
+	// A refusal that names another lifetime is a disagreement too: every
+	// field counts, whatever the action word says.
+	refused := admit(false)
+	assert.Equal(t, engine.ActionRefused, refused.Action)
+	assert.Equal(t, 2.0, testutil.ToFloat64(metrics.Disagreements(engine.PathCredentialAdmission)))
+	assert.Contains(t, logs.String(), `"result_fields_changed":["lifetime_seconds"]`)
 }
 
 func TestDecisionLogFileSink(t *testing.T) {

@@ -32,10 +32,7 @@ func (e *Engine) compareShadow(ctx context.Context, path string, input any, acti
 	s := verdictOf(shadow, shadowErr)
 	// A shadow that grants more for the same action (another Talos role,
 	// groups, a longer lifetime) keeps its reason code: the fields count.
-	var changed []string
-	if a.Action == s.Action {
-		changed = ResultChanges(a.Action, active.Result, shadow.Result)
-	}
+	changed := ResultChanges(active.Result, shadow.Result)
 	if a.Action == s.Action && slices.Equal(a.Codes, s.Codes) && len(changed) == 0 {
 		return
 	}

@@ -313,10 +313,12 @@ func TestReplayReportsACredentialThatGrantsMore(t *testing.T) {
 	rep := replay(t, harness.PolicyWithWiderTalosconfig(t), entries)
 
 	assert.Equal(t, 7, rep.Replayed)
-	assert.Equal(t, 6, rep.Unchanged, "bob's refusal names another lifetime, and refuses the same")
+	assert.Equal(t, 5, rep.Unchanged)
 	assert.Empty(t, rep.Directions)
-	assert.Equal(t, map[string]int{decisionlog.NoteResultChanged: 1}, rep.Notes)
-	require.Len(t, rep.Changes, 1)
+	assert.Equal(t, map[string]int{decisionlog.NoteResultChanged: 2}, rep.Notes)
+	require.Len(t, rep.Changes, 2)
+	assert.Equal(t, ids[5], rep.Changes[1].Entry.DecisionID, "bob's refusal")
+	assert.Equal(t, []string{"lifetime_seconds"}, rep.Changes[1].Changed, "a refusal that names another lifetime is reported too")
 	c := rep.Changes[0]
 	assert.Equal(t, ids[4], c.Entry.DecisionID, "alice's admission")
 	assert.Equal(t, []string{"credential", "lifetime_seconds"}, c.Changed,
@@ -328,6 +330,32 @@ func TestReplayReportsACredentialThatGrantsMore(t *testing.T) {
 	} {
 		assert.Equal(t, want, c.Matches(pattern), pattern)
 	}
+}
+
+// A result that names an action word beside "allowed" reads as that action
+// (engine.Outcome), while the issuer acts on "allowed" alone: a candidate
+// that answers {"allowed": true, "action": "refused", ...} for a refusal
+// issues, with the same action word and codes. Its fields changed, and that
+// is a change "any" fails on (review of 2026-12-05).
+func TestReplayReportsAGrantBehindARefusingActionWord(t *testing.T) {
+	log, ids := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	bob := entries[6]
+	require.Equal(t, ids[5], bob.DecisionID)
+
+	rep, err := decisionlog.Replay(context.Background(), scripted{
+		decisionlog.PathAdmission: func() (engine.Decision, error) {
+			return engine.Decision{Result: json.RawMessage(`{"allowed":true,"action":"refused","credential":{"kind":"talos","talos_role":"os:admin"},` +
+				`"lifetime_seconds":43200,"purpose":"talosconfig-reader","reasons":[{"code":"ClusterNotFound","message":"m"}]}`)}, nil
+		},
+	}, []decisionlog.Entry{bob})
+	require.NoError(t, err)
+	require.Len(t, rep.Changes, 1)
+	c := rep.Changes[0]
+	assert.Equal(t, engine.ActionRefused, c.New.Action, "the action word")
+	assert.Equal(t, []string{"action", "allowed", "credential", "lifetime_seconds"}, c.Changed)
+	assert.True(t, c.Matches("any"))
 }
 
 // Only the words changed: no change.
@@ -385,7 +413,8 @@ func TestReplayReportsReasonsNoDecisionAndErrors(t *testing.T) {
 	rep, err = decisionlog.Replay(context.Background(), scripted{
 		decisionlog.PathKubeletServing: func() (engine.Decision, error) { return engine.Decision{}, errors.New("eval_conflict_error") },
 		decisionlog.PathAdmission: func() (engine.Decision, error) {
-			return engine.Decision{Result: json.RawMessage(`{"allowed":false,"reasons":[{"code":"ClusterNotFound","message":"other words"}]}`)}, nil
+			return engine.Decision{Result: json.RawMessage(
+				`{"allowed":false,"lifetime_seconds":3600,"purpose":"talosconfig-reader","reasons":[{"code":"ClusterNotFound","message":"other words"}]}`)}, nil
 		},
 	}, entries)
 	require.NoError(t, err)

@@ -115,7 +115,7 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 		rep.Replayed++
 		c := Change{Entry: e, Old: e.Outcome(), New: now}
 		from, to := state(c.Old), state(c.New)
-		changed := engine.ResultChanges(from, c.Old.Result, c.New.Result)
+		changed := engine.ResultChanges(c.Old.Result, c.New.Result)
 		switch {
 		case from != to:
 			c.Direction = Direction(from, to)
