@@ -567,8 +567,9 @@ func TestACredentialIsNotSignedWithAnotherClustersCAs(t *testing.T) {
 		t.Helper()
 		var mine ichorv1alpha1.TalosCluster
 		require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: "mine"}, &mine))
+		patch := client.MergeFrom(mine.DeepCopy())
 		mine.Spec.SecretsRef.Name = ref
-		require.NoError(t, env.Client.Update(f.ctx, &mine))
+		require.NoError(t, env.Client.Patch(f.ctx, &mine, patch))
 	}
 	point("prod-secrets")
 	tcr, _ = f.ask("mine", ichorv1alpha1.PurposeTalosconfigReader, "")
@@ -595,7 +596,7 @@ func TestACredentialIsNotSignedWithAnotherClustersCAs(t *testing.T) {
 	tcr, _ = f.ask("mine", ichorv1alpha1.PurposeTalosconfigReader, "")
 	c = ready(t, tcr)
 	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
-	assert.Contains(t, c.Message, fmt.Sprintf("it has no annotation ichor.dev/talos-clusters, which names the TalosClusters that may use its CAs (kubectl -n %s annotate secret prod-secrets ichor.dev/talos-clusters=mine;", f.ns))
+	assert.Contains(t, c.Message, fmt.Sprintf("it has no annotation ichor.dev/talos-clusters, which names the TalosClusters that may use it (kubectl -n %s annotate secret prod-secrets ichor.dev/talos-clusters=mine;", f.ns))
 	f.r.SecretsClaims = clustersecrets.ClaimIfAnnotated
 	tcr, _ = f.ask("mine", ichorv1alpha1.PurposeTalosconfigReader, "")
 	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, tcr).Reason, ready(t, tcr).Message)

@@ -109,15 +109,23 @@ users:
 ` + userLines
 }
 
-// remoteCluster creates a TalosCluster whose kubeconfigRef is the document.
+// remoteCluster creates a TalosCluster whose kubeconfigRef is the document,
+// in a Secret that names it.
 func remoteCluster(t *testing.T, name, doc string) *fixture {
+	t.Helper()
+	return remoteClusterClaimedBy(t, name, doc, "tenant")
+}
+
+// remoteClusterClaimedBy is remoteCluster with the Secret naming claim
+// (ichorv1alpha1.SecretsClaimAnnotation) for the clusters that may use it.
+func remoteClusterClaimedBy(t *testing.T, name, doc, claim string) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	ns := "kubeconfig-" + name
 	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 	require.NoError(t, env.Client.Create(ctx, env.SecretsBundleSecret(ns, "talos-secrets")))
 	require.NoError(t, env.Client.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kubeconfig"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "kubeconfig", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: claim}},
 		Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte(doc)},
 	}))
 	cluster := &ichorv1alpha1.TalosCluster{
@@ -236,6 +244,26 @@ func TestKubeconfigRefusedOnItsFieldsConnectsToNothing(t *testing.T) {
 			assert.NotContains(t, cond.Message, "the-managers-own-token")
 		})
 	}
+}
+
+// A kubeconfigRef Secret that does not name the cluster is not used: whoever
+// may write a TalosCluster but not the Secret would otherwise have another
+// cluster's API server judged with this cluster's machines, deny its
+// kubelets' requests, and cache its CSRs again against the namespace's
+// bounds (review of 2026-12-05). Nothing is judged or sent to the server,
+// and the cluster says why.
+func TestAKubeconfigSecretThatDoesNotNameTheClusterIsNotUsed(t *testing.T) {
+	server := newRecorder(t, true)
+	t.Cleanup(func() { server.untouched(t) })
+	doc := kubeconfigDoc(server.URL, "    certificate-authority-data: "+base64.StdEncoding.EncodeToString(pemOf(server.Certificate().Raw))+"\n", "    token: prod-token\n")
+
+	f := remoteClusterClaimedBy(t, "unclaimed", doc, "prod")
+
+	c := f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse)
+	assert.Equal(t, kubeletserving.ReasonKubeconfigUnreadable, c.Reason)
+	assert.Contains(t, c.Message, `Secret "kubeconfig": the Secret does not name this TalosCluster: its annotation ichor.dev/talos-clusters names "prod", not "tenant"`)
+	assert.NotContains(t, c.Message, "prod-token")
+	assert.Empty(t, kubeconfigEntries(f), "nothing judged")
 }
 
 // A kubeconfig is judged once per content: another reconcile of the cluster
@@ -446,7 +474,7 @@ func TestStallingTenantsHoldAtMostHalfTheReconcileWorkers(t *testing.T) {
 			t.Cleanup(srv.Close)
 			ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 			require.NoError(t, env.Client.Create(t.Context(), &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "*"}},
 				Data: map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte(kubeconfigDoc(srv.URL,
 					"    certificate-authority-data: "+ca+"\n", "    token: tenant-token\n"))},
 			}))
@@ -676,7 +704,7 @@ func (r *rewritingTenant) rewrite(token string) {
 
 func (r *rewritingTenant) rewriteDoc(doc string) {
 	r.t.Helper()
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "kubeconfig"}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: r.ns, Name: "kubeconfig", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "tenant"}}}
 	secret.Data = map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte(doc)}
 	require.NoError(r.t, env.Client.Update(r.ctx, secret))
 	sum := sha256.Sum256([]byte(doc))
@@ -822,6 +850,11 @@ func TestATenantsClustersAreHeldToTheBoundTogether(t *testing.T) {
 	})
 	first := &ichorv1alpha1.TalosCluster{}
 	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: f.cluster}, first))
+	// The same kubeconfig, which names both clusters.
+	var kubeconfig corev1.Secret
+	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: first.Spec.KubeconfigRef.Name}, &kubeconfig))
+	kubeconfig.Annotations[ichorv1alpha1.SecretsClaimAnnotation] = f.cluster + ",second"
+	require.NoError(t, env.Client.Update(f.ctx, &kubeconfig))
 	second := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "second"}, Spec: first.Spec}
 	require.NoError(t, env.Client.Create(f.ctx, second))
 	t.Cleanup(func() {
@@ -941,7 +974,7 @@ func TestAWatchListThatNeverEndsKeepsTheTenantsCount(t *testing.T) {
 	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: second.ns, Name: second.cluster}, &c))
 	var secret corev1.Secret
 	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: second.ns, Name: "kubeconfig"}, &secret))
-	require.NoError(t, env.Client.Create(f.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "kubeconfig-second"}, Data: secret.Data}))
+	require.NoError(t, env.Client.Create(f.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "kubeconfig-second", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "second"}}, Data: secret.Data}))
 	spec := c.Spec
 	spec.KubeconfigRef = &ichorv1alpha1.KubeconfigReference{Name: "kubeconfig-second"}
 	require.NoError(t, env.Client.Create(f.ctx, &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "second"}, Spec: spec}))

@@ -592,10 +592,12 @@ func TestASecretThatDoesNotNameTheClusterIsNotUsed(t *testing.T) {
 	require.NoError(t, err)
 	secret.Annotations[ichorv1alpha1.SecretsClaimAnnotation] = "another-cluster"
 	require.NoError(t, env.Client.Create(f.ctx, secret))
+	// A merge patch: the controller writes the cluster's status meanwhile.
 	var cluster ichorv1alpha1.TalosCluster
 	require.NoError(t, env.Client.Get(f.ctx, types.NamespacedName{Namespace: f.ns, Name: f.cluster}, &cluster))
+	patch := client.MergeFrom(cluster.DeepCopy())
 	cluster.Spec.SecretsRef.Name = secret.Name
-	require.NoError(t, env.Client.Update(f.ctx, &cluster))
+	require.NoError(t, env.Client.Patch(f.ctx, &cluster, patch))
 	talos, err := env.StartTalosNode(f.ctx, harness.NodeOptions{Name: "unclaimed-1", Addresses: []netip.Addr{netip.MustParseAddr("10.26.0.2")}, CA: ca})
 	require.NoError(t, err)
 	t.Cleanup(talos.Stop)
@@ -813,7 +815,7 @@ func TestClusterWithKubeconfigRefIsJudgedInItsOwnAPIServer(t *testing.T) {
 	// The workload cluster's own secrets bundle: its OS CA signs its nodes' Talos APIs.
 	require.NoError(t, env.Client.Create(ctx, workload.SecretsBundleSecret(ns, "talos-secrets")))
 	require.NoError(t, env.Client.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workload-kubeconfig"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workload-kubeconfig", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "workload"}},
 		Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte(tenant)},
 	}))
 	cluster := &ichorv1alpha1.TalosCluster{

@@ -60,6 +60,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 	"github.com/ichor-dev/ichor-policy/internal/shard"
+	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 )
 
 // ApprovalReason is the reason of the Approved condition this controller
@@ -113,6 +114,11 @@ type Reconciler struct {
 	// APIReader reads the secrets Secret directly, so the manager needs get
 	// on that Secret only, never list or watch on every Secret.
 	APIReader client.Reader
+	// SecretsClaims is what the kubeconfigRef Secret must say of the
+	// cluster before its kubeconfig is used (clustersecrets.CheckClaim), as
+	// NodeReaders asks of the secrets Secret: by default that it names the
+	// cluster.
+	SecretsClaims clustersecrets.Claims
 	// Clientset writes CSR approvals (the approval subresource).
 	Clientset kubernetes.Interface
 	Engine    Decider

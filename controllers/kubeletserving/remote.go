@@ -546,6 +546,12 @@ func (r *Reconciler) readKubeconfig(ctx context.Context, c *ichorv1alpha1.TalosC
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: ref.Name}, &secret); err != nil {
 		return nil, fmt.Errorf("kubeconfig of cluster %s/%s: get Secret %q: %w", c.Namespace, c.Name, ref.Name, clustersecrets.Forbidden(err, c.Namespace))
 	}
+	// Whoever may write a TalosCluster but not the Secret would otherwise
+	// have another cluster's API server judged with this cluster's
+	// machines (and its CSRs cached again, against the tenant's bounds).
+	if err := clustersecrets.CheckClaim(&secret, c.Name, r.SecretsClaims); err != nil {
+		return nil, fmt.Errorf("kubeconfig of cluster %s/%s: Secret %q: %w", c.Namespace, c.Name, ref.Name, err)
+	}
 	data, ok := secret.Data[k]
 	if !ok {
 		return nil, fmt.Errorf("kubeconfig of cluster %s/%s: Secret %q has no key %q", c.Namespace, c.Name, ref.Name, k)

@@ -148,7 +148,7 @@ func (f *queueFixture) judgeRemotely(t *testing.T, kubeconfig string, tg *target
 	ctx := context.Background()
 	f.r.APIReader = f.r.Client
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "kc"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "kc", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: f.cluster.Name}},
 		Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte(kubeconfig)},
 	}
 	require.NoError(t, f.r.Client.Create(ctx, secret))

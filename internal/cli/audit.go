@@ -20,6 +20,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/manager"
+	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
@@ -75,6 +76,8 @@ type auditOptions struct {
 	bundle      string
 	bundleKey   bundleKeyFlags
 	decisionLog string
+	// requireSecretsClaim is the manager's flag of that name.
+	requireSecretsClaim bool
 }
 
 func newAuditCommand(s streams) *cobra.Command {
@@ -134,6 +137,7 @@ did not answer); 1 for an error (a secrets bundle unreadable, a broken bundle);
 	o.bundleKey.register(f)
 	_ = cmd.RegisterFlagCompletionFunc("cluster", completeTalosClusters(o.kube))
 	f.StringVar(&o.decisionLog, "decision-log", "", "append the audit's decision log (JSON lines) to this file")
+	f.BoolVar(&o.requireSecretsClaim, "require-secrets-claim", true, "as the manager's flag: read a cluster's secrets Secret only if its annotation "+ichorv1alpha1.SecretsClaimAnnotation+" names the cluster (or is *); false also reads one without the annotation, for the time of an upgrade")
 	return cmd
 }
 
@@ -190,12 +194,14 @@ func runAudit(ctx context.Context, s streams, o auditOptions) error {
 	if err != nil {
 		return err
 	}
+	claims := clustersecrets.ClaimsOf(o.requireSecretsClaim)
 	auditor := &kubeletaudit.Auditor{
-		Reader:      c,
-		NodeReaders: &kubeletserving.NodeReaders{Reader: c, Lifetime: lifetime, Timeout: o.timeout},
-		Engine:      eng,
-		Port:        o.port,
-		Timeout:     o.timeout,
+		Reader:        c,
+		SecretsClaims: claims,
+		NodeReaders:   &kubeletserving.NodeReaders{Reader: c, SecretsClaims: claims, Lifetime: lifetime, Timeout: o.timeout},
+		Engine:        eng,
+		Port:          o.port,
+		Timeout:       o.timeout,
 	}
 	var rows []auditRow
 	for i := range clusters {

@@ -430,6 +430,7 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 		Metrics:        servingMetrics,
 		Client:         mgr.GetClient(),
 		APIReader:      mgr.GetAPIReader(),
+		SecretsClaims:  o.secretsClaims(),
 		Clientset:      clientset,
 		Engine:         eng,
 		Recorder:       mgr.GetEventRecorder("ichor-kubelet-serving"),
@@ -747,10 +748,8 @@ func bundleRefusalAction(err error) string {
 	return "LoadBundle/" + hex.EncodeToString(sum[:4])
 }
 
-// secretsClaims is what a secrets Secret must say of the clusters that use it.
+// secretsClaims is what a Secret a TalosCluster names must say of the
+// clusters that use it.
 func (o Options) secretsClaims() clustersecrets.Claims {
-	if o.AllowUnclaimedSecrets {
-		return clustersecrets.ClaimIfAnnotated
-	}
-	return clustersecrets.ClaimRequired
+	return clustersecrets.ClaimsOf(!o.AllowUnclaimedSecrets)
 }

@@ -1,5 +1,8 @@
 // Package clustersecrets reads a TalosCluster's secrets bundle, the file
-// `talosctl gen secrets` writes, from the Secret the cluster names.
+// `talosctl gen secrets` writes, from the Secret the cluster names, and
+// checks the claim of each Secret a TalosCluster names (its secrets bundle,
+// its kubeconfig): the Secret, not the cluster, says which clusters may use
+// it (CheckClaim).
 //
 // During a CA rotation the Secret also carries the bundle from before the
 // rotation under PreviousKey: new credentials are signed with the current CAs
@@ -31,8 +34,9 @@ import (
 var ErrInvalid = errors.New("invalid secrets bundle")
 
 // ErrNotClaimed marks a Secret that does not name the cluster whose
-// secretsRef names it (ichorv1alpha1.SecretsClaimAnnotation). It is an
-// ErrInvalid too: whoever may write the Secret has to name the cluster.
+// secretsRef (or kubeconfigRef) names it
+// (ichorv1alpha1.SecretsClaimAnnotation): whoever may write the Secret has
+// to name the cluster. Load wraps it in ErrInvalid too.
 var ErrNotClaimed = errors.New("the Secret does not name this TalosCluster")
 
 // Claims is what Load asks of the Secret's claim.
@@ -60,6 +64,15 @@ type Bundles struct {
 	Previous *secrets.Bundle
 }
 
+// ClaimsOf is ClaimRequired when require (the flag --require-secrets-claim
+// of the manager and of `ichor audit`), ClaimIfAnnotated otherwise.
+func ClaimsOf(require bool) Claims {
+	if require {
+		return ClaimRequired
+	}
+	return ClaimIfAnnotated
+}
+
 // Load reads the secrets bundle (and the previous one, if any) of a cluster,
 // from a Secret that names the cluster (claims). The reader should be
 // uncached: the manager needs only get on the one Secret, never list or watch
@@ -74,7 +87,7 @@ func Load(ctx context.Context, reader client.Reader, cluster *ichorv1alpha1.Talo
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: ref.Name}, &secret); err != nil {
 		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: get Secret %q: %w", cluster.Namespace, cluster.Name, ref.Name, Forbidden(err, cluster.Namespace))
 	}
-	if err := claimed(&secret, cluster.Name, claims); err != nil {
+	if err := CheckClaim(&secret, cluster.Name, claims); err != nil {
 		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: Secret %q: %w: %w", cluster.Namespace, cluster.Name, ref.Name, ErrInvalid, err)
 	}
 	data, ok := secret.Data[key]
@@ -94,16 +107,18 @@ func Load(ctx context.Context, reader client.Reader, cluster *ichorv1alpha1.Talo
 	return out, nil
 }
 
-// claimed is nil when the Secret's annotation names the cluster, or "*",
-// or (ClaimIfAnnotated) the Secret has no such annotation. The names are
-// those of TalosClusters: a name with spaces around it is the name.
-func claimed(secret *corev1.Secret, cluster string, claims Claims) error {
+// CheckClaim is nil when the Secret's annotation names the cluster, or "*",
+// or (ClaimIfAnnotated) the Secret has no such annotation; otherwise an
+// ErrNotClaimed that says how to name it. The names are those of
+// TalosClusters of the Secret's namespace: a name with spaces around it is
+// the name.
+func CheckClaim(secret *corev1.Secret, cluster string, claims Claims) error {
 	value, ok := secret.Annotations[ichorv1alpha1.SecretsClaimAnnotation]
 	if !ok {
 		if claims == ClaimIfAnnotated {
 			return nil
 		}
-		return fmt.Errorf("%w: it has no annotation %s, which names the TalosClusters that may use its CAs "+
+		return fmt.Errorf("%w: it has no annotation %s, which names the TalosClusters that may use it "+
 			"(kubectl -n %s annotate secret %s %s=%s; see docs/install.md)",
 			ErrNotClaimed, ichorv1alpha1.SecretsClaimAnnotation, secret.Namespace, secret.Name, ichorv1alpha1.SecretsClaimAnnotation, cluster)
 	}
@@ -116,7 +131,7 @@ func claimed(secret *corev1.Secret, cluster string, claims Claims) error {
 		// An annotation may be long; the message goes to conditions and logs.
 		value = value[:maxQuotedClaim] + "..."
 	}
-	return fmt.Errorf("%w: its annotation %s names %s, not %q: only whoever may write the Secret may let another cluster use its CAs",
+	return fmt.Errorf("%w: its annotation %s names %s, not %q: only whoever may write the Secret may let another cluster use it",
 		ErrNotClaimed, ichorv1alpha1.SecretsClaimAnnotation, strconv.Quote(value), cluster)
 }
 

@@ -134,7 +134,7 @@ func TestLoadUsesASecretOnlyForTheClustersItNames(t *testing.T) {
 	}
 	err = load(nil, clustersecrets.ClaimRequired)
 	require.ErrorIs(t, err, clustersecrets.ErrNotClaimed)
-	assert.ErrorContains(t, err, "it has no annotation ichor.dev/talos-clusters, which names the TalosClusters that may use its CAs (kubectl -n team-a annotate secret prod-secrets ichor.dev/talos-clusters=demo;")
+	assert.ErrorContains(t, err, "it has no annotation ichor.dev/talos-clusters, which names the TalosClusters that may use it (kubectl -n team-a annotate secret prod-secrets ichor.dev/talos-clusters=demo;")
 	assert.NoError(t, load(nil, clustersecrets.ClaimIfAnnotated), "as before the claim, for an upgrade")
 
 	long := "\x1b[31m" + strings.Repeat("x", 100_000)
