@@ -10,12 +10,13 @@ import (
 // so `kubectl create secret generic NAME --from-file=secrets.yaml` just works.
 const DefaultSecretsBundleKey = "secrets.yaml"
 
-// SecretsClaimAnnotation is the annotation of the Secret a TalosCluster's
-// secretsRef names that says which TalosClusters of its namespace may use
-// it: their names, separated by commas, or "*" for every one. Whoever may
-// write the Secret chooses which clusters its CAs sign for: whoever may
-// write a TalosCluster but not the Secret cannot point a cluster granted to
-// them at another cluster's CAs (docs/hardening.md).
+// SecretsClaimAnnotation is the annotation of a Secret a TalosCluster's
+// secretsRef or kubeconfigRef names that says which TalosClusters of its
+// namespace may use it: their names, separated by commas, or "*" for every
+// one. Whoever may write the Secret chooses which clusters its CAs sign for
+// and whose API server its kubeconfig reaches: whoever may write a
+// TalosCluster but not the Secret cannot point a cluster granted to them at
+// another cluster's CAs or API server (docs/hardening.md).
 const SecretsClaimAnnotation = "ichor.dev/talos-clusters" //nolint:gosec // G101: an annotation's name, not a secret
 
 // DefaultKubeconfigKey is the key of the Secret named by
@@ -142,7 +143,9 @@ type TalosClusterSpec struct {
 
 	// KubeconfigRef names a Secret, in the TalosCluster's namespace, holding a
 	// kubeconfig for the cluster whose kubelet CSRs are judged. Unset: the
-	// cluster the controller itself runs in.
+	// cluster the controller itself runs in. The Secret must name this
+	// cluster in its annotation ichor.dev/talos-clusters, as the secretsRef
+	// Secret does.
 	// +optional
 	KubeconfigRef *KubeconfigReference `json:"kubeconfigRef,omitempty"`
 

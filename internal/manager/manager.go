@@ -117,9 +117,10 @@ type Options struct {
 	// AcceptUnpinnedAdmissions accepts admission records without the
 	// lifetime and credential pins (--require-admission-pins=false).
 	AcceptUnpinnedAdmissions bool
-	// AllowUnclaimedSecrets uses a secrets Secret without the annotation
-	// that names its clusters (--require-secrets-claim=false, for an
-	// upgrade): clustersecrets.ClaimIfAnnotated.
+	// AllowUnclaimedSecrets uses a secretsRef or kubeconfigRef Secret
+	// without the annotation that names its clusters
+	// (--require-secrets-claim=false, for an upgrade):
+	// clustersecrets.ClaimIfAnnotated.
 	AllowUnclaimedSecrets bool
 
 	KubeletClientApprover bool
@@ -233,8 +234,8 @@ func Run(ctx context.Context, o Options) error {
 	if o.AllowUnclaimedSecrets {
 		// Meant for the time of an upgrade only: said at every start, so
 		// that it is not left on unnoticed.
-		ctrl.Log.WithName("manager").Info("WARNING: a TalosCluster's secrets Secret is used without the annotation " + ichorv1alpha1.SecretsClaimAnnotation +
-			" that names the clusters that may use it (--require-secrets-claim=false): whoever may write a TalosCluster can point it at another cluster's CAs; annotate the Secrets and turn it back on")
+		ctrl.Log.WithName("manager").Info("WARNING: a TalosCluster's secretsRef or kubeconfigRef Secret is used without the annotation " + ichorv1alpha1.SecretsClaimAnnotation +
+			" that names the clusters that may use it (--require-secrets-claim=false): whoever may write a TalosCluster can point it at another cluster's CAs or API server; annotate the Secrets and turn it back on")
 	}
 	if o.TenantMaxCSRs < 0 || o.TenantMaxCSRBytes < 0 {
 		return usage.Errorf("the bounds of a tenant's API servers, %d CSRs and %d bytes, are negative", o.TenantMaxCSRs, o.TenantMaxCSRBytes)
