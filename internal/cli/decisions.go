@@ -645,10 +645,10 @@ it), and report each decision that would change, grouped by direction:
 A decision whose action stays but whose result changes beside its reasons
 and messages is reported as "result changed" with the fields that changed:
 another Talos role, groups, lifetime or admin binding role for the same
-"allowed", another node for the same "approve". A decision whose action and
-result stay but whose set of reason codes changes is reported as "reasons
-changed": only information. The
-summary counts the unchanged decisions too. Replay counts what "decisions
+"allowed", another node for the same "approve" (a refusal's fields count
+too). A decision whose action and result stay but whose set of reason codes
+changes is reported as "reasons changed": only information. The summary
+counts the unchanged decisions too. Replay counts what "decisions
 list" lists: the verdicts in effect. The records that a verdict was applied
 decide nothing and are never replayed, nor are the records of a person's acts
 (a CSR decided by hand, an admin binding revoked: policy manual), which list
