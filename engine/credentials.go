@@ -135,6 +135,25 @@ type ClusterFacts struct {
 	Local bool `json:"local"`
 }
 
+// SecretsFacts are what the issuer read, right before deciding, of the
+// Secret whose CAs would sign: whether the Secret itself names the cluster
+// among those that may use it (the annotation ichor.dev/talos-clusters, as
+// clustersecrets.CheckClaim reads it, under the manager's
+// --require-secrets-claim), which whoever may edit the TalosCluster but not
+// the Secret cannot make true.
+type SecretsFacts struct {
+	// Secret is the Secret's name, in the request's namespace.
+	Secret string `json:"secret"`
+	// Read is whether it was read; false when it does not exist or the
+	// manager may not read it (then nothing is signed, whatever the
+	// decision: the request fails, naming the error).
+	Read bool `json:"read"`
+	// Claimed is whether it names the cluster; ClaimError says why not, in
+	// words that quote at most 200 bytes of the annotation.
+	Claimed    bool   `json:"claimed"`
+	ClaimError string `json:"claim_error,omitempty"`
+}
+
 // CredentialAdmissionInput is the input of the admission decision.
 type CredentialAdmissionInput struct {
 	Operation string         `json:"operation"`
@@ -237,6 +256,10 @@ type CredentialIssuanceInput struct {
 	// now; absent when none could be made (no requester, unknown purpose).
 	Authorization *AuthorizationFacts `json:"authorization,omitempty"`
 	Cluster       ClusterFacts        `json:"cluster"`
+	// Secrets is what the issuer read of the Secret the cluster's
+	// secretsRef names, whose CAs would sign; absent when the cluster does
+	// not exist.
+	Secrets *SecretsFacts `json:"secrets,omitempty"`
 	// AdminIdentity is gathered only when the purpose's requirements name
 	// an admin binding (kubeconfig-admin): the requester's bindings, by
 	// name and role. Empty for every other purpose.

@@ -574,10 +574,34 @@ func TestACredentialIsNotSignedWithAnotherClustersCAs(t *testing.T) {
 	point("prod-secrets")
 	tcr, _ = f.ask("mine", ichorv1alpha1.PurposeTalosconfigReader, "")
 	c := ready(t, tcr)
-	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
-	assert.Contains(t, c.Message, `Secret "prod-secrets": invalid secrets bundle: the Secret does not name this TalosCluster: its annotation ichor.dev/talos-clusters names "prod", not "mine"`)
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason, "the rule's refusal, not a failure after it")
+	assert.Contains(t, c.Message, `SecretsNotClaimed: TalosCluster "mine" may not use the CAs of Secret "prod-secrets": the Secret does not name this TalosCluster: its annotation ichor.dev/talos-clusters names "prod", not "mine"`)
 	assert.Empty(t, tcr.Status.Certificate, "nothing signed with prod's CA")
 	assert.Empty(t, tcr.Status.TrustBundle)
+	// The decision log says so, with the fact it was refused on.
+	logged := harness.FindDecision[struct {
+		Input struct {
+			Secrets engine.SecretsFacts `json:"secrets"`
+		} `json:"input"`
+		Result engine.CredentialIssuance `json:"result"`
+	}](t, decisionLog, decisionIDOf(t, c.Message))
+	assert.False(t, logged.Result.Allowed)
+	assert.Equal(t, []string{"SecretsNotClaimed"}, codesOf(logged.Result.Reasons))
+	assert.Equal(t, engine.SecretsFacts{Secret: "prod-secrets", Read: true, ClaimError: logged.Input.Secrets.ClaimError}, logged.Input.Secrets)
+	assert.Contains(t, logged.Input.Secrets.ClaimError, `names "prod", not "mine"`)
+
+	// A bundle that lets it through has nothing signed all the same: the
+	// issuer checks the claim again where it reads the CAs.
+	f.r.Engine = &enginetest.Engine{Engine: eng, IssuanceFunc: func(ctx context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
+		in.Secrets.Claimed, in.Secrets.ClaimError = true, ""
+		return eng.Issuance(ctx, in)
+	}}
+	tcr, _ = f.ask("mine", ichorv1alpha1.PurposeTalosconfigReader, "")
+	f.r.Engine = eng
+	c = ready(t, tcr)
+	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Contains(t, c.Message, `Secret "prod-secrets": invalid secrets bundle: the Secret does not name this TalosCluster`)
+	assert.Empty(t, tcr.Status.Certificate, "nothing signed with prod's CA")
 
 	// Prod's Secret, annotated by whoever owns it to name mine too, signs
 	// for it: the claim, not the reference, decides.
@@ -595,7 +619,7 @@ func TestACredentialIsNotSignedWithAnotherClustersCAs(t *testing.T) {
 	require.NoError(t, env.Client.Update(f.ctx, &secret))
 	tcr, _ = f.ask("mine", ichorv1alpha1.PurposeTalosconfigReader, "")
 	c = ready(t, tcr)
-	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
 	assert.Contains(t, c.Message, fmt.Sprintf("it has no annotation ichor.dev/talos-clusters, which names the TalosClusters that may use it (kubectl -n %s annotate secret prod-secrets ichor.dev/talos-clusters=mine;", f.ns))
 	f.r.SecretsClaims = clustersecrets.ClaimIfAnnotated
 	tcr, _ = f.ask("mine", ichorv1alpha1.PurposeTalosconfigReader, "")
@@ -666,6 +690,26 @@ func TestClusterGoneSinceAdmissionIsRefusedAndMissingSecretsFail(t *testing.T) {
 	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
 	assert.Contains(t, c.Message, `Secret "empty" has no key "secrets.yaml"`)
 	assert.Empty(t, tcr.Status.Certificate)
+
+	// Nor is one whose Secret does not exist; the decision says what was
+	// read.
+	require.NoError(t, env.Client.Create(f.ctx, &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "absent-secrets"},
+		Spec:       ichorv1alpha1.TalosClusterSpec{TalosVersion: "v1.14", SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "nowhere"}},
+	}))
+	local.Add(types.NamespacedName{Namespace: f.ns, Name: "absent-secrets"})
+	tcr, _ = f.ask("absent-secrets", ichorv1alpha1.PurposeTalosconfigReader, "")
+	c = ready(t, tcr)
+	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Contains(t, c.Message, `get Secret "nowhere"`)
+	assert.Contains(t, c.Message, "not found")
+	assert.Empty(t, tcr.Status.Certificate)
+	logged := harness.FindDecision[struct {
+		Input struct {
+			Secrets engine.SecretsFacts `json:"secrets"`
+		} `json:"input"`
+	}](t, decisionLog, decisionIDOf(t, c.Message))
+	assert.Equal(t, engine.SecretsFacts{Secret: "nowhere"}, logged.Input.Secrets)
 }
 
 func TestRequestsMadeWhileTheWebhookWasAbsentAreNeverIssued(t *testing.T) {

@@ -248,7 +248,7 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	binding, err := r.bind(ctx, tcr, d, g)
 	var signed issued
 	if err == nil {
-		signed, err = r.issue(ctx, g.cluster, d, publicKey)
+		signed, err = r.issue(g, d, publicKey)
 	}
 	if err == nil && binding != nil {
 		r.recordExpiry(ctx, binding, signed.notAfter)
@@ -285,6 +285,10 @@ type gathered struct {
 	in           engine.CredentialIssuanceInput
 	cluster      *ichorv1alpha1.TalosCluster
 	adminBinding *engine.AdminBindingRequirement
+	// secret is the cluster's secrets Secret, read once for the decision's
+	// facts and for signing; secretErr why it is nil (NotFound, Forbidden).
+	secret    *corev1.Secret
+	secretErr error
 }
 
 // facts gathers the issuance input right before signing. An error is a fact
@@ -309,6 +313,9 @@ func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 	var clusterUID types.UID
 	if g.cluster != nil {
 		clusterUID = g.cluster.UID
+		if in.Secrets, err = r.secrets(ctx, &g); err != nil {
+			return g, err
+		}
 	}
 	if in.Admission, err = r.admission(ctx, tcr, clusterUID); err != nil {
 		return g, err
@@ -333,6 +340,29 @@ func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 	}
 	g.in = in
 	return g, nil
+}
+
+// secrets reads the cluster's secrets Secret and says whether it names the
+// cluster: a Secret that does not is refused by the rule (SecretsNotClaimed),
+// not found out after the decision. A Secret that cannot be read is a fact
+// too when retrying will not change it (the request then fails at signing,
+// naming why); any other error is retried.
+func (r *Reconciler) secrets(ctx context.Context, g *gathered) (*engine.SecretsFacts, error) {
+	facts := &engine.SecretsFacts{Secret: g.cluster.Spec.SecretsRef.Name}
+	g.secret, g.secretErr = clustersecrets.Get(ctx, r.APIReader, g.cluster)
+	if g.secretErr != nil {
+		if err := permanent(g.secretErr); !errors.As(err, new(*failure)) {
+			return nil, err
+		}
+		return facts, nil
+	}
+	facts.Read = true
+	if err := clustersecrets.CheckClaim(g.secret, g.cluster.Name, r.SecretsClaims); err != nil {
+		facts.ClaimError = err.Error()
+	} else {
+		facts.Claimed = true
+	}
+	return facts, nil
 }
 
 // admission looks for the webhook's record of admitting this request and
@@ -399,7 +429,10 @@ type issued struct {
 	notAfter    time.Time
 }
 
-func (r *Reconciler) issue(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, d engine.CredentialIssuance, publicKey crypto.PublicKey) (issued, error) {
+// issue signs what the decision names with the CAs of the Secret read for
+// it, which is parsed (and its claim checked again) only now.
+func (r *Reconciler) issue(g gathered, d engine.CredentialIssuance, publicKey crypto.PublicKey) (issued, error) {
+	cluster := g.cluster
 	if cluster == nil {
 		// The rule refuses a request whose cluster does not exist; a bundle
 		// that allows one names nothing this controller could sign with.
@@ -410,7 +443,12 @@ func (r *Reconciler) issue(ctx context.Context, cluster *ichorv1alpha1.TalosClus
 		// anything would be guessing.
 		return issued{}, failf("the decision allows but names no certificate or lifetime")
 	}
-	bundles, err := clustersecrets.Load(ctx, r.APIReader, cluster, r.SecretsClaims)
+	if g.secretErr != nil {
+		return issued{}, permanent(g.secretErr)
+	}
+	// A backstop: the rule refuses a Secret that does not name the
+	// cluster, and a bundle that allowed one signs nothing with it.
+	bundles, err := clustersecrets.FromSecret(g.secret, cluster, r.SecretsClaims)
 	if err != nil {
 		return issued{}, permanent(err)
 	}

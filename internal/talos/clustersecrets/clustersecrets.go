@@ -74,20 +74,36 @@ func ClaimsOf(require bool) Claims {
 }
 
 // Load reads the secrets bundle (and the previous one, if any) of a cluster,
-// from a Secret that names the cluster (claims). The reader should be
+// from a Secret that names the cluster (claims): Get, then FromSecret.
+func Load(ctx context.Context, reader client.Reader, cluster *ichorv1alpha1.TalosCluster, claims Claims) (Bundles, error) {
+	secret, err := Get(ctx, reader, cluster)
+	if err != nil {
+		return Bundles{}, err
+	}
+	return FromSecret(secret, cluster, claims)
+}
+
+// Get reads the Secret the cluster's secretsRef names. The reader should be
 // uncached: the manager needs only get on the one Secret, never list or watch
 // on every Secret of the namespace.
-func Load(ctx context.Context, reader client.Reader, cluster *ichorv1alpha1.TalosCluster, claims Claims) (Bundles, error) {
+func Get(ctx context.Context, reader client.Reader, cluster *ichorv1alpha1.TalosCluster) (*corev1.Secret, error) {
+	var secret corev1.Secret
+	if err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Spec.SecretsRef.Name}, &secret); err != nil {
+		return nil, fmt.Errorf("secrets bundle of cluster %s/%s: get Secret %q: %w", cluster.Namespace, cluster.Name, cluster.Spec.SecretsRef.Name, Forbidden(err, cluster.Namespace))
+	}
+	return &secret, nil
+}
+
+// FromSecret is the secrets bundle (and the previous one, if any) of a
+// cluster in the Secret its secretsRef names, Get's, when the Secret names
+// the cluster (claims).
+func FromSecret(secret *corev1.Secret, cluster *ichorv1alpha1.TalosCluster, claims Claims) (Bundles, error) {
 	ref := cluster.Spec.SecretsRef
 	key := ref.Key
 	if key == "" {
 		key = ichorv1alpha1.DefaultSecretsBundleKey
 	}
-	var secret corev1.Secret
-	if err := reader.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: ref.Name}, &secret); err != nil {
-		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: get Secret %q: %w", cluster.Namespace, cluster.Name, ref.Name, Forbidden(err, cluster.Namespace))
-	}
-	if err := CheckClaim(&secret, cluster.Name, claims); err != nil {
+	if err := CheckClaim(secret, cluster.Name, claims); err != nil {
 		return Bundles{}, fmt.Errorf("secrets bundle of cluster %s/%s: Secret %q: %w: %w", cluster.Namespace, cluster.Name, ref.Name, ErrInvalid, err)
 	}
 	data, ok := secret.Data[key]

@@ -116,7 +116,12 @@ admission := object.union_n([
 #   names it), each absent from a record of an older webhook; error, why it does not verify);
 #   authorization (the
 #   SubjectAccessReview Go made as the requester just now, as at admission); cluster
-#   (exists; kubeconfig_ref, whether it judges another API server); admin_identity, only
+#   (exists; kubeconfig_ref, whether it judges another API server); secrets, when the
+#   cluster exists (what Go read of the Secret its secretsRef names, whose CAs would sign:
+#   secret, its name; read, false when it does not exist or may not be read, and then
+#   nothing is signed; claimed, whether the Secret names the cluster in its annotation
+#   ichor.dev/talos-clusters under the manager's --require-secrets-claim; claim_error, why
+#   not); admin_identity, only
 #   for a purpose whose requirements name an admin_binding (bindings: the ClusterRoleBindings
 #   labelled as Ichor's admin bindings whose name is the requester's identity, ":" and one
 #   more part, to the requirements' role, each {"name", "role_ref": {"api_group", "kind",

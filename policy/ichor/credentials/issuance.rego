@@ -101,6 +101,40 @@ _refused_at_issuance contains reason if {
 	}
 }
 
+# METADATA
+# title: Secrets Secret does not name the cluster
+# description: |
+#   The Secret the cluster's spec.secretsRef names, whose CAs would sign, does not name the
+#   cluster in its annotation ichor.dev/talos-clusters (TalosCluster names, comma-separated,
+#   or "*"), or has no such annotation while the manager requires one
+#   (--require-secrets-claim, the chart value manager.requireSecretsClaim). The Secret, not
+#   the TalosCluster, says which clusters may use its CAs, so whoever may edit a
+#   TalosCluster but not the Secrets cannot have another cluster's CAs sign for it. A
+#   request without the fact is refused. Checked before signing, and again by the issuer
+#   where it reads the CAs.
+# custom:
+#   code: SecretsNotClaimed
+_refused_at_issuance contains reason if {
+	input.cluster.exists == true
+	not input.secrets.claimed == true
+
+	# A Secret that could not be read is no claim to judge: nothing is signed, and the
+	# request fails naming why.
+	not input.secrets.read == false
+	reason := {
+		"code": "SecretsNotClaimed",
+		"message": _not_claimed_text,
+	}
+}
+
+_not_claimed_text := sprintf("TalosCluster %q may not use the CAs of Secret %q: %s", [_cluster, secret, why]) if {
+	secret := input.secrets.secret
+	is_string(secret)
+	why := input.secrets.claim_error
+	is_string(why)
+	why != ""
+} else := sprintf("nothing says that the secrets Secret of TalosCluster %q names it", [_cluster])
+
 # What of a pinned credential the certificate carries: all but its label, the groups as a set.
 _signed(credential) := object.union(
 	object.remove(credential, ["credential", "groups"]),

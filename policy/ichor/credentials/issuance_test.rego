@@ -17,6 +17,7 @@ _good_issuance := {
 	},
 	"authorization": _good.authorization,
 	"cluster": {"exists": true, "kubeconfig_ref": false, "local": true},
+	"secrets": {"secret": "demo-secrets", "read": true, "claimed": true},
 	"admin_identity": {"bindings": [], "nonce": "k2x9p4m7qa"},
 	"settings": {"admin_kubeconfigs": true},
 }
@@ -178,6 +179,41 @@ test_request_without_a_requester_is_refused if {
 test_cluster_gone_since_admission_is_refused if {
 	_codes(_issue(_set("/cluster/exists", false))) == ["ClusterNotFound"]
 	_codes(_issue([{"op": "remove", "path": "/cluster"}])) == ["ClusterNotFound"]
+}
+
+test_a_secrets_secret_that_does_not_name_the_cluster_is_refused_with_why if {
+	claim_error := concat("", [
+		"the Secret does not name this TalosCluster: its annotation ichor.dev/talos-clusters ",
+		`names "prod", not "demo": only whoever may write the Secret may let another cluster use it`,
+	])
+	d := _issue(array.concat(
+		_set("/secrets/claimed", false),
+		[{"op": "add", "path": "/secrets/claim_error", "value": claim_error}],
+	))
+	d.reasons == [{
+		"code": "SecretsNotClaimed",
+		"message": sprintf(`TalosCluster "demo" may not use the CAs of Secret "demo-secrets": %s`, [claim_error]),
+	}]
+	not d.certificate
+	_codes(_issue_purpose("kubeconfig-super-admin", _set("/secrets/claimed", false))) == ["SecretsNotClaimed"]
+}
+
+test_a_request_without_the_secrets_fact_is_refused if {
+	d := _issue([{"op": "remove", "path": "/secrets"}])
+	d.reasons == [{
+		"code": "SecretsNotClaimed",
+		"message": `nothing says that the secrets Secret of TalosCluster "demo" names it`,
+	}]
+	_codes(_issue(_set("/secrets/claimed", "true"))) == ["SecretsNotClaimed"]
+	_codes(_issue(array.concat(_set("/secrets/claimed", false), _set("/secrets/read", "false")))) == ["SecretsNotClaimed"]
+}
+
+test_a_secrets_secret_that_could_not_be_read_is_left_to_the_issuer if {
+	# It fails the request naming the read's error; the rule has no claim to judge.
+	_issue(array.concat(_set("/secrets/read", false), _set("/secrets/claimed", false))).allowed
+
+	# A cluster that does not exist is refused for that alone.
+	_codes(_issue(array.concat(_set("/cluster/exists", false), _set("/secrets/claimed", false)))) == ["ClusterNotFound"]
 }
 
 test_kubernetes_credential_of_a_remote_cluster_is_refused_before_signing if {
