@@ -54,6 +54,10 @@ type NodeReaders struct {
 	// cluster and machine: whether Ichor reaches the cluster's Talos API is
 	// part of its Ready.
 	reads map[types.NamespacedName]map[string]readOutcome
+	// forgets counts Forget's calls: a reader made from a bundle read
+	// before one of them is used for its read and not kept, so that a
+	// cluster removed meanwhile leaves no reader (and no CA key) behind.
+	forgets uint64
 }
 
 // readOutcome is a machine's last identity read: when, its error ("" when it
@@ -95,6 +99,7 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		n.mu.Unlock()
 		return c, nil
 	}
+	forgets := n.forgets
 	n.mu.Unlock()
 	bundles, err := clustersecrets.Load(ctx, n.Reader, cluster, n.SecretsClaims)
 	if err != nil {
@@ -121,6 +126,9 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		return nil, fmt.Errorf("talos identity reader of cluster %s: %w", key, err)
 	}
 	c := &cachedReader{caCert: os.Crt, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef, uid: cluster.UID}
+	if n.forgets != forgets {
+		return c, nil
+	}
 	if n.Watch {
 		if c.watches, err = reader.Watches(talosnode.WatchOptions{MaxAge: n.WatchMaxAge}); err != nil {
 			// Reads at decision time, as with --talos-watch=false.
@@ -277,6 +285,7 @@ func (n *NodeReaders) Forget(key types.NamespacedName) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.reads, key)
+	n.forgets++
 }
 
 // dropReader drops a cluster's reader and ends its watches.

@@ -1,0 +1,86 @@
+package kubeletserving
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
+)
+
+// A cluster forgotten (deleted, or its shard gone) while its secrets bundle
+// was being read leaves no reader behind: the read in flight is answered,
+// and the reader made for it, with the CA key it holds, is not kept until the
+// name comes back (review of 2026-12-05).
+func TestAReaderMadeWhileItsClusterIsForgottenIsNotKept(t *testing.T) {
+	bundle, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), config.TalosVersionCurrent, secrets.WithECDSAServiceAccountKey())
+	require.NoError(t, err)
+	data, err := clustersecrets.Marshal(bundle)
+	require.NoError(t, err)
+	cluster := &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "gone", UID: "uid-gone"},
+		Spec:       ichorv1alpha1.TalosClusterSpec{SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "gone-secrets"}},
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "gone-secrets", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "gone"}},
+		Data:       map[string][]byte{ichorv1alpha1.DefaultSecretsBundleKey: data},
+	}
+	scheme, err := kube.Scheme()
+	require.NoError(t, err)
+	reading, forgotten := make(chan struct{}), make(chan struct{})
+	slow := readWhile{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(secret).Build(), reading: reading, until: forgotten}
+	n := &NodeReaders{Reader: slow, Watch: true}
+	t.Cleanup(n.Stop)
+	key := client.ObjectKeyFromObject(cluster)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.Get(t.Context(), cluster)
+		done <- err
+	}()
+	<-reading
+	n.Forget(key)
+	close(forgotten)
+	require.NoError(t, <-done, "the read in flight is answered")
+
+	n.mu.Lock()
+	_, kept := n.readers[key]
+	n.mu.Unlock()
+	assert.False(t, kept, "a reader of a forgotten cluster was kept")
+
+	// Asked again, as a cluster that is there, it is kept.
+	_, err = n.Get(t.Context(), cluster)
+	require.NoError(t, err)
+	n.mu.Lock()
+	_, kept = n.readers[key]
+	n.mu.Unlock()
+	assert.True(t, kept)
+}
+
+// readWhile is a Reader whose first Get says it has started (reading) and
+// answers only once until is closed.
+type readWhile struct {
+	client.Reader
+	reading, until chan struct{}
+}
+
+func (r readWhile) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	select {
+	case <-r.until:
+	default:
+		close(r.reading)
+		<-r.until
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
