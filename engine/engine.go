@@ -44,8 +44,8 @@ const BundleName = "ichor"
 
 // DefaultDecisionLogBufferEvents bounds the upload buffer while the
 // decision-log service is away: about 10 minutes of a busy manager, a few
-// tens of megabytes at most once the mask has cut what a hostile request
-// brings.
+// tens of megabytes once the mask has cut what a hostile request brings,
+// and 64 MiB at most whatever the entries.
 const DefaultDecisionLogBufferEvents = 10000
 
 // MaxBundleFileBytes bounds each file of a bundle fetched over the network

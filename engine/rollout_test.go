@@ -549,6 +549,33 @@ func TestTheUploadBufferIsBoundedByDefault(t *testing.T) {
 		"the oldest entries beyond the default buffer are dropped and counted")
 }
 
+func TestTheUploadBufferIsBoundedInBytes(t *testing.T) {
+	// Entries of 900 KB each, which the mask does not cut (a request padded
+	// with what no list cap reaches), while the service is away: the
+	// buffer holds 64 MiB of them, not its 10,000 entries' worth (review of
+	// 2026-12-05).
+	b := policyWithProbe(t, "package ichor.probe\n\ndecision := {\"big\": sprintf(\"%0900000d\", [0])}\n")
+	svc := &harness.LogService{}
+	svc.SetDown(true)
+	srv := httptest.NewServer(svc)
+	t.Cleanup(srv.Close)
+	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	const decisions = 100
+	for range decisions {
+		_, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
+		require.NoError(t, err)
+	}
+	// 64 MiB holds 74 of them; some may be in flight to the service that
+	// is away, which the buffer cannot drop.
+	require.Eventually(t, func() bool { return metrics.UploadDropped("buffer_full") >= decisions-74-1 }, 10*time.Second, 50*time.Millisecond,
+		"the oldest entries beyond 64 MiB are dropped and counted")
+	assert.Zero(t, metrics.UploadDropped("oversized"))
+}
+
 func TestAnOversizedEntryIsCountedNotUploaded(t *testing.T) {
 	// A rule whose answer is over a megabyte, which the mask does not cut.
 	b := policyWithProbe(t, `package ichor.probe

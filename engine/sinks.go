@@ -64,6 +64,11 @@ const (
 // (policy/system/log) keeps entries far below it.
 const MaxDecisionLogEntryBytes = 1 << 20
 
+// decisionLogBufferBytes bounds the JSON the upload buffer holds, whatever
+// its entries: 10,000 entries of a megabyte would be 10 GiB. The entries of
+// a busy manager are a few kilobytes, so BufferEvents binds first.
+const decisionLogBufferBytes = 64 << 20
+
 type sinksConfig struct {
 	// Console, when set, writes every entry as one JSON line to the engine's
 	// console writer (Options.DecisionLog), in the shape of OPA's console
@@ -123,6 +128,9 @@ type sinks struct {
 
 	mu      sync.Mutex
 	pending [][]byte
+	// pendingBytes is the JSON pending holds: bounded by
+	// decisionLogBufferBytes as well as its entries by BufferEvents.
+	pendingBytes int
 	// inflight is how many entries at the front of pending an upload is
 	// sending: a full buffer drops the oldest of the others.
 	inflight int
@@ -188,7 +196,7 @@ func (s *sinks) Stop(ctx context.Context) {
 		s.drop("shutdown", n)
 		s.engine.notes.WithFields(map[string]any{"entries": n, "url": s.config.URL}).Error("Decision-log entries not uploaded at shutdown; they are lost.")
 		s.mu.Lock()
-		s.pending = nil
+		s.pending, s.pendingBytes = nil, 0
 		s.mu.Unlock()
 	}
 }
@@ -222,13 +230,16 @@ func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
 	}
 	s.mu.Lock()
 	dropped := 0
-	if len(s.pending)+1 > s.config.BufferEvents && len(s.pending) > s.inflight {
-		// The oldest not being sent goes: the newest say most about now.
+	// The oldest not being sent go until this one fits: the newest say most
+	// about now.
+	for (len(s.pending)+1 > s.config.BufferEvents || s.pendingBytes+len(b) > decisionLogBufferBytes) && len(s.pending) > s.inflight {
+		s.pendingBytes -= len(s.pending[s.inflight])
 		s.pending = append(s.pending[:s.inflight], s.pending[s.inflight+1:]...)
-		dropped = 1
+		dropped++
 	}
-	if len(s.pending) < s.config.BufferEvents {
+	if len(s.pending) < s.config.BufferEvents && s.pendingBytes+len(b) <= decisionLogBufferBytes {
 		s.pending = append(s.pending, b)
+		s.pendingBytes += len(b)
 	} else {
 		dropped++ // every slot is being sent: this one cannot wait
 	}
@@ -382,6 +393,7 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	s.pending = s.pending[n:]
+	s.pendingBytes -= size
 	s.mu.Unlock()
 	s.engine.metrics.uploaded(n)
 	return nil
