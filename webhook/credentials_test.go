@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -626,10 +627,21 @@ func TestARequesterWhoWritesSomeoneElsesIdentityIsRefusedByTheAPIServer(t *testi
 		"groups":   func(r *ichorv1alpha1.Requester) { r.Groups = append(r.Groups, "ichor:admins") },
 		"uid":      func(r *ichorv1alpha1.Requester) { r.UID = "bob-uid" },
 		"extra":    func(r *ichorv1alpha1.Requester) { r.Extra = map[string][]string{"scopes": {"admin"}} },
+		// The same sets, padded with copies of alice's own values: a
+		// megabyte of them would be a megabyte in every decision's log
+		// entry (review of 2026-12-05).
+		"groups padded": func(r *ichorv1alpha1.Requester) { r.Groups = append(r.Groups, slices.Repeat(r.Groups, 100)...) },
+		"extra padded": func(r *ichorv1alpha1.Requester) {
+			for k, v := range r.Extra {
+				r.Extra[k] = append(v, slices.Repeat(v, 100)...)
+			}
+		},
 	} {
-		t.Run(name, func(t *testing.T) {
+		t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) {
 			who, err := credential.WhoAmI(f.ctx, alice)
 			require.NoError(t, err)
+			require.NotEmpty(t, who.Groups)
+			require.NotEmpty(t, who.Extra, "a certificate's user has its credential id in extra")
 			forge(&who)
 			tcr := f.request(ichorv1alpha1.PurposeCredentialsTalos, "", ed25519Key(t))
 			tcr.Spec.Requester = who
@@ -637,7 +649,7 @@ func TestARequesterWhoWritesSomeoneElsesIdentityIsRefusedByTheAPIServer(t *testi
 			require.Error(t, err)
 			t.Logf("refused: %v", err)
 			assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy '"+webhooktest.RequesterPolicy+"'")
-			assert.Contains(t, err.Error(), "spec.requester."+name+" must be")
+			assert.Contains(t, err.Error(), "spec.requester."+strings.Fields(name)[0]+" must be")
 		})
 	}
 	assert.Empty(t, f.events(), "the webhook never saw the forged requests")

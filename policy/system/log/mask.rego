@@ -17,7 +17,8 @@
 #   max_logged_value_length, and the result keeps its first max_logged_reasons reasons, each
 #   message cut likewise. The strings of data.json's capped_strings (the free text an audited
 #   kubelet or node chooses: a certificate's issuer, serial and errors, the node's error) are cut
-#   to max_logged_value_length too. input.log_truncated then says what was cut and how much, so
+#   to max_logged_value_length too, and so are the values of each extra attribute (kept or
+#   redacted). input.log_truncated then says what was cut and how much, so
 #   that `ichor decisions replay` does not take a shortened input for the request.
 package system.log
 
@@ -30,8 +31,7 @@ _config := data.system.log.config
 mask contains {"op": "upsert", "path": sprintf("/input/%s/extra", [holder]), "value": _masked(extra)} if {
 	some holder in _config.extra_holders
 	extra := input.input[holder].extra
-	some key, _ in extra
-	not _config.logged_extra_keys[key]
+	_to_mask(extra)
 }
 
 # METADATA
@@ -62,9 +62,27 @@ mask contains {"op": "upsert", "path": "/result/reasons", "value": kept} if {
 # description: What was cut, so that a reader and replay know the entry is not the whole input.
 mask contains {"op": "upsert", "path": "/input/log_truncated", "value": _truncated} if count(_truncated) > 0
 
+# Extra with a key not listed, or with a list of values too long or holding a long value
+# (a requester can write spec.requester.extra padded with copies of its own values).
+_to_mask(extra) if {
+	some key, _ in extra
+	not _config.logged_extra_keys[key]
+}
+
+_to_mask(extra) if {
+	some values in extra
+	_too_big(values)
+}
+
 _truncated[concat(".", path)] := count(items) if some path, items in _oversized
 
 _truncated[concat(".", path)] := count(value) if some path, value in _long_strings
+
+_truncated[concat(".", [holder, "extra", key])] := count(values) if {
+	some holder in _config.extra_holders
+	some key, values in input.input[holder].extra
+	_too_big(values)
+}
 
 # The capped strings of this entry that are too long (an absent one fails at is_string).
 # Each rule over the capped paths first looks the path's first key up, which fails at once
@@ -159,6 +177,10 @@ _cut(value) := sprintf("%s... (%d bytes)", [substring(value, 0, _config.max_logg
 
 _masked(extra) := {key: _masked_value(key, values) | some key, values in extra}
 
-_masked_value(key, values) := values if _config.logged_extra_keys[key]
+_masked_value(key, values) := _cut_list(values) if _config.logged_extra_keys[key]
 
-_masked_value(key, values) := [_config.redacted | some _ in values] if not _config.logged_extra_keys[key]
+_masked_value(key, values) := [_config.redacted | some _ in _cut_list(values)] if not _config.logged_extra_keys[key]
+
+_cut_list(values) := [_cut(value) | some value in array.slice(values, 0, _config.max_logged_items)] if {
+	_too_big(values)
+} else := values

@@ -252,3 +252,38 @@ test_a_persons_condition_message_and_long_username_are_cut if {
 	cut.path == "/input/certificate_request/conditions"
 	endswith(cut.value[0].message, "... (600 bytes)")
 }
+
+test_a_requester_padded_with_copies_of_its_own_values_is_cut_to_a_hundred if {
+	email := concat("", [x | some _ in numbers.range(1, 600); x := "e"])
+	masks := log.mask with input as {"input": {"requester": {
+		"username": "ichor:alice",
+		"groups": ["system:authenticated" | some _ in numbers.range(1, 1000)],
+		"extra": {
+			"authentication.kubernetes.io/credential-id": ["X509SHA256=abc" | some _ in numbers.range(1, 1000)],
+			"oidc.example.com/email": [email],
+		},
+	}}}
+	{"op": "upsert", "path": "/input/log_truncated", "value": {
+		"requester.groups": 1000,
+		"requester.extra.authentication.kubernetes.io/credential-id": 1000,
+		"requester.extra.oidc.example.com/email": 1,
+	}} in masks
+	some extra in masks
+	extra.path == "/input/requester/extra"
+	count(extra.value["authentication.kubernetes.io/credential-id"]) == 100
+	extra.value["authentication.kubernetes.io/credential-id"][99] == "X509SHA256=abc"
+	extra.value["oidc.example.com/email"] == ["**REDACTED**"]
+	some groups in masks
+	groups.path == "/input/requester/groups"
+	count(groups.value) == 100
+}
+
+test_a_long_listed_extra_value_is_cut if {
+	long := concat("", [x | some _ in numbers.range(1, 600); x := "n"])
+	masks := log.mask with input as _event({"authentication.kubernetes.io/node-name": [long]})
+	truncated := {"csr.extra.authentication.kubernetes.io/node-name": 1}
+	{"op": "upsert", "path": "/input/log_truncated", "value": truncated} in masks
+	some extra in masks
+	extra.path == "/input/csr/extra"
+	endswith(extra.value["authentication.kubernetes.io/node-name"][0], "... (600 bytes)")
+}
