@@ -695,3 +695,38 @@ deny contains {"code": "AfterHours", "message": "no certificates at night"} if {
 	assert.Contains(t, err.Error(), "clock.rego:4)")
 	assert.Contains(t, err.Error(), "non-deterministic")
 }
+
+// Builtins that OPA does not mark non-deterministic but that read the clock
+// (x509 chains verified at the time of the call), and a refused builtin put
+// in another function's place by `with`, are refused too (review of
+// 2026-12-05): a certificate in the bundle's data that expires next month
+// turns the verdict then, and a replay today would report no change.
+func TestACandidateThatReadsTheClockThroughAnotherBuiltinIsNotReplayed(t *testing.T) {
+	for name, rule := range map[string]string{
+		"crypto.x509.parse_and_verify_certificates": `[ok, _] := crypto.x509.parse_and_verify_certificates(input.csr.pem)
+	not ok`,
+		"crypto.x509.parse_and_verify_certificates_with_options": `[ok, _] := crypto.x509.parse_and_verify_certificates_with_options(input.csr.pem, {})
+	not ok`,
+		"rand.intn": `_pick("x", 10) > 5 with _pick as rand.intn`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, os.CopyFS(dir, os.DirFS("../../policy")))
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "ichor", "kubelet_serving", "clock.rego"), []byte(`package ichor.kubelet_serving
+
+deny contains {"code": "Expired", "message": "expired"} if {
+	`+rule+`
+}
+
+_pick(_, _) := 0
+`), 0o600))
+			candidate, err := bundles.FromDir(dir)
+			require.NoError(t, err)
+
+			err = decisionlog.CheckReplayable(candidate)
+
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "the candidate calls "+name+" (")
+		})
+	}
+}

@@ -44,6 +44,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/bundleepoch"
+	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
@@ -355,6 +356,13 @@ func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Con
 	if o.ShadowBundle != "" {
 		b, err := bundles.Load(o.ShadowBundle)
 		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--shadow-bundle: %w", err)
+		}
+		// The shadow sees every live input, before the mask: a candidate
+		// that could reach the network (net.lookup_ip_addr is not
+		// http.send, which the engine refuses) or read the clock is
+		// refused, as replay refuses it.
+		if err := decisionlog.CheckReplayable(b); err != nil {
 			return nil, nil, nil, fmt.Errorf("--shadow-bundle: %w", err)
 		}
 		shadow, err = engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, Log: o.Log})
