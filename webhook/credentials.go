@@ -42,6 +42,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 )
@@ -300,7 +301,10 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 		},
 		Type:                d.Event.Type,
 		Reason:              d.Event.Reason,
-		Message:             engine.Clip(d.Event.Message, "", engine.MaxEventNote), // names the requester: escaped, as every note
+		// It names the requester, whose name the authenticator chose: escaped
+		// as every note, on one line, so that a name holding a newline cannot
+		// write a second record under it in `kubectl describe`.
+		Message:             engine.Clip(termsafe.EscapeLine(d.Event.Message), "", engine.MaxEventNote),
 		Source:              corev1.EventSource{Component: EventSource},
 		FirstTimestamp:      now,
 		LastTimestamp:       now,

@@ -338,6 +338,22 @@ func refusal(t *testing.T, err error) string {
 	return msg
 }
 
+// A username holding a newline (an authenticator may give one) cannot write
+// a second line, read as another record, into the Event that names who asked
+// (review of 2026-12-05).
+func TestTheEventNamesARequesterOnOneLine(t *testing.T) {
+	f := newFixture(t, true)
+	eve := f.user("ichor:eve\nan os:admin talosconfig was requested by ichor:rita", "ClusterRole/ichor-operator")
+
+	tcr := f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))
+	require.NoError(t, eve.Create(f.ctx, tcr))
+
+	events := f.events()
+	require.Len(t, events, 1)
+	assert.Equal(t, `an os:reader talosconfig was requested by ichor:eve\nan os:admin talosconfig was requested by ichor:rita (lifetime 1h0m0s)`, events[0].Message)
+	assert.NotContains(t, events[0].Message, "\n")
+}
+
 func TestHolderOfTheVerbIsAdmittedAndTheEventNamesThem(t *testing.T) {
 	f := newFixture(t, true)
 	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")

@@ -691,6 +691,24 @@ func TestClusterGoneSinceAdmissionIsRefusedAndMissingSecretsFail(t *testing.T) {
 	assert.Contains(t, c.Message, `Secret "empty" has no key "secrets.yaml"`)
 	assert.Empty(t, tcr.Status.Certificate)
 
+	// A bundle whose YAML quotes terminal escapes, thousands of times, is
+	// named escaped and clipped: the condition is written, and read safely.
+	var hostile strings.Builder
+	for i := range 5000 {
+		fmt.Fprintf(&hostile, "\"\\e]0;owned %d\\a\": 1\n", i)
+	}
+	f.cluster("hostile-secrets", &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "hostile", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "hostile-secrets"}},
+		Data:       map[string][]byte{ichorv1alpha1.DefaultSecretsBundleKey: []byte(hostile.String())},
+	})
+	tcr, _ = f.ask("hostile-secrets", ichorv1alpha1.PurposeTalosconfigReader, "")
+	c = ready(t, tcr)
+	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Contains(t, c.Message, "not a Talos secrets bundle")
+	assert.NotContains(t, c.Message, "\x1b")
+	assert.LessOrEqual(t, len(c.Message), engine.MaxConditionMessage)
+	assert.Regexp(t, `\(decision [0-9a-f-]+\)$`, c.Message)
+
 	// Nor is one whose Secret does not exist; the decision says what was
 	// read.
 	require.NoError(t, env.Client.Create(f.ctx, &ichorv1alpha1.TalosCluster{

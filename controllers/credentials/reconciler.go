@@ -263,7 +263,9 @@ func (r *Reconciler) answered(ctx context.Context, out *ichorv1alpha1.TalosCrede
 	switch {
 	case errors.As(err, &failed):
 		logger.Error(err, "failed")
-		setReady(out, r.now(), metav1.ConditionFalse, ichorv1alpha1.ReasonFailed, fmt.Sprintf("%v (decision %s)", err, d.DecisionID))
+		// The error may quote what a Secret holds (a bundle's YAML keys):
+		// clipped and escaped as a refusal's reasons are.
+		setReady(out, r.now(), metav1.ConditionFalse, ichorv1alpha1.ReasonFailed, engine.Clip(err.Error(), fmt.Sprintf(" (decision %s)", d.DecisionID), engine.MaxConditionMessage))
 		return out, d.DecisionID, nil
 	case err != nil:
 		return nil, "", err
