@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -194,7 +195,7 @@ func (s *sinks) Stop(ctx context.Context) {
 	}
 	if n := s.pendingCount(); n > 0 {
 		s.drop("shutdown", n)
-		s.engine.notes.WithFields(map[string]any{"entries": n, "url": s.config.URL}).Error("Decision-log entries not uploaded at shutdown; they are lost.")
+		s.engine.notes.WithFields(map[string]any{"entries": n, "url": redactedURL(s.config.URL)}).Error("Decision-log entries not uploaded at shutdown; they are lost.")
 		s.mu.Lock()
 		s.pending, s.pendingBytes = nil, 0
 		s.mu.Unlock()
@@ -335,7 +336,7 @@ func (s *sinks) uploadLoop(ctx context.Context) {
 			return
 		default:
 			next = backoff.Step()
-			s.engine.notes.WithFields(map[string]any{"url": s.config.URL, "error": err.Error(), "pending": s.pendingCount(), "retry_in": next.String()}).Error("Decision-log upload failed; the entries are kept and sent again.")
+			s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "error": err.Error(), "pending": s.pendingCount(), "retry_in": next.String()}).Error("Decision-log upload failed; the entries are kept and sent again.")
 		}
 	}
 }
@@ -479,4 +480,15 @@ func consoleLine(dst []byte, e logs.EventV1, now time.Time) ([]byte, error) {
 	put("rule_labels", e.RuleLabels, len(e.RuleLabels) > 0)
 	put("custom", e.Custom, len(e.Custom) > 0)
 	return jsonappend.Value(dst, m)
+}
+
+// redactedURL is the service's URL as a log line may show it: a password in
+// it (https://user:password@host, the one way to give the service a
+// credential) is not.
+func redactedURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	return u.Redacted()
 }

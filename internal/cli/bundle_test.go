@@ -114,11 +114,22 @@ func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
 	for _, args := range [][]string{
 		{"--kubelet-port", "0"}, {"--kubelet-port", "70000"}, {"--kubelet-serving-audit-interval", "-1m"},
 		{"--tenant-max-csrs", "0"}, {"--tenant-max-csr-mib", "-1"}, {"--tenant-max-csr-mib", "9223372036854775807"},
+		// A ticker panics on a negative interval after the start; a
+		// nanosecond reads the bundle without pause (review of 2026-12-05).
+		{"--bundle-poll-interval", "-1s"}, {"--bundle-poll-interval", "1ns"}, {"--resync-interval", "-1m"}, {"--resync-interval", "0"},
+		// A URL that could never be uploaded to started, and dropped every
+		// entry.
+		{"--decision-log-url", "decisions.example.com"}, {"--decision-log-url", "ftp://decisions.example.com"}, {"--decision-log-url", "https://"},
 	} {
 		code, _, stderr := run(t, "", append([]string{"manager"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 		assert.Contains(t, stderr, args[0], args)
 	}
+	// A password in the URL is not printed.
+	code, _, stderr := run(t, "", "manager", "--decision-log-url", "ftp://ichor:s3cret@decisions.example.com")
+	assert.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, "ftp://ichor:xxxxx@decisions.example.com")
+	assert.NotContains(t, stderr, "s3cret")
 }
 
 // ichor bundle build writes the epoch (the policy tree's EPOCH, or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"math"
+	"net/url"
 	"os"
 	"time"
 
@@ -106,7 +107,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.bundleRegistryCreds, "bundle-registry-credentials", "", "a Docker config file (what docker login writes, or a kubernetes.io/dockerconfigjson Secret's .dockerconfigjson) whose \"auths\" hold a user name and a password or token for the registry of an oci:// --bundle, read at each pull; sent to that registry and the token service it names, never elsewhere; credential helpers are not run")
 	f.StringVar(&o.bundleKeyID, "bundle-key-id", "ichor", "the key id of --bundle-key (as \"ichor bundle build --key-id\" writes it)")
 	f.StringVar(&o.bundleKeyAlg, "bundle-key-algorithm", "RS256", "the signing algorithm of --bundle-key")
-	f.DurationVar(&o.bundlePoll, "bundle-poll-interval", engine.DefaultPollInterval, "how often --bundle is looked at for a new bundle")
+	f.DurationVar(&o.bundlePoll, "bundle-poll-interval", engine.DefaultPollInterval, "how often --bundle is looked at for a new bundle (at least 100ms)")
 	f.Int64Var(&o.bundleLimits.CompressedBytes, "bundle-max-compressed-bytes", bundles.DefaultLimits.CompressedBytes, "refuse a --bundle file, download or registry layer larger than this, before OPA reads it")
 	f.Int64Var(&o.bundleLimits.UncompressedBytes, "bundle-max-uncompressed-bytes", bundles.DefaultLimits.UncompressedBytes, "refuse a --bundle larger than this once decompressed (every file and tar header together), found by a scan that keeps nothing, before OPA reads it")
 	f.IntVar(&o.bundleLimits.Files, "bundle-max-files", bundles.DefaultLimits.Files, "refuse a --bundle of more files than this, before OPA reads it")
@@ -114,7 +115,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.logFile, "decision-log-file", "", "also append the decision log to this file, rotated by size (--decision-log-file-max-mib, --decision-log-file-max-backups)")
 	f.IntVar(&o.logFileMaxMiB, "decision-log-file-max-mib", engine.DefaultDecisionLogFileMaxMiB, "rotate --decision-log-file when it reaches this many MiB: it is renamed with the time in its name (decisions-2026-12-01T15-04-05.000.log) and a new one begun")
 	f.IntVar(&o.logFileMaxBackups, "decision-log-file-max-backups", engine.DefaultDecisionLogFileMaxBackups, "how many rotated --decision-log-file files are kept; the oldest beyond it are removed")
-	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API)")
+	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API), an http:// or https:// URL; a password in it (https://user:password@host) is never logged")
 	f.Int64Var(&o.logBuffer, "decision-log-buffer-events", engine.DefaultDecisionLogBufferEvents, "entries the upload buffer holds while the service is away; when it is full the oldest are dropped, counted in ichor_policy_decision_log_upload_dropped_total{cause=\"buffer_full\"}")
 	f.DurationVar(&o.logFlushTimeout, "decision-log-flush-timeout", 10*time.Second, "at shutdown, how long the upload buffer may take to send what it holds; what is left is lost, logged and counted (cause shutdown). The pod's terminationGracePeriodSeconds must cover it")
 	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the leader's last renewal before taking over when the leader dies without releasing the lease (a leader that stops cleanly releases it at once)")
@@ -177,6 +178,9 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 	if err := o.audit.validate(); err != nil {
 		return err
 	}
+	if o.resync <= 0 {
+		return usage.Errorf("--resync-interval %s: must be positive", o.resync)
+	}
 	cfg, err := kube.RESTConfig(o.kubeconfig)
 	if err != nil {
 		return err
@@ -237,6 +241,10 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 	return manager.Run(ctx, mo)
 }
 
+// minBundlePoll is the shortest --bundle-poll-interval: the fault tests poll
+// every 500ms; a URL source waits a second between fetches whatever it is.
+const minBundlePoll = 100 * time.Millisecond
+
 // engineOptions turns the bundle and decision-log flags into engine options.
 func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 	opts := engine.Options{
@@ -244,6 +252,23 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 		DecisionLogFile: o.logFile, DecisionLogFileMaxMiB: o.logFileMaxMiB, DecisionLogFileMaxBackups: o.logFileMaxBackups,
 		DecisionLogURL: o.logURL, DecisionLogBufferEvents: o.logBuffer,
 		AllowInsecureHTTP: o.bundleInsecureHTTP, Limits: o.bundleLimits, RegistryCredentials: o.bundleRegistryCreds,
+	}
+	if o.bundlePoll < minBundlePoll {
+		// A ticker refuses a non-positive interval by panicking after the
+		// start, and a nanosecond would read the bundle without pause.
+		return opts, usage.Errorf("--bundle-poll-interval %s: must be at least %s", o.bundlePoll, minBundlePoll)
+	}
+	if o.logURL != "" {
+		// A URL without a scheme or host would start, and fail every
+		// upload until the buffer drops what it holds. Neither message
+		// quotes a password the URL may hold.
+		u, err := url.Parse(o.logURL)
+		if err != nil {
+			return opts, usage.Errorf("--decision-log-url does not parse as a URL")
+		}
+		if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return opts, usage.Errorf("--decision-log-url %q: give an http:// or https:// URL with a host", u.Redacted())
+		}
 	}
 	if o.logFileMaxMiB <= 0 || o.logFileMaxBackups <= 0 {
 		return opts, usage.Errorf("--decision-log-file-max-mib and --decision-log-file-max-backups must be positive")
