@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
@@ -42,7 +41,7 @@ func (e *Engine) KubeletServingAudit(ctx context.Context, in servingcert.Audit) 
 		return AuditDecision{}, err
 	}
 	var out AuditDecision
-	if err := json.Unmarshal(d.Result, &out); err != nil {
+	if err := decodeResult(d.Result, &out); err != nil {
 		return AuditDecision{}, fmt.Errorf("decision %s of %s is not an audit: %w", d.ID, d.Path, err)
 	}
 	// As for a CSR rule: an unknown status or no reason is a broken bundle,

@@ -387,8 +387,7 @@ func (e *Engine) decideInto(ctx context.Context, path string, in, out any) (Deci
 	if err != nil {
 		return d, err
 	}
-	dec := json.NewDecoder(bytes.NewReader(d.Result))
-	if err := dec.Decode(out); err != nil {
+	if err := decodeResult(d.Result, out); err != nil {
 		return d, fmt.Errorf("decision %s of %s does not have the documented shape: %w", d.ID, path, err)
 	}
 	return d, nil

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -103,7 +102,7 @@ func (e *Engine) decideCSR(ctx context.Context, path string, in any) (CSRDecisio
 		return CSRDecision{}, err
 	}
 	var out CSRDecision
-	if err := json.Unmarshal(d.Result, &out); err != nil {
+	if err := decodeResult(d.Result, &out); err != nil {
 		return CSRDecision{}, fmt.Errorf("decision %s of %s is not a CSR decision: %w", d.ID, path, err)
 	}
 	// A bundle whose rule answers anything else is broken; acting on it
