@@ -3,6 +3,7 @@ package credentials
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -462,6 +463,43 @@ func RevokeBinding(ctx context.Context, c client.Client, b *rbacv1.ClusterRoleBi
 	if err := c.Delete(ctx, b, pre); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete ClusterRoleBinding %s: %w", b.Name, err)
 	}
+	if revokedBy != "" && len(b.Finalizers) > 0 {
+		return releaseFinalizers(ctx, c, b)
+	}
+	return nil
+}
+
+// releaseFinalizers takes the finalizers off a binding the manager deleted
+// for the operator: anyone who may patch bindings can add one (no bind is
+// needed), and the API server then only marks the binding deleted while its
+// RBAC authorizer still honours it, so the revoked person would keep
+// cluster-admin (review of 2026-12-05). The patch is preconditioned on the
+// binding's uid and version; one replaced or changed since is left to the
+// next pass, which sees it changed.
+func releaseFinalizers(ctx context.Context, c client.Client, deleted *rbacv1.ClusterRoleBinding) error {
+	var b rbacv1.ClusterRoleBinding
+	if err := c.Get(ctx, client.ObjectKeyFromObject(deleted), &b); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("read ClusterRoleBinding %s, deleted and held by finalizers: %w", deleted.Name, err)
+	}
+	if b.UID != deleted.UID || b.DeletionTimestamp == nil || len(b.Finalizers) == 0 {
+		return nil
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/uid", "value": b.UID},
+		{"op": "test", "path": "/metadata/resourceVersion", "value": b.ResourceVersion},
+		{"op": "remove", "path": "/metadata/finalizers"},
+	})
+	if err != nil {
+		return err
+	}
+	held := b.Finalizers
+	if err := c.Patch(ctx, &b, client.RawPatch(types.JSONPatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove the finalizers %q that hold ClusterRoleBinding %s after its deletion: %w", held, b.Name, err)
+	}
+	log.FromContext(ctx).Info("removed the finalizers that held a revoked admin binding", "binding", b.Name, "finalizers", held)
 	return nil
 }
 

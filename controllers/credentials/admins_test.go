@@ -370,6 +370,35 @@ func jsonText(s string) string {
 	return strings.Trim(string(b), `"`)
 }
 
+// Anyone who may patch bindings can add a finalizer to a person's binding, so
+// that deleting it only marks it deleted while the RBAC authorizer still
+// honours it. The operator's revocation takes such finalizers off: the
+// binding goes, and the person's admin kubeconfig is refused (review of
+// 2026-12-05; before, the manager logged it removed and it kept
+// cluster-admin).
+func TestTheOperatorsRevocationRemovesAHeldBinding(t *testing.T) {
+	f := newFixture(t)
+	name := "ichor:ivy"
+	ivy := f.adminKubeconfig(f.user(name, "ichor-admin"), name)
+	b := ivy.binding.DeepCopy()
+	patch := client.MergeFrom(b.DeepCopy())
+	b.Finalizers = []string{"review.example/hold"}
+	require.NoError(t, env.Client.Patch(f.ctx, b, patch))
+
+	revoked := &credentials.AdminBindings{Client: ctrlClient, Engine: eng, AdminKubeconfigs: false}
+	waitFor(t, "Ivy's held binding is removed", func() (bool, error) {
+		// As the watch would: each change of the binding is reconciled.
+		if _, err := revoked.Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(b)}); err != nil {
+			return false, err
+		}
+		err := env.Client.Get(f.ctx, client.ObjectKeyFromObject(b), &rbacv1.ClusterRoleBinding{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	waitFor(t, "Ivy's admin kubeconfig is refused", func() (bool, error) {
+		return apierrors.IsForbidden(listNamespaces(f.ctx, ivy.cs)), nil
+	})
+}
+
 // TestAHeldAdminBindingIsNotReused: anyone who may patch bindings (no bind
 // needed) can add a finalizer to a person's binding, so that revoking it
 // only requests its deletion (review 3, F4). The issuer signs for no binding
