@@ -119,8 +119,9 @@ type sourceFlags struct {
 	previous                                 bool
 	// maxBytes and maxLine bound what is read of each input (each pod's
 	// log with --from-cluster): decisionlog.Limits.
-	maxBytes int64
-	maxLine  int
+	maxBytes   int64
+	maxLine    int
+	maxEntries int
 }
 
 // defaultNamespace is where the chart is installed by the documented
@@ -137,9 +138,10 @@ func (f *sourceFlags) register(cmd *cobra.Command) {
 	fs.BoolVar(&f.previous, "previous", false, "with --from-cluster: read the containers' logs before their last restart, as kubectl logs --previous")
 	fs.Int64Var(&f.maxBytes, "max-log-bytes", decisionlog.DefaultMaxBytes, "the most bytes read of each log (each pod's with --from-cluster), after decompression: a longer log is refused")
 	fs.IntVar(&f.maxLine, "max-line-bytes", decisionlog.DefaultMaxLine, "the most bytes of one line: a longer line is skipped, and counted")
+	fs.IntVar(&f.maxEntries, "max-log-entries", decisionlog.DefaultMaxEntries, "the most decisions read of each log (each pod's with --from-cluster): a log of more is refused")
 }
 
-// limits validates --max-log-bytes and --max-line-bytes.
+// limits validates --max-log-bytes, --max-line-bytes and --max-log-entries.
 func (f sourceFlags) limits() (decisionlog.Limits, error) {
 	if f.maxBytes <= 0 {
 		return decisionlog.Limits{}, usage.Errorf("--max-log-bytes %d: give a number of bytes above 0", f.maxBytes)
@@ -147,14 +149,21 @@ func (f sourceFlags) limits() (decisionlog.Limits, error) {
 	if f.maxLine <= 0 {
 		return decisionlog.Limits{}, usage.Errorf("--max-line-bytes %d: give a number of bytes above 0", f.maxLine)
 	}
-	return decisionlog.Limits{MaxBytes: f.maxBytes, MaxLine: f.maxLine}, nil
+	if f.maxEntries <= 0 {
+		return decisionlog.Limits{}, usage.Errorf("--max-log-entries %d: give a number of decisions above 0", f.maxEntries)
+	}
+	return decisionlog.Limits{MaxBytes: f.maxBytes, MaxLine: f.maxLine, MaxEntries: f.maxEntries}, nil
 }
 
 // tooLarge says which flag raises the bound a log exceeded. It stays an
 // error of the input (exit 1), not of the command line.
 func tooLarge(err error) error {
 	if errors.Is(err, decisionlog.ErrTooLarge) {
-		return fmt.Errorf("%w (--max-log-bytes raises the bound)", err)
+		flag := "--max-log-bytes"
+		if strings.Contains(err.Error(), " decisions") {
+			flag = "--max-log-entries"
+		}
+		return fmt.Errorf("%w (%s raises the bound)", err, flag)
 	}
 	return err
 }

@@ -154,8 +154,9 @@ type Skipped struct {
 // enough that a log crafted to exhaust memory (a few KiB of gzip that
 // decompress to a line of gigabytes, or to billions of entries) cannot.
 const (
-	DefaultMaxBytes int64 = 1 << 30
-	DefaultMaxLine  int   = 16 << 20
+	DefaultMaxBytes   int64 = 1 << 30
+	DefaultMaxLine    int   = 16 << 20
+	DefaultMaxEntries int   = 2_000_000
 )
 
 // Limits bound what Read takes from one input. A zero field is its default.
@@ -166,6 +167,12 @@ type Limits struct {
 	// MaxLine bounds the bytes of one line (without its newline): a longer
 	// line is skipped and counted (Skipped.Long), never held whole.
 	MaxLine int
+	// MaxEntries bounds the decisions read: a log of more is refused
+	// (ErrTooLarge). Each entry read is held with its fields, some hundred
+	// bytes more than its text, so a gigabyte of the smallest entries
+	// (tens of millions) would take ten times the bytes bound in memory; a
+	// month of a busy manager's decisions is under a million.
+	MaxEntries int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -175,7 +182,15 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxLine <= 0 {
 		l.MaxLine = DefaultMaxLine
 	}
+	if l.MaxEntries <= 0 {
+		l.MaxEntries = DefaultMaxEntries
+	}
 	return l
+}
+
+// tooMany is the error of a log of more than max decisions.
+func tooMany(max int) error {
+	return fmt.Errorf("%w: more than %d decisions", ErrTooLarge, max)
 }
 
 // ErrTooLarge is an input longer than Limits.MaxBytes after decompression.
@@ -288,9 +303,9 @@ func readPlain(br *bufio.Reader, limits Limits) ([]Entry, Skipped, error) {
 	if isDocument(br) {
 		// A document's values are bounded by the input's bound (the
 		// decoder holds one value whole, and no more than the input).
-		return readDocument(br)
+		return readDocument(br, limits.MaxEntries)
 	}
-	return readLines(br, limits.MaxLine)
+	return readLines(br, limits.MaxLine, limits.MaxEntries)
 }
 
 // isDocument reports whether the input starts with a JSON array of objects
@@ -308,7 +323,7 @@ func isDocument(br *bufio.Reader) bool {
 }
 
 // readDocument reads successive JSON values: arrays of events, or events.
-func readDocument(r io.Reader) ([]Entry, Skipped, error) {
+func readDocument(r io.Reader, maxEntries int) ([]Entry, Skipped, error) {
 	var entries []Entry
 	var skipped Skipped
 	dec := json.NewDecoder(r)
@@ -331,6 +346,9 @@ func readDocument(r io.Reader) ([]Entry, Skipped, error) {
 			v = compact.Bytes()
 		}
 		skipped.Items += appendValue(&entries, v)
+		if len(entries) > maxEntries {
+			return nil, skipped, tooMany(maxEntries)
+		}
 	}
 }
 
@@ -368,7 +386,7 @@ func appendValue(entries *[]Entry, v json.RawMessage) (skipped int) {
 	return skipped
 }
 
-func readLines(br *bufio.Reader, maxLine int) ([]Entry, Skipped, error) {
+func readLines(br *bufio.Reader, maxLine, maxEntries int) ([]Entry, Skipped, error) {
 	var entries []Entry
 	var skipped Skipped
 	var text []byte
@@ -381,6 +399,9 @@ func readLines(br *bufio.Reader, maxLine int) ([]Entry, Skipped, error) {
 		} else if t := bytes.TrimSpace(text); len(t) > 0 {
 			if !readLine(&entries, &skipped, t) {
 				skipped.Lines++
+			}
+			if len(entries) > maxEntries {
+				return nil, skipped, tooMany(maxEntries)
 			}
 		}
 		if errors.Is(err, io.EOF) {

@@ -167,3 +167,27 @@ func TestReadReadsALogJustWithinTheBoundsWhole(t *testing.T) {
 		assert.Len(t, entries, 2)
 	})
 }
+
+// A log of tiny entries, well under the bytes bound, is refused past the
+// entries bound: each entry read is held with its fields, some hundred bytes
+// more than its text, so a gigabyte of the smallest (tens of millions of
+// them) would have taken about ten times the bytes bound in memory (review
+// of 2026-12-05).
+func TestReadRefusesMoreDecisionsThanTheBound(t *testing.T) {
+	tiny := `{"msg":"Decision Log","decision_id":"a"}`
+	for name, log := range map[string]string{
+		"lines":    strings.Repeat(tiny+"\n", 1001),
+		"document": "[" + strings.Repeat(tiny+",", 1000) + tiny + "]",
+	} {
+		t.Run(name, func(t *testing.T) {
+			compressed := bomb(t, log, int64(len(log)))
+			_, _, err := decisionlog.ReadLimited(bytes.NewReader(compressed), decisionlog.Limits{MaxEntries: 1000})
+			require.ErrorIs(t, err, decisionlog.ErrTooLarge)
+			assert.ErrorContains(t, err, "more than 1000 decisions")
+
+			entries, _, err := decisionlog.ReadLimited(bytes.NewReader(compressed), decisionlog.Limits{MaxEntries: 1001})
+			require.NoError(t, err)
+			assert.Len(t, entries, 1001)
+		})
+	}
+}
