@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -486,6 +487,37 @@ func TestWithoutPermissionPendingUntilTheBindingIsAdded(t *testing.T) {
 	bind(t, "system:node:perm-2", []string{"system:nodes"}, roleSelfNodeClient)
 	requireApproved(t, bootstrapCSR, "perm-1", "nodeclient")
 	requireApproved(t, selfCSR, "perm-2", "selfnodeclient")
+}
+
+// A request relabelled in a loop (whoever may update requests, on a tenant's
+// API server anyone the tenant likes) is not decided and logged again at each
+// write: a change of nothing the rule reads wakes nothing, and the request is
+// looked at again on its own timer (review of 2026-12-05; before, every write
+// was a decision, two SubjectAccessReviews and a log entry).
+func TestARequestRelabelledInALoopIsNotDecidedAtEachWrite(t *testing.T) {
+	f := newFixture(t)
+	f.machine("relabel-1")
+	token := "system:bootstrap:relab1"
+	groups := []string{"system:bootstrappers"}
+	bind(t, token, groups, roleBootstrapper)
+	name := kubeletCSR(t, startKubelet(t, "relabel-1", token, groups, nil))
+	requirePending(t, name, "NodeClientNotAuthorized")
+
+	before := len(entriesFor(name))
+	writes := 0
+	for start := time.Now(); time.Since(start) < 2*time.Second; writes++ {
+		csr := env.GetCSR(t, name)
+		if csr.Labels == nil {
+			csr.Labels = map[string]string{}
+		}
+		csr.Labels["loop"] = strconv.Itoa(writes)
+		_, err := env.Clientset.CertificatesV1().CertificateSigningRequests().Update(t.Context(), csr, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	require.Greater(t, writes, 20)
+	// In two seconds the timer (1 s, then 2 s) asks at most twice, and a
+	// decision already under way once more.
+	assert.LessOrEqual(t, len(entriesFor(name))-before, 3, "decisions while the request was relabelled %d times", writes)
 }
 
 // A request of the wrong shape stays pending whatever its requester may do:

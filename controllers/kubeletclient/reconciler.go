@@ -168,7 +168,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("kubeletclient").
-		For(&certificatesv1.CertificateSigningRequest{}, builder.WithPredicates(predicate.NewPredicateFuncs(isKubeletClient))).
+		For(&certificatesv1.CertificateSigningRequest{}, builder.WithPredicates(predicate.NewPredicateFuncs(isKubeletClient), changedForTheRule())).
 		Watches(&ichorv1alpha1.TalosMachine{}, enqueueNoting(r.machineToRequests)).
 		Watches(&ichorv1alpha1.TalosCluster{}, enqueueNoting(r.clusterToRequests),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -230,15 +230,27 @@ func (r *Reconciler) machineToRequests(obj client.Object, deleted bool) []reconc
 	return r.waiting(m.Status.NodeName, m.Spec.Hostname)
 }
 
-// clusterToRequests wakes every pending request when a cluster appears or
-// gains or loses spec.kubeconfigRef, which says whether its machines are this
-// API server's nodes. Such changes are rare, and pending requests few.
+// clusterToRequests wakes every pending request when a cluster begins or
+// ceases to judge this API server (named in --local-clusters, without
+// spec.kubeconfigRef), which says whether its machines are this API
+// server's nodes. Such changes are rare, and pending requests few. A cluster
+// that judges nothing changes no lookup, however often it is made, changed
+// or deleted: a tenant doing so in a loop wakes nothing (review of
+// 2026-12-05; before, each woke every pending request: two
+// SubjectAccessReviews and a logged decision each).
 func (r *Reconciler) clusterToRequests(obj client.Object, deleted bool) []reconcile.Request {
 	c, ok := obj.(*ichorv1alpha1.TalosCluster)
 	if !ok {
 		return nil
 	}
-	if !r.note(c.UID, fmt.Sprint(c.Spec.KubeconfigRef == nil), deleted) {
+	var changed bool
+	switch judges := r.LocalClusters.Judges(c); {
+	case judges:
+		changed = r.note(c.UID, "judges", deleted)
+	default:
+		changed = r.machineEpoch.Drop(c.UID)
+	}
+	if !changed {
 		return nil
 	}
 	return r.waiting()
@@ -358,7 +370,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if err := approval.Approve(ctx, r.Clientset, &csr, ApprovalReason, d.ConditionMessage(), now); err != nil {
 			var unknown *approval.UnknownOutcome
 			if errors.As(err, &unknown) {
-				r.unrecorded.Add(key, approval.UncertainWrite{ResourceVersion: unknown.ResourceVersion, At: r.Clock.Now()})
+				written := engine.Applied{DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten}
+				r.unrecorded.Add(key, approval.UncertainWrite{ResourceVersion: unknown.ResourceVersion, At: r.Clock.Now(), Written: &written})
 			}
 			return reconcile.Result{}, err
 		}
@@ -403,13 +416,11 @@ func (r *Reconciler) recordObserved(ctx context.Context, csr *certificatesv1.Cer
 		// the condition is read to say.
 		observed = *w.Record
 	} else {
-		d, ok := approval.DecisionOf(csr)
-		if !ok {
+		if observed, ok = w.Observed(csr); !ok {
 			// Decided by a person, or by another approver: nothing of
 			// this one's to record.
 			return reconcile.Result{}, nil
 		}
-		observed = engine.Applied{DecisionID: d.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedObserved}
 	}
 	if err := r.Engine.RecordApplied(ctx, observed); err != nil {
 		log.FromContext(ctx).Error(err, "record the applied decision; tried again", "decision_id", observed.DecisionID, "retry_in", recordRetry)
@@ -457,4 +468,15 @@ func (r *Reconciler) waiting(nodes ...string) []reconcile.Request {
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.name}})
 	}
 	return out
+}
+
+// changedForTheRule lets through every event but an update that changed
+// nothing the rule reads (approval.MetadataOnly): a request relabelled in a
+// loop is not decided and logged again at each write.
+func changedForTheRule() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		old, okOld := e.ObjectOld.(*certificatesv1.CertificateSigningRequest)
+		updated, okNew := e.ObjectNew.(*certificatesv1.CertificateSigningRequest)
+		return !okOld || !okNew || !approval.MetadataOnly(old, updated)
+	}}
 }

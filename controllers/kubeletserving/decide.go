@@ -128,6 +128,15 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// A record owed of this replica's own write, refused before: what
 		// it wrote, whatever the condition is read to say.
 		owed = w.Record
+	case failed:
+		// A write of unknown outcome: recorded only as what it wrote, if
+		// the condition names that.
+		if observed, ok := w.Observed(csr); ok {
+			owed = &observed
+		} else if named {
+			log.FromContext(ctx).Info("the request's condition names a decision this replica did not write on it; not recorded as applied",
+				"csr", csr.Name, "condition_decision_id", decision.ID, "written_decision_id", w.Written.DecisionID)
+		}
 	case named:
 		owed = &engine.Applied{
 			DecisionID: decision.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: decision.Action, Outcome: engine.AppliedObserved,
@@ -571,7 +580,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	switch d.Action {
 	case engine.ActionApprove:
 		if err := approval.Approve(write, p.target.clientset, csr, ApprovalReason, d.ConditionMessage(), at); err != nil {
-			p.writeFailed(err, csr, at, earlier, hadEarlier)
+			p.writeFailed(err, csr, &owed, at, earlier, hadEarlier)
 			return &writeError{err: err, machine: machine}
 		}
 		p.written(csr)
@@ -583,7 +592,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		// The first reason by code: conditions take one reason, and the
 		// message lists them all.
 		if err := approval.Deny(write, p.target.clientset, csr, d.Reasons[0].Code, d.ConditionMessage(), at); err != nil {
-			p.writeFailed(err, csr, at, earlier, hadEarlier)
+			p.writeFailed(err, csr, &owed, at, earlier, hadEarlier)
 			return &writeError{err: err, machine: machine}
 		}
 		p.written(csr)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
 	"github.com/ichor-dev/ichor-policy/internal/shard"
 )
@@ -107,7 +108,8 @@ func (p *pass) unsettle(csr *certificatesv1.CertificateSigningRequest, at time.T
 	}
 }
 
-// writeFailed notes a verdict write that failed. One whose outcome is
+// writeFailed notes a verdict write that failed (written, as its record
+// would be). One whose outcome is
 // unknown (approval.UnknownOutcome: a timeout, a lost connection, a 5xx)
 // makes the request uncertain, and its next look reads it again and records
 // the verdict in effect (settle); it also unsettles the shard, since it may
@@ -116,11 +118,11 @@ func (p *pass) unsettle(csr *certificatesv1.CertificateSigningRequest, at time.T
 // leaves the request as it was, an earlier write of unknown outcome
 // (earlier, if hadEarlier) still uncertain (review 15, M2: a refusal made
 // the shard unsettled for as long as the request then stayed pending).
-func (p *pass) writeFailed(err error, csr *certificatesv1.CertificateSigningRequest, at time.Time, earlier approval.UncertainWrite, hadEarlier bool) {
+func (p *pass) writeFailed(err error, csr *certificatesv1.CertificateSigningRequest, written *engine.Applied, at time.Time, earlier approval.UncertainWrite, hadEarlier bool) {
 	var unknown *approval.UnknownOutcome
 	switch {
 	case errors.As(err, &unknown):
-		p.r.uncertain.Add(p.memoKey(csr), approval.UncertainWrite{ResourceVersion: unknown.ResourceVersion, At: p.r.Clock.Now(), Settle: p.actSettler(csr)})
+		p.r.uncertain.Add(p.memoKey(csr), approval.UncertainWrite{ResourceVersion: unknown.ResourceVersion, At: p.r.Clock.Now(), Settle: p.actSettler(csr), Written: written})
 		p.unsettle(csr, at)
 	case hadEarlier:
 		p.r.uncertain.Add(p.memoKey(csr), earlier)

@@ -680,7 +680,7 @@ func failedWriteOfUnknownOutcome(t *testing.T, f *queueFixture, fence *recording
 	var csr certificatesv1.CertificateSigningRequest
 	require.NoError(t, f.r.Client.Get(ctx, client.ObjectKey{Name: name}, &csr))
 	p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: at, fence: fence}
-	p.writeFailed(&approval.UnknownOutcome{ResourceVersion: csr.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &csr, at, approval.UncertainWrite{}, false)
+	p.writeFailed(&approval.UnknownOutcome{ResourceVersion: csr.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &csr, nil, at, approval.UncertainWrite{}, false)
 	return csr, c
 }
 
@@ -847,7 +847,7 @@ func TestAnUncertainWriteMadeDuringAPassIsNotTakenForGone(t *testing.T) {
 		n.UID = "uid-csr-n"
 		require.NoError(t, f.r.Client.Create(ctx, &n))
 		p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: fence}
-		p.writeFailed(&approval.UnknownOutcome{ResourceVersion: n.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &n, t0, approval.UncertainWrite{}, false)
+		p.writeFailed(&approval.UnknownOutcome{ResourceVersion: n.ResourceVersion, Err: apierrors.NewTimeoutError("the write's answer", 1)}, &n, nil, t0, approval.UncertainWrite{}, false)
 	}
 	f.r.Engine = rec
 	_, err := f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
@@ -878,7 +878,7 @@ func TestARequestWrittenAgainAfterAnUncertainWriteIsRecordedOnce(t *testing.T) {
 	require.NoError(t, f.csrs.Tracker().Update(gvr, cached, ""))
 	p := &pass{r: f.r, cluster: &c, target: f.r.localTarget(), now: t0, fence: fence}
 	// Not applied: the request stays at the version it was made on.
-	p.writeFailed(&approval.UnknownOutcome{ResourceVersion: "1", Err: apierrors.NewTimeoutError("the write's answer", 1)}, cached, t0, approval.UncertainWrite{}, false)
+	p.writeFailed(&approval.UnknownOutcome{ResourceVersion: "1", Err: apierrors.NewTimeoutError("the write's answer", 1)}, cached, nil, t0, approval.UncertainWrite{}, false)
 	rec := &hookDecider{decider: f.dec}
 	rec.hook = func() {
 		// The worker's second write is in and the cache shows it; a pass

@@ -13,6 +13,7 @@ import (
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -74,6 +75,18 @@ func DecisionOf(csr *certificatesv1.CertificateSigningRequest) (d Decision, ok b
 		return d, true
 	}
 	return Decision{}, false
+}
+
+// MetadataOnly reports whether an update of a request changed nothing the
+// rules read: the same request (UID), its status (conditions, certificate)
+// and its deletion as before, so only its labels, annotations or the like
+// (its spec cannot change). Whoever may update a request (a tenant on its own
+// API server) could otherwise have it decided and logged again at the rate
+// of its writes (review of 2026-12-05); such an update wakes nothing, and the
+// request is looked at again when its own wait is over.
+func MetadataOnly(old, updated *certificatesv1.CertificateSigningRequest) bool {
+	return old.UID == updated.UID && old.DeletionTimestamp.Equal(updated.DeletionTimestamp) &&
+		equality.Semantic.DeepEqual(old.Status, updated.Status)
 }
 
 // Approve writes the Approved condition with reason and message.

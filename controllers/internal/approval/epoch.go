@@ -36,6 +36,21 @@ func (e *Epoch) Forget(uid types.UID, lastState string) bool {
 	return changed
 }
 
+// Drop forgets an object that no longer counts (a cluster that does not
+// judge this API server), and reports, as a change, whether it counted
+// until now. One that never counted changes nothing, however often it
+// changes.
+func (e *Epoch) Drop(uid types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.seen[uid]; !ok {
+		return false
+	}
+	delete(e.seen, uid)
+	e.n++
+	return true
+}
+
 func (e *Epoch) note(uid types.UID, state string) bool {
 	if e.seen == nil {
 		e.seen = map[types.UID]string{}

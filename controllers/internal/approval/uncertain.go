@@ -1,6 +1,7 @@
 package approval
 
 import (
+	certificatesv1 "k8s.io/api/certificates/v1"
 	"sync"
 	"time"
 
@@ -43,9 +44,30 @@ type UncertainWrite struct {
 	// effect (its write succeeded, and its record was refused): it is
 	// owed whatever becomes of the request afterwards.
 	Record *engine.Applied
+	// Written, if not nil, is the verdict of a write of unknown outcome,
+	// as its record would be (Outcome AppliedWritten): the condition found
+	// later is recorded as this verdict only if it names it (Observed).
+	Written *engine.Applied
 
 	// gen orders the additions (Generation).
 	gen uint64
+}
+
+// Observed is the record of the verdict the request's condition names, once
+// a write of unknown outcome was made: the write's own verdict when the
+// condition names its decision and action, as seen rather than written.
+// A condition that names another decision was written by someone else (a
+// person, another approver, or a tenant's API server, which may answer a
+// write with an error and write a condition naming any decision id it has
+// seen): nothing of this approver's is recorded of it (review of
+// 2026-12-05). Without Written (a write made before it was kept), the
+// condition's decision, as before.
+func (w UncertainWrite) Observed(csr *certificatesv1.CertificateSigningRequest) (engine.Applied, bool) {
+	d, named := DecisionOf(csr)
+	if !named || (w.Written != nil && (d.ID != w.Written.DecisionID || d.Action != w.Written.Action)) {
+		return engine.Applied{}, false
+	}
+	return engine.Applied{DecisionID: d.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedObserved}, true
 }
 
 // SettleAct calls Settle, if any.

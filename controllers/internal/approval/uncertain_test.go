@@ -1,0 +1,70 @@
+package approval_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ichor-dev/ichor-policy/controllers/internal/approval"
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// After a write of unknown outcome, the condition found is recorded as the
+// write's verdict only if it names that decision and action: a tenant's API
+// server can answer the write with an error and write a condition naming any
+// decision it has seen (review of 2026-12-05), which would have the log say
+// that decision was applied to this request.
+func TestAnUncertainWriteIsRecordedOnlyAsWhatItWrote(t *testing.T) {
+	const mine, other = "5f0c2f4e-1d2b-4c3a-9e8f-0a1b2c3d4e5f", "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+	decided := func(typ certificatesv1.RequestConditionType, id string) *certificatesv1.CertificateSigningRequest {
+		return &certificatesv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: "csr-1", UID: "uid-1"},
+			Status: certificatesv1.CertificateSigningRequestStatus{Conditions: []certificatesv1.CertificateSigningRequestCondition{{
+				Type: typ, Status: corev1.ConditionTrue, Reason: "IchorKubeletServing",
+				Message: "IchorApproved: yes (decision " + id + ", policy revision sha256:abc)",
+			}}},
+		}
+	}
+	w := approval.UncertainWrite{Written: &engine.Applied{DecisionID: mine, Object: "csr/csr-1", UID: "uid-1", Action: engine.ActionApprove, Outcome: engine.AppliedWritten}}
+
+	got, ok := w.Observed(decided(certificatesv1.CertificateApproved, mine))
+	assert.True(t, ok)
+	assert.Equal(t, engine.Applied{DecisionID: mine, Object: "csr/csr-1", UID: "uid-1", Action: engine.ActionApprove, Outcome: engine.AppliedObserved}, got)
+
+	_, ok = w.Observed(decided(certificatesv1.CertificateApproved, other))
+	assert.False(t, ok, "another decision's id")
+	_, ok = w.Observed(decided(certificatesv1.CertificateDenied, mine))
+	assert.False(t, ok, "the decision written as the other verdict")
+	_, ok = w.Observed(&certificatesv1.CertificateSigningRequest{})
+	assert.False(t, ok, "no verdict")
+
+	// A write kept before Written: the condition's decision, as before.
+	got, ok = approval.UncertainWrite{}.Observed(decided(certificatesv1.CertificateDenied, other))
+	assert.True(t, ok)
+	assert.Equal(t, engine.ActionDeny, got.Action)
+}
+
+// An update that changed only what no rule reads (labels, annotations) is told
+// apart from one that changed the request's status or deletion, or replaced
+// it.
+func TestMetadataOnly(t *testing.T) {
+	old := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-1", UID: "uid-1", ResourceVersion: "1"}}
+	relabelled := old.DeepCopy()
+	relabelled.ResourceVersion, relabelled.Labels = "2", map[string]string{"loop": "1"}
+	assert.True(t, approval.MetadataOnly(old, relabelled))
+
+	decided := relabelled.DeepCopy()
+	decided.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue}}
+	assert.False(t, approval.MetadataOnly(old, decided))
+
+	deleting := relabelled.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{}
+	assert.False(t, approval.MetadataOnly(old, deleting))
+
+	replaced := relabelled.DeepCopy()
+	replaced.UID = "uid-2"
+	assert.False(t, approval.MetadataOnly(old, replaced))
+}
