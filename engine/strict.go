@@ -16,11 +16,46 @@ import (
 // sorts after it) reads as os:reader to `opa test`, the decision log and
 // every person, while encoding/json would hand os:admin to the issuer; such a
 // result is a broken bundle, refused like any other shape error.
+//
+// A result that answers "allowed" is refused too when it also carries an
+// "action" or a "status": Outcome reads those first, so the metrics, the
+// shadow and a replay would count as refused what the caller, which reads
+// "allowed" alone, carries out (review of 2026-12-05).
 func decodeResult(raw []byte, out any) error {
-	if err := checkKeys(raw, reflect.TypeOf(out)); err != nil {
+	t := reflect.TypeOf(out)
+	if err := checkKeys(raw, t); err != nil {
+		return err
+	}
+	if err := checkActionWords(raw, t); err != nil {
 		return err
 	}
 	return json.Unmarshal(raw, out)
+}
+
+// checkActionWords refuses a result of a type that answers "allowed" and
+// has no "action" or "status" of its own, when it carries either.
+func checkActionWords(raw json.RawMessage, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
+	fields := jsonFields(t)
+	if _, ok := fields["allowed"]; !ok {
+		return nil
+	}
+	var object map[string]json.RawMessage
+	if json.Unmarshal(raw, &object) != nil {
+		return nil
+	}
+	for _, word := range []string{"action", "status"} {
+		_, own := fields[word]
+		if _, carried := object[word]; carried && !own {
+			return fmt.Errorf("the result answers \"allowed\" and carries %q too, which would be read as its outcome: the result does not say what it seems to", word)
+		}
+	}
+	return nil
 }
 
 // checkKeys looks at the keys of raw's objects where t has fields, at every

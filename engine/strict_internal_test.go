@@ -39,3 +39,19 @@ func TestAResultWithALookAlikeKeyIsRefused(t *testing.T) {
 	assert.Equal(t, "os:reader", d.Certificate.TalosRole)
 	assert.EqualValues(t, 3600, d.LifetimeSeconds)
 }
+
+// A credential result answering "allowed" beside an "action" (or "status")
+// word is refused: the outcome counted, shadowed and replayed is read from
+// the word, the issuer acts on "allowed" (review of 2026-12-05).
+func TestAnAllowedResultWithAnActionWordIsRefused(t *testing.T) {
+	for _, word := range []string{"action", "status"} {
+		var d CredentialIssuance
+		err := decodeResult([]byte(`{"allowed": true, "`+word+`": "refused", "reasons": [{"code": "IchorCredentialIssuable", "message": "yes"}], "purpose": "talosconfig-reader",
+			"lifetime_seconds": 3600, "certificate": {"kind": "talos", "talos_role": "os:reader"}}`), &d)
+		require.Error(t, err, word)
+		assert.Contains(t, err.Error(), `carries "`+word+`" too`)
+	}
+	// A CSR decision has its own action.
+	var csr CSRDecision
+	require.NoError(t, decodeResult([]byte(`{"action": "approve", "reasons": [{"code": "IchorApproved", "message": "yes"}]}`), &csr))
+}
