@@ -18,7 +18,7 @@ func TestAResultWithALookAlikeKeyIsRefused(t *testing.T) {
 			"lifetime_seconds": 3600, "lifetime_ſeconds": 31536000, "certificate": {"kind": "talos", "talos_role": "os:reader"}}`,
 		"a field in other case alone": `{"allowed": true, "reasons": [{"code": "IchorCredentialIssuable", "message": "yes"}], "purpose": "talosconfig-reader",
 			"lifetime_seconds": 3600, "certificate": {"kind": "talos", "Talos_Role": "os:admin"}}`,
-		"a kind by the Kelvin sign": `{"action": "approve", "reasons": [{"code": "IchorApproved", "message": "yes"}], "kind": "a", "\u212aind": "b"}`,
+		"a kind by the Kelvin sign":        `{"action": "approve", "reasons": [{"code": "IchorApproved", "message": "yes"}], "kind": "a", "\u212aind": "b"}`,
 		"a reason's message by the long s": `{"action": "approve", "reasons": [{"code": "IchorApproved", "message": "yes", "meſſage": "no"}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {

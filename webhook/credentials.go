@@ -42,9 +42,9 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
-	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 )
 
 // Path is where the webhook server serves the validation of
@@ -299,8 +299,8 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 			UID:             cluster.UID,
 			ResourceVersion: cluster.ResourceVersion,
 		},
-		Type:                d.Event.Type,
-		Reason:              d.Event.Reason,
+		Type:   d.Event.Type,
+		Reason: d.Event.Reason,
 		// It names the requester, whose name the authenticator chose: escaped
 		// as every note, on one line, so that a name holding a newline cannot
 		// write a second record under it in `kubectl describe`.

@@ -314,7 +314,6 @@ var clockReaders = []string{
 	"crypto.x509.parse_and_verify_certificates_with_options",
 }
 
-
 // at is where in the bundle, " (file:row)", or "" when unknown.
 func at(loc *ast.Location) string {
 	if loc == nil {
