@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	"github.com/ichor-dev/ichor-policy/internal/manualact"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 )
 
 // The paths of the webhooks that record a person's acts
@@ -116,6 +117,17 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 	}
 	if !manualact.IsAdminBinding(&b) {
 		manualact.LogIgnored(ctx, &b)
+		return allowed()
+	}
+	if len(b.Finalizers) > 0 {
+		// The API server only marks it deleted, and it still grants
+		// cluster-admin: recorded now as revoked, the record would be false,
+		// and its mark would keep the watch from recording the removal
+		// when the finalizers go (review of 2026-12-05). The watch records
+		// that, with the revoker unknown (the audit log names the DELETE's
+		// user).
+		log.FromContext(ctx).Info("an admin binding's deletion is held by finalizers: not recorded as revoked until it is gone",
+			"binding", b.Name, "finalizers", b.Finalizers, "user", termsafe.EscapeLine(req.UserInfo.Username))
 		return allowed()
 	}
 	manualact.Log(ctx, "binding", b.Name)(a.Recorder.Record(ctx, manualact.BindingReference(&b), manualact.BindingDeletion(&b, &req.UserInfo)))

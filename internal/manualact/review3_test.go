@@ -103,8 +103,16 @@ func hostileActsAreRecordedAsTheyHappened(t *testing.T, re *recEnv) {
 		require.NoError(t, re.env.Client.Get(ctx, types.NamespacedName{Name: b.Name}, &got))
 		require.NotNil(t, got.DeletionTimestamp, "the binding is still there, its deletion requested")
 
-		// Once the finalizer goes, revoke again finds nothing left.
+		// Nor does the decision log say it was revoked while it is held
+		// (review of 2026-12-05): the webhook's record said "their admin
+		// kubeconfigs no longer have cluster-admin", and its mark kept the
+		// watch from recording the removal when it came.
+		assert.Empty(t, re.records("clusterrolebinding/"+b.Name), "a held binding recorded as revoked")
+
+		// Once the finalizer goes, revoke again finds nothing left, and the
+		// watch records the removal.
 		_, err = mallory.RbacV1().ClusterRoleBindings().Patch(ctx, b.Name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
 		require.NoError(t, err)
+		re.waitRecord(t, "clusterrolebinding/"+b.Name, engine.ActorUnknown)
 	})
 }
