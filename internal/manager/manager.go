@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/open-policy-agent/opa/v1/bundle"
 	"go.uber.org/zap/zapcore"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -339,6 +340,21 @@ func newLogger(w io.Writer, flags *zap.Options) logr.Logger {
 // the function that turns bundle changes into Events once the manager can
 // record them.
 func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Context), *atomic.Pointer[func(engine.BundleStatus)], error) {
+	var shadowBundle *bundle.Bundle
+	if o.ShadowBundle != "" {
+		b, err := bundles.Load(o.ShadowBundle)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--shadow-bundle: %w", err)
+		}
+		// The shadow sees every live input, before the mask: a candidate
+		// that could reach the network (net.lookup_ip_addr is not
+		// http.send, which the engine refuses) or read the clock is
+		// refused, as replay refuses it.
+		if err := decisionlog.CheckReplayable(b); err != nil {
+			return nil, nil, nil, fmt.Errorf("--shadow-bundle: %w", err)
+		}
+		shadowBundle = b
+	}
 	metrics, err := engine.NewMetrics(ctrlmetrics.Registry)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("metrics: %w", err)
@@ -353,19 +369,8 @@ func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Con
 		opts.Epochs = epochs
 	}
 	var shadow *engine.Engine
-	if o.ShadowBundle != "" {
-		b, err := bundles.Load(o.ShadowBundle)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("--shadow-bundle: %w", err)
-		}
-		// The shadow sees every live input, before the mask: a candidate
-		// that could reach the network (net.lookup_ip_addr is not
-		// http.send, which the engine refuses) or read the clock is
-		// refused, as replay refuses it.
-		if err := decisionlog.CheckReplayable(b); err != nil {
-			return nil, nil, nil, fmt.Errorf("--shadow-bundle: %w", err)
-		}
-		shadow, err = engine.New(ctx, engine.Options{Bundle: b, DecisionLog: io.Discard, Log: o.Log})
+	if shadowBundle != nil {
+		shadow, err = engine.New(ctx, engine.Options{Bundle: shadowBundle, DecisionLog: io.Discard, Log: o.Log})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("--shadow-bundle: %w", err)
 		}
