@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -345,7 +346,7 @@ func readDocument(r io.Reader, maxEntries int) ([]Entry, Skipped, error) {
 		if err := json.Compact(&compact, v); err == nil {
 			v = compact.Bytes()
 		}
-		skipped.Items += appendValue(&entries, v)
+		skipped.Items += appendValue(&entries, v, maxEntries)
 		if len(entries) > maxEntries {
 			return nil, skipped, tooMany(maxEntries)
 		}
@@ -362,8 +363,9 @@ func isReadError(err error) bool {
 
 // appendValue appends the entry a JSON value is, or the entries of an
 // array of them, and returns how many values (the value, or items of the
-// array) it skipped because they are not entries.
-func appendValue(entries *[]Entry, v json.RawMessage) (skipped int) {
+// array) it skipped because they are not entries. It stops once entries
+// holds more than max: one array of a document may hold millions.
+func appendValue(entries *[]Entry, v json.RawMessage, max int) (skipped int) {
 	v = bytes.TrimSpace(v)
 	if len(v) == 0 || v[0] != '[' {
 		if e, ok := parse(v); ok {
@@ -381,6 +383,9 @@ func appendValue(entries *[]Entry, v json.RawMessage) (skipped int) {
 			*entries = append(*entries, e)
 		} else {
 			skipped++
+		}
+		if len(*entries) > max {
+			break
 		}
 	}
 	return skipped
@@ -456,7 +461,8 @@ func readLine(entries *[]Entry, skipped *Skipped, text []byte) bool {
 				found = nil
 				break
 			}
-			items += appendValue(&found, v)
+			// A line is bounded (MaxLine); readLines checks the count.
+			items += appendValue(&found, v, math.MaxInt)
 		}
 		if len(found) > 0 {
 			*entries = append(*entries, found...)
