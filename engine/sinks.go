@@ -393,6 +393,9 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 		return fmt.Errorf("the decision-log service answered %s", resp.Status)
 	}
 	s.mu.Lock()
+	// Cleared first: the entries sent would stay referenced from the
+	// slice's array, beyond the bytes bound, until it is reallocated.
+	clear(s.pending[:n])
 	s.pending = s.pending[n:]
 	s.pendingBytes -= size
 	s.mu.Unlock()
