@@ -371,7 +371,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			var unknown *approval.UnknownOutcome
 			if errors.As(err, &unknown) {
 				written := engine.Applied{DecisionID: d.DecisionID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedWritten}
-				r.unrecorded.Add(key, approval.UncertainWrite{ResourceVersion: unknown.ResourceVersion, At: r.Clock.Now(), Written: &written})
+				w := approval.UncertainWrite{ResourceVersion: unknown.ResourceVersion, At: r.Clock.Now(), Written: []engine.Applied{written}}
+				earlier, hadEarlier := r.unrecorded.Get(key)
+				r.unrecorded.Add(key, w.After(earlier, hadEarlier))
 			}
 			return reconcile.Result{}, err
 		}

@@ -130,12 +130,17 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		owed = w.Record
 	case failed:
 		// A write of unknown outcome: recorded only as what it wrote, if
-		// the condition names that.
-		if observed, ok := w.Observed(csr); ok {
+		// the condition names that, or as a cluster's adoption records it.
+		switch observed, ok := w.Observed(csr); {
+		case ok:
 			owed = &observed
-		} else if named {
+		case named && p.adopts(csr):
+			owed = &engine.Applied{
+				DecisionID: decision.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: decision.Action, Outcome: engine.AppliedObserved,
+			}
+		case named:
 			log.FromContext(ctx).Info("the request's condition names a decision this replica did not write on it; not recorded as applied",
-				"csr", csr.Name, "condition_decision_id", decision.ID, "written_decision_id", w.Written.DecisionID)
+				"csr", csr.Name, "condition_decision_id", decision.ID)
 		}
 	case named:
 		owed = &engine.Applied{

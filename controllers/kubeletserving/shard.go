@@ -122,7 +122,11 @@ func (p *pass) writeFailed(err error, csr *certificatesv1.CertificateSigningRequ
 	var unknown *approval.UnknownOutcome
 	switch {
 	case errors.As(err, &unknown):
-		p.r.uncertain.Add(p.memoKey(csr), approval.UncertainWrite{ResourceVersion: unknown.ResourceVersion, At: p.r.Clock.Now(), Settle: p.actSettler(csr), Written: written})
+		w := approval.UncertainWrite{ResourceVersion: unknown.ResourceVersion, At: p.r.Clock.Now(), Settle: p.actSettler(csr)}
+		if written != nil {
+			w.Written = []engine.Applied{*written}
+		}
+		p.r.uncertain.Add(p.memoKey(csr), w.After(earlier, hadEarlier))
 		p.unsettle(csr, at)
 	case hadEarlier:
 		p.r.uncertain.Add(p.memoKey(csr), earlier)

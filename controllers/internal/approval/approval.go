@@ -84,9 +84,12 @@ func DecisionOf(csr *certificatesv1.CertificateSigningRequest) (d Decision, ok b
 // API server) could otherwise have it decided and logged again at the rate
 // of its writes (review of 2026-12-05); such an update wakes nothing, and the
 // request is looked at again when its own wait is over.
+//
+// An informer's resync (the same version twice) is no such update: it is a
+// look the approver may need, and is let through.
 func MetadataOnly(old, updated *certificatesv1.CertificateSigningRequest) bool {
-	return old.UID == updated.UID && old.DeletionTimestamp.Equal(updated.DeletionTimestamp) &&
-		equality.Semantic.DeepEqual(old.Status, updated.Status)
+	return old.UID == updated.UID && old.ResourceVersion != updated.ResourceVersion &&
+		old.DeletionTimestamp.Equal(updated.DeletionTimestamp) && equality.Semantic.DeepEqual(old.Status, updated.Status)
 }
 
 // Approve writes the Approved condition with reason and message.

@@ -1,9 +1,11 @@
 package approval
 
 import (
-	certificatesv1 "k8s.io/api/certificates/v1"
+	"slices"
 	"sync"
 	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
 
 	"github.com/ichor-dev/ichor-policy/engine"
 )
@@ -44,10 +46,12 @@ type UncertainWrite struct {
 	// effect (its write succeeded, and its record was refused): it is
 	// owed whatever becomes of the request afterwards.
 	Record *engine.Applied
-	// Written, if not nil, is the verdict of a write of unknown outcome,
-	// as its record would be (Outcome AppliedWritten): the condition found
-	// later is recorded as this verdict only if it names it (Observed).
-	Written *engine.Applied
+	// Written are the verdicts of writes of unknown outcome made since the
+	// request was last settled, as their records would be (Outcome
+	// AppliedWritten): the condition found later is recorded as one of
+	// them only if it names it (Observed). Two writes in a row may both
+	// time out, and the first commit (After keeps the earlier ones).
+	Written []engine.Applied
 
 	// gen orders the additions (Generation).
 	gen uint64
@@ -64,10 +68,25 @@ type UncertainWrite struct {
 // condition's decision, as before.
 func (w UncertainWrite) Observed(csr *certificatesv1.CertificateSigningRequest) (engine.Applied, bool) {
 	d, named := DecisionOf(csr)
-	if !named || (w.Written != nil && (d.ID != w.Written.DecisionID || d.Action != w.Written.Action)) {
+	if !named {
+		return engine.Applied{}, false
+	}
+	written := len(w.Written) == 0 || slices.ContainsFunc(w.Written, func(a engine.Applied) bool {
+		return a.DecisionID == d.ID && a.Action == d.Action
+	})
+	if !written {
 		return engine.Applied{}, false
 	}
 	return engine.Applied{DecisionID: d.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: d.Action, Outcome: engine.AppliedObserved}, true
+}
+
+// After is this write of unknown outcome, made after earlier (if any),
+// which may still commit: the verdicts written by both are kept.
+func (w UncertainWrite) After(earlier UncertainWrite, hadEarlier bool) UncertainWrite {
+	if hadEarlier {
+		w.Written = append(slices.Clone(earlier.Written), w.Written...)
+	}
+	return w
 }
 
 // SettleAct calls Settle, if any.

@@ -28,7 +28,7 @@ func TestAnUncertainWriteIsRecordedOnlyAsWhatItWrote(t *testing.T) {
 			}}},
 		}
 	}
-	w := approval.UncertainWrite{Written: &engine.Applied{DecisionID: mine, Object: "csr/csr-1", UID: "uid-1", Action: engine.ActionApprove, Outcome: engine.AppliedWritten}}
+	w := approval.UncertainWrite{Written: []engine.Applied{{DecisionID: mine, Object: "csr/csr-1", UID: "uid-1", Action: engine.ActionApprove, Outcome: engine.AppliedWritten}}}
 
 	got, ok := w.Observed(decided(certificatesv1.CertificateApproved, mine))
 	assert.True(t, ok)
@@ -40,6 +40,16 @@ func TestAnUncertainWriteIsRecordedOnlyAsWhatItWrote(t *testing.T) {
 	assert.False(t, ok, "the decision written as the other verdict")
 	_, ok = w.Observed(&certificatesv1.CertificateSigningRequest{})
 	assert.False(t, ok, "no verdict")
+
+	// A second write of unknown outcome after the first: either may have
+	// committed, and each is recorded as what it wrote.
+	second := approval.UncertainWrite{Written: []engine.Applied{{DecisionID: other, Action: engine.ActionApprove}}}.After(w, true)
+	for _, id := range []string{mine, other} {
+		got, ok := second.Observed(decided(certificatesv1.CertificateApproved, id))
+		assert.True(t, ok, id)
+		assert.Equal(t, id, got.DecisionID)
+	}
+	assert.Len(t, w.Written, 1, "the earlier write's verdicts are not changed")
 
 	// A write kept before Written: the condition's decision, as before.
 	got, ok = approval.UncertainWrite{}.Observed(decided(certificatesv1.CertificateDenied, other))
@@ -67,4 +77,7 @@ func TestMetadataOnly(t *testing.T) {
 	replaced := relabelled.DeepCopy()
 	replaced.UID = "uid-2"
 	assert.False(t, approval.MetadataOnly(old, replaced))
+
+	// An informer's resync: the same version, let through.
+	assert.False(t, approval.MetadataOnly(old, old.DeepCopy()))
 }
