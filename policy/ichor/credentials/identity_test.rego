@@ -272,3 +272,16 @@ test_requirements_name_the_admin_binding_only_where_one_gives_power if {
 		not credentials.requirements.admin_binding with input as {"purpose": purpose, "username": "ichor:alice"}
 	}
 }
+
+test_requester_padded_with_copies_of_its_own_values_is_refused if {
+	padded_groups := ["system:authenticated", "ichor:operators", "ichor:operators"]
+	d := _admit(_set("/requester/groups", padded_groups))
+	d.reasons[0].message == concat("", [
+		`spec.requester ("ichor:alice") is not the user who made the request ("ichor:alice"): `,
+		"groups differ",
+	])
+	_codes(_admit([
+		{"op": "replace", "path": "/user/extra", "value": {"scopes": ["a"]}},
+		{"op": "replace", "path": "/requester/extra", "value": {"scopes": ["a", "a"]}},
+	])) == ["RequesterMismatch"]
+}

@@ -96,6 +96,14 @@ _identity(subject) := {
 	},
 }
 
+# How many values a subject's lists hold, which its _identity's sets do not say.
+_counts(subject) := {
+	"groups": count(_list_or_empty(object.get(subject, "groups", []))),
+	"extra": {key: count(_list_or_empty(values)) |
+		some key, values in _object_or_empty(object.get(subject, "extra", {}))
+	},
+}
+
 _string_or_empty(value) := value if is_string(value)
 
 else := ""
