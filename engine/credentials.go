@@ -145,14 +145,22 @@ type SecretsFacts struct {
 	// Secret is the Secret's name, in the request's namespace.
 	Secret string `json:"secret"`
 	// Read is whether it was read; false when it does not exist or the
-	// manager may not read it (then nothing is signed, whatever the
-	// decision: the request fails, naming the error).
+	// manager may not read it.
 	Read bool `json:"read"`
 	// Claimed is whether it names the cluster; ClaimError says why not, in
 	// words that quote at most 200 bytes of the annotation.
 	Claimed    bool   `json:"claimed"`
 	ClaimError string `json:"claim_error,omitempty"`
+	// Usable is whether it was read, names the cluster and holds a secrets
+	// bundle with the CAs the issuer signs with; Error says why not (the
+	// read's or the bundle's error, at most MaxSecretsError bytes).
+	Usable bool   `json:"usable"`
+	Error  string `json:"error,omitempty"`
 }
+
+// MaxSecretsError bounds SecretsFacts.Error: a bundle's YAML errors quote
+// its keys, thousands of them if its writer likes.
+const MaxSecretsError = 1024
 
 // CredentialAdmissionInput is the input of the admission decision.
 type CredentialAdmissionInput struct {

@@ -587,20 +587,20 @@ func TestACredentialIsNotSignedWithAnotherClustersCAs(t *testing.T) {
 	}](t, decisionLog, decisionIDOf(t, c.Message))
 	assert.False(t, logged.Result.Allowed)
 	assert.Equal(t, []string{"SecretsNotClaimed"}, codesOf(logged.Result.Reasons))
-	assert.Equal(t, engine.SecretsFacts{Secret: "prod-secrets", Read: true, ClaimError: logged.Input.Secrets.ClaimError}, logged.Input.Secrets)
+	assert.Equal(t, engine.SecretsFacts{Secret: "prod-secrets", Read: true, ClaimError: logged.Input.Secrets.ClaimError}, logged.Input.Secrets, "read, not claimed, so not usable")
 	assert.Contains(t, logged.Input.Secrets.ClaimError, `names "prod", not "mine"`)
 
 	// A bundle that lets it through has nothing signed all the same: the
 	// issuer checks the claim again where it reads the CAs.
 	f.r.Engine = &enginetest.Engine{Engine: eng, IssuanceFunc: func(ctx context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
-		in.Secrets.Claimed, in.Secrets.ClaimError = true, ""
+		in.Secrets.Claimed, in.Secrets.ClaimError, in.Secrets.Usable = true, "", true
 		return eng.Issuance(ctx, in)
 	}}
 	tcr, _ = f.ask("mine", ichorv1alpha1.PurposeTalosconfigReader, "")
 	f.r.Engine = eng
 	c = ready(t, tcr)
 	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
-	assert.Contains(t, c.Message, `Secret "prod-secrets": invalid secrets bundle: the Secret does not name this TalosCluster`)
+	assert.Contains(t, c.Message, `the decision allows a request whose cluster's secrets are unusable: the Secret does not name this TalosCluster`)
 	assert.Empty(t, tcr.Status.Certificate, "nothing signed with prod's CA")
 
 	// Prod's Secret, annotated by whoever owns it to name mine too, signs
@@ -669,7 +669,7 @@ func TestAnsweredRequestIsDeletedAfterTwoMinutes(t *testing.T) {
 	assert.Equal(t, 2*time.Minute, credentials.DefaultRetention)
 }
 
-func TestClusterGoneSinceAdmissionIsRefusedAndMissingSecretsFail(t *testing.T) {
+func TestClusterGoneSinceAdmissionOrSecretsThatCannotSignAreRefused(t *testing.T) {
 	f := newFixture(t)
 	f.cluster("gone", nil)
 	tcr, _ := f.create(f.admin(), "gone", ichorv1alpha1.PurposeTalosconfigReader, "")
@@ -681,13 +681,14 @@ func TestClusterGoneSinceAdmissionIsRefusedAndMissingSecretsFail(t *testing.T) {
 	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
 	assert.Contains(t, c.Message, fmt.Sprintf(`ClusterNotFound: TalosCluster "gone" does not exist in namespace %q`, f.ns))
 
-	// A cluster whose secrets cannot be read is not a refusal: nothing can
-	// be signed for it.
+	// A cluster whose secrets cannot sign is refused, saying why: nothing
+	// could be signed for it, and no admin binding is made first.
 	f.cluster("no-secrets", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "empty", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "no-secrets"}}})
 	tcr, _ = f.ask("no-secrets", ichorv1alpha1.PurposeTalosconfigReader, "")
 	c = ready(t, tcr)
 	assert.Equal(t, metav1.ConditionFalse, c.Status)
-	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
+	assert.Contains(t, c.Message, `SecretsUnusable: the secrets Secret "empty" of TalosCluster "no-secrets" cannot sign: `)
 	assert.Contains(t, c.Message, `Secret "empty" has no key "secrets.yaml"`)
 	assert.Empty(t, tcr.Status.Certificate)
 
@@ -703,7 +704,7 @@ func TestClusterGoneSinceAdmissionIsRefusedAndMissingSecretsFail(t *testing.T) {
 	})
 	tcr, _ = f.ask("hostile-secrets", ichorv1alpha1.PurposeTalosconfigReader, "")
 	c = ready(t, tcr)
-	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
 	assert.Contains(t, c.Message, "not a Talos secrets bundle")
 	assert.NotContains(t, c.Message, "\x1b")
 	assert.LessOrEqual(t, len(c.Message), engine.MaxConditionMessage)
@@ -718,7 +719,8 @@ func TestClusterGoneSinceAdmissionIsRefusedAndMissingSecretsFail(t *testing.T) {
 	local.Add(types.NamespacedName{Namespace: f.ns, Name: "absent-secrets"})
 	tcr, _ = f.ask("absent-secrets", ichorv1alpha1.PurposeTalosconfigReader, "")
 	c = ready(t, tcr)
-	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
+	assert.Contains(t, c.Message, `SecretsUnusable: the secrets Secret "nowhere" of TalosCluster "absent-secrets" cannot sign: `)
 	assert.Contains(t, c.Message, `get Secret "nowhere"`)
 	assert.Contains(t, c.Message, "not found")
 	assert.Empty(t, tcr.Status.Certificate)
@@ -727,7 +729,10 @@ func TestClusterGoneSinceAdmissionIsRefusedAndMissingSecretsFail(t *testing.T) {
 			Secrets engine.SecretsFacts `json:"secrets"`
 		} `json:"input"`
 	}](t, decisionLog, decisionIDOf(t, c.Message))
-	assert.Equal(t, engine.SecretsFacts{Secret: "nowhere"}, logged.Input.Secrets)
+	assert.Equal(t, "nowhere", logged.Input.Secrets.Secret)
+	assert.False(t, logged.Input.Secrets.Read)
+	assert.False(t, logged.Input.Secrets.Usable)
+	assert.Contains(t, logged.Input.Secrets.Error, "not found")
 }
 
 func TestRequestsMadeWhileTheWebhookWasAbsentAreNeverIssued(t *testing.T) {

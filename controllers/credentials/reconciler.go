@@ -287,10 +287,11 @@ type gathered struct {
 	in           engine.CredentialIssuanceInput
 	cluster      *ichorv1alpha1.TalosCluster
 	adminBinding *engine.AdminBindingRequirement
-	// secret is the cluster's secrets Secret, read once for the decision's
-	// facts and for signing; secretErr why it is nil (NotFound, Forbidden).
-	secret    *corev1.Secret
-	secretErr error
+	// bundles are the CAs of the cluster's secrets Secret, read once for
+	// the decision's facts and for signing; unusable says why there are
+	// none (the Secret unreadable, not naming the cluster, or no bundle).
+	bundles  *clustersecrets.Bundles
+	unusable error
 }
 
 // facts gathers the issuance input right before signing. An error is a fact
@@ -344,26 +345,38 @@ func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 	return g, nil
 }
 
-// secrets reads the cluster's secrets Secret and says whether it names the
-// cluster: a Secret that does not is refused by the rule (SecretsNotClaimed),
-// not found out after the decision. A Secret that cannot be read is a fact
-// too when retrying will not change it (the request then fails at signing,
-// naming why); any other error is retried.
+// secrets reads the cluster's secrets Secret and its bundle, and says
+// whether it names the cluster and holds the CAs: a Secret that does not
+// is refused by the rule (SecretsNotClaimed, SecretsUnusable), not found
+// out after the decision, and no admin binding is made for a request that
+// cannot be signed. A Secret that cannot be read is a fact too when retrying
+// will not change it (NotFound, Forbidden); any other error is retried.
 func (r *Reconciler) secrets(ctx context.Context, g *gathered) (*engine.SecretsFacts, error) {
 	facts := &engine.SecretsFacts{Secret: g.cluster.Spec.SecretsRef.Name}
-	g.secret, g.secretErr = clustersecrets.Get(ctx, r.APIReader, g.cluster)
-	if g.secretErr != nil {
-		if err := permanent(g.secretErr); !errors.As(err, new(*failure)) {
-			return nil, err
-		}
+	secret, err := clustersecrets.Get(ctx, r.APIReader, g.cluster)
+	switch {
+	case err == nil:
+		facts.Read = true
+	case errors.As(permanent(err), new(*failure)):
+		g.unusable = err
+		facts.Error = engine.Clip(err.Error(), "", engine.MaxSecretsError)
+		return facts, nil
+	default:
+		return nil, err
+	}
+	if err := clustersecrets.CheckClaim(secret, g.cluster.Name, r.SecretsClaims); err != nil {
+		g.unusable = err
+		facts.ClaimError = err.Error()
 		return facts, nil
 	}
-	facts.Read = true
-	if err := clustersecrets.CheckClaim(g.secret, g.cluster.Name, r.SecretsClaims); err != nil {
-		facts.ClaimError = err.Error()
-	} else {
-		facts.Claimed = true
+	facts.Claimed = true
+	bundles, err := clustersecrets.FromSecret(secret, g.cluster, r.SecretsClaims)
+	if err != nil {
+		g.unusable = err
+		facts.Error = engine.Clip(err.Error(), "", engine.MaxSecretsError)
+		return facts, nil
 	}
+	g.bundles, facts.Usable = &bundles, true
 	return facts, nil
 }
 
@@ -445,15 +458,14 @@ func (r *Reconciler) issue(g gathered, d engine.CredentialIssuance, publicKey cr
 		// anything would be guessing.
 		return issued{}, failf("the decision allows but names no certificate or lifetime")
 	}
-	if g.secretErr != nil {
-		return issued{}, permanent(g.secretErr)
+	// A backstop: the rule refuses a Secret that does not name the cluster
+	// or holds no usable bundle, and a bundle that allowed one signs
+	// nothing with it (bundles are read only from a Secret that names the
+	// cluster).
+	if g.bundles == nil {
+		return issued{}, failf("the decision allows a request whose cluster's secrets are unusable: %w", g.unusable)
 	}
-	// A backstop: the rule refuses a Secret that does not name the
-	// cluster, and a bundle that allowed one signs nothing with it.
-	bundles, err := clustersecrets.FromSecret(g.secret, cluster, r.SecretsClaims)
-	if err != nil {
-		return issued{}, permanent(err)
-	}
+	bundles := *g.bundles
 	// Whole seconds (the rule refuses anything else); NotBefore is now,
 	// truncated, so NotAfter is exactly the lifetime later.
 	lifetime := time.Duration(d.LifetimeSeconds) * time.Second

@@ -118,10 +118,10 @@ admission := object.union_n([
 #   SubjectAccessReview Go made as the requester just now, as at admission); cluster
 #   (exists; kubeconfig_ref, whether it judges another API server); secrets, when the
 #   cluster exists (what Go read of the Secret its secretsRef names, whose CAs would sign:
-#   secret, its name; read, false when it does not exist or may not be read, and then
-#   nothing is signed; claimed, whether the Secret names the cluster in its annotation
-#   ichor.dev/talos-clusters under the manager's --require-secrets-claim; claim_error, why
-#   not); admin_identity, only
+#   secret, its name; read, false when it cannot be read; claimed, whether it names the
+#   cluster in its annotation ichor.dev/talos-clusters (--require-secrets-claim); claim_error,
+#   why not; usable, whether it also holds a bundle with the CAs; error, why it cannot be read
+#   or used, at most 1024 bytes); admin_identity, only
 #   for a purpose whose requirements name an admin_binding (bindings: the ClusterRoleBindings
 #   labelled as Ichor's admin bindings whose name is the requester's identity, ":" and one
 #   more part, to the requirements' role, each {"name", "role_ref": {"api_group", "kind",

@@ -118,13 +118,47 @@ _refused_at_issuance contains reason if {
 	input.cluster.exists == true
 	not input.secrets.claimed == true
 
-	# A Secret that could not be read is no claim to judge: nothing is signed, and the
-	# request fails naming why.
+	# A Secret that could not be read is no claim to judge (SecretsUnusable says why).
 	not input.secrets.read == false
 	reason := {
 		"code": "SecretsNotClaimed",
 		"message": _not_claimed_text,
 	}
+}
+
+# METADATA
+# title: Secrets Secret unusable
+# description: |
+#   The Secret the cluster's spec.secretsRef names could not be read (it does not exist, or
+#   the manager may not read Secrets in the namespace: the chart value
+#   rbac.secretsNamespaces), or it names the cluster but holds no secrets bundle with the
+#   CAs the issuer signs with (the key secretsRef.key, by default secrets.yaml, missing or
+#   not what `talosctl gen secrets` writes). Nothing could be signed, so it is refused, and
+#   no admin binding is made; the message says what the issuer found. Checked before signing.
+# custom:
+#   code: SecretsUnusable
+_refused_at_issuance contains reason if {
+	input.cluster.exists == true
+	_secrets_unusable
+	secret := object.get(input, ["secrets", "secret"], "")
+	reason := {
+		"code": "SecretsUnusable",
+		"message": sprintf("the secrets Secret %q of TalosCluster %q cannot sign: %s", [secret, _cluster, _secrets_error]),
+	}
+}
+
+_secrets_unusable if input.secrets.read == false
+
+_secrets_unusable if {
+	input.secrets.claimed == true
+	not input.secrets.usable == true
+}
+
+default _secrets_error := "nothing says why"
+
+_secrets_error := input.secrets.error if {
+	is_string(input.secrets.error)
+	input.secrets.error != ""
 }
 
 _not_claimed_text := sprintf("TalosCluster %q may not use the CAs of Secret %q: %s", [_cluster, secret, why]) if {

@@ -17,7 +17,7 @@ _good_issuance := {
 	},
 	"authorization": _good.authorization,
 	"cluster": {"exists": true, "kubeconfig_ref": false, "local": true},
-	"secrets": {"secret": "demo-secrets", "read": true, "claimed": true},
+	"secrets": {"secret": "demo-secrets", "read": true, "claimed": true, "usable": true},
 	"admin_identity": {"bindings": [], "nonce": "k2x9p4m7qa"},
 	"settings": {"admin_kubeconfigs": true},
 }
@@ -208,12 +208,30 @@ test_a_request_without_the_secrets_fact_is_refused if {
 	_codes(_issue(array.concat(_set("/secrets/claimed", false), _set("/secrets/read", "false")))) == ["SecretsNotClaimed"]
 }
 
-test_a_secrets_secret_that_could_not_be_read_is_left_to_the_issuer if {
-	# It fails the request naming the read's error; the rule has no claim to judge.
-	_issue(array.concat(_set("/secrets/read", false), _set("/secrets/claimed", false))).allowed
+test_a_secrets_secret_that_cannot_sign_is_refused_with_why if {
+	missing := `secrets bundle of cluster team-a/demo: get Secret "demo-secrets": secrets "demo-secrets" not found`
+	d := _issue([
+		{"op": "replace", "path": "/secrets/read", "value": false},
+		{"op": "replace", "path": "/secrets/claimed", "value": false},
+		{"op": "replace", "path": "/secrets/usable", "value": false},
+		{"op": "add", "path": "/secrets/error", "value": missing},
+	])
+	d.reasons == [{
+		"code": "SecretsUnusable",
+		"message": sprintf(`the secrets Secret "demo-secrets" of TalosCluster "demo" cannot sign: %s`, [missing]),
+	}]
+	not d.certificate
+
+	# Read and named, without a usable bundle; and without a word of why.
+	_codes(_issue(_set("/secrets/usable", false))) == ["SecretsUnusable"]
+	unsaid := _issue([{"op": "remove", "path": "/secrets/usable"}])
+	unsaid.reasons[0].message == `the secrets Secret "demo-secrets" of TalosCluster "demo" cannot sign: nothing says why`
+
+	# No admin binding is made for a request that cannot be signed.
+	not _issue_purpose("kubeconfig-admin", _set("/secrets/usable", false)).admin_binding
 
 	# A cluster that does not exist is refused for that alone.
-	_codes(_issue(array.concat(_set("/cluster/exists", false), _set("/secrets/claimed", false)))) == ["ClusterNotFound"]
+	_codes(_issue(array.concat(_set("/cluster/exists", false), _set("/secrets/read", false)))) == ["ClusterNotFound"]
 }
 
 test_kubernetes_credential_of_a_remote_cluster_is_refused_before_signing if {
