@@ -54,10 +54,13 @@ type NodeReaders struct {
 	// cluster and machine: whether Ichor reaches the cluster's Talos API is
 	// part of its Ready.
 	reads map[types.NamespacedName]map[string]readOutcome
-	// forgets counts Forget's calls: a reader made from a bundle read
-	// before one of them is used for its read and not kept, so that a
-	// cluster removed meanwhile leaves no reader (and no CA key) behind.
-	forgets uint64
+	// forgotten are the clusters Forget was told of since the serving
+	// reconcile last kept their machines (Keep): a reader made for one is
+	// used for its read and not kept, so that a cluster removed (or no
+	// longer served here) leaves no reader, and no CA key, behind, even when
+	// a caller still holds it, read before (an audit pass, a decision under
+	// way), or it was removed while its bundle was being read.
+	forgotten map[types.NamespacedName]bool
 }
 
 // readOutcome is a machine's last identity read: when, its error ("" when it
@@ -99,7 +102,6 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		n.mu.Unlock()
 		return c, nil
 	}
-	forgets := n.forgets
 	n.mu.Unlock()
 	bundles, err := clustersecrets.Load(ctx, n.Reader, cluster, n.SecretsClaims)
 	if err != nil {
@@ -126,7 +128,7 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		return nil, fmt.Errorf("talos identity reader of cluster %s: %w", key, err)
 	}
 	c := &cachedReader{caCert: os.Crt, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef, uid: cluster.UID}
-	if n.forgets != forgets {
+	if n.forgotten[key] {
 		return c, nil
 	}
 	if n.Watch {
@@ -175,6 +177,7 @@ func (n *NodeReaders) Read(ctx context.Context, cluster *ichorv1alpha1.TalosClus
 // first when WatchMax leaves no room for all, and no other of the cluster's
 // (when Watch is on); an error is the cluster's secrets bundle's.
 func (n *NodeReaders) Keep(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, endpoints []string) error {
+	n.Serving(types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name})
 	if !n.Watch {
 		return nil
 	}
@@ -278,6 +281,14 @@ func (n *NodeReaders) Watches() (watched, live int) {
 	return watched, live
 }
 
+// Serving says the cluster is served here (its reconcile is about to
+// decide its requests): its reader is kept from now on, until Forget.
+func (n *NodeReaders) Serving(key types.NamespacedName) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.forgotten, key)
+}
+
 // Forget drops a cluster's reader, its watches and its machines' read
 // outcomes.
 func (n *NodeReaders) Forget(key types.NamespacedName) {
@@ -285,7 +296,10 @@ func (n *NodeReaders) Forget(key types.NamespacedName) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.reads, key)
-	n.forgets++
+	if n.forgotten == nil {
+		n.forgotten = map[types.NamespacedName]bool{}
+	}
+	n.forgotten[key] = true
 }
 
 // dropReader drops a cluster's reader and ends its watches.

@@ -59,9 +59,17 @@ func TestAReaderMadeWhileItsClusterIsForgottenIsNotKept(t *testing.T) {
 	n.mu.Unlock()
 	assert.False(t, kept, "a reader of a forgotten cluster was kept")
 
-	// Asked again, as a cluster that is there, it is kept.
+	// Asked again by a caller that still holds it (an audit pass listed
+	// the clusters before): not kept either.
 	_, err = n.Get(t.Context(), cluster)
 	require.NoError(t, err)
+	n.mu.Lock()
+	_, kept = n.readers[key]
+	n.mu.Unlock()
+	assert.False(t, kept, "a reader of a forgotten cluster was kept for a caller holding it")
+
+	// Served again (the reconcile keeps its machines): kept.
+	require.NoError(t, n.Keep(t.Context(), cluster, nil))
 	n.mu.Lock()
 	_, kept = n.readers[key]
 	n.mu.Unlock()

@@ -616,6 +616,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{RequeueAfter: 30 * time.Second}, nil
 	}
+	// Its requests are decided here from now on: their reader is kept.
+	r.NodeReaders.Serving(req.NamespacedName)
 
 	// Gather: the requests with something left to do. On the first look at
 	// a cluster taken over from another replica, adoptedSince brings the
