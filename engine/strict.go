@@ -49,10 +49,12 @@ func checkActionWords(raw json.RawMessage, t reflect.Type) error {
 	if json.Unmarshal(raw, &object) != nil {
 		return nil
 	}
-	for _, word := range []string{"action", "status"} {
-		_, own := fields[word]
-		if _, carried := object[word]; carried && !own {
-			return fmt.Errorf("the result answers \"allowed\" and carries %q too, which would be read as its outcome: the result does not say what it seems to", word)
+	for key := range object {
+		for _, word := range []string{"action", "status"} {
+			// In any case, as Outcome's decoder matches it.
+			if _, own := fields[word]; !own && strings.EqualFold(key, word) {
+				return fmt.Errorf("the result answers \"allowed\" and carries %q too, which would be read as its outcome: the result does not say what it seems to", key)
+			}
 		}
 	}
 	return nil

@@ -44,7 +44,7 @@ func TestAResultWithALookAlikeKeyIsRefused(t *testing.T) {
 // word is refused: the outcome counted, shadowed and replayed is read from
 // the word, the issuer acts on "allowed" (review of 2026-12-05).
 func TestAnAllowedResultWithAnActionWordIsRefused(t *testing.T) {
-	for _, word := range []string{"action", "status"} {
+	for _, word := range []string{"action", "status", "Action", "STATUS", "ſtatus"} {
 		var d CredentialIssuance
 		err := decodeResult([]byte(`{"allowed": true, "`+word+`": "refused", "reasons": [{"code": "IchorCredentialIssuable", "message": "yes"}], "purpose": "talosconfig-reader",
 			"lifetime_seconds": 3600, "certificate": {"kind": "talos", "talos_role": "os:reader"}}`), &d)
