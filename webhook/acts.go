@@ -10,6 +10,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -119,14 +120,14 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 		manualact.LogIgnored(ctx, &b)
 		return allowed()
 	}
-	if len(b.Finalizers) > 0 {
+	if len(b.Finalizers) > 0 || heldByPropagation(req) {
 		// The API server only marks it deleted, and it still grants
 		// cluster-admin: recorded now as revoked, the record would be false,
 		// and its mark would keep the watch from recording the removal
 		// when the finalizers go (review of 2026-12-05). The watch records
 		// that, with the revoker unknown (the audit log names the DELETE's
 		// user).
-		log.FromContext(ctx).Info("an admin binding's deletion is held by finalizers: not recorded as revoked until it is gone",
+		log.FromContext(ctx).Info("an admin binding's deletion is held by finalizers (its own, or the one its propagation adds): not recorded as revoked until it is gone",
 			"binding", b.Name, "finalizers", b.Finalizers, "user", termsafe.EscapeLine(req.UserInfo.Username))
 		return allowed()
 	}
@@ -135,6 +136,27 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 }
 
 func (a *ActRecorder) decides(signer string) bool { return slices.Contains(a.Signers, signer) }
+
+// heldByPropagation reports whether a DELETE asks for foreground or orphan
+// propagation: the API server then adds a finalizer after this webhook saw
+// the object without one, and the binding stays until the garbage collector
+// takes it off (review of 2026-12-05). Options that do not decode are taken
+// as holding it: a record made too early is the error to avoid.
+func heldByPropagation(req admission.Request) bool {
+	if len(req.Options.Raw) == 0 {
+		return false
+	}
+	var opts metav1.DeleteOptions
+	if err := json.Unmarshal(req.Options.Raw, &opts); err != nil {
+		return true
+	}
+	// Deprecated, and still honoured by the API server: it adds the orphan
+	// finalizer as PropagationPolicy Orphan does.
+	if opts.OrphanDependents != nil && *opts.OrphanDependents { //nolint:staticcheck // SA1019: see above
+		return true
+	}
+	return opts.PropagationPolicy != nil && (*opts.PropagationPolicy == metav1.DeletePropagationForeground || *opts.PropagationPolicy == metav1.DeletePropagationOrphan)
+}
 
 // addedVerdictReadingAsIchors is the Approved or Denied condition the write
 // adds whose message reads as an approver's, or nil.

@@ -115,4 +115,23 @@ func hostileActsAreRecordedAsTheyHappened(t *testing.T, re *recEnv) {
 		require.NoError(t, err)
 		re.waitRecord(t, "clusterrolebinding/"+b.Name, engine.ActorUnknown)
 	})
+
+	t.Run("a revocation that foreground propagation holds is not reported done", func(t *testing.T) {
+		// The webhook sees the binding without a finalizer; the API server
+		// adds foregroundDeletion after it, and the binding stays until the
+		// garbage collector takes it off (none runs here).
+		b := re.adminBinding(t, "alice3")
+		foreground := metav1.DeletePropagationForeground
+		require.NoError(t, re.env.Clientset.RbacV1().ClusterRoleBindings().Delete(ctx, b.Name, metav1.DeleteOptions{PropagationPolicy: &foreground}))
+		got, err := re.env.Clientset.RbacV1().ClusterRoleBindings().Get(ctx, b.Name, metav1.GetOptions{})
+		require.NoError(t, err, "the binding is still there")
+		require.Contains(t, got.Finalizers, metav1.FinalizerDeleteDependents)
+		assert.Empty(t, re.records("clusterrolebinding/"+b.Name), "a held binding recorded as revoked")
+
+		// What the garbage collector does: the binding goes, and the watch
+		// records it.
+		_, err = re.env.Clientset.RbacV1().ClusterRoleBindings().Patch(ctx, b.Name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+		require.NoError(t, err)
+		re.waitRecord(t, "clusterrolebinding/"+b.Name, engine.ActorUnknown)
+	})
 }
