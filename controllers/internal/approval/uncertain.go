@@ -82,12 +82,22 @@ func (w UncertainWrite) Observed(csr *certificatesv1.CertificateSigningRequest) 
 
 // After is this write of unknown outcome, made after earlier (if any),
 // which may still commit: the verdicts written by both are kept.
+// The newest maxWritten are kept: a request written again and again with
+// the same unknown outcome (a tenant's server answering every write with a
+// 504) is written at most every few minutes by then, and a write older
+// than UncertainWriteMaxAge can no longer commit.
 func (w UncertainWrite) After(earlier UncertainWrite, hadEarlier bool) UncertainWrite {
 	if hadEarlier {
 		w.Written = append(slices.Clone(earlier.Written), w.Written...)
 	}
+	if len(w.Written) > maxWritten {
+		w.Written = slices.Clone(w.Written[len(w.Written)-maxWritten:])
+	}
 	return w
 }
+
+// maxWritten bounds UncertainWrite.Written.
+const maxWritten = 16
 
 // SettleAct calls Settle, if any.
 func (w UncertainWrite) SettleAct() {

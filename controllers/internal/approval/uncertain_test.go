@@ -51,6 +51,14 @@ func TestAnUncertainWriteIsRecordedOnlyAsWhatItWrote(t *testing.T) {
 	}
 	assert.Len(t, w.Written, 1, "the earlier write's verdicts are not changed")
 
+	// Written again and again with the same unknown outcome, the newest
+	// sixteen are kept.
+	many := w
+	for range 40 {
+		many = approval.UncertainWrite{Written: []engine.Applied{{DecisionID: other, Action: engine.ActionApprove}}}.After(many, true)
+	}
+	assert.Len(t, many.Written, 16)
+
 	// A write kept before Written: the condition's decision, as before.
 	got, ok = approval.UncertainWrite{}.Observed(decided(certificatesv1.CertificateDenied, other))
 	assert.True(t, ok)
