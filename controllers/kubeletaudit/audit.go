@@ -31,6 +31,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
 	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
+	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 )
 
 // DefaultConcurrency bounds the machines of one cluster audited at once: a
@@ -97,6 +98,11 @@ func (a *Auditor) Audit(ctx context.Context, cluster *ichorv1alpha1.TalosCluster
 		clk = clock.RealClock{}
 	}
 	certs := &servingcert.Reader{Roots: roots, Timeout: a.Timeout, Dial: a.Dial, Clock: clk}
+	// One identity reader for the pass: a cluster this replica does not
+	// serve keeps none between reads (NodeReaders), and each machine
+	// asking for its own would be a Secret read and a credential signed.
+	nodes := nodeReader{}
+	nodes.reader, nodes.err = a.NodeReaders.Get(ctx, cluster)
 	results := make([]Result, len(machines))
 	sem := make(chan struct{}, DefaultConcurrency)
 	var wg sync.WaitGroup
@@ -105,15 +111,22 @@ func (a *Auditor) Audit(ctx context.Context, cluster *ichorv1alpha1.TalosCluster
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			results[i] = a.machine(ctx, cluster, &machines[i], certs, clk)
+			results[i] = a.machine(ctx, &machines[i], nodes, certs, clk)
 		}()
 	}
 	wg.Wait()
 	return results, nil
 }
 
-func (a *Auditor) machine(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine, certs *servingcert.Reader, clk clock.PassiveClock) Result {
-	node := a.readNode(ctx, cluster, m)
+// nodeReader is the pass's identity reader of the cluster, or why there is
+// none.
+type nodeReader struct {
+	reader *talosnode.Reader
+	err    error
+}
+
+func (a *Auditor) machine(ctx context.Context, m *ichorv1alpha1.TalosMachine, nodes nodeReader, certs *servingcert.Reader, clk clock.PassiveClock) Result {
+	node := readNode(ctx, nodes, m)
 	cert := certs.Read(ctx, servingcert.Address(kubeletHost(m, node), a.port()))
 	now := clk.Now()
 	in := servingcert.Audit{
@@ -133,12 +146,11 @@ func (a *Auditor) machine(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 
 // readNode reads today's identity; a failure is a fact for the rule, its
 // text bounded as the certificate's are (a node's Talos API chooses it).
-func (a *Auditor) readNode(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, m *ichorv1alpha1.TalosMachine) csrinput.Node {
-	reader, err := a.NodeReaders.Get(ctx, cluster)
-	if err != nil {
-		return csrinput.Node{Error: servingcert.Clip(err.Error(), servingcert.MaxText), Addresses: []string{}}
+func readNode(ctx context.Context, nodes nodeReader, m *ichorv1alpha1.TalosMachine) csrinput.Node {
+	if nodes.err != nil {
+		return csrinput.Node{Error: servingcert.Clip(nodes.err.Error(), servingcert.MaxText), Addresses: []string{}}
 	}
-	id, err := reader.Read(ctx, m.Spec.Endpoint)
+	id, err := nodes.reader.Read(ctx, m.Spec.Endpoint)
 	if err != nil {
 		return csrinput.Node{Error: servingcert.Clip(err.Error(), servingcert.MaxText), Addresses: []string{}}
 	}

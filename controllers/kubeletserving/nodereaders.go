@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -60,8 +61,15 @@ type NodeReaders struct {
 	// longer served here) leaves no reader, and no CA key, behind, even when
 	// a caller still holds it, read before (an audit pass, a decision under
 	// way), or it was removed while its bundle was being read.
-	forgotten map[types.NamespacedName]bool
+	// Each is kept for forgottenFor at most, so that the names of clusters
+	// deleted long ago are not kept for the life of the process.
+	forgotten map[types.NamespacedName]time.Time
 }
+
+// forgottenFor is how long a forgotten cluster's readers are not kept
+// unless it is served again: far longer than any caller holds a cluster it
+// read (an audit pass, a decision).
+const forgottenFor = time.Hour
 
 // readOutcome is a machine's last identity read: when, its error ("" when it
 // was read), and since when its reads have failed without a success.
@@ -128,7 +136,7 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		return nil, fmt.Errorf("talos identity reader of cluster %s: %w", key, err)
 	}
 	c := &cachedReader{caCert: os.Crt, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef, uid: cluster.UID}
-	if n.forgotten[key] {
+	if _, ok := n.forgotten[key]; ok {
 		return c, nil
 	}
 	if n.Watch {
@@ -296,10 +304,12 @@ func (n *NodeReaders) Forget(key types.NamespacedName) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.reads, key)
+	now := time.Now()
 	if n.forgotten == nil {
-		n.forgotten = map[types.NamespacedName]bool{}
+		n.forgotten = map[types.NamespacedName]time.Time{}
 	}
-	n.forgotten[key] = true
+	maps.DeleteFunc(n.forgotten, func(_ types.NamespacedName, at time.Time) bool { return now.Sub(at) > forgottenFor })
+	n.forgotten[key] = now
 }
 
 // dropReader drops a cluster's reader and ends its watches.
