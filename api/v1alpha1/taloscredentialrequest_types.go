@@ -84,9 +84,11 @@ const (
 	// breaks a rule (for example a lifetime above the purpose's cap); the
 	// message names the rule.
 	ReasonRefused = "Refused"
-	// ReasonFailed is the reason of a False ConditionReady when the request
-	// could not be served (the cluster or its secrets bundle is missing or
-	// unreadable).
+	// ReasonFailed is the reason of a False ConditionReady when what the
+	// policy allowed could not be carried out (a binding that cannot be
+	// made, a certificate that cannot be signed); a cluster or secrets
+	// bundle that is missing or unusable is a refusal (ClusterNotFound,
+	// SecretsUnusable).
 	ReasonFailed = "Failed"
 )
 

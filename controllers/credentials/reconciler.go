@@ -57,6 +57,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
+	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
 	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/internal/talos/taloscert"
 )
@@ -359,7 +360,7 @@ func (r *Reconciler) secrets(ctx context.Context, g *gathered) (*engine.SecretsF
 		facts.Read = true
 	case errors.As(permanent(err), new(*failure)):
 		g.unusable = err
-		facts.Error = engine.Clip(err.Error(), "", engine.MaxSecretsError)
+		facts.Error = servingcert.Clip(err.Error(), engine.MaxSecretsError)
 		return facts, nil
 	default:
 		return nil, err
@@ -373,7 +374,7 @@ func (r *Reconciler) secrets(ctx context.Context, g *gathered) (*engine.SecretsF
 	bundles, err := clustersecrets.FromSecret(secret, g.cluster, r.SecretsClaims)
 	if err != nil {
 		g.unusable = err
-		facts.Error = engine.Clip(err.Error(), "", engine.MaxSecretsError)
+		facts.Error = servingcert.Clip(err.Error(), engine.MaxSecretsError)
 		return facts, nil
 	}
 	g.bundles, facts.Usable = &bundles, true
@@ -412,8 +413,11 @@ func (r *Reconciler) admission(ctx context.Context, tcr *ichorv1alpha1.TalosCred
 }
 
 // failure is an error that answers the request (Failed) rather than being
-// retried: the cluster or its secrets are missing or unusable, or the
-// decision names something this controller cannot sign.
+// retried: what the decision allowed cannot be carried out (a bundle that
+// allows what the rule would refuse: no cluster, secrets that cannot sign,
+// something this controller does not sign; a binding that cannot be made),
+// or a Secret read that retrying will not change, which the rule refuses
+// (SecretsUnusable) before it could come to this.
 type failure struct{ err error }
 
 func (f *failure) Error() string { return f.err.Error() }
