@@ -531,16 +531,7 @@ func TestTheUploadBufferIsBoundedByDefault(t *testing.T) {
 	// The entries come from a rule that costs nothing (the buffer counts
 	// entries, whatever decided them): ten thousand kubelet-serving
 	// decisions took half a minute of CPU.
-	b := policyWithProbe(t, "package ichor.probe\n\ndecision := true\n")
-	svc := &harness.LogService{}
-	svc.SetDown(true)
-	srv := httptest.NewServer(svc)
-	t.Cleanup(srv.Close)
-	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
-	require.NoError(t, err)
-	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL})
-	require.NoError(t, err)
-	t.Cleanup(func() { e.Stop(context.Background()) })
+	e, metrics := withTheServiceAway(t, policyWithProbe(t, "package ichor.probe\n\ndecision := true\n"))
 	for range engine.DefaultDecisionLogBufferEvents + 50 {
 		_, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
 		require.NoError(t, err)
@@ -554,16 +545,7 @@ func TestTheUploadBufferIsBoundedInBytes(t *testing.T) {
 	// with what no list cap reaches), while the service is away: the
 	// buffer holds 64 MiB of them, not its 10,000 entries' worth (review of
 	// 2026-12-05).
-	b := policyWithProbe(t, "package ichor.probe\n\ndecision := {\"big\": sprintf(\"%0900000d\", [0])}\n")
-	svc := &harness.LogService{}
-	svc.SetDown(true)
-	srv := httptest.NewServer(svc)
-	t.Cleanup(srv.Close)
-	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
-	require.NoError(t, err)
-	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL})
-	require.NoError(t, err)
-	t.Cleanup(func() { e.Stop(context.Background()) })
+	e, metrics := withTheServiceAway(t, policyWithProbe(t, "package ichor.probe\n\ndecision := {\"big\": sprintf(\"%0900000d\", [0])}\n"))
 	const decisions = 100
 	for range decisions {
 		_, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
@@ -574,6 +556,22 @@ func TestTheUploadBufferIsBoundedInBytes(t *testing.T) {
 	require.Eventually(t, func() bool { return metrics.UploadDropped("buffer_full") >= decisions-74-1 }, 10*time.Second, 50*time.Millisecond,
 		"the oldest entries beyond 64 MiB are dropped and counted")
 	assert.Zero(t, metrics.UploadDropped("oversized"))
+}
+
+// withTheServiceAway is an engine of bundle b uploading its decision log to
+// a service that is away, and its metrics.
+func withTheServiceAway(t *testing.T, b *bundle.Bundle) (*engine.Engine, *engine.Metrics) {
+	t.Helper()
+	svc := &harness.LogService{}
+	svc.SetDown(true)
+	srv := httptest.NewServer(svc)
+	t.Cleanup(srv.Close)
+	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	return e, metrics
 }
 
 func TestAnOversizedEntryIsCountedNotUploaded(t *testing.T) {
