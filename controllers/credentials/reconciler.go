@@ -448,8 +448,8 @@ type issued struct {
 	notAfter    time.Time
 }
 
-// issue signs what the decision names with the CAs of the Secret read for
-// it, which is parsed (and its claim checked again) only now.
+// issue signs what the decision names with the CAs read for the decision
+// (gathered.bundles), which come only from a Secret that names the cluster.
 func (r *Reconciler) issue(g gathered, d engine.CredentialIssuance, publicKey crypto.PublicKey) (issued, error) {
 	cluster := g.cluster
 	if cluster == nil {
