@@ -56,7 +56,7 @@ type NodeReaders struct {
 	// part of its Ready.
 	reads map[types.NamespacedName]map[string]readOutcome
 	// forgotten are the clusters Forget was told of since the serving
-	// reconcile last kept their machines (Keep): a reader made for one is
+	// reconcile last served them (Serving, Keep): a reader made for one is
 	// used for its read and not kept, so that a cluster removed (or no
 	// longer served here) leaves no reader, and no CA key, behind, even when
 	// a caller still holds it, read before (an audit pass, a decision under
