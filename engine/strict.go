@@ -22,42 +22,29 @@ import (
 // shadow and a replay would count as refused what the caller, which reads
 // "allowed" alone, carries out (review of 2026-12-05).
 func decodeResult(raw []byte, out any) error {
-	t := reflect.TypeOf(out)
-	if err := checkKeys(raw, t); err != nil {
-		return err
-	}
-	if err := checkActionWords(raw, t); err != nil {
+	if err := checkKeys(raw, reflect.TypeOf(out)); err != nil {
 		return err
 	}
 	return json.Unmarshal(raw, out)
 }
 
-// checkActionWords refuses a result of a type that answers "allowed" and
-// has no "action" or "status" of its own, when it carries either.
-func checkActionWords(raw json.RawMessage, t reflect.Type) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct {
-		return nil
-	}
-	fields := jsonFields(t)
+// actionWords are what Outcome reads a result's outcome from before
+// "allowed".
+var actionWords = []string{"action", "status"}
+
+// actionWord is the word of actionWords key is, in any case (as Outcome's
+// decoder matches it), when a type with fields answers "allowed" and has no
+// such field of its own; "" otherwise.
+func actionWord(key string, fields map[string]reflect.Type) string {
 	if _, ok := fields["allowed"]; !ok {
-		return nil
+		return ""
 	}
-	var object map[string]json.RawMessage
-	if json.Unmarshal(raw, &object) != nil {
-		return nil
-	}
-	for key := range object {
-		for _, word := range []string{"action", "status"} {
-			// In any case, as Outcome's decoder matches it.
-			if _, own := fields[word]; !own && strings.EqualFold(key, word) {
-				return fmt.Errorf("the result answers \"allowed\" and carries %q too, which would be read as its outcome: the result does not say what it seems to", key)
-			}
+	for _, word := range actionWords {
+		if _, own := fields[word]; !own && strings.EqualFold(key, word) {
+			return word
 		}
 	}
-	return nil
+	return ""
 }
 
 // checkKeys looks at the keys of raw's objects where t has fields, at every
@@ -74,6 +61,9 @@ func checkKeys(raw json.RawMessage, t reflect.Type) error {
 		}
 		fields := jsonFields(t)
 		for key, value := range object {
+			if actionWord(key, fields) != "" {
+				return fmt.Errorf("the result answers \"allowed\" and carries %q too, which would be read as its outcome: the result does not say what it seems to", key)
+			}
 			if field, ok := fields[key]; ok {
 				if err := checkKeys(value, field); err != nil {
 					return fmt.Errorf("%s: %w", key, err)

@@ -160,7 +160,7 @@ func (f sourceFlags) limits() (decisionlog.Limits, error) {
 func tooLarge(err error) error {
 	if errors.Is(err, decisionlog.ErrTooLarge) {
 		flag := "--max-log-bytes"
-		if strings.Contains(err.Error(), " decisions") {
+		if errors.Is(err, decisionlog.ErrTooManyDecisions) {
 			flag = "--max-log-entries"
 		}
 		return fmt.Errorf("%w (%s raises the bound)", err, flag)

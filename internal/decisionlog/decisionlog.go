@@ -189,9 +189,24 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
+// ErrTooManyDecisions is a log of more decisions than Limits.MaxEntries;
+// it is an ErrTooLarge too.
+var ErrTooManyDecisions = errors.New("more decisions than the bound")
+
 // tooMany is the error of a log of more than max decisions.
 func tooMany(max int) error {
-	return fmt.Errorf("%w: more than %d decisions", ErrTooLarge, max)
+	return tooManyDecisions(max)
+}
+
+// tooManyDecisions is ErrTooManyDecisions, saying the bound.
+type tooManyDecisions int
+
+func (max tooManyDecisions) Error() string {
+	return fmt.Sprintf("%v: more than %d decisions", ErrTooLarge, int(max))
+}
+
+func (tooManyDecisions) Is(target error) bool {
+	return target == ErrTooLarge || target == ErrTooManyDecisions
 }
 
 // ErrTooLarge is an input longer than Limits.MaxBytes after decompression.
