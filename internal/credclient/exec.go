@@ -209,15 +209,18 @@ func ExecCredential(ctx context.Context, o Request, cacheDir string, warn io.Wri
 	if err != nil {
 		return nil, fmt.Errorf("no admin credential for cluster %s: %w", o.Cluster, err)
 	}
-	certPEM := []byte(issued.answer.Status.Certificate)
-	block, _ := pem.Decode(certPEM)
-	if block == nil {
-		return nil, errors.New("the issued certificate is not PEM")
+	block, _ := pem.Decode([]byte(issued.answer.Status.Certificate))
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, errors.New("the issued certificate is not a PEM CERTIFICATE")
 	}
 	leaf, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
 		return nil, fmt.Errorf("the issued certificate does not parse: %w", err)
 	}
+	// The certificate checked, and nothing around it, is what kubectl and
+	// the cache get: whatever else the status held (text, more blocks, up
+	// to a megabyte) is neither printed nor cached.
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: block.Bytes})
 	cred := execcache.Credential(certPEM, issued.keyPEM, execcache.RenewAt(leaf))
 	if cache != nil {
 		if err := cache.Store(key, cred); err != nil {
@@ -276,7 +279,17 @@ func cacheKey(o Request, cfg *rest.Config) (execcache.Key, error) {
 		User:          user,
 		Impersonate:   string(impersonate),
 		Identity:      identityDigest(cfg),
+		TTL:           ttlKey(o.TTL),
 	}, nil
+}
+
+// ttlKey is the lifetime asked for as the cache key holds it; "" for the
+// policy's default.
+func ttlKey(ttl *time.Duration) string {
+	if ttl == nil {
+		return ""
+	}
+	return ttl.String()
 }
 
 // identityDigest is a SHA-256 of what cfg authenticates with: certificate,

@@ -27,6 +27,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,6 +69,10 @@ type Key struct {
 	// a kubeconfig user whose credential changed to another person's does
 	// not reuse the first person's admin credential.
 	Identity string `json:"identity,omitempty"`
+	// TTL is the lifetime asked for (--ttl): a kubeconfig that asks for an
+	// hour is never served the month another kubeconfig of the same
+	// context asked for.
+	TTL string `json:"ttl,omitempty"`
 }
 
 // ID is the key's name on disk: a SHA-256 of every field.
@@ -121,12 +126,58 @@ func Open(dir string) (*Cache, error) {
 	if err := ownedByUser(info); err != nil {
 		return nil, fmt.Errorf("the credential cache %s: %w", dir, err)
 	}
-	if info.Mode().Perm()&0o077 != 0 {
+	if openToOthers(info) {
 		if err := os.Chmod(dir, 0o700); err != nil { //nolint:gosec // a directory is searched: 0700 is its 0600
 			return nil, fmt.Errorf("the credential cache %s is open to others and cannot be closed: %w", dir, err)
 		}
 	}
+	removeLeftovers(dir, time.Now())
 	return &Cache{dir: dir}, nil
+}
+
+// leftoverAge is how old a temporary file of Store must be to be taken for
+// a leftover: a run killed between writing it and renaming it into place
+// (its rename takes well under a second).
+const leftoverAge = time.Minute
+
+// removeLeftovers removes the temporary files that runs killed mid-Store
+// left: each holds a private key, and nothing else would ever remove it.
+// What cannot be removed stays, as it would have.
+func removeLeftovers(dir string, now time.Time) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if !isLeftover(e.Name()) || !e.Type().IsRegular() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || now.Sub(info.ModTime()) < leftoverAge {
+			continue
+		}
+		_ = os.Remove(filepath.Join(dir, e.Name()))
+	}
+}
+
+// isLeftover tells the name of Store's temporary file: "." and the file it
+// replaces ("<id>.json"), then digits (privatefile.Write, through renameio).
+func isLeftover(name string) bool {
+	rest, ok := strings.CutPrefix(name, ".")
+	if !ok {
+		return false
+	}
+	id, digits, ok := strings.Cut(rest, ".json")
+	if !ok || len(id) != sha256.Size*2 || digits == "" {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	_, err := hex.DecodeString(id)
+	return err == nil
 }
 
 // Path is the file of k.
@@ -138,7 +189,9 @@ func (c *Cache) Path(k Key) string {
 // minutes before it expires, or a tenth of its lifetime before when that is
 // shorter, so that a credential of a few minutes is still reused.
 func RenewAt(leaf *x509.Certificate) time.Time {
-	margin := leaf.NotAfter.Sub(leaf.NotBefore) / 10
+	// A certificate that ends before it begins has no margin: it is renewed
+	// at its end, never after it.
+	margin := max(leaf.NotAfter.Sub(leaf.NotBefore)/10, 0)
 	margin = min(margin, renewBefore)
 	return leaf.NotAfter.Add(-margin)
 }
@@ -245,7 +298,7 @@ func readPrivate(path string) ([]byte, error) {
 	switch {
 	case !info.Mode().IsRegular():
 		return nil, fmt.Errorf("it is not a regular file (%s)", info.Mode().Type())
-	case info.Mode().Perm()&0o077 != 0:
+	case openToOthers(info):
 		return nil, fmt.Errorf("its mode %04o lets others read or write it", info.Mode().Perm())
 	case info.Size() > maxFileSize:
 		return nil, fmt.Errorf("it is larger than %d bytes", maxFileSize)

@@ -11,6 +11,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -129,6 +130,48 @@ func TestRenewAt(t *testing.T) {
 	} {
 		leaf := &x509.Certificate{NotBefore: start, NotAfter: start.Add(lifetime)}
 		assert.Equal(t, start.Add(lifetime-before), execcache.RenewAt(leaf), lifetime)
+	}
+	// A certificate that ends before it begins is renewed at its end, not
+	// after it.
+	backwards := &x509.Certificate{NotBefore: start.Add(time.Hour), NotAfter: start}
+	assert.Equal(t, start, execcache.RenewAt(backwards))
+}
+
+// TestOpenRemovesWritesKilledMidway: a temporary file that a run killed
+// between writing and renaming left (it holds a private key) is removed by
+// the next run once it is a minute old; one being written now, and anything
+// not of that name, are left.
+func TestOpenRemovesWritesKilledMidway(t *testing.T) {
+	c, dir := open(t)
+	cred, _ := issue(t, time.Now(), time.Hour)
+	require.NoError(t, c.Store(key, cred))
+	name := key.ID() + ".json"
+	old := time.Now().Add(-2 * time.Minute)
+	files := map[string]bool{
+		"." + name + "5577006791947779410": false, // killed mid-write: removed
+		"." + name + "8674665223082153551": true,  // being written now: kept
+		"." + name + "x123":                true,  // not a temporary name
+		".other.json123":                   true,
+		name:                               true, // the credential itself
+	}
+	for f := range files {
+		path := filepath.Join(dir, f)
+		if f != name {
+			require.NoError(t, os.WriteFile(path, []byte("key"), 0o600))
+		}
+		if f != "."+name+"8674665223082153551" {
+			require.NoError(t, os.Chtimes(path, old, old))
+		}
+	}
+	_, err := execcache.Open(dir)
+	require.NoError(t, err)
+	for f, kept := range files {
+		_, err := os.Lstat(filepath.Join(dir, f))
+		if kept {
+			assert.NoError(t, err, f)
+		} else {
+			assert.ErrorIs(t, err, os.ErrNotExist, f)
+		}
 	}
 }
 
@@ -297,7 +340,7 @@ func TestOpenChecksTheDirectory(t *testing.T) {
 // TestKeysNeverShare: a key differing in any one field is another file.
 func TestKeysNeverShare(t *testing.T) {
 	seen := map[string]string{key.ID(): "base"}
-	for name, change := range map[string]func(*execcache.Key){
+	changes := map[string]func(*execcache.Key){
 		"server":      func(k *execcache.Key) { k.Server = "https://other.example:6443" },
 		"server name": func(k *execcache.Key) { k.TLSServerName = "other" },
 		"namespace":   func(k *execcache.Key) { k.Namespace = "team-b" },
@@ -308,7 +351,12 @@ func TestKeysNeverShare(t *testing.T) {
 		"user":        func(k *execcache.Key) { k.User = "bob" },
 		"impersonate": func(k *execcache.Key) { k.Impersonate = "bob" },
 		"identity":    func(k *execcache.Key) { k.Identity = "other" },
-	} {
+		"ttl":         func(k *execcache.Key) { k.TTL = "720h0m0s" },
+	}
+	// Every field of the key is changed above: a field added to it and
+	// left out here fails.
+	require.Len(t, changes, reflect.TypeFor[execcache.Key]().NumField())
+	for name, change := range changes {
 		k := key
 		k.Kubeconfig = append([]string(nil), key.Kubeconfig...)
 		change(&k)

@@ -26,6 +26,11 @@ func openNoFollow(path string) (*os.File, error) {
 // what protect the cache.
 func ownedByUser(fs.FileInfo) error { return nil }
 
+// openToOthers is false: Windows keeps no Unix mode (Go reports every file
+// 0666, or 0444 read-only), and the file's ACL is its directory's, the
+// user's profile.
+func openToOthers(fs.FileInfo) bool { return false }
+
 // lockFile does nothing where there is no flock(2): parallel runs may each
 // ask for a credential.
 func lockFile(context.Context, string) (func(), error) { return func() {}, nil }

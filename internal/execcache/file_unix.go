@@ -38,6 +38,9 @@ func ownedByUser(info fs.FileInfo) error {
 	return nil
 }
 
+// openToOthers says whether a file's mode lets its group or others in.
+func openToOthers(info fs.FileInfo) bool { return info.Mode().Perm()&0o077 != 0 }
+
 // lockFile takes an exclusive flock(2) on path (made 0600 if absent, never
 // through a symbolic link), trying again until ctx ends.
 func lockFile(ctx context.Context, path string) (func(), error) {

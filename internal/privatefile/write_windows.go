@@ -1,16 +1,33 @@
 package privatefile
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 )
 
-// Write writes data to path, in place: renameio, which the other platforms
-// use, cannot replace a file atomically here (golang/go#22397), and its
-// maybe.WriteFile falls back to os.WriteFile too. Windows keeps no Unix
-// mode; the file's ACL is its directory's.
+// Write writes data to a temporary file beside path and renames it over
+// path (MoveFileEx, which replaces a symbolic link at path rather than
+// writing through it). renameio, which the other platforms use, does not
+// promise an atomic replace here (golang/go#22397), and neither does this:
+// a reader may, rarely, find no file, never a part of one. Windows keeps no
+// Unix mode; the file's ACL is its directory's.
 func Write(path string, data []byte) error {
-	if err := os.WriteFile(path, data, Mode); err != nil {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path))
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	_, errWrite := f.Write(data)
+	errSync := f.Sync()
+	errClose := f.Close()
+	if err := errors.Join(errWrite, errSync, errClose); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
