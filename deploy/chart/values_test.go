@@ -31,6 +31,10 @@ var badValues = map[string]string{
 	// closed the CEL string) and its objects.
 	"serviceAccount.name=x' || 'a' == 'a": "at '/serviceAccount/name'",
 	"priorityClassName=High Priority":     "at '/priorityClassName'",
+	// Names written into the pod's volumes, unquoted before.
+	"manager.bundle.configMap.name=my bundle":            "at '/manager/bundle/configMap/name'",
+	"manager.bundle.verification.configMap=Key":          "at '/manager/bundle/verification/configMap'",
+	"manager.bundle.registryCredentials.secretName=a: b": "at '/manager/bundle/registryCredentials/secretName'",
 	// Counts past what int64 holds rendered 0, the manager's default, in
 	// silence (review 26).
 	"manager.talosWatch.max=99999999999999999999": "at '/manager/talosWatch/max'",
