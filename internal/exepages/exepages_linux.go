@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -49,58 +51,62 @@ func Release() (Released, error) {
 
 type addrRange struct{ start, end uintptr }
 
+// mapping is one mapping of /proc/self/smaps, as far as Release reads it.
+type mapping struct {
+	addrRange
+	perms, dev, inode string
+	// copied is whether any of its pages was copied on write.
+	copied bool
+}
+
 // exeRanges reads the read-only mappings of the running binary from
-// /proc/self/smaps, told by the device and inode of /proc/self/exe (its path
-// there may have been replaced or deleted since it started). A mapping with a
-// page copied on write (a dynamic loader's relocations, made read-only after:
-// not in ichor's static binary, but in a build with cgo) is left out, since
-// dropping it would bring the file's bytes back in place of the copy.
+// /proc/self/smaps. The binary is told by the mapping that holds this
+// function's code, and its other segments by that mapping's device and
+// inode as smaps gives them: a stat of /proc/self/exe can name another
+// (overlayfs, before Linux 6.8, shows the layer's inode in the maps and its
+// own to stat). A mapping with a page copied on write (a dynamic loader's
+// relocations, made read-only after; a debugger's or a uprobe's breakpoint)
+// is left out, since dropping it would bring the file's bytes back in place
+// of the copy.
 func exeRanges() ([]addrRange, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/self/exe", &st); err != nil {
-		return nil, fmt.Errorf("stat the running binary: %w", err)
-	}
-	dev := fmt.Sprintf("%02x:%02x", unix.Major(st.Dev), unix.Minor(st.Dev))
-	ino := strconv.FormatUint(st.Ino, 10)
 	smaps, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		return nil, fmt.Errorf("read the process's mappings: %w", err)
 	}
-	var (
-		ranges  []addrRange
-		current *addrRange // the binary's read-only mapping being read, if any
-	)
+	var maps []mapping
 	s := bufio.NewScanner(bytes.NewReader(smaps))
 	for s.Scan() {
 		f := strings.Fields(s.Text())
-		if len(f) == 0 {
-			continue
-		}
-		if !strings.HasSuffix(f[0], ":") {
+		switch {
+		case len(f) == 0:
+		case !strings.HasSuffix(f[0], ":"):
 			// A mapping's header: start-end perms offset dev inode [path].
-			current = nil
-			if len(f) < 5 || f[3] != dev || f[4] != ino || strings.Contains(f[1], "w") {
-				continue
+			if len(f) < 5 {
+				return nil, fmt.Errorf("a mapping %q of /proc/self/smaps has no device or inode", s.Text())
 			}
 			r, err := parseRange(f[0])
 			if err != nil {
 				return nil, err
 			}
-			ranges = append(ranges, r)
-			current = &ranges[len(ranges)-1]
-			continue
-		}
-		if current != nil && f[0] == "Anonymous:" && (len(f) < 2 || f[1] != "0") {
-			// Copied on write: not the file's any more.
-			ranges = ranges[:len(ranges)-1]
-			current = nil
+			maps = append(maps, mapping{addrRange: r, perms: f[1], dev: f[3], inode: f[4]})
+		case f[0] == "Anonymous:" && len(maps) > 0:
+			maps[len(maps)-1].copied = len(f) < 2 || f[1] != "0"
 		}
 	}
 	if err := s.Err(); err != nil {
 		return nil, fmt.Errorf("read the process's mappings: %w", err)
 	}
-	if len(ranges) == 0 {
-		return nil, errors.New("no read-only mapping of the running binary in /proc/self/smaps")
+	code := reflect.ValueOf(exeRanges).Pointer()
+	i := slices.IndexFunc(maps, func(m mapping) bool { return m.start <= code && code < m.end })
+	if i < 0 || maps[i].inode == "0" {
+		return nil, errors.New("the running binary's code is in no mapping of a file in /proc/self/smaps")
+	}
+	dev, inode := maps[i].dev, maps[i].inode
+	var ranges []addrRange
+	for _, m := range maps {
+		if m.dev == dev && m.inode == inode && !strings.Contains(m.perms, "w") && !m.copied {
+			ranges = append(ranges, m.addrRange)
+		}
 	}
 	return ranges, nil
 }
