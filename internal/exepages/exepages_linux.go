@@ -36,7 +36,8 @@ func Release() (Released, error) {
 		// The range is the process's own mapping, read from its smaps: no
 		// Go memory is named, so no unsafe.Pointer is needed.
 		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, r.start, r.end-r.start, unix.MADV_DONTNEED); errno != 0 {
-			if errno == unix.EINVAL || errno == unix.ENOSYS {
+			// EPERM: a seccomp profile that refuses it.
+			if errno == unix.EINVAL || errno == unix.ENOSYS || errno == unix.EPERM {
 				return Released{}, fmt.Errorf("%w: madvise(MADV_DONTNEED): %w", ErrUnsupported, errno)
 			}
 			return Released{}, fmt.Errorf("release %#x-%#x of the binary: %w", r.start, r.end, errno)
@@ -55,8 +56,10 @@ type addrRange struct{ start, end uintptr }
 type mapping struct {
 	addrRange
 	perms, dev, inode string
-	// copied is whether any of its pages was copied on write.
-	copied bool
+	// copied is whether any of its pages was copied on write (resident,
+	// or swapped out), and counted whether smaps said so at all: a mapping
+	// it says nothing of is taken for copied.
+	copied, counted bool
 }
 
 // exeRanges reads the read-only mappings of the running binary from
@@ -67,7 +70,7 @@ type mapping struct {
 // own to stat). A mapping with a page copied on write (a dynamic loader's
 // relocations, made read-only after; a debugger's or a uprobe's breakpoint)
 // is left out, since dropping it would bring the file's bytes back in place
-// of the copy.
+// of the copy; so is one with a page swapped out, which may be such a copy.
 func exeRanges() ([]addrRange, error) {
 	smaps, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
@@ -89,8 +92,12 @@ func exeRanges() ([]addrRange, error) {
 				return nil, err
 			}
 			maps = append(maps, mapping{addrRange: r, perms: f[1], dev: f[3], inode: f[4]})
-		case f[0] == "Anonymous:" && len(maps) > 0:
-			maps[len(maps)-1].copied = len(f) < 2 || f[1] != "0"
+		case (f[0] == "Anonymous:" || f[0] == "Swap:") && len(maps) > 0:
+			// A page copied on write and then swapped out is no longer
+			// Anonymous but Swap: dropping it would throw the copy away.
+			m := &maps[len(maps)-1]
+			m.counted = m.counted || f[0] == "Anonymous:"
+			m.copied = m.copied || len(f) < 2 || f[1] != "0"
 		}
 	}
 	if err := s.Err(); err != nil {
@@ -104,7 +111,7 @@ func exeRanges() ([]addrRange, error) {
 	dev, inode := maps[i].dev, maps[i].inode
 	var ranges []addrRange
 	for _, m := range maps {
-		if m.dev == dev && m.inode == inode && !strings.Contains(m.perms, "w") && !m.copied {
+		if m.dev == dev && m.inode == inode && !strings.Contains(m.perms, "w") && m.counted && !m.copied {
 			ranges = append(ranges, m.addrRange)
 		}
 	}

@@ -2,5 +2,6 @@
 
 package exepages
 
-// Release does nothing where there is no MADV_PAGEOUT.
+// Release does nothing but on Linux, whose /proc/self/smaps tells which
+// mappings are the binary's pages unchanged.
 func Release() (Released, error) { return Released{}, ErrUnsupported }

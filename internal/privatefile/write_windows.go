@@ -10,9 +10,10 @@ import (
 // Write writes data to a temporary file beside path and renames it over
 // path (MoveFileEx, which replaces a symbolic link at path rather than
 // writing through it). renameio, which the other platforms use, does not
-// promise an atomic replace here (golang/go#22397), and neither does this:
-// a reader may, rarely, find no file, never a part of one. Windows keeps no
-// Unix mode; the file's ACL is its directory's.
+// promise an atomic replace here (golang/go#22397): the rename fails while
+// another process has path open (Go opens files without delete sharing),
+// and a reader never sees a part of a file. Windows keeps no Unix mode; the
+// file's ACL is its directory's.
 func Write(path string, data []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path))
 	if err != nil {
