@@ -139,14 +139,6 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 	_, err = kubelet.WaitForCertificate(waitCtx)
 	require.NoError(t, err, "the kubelet serving approver did not approve with the chart's rights")
 
-	// Its caches synced, the manager gave back the pages only its start
-	// used, and decided on with the pages it needs mapped again.
-	require.Eventually(t, func() bool {
-		data, err := os.ReadFile(managerLog)
-		require.NoError(t, err)
-		return strings.Contains(string(data), `"msg":"gave back the binary's start-up pages"`)
-	}, 30*time.Second, 100*time.Millisecond, "the manager did not give back its start-up pages")
-
 	// The node renews its own client certificate: the client approver, with
 	// the approve right the chart grants it because it is on.
 	require.NoError(t, env.Client.Create(ctx, &rbacv1.ClusterRole{

@@ -389,3 +389,35 @@ func TestAnOlderSignedBundleIsRefusedAcrossARestart(t *testing.T) {
 	}
 	assert.Contains(t, readLog(t, again), fmt.Sprintf("below %d, the highest epoch activated in this cluster", newer))
 }
+
+// Once its caches are synced, the manager process gives back the pages of
+// its binary that only its start used (they are most of what it holds of
+// the binary), and goes on deciding with what it needs mapped again: a
+// request made after that is approved.
+func TestAManagerGivesBackItsStartPagesAndDecidesOn(t *testing.T) {
+	f := newFixture(t)
+	f.node("paged", "10.43.0.2")
+	m := f.manager("manager", nil)
+	var released struct {
+		Before int64 `json:"residentFileMiBBefore"`
+		After  int64 `json:"residentFileMiBAfter"`
+	}
+	require.Eventually(t, func() bool {
+		data, err := os.ReadFile(m.Log)
+		require.NoError(t, err)
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if strings.Contains(line, `"msg":"gave back the binary's start-up pages"`) {
+				require.NoError(t, json.Unmarshal([]byte(line), &released), line)
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 100*time.Millisecond, "the manager did not give back its start-up pages")
+	t.Logf("the binary's resident pages: %d MiB before, %d MiB after", released.Before, released.After)
+	assert.Greater(t, released.Before, int64(20), "an ichor binary's start maps tens of MiB of it")
+	assert.Less(t, released.After, released.Before/2)
+
+	name := f.submit("paged", "10.43.0.2", nil)
+	waitDecided(f.ctx, t, []string{name}, 30*time.Second)
+	assert.Equal(t, certificatesv1.CertificateApproved, decisions(f.ctx, t, []string{name})[name][0].Type)
+}
