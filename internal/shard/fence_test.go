@@ -440,3 +440,55 @@ func TestShardAHoldTakenBackFromItselfRecordsWhatTheDroppedOneLeft(t *testing.T)
 	require.Eventually(t, func() bool { _, ok := a.Fence(uid); return ok }, 20*time.Second, 50*time.Millisecond, "not taken back")
 	assert.True(t, stamped.Equal(a.UnsettledSince(0)), "the hold taken back records from %s, want the dropped one's act %s", a.UnsettledSince(0), stamped)
 }
+
+// A membership Lease deleted (someone "resetting" the sharding) or made to
+// name another holder is a change of that replica's membership, not its
+// death: its shards are taken from it only once its membership Lease has
+// stayed so for the lease duration. After the delete a makes its Lease
+// again at its next renewal and keeps its shards (before the fix b took
+// them at once); after the rename a cannot renew until the renamed Lease
+// expires, gives its shards up, and takes them back. No shard is ever held
+// by both, and each is held once at the end.
+func TestShardAMembershipLeaseDeletedOrRenamedIsNoDeath(t *testing.T) {
+	cs := leaseEnv(t)
+	const shards = 8
+	a := startReplica(t, cs, "a", shards)
+	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond)
+	b := startReplica(t, cs, "b", shards)
+	both := []string{"a", "b"}
+	require.Eventually(t, func() bool { return servedOnce(shards, a, b) && len(a.Held()) > 0 && len(b.Held()) > 0 },
+		20*time.Second, 50*time.Millisecond, "a holds %v, b holds %v", a.Held(), b.Held())
+
+	leases := cs.CoordinationV1().Leases(leaseNamespace)
+	name := shard.MemberLeaseName("a")
+	for _, change := range []string{"deleted", "renamed"} {
+		if change == "deleted" {
+			require.NoError(t, leases.Delete(t.Context(), name, metav1.DeleteOptions{}))
+		} else {
+			l, err := leases.Get(t.Context(), name, metav1.GetOptions{})
+			require.NoError(t, err)
+			l.Spec.HolderIdentity = ptrTo("x")
+			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+			_, err = leases.Update(t.Context(), l, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}
+		deadline := time.Now().Add(3 * 3 * time.Second)
+		for time.Now().Before(deadline) {
+			held := map[int]bool{}
+			for _, s := range a.Held() {
+				held[s] = true
+			}
+			for _, s := range b.Held() {
+				require.False(t, held[s], "%s: shard %d held by a and b at once", change, s)
+				if change == "deleted" {
+					require.Equal(t, "b", shard.Owner(both, s), "b took shard %d from a, whose membership Lease was only deleted", s)
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.Eventually(t, func() bool { return servedOnce(shards, a, b) }, 20*time.Second, 50*time.Millisecond,
+			"%s: a holds %v, b holds %v", change, a.Held(), b.Held())
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -21,7 +21,8 @@
 // taken its shards again), and no live replica announces another shard
 // count. A replica takes a shard from a holder it judges gone only once a
 // read of that holder's membership from the API server (not the cache)
-// shows it unrenewed since seen a lease duration ago. The approver acts
+// shows it unrenewed since seen a lease duration ago (a Lease deleted, or
+// naming another holder, is such a change too). The approver acts
 // under a Fence: its context ends when the shard goes, and each write
 // re-checks all this just before it is sent (docs/architecture.md,
 // "Sharding", says what is left: a write already on the wire).
@@ -38,6 +39,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -239,6 +241,8 @@ type written struct {
 }
 
 type observation struct {
+	// resourceVersion is "" for a Lease seen gone (deleted, or absent from
+	// a read of the API server).
 	resourceVersion string
 	at              time.Time
 }
@@ -691,17 +695,50 @@ func (s *Set) note(l *coordinationv1.Lease, now time.Time) {
 	}
 }
 
-// forget drops what was seen of a deleted Lease.
+// forget notes a deleted Lease as a change, not as the end of what was
+// seen of it: a membership Lease deleted while its replica runs is made
+// again at its next renewal, and the replica is not gone meanwhile.
 func (s *Set) forget(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
 	if l, ok := obj.(*coordinationv1.Lease); ok {
-		s.mu.Lock()
-		delete(s.seen, l.Name)
-		s.mu.Unlock()
+		s.noteGone(l.Name, s.o.Clock.Now())
 	}
 	s.poke()
+}
+
+// noteGone notes that the Lease name is gone, if it was not already.
+func (s *Set) noteGone(name string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o, ok := s.seen[name]; !ok || o.resourceVersion != "" {
+		s.seen[name] = observation{at: now}
+	}
+}
+
+// membershipQuiet says whether holder's membership Lease shows no change
+// within the lease duration: present, renamed or gone, it stayed so. A
+// holder whose Lease is not live is taken from only then (review of issue
+// 24, sharding: a deleted or renamed membership Lease made its replica's
+// shards taken at once while it still served them). Gone entries older
+// than the lease duration are pruned here, so deleted Leases of any name
+// leave nothing behind.
+func (s *Set) membershipQuiet(holder string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, o := range s.seen {
+		if o.resourceVersion == "" && now.Sub(o.at) >= s.o.LeaseDuration && name != MemberLeaseName(holder) {
+			delete(s.seen, name)
+		}
+	}
+	o, ok := s.seen[MemberLeaseName(holder)]
+	if !ok {
+		// Never seen, present or gone: its state is noted from now.
+		s.seen[MemberLeaseName(holder)] = observation{at: now}
+		return false
+	}
+	return now.Sub(o.at) >= s.o.LeaseDuration
 }
 
 // view is who is live, as this replica judges it: the replicas whose
@@ -769,6 +806,7 @@ func (s *Set) verified(ctx context.Context) (view, error) {
 	// latency (review of ee75044).
 	now := s.o.Clock.Now()
 	members := make([]*coordinationv1.Lease, 0, len(list.Items))
+	listed := map[string]bool{}
 	for i := range list.Items {
 		l := &list.Items[i]
 		if l.Labels[LabelRole] != roleMember {
@@ -776,6 +814,20 @@ func (s *Set) verified(ctx context.Context) (view, error) {
 		}
 		s.note(l, now)
 		members = append(members, l)
+		listed[l.Name] = true
+	}
+	// A membership Lease this replica saw and the read does not show is
+	// gone since now at the latest (its watch has not said so yet).
+	s.mu.Lock()
+	var gone []string
+	for name, o := range s.seen {
+		if strings.HasPrefix(name, MemberLeasePrefix) && o.resourceVersion != "" && !listed[name] {
+			gone = append(gone, name)
+		}
+	}
+	s.mu.Unlock()
+	for _, name := range gone {
+		s.noteGone(name, now)
 	}
 	return s.live(now, members)
 }
@@ -837,7 +889,8 @@ func (s *Set) tick(ctx context.Context) {
 			if s.setMismatch(checked.mismatch) {
 				return
 			}
-			if Owner(checked.live, shard) == s.o.Identity && (holder == "" || holder == s.o.Identity || !checked.isLive[holder]) {
+			if Owner(checked.live, shard) == s.o.Identity && (holder == "" || holder == s.o.Identity ||
+				!checked.isLive[holder] && s.membershipQuiet(holder, s.o.Clock.Now())) {
 				s.take(ctx, shard, lease, holder)
 			}
 		case !held && !mine && holder == s.o.Identity:
