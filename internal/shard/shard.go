@@ -60,7 +60,7 @@ import (
 )
 
 // Labels of the Leases this package writes; the replicas watch their own
-// namespace's Leases with LabelRole only.
+// namespace's Leases whose LabelRole is one of the two roles only.
 const (
 	// LabelRole is "member" on a membership Lease and "shard" on a shard's.
 	LabelRole = "ichor.dev/shard-role"
@@ -500,7 +500,11 @@ func (s *Set) Start(ctx context.Context) error {
 	s.base = context.WithoutCancel(ctx)
 	factory := informers.NewSharedInformerFactoryWithOptions(s.o.Client, 0,
 		informers.WithNamespace(s.o.Namespace),
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = LabelRole }))
+		// The two roles only: a Lease that merely has the label is not
+		// cached, nor tracked.
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.LabelSelector = LabelRole + " in (" + roleMember + "," + roleShard + ")"
+		}))
 	leases := factory.Coordination().V1().Leases()
 	if _, err := leases.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { s.observe(obj) },
@@ -790,13 +794,25 @@ func (s *Set) live(now time.Time, members []*coordinationv1.Lease) (view, error)
 	return v, nil
 }
 
+// call bounds one request of a hand-over by the renew deadline: on a
+// connection that hangs, a take or release waits no longer than a renewal
+// would, and the shards after it in the look are not held up for the tens
+// of seconds HTTP/2's health check takes to close it. A take whose answer
+// is lost so is read back at the next look (the Lease names this replica,
+// or not).
+func (s *Set) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.o.RenewDeadline)
+}
+
 // verified is who is live, judged on the membership Leases read from the
 // API server (a quorum read, not the cache): a replica this replica's watch
 // has not seen renewed within the lease duration may have been renewed
 // all the same (the watch lags, or this replica was paused). A replica is
 // gone only if its Lease is still the one seen a lease duration ago.
 func (s *Set) verified(ctx context.Context) (view, error) {
-	list, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelRole + "=" + roleMember})
+	callCtx, cancel := s.call(ctx)
+	defer cancel()
+	list, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).List(callCtx, metav1.ListOptions{LabelSelector: LabelRole + "=" + roleMember})
 	if err != nil {
 		return view{}, fmt.Errorf("read the membership Leases: %w", err)
 	}
@@ -970,6 +986,8 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		RenewTime:            &now,
 	}
 	leases := s.o.Client.CoordinationV1().Leases(s.o.Namespace)
+	ctx, cancel := s.call(ctx)
+	defer cancel()
 	var (
 		err      error
 		result   *coordinationv1.Lease
@@ -1148,7 +1166,9 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 		}
 		updated.Annotations[key] = value
 	}
-	result, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Update(ctx, updated, metav1.UpdateOptions{})
+	callCtx, cancel := s.call(ctx)
+	defer cancel()
+	result, err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Update(callCtx, updated, metav1.UpdateOptions{})
 	if err != nil {
 		if !apierrors.IsConflict(err) {
 			// Not named free: tick tries again while it names this
