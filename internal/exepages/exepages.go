@@ -6,10 +6,11 @@
 // machinery's tables), spread across the whole binary; with the kernel's
 // fault-around, each first touch maps 64 KiB of it. An idle `ichor` holds
 // about 65 MiB of its 150 MB binary resident that way, most of which it never
-// reads again, and which counts in its resident set. Release drops the process's mappings of those pages (they are
-// clean copies of the file, so nothing is lost or written): what the manager
-// uses afterwards is mapped again from the page cache at its next touch, and
-// what it does not use stays out.
+// reads again, and which counts in its resident set. Release drops the
+// process's mappings of those pages (they are clean copies of the file, so
+// nothing is lost or written): what the manager uses afterwards is mapped
+// again from the page cache at its next touch, and what it does not use
+// stays out.
 package exepages
 
 import "errors"
