@@ -564,13 +564,21 @@ func withTheServiceAway(t *testing.T, b *bundle.Bundle) (*engine.Engine, *engine
 	t.Helper()
 	svc := &harness.LogService{}
 	svc.SetDown(true)
+	e, metrics := uploadingTo(t, b, svc)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	return e, metrics
+}
+
+// uploadingTo is an engine of bundle b uploading its decision log to svc,
+// and its metrics; the caller stops it.
+func uploadingTo(t *testing.T, b *bundle.Bundle, svc *harness.LogService) (*engine.Engine, *engine.Metrics) {
+	t.Helper()
 	srv := httptest.NewServer(svc)
 	t.Cleanup(srv.Close)
 	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
 	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL})
 	require.NoError(t, err)
-	t.Cleanup(func() { e.Stop(context.Background()) })
 	return e, metrics
 }
 
@@ -581,13 +589,8 @@ func TestAnOversizedEntryIsCountedNotUploaded(t *testing.T) {
 decision := {"big": concat("", [x | some _ in numbers.range(1, 1200000); x := "z"])}
 `)
 	svc := &harness.LogService{}
-	srv := httptest.NewServer(svc)
-	t.Cleanup(srv.Close)
-	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
-	require.NoError(t, err)
-	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL})
-	require.NoError(t, err)
-	_, err = e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
+	e, metrics := uploadingTo(t, b, svc)
+	_, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
 	require.NoError(t, err)
 	_, err = e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
 	require.NoError(t, err)
