@@ -37,6 +37,14 @@ func leaseEnv(t *testing.T) kubernetes.Interface {
 // startReplica runs a replica's Set until the test ends.
 func startReplica(t *testing.T, cs kubernetes.Interface, id string, shards int) *shard.Set {
 	t.Helper()
+	s, _ := startStoppable(t, cs, id, shards)
+	return s
+}
+
+// startStoppable runs a replica's Set until stop (which waits for it to
+// have stopped) or the test's end.
+func startStoppable(t *testing.T, cs kubernetes.Interface, id string, shards int) (*shard.Set, func()) {
+	t.Helper()
 	s, err := shard.New(shard.Options{Client: cs, Namespace: leaseNamespace, Identity: id, Shards: shards,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
 		Log: testr.New(t).WithName(id)})
@@ -44,8 +52,9 @@ func startReplica(t *testing.T, cs kubernetes.Interface, id string, shards int) 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = s.Start(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return s
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return s, stop
 }
 
 // servedOnce reports whether every shard is held by exactly one of sets.
@@ -107,7 +116,7 @@ func TestShardAForgedMemberIsLiveNoLongerThanTheLeaseDuration(t *testing.T) {
 		"the only replica holds %v of %d shards", a.Held(), shards)
 }
 
-// failingLeases fails the Lease updates fail says to.
+// failingLeases fails the Lease writes (creates and updates) fail says to.
 type failingLeases struct {
 	kubernetes.Interface
 	fail func(*coordinationv1.Lease) error
@@ -129,6 +138,13 @@ func (c failingCoordination) Leases(namespace string) coordinationv1client.Lease
 type failingLeaseClient struct {
 	coordinationv1client.LeaseInterface
 	fail func(*coordinationv1.Lease) error
+}
+
+func (l failingLeaseClient) Create(ctx context.Context, lease *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	if err := l.fail(lease); err != nil {
+		return nil, err
+	}
+	return l.LeaseInterface.Create(ctx, lease, opts)
 }
 
 func (l failingLeaseClient) Update(ctx context.Context, lease *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {

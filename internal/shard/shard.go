@@ -2,8 +2,10 @@
 // Kubernetes' own coordination, coordination.k8s.io Leases:
 //
 //   - each replica holds a membership Lease of its own, renewed by client-go's
-//     leader elector (a lock nobody else contends for): a replica is live
-//     while that Lease is seen renewed within its lease duration;
+//     leader elector (a lock only another process given the same identity
+//     contends for: the holder carries a nonce of the process, so that
+//     such a process stands by): a replica is live while that Lease is seen
+//     renewed within its lease duration;
 //   - a cluster belongs to shard hash(UID) mod N, and shard s is meant for the
 //     live replica that rendezvous hashing (highest random weight) picks for
 //     s: when a replica comes or goes only the shards it wins or held move;
@@ -30,6 +32,7 @@ package shard
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -137,6 +140,9 @@ type Set struct {
 	o      Options
 	lister coordinationlisters.LeaseNamespaceLister
 	kick   chan struct{}
+	// process is the holder this process writes on its membership Lease:
+	// the identity and a nonce of this process's own (processHolder).
+	process string
 
 	// base is the context the holds' contexts derive from: Start's values,
 	// not its end. A hold ends when it is dropped or released, and Start
@@ -149,6 +155,9 @@ type Set struct {
 	mu sync.Mutex
 	// member is whether this replica's membership Lease is renewed.
 	member bool
+	// adoptedAt is when this process took its membership from a Lease
+	// that named nobody, or from none (adopted).
+	adoptedAt time.Time
 	// lapseTimer gives up every shard at the renew deadline after the last
 	// renewal (armLapse).
 	lapseTimer *time.Timer
@@ -279,7 +288,11 @@ func New(o Options) (*Set, error) {
 	if o.OnCountMismatch == nil {
 		o.OnCountMismatch = func(map[string]string) {}
 	}
-	return &Set{o: o, base: context.Background(), kick: make(chan struct{}, 1), held: map[int]*hold{}, settled: map[int]time.Time{}, unsettledSince: map[int]time.Time{}, releasedSettled: map[int]releaseNote{}, given: map[int]*hold{},
+	process, err := processHolder(o.Identity)
+	if err != nil {
+		return nil, err
+	}
+	return &Set{o: o, process: process, base: context.Background(), kick: make(chan struct{}, 1), held: map[int]*hold{}, settled: map[int]time.Time{}, unsettledSince: map[int]time.Time{}, releasedSettled: map[int]releaseNote{}, given: map[int]*hold{},
 		seen: map[string]observation{}, wrote: map[int]written{}}, nil
 }
 
@@ -554,14 +567,8 @@ func (s *Set) Start(ctx context.Context) error {
 // elector is client-go's leader elector on this replica's membership Lease,
 // released when the replica stops.
 func (s *Set) elector() (*leaderelection.LeaderElector, error) {
-	lock := &renewals{Interface: &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: s.o.Namespace, Name: MemberLeaseName(s.o.Identity)},
-		Client:     s.o.Client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: s.o.Identity},
-		Labels:     map[string]string{LabelRole: roleMember, LabelShards: strconv.Itoa(s.o.Shards)},
-	}, s: s}
 	e, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
+		Lock:            s.membershipLock(),
 		LeaseDuration:   s.o.LeaseDuration,
 		RenewDeadline:   s.o.RenewDeadline,
 		RetryPeriod:     s.o.RetryPeriod,
@@ -570,6 +577,12 @@ func (s *Set) elector() (*leaderelection.LeaderElector, error) {
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(context.Context) { s.setMember(true) },
 			OnStoppedLeading: func() { s.setMember(false) },
+			OnNewLeader: func(holder string) {
+				if holder != s.process && replicaOf(holder) == s.o.Identity {
+					s.o.Log.Info("another process holds this replica's membership: this one serves nothing until that membership lapses or is given up",
+						"identity", s.o.Identity, "holder", holder, "process", s.process)
+				}
+			},
 		},
 	})
 	if err != nil {
@@ -578,11 +591,51 @@ func (s *Set) elector() (*leaderelection.LeaderElector, error) {
 	return e, nil
 }
 
+// membershipLock is this replica's membership Lease as its elector's lock.
+func (s *Set) membershipLock() *renewals {
+	return &renewals{Interface: &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: s.o.Namespace, Name: MemberLeaseName(s.o.Identity)},
+		Client:     s.o.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: s.process},
+		Labels:     map[string]string{LabelRole: roleMember, LabelShards: strconv.Itoa(s.o.Shards)},
+	}, s: s}
+}
+
 // renewals is the membership's lock as the elector uses it, noting when
-// each renewal that succeeded was sent.
+// each renewal that succeeded was sent, and which process the Lease named
+// when the elector last read it.
 type renewals struct {
 	resourcelock.Interface
 	s *Set
+
+	mu sync.Mutex
+	// seen is the holder the Lease named at the elector's last read, or
+	// this process's after its last write; read is false when that read
+	// failed (nothing is known).
+	seen string
+	read bool
+}
+
+// Get reads the membership Lease as the elector does, noting its holder.
+// A duration shorter than the configured one is read as the configured
+// one: a process standing by under this identity judges the member's Lease
+// as the other replicas do, never by a shorter duration someone wrote.
+func (r *renewals) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	record, raw, err := r.Interface.Get(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case err == nil:
+		r.seen, r.read = record.HolderIdentity, true
+		if configured := int(r.s.o.LeaseDuration / time.Second); record.LeaseDurationSeconds < configured {
+			record.LeaseDurationSeconds = configured
+		}
+	case apierrors.IsNotFound(err):
+		r.seen, r.read = "", true
+	default:
+		r.seen, r.read = "", false
+	}
+	return record, raw, err
 }
 
 func (r *renewals) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
@@ -601,13 +654,37 @@ func (r *renewals) Update(ctx context.Context, ler resourcelock.LeaderElectionRe
 // every shard is given up first: the replica takes them again only through
 // their Leases, as any other would.
 func (r *renewals) renew(ler resourcelock.LeaderElectionRecord, write func() error) error {
-	if ler.HolderIdentity != r.s.o.Identity {
-		return write() // the release
+	r.mu.Lock()
+	seen, read := r.seen, r.read
+	r.mu.Unlock()
+	if ler.HolderIdentity != r.s.process {
+		// The release. client-go's elector releases after a renewal that
+		// failed too, on the Lease as it reads it then, but judges whether
+		// it holds it by what it read before: it would name nobody on a
+		// Lease another process of this identity has since taken, and then
+		// take it back at once while the other serves. Only a Lease read
+		// naming this process is released.
+		if !read || seen != r.s.process {
+			r.s.o.Log.V(1).Info("membership not released: the Lease names another process", "holder", seen)
+			return nil
+		}
+		return write()
 	}
 	sent := r.s.o.Clock.Now()
 	r.s.lapse(sent)
 	if err := write(); err != nil {
 		return err
+	}
+	r.mu.Lock()
+	r.seen, r.read = r.s.process, true
+	r.mu.Unlock()
+	if !read || seen == "" {
+		// Taken without having seen a holder's renewals lapse (the elector
+		// takes a Lease that names someone only once it has seen it
+		// unrenewed for the lease duration): the Lease was deleted or named
+		// nobody. Another process of this identity may still serve the
+		// shards naming it until its renew deadline.
+		r.s.adopted(sent)
 	}
 	r.s.lapse(r.s.o.Clock.Now())
 	r.s.mu.Lock()
@@ -642,6 +719,25 @@ func (s *Set) lapse(now time.Time) {
 		s.o.Log.Info("membership renewal older than the renew deadline: every shard given up", "identity", s.o.Identity)
 		s.dropAll("unrenewed")
 	}
+}
+
+// adopted notes a membership taken at sent from a Lease that named nobody
+// (or none): the shards naming this identity are taken only a lease
+// duration after it (adoptedRecently), by when any other process of this
+// identity has ceased to serve them.
+func (s *Set) adopted(sent time.Time) {
+	s.mu.Lock()
+	s.adoptedAt = sent
+	s.mu.Unlock()
+	s.o.Log.V(1).Info("membership taken from a Lease that named nobody: the shards naming this replica are taken after a lease duration", "identity", s.o.Identity)
+}
+
+// adoptedRecently says whether the membership was adopted within the lease
+// duration before now.
+func (s *Set) adoptedRecently(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.adoptedAt.IsZero() && now.Sub(s.adoptedAt) < s.o.LeaseDuration
 }
 
 func (s *Set) setMember(member bool) {
@@ -769,7 +865,7 @@ func (s *Set) live(now time.Time, members []*coordinationv1.Lease) (view, error)
 	v := view{isLive: map[string]bool{}, mismatch: map[string]string{}}
 	mine := strconv.Itoa(s.o.Shards)
 	for _, l := range members {
-		holder := ptr.Deref(l.Spec.HolderIdentity, "")
+		holder := replicaOf(ptr.Deref(l.Spec.HolderIdentity, ""))
 		if holder == "" || holder == s.o.Identity || MemberLeaseName(holder) != l.Name {
 			continue
 		}
@@ -888,7 +984,7 @@ func (s *Set) tick(ctx context.Context) {
 			s.drop(shard, "taken")
 		case held && !mine:
 			s.release(ctx, shard, lease)
-		case !held && mine && (holder == "" || holder == s.o.Identity || !v.isLive[holder]):
+		case !held && mine && (holder == "" || holder == s.o.Identity && !s.adoptedRecently(now) || !v.isLive[holder]):
 			// The view from the API server, read for each take and after
 			// the shard's Lease was read: the holder this replica's watch
 			// saw unrenewed may have been renewed (review 4, S1), and a
@@ -905,8 +1001,10 @@ func (s *Set) tick(ctx context.Context) {
 			if s.setMismatch(checked.mismatch) {
 				return
 			}
-			if Owner(checked.live, shard) == s.o.Identity && (holder == "" || holder == s.o.Identity ||
-				!checked.isLive[holder] && s.membershipQuiet(holder, s.o.Clock.Now())) {
+			checkedAt := s.o.Clock.Now()
+			if Owner(checked.live, shard) == s.o.Identity && (holder == "" ||
+				holder == s.o.Identity && !s.adoptedRecently(checkedAt) ||
+				!checked.isLive[holder] && s.membershipQuiet(holder, checkedAt)) {
 				s.take(ctx, shard, lease, holder)
 			}
 		case !held && !mine && holder == s.o.Identity:
@@ -1043,8 +1141,10 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 			unsettled = time.Time{}
 		}
 		if gone := s.given[shard]; gone != nil && previous == s.o.Identity {
-			// Taken back from itself, the Lease unwritten since this
-			// replica gave it up (dropped, or its release's write failed):
+			// Taken back from itself, the Lease naming this replica since
+			// this process gave it up (dropped, or its release's write
+			// failed; another process of this identity may have held it
+			// meanwhile, and then the look back covers its verdicts too):
 			// what that hold left unsettled is this one's to record.
 			if at := earliestLocked(gone, false); !at.IsZero() && (unsettled.IsZero() || at.Before(unsettled)) {
 				unsettled = at
@@ -1286,6 +1386,39 @@ func Owner(live []string, shard int) string {
 		}
 	}
 	return best
+}
+
+// processHolder is the holder a process of the replica identity writes on
+// its membership Lease: the identity, '#' and a random nonce of 16 hex
+// digits. client-go's elector takes a Lease naming its own identity as its
+// own, so two processes given one identity (a --shard-identity given twice;
+// a StatefulSet's Pod made again while the process of the one
+// force-deleted still runs on a node cut off) were both members and both
+// served every shard of the replica's. With the nonce they are two
+// candidates for one membership: one serves, the other stands by until the
+// first's membership lapses or is given up. A process restarted under its
+// identity waits for the last one's membership to lapse (a lease duration)
+// unless that one gave it up when it stopped.
+func processHolder(identity string) (string, error) {
+	var nonce [8]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return "", fmt.Errorf("shard: the membership's nonce: %w", err)
+	}
+	return identity + "#" + hex.EncodeToString(nonce[:]), nil
+}
+
+// replicaOf is the replica identity a membership Lease's holder names: a
+// process's holder without its nonce, or the holder as it is (a replica of
+// a version that wrote its identity alone).
+func replicaOf(holder string) string {
+	i := strings.LastIndexByte(holder, '#')
+	if i < 0 || len(holder)-i-1 != 16 {
+		return holder
+	}
+	if _, err := hex.DecodeString(holder[i+1:]); err != nil {
+		return holder
+	}
+	return holder[:i]
 }
 
 // MemberLeaseName is the name of a replica's membership Lease: a digest of

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 )
@@ -52,4 +53,67 @@ func TestAMembershipReadIsNotedWhenItsAnswerCame(t *testing.T) {
 	v, err = s.live(clock.Now(), []*coordinationv1.Lease{member})
 	require.NoError(t, err)
 	require.False(t, v.isLive["b"])
+}
+
+// A membership holder read back names the replica: a process's holder
+// without its nonce, a holder of a version without one as it is, and
+// nothing that merely looks like a nonce is cut.
+func TestAMembershipHolderNamesItsReplica(t *testing.T) {
+	process, err := processHolder("ichor-policy-7d9c-x")
+	require.NoError(t, err)
+	require.Regexp(t, `^ichor-policy-7d9c-x#[0-9a-f]{16}$`, process)
+	other, err := processHolder("ichor-policy-7d9c-x")
+	require.NoError(t, err)
+	require.NotEqual(t, process, other, "two processes of one replica wrote the same holder")
+	for holder, replica := range map[string]string{
+		process:                "ichor-policy-7d9c-x",
+		"a#b#0123456789abcdef": "a#b",
+		"ichor-policy-7d9c-x":  "ichor-policy-7d9c-x",
+		"a#0123456789abcde":    "a#0123456789abcde",
+		"a#0123456789abcdeg":   "a#0123456789abcdeg",
+		"#0123456789abcdef":    "",
+		"a#0123456789abcdef0":  "a#0123456789abcdef0",
+		"":                     "",
+	} {
+		require.Equal(t, replica, replicaOf(holder), "holder %q", holder)
+	}
+}
+
+// client-go's elector, releasing after a renewal that failed, writes
+// "nobody" on the membership Lease as it reads it then, whoever that names:
+// the lock writes it only when the Lease names this process. And a
+// duration shorter than the configured one, as the Lease says it, is read
+// as the configured one.
+func TestTheMembershipIsReleasedOnlyWhenItNamesThisProcess(t *testing.T) {
+	client := fake.NewClientset()
+	s, err := New(Options{Client: client, Namespace: "ichor-system", Identity: "a", Shards: 4,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond})
+	require.NoError(t, err)
+	other, err := processHolder("a")
+	require.NoError(t, err)
+	leases := client.CoordinationV1().Leases("ichor-system")
+	_, err = leases.Create(t.Context(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: MemberLeaseName("a"), Namespace: "ichor-system"},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(other), LeaseDurationSeconds: ptr.To[int32](1)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	lock := s.membershipLock()
+	record, _, err := lock.Get(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, 3, record.LeaseDurationSeconds, "the Lease's own duration of 1s was taken")
+	require.NoError(t, lock.Update(t.Context(), resourcelock.LeaderElectionRecord{}))
+	l, err := leases.Get(t.Context(), MemberLeaseName("a"), metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, other, ptr.Deref(l.Spec.HolderIdentity, ""), "another process's membership was released")
+
+	l.Spec.HolderIdentity = ptr.To(s.process)
+	_, err = leases.Update(t.Context(), l, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	_, _, err = lock.Get(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, lock.Update(t.Context(), resourcelock.LeaderElectionRecord{}))
+	l, err = leases.Get(t.Context(), MemberLeaseName("a"), metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Empty(t, ptr.Deref(l.Spec.HolderIdentity, ""), "this process's membership was not released")
 }
