@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/ichor-dev/ichor-policy/internal/shard"
@@ -76,18 +77,20 @@ func TestShardTwoProcessesUnderOneIdentityNeverServeTogether(t *testing.T) {
 }
 
 // A membership Lease deleted (or made to name nobody) while two processes
-// of its identity run: the one that makes it again takes the shards naming
-// the identity only a lease duration later, by when the other has ceased to
-// serve them. Before, it took them at once, while the other served them
-// until its renew deadline. In each round the member cannot write until
-// the other has made the Lease again.
+// of its identity run: the one that makes it again takes no shard until a
+// lease duration later, by when the other has ceased to serve them. Before,
+// it took those naming the identity at once, while the other served them
+// until its renew deadline; and had it taken one naming nobody, the other
+// would have taken that back as its own. In each round the member cannot
+// write its membership until the other has made it again, and a shard's
+// Lease is made to name nobody then.
 func TestShardTwoProcessesUnderOneIdentityOutliveTheirMembershipsDeletion(t *testing.T) {
 	real := leaseEnv(t)
 	const shards = 8
 	cuttable := func(cut *atomic.Bool) kubernetes.Interface {
 		return &failingLeases{Interface: real, fail: func(l *coordinationv1.Lease) error {
-			if cut.Load() {
-				return errors.New("injected: the member's writes are held up")
+			if cut.Load() && l.Name == shard.MemberLeaseName("a") {
+				return errors.New("injected: the member's renewals are held up")
 			}
 			return nil
 		}}
@@ -122,6 +125,18 @@ func TestShardTwoProcessesUnderOneIdentityOutliveTheirMembershipsDeletion(t *tes
 			l, err := leases.Get(t.Context(), before.Name, metav1.GetOptions{})
 			return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != ""
 		}, 20*time.Second, 10*time.Millisecond, "round %d: the process standing by did not make the membership again", round)
+		// The other process is the member now, the one before still serving
+		// until its renew deadline: a shard named nobody is for neither to
+		// take yet.
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			l, err := leases.Get(t.Context(), shard.ShardLeaseName(shards, round), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			l.Spec.HolderIdentity = ptr.To("")
+			_, err = leases.Update(t.Context(), l, metav1.UpdateOptions{})
+			return err
+		}))
 		member.Store(false)
 		// Settled: one process serves every shard, and both have had the
 		// time to act on the change (a lease duration and a renew

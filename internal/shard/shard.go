@@ -609,11 +609,15 @@ type renewals struct {
 	s *Set
 
 	mu sync.Mutex
-	// seen is the holder the Lease named at the elector's last read, or
-	// this process's after its last write; read is false when that read
-	// failed (nothing is known).
+	// seen is the holder the Lease named at the elector's last read that
+	// answered ("" for none, or no Lease), or this process's after its last
+	// write. The elector reads before any write but its renewals.
 	seen string
-	read bool
+	// adopting is true from a write of this process's membership sent
+	// over a Lease that named nobody, or none, until one succeeds or a
+	// read shows another holder: a write applied whose answer was lost
+	// is an adoption all the same.
+	adopting bool
 }
 
 // Get reads the membership Lease as the elector does, noting its holder.
@@ -626,15 +630,18 @@ func (r *renewals) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord,
 	defer r.mu.Unlock()
 	switch {
 	case err == nil:
-		r.seen, r.read = record.HolderIdentity, true
+		r.seen = record.HolderIdentity
+		if r.seen != "" && r.seen != r.s.process {
+			r.adopting = false
+		}
 		if configured := int(r.s.o.LeaseDuration / time.Second); record.LeaseDurationSeconds < configured {
 			record.LeaseDurationSeconds = configured
 		}
 	case apierrors.IsNotFound(err):
-		r.seen, r.read = "", true
-	default:
-		r.seen, r.read = "", false
+		r.seen = ""
 	}
+	// A read that failed says nothing new: the elector writes nothing
+	// after it.
 	return record, raw, err
 }
 
@@ -655,7 +662,16 @@ func (r *renewals) Update(ctx context.Context, ler resourcelock.LeaderElectionRe
 // their Leases, as any other would.
 func (r *renewals) renew(ler resourcelock.LeaderElectionRecord, write func() error) error {
 	r.mu.Lock()
-	seen, read := r.seen, r.read
+	seen := r.seen
+	if ler.HolderIdentity == r.s.process && seen == "" {
+		// Taken without having seen a holder's renewals lapse (the elector
+		// takes a Lease that names someone only once it has seen it
+		// unrenewed for the lease duration): the Lease was deleted or named
+		// nobody. Another process of this identity may still serve the
+		// shards naming it until its renew deadline.
+		r.adopting = true
+	}
+	adopting := r.adopting
 	r.mu.Unlock()
 	if ler.HolderIdentity != r.s.process {
 		// The release. client-go's elector releases after a renewal that
@@ -664,7 +680,7 @@ func (r *renewals) renew(ler resourcelock.LeaderElectionRecord, write func() err
 		// Lease another process of this identity has since taken, and then
 		// take it back at once while the other serves. Only a Lease read
 		// naming this process is released.
-		if !read || seen != r.s.process {
+		if seen != r.s.process {
 			r.s.o.Log.V(1).Info("membership not released: the Lease names another process", "holder", seen)
 			return nil
 		}
@@ -676,14 +692,9 @@ func (r *renewals) renew(ler resourcelock.LeaderElectionRecord, write func() err
 		return err
 	}
 	r.mu.Lock()
-	r.seen, r.read = r.s.process, true
+	r.seen, r.adopting = r.s.process, false
 	r.mu.Unlock()
-	if !read || seen == "" {
-		// Taken without having seen a holder's renewals lapse (the elector
-		// takes a Lease that names someone only once it has seen it
-		// unrenewed for the lease duration): the Lease was deleted or named
-		// nobody. Another process of this identity may still serve the
-		// shards naming it until its renew deadline.
+	if adopting {
 		r.s.adopted(sent)
 	}
 	r.s.lapse(r.s.o.Clock.Now())
@@ -722,14 +733,14 @@ func (s *Set) lapse(now time.Time) {
 }
 
 // adopted notes a membership taken at sent from a Lease that named nobody
-// (or none): the shards naming this identity are taken only a lease
-// duration after it (adoptedRecently), by when any other process of this
-// identity has ceased to serve them.
+// (or none): no shard is taken until a lease duration after it
+// (adoptedRecently), by when any other process of this identity has ceased
+// to serve its shards.
 func (s *Set) adopted(sent time.Time) {
 	s.mu.Lock()
 	s.adoptedAt = sent
 	s.mu.Unlock()
-	s.o.Log.V(1).Info("membership taken from a Lease that named nobody: the shards naming this replica are taken after a lease duration", "identity", s.o.Identity)
+	s.o.Log.V(1).Info("membership taken from a Lease that named nobody: shards are taken after a lease duration", "identity", s.o.Identity)
 }
 
 // adoptedRecently says whether the membership was adopted within the lease
@@ -964,6 +975,11 @@ func (s *Set) tick(ctx context.Context) {
 	if !member {
 		return
 	}
+	// A membership adopted from a Lease that named nobody takes no shard
+	// for a lease duration: another process of this identity may serve
+	// them until its renew deadline, and would take back, as its own, any
+	// shard this one took (review of the nonce, 1).
+	adopting := s.adoptedRecently(now)
 	for shard := range s.o.Shards {
 		mine := Owner(v.live, shard) == s.o.Identity
 		lease, err := s.shardLease(shard)
@@ -984,7 +1000,7 @@ func (s *Set) tick(ctx context.Context) {
 			s.drop(shard, "taken")
 		case held && !mine:
 			s.release(ctx, shard, lease)
-		case !held && mine && (holder == "" || holder == s.o.Identity && !s.adoptedRecently(now) || !v.isLive[holder]):
+		case !held && mine && !adopting && (holder == "" || holder == s.o.Identity || !v.isLive[holder]):
 			// The view from the API server, read for each take and after
 			// the shard's Lease was read: the holder this replica's watch
 			// saw unrenewed may have been renewed (review 4, S1), and a
@@ -1001,10 +1017,8 @@ func (s *Set) tick(ctx context.Context) {
 			if s.setMismatch(checked.mismatch) {
 				return
 			}
-			checkedAt := s.o.Clock.Now()
-			if Owner(checked.live, shard) == s.o.Identity && (holder == "" ||
-				holder == s.o.Identity && !s.adoptedRecently(checkedAt) ||
-				!checked.isLive[holder] && s.membershipQuiet(holder, checkedAt)) {
+			if Owner(checked.live, shard) == s.o.Identity && (holder == "" || holder == s.o.Identity ||
+				!checked.isLive[holder] && s.membershipQuiet(holder, s.o.Clock.Now())) {
 				s.take(ctx, shard, lease, holder)
 			}
 		case !held && !mine && holder == s.o.Identity:
