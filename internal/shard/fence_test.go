@@ -99,7 +99,9 @@ func TestShardAHolderRenewedBehindALaggingWatchKeepsItsShards(t *testing.T) {
 	const shards = 8
 	a := startReplica(t, real, "a", shards)
 	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond)
-	b := startReplica(t, &blindToMembers{Interface: real}, "b", shards)
+	b := startReplica(t, withLeases(real, func(l coordinationv1client.LeaseInterface) coordinationv1client.LeaseInterface {
+		return blindLeases{l}
+	}), "b", shards)
 	both := []string{"a", "b"}
 	require.Eventually(t, func() bool { return servedOnce(shards, a, b) && len(b.Held()) > 0 }, 20*time.Second, 50*time.Millisecond,
 		"a holds %v, b holds %v", a.Held(), b.Held())
@@ -114,22 +116,8 @@ func TestShardAHolderRenewedBehindALaggingWatchKeepsItsShards(t *testing.T) {
 	assert.True(t, servedOnce(shards, a, b), "a holds %v, b holds %v", a.Held(), b.Held())
 }
 
-// blindToMembers watches the Leases without ever seeing a membership
-// Lease change: they are as first listed.
-type blindToMembers struct{ kubernetes.Interface }
-
-func (c *blindToMembers) CoordinationV1() coordinationv1client.CoordinationV1Interface {
-	return blindCoordination{c.Interface.CoordinationV1()}
-}
-
-type blindCoordination struct {
-	coordinationv1client.CoordinationV1Interface
-}
-
-func (c blindCoordination) Leases(namespace string) coordinationv1client.LeaseInterface {
-	return blindLeases{c.CoordinationV1Interface.Leases(namespace)}
-}
-
+// blindLeases watches the Leases without ever seeing a membership Lease
+// change: they are as first listed.
 type blindLeases struct {
 	coordinationv1client.LeaseInterface
 }

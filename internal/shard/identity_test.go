@@ -33,13 +33,13 @@ func TestShardTwoProcessesUnderOneIdentityNeverServeTogether(t *testing.T) {
 	real := leaseEnv(t)
 	const shards = 8
 	var cut atomic.Bool
-	firstReads := &countingMemberReads{Interface: &failingLeases{Interface: real, fail: func(*coordinationv1.Lease) error {
+	firstReads := &memberReads{lease: shard.MemberLeaseName("a")}
+	first, stopFirst := startStoppable(t, firstReads.counting(failing(real, func(*coordinationv1.Lease) error {
 		if cut.Load() {
 			return errors.New("injected: this node is cut off from the API server")
 		}
 		return nil
-	}}, lease: shard.MemberLeaseName("a")}
-	first, stopFirst := startStoppable(t, firstReads, "a", shards)
+	})), "a", shards)
 	require.Eventually(t, func() bool { return servedOnce(shards, first) }, 20*time.Second, 50*time.Millisecond)
 
 	// Every 10 ms from now on: no shard is served by both.
@@ -49,8 +49,8 @@ func TestShardTwoProcessesUnderOneIdentityNeverServeTogether(t *testing.T) {
 	// The second process reads the membership Lease as a candidate does,
 	// at each retry period; it is given three of them to make itself a
 	// member, as it did before.
-	reads := &countingMemberReads{Interface: real, lease: shard.MemberLeaseName("a")}
-	second, stopSecond := startStoppable(t, reads, "a", shards)
+	reads := &memberReads{lease: shard.MemberLeaseName("a")}
+	second, stopSecond := startStoppable(t, reads.counting(real), "a", shards)
 	secondSet.Store(second)
 	require.Eventually(t, func() bool { return reads.n.Load() >= 3 }, 20*time.Second, 10*time.Millisecond)
 	require.Empty(t, overlap(), "both processes of identity a served shards %v", overlap())
@@ -88,20 +88,20 @@ func TestShardTwoProcessesUnderOneIdentityOutliveTheirMembershipsDeletion(t *tes
 	real := leaseEnv(t)
 	const shards = 8
 	cuttable := func(cut *atomic.Bool) kubernetes.Interface {
-		return &failingLeases{Interface: real, fail: func(l *coordinationv1.Lease) error {
+		return failing(real, func(l *coordinationv1.Lease) error {
 			if cut.Load() && l.Name == shard.MemberLeaseName("a") {
 				return errors.New("injected: the member's renewals are held up")
 			}
 			return nil
-		}}
+		})
 	}
 	var cutFirst, cutSecond atomic.Bool
 	first := startReplica(t, cuttable(&cutFirst), "a", shards)
 	require.Eventually(t, func() bool { return servedOnce(shards, first) }, 20*time.Second, 50*time.Millisecond)
-	reads := &countingMemberReads{Interface: cuttable(&cutSecond), lease: shard.MemberLeaseName("a")}
+	reads := &memberReads{lease: shard.MemberLeaseName("a")}
 	var secondSet atomic.Pointer[shard.Set]
 	overlap, stopWatching := servedByBoth(first, &secondSet)
-	second := startReplica(t, reads, "a", shards)
+	second := startReplica(t, reads.counting(cuttable(&cutSecond)), "a", shards)
 	secondSet.Store(second)
 	require.Eventually(t, func() bool { return reads.n.Load() >= 3 }, 20*time.Second, 10*time.Millisecond)
 
@@ -195,35 +195,28 @@ func servedByBoth(first *shard.Set, second *atomic.Pointer[shard.Set]) (overlap,
 	return overlap, stop
 }
 
-// countingMemberReads counts the reads of one membership Lease by name: a
+// memberReads counts the reads of one membership Lease by name: a
 // candidate's elector reads it at each retry period.
-type countingMemberReads struct {
-	kubernetes.Interface
+type memberReads struct {
 	lease string
 	n     atomic.Int32
 }
 
-func (c *countingMemberReads) CoordinationV1() coordinationv1client.CoordinationV1Interface {
-	return countingCoordination{c.Interface.CoordinationV1(), c}
-}
-
-type countingCoordination struct {
-	coordinationv1client.CoordinationV1Interface
-	c *countingMemberReads
-}
-
-func (c countingCoordination) Leases(namespace string) coordinationv1client.LeaseInterface {
-	return countingLeases{c.CoordinationV1Interface.Leases(namespace), c.c}
+// counting is cs counting the reads into r.
+func (r *memberReads) counting(cs kubernetes.Interface) kubernetes.Interface {
+	return withLeases(cs, func(l coordinationv1client.LeaseInterface) coordinationv1client.LeaseInterface {
+		return countingLeases{l, r}
+	})
 }
 
 type countingLeases struct {
 	coordinationv1client.LeaseInterface
-	c *countingMemberReads
+	r *memberReads
 }
 
 func (l countingLeases) Get(ctx context.Context, name string, opts metav1.GetOptions) (*coordinationv1.Lease, error) {
-	if name == l.c.lease {
-		l.c.n.Add(1)
+	if name == l.r.lease {
+		l.r.n.Add(1)
 	}
 	return l.LeaseInterface.Get(ctx, name, opts)
 }

@@ -13,7 +13,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
 
@@ -71,10 +70,10 @@ func TestShardAReplicaThatJoinsDuringAnothersLookIsNotTakenFrom(t *testing.T) {
 	ra := startReplica(t, real, a, shards)
 	require.Eventually(t, func() bool { return len(ra.Held()) == shards }, 20*time.Second, 50*time.Millisecond)
 
-	gate := &gatedTake{Interface: real, lease: shard.ShardLeaseName(shards, first), watched: shard.ShardLeaseName(shards, contested),
+	gate := &gatedTake{lease: shard.ShardLeaseName(shards, first), watched: shard.ShardLeaseName(shards, contested),
 		holder: d, blocked: make(chan struct{}), seen: make(chan struct{}), open: make(chan struct{})}
 	gate.after.Store(-1)
-	re := startReplica(t, gate, e, shards)
+	re := startReplica(t, withLeases(real, gate.leases), e, shards)
 	select {
 	case <-gate.blocked:
 	case <-time.After(20 * time.Second):
@@ -105,7 +104,6 @@ func TestShardAReplicaThatJoinsDuringAnothersLookIsNotTakenFrom(t *testing.T) {
 // and the informer has stored it, and notes any write of watched naming
 // someone else after that.
 type gatedTake struct {
-	kubernetes.Interface
 	lease, watched, holder string
 	blocked, seen, open    chan struct{}
 	blockOnce              sync.Once
@@ -117,17 +115,8 @@ type gatedTake struct {
 	tookWatched atomic.Bool
 }
 
-func (g *gatedTake) CoordinationV1() coordinationv1client.CoordinationV1Interface {
-	return gatedCoordination{g.Interface.CoordinationV1(), g}
-}
-
-type gatedCoordination struct {
-	coordinationv1client.CoordinationV1Interface
-	g *gatedTake
-}
-
-func (c gatedCoordination) Leases(namespace string) coordinationv1client.LeaseInterface {
-	return gatedLeases{c.CoordinationV1Interface.Leases(namespace), c.g}
+func (g *gatedTake) leases(l coordinationv1client.LeaseInterface) coordinationv1client.LeaseInterface {
+	return gatedLeases{l, g}
 }
 
 type gatedLeases struct {

@@ -80,7 +80,7 @@ func TestShardAFailedReleaseIsTriedAgain(t *testing.T) {
 	real := leaseEnv(t)
 	var mu sync.Mutex
 	failed := 0
-	cs := &failingLeases{Interface: real, fail: func(l *coordinationv1.Lease) error {
+	cs := failing(real, func(l *coordinationv1.Lease) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if l.Labels[shard.LabelRole] == "shard" && ptr.Deref(l.Spec.HolderIdentity, "x") == "" && failed < 3 {
@@ -88,7 +88,7 @@ func TestShardAFailedReleaseIsTriedAgain(t *testing.T) {
 			return errors.New("injected: the API server timed out")
 		}
 		return nil
-	}}
+	})
 	const shards = 8
 	a := startReplica(t, cs, "a", shards)
 	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond)
@@ -116,23 +116,35 @@ func TestShardAForgedMemberIsLiveNoLongerThanTheLeaseDuration(t *testing.T) {
 		"the only replica holds %v of %d shards", a.Held(), shards)
 }
 
-// failingLeases fails the Lease writes (creates and updates) fail says to.
-type failingLeases struct {
+// withLeases is cs with each of its Lease clients wrapped by wrap: how the
+// tests fail, hold up, count or hide what a replica reads and writes.
+func withLeases(cs kubernetes.Interface, wrap func(coordinationv1client.LeaseInterface) coordinationv1client.LeaseInterface) kubernetes.Interface {
+	return wrappedLeases{cs, wrap}
+}
+
+type wrappedLeases struct {
 	kubernetes.Interface
-	fail func(*coordinationv1.Lease) error
+	wrap func(coordinationv1client.LeaseInterface) coordinationv1client.LeaseInterface
 }
 
-func (f *failingLeases) CoordinationV1() coordinationv1client.CoordinationV1Interface {
-	return failingCoordination{f.Interface.CoordinationV1(), f.fail}
+func (c wrappedLeases) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return wrappedCoordination{c.Interface.CoordinationV1(), c.wrap}
 }
 
-type failingCoordination struct {
+type wrappedCoordination struct {
 	coordinationv1client.CoordinationV1Interface
-	fail func(*coordinationv1.Lease) error
+	wrap func(coordinationv1client.LeaseInterface) coordinationv1client.LeaseInterface
 }
 
-func (c failingCoordination) Leases(namespace string) coordinationv1client.LeaseInterface {
-	return failingLeaseClient{c.CoordinationV1Interface.Leases(namespace), c.fail}
+func (c wrappedCoordination) Leases(namespace string) coordinationv1client.LeaseInterface {
+	return c.wrap(c.CoordinationV1Interface.Leases(namespace))
+}
+
+// failing is cs failing the Lease writes (creates and updates) fail says to.
+func failing(cs kubernetes.Interface, fail func(*coordinationv1.Lease) error) kubernetes.Interface {
+	return withLeases(cs, func(l coordinationv1client.LeaseInterface) coordinationv1client.LeaseInterface {
+		return failingLeaseClient{l, fail}
+	})
 }
 
 type failingLeaseClient struct {
