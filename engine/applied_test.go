@@ -109,7 +109,7 @@ func TestRecordAppliedReachesEverySink(t *testing.T) {
 	t.Cleanup(srv.Close)
 	console := &harness.DecisionLog{}
 	e, err := engine.New(context.Background(), engine.Options{
-		DecisionLog: console, Log: io.Discard, ID: "test", DecisionLogFile: path, DecisionLogURL: srv.URL,
+		DecisionLog: console, Log: io.Discard, ID: "test", DecisionLogFile: path, DecisionLogURL: srv.URL, DecisionLogAllowInsecureHTTP: true,
 	})
 	require.NoError(t, err)
 

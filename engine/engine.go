@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,6 +108,11 @@ type Options struct {
 	// DecisionLogURL uploads the decision log to a service speaking OPA's
 	// decision-log API (POST {URL}/logs, gzipped JSON arrays).
 	DecisionLogURL string
+	// DecisionLogAllowInsecureHTTP lets DecisionLogURL be plain http://.
+	// Without it such a URL is refused: anyone on the path could read every
+	// decision (who asked for which credential, each node's names) and a
+	// password in the URL, and drop entries, the audit trail.
+	DecisionLogAllowInsecureHTTP bool
 	// DecisionLogBufferEvents bounds the upload buffer, in entries;
 	// DefaultDecisionLogBufferEvents when 0. When it is full the oldest
 	// entries are dropped and counted (cause buffer_full).
@@ -184,6 +190,9 @@ type Engine struct {
 
 // New loads the bundle and returns when it is active.
 func New(ctx context.Context, opts Options) (*Engine, error) {
+	if u, err := url.Parse(opts.DecisionLogURL); err == nil && u.Scheme == "http" && !opts.DecisionLogAllowInsecureHTTP {
+		return nil, fmt.Errorf("decision-log service %s is plain http: anyone on the path could read every decision (and a password in the URL) and drop entries; use https://, or allow it explicitly (--decision-log-allow-insecure-http)", u.Redacted())
+	}
 	logOut := orDefault(opts.Log, os.Stderr)
 	e := &Engine{
 		metrics: opts.Metrics, shadow: opts.Shadow, log: jsonLogger(logOut, opts.LogLevel), notes: jsonLogger(logOut, logging.Info),
@@ -469,7 +478,7 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 	if console := opts.DecisionLog != io.Discard; console || opts.DecisionLogFile != "" || opts.DecisionLogURL != "" {
 		plugins[sinksName] = sinksConfig{
 			Console: console, File: opts.DecisionLogFile, FileMaxMiB: opts.DecisionLogFileMaxMiB, FileMaxBackups: opts.DecisionLogFileMaxBackups,
-			URL: opts.DecisionLogURL, BufferEvents: int(opts.DecisionLogBufferEvents),
+			URL: opts.DecisionLogURL, BufferEvents: int(opts.DecisionLogBufferEvents), AllowInsecureHTTP: opts.DecisionLogAllowInsecureHTTP,
 		}
 		logs["plugin"] = sinksName
 	}

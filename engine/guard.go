@@ -273,7 +273,7 @@ func (p *limitsPlugin) NewClient(c rest.Config) (*http.Client, error) {
 		timeout = *c.ResponseHeaderTimeoutSeconds
 	}
 	client := rest.DefaultRoundTripperClient(tlsConfig, timeout)
-	client.CheckRedirect = noDowngrade
+	client.CheckRedirect = noDowngrade("a bundle asked for over https is not fetched over plain http")
 	t := &limitsTransport{base: client.Transport, limits: p.limits.OrDefault(), oci: strings.EqualFold(c.Type, "oci"), plainHTTP: p.plainHTTP}
 	if cfg := p.manager.GetConfig(); t.oci && cfg.PersistenceDirectory != nil {
 		t.store = ociStoreDir(*cfg.PersistenceDirectory)
@@ -298,18 +298,22 @@ func (p *limitsPlugin) NewClient(c rest.Config) (*http.Client, error) {
 
 func (*limitsPlugin) Prepare(*http.Request) error { return nil }
 
-// noDowngrade follows a bundle server's redirects as net/http does (a
-// registry sends its blobs from elsewhere), but not from https to plain
-// http: that would let anyone on the path serve the bundle, which
-// --bundle-allow-insecure-http exists to make a choice (review 28 L4).
-func noDowngrade(req *http.Request, via []*http.Request) error {
-	if len(via) >= 10 {
-		return fmt.Errorf("%s: stopped after 10 redirects", via[0].URL.Redacted())
+// noDowngrade is a client's CheckRedirect that follows redirects as
+// net/http does (a registry sends its blobs from elsewhere), but not from
+// https to plain http, refused with refusal: that would let anyone on the
+// path serve the bundle (review 28 L4), or read and drop the decision
+// log, which --bundle-allow-insecure-http and
+// --decision-log-allow-insecure-http exist to make a choice.
+func noDowngrade(refusal string) func(*http.Request, []*http.Request) error {
+	return func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return fmt.Errorf("%s: stopped after 10 redirects", via[0].URL.Redacted())
+		}
+		if via[0].URL.Scheme == "https" && req.URL.Scheme != "https" {
+			return fmt.Errorf("%s redirects to %s: %s", via[0].URL.Redacted(), req.URL.Redacted(), refusal)
+		}
+		return nil
 	}
-	if via[0].URL.Scheme == "https" && req.URL.Scheme != "https" {
-		return fmt.Errorf("%s redirects to %s: a bundle asked for over https is not fetched over plain http", via[0].URL.Redacted(), req.URL.Redacted())
-	}
-	return nil
 }
 
 type limitsTransport struct {

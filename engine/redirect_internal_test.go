@@ -2,8 +2,10 @@ package engine
 
 import (
 	"crypto/tls"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/plugins"
@@ -62,4 +64,50 @@ func TestABundleOverHTTPSIsNotFetchedOverPlainHTTP(t *testing.T) {
 	require.NoError(t, err, "a redirect within https is followed")
 	_ = resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}
+
+// The decision log goes to its service over https only, unless the operator
+// allows plain http: an upload is not sent again over plain http on a
+// redirect, and a plain http service is refused at the start, without the
+// password the URL may hold.
+func TestTheDecisionLogIsNotSentOverPlainHTTP(t *testing.T) {
+	served := 0
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		served++
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(plain.Close)
+	secure := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/elsewhere/logs" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		target := plain.URL + "/logs"
+		if r.URL.Path == "/same/logs" {
+			target = "/elsewhere/logs"
+		}
+		http.Redirect(w, r, target, http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(secure.Close)
+	client := uploadClient()
+	// Trust the test server: the client's TLS configuration is the
+	// system's roots.
+	client.Transport = secure.Client().Transport
+	post := func(url string) error {
+		resp, err := client.Post(url, "application/json", strings.NewReader("[]"))
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+		return err
+	}
+	err := post(secure.URL + "/logs")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "are not sent over plain http")
+	assert.Zero(t, served, "the plain server was sent the entries")
+	require.NoError(t, post(secure.URL+"/same/logs"), "a redirect within https is followed")
+
+	_, err = New(t.Context(), Options{DecisionLog: io.Discard, Log: io.Discard, DecisionLogURL: "http://ichor:s3cret@logs.example"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--decision-log-allow-insecure-http")
+	assert.NotContains(t, err.Error(), "s3cret")
 }

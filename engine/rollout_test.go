@@ -405,7 +405,7 @@ func TestDecisionLogServiceSink(t *testing.T) {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	t.Cleanup(srv.Close)
-	e, err := engine.New(context.Background(), engine.Options{DecisionLog: io.Discard, Log: io.Discard, DecisionLogURL: srv.URL})
+	e, err := engine.New(context.Background(), engine.Options{DecisionLog: io.Discard, Log: io.Discard, DecisionLogURL: srv.URL, DecisionLogAllowInsecureHTTP: true})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Stop(context.Background()) })
 	_, err = e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
@@ -434,7 +434,7 @@ func TestDecisionLogUploadDropsAreCounted(t *testing.T) {
 	require.NoError(t, err)
 	e, err := engine.New(context.Background(), engine.Options{
 		DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics,
-		DecisionLogURL: srv.URL, DecisionLogBufferEvents: 1,
+		DecisionLogURL: srv.URL, DecisionLogAllowInsecureHTTP: true, DecisionLogBufferEvents: 1,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Stop(context.Background()) })
@@ -503,7 +503,7 @@ func TestStopFlushesTheUploadBufferAndCountsWhatItCouldNotSend(t *testing.T) {
 			metrics, err := engine.NewMetrics(prometheus.NewRegistry())
 			require.NoError(t, err)
 			e, err := engine.New(context.Background(), engine.Options{
-				DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL,
+				DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL, DecisionLogAllowInsecureHTTP: true,
 			})
 			require.NoError(t, err)
 			const n = 41
@@ -577,7 +577,7 @@ func uploadingTo(t *testing.T, b *bundle.Bundle, svc *harness.LogService) (*engi
 	t.Cleanup(srv.Close)
 	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
-	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL})
+	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard, Metrics: metrics, DecisionLogURL: srv.URL, DecisionLogAllowInsecureHTTP: true})
 	require.NoError(t, err)
 	return e, metrics
 }

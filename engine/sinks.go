@@ -87,6 +87,10 @@ type sinksConfig struct {
 	URL string `json:"url,omitempty"`
 	// BufferEvents bounds the entries held for the service.
 	BufferEvents int `json:"buffer_events,omitempty"`
+	// AllowInsecureHTTP lets URL be plain http (engine.New refuses it
+	// otherwise); an https URL's redirect to plain http is refused either
+	// way.
+	AllowInsecureHTTP bool `json:"allow_insecure_http,omitempty"`
 }
 
 type sinksFactory struct{ engine *Engine }
@@ -160,7 +164,7 @@ func (s *sinks) Start(context.Context) error {
 		s.fileMu.Unlock()
 	}
 	if s.config.URL != "" {
-		s.client = &http.Client{Timeout: uploadTimeout}
+		s.client = uploadClient()
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stop, s.done = cancel, make(chan struct{})
 		go s.uploadLoop(ctx)
@@ -483,6 +487,13 @@ func consoleLine(dst []byte, e logs.EventV1, now time.Time) ([]byte, error) {
 	put("rule_labels", e.RuleLabels, len(e.RuleLabels) > 0)
 	put("custom", e.Custom, len(e.Custom) > 0)
 	return jsonappend.Value(dst, m)
+}
+
+// uploadClient is the decision-log service's client: an upload sent over
+// https is not sent again over plain http on a redirect, where anyone on the
+// path could read every decision (and the URL's password) or drop it.
+func uploadClient() *http.Client {
+	return &http.Client{Timeout: uploadTimeout, CheckRedirect: noDowngrade("decision-log entries sent over https are not sent over plain http")}
 }
 
 // redactedURL is the service's URL as a log line may show it: a password in

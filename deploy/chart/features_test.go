@@ -57,6 +57,37 @@ func TestARemoteBundleWithoutAKeyIsRefusedAtRender(t *testing.T) {
 	}
 }
 
+// TestAPlainHTTPDecisionLogServiceIsRefusedAtRender: the manager refuses a
+// decision-log service over plain http without its opt-in flag, so the chart
+// refuses to render one, without quoting the URL (it may hold a password).
+func TestAPlainHTTPDecisionLogServiceIsRefusedAtRender(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		set  []string
+		want string // "" renders
+	}{
+		{url: "http://ichor:s3cret@logs.example", want: "manager.decisionLog.url is plain HTTP"},
+		{url: "http://logs.example", set: []string{"manager.extraArgs={--decision-log-allow-insecure-http}"}},
+		{url: "https://logs.example"},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			args := []string{"template", release, chartDir(t), "--namespace", namespace, "--set", "manager.decisionLog.url=" + tc.url}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			out, err := helmOutput(t, args...)
+			if tc.want != "" {
+				require.Error(t, err, "rendered %s", tc.url)
+				assert.Contains(t, string(out), tc.want)
+				assert.NotContains(t, string(out), "s3cret")
+				return
+			}
+			require.NoError(t, err, "%s", out)
+			assert.Equal(t, tc.url, argValue(t, decode(t, out).deployment(t), "--decision-log-url"))
+		})
+	}
+}
+
 // TestNetworkPolicyIsOffByDefaultAndLetsTheManagerWork: no NetworkPolicy by
 // default; turned on, one policy selects exactly the manager's pods and lets
 // in the webhook and the metrics on the ports the pods serve them on, and

@@ -120,6 +120,9 @@ func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
 		// A URL that could never be uploaded to started, and dropped every
 		// entry.
 		{"--decision-log-url", "decisions.example.com"}, {"--decision-log-url", "ftp://decisions.example.com"}, {"--decision-log-url", "https://"},
+		// Plain http without the opt-in: anyone on the path reads and drops
+		// the decision log.
+		{"--decision-log-url", "http://decisions.example.com"}, {"--decision-log-url", "HTTP://decisions.example.com"},
 	} {
 		code, _, stderr := run(t, "", append([]string{"manager"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
@@ -129,6 +132,10 @@ func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
 	code, _, stderr := run(t, "", "manager", "--decision-log-url", "ftp://ichor:s3cret@decisions.example.com")
 	assert.Equal(t, 2, code, stderr)
 	assert.Contains(t, stderr, "ftp://ichor:xxxxx@decisions.example.com")
+	assert.NotContains(t, stderr, "s3cret")
+	code, _, stderr = run(t, "", "manager", "--decision-log-url", "http://ichor:s3cret@decisions.example.com")
+	assert.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, "--decision-log-allow-insecure-http")
 	assert.NotContains(t, stderr, "s3cret")
 }
 

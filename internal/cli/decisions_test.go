@@ -106,7 +106,7 @@ func newDecisionsFixture(t *testing.T) decisionsFixture {
 	svc := &harness.LogService{}
 	srv := httptest.NewServer(svc)
 	defer srv.Close()
-	e, err := engine.New(ctx, engine.Options{DecisionLog: sink, ID: "test", DecisionLogURL: srv.URL})
+	e, err := engine.New(ctx, engine.Options{DecisionLog: sink, ID: "test", DecisionLogURL: srv.URL, DecisionLogAllowInsecureHTTP: true})
 	require.NoError(t, err)
 	var ds []engine.CSRDecision
 	for _, in := range []csrinput.KubeletServing{

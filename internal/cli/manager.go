@@ -43,6 +43,7 @@ type managerOptions struct {
 	logFileMaxMiB        int
 	logFileMaxBackups    int
 	logURL               string
+	logInsecureHTTP      bool
 	logBuffer            int64
 	logFlushTimeout      time.Duration
 	leaseDuration        time.Duration
@@ -115,7 +116,8 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringVar(&o.logFile, "decision-log-file", "", "also append the decision log to this file, rotated by size (--decision-log-file-max-mib, --decision-log-file-max-backups)")
 	f.IntVar(&o.logFileMaxMiB, "decision-log-file-max-mib", engine.DefaultDecisionLogFileMaxMiB, "rotate --decision-log-file when it reaches this many MiB: it is renamed with the time in its name (decisions-2026-12-01T15-04-05.000.log) and a new one begun")
 	f.IntVar(&o.logFileMaxBackups, "decision-log-file-max-backups", engine.DefaultDecisionLogFileMaxBackups, "how many rotated --decision-log-file files are kept; the oldest beyond it are removed")
-	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API), an http:// or https:// URL; a password in it (https://user:password@host) is never logged")
+	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API), an https:// URL (http:// with --decision-log-allow-insecure-http); a password in it (https://user:password@host) is never logged")
+	f.BoolVar(&o.logInsecureHTTP, "decision-log-allow-insecure-http", false, "accept a --decision-log-url over plain HTTP (refused by default: anyone on the path could read every decision, and a password in the URL, and drop entries)")
 	f.Int64Var(&o.logBuffer, "decision-log-buffer-events", engine.DefaultDecisionLogBufferEvents, "entries the upload buffer holds while the service is away; when it is full the oldest are dropped, counted in ichor_policy_decision_log_upload_dropped_total{cause=\"buffer_full\"}")
 	f.DurationVar(&o.logFlushTimeout, "decision-log-flush-timeout", 10*time.Second, "at shutdown, how long the upload buffer may take to send what it holds; what is left is lost, logged and counted (cause shutdown). The pod's terminationGracePeriodSeconds must cover it")
 	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits after the leader's last renewal before taking over when the leader dies without releasing the lease (a leader that stops cleanly releases it at once)")
@@ -250,7 +252,7 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 	opts := engine.Options{
 		DecisionLog: s.out, Log: s.err, PollInterval: o.bundlePoll,
 		DecisionLogFile: o.logFile, DecisionLogFileMaxMiB: o.logFileMaxMiB, DecisionLogFileMaxBackups: o.logFileMaxBackups,
-		DecisionLogURL: o.logURL, DecisionLogBufferEvents: o.logBuffer,
+		DecisionLogURL: o.logURL, DecisionLogAllowInsecureHTTP: o.logInsecureHTTP, DecisionLogBufferEvents: o.logBuffer,
 		AllowInsecureHTTP: o.bundleInsecureHTTP, Limits: o.bundleLimits, RegistryCredentials: o.bundleRegistryCreds,
 	}
 	if o.bundlePoll < minBundlePoll {
@@ -267,7 +269,10 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 			return opts, usage.Errorf("--decision-log-url does not parse as a URL")
 		}
 		if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return opts, usage.Errorf("--decision-log-url %q: give an http:// or https:// URL with a host", u.Redacted())
+			return opts, usage.Errorf("--decision-log-url %q: give an https:// URL with a host", u.Redacted())
+		}
+		if u.Scheme == "http" && !o.logInsecureHTTP {
+			return opts, usage.Errorf("--decision-log-url %q is plain http: anyone on the path could read every decision (and a password in the URL) and drop entries; use https://, or allow it explicitly (--decision-log-allow-insecure-http)", u.Redacted())
 		}
 	}
 	if o.logFileMaxMiB <= 0 || o.logFileMaxBackups <= 0 {

@@ -568,7 +568,7 @@ func uploadedLog(t *testing.T) (console string, bodies [][]byte) {
 	svc := &harness.LogService{}
 	srv := httptest.NewServer(svc)
 	defer srv.Close()
-	e, err := engine.New(ctx, engine.Options{DecisionLog: log, ID: "test", DecisionLogURL: srv.URL})
+	e, err := engine.New(ctx, engine.Options{DecisionLog: log, ID: "test", DecisionLogURL: srv.URL, DecisionLogAllowInsecureHTTP: true})
 	require.NoError(t, err)
 	for _, in := range []csrinput.KubeletServing{
 		serving(t, "worker-1", talos("worker-1", "10.5.0.2"), "10.5.0.2"),

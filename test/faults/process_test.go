@@ -64,7 +64,7 @@ func TestNoDecisionLogEntryIsLostAtSIGTERMWithAHealthySink(t *testing.T) {
 	svc := &harness.LogService{}
 	srv := httptest.NewServer(svc)
 	t.Cleanup(srv.Close)
-	m := f.manager("manager", []string{"--decision-log-url=" + srv.URL, "--decision-log-flush-timeout=10s"})
+	m := f.manager("manager", []string{"--decision-log-url=" + srv.URL, "--decision-log-allow-insecure-http", "--decision-log-flush-timeout=10s"})
 	names := f.burst("s", 20, 43)
 	waitDecided(f.ctx, t, names, 60*time.Second)
 	// At once, before the periodic upload: whatever is buffered now must
