@@ -155,6 +155,8 @@ type Set struct {
 	mu sync.Mutex
 	// member is whether this replica's membership Lease is renewed.
 	member bool
+	// memberSince is when this process last became a member.
+	memberSince time.Time
 	// adoptedAt is when this process took its membership from a Lease
 	// that named nobody, or from none (adopted).
 	adoptedAt time.Time
@@ -733,14 +735,43 @@ func (s *Set) lapse(now time.Time) {
 }
 
 // adopted notes a membership taken at sent from a Lease that named nobody
-// (or none): no shard is taken until a lease duration after it
-// (adoptedRecently), by when any other process of this identity has ceased
-// to serve its shards.
+// (or none): a shard whose Lease names this identity is taken only a lease
+// duration after it (mayActOnOwn), by when any other process of this
+// identity has ceased to serve it.
 func (s *Set) adopted(sent time.Time) {
 	s.mu.Lock()
 	s.adoptedAt = sent
 	s.mu.Unlock()
-	s.o.Log.V(1).Info("membership taken from a Lease that named nobody: shards are taken after a lease duration", "identity", s.o.Identity)
+	s.o.Log.V(1).Info("membership taken from a Lease that named nobody: the shards naming this replica are taken after a lease duration", "identity", s.o.Identity)
+}
+
+// mayActOnOwn says whether this process may act on a shard whose Lease
+// names this replica and which it does not serve (take it, or name nobody
+// on it) at now. Another process of this identity may have written it:
+// client-go's elector lets a process take a membership that names nobody at
+// once, and the one that held it serves until its renew deadline (and
+// takes, as its own, any shard named by the identity). A Lease seen
+// written since this process became a member was written by such a
+// process (or by a take of this one's whose answer was lost), and is acted
+// on a lease duration after it was seen, by when every other process of
+// the identity has ceased to serve: none can renew the membership this one
+// holds. One seen written before is the last member's: acted on at once
+// after a membership taken from it as it lapsed, and a lease duration
+// after one taken from a Lease that named nobody (adoptedRecently). A
+// shard's Lease is seen written when this replica's watch shows it.
+func (s *Set) mayActOnOwn(lease string, now time.Time) bool {
+	s.mu.Lock()
+	o, ok := s.seen[lease]
+	since := s.memberSince
+	s.mu.Unlock()
+	switch {
+	case !ok:
+		return false
+	case !o.at.Before(since):
+		return now.Sub(o.at) >= s.o.LeaseDuration
+	default:
+		return !s.adoptedRecently(now)
+	}
 }
 
 // adoptedRecently says whether the membership was adopted within the lease
@@ -755,6 +786,9 @@ func (s *Set) setMember(member bool) {
 	s.mu.Lock()
 	was := s.member
 	s.member = member
+	if member && !was {
+		s.memberSince = s.o.Clock.Now()
+	}
 	s.mu.Unlock()
 	if !member {
 		// Without a renewed membership nothing is served: the others may
@@ -975,11 +1009,6 @@ func (s *Set) tick(ctx context.Context) {
 	if !member {
 		return
 	}
-	// A membership adopted from a Lease that named nobody takes no shard
-	// for a lease duration: another process of this identity may serve
-	// them until its renew deadline, and would take back, as its own, any
-	// shard this one took (review of the nonce, 1).
-	adopting := s.adoptedRecently(now)
 	for shard := range s.o.Shards {
 		mine := Owner(v.live, shard) == s.o.Identity
 		lease, err := s.shardLease(shard)
@@ -1000,7 +1029,7 @@ func (s *Set) tick(ctx context.Context) {
 			s.drop(shard, "taken")
 		case held && !mine:
 			s.release(ctx, shard, lease)
-		case !held && mine && !adopting && (holder == "" || holder == s.o.Identity || !v.isLive[holder]):
+		case !held && mine && (holder == "" || holder == s.o.Identity && s.mayActOnOwn(s.shardLeaseName(shard), now) || !v.isLive[holder]):
 			// The view from the API server, read for each take and after
 			// the shard's Lease was read: the holder this replica's watch
 			// saw unrenewed may have been renewed (review 4, S1), and a
@@ -1017,14 +1046,17 @@ func (s *Set) tick(ctx context.Context) {
 			if s.setMismatch(checked.mismatch) {
 				return
 			}
-			if Owner(checked.live, shard) == s.o.Identity && (holder == "" || holder == s.o.Identity ||
-				!checked.isLive[holder] && s.membershipQuiet(holder, s.o.Clock.Now())) {
+			checkedAt := s.o.Clock.Now()
+			if Owner(checked.live, shard) == s.o.Identity && (holder == "" || holder == s.o.Identity && s.mayActOnOwn(s.shardLeaseName(shard), checkedAt) ||
+				!checked.isLive[holder] && s.membershipQuiet(holder, checkedAt)) {
 				s.take(ctx, shard, lease, holder)
 			}
-		case !held && !mine && holder == s.o.Identity:
+		case !held && !mine && holder == s.o.Identity && s.mayActOnOwn(s.shardLeaseName(shard), now):
 			// A release whose write failed: the Lease still names this
 			// replica, live, and the owner waits for it to name nobody
 			// (review 4, S2). Name nobody again until the write succeeds.
+			// Not on a Lease another process of this identity may still
+			// serve under: the owner would take it while it does.
 			s.release(ctx, shard, lease)
 		}
 	}
