@@ -478,7 +478,7 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 	if console := opts.DecisionLog != io.Discard; console || opts.DecisionLogFile != "" || opts.DecisionLogURL != "" {
 		plugins[sinksName] = sinksConfig{
 			Console: console, File: opts.DecisionLogFile, FileMaxMiB: opts.DecisionLogFileMaxMiB, FileMaxBackups: opts.DecisionLogFileMaxBackups,
-			URL: opts.DecisionLogURL, BufferEvents: int(opts.DecisionLogBufferEvents), AllowInsecureHTTP: opts.DecisionLogAllowInsecureHTTP,
+			URL: opts.DecisionLogURL, BufferEvents: int(opts.DecisionLogBufferEvents),
 		}
 		logs["plugin"] = sinksName
 	}

@@ -82,11 +82,16 @@ func TestTheDecisionLogIsNotSentOverPlainHTTP(t *testing.T) {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		target := plain.URL + "/logs"
-		if r.URL.Path == "/same/logs" {
+		target, code := plain.URL+"/logs", http.StatusTemporaryRedirect
+		switch r.URL.Path {
+		case "/same/logs":
 			target = "/elsewhere/logs"
+		case "/moved/logs":
+			// net/http would follow it as a GET without the body, and its
+			// 2xx would read as uploaded.
+			target, code = "/elsewhere/logs", http.StatusMovedPermanently
 		}
-		http.Redirect(w, r, target, http.StatusTemporaryRedirect)
+		http.Redirect(w, r, target, code)
 	}))
 	t.Cleanup(secure.Close)
 	client := uploadClient()
@@ -105,6 +110,9 @@ func TestTheDecisionLogIsNotSentOverPlainHTTP(t *testing.T) {
 	assert.Contains(t, err.Error(), "are not sent over plain http")
 	assert.Zero(t, served, "the plain server was sent the entries")
 	require.NoError(t, post(secure.URL+"/same/logs"), "a redirect within https is followed")
+	err = post(secure.URL + "/moved/logs")
+	require.Error(t, err, "an upload redirected as a GET was taken for uploaded")
+	assert.Contains(t, err.Error(), "not taken for uploaded")
 
 	_, err = New(t.Context(), Options{DecisionLog: io.Discard, Log: io.Discard, DecisionLogURL: "http://ichor:s3cret@logs.example"})
 	require.Error(t, err)

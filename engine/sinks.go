@@ -87,10 +87,6 @@ type sinksConfig struct {
 	URL string `json:"url,omitempty"`
 	// BufferEvents bounds the entries held for the service.
 	BufferEvents int `json:"buffer_events,omitempty"`
-	// AllowInsecureHTTP lets URL be plain http (engine.New refuses it
-	// otherwise); an https URL's redirect to plain http is refused either
-	// way.
-	AllowInsecureHTTP bool `json:"allow_insecure_http,omitempty"`
 }
 
 type sinksFactory struct{ engine *Engine }
@@ -489,11 +485,19 @@ func consoleLine(dst []byte, e logs.EventV1, now time.Time) ([]byte, error) {
 	return jsonappend.Value(dst, m)
 }
 
-// uploadClient is the decision-log service's client: an upload sent over
+// uploadClient is the decision-log service's client. An upload sent over
 // https is not sent again over plain http on a redirect, where anyone on the
-// path could read every decision (and the URL's password) or drop it.
+// path could read every decision (and the URL's password) or drop it; nor is
+// it followed as net/http follows a 301, 302 or 303, as a GET without its
+// body, whose 2xx would have its entries taken for uploaded and lost.
 func uploadClient() *http.Client {
-	return &http.Client{Timeout: uploadTimeout, CheckRedirect: noDowngrade("decision-log entries sent over https are not sent over plain http")}
+	downgrade := noDowngrade("decision-log entries sent over https are not sent over plain http")
+	return &http.Client{Timeout: uploadTimeout, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if req.Method != via[0].Method {
+			return fmt.Errorf("%s redirects to %s as a %s: the entries are not sent there, and not taken for uploaded", via[0].URL.Redacted(), req.URL.Redacted(), req.Method)
+		}
+		return downgrade(req, via)
+	}}
 }
 
 // redactedURL is the service's URL as a log line may show it: a password in

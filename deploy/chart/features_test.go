@@ -69,6 +69,8 @@ func TestAPlainHTTPDecisionLogServiceIsRefusedAtRender(t *testing.T) {
 		{url: "http://ichor:s3cret@logs.example", want: "manager.decisionLog.url is plain HTTP"},
 		{url: "http://logs.example", set: []string{"manager.extraArgs={--decision-log-allow-insecure-http}"}},
 		{url: "https://logs.example"},
+		// Past the check through the manager's flags.
+		{url: "", set: []string{"manager.extraArgs={--decision-log-url=http://ichor:s3cret@logs.example}"}, want: "the service is manager.decisionLog.url"},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			args := []string{"template", release, chartDir(t), "--namespace", namespace, "--set", "manager.decisionLog.url=" + tc.url}
@@ -84,6 +86,7 @@ func TestAPlainHTTPDecisionLogServiceIsRefusedAtRender(t *testing.T) {
 			}
 			require.NoError(t, err, "%s", out)
 			assert.Equal(t, tc.url, argValue(t, decode(t, out).deployment(t), "--decision-log-url"))
+			assert.NotContains(t, string(out), "s3cret")
 		})
 	}
 }

@@ -269,7 +269,7 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 			return opts, usage.Errorf("--decision-log-url does not parse as a URL")
 		}
 		if (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-			return opts, usage.Errorf("--decision-log-url %q: give an https:// URL with a host", u.Redacted())
+			return opts, usage.Errorf("--decision-log-url %q: give an https:// URL with a host (http:// with --decision-log-allow-insecure-http)", u.Redacted())
 		}
 		if u.Scheme == "http" && !o.logInsecureHTTP {
 			return opts, usage.Errorf("--decision-log-url %q is plain http: anyone on the path could read every decision (and a password in the URL) and drop entries; use https://, or allow it explicitly (--decision-log-allow-insecure-http)", u.Redacted())
