@@ -577,8 +577,8 @@ func (s *Set) elector() (*leaderelection.LeaderElector, error) {
 		ReleaseOnCancel: true,
 		Name:            "ichor-policy-shard-member",
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(context.Context) { s.setMember(true) },
-			OnStoppedLeading: func() { s.setMember(false) },
+			OnStartedLeading: func(term context.Context) { s.setMember(term) },
+			OnStoppedLeading: func() { s.setMember(nil) },
 			OnNewLeader: func(holder string) {
 				if holder != s.process && replicaOf(holder) == s.o.Identity {
 					s.o.Log.Info("another process holds this replica's membership: this one serves nothing until that membership lapses or is given up",
@@ -758,14 +758,17 @@ func (s *Set) adopted(sent time.Time) {
 // holds. One seen written before is the last member's: acted on at once
 // after a membership taken from it as it lapsed, and a lease duration
 // after one taken from a Lease that named nobody (adoptedRecently). A
-// shard's Lease is seen written when this replica's watch shows it.
-func (s *Set) mayActOnOwn(lease string, now time.Time) bool {
+// shard's Lease is seen written when this replica's watch shows it: a
+// version not yet seen so waits.
+func (s *Set) mayActOnOwn(lease *coordinationv1.Lease, now time.Time) bool {
 	s.mu.Lock()
-	o, ok := s.seen[lease]
+	o, ok := s.seen[lease.Name]
 	since := s.memberSince
 	s.mu.Unlock()
 	switch {
-	case !ok:
+	case !ok || o.resourceVersion != lease.ResourceVersion:
+		// Not seen yet as it is: the informer's store runs ahead of its
+		// handlers, and when this version was written is not known.
 		return false
 	case !o.at.Before(since):
 		return now.Sub(o.at) >= s.o.LeaseDuration
@@ -782,9 +785,14 @@ func (s *Set) adoptedRecently(now time.Time) bool {
 	return !s.adoptedAt.IsZero() && now.Sub(s.adoptedAt) < s.o.LeaseDuration
 }
 
-func (s *Set) setMember(member bool) {
+// setMember notes the membership won, for the elector's term (its context),
+// or lost (nil). The elector starts a term's callback in a goroutine of its
+// own, which may run after the term has ended and its loss been noted: a
+// term already over is no membership (review of fc2f1a6, 3).
+func (s *Set) setMember(term context.Context) {
 	s.mu.Lock()
 	was := s.member
+	member := term != nil && term.Err() == nil
 	s.member = member
 	if member && !was {
 		s.memberSince = s.o.Clock.Now()
@@ -1029,7 +1037,7 @@ func (s *Set) tick(ctx context.Context) {
 			s.drop(shard, "taken")
 		case held && !mine:
 			s.release(ctx, shard, lease)
-		case !held && mine && (holder == "" || holder == s.o.Identity && s.mayActOnOwn(s.shardLeaseName(shard), now) || !v.isLive[holder]):
+		case !held && mine && (holder == "" || holder == s.o.Identity && s.mayActOnOwn(lease, now) || !v.isLive[holder]):
 			// The view from the API server, read for each take and after
 			// the shard's Lease was read: the holder this replica's watch
 			// saw unrenewed may have been renewed (review 4, S1), and a
@@ -1047,11 +1055,11 @@ func (s *Set) tick(ctx context.Context) {
 				return
 			}
 			checkedAt := s.o.Clock.Now()
-			if Owner(checked.live, shard) == s.o.Identity && (holder == "" || holder == s.o.Identity && s.mayActOnOwn(s.shardLeaseName(shard), checkedAt) ||
+			if Owner(checked.live, shard) == s.o.Identity && (holder == "" || holder == s.o.Identity && s.mayActOnOwn(lease, checkedAt) ||
 				!checked.isLive[holder] && s.membershipQuiet(holder, checkedAt)) {
 				s.take(ctx, shard, lease, holder)
 			}
-		case !held && !mine && holder == s.o.Identity && s.mayActOnOwn(s.shardLeaseName(shard), now):
+		case !held && !mine && holder == s.o.Identity && s.mayActOnOwn(lease, now):
 			// A release whose write failed: the Lease still names this
 			// replica, live, and the owner waits for it to name nobody
 			// (review 4, S2). Name nobody again until the write succeeds.
@@ -1311,6 +1319,18 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 			updated.Annotations = map[string]string{}
 		}
 		updated.Annotations[key] = value
+	}
+	s.mu.Lock()
+	fresh := s.freshLocked(s.o.Clock.Now())
+	s.mu.Unlock()
+	if !fresh {
+		// Paused past the renew deadline (a stop's release read the Lease
+		// after the pause): another process of this identity may have
+		// taken the membership and this shard since, and the Lease read
+		// may be its take. Naming nobody on it would hand the shard over
+		// while that one serves it (review of fc2f1a6, 1).
+		s.o.Log.V(1).Info("shard not released: the membership is older than the renew deadline", "shard", shard)
+		return
 	}
 	callCtx, cancel := s.call(ctx)
 	defer cancel()

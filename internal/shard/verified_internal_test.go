@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -116,4 +117,55 @@ func TestTheMembershipIsReleasedOnlyWhenItNamesThisProcess(t *testing.T) {
 	l, err = leases.Get(t.Context(), MemberLeaseName("a"), metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Empty(t, ptr.Deref(l.Spec.HolderIdentity, ""), "this process's membership was not released")
+}
+
+// Review of fc2f1a6: what a process of the identity may do on a shard Lease
+// naming the replica (mayActOnOwn) is judged on the version its watch has
+// seen, never on an older one's time; a term the elector ended before its
+// start callback ran is no membership; and a process past its renew
+// deadline names nobody on no shard Lease, whatever it read.
+func TestAProcessActsOnItsReplicasLeasesOnlyWhenNoOtherCanServe(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC))
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: ShardLeaseName(4, 1), Namespace: "ichor-system", ResourceVersion: "7",
+			Labels: map[string]string{LabelRole: roleShard, LabelShard: "1", LabelShards: "4"}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("a")},
+	}
+	client := fake.NewClientset(lease)
+	s, err := New(Options{Client: client, Namespace: "ichor-system", Identity: "a", Shards: 4,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, Clock: clock})
+	require.NoError(t, err)
+
+	s.note(lease, clock.Now())
+	clock.Step(time.Second)
+	ended, end := context.WithCancel(t.Context())
+	end()
+	s.setMember(ended)
+	require.False(t, s.member, "a term already over made a member")
+	s.setMember(t.Context())
+	require.True(t, s.member)
+	require.True(t, s.mayActOnOwn(lease, clock.Now()), "the last member's Lease, seen before this membership")
+
+	newer := lease.DeepCopy()
+	newer.ResourceVersion = "8"
+	require.False(t, s.mayActOnOwn(newer, clock.Now()), "a version not yet seen was judged by the older one's time")
+	s.note(newer, clock.Now())
+	require.False(t, s.mayActOnOwn(newer, clock.Now()), "a Lease written since this membership, acted on at once")
+	clock.Step(3 * time.Second)
+	require.True(t, s.mayActOnOwn(newer, clock.Now()), "a lease duration after it was seen")
+
+	s.adopted(clock.Now())
+	s.setMember(nil)
+	s.setMember(t.Context())
+	clock.Step(time.Second)
+	require.False(t, s.mayActOnOwn(newer, clock.Now()), "a membership taken from a Lease naming nobody acted at once")
+	clock.Step(3 * time.Second)
+	require.True(t, s.mayActOnOwn(newer, clock.Now()))
+
+	// Past the renew deadline: the release names nobody on nothing.
+	s.renewedAt = clock.Now().Add(-3 * time.Second)
+	s.release(t.Context(), 1, newer)
+	l, err := client.CoordinationV1().Leases("ichor-system").Get(t.Context(), lease.Name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "a", ptr.Deref(l.Spec.HolderIdentity, ""), "a process past its renew deadline released the shard")
 }
