@@ -577,8 +577,8 @@ func (s *Set) elector() (*leaderelection.LeaderElector, error) {
 		ReleaseOnCancel: true,
 		Name:            "ichor-policy-shard-member",
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(term context.Context) { s.setMember(term) },
-			OnStoppedLeading: func() { s.setMember(nil) },
+			OnStartedLeading: func(term context.Context) { s.setMember(term, true) },
+			OnStoppedLeading: func() { s.setMember(context.Background(), false) },
 			OnNewLeader: func(holder string) {
 				if holder != s.process && replicaOf(holder) == s.o.Identity {
 					s.o.Log.Info("another process holds this replica's membership: this one serves nothing until that membership lapses or is given up",
@@ -786,13 +786,13 @@ func (s *Set) adoptedRecently(now time.Time) bool {
 }
 
 // setMember notes the membership won, for the elector's term (its context),
-// or lost (nil). The elector starts a term's callback in a goroutine of its
-// own, which may run after the term has ended and its loss been noted: a
-// term already over is no membership (review of fc2f1a6, 3).
-func (s *Set) setMember(term context.Context) {
+// or lost. The elector starts a term's callback in a goroutine of its own,
+// which may run after the term has ended and its loss been noted: a term
+// already over is no membership (review of fc2f1a6, 3).
+func (s *Set) setMember(term context.Context, won bool) {
 	s.mu.Lock()
 	was := s.member
-	member := term != nil && term.Err() == nil
+	member := won && term.Err() == nil
 	s.member = member
 	if member && !was {
 		s.memberSince = s.o.Clock.Now()

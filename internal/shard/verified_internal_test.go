@@ -140,9 +140,9 @@ func TestAProcessActsOnItsReplicasLeasesOnlyWhenNoOtherCanServe(t *testing.T) {
 	clock.Step(time.Second)
 	ended, end := context.WithCancel(t.Context())
 	end()
-	s.setMember(ended)
+	s.setMember(ended, true)
 	require.False(t, s.member, "a term already over made a member")
-	s.setMember(t.Context())
+	s.setMember(t.Context(), true)
 	require.True(t, s.member)
 	require.True(t, s.mayActOnOwn(lease, clock.Now()), "the last member's Lease, seen before this membership")
 
@@ -155,8 +155,8 @@ func TestAProcessActsOnItsReplicasLeasesOnlyWhenNoOtherCanServe(t *testing.T) {
 	require.True(t, s.mayActOnOwn(newer, clock.Now()), "a lease duration after it was seen")
 
 	s.adopted(clock.Now())
-	s.setMember(nil)
-	s.setMember(t.Context())
+	s.setMember(t.Context(), false)
+	s.setMember(t.Context(), true)
 	clock.Step(time.Second)
 	require.False(t, s.mayActOnOwn(newer, clock.Now()), "a membership taken from a Lease naming nobody acted at once")
 	clock.Step(3 * time.Second)
