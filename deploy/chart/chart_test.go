@@ -139,6 +139,17 @@ func renderWith(t *testing.T, flags []string, set ...string) objects {
 	return decode(t, helm(t, nil, args...))
 }
 
+// renderOutput is `helm template` of the chart with the values set, for a
+// render that may be refused: its output and error.
+func renderOutput(t *testing.T, set ...string) ([]byte, error) {
+	t.Helper()
+	args := []string{"template", release, chartDir(t), "--namespace", namespace}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	return helmOutput(t, args...)
+}
+
 func decode(t *testing.T, manifest []byte) objects {
 	t.Helper()
 	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(manifest), 4096)

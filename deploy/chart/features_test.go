@@ -41,11 +41,7 @@ func TestARemoteBundleWithoutAKeyIsRefusedAtRender(t *testing.T) {
 		{path: "/etc/ichor/bundle.tar.gz", set: []string{"manager.extraArgs={--bundle=https://bundles.example/ichor.tar.gz}"}, want: "the bundle is manager.bundle.path"},
 	} {
 		t.Run(tc.path+fmt.Sprint(len(tc.set)), func(t *testing.T) {
-			args := []string{"template", release, chartDir(t), "--namespace", namespace, "--set", "manager.bundle.path=" + tc.path}
-			for _, s := range tc.set {
-				args = append(args, "--set", s)
-			}
-			out, err := helmOutput(t, args...)
+			out, err := renderOutput(t, append([]string{"manager.bundle.path=" + tc.path}, tc.set...)...)
 			if tc.want != "" {
 				require.Error(t, err, "rendered %s", tc.path)
 				assert.Contains(t, string(out), tc.want)
@@ -73,11 +69,7 @@ func TestAPlainHTTPDecisionLogServiceIsRefusedAtRender(t *testing.T) {
 		{url: "", set: []string{"manager.extraArgs={--decision-log-url=http://ichor:s3cret@logs.example}"}, want: "the service is manager.decisionLog.url"},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
-			args := []string{"template", release, chartDir(t), "--namespace", namespace, "--set", "manager.decisionLog.url=" + tc.url}
-			for _, s := range tc.set {
-				args = append(args, "--set", s)
-			}
-			out, err := helmOutput(t, args...)
+			out, err := renderOutput(t, append([]string{"manager.decisionLog.url=" + tc.url}, tc.set...)...)
 			if tc.want != "" {
 				require.Error(t, err, "rendered %s", tc.url)
 				assert.Contains(t, string(out), tc.want)

@@ -101,11 +101,7 @@ func TestDisruptionBudgetOnlyWithReplicasToSpare(t *testing.T) {
 		// Rounded up, as the eviction API counts it: 2 of 2 (review 25).
 		{"replicaCount=2", "podDisruptionBudget.minAvailable=51%"},
 	} {
-		args := []string{"template", release, chartDir(t), "--namespace", namespace}
-		for _, s := range set {
-			args = append(args, "--set", s)
-		}
-		out, err := helmOutput(t, args...)
+		out, err := renderOutput(t, set...)
 		require.Error(t, err, "rendered %v", set)
 		assert.Contains(t, string(out), "no pod could ever be evicted")
 	}
