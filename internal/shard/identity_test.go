@@ -77,13 +77,15 @@ func TestShardTwoProcessesUnderOneIdentityNeverServeTogether(t *testing.T) {
 }
 
 // A membership Lease deleted (or made to name nobody) while two processes
-// of its identity run: the one that makes it again takes no shard until a
-// lease duration later, by when the other has ceased to serve them. Before,
-// it took those naming the identity at once, while the other served them
-// until its renew deadline; and had it taken one naming nobody, the other
-// would have taken that back as its own. In each round the member cannot
-// write its membership until the other has made it again, and a shard's
-// Lease is made to name nobody then.
+// of its identity run: the one that makes it again takes the shards naming
+// the identity only a lease duration later, by when the other has ceased to
+// serve them; a shard named nobody either may take, and the one that loses
+// the take waits a lease duration before it takes it from the identity.
+// Before, the new member took the shards naming the identity at once, while
+// the other served them until its renew deadline, and the other took back,
+// as its own, a shard the new member had taken. In each round the member
+// cannot write its membership until the other has made it again, and a
+// shard's Lease is made to name nobody then.
 func TestShardTwoProcessesUnderOneIdentityOutliveTheirMembershipsDeletion(t *testing.T) {
 	real := leaseEnv(t)
 	const shards = 8
@@ -126,8 +128,8 @@ func TestShardTwoProcessesUnderOneIdentityOutliveTheirMembershipsDeletion(t *tes
 			return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != ""
 		}, 20*time.Second, 10*time.Millisecond, "round %d: the process standing by did not make the membership again", round)
 		// The other process is the member now, the one before still serving
-		// until its renew deadline: a shard named nobody is for neither to
-		// take yet.
+		// until its renew deadline: both may take a shard named nobody, and
+		// only one of them may serve it.
 		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			l, err := leases.Get(t.Context(), shard.ShardLeaseName(shards, round), metav1.GetOptions{})
 			if err != nil {
