@@ -36,6 +36,12 @@ func TestARemoteBundleWithoutAKeyIsRefusedAtRender(t *testing.T) {
 		{path: "oci://registry.example/ichor/policy@sha256:" + strings.Repeat("a", 64), set: []string{key}},
 		{path: "http://bundles.example/ichor.tar.gz", set: []string{key}, want: "plain HTTP"},
 		{path: "http://bundles.example/ichor.tar.gz", set: []string{key, "manager.extraArgs={--bundle-allow-insecure-http}"}},
+		// The opt-in as the manager's flag parser reads it: a value, the last one winning.
+		{path: "http://bundles.example/ichor.tar.gz", set: []string{key, "manager.extraArgs={--bundle-allow-insecure-http=true}"}},
+		{path: "http://bundles.example/ichor.tar.gz", set: []string{key, "manager.extraArgs={--bundle-allow-insecure-http=false}"}, want: "plain HTTP"},
+		{path: "http://bundles.example/ichor.tar.gz", set: []string{key, "manager.extraArgs={--bundle-allow-insecure-http,--bundle-allow-insecure-http=0}"}, want: "plain HTTP"},
+		{path: "http://bundles.example/ichor.tar.gz", set: []string{key, "manager.extraArgs={--bundle-allow-insecure-http=false,--bundle-allow-insecure-http}"}},
+		{path: "http://bundles.example/ichor.tar.gz", set: []string{key, "manager.extraArgs={--bundle-allow-insecure-http-not}"}, want: "plain HTTP"},
 		{path: "/etc/ichor/bundle.tar.gz"},
 		// Past the check through the manager's flags (review 24).
 		{path: "/etc/ichor/bundle.tar.gz", set: []string{"manager.extraArgs={--bundle=https://bundles.example/ichor.tar.gz}"}, want: "the bundle is manager.bundle.path"},
@@ -64,6 +70,8 @@ func TestAPlainHTTPDecisionLogServiceIsRefusedAtRender(t *testing.T) {
 	}{
 		{url: "http://ichor:s3cret@logs.example", want: "manager.decisionLog.url is plain HTTP"},
 		{url: "http://logs.example", set: []string{"manager.extraArgs={--decision-log-allow-insecure-http}"}},
+		{url: "http://logs.example", set: []string{"manager.extraArgs={--decision-log-allow-insecure-http=True}"}},
+		{url: "http://logs.example", set: []string{"manager.extraArgs={--decision-log-allow-insecure-http,--decision-log-allow-insecure-http=false}"}, want: "manager.decisionLog.url is plain HTTP"},
 		{url: "https://logs.example"},
 		// Past the check through the manager's flags.
 		{url: "", set: []string{"manager.extraArgs={--decision-log-url=http://ichor:s3cret@logs.example}"}, want: "the service is manager.decisionLog.url"},

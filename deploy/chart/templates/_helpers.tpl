@@ -106,3 +106,22 @@ dropped, as a list under "docs" (a template can only return a string).
 {{- end }}
 {{- toYaml (dict "docs" $docs) }}
 {{- end }}
+
+{{/*
+"true" when manager.extraArgs turn the manager's boolean flag on, as the
+manager's flag parser reads them: the bare flag or FLAG=VALUE for a value
+strconv.ParseBool takes as true, the last one given winning. Call with
+(list FLAG ARGS).
+*/}}
+{{- define "ichor-policy.flagOn" -}}
+{{- $flag := index . 0 }}
+{{- $on := false }}
+{{- range index . 1 }}
+{{- if eq . $flag }}
+{{- $on = true }}
+{{- else if hasPrefix (printf "%s=" $flag) . }}
+{{- $on = has (trimPrefix (printf "%s=" $flag) .) (list "1" "t" "T" "true" "TRUE" "True") }}
+{{- end }}
+{{- end }}
+{{- if $on }}true{{ end }}
+{{- end }}
