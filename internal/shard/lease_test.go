@@ -3,6 +3,7 @@ package shard_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -114,6 +115,40 @@ func TestShardAForgedMemberIsLiveNoLongerThanTheLeaseDuration(t *testing.T) {
 	a := startReplica(t, cs, "a", shards)
 	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond,
 		"the only replica holds %v of %d shards", a.Held(), shards)
+}
+
+// A shard Lease whose role label someone removes or changes leaves every
+// replica's watch: its holder gives the shard up as taken. Before, every
+// take's create then failed as already existing, unlogged, and the shard
+// was served by no one until the label came back; now the owner puts the
+// labels back and takes the shard again.
+func TestShardALeaseStrippedOfItsRoleLabelIsServedAgain(t *testing.T) {
+	cs := leaseEnv(t)
+	const shards = 4
+	a := startReplica(t, cs, "a", shards)
+	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond)
+	leases := cs.CoordinationV1().Leases(leaseNamespace)
+	for shardNo, role := range map[int]string{0: "", 1: "not-a-shard"} {
+		l, err := leases.Get(t.Context(), shard.ShardLeaseName(shards, shardNo), metav1.GetOptions{})
+		require.NoError(t, err)
+		if role == "" {
+			delete(l.Labels, shard.LabelRole)
+		} else {
+			l.Labels[shard.LabelRole] = role
+		}
+		_, err = leases.Update(t.Context(), l, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return !slices.Contains(a.Held(), 0) && !slices.Contains(a.Held(), 1) }, 10*time.Second, 10*time.Millisecond,
+		"the replica still serves the shards whose Leases left its watch: %v", a.Held())
+	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond,
+		"shards unserved after their Leases lost the role label: the replica holds %v", a.Held())
+	for shardNo := range 2 {
+		l, err := leases.Get(t.Context(), shard.ShardLeaseName(shards, shardNo), metav1.GetOptions{})
+		require.NoError(t, err)
+		require.Equal(t, "shard", l.Labels[shard.LabelRole], "shard %d", shardNo)
+		require.Equal(t, "a", ptr.Deref(l.Spec.HolderIdentity, ""), "shard %d", shardNo)
+	}
 }
 
 // withLeases is cs with each of its Lease clients wrapped by wrap: how the

@@ -1152,9 +1152,8 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 	if lease == nil {
 		spec.LeaseTransitions = ptr.To[int32](0)
 		result, err = leases.Create(ctx, &coordinationv1.Lease{
-			ObjectMeta: metav1.ObjectMeta{Name: s.shardLeaseName(shard), Namespace: s.o.Namespace,
-				Labels: map[string]string{LabelRole: roleShard, LabelShard: strconv.Itoa(shard), LabelShards: strconv.Itoa(s.o.Shards)}},
-			Spec: spec,
+			ObjectMeta: metav1.ObjectMeta{Name: s.shardLeaseName(shard), Namespace: s.o.Namespace, Labels: s.shardLabels(shard)},
+			Spec:       spec,
 		}, metav1.CreateOptions{})
 	} else {
 		updated := lease.DeepCopy()
@@ -1172,7 +1171,10 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		result, err = leases.Update(ctx, updated, metav1.UpdateOptions{})
 	}
 	if err != nil {
-		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			s.relabel(ctx, shard)
+		case !apierrors.IsConflict(err):
 			s.o.Log.Error(err, "take shard", "shard", shard)
 		}
 		return
@@ -1230,6 +1232,46 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 	s.o.Log.Info("shard taken", "shard", shard, "previous_holder", previous, "settled_until", settled, "unsettled_since", unsettled)
 	s.o.Metrics.held(shard, true, "taken")
 	s.o.OnChange(shard)
+}
+
+// shardLabels are the labels of a shard's Lease.
+func (s *Set) shardLabels(shard int) map[string]string {
+	return map[string]string{LabelRole: roleShard, LabelShard: strconv.Itoa(shard), LabelShards: strconv.Itoa(s.o.Shards)}
+}
+
+// relabel puts its labels back on a shard's Lease that the take's create
+// found existing while the cache has none of that name. Usually the cache
+// lags a Lease another replica just made, and the next look sees it; but a
+// Lease whose ichor.dev/shard-role label someone removed or changed has
+// left every replica's watch: its holder gave the shard up as taken, and
+// every take's create would fail as already existing, the shard served by
+// no one, for as long as the label stays off. Only the labels are written,
+// on the version read: the holder it names and its annotations stay, and
+// the next look judges the Lease as it would any other (one naming this
+// replica is taken once mayActOnOwn allows it).
+func (s *Set) relabel(ctx context.Context, shard int) {
+	leases := s.o.Client.CoordinationV1().Leases(s.o.Namespace)
+	ctx, cancel := s.call(ctx)
+	defer cancel()
+	lease, err := leases.Get(ctx, s.shardLeaseName(shard), metav1.GetOptions{})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			s.o.Log.Error(err, "read shard Lease outside the cache", "shard", shard)
+		}
+		return
+	}
+	if role := lease.Labels[LabelRole]; role == roleShard || role == roleMember {
+		return // in the watch's selection: the cache has not seen it yet
+	}
+	s.o.Log.Error(errors.New("a shard's Lease lost its "+LabelRole+" label: no replica watched it, and none served the shard"),
+		"putting the shard Lease's labels back", "shard", shard, "lease", lease.Name, "role_label", lease.Labels[LabelRole])
+	if lease.Labels == nil {
+		lease.Labels = map[string]string{}
+	}
+	maps.Copy(lease.Labels, s.shardLabels(shard))
+	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+		s.o.Log.Error(err, "put the shard Lease's labels back", "shard", shard)
+	}
 }
 
 // drop ceases to serve a shard here, without writing: what runs under its
