@@ -3,16 +3,19 @@ package shard_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
@@ -136,6 +139,7 @@ func TestShardALeaseStrippedOfItsRoleLabelIsServedAgain(t *testing.T) {
 		} else {
 			l.Labels[shard.LabelRole] = role
 		}
+		l.Annotations = map[string]string{"example.com/kept": "yes"}
 		_, err = leases.Update(t.Context(), l, metav1.UpdateOptions{})
 		require.NoError(t, err)
 	}
@@ -148,7 +152,115 @@ func TestShardALeaseStrippedOfItsRoleLabelIsServedAgain(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "shard", l.Labels[shard.LabelRole], "shard %d", shardNo)
 		require.Equal(t, "a", ptr.Deref(l.Spec.HolderIdentity, ""), "shard %d", shardNo)
+		require.Equal(t, "yes", l.Annotations["example.com/kept"], "shard %d: the labels' repair wrote more than the labels", shardNo)
 	}
+}
+
+// A replica gives up the shards meant for one that joins together: each
+// release waits for the acts begun under its hold, up to the renew deadline
+// (2 s here), and then says from when the next holder records verdicts
+// again. One after the other, a replica whose writes hang handed the last
+// of k shards over (k-1) deadlines after the first, past the 5 s in which a
+// shard moves for k = 4.
+func TestShardReleasesWaitForTheirActsTogether(t *testing.T) {
+	real := leaseEnv(t)
+	const shards = 8
+	var mu sync.Mutex
+	var released []time.Time
+	unsettled := map[string]string{} // Lease name: its release's unsettled-since
+	cs := failing(real, func(l *coordinationv1.Lease) error {
+		if l.Labels[shard.LabelRole] == "shard" && ptr.Deref(l.Spec.HolderIdentity, "x") == "" {
+			mu.Lock()
+			released = append(released, time.Now())
+			unsettled[l.Name] = l.Annotations[shard.AnnotationUnsettledSince]
+			mu.Unlock()
+		}
+		return nil
+	})
+	a := startReplica(t, cs, "a", shards)
+	require.Eventually(t, func() bool { return len(a.Held()) == shards }, 20*time.Second, 50*time.Millisecond)
+	// An act that does not end, a write that hangs, under every shard's
+	// hold, each stamped with a time of its own.
+	stamps := map[string]string{}
+	for i := 0; len(stamps) < shards && i < 10000; i++ {
+		uid := types.UID(fmt.Sprintf("cluster-%d", i))
+		n := a.ShardOf(uid)
+		if _, ok := stamps[shard.ShardLeaseName(shards, n)]; ok {
+			continue
+		}
+		at := time.Date(2026, 1, 1, 0, 0, n, 0, time.UTC)
+		f, ok := a.Fence(uid)
+		require.True(t, ok)
+		done, ok := f.Begin(at)
+		require.True(t, ok)
+		t.Cleanup(done)
+		stamps[shard.ShardLeaseName(shards, n)] = at.Format(time.RFC3339Nano)
+	}
+	require.Len(t, stamps, shards)
+	want := map[string]string{}
+	for n := range shards {
+		if shard.Owner([]string{"a", "b"}, n) == "b" {
+			want[shard.ShardLeaseName(shards, n)] = stamps[shard.ShardLeaseName(shards, n)]
+		}
+	}
+	require.GreaterOrEqual(t, len(want), 3, "too few shards move to b for the test to show anything")
+
+	joined := time.Now()
+	b := startReplica(t, real, "b", shards)
+	require.Eventually(t, func() bool { return servedOnce(shards, a, b) && len(b.Held()) == len(want) }, 30*time.Second, 50*time.Millisecond,
+		"a holds %v, b holds %v", a.Held(), b.Held())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, want, unsettled, "each release says its own hold's act in progress (and a released only the shards meant for b, each once)")
+	require.GreaterOrEqual(t, released[0].Sub(joined), 2*time.Second, "a released before its acts' deadline: it did not wait for them")
+	spread := released[len(released)-1].Sub(released[0])
+	require.Less(t, spread, 2*time.Second, "the %d releases were written over %v: one after another, each waiting for its hung act", len(released), spread)
+}
+
+// A hold given up without a release (its Lease out of the watch, here)
+// whose act had not ended: the release that names nobody on the Lease
+// later says that act's stamp, so that the next holder records the verdicts
+// in effect since then. Before, a release of a shard no longer held wrote
+// nothing of the kind, and the next holder looked back a lease duration
+// only (review of the stripped label's fix).
+func TestShardAReleaseAfterADropSaysWhatTheDroppedHoldLeftUnsettled(t *testing.T) {
+	cs := leaseEnv(t)
+	const shards = 8
+	a := startReplica(t, cs, "a", shards)
+	require.Eventually(t, func() bool { return len(a.Held()) == shards }, 20*time.Second, 50*time.Millisecond)
+	moving := -1
+	for n := range shards {
+		if shard.Owner([]string{"a", "b"}, n) == "b" {
+			moving = n
+			break
+		}
+	}
+	require.GreaterOrEqual(t, moving, 0, "no shard moves to b")
+	var uid types.UID
+	for i := 0; uid == ""; i++ {
+		if u := types.UID(fmt.Sprintf("cluster-%d", i)); a.ShardOf(u) == moving {
+			uid = u
+		}
+	}
+	at := time.Date(2026, 1, 1, 0, 0, 7, 0, time.UTC)
+	f, ok := a.Fence(uid)
+	require.True(t, ok)
+	done, ok := f.Begin(at)
+	require.True(t, ok)
+	t.Cleanup(done)
+
+	leases := cs.CoordinationV1().Leases(leaseNamespace)
+	l, err := leases.Get(t.Context(), shard.ShardLeaseName(shards, moving), metav1.GetOptions{})
+	require.NoError(t, err)
+	delete(l.Labels, shard.LabelRole)
+	_, err = leases.Update(t.Context(), l, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return !slices.Contains(a.Held(), moving) }, 10*time.Second, 10*time.Millisecond)
+
+	b := startReplica(t, cs, "b", shards)
+	require.Eventually(t, func() bool { return slices.Contains(b.Held(), moving) && servedOnce(shards, a, b) }, 30*time.Second, 50*time.Millisecond,
+		"a holds %v, b holds %v", a.Held(), b.Held())
+	assert.Equal(t, at, b.UnsettledSince(moving).UTC(), "b does not record the verdicts a's act in progress may have left")
 }
 
 // withLeases is cs with each of its Lease clients wrapped by wrap: how the

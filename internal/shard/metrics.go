@@ -25,7 +25,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"shard"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_shard_transitions_total",
-			Help: "Shards this replica began or ceased to serve, by event: taken; released (meant for another replica), taken (by another that judged this one gone), lost (this replica's membership could not be renewed), unrenewed (its last renewal older than the renew deadline: a pause, a slow API server), shard-count-mismatch, stopping.",
+			Help: "Shards this replica began or ceased to serve, by event: taken; released (meant for another replica), taken (by another that judged this one gone), lease-gone (its Lease deleted, or its ichor.dev/shard-role label removed), lost (this replica's membership could not be renewed), unrenewed (its last renewal older than the renew deadline: a pause, a slow API server), shard-count-mismatch, stopping.",
 		}, []string{"shard", "event"}),
 		liveMembers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ichor_shard_live_replicas",

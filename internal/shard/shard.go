@@ -122,8 +122,9 @@ type Options struct {
 	Log logr.Logger
 	// Metrics are the per-shard metrics; nil for none.
 	Metrics *Metrics
-	// OnChange is called, from the Set's own goroutine, with each shard this
-	// replica began or ceased to serve: its clusters are to be looked at.
+	// OnChange is called with each shard this replica began or ceased to
+	// serve: its clusters are to be looked at. It may be called from several
+	// goroutines at once (releases run together, the membership's lapse).
 	OnChange func(shard int)
 	// Clock tells the time liveness is judged by; the real one if nil.
 	Clock clock.PassiveClock
@@ -1017,6 +1018,17 @@ func (s *Set) tick(ctx context.Context) {
 	if !member {
 		return
 	}
+	// Releases at once, not one after the other: each waits for the acts
+	// begun under its hold, up to the renew deadline, and a replica giving
+	// up half its shards to one that joins would hand the last over only
+	// after as many deadlines. Each hold is detached here, before anything
+	// else in the look can drop it, so that its release writes what that
+	// hold left unsettled. Not cancelled by a stop: the shard is no longer
+	// held, so the stop's own releases would not name nobody on it. The
+	// next look begins once they are done.
+	var releases sync.WaitGroup
+	defer releases.Wait()
+	releaseCtx := context.WithoutCancel(ctx)
 	for shard := range s.o.Shards {
 		mine := Owner(v.live, shard) == s.o.Identity
 		lease, err := s.shardLease(shard)
@@ -1032,11 +1044,17 @@ func (s *Set) tick(ctx context.Context) {
 		held := s.held[shard] != nil
 		s.mu.Unlock()
 		switch {
+		case held && lease == nil:
+			// Deleted, or out of the watch's selection (its role label
+			// removed): stop at once, as for a take; the owner makes it
+			// again, or puts its labels back (relabel).
+			s.drop(shard, "lease-gone")
 		case held && holder != s.o.Identity:
 			// Taken by another replica that judged this one gone: stop at once.
 			s.drop(shard, "taken")
 		case held && !mine:
-			s.release(ctx, shard, lease)
+			h := s.detach(shard, "released")
+			releases.Go(func() { s.finishRelease(releaseCtx, shard, lease, h) })
 		case !held && mine && (holder == "" || holder == s.o.Identity && s.mayActOnOwn(lease, now) || !v.isLive[holder]):
 			// The view from the API server, read for each take and after
 			// the shard's Lease was read: the holder this replica's watch
@@ -1065,7 +1083,7 @@ func (s *Set) tick(ctx context.Context) {
 			// (review 4, S2). Name nobody again until the write succeeds.
 			// Not on a Lease another process of this identity may still
 			// serve under: the owner would take it while it does.
-			s.release(ctx, shard, lease)
+			releases.Go(func() { s.finishRelease(releaseCtx, shard, lease, nil) })
 		}
 	}
 }
@@ -1138,7 +1156,7 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		RenewTime:            &now,
 	}
 	leases := s.o.Client.CoordinationV1().Leases(s.o.Namespace)
-	ctx, cancel := s.call(ctx)
+	callCtx, cancel := s.call(ctx)
 	defer cancel()
 	var (
 		err      error
@@ -1151,7 +1169,7 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 	)
 	if lease == nil {
 		spec.LeaseTransitions = ptr.To[int32](0)
-		result, err = leases.Create(ctx, &coordinationv1.Lease{
+		result, err = leases.Create(callCtx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: s.shardLeaseName(shard), Namespace: s.o.Namespace, Labels: s.shardLabels(shard)},
 			Spec:       spec,
 		}, metav1.CreateOptions{})
@@ -1168,7 +1186,7 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		delete(updated.Annotations, AnnotationSettledUntil)
 		delete(updated.Annotations, AnnotationUnsettledSince)
 		replaced = lease.ResourceVersion
-		result, err = leases.Update(ctx, updated, metav1.UpdateOptions{})
+		result, err = leases.Update(callCtx, updated, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		switch {
@@ -1310,11 +1328,16 @@ func (s *Set) detach(shard int, why string) *hold {
 // when this replica recorded its verdicts, so that the next holder does not
 // record them again (review 4, S6).
 func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Lease) {
+	s.finishRelease(ctx, shard, lease, s.detach(shard, "released"))
+}
+
+// finishRelease is release once the hold h (nil if the shard was not held
+// any more) is detached.
+func (s *Set) finishRelease(ctx context.Context, shard int, lease *coordinationv1.Lease, h *hold) {
 	// The writes begun under the hold are let finish (within the renew
 	// deadline) before it is cancelled: a write cancelled once sent may
 	// have been applied all the same, and its record would be lost
 	// (review 5, F1). No act begins once it is detached.
-	h := s.detach(shard, "released")
 	if h != nil {
 		defer h.cancel()
 	}
@@ -1329,9 +1352,17 @@ func (s *Set) release(ctx context.Context, shard int, lease *coordinationv1.Leas
 	var note releaseNote
 	if h == nil {
 		// A release tried again (the last write failed): what the first
-		// found of the hold still holds.
+		// found of the hold still holds. A hold dropped without a release
+		// (lost, unrenewed, its Lease out of the watch) wrote no note: what
+		// it left unsettled, acts in progress included, is said instead.
 		s.mu.Lock()
-		note = s.releasedSettled[shard]
+		var recorded bool
+		note, recorded = s.releasedSettled[shard]
+		if g := s.given[shard]; !recorded && g != nil {
+			if since := earliestLocked(g, false); !since.IsZero() {
+				note.unsettledSince = since.UTC().Format(time.RFC3339Nano)
+			}
+		}
 		s.mu.Unlock()
 	} else {
 		acted := waitFor(&h.acts, s.o.RenewDeadline)
