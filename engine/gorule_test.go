@@ -38,6 +38,9 @@ func goKubeletServing(in *csrinput.KubeletServing) engine.CSRDecision {
 		return engine.CSRDecision{Action: action, Reasons: reasons, Node: node}
 	}
 
+	if req.Parsed && in.Machine == nil {
+		return verdict(engine.ActionPending, []engine.Reason{{Code: "MachineUnknown", Message: fmt.Sprintf("no managed machine has node name %q", node)}})
+	}
 	var rejected []engine.Reason
 	if !req.Parsed {
 		rejected = append(rejected, engine.Reason{Code: "MalformedRequest", Message: "spec.request does not parse as a certificate request: " + req.ParseError})

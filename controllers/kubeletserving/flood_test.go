@@ -95,10 +95,9 @@ func TestAFloodFromOneNodeIsBoundedAndHoldsUpNoOtherNode(t *testing.T) {
 	}
 	// The machine comes last, so that the flood is whole when the rejection
 	// is first asked, not decided one by one as it arrives. Until then each
-	// request is left pending (MachineUnknown) as it arrives; a pass that
-	// looks at it again before the machine comes (any machine's change may
-	// start one) denies the older ones TooManyRequests at once, since no
-	// identity could change that either. Both are decided without a read.
+	// request is left pending (MachineUnknown), whatever a pass that looks
+	// at it again finds: a request for a name no machine has is never
+	// denied (ADR 0125). Neither costs a read.
 	f.machine("flood-1", "10.42.0.2")
 	// The flood is held at its first rejection...
 	require.Eventually(t, func() bool { return gates.heldCount("flood-1") > 0 }, wait, 50*time.Millisecond)

@@ -1,39 +1,35 @@
 # METADATA
 # title: Kubelet serving certificates
 # description: |
-#   Decides certificate signing requests of the signer kubernetes.io/kubelet-serving
-#   (ADR 0125). A request is approved only when it asks for exactly the node's own
-#   identity as the Talos API reports it: the Nodename or hostname as DNS names and
-#   the kubelet's node IPs as IP addresses. The request's names are never trusted as
-#   identity, and neither is the Kubernetes Node object.
+#   Decides certificate signing requests of the signer kubernetes.io/kubelet-serving (ADR
+#   0125). A request is approved only when it asks for exactly the node's own identity as
+#   the Talos API reports it: the Nodename or hostname as DNS names and the kubelet's node
+#   IPs as IP addresses. Neither the request's names nor the Node object are identity.
 #
-#   Precedence, and why: a request that cannot be parsed or whose signature is invalid,
-#   or one of a requester with too many newer requests waiting, is denied at once, since
-#   no identity could ever make it approvable. Otherwise a request for a node name that no
-#   machine of an enabled cluster has, or for a node whose identity could not be read,
-#   stays pending: pending is reversible and denied is not. Only then are the remaining
-#   checks applied, and every failing one is reported, sorted by code. A request that
-#   passes them all is still left pending while the API server holds more undecided
-#   requests than its machines explain: a flood is for a person to look at.
+#   Precedence, and why: a parsed request for a node name no machine of an enabled cluster
+#   has stays pending, never denied (ADR 0125): it may be another approver's, and pending is
+#   reversible. One that does not parse, or for a managed machine is malformed, badly signed
+#   or from a requester with too many newer requests, is denied at once: no identity could
+#   make it approvable. Otherwise a node whose identity could not be read leaves it pending.
+#   Only then are the remaining checks applied, every failing one reported, sorted by code.
+#   A request that passes them all is still left pending while the API server holds more
+#   undecided requests than its machines explain: a flood is for a person to look at.
 #
-#   Input: input.csr (the facts the CSR carries, built by Go from the object),
-#   input.machine (the TalosMachine with that node name, absent if none), input.node
-#   (the identity read from the Talos API, absent if it was not read) and input.requests
-#   (counts Go takes from its cache: from_requester, the undecided kubelet serving
-#   requests of this request's requester, this one included; newer_from_requester, how
-#   many of the requester's kubelet serving requests, decided or not, are newer;
-#   undecided, those whose requester is the node a machine of the clusters judging this
-#   API server answers to, and unknown, every other, each requester's counted up to the
-#   limits' max_undecided_per_requester since the rest are denied anyway; machines, the
-#   machines of those clusters; absent counts are zero).
+#   Input: input.csr (the facts the CSR carries, built by Go from the object), input.machine
+#   (the TalosMachine with that node name, absent if none), input.node (the identity read
+#   from the Talos API, absent if not read) and input.requests (counts Go takes from its
+#   cache: from_requester, the requester's undecided kubelet serving requests, this one
+#   included; newer_from_requester, how many of its requests, decided or not, are newer;
+#   undecided, those whose requester is the node a machine of the clusters judging this API
+#   server answers to, and unknown, every other, each requester's counted up to the limits'
+#   max_undecided_per_requester; machines, those clusters' machines; absent counts are 0).
 package ichor.kubelet_serving
 
 import data.ichor.lib.csr as lib_csr
 import data.ichor.lib.keys as lib_keys
 import data.ichor.lib.reasons as lib_reasons
 
-# The tables of data.json, beside this file. They sit under "config" because the
-# package's own rules share the path data.ichor.kubelet_serving.
+# The tables of data.json, beside this file, under "config": the rules share the path.
 _config := data.ichor.kubelet_serving.config
 
 _request := input.csr.request
@@ -47,7 +43,12 @@ _request := input.csr.request
 # entrypoint: true
 decision := _decide if input.csr.signer_name == _config.signer_name
 
-_decide := _verdict("deny", rejected) if count(rejected) > 0
+_decide := _verdict("pending", pending) if {
+	not input.machine
+	_request.parsed
+}
+
+else := _verdict("deny", rejected) if count(rejected) > 0
 
 else := _verdict("pending", pending) if count(pending) > 0
 
@@ -76,13 +77,14 @@ limits := {
 # METADATA
 # title: Kubelet serving rejection
 # description: |
-#   The decision when it is a rejection that no identity could change ({"action": "deny",
-#   ...} as the decision has it), and undefined otherwise. Go asks it before it reads the
-#   node's identity over the Talos API when the requester has more than one undecided
-#   request, so that a flood from one node credential costs no Talos read.
+#   The decision, for a managed machine, when it is a rejection no identity could change
+#   ({"action": "deny", ...} as the decision has it); undefined otherwise. Go asks it before
+#   it reads the node over the Talos API when the requester has several undecided requests,
+#   so that a flood from one node credential costs no Talos read.
 # entrypoint: true
 rejection := _verdict("deny", rejected) if {
 	input.csr.signer_name == _config.signer_name
+	input.machine
 	count(rejected) > 0
 }
 
@@ -192,9 +194,9 @@ _count(name) := object.get(input, ["requests", name], 0)
 # METADATA
 # title: Unknown machine
 # description: |
-#   No machine of a cluster with kubelet serving certificates enabled has this node name.
-#   The request may belong to a node Ichor does not manage, or arrive before the machine's
-#   status is written, so it is left for a person or another approver.
+#   No machine of an enabled cluster has this node name: the request may be a node's Ichor
+#   does not manage, or precede its machine's status, so it is left for a person or another
+#   approver, never denied, whatever else is wrong with it.
 # custom:
 #   code: MachineUnknown
 pending contains reason if {

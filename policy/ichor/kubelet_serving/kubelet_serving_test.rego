@@ -145,11 +145,49 @@ test_unverified_signature_without_its_error_is_denied if {
 	endswith(d.reasons[0].message, "does not verify with its public key: the input holds no signature error")
 }
 
-test_invalid_signature_is_denied_even_for_unknown_machine if {
+# ADR 0125: a request for a node name no managed machine has is never denied, whatever
+# else is wrong with it; it may be another approver's.
+test_invalid_signature_is_pending_for_unknown_machine if {
 	d := _decide([
 		{"op": "replace", "path": "/csr/request/signature_valid", "value": false},
 		{"op": "replace", "path": "/csr/request/signature_error", "value": "crypto/ecdsa: verification error"},
 		{"op": "remove", "path": "/machine"},
+	])
+	d.action == "pending"
+	[r.code | some r in d.reasons] == ["MachineUnknown"]
+}
+
+test_a_flood_for_an_unknown_machine_is_pending if {
+	d := _decide([
+		{"op": "add", "path": "/requests", "value": {"from_requester": 9, "newer_from_requester": 8}},
+		{"op": "remove", "path": "/machine"},
+	])
+	d.action == "pending"
+	[r.code | some r in d.reasons] == ["MachineUnknown"]
+}
+
+test_a_second_pem_block_is_pending_for_unknown_machine if {
+	d := _decide([
+		{"op": "replace", "path": "/csr/request/pem/blocks", "value": 2},
+		{"op": "remove", "path": "/machine"},
+	])
+	d.action == "pending"
+	[r.code | some r in d.reasons] == ["MachineUnknown"]
+}
+
+test_no_rejection_for_unknown_machine if {
+	not kubelet_serving.rejection with input as json.patch(_good, [
+		{"op": "replace", "path": "/csr/request/signature_valid", "value": false},
+		{"op": "add", "path": "/requests", "value": {"from_requester": 9, "newer_from_requester": 8}},
+		{"op": "remove", "path": "/machine"},
+	])
+}
+
+test_invalid_signature_is_denied_for_known_machine_even_when_the_node_is_unreadable if {
+	d := _decide([
+		{"op": "replace", "path": "/csr/request/signature_valid", "value": false},
+		{"op": "replace", "path": "/csr/request/signature_error", "value": "crypto/ecdsa: verification error"},
+		{"op": "replace", "path": "/node", "value": {"readable": false, "error": "timeout"}},
 	])
 	d.action == "deny"
 	[r.code | some r in d.reasons] == ["InvalidSignature"]
