@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -121,7 +121,16 @@ func (l *Local) RESTConfig(ctx context.Context, d *Document, insecure bool) (*re
 		// tenant's server sent 216 KB that became 200 MB of CSRs (review
 		// 28 H1).
 		DisableCompression: true,
+		// Go takes 10 MiB of headers an answer by default, and client-go
+		// parses every Warning among them: an API server's own headers
+		// are a few hundred bytes.
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
 	}
+	// A tenant's server chooses its warnings' text and number: the
+	// manager's log (where the process-wide handler writes every one) is
+	// not theirs to fill (review of 2026-12-05).
+	cfg.WarningHandler = nil
+	cfg.WarningHandlerWithContext = rest.NoWarnings{}
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return noRedirects{boundedAnswers{rt}} }
 	return cfg, nil
 }
@@ -139,11 +148,12 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 		// A watch's stream (its error answers are read whole, as any
 		// answer, and bounded below). client-go's decoder bounds a
 		// protobuf event before it reads it, but a JSON event is read
-		// whole before the bound is checked (review 30 H2): each JSON
-		// event ends a line, and no line may be longer than the decoder
-		// would take.
-		if !strings.Contains(resp.Header.Get("Content-Type"), "protobuf") {
-			resp.Body = &boundedLines{ReadCloser: resp.Body, what: req.Method + " " + req.URL.Redacted(), ctx: req.Context()}
+		// whole before the bound is checked (review 30 H2): no event may
+		// be longer than the decoder would take. Protobuf only when
+		// client-go decodes the stream as protobuf: the media type itself,
+		// never a parameter or a longer name that merely holds the word.
+		if mediaType, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type")); err != nil || mediaType != protobufMediaType {
+			resp.Body = &boundedEvents{ReadCloser: resp.Body, what: req.Method + " " + req.URL.Redacted(), ctx: req.Context()}
 		}
 		return resp, nil
 	}
@@ -158,43 +168,76 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 // WrappedRoundTripper lets client-go find the transport underneath.
 func (b boundedAnswers) WrappedRoundTripper() http.RoundTripper { return b.rt }
 
+// MaxResponseHeaderBytes bounds the headers of a remote API server's
+// answer.
+const MaxResponseHeaderBytes = 64 << 10
+
 // MaxWatchEventBytes bounds one event of a remote API server's JSON watch:
 // client-go's own bound on a decoded object (16 MiB).
 const MaxWatchEventBytes = 16 << 20
 
-// boundedLines fails a read once more than MaxWatchEventBytes have come
-// without a line break: a JSON watch writes one event a line.
-type boundedLines struct {
+// protobufMediaType is the media type client-go decodes a watch's stream
+// as protobuf by; every other stream is bounded as JSON.
+const protobufMediaType = "application/vnd.kubernetes.protobuf"
+
+// boundedEvents fails a read once more than MaxWatchEventBytes have come
+// since the last event of a JSON watch ended. An event is a JSON value that
+// client-go's decoder reads whole before it looks at its size, and JSON may
+// break a value over any number of lines between its tokens: the events are
+// told apart by their nesting, outside strings, not by line breaks (a
+// per-line bound let an event of endless short lines through). Whatever is
+// not an object or an array, whitespace between events included, counts
+// toward the next event.
+type boundedEvents struct {
 	io.ReadCloser
-	line int64
-	what string
+	event int64 // bytes since the last event ended
+	depth int   // of objects and arrays open, outside strings
+	// inString and escaped follow JSON's strings, whose brackets and
+	// quotes nest nothing.
+	inString, escaped bool
+	what              string
 	// ctx is the request's, whose asker is told of an event past the
 	// bound (WithAnswerTooLarge), once.
 	ctx  context.Context //nolint:containedctx // the request's, for the one error it tells
 	told bool
 }
 
-func (b *boundedLines) Read(p []byte) (int, error) {
-	if b.line > MaxWatchEventBytes {
+func (b *boundedEvents) Read(p []byte) (int, error) {
+	if b.event > MaxWatchEventBytes {
 		return 0, b.tooLong()
 	}
-	if rest := MaxWatchEventBytes - b.line; int64(len(p)) > rest+1 {
+	if rest := MaxWatchEventBytes - b.event; int64(len(p)) > rest+1 {
 		p = p[:rest+1] // a byte past the bound tells an event of exactly it from a longer one
 	}
 	n, err := b.ReadCloser.Read(p)
 	for _, c := range p[:n] {
-		if c == '\n' {
-			b.line = 0
-			continue
-		}
-		if b.line++; b.line > MaxWatchEventBytes {
+		if b.event++; b.event > MaxWatchEventBytes {
 			return 0, b.tooLong()
+		}
+		switch {
+		case b.inString:
+			switch {
+			case b.escaped:
+				b.escaped = false
+			case c == '\\':
+				b.escaped = true
+			case c == '"':
+				b.inString = false
+			}
+		case c == '"':
+			b.inString = true
+		case c == '{' || c == '[':
+			b.depth++
+		case (c == '}' || c == ']') && b.depth > 0:
+			if b.depth--; b.depth == 0 {
+				b.event = 0
+			}
 		}
 	}
 	return n, err
 }
 
-func (b *boundedLines) tooLong() error {
+func (b *boundedEvents) tooLong() error {
 	err := tooLarge("%s: an event of the watch is more than the %d bytes a remote API server's event may be", b.what, int64(MaxWatchEventBytes))
 	if b.told {
 		return err

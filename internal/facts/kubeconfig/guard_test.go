@@ -263,70 +263,146 @@ func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
 // JSON event whole before its decoder's bound is checked, so a server could
 // have it hold an event of any size; the watch ends once an event is past
 // MaxWatchEventBytes, having read no more of it. Events of an ordinary
-// size, one a line, pass.
+// size pass, one a line or broken over lines. The hostile event is sent as
+// one line; as endless short lines (JSON may break a value between any two
+// tokens: a bound per line let it through, review of 2026-12-05); and as one
+// line under a media type that names protobuf in a parameter only (client-go
+// decodes it as JSON; the guard took it for protobuf and bounded nothing).
 func TestARemoteWatchEventIsBounded(t *testing.T) {
 	const huge = 256 << 20
+	const head = `{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":%q,"resourceVersion":"8"},"spec":{"signerName":"kubernetes.io/kubelet-serving","request":"%s"}}}`
 	event := func(w io.Writer, name string, size int) {
-		_, _ = fmt.Fprintf(w, `{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":%q,"resourceVersion":"8"},"spec":{"signerName":"kubernetes.io/kubelet-serving","request":"%s"}}}`+"\n", name, strings.Repeat("A", size))
+		_, _ = fmt.Fprintf(w, head+"\n", name, strings.Repeat("A", size))
 	}
-	var sendHuge atomic.Bool
-	sent := make(chan int64, 1)
+	// The same event, pretty-printed, as a server may send one.
+	brokenOverLines := func(w io.Writer, name string) {
+		_, _ = fmt.Fprintf(w, "{\n  \"type\": \"ADDED\",\n  \"object\": {\n    \"kind\": \"CertificateSigningRequest\",\n"+
+			"    \"apiVersion\": \"certificates.k8s.io/v1\",\n    \"metadata\": {\"name\": %q, \"resourceVersion\": \"9\"},\n"+
+			"    \"spec\": {\"signerName\": \"kubernetes.io/kubelet-serving\", \"request\": \"QUFB\", \"usages\": [\n\"a}]{[\\\"\"\n]}\n  }\n}\n", name)
+	}
+	hostile := map[string]struct {
+		contentType string
+		start, unit string
+	}{
+		"one line": {"application/json",
+			`{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"huge"},"spec":{"request":"`, "A"},
+		"endless short lines": {"application/json",
+			`{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"huge"},"spec":{"usages":[`, "0,\n"},
+		"protobuf named in a parameter": {"application/json; x=application/vnd.kubernetes.protobuf",
+			`{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"huge"},"spec":{"request":"`, "A"},
+	}
+	for name, tc := range hostile {
+		t.Run(name, func(t *testing.T) {
+			var sendHuge atomic.Bool
+			sent := make(chan int64, 1)
+			local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+			cert, ca := selfSigned(t)
+			tenant := newServer(t, &cert, func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Content-Type", tc.contentType)
+				event(w, "small", 100)
+				if sendHuge.Load() {
+					// One event that never ends, sent until the client
+					// stops reading.
+					_, _ = io.WriteString(w, tc.start)
+					chunk, written := bytes.Repeat([]byte(tc.unit), (1<<20)/len(tc.unit)), int64(0)
+					for written < huge {
+						n, err := w.Write(chunk)
+						written += int64(n)
+						if err != nil {
+							break
+						}
+					}
+					sent <- written
+					return
+				}
+				brokenOverLines(w, "pretty")
+				event(w, "after", 100)
+			})
+			cfg, err := localOf(local).RESTConfig(t.Context(), kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+			require.NoError(t, err)
+			cs, err := kubernetes.NewForConfig(cfg)
+			require.NoError(t, err)
+			var told atomic.Pointer[error]
+			ctx := kubeconfig.WithAnswerTooLarge(t.Context(), func(err error) { told.Store(&err) })
+			names := func() []string {
+				w, err := cs.CertificatesV1().CertificateSigningRequests().Watch(ctx, metav1.ListOptions{})
+				require.NoError(t, err)
+				defer w.Stop()
+				var got []string
+				for e := range w.ResultChan() {
+					if csr, ok := e.Object.(*certificatesv1.CertificateSigningRequest); ok {
+						got = append(got, csr.Name)
+					} else {
+						got = append(got, string(e.Type))
+					}
+				}
+				return got
+			}
+			assert.Equal(t, []string{"small", "pretty", "after"}, names())
+			assert.Nil(t, told.Load(), "an ordinary watch was told too large")
+			sendHuge.Store(true)
+			got := names()
+			assert.Equal(t, "small", got[0])
+			assert.NotContains(t, got, "huge")
+			// client-go keeps only the message of the error that ended the
+			// stream: the asker is told what it was.
+			require.NotNil(t, told.Load(), "the asker was not told of the event past the bound")
+			assert.ErrorAs(t, *told.Load(), new(*kubeconfig.AnswerTooLargeError))
+			select {
+			case written := <-sent:
+				assert.Less(t, written, int64(4*kubeconfig.MaxWatchEventBytes), "the client read on past the bound")
+			case <-time.After(time.Minute):
+				t.Fatal("the server was still sending a minute after the watch ended")
+			}
+		})
+	}
+}
+
+// countedWarnings counts the warnings the process-wide handler is given.
+type countedWarnings struct{ n *atomic.Int64 }
+
+func (c countedWarnings) HandleWarningHeaderWithContext(context.Context, int, string, string) {
+	c.n.Add(1)
+}
+
+// A tenant's server chooses its answers' headers: its warnings never reach
+// the manager's log (the process-wide handler logs every one), and an
+// answer whose headers are past MaxResponseHeaderBytes (Go takes 10 MiB by
+// default, some 900,000 warnings for client-go to parse) is an error.
+func TestARemoteServersWarningsAreNotLoggedAndItsHeadersAreBounded(t *testing.T) {
+	var logged atomic.Int64
+	rest.SetDefaultWarningHandlerWithContext(countedWarnings{&logged})
+	t.Cleanup(func() { rest.SetDefaultWarningHandler(rest.WarningLogger{}) })
+	var flood atomic.Bool
 	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
 	cert, ca := selfSigned(t)
 	tenant := newServer(t, &cert, func(w http.ResponseWriter, _ *http.Request) {
+		n := 10
+		if flood.Load() {
+			n = 2 * kubeconfig.MaxResponseHeaderBytes / 16
+		}
+		for i := range n {
+			w.Header().Add("Warning", fmt.Sprintf(`299 - "w%d"`, i))
+		}
 		w.Header().Set("Content-Type", "application/json")
-		event(w, "small", 100)
-		if sendHuge.Load() {
-			// One event that never ends its line, sent until the client
-			// stops reading.
-			_, _ = io.WriteString(w, `{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"huge"},"spec":{"request":"`)
-			chunk, written := bytes.Repeat([]byte("A"), 1<<20), int64(0)
-			for written < huge {
-				n, err := w.Write(chunk)
-				written += int64(n)
-				if err != nil {
-					break
-				}
-			}
-			sent <- written
-			return
-		}
-		event(w, "after", 100)
+		_, _ = io.WriteString(w, `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{},"items":[]}`)
 	})
-	cfg, err := localOf(local).RESTConfig(t.Context(), kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+	guarded := localOf(local)
+	require.NoError(t, listCSRs(t, guarded, tenantKubeconfig(tenant.URL, ca)))
+	assert.Zero(t, logged.Load(), "a tenant's warnings reached the process-wide handler")
+
+	// The control: the same answer through a client of the process's
+	// defaults is logged.
+	plain, err := kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)).RESTConfig(false)
 	require.NoError(t, err)
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := kubernetes.NewForConfig(plain)
 	require.NoError(t, err)
-	var told atomic.Pointer[error]
-	ctx := kubeconfig.WithAnswerTooLarge(t.Context(), func(err error) { told.Store(&err) })
-	names := func() []string {
-		w, err := cs.CertificatesV1().CertificateSigningRequests().Watch(ctx, metav1.ListOptions{})
-		require.NoError(t, err)
-		defer w.Stop()
-		var got []string
-		for e := range w.ResultChan() {
-			if csr, ok := e.Object.(*certificatesv1.CertificateSigningRequest); ok {
-				got = append(got, csr.Name)
-			} else {
-				got = append(got, string(e.Type))
-			}
-		}
-		return got
-	}
-	assert.Equal(t, []string{"small", "after"}, names())
-	assert.Nil(t, told.Load(), "an ordinary watch was told too large")
-	sendHuge.Store(true)
-	got := names()
-	assert.Equal(t, "small", got[0])
-	assert.NotContains(t, got, "huge")
-	// client-go keeps only the message of the error that ended the
-	// stream: the asker is told what it was.
-	require.NotNil(t, told.Load(), "the asker was not told of the event past the bound")
-	assert.ErrorAs(t, *told.Load(), new(*kubeconfig.AnswerTooLargeError))
-	select {
-	case written := <-sent:
-		assert.Less(t, written, int64(4*kubeconfig.MaxWatchEventBytes), "the client read on past the bound")
-	case <-time.After(time.Minute):
-		t.Fatal("the server was still sending a minute after the watch ended")
-	}
+	_, err = cs.CertificatesV1().CertificateSigningRequests().List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Positive(t, logged.Load(), "the control logged nothing: the test proves nothing")
+
+	flood.Store(true)
+	err = listCSRs(t, guarded, tenantKubeconfig(tenant.URL, ca))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "exceeded", "not refused for the size of its headers")
 }
