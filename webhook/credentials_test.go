@@ -504,6 +504,27 @@ func TestAnotherComponentsServiceAccountIsRefused(t *testing.T) {
 	assert.Contains(t, events[0].Message, "requested by "+username)
 }
 
+// ADR 0124: Ichor's own purposes (an os:operator identity for one packet
+// capture, an os:etcd:backup one for a snapshot) are its ServiceAccounts';
+// nothing hands them to a person, even one granted their verb, issue, by a
+// custom role (or a wildcard one: cluster-admin holds every verb). Before,
+// only RBAC kept them from people.
+func TestAPersonHoldingIssueIsRefusedIchorsOwnPurposes(t *testing.T) {
+	f := newFixture(t, true)
+	f.role("all-purposes",
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create", "get"}},
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosclusters/packet-capture", "talosclusters/etcd-snapshot"}, Verbs: []string{"issue"}},
+	)
+	alice := f.user("ichor:alice", "Role/all-purposes")
+	for _, purpose := range []ichorv1alpha1.CredentialPurpose{ichorv1alpha1.PurposePacketCapture, ichorv1alpha1.PurposeEtcdSnapshot} {
+		msg := refusal(t, alice.Create(f.ctx, f.request(purpose, "", ed25519Key(t))))
+		assert.Contains(t, msg, "PurposeNotForPeople", purpose)
+		assert.Contains(t, msg, `user "ichor:alice" may not be issued an os:`, purpose)
+	}
+	assert.Empty(t, f.events())
+	assert.Empty(t, f.requests())
+}
+
 func TestLifetimeCapsAtAdmission(t *testing.T) {
 	f := newFixture(t, true)
 	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")

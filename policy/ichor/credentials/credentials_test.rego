@@ -62,15 +62,8 @@ _ttl(seconds) := [{"op": "add", "path": "/request/ttl_seconds", "value": seconds
 
 _key(key) := _set("/request/public_key", object.union({"parsed": true, "error": ""}, key))
 
-# The same request for another purpose, with the SubjectAccessReview that purpose requires passed.
-_admit_purpose(purpose, patch) := _admit(array.concat(
-	[
-		{"op": "replace", "path": "/request/purpose", "value": purpose},
-		{"op": "replace", "path": "/authorization/verb", "value": _purposes[purpose].authorization.verb},
-		{"op": "replace", "path": "/authorization/subresource", "value": _purposes[purpose].authorization.subresource},
-	],
-	patch,
-))
+# The request for another purpose, its SubjectAccessReview passed; Ichor's own by its SA.
+_admit_purpose(purpose, patch) := _admit(array.concat(_purpose_patch(purpose, ["/user/username"]), patch))
 
 _requirements(purpose) := requirements if {
 	requirements := credentials.requirements with input as {"purpose": purpose}
@@ -415,7 +408,8 @@ test_every_purpose_is_admitted_with_an_event_naming_user_credential_and_lifetime
 	every purpose, credential in messages {
 		event := _admit_purpose(purpose, []).event
 		event.reason == _purposes[purpose].event.reason
-		event.message == sprintf("%s was requested by ichor:alice (lifetime %s)", [credential, lifetimes[purpose]])
+		who := {true: "ichor:alice", false: _component}[_purposes[purpose].for_people]
+		event.message == sprintf("%s was requested by %s (lifetime %s)", [credential, who, lifetimes[purpose]])
 	}
 }
 

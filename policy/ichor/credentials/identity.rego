@@ -32,6 +32,9 @@ _identity_part(username) := concat("", ["u:", username]) if {
 	regex.match(`^[A-Za-z0-9]([A-Za-z0-9._@:-]*[A-Za-z0-9])?$`, username)
 } else := concat("", ["h:", substring(crypto.sha256(username), 0, _config.person_identity.hash_length)])
 
+# What the requester's name allows of the purpose.
+_identity_refusals(subject, purpose) := _reserved_refusals(subject, purpose) | _component_refusals(subject, purpose)
+
 # METADATA
 # title: Username reserved
 # description: |
@@ -43,7 +46,7 @@ _identity_part(username) := concat("", ["u:", username]) if {
 #   that reads as another credential's. Checked at admission and again before signing.
 # custom:
 #   code: UsernameReserved
-_identity_refusals(subject, purpose) := {reason |
+_reserved_refusals(subject, purpose) := {reason |
 	purpose.identity
 	username := _subject_name(subject)
 	some prefix in _config.person_identity.reserved_prefixes
@@ -53,6 +56,31 @@ _identity_refusals(subject, purpose) := {reason |
 		"message": sprintf(
 			"user %q may not be issued a %s: names starting with %q are reserved (%s)",
 			[username, purpose.credential, prefix, concat(", ", _config.person_identity.reserved_prefixes)],
+		),
+	}
+}
+
+# METADATA
+# title: Purpose not for people
+# description: |
+#   A purpose for one of Ichor's own calls (for_people false in data.json: node-reader,
+#   support-bundle, etcd-snapshot, packet-capture) is issued to a ServiceAccount only
+#   (component_requester_prefix), never to a person (ADR 0124: "nothing hands them to a
+#   person", "Ichor offers no os:operator talosconfig"). Its verb, issue, is meant for Ichor's
+#   own ServiceAccounts; without this a person granted it by a custom or wildcard role
+#   (cluster-admin holds every verb) would take an os:operator or os:etcd:backup certificate
+#   away. Checked at admission and again before signing.
+# custom:
+#   code: PurposeNotForPeople
+_component_refusals(subject, purpose) := {reason |
+	purpose.for_people == false
+	username := _subject_name(subject)
+	not startswith(username, _config.component_requester_prefix)
+	reason := {
+		"code": "PurposeNotForPeople",
+		"message": sprintf(
+			"user %q may not be issued an %s %s: it is for Ichor's own ServiceAccounts (%s...), never a person",
+			[username, purpose.talos_role, purpose.credential, _config.component_requester_prefix],
 		),
 	}
 }

@@ -285,3 +285,49 @@ test_requester_padded_with_copies_of_its_own_values_is_refused if {
 		{"op": "replace", "path": "/requester/extra", "value": {"scopes": ["a", "a"]}},
 	])) == ["RequesterMismatch"]
 }
+
+# ADR 0124: the purposes for one of Ichor's own calls are for its ServiceAccounts; nothing
+# hands them to a person, even one granted their verb (issue) by a custom or wildcard role.
+test_a_person_holding_issue_is_refused_ichors_own_purposes if {
+	alice := [{"op": "replace", "path": path, "value": "ichor:alice"} |
+		some path in ["/user/username", "/requester/username", "/authorization/user"]
+	]
+	_admit_purpose("packet-capture", alice).reasons[0].message == concat("", [
+		`user "ichor:alice" may not be issued an os:operator identity to run one packet capture: `,
+		"it is for Ichor's own ServiceAccounts (system:serviceaccount:...), never a person",
+	])
+	every purpose in ["node-reader", "support-bundle", "etcd-snapshot", "packet-capture"] {
+		admitted := _admit_purpose(purpose, alice)
+		not admitted.allowed
+		not admitted.event
+		_codes(admitted) == ["PurposeNotForPeople"]
+		_codes(_issue_as(purpose, "ichor:alice", [])) == ["PurposeNotForPeople"]
+	}
+}
+
+# Only a ServiceAccount's name: a node, a group's name taken as a user's, or one that merely
+# begins alike is not one.
+test_only_a_service_account_is_issued_ichors_own_purposes if {
+	_issue_as("node-reader", "system:serviceaccount:ichor-system:ichor-ui", []).allowed
+	every username in ["system:node:worker-1", "system:serviceaccounts:ichor-system", "system:serviceaccountx:a:b", ""] {
+		"PurposeNotForPeople" in _codes(_issue_as("node-reader", username, []))
+	}
+}
+
+# The request for another purpose, with the SubjectAccessReview that purpose requires passed;
+# one of Ichor's own purposes asked by its ServiceAccount, as only one may.
+_purpose_patch(purpose, paths) := array.concat(
+	[
+		{"op": "replace", "path": "/request/purpose", "value": purpose},
+		{"op": "replace", "path": "/authorization/verb", "value": _purposes[purpose].authorization.verb},
+		{"op": "replace", "path": "/authorization/subresource", "value": _purposes[purpose].authorization.subresource},
+	],
+	_as_component(purpose, paths),
+)
+
+_component := "system:serviceaccount:ichor-system:ichor-ui"
+
+_as_component(purpose, paths) := [{"op": "replace", "path": path, "value": _component} |
+	some path in array.concat(paths, ["/requester/username", "/authorization/user"])
+	not _purposes[purpose].for_people
+]

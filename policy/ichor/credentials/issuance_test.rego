@@ -26,14 +26,7 @@ _issue(patch) := decision if {
 	decision := credentials.issuance with input as json.patch(_good_issuance, patch)
 }
 
-_issue_purpose(purpose, patch) := _issue(array.concat(
-	[
-		{"op": "replace", "path": "/request/purpose", "value": purpose},
-		{"op": "replace", "path": "/authorization/verb", "value": _purposes[purpose].authorization.verb},
-		{"op": "replace", "path": "/authorization/subresource", "value": _purposes[purpose].authorization.subresource},
-	],
-	patch,
-))
+_issue_purpose(purpose, patch) := _issue(array.concat(_purpose_patch(purpose, []), patch))
 
 _issue_ttl(seconds) := [{"op": "add", "path": "/request/ttl_seconds", "value": seconds}]
 
