@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -23,12 +24,20 @@ var ErrServerIsLocal = errors.New("the peer presents the key or a certificate of
 // answer to any request.
 const ResponseHeaderTimeout = 30 * time.Second
 
-// MaxResponseBytes bounds the body of a remote API server's answer but a
-// watch's stream: a list of ten thousand CSRs is about 30 MiB. A watch is a
+// MaxResponseBytes bounds the body of a remote API server's list (and a
+// watch's error answer), a watch's stream aside: a list of ten thousand
+// CSRs is about 30 MiB. A watch is a
 // stream of events, each bounded to MaxWatchEventBytes, and what the
 // manager keeps of it is bounded where it is kept (the remote cache's
 // limits in controllers/kubeletserving).
 const MaxResponseBytes = 64 << 20
+
+// MaxObjectResponseBytes bounds every other answer of a remote API server
+// (one CSR read or its approval written, /version, a review): an object is
+// at most what etcd stores, 1.5 MiB by default. A server that held a dozen
+// such answers at the list's bound would take most of the manager's memory
+// at once (review of 2026-12-05).
+const MaxObjectResponseBytes = 4 << 20
 
 // AnswerTooLargeError is an answer (or a watch's event) of a remote API
 // server beyond what the manager reads of one: the caller can tell it from
@@ -157,12 +166,36 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return resp, nil
 	}
-	if resp.ContentLength > MaxResponseBytes {
-		_ = resp.Body.Close()
-		return nil, tooLarge("%s %s: the answer is %d bytes, more than the %d a remote API server's answer may be", req.Method, req.URL.Redacted(), resp.ContentLength, int64(MaxResponseBytes))
+	bound := int64(MaxObjectResponseBytes)
+	if req.Method == http.MethodGet && isCollection(req.URL.Path) {
+		bound = MaxResponseBytes
 	}
-	resp.Body = &boundedBody{ReadCloser: resp.Body, left: MaxResponseBytes, what: req.Method + " " + req.URL.Redacted()}
+	if resp.ContentLength > bound {
+		_ = resp.Body.Close()
+		return nil, tooLarge("%s %s: the answer is %d bytes, more than the %d a remote API server's answer may be", req.Method, req.URL.Redacted(), resp.ContentLength, bound)
+	}
+	resp.Body = &boundedBody{ReadCloser: resp.Body, left: bound, bound: bound, what: req.Method + " " + req.URL.Redacted()}
 	return resp, nil
+}
+
+// isCollection reports whether path names a collection of an API group
+// (/api/v1/R, /apis/G/V/R, each also under /namespaces/N): a list's, or a
+// watch's error answer. Any other answer (one object read or written, a
+// subresource, /version, a review) is bounded to MaxObjectResponseBytes.
+func isCollection(path string) bool {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) > 0 && parts[0] == "api":
+		parts = parts[min(2, len(parts)):]
+	case len(parts) > 0 && parts[0] == "apis":
+		parts = parts[min(3, len(parts)):]
+	default:
+		return false
+	}
+	if len(parts) == 3 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	return len(parts) == 1 && parts[0] != ""
 }
 
 // WrappedRoundTripper lets client-go find the transport underneath.
@@ -251,8 +284,8 @@ func (b *boundedEvents) tooLong() error {
 // says why.
 type boundedBody struct {
 	io.ReadCloser
-	left int64
-	what string
+	left, bound int64
+	what        string
 }
 
 func (b *boundedBody) Read(p []byte) (int, error) {
@@ -262,7 +295,7 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 		if n, err := b.ReadCloser.Read(one[:]); n == 0 {
 			return 0, err
 		}
-		return 0, tooLarge("%s: the answer is more than the %d bytes a remote API server's answer may be", b.what, int64(MaxResponseBytes))
+		return 0, tooLarge("%s: the answer is more than the %d bytes a remote API server's answer may be", b.what, b.bound)
 	}
 	if int64(len(p)) > b.left {
 		p = p[:b.left]

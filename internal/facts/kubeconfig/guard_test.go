@@ -196,8 +196,9 @@ func csrListOf(w io.Writer, n, size int) {
 
 // A tenant's server answers as it likes (review 28 H1: 216 KB of gzip
 // became 200 MB of CSRs in the manager). No compression is asked for, so a
-// body compressed anyway is not inflated, and an answer past
-// MaxResponseBytes is refused; an ordinary list is read as before.
+// body compressed anyway is not inflated, and a list past MaxResponseBytes,
+// or any other answer past MaxObjectResponseBytes, is refused; an ordinary
+// list is read as before.
 func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
 	var gz bytes.Buffer
 	zw, err := gzip.NewWriterLevel(&gz, gzip.BestCompression)
@@ -219,6 +220,14 @@ func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
 			_, _ = w.Write(gz.Bytes())
 		case "large":
 			csrListOf(w, 65, 1<<20) // past 64 MiB, streamed without a length
+		case "objects":
+			// A list of 5 MiB is a list; one CSR of 5 MiB is no object a
+			// real server stores, and the answer to its read is refused.
+			if strings.HasSuffix(r.URL.Path, "/certificatesigningrequests") {
+				csrListOf(w, 5, 1<<20)
+				return
+			}
+			_, _ = fmt.Fprintf(w, `{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"csr-0"},"spec":{"request":"%s"}}`, strings.Repeat("A", 5<<20))
 		case "large-watch-error":
 			// A watch's error answer, read whole by client-go: as large.
 			w.WriteHeader(http.StatusInternalServerError)
@@ -252,6 +261,14 @@ func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxResponseBytes))
 	assert.ErrorAs(t, err, new(*kubeconfig.AnswerTooLargeError), "client-go's error does not say the answer was too large")
+
+	mode.Store("objects")
+	got, err = list()
+	require.NoError(t, err, "a list past the bound of one object's answer")
+	assert.Len(t, got.Items, 5)
+	_, err = cs.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "csr-0", metav1.GetOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxObjectResponseBytes))
 
 	mode.Store("large-watch-error")
 	_, err = cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
