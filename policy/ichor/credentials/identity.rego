@@ -63,26 +63,33 @@ _reserved_refusals(subject, purpose) := {reason |
 # METADATA
 # title: Purpose not for people
 # description: |
-#   A purpose for one of Ichor's own calls (for_people false in data.json: node-reader,
-#   support-bundle, etcd-snapshot, packet-capture) is issued to a ServiceAccount only
-#   (component_requester_prefix), never to a person (ADR 0124: "nothing hands them to a
-#   person", "Ichor offers no os:operator talosconfig"). Its verb, issue, is meant for Ichor's
-#   own ServiceAccounts; without this a person granted it by a custom or wildcard role
-#   (cluster-admin holds every verb) would take an os:operator or os:etcd:backup certificate
-#   away. Checked at admission and again before signing.
+#   A purpose for one of Ichor's own calls (node-reader, support-bundle, etcd-snapshot,
+#   packet-capture: any purpose whose for_people is not true in data.json) is issued only to
+#   a ServiceAccount (component_requester: its username's form, and its group), never to a
+#   person or to a node (ADR 0124: "nothing hands them to a person", "Ichor offers no
+#   os:operator talosconfig"). Its verb, issue, is meant for Ichor's own ServiceAccounts;
+#   without this a person granted it by a custom or wildcard role would take an os:operator
+#   or os:etcd:backup certificate away. Which ServiceAccounts hold issue stays RBAC's to say
+#   (and whoever may impersonate one acts as it). Checked at admission and again before
+#   signing.
 # custom:
 #   code: PurposeNotForPeople
 _component_refusals(subject, purpose) := {reason |
-	purpose.for_people == false
-	username := _subject_name(subject)
-	not startswith(username, _config.component_requester_prefix)
+	purpose.kind
+	not purpose.for_people == true
+	not _service_account(subject)
 	reason := {
 		"code": "PurposeNotForPeople",
 		"message": sprintf(
-			"user %q may not be issued an %s %s: it is for Ichor's own ServiceAccounts (%s...), never a person",
-			[username, purpose.talos_role, purpose.credential, _config.component_requester_prefix],
+			"user %q may not be issued an %s %s: it is issued to a ServiceAccount of Ichor's only, never to a person",
+			[_subject_name(subject), purpose.talos_role, purpose.credential],
 		),
 	}
+}
+
+_service_account(subject) if {
+	regex.match(_config.component_requester.username_pattern, _subject_name(subject))
+	_config.component_requester.group in _identity(subject).groups
 }
 
 # The bindings of the input, as Go listed them (Ichor's label), that are this identity's:

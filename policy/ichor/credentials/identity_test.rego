@@ -294,7 +294,7 @@ test_a_person_holding_issue_is_refused_ichors_own_purposes if {
 	]
 	_admit_purpose("packet-capture", alice).reasons[0].message == concat("", [
 		`user "ichor:alice" may not be issued an os:operator identity to run one packet capture: `,
-		"it is for Ichor's own ServiceAccounts (system:serviceaccount:...), never a person",
+		"it is issued to a ServiceAccount of Ichor's only, never to a person",
 	])
 	every purpose in ["node-reader", "support-bundle", "etcd-snapshot", "packet-capture"] {
 		admitted := _admit_purpose(purpose, alice)
@@ -305,13 +305,28 @@ test_a_person_holding_issue_is_refused_ichors_own_purposes if {
 	}
 }
 
-# Only a ServiceAccount's name: a node, a group's name taken as a user's, or one that merely
-# begins alike is not one.
+# Only a ServiceAccount: its name's form, and its group. A node, a group's name taken as a
+# user's, a name that merely begins alike, and a ServiceAccount's name without the group
+# (an authenticator other than the API server's tokens may name anyone so) are not one.
 test_only_a_service_account_is_issued_ichors_own_purposes if {
 	_issue_as("node-reader", "system:serviceaccount:ichor-system:ichor-ui", []).allowed
-	every username in ["system:node:worker-1", "system:serviceaccounts:ichor-system", "system:serviceaccountx:a:b", ""] {
+	"PurposeNotForPeople" in _codes(_issue_as(
+		"node-reader", "system:serviceaccount:ichor-system:ichor-ui",
+		[{"op": "replace", "path": "/requester/groups", "value": ["system:authenticated"]}],
+	))
+	every username in [
+		"system:node:worker-1", "system:serviceaccounts:ichor-system", "system:serviceaccountx:a:b", "",
+		"system:serviceaccount:", "system:serviceaccount:a", "system:serviceaccount:a:b:c", "system:serviceaccount:A:b",
+	] {
 		"PurposeNotForPeople" in _codes(_issue_as("node-reader", username, []))
 	}
+}
+
+# A purpose of the table that does not say it is for people is not.
+test_a_purpose_that_does_not_say_it_is_for_people_is_not if {
+	config := json.patch(credentials.config, [{"op": "remove", "path": "/purposes/talosconfig-reader/for_people"}])
+	d := credentials.admission with input as _good with credentials.config as config
+	_codes(d) == ["PurposeNotForPeople"]
 }
 
 # The request for another purpose, with the SubjectAccessReview that purpose requires passed;
@@ -327,7 +342,16 @@ _purpose_patch(purpose, paths) := array.concat(
 
 _component := "system:serviceaccount:ichor-system:ichor-ui"
 
-_as_component(purpose, paths) := [{"op": "replace", "path": path, "value": _component} |
-	some path in array.concat(paths, ["/requester/username", "/authorization/user"])
-	not _purposes[purpose].for_people
-]
+_as_component(purpose, paths) := array.concat(
+	[{"op": "replace", "path": path, "value": _component} |
+		some path in array.concat(paths, ["/requester/username", "/authorization/user"])
+		not _purposes[purpose].for_people
+	],
+	[{"op": "replace", "path": path, "value": ["system:serviceaccounts", "system:authenticated"]} |
+		some path in array.concat(
+			[concat("", [trim_suffix(p, "/username"), "/groups"]) | some p in paths],
+			["/requester/groups", "/authorization/groups"],
+		)
+		not _purposes[purpose].for_people
+	],
+)
