@@ -140,13 +140,27 @@ func (l *Local) RESTConfig(ctx context.Context, d *Document, insecure bool) (*re
 	// not theirs to fill (review of 2026-12-05).
 	cfg.WarningHandler = nil
 	cfg.WarningHandlerWithContext = rest.NoWarnings{}
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return noRedirects{boundedAnswers{rt}} }
+	// A server behind a path (a proxy's https://host/k8s/clusters/c-x) has
+	// client-go put the path before every request's: a list's is the
+	// collection's under it.
+	host, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("the kubeconfig's server: %w", err)
+	}
+	prefix := strings.TrimSuffix(host.Path, "/")
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		return noRedirects{boundedAnswers{rt: rt, prefix: prefix}}
+	}
 	return cfg, nil
 }
 
 // boundedAnswers holds the body of every answer but a watch's to
 // MaxResponseBytes: client-go reads a list whole before it decodes it.
-type boundedAnswers struct{ rt http.RoundTripper }
+type boundedAnswers struct {
+	rt http.RoundTripper
+	// prefix is the server's own path, before every request's.
+	prefix string
+}
 
 func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := b.rt.RoundTrip(req)
@@ -167,7 +181,7 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	bound := int64(MaxObjectResponseBytes)
-	if req.Method == http.MethodGet && isCollection(req.URL.Path) {
+	if path, under := strings.CutPrefix(req.URL.Path, b.prefix); req.Method == http.MethodGet && under && isCollection(path) {
 		bound = MaxResponseBytes
 	}
 	if resp.ContentLength > bound {

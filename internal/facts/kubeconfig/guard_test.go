@@ -269,6 +269,17 @@ func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
 	_, err = cs.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "csr-0", metav1.GetOptions{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxObjectResponseBytes))
+	// The same server behind a path, as a proxy serves one: its lists are
+	// lists (review of c8388d8).
+	behind, err := localOf(local).RESTConfig(t.Context(), kubeconfig.Read(tenantKubeconfig(tenant.URL+"/k8s/clusters/c-x", ca)), false)
+	require.NoError(t, err)
+	behindCS, err := kubernetes.NewForConfig(behind)
+	require.NoError(t, err)
+	got, err = behindCS.CertificatesV1().CertificateSigningRequests().List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err, "a list of a server behind a path bounded as one object's answer")
+	assert.Len(t, got.Items, 5)
+	_, err = behindCS.CertificatesV1().CertificateSigningRequests().Get(t.Context(), "csr-0", metav1.GetOptions{})
+	require.Error(t, err)
 
 	mode.Store("large-watch-error")
 	_, err = cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
