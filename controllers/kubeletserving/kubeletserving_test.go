@@ -506,6 +506,42 @@ func TestUnknownMachineStaysPending(t *testing.T) {
 	loggedPending(t, name, "MachineUnknown")
 }
 
+// A request for a name no machine has stays pending whatever else it holds
+// (ADR 0125): it is decided once at each version, not again at each change
+// of the machines, which any machine's change in any namespace makes, while
+// no machine takes its name; once one does, it is decided on its merits.
+func TestARequestForAnUnknownNameIsDecidedOnceUntilAMachineTakesIt(t *testing.T) {
+	f := newFixture(t, false)
+	ghostNode := nodeClient(t, "system:node:ghost-9", "system:nodes")
+	req := csrgen.Request{Subject: csrgen.NodeSubject("ghost-9"), IPs: []net.IP{net.ParseIP("10.46.0.9")}}
+	ghost := submit(t, ghostNode, "ghost-9", req)
+	loggedPending(t, ghost, "MachineUnknown")
+	for i := range 3 {
+		f.machine(fmt.Sprintf("churn-%d", i), fmt.Sprintf("10.46.0.%d", i+2))
+		// A request for another made-up name, made after the change: once
+		// it is decided, the look the change started is past the first.
+		later := submit(t, ghostNode, fmt.Sprintf("ghost-9-later-%d", i), csrgen.Request{
+			Subject: csrgen.NodeSubject(fmt.Sprintf("ghost-later-%d", i)), IPs: []net.IP{net.ParseIP("10.46.0.9")},
+		})
+		loggedPending(t, later, "MachineUnknown")
+	}
+	// Each cluster that judges this API server decides it once: the
+	// package's earlier tests leave theirs.
+	var clusters ichorv1alpha1.TalosClusterList
+	require.NoError(t, env.Client.List(f.ctx, &clusters))
+	judging := 0
+	for _, c := range clusters.Items {
+		if c.Spec.Security.KubeletServingCertificates.Enabled && c.Spec.KubeconfigRef == nil {
+			judging++
+		}
+	}
+	assert.LessOrEqual(t, len(entriesFor(ghost)), judging, "decided again at a change of other machines")
+
+	f.machine("ghost-9", "10.46.0.9")
+	v := decided(t, ghost)
+	assert.Equal(t, certificatesv1.CertificateApproved, v.Type, v.Message)
+}
+
 func TestUnreadableNodeStaysPendingUntilItAnswers(t *testing.T) {
 	f := newFixture(t, false)
 	talos := f.machine("flaky-1", "10.23.0.2")
