@@ -1261,9 +1261,9 @@ func (s *Set) shardLabels(shard int) map[string]string {
 // found existing while the cache has none of that name. Usually the cache
 // lags a Lease another replica just made, and the next look sees it; but a
 // Lease whose ichor.dev/shard-role label someone removed or changed has
-// left every replica's watch: its holder gave the shard up as taken, and
-// every take's create would fail as already existing, the shard served by
-// no one, for as long as the label stays off. Only the labels are written,
+// left every replica's watch: its holder gave the shard up (lease-gone),
+// and every take's create would fail as already existing, the shard served
+// by no one, for as long as the label stays off. Only the labels are written,
 // on the version read: the holder it names and its annotations stay, and
 // the next look judges the Lease as it would any other (one naming this
 // replica is taken once mayActOnOwn allows it).

@@ -24,11 +24,10 @@ var ErrServerIsLocal = errors.New("the peer presents the key or a certificate of
 // answer to any request.
 const ResponseHeaderTimeout = 30 * time.Second
 
-// MaxResponseBytes bounds the body of a remote API server's list (and a
-// watch's error answer), a watch's stream aside: a list of ten thousand
-// CSRs is about 30 MiB. A watch is a
-// stream of events, each bounded to MaxWatchEventBytes, and what the
-// manager keeps of it is bounded where it is kept (the remote cache's
+// MaxResponseBytes bounds the body of a remote API server's list (and of a
+// watch's error answer): a list of ten thousand CSRs is about 30 MiB. A
+// watch is a stream of events, each bounded to MaxWatchEventBytes, and what
+// the manager keeps of it is bounded where it is kept (the remote cache's
 // limits in controllers/kubeletserving).
 const MaxResponseBytes = 64 << 20
 
@@ -154,8 +153,10 @@ func (l *Local) RESTConfig(ctx context.Context, d *Document, insecure bool) (*re
 	return cfg, nil
 }
 
-// boundedAnswers holds the body of every answer but a watch's to
-// MaxResponseBytes: client-go reads a list whole before it decodes it.
+// boundedAnswers holds the body of a list to MaxResponseBytes, of any other
+// answer but a watch's stream to MaxObjectResponseBytes, and each event of a
+// JSON watch to MaxWatchEventBytes: client-go reads each whole before it
+// decodes it.
 type boundedAnswers struct {
 	rt http.RoundTripper
 	// prefix is the server's own path, before every request's.
