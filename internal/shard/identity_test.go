@@ -113,18 +113,25 @@ func TestShardTwoProcessesUnderOneIdentityOutliveTheirMembershipsDeletion(t *tes
 		if len(second.Held()) > 0 {
 			member = &cutSecond
 		}
-		before, err := leases.Get(t.Context(), shard.MemberLeaseName("a"), metav1.GetOptions{})
-		require.NoError(t, err)
 		member.Store(true)
+		name := shard.MemberLeaseName("a")
 		if blank {
-			before.Spec.HolderIdentity = ptr.To("")
-			_, err = leases.Update(t.Context(), before, metav1.UpdateOptions{})
+			// On the version read after the cut: a renewal sent before it
+			// may still land (seen once in CI as a conflict).
+			require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				l, err := leases.Get(t.Context(), name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				l.Spec.HolderIdentity = ptr.To("")
+				_, err = leases.Update(t.Context(), l, metav1.UpdateOptions{})
+				return err
+			}))
 		} else {
-			err = leases.Delete(t.Context(), before.Name, metav1.DeleteOptions{})
+			require.NoError(t, leases.Delete(t.Context(), name, metav1.DeleteOptions{}))
 		}
-		require.NoError(t, err)
 		require.Eventually(t, func() bool {
-			l, err := leases.Get(t.Context(), before.Name, metav1.GetOptions{})
+			l, err := leases.Get(t.Context(), name, metav1.GetOptions{})
 			return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != ""
 		}, 20*time.Second, 10*time.Millisecond, "round %d: the process standing by did not make the membership again", round)
 		// The other process is the member now, the one before still serving
