@@ -82,7 +82,7 @@ _component_refusals(subject, purpose) := {reason |
 		"code": "PurposeNotForPeople",
 		"message": sprintf(
 			"user %q may not be issued an %s %s: it is issued to a ServiceAccount of Ichor's only, never to a person",
-			[_subject_name(subject), purpose.talos_role, purpose.credential],
+			[_subject_name(subject), object.get(purpose, "talos_role", "Ichor"), purpose.credential],
 		),
 	}
 }

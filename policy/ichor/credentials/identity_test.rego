@@ -324,9 +324,18 @@ test_only_a_service_account_is_issued_ichors_own_purposes if {
 
 # A purpose of the table that does not say it is for people is not.
 test_a_purpose_that_does_not_say_it_is_for_people_is_not if {
-	config := json.patch(credentials.config, [{"op": "remove", "path": "/purposes/talosconfig-reader/for_people"}])
+	config := json.patch(credentials.config, [
+		{"op": "remove", "path": "/purposes/talosconfig-reader/for_people"},
+		{"op": "remove", "path": "/purposes/kubeconfig-admin/for_people"},
+	])
 	d := credentials.admission with input as _good with credentials.config as config
 	_codes(d) == ["PurposeNotForPeople"]
+
+	# A Kubernetes purpose has no Talos role for the message to name: refused all the same.
+	as_alice := _purpose_patch("kubeconfig-admin", ["/user/username"])
+	admin := _admit(as_alice) with credentials.config as config
+	_codes(admin) == ["PurposeNotForPeople"]
+	startswith(admin.reasons[0].message, `user "ichor:alice" may not be issued an Ichor cluster-admin kubeconfig:`)
 }
 
 # The request for another purpose, with the SubjectAccessReview that purpose requires passed;
