@@ -426,14 +426,16 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// Another cluster's machine answers to this name: that cluster decides.
 		return nil
 	}
-	if v, ok := p.r.memo.Verdict(p.memoKey(csr)); ok && machine == nil && v.ResourceVersion == csr.ResourceVersion && v.Key == codeMachineUnknown {
+	if machine == nil {
 		// Still no machine answers to the name, and the rule leaves a parsed
 		// request for such a name pending whatever else it holds: one left
 		// so at this version is not decided (and logged) again at each
 		// change of the machines (any machine's, in any namespace, moves
 		// their epoch), only once it changes or a machine takes the name. A
 		// flood of requests for made-up names costs one decision each.
-		return nil
+		if v, ok := p.r.memo.Verdict(p.memoKey(csr)); ok && v.ResourceVersion == csr.ResourceVersion && v.Key == codeMachineUnknown {
+			return nil
+		}
 	}
 	epoch := p.r.machineEpoch.Get()
 	if wait, skip := p.r.memo.Skip(p.memoKey(csr), csr.ResourceVersion, epoch, p.now); skip {
