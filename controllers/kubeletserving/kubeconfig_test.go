@@ -52,6 +52,13 @@ type recorder struct {
 
 func newRecorder(t *testing.T, useTLS bool) *recorder {
 	t.Helper()
+	return newRecorderOn(t, useTLS, "")
+}
+
+// newRecorderOn is newRecorder listening on addr (httptest's loopback
+// address when empty).
+func newRecorderOn(t *testing.T, useTLS bool, addr string) *recorder {
+	t.Helper()
 	r := &recorder{}
 	r.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
@@ -62,6 +69,12 @@ func newRecorder(t *testing.T, useTLS bool) *recorder {
 		r.mu.Unlock()
 		http.Error(w, "no", http.StatusForbidden)
 	}))
+	if addr != "" {
+		l, err := net.Listen("tcp", addr)
+		require.NoError(t, err)
+		_ = r.Listener.Close()
+		r.Listener = l
+	}
 	r.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		if s == http.StateNew {
 			r.mu.Lock()
@@ -264,6 +277,29 @@ func TestAKubeconfigSecretThatDoesNotNameTheClusterIsNotUsed(t *testing.T) {
 	assert.Contains(t, c.Message, `Secret "kubeconfig": the Secret does not name this TalosCluster: its annotation ichor.dev/talos-clusters names "prod", not "tenant"`)
 	assert.NotContains(t, c.Message, "prod-token")
 	assert.Empty(t, kubeconfigEntries(f), "nothing judged")
+}
+
+// A kubeconfig whose server is in a network the manager does not connect to
+// for a tenant (this suite's manager denies deniedHost, standing for the
+// manager's own host and link, which the default denies: the other tests'
+// servers are on 127.0.0.1) is not reached at all, neither probed nor sent
+// the tenant's credential, whether it is named by its address or by that
+// address written as IPv6, and the cluster says why.
+func TestAServerInADeniedNetworkIsNeverReached(t *testing.T) {
+	for i, host := range []string{deniedHost, "[::ffff:" + deniedHost + "]"} {
+		server := newRecorderOn(t, true, net.JoinHostPort(deniedHost, "0"))
+		t.Cleanup(func() { server.untouched(t) })
+		_, port, err := net.SplitHostPort(server.Listener.Addr().String())
+		require.NoError(t, err)
+		doc := kubeconfigDoc("https://"+host+":"+port, "    certificate-authority-data: "+base64.StdEncoding.EncodeToString(pemOf(server.Certificate().Raw))+"\n", "    token: tenant-token\n")
+
+		f := remoteCluster(t, fmt.Sprintf("denied-%d", i), doc)
+
+		c := f.waitCondition(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse)
+		assert.Equal(t, kubeletserving.ReasonRemoteServerAddressRefused, c.Reason, c.Message)
+		assert.Contains(t, c.Message, "address "+deniedHost+" is in "+deniedHost+"/32, a network the manager does not connect to for a tenant")
+		assert.NotContains(t, c.Message, "tenant-token")
+	}
 }
 
 // A kubeconfig is judged once per content: another reconcile of the cluster
@@ -993,7 +1029,8 @@ func TestAWatchListThatNeverEndsKeepsTheTenantsCount(t *testing.T) {
 func refusedReason(reason string) bool {
 	switch reason {
 	case kubeletserving.ReasonKubeconfigUnreadable, kubeletserving.ReasonKubeconfigRefused,
-		kubeletserving.ReasonRemoteServerTooLarge, kubeletserving.ReasonRemoteServerInvalid:
+		kubeletserving.ReasonRemoteServerTooLarge, kubeletserving.ReasonRemoteServerInvalid,
+		kubeletserving.ReasonRemoteServerAddressRefused:
 		return true
 	}
 	return false

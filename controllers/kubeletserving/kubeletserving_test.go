@@ -46,6 +46,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
@@ -74,6 +75,11 @@ var (
 )
 
 const wait = 60 * time.Second
+
+// deniedHost is the address this suite's manager does not connect to for a
+// tenant (kubeconfig.Local.Denied): it stands for the networks the default
+// denies, loopback among them, where every other test's servers are.
+const deniedHost = "127.0.0.3"
 
 func TestMain(m *testing.M) {
 	os.Exit(harness.Main(m, harness.Options{}, func(ctx context.Context, e *harness.Env) (func(), error) {
@@ -131,7 +137,7 @@ func startManager(ctx context.Context) error {
 		// Few, so a test's tenant server can list more.
 		TenantMaxCSRs:  testTenantMaxCSRs,
 		LocalClusters:  local,
-		LocalAPIServer: &kubeconfig.Local{Config: env.Config},
+		LocalAPIServer: &kubeconfig.Local{Config: env.Config, Denied: netguard.Denied{netip.PrefixFrom(netip.MustParseAddr(deniedHost), 32)}},
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return err

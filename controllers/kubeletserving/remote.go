@@ -30,6 +30,7 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 )
 
@@ -52,6 +53,13 @@ const ReasonRemoteServerTooLarge = "RemoteServerTooLarge"
 // what no Kubernetes API server sends (a CSR in a namespace, a CSR listed
 // twice, a list paged unasked): it is not watched until it stops.
 const ReasonRemoteServerInvalid = "RemoteServerInvalid"
+
+// ReasonRemoteServerAddressRefused is the reason of a False
+// KubeletServingCertificates condition when the cluster's API server is
+// at an address in a network the manager does not connect to for a tenant
+// (--remote-kubeconfig-denied-networks): nothing was sent to it. It is tried
+// again after the start's backoff, since DNS may answer otherwise.
+const ReasonRemoteServerAddressRefused = "RemoteServerAddressRefused"
 
 // ReasonKubeconfigRefused is the reason of a False
 // KubeletServingCertificates condition when the rule ichor/kubeconfig refused
@@ -762,6 +770,8 @@ func refusal(cause error) (reason, message string) {
 		reason = ReasonRemoteServerTooLarge
 	case errors.As(cause, new(invalidAnswerError)):
 		reason = ReasonRemoteServerInvalid
+	case errors.As(cause, new(*netguard.RefusedError)):
+		reason = ReasonRemoteServerAddressRefused
 	case errors.As(cause, &refused):
 		reason, message = ReasonKubeconfigRefused, refused.Decision.ConditionMessage()
 	}

@@ -1017,6 +1017,19 @@ func TestRemoteKubeconfigAllowInsecureValue(t *testing.T) {
 	assert.Contains(t, args(dep), "--remote-kubeconfig-allow-insecure")
 }
 
+// The denied networks are the manager's own default unless a list is given;
+// an empty list is passed as such (it denies none), not dropped.
+func TestRemoteKubeconfigDeniedNetworksValue(t *testing.T) {
+	assert.NotContains(t, strings.Join(args(render(t).deployment(t)), " "), "--remote-kubeconfig-denied-networks")
+	dep := render(t, "manager.remoteKubeconfigDeniedNetworks={127.0.0.0/8,10.96.0.0/12,fd00::/8}").deployment(t)
+	assert.Equal(t, "127.0.0.0/8,10.96.0.0/12,fd00::/8", argValue(t, dep, "--remote-kubeconfig-denied-networks"))
+	dep = renderWith(t, []string{"--set-json", "manager.remoteKubeconfigDeniedNetworks=[]"}).deployment(t)
+	assert.Contains(t, args(dep), "--remote-kubeconfig-denied-networks=")
+	out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--set", "manager.remoteKubeconfigDeniedNetworks={10.0.0.0}")
+	require.Error(t, err, "a network without its length rendered")
+	assert.Contains(t, string(out), "remoteKubeconfigDeniedNetworks")
+}
+
 // The manager requires admission pins unless told otherwise, for the time
 // of an upgrade from a release whose webhook wrote none.
 func TestRequireAdmissionPinsValue(t *testing.T) {

@@ -123,6 +123,9 @@ func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
 		// Plain http without the opt-in: anyone on the path reads and drops
 		// the decision log.
 		{"--decision-log-url", "http://decisions.example.com"}, {"--decision-log-url", "HTTP://decisions.example.com"},
+		// A network the operator meant to deny, mistyped, would deny
+		// nothing.
+		{"--remote-kubeconfig-denied-networks", "10.0.0.0"}, {"--remote-kubeconfig-denied-networks", "127.0.0.0/8,10.1.2.3/8"},
 	} {
 		code, _, stderr := run(t, "", append([]string{"manager"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)

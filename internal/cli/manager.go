@@ -19,6 +19,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/manager"
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 	"github.com/ichor-dev/ichor-policy/internal/shard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
@@ -57,6 +58,7 @@ type managerOptions struct {
 	requirePins          bool
 	requireSecretsClaim  bool
 	allowInsecureRemote  bool
+	deniedRemote         []string
 	webhookPort          int
 	webhookCertDir       string
 	webhookGenerateCerts bool
@@ -132,6 +134,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.BoolVar(&o.webhook, "webhook", true, "serve the TalosCredentialRequest admission webhook and issue credentials (it needs a serving certificate: --webhook-cert-dir or --webhook-generate-certs); without it no credential is issued")
 	f.StringSliceVar(&o.localClusters, "local-clusters", nil, "the TalosClusters (namespace/name, comma-separated or repeated) whose machines are nodes of the API server the manager runs against, and which alone judge its kubelet certificate requests; a cluster without spec.kubeconfigRef that is not named here judges nothing (condition KubeletServingCertificates, reason LocalClusterNotNamed)")
 	f.BoolVar(&o.allowInsecureRemote, "remote-kubeconfig-allow-insecure", false, "let a TalosCluster's kubeconfigRef set insecure-skip-tls-verify (its server's certificate then is not verified, and anyone on the path can read its credential); without it such a kubeconfig is refused (condition KubeletServingCertificates, reason KubeconfigRefused, code InsecureSkipTLSVerify)")
+	f.StringSliceVar(&o.deniedRemote, "remote-kubeconfig-denied-networks", netguard.DefaultCIDRs, "networks (CIDRs, comma-separated or repeated) the manager never connects to for a TalosCluster's kubeconfigRef, checked on the address of every connection after DNS: by default the manager's own host, link-local (instance metadata) and multicast; add the pod and service networks to keep tenants from reaching or probing in-cluster services; an empty value denies none. Such a server is refused (condition KubeletServingCertificates, reason RemoteServerAddressRefused)")
 	f.StringVar(&o.admissionKeySecret, "admission-key-secret", credential.DefaultKeySecretName, "Secret in the manager's namespace ($POD_NAMESPACE), created empty, that the manager fills with the key of the admission records the webhook writes and the issuer verifies: without a record made with it no credential is issued")
 	f.BoolVar(&o.adminKubeconfigs, "admin-kubeconfigs", true, "issue admin kubeconfigs (each person's group bound to cluster-admin by a ClusterRoleBinding of their own); false revokes them for good: none is issued, and the manager deletes every person's binding (label ichor.dev/admin-binding) at start and whenever one appears")
 	f.BoolVar(&o.requirePins, "require-admission-pins", true, "issue a credential only if its admission record pins the lifetime and the credential admitted, each under its MAC; false also accepts a record without them, as a webhook from before them wrote, for the time of a rolling upgrade from such a release (whoever may edit Events can take the pins away from a record)")
@@ -180,6 +183,10 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 	if err := o.audit.validate(); err != nil {
 		return err
 	}
+	deniedRemote, err := netguard.Parse(o.deniedRemote)
+	if err != nil {
+		return usage.Errorf("--remote-kubeconfig-denied-networks: %v", err)
+	}
 	if o.resync <= 0 {
 		return usage.Errorf("--resync-interval %s: must be positive", o.resync)
 	}
@@ -221,6 +228,7 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 		KubeletClientApprover:         o.kubeletClient,
 		LocalClusters:                 localClusters,
 		RemoteKubeconfigAllowInsecure: o.allowInsecureRemote,
+		RemoteKubeconfigDenied:        deniedRemote,
 		ResyncInterval:                o.resync,
 		TalosTimeout:                  o.talosTimeout,
 		TalosWatch:                    o.talosWatch,

@@ -53,6 +53,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/manualact"
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 	"github.com/ichor-dev/ichor-policy/internal/shard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
@@ -134,6 +135,10 @@ type Options struct {
 	// RemoteKubeconfigAllowInsecure lets a TalosCluster's kubeconfigRef set
 	// insecure-skip-tls-verify; the rule ichor/kubeconfig refuses it otherwise.
 	RemoteKubeconfigAllowInsecure bool
+	// RemoteKubeconfigDenied are the networks no connection to a
+	// kubeconfigRef's server may reach (--remote-kubeconfig-denied-networks;
+	// nil denies none).
+	RemoteKubeconfigDenied netguard.Denied
 
 	ResyncInterval time.Duration
 	TalosTimeout   time.Duration
@@ -486,7 +491,7 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 		LocalClusters:  o.LocalClusters,
 		ResyncInterval: o.ResyncInterval,
 		// A kubeconfigRef whose server is this API server is refused.
-		LocalAPIServer:          &kubeconfig.Local{Config: o.Config},
+		LocalAPIServer:          &kubeconfig.Local{Config: o.Config, Denied: o.RemoteKubeconfigDenied},
 		AllowInsecureKubeconfig: o.RemoteKubeconfigAllowInsecure,
 		TenantMaxCSRs:           o.TenantMaxCSRs,
 		TenantMaxCSRBytes:       o.TenantMaxCSRBytes,

@@ -71,7 +71,8 @@ func answerTooLarge(ctx context.Context, err error) error {
 // (Document.RESTConfig) whose every connection is checked, not only the
 // first probe: each TLS handshake refuses a peer that presents the local API
 // server's key or a chain that verifies against its CA (so a redirect, a new
-// DNS answer or a reconnection cannot reach it), no proxy is used (the
+// DNS answer or a reconnection cannot reach it), no connection goes to an
+// address in a denied network (Local.Denied), no proxy is used (the
 // client goes where the probe went), an HTTP redirect is an error, never
 // followed with the tenant's credential, and an answer is read as sent
 // (no compression is asked for, so a few kilobytes on the wire cannot
@@ -108,7 +109,11 @@ func (l *Local) RESTConfig(ctx context.Context, d *Document, insecure bool) (*re
 		return nil
 	}
 	noProxy := func(*http.Request) (*url.URL, error) { return nil, nil }
-	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	// A tenant names the server, so the address each connection reaches is
+	// checked (DNS may answer differently for the next one): the
+	// manager's own host and link, and what else the operator denies, are
+	// not the tenant's to reach or to probe.
+	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: l.Denied.Control}
 	// client-go refuses a Transport together with TLS options: the TLS
 	// options are in the transport; the bearer token stays in cfg and
 	// client-go adds it around the transport.

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 )
 
 // server records the Authorization headers it is sent.
@@ -433,4 +434,45 @@ func TestARemoteServersWarningsAreNotLoggedAndItsHeadersAreBounded(t *testing.T)
 	err = listCSRs(t, guarded, tenantKubeconfig(tenant.URL, ca))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "exceeded", "not refused for the size of its headers")
+}
+
+// A server in a denied network (the manager's own host by default) is
+// neither probed nor connected to by the client, whether the kubeconfig
+// names it by address, by a name that resolves there, or by its IPv4
+// address written as IPv6: the tenant learns nothing of what listens
+// there, and nothing is sent.
+func TestAServerInADeniedNetworkIsNeitherProbedNorConnectedTo(t *testing.T) {
+	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	cert, ca := selfSigned(t)
+	tenant := newServer(t, &cert, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	var conns atomic.Int32
+	tenant.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	_, port, err := net.SplitHostPort(tenant.Listener.Addr().String())
+	require.NoError(t, err)
+
+	l := localOf(local)
+	l.Denied = netguard.Default()
+	for _, host := range []string{"127.0.0.1", "localhost", "[::ffff:127.0.0.1]"} {
+		doc := kubeconfig.Read(tenantKubeconfig("https://"+host+":"+port, ca))
+		var refused *netguard.RefusedError
+		_, err := l.Probe(t.Context(), doc)
+		require.ErrorAs(t, err, &refused, host)
+		assert.Equal(t, "127.0.0.0/8", refused.Network.String())
+		require.ErrorAs(t, listCSRs(t, l, tenantKubeconfig("https://"+host+":"+port, ca)), &refused, host)
+	}
+	assert.Zero(t, conns.Load(), "the tenant's server in a denied network was connected to")
+	assert.Empty(t, tenant.seen())
+
+	// The same server, its network not denied, is reached: the count
+	// above would have shown a connection.
+	l = localOf(local)
+	l.Denied, err = netguard.Parse([]string{"127.0.0.3/32"})
+	require.NoError(t, err)
+	_, err = l.Probe(t.Context(), kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)))
+	require.NoError(t, err)
+	assert.Positive(t, conns.Load())
 }

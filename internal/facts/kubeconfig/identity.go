@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 )
 
 // Identity is what the server of a kubeconfig is, found by a TLS handshake
@@ -40,6 +42,11 @@ const ProbeTimeout = 10 * time.Second
 type Local struct {
 	// Config is the manager's own client configuration.
 	Config *rest.Config
+	// Denied are the networks no connection to a kubeconfig's server may
+	// reach (the probe's and the client's alike), checked on each
+	// connection's address after DNS. The manager's own API server is
+	// reached without them.
+	Denied netguard.Denied
 
 	mu    sync.Mutex
 	key   []byte
@@ -67,7 +74,7 @@ func (l *Local) load(ctx context.Context) ([]byte, *x509.CertPool, error) {
 			return nil, nil, errors.New("the CA of the manager's own API server holds no certificate")
 		}
 	}
-	certs, err := handshake(ctx, cfg.Host, cfg.ServerName)
+	certs, err := handshake(ctx, cfg.Host, cfg.ServerName, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the manager's own API server: %w", err)
 	}
@@ -93,7 +100,7 @@ func (l *Local) Probe(ctx context.Context, d *Document) (Identity, error) {
 	if err != nil {
 		return Identity{}, err
 	}
-	certs, err := handshake(ctx, d.cluster.Server, d.cluster.TLSServerName)
+	certs, err := handshake(ctx, d.cluster.Server, d.cluster.TLSServerName, l.Denied)
 	if err != nil {
 		return Identity{}, fmt.Errorf("the server of the kubeconfig: %w", err)
 	}
@@ -119,8 +126,9 @@ func identify(certs []*x509.Certificate, localKey []byte, roots *x509.CertPool) 
 }
 
 // handshake is the certificates a TLS server presents. Nothing is trusted
-// and nothing is sent but the handshake: no client certificate, no request.
-func handshake(ctx context.Context, server, serverName string) ([]*x509.Certificate, error) {
+// and nothing is sent but the handshake: no client certificate, no request;
+// and nothing at all to an address in a denied network.
+func handshake(ctx context.Context, server, serverName string, denied netguard.Denied) ([]*x509.Certificate, error) {
 	u, err := url.Parse(server)
 	if err != nil {
 		return nil, fmt.Errorf("server URL: %w", err)
@@ -134,7 +142,7 @@ func handshake(ctx context.Context, server, serverName string) ([]*x509.Certific
 	}
 	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()
-	d := tls.Dialer{Config: &tls.Config{
+	d := tls.Dialer{NetDialer: &net.Dialer{Control: denied.Control}, Config: &tls.Config{
 		ServerName: serverName,
 		// The certificates are looked at, not trusted: the handshake only
 		// says what the server is.
