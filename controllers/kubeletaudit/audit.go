@@ -30,6 +30,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 )
@@ -62,6 +63,9 @@ type Auditor struct {
 	Timeout time.Duration
 	// Dial opens the connection to a kubelet (servingcert.Reader.Dial).
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Denied are the networks no kubelet is reached in
+	// (servingcert.Reader.Denied).
+	Denied netguard.Denied
 	// Clock is the audit's "now"; the real clock if nil.
 	Clock clock.PassiveClock
 }
@@ -97,7 +101,7 @@ func (a *Auditor) Audit(ctx context.Context, cluster *ichorv1alpha1.TalosCluster
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	certs := &servingcert.Reader{Roots: roots, Timeout: a.Timeout, Dial: a.Dial, Clock: clk}
+	certs := &servingcert.Reader{Roots: roots, Timeout: a.Timeout, Dial: a.Dial, Clock: clk, Denied: a.Denied}
 	// One identity reader for the pass: a cluster this replica does not
 	// serve keeps none between reads (NodeReaders), and each machine
 	// asking for its own would be a Secret read and a credential signed.

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 )
@@ -32,6 +33,9 @@ type NodeReaders struct {
 	Lifetime time.Duration
 	// Timeout bounds one identity read.
 	Timeout time.Duration
+	// Denied are the networks no read or watch of a machine's endpoint
+	// connects to (talosnode.Options.Denied).
+	Denied netguard.Denied
 	// Watch keeps a live watch of the identity of each machine expected to
 	// ask for a certificate soon (Keep), so that its decision reads no node
 	// (talosnode.Watches); WatchMaxAge is the watches' freshness bound (zero:
@@ -131,6 +135,7 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		CAKeyPEM:            os.Key,
 		CertificateLifetime: n.Lifetime,
 		Timeout:             n.Timeout,
+		Denied:              n.Denied,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("talos identity reader of cluster %s: %w", key, err)

@@ -1021,13 +1021,16 @@ func TestRemoteKubeconfigAllowInsecureValue(t *testing.T) {
 // an empty list is passed as such (it denies none), not dropped.
 func TestRemoteKubeconfigDeniedNetworksValue(t *testing.T) {
 	assert.NotContains(t, strings.Join(args(render(t).deployment(t)), " "), "--remote-kubeconfig-denied-networks")
-	dep := render(t, "manager.remoteKubeconfigDeniedNetworks={127.0.0.0/8,10.96.0.0/12,fd00::/8}").deployment(t)
-	assert.Equal(t, "127.0.0.0/8,10.96.0.0/12,fd00::/8", argValue(t, dep, "--remote-kubeconfig-denied-networks"))
-	dep = renderWith(t, []string{"--set-json", "manager.remoteKubeconfigDeniedNetworks=[]"}).deployment(t)
-	assert.Contains(t, args(dep), "--remote-kubeconfig-denied-networks=")
-	out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--set", "manager.remoteKubeconfigDeniedNetworks={10.0.0.0}")
-	require.Error(t, err, "a network without its length rendered")
-	assert.Contains(t, string(out), "remoteKubeconfigDeniedNetworks")
+	for value, flag := range map[string]string{"remoteKubeconfigDeniedNetworks": "--remote-kubeconfig-denied-networks", "nodeDeniedNetworks": "--node-denied-networks"} {
+		dep := render(t, "manager."+value+"={default,10.96.0.0/12,fd00::/8}").deployment(t)
+		assert.Equal(t, "default,10.96.0.0/12,fd00::/8", argValue(t, dep, flag))
+		dep = renderWith(t, []string{"--set-json", "manager." + value + "=[]"}).deployment(t)
+		assert.Contains(t, args(dep), flag+"=")
+		out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--set", "manager."+value+"={10.0.0.0}")
+		require.Error(t, err, "a network without its length rendered")
+		assert.Contains(t, string(out), value)
+	}
+	assert.NotContains(t, strings.Join(args(render(t).deployment(t)), " "), "--node-denied-networks")
 }
 
 // The manager requires admission pins unless told otherwise, for the time

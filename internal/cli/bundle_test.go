@@ -126,10 +126,24 @@ func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
 		// A network the operator meant to deny, mistyped, would deny
 		// nothing.
 		{"--remote-kubeconfig-denied-networks", "10.0.0.0"}, {"--remote-kubeconfig-denied-networks", "127.0.0.0/8,10.1.2.3/8"},
+		{"--node-denied-networks", "localhost"}, {"--node-denied-networks", "::ffff:10.0.0.0/104"},
 	} {
 		code, _, stderr := run(t, "", append([]string{"manager"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 		assert.Contains(t, stderr, args[0], args)
+		assert.NotContains(t, stderr, "unknown flag", args)
+	}
+	// The networks' errors say what is wrong with the value, not only
+	// which flag.
+	for arg, want := range map[string]string{
+		"--remote-kubeconfig-denied-networks=10.0.0.0":    `"10.0.0.0" is neither "default" nor a network in CIDR notation`,
+		"--node-denied-networks=default,10.1.2.3/8":       `"10.1.2.3/8" has host bits set: write the network, 10.0.0.0/8`,
+		"--node-denied-networks=::ffff:10.0.0.0/104":      `"::ffff:10.0.0.0/104" is an IPv4 network written as IPv6`,
+		"--remote-kubeconfig-denied-networks=default,ten": `"ten" is neither "default" nor a network`,
+	} {
+		code, _, stderr := run(t, "", "manager", arg)
+		assert.Equal(t, 2, code, "%s: %s", arg, stderr)
+		assert.Contains(t, stderr, want, arg)
 	}
 	// A password in the URL is not printed.
 	code, _, stderr := run(t, "", "manager", "--decision-log-url", "ftp://ichor:s3cret@decisions.example.com")

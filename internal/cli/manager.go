@@ -59,6 +59,7 @@ type managerOptions struct {
 	requireSecretsClaim  bool
 	allowInsecureRemote  bool
 	deniedRemote         []string
+	deniedNodes          []string
 	webhookPort          int
 	webhookCertDir       string
 	webhookGenerateCerts bool
@@ -134,7 +135,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.BoolVar(&o.webhook, "webhook", true, "serve the TalosCredentialRequest admission webhook and issue credentials (it needs a serving certificate: --webhook-cert-dir or --webhook-generate-certs); without it no credential is issued")
 	f.StringSliceVar(&o.localClusters, "local-clusters", nil, "the TalosClusters (namespace/name, comma-separated or repeated) whose machines are nodes of the API server the manager runs against, and which alone judge its kubelet certificate requests; a cluster without spec.kubeconfigRef that is not named here judges nothing (condition KubeletServingCertificates, reason LocalClusterNotNamed)")
 	f.BoolVar(&o.allowInsecureRemote, "remote-kubeconfig-allow-insecure", false, "let a TalosCluster's kubeconfigRef set insecure-skip-tls-verify (its server's certificate then is not verified, and anyone on the path can read its credential); without it such a kubeconfig is refused (condition KubeletServingCertificates, reason KubeconfigRefused, code InsecureSkipTLSVerify)")
-	f.StringSliceVar(&o.deniedRemote, "remote-kubeconfig-denied-networks", netguard.DefaultCIDRs, "networks (CIDRs, comma-separated or repeated) the manager never connects to for a TalosCluster's kubeconfigRef, checked on the address of every connection after DNS: by default the manager's own host, link-local (instance metadata) and multicast; add the pod and service networks to keep tenants from reaching or probing in-cluster services; an empty value denies none. Such a server is refused (condition KubeletServingCertificates, reason RemoteServerAddressRefused)")
+	f.StringSliceVar(&o.deniedRemote, "remote-kubeconfig-denied-networks", []string{netguard.DefaultKeyword}, "networks the manager never connects to for a TalosCluster's kubeconfigRef (CIDRs, comma-separated or repeated; \"default\" stands for loopback, link-local, the clouds' instance metadata addresses, unspecified and multicast), checked on the address of every connection after DNS, before anything is sent: add this cluster's pod and service networks (default,10.244.0.0/16,10.96.0.0/12) to keep tenants from reaching or probing in-cluster services; an empty value denies none. Such a server is refused (condition KubeletServingCertificates, reason RemoteServerAddressRefused)")
 	f.StringVar(&o.admissionKeySecret, "admission-key-secret", credential.DefaultKeySecretName, "Secret in the manager's namespace ($POD_NAMESPACE), created empty, that the manager fills with the key of the admission records the webhook writes and the issuer verifies: without a record made with it no credential is issued")
 	f.BoolVar(&o.adminKubeconfigs, "admin-kubeconfigs", true, "issue admin kubeconfigs (each person's group bound to cluster-admin by a ClusterRoleBinding of their own); false revokes them for good: none is issued, and the manager deletes every person's binding (label ichor.dev/admin-binding) at start and whenever one appears")
 	f.BoolVar(&o.requirePins, "require-admission-pins", true, "issue a credential only if its admission record pins the lifetime and the credential admitted, each under its MAC; false also accepts a record without them, as a webhook from before them wrote, for the time of a rolling upgrade from such a release (whoever may edit Events can take the pins away from a record)")
@@ -149,6 +150,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.DurationVar(&o.resync, "resync-interval", kubeletserving.DefaultResyncInterval, "how often every cluster is looked at again in full")
 	f.DurationVar(&o.talosTimeout, "talos-timeout", kubeletserving.DefaultTalosTimeout, "bound on reading one node's identity from its Talos API")
 	f.BoolVar(&o.talosWatch, "talos-watch", true, "keep a live watch of the identity of each machine expected to ask for a serving certificate soon (no unexpired certificate recorded, its TalosMachine made within the hour: a node joining), so its decision reads no node; false reads every node at decision time")
+	f.StringSliceVar(&o.deniedNodes, "node-denied-networks", []string{netguard.DefaultKeyword}, "networks the manager never connects to for a node, whose addresses whoever writes a TalosMachine (its spec.endpoint) or runs the node (its kubelet's address, for the serving-certificate audit) names (CIDRs, comma-separated or repeated; \"default\" as for --remote-kubeconfig-denied-networks), checked on the address of every connection after DNS, before anything is sent; an empty value denies none. Such a machine's requests stay pending (NodeUnreadable, naming the network)")
 	f.IntVar(&o.talosWatchMax, "talos-watch-max", kubeletserving.DefaultWatchMax, "most identity watches held at once, shared fairly among the clusters (about 180 KiB each); the newest machines of a cluster first, the others read at decision time")
 	f.DurationVar(&o.talosWatchMaxAge, "talos-watch-max-age", talosnode.DefaultWatchMaxAge, "freshness bound of an identity watch: it is believed for at most this long after it read the node, then made anew (capped at the renewal of the os:reader certificate)")
 	f.IntVar(&o.tenantMaxCSRs, "tenant-max-csrs", kubeletserving.DefaultTenantMaxCSRs, "most CSRs the manager keeps of the API servers that a tenant's TalosClusters (those of one namespace) name by kubeconfigRef, together; a cluster whose server would bring more is not watched, and says so")
@@ -186,6 +188,10 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 	deniedRemote, err := netguard.Parse(o.deniedRemote)
 	if err != nil {
 		return usage.Errorf("--remote-kubeconfig-denied-networks: %v", err)
+	}
+	deniedNodes, err := netguard.Parse(o.deniedNodes)
+	if err != nil {
+		return usage.Errorf("--node-denied-networks: %v", err)
 	}
 	if o.resync <= 0 {
 		return usage.Errorf("--resync-interval %s: must be positive", o.resync)
@@ -234,6 +240,7 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 		TalosWatch:                    o.talosWatch,
 		TalosWatchMaxAge:              o.talosWatchMaxAge,
 		TalosWatchMax:                 o.talosWatchMax,
+		NodeDenied:                    deniedNodes,
 		TenantMaxCSRs:                 o.tenantMaxCSRs,
 		TenantMaxCSRBytes:             int64(o.tenantMaxCSRMiB) << 20,
 		ReaderLifetime:                o.readerLifetime,

@@ -148,6 +148,10 @@ type Options struct {
 	TalosWatchMaxAge time.Duration
 	// TalosWatchMax bounds the watches held at once.
 	TalosWatchMax int
+	// NodeDenied are the networks no Talos API read or watch, and no
+	// kubelet the audit reaches, connects to (--node-denied-networks; nil
+	// denies none).
+	NodeDenied netguard.Denied
 	// TenantMaxCSRs and TenantMaxCSRBytes bound what the manager keeps of
 	// the API servers a tenant's kubeconfigRefs name, together; zero for
 	// the defaults.
@@ -475,7 +479,7 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 		return err
 	}
 	nodeReaders := &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), SecretsClaims: o.secretsClaims(), Lifetime: lifetime, Timeout: o.TalosTimeout,
-		Watch: o.TalosWatch, WatchMaxAge: o.TalosWatchMaxAge, WatchMax: o.TalosWatchMax}
+		Watch: o.TalosWatch, WatchMaxAge: o.TalosWatchMaxAge, WatchMax: o.TalosWatchMax, Denied: o.NodeDenied}
 	if err := kubeletserving.RegisterWatchMetrics(ctrlmetrics.Registry, nodeReaders); err != nil {
 		return err
 	}
@@ -598,7 +602,7 @@ func setUpAudit(mgr ctrl.Manager, eng *engine.Engine, nodeReaders *kubeletservin
 	runner := &kubeletaudit.Runner{
 		Auditor: &kubeletaudit.Auditor{
 			Reader: mgr.GetAPIReader(), SecretsClaims: o.secretsClaims(), NodeReaders: nodeReaders, Engine: eng,
-			Port: o.KubeletPort, Timeout: o.TalosTimeout,
+			Port: o.KubeletPort, Timeout: o.TalosTimeout, Denied: o.NodeDenied,
 		},
 		Client:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("ichor-kubelet-serving-audit"),

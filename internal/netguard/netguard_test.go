@@ -19,12 +19,14 @@ func TestTheDefaultDeniesTheHostAndItsLinkOnly(t *testing.T) {
 	for _, s := range []string{
 		"127.0.0.1", "127.1.2.3", "::1",
 		"::ffff:127.0.0.1", // IPv4 written as IPv6
-		"169.254.169.254", "fe80::1", "fe80::1%eth0", "fd00:ec2::254",
+		"169.254.169.254", "fe80::1", "fe80::1%eth0", "fd00:ec2::254", "fd20:ce::254", "100.100.100.200",
+		"64:ff9b::a9fe:a9fe", // 169.254.169.254 through NAT64
 		"0.0.0.0", "::", "224.0.0.1", "ff02::1",
 	} {
 		var refused *netguard.RefusedError
 		require.ErrorAs(t, d.Check(netip.MustParseAddr(s)), &refused, s)
 		assert.Equal(t, netip.MustParseAddr(s).Unmap().WithZone(""), refused.Addr, s)
+		assert.Contains(t, refused.Error(), "address "+refused.Addr.String()+" is in "+refused.Network.String()+", a network the manager does not connect to: nothing was sent to it")
 	}
 	for _, s := range []string{"10.0.0.1", "192.168.1.10", "8.8.8.8", "2001:db8::1", "fd00:ec2::253", "::ffff:10.0.0.1", "169.255.0.1"} {
 		assert.NoError(t, d.Check(netip.MustParseAddr(s)), s)
@@ -33,15 +35,28 @@ func TestTheDefaultDeniesTheHostAndItsLinkOnly(t *testing.T) {
 }
 
 func TestParseRefusesWhatIsNotANetwork(t *testing.T) {
-	for _, s := range []string{"10.0.0.0", "10.0.0.0/33", "ten", "", "10.1.2.3/8", "fe80::1/10"} {
+	for _, s := range []string{"10.0.0.0", "10.0.0.0/33", "ten", "", "10.1.2.3/8", "fe80::1/10", "::ffff:10.0.0.0/104", "Default"} {
 		_, err := netguard.Parse([]string{"127.0.0.0/8", s})
 		assert.Error(t, err, s)
 	}
 	d, err := netguard.Parse([]string{" 10.0.0.0/8", "fd00::/8 "})
 	require.NoError(t, err)
 	assert.Error(t, d.Check(netip.MustParseAddr("10.9.9.9")))
+	assert.Error(t, d.Check(netip.MustParseAddr("::ffff:10.9.9.9")), "an IPv4 network denies its addresses written as IPv6")
 	assert.Error(t, d.Check(netip.MustParseAddr("fd12::1")))
-	assert.NoError(t, d.Check(netip.MustParseAddr("127.0.0.1")))
+	assert.NoError(t, d.Check(netip.MustParseAddr("127.0.0.1")), "a list without the keyword replaces the default")
+
+	// The keyword adds the default networks to the operator's.
+	d, err = netguard.Parse([]string{"default", "10.96.0.0/12"})
+	require.NoError(t, err)
+	assert.Error(t, d.Check(netip.MustParseAddr("127.0.0.1")))
+	assert.Error(t, d.Check(netip.MustParseAddr("10.96.0.1")))
+	assert.Equal(t, netguard.Default(), d[:len(d)-1])
+	assert.Len(t, netguard.Default(), len(netguard.DefaultCIDRs()))
+
+	d, err = netguard.Parse(nil)
+	require.NoError(t, err)
+	assert.Empty(t, d)
 }
 
 // A dialer with Control connects to nothing in a denied network, whether it

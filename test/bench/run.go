@@ -53,7 +53,10 @@ func (v Variant) Args(kubeconfig string, f *Fleet, clusters []types.NamespacedNa
 		args := []string{"manager", "--kubeconfig", kubeconfig,
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
 			"--webhook-port", fmt.Sprint(f.Webhook.LocalServingPort), "--webhook-cert-dir", f.Webhook.LocalServingCertDir,
-			"--local-clusters", strings.Join(local, ",")}
+			"--local-clusters", strings.Join(local, ","),
+			// The bench's machines answer on this host's loopback, which
+			// the manager denies by default.
+			"--node-denied-networks="}
 		return []string{"-mode", "cli"}, append(args, v.ManagerArgs...)
 	default:
 		return []string{"-mode", v.Mode, "-kubeconfig", kubeconfig, "-workers", fmt.Sprint(v.Workers)}, nil

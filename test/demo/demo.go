@@ -368,8 +368,12 @@ func startManager(ichor, kubeconfig, decisionLog, logPath, metricsAddr string, e
 		stdout.Close()
 		return nil, fmt.Errorf("manager log: %w", err)
 	}
+	// The demo's machines answer on this host's loopback, which the
+	// manager denies by default (--node-denied-networks): no real node's
+	// Talos API is there.
 	args := append([]string{"manager", "--kubeconfig", kubeconfig,
-		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", "0", "--resync-interval", "5s"}, extra...)
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", "0", "--resync-interval", "5s",
+		"--node-denied-networks="}, extra...)
 	cmd := exec.Command(ichor, args...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// The manager's namespace, as the chart sets it: where its admission key

@@ -98,7 +98,11 @@ func StartManager(o ManagerOptions) (*ManagerProcess, error) {
 		stdout.Close()
 		return nil, err
 	}
-	m.cmd = exec.Command(o.Binary, append([]string{"manager", "--kubeconfig", o.Kubeconfig}, o.Args...)...)
+	// The tests' Talos API servers answer on this host's loopback, which
+	// the manager denies by default (a machine's endpoint is whoever
+	// writes the TalosMachine's to name): allowed here, before the test's
+	// own flags, which may deny again.
+	m.cmd = exec.Command(o.Binary, append([]string{"manager", "--kubeconfig", o.Kubeconfig, "--node-denied-networks="}, o.Args...)...)
 	m.cmd.Stdout, m.cmd.Stderr = stdout, stderr
 	// The manager's own temporary files (the engine's bundle directory) go
 	// under Dir, which the test removes: a manager the test kills cannot

@@ -25,6 +25,8 @@ type gatedListener struct {
 	live   map[*trackedConn]struct{}
 	held   []net.Conn
 	closed bool
+	// accepted counts every connection accepted, in any mode.
+	accepted int
 }
 
 func newGatedListener(inner net.Listener) *gatedListener {
@@ -39,6 +41,7 @@ func (l *gatedListener) Accept() (net.Conn, error) {
 		}
 
 		l.mu.Lock()
+		l.accepted++
 
 		switch {
 		case l.closed || l.mode == refusing:
@@ -60,6 +63,15 @@ func (l *gatedListener) Accept() (net.Conn, error) {
 
 		return tracked, nil
 	}
+}
+
+// acceptedConns is how many connections reached the node, refused, held or
+// served.
+func (l *gatedListener) acceptedConns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	return l.accepted
 }
 
 // heldConns is how many connections the node holds unanswered (hanging).

@@ -231,6 +231,12 @@ func (s *Server) Held() int {
 	return s.listener.heldConns()
 }
 
+// Connections is how many connections reached the node, whatever it did
+// with them.
+func (s *Server) Connections() int {
+	return s.listener.acceptedConns()
+}
+
 func (s *Server) setMode(on bool, m mode) {
 	if on {
 		s.listener.setMode(m)

@@ -19,12 +19,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"time"
 	"unicode/utf8"
 
 	"k8s.io/utils/clock"
 
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 )
 
 // DefaultPort is the kubelet's serving port (--port, 10250).
@@ -91,6 +93,11 @@ type Reader struct {
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Clock is the time the chain is verified at; the real clock if nil.
 	Clock clock.PassiveClock
+	// Denied are the networks no read connects to: the node names its
+	// kubelet's address. An address written as an IP is checked before any
+	// dial (a test's Dial included), and the default dial checks each
+	// connection's address after DNS. Nil denies none.
+	Denied netguard.Denied
 }
 
 // Audit is the whole input of the audit rule.
@@ -161,12 +168,17 @@ func (r *Reader) handshake(ctx context.Context, address string) ([]*x509.Certifi
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if ap, err := netip.ParseAddrPort(address); err == nil {
+		if err := r.Denied.Check(ap.Addr()); err != nil {
+			return nil, fmt.Errorf("dial %s: %w", address, err)
+		}
+	}
 	dial := r.Dial
 	if dial == nil {
 		dial = dialFrom(ctx)
 	}
 	if dial == nil {
-		dial = (&net.Dialer{}).DialContext
+		dial = (&net.Dialer{Control: r.Denied.Control}).DialContext
 	}
 	raw, err := dial(ctx, "tcp", address)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"encoding/hex"
 	"math/big"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 )
 
 type ca struct {
@@ -169,6 +171,31 @@ func TestDialMapsTheAddress(t *testing.T) {
 	assert.True(t, got.Read, got.Error)
 	assert.Equal(t, "10.5.0.2:10250", got.Address)
 	assert.Equal(t, "[fd00::2]:10250", servingcert.Address("fd00::2", 10250))
+}
+
+// A kubelet's address is the node's to name: one in a denied network is not
+// dialed at all, whether the reader dials itself (the address checked after
+// DNS) or through a Dial (the address as written, before it).
+func TestADeniedAddressIsNeverDialed(t *testing.T) {
+	cluster := newCA(t, "kubernetes")
+	addr := serve(t, cluster.serving(t, "worker-1", "10.5.0.2"))
+	dialed := 0
+	for name, r := range map[string]*servingcert.Reader{
+		"own dial": {Roots: cluster.pool(), Denied: netguard.Default()},
+		"a Dial": {Roots: cluster.pool(), Denied: netguard.Default(), Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+			dialed++
+			return (&net.Dialer{}).DialContext(ctx, network, address)
+		}},
+	} {
+		got := r.Read(t.Context(), addr)
+		assert.False(t, got.Read, name)
+		assert.Contains(t, got.Error, "is in 127.0.0.0/8, a network the manager does not connect to", name)
+		assert.Empty(t, got.Subject, name)
+	}
+	assert.Zero(t, dialed)
+	// Its network not denied, the same kubelet is read.
+	got := (&servingcert.Reader{Roots: cluster.pool(), Denied: netguard.Denied{netip.MustParsePrefix("10.0.0.0/8")}}).Read(t.Context(), addr)
+	assert.True(t, got.Read, got.Error)
 }
 
 // leaf is a certificate for tmpl signed by c, served by a local listener.

@@ -17,17 +17,20 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/client/dialer"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/siderolabs/talos/pkg/machinery/role"
 	"google.golang.org/grpc"
 
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/taloscert"
 )
 
@@ -82,6 +85,11 @@ type Options struct {
 	// Clock is the time source for issuing and renewing the credential;
 	// time.Now if nil.
 	Clock func() time.Time
+
+	// Denied are the networks no read or watch connects to, checked on each
+	// connection's address after DNS: whoever writes a machine's endpoint
+	// names the address and port. Nil denies none.
+	Denied netguard.Denied
 }
 
 // Reader reads node identities. It is safe for concurrent use; its credential is
@@ -92,6 +100,7 @@ type Reader struct {
 	lifetime time.Duration
 	timeout  time.Duration
 	clock    func() time.Time
+	denied   netguard.Denied
 
 	mu   sync.Mutex
 	cert *tls.Certificate
@@ -132,7 +141,7 @@ func NewReader(opts Options) (*Reader, error) {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
 
-	return &Reader{ca: ca, roots: roots, lifetime: lifetime, timeout: timeout, clock: clock}, nil
+	return &Reader{ca: ca, roots: roots, lifetime: lifetime, timeout: timeout, clock: clock, denied: opts.Denied}, nil
 }
 
 // Read connects to the node's Talos API at endpoint (host or host:port; Talos's
@@ -193,14 +202,24 @@ func (r *Reader) connect(ctx context.Context, endpoint string, opts ...grpc.Dial
 		}),
 		// An identity is a few hundred bytes: a node gets no more than
 		// this for an answer or an event (gRPC's default is 4 MiB, Talos's
-		// client sets 32).
-		client.WithGRPCDialOptions(append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)))...),
+		// client sets 32). The connection goes to the endpoint itself,
+		// never through $HTTPS_PROXY (whose address the guard would
+		// check instead), and only outside the denied networks.
+		client.WithGRPCDialOptions(append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)), grpc.WithNoProxy(), grpc.WithContextDialer(r.dial))...),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("talos node %s: connect: %w", endpoint, err)
 	}
 
 	return c, nil
+}
+
+// dial connects to a node's address as Talos's client does (TCP keepalives),
+// refusing an address in a denied network before anything is sent.
+func (r *Reader) dial(ctx context.Context, addr string) (net.Conn, error) {
+	d := dialer.NetDialerWithTCPKeepalive()
+	d.Control = r.denied.Control
+	return d.DialContext(ctx, "tcp", addr)
 }
 
 // credential returns the cached client certificate, issuing a new one when it

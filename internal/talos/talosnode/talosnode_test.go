@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/x509"
+	"net"
 	"net/netip"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/test/talosapi"
 )
@@ -77,6 +79,30 @@ func TestReadIdentity(t *testing.T) {
 			assert.Equal(t, talosnode.Identity{Nodename: "worker-1", Hostname: "worker-1.lan", Addresses: tc.want}, id)
 		})
 	}
+}
+
+// Whoever writes a machine's endpoint names the address and port the reader
+// connects to: one in a denied network (the manager's own host by default)
+// is not connected to at all (a watch connects as a read does, Reader.connect),
+// so the error tells nothing of what listens there.
+func TestAnEndpointInADeniedNetworkIsNeverConnectedTo(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	r := newReader(t, n.ca, talosnode.Options{Denied: netguard.Default(), Timeout: 5 * time.Second})
+	_, port, err := net.SplitHostPort(n.srv.Endpoint())
+	require.NoError(t, err)
+
+	for _, endpoint := range []string{n.srv.Endpoint(), net.JoinHostPort("localhost", port), net.JoinHostPort("::ffff:127.0.0.1", port)} {
+		_, err := r.Read(t.Context(), endpoint)
+		require.ErrorContains(t, err, "is in 127.0.0.0/8, a network the manager does not connect to: nothing was sent to it", endpoint)
+	}
+	assert.Zero(t, n.srv.Connections(), "the node in a denied network was connected to")
+
+	// The same node, its network not denied, is read: the count above
+	// would have shown a connection.
+	allowed := newReader(t, n.ca, talosnode.Options{Denied: netguard.Denied{netip.MustParsePrefix("127.0.0.3/32")}})
+	_, err = allowed.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err)
+	assert.Positive(t, n.srv.Connections())
 }
 
 func TestReadIsFreshEachTime(t *testing.T) {
