@@ -17,6 +17,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 )
 
 // remoteLimits bounds what the caches of a tenant's API servers keep: their
@@ -45,8 +46,9 @@ type remoteLimits struct {
 	// caches are the counts of this cluster's caches, given back to the
 	// tenant when its watch ends (release).
 	caches *countedSet
-	// exceeded keeps the last limit exceeded, for the error of a start
-	// whose cache did not sync because of it.
+	// exceeded keeps the last limit exceeded (or connection refused,
+	// unreached), for the error of a start whose cache did not sync
+	// because of it.
 	exceeded *atomic.Pointer[error]
 	// afterStart is told of every limit crossed once the start is over:
 	// client-go would list again and again, each list refused, and keep
@@ -285,6 +287,18 @@ func (c *countedCSRs) tooLarge(err error) error {
 	return err
 }
 
+// unreached is err, told as a limit crossed is when it is a connection the
+// manager would not make (netguard): the probe reached the server, and a
+// later connection's address (DNS answered otherwise) is in a denied
+// network. client-go alone would say only that the cache did not sync, or
+// list again and again with the cache stale and nothing said.
+func (c *countedCSRs) unreached(err error) error {
+	if errors.As(err, new(*netguard.RefusedError)) {
+		return c.told(err)
+	}
+	return err
+}
+
 // admissible refuses a CSR in a namespace: CSRs have none.
 func (c *countedCSRs) admissible(csr *certificatesv1.CertificateSigningRequest) error {
 	if csr.Namespace != "" {
@@ -418,7 +432,7 @@ func (c *countedCSRs) list(ctx context.Context, opts metav1.ListOptions) (runtim
 	}
 	list, err := c.inner.ListWithContext(ctx, opts)
 	if err != nil {
-		err = c.tooLarge(err)
+		err = c.unreached(c.tooLarge(err))
 	} else {
 		err = c.listPage(l, list, opts)
 	}
@@ -501,7 +515,7 @@ func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch
 	ctx = kubeconfig.WithAnswerTooLarge(ctx, func(err error) { _ = c.told(limitError{err}) })
 	w, err := c.inner.WatchWithContext(ctx, opts)
 	if err != nil {
-		return nil, c.tooLarge(err)
+		return nil, c.unreached(c.tooLarge(err))
 	}
 	var initial *tally
 	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {

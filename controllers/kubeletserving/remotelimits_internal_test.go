@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -21,7 +24,49 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 )
+
+// A connection of the remote client refused for its address (the probe
+// passed, and DNS answered otherwise since) is why the start's cache did
+// not sync, and once the start is over it is told as a limit crossed is, so
+// the cluster says so rather than client-go listing again with the cache
+// stale; any other error is client-go's to retry.
+func TestARefusedConnectionIsWhyTheCacheIsNotCurrent(t *testing.T) {
+	refused := &url.Error{Op: "Get", URL: "https://tenant.example/apis", Err: &net.OpError{Op: "dial", Net: "tcp", Err: &netguard.RefusedError{Addr: netip.MustParseAddr("127.0.0.1"), Network: netip.MustParsePrefix("127.0.0.0/8")}}}
+	var fail error
+	inner := &toolscache.ListWatch{
+		ListWithContextFunc:  func(context.Context, metav1.ListOptions) (runtime.Object, error) { return nil, fail },
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return nil, fail },
+	}
+	l := remoteLimits{maxCSRs: 3, maxBytes: 2000, exceeded: &atomic.Pointer[error]{}, afterStart: &atomic.Pointer[func(error)]{}}
+	c := &countedCSRs{limits: l, inner: inner}
+
+	fail = errors.New("connection reset by peer")
+	_, err := c.list(t.Context(), metav1.ListOptions{})
+	require.Error(t, err)
+	require.NoError(t, l.why(), "another error is not the cluster's to say")
+
+	fail = refused
+	_, err = c.list(t.Context(), metav1.ListOptions{})
+	require.ErrorAs(t, err, new(*netguard.RefusedError))
+	require.ErrorAs(t, l.why(), new(*netguard.RefusedError))
+	reason, message := refusal(fmt.Errorf("watch CSRs of cluster t/c: %w", l.why()))
+	assert.Equal(t, ReasonRemoteServerAddressRefused, reason)
+	assert.Contains(t, message, "is in 127.0.0.0/8")
+
+	told := make(chan error, 1)
+	l.exceededAfterStart(func(err error) { told <- err })
+	_, err = c.watch(t.Context(), metav1.ListOptions{})
+	require.ErrorAs(t, err, new(*netguard.RefusedError))
+	select {
+	case got := <-told:
+		require.ErrorAs(t, got, new(*netguard.RefusedError))
+	default:
+		t.Fatal("a refused watch after the start was not told")
+	}
+}
 
 func limitedCSR(uid string, request int) *certificatesv1.CertificateSigningRequest {
 	return &certificatesv1.CertificateSigningRequest{
