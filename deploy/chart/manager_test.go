@@ -99,7 +99,10 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 		done <- cli.Run(ctx, []string{"manager", "--kubeconfig", saKubeconfig,
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--resync-interval", "2s",
 			"--webhook-port", fmt.Sprint(serving.LocalServingPort), "--webhook-cert-dir", serving.LocalServingCertDir,
-			"--local-clusters", "demo/demo", "--kubelet-client-approver"}, nil, io.Discard, logFile)
+			"--local-clusters", "demo/demo", "--kubelet-client-approver",
+			// The test's Talos API answers on loopback, which the
+			// manager denies by default.
+			"--node-denied-networks="}, nil, io.Discard, logFile)
 	}()
 	// t.Context() ends before the cleanups run, and the manager with it.
 	t.Cleanup(func() {

@@ -20,6 +20,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/manager"
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
@@ -78,6 +79,8 @@ type auditOptions struct {
 	decisionLog string
 	// requireSecretsClaim is the manager's flag of that name.
 	requireSecretsClaim bool
+	// deniedNodes is the manager's --node-denied-networks.
+	deniedNodes []string
 }
 
 func newAuditCommand(s streams) *cobra.Command {
@@ -137,6 +140,7 @@ did not answer); 1 for an error (a secrets bundle unreadable, a broken bundle);
 	o.bundleKey.register(f)
 	_ = cmd.RegisterFlagCompletionFunc("cluster", completeTalosClusters(o.kube))
 	f.StringVar(&o.decisionLog, "decision-log", "", "append the audit's decision log (JSON lines) to this file")
+	f.StringSliceVar(&o.deniedNodes, "node-denied-networks", []string{netguard.DefaultKeyword}, "as the manager's flag: networks no Talos API read or kubelet handshake connects to (whoever writes a TalosMachine names its endpoint, and the node its kubelet's address), checked after DNS; \"default\" is loopback, link-local, the clouds' instance metadata addresses, unspecified and multicast; empty denies none")
 	f.BoolVar(&o.requireSecretsClaim, "require-secrets-claim", true, "as the manager's flag: read a cluster's secrets Secret only if its annotation "+ichorv1alpha1.SecretsClaimAnnotation+" names the cluster (or is *); false also reads one without the annotation, for the time of an upgrade")
 	return cmd
 }
@@ -166,6 +170,10 @@ func runAudit(ctx context.Context, s streams, o auditOptions) error {
 		return validKubeletPort(o.port)
 	case o.timeout <= 0:
 		return usage.Errorf("--timeout %s must be positive", o.timeout)
+	}
+	deniedNodes, err := netguard.Parse(o.deniedNodes)
+	if err != nil {
+		return usage.Errorf("--node-denied-networks: %v", err)
 	}
 	c, namespace, _, err := kube.Client(o.kube)
 	if err != nil {
@@ -198,10 +206,11 @@ func runAudit(ctx context.Context, s streams, o auditOptions) error {
 	auditor := &kubeletaudit.Auditor{
 		Reader:        c,
 		SecretsClaims: claims,
-		NodeReaders:   &kubeletserving.NodeReaders{Reader: c, SecretsClaims: claims, Lifetime: lifetime, Timeout: o.timeout},
+		NodeReaders:   &kubeletserving.NodeReaders{Reader: c, SecretsClaims: claims, Lifetime: lifetime, Timeout: o.timeout, Denied: deniedNodes},
 		Engine:        eng,
 		Port:          o.port,
 		Timeout:       o.timeout,
+		Denied:        deniedNodes,
 	}
 	var rows []auditRow
 	for i := range clusters {

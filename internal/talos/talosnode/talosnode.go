@@ -204,8 +204,10 @@ func (r *Reader) connect(ctx context.Context, endpoint string, opts ...grpc.Dial
 		// this for an answer or an event (gRPC's default is 4 MiB, Talos's
 		// client sets 32). The connection goes to the endpoint itself,
 		// never through $HTTPS_PROXY (whose address the guard would
-		// check instead), and only outside the denied networks.
-		client.WithGRPCDialOptions(append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)), grpc.WithNoProxy(), grpc.WithContextDialer(r.dial))...),
+		// check instead), and only outside the denied networks; and no
+		// service config is taken from the endpoint's DNS (a TXT record
+		// whoever names the endpoint may write).
+		client.WithGRPCDialOptions(append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)), grpc.WithNoProxy(), grpc.WithContextDialer(r.dial), grpc.WithDisableServiceConfig())...),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("talos node %s: connect: %w", endpoint, err)
