@@ -9,9 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -39,34 +37,10 @@ import (
 // an operator runs.
 func TestTheManagerReachesNothingOnItsLoopbackForATenantOrAMachine(t *testing.T) {
 	ctx := t.Context()
-	env := harness.StartForTest(t, harness.Options{})
-	dir := t.TempDir()
-	ichor, err := harness.BuildIchor(dir)
-	require.NoError(t, err)
-	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, env.AdminKubeconfig, 0o600))
-
 	// A local cluster whose machine's endpoint is a Talos API on loopback.
 	const local = "netguard-local"
-	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: local}}))
-	require.NoError(t, env.Client.Create(ctx, env.SecretsBundleSecret(local, "talos-secrets")))
-	require.NoError(t, env.Client.Create(ctx, &ichorv1alpha1.TalosCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: local, Name: "demo"},
-		Spec: ichorv1alpha1.TalosClusterSpec{
-			TalosVersion: "v1.14", SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"},
-			Security: ichorv1alpha1.ClusterSecurity{KubeletServingCertificates: ichorv1alpha1.KubeletServingCertificates{Enabled: true}},
-		},
-	}))
-	node, err := env.StartTalosNode(ctx, harness.NodeOptions{Name: "worker-1", Addresses: []netip.Addr{netip.MustParseAddr("10.5.0.2")}})
-	require.NoError(t, err)
-	t.Cleanup(node.Stop)
-	machine := &ichorv1alpha1.TalosMachine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: local, Name: "worker-1"},
-		Spec:       ichorv1alpha1.TalosMachineSpec{ClusterName: "demo", Hostname: "worker-1", Endpoint: node.Endpoint(), Role: ichorv1alpha1.MachineRoleWorker},
-	}
-	require.NoError(t, env.Client.Create(ctx, machine))
-	machine.Status.NodeName = "worker-1"
-	require.NoError(t, env.Client.Status().Update(ctx, machine))
+	w := startWorker(t, local)
+	env, node := w.env, w.node
 
 	// A tenant's cluster whose kubeconfig names an API server on loopback.
 	var conns atomic.Int32
@@ -117,7 +91,7 @@ users:
 	// loopback; this one is given the default back (the flag's values add
 	// up after the first).
 	m, err := harness.StartManager(harness.ManagerOptions{
-		Binary: ichor, Dir: dir, Name: "manager", Kubeconfig: kubeconfig,
+		Binary: w.ichor, Dir: w.dir, Name: "manager", Kubeconfig: w.kubeconfig,
 		Args: []string{"--webhook=false", "--metrics-bind-address=0", "--health-probe-bind-address=0", "--local-clusters=" + local + "/demo", "--node-denied-networks=default"},
 	})
 	require.NoError(t, err)

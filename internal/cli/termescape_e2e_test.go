@@ -37,33 +37,9 @@ import (
 // strings the requester wrote.
 func TestHostileCommonNameThroughTheRealManager(t *testing.T) {
 	ctx := t.Context()
-	env := harness.StartForTest(t, harness.Options{})
-	dir := t.TempDir()
-	ichor, err := harness.BuildIchor(dir)
-	require.NoError(t, err)
-	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, env.AdminKubeconfig, 0o600))
-
 	const ns = "termescape"
-	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-	require.NoError(t, env.Client.Create(ctx, env.SecretsBundleSecret(ns, "talos-secrets")))
-	require.NoError(t, env.Client.Create(ctx, &ichorv1alpha1.TalosCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "demo"},
-		Spec: ichorv1alpha1.TalosClusterSpec{
-			TalosVersion: "v1.14", SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"},
-			Security: ichorv1alpha1.ClusterSecurity{KubeletServingCertificates: ichorv1alpha1.KubeletServingCertificates{Enabled: true}},
-		},
-	}))
-	node, err := env.StartTalosNode(ctx, harness.NodeOptions{Name: "worker-1", Addresses: []netip.Addr{netip.MustParseAddr("10.5.0.2")}})
-	require.NoError(t, err)
-	t.Cleanup(node.Stop)
-	machine := &ichorv1alpha1.TalosMachine{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker-1"},
-		Spec:       ichorv1alpha1.TalosMachineSpec{ClusterName: "demo", Hostname: "worker-1", Endpoint: node.Endpoint(), Role: ichorv1alpha1.MachineRoleWorker},
-	}
-	require.NoError(t, env.Client.Create(ctx, machine))
-	machine.Status.NodeName = "worker-1"
-	require.NoError(t, env.Client.Status().Update(ctx, machine))
+	w := startWorker(t, ns)
+	env, ichor, dir, kubeconfig := w.env, w.ichor, w.dir, w.kubeconfig
 
 	m, err := harness.StartManager(harness.ManagerOptions{
 		Binary: ichor, Dir: dir, Name: "manager", Kubeconfig: kubeconfig,
@@ -172,6 +148,48 @@ func TestHostileCommonNameThroughTheRealManager(t *testing.T) {
 
 // submitAs creates a kubelet-serving CSR as user, in the nodes' group, and
 // returns its name.
+// worker is a control plane with the local cluster NS/demo (named by the
+// test to the manager) and its one machine, worker-1 (10.5.0.2), whose
+// Talos API answers on loopback; and the ichor binary and admin kubeconfig
+// to run a manager with.
+type worker struct {
+	env                    *harness.Env
+	ichor, dir, kubeconfig string
+	node                   *harness.TalosNode
+}
+
+func startWorker(t *testing.T, ns string) worker {
+	t.Helper()
+	ctx := t.Context()
+	w := worker{env: harness.StartForTest(t, harness.Options{}), dir: t.TempDir()}
+	var err error
+	w.ichor, err = harness.BuildIchor(w.dir)
+	require.NoError(t, err)
+	w.kubeconfig = filepath.Join(w.dir, "admin.kubeconfig")
+	require.NoError(t, os.WriteFile(w.kubeconfig, w.env.AdminKubeconfig, 0o600))
+
+	require.NoError(t, w.env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	require.NoError(t, w.env.Client.Create(ctx, w.env.SecretsBundleSecret(ns, "talos-secrets")))
+	require.NoError(t, w.env.Client.Create(ctx, &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "demo"},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion: "v1.14", SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"},
+			Security: ichorv1alpha1.ClusterSecurity{KubeletServingCertificates: ichorv1alpha1.KubeletServingCertificates{Enabled: true}},
+		},
+	}))
+	w.node, err = w.env.StartTalosNode(ctx, harness.NodeOptions{Name: "worker-1", Addresses: []netip.Addr{netip.MustParseAddr("10.5.0.2")}})
+	require.NoError(t, err)
+	t.Cleanup(w.node.Stop)
+	machine := &ichorv1alpha1.TalosMachine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "worker-1"},
+		Spec:       ichorv1alpha1.TalosMachineSpec{ClusterName: "demo", Hostname: "worker-1", Endpoint: w.node.Endpoint(), Role: ichorv1alpha1.MachineRoleWorker},
+	}
+	require.NoError(t, w.env.Client.Create(ctx, machine))
+	machine.Status.NodeName = "worker-1"
+	require.NoError(t, w.env.Client.Status().Update(ctx, machine))
+	return w
+}
+
 func submitAs(t *testing.T, env *harness.Env, user string, r csrgen.Request) string {
 	t.Helper()
 	pemBytes, err := csrgen.PEM(r)
