@@ -281,8 +281,8 @@ func TestAKubeconfigSecretThatDoesNotNameTheClusterIsNotUsed(t *testing.T) {
 
 // A kubeconfig whose server is in a network the manager does not connect to
 // for a tenant (this suite's manager denies deniedHost, standing for the
-// manager's own host and link, which the default denies: the other tests'
-// servers are on 127.0.0.1) is not reached at all, neither probed nor sent
+// manager's loopback and the node's link, which the default denies: the
+// other tests' servers are on 127.0.0.1) is not reached at all, neither probed nor sent
 // the tenant's credential, whether it is named by its address or by that
 // address written as IPv6, and the cluster says why.
 func TestAServerInADeniedNetworkIsNeverReached(t *testing.T) {

@@ -111,8 +111,8 @@ func (l *Local) RESTConfig(ctx context.Context, d *Document, insecure bool) (*re
 	noProxy := func(*http.Request) (*url.URL, error) { return nil, nil }
 	// A tenant names the server, so the address each connection reaches is
 	// checked (DNS may answer differently for the next one): the
-	// manager's own host and link, and what else the operator denies, are
-	// not the tenant's to reach or to probe.
+	// manager's loopback, the node's link, and what else the operator
+	// denies, are not the tenant's to reach or to probe.
 	dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: l.Denied.Control}
 	// client-go refuses a Transport together with TLS options: the TLS
 	// options are in the transport; the bearer token stays in cfg and
