@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -37,6 +39,51 @@ const MaxResponseBytes = 64 << 20
 // such answers at the list's bound would take most of the manager's memory
 // at once (review of 2026-12-05).
 const MaxObjectResponseBytes = 4 << 20
+
+// DefaultListBytes bounds the bytes of the lists being read from every
+// tenant's server at once (Local.ListBytes): each list may be
+// MaxResponseBytes, and a tenant's clusters relist on their own (their
+// watches broken together, say), so without a shared bound twenty of them
+// would hold over a gigabyte in the manager, which every tenant shares, before
+// the tenant's bounds (counted as the lists are decoded) could refuse them.
+const DefaultListBytes = 2 * MaxResponseBytes
+
+// byteBudget is what the lists being read hold together, and their bound.
+type byteBudget struct {
+	mu          sync.Mutex
+	used, limit int64
+}
+
+// take counts n bytes more, if they fit.
+func (b *byteBudget) take(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.limit {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+func (b *byteBudget) give(n int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= n
+}
+
+// listBudget is the budget every client the Local builds shares.
+func (l *Local) listBudget() *byteBudget {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lists == nil {
+		limit := l.ListBytes
+		if limit <= 0 {
+			limit = DefaultListBytes
+		}
+		l.lists = &byteBudget{limit: limit}
+	}
+	return l.lists
+}
 
 // AnswerTooLargeError is an answer (or a watch's event) of a remote API
 // server beyond what the manager reads of one: the caller can tell it from
@@ -152,8 +199,9 @@ func (l *Local) RESTConfig(ctx context.Context, d *Document, insecure bool) (*re
 		return nil, fmt.Errorf("the kubeconfig's server: %w", err)
 	}
 	prefix := strings.TrimSuffix(host.Path, "/")
+	lists := l.listBudget()
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return noRedirects{boundedAnswers{rt: rt, prefix: prefix}}
+		return noRedirects{boundedAnswers{rt: rt, prefix: prefix, lists: lists}}
 	}
 	return cfg, nil
 }
@@ -166,6 +214,9 @@ type boundedAnswers struct {
 	rt http.RoundTripper
 	// prefix is the server's own path, before every request's.
 	prefix string
+	// lists is what the lists being read from every tenant's server
+	// hold together.
+	lists *byteBudget
 }
 
 func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -187,14 +238,15 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	bound := int64(MaxObjectResponseBytes)
+	var budget *byteBudget
 	if path, under := strings.CutPrefix(req.URL.Path, b.prefix); req.Method == http.MethodGet && under && isCollection(path) {
-		bound = MaxResponseBytes
+		bound, budget = MaxResponseBytes, b.lists
 	}
 	if resp.ContentLength > bound {
 		_ = resp.Body.Close()
 		return nil, tooLarge("%s %s: the answer is %d bytes, more than the %d a remote API server's answer may be", req.Method, req.URL.Redacted(), resp.ContentLength, bound)
 	}
-	resp.Body = &boundedBody{ReadCloser: resp.Body, left: bound, bound: bound, what: req.Method + " " + req.URL.Redacted()}
+	resp.Body = &boundedBody{ReadCloser: resp.Body, left: bound, bound: bound, what: req.Method + " " + req.URL.Redacted(), budget: budget}
 	return resp, nil
 }
 
@@ -306,7 +358,16 @@ type boundedBody struct {
 	io.ReadCloser
 	left, bound int64
 	what        string
+	// budget, for a list, counts what it has read (taken) until it is
+	// closed, together with every other list being read.
+	budget *byteBudget
+	taken  atomic.Int64
 }
+
+// ErrListsTooLarge is a list refused because the lists being read from
+// every tenant's server at once already hold what the manager reads of them
+// together: it is not the tenant's doing, and client-go asks again.
+var ErrListsTooLarge = errors.New("the lists being read from tenants' API servers hold what the manager reads of them at once")
 
 func (b *boundedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
@@ -322,7 +383,22 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.ReadCloser.Read(p)
 	b.left -= int64(n)
+	if b.budget != nil && n > 0 {
+		if !b.budget.take(int64(n)) {
+			return 0, fmt.Errorf("%s: %w (%d bytes): this one is asked again", b.what, ErrListsTooLarge, b.budget.limit)
+		}
+		b.taken.Add(int64(n))
+	}
 	return n, err
+}
+
+// Close gives back what a list took of the budget: client-go has read it
+// whole (or given up) and decoded it by then.
+func (b *boundedBody) Close() error {
+	if b.budget != nil {
+		b.budget.give(b.taken.Swap(0))
+	}
+	return b.ReadCloser.Close()
 }
 
 // noRedirects turns a redirect into an error, so that net/http's client

@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -476,4 +477,62 @@ func TestAServerInADeniedNetworkIsNeitherProbedNorConnectedTo(t *testing.T) {
 	_, err = l.Probe(t.Context(), kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)))
 	require.NoError(t, err)
 	assert.Positive(t, conns.Load())
+}
+
+// The lists being read from tenants' servers are bounded together, not
+// only one by one: a list that would take the bytes read at once past
+// Local.ListBytes is refused (client-go asks again), and what a list took
+// is given back once it is read and closed, so the next list is read.
+func TestTheListsOfEveryTenantAreBoundedTogether(t *testing.T) {
+	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	cert, ca := selfSigned(t)
+	const listHead = `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{},"items":[`
+	padding := strings.Repeat(" ", 2<<20) // 2 MiB of JSON whitespace
+	release := make(chan struct{})
+	var ended sync.Once
+	end := func() { ended.Do(func() { close(release) }) }
+	var held atomic.Int64
+	tenant := newServer(t, &cert, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, listHead+padding)
+		if r.URL.Query().Get("labelSelector") == "hold=true" {
+			// The first list is held, its 2 MiB sent, until the test
+			// lets it end.
+			w.(http.Flusher).Flush()
+			held.Add(1)
+			<-release
+		}
+		_, _ = io.WriteString(w, "]}")
+	})
+	// A failure below must not leave the held answer waiting, nor its
+	// connection open: the server's close waits for both.
+	t.Cleanup(func() {
+		end()
+		tenant.CloseClientConnections()
+	})
+	l := localOf(local)
+	l.ListBytes = 3 << 20
+	cfg, err := l.RESTConfig(t.Context(), kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	csrs := cs.CertificatesV1().CertificateSigningRequests()
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := csrs.List(t.Context(), metav1.ListOptions{LabelSelector: "hold=true"})
+		first <- err
+	}()
+	require.Eventually(t, func() bool { return held.Load() == 1 }, 20*time.Second, 10*time.Millisecond)
+	// The held list's 2 MiB are read as they come: until they all are, a
+	// second list may still fit.
+	require.Eventually(t, func() bool {
+		_, err := csrs.List(t.Context(), metav1.ListOptions{})
+		return errors.Is(err, kubeconfig.ErrListsTooLarge)
+	}, 20*time.Second, 10*time.Millisecond, "a second list of 2 MiB beside a held one of 2 MiB was read past the 3 MiB of lists together")
+
+	end()
+	require.NoError(t, <-first, "the held list, once ended, is read")
+	_, err = csrs.List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err, "what the lists took is given back")
 }
