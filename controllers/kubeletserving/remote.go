@@ -375,7 +375,8 @@ func (r *Reconciler) remoteExceeded(key types.NamespacedName, t *target, sum [sh
 // names: the server's identity is checked (RESTConfig), then its CSRs are
 // watched.
 func (r *Reconciler) startRemoteFrom(ctx context.Context, key types.NamespacedName, doc *kubeconfig.Document) (*target, error) {
-	cfg, err := r.LocalAPIServer.RESTConfig(ctx, doc, r.AllowInsecureKubeconfig)
+	// A tenant is the clusters with a kubeconfigRef in one namespace.
+	cfg, err := r.LocalAPIServer.RESTConfig(ctx, key.Namespace, doc, r.AllowInsecureKubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig of cluster %s: %w", key, err)
 	}

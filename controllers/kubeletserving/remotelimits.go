@@ -430,6 +430,10 @@ func (c *countedCSRs) list(ctx context.Context, opts metav1.ListOptions) (runtim
 			return nil, c.told(invalidAnswer("the API server of cluster %s sent a page of a list not under way", c.limits.cluster))
 		}
 	}
+	// What the list's answer takes of its tenant's budget is held until
+	// the list is decoded (client-go closes the answer before it decodes).
+	ctx, release := kubeconfig.WithListLease(ctx)
+	defer release()
 	list, err := c.inner.ListWithContext(ctx, opts)
 	if err != nil {
 		err = c.unreached(c.tooLarge(err))

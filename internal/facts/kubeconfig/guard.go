@@ -40,15 +40,18 @@ const MaxResponseBytes = 64 << 20
 // at once (review of 2026-12-05).
 const MaxObjectResponseBytes = 4 << 20
 
-// DefaultListBytes bounds the bytes of the lists being read from every
-// tenant's server at once (Local.ListBytes): each list may be
+// DefaultListBytes bounds the bytes of the lists being read at once from
+// one tenant's servers (Local.ListBytes): each list may be
 // MaxResponseBytes, and a tenant's clusters relist on their own (their
-// watches broken together, say), so without a shared bound twenty of them
-// would hold over a gigabyte in the manager, which every tenant shares, before
-// the tenant's bounds (counted as the lists are decoded) could refuse them.
-const DefaultListBytes = 2 * MaxResponseBytes
+// watches broken together, say), so without a bound twenty of them would
+// hold over a gigabyte in the manager, which every tenant shares, before the
+// tenant's bounds (counted as the lists are decoded) could refuse them. The
+// bound is the tenant's, not shared: a server that drips its list holds
+// back only its own tenant's.
+const DefaultListBytes = MaxResponseBytes
 
-// byteBudget is what the lists being read hold together, and their bound.
+// byteBudget is what one tenant's lists being read hold together, and
+// their bound.
 type byteBudget struct {
 	mu          sync.Mutex
 	used, limit int64
@@ -71,18 +74,25 @@ func (b *byteBudget) give(n int64) {
 	b.used -= n
 }
 
-// listBudget is the budget every client the Local builds shares.
-func (l *Local) listBudget() *byteBudget {
+// listBudget is the budget every client the Local builds for tenant
+// shares. A tenant's is kept for the manager's life: a few words for each
+// namespace that ever named a kubeconfig.
+func (l *Local) listBudget(tenant string) *byteBudget {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lists == nil {
+		l.lists = map[string]*byteBudget{}
+	}
+	b, ok := l.lists[tenant]
+	if !ok {
 		limit := l.ListBytes
 		if limit <= 0 {
 			limit = DefaultListBytes
 		}
-		l.lists = &byteBudget{limit: limit}
+		b = &byteBudget{limit: limit}
+		l.lists[tenant] = b
 	}
-	return l.lists
+	return b
 }
 
 // AnswerTooLargeError is an answer (or a watch's event) of a remote API
@@ -125,7 +135,7 @@ func answerTooLarge(ctx context.Context, err error) error {
 // (no compression is asked for, so a few kilobytes on the wire cannot
 // inflate to gigabytes in the manager) and no further than
 // MaxResponseBytes, but a watch's.
-func (l *Local) RESTConfig(ctx context.Context, d *Document, insecure bool) (*rest.Config, error) {
+func (l *Local) RESTConfig(ctx context.Context, tenant string, d *Document, insecure bool) (*rest.Config, error) {
 	if l == nil {
 		return nil, errors.New("the manager's own API server is not known, so no server can be told apart from it")
 	}
@@ -199,7 +209,7 @@ func (l *Local) RESTConfig(ctx context.Context, d *Document, insecure bool) (*re
 		return nil, fmt.Errorf("the kubeconfig's server: %w", err)
 	}
 	prefix := strings.TrimSuffix(host.Path, "/")
-	lists := l.listBudget()
+	lists := l.listBudget(tenant)
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return noRedirects{boundedAnswers{rt: rt, prefix: prefix, lists: lists}}
 	}
@@ -214,8 +224,8 @@ type boundedAnswers struct {
 	rt http.RoundTripper
 	// prefix is the server's own path, before every request's.
 	prefix string
-	// lists is what the lists being read from every tenant's server
-	// hold together.
+	// lists is what the lists being read from the tenant's servers hold
+	// together.
 	lists *byteBudget
 }
 
@@ -246,7 +256,7 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 		_ = resp.Body.Close()
 		return nil, tooLarge("%s %s: the answer is %d bytes, more than the %d a remote API server's answer may be", req.Method, req.URL.Redacted(), resp.ContentLength, bound)
 	}
-	resp.Body = &boundedBody{ReadCloser: resp.Body, left: bound, bound: bound, what: req.Method + " " + req.URL.Redacted(), budget: budget}
+	resp.Body = &boundedBody{ReadCloser: resp.Body, left: bound, bound: bound, what: req.Method + " " + req.URL.Redacted(), budget: budget, lease: leaseOf(req.Context())}
 	return resp, nil
 }
 
@@ -359,15 +369,16 @@ type boundedBody struct {
 	left, bound int64
 	what        string
 	// budget, for a list, counts what it has read (taken) until it is
-	// closed, together with every other list being read.
+	// closed, together with the tenant's other lists being read.
 	budget *byteBudget
 	taken  atomic.Int64
+	lease  *listLease
 }
 
-// ErrListsTooLarge is a list refused because the lists being read from
-// every tenant's server at once already hold what the manager reads of them
-// together: it is not the tenant's doing, and client-go asks again.
-var ErrListsTooLarge = errors.New("the lists being read from tenants' API servers hold what the manager reads of them at once")
+// ErrListsTooLarge is a list refused because the lists being read from its
+// tenant's servers at once already hold what the manager reads of them
+// together: client-go asks again.
+var ErrListsTooLarge = errors.New("the lists being read from the tenant's API servers hold what the manager reads of them at once")
 
 func (b *boundedBody) Read(p []byte) (int, error) {
 	if b.left <= 0 {
@@ -392,13 +403,67 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close gives back what a list took of the budget: client-go has read it
-// whole (or given up) and decoded it by then.
+// Close gives back what a list took of the budget, or hands it to the
+// request's lease (WithListLease): client-go closes the body once it has
+// read it, and decodes it after.
 func (b *boundedBody) Close() error {
 	if b.budget != nil {
-		b.budget.give(b.taken.Swap(0))
+		if n := b.taken.Swap(0); !b.lease.keep(b.budget, n) {
+			b.budget.give(n)
+		}
 	}
 	return b.ReadCloser.Close()
+}
+
+type listLeaseKey struct{}
+
+// listLease keeps what the lists read with its context took of their
+// tenant's budget until it is released.
+type listLease struct {
+	mu       sync.Mutex
+	budget   *byteBudget
+	n        int64
+	released bool
+}
+
+// WithListLease is ctx carrying a lease, and its release: a list read with
+// it (through a client RESTConfig built) keeps the bytes it took of its
+// tenant's budget past its body's close, until release, so that the
+// budget bounds the lists being read and decoded, not only read. The
+// caller releases it once it has the decoded list.
+func WithListLease(ctx context.Context) (context.Context, func()) {
+	l := &listLease{}
+	return context.WithValue(ctx, listLeaseKey{}, l), l.release
+}
+
+func leaseOf(ctx context.Context) *listLease {
+	l, _ := ctx.Value(listLeaseKey{}).(*listLease)
+	return l
+}
+
+// keep holds n bytes of b until the release, unless there is no lease or
+// it was released already (then the caller gives them back).
+func (l *listLease) keep(b *byteBudget, n int64) bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released || (l.budget != nil && l.budget != b) {
+		return false
+	}
+	l.budget = b
+	l.n += n
+	return true
+}
+
+func (l *listLease) release() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.released && l.budget != nil {
+		l.budget.give(l.n)
+	}
+	l.released, l.n = true, 0
 }
 
 // noRedirects turns a redirect into an error, so that net/http's client

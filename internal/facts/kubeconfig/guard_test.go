@@ -12,7 +12,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"math/big"
@@ -30,6 +29,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	clientcertificatesv1 "k8s.io/client-go/kubernetes/typed/certificates/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
@@ -122,7 +122,7 @@ func listCSRs(t *testing.T, l *kubeconfig.Local, data []byte) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cfg, err := l.RESTConfig(ctx, kubeconfig.Read(data), false)
+	cfg, err := l.RESTConfig(ctx, "tenant", kubeconfig.Read(data), false)
 	require.NoError(t, err)
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
@@ -171,7 +171,7 @@ func TestRemoteServerIsReachedDirectly(t *testing.T) {
 	l := localOf(local)
 	require.NoError(t, listCSRs(t, l, tenantKubeconfig(tenant.URL, ca)))
 	assert.Equal(t, []string{"Bearer tenant-token"}, tenant.seen())
-	cfg, err := l.RESTConfig(context.Background(), kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+	cfg, err := l.RESTConfig(context.Background(), "tenant", kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
 	require.NoError(t, err)
 	tr, ok := cfg.Transport.(*http.Transport)
 	require.True(t, ok)
@@ -240,7 +240,7 @@ func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
 			csrListOf(w, 2, 1000)
 		}
 	})
-	cfg, err := localOf(local).RESTConfig(t.Context(), kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+	cfg, err := localOf(local).RESTConfig(t.Context(), "tenant", kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
 	require.NoError(t, err)
 	cs, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
@@ -273,7 +273,7 @@ func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
 	assert.Contains(t, err.Error(), fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxObjectResponseBytes))
 	// The same server behind a path, as a proxy serves one: its lists are
 	// lists (review of c8388d8).
-	behind, err := localOf(local).RESTConfig(t.Context(), kubeconfig.Read(tenantKubeconfig(tenant.URL+"/k8s/clusters/c-x", ca)), false)
+	behind, err := localOf(local).RESTConfig(t.Context(), "tenant", kubeconfig.Read(tenantKubeconfig(tenant.URL+"/k8s/clusters/c-x", ca)), false)
 	require.NoError(t, err)
 	behindCS, err := kubernetes.NewForConfig(behind)
 	require.NoError(t, err)
@@ -348,7 +348,7 @@ func TestARemoteWatchEventIsBounded(t *testing.T) {
 				brokenOverLines(w, "pretty")
 				event(w, "after", 100)
 			})
-			cfg, err := localOf(local).RESTConfig(t.Context(), kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+			cfg, err := localOf(local).RESTConfig(t.Context(), "tenant", kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
 			require.NoError(t, err)
 			cs, err := kubernetes.NewForConfig(cfg)
 			require.NoError(t, err)
@@ -479,11 +479,12 @@ func TestAServerInADeniedNetworkIsNeitherProbedNorConnectedTo(t *testing.T) {
 	assert.Positive(t, conns.Load())
 }
 
-// The lists being read from tenants' servers are bounded together, not
+// The lists being read from one tenant's servers are bounded together, not
 // only one by one: a list that would take the bytes read at once past
-// Local.ListBytes is refused (client-go asks again), and what a list took
-// is given back once it is read and closed, so the next list is read.
-func TestTheListsOfEveryTenantAreBoundedTogether(t *testing.T) {
+// Local.ListBytes is refused (client-go asks again), while another tenant's
+// lists are read as before; and what a list took is given back once it is
+// read and closed, so the tenant's next list is read.
+func TestTheListsOfATenantAreBoundedTogether(t *testing.T) {
 	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
 	cert, ca := selfSigned(t)
 	const listHead = `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{},"items":[`
@@ -512,27 +513,44 @@ func TestTheListsOfEveryTenantAreBoundedTogether(t *testing.T) {
 	})
 	l := localOf(local)
 	l.ListBytes = 3 << 20
-	cfg, err := l.RESTConfig(t.Context(), kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
-	require.NoError(t, err)
-	cs, err := kubernetes.NewForConfig(cfg)
-	require.NoError(t, err)
-	csrs := cs.CertificatesV1().CertificateSigningRequests()
+	csrsOf := func(name string) clientcertificatesv1.CertificateSigningRequestInterface {
+		t.Helper()
+		cfg, err := l.RESTConfig(t.Context(), name, kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+		require.NoError(t, err)
+		cs, err := kubernetes.NewForConfig(cfg)
+		require.NoError(t, err)
+		return cs.CertificatesV1().CertificateSigningRequests()
+	}
+	// Two clusters of one tenant, and another tenant's.
+	first, second, other := csrsOf("team-a"), csrsOf("team-a"), csrsOf("team-b")
 
-	first := make(chan error, 1)
+	held1 := make(chan error, 1)
 	go func() {
-		_, err := csrs.List(t.Context(), metav1.ListOptions{LabelSelector: "hold=true"})
-		first <- err
+		_, err := first.List(t.Context(), metav1.ListOptions{LabelSelector: "hold=true"})
+		held1 <- err
 	}()
 	require.Eventually(t, func() bool { return held.Load() == 1 }, 20*time.Second, 10*time.Millisecond)
-	// The held list's 2 MiB are read as they come: until they all are, a
-	// second list may still fit.
-	require.Eventually(t, func() bool {
-		_, err := csrs.List(t.Context(), metav1.ListOptions{})
-		return errors.Is(err, kubeconfig.ErrListsTooLarge)
-	}, 20*time.Second, 10*time.Millisecond, "a second list of 2 MiB beside a held one of 2 MiB was read past the 3 MiB of lists together")
+	// The held list's 2 MiB are read as they come.
+	require.Eventually(t, func() bool { return kubeconfig.ListBytesInUse(l, "team-a") >= 2<<20 }, 20*time.Second, 10*time.Millisecond)
+	_, err := second.List(t.Context(), metav1.ListOptions{})
+	require.ErrorIs(t, err, kubeconfig.ErrListsTooLarge, "a second list of 2 MiB beside a held one of 2 MiB was read past the tenant's 3 MiB of lists together")
+	_, err = other.List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err, "another tenant's list is held back by this one's")
 
 	end()
-	require.NoError(t, <-first, "the held list, once ended, is read")
-	_, err = csrs.List(t.Context(), metav1.ListOptions{})
+	require.NoError(t, <-held1, "the held list, once ended, is read")
+	_, err = second.List(t.Context(), metav1.ListOptions{})
 	require.NoError(t, err, "what the lists took is given back")
+	assert.Zero(t, kubeconfig.ListBytesInUse(l, "team-a"))
+
+	// A list read under a lease keeps what it took until the lease is
+	// released: client-go has closed the answer by then, and decoded it.
+	ctx, giveBack := kubeconfig.WithListLease(t.Context())
+	_, err = second.List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.Greater(t, kubeconfig.ListBytesInUse(l, "team-a"), int64(2<<20), "the decoded list's bytes were given back before the lease's release")
+	giveBack()
+	assert.Zero(t, kubeconfig.ListBytesInUse(l, "team-a"))
+	giveBack() // twice gives back nothing more
+	assert.Zero(t, kubeconfig.ListBytesInUse(l, "team-a"))
 }

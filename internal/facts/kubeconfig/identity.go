@@ -47,14 +47,14 @@ type Local struct {
 	// connection's address after DNS. The manager's own API server is
 	// reached without them.
 	Denied netguard.Denied
-	// ListBytes bounds the bytes of the lists being read from every
-	// kubeconfig's server at once (DefaultListBytes if zero).
+	// ListBytes bounds the bytes of the lists being read at once from one
+	// tenant's servers (DefaultListBytes if zero).
 	ListBytes int64
 
 	mu    sync.Mutex
 	key   []byte
 	roots *x509.CertPool
-	lists *byteBudget
+	lists map[string]*byteBudget
 }
 
 func (l *Local) load(ctx context.Context) ([]byte, *x509.CertPool, error) {
