@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
@@ -10,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +22,8 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/kubeletserving"
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
@@ -132,19 +132,17 @@ func decidedNodeError(t *testing.T, path, csr string) string {
 	f, err := os.Open(path) //nolint:gosec // G304: the test's own log
 	require.NoError(t, err)
 	defer f.Close()
-	var last string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 1<<20), 1<<24)
-	for sc.Scan() {
-		var e struct {
-			Path  string `json:"path"`
-			Input struct {
-				CSR  struct{ Name string }  `json:"csr"`
-				Node struct{ Error string } `json:"node"`
-			} `json:"input"`
+	entries, _, err := decisionlog.Read(f)
+	if err != nil {
+		return "" // nothing logged yet
+	}
+	last := ""
+	for _, e := range entries {
+		var in struct {
+			Node struct{ Error string } `json:"node"`
 		}
-		if json.Unmarshal(sc.Bytes(), &e) == nil && strings.HasSuffix(e.Path, "kubelet_serving/decision") && e.Input.CSR.Name == csr {
-			last = e.Input.Node.Error
+		if e.Path == engine.PathKubeletServing && e.Object() == "csr/"+csr && json.Unmarshal(e.Input, &in) == nil {
+			last = in.Node.Error
 		}
 	}
 	return last
