@@ -484,3 +484,61 @@ func TestABundleWithMetadataLabelsIsRefused(t *testing.T) {
 	_, err = startWithin(t, src, s, nil, 10*time.Second)
 	require.ErrorContains(t, err, engine.ErrBundleLabels.Error())
 }
+
+// blockingEpochs is the cluster's record of the highest epoch, whose raise to
+// epoch blocked holds until released.
+type blockingEpochs struct {
+	fakeEpochs
+	blocked  int64
+	entered  chan struct{}
+	released chan struct{}
+}
+
+func (b *blockingEpochs) Raise(ctx context.Context, epoch int64) error {
+	if epoch == b.blocked {
+		close(b.entered)
+		select {
+		case <-b.released:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return b.fakeEpochs.Raise(ctx, epoch)
+}
+
+// While a new bundle's epoch is being recorded in the cluster (a write of up
+// to 10 s), Revision names the new bundle already: the approvers remember
+// each verdict with the revision it was reached under, and a Revision that
+// lagged the bundle deciding had them decide a request a second time under
+// one bundle.
+func TestTheRevisionNamesANewBundleWhileItsEpochIsRecorded(t *testing.T) {
+	s := newSigner(t)
+	src := sources(t)["file"](t)
+	first, data := signedEpoch(t, false, bundles.Floor(), s)
+	src.serve(data)
+	epochs := &blockingEpochs{blocked: bundles.Floor() + 1, entered: make(chan struct{}), released: make(chan struct{})}
+	e, err := start(t, src, s, epochs)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		select {
+		case <-epochs.released:
+		default:
+			close(epochs.released)
+		}
+	})
+	require.Equal(t, first.Manifest.Revision, e.e.Revision())
+
+	second, data := signedEpoch(t, true, bundles.Floor()+1, s)
+	require.NotEqual(t, first.Manifest.Revision, second.Manifest.Revision)
+	src.serve(data)
+	select {
+	case <-epochs.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the new bundle's epoch was never recorded")
+	}
+	assert.Equal(t, second.Manifest.Revision, e.e.Revision(), "the revision while the epoch is recorded")
+	_, decidedUnder := forgedIPDecision(t, e.e)
+	assert.Equal(t, second.Manifest.Revision, decidedUnder, "the bundle deciding meanwhile")
+	close(epochs.released)
+	require.Eventually(t, func() bool { return epochs.get() == bundles.Floor()+1 }, 30*time.Second, 20*time.Millisecond)
+}

@@ -513,6 +513,15 @@ func (e *Engine) bundleStatus(s bundleplugin.Status, notify func(BundleStatus)) 
 	if len(s.Errors) > 0 || s.Code != "" {
 		err = fmt.Errorf("bundle refused (%s): %s%v", s.Code, s.Message, s.Errors)
 	} else {
+		// The revision first: the epoch's record in the cluster may take
+		// seconds, and the approvers remember each verdict with the revision
+		// it was reached under (Revision), which must not lag the bundle
+		// deciding meanwhile.
+		if s.ActiveRevision != "" {
+			e.mu.Lock()
+			e.revision = s.ActiveRevision
+			e.mu.Unlock()
+		}
 		e.observeEpoch(context.Background())
 	}
 	e.report(s.ActiveRevision, err, notify)

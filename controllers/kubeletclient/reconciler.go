@@ -110,7 +110,7 @@ type Reconciler struct {
 
 	// memo keeps the verdicts on undecided requests, keyed by UID, with the
 	// request's name and node name, so that a request is decided again only
-	// when it, or the machines, changed, or its re-check is due.
+	// when it, the machines or the bundle changed, or its re-check is due.
 	memo approval.Memo[types.UID, pendingRequest]
 	// machineEpoch counts the changes of machines and clusters that change
 	// which machine a node name finds: a remembered verdict holds only in the
@@ -312,8 +312,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 
 	now := r.Clock.Now()
-	epoch := r.machineEpoch.Get()
-	if wait, skip := r.memo.Skip(csr.UID, csr.ResourceVersion, epoch, now); skip {
+	// Both taken before the decision: a change meanwhile makes the verdict
+	// remembered below one to reach again.
+	epoch, revision := r.machineEpoch.Get(), approval.ActiveRevision(r.Engine)
+	if wait, skip := r.memo.Skip(csr.UID, csr.ResourceVersion, epoch, revision, now); skip {
 		return reconcile.Result{RequeueAfter: wait}, nil
 	}
 
@@ -391,7 +393,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// No Event: the Approved condition and the decision log say it.
 		return reconcile.Result{}, nil
 	default: // engine.ActionPending: the engine refuses any other answer of this rule.
-		verdict := approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Key: d.Action + ":" + strings.Join(d.Reasons.Codes(), ",")}
+		verdict := approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Revision: revision, Key: d.Action + ":" + strings.Join(d.Reasons.Codes(), ",")}
 		first, wait := r.memo.Pending(csr.UID, verdict, pendingRequest{name: csr.Name, node: node}, now,
 			approval.Backoff{Initial: r.RecheckInterval, Max: r.MaxRecheckInterval}.After)
 		if first {

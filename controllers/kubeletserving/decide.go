@@ -181,7 +181,7 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 func (p *pass) recordLater(csr *certificatesv1.CertificateSigningRequest, owed engine.Applied, stamp time.Time) {
 	p.unsettle(csr, stamp)
 	p.r.uncertain.Add(p.memoKey(csr), approval.UncertainWrite{At: p.r.Clock.Now(), Settle: p.actSettler(csr), Record: &owed})
-	_, wait := p.r.failures.Pending(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: p.r.machineEpoch.Get()}, struct{}{}, p.now, backoff.After)
+	_, wait := p.r.failures.Pending(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: p.r.machineEpoch.Get(), Revision: p.r.revision()}, struct{}{}, p.now, backoff.After)
 	p.retryIn(wait)
 }
 
@@ -417,6 +417,12 @@ func (p *pass) ours(ctx context.Context, node, csr string, judging map[types.Nam
 
 func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSigningRequest) error {
 	logger := log.FromContext(ctx).WithValues("csr", csr.Name)
+	// Taken before the machine is looked up and the rule decides: a
+	// machine changed or a bundle activated meanwhile makes the verdict
+	// remembered below one to reach again (taken after, a machine that
+	// took the name meanwhile would leave the request waiting for a change
+	// that has come).
+	epoch, revision := p.r.machineEpoch.Get(), p.r.revision()
 	node := p.target.names.of(csr)
 	machine, candidates, others, err := p.machineFor(ctx, node)
 	if err != nil {
@@ -433,15 +439,17 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// change of the machines (any machine's, in any namespace, moves
 		// their epoch), only once it changes or a machine takes the name. A
 		// flood of requests for made-up names costs one decision each.
-		if v, ok := p.r.memo.Verdict(p.memoKey(csr)); ok && v.ResourceVersion == csr.ResourceVersion && v.Key == codeMachineUnknown {
+		// A new bundle decides it again: the operator's rule may say
+		// otherwise of such a request.
+		if v, ok := p.r.memo.Verdict(p.memoKey(csr)); ok && v.ResourceVersion == csr.ResourceVersion && v.Revision == revision && v.Key == codeMachineUnknown {
 			return nil
 		}
 	}
-	epoch := p.r.machineEpoch.Get()
-	if wait, skip := p.r.memo.Skip(p.memoKey(csr), csr.ResourceVersion, epoch, p.now); skip {
+	if wait, skip := p.r.memo.Skip(p.memoKey(csr), csr.ResourceVersion, epoch, revision, p.now); skip {
 		p.retryIn(wait)
 		return nil
 	}
+	on := approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Revision: revision}
 
 	in := csrinput.KubeletServing{CSR: csrinput.Build(csr), MachineCandidates: candidates}
 	if in.Requests, err = p.requests(ctx, csr); err != nil {
@@ -468,7 +476,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 				// engine refuses any other answer, and so does this.
 				return fmt.Errorf("rejection %s on CSR %s is %q with %d reasons, not a reasoned denial: nothing done", d.DecisionID, csr.Name, d.Action, len(d.Reasons))
 			case err == nil:
-				return p.act(ctx, logger, csr, machine, epoch, d)
+				return p.act(ctx, logger, csr, machine, on, d)
 			case !errors.Is(err, engine.ErrNoDecision):
 				return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 			}
@@ -486,7 +494,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// fact: it is looked at again soon, without a new decision (and log
 		// entry) each time, so that it is decided within seconds of coming
 		// back.
-		if !in.Node.Readable && p.r.memo.Hold(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Key: codeNodeUnreadable}, maxBackoff, unreadableRecheck, p.now) {
+		if !in.Node.Readable && p.r.memo.Hold(p.memoKey(csr), on.Of(codeNodeUnreadable), maxBackoff, unreadableRecheck, p.now) {
 			p.retryIn(unreadableRecheck)
 			return nil
 		}
@@ -517,11 +525,12 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if err != nil {
 		return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 	}
-	return p.act(ctx, logger, csr, machine, epoch, d)
+	return p.act(ctx, logger, csr, machine, on, d)
 }
 
-// act carries out a decision on the request.
-func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.CertificateSigningRequest, machine *ichorv1alpha1.TalosMachine, epoch uint64, d engine.CSRDecision) error {
+// act carries out a decision on the request, reached on the facts of on (its
+// Key unset).
+func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.CertificateSigningRequest, machine *ichorv1alpha1.TalosMachine, on approval.Verdict, d engine.CSRDecision) error {
 	logger = logger.WithValues("node", d.Node, "action", d.Action, "codes", d.Reasons.Codes(), "decision_id", d.DecisionID, "revision", d.Revision)
 	// The engine refuses such answers of a broken bundle; whatever decides
 	// here must not be trusted further than that.
@@ -620,7 +629,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		if key == codeTooManyPending {
 			p.r.Metrics.withheld(p.cluster.Namespace, p.cluster.Name)
 		}
-		first, wait := p.r.memo.Pending(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Key: key}, struct{}{}, p.now, pendingWait(key))
+		first, wait := p.r.memo.Pending(p.memoKey(csr), on.Of(key), struct{}{}, p.now, pendingWait(key))
 		p.retryIn(wait)
 		if first {
 			logger.Info("left kubelet serving certificate pending")

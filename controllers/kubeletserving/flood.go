@@ -48,28 +48,30 @@ func addUndecidedIndex(ctx context.Context, indexer client.FieldIndexer) error {
 }
 
 // limitsTTL is how long the rule's limits are used before they are asked
-// again: a new bundle's limits count within it, and a pass costs no extra
-// decision (and log entry) of its own.
+// again, so that a pass costs no extra decision (and log entry) of its own.
 const limitsTTL = 10 * time.Second
 
-// limitsCache keeps the rule's limits for limitsTTL.
+// limitsCache keeps the rule's limits for limitsTTL, and for the bundle
+// revision they were asked of: a new bundle's limits count at once.
 type limitsCache struct {
-	mu     sync.Mutex
-	limits engine.KubeletServingLimits
-	asked  time.Time
+	mu       sync.Mutex
+	limits   engine.KubeletServingLimits
+	asked    time.Time
+	revision string
 }
 
 func (c *limitsCache) get(ctx context.Context, eng Decider, now time.Time) (engine.KubeletServingLimits, error) {
+	revision := approval.ActiveRevision(eng)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.asked.IsZero() && now.Sub(c.asked) < limitsTTL {
+	if !c.asked.IsZero() && now.Sub(c.asked) < limitsTTL && c.revision == revision {
 		return c.limits, nil
 	}
 	limits, err := eng.KubeletServingLimits(ctx)
 	if err != nil {
 		return engine.KubeletServingLimits{}, err
 	}
-	c.limits, c.asked = limits, now
+	c.limits, c.asked, c.revision = limits, now, revision
 	return limits, nil
 }
 

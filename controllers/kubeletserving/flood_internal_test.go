@@ -430,3 +430,23 @@ func TestTheCountsSeeEveryChangeOfTheJudgedMachines(t *testing.T) {
 	local.Add(types.NamespacedName{Namespace: "b", Name: "beta"})
 	assert.Equal(t, csrinput.Requests{Machines: 3, Undecided: 3, Unknown: 1}, counts(), "another cluster judging")
 }
+
+// The rule's limits are asked once in limitsTTL, and again at once under a
+// new bundle: its limits count from its first decision.
+func TestTheLimitsAreAskedAgainOfANewBundle(t *testing.T) {
+	d := &revisionDecider{revision: "r1"}
+	var c limitsCache
+	now := time.Unix(1_000_000, 0)
+	get := func(at time.Time) int {
+		t.Helper()
+		l, err := c.get(t.Context(), d, at)
+		require.NoError(t, err)
+		return l.MaxUndecidedPerRequester
+	}
+	assert.Equal(t, 1, get(now))
+	assert.Equal(t, 1, get(now.Add(limitsTTL-time.Second)), "kept within the TTL")
+	d.revision = "r2"
+	assert.Equal(t, 2, get(now.Add(time.Second)), "a new bundle's, at once")
+	assert.Equal(t, 2, get(now.Add(2*time.Second)))
+	assert.Equal(t, 3, get(now.Add(time.Second+limitsTTL)), "asked again after the TTL")
+}

@@ -179,8 +179,9 @@ type Reconciler struct {
 	uncertain approval.Uncertain[memoKey]
 
 	// memo keeps the pending verdicts, so that a request left pending is
-	// not decided (and logged) again in a loop: only once it or the machines
-	// change, or, when the node could not be read, after a growing backoff.
+	// not decided (and logged) again in a loop: only once it, the machines
+	// or the bundle change, or, when the node could not be read, after a
+	// growing backoff.
 	memo    approval.Memo[memoKey, struct{}]
 	targets targets
 	// controller is kept to add the watch of a remote API server, and runCtx
@@ -688,6 +689,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		next = adoptionOpen
 	}
 	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// revision is the active bundle's revision, or "" when the Decider does not
+// say (then a verdict lasts as long as its facts: a kubeconfig's content, a
+// request's version and the machines' epoch).
+func (r *Reconciler) revision() string {
+	return approval.ActiveRevision(r.Engine)
 }
 
 // leftPending counts, of a cluster's requests, the undecided ones its last

@@ -223,18 +223,6 @@ func (v *verdict) current(sum [sha256.Size]byte, revision string) bool {
 	return v.document.Revision == revision
 }
 
-// revisioner is a Decider that says which bundle is active (the engine).
-type revisioner interface{ Revision() string }
-
-// revision is the active bundle's revision, or "" when the Decider does not
-// say (then a verdict lasts as long as its content).
-func (r *Reconciler) revision() string {
-	if rv, ok := r.Engine.(revisioner); ok {
-		return rv.Revision()
-	}
-	return ""
-}
-
 // targetFor is the API server a cluster judges. A remote one is started (its
 // cache synced and its CSR events wired to this cluster) on first use and
 // restarted when the kubeconfig changes; a new bundle judges its kubeconfig

@@ -17,10 +17,12 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 )
 
-// revisionDecider refuses every kubeconfig, under the revision it is told.
+// revisionDecider refuses every kubeconfig, under the revision it is told,
+// and answers limits that count its askings.
 type revisionDecider struct {
-	revision string
-	asked    int
+	revision    string
+	asked       int
+	limitsAsked int
 }
 
 func (d *revisionDecider) Revision() string { return d.revision }
@@ -39,7 +41,8 @@ func (d *revisionDecider) KubeletServingRejection(context.Context, csrinput.Kube
 }
 
 func (d *revisionDecider) KubeletServingLimits(context.Context) (engine.KubeletServingLimits, error) {
-	panic("not asked")
+	d.limitsAsked++
+	return engine.KubeletServingLimits{MaxUndecidedPerRequester: d.limitsAsked}, nil
 }
 
 func (d *revisionDecider) RecordApplied(context.Context, engine.Applied) error {

@@ -181,10 +181,10 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 	if err != nil {
 		return 0, err
 	}
-	epoch := r.machineEpoch.Get()
+	epoch, revision := r.machineEpoch.Get(), r.revision()
 	for i := range csrs {
 		csr := &csrs[i]
-		if wait, skip := r.failures.Skip(p.memoKey(csr), csr.ResourceVersion, epoch, p.now); skip {
+		if wait, skip := r.failures.Skip(p.memoKey(csr), csr.ResourceVersion, epoch, revision, p.now); skip {
 			p.retryIn(wait)
 			continue
 		}
@@ -198,7 +198,7 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 			// Cut short with its target, it is still this replica's: its
 			// write may have been applied, and is settled at the next
 			// look (through the cluster's next target).
-			p.failed(shard, csr, epoch, err)
+			p.failed(shard, csr, approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Revision: revision}, err)
 			if errors.Is(err, context.DeadlineExceeded) {
 				// A request's whole bound ran out, across client-go's
 				// own retries: a stall, however quick each round trip.
@@ -219,17 +219,18 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 	return p.wait, nil
 }
 
-// failed remembers a request whose handling failed, and when to look at it
-// again: with backoff, unless it changes (or the machines do) meanwhile. A
+// failed remembers a request whose handling failed on the facts of on, and
+// when to look at it again: with backoff, unless it changes (or the machines
+// or the bundle do) meanwhile. A
 // write answered with an error may have been applied all the same, so its
 // verdict in effect is recorded (settle) at that next look.
-func (p *pass) failed(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, epoch uint64, err error) {
+func (p *pass) failed(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, on approval.Verdict, err error) {
 	kind := "transient"
 	if permanentWrite(err) {
 		kind = "permanent"
 	}
 	p.r.Metrics.failure(kind)
-	first, wait := p.r.failures.Pending(p.memoKey(csr), approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch}, struct{}{}, p.now, backoff.After)
+	first, wait := p.r.failures.Pending(p.memoKey(csr), on, struct{}{}, p.now, backoff.After)
 	p.retryIn(wait)
 	log.FromContext(ctx).Error(err, "handle CSR", "csr", csr.Name, "kind", kind)
 	var we *writeError

@@ -544,7 +544,7 @@ func TestAnApprovalInFlightWhenTheLeaderStopsIsFinishedAndRecorded(t *testing.T)
 	// written now settles it (review 19, M1).
 	key := p.memoKey(&list[0])
 	g.r.uncertain.Add(key, approval.UncertainWrite{ResourceVersion: list[0].ResourceVersion, At: time.Now()})
-	require.NoError(t, p.act(ctx, logr.Discard(), &list[0], nil, 0, approve()))
+	require.NoError(t, p.act(ctx, logr.Discard(), &list[0], nil, approval.Verdict{}, approve()))
 	assert.Zero(t, held.Writes(), "written after the stop")
 	assert.True(t, g.r.uncertain.Has(key), "an earlier write of unknown outcome was forgotten by a write not made")
 }

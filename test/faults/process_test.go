@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -318,6 +319,61 @@ func rsaPair(t *testing.T) (private, public string) {
 	require.NoError(t, err)
 	return string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})),
 		string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+}
+
+// A request for a node name no machine has is left pending (ADR 0125), and
+// not decided again until a machine takes its name or the request changes;
+// or, now, another bundle is activated: the operator's new rules judge the
+// requests the last ones left pending, within a resync, and the decision log
+// says under which revision. (Before: the verdict of the bundle it was first
+// decided under held until a machine took the name, which may be never.)
+func TestANewBundleJudgesTheRequestsTheLastOneLeftPending(t *testing.T) {
+	f := newFixture(t)
+	path := f.dir + "/bundle.tar.gz"
+	serve := func(allowance int) string {
+		b, err := bundles.Default()
+		require.NoError(t, err)
+		cfg := b.Data["ichor"].(map[string]any)["kubelet_serving"].(map[string]any)["config"].(map[string]any)
+		cfg["min_undecided_allowance"] = json.Number(fmt.Sprint(allowance))
+		b.Manifest.Revision = bundles.Digest(b)
+		data, err := bundles.Bytes(b)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path+".tmp", data, 0o600))
+		require.NoError(t, os.Rename(path+".tmp", path))
+		return b.Manifest.Revision
+	}
+	pendingUnder := func(m *harness.ManagerProcess, name, revision string) int {
+		n := 0
+		for _, e := range entriesFor(t, name, m) {
+			if e.Revision == revision && e.Action() == engine.ActionPending && slices.Equal(e.Codes(), []string{"MachineUnknown"}) {
+				n++
+			}
+		}
+		return n
+	}
+	first := serve(20)
+	m := f.manager("manager", []string{"--bundle=" + path, "--bundle-poll-interval=200ms", "--resync-interval=2s"})
+	name := f.submit("nobody-here", "10.45.0.9", nil)
+	require.Eventually(t, func() bool { return pendingUnder(m, name, first) > 0 }, 30*time.Second, 100*time.Millisecond,
+		"the request is left pending for want of a machine")
+
+	second := serve(21)
+	require.NotEqual(t, first, second)
+	require.Eventually(t, func() bool { return pendingUnder(m, name, second) > 0 }, 30*time.Second, 100*time.Millisecond,
+		"the request left pending under %s is judged again under %s", first, second)
+	// Once under each: two more requests of the same requester, one after
+	// the other, are each decided in a look at all of the requester's
+	// requests; once the second is decided, the look of the first is over,
+	// and it found the first request decided under this bundle already.
+	names := []string{name}
+	for range 2 {
+		another := f.submit("nobody-here", "10.45.0.9", nil)
+		require.Eventually(t, func() bool { return pendingUnder(m, another, second) > 0 }, 30*time.Second, 100*time.Millisecond)
+		names = append(names, another)
+	}
+	assert.Equal(t, 1, pendingUnder(m, name, first), "decided once under the first bundle")
+	assert.Equal(t, 1, pendingUnder(m, name, second), "decided once under the second")
+	assert.Empty(t, decisions(f.ctx, t, names), "all stay pending")
 }
 
 // The reproduced attack of issue 21 (2), against the real manager process

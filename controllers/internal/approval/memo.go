@@ -12,16 +12,25 @@ type Verdict struct {
 	ResourceVersion string
 	// Epoch is the machines' epoch (Epoch.Get).
 	Epoch uint64
+	// Revision is the policy bundle's revision the verdict was reached
+	// under (ActiveRevision): another bundle may decide otherwise.
+	Revision string
 	// Key tells one verdict from another (its codes): a new verdict is worth
 	// a log line or an Event and starts the backoff again; the same one is
 	// not.
 	Key string
 }
 
+// Of is the verdict key reached on v's facts.
+func (v Verdict) Of(key string) Verdict {
+	v.Key = key
+	return v
+}
+
 // Memo remembers verdicts by key K (a request's UID, or a cluster and a UID),
 // with data V of the caller's, so that a request nothing changed is not
-// decided, logged and written again in a loop: only once it or the machines
-// change, or when its wait is over.
+// decided, logged and written again in a loop: only once it, the machines or
+// the bundle change, or when its wait is over.
 type Memo[K comparable, V any] struct {
 	mu sync.Mutex
 	m  map[K]*entry[V]
@@ -40,10 +49,10 @@ type entry[V any] struct {
 	applied bool
 }
 
-// Skip reports whether the request, at version resourceVersion in epoch,
-// needs no new decision yet, and how long until it does (zero: only on a
-// change).
-func (m *Memo[K, V]) Skip(k K, resourceVersion string, epoch uint64, now time.Time) (time.Duration, bool) {
+// Skip reports whether the request, at version resourceVersion in epoch and
+// under bundle revision, needs no new decision yet, and how long until it
+// does (zero: only on a change).
+func (m *Memo[K, V]) Skip(k K, resourceVersion string, epoch uint64, revision string, now time.Time) (time.Duration, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.m[k]
@@ -53,7 +62,7 @@ func (m *Memo[K, V]) Skip(k K, resourceVersion string, epoch uint64, now time.Ti
 	case e.applied:
 		// Written at this version; the update event brings the next one.
 		return 0, true
-	case e.verdict.Epoch != epoch:
+	case e.verdict.Epoch != epoch || e.verdict.Revision != revision:
 		return 0, false
 	case e.next.IsZero():
 		return 0, true
@@ -100,7 +109,7 @@ func (m *Memo[K, V]) Applied(k K, resourceVersion string, data V) {
 }
 
 // Hold keeps a pending verdict for another wait, and reports true, when the
-// request is at the same version and epoch, its verdict is v.Key and was
+// request is at the same version, epoch and revision, its verdict is v.Key and was
 // reached less than maxAge ago: nothing new to decide on.
 func (m *Memo[K, V]) Hold(k K, v Verdict, maxAge, wait time.Duration, now time.Time) bool {
 	m.mu.Lock()

@@ -35,14 +35,14 @@ func TestPendingVerdictIsDecidedAgainWhenItsWaitIsOver(t *testing.T) {
 	now := start
 	v := approval.Verdict{ResourceVersion: "1", Key: "NodeClientNotAuthorized"}
 	for i := range 4 {
-		_, skip := m.Skip("a", "1", 0, now)
+		_, skip := m.Skip("a", "1", 0, "", now)
 		require.False(t, skip, "attempt %d is due", i)
 		first, wait := m.Pending("a", v, "worker-1", now, backoff(30*time.Second, 5*time.Minute))
 		assert.Equal(t, i == 0, first, "only the first verdict is new")
 		assert.Equal(t, (30*time.Second)<<i, wait)
 
 		// Not due before the wait is over: the remaining time is reported.
-		left, skip := m.Skip("a", "1", 0, now.Add(wait-time.Second))
+		left, skip := m.Skip("a", "1", 0, "", now.Add(wait-time.Second))
 		require.True(t, skip)
 		assert.Equal(t, time.Second, left)
 		now = now.Add(wait)
@@ -65,14 +65,37 @@ func TestAChangedRequestOrNewMachinesAreDecidedAgainAtOnce(t *testing.T) {
 	var m approval.Memo[string, string]
 	m.Pending("a", approval.Verdict{ResourceVersion: "1", Epoch: 7, Key: "MachineUnknown"}, "", start, backoff(time.Minute, time.Hour))
 
-	_, skip := m.Skip("a", "1", 7, start)
+	_, skip := m.Skip("a", "1", 7, "", start)
 	assert.True(t, skip, "nothing changed")
-	_, skip = m.Skip("a", "2", 7, start)
+	_, skip = m.Skip("a", "2", 7, "", start)
 	assert.False(t, skip, "the request changed")
-	_, skip = m.Skip("a", "1", 8, start)
+	_, skip = m.Skip("a", "1", 8, "", start)
 	assert.False(t, skip, "the machines changed")
-	_, skip = m.Skip("b", "1", 7, start)
+	_, skip = m.Skip("b", "1", 7, "", start)
 	assert.False(t, skip, "another request")
+}
+
+// A verdict holds under the bundle it was reached under: another revision
+// decides again at once, even a verdict that waits only for a change, and
+// breaks a hold.
+func TestAnotherBundleDecidesAgainAtOnce(t *testing.T) {
+	var m approval.Memo[string, string]
+	never := func(int) time.Duration { return 0 }
+	m.Pending("a", approval.Verdict{ResourceVersion: "1", Epoch: 7, Revision: "r1", Key: "MachineUnknown"}, "", start, never)
+	_, skip := m.Skip("a", "1", 7, "r1", start.Add(24*time.Hour))
+	assert.True(t, skip, "the same bundle: only a change wakes it")
+	_, skip = m.Skip("a", "1", 7, "r2", start)
+	assert.False(t, skip, "another bundle")
+
+	v := approval.Verdict{ResourceVersion: "1", Epoch: 7, Revision: "r1", Key: "NodeUnreadable"}
+	m.Pending("b", v, "", start, backoff(time.Minute, time.Hour))
+	_, skip = m.Skip("b", "1", 7, "r2", start)
+	assert.False(t, skip, "another bundle, before the wait is over")
+	other := v
+	other.Revision = "r2"
+	assert.False(t, m.Hold("b", other, 5*time.Minute, 3*time.Second, start), "another bundle")
+	assert.True(t, m.Hold("b", v, 5*time.Minute, 3*time.Second, start), "the same bundle")
+	assert.Equal(t, approval.Verdict{ResourceVersion: "1", Epoch: 7, Revision: "r1", Key: "X"}, v.Of("X"), "the same facts, another key")
 }
 
 func TestAVerdictWithoutATimerWaitsForAChange(t *testing.T) {
@@ -81,10 +104,10 @@ func TestAVerdictWithoutATimerWaitsForAChange(t *testing.T) {
 	_, after := m.Pending("a", approval.Verdict{ResourceVersion: "1", Epoch: 3, Key: "MachineUnknown"}, "", start, never)
 	require.Zero(t, after)
 
-	wait, skip := m.Skip("a", "1", 3, start.Add(24*time.Hour))
+	wait, skip := m.Skip("a", "1", 3, "", start.Add(24*time.Hour))
 	assert.True(t, skip, "no timer: only a change wakes it")
 	assert.Zero(t, wait)
-	_, skip = m.Skip("a", "1", 4, start)
+	_, skip = m.Skip("a", "1", 4, "", start)
 	assert.False(t, skip, "a machine changed")
 }
 
@@ -92,12 +115,12 @@ func TestAWrittenVersionIsNotWrittenAgainFromAStaleCache(t *testing.T) {
 	var m approval.Memo[string, string]
 	m.Applied("a", "1", "worker-1")
 
-	wait, skip := m.Skip("a", "1", 3, start)
+	wait, skip := m.Skip("a", "1", 3, "", start)
 	assert.True(t, skip, "whatever the epoch")
 	assert.Zero(t, wait, "no timer: the write's own update event comes next")
 	assert.Empty(t, m.Waiting(func(string) bool { return true }), "a written verdict is not woken by machines")
 
-	_, skip = m.Skip("a", "2", 3, start)
+	_, skip = m.Skip("a", "2", 3, "", start)
 	assert.False(t, skip, "a newer version is looked at")
 
 	first, _ := m.Pending("a", approval.Verdict{ResourceVersion: "2", Key: "X"}, "worker-1", start, backoff(time.Second, time.Minute))
@@ -111,7 +134,7 @@ func TestHoldKeepsAnUnchangedVerdictForAWhileOnly(t *testing.T) {
 	m.Pending("a", v, "", start, fixed)
 
 	require.True(t, m.Hold("a", v, 5*time.Minute, 3*time.Second, start.Add(time.Minute)), "the same verdict, a minute old")
-	wait, skip := m.Skip("a", "1", 2, start.Add(time.Minute+time.Second))
+	wait, skip := m.Skip("a", "1", 2, "", start.Add(time.Minute+time.Second))
 	assert.True(t, skip)
 	assert.Equal(t, 2*time.Second, wait, "held for another 3 s")
 
