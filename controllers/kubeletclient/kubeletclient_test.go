@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,8 +34,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/bundles"
@@ -846,5 +850,69 @@ func TestAWeakKeyIsNotRecognized(t *testing.T) {
 
 	e := requirePending(t, name, "PublicKeyNotAllowed")
 	assert.Contains(t, e.Result.Reasons[0].Message, `public key "ECDSA P-224 224-bit" is not allowed`)
+	assert.Nil(t, harness.Verdict(env.GetCSR(t, name)))
+}
+
+// A new bundle decides the requests the last one left pending at once, not
+// at their recheck (an hour here), and once. An approver of its own, beside
+// the suite's, with its own decision log and an engine whose active revision
+// the test says.
+func TestANewBundleDecidesAPendingRequestAtOnce(t *testing.T) {
+	f := newFixture(t)
+	f.machine("rebundle-1")
+	token := "system:bootstrap:rebund"
+	groups := []string{"system:bootstrappers"}
+	bind(t, token, groups, roleBootstrapper)
+
+	b, err := bundles.Default()
+	require.NoError(t, err)
+	log := &harness.DecisionLog{}
+	eng, err := engine.New(t.Context(), engine.Options{Bundle: b, DecisionLog: log, Log: os.Stderr})
+	require.NoError(t, err)
+	t.Cleanup(func() { eng.Stop(context.Background()) })
+	var revision atomic.Pointer[string]
+	active := eng.Revision()
+	revision.Store(&active)
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		// Beside the suite's approver, of the same name.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	require.NoError(t, err)
+	r := &kubeletclient.Reconciler{
+		Client: mgr.GetClient(), Clientset: env.Clientset, LocalClusters: local,
+		Engine:          &enginetest.Engine{Engine: eng, RevisionFunc: func() string { return *revision.Load() }},
+		RecheckInterval: time.Hour, MaxRecheckInterval: time.Hour,
+	}
+	require.NoError(t, r.SetupWithManager(t.Context(), mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: false}))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := harness.RunManager(ctx, mgr, "rebundle")
+	t.Cleanup(func() { cancel(); <-done })
+
+	pending := func() int {
+		return len(harness.Decisions(log, func(e logEntry) bool {
+			return e.Input.CSR.Name == "rebundle-1" && e.Result.Action == engine.ActionPending && e.Input.Machine != nil
+		}))
+	}
+	name := submit(t, userClient(t, token, groups...), "rebundle-1", csrgen.Request{Subject: csrgen.NodeSubject("rebundle-1")})
+	require.Equal(t, "rebundle-1", name)
+	require.Eventually(t, func() bool { return pending() > 0 }, wait, 50*time.Millisecond, "left pending: the token may not ask for a node client")
+	before := pending()
+
+	// The suite's approver, rechecking every few seconds, logs elsewhere.
+	next := "another-bundle"
+	revision.Store(&next)
+	r.BundleActivated(next)
+	require.Eventually(t, func() bool { return pending() > before }, wait, 50*time.Millisecond, "decided again under the new bundle")
+	r.BundleActivated(next)
+	r.BundleActivated(active)
+	// Told of the old bundle while the new one serves: a wake, and the
+	// request, decided under the new one already, is not decided again.
+	// Its look is over once a request made after it is decided.
+	later := submit(t, userClient(t, token, groups...), "rebundle-1-later", csrgen.Request{Subject: csrgen.NodeSubject("rebundle-1")})
+	require.Eventually(t, func() bool {
+		return len(harness.Decisions(log, func(e logEntry) bool { return e.Input.CSR.Name == later })) > 0
+	}, wait, 50*time.Millisecond)
+	assert.Equal(t, before+1, pending(), "decided once under the new bundle")
 	assert.Nil(t, harness.Verdict(env.GetCSR(t, name)))
 }

@@ -112,6 +112,9 @@ type Reconciler struct {
 	// request's name and node name, so that a request is decided again only
 	// when it, the machines or the bundle changed, or its re-check is due.
 	memo approval.Memo[types.UID, pendingRequest]
+	// rebundle reconciles every undecided request when another bundle is
+	// activated (BundleActivated).
+	rebundle *approval.Rebundle
 	// machineEpoch counts the changes of machines and clusters that change
 	// which machine a node name finds: a remembered verdict holds only in the
 	// epoch it was reached in.
@@ -166,13 +169,22 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 			return err
 		}
 	}
+	r.rebundle = approval.NewRebundle(r.Engine)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("kubeletclient").
 		For(&certificatesv1.CertificateSigningRequest{}, builder.WithPredicates(predicate.NewPredicateFuncs(isKubeletClient), changedForTheRule())).
+		WatchesRawSource(r.rebundle.Source(func(context.Context) []reconcile.Request { return r.waiting() })).
 		Watches(&ichorv1alpha1.TalosMachine{}, enqueueNoting(r.machineToRequests)).
 		Watches(&ichorv1alpha1.TalosCluster{}, enqueueNoting(r.clusterToRequests),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
+}
+
+// BundleActivated tells the approver of the bundle now in service: another
+// one than the last has every undecided request it remembers decided again
+// at once, rather than at its next recheck.
+func (r *Reconciler) BundleActivated(revision string) {
+	r.rebundle.Activated(revision)
 }
 
 func isKubeletClient(obj client.Object) bool {

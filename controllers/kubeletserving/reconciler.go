@@ -162,6 +162,9 @@ type Reconciler struct {
 	// rejudge carries the clusters a worker found with a kubeconfig to
 	// judge again (a changed Secret, a new bundle): they are reconciled.
 	rejudge chan event.TypedGenericEvent[types.NamespacedName]
+	// rebundle reconciles every cluster when another bundle is activated
+	// (BundleActivated).
+	rebundle *approval.Rebundle
 	// adoptions are the clusters taken over whose first reconcile (it settles
 	// the verdicts written before the take-over) has not yet run.
 	adoptions adoptions
@@ -245,11 +248,13 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	}
 	opts := controller.Options{MaxConcurrentReconciles: reconcileWorkers}
 	r.rejudge = make(chan event.TypedGenericEvent[types.NamespacedName])
+	r.rebundle = approval.NewRebundle(r.Engine)
 	b := ctrl.NewControllerManagedBy(mgr).
 		WatchesRawSource(source.Channel(r.rejudge, handler.TypedEnqueueRequestsFromMapFunc(
 			func(_ context.Context, key types.NamespacedName) []reconcile.Request {
 				return []reconcile.Request{{NamespacedName: key}}
-			})))
+			}))).
+		WatchesRawSource(r.rebundle.Source(r.judgingClusters))
 	if r.Shards != nil {
 		// Every replica serves its own shards, leader or not.
 		opts.NeedLeaderElection = ptr.To(false)
@@ -689,6 +694,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		next = adoptionOpen
 	}
 	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// BundleActivated tells the approver of the bundle now in service: another
+// one than the last has every cluster looked at again at once, so that the
+// requests the last bundle left pending are decided under the new one
+// without waiting for the resync.
+func (r *Reconciler) BundleActivated(revision string) {
+	r.rebundle.Activated(revision)
+}
+
+// judgingClusters are the clusters that judge requests here: enabled, served
+// by this replica, and judging an API server (a kubeconfigRef's, or the local
+// one that the operator named them judges of). The others have nothing a
+// bundle decides (a shard taken later is reconciled when taken).
+func (r *Reconciler) judgingClusters(ctx context.Context) []reconcile.Request {
+	var clusters ichorv1alpha1.TalosClusterList
+	if err := r.Client.List(ctx, &clusters); err != nil {
+		log.FromContext(ctx).Error(err, "list the clusters to judge under a new bundle; each is at its resync")
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range clusters.Items {
+		c := &clusters.Items[i]
+		if c.Spec.Security.KubeletServingCertificates.Enabled && r.serves(c) && (c.Spec.KubeconfigRef != nil || r.LocalClusters.Judges(c)) {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+		}
+	}
+	return out
 }
 
 // revision is the active bundle's revision, or "" when the Decider does not

@@ -29,6 +29,18 @@ type Engine struct {
 	AdmissionFunc               func(context.Context, engine.CredentialAdmissionInput) (engine.CredentialAdmission, error)
 	IssuanceFunc                func(context.Context, engine.CredentialIssuanceInput) (engine.CredentialIssuance, error)
 	KubeletServingAuditFunc     func(context.Context, servingcert.Audit) (engine.AuditDecision, error)
+	// RevisionFunc, when set, says which bundle is active instead of the
+	// real engine: a test changes it to show what another bundle's
+	// activation does, with the rules of the one it runs.
+	RevisionFunc func() string
+}
+
+// Revision is the active bundle's revision.
+func (e *Engine) Revision() string {
+	if e.RevisionFunc != nil {
+		return e.RevisionFunc()
+	}
+	return e.Engine.Revision()
 }
 
 // KubeletServing decides a kubelet-serving CSR.

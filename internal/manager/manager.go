@@ -15,6 +15,7 @@ import (
 	stdlog "log"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,8 +27,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -226,7 +229,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	eng, stop, podEvents, err := newEngine(ctx, o)
+	eng, stop, bundleChanges, err := newEngine(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -283,12 +286,28 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := setUp(ctx, mgr, eng, o, lifetime); err != nil {
+	activated, err := setUp(ctx, mgr, eng, o, lifetime)
+	if err != nil {
 		return err
 	}
+	var podEvents func(engine.BundleStatus)
 	if o.PodName != "" && o.Namespace != "" {
-		notify := bundleEvents(mgr, o.Namespace, o.PodName)
-		podEvents.Store(&notify)
+		podEvents = bundleEvents(mgr, o.Namespace, o.PodName, eng.Revision())
+	}
+	notify := func(st engine.BundleStatus) {
+		if podEvents != nil {
+			podEvents(st)
+		}
+		if st.Err == nil {
+			for _, a := range activated {
+				a(st.ActiveRevision)
+			}
+		}
+	}
+	bundleChanges.Store(&notify)
+	// A bundle activated since the approvers were set up told nobody.
+	for _, a := range activated {
+		a(eng.Revision())
 	}
 	if err := mgr.Add(startPages{cache: mgr.GetCache()}); err != nil {
 		return err
@@ -380,8 +399,8 @@ func newLogger(w io.Writer, flags *zap.Options) logr.Logger {
 
 // newEngine makes the policy engine with the manager's metrics and, if asked,
 // its shadow, and the function that stops both. The returned pointer receives
-// the function that turns bundle changes into Events once the manager can
-// record them.
+// the function told of bundle changes once the manager is set up (Events on
+// its Pod, the approvers' pending requests judged again).
 func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Context), *atomic.Pointer[func(engine.BundleStatus)], error) {
 	var shadowBundle *bundle.Bundle
 	if o.ShadowBundle != "" {
@@ -422,9 +441,9 @@ func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Con
 	// A refused bundle is an Event on the manager's own Pod (named through
 	// the downward API), where an operator looks, besides the log and the
 	// ichor_policy_bundle_load_failures_total metric.
-	podEvents := &atomic.Pointer[func(engine.BundleStatus)]{}
+	changes := &atomic.Pointer[func(engine.BundleStatus)]{}
 	opts.OnBundleStatus = func(st engine.BundleStatus) {
-		if f := podEvents.Load(); f != nil {
+		if f := changes.Load(); f != nil {
 			(*f)(st)
 		}
 	}
@@ -441,22 +460,23 @@ func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Con
 			shadow.Stop(ctx)
 		}
 	}
-	return eng, stop, podEvents, nil
+	return eng, stop, changes, nil
 }
 
 // setUp adds the approvers, the webhook and the issuer to mgr; lifetime is
-// that of the manager's own Talos reader credential.
-func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options, lifetime time.Duration) error {
+// that of the manager's own Talos reader credential. It returns the
+// approvers' hooks for a bundle activated (BundleActivated).
+func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options, lifetime time.Duration) (activated []func(revision string), _ error) {
 	if o.Webhook && o.WebhookCerts != nil {
 		certs := *o.WebhookCerts
 		certs.Namespace = o.Namespace
 		metrics, err := webhookcerts.NewMetrics(ctrlmetrics.Registry)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		certs.Metrics = metrics
 		if err := webhookcerts.Setup(mgr, certs); err != nil {
-			return fmt.Errorf("set up the webhook certificates: %w", err)
+			return nil, fmt.Errorf("set up the webhook certificates: %w", err)
 		}
 	}
 	if o.LocalClusters.Len() == 0 {
@@ -472,16 +492,16 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 	bounded.Timeout = kubeletserving.DefaultTenantRequestTimeout
 	clientset, err := kubernetes.NewForConfig(bounded)
 	if err != nil {
-		return fmt.Errorf("clientset: %w", err)
+		return nil, fmt.Errorf("clientset: %w", err)
 	}
 	servingMetrics, err := kubeletserving.NewMetrics(ctrlmetrics.Registry)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	nodeReaders := &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), SecretsClaims: o.secretsClaims(), Lifetime: lifetime, Timeout: o.TalosTimeout,
 		Watch: o.TalosWatch, WatchMaxAge: o.TalosWatchMaxAge, WatchMax: o.TalosWatchMax, Denied: o.NodeDenied}
 	if err := kubeletserving.RegisterWatchMetrics(ctrlmetrics.Registry, nodeReaders); err != nil {
-		return err
+		return nil, err
 	}
 	serving := &kubeletserving.Reconciler{
 		Metrics:        servingMetrics,
@@ -501,22 +521,23 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 		TenantMaxCSRBytes:       o.TenantMaxCSRBytes,
 	}
 	if err := setUpSharding(mgr, serving, o); err != nil {
-		return err
+		return nil, err
 	}
 	if err := serving.SetupWithManager(ctx, mgr); err != nil {
-		return fmt.Errorf("set up the kubelet serving approver: %w", err)
+		return nil, fmt.Errorf("set up the kubelet serving approver: %w", err)
 	}
+	activated = append(activated, serving.BundleActivated)
 	if err := setUpAudit(mgr, eng, nodeReaders, o); err != nil {
-		return err
+		return nil, err
 	}
 	recorder := &manualact.Recorder{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Namespace: o.Namespace}
 	if o.Webhook {
 		if err := setUpCredentials(ctx, mgr, eng, o, recorder); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := setUpManualDecisions(mgr, recorder, o); err != nil {
-		return err
+		return nil, err
 	}
 	// Without the webhook nothing is issued, but the admins' bindings are
 	// still watched: --admin-kubeconfigs=false removes them either way.
@@ -525,7 +546,7 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 		Revocations: &manualact.Revocations{Recorder: recorder},
 	}
 	if err := admins.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up the admin bindings' watch: %w", err)
+		return nil, fmt.Errorf("set up the admin bindings' watch: %w", err)
 	}
 	if o.KubeletClientApprover {
 		clientApprover := &kubeletclient.Reconciler{
@@ -537,10 +558,11 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 		}
 		// The serving approver has registered the machine index (kubeletserving.AddIndexes).
 		if err := clientApprover.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: true}); err != nil {
-			return fmt.Errorf("set up the kubelet client approver: %w", err)
+			return nil, fmt.Errorf("set up the kubelet client approver: %w", err)
 		}
+		activated = append(activated, clientApprover.BundleActivated)
 	}
-	return nil
+	return activated, nil
 }
 
 // setUpSharding makes this replica's part of the sharding, when it is on,
@@ -746,10 +768,19 @@ func bundleEpochs(o Options) (engine.EpochStore, error) {
 }
 
 // bundleEvents turns the engine's bundle changes into Events on the manager's
-// own Pod.
-func bundleEvents(mgr ctrl.Manager, namespace, pod string) func(engine.BundleStatus) {
-	rec := mgr.GetEventRecorder("ichor-policy")
-	self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: namespace}}
+// own Pod; inService is the revision serving when it is set up.
+func bundleEvents(mgr ctrl.Manager, namespace, pod, inService string) func(engine.BundleStatus) {
+	return bundleEventsTo(mgr.GetEventRecorder("ichor-policy"), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: namespace}}, inService)
+}
+
+// bundleEventsTo records bundle changes as Events regarding self: each
+// refusal, and each activation of another revision than the one in service.
+// OPA tells of every poll of a URL or a registry that found the bundle
+// unchanged (every 30 s by default) as it tells of an activation: an Event
+// for each said "activated" of a bundle that had served for days.
+func bundleEventsTo(rec events.EventRecorder, self runtime.Object, inService string) func(engine.BundleStatus) {
+	var mu sync.Mutex
+	last := inService
 	return func(st engine.BundleStatus) {
 		if st.Err != nil {
 			// The recorder keeps one Event series per reason and action:
@@ -757,7 +788,13 @@ func bundleEvents(mgr ctrl.Manager, namespace, pod string) func(engine.BundleSta
 			// is an Event of its own with its own count and note.
 			rec.Eventf(self, nil, corev1.EventTypeWarning, "BundleRefused", bundleRefusalAction(st.Err), "%s",
 				engine.Clip(fmt.Sprintf("policy bundle refused: %v", st.Err), fmt.Sprintf("; revision %s keeps serving", st.ActiveRevision), engine.MaxEventNote))
-		} else {
+			return
+		}
+		mu.Lock()
+		changed := st.ActiveRevision != last
+		last = st.ActiveRevision
+		mu.Unlock()
+		if changed {
 			rec.Eventf(self, nil, corev1.EventTypeNormal, "BundleActivated", "LoadBundle", "policy bundle revision %s active", st.ActiveRevision)
 		}
 	}

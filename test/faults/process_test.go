@@ -324,9 +324,10 @@ func rsaPair(t *testing.T) (private, public string) {
 // A request for a node name no machine has is left pending (ADR 0125), and
 // not decided again until a machine takes its name or the request changes;
 // or, now, another bundle is activated: the operator's new rules judge the
-// requests the last ones left pending, within a resync, and the decision log
-// says under which revision. (Before: the verdict of the bundle it was first
-// decided under held until a machine took the name, which may be never.)
+// requests the last ones left pending at once, not at the next resync (an
+// hour here), and the decision log says under which revision. (Before: the
+// verdict of the bundle it was first decided under held until a machine
+// took the name, which may be never.)
 func TestANewBundleJudgesTheRequestsTheLastOneLeftPending(t *testing.T) {
 	f := newFixture(t)
 	path := f.dir + "/bundle.tar.gz"
@@ -352,7 +353,7 @@ func TestANewBundleJudgesTheRequestsTheLastOneLeftPending(t *testing.T) {
 		return n
 	}
 	first := serve(20)
-	m := f.manager("manager", []string{"--bundle=" + path, "--bundle-poll-interval=200ms", "--resync-interval=2s"})
+	m := f.manager("manager", []string{"--bundle=" + path, "--bundle-poll-interval=200ms", "--resync-interval=1h"})
 	name := f.submit("nobody-here", "10.45.0.9", nil)
 	require.Eventually(t, func() bool { return pendingUnder(m, name, first) > 0 }, 30*time.Second, 100*time.Millisecond,
 		"the request is left pending for want of a machine")
