@@ -854,12 +854,14 @@ func TestAWeakKeyIsNotRecognized(t *testing.T) {
 }
 
 // A new bundle decides the requests the last one left pending at once, not
-// at their recheck (an hour here), and once. An approver of its own, beside
-// the suite's, with its own decision log and an engine whose active revision
-// the test says.
+// at their recheck (an hour here), and once; and those the last one gave no
+// decision on, which nothing else would bring back. An approver of its own,
+// beside the suite's, with its own decision log and an engine whose active
+// revision the test says.
 func TestANewBundleDecidesAPendingRequestAtOnce(t *testing.T) {
 	f := newFixture(t)
 	f.machine("rebundle-1")
+	f.machine("rebundle-2")
 	token := "system:bootstrap:rebund"
 	groups := []string{"system:bootstrappers"}
 	bind(t, token, groups, roleBootstrapper)
@@ -873,6 +875,15 @@ func TestANewBundleDecidesAPendingRequestAtOnce(t *testing.T) {
 	var revision atomic.Pointer[string]
 	active := eng.Revision()
 	revision.Store(&active)
+	// The first bundle governs no request of rebundle-2.
+	var ungoverned atomic.Int32
+	noDecision := func(_ context.Context, in csrinput.KubeletClient) (engine.CSRDecision, error) {
+		if in.Machine != nil && in.Machine.Name == "rebundle-2" && *revision.Load() == active {
+			ungoverned.Add(1)
+			return engine.CSRDecision{}, engine.ErrNoDecision
+		}
+		return engine.CSRDecision{}, enginetest.ErrPass
+	}
 	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
 		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		// Beside the suite's approver, of the same name.
@@ -881,7 +892,7 @@ func TestANewBundleDecidesAPendingRequestAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	r := &kubeletclient.Reconciler{
 		Client: mgr.GetClient(), Clientset: env.Clientset, LocalClusters: local,
-		Engine:          &enginetest.Engine{Engine: eng, RevisionFunc: func() string { return *revision.Load() }},
+		Engine:          &enginetest.Engine{Engine: eng, KubeletClientFunc: noDecision, RevisionFunc: func() string { return *revision.Load() }},
 		RecheckInterval: time.Hour, MaxRecheckInterval: time.Hour,
 	}
 	require.NoError(t, r.SetupWithManager(t.Context(), mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: false}))
@@ -889,21 +900,27 @@ func TestANewBundleDecidesAPendingRequestAtOnce(t *testing.T) {
 	done := harness.RunManager(ctx, mgr, "rebundle")
 	t.Cleanup(func() { cancel(); <-done })
 
-	pending := func() int {
+	pendingOf := func(csr string) int {
 		return len(harness.Decisions(log, func(e logEntry) bool {
-			return e.Input.CSR.Name == "rebundle-1" && e.Result.Action == engine.ActionPending && e.Input.Machine != nil
+			return e.Input.CSR.Name == csr && e.Result.Action == engine.ActionPending && e.Input.Machine != nil
 		}))
 	}
+	pending := func() int { return pendingOf("rebundle-1") }
 	name := submit(t, userClient(t, token, groups...), "rebundle-1", csrgen.Request{Subject: csrgen.NodeSubject("rebundle-1")})
 	require.Equal(t, "rebundle-1", name)
 	require.Eventually(t, func() bool { return pending() > 0 }, wait, 50*time.Millisecond, "left pending: the token may not ask for a node client")
 	before := pending()
+	other := submit(t, userClient(t, token, groups...), "rebundle-2", csrgen.Request{Subject: csrgen.NodeSubject("rebundle-2")})
+	require.Eventually(t, func() bool { return ungoverned.Load() > 0 }, wait, 50*time.Millisecond)
+	assert.Zero(t, pendingOf(other), "no decision under the first bundle")
 
 	// The suite's approver, rechecking every few seconds, logs elsewhere.
 	next := "another-bundle"
 	revision.Store(&next)
 	r.BundleActivated(next)
 	require.Eventually(t, func() bool { return pending() > before }, wait, 50*time.Millisecond, "decided again under the new bundle")
+	require.Eventually(t, func() bool { return pendingOf(other) > 0 }, wait, 50*time.Millisecond, "decided under the new bundle, which governs it")
+	assert.Equal(t, int32(1), ungoverned.Load(), "asked once under the first bundle")
 	r.BundleActivated(next)
 	r.BundleActivated(active)
 	// Told of the old bundle while the new one serves: a wake, and the

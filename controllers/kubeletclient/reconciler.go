@@ -353,7 +353,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	d, err := r.Engine.KubeletClient(ctx, in)
 	if errors.Is(err, engine.ErrNoDecision) {
-		// The rule does not govern this request; nothing here will change that.
+		// The rule does not govern this request: it is not asked again
+		// until the request, the machines or the bundle change, and is
+		// remembered so that another bundle's activation, which may govern
+		// it, wakes it (BundleActivated).
+		r.memo.Pending(csr.UID, approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Revision: revision, Key: engine.ActionNone},
+			pendingRequest{name: csr.Name, node: node}, now, func(int) time.Duration { return 0 })
 		return reconcile.Result{}, nil
 	}
 	if err != nil {
