@@ -491,12 +491,14 @@ type blockingEpochs struct {
 	fakeEpochs
 	blocked  int64
 	entered  chan struct{}
+	enter    sync.Once
 	released chan struct{}
 }
 
 func (b *blockingEpochs) Raise(ctx context.Context, epoch int64) error {
 	if epoch == b.blocked {
-		close(b.entered)
+		// Raised again if the first try timed out.
+		b.enter.Do(func() { close(b.entered) })
 		select {
 		case <-b.released:
 		case <-ctx.Done():

@@ -517,11 +517,7 @@ func (e *Engine) bundleStatus(s bundleplugin.Status, notify func(BundleStatus)) 
 		// seconds, and the approvers remember each verdict with the revision
 		// it was reached under (Revision), which must not lag the bundle
 		// deciding meanwhile.
-		if s.ActiveRevision != "" {
-			e.mu.Lock()
-			e.revision = s.ActiveRevision
-			e.mu.Unlock()
-		}
+		e.setRevision(s.ActiveRevision)
 		e.observeEpoch(context.Background())
 	}
 	e.report(s.ActiveRevision, err, notify)
@@ -530,10 +526,8 @@ func (e *Engine) bundleStatus(s bundleplugin.Status, notify func(BundleStatus)) 
 // report records an activation attempt's outcome: the revision in service,
 // and why a bundle was refused.
 func (e *Engine) report(activeRevision string, err error, notify func(BundleStatus)) {
+	e.setRevision(activeRevision)
 	e.mu.Lock()
-	if activeRevision != "" {
-		e.revision = activeRevision
-	}
 	e.lastErr = err
 	rev := e.revision
 	e.mu.Unlock()
@@ -546,6 +540,17 @@ func (e *Engine) report(activeRevision string, err error, notify func(BundleStat
 	if notify != nil {
 		notify(BundleStatus{ActiveRevision: rev, Err: err})
 	}
+}
+
+// setRevision records the revision of the bundle in service; "" (a source
+// that failed before any bundle was read) changes nothing.
+func (e *Engine) setRevision(revision string) {
+	if revision == "" {
+		return
+	}
+	e.mu.Lock()
+	e.revision = revision
+	e.mu.Unlock()
 }
 
 // observeRevision reads the active revision from OPA's store once the first

@@ -862,6 +862,7 @@ func TestANewBundleDecidesAPendingRequestAtOnce(t *testing.T) {
 	f := newFixture(t)
 	f.machine("rebundle-1")
 	f.machine("rebundle-2")
+	f.machine("rebundle-3")
 	token := "system:bootstrap:rebund"
 	groups := []string{"system:bootstrappers"}
 	bind(t, token, groups, roleBootstrapper)
@@ -875,12 +876,19 @@ func TestANewBundleDecidesAPendingRequestAtOnce(t *testing.T) {
 	var revision atomic.Pointer[string]
 	active := eng.Revision()
 	revision.Store(&active)
-	// The first bundle governs no request of rebundle-2.
+	// The first bundle governs no request of rebundle-2; the first decision
+	// on rebundle-3's is made as a bundle is activated, its wake gone by.
 	var ungoverned atomic.Int32
+	var midway atomic.Bool
+	mid := "activated-midway"
 	noDecision := func(_ context.Context, in csrinput.KubeletClient) (engine.CSRDecision, error) {
-		if in.Machine != nil && in.Machine.Name == "rebundle-2" && *revision.Load() == active {
+		switch {
+		case in.Machine == nil:
+		case in.Machine.Name == "rebundle-2" && *revision.Load() == active:
 			ungoverned.Add(1)
 			return engine.CSRDecision{}, engine.ErrNoDecision
+		case in.Machine.Name == "rebundle-3" && midway.CompareAndSwap(false, true):
+			revision.Store(&mid)
 		}
 		return engine.CSRDecision{}, enginetest.ErrPass
 	}
@@ -932,4 +940,9 @@ func TestANewBundleDecidesAPendingRequestAtOnce(t *testing.T) {
 	}, wait, 50*time.Millisecond)
 	assert.Equal(t, before+1, pending(), "decided once under the new bundle")
 	assert.Nil(t, harness.Verdict(env.GetCSR(t, name)))
+
+	// Its verdict, reached as the bundle changed, is reached again at once
+	// under the new one, not at its recheck.
+	third := submit(t, userClient(t, token, groups...), "rebundle-3", csrgen.Request{Subject: csrgen.NodeSubject("rebundle-3")})
+	require.Eventually(t, func() bool { return pendingOf(third) >= 2 }, wait, 50*time.Millisecond, "decided again under the bundle activated during its first decision")
 }

@@ -358,8 +358,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// remembered so that another bundle's activation, which may govern
 		// it, wakes it (BundleActivated).
 		r.memo.Pending(csr.UID, approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Revision: revision, Key: engine.ActionNone},
-			pendingRequest{name: csr.Name, node: node}, now, func(int) time.Duration { return 0 })
-		return reconcile.Result{}, nil
+			pendingRequest{name: csr.Name, node: node}, now, approval.OnChangeOnly)
+		return r.againIfRebundled(revision, reconcile.Result{}), nil
 	}
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("decide CSR %s: %w", csr.Name, err)
@@ -418,8 +418,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		} else {
 			logger.V(1).Info("kubelet client certificate still pending", "recheck_in", wait)
 		}
-		return reconcile.Result{RequeueAfter: wait}, nil
+		return r.againIfRebundled(revision, reconcile.Result{RequeueAfter: wait}), nil
 	}
+}
+
+// againIfRebundled is result, or a look again at once when another bundle
+// was activated while the request was decided under revision: the wake of
+// that activation listed the requests remembered then, and this one was not
+// yet (its verdict, remembered under the old revision, is reached again).
+func (r *Reconciler) againIfRebundled(revision string, result reconcile.Result) reconcile.Result {
+	if approval.ActiveRevision(r.Engine) != revision {
+		return reconcile.Result{RequeueAfter: time.Millisecond}
+	}
+	return result
 }
 
 // recordObserved records, for a decided request whose approval written here

@@ -449,7 +449,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		p.retryIn(wait)
 		return nil
 	}
-	on := approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Revision: revision}
+	facts := approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Revision: revision}
 
 	in := csrinput.KubeletServing{CSR: csrinput.Build(csr), MachineCandidates: candidates}
 	if in.Requests, err = p.requests(ctx, csr); err != nil {
@@ -476,7 +476,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 				// engine refuses any other answer, and so does this.
 				return fmt.Errorf("rejection %s on CSR %s is %q with %d reasons, not a reasoned denial: nothing done", d.DecisionID, csr.Name, d.Action, len(d.Reasons))
 			case err == nil:
-				return p.act(ctx, logger, csr, machine, on, d)
+				return p.act(ctx, logger, csr, machine, facts, d)
 			case !errors.Is(err, engine.ErrNoDecision):
 				return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 			}
@@ -494,7 +494,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// fact: it is looked at again soon, without a new decision (and log
 		// entry) each time, so that it is decided within seconds of coming
 		// back.
-		if !in.Node.Readable && p.r.memo.Hold(p.memoKey(csr), on.Of(codeNodeUnreadable), maxBackoff, unreadableRecheck, p.now) {
+		if !in.Node.Readable && p.r.memo.Hold(p.memoKey(csr), facts.WithKey(codeNodeUnreadable), maxBackoff, unreadableRecheck, p.now) {
 			p.retryIn(unreadableRecheck)
 			return nil
 		}
@@ -525,12 +525,12 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if err != nil {
 		return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 	}
-	return p.act(ctx, logger, csr, machine, on, d)
+	return p.act(ctx, logger, csr, machine, facts, d)
 }
 
-// act carries out a decision on the request, reached on the facts of on (its
-// Key unset).
-func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.CertificateSigningRequest, machine *ichorv1alpha1.TalosMachine, on approval.Verdict, d engine.CSRDecision) error {
+// act carries out a decision on the request, reached on facts (their Key
+// unset).
+func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.CertificateSigningRequest, machine *ichorv1alpha1.TalosMachine, facts approval.Verdict, d engine.CSRDecision) error {
 	logger = logger.WithValues("node", d.Node, "action", d.Action, "codes", d.Reasons.Codes(), "decision_id", d.DecisionID, "revision", d.Revision)
 	// The engine refuses such answers of a broken bundle; whatever decides
 	// here must not be trusted further than that.
@@ -629,7 +629,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		if key == codeTooManyPending {
 			p.r.Metrics.withheld(p.cluster.Namespace, p.cluster.Name)
 		}
-		first, wait := p.r.memo.Pending(p.memoKey(csr), on.Of(key), struct{}{}, p.now, pendingWait(key))
+		first, wait := p.r.memo.Pending(p.memoKey(csr), facts.WithKey(key), struct{}{}, p.now, pendingWait(key))
 		p.retryIn(wait)
 		if first {
 			logger.Info("left kubelet serving certificate pending")
@@ -837,7 +837,7 @@ var withheldBackoff = approval.Backoff{Initial: withheldRecheck, Max: withheldMa
 func pendingWait(key string) func(int) time.Duration {
 	switch key {
 	case codeMachineUnknown:
-		return func(int) time.Duration { return 0 }
+		return approval.OnChangeOnly
 	case codeNodeUnreadable:
 		return func(int) time.Duration { return unreadableRecheck }
 	case codeTooManyPending:

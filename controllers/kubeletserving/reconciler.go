@@ -254,7 +254,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 			func(_ context.Context, key types.NamespacedName) []reconcile.Request {
 				return []reconcile.Request{{NamespacedName: key}}
 			}))).
-		WatchesRawSource(r.rebundle.Source(r.judgingClusters))
+		WatchesRawSource(r.rebundle.Source(r.clustersToRejudge))
 	if r.Shards != nil {
 		// Every replica serves its own shards, leader or not.
 		opts.NeedLeaderElection = ptr.To(false)
@@ -704,20 +704,20 @@ func (r *Reconciler) BundleActivated(revision string) {
 	r.rebundle.Activated(revision)
 }
 
-// judgingClusters are the clusters that judge requests here: enabled, served
-// by this replica, and judging an API server (a kubeconfigRef's, or the local
-// one that the operator named them judges of). The others have nothing a
-// bundle decides (a shard taken later is reconciled when taken).
-func (r *Reconciler) judgingClusters(ctx context.Context) []reconcile.Request {
+// clustersToRejudge are the clusters that judge requests here: enabled,
+// served by this replica, and judging an API server (a kubeconfigRef's, or
+// the local one that the operator named them judges of). The others have
+// nothing a bundle decides (a shard taken later is reconciled when taken).
+func (r *Reconciler) clustersToRejudge(ctx context.Context) []reconcile.Request {
 	var clusters ichorv1alpha1.TalosClusterList
-	if err := r.Client.List(ctx, &clusters); err != nil {
+	if err := r.Client.List(ctx, &clusters, client.MatchingFields{IndexServingEnabled: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 		log.FromContext(ctx).Error(err, "list the clusters to judge under a new bundle; each is at its resync")
 		return nil
 	}
 	var out []reconcile.Request
 	for i := range clusters.Items {
 		c := &clusters.Items[i]
-		if c.Spec.Security.KubeletServingCertificates.Enabled && r.serves(c) && (c.Spec.KubeconfigRef != nil || r.LocalClusters.Judges(c)) {
+		if r.serves(c) && (c.Spec.KubeconfigRef != nil || r.LocalClusters.Judges(c)) {
 			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(c)})
 		}
 	}

@@ -72,6 +72,7 @@ func TestKubeconfigVerdictIsJudgedAgainByANewBundle(t *testing.T) {
 	assert.Equal(t, 2, d.asked, "a new bundle did not judge the kubeconfig again")
 	judge()
 	assert.Equal(t, 2, d.asked)
+	assert.Zero(t, d.limitsAsked, "judging a kubeconfig asks for no limits")
 }
 
 // bundleDecider is a decider whose active bundle revision a test sets.

@@ -116,7 +116,7 @@ func (r *Reconciler) next(ctx context.Context) bool {
 // backoff, the others of its requester are decided meanwhile: a request the
 // API server refuses for good does not hold up the node's next one, and an
 // event does not bring it back early (a decision, a log entry and a refused
-// write each time). It decides nothing for a cluster this replica does not
+// write each time); another bundle does, once, since it may decide otherwise. It decides nothing for a cluster this replica does not
 // serve, and a decision runs under this replica's hold on the cluster's
 // shard: it ends when the shard goes.
 func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again time.Duration, _ error) {
@@ -219,18 +219,18 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 	return p.wait, nil
 }
 
-// failed remembers a request whose handling failed on the facts of on, and
-// when to look at it again: with backoff, unless it changes (or the machines
-// or the bundle do) meanwhile. A
-// write answered with an error may have been applied all the same, so its
-// verdict in effect is recorded (settle) at that next look.
-func (p *pass) failed(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, on approval.Verdict, err error) {
+// failed remembers a request whose handling failed on facts, and when to
+// look at it again: with backoff, unless it changes (or the machines or the
+// bundle do) meanwhile. A write answered with an error may have been applied
+// all the same, so its verdict in effect is recorded (settle) at that next
+// look.
+func (p *pass) failed(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, facts approval.Verdict, err error) {
 	kind := "transient"
 	if permanentWrite(err) {
 		kind = "permanent"
 	}
 	p.r.Metrics.failure(kind)
-	first, wait := p.r.failures.Pending(p.memoKey(csr), on, struct{}{}, p.now, backoff.After)
+	first, wait := p.r.failures.Pending(p.memoKey(csr), facts, struct{}{}, p.now, backoff.After)
 	p.retryIn(wait)
 	log.FromContext(ctx).Error(err, "handle CSR", "csr", csr.Name, "kind", kind)
 	var we *writeError

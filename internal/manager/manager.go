@@ -440,7 +440,8 @@ func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Con
 	}
 	// A refused bundle is an Event on the manager's own Pod (named through
 	// the downward API), where an operator looks, besides the log and the
-	// ichor_policy_bundle_load_failures_total metric.
+	// ichor_policy_bundle_load_failures_total metric; an activated one wakes
+	// the approvers (Run sets the function once they are set up).
 	changes := &atomic.Pointer[func(engine.BundleStatus)]{}
 	opts.OnBundleStatus = func(st engine.BundleStatus) {
 		if f := changes.Load(); f != nil {

@@ -13,6 +13,10 @@ type Backoff struct {
 	Max     time.Duration
 }
 
+// OnChangeOnly is the wait of a verdict looked at again only when something
+// it was reached on changes (Memo.Pending): no timer.
+func OnChangeOnly(int) time.Duration { return 0 }
+
 // After is the wait after attempts earlier attempts: Initial after none,
 // doubled for each, never above Max.
 func (b Backoff) After(attempts int) time.Duration {

@@ -21,8 +21,8 @@ type Verdict struct {
 	Key string
 }
 
-// Of is the verdict key reached on v's facts.
-func (v Verdict) Of(key string) Verdict {
+// WithKey is the verdict key reached on v's facts.
+func (v Verdict) WithKey(key string) Verdict {
 	v.Key = key
 	return v
 }
@@ -109,8 +109,8 @@ func (m *Memo[K, V]) Applied(k K, resourceVersion string, data V) {
 }
 
 // Hold keeps a pending verdict for another wait, and reports true, when the
-// request is at the same version, epoch and revision, its verdict is v.Key and was
-// reached less than maxAge ago: nothing new to decide on.
+// request is at the same version, epoch and revision, its verdict is v.Key
+// and was reached less than maxAge ago: nothing new to decide on.
 func (m *Memo[K, V]) Hold(k K, v Verdict, maxAge, wait time.Duration, now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -95,7 +95,7 @@ func TestAnotherBundleDecidesAgainAtOnce(t *testing.T) {
 	other.Revision = "r2"
 	assert.False(t, m.Hold("b", other, 5*time.Minute, 3*time.Second, start), "another bundle")
 	assert.True(t, m.Hold("b", v, 5*time.Minute, 3*time.Second, start), "the same bundle")
-	assert.Equal(t, approval.Verdict{ResourceVersion: "1", Epoch: 7, Revision: "r1", Key: "X"}, v.Of("X"), "the same facts, another key")
+	assert.Equal(t, approval.Verdict{ResourceVersion: "1", Epoch: 7, Revision: "r1", Key: "X"}, v.WithKey("X"), "the same facts, another key")
 }
 
 func TestAVerdictWithoutATimerWaitsForAChange(t *testing.T) {

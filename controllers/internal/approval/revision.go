@@ -45,8 +45,8 @@ func NewRebundle(decider any) *Rebundle {
 
 // Activated tells of the bundle now in service (every activation attempt
 // that succeeded, the same bundle polled again included); another revision
-// than the last wakes the controller. Never blocks. Safe on a nil Rebundle
-// (a controller not set up, told before its set-up is published).
+// than the last wakes the controller. Never blocks. Does nothing on a nil
+// Rebundle (a Reconciler never set up).
 func (b *Rebundle) Activated(revision string) {
 	if b == nil {
 		return
