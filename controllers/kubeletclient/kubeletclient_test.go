@@ -933,7 +933,10 @@ func TestANewBundleDecidesAPendingRequestAtOnce(t *testing.T) {
 	r.BundleActivated(active)
 	// Told of the old bundle while the new one serves: a wake, and the
 	// request, decided under the new one already, is not decided again.
-	// Its look is over once a request made after it is decided.
+	// Its look is over once a request made after it is decided: the wake
+	// is listed as it is told, well before the later request's event
+	// comes, and the approver's one worker takes them in turn. (Were the
+	// event first, this check would pass without having seen the look.)
 	later := submit(t, userClient(t, token, groups...), "rebundle-1-later", csrgen.Request{Subject: csrgen.NodeSubject("rebundle-1")})
 	require.Eventually(t, func() bool {
 		return len(harness.Decisions(log, func(e logEntry) bool { return e.Input.CSR.Name == later })) > 0
