@@ -124,6 +124,10 @@ func (v *CredentialRequestValidator) SetupWithManager(mgr ctrl.Manager) error {
 
 // Handle decides one admission request.
 func (v *CredentialRequestValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
+	// The server runs each request in a new goroutine: its stack is grown
+	// once for the admission decision, not doubled and copied by it.
+	engine.GrowStack()
+
 	// controller-runtime's admission logger already names the object, the
 	// user and the request.
 	logger := log.FromContext(ctx)

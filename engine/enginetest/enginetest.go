@@ -146,3 +146,24 @@ func (a *Answers[D]) Asked(key string) int {
 	defer a.mu.Unlock()
 	return a.asked[key]
 }
+
+// AllowedAdmission is a person's (alice's) talosconfig-reader request for
+// key, as the webhook gathers it once the requirements' grant is allowed:
+// an admission the shipped rules allow, for the benchmarks and the tests
+// that time or probe one.
+func AllowedAdmission(key engine.PublicKeyFacts, grant engine.CredentialAuthorization) engine.CredentialAdmissionInput {
+	return engine.CredentialAdmissionInput{
+		Operation: "CREATE",
+		User:      engine.CredentialUser{Username: "alice", UID: "1000", Groups: []string{"ops", "system:authenticated"}},
+		Request: engine.CredentialRequestFacts{
+			Name: "alice-1", Namespace: "demo", Cluster: "demo", Purpose: "talosconfig-reader", PublicKey: key,
+		},
+		Authorization: &engine.AuthorizationFacts{
+			User: "alice", UID: "1000", Groups: []string{"ops", "system:authenticated"},
+			Verb: grant.Verb, Group: grant.Group, Resource: grant.Resource, Subresource: grant.Subresource,
+			Namespace: "demo", Name: "demo", Allowed: true,
+		},
+		Requester: &engine.CredentialUser{Username: "alice", UID: "1000", Groups: []string{"system:authenticated", "ops"}},
+		Cluster:   engine.ClusterFacts{Exists: true},
+	}
+}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/engine/enginetest"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/opavalue"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
@@ -98,7 +99,53 @@ func BenchmarkKubeletClient(b *testing.B) {
 // Event are API calls, measured end to end by `make bench`). A person's
 // talosconfig-reader request, allowed.
 func BenchmarkCredentialAdmission(b *testing.B) {
-	e := newEngine(b)
+	admit := admission(b, newEngine(b))
+	samples := make([]time.Duration, 0, 1024)
+	b.ReportAllocs()
+	cpu := startCPU()
+	for b.Loop() {
+		start := time.Now()
+		admit()
+		samples = append(samples, time.Since(start))
+	}
+	reportP99(b, samples)
+	cpu.report(b)
+}
+
+// BenchmarkAdmissionStack is the admission of BenchmarkCredentialAdmission,
+// its decision log written, in a new goroutine each time, as the webhook
+// server runs each request: with the goroutine's stack as it starts, and
+// grown first (engine.GrowStack, as the webhook does). The difference is
+// the runtime doubling and copying the stack under OPA's evaluator.
+func BenchmarkAdmissionStack(b *testing.B) {
+	admit := admission(b, loggedEngine(b))
+	for _, v := range []struct {
+		name string
+		grow bool
+	}{{"stack-as-started", false}, {"stack-grown", true}} {
+		b.Run(v.name, func(b *testing.B) {
+			b.ReportAllocs()
+			cpu := startCPU()
+			for b.Loop() {
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					if v.grow {
+						engine.GrowStack()
+					}
+					admit()
+				}()
+				<-done
+			}
+			cpu.report(b)
+		})
+	}
+}
+
+// admission returns one admission through e: the requirements decision, the
+// public key's facts and the admission decision, allowed.
+func admission(b *testing.B, e *engine.Engine) func() {
+	b.Helper()
 	ctx := context.Background()
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -109,38 +156,17 @@ func BenchmarkCredentialAdmission(b *testing.B) {
 		b.Fatal(err)
 	}
 	keyPEM := string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
-	samples := make([]time.Duration, 0, 1024)
-	b.ReportAllocs()
-	cpu := startCPU()
-	for b.Loop() {
-		start := time.Now()
+	return func() {
 		reqs, err := e.Requirements(ctx, "talosconfig-reader")
 		if err != nil {
 			b.Fatal(err)
 		}
 		facts, _ := engine.ParsePublicKey(keyPEM)
-		grant := reqs.Authorization
-		d, err := e.Admission(ctx, engine.CredentialAdmissionInput{
-			Operation: "CREATE",
-			User:      engine.CredentialUser{Username: "alice", UID: "1000", Groups: []string{"ops", "system:authenticated"}},
-			Request: engine.CredentialRequestFacts{
-				Name: "alice-1", Namespace: "demo", Cluster: "demo", Purpose: "talosconfig-reader", PublicKey: facts,
-			},
-			Authorization: &engine.AuthorizationFacts{
-				User: "alice", UID: "1000", Groups: []string{"ops", "system:authenticated"},
-				Verb: grant.Verb, Group: grant.Group, Resource: grant.Resource, Subresource: grant.Subresource,
-				Namespace: "demo", Name: "demo", Allowed: true,
-			},
-			Requester: &engine.CredentialUser{Username: "alice", UID: "1000", Groups: []string{"system:authenticated", "ops"}},
-			Cluster:   engine.ClusterFacts{Exists: true},
-		})
-		samples = append(samples, time.Since(start))
+		d, err := e.Admission(ctx, enginetest.AllowedAdmission(facts, reqs.Authorization))
 		if err != nil || !d.Allowed {
 			b.Fatalf("decision %+v, %v", d, err)
 		}
 	}
-	reportP99(b, samples)
-	cpu.report(b)
 }
 
 // reportP99 reports the 99th percentile of the samples, as

@@ -1,0 +1,87 @@
+package engine_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/engine/enginetest"
+)
+
+// A webhook request's goroutine is new: GrowStack must leave its stack large
+// enough for the whole admission (both decisions, the decision log written
+// and masked), or the runtime grows it again under OPA's evaluator. A rule
+// that comes to need more stack fails this test: raise admissionStack.
+func TestGrowStackMakesRoomForAnAdmission(t *testing.T) {
+	e, _ := newEngine(t)
+	admit := admission(t, e)
+	require.NoError(t, admit(), "the admission, once on the test's goroutine")
+
+	// The control: without it, the probe sees the stack grow.
+	moved, err := stackMoved(false, admit)
+	require.NoError(t, err)
+	require.True(t, moved, "an admission in a new goroutine did not grow its stack: the probe sees nothing, and the test below would pass without GrowStack")
+
+	for range 3 {
+		moved, err := stackMoved(true, admit)
+		require.NoError(t, err)
+		assert.False(t, moved, "the admission grew the stack GrowStack had grown")
+	}
+}
+
+// stackMoved runs f in a new goroutine, GrowStack first if grow, and says
+// whether the goroutine's stack was moved meanwhile: the runtime copies a
+// stack to grow it, and a local's address changes with it.
+func stackMoved(grow bool, f func() error) (bool, error) {
+	type result struct {
+		moved bool
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		if grow {
+			engine.GrowStack()
+		}
+		var local byte
+		before := uintptr(unsafe.Pointer(&local)) //nolint:gosec // G103: the address is compared, never dereferenced
+		err := f()
+		done <- result{moved: uintptr(unsafe.Pointer(&local)) != before, err: err} //nolint:gosec // G103: as above
+	}()
+	r := <-done
+	return r.moved, r.err
+}
+
+// admission is a person's talosconfig-reader request as the webhook decides
+// it: the requirements, then the admission, allowed.
+func admission(t *testing.T, e *engine.Engine) func() error {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	require.NoError(t, err)
+	key, _ := engine.ParsePublicKey(string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})))
+	return func() error {
+		ctx := context.Background()
+		reqs, err := e.Requirements(ctx, "talosconfig-reader")
+		if err != nil {
+			return err
+		}
+		d, err := e.Admission(ctx, enginetest.AllowedAdmission(key, reqs.Authorization))
+		if err != nil {
+			return err
+		}
+		if !d.Allowed {
+			return fmt.Errorf("the admission refused: %s", d.Reasons.String())
+		}
+		return nil
+	}
+}
