@@ -6,21 +6,23 @@ package engine
 // a few KiB, and each time its stack is full the runtime doubles it and
 // copies it, adjusting every frame: with OPA's thousands of frames, a
 // webhook request (a new goroutine each) spent a quarter of its CPU on those
-// copies (BenchmarkAdmissionStack in test/bench). Grown at once while the
-// stack is shallow, it is copied once, cheaply.
+// copies (BenchmarkAdmissionStack in test/bench). Grown first, the stack is
+// doubled as often, but while it holds a few large frames that are cheap to
+// copy.
 const (
 	// admissionStack is how much stack GrowStack takes: the runtime then
-	// makes the stack 512 KiB, a power of two above it.
+	// makes the stack 512 KiB, the power of two above it and the frames
+	// below.
 	admissionStack = 256 << 10
-	// stackFrame is one call's frame in growStack: a local larger than
-	// 128 KiB would be moved to the heap by the compiler and grow nothing.
+	// stackFrame is one call's frame in growStack: a local of more than
+	// 128 KiB would be moved to the heap by the compiler, and grow nothing.
 	stackFrame = 32 << 10
 )
 
 // GrowStack makes the calling goroutine's stack large enough for an
 // admission decision. A handler whose goroutine is new for each request
-// calls it before its first decision; on a stack already that large it
-// costs the zeroing of 256 KiB (about 2.5 µs).
+// calls it just before the decision; on a stack already that large it costs
+// the zeroing of 256 KiB (about 2.5 µs).
 func GrowStack() {
 	growStack(admissionStack / stackFrame)
 }

@@ -124,10 +124,6 @@ func (v *CredentialRequestValidator) SetupWithManager(mgr ctrl.Manager) error {
 
 // Handle decides one admission request.
 func (v *CredentialRequestValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
-	// The server runs each request in a new goroutine: its stack is grown
-	// once for the admission decision, not doubled and copied by it.
-	engine.GrowStack()
-
 	// controller-runtime's admission logger already names the object, the
 	// user and the request.
 	logger := log.FromContext(ctx)
@@ -141,6 +137,12 @@ func (v *CredentialRequestValidator) Handle(ctx context.Context, req admission.R
 		logger.Error(err, "gather the facts of a credential request")
 		return admission.Errored(http.StatusInternalServerError, err)
 	}
+	// The server runs each request in a new goroutine: its stack is grown
+	// for the admission decision while it is shallow, not doubled and
+	// copied under OPA's evaluator. Only now, just before the decision: a
+	// request that fails before holds no more stack than it did, and a
+	// collection while the facts were gathered would have shrunk it again.
+	engine.GrowStack()
 	d, err := v.Engine.Admission(ctx, in)
 	if err != nil {
 		logger.Error(err, "decide a credential request")
