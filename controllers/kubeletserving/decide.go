@@ -520,6 +520,12 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	}
 	d, err := p.r.Engine.KubeletServing(ctx, in)
 	if errors.Is(err, engine.ErrNoDecision) {
+		// The rule does not govern this request (a bundle without it, or
+		// whose rule leaves it out): it is not asked again, nor logged,
+		// until the request, the machines or the bundle change; another
+		// bundle's activation, which may govern it, wakes its cluster
+		// (BundleActivated).
+		p.r.memo.Pending(p.memoKey(csr), facts.WithKey(engine.ActionNone), struct{}{}, p.now, approval.OnChangeOnly)
 		return nil
 	}
 	if err != nil {

@@ -42,9 +42,11 @@ import (
 // decider is a Decider whose verdicts a test chooses: decide answers for
 // each request (by name), and every call is counted.
 type decider struct {
-	mu      sync.Mutex
-	decide  func(ctx context.Context, name string) (engine.CSRDecision, error)
-	decided []string
+	mu sync.Mutex
+	// revision is the bundle revision the decider says is active.
+	revision string
+	decide   func(ctx context.Context, name string) (engine.CSRDecision, error)
+	decided  []string
 	// running counts the decisions running now, by requester; most is the
 	// most of one requester's that ever ran at once.
 	running map[string]int
@@ -85,6 +87,12 @@ func (*decider) Kubeconfig(context.Context, engine.KubeconfigInput) (engine.Kube
 }
 
 func (*decider) RecordApplied(context.Context, engine.Applied) error { return nil }
+
+func (d *decider) Revision() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.revision
+}
 
 func (d *decider) calls() []string {
 	d.mu.Lock()
@@ -281,6 +289,55 @@ func TestAWakeUpAskedForComesThen(t *testing.T) {
 	assert.Len(t, f.dec.calls(), 1, "decided again before its wait was over")
 	clk.Step(time.Millisecond)
 	require.Eventually(t, func() bool { return len(f.dec.calls()) == 2 }, 5*time.Second, 5*time.Millisecond, "the wake-up did not come")
+}
+
+// A request the rule gives no decision on (a bundle without the rule, or
+// whose rule leaves it out) is not decided, and logged, again at every look
+// (each resync, each event of its requester's): only once the request, the
+// machines or the bundle change. Another bundle decides it at once.
+func TestARequestTheRuleDoesNotGovernIsDecidedAgainOnlyUnderAnotherBundle(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:odd", "csr-odd", t0), csrOf("system:node:mark", "csr-mark", t0))
+	f.dec.revision = "r1"
+	f.dec.decide = func(_ context.Context, name string) (engine.CSRDecision, error) {
+		if name == "csr-odd" {
+			return engine.CSRDecision{}, engine.ErrNoDecision
+		}
+		return pendingAs("Marker"), nil
+	}
+	f.start(t, 1)
+	decisionsOf := func(name string) int {
+		n := 0
+		for _, c := range f.dec.calls() {
+			if c == name {
+				n++
+			}
+		}
+		return n
+	}
+	f.add("system:node:odd")
+	require.Eventually(t, func() bool { return decisionsOf("csr-odd") == 1 }, 5*time.Second, 5*time.Millisecond)
+
+	// Looked at three times more. Each time a marker request, changed so
+	// that it is decided again, is queued after it: one worker takes the
+	// queue in order, so the marker's decision says the look is over.
+	for i := range 3 {
+		var mark certificatesv1.CertificateSigningRequest
+		require.NoError(t, f.r.Client.Get(context.Background(), client.ObjectKey{Name: "csr-mark"}, &mark))
+		mark.Labels = map[string]string{"round": fmt.Sprint(i)}
+		require.NoError(t, f.r.Client.Update(context.Background(), &mark))
+		f.add("system:node:odd")
+		f.add("system:node:mark")
+		require.Eventually(t, func() bool { return decisionsOf("csr-mark") == i+1 }, 5*time.Second, 5*time.Millisecond)
+	}
+	assert.Equal(t, 1, decisionsOf("csr-odd"), "a request the rule does not govern was decided again with nothing changed")
+
+	f.dec.mu.Lock()
+	f.dec.revision = "r2"
+	f.dec.mu.Unlock()
+	f.add("system:node:odd")
+	require.Eventually(t, func() bool { return decisionsOf("csr-odd") == 2 }, 5*time.Second, 5*time.Millisecond,
+		"another bundle did not decide the request again")
 }
 
 // timersOf is a fake clock that remembers the duration of every timer set
