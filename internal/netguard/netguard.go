@@ -43,9 +43,6 @@ var defaultCIDRs = []string{
 	"ff00::/8",           // multicast
 }
 
-// DefaultCIDRs are the networks DefaultKeyword stands for (a copy).
-func DefaultCIDRs() []string { return append([]string(nil), defaultCIDRs...) }
-
 // Default is the default networks, parsed.
 func Default() Denied {
 	d, err := Parse([]string{DefaultKeyword})
