@@ -949,3 +949,48 @@ func TestANewBundleDecidesAPendingRequestAtOnce(t *testing.T) {
 	third := submit(t, userClient(t, token, groups...), "rebundle-3", csrgen.Request{Subject: csrgen.NodeSubject("rebundle-3")})
 	require.Eventually(t, func() bool { return pendingOf(third) >= 2 }, wait, 50*time.Millisecond, "decided again under the bundle activated during its first decision")
 }
+
+// A request the rule gives no decision on is asked again on a pending
+// request's recheck, not only when something the memo keys on changes: the
+// rule may leave it out on what it does not key on (the
+// SubjectAccessReviews, which RBAC changes).
+func TestARequestTheRuleDoesNotGovernIsAskedAgainOnItsRecheck(t *testing.T) {
+	f := newFixture(t)
+	f.machine("ungoverned-1")
+	token := "system:bootstrap:ungove"
+	groups := []string{"system:bootstrappers"}
+	bind(t, token, groups, roleBootstrapper)
+
+	b, err := bundles.Default()
+	require.NoError(t, err)
+	eng, err := engine.New(t.Context(), engine.Options{Bundle: b, DecisionLog: &harness.DecisionLog{}, Log: os.Stderr})
+	require.NoError(t, err)
+	t.Cleanup(func() { eng.Stop(context.Background()) })
+	var asked atomic.Int32
+	noDecision := func(_ context.Context, in csrinput.KubeletClient) (engine.CSRDecision, error) {
+		if in.Machine != nil && in.Machine.Name == "ungoverned-1" {
+			asked.Add(1)
+			return engine.CSRDecision{}, engine.ErrNoDecision
+		}
+		return engine.CSRDecision{}, enginetest.ErrPass
+	}
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		// Beside the suite's approver, of the same name.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	require.NoError(t, err)
+	r := &kubeletclient.Reconciler{
+		Client: mgr.GetClient(), Clientset: env.Clientset, LocalClusters: local,
+		Engine:          &enginetest.Engine{Engine: eng, KubeletClientFunc: noDecision},
+		RecheckInterval: 200 * time.Millisecond, MaxRecheckInterval: time.Second,
+	}
+	require.NoError(t, r.SetupWithManager(t.Context(), mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: false}))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := harness.RunManager(ctx, mgr, "ungoverned")
+	t.Cleanup(func() { cancel(); <-done })
+
+	submit(t, userClient(t, token, groups...), "ungoverned-1", csrgen.Request{Subject: csrgen.NodeSubject("ungoverned-1")})
+	require.Eventually(t, func() bool { return asked.Load() >= 3 }, wait, 50*time.Millisecond,
+		"a request no rule governs was not asked again on its recheck")
+}

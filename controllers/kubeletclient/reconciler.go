@@ -353,13 +353,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	d, err := r.Engine.KubeletClient(ctx, in)
 	if errors.Is(err, engine.ErrNoDecision) {
-		// The rule does not govern this request: it is not asked again
-		// until the request, the machines or the bundle change, and is
-		// remembered so that another bundle's activation, which may govern
-		// it, wakes it (BundleActivated).
-		r.memo.Pending(csr.UID, approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Revision: revision, Key: engine.ActionNone},
-			pendingRequest{name: csr.Name, node: node}, now, approval.OnChangeOnly)
-		return r.againIfRebundled(revision, reconcile.Result{}), nil
+		// The rule does not govern this request: it is asked again on a
+		// pending request's recheck, and at once when the request, the
+		// machines or the bundle change, and is remembered so that another
+		// bundle's activation, which may govern it, wakes it
+		// (BundleActivated). Not only on a change: the rule may leave it out
+		// on what the memo does not key on (the SubjectAccessReviews).
+		_, wait := r.memo.Pending(csr.UID, approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Revision: revision, Key: engine.ActionNone},
+			pendingRequest{name: csr.Name, node: node}, now, approval.Backoff{Initial: r.RecheckInterval, Max: r.MaxRecheckInterval}.After)
+		return r.againIfRebundled(revision, reconcile.Result{RequeueAfter: wait}), nil
 	}
 	if err != nil {
 		return reconcile.Result{}, fmt.Errorf("decide CSR %s: %w", csr.Name, err)

@@ -521,11 +521,15 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	d, err := p.r.Engine.KubeletServing(ctx, in)
 	if errors.Is(err, engine.ErrNoDecision) {
 		// The rule does not govern this request (a bundle without it, or
-		// whose rule leaves it out): it is not asked again, nor logged,
-		// until the request, the machines or the bundle change; another
-		// bundle's activation, which may govern it, wakes its cluster
-		// (BundleActivated).
-		p.r.memo.Pending(p.memoKey(csr), facts.WithKey(engine.ActionNone), struct{}{}, p.now, approval.OnChangeOnly)
+		// whose rule leaves it out): it is asked again, and logged, on a
+		// pending verdict's backoff rather than at every look, and at once
+		// when the request, the machines or the bundle change (another
+		// bundle's activation, which may govern it, wakes its cluster:
+		// BundleActivated). Not only on a change: the rule may leave it out
+		// on what the memo does not key on (the node's identity, the flood
+		// counts). It is not counted pending (leftPending): no rule keeps it.
+		_, wait := p.r.memo.Pending(p.memoKey(csr), facts.WithKey(engine.ActionNone), struct{}{}, p.now, backoff.After)
+		p.retryIn(wait)
 		return nil
 	}
 	if err != nil {

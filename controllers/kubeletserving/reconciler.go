@@ -742,7 +742,9 @@ func (r *Reconciler) leftPending(key types.NamespacedName, csrs []certificatesv1
 		}
 		k := memoKey{cluster: key, uid: csrs[i].UID}
 		v, ok := r.memo.Verdict(k)
-		if !ok || v.Key == "" {
+		// A request the rule gave no decision on is no rule's to keep
+		// pending (another approver's, or a person's): not counted.
+		if !ok || v.Key == "" || v.Key == engine.ActionNone {
 			if r.failures.Has(k) {
 				pending++
 			}

@@ -293,11 +293,13 @@ func TestAWakeUpAskedForComesThen(t *testing.T) {
 
 // A request the rule gives no decision on (a bundle without the rule, or
 // whose rule leaves it out) is not decided, and logged, again at every look
-// (each resync, each event of its requester's): only once the request, the
-// machines or the bundle change. Another bundle decides it at once.
-func TestARequestTheRuleDoesNotGovernIsDecidedAgainOnlyUnderAnotherBundle(t *testing.T) {
-	t0 := time.Unix(1_000_000, 0)
-	f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:odd", "csr-odd", t0), csrOf("system:node:mark", "csr-mark", t0))
+// (each resync, each event of its requester's), but on a pending verdict's
+// backoff, and at once under another bundle; and it is not counted pending
+// (the gauge ichor_kubelet_serving_pending_csrs and its alert): no rule keeps
+// it pending.
+func TestARequestTheRuleDoesNotGovernIsNotDecidedAgainAtEachLook(t *testing.T) {
+	clk := &timersOf{FakeClock: clocktesting.NewFakeClock(time.Unix(1_000_000, 0))}
+	f := newQueueFixture(t, clk, csrOf("system:node:odd", "csr-odd", clk.Now()), csrOf("system:node:mark", "csr-mark", clk.Now()))
 	f.dec.revision = "r1"
 	f.dec.decide = func(_ context.Context, name string) (engine.CSRDecision, error) {
 		if name == "csr-odd" {
@@ -320,7 +322,8 @@ func TestARequestTheRuleDoesNotGovernIsDecidedAgainOnlyUnderAnotherBundle(t *tes
 
 	// Looked at three times more. Each time a marker request, changed so
 	// that it is decided again, is queued after it: one worker takes the
-	// queue in order, so the marker's decision says the look is over.
+	// queue in order, so the marker's decision says the look is over. The
+	// clock stands still: no backoff is over.
 	for i := range 3 {
 		var mark certificatesv1.CertificateSigningRequest
 		require.NoError(t, f.r.Client.Get(context.Background(), client.ObjectKey{Name: "csr-mark"}, &mark))
@@ -332,11 +335,23 @@ func TestARequestTheRuleDoesNotGovernIsDecidedAgainOnlyUnderAnotherBundle(t *tes
 	}
 	assert.Equal(t, 1, decisionsOf("csr-odd"), "a request the rule does not govern was decided again with nothing changed")
 
+	odd, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(context.Background(), "csr-odd", metav1.GetOptions{})
+	require.NoError(t, err)
+	pending, _ := f.r.leftPending(f.cluster, []certificatesv1.CertificateSigningRequest{*odd})
+	assert.Zero(t, pending, "a request no rule governs was counted pending")
+
+	// Its backoff over, it is asked again: the rule may leave it out on
+	// what the memo does not key on.
+	require.Eventually(t, func() bool { return slices.Contains(clk.set(), minBackoff) }, 5*time.Second, 5*time.Millisecond)
+	clk.Step(minBackoff)
+	require.Eventually(t, func() bool { return decisionsOf("csr-odd") == 2 }, 5*time.Second, 5*time.Millisecond,
+		"the request was not asked again once its backoff was over")
+
 	f.dec.mu.Lock()
 	f.dec.revision = "r2"
 	f.dec.mu.Unlock()
 	f.add("system:node:odd")
-	require.Eventually(t, func() bool { return decisionsOf("csr-odd") == 2 }, 5*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return decisionsOf("csr-odd") == 3 }, 5*time.Second, 5*time.Millisecond,
 		"another bundle did not decide the request again")
 }
 
