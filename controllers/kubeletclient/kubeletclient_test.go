@@ -892,21 +892,9 @@ func TestANewBundleDecidesAPendingRequestAtOnce(t *testing.T) {
 		}
 		return engine.CSRDecision{}, enginetest.ErrPass
 	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		// Beside the suite's approver, of the same name.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	require.NoError(t, err)
-	r := &kubeletclient.Reconciler{
-		Client: mgr.GetClient(), Clientset: env.Clientset, LocalClusters: local,
-		Engine:          &enginetest.Engine{Engine: eng, KubeletClientFunc: noDecision, RevisionFunc: func() string { return *revision.Load() }},
-		RecheckInterval: time.Hour, MaxRecheckInterval: time.Hour,
-	}
-	require.NoError(t, r.SetupWithManager(t.Context(), mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: false}))
-	ctx, cancel := context.WithCancel(t.Context())
-	done := harness.RunManager(ctx, mgr, "rebundle")
-	t.Cleanup(func() { cancel(); <-done })
+	r := besideTheSuites(t, "rebundle",
+		&enginetest.Engine{Engine: eng, KubeletClientFunc: noDecision, RevisionFunc: func() string { return *revision.Load() }},
+		time.Hour, time.Hour)
 
 	pendingOf := func(csr string) int {
 		return len(harness.Decisions(log, func(e logEntry) bool {
@@ -974,23 +962,30 @@ func TestARequestTheRuleDoesNotGovernIsAskedAgainOnItsRecheck(t *testing.T) {
 		}
 		return engine.CSRDecision{}, enginetest.ErrPass
 	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		// Beside the suite's approver, of the same name.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	require.NoError(t, err)
-	r := &kubeletclient.Reconciler{
-		Client: mgr.GetClient(), Clientset: env.Clientset, LocalClusters: local,
-		Engine:          &enginetest.Engine{Engine: eng, KubeletClientFunc: noDecision},
-		RecheckInterval: 200 * time.Millisecond, MaxRecheckInterval: time.Second,
-	}
-	require.NoError(t, r.SetupWithManager(t.Context(), mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: false}))
-	ctx, cancel := context.WithCancel(t.Context())
-	done := harness.RunManager(ctx, mgr, "ungoverned")
-	t.Cleanup(func() { cancel(); <-done })
+	besideTheSuites(t, "ungoverned", &enginetest.Engine{Engine: eng, KubeletClientFunc: noDecision}, 200*time.Millisecond, time.Second)
 
 	submit(t, userClient(t, token, groups...), "ungoverned-1", csrgen.Request{Subject: csrgen.NodeSubject("ungoverned-1")})
 	require.Eventually(t, func() bool { return asked.Load() >= 3 }, wait, 50*time.Millisecond,
 		"a request no rule governs was not asked again on its recheck")
+}
+
+// besideTheSuites runs, until the test ends, another approver beside the
+// suite's (of the same name, in a manager of its own) deciding through e,
+// with the rechecks given.
+func besideTheSuites(t *testing.T, name string, e kubeletclient.Decider, recheck, maxRecheck time.Duration) *kubeletclient.Reconciler {
+	t.Helper()
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	require.NoError(t, err)
+	r := &kubeletclient.Reconciler{
+		Client: mgr.GetClient(), Clientset: env.Clientset, LocalClusters: local, Engine: e,
+		RecheckInterval: recheck, MaxRecheckInterval: maxRecheck,
+	}
+	require.NoError(t, r.SetupWithManager(t.Context(), mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: false}))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := harness.RunManager(ctx, mgr, name)
+	t.Cleanup(func() { cancel(); <-done })
+	return r
 }
