@@ -72,6 +72,8 @@ func stackMoved(grow bool, f func() error) (bool, error) {
 // about 10 KiB, doubled.
 const serverFrames = 20 << 10
 
+// frameIndex is always 0: reading frames[frameIndex] after f keeps the frame
+// the compiler would otherwise drop.
 var frameIndex int
 
 //go:noinline

@@ -116,9 +116,10 @@ func (r *Reconciler) next(ctx context.Context) bool {
 // backoff, the others of its requester are decided meanwhile: a request the
 // API server refuses for good does not hold up the node's next one, and an
 // event does not bring it back early (a decision, a log entry and a refused
-// write each time); another bundle does, once, since it may decide otherwise. It decides nothing for a cluster this replica does not
-// serve, and a decision runs under this replica's hold on the cluster's
-// shard: it ends when the shard goes.
+// write each time); another bundle does, once, since it may decide
+// otherwise. It decides nothing for a cluster this replica does not serve,
+// and a decision runs under this replica's hold on the cluster's shard: it
+// ends when the shard goes.
 func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again time.Duration, _ error) {
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("taloscluster", key.cluster, "requester", key.username))
 	p, ok, err := r.passFor(ctx, key.cluster)
