@@ -390,6 +390,46 @@ func pushGraph(t *testing.T, host, repository, tag string, layers, size int, ind
 	require.NoError(t, err)
 }
 
+// pushNested pushes, as the tag, an image manifest whose one layer has the
+// media type of a manifest (nested): an artifact manifest listing blobs, or
+// an image manifest of layers. The nested manifest and its blobs are put in
+// the registry directly, the nested one both as a blob and as a manifest,
+// so that OPA's downloader would find it whichever endpoint it asks.
+func pushNested(t *testing.T, host, repository, tag, nested string) {
+	t.Helper()
+	ctx := context.Background()
+	repo, err := remote.NewRepository(host + "/" + repository)
+	require.NoError(t, err)
+	repo.PlainHTTP = true
+	var blobs []ocispec.Descriptor
+	for range 3 {
+		blob := make([]byte, 64<<10)
+		_, _ = rand.Read(blob)
+		d := content.NewDescriptorFromBytes("application/octet-stream", blob)
+		require.NoError(t, repo.Blobs().Push(ctx, d, bytes.NewReader(blob)))
+		blobs = append(blobs, d)
+	}
+	var raw []byte
+	if nested == ocispec.MediaTypeImageManifest {
+		config := ocispec.DescriptorEmptyJSON
+		require.NoError(t, repo.Blobs().Push(ctx, config, bytes.NewReader(config.Data)))
+		raw, err = json.Marshal(ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: nested, Config: config, Layers: blobs})
+	} else {
+		raw, err = json.Marshal(map[string]any{"mediaType": nested, "artifactType": "application/vnd.ichor.test", "blobs": blobs})
+	}
+	require.NoError(t, err)
+	inner := content.NewDescriptorFromBytes(nested, raw)
+	require.NoError(t, repo.Blobs().Push(ctx, ocispec.Descriptor{MediaType: "application/octet-stream", Digest: inner.Digest, Size: inner.Size}, bytes.NewReader(raw)))
+	if nested == ocispec.MediaTypeImageManifest {
+		require.NoError(t, repo.Manifests().Push(ctx, inner, bytes.NewReader(raw)))
+	}
+	config := ocispec.DescriptorEmptyJSON
+	require.NoError(t, repo.Blobs().Push(ctx, config, bytes.NewReader(config.Data)))
+	root, err := json.Marshal(ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest, Config: config, Layers: []ocispec.Descriptor{inner}})
+	require.NoError(t, err)
+	require.NoError(t, repo.Manifests().PushReference(ctx, content.NewDescriptorFromBytes(ocispec.MediaTypeImageManifest, root), bytes.NewReader(root), tag))
+}
+
 // The reproduced attack of the review's F2: whoever may move the tag points
 // it at a manifest of 40 layers (or at an index), and OPA's downloader
 // would copy every blob into its store on disk, each within the limits,
@@ -422,14 +462,72 @@ func TestAnOCITagOfMoreThanABundleIsRefusedBeforeABlobIsFetched(t *testing.T) {
 		name, want   string
 		layers, size int
 		index        bool
+		// nested: the tag's one layer is a manifest of this media type.
+		nested string
 	}{
 		{name: "40 layers", want: "40 layers, more than the 4 a bundle may have", layers: 40, size: 64 << 10},
 		{name: "layers beyond the compressed limit", want: "its blobs declare more than", layers: 3, size: 1 << 20},
 		{name: "an index", want: "not an index", layers: 1, size: 1 << 10, index: true},
+		// A layer is followed by its media type as the root is (the
+		// hostile review of 2026-12-05): an artifact manifest is fetched
+		// from /blobs/, where no manifest check sees it.
+		{name: "a layer that is an artifact manifest", want: "a layer or config of media type application/vnd.oci.artifact.manifest.v1+json", nested: "application/vnd.oci.artifact.manifest.v1+json"},
+		{name: "a layer that is an image manifest", want: "a layer or config of media type application/vnd.oci.image.manifest.v1+json", nested: ocispec.MediaTypeImageManifest},
 	} {
 		hostile = func() { pushGraph(t, host, "ichor/policy", "stable", tc.layers, tc.size, tc.index) }
+		if tc.nested != "" {
+			hostile = func() { pushNested(t, host, "ichor/policy", "stable", tc.nested) }
+		}
 		e.refused(t, src, nil, tc.want, good)
 		t.Logf("%s: %v", tc.name, e.st.last())
+		assert.Zero(t, blobGets.Load(), "%s: no blob is fetched", tc.name)
+	}
+}
+
+// A registry (or whoever answers for it) that redirects the tag's manifest
+// to a path of its choice does not take it past the checks: a request is
+// known by the first of its chain, not by the path of the last hop.
+func TestAManifestRedirectedElsewhereIsCheckedAllTheSame(t *testing.T) {
+	s := newSigner(t)
+	var blobGets, redirected atomic.Int64
+	registry := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/"):
+			blobGets.Add(1)
+		case r.Method != http.MethodPut && strings.Contains(r.URL.Path, "/manifests/"):
+			redirected.Add(1)
+			http.Redirect(w, r, "/cdn"+strings.Replace(r.URL.Path, "/manifests/", "/m/", 1), http.StatusTemporaryRedirect) //nolint:gosec // G710: the test registry redirects its own paths
+			return
+		case strings.HasPrefix(r.URL.Path, "/cdn/"):
+			r.URL.Path = strings.Replace(strings.TrimPrefix(r.URL.Path, "/cdn"), "/m/", "/manifests/", 1)
+		}
+		registry.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	var hostile func()
+	src := source{ref: bundles.OCIPlainHTTPScheme + host + "/ichor/policy:stable", serve: func(data []byte) {
+		if data == nil {
+			blobGets.Store(0)
+			hostile()
+			return
+		}
+		pushRaw(t, host, "ichor/policy", "stable", data)
+	}}
+	good, e := startOnGood(t, src, s)
+	require.Positive(t, redirected.Load(), "the good bundle's manifest came through the redirect")
+
+	for _, tc := range []struct {
+		name, want string
+		index      bool
+		layers     int
+	}{
+		{name: "40 layers", want: "40 layers, more than the 4 a bundle may have", layers: 40},
+		{name: "an index", want: "not an index", layers: 1, index: true},
+	} {
+		hostile = func() { pushGraph(t, host, "ichor/policy", "stable", tc.layers, 1<<10, tc.index) }
+		e.refused(t, src, nil, tc.want, good)
 		assert.Zero(t, blobGets.Load(), "%s: no blob is fetched", tc.name)
 	}
 }

@@ -174,8 +174,11 @@ type Engine struct {
 	limits bundles.Limits
 	epochs EpochStore
 	// source is the bundle file the engine watches, and private the copy of
-	// it, bounded and scanned, that OPA reads.
-	source, private string
+	// it, bounded and scanned, that OPA reads; sourceDigest is the digest
+	// of the content it was started on, from which the polls look for a
+	// change (not a second read, which would take a change made meanwhile
+	// as the starting point and never load it).
+	source, private, sourceDigest string
 
 	mu       sync.Mutex
 	revision string
@@ -337,7 +340,7 @@ func (e *Engine) resource(opts Options) (resource, serviceURL string, err error)
 		if err != nil {
 			return "", "", fmt.Errorf("bundle %s refused: %w", abs, err)
 		}
-		e.source = abs
+		e.source, e.sourceDigest = abs, digest(data, nil)
 		if err := e.writePrivate(data); err != nil {
 			return "", "", err
 		}

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -333,7 +334,17 @@ type limitsTransport struct {
 	// auth adds the registry's credential, when it has one
 	// (registryauth.go).
 	auth *registryAuth
+	// What the pull under way has fetched (oci): successful GETs and their
+	// bytes, counted from the HEAD of its tag (OPA makes a client for each
+	// pull; counting from the HEAD holds should it not).
+	pullResponses atomic.Int64
+	pullBytes     atomic.Int64
 }
+
+// maxErrorBody bounds what is read of an answer other than 200: OPA reads
+// such a body whole (to log it, at the debug level), and a hostile server's
+// could be of any size.
+const maxErrorBody = 64 << 10
 
 // gzipMagic starts every gzip stream; a bundle is one.
 var gzipMagic = []byte{0x1f, 0x8b}
@@ -345,6 +356,10 @@ func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	// A pull starts by resolving the tag (HEAD of its manifest); the
 	// previous pull is over, so every blob its tag does not reference can
 	// go.
+	if t.oci && req.Method == http.MethodHead && isManifestRequest(req) {
+		t.pullResponses.Store(0)
+		t.pullBytes.Store(0)
+	}
 	if t.store != "" && req.Method == http.MethodHead && isManifestRequest(req) {
 		if removed, err := pruneOCIStore(t.store, t.limits); err != nil {
 			t.logger.Warn("The OCI bundle store could not be pruned before a pull: %v.", err)
@@ -356,8 +371,15 @@ func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil {
 		t.auth.learn(req, resp)
 	}
-	if err != nil || resp.StatusCode != http.StatusOK {
+	if err != nil {
 		return resp, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(resp.Body, maxErrorBody), resp.Body}
+		return resp, nil
 	}
 	manifest := t.oci && isManifestRequest(req)
 	if req.Method == http.MethodHead {
@@ -370,6 +392,11 @@ func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	defer resp.Body.Close()
+	if t.oci {
+		if n := t.pullResponses.Add(1); n > maxPullResponses {
+			return nil, fmt.Errorf("%s %s: %w: more than %d answers in one pull (a bundle's manifest, its layers and config)", req.Method, req.URL.Redacted(), ErrBundleManifest, maxPullResponses)
+		}
+	}
 	// A registry's manifest is checked for what it would have OPA fetch;
 	// image configs are bounded in size only; a gzip stream is a bundle,
 	// and is scanned.
@@ -380,6 +407,11 @@ func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		err = checkManifest(data, t.limits)
 	case bytes.HasPrefix(data, gzipMagic):
 		err = t.limits.Scan(bytes.NewReader(data))
+	}
+	if err == nil && t.oci {
+		if budget := pullBudget(t.limits); t.pullBytes.Add(int64(len(data))) > budget {
+			err = fmt.Errorf("%w: one pull fetched more than %d bytes", bundles.ErrBundleTooLarge, budget)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Redacted(), err)

@@ -42,9 +42,30 @@ var bundleManifestTypes = map[string]bool{
 	"application/vnd.docker.distribution.manifest.v2+json": true,
 }
 
-// isManifestRequest is a request of the registry API for a manifest.
+// isManifestRequest is a request of the registry API for a manifest: the
+// first request of its chain, so that a registry that redirects a manifest
+// to a path of its choice (a CDN's) does not take it past the checks.
 func isManifestRequest(req *http.Request) bool {
+	for req.Response != nil && req.Response.Request != nil {
+		req = req.Response.Request
+	}
 	return strings.Contains(req.URL.Path, "/manifests/")
+}
+
+// A pull's whole budget, whatever its graph: the manifest and a bundle's
+// blobs, and a registry's token answers. checkManifest bounds what a
+// manifest names; this bounds what is fetched, should a registry serve more
+// than it names (oras follows what it is given).
+const (
+	// maxPullResponses is the most successful GETs of one pull: the
+	// manifest, its layers and config, and a few token answers.
+	maxPullResponses = 2 + maxManifestLayers + 4
+)
+
+// pullBudget is the most bytes of one pull: the manifest (each response is
+// bounded by CompressedBytes) and its blobs' declared budget.
+func pullBudget(limits bundles.Limits) int64 {
+	return 2*limits.CompressedBytes + 2*manifestSlack
 }
 
 // checkManifestType refuses a manifest response whose media type is not a
@@ -59,7 +80,22 @@ func checkManifestType(resp *http.Response) error {
 }
 
 type manifestDescriptor struct {
-	Size int64 `json:"size"`
+	MediaType string `json:"mediaType"`
+	Size      int64  `json:"size"`
+}
+
+// graphMediaTypes are the media types through which oras (v2.7.0,
+// content.Successors) follows a node to its children: whatever the node, a
+// layer or a config as much as the root. A layer or a config of one of these
+// types would have OPA's downloader fetch another manifest's graph (an
+// artifact manifest's from /blobs/, where no manifest check sees it), so a
+// bundle's manifest may not name one.
+var graphMediaTypes = map[string]bool{
+	"application/vnd.oci.image.manifest.v1+json":                true,
+	"application/vnd.oci.image.index.v1+json":                   true,
+	"application/vnd.oci.artifact.manifest.v1+json":             true,
+	"application/vnd.docker.distribution.manifest.v2+json":      true,
+	"application/vnd.docker.distribution.manifest.list.v2+json": true,
 }
 
 // manifestGraph is every field through which oras follows a manifest to
@@ -97,6 +133,9 @@ func checkManifest(data []byte, limits bundles.Limits) error {
 	var total int64
 	budget := limits.CompressedBytes + manifestSlack
 	for _, b := range blobs {
+		if graphMediaTypes[b.MediaType] {
+			return fmt.Errorf("%w: a layer or config of media type %s, a manifest whose own graph would be fetched; a bundle's layers are blobs", ErrBundleManifest, b.MediaType)
+		}
 		if b.Size < 0 {
 			return fmt.Errorf("%w: a blob of negative size %d", ErrBundleManifest, b.Size)
 		}

@@ -522,6 +522,14 @@ func TestStopFlushesTheUploadBufferAndCountsWhatItCouldNotSend(t *testing.T) {
 				assert.Zero(t, svc.Received())
 				assert.EqualValues(t, n, metrics.UploadDropped("shutdown"), "what could not be sent is counted")
 			}
+
+			// A decision still running at shutdown (a webhook's, past the
+			// server's grace period) is logged after Stop: counted as
+			// dropped, not queued for an upload that is over.
+			dropped := metrics.UploadDropped("shutdown")
+			_, err = e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
+			require.NoError(t, err)
+			assert.Equal(t, dropped+1, metrics.UploadDropped("shutdown"), "an entry logged after the stop is counted")
 		})
 	}
 }

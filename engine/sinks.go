@@ -135,9 +135,13 @@ type sinks struct {
 	// inflight is how many entries at the front of pending an upload is
 	// sending: a full buffer drops the oldest of the others.
 	inflight int
-	wake     chan struct{}
-	stop     context.CancelFunc
-	done     chan struct{}
+	// closed: Stop has counted what was pending as dropped; an entry logged
+	// after (a webhook's decision still running at shutdown) is counted
+	// dropped at once rather than queued for an upload that is over.
+	closed bool
+	wake   chan struct{}
+	stop   context.CancelFunc
+	done   chan struct{}
 }
 
 var _ logs.Logger = (*sinks)(nil)
@@ -193,12 +197,15 @@ func (s *sinks) Stop(ctx context.Context) {
 			}
 		}
 	}
-	if n := s.pendingCount(); n > 0 {
+	// Counted and cleared in one step, so that an entry logged meanwhile is
+	// either among those counted here or counted by Log as closed.
+	s.mu.Lock()
+	n := len(s.pending)
+	s.pending, s.pendingBytes, s.closed = nil, 0, true
+	s.mu.Unlock()
+	if n > 0 {
 		s.drop("shutdown", n)
 		s.engine.notes.WithFields(map[string]any{"entries": n, "url": redactedURL(s.config.URL)}).Error("Decision-log entries not uploaded at shutdown; they are lost.")
-		s.mu.Lock()
-		s.pending, s.pendingBytes = nil, 0
-		s.mu.Unlock()
 	}
 }
 
@@ -230,6 +237,11 @@ func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
 		return nil
 	}
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.drop("shutdown", 1)
+		return nil
+	}
 	dropped := 0
 	// The oldest not being sent go until this one fits: the newest say most
 	// about now.

@@ -70,8 +70,7 @@ func (e *Engine) pollFile(opts Options) {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stopPoll = cancel
 	e.pollDone = make(chan struct{})
-	data, err := e.limits.ReadFile(e.source)
-	last := digest(data, err)
+	last := e.sourceDigest
 	go func() {
 		defer close(e.pollDone)
 		t := time.NewTicker(interval)
