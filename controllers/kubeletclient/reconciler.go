@@ -276,7 +276,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var csr certificatesv1.CertificateSigningRequest
 	if err := r.Client.Get(ctx, req.NamespacedName, &csr); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.memo.ForgetIf(func(_ types.UID, p pendingRequest) bool { return p.name == req.Name })
+			r.memo.ForgetIf(func(_ types.UID, p pendingRequest) bool { return p.name == req.Name }, math.MaxUint64)
 			return r.recordOwed(ctx, r.unrecorded.ForgetIf(func(k requestKey) bool { return k.name == req.Name }, math.MaxUint64)), nil
 		}
 		return reconcile.Result{}, fmt.Errorf("get CSR: %w", err)

@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -555,7 +556,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		owed := r.forgetUncertain(ctx, req.NamespacedName)
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.targets.stop(req.NamespacedName)
-		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
+		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil), math.MaxUint64)
+		r.failures.ForgetIf(ofCluster(req.NamespacedName, nil), math.MaxUint64)
 		r.Metrics.forget(req.Namespace, req.Name)
 		var result reconcile.Result
 		if owed {
@@ -569,7 +571,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		logger.Info("the cluster judges nothing: the operator has not named it as a judge of the local API server")
 		r.adoptions.drop(req.NamespacedName)
 		r.NodeReaders.Forget(req.NamespacedName)
-		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
+		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil), math.MaxUint64)
+		r.failures.ForgetIf(ofCluster(req.NamespacedName, nil), math.MaxUint64)
 		r.Metrics.forget(req.Namespace, req.Name)
 		return reconcile.Result{}, r.refuseTarget(ctx, &cluster, err)
 	}
@@ -600,7 +603,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// is kept, so the refusal is not logged again).
 		r.targets.drop(req.NamespacedName, false)
 		r.NodeReaders.Forget(req.NamespacedName)
-		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil))
+		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil), math.MaxUint64)
+		r.failures.ForgetIf(ofCluster(req.NamespacedName, nil), math.MaxUint64)
 		r.Metrics.forget(req.Namespace, req.Name)
 		if err := r.refuseTarget(ctx, &cluster, err); err != nil {
 			return reconcile.Result{}, err
@@ -633,7 +637,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	p.adoptedSince = adopted.since
 	// What a worker makes uncertain after the list is not forgotten as
 	// gone: the list does not have its request yet (review 15, H1).
-	uncertainUpTo := r.uncertain.Generation()
+	// Nor what a worker remembers after it (a request approved meanwhile
+	// would be decided again from a stale copy: the hostile review of
+	// 2026-12-05).
+	uncertainUpTo, memoUpTo, failuresUpTo := r.uncertain.Generation(), r.memo.Generation(), r.failures.Generation()
 	csrs, live, err := p.requestsToLookAt(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -668,8 +675,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.adoptions.settle(req.NamespacedName, p.adoptedSince)
 	}
 	// The cluster's memos of requests that are gone are forgotten.
-	r.memo.ForgetIf(ofCluster(req.NamespacedName, live))
-	r.failures.ForgetIf(ofCluster(req.NamespacedName, live))
+	r.memo.ForgetIf(ofCluster(req.NamespacedName, live), memoUpTo)
+	r.failures.ForgetIf(ofCluster(req.NamespacedName, live), failuresUpTo)
 	// Gone: what is owed of them is recorded now, and nothing else is left
 	// to record, here or by the next holder, so the shard's release need not
 	// say them unsettled.

@@ -370,15 +370,23 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 func (r *Reconciler) letGo(ctx context.Context, key types.NamespacedName, gone bool) (owed bool) {
 	r.NodeReaders.Forget(key)
 	r.targets.stop(key)
-	r.memo.ForgetIf(ofCluster(key, nil))
-	r.failures.ForgetIf(ofCluster(key, nil))
+	r.memo.ForgetIf(ofCluster(key, nil), math.MaxUint64)
+	r.failures.ForgetIf(ofCluster(key, nil), math.MaxUint64)
 	if gone {
 		owed = r.forgetUncertain(ctx, key)
 	} else {
 		r.uncertain.ForgetIf(inCluster(key, nil), math.MaxUint64)
 	}
 	r.Metrics.forget(key.Namespace, key.Name)
-	r.adoptions.take(key)
+	if gone {
+		// Nobody is left to record a deleted cluster's verdicts: its
+		// adoption is settled, or the shard's release would say it
+		// unsettled for the rest of the hold, and the next holder record
+		// a long window again.
+		r.adoptions.drop(key)
+	} else {
+		r.adoptions.take(key)
+	}
 	return owed
 }
 

@@ -1105,3 +1105,28 @@ func servingRequest(t *testing.T, name, node string, created time.Time) certific
 	c.CreationTimestamp = metav1.NewTime(created)
 	return *c
 }
+
+// A cluster taken over and deleted before a pass settled its adoption
+// settles it as it is let go: nobody is left to record its verdicts. Its
+// adoption was once dropped unsettled, and the shard's release then said
+// it unsettled for the rest of the hold (the hostile review of
+// 2026-12-05). One served elsewhere leaves it unsettled: the next holder
+// records.
+func TestAClusterDeletedBeforeItsAdoptionSettledSettlesIt(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clocktesting.NewFakeClock(t0))
+	f.r.Shards = &oneShard{serving: true}
+	settledCalls := 0
+	f.r.adoptions.add(f.cluster, t0.Add(-5*time.Second), t0.Add(time.Minute), func() { settledCalls++ })
+	ctx := context.Background()
+
+	require.NoError(t, f.r.Client.Delete(ctx, &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: f.cluster.Name}}))
+	_, err := f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	assert.Equal(t, 1, settledCalls, "the deleted cluster's adoption was not settled")
+	assert.True(t, f.r.adoptions.peek(f.cluster).since.IsZero(), "the adoption is forgotten")
+
+	f.r.adoptions.add(f.cluster, t0.Add(-5*time.Second), t0.Add(time.Minute), func() { settledCalls++ })
+	f.r.letGo(ctx, f.cluster, false)
+	assert.Equal(t, 1, settledCalls, "a cluster served elsewhere left its adoption settled")
+}

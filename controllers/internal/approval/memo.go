@@ -34,6 +34,8 @@ func (v Verdict) WithKey(key string) Verdict {
 type Memo[K comparable, V any] struct {
 	mu sync.Mutex
 	m  map[K]*entry[V]
+	// gen orders the entries' writes (Generation).
+	gen uint64
 }
 
 type entry[V any] struct {
@@ -47,6 +49,8 @@ type entry[V any] struct {
 	// applied is set once the verdict was written at this version, until
 	// the cache shows it: a stale read must not write twice.
 	applied bool
+	// gen is the Memo's generation when the entry was last written.
+	gen uint64
 }
 
 // Skip reports whether the request, at version resourceVersion in epoch and
@@ -57,11 +61,17 @@ func (m *Memo[K, V]) Skip(k K, resourceVersion string, epoch uint64, revision st
 	defer m.mu.Unlock()
 	e, ok := m.m[k]
 	switch {
-	case !ok || e.verdict.ResourceVersion != resourceVersion:
+	case !ok:
 		return 0, false
 	case e.applied:
-		// Written at this version; the update event brings the next one.
+		// Written; the update event brings the decided version. An
+		// undecided copy of any version is stale (the API server never
+		// removes an Approved or Denied condition): the version written
+		// may be newer than the one decided on (a relabel's conflict
+		// re-read), so it is not compared.
 		return 0, true
+	case e.verdict.ResourceVersion != resourceVersion:
+		return 0, false
 	case e.verdict.Epoch != epoch || e.verdict.Revision != revision:
 		return 0, false
 	case e.next.IsZero():
@@ -88,7 +98,8 @@ func (m *Memo[K, V]) Pending(k K, v Verdict, data V, now time.Time, wait func(at
 		e = &entry[V]{}
 		m.m[k] = e
 	}
-	e.verdict, e.data, e.decided = v, data, now
+	m.gen++
+	e.verdict, e.data, e.decided, e.gen = v, data, now, m.gen
 	after = wait(e.attempts)
 	e.attempts++
 	e.next = time.Time{}
@@ -105,7 +116,16 @@ func (m *Memo[K, V]) Applied(k K, resourceVersion string, data V) {
 	if m.m == nil {
 		m.m = map[K]*entry[V]{}
 	}
-	m.m[k] = &entry[V]{verdict: Verdict{ResourceVersion: resourceVersion}, data: data, applied: true}
+	m.gen++
+	m.m[k] = &entry[V]{verdict: Verdict{ResourceVersion: resourceVersion}, data: data, applied: true, gen: m.gen}
+}
+
+// Generation is the count of writes so far: ForgetIf with it spares what is
+// written after (a request made after a list that is taken for gone).
+func (m *Memo[K, V]) Generation() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gen
 }
 
 // Hold keeps a pending verdict for another wait, and reports true, when the
@@ -158,12 +178,13 @@ func (m *Memo[K, V]) Forget(k K) {
 	delete(m.m, k)
 }
 
-// ForgetIf forgets every key drop reports true for.
-func (m *Memo[K, V]) ForgetIf(drop func(K, V) bool) {
+// ForgetIf forgets every key drop reports true for that was written at or
+// before generation upTo (math.MaxUint64: whenever).
+func (m *Memo[K, V]) ForgetIf(drop func(K, V) bool, upTo uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, e := range m.m {
-		if drop(k, e.data) {
+		if e.gen <= upTo && drop(k, e.data) {
 			delete(m.m, k)
 		}
 	}

@@ -1,6 +1,7 @@
 package approval_test
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,7 +122,7 @@ func TestAWrittenVersionIsNotWrittenAgainFromAStaleCache(t *testing.T) {
 	assert.Empty(t, m.Waiting(func(string) bool { return true }), "a written verdict is not woken by machines")
 
 	_, skip = m.Skip("a", "2", 3, "", start)
-	assert.False(t, skip, "a newer version is looked at")
+	assert.True(t, skip, "an undecided copy of a newer version is stale too: the API server never removes an Approved or Denied condition, and the write may have been made on a newer version than the one decided on")
 
 	first, _ := m.Pending("a", approval.Verdict{ResourceVersion: "2", Key: "X"}, "worker-1", start, backoff(time.Second, time.Minute))
 	assert.True(t, first, "a verdict after a write is new")
@@ -159,11 +160,34 @@ func TestForgetAndWaiting(t *testing.T) {
 	assert.ElementsMatch(t, []string{"worker-1", "worker-2", ""}, m.Waiting(func(string) bool { return true }))
 	assert.True(t, m.Has("b"))
 
-	m.ForgetIf(func(_ string, node string) bool { return node == "worker-1" })
+	m.ForgetIf(func(_ string, node string) bool { return node == "worker-1" }, math.MaxUint64)
 	m.Forget("b")
 	assert.False(t, m.Has("a"))
 	assert.False(t, m.Has("b"))
 	assert.Equal(t, []string{""}, m.Waiting(func(string) bool { return true }))
+}
+
+// A list taken before a worker remembered a request does not have the
+// request: forgetting what the list lacks spares what was written after
+// the generation taken before it (a request approved meanwhile would be
+// decided again from a stale copy).
+func TestForgetIfSparesWhatWasWrittenAfterTheList(t *testing.T) {
+	var m approval.Memo[string, string]
+	wait := backoff(time.Minute, time.Hour)
+	m.Pending("old", approval.Verdict{Key: "MachineUnknown"}, "", start, wait)
+	upTo := m.Generation()
+	m.Applied("approved-meanwhile", "1", "")
+	m.Pending("pending-meanwhile", approval.Verdict{Key: "MachineUnknown"}, "", start, wait)
+
+	gone := func(string, string) bool { return true }
+	m.ForgetIf(gone, upTo)
+	assert.False(t, m.Has("old"), "written before the list, and not in it: gone")
+	assert.True(t, m.Has("approved-meanwhile"), "written after the list")
+	assert.True(t, m.Has("pending-meanwhile"), "written after the list")
+
+	m.ForgetIf(gone, math.MaxUint64)
+	assert.False(t, m.Has("approved-meanwhile"))
+	assert.False(t, m.Has("pending-meanwhile"))
 }
 
 func TestEpochCountsOnlyChangedState(t *testing.T) {
