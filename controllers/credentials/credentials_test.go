@@ -1159,3 +1159,37 @@ func TestAnOddIssuanceAnswerSignsNothing(t *testing.T) {
 	assert.Nil(t, meta.FindStatusCondition(got.Status.Conditions, ichorv1alpha1.ConditionReady), "no answer on a decision that was not made")
 	assert.Empty(t, got.Status.Certificate)
 }
+
+// A bundle whose issuance rule allows without its admission checks (a
+// custom or broken rule) signs nothing Go cannot hold to the admission the
+// issuer proved: a request made while the webhook was absent, or a lifetime
+// longer than the one admitted, fails before anything is made or signed
+// (the hostile review of 2026-12-05).
+func TestAnIssuanceBeyondItsAdmissionIsNotSignedWhateverTheBundle(t *testing.T) {
+	f := newFixture(t)
+	f.r.Engine = &enginetest.Engine{Engine: eng, IssuanceFunc: func(_ context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
+		lifetime := in.Admission.LifetimeSeconds + 3600
+		return engine.CredentialIssuance{
+			Allowed: true, Reasons: engine.Reasons{{Code: "IchorCredentialIssuable", Message: "a rule without its admission checks"}},
+			Purpose: in.Request.Purpose, LifetimeSeconds: float64(lifetime), DecisionID: "d-loose",
+			Certificate: &engine.IssuedCertificate{Kind: engine.CertificateKindTalos, TalosRole: "os:admin"},
+		}, nil
+	}}
+
+	removeWebhook(t)
+	unadmitted, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+	restoreWebhook(t)
+	got := f.answer(unadmitted)
+	c := ready(t, got)
+	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Contains(t, c.Message, "without a verified admission record")
+	assert.Empty(t, got.Status.Certificate)
+
+	longer, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+	got = f.answer(longer)
+	c = ready(t, got)
+	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Contains(t, c.Message, "longer than the")
+	assert.Empty(t, got.Status.Certificate)
+	assert.Nil(t, got.Status.ExpiresAt)
+}

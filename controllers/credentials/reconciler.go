@@ -242,6 +242,9 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 		return out, d.DecisionID, nil
 	}
 
+	if err := checkAdmitted(g.in.Admission, d); err != nil {
+		return r.answered(ctx, out, d, issued{}, err)
+	}
 	_, publicKey := engine.ParsePublicKey(tcr.Spec.PublicKey)
 	// The person's own binding first: a certificate signed before its binding
 	// exists would be powerless, and one whose binding cannot be made is not
@@ -418,6 +421,24 @@ func (r *Reconciler) admission(ctx context.Context, tcr *ichorv1alpha1.TalosCred
 // something this controller does not sign; a binding that cannot be made),
 // or a Secret read that retrying will not change, which the rule refuses
 // (SecretsUnusable) before it could come to this.
+// checkAdmitted holds an allowed decision to the admission the issuer
+// proved, whatever the bundle says, before anything is made or signed: the
+// rule refuses a request without a verified admission record and a
+// lifetime other than the one admitted, and a bundle without those rules
+// (or with a fault in them) must not sign what the webhook never admitted
+// (the hostile review of 2026-12-05; Go backstops the bundle for admin
+// bindings and secrets the same way). The pinned credential is the rule's
+// to compare: Go does not read its shape.
+func checkAdmitted(a engine.AdmissionProof, d engine.CredentialIssuance) error {
+	if !a.Recorded || !a.Verified {
+		return failf("the decision allows a request without a verified admission record (is the policy bundle's issuance rule missing its admission check?)")
+	}
+	if a.LifetimeSeconds > 0 && d.LifetimeSeconds > float64(a.LifetimeSeconds) {
+		return failf("the decision allows a lifetime of %v seconds, longer than the %d admitted", d.LifetimeSeconds, a.LifetimeSeconds)
+	}
+	return nil
+}
+
 type failure struct{ err error }
 
 func (f *failure) Error() string { return f.err.Error() }
