@@ -637,7 +637,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	case engine.ActionPending:
 		key := strings.Join(d.Reasons.Codes(), ",")
 		if key == codeTooManyPending {
-			p.r.Metrics.withheld(p.cluster.Namespace, p.cluster.Name)
+			p.r.Metrics.withheld(p.cluster.Namespace, p.cluster.Name, p.metricsGen)
 		}
 		first, wait := p.r.memo.Pending(p.memoKey(csr), facts.WithKey(key), struct{}{}, p.now, pendingWait(key))
 		p.retryIn(wait)

@@ -2,6 +2,7 @@ package kubeletserving
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,16 @@ type Metrics struct {
 	writeFailures    *prometheus.CounterVec
 	pendingCSRs      *prometheus.GaugeVec
 	floodGuard       *prometheus.GaugeVec
+
+	// mu orders forget and withheld: a worker whose turn began before its
+	// cluster was forgotten (disabled, gone, served elsewhere) does not
+	// raise the flood guard again after, where no reconcile would clear
+	// it (the hostile review of 2026-12-05).
+	mu sync.Mutex
+	// gen counts the forgets; forgotten is the gen of each cluster's last
+	// forget, until a reconcile counts it again (pending).
+	gen       uint64
+	forgotten map[[2]string]uint64
 }
 
 // NewMetrics makes the collectors and registers them, as engine.NewMetrics
@@ -86,6 +97,9 @@ func (m *Metrics) pending(namespace, cluster string, pending, withheld int) {
 	if m == nil {
 		return
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.forgotten, [2]string{namespace, cluster})
 	m.pendingCSRs.WithLabelValues(namespace, cluster).Set(float64(pending))
 	guard := 0.0
 	if withheld > 0 {
@@ -94,19 +108,46 @@ func (m *Metrics) pending(namespace, cluster string, pending, withheld int) {
 	m.floodGuard.WithLabelValues(namespace, cluster).Set(guard)
 }
 
-// withheld raises the flood guard at once, between reconciles.
-func (m *Metrics) withheld(namespace, cluster string) {
-	if m != nil {
-		m.floodGuard.WithLabelValues(namespace, cluster).Set(1)
+// generation is the count of forgets so far: a worker takes it before it
+// reads its cluster, and raises the flood guard only if the cluster was not
+// forgotten since (withheld).
+func (m *Metrics) generation() uint64 {
+	if m == nil {
+		return 0
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gen
+}
+
+// withheld raises the flood guard at once, between reconciles, unless the
+// cluster was forgotten after generation since.
+func (m *Metrics) withheld(namespace, cluster string, since uint64) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.forgotten[[2]string{namespace, cluster}] > since {
+		return
+	}
+	m.floodGuard.WithLabelValues(namespace, cluster).Set(1)
 }
 
 // forget drops a cluster that judges nothing any more.
 func (m *Metrics) forget(namespace, cluster string) {
-	if m != nil {
-		m.pendingCSRs.DeleteLabelValues(namespace, cluster)
-		m.floodGuard.DeleteLabelValues(namespace, cluster)
+	if m == nil {
+		return
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.gen++
+	if m.forgotten == nil {
+		m.forgotten = map[[2]string]uint64{}
+	}
+	m.forgotten[[2]string{namespace, cluster}] = m.gen
+	m.pendingCSRs.DeleteLabelValues(namespace, cluster)
+	m.floodGuard.DeleteLabelValues(namespace, cluster)
 }
 
 // RegisterWatchMetrics registers the gauges of the identity watches: how many

@@ -771,6 +771,8 @@ func (r *Reconciler) leftPending(key types.NamespacedName, csrs []certificatesv1
 // enabled, not served by this replica, or its API server not (yet) watched
 // (its reconcile starts the watch, and queues its requests then).
 func (r *Reconciler) passFor(ctx context.Context, key types.NamespacedName) (*pass, bool, error) {
+	// Before the cluster is read: a forget after the read is seen.
+	metricsGen := r.Metrics.generation()
 	var cluster ichorv1alpha1.TalosCluster
 	if err := r.Client.Get(ctx, key, &cluster); err != nil {
 		return nil, false, client.IgnoreNotFound(err)
@@ -778,7 +780,7 @@ func (r *Reconciler) passFor(ctx context.Context, key types.NamespacedName) (*pa
 	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
 		return nil, false, nil
 	}
-	p := &pass{r: r, cluster: &cluster, now: r.Clock.Now()}
+	p := &pass{r: r, cluster: &cluster, now: r.Clock.Now(), metricsGen: metricsGen}
 	if r.Shards != nil {
 		f, ok := r.Shards.Fence(cluster.UID)
 		if !ok {
@@ -809,6 +811,9 @@ type pass struct {
 	adoptedSince time.Time
 	// wait is the earliest look again a decision asked for; zero for none.
 	wait time.Duration
+	// metricsGen is the metrics' generation before the cluster was read
+	// (Metrics.withheld).
+	metricsGen uint64
 }
 
 func (p *pass) key() types.NamespacedName {

@@ -1242,13 +1242,15 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		s.settled[shard] = settled
 		s.unsettledSince[shard] = unsettled
 		delete(s.releasedSettled, shard)
+		// Under the lock, as detach's: a drop between the two (the lapse's
+		// timer) would otherwise leave the gauge at 1 for a shard not held.
+		s.o.Metrics.held(shard, true, "taken")
 	}
 	s.mu.Unlock()
 	if !ok {
 		return
 	}
 	s.o.Log.Info("shard taken", "shard", shard, "previous_holder", previous, "settled_until", settled, "unsettled_since", unsettled)
-	s.o.Metrics.held(shard, true, "taken")
 	s.o.OnChange(shard)
 }
 
@@ -1311,13 +1313,13 @@ func (s *Set) detach(shard int, why string) *hold {
 	delete(s.held, shard)
 	if h != nil {
 		s.given[shard] = h
+		s.o.Metrics.held(shard, false, why)
 	}
 	s.mu.Unlock()
 	if h == nil {
 		return nil
 	}
 	s.o.Log.Info("shard given up", "shard", shard, "why", why)
-	s.o.Metrics.held(shard, false, why)
 	s.o.OnChange(shard)
 	return h
 }
