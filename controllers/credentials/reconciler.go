@@ -415,12 +415,6 @@ func (r *Reconciler) admission(ctx context.Context, tcr *ichorv1alpha1.TalosCred
 	}, nil
 }
 
-// failure is an error that answers the request (Failed) rather than being
-// retried: what the decision allowed cannot be carried out (a bundle that
-// allows what the rule would refuse: no cluster, secrets that cannot sign,
-// something this controller does not sign; a binding that cannot be made),
-// or a Secret read that retrying will not change, which the rule refuses
-// (SecretsUnusable) before it could come to this.
 // checkAdmitted holds an allowed decision to the admission the issuer
 // proved, whatever the bundle says, before anything is made or signed: the
 // rule refuses a request without a verified admission record and a
@@ -439,6 +433,12 @@ func checkAdmitted(a engine.AdmissionProof, d engine.CredentialIssuance) error {
 	return nil
 }
 
+// failure is an error that answers the request (Failed) rather than being
+// retried: what the decision allowed cannot be carried out (a bundle that
+// allows what the rule would refuse: no cluster, secrets that cannot sign,
+// something this controller does not sign; a binding that cannot be made),
+// or a Secret read that retrying will not change, which the rule refuses
+// (SecretsUnusable) before it could come to this.
 type failure struct{ err error }
 
 func (f *failure) Error() string { return f.err.Error() }
