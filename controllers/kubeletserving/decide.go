@@ -696,7 +696,9 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 	p.r.Metrics.talosRead(source, err, time.Since(start))
 	observe(err)
 	if err != nil {
-		return &csrinput.Node{Readable: false, Error: err.Error(), Addresses: []string{}}
+		// The node's own words may be in it (a status message): bounded,
+		// as the audit's are.
+		return &csrinput.Node{Readable: false, Error: engine.Clip(err.Error(), "", maxReadError), Addresses: []string{}}
 	}
 	return &csrinput.Node{Readable: true, Nodename: id.Nodename, Hostname: id.Hostname, Addresses: id.Addresses}
 }

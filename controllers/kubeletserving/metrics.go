@@ -26,10 +26,21 @@ type Metrics struct {
 	// it (the hostile review of 2026-12-05).
 	mu sync.Mutex
 	// gen counts the forgets; forgotten is the gen of each cluster's last
-	// forget, until a reconcile counts it again (pending).
+	// forget, and when, until a reconcile counts it again (pending) or it
+	// is older than any turn (forgetKept: a deleted cluster is never
+	// counted again).
 	gen       uint64
-	forgotten map[[2]string]uint64
+	forgotten map[[2]string]forgetMark
 }
+
+type forgetMark struct {
+	gen uint64
+	at  time.Time
+}
+
+// forgetKept is how long a forget is remembered at least: longer than a
+// worker's turn, which its reads' timeouts bound to well under a minute.
+const forgetKept = 10 * time.Minute
 
 // NewMetrics makes the collectors and registers them, as engine.NewMetrics
 // does the engine's.
@@ -128,7 +139,7 @@ func (m *Metrics) withheld(namespace, cluster string, since uint64) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.forgotten[[2]string{namespace, cluster}] > since {
+	if m.forgotten[[2]string{namespace, cluster}].gen > since {
 		return
 	}
 	m.floodGuard.WithLabelValues(namespace, cluster).Set(1)
@@ -142,10 +153,16 @@ func (m *Metrics) forget(namespace, cluster string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.gen++
+	now := time.Now()
 	if m.forgotten == nil {
-		m.forgotten = map[[2]string]uint64{}
+		m.forgotten = map[[2]string]forgetMark{}
 	}
-	m.forgotten[[2]string{namespace, cluster}] = m.gen
+	for k, f := range m.forgotten {
+		if now.Sub(f.at) > forgetKept {
+			delete(m.forgotten, k)
+		}
+	}
+	m.forgotten[[2]string{namespace, cluster}] = forgetMark{gen: m.gen, at: now}
 	m.pendingCSRs.DeleteLabelValues(namespace, cluster)
 	m.floodGuard.DeleteLabelValues(namespace, cluster)
 }

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/netguard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
@@ -342,7 +343,7 @@ func (n *NodeReaders) observe(key types.NamespacedName, machine string, at time.
 	}
 	o := readOutcome{at: at}
 	if err != nil {
-		o.err, o.failingSince = err.Error(), at
+		o.err, o.failingSince = engine.Clip(err.Error(), "", maxReadError), at
 		if prev, ok := n.reads[key][machine]; ok && prev.err != "" {
 			o.failingSince = prev.failingSince
 		}
@@ -374,6 +375,11 @@ func (r reachability) unreachable() bool {
 // Ready: longer than a node's retries (unreadableRecheck), shorter than a
 // person's patience with a condition that no longer holds.
 const readFreshness = 5 * time.Minute
+
+// maxReadError bounds a failed read's error where it is kept (the machine's
+// last read, the rule's input): a node may answer with a status message of
+// its own, up to its headers' bound.
+const maxReadError = 1024
 
 func (n *NodeReaders) reachability(key types.NamespacedName, now time.Time) reachability {
 	if n == nil {

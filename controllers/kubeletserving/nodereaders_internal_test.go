@@ -2,6 +2,8 @@ package kubeletserving
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -91,4 +94,20 @@ func (r readWhile) Get(ctx context.Context, key client.ObjectKey, obj client.Obj
 		<-r.until
 	}
 	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// A node that answers a read with a status message of megabytes (its
+// headers are bounded at the transport too) is kept, and said on the
+// cluster, in a few hundred bytes: the hostile review of 2026-12-05.
+func TestAFailedReadsErrorIsKeptBounded(t *testing.T) {
+	n := &NodeReaders{UnreachableAfter: time.Second}
+	key := types.NamespacedName{Namespace: "ns", Name: "demo"}
+	t0 := time.Unix(1_000_000, 0)
+	huge := errors.New("rpc error: code = Unavailable desc = " + strings.Repeat("x", 4<<20))
+	n.observe(key, "worker-1", t0, huge)
+	n.observe(key, "worker-1", t0.Add(2*time.Second), huge)
+	r := n.reachability(key, t0.Add(2*time.Second))
+	require.Equal(t, 1, r.failed)
+	assert.LessOrEqual(t, len(r.err), maxReadError)
+	assert.True(t, strings.HasPrefix(r.err, "rpc error: code = Unavailable"), "the error is cut, not lost")
 }

@@ -435,7 +435,11 @@ func (r *Reconciler) targetStillAllowed(ctx context.Context, c *ichorv1alpha1.Ta
 	}
 	revision := r.revision()
 	r.targets.mu.Lock()
-	current := r.targets.remote[key] == t && r.targets.verdicts[key].current(sha256.Sum256(data), revision)
+	// The final verdict, which judged the server's identity, and allowed:
+	// a new bundle's verdict on the document alone (its probe under way)
+	// or its refusal decides nothing (the hostile review of 2026-12-05).
+	v := r.targets.verdicts[key]
+	current := r.targets.remote[key] == t && v.current(sha256.Sum256(data), revision) && v.final != nil && v.final.Allowed
 	r.targets.mu.Unlock()
 	if !current {
 		r.rejudgeCluster(ctx, key)

@@ -105,6 +105,17 @@ func TestAWorkerDecidesNothingThroughAKubeconfigNoLongerJudged(t *testing.T) {
 		{name: "new bundle", kept: true, change: func(_ *testing.T, _ *queueFixture, dec *bundleDecider, _ *corev1.Secret) {
 			dec.rev = "r2"
 		}},
+		// The new bundle judged the document, and has not yet identified
+		// the server (its probe takes up to 10 s), or refused it: nothing is
+		// decided meanwhile (the hostile review of 2026-12-05).
+		{name: "new bundle, the server not yet identified by it", kept: true, change: func(_ *testing.T, f *queueFixture, dec *bundleDecider, _ *corev1.Secret) {
+			dec.rev = "r2"
+			judgedBy(f, engine.KubeconfigDecision{Allowed: true, CheckIdentity: true, Revision: "r2"}, nil)
+		}},
+		{name: "new bundle, the server refused", kept: true, change: func(_ *testing.T, f *queueFixture, dec *bundleDecider, _ *corev1.Secret) {
+			dec.rev = "r2"
+			judgedBy(f, engine.KubeconfigDecision{Allowed: true, CheckIdentity: true, Revision: "r2"}, &engine.KubeconfigDecision{Allowed: false, Revision: "r2"})
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t0 := time.Unix(1_000_000, 0)
@@ -138,4 +149,14 @@ func TestAWorkerDecidesNothingThroughAKubeconfigNoLongerJudged(t *testing.T) {
 		require.True(t, f.r.next(ctx))
 		assert.True(t, f.approved(t, "csr-x"))
 	})
+}
+
+// judgedBy replaces the fixture's kubeconfig verdict with the rule's
+// decision on the document and its final one (nil: not yet given).
+func judgedBy(f *queueFixture, document engine.KubeconfigDecision, final *engine.KubeconfigDecision) {
+	f.r.targets.mu.Lock()
+	defer f.r.targets.mu.Unlock()
+	v := *f.r.targets.verdicts[f.cluster]
+	v.document, v.final = document, final
+	f.r.targets.verdicts[f.cluster] = &v
 }

@@ -56,6 +56,9 @@ const (
 
 	// maxMessage bounds a message from a node.
 	maxMessage = 64 << 10
+	// maxHeaderList bounds a response's headers from a node: Talos sends
+	// a few hundred bytes.
+	maxHeaderList = 16 << 10
 )
 
 // Identity is what the node says about itself. Addresses are canonical
@@ -206,8 +209,11 @@ func (r *Reader) connect(ctx context.Context, endpoint string, opts ...grpc.Dial
 		// never through $HTTPS_PROXY (whose address the guard would
 		// check instead), and only outside the denied networks; and no
 		// service config is taken from the endpoint's DNS (a TXT record
-		// whoever names the endpoint may write).
-		client.WithGRPCDialOptions(append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)), grpc.WithNoProxy(), grpc.WithContextDialer(r.dial), grpc.WithDisableServiceConfig())...),
+		// whoever names the endpoint may write). Its headers are bounded
+		// too (gRPC's default is 16 MiB, kept for a stream's life and, as
+		// a status message, in every error: the hostile review of
+		// 2026-12-05).
+		client.WithGRPCDialOptions(append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)), grpc.WithMaxHeaderListSize(maxHeaderList), grpc.WithNoProxy(), grpc.WithContextDialer(r.dial), grpc.WithDisableServiceConfig())...),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("talos node %s: connect: %w", endpoint, err)
