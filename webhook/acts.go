@@ -40,8 +40,7 @@ const (
 // webhook keeps the write as an attempt (manualact.Recorder.Attempt), and
 // the manager's watch records the verdict stored, naming the person from
 // the attempts (review 3, F2). A binding's deletion is kept as an attempt
-// the same way, and recorded by this replica once the binding is gone
-// (manualact.Recorder.ConfirmDeletion).
+// the same way, and recorded by the bindings' watch once it is gone.
 //
 // It allows, whatever happens, with one exception: it is registered with
 // failurePolicy Ignore and a short timeout, and answers allowed, so that
@@ -132,15 +131,19 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 			"binding", b.Name, "finalizers", b.Finalizers, "user", termsafe.EscapeLine(req.UserInfo.Username))
 		return allowed()
 	}
-	// Kept as an attempt, and recorded once the binding is gone: the API
-	// server may still refuse the DELETE (another webhook, a timeout after
-	// admission), and a record made now would say revoked a binding that
-	// stays (the hostile review of 2026-12-05).
+	// Kept as an attempt, not recorded: the API server may still refuse
+	// the DELETE (another webhook or policy, a timeout after admission),
+	// and a record made now would say revoked a binding that stays. The
+	// bindings' watch records the deletion stored, naming who from the
+	// attempts (the hostile review of 2026-12-05).
+	attempt, err := a.Recorder.DeletionAttempt(ctx, &b, &req.UserInfo)
 	logger := log.FromContext(ctx).WithValues("binding", b.Name)
-	if _, err := a.Recorder.DeletionAttempt(ctx, &b, &req.UserInfo); err != nil {
-		logger.Error(err, "keep a person's attempt to delete an admin binding: the revocation is recorded with the revoker unknown")
+	switch {
+	case err != nil:
+		logger.Error(err, "keep a person's attempt to delete an admin binding: the watch records the revocation, the revoker unknown")
+	case attempt != nil:
+		logger.V(1).Info("kept a person's attempt to delete an admin binding; the watch records the revocation once it is gone", "user", termsafe.EscapeLine(attempt.Username))
 	}
-	a.Recorder.ConfirmDeletion(&b, &req.UserInfo, logger)
 	return allowed()
 }
 

@@ -548,9 +548,8 @@ type AdminBindings struct {
 	AdminKubeconfigs bool
 	// Revocations, when set, records each deletion instead of the applied
 	// record and the Event above: the record of a person's act
-	// (internal/manualact), written once per act, by the replica whose
-	// webhook saw who deleted, once the binding is gone, or else here with
-	// the revoker unknown.
+	// (internal/manualact), written once per act, by the webhook that saw
+	// who deleted or else here with the revoker unknown.
 	Revocations interface {
 		Revoked(ctx context.Context, b *rbacv1.ClusterRoleBinding)
 	}

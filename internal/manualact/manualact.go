@@ -13,9 +13,8 @@
 // person attempted that verdict from that version. When the webhook was not
 // called (its failurePolicy is Ignore: a person's decision or a revocation
 // is never blocked by the manager being away), no attempt is kept and the
-// record says the actor is unknown. An admin binding's deletion is kept as
-// an attempt too, and recorded by the replica whose webhook admitted it
-// once the binding is gone (revocations.go).
+// record says the actor is unknown. An admin binding's deletion is still
+// recorded by the webhook, with its user, as the DELETE is admitted.
 //
 // One act is recorded once. A request's decision is marked recorded in a
 // ConfigMap of the manager's namespace (marks.go), which lasts as long as
@@ -45,7 +44,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -129,11 +127,6 @@ type Recorder struct {
 	// host name if empty.
 	Instance string
 	Clock    clock.PassiveClock
-
-	// confirming is the deadline of each admin binding whose admitted
-	// deletion is waited for (ConfirmDeletion).
-	confirmMu  sync.Mutex
-	confirming map[types.UID]time.Time
 }
 
 // Record records one act on the object (a CSR or a ClusterRoleBinding): in
@@ -154,8 +147,8 @@ func act(in engine.ManualActInput) string {
 }
 
 // record looks for the act's verified mark (its Event), asks the rule for
-// the record and writes its Event: at once, for a revocation (the webhook's
-// replica once the binding is gone, the bindings' watch). A request's decision goes through the watch's queue
+// the record and writes its Event: at once, for a revocation (the webhook,
+// the bindings' watch). A request's decision goes through the watch's queue
 // instead (decision.go).
 func (r *Recorder) record(ctx context.Context, regarding corev1.ObjectReference, act string, in *engine.ManualActInput) (*engine.ManualRecord, error) {
 	if regarding.UID == "" {

@@ -13,7 +13,6 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -32,50 +31,21 @@ import (
 const maxLoggedName = 256
 
 // Revocations records the deletions of admin bindings the admin-bindings
-// watch sees (controllers/credentials.AdminBindings.Revocations): the act
-// with its revoker unknown, unless the webhook's replica recorded it
-// already (revocations.go).
+// watch sees (controllers/credentials.AdminBindings.Revocations): the act,
+// naming the person whose DELETE the webhook admitted when the attempts
+// kept say who (revocations.go), the revoker unknown otherwise.
 type Revocations struct {
 	Recorder *Recorder
 }
 
 // Revoked records the deletion of b, if it is one of Ichor's admin
-// bindings; another labelled binding's deletion is only logged. A binding
-// that left the watch's selection without being deleted (its label taken
-// off: the API server tells a label-selected watch so as a deletion) is no
-// revocation, and its record's mark would silence the real one's.
+// bindings; another labelled binding's deletion is only logged.
 func (r *Revocations) Revoked(ctx context.Context, b *rbacv1.ClusterRoleBinding) {
 	if !IsAdminBinding(b) {
 		LogIgnored(ctx, b)
 		return
 	}
-	var now rbacv1.ClusterRoleBinding
-	err := r.Recorder.Reader.Get(ctx, client.ObjectKeyFromObject(b), &now)
-	switch {
-	case err == nil && now.UID == b.UID:
-		log.FromContext(ctx).Info("an admin binding left the watch (its label changed) but is not deleted: not recorded as revoked",
-			"binding", engine.Clip(b.Name, "", maxLoggedName), "labels", now.Labels)
-		return
-	case err != nil && !apierrors.IsNotFound(err):
-		// Recorded all the same: a revocation not recorded is the error
-		// to avoid.
-		log.FromContext(ctx).Error(err, "read an admin binding the watch saw deleted; recorded as revoked", "binding", engine.Clip(b.Name, "", maxLoggedName))
-	}
-	if r.Recorder.attempted(ctx, b) {
-		// A webhook admitted a DELETE of it: its replica records the
-		// revocation, naming who, once it sees the binding gone. Recorded
-		// here only if it has not by the end of its wait (that replica
-		// stopped, or the attempt was an earlier DELETE's, refused): the
-		// record's mark makes this a no-op otherwise.
-		logger := log.FromContext(ctx)
-		b = b.DeepCopy()
-		time.AfterFunc(confirmWait+confirmSlack, func() {
-			ctx := log.IntoContext(context.Background(), logger)
-			Log(ctx, "binding", b.Name)(r.Recorder.Record(ctx, BindingReference(b), BindingDeletion(b, nil)))
-		})
-		return
-	}
-	Log(ctx, "binding", b.Name)(r.Recorder.Record(ctx, BindingReference(b), BindingDeletion(b, nil)))
+	Log(ctx, "binding", b.Name)(r.Recorder.Record(ctx, BindingReference(b), BindingDeletion(b, r.Recorder.revoker(ctx, b))))
 }
 
 // LogIgnored logs, at debug level, the deletion of a labelled binding that
