@@ -39,8 +39,8 @@ const (
 // pass admission and one is stored. So a verdict is not recorded here: the
 // webhook keeps the write as an attempt (manualact.Recorder.Attempt), and
 // the manager's watch records the verdict stored, naming the person from
-// the attempts (review 3, F2). A binding's deletion is kept as an attempt
-// the same way, and recorded by the bindings' watch once it is gone.
+// the attempts (review 3, F2). A binding's deletion is recorded here, with
+// its user.
 //
 // It allows, whatever happens, with one exception: it is registered with
 // failurePolicy Ignore and a short timeout, and answers allowed, so that
@@ -131,19 +131,7 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 			"binding", b.Name, "finalizers", b.Finalizers, "user", termsafe.EscapeLine(req.UserInfo.Username))
 		return allowed()
 	}
-	// Kept as an attempt, not recorded: the API server may still refuse
-	// the DELETE (another webhook or policy, a timeout after admission),
-	// and a record made now would say revoked a binding that stays. The
-	// bindings' watch records the deletion stored, naming who from the
-	// attempts (the hostile review of 2026-12-05).
-	attempt, err := a.Recorder.DeletionAttempt(ctx, &b, &req.UserInfo)
-	logger := log.FromContext(ctx).WithValues("binding", b.Name)
-	switch {
-	case err != nil:
-		logger.Error(err, "keep a person's attempt to delete an admin binding: the watch records the revocation, the revoker unknown")
-	case attempt != nil:
-		logger.V(1).Info("kept a person's attempt to delete an admin binding; the watch records the revocation once it is gone", "user", termsafe.EscapeLine(attempt.Username))
-	}
+	manualact.Log(ctx, "binding", b.Name)(a.Recorder.Record(ctx, manualact.BindingReference(&b), manualact.BindingDeletion(&b, &req.UserInfo)))
 	return allowed()
 }
 

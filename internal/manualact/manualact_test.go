@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -185,28 +181,6 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 		re.ichor(t, 0, "cluster", "admins", "revoke", "carl", "--kubeconfig", re.ada)
 		r := re.waitRecord(t, "clusterrolebinding/"+carl.Name, "ada")
 		assert.Equal(t, "carl", r.Result.Whom)
-	})
-
-	erin := re.adminBinding(t, "erin")
-	t.Run("a deletion the API server refuses after the webhook is not recorded as a revocation", func(t *testing.T) {
-		// Another webhook refuses what the recorder admitted: the binding
-		// stays, and still grants cluster-admin. A record made at
-		// admission said it revoked, and its mark silenced the record of
-		// the deletion that came later (the hostile review of 2026-12-05).
-		re.refuseDeletes(t)
-		require.NoError(t, re.env.Client.Patch(t.Context(), erin, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+undeletable+`":"true"}}}`))))
-		err := re.adaAPI.RbacV1().ClusterRoleBindings().Delete(t.Context(), erin.Name, metav1.DeleteOptions{})
-		require.Error(t, err, "the other webhook refuses the deletion")
-		require.NoError(t, re.env.Client.Get(t.Context(), client.ObjectKeyFromObject(erin), &rbacv1.ClusterRoleBinding{}), "the binding stays")
-		// The recorder's answer came before the API server's: a record
-		// made at admission is in the log by now.
-		assert.Empty(t, re.records("clusterrolebinding/"+erin.Name), "a refused deletion recorded as a revocation")
-
-		require.NoError(t, re.env.Client.Patch(t.Context(), erin, client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/labels/`+strings.ReplaceAll(undeletable, "/", "~1")+`"}]`))))
-		re.ichor(t, 0, "cluster", "admins", "revoke", "erin", "--kubeconfig", re.ada)
-		r := re.waitRecord(t, "clusterrolebinding/"+erin.Name, "ada")
-		assert.Equal(t, "erin", r.Result.Whom)
-		assert.Len(t, re.records("clusterrolebinding/"+erin.Name), 1, "the deletion is recorded once")
 	})
 
 	t.Run("hostile acts are recorded as they happened (review 3)", func(t *testing.T) {
@@ -416,59 +390,6 @@ func (re *recEnv) adminBinding(t *testing.T, user string) *rbacv1.ClusterRoleBin
 	}
 	require.NoError(t, re.env.Client.Create(t.Context(), b))
 	return b
-}
-
-// undeletable labels a ClusterRoleBinding whose deletion refuseDeletes'
-// webhook refuses.
-const undeletable = "test.ichor.dev/undeletable"
-
-// refuseDeletes installs a webhook of its own, beside the recorder's, that
-// refuses the DELETE of a ClusterRoleBinding labelled undeletable: the API
-// server calls both, and refuses what one refuses.
-func (re *recEnv) refuseDeletes(t *testing.T) {
-	t.Helper()
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var review admissionv1.AdmissionReview
-		if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
-			http.Error(w, "not an admission review", http.StatusBadRequest)
-			return
-		}
-		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: false, Result: &metav1.Status{Message: "this binding is not to be deleted"}}
-		review.Request = nil
-		_ = json.NewEncoder(w).Encode(review)
-	}))
-	t.Cleanup(srv.Close)
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: "test-refuse-deletes"},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    "refuse-deletes.test.ichor.dev",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(srv.URL + "/refuse"), CABundle: ca},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete}, Rule: admissionregistrationv1.Rule{APIGroups: []string{rbacv1.GroupName}, APIVersions: []string{"v1"}, Resources: []string{"clusterrolebindings"}}}},
-			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{undeletable: "true"}},
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
-			AdmissionReviewVersions: []string{"v1"},
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-		}},
-	}
-	require.NoError(t, re.env.Client.Create(t.Context(), vwc))
-	t.Cleanup(func() { _ = re.env.Client.Delete(context.Background(), vwc) })
-	// The API server reads the configuration through an informer: a probe
-	// binding (no admin binding, so no recorder's call) is deleted until
-	// the webhook refuses it.
-	probe := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "test-refuse-deletes-probe", Labels: map[string]string{undeletable: "true"}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
-	}
-	require.NoError(t, re.env.Client.Create(t.Context(), probe))
-	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		err := re.env.Client.Delete(ctx, probe)
-		if err == nil {
-			probe.ResourceVersion = ""
-			return false, re.env.Client.Create(ctx, probe)
-		}
-		return strings.Contains(err.Error(), "this binding is not to be deleted"), nil
-	}), "the refusing webhook is not called")
 }
 
 // breakWebhooks points the recorder's webhooks at a port nobody serves.

@@ -31,9 +31,8 @@ import (
 const maxLoggedName = 256
 
 // Revocations records the deletions of admin bindings the admin-bindings
-// watch sees (controllers/credentials.AdminBindings.Revocations): the act,
-// naming the person whose DELETE the webhook admitted when the attempts
-// kept say who (revocations.go), the revoker unknown otherwise.
+// watch sees (controllers/credentials.AdminBindings.Revocations): the act
+// with its revoker unknown, unless the webhook recorded it already.
 type Revocations struct {
 	Recorder *Recorder
 }
@@ -45,7 +44,7 @@ func (r *Revocations) Revoked(ctx context.Context, b *rbacv1.ClusterRoleBinding)
 		LogIgnored(ctx, b)
 		return
 	}
-	Log(ctx, "binding", b.Name)(r.Recorder.Record(ctx, BindingReference(b), BindingDeletion(b, r.Recorder.revoker(ctx, b))))
+	Log(ctx, "binding", b.Name)(r.Recorder.Record(ctx, BindingReference(b), BindingDeletion(b, nil)))
 }
 
 // LogIgnored logs, at debug level, the deletion of a labelled binding that

@@ -25,10 +25,8 @@
 #   finds the request decided (seen_by "watch_start"), with the actor unknown (actor_source
 #   "not_watched"): the version the write replaced is not known, so neither are its attempts. A
 #   decision of Ichor's own approver is no person's act, and a person's attempt that lost to it
-#   is recorded nowhere. An admin binding's deletion is recorded by the watch once the binding
-#   is gone: naming the one person whose DELETE the webhook admitted (seen_by "admission", user;
-#   the webhook keeps each as an attempt, since the API server may still refuse it), or with the
-#   actor unknown when the attempts do not say who (seen_by "watch"); a binding's
+#   is recorded nowhere. An admin binding's deletion is recorded by the webhook as admitted
+#   (seen_by "admission", user), or by the watch after it (seen_by "watch"); a binding's
 #   ichor.dev/revoked-by annotation, which the manager writes before it removes the bindings for
 #   the operator, is named as what it is: a claim on the object. The API server's audit log
 #   names the user whenever the record cannot.
