@@ -299,21 +299,10 @@ func (c *countedCSRs) unreached(err error) error {
 	return err
 }
 
-// maxRequesterBytes bounds a CSR's spec.username from a tenant's server:
-// the requester is a key of the decision queue, held for as long as the
-// cluster's breaker keeps it waiting, whatever the cache's bounds give back
-// (the hostile review of 2026-12-05). A kubelet's is "system:node:" and a
-// node name of at most 253 bytes.
-const maxRequesterBytes = 1024
-
-// admissible refuses a CSR in a namespace (CSRs have none), or whose
-// requester no authenticator would name.
+// admissible refuses a CSR in a namespace: CSRs have none.
 func (c *countedCSRs) admissible(csr *certificatesv1.CertificateSigningRequest) error {
 	if csr.Namespace != "" {
 		return invalidAnswer("the API server of cluster %s sent the CSR %q in namespace %q: CSRs have none", c.limits.cluster, csr.Name, csr.Namespace)
-	}
-	if len(csr.Spec.Username) > maxRequesterBytes {
-		return invalidAnswer("the API server of cluster %s sent the CSR %q whose requester's name is %d bytes, more than the %d the manager takes", c.limits.cluster, csr.Name, len(csr.Spec.Username), maxRequesterBytes)
 	}
 	return nil
 }

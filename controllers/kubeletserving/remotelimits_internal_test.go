@@ -548,10 +548,6 @@ func TestARemoteServersRefusalHasAReasonOfItsOwn(t *testing.T) {
 	tooMany := c.crossed(held, 2, 2)
 	together := c.crossed(&tally{sizes: map[string]int64{}}, 2, 2)
 	invalid := c.admissible(&certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "a"}})
-	// A requester's name is a key of the decision queue, held while the
-	// cluster's breaker is open (the hostile review of 2026-12-05).
-	longName := c.admissible(&certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: certificatesv1.CertificateSigningRequestSpec{Username: strings.Repeat("x", maxRequesterBytes+1)}})
-	require.NoError(t, c.admissible(&certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: certificatesv1.CertificateSigningRequestSpec{Username: strings.Repeat("x", maxRequesterBytes)}}))
 	for name, tc := range map[string]struct {
 		cause  error
 		reason string
@@ -559,7 +555,6 @@ func TestARemoteServersRefusalHasAReasonOfItsOwn(t *testing.T) {
 		"too many, at the start":      {fmt.Errorf("watch CSRs of cluster %s: %w", key, tooMany), ReasonRemoteServerTooLarge},
 		"together, while backing off": {&startDeferredError{wait: time.Second, cause: fmt.Errorf("watch CSRs of cluster %s: %w", key, together)}, ReasonRemoteServerTooLarge},
 		"what no server sends":        {fmt.Errorf("watch CSRs of cluster %s: %w", key, invalid), ReasonRemoteServerInvalid},
-		"a requester no one names":    {fmt.Errorf("watch CSRs of cluster %s: %w", key, longName), ReasonRemoteServerInvalid},
 		"a Secret that is missing":    {errors.New(`kubeconfig of cluster ns/c: get Secret "missing": not found`), ReasonKubeconfigUnreadable},
 	} {
 		reason, message := refusal(tc.cause)
