@@ -430,6 +430,20 @@ func pushNested(t *testing.T, host, repository, tag, nested string) {
 	require.NoError(t, repo.Manifests().PushReference(ctx, content.NewDescriptorFromBytes(ocispec.MediaTypeImageManifest, root), bytes.NewReader(root), tag))
 }
 
+// hostileTag is the tag ichor/policy:stable of the registry at host: a
+// bundle served is pushed as it; nil pushes what *hostile pushes, with the
+// count of blob fetches set back to zero first.
+func hostileTag(t *testing.T, host string, blobGets *atomic.Int64, hostile *func()) source {
+	return source{ref: bundles.OCIPlainHTTPScheme + host + "/ichor/policy:stable", serve: func(data []byte) {
+		if data == nil {
+			blobGets.Store(0)
+			(*hostile)()
+			return
+		}
+		pushRaw(t, host, "ichor/policy", "stable", data)
+	}}
+}
+
 // The reproduced attack of the review's F2: whoever may move the tag points
 // it at a manifest of 40 layers (or at an index), and OPA's downloader
 // would copy every blob into its store on disk, each within the limits,
@@ -446,16 +460,8 @@ func TestAnOCITagOfMoreThanABundleIsRefusedBeforeABlobIsFetched(t *testing.T) {
 		registry.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	host := strings.TrimPrefix(srv.URL, "http://")
 	var hostile func()
-	src := source{ref: bundles.OCIPlainHTTPScheme + host + "/ichor/policy:stable", serve: func(data []byte) {
-		if data == nil {
-			blobGets.Store(0)
-			hostile()
-			return
-		}
-		pushRaw(t, host, "ichor/policy", "stable", data)
-	}}
+	src := hostileTag(t, strings.TrimPrefix(srv.URL, "http://"), &blobGets, &hostile)
 	good, e := startOnGood(t, src, s)
 
 	for _, tc := range []struct {
@@ -474,6 +480,7 @@ func TestAnOCITagOfMoreThanABundleIsRefusedBeforeABlobIsFetched(t *testing.T) {
 		{name: "a layer that is an artifact manifest", want: "a layer or config of media type application/vnd.oci.artifact.manifest.v1+json", nested: "application/vnd.oci.artifact.manifest.v1+json"},
 		{name: "a layer that is an image manifest", want: "a layer or config of media type application/vnd.oci.image.manifest.v1+json", nested: ocispec.MediaTypeImageManifest},
 	} {
+		host := strings.TrimPrefix(srv.URL, "http://")
 		hostile = func() { pushGraph(t, host, "ichor/policy", "stable", tc.layers, tc.size, tc.index) }
 		if tc.nested != "" {
 			hostile = func() { pushNested(t, host, "ichor/policy", "stable", tc.nested) }
@@ -505,16 +512,8 @@ func TestAManifestRedirectedElsewhereIsCheckedAllTheSame(t *testing.T) {
 		registry.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	host := strings.TrimPrefix(srv.URL, "http://")
 	var hostile func()
-	src := source{ref: bundles.OCIPlainHTTPScheme + host + "/ichor/policy:stable", serve: func(data []byte) {
-		if data == nil {
-			blobGets.Store(0)
-			hostile()
-			return
-		}
-		pushRaw(t, host, "ichor/policy", "stable", data)
-	}}
+	src := hostileTag(t, strings.TrimPrefix(srv.URL, "http://"), &blobGets, &hostile)
 	good, e := startOnGood(t, src, s)
 	require.Positive(t, redirected.Load(), "the good bundle's manifest came through the redirect")
 
@@ -526,6 +525,7 @@ func TestAManifestRedirectedElsewhereIsCheckedAllTheSame(t *testing.T) {
 		{name: "40 layers", want: "40 layers, more than the 4 a bundle may have", layers: 40},
 		{name: "an index", want: "not an index", layers: 1, index: true},
 	} {
+		host := strings.TrimPrefix(srv.URL, "http://")
 		hostile = func() { pushGraph(t, host, "ichor/policy", "stable", tc.layers, 1<<10, tc.index) }
 		e.refused(t, src, nil, tc.want, good)
 		assert.Zero(t, blobGets.Load(), "%s: no blob is fetched", tc.name)
