@@ -17,10 +17,12 @@ import (
 // root (oras.Copy with the default options) into a local store on disk
 // (a temporary directory, removed only when the engine stops) before it
 // looks for the bundle layer: every layer, the config, the subject, and
-// every child of an index. Each response is bounded by the limits; their
-// number is bounded here, before a blob is fetched, by refusing any root
-// that is not a single image manifest, and any image manifest that points
-// to more than a bundle needs.
+// every child of an index, each followed by its media type. Each response
+// is bounded by the limits; their number is bounded here, before a blob is
+// fetched, by refusing any root that is not a single image manifest, and
+// any image manifest that points to more than a bundle needs or to another
+// manifest; and a pull's answers and bytes are bounded whatever the graph
+// (limitsTransport).
 
 // maxManifestLayers is the most layers a bundle's manifest may have. OPA's
 // bundle is one layer (and a config); a few more leave room for a tool that

@@ -38,8 +38,10 @@ type forgetMark struct {
 	at  time.Time
 }
 
-// forgetKept is how long a forget is remembered at least: longer than a
-// worker's turn, which its reads' timeouts bound to well under a minute.
+// forgetKept is how long a forget is remembered at least: far longer than a
+// worker's turn takes (each of its reads is bounded by a timeout); a turn
+// longer still could raise the guard of a forgotten cluster again, as
+// before this was kept.
 const forgetKept = 10 * time.Minute
 
 // NewMetrics makes the collectors and registers them, as engine.NewMetrics
