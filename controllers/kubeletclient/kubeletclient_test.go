@@ -853,6 +853,18 @@ func TestAWeakKeyIsNotRecognized(t *testing.T) {
 	assert.Nil(t, harness.Verdict(env.GetCSR(t, name)))
 }
 
+// ownEngine is an engine of the embedded bundle beside the suite's, for a
+// test's second approver, logging to log.
+func ownEngine(t *testing.T, log *harness.DecisionLog) *engine.Engine {
+	t.Helper()
+	b, err := bundles.Default()
+	require.NoError(t, err)
+	eng, err := engine.New(t.Context(), engine.Options{Bundle: b, DecisionLog: log, Log: os.Stderr})
+	require.NoError(t, err)
+	t.Cleanup(func() { eng.Stop(context.Background()) })
+	return eng
+}
+
 // A new bundle decides the requests the last one left pending at once, not
 // at their recheck (an hour here), and once; and those the last one gave no
 // decision on, which nothing else would bring back. An approver of its own,
@@ -867,12 +879,8 @@ func TestANewBundleDecidesAPendingRequestAtOnce(t *testing.T) {
 	groups := []string{"system:bootstrappers"}
 	bind(t, token, groups, roleBootstrapper)
 
-	b, err := bundles.Default()
-	require.NoError(t, err)
 	log := &harness.DecisionLog{}
-	eng, err := engine.New(t.Context(), engine.Options{Bundle: b, DecisionLog: log, Log: os.Stderr})
-	require.NoError(t, err)
-	t.Cleanup(func() { eng.Stop(context.Background()) })
+	eng := ownEngine(t, log)
 	var revision atomic.Pointer[string]
 	active := eng.Revision()
 	revision.Store(&active)
@@ -949,11 +957,7 @@ func TestARequestTheRuleDoesNotGovernIsAskedAgainOnItsRecheck(t *testing.T) {
 	groups := []string{"system:bootstrappers"}
 	bind(t, token, groups, roleBootstrapper)
 
-	b, err := bundles.Default()
-	require.NoError(t, err)
-	eng, err := engine.New(t.Context(), engine.Options{Bundle: b, DecisionLog: &harness.DecisionLog{}, Log: os.Stderr})
-	require.NoError(t, err)
-	t.Cleanup(func() { eng.Stop(context.Background()) })
+	eng := ownEngine(t, &harness.DecisionLog{})
 	var asked atomic.Int32
 	noDecision := func(_ context.Context, in csrinput.KubeletClient) (engine.CSRDecision, error) {
 		if in.Machine != nil && in.Machine.Name == "ungoverned-1" {
