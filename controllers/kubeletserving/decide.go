@@ -348,6 +348,16 @@ func (p *pass) requestsOf(ctx context.Context, username string) ([]certificatesv
 	return out, nil
 }
 
+// hasRequests reports whether the target's cache holds a kubelet-serving
+// request of username, decided or not: a lookup of the cache's index.
+func (p *pass) hasRequests(ctx context.Context, username string) (bool, error) {
+	var list certificatesv1.CertificateSigningRequestList
+	if err := p.target.reader.List(ctx, &list, client.MatchingFields{IndexUndecided: "made-by:" + username}, client.UnsafeDisableDeepCopy); err != nil {
+		return false, fmt.Errorf("list the requests of %s: %w", username, err)
+	}
+	return len(list.Items) > 0, nil
+}
+
 // settled reports whether handle has nothing to do for a request: decided,
 // no write of it waiting to be settled (failures), and no certificate or one
 // that its machine has recorded already.

@@ -391,6 +391,7 @@ func (r *Reconciler) gateOf(key types.NamespacedName) *tenantGate {
 			// at most a quarter: the local API server's clusters keep
 			// the rest.
 			r.targets.pool = newRemotePool(max(1, r.MaxConcurrentDecisions/2))
+			r.targets.pool.maxHeld, r.targets.pool.maxHeldBytes = r.TenantMaxCSRs, r.TenantMaxCSRBytes
 		}
 		g = r.targets.pool.newGate(clk, key.Namespace, max(1, r.MaxConcurrentDecisions/4), r.TenantRequestTimeout/3)
 		r.targets.gates[key] = g

@@ -33,6 +33,15 @@ import (
 //     closes the breaker, and the cluster's parked requesters are handed
 //     back as slots allow.
 //
+// The requesters a tenant's gates hold (parked, or turned away until a
+// backoff ends, each a name its server chose) are bounded as its cache is
+// (TenantMaxCSRs and TenantMaxCSRBytes): a server that stalls while its
+// watch streams requests under ever new names would otherwise have the
+// manager keep each name until the backoff ends, without bound. A requester
+// of whom the cache holds no request is not held at all (the worker looks
+// first); past the bound one is not held either: the cluster's resync, a
+// minute at most, queues it again if it still has a request.
+//
 // Slots are the tenant's, so that a second TalosCluster does not bring
 // fresh ones; the breaker is the cluster's, so that one broken server holds
 // back its own requesters and not its neighbours'. The gate lasts across
@@ -61,6 +70,13 @@ type tenantGate struct {
 	// gone: the cluster was forgotten; a worker that still found its old
 	// target is not parked under it, but comes back to the new one.
 	gone bool
+	// turnedAway are the requesters sent off until the backoff ends
+	// (counted in slots.held until the next backoff, or a close, when
+	// they have come back); lastDrop is when one was last not held, for
+	// the notice (dropNotice).
+	turnedAway  map[requester]struct{}
+	lastDrop    time.Time
+	dropNoticed bool
 }
 
 // tenantSlots are the turns one tenant may run at once (free of max);
@@ -69,6 +85,10 @@ type tenantSlots struct {
 	namespace string
 	free, max int
 	gates     int
+	// held and heldBytes are the requesters the tenant's gates hold
+	// (parked or turned away), and about the memory their keys take.
+	held      int
+	heldBytes int64
 }
 
 // remotePool is what every tenant's turns share: the slots of all of them
@@ -79,6 +99,11 @@ type remotePool struct {
 	tenants  map[string]*tenantSlots
 	parked   []parkedKey
 	isParked map[requester]bool
+	// maxHeld and maxHeldBytes bound each tenant's held requesters
+	// (tenantSlots.held); zero: DefaultTenantMaxCSRs and
+	// DefaultTenantMaxCSRBytes.
+	maxHeld      int
+	maxHeldBytes int64
 }
 
 type parkedKey struct {
@@ -119,11 +144,13 @@ func (p *remotePool) forget(g *tenantGate) {
 	for _, pk := range p.parked {
 		if pk.gate == g {
 			delete(p.isParked, pk.key)
+			p.release(g.slots, pk.key)
 			continue
 		}
 		kept = append(kept, pk)
 	}
 	p.parked = kept
+	g.comeBack()
 	g.gone = true
 	g.slots.gates--
 	p.dropIdle(g.slots)
@@ -135,6 +162,78 @@ func (p *remotePool) dropIdle(s *tenantSlots) {
 	if s.gates <= 0 && s.free >= s.max && p.tenants[s.namespace] == s {
 		delete(p.tenants, s.namespace)
 	}
+}
+
+// heldSize is about what holding key costs: its names, and the key's and
+// the map entry's own words.
+func heldSize(key requester) int64 {
+	return int64(len(key.username)+len(key.cluster.Namespace)+len(key.cluster.Name)) + 64
+}
+
+// hold counts key among the tenant's held requesters, unless that would
+// take them past the bound. Called with mu held.
+func (p *remotePool) hold(s *tenantSlots, key requester) bool {
+	maxHeld, maxBytes := p.heldBounds()
+	size := heldSize(key)
+	if s.held >= maxHeld || s.heldBytes+size > maxBytes {
+		return false
+	}
+	s.held++
+	s.heldBytes += size
+	return true
+}
+
+// heldBounds are the bounds of each tenant's held requesters in effect.
+func (p *remotePool) heldBounds() (maxHeld int, maxBytes int64) {
+	maxHeld, maxBytes = p.maxHeld, p.maxHeldBytes
+	if maxHeld <= 0 {
+		maxHeld = DefaultTenantMaxCSRs
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultTenantMaxCSRBytes
+	}
+	return maxHeld, maxBytes
+}
+
+// release counts key no longer held. Called with mu held.
+func (p *remotePool) release(s *tenantSlots, key requester) {
+	s.held--
+	s.heldBytes -= heldSize(key)
+}
+
+// comeBack forgets the requesters turned away: their backoff is over.
+// Called with pool.mu held.
+func (g *tenantGate) comeBack() {
+	for key := range g.turnedAway {
+		g.pool.release(g.slots, key)
+	}
+	g.turnedAway = nil
+}
+
+// drop notes a requester not held (see tenantGate). Called with pool.mu
+// held.
+func (g *tenantGate) drop(now time.Time) {
+	if g.lastDrop.IsZero() || now.Sub(g.lastDrop) >= time.Minute {
+		g.dropNoticed = false
+	}
+	g.lastDrop = now
+}
+
+// dropNotice reports, at most once a minute while they go on, that the
+// gate did not hold requesters: its tenant holds as many as it may (the
+// bounds are said with it).
+func (g *tenantGate) dropNotice() (notice bool, maxHeld int, maxBytes int64) {
+	if g == nil {
+		return false, 0, 0
+	}
+	g.pool.mu.Lock()
+	defer g.pool.mu.Unlock()
+	if g.lastDrop.IsZero() || g.dropNoticed {
+		return false, 0, 0
+	}
+	g.dropNoticed = true
+	maxHeld, maxBytes = g.pool.heldBounds()
+	return true, maxHeld, maxBytes
 }
 
 // enter says whether key's turn runs now, and whether it is the try of a
@@ -151,11 +250,28 @@ func (g *tenantGate) enter(key requester) (ok, probe bool, wait time.Duration) {
 	if g.gone {
 		return false, false, minBackoff
 	}
+	backingOff := g.open && now.Before(g.until)
+	if _, ok := g.turnedAway[key]; ok && !backingOff {
+		// Back once the backoff ended: held again only if it waits
+		// again (parked), not twice meanwhile.
+		delete(g.turnedAway, key)
+		g.pool.release(g.slots, key)
+	}
 	free := g.slots.free > 0 && g.pool.free > 0
 	switch {
-	case g.open && now.Before(g.until):
+	case backingOff:
 		// Every requester turned away comes back when the backoff
 		// ends: no single one is trusted to wake the others.
+		if _, ok := g.turnedAway[key]; !ok {
+			if !g.pool.hold(g.slots, key) {
+				g.drop(now)
+				return false, false, 0
+			}
+			if g.turnedAway == nil {
+				g.turnedAway = map[requester]struct{}{}
+			}
+			g.turnedAway[key] = struct{}{}
+		}
 		return false, false, g.until.Sub(now)
 	case g.open && !g.probing && free:
 		g.take()
@@ -166,6 +282,10 @@ func (g *tenantGate) enter(key requester) (ok, probe bool, wait time.Duration) {
 		return true, false, 0
 	}
 	if !g.pool.isParked[key] {
+		if !g.pool.hold(g.slots, key) {
+			g.drop(now)
+			return false, false, 0
+		}
 		g.pool.isParked[key] = true
 		g.pool.parked = append(g.pool.parked, parkedKey{gate: g, key: key})
 	}
@@ -202,6 +322,7 @@ func (g *tenantGate) leave(probe, aborted bool) (handBack []requester, wait time
 			g.open = false
 			g.trips = 0
 			g.closedAt = now
+			g.comeBack()
 		case !aborted:
 			// Not answered, not stalled (refused): tried again later.
 			g.arm(now)
@@ -231,6 +352,7 @@ func (p *remotePool) handBack(now time.Time) []requester {
 			taken[g.slots]++
 			trying[g] = g.open
 			delete(p.isParked, pk.key)
+			p.release(g.slots, pk.key)
 		default:
 			kept = append(kept, pk)
 		}
@@ -290,6 +412,9 @@ func (g *tenantGate) observe(err, ctxErr error, took time.Duration) {
 
 // arm opens the breaker for the next backoff.
 func (g *tenantGate) arm(now time.Time) {
+	// Those turned away came back when the last backoff ended (a backoff
+	// begins only after the last).
+	g.comeBack()
 	g.open = true
 	g.until = now.Add(backoff.After(g.trips))
 	g.trips++

@@ -261,6 +261,112 @@ func TestAForgottenClusterLeavesNothingParked(t *testing.T) {
 	assert.Equal(t, 32, pool.free, "a slot of the pool was lost")
 }
 
+// The hostile review of 2026-12-05: a tenant's server that stalls while its
+// watch streams requests under ever new requester names (each taken back
+// once queued) had the manager keep every name until the backoff ended, and
+// every name parked behind a slow turn until a slot came free: memory
+// without bound, at the pace of the tenant's watch. What a tenant's gates
+// hold, turned away or parked, is bounded in count and in bytes as its cache
+// is; past the bound a requester is not held (its cluster's resync queues it
+// again), the held are counted until they come back, and a notice is given
+// once a minute at most.
+func TestATenantsHeldRequestersAreBounded(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Unix(1_000_000, 0))
+	pool := newRemotePool(32)
+	pool.maxHeld, pool.maxHeldBytes = 3, 1024
+	g := pool.newGate(clk, "ns", 1, 10*time.Second)
+	sibling := pool.newGate(clk, "ns", 1, 10*time.Second)
+	held := func() (int, int64) {
+		pool.mu.Lock()
+		defer pool.mu.Unlock()
+		return g.slots.held, g.slots.heldBytes
+	}
+
+	// Turned away while the breaker's backoff runs.
+	ok, _, _ := g.enter(tenantKey(0))
+	require.True(t, ok)
+	g.observe(context.DeadlineExceeded, nil, 30*time.Second)
+	_, wait := g.leave(false, false)
+	require.Equal(t, 5*time.Second, wait)
+	notice, _, _ := g.dropNotice()
+	assert.False(t, notice, "a notice with nothing dropped")
+	for n := range 100 {
+		ok, _, wait := g.enter(tenantKey(n))
+		require.False(t, ok)
+		if n < 3 {
+			assert.Equal(t, 5*time.Second, wait, "a requester within the bound was not held until the backoff ends")
+		} else {
+			assert.Zero(t, wait, "requester %d past the bound was held", n)
+		}
+	}
+	_, _, wait = g.enter(tenantKey(1))
+	assert.Equal(t, 5*time.Second, wait, "a requester held already was counted again, and not held")
+	n, bytes := held()
+	assert.Equal(t, 3, n)
+	assert.Equal(t, 3*heldSize(tenantKey(0)), bytes)
+	notice, maxHeld, maxBytes := g.dropNotice()
+	assert.True(t, notice, "no notice of the requesters dropped")
+	assert.Equal(t, 3, maxHeld)
+	assert.Equal(t, int64(1024), maxBytes)
+	notice, _, _ = g.dropNotice()
+	assert.False(t, notice, "a second notice within the minute")
+	ok, _, _ = sibling.enter(clusterKey("ns", "sibling", 1))
+	require.True(t, ok)
+	sibling.observe(context.DeadlineExceeded, nil, 30*time.Second)
+	sibling.leave(false, false)
+	ok, _, wait = sibling.enter(clusterKey("ns", "sibling", 2))
+	assert.False(t, ok)
+	assert.Zero(t, wait, "the bound is the tenant's: its second cluster brought fresh room")
+
+	// The backoff over, a try; the others are parked, within the same
+	// bound; an answered try closes the breaker and they come back.
+	clk.Step(5 * time.Second)
+	ok, probe, _ := g.enter(tenantKey(0))
+	require.True(t, ok && probe)
+	n, _ = held()
+	assert.Equal(t, 2, n, "the requester trying is still counted as turned away")
+	for n := range 3 {
+		ok, _, _ := g.enter(tenantKey(100 + n))
+		require.False(t, ok)
+	}
+	clk.Step(time.Millisecond)
+	g.observe(nil, nil, time.Millisecond)
+	handBack, _ := g.leave(true, false)
+	require.False(t, g.halted(false), "the answered try did not close the breaker")
+	assert.Equal(t, []requester{tenantKey(100)}, handBack, "the requesters parked are not those within the bound (the turned-away ones are counted until the breaker closes)")
+	n, _ = held()
+	assert.Zero(t, n, "the closed breaker's requesters are still counted as held")
+
+	// Parked behind a slow turn: the same bound, and a name longer than
+	// the bytes allow is not held whatever the count.
+	ok, _, _ = g.enter(tenantKey(0))
+	require.True(t, ok)
+	long := requester{username: strings.Repeat("x", 1024)}
+	ok, _, wait = g.enter(long)
+	assert.False(t, ok)
+	assert.Zero(t, wait)
+	pool.mu.Lock()
+	assert.Empty(t, pool.parked, "a name past the bytes' bound was parked")
+	pool.mu.Unlock()
+	for n := range 10 {
+		ok, _, _ := g.enter(tenantKey(200 + n))
+		require.False(t, ok)
+	}
+	pool.mu.Lock()
+	assert.Len(t, pool.parked, 3)
+	pool.mu.Unlock()
+	handBack, _ = g.leave(false, false)
+	assert.Equal(t, []requester{tenantKey(200)}, handBack)
+	n, _ = held()
+	assert.Equal(t, 2, n, "a requester handed back is still counted as held")
+
+	// Forgotten: nothing of it is held.
+	pool.forget(g)
+	n, bytes = held()
+	assert.Zero(t, n)
+	assert.Zero(t, bytes)
+}
+
 // Review 10 F1, F2: forgetting a cluster while its turns run, then starting
 // it again (disabled and enabled, deleted and created), brings its tenant
 // no fresh slots: the old turns still count until they end. And a worker
@@ -645,6 +751,57 @@ func TestEveryRequesterOfAStalledTenantComesBackWithoutAResync(t *testing.T) {
 			}
 			t.Logf("every request approved %s after the server recovered", s.clk.Since(recovered))
 		})
+	}
+}
+
+// The hostile review of 2026-12-05, through the workers: while a tenant's
+// server stalls, the requester names its watch brought and took back are
+// not kept (each would be until the backoff ends), and the requesters with
+// requests are, and are all approved once the server recovers.
+func TestNamesATenantTookBackAreNotHeldWhileItStalls(t *testing.T) {
+	s := newStalledTenant(t, 500*time.Millisecond, versionRefused, 1)
+	s.gate.pool.mu.Lock()
+	s.gate.pool.maxHeld = 8
+	s.gate.pool.mu.Unlock()
+	s.srv.stalling.Store(true)
+	s.f.start(t, 4)
+	for n := range 6 {
+		s.f.add(fmt.Sprintf("system:node:%d", n))
+	}
+	require.Eventually(t, func() bool { return s.gate.halted(false) }, 10*time.Second, 10*time.Millisecond, "the stalled approvals did not open the gate")
+	s.settle(t)
+	// Names of requests the server no longer has, as many as its watch
+	// can bring while the backoff runs.
+	for n := range 1000 {
+		s.f.add(fmt.Sprintf("gone:%d", n))
+	}
+	s.settle(t)
+	var kept []string
+	s.queue.mu.Lock()
+	for k := range s.queue.due {
+		kept = append(kept, k.username)
+	}
+	s.queue.mu.Unlock()
+	s.gate.pool.mu.Lock()
+	for _, pk := range s.gate.pool.parked {
+		kept = append(kept, pk.key.username)
+	}
+	held := s.gate.slots.held
+	s.gate.pool.mu.Unlock()
+	assert.ElementsMatch(t, []string{"system:node:0", "system:node:1", "system:node:2", "system:node:3", "system:node:4", "system:node:5"}, kept,
+		"the requesters kept until the server answers are not those with requests")
+	assert.LessOrEqual(t, held, 8)
+
+	s.srv.stalling.Store(false)
+	recovered := s.clk.Now()
+	for !s.srv.allApproved() {
+		next := s.settle(t)
+		if s.srv.allApproved() {
+			break
+		}
+		require.False(t, next.IsZero(), "a requester held within the bound was lost (approved: %v)", s.srv.approved)
+		require.Less(t, next.Sub(recovered), 10*time.Minute, "not approved 10 minutes after the server recovered")
+		s.clk.SetTime(next)
 	}
 }
 
