@@ -538,6 +538,10 @@ func Revocation(b *rbacv1.ClusterRoleBinding) (username, revokedBy string) {
 type AdminBindings struct {
 	// Client deletes bindings (cached reads, label-selected by the manager).
 	Client client.Client
+	// APIReader reads a binding past the cache: the label-selected watch
+	// tells of a binding whose label was taken off as of one deleted, and
+	// only the API server can tell the two apart. Nil: the manager's.
+	APIReader client.Reader
 	// Engine writes the decision log's record.
 	Engine interface {
 		RecordApplied(ctx context.Context, a engine.Applied) error
@@ -563,6 +567,9 @@ func (a *AdminBindings) SetupWithManager(mgr ctrl.Manager) error {
 	if a.Engine == nil {
 		return errors.New("admin bindings controller: no engine")
 	}
+	if a.APIReader == nil {
+		a.APIReader = mgr.GetAPIReader()
+	}
 	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], b *rbacv1.ClusterRoleBinding) {
 		if isAdminBinding(b) {
 			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: b.Name}})
@@ -576,9 +583,13 @@ func (a *AdminBindings) SetupWithManager(mgr ctrl.Manager) error {
 			enqueue(q, e.ObjectNew)
 		},
 		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[*rbacv1.ClusterRoleBinding], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			if isAdminBinding(e.Object) {
-				a.revoked(ctx, e.Object)
+			if !isAdminBinding(e.Object) {
+				return
 			}
+			if a.unlabelled(ctx, e.Object) {
+				return
+			}
+			a.revoked(ctx, e.Object)
 		},
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -643,6 +654,47 @@ func (a *AdminBindings) Reconcile(ctx context.Context, req reconcile.Request) (r
 	log.FromContext(ctx).Info("removed an admin binding: the operator revoked admin kubeconfigs", "binding", b.Name)
 	return reconcile.Result{}, nil
 }
+
+// unlabelled reports whether an admin binding the watch saw go is still
+// there, its label taken off (or changed): no revocation, since it still
+// grants what it granted, but a binding Ichor no longer lists, revokes or
+// records (the operator's revocation and the CLI find bindings by the
+// label), which is said as a Warning. A binding the API server cannot be
+// asked about is taken as deleted, as before this check: a revocation
+// unrecorded would be worse than one recorded for a binding unlabelled.
+func (a *AdminBindings) unlabelled(ctx context.Context, b *rbacv1.ClusterRoleBinding) bool {
+	if a.APIReader == nil {
+		return false
+	}
+	var now rbacv1.ClusterRoleBinding
+	err := a.APIReader.Get(ctx, client.ObjectKey{Name: b.Name}, &now)
+	logger := log.FromContext(ctx).WithValues("binding", engine.Clip(b.Name, "", maxLoggedBindingName))
+	switch {
+	case apierrors.IsNotFound(err):
+		return false
+	case err != nil:
+		logger.Error(err, "cannot tell whether an admin binding the watch saw go was deleted or unlabelled: recorded as deleted")
+		return false
+	case now.UID != b.UID || isAdminBinding(&now):
+		// Made again under its name (the old one is gone), or labelled
+		// again since (its watch tells of it anew).
+		return now.UID == b.UID
+	}
+	username, _ := Revocation(b)
+	note := engine.Clip(fmt.Sprintf("The admin binding of %q lost its label %s=true: it still grants cluster-admin, and Ichor no longer lists, revokes or records it; label it again, or delete it to revoke", username, LabelAdminBinding), "", engine.MaxEventNote)
+	logger.Info("an admin binding lost its label: not a revocation, and no longer tracked", "username", engine.Clip(username, "", maxLoggedBindingName))
+	if a.Recorder != nil {
+		a.Recorder.Eventf(&now, nil, corev1.EventTypeWarning, ReasonAdminBindingUntracked, "Unlabel", "%s", note)
+	}
+	return true
+}
+
+// ReasonAdminBindingUntracked is the reason of the Warning of an admin
+// binding whose label was taken off.
+const ReasonAdminBindingUntracked = "AdminBindingUntracked"
+
+// maxLoggedBindingName bounds a binding's name or username in the log.
+const maxLoggedBindingName = 256
 
 // revoked records the deletion of an admin binding.
 func (a *AdminBindings) revoked(ctx context.Context, b *rbacv1.ClusterRoleBinding) {

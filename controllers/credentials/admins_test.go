@@ -21,10 +21,17 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
@@ -340,6 +347,81 @@ func TestRevocationIsRecordedAndTheOperatorsRevocationRemovesEveryBinding(t *tes
 		assert.False(t, credentials.Revocable(decoy), "%s is revocable", decoy.Name)
 		require.NoError(t, env.Client.Get(f.ctx, client.ObjectKeyFromObject(decoy), &rbacv1.ClusterRoleBinding{}), "%s was deleted", decoy.Name)
 	}
+}
+
+// The hostile review of 2026-12-05: the manager watches only the bindings
+// labelled as Ichor's, and the API server tells such a watch of a binding
+// whose label is taken off as of one deleted. Taking the label off an admin
+// binding was recorded as its revocation, while the person kept
+// cluster-admin. It is now no revocation, and a Warning says that the
+// binding still grants cluster-admin and is no longer tracked; a binding
+// deleted for real through the same watch is still recorded.
+func TestALabelTakenOffAnAdminBindingIsNoRevocation(t *testing.T) {
+	f := newFixture(t)
+	ivy := f.adminKubeconfig(f.user("ichor:ivy", "ichor-admin"), "ichor:ivy")
+	jon := f.adminKubeconfig(f.user("ichor:jon", "ichor-admin"), "ichor:jon")
+
+	cfg, err := env.UserConfig(controllerUser)
+	require.NoError(t, err)
+	// The manager's cache, as internal/manager sets it: only the labelled
+	// bindings are watched.
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: env.Scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		// Another test of this process runs the same controller.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&rbacv1.ClusterRoleBinding{}: {Label: labels.SelectorFromSet(labels.Set{credentials.LabelAdminBinding: "true"})},
+		}},
+	})
+	require.NoError(t, err)
+	watcher := &credentials.AdminBindings{Engine: eng, Recorder: recorder, AdminKubeconfigs: true}
+	require.NoError(t, watcher.SetupWithManager(mgr))
+	before := reconciled(t, "admin-bindings")
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := harness.RunManager(ctx, mgr, "admin bindings")
+	t.Cleanup(func() { cancel(); <-done })
+	// The watch has told of both bindings (each reconciled once).
+	waitFor(t, "the watch has seen the bindings", func() (bool, error) {
+		return reconciled(t, "admin-bindings") >= before+2, nil
+	})
+
+	// Ivy's label is taken off: no revocation, and a Warning.
+	require.NoError(t, env.Client.Patch(f.ctx, ivy.binding.DeepCopy(),
+		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+credentials.LabelAdminBinding+`":null}}}`))))
+	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(f.ctx), ivy.binding.DeepCopy()) })
+	eventOf := func(binding, reason string) (*eventsv1.Event, error) {
+		var list eventsv1.EventList
+		if err := env.Client.List(f.ctx, &list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+			return nil, err
+		}
+		for i, e := range list.Items {
+			if e.Regarding.Name == binding && e.Reason == reason {
+				return &list.Items[i], nil
+			}
+		}
+		return nil, nil
+	}
+	waitFor(t, "the Warning of the unlabelled binding", func() (bool, error) {
+		e, err := eventOf(ivy.binding.Name, credentials.ReasonAdminBindingUntracked)
+		if e != nil {
+			assert.Equal(t, "Warning", e.Type)
+			assert.Contains(t, e.Note, `"ichor:ivy"`)
+			assert.Contains(t, e.Note, "still grants cluster-admin")
+		}
+		return e != nil, err
+	})
+	require.NoError(t, listNamespaces(f.ctx, ivy.cs), "Ivy's admin kubeconfig no longer works")
+
+	// Jon's binding is deleted: recorded, after Ivy's Warning, so that the
+	// watch has told of both by the time Jon's record is seen.
+	require.NoError(t, credentials.RevokeBinding(f.ctx, env.Client, jon.binding.DeepCopy(), ""))
+	waitFor(t, "Jon's revocation is in the decision log", func() (bool, error) {
+		return strings.Contains(decisionLog.String(), jsonText(`Revoked the admin binding of "ichor:jon"`)), nil
+	})
+	assert.NotContains(t, decisionLog.String(), jsonText(`Revoked the admin binding of "ichor:ivy"`), "a label taken off was recorded as a revocation")
+	e, err := eventOf(ivy.binding.Name, credentials.ReasonAdminRevoked)
+	require.NoError(t, err)
+	assert.Nil(t, e, "a label taken off was said as a revocation")
 }
 
 // reconciled is how many reconciles the controller named name has made,
