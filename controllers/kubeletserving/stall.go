@@ -39,8 +39,9 @@ import (
 // watch streams requests under ever new names would otherwise have the
 // manager keep each name until the backoff ends, without bound. A requester
 // of whom the cache holds no request is not held at all (the worker looks
-// first); past the bound one is not held either: the cluster's resync, a
-// minute at most, queues it again if it still has a request.
+// first), and runs only as the breaker's try; past the bound one is not
+// held either: the cluster's resync, a minute at most, queues it again if it
+// still has a request.
 //
 // Slots are the tenant's, so that a second TalosCluster does not bring
 // fresh ones; the breaker is the cluster's, so that one broken server holds
@@ -71,12 +72,13 @@ type tenantGate struct {
 	// target is not parked under it, but comes back to the new one.
 	gone bool
 	// turnedAway are the requesters sent off until the backoff ends
-	// (counted in slots.held until the next backoff, or a close, when
-	// they have come back); lastDrop is when one was last not held, for
-	// the notice (dropNotice).
-	turnedAway  map[requester]struct{}
-	lastDrop    time.Time
-	dropNoticed bool
+	// (counted in slots.held until they come back, or the next backoff
+	// or a close, when they have).
+	turnedAway map[requester]struct{}
+	// dropped: a requester was not held since the last notice, given at
+	// noticed (dropNotice).
+	dropped bool
+	noticed time.Time
 }
 
 // tenantSlots are the turns one tenant may run at once (free of max);
@@ -210,15 +212,6 @@ func (g *tenantGate) comeBack() {
 	g.turnedAway = nil
 }
 
-// drop notes a requester not held (see tenantGate). Called with pool.mu
-// held.
-func (g *tenantGate) drop(now time.Time) {
-	if g.lastDrop.IsZero() || now.Sub(g.lastDrop) >= time.Minute {
-		g.dropNoticed = false
-	}
-	g.lastDrop = now
-}
-
 // dropNotice reports, at most once a minute while they go on, that the
 // gate did not hold requesters: its tenant holds as many as it may (the
 // bounds are said with it).
@@ -228,10 +221,11 @@ func (g *tenantGate) dropNotice() (notice bool, maxHeld int, maxBytes int64) {
 	}
 	g.pool.mu.Lock()
 	defer g.pool.mu.Unlock()
-	if g.lastDrop.IsZero() || g.dropNoticed {
+	now := g.clock.Now()
+	if !g.dropped || !g.noticed.IsZero() && now.Sub(g.noticed) < time.Minute {
 		return false, 0, 0
 	}
-	g.dropNoticed = true
+	g.dropped, g.noticed = false, now
 	maxHeld, maxBytes = g.pool.heldBounds()
 	return true, maxHeld, maxBytes
 }
@@ -239,8 +233,11 @@ func (g *tenantGate) dropNotice() (notice bool, maxHeld int, maxBytes int64) {
 // enter says whether key's turn runs now, and whether it is the try of a
 // stalled server (then the turn asks the server something cheap first).
 // When it does not run, wait is when it comes back (the cluster's backoff
-// runs), or zero: it is parked, and handed back by a later leave.
-func (g *tenantGate) enter(key requester) (ok, probe bool, wait time.Duration) {
+// runs), or zero: it is parked, and handed back by a later leave, or not
+// held at all. has says whether the requester has a request in the cache:
+// one that has none is never held, and runs only as the try, which the
+// requesters parked behind it are owed.
+func (g *tenantGate) enter(key requester, has bool) (ok, probe bool, wait time.Duration) {
 	if g == nil {
 		return true, false, 0
 	}
@@ -259,12 +256,14 @@ func (g *tenantGate) enter(key requester) (ok, probe bool, wait time.Duration) {
 	}
 	free := g.slots.free > 0 && g.pool.free > 0
 	switch {
+	case backingOff && !has:
+		return false, false, 0
 	case backingOff:
 		// Every requester turned away comes back when the backoff
 		// ends: no single one is trusted to wake the others.
 		if _, ok := g.turnedAway[key]; !ok {
 			if !g.pool.hold(g.slots, key) {
-				g.drop(now)
+				g.dropped = true
 				return false, false, 0
 			}
 			if g.turnedAway == nil {
@@ -277,13 +276,15 @@ func (g *tenantGate) enter(key requester) (ok, probe bool, wait time.Duration) {
 		g.take()
 		g.probing, g.answered, g.stalled, g.probeStart = true, false, false, now
 		return true, true, 0
+	case !has:
+		return false, false, 0
 	case !g.open && free:
 		g.take()
 		return true, false, 0
 	}
 	if !g.pool.isParked[key] {
 		if !g.pool.hold(g.slots, key) {
-			g.drop(now)
+			g.dropped = true
 			return false, false, 0
 		}
 		g.pool.isParked[key] = true

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,7 @@ func TestAStallingTenantServerHoldsItsRequestersBack(t *testing.T) {
 		g.observe(err, ctxErr, took)
 	}
 
-	ok, probe, _ := g.enter(tenantKey(1))
+	ok, probe, _ := g.enter(tenantKey(1), true)
 	require.True(t, ok && !probe, "closed: a requester runs, and is no try")
 	observe(errors.New("connection refused"), nil, time.Millisecond)
 	observe(context.Canceled, context.Canceled, time.Millisecond)
@@ -59,7 +60,7 @@ func TestAStallingTenantServerHoldsItsRequestersBack(t *testing.T) {
 	require.True(t, g.halted(false), "a timeout opens the breaker")
 	g.observe(nil, context.DeadlineExceeded, 30*time.Second) // another turn's, begun before
 	for _, n := range []int{2, 3, 3} {
-		ok, _, wait := g.enter(tenantKey(n))
+		ok, _, wait := g.enter(tenantKey(n), true)
 		require.False(t, ok)
 		assert.Equal(t, 5*time.Second, wait, "every requester turned away comes back when the backoff ends (the stalls of turns begun before count once)")
 	}
@@ -77,10 +78,10 @@ func TestAStallingTenantServerHoldsItsRequestersBack(t *testing.T) {
 		{10 * time.Second, func() { observe(errors.New("connection reset"), nil, time.Millisecond) }},
 	} {
 		clk.Step(c.backoff)
-		ok, probe, _ = g.enter(tenantKey(2))
+		ok, probe, _ = g.enter(tenantKey(2), true)
 		require.True(t, ok && probe, "the backoff over, a requester tries")
 		for _, n := range []int{3, 4} {
-			ok, _, wait = g.enter(tenantKey(n))
+			ok, _, wait = g.enter(tenantKey(n), true)
 			require.False(t, ok, "a second requester ran during the try")
 			assert.Zero(t, wait, "parked")
 		}
@@ -94,13 +95,13 @@ func TestAStallingTenantServerHoldsItsRequestersBack(t *testing.T) {
 	// A try this side cuts short (the kubeconfig changed) says nothing of
 	// the server: no longer backoff, and another requester tries at once.
 	clk.Step(20 * time.Second)
-	ok, probe, _ = g.enter(tenantKey(2))
+	ok, probe, _ = g.enter(tenantKey(2), true)
 	require.True(t, ok && probe)
 	handBack, wait = g.leave(true, true)
 	assert.Zero(t, wait, "a try cut short here was held against the server")
 	assert.Equal(t, []requester{tenantKey(3)}, handBack, "after a try cut short, the oldest parked tries next")
 
-	ok, probe, _ = g.enter(tenantKey(3))
+	ok, probe, _ = g.enter(tenantKey(3), true)
 	require.True(t, ok && probe)
 	g.observe(nil, nil, time.Minute) // sent before the try: says nothing of it
 	require.False(t, g.halted(true), "a request sent before the try failed it")
@@ -111,13 +112,13 @@ func TestAStallingTenantServerHoldsItsRequestersBack(t *testing.T) {
 	assert.Equal(t, []requester{tenantKey(4)}, handBack, "closed: the parked are handed back, oldest first, as slots allow")
 	g.observe(timeout, nil, 30*time.Second)
 	assert.False(t, g.halted(false), "a stall of a request sent before the breaker closed opened it again")
-	ok, probe, _ = g.enter(tenantKey(4))
+	ok, probe, _ = g.enter(tenantKey(4), true)
 	assert.True(t, ok && !probe)
 
 	// The clean try forgave the stalls before it: a new one starts from
 	// the first backoff again.
 	observe(timeout, nil, 30*time.Second)
-	_, _, wait = g.enter(tenantKey(5))
+	_, _, wait = g.enter(tenantKey(5), true)
 	assert.Equal(t, 5*time.Second, wait, "a try the server answered did not forgive the stalls before it")
 	g.leave(false, false)
 
@@ -125,20 +126,20 @@ func TestAStallingTenantServerHoldsItsRequestersBack(t *testing.T) {
 	// last stall starts from the first backoff again, and not from the
 	// doubled one.
 	clk.Step(5 * time.Second)
-	ok, probe, _ = g.enter(tenantKey(5))
+	ok, probe, _ = g.enter(tenantKey(5), true)
 	require.True(t, ok && probe)
 	observe(nil, nil, 11*time.Second)
 	_, wait = g.leave(true, false)
 	require.Equal(t, 10*time.Second, wait)
 	clk.Step(11 * time.Minute)
-	ok, probe, _ = g.enter(tenantKey(5))
+	ok, probe, _ = g.enter(tenantKey(5), true)
 	require.True(t, ok && probe)
 	observe(nil, nil, 11*time.Second)
 	_, wait = g.leave(true, false)
 	assert.Equal(t, 5*time.Second, wait, "ten minutes without a stall did not forgive the past")
 
 	var none *tenantGate
-	ok, probe, _ = none.enter(tenantKey(1))
+	ok, probe, _ = none.enter(tenantKey(1), true)
 	assert.True(t, ok && !probe)
 	handBack, wait = none.leave(false, false)
 	assert.Empty(t, handBack)
@@ -152,13 +153,13 @@ func TestAStallingTenantServerHoldsItsRequestersBack(t *testing.T) {
 func TestATenantHoldsNoMoreWorkersThanItsSlots(t *testing.T) {
 	g := newRemotePool(32).newGate(clock.RealClock{}, "ns", 2, time.Minute)
 	for n, want := range []bool{true, true, false, false, false} {
-		ok, _, wait := g.enter(tenantKey([]int{1, 2, 3, 4, 3}[n]))
+		ok, _, wait := g.enter(tenantKey([]int{1, 2, 3, 4, 3}[n]), true)
 		require.Equal(t, want, ok, "turn %d", n)
 		assert.Zero(t, wait)
 	}
 	handBack, _ := g.leave(false, false)
 	assert.Equal(t, []requester{tenantKey(3)}, handBack, "parked twice, or not handed back")
-	ok, _, _ := g.enter(tenantKey(3))
+	ok, _, _ := g.enter(tenantKey(3), true)
 	require.True(t, ok)
 	handBack, _ = g.leave(false, false)
 	assert.Equal(t, []requester{tenantKey(4)}, handBack)
@@ -185,13 +186,13 @@ func TestTenantsTogetherHoldNoMoreWorkersThanThePool(t *testing.T) {
 		{b, clusterKey("b", "c", 2), false}, // the pool's three are taken
 		{a, clusterKey("a", "c", 3), false},
 	} {
-		ok, _, wait := c.g.enter(c.key)
+		ok, _, wait := c.g.enter(c.key, true)
 		require.Equal(t, c.runs, ok, "%v", c.key)
 		assert.Zero(t, wait)
 	}
 	handBack, _ := a.leave(false, false)
 	assert.Equal(t, []requester{clusterKey("b", "c", 2)}, handBack, "the slot a gave back is b's parked requester's, the oldest")
-	ok, _, _ := b.enter(clusterKey("b", "c", 2))
+	ok, _, _ := b.enter(clusterKey("b", "c", 2), true)
 	require.True(t, ok)
 	handBack, _ = b.leave(false, false)
 	assert.Equal(t, []requester{clusterKey("a", "c", 3)}, handBack)
@@ -206,11 +207,11 @@ func TestOneStallingClusterDoesNotHoldBackItsNeighbours(t *testing.T) {
 	broken := pool.newGate(clk, "ns", 2, 10*time.Second)
 	healthy := pool.newGate(clk, "ns", 2, 10*time.Second)
 
-	ok, _, _ := broken.enter(clusterKey("ns", "broken", 1))
+	ok, _, _ := broken.enter(clusterKey("ns", "broken", 1), true)
 	require.True(t, ok)
-	ok, _, _ = healthy.enter(clusterKey("ns", "healthy", 1))
+	ok, _, _ = healthy.enter(clusterKey("ns", "healthy", 1), true)
 	require.True(t, ok)
-	ok, _, wait := healthy.enter(clusterKey("ns", "healthy", 2))
+	ok, _, wait := healthy.enter(clusterKey("ns", "healthy", 2), true)
 	require.False(t, ok, "a second cluster of the tenant brought fresh slots")
 	assert.Zero(t, wait, "parked")
 
@@ -221,9 +222,9 @@ func TestOneStallingClusterDoesNotHoldBackItsNeighbours(t *testing.T) {
 	handBack, wait := broken.leave(false, false)
 	assert.Equal(t, 5*time.Second, wait)
 	assert.Equal(t, []requester{clusterKey("ns", "healthy", 2)}, handBack, "the stalled cluster's slot is its neighbour's")
-	ok, _, _ = healthy.enter(clusterKey("ns", "healthy", 2))
+	ok, _, _ = healthy.enter(clusterKey("ns", "healthy", 2), true)
 	assert.True(t, ok, "the neighbour of a stalled cluster was turned away")
-	ok, _, wait = broken.enter(clusterKey("ns", "broken", 2))
+	ok, _, wait = broken.enter(clusterKey("ns", "broken", 2), true)
 	assert.False(t, ok)
 	assert.Equal(t, 5*time.Second, wait)
 }
@@ -235,13 +236,13 @@ func TestAForgottenClusterLeavesNothingParked(t *testing.T) {
 	pool := newRemotePool(32)
 	gone := pool.newGate(clock.RealClock{}, "ns", 1, time.Minute)
 	kept := pool.newGate(clock.RealClock{}, "ns", 1, time.Minute)
-	ok, _, _ := gone.enter(clusterKey("ns", "gone", 1))
+	ok, _, _ := gone.enter(clusterKey("ns", "gone", 1), true)
 	require.True(t, ok)
 	for n := 2; n < 100; n++ {
-		ok, _, _ = gone.enter(clusterKey("ns", "gone", n))
+		ok, _, _ = gone.enter(clusterKey("ns", "gone", n), true)
 		require.False(t, ok)
 	}
-	ok, _, _ = kept.enter(clusterKey("ns", "kept", 1))
+	ok, _, _ = kept.enter(clusterKey("ns", "kept", 1), true)
 	require.False(t, ok)
 
 	pool.forget(gone)
@@ -283,7 +284,7 @@ func TestATenantsHeldRequestersAreBounded(t *testing.T) {
 	}
 
 	// Turned away while the breaker's backoff runs.
-	ok, _, _ := g.enter(tenantKey(0))
+	ok, _, _ := g.enter(tenantKey(0), true)
 	require.True(t, ok)
 	g.observe(context.DeadlineExceeded, nil, 30*time.Second)
 	_, wait := g.leave(false, false)
@@ -291,7 +292,7 @@ func TestATenantsHeldRequestersAreBounded(t *testing.T) {
 	notice, _, _ := g.dropNotice()
 	assert.False(t, notice, "a notice with nothing dropped")
 	for n := range 100 {
-		ok, _, wait := g.enter(tenantKey(n))
+		ok, _, wait := g.enter(tenantKey(n), true)
 		require.False(t, ok)
 		if n < 3 {
 			assert.Equal(t, 5*time.Second, wait, "a requester within the bound was not held until the backoff ends")
@@ -299,7 +300,7 @@ func TestATenantsHeldRequestersAreBounded(t *testing.T) {
 			assert.Zero(t, wait, "requester %d past the bound was held", n)
 		}
 	}
-	_, _, wait = g.enter(tenantKey(1))
+	_, _, wait = g.enter(tenantKey(1), true)
 	assert.Equal(t, 5*time.Second, wait, "a requester held already was counted again, and not held")
 	n, bytes := held()
 	assert.Equal(t, 3, n)
@@ -310,23 +311,31 @@ func TestATenantsHeldRequestersAreBounded(t *testing.T) {
 	assert.Equal(t, int64(1024), maxBytes)
 	notice, _, _ = g.dropNotice()
 	assert.False(t, notice, "a second notice within the minute")
-	ok, _, _ = sibling.enter(clusterKey("ns", "sibling", 1))
+	// A requester without a request (taken back) is not held either, and
+	// is no drop.
+	ok, _, wait = g.enter(tenantKey(500), false)
+	assert.False(t, ok)
+	assert.Zero(t, wait)
+	clk.Step(30 * time.Second)
+	notice, _, _ = g.dropNotice()
+	assert.False(t, notice, "a requester without a request was said dropped")
+	ok, _, _ = sibling.enter(clusterKey("ns", "sibling", 1), true)
 	require.True(t, ok)
 	sibling.observe(context.DeadlineExceeded, nil, 30*time.Second)
 	sibling.leave(false, false)
-	ok, _, wait = sibling.enter(clusterKey("ns", "sibling", 2))
+	ok, _, wait = sibling.enter(clusterKey("ns", "sibling", 2), true)
 	assert.False(t, ok)
 	assert.Zero(t, wait, "the bound is the tenant's: its second cluster brought fresh room")
 
 	// The backoff over, a try; the others are parked, within the same
 	// bound; an answered try closes the breaker and they come back.
 	clk.Step(5 * time.Second)
-	ok, probe, _ := g.enter(tenantKey(0))
+	ok, probe, _ := g.enter(tenantKey(0), true)
 	require.True(t, ok && probe)
 	n, _ = held()
 	assert.Equal(t, 2, n, "the requester trying is still counted as turned away")
 	for n := range 3 {
-		ok, _, _ := g.enter(tenantKey(100 + n))
+		ok, _, _ := g.enter(tenantKey(100+n), true)
 		require.False(t, ok)
 	}
 	clk.Step(time.Millisecond)
@@ -339,17 +348,17 @@ func TestATenantsHeldRequestersAreBounded(t *testing.T) {
 
 	// Parked behind a slow turn: the same bound, and a name longer than
 	// the bytes allow is not held whatever the count.
-	ok, _, _ = g.enter(tenantKey(0))
+	ok, _, _ = g.enter(tenantKey(0), true)
 	require.True(t, ok)
 	long := requester{username: strings.Repeat("x", 1024)}
-	ok, _, wait = g.enter(long)
+	ok, _, wait = g.enter(long, true)
 	assert.False(t, ok)
 	assert.Zero(t, wait)
 	pool.mu.Lock()
 	assert.Empty(t, pool.parked, "a name past the bytes' bound was parked")
 	pool.mu.Unlock()
 	for n := range 10 {
-		ok, _, _ := g.enter(tenantKey(200 + n))
+		ok, _, _ := g.enter(tenantKey(200+n), true)
 		require.False(t, ok)
 	}
 	pool.mu.Lock()
@@ -365,6 +374,24 @@ func TestATenantsHeldRequestersAreBounded(t *testing.T) {
 	n, bytes = held()
 	assert.Zero(t, n)
 	assert.Zero(t, bytes)
+
+	// The notice comes again after a minute while requesters are still
+	// dropped, and not without a drop.
+	pool = newRemotePool(32)
+	pool.maxHeld = 1
+	g = pool.newGate(clk, "ns", 1, 10*time.Second)
+	for n := range 3 {
+		ok, _, _ := g.enter(tenantKey(n), true)
+		require.Equal(t, n == 0, ok)
+	}
+	notice, _, _ = g.dropNotice()
+	require.True(t, notice)
+	clk.Step(time.Minute)
+	notice, _, _ = g.dropNotice()
+	assert.False(t, notice, "a notice with nothing dropped since the last")
+	g.enter(tenantKey(3), true)
+	notice, _, _ = g.dropNotice()
+	assert.True(t, notice, "no notice a minute after the last while requesters are still dropped")
 }
 
 // Review 10 F1, F2: forgetting a cluster while its turns run, then starting
@@ -376,21 +403,21 @@ func TestForgettingAClusterBringsItsTenantNoFreshSlots(t *testing.T) {
 	pool := newRemotePool(32)
 	old := pool.newGate(clock.RealClock{}, "ns", 2, time.Minute)
 	for n := range 2 {
-		ok, _, _ := old.enter(clusterKey("ns", "c", n))
+		ok, _, _ := old.enter(clusterKey("ns", "c", n), true)
 		require.True(t, ok)
 	}
 	pool.forget(old)
-	ok, _, wait := old.enter(clusterKey("ns", "c", 9))
+	ok, _, wait := old.enter(clusterKey("ns", "c", 9), true)
 	assert.False(t, ok, "a turn ran under a forgotten gate")
 	assert.Equal(t, minBackoff, wait, "a worker that found a forgotten gate was parked under it")
 
 	again := pool.newGate(clock.RealClock{}, "ns", 2, time.Minute)
-	ok, _, wait = again.enter(clusterKey("ns", "c", 2))
+	ok, _, wait = again.enter(clusterKey("ns", "c", 2), true)
 	require.False(t, ok, "the cluster started again got fresh slots while its old turns run")
 	assert.Zero(t, wait, "parked")
 	handBack, _ := old.leave(false, false)
 	assert.Equal(t, []requester{clusterKey("ns", "c", 2)}, handBack, "an old turn's end does not make room for the new gate")
-	ok, _, _ = again.enter(clusterKey("ns", "c", 2))
+	ok, _, _ = again.enter(clusterKey("ns", "c", 2), true)
 	require.True(t, ok)
 	_, _ = old.leave(false, false)
 	pool.forget(again)
@@ -803,6 +830,57 @@ func TestNamesATenantTookBackAreNotHeldWhileItStalls(t *testing.T) {
 		require.Less(t, next.Sub(recovered), 10*time.Minute, "not approved 10 minutes after the server recovered")
 		s.clk.SetTime(next)
 	}
+}
+
+// The review of the bound: a requester whose request went while it was
+// turned away still runs the breaker's try when the backoff ends, so that
+// the requesters parked behind it come back then, not at a resync; and it
+// is counted as held no longer.
+func TestARequesterWhoseRequestWentStillTriesForThoseParked(t *testing.T) {
+	s := newStalledTenant(t, 500*time.Millisecond, versionRefused, 1)
+	s.srv.stalling.Store(true)
+	s.f.start(t, 4)
+	for n := range 6 {
+		s.f.add(fmt.Sprintf("system:node:%d", n))
+	}
+	require.Eventually(t, func() bool { return s.gate.halted(false) }, 10*time.Second, 10*time.Millisecond, "the stalled approvals did not open the gate")
+	s.settle(t)
+	// The requesters whose turns stalled come back when the backoff ends;
+	// the others are parked. The ones coming back lose their requests.
+	var back []string
+	s.queue.mu.Lock()
+	for k := range s.queue.due {
+		back = append(back, k.username)
+	}
+	s.queue.mu.Unlock()
+	require.NotEmpty(t, back)
+	s.gate.pool.mu.Lock()
+	parked := len(s.gate.pool.parked)
+	s.gate.pool.mu.Unlock()
+	require.Positive(t, parked, "nobody is parked behind the stalled turns")
+	s.srv.mu.Lock()
+	for name, csr := range s.srv.csrs {
+		if slices.Contains(back, csr.Spec.Username) {
+			require.NoError(t, s.f.r.Client.Delete(context.Background(), &csr))
+			delete(s.srv.csrs, name)
+		}
+	}
+	s.srv.mu.Unlock()
+
+	s.srv.stalling.Store(false)
+	recovered := s.clk.Now()
+	for !s.srv.allApproved() {
+		next := s.settle(t)
+		if s.srv.allApproved() {
+			break
+		}
+		require.False(t, next.IsZero(), "the parked requesters wait for a resync: nobody tried (approved: %v)", s.srv.approved)
+		require.Less(t, next.Sub(recovered), 10*time.Minute, "not approved 10 minutes after the server recovered")
+		s.clk.SetTime(next)
+	}
+	s.gate.pool.mu.Lock()
+	defer s.gate.pool.mu.Unlock()
+	assert.Zero(t, s.gate.slots.held, "requesters are still counted as held once every request is approved")
 }
 
 // Review 10 T (M16): once a request of a turn stalled, the turn stops; the

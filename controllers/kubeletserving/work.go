@@ -129,16 +129,17 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 	if p.fence != nil {
 		ctx = log.IntoContext(p.fence.Context(), log.FromContext(ctx))
 	}
+	has := true
 	if p.target.gate != nil {
 		// A requester the tenant's server has no request of (any more)
 		// takes no room among those its gate holds (see tenantGate).
-		if has, err := p.hasRequests(ctx, key.username); err != nil || !has {
+		if has, err = p.hasRequests(ctx, key.username); err != nil {
 			return 0, err
 		}
 	}
 	// The tenant's gate before anything else: a requester turned away
-	// costs no read.
-	ok, probe, wait := p.target.gate.enter(key)
+	// costs no request to any server.
+	ok, probe, wait := p.target.gate.enter(key, has)
 	if !ok {
 		if notice, maxHeld, maxBytes := p.target.gate.dropNotice(); notice {
 			log.FromContext(ctx).Info("the tenant's API server is held back, and so are as many of its requesters as its bound allows: the others come back with the cluster's resync, if they still have a request",
