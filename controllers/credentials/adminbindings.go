@@ -659,9 +659,14 @@ func (a *AdminBindings) Reconcile(ctx context.Context, req reconcile.Request) (r
 // there, its label taken off (or changed): no revocation, since it still
 // grants what it granted, but a binding Ichor no longer lists, revokes or
 // records (the operator's revocation and the CLI find bindings by the
-// label), which is said as a Warning. A binding the API server cannot be
-// asked about is taken as deleted, as before this check: a revocation
-// unrecorded would be worse than one recorded for a binding unlabelled.
+// label), which is said as a Warning when it is one of Ichor's admin
+// bindings (by its name and role, as Revocable: the person is read from its
+// name, not from an annotation whoever made it wrote). A binding whose
+// deletion was asked (finalizers hold it) is taken as deleted: its
+// unlabelled end is seen by no watch, so this is the record's last chance.
+// A binding the API server cannot be asked about is taken as deleted, as
+// before this check: a revocation unrecorded would be worse than one
+// recorded for a binding unlabelled.
 func (a *AdminBindings) unlabelled(ctx context.Context, b *rbacv1.ClusterRoleBinding) bool {
 	if a.APIReader == nil {
 		return false
@@ -675,14 +680,20 @@ func (a *AdminBindings) unlabelled(ctx context.Context, b *rbacv1.ClusterRoleBin
 	case err != nil:
 		logger.Error(err, "cannot tell whether an admin binding the watch saw go was deleted or unlabelled: recorded as deleted")
 		return false
-	case now.UID != b.UID || isAdminBinding(&now):
-		// Made again under its name (the old one is gone), or labelled
-		// again since (its watch tells of it anew).
-		return now.UID == b.UID
+	case now.UID != b.UID, now.DeletionTimestamp != nil:
+		// Made again under its name (the old one is gone), or going.
+		return false
+	case isAdminBinding(&now):
+		// Labelled again since: its watch tells of it anew.
+		return true
 	}
-	username, _ := Revocation(b)
-	note := engine.Clip(fmt.Sprintf("The admin binding of %q lost its label %s=true: it still grants cluster-admin, and Ichor no longer lists, revokes or records it; label it again, or delete it to revoke", username, LabelAdminBinding), "", engine.MaxEventNote)
-	logger.Info("an admin binding lost its label: not a revocation, and no longer tracked", "username", engine.Clip(username, "", maxLoggedBindingName))
+	identity, ok := AdminBindingIdentity(b)
+	if !ok {
+		logger.V(1).Info("a labelled ClusterRoleBinding that is not an admin binding of Ichor's lost its label: nothing to record")
+		return true
+	}
+	note := engine.Clip(fmt.Sprintf("The admin binding of %q lost its label %s=true: it still grants cluster-admin, and Ichor no longer lists, revokes or records it; label it again, or delete it to revoke", identity, LabelAdminBinding), "", engine.MaxEventNote)
+	logger.Info("an admin binding lost its label: not a revocation, and no longer tracked", "identity", engine.Clip(identity, "", maxLoggedBindingName))
 	if a.Recorder != nil {
 		a.Recorder.Eventf(&now, nil, corev1.EventTypeWarning, ReasonAdminBindingUntracked, "Unlabel", "%s", note)
 	}

@@ -360,6 +360,17 @@ func TestALabelTakenOffAnAdminBindingIsNoRevocation(t *testing.T) {
 	f := newFixture(t)
 	ivy := f.adminKubeconfig(f.user("ichor:ivy", "ichor-admin"), "ichor:ivy")
 	jon := f.adminKubeconfig(f.user("ichor:jon", "ichor-admin"), "ichor:jon")
+	kim := f.adminKubeconfig(f.user("ichor:kim", "ichor-admin"), "ichor:kim")
+	// Whoever may make bindings can label one to a harmless role and
+	// claim it is Ivy's.
+	decoy := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "ichor-admin:u:decoy:viewer", Labels: map[string]string{credentials.LabelAdminBinding: "true"},
+			Annotations: map[string]string{credentials.AnnotationAdminUsername: "ichor:ivy"}},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "ichor-admin:u:decoy:viewer"}},
+	}
+	require.NoError(t, env.Client.Create(f.ctx, decoy))
+	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(f.ctx), decoy) })
 
 	cfg, err := env.UserConfig(controllerUser)
 	require.NoError(t, err)
@@ -380,14 +391,18 @@ func TestALabelTakenOffAnAdminBindingIsNoRevocation(t *testing.T) {
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := harness.RunManager(ctx, mgr, "admin bindings")
 	t.Cleanup(func() { cancel(); <-done })
-	// The watch has told of both bindings (each reconciled once).
+	// The watch has told of the bindings (each reconciled once).
 	waitFor(t, "the watch has seen the bindings", func() (bool, error) {
-		return reconciled(t, "admin-bindings") >= before+2, nil
+		return reconciled(t, "admin-bindings") >= before+4, nil
 	})
+	unlabel := func(b client.Object) {
+		t.Helper()
+		require.NoError(t, env.Client.Patch(f.ctx, b,
+			client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+credentials.LabelAdminBinding+`":null}}}`))))
+	}
 
 	// Ivy's label is taken off: no revocation, and a Warning.
-	require.NoError(t, env.Client.Patch(f.ctx, ivy.binding.DeepCopy(),
-		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+credentials.LabelAdminBinding+`":null}}}`))))
+	unlabel(ivy.binding.DeepCopy())
 	t.Cleanup(func() { _ = env.Client.Delete(context.WithoutCancel(f.ctx), ivy.binding.DeepCopy()) })
 	eventOf := func(binding, reason string) (*eventsv1.Event, error) {
 		var list eventsv1.EventList
@@ -405,15 +420,31 @@ func TestALabelTakenOffAnAdminBindingIsNoRevocation(t *testing.T) {
 		e, err := eventOf(ivy.binding.Name, credentials.ReasonAdminBindingUntracked)
 		if e != nil {
 			assert.Equal(t, "Warning", e.Type)
-			assert.Contains(t, e.Note, `"ichor:ivy"`)
+			assert.Contains(t, e.Note, `"ichor-admin:u:ichor:ivy"`, "the person is not read from the binding's name")
 			assert.Contains(t, e.Note, "still grants cluster-admin")
 		}
 		return e != nil, err
 	})
 	require.NoError(t, listNamespaces(f.ctx, ivy.cs), "Ivy's admin kubeconfig no longer works")
 
-	// Jon's binding is deleted: recorded, after Ivy's Warning, so that the
-	// watch has told of both by the time Jon's record is seen.
+	// The decoy's label is taken off: nothing is said of Ivy.
+	unlabel(decoy.DeepCopy())
+
+	// Kim's binding is held by a finalizer, deleted, then unlabelled: no
+	// watch would see it go, so it is recorded now.
+	require.NoError(t, env.Client.Patch(f.ctx, kim.binding.DeepCopy(),
+		client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":["ichor-test/hold"]}}`))))
+	t.Cleanup(func() {
+		_ = env.Client.Patch(context.WithoutCancel(f.ctx), kim.binding.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	})
+	require.NoError(t, env.Client.Delete(f.ctx, kim.binding.DeepCopy()))
+	unlabel(kim.binding.DeepCopy())
+	waitFor(t, "Kim's revocation, held and unlabelled, is in the decision log", func() (bool, error) {
+		return strings.Contains(decisionLog.String(), jsonText(`Revoked the admin binding of "ichor:kim"`)), nil
+	})
+
+	// Jon's binding is deleted: recorded, after the others, so that the
+	// watch has told of them all by the time Jon's record is seen.
 	require.NoError(t, credentials.RevokeBinding(f.ctx, env.Client, jon.binding.DeepCopy(), ""))
 	waitFor(t, "Jon's revocation is in the decision log", func() (bool, error) {
 		return strings.Contains(decisionLog.String(), jsonText(`Revoked the admin binding of "ichor:jon"`)), nil
@@ -422,6 +453,9 @@ func TestALabelTakenOffAnAdminBindingIsNoRevocation(t *testing.T) {
 	e, err := eventOf(ivy.binding.Name, credentials.ReasonAdminRevoked)
 	require.NoError(t, err)
 	assert.Nil(t, e, "a label taken off was said as a revocation")
+	e, err = eventOf(decoy.Name, credentials.ReasonAdminBindingUntracked)
+	require.NoError(t, err)
+	assert.Nil(t, e, "a decoy's label taken off was said as an admin's binding untracked")
 }
 
 // reconciled is how many reconciles the controller named name has made,
