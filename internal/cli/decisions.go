@@ -675,15 +675,17 @@ with commas): a direction such as deny-to-approve or allowed-to-refused;
 to-STATE, any direction ending in STATE (to-approve: deny-to-approve,
 pending-to-approve, none-to-approve, ...); from-STATE; result-changed; any,
 every direction and every result changed; reasons-changed, which "any" does
-not include. STATE is one of approve, deny, pending, allowed, refused, none,
-error.
+not include; truncated, the decisions left out because the log cut their
+input (whoever makes a request can have it cut), which "any" does not
+include either. STATE is one of approve, deny, pending, allowed, refused,
+none, error.
 
 ` + decisionsInput + `
 
 Exit status: 0 when the replay ran and no change named by --fail-on occurred;
 3 when one did (the report is printed first); 1 when no decision could be
-replayed (an unreadable log or bundle, or a log with no decision: an empty
-log proves nothing); 2 for a wrong flag.`,
+replayed (an unreadable log or bundle, a log with no decision, or none whose
+input the log kept whole: an empty log proves nothing); 2 for a wrong flag.`,
 		Example: `  kubectl logs deploy/ichor-policy > decisions.log
   ichor decisions replay --bundle ./policy decisions.log --fail-on deny-to-approve
   ichor decisions replay --bundle bundle.tar.gz decisions.log --fail-on to-approve,allowed-to-refused -o json`,
@@ -696,7 +698,7 @@ log proves nothing); 2 for a wrong flag.`,
 	f := cmd.Flags()
 	f.StringVar(&o.bundle, "bundle", "", "the candidate: a policy directory or a bundle tarball (required)")
 	o.bundleKey.register(f)
-	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit "+fmt.Sprint(ExitChanged)+" when a decision changes in this direction (repeatable): FROM-to-TO, to-STATE, from-STATE, result-changed, any, reasons-changed")
+	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit "+fmt.Sprint(ExitChanged)+" when a decision changes in this direction (repeatable): FROM-to-TO, to-STATE, from-STATE, result-changed, any, reasons-changed, truncated")
 	o.output.register(cmd)
 	f.BoolVar(&o.all, "all", false, "also replay the verdicts that were never applied (an approver that met a conflict writing decided again), as list --all lists them; the records of what was applied are never replayed")
 	return cmd
@@ -755,11 +757,17 @@ func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) e
 	if err != nil {
 		return err
 	}
+	if rep.Replayed == 0 {
+		return fmt.Errorf("no decision could be replayed: the log cut the input of all %d selected (input.log_truncated); an empty replay proves nothing", len(rep.Truncated))
+	}
 	if rep.Revision == "" {
 		rep.Revision = b.Manifest.Revision
 	}
 
 	failed := map[string]int{}
+	if slices.Contains(o.failOn, decisionlog.FailOnTruncated) && len(rep.Truncated) > 0 {
+		failed[decisionlog.FailOnTruncated] = len(rep.Truncated)
+	}
 	for _, c := range rep.Changes {
 		for _, p := range o.failOn {
 			if c.Matches(p) {

@@ -463,6 +463,44 @@ func TestDecisionsReplayJSON(t *testing.T) {
 	assert.Equal(t, map[string]int{"to-approve": 1}, rep.Failed)
 }
 
+// The hostile review of 2026-12-05: whoever makes a request can have its
+// input cut in the log (a CSR with more names than the log keeps), and a
+// cut decision is not replayed; a gate that passed in silence could then
+// miss the very shape a candidate flips. --fail-on truncated fails on
+// them, and a replay that could replay nothing fails as an empty one does.
+func TestDecisionsReplayOfCutInputsCanFailTheGate(t *testing.T) {
+	f := newDecisionsFixture(t)
+	var lines []string
+	for line := range strings.SplitSeq(strings.TrimSuffix(f.log, "\n"), "\n") {
+		if strings.Contains(line, f.deny) {
+			var entry map[string]any
+			require.NoError(t, json.Unmarshal([]byte(line), &entry))
+			entry["input"].(map[string]any)["log_truncated"] = map[string]any{"input.csr.dns_names": 300}
+			b, err := json.Marshal(entry)
+			require.NoError(t, err)
+			line = string(b)
+		}
+		lines = append(lines, line)
+	}
+	log := f.file(t, strings.Join(lines, "\n")+"\n")
+
+	code, stdout, stderr, err := decisionsRun(t, "", "decisions", "replay", "--bundle", "../../policy", log, "--fail-on", "any")
+	require.NoError(t, err)
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Regexp(t, `(?m)^not replayed: input cut in the log\s+1$`, stdout)
+
+	code, stdout, stderr, err = decisionsRun(t, "", "decisions", "replay", "--bundle", "../../policy", log, "--fail-on", "any,truncated")
+	assert.Equal(t, ExitChanged, exitCode(err))
+	assert.Equal(t, ExitChanged, code)
+	assert.Contains(t, stderr, "decisions changed as --fail-on forbids: truncated (1)")
+	assert.Contains(t, stdout, "Replayed 3 decisions")
+
+	code, stdout, stderr, _ = decisionsRun(t, "", "decisions", "replay", "--bundle", "../../policy", log, "--action", "deny", "--fail-on", "deny-to-approve")
+	assert.Equal(t, ExitError, code)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "no decision could be replayed: the log cut the input of all 1 selected")
+}
+
 func TestDecisionsReplayOfNothingFails(t *testing.T) {
 	code, stdout, stderr, _ := decisionsRun(t, "not a decision\n", "decisions", "replay", "--bundle", "../../policy")
 

@@ -215,7 +215,7 @@ func FailOnValues() []string {
 // "reasons-changed".
 func CheckFailOn(pattern string) error {
 	switch {
-	case pattern == "any" || pattern == NoteReasonsChanged || pattern == NoteResultChanged:
+	case pattern == "any" || pattern == NoteReasonsChanged || pattern == NoteResultChanged || pattern == FailOnTruncated:
 		return nil
 	case strings.HasPrefix(pattern, "to-") && slices.Contains(states, strings.TrimPrefix(pattern, "to-")):
 		return nil
@@ -226,9 +226,16 @@ func CheckFailOn(pattern string) error {
 	if ok && from != to && slices.Contains(states, from) && slices.Contains(states, to) {
 		return nil
 	}
-	return fmt.Errorf("%q is not a direction: give FROM-to-TO (such as deny-to-approve or allowed-to-refused), to-STATE, from-STATE, result-changed, any or reasons-changed, with STATE one of %s",
+	return fmt.Errorf("%q is not a direction: give FROM-to-TO (such as deny-to-approve or allowed-to-refused), to-STATE, from-STATE, result-changed, any, reasons-changed or truncated, with STATE one of %s",
 		pattern, strings.Join(states, ", "))
 }
+
+// FailOnTruncated, given to --fail-on, fails a replay that left decisions
+// out because the log cut their input (Report.Truncated): whoever makes a
+// request can have its input cut (a CSR with more names than the log keeps),
+// so a gate that must see every decision says so. It is no change, so "any"
+// does not include it.
+const FailOnTruncated = "truncated"
 
 // Matches reports whether a change is one a --fail-on pattern names. "any"
 // is any change of action or of the result; a change of the reason codes
