@@ -16,8 +16,9 @@
 #   capped_lists keep their first max_logged_items items, each string of an item cut to
 #   max_logged_value_length, and the result keeps its first max_logged_reasons reasons, each
 #   message cut likewise. The strings of data.json's capped_strings (the free text an audited
-#   kubelet or node chooses: a certificate's issuer, serial and errors, the node's error) are cut
-#   to max_logged_value_length too, and so are the values of each extra attribute (kept or
+#   kubelet or node chooses: a certificate's issuer, serial and errors, the node's error; and
+#   the names a requester or a tenant's API server chooses: a CSR's name, user and UID, a
+#   binding's name) are cut to max_logged_value_length too, and so are the values of each extra attribute (kept or
 #   redacted). input.log_truncated then says what was cut and how much, so
 #   that `ichor decisions replay` does not take a shortened input for the request.
 package system.log

@@ -207,6 +207,30 @@ test_an_audited_certificates_long_strings_are_cut if {
 	count(masks) == 4
 }
 
+# The review of 2026-12-05: the names a requester chooses (a CSR's name, up to what the API
+# server stores; a tenant's API server sends any) were logged whole with every decision, again
+# at each look: each is cut and listed.
+test_a_requests_long_names_are_cut if {
+	long := concat("", [x | some _ in numbers.range(1, 100000); x := "n"])
+	masks := log.mask with input as {
+		"input": {
+			"csr": {"name": long, "username": long, "uid": long, "signer_name": "kubernetes.io/kubelet-serving"},
+			"binding": {"name": long},
+		},
+		"result": {"action": "pending", "reasons": []},
+	}
+	{"op": "upsert", "path": "/input/log_truncated", "value": {
+		"csr.name": 100000,
+		"csr.username": 100000,
+		"csr.uid": 100000,
+		"binding.name": 100000,
+	}} in masks
+	cut := sprintf("%s... (100000 bytes)", [substring(long, 0, 512)])
+	_values_at(masks, "/input/csr/name") == [cut]
+	_values_at(masks, "/input/binding/name") == [cut]
+	count(masks) == 5
+}
+
 _values_at(masks, path) := [m.value | some m in masks; m.path == path]
 
 test_short_certificate_strings_are_left_alone if {
