@@ -12,10 +12,12 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/manualact"
 	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 )
@@ -57,6 +59,13 @@ type ActRecorder struct {
 	// of another is not recorded (the configuration's matchConditions leave
 	// them out already).
 	Signers []string
+	// Reader reads the object a review names past the cache (nil: the
+	// manager's API reader). The webhook's port answers whoever reaches it,
+	// not the API server alone, and the user a review names is only the
+	// sender's word: a review is kept only if it names the version of the
+	// object the API server stores (stored), which the API server's own
+	// reviews do and a sender who cannot read the object cannot.
+	Reader client.Reader
 }
 
 // SetupWithManager registers the two paths on the manager's webhook server.
@@ -69,6 +78,9 @@ func (a *ActRecorder) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if a.Recorder.Client == nil {
 		a.Recorder.Client = mgr.GetClient()
+	}
+	if a.Reader == nil {
+		a.Reader = mgr.GetAPIReader()
 	}
 	srv := mgr.GetWebhookServer()
 	srv.Register(PathRecordCSRApproval, &crwebhook.Admission{Handler: admission.HandlerFunc(a.csrApproval)})
@@ -102,6 +114,9 @@ func (a *ActRecorder) csrApproval(ctx context.Context, req admission.Request) ad
 		// as no one's act.
 		return admission.Denied(fmt.Sprintf("the %s condition's message ends as an Ichor approver's does (\"(decision ID, policy revision R)\"), which only Ichor writes: a person's decision is recorded as theirs; write the message without that ending", c.Type))
 	}
+	if !a.stored(ctx, &certificatesv1.CertificateSigningRequest{}, &old) {
+		return allowed()
+	}
 	attempt, err := a.Recorder.Attempt(ctx, &csr, &old, &req.UserInfo)
 	manualact.LogAttempt(ctx, csr.Name, attempt, err)
 	return allowed()
@@ -131,9 +146,34 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 			"binding", b.Name, "finalizers", b.Finalizers, "user", termsafe.EscapeLine(req.UserInfo.Username))
 		return allowed()
 	}
+	if !a.stored(ctx, &rbacv1.ClusterRoleBinding{}, &b) {
+		return allowed()
+	}
 	manualact.Log(ctx, "binding", b.Name)(a.Recorder.Record(ctx, manualact.BindingReference(&b), manualact.BindingDeletion(&b, &req.UserInfo)))
 	return allowed()
 }
+
+// stored reports whether old, the object a review names as it was before
+// the write, is the version the API server stores now (its UID and
+// resourceVersion): the API server sends a review of the version it holds,
+// while a review sent by anyone else who reaches the webhook's port names
+// whatever user it likes, and is kept only if its sender could read the
+// object. Anything else (another version, the object gone, a read that
+// failed: a write that raced this one) keeps nothing here; the watch then
+// records what is stored, its actor unknown rather than a sender's claim.
+func (a *ActRecorder) stored(ctx context.Context, live client.Object, old client.Object) bool {
+	err := a.Reader.Get(ctx, client.ObjectKeyFromObject(old), live)
+	if err == nil && live.GetUID() == old.GetUID() && live.GetResourceVersion() == old.GetResourceVersion() {
+		return true
+	}
+	log.FromContext(ctx).Info("a review names a version the API server does not store (another sender than the API server, or a write that raced it): nothing kept of it",
+		"name", logged(old.GetName()), "uid", logged(string(old.GetUID())), "resourceVersion", logged(old.GetResourceVersion()), "error", err)
+	return false
+}
+
+// logged is a string a review's sender chose, as the log shows it: escaped
+// and cut.
+func logged(s string) string { return engine.Clip(termsafe.EscapeLine(s), "", 256) }
 
 func (a *ActRecorder) decides(signer string) bool { return slices.Contains(a.Signers, signer) }
 

@@ -3,11 +3,15 @@ package manualact_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,13 +19,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -181,6 +188,30 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 		re.ichor(t, 0, "cluster", "admins", "revoke", "carl", "--kubeconfig", re.ada)
 		r := re.waitRecord(t, "clusterrolebinding/"+carl.Name, "ada")
 		assert.Equal(t, "carl", r.Result.Whom)
+	})
+
+	eve := re.adminBinding(t, "eve")
+	t.Run("a review sent by anyone but the API server is not kept", func(t *testing.T) {
+		// The webhook's port answers whoever reaches it (the hostile review
+		// of 2026-12-05): a review posted straight to it names the user
+		// its sender likes. One that names a version of the binding the
+		// API server does not store is not recorded, so it neither accuses
+		// Mallory's victim nor silences the real revocation's record.
+		forged := eve.DeepCopy()
+		forged.ResourceVersion = "1"
+		answer := re.postReview(t, webhook.PathRecordAdminBindingDelete, admissionv1.AdmissionRequest{
+			UID: "forged-1", Kind: metav1.GroupVersionKind{Group: rbacv1.GroupName, Version: "v1", Kind: "ClusterRoleBinding"},
+			Resource: metav1.GroupVersionResource{Group: rbacv1.GroupName, Version: "v1", Resource: "clusterrolebindings"},
+			Name:     eve.Name, Operation: admissionv1.Delete, UserInfo: authenticationv1.UserInfo{Username: "mallory"},
+			OldObject: runtime.RawExtension{Raw: mustJSON(t, forged)},
+		})
+		assert.True(t, answer.Allowed, "the recorder refused a review")
+		re.ichor(t, 0, "cluster", "admins", "revoke", "eve", "--kubeconfig", re.ada)
+		r := re.waitRecord(t, "clusterrolebinding/"+eve.Name, "ada")
+		assert.Equal(t, "eve", r.Result.Whom)
+		for _, r := range re.records("clusterrolebinding/" + eve.Name) {
+			assert.NotEqual(t, "mallory", r.Result.Actor, "a forged review was recorded")
+		}
 	})
 
 	t.Run("hostile acts are recorded as they happened (review 3)", func(t *testing.T) {
@@ -389,6 +420,32 @@ func (re *recEnv) adminBinding(t *testing.T, user string) *rbacv1.ClusterRoleBin
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: name}},
 	}
 	require.NoError(t, re.env.Client.Create(t.Context(), b))
+	return b
+}
+
+// postReview posts a review straight to the recorder's webhook, as anyone
+// who reaches its port can, and returns its answer.
+func (re *recEnv) postReview(t *testing.T, path string, req admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	t.Helper()
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(re.install.LocalServingCAData))
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	body := mustJSON(t, &admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: &req})
+	url := fmt.Sprintf("https://%s%s", net.JoinHostPort(re.install.LocalServingHost, strconv.Itoa(re.install.LocalServingPort)), path)
+	resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close() //nolint:errcheck // a test's read
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var review admissionv1.AdmissionReview
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&review))
+	require.NotNil(t, review.Response)
+	return review.Response
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
 	return b
 }
 
