@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -81,6 +82,9 @@ func (ae *apiEnv) testCompletion(t *testing.T) {
 		}))
 	}
 	pending := ae.env.SubmitCSR(t, ae.node, csrgen.ServingObject("csr-complete-me", "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}})))
+	// Kubernetes does not check a request's name: a tab would be a
+	// description to the shell, an escape would reach the terminal.
+	hostile := ae.env.SubmitCSR(t, ae.node, csrgen.ServingObject("csr-complete-tab\tapproved\x1b[2J", "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}})))
 	code, _, stderr := run(t, "", "approve", ae.good, "--message", "for the test", "--kubeconfig", ae.admin)
 	require.Equal(t, cli.ExitOK, code, stderr)
 
@@ -106,6 +110,9 @@ func (ae *apiEnv) testCompletion(t *testing.T) {
 			}
 			for _, n := range tc.not {
 				assert.NotContains(t, got, n)
+			}
+			for _, g := range got {
+				assert.False(t, strings.HasPrefix(g, "csr-complete-tab"), "a name the shell or the terminal would misread was offered: %q (%q)", g, hostile)
 			}
 		})
 	}

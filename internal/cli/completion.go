@@ -15,6 +15,7 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 )
 
 // completionTimeout bounds what a shell's completion waits for the API
@@ -42,6 +43,13 @@ func completeCSRs(k genericclioptions.RESTClientGetter, pending bool) cobra.Comp
 		var names []cobra.Completion
 		for _, csr := range list.Items {
 			if !strings.HasPrefix(csr.Name, prefix) || slices.Contains(args, csr.Name) {
+				continue
+			}
+			if termsafe.Escape(csr.Name) != csr.Name || strings.ContainsAny(csr.Name, " \t\n") {
+				// Kubernetes does not check a request's name: one with a
+				// tab or a line break would be a description or another
+				// candidate to the shell, and one with an escape would
+				// reach the terminal (the hostile review of 2026-12-05).
 				continue
 			}
 			if pending && (!slices.Contains(ichorSigners, csr.Spec.SignerName) || hasVerdict(&csr)) {

@@ -94,7 +94,7 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 			dec := json.NewDecoder(bytes.NewReader(e.Input))
 			dec.UseNumber()
 			if err := dec.Decode(&input); err != nil {
-				return rep, fmt.Errorf("decision %s: input: %w", e.DecisionID, err)
+				return rep, fmt.Errorf("decision %q: input: %w", e.DecisionID, err)
 			}
 		}
 		var now Outcome
@@ -198,7 +198,7 @@ var states = append(slices.Clone(Actions), StateResult)
 
 // FailOnValues are every value CheckFailOn takes, for the shell's completion.
 func FailOnValues() []string {
-	out := []string{"any", NoteReasonsChanged, NoteResultChanged}
+	out := []string{"any", NoteReasonsChanged, NoteResultChanged, FailOnTruncated}
 	for _, from := range states {
 		out = append(out, "to-"+from, "from-"+from)
 		for _, to := range states {
