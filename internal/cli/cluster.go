@@ -99,8 +99,8 @@ current talosconfig is never overwritten, nor any existing file without --force.
 With --merge the credential is merged into your talosconfig instead, as
 talosctl config merge does: its context (NAME-reader, renamed NAME-reader-1, ...
 when the name is taken) becomes the current one, and the others are kept.
-The endpoints are the cluster's control-plane machines, else --talos-endpoints,
-else those of your current talosconfig.`,
+The endpoints are --talos-endpoints, else the cluster's control-plane
+machines, else those of your current talosconfig.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeTalosClusters(k),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -108,7 +108,7 @@ else those of your current talosconfig.`,
 		},
 	}
 	addCredentialFlags(cmd, &o, "talosconfig")
-	cmd.Flags().StringSliceVar(&o.talosEndpoints, "talos-endpoints", nil, "Talos API endpoints to write when the cluster has no control-plane TalosMachines")
+	cmd.Flags().StringSliceVar(&o.talosEndpoints, "talos-endpoints", nil, "Talos API endpoints to write, instead of the cluster's control-plane TalosMachines'")
 	cmd.Flags().BoolVar(&o.merge, "merge", false, "merge into your talosconfig ($TALOSCONFIG, else ~/.talos/config) as talosctl config merge does, instead of writing --out")
 	return cmd
 }

@@ -522,6 +522,15 @@ func (ce *clusterEnv) testEndpointsFallBack(t *testing.T) {
 	require.Equal(t, cli.ExitOK, code, stderr)
 	cfg, _ = readTalosconfig(t, out)
 	assert.Equal(t, []string{"10.1.1.1", "10.1.1.2"}, cfg.Contexts[cfg.Context].Endpoints)
+
+	// Machines and the flag: the operator's flag, not what whoever may
+	// write a TalosMachine named (the hostile review of 2026-12-05).
+	out = filepath.Join(ce.dir, "demo-flag.yaml")
+	code, _, stderr = ce.ichor(t, "cluster", "talosconfig", "demo", "--kubeconfig", ce.kubeconfig["otto"], "--out", out, "--talos-endpoints", "10.1.1.3")
+	require.Equal(t, cli.ExitOK, code, stderr)
+	assert.Contains(t, stderr, "--talos-endpoints")
+	cfg, _ = readTalosconfig(t, out)
+	assert.Equal(t, []string{"10.1.1.3"}, cfg.Contexts[cfg.Context].Endpoints)
 }
 
 // testKubectlFlagsImpersonate: kubectl's flags reach the API server. The

@@ -493,10 +493,16 @@ func generateName(cluster string, purpose ichorv1alpha1.CredentialPurpose) strin
 	return strings.TrimRight(base, "-.") + "-"
 }
 
-// talosEndpoints are, in order of preference, the hosts of the cluster's
-// control-plane TalosMachines, the --talos-endpoints flag, and the
-// endpoints of the current talosconfig's context.
+// talosEndpoints are, in order of preference, the --talos-endpoints flag,
+// the hosts of the cluster's control-plane TalosMachines, and the endpoints
+// of the current talosconfig's context. The operator's flag comes first:
+// whoever may write a TalosMachine of the namespace names its endpoint, and
+// one the operator gave is not overridden by it (the hostile review of
+// 2026-12-05).
 func talosEndpoints(ctx context.Context, c client.Client, namespace, cluster string, flag []string, current string) ([]string, string, error) {
+	if len(flag) > 0 {
+		return flag, "--talos-endpoints", nil
+	}
 	var machines ichorv1alpha1.TalosMachineList
 	err := c.List(ctx, &machines, client.InNamespace(namespace))
 	var fromMachines []string
@@ -509,15 +515,8 @@ func talosEndpoints(ctx context.Context, c client.Client, namespace, cluster str
 	}
 	slices.Sort(fromMachines)
 	fromMachines = slices.Compact(fromMachines)
-	switch {
-	case len(fromMachines) > 0:
-		source := "the control-plane TalosMachines"
-		if len(flag) > 0 {
-			source += "; --talos-endpoints is used only when the cluster has none"
-		}
-		return fromMachines, source, nil
-	case len(flag) > 0:
-		return flag, "--talos-endpoints", nil
+	if len(fromMachines) > 0 {
+		return fromMachines, "the control-plane TalosMachines", nil
 	}
 	if cfg, cerr := clientconfig.Open(current); cerr == nil {
 		if tc, ok := cfg.Contexts[cfg.Context]; ok && len(tc.Endpoints) > 0 {
