@@ -198,8 +198,9 @@ func listAdmins(ctx context.Context, c client.Reader, out io.Writer, output *pri
 	docs := make([]unstructured.Unstructured, 0, len(items))
 	t := newTable([]string{"User", "Identity", "Binding", "Made", "Latest Certificate Expires", "Role"}, "Intact")
 	for _, b := range items {
+		user, identity := adminOf(&b)
 		r := adminRow{
-			User: b.Annotations[credentials.AnnotationAdminUsername], Identity: b.Annotations[credentials.AnnotationAdminIdentity],
+			User: user, Identity: identity,
 			Binding: b.Name, Made: b.CreationTimestamp.UTC(), CertificateExpires: b.Annotations[credentials.AnnotationCertificateExpiry],
 			Role: b.RoleRef.Name, Intact: intactAdminBinding(&b),
 		}
@@ -223,6 +224,31 @@ func listAdmins(ctx context.Context, c client.Reader, out io.Writer, output *pri
 		return nil
 	}
 	return output.printTable(out, t)
+}
+
+// adminOf is whom a binding grants cluster-admin, as the list shows it:
+// the identity read from its name, which only a holder of bind on
+// cluster-admin can choose (credentials.AdminBindingIdentity), not from its
+// annotations, which anyone who may patch a binding can rewrite (the hostile
+// review of 2026-12-05: a binding annotated as another person's was listed
+// as theirs, and the operator would revoke the wrong one). The user is the
+// identity's own for a plain one (ichor-admin:u:USER), the username
+// annotation quoted beside it when it says otherwise; a hashed identity
+// names nobody, so its user is the annotation's claim, said as such.
+func adminOf(b *rbacv1.ClusterRoleBinding) (user, identity string) {
+	claimed := b.Annotations[credentials.AnnotationAdminUsername]
+	identity, ok := credentials.AdminBindingIdentity(b)
+	if !ok {
+		return claimed, "(not an admin binding's name)"
+	}
+	named, plain := strings.CutPrefix(identity, "ichor-admin:u:")
+	switch {
+	case plain && named == claimed:
+		return named, identity
+	case plain:
+		return fmt.Sprintf("%s (annotated %q)", named, claimed), identity
+	}
+	return fmt.Sprintf("%s (claimed)", claimed), identity
 }
 
 // intactAdminBinding is what the rule reuses: cluster-admin to the binding's

@@ -85,6 +85,15 @@ func TestAdminsListShowsWhoWhenAndExpiryEscaped(t *testing.T) {
 	assert.Contains(t, lines[3], `ichor:eve^[]52;c;aGk=\u0007\ttab`)
 	assert.Regexp(t, `\s-\s+cluster-admin$`, lines[3], "no expiry recorded reads -")
 	assert.Regexp(t, `^ichor:zed\s.*cluster-admin \(altered: revoke it\)$`, lines[4])
+	// Whom is read from the binding's name: an annotation rewritten to
+	// another person is quoted beside it, a hashed identity's user is a
+	// claim, and a name that is no admin binding's names nobody.
+	assert.Contains(t, lines[3], "(claimed)")
+	s, out, _ = testStreams()
+	forged := adminBinding("ichor-admin:u:ichor:mallory:mmmmmmmmmm", "ichor:ada", "ichor-admin:u:ichor:ada", "", made)
+	require.NoError(t, listAdmins(t.Context(), fakeAdmins(t, forged), s.out, table))
+	s.flush()
+	assert.Regexp(t, `(?m)^ichor:mallory \(annotated "ichor:ada"\)\s+ichor-admin:u:ichor:mallory\s+ichor-admin:u:ichor:mallory:mmmmmmmmmm\s`, out.String())
 	assert.NotContains(t, out.String(), "someone-elses", "a binding without Ichor's label is not an admin's")
 
 	// -o jsonpath sees the same rows as -o json, the altered one not intact.
@@ -108,7 +117,7 @@ func TestAdminsListEscapesABindingsNameInEveryFormat(t *testing.T) {
 		format string
 		want   string
 	}{
-		{outputTable, "ichor:x   ichor-admin:u:x   ichor-admin:u:x\\n^[[2Jforged\\tcell   2026-11-30T09:00:00Z   "},
+		{outputTable, "ichor:x   (not an admin binding's name)   ichor-admin:u:x\\n^[[2Jforged\\tcell   2026-11-30T09:00:00Z   "},
 		{outputWide, "   true\n"},
 		{"name", "adminbinding.cli.ichor.dev/ichor-admin:u:x\\n^[[2Jforged\\tcell\n"},
 	} {
