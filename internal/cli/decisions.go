@@ -753,6 +753,11 @@ func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) e
 		return err
 	}
 	defer eng.Stop(context.WithoutCancel(ctx))
+	if got := eng.Revision(); b != nil && o.bundleKey.key != "" && got != b.Manifest.Revision {
+		// A signed bundle is read twice: once for the check above, once by
+		// the engine, which verifies it; what was checked is what replays.
+		return fmt.Errorf("%s changed while it was read (revision %s checked, %s loaded): replay it again", o.bundle, b.Manifest.Revision, got)
+	}
 	rep, err := decisionlog.Replay(ctx, eng, selected)
 	if err != nil {
 		return err
