@@ -319,7 +319,7 @@ func readPlain(br *bufio.Reader, limits Limits) ([]Entry, Skipped, error) {
 	if isDocument(br) {
 		// A document's values are bounded by the input's bound (the
 		// decoder holds one value whole, and no more than the input).
-		return readDocument(br, limits.MaxEntries)
+		return readDocument(br, limits.MaxLine, limits.MaxEntries)
 	}
 	return readLines(br, limits.MaxLine, limits.MaxEntries)
 }
@@ -339,29 +339,81 @@ func isDocument(br *bufio.Reader) bool {
 }
 
 // readDocument reads successive JSON values: arrays of events, or events.
-func readDocument(r io.Reader, maxEntries int) ([]Entry, Skipped, error) {
+// An array is read item by item, so that what is held at once is the
+// entries and one item, not the array besides (a document of a gigabyte was
+// held three times over: the review of 2026-12-05); an item longer than
+// maxLine is skipped as a long line is.
+func readDocument(r io.Reader, maxLine, maxEntries int) ([]Entry, Skipped, error) {
 	var entries []Entry
 	var skipped Skipped
 	dec := json.NewDecoder(r)
+	fail := func(err error) ([]Entry, Skipped, error) {
+		if errors.Is(err, ErrFormat) || isReadError(err) {
+			return entries, skipped, err
+		}
+		return entries, skipped, fmt.Errorf("%w: a JSON document (it starts with an array of objects) that does not parse after %d decisions: %w", ErrFormat, len(entries), err)
+	}
+	// add takes one event in: compacted, so that an entry of an indented
+	// document is printed as one of a line is (list -o json: one object a
+	// line).
+	add := func(v json.RawMessage) {
+		if len(v) > maxLine {
+			skipped.Long++
+			return
+		}
+		if bytes.ContainsAny(v, "\n\r") {
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, v); err == nil {
+				v = compact.Bytes()
+			}
+		}
+		if e, ok := parse(bytes.TrimSpace(v)); ok {
+			entries = append(entries, e)
+		} else {
+			skipped.Items++
+		}
+	}
 	for {
-		var v json.RawMessage
-		err := dec.Decode(&v)
-		if errors.Is(err, io.EOF) {
+		if !dec.More() {
+			// The input's end, or a stray closing bracket.
+			if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+				if err == nil {
+					err = errors.New("a closing bracket that closes nothing")
+				}
+				return fail(err)
+			}
 			return entries, skipped, nil
 		}
-		if err != nil {
-			if errors.Is(err, ErrFormat) || isReadError(err) {
-				return entries, skipped, err
+		// More has read up to the next value: its first byte is the
+		// first of what the decoder holds.
+		first := make([]byte, 1)
+		if _, err := dec.Buffered().Read(first); err != nil {
+			return fail(err)
+		}
+		if first[0] != '[' {
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return fail(err)
 			}
-			return entries, skipped, fmt.Errorf("%w: a JSON document (it starts with an array of objects) that does not parse after %d decisions: %w", ErrFormat, len(entries), err)
+			add(v)
+		} else {
+			if _, err := dec.Token(); err != nil {
+				return fail(err)
+			}
+			for dec.More() {
+				var v json.RawMessage
+				if err := dec.Decode(&v); err != nil {
+					return fail(err)
+				}
+				add(v)
+				if len(entries) > maxEntries {
+					return nil, skipped, tooMany(maxEntries)
+				}
+			}
+			if _, err := dec.Token(); err != nil {
+				return fail(err)
+			}
 		}
-		// Compact, so that an entry of an indented document is printed as
-		// one of a line is (list -o json: one object a line).
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, v); err == nil {
-			v = compact.Bytes()
-		}
-		skipped.Items += appendValue(&entries, v, maxEntries)
 		if len(entries) > maxEntries {
 			return nil, skipped, tooMany(maxEntries)
 		}
