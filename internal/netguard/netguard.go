@@ -12,7 +12,6 @@ package netguard
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 	"syscall"
 )
@@ -84,14 +83,9 @@ func Parse(entries []string) (Denied, error) {
 	return d, nil
 }
 
-// nat64 are the prefixes of NAT64 whose addresses end with the IPv4
-// address they reach: the well-known one (RFC 6052), 64:ff9b::a9fe:a9fe
-// reaching 169.254.169.254 through a NAT64 gateway, and the one set aside
-// for local use (RFC 8215), in which a network picks its own prefix, most
-// often a /96 with the same ending. A local-use prefix shorter than /96
-// places the IPv4 address elsewhere, which only its operator knows: they
-// deny their prefix, or the IPv4 networks, themselves.
-var nat64 = []netip.Prefix{netip.MustParsePrefix("64:ff9b::/96"), netip.MustParsePrefix("64:ff9b:1::/48")}
+// nat64 is the well-known prefix of NAT64 (RFC 6052): 64:ff9b::a9fe:a9fe
+// reaches 169.254.169.254 through a NAT64 gateway.
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
 // RefusedError is a connection not made because its address is in a
 // denied network.
@@ -105,13 +99,13 @@ func (e *RefusedError) Error() string {
 }
 
 // Check is a *RefusedError if addr is in a denied network. An IPv4 address
-// written as IPv6 (::ffff:127.0.0.1, or behind a NAT64 prefix, see nat64)
+// written as IPv6 (::ffff:127.0.0.1, or behind NAT64's well-known prefix)
 // is checked as the IPv4 address it reaches too, and a zone (fe80::1%eth0)
 // is not a way around a network.
 func (d Denied) Check(addr netip.Addr) error {
 	a := addr.Unmap().WithZone("")
 	candidates := []netip.Addr{a}
-	if slices.ContainsFunc(nat64, func(p netip.Prefix) bool { return p.Contains(a) }) {
+	if nat64.Contains(a) {
 		b := a.As16()
 		candidates = append(candidates, netip.AddrFrom4([4]byte(b[12:])))
 	}
