@@ -348,6 +348,10 @@ func readDocument(r io.Reader, maxLine, maxEntries int) ([]Entry, Skipped, error
 	var skipped Skipped
 	dec := json.NewDecoder(r)
 	fail := func(err error) ([]Entry, Skipped, error) {
+		if errors.Is(err, io.EOF) {
+			// Within a value or an array: the document is cut short.
+			err = io.ErrUnexpectedEOF
+		}
 		if errors.Is(err, ErrFormat) || isReadError(err) {
 			return entries, skipped, err
 		}

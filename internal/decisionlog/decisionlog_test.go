@@ -736,3 +736,24 @@ _pick(_, _) := 0
 		})
 	}
 }
+
+// The review of 2026-12-05: the engine reads a candidate file again as it
+// polls, so a file replaced during a long replay had its later decisions
+// replayed against another bundle, the report naming the first. A replay
+// that meets a second revision stops.
+func TestAReplayThatMeetsASecondRevisionStops(t *testing.T) {
+	log, _ := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	entries = []decisionlog.Entry{entries[0], entries[1]}
+	revisions := []string{"sha256:first", "sha256:swapped"}
+	_, err = decisionlog.Replay(context.Background(), scripted{
+		decisionlog.PathKubeletServing: func() (engine.Decision, error) {
+			rev := revisions[0]
+			revisions = revisions[1:]
+			return engine.Decision{Revision: rev, Result: json.RawMessage(`{"action":"approve","reasons":[]}`)}, nil
+		},
+	}, entries)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "was replayed against revision sha256:swapped, the ones before it against sha256:first")
+}

@@ -221,3 +221,13 @@ func TestADocumentIsReadItemByItem(t *testing.T) {
 	// was, allocated over 100 MiB for these 32.
 	assert.Less(t, alloc, uint64(64*mib), "allocated %d MiB", alloc/mib)
 }
+
+// A document cut short between its items, or within one, is
+// a malformed log (exit 2), not a reader's failure.
+func TestADocumentCutShortIsMalformed(t *testing.T) {
+	for _, doc := range []string{"[" + entryLine("a"), "[" + entryLine("a") + ",", "[" + entryLine("a") + "," + entryLine("b")} {
+		_, _, err := decisionlog.ReadLimited(strings.NewReader(doc), decisionlog.Limits{})
+		require.ErrorIs(t, err, decisionlog.ErrFormat, doc)
+		assert.Contains(t, err.Error(), "does not parse after", doc)
+	}
+}

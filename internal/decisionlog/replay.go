@@ -108,8 +108,13 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 			now = Outcome{Outcome: engine.Outcome{Action: ActionError, Reasons: engine.Reasons{}}, Error: err.Error()}
 		default:
 			now = OutcomeOf(dec.Result)
-			if rep.Revision == "" {
+			switch {
+			case rep.Revision == "":
 				rep.Revision = dec.Revision
+			case dec.Revision != rep.Revision:
+				// The candidate is one bundle: a file replaced while it
+				// replays (the engine reads it again as it polls) is not.
+				return rep, fmt.Errorf("decision %q was replayed against revision %s, the ones before it against %s: the candidate changed during the replay; replay it again", e.DecisionID, dec.Revision, rep.Revision)
 			}
 		}
 		rep.Replayed++
