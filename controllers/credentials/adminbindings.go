@@ -680,24 +680,38 @@ func (a *AdminBindings) unlabelled(ctx context.Context, b *rbacv1.ClusterRoleBin
 	case err != nil:
 		logger.Error(err, "cannot tell whether an admin binding the watch saw go was deleted or unlabelled: recorded as deleted")
 		return false
-	case now.UID != b.UID, now.DeletionTimestamp != nil:
-		// Made again under its name (the old one is gone), or going.
+	case now.UID != b.UID:
+		// Made again under its name: the old one is gone.
+		return false
+	case now.DeletionTimestamp != nil:
+		// Going, held by finalizers: recorded now, as no watch will see it
+		// go, and said as still granting while they hold it.
+		a.untracked(ctx, &now, b, "its deletion was asked, but finalizers hold it, and it lost its label: it still grants cluster-admin until they are removed, and Ichor no longer sees it go")
 		return false
 	case isAdminBinding(&now):
 		// Labelled again since: its watch tells of it anew.
 		return true
 	}
-	identity, ok := AdminBindingIdentity(b)
-	if !ok {
-		logger.V(1).Info("a labelled ClusterRoleBinding that is not an admin binding of Ichor's lost its label: nothing to record")
-		return true
-	}
-	note := engine.Clip(fmt.Sprintf("The admin binding of %q lost its label %s=true: it still grants cluster-admin, and Ichor no longer lists, revokes or records it; label it again, or delete it to revoke", identity, LabelAdminBinding), "", engine.MaxEventNote)
-	logger.Info("an admin binding lost its label: not a revocation, and no longer tracked", "identity", engine.Clip(identity, "", maxLoggedBindingName))
-	if a.Recorder != nil {
-		a.Recorder.Eventf(&now, nil, corev1.EventTypeWarning, ReasonAdminBindingUntracked, "Unlabel", "%s", note)
-	}
+	a.untracked(ctx, &now, b, fmt.Sprintf("it lost its label %s=true: it still grants cluster-admin, and Ichor no longer lists, revokes or records it; label it again, or delete it to revoke", LabelAdminBinding))
 	return true
+}
+
+// untracked says, as a Warning on the binding as it is now, that one of
+// Ichor's admin bindings (by its name and role, the person read from its
+// name) is no longer tracked, and why; of another labelled binding it logs
+// at debug level only.
+func (a *AdminBindings) untracked(ctx context.Context, now, was *rbacv1.ClusterRoleBinding, why string) {
+	logger := log.FromContext(ctx).WithValues("binding", engine.Clip(was.Name, "", maxLoggedBindingName))
+	identity, ok := AdminBindingIdentity(was)
+	if !ok {
+		logger.V(1).Info("a labelled ClusterRoleBinding that is not an admin binding of Ichor's lost its label: nothing to say")
+		return
+	}
+	note := engine.Clip(fmt.Sprintf("The admin binding of %q: %s", identity, why), "", engine.MaxEventNote)
+	logger.Info("an admin binding lost its label", "identity", engine.Clip(identity, "", maxLoggedBindingName), "why", why)
+	if a.Recorder != nil {
+		a.Recorder.Eventf(now, nil, corev1.EventTypeWarning, ReasonAdminBindingUntracked, "Unlabel", "%s", note)
+	}
 }
 
 // ReasonAdminBindingUntracked is the reason of the Warning of an admin

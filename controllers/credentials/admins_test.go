@@ -442,6 +442,13 @@ func TestALabelTakenOffAnAdminBindingIsNoRevocation(t *testing.T) {
 	waitFor(t, "Kim's revocation, held and unlabelled, is in the decision log", func() (bool, error) {
 		return strings.Contains(decisionLog.String(), jsonText(`Revoked the admin binding of "ichor:kim"`)), nil
 	})
+	waitFor(t, "the Warning that Kim's held binding still grants", func() (bool, error) {
+		e, err := eventOf(kim.binding.Name, credentials.ReasonAdminBindingUntracked)
+		if e != nil {
+			assert.Contains(t, e.Note, "finalizers hold it")
+		}
+		return e != nil, err
+	})
 
 	// Jon's binding is deleted: recorded, after the others, so that the
 	// watch has told of them all by the time Jon's record is seen.
