@@ -76,7 +76,17 @@ adminbinding.cli.ichor.dev/BINDING, one a line.`,
 
 // adminRow is one admin binding as list shows it, and as -o json writes it.
 type adminRow struct {
-	User               string    `json:"user"`
+	// User is whom the binding grants: the identity's own user for a plain
+	// identity, else the username annotation's claim (UserClaimed).
+	User string `json:"user"`
+	// UserClaimed: User is only what the annotation says (a hashed
+	// identity names nobody, or the name is no admin binding's).
+	UserClaimed bool `json:"userClaimed,omitempty"`
+	// Annotated is the username annotation where it says otherwise than
+	// the binding's name.
+	Annotated string `json:"annotatedUser,omitempty"`
+	// Identity is read from the binding's name; empty when the name is
+	// no admin binding's.
 	Identity           string    `json:"identity"`
 	Binding            string    `json:"binding"`
 	Made               time.Time `json:"made"`
@@ -198,9 +208,9 @@ func listAdmins(ctx context.Context, c client.Reader, out io.Writer, output *pri
 	docs := make([]unstructured.Unstructured, 0, len(items))
 	t := newTable([]string{"User", "Identity", "Binding", "Made", "Latest Certificate Expires", "Role"}, "Intact")
 	for _, b := range items {
-		user, identity := adminOf(&b)
-		r := adminRow{
-			User: user, Identity: identity,
+		r := adminOf(&b)
+		r = adminRow{
+			User: r.User, UserClaimed: r.UserClaimed, Annotated: r.Annotated, Identity: r.Identity,
 			Binding: b.Name, Made: b.CreationTimestamp.UTC(), CertificateExpires: b.Annotations[credentials.AnnotationCertificateExpiry],
 			Role: b.RoleRef.Name, Intact: intactAdminBinding(&b),
 		}
@@ -214,7 +224,17 @@ func listAdmins(ctx context.Context, c client.Reader, out io.Writer, output *pri
 			// The rule refuses to reuse it (AdminBindingAltered); say so here.
 			role += " (altered: revoke it)"
 		}
-		addRow(t, r.User, r.Identity, r.Binding, r.Made.Format(time.RFC3339), r.CertificateExpires, role, strconv.FormatBool(r.Intact))
+		user, identity := r.User, r.Identity
+		switch {
+		case r.Annotated != "":
+			user = fmt.Sprintf("%s (annotated %q)", r.User, r.Annotated)
+		case r.UserClaimed:
+			user = r.User + " (claimed)"
+		}
+		if identity == "" {
+			identity = "(not an admin binding's name)"
+		}
+		addRow(t, user, identity, r.Binding, r.Made.Format(time.RFC3339), r.CertificateExpires, role, strconv.FormatBool(r.Intact))
 	}
 	switch {
 	case !output.isHuman():
@@ -235,20 +255,20 @@ func listAdmins(ctx context.Context, c client.Reader, out io.Writer, output *pri
 // identity's own for a plain one (ichor-admin:u:USER), the username
 // annotation quoted beside it when it says otherwise; a hashed identity
 // names nobody, so its user is the annotation's claim, said as such.
-func adminOf(b *rbacv1.ClusterRoleBinding) (user, identity string) {
+func adminOf(b *rbacv1.ClusterRoleBinding) adminRow {
 	claimed := b.Annotations[credentials.AnnotationAdminUsername]
 	identity, ok := credentials.AdminBindingIdentity(b)
 	if !ok {
-		return claimed, "(not an admin binding's name)"
+		return adminRow{User: claimed, UserClaimed: true}
 	}
 	named, plain := strings.CutPrefix(identity, "ichor-admin:u:")
 	switch {
-	case plain && named == claimed:
-		return named, identity
-	case plain:
-		return fmt.Sprintf("%s (annotated %q)", named, claimed), identity
+	case !plain:
+		return adminRow{User: claimed, UserClaimed: true, Identity: identity}
+	case claimed != "" && claimed != named:
+		return adminRow{User: named, Annotated: claimed, Identity: identity}
 	}
-	return fmt.Sprintf("%s (claimed)", claimed), identity
+	return adminRow{User: named, Identity: identity}
 }
 
 // intactAdminBinding is what the rule reuses: cluster-admin to the binding's

@@ -94,6 +94,14 @@ func TestAdminsListShowsWhoWhenAndExpiryEscaped(t *testing.T) {
 	require.NoError(t, listAdmins(t.Context(), fakeAdmins(t, forged), s.out, table))
 	s.flush()
 	assert.Regexp(t, `(?m)^ichor:mallory \(annotated "ichor:ada"\)\s+ichor-admin:u:ichor:mallory\s+ichor-admin:u:ichor:mallory:mmmmmmmmmm\s`, out.String())
+	// A script reads the fields plain: the user, and the annotation apart.
+	s, out, _ = testStreams()
+	fields := newTablePrintFlags(true)
+	fields.format = `jsonpath={range .items[*]}{.user}|{.annotatedUser}|{.identity}{"\n"}{end}`
+	require.NoError(t, fields.complete())
+	require.NoError(t, listAdmins(t.Context(), fakeAdmins(t, forged), s.out, fields))
+	s.flush()
+	assert.Equal(t, "ichor:mallory|ichor:ada|ichor-admin:u:ichor:mallory\n", out.String())
 	assert.NotContains(t, out.String(), "someone-elses", "a binding without Ichor's label is not an admin's")
 
 	// -o jsonpath sees the same rows as -o json, the altered one not intact.
@@ -117,7 +125,7 @@ func TestAdminsListEscapesABindingsNameInEveryFormat(t *testing.T) {
 		format string
 		want   string
 	}{
-		{outputTable, "ichor:x   (not an admin binding's name)   ichor-admin:u:x\\n^[[2Jforged\\tcell   2026-11-30T09:00:00Z   "},
+		{outputTable, "ichor:x (claimed)   (not an admin binding's name)   ichor-admin:u:x\\n^[[2Jforged\\tcell   2026-11-30T09:00:00Z   "},
 		{outputWide, "   true\n"},
 		{"name", "adminbinding.cli.ichor.dev/ichor-admin:u:x\\n^[[2Jforged\\tcell\n"},
 	} {
