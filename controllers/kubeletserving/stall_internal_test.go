@@ -727,6 +727,27 @@ func (s *stalledTenant) settle(t *testing.T) (next time.Time) {
 	return next
 }
 
+// recoverAndApproveAll lets the server answer again and moves the fake
+// clock to each wake-up in turn, once the workers are done with the last
+// (each request's and the breaker's backoffs are counted in it), until every
+// request is approved; lost says what it means when nothing is queued, held
+// or due and requests still wait. It returns how long that took.
+func (s *stalledTenant) recoverAndApproveAll(t *testing.T, lost string) time.Duration {
+	t.Helper()
+	s.srv.stalling.Store(false)
+	recovered := s.clk.Now()
+	for !s.srv.allApproved() {
+		next := s.settle(t)
+		if s.srv.allApproved() {
+			break
+		}
+		require.False(t, next.IsZero(), "%s (approved: %v)", lost, s.srv.approved)
+		require.Less(t, next.Sub(recovered), 10*time.Minute, "not approved 10 minutes after the server recovered")
+		s.clk.SetTime(next)
+	}
+	return s.clk.Since(recovered)
+}
+
 // Review 9 T1, H1, L1, L4, review 10 T: the workers and a tenant's gate
 // together, with nothing queued again from outside (no resync, no event).
 // Six requesters of a tenant with two slots; the tenant's server stalls
@@ -761,22 +782,8 @@ func TestEveryRequesterOfAStalledTenantComesBackWithoutAResync(t *testing.T) {
 				s.f.add(fmt.Sprintf("system:node:%d", n))
 			}
 			require.Eventually(t, func() bool { return s.gate.halted(false) }, 10*time.Second, 10*time.Millisecond, "the stalled approvals did not open the gate")
-			s.srv.stalling.Store(false)
-
-			// The fake clock moves to each wake-up in turn, once the
-			// workers are done with the last; each request's and the
-			// breaker's backoffs are counted in it.
-			recovered := s.clk.Now()
-			for !s.srv.allApproved() {
-				next := s.settle(t)
-				if s.srv.allApproved() {
-					break
-				}
-				require.False(t, next.IsZero(), "a requester was lost: nothing is queued, held or due, and requests wait (approved: %v)", s.srv.approved)
-				require.Less(t, next.Sub(recovered), 10*time.Minute, "not approved 10 minutes after the server recovered")
-				s.clk.SetTime(next)
-			}
-			t.Logf("every request approved %s after the server recovered", s.clk.Since(recovered))
+			took := s.recoverAndApproveAll(t, "a requester was lost: nothing is queued, held or due, and requests wait")
+			t.Logf("every request approved %s after the server recovered", took)
 		})
 	}
 }
@@ -819,17 +826,7 @@ func TestNamesATenantTookBackAreNotHeldWhileItStalls(t *testing.T) {
 		"the requesters kept until the server answers are not those with requests")
 	assert.LessOrEqual(t, held, 8)
 
-	s.srv.stalling.Store(false)
-	recovered := s.clk.Now()
-	for !s.srv.allApproved() {
-		next := s.settle(t)
-		if s.srv.allApproved() {
-			break
-		}
-		require.False(t, next.IsZero(), "a requester held within the bound was lost (approved: %v)", s.srv.approved)
-		require.Less(t, next.Sub(recovered), 10*time.Minute, "not approved 10 minutes after the server recovered")
-		s.clk.SetTime(next)
-	}
+	s.recoverAndApproveAll(t, "a requester held within the bound was lost")
 }
 
 // The review of the bound: a requester whose request went while it was
@@ -867,17 +864,7 @@ func TestARequesterWhoseRequestWentStillTriesForThoseParked(t *testing.T) {
 	}
 	s.srv.mu.Unlock()
 
-	s.srv.stalling.Store(false)
-	recovered := s.clk.Now()
-	for !s.srv.allApproved() {
-		next := s.settle(t)
-		if s.srv.allApproved() {
-			break
-		}
-		require.False(t, next.IsZero(), "the parked requesters wait for a resync: nobody tried (approved: %v)", s.srv.approved)
-		require.Less(t, next.Sub(recovered), 10*time.Minute, "not approved 10 minutes after the server recovered")
-		s.clk.SetTime(next)
-	}
+	s.recoverAndApproveAll(t, "the parked requesters wait for a resync: nobody tried")
 	s.gate.pool.mu.Lock()
 	defer s.gate.pool.mu.Unlock()
 	assert.Zero(t, s.gate.slots.held, "requesters are still counted as held once every request is approved")

@@ -22,6 +22,20 @@ import (
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 )
 
+// asTheManager is a client of the installed chart's manager: its service
+// account, impersonated.
+func asTheManager(t *testing.T, cfg *rest.Config) client.Client {
+	t.Helper()
+	asManager := rest.CopyConfig(cfg)
+	asManager.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + namespace + ":" + release,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
+	}
+	manager, err := client.New(asManager, client.Options{})
+	require.NoError(t, err)
+	return manager
+}
+
 // TestTheManagerWritesOnlyAdminBindings (hostile review 2, F3) installs the
 // chart into a real API server and acts as the manager's service account,
 // which RBAC lets create, patch and delete every ClusterRoleBinding and bind
@@ -35,13 +49,7 @@ func TestTheManagerWritesOnlyAdminBindings(t *testing.T) {
 	c, err := client.New(cfg, client.Options{})
 	require.NoError(t, err)
 
-	asManager := rest.CopyConfig(cfg)
-	asManager.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + namespace + ":" + release,
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
-	}
-	manager, err := client.New(asManager, client.Options{})
-	require.NoError(t, err)
+	manager := asTheManager(t, cfg)
 	ctx := t.Context()
 
 	binding := func(name, role string, subjects ...string) *rbacv1.ClusterRoleBinding {

@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -30,13 +29,7 @@ func TestTheManagerChangesOnlyItsWebhooksCABundle(t *testing.T) {
 	cfg, _ := installedChart(t)
 	admin, err := client.New(cfg, client.Options{})
 	require.NoError(t, err)
-	asManager := rest.CopyConfig(cfg)
-	asManager.Impersonate = rest.ImpersonationConfig{
-		UserName: "system:serviceaccount:" + namespace + ":" + release,
-		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"},
-	}
-	manager, err := client.New(asManager, client.Options{})
-	require.NoError(t, err)
+	manager := asTheManager(t, cfg)
 	ctx := t.Context()
 	const policy = release + "-webhook-configuration"
 	refused := func(err error) bool {
