@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -88,6 +89,12 @@ func TestTheManagerChangesOnlyItsWebhooksCABundle(t *testing.T) {
 		},
 		"a webhook less": func(vwc *admissionregistrationv1.ValidatingWebhookConfiguration) {
 			vwc.Webhooks = vwc.Webhooks[1:]
+		},
+		"an owner the garbage collector would follow": func(vwc *admissionregistrationv1.ValidatingWebhookConfiguration) {
+			vwc.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Namespace", Name: "gone", UID: "00000000-0000-0000-0000-000000000000"}}
+		},
+		"a finalizer": func(vwc *admissionregistrationv1.ValidatingWebhookConfiguration) {
+			vwc.Finalizers = []string{"example.com/hold"}
 		},
 	} {
 		assert.True(t, refused(change(edit)), "the manager's change was not refused: %s", what)
