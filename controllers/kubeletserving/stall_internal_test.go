@@ -727,6 +727,19 @@ func (s *stalledTenant) settle(t *testing.T) (next time.Time) {
 	return next
 }
 
+// stallEveryRequester has the server stall, starts four workers and queues
+// the six requesters, and waits until their stalled approvals have opened
+// the gate.
+func (s *stalledTenant) stallEveryRequester(t *testing.T) {
+	t.Helper()
+	s.srv.stalling.Store(true)
+	s.f.start(t, 4)
+	for n := range 6 {
+		s.f.add(fmt.Sprintf("system:node:%d", n))
+	}
+	require.Eventually(t, func() bool { return s.gate.halted(false) }, 10*time.Second, 10*time.Millisecond, "the stalled approvals did not open the gate")
+}
+
 // recoverAndApproveAll lets the server answer again and moves the fake
 // clock to each wake-up in turn, once the workers are done with the last
 // (each request's and the breaker's backoffs are counted in it), until every
@@ -776,12 +789,7 @@ func TestEveryRequesterOfAStalledTenantComesBackWithoutAResync(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var resets atomic.Int64
 			s := newStalledTenant(t, 500*time.Millisecond, tc.version(&resets), 1)
-			s.srv.stalling.Store(true)
-			s.f.start(t, 4)
-			for n := range 6 {
-				s.f.add(fmt.Sprintf("system:node:%d", n))
-			}
-			require.Eventually(t, func() bool { return s.gate.halted(false) }, 10*time.Second, 10*time.Millisecond, "the stalled approvals did not open the gate")
+			s.stallEveryRequester(t)
 			took := s.recoverAndApproveAll(t, "a requester was lost: nothing is queued, held or due, and requests wait")
 			t.Logf("every request approved %s after the server recovered", took)
 		})
@@ -797,12 +805,7 @@ func TestNamesATenantTookBackAreNotHeldWhileItStalls(t *testing.T) {
 	s.gate.pool.mu.Lock()
 	s.gate.pool.maxHeld = 8
 	s.gate.pool.mu.Unlock()
-	s.srv.stalling.Store(true)
-	s.f.start(t, 4)
-	for n := range 6 {
-		s.f.add(fmt.Sprintf("system:node:%d", n))
-	}
-	require.Eventually(t, func() bool { return s.gate.halted(false) }, 10*time.Second, 10*time.Millisecond, "the stalled approvals did not open the gate")
+	s.stallEveryRequester(t)
 	s.settle(t)
 	// Names of requests the server no longer has, as many as its watch
 	// can bring while the backoff runs.
@@ -835,12 +838,7 @@ func TestNamesATenantTookBackAreNotHeldWhileItStalls(t *testing.T) {
 // is counted as held no longer.
 func TestARequesterWhoseRequestWentStillTriesForThoseParked(t *testing.T) {
 	s := newStalledTenant(t, 500*time.Millisecond, versionRefused, 1)
-	s.srv.stalling.Store(true)
-	s.f.start(t, 4)
-	for n := range 6 {
-		s.f.add(fmt.Sprintf("system:node:%d", n))
-	}
-	require.Eventually(t, func() bool { return s.gate.halted(false) }, 10*time.Second, 10*time.Millisecond, "the stalled approvals did not open the gate")
+	s.stallEveryRequester(t)
 	s.settle(t)
 	// The requesters whose turns stalled come back when the backoff ends;
 	// the others are parked. The ones coming back lose their requests.

@@ -209,11 +209,8 @@ func listAdmins(ctx context.Context, c client.Reader, out io.Writer, output *pri
 	t := newTable([]string{"User", "Identity", "Binding", "Made", "Latest Certificate Expires", "Role"}, "Intact")
 	for _, b := range items {
 		r := adminOf(&b)
-		r = adminRow{
-			User: r.User, UserClaimed: r.UserClaimed, Annotated: r.Annotated, Identity: r.Identity,
-			Binding: b.Name, Made: b.CreationTimestamp.UTC(), CertificateExpires: b.Annotations[credentials.AnnotationCertificateExpiry],
-			Role: b.RoleRef.Name, Intact: intactAdminBinding(&b),
-		}
+		r.Binding, r.Made, r.CertificateExpires = b.Name, b.CreationTimestamp.UTC(), b.Annotations[credentials.AnnotationCertificateExpiry]
+		r.Role, r.Intact = b.RoleRef.Name, intactAdminBinding(&b)
 		d, err := document("AdminBinding", "", r.Binding, r)
 		if err != nil {
 			return err
