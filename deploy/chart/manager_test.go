@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -59,7 +61,10 @@ const chartNamespace = "ichor-chart"
 // default it reads Secrets in the release namespace only.
 func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 	ctx := t.Context()
-	env := harness.StartForTest(t, harness.Options{})
+	// The API server authenticates to the webhook, as an operator who
+	// follows docs/hardening.md configures it, and the manager answers it
+	// alone.
+	env := harness.StartForTest(t, harness.Options{WebhookClient: apiServerWebhookClient})
 	admin := writeKubeconfig(t, env.AdminKubeconfig)
 	// The harness has installed the CRDs (from deploy/crds, which the
 	// chart's are held identical to).
@@ -100,6 +105,7 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--resync-interval", "2s",
 			"--webhook-port", fmt.Sprint(serving.LocalServingPort), "--webhook-cert-dir", serving.LocalServingCertDir,
 			"--local-clusters", "demo/demo", "--kubelet-client-approver",
+			"--webhook-client-ca", env.ClientCAPath, "--webhook-client-names", "someone-else," + apiServerWebhookClient,
 			// The test's Talos API answers on loopback, which the
 			// manager denies by default.
 			"--node-denied-networks="}, nil, io.Discard, logFile)
@@ -219,6 +225,46 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 	err = raw.Create(ctx, forged)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy 'ichor-credential-requester'")
+
+	onlyTheAPIServerIsAnswered(t, env, serving, vwc)
+}
+
+// apiServerWebhookClient is the common name of the API server's webhook
+// client certificate in these tests.
+const apiServerWebhookClient = "kube-apiserver-webhook-client"
+
+// onlyTheAPIServerIsAnswered posts a review of its own to each of the
+// manager's webhooks, as a pod that reaches the port would: without a client
+// certificate, and with one of the API server's client CA under another name
+// (the harness's admin's; a cluster's client CA signs every kubelet's). The
+// API server's own reviews went through above (the issuance, the recorded
+// approval).
+func onlyTheAPIServerIsAnswered(t *testing.T, env *harness.Env, serving *envtest.WebhookInstallOptions, vwc admissionregistrationv1.ValidatingWebhookConfiguration) {
+	t.Helper()
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(serving.LocalServingCAData))
+	adminCert, err := tls.X509KeyPair(env.Config.CertData, env.Config.KeyData)
+	require.NoError(t, err)
+	require.NotEmpty(t, vwc.Webhooks)
+	for _, wh := range vwc.Webhooks {
+		for name, tc := range map[string]struct {
+			certs []tls.Certificate
+			want  string
+		}{
+			"no certificate":         {nil, "without a client certificate of the webhook's client CA"},
+			"another name of the CA": {[]tls.Certificate{adminCert}, "common name is not one of the API server's"},
+		} {
+			certs := tc.certs
+			c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, Certificates: certs, MinVersion: tls.VersionTLS12}}}
+			review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"forged","operation":"DELETE","userInfo":{"username":"ichor:mallory"}}}`
+			resp, err := c.Post(*wh.ClientConfig.URL, "application/json", strings.NewReader(review))
+			require.NoError(t, err, "%s, %s", wh.Name, name)
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			assert.Equal(t, http.StatusForbidden, resp.StatusCode, "%s, %s: %s", wh.Name, name, body)
+			assert.Contains(t, string(body), tc.want, "%s, %s", wh.Name, name)
+		}
+	}
 }
 
 func writeKubeconfig(t *testing.T, data []byte) string {

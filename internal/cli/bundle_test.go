@@ -111,6 +111,8 @@ func TestManagerRefusesAMalformedOCIBundleReference(t *testing.T) {
 // TestManagerRefusesFlagValuesItCouldNeverUse: an audit that could never
 // judge, or a tenant's bound that keeps nothing, is a usage error at start.
 func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	require.NoError(t, os.WriteFile(caFile, []byte("not a CA"), 0o600))
 	for _, args := range [][]string{
 		{"--kubelet-port", "0"}, {"--kubelet-port", "70000"}, {"--kubelet-serving-audit-interval", "-1m"},
 		{"--tenant-max-csrs", "0"}, {"--tenant-max-csr-mib", "-1"}, {"--tenant-max-csr-mib", "9223372036854775807"},
@@ -127,6 +129,11 @@ func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
 		// nothing.
 		{"--remote-kubeconfig-denied-networks", "10.0.0.0"}, {"--remote-kubeconfig-denied-networks", "127.0.0.0/8,10.1.2.3/8"},
 		{"--node-denied-networks", "localhost"}, {"--node-denied-networks", "::ffff:10.0.0.0/104"},
+		// A webhook that could not tell the API server's certificate
+		// from another of its CA's, or that would check names on no
+		// certificate at all.
+		{"--webhook-client-ca", filepath.Join(t.TempDir(), "absent.crt"), "--webhook-client-names", "apiserver"},
+		{"--webhook-client-ca", caFile}, {"--webhook-client-names", "apiserver"},
 	} {
 		code, _, stderr := run(t, "", append([]string{"manager"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
@@ -140,6 +147,8 @@ func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
 		"--node-denied-networks=default,10.1.2.3/8":       `"10.1.2.3/8" has host bits set: write the network, 10.0.0.0/8`,
 		"--node-denied-networks=::ffff:10.0.0.0/104":      `"::ffff:10.0.0.0/104" is an IPv4 network written as IPv6`,
 		"--remote-kubeconfig-denied-networks=default,ten": `"ten" is neither "default" nor a network`,
+		"--webhook-client-ca=" + caFile:                   "no client names: name the common name of the API server's webhook client certificate",
+		"--webhook-client-names=apiserver":                "--webhook-client-names without --webhook-client-ca",
 	} {
 		code, _, stderr := run(t, "", "manager", arg)
 		assert.Equal(t, 2, code, "%s: %s", arg, stderr)

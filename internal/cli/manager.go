@@ -23,6 +23,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/shard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
+	"github.com/ichor-dev/ichor-policy/webhook/apiserverauth"
 	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
 )
 
@@ -62,6 +63,8 @@ type managerOptions struct {
 	deniedNodes          []string
 	webhookPort          int
 	webhookCertDir       string
+	webhookClientCA      string
+	webhookClientNames   []string
 	webhookGenerateCerts bool
 	webhookCertSecret    string
 	webhookService       string
@@ -142,6 +145,8 @@ service account). Every decision is written to standard output as one JSON line
 	f.BoolVar(&o.requireSecretsClaim, "require-secrets-claim", true, "use a Secret a TalosCluster's secretsRef or kubeconfigRef names only if its annotation "+ichorv1alpha1.SecretsClaimAnnotation+" names the cluster (or is *); false also uses a Secret without the annotation, as releases before it did, for the time of an upgrade (whoever may write a TalosCluster can then point it at another cluster's CAs or API server)")
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server (HTTPS)")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "directory of the webhook server's tls.crt and tls.key (default: controller-runtime's, under the temporary directory)")
+	f.StringVar(&o.webhookClientCA, "webhook-client-ca", "", "PEM file of the CA of the client certificate the API server presents to webhooks (its admission configuration's kubeConfigFile): with it the webhook answers only requests made with a certificate of that CA naming one of --webhook-client-names, so that no pod that reaches the port can post a review; read at start")
+	f.StringSliceVar(&o.webhookClientNames, "webhook-client-names", nil, "the common names the API server's webhook client certificate may carry (comma-separated or repeated); required with --webhook-client-ca. Give the API server a CA of its own, never the cluster's client CA: whoever gets a kubernetes.io/kube-apiserver-client CSR approved gets a certificate of that CA with any common name")
 	f.BoolVar(&o.webhookGenerateCerts, "webhook-generate-certs", false, "make and renew the webhook's CA and serving certificate, kept in --webhook-cert-secret, and set the CA bundle of --webhook-configuration (leave off when cert-manager provides them)")
 	f.StringVar(&o.webhookCertSecret, "webhook-cert-secret", webhookcerts.DefaultSecretName, "Secret in the manager's namespace ($POD_NAMESPACE) that keeps the webhook's CA and serving certificate")
 	f.StringVar(&o.webhookService, "webhook-service", webhookcerts.DefaultServiceName, "the webhook's Service in the manager's namespace, which the serving certificate names")
@@ -196,6 +201,10 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 	if o.resync <= 0 {
 		return usage.Errorf("--resync-interval %s: must be positive", o.resync)
 	}
+	clientAuth, err := o.webhookClientAuth()
+	if err != nil {
+		return err
+	}
 	cfg, err := kube.RESTConfig(o.kubeconfig)
 	if err != nil {
 		return err
@@ -227,6 +236,7 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 		Webhook:                       o.webhook,
 		WebhookPort:                   o.webhookPort,
 		WebhookCertDir:                o.webhookCertDir,
+		WebhookClientAuth:             clientAuth,
 		AdmissionKeySecret:            o.admissionKeySecret,
 		AdminKubeconfigs:              o.adminKubeconfigs,
 		AcceptUnpinnedAdmissions:      !o.requirePins,
@@ -256,6 +266,22 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 		}
 	}
 	return manager.Run(ctx, mo)
+}
+
+// webhookClientAuth reads --webhook-client-ca and its names; nil without
+// them.
+func (o managerOptions) webhookClientAuth() (*apiserverauth.Auth, error) {
+	if o.webhookClientCA == "" {
+		if len(o.webhookClientNames) > 0 {
+			return nil, usage.Errorf("--webhook-client-names without --webhook-client-ca: the names are checked only on certificates of that CA")
+		}
+		return nil, nil
+	}
+	auth, err := apiserverauth.Load(o.webhookClientCA, o.webhookClientNames)
+	if err != nil {
+		return nil, usage.Errorf("--webhook-client-ca: %v", err)
+	}
+	return auth, nil
 }
 
 // minBundlePoll is the shortest --bundle-poll-interval: the fault tests poll

@@ -8,6 +8,7 @@ package manager
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -64,6 +65,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 	"github.com/ichor-dev/ichor-policy/internal/version"
 	credwebhook "github.com/ichor-dev/ichor-policy/webhook"
+	"github.com/ichor-dev/ichor-policy/webhook/apiserverauth"
 	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
 )
 
@@ -116,6 +118,9 @@ type Options struct {
 	Webhook        bool
 	WebhookPort    int
 	WebhookCertDir string
+	// WebhookClientAuth, when set, has the webhook answer only the API
+	// server's client certificate (--webhook-client-ca).
+	WebhookClientAuth *apiserverauth.Auth
 	// WebhookCerts, when set, makes and renews the webhook's CA and serving
 	// certificate (its Namespace is Options.Namespace).
 	WebhookCerts *webhookcerts.Options
@@ -257,6 +262,11 @@ func Run(ctx context.Context, o Options) error {
 		return usage.Errorf("the bounds of a tenant's API servers, %d CSRs and %d bytes, are negative", o.TenantMaxCSRs, o.TenantMaxCSRBytes)
 	}
 
+	webhookServer, err := newWebhookServer(o)
+	if err != nil {
+		return err
+	}
+
 	mgr, err := ctrl.NewManager(o.Config, ctrl.Options{
 		Scheme: scheme,
 		// Nothing here reads managedFields; at thousands of CSRs and
@@ -281,7 +291,7 @@ func Run(ctx context.Context, o Options) error {
 		RetryPeriod:                   &o.RetryPeriod,
 		// Optional: lets the manager run outside a pod.
 		LeaderElectionNamespace: o.Namespace,
-		WebhookServer:           crwebhook.NewServer(crwebhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
+		WebhookServer:           webhookServer,
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -462,6 +472,22 @@ func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Con
 		}
 	}
 	return eng, stop, changes, nil
+}
+
+// newWebhookServer is the webhook's server; with a client CA, every handler
+// registered on it answers only the API server's client certificate.
+func newWebhookServer(o Options) (crwebhook.Server, error) {
+	opts := crwebhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir}
+	auth := o.WebhookClientAuth
+	if auth == nil {
+		return crwebhook.NewServer(opts), nil
+	}
+	auth.Log = ctrl.Log.WithName("webhook")
+	if err := auth.Register(ctrlmetrics.Registry); err != nil {
+		return nil, err
+	}
+	opts.TLSOpts = []func(*tls.Config){auth.TLS}
+	return auth.Server(crwebhook.NewServer(opts)), nil
 }
 
 // setUp adds the approvers, the webhook and the issuer to mgr; lifetime is

@@ -13,9 +13,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -162,6 +165,34 @@ func (a *clientCertAuthn) signClient(name string, groups []string) (certPEM, key
 
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+// webhookAdmissionConfig writes, into dir, an AdmissionConfiguration whose
+// webhook plugins give the API server a client certificate with common name
+// cn, signed by the harness's CA, for every webhook it calls ("*": the
+// tests' webhooks are URLs on loopback whose port is known only later), and
+// returns its path: what an operator sets with --admission-control-config-file.
+func (a *clientCertAuthn) webhookAdmissionConfig(dir, cn string) (string, error) {
+	certPEM, keyPEM, err := a.signClient(cn, nil)
+	if err != nil {
+		return "", fmt.Errorf("webhook client certificate: %w", err)
+	}
+	kubeconfig := filepath.Join(dir, "admission-webhook-kubeconfig.yaml")
+	if err := clientcmd.WriteToFile(clientcmdapi.Config{
+		AuthInfos: map[string]*clientcmdapi.AuthInfo{"*": {ClientCertificateData: certPEM, ClientKeyData: keyPEM}},
+	}, kubeconfig); err != nil {
+		return "", fmt.Errorf("webhook client kubeconfig: %w", err)
+	}
+	var config strings.Builder
+	config.WriteString("apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n")
+	for _, plugin := range []string{"ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"} {
+		fmt.Fprintf(&config, "- name: %s\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: %q\n", plugin, kubeconfig)
+	}
+	path := filepath.Join(dir, "admission-configuration.yaml")
+	if err := os.WriteFile(path, []byte(config.String()), 0o600); err != nil {
+		return "", fmt.Errorf("admission configuration: %w", err)
+	}
+	return path, nil
 }
 
 // randomSerial is a 128-bit random serial, as RFC 5280 asks of a CA.

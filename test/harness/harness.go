@@ -59,6 +59,12 @@ type Options struct {
 	// request) to Env.AuditLogPath, which AuditEvents reads: what the API
 	// server recorded as each request's user.
 	AuditLog bool
+
+	// WebhookClient, when set, is the common name of a client certificate
+	// the API server presents to every webhook it calls (an admission
+	// configuration's kubeConfigFile, as an operator gives it), signed by
+	// the harness's client CA, whose certificate Env.ClientCAPath holds.
+	WebhookClient string
 }
 
 // Env is a running environment. Its fields are set by Start and read-only.
@@ -91,6 +97,10 @@ type Env struct {
 	EtcdLogPath      string
 	// AuditLogPath is the API server's audit log, with Options.AuditLog.
 	AuditLogPath string
+	// ClientCAPath is a PEM file of the CA that signs the harness's users'
+	// certificates and, with Options.WebhookClient, the API server's webhook
+	// client certificate.
+	ClientCAPath string
 
 	osCA       *talosapi.CA
 	authn      *clientCertAuthn
@@ -156,7 +166,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 		e.AuditLogPath = filepath.Join(e.WorkDir, "audit.log")
 	}
 
-	if err = e.startControlPlane(crdDir); err != nil {
+	if err = e.startControlPlane(crdDir, opts.WebhookClient); err != nil {
 		return nil, fmt.Errorf("harness: %w", err)
 	}
 
@@ -184,7 +194,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 // startControlPlane generates the secrets bundle (its Kubernetes CA becomes a
 // client CA of the apiserver), then starts etcd and the apiserver with RBAC
 // and installs the CRDs.
-func (e *Env) startControlPlane(crdDir string) error {
+func (e *Env) startControlPlane(crdDir, webhookClient string) error {
 	bundle, data, osCA, err := newSecretsBundle(e.WorkDir)
 	if err != nil {
 		return err
@@ -225,6 +235,17 @@ func (e *Env) startControlPlane(crdDir string) error {
 	// authorizes like a cluster whatever envtest's defaults become. There is
 	// no Node authorizer: bindNodeRole grants nodes the role instead.
 	apiServer.Configure().Set("authorization-mode", "RBAC")
+	e.ClientCAPath = filepath.Join(e.WorkDir, "harness-client-ca.crt")
+	if err := os.WriteFile(e.ClientCAPath, e.authn.caPEM, 0o600); err != nil {
+		return fmt.Errorf("harness client CA: %w", err)
+	}
+	if webhookClient != "" {
+		config, err := e.authn.webhookAdmissionConfig(e.WorkDir, webhookClient)
+		if err != nil {
+			return err
+		}
+		apiServer.Configure().Set("admission-control-config-file", config)
+	}
 	if e.AuditLogPath != "" {
 		policy := filepath.Join(e.WorkDir, "audit-policy.yaml")
 		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {

@@ -133,6 +133,21 @@ type Options struct {
 	Metrics *Metrics
 }
 
+// defaultServer is controller-runtime's server under srv, through the
+// servers that wrap it (apiserverauth's) and say so with Unwrap.
+func defaultServer(srv crwebhook.Server) (*crwebhook.DefaultServer, bool) {
+	for {
+		switch s := srv.(type) {
+		case *crwebhook.DefaultServer:
+			return s, true
+		case interface{ Unwrap() crwebhook.Server }:
+			srv = s.Unwrap()
+		default:
+			return nil, false
+		}
+	}
+}
+
 // Setup provisions the webhook's certificates once, then adds a Runnable to
 // mgr that keeps them renewed, and a readiness check named "webhook-certs".
 //
@@ -153,7 +168,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if opts.CertDir == "" || opts.CertName == "" || opts.KeyName == "" {
 		// The manager's own server, so its certwatcher reads these files.
-		server, ok := mgr.GetWebhookServer().(*crwebhook.DefaultServer)
+		server, ok := defaultServer(mgr.GetWebhookServer())
 		if !ok {
 			return fmt.Errorf("webhook certificates: the manager's webhook server is a %T; set CertDir, CertName and KeyName", mgr.GetWebhookServer())
 		}
