@@ -30,7 +30,9 @@ import (
 	"sync"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -67,6 +69,7 @@ const EventSource = "ichor-credentials-webhook"
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups="",resources=events,verbs=create
 // +kubebuilder:rbac:groups=ichor.dev,resources=talosclusters,verbs=get
+// +kubebuilder:rbac:groups=ichor.dev,resources=taloscredentialrequests,verbs=get
 
 // Decider is what the webhook asks of the policy engine: *engine.Engine, or
 // a test's (engine/enginetest).
@@ -131,6 +134,9 @@ func (v *CredentialRequestValidator) Handle(ctx context.Context, req admission.R
 	var tcr ichorv1alpha1.TalosCredentialRequest
 	if err := json.Unmarshal(req.Object.Raw, &tcr); err != nil {
 		return admission.Errored(http.StatusBadRequest, fmt.Errorf("decode TalosCredentialRequest: %w", err))
+	}
+	if why := oversizedUser(req.UserInfo); why != "" {
+		return admission.Denied(why)
 	}
 	in, cluster, err := v.facts(ctx, req, &tcr)
 	if err != nil {
@@ -256,6 +262,9 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 	if tcr.UID == "" {
 		return errors.New("the request has no UID to record its admission under")
 	}
+	if err := v.notStoredYet(ctx, namespace, tcr); err != nil {
+		return err
+	}
 	key, err := v.Keys.Key(ctx)
 	if err != nil {
 		return err
@@ -319,6 +328,54 @@ func (v *CredentialRequestValidator) record(ctx context.Context, cluster *ichorv
 		ReportingInstance:   instance,
 	}
 	return v.Client.Create(ctx, event)
+}
+
+// The bounds of spec.requester in the CRD, which the admission policy holds
+// to the creator's identity: a user past them cannot make a request, and a
+// review naming one (which only a sender other than the API server could
+// post, or an authenticator's extreme) is refused before it reaches the
+// access check, the policy and the log.
+const (
+	maxUsername   = 1024
+	maxUserGroups = 256
+	maxUserExtra  = 64
+)
+
+// oversizedUser says why a review's user is past those bounds, or "".
+func oversizedUser(u authenticationv1.UserInfo) string {
+	switch {
+	case len(u.Username) > maxUsername || len(u.UID) > maxUsername:
+		return fmt.Sprintf("the user's name or UID is longer than %d bytes, which spec.requester cannot hold", maxUsername)
+	case len(u.Groups) > maxUserGroups:
+		return fmt.Sprintf("the user is in %d groups, more than the %d spec.requester holds", len(u.Groups), maxUserGroups)
+	case len(u.Extra) > maxUserExtra:
+		return fmt.Sprintf("the user has %d extra attributes, more than the %d spec.requester holds", len(u.Extra), maxUserExtra)
+	}
+	return ""
+}
+
+// notStoredYet refuses to record the admission of a request the API server
+// already stores. It calls the webhook before it stores a request, so a
+// review of a stored one (its UID) is not the API server's: the webhook's
+// port answers whoever reaches it, and whoever can read a request stored
+// while the webhook was not called (its configuration missing) could
+// otherwise post a review of it and get the record the issuer trusts, in
+// the name of anyone it writes as the user. Read past the cache: a request
+// stored a moment ago must be seen. A request of that name with another UID
+// is no concern here: the create under review will meet it as AlreadyExists.
+func (v *CredentialRequestValidator) notStoredYet(ctx context.Context, namespace string, tcr *ichorv1alpha1.TalosCredentialRequest) error {
+	var stored ichorv1alpha1.TalosCredentialRequest
+	err := v.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: tcr.Name}, &stored)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the request to check it is not stored yet: %w", err)
+	case stored.UID == tcr.UID:
+		return fmt.Errorf("the request %s/%s (UID %s) is stored already, and the API server reviews a request before it stores it: this review is not the API server's", namespace, tcr.Name, tcr.UID)
+	default:
+		return nil
+	}
 }
 
 // pinCredential adds the credential the decision admits, and its MAC, to a

@@ -967,3 +967,89 @@ type panickingReader struct{ client.Reader }
 func (panickingReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
 	panic("the reader broke")
 }
+
+// A review of a request the API server already stores is not the API
+// server's: it reviews a create before it stores the request. Whoever can
+// read a request the webhook never admitted (stored while the webhook
+// configuration was missing; here, its record deleted) and reach the
+// webhook's port posts a review of it, as its creator or as anyone: no record
+// is written, so the issuer never signs it (review of 2026-12-06).
+func TestAReviewOfARequestAlreadyStoredRecordsNothing(t *testing.T) {
+	f := newFixture(t, true)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
+	tcr := f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))
+	require.NoError(t, alice.Create(f.ctx, tcr))
+	events := f.events()
+	require.Len(t, events, 1)
+	require.NoError(t, env.Client.Delete(f.ctx, &events[0]))
+
+	v := &webhook.CredentialRequestValidator{
+		Engine: decider, LocalClusters: local, Instance: "webhook-test", Keys: admissionKeys,
+		Client: env.Client, Reader: env.Client,
+	}
+	review := f.dryRunBy(t, alice)
+	review.DryRun = nil
+	raw, err := json.Marshal(tcr)
+	require.NoError(t, err)
+	review.Object.Raw = raw
+	resp := v.Handle(f.ctx, review)
+	require.NotNil(t, resp.Result)
+	assert.False(t, resp.Allowed)
+	assert.Contains(t, resp.Result.Message, fmt.Sprintf("the request %s/%s (UID %s) is stored already", f.ns, tcr.Name, tcr.UID))
+	assert.Empty(t, f.events(), "a record was written for a review of a stored request")
+
+	// The same review of a request not stored yet is the API server's
+	// create: recorded.
+	fresh := tcr.DeepCopy()
+	fresh.Name, fresh.UID, fresh.ResourceVersion = tcr.Name+"-new", "uid-not-stored", ""
+	raw, err = json.Marshal(fresh)
+	require.NoError(t, err)
+	review.Object.Raw = raw
+	resp = v.Handle(f.ctx, review)
+	require.NotNil(t, resp.Result)
+	assert.True(t, resp.Allowed, resp.Result.Message)
+	require.Len(t, f.events(), 1)
+	assert.Equal(t, credential.RecordName("uid-not-stored"), f.events()[0].Name)
+}
+
+// A review whose user spec.requester could not hold (past the CRD's bounds)
+// is refused before the access check, the policy and the log see it.
+func TestAReviewOfAUserPastTheRequestersBoundsIsRefused(t *testing.T) {
+	f := newFixture(t, true)
+	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
+	v := &webhook.CredentialRequestValidator{
+		Engine: decider, LocalClusters: local, Instance: "webhook-test", Keys: admissionKeys,
+		Client: env.Client, Reader: env.Client,
+	}
+	review := f.dryRunBy(t, alice)
+	resp := v.Handle(f.ctx, review)
+	require.NotNil(t, resp.Result)
+	require.True(t, resp.Allowed, "the control: %s", resp.Result.Message)
+
+	for name, c := range map[string]struct {
+		change func(*authenticationv1.UserInfo)
+		want   string
+	}{
+		"257 groups": {func(u *authenticationv1.UserInfo) {
+			for i := len(u.Groups); i < 257; i++ {
+				u.Groups = append(u.Groups, fmt.Sprintf("group-%d", i))
+			}
+		}, "the user is in 257 groups, more than the 256"},
+		"65 extra attributes": {func(u *authenticationv1.UserInfo) {
+			u.Extra = map[string]authenticationv1.ExtraValue{}
+			for i := range 65 {
+				u.Extra[fmt.Sprintf("key-%d", i)] = authenticationv1.ExtraValue{"v"}
+			}
+		}, "65 extra attributes"},
+		"a name of a megabyte": {func(u *authenticationv1.UserInfo) { u.Username = strings.Repeat("a", 1<<20) }, "longer than 1024 bytes"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := f.dryRunBy(t, alice)
+			c.change(&r.UserInfo)
+			resp := v.Handle(f.ctx, r)
+			require.NotNil(t, resp.Result)
+			assert.False(t, resp.Allowed)
+			assert.Contains(t, resp.Result.Message, c.want)
+		})
+	}
+}
