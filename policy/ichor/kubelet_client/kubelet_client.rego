@@ -67,16 +67,9 @@ _decide := _verdict("approve", {approved}) if {
 _verdict(action, reasons) := {
 	"action": action,
 	"reasons": lib_reasons.capped(reasons, _config.max_reasons_per_code),
-	"node": _logged_node,
+	"node": lib_csr.logged_node(_node_name),
 	"kind": _kind,
 }
-
-# The node as the result names it: a node's name is at most a DNS subdomain's 253 characters,
-# and a longer one (a requester's common name, as long as it likes) is no node's and is cut,
-# so that the result, logged at each look, stays small.
-_logged_node := _node_name if count(_node_name) <= 253
-
-else := sprintf("%s... (%d bytes)", [substring(_node_name, 0, 253), count(_node_name)])
 
 # METADATA
 # title: Approved

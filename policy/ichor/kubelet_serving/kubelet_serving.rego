@@ -91,7 +91,7 @@ rejection := _verdict("deny", rejected) if {
 _verdict(action, reasons) := {
 	"action": action,
 	"reasons": lib_reasons.capped(reasons, _config.max_reasons_per_code),
-	"node": _node_name,
+	"node": lib_csr.logged_node(_node_name),
 }
 
 # METADATA

@@ -18,9 +18,10 @@
 #   message cut likewise. The strings of data.json's capped_strings (the free text an audited
 #   kubelet or node chooses: a certificate's issuer, serial and errors, the node's error; and
 #   the names a requester or a tenant's API server chooses: a CSR's name, user and UID, a
-#   binding's name) are cut to max_logged_value_length too, and so are the values of each extra attribute (kept or
-#   redacted). input.log_truncated then says what was cut and how much, so
-#   that `ichor decisions replay` does not take a shortened input for the request.
+#   binding's name) are cut to max_logged_value_length too, and so are the values of each
+#   extra attribute (kept or redacted), and its keys, of which the first max_logged_items are
+#   kept. input.log_truncated then says what was cut and how much, so that
+#   `ichor decisions replay` does not take a shortened input for the request.
 package system.log
 
 _config := data.system.log.config
@@ -75,14 +76,34 @@ _to_mask(extra) if {
 	_too_big(values)
 }
 
+# Extra with more keys than max_logged_items or a key longer than max_logged_value_length:
+# a tenant's API server writes a request's spec.extra as it likes (review of 2026-12-06).
+# Such extra is masked anyway: the keys data.json lists are far fewer and short, so it has
+# a key not listed.
+_extra_keys_cut(extra) if count(extra) > _config.max_logged_items
+
+_extra_keys_cut(extra) if {
+	some key, _ in extra
+	count(key) > _config.max_logged_value_length
+}
+
 _truncated[concat(".", path)] := count(items) if some path, items in _oversized
 
 _truncated[concat(".", path)] := count(value) if some path, value in _long_strings
 
-_truncated[concat(".", [holder, "extra", key])] := count(values) if {
+_truncated[concat(".", [holder, "extra"])] := count(extra) if {
 	some holder in _config.extra_holders
-	some key, values in input.input[holder].extra
+	extra := input.input[holder].extra
+	_extra_keys_cut(extra)
+}
+
+_truncated[concat(".", [holder, "extra", _logged_key(key, i)])] := count(values) if {
+	some holder in _config.extra_holders
+	extra := input.input[holder].extra
+	some key, values in extra
 	_too_big(values)
+	some i, kept in _kept_keys(extra)
+	kept == key
 }
 
 # The capped strings of this entry that are too long (an absent one fails at is_string).
@@ -176,7 +197,17 @@ _cut(value) := sprintf("%s... (%d bytes)", [substring(value, 0, _config.max_logg
 	count(value) > _config.max_logged_value_length
 } else := value
 
-_masked(extra) := {key: _masked_value(key, values) | some key, values in extra}
+_masked(extra) := {_logged_key(key, i): _masked_value(key, extra[key]) | some i, key in _kept_keys(extra)}
+
+# The keys of extra the log keeps: the first max_logged_items, in key order.
+_kept_keys(extra) := array.slice(sort(object.keys(extra)), 0, _config.max_logged_items)
+
+# A kept key as the log names it: cut like a string, with its place among the kept keys, so
+# that two keys alike in their first characters stay two (an object holds a key once, and a
+# mask that cannot be built writes no entry at all).
+_logged_key(key, i) := key if count(key) <= _config.max_logged_value_length
+
+else := sprintf("%s... (%d bytes, key %d)", [substring(key, 0, _config.max_logged_value_length), count(key), i])
 
 _masked_value(key, values) := _cut_list(values) if _config.logged_extra_keys[key]
 

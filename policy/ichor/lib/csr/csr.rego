@@ -3,8 +3,8 @@
 # description: |
 #   What the CSR rules share about reading a request: whether it is exactly what the
 #   signer signs, the subject's common names and
-#   organizations, the node name the subject claims, how a subject attribute is shown in a
-#   message, and whether the usages are exactly one of the sets a signer permits. Each
+#   organizations, the node name the subject claims and how a result names it, how a
+#   subject attribute is shown in a message, and whether the usages are exactly one of the sets a signer permits. Each
 #   function takes what it reads as arguments (the request as input.csr.request has it, a
 #   rule's tables from its data.json) and reads neither input nor data itself.
 package ichor.lib.csr
@@ -34,6 +34,16 @@ node_name(request, prefix) := name if {
 	name := trim_prefix(names[0], prefix)
 	name != ""
 } else := ""
+
+# METADATA
+# title: Node name as a result names it
+# description: |
+#   A node name for a decision's result, which is logged at each look: a node's name is at
+#   most a DNS subdomain's 253 characters, and a longer one (a requester's common name, as
+#   long as it likes) is no node's and is cut, with its length.
+logged_node(name) := name if count(name) <= 253
+
+else := sprintf("%s... (%d bytes)", [substring(name, 0, 253), count(name)])
 
 # METADATA
 # scope: document
