@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
@@ -41,6 +43,32 @@ type Applied struct {
 	Outcome    string `json:"outcome"`
 }
 
+// MaxLoggedValue is the mask's max_logged_value_length
+// (policy/system/log/data.json): the longest string of the names a
+// requester or a tenant's API server chooses that the decision log keeps
+// whole.
+const MaxLoggedValue = 512
+
+// LoggedName is name as the decision log keeps it, cut as the mask cuts a
+// capped string (its first MaxLoggedValue characters and its length in
+// characters, as Rego's count and substring measure a string).
+func LoggedName(name string) string {
+	n := utf8.RuneCountInString(name)
+	if n <= MaxLoggedValue {
+		return name
+	}
+	return fmt.Sprintf("%s... (%d bytes)", string([]rune(name)[:MaxLoggedValue]), n)
+}
+
+// LoggedObject is an Applied.Object as the decision log keeps it: its last
+// part, the name (a CSR's, which Kubernetes does not bound), cut as the
+// mask cuts the name in the decision's input, so that a record names the
+// object as its decision does.
+func LoggedObject(object string) string {
+	i := strings.LastIndexByte(object, '/')
+	return object[:i+1] + LoggedName(object[i+1:])
+}
+
 // RecordApplied writes to the decision log that a decision was carried out.
 //
 // The record is a plain entry, not a decision: no rule is evaluated for it
@@ -49,8 +77,9 @@ type Applied struct {
 // sinks (the console, the file, the service), with its own id, the labels, the time
 // and the active bundle's revision, and counted by
 // ichor_policy_decisions_total with kind="record" unless the file refused it. The mask is not applied:
-// the record holds none of what the mask cuts or hides, only the facts Go
-// gives here. An entry the file sink cannot take is an error, as for a
+// the record holds none of what the mask hides, only the facts Go gives
+// here, and cuts the object's name and UID as the mask cuts them in a
+// decision (LoggedObject, LoggedName). An entry the file sink cannot take is an error, as for a
 // decision.
 func (e *Engine) RecordApplied(ctx context.Context, a Applied) error {
 	start := time.Now()
@@ -61,6 +90,7 @@ func (e *Engine) RecordApplied(ctx context.Context, a Applied) error {
 	if err != nil {
 		return fmt.Errorf("record of decision %s on %s: entry id: %w", a.DecisionID, a.Object, err)
 	}
+	a.Object, a.UID = LoggedObject(a.Object), LoggedName(a.UID)
 	var input any = a
 	event := logs.EventV1{
 		Labels:     e.mgr.Labels(),

@@ -2,7 +2,9 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"io/fs"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 	"github.com/ichor-dev/ichor-policy/internal/version"
+	"github.com/ichor-dev/ichor-policy/policy"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
@@ -233,4 +236,62 @@ func TestAPersonsActsAreCountedByHowTheActorIsKnown(t *testing.T) {
 	got, err := testutil.GatherAndCount(reg, "ichor_policy_manual_acts_total")
 	require.NoError(t, err)
 	assert.Equal(t, 2, got)
+}
+
+// A CSR's name is as long as its creator likes (Kubernetes checks none): the
+// record names it, and its UID, cut as the mask cuts them in the decision,
+// so that the record stays small and names the object as the decision does:
+// of two verdicts on such a request, the one applied is in effect and the
+// other not (review of 2026-12-06; before, the record named the name whole,
+// never matched the decision's cut name, and both were listed in effect).
+func TestTheRecordOfALongNamedRequestNamesItAsItsDecisionDoes(t *testing.T) {
+	e, log := newEngine(t)
+	long := strings.Repeat("n", 3000) + "é"
+	in := servingInput(t, csrgen.ECDSA, "10.5.0.2")
+	in.CSR.Name = long
+	first, err := e.KubeletServing(context.Background(), in)
+	require.NoError(t, err)
+	second, err := e.KubeletServing(context.Background(), in)
+	require.NoError(t, err)
+	rec := applied(second.DecisionID)
+	rec.Object, rec.UID = "csr/"+long, strings.Repeat("u", 2000)
+	require.NoError(t, e.RecordApplied(context.Background(), rec))
+
+	read, _, err := decisionlog.Read(strings.NewReader(log.String()))
+	require.NoError(t, err)
+	require.Len(t, read, 3)
+	got, ok := read[2].Applied()
+	require.True(t, ok)
+	assert.Equal(t, "csr/"+strings.Repeat("n", engine.MaxLoggedValue)+"... (3001 bytes)", got.Object)
+	assert.Equal(t, read[1].Object(), got.Object, "the record names the object as the decision's input does")
+	assert.Equal(t, strings.Repeat("u", engine.MaxLoggedValue)+"... (2000 bytes)", got.UID)
+	var ids []string
+	for _, entry := range decisionlog.InEffect(read) {
+		ids = append(ids, entry.DecisionID)
+	}
+	assert.Equal(t, []string{second.DecisionID}, ids, "the verdict not applied (%s) is in effect", first.DecisionID)
+
+	// A record written before records were cut names the name whole, and
+	// is read as naming the cut one.
+	whole := strings.Replace(log.String(), got.Object, "csr/"+long, 1)
+	read, _, err = decisionlog.Read(strings.NewReader(whole))
+	require.NoError(t, err)
+	ids = nil
+	for _, entry := range decisionlog.InEffect(read) {
+		ids = append(ids, entry.DecisionID)
+	}
+	assert.Equal(t, []string{second.DecisionID}, ids)
+}
+
+// MaxLoggedValue is the mask's bound, which the policy's data sets.
+func TestMaxLoggedValueIsTheMasks(t *testing.T) {
+	data, err := fs.ReadFile(policy.FS, "system/log/data.json")
+	require.NoError(t, err)
+	var d struct {
+		Config struct {
+			MaxLoggedValueLength int `json:"max_logged_value_length"`
+		} `json:"config"`
+	}
+	require.NoError(t, json.Unmarshal(data, &d))
+	assert.Equal(t, d.Config.MaxLoggedValueLength, engine.MaxLoggedValue)
 }

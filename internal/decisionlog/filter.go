@@ -89,7 +89,11 @@ func InEffect(entries []Entry) []Entry {
 	for _, e := range entries {
 		if a, ok := e.Applied(); ok && a.DecisionID != "" {
 			applied[a.DecisionID] = true
+			// As written (cut since records are), and cut as the
+			// decision's input names it: a record written before
+			// records were cut names a long name whole.
 			objects[a.Object] = true
+			objects[engine.LoggedObject(a.Object)] = true
 		}
 	}
 	out := make([]Entry, 0, len(entries))
