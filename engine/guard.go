@@ -339,6 +339,8 @@ type limitsTransport struct {
 	// pull; counting from the HEAD holds should it not).
 	pullResponses atomic.Int64
 	pullBytes     atomic.Int64
+	// fetchTimeout bounds each request (the constant fetchTimeout if 0).
+	fetchTimeout time.Duration
 }
 
 // maxErrorBody bounds what is read of an answer other than 200: OPA reads
@@ -353,6 +355,43 @@ func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "https" && !t.plainHTTP {
 		return nil, fmt.Errorf("%s %s: a bundle is not fetched over plain http without --bundle-allow-insecure-http", req.Method, req.URL.Redacted())
 	}
+	// OPA's client bounds the wait for an answer's headers only, and its
+	// polls have no deadline: a server that sends the headers and then the
+	// body a byte at a time would hold the poll, and every bundle after it,
+	// for good, with no error to report. Each request has fetchTimeout.
+	timeout := t.fetchTimeout
+	if timeout == 0 {
+		timeout = fetchTimeout
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), timeout)
+	resp, err := t.roundTrip(req.WithContext(ctx))
+	if err != nil || resp.Body == nil {
+		cancel()
+		if err != nil && ctx.Err() != nil {
+			err = fmt.Errorf("%s %s: not fetched within %s: %w", req.Method, req.URL.Redacted(), timeout, err)
+		}
+		return resp, err
+	}
+	resp.Body = cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// fetchTimeout bounds one request of a bundle's fetch, its body read
+// included: a bundle's bytes at a slow link's pace, not a stalled server's.
+const fetchTimeout = 2 * time.Minute
+
+// cancelOnClose ends a request's context once its answer's body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c cancelOnClose) Close() error {
+	defer c.cancel()
+	return c.ReadCloser.Close()
+}
+
+func (t *limitsTransport) roundTrip(req *http.Request) (*http.Response, error) {
 	// A pull starts by resolving the tag (HEAD of its manifest); the
 	// previous pull is over, so every blob its tag does not reference can
 	// go.

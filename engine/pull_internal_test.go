@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -95,4 +97,65 @@ func TestAnErrorAnswerIsReadNoFurtherThanItsBound(t *testing.T) {
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	assert.Len(t, body, maxErrorBody)
+}
+
+// A server that sends a bundle's headers, then its body a byte a while,
+// holds a request no longer than its timeout: OPA's client bounds the wait
+// for the headers only, and a poll held for good would report nothing
+// (review of 2026-12-06).
+func TestAStalledBodyEndsTheRequestAtItsTimeout(t *testing.T) {
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1048576")
+		w.WriteHeader(http.StatusOK)
+		for {
+			if _, err := w.Write([]byte{0x1f}); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+			select {
+			case <-stop:
+				return
+			case <-r.Context().Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) })
+	tr := &limitsTransport{base: http.DefaultTransport, limits: bundles.DefaultLimits, plainHTTP: true, fetchTimeout: 300 * time.Millisecond}
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/bundle.tar.gz", nil)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := tr.RoundTrip(req)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "not fetched within 300ms")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request outlived its timeout a hundredfold")
+	}
+}
+
+// An answer handed on to OPA with its body (an error's, a HEAD's) keeps its
+// request's context until the body is closed, and no longer.
+func TestAnAnswersBodyIsReadableUntilClosed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(strings.Repeat("not here ", 1000)))
+	}))
+	t.Cleanup(srv.Close)
+	tr := &limitsTransport{base: http.DefaultTransport, limits: bundles.DefaultLimits, plainHTTP: true}
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/bundle.tar.gz", nil)
+	require.NoError(t, err)
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Len(t, body, 9000)
+	require.NoError(t, resp.Body.Close())
 }
