@@ -346,7 +346,12 @@ func isDocument(br *bufio.Reader) bool {
 func readDocument(r io.Reader, maxLine, maxEntries int) ([]Entry, Skipped, error) {
 	var entries []Entry
 	var skipped Skipped
-	dec := json.NewDecoder(r)
+	// The decoder holds a value whole before add can look at its length:
+	// the reader refuses to give it more than twice the line bound (and a
+	// read-ahead's slack) past where the value started, so that an item of a
+	// gigabyte is an error, not a gigabyte held.
+	in := &itemBound{r: r, limit: 2*int64(maxLine) + itemSlack}
+	dec := json.NewDecoder(in)
 	fail := func(err error) ([]Entry, Skipped, error) {
 		if errors.Is(err, io.EOF) {
 			// Within a value or an array: the document is cut short.
@@ -378,6 +383,7 @@ func readDocument(r io.Reader, maxLine, maxEntries int) ([]Entry, Skipped, error
 		}
 	}
 	for {
+		in.mark = dec.InputOffset()
 		if !dec.More() {
 			// The input's end, or a stray closing bracket.
 			if _, err := dec.Token(); !errors.Is(err, io.EOF) {
@@ -404,7 +410,7 @@ func readDocument(r io.Reader, maxLine, maxEntries int) ([]Entry, Skipped, error
 			if _, err := dec.Token(); err != nil {
 				return fail(err)
 			}
-			for dec.More() {
+			for in.mark = dec.InputOffset(); dec.More(); in.mark = dec.InputOffset() {
 				var v json.RawMessage
 				if err := dec.Decode(&v); err != nil {
 					return fail(err)
@@ -422,6 +428,30 @@ func readDocument(r io.Reader, maxLine, maxEntries int) ([]Entry, Skipped, error
 			return nil, skipped, tooMany(maxEntries)
 		}
 	}
+}
+
+// itemSlack is what the decoder may have read ahead of a value, beyond it.
+const itemSlack = 1 << 20
+
+// itemBound reads for a JSON decoder, refusing to read more than limit bytes
+// past mark, the decoder's offset where the value it decodes starts.
+type itemBound struct {
+	r          io.Reader
+	read, mark int64
+	limit      int64
+}
+
+func (b *itemBound) Read(p []byte) (int, error) {
+	room := b.limit - (b.read - b.mark)
+	if room <= 0 {
+		return 0, fmt.Errorf("%w: a JSON document holds an item of more than %d bytes, past any entry's bound; not read further", ErrFormat, b.limit-itemSlack)
+	}
+	if int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := b.r.Read(p)
+	b.read += int64(n)
+	return n, err
 }
 
 // isReadError reports whether a JSON decoder's error is its reader's rather

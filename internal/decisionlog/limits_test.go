@@ -231,3 +231,22 @@ func TestADocumentCutShortIsMalformed(t *testing.T) {
 		assert.Contains(t, err.Error(), "does not parse after", doc)
 	}
 }
+
+// The hostile review of 2026-12-06: the decoder held an item whole before
+// its length was looked at, so a document of one item of a gigabyte (a
+// megabyte of gzip) took gigabytes. Reading stops at twice the line bound
+// past an item's start, with an error: such an item is no entry.
+func TestAnItemOfAGigabyteIsRefusedUnheld(t *testing.T) {
+	doc := io.MultiReader(
+		strings.NewReader("["+entryLine("before")+`,{"x":"`),
+		io.LimitReader(&repeat{s: []byte("a")}, 1<<30),
+		strings.NewReader(`"},`+entryLine("after")+"]"),
+	)
+	var err error
+	alloc := allocated(func() {
+		_, _, err = decisionlog.ReadLimited(doc, decisionlog.Limits{MaxLine: 64 << 10})
+	})
+	require.ErrorIs(t, err, decisionlog.ErrFormat)
+	assert.Contains(t, err.Error(), "an item of more than 131072 bytes")
+	assert.Less(t, alloc, uint64(16*mib), "allocated %d MiB", alloc/mib)
+}
