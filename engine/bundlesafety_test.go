@@ -347,6 +347,29 @@ func TestAReplicaRefusesWhatIsBelowAnotherReplicasEpoch(t *testing.T) {
 	e.refused(t, src, sameEpoch, "the highest epoch activated in this cluster", cur)
 }
 
+// A replica whose source keeps serving a bundle below the epoch another
+// activated (a tag moved back after the other pulled, by someone without the
+// signing key) says so, within a poll interval, until a bundle at that epoch
+// is in service (review of 2026-12-06: before, it decided on in silence).
+func TestAReplicaBelowAnotherReplicasEpochSaysSo(t *testing.T) {
+	s := newSigner(t)
+	src := sources(t)["url"](t)
+	_, curData := signedEpoch(t, false, bundles.Floor()+1, s)
+	src.serve(curData)
+	epochs := &fakeEpochs{}
+	e, err := start(t, src, s, epochs)
+	require.NoError(t, err)
+	behind := e.metrics.EpochBehind()
+	assert.Zero(t, testutil.ToFloat64(behind))
+	require.NoError(t, epochs.Raise(context.Background(), bundles.Floor()+3))
+	require.Eventually(t, func() bool { return testutil.ToFloat64(behind) == 1 }, 30*time.Second, 20*time.Millisecond)
+	newer, newerData := signedEpoch(t, false, bundles.Floor()+3, s)
+	src.serve(newerData)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(behind) == 0 }, 30*time.Second, 20*time.Millisecond)
+	_, rev := forgedIPDecision(t, e.e)
+	assert.Equal(t, newer.Manifest.Revision, rev)
+}
+
 // An unsigned source (a file without --bundle-key) has no epoch anyone
 // vouches for: it is neither checked nor recorded.
 func TestAnUnsignedFileIsNotHeldToEpochs(t *testing.T) {

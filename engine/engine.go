@@ -598,6 +598,7 @@ func (e *Engine) observeEpoch(ctx context.Context) {
 		return
 	}
 	e.guard.setActive(epoch)
+	e.sayIfBehind()
 	if e.epochs == nil || epoch <= e.guard.persistedEpoch() {
 		return
 	}

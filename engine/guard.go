@@ -54,8 +54,10 @@ type epochGuard struct {
 
 	mu sync.Mutex
 	// active is the epoch of the bundle in service; persisted, the highest
-	// the EpochStore holds as last read.
+	// the EpochStore holds as last read; behind, whether the first was
+	// below the second when last said (sayIfBehind).
 	active, persisted int64
+	behind            bool
 }
 
 // ErrBundleRevision is a bundle whose revision holds what the approvers
@@ -491,8 +493,40 @@ func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval t
 		}
 		if n, err := store.Highest(ctx); err == nil {
 			e.guard.setPersisted(n)
+			e.sayIfBehind()
 		} else if ctx.Err() == nil {
 			e.notes.WithFields(map[string]any{"error": err.Error()}).Error("Could not read the highest bundle epoch recorded in the cluster.")
 		}
+	}
+}
+
+// sayIfBehind tells, by its gauge and once in the log at each change, when
+// the bundle in service here is below the highest epoch recorded in the
+// cluster: this replica then decides with rules another has moved past, and
+// its source will not give it the newer bundle (or its binary is older, in a
+// rollout). It still decides: a replica of an older release keeps its
+// requests decided until the rollout replaces it.
+func (e *Engine) sayIfBehind() {
+	e.guard.mu.Lock()
+	active, persisted := e.guard.active, e.guard.persisted
+	behind := active > 0 && persisted > active
+	changed := behind != e.guard.behind
+	e.guard.behind = behind
+	e.guard.mu.Unlock()
+	if e.metrics != nil {
+		v := 0.0
+		if behind {
+			v = 1
+		}
+		e.metrics.epochBehind.Set(v)
+	}
+	if !changed {
+		return
+	}
+	fields := map[string]any{"epoch": active, "cluster_epoch": persisted, "revision": e.Revision()}
+	if behind {
+		e.notes.WithFields(fields).Warn("The bundle in service is below the highest epoch recorded in the cluster: another replica activated a newer one, which this replica's source does not serve (or its binary is older).")
+	} else {
+		e.notes.WithFields(fields).Info("The bundle in service is at the highest epoch recorded in the cluster again.")
 	}
 }

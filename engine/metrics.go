@@ -15,6 +15,7 @@ type Metrics struct {
 	decisions      *prometheus.CounterVec
 	latency        *prometheus.HistogramVec
 	revision       *prometheus.GaugeVec
+	epochBehind    prometheus.Gauge
 	loadFailures   prometheus.Counter
 	disagreements  *prometheus.CounterVec
 	droppedEntries *prometheus.CounterVec
@@ -43,6 +44,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ichor_policy_bundle_info",
 			Help: "1 for the revision of the active policy bundle.",
 		}, []string{"revision"}),
+		epochBehind: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ichor_policy_bundle_epoch_behind",
+			Help: "1 while the bundle in service on this replica has a lower epoch than the highest any replica recorded in the cluster (ConfigMap ichor-policy-bundle-epoch): it decides with rules the cluster has moved past, because its source still serves an older bundle (a tag moved back, another source than the other replicas') or its binary is older (a rollout under way). Read every bundle poll interval.",
+		}),
 		loadFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ichor_policy_bundle_load_failures_total",
 			Help: "Bundles refused (corrupt, unsigned, wrongly signed, tampered); the last good one keeps serving.",
@@ -75,7 +80,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, cause := range uploadDropCauses {
 		m.uploadDropped.WithLabelValues(cause)
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.revision, m.loadFailures, m.disagreements, m.droppedEntries,
+	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.revision, m.epochBehind, m.loadFailures, m.disagreements, m.droppedEntries,
 		m.uploadDropped, m.uploadedTotal, m.uploadFailures, m.manualActs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -190,6 +195,10 @@ func (m *Metrics) bundle(revision string, err error) {
 		m.revision.WithLabelValues(revision).Set(1)
 	}
 }
+
+// EpochBehind is the gauge that says this replica's bundle is below the
+// cluster's highest epoch.
+func (m *Metrics) EpochBehind() prometheus.Gauge { return m.epochBehind }
 
 func (m *Metrics) disagreement(path string) {
 	m.disagreements.WithLabelValues(path).Inc()
