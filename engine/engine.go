@@ -293,7 +293,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 
 func describeSource(opts Options) string {
 	if opts.Source != "" {
-		return opts.Source
+		return RedactedSource(opts.Source)
 	}
 	return "memory"
 }
@@ -306,17 +306,17 @@ func (e *Engine) resource(opts Options) (resource, serviceURL string, err error)
 	case opts.Source != "" && opts.Bundle != nil:
 		return "", "", errors.New("engine: Bundle and Source are exclusive")
 	case opts.RegistryCredentials != "" && !bundles.IsOCI(opts.Source):
-		return "", "", fmt.Errorf("registry credentials are for a bundle in a registry (%s...), not %q", bundles.OCIScheme, opts.Source)
+		return "", "", fmt.Errorf("registry credentials are for a bundle in a registry (%s...), not %q", bundles.OCIScheme, RedactedSource(opts.Source))
 	case bundles.IsOCI(opts.Source):
 		return ociResource(opts)
 	case isURL(opts.Source):
 		// Whoever can answer for the URL would write the rules that approve
 		// certificates: a bundle fetched over the network must be signed.
 		if len(opts.VerificationKeys) == 0 {
-			return "", "", fmt.Errorf("bundle source %s is a URL: give the key its bundles are signed with (--bundle-key)", opts.Source)
+			return "", "", fmt.Errorf("bundle source %s is a URL: give the key its bundles are signed with (--bundle-key)", RedactedSource(opts.Source))
 		}
 		if strings.HasPrefix(opts.Source, "http://") && !opts.AllowInsecureHTTP {
-			return "", "", fmt.Errorf("bundle source %s is plain http: anyone on the path could serve an older signed bundle or none; use https://, or allow it explicitly (--bundle-allow-insecure-http)", opts.Source)
+			return "", "", fmt.Errorf("bundle source %s is plain http: anyone on the path could serve an older signed bundle or none; use https://, or allow it explicitly (--bundle-allow-insecure-http)", RedactedSource(opts.Source))
 		}
 		u, path, err := splitURL(opts.Source)
 		return path, u, err

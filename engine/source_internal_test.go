@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
@@ -48,4 +49,27 @@ func TestABundleFileChangedWhileTheEngineStartsIsLoaded(t *testing.T) {
 
 	require.Eventually(t, func() bool { return e.Revision() == "second" }, 30*time.Second, 20*time.Millisecond,
 		"the bundle changed during the start was not loaded: %s", e.Revision())
+}
+
+// A URL's user is never sent by OPA's client: a source with one is refused,
+// naming it without its password; logs and errors name a source without its
+// password or query, where a signed URL keeps its signature (review of
+// 2026-12-06).
+func TestASourcesCredentialsAreNeitherDroppedInSilenceNorLogged(t *testing.T) {
+	_, _, err := splitURL("https://ichor:s3cret@bundles.example/ichor.tar.gz")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "carries a user in its URL, which is never sent")
+	assert.Contains(t, err.Error(), "https://ichor:xxxxx@bundles.example/ichor.tar.gz")
+	assert.NotContains(t, err.Error(), "s3cret")
+
+	for in, want := range map[string]string{
+		"https://bundles.example/ichor.tar.gz":                      "https://bundles.example/ichor.tar.gz",
+		"https://bundles.example/ichor.tar.gz?X-Goog-Signature=abc": "https://bundles.example/ichor.tar.gz?...",
+		"https://ichor:s3cret@bundles.example/b.tar.gz":             "https://ichor:xxxxx@bundles.example/b.tar.gz",
+		"oci://registry.example/ichor/policy:v1":                    "oci://registry.example/ichor/policy:v1",
+		"/etc/ichor/bundle.tar.gz":                                  "/etc/ichor/bundle.tar.gz",
+	} {
+		assert.Equal(t, want, RedactedSource(in), in)
+	}
+	assert.Equal(t, "https://bundles.example/ichor.tar.gz?...", describeSource(Options{Source: "https://bundles.example/ichor.tar.gz?sig=abc"}))
 }
