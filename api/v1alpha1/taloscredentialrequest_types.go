@@ -97,9 +97,10 @@ const (
 // signed.
 type TalosCredentialRequestSpec struct {
 	// ClusterName is the name of the TalosCluster, in the same namespace, the
-	// credential is for.
+	// credential is for: a TalosCluster's name, a DNS subdomain.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +required
 	ClusterName string `json:"clusterName"`
 

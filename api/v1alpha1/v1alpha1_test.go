@@ -192,6 +192,20 @@ func TestTalosCredentialRequestSchema(t *testing.T) {
 	changed := request("talosconfig-reader", "1h0m0s", publicKey)
 	changed["spec"].(map[string]any)["requester"] = map[string]any{"username": "ichor:mallory"}
 	assert.NotEmpty(t, crd.validate(t, changed, old), "spec is immutable: requester")
+
+	// A cluster's name is a TalosCluster's, a DNS subdomain: a name no
+	// cluster can have is refused at create (review of 2026-12-06: the
+	// issuer's read of one was refused by its client, and retried for ever).
+	for _, name := range []string{"prod/x", "prod%2Fx", "Prod", "prod.", "-prod", "a..b"} {
+		r := request("talosconfig-reader", "", publicKey)
+		r["spec"].(map[string]any)["clusterName"] = name
+		assert.NotEmpty(t, crd.validate(t, r, nil), name)
+	}
+	for _, name := range []string{"prod", "prod-1", "eu.prod-1", "0"} {
+		r := request("talosconfig-reader", "", publicKey)
+		r["spec"].(map[string]any)["clusterName"] = name
+		assert.Empty(t, crd.validate(t, r, nil), name)
+	}
 }
 
 // TestTypesRoundTrip checks that the Go types and the schema agree on field

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
@@ -121,6 +122,12 @@ func ReviewPurpose(ctx context.Context, c client.Client, eng Requirer, user engi
 // cluster itself (nil when it does not exist). local says which clusters'
 // machines are nodes of the API server the manager runs against.
 func Cluster(ctx context.Context, r client.Reader, namespace, name string, local *cluster.Local) (engine.ClusterFacts, *ichorv1alpha1.TalosCluster, error) {
+	if len(validation.IsDNS1123Subdomain(name)) > 0 {
+		// No TalosCluster has such a name (a request stored before the
+		// CRD's pattern): it does not exist, rather than a read the
+		// client refuses to make, retried for ever.
+		return engine.ClusterFacts{}, nil, nil
+	}
 	var c ichorv1alpha1.TalosCluster
 	switch err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &c); {
 	case apierrors.IsNotFound(err):

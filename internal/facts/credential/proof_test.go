@@ -158,3 +158,16 @@ func TestARecordNamesTheCredentialAdmittedUnderItsMAC(t *testing.T) {
 		}
 	}
 }
+
+// A name no TalosCluster can have (a request stored before the CRD's
+// pattern) names a cluster that does not exist: the issuer answers it
+// (ClusterNotFound), where the client's refusal to read it was an error
+// retried for ever (review of 2026-12-06). The reader is never asked.
+func TestAClusterNameNoClusterCanHaveDoesNotExist(t *testing.T) {
+	for _, name := range []string{"prod/x", "../prod", "Prod", "a%2Fb", strings.Repeat("a", 254)} {
+		facts, c, err := credential.Cluster(t.Context(), nil, "demo", name, nil)
+		require.NoError(t, err, name)
+		assert.False(t, facts.Exists, name)
+		assert.Nil(t, c, name)
+	}
+}
