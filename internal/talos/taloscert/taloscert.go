@@ -11,7 +11,11 @@ package taloscert
 
 import (
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -34,6 +38,13 @@ type CA struct {
 // ParseCA parses a CA certificate and key in the PEM encoding of a Talos
 // secrets bundle (certs.os or certs.k8s): the key may be "ED25519 PRIVATE
 // KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY" or PKCS#8 "PRIVATE KEY".
+//
+// Whoever writes the secrets bundle Secret (a tenant, for its own cluster)
+// writes the key: its kind and size are checked before it is parsed, since
+// parsing an RSA key checks and precomputes over its modulus, and a key of a
+// megabit (its primes need not even be prime) costs seconds to parse and hours
+// to sign with. A CA of Ed25519 (what Talos makes for the OS CA), ECDSA on
+// P-256, P-384 or P-521, or RSA of 2048 to 4096 bits is taken.
 func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	// Parsing through siderolabs/crypto keeps us byte-compatible with what
 	// `talosctl gen secrets` writes, including its non-standard Ed25519 PEM type.
@@ -44,6 +55,21 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 		return nil, fmt.Errorf("parse CA certificate: %w", err)
 	}
 
+	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return nil, errors.New("CA certificate is not a signing CA")
+	}
+
+	if err := caKeyAllowed(cert.PublicKey); err != nil {
+		return nil, err
+	}
+
+	// The key matches the certificate's (checked once parsed) only if it
+	// is of the same size; a key PEM longer than a 4096-bit RSA key's is
+	// refused before it is parsed.
+	if block, _ := pem.Decode(keyPEM); block != nil && len(block.Bytes) > maxCAKeyDER {
+		return nil, fmt.Errorf("parse CA key: %d bytes, longer than any key of the kinds taken (%d)", len(block.Bytes), maxCAKeyDER)
+	}
+
 	key, err := pair.GetKey()
 	if err != nil {
 		return nil, fmt.Errorf("parse CA key: %w", err)
@@ -52,10 +78,6 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	signer, ok := key.(crypto.Signer)
 	if !ok {
 		return nil, fmt.Errorf("CA key of type %T cannot sign", key)
-	}
-
-	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
-		return nil, errors.New("CA certificate is not a signing CA")
 	}
 
 	if !publicKeysEqual(cert.PublicKey, signer.Public()) {
@@ -180,6 +202,32 @@ func validateRole(r string) error {
 	}
 
 	return nil
+}
+
+// maxCAKeyDER bounds a CA key's DER: a 4096-bit RSA key, the largest taken,
+// is about 2,400 bytes in PKCS#1 or PKCS#8.
+const maxCAKeyDER = 4 << 10
+
+// caKeyAllowed refuses a CA whose key is of a kind or size ParseCA does not
+// take.
+func caKeyAllowed(pub crypto.PublicKey) error {
+	switch k := pub.(type) {
+	case ed25519.PublicKey:
+		return nil
+	case *ecdsa.PublicKey:
+		switch k.Curve {
+		case elliptic.P256(), elliptic.P384(), elliptic.P521():
+			return nil
+		}
+		return fmt.Errorf("CA key is ECDSA on %s; P-256, P-384 or P-521 is taken", k.Curve.Params().Name)
+	case *rsa.PublicKey:
+		if bits := k.N.BitLen(); bits < 2048 || bits > 4096 {
+			return fmt.Errorf("CA key is RSA of %d bits; 2048 to 4096 are taken", bits)
+		}
+		return nil
+	default:
+		return fmt.Errorf("CA key is a %T; Ed25519, ECDSA or RSA is taken", pub)
+	}
 }
 
 func publicKeysEqual(a, b crypto.PublicKey) bool {

@@ -5,8 +5,11 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"testing"
 	"time"
 
@@ -138,4 +141,53 @@ func TestParseCARefuses(t *testing.T) {
 
 	_, err = taloscert.ParseCA(pair.CrtPEM, pair.KeyPEM)
 	require.ErrorContains(t, err, "not a signing CA")
+}
+
+// The review of 2026-12-06: whoever writes a secrets bundle (a tenant, for
+// its own cluster) writes its CA key, and parsing an RSA key checks and
+// precomputes over its modulus: a key of a megabit (its primes need not be
+// prime) took seconds to parse, under the lock every cluster's reads share,
+// and hours to sign with. Its kind and size are checked first, from the
+// certificate and the key's length.
+func TestParseCARefusesAKeyOfAKindOrSizeItDoesNotTake(t *testing.T) {
+	signer := newOSCA(t)
+	caTemplate := func() *x509.Certificate {
+		return &x509.Certificate{
+			SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "tenant"},
+			NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour),
+			IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+		}
+	}
+	// A certificate of a megabit RSA key, signed by another CA: cheap to
+	// make, as the attack's is.
+	huge := &rsa.PublicKey{N: new(big.Int).Lsh(big.NewInt(1), 1<<20-1), E: 65537}
+	huge.N.Add(huge.N, big.NewInt(1))
+	der, err := x509.CreateCertificate(rand.Reader, caTemplate(), signer.Crt, huge, signer.Key)
+	require.NoError(t, err)
+	hugeCert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	_, err = taloscert.ParseCA(hugeCert, signer.KeyPEM)
+	require.ErrorContains(t, err, "CA key is RSA of 1048576 bits; 2048 to 4096 are taken")
+
+	// An Ed25519 CA's certificate beside a key of a megabyte: refused by
+	// its length, unparsed.
+	ca := newOSCA(t)
+	bigKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: make([]byte, 1<<20)})
+	_, err = taloscert.ParseCA(ca.CrtPEM, bigKey)
+	require.ErrorContains(t, err, "1048576 bytes, longer than any key of the kinds taken")
+
+	// ECDSA on P-224 is not taken; on P-256 it is.
+	for curve, ok := range map[elliptic.Curve]bool{elliptic.P224(): false, elliptic.P256(): true} {
+		key, err := ecdsa.GenerateKey(curve, rand.Reader)
+		require.NoError(t, err)
+		der, err := x509.CreateCertificate(rand.Reader, caTemplate(), caTemplate(), key.Public(), key)
+		require.NoError(t, err)
+		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+		require.NoError(t, err)
+		_, err = taloscert.ParseCA(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
+		if ok {
+			require.NoError(t, err, curve.Params().Name)
+		} else {
+			require.ErrorContains(t, err, "P-224", curve.Params().Name)
+		}
+	}
 }
