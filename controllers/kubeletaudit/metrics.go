@@ -40,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		// audits, and max() over the replicas is the leader's.
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ichor_kubelet_serving_audit_last_success_timestamp_seconds",
-			Help: "When the last kubelet serving audit pass that ended without an error (every enabled cluster, every machine decided) started, as a Unix time; 0 until one has, and on the replicas that are not the leader. Alert when it is older than a few audit intervals.",
+			Help: "When the last kubelet serving audit pass that completed (every enabled cluster and its machines listed, every machine decided or its failure counted in ichor_kubelet_serving_certificates_audited{status=\"error\"}, every condition written) started, as a Unix time; 0 until one has, and on the replicas that are not the leader. Alert when it is older than a few audit intervals.",
 		}),
 		interval: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ichor_kubelet_serving_audit_interval_seconds",

@@ -70,10 +70,15 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 }
 
-// Pass audits every enabled cluster once. A pass that ends without an
-// error sets the time of the last successful audit, which an alert watches:
-// an audit that stops (no leader, a pass that hangs or fails every time)
-// would otherwise leave its last gauges in place, looking current.
+// Pass audits every enabled cluster once. A pass that completes sets the
+// time of the last successful audit, which an alert watches: an audit that
+// stops (no leader, a pass that hangs or fails every time) would otherwise
+// leave its last gauges in place, looking current. A cluster or machine that
+// could not be audited does not stop it: its gauges say so
+// (status="error"), for that cluster alone (IchorKubeletServingAuditFailing),
+// so that one tenant's broken Secret does not keep the fleet's alert firing
+// (review of 2026-12-06); any other failure (the clusters or a cluster's
+// machines not listed, a condition not written) does.
 func (r *Runner) Pass(ctx context.Context) error {
 	// The pass is as recent as its start: a slow pass is no fresher.
 	start := time.Now()
@@ -82,6 +87,7 @@ func (r *Runner) Pass(ctx context.Context) error {
 		return fmt.Errorf("list TalosClusters: %w", err)
 	}
 	var errs []error
+	failed := false
 	audited := map[types.NamespacedName]bool{}
 	for i := range clusters.Items {
 		c := &clusters.Items[i]
@@ -89,50 +95,56 @@ func (r *Runner) Pass(ctx context.Context) error {
 			continue
 		}
 		audited[client.ObjectKeyFromObject(c)] = true
-		if err := r.cluster(ctx, c); err != nil {
+		reported, err := r.cluster(ctx, c)
+		if reported != nil {
+			errs = append(errs, fmt.Errorf("cluster %s/%s: %w", c.Namespace, c.Name, reported))
+		}
+		if err != nil {
+			failed = true
 			errs = append(errs, fmt.Errorf("cluster %s/%s: %w", c.Namespace, c.Name, err))
 		}
 	}
 	// A cluster turned off, being deleted or gone: its gauges go, so that
 	// no alert fires for what is no longer audited.
 	r.Metrics.retain(audited)
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	if !failed {
+		r.Metrics.succeeded(start)
 	}
-	r.Metrics.succeeded(start)
-	return nil
+	return errors.Join(errs...)
 }
 
-func (r *Runner) cluster(ctx context.Context, c *ichorv1alpha1.TalosCluster) error {
+// cluster audits one cluster. reported is what could not be audited and its
+// gauges say (status="error"); err, any other failure.
+func (r *Runner) cluster(ctx context.Context, c *ichorv1alpha1.TalosCluster) (reported, err error) {
 	machines, err := MachinesOf(ctx, r.Client, c)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	results, err := r.Auditor.Audit(ctx, c, machines)
-	if err != nil {
+	results, auditErr := r.Auditor.Audit(ctx, c, machines)
+	if auditErr != nil {
 		// Nothing could be audited (the secrets bundle unreadable, no
 		// Kubernetes CA in it): every machine says so, Unknown, and counts
 		// as an error, rather than keep a verdict the audit could not make
 		// again.
 		results = make([]Result, len(machines))
-		errs := []error{err}
+		var errs []error
 		for i := range machines {
-			results[i] = Result{Machine: client.ObjectKeyFromObject(&machines[i]), Err: err}
-			if werr := r.setErrorCondition(ctx, &machines[i], err); werr != nil {
+			results[i] = Result{Machine: client.ObjectKeyFromObject(&machines[i]), Err: auditErr}
+			if werr := r.setErrorCondition(ctx, &machines[i], auditErr); werr != nil {
 				errs = append(errs, fmt.Errorf("machine %s: %w", results[i].Machine, werr))
 			}
 		}
 		r.Metrics.set(c.Namespace, c.Name, results)
-		return errors.Join(errs...)
+		return auditErr, errors.Join(errs...)
 	}
 	logger := log.FromContext(ctx)
-	var errs []error
+	var undecided, errs []error
 	for i, res := range results {
 		if res.Err != nil {
 			// No decision (an evaluation error, a broken bundle): the
 			// condition says so, Unknown, rather than keep a verdict the
 			// audit could not make again.
-			errs = append(errs, fmt.Errorf("machine %s: %w", res.Machine, res.Err))
+			undecided = append(undecided, fmt.Errorf("machine %s: %w", res.Machine, res.Err))
 			if err := r.setErrorCondition(ctx, &machines[i], res.Err); err != nil {
 				errs = append(errs, fmt.Errorf("machine %s: %w", res.Machine, err))
 			}
@@ -147,7 +159,7 @@ func (r *Runner) cluster(ctx context.Context, c *ichorv1alpha1.TalosCluster) err
 		}
 	}
 	r.Metrics.set(c.Namespace, c.Name, results)
-	return errors.Join(errs...)
+	return errors.Join(undecided...), errors.Join(errs...)
 }
 
 // MachinesOf are the TalosMachines of a cluster, in name order.
