@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/bundle"
@@ -49,6 +50,32 @@ type OCIRef struct {
 	PlainHTTP bool
 }
 
+// RedactedSource is a bundle source as logs and errors name it: a URL's or
+// reference's password and query (where a signed URL keeps its signature)
+// left out.
+func RedactedSource(source string) string {
+	isURL := strings.HasPrefix(source, "http://") || strings.HasPrefix(source, "https://")
+	if !isURL && !IsOCI(source) {
+		return source
+	}
+	u, err := url.Parse(source)
+	if err != nil {
+		return "(a bundle source that does not parse as a URL)"
+	}
+	return RedactedURL(u)
+}
+
+// RedactedURL is a URL as logs and errors name it: its password and query
+// left out.
+func RedactedURL(u *url.URL) string {
+	if u.RawQuery == "" {
+		return u.Redacted()
+	}
+	c := *u
+	c.RawQuery = "..."
+	return c.Redacted()
+}
+
 // IsOCI says whether a bundle source names an OCI registry.
 func IsOCI(source string) bool {
 	return strings.HasPrefix(source, OCIScheme) || strings.HasPrefix(source, OCIPlainHTTPScheme)
@@ -58,19 +85,25 @@ func IsOCI(source string) bool {
 // is required: a bare repository would mean whatever "latest" is today.
 func ParseOCIRef(source string) (OCIRef, error) {
 	var ref OCIRef
+	shown := RedactedSource(source)
 	rest, ok := strings.CutPrefix(source, OCIScheme)
 	if !ok {
 		if rest, ok = strings.CutPrefix(source, OCIPlainHTTPScheme); !ok {
-			return ref, fmt.Errorf("bundle source %q is not an OCI reference (%sREGISTRY/REPOSITORY:TAG)", source, OCIScheme)
+			return ref, fmt.Errorf("bundle source %q is not an OCI reference (%sREGISTRY/REPOSITORY:TAG)", shown, OCIScheme)
 		}
 		ref.PlainHTTP = true
 	}
+	if host, _, _ := strings.Cut(rest, "/"); strings.Contains(host, "@") {
+		// A registry's credential is --bundle-registry-credentials'; one in
+		// the reference would be logged with it.
+		return ref, fmt.Errorf("bundle source %q carries a user before the registry: give the registry's credential with --bundle-registry-credentials", shown)
+	}
 	parsed, err := registry.ParseReference(rest)
 	if err != nil {
-		return ref, fmt.Errorf("bundle source %q: %w", source, err)
+		return ref, fmt.Errorf("bundle source %q: %w", shown, err)
 	}
 	if parsed.Reference == "" {
-		return ref, fmt.Errorf("bundle source %q names no tag or digest: add :TAG or @sha256:DIGEST", source)
+		return ref, fmt.Errorf("bundle source %q names no tag or digest: add :TAG or @sha256:DIGEST", shown)
 	}
 	ref.Reference = parsed
 	return ref, nil

@@ -155,10 +155,13 @@ type BundleStatus struct {
 
 // Engine evaluates decisions against the active bundle.
 type Engine struct {
-	opa     *sdk.OPA
-	tmpDir  string
-	metrics *Metrics
-	shadow  *Engine
+	opa    *sdk.OPA
+	tmpDir string
+	// secretQuery is the query of a URL source, scrubbed from the log and
+	// from refusals (sourceQuery).
+	secretQuery string
+	metrics     *Metrics
+	shadow      *Engine
 	// log is OPA's own log, at the configured level; notes is the engine's
 	// own operator-facing messages (a bundle refused, a shadow disagreement),
 	// always written.
@@ -197,8 +200,15 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("decision-log service %s is plain http: anyone on the path could read every decision (and a password in the URL) and drop entries; use https://, or allow it explicitly (--decision-log-allow-insecure-http)", u.Redacted())
 	}
 	logOut := orDefault(opts.Log, os.Stderr)
+	// A signed URL keeps its signature in its query, which OPA's errors
+	// quote with the URL: never in the log, nor in a refusal's status.
+	secretQuery := sourceQuery(opts.Source)
+	if secretQuery != "" {
+		logOut = scrubbing{w: logOut, secret: []byte(secretQuery)}
+	}
 	e := &Engine{
-		metrics: opts.Metrics, shadow: opts.Shadow, log: jsonLogger(logOut, opts.LogLevel), notes: jsonLogger(logOut, logging.Info),
+		secretQuery: secretQuery,
+		metrics:     opts.Metrics, shadow: opts.Shadow, log: jsonLogger(logOut, opts.LogLevel), notes: jsonLogger(logOut, logging.Info),
 		guard: &epochGuard{enforce: len(opts.VerificationKeys) > 0, floor: bundles.Floor()}, limits: opts.Limits,
 	}
 	if e.guard.enforce && opts.Epochs != nil {
@@ -293,7 +303,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 
 func describeSource(opts Options) string {
 	if opts.Source != "" {
-		return RedactedSource(opts.Source)
+		return bundles.RedactedSource(opts.Source)
 	}
 	return "memory"
 }
@@ -306,17 +316,17 @@ func (e *Engine) resource(opts Options) (resource, serviceURL string, err error)
 	case opts.Source != "" && opts.Bundle != nil:
 		return "", "", errors.New("engine: Bundle and Source are exclusive")
 	case opts.RegistryCredentials != "" && !bundles.IsOCI(opts.Source):
-		return "", "", fmt.Errorf("registry credentials are for a bundle in a registry (%s...), not %q", bundles.OCIScheme, RedactedSource(opts.Source))
+		return "", "", fmt.Errorf("registry credentials are for a bundle in a registry (%s...), not %q", bundles.OCIScheme, bundles.RedactedSource(opts.Source))
 	case bundles.IsOCI(opts.Source):
 		return ociResource(opts)
 	case isURL(opts.Source):
 		// Whoever can answer for the URL would write the rules that approve
 		// certificates: a bundle fetched over the network must be signed.
 		if len(opts.VerificationKeys) == 0 {
-			return "", "", fmt.Errorf("bundle source %s is a URL: give the key its bundles are signed with (--bundle-key)", RedactedSource(opts.Source))
+			return "", "", fmt.Errorf("bundle source %s is a URL: give the key its bundles are signed with (--bundle-key)", bundles.RedactedSource(opts.Source))
 		}
 		if strings.HasPrefix(opts.Source, "http://") && !opts.AllowInsecureHTTP {
-			return "", "", fmt.Errorf("bundle source %s is plain http: anyone on the path could serve an older signed bundle or none; use https://, or allow it explicitly (--bundle-allow-insecure-http)", RedactedSource(opts.Source))
+			return "", "", fmt.Errorf("bundle source %s is plain http: anyone on the path could serve an older signed bundle or none; use https://, or allow it explicitly (--bundle-allow-insecure-http)", bundles.RedactedSource(opts.Source))
 		}
 		u, path, err := splitURL(opts.Source)
 		return path, u, err
@@ -505,8 +515,17 @@ func (e *Engine) pluginStatus(status map[string]*plugins.Status) {
 		return
 	}
 	e.mu.Lock()
-	e.lastErr = fmt.Errorf("bundle plugin: %s", s.Message)
+	e.lastErr = e.scrub(fmt.Errorf("bundle plugin: %s", s.Message))
 	e.mu.Unlock()
+}
+
+// scrub takes the source's query (a signed URL's signature) out of an
+// error's text.
+func (e *Engine) scrub(err error) error {
+	if err == nil || e.secretQuery == "" || !strings.Contains(err.Error(), e.secretQuery) {
+		return err
+	}
+	return scrubbedError{error: err, msg: strings.ReplaceAll(err.Error(), e.secretQuery, "...")}
 }
 
 // bundleStatus records an activation attempt: the revision, or why the new
@@ -529,6 +548,7 @@ func (e *Engine) bundleStatus(s bundleplugin.Status, notify func(BundleStatus)) 
 // report records an activation attempt's outcome: the revision in service,
 // and why a bundle was refused.
 func (e *Engine) report(activeRevision string, err error, notify func(BundleStatus)) {
+	err = e.scrub(err)
 	e.setRevision(activeRevision)
 	e.mu.Lock()
 	e.lastErr = err
@@ -714,6 +734,41 @@ type refuseNetwork struct{}
 func (refuseNetwork) RoundTrip(r *http.Request) (*http.Response, error) {
 	return nil, fmt.Errorf("policy rules may not reach the network (http.send %s): every fact is in the input", r.URL.Redacted())
 }
+
+// sourceQuery is the query of a URL source, "" if none (or not a URL).
+func sourceQuery(source string) string {
+	if !isURL(source) {
+		return ""
+	}
+	u, err := url.Parse(source)
+	if err != nil {
+		return ""
+	}
+	return u.RawQuery
+}
+
+// scrubbing writes log lines with secret replaced by "...".
+type scrubbing struct {
+	w      io.Writer
+	secret []byte
+}
+
+func (s scrubbing) Write(p []byte) (int, error) {
+	if _, err := s.w.Write(bytes.ReplaceAll(p, s.secret, []byte("..."))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// scrubbedError is an error whose text had a secret replaced; it still
+// wraps the error it was made of.
+type scrubbedError struct {
+	error
+	msg string
+}
+
+func (e scrubbedError) Error() string { return e.msg }
+func (e scrubbedError) Unwrap() error { return e.error }
 
 func jsonLogger(w io.Writer, level logging.Level) *logging.StandardLogger {
 	l := logging.New()

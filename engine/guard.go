@@ -310,10 +310,10 @@ func (*limitsPlugin) Prepare(*http.Request) error { return nil }
 func noDowngrade(refusal string) func(*http.Request, []*http.Request) error {
 	return func(req *http.Request, via []*http.Request) error {
 		if len(via) >= 10 {
-			return fmt.Errorf("%s: stopped after 10 redirects", via[0].URL.Redacted())
+			return fmt.Errorf("%s: stopped after 10 redirects", bundles.RedactedURL(via[0].URL))
 		}
 		if via[0].URL.Scheme == "https" && req.URL.Scheme != "https" {
-			return fmt.Errorf("%s redirects to %s: %s", via[0].URL.Redacted(), req.URL.Redacted(), refusal)
+			return fmt.Errorf("%s redirects to %s: %s", bundles.RedactedURL(via[0].URL), bundles.RedactedURL(req.URL), refusal)
 		}
 		return nil
 	}
@@ -355,7 +355,7 @@ var gzipMagic = []byte{0x1f, 0x8b}
 
 func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "https" && !t.plainHTTP {
-		return nil, fmt.Errorf("%s %s: a bundle is not fetched over plain http without --bundle-allow-insecure-http", req.Method, req.URL.Redacted())
+		return nil, fmt.Errorf("%s %s: a bundle is not fetched over plain http without --bundle-allow-insecure-http", req.Method, bundles.RedactedURL(req.URL))
 	}
 	// OPA's client bounds the wait for an answer's headers only, and its
 	// polls have no deadline: a server that sends the headers and then the
@@ -368,9 +368,10 @@ func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx, cancel := context.WithTimeout(req.Context(), timeout)
 	resp, err := t.roundTrip(req.WithContext(ctx))
 	if err != nil || resp.Body == nil {
+		timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
 		cancel()
-		if err != nil && ctx.Err() != nil {
-			err = fmt.Errorf("%s %s: not fetched within %s: %w", req.Method, req.URL.Redacted(), timeout, err)
+		if err != nil && timedOut {
+			err = fmt.Errorf("%s %s: not fetched within %s: %w", req.Method, bundles.RedactedURL(req.URL), timeout, err)
 		}
 		return resp, err
 	}
@@ -427,7 +428,7 @@ func (t *limitsTransport) roundTrip(req *http.Request) (*http.Response, error) {
 		if manifest {
 			if err := checkManifestType(resp); err != nil {
 				resp.Body.Close()
-				return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Redacted(), err)
+				return nil, fmt.Errorf("%s %s: %w", req.Method, bundles.RedactedURL(req.URL), err)
 			}
 		}
 		return resp, nil
@@ -435,7 +436,7 @@ func (t *limitsTransport) roundTrip(req *http.Request) (*http.Response, error) {
 	defer resp.Body.Close()
 	if t.oci {
 		if n := t.pullResponses.Add(1); n > maxPullResponses {
-			return nil, fmt.Errorf("%s %s: %w: more than %d answers in one pull (a bundle's manifest, its layers and config)", req.Method, req.URL.Redacted(), ErrBundleManifest, maxPullResponses)
+			return nil, fmt.Errorf("%s %s: %w: more than %d answers in one pull (a bundle's manifest, its layers and config)", req.Method, bundles.RedactedURL(req.URL), ErrBundleManifest, maxPullResponses)
 		}
 	}
 	// A registry's manifest is checked for what it would have OPA fetch;
@@ -455,7 +456,7 @@ func (t *limitsTransport) roundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Redacted(), err)
+		return nil, fmt.Errorf("%s %s: %w", req.Method, bundles.RedactedURL(req.URL), err)
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(data))
 	resp.ContentLength = int64(len(data))

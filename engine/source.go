@@ -43,33 +43,17 @@ func ociResource(opts Options) (resource, service string, err error) {
 	return ref.Reference.String(), ref.ServiceURL(), nil
 }
 
-// RedactedSource is a bundle source as logs and errors name it: a URL's
-// password and query (where a signed URL keeps its signature) left out.
-func RedactedSource(source string) string {
-	if !isURL(source) && !bundles.IsOCI(source) {
-		return source
-	}
-	u, err := url.Parse(source)
-	if err != nil {
-		return "(a bundle source that does not parse as a URL)"
-	}
-	if u.RawQuery != "" {
-		u.RawQuery = "..."
-	}
-	return u.Redacted()
-}
-
 // splitURL makes an OPA service (scheme and host) and a bundle resource (the
 // path and query) of a bundle URL.
 func splitURL(raw string) (service, resource string, err error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		return "", "", fmt.Errorf("bundle source %q is not a URL", RedactedSource(raw))
+		return "", "", fmt.Errorf("bundle source %q is not a URL", bundles.RedactedSource(raw))
 	}
 	if u.User != nil {
 		// OPA's client sends no credential of a URL's: the user would be
 		// dropped in silence, and a password logged with the source.
-		return "", "", fmt.Errorf("bundle source %s carries a user in its URL, which is never sent: serve the bundle without one (the signature is what makes it trusted), or from a registry (oci://, --bundle-registry-credentials)", RedactedSource(raw))
+		return "", "", fmt.Errorf("bundle source %s carries a user in its URL, which is never sent: serve the bundle without one (the signature is what makes it trusted), or from a registry (oci://, --bundle-registry-credentials)", bundles.RedactedSource(raw))
 	}
 	resource = strings.TrimPrefix(u.EscapedPath(), "/")
 	if u.RawQuery != "" {

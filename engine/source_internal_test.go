@@ -1,10 +1,14 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,7 +73,36 @@ func TestASourcesCredentialsAreNeitherDroppedInSilenceNorLogged(t *testing.T) {
 		"oci://registry.example/ichor/policy:v1":                    "oci://registry.example/ichor/policy:v1",
 		"/etc/ichor/bundle.tar.gz":                                  "/etc/ichor/bundle.tar.gz",
 	} {
-		assert.Equal(t, want, RedactedSource(in), in)
+		assert.Equal(t, want, bundles.RedactedSource(in), in)
 	}
 	assert.Equal(t, "https://bundles.example/ichor.tar.gz?...", describeSource(Options{Source: "https://bundles.example/ichor.tar.gz?sig=abc"}))
+
+	// A registry's reference with a user: refused, its password unsaid.
+	_, err = bundles.ParseOCIRef("oci://ichor:s3cret@registry.example/ichor/policy:v1")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "carries a user before the registry")
+	assert.NotContains(t, err.Error(), "s3cret")
+	_, err = bundles.ParseOCIRef("oci://registry.example/ichor/policy@sha256:" + strings.Repeat("a", 64))
+	require.NoError(t, err, "a digest's @ is no user")
+}
+
+// A signed URL's query (its signature) is in none of what a failed fetch
+// leaves: the engine's log (OPA's errors quote the URL), the start's error.
+func TestASignedURLsQueryIsInNoLogNorError(t *testing.T) {
+	// A server gone: Go's client error quotes the URL whole.
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close()
+	var log bytes.Buffer
+	_, err := New(context.Background(), Options{
+		Source: srv.URL + "/ichor.tar.gz?X-Goog-Signature=s3cretsig", PollInterval: 100 * time.Millisecond, StartTimeout: 2 * time.Second,
+		VerificationKeys: []VerificationKey{{ID: "ichor", PEM: "a shared secret", Algorithm: "HS256"}}, AllowInsecureHTTP: true,
+		DecisionLog: io.Discard, Log: &log,
+	})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "s3cretsig")
+	assert.Contains(t, err.Error(), "ichor.tar.gz?...")
+	assert.Contains(t, err.Error(), "connection refused")
+	assert.NotContains(t, err.Error(), "not fetched within", "a refusal is no timeout")
+	require.NotEmpty(t, log.String(), "OPA logged nothing of the failed fetches")
+	assert.NotContains(t, log.String(), "s3cretsig")
 }

@@ -328,7 +328,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
-	ctrl.Log.WithName("manager").Info("starting", "bundle", engine.RedactedSource(o.BundleName), "revision", eng.Revision())
+	ctrl.Log.WithName("manager").Info("starting", "bundle", bundles.RedactedSource(o.BundleName), "revision", eng.Revision())
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("manager: %w", err)
 	}
