@@ -247,14 +247,15 @@ func TestAPersonsActsAreCountedByHowTheActorIsKnown(t *testing.T) {
 func TestTheRecordOfALongNamedRequestNamesItAsItsDecisionDoes(t *testing.T) {
 	e, log := newEngine(t)
 	long := strings.Repeat("n", 3000) + "é"
+	uid := strings.Repeat("u", 2000)
 	in := servingInput(t, csrgen.ECDSA, "10.5.0.2")
-	in.CSR.Name = long
+	in.CSR.Name, in.CSR.UID = long, uid
 	first, err := e.KubeletServing(context.Background(), in)
 	require.NoError(t, err)
 	second, err := e.KubeletServing(context.Background(), in)
 	require.NoError(t, err)
 	rec := applied(second.DecisionID)
-	rec.Object, rec.UID = "csr/"+long, strings.Repeat("u", 2000)
+	rec.Object, rec.UID = "csr/"+long, uid
 	require.NoError(t, e.RecordApplied(context.Background(), rec))
 
 	read, _, err := decisionlog.Read(strings.NewReader(log.String()))
@@ -281,6 +282,21 @@ func TestTheRecordOfALongNamedRequestNamesItAsItsDecisionDoes(t *testing.T) {
 		ids = append(ids, entry.DecisionID)
 	}
 	assert.Equal(t, []string{second.DecisionID}, ids)
+
+	// Another request whose name is cut alike (the same first characters,
+	// the same length) is told apart by its UID: its verdict stays in
+	// effect (the review of 2026-12-06).
+	twin := servingInput(t, csrgen.ECDSA, "10.5.0.2")
+	twin.CSR.Name, twin.CSR.UID = strings.Repeat("n", 3000)+"è", "twin-uid"
+	other, err := e.KubeletServing(context.Background(), twin)
+	require.NoError(t, err)
+	read, _, err = decisionlog.Read(strings.NewReader(log.String()))
+	require.NoError(t, err)
+	ids = nil
+	for _, entry := range decisionlog.InEffect(read) {
+		ids = append(ids, entry.DecisionID)
+	}
+	assert.Equal(t, []string{second.DecisionID, other.DecisionID}, ids)
 }
 
 // MaxLoggedValue is the mask's bound, which the policy's data sets.

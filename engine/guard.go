@@ -508,12 +508,17 @@ func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval t
 // rollout). It still decides: a replica of an older release keeps its
 // requests decided until the rollout replaces it.
 func (e *Engine) sayIfBehind() {
+	// Under the guard's lock throughout: an activation and the refresh
+	// may call it at once, and the gauge and the log must end as the last
+	// of them saw the epochs. (The revision is read first: the engine's
+	// lock is not taken under the guard's.)
+	revision := e.Revision()
 	e.guard.mu.Lock()
+	defer e.guard.mu.Unlock()
 	active, persisted := e.guard.active, e.guard.persisted
 	behind := active > 0 && persisted > active
 	changed := behind != e.guard.behind
 	e.guard.behind = behind
-	e.guard.mu.Unlock()
 	if e.metrics != nil {
 		v := 0.0
 		if behind {
@@ -524,7 +529,7 @@ func (e *Engine) sayIfBehind() {
 	if !changed {
 		return
 	}
-	fields := map[string]any{"epoch": active, "cluster_epoch": persisted, "revision": e.Revision()}
+	fields := map[string]any{"epoch": active, "cluster_epoch": persisted, "revision": revision}
 	if behind {
 		e.notes.WithFields(fields).Warn("The bundle in service is below the highest epoch recorded in the cluster: another replica activated a newer one, which this replica's source does not serve (or its binary is older).")
 	} else {

@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -344,8 +345,9 @@ const (
 // oversizedUser says why a review's user is past those bounds, or "".
 func oversizedUser(u authenticationv1.UserInfo) string {
 	switch {
-	case len(u.Username) > maxUsername || len(u.UID) > maxUsername:
-		return fmt.Sprintf("the user's name or UID is longer than %d bytes, which spec.requester cannot hold", maxUsername)
+	case utf8.RuneCountInString(u.Username) > maxUsername || utf8.RuneCountInString(u.UID) > maxUsername:
+		// In characters, as the CRD's maxLength counts them.
+		return fmt.Sprintf("the user's name or UID is longer than %d characters, which spec.requester cannot hold", maxUsername)
 	case len(u.Groups) > maxUserGroups:
 		return fmt.Sprintf("the user is in %d groups, more than the %d spec.requester holds", len(u.Groups), maxUserGroups)
 	case len(u.Extra) > maxUserExtra:

@@ -1025,6 +1025,13 @@ func TestAReviewOfAUserPastTheRequestersBoundsIsRefused(t *testing.T) {
 	resp := v.Handle(f.ctx, review)
 	require.NotNil(t, resp.Result)
 	require.True(t, resp.Allowed, "the control: %s", resp.Result.Message)
+	// 1024 characters of two bytes each is within the CRD's maxLength,
+	// which counts characters: not refused for its length.
+	wide := f.dryRunBy(t, alice)
+	wide.UserInfo.Username = strings.Repeat("é", 1024)
+	resp = v.Handle(f.ctx, wide)
+	require.NotNil(t, resp.Result)
+	assert.NotContains(t, resp.Result.Message, "longer than")
 
 	for name, c := range map[string]struct {
 		change func(*authenticationv1.UserInfo)
@@ -1041,7 +1048,7 @@ func TestAReviewOfAUserPastTheRequestersBoundsIsRefused(t *testing.T) {
 				u.Extra[fmt.Sprintf("key-%d", i)] = authenticationv1.ExtraValue{"v"}
 			}
 		}, "65 extra attributes"},
-		"a name of a megabyte": {func(u *authenticationv1.UserInfo) { u.Username = strings.Repeat("a", 1<<20) }, "longer than 1024 bytes"},
+		"a name of a megabyte": {func(u *authenticationv1.UserInfo) { u.Username = strings.Repeat("a", 1<<20) }, "longer than 1024 characters"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := f.dryRunBy(t, alice)

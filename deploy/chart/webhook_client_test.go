@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,20 +52,28 @@ func TestWebhookClientAuthValue(t *testing.T) {
 	again := renderWith(t, withCA, "webhook.clientAuth.names={kube-apiserver-webhook-client}").deployment(t)
 	assert.NotEqual(t, sum, again.Spec.Template.Annotations["checksum/webhook-client-ca"], "a new CA rolls the pods")
 
+	// A bundle of two CAs with the text bundles carry between them renders.
+	commented := filepath.Join(t.TempDir(), "ca.crt")
+	require.NoError(t, os.WriteFile(commented, slices.Concat([]byte("# old\n"), selfSignedCAPEM(t), []byte("subject=CN=new\n"), selfSignedCAPEM(t)), 0o600))
+	_ = renderWith(t, []string{"--set-file", "webhook.clientAuth.caBundle=" + commented}, "webhook.clientAuth.names={apiserver}").deployment(t)
+
 	notPEM := filepath.Join(t.TempDir(), "ca.crt")
 	require.NoError(t, os.WriteFile(notPEM, []byte("hello"), 0o600))
+	withKey := filepath.Join(t.TempDir(), "ca.crt")
+	require.NoError(t, os.WriteFile(withKey, slices.Concat(selfSignedCAPEM(t), []byte("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----\n")), 0o600))
 	for name, c := range map[string]struct {
 		flags []string
 		set   []string
 		want  string
 	}{
-		"a CA without names":   {withCA, nil, "webhook.clientAuth.names is empty"},
-		"names without a CA":   {nil, []string{"webhook.clientAuth.names={apiserver}"}, "webhook.clientAuth.caBundle is empty"},
-		"a CA that is not PEM": {[]string{"--set-file", "webhook.clientAuth.caBundle=" + notPEM}, []string{"webhook.clientAuth.names={apiserver}"}, "/webhook/clientAuth/caBundle': 'hello' does not match"},
-		"a name with a comma":  {withCA, []string{`webhook.clientAuth.names={a\,b}`}, "/webhook/clientAuth/names/0': 'a,b' does not match"},
-		"an empty name":        {withCA, []string{`webhook.clientAuth.names[0]=`}, "/webhook/clientAuth/names/0': minLength"},
-		"a name with a space":  {withCA, []string{`webhook.clientAuth.names[0]= apiserver`}, "/webhook/clientAuth/names/0': ' apiserver' does not match"},
-		"a name with a quote":  {withCA, []string{`webhook.clientAuth.names[0]=api"server`}, `/webhook/clientAuth/names/0': 'api"server' does not match`},
+		"a CA without names":        {withCA, nil, "webhook.clientAuth.names is empty"},
+		"names without a CA":        {nil, []string{"webhook.clientAuth.names={apiserver}"}, "webhook.clientAuth.caBundle is empty"},
+		"a CA that is not PEM":      {[]string{"--set-file", "webhook.clientAuth.caBundle=" + notPEM}, []string{"webhook.clientAuth.names={apiserver}"}, "/webhook/clientAuth/caBundle': 'hello' does not match"},
+		"a CA with a key beside it": {[]string{"--set-file", "webhook.clientAuth.caBundle=" + withKey}, []string{"webhook.clientAuth.names={apiserver}"}, "/webhook/clientAuth/caBundle'"},
+		"a name with a comma":       {withCA, []string{`webhook.clientAuth.names={a\,b}`}, "/webhook/clientAuth/names/0': 'a,b' does not match"},
+		"an empty name":             {withCA, []string{`webhook.clientAuth.names[0]=`}, "/webhook/clientAuth/names/0': minLength"},
+		"a name with a space":       {withCA, []string{`webhook.clientAuth.names[0]= apiserver`}, "/webhook/clientAuth/names/0': ' apiserver' does not match"},
+		"a name with a quote":       {withCA, []string{`webhook.clientAuth.names[0]=api"server`}, `/webhook/clientAuth/names/0': 'api"server' does not match`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			helmArgs := append([]string{"template", release, chartDir(t), "--namespace", namespace}, c.flags...)

@@ -342,7 +342,8 @@ func isDocument(br *bufio.Reader) bool {
 // An array is read item by item, so that what is held at once is the
 // entries and one item, not the array besides (a document of a gigabyte was
 // held three times over: the review of 2026-12-05); an item longer than
-// maxLine is skipped as a long line is.
+// maxLine is skipped as a long line is, and one longer than twice that (and
+// itemSlack) makes the document malformed (itemBound).
 func readDocument(r io.Reader, maxLine, maxEntries int) ([]Entry, Skipped, error) {
 	var entries []Entry
 	var skipped Skipped
@@ -745,6 +746,7 @@ func isUndefined(raw json.RawMessage) bool {
 type subject struct {
 	CSR *struct {
 		Name     string `json:"name"`
+		UID      string `json:"uid"`
 		Username string `json:"username"`
 		Request  struct {
 			Subject []struct {
@@ -818,6 +820,16 @@ func (e Entry) Object() string {
 		return ""
 	}
 	return "csr/" + s.CSR.Name
+}
+
+// ObjectUID is the UID of the CSR the entry decides, as its input holds it
+// ("" when it holds none).
+func (e Entry) ObjectUID() string {
+	s := e.subject()
+	if s.CSR == nil {
+		return ""
+	}
+	return s.CSR.UID
 }
 
 // Truncated reports whether the log kept only part of the entry's input or

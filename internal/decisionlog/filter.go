@@ -85,23 +85,38 @@ func (e Entry) Applied() (engine.Applied, bool) {
 // decision (an admin binding without its annotation) applies none.
 func InEffect(entries []Entry) []Entry {
 	applied := map[string]bool{}
-	objects := map[string]bool{}
+	// The objects a record applied a verdict to, and the UIDs it named:
+	// two requests whose long names are cut alike are told apart by their
+	// UIDs. A record of an older shape names no UID, nor does a decision
+	// whose input holds none: either applies by the name alone.
+	objects := map[string]map[string]bool{}
+	record := func(object, uid string) {
+		if objects[object] == nil {
+			objects[object] = map[string]bool{}
+		}
+		objects[object][uid] = true
+	}
 	for _, e := range entries {
 		if a, ok := e.Applied(); ok && a.DecisionID != "" {
 			applied[a.DecisionID] = true
 			// As written (cut since records are), and cut as the
 			// decision's input names it: a record written before
 			// records were cut names a long name whole.
-			objects[a.Object] = true
-			objects[engine.LoggedObject(a.Object)] = true
+			record(a.Object, a.UID)
+			record(engine.LoggedObject(a.Object), a.UID)
 		}
+	}
+	superseded := func(e Entry) bool {
+		uids := objects[e.Object()]
+		if len(uids) == 0 || applied[e.DecisionID] || (e.Action() != ActionApprove && e.Action() != ActionDeny) {
+			return false
+		}
+		uid := e.ObjectUID()
+		return uid == "" || uids[uid] || uids[""]
 	}
 	out := make([]Entry, 0, len(entries))
 	for _, e := range entries {
-		if e.Path == PathApplied {
-			continue
-		}
-		if obj := e.Object(); obj != "" && objects[obj] && !applied[e.DecisionID] && (e.Action() == ActionApprove || e.Action() == ActionDeny) {
+		if e.Path == PathApplied || (e.Object() != "" && superseded(e)) {
 			continue
 		}
 		out = append(out, e)

@@ -100,10 +100,9 @@ _truncated[concat(".", [holder, "extra"])] := count(extra) if {
 _truncated[concat(".", [holder, "extra", _logged_key(key, i)])] := count(values) if {
 	some holder in _config.extra_holders
 	extra := input.input[holder].extra
-	some key, values in extra
+	some i, key in _kept_keys(extra)
+	values := extra[key]
 	_too_big(values)
-	some i, kept in _kept_keys(extra)
-	kept == key
 }
 
 # The capped strings of this entry that are too long (an absent one fails at is_string).
