@@ -983,10 +983,7 @@ func TestAReviewOfARequestAlreadyStoredRecordsNothing(t *testing.T) {
 	require.Len(t, events, 1)
 	require.NoError(t, env.Client.Delete(f.ctx, &events[0]))
 
-	v := &webhook.CredentialRequestValidator{
-		Engine: decider, LocalClusters: local, Instance: "webhook-test", Keys: admissionKeys,
-		Client: env.Client, Reader: env.Client,
-	}
+	v := directValidator()
 	review := f.dryRunBy(t, alice)
 	review.DryRun = nil
 	raw, err := json.Marshal(tcr)
@@ -1017,10 +1014,7 @@ func TestAReviewOfARequestAlreadyStoredRecordsNothing(t *testing.T) {
 func TestAReviewOfAUserPastTheRequestersBoundsIsRefused(t *testing.T) {
 	f := newFixture(t, true)
 	alice := f.user("ichor:alice", "ClusterRole/ichor-operator")
-	v := &webhook.CredentialRequestValidator{
-		Engine: decider, LocalClusters: local, Instance: "webhook-test", Keys: admissionKeys,
-		Client: env.Client, Reader: env.Client,
-	}
+	v := directValidator()
 	review := f.dryRunBy(t, alice)
 	resp := v.Handle(f.ctx, review)
 	require.NotNil(t, resp.Result)
@@ -1058,5 +1052,14 @@ func TestAReviewOfAUserPastTheRequestersBoundsIsRefused(t *testing.T) {
 			assert.False(t, resp.Allowed)
 			assert.Contains(t, resp.Result.Message, c.want)
 		})
+	}
+}
+
+// directValidator is the webhook as the tests' manager runs it, for a test
+// that hands it reviews of its own rather than through the API server.
+func directValidator() *webhook.CredentialRequestValidator {
+	return &webhook.CredentialRequestValidator{
+		Engine: decider, LocalClusters: local, Instance: "webhook-test", Keys: admissionKeys,
+		Client: env.Client, Reader: env.Client,
 	}
 }
