@@ -163,7 +163,8 @@ func readPool(caFile string) (*x509.CertPool, error) {
 
 // TLS sets the server's TLS configuration to ask for a client certificate and
 // verify one given against the CA (a webhook server's TLSOpts). A connection
-// without one is let through the handshake, and its requests refused (Wrap).
+// without one is let through the handshake, and its requests refused
+// (Require).
 func (a *Auth) TLS(cfg *tls.Config) {
 	cfg.ClientCAs = a.pool
 	cfg.ClientAuth = tls.VerifyClientCertIfGiven
