@@ -101,6 +101,14 @@ func TestPushRefusesAnEpochNotAboveTheTags(t *testing.T) {
 	_, err = bundles.PushOCI(ctx, ref, at(4, ""), opts)
 	require.ErrorIs(t, err, bundles.ErrEpochNotAbove, "an older epoch")
 	assert.ErrorContains(t, err, "epoch 4 is not above 5")
+	assert.NotContains(t, err.Error(), "not checked", "with the key, the tag's epoch was verified")
+	// Without the key the tag's bundle is not verified: the refusal says
+	// its epoch is only its own claim (the review of 2026-12-06).
+	unverified := opts
+	unverified.Verification = nil
+	_, err = bundles.PushOCI(ctx, ref, at(4, ""), unverified)
+	require.ErrorIs(t, err, bundles.ErrEpochNotAbove)
+	assert.ErrorContains(t, err, "that bundle's signature was not checked (no --key), so its epoch is its own claim")
 	_, err = bundles.PushOCI(ctx, ref, at(6, ""), opts)
 	require.NoError(t, err, "a newer epoch")
 

@@ -289,6 +289,12 @@ func checkEpochAbove(ctx context.Context, repo *remote.Repository, ref OCIRef, b
 		// acceptable for ever: each release raises it.
 		why = "at the same epoch both bundles stay acceptable to every manager, so the tag could be moved back to that one"
 	}
+	if opts.Verification == nil {
+		// Without the key the tag's bundle was not verified: whoever may
+		// push to the tag, without the signing key, could have made it
+		// claim any epoch to hold the releases back.
+		why += "; that bundle's signature was not checked (no --key), so its epoch is its own claim: give --key to check it"
+	}
 	return fmt.Errorf("%w: the bundle's epoch %d is not above %d, the epoch of the bundle %s holds now (revision %s); "+
 		"%s: raise the epoch (the policy tree's EPOCH, or ichor bundle build --epoch), or push anyway with --force",
 		ErrEpochNotAbove, want, have, ref, current.Manifest.Revision, why)
