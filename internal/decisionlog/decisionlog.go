@@ -815,21 +815,18 @@ func (e Entry) Node() string {
 // Object is what a CSR decision was about, as the applied records name it:
 // "csr/NAME"; empty for other decisions.
 func (e Entry) Object() string {
-	s := e.subject()
-	if s.CSR == nil || s.CSR.Name == "" {
-		return ""
-	}
-	return "csr/" + s.CSR.Name
+	object, _ := e.objectAndUID()
+	return object
 }
 
-// ObjectUID is the UID of the CSR the entry decides, as its input holds it
-// ("" when it holds none).
-func (e Entry) ObjectUID() string {
+// objectAndUID are Object and the UID of the CSR the entry decides, as its
+// input holds it ("" when it holds none), from one read of the input.
+func (e Entry) objectAndUID() (object, uid string) {
 	s := e.subject()
-	if s.CSR == nil {
-		return ""
+	if s.CSR == nil || s.CSR.Name == "" {
+		return "", ""
 	}
-	return s.CSR.UID
+	return "csr/" + s.CSR.Name, s.CSR.UID
 }
 
 // Truncated reports whether the log kept only part of the entry's input or

@@ -107,16 +107,16 @@ func InEffect(entries []Entry) []Entry {
 		}
 	}
 	superseded := func(e Entry) bool {
-		uids := objects[e.Object()]
-		if len(uids) == 0 || applied[e.DecisionID] || (e.Action() != ActionApprove && e.Action() != ActionDeny) {
+		object, uid := e.objectAndUID()
+		uids := objects[object]
+		if object == "" || len(uids) == 0 || applied[e.DecisionID] || (e.Action() != ActionApprove && e.Action() != ActionDeny) {
 			return false
 		}
-		uid := e.ObjectUID()
 		return uid == "" || uids[uid] || uids[""]
 	}
 	out := make([]Entry, 0, len(entries))
 	for _, e := range entries {
-		if e.Path == PathApplied || (e.Object() != "" && superseded(e)) {
+		if e.Path == PathApplied || superseded(e) {
 			continue
 		}
 		out = append(out, e)
