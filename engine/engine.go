@@ -204,7 +204,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	// quote with the URL: never in the log, nor in a refusal's status.
 	secretQuery := sourceQuery(opts.Source)
 	if secretQuery != "" {
-		logOut = scrubbing{w: logOut, secret: []byte(secretQuery)}
+		logOut = newScrubbing(logOut, secretQuery)
 	}
 	e := &Engine{
 		secretQuery: secretQuery,
@@ -747,14 +747,30 @@ func sourceQuery(source string) string {
 	return u.RawQuery
 }
 
-// scrubbing writes log lines with secret replaced by "...".
+// scrubbing writes log lines with a secret replaced by "...", as written
+// and as a JSON log line encodes it (the log's lines are JSON, whose encoder
+// writes a query's & as \u0026).
 type scrubbing struct {
-	w      io.Writer
-	secret []byte
+	w       io.Writer
+	secrets [][]byte
+}
+
+func newScrubbing(w io.Writer, secret string) scrubbing {
+	s := scrubbing{w: w, secrets: [][]byte{[]byte(secret)}}
+	if quoted, err := json.Marshal(secret); err == nil {
+		if escaped := quoted[1 : len(quoted)-1]; !bytes.Equal(escaped, []byte(secret)) {
+			s.secrets = append(s.secrets, escaped)
+		}
+	}
+	return s
 }
 
 func (s scrubbing) Write(p []byte) (int, error) {
-	if _, err := s.w.Write(bytes.ReplaceAll(p, s.secret, []byte("..."))); err != nil {
+	out := p
+	for _, secret := range s.secrets {
+		out = bytes.ReplaceAll(out, secret, []byte("..."))
+	}
+	if _, err := s.w.Write(out); err != nil {
 		return 0, err
 	}
 	return len(p), nil

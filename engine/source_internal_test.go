@@ -94,7 +94,7 @@ func TestASignedURLsQueryIsInNoLogNorError(t *testing.T) {
 	srv.Close()
 	var log bytes.Buffer
 	_, err := New(context.Background(), Options{
-		Source: srv.URL + "/ichor.tar.gz?X-Goog-Signature=s3cretsig", PollInterval: 100 * time.Millisecond, StartTimeout: 2 * time.Second,
+		Source: srv.URL + "/ichor.tar.gz?X-Goog-Date=20261206&X-Goog-Signature=s3cretsig", PollInterval: 100 * time.Millisecond, StartTimeout: 2 * time.Second,
 		VerificationKeys: []VerificationKey{{ID: "ichor", PEM: "a shared secret", Algorithm: "HS256"}}, AllowInsecureHTTP: true,
 		DecisionLog: io.Discard, Log: &log,
 	})
