@@ -46,6 +46,14 @@ func TestClipEscapesWhatATerminalWouldObey(t *testing.T) {
 	assert.Equal(t, "SubjectMismatch: the subject is O="+termsafetest.NodeEscaped+" (decision d)", got)
 	termsafetest.AssertInert(t, got)
 
+	// A line break in a subject's attribute would start a row of its own
+	// under kubectl describe's Events, one that reads as Ichor's approval.
+	forged := "OU=x\n  Normal  Approved  1s  ichor-policy  approved\tlater"
+	got = engine.Clip("SubjectMismatch: the subject is "+forged, " (decision d)", engine.MaxEventNote)
+	assert.Equal(t, `SubjectMismatch: the subject is OU=x\n  Normal  Approved  1s  ichor-policy  approved\tlater (decision d)`, got)
+	assert.NotContains(t, got, "\n")
+	assert.NotContains(t, got, "\t")
+
 	// Escaped before it is cut: the limit holds for what is written.
 	long := strings.Repeat("\x1b", engine.MaxEventNote)
 	got = engine.Clip(long, " (decision d)", engine.MaxEventNote)

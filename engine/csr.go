@@ -168,11 +168,13 @@ func (d CSRDecision) EventNote() string {
 // Clip is text followed by tail, at most limit bytes: when text is too long
 // it is cut on a character boundary and says how much is left out; the tail
 // (which finds the whole decision in the log) is always kept. The text is
-// escaped first (termsafe): a reason quotes what a requester wrote, and a
+// escaped first (termsafe), newlines and tabs included: a reason quotes what
+// a requester wrote (a subject's attribute may hold a line break), and a
 // condition or an Event is read on a terminal, by kubectl describe and
-// kubectl get -o yaml alike; the decision log keeps the value as it was.
+// kubectl get -o yaml alike, where a line of its own would read as another
+// Event or field; the decision log keeps the value as it was.
 func Clip(text, tail string, limit int) string {
-	text = termsafe.Escape(text)
+	text = termsafe.EscapeLine(text)
 	if len(text)+len(tail) <= limit {
 		return text + tail
 	}

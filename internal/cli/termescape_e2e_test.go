@@ -36,6 +36,13 @@ import (
 // form is what the operator sees; the JSON outputs decode to the very
 // strings the requester wrote.
 func TestHostileCommonNameThroughTheRealManager(t *testing.T) {
+	// An organizational unit whose line break would start a row of its own
+	// under kubectl describe's Events, one that reads as Ichor's approval.
+	const (
+		forgedRow        = "x\n  Normal  Approved  1s  ichor-policy  approved\tby policy"
+		forgedRowEscaped = `x\n  Normal  Approved  1s  ichor-policy  approved\tby policy`
+	)
+
 	ctx := t.Context()
 	const ns = "termescape"
 	w := startWorker(t, ns)
@@ -60,7 +67,8 @@ func TestHostileCommonNameThroughTheRealManager(t *testing.T) {
 	})
 	// worker-1, known, asks with an organization that the denial quotes.
 	denied := submitAs(t, env, "system:node:worker-1", csrgen.Request{
-		Subject: pkix.Name{CommonName: "system:node:worker-1", Organization: []string{hostileOrg}}, IPs: []net.IP{net.ParseIP("10.5.0.2")},
+		Subject: pkix.Name{CommonName: "system:node:worker-1", Organization: []string{hostileOrg}, OrganizationalUnit: []string{forgedRow}},
+		IPs:     []net.IP{net.ParseIP("10.5.0.2")},
 	})
 
 	// The denial's condition, and both decisions in the manager's log.
@@ -72,6 +80,8 @@ func TestHostileCommonNameThroughTheRealManager(t *testing.T) {
 	require.Equal(t, certificatesv1.CertificateDenied, condition.Type)
 	termsafetest.AssertInert(t, condition.Message)
 	assert.Contains(t, condition.Message, `O=system:nodes^[]0;owned\u0007^[[2J`)
+	assert.NotContains(t, condition.Message, "\n", "a line of its own would read as another field")
+	assert.Contains(t, condition.Message, forgedRowEscaped)
 
 	var ids map[string]string
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
@@ -89,6 +99,8 @@ func TestHostileCommonNameThroughTheRealManager(t *testing.T) {
 			if e.Regarding.Name == denied {
 				termsafetest.AssertInert(t, e.Note)
 				assert.Contains(t, e.Note, `^[]0;owned\u0007`)
+				assert.NotContains(t, e.Note, "\n", "a line of its own would read as another Event under kubectl describe")
+				assert.Contains(t, e.Note, forgedRowEscaped)
 				return true, nil
 			}
 		}
