@@ -111,7 +111,9 @@ func (a *ActRecorder) csrApproval(ctx context.Context, req admission.Request) ad
 		// The manager's own writes never reach this webhook (its match
 		// conditions leave its ServiceAccount out); a person's verdict that
 		// reads as an approver's would be taken for Ichor's and recorded
-		// as no one's act.
+		// as no one's act. This webhook fails open; the chart's
+		// <release>-approver-messages policy refuses the same in the API
+		// server itself while it is down.
 		return admission.Denied(fmt.Sprintf("the %s condition's message ends as an Ichor approver's does (\"(decision ID, policy revision R)\"), which only Ichor writes: a person's decision is recorded as theirs; write the message without that ending", c.Type))
 	}
 	if !a.stored(ctx, &certificatesv1.CertificateSigningRequest{}, &old) {

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -88,4 +89,67 @@ func TestAVerdictIsWrittenOnce(t *testing.T) {
 	other := submit("csr-other", "example.com/other")
 	require.NoError(t, verdict(other, certificatesv1.CertificateApproved, "Fine", "one"))
 	require.NoError(t, verdict(other, certificatesv1.CertificateApproved, "Fine", "two"), "another signer's verdict is not the chart's business")
+}
+
+// TestOnlyTheManagerWritesAVerdictThatReadsAsIchors (review 62 M1): the
+// recorder webhook that refuses a person's verdict ending as Ichor's
+// approvers' messages do fails open, so the API server holds that line
+// itself. A person's approval or denial with that ending is refused;
+// without it, or written by the manager's ServiceAccount, it is not.
+func TestOnlyTheManagerWritesAVerdictThatReadsAsIchors(t *testing.T) {
+	log.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	cfg, _ := installedChart(t)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	asManager := rest.CopyConfig(cfg)
+	asManager.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + namespace + ":" + release}
+	manager, err := kubernetes.NewForConfig(asManager)
+	require.NoError(t, err)
+	ctx := t.Context()
+
+	submit := func(name, signer string) {
+		t.Helper()
+		req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("worker-1"), DNSNames: []string{"worker-1"}})
+		require.NoError(t, err)
+		obj := csrgen.ServingObject(name, "worker-1", req)
+		obj.Spec.SignerName = signer
+		obj.Spec.Username, obj.Spec.Groups = "", nil
+		_, err = cs.CertificatesV1().CertificateSigningRequests().Create(ctx, obj, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	verdict := func(as kubernetes.Interface, name string, kind certificatesv1.RequestConditionType, message string) error {
+		t.Helper()
+		csrs := as.CertificatesV1().CertificateSigningRequests()
+		now, err := cs.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		now.Status.Conditions = append(now.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+			Type: kind, Status: corev1.ConditionTrue, Reason: "ByHand", Message: message, LastUpdateTime: metav1.Now(),
+		})
+		_, err = csrs.UpdateApproval(ctx, name, now, metav1.UpdateOptions{})
+		return err
+	}
+	refused := func(err error) bool {
+		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+release+"-approver-messages'")
+	}
+	const ichors = "approved by policy (decision 0b6f5e0c-8a5e-4e6a-9d1b-3c2f6a7b8c9d, policy revision sha256:bfd656d1af43d1a7)"
+
+	// The policy is in force once it refuses what it forbids.
+	n := 0
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		n++
+		name := "csr-probe-" + strconv.Itoa(n)
+		submit(name, certificatesv1.KubeletServingSignerName)
+		return refused(verdict(cs, name, certificatesv1.CertificateApproved, ichors)), nil
+	}), "the policy is not enforced, or does not type-check")
+
+	submit("csr-client", certificatesv1.KubeAPIServerClientKubeletSignerName)
+	assert.True(t, refused(verdict(cs, "csr-client", certificatesv1.CertificateDenied, "no "+ichors)), "a person's denial of a client request read as Ichor's")
+	// An ending a little off is no approver's, and is a person's to write.
+	require.NoError(t, verdict(cs, "csr-client", certificatesv1.CertificateDenied, ichors+"."))
+
+	submit("csr-serving", certificatesv1.KubeletServingSignerName)
+	require.NoError(t, verdict(manager, "csr-serving", certificatesv1.CertificateApproved, ichors), "the manager's own verdict")
+
+	submit("csr-other", "example.com/other")
+	require.NoError(t, verdict(cs, "csr-other", certificatesv1.CertificateApproved, ichors), "another signer's verdict is not the chart's business")
 }
