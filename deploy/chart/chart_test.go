@@ -671,13 +671,35 @@ func TestWebhookCertificatesFromCertManager(t *testing.T) {
 	assert.Empty(t, objs.all("Secret", webhookcerts.DefaultSecretName))
 
 	certs := objs.all("Certificate", "")
-	require.Len(t, certs, 1)
-	cert := certs[0]
+	require.Len(t, certs, 2, "the webhook's CA and its serving certificate")
+	var cert, ca *unstructured.Unstructured
+	for _, c := range certs {
+		if isCA, _, _ := unstructured.NestedBool(c.Object, "spec", "isCA"); isCA {
+			ca = c
+		} else {
+			cert = c
+		}
+	}
+	require.NotNil(t, cert)
+	require.NotNil(t, ca)
 	assert.Equal(t, map[string]string{"cert-manager.io/inject-ca-from": namespace + "/" + cert.GetName()}, vwcAnnotations(t, objs))
 	dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
 	assert.Contains(t, dnsNames, release+"-webhook."+namespace+".svc", "the name the API server dials")
+
+	// The serving certificate is signed by a CA whose key outlives its
+	// renewals, not self-signed: the bundle cainjector injects is the CA's,
+	// which the serving certificate's renewal does not change.
 	issuer, _, _ := unstructured.NestedStringMap(cert.Object, "spec", "issuerRef")
-	objs.get(t, issuer["kind"], issuer["name"])
+	caIssuer := objs.get(t, issuer["kind"], issuer["name"])
+	caSecret, _, _ := unstructured.NestedString(caIssuer.Object, "spec", "ca", "secretName")
+	caSecretName, _, _ := unstructured.NestedString(ca.Object, "spec", "secretName")
+	assert.Equal(t, caSecretName, caSecret, "the serving certificate's issuer signs with the CA")
+	rotation, _, _ := unstructured.NestedString(ca.Object, "spec", "privateKey", "rotationPolicy")
+	assert.Equal(t, "Never", rotation, "a renewed CA keeps its key, so serving certificates it signed still verify")
+	selfSigned, _, _ := unstructured.NestedStringMap(ca.Object, "spec", "issuerRef")
+	root := objs.get(t, selfSigned["kind"], selfSigned["name"])
+	_, isSelfSigned, _ := unstructured.NestedMap(root.Object, "spec", "selfSigned")
+	assert.True(t, isSelfSigned, "the CA is self-signed")
 
 	secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
 	vol := mountedVolume(t, dep, argValue(t, dep, "--webhook-cert-dir"))
