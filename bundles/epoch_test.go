@@ -114,11 +114,28 @@ func TestPushRefusesAnEpochNotAboveTheTags(t *testing.T) {
 
 	forced := opts
 	forced.Force = true
+
+	// The tag's revision is its pusher's word (OPA checks none): the
+	// refusal quotes it on one line, so it cannot print a success of its own.
+	b, err := bundles.Default()
+	require.NoError(t, err)
+	bundles.SetEpoch(b, 7)
+	b.Manifest.Revision = "x\nichor: pushed bundle.tar.gz to oci://reg/repo:tag"
+	require.NoError(t, bundles.Sign(b, key, "RS256", "ichor"))
+	forged, err := bundles.Bytes(b)
+	require.NoError(t, err)
+	_, err = bundles.PushOCI(ctx, ref, forged, forced)
+	require.NoError(t, err)
+	_, err = bundles.PushOCI(ctx, ref, at(6, ""), opts)
+	require.ErrorIs(t, err, bundles.ErrEpochNotAbove)
+	assert.NotContains(t, err.Error(), "\n", "the tag's revision kept to the line")
+	assert.ErrorContains(t, err, `(revision "x\nichor: pushed`)
+
 	_, err = bundles.PushOCI(ctx, ref, at(4, ""), forced)
 	require.NoError(t, err, "forced")
 	repo, err := newRepo(ref)
 	require.NoError(t, err)
-	b, err := bundles.TagBundle(ctx, repo, "stable", opts.Verification)
+	b, err = bundles.TagBundle(ctx, repo, "stable", opts.Verification)
 	require.NoError(t, err)
 	epoch, err := bundles.Epoch(b.Manifest)
 	require.NoError(t, err)

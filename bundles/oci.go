@@ -295,7 +295,7 @@ func checkEpochAbove(ctx context.Context, repo *remote.Repository, ref OCIRef, b
 		// claim any epoch to hold the releases back.
 		why += "; that bundle's signature was not checked (no --key), so its epoch is its own claim: give --key to check it"
 	}
-	return fmt.Errorf("%w: the bundle's epoch %d is not above %d, the epoch of the bundle %s holds now (revision %s); "+
+	return fmt.Errorf("%w: the bundle's epoch %d is not above %d, the epoch of the bundle %s holds now (revision %q); "+
 		"%s: raise the epoch (the policy tree's EPOCH, or ichor bundle build --epoch), or push anyway with --force",
 		ErrEpochNotAbove, want, have, ref, current.Manifest.Revision, why)
 }
