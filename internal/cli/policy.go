@@ -291,7 +291,7 @@ func checkEach(ctx context.Context, s streams, output *printFlags, key bundleKey
 			undecided++
 			c = csrCheck{Error: err.Error()}
 		case err != nil && in.list:
-			err = fmt.Errorf("%s: %w", csr.Name, err)
+			err = fmt.Errorf("%s: %w", line(csr.Name), err)
 			fallthrough
 		case err != nil:
 			// The decisions made are printed, whatever came after them.

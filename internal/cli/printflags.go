@@ -123,6 +123,9 @@ func (p *printFlags) complete() error {
 	}
 	if genericclioptions.IsNoCompatiblePrinterError(err) {
 		p.printer, err = p.jsonPath.ToPrinter(p.format)
+		if !strings.HasPrefix(p.format, "jsonpath-as-json") {
+			p.printer = escapedText{p.printer}
+		}
 	}
 	if genericclioptions.IsNoCompatiblePrinterError(err) {
 		err = genericclioptions.NoCompatiblePrinterError{OutputFormat: &p.format, AllowedFormats: p.allowedFormats()}
@@ -382,6 +385,52 @@ func (p escapedNames) PrintObj(obj runtime.Object, w io.Writer) error {
 		obj = named
 	}
 	return p.ResourcePrinter.PrintObj(obj, w)
+}
+
+// escapedText is cli-runtime's JSONPath printer given every string of the
+// document (and every key) escaped and kept to its line: a template prints
+// the values it reaches as text, so a CSR name or a decision id with a
+// newline would otherwise print as two, which a script reading a line each
+// would act on. jsonpath-as-json needs none of it: its JSON escapes them.
+type escapedText struct{ printers.ResourcePrinter }
+
+func (p escapedText) PrintObj(obj runtime.Object, w io.Writer) error {
+	switch o := obj.(type) {
+	case *unstructured.Unstructured:
+		obj = &unstructured.Unstructured{Object: escapedStrings(o.Object).(map[string]any)}
+	case *unstructured.UnstructuredList:
+		l := &unstructured.UnstructuredList{Object: escapedStrings(o.Object).(map[string]any)}
+		for _, item := range o.Items {
+			l.Items = append(l.Items, unstructured.Unstructured{Object: escapedStrings(item.Object).(map[string]any)})
+		}
+		obj = l
+	default:
+		return fmt.Errorf("print %T as text: only documents are printed", obj)
+	}
+	return p.ResourcePrinter.PrintObj(obj, w)
+}
+
+// escapedStrings is a copy of a decoded document with every string and key
+// passed through termsafe.EscapeLine.
+func escapedStrings(v any) any {
+	switch v := v.(type) {
+	case string:
+		return termsafe.EscapeLine(v)
+	case map[string]any:
+		out := make(map[string]any, len(v))
+		for k, e := range v {
+			out[termsafe.EscapeLine(k)] = escapedStrings(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, e := range v {
+			out[i] = escapedStrings(e)
+		}
+		return out
+	default:
+		return v
+	}
 }
 
 // addRetiredOutput keeps -o on a command where it named a file, hidden,

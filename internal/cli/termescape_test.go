@@ -198,6 +198,20 @@ func TestDecisionsOfAHandWrittenLog(t *testing.T) {
 	assert.Equal(t, "decision.cli.ichor.dev/evil\\n^[[2Jdecision.cli.ichor.dev/forged\n", strings.SplitAfter(stdout, "\n")[0])
 	assert.Len(t, strings.Split(strings.TrimRight(stdout, "\n"), "\n"), 2, "one line a decision:\n%s", stdout)
 
+	// So does -o jsonpath, which prints what it reaches as text.
+	code, stdout, stderr = run(t, forgedID, "decisions", "list", "--all", "-o", `jsonpath={range .items[*]}{.id}{"\n"}{end}`)
+	require.Equal(t, ExitOK, code, stderr)
+	termsafetest.AssertInert(t, stdout)
+	assert.Equal(t, "evil\\n^[[2Jdecision.cli.ichor.dev/forged\n", strings.SplitAfter(stdout, "\n")[0])
+	assert.Len(t, strings.Split(strings.TrimRight(stdout, "\n"), "\n"), 2, "one line a decision:\n%s", stdout)
+	// -o jsonpath-as-json is JSON, which escapes the newline itself: the id
+	// reads back as it was written.
+	code, stdout, stderr = run(t, forgedID, "decisions", "list", "--all", "-o", `jsonpath-as-json={.items[*].id}`)
+	require.Equal(t, ExitOK, code, stderr)
+	var ids []string
+	require.NoError(t, json.Unmarshal([]byte(stdout), &ids))
+	assert.Contains(t, ids, "evil\n\u001b[2Jdecision.cli.ichor.dev/forged")
+
 	_, stdout, _ = run(t, strings.SplitN(written, "\n", 2)[0], "decisions", "show", l.pending, "-o", "json")
 	termsafetest.AssertInert(t, stdout)
 	var d struct {
