@@ -12,7 +12,7 @@
 // output (^[ and \r). That function covers only those two; every other
 // character that is not graphic (the rest of C0, DEL, C1, the bidi and other
 // format characters, line and paragraph separators, unassigned code points,
-// invalid UTF-8) is written as a JSON escape, \u009b or \u202e, so that the
+// invalid UTF-8) or is drawn as nothing is written as a JSON escape, \u009b or \u202e, so that the
 // same writer keeps a JSON document the same document (raw C0 cannot appear
 // in one, and a \u escape inside a JSON string decodes to the very rune it
 // replaced).
@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -33,9 +34,13 @@ import (
 
 // safe says whether r is written as it is. Newline and tab lay text out;
 // every other character must be graphic (a letter, mark, number,
-// punctuation, symbol or space separator).
+// punctuation, symbol or space separator) and visible: some graphic
+// characters are default-ignorable, drawn as nothing (the combining grapheme
+// joiner U+034F, the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0, the
+// variation selectors), so "alice" followed by one reads as "alice".
 func safe(r rune) bool {
-	return r == '\n' || r == '\t' || (r != utf8.RuneError && strconv.IsGraphic(r))
+	return r == '\n' || r == '\t' ||
+		(r != utf8.RuneError && strconv.IsGraphic(r) && !unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector))
 }
 
 // Escape is s as it is safe to print on a terminal; s unchanged when it holds

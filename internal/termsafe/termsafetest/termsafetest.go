@@ -27,6 +27,9 @@ var Hostile = []struct {
 	{"line separator", "a\u2028b", `a\u2028b`},
 	{"tag character", "a\U000E0041b", `a\udb40\udc41b`},
 	{"a cut sequence", "a\xe2\x80", `a\ufffd\ufffd`},
+	{"invisible letter", "alice\u3164", `alice\u3164`},
+	{"combining grapheme joiner", "worker-1\u034f", `worker-1\u034f`},
+	{"variation selector", "a\ufe0fb\U000E0100c", `a\ufe0fb\udb40\udd00c`},
 }
 
 // Node is a node name that tries every trick at once: what a CSR's common
@@ -38,7 +41,9 @@ const NodeEscaped = `evil^[[2J^[[H^[]0;owned\u0007\rworker-1\u009b31m\u202e1-rek
 
 // Controls are the characters of s a terminal would act on: every control
 // but newline and tab, DEL, C1, the bidi controls, the line and paragraph
-// separators, the tag characters, and invalid UTF-8 (reported as U+FFFD).
+// separators, the tag characters, the graphic characters drawn as nothing
+// (default-ignorable: U+034F, the Hangul fillers, the variation selectors),
+// and invalid UTF-8 (reported as U+FFFD).
 func Controls(s string) []rune {
 	var found []rune
 	for i, r := range s {
@@ -46,6 +51,9 @@ func Controls(s string) []rune {
 		case r == '\n' || r == '\t':
 		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\ufffd"),
 			r < 0x20, r >= 0x7f && r < 0xa0, r >= 0xe0000 && r < 0xe0080,
+			r == 0x34f, r == 0x115f, r == 0x1160, r == 0x3164, r == 0xffa0,
+			r >= 0x17b4 && r <= 0x17b5, r >= 0x180b && r <= 0x180d,
+			r >= 0xfe00 && r <= 0xfe0f, r >= 0xe0100 && r <= 0xe01ef,
 			strings.ContainsRune("\u061c\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069", r):
 			found = append(found, r)
 		}
