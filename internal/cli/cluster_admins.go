@@ -121,8 +121,10 @@ A request of theirs the manager is answering while you revoke may make a new
 binding a moment later. So, after deleting, the command looks for their
 kubeconfig-admin requests not answered yet (in every namespace), waits up to
 --wait for the manager to answer them, and deletes any binding that appeared.
-A request they make after that is judged on their grant: without download on
-talosclusters/kubeconfig-admin it is refused.
+If it cannot list those requests (it needs list on taloscredentialrequests) or
+they are not answered in time, it says how many bindings it deleted and exits
+non-zero: run it again. A request they make after that is judged on their
+grant: without download on talosclusters/kubeconfig-admin it is refused.
 
 After each DELETE the command reads the binding again: one a finalizer keeps
 (anyone who may patch bindings can add one, without the power to bind) still
@@ -312,15 +314,16 @@ func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) 
 	if err != nil {
 		return err
 	}
+	// unfinished is why a binding made after this command may survive it:
+	// the command then fails, whatever it deleted, so that a script that
+	// offboards someone does not read success.
+	var unfinished error
 	switch {
 	case listErr != nil:
-		fmt.Fprintf(s.err, "warning: could not look for %s's kubeconfig-admin requests in flight (%v): one the manager is answering now may make a binding after this; run revoke again in a minute\n",
-			cell(r.user), listErr)
+		unfinished = fmt.Errorf("could not look for their kubeconfig-admin requests in flight: %w", listErr)
 	case len(inFlight) > 0:
 		fmt.Fprintf(s.out, "Waiting up to %s for %d kubeconfig-admin request(s) of %s in flight to be answered.\n", r.wait, len(inFlight), cell(r.user))
-		if err := untilAnswered(ctx, c, inFlight, r.wait, r.poll); err != nil {
-			fmt.Fprintf(s.err, "warning: %v: a binding they make later is not revoked; run revoke again\n", err)
-		}
+		unfinished = untilAnswered(ctx, c, inFlight, r.wait, r.poll)
 		more, moreHeld, err := r.deleteBindings(ctx, c, s)
 		if err != nil {
 			return err
@@ -334,13 +337,22 @@ func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) 
 		return fmt.Errorf("%w: %d of %s's admin binding(s) still exist and still grant cluster-admin (%s); remove their finalizers and run revoke again",
 			errBindingHeld, len(held), cell(r.user), strings.Join(held, ", "))
 	}
+	if unfinished != nil {
+		return fmt.Errorf("%w: deleted %d admin binding(s) of %s, but %w: one the manager answers after this may make a binding; run revoke again in a minute",
+			errRevocationUnfinished, deleted, cell(r.user), unfinished)
+	}
 	if deleted == 0 {
 		return fmt.Errorf("%w of user %q (identity %s): see `ichor cluster admins list`", errNoAdminBinding, r.user, r.identity)
 	}
-	fmt.Fprintf(s.out, "Revoked %s: deleted %d admin binding(s). Take download on talosclusters/kubeconfig-admin from them too, or their next request gets a new one.\n",
+	fmt.Fprintf(s.out, "Revoked %s: deleted %d admin binding(s). If they still hold download on talosclusters/kubeconfig-admin, their next request gets a new one: take it from them, then run revoke again.\n",
 		cell(r.user), deleted)
 	return nil
 }
+
+// errRevocationUnfinished is a revocation whose wait for the person's
+// requests in flight could not be made or did not end: a binding one of
+// them makes later is not revoked.
+var errRevocationUnfinished = errors.New("revocation unfinished")
 
 // errBindingHeld is a binding deleted that still exists: a finalizer keeps
 // it, and until it goes it grants cluster-admin as before.

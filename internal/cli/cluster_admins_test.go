@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -304,11 +305,39 @@ func TestAdminsRevokeWaitsForTheirRequestsInFlight(t *testing.T) {
 	stuck.Name, stuck.ResourceVersion = "ada-stuck", ""
 	require.NoError(t, c.Create(t.Context(), stuck))
 	require.NoError(t, c.Create(t.Context(), adminBinding("ichor-admin:u:ichor:ada:ssssssssss", "ichor:ada", "ichor-admin:u:ichor:ada", "", made)))
-	s, out, errOut = testStreams()
-	require.NoError(t, revokeAdmin(t.Context(), c, revocation{user: "ichor:ada", identity: "ichor-admin:u:ichor:ada", revoker: "ichor:rita", wait: 20 * time.Millisecond, poll: time.Millisecond}, s))
+	s, out, _ = testStreams()
+	err := revokeAdmin(t.Context(), c, revocation{user: "ichor:ada", identity: "ichor-admin:u:ichor:ada", revoker: "ichor:rita", wait: 20 * time.Millisecond, poll: time.Millisecond}, s)
 	s.flush()
-	assert.Contains(t, errOut.String(), "were not all answered within 20ms")
-	assert.Contains(t, out.String(), "deleted 1 admin binding(s)")
+	require.ErrorIs(t, err, errRevocationUnfinished, "an offboarding script does not read success")
+	assert.ErrorContains(t, err, "deleted 1 admin binding(s) of ichor:ada, but their requests in flight were not all answered within 20ms")
+	assert.NotContains(t, out.String(), "admin binding(s). If they still hold", "no closing line of a revocation done")
+	require.NoError(t, c.List(t.Context(), &list))
+	assert.Empty(t, list.Items, "what could be deleted is")
+}
+
+// Review 62, F3: a revoke that cannot look for the person's requests in
+// flight (a revoker without list on taloscredentialrequests) deletes what
+// it finds and fails, saying why, rather than read as a revocation done.
+func TestAdminsRevokeThatCannotLookForRequestsInFlightFails(t *testing.T) {
+	made := time.Now()
+	c := fake.NewClientBuilder().WithScheme(cliScheme(t)).
+		WithObjects(adminBinding("ichor-admin:u:ichor:ada:aaaaaaaaaa", "ichor:ada", "ichor-admin:u:ichor:ada", "", made)).
+		WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, w client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*ichorv1alpha1.TalosCredentialRequestList); ok {
+				return apierrors.NewForbidden(ichorv1alpha1.GroupVersion.WithResource("taloscredentialrequests").GroupResource(), "", errors.New("rita may not list them"))
+			}
+			return w.List(ctx, list, opts...)
+		}}).Build()
+	s, out, _ := testStreams()
+	err := revokeAdmin(t.Context(), c, adaRevocation, s)
+	s.flush()
+	require.ErrorIs(t, err, errRevocationUnfinished)
+	assert.ErrorContains(t, err, "deleted 1 admin binding(s) of ichor:ada, but could not look for their kubeconfig-admin requests in flight")
+	assert.ErrorContains(t, err, "run revoke again")
+	assert.NotContains(t, out.String(), "admin binding(s). If they still hold", "no closing line of a revocation done")
+	var list rbacv1.ClusterRoleBindingList
+	require.NoError(t, c.List(t.Context(), &list))
+	assert.Empty(t, list.Items, "the binding found is deleted all the same")
 }
 
 func cliScheme(t *testing.T) *runtime.Scheme {

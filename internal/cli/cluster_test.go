@@ -227,13 +227,15 @@ func startClusterEnv(t *testing.T) *clusterEnv {
 	}
 	waitAllowed(t, env, "ichor:walt", authorizationv1.ResourceAttributes{Namespace: teamNS, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"})
 	// Rita may revoke admins, and nothing else: list and delete on
-	// clusterrolebindings (no bind: she cannot grant cluster-admin), create
+	// clusterrolebindings (no bind: she cannot grant cluster-admin), list
+	// on taloscredentialrequests (the person's requests in flight), create
 	// Events in default, and a SelfSubjectReview (everyone may).
 	require.NoError(t, env.Client.Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "revoke-admins"},
-		Rules: []rbacv1.PolicyRule{{
-			APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterrolebindings"}, Verbs: []string{"list", "delete"},
-		}},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterrolebindings"}, Verbs: []string{"list", "delete"}},
+			{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"list"}},
+		},
 	}))
 	require.NoError(t, env.Client.Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "rita-revoke-admins"},
@@ -250,6 +252,7 @@ func startClusterEnv(t *testing.T) *clusterEnv {
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "ichor:rita"}},
 	}))
 	waitAllowed(t, env, "ichor:rita", authorizationv1.ResourceAttributes{Group: rbacv1.GroupName, Resource: "clusterrolebindings", Verb: "delete"})
+	waitAllowed(t, env, "ichor:rita", authorizationv1.ResourceAttributes{Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "list"})
 	waitAllowed(t, env, "ichor:rita", authorizationv1.ResourceAttributes{Namespace: metav1.NamespaceDefault, Group: "events.k8s.io", Resource: "events", Verb: "create"})
 	ritaCfg, err := env.UserConfig("ichor:rita")
 	require.NoError(t, err)
