@@ -205,6 +205,7 @@ func ExecCredential(ctx context.Context, o Request, cacheDir string, warn io.Wri
 		}
 	}
 
+	asked := time.Now()
 	issued, err := requestKubeCredential(ctx, o, ichorv1alpha1.PurposeKubeconfigAdmin, nil)
 	if err != nil {
 		return nil, fmt.Errorf("no admin credential for cluster %s: %w", o.Cluster, err)
@@ -221,7 +222,17 @@ func ExecCredential(ctx context.Context, o Request, cacheDir string, warn io.Wri
 	// the cache get: whatever else the status held (text, more blocks, up
 	// to a megabyte) is neither printed nor cached.
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: block.Bytes})
-	cred := execcache.Credential(certPEM, issued.keyPEM, execcache.RenewAt(leaf))
+	// Reused until the earlier of the certificate's end and the lifetime
+	// asked for, counted on this machine's clock from the request: the
+	// certificate's dates are its signer's word, and its signer's clock.
+	// A certificate of a century (a forged answer) or a clock here behind
+	// the issuer's would otherwise be served after the API server refuses
+	// it, and kubectl asks the plugin again only on a 401.
+	renewAt := execcache.RenewAt(leaf)
+	if capped := execcache.RenewWithin(asked, asked.Add(*o.TTL)); capped.Before(renewAt) {
+		renewAt = capped
+	}
+	cred := execcache.Credential(certPEM, issued.keyPEM, renewAt)
 	if cache != nil {
 		if err := cache.Store(key, cred); err != nil {
 			fmt.Fprintf(warn, "ichor: %v\n", err)

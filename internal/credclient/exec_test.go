@@ -54,7 +54,7 @@ func TestTheExecPluginPassesOnOnlyTheCertificateItChecked(t *testing.T) {
 	issue := func(pub any) []byte {
 		der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2),
 			Subject:   pkix.Name{CommonName: "ichor-admin:ada", Organization: []string{"ichor:admins"}},
-			NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+			NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().AddDate(100, 0, 0),
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, ca, pub, caKey)
 		require.NoError(t, err)
 		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
@@ -104,9 +104,15 @@ func TestTheExecPluginPassesOnOnlyTheCertificateItChecked(t *testing.T) {
 	*flags.Namespace = namespace
 	var warn bytes.Buffer
 	cacheDir := filepath.Join(t.TempDir(), "cache")
+	asked := time.Now()
 	cred, err := credclient.ExecCredential(t.Context(), credclient.Request{Kube: flags, Cluster: "prod",
 		Timeout: 30 * time.Second, Progress: io.Discard}, cacheDir, &warn)
 	require.NoError(t, err, "warnings: %s", warn.String())
+	// The forger's certificate says a century; the credential is reused no
+	// longer than the hour asked for, counted from the request here.
+	require.NotNil(t, cred.Status.ExpirationTimestamp)
+	assert.False(t, cred.Status.ExpirationTimestamp.After(asked.Add(credclient.DefaultExecTTL)),
+		"reused until %s, past the lifetime asked for", cred.Status.ExpirationTimestamp)
 	var leaf []byte
 	select {
 	case leaf = <-answered:

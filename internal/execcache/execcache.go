@@ -189,11 +189,16 @@ func (c *Cache) Path(k Key) string {
 // minutes before it expires, or a tenth of its lifetime before when that is
 // shorter, so that a credential of a few minutes is still reused.
 func RenewAt(leaf *x509.Certificate) time.Time {
-	// A certificate that ends before it begins has no margin: it is renewed
+	return RenewWithin(leaf.NotBefore, leaf.NotAfter)
+}
+
+// RenewWithin is RenewAt of a credential valid from start to end.
+func RenewWithin(start, end time.Time) time.Time {
+	// A credential that ends before it begins has no margin: it is renewed
 	// at its end, never after it.
-	margin := max(leaf.NotAfter.Sub(leaf.NotBefore)/10, 0)
+	margin := max(end.Sub(start)/10, 0)
 	margin = min(margin, renewBefore)
-	return leaf.NotAfter.Add(-margin)
+	return end.Add(-margin)
 }
 
 // Load is the credential cached for k, if it is usable at now. An absent
