@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -23,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/ichor-dev/ichor-policy/internal/bundleepoch"
 )
 
 // envWithHelm starts a bare API server (no CRDs) and returns a client and a
@@ -128,9 +131,17 @@ func TestCRDsUpgradeWithTheChartAndOutliveIt(t *testing.T) {
 	assert.True(t, kept, "spec.security is not served after the upgrade")
 	clusters = append(clusters, name)
 
+	// The bundle epoch the manager recorded is the floor of every signed
+	// bundle it takes: an uninstall must not lower it (review 62 L3).
+	epochKey := types.NamespacedName{Namespace: namespace, Name: bundleepoch.ConfigMapName}
+	require.NoError(t, (&bundleepoch.Store{Client: c, Namespace: namespace}).Raise(t.Context(), 12))
+
 	helm(t, nil, append([]string{"uninstall", release}, kc...)...)
 	require.NoError(t, c.Get(t.Context(), types.NamespacedName{Name: crdName}, &got), "helm uninstall deleted the CRD")
 	assert.Equal(t, "keep", got.Annotations["helm.sh/resource-policy"])
+	var epoch corev1.ConfigMap
+	require.NoError(t, c.Get(t.Context(), epochKey, &epoch), "helm uninstall deleted the bundle epoch's floor")
+	assert.Equal(t, "12", epoch.Data[bundleepoch.Key])
 	for _, name := range clusters {
 		err := c.Get(t.Context(), types.NamespacedName{Namespace: "default", Name: name}, talosCluster(""))
 		assert.NoError(t, err, "TalosCluster %s did not outlive the release", name)
@@ -138,8 +149,11 @@ func TestCRDsUpgradeWithTheChartAndOutliveIt(t *testing.T) {
 	err = c.Get(t.Context(), types.NamespacedName{Namespace: namespace, Name: release}, &appsv1.Deployment{})
 	assert.True(t, apierrors.IsNotFound(err), "the rest of the release is removed: %v", err)
 
-	// The same release installed again takes the kept CRDs back.
+	// The same release installed again takes the kept CRDs back, and the
+	// floor, as it was.
 	helm(t, nil, append([]string{"install", release, chartDir(t)}, kc...)...)
+	require.NoError(t, c.Get(t.Context(), epochKey, &epoch))
+	assert.Equal(t, "12", epoch.Data[bundleepoch.Key], "the release installed again lowered the floor")
 }
 
 func talosCluster(name string) *unstructured.Unstructured {
