@@ -706,6 +706,21 @@ func TestWebhookCertificatesFromCertManager(t *testing.T) {
 	require.NotNil(t, vol.Secret)
 	assert.Equal(t, secretName, vol.Secret.SecretName)
 
+	// cert-manager and cainjector do webhookcerts' work: the manager holds
+	// none of its rights (review 62 L4), so a leaked token cannot set a wrong
+	// CA bundle nor read the serving key.
+	var rules []rbacv1.PolicyRule
+	for _, r := range objs.boundRoles(t) {
+		rules = append(rules, r...)
+	}
+	for _, verb := range []string{"get", "patch", "update"} {
+		assert.False(t, grants(rules, "admissionregistration.k8s.io", "validatingwebhookconfigurations", verb, webhookcerts.DefaultWebhookConfigurationName), verb)
+	}
+	// (get stays: the release namespace's Secrets are read for the
+	// clusters' secrets bundles unless rbac.secretsNamespaces names others.)
+	assert.False(t, grants(rules, "", "secrets", "update", webhookcerts.DefaultSecretName))
+	assert.True(t, grants(rules, "", "secrets", "update", "ichor-policy-admission-key"), "the rest of the Role is kept")
+
 	// An existing issuer instead of the chart's.
 	objs = render(t, "webhook.certManager.enabled=true", "webhook.certManager.issuerRef.name=corp-ca", "webhook.certManager.issuerRef.kind=ClusterIssuer")
 	assert.Empty(t, objs.all("Issuer", ""))
