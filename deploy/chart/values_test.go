@@ -87,6 +87,18 @@ func TestReplicasNeedLeaderElection(t *testing.T) {
 	assert.NotContains(t, args(dep), "--leader-elect")
 }
 
+// TestTheManagersAccountIsNotTheNamespaceDefault: bound to the manager's
+// roles, the namespace's default account would give every pod that names
+// no account the manager's rights (review 62 L5).
+func TestTheManagersAccountIsNotTheNamespaceDefault(t *testing.T) {
+	for _, set := range [][]string{{"serviceAccount.name=default"}, {"serviceAccount.create=false", "serviceAccount.name=default"}} {
+		out, err := renderOutput(t, set...)
+		require.Error(t, err, "rendered %v", set)
+		assert.Contains(t, string(out), "serviceAccount.name: not default")
+	}
+	render(t, "serviceAccount.create=false", "serviceAccount.name=ichor-manager")
+}
+
 // TestDisruptionBudgetOnlyWithReplicasToSpare: with one replica,
 // minAvailable 1 would block every drain of its node.
 func TestDisruptionBudgetOnlyWithReplicasToSpare(t *testing.T) {

@@ -33,6 +33,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{- define "ichor-policy.serviceAccountName" -}}
+{{- if eq .Values.serviceAccount.name "default" }}
+{{- fail "serviceAccount.name: not default: every pod of the namespace that names no account would run with the manager's rights (bind on cluster-admin, approve on kubelet-serving) and be left out of the recorders as the manager is; name an account of the manager's own" }}
+{{- end }}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "ichor-policy.fullname" .) .Values.serviceAccount.name }}
 {{- else }}
