@@ -16,6 +16,22 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
+// TestAnUnsignedConfigMapBundleIsRefusedUnlessChosen (review 62 L2): the
+// built-in edit role updates ConfigMaps, so a ConfigMap's unsigned bundle
+// is anyone's of the namespace to rewrite; it renders signed, or chosen.
+func TestAnUnsignedConfigMapBundleIsRefusedUnlessChosen(t *testing.T) {
+	out, err := renderOutput(t, "manager.bundle.configMap.name=ichor-bundle")
+	require.Error(t, err)
+	assert.Contains(t, string(out), `manager.bundle.configMap.name is "ichor-bundle" and manager.bundle.verification.configMap is empty`)
+	for _, set := range [][]string{
+		{"manager.bundle.configMap.name=ichor-bundle", "manager.bundle.verification.configMap=ichor-bundle-key"},
+		{"manager.bundle.configMap.name=ichor-bundle", "manager.bundle.configMap.unsigned=true"},
+	} {
+		dep := render(t, set...).deployment(t)
+		assert.Equal(t, "/etc/ichor-policy/bundle/bundle.tar.gz", argValue(t, dep, "--bundle"), "%v", set)
+	}
+}
+
 // TestARemoteBundleWithoutAKeyIsRefusedAtRender: the manager refuses to start
 // on a bundle fetched over the network that it cannot verify, so the chart
 // refuses to render one, saying what to set, rather than install pods that
