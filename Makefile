@@ -154,14 +154,14 @@ chart-test: chart-lint envtest-assets ## The Helm chart: helm lint and template 
 
 .PHONY: chart-lint
 chart-lint: ## The Helm chart: helm lint and template (default, cert-manager, monitoring), the values schema refusing bad values
-	$(HELM) lint --strict deploy/chart
-	$(HELM) lint --strict deploy/chart --set webhook.certManager.enabled=true
+	$(HELM) lint --strict deploy/chart --namespace ichor-system
+	$(HELM) lint --strict deploy/chart --namespace ichor-system --set webhook.certManager.enabled=true
 	$(HELM) template ichor-policy deploy/chart --namespace ichor-system > /dev/null
 	$(HELM) template ichor-policy deploy/chart --namespace ichor-system --set webhook.certManager.enabled=true > /dev/null
 	$(HELM) template ichor-policy deploy/chart --namespace ichor-system --set monitoring.serviceMonitor.enabled=true --set monitoring.prometheusRule.enabled=true \
 	  --api-versions monitoring.coreos.com/v1/ServiceMonitor --api-versions monitoring.coreos.com/v1/PrometheusRule > /dev/null
 	@for bad in replicas=5 imagee.tag=x replicaCount=two manager.leaderElect=nope; do \
-	  if $(HELM) lint --strict deploy/chart --set "$$bad" > /dev/null 2>&1; then echo "helm lint accepted --set $$bad; the values schema should refuse it"; exit 1; fi; done
+	  if $(HELM) lint --strict deploy/chart --namespace ichor-system --set "$$bad" > /dev/null 2>&1; then echo "helm lint accepted --set $$bad; the values schema should refuse it"; exit 1; fi; done
 
 .PHONY: alerts-test
 alerts-test: ## Only the chart's alerts with promtool (chart-test runs them too): check rules, and fire each from synthetic series (builds promtool once: minutes)

@@ -321,7 +321,7 @@ func TestChartCopiesAreTheGeneratedManifests(t *testing.T) {
 func TestHelmLint(t *testing.T) {
 	for name, set := range map[string][]string{"default": nil, "cert-manager": certManager} {
 		t.Run(name, func(t *testing.T) {
-			args := []string{"lint", "--strict", chartDir(t)}
+			args := []string{"lint", "--strict", chartDir(t), "--namespace", namespace}
 			for _, s := range set {
 				args = append(args, "--set", s)
 			}
@@ -1037,7 +1037,7 @@ func TestAdminCredentialsValue(t *testing.T) {
 	assert.Empty(t, objs.all("ClusterRoleBinding", "ichor:cluster-admins"))
 	assert.Contains(t, args(objs.deployment(t)), "--admin-kubeconfigs=false")
 
-	out, err := helmOutput(t, "template", release, chartDir(t), "--set", "adminCredentials.binding=false")
+	out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--set", "adminCredentials.binding=false")
 	require.Error(t, err)
 	assert.Contains(t, string(out), "adminCredentials.binding is gone")
 }

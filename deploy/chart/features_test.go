@@ -279,7 +279,7 @@ func TestKubeVersionIsWhatTheChartRenders(t *testing.T) {
 		"v1.37.2": true, // the envtest API server the install tests use
 		fmt.Sprintf("v%d.%d.9", floor.Major(), floor.Minor()-1): false,
 	} {
-		out, err := helmOutput(t, "template", release, chartDir(t), "--kube-version", kube)
+		out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--kube-version", kube)
 		if admitted {
 			assert.NoError(t, err, "kubernetes %s: %s", kube, out)
 		} else {

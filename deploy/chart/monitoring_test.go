@@ -74,7 +74,7 @@ func TestMonitoringIsOptInAndNeedsTheOperator(t *testing.T) {
 	assert.False(t, severities[true], "a severity rendered as a boolean: %v", severities)
 
 	// The ServiceMonitor scrapes the Service: without it, the render says so.
-	out, err := helmOutput(t, append([]string{"template", release, chartDir(t), "--set", "monitoring.serviceMonitor.enabled=true",
+	out, err := helmOutput(t, append([]string{"template", release, chartDir(t), "--namespace", namespace, "--set", "monitoring.serviceMonitor.enabled=true",
 		"--set", "metrics.service.enabled=false"}, monitoringAPIs...)...)
 	require.Error(t, err)
 	assert.Contains(t, string(out), "monitoring.serviceMonitor.enabled needs metrics.service.enabled")

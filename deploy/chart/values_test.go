@@ -49,8 +49,8 @@ func TestValuesSchemaRefusesWhatTheChartWouldIgnore(t *testing.T) {
 	for set, want := range badValues {
 		t.Run(set, func(t *testing.T) {
 			for _, cmd := range [][]string{
-				{"lint", "--strict", chartDir(t)},
-				{"template", release, chartDir(t)},
+				{"lint", "--strict", chartDir(t), "--namespace", namespace},
+				{"template", release, chartDir(t), "--namespace", namespace},
 			} {
 				out, err := helmOutput(t, append(cmd, "--set", set)...)
 				require.Error(t, err, "helm %s accepted --set %s", cmd[0], set)
@@ -65,7 +65,7 @@ func TestValuesSchemaRefusesWhatTheChartWouldIgnore(t *testing.T) {
 // chart renders it.
 func TestEveryValueIsAccepted(t *testing.T) {
 	values := filepath.Join(chartDir(t), "testdata", "values-all.yaml")
-	helm(t, nil, "lint", "--strict", chartDir(t), "-f", values)
+	helm(t, nil, "lint", "--strict", chartDir(t), "--namespace", namespace, "-f", values)
 	objs := decode(t, helm(t, nil, append([]string{"template", release, chartDir(t), "--namespace", namespace, "-f", values}, monitoringAPIs...)...))
 	dep := objs.deployment(t)
 	assert.Equal(t, "4", argValue(t, dep, "--zap-log-level"))
@@ -78,7 +78,7 @@ func TestEveryValueIsAccepted(t *testing.T) {
 // would have every replica decide the same CSRs; the render fails and names
 // the fix. One replica without it is fine.
 func TestReplicasNeedLeaderElection(t *testing.T) {
-	out, err := helmOutput(t, "template", release, chartDir(t), "--set", "replicaCount=3", "--set", "manager.leaderElect=false")
+	out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--set", "replicaCount=3", "--set", "manager.leaderElect=false")
 	require.Error(t, err)
 	assert.Contains(t, string(out), "replicaCount is 3 but manager.leaderElect is false")
 	assert.Contains(t, string(out), "Set manager.leaderElect=true, or replicaCount=1")
@@ -97,6 +97,20 @@ func TestTheManagersAccountIsNotTheNamespaceDefault(t *testing.T) {
 		assert.Contains(t, string(out), "serviceAccount.name: not default")
 	}
 	render(t, "serviceAccount.create=false", "serviceAccount.name=ichor-manager")
+}
+
+// TestTheReleaseNamespaceIsItsOwn: installed into a namespace Kubernetes
+// uses, the manager's Role on its namespace's Secrets (and Leases, sharded)
+// would reach the bootstrap tokens and the control plane's leader Leases
+// (review 62 L1).
+func TestTheReleaseNamespaceIsItsOwn(t *testing.T) {
+	for _, ns := range []string{"kube-system", "kube-public", "kube-node-lease", "default"} {
+		out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", ns)
+		require.Error(t, err, "rendered into %s", ns)
+		assert.Contains(t, string(out), "the release namespace is "+ns+", which Kubernetes itself uses")
+	}
+	_, err := helmOutput(t, "template", release, chartDir(t), "--namespace", "ichor-system")
+	require.NoError(t, err)
 }
 
 // TestDisruptionBudgetOnlyWithReplicasToSpare: with one replica,
