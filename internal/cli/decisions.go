@@ -198,28 +198,13 @@ func readDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []strin
 	var all []decisionlog.Entry
 	var skipped decisionlog.Skipped
 	for _, name := range files {
-		var r io.Reader = s.in
-		if name != "-" {
-			f, err := os.Open(name)
-			if err != nil {
-				// A file that is not there is the caller's to fix.
-				return nil, usage.Errorf("read decision log: %w", err)
-			}
-			defer f.Close()
-			if st, err := f.Stat(); err == nil && st.IsDir() {
-				// Named, and not of the kind read: a log is a file.
-				return nil, usage.Errorf("read decision log %s: a directory, not a log file", name)
-			}
-			r = f
-		} else {
-			name = "standard input"
-		}
-		entries, n, err := decisionlog.ReadLimited(r, limits)
-		if errors.Is(err, decisionlog.ErrFormat) {
-			return nil, usage.Wrap(fmt.Errorf("read decision log %s: %w", name, err))
-		}
+		left, err := limits.After(len(all))
 		if err != nil {
 			return nil, tooLarge(fmt.Errorf("read decision log %s: %w", name, err))
+		}
+		entries, n, err := readDecisionFile(s.in, name, left)
+		if err != nil {
+			return nil, err
 		}
 		all = append(all, entries...)
 		skipped.Lines += n.Lines
@@ -227,6 +212,35 @@ func readDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []strin
 		skipped.Long += n.Long
 	}
 	return all, checkRead(s, all, skipped, "")
+}
+
+// readDecisionFile reads one log, "-" standard input, and closes it: a
+// store of thousands of files is read one open file at a time.
+func readDecisionFile(in io.Reader, name string, limits decisionlog.Limits) ([]decisionlog.Entry, decisionlog.Skipped, error) {
+	r := in
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			// A file that is not there is the caller's to fix.
+			return nil, decisionlog.Skipped{}, usage.Errorf("read decision log: %w", err)
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.IsDir() {
+			// Named, and not of the kind read: a log is a file.
+			return nil, decisionlog.Skipped{}, usage.Errorf("read decision log %s: a directory, not a log file", name)
+		}
+		r = f
+	} else {
+		name = "standard input"
+	}
+	entries, n, err := decisionlog.ReadLimited(r, limits)
+	if errors.Is(err, decisionlog.ErrFormat) {
+		return nil, decisionlog.Skipped{}, usage.Wrap(fmt.Errorf("read decision log %s: %w", name, err))
+	}
+	if err != nil {
+		return nil, decisionlog.Skipped{}, tooLarge(fmt.Errorf("read decision log %s: %w", name, err))
+	}
+	return entries, n, nil
 }
 
 // readCluster reads the manager pods' logs.

@@ -51,6 +51,25 @@ func TestDecisionsRefuseALogLargerThanTheBound(t *testing.T) {
 	}
 }
 
+// The bound on decisions is over everything read at once, not each file:
+// what is held is all of them (review 62). Files are read one open at a
+// time, so a store of thousands is no thousands of descriptors.
+func TestDecisionsBoundTheirCountOverAllTheFiles(t *testing.T) {
+	f := newDecisionsFixture(t)
+	files := []string{f.file(t, f.log), f.file(t, f.log), f.file(t, f.log)}
+	code, _, stderr, _ := decisionsRun(t, "", append([]string{"decisions", "list", "--all", "--max-log-entries", "8"}, files...)...)
+	assert.Equal(t, ExitError, code, stderr)
+	assert.Contains(t, stderr, "more than 8 decisions, over all the logs read together: 8 read, and more logs to read (--max-log-entries raises the bound)")
+
+	code, _, stderr, _ = decisionsRun(t, "", append([]string{"decisions", "list", "--all", "--max-log-entries", "6"}, files...)...)
+	assert.Equal(t, ExitError, code, stderr)
+	assert.Contains(t, stderr, "more than 2 decisions", "the second file over what the first left")
+
+	code, stdout, stderr, _ := decisionsRun(t, "", append([]string{"decisions", "list", "--all", "--max-log-entries", "12"}, files...)...)
+	assert.Equal(t, ExitOK, code, stderr)
+	assert.Len(t, strings.Split(strings.TrimSpace(stdout), "\n"), 13, "a header and the 12 decisions")
+}
+
 func TestDecisionsSkipALineLongerThanTheBoundAndSaySo(t *testing.T) {
 	f := newDecisionsFixture(t)
 	long := strings.Repeat("x", 1<<20) + "\n"

@@ -41,7 +41,8 @@ type Cluster struct {
 	// (a container still starting in a rolling update, one that never
 	// restarted with Previous): the others are read all the same.
 	Unreadable func(pod string, err error)
-	// Limits bound what is read of each pod's log (see ReadLimited).
+	// Limits bound what is read of each pod's log (see ReadLimited); its
+	// MaxEntries bounds the decisions of all of them together.
 	Limits Limits
 }
 
@@ -65,7 +66,11 @@ func (c Cluster) Read(ctx context.Context) ([]Entry, Skipped, []string, error) {
 		if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ManagerContainer }) {
 			continue
 		}
-		got, s, err := c.readPod(ctx, pod.Name)
+		limits, err := c.Limits.After(len(entries))
+		if err != nil {
+			return nil, Skipped{}, nil, err
+		}
+		got, s, err := c.readPod(ctx, pod.Name, limits)
 		if errors.Is(err, ErrTooLarge) {
 			// Not a pod to skip: what is listed would lack its decisions.
 			return nil, Skipped{}, nil, err
@@ -93,13 +98,13 @@ func (c Cluster) Read(ctx context.Context) ([]Entry, Skipped, []string, error) {
 	return entries, skipped, read, nil
 }
 
-func (c Cluster) readPod(ctx context.Context, name string) ([]Entry, Skipped, error) {
+func (c Cluster) readPod(ctx context.Context, name string, limits Limits) ([]Entry, Skipped, error) {
 	stream, err := c.Client.CoreV1().Pods(c.Namespace).GetLogs(name, &corev1.PodLogOptions{Container: ManagerContainer, Previous: c.Previous}).Stream(ctx)
 	if err != nil {
 		return nil, Skipped{}, fmt.Errorf("read the log of pod %s/%s, container %s: %w", c.Namespace, name, ManagerContainer, err)
 	}
 	defer stream.Close()
-	entries, skipped, err := ReadLimited(stream, c.Limits)
+	entries, skipped, err := ReadLimited(stream, limits)
 	if err != nil {
 		return nil, Skipped{}, fmt.Errorf("read the log of pod %s/%s, container %s: %w", c.Namespace, name, ManagerContainer, err)
 	}

@@ -189,6 +189,19 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
+// After is what is left of l for the next of several logs read together
+// (files, pods) once read decisions are held: MaxEntries bounds them all,
+// not each, as what is held is all of them. None left is
+// ErrTooManyDecisions.
+func (l Limits) After(read int) (Limits, error) {
+	l = l.withDefaults()
+	if read >= l.MaxEntries {
+		return l, fmt.Errorf("%w, over all the logs read together: %d read, and more logs to read", tooMany(l.MaxEntries), read)
+	}
+	l.MaxEntries -= read
+	return l, nil
+}
+
 // ErrTooManyDecisions is a log of more decisions than Limits.MaxEntries;
 // it is an ErrTooLarge too.
 var ErrTooManyDecisions = errors.New("more decisions than the bound")

@@ -250,3 +250,16 @@ func TestAnItemOfAGigabyteIsRefusedUnheld(t *testing.T) {
 	assert.Contains(t, err.Error(), "an item of more than 131072 bytes")
 	assert.Less(t, alloc, uint64(16*mib), "allocated %d MiB", alloc/mib)
 }
+
+// Several logs read together (files, pods) share one bound on decisions.
+func TestTheBoundOnDecisionsIsSharedByTheLogsReadTogether(t *testing.T) {
+	l, err := decisionlog.Limits{MaxEntries: 10}.After(4)
+	require.NoError(t, err)
+	assert.Equal(t, 6, l.MaxEntries)
+	_, err = decisionlog.Limits{MaxEntries: 10}.After(10)
+	require.ErrorIs(t, err, decisionlog.ErrTooManyDecisions)
+	require.ErrorIs(t, err, decisionlog.ErrTooLarge)
+	l, err = decisionlog.Limits{}.After(1)
+	require.NoError(t, err)
+	assert.Equal(t, decisionlog.DefaultMaxEntries-1, l.MaxEntries, "the default bound, less what was read")
+}
