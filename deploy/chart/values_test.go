@@ -38,7 +38,20 @@ var badValues = map[string]string{
 	// Counts past what int64 holds rendered 0, the manager's default, in
 	// silence (review 26).
 	"manager.talosWatch.max=99999999999999999999": "at '/manager/talosWatch/max'",
-	"manager.decisionLog.bufferEvents=1000000001": "at '/manager/decisionLog/bufferEvents'",
+	// The pods' hardening is not dropped by a value (review 62 L7): null
+	// removes a value past a free-form object's check.
+	"securityContext=null":                          "missing property 'securityContext'",
+	"podSecurityContext=null":                       "missing property 'podSecurityContext'",
+	"securityContext.readOnlyRootFilesystem=false":  "at '/securityContext/readOnlyRootFilesystem'",
+	"securityContext.allowPrivilegeEscalation=true": "at '/securityContext/allowPrivilegeEscalation'",
+	"securityContext.capabilities.drop={NET_RAW}":   "at '/securityContext/capabilities/drop'",
+	"securityContext.capabilities.add={NET_ADMIN}":  "at '/securityContext/capabilities/add'",
+	"securityContext.privileged=true":               "at '/securityContext/privileged'",
+	"podSecurityContext.runAsNonRoot=false":         "at '/podSecurityContext/runAsNonRoot'",
+	"fullnameOverride=a b":                          "at '/fullnameOverride'",
+	"nameOverride=Ichor":                            "at '/nameOverride'",
+	"monitoring.grafanaDashboard.namespace=Ops":     "at '/monitoring/grafanaDashboard/namespace'",
+	"manager.decisionLog.bufferEvents=1000000001":   "at '/manager/decisionLog/bufferEvents'",
 }
 
 // TestValuesSchemaRefusesWhatTheChartWouldIgnore: a misspelt key, a string
