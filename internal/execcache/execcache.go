@@ -131,8 +131,67 @@ func Open(dir string) (*Cache, error) {
 			return nil, fmt.Errorf("the credential cache %s is open to others and cannot be closed: %w", dir, err)
 		}
 	}
-	removeLeftovers(dir, time.Now())
+	now := time.Now()
+	removeLeftovers(dir, now)
+	removeExpired(dir, now)
 	return &Cache{dir: dir}, nil
+}
+
+// expiredAge is how long after its renewal a cached credential, and its
+// lock, are removed: by then its certificate has expired, and no run of
+// the plugin can still be renewing it.
+const expiredAge = 24 * time.Hour
+
+// removeExpired removes the credentials whose renewal is a day past, with
+// their locks, and the locks a day old whose credential is gone. A key
+// that changes (a kubeconfig whose token file rotates, its digest in the
+// key) leaves its entry behind, a private key each, which nothing else
+// would remove. Only files last written over a day ago are read; a file
+// that does not decode is left for Load to report.
+func removeExpired(dir string, now time.Time) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	stale := func(e os.DirEntry) bool {
+		info, err := e.Info()
+		return err == nil && e.Type().IsRegular() && now.Sub(info.ModTime()) > expiredAge
+	}
+	credentials := map[string]bool{}
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !isID(id) {
+			continue
+		}
+		credentials[id] = true
+		if !stale(e) {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		data, err := readPrivate(path)
+		if err != nil {
+			continue
+		}
+		if _, renewAt, err := decode(data, id); err == nil && now.Sub(renewAt) > expiredAge {
+			_ = os.Remove(path)
+			delete(credentials, id)
+		}
+	}
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".lock")
+		if ok && isID(id) && !credentials[id] && stale(e) {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// isID tells a key's ID: the hex of a SHA-256.
+func isID(s string) bool {
+	if len(s) != sha256.Size*2 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
 }
 
 // leftoverAge is how old a temporary file of Store must be to be taken for
@@ -168,7 +227,7 @@ func isLeftover(name string) bool {
 		return false
 	}
 	id, digits, ok := strings.Cut(rest, ".json")
-	if !ok || len(id) != sha256.Size*2 || digits == "" {
+	if !ok || digits == "" {
 		return false
 	}
 	for _, c := range digits {
@@ -176,8 +235,7 @@ func isLeftover(name string) bool {
 			return false
 		}
 	}
-	_, err := hex.DecodeString(id)
-	return err == nil
+	return isID(id)
 }
 
 // Path is the file of k.

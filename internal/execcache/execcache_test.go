@@ -175,6 +175,59 @@ func TestOpenRemovesWritesKilledMidway(t *testing.T) {
 	}
 }
 
+// TestOpenRemovesCredentialsLongExpired (review 62, F4): a key that
+// changes (a rotating token file's digest is in it) leaves its entry, a
+// private key, behind for good; a run removes those a day past their
+// renewal, with their locks, and the locks left alone a day. What is
+// still in use, recent, or not the cache's is left.
+func TestOpenRemovesCredentialsLongExpired(t *testing.T) {
+	c, dir := open(t)
+	now := time.Now()
+	dayAgo := now.Add(-25 * time.Hour)
+	put := func(k execcache.Key, notBefore time.Time, lifetime time.Duration, written time.Time) string {
+		t.Helper()
+		cred, _ := issue(t, notBefore, lifetime)
+		require.NoError(t, c.Store(k, cred))
+		unlock, err := c.Lock(t.Context(), k)
+		require.NoError(t, err)
+		unlock()
+		for _, path := range []string{c.Path(k), strings.TrimSuffix(c.Path(k), ".json") + ".lock"} {
+			require.NoError(t, os.Chtimes(path, written, written))
+		}
+		return strings.TrimSuffix(filepath.Base(c.Path(k)), ".json")
+	}
+	keyed := func(id string) execcache.Key { k := key; k.Identity = id; return k }
+	expired := put(keyed("rotated-away"), now.Add(-72*time.Hour), time.Hour, dayAgo)
+	valid := put(keyed("long-lived"), now.Add(-72*time.Hour), 30*24*time.Hour, dayAgo)
+	recent := put(keyed("just-renewed"), now.Add(-26*time.Hour), time.Hour, now)
+	// Due for renewal an hour ago: a run may be renewing it now.
+	lapsed := put(keyed("lapsed"), now.Add(-26*time.Hour), 25*time.Hour, dayAgo)
+	orphanLock := strings.Repeat("ab", 32) + ".lock"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, orphanLock), nil, 0o600))
+	require.NoError(t, os.Chtimes(filepath.Join(dir, orphanLock), dayAgo, dayAgo))
+	notOurs := filepath.Join(dir, "notes.json")
+	require.NoError(t, os.WriteFile(notOurs, []byte("{}"), 0o600))
+	require.NoError(t, os.Chtimes(notOurs, dayAgo, dayAgo))
+
+	_, err := execcache.Open(dir)
+	require.NoError(t, err)
+	exists := func(name string) bool {
+		_, err := os.Lstat(filepath.Join(dir, name))
+		return err == nil
+	}
+	assert.False(t, exists(expired+".json"), "a credential a day past its renewal")
+	assert.False(t, exists(expired+".lock"), "its lock")
+	assert.False(t, exists(orphanLock), "a day-old lock without a credential")
+	for _, id := range []string{valid, recent, lapsed} {
+		assert.True(t, exists(id+".json"), id)
+		assert.True(t, exists(id+".lock"), id)
+	}
+	assert.True(t, exists("notes.json"), "a file not the cache's")
+	got, err := c.Load(keyed("long-lived"), now)
+	require.NoError(t, err)
+	assert.NotNil(t, got)
+}
+
 // TestLoadExpirationTimestamp: the stored expirationTimestamp bounds the
 // reuse too (it is what kubectl was told).
 func TestLoadExpirationTimestamp(t *testing.T) {
