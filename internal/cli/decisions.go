@@ -138,7 +138,7 @@ func (f *sourceFlags) register(cmd *cobra.Command) {
 	fs.BoolVar(&f.previous, "previous", false, "with --from-cluster: read the containers' logs before their last restart, as kubectl logs --previous")
 	fs.Int64Var(&f.maxBytes, "max-log-bytes", decisionlog.DefaultMaxBytes, "the most bytes read of each log (each pod's with --from-cluster), after decompression: a longer log is refused")
 	fs.IntVar(&f.maxLine, "max-line-bytes", decisionlog.DefaultMaxLine, "the most bytes of one line: a longer line is skipped, and counted")
-	fs.IntVar(&f.maxEntries, "max-log-entries", decisionlog.DefaultMaxEntries, "the most decisions read of each log (each pod's with --from-cluster): a log of more is refused")
+	fs.IntVar(&f.maxEntries, "max-log-entries", decisionlog.DefaultMaxEntries, "the most decisions read of all the logs together (every pod's with --from-cluster): the log that takes them past it is refused")
 }
 
 // limits validates --max-log-bytes, --max-line-bytes and --max-log-entries.
@@ -198,11 +198,7 @@ func readDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []strin
 	var all []decisionlog.Entry
 	var skipped decisionlog.Skipped
 	for _, name := range files {
-		left, err := limits.After(len(all))
-		if err != nil {
-			return nil, tooLarge(fmt.Errorf("read decision log %s: %w", name, err))
-		}
-		entries, n, err := readDecisionFile(s.in, name, left)
+		entries, n, err := readDecisionFile(s.in, name, limits.After(len(all)))
 		if err != nil {
 			return nil, err
 		}

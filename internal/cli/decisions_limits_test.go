@@ -57,15 +57,18 @@ func TestDecisionsRefuseALogLargerThanTheBound(t *testing.T) {
 func TestDecisionsBoundTheirCountOverAllTheFiles(t *testing.T) {
 	f := newDecisionsFixture(t)
 	files := []string{f.file(t, f.log), f.file(t, f.log), f.file(t, f.log)}
-	code, _, stderr, _ := decisionsRun(t, "", append([]string{"decisions", "list", "--all", "--max-log-entries", "8"}, files...)...)
-	assert.Equal(t, ExitError, code, stderr)
-	assert.Contains(t, stderr, "more than 8 decisions, over all the logs read together: 8 read, and more logs to read (--max-log-entries raises the bound)")
+	for bound, file := range map[string]string{"8": files[2], "6": files[1]} {
+		code, _, stderr, _ := decisionsRun(t, "", append([]string{"decisions", "list", "--all", "--max-log-entries", bound}, files...)...)
+		assert.Equal(t, ExitError, code, stderr)
+		assert.Contains(t, stderr, "read decision log "+file+": the decision log is larger than the bound: more than "+bound+" decisions (--max-log-entries raises the bound)")
+	}
 
-	code, _, stderr, _ = decisionsRun(t, "", append([]string{"decisions", "list", "--all", "--max-log-entries", "6"}, files...)...)
-	assert.Equal(t, ExitError, code, stderr)
-	assert.Contains(t, stderr, "more than 2 decisions", "the second file over what the first left")
+	// Exactly the bound, and a log with none after it.
+	code, stdout, stderr, _ := decisionsRun(t, "", "decisions", "list", "--all", "--max-log-entries", "8", files[0], files[1], f.file(t, ""))
+	assert.Equal(t, ExitOK, code, stderr)
+	assert.Len(t, strings.Split(strings.TrimSpace(stdout), "\n"), 9, "a header and the 8 decisions")
 
-	code, stdout, stderr, _ := decisionsRun(t, "", append([]string{"decisions", "list", "--all", "--max-log-entries", "12"}, files...)...)
+	code, stdout, stderr, _ = decisionsRun(t, "", append([]string{"decisions", "list", "--all", "--max-log-entries", "12"}, files...)...)
 	assert.Equal(t, ExitOK, code, stderr)
 	assert.Len(t, strings.Split(strings.TrimSpace(stdout), "\n"), 13, "a header and the 12 decisions")
 }

@@ -66,11 +66,7 @@ func (c Cluster) Read(ctx context.Context) ([]Entry, Skipped, []string, error) {
 		if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ManagerContainer }) {
 			continue
 		}
-		limits, err := c.Limits.After(len(entries))
-		if err != nil {
-			return nil, Skipped{}, nil, err
-		}
-		got, s, err := c.readPod(ctx, pod.Name, limits)
+		got, s, err := c.readPod(ctx, pod.Name, c.Limits.After(len(entries)))
 		if errors.Is(err, ErrTooLarge) {
 			// Not a pod to skip: what is listed would lack its decisions.
 			return nil, Skipped{}, nil, err

@@ -174,6 +174,10 @@ type Limits struct {
 	// (tens of millions) would take ten times the bytes bound in memory; a
 	// month of a busy manager's decisions is under a million.
 	MaxEntries int
+
+	// held is how many decisions earlier inputs read together with this
+	// one hold already (After): MaxEntries bounds them all.
+	held int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -189,17 +193,14 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// After is what is left of l for the next of several logs read together
-// (files, pods) once read decisions are held: MaxEntries bounds them all,
-// not each, as what is held is all of them. None left is
-// ErrTooManyDecisions.
-func (l Limits) After(read int) (Limits, error) {
-	l = l.withDefaults()
-	if read >= l.MaxEntries {
-		return l, fmt.Errorf("%w, over all the logs read together: %d read, and more logs to read", tooMany(l.MaxEntries), read)
-	}
-	l.MaxEntries -= read
-	return l, nil
+// After is l for the next of several logs read together (files, pods) once
+// read decisions of the others are held: MaxEntries bounds them all, not
+// each, as what is held is all of them. A log that takes the decisions
+// past the bound is refused, naming the bound; one that holds none is
+// read whatever the others held.
+func (l Limits) After(read int) Limits {
+	l.held = read
+	return l
 }
 
 // ErrTooManyDecisions is a log of more decisions than Limits.MaxEntries;
@@ -332,9 +333,9 @@ func readPlain(br *bufio.Reader, limits Limits) ([]Entry, Skipped, error) {
 	if isDocument(br) {
 		// A document's values are bounded by the input's bound (the
 		// decoder holds one value whole, and no more than the input).
-		return readDocument(br, limits.MaxLine, limits.MaxEntries)
+		return readDocument(br, limits.MaxLine, limits.held, limits.MaxEntries)
 	}
-	return readLines(br, limits.MaxLine, limits.MaxEntries)
+	return readLines(br, limits.MaxLine, limits.held, limits.MaxEntries)
 }
 
 // isDocument reports whether the input starts with a JSON array of objects
@@ -357,7 +358,7 @@ func isDocument(br *bufio.Reader) bool {
 // held three times over: the review of 2026-12-05); an item longer than
 // maxLine is skipped as a long line is, and one longer than twice that (and
 // itemSlack) makes the document malformed (itemBound).
-func readDocument(r io.Reader, maxLine, maxEntries int) ([]Entry, Skipped, error) {
+func readDocument(r io.Reader, maxLine, held, maxEntries int) ([]Entry, Skipped, error) {
 	var entries []Entry
 	var skipped Skipped
 	// The decoder holds a value whole before add can look at its length:
@@ -430,7 +431,7 @@ func readDocument(r io.Reader, maxLine, maxEntries int) ([]Entry, Skipped, error
 					return fail(err)
 				}
 				add(v)
-				if len(entries) > maxEntries {
+				if held+len(entries) > maxEntries {
 					return nil, skipped, tooMany(maxEntries)
 				}
 			}
@@ -438,7 +439,7 @@ func readDocument(r io.Reader, maxLine, maxEntries int) ([]Entry, Skipped, error
 				return fail(err)
 			}
 		}
-		if len(entries) > maxEntries {
+		if held+len(entries) > maxEntries {
 			return nil, skipped, tooMany(maxEntries)
 		}
 	}
@@ -506,7 +507,7 @@ func appendValue(entries *[]Entry, v json.RawMessage, max int) (skipped int) {
 	return skipped
 }
 
-func readLines(br *bufio.Reader, maxLine, maxEntries int) ([]Entry, Skipped, error) {
+func readLines(br *bufio.Reader, maxLine, held, maxEntries int) ([]Entry, Skipped, error) {
 	var entries []Entry
 	var skipped Skipped
 	var text []byte
@@ -520,7 +521,7 @@ func readLines(br *bufio.Reader, maxLine, maxEntries int) ([]Entry, Skipped, err
 			if !readLine(&entries, &skipped, t) {
 				skipped.Lines++
 			}
-			if len(entries) > maxEntries {
+			if held+len(entries) > maxEntries {
 				return nil, skipped, tooMany(maxEntries)
 			}
 		}

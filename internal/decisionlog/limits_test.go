@@ -251,15 +251,25 @@ func TestAnItemOfAGigabyteIsRefusedUnheld(t *testing.T) {
 	assert.Less(t, alloc, uint64(16*mib), "allocated %d MiB", alloc/mib)
 }
 
-// Several logs read together (files, pods) share one bound on decisions.
+// Several logs read together (files, pods) share one bound on decisions:
+// one that takes them past it is refused, naming the bound; one with none
+// is read however many the others hold.
 func TestTheBoundOnDecisionsIsSharedByTheLogsReadTogether(t *testing.T) {
-	l, err := decisionlog.Limits{MaxEntries: 10}.After(4)
+	line := entryLine("d") + "\n"
+	limits := decisionlog.Limits{MaxEntries: 3}
+	got, _, err := decisionlog.ReadLimited(strings.NewReader(line), limits.After(2))
 	require.NoError(t, err)
-	assert.Equal(t, 6, l.MaxEntries)
-	_, err = decisionlog.Limits{MaxEntries: 10}.After(10)
+	assert.Len(t, got, 1, "the third of three")
+	_, _, err = decisionlog.ReadLimited(strings.NewReader(line+line), limits.After(2))
 	require.ErrorIs(t, err, decisionlog.ErrTooManyDecisions)
 	require.ErrorIs(t, err, decisionlog.ErrTooLarge)
-	l, err = decisionlog.Limits{}.After(1)
-	require.NoError(t, err)
-	assert.Equal(t, decisionlog.DefaultMaxEntries-1, l.MaxEntries, "the default bound, less what was read")
+	assert.ErrorContains(t, err, "more than 3 decisions")
+	_, _, err = decisionlog.ReadLimited(strings.NewReader(line), limits.After(3))
+	require.ErrorIs(t, err, decisionlog.ErrTooManyDecisions, "none left")
+	got, _, err = decisionlog.ReadLimited(strings.NewReader("not a decision\n"), limits.After(3))
+	require.NoError(t, err, "a log of none, with none left")
+	assert.Empty(t, got)
+	// A document's items count the same way.
+	_, _, err = decisionlog.ReadLimited(strings.NewReader("["+strings.TrimSpace(line)+"]"), limits.After(3))
+	require.ErrorIs(t, err, decisionlog.ErrTooManyDecisions)
 }
