@@ -319,6 +319,8 @@ func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) 
 	// offboards someone does not read success.
 	var unfinished error
 	switch {
+	case apierrors.IsForbidden(listErr):
+		unfinished = fmt.Errorf("could not look for their kubeconfig-admin requests in flight (%w): the revoker needs list on taloscredentialrequests", listErr)
 	case listErr != nil:
 		unfinished = fmt.Errorf("could not look for their kubeconfig-admin requests in flight: %w", listErr)
 	case len(inFlight) > 0:
@@ -338,7 +340,7 @@ func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) 
 			errBindingHeld, len(held), cell(r.user), strings.Join(held, ", "))
 	}
 	if unfinished != nil {
-		return fmt.Errorf("%w: deleted %d admin binding(s) of %s, but %w: one the manager answers after this may make a binding; run revoke again in a minute",
+		return fmt.Errorf("%w: deleted %d admin binding(s) of %s, but %w; one the manager answers after this may make a binding: run revoke again",
 			errRevocationUnfinished, deleted, cell(r.user), unfinished)
 	}
 	if deleted == 0 {

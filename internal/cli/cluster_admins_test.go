@@ -333,6 +333,7 @@ func TestAdminsRevokeThatCannotLookForRequestsInFlightFails(t *testing.T) {
 	s.flush()
 	require.ErrorIs(t, err, errRevocationUnfinished)
 	assert.ErrorContains(t, err, "deleted 1 admin binding(s) of ichor:ada, but could not look for their kubeconfig-admin requests in flight")
+	assert.ErrorContains(t, err, "the revoker needs list on taloscredentialrequests")
 	assert.ErrorContains(t, err, "run revoke again")
 	assert.NotContains(t, out.String(), "admin binding(s). If they still hold", "no closing line of a revocation done")
 	var list rbacv1.ClusterRoleBindingList

@@ -284,11 +284,12 @@ func startRecEnv(t *testing.T) *recEnv {
 	re.grant(t, "ada", append(approverRules(),
 		rbacv1.PolicyRule{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"certificatesigningrequests"}, Verbs: []string{"get", "list"}},
 		rbacv1.PolicyRule{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"clusterrolebindings"}, Verbs: []string{"get", "list", "delete"}},
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"list"}},
 		rbacv1.PolicyRule{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create"}},
 	)...)
 	for user, attrs := range map[string]authorizationv1.ResourceAttributes{
 		managerUser: {Namespace: harness.ManagerNamespace, Resource: "secrets", Name: "ichor-policy-admission-key", Verb: "update"},
-		"ada":       {Group: rbacv1.GroupName, Resource: "clusterrolebindings", Verb: "delete"},
+		"ada":       {Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "list"},
 	} {
 		require.NoError(t, env.WaitAllowed(ctx, user, nil, attrs))
 	}
