@@ -39,8 +39,11 @@ import (
 // joiner U+034F, the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0, the
 // variation selectors), so "alice" followed by one reads as "alice".
 func safe(r rune) bool {
-	return r == '\n' || r == '\t' ||
-		(r != utf8.RuneError && strconv.IsGraphic(r) && !unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector))
+	if r < utf8.RuneSelf {
+		// ASCII, every byte of a decision-log line: no table lookup.
+		return r == '\n' || r == '\t' || (r >= 0x20 && r < 0x7f)
+	}
+	return r != utf8.RuneError && strconv.IsGraphic(r) && !unicode.In(r, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector)
 }
 
 // Escape is s as it is safe to print on a terminal; s unchanged when it holds
