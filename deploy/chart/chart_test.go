@@ -693,6 +693,17 @@ func TestWebhookCertificatesFromCertManager(t *testing.T) {
 	caIssuer := objs.get(t, issuer["kind"], issuer["name"])
 	caSecret, _, _ := unstructured.NestedString(caIssuer.Object, "spec", "ca", "secretName")
 	caSecretName, _, _ := unstructured.NestedString(ca.Object, "spec", "secretName")
+	commonName, _, _ := unstructured.NestedString(ca.Object, "spec", "commonName")
+	assert.NotEmpty(t, commonName)
+	// A release name of Helm's most (53) still gives a common name
+	// cert-manager takes (at most 64).
+	long := strings.Repeat("r", 53)
+	out, err := helmOutput(t, "template", long, chartDir(t), "--namespace", namespace, "--set", certManager[0])
+	require.NoError(t, err, "%s", out)
+	for _, c := range decode(t, out).all("Certificate", "") {
+		cn, _, _ := unstructured.NestedString(c.Object, "spec", "commonName")
+		assert.LessOrEqual(t, len(cn), 64, c.GetName())
+	}
 	assert.Equal(t, caSecretName, caSecret, "the serving certificate's issuer signs with the CA")
 	rotation, _, _ := unstructured.NestedString(ca.Object, "spec", "privateKey", "rotationPolicy")
 	assert.Equal(t, "Never", rotation, "a renewed CA keeps its key, so serving certificates it signed still verify")
@@ -708,7 +719,9 @@ func TestWebhookCertificatesFromCertManager(t *testing.T) {
 
 	// cert-manager and cainjector do webhookcerts' work: the manager holds
 	// none of its rights (review 62 L4), so a leaked token cannot set a wrong
-	// CA bundle nor read the serving key.
+	// CA bundle nor write the webhook's certificate. (It may still read the
+	// release namespace's Secrets, the CA's among them, unless
+	// rbac.secretsNamespaces names others: docs/install.md says so.)
 	var rules []rbacv1.PolicyRule
 	for _, r := range objs.boundRoles(t) {
 		rules = append(rules, r...)
