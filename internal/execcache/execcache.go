@@ -147,40 +147,47 @@ const expiredAge = 24 * time.Hour
 // that changes (a kubeconfig whose token file rotates, its digest in the
 // key) leaves its entry behind, a private key each, which nothing else
 // would remove. Only files last written over a day ago are read; a file
-// that does not decode is left for Load to report.
+// that does not decode is left for Load to report. Nothing is removed
+// while a run holds its lock (removeUnlocked).
 func removeExpired(dir string, now time.Time) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
-	stale := func(e os.DirEntry) bool {
-		info, err := e.Info()
-		return err == nil && e.Type().IsRegular() && now.Sub(info.ModTime()) > expiredAge
-	}
-	credentials := map[string]bool{}
-	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || !isID(id) {
-			continue
-		}
-		credentials[id] = true
-		if !stale(e) {
-			continue
-		}
-		path := filepath.Join(dir, e.Name())
-		data, err := readPrivate(path)
-		if err != nil {
-			continue
-		}
-		if _, renewAt, err := decode(data, id); err == nil && now.Sub(renewAt) > expiredAge {
-			_ = os.Remove(path)
-			delete(credentials, id)
-		}
+	stale := func(path string) bool {
+		info, err := os.Lstat(path)
+		return err == nil && info.Mode().IsRegular() && now.Sub(info.ModTime()) > expiredAge
 	}
 	for _, e := range entries {
-		id, ok := strings.CutSuffix(e.Name(), ".lock")
-		if ok && isID(id) && !credentials[id] && stale(e) {
-			_ = os.Remove(filepath.Join(dir, e.Name()))
+		var id, credPath string
+		if name, ok := strings.CutSuffix(e.Name(), ".json"); ok && isID(name) {
+			id, credPath = name, filepath.Join(dir, e.Name())
+		} else if name, ok := strings.CutSuffix(e.Name(), ".lock"); ok && isID(name) {
+			if _, err := os.Lstat(filepath.Join(dir, name+".json")); !errors.Is(err, os.ErrNotExist) {
+				continue // the credential's own entry judges it
+			}
+			id = name
+		} else {
+			continue
+		}
+		lockPath := filepath.Join(dir, id+".lock")
+		expired := func() bool {
+			if credPath == "" {
+				_, err := os.Lstat(filepath.Join(dir, id+".json"))
+				return errors.Is(err, os.ErrNotExist) && stale(lockPath)
+			}
+			if !stale(credPath) {
+				return false
+			}
+			data, err := readPrivate(credPath)
+			if err != nil {
+				return false
+			}
+			_, renewAt, err := decode(data, id)
+			return err == nil && now.Sub(renewAt) > expiredAge
+		}
+		if expired() {
+			removeUnlocked(lockPath, credPath, expired)
 		}
 	}
 }

@@ -226,6 +226,29 @@ func TestOpenRemovesCredentialsLongExpired(t *testing.T) {
 	got, err := c.Load(keyed("long-lived"), now)
 	require.NoError(t, err)
 	assert.NotNil(t, got)
+
+	// Nothing is removed while a run holds its lock: it may be renewing
+	// the credential, or waiting on a lock whose credential never came (a
+	// request refused again and again).
+	held := put(keyed("being-renewed"), now.Add(-72*time.Hour), time.Hour, dayAgo)
+	unlock, err := c.Lock(t.Context(), keyed("being-renewed"))
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(filepath.Join(dir, held+".json")))
+	orphan := filepath.Join(dir, held+".lock")
+	require.NoError(t, os.Chtimes(orphan, dayAgo, dayAgo))
+	held2 := put(keyed("also-being-renewed"), now.Add(-72*time.Hour), time.Hour, dayAgo)
+	unlock2, err := c.Lock(t.Context(), keyed("also-being-renewed"))
+	require.NoError(t, err)
+	_, err = execcache.Open(dir)
+	require.NoError(t, err)
+	assert.True(t, exists(held+".lock"), "a lock held, its credential gone")
+	assert.True(t, exists(held2+".json"), "a credential whose lock is held")
+	unlock()
+	unlock2()
+	_, err = execcache.Open(dir)
+	require.NoError(t, err)
+	assert.False(t, exists(held+".lock"), "let go, it is removed")
+	assert.False(t, exists(held2+".json"))
 }
 
 // TestLoadExpirationTimestamp: the stored expirationTimestamp bounds the

@@ -34,3 +34,15 @@ func openToOthers(fs.FileInfo) bool { return false }
 // lockFile does nothing where there is no flock(2): parallel runs may each
 // ask for a credential.
 func lockFile(context.Context, string) (func(), error) { return func() {}, nil }
+
+// removeUnlocked removes the credential at credPath (none when empty) and
+// the lock at lockPath if expired still says so; there are no locks here.
+func removeUnlocked(lockPath, credPath string, expired func() bool) {
+	if !expired() {
+		return
+	}
+	if credPath != "" {
+		_ = os.Remove(credPath)
+	}
+	_ = os.Remove(lockPath)
+}

@@ -42,31 +42,81 @@ func ownedByUser(info fs.FileInfo) error {
 func openToOthers(info fs.FileInfo) bool { return info.Mode().Perm()&0o077 != 0 }
 
 // lockFile takes an exclusive flock(2) on path (made 0600 if absent, never
-// through a symbolic link), trying again until ctx ends.
+// through a symbolic link), trying again until ctx ends. A lock taken on a
+// file that is no longer at path (removeUnlocked removed it meanwhile) is
+// no lock: it is let go and path opened again.
 func lockFile(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("lock the credential cache: %w", err)
-	}
 	ticker := time.NewTicker(lockPoll)
 	defer ticker.Stop()
+	var f *os.File
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
 	for {
+		if f == nil {
+			var err error
+			if f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600); err != nil {
+				return nil, fmt.Errorf("lock the credential cache: %w", err)
+			}
+		}
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) //nolint:gosec // a descriptor fits an int
 		if err == nil {
-			return func() {
+			if !stillAt(f, path) {
 				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN) //nolint:gosec // a descriptor fits an int
 				f.Close()
+				f = nil
+				continue
+			}
+			held := f
+			f = nil
+			return func() {
+				_ = syscall.Flock(int(held.Fd()), syscall.LOCK_UN) //nolint:gosec // a descriptor fits an int
+				held.Close()
 			}, nil
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
 			return nil, fmt.Errorf("lock the credential cache: %w", err)
 		}
 		select {
 		case <-ctx.Done():
-			f.Close()
 			return nil, fmt.Errorf("lock the credential cache: another exec-credential held it until %w", ctx.Err())
 		case <-ticker.C:
 		}
 	}
+}
+
+// stillAt says whether the open file f is the file at path.
+func stillAt(f *os.File, path string) bool {
+	open, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	now, err := os.Lstat(path)
+	return err == nil && os.SameFile(open, now)
+}
+
+// removeUnlocked removes the credential at credPath (none when empty) and
+// the lock at lockPath if no run holds that lock, and if expired, asked
+// under the lock, still says so: a run renewing the credential holds the
+// lock while it asks and stores, and a credential stored meanwhile is not
+// the one judged expired.
+func removeUnlocked(lockPath, credPath string, expired func() bool) {
+	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil { //nolint:gosec // a descriptor fits an int
+		return
+	}
+	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN) //nolint:errcheck,gosec // closing lets it go anyway; a descriptor fits an int
+	if !stillAt(f, lockPath) || !expired() {
+		return
+	}
+	if credPath != "" {
+		_ = os.Remove(credPath)
+	}
+	_ = os.Remove(lockPath)
 }
