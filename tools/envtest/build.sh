@@ -4,8 +4,8 @@
 # controller alone, ./cmd/csrsigner) from the versions pinned in this module,
 # into a cache directory outside the repository, once. The public envtest
 # binary download is not reachable here, so they come from source. A binary
-# the directory lacks (csrsigner in a cache from before it replaced
-# kube-controller-manager) is built, the others kept.
+# the directory lacks, or whose stamp is not this tree's (below), is built,
+# the others kept.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -31,11 +31,21 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   k8s_ldflags+=" -X $p.gitVersion=$k8s_version -X $p.gitMajor=$k8s_major -X $p.gitMinor=$k8s_minor -X $p.gitTreeState=clean"
 done
 
+# A cached binary is taken only if it is what this tree builds: each has a
+# stamp beside it, the digest of what builds it (this module's go.mod and
+# go.sum, csrsigner's sources, this script, the Go version and the link
+# flags) and of the binary itself. A module bumped, csrsigner edited, or a
+# binary replaced in the cache is built again (with Go's build cache warm, a
+# link); the version a binary prints is its own word, not a check.
+if [[ -n "$(find "$dir" -maxdepth 0 -perm /022)" ]]; then
+  echo "envtest-assets: $dir is writable by others: its binaries are run by the tests; chmod go-w it" >&2
+  exit 1
+fi
+build_key="$(cd "$here" && { cat go.mod go.sum build.sh cmd/csrsigner/*.go; go version; echo "$k8s_ldflags -w ${GOFLAGS:-} ${CGO_ENABLED:-}"; } | sha256sum | cut -d' ' -f1)"
+stamp_of() { echo "$build_key $(sha256sum < "$dir/$1" | cut -d' ' -f1)"; }
 missing=()
 for bin in kube-apiserver csrsigner etcd; do
-  if [[ ! -x "$dir/$bin" ]]; then
-    missing+=("$bin")
-  elif [[ "$bin" != etcd && "$("$dir/$bin" --version 2>/dev/null)" != "Kubernetes $k8s_version" ]]; then
+  if [[ ! -x "$dir/$bin" || ! -f "$dir/.$bin.stamp" || "$(cat "$dir/.$bin.stamp")" != "$(stamp_of "$bin")" ]]; then
     missing+=("$bin")
   fi
 done
@@ -48,6 +58,8 @@ echo "envtest-assets: building ${missing[*]} into $dir"
 echo "envtest-assets: a cold build takes about 16 CPU-minutes (8 minutes on two cores); later runs reuse it"
 start=$SECONDS
 cd "$here"
+tmp=""
+trap 'rm -f "$tmp"' EXIT
 for bin in "${missing[@]}"; do
   echo "envtest-assets: go build ${pkgs[$bin]}"
   # Build to a temporary name and rename, so an interrupted build never
@@ -57,7 +69,9 @@ for bin in "${missing[@]}"; do
   # CPU-seconds instead of 13.5 here (2026-12-03).
   ldflags="-w"
   [[ "$bin" == etcd ]] || ldflags="$k8s_ldflags -w"
-  go build -ldflags "$ldflags" -o "$dir/.$bin.tmp" "${pkgs[$bin]}"
-  mv "$dir/.$bin.tmp" "$dir/$bin"
+  tmp="$(mktemp -p "$dir" ".$bin.XXXXXX")"
+  go build -ldflags "$ldflags" -o "$tmp" "${pkgs[$bin]}"
+  mv "$tmp" "$dir/$bin"
+  stamp_of "$bin" > "$dir/.$bin.stamp"
 done
 echo "envtest-assets: done in $((SECONDS - start))s"
