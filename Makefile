@@ -37,7 +37,9 @@ SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # Control-plane binaries (kube-apiserver, etcd, and csrsigner: kube-controller-
 # manager's CSR signing controller alone, all the tests run of it) are built
 # from tools/envtest once and cached outside the repository; a binary missing
-# from the cache (csrsigner in one from before it) is built on the next run.
+# from the cache, or not stamped as what this tree builds (tools/envtest/
+# build.sh: its module's pins, csrsigner's sources, Go, the flags, and its
+# own digest), is built on the next run.
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ichor-policy
 ENVTEST_K8S_VERSION := v1.37.2
 ENVTEST_ASSETS ?= $(CACHE_DIR)/envtest/$(ENVTEST_K8S_VERSION)
@@ -169,7 +171,8 @@ alerts-test: ## Only the chart's alerts with promtool (chart-test runs them too)
 
 .PHONY: go-lint
 go-lint: ## Go: gofmt, golangci-lint (govet: go vet's checks; staticcheck, errcheck, errorlint, gosec, importas, funlen, dupl; .golangci.yml)
-	@out="$$(gofmt -l $$(git ls-files '*.go'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@files="$$(git ls-files --cached --others --exclude-standard -- '*.go')"; if [[ -z "$$files" ]]; then echo "go-lint: no Go file found (not a git work tree?)"; exit 1; fi; \
+	  out="$$(git ls-files -z --cached --others --exclude-standard -- '*.go' | xargs -0 gofmt -l)"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: lint
