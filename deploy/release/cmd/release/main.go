@@ -31,6 +31,7 @@ func run() error {
 	flag.StringVar(&pluginPlatforms, "plugin-platforms", "linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64", "the kubectl plugin's platforms, comma separated")
 	flag.StringVar(&o.Helm, "helm", "", "the helm binary that packages the chart (tools/helm)")
 	flag.StringVar(&o.SBOMTool, "sbom-tool", "", "cyclonedx-gomod (tools/cyclonedx-gomod), which writes the SBOM")
+	rehearsal := flag.Bool("rehearsal", false, "build from the work tree as it is, tagged or not (never to publish: the files carry the version without being its tag's)")
 	flag.Parse()
 	if o.Helm == "" || o.SBOMTool == "" {
 		return fmt.Errorf("-helm and -sbom-tool are required")
@@ -48,6 +49,14 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if !*rehearsal {
+		if err := release.CheckCheckout(ctx, o.Dir, o.Version); err != nil {
+			return fmt.Errorf("%w (REHEARSAL=1 builds the tree as it is, not to publish)", err)
+		}
+	}
+	if err := release.CheckOutEmpty(o.Out); err != nil {
+		return err
+	}
 	res, err := release.Build(ctx, o)
 	if err != nil {
 		return err

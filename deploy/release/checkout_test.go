@@ -1,0 +1,51 @@
+package release
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A release is refused from a tree with changes, from a commit past its
+// tag or without one, and into a directory holding an earlier release's
+// files (review 62, the build's supply chain).
+func TestAReleaseIsBuiltOnlyFromACleanCheckoutOfItsTag(t *testing.T) {
+	dir := t.TempDir()
+	run := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", dir, "-c", "user.name=t", "-c", "user.email=t@example.com"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	run("init", "-q")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n"), 0o600))
+	run("add", "main.go")
+	run("commit", "-q", "-m", "one")
+	ctx := t.Context()
+
+	assert.ErrorContains(t, CheckCheckout(ctx, dir, "v0.2.0"), "HEAD is not the tag v0.2.0", "untagged")
+	run("tag", "v0.2.0")
+	require.NoError(t, CheckCheckout(ctx, dir, "v0.2.0"))
+	assert.ErrorContains(t, CheckCheckout(ctx, dir, "v0.3.0"), "HEAD is not the tag v0.3.0", "another tag's name")
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main // changed\n"), 0o600))
+	assert.ErrorContains(t, CheckCheckout(ctx, dir, "v0.2.0"), "the work tree has changes")
+	run("commit", "-q", "-am", "two")
+	assert.ErrorContains(t, CheckCheckout(ctx, dir, "v0.2.0"), "HEAD is not the tag v0.2.0", "a commit past the tag")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), nil, 0o600))
+	run("tag", "v0.2.1")
+	require.NoError(t, CheckCheckout(ctx, dir, "v0.2.1"), "an untracked file is not built")
+
+	assert.ErrorContains(t, CheckCheckout(ctx, t.TempDir(), "v0.2.0"), "a release is built from a git checkout of its tag")
+
+	out := filepath.Join(t.TempDir(), "dist")
+	require.NoError(t, CheckOutEmpty(out), "absent")
+	require.NoError(t, os.Mkdir(out, 0o755))
+	require.NoError(t, CheckOutEmpty(out), "empty")
+	require.NoError(t, os.WriteFile(filepath.Join(out, "ichor_darwin_arm64.tar.gz"), nil, 0o600))
+	assert.ErrorContains(t, CheckOutEmpty(out), "holds 1 files already (ichor_darwin_arm64.tar.gz...)")
+}
