@@ -44,7 +44,7 @@ func TestAReleaseIsBuiltOnlyFromACleanCheckoutOfItsTag(t *testing.T) {
 
 	out := filepath.Join(t.TempDir(), "dist")
 	require.NoError(t, CheckOutEmpty(out), "absent")
-	require.NoError(t, os.Mkdir(out, 0o755))
+	require.NoError(t, os.Mkdir(out, 0o750))
 	require.NoError(t, CheckOutEmpty(out), "empty")
 	require.NoError(t, os.WriteFile(filepath.Join(out, "ichor_darwin_arm64.tar.gz"), nil, 0o600))
 	assert.ErrorContains(t, CheckOutEmpty(out), "holds 1 files already (ichor_darwin_arm64.tar.gz...)")
