@@ -17,6 +17,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
+	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
 	"github.com/ichor-dev/ichor-policy/internal/netguard"
 )
 
@@ -591,6 +592,10 @@ func (w *countingWatch) loop() {
 	}
 }
 
+// maxRemoteStatusMessage bounds the message of an error event a tenant's
+// API server sends on a watch: an API server's is a line.
+const maxRemoteStatusMessage = 1 << 10
+
 // count weighs a CSR an event brings or takes away. A CSR brought is
 // counted now (undo takes it back if the event is not handed over); past
 // the limits the event is an error, which ends the watch, and the CSR is
@@ -600,7 +605,15 @@ func (w *countingWatch) loop() {
 func (w *countingWatch) count(e watch.Event) (out watch.Event, undo, taken func()) {
 	csr, ok := e.Object.(*certificatesv1.CertificateSigningRequest)
 	if !ok {
-		return e, nil, nil // an error: client-go reads it
+		// An error: client-go reads it, and wraps and logs its message
+		// whole at each retry. The tenant's server wrote it, up to an
+		// event's bound (review 62).
+		if st, isStatus := e.Object.(*metav1.Status); isStatus && len(st.Message) > maxRemoteStatusMessage {
+			cut := st.DeepCopy()
+			cut.Message = servingcert.Clip(st.Message, maxRemoteStatusMessage)
+			e.Object = cut
+		}
+		return e, nil, nil
 	}
 	into := w.initial
 	if into == nil {

@@ -237,6 +237,40 @@ func TestACountingWatchStoppedWithAnEventWaitingEnds(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "the watch did not end")
 }
 
+// An error event's message is the tenant's server's, which client-go wraps
+// and logs whole at each retry: it is cut to a line's length (review 62).
+func TestAWatchErrorsMessageIsCut(t *testing.T) {
+	inner := watch.NewFakeWithChanSize(2, false)
+	c := &countedCSRs{limits: remoteLimits{maxCSRs: 10, maxBytes: 1 << 20}}
+	w := newCountingWatch(inner, c, nil)
+	defer w.Stop()
+	long := &metav1.Status{Status: metav1.StatusFailure, Code: 500, Message: strings.Repeat("x", 1<<20)}
+	inner.Error(long)
+	inner.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonGone, Message: "too old resource version"})
+	for _, want := range []func(*metav1.Status){
+		func(st *metav1.Status) {
+			assert.LessOrEqual(t, len(st.Message), maxRemoteStatusMessage+32)
+			assert.Contains(t, st.Message, "bytes more)")
+			assert.Equal(t, int32(500), st.Code, "the rest of the Status kept")
+		},
+		func(st *metav1.Status) {
+			assert.Equal(t, "too old resource version", st.Message, "an ordinary message kept whole")
+			assert.Equal(t, metav1.StatusReasonGone, st.Reason)
+		},
+	} {
+		select {
+		case e := <-w.ResultChan():
+			require.Equal(t, watch.Error, e.Type)
+			st, ok := e.Object.(*metav1.Status)
+			require.True(t, ok, "%T", e.Object)
+			want(st)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no error event")
+		}
+	}
+	assert.Len(t, long.Message, 1<<20, "the event's own object is not changed")
+}
+
 // The limits hold for a tenant's clusters together: a tenant's second
 // cluster is refused what its first already holds, and given it back when
 // the first's watch ends; another tenant is not touched.

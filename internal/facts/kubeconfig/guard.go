@@ -243,7 +243,7 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 		// client-go decodes the stream as protobuf: the media type itself,
 		// never a parameter or a longer name that merely holds the word.
 		if mediaType, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type")); err != nil || mediaType != protobufMediaType {
-			resp.Body = &boundedEvents{ReadCloser: resp.Body, what: req.Method + " " + req.URL.Redacted(), ctx: req.Context()}
+			resp.Body = &boundedEvents{ReadCloser: resp.Body, what: req.Method + " " + req.URL.Redacted(), ctx: req.Context(), budget: b.lists}
 		}
 		return resp, nil
 	}
@@ -251,6 +251,12 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	var budget *byteBudget
 	if path, under := strings.CutPrefix(req.URL.Path, b.prefix); req.Method == http.MethodGet && under && isCollection(path) {
 		bound, budget = MaxResponseBytes, b.lists
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		// An error's answer, a list's or a watch's included: client-go
+		// keeps a Status's message whole, wraps it in the errors it
+		// returns and logs them (review 62).
+		bound, budget = MaxErrorResponseBytes, nil
 	}
 	if resp.ContentLength > bound {
 		_ = resp.Body.Close()
@@ -282,6 +288,13 @@ func isCollection(path string) bool {
 
 // WrappedRoundTripper lets client-go find the transport underneath.
 func (b boundedAnswers) WrappedRoundTripper() http.RoundTripper { return b.rt }
+
+// MaxErrorResponseBytes bounds a remote API server's answer that is not a
+// success: an API server's Status is a few hundred bytes, and the message
+// of one a tenant's server sent at a list's bound (64 MiB, three times that
+// once its invalid UTF-8 is decoded) was copied into client-go's errors and
+// logged whole, each time the list was asked again.
+const MaxErrorResponseBytes = 64 << 10
 
 // MaxResponseHeaderBytes bounds the headers of a remote API server's
 // answer.
@@ -315,6 +328,17 @@ type boundedEvents struct {
 	// bound (WithAnswerTooLarge), once.
 	ctx  context.Context //nolint:containedctx // the request's, for the one error it tells
 	told bool
+	// budget is the tenant's, shared with its lists: the event being read,
+	// which the decoder holds whole before it is one, takes its bytes from
+	// it until it ends (held), so that many watches of one tenant each
+	// sending an event near the bound, and never ending it, hold no more
+	// than its lists may (review 62).
+	budget *byteBudget
+	// mu guards held and closed: Close may come from another goroutine
+	// while Read waits for the stream.
+	mu     sync.Mutex
+	held   int64
+	closed bool
 }
 
 func (b *boundedEvents) Read(p []byte) (int, error) {
@@ -327,6 +351,7 @@ func (b *boundedEvents) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	for _, c := range p[:n] {
 		if b.event++; b.event > MaxWatchEventBytes {
+			b.settle()
 			return 0, b.tooLong()
 		}
 		switch {
@@ -349,7 +374,47 @@ func (b *boundedEvents) Read(p []byte) (int, error) {
 			}
 		}
 	}
+	if !b.settle() {
+		return 0, fmt.Errorf("%s: %w (%d bytes), with the event being read: the watch is made again", b.what, ErrListsTooLarge, b.budget.limit)
+	}
 	return n, err
+}
+
+// settle has the event being read hold its bytes of the budget: more as it
+// grows, none once it has ended (or is past the bound, or the stream
+// closed). It reports false when the budget cannot hold it.
+func (b *boundedEvents) settle() bool {
+	if b.budget == nil {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	want := b.event
+	if b.closed || want > MaxWatchEventBytes {
+		want = 0
+	}
+	switch {
+	case want > b.held:
+		if !b.budget.take(want - b.held) {
+			return false
+		}
+	case want < b.held:
+		b.budget.give(b.held - want)
+	}
+	b.held = want
+	return true
+}
+
+// Close gives back what the event being read took of the budget.
+func (b *boundedEvents) Close() error {
+	if b.budget != nil {
+		b.mu.Lock()
+		b.closed = true
+		b.budget.give(b.held)
+		b.held = 0
+		b.mu.Unlock()
+	}
+	return b.ReadCloser.Close()
 }
 
 func (b *boundedEvents) tooLong() error {

@@ -27,7 +27,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	clientcertificatesv1 "k8s.io/client-go/kubernetes/typed/certificates/v1"
 	"k8s.io/client-go/rest"
@@ -231,11 +233,19 @@ func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
 			}
 			_, _ = fmt.Fprintf(w, `{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"csr-0"},"spec":{"request":"%s"}}`, strings.Repeat("A", 5<<20))
 		case "large-watch-error":
-			// A watch's error answer, read whole by client-go: as large.
+			// A watch's error answer, read whole by client-go.
 			w.WriteHeader(http.StatusInternalServerError)
 			for range 65 {
 				_, _ = io.WriteString(w, strings.Repeat("x", 1<<20-1)+"\n")
 			}
+		case "large-list-error":
+			// A list's error answer: a Status whose message client-go
+			// keeps whole, wraps and logs (review 62).
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"%s"}`, strings.Repeat("\xff", 1<<20))
+		case "small-list-error":
+			w.WriteHeader(http.StatusConflict)
+			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Conflict","message":"try again","code":409}`)
 		default:
 			csrListOf(w, 2, 1000)
 		}
@@ -286,7 +296,19 @@ func TestARemoteAnswerIsReadAsSentAndBounded(t *testing.T) {
 	mode.Store("large-watch-error")
 	_, err = cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxResponseBytes))
+	assert.Contains(t, err.Error(), fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxErrorResponseBytes))
+
+	// An error's answer is bounded as an error's, not as the list's it
+	// answers: its message would be copied into every error and log line.
+	mode.Store("large-list-error")
+	_, err = list()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxErrorResponseBytes))
+	assert.Less(t, len(err.Error()), 4096, "the error holds the server's message")
+	mode.Store("small-list-error")
+	_, err = list()
+	require.Error(t, err)
+	assert.True(t, apierrors.IsConflict(err), "an ordinary error answer is read as the API server's: %v", err)
 }
 
 // A watch's events are bounded one by one (review 30 H2): client-go reads a
@@ -386,6 +408,86 @@ func TestARemoteWatchEventIsBounded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The event a watch is reading takes its bytes from the tenant's budget,
+// with its lists (review 62): a tenant's servers each sending, on one of
+// its many watches, an event near the bound and never ending it held 16 MiB
+// a watch beyond the lists' bound. What an event held is given back once it
+// ends, and when its watch ends.
+func TestTheEventsBeingReadAreBoundedWithTheTenantsLists(t *testing.T) {
+	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	cert, ca := selfSigned(t)
+	const start = `{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"held"},"spec":{"request":"`
+	release := make(chan struct{})
+	var ended sync.Once
+	end := func() { ended.Do(func() { close(release) }) }
+	var holding atomic.Int64
+	tenant := newServer(t, &cert, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		// 2 MiB of an event that does not end until the test says.
+		_, _ = io.WriteString(w, start+strings.Repeat("A", 2<<20))
+		w.(http.Flusher).Flush()
+		holding.Add(1)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, `"}}}`+"\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	t.Cleanup(func() {
+		end()
+		tenant.CloseClientConnections()
+	})
+	l := localOf(local)
+	l.ListBytes = 3 << 20
+	watchOf := func(name string) (watch.Interface, error) {
+		t.Helper()
+		cfg, err := l.RESTConfig(t.Context(), name, kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+		require.NoError(t, err)
+		cs, err := kubernetes.NewForConfig(cfg)
+		require.NoError(t, err)
+		return cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
+	}
+	first, err := watchOf("team-a")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return kubeconfig.ListBytesInUse(l, "team-a") >= 2<<20 }, 20*time.Second, 10*time.Millisecond,
+		"the event being read holds nothing of the tenant's budget")
+	second, err := watchOf("team-a")
+	require.NoError(t, err)
+	// The second watch's event does not fit beside the first's: its watch
+	// ends, with the reason.
+	select {
+	case e, ok := <-second.ResultChan():
+		if ok {
+			assert.Equal(t, watch.Error, e.Type, "an event past the tenant's budget was read: %v", e)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second watch read on past the tenant's budget")
+	}
+	second.Stop()
+	other, err := watchOf("team-b")
+	require.NoError(t, err, "another tenant's watch is held back by this one's")
+	other.Stop()
+
+	// The first event ends: what it held is given back.
+	end()
+	select {
+	case e := <-first.ResultChan():
+		csr, ok := e.Object.(*certificatesv1.CertificateSigningRequest)
+		require.True(t, ok, "%v", e)
+		assert.Equal(t, "held", csr.Name)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first watch's event never came")
+	}
+	// (The newline after it is the next event's first byte.)
+	require.Eventually(t, func() bool { return kubeconfig.ListBytesInUse(l, "team-a") < 1<<10 }, 20*time.Second, 10*time.Millisecond)
+	first.Stop()
+	require.Eventually(t, func() bool { return kubeconfig.ListBytesInUse(l, "team-a") == 0 }, 20*time.Second, 10*time.Millisecond,
+		"a watch stopped keeps what its event held")
 }
 
 // countedWarnings counts the warnings the process-wide handler is given.
