@@ -143,6 +143,12 @@ func (l *Local) RESTConfig(ctx context.Context, tenant string, d *Document, inse
 	if err != nil {
 		return nil, err
 	}
+	// The rule takes https only; so does this, whatever a bundle says:
+	// over plain HTTP neither the server's identity nor whether it is the
+	// manager's own is checked, and the tenant's token travels in clear.
+	if server, err := url.Parse(cfg.Host); err != nil || server.Scheme != "https" {
+		return nil, fmt.Errorf("the kubeconfig's server %q: only an https:// server is reached", cfg.Host)
+	}
 	localKey, roots, err := l.load(ctx)
 	if err != nil {
 		return nil, err

@@ -182,6 +182,14 @@ func TestRemoteServerIsReachedDirectly(t *testing.T) {
 	proxy, err := tr.Proxy(req)
 	require.NoError(t, err)
 	assert.Nil(t, proxy, "the environment's proxy is used")
+
+	// Plain HTTP is not reached, whatever a bundle's rule allowed (review
+	// 62): neither the server nor whether it is the manager's own could be
+	// told, and the tenant's token would travel in clear.
+	plain := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("a plain HTTP server was reached") }))
+	t.Cleanup(plain.Close)
+	_, err = l.RESTConfig(context.Background(), "tenant", kubeconfig.Read(tenantKubeconfig(plain.URL, ca)), false)
+	require.ErrorContains(t, err, "only an https:// server is reached")
 }
 
 // csrListOf writes a CSR list of n items, each with a request of size
