@@ -3,6 +3,7 @@ package kubeconfig
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -26,8 +27,9 @@ var ErrServerIsLocal = errors.New("the peer presents the key or a certificate of
 // answer to any request.
 const ResponseHeaderTimeout = 30 * time.Second
 
-// MaxResponseBytes bounds the body of a remote API server's list (and of a
-// watch's error answer): a list of ten thousand CSRs is about 30 MiB. A
+// MaxResponseBytes bounds the body of a remote API server's list: a list of
+// ten thousand CSRs is about 30 MiB (an error's answer, a watch's included,
+// is bounded to MaxErrorResponseBytes). A
 // watch is a stream of events, each bounded to MaxWatchEventBytes, and what
 // the manager keeps of it is bounded where it is kept (the remote cache's
 // limits in controllers/kubeletserving).
@@ -147,7 +149,9 @@ func (l *Local) RESTConfig(ctx context.Context, tenant string, d *Document, inse
 	// over plain HTTP neither the server's identity nor whether it is the
 	// manager's own is checked, and the tenant's token travels in clear.
 	if server, err := url.Parse(cfg.Host); err != nil || server.Scheme != "https" {
-		return nil, fmt.Errorf("the kubeconfig's server %q: only an https:// server is reached", cfg.Host)
+		// Not the address itself: it may hold a password, and is the
+		// tenant's to make long.
+		return nil, errors.New("the kubeconfig's server is not https://: only an https:// server is reached")
 	}
 	localKey, roots, err := l.load(ctx)
 	if err != nil {
@@ -240,16 +244,27 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return resp, err
 	}
-	if req.URL.Query().Get("watch") == "true" && resp.StatusCode == http.StatusOK {
-		// A watch's stream (its error answers are read whole, as any
-		// answer, and bounded below). client-go's decoder bounds a
-		// protobuf event before it reads it, but a JSON event is read
-		// whole before the bound is checked (review 30 H2): no event may
-		// be longer than the decoder would take. Protobuf only when
-		// client-go decodes the stream as protobuf: the media type itself,
-		// never a parameter or a longer name that merely holds the word.
-		if mediaType, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type")); err != nil || mediaType != protobufMediaType {
-			resp.Body = &boundedEvents{ReadCloser: resp.Body, what: req.Method + " " + req.URL.Redacted(), ctx: req.Context(), budget: b.lists}
+	watching := req.URL.Query().Get("watch") == "true"
+	if watching && resp.StatusCode == http.StatusOK {
+		// A watch's stream. client-go's decoder bounds a protobuf event
+		// before it reads it, but a JSON event is read whole before the
+		// bound is checked (review 30 H2): no event may be longer than
+		// the decoder would take. Protobuf only when client-go decodes the
+		// stream as protobuf: the media type itself, never a parameter or
+		// a longer name that merely holds the word. Either way the event
+		// being read takes its bytes from the tenant's budget (review 62).
+		what := req.Method + " " + req.URL.Redacted()
+		held := &heldBytes{budget: b.lists, what: what}
+		switch mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mediaType {
+		case protobufMediaType:
+			resp.Body = &boundedFrames{ReadCloser: resp.Body, what: what, ctx: req.Context(), held: held}
+		case "application/json":
+			resp.Body = &boundedEvents{ReadCloser: resp.Body, what: what, ctx: req.Context(), held: held}
+		default:
+			// client-go would refuse it without closing the body, and
+			// the tenant's server would hold the connection.
+			_ = resp.Body.Close()
+			return nil, fmt.Errorf("%s: a watch answered as %q, neither JSON nor protobuf", what, resp.Header.Get("Content-Type"))
 		}
 		return resp, nil
 	}
@@ -258,8 +273,9 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	if path, under := strings.CutPrefix(req.URL.Path, b.prefix); req.Method == http.MethodGet && under && isCollection(path) {
 		bound, budget = MaxResponseBytes, b.lists
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		// An error's answer, a list's or a watch's included: client-go
+	if resp.StatusCode < 200 || resp.StatusCode > 299 || watching {
+		// An error's answer, a list's or a watch's included (a watch
+		// answered with anything but 200 is one to client-go): client-go
 		// keeps a Status's message whole, wraps it in the errors it
 		// returns and logs them (review 62).
 		bound, budget = MaxErrorResponseBytes, nil
@@ -273,8 +289,8 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // isCollection reports whether path names a collection of an API group
-// (/api/v1/R, /apis/G/V/R, each also under /namespaces/N): a list's, or a
-// watch's error answer. Any other answer (one object read or written, a
+// (/api/v1/R, /apis/G/V/R, each also under /namespaces/N): a list's. Any
+// other answer (one object read or written, a
 // subresource, /version, a review) is bounded to MaxObjectResponseBytes.
 func isCollection(path string) bool {
 	parts := strings.Split(strings.Trim(path, "/"), "/")
@@ -334,17 +350,8 @@ type boundedEvents struct {
 	// bound (WithAnswerTooLarge), once.
 	ctx  context.Context //nolint:containedctx // the request's, for the one error it tells
 	told bool
-	// budget is the tenant's, shared with its lists: the event being read,
-	// which the decoder holds whole before it is one, takes its bytes from
-	// it until it ends (held), so that many watches of one tenant each
-	// sending an event near the bound, and never ending it, hold no more
-	// than its lists may (review 62).
-	budget *byteBudget
-	// mu guards held and closed: Close may come from another goroutine
-	// while Read waits for the stream.
-	mu     sync.Mutex
-	held   int64
-	closed bool
+	// held charges the tenant's budget for the events being read.
+	held *heldBytes
 }
 
 func (b *boundedEvents) Read(p []byte) (int, error) {
@@ -357,7 +364,6 @@ func (b *boundedEvents) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	for _, c := range p[:n] {
 		if b.event++; b.event > MaxWatchEventBytes {
-			b.settle()
 			return 0, b.tooLong()
 		}
 		switch {
@@ -380,46 +386,113 @@ func (b *boundedEvents) Read(p []byte) (int, error) {
 			}
 		}
 	}
-	if !b.settle() {
-		return 0, fmt.Errorf("%s: %w (%d bytes), with the event being read: the watch is made again", b.what, ErrListsTooLarge, b.budget.limit)
+	if err := b.held.atLeast(b.event); err != nil {
+		return 0, err
 	}
 	return n, err
 }
 
-// settle has the event being read hold its bytes of the budget: more as it
-// grows, none once it has ended (or is past the bound, or the stream
-// closed). It reports false when the budget cannot hold it.
-func (b *boundedEvents) settle() bool {
-	if b.budget == nil {
-		return true
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	want := b.event
-	if b.closed || want > MaxWatchEventBytes {
-		want = 0
-	}
-	switch {
-	case want > b.held:
-		if !b.budget.take(want - b.held) {
-			return false
-		}
-	case want < b.held:
-		b.budget.give(b.held - want)
-	}
-	b.held = want
-	return true
+// Close gives back what the watch's events took of the budget.
+func (b *boundedEvents) Close() error {
+	b.held.release()
+	return b.ReadCloser.Close()
 }
 
-// Close gives back what the event being read took of the budget.
-func (b *boundedEvents) Close() error {
-	if b.budget != nil {
-		b.mu.Lock()
-		b.closed = true
-		b.budget.give(b.held)
-		b.held = 0
-		b.mu.Unlock()
+// heldBytes is what a watch's stream takes of its tenant's budget (shared
+// with its lists): as much as the largest event it has read, or is
+// reading, until the stream is closed. The decoder reads an event whole
+// before it is one, and keeps the buffer it grew for it as long as the
+// watch lasts, so an event that ended holds its memory still: many
+// watches of one tenant, each sending an event near the bound (ended or
+// never ended), hold no more than its lists may (review 62).
+type heldBytes struct {
+	budget *byteBudget
+	what   string
+	// mu guards held and closed: Close may come from another goroutine
+	// while Read waits for the stream.
+	mu     sync.Mutex
+	held   int64
+	closed bool
+}
+
+// atLeast has the stream hold n bytes of the budget if it holds fewer:
+// an error when the budget cannot.
+func (h *heldBytes) atLeast(n int64) error {
+	if h == nil || h.budget == nil {
+		return nil
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || n <= h.held {
+		return nil
+	}
+	if !h.budget.take(n - h.held) {
+		return fmt.Errorf("%s: %w (%d bytes), with this watch's events: the watch is made again", h.what, ErrListsTooLarge, h.budget.limit)
+	}
+	h.held = n
+	return nil
+}
+
+// release gives back what the stream held, once.
+func (h *heldBytes) release() {
+	if h == nil || h.budget == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	h.budget.give(h.held)
+	h.held = 0
+}
+
+// boundedFrames follows a protobuf watch's frames (a 4-byte big-endian
+// length, then that many bytes): the length declared is what client-go's
+// decoder grows its buffer to, so it is charged to the tenant's budget as
+// soon as it is read, and a frame past MaxWatchEventBytes is refused before
+// any of it is (client-go would refuse it too, only later).
+type boundedFrames struct {
+	io.ReadCloser
+	what string
+	ctx  context.Context //nolint:containedctx // the request's, for the one error it tells
+	held *heldBytes
+	// header is the length being read (got of its 4 bytes); left is what
+	// remains of the frame it announced.
+	header [4]byte
+	got    int
+	left   int64
+}
+
+func (b *boundedFrames) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	for i := 0; i < n; {
+		if b.left > 0 {
+			k := min(int64(n-i), b.left)
+			b.left -= k
+			i += int(k)
+			continue
+		}
+		b.header[b.got] = p[i]
+		b.got++
+		i++
+		if b.got < len(b.header) {
+			continue
+		}
+		b.got = 0
+		size := int64(binary.BigEndian.Uint32(b.header[:]))
+		if size > MaxWatchEventBytes {
+			return 0, answerTooLarge(b.ctx, tooLarge("%s: an event of the watch is %d bytes, more than the %d a remote API server's event may be", b.what, size, int64(MaxWatchEventBytes)))
+		}
+		if err := b.held.atLeast(size); err != nil {
+			return 0, err
+		}
+		b.left = size
+	}
+	return n, err
+}
+
+// Close gives back what the watch's frames took of the budget.
+func (b *boundedFrames) Close() error {
+	b.held.release()
 	return b.ReadCloser.Close()
 }
 

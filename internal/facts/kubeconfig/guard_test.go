@@ -11,6 +11,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -481,7 +482,8 @@ func TestTheEventsBeingReadAreBoundedWithTheTenantsLists(t *testing.T) {
 	require.NoError(t, err, "another tenant's watch is held back by this one's")
 	other.Stop()
 
-	// The first event ends: what it held is given back.
+	// The first event ends. The decoder keeps the buffer it grew for it as
+	// long as the watch lasts, so the watch holds its bytes until it stops.
 	end()
 	select {
 	case e := <-first.ResultChan():
@@ -491,11 +493,98 @@ func TestTheEventsBeingReadAreBoundedWithTheTenantsLists(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the first watch's event never came")
 	}
-	// (The newline after it is the next event's first byte.)
-	require.Eventually(t, func() bool { return kubeconfig.ListBytesInUse(l, "team-a") < 1<<10 }, 20*time.Second, 10*time.Millisecond)
+	assert.GreaterOrEqual(t, kubeconfig.ListBytesInUse(l, "team-a"), int64(2<<20), "an event that ended gave back the memory its decoder still holds")
 	first.Stop()
 	require.Eventually(t, func() bool { return kubeconfig.ListBytesInUse(l, "team-a") == 0 }, 20*time.Second, 10*time.Millisecond,
-		"a watch stopped keeps what its event held")
+		"a watch stopped keeps what its events held")
+}
+
+// A protobuf watch's frames are charged the same way, as soon as a frame's
+// length is read (client-go's decoder grows its buffer to it), and a frame
+// declared past MaxWatchEventBytes is refused before any of it is read.
+func TestTheFramesOfAProtobufWatchAreBoundedWithTheTenantsLists(t *testing.T) {
+	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	cert, ca := selfSigned(t)
+	var declared atomic.Uint32
+	tenant := newServer(t, &cert, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf;stream=watch")
+		var header [4]byte
+		binary.BigEndian.PutUint32(header[:], declared.Load())
+		_, _ = w.Write(header[:])
+		_, _ = w.Write(make([]byte, 1024)) // a frame begun, never ended
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	t.Cleanup(tenant.CloseClientConnections)
+	l := localOf(local)
+	l.ListBytes = 3 << 20
+	cfg, err := l.RESTConfig(t.Context(), "team-a", kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	watchCSRs := func() watch.Interface {
+		t.Helper()
+		w, err := cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
+		require.NoError(t, err)
+		return w
+	}
+	ended := func(w watch.Interface) bool {
+		t.Helper()
+		select {
+		case e, ok := <-w.ResultChan():
+			return !ok || e.Type == watch.Error
+		case <-time.After(30 * time.Second):
+			return false
+		}
+	}
+
+	declared.Store(2 << 20)
+	first := watchCSRs()
+	require.Eventually(t, func() bool { return kubeconfig.ListBytesInUse(l, "team-a") >= 2<<20 }, 20*time.Second, 10*time.Millisecond,
+		"a frame's declared length is not charged")
+	second := watchCSRs()
+	assert.True(t, ended(second), "a second frame of 2 MiB was read past the tenant's 3 MiB")
+	second.Stop()
+	first.Stop()
+	require.Eventually(t, func() bool { return kubeconfig.ListBytesInUse(l, "team-a") == 0 }, 20*time.Second, 10*time.Millisecond)
+
+	declared.Store(kubeconfig.MaxWatchEventBytes + 1)
+	var told atomic.Pointer[error]
+	ctx := kubeconfig.WithAnswerTooLarge(t.Context(), func(err error) { told.Store(&err) })
+	huge, err := cs.CertificatesV1().CertificateSigningRequests().Watch(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	assert.True(t, ended(huge), "a frame declared past the bound was waited for")
+	huge.Stop()
+	require.NotNil(t, told.Load(), "the asker was not told of the frame past the bound")
+	assert.ErrorAs(t, *told.Load(), new(*kubeconfig.AnswerTooLargeError))
+	assert.Zero(t, kubeconfig.ListBytesInUse(l, "team-a"))
+}
+
+// A watch answered under a media type client-go does not decode is closed
+// here, not left to the tenant's server to hold open; one answered with a
+// success other than 200 is an error's answer, read to its bound.
+func TestAWatchAnsweredAsNeitherJSONNorProtobufIsClosed(t *testing.T) {
+	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	cert, ca := selfSigned(t)
+	var mode atomic.Value
+	tenant := newServer(t, &cert, func(w http.ResponseWriter, _ *http.Request) {
+		if mode.Load() == "202" {
+			w.WriteHeader(http.StatusAccepted)
+			_, _ = io.WriteString(w, strings.Repeat("x", 1<<20))
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = io.WriteString(w, "hello")
+	})
+	cfg, err := localOf(local).RESTConfig(t.Context(), "team-a", kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	_, err = cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
+	require.ErrorContains(t, err, `a watch answered as "text/plain", neither JSON nor protobuf`)
+	mode.Store("202")
+	_, err = cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
+	require.ErrorContains(t, err, fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxErrorResponseBytes))
 }
 
 // countedWarnings counts the warnings the process-wide handler is given.
