@@ -596,6 +596,24 @@ func (w *countingWatch) loop() {
 // API server sends on a watch: an API server's is a line.
 const maxRemoteStatusMessage = 1 << 10
 
+// boundedStatus is an error event's object as the watch hands it on: a
+// Status with its message cut to maxRemoteStatusMessage, or, for anything
+// else (a CSR of megabytes, which client-go would print whole), a Status
+// that names its type.
+func boundedStatus(obj runtime.Object) runtime.Object {
+	st, ok := obj.(*metav1.Status)
+	if !ok {
+		return &metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonInternalError,
+			Message: fmt.Sprintf("the server sent an error event carrying a %T, not a Status", obj)}
+	}
+	if len(st.Message) <= maxRemoteStatusMessage {
+		return st
+	}
+	cut := st.DeepCopy()
+	cut.Message = servingcert.Clip(st.Message, maxRemoteStatusMessage)
+	return cut
+}
+
 // count weighs a CSR an event brings or takes away. A CSR brought is
 // counted now (undo takes it back if the event is not handed over); past
 // the limits the event is an error, which ends the watch, and the CSR is
@@ -603,17 +621,16 @@ const maxRemoteStatusMessage = 1 << 10
 // is counted once the event is handed over (taken): a reader that stopped
 // at the event before never sees it (review 32 H3).
 func (w *countingWatch) count(e watch.Event) (out watch.Event, undo, taken func()) {
+	if e.Type == watch.Error {
+		// client-go reads an error event's object, and wraps and logs it
+		// whole at each retry: a Status's message, or any other object
+		// printed field by field. The tenant's server wrote it, up to an
+		// event's bound (review 62).
+		return watch.Event{Type: watch.Error, Object: boundedStatus(e.Object)}, nil, nil
+	}
 	csr, ok := e.Object.(*certificatesv1.CertificateSigningRequest)
 	if !ok {
-		// An error: client-go reads it, and wraps and logs its message
-		// whole at each retry. The tenant's server wrote it, up to an
-		// event's bound (review 62).
-		if st, isStatus := e.Object.(*metav1.Status); isStatus && len(st.Message) > maxRemoteStatusMessage {
-			cut := st.DeepCopy()
-			cut.Message = servingcert.Clip(st.Message, maxRemoteStatusMessage)
-			e.Object = cut
-		}
-		return e, nil, nil
+		return e, nil, nil // client-go reads what no CSR watch brings
 	}
 	into := w.initial
 	if into == nil {

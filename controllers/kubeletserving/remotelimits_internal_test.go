@@ -247,6 +247,8 @@ func TestAWatchErrorsMessageIsCut(t *testing.T) {
 	long := &metav1.Status{Status: metav1.StatusFailure, Code: 500, Message: strings.Repeat("x", 1<<20)}
 	inner.Error(long)
 	inner.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonGone, Message: "too old resource version"})
+	// Not a Status: client-go would print the object whole.
+	inner.Error(limitedCSR("huge", 1<<20))
 	for _, want := range []func(*metav1.Status){
 		func(st *metav1.Status) {
 			assert.LessOrEqual(t, len(st.Message), maxRemoteStatusMessage+32)
@@ -256,6 +258,9 @@ func TestAWatchErrorsMessageIsCut(t *testing.T) {
 		func(st *metav1.Status) {
 			assert.Equal(t, "too old resource version", st.Message, "an ordinary message kept whole")
 			assert.Equal(t, metav1.StatusReasonGone, st.Reason)
+		},
+		func(st *metav1.Status) {
+			assert.Equal(t, "the server sent an error event carrying a *v1.CertificateSigningRequest, not a Status", st.Message)
 		},
 	} {
 		select {
