@@ -330,12 +330,20 @@ func (g gzipErrors) Read(p []byte) (int, error) {
 }
 
 func readPlain(br *bufio.Reader, limits Limits) ([]Entry, Skipped, error) {
+	var entries []Entry
+	var skipped Skipped
+	var err error
 	if isDocument(br) {
 		// A document's values are bounded by the input's bound (the
 		// decoder holds one value whole, and no more than the input).
-		return readDocument(br, limits.MaxLine, limits.held, limits.MaxEntries)
+		entries, skipped, err = readDocument(br, limits.MaxLine, limits.held, limits.MaxEntries)
+	} else {
+		entries, skipped, err = readLines(br, limits.MaxLine, limits.held, limits.MaxEntries)
 	}
-	return readLines(br, limits.MaxLine, limits.held, limits.MaxEntries)
+	if limits.held > 0 && errors.Is(err, ErrTooManyDecisions) {
+		err = fmt.Errorf("%w, over all the logs read together (%d before this one)", err, limits.held)
+	}
+	return entries, skipped, err
 }
 
 // isDocument reports whether the input starts with a JSON array of objects
