@@ -10,7 +10,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 dir="${1:?usage: build.sh OUTPUT_DIR}"
-mkdir -p "$dir"
+(umask 077 && mkdir -p "$dir")
 
 declare -A pkgs=(
   [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
@@ -33,16 +33,22 @@ done
 
 # A cached binary is taken only if it is what this tree builds: each has a
 # stamp beside it, the digest of what builds it (this module's go.mod and
-# go.sum, csrsigner's sources, this script, the Go version and the link
-# flags) and of the binary itself. A module bumped, csrsigner edited, or a
-# binary replaced in the cache is built again (with Go's build cache warm, a
-# link); the version a binary prints is its own word, not a check.
-if [[ -n "$(find "$dir" -maxdepth 0 -perm /022)" ]]; then
-  echo "envtest-assets: $dir is writable by others: its binaries are run by the tests; chmod go-w it" >&2
+# go.sum, csrsigner's own sources for csrsigner, the Go version, the target
+# and the build and link flags) and of the binary itself. A module bumped,
+# csrsigner edited, or a binary replaced in the cache is built again (with
+# Go's build cache warm, a link); the version a binary prints is its own
+# word, not a check. Each binary's key is its own, so that editing
+# csrsigner does not relink kube-apiserver.
+if [[ -n "$(find -H "$dir" -maxdepth 0 -perm -002)" ]]; then
+  echo "envtest-assets: $dir is writable by everyone: its binaries are run by the tests; chmod o-w it" >&2
   exit 1
 fi
-build_key="$(cd "$here" && { cat go.mod go.sum build.sh cmd/csrsigner/*.go; go version; echo "$k8s_ldflags -w ${GOFLAGS:-} ${CGO_ENABLED:-}"; } | sha256sum | cut -d' ' -f1)"
-stamp_of() { echo "$build_key $(sha256sum < "$dir/$1" | cut -d' ' -f1)"; }
+common_key="$(cd "$here" && { cat go.mod go.sum; go version; go env GOOS GOARCH GOAMD64 GOARM64 GOEXPERIMENT GOFLAGS CGO_ENABLED; echo "$k8s_ldflags -w"; })"
+stamp_of() {
+  local key="$common_key"
+  [[ "$1" != csrsigner ]] || key+="$(cd "$here" && cat cmd/csrsigner/*.go)"
+  echo "$(printf '%s' "$key" | sha256sum | cut -d' ' -f1) $(sha256sum < "$dir/$1" | cut -d' ' -f1)"
+}
 missing=()
 for bin in kube-apiserver csrsigner etcd; do
   if [[ ! -x "$dir/$bin" || ! -f "$dir/.$bin.stamp" || "$(cat "$dir/.$bin.stamp")" != "$(stamp_of "$bin")" ]]; then
