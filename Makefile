@@ -113,7 +113,7 @@ release: ## The release files in dist/ (VERSION=vX.Y.Z; IMAGE_PLATFORMS, PLUGIN_
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) go run ./deploy/release/cmd/release -o dist \
 	  -version "$(VERSION)" -revision "$(REVISION)" -ldflags "$(LDFLAGS)" -repository "$(IMAGE_REPOSITORY)" \
 	  -image-platforms "$(IMAGE_PLATFORMS)" -plugin-platforms "$(PLUGIN_PLATFORMS)" -base "$(BASE_IMAGE)" -ca-bundle "$(CA_BUNDLE)" \
-	  -helm "$(HELM)" -sbom-tool "$(SBOM_TOOL)" $(if $(REHEARSAL),-rehearsal)
+	  -helm "$(HELM)" -sbom-tool "$(SBOM_TOOL)" $(if $(filter 1,$(REHEARSAL)),-rehearsal)
 
 .PHONY: test
 test: go-lint policy-test envtest-assets go-test chart-lint ## The whole suite: gofmt, golangci-lint (go vet's checks among them), opa check/fmt/test (100% coverage), Regal, go test, the chart

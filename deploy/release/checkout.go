@@ -14,20 +14,25 @@ import (
 // of the tag named version: the binaries and the chart are built from the
 // work tree, and the build records no VCS state (GOFLAGS -buildvcs=false),
 // so a tree with changes, or a commit past the tag, would ship under the
-// tag's name with nothing in the files to say so. Untracked files are not
-// looked at (a release builds only what git tracks into the chart, and the
-// Go build ignores what no package imports).
+// tag's name with nothing in the files to say so. Untracked files count as
+// changes, unless git ignores them: the Go build compiles an untracked .go
+// file of a package's directory, and an untracked go.work redirects the
+// modules. The tag may share its commit with others (a release candidate's).
 func CheckCheckout(ctx context.Context, dir, version string) error {
-	status, err := git(ctx, dir, "status", "--porcelain", "--untracked-files=no")
+	status, err := git(ctx, dir, "status", "--porcelain", "--untracked-files=normal")
 	if err != nil {
 		return fmt.Errorf("a release is built from a git checkout of its tag: %w", err)
 	}
 	if status != "" {
-		return fmt.Errorf("the work tree has changes (git status):\n%s\na release is built from a clean checkout of its tag", status)
+		return fmt.Errorf("the work tree has changes or untracked files (git status):\n%s\na release is built from a clean checkout of its tag", status)
 	}
-	tag, err := git(ctx, dir, "describe", "--exact-match", "--tags", "HEAD")
-	if err != nil || tag != version {
-		return fmt.Errorf("HEAD is not the tag %s (git describe --exact-match --tags: %q): tag the commit (git tag %s), or check the tag out", version, tag, version)
+	head, err := git(ctx, dir, "rev-parse", "HEAD")
+	if err != nil {
+		return fmt.Errorf("a release is built from a git checkout of its tag: %w", err)
+	}
+	tagged, err := git(ctx, dir, "rev-parse", "--verify", "--quiet", "refs/tags/"+version+"^{commit}")
+	if err != nil || tagged != head {
+		return fmt.Errorf("HEAD is not the tag %s: tag the commit (git tag %s), or check the tag out", version, version)
 	}
 	return nil
 }

@@ -36,9 +36,18 @@ func TestAReleaseIsBuiltOnlyFromACleanCheckoutOfItsTag(t *testing.T) {
 	assert.ErrorContains(t, CheckCheckout(ctx, dir, "v0.2.0"), "the work tree has changes")
 	run("commit", "-q", "-am", "two")
 	assert.ErrorContains(t, CheckCheckout(ctx, dir, "v0.2.0"), "HEAD is not the tag v0.2.0", "a commit past the tag")
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "notes.txt"), nil, 0o600))
 	run("tag", "v0.2.1")
-	require.NoError(t, CheckCheckout(ctx, dir, "v0.2.1"), "an untracked file is not built")
+	require.NoError(t, CheckCheckout(ctx, dir, "v0.2.1"))
+	// An untracked Go file is compiled into its package: a change.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "extra.go"), []byte("package main\n"), 0o600))
+	assert.ErrorContains(t, CheckCheckout(ctx, dir, "v0.2.1"), "untracked files")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ".gitignore"), []byte("extra.go\n.gitignore\n"), 0o600))
+	require.NoError(t, CheckCheckout(ctx, dir, "v0.2.1"), "what git ignores is not looked at")
+	// The final tag on a release candidate's commit, the candidate's
+	// annotated tag beside it (git describe would name that one).
+	run("tag", "-a", "-m", "rc", "v0.2.2-rc.1")
+	run("tag", "v0.2.2")
+	require.NoError(t, CheckCheckout(ctx, dir, "v0.2.2"))
 
 	assert.ErrorContains(t, CheckCheckout(ctx, t.TempDir(), "v0.2.0"), "a release is built from a git checkout of its tag")
 
