@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
 )
 
 // ErrServerIsLocal is a connection refused because its peer is the
@@ -255,16 +257,20 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 		// being read takes its bytes from the tenant's budget (review 62).
 		what := req.Method + " " + req.URL.Redacted()
 		held := &heldBytes{budget: b.lists, what: what}
-		switch mediaType, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mediaType {
-		case protobufMediaType:
+		contentType := resp.Header.Get("Content-Type")
+		mediaType, _, _ := mime.ParseMediaType(contentType)
+		switch {
+		case mediaType == protobufMediaType:
 			resp.Body = &boundedFrames{ReadCloser: resp.Body, what: what, ctx: req.Context(), held: held}
-		case "application/json":
+		case mediaType == "application/json" || contentType == "":
+			// No type is JSON to client-go too.
 			resp.Body = &boundedEvents{ReadCloser: resp.Body, what: what, ctx: req.Context(), held: held}
 		default:
 			// client-go would refuse it without closing the body, and
-			// the tenant's server would hold the connection.
+			// the tenant's server would hold the connection. The type
+			// is the tenant's to make long: cut.
 			_ = resp.Body.Close()
-			return nil, fmt.Errorf("%s: a watch answered as %q, neither JSON nor protobuf", what, resp.Header.Get("Content-Type"))
+			return nil, fmt.Errorf("%s: a watch answered as %q, neither JSON nor protobuf", what, servingcert.Clip(contentType, 128))
 		}
 		return resp, nil
 	}
@@ -362,6 +368,9 @@ func (b *boundedEvents) Read(p []byte) (int, error) {
 		p = p[:rest+1] // a byte past the bound tells an event of exactly it from a longer one
 	}
 	n, err := b.ReadCloser.Read(p)
+	// peak is the longest event that ended in this read: a read may hold
+	// whole events, each of which the decoder grew its buffer for.
+	var peak int64
 	for _, c := range p[:n] {
 		if b.event++; b.event > MaxWatchEventBytes {
 			return 0, b.tooLong()
@@ -382,14 +391,31 @@ func (b *boundedEvents) Read(p []byte) (int, error) {
 			b.depth++
 		case (c == '}' || c == ']') && b.depth > 0:
 			if b.depth--; b.depth == 0 {
+				peak = max(peak, b.event)
 				b.event = 0
 			}
 		}
 	}
-	if err := b.held.atLeast(b.event); err != nil {
+	if err := b.held.atLeast(jsonDecoderHolds(max(peak, b.event))); err != nil {
 		return 0, err
 	}
 	return n, err
+}
+
+// jsonDecoderHolds is what client-go keeps for a JSON watch event of n
+// bytes, about: encoding/json's decoder grows its buffer by doubling to hold
+// it whole, and the streaming decoder's frame buffer is a power of two
+// from 1 KiB at least as long.
+func jsonDecoderHolds(n int64) int64 { return 3 * frameBuffer(n) }
+
+// frameBuffer is the buffer client-go's streaming decoder grows to for a
+// frame of n bytes: 1 KiB, doubled until it holds it.
+func frameBuffer(n int64) int64 {
+	b := int64(1 << 10)
+	for b < n {
+		b <<= 1
+	}
+	return b
 }
 
 // Close gives back what the watch's events took of the budget.
@@ -446,9 +472,9 @@ func (h *heldBytes) release() {
 }
 
 // boundedFrames follows a protobuf watch's frames (a 4-byte big-endian
-// length, then that many bytes): the length declared is what client-go's
-// decoder grows its buffer to, so it is charged to the tenant's budget as
-// soon as it is read, and a frame past MaxWatchEventBytes is refused before
+// length, then that many bytes): client-go's decoder grows its buffer to
+// hold the length declared (frameBuffer), so that is charged to the
+// tenant's budget as soon as the length is read, and a frame past MaxWatchEventBytes is refused before
 // any of it is (client-go would refuse it too, only later).
 type boundedFrames struct {
 	io.ReadCloser
@@ -460,9 +486,15 @@ type boundedFrames struct {
 	header [4]byte
 	got    int
 	left   int64
+	// failed is the error that ended the stream: every later read
+	// answers it, rather than read the rest of a frame as headers.
+	failed error
 }
 
 func (b *boundedFrames) Read(p []byte) (int, error) {
+	if b.failed != nil {
+		return 0, b.failed
+	}
 	n, err := b.ReadCloser.Read(p)
 	for i := 0; i < n; {
 		if b.left > 0 {
@@ -480,9 +512,11 @@ func (b *boundedFrames) Read(p []byte) (int, error) {
 		b.got = 0
 		size := int64(binary.BigEndian.Uint32(b.header[:]))
 		if size > MaxWatchEventBytes {
-			return 0, answerTooLarge(b.ctx, tooLarge("%s: an event of the watch is %d bytes, more than the %d a remote API server's event may be", b.what, size, int64(MaxWatchEventBytes)))
+			b.failed = answerTooLarge(b.ctx, tooLarge("%s: an event of the watch is %d bytes, more than the %d a remote API server's event may be", b.what, size, int64(MaxWatchEventBytes)))
+			return 0, b.failed
 		}
-		if err := b.held.atLeast(size); err != nil {
+		if err := b.held.atLeast(frameBuffer(size)); err != nil {
+			b.failed = err
 			return 0, err
 		}
 		b.left = size

@@ -452,7 +452,9 @@ func TestTheEventsBeingReadAreBoundedWithTheTenantsLists(t *testing.T) {
 		tenant.CloseClientConnections()
 	})
 	l := localOf(local)
-	l.ListBytes = 3 << 20
+	// An event of 2 MiB is charged what client-go keeps for it: its JSON
+	// decoder's buffer and a frame buffer of 4 MiB, 12 MiB.
+	l.ListBytes = 20 << 20
 	watchOf := func(name string) (watch.Interface, error) {
 		t.Helper()
 		cfg, err := l.RESTConfig(t.Context(), name, kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
@@ -568,12 +570,22 @@ func TestAWatchAnsweredAsNeitherJSONNorProtobufIsClosed(t *testing.T) {
 	cert, ca := selfSigned(t)
 	var mode atomic.Value
 	tenant := newServer(t, &cert, func(w http.ResponseWriter, _ *http.Request) {
-		if mode.Load() == "202" {
+		switch mode.Load() {
+		case "202":
 			w.WriteHeader(http.StatusAccepted)
 			_, _ = io.WriteString(w, strings.Repeat("x", 1<<20))
 			return
+		case "long":
+			w.Header().Set("Content-Type", "text/"+strings.Repeat("x", 30<<10))
+		case "none":
+			// No type at all (nil stops Go's server from sniffing one):
+			// JSON, to client-go.
+			w.Header()["Content-Type"] = nil
+			_, _ = io.WriteString(w, `{"type":"ADDED","object":{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"untyped","resourceVersion":"1"}}}`+"\n")
+			return
+		default:
+			w.Header().Set("Content-Type", "text/plain")
 		}
-		w.Header().Set("Content-Type", "text/plain")
 		_, _ = io.WriteString(w, "hello")
 	})
 	cfg, err := localOf(local).RESTConfig(t.Context(), "team-a", kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
@@ -585,6 +597,23 @@ func TestAWatchAnsweredAsNeitherJSONNorProtobufIsClosed(t *testing.T) {
 	mode.Store("202")
 	_, err = cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
 	require.ErrorContains(t, err, fmt.Sprintf("more than the %d bytes a remote API server's answer may be", kubeconfig.MaxErrorResponseBytes))
+	// The type is the tenant's to make long: the error quotes it cut.
+	mode.Store("long")
+	_, err = cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
+	require.ErrorContains(t, err, "neither JSON nor protobuf")
+	assert.Less(t, len(err.Error()), 1024)
+	mode.Store("none")
+	w, err := cs.CertificatesV1().CertificateSigningRequests().Watch(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err, "a watch with no type is JSON")
+	defer w.Stop()
+	select {
+	case e := <-w.ResultChan():
+		csr, ok := e.Object.(*certificatesv1.CertificateSigningRequest)
+		require.True(t, ok, "%v", e)
+		assert.Equal(t, "untyped", csr.Name)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no event")
+	}
 }
 
 // countedWarnings counts the warnings the process-wide handler is given.
