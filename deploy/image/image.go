@@ -200,7 +200,9 @@ func tag(o Options) (name.Tag, error) {
 // (TestTheMakefileCompilesAsTheImageDoes).
 var (
 	compileFlags = []string{"-trimpath"}
-	compileEnv   = []string{"CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOAMD64=v1", "GOARM64=v8.0"}
+	// GOWORK=off: a go.work in the tree (ignored by git, so no change it
+	// sees) or in a parent directory would redirect the modules built.
+	compileEnv = []string{"CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOAMD64=v1", "GOARM64=v8.0", "GOWORK=off"}
 )
 
 // Compile builds ./cmd/ichor for p into work/OS-ARCH/: static (no cgo),

@@ -33,8 +33,9 @@ done
 
 # A cached binary is taken only if it is what this tree builds: each has a
 # stamp beside it, the digest of what builds it (this module's go.mod and
-# go.sum, csrsigner's own sources for csrsigner, the Go version, the target
-# and the build and link flags) and of the binary itself. A module bumped,
+# go.sum, this script and with it the build command, csrsigner's own sources
+# for csrsigner, the Go version, the target and the flags as go env reads
+# them) and of the binary itself. A module bumped,
 # csrsigner edited, or a binary replaced in the cache is built again (with
 # Go's build cache warm, a link); the version a binary prints is its own
 # word, not a check. Each binary's key is its own, so that editing
@@ -43,7 +44,7 @@ if [[ -n "$(find -H "$dir" -maxdepth 0 -perm -002)" ]]; then
   echo "envtest-assets: $dir is writable by everyone: its binaries are run by the tests; chmod o-w it" >&2
   exit 1
 fi
-common_key="$(cd "$here" && { cat go.mod go.sum; go version; go env GOOS GOARCH GOAMD64 GOARM64 GOEXPERIMENT GOFLAGS CGO_ENABLED; echo "$k8s_ldflags -w"; })"
+common_key="$(cd "$here" && { cat go.mod go.sum build.sh; go version; go env GOOS GOARCH GOAMD64 GOARM64 GOEXPERIMENT GOFLAGS CGO_ENABLED GOWORK; })"
 stamp_of() {
   local key="$common_key"
   [[ "$1" != csrsigner ]] || key+="$(cd "$here" && cat cmd/csrsigner/*.go)"
