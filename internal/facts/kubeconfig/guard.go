@@ -296,8 +296,8 @@ func (b boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // isCollection reports whether path names a collection of an API group
 // (/api/v1/R, /apis/G/V/R, each also under /namespaces/N): a list's. Any
-// other answer (one object read or written, a
-// subresource, /version, a review) is bounded to MaxObjectResponseBytes.
+// other answer (one object read or written, a subresource, /version, a
+// review) is bounded to MaxObjectResponseBytes.
 func isCollection(path string) bool {
 	parts := strings.Split(strings.Trim(path, "/"), "/")
 	switch {
