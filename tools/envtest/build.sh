@@ -35,11 +35,11 @@ done
 # stamp beside it, the digest of what builds it (this module's go.mod and
 # go.sum, this script and with it the build command, csrsigner's own sources
 # for csrsigner, the Go version, the target and the flags as go env reads
-# them) and of the binary itself. A module bumped,
-# csrsigner edited, or a binary replaced in the cache is built again (with
-# Go's build cache warm, a link); the version a binary prints is its own
-# word, not a check. Each binary's key is its own, so that editing
-# csrsigner does not relink kube-apiserver.
+# them) and of the binary itself. A module bumped, csrsigner edited, or a
+# binary replaced in the cache is built again (with Go's build cache warm, a
+# link); the version a binary prints is its own word, not a check. Each
+# binary's key is its own, so that editing csrsigner does not relink
+# kube-apiserver.
 if [[ -n "$(find -H "$dir" -maxdepth 0 -perm -002)" ]]; then
   echo "envtest-assets: $dir is writable by everyone: its binaries are run by the tests; chmod o-w it" >&2
   exit 1
