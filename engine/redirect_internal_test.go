@@ -114,6 +114,27 @@ func TestTheDecisionLogIsNotSentOverPlainHTTP(t *testing.T) {
 	require.Error(t, err, "an upload redirected as a GET was taken for uploaded")
 	assert.Contains(t, err.Error(), "not taken for uploaded")
 
+	// Nor to another host: whoever answers for the service would have the
+	// decisions sent, and counted as uploaded, wherever it chose (review 62).
+	other := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		served++
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(other.Close)
+	away := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/logs", http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(away.Close)
+	client.Transport = away.Client().Transport
+	err = post(away.URL + "/logs")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "redirects to another host")
+	assert.Zero(t, served, "another host was sent the entries")
+	// A service's headers are a few hundred bytes; Go takes 10 MiB.
+	tr, ok := uploadClient().Transport.(*http.Transport)
+	require.True(t, ok)
+	assert.Equal(t, int64(maxServiceHeaderBytes), tr.MaxResponseHeaderBytes)
+
 	_, err = New(t.Context(), Options{DecisionLog: io.Discard, Log: io.Discard, DecisionLogURL: "http://ichor:s3cret@logs.example"})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "--decision-log-allow-insecure-http")

@@ -178,6 +178,23 @@ func TestABundleFromARegistryThatAsksWhoPulls(t *testing.T) {
 // before anything is asked of the registry: missing, too large, without
 // the registry's entry, holding an identity token (an OAuth2 refresh token
 // the manager does not exchange), or given for a bundle not in a registry.
+// A registry credential goes with every request: over plain http, allowed
+// for the bundle or not, it is refused (review 62).
+func TestARegistryCredentialIsNotSentOverPlainHTTP(t *testing.T) {
+	s := newSigner(t)
+	host := "registry.example:5000"
+	creds := filepath.Join(t.TempDir(), "config.json")
+	dockerConfig(t, creds, host, "ada", "SUPERSECRET")
+	_, err := engine.New(context.Background(), engine.Options{
+		Source: bundles.OCIPlainHTTPScheme + host + "/ichor/policy:stable", AllowInsecureHTTP: true,
+		VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}}, RegistryCredentials: creds,
+		StartTimeout: 2 * time.Second, DecisionLog: io.Discard, Log: io.Discard,
+	})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "a registry credential (--bundle-registry-credentials) is sent only over https")
+	assert.NotContains(t, err.Error(), "SUPERSECRET")
+}
+
 func TestRegistryCredentialsItCannotUseFailTheStart(t *testing.T) {
 	s := newSigner(t)
 	dir := t.TempDir()

@@ -402,7 +402,9 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 	_ = resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		s.engine.metrics.uploadFailed()
-		return fmt.Errorf("the decision-log service answered %s", resp.Status)
+		// The status line's text is the service's: cut, it is logged at
+		// each retry.
+		return fmt.Errorf("the decision-log service answered %s", LoggedName(resp.Status))
 	}
 	s.mu.Lock()
 	// Cleared first: the entries sent would stay referenced from the
@@ -504,13 +506,30 @@ func consoleLine(dst []byte, e logs.EventV1, now time.Time) ([]byte, error) {
 // body, whose 2xx would have its entries taken for uploaded and lost.
 func uploadClient() *http.Client {
 	downgrade := noDowngrade("decision-log entries sent over https are not sent over plain http")
-	return &http.Client{Timeout: uploadTimeout, CheckRedirect: func(req *http.Request, via []*http.Request) error {
-		if req.Method != via[0].Method {
-			return fmt.Errorf("%s redirects to %s as a %s: the entries are not sent there, and not taken for uploaded", via[0].URL.Redacted(), req.URL.Redacted(), req.Method)
+	// Go takes 10 MiB of headers an answer by default; a service's are a
+	// few hundred bytes, and its status line is logged at each retry.
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxResponseHeaderBytes = maxServiceHeaderBytes
+	return &http.Client{Timeout: uploadTimeout, Transport: transport, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if err := downgrade(req, via); err != nil {
+			return err
 		}
-		return downgrade(req, via)
+		// Only to the service itself (another path of it): a redirect
+		// elsewhere would send the decisions, and have them counted as
+		// uploaded, wherever whoever answers for the service chooses.
+		if req.URL.Scheme != via[0].URL.Scheme || req.URL.Host != via[0].URL.Host {
+			return fmt.Errorf("%s redirects to another host (%s): the entries are not sent there", via[0].URL.Redacted(), LoggedName(req.URL.Host))
+		}
+		if req.Method != via[0].Method {
+			return fmt.Errorf("%s redirects to %s as a %s: the entries are not sent there, and not taken for uploaded", via[0].URL.Redacted(), LoggedName(req.URL.Redacted()), req.Method)
+		}
+		return nil
 	}}
 }
+
+// maxServiceHeaderBytes bounds the headers of the decision-log service's
+// answer: an API server's are a few hundred bytes.
+const maxServiceHeaderBytes = 64 << 10
 
 // redactedURL is the service's URL as a log line may show it: a password in
 // it (https://user:password@host, the one way to give the service a

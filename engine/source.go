@@ -31,6 +31,11 @@ func ociResource(opts Options) (resource, service string, err error) {
 	if ref.PlainHTTP && !opts.AllowInsecureHTTP {
 		return "", "", fmt.Errorf("bundle source %s is plain http: anyone on the path could serve an older signed bundle or none; use %s, or allow it explicitly (--bundle-allow-insecure-http)", ref, bundles.OCIScheme)
 	}
+	if opts.RegistryCredentials != "" && ref.PlainHTTP {
+		// Sent with every request, a password over plain http is anyone's
+		// on the path.
+		return "", "", fmt.Errorf("bundle source %s is plain http: a registry credential (--bundle-registry-credentials) is sent only over https", ref)
+	}
 	if opts.RegistryCredentials != "" {
 		// Read now, so that a credential that cannot be used fails the
 		// start with its reason; each pull reads it again.

@@ -857,6 +857,13 @@ func TestBundleRegistryCredentialsValue(t *testing.T) {
 	out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--set", "manager.bundle.registryCredentials.secretName=registry-login")
 	require.Error(t, err, "rendered registry credentials for the embedded bundle")
 	assert.Contains(t, string(out), "is not in a registry (oci://)")
+
+	// Nor over plain http, where the credential would go in clear.
+	out, err = helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--set", "manager.bundle.path=oci+http://registry.example/ichor/policy:stable",
+		"--set", "manager.bundle.verification.configMap=ichor-bundle-key", "--set", "manager.extraArgs={--bundle-allow-insecure-http}",
+		"--set", "manager.bundle.registryCredentials.secretName=registry-login")
+	require.Error(t, err, "rendered registry credentials for a plain http registry")
+	assert.Contains(t, string(out), "a registry over plain http: the credential would go in clear")
 }
 
 var (
