@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -31,10 +32,11 @@ func ociResource(opts Options) (resource, service string, err error) {
 	if ref.PlainHTTP && !opts.AllowInsecureHTTP {
 		return "", "", fmt.Errorf("bundle source %s is plain http: anyone on the path could serve an older signed bundle or none; use %s, or allow it explicitly (--bundle-allow-insecure-http)", ref, bundles.OCIScheme)
 	}
-	if opts.RegistryCredentials != "" && ref.PlainHTTP {
+	if opts.RegistryCredentials != "" && ref.PlainHTTP && !onLoopback(ref.Registry) {
 		// Sent with every request, a password over plain http is anyone's
-		// on the path.
-		return "", "", fmt.Errorf("bundle source %s is plain http: a registry credential (--bundle-registry-credentials) is sent only over https", ref)
+		// on the path; to a registry on the manager's own loopback it
+		// never leaves the host.
+		return "", "", fmt.Errorf("bundle source %s is plain http: a registry credential (--bundle-registry-credentials) is sent only over https, or to a registry on this host's loopback", ref)
 	}
 	if opts.RegistryCredentials != "" {
 		// Read now, so that a credential that cannot be used fails the
@@ -46,6 +48,20 @@ func ociResource(opts Options) (resource, service string, err error) {
 	// OPA's downloader reads the repository and the tag or digest from the
 	// resource, and the host from the service URL.
 	return ref.Reference.String(), ref.ServiceURL(), nil
+}
+
+// onLoopback reports whether a registry's host[:port] is this host's
+// loopback: localhost, or a loopback address.
+func onLoopback(hostPort string) bool {
+	host := hostPort
+	if h, _, err := net.SplitHostPort(hostPort); err == nil {
+		host = h
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // splitURL makes an OPA service (scheme and host) and a bundle resource (the
