@@ -108,6 +108,11 @@ type Options struct {
 	// DecisionLogURL uploads the decision log to a service speaking OPA's
 	// decision-log API (POST {URL}/logs, gzipped JSON arrays).
 	DecisionLogURL string
+	// DecisionLogTokenFile holds a bearer token for DecisionLogURL, sent as
+	// its Authorization header and read from the file at each upload (a
+	// rotated Secret is used at the next); never sent over plain http off
+	// this host's loopback, and exclusive with a password in the URL.
+	DecisionLogTokenFile string
 	// DecisionLogAllowInsecureHTTP lets DecisionLogURL be plain http://.
 	// Without it such a URL is refused: anyone on the path could read every
 	// decision (who asked for which credential, each node's names) and a
@@ -198,6 +203,9 @@ type Engine struct {
 func New(ctx context.Context, opts Options) (*Engine, error) {
 	if u, err := url.Parse(opts.DecisionLogURL); err == nil && u.Scheme == "http" && !opts.DecisionLogAllowInsecureHTTP {
 		return nil, fmt.Errorf("decision-log service %s is plain http: anyone on the path could read every decision (and a password in the URL) and drop entries; use https://, or allow it explicitly (--decision-log-allow-insecure-http)", u.Redacted())
+	}
+	if err := checkDecisionLogCredential(opts); err != nil {
+		return nil, err
 	}
 	logOut := orDefault(opts.Log, os.Stderr)
 	// A signed URL keeps its signature in its query, which OPA's errors
@@ -491,7 +499,7 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 	if console := opts.DecisionLog != io.Discard; console || opts.DecisionLogFile != "" || opts.DecisionLogURL != "" {
 		plugins[sinksName] = sinksConfig{
 			Console: console, File: opts.DecisionLogFile, FileMaxMiB: opts.DecisionLogFileMaxMiB, FileMaxBackups: opts.DecisionLogFileMaxBackups,
-			URL: opts.DecisionLogURL, BufferEvents: int(opts.DecisionLogBufferEvents),
+			URL: opts.DecisionLogURL, TokenFile: opts.DecisionLogTokenFile, BufferEvents: int(opts.DecisionLogBufferEvents),
 		}
 		logs["plugin"] = sinksName
 	}

@@ -85,6 +85,9 @@ type sinksConfig struct {
 	// URL, when set, is a service speaking OPA's decision-log API
 	// (POST {URL}/logs, a gzipped JSON array of entries).
 	URL string `json:"url,omitempty"`
+	// TokenFile, when set, holds the bearer token the service is sent,
+	// read at each upload.
+	TokenFile string `json:"token_file,omitempty"`
 	// BufferEvents bounds the entries held for the service.
 	BufferEvents int `json:"buffer_events,omitempty"`
 }
@@ -394,6 +397,17 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Content-Encoding", "gzip")
+	if s.config.TokenFile != "" {
+		// Read at each upload: a rotated Secret's token is used at the
+		// next. One that cannot be read fails the upload as the service's
+		// refusal would, the entries kept.
+		token, err := decisionLogToken(s.config.TokenFile)
+		if err != nil {
+			s.engine.metrics.uploadFailed()
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		s.engine.metrics.uploadFailed()

@@ -866,6 +866,37 @@ func TestBundleRegistryCredentialsValue(t *testing.T) {
 	assert.Contains(t, string(out), "a registry over plain http: the credential would go in clear")
 }
 
+// The decision-log service's token: its Secret is mounted and named to the
+// manager, and no container argument shows it. Given without a service,
+// beside a password in the URL, or for a service over plain http off the
+// pod's loopback, the render fails, as the manager would refuse to start.
+func TestDecisionLogTokenSecretValue(t *testing.T) {
+	assert.NotContains(t, strings.Join(args(render(t).deployment(t)), " "), "--decision-log-token-file")
+	dep := render(t, "manager.decisionLog.url=https://decisions.example.com/v1", "manager.decisionLog.tokenSecret.name=decision-log",
+		"manager.decisionLog.tokenSecret.key=bearer").deployment(t)
+	assert.Equal(t, "/etc/ichor-policy/decision-log/token", argValue(t, dep, "--decision-log-token-file"))
+	vol := mountedVolume(t, dep, "/etc/ichor-policy/decision-log")
+	require.NotNil(t, vol.Secret)
+	assert.Equal(t, "decision-log", vol.Secret.SecretName)
+	assert.Equal(t, []corev1.KeyToPath{{Key: "bearer", Path: "token"}}, vol.Secret.Items)
+	// A sidecar on the pod's loopback may take it over plain http.
+	render(t, "manager.decisionLog.url=http://127.0.0.1:8181", "manager.extraArgs={--decision-log-allow-insecure-http}",
+		"manager.decisionLog.tokenSecret.name=decision-log")
+
+	const token, insecure = "manager.decisionLog.tokenSecret.name=decision-log", "manager.extraArgs={--decision-log-allow-insecure-http}"
+	for _, c := range []struct{ values, want string }{
+		{token, "manager.decisionLog.url is empty"},
+		{"manager.decisionLog.url=https://ichor:s3cret@decisions.example.com," + token, "holds a password"},
+		{"manager.decisionLog.url=http://decisions.example.com," + insecure + "," + token, "the token would go in clear"},
+		{"manager.decisionLog.url=http://127.0.0.1.example.com," + insecure + "," + token, "the token would go in clear"},
+	} {
+		out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--set", c.values)
+		require.Error(t, err, c.values)
+		assert.Contains(t, string(out), c.want, c.values)
+		assert.NotContains(t, string(out), "s3cret", c.values)
+	}
+}
+
 var (
 	yes, no  = true, false
 	ptrTrue  = &yes

@@ -35,6 +35,8 @@ var badValues = map[string]string{
 	"manager.bundle.configMap.name=my bundle":            "at '/manager/bundle/configMap/name'",
 	"manager.bundle.verification.configMap=Key":          "at '/manager/bundle/verification/configMap'",
 	"manager.bundle.registryCredentials.secretName=a: b": "at '/manager/bundle/registryCredentials/secretName'",
+	"manager.decisionLog.tokenSecret.name=a: b":          "at '/manager/decisionLog/tokenSecret/name'",
+	"manager.decisionLog.tokenSecret.key=../token":       "at '/manager/decisionLog/tokenSecret/key'",
 	// Counts past what int64 holds rendered 0, the manager's default, in
 	// silence (review 26).
 	"manager.talosWatch.max=99999999999999999999": "at '/manager/talosWatch/max'",

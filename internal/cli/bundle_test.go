@@ -125,6 +125,9 @@ func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
 		// Plain http without the opt-in: anyone on the path reads and drops
 		// the decision log.
 		{"--decision-log-url", "http://decisions.example.com"}, {"--decision-log-url", "HTTP://decisions.example.com"},
+		// A token for no service, or beside a password in the URL: which
+		// credential is sent would be a guess.
+		{"--decision-log-token-file", caFile}, {"--decision-log-url", "https://ichor:s3cret@decisions.example.com", "--decision-log-token-file", caFile},
 		// A network the operator meant to deny, mistyped, would deny
 		// nothing.
 		{"--remote-kubeconfig-denied-networks", "10.0.0.0"}, {"--remote-kubeconfig-denied-networks", "127.0.0.0/8,10.1.2.3/8"},

@@ -45,6 +45,7 @@ type managerOptions struct {
 	logFileMaxMiB        int
 	logFileMaxBackups    int
 	logURL               string
+	logTokenFile         string
 	logInsecureHTTP      bool
 	logBuffer            int64
 	logFlushTimeout      time.Duration
@@ -123,6 +124,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.IntVar(&o.logFileMaxMiB, "decision-log-file-max-mib", engine.DefaultDecisionLogFileMaxMiB, "rotate --decision-log-file when it reaches this many MiB: it is renamed with the time in its name (decisions-2026-12-01T15-04-05.000.log) and a new one begun")
 	f.IntVar(&o.logFileMaxBackups, "decision-log-file-max-backups", engine.DefaultDecisionLogFileMaxBackups, "how many rotated --decision-log-file files are kept; the oldest beyond it are removed")
 	f.StringVar(&o.logURL, "decision-log-url", "", "also upload the decision log to this service (OPA's decision-log API), an https:// URL (http:// with --decision-log-allow-insecure-http); a password in it (https://user:password@host) is never logged")
+	f.StringVar(&o.logTokenFile, "decision-log-token-file", "", "send the --decision-log-url service this file's bearer token (Authorization: Bearer), read at each upload so that a rotated Secret is used at the next: a credential that, unlike a password in the URL, no container argument shows; never sent over plain http off this host's loopback")
 	f.BoolVar(&o.logInsecureHTTP, "decision-log-allow-insecure-http", false, "accept a --decision-log-url over plain HTTP (refused by default: anyone on the path could read every decision, and a password in the URL, and drop entries)")
 	f.Int64Var(&o.logBuffer, "decision-log-buffer-events", engine.DefaultDecisionLogBufferEvents, "entries the upload buffer holds while the service is away; when it is full the oldest are dropped, counted in ichor_policy_decision_log_upload_dropped_total{cause=\"buffer_full\"}")
 	f.DurationVar(&o.logFlushTimeout, "decision-log-flush-timeout", 10*time.Second, "at shutdown, how long the upload buffer may take to send what it holds; what is left is lost, logged and counted (cause shutdown). The pod's terminationGracePeriodSeconds must cover it")
@@ -293,7 +295,7 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 	opts := engine.Options{
 		DecisionLog: s.out, Log: s.err, PollInterval: o.bundlePoll,
 		DecisionLogFile: o.logFile, DecisionLogFileMaxMiB: o.logFileMaxMiB, DecisionLogFileMaxBackups: o.logFileMaxBackups,
-		DecisionLogURL: o.logURL, DecisionLogAllowInsecureHTTP: o.logInsecureHTTP, DecisionLogBufferEvents: o.logBuffer,
+		DecisionLogURL: o.logURL, DecisionLogTokenFile: o.logTokenFile, DecisionLogAllowInsecureHTTP: o.logInsecureHTTP, DecisionLogBufferEvents: o.logBuffer,
 		AllowInsecureHTTP: o.bundleInsecureHTTP, Limits: o.bundleLimits, RegistryCredentials: o.bundleRegistryCreds,
 	}
 	if o.bundlePoll < minBundlePoll {
@@ -315,6 +317,12 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 		if u.Scheme == "http" && !o.logInsecureHTTP {
 			return opts, usage.Errorf("--decision-log-url %q is plain http: anyone on the path could read every decision (and a password in the URL) and drop entries; use https://, or allow it explicitly (--decision-log-allow-insecure-http)", u.Redacted())
 		}
+		if _, hasPassword := u.User.Password(); hasPassword && o.logTokenFile != "" {
+			return opts, usage.Errorf("--decision-log-url %q holds a password and --decision-log-token-file is given: give the service's credential one way", u.Redacted())
+		}
+	}
+	if o.logTokenFile != "" && o.logURL == "" {
+		return opts, usage.Errorf("--decision-log-token-file is the credential of the --decision-log-url service: give the URL too")
 	}
 	if o.logFileMaxMiB <= 0 || o.logFileMaxBackups <= 0 {
 		return opts, usage.Errorf("--decision-log-file-max-mib and --decision-log-file-max-backups must be positive")
