@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -165,12 +166,98 @@ func (l Limits) Scan(r io.Reader) error {
 		if declared += hdr.Size; declared > l.UncompressedBytes {
 			return fmt.Errorf("%w: its files declare more than %d bytes", ErrBundleTooLarge, l.UncompressedBytes)
 		}
+		if jsonDocument(hdr.Name) {
+			// At most DataFileBytes, checked above.
+			data, err := io.ReadAll(tr)
+			if err != nil {
+				if counted.over() {
+					return l.uncompressedErr()
+				}
+				return fmt.Errorf("bundle is not a gzipped tarball: %w", err)
+			}
+			if err := checkJSONDocument(hdr.Name, data); err != nil {
+				return err
+			}
+			continue
+		}
+		if yamlDocument(hdr.Name) {
+			return fmt.Errorf("%w: %q is YAML, which OPA reads before it checks the file's signature (an alias bomb grows without bound there); give the data as data.json", ErrBundleEntry, hdr.Name)
+		}
 		//nolint:gosec // G110: the reads are counted and stop at UncompressedBytes (countingReader).
 		if _, err := io.Copy(io.Discard, tr); err != nil {
 			if counted.over() {
 				return l.uncompressedErr()
 			}
 			return fmt.Errorf("bundle is not a gzipped tarball: %w", err)
+		}
+	}
+}
+
+// jsonDocument says whether OPA's bundle reader parses the file as a JSON
+// document, the manifest included (dataFile but the YAML data files and the
+// protobuf manifest).
+func jsonDocument(name string) bool {
+	return dataFile(name) && !yamlDocument(name) && !strings.HasSuffix(name, ".manifest.pb")
+}
+
+// yamlDocument says whether OPA's bundle reader parses the file as YAML.
+func yamlDocument(name string) bool {
+	base := path.Base(name)
+	return base == "data.yaml" || base == "data.yml"
+}
+
+// checkJSONDocument refuses a document OPA would not read as the one JSON
+// value it is. OPA reads a signed structured file (the manifest, a
+// data.json) through util.Unmarshal to check its digest, before the digest
+// is compared, and that falls back to YAML for what is not valid JSON: a
+// megabyte of YAML aliases expands to gigabytes there, whoever signed it
+// (review of 2026-12-06). And a key given twice in one object is hashed as
+// its last value but decoded into the manifest's metadata as both merged,
+// so keys the signature does not cover would reach the epoch guard.
+func checkJSONDocument(name string, data []byte) error {
+	if !json.Valid(data) {
+		return fmt.Errorf("%w: %q is not one JSON document (OPA would read it as YAML before checking its signature)", ErrBundleEntry, name)
+	}
+	type frame struct {
+		object, wantKey bool
+		keys            map[string]struct{}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %q: %w", ErrBundleEntry, name, err)
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if delim, ok := tok.(json.Delim); ok && (delim == '}' || delim == ']') {
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		if top != nil && top.object {
+			if top.wantKey {
+				key, _ := tok.(string)
+				if _, twice := top.keys[key]; twice {
+					return fmt.Errorf("%w: %q has the key %+.64q twice in one object: its signature covers only the last", ErrBundleEntry, name, key)
+				}
+				if top.keys == nil {
+					top.keys = map[string]struct{}{}
+				}
+				top.keys[key] = struct{}{}
+				top.wantKey = false
+				continue
+			}
+			top.wantKey = true
+		}
+		if delim, ok := tok.(json.Delim); ok {
+			stack = append(stack, &frame{object: delim == '{', wantKey: true})
 		}
 	}
 }

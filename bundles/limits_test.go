@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -113,7 +114,8 @@ func TestADataFileBeyondItsOwnLimitIsRefused(t *testing.T) {
 		gz := gzip.NewWriter(&buf)
 		tw := tar.NewWriter(gz)
 		require.NoError(t, tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: size, Typeflag: tar.TypeReg}))
-		_, err := tw.Write(bytes.Repeat([]byte("{},"), int(size/3+1))[:size])
+		// One JSON string of the size: a document OPA reads as JSON.
+		_, err := tw.Write([]byte(`"` + strings.Repeat("x", int(size-2)) + `"`))
 		require.NoError(t, err)
 		require.NoError(t, tw.Close())
 		require.NoError(t, gz.Close())
@@ -125,6 +127,11 @@ func TestADataFileBeyondItsOwnLimitIsRefused(t *testing.T) {
 		require.ErrorIs(t, err, bundles.ErrBundleTooLarge, name)
 		assert.ErrorContains(t, err, "per data file", name)
 		_, err = bundles.DefaultLimits.ReadAll(bytes.NewReader(file(name, over-1)))
+		if strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") {
+			// Refused whatever its size (TestAStructuredFileThatIsNotOneJSONDocumentIsRefused).
+			assert.ErrorIs(t, err, bundles.ErrBundleEntry, name)
+			continue
+		}
 		assert.NoError(t, err, name)
 	}
 	_, err := bundles.DefaultLimits.ReadAll(bytes.NewReader(file("/a/policy.rego", over)))
@@ -212,5 +219,51 @@ func TestOnlyRegularFilesAndDirectoriesAreAllowed(t *testing.T) {
 		require.NoError(t, gz.Close())
 		_, err := bundles.DefaultLimits.ReadAll(&buf)
 		require.ErrorIs(t, err, bundles.ErrBundleEntry, "type %q", typ)
+	}
+}
+
+// A file OPA parses as a document before it checks the file's digest must be
+// one JSON document, each object's keys given once: OPA reads anything else
+// as YAML (an alias bomb), and a key given twice is hashed as its last value
+// but decoded into the manifest as both (review of 2026-12-06). YAML data
+// files are refused outright.
+func TestAStructuredFileThatIsNotOneJSONDocumentIsRefused(t *testing.T) {
+	tarball := func(name, content string) []byte {
+		var buf bytes.Buffer
+		gz := gzip.NewWriter(&buf)
+		tw := tar.NewWriter(gz)
+		require.NoError(t, tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Size: int64(len(content)), Typeflag: tar.TypeReg}))
+		_, err := tw.Write([]byte(content))
+		require.NoError(t, err)
+		require.NoError(t, tw.Close())
+		require.NoError(t, gz.Close())
+		return buf.Bytes()
+	}
+	for _, c := range []struct{ name, content, want string }{
+		{"/.manifest", `[&a "xxxx", *a, *a]`, `"/.manifest" is not one JSON document`},
+		{"/x/y.manifest", `revision: r1`, "not one JSON document"},
+		{"/a/data.json", "\ufeff{}", "not one JSON document"},
+		{"/a/data.json", `{} {}`, "not one JSON document"},
+		{"/.signatures.json", `{"signatures": [] `, "not one JSON document"},
+		{"/.manifest", `{"metadata":{"ichor_epoch":9},"revision":"r","metadata":{}}`, `has the key "metadata" twice`},
+		{"/a/data.json", `{"a":[{"b":1,"c":{"d":1,"d":2}}]}`, `has the key "d" twice`},
+		{"/a/data.json", `{"ab":1,"a\u0062":2}`, `has the key "ab" twice`},
+		{"/a/data.yaml", `a: 1`, "is YAML"},
+		{"/data.yml", `{}`, "is YAML"},
+	} {
+		err := bundles.DefaultLimits.Scan(bytes.NewReader(tarball(c.name, c.content)))
+		require.ErrorIs(t, err, bundles.ErrBundleEntry, "%s %s", c.name, c.content)
+		assert.ErrorContains(t, err, c.want, "%s %s", c.name, c.content)
+	}
+	for _, c := range []struct{ name, content string }{
+		// The same key in two objects, in nested ones and in an array's.
+		{"/a/data.json", `{"a":{"a":1},"b":[{"a":1},{"a":2}],"c":{"b":{"a":[]}}}`},
+		{"/.manifest", `{"revision":"r","roots":["ichor"],"metadata":{"ichor_epoch":3}}`},
+		{"/a/data.json", `[1, "two", null, true, {"": {}}, []]`},
+		// Not a document OPA parses: read as any file.
+		{"/a/policy.rego", `package a`},
+		{"/.manifest.pb", "\x0a\x01r"},
+	} {
+		assert.NoError(t, bundles.DefaultLimits.Scan(bytes.NewReader(tarball(c.name, c.content))), "%s %s", c.name, c.content)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -664,4 +665,83 @@ func TestTheRevisionNamesANewBundleWhileItsEpochIsRecorded(t *testing.T) {
 	assert.Equal(t, second.Manifest.Revision, decidedUnder, "the bundle deciding meanwhile")
 	close(epochs.released)
 	require.Eventually(t, func() bool { return epochs.get() == bundles.Floor()+1 }, 30*time.Second, 20*time.Millisecond)
+}
+
+// withEntry is the gzipped tarball data with the file name's content
+// replaced, everything else (the signatures included) as it was.
+func withEntry(t *testing.T, data []byte, name string, content []byte) []byte {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	require.NoError(t, err)
+	tr := tar.NewReader(zr)
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	replaced := false
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err)
+		body, err := io.ReadAll(tr)
+		require.NoError(t, err)
+		if hdr.Name == name {
+			body, replaced = content, true
+		}
+		hdr.Size = int64(len(body))
+		require.NoError(t, tw.WriteHeader(hdr))
+		_, err = tw.Write(body)
+		require.NoError(t, err)
+	}
+	require.True(t, replaced, "no %s in the bundle", name)
+	require.NoError(t, tw.Close())
+	require.NoError(t, gz.Close())
+	return buf.Bytes()
+}
+
+// Review of 2026-12-06: OPA reads a signed structured file (the manifest, a
+// data.json) to check its digest before it compares it, and reads what is
+// not JSON as YAML, whose aliases a megabyte expands to gigabytes: whoever
+// may move the tag, serve the URL or edit the file killed every replica with
+// a genuinely signed bundle's signatures and a manifest of aliases. And a
+// key given twice is hashed as its last value but decoded into the
+// manifest's metadata as both, so a signed manifest without an epoch took
+// one the signature does not cover. Each is refused before OPA reads it,
+// from every kind of source, and the bundle in service stays.
+func TestAStructuredFileThatIsNotOneJSONDocumentIsRefusedBeforeOPAReadsIt(t *testing.T) {
+	s := newSigner(t)
+	// 4,000 aliases of a 16 KiB string: 62 MiB once expanded.
+	var yaml bytes.Buffer
+	yaml.WriteString(`[&a "` + strings.Repeat("x", 16<<10) + `"`)
+	for range 4000 {
+		yaml.WriteString(", *a")
+	}
+	yaml.WriteString("]")
+	for name, newSource := range sources(t) {
+		t.Run(name, func(t *testing.T) {
+			src := newSource(t)
+			good, e := startOnGood(t, src, s)
+			_, signed := signedEpoch(t, false, bundles.Floor()+1, s)
+
+			grown := peakHeapGrowth(func() {
+				e.refused(t, src, withEntry(t, signed, "/.manifest", yaml.Bytes()), `"/.manifest" is not one JSON document`, good)
+			})
+			t.Logf("%s: the heap grew by at most %d MiB while the aliases were refused", name, grown>>20)
+			assert.Less(t, grown, uint64(32<<20), "the aliases were expanded")
+
+			// The signed manifest, its metadata given twice: first with an
+			// epoch the signature does not cover.
+			noEpoch := policyBundle(t, false)
+			delete(noEpoch.Manifest.Metadata, bundles.EpochKey)
+			noEpoch.Manifest.Metadata["note"] = "signed without an epoch"
+			require.NoError(t, bundles.Sign(noEpoch, s.private, "RS256", "ichor"))
+			noEpochData, err := bundles.Bytes(noEpoch)
+			require.NoError(t, err)
+			manifest, err := json.Marshal(noEpoch.Manifest)
+			require.NoError(t, err)
+			forged := append([]byte(fmt.Sprintf(`{"metadata":{%q:%d},`, bundles.EpochKey, bundles.Floor()+100)), manifest[1:]...)
+			e.refused(t, src, withEntry(t, noEpochData, "/.manifest", forged), `has the key "metadata" twice in one object`, good)
+		})
+	}
 }
