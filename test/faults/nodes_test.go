@@ -13,6 +13,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 )
 
@@ -104,34 +105,51 @@ func TestANodeBackFromAnOutageIsApprovedWithinFiveSeconds(t *testing.T) {
 	assert.LessOrEqual(t, unreadable, 2, "an unreadable node is read again, not decided and logged again, while nothing changes")
 }
 
-// A node asks for ten thousand long names it does not have: about a
-// megabyte, which the API server accepts. It is denied once, with a condition
-// and an Event the API takes and a bounded log entry, and never judged again.
-// (Before: the 2.8 MB condition was refused by etcd and the request re-judged
-// every 4.4 s, 3 MB of log each time.)
+// A node asks for 999 long names it does not have (and its address): 200 KB,
+// which the API server accepts. It is denied once, with a condition and an
+// Event the API takes and a bounded log entry, and never judged again.
+// (Before: ten thousand such names, a 2.8 MB condition, was refused by etcd
+// and the request re-judged every 4.4 s, 3 MB of log each time.) And one of
+// ten thousand, a megabyte, past what a request is read to
+// (csrinput.MaxRequestBytes): not parsed, its input bounded, denied once
+// as malformed (review of 2026-12-06: a request's names were each about 500
+// bytes of the rule's input).
 func TestAnOversizedRequestIsDecidedOnceAndCostsABoundedEntry(t *testing.T) {
 	f := newFixture(t)
 	f.node("big", "10.42.0.2")
 	m := f.manager("manager", []string{"--resync-interval=2s"})
 
-	names := make([]string, 10000)
-	for i := range names {
-		names[i] = fmt.Sprintf("%s.n%05d.example.org", strings.Repeat("x", 60), i)
+	longNames := func(n, length int) []string {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("%s.n%05d.example.org", strings.Repeat("x", length), i)
+		}
+		return names
 	}
-	name := f.submit("big", "", &csrgen.Request{Subject: csrgen.NodeSubject("big"), DNSNames: names, IPs: []net.IP{net.ParseIP("10.42.0.2")}})
+	name := f.submit("big", "", &csrgen.Request{Subject: csrgen.NodeSubject("big"), DNSNames: longNames(999, 130), IPs: []net.IP{net.ParseIP("10.42.0.2")}})
 	decided := waitDecided(f.ctx, t, []string{name}, 60*time.Second)
-	t.Logf("denied after %s", decided[name])
-	conds := decisions(f.ctx, t, []string{name})[name]
-	require.Len(t, conds, 1)
-	assert.Equal(t, certificatesv1.CertificateDenied, conds[0].Type)
-	assert.LessOrEqual(t, len(conds[0].Message), engine.MaxConditionMessage)
-	assert.Contains(t, conds[0].Message, "more DNSNameNotNode reasons are not listed (10000 in all)")
+	// The next once the first is decided: two undecided requests of one
+	// requester are each looked at by the flood rule first, an entry more.
+	huge := f.submit("big", "", &csrgen.Request{Subject: csrgen.NodeSubject("big"), DNSNames: longNames(10000, 60), IPs: []net.IP{net.ParseIP("10.42.0.2")}})
+	decidedHuge := waitDecided(f.ctx, t, []string{huge}, 60*time.Second)
+	t.Logf("denied after %s and %s", decided[name], decidedHuge[huge])
+	conds := decisions(f.ctx, t, []string{name, huge})
+	require.Len(t, conds[name], 1)
+	assert.Equal(t, certificatesv1.CertificateDenied, conds[name][0].Type)
+	assert.LessOrEqual(t, len(conds[name][0].Message), engine.MaxConditionMessage)
+	assert.Contains(t, conds[name][0].Message, "more DNSNameNotNode reasons are not listed (999 in all)")
+	require.Len(t, conds[huge], 1)
+	assert.Equal(t, certificatesv1.CertificateDenied, conds[huge][0].Type)
+	assert.Contains(t, conds[huge][0].Message, fmt.Sprintf("more than the %d a certificate request is read to", csrinput.MaxRequestBytes))
 
 	// An observation window of several full passes (the resync is 2 s): the
-	// request must not be judged again in it.
+	// requests must not be judged again in it.
 	time.Sleep(8 * time.Second)
 	logged := entriesFor(t, name, m)
 	require.Len(t, logged, 1, "the oversized request was judged again")
 	assert.True(t, logged[0].Truncated(), "its log entry is cut, and says so")
+	assert.Less(t, len(logged[0].Raw), 200<<10, "one log entry is not megabytes")
+	logged = entriesFor(t, huge, m)
+	require.Len(t, logged, 1, "the request past the bound was judged again")
 	assert.Less(t, len(logged[0].Raw), 200<<10, "one log entry is not megabytes")
 }

@@ -79,6 +79,31 @@ const (
 	MaxPEMTypeBytes = 64
 )
 
+// What a request may hold for the rule to be given it, each far above what
+// a kubelet sends (about a kilobyte, a few names) and below what costs the
+// manager: the input is built before the rule can refuse anything, and a
+// name costs about 500 bytes as OPA's value (review of 2026-12-06: a tenant's
+// API server could send a CSR of 16 MiB, six million empty DNS names, about
+// 3 GB as the rule's input). A request beyond one is not parsed
+// (ParseError says which bound), which the rule treats as any malformed
+// request.
+const (
+	// MaxRequestBytes bounds spec.request, PEM and all.
+	MaxRequestBytes = 256 << 10
+	// MaxSubjectAltNames bounds the names of the subjectAltName extension.
+	MaxSubjectAltNames = 1000
+	// MaxSubjectAttributes bounds the subject's attributes.
+	MaxSubjectAttributes = 64
+	// MaxExtensions bounds the requested extensions.
+	MaxExtensions = 64
+	// MaxVerifiedRSABits is the largest RSA key whose signature is checked:
+	// crypto/rsa bounds a key's size from below only, and checking the
+	// signature of a key of a few megabits takes hours of CPU that no
+	// context cancels. A larger key's signature is unchecked, and so not
+	// valid.
+	MaxVerifiedRSABits = 16384
+)
+
 // Attribute is one subject attribute, in the order the request lists them.
 type Attribute struct {
 	OID string `json:"oid"`
@@ -167,6 +192,11 @@ func ParseRequest(pemBytes []byte) Request {
 		SubjectAltNames: []SAN{},
 		Extensions:      []Extension{},
 	}
+	if len(pemBytes) > MaxRequestBytes {
+		req.PEM.Types = []string{}
+		req.ParseError = fmt.Sprintf("the request is %d bytes, more than the %d a certificate request is read to", len(pemBytes), MaxRequestBytes)
+		return req
+	}
 	req.PEM = describePEM(pemBytes)
 	// The first block, as kube-controller-manager reads it: its type and
 	// headers are facts for the rule (PEM), not reasons to look no further.
@@ -180,8 +210,14 @@ func ParseRequest(pemBytes []byte) Request {
 		req.ParseError = err.Error()
 		return req
 	}
+	if err := withinBounds(csr); err != nil {
+		req.ParseError = err.Error()
+		return req
+	}
 	req.Parsed = true
-	if err := csr.CheckSignature(); err != nil {
+	if key, ok := csr.PublicKey.(*rsa.PublicKey); ok && key.N.BitLen() > MaxVerifiedRSABits {
+		req.SignatureError = fmt.Sprintf("not checked: an RSA key of %d bits, more than the %d whose signature is checked", key.N.BitLen(), MaxVerifiedRSABits)
+	} else if err := csr.CheckSignature(); err != nil {
 		req.SignatureError = err.Error()
 	} else {
 		req.SignatureValid = true
@@ -205,6 +241,20 @@ func ParseRequest(pemBytes []byte) Request {
 		}
 	}
 	return req
+}
+
+// withinBounds refuses a parsed request of more subject attributes or
+// extensions than MaxSubjectAttributes and MaxExtensions: crypto/x509 has
+// parsed them by then, within the request's byte bound, but the rule's input
+// would hold each again. SubjectAltNames bounds the names.
+func withinBounds(csr *x509.CertificateRequest) error {
+	switch {
+	case len(csr.Subject.Names) > MaxSubjectAttributes:
+		return fmt.Errorf("the subject has %d attributes, more than the %d a request is read with", len(csr.Subject.Names), MaxSubjectAttributes)
+	case len(csr.Extensions) > MaxExtensions:
+		return fmt.Errorf("the request asks for %d extensions, more than the %d it is read with", len(csr.Extensions), MaxExtensions)
+	}
+	return nil
 }
 
 // OIDSubjectAltName is the subjectAltName extension.
@@ -281,6 +331,9 @@ func SubjectAltNames(der []byte) ([]SAN, error) {
 	sans := []SAN{}
 	rest = seq.Bytes
 	for i := 0; len(rest) > 0; i++ {
+		if i == MaxSubjectAltNames {
+			return nil, fmt.Errorf("more than %d names", MaxSubjectAltNames)
+		}
 		var name asn1.RawValue
 		if rest, err = asn1.Unmarshal(rest, &name); err != nil {
 			return nil, fmt.Errorf("name %d: %w", i, err)

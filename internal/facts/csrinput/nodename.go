@@ -20,6 +20,10 @@ const NodeUserPrefix = "system:node:"
 // a common name without the prefix. The controllers use it only as the key
 // to find the request's machine; the rules judge the subject themselves.
 func NodeName(csr *certificatesv1.CertificateSigningRequest) string {
+	if len(csr.Spec.Request) > MaxRequestBytes {
+		// Not parsed, as ParseRequest does not parse it.
+		return ""
+	}
 	block, _ := pem.Decode(csr.Spec.Request)
 	if block == nil {
 		return ""
