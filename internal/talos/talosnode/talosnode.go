@@ -177,11 +177,60 @@ func (r *Reader) Read(ctx context.Context, endpoint string) (Identity, error) {
 		return Identity{}, fmt.Errorf("talos node %s: read %s %s/%s: %w", endpoint, network.HostnameStatusType, network.NamespaceName, network.HostnameID, err)
 	}
 
+	if err := checkNodeIP(nodeIP.TypedSpec()); err != nil {
+		return Identity{}, fmt.Errorf("talos node %s: %w", endpoint, err)
+	}
+
+	if err := checkNodename(nodename.TypedSpec()); err != nil {
+		return Identity{}, fmt.Errorf("talos node %s: %w", endpoint, err)
+	}
+
+	if err := checkHostname(hostname.TypedSpec()); err != nil {
+		return Identity{}, fmt.Errorf("talos node %s: %w", endpoint, err)
+	}
+
 	return Identity{
 		Nodename:  nodename.TypedSpec().Nodename,
 		Hostname:  hostname.TypedSpec().Hostname,
 		Addresses: canonicalAddresses(nodeIP.TypedSpec().Addresses),
 	}, nil
+}
+
+// What a node's identity may hold, far above what Talos reports (a name of
+// at most 253 bytes, as DNS allows; the kubelet's addresses, one or two) and
+// below what costs the manager: within the 64 KiB a message may be, a node
+// sent 32,000 empty addresses, each kept decoded, listed and logged, about
+// 1.5 MB a watch and a thousand watches at once (review of 2026-12-06). An
+// identity beyond them is unreadable, its watch ended.
+const (
+	MaxAddresses = 16
+	MaxNameBytes = 253
+)
+
+func checkNodeIP(spec *k8s.NodeIPSpec) error {
+	if n := len(spec.Addresses); n > MaxAddresses {
+		return fmt.Errorf("%s %s/%s lists %d addresses, more than the %d a node is read with", k8s.NodeIPType, k8s.NamespaceName, k8s.KubeletID, n, MaxAddresses)
+	}
+
+	return nil
+}
+
+func checkNodename(spec *k8s.NodenameSpec) error {
+	if n := len(spec.Nodename); n > MaxNameBytes {
+		return fmt.Errorf("%s %s/%s is %d bytes, more than the %d a name may be", k8s.NodenameType, k8s.NamespaceName, k8s.NodenameID, n, MaxNameBytes)
+	}
+
+	return nil
+}
+
+// checkHostname bounds the domain name too: the spec is kept whole while a
+// watch lives.
+func checkHostname(spec *network.HostnameStatusSpec) error {
+	if n := max(len(spec.Hostname), len(spec.Domainname)); n > MaxNameBytes {
+		return fmt.Errorf("%s %s/%s holds a name of %d bytes, more than the %d a name may be", network.HostnameStatusType, network.NamespaceName, network.HostnameID, n, MaxNameBytes)
+	}
+
+	return nil
 }
 
 // connect makes a client of the node's Talos API with the reader's
@@ -304,8 +353,8 @@ func (r *Reader) issue(now time.Time) (*tls.Certificate, error) {
 }
 
 func canonicalAddresses(addrs []netip.Addr) []string {
-	out := make([]string, 0, len(addrs))
-	seen := make(map[netip.Addr]struct{}, len(addrs))
+	out := []string{}
+	seen := map[netip.Addr]struct{}{}
 
 	for _, a := range addrs {
 		if !a.IsValid() {

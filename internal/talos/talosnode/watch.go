@@ -381,7 +381,9 @@ func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) 
 				return fmt.Errorf("talos node %s: watch: more than %d events at once, %d a second after", endpoint, eventsBurst, eventsPerSecond)
 			}
 
-			n.apply(ev)
+			if err := n.apply(ev); err != nil {
+				return fmt.Errorf("talos node %s: watch: %w", endpoint, err)
+			}
 
 			if !synced && n.complete() {
 				synced = true
@@ -408,10 +410,11 @@ func jittered(d time.Duration) time.Duration {
 }
 
 // apply takes an event of the watch in. An event about anything but the
-// three resources (a node may send what it likes on its streams) is ignored.
-func (n *nodeWatch) apply(ev state.Event) {
+// three resources (a node may send what it likes on its streams) is ignored;
+// one beyond what an identity may hold is an error, which ends the watch.
+func (n *nodeWatch) apply(ev state.Event) error {
 	if ev.Resource == nil || !watched(ev.Resource.Metadata()) {
-		return
+		return nil
 	}
 
 	n.mu.Lock()
@@ -423,20 +426,32 @@ func (n *nodeWatch) apply(ev state.Event) {
 	case *k8s.NodeIP:
 		n.nodeIP = nil
 		if !gone {
+			if err := checkNodeIP(r.TypedSpec()); err != nil {
+				return err
+			}
+
 			n.nodeIP = r.TypedSpec()
 		}
 	case *k8s.Nodename:
 		n.nodename = nil
 		if !gone {
+			if err := checkNodename(r.TypedSpec()); err != nil {
+				return err
+			}
+
 			n.nodename = r.TypedSpec()
 		}
 	case *network.HostnameStatus:
 		n.hostname = nil
 		if !gone {
+			if err := checkHostname(r.TypedSpec()); err != nil {
+				return err
+			}
+
 			n.hostname = r.TypedSpec()
 		}
 	default:
-		return
+		return nil
 	}
 
 	if n.nodeIP != nil && n.nodename != nil && n.hostname != nil {
@@ -446,6 +461,8 @@ func (n *nodeWatch) apply(ev state.Event) {
 			Addresses: canonicalAddresses(n.nodeIP.Addresses),
 		}
 	}
+
+	return nil
 }
 
 func watched(md *resource.Metadata) bool {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,6 +199,59 @@ func TestAnOversizedIdentityIsRefused(t *testing.T) {
 	require.Eventually(t, func() bool { return n.srv.Calls(talosapi.MethodStateWatch) >= 3 }, 10*time.Second, 10*time.Millisecond)
 	_, live := w.Count()
 	assert.Zero(t, live)
+}
+
+// Within the 64 KiB a message may be, a node sent 32,000 empty addresses,
+// each kept decoded and listed, about 1.5 MB a watch (review of 2026-12-06):
+// an identity of more addresses than a node is read with, or of a name
+// longer than a name may be, is unreadable, read or watched, and its watch
+// is ended; one at the bounds is read.
+func TestAnIdentityBeyondItsBoundsIsUnreadable(t *testing.T) {
+	name := strings.Repeat("n", talosnode.MaxNameBytes)
+	addresses := func(n int) []netip.Addr {
+		out := make([]netip.Addr, n)
+		for i := range out {
+			out[i] = netip.AddrFrom4([4]byte{10, 5, byte(i >> 8), byte(i)})
+		}
+		return out
+	}
+	for desc, c := range map[string]struct {
+		id   talosapi.Identity
+		want string
+	}{
+		"empty addresses": {talosapi.Identity{Nodename: "worker-1", Hostname: "worker-1", Addresses: make([]netip.Addr, 5000)},
+			"lists 5000 addresses, more than the 16"},
+		"addresses": {talosapi.Identity{Nodename: "worker-1", Hostname: "worker-1", Addresses: addresses(talosnode.MaxAddresses + 1)},
+			"lists 17 addresses, more than the 16"},
+		"node name": {talosapi.Identity{Nodename: name + "n", Hostname: "worker-1", Addresses: addresses(1)},
+			"is 254 bytes, more than the 253 a name may be"},
+		"host name": {talosapi.Identity{Nodename: "worker-1", Hostname: name + "n", Addresses: addresses(1)},
+			"holds a name of 254 bytes, more than the 253"},
+	} {
+		t.Run(desc, func(t *testing.T) {
+			n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+			require.NoError(t, n.srv.SetIdentity(t.Context(), c.id))
+			w := newWatches(t, newReader(t, n.ca, talosnode.Options{}), talosnode.WatchOptions{})
+			w.Keep([]string{n.srv.Endpoint()})
+
+			_, src, err := w.Read(t.Context(), n.srv.Endpoint())
+			require.ErrorContains(t, err, c.want)
+			assert.Equal(t, talosnode.FromRead, src)
+			// Ended and made anew after its backoff, never live.
+			require.Eventually(t, func() bool { return n.srv.Calls(talosapi.MethodStateWatch) >= 6 }, 15*time.Second, 10*time.Millisecond)
+			_, live := w.Count()
+			assert.Zero(t, live)
+
+			// Within the bounds again: read, and watched.
+			require.NoError(t, n.srv.SetIdentity(t.Context(), talosapi.Identity{Nodename: name, Hostname: name, Addresses: addresses(talosnode.MaxAddresses)}))
+			waitLive(t, w, 1)
+			id, src, err := w.Read(t.Context(), n.srv.Endpoint())
+			require.NoError(t, err)
+			assert.Equal(t, talosnode.FromWatch, src)
+			assert.Equal(t, name, id.Nodename)
+			assert.Len(t, id.Addresses, talosnode.MaxAddresses)
+		})
+	}
 }
 
 // A node that sends more events than an identity needs loses its watch.
