@@ -194,8 +194,9 @@ func (a *registryAuth) trusted(o url.URL) bool {
 }
 
 // learn keeps the token service a 401 of the registry itself names: over
-// https, or the registry's own scheme (a plain-http registry, allowed by
-// --bundle-allow-insecure-http, may name a plain-http token service).
+// https, or the registry's own scheme (a plain-http registry on this host's
+// loopback, the only one given the credential, may name a plain-http token
+// service on the loopback too).
 func (a *registryAuth) learn(req *http.Request, resp *http.Response) {
 	if a == nil || resp.StatusCode != http.StatusUnauthorized || origin(req.URL) != a.registry {
 		return
@@ -210,7 +211,11 @@ func (a *registryAuth) learn(req *http.Request, resp *http.Response) {
 			continue
 		}
 		o := origin(u)
-		if o.Scheme != "https" && o.Scheme != a.registry.Scheme {
+		// A plain-http token service only for a plain-http registry, and
+		// only on this host's loopback, as the credential is taken for
+		// such a registry at all: sent elsewhere, it would cross the
+		// network in clear.
+		if o.Scheme != "https" && (o.Scheme != a.registry.Scheme || !onLoopback(o.Host)) {
 			continue
 		}
 		a.mu.Lock()

@@ -56,6 +56,36 @@ func TestTheRegistryCredentialGoesToTheRegistryAndItsTokenServiceOnly(t *testing
 	assert.Equal(t, "Bearer t0k", a.authorize(req).Header.Get("Authorization"))
 }
 
+// A plain-http registry is given the credential only on this host's
+// loopback, where it never crosses the network: the token service its 401
+// names over plain http is trusted only on the loopback too, not anywhere
+// the registry's operator pointed it (review of 2026-12-06).
+func TestAPlainHTTPRegistrysTokenServiceIsTrustedOnlyOnTheLoopback(t *testing.T) {
+	registry, err := url.Parse("http://127.0.0.1:5000")
+	require.NoError(t, err)
+	a := newRegistryAuth(registry, "Basic x")
+	sent := func(raw string) bool {
+		req, err := http.NewRequest(http.MethodGet, raw, nil)
+		require.NoError(t, err)
+		return a.authorize(req).Header.Get("Authorization") == "Basic x"
+	}
+	challenge := func(realm string) {
+		req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:5000/v2/", nil)
+		require.NoError(t, err)
+		resp := &http.Response{StatusCode: http.StatusUnauthorized, Header: http.Header{}}
+		resp.Header.Set("Www-Authenticate", `Bearer realm="`+realm+`",service="registry"`)
+		a.learn(req, resp)
+	}
+
+	assert.True(t, sent("http://127.0.0.1:5000/v2/"))
+	challenge("http://token.example/token")
+	assert.False(t, sent("http://token.example/token"), "the credential goes in clear to another host")
+	challenge("http://localhost:5001/token")
+	assert.True(t, sent("http://localhost:5001/token"))
+	challenge("https://token.example/token")
+	assert.True(t, sent("https://token.example/token"))
+}
+
 // The auths key may be the host or a URL of it, as docker writes some.
 func TestTheRegistryCredentialIsFoundByItsHost(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.json")
