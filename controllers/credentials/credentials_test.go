@@ -1160,6 +1160,28 @@ func TestAnOddIssuanceAnswerSignsNothing(t *testing.T) {
 	assert.Empty(t, got.Status.Certificate)
 }
 
+// The same backstop for the credential the record pins (review of
+// 2026-12-06): a bundle that allows os:admin for a reader's request, at the
+// admitted lifetime, is refused by Go whatever the bundle, as a longer
+// lifetime is.
+func TestACredentialOtherThanTheOneAdmittedIsNotSignedWhateverTheBundle(t *testing.T) {
+	f := newFixture(t)
+	f.r.Engine = &enginetest.Engine{Engine: eng, IssuanceFunc: func(_ context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
+		return engine.CredentialIssuance{
+			Allowed: true, Reasons: engine.Reasons{{Code: "IchorCredentialIssuable", Message: "a rule without its admission checks"}},
+			Purpose: in.Request.Purpose, LifetimeSeconds: float64(in.Admission.LifetimeSeconds), DecisionID: "d-loose",
+			Certificate: &engine.IssuedCertificate{Kind: engine.CertificateKindTalos, TalosRole: "os:admin"},
+		}, nil
+	}}
+
+	escalated, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+	got := f.answer(escalated)
+	c := ready(t, got)
+	assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason)
+	assert.Contains(t, c.Message, `the decision allows the Talos role "os:admin", not "os:reader" as admitted`)
+	assert.Empty(t, got.Status.Certificate)
+}
+
 // A bundle whose issuance rule allows without its admission checks (a
 // custom or broken rule) signs nothing Go cannot hold to the admission the
 // issuer proved: a request made while the webhook was absent, or a lifetime

@@ -34,6 +34,7 @@ package credentials
 import (
 	"context"
 	"crypto"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -46,6 +47,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -421,8 +423,8 @@ func (r *Reconciler) admission(ctx context.Context, tcr *ichorv1alpha1.TalosCred
 // lifetime other than the one admitted, and a bundle without those rules
 // (or with a fault in them) must not sign what the webhook never admitted
 // (the hostile review of 2026-12-05; Go backstops the bundle for admin
-// bindings and secrets the same way). The pinned credential is the rule's
-// to compare: Go does not read its shape.
+// bindings and secrets the same way), nor sign another credential than the
+// one admitted (checkCredentialAdmitted).
 func checkAdmitted(a engine.AdmissionProof, d engine.CredentialIssuance) error {
 	if !a.Recorded || !a.Verified {
 		return failf("the decision allows a request without a verified admission record (is the policy bundle's issuance rule missing its admission check?)")
@@ -430,7 +432,65 @@ func checkAdmitted(a engine.AdmissionProof, d engine.CredentialIssuance) error {
 	if a.LifetimeSeconds > 0 && d.LifetimeSeconds > float64(a.LifetimeSeconds) {
 		return failf("the decision allows a lifetime of %v seconds, longer than the %d admitted", d.LifetimeSeconds, a.LifetimeSeconds)
 	}
+	return checkCredentialAdmitted(a.Credential, d)
+}
+
+// admittedCredential is what of the credential the verified admission record
+// pins the certificate carries (the rule's _credential; its label, the
+// "credential" text, aside).
+type admittedCredential struct {
+	Kind       string   `json:"kind"`
+	TalosRole  string   `json:"talos_role"`
+	CommonName string   `json:"common_name"`
+	Groups     []string `json:"groups"`
+	BoundTo    string   `json:"bound_to"`
+}
+
+// checkCredentialAdmitted is the backstop of the rule's CredentialNotAdmitted,
+// as checkAdmitted is of its lifetime: a bundle that allows signing another
+// credential than the one admitted (os:admin for a reader's request, a group
+// more, another person's name, a binding where none was admitted) is
+// refused, whatever the bundle. A record
+// of a webhook that pinned no credential is not compared (the rule says so
+// too).
+func checkCredentialAdmitted(pinned json.RawMessage, d engine.CredentialIssuance) error {
+	if len(pinned) == 0 || d.Certificate == nil {
+		// Without a certificate nothing is signed (issue refuses it).
+		return nil
+	}
+	var a admittedCredential
+	if err := json.Unmarshal(pinned, &a); err != nil {
+		return failf("the admission record's credential does not read: %v", err)
+	}
+	c := d.Certificate
+	groups := sets.New(a.Groups...)
+	if d.AdminBinding != nil {
+		// The person's own group is the binding's, drawn at issuance.
+		groups.Insert(d.AdminBinding.Group)
+	}
+	switch {
+	case c.Kind != a.Kind:
+		return failf("the decision allows a %s certificate, not the %s credential admitted", c.Kind, a.Kind)
+	case c.TalosRole != a.TalosRole:
+		return failf("the decision allows the Talos role %q, not %q as admitted", c.TalosRole, a.TalosRole)
+	case c.CommonName != a.CommonName:
+		return failf("the decision allows the common name %q, not %q as admitted", c.CommonName, a.CommonName)
+	case !sets.New(c.Groups...).Equal(groups):
+		return failf("the decision allows the groups %q, not %q as admitted", c.Groups, sets.List(groups))
+	case (d.AdminBinding != nil) != (a.BoundTo != ""):
+		// Which role a binding names is the binding's shape check's
+		// (AdminBindingShape: Ichor's role, or nothing is bound); that
+		// there is one at all is the admission's.
+		return failf("the decision binds %s, and the credential admitted %s", boundOrNot(d.AdminBinding != nil), boundOrNot(a.BoundTo != ""))
+	}
 	return nil
+}
+
+func boundOrNot(bound bool) string {
+	if bound {
+		return "the person's group to a role"
+	}
+	return "no role"
 }
 
 // failure is an error that answers the request (Failed) rather than being
