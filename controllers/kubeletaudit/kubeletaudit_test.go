@@ -15,6 +15,8 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -52,7 +55,31 @@ var (
 	// auditAnswers are odd answers of the audit rule, by machine
 	// (namespace/name); the real rule answers the others.
 	auditAnswers = &enginetest.Answers[engine.AuditDecision]{}
+	// conflictsIn are the namespaces whose machines' status writes the
+	// runner's client answers 409, as the API server does to a writer racing
+	// a tenant that updates its TalosMachines in a loop; conflicts counts
+	// the answers.
+	conflictsIn sync.Map
+	conflicts   atomic.Int64
 )
+
+// conflicting is the runner's client, answering 409 to the status writes
+// of the machines of conflictsIn's namespaces.
+type conflicting struct{ client.Client }
+
+func (c conflicting) Status() client.SubResourceWriter {
+	return conflictingStatus{c.Client.Status()}
+}
+
+type conflictingStatus struct{ client.SubResourceWriter }
+
+func (w conflictingStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	if _, ok := conflictsIn.Load(obj.GetNamespace()); ok {
+		conflicts.Add(1)
+		return apierrors.NewConflict(ichorv1alpha1.GroupVersion.WithResource("talosmachines").GroupResource(), obj.GetName(), errors.New("the object has been modified"))
+	}
+	return w.SubResourceWriter.Update(ctx, obj, opts...)
+}
 
 const (
 	waitFor     = 60 * time.Second
@@ -94,7 +121,7 @@ func startManager(ctx context.Context) error {
 			Timeout: time.Second,
 			Dial:    hosts.Dial,
 		},
-		Client:   mgr.GetClient(),
+		Client:   conflicting{Client: mgr.GetClient()},
 		Recorder: mgr.GetEventRecorder("ichor-kubelet-serving-audit"),
 		Metrics:  metrics,
 		Interval: time.Second,
@@ -290,6 +317,64 @@ func TestAnUnauditableClusterAndADeletedOne(t *testing.T) {
 		return true, nil
 	})
 	require.NoError(t, err, "the deleted cluster's gauges are still served")
+}
+
+// The review of 2026-12-06: a tenant that updates its own TalosMachine in a
+// loop had the audit's condition write conflict at every try, which failed
+// the whole pass, so the audit's last success, which every cluster's alert
+// reads, never advanced again. The conflict is now that cluster's failure
+// only: passes that meet it still succeed.
+func TestATenantsConflictingWritesDoNotStopTheAuditsSuccess(t *testing.T) {
+	f := newFixture(t)
+	f.machine("busy-1", "10.42.5.2", harness.KubeletOptions{})
+	f.condition("busy-1", metav1.ConditionTrue, "CertificateCurrent")
+
+	// Another answer, so that the condition must be written again.
+	key := f.ns + "/busy-1"
+	auditAnswers.Set(key, func() (engine.AuditDecision, error) {
+		return engine.AuditDecision{}, errors.New("a new answer to write")
+	})
+	t.Cleanup(func() { auditAnswers.Set(key, nil) })
+	conflictsIn.Store(f.ns, true)
+	t.Cleanup(func() { conflictsIn.Delete(f.ns) })
+	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, waitFor, true, func(context.Context) (bool, error) {
+		return conflicts.Load() > 0, nil
+	}), "the machine's condition was never written")
+	first := time.Now()
+	// A pass that started after the first conflict, and met one too,
+	// succeeded.
+	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, waitFor, true, func(context.Context) (bool, error) {
+		return lastSucceeded(t) > float64(first.UnixNano())/1e9, nil
+	}), "no pass succeeded while one cluster's writes conflicted")
+
+	// The same for a verdict's write (a drifted certificate), not an
+	// error's.
+	auditAnswers.Set(key, func() (engine.AuditDecision, error) {
+		return engine.AuditDecision{Status: engine.AuditDrifted, Reasons: engine.Reasons{{Code: "IPNotNode", Message: "a verdict to write"}},
+			Node: "busy-1", DecisionID: "d-busy", Revision: "r"}, nil
+	})
+	met := conflicts.Load()
+	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, waitFor, true, func(context.Context) (bool, error) {
+		return conflicts.Load() > met, nil
+	}), "the drifted verdict was never written")
+	second := time.Now()
+	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, waitFor, true, func(context.Context) (bool, error) {
+		return lastSucceeded(t) > float64(second.UnixNano())/1e9, nil
+	}), "no pass succeeded while one cluster's verdict writes conflicted")
+	require.Equal(t, metav1.ConditionTrue, f.condition("busy-1", metav1.ConditionTrue, "CertificateCurrent").Status, "the conflicting write changed the condition")
+}
+
+// lastSucceeded is the audit's last success, in seconds since the epoch.
+func lastSucceeded(t *testing.T) float64 {
+	t.Helper()
+	families, err := metricsRegistry.Gather()
+	require.NoError(t, err)
+	for _, fam := range families {
+		if fam.GetName() == "ichor_kubelet_serving_audit_last_success_timestamp_seconds" && len(fam.GetMetric()) == 1 {
+			return fam.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
 }
 
 // A kubelet serving a certificate whose issuer DN is 100 KB (its CA's

@@ -130,7 +130,9 @@ func (r *Runner) cluster(ctx context.Context, c *ichorv1alpha1.TalosCluster) (re
 		var errs []error
 		for i := range machines {
 			results[i] = Result{Machine: client.ObjectKeyFromObject(&machines[i]), Err: auditErr}
-			if werr := r.setErrorCondition(ctx, &machines[i], auditErr); werr != nil {
+			// A conflict is the cluster's, said by auditErr already (see
+			// below).
+			if werr := r.setErrorCondition(ctx, &machines[i], auditErr); werr != nil && !apierrors.IsConflict(werr) {
 				errs = append(errs, fmt.Errorf("machine %s: %w", results[i].Machine, werr))
 			}
 		}
@@ -145,7 +147,7 @@ func (r *Runner) cluster(ctx context.Context, c *ichorv1alpha1.TalosCluster) (re
 			// condition says so, Unknown, rather than keep a verdict the
 			// audit could not make again.
 			undecided = append(undecided, fmt.Errorf("machine %s: %w", res.Machine, res.Err))
-			if err := r.setErrorCondition(ctx, &machines[i], res.Err); err != nil {
+			if err := r.setErrorCondition(ctx, &machines[i], res.Err); err != nil && !apierrors.IsConflict(err) {
 				errs = append(errs, fmt.Errorf("machine %s: %w", res.Machine, err))
 			}
 			continue
@@ -154,7 +156,14 @@ func (r *Runner) cluster(ctx context.Context, c *ichorv1alpha1.TalosCluster) (re
 			logger.Info("kubelet serving certificate drifted", "machine", res.Machine.String(), "cluster", c.Name,
 				"reasons", res.Decision.Reasons.Codes(), "decision_id", res.Decision.DecisionID)
 		}
-		if err := r.setCondition(ctx, &machines[i], res.Decision); err != nil {
+		if err := r.setCondition(ctx, &machines[i], res.Decision); apierrors.IsConflict(err) {
+			// The machine's own writers kept changing it (a tenant
+			// updating its TalosMachine in a loop): this cluster's
+			// failure, said in its pass's errors, not the audit's, whose
+			// last success every cluster's alert reads (review of
+			// 2026-12-06).
+			undecided = append(undecided, fmt.Errorf("machine %s: %w", res.Machine, err))
+		} else if err != nil {
 			errs = append(errs, fmt.Errorf("machine %s: %w", res.Machine, err))
 		}
 	}
