@@ -665,14 +665,16 @@ func setUpAudit(mgr ctrl.Manager, eng *engine.Engine, nodeReaders *kubeletservin
 }
 
 // decidedSigners are the signers whose requests Ichor decides in the API
-// server the manager runs against: none unless the operator named the
-// clusters that judge it (--local-clusters); the kubelet client signer only
-// with its approver.
+// server the manager runs against: the kubelet serving signer when the
+// operator named the clusters that judge it (--local-clusters); the kubelet
+// client signer whenever its approver runs, which it does with no cluster
+// named too (a person's approval there makes a node credential, and was not
+// recorded: review of 2026-12-06).
 func decidedSigners(o Options) []string {
-	if o.LocalClusters.Len() == 0 {
-		return nil
+	var signers []string
+	if o.LocalClusters.Len() > 0 {
+		signers = append(signers, certificatesv1.KubeletServingSignerName)
 	}
-	signers := []string{certificatesv1.KubeletServingSignerName}
 	if o.KubeletClientApprover {
 		signers = append(signers, kubeletclient.SignerName)
 	}
