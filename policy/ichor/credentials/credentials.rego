@@ -210,14 +210,13 @@ default _admission_event := {}
 _admission_event := {"event": {
 	"type": purpose.event.type,
 	"reason": purpose.event.reason,
-	"message": sprintf(
-		"%s was requested by %s (lifetime %s)",
-		[_credential_text(_credential(purpose, _username)), _username, _duration(_lifetime(_request, _config.purposes))],
-	),
+	"message": sprintf("%s was requested by %s (lifetime %s)", [credential, _named(_username), lifetime]),
 }} if {
 	count(_admission_refusals) == 0
 	not input.dry_run == true
 	purpose := _config.purposes[_request.purpose]
+	credential := _credential_text(_credential(purpose, _username))
+	lifetime := _duration(_lifetime(_request, _config.purposes))
 }
 
 # What to sign, and the binding to make first, only when nothing refuses it.

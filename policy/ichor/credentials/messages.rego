@@ -65,3 +65,12 @@ _key_error(key) := key.error if {
 	is_string(key.error)
 	key.error != ""
 }
+
+# The person as the Event names them: a plain name as it is; any other quoted, with the first
+# twelve hex digits of its SHA-256, so that a name of look-alike letters, spaces or
+# punctuation reads neither as another person's nor as more of the sentence ("eve (lifetime
+# 1h0m0s); ... was requested by alice" named alice). The authenticator, not Ichor, chooses
+# the name (an OIDC claim, a client certificate's common name).
+_named(username) := username if {
+	regex.match(`^[A-Za-z0-9]([A-Za-z0-9._@:-]*[A-Za-z0-9])?$`, username)
+} else := sprintf("%q (sha256 %s)", [username, substring(crypto.sha256(username), 0, 12)])
