@@ -120,7 +120,7 @@ func (a *ActRecorder) csrApproval(ctx context.Context, req admission.Request) ad
 		return allowed()
 	}
 	attempt, err := a.Recorder.Attempt(ctx, &csr, &old, &req.UserInfo)
-	manualact.LogAttempt(ctx, csr.Name, attempt, err)
+	manualact.LogAttempt(ctx, "csr", csr.Name, attempt, err)
 	return allowed()
 }
 
@@ -151,7 +151,11 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 	if !a.stored(ctx, &rbacv1.ClusterRoleBinding{}, &b) {
 		return allowed()
 	}
-	manualact.Log(ctx, "binding", b.Name)(a.Recorder.Record(ctx, manualact.BindingReference(&b), manualact.BindingDeletion(&b, &req.UserInfo)))
+	// Kept as an attempt, not recorded: admitted is not stored (another
+	// webhook, a policy or a timeout may still refuse the DELETE). The
+	// watch records the revocation once the binding is gone.
+	attempt, err := a.Recorder.AttemptRevocation(ctx, &b, &req.UserInfo)
+	manualact.LogAttempt(ctx, "binding", b.Name, attempt, err)
 	return allowed()
 }
 

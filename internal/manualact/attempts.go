@@ -15,6 +15,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -95,8 +96,47 @@ func (r *Recorder) Attempt(ctx context.Context, csr, old *certificatesv1.Certifi
 		return nil, fmt.Errorf("the records' key: %w", err)
 	}
 	a := engine.ManualAttempt{Verdict: verdict, ConditionSHA256: facts.VerdictConditionSHA256, Username: boundUser(user.Username), UID: boundUser(user.UID)}
+	verb := map[string]string{string(certificatesv1.CertificateApproved): "approve", string(certificatesv1.CertificateDenied): "deny"}[verdict]
+	message := engine.Clip(fmt.Sprintf("%q asked to %s certificate signing request %s (at resourceVersion %s)", a.Username, verb, old.Name, old.ResourceVersion),
+		"; the decision log records the verdict the API server stores, and names who only if this attempt is the one stored", engine.MaxEventNote)
+	return r.keepAttempt(ctx, key, CSRReference(old), old.ResourceVersion, verb, message, a)
+}
+
+// DeletionVersion stands for the version a deletion replaces in the names
+// and MACs of its attempts: a deleted object is not written again, and the
+// watch is told of its deletion under a resourceVersion of the deletion's
+// own, not the one the DELETE's review named.
+const DeletionVersion = "deletion"
+
+// AttemptRevocation keeps, as an Event, a DELETE of an admin binding that
+// the webhook admits: like a verdict's write, it is admitted before it is
+// stored, and can still be refused after (another webhook, a policy, a
+// timeout, a DELETE that raced it: review of 2026-12-06, when a refused
+// DELETE was recorded as a revocation while the binding still granted
+// cluster-admin, and its record silenced the real one's). The watch records
+// the revocation once the binding is gone, naming the one person who asked.
+func (r *Recorder) AttemptRevocation(ctx context.Context, b *rbacv1.ClusterRoleBinding, user *authenticationv1.UserInfo) (*engine.ManualAttempt, error) {
+	if b.UID == "" {
+		return nil, errors.New("the binding has no UID to keep the attempt under")
+	}
+	if r.Keys == nil {
+		return nil, errors.New("no key to sign the attempt with")
+	}
+	key, err := r.Keys.Key(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the records' key: %w", err)
+	}
+	a := engine.ManualAttempt{Verdict: engine.ActionRevoke, Username: boundUser(user.Username), UID: boundUser(user.UID)}
+	message := engine.Clip(fmt.Sprintf("%q asked to delete the admin binding %s", a.Username, b.Name),
+		"; the decision log records the revocation once the binding is gone, and names who only if one person asked", engine.MaxEventNote)
+	return r.keepAttempt(ctx, key, BindingReference(b), DeletionVersion, engine.ActionRevoke, message, a)
+}
+
+// keepAttempt writes the attempt's Event at the first free place of the
+// object's version oldRV.
+func (r *Recorder) keepAttempt(ctx context.Context, key []byte, regarding corev1.ObjectReference, oldRV, action, message string, a engine.ManualAttempt) (*engine.ManualAttempt, error) {
 	for slot := range MaxAttempts {
-		ev := r.attemptEvent(key, old, slot, a)
+		ev := r.attemptEvent(key, regarding, oldRV, slot, action, message, a)
 		err := r.Client.Create(ctx, ev)
 		if err == nil {
 			return &a, nil
@@ -105,39 +145,50 @@ func (r *Recorder) Attempt(ctx context.Context, csr, old *certificatesv1.Certifi
 			return nil, fmt.Errorf("keep the attempt: %w", err)
 		}
 	}
-	return nil, fmt.Errorf("the %d places of attempts on %s at version %s are taken: this attempt is not kept", MaxAttempts, old.Name, old.ResourceVersion)
+	return nil, fmt.Errorf("the %d places of attempts on %s at version %s are taken: this attempt is not kept", MaxAttempts, regarding.Name, oldRV)
 }
 
-func (r *Recorder) attemptEvent(key []byte, old *certificatesv1.CertificateSigningRequest, slot int, a engine.ManualAttempt) *corev1.Event {
+func (r *Recorder) attemptEvent(key []byte, regarding corev1.ObjectReference, oldRV string, slot int, action, message string, a engine.ManualAttempt) *corev1.Event {
 	now := metav1.NewTime(r.now())
-	verb := map[string]string{string(certificatesv1.CertificateApproved): "approve", string(certificatesv1.CertificateDenied): "deny"}[a.Verdict]
 	return &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: EventNamespace,
-			Name:      AttemptEventName(key, old.UID, old.ResourceVersion, slot),
+			Name:      AttemptEventName(key, regarding.UID, oldRV, slot),
 			Annotations: map[string]string{
-				AnnotationObjectUID:          string(old.UID),
-				AnnotationOldResourceVersion: old.ResourceVersion,
+				AnnotationObjectUID:          string(regarding.UID),
+				AnnotationOldResourceVersion: oldRV,
 				AnnotationVerdict:            a.Verdict,
 				AnnotationConditionSHA256:    a.ConditionSHA256,
 				AnnotationUsername:           a.Username,
 				AnnotationUserUID:            a.UID,
-				AnnotationMAC:                attemptMAC(key, old.UID, old.ResourceVersion, slot, a),
+				AnnotationMAC:                attemptMAC(key, regarding.UID, oldRV, slot, a),
 			},
 		},
-		InvolvedObject: CSRReference(old),
-		Type:           corev1.EventTypeNormal,
-		Reason:         ReasonAttempt,
-		Message: engine.Clip(fmt.Sprintf("%q asked to %s certificate signing request %s (at resourceVersion %s)", a.Username, verb, old.Name, old.ResourceVersion),
-			"; the decision log records the verdict the API server stores, and names who only if this attempt is the one stored", engine.MaxEventNote),
+		InvolvedObject:      regarding,
+		Type:                corev1.EventTypeNormal,
+		Reason:              ReasonAttempt,
+		Message:             message,
 		Source:              corev1.EventSource{Component: EventSource},
 		FirstTimestamp:      now,
 		LastTimestamp:       now,
 		Count:               1,
-		Action:              verb,
+		Action:              action,
 		ReportingController: "ichor.dev/" + EventSource,
 		ReportingInstance:   r.instance(),
 	}
+}
+
+// RevocationAttempts are the verified attempts kept of the deletion of the
+// binding with uid, and whether they may be incomplete.
+func (r *Recorder) RevocationAttempts(ctx context.Context, uid types.UID) ([]engine.ManualAttempt, bool, error) {
+	if r.Keys == nil {
+		return nil, false, errors.New("no key to verify the attempts with")
+	}
+	key, err := r.Keys.Key(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("the records' key: %w", err)
+	}
+	return r.attempts(ctx, key, uid, DeletionVersion)
 }
 
 // attempts are the verified attempts kept from the version oldRV of the
@@ -223,14 +274,14 @@ func decidedBefore(f *engine.ManualCSRFacts, typ string) bool {
 }
 
 // LogAttempt logs what Attempt returned.
-func LogAttempt(ctx context.Context, name string, a *engine.ManualAttempt, err error) {
-	logger := log.FromContext(ctx).WithValues("csr", engine.Clip(name, "", maxLoggedName))
+func LogAttempt(ctx context.Context, kind, name string, a *engine.ManualAttempt, err error) {
+	logger := log.FromContext(ctx).WithValues(kind, engine.Clip(name, "", maxLoggedName))
 	if err != nil {
-		logger.Error(err, "keep a person's attempt to decide a request")
+		logger.Error(err, "keep a person's attempt")
 		return
 	}
 	if a != nil {
-		logger.V(1).Info("kept a person's attempt to decide a request; the watch records the verdict stored",
+		logger.V(1).Info("kept a person's attempt; the watch records what the API server stores",
 			"verdict", a.Verdict, "user", engine.Clip(a.Username, "", maxLoggedName))
 	}
 }

@@ -43,7 +43,7 @@ func TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt(t *testing.T) {
 	csr.UID = old.UID
 
 	// Someone who may create Events takes place 0 first, claiming Ada denied.
-	forged := r.attemptEvent([]byte("not the key"), old, 0, engine.ManualAttempt{Verdict: "Denied", Username: "ada"})
+	forged := r.attemptEvent([]byte("not the key"), CSRReference(old), old.ResourceVersion, 0, "deny", "forged", engine.ManualAttempt{Verdict: "Denied", Username: "ada"})
 	// At the place's true name, which takes the key to know: the MAC is
 	// what is checked here.
 	forged.Name = AttemptEventName([]byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion, 0)

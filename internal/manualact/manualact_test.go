@@ -214,6 +214,31 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 		}
 	})
 
+	frank := re.adminBinding(t, "frank")
+	t.Run("a DELETE refused after admission is not recorded as a revocation", func(t *testing.T) {
+		// The review of 2026-12-06: the webhook recorded a revocation as it
+		// admitted the DELETE, and another webhook (here one that is down,
+		// failing closed) refused it after: the log said Ada revoked Frank
+		// while his binding still granted cluster-admin, and its record
+		// silenced the real revocation's.
+		held := re.holdDeletions(t, frank)
+		err := re.adaAPI.RbacV1().ClusterRoleBindings().Delete(t.Context(), frank.Name, metav1.DeleteOptions{})
+		require.Error(t, err, "the DELETE was not refused")
+		require.NoError(t, re.env.Client.Get(t.Context(), client.ObjectKeyFromObject(frank), &rbacv1.ClusterRoleBinding{}), "the binding is gone")
+		// The webhook has answered: a record made at admission is there.
+		assert.Empty(t, re.records("clusterrolebinding/"+frank.Name), "a refused DELETE was recorded as a revocation")
+		assert.True(t, apierrors.IsNotFound(re.env.Client.Get(t.Context(), types.NamespacedName{Namespace: manualact.EventNamespace, Name: manualact.EventName(frank.UID)}, &corev1.Event{})))
+
+		// Let go, Ada revokes him: recorded once the binding is gone,
+		// naming her (her refused DELETE and this one, one person).
+		held()
+		re.ichor(t, 0, "cluster", "admins", "revoke", "frank", "--kubeconfig", re.ada)
+		r := re.waitRecord(t, "clusterrolebinding/"+frank.Name, "ada")
+		assert.Equal(t, engine.SeenByWatch, r.Input.SeenBy, "recorded as stored")
+		assert.Equal(t, "admission", r.Result.ActorSource)
+		assert.Equal(t, "frank", r.Result.Whom)
+	})
+
 	t.Run("hostile acts are recorded as they happened (review 3)", func(t *testing.T) {
 		hostileActsAreRecordedAsTheyHappened(t, re)
 	})
@@ -492,6 +517,46 @@ type recordEntry struct {
 }
 
 // records are the manual records of object in the decision log.
+// holdDeletions makes the API server refuse every DELETE of b after the
+// recorder's webhook admitted it: a second webhook, failing closed, that
+// nothing answers. It returns once a DELETE is refused, and its result lets
+// go and returns once one is not.
+func (re *recEnv) holdDeletions(t *testing.T, b *rbacv1.ClusterRoleBinding) func() {
+	t.Helper()
+	const label = "ichor.test/held"
+	labelled := b.DeepCopy()
+	require.NoError(t, re.env.Client.Get(t.Context(), client.ObjectKeyFromObject(b), labelled))
+	labelled.Labels[label] = "true"
+	require.NoError(t, re.env.Client.Update(t.Context(), labelled))
+	vwc := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: "ichor-test-refuser"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:                    "refuser.ichor.test",
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://127.0.0.1:1/unavailable")},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete}, Rule: admissionregistrationv1.Rule{APIGroups: []string{rbacv1.GroupName}, APIVersions: []string{"v1"}, Resources: []string{"clusterrolebindings"}}}},
+			ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{label: "true"}},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+			TimeoutSeconds:          ptr.To[int32](2),
+		}},
+	}
+	require.NoError(t, re.env.Client.Create(t.Context(), vwc))
+	refused := func(ctx context.Context) bool {
+		// A dry run: the recorder leaves it be, the refuser does not.
+		return re.env.Client.Delete(ctx, b.DeepCopy(), client.DryRunAll) != nil
+	}
+	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return refused(ctx), nil
+	}), "the API server never called the refusing webhook")
+	return func() {
+		require.NoError(t, re.env.Client.Delete(t.Context(), vwc))
+		require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			return !refused(ctx), nil
+		}), "the API server still calls the refusing webhook")
+	}
+}
+
 func (re *recEnv) records(object string) []recordEntry {
 	var out []recordEntry
 	for _, line := range strings.Split(re.log.String(), "\n") {

@@ -31,20 +31,30 @@ import (
 const maxLoggedName = 256
 
 // Revocations records the deletions of admin bindings the admin-bindings
-// watch sees (controllers/credentials.AdminBindings.Revocations): the act
-// with its revoker unknown, unless the webhook recorded it already.
+// watch sees (controllers/credentials.AdminBindings.Revocations), once the
+// binding is gone: with the attempts the webhook kept of its DELETE, which
+// name the revoker when one person asked.
 type Revocations struct {
 	Recorder *Recorder
 }
 
 // Revoked records the deletion of b, if it is one of Ichor's admin
-// bindings; another labelled binding's deletion is only logged.
+// bindings; another labelled binding's deletion is only logged. Attempts
+// that cannot be read leave the revoker unknown: the revocation itself is
+// recorded all the same.
 func (r *Revocations) Revoked(ctx context.Context, b *rbacv1.ClusterRoleBinding) {
 	if !IsAdminBinding(b) {
 		LogIgnored(ctx, b)
 		return
 	}
-	Log(ctx, "binding", b.Name)(r.Recorder.Record(ctx, BindingReference(b), BindingDeletion(b, nil)))
+	in := BindingDeletion(b, nil)
+	attempts, incomplete, err := r.Recorder.RevocationAttempts(ctx, b.UID)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "read the attempts of an admin binding's deletion: the revoker is recorded unknown", "binding", engine.Clip(b.Name, "", maxLoggedName))
+		attempts, incomplete = nil, true
+	}
+	in.Attempts, in.AttemptsIncomplete = attempts, incomplete
+	Log(ctx, "binding", b.Name)(r.Recorder.Record(ctx, BindingReference(b), in))
 }
 
 // LogIgnored logs, at debug level, the deletion of a labelled binding that

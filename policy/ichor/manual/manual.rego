@@ -25,11 +25,14 @@
 #   finds the request decided (seen_by "watch_start"), with the actor unknown (actor_source
 #   "not_watched"): the version the write replaced is not known, so neither are its attempts. A
 #   decision of Ichor's own approver is no person's act, and a person's attempt that lost to it
-#   is recorded nowhere. An admin binding's deletion is recorded by the webhook as admitted
-#   (seen_by "admission", user), or by the watch after it (seen_by "watch"); a binding's
-#   ichor.dev/revoked-by annotation, which the manager writes before it removes the bindings for
-#   the operator, is named as what it is: a claim on the object. The API server's audit log
-#   names the user whenever the record cannot.
+#   is recorded nowhere. An admin binding's deletion is recorded the same way: the watch sees
+#   the binding gone (seen_by "watch"), and the webhook keeps each DELETE it admitted as an
+#   attempt (verdict "revoke"), so that a DELETE refused after admission (another webhook, a
+#   policy, a timeout) is recorded as nothing; the person is named if exactly one person asked
+#   and no attempt may be missing. A record of a webhook before 2026-12-06 (seen_by
+#   "admission", user) names its user. A binding's ichor.dev/revoked-by annotation, which the
+#   manager writes before it removes the bindings for the operator, is named as what it is: a
+#   claim on the object. The API server's audit log names the user whenever the record cannot.
 #
 #   Input: act ("csr_decision" or "admin_binding_deletion"), seen_by ("admission", "watch", or
 #   "watch_start" for a request found decided), user (username, uid, groups, extra: the
@@ -41,7 +44,8 @@
 #   {verdict: the condition type the write added, condition_sha256: the same digest of the
 #   condition it added, username, uid: its user}: the writes the webhook admitted from the
 #   version the stored write replaced, at most 4) and attempts_incomplete (true when more
-#   attempts may have been made than are listed); for a binding, binding (name, uid,
+#   attempts may have been made than are listed); for a binding, the same attempts (verdict
+#   "revoke", no digest: the DELETEs the webhook admitted) and binding (name, uid,
 #   identity: read by the manager from the name of a labelled binding named IDENTITY:NONCE,
 #   else empty, username: the manager's annotation, a claim, revoked_by: the annotation,
 #   role_ref {kind, name}).
@@ -159,10 +163,8 @@ _actor := {"name": input.user.username, "source": "admission"} if {
 	input.act == "csr_decision"
 	input.seen_by == "watch_start"
 } else := {"name": _attempted_by, "source": "admission"} if {
-	input.act == "csr_decision"
 	_attempted_by
 } else := {"name": _config.unknown_actor, "source": "ambiguous"} if {
-	input.act == "csr_decision"
 	_ambiguity
 } else := {"name": _binding.revoked_by, "source": "annotation"} if {
 	input.act == "admin_binding_deletion"
@@ -176,9 +178,18 @@ _actor := {"name": input.user.username, "source": "admission"} if {
 # were refused (the API server lets a request hold only one); a write of the same verdict in
 # other words was not the one stored, whoever's write was (its attempt may not have been kept).
 _attempters contains a.username if {
+	input.act == "csr_decision"
 	some a in object.get(input, "attempts", [])
 	a.verdict == _decision.condition.type
 	_wrote_the_condition_stored(a)
+}
+
+# For a binding's deletion: whoever asked to delete it. Every DELETE that was refused
+# counts too: it cannot be told from the one stored.
+_attempters contains a.username if {
+	input.act == "admin_binding_deletion"
+	some a in object.get(input, "attempts", [])
+	a.verdict == "revoke"
 }
 
 _wrote_the_condition_stored(a) if {
