@@ -1215,3 +1215,63 @@ func TestAnIssuanceBeyondItsAdmissionIsNotSignedWhateverTheBundle(t *testing.T) 
 	assert.Empty(t, got.Status.Certificate)
 	assert.Nil(t, got.Status.ExpiresAt)
 }
+
+// failFirstStatus answers the first status write with an error, as an API
+// server that went away does; the later ones go through.
+type failFirstStatus struct {
+	client.Client
+	failed bool
+}
+
+func (c *failFirstStatus) Status() client.SubResourceWriter {
+	return &failFirstStatusWriter{SubResourceWriter: c.Client.Status(), c: c}
+}
+
+type failFirstStatusWriter struct {
+	client.SubResourceWriter
+	c *failFirstStatus
+}
+
+func (w *failFirstStatusWriter) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	if !w.c.failed {
+		w.c.failed = true
+		return errors.New("the API server went away")
+	}
+	return w.SubResourceWriter.Update(ctx, obj, opts...)
+}
+
+// The review of 2026-12-06: the Warning of a refusal was written before the
+// refusal was stored; when the write failed, the request was decided again
+// and issued, and carried the Warning of a refusal it never had. It is
+// written once the answer is stored.
+func TestARefusalThatWasNotStoredLeavesNoWarning(t *testing.T) {
+	f := newFixture(t)
+	calls := 0
+	f.r.Engine = &enginetest.Engine{Engine: eng, IssuanceFunc: func(ctx context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
+		calls++
+		if calls == 1 {
+			// The review flapped, then answered yes.
+			return engine.CredentialIssuance{Allowed: false, Reasons: engine.Reasons{{Code: "NotAuthorized", Message: "a review that flapped"}},
+				Purpose: in.Request.Purpose, DecisionID: "d-flapped"}, nil
+		}
+		return eng.Issuance(ctx, in)
+	}}
+	f.r.Client = &failFirstStatus{Client: f.r.Client}
+	tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+	_, err := f.r.Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tcr)})
+	require.ErrorContains(t, err, "the API server went away")
+	got := f.answer(tcr)
+	assert.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, got).Reason)
+
+	// The recorder writes its Events in order: once a marker written after
+	// is there, a Warning of the refusal would be too.
+	recorder.Eventf(got, nil, corev1.EventTypeNormal, "TestMarker", "Test", "after the answer")
+	var list eventsv1.EventList
+	require.Eventually(t, func() bool {
+		require.NoError(t, env.Client.List(t.Context(), &list, client.InNamespace(f.ns)))
+		return slices.ContainsFunc(list.Items, func(e eventsv1.Event) bool { return e.Reason == "TestMarker" })
+	}, 10*time.Second, 50*time.Millisecond)
+	for _, e := range list.Items {
+		assert.NotEqual(t, ichorv1alpha1.ReasonRefused, e.Reason, "a Warning of a refusal never stored: %s", e.Note)
+	}
+}

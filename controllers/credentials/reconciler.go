@@ -183,12 +183,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if ready := meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady); ready != nil {
 		return r.expire(ctx, &tcr, ready)
 	}
-	answer, decisionID, err := r.answer(ctx, &tcr)
+	answer, decisionID, refusal, err := r.answer(ctx, &tcr)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := r.Client.Status().Update(ctx, answer); err != nil {
 		return reconcile.Result{}, fmt.Errorf("write the answer: %w", err)
+	}
+	if refusal != "" && r.Recorder != nil {
+		// Once the answer is stored: a refusal whose write failed is
+		// decided again, and may then be issued (review of 2026-12-06:
+		// an issued request carried the Warning of a refusal never stored).
+		r.Recorder.Eventf(answer, nil, corev1.EventTypeWarning, ichorv1alpha1.ReasonRefused, "Issue", "%s", refusal)
 	}
 	ready := meta.FindStatusCondition(answer.Status.Conditions, ichorv1alpha1.ConditionReady)
 	if err := r.Engine.RecordApplied(ctx, engine.Applied{
@@ -217,20 +223,21 @@ func (r *Reconciler) expire(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 }
 
 // answer returns the request with its status answered: issued, refused or
-// failed. An error means the answer could not be found yet (the API server
-// did not answer, the engine failed) and the request is retried.
-func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (*ichorv1alpha1.TalosCredentialRequest, string, error) {
+// failed, and for a refusal the note of the Warning Event to write once the
+// answer is stored. An error means the answer could not be found yet (the
+// API server did not answer, the engine failed) and the request is retried.
+func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (answer *ichorv1alpha1.TalosCredentialRequest, decisionID, refusal string, err error) {
 	logger := log.FromContext(ctx)
 	out := tcr.DeepCopy()
 	out.Status.ObservedGeneration = tcr.Generation
 
 	g, err := r.facts(ctx, tcr)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	d, err := r.Engine.Issuance(ctx, g.in)
 	if err != nil {
-		return nil, "", fmt.Errorf("decide issuance: %w", err)
+		return nil, "", "", fmt.Errorf("decide issuance: %w", err)
 	}
 	logger = logger.WithValues("decision_id", d.DecisionID, "purpose", d.Purpose, "allowed", d.Allowed, "codes", d.Reasons.Codes())
 	if !d.Allowed {
@@ -238,14 +245,12 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 		// The reasons quote the request; clipped and escaped as a CSR's are.
 		tail := fmt.Sprintf(" (decision %s)", d.DecisionID)
 		setReady(out, r.now(), metav1.ConditionFalse, ichorv1alpha1.ReasonRefused, engine.Clip(d.Reasons.String(), tail, engine.MaxConditionMessage))
-		if r.Recorder != nil {
-			r.Recorder.Eventf(tcr, nil, corev1.EventTypeWarning, ichorv1alpha1.ReasonRefused, "Issue", "%s", engine.Clip(d.Reasons.String(), tail, engine.MaxEventNote))
-		}
-		return out, d.DecisionID, nil
+		return out, d.DecisionID, engine.Clip(d.Reasons.String(), tail, engine.MaxEventNote), nil
 	}
 
 	if err := checkAdmitted(g.in.Admission, d); err != nil {
-		return r.answered(ctx, out, d, issued{}, err)
+		answer, decisionID, err = r.answered(ctx, out, d, issued{}, err)
+		return answer, decisionID, "", err
 	}
 	_, publicKey := engine.ParsePublicKey(tcr.Spec.PublicKey)
 	// The person's own binding first: a certificate signed before its binding
@@ -259,7 +264,8 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	if err == nil && binding != nil {
 		r.recordExpiry(ctx, binding, signed.notAfter)
 	}
-	return r.answered(ctx, out, d, signed, err)
+	answer, decisionID, err = r.answered(ctx, out, d, signed, err)
+	return answer, decisionID, "", err
 }
 
 // answered writes what signing (or making the binding) came to.
