@@ -54,8 +54,14 @@ const (
 	// tolerates.
 	maxBackdate = 30 * time.Second
 
-	// maxMessage bounds a message from a node.
-	maxMessage = 64 << 10
+	// maxMessage bounds a message from a node: one resource of an identity
+	// (its metadata, and its spec in YAML and protobuf) is under a
+	// kilobyte at the bounds of checkNodeIP and checkHostname. More costs
+	// the decoder: COSI copies a resource's finalizers at each one it adds,
+	// so a message of tiny finalizers costs the square of its size (64 KiB
+	// of them was seconds of CPU and gigabytes of copies; review of
+	// 2026-12-06).
+	maxMessage = 4 << 10
 	// maxHeaderList bounds a response's headers from a node: Talos sends
 	// a few hundred bytes.
 	maxHeaderList = 16 << 10

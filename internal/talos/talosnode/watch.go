@@ -430,7 +430,10 @@ func (n *nodeWatch) apply(ev state.Event) error {
 				return err
 			}
 
-			n.nodeIP = r.TypedSpec()
+			// A copy: the spec's pointer keeps the whole resource, its
+			// metadata (labels, finalizers) included, for the watch's life.
+			spec := *r.TypedSpec()
+			n.nodeIP = &spec
 		}
 	case *k8s.Nodename:
 		n.nodename = nil
@@ -439,7 +442,10 @@ func (n *nodeWatch) apply(ev state.Event) error {
 				return err
 			}
 
-			n.nodename = r.TypedSpec()
+			// A copy: the spec's pointer keeps the whole resource, its
+			// metadata (labels, finalizers) included, for the watch's life.
+			spec := *r.TypedSpec()
+			n.nodename = &spec
 		}
 	case *network.HostnameStatus:
 		n.hostname = nil
@@ -448,7 +454,10 @@ func (n *nodeWatch) apply(ev state.Event) error {
 				return err
 			}
 
-			n.hostname = r.TypedSpec()
+			// A copy: the spec's pointer keeps the whole resource, its
+			// metadata (labels, finalizers) included, for the watch's life.
+			spec := *r.TypedSpec()
+			n.hostname = &spec
 		}
 	default:
 		return nil

@@ -219,8 +219,8 @@ func TestAnIdentityBeyondItsBoundsIsUnreadable(t *testing.T) {
 		id   talosapi.Identity
 		want string
 	}{
-		"empty addresses": {talosapi.Identity{Nodename: "worker-1", Hostname: "worker-1", Addresses: make([]netip.Addr, 5000)},
-			"lists 5000 addresses, more than the 16"},
+		"empty addresses": {talosapi.Identity{Nodename: "worker-1", Hostname: "worker-1", Addresses: make([]netip.Addr, 200)},
+			"lists 200 addresses, more than the 16"},
 		"addresses": {talosapi.Identity{Nodename: "worker-1", Hostname: "worker-1", Addresses: addresses(talosnode.MaxAddresses + 1)},
 			"lists 17 addresses, more than the 16"},
 		"node name": {talosapi.Identity{Nodename: name + "n", Hostname: "worker-1", Addresses: addresses(1)},
@@ -252,6 +252,23 @@ func TestAnIdentityBeyondItsBoundsIsUnreadable(t *testing.T) {
 			assert.Len(t, id.Addresses, talosnode.MaxAddresses)
 		})
 	}
+}
+
+// A message is read to 4 KiB: an identity at its bounds is under a kilobyte,
+// and COSI decodes a resource's finalizers at a cost of the square of their
+// number (review of 2026-12-06). 150 addresses, about 6 KiB, are refused by
+// gRPC before anything of them is decoded.
+func TestAMessageIsReadToFourKiB(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1.lan", "10.5.0.2")
+	many := make([]netip.Addr, 150)
+	for i := range many {
+		many[i] = netip.AddrFrom16([16]byte{0xfd, 0, 14: byte(i >> 8), 15: byte(i)})
+	}
+	require.NoError(t, n.srv.SetIdentity(t.Context(), talosapi.Identity{Nodename: "worker-1", Hostname: "worker-1.lan", Addresses: many}))
+	w := newWatches(t, newReader(t, n.ca, talosnode.Options{}), talosnode.WatchOptions{})
+	_, _, err := w.Read(t.Context(), n.srv.Endpoint())
+	require.ErrorContains(t, err, "ResourceExhausted")
+	require.ErrorContains(t, err, "vs. 4096")
 }
 
 // A node that sends more events than an identity needs loses its watch.
