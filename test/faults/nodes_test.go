@@ -105,7 +105,7 @@ func TestANodeBackFromAnOutageIsApprovedWithinFiveSeconds(t *testing.T) {
 	assert.LessOrEqual(t, unreadable, 2, "an unreadable node is read again, not decided and logged again, while nothing changes")
 }
 
-// A node asks for 999 long names it does not have (and its address): 200 KB,
+// A node asks for 999 names it does not have (and its address): 55 KB,
 // which the API server accepts. It is denied once, with a condition and an
 // Event the API takes and a bounded log entry, and never judged again.
 // (Before: ten thousand such names, a 2.8 MB condition, was refused by etcd
@@ -126,7 +126,7 @@ func TestAnOversizedRequestIsDecidedOnceAndCostsABoundedEntry(t *testing.T) {
 		}
 		return names
 	}
-	name := f.submit("big", "", &csrgen.Request{Subject: csrgen.NodeSubject("big"), DNSNames: longNames(999, 130), IPs: []net.IP{net.ParseIP("10.42.0.2")}})
+	name := f.submit("big", "", &csrgen.Request{Subject: csrgen.NodeSubject("big"), DNSNames: longNames(999, 20), IPs: []net.IP{net.ParseIP("10.42.0.2")}})
 	decided := waitDecided(f.ctx, t, []string{name}, 60*time.Second)
 	// The next once the first is decided: two undecided requests of one
 	// requester are each looked at by the flood rule first, an entry more.

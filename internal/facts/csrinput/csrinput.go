@@ -88,8 +88,11 @@ const (
 // (ParseError says which bound), which the rule treats as any malformed
 // request.
 const (
-	// MaxRequestBytes bounds spec.request, PEM and all.
-	MaxRequestBytes = 256 << 10
+	// MaxRequestBytes bounds spec.request, PEM and all: crypto/x509 parses
+	// every name of a request before any bound here is asked (an empty
+	// URI name is two bytes of DER and a url.URL), so this bound is also
+	// what x509 allocates.
+	MaxRequestBytes = 64 << 10
 	// MaxSubjectAltNames bounds the names of the subjectAltName extension.
 	MaxSubjectAltNames = 1000
 	// MaxSubjectAttributes bounds the subject's attributes.

@@ -129,6 +129,13 @@ func (r *Reader) Read(ctx context.Context, address string) Certificate {
 		return out
 	}
 	leaf := chain[0]
+	if n := len(leaf.Subject.Names); n > csrinput.MaxSubjectAttributes {
+		// As a request's: each would be the rule's input (a kubelet's
+		// certificate message may be hundreds of kilobytes of them;
+		// review of 2026-12-06).
+		out.Error = fmt.Sprintf("the certificate's subject has %d attributes, more than the %d it is read with", n, csrinput.MaxSubjectAttributes)
+		return out
+	}
 	out.Read = true
 	out.Subject = csrinput.Subject(leaf.Subject)
 	for _, ext := range leaf.Extensions {

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/hex"
+	"fmt"
 	"math/big"
 	"net"
 	"net/netip"
@@ -294,4 +295,28 @@ func TestHugeIssuerIsClipped(t *testing.T) {
 func TestClipCutsAtARune(t *testing.T) {
 	assert.Equal(t, "short", servingcert.Clip("short", 10))
 	assert.Equal(t, "ab...(5 bytes more)", servingcert.Clip("abé€", 3)) // é is 2 bytes: not cut in half
+}
+
+// A kubelet's certificate of more subject attributes than a request is read
+// with is not read: each would be the rule's input, and a certificate
+// message may be hundreds of kilobytes of them (review of 2026-12-06).
+func TestASubjectOfManyAttributesIsNotRead(t *testing.T) {
+	c := newCA(t, "kubernetes")
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(0x1234),
+		Subject:      pkix.Name{CommonName: "system:node:worker-1", Organization: []string{"system:nodes"}},
+		NotBefore:    time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), NotAfter: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for i := range csrinput.MaxSubjectAttributes {
+		tmpl.Subject.ExtraNames = append(tmpl.Subject.ExtraNames, pkix.AttributeTypeAndValue{Type: asn1.ObjectIdentifier{2, 5, 4, 11}, Value: fmt.Sprintf("ou%d", i)})
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
+	require.NoError(t, err)
+	got := (&servingcert.Reader{Roots: c.pool()}).Read(t.Context(), serve(t, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}))
+	assert.False(t, got.Read)
+	assert.Equal(t, "the certificate's subject has 66 attributes, more than the 64 it is read with", got.Error)
+	assert.Empty(t, got.Subject)
 }
