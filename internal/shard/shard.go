@@ -863,21 +863,38 @@ func (s *Set) forget(obj any) {
 }
 
 // noteGone notes that the Lease name is gone, if it was not already.
+// Whoever may create and delete Leases in the namespace can make deletions
+// under ever new names, each noted here: past maxSeen names, the ones gone
+// for a lease duration are pruned here too, not only when a holder is taken
+// from (membershipQuiet), which a steady sharding never does (review of
+// 2026-12-06). A holder's own entry so pruned is noted afresh when it is
+// next asked about, which delays taking its shards by a lease duration.
 func (s *Set) noteGone(name string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if o, ok := s.seen[name]; !ok || o.resourceVersion != "" {
 		s.seen[name] = observation{at: now}
 	}
+	if len(s.seen) > maxSeen {
+		for n, o := range s.seen {
+			if o.resourceVersion == "" && now.Sub(o.at) >= s.o.LeaseDuration {
+				delete(s.seen, n)
+			}
+		}
+	}
 }
+
+// maxSeen is how many Leases' observations are kept before those of Leases
+// gone for a lease duration are pruned: far more than a sharding's Leases.
+const maxSeen = 1024
 
 // membershipQuiet says whether holder's membership Lease shows no change
 // within the lease duration: present, renamed or gone, it stayed so. A
 // holder whose Lease is not live is taken from only then (review of issue
 // 24, sharding: a deleted or renamed membership Lease made its replica's
 // shards taken at once while it still served them). Gone entries older
-// than the lease duration are pruned here, so deleted Leases of any name
-// leave nothing behind.
+// than the lease duration are pruned here (and by noteGone past maxSeen),
+// so deleted Leases of any name leave nothing behind for long.
 func (s *Set) membershipQuiet(holder string, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

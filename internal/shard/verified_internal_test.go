@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -168,4 +169,25 @@ func TestAProcessActsOnItsReplicasLeasesOnlyWhenNoOtherCanServe(t *testing.T) {
 	l, err := client.CoordinationV1().Leases("ichor-system").Get(t.Context(), lease.Name, metav1.GetOptions{})
 	require.NoError(t, err)
 	require.Equal(t, "a", ptr.Deref(l.Spec.HolderIdentity, ""), "a process past its renew deadline released the shard")
+}
+
+// The review of 2026-12-06: deleted Leases were noted gone, and pruned only
+// when a holder was taken from, which a steady sharding never does: whoever
+// may create and delete Leases there grew every replica's memory at the
+// API server's write rate. Past maxSeen, the ones gone for a lease duration
+// are pruned as more go.
+func TestLeasesDeletedUnderEverNewNamesAreNotKeptForEver(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC))
+	s, err := New(Options{Client: fake.NewClientset(), Namespace: "ichor-system", Identity: "a", Shards: 4,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, Clock: clock})
+	require.NoError(t, err)
+	for i := range 10 * maxSeen {
+		s.forget(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("forged-%d", i), Namespace: "ichor-system"}})
+		if i%100 == 0 {
+			clock.Step(time.Second)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	require.LessOrEqual(t, len(s.seen), maxSeen+400, "every deleted Lease is still noted")
 }
