@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -41,8 +43,9 @@ const (
 // pass admission and one is stored. So a verdict is not recorded here: the
 // webhook keeps the write as an attempt (manualact.Recorder.Attempt), and
 // the manager's watch records the verdict stored, naming the person from
-// the attempts (review 3, F2). A binding's deletion is recorded here, with
-// its user.
+// the attempts (review 3, F2). A binding's DELETE is kept as an attempt the
+// same way, and recorded once the binding is gone, by the watch and by this
+// webhook's replica (review of 2026-12-06).
 //
 // It allows, whatever happens, with one exception: it is registered with
 // failurePolicy Ignore and a short timeout, and answers allowed, so that
@@ -137,27 +140,61 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 		manualact.LogIgnored(ctx, &b)
 		return allowed()
 	}
-	if len(b.Finalizers) > 0 || heldByPropagation(req) {
-		// The API server only marks it deleted, and it still grants
-		// cluster-admin: recorded now as revoked, the record would be false,
-		// and its mark would keep the watch from recording the removal
-		// when the finalizers go (review of 2026-12-05). The watch records
-		// that, with the revoker unknown (the audit log names the DELETE's
-		// user).
-		log.FromContext(ctx).Info("an admin binding's deletion is held by finalizers (its own, or the one its propagation adds): not recorded as revoked until it is gone",
-			"binding", b.Name, "finalizers", b.Finalizers, "user", termsafe.EscapeLine(req.UserInfo.Username))
-		return allowed()
-	}
 	if !a.stored(ctx, &rbacv1.ClusterRoleBinding{}, &b) {
 		return allowed()
 	}
 	// Kept as an attempt, not recorded: admitted is not stored (another
-	// webhook, a policy or a timeout may still refuse the DELETE). The
-	// watch records the revocation once the binding is gone.
+	// webhook, a policy or a timeout may still refuse the DELETE), nor gone
+	// (finalizers, its own or those its propagation adds, hold it while it
+	// still grants cluster-admin: review of 2026-12-05). The watch records
+	// the revocation once the binding is gone.
 	attempt, err := a.Recorder.AttemptRevocation(ctx, &b, &req.UserInfo)
 	manualact.LogAttempt(ctx, "binding", b.Name, attempt, err)
+	if attempt != nil {
+		// The watch that records it runs on the leader only, and a
+		// deletion made while the leader changes is not in the next
+		// one's list: this replica records it too once the binding is
+		// gone (the record's mark keeps it to one record, or two in a
+		// race, never none).
+		go a.recordOnceGone(log.IntoContext(context.Background(), log.FromContext(ctx)), b.DeepCopy())
+	}
 	return allowed()
 }
+
+// revocationWait bounds how long the webhook waits for an admitted DELETE to
+// be stored: a deletion held longer (finalizers) or refused is the watch's.
+const revocationWait = 30 * time.Second
+
+// recordOnceGone records the revocation of b once the API server no longer
+// stores it, if within revocationWait.
+func (a *ActRecorder) recordOnceGone(ctx context.Context, b *rbacv1.ClusterRoleBinding) {
+	ctx, cancel := context.WithTimeout(ctx, revocationWait+revocationGrace+10*time.Second)
+	defer cancel()
+	gone, stop := context.WithTimeout(ctx, revocationWait)
+	defer stop()
+	err := wait.PollUntilContextCancel(gone, 200*time.Millisecond, false, func(ctx context.Context) (bool, error) {
+		var live rbacv1.ClusterRoleBinding
+		err := a.Reader.Get(ctx, client.ObjectKeyFromObject(b), &live)
+		// Gone, or gone and made again under its name.
+		return apierrors.IsNotFound(err) || (err == nil && live.UID != b.UID), nil
+	})
+	if err != nil {
+		return
+	}
+	// The leader's watch records it at once, usually: this record is for
+	// when none did, so it waits a little first, and finds the watch's
+	// mark then.
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(revocationGrace):
+	}
+	(&manualact.Revocations{Recorder: a.Recorder}).Revoked(ctx, b)
+}
+
+// revocationGrace is how long the webhook leaves the leader's watch to
+// record a revocation before it does.
+const revocationGrace = 5 * time.Second
 
 // stored reports whether old, the object a review names as it was before
 // the write, is the version the API server stores now (its UID and
@@ -182,27 +219,6 @@ func (a *ActRecorder) stored(ctx context.Context, live client.Object, old client
 func logged(s string) string { return engine.Clip(termsafe.EscapeLine(s), "", 256) }
 
 func (a *ActRecorder) decides(signer string) bool { return slices.Contains(a.Signers, signer) }
-
-// heldByPropagation reports whether a DELETE asks for foreground or orphan
-// propagation: the API server then adds a finalizer after this webhook saw
-// the object without one, and the binding stays until the garbage collector
-// takes it off (review of 2026-12-05). Options that do not decode are taken
-// as holding it: a record made too early is the error to avoid.
-func heldByPropagation(req admission.Request) bool {
-	if len(req.Options.Raw) == 0 {
-		return false
-	}
-	var opts metav1.DeleteOptions
-	if err := json.Unmarshal(req.Options.Raw, &opts); err != nil {
-		return true
-	}
-	// Deprecated, and still honoured by the API server: it adds the orphan
-	// finalizer as PropagationPolicy Orphan does.
-	if opts.OrphanDependents != nil && *opts.OrphanDependents { //nolint:staticcheck // SA1019: see above
-		return true
-	}
-	return opts.PropagationPolicy != nil && (*opts.PropagationPolicy == metav1.DeletePropagationForeground || *opts.PropagationPolicy == metav1.DeletePropagationOrphan)
-}
 
 // addedVerdictReadingAsIchors is the Approved or Denied condition the write
 // adds whose message reads as an approver's, or nil.

@@ -133,7 +133,10 @@ func (r *Recorder) AttemptRevocation(ctx context.Context, b *rbacv1.ClusterRoleB
 }
 
 // keepAttempt writes the attempt's Event at the first free place of the
-// object's version oldRV.
+// object's version oldRV. A place that holds this very attempt already (the
+// same person's same write, sent again or several times at once) is kept as
+// it is: one person's repeated writes take one place, and cannot fill the
+// places so that the record names nobody (review of 2026-12-06).
 func (r *Recorder) keepAttempt(ctx context.Context, key []byte, regarding corev1.ObjectReference, oldRV, action, message string, a engine.ManualAttempt) (*engine.ManualAttempt, error) {
 	for slot := range MaxAttempts {
 		ev := r.attemptEvent(key, regarding, oldRV, slot, action, message, a)
@@ -143,6 +146,11 @@ func (r *Recorder) keepAttempt(ctx context.Context, key []byte, regarding corev1
 		}
 		if !apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("keep the attempt: %w", err)
+		}
+		var taken corev1.Event
+		if r.Reader.Get(ctx, client.ObjectKeyFromObject(ev), &taken) == nil &&
+			hmac.Equal([]byte(taken.Annotations[AnnotationMAC]), []byte(ev.Annotations[AnnotationMAC])) {
+			return &a, nil
 		}
 	}
 	return nil, fmt.Errorf("the %d places of attempts on %s at version %s are taken: this attempt is not kept", MaxAttempts, regarding.Name, oldRV)

@@ -66,11 +66,22 @@ func TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, got)
 
-	// Every place taken: more attempts may have been made than are read.
-	for range MaxAttempts - 2 {
-		_, err := r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "cy"})
+	// One person's same write, sent again and again (several at once from
+	// one version, which the API server stores once): one place, so that
+	// they cannot fill the places and be named by nobody (review of
+	// 2026-12-06).
+	for range MaxAttempts {
+		_, err := r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "cy", UID: "u-cy"})
 		require.NoError(t, err)
 	}
+	got, incomplete, err = r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
+	require.NoError(t, err)
+	assert.Len(t, got, 1, "cy's repeated write took more than one place")
+	assert.False(t, incomplete)
+
+	// Every place taken: more attempts may have been made than are read.
+	_, err = r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "cy-2"})
+	require.NoError(t, err)
 	_, err = r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "dee"})
 	require.ErrorContains(t, err, "this attempt is not kept")
 	got, incomplete, err = r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)

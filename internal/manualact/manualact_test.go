@@ -214,31 +214,9 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 		}
 	})
 
-	frank := re.adminBinding(t, "frank")
-	t.Run("a DELETE refused after admission is not recorded as a revocation", func(t *testing.T) {
-		// The review of 2026-12-06: the webhook recorded a revocation as it
-		// admitted the DELETE, and another webhook (here one that is down,
-		// failing closed) refused it after: the log said Ada revoked Frank
-		// while his binding still granted cluster-admin, and its record
-		// silenced the real revocation's.
-		held := re.holdDeletions(t, frank)
-		err := re.adaAPI.RbacV1().ClusterRoleBindings().Delete(t.Context(), frank.Name, metav1.DeleteOptions{})
-		require.Error(t, err, "the DELETE was not refused")
-		require.NoError(t, re.env.Client.Get(t.Context(), client.ObjectKeyFromObject(frank), &rbacv1.ClusterRoleBinding{}), "the binding is gone")
-		// The webhook has answered: a record made at admission is there.
-		assert.Empty(t, re.records("clusterrolebinding/"+frank.Name), "a refused DELETE was recorded as a revocation")
-		assert.True(t, apierrors.IsNotFound(re.env.Client.Get(t.Context(), types.NamespacedName{Namespace: manualact.EventNamespace, Name: manualact.EventName(frank.UID)}, &corev1.Event{})))
-
-		// Let go, Ada revokes him: recorded once the binding is gone,
-		// naming her (her refused DELETE and this one, one person).
-		held()
-		re.ichor(t, 0, "cluster", "admins", "revoke", "frank", "--kubeconfig", re.ada)
-		r := re.waitRecord(t, "clusterrolebinding/"+frank.Name, "ada")
-		assert.Equal(t, engine.SeenByWatch, r.Input.SeenBy, "recorded as stored")
-		assert.Equal(t, "admission", r.Result.ActorSource)
-		assert.Equal(t, "frank", r.Result.Whom)
+	t.Run("a revocation is recorded as the API server stored it (review of 2026-12-06)", func(t *testing.T) {
+		revocationsAreRecordedAsStored(t, re)
 	})
-
 	t.Run("hostile acts are recorded as they happened (review 3)", func(t *testing.T) {
 		hostileActsAreRecordedAsTheyHappened(t, re)
 	})
@@ -280,6 +258,52 @@ func TestAPersonsActsAreRecordedWithWhoActed(t *testing.T) {
 		}
 		assert.Empty(t, re.records("csr/"+own.Name), "the manager's own approval is no person's act")
 		assert.Empty(t, re.records("csr/"+ownLater.Name), "the manager's own approval is no person's act")
+	})
+}
+
+// revocationsAreRecordedAsStored: a DELETE refused after admission is no
+// revocation, and one made while no leader watches is recorded by the
+// replica whose webhook admitted it.
+func revocationsAreRecordedAsStored(t *testing.T, re *recEnv) {
+	frank := re.adminBinding(t, "frank")
+	t.Run("a DELETE refused after admission is not recorded as a revocation", func(t *testing.T) {
+		// The review of 2026-12-06: the webhook recorded a revocation as it
+		// admitted the DELETE, and another webhook (here one that is down,
+		// failing closed) refused it after: the log said Ada revoked Frank
+		// while his binding still granted cluster-admin, and its record
+		// silenced the real revocation's.
+		held := re.holdDeletions(t, frank)
+		err := re.adaAPI.RbacV1().ClusterRoleBindings().Delete(t.Context(), frank.Name, metav1.DeleteOptions{})
+		require.Error(t, err, "the DELETE was not refused")
+		require.NoError(t, re.env.Client.Get(t.Context(), client.ObjectKeyFromObject(frank), &rbacv1.ClusterRoleBinding{}), "the binding is gone")
+		// The webhook has answered: a record made at admission is there.
+		assert.Empty(t, re.records("clusterrolebinding/"+frank.Name), "a refused DELETE was recorded as a revocation")
+		assert.True(t, apierrors.IsNotFound(re.env.Client.Get(t.Context(), types.NamespacedName{Namespace: manualact.EventNamespace, Name: manualact.EventName(frank.UID)}, &corev1.Event{})))
+
+		// Let go, Ada revokes him: recorded once the binding is gone,
+		// naming her (her refused DELETE and this one, one person).
+		held()
+		re.ichor(t, 0, "cluster", "admins", "revoke", "frank", "--kubeconfig", re.ada)
+		r := re.waitRecord(t, "clusterrolebinding/"+frank.Name, "ada")
+		assert.Equal(t, engine.SeenByWatch, r.Input.SeenBy, "recorded as stored")
+		assert.Equal(t, "admission", r.Result.ActorSource)
+		assert.Equal(t, "frank", r.Result.Whom)
+	})
+
+	gil := re.adminBinding(t, "gil")
+	t.Run("a revocation while no leader watches is recorded by the webhook's replica", func(t *testing.T) {
+		// The watch that records revocations runs on the leader only, and
+		// a binding deleted while the leader changes is not in the next
+		// one's list (review of 2026-12-06, when the webhook stopped
+		// recording at admission).
+		re.stopManager()
+		re.startManagerWith(t, false)
+		// Deferred, not a cleanup: the test's context still lives.
+		defer func() { re.stopManager(); re.startManager(t) }()
+		re.ichor(t, 0, "cluster", "admins", "revoke", "gil", "--kubeconfig", re.ada)
+		r := re.waitRecord(t, "clusterrolebinding/"+gil.Name, "ada")
+		assert.Equal(t, "gil", r.Result.Whom)
+		assert.Equal(t, "admission", r.Result.ActorSource)
 	})
 }
 
@@ -342,7 +366,11 @@ func startRecEnv(t *testing.T) *recEnv {
 
 // startManager starts the manager: its webhook and its watches, as the
 // manager's user. It runs until stopManager, or the end of the test.
-func (re *recEnv) startManager(t *testing.T) {
+func (re *recEnv) startManager(t *testing.T) { re.startManagerWith(t, true) }
+
+// startManagerWith is startManager, with the admin bindings' watch or
+// without it (a replica that is not the leader: only its webhook runs).
+func (re *recEnv) startManagerWith(t *testing.T, bindingsWatch bool) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(re.ctx)
 	cfg, err := re.env.UserConfig(managerUser)
@@ -366,7 +394,9 @@ func (re *recEnv) startManager(t *testing.T) {
 	}
 	require.NoError(t, (&webhook.ActRecorder{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
 	require.NoError(t, (&manualact.CSRDecisions{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
-	require.NoError(t, (&credentials.AdminBindings{Engine: eng, AdminKubeconfigs: true, Revocations: &manualact.Revocations{Recorder: recorder}}).SetupWithManager(mgr))
+	if bindingsWatch {
+		require.NoError(t, (&credentials.AdminBindings{Engine: eng, AdminKubeconfigs: true, Revocations: &manualact.Revocations{Recorder: recorder}}).SetupWithManager(mgr))
+	}
 	done := harness.RunManager(ctx, mgr, "manager")
 	re.stop = func() { cancel(); <-done }
 	started := mgr.GetWebhookServer().StartedChecker()

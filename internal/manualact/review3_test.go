@@ -109,11 +109,14 @@ func hostileActsAreRecordedAsTheyHappened(t *testing.T, re *recEnv) {
 		// watch from recording the removal when it came.
 		assert.Empty(t, re.records("clusterrolebinding/"+b.Name), "a held binding recorded as revoked")
 
-		// Once the finalizer goes, revoke again finds nothing left, and the
-		// watch records the removal.
+		// Once the finalizer goes, the watch records the removal, naming
+		// Ada, whose DELETE the webhook kept as an attempt (since
+		// 2026-12-06: before, a held deletion was recorded with its revoker
+		// unknown).
 		_, err = mallory.RbacV1().ClusterRoleBindings().Patch(ctx, b.Name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
 		require.NoError(t, err)
-		re.waitRecord(t, "clusterrolebinding/"+b.Name, engine.ActorUnknown)
+		r := re.waitRecord(t, "clusterrolebinding/"+b.Name, "ada")
+		assert.Equal(t, "admission", r.Result.ActorSource)
 	})
 
 	t.Run("a revocation that foreground propagation holds is not reported done", func(t *testing.T) {
@@ -122,7 +125,7 @@ func hostileActsAreRecordedAsTheyHappened(t *testing.T, re *recEnv) {
 		// garbage collector takes it off (none runs here).
 		b := re.adminBinding(t, "alice3")
 		foreground := metav1.DeletePropagationForeground
-		require.NoError(t, re.env.Clientset.RbacV1().ClusterRoleBindings().Delete(ctx, b.Name, metav1.DeleteOptions{PropagationPolicy: &foreground}))
+		require.NoError(t, re.adaAPI.RbacV1().ClusterRoleBindings().Delete(ctx, b.Name, metav1.DeleteOptions{PropagationPolicy: &foreground}))
 		got, err := re.env.Clientset.RbacV1().ClusterRoleBindings().Get(ctx, b.Name, metav1.GetOptions{})
 		require.NoError(t, err, "the binding is still there")
 		require.Contains(t, got.Finalizers, metav1.FinalizerDeleteDependents)
@@ -132,6 +135,6 @@ func hostileActsAreRecordedAsTheyHappened(t *testing.T, re *recEnv) {
 		// records it.
 		_, err = re.env.Clientset.RbacV1().ClusterRoleBindings().Patch(ctx, b.Name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
 		require.NoError(t, err)
-		re.waitRecord(t, "clusterrolebinding/"+b.Name, engine.ActorUnknown)
+		re.waitRecord(t, "clusterrolebinding/"+b.Name, "ada")
 	})
 }

@@ -162,6 +162,8 @@ _actor := {"name": input.user.username, "source": "admission"} if {
 	# write replaced, to which any attempt belongs, is not known.
 	input.act == "csr_decision"
 	input.seen_by == "watch_start"
+} else := {"name": _config.unknown_actor, "source": "ambiguous"} if {
+	_claimed_by_another
 } else := {"name": _attempted_by, "source": "admission"} if {
 	_attempted_by
 } else := {"name": _config.unknown_actor, "source": "ambiguous"} if {
@@ -207,8 +209,26 @@ _attempted_by := name if {
 	name != ""
 }
 
+# A binding whose ichor.dev/revoked-by annotation names someone other than those who asked to
+# delete it: an attempt may be a DELETE refused before this one (it cannot be told from the one
+# stored), the annotation a claim whoever could update the binding wrote, and the manager's own
+# revocation calls no webhook. Neither is taken over the other (review of 2026-12-06: a DELETE
+# refused earlier named its sender as the revoker of the operator's revocation).
+_claimed_by_another if {
+	input.act == "admin_binding_deletion"
+	is_string(_binding.revoked_by)
+	_binding.revoked_by != ""
+	count(_attempters) > 0
+	not _binding.revoked_by in _attempters
+}
+
 # Why the attempts do not say who decided, when they cannot.
-_ambiguity := sprintf("%d people asked for this verdict at once (%s)", [
+_ambiguity := sprintf("the binding's ichor.dev/revoked-by annotation names %s, and %s asked to delete it", [
+	_quoted(_binding.revoked_by),
+	concat(", ", sort([_quoted(u) | some u in _attempters])),
+]) if {
+	_claimed_by_another
+} else := sprintf("%d people asked for this verdict at once (%s)", [
 	count(_attempters),
 	concat(", ", sort([_quoted(u) | some u in _attempters])),
 ]) if {

@@ -45,3 +45,27 @@ test_an_attempt_of_a_verdict_is_no_revocation if {
 	r.actor == "unknown"
 	r.actor_source == "unknown"
 }
+
+test_an_annotation_naming_another_than_who_asked_names_nobody if {
+	# The operator's revocation (the manager's, which calls no webhook) after a DELETE of
+	# Ada's that another webhook refused: neither is taken for the revoker.
+	b := object.union(_binding, {"revoked_by": "the operator"})
+	r := manual.record with input as object.union(_watched([_revoke("ada")], false), {"binding": b})
+	r.actor == "unknown"
+	r.actor_source == "ambiguous"
+	contains(r.reasons[0].message, concat("", [
+		`the binding's ichor.dev/revoked-by annotation names "the operator", `,
+		`and "ada" asked to delete it`,
+	]))
+
+	# The annotation and the one who asked agree: named.
+	rita := object.union(_binding, {"revoked_by": "ichor:rita"})
+	named := manual.record with input as object.union(_watched([_revoke("ichor:rita")], false), {"binding": rita})
+	named.actor == "ichor:rita"
+	named.actor_source == "admission"
+
+	# The annotation alone (no webhook called): named as a claim.
+	claim := manual.record with input as object.union(_watched([], false), {"binding": b})
+	claim.actor == "the operator"
+	claim.actor_source == "annotation"
+}
