@@ -56,6 +56,9 @@ func onLoopback(hostPort string) bool {
 	host := hostPort
 	if h, _, err := net.SplitHostPort(hostPort); err == nil {
 		host = h
+	} else {
+		// A bracketed IPv6 address without a port: [::1].
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 	}
 	if strings.EqualFold(host, "localhost") {
 		return true

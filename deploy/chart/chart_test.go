@@ -880,8 +880,10 @@ func TestDecisionLogTokenSecretValue(t *testing.T) {
 	assert.Equal(t, "decision-log", vol.Secret.SecretName)
 	assert.Equal(t, []corev1.KeyToPath{{Key: "bearer", Path: "token"}}, vol.Secret.Items)
 	// A sidecar on the pod's loopback may take it over plain http.
-	render(t, "manager.decisionLog.url=http://127.0.0.1:8181", "manager.extraArgs={--decision-log-allow-insecure-http}",
-		"manager.decisionLog.tokenSecret.name=decision-log")
+	for _, url := range []string{"http://127.0.0.1:8181", "http://[::1]:8181/v1", "http://localhost"} {
+		render(t, "manager.decisionLog.url="+url, "manager.extraArgs={--decision-log-allow-insecure-http}",
+			"manager.decisionLog.tokenSecret.name=decision-log")
+	}
 
 	const token, insecure = "manager.decisionLog.tokenSecret.name=decision-log", "manager.extraArgs={--decision-log-allow-insecure-http}"
 	for _, c := range []struct{ values, want string }{
@@ -889,6 +891,10 @@ func TestDecisionLogTokenSecretValue(t *testing.T) {
 		{"manager.decisionLog.url=https://ichor:s3cret@decisions.example.com," + token, "holds a password"},
 		{"manager.decisionLog.url=http://decisions.example.com," + insecure + "," + token, "the token would go in clear"},
 		{"manager.decisionLog.url=http://127.0.0.1.example.com," + insecure + "," + token, "the token would go in clear"},
+		// Spellings the manager does not take for its loopback: it would
+		// refuse to start.
+		{"manager.decisionLog.url=http://127.1," + insecure + "," + token, "the token would go in clear"},
+		{"manager.decisionLog.url=http://127.0.0.1./v1," + insecure + "," + token, "the token would go in clear"},
 	} {
 		out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--set", c.values)
 		require.Error(t, err, c.values)
