@@ -34,7 +34,6 @@ func TestAVerdictIsWrittenOnce(t *testing.T) {
 	require.NoError(t, err)
 	ctx := t.Context()
 	csrs := cs.CertificatesV1().CertificateSigningRequests()
-
 	submit := func(name, signer string) *certificatesv1.CertificateSigningRequest {
 		t.Helper()
 		req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("worker-1"), DNSNames: []string{"worker-1"}})
@@ -57,7 +56,10 @@ func TestAVerdictIsWrittenOnce(t *testing.T) {
 		return err
 	}
 	refused := func(err error) bool {
-		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+release+"-verdicts'")
+		// A rewrite to an approver's reason is also refused as a new one
+		// (<release>-approver-messages): either says no.
+		return err != nil && (strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+release+"-verdicts'") ||
+			strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+release+"-approver-messages'"))
 	}
 
 	// The policy is in force once a rewrite it forbids is refused by it
@@ -80,11 +82,11 @@ func TestAVerdictIsWrittenOnce(t *testing.T) {
 	assert.Equal(t, "by ada, by hand with ichor: moved", got.Status.Conditions[0].Message)
 
 	client := submit("csr-client", certificatesv1.KubeAPIServerClientKubeletSignerName)
-	require.NoError(t, verdict(client, certificatesv1.CertificateDenied, "IchorKubeletClient", "denied by Ichor's policy"), "a first denial")
+	require.NoError(t, verdict(client, certificatesv1.CertificateDenied, "ByHand", "denied by ada"), "a first denial")
 	assert.True(t, refused(verdict(client, certificatesv1.CertificateDenied, "IchorManualDenial", "by ada, by hand with ichor: no")), "a denial rewritten")
 
 	// The same verdict written again is no change.
-	require.NoError(t, verdict(client, certificatesv1.CertificateDenied, "IchorKubeletClient", "denied by Ichor's policy"))
+	require.NoError(t, verdict(client, certificatesv1.CertificateDenied, "ByHand", "denied by ada"))
 
 	other := submit("csr-other", "example.com/other")
 	require.NoError(t, verdict(other, certificatesv1.CertificateApproved, "Fine", "one"))
@@ -117,16 +119,20 @@ func TestOnlyTheManagerWritesAVerdictThatReadsAsIchors(t *testing.T) {
 		_, err = cs.CertificatesV1().CertificateSigningRequests().Create(ctx, obj, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	verdict := func(as kubernetes.Interface, name string, kind certificatesv1.RequestConditionType, message string) error {
+	reasoned := func(as kubernetes.Interface, name string, kind certificatesv1.RequestConditionType, reason, message string) error {
 		t.Helper()
 		csrs := as.CertificatesV1().CertificateSigningRequests()
 		now, err := cs.CertificatesV1().CertificateSigningRequests().Get(ctx, name, metav1.GetOptions{})
 		require.NoError(t, err)
 		now.Status.Conditions = append(now.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
-			Type: kind, Status: corev1.ConditionTrue, Reason: "ByHand", Message: message, LastUpdateTime: metav1.Now(),
+			Type: kind, Status: corev1.ConditionTrue, Reason: reason, Message: message, LastUpdateTime: metav1.Now(),
 		})
 		_, err = csrs.UpdateApproval(ctx, name, now, metav1.UpdateOptions{})
 		return err
+	}
+	verdict := func(as kubernetes.Interface, name string, kind certificatesv1.RequestConditionType, message string) error {
+		t.Helper()
+		return reasoned(as, name, kind, "ByHand", message)
 	}
 	refused := func(err error) bool {
 		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+release+"-approver-messages'")
@@ -144,11 +150,15 @@ func TestOnlyTheManagerWritesAVerdictThatReadsAsIchors(t *testing.T) {
 
 	submit("csr-client", certificatesv1.KubeAPIServerClientKubeletSignerName)
 	assert.True(t, refused(verdict(cs, "csr-client", certificatesv1.CertificateDenied, "no "+ichors)), "a person's denial of a client request read as Ichor's")
+	// White space after the tail reads as Ichor's to a person (review of
+	// 2026-12-06), and so does an approver's reason.
+	assert.True(t, refused(verdict(cs, "csr-client", certificatesv1.CertificateDenied, ichors+" \n")), "a tail followed by white space")
+	assert.True(t, refused(reasoned(cs, "csr-client", certificatesv1.CertificateDenied, "IchorKubeletClient", "checked by hand")), "an approver's reason")
 	// An ending a little off is no approver's, and is a person's to write.
 	require.NoError(t, verdict(cs, "csr-client", certificatesv1.CertificateDenied, ichors+"."))
 
 	submit("csr-serving", certificatesv1.KubeletServingSignerName)
-	require.NoError(t, verdict(manager, "csr-serving", certificatesv1.CertificateApproved, ichors), "the manager's own verdict")
+	require.NoError(t, reasoned(manager, "csr-serving", certificatesv1.CertificateApproved, "IchorKubeletServing", ichors), "the manager's own verdict")
 
 	submit("csr-other", "example.com/other")
 	require.NoError(t, verdict(cs, "csr-other", certificatesv1.CertificateApproved, ichors), "another signer's verdict is not the chart's business")
