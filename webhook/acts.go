@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -69,6 +71,12 @@ type ActRecorder struct {
 	// object the API server stores (stored), which the API server's own
 	// reviews do and a sender who cannot read the object cannot.
 	Reader client.Reader
+
+	// polling are the bindings (by UID) whose deletion this replica waits
+	// for, to record it (recordOnceGone): one wait each. waits counts the
+	// waits begun.
+	polling sync.Map
+	waits   atomic.Int64
 }
 
 // SetupWithManager registers the two paths on the manager's webhook server.
@@ -140,7 +148,10 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 		manualact.LogIgnored(ctx, &b)
 		return allowed()
 	}
-	if !a.stored(ctx, &rbacv1.ClusterRoleBinding{}, &b) {
+	// From here on the binding as the API server stores it, not as the
+	// review's sender wrote it (only its UID and version are checked).
+	live := &rbacv1.ClusterRoleBinding{}
+	if !a.stored(ctx, live, &b) {
 		return allowed()
 	}
 	// Kept as an attempt, not recorded: admitted is not stored (another
@@ -148,15 +159,23 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 	// (finalizers, its own or those its propagation adds, hold it while it
 	// still grants cluster-admin: review of 2026-12-05). The watch records
 	// the revocation once the binding is gone.
-	attempt, err := a.Recorder.AttemptRevocation(ctx, &b, &req.UserInfo)
-	manualact.LogAttempt(ctx, "binding", b.Name, attempt, err)
-	if attempt != nil {
-		// The watch that records it runs on the leader only, and a
-		// deletion made while the leader changes is not in the next
-		// one's list: this replica records it too once the binding is
-		// gone (the record's mark keeps it to one record, or two in a
-		// race, never none).
-		go a.recordOnceGone(log.IntoContext(context.Background(), log.FromContext(ctx)), b.DeepCopy())
+	attempt, err := a.Recorder.AttemptRevocation(ctx, live, &req.UserInfo)
+	manualact.LogAttempt(ctx, "binding", live.Name, attempt, err)
+	// The watch that records it runs on the leader only, and a deletion
+	// made while the leader changes is not in the next one's list: this
+	// replica records it too once the binding is gone (the record's mark
+	// keeps it to one record, or two in a race, never none). One poll a
+	// binding, however many reviews name it (a review can be sent again
+	// and again to the webhook's port).
+	if _, polling := a.polling.LoadOrStore(live.UID, true); attempt != nil && !polling {
+		a.waits.Add(1)
+		go func() {
+			defer a.polling.Delete(live.UID)
+			// Not the request's end: the wait outlives it, with its logger.
+			a.recordOnceGone(context.WithoutCancel(ctx), live)
+		}()
+	} else if !polling {
+		a.polling.Delete(live.UID)
 	}
 	return allowed()
 }

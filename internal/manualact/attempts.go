@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 	"unicode/utf8"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -99,14 +101,24 @@ func (r *Recorder) Attempt(ctx context.Context, csr, old *certificatesv1.Certifi
 	verb := map[string]string{string(certificatesv1.CertificateApproved): "approve", string(certificatesv1.CertificateDenied): "deny"}[verdict]
 	message := engine.Clip(fmt.Sprintf("%q asked to %s certificate signing request %s (at resourceVersion %s)", a.Username, verb, old.Name, old.ResourceVersion),
 		"; the decision log records the verdict the API server stores, and names who only if this attempt is the one stored", engine.MaxEventNote)
-	return r.keepAttempt(ctx, key, CSRReference(old), old.ResourceVersion, verb, message, a)
+	return r.keepAttempt(ctx, key, CSRReference(old), old.ResourceVersion, old.ResourceVersion, verb, message, a)
 }
 
 // DeletionVersion stands for the version a deletion replaces in the names
-// and MACs of its attempts: a deleted object is not written again, and the
+// of its attempts' places: a deleted object is not written again, and the
 // watch is told of its deletion under a resourceVersion of the deletion's
-// own, not the one the DELETE's review named.
+// own, not the one the DELETE's review named. The version an attempt's MAC
+// binds is DeletionVersion@UNIX-SECONDS, when it was admitted: an attempt
+// counts for a deletion seen within RevocationWindow of it only.
 const DeletionVersion = "deletion"
+
+// RevocationWindow is how long before a binding was seen gone (or its
+// deletion requested, for a deletion finalizers held) a DELETE's attempt
+// counts for it: a DELETE refused an hour before, its attempt kept, must not
+// name its sender as the revoker of a deletion the webhook did not see
+// (review of 2026-12-06). Far more than an admitted DELETE takes to be
+// stored, and than the webhook's replica waits before it records.
+const RevocationWindow = 2 * time.Minute
 
 // AttemptRevocation keeps, as an Event, a DELETE of an admin binding that
 // the webhook admits: like a verdict's write, it is admitted before it is
@@ -129,17 +141,24 @@ func (r *Recorder) AttemptRevocation(ctx context.Context, b *rbacv1.ClusterRoleB
 	a := engine.ManualAttempt{Verdict: engine.ActionRevoke, Username: boundUser(user.Username), UID: boundUser(user.UID)}
 	message := engine.Clip(fmt.Sprintf("%q asked to delete the admin binding %s", a.Username, b.Name),
 		"; the decision log records the revocation once the binding is gone, and names who only if one person asked", engine.MaxEventNote)
-	return r.keepAttempt(ctx, key, BindingReference(b), DeletionVersion, engine.ActionRevoke, message, a)
+	// Without its resourceVersion: the Event, which whoever may read Events
+	// in its namespace reads, must not tell them the version a review must
+	// name to be kept (stored).
+	regarding := BindingReference(b)
+	regarding.ResourceVersion = ""
+	version := fmt.Sprintf("%s@%d", DeletionVersion, r.now().Unix())
+	return r.keepAttempt(ctx, key, regarding, DeletionVersion, version, engine.ActionRevoke, message, a)
 }
 
 // keepAttempt writes the attempt's Event at the first free place of the
-// object's version oldRV. A place that holds this very attempt already (the
-// same person's same write, sent again or several times at once) is kept as
-// it is: one person's repeated writes take one place, and cannot fill the
-// places so that the record names nobody (review of 2026-12-06).
-func (r *Recorder) keepAttempt(ctx context.Context, key []byte, regarding corev1.ObjectReference, oldRV, action, message string, a engine.ManualAttempt) (*engine.ManualAttempt, error) {
+// object's place (a version, or DeletionVersion), binding version in its
+// MAC. A place that holds this very attempt already (the same person's same
+// write, sent again or several times at once) is kept, its version brought
+// up to this one: one person's repeated writes take one place, and cannot
+// fill the places so that the record names nobody (review of 2026-12-06).
+func (r *Recorder) keepAttempt(ctx context.Context, key []byte, regarding corev1.ObjectReference, place, version, action, message string, a engine.ManualAttempt) (*engine.ManualAttempt, error) {
 	for slot := range MaxAttempts {
-		ev := r.attemptEvent(key, regarding, oldRV, slot, action, message, a)
+		ev := r.attemptEvent(key, regarding, place, version, slot, action, message, a)
 		err := r.Client.Create(ctx, ev)
 		if err == nil {
 			return &a, nil
@@ -148,28 +167,39 @@ func (r *Recorder) keepAttempt(ctx context.Context, key []byte, regarding corev1
 			return nil, fmt.Errorf("keep the attempt: %w", err)
 		}
 		var taken corev1.Event
-		if r.Reader.Get(ctx, client.ObjectKeyFromObject(ev), &taken) == nil &&
-			hmac.Equal([]byte(taken.Annotations[AnnotationMAC]), []byte(ev.Annotations[AnnotationMAC])) {
-			return &a, nil
+		if r.Reader.Get(ctx, client.ObjectKeyFromObject(ev), &taken) != nil {
+			continue
 		}
+		an := taken.Annotations
+		if !hmac.Equal([]byte(an[AnnotationMAC]), []byte(attemptMAC(key, regarding.UID, an[AnnotationOldResourceVersion], slot, a))) {
+			// Another attempt, or no attempt of the manager's.
+			continue
+		}
+		if an[AnnotationOldResourceVersion] != version {
+			an[AnnotationOldResourceVersion], an[AnnotationMAC] = version, ev.Annotations[AnnotationMAC]
+			if err := r.Client.Update(ctx, &taken); err != nil {
+				return nil, fmt.Errorf("keep the attempt again: %w", err)
+			}
+		}
+		return &a, nil
 	}
-	return nil, fmt.Errorf("the %d places of attempts on %s at version %s are taken: this attempt is not kept", MaxAttempts, regarding.Name, oldRV)
+	return nil, fmt.Errorf("the %d places of attempts on %s at version %s are taken: this attempt is not kept", MaxAttempts, regarding.Name, place)
 }
 
-func (r *Recorder) attemptEvent(key []byte, regarding corev1.ObjectReference, oldRV string, slot int, action, message string, a engine.ManualAttempt) *corev1.Event {
+func (r *Recorder) attemptEvent(key []byte, regarding corev1.ObjectReference, place, version string, slot int, action, message string, a engine.ManualAttempt) *corev1.Event {
 	now := metav1.NewTime(r.now())
 	return &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: EventNamespace,
-			Name:      AttemptEventName(key, regarding.UID, oldRV, slot),
+			Name:      AttemptEventName(key, regarding.UID, place, slot),
 			Annotations: map[string]string{
 				AnnotationObjectUID:          string(regarding.UID),
-				AnnotationOldResourceVersion: oldRV,
+				AnnotationOldResourceVersion: version,
 				AnnotationVerdict:            a.Verdict,
 				AnnotationConditionSHA256:    a.ConditionSHA256,
 				AnnotationUsername:           a.Username,
 				AnnotationUserUID:            a.UID,
-				AnnotationMAC:                attemptMAC(key, regarding.UID, oldRV, slot, a),
+				AnnotationMAC:                attemptMAC(key, regarding.UID, version, slot, a),
 			},
 		},
 		InvolvedObject:      regarding,
@@ -187,8 +217,8 @@ func (r *Recorder) attemptEvent(key []byte, regarding corev1.ObjectReference, ol
 }
 
 // RevocationAttempts are the verified attempts kept of the deletion of the
-// binding with uid, and whether they may be incomplete.
-func (r *Recorder) RevocationAttempts(ctx context.Context, uid types.UID) ([]engine.ManualAttempt, bool, error) {
+// binding with uid admitted since since, and whether they may be incomplete.
+func (r *Recorder) RevocationAttempts(ctx context.Context, uid types.UID, since time.Time) ([]engine.ManualAttempt, bool, error) {
 	if r.Keys == nil {
 		// No webhook (--webhook=false), so no attempt was kept: the
 		// revoker is the annotation's, or unknown.
@@ -198,7 +228,11 @@ func (r *Recorder) RevocationAttempts(ctx context.Context, uid types.UID) ([]eng
 	if err != nil {
 		return nil, false, fmt.Errorf("the records' key: %w", err)
 	}
-	return r.attempts(ctx, key, uid, DeletionVersion)
+	return r.attemptsWhere(ctx, key, uid, DeletionVersion, func(version string) bool {
+		at, ok := strings.CutPrefix(version, DeletionVersion+"@")
+		seconds, err := strconv.ParseInt(at, 10, 64)
+		return ok && err == nil && seconds >= since.Unix()
+	})
 }
 
 // attempts are the verified attempts kept from the version oldRV of the
@@ -209,11 +243,17 @@ func (r *Recorder) RevocationAttempts(ctx context.Context, uid types.UID) ([]eng
 // place that does not verify (it cannot be the manager's) is no attempt,
 // and is logged.
 func (r *Recorder) attempts(ctx context.Context, key []byte, uid types.UID, oldRV string) ([]engine.ManualAttempt, bool, error) {
+	return r.attemptsWhere(ctx, key, uid, oldRV, func(version string) bool { return version == oldRV })
+}
+
+// attemptsWhere are the verified attempts at the object's place whose
+// version counts.
+func (r *Recorder) attemptsWhere(ctx context.Context, key []byte, uid types.UID, place string, counts func(version string) bool) ([]engine.ManualAttempt, bool, error) {
 	out := []engine.ManualAttempt{}
 	taken := 0
 	for slot := range MaxAttempts {
 		var ev corev1.Event
-		err := r.Reader.Get(ctx, client.ObjectKey{Namespace: EventNamespace, Name: AttemptEventName(key, uid, oldRV, slot)}, &ev)
+		err := r.Reader.Get(ctx, client.ObjectKey{Namespace: EventNamespace, Name: AttemptEventName(key, uid, place, slot)}, &ev)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -223,8 +263,12 @@ func (r *Recorder) attempts(ctx context.Context, key []byte, uid types.UID, oldR
 		taken++
 		an := ev.Annotations
 		a := engine.ManualAttempt{Verdict: an[AnnotationVerdict], ConditionSHA256: an[AnnotationConditionSHA256], Username: an[AnnotationUsername], UID: an[AnnotationUserUID]}
-		if !hmac.Equal([]byte(an[AnnotationMAC]), []byte(attemptMAC(key, uid, oldRV, slot, a))) {
+		version := an[AnnotationOldResourceVersion]
+		if !hmac.Equal([]byte(an[AnnotationMAC]), []byte(attemptMAC(key, uid, version, slot, a))) {
 			log.FromContext(ctx).Info("an Event by an attempt's name does not verify: it is no attempt", "event", ev.Name)
+			continue
+		}
+		if !counts(version) {
 			continue
 		}
 		out = append(out, a)

@@ -5,14 +5,18 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -43,7 +47,7 @@ func TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt(t *testing.T) {
 	csr.UID = old.UID
 
 	// Someone who may create Events takes place 0 first, claiming Ada denied.
-	forged := r.attemptEvent([]byte("not the key"), CSRReference(old), old.ResourceVersion, 0, "deny", "forged", engine.ManualAttempt{Verdict: "Denied", Username: "ada"})
+	forged := r.attemptEvent([]byte("not the key"), CSRReference(old), old.ResourceVersion, old.ResourceVersion, 0, "deny", "forged", engine.ManualAttempt{Verdict: "Denied", Username: "ada"})
 	// At the place's true name, which takes the key to know: the MAC is
 	// what is checked here.
 	forged.Name = AttemptEventName([]byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion, 0)
@@ -142,4 +146,53 @@ func TestSquattersTakeNoPlace(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []engine.ManualAttempt{{Verdict: "Approved", ConditionSHA256: ConditionDigest(approved("by hand")), Username: "ada", UID: "u-ada"}}, got)
 	assert.False(t, incomplete)
+}
+
+// A DELETE's attempt counts only for a deletion seen within RevocationWindow
+// of it: one refused an hour before must not name its sender as the revoker
+// of a deletion the webhook did not see (review of 2026-12-06). One person's
+// DELETE sent again takes its place again, with the later time; the Event
+// does not tell the binding's resourceVersion; an attempt whose time was
+// edited does not verify.
+func TestARevocationAttemptCountsOnlyNearTheDeletion(t *testing.T) {
+	ctx := t.Context()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 6, 0, 0, 0, time.UTC))
+	r := attemptRecorder(t)
+	r.Clock = clk
+	b := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "ichor-admin:u:frank:0123456789", UID: "b-frank", ResourceVersion: "77"}}
+	ada := &authenticationv1.UserInfo{Username: "ada", UID: "u-ada"}
+
+	_, err := r.AttemptRevocation(ctx, b, ada)
+	require.NoError(t, err)
+	got, incomplete, err := r.RevocationAttempts(ctx, b.UID, clk.Now().Add(-RevocationWindow))
+	require.NoError(t, err)
+	assert.Equal(t, []engine.ManualAttempt{{Verdict: engine.ActionRevoke, Username: "ada", UID: "u-ada"}}, got)
+	assert.False(t, incomplete)
+
+	// An hour later: refused then, it does not count now.
+	clk.Step(time.Hour)
+	got, _, err = r.RevocationAttempts(ctx, b.UID, clk.Now().Add(-RevocationWindow))
+	require.NoError(t, err)
+	assert.Empty(t, got, "an attempt of an hour before counted")
+
+	// Ada asks again: her place, at the new time.
+	_, err = r.AttemptRevocation(ctx, b, ada)
+	require.NoError(t, err)
+	got, _, err = r.RevocationAttempts(ctx, b.UID, clk.Now().Add(-RevocationWindow))
+	require.NoError(t, err)
+	assert.Len(t, got, 1)
+	var ev corev1.Event
+	require.NoError(t, r.Reader.Get(ctx, objectKey(AttemptEventName([]byte(r.Keys.(staticKey)), b.UID, DeletionVersion, 0)), &ev))
+	assert.Empty(t, ev.InvolvedObject.ResourceVersion, "the Event tells the version a forged review must name")
+	require.True(t, apierrors.IsNotFound(r.Reader.Get(ctx, objectKey(AttemptEventName([]byte(r.Keys.(staticKey)), b.UID, DeletionVersion, 1)), &corev1.Event{})),
+		"Ada's second DELETE took another place")
+
+	// Whoever may update Events moves an old attempt's time forward: it no
+	// longer verifies.
+	clk.Step(time.Hour)
+	ev.Annotations[AnnotationOldResourceVersion] = fmt.Sprintf("%s@%d", DeletionVersion, clk.Now().Unix())
+	require.NoError(t, r.Client.Update(ctx, &ev))
+	got, _, err = r.RevocationAttempts(ctx, b.UID, clk.Now().Add(-RevocationWindow))
+	require.NoError(t, err)
+	assert.Empty(t, got)
 }

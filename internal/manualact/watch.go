@@ -48,7 +48,13 @@ func (r *Revocations) Revoked(ctx context.Context, b *rbacv1.ClusterRoleBinding)
 		return
 	}
 	in := BindingDeletion(b, nil)
-	attempts, incomplete, err := r.Recorder.RevocationAttempts(ctx, b.UID)
+	// The DELETEs that count: admitted shortly before the binding was seen
+	// gone, or before its deletion was asked for when finalizers held it.
+	since := r.Recorder.now()
+	if b.DeletionTimestamp != nil && b.DeletionTimestamp.Time.Before(since) {
+		since = b.DeletionTimestamp.Time
+	}
+	attempts, incomplete, err := r.Recorder.RevocationAttempts(ctx, b.UID, since.Add(-RevocationWindow))
 	if err != nil {
 		log.FromContext(ctx).Error(err, "read the attempts of an admin binding's deletion: the revoker is recorded unknown", "binding", engine.Clip(b.Name, "", maxLoggedName))
 		attempts, incomplete = nil, true

@@ -1,0 +1,72 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/ichor-dev/ichor-policy/controllers/credentials"
+	"github.com/ichor-dev/ichor-policy/internal/manualact"
+)
+
+type staticKey []byte
+
+func (k staticKey) Key(context.Context) ([]byte, error) { return k, nil }
+
+// The review of 2026-12-06: the webhook's port answers whoever reaches it,
+// and a review naming a binding's stored version can be sent again and
+// again. Each started a wait of its own for the binding's deletion, polling
+// the API server five times a second for 30 s and holding the review's
+// object: a few a second used up the manager's reads of bindings. One wait
+// a binding now, whatever the reviews; and it waits on the binding as
+// stored, not as the review's sender wrote it.
+func TestReviewsOfOneDeletionStartOneWait(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	b := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "ichor-admin:u:frank:0123456789", UID: "b-frank", ResourceVersion: "77",
+			Labels: map[string]string{credentials.LabelAdminBinding: "true", credentials.LabelManagedBy: credentials.ManagedBy},
+		},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "ichor-admin:u:frank:0123456789"}},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(b).Build()
+	var stored rbacv1.ClusterRoleBinding
+	require.NoError(t, c.Get(t.Context(), client.ObjectKeyFromObject(b), &stored))
+	a := &ActRecorder{
+		Recorder: &manualact.Recorder{Reader: c, Client: c, Keys: staticKey("0123456789abcdef0123456789abcdef"), Instance: "test"},
+		Reader:   c,
+	}
+	// The sender's copy: the stored version, with annotations of its own.
+	forged := stored.DeepCopy()
+	forged.Annotations = map[string]string{credentials.AnnotationRevokedBy: "someone else"}
+	raw, err := json.Marshal(forged)
+	require.NoError(t, err)
+	review := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "r-1", Operation: admissionv1.Delete, Name: b.Name,
+		UserInfo: authenticationv1.UserInfo{Username: "mallory"}, OldObject: runtime.RawExtension{Raw: raw},
+	}}
+	for range 100 {
+		assert.True(t, a.bindingDeletion(t.Context(), review).Allowed)
+	}
+	assert.EqualValues(t, 1, a.waits.Load(), "a wait a review")
+	// The attempt regards the binding without its version.
+	var events corev1.EventList
+	require.NoError(t, c.List(t.Context(), &events))
+	require.Len(t, events.Items, 1, "one person's attempts take one place")
+	assert.Empty(t, events.Items[0].InvolvedObject.ResourceVersion)
+}
