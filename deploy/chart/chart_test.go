@@ -895,6 +895,8 @@ func TestDecisionLogTokenSecretValue(t *testing.T) {
 		// refuse to start.
 		{"manager.decisionLog.url=http://127.1," + insecure + "," + token, "the token would go in clear"},
 		{"manager.decisionLog.url=http://127.0.0.1./v1," + insecure + "," + token, "the token would go in clear"},
+		{"manager.decisionLog.url=http://127.0.0.256," + insecure + "," + token, "the token would go in clear"},
+		{"manager.decisionLog.url=http://127.01.0.1," + insecure + "," + token, "the token would go in clear"},
 	} {
 		out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace, "--set", c.values)
 		require.Error(t, err, c.values)
