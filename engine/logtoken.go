@@ -2,9 +2,7 @@ package engine
 
 import (
 	"fmt"
-	"io"
 	"net/url"
-	"os"
 	"strings"
 )
 
@@ -21,34 +19,9 @@ const maxDecisionLogTokenBytes = 16 << 10
 // dropped. No error quotes the file's content: it is a credential, and the
 // errors reach the manager's log.
 func decisionLogToken(path string) (string, error) {
-	regular := func(info os.FileInfo, err error) error {
-		switch {
-		case err != nil:
-			return fmt.Errorf("decision-log token: %w", err)
-		case !info.Mode().IsRegular():
-			return fmt.Errorf("decision-log token: %s is not a file", path)
-		}
-		return nil
-	}
-	// Checked before it is opened too: opening a FIFO would wait for a
-	// writer.
-	if err := regular(os.Stat(path)); err != nil {
-		return "", err
-	}
-	f, err := os.Open(path) //nolint:gosec // G304: the operator's flag names the file
+	data, err := readCredentialFile(path, maxDecisionLogTokenBytes, "decision-log token", "a bearer token")
 	if err != nil {
-		return "", fmt.Errorf("decision-log token: %w", err)
-	}
-	defer f.Close()
-	if err := regular(f.Stat()); err != nil {
 		return "", err
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxDecisionLogTokenBytes+1))
-	switch {
-	case err != nil:
-		return "", fmt.Errorf("decision-log token: %w", err)
-	case len(data) > maxDecisionLogTokenBytes:
-		return "", fmt.Errorf("decision-log token: %s is more than the %d bytes a bearer token needs", path, maxDecisionLogTokenBytes)
 	}
 	token := strings.TrimSpace(string(data))
 	switch {

@@ -1,7 +1,6 @@
 package engine_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -20,25 +19,6 @@ import (
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
-
-// syncBuffer is a log the engine writes from its upload goroutine while the
-// test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The decision-log service's credential may be a bearer token read from a
 // file (a mounted Secret) rather than a password in the URL, which every
@@ -69,7 +49,7 @@ func TestTheDecisionLogServiceIsSentTheTokenFileAtEachUpload(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "token")
 	// A Secret's value as kubectl writes it from a file: a trailing newline.
 	require.NoError(t, os.WriteFile(path, []byte("first-token.A-b_c~1+2/3==\n"), 0o600))
-	log := &syncBuffer{}
+	log := &harness.DecisionLog{}
 	// httptest's server is on the loopback, the one place a token goes over
 	// plain http.
 	e, err := engine.New(context.Background(), engine.Options{
@@ -136,7 +116,7 @@ func TestADecisionLogTokenThatCannotBeUsedFailsTheStart(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := engine.New(context.Background(), engine.Options{
-				Log: &syncBuffer{}, DecisionLogURL: c.url, DecisionLogAllowInsecureHTTP: true, DecisionLogTokenFile: c.file,
+				Log: &harness.DecisionLog{}, DecisionLogURL: c.url, DecisionLogAllowInsecureHTTP: true, DecisionLogTokenFile: c.file,
 			})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), c.want)

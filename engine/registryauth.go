@@ -54,34 +54,9 @@ type dockerAuth struct {
 // are not run: the manager executes nothing a file names. No error quotes
 // a value of the file.
 func registryBasicAuth(path, host string) (string, error) {
-	// Looked at before it is opened, which a fifo would block, and again
-	// once open (a Secret's file is a link the kubelet moves).
-	regular := func(info os.FileInfo, err error) error {
-		switch {
-		case err != nil:
-			return fmt.Errorf("registry credentials: %w", err)
-		case !info.Mode().IsRegular():
-			return fmt.Errorf("registry credentials: %s is not a file", path)
-		}
-		return nil
-	}
-	if err := regular(os.Stat(path)); err != nil {
-		return "", err
-	}
-	f, err := os.Open(path) //nolint:gosec // G304: the operator's flag names the file
+	data, err := readCredentialFile(path, maxRegistryCredentialsBytes, "registry credentials", "a Docker config file")
 	if err != nil {
-		return "", fmt.Errorf("registry credentials: %w", err)
-	}
-	defer f.Close()
-	if err := regular(f.Stat()); err != nil {
 		return "", err
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxRegistryCredentialsBytes+1))
-	switch {
-	case err != nil:
-		return "", fmt.Errorf("registry credentials: %w", err)
-	case len(data) > maxRegistryCredentialsBytes:
-		return "", fmt.Errorf("registry credentials: %s is more than the %d bytes a Docker config file needs", path, maxRegistryCredentialsBytes)
 	}
 	var config dockerConfig
 	if json.Unmarshal(data, &config) != nil {
@@ -275,4 +250,40 @@ func paramValue(s string) (value, rest string, ok bool) {
 		}
 	}
 	return "", "", false
+}
+
+// readCredentialFile reads a file of the operator's naming a credential
+// (what says what it is, for errors; holds, what it should hold): a regular
+// file, looked at before it is opened, which a fifo would block, and again
+// once open (a Secret's file is a link the kubelet moves), read to at most
+// limit bytes. No error quotes its content.
+func readCredentialFile(path string, limit int, what, holds string) ([]byte, error) {
+	regular := func(info os.FileInfo, err error) error {
+		switch {
+		case err != nil:
+			return fmt.Errorf("%s: %w", what, err)
+		case !info.Mode().IsRegular():
+			return fmt.Errorf("%s: %s is not a file", what, path)
+		}
+		return nil
+	}
+	if err := regular(os.Stat(path)); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path) //nolint:gosec // G304: the operator's flag names the file
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	defer f.Close()
+	if err := regular(f.Stat()); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", what, err)
+	case len(data) > limit:
+		return nil, fmt.Errorf("%s: %s is more than the %d bytes %s needs", what, path, limit, holds)
+	}
+	return data, nil
 }
