@@ -154,6 +154,9 @@ func TestOnlyTheManagerWritesAVerdictThatReadsAsIchors(t *testing.T) {
 	// 2026-12-06), and so does an approver's reason.
 	assert.True(t, refused(verdict(cs, "csr-client", certificatesv1.CertificateDenied, ichors+" \n")), "a tail followed by white space")
 	assert.True(t, refused(reasoned(cs, "csr-client", certificatesv1.CertificateDenied, "IchorKubeletClient", "checked by hand")), "an approver's reason")
+	// Failed through /approval stops the signer as a denial would, and no
+	// one's decision is recorded (review of 2026-12-06).
+	assert.True(t, refused(reasoned(cs, "csr-client", certificatesv1.CertificateFailed, "ByHand", "failed by hand")), "a Failed condition through /approval")
 	// An ending a little off is no approver's, and is a person's to write.
 	require.NoError(t, verdict(cs, "csr-client", certificatesv1.CertificateDenied, ichors+"."))
 
