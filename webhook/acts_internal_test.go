@@ -31,8 +31,7 @@ func (k staticKey) Key(context.Context) ([]byte, error) { return k, nil }
 // again. Each started a wait of its own for the binding's deletion, polling
 // the API server five times a second for 30 s and holding the review's
 // object: a few a second used up the manager's reads of bindings. One wait
-// a binding now, whatever the reviews; and it waits on the binding as
-// stored, not as the review's sender wrote it.
+// a binding now, whatever the reviews.
 func TestReviewsOfOneDeletionStartOneWait(t *testing.T) {
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))

@@ -204,10 +204,10 @@ func (r *Reader) Read(ctx context.Context, endpoint string) (Identity, error) {
 
 // What a node's identity may hold, far above what Talos reports (a name of
 // at most 253 bytes, as DNS allows; the kubelet's addresses, one or two) and
-// below what costs the manager: within the 64 KiB a message may be, a node
-// sent 32,000 empty addresses, each kept decoded, listed and logged, about
-// 1.5 MB a watch and a thousand watches at once (review of 2026-12-06). An
-// identity beyond them is unreadable, its watch ended.
+// below what costs the manager: within the 64 KiB a message could be then,
+// a node sent 32,000 empty addresses, each kept decoded, listed and logged,
+// about 1.5 MB a watch and a thousand watches at once (review of
+// 2026-12-06). An identity beyond them is unreadable, its watch ended.
 const (
 	MaxAddresses = 16
 	MaxNameBytes = 253

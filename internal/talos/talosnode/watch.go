@@ -422,45 +422,21 @@ func (n *nodeWatch) apply(ev state.Event) error {
 
 	gone := ev.Type == state.Destroyed
 
+	var err error
+
 	switch r := ev.Resource.(type) {
 	case *k8s.NodeIP:
-		n.nodeIP = nil
-		if !gone {
-			if err := checkNodeIP(r.TypedSpec()); err != nil {
-				return err
-			}
-
-			// A copy: the spec's pointer keeps the whole resource, its
-			// metadata (labels, finalizers) included, for the watch's life.
-			spec := *r.TypedSpec()
-			n.nodeIP = &spec
-		}
+		n.nodeIP, err = kept(gone, r.TypedSpec(), checkNodeIP)
 	case *k8s.Nodename:
-		n.nodename = nil
-		if !gone {
-			if err := checkNodename(r.TypedSpec()); err != nil {
-				return err
-			}
-
-			// A copy: the spec's pointer keeps the whole resource, its
-			// metadata (labels, finalizers) included, for the watch's life.
-			spec := *r.TypedSpec()
-			n.nodename = &spec
-		}
+		n.nodename, err = kept(gone, r.TypedSpec(), checkNodename)
 	case *network.HostnameStatus:
-		n.hostname = nil
-		if !gone {
-			if err := checkHostname(r.TypedSpec()); err != nil {
-				return err
-			}
-
-			// A copy: the spec's pointer keeps the whole resource, its
-			// metadata (labels, finalizers) included, for the watch's life.
-			spec := *r.TypedSpec()
-			n.hostname = &spec
-		}
+		n.hostname, err = kept(gone, r.TypedSpec(), checkHostname)
 	default:
 		return nil
+	}
+
+	if err != nil {
+		return err
 	}
 
 	if n.nodeIP != nil && n.nodename != nil && n.hostname != nil {
@@ -472,6 +448,24 @@ func (n *nodeWatch) apply(ev state.Event) error {
 	}
 
 	return nil
+}
+
+// kept is what a watch keeps of a resource's spec: nothing once the resource
+// is gone, or one beyond its check; else a copy, since the spec's pointer
+// keeps the whole resource, its metadata (labels, finalizers) included, for
+// the watch's life.
+func kept[T any](gone bool, spec *T, check func(*T) error) (*T, error) {
+	if gone {
+		return nil, nil
+	}
+
+	if err := check(spec); err != nil {
+		return nil, err
+	}
+
+	c := *spec
+
+	return &c, nil
 }
 
 func watched(md *resource.Metadata) bool {
