@@ -343,6 +343,7 @@ func (ce *clusterEnv) testExecCredentialPlugin(t *testing.T) {
 	// (revoked by Rita before: the manager binds her anew). Her new binding
 	// may take a moment to reach the API server's authorizer; the calls
 	// that wait for it use the cached credential.
+	asked := time.Now()
 	r, _ := ce.execClient(t, kubeconfig)
 	require.Empty(t, r.ReviewError)
 	assert.Equal(t, before+1, ce.admissions(t))
@@ -361,7 +362,16 @@ func (ce *clusterEnv) testExecCredentialPlugin(t *testing.T) {
 	assert.Equal(t, "ichor-admin:u:ichor:ada", r.Username)
 	assert.True(t, slices.ContainsFunc(r.Groups, func(g string) bool { return strings.HasPrefix(g, "ichor-admin:u:ichor:ada:") }), "no group of Ada's own: %v", r.Groups)
 	assert.Equal(t, time.Hour, leaf.NotAfter.Sub(leaf.NotBefore))
-	assert.WithinDuration(t, execcache.RenewAt(leaf).Truncate(time.Second), first.Credential.Status.ExpirationTimestamp.Time, 0, "kubectl is told to ask again when the cache would")
+	// kubectl is told to ask again when the cache would: at the earlier of
+	// the certificate's renewal and the same lifetime counted on this
+	// machine's clock from the request, which was sent after asked.
+	expires := first.Credential.Status.ExpirationTimestamp.Time
+	assert.False(t, expires.After(execcache.RenewAt(leaf)), "kubectl asks again after the certificate's renewal: %s", expires)
+	earliest := execcache.RenewWithin(asked, asked.Add(time.Hour))
+	if execcache.RenewAt(leaf).Before(earliest) {
+		earliest = execcache.RenewAt(leaf)
+	}
+	assert.False(t, expires.Before(earliest.Truncate(time.Second)), "kubectl asks again before the lifetime asked for is near its end: %s", expires)
 	// The cache holds the credential and nothing of the person's own
 	// kubeconfig.
 	data, err := os.ReadFile(path)
