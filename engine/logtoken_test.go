@@ -77,7 +77,10 @@ func TestTheDecisionLogServiceIsSentTheTokenFileAtEachUpload(t *testing.T) {
 	mu.Lock()
 	accepted = "Bearer second-token"
 	mu.Unlock()
-	require.NoError(t, os.WriteFile(path, []byte("second-token"), 0o600))
+	// Put in place whole, as the kubelet does a Secret's (an upload
+	// retrying meanwhile would otherwise read a token half written).
+	require.NoError(t, os.WriteFile(path+".new", []byte("second-token"), 0o600))
+	require.NoError(t, os.Rename(path+".new", path))
 	require.Eventually(t, func() bool { return svc.Has(second) }, 45*time.Second, 50*time.Millisecond, "the entry kept reaches the service with the rotated token")
 	mu.Lock()
 	assert.Zero(t, refused, "every upload sent carried the token of its time")
