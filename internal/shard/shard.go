@@ -257,6 +257,12 @@ type observation struct {
 	// a read of the API server).
 	resourceVersion string
 	at              time.Time
+	// holder is true once the Lease was asked about as a shard holder's
+	// membership (membershipQuiet): noteGone's pruning keeps it, or
+	// deletions of other Leases, one after another, would note it afresh
+	// at each look and keep that holder's shards from being taken for as
+	// long as they went on (review of 2026-12-06).
+	holder bool
 }
 
 // New checks the options and makes the Set.
@@ -867,8 +873,8 @@ func (s *Set) forget(obj any) {
 // under ever new names, each noted here: past maxSeen names, the ones gone
 // for a lease duration are pruned here too, not only when a holder is taken
 // from (membershipQuiet), which a steady sharding never does (review of
-// 2026-12-06). A holder's own entry so pruned is noted afresh when it is
-// next asked about, which delays taking its shards by a lease duration.
+// 2026-12-06). A holder's own entry is kept (observation.holder), for
+// membershipQuiet to judge and prune.
 func (s *Set) noteGone(name string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -877,7 +883,7 @@ func (s *Set) noteGone(name string, now time.Time) {
 	}
 	if len(s.seen) > maxSeen {
 		for n, o := range s.seen {
-			if o.resourceVersion == "" && now.Sub(o.at) >= s.o.LeaseDuration {
+			if o.resourceVersion == "" && !o.holder && now.Sub(o.at) >= s.o.LeaseDuration {
 				delete(s.seen, n)
 			}
 		}
@@ -906,8 +912,12 @@ func (s *Set) membershipQuiet(holder string, now time.Time) bool {
 	o, ok := s.seen[MemberLeaseName(holder)]
 	if !ok {
 		// Never seen, present or gone: its state is noted from now.
-		s.seen[MemberLeaseName(holder)] = observation{at: now}
+		s.seen[MemberLeaseName(holder)] = observation{at: now, holder: true}
 		return false
+	}
+	if !o.holder {
+		o.holder = true
+		s.seen[MemberLeaseName(holder)] = o
 	}
 	return now.Sub(o.at) >= s.o.LeaseDuration
 }

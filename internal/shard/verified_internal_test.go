@@ -191,3 +191,25 @@ func TestLeasesDeletedUnderEverNewNamesAreNotKeptForEver(t *testing.T) {
 	defer s.mu.Unlock()
 	require.LessOrEqual(t, len(s.seen), maxSeen+400, "every deleted Lease is still noted")
 }
+
+// The pruning of noteGone keeps a holder's own entry: deletions of other
+// Leases, one after another past maxSeen, noted a gone holder afresh at
+// each look, and its shards were never taken while they went on (review of
+// 2026-12-06).
+func TestDeletionsOfOtherLeasesDoNotKeepAGoneHoldersShards(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC))
+	s, err := New(Options{Client: fake.NewClientset(), Namespace: "ichor-system", Identity: "a", Shards: 4,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, Clock: clock})
+	require.NoError(t, err)
+	lease := func(name string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ichor-system"}}
+	}
+	s.forget(lease(MemberLeaseName("b")))
+	require.False(t, s.membershipQuiet("b", clock.Now()), "b's Lease was gone for no time")
+	for i := range maxSeen + 1 {
+		s.forget(lease(fmt.Sprintf("forged-%d", i)))
+	}
+	clock.Step(3 * time.Second)
+	s.forget(lease("forged-last"))
+	require.True(t, s.membershipQuiet("b", clock.Now()), "b's Lease, gone for a lease duration, was noted afresh")
+}
