@@ -151,7 +151,7 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 	// From here on the binding as the API server stores it, not as the
 	// review's sender wrote it (only its UID and version are checked).
 	live := &rbacv1.ClusterRoleBinding{}
-	if !a.stored(ctx, live, &b) {
+	if !a.stored(ctx, live, &b) || !manualact.IsAdminBinding(live) {
 		return allowed()
 	}
 	// Kept as an attempt, not recorded: admitted is not stored (another
@@ -164,18 +164,17 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 	// The watch that records it runs on the leader only, and a deletion
 	// made while the leader changes is not in the next one's list: this
 	// replica records it too once the binding is gone (the record's mark
-	// keeps it to one record, or two in a race, never none). One poll a
+	// keeps it to one record, or two in a race, never none), whether its
+	// attempt was kept or not (the record then names nobody). One poll a
 	// binding, however many reviews name it (a review can be sent again
 	// and again to the webhook's port).
-	if _, polling := a.polling.LoadOrStore(live.UID, true); attempt != nil && !polling {
+	if _, polling := a.polling.LoadOrStore(live.UID, true); !polling {
 		a.waits.Add(1)
 		go func() {
 			defer a.polling.Delete(live.UID)
 			// Not the request's end: the wait outlives it, with its logger.
 			a.recordOnceGone(context.WithoutCancel(ctx), live)
 		}()
-	} else if !polling {
-		a.polling.Delete(live.UID)
 	}
 	return allowed()
 }
@@ -185,17 +184,29 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 const revocationWait = 30 * time.Second
 
 // recordOnceGone records the revocation of b once the API server no longer
-// stores it, if within revocationWait.
+// stores it, if within revocationWait, as it was last read: a revoked-by
+// annotation written before the deletion is the record's claim, as the
+// watch's final copy would have it.
 func (a *ActRecorder) recordOnceGone(ctx context.Context, b *rbacv1.ClusterRoleBinding) {
 	ctx, cancel := context.WithTimeout(ctx, revocationWait+revocationGrace+10*time.Second)
 	defer cancel()
 	gone, stop := context.WithTimeout(ctx, revocationWait)
 	defer stop()
-	err := wait.PollUntilContextCancel(gone, 200*time.Millisecond, false, func(ctx context.Context) (bool, error) {
+	// Read at 200 ms, then less often: forged reviews of every admin
+	// binding, one a binding every revocationWait, cost the API server a
+	// few reads a binding, not 150.
+	// (The delay stays at its cap once there.)
+	delay := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 10, Cap: 5 * time.Second}.DelayFunc()
+	last := b
+	err := delay.Until(gone, false, false, func(ctx context.Context) (bool, error) {
 		var live rbacv1.ClusterRoleBinding
 		err := a.Reader.Get(ctx, client.ObjectKeyFromObject(b), &live)
+		if err == nil && live.UID == b.UID {
+			last = &live
+			return false, nil
+		}
 		// Gone, or gone and made again under its name.
-		return apierrors.IsNotFound(err) || (err == nil && live.UID != b.UID), nil
+		return apierrors.IsNotFound(err) || err == nil, nil
 	})
 	if err != nil {
 		return
@@ -208,7 +219,7 @@ func (a *ActRecorder) recordOnceGone(ctx context.Context, b *rbacv1.ClusterRoleB
 		return
 	case <-time.After(revocationGrace):
 	}
-	(&manualact.Revocations{Recorder: a.Recorder}).Revoked(ctx, b)
+	(&manualact.Revocations{Recorder: a.Recorder}).Revoked(ctx, last)
 }
 
 // revocationGrace is how long the webhook leaves the leader's watch to

@@ -69,3 +69,39 @@ func TestReviewsOfOneDeletionStartOneWait(t *testing.T) {
 	require.Len(t, events.Items, 1, "one person's attempts take one place")
 	assert.Empty(t, events.Items[0].InvolvedObject.ResourceVersion)
 }
+
+// A review's copy of a binding is its sender's: one that dresses a stored
+// binding that is no admin's (any binding its sender may read, named like
+// an admin's) as an admin's keeps no attempt and starts no wait (review of
+// 2026-12-06, after the webhook checked the sender's copy only).
+func TestAReviewOfABindingStoredAsNoAdminsKeepsNothing(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	lookalike := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "ichor-admin:u:frank:0123456789"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "ichor-admin:u:frank:0123456789"}},
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(lookalike).Build()
+	var stored rbacv1.ClusterRoleBinding
+	require.NoError(t, c.Get(t.Context(), client.ObjectKeyFromObject(lookalike), &stored))
+	a := &ActRecorder{
+		Recorder: &manualact.Recorder{Reader: c, Client: c, Keys: staticKey("0123456789abcdef0123456789abcdef"), Instance: "test"},
+		Reader:   c,
+	}
+	forged := stored.DeepCopy()
+	forged.Labels = map[string]string{credentials.LabelAdminBinding: "true", credentials.LabelManagedBy: credentials.ManagedBy}
+	forged.RoleRef.Name = "cluster-admin"
+	require.True(t, manualact.IsAdminBinding(forged), "the sender's copy reads as an admin's")
+	raw, err := json.Marshal(forged)
+	require.NoError(t, err)
+	review := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "r-1", Operation: admissionv1.Delete, Name: stored.Name,
+		UserInfo: authenticationv1.UserInfo{Username: "mallory"}, OldObject: runtime.RawExtension{Raw: raw},
+	}}
+	assert.True(t, a.bindingDeletion(t.Context(), review).Allowed)
+	assert.Zero(t, a.waits.Load(), "a wait for a binding that is no admin's")
+	var events corev1.EventList
+	require.NoError(t, c.List(t.Context(), &events))
+	assert.Empty(t, events.Items, "an attempt kept for a binding that is no admin's")
+}

@@ -237,11 +237,11 @@ func (r *Recorder) RevocationAttempts(ctx context.Context, uid types.UID, since 
 
 // attempts are the verified attempts kept from the version oldRV of the
 // object with uid, and whether they may be incomplete: every place taken
-// (more may have been made than are read). A place that cannot be read is
-// an error: the watch's queue tries the whole record again later, rather
-// than record a decision whose attempts it did not read. An Event in a
-// place that does not verify (it cannot be the manager's) is no attempt,
-// and is logged.
+// (more may have been made than are read), or an Event at a place that
+// does not verify (it cannot be the manager's, or was edited: it is no
+// attempt, and is logged). A place that cannot be read is an error: the
+// watch's queue tries the whole record again later, rather than record a
+// decision whose attempts it did not read.
 func (r *Recorder) attempts(ctx context.Context, key []byte, uid types.UID, oldRV string) ([]engine.ManualAttempt, bool, error) {
 	return r.attemptsWhere(ctx, key, uid, oldRV, func(version string) bool { return version == oldRV })
 }
@@ -250,7 +250,7 @@ func (r *Recorder) attempts(ctx context.Context, key []byte, uid types.UID, oldR
 // version counts.
 func (r *Recorder) attemptsWhere(ctx context.Context, key []byte, uid types.UID, place string, counts func(version string) bool) ([]engine.ManualAttempt, bool, error) {
 	out := []engine.ManualAttempt{}
-	taken := 0
+	taken, incomplete := 0, false
 	for slot := range MaxAttempts {
 		var ev corev1.Event
 		err := r.Reader.Get(ctx, client.ObjectKey{Namespace: EventNamespace, Name: AttemptEventName(key, uid, place, slot)}, &ev)
@@ -265,7 +265,13 @@ func (r *Recorder) attemptsWhere(ctx context.Context, key []byte, uid types.UID,
 		a := engine.ManualAttempt{Verdict: an[AnnotationVerdict], ConditionSHA256: an[AnnotationConditionSHA256], Username: an[AnnotationUsername], UID: an[AnnotationUserUID]}
 		version := an[AnnotationOldResourceVersion]
 		if !hmac.Equal([]byte(an[AnnotationMAC]), []byte(attemptMAC(key, uid, version, slot, a))) {
-			log.FromContext(ctx).Info("an Event by an attempt's name does not verify: it is no attempt", "event", ev.Name)
+			// A place's name is known once its Event is made (anyone
+			// who may list Events in default reads it), and an attempt
+			// edited there by whoever may update Events is lost: the
+			// attempts read may miss one, so the rule names nobody
+			// rather than the one left (review of 2026-12-06).
+			log.FromContext(ctx).Info("an Event by an attempt's name does not verify: it is no attempt, and the attempts may be incomplete", "event", ev.Name)
+			incomplete = true
 			continue
 		}
 		if !counts(version) {
@@ -273,7 +279,7 @@ func (r *Recorder) attemptsWhere(ctx context.Context, key []byte, uid types.UID,
 		}
 		out = append(out, a)
 	}
-	return out, taken == MaxAttempts, nil
+	return out, incomplete || taken == MaxAttempts, nil
 }
 
 // attemptMAC binds an attempt's Event to the object's UID, the version the

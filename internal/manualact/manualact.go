@@ -13,8 +13,11 @@
 // person attempted that verdict from that version. When the webhook was not
 // called (its failurePolicy is Ignore: a person's decision or a revocation
 // is never blocked by the manager being away), no attempt is kept and the
-// record says the actor is unknown. An admin binding's deletion is still
-// recorded by the webhook, with its user, as the DELETE is admitted.
+// record says the actor is unknown. An admin binding's deletion is kept the
+// same way: the webhook keeps each DELETE it admits as an attempt, with its
+// user and its time, and the revocation is recorded once the binding is
+// gone (by the leader's watch, or by the webhook's replica when no watch
+// did), naming the one person who asked within RevocationWindow of it.
 //
 // One act is recorded once. A request's decision is marked recorded in a
 // ConfigMap of the manager's namespace (marks.go), which lasts as long as
@@ -84,10 +87,12 @@ const MaxConditions = 16
 const MaxGroups = 256
 
 // The records' Events, in namespace default: get to find an act's record,
-// create to write it. The watches read the requests and the admins' bindings
+// create to write it, update to bring a person's kept DELETE of a binding up
+// to their later one (the manager's events.k8s.io patch, which the event
+// recorders need, reaches the same Events already). The watches read the requests and the admins' bindings
 // the approvers and the issuer read already. The marks of requests' decisions
 // are in one ConfigMap, by name (marks.go).
-// +kubebuilder:rbac:groups="",resources=events,verbs=get;create
+// +kubebuilder:rbac:groups="",resources=events,verbs=get;create;update
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;list;watch
 

@@ -81,6 +81,9 @@ type recEnv struct {
 	// they return is the API server's answer instead.
 	failWrite atomic.Pointer[func(client.Object) error]
 	failRead  atomic.Pointer[func(client.ObjectKey, client.Object) error]
+	// clockOffset moves the recorder's clock from the real one, in
+	// nanoseconds: an attempt kept long before.
+	clockOffset atomic.Int64
 	// eng is the manager's engine, kept across its restarts; ctx bounds
 	// every manager the test starts, and stop stops the one running.
 	eng  *engine.Engine
@@ -290,6 +293,24 @@ func revocationsAreRecordedAsStored(t *testing.T, re *recEnv) {
 		assert.Equal(t, "frank", r.Result.Whom)
 	})
 
+	hal := re.adminBinding(t, "hal")
+	t.Run("a person's DELETE sent again long after their refused one names them", func(t *testing.T) {
+		// The review of 2026-12-06: the webhook brings a person's kept
+		// DELETE up to their later one by updating its Event, which the
+		// manager's rights did not allow. Her attempt of ten minutes before
+		// the deletion no longer counts, and the revocation named nobody.
+		re.clockOffset.Store(int64(-10 * time.Minute))
+		held := re.holdDeletions(t, hal)
+		err := re.adaAPI.RbacV1().ClusterRoleBindings().Delete(t.Context(), hal.Name, metav1.DeleteOptions{})
+		require.Error(t, err, "the DELETE was not refused")
+		held()
+		re.clockOffset.Store(0)
+		re.ichor(t, 0, "cluster", "admins", "revoke", "hal", "--kubeconfig", re.ada)
+		r := re.waitRecord(t, "clusterrolebinding/"+hal.Name, "ada")
+		assert.Equal(t, "admission", r.Result.ActorSource)
+		assert.Equal(t, "hal", r.Result.Whom)
+	})
+
 	gil := re.adminBinding(t, "gil")
 	t.Run("a revocation while no leader watches is recorded by the webhook's replica", func(t *testing.T) {
 		// The watch that records revocations runs on the leader only, and
@@ -391,6 +412,7 @@ func (re *recEnv) startManagerWith(t *testing.T, bindingsWatch bool) {
 		Reader: &hookedReader{Reader: mgr.GetAPIReader(), fail: &re.failRead},
 		Client: &hookedClient{Client: mgr.GetClient(), hook: &re.eventHook, fail: &re.failWrite}, Engine: eng,
 		Keys: re.env.AdmissionKeys(keyClient), Instance: "recorder-test", Namespace: harness.ManagerNamespace,
+		Clock: offsetClock{&re.clockOffset},
 	}
 	require.NoError(t, (&webhook.ActRecorder{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
 	require.NoError(t, (&manualact.CSRDecisions{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
@@ -661,3 +683,9 @@ func writeKubeconfig(t *testing.T, dir, user string, cfg *rest.Config) string {
 	require.NoError(t, clientcmd.WriteToFile(*kc, path))
 	return path
 }
+
+// offsetClock is the real clock moved by an offset, in nanoseconds.
+type offsetClock struct{ offset *atomic.Int64 }
+
+func (c offsetClock) Now() time.Time                  { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
