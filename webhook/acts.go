@@ -14,6 +14,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -73,9 +74,11 @@ type ActRecorder struct {
 	Reader client.Reader
 
 	// polling are the bindings (by UID) whose deletion this replica waits
-	// for, to record it (recordOnceGone): one wait each. waits counts the
-	// waits begun.
-	polling sync.Map
+	// for, to record it (recordOnceGone), each until its deadline, which
+	// every review of the binding's deletion moves to revocationWait from
+	// then: one wait a binding. waits counts the waits begun.
+	mu      sync.Mutex
+	polling map[types.UID]time.Time
 	waits   atomic.Int64
 }
 
@@ -164,19 +167,50 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 	// The watch that records it runs on the leader only, and a deletion
 	// made while the leader changes is not in the next one's list: this
 	// replica records it too once the binding is gone (the record's mark
-	// keeps it to one record, or two in a race, never none), whether its
-	// attempt was kept or not (the record then names nobody). One poll a
-	// binding, however many reviews name it (a review can be sent again
-	// and again to the webhook's port).
-	if _, polling := a.polling.LoadOrStore(live.UID, true); !polling {
+	// keeps it to one record, or two in a race, never none), whether this
+	// attempt was kept or not (the record then names whoever else's attempt
+	// counts, or nobody). One wait a binding, however many reviews name it
+	// (a review can be sent again and again to the webhook's port); a
+	// review during a wait moves its deadline, so that a DELETE admitted
+	// near the end of another's wait is waited for too.
+	if a.waitFor(live.UID) {
 		a.waits.Add(1)
-		go func() {
-			defer a.polling.Delete(live.UID)
-			// Not the request's end: the wait outlives it, with its logger.
-			a.recordOnceGone(context.WithoutCancel(ctx), live)
-		}()
+		// Not the request's end: the wait outlives it, with its logger.
+		go a.recordOnceGone(context.WithoutCancel(ctx), live)
 	}
 	return allowed()
+}
+
+// waitFor sets the deadline of the wait for the deletion of the binding uid
+// to revocationWait from now, and reports whether a wait is to begin.
+func (a *ActRecorder) waitFor(uid types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.polling == nil {
+		a.polling = map[types.UID]time.Time{}
+	}
+	_, waiting := a.polling[uid]
+	a.polling[uid] = time.Now().Add(revocationWait)
+	return !waiting
+}
+
+// stillWaiting reports whether the wait for the binding uid is within its
+// deadline, and ends it otherwise: a review after that begins another.
+func (a *ActRecorder) stillWaiting(uid types.UID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if time.Now().Before(a.polling[uid]) {
+		return true
+	}
+	delete(a.polling, uid)
+	return false
+}
+
+// doneWaiting ends the wait for the binding uid.
+func (a *ActRecorder) doneWaiting(uid types.UID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.polling, uid)
 }
 
 // revocationWait bounds how long the webhook waits for an admitted DELETE to
@@ -184,33 +218,41 @@ func (a *ActRecorder) bindingDeletion(ctx context.Context, req admission.Request
 const revocationWait = 30 * time.Second
 
 // recordOnceGone records the revocation of b once the API server no longer
-// stores it, if within revocationWait, as it was last read: a revoked-by
-// annotation written before the deletion is the record's claim, as the
-// watch's final copy would have it.
+// stores it, if it is gone by the wait's deadline (waitFor), as it was last
+// read: a revoked-by annotation written before the deletion is the record's
+// claim, as the watch's final copy would have it. The binding is read once
+// more after the deadline before the wait ends.
 func (a *ActRecorder) recordOnceGone(ctx context.Context, b *rbacv1.ClusterRoleBinding) {
-	ctx, cancel := context.WithTimeout(ctx, revocationWait+revocationGrace+10*time.Second)
-	defer cancel()
-	gone, stop := context.WithTimeout(ctx, revocationWait)
-	defer stop()
-	// Read at 200 ms, then less often: forged reviews of every admin
-	// binding, one a binding every revocationWait, cost the API server a
-	// few reads a binding, not 150.
-	// (The delay stays at its cap once there.)
+	// Read at 200 ms, then less often, to 5 s apart: forged reviews of
+	// every admin binding cost the API server a read a binding every few
+	// seconds, not five a second.
 	delay := wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Steps: 10, Cap: 5 * time.Second}.DelayFunc()
 	last := b
-	err := delay.Until(gone, false, false, func(ctx context.Context) (bool, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			a.doneWaiting(b.UID)
+			return
+		case <-time.After(delay()):
+		}
+		read, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var live rbacv1.ClusterRoleBinding
-		err := a.Reader.Get(ctx, client.ObjectKeyFromObject(b), &live)
+		err := a.Reader.Get(read, client.ObjectKeyFromObject(b), &live)
+		cancel()
 		if err == nil && live.UID == b.UID {
 			last = &live
-			return false, nil
+		} else if apierrors.IsNotFound(err) || err == nil {
+			// Gone, or gone and made again under its name.
+			break
 		}
-		// Gone, or gone and made again under its name.
-		return apierrors.IsNotFound(err) || err == nil, nil
-	})
-	if err != nil {
-		return
+		if !a.stillWaiting(b.UID) {
+			return
+		}
 	}
+	// Another review of the binding now begins a wait of its own, which
+	// finds it gone and the record's mark there, or makes the record a
+	// second time in a race: never none.
+	a.doneWaiting(b.UID)
 	// The leader's watch records it at once, usually: this record is for
 	// when none did, so it waits a little first, and finds the watch's
 	// mark then.
@@ -219,7 +261,9 @@ func (a *ActRecorder) recordOnceGone(ctx context.Context, b *rbacv1.ClusterRoleB
 		return
 	case <-time.After(revocationGrace):
 	}
-	(&manualact.Revocations{Recorder: a.Recorder}).Revoked(ctx, last)
+	record, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	(&manualact.Revocations{Recorder: a.Recorder}).Revoked(record, last)
 }
 
 // revocationGrace is how long the webhook leaves the leader's watch to

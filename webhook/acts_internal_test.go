@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -78,7 +79,7 @@ func TestAReviewOfABindingStoredAsNoAdminsKeepsNothing(t *testing.T) {
 	scheme := runtime.NewScheme()
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	lookalike := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "ichor-admin:u:frank:0123456789"},
+		ObjectMeta: metav1.ObjectMeta{Name: "ichor-admin:u:frank:0123456789", UID: "b-lookalike"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "ichor-admin:u:frank:0123456789"}},
 	}
@@ -104,4 +105,26 @@ func TestAReviewOfABindingStoredAsNoAdminsKeepsNothing(t *testing.T) {
 	var events corev1.EventList
 	require.NoError(t, c.List(t.Context(), &events))
 	assert.Empty(t, events.Items, "an attempt kept for a binding that is no admin's")
+}
+
+// A review of a binding's deletion during the wait for it moves the wait's
+// deadline: a DELETE admitted near the end of another's wait (a refused
+// one, or a forged review) is waited for too, and the wait reads the
+// binding once more after its deadline before it ends (review of
+// 2026-12-06, after the reads were spaced out).
+func TestAReviewDuringAWaitMovesItsDeadline(t *testing.T) {
+	a := &ActRecorder{}
+	require.True(t, a.waitFor("b-1"), "no wait began")
+	require.True(t, a.stillWaiting("b-1"))
+	// The deadline passed, and another review came before the wait's next
+	// read: the wait goes on, to revocationWait from that review.
+	a.polling["b-1"] = time.Now().Add(-time.Second)
+	require.False(t, a.waitFor("b-1"), "a second wait began")
+	assert.WithinDuration(t, time.Now().Add(revocationWait), a.polling["b-1"], time.Second)
+	assert.True(t, a.stillWaiting("b-1"), "the wait ended at its first deadline")
+	// No review since: the wait ends at its read after the deadline, and
+	// the next review begins another.
+	a.polling["b-1"] = time.Now().Add(-time.Second)
+	assert.False(t, a.stillWaiting("b-1"))
+	assert.True(t, a.waitFor("b-1"), "no wait began after the last one ended")
 }
