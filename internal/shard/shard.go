@@ -874,7 +874,7 @@ func (s *Set) forget(obj any) {
 // for a lease duration are pruned here too, not only when a holder is taken
 // from (membershipQuiet), which a steady sharding never does (review of
 // 2026-12-06). A holder's own entry is kept (observation.holder), for
-// membershipQuiet to judge and prune.
+// membershipQuiet to judge, and to prune after holderKept lease durations.
 func (s *Set) noteGone(name string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -889,6 +889,11 @@ func (s *Set) noteGone(name string, now time.Time) {
 		}
 	}
 }
+
+// holderKept is how many lease durations membershipQuiet keeps the gone
+// membership of another holder it was asked about: enough for that holder's
+// shards to be taken at a look, as its own entry says it quiet.
+const holderKept = 4
 
 // maxSeen is how many Leases' observations are kept before those of Leases
 // gone for a lease duration are pruned: far more than a sharding's Leases.
@@ -905,7 +910,16 @@ func (s *Set) membershipQuiet(holder string, now time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for name, o := range s.seen {
-		if o.resourceVersion == "" && now.Sub(o.at) >= s.o.LeaseDuration && name != MemberLeaseName(holder) {
+		// Another holder's entry is kept for a few lease durations more:
+		// pruned as soon as this one's, it would be noted afresh when
+		// that holder is next asked about, and two gone holders asked
+		// about in turn would each delay the other's shards (review of
+		// 2026-12-06).
+		keep := s.o.LeaseDuration
+		if o.holder {
+			keep *= holderKept
+		}
+		if o.resourceVersion == "" && now.Sub(o.at) >= keep && name != MemberLeaseName(holder) {
 			delete(s.seen, name)
 		}
 	}

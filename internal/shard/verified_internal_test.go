@@ -213,3 +213,27 @@ func TestDeletionsOfOtherLeasesDoNotKeepAGoneHoldersShards(t *testing.T) {
 	s.forget(lease("forged-last"))
 	require.True(t, s.membershipQuiet("b", clock.Now()), "b's Lease, gone for a lease duration, was noted afresh")
 }
+
+// Two gone holders asked about in turn: each look at one pruned the other's
+// entry, which was then noted afresh, and their shards were taken one a
+// lease duration rather than all at once (review of 2026-12-06).
+func TestTwoGoneHoldersAreBothQuietAfterALeaseDuration(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC))
+	s, err := New(Options{Client: fake.NewClientset(), Namespace: "ichor-system", Identity: "a", Shards: 4,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, Clock: clock})
+	require.NoError(t, err)
+	for _, h := range []string{"b", "c"} {
+		s.forget(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: MemberLeaseName(h), Namespace: "ichor-system"}})
+		require.False(t, s.membershipQuiet(h, clock.Now()), "%s's Lease was gone for no time", h)
+	}
+	clock.Step(3 * time.Second)
+	require.True(t, s.membershipQuiet("b", clock.Now()))
+	require.True(t, s.membershipQuiet("c", clock.Now()), "c's entry was pruned by the look at b, and noted afresh")
+	// Kept no longer than holderKept lease durations by another's look.
+	clock.Step(holderKept * 3 * time.Second)
+	s.membershipQuiet("b", clock.Now())
+	s.mu.Lock()
+	_, kept := s.seen[MemberLeaseName("c")]
+	s.mu.Unlock()
+	require.False(t, kept, "a gone holder's entry is kept for ever")
+}
