@@ -61,7 +61,7 @@ func TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt(t *testing.T) {
 	assert.Equal(t, []engine.ManualAttempt{{Verdict: "Approved", ConditionSHA256: ConditionDigest(approved("by hand")), Username: "bob", UID: "u-bob"}}, got, "the forged place is skipped, Bob's kept in the next")
 	// What was at the forged place before it (an attempt deleted, or
 	// edited) is not known: the rule names nobody (review of 2026-12-06).
-	assert.True(t, incomplete, "a place that does not verify hides nothing")
+	assert.True(t, incomplete, "a place that does not verify was taken to hide nothing")
 
 	// An Event edited after the webhook wrote it no longer verifies.
 	var ev corev1.Event
@@ -83,7 +83,7 @@ func TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt(t *testing.T) {
 	got, incomplete, err = r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
 	require.NoError(t, err)
 	assert.Len(t, got, 1, "cy's repeated write took more than one place")
-	assert.True(t, incomplete, "the forged and the edited places hide nothing")
+	assert.True(t, incomplete, "the forged and the edited places were taken to hide nothing")
 
 	// Every place taken: more attempts may have been made than are read.
 	_, err = r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "cy-2"})
