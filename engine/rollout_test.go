@@ -26,6 +26,7 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/version"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
@@ -337,6 +338,29 @@ func TestDecisionLogFileSink(t *testing.T) {
 	assert.Contains(t, string(data), `"msg":"Decision Log"`)
 	assert.Contains(t, string(data), `"ichor_version":"`+version.Get().Version+`"`)
 	assert.NotContains(t, string(data), "s3cret", "masked")
+}
+
+// A manager killed while it wrote an entry leaves part of a line at the
+// end of the file: the next manager's first entry begins on a line of its
+// own, readable (review of 2026-12-06).
+func TestDecisionLogFileLeftTornIsWrittenOnAfresh(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "decisions.log")
+	require.NoError(t, os.WriteFile(path, []byte(`{"msg":"Decision Log","decision_id":"d-whole"}`+"\n"+`{"bundles":{"ich`), 0o600))
+	e, err := engine.New(context.Background(), engine.Options{DecisionLog: io.Discard, Log: io.Discard, DecisionLogFile: path})
+	require.NoError(t, err)
+	d, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
+	require.NoError(t, err)
+	e.Stop(context.Background())
+
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	entries, skipped, err := decisionlog.Read(f)
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	assert.Equal(t, "d-whole", entries[0].DecisionID)
+	assert.Equal(t, d.DecisionID, entries[1].DecisionID, "the new entry was glued to the torn line")
+	assert.Equal(t, 1, skipped.Lines, "the torn line")
 }
 
 // The file sink rotates by size and keeps a bounded number of rotated

@@ -128,7 +128,12 @@ type sinks struct {
 	console   io.Writer
 
 	fileMu sync.Mutex
-	f      *lumberjack.Logger
+	f      io.WriteCloser
+	// torn: the file's last line was cut short (a write that failed part
+	// way, a full volume; a process killed mid-write), so the next entry
+	// begins on a line of its own rather than glued to it, unreadable
+	// (review of 2026-12-06).
+	torn bool
 
 	mu      sync.Mutex
 	pending [][]byte
@@ -154,16 +159,14 @@ func (s *sinks) Start(context.Context) error {
 		// Opened here once, so that a path that cannot be written fails the
 		// start rather than the first decision; the rotating writer opens it
 		// again on its first write.
-		f, err := os.OpenFile(s.config.File, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-		if err == nil {
-			err = f.Close()
-		}
+		torn, err := endsTorn(s.config.File)
 		if err != nil {
 			s.manager.UpdatePluginStatus(sinksName, &plugins.Status{State: plugins.StateErr, Message: err.Error()})
 			return fmt.Errorf("decision-log file: %w", err)
 		}
 		s.fileMu.Lock()
 		s.f = &lumberjack.Logger{Filename: s.config.File, MaxSize: s.config.FileMaxMiB, MaxBackups: s.config.FileMaxBackups}
+		s.torn = torn
 		s.fileMu.Unlock()
 	}
 	if s.config.URL != "" {
@@ -288,8 +291,40 @@ func (s *sinks) writeFile(event logs.EventV1) error {
 	if s.f == nil {
 		return fmt.Errorf("closed")
 	}
-	_, err = s.f.Write(line)
+	if s.torn {
+		if _, err := s.f.Write(newline); err != nil {
+			return fmt.Errorf("end the line an earlier write cut short: %w", err)
+		}
+		s.torn = false
+	}
+	n, err := s.f.Write(line)
+	if err != nil && n > 0 {
+		s.torn = true
+	}
 	return err
+}
+
+var newline = []byte{'\n'}
+
+// endsTorn opens the decision-log file (made if absent: a path that cannot
+// be written fails the start rather than the first decision; the rotating
+// writer opens it again on its first write) and reports whether it ends
+// within a line: the last write of a process killed or of a full volume.
+func endsTorn(path string) (bool, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_RDWR, 0o600)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil || info.Size() == 0 {
+		return false, err
+	}
+	last := make([]byte, 1)
+	if _, err := f.ReadAt(last, info.Size()-1); err != nil {
+		return false, fmt.Errorf("read the end of %s: %w", path, err)
+	}
+	return last[0] != '\n', nil
 }
 
 // lineBuffers hold the console's and the file's lines while they are
