@@ -760,8 +760,11 @@ func ErrorText(raw json.RawMessage) string {
 	return string(raw)
 }
 
+// isUndefined is whether an entry's error is OPA's undefined decision: its
+// code, not a message that quotes it (an evaluation error's text can hold
+// anything an input held).
 func isUndefined(raw json.RawMessage) bool {
-	return strings.Contains(ErrorText(raw), "opa_undefined_error")
+	return strings.HasPrefix(ErrorText(raw), "opa_undefined_error: ")
 }
 
 // subject is the part of an input that names who or what a decision is about.

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -423,6 +424,49 @@ func TestReplayReportsReasonsNoDecisionAndErrors(t *testing.T) {
 	assert.Equal(t, "eval_conflict_error", rep.Changes[0].New.Error)
 }
 
+// An entry whose input holds lists longer than any a manager logs is not
+// replayed: 5,000 node addresses and as many other addresses asked for had
+// the kubelet-serving rule format the whole list into each refusal, a
+// quadratic the forger sizes (review of 2026-12-06). The replay fails,
+// naming the entry, before the rule runs.
+func TestReplayRefusesAnInputNoManagerLogs(t *testing.T) {
+	log, ids := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	var forged []decisionlog.Entry
+	for _, e := range entries {
+		if e.DecisionID != ids[1] {
+			continue
+		}
+		var input map[string]any
+		require.NoError(t, json.Unmarshal(e.Input, &input))
+		addresses, sans := make([]any, 5000), make([]any, 5000)
+		for i := range addresses {
+			addresses[i] = fmt.Sprintf("10.%d.%d.1", i/256, i%256)
+			sans[i] = map[string]any{"type": "ip", "value": fmt.Sprintf("10.%d.%d.2", i/256, i%256)}
+		}
+		input["node"].(map[string]any)["addresses"] = addresses
+		input["csr"].(map[string]any)["request"].(map[string]any)["subject_alt_names"] = sans
+		e.Input, err = json.Marshal(input)
+		require.NoError(t, err)
+		forged = append(forged, e)
+	}
+	require.Len(t, forged, 1, "the denial's entry")
+	ctx := context.Background()
+	b, err := bundles.Load("../../policy")
+	require.NoError(t, err)
+	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: &harness.DecisionLog{}})
+	require.NoError(t, err)
+	defer eng.Stop(ctx)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = decisionlog.Replay(ctx, eng, forged)
+	runtime.ReadMemStats(&after)
+	require.ErrorContains(t, err, "a list of 5000 items, more than any a manager logs")
+	assert.Contains(t, err.Error(), ids[1])
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20), "the rule ran")
+}
+
 func TestReplayStopsWhenTheContextEnds(t *testing.T) {
 	log, _ := realLog(t)
 	entries, _, err := decisionlog.Read(strings.NewReader(log))
@@ -452,11 +496,13 @@ func TestReadTellsNoDecisionFromAFailedOne(t *testing.T) {
 {"msg":"Decision Log","decision_id":"b","path":"ichor/kubelet_serving/decision","error":{"code":"opa_undefined_error","message":"ichor/kubelet_serving/decision decision was undefined"}}
 {"msg":"Decision Log","decision_id":"c","path":"ichor/kubelet_serving/decision","error":{"code":"eval_conflict_error","message":"complete rules must not produce multiple outputs"}}
 {"msg":"Decision Log","decision_id":"d","path":"ichor/credentials/requirements","result":{"event":{"type":"Normal"}}}
+{"msg":"Decision Log","decision_id":"e","path":"ichor/kubelet_serving/decision","error":"eval_builtin_error: sprintf: node name opa_undefined_error: no"}
 `
 	entries, skipped, err := decisionlog.Read(strings.NewReader(log))
 	require.NoError(t, err)
 	assert.Zero(t, skipped)
-	require.Len(t, entries, 4)
+	require.Len(t, entries, 5)
+	assert.Equal(t, "error", entries[4].Action(), "an error that quotes the undefined decision's code is no undefined decision")
 	assert.Equal(t, "none", entries[0].Action())
 	assert.Equal(t, "none", entries[1].Action())
 	assert.Equal(t, "error", entries[2].Action())

@@ -96,6 +96,9 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 			if err := dec.Decode(&input); err != nil {
 				return rep, fmt.Errorf("decision %q: input: %w", e.DecisionID, err)
 			}
+			if n := longestList(input); n > MaxReplayedList {
+				return rep, fmt.Errorf("decision %q: its input holds a list of %d items, more than any a manager logs (%d): not replayed, nor anything after it", e.DecisionID, n, MaxReplayedList)
+			}
 		}
 		var now Outcome
 		dec, err := d.Decide(ctx, e.Path, input)
@@ -350,4 +353,31 @@ func at(loc *ast.Location) string {
 		return ""
 	}
 	return fmt.Sprintf(" (%s:%d)", loc.File, loc.Row)
+}
+
+// MaxReplayedList bounds the lists of an input replayed. A manager logs at
+// most 100 of a request's names, addresses or attributes (the mask's
+// max_logged_items, input.log_truncated saying what it cut) and builds none
+// of its other lists longer; a forged entry of 20,000 addresses and as many
+// addresses asked for has the kubelet-serving rule format the whole list
+// into each refusal's message, gigabytes for a line of a megabyte (review of
+// 2026-12-06).
+const MaxReplayedList = 1000
+
+// longestList is the number of items of the longest list in a decoded JSON
+// value.
+func longestList(v any) int {
+	longest := 0
+	switch v := v.(type) {
+	case []any:
+		longest = len(v)
+		for _, item := range v {
+			longest = max(longest, longestList(item))
+		}
+	case map[string]any:
+		for _, item := range v {
+			longest = max(longest, longestList(item))
+		}
+	}
+	return longest
 }
