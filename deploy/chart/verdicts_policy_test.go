@@ -150,19 +150,19 @@ func TestOnlyTheManagerWritesAVerdictThatReadsAsIchors(t *testing.T) {
 
 	submit("csr-client", certificatesv1.KubeAPIServerClientKubeletSignerName)
 	assert.True(t, refused(verdict(cs, "csr-client", certificatesv1.CertificateDenied, "no "+ichors)), "a person's denial of a client request read as Ichor's")
-	// Anything after the tail reads as Ichor's to a person (review of
-	// 2026-12-06: white space, then a no-break space, passed), and so does
-	// an approver's reason.
-	for _, after := range []string{" \n", "\u00a0", "\u200b", ".", " checked by hand"} {
+	// The tail followed by nothing a person reads is Ichor's to them
+	// (review of 2026-12-06: white space, then a no-break space, passed),
+	// and so is an approver's reason.
+	for _, after := range []string{" \n", "\u00a0", "\u200b", "\u2028", "\u3000", ".", "\u3002", "\u0301", " !\t"} {
 		assert.True(t, refused(verdict(cs, "csr-client", certificatesv1.CertificateDenied, ichors+after)), "a tail followed by %q", after)
 	}
 	assert.True(t, refused(reasoned(cs, "csr-client", certificatesv1.CertificateDenied, "IchorKubeletClient", "checked by hand")), "an approver's reason")
 	// Failed through /approval stops the signer as a denial would, and no
 	// one's decision is recorded (review of 2026-12-06).
 	assert.True(t, refused(reasoned(cs, "csr-client", certificatesv1.CertificateFailed, "ByHand", "failed by hand")), "a Failed condition through /approval")
-	// A decision quoted a little off is no approver's, and is a person's to
-	// write.
-	require.NoError(t, verdict(cs, "csr-client", certificatesv1.CertificateDenied, "denied by hand (decision pending, policy revision of the team)"))
+	// A decision quoted with words after it (a person overruling it), or a
+	// little off, is a person's to write.
+	require.NoError(t, verdict(cs, "csr-client", certificatesv1.CertificateDenied, "overrules "+ichors+": node retired"))
 
 	submit("csr-serving", certificatesv1.KubeletServingSignerName)
 	require.NoError(t, reasoned(manager, "csr-serving", certificatesv1.CertificateApproved, "IchorKubeletServing", ichors), "the manager's own verdict")
