@@ -56,8 +56,9 @@ a line longer than --max-line-bytes is skipped unread and counted.
 
 --from-cluster reads the manager pods' logs through the API server instead
 (the container named manager of each pod --selector selects, in -n, by
-default the kubeconfig context's namespace, else ichor-system), so no
-kubectl logs pipe is needed; you need list on pods and get on pods/log there.`
+default ichor-system, never the kubeconfig context's namespace, which may be
+a tenant's), so no kubectl logs pipe is needed; you need list on pods and get
+on pods/log there.`
 
 func newDecisionsCommand(s streams) *cobra.Command {
 	cmd := &cobra.Command{
@@ -133,7 +134,7 @@ func (f *sourceFlags) register(cmd *cobra.Command) {
 	fs.BoolVar(&f.fromCluster, "from-cluster", false, "read the manager pods' logs through the API server (container "+decisionlog.ManagerContainer+" of the pods --selector selects), instead of FILE")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "with --from-cluster: the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
 	fs.StringVar(&f.context, "context", "", "with --from-cluster: the kubeconfig context to use")
-	fs.StringVarP(&f.namespace, "namespace", "n", "", "with --from-cluster: the manager's namespace (default: the context's, else "+defaultNamespace+")")
+	fs.StringVarP(&f.namespace, "namespace", "n", "", "with --from-cluster: the manager's namespace (default "+defaultNamespace+", whatever the context's)")
 	fs.StringVar(&f.selector, "selector", decisionlog.ManagerSelector, "with --from-cluster: the label selector of the manager's pods (the chart's)")
 	fs.BoolVar(&f.previous, "previous", false, "with --from-cluster: read the containers' logs before their last restart, as kubectl logs --previous")
 	fs.Int64Var(&f.maxBytes, "max-log-bytes", decisionlog.DefaultMaxBytes, "the most bytes read of each log (each pod's with --from-cluster), after decompression: a longer log is refused")
@@ -264,19 +265,12 @@ func clusterSource(s streams, src sourceFlags, limits decisionlog.Limits) (decis
 	if err != nil {
 		return decisionlog.Cluster{}, kube.ConfigError(err)
 	}
-	namespace := src.namespace
-	if namespace == "" {
-		// The context's namespace if it names one; clientcmd would say
-		// "default", where the manager is not installed.
-		raw, err := loader.RawConfig()
-		if err != nil {
-			return decisionlog.Cluster{}, fmt.Errorf("kubeconfig: %w", err)
-		}
-		if c := raw.Contexts[cmp.Or(src.context, raw.CurrentContext)]; c != nil {
-			namespace = c.Namespace
-		}
-		namespace = cmp.Or(namespace, defaultNamespace)
-	}
+	// Never the context's namespace, as kubectl would take: an operator's
+	// context often points at a tenant's namespace, where a pod labelled
+	// as the manager's would have its forged decisions shown and replayed
+	// as the manager's (review of 2026-12-06). The manager's namespace is
+	// one, and named when it is not the chart's documented one.
+	namespace := cmp.Or(src.namespace, defaultNamespace)
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return decisionlog.Cluster{}, fmt.Errorf("client: %w", err)

@@ -803,7 +803,7 @@ func TestDecisionsFromClusterReadTheManagerPodsLogs(t *testing.T) {
 	assert.Equal(t, []string{f.approve, f.deny, f.pending, f.two}, column(t, stdout, "ID"), "both pods' decisions, in the order they were made")
 	assert.Equal(t, "ichor: read 4 decisions from 2 pods in namespace ichor-system (ichor-policy-7d9c6b8f5-a, ichor-policy-7d9c6b8f5-b); skipped 3 lines that are not decision-log entries\n", stderr)
 	assert.Contains(t, *requests, "/api/v1/namespaces/ichor-system/pods?labelSelector=app.kubernetes.io%2Fname%3Dichor-policy",
-		"the chart's selector label, in ichor-system when the context names no namespace")
+		"the chart's selector label, in ichor-system")
 	assert.Contains(t, *requests, "/api/v1/namespaces/ichor-system/pods/ichor-policy-7d9c6b8f5-a/log?container=manager")
 	assert.NotContains(t, strings.Join(*requests, "\n"), "ichor-policy-debug/log")
 
@@ -814,8 +814,13 @@ func TestDecisionsFromClusterReadTheManagerPodsLogs(t *testing.T) {
 	_, _, _, err = decisionsRun(t, "", "decisions", "replay", "--bundle", harness.PolicyWithoutServingIPCheck(t), "--from-cluster", "--kubeconfig", kubeconfig, "--fail-on", "deny-to-approve")
 	assert.Equal(t, ExitChanged, exitCode(err))
 
-	// The context's namespace is the default when it names one.
-	code, _, stderr, _ = decisionsRun(t, "", "decisions", "list", "--from-cluster", "--kubeconfig", kubeconfigFor(t, srv.URL, "elsewhere"))
+	// The context's namespace is never the default: it is often a
+	// tenant's, where a pod labelled as the manager's would be read as it
+	// (review of 2026-12-06). -n names another.
+	code, stdout, stderr, _ = decisionsRun(t, "", "decisions", "list", "--from-cluster", "--kubeconfig", kubeconfigFor(t, srv.URL, "team-a"))
+	assert.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, []string{f.approve, f.deny, f.pending, f.two}, column(t, stdout, "ID"), "the manager's namespace was not read")
+	code, _, stderr, _ = decisionsRun(t, "", "decisions", "list", "--from-cluster", "-n", "elsewhere", "--kubeconfig", kubeconfigFor(t, srv.URL, "team-a"))
 	assert.Equal(t, ExitError, code)
 	assert.Contains(t, stderr, "list the manager's pods in namespace elsewhere")
 }
