@@ -109,9 +109,13 @@ func Bytes(b *bundle.Bundle) ([]byte, error) {
 }
 
 // Sign signs a bundle with OPA's bundle signing (a .signatures.json JWT over
-// every file's digest), as `opa build --signing-key` does.
-func Sign(b *bundle.Bundle, keyPEM, algorithm, keyID string) error {
-	if err := b.GenerateSignature(bundle.NewSigningConfig(keyPEM, algorithm, ""), keyID, false); err != nil {
+// every file's digest), as `opa build --signing-key` does. key is a PEM key,
+// or the path of the file that holds the key or the secret, as that flag
+// takes: OPA takes any other text for a path too, and its error then quotes
+// the text whole, the key with it (review of 2026-12-06). Give a file's key
+// by its path.
+func Sign(b *bundle.Bundle, key, algorithm, keyID string) error {
+	if err := b.GenerateSignature(bundle.NewSigningConfig(key, algorithm, ""), keyID, false); err != nil {
 		return fmt.Errorf("sign bundle: %w", err)
 	}
 	return nil

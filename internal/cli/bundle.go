@@ -52,11 +52,14 @@ closes a hole. A tree without EPOCH needs --epoch: the epoch is not guessed.`,
 				return usage.Errorf("the policy tree %s has no %s file: give the epoch of its rules with --epoch", policyDir, bundles.EpochFile)
 			}
 			if signingKey != "" {
-				key, err := os.ReadFile(signingKey)
-				if err != nil {
+				// By its path, as opa build takes it: the key's text is
+				// never in an error (bundles.Sign).
+				if info, err := os.Stat(signingKey); err != nil {
 					return usage.Errorf("--signing-key: %w", err)
+				} else if !info.Mode().IsRegular() {
+					return usage.Errorf("--signing-key: %s is not a file", signingKey)
 				}
-				if err := bundles.Sign(b, string(key), signingAlg, keyID); err != nil {
+				if err := bundles.Sign(b, signingKey, signingAlg, keyID); err != nil {
 					return err
 				}
 			}

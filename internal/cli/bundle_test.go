@@ -214,3 +214,37 @@ func TestBundleEpochsFromBuildToPush(t *testing.T) {
 	code, _, stderr = run(t, "", "bundle", "push", embedded, ref, "--key", public, "--force")
 	assert.Equal(t, 0, code, stderr)
 }
+
+// The signing key goes to OPA by its path, as opa build gives it: given the
+// key's text, OPA takes any text that does not begin "-----BEGIN" for a path
+// to stat, and its error quotes the text whole (review of 2026-12-06). An
+// HMAC secret longer than a file name, or holding a NUL, was printed, and so
+// was a PEM key after a blank line whose base64 made a long path part.
+func TestASigningKeyIsSignedWithAndNeverPrinted(t *testing.T) {
+	dir := t.TempDir()
+	private, _ := signingKey(t, dir, "ichor")
+	key, err := os.ReadFile(private)
+	require.NoError(t, err)
+	blankFirst := filepath.Join(dir, "blank-first.pem")
+	require.NoError(t, os.WriteFile(blankFirst, append([]byte("\n"), key...), 0o600))
+	for name, tc := range map[string]struct {
+		key, alg string
+	}{
+		"a PEM key after a blank line": {string(key), "RS256"},
+		"a long HMAC secret":           {strings.Repeat("s3cret", 60), "HS256"},
+		"an HMAC secret holding a NUL": {"s3cret\x00" + strings.Repeat("k", 40), "HS256"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := blankFirst
+			if tc.alg != "RS256" {
+				path = filepath.Join(t.TempDir(), "secret")
+				require.NoError(t, os.WriteFile(path, []byte(tc.key), 0o600))
+			}
+			code, stdout, stderr := run(t, "", "bundle", "build", "--out", filepath.Join(t.TempDir(), "b.tar.gz"), "--signing-key", path, "--signing-alg", tc.alg)
+			assert.Equal(t, 0, code, stderr)
+			// The PEM key's first line of base64, or the secret.
+			lines := strings.Split(strings.TrimSpace(tc.key), "\n")
+			assert.NotContains(t, stdout+stderr, lines[min(1, len(lines)-1)], "the key was printed")
+		})
+	}
+}

@@ -42,7 +42,7 @@ func TestWrongCommandLinesAreUsageErrors(t *testing.T) {
 		{[]string{"policy", "check-csr", "-f", "/nonexistent/csr.yaml", "--nodename", "worker-1"}, "read /nonexistent/csr.yaml: stat /nonexistent/csr.yaml: no such file"},
 		{[]string{"policy", "check-client-csr", "-f", "/nonexistent/csr.yaml"}, "read /nonexistent/csr.yaml: stat /nonexistent/csr.yaml: no such file"},
 		{[]string{"render", "kubelet-serving", "-f", "/nonexistent/cluster.yaml"}, "read /nonexistent/cluster.yaml: open /nonexistent/cluster.yaml: no such file"},
-		{[]string{"bundle", "build", "--signing-key", "/nonexistent/key.pem", "--out", "/nonexistent/bundle.tar.gz"}, "--signing-key: open /nonexistent/key.pem: no such file"},
+		{[]string{"bundle", "build", "--signing-key", "/nonexistent/key.pem", "--out", "/nonexistent/bundle.tar.gz"}, "--signing-key: stat /nonexistent/key.pem: no such file"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, stdout, stderr := run(t, "", tc.args...)
