@@ -15,6 +15,7 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/privatefile"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
@@ -66,16 +67,14 @@ closes a hole. A tree without EPOCH needs --epoch: the epoch is not guessed.`,
 			if err := os.MkdirAll(filepath.Dir(out), 0o750); err != nil {
 				return fmt.Errorf("output directory: %w", err)
 			}
-			f, err := os.Create(out)
+			// Replaced whole: a link or a FIFO at out is replaced, never
+			// written through (review of 2026-12-06).
+			data, err := bundles.Bytes(b)
 			if err != nil {
-				return fmt.Errorf("create %s: %w", out, err)
-			}
-			if err := bundles.Write(f, b); err != nil {
-				f.Close()
 				return err
 			}
-			if err := f.Close(); err != nil {
-				return fmt.Errorf("write %s: %w", out, err)
+			if err := privatefile.WriteMode(out, data, 0o644); err != nil {
+				return err
 			}
 			got, _ := bundles.Epoch(b.Manifest)
 			fmt.Fprintf(s.out, "wrote %s (revision %s, epoch %d)\n", out, b.Manifest.Revision, got)

@@ -15,6 +15,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/privatefile"
 	"github.com/ichor-dev/ichor-policy/internal/talos/render"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
@@ -134,15 +135,17 @@ func printPatch(s streams, cluster *ichorv1alpha1.TalosCluster, patches []rolePa
 }
 
 // writePatches writes DIR/ROLE.yaml for each role. A patch holds no secret;
-// it is rendered from the cluster and replaced each time.
+// it is rendered from the cluster and replaced each time, whole: a link or a
+// FIFO at its path (a shared repository's) is replaced, never written
+// through (review of 2026-12-06).
 func writePatches(s streams, dir string, patches []rolePatch) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	for _, p := range patches {
 		path := filepath.Join(dir, string(p.role)+".yaml")
-		if err := os.WriteFile(path, p.data, 0o644); err != nil { //nolint:gosec // a patch holds no secret
-			return fmt.Errorf("write %s: %w", path, err)
+		if err := privatefile.WriteMode(path, p.data, 0o644); err != nil {
+			return err
 		}
 		fmt.Fprintf(s.err, "wrote %s\n", path)
 	}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configpatcher"
@@ -107,6 +108,36 @@ func TestRenderKubeletServingWritesOneFilePerRole(t *testing.T) {
 	require.Equal(t, cli.ExitOK, code, stderr)
 	assert.FileExists(t, filepath.Join(one, "worker.yaml"))
 	assert.NoFileExists(t, filepath.Join(one, "controlplane.yaml"))
+}
+
+// A patch's path that holds a symbolic link (a shared repository's, to a
+// file of the person's) or a FIFO is replaced, never written through nor
+// waited on (review of 2026-12-06); so is the bundle build writes.
+func TestWrittenFilesReplaceALinkOrAFIFO(t *testing.T) {
+	dir := t.TempDir()
+	sentinel := filepath.Join(dir, "authorized_keys")
+	require.NoError(t, os.WriteFile(sentinel, []byte("ssh-ed25519 AAAA ada\n"), 0o600))
+	patches := filepath.Join(dir, "patches")
+	require.NoError(t, os.Mkdir(patches, 0o750))
+	require.NoError(t, os.Symlink(sentinel, filepath.Join(patches, "controlplane.yaml")))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(patches, "worker.yaml"), 0o600))
+	out := filepath.Join(dir, "bundle.tar.gz")
+	require.NoError(t, os.Symlink(sentinel, out))
+
+	code, _, stderr := run(t, "", "render", "kubelet-serving", "-f", clusterManifest(t, "v1.14", true, true), "--output-dir", patches)
+	require.Equal(t, cli.ExitOK, code, stderr)
+	code, _, stderr = run(t, "", "bundle", "build", "--out", out)
+	require.Equal(t, cli.ExitOK, code, stderr)
+
+	kept, err := os.ReadFile(sentinel)
+	require.NoError(t, err)
+	assert.Equal(t, "ssh-ed25519 AAAA ada\n", string(kept), "written through a link")
+	for _, path := range []string{filepath.Join(patches, "controlplane.yaml"), filepath.Join(patches, "worker.yaml"), out} {
+		info, err := os.Lstat(path)
+		require.NoError(t, err)
+		assert.True(t, info.Mode().IsRegular(), "%s is %s, not a file", path, info.Mode())
+		assert.Equal(t, os.FileMode(0o644), info.Mode().Perm(), path)
+	}
 }
 
 // testRenderFromTheAPIServer reads the cluster from the API server with

@@ -1,7 +1,8 @@
 // Package privatefile writes files only their owner may read, atomically: a
 // reader sees the old content or the new whole, never a part. On Windows a
 // replace fails while another process has the file open (a reader), and a
-// symbolic link is replaced, not written through.
+// symbolic link is replaced, not written through. WriteMode writes what
+// others may read (a Talos patch, a bundle) the same way.
 package privatefile
 
 import "os"

@@ -4,6 +4,7 @@ package privatefile
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/google/renameio/v2"
@@ -16,8 +17,13 @@ import (
 //
 // renameio.WriteFile is not used as it is: it keeps the mode of the file it
 // replaces, so a file someone loosened to 0644 would stay readable by all.
-func Write(path string, data []byte) error {
-	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(Mode))
+func Write(path string, data []byte) error { return WriteMode(path, data, Mode) }
+
+// WriteMode is Write of a file of mode perm: a symbolic link, a FIFO or any
+// other file at path is replaced, never written through, and an interrupted
+// write leaves the old file whole.
+func WriteMode(path string, data []byte, perm os.FileMode) error {
+	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(perm))
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}

@@ -14,7 +14,10 @@ import (
 // another process has path open (Go opens files without delete sharing),
 // and a reader never sees a part of a file. Windows keeps no Unix mode; the
 // file's ACL is its directory's.
-func Write(path string, data []byte) error {
+func Write(path string, data []byte) error { return WriteMode(path, data, Mode) }
+
+// WriteMode is Write: Windows keeps no Unix mode.
+func WriteMode(path string, data []byte, _ os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path))
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
