@@ -142,6 +142,9 @@ when kubectl needs one and caches it until shortly before it expires.`,
 		ValidArgsFunction: completeTalosClusters(k),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.exec {
+				if err := retired(cmd, "--out FILE"); err != nil {
+					return err
+				}
 				return writeExecKubeconfig(cmd, s, k, o, args[0])
 			}
 			return writeCredential(cmd, s, credclient.Kubeconfig, o.request(cmd, k, args[0], s))

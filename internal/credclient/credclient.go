@@ -440,8 +440,12 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 		return nil, fmt.Errorf("the request for a %s credential of cluster %s/%s was refused: %w", purpose, namespace, cluster, err)
 	}
 	ref := types.NamespacedName{Namespace: tcr.Namespace, Name: tcr.Name}
+	// The answer is read by name: a request deleted and made again under
+	// it (by whoever may) is another's, never this one's answer.
+	uid := tcr.UID
 	fmt.Fprintf(o.Progress, "Requested %s for cluster %s/%s (TalosCredentialRequest %s); waiting for the controller", purpose, namespace, cluster, ref)
 
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	start := time.Now()
@@ -451,6 +455,9 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 	for {
 		err := c.Get(ctx, ref, tcr)
 		switch {
+		case err == nil && tcr.UID != uid:
+			fmt.Fprintln(o.Progress)
+			return nil, fmt.Errorf("TalosCredentialRequest %s was deleted and made again by someone else before it was answered", ref)
 		case err == nil:
 			if ready := meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady); ready != nil {
 				fmt.Fprintf(o.Progress, " answered after %s: %s\n", time.Since(start).Round(100*time.Millisecond), ready.Reason)
@@ -471,6 +478,11 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 		select {
 		case <-ctx.Done():
 			fmt.Fprintln(o.Progress)
+			if err := parent.Err(); err != nil {
+				// Interrupted, not timed out: the request stays, and the
+				// manager may still answer it.
+				return nil, fmt.Errorf("stopped waiting for TalosCredentialRequest %s: %w; it stays, and may still be issued to no one (kubectl delete taloscredentialrequest -n %s %s)", ref, err, ref.Namespace, ref.Name)
+			}
 			return nil, fmt.Errorf("no answer to TalosCredentialRequest %s within %s; is the Ichor manager running?", ref, o.Timeout)
 		case now := <-ticker.C:
 			if now.Sub(lastProgress) >= progressEvery {

@@ -137,3 +137,54 @@ func TestTheExecPluginPassesOnOnlyTheCertificateItChecked(t *testing.T) {
 	require.NoError(t, env.Client.List(t.Context(), &list, client.InNamespace(namespace)))
 	assert.Len(t, list.Items, 1, "the second run asked again instead of reading the cache")
 }
+
+// The answer is read by name: a request deleted and made again under that
+// name, with the requester's own public key and another purpose, is
+// another's, never this request's answer; and a wait the person interrupts
+// says so, not that the manager did not answer (review of 2026-12-06).
+func TestTheAnswerIsTheRequestsOwnAndAnInterruptIsNoTimeout(t *testing.T) {
+	env := harness.StartForTest(t, harness.Options{})
+	const namespace = "team-b"
+	require.NoError(t, env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, env.AdminKubeconfig, 0o600))
+	flags := kube.NewConfigFlags()
+	*flags.KubeConfig = kubeconfig
+	*flags.Namespace = namespace
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	replaced := make(chan struct{})
+	go func() {
+		for ctx.Err() == nil {
+			var list ichorv1alpha1.TalosCredentialRequestList
+			if err := env.Client.List(ctx, &list, client.InNamespace(namespace)); err == nil && len(list.Items) == 1 {
+				old := list.Items[0]
+				if env.Client.Delete(ctx, &old) == nil {
+					again := &ichorv1alpha1.TalosCredentialRequest{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: old.Name}, Spec: old.Spec}
+					again.Spec.Purpose = ichorv1alpha1.PurposeKubeconfigSuperAdmin
+					if env.Client.Create(ctx, again) == nil {
+						close(replaced)
+						return
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	_, err := credclient.ExecCredential(t.Context(), credclient.Request{Kube: flags, Cluster: "prod",
+		Timeout: 30 * time.Second, Progress: io.Discard}, "", io.Discard)
+	<-replaced
+	require.ErrorContains(t, err, "was deleted and made again by someone else before it was answered")
+
+	// Nobody answers; the person interrupts the wait.
+	waiting, stop := context.WithCancel(t.Context())
+	time.AfterFunc(2*time.Second, stop)
+	_, err = credclient.ExecCredential(waiting, credclient.Request{Kube: flags, Cluster: "prod",
+		Timeout: time.Minute, Progress: io.Discard}, "", io.Discard)
+	require.ErrorContains(t, err, "stopped waiting for TalosCredentialRequest")
+	assert.ErrorIs(t, err, context.Canceled)
+}
