@@ -161,6 +161,9 @@ type Set struct {
 	// adoptedAt is when this process took its membership from a Lease
 	// that named nobody, or from none (adopted).
 	adoptedAt time.Time
+	// siblingAt is when a read of this replica's membership Lease last
+	// showed it held by another process of this identity (siblingMayServe).
+	siblingAt time.Time
 	// lapseTimer gives up every shard at the renew deadline after the last
 	// renewal (armLapse).
 	lapseTimer *time.Timer
@@ -635,6 +638,9 @@ type renewals struct {
 // as the other replicas do, never by a shorter duration someone wrote.
 func (r *renewals) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
 	record, raw, err := r.Interface.Get(ctx)
+	if err == nil && record.HolderIdentity != r.s.process && replicaOf(record.HolderIdentity) == r.s.o.Identity {
+		r.s.sawSibling(r.s.o.Clock.Now())
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
@@ -782,6 +788,28 @@ func (s *Set) mayActOnOwn(lease *coordinationv1.Lease, now time.Time) bool {
 	default:
 		return !s.adoptedRecently(now)
 	}
+}
+
+// sawSibling notes another process of this identity seen holding its
+// membership at now.
+func (s *Set) sawSibling(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.siblingAt = now
+}
+
+// siblingMayServe says whether another process of this identity, seen
+// holding the membership lately, may still serve shards at now: until its
+// renew deadline after its last renewal, which came at most a jittered
+// retry period or two after it was last seen. A shard whose Lease names
+// nobody is taken only after that: the other process serves one named
+// nobody by someone else until it sees the change, and this one would
+// serve it beside it (review of 2026-12-06: seen in CI, the Lease blanked
+// while the other process still served).
+func (s *Set) siblingMayServe(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.siblingAt.IsZero() && now.Sub(s.siblingAt) < s.o.LeaseDuration+3*s.o.RetryPeriod
 }
 
 // adoptedRecently says whether the membership was adopted within the lease
@@ -1096,7 +1124,7 @@ func (s *Set) tick(ctx context.Context) {
 		case held && !mine:
 			h := s.detach(shard, "released")
 			releases.Go(func() { s.finishRelease(releaseCtx, shard, lease, h) })
-		case !held && mine && (holder == "" || holder == s.o.Identity && s.mayActOnOwn(lease, now) || !v.isLive[holder]):
+		case !held && mine && (holder == "" && !s.siblingMayServe(now) || holder == s.o.Identity && s.mayActOnOwn(lease, now) || !v.isLive[holder]):
 			// The view from the API server, read for each take and after
 			// the shard's Lease was read: the holder this replica's watch
 			// saw unrenewed may have been renewed (review 4, S1), and a
@@ -1114,7 +1142,7 @@ func (s *Set) tick(ctx context.Context) {
 				return
 			}
 			checkedAt := s.o.Clock.Now()
-			if Owner(checked.live, shard) == s.o.Identity && (holder == "" || holder == s.o.Identity && s.mayActOnOwn(lease, checkedAt) ||
+			if Owner(checked.live, shard) == s.o.Identity && (holder == "" && !s.siblingMayServe(checkedAt) || holder == s.o.Identity && s.mayActOnOwn(lease, checkedAt) ||
 				!checked.isLive[holder] && s.membershipQuiet(holder, checkedAt)) {
 				s.take(ctx, shard, lease, holder)
 			}
