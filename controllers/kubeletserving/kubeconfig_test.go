@@ -628,6 +628,49 @@ func TestATenantServerListingMoreThanTheManagerKeepsIsNotCached(t *testing.T) {
 	assert.Positive(t, lists.Load())
 }
 
+// A tenant's API server that stops answering the watch of its CSRs after
+// it started (here it refuses the manager's credential: a token revoked)
+// is said on its cluster, and Ready is False: client-go alone listed again
+// and again, its cache kept as it was and still synced, so a request made
+// meanwhile was never seen, and the cluster said its requests were decided
+// (review of 2026-12-06).
+func TestATenantServerThatStopsAnsweringIsSaidOnItsCluster(t *testing.T) {
+	var broken atomic.Bool
+	var watches atomic.Int64
+	cut := make(chan struct{})
+	f, _ := tenantServerCluster(t, "unanswered", func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case broken.Load():
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}`)
+		case r.URL.Query().Get("watch") == "true" && r.URL.Query().Get("sendInitialEvents") == "true":
+			refuseWatch(w)
+		case r.URL.Query().Get("watch") == "true":
+			watches.Add(1)
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-cut:
+			}
+		default:
+			writeCSRList(w, 0, "kubernetes.io/kubelet-serving")
+		}
+	})
+	require.Eventually(t, func() bool { return watches.Load() > 0 }, wait, 50*time.Millisecond, "the tenant's server was never watched")
+	broken.Store(true)
+	close(cut)
+	var cond *metav1.Condition
+	require.Eventually(t, func() bool {
+		cond = meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		return cond != nil && cond.Reason == kubeletserving.ReasonKubeconfigUnreadable &&
+			strings.Contains(cond.Message, "does not answer the watch of its CSRs") && strings.Contains(cond.Message, "Unauthorized")
+	}, wait, 100*time.Millisecond, "the cluster does not say its server stopped answering: %+v", cond)
+	ready := meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionReady)
+	require.NotNil(t, ready)
+	assert.Equal(t, metav1.ConditionFalse, ready.Status, "Ready while the server's requests are not seen: %+v", ready)
+}
+
 // A tenant that rewrites its kubeconfig Secret to undo the backoff of a
 // failed start has its server listed once a backoff, not once a rewrite
 // (each rewrite used to start the count afresh, so a tenant could have the

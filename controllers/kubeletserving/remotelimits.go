@@ -9,6 +9,7 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -166,6 +167,9 @@ type countedCSRs struct {
 	// released: the cache has ended, and its counts were given back to
 	// the tenant; nothing more is counted.
 	released bool
+	// failingSince is when a list or the start of a watch first failed
+	// with none succeeding since (zero while the server answers).
+	failingSince time.Time
 }
 
 // tally is a set of CSRs by the cache's key, with their costs.
@@ -299,6 +303,63 @@ func (c *countedCSRs) unreached(err error) error {
 	}
 	return err
 }
+
+// remoteUnansweredFor is how long a tenant's API server may fail the lists
+// and watches of its CSRs (unreachable, answering 5xx) before its cluster
+// says so.
+const remoteUnansweredFor = time.Minute
+
+// unanswered is err, told as a limit crossed is when the server has not
+// answered the watch of its CSRs: at once when it refuses the manager's
+// credential (401, 403: a token revoked, a role taken away), after
+// remoteUnansweredFor for any other failure. client-go alone lists again and
+// again while its cache keeps what it held and still says it is synced: a
+// request made meanwhile is never seen, never decided, and the cluster said
+// nothing (review of 2026-12-06). The watch is then stopped, and started
+// again after a backoff, as for a limit crossed; the cluster says why
+// (ReasonKubeconfigUnreadable).
+func (c *countedCSRs) unanswered(ctx context.Context, err error) error {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		// The cache stopping: no answer was asked of the server.
+		return err
+	}
+	if errors.As(err, new(limitError)) || errors.As(err, new(invalidAnswerError)) || errors.As(err, new(*netguard.RefusedError)) {
+		// Told already, as what it is.
+		return err
+	}
+	now := time.Now()
+	c.mu.Lock()
+	if c.failingSince.IsZero() {
+		c.failingSince = now
+	}
+	since := c.failingSince
+	c.mu.Unlock()
+	if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) || now.Sub(since) >= remoteUnansweredFor {
+		return c.told(unansweredError{cluster: c.limits.cluster, since: since, err: err})
+	}
+	return err
+}
+
+// answered notes a list or a watch the server answered.
+func (c *countedCSRs) answered() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.failingSince = time.Time{}
+}
+
+// unansweredError is a tenant's API server that does not answer the watch
+// of its CSRs.
+type unansweredError struct {
+	cluster types.NamespacedName
+	since   time.Time
+	err     error
+}
+
+func (e unansweredError) Error() string {
+	return fmt.Sprintf("the API server of cluster %s does not answer the watch of its CSRs (since %s): %v; requests made there meanwhile are not seen", e.cluster, e.since.UTC().Format(time.RFC3339), e.err)
+}
+
+func (e unansweredError) Unwrap() error { return e.err }
 
 // admissible refuses a CSR in a namespace: CSRs have none.
 func (c *countedCSRs) admissible(csr *certificatesv1.CertificateSigningRequest) error {
@@ -437,8 +498,9 @@ func (c *countedCSRs) list(ctx context.Context, opts metav1.ListOptions) (runtim
 	defer release()
 	list, err := c.inner.ListWithContext(ctx, opts)
 	if err != nil {
-		err = c.unreached(c.tooLarge(err))
+		err = c.unanswered(ctx, c.unreached(c.tooLarge(err)))
 	} else {
+		c.answered()
 		err = c.listPage(l, list, opts)
 	}
 	if err != nil {
@@ -520,8 +582,9 @@ func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch
 	ctx = kubeconfig.WithAnswerTooLarge(ctx, func(err error) { _ = c.told(limitError{err}) })
 	w, err := c.inner.WatchWithContext(ctx, opts)
 	if err != nil {
-		return nil, c.unreached(c.tooLarge(err))
+		return nil, c.unanswered(ctx, c.unreached(c.tooLarge(err)))
 	}
+	c.answered()
 	var initial *tally
 	if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
 		// Every CSR first, then a bookmark: counted as a list is, and
