@@ -149,6 +149,10 @@ type PushOptions struct {
 	Force bool
 }
 
+// ErrPlainHTTPCredential is a push over plain http to a registry off this
+// host's loopback for which a credential is stored.
+var ErrPlainHTTPCredential = errors.New("no credential over plain http")
+
 // ErrEpochNotAbove is a push whose epoch is not above the tag's current one.
 var ErrEpochNotAbove = errors.New("epoch not above the tag's")
 
@@ -176,6 +180,19 @@ func PushOCI(ctx context.Context, ref OCIRef, tarball []byte, opts PushOptions) 
 			return ocispec.Descriptor{}, fmt.Errorf("registry credentials: %w", err)
 		}
 		cred = credentials.Credential(store)
+	}
+	if ref.PlainHTTP && !OnLoopback(ref.Registry) {
+		// As the manager: a credential goes over plain http to this
+		// host's loopback only. docker login's for the host would be
+		// sent in clear, often one that pushes the organisation's
+		// images (review of 2026-12-06).
+		c, err := cred(ctx, ref.Registry)
+		if err != nil {
+			return ocispec.Descriptor{}, fmt.Errorf("registry credentials: %w", err)
+		}
+		if c != auth.EmptyCredential {
+			return ocispec.Descriptor{}, fmt.Errorf("%w: registry %s has a credential, which would be sent over plain http: push with oci:// (https), or to a registry on this host's loopback", ErrPlainHTTPCredential, ref.Registry)
+		}
 	}
 	repo.Client = &auth.Client{Client: retry.DefaultClient, Cache: auth.NewCache(), Credential: cred}
 	if err := checkEpochAbove(ctx, repo, ref, b, opts); err != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
 )
 
 // maxDecisionLogTokenBytes bounds the decision-log service's token file: a
@@ -75,7 +77,7 @@ func checkDecisionLogCredential(opts Options) error {
 	if _, hasPassword := u.User.Password(); hasPassword {
 		return fmt.Errorf("decision-log service %s: give its credential either as a password in its URL or as a token file, not both", u.Redacted())
 	}
-	if u.Scheme == "http" && !onLoopback(u.Host) {
+	if u.Scheme == "http" && !bundles.OnLoopback(u.Host) {
 		return fmt.Errorf("decision-log service %s is plain http: its token is sent only over https, or to a service on this host's loopback", u.Redacted())
 	}
 	_, err = decisionLogToken(opts.DecisionLogTokenFile)

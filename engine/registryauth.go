@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"sync"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
 )
 
 // Registry credentials, for an oci:// bundle in a registry that asks who
@@ -190,7 +192,7 @@ func (a *registryAuth) learn(req *http.Request, resp *http.Response) {
 		// only on this host's loopback, as the credential is taken for
 		// such a registry at all: sent elsewhere, it would cross the
 		// network in clear.
-		if o.Scheme != "https" && (o.Scheme != a.registry.Scheme || !onLoopback(o.Host)) {
+		if o.Scheme != "https" && (o.Scheme != a.registry.Scheme || !bundles.OnLoopback(o.Host)) {
 			continue
 		}
 		a.mu.Lock()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -32,7 +31,7 @@ func ociResource(opts Options) (resource, service string, err error) {
 	if ref.PlainHTTP && !opts.AllowInsecureHTTP {
 		return "", "", fmt.Errorf("bundle source %s is plain http: anyone on the path could serve an older signed bundle or none; use %s, or allow it explicitly (--bundle-allow-insecure-http)", ref, bundles.OCIScheme)
 	}
-	if opts.RegistryCredentials != "" && ref.PlainHTTP && !onLoopback(ref.Registry) {
+	if opts.RegistryCredentials != "" && ref.PlainHTTP && !bundles.OnLoopback(ref.Registry) {
 		// Sent with every request, a password over plain http is anyone's
 		// on the path; to a registry on the manager's own loopback it
 		// never leaves the host.
@@ -48,23 +47,6 @@ func ociResource(opts Options) (resource, service string, err error) {
 	// OPA's downloader reads the repository and the tag or digest from the
 	// resource, and the host from the service URL.
 	return ref.Reference.String(), ref.ServiceURL(), nil
-}
-
-// onLoopback reports whether a registry's host[:port] is this host's
-// loopback: localhost, or a loopback address.
-func onLoopback(hostPort string) bool {
-	host := hostPort
-	if h, _, err := net.SplitHostPort(hostPort); err == nil {
-		host = h
-	} else {
-		// A bracketed IPv6 address without a port: [::1].
-		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // splitURL makes an OPA service (scheme and host) and a bundle resource (the

@@ -226,7 +226,7 @@ would refuse it), unless --force. oci+http:// speaks plain HTTP to the registry.
 				}, keyID, "", nil)
 			}
 			desc, err := bundles.PushOCI(cmd.Context(), ref, tarball, opts)
-			if errors.Is(err, bundles.ErrPushDigest) {
+			if errors.Is(err, bundles.ErrPushDigest) || errors.Is(err, bundles.ErrPlainHTTPCredential) {
 				return usage.Errorf("%s: %w", ref, err)
 			}
 			if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"io"
@@ -247,4 +248,26 @@ func TestASigningKeyIsSignedWithAndNeverPrinted(t *testing.T) {
 			assert.NotContains(t, stdout+stderr, lines[min(1, len(lines)-1)], "the key was printed")
 		})
 	}
+}
+
+// docker login's credential for a registry goes over plain http only to
+// this host's loopback, as the manager's does: a push to oci+http:// of
+// another host that has one is refused before anything is sent (review of
+// 2026-12-06: it went in clear, and it often pushes the organisation's
+// images).
+func TestBundlePushSendsNoCredentialOverPlainHTTP(t *testing.T) {
+	docker := t.TempDir()
+	auth := base64.StdEncoding.EncodeToString([]byte("ada:s3cret-push-token"))
+	require.NoError(t, os.WriteFile(filepath.Join(docker, "config.json"), []byte(`{"auths":{"registry.example.com:5000":{"auth":"`+auth+`"}}}`), 0o600))
+	t.Setenv("DOCKER_CONFIG", docker)
+	dir := t.TempDir()
+	private, _ := signingKey(t, dir, "ichor")
+	signed := filepath.Join(dir, "signed.tar.gz")
+	code, _, stderr := run(t, "", "bundle", "build", "--out", signed, "--signing-key", private)
+	require.Equal(t, 0, code, stderr)
+
+	code, _, stderr = run(t, "", "bundle", "push", signed, "oci+http://registry.example.com:5000/ichor/policy:v1")
+	assert.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, "registry registry.example.com:5000 has a credential, which would be sent over plain http")
+	assert.NotContains(t, stderr, "s3cret")
 }
