@@ -625,6 +625,10 @@ type renewals struct {
 	// answered ("" for none, or no Lease), or this process's after its last
 	// write. The elector reads before any write but its renewals.
 	seen string
+	// sibling and siblingRenewed are the other process of this identity
+	// last seen holding the membership, and its renewal then.
+	sibling        string
+	siblingRenewed metav1.Time
 	// adopting is true from a write of this process's membership sent
 	// over a Lease that named nobody, or none, until one succeeds or a
 	// read shows another holder: a write applied whose answer was lost
@@ -638,11 +642,17 @@ type renewals struct {
 // as the other replicas do, never by a shorter duration someone wrote.
 func (r *renewals) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
 	record, raw, err := r.Interface.Get(ctx)
-	if err == nil && record.HolderIdentity != r.s.process && replicaOf(record.HolderIdentity) == r.s.o.Identity {
-		r.s.sawSibling(r.s.o.Clock.Now())
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err == nil && record.HolderIdentity != r.s.process && replicaOf(record.HolderIdentity) == r.s.o.Identity &&
+		(record.HolderIdentity != r.sibling || !record.RenewTime.Equal(&r.siblingRenewed)) {
+		// Another process of this identity renewing the membership (the
+		// Lease of one that crashed, seen unchanged, is not a sibling
+		// that may serve: it is noted once). Set.mu is never held while
+		// r.mu is taken.
+		r.sibling, r.siblingRenewed = record.HolderIdentity, record.RenewTime
+		r.s.sawSibling(r.s.o.Clock.Now())
+	}
 	switch {
 	case err == nil:
 		r.seen = record.HolderIdentity
@@ -1124,7 +1134,7 @@ func (s *Set) tick(ctx context.Context) {
 		case held && !mine:
 			h := s.detach(shard, "released")
 			releases.Go(func() { s.finishRelease(releaseCtx, shard, lease, h) })
-		case !held && mine && (holder == "" && !s.siblingMayServe(now) || holder == s.o.Identity && s.mayActOnOwn(lease, now) || !v.isLive[holder]):
+		case !held && mine && s.takable(lease, holder, v, now, false):
 			// The view from the API server, read for each take and after
 			// the shard's Lease was read: the holder this replica's watch
 			// saw unrenewed may have been renewed (review 4, S1), and a
@@ -1142,8 +1152,7 @@ func (s *Set) tick(ctx context.Context) {
 				return
 			}
 			checkedAt := s.o.Clock.Now()
-			if Owner(checked.live, shard) == s.o.Identity && (holder == "" && !s.siblingMayServe(checkedAt) || holder == s.o.Identity && s.mayActOnOwn(lease, checkedAt) ||
-				!checked.isLive[holder] && s.membershipQuiet(holder, checkedAt)) {
+			if Owner(checked.live, shard) == s.o.Identity && s.takable(lease, holder, checked, checkedAt, true) {
 				s.take(ctx, shard, lease, holder)
 			}
 		case !held && !mine && holder == s.o.Identity && s.mayActOnOwn(lease, now):
@@ -1154,6 +1163,23 @@ func (s *Set) tick(ctx context.Context) {
 			// serve under: the owner would take it while it does.
 			releases.Go(func() { s.finishRelease(releaseCtx, shard, lease, nil) })
 		}
+	}
+}
+
+// takable says whether this replica, the shard's owner, may take the shard
+// whose Lease names holder at now: named nobody, unless another process of
+// this identity may still serve it (siblingMayServe); named this replica,
+// as mayActOnOwn says; named a replica not live in v, and, when quiet is
+// asked (the check before the take), one whose membership stayed as it was
+// for the lease duration (membershipQuiet).
+func (s *Set) takable(lease *coordinationv1.Lease, holder string, v view, now time.Time, quiet bool) bool {
+	switch holder {
+	case "":
+		return !s.siblingMayServe(now)
+	case s.o.Identity:
+		return s.mayActOnOwn(lease, now)
+	default:
+		return !v.isLive[holder] && (!quiet || s.membershipQuiet(holder, now))
 	}
 }
 

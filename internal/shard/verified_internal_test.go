@@ -237,3 +237,61 @@ func TestTwoGoneHoldersAreBothQuietAfterALeaseDuration(t *testing.T) {
 	s.mu.Unlock()
 	require.False(t, kept, "a gone holder's entry is kept for ever")
 }
+
+// A shard named nobody is not taken while another process of this identity,
+// seen renewing the membership lately, may still serve it (CI, 2026-12-06:
+// both processes of one identity held shard 2); the first guard was passed
+// by "nobody live holds it", which a Lease naming nobody always is. A
+// sibling's Lease seen unchanged (a process that crashed) is noted once.
+func TestAShardNamedNobodyWaitsForASiblingToStopServing(t *testing.T) {
+	clock := clocktesting.NewFakeClock(time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC))
+	s, err := New(Options{Client: fake.NewClientset(), Namespace: "ichor-system", Identity: "a", Shards: 4,
+		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond, Clock: clock})
+	require.NoError(t, err)
+	v := view{isLive: map[string]bool{"a": true}}
+	require.True(t, s.takable(nil, "", v, clock.Now(), true), "no sibling: taken at once")
+	require.True(t, s.takable(nil, "b", v, clock.Now(), false), "a replica not live")
+
+	s.sawSibling(clock.Now())
+	for _, quiet := range []bool{false, true} {
+		require.False(t, s.takable(nil, "", v, clock.Now(), quiet), "taken while a sibling may serve it")
+	}
+	clock.Step(s.o.LeaseDuration + 3*s.o.RetryPeriod)
+	require.True(t, s.takable(nil, "", v, clock.Now(), false), "still waiting once the sibling cannot serve")
+
+	// The Lease of a crashed sibling, read again and again unchanged.
+	r := &renewals{s: s}
+	renewed := metav1.NewTime(clock.Now())
+	crashed, err := processHolder("a")
+	require.NoError(t, err)
+	record := &resourcelock.LeaderElectionRecord{HolderIdentity: crashed, RenewTime: renewed}
+	r.Interface = staticLock{record}
+	_, _, err = r.Get(t.Context())
+	require.NoError(t, err)
+	seen := clock.Now()
+	clock.Step(time.Second)
+	_, _, err = r.Get(t.Context())
+	require.NoError(t, err)
+	s.mu.Lock()
+	require.Equal(t, seen, s.siblingAt, "an unchanged Lease noted as a sibling renewing it")
+	s.mu.Unlock()
+	// Renewed: a sibling that may serve.
+	record.RenewTime = metav1.NewTime(clock.Now())
+	_, _, err = r.Get(t.Context())
+	require.NoError(t, err)
+	require.False(t, s.takable(nil, "", v, clock.Now(), false), "a renewing sibling not noted")
+}
+
+// staticLock is a membership lock whose Lease reads as record.
+type staticLock struct {
+	record *resourcelock.LeaderElectionRecord
+}
+
+func (l staticLock) Get(context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	return l.record, nil, nil
+}
+func (staticLock) Create(context.Context, resourcelock.LeaderElectionRecord) error { return nil }
+func (staticLock) Update(context.Context, resourcelock.LeaderElectionRecord) error { return nil }
+func (staticLock) RecordEvent(string)                                              {}
+func (staticLock) Identity() string                                                { return "a#test" }
+func (staticLock) Describe() string                                                { return "static" }
