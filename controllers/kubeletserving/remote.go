@@ -353,7 +353,7 @@ func (r *Reconciler) remoteExceeded(key types.NamespacedName, t *target, sum [sh
 	if !current {
 		return
 	}
-	log.FromContext(parent).Error(cause, "the watch of a remote API server is stopped: it would bring more than the manager keeps of a tenant's servers, sent what no API server sends, or is now at an address in a denied network", "taloscluster", key)
+	log.FromContext(parent).Error(cause, "the watch of a remote API server is stopped: it would bring more than the manager keeps of a tenant's servers, sent what no API server sends, is now at an address in a denied network, or does not answer", "taloscluster", key)
 	// Told from the cache's own list or watch: the ask must not wait
 	// there for a reconcile worker.
 	go r.rejudgeCluster(parent, key)

@@ -306,13 +306,18 @@ func (c *countedCSRs) unreached(err error) error {
 
 // remoteUnansweredFor is how long a tenant's API server may fail the lists
 // and watches of its CSRs (unreachable, answering 5xx) before its cluster
-// says so.
-const remoteUnansweredFor = time.Minute
+// says so; remoteRefusedFor, how long it may refuse the manager's
+// credential (401, 403: a role binding made again, an API server
+// restarting before its authorizer is ready recover within it).
+const (
+	remoteUnansweredFor = time.Minute
+	remoteRefusedFor    = 10 * time.Second
+)
 
 // unanswered is err, told as a limit crossed is when the server has not
-// answered the watch of its CSRs: at once when it refuses the manager's
-// credential (401, 403: a token revoked, a role taken away), after
-// remoteUnansweredFor for any other failure. client-go alone lists again and
+// answered the watch of its CSRs: after remoteRefusedFor when it refuses
+// the manager's credential (401, 403: a token revoked, a role taken away),
+// after remoteUnansweredFor for any other failure. client-go alone lists again and
 // again while its cache keeps what it held and still says it is synced: a
 // request made meanwhile is never seen, never decided, and the cluster said
 // nothing (review of 2026-12-06). The watch is then stopped, and started
@@ -323,8 +328,10 @@ func (c *countedCSRs) unanswered(ctx context.Context, err error) error {
 		// The cache stopping: no answer was asked of the server.
 		return err
 	}
-	if errors.As(err, new(limitError)) || errors.As(err, new(invalidAnswerError)) || errors.As(err, new(*netguard.RefusedError)) {
-		// Told already, as what it is.
+	if errors.As(err, new(limitError)) || errors.As(err, new(invalidAnswerError)) || errors.As(err, new(*netguard.RefusedError)) ||
+		errors.Is(err, kubeconfig.ErrListsTooLarge) {
+		// Told already, as what it is, or the manager's own bound on
+		// what it reads at once: not the server's failure.
 		return err
 	}
 	now := time.Now()
@@ -334,7 +341,8 @@ func (c *countedCSRs) unanswered(ctx context.Context, err error) error {
 	}
 	since := c.failingSince
 	c.mu.Unlock()
-	if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) || now.Sub(since) >= remoteUnansweredFor {
+	refused := apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)
+	if refused && now.Sub(since) >= remoteRefusedFor || now.Sub(since) >= remoteUnansweredFor {
 		return c.told(unansweredError{cluster: c.limits.cluster, since: since, err: err})
 	}
 	return err
