@@ -136,8 +136,15 @@ func TestWrittenFilesReplaceALinkOrAFIFO(t *testing.T) {
 		info, err := os.Lstat(path)
 		require.NoError(t, err)
 		assert.True(t, info.Mode().IsRegular(), "%s is %s, not a file", path, info.Mode())
-		assert.Equal(t, os.FileMode(0o644), info.Mode().Perm(), path)
+		assert.Zero(t, info.Mode().Perm()&0o022, "%s is writable by others: %s", path, info.Mode())
 	}
+	// A device is not replaced by a file (as root, /dev/stdout would be).
+	code, _, stderr = run(t, "", "bundle", "build", "--out", os.DevNull)
+	assert.Equal(t, cli.ExitError, code, stderr)
+	assert.Contains(t, stderr, "it is a device, not a file")
+	info, err := os.Stat(os.DevNull)
+	require.NoError(t, err)
+	assert.NotZero(t, info.Mode()&os.ModeDevice, "%s was replaced", os.DevNull)
 }
 
 // testRenderFromTheAPIServer reads the cluster from the API server with

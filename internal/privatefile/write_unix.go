@@ -17,13 +17,25 @@ import (
 //
 // renameio.WriteFile is not used as it is: it keeps the mode of the file it
 // replaces, so a file someone loosened to 0644 would stay readable by all.
-func Write(path string, data []byte) error { return WriteMode(path, data, Mode) }
+func Write(path string, data []byte) error {
+	return replace(path, data, renameio.WithStaticPermissions(Mode))
+}
 
-// WriteMode is Write of a file of mode perm: a symbolic link, a FIFO or any
-// other file at path is replaced, never written through, and an interrupted
-// write leaves the old file whole.
+// WriteMode is Write of a file others may read: mode perm less the umask,
+// or the mode of the regular file it replaces. A symbolic link, a FIFO or
+// any other file at path is replaced, never written through, and an
+// interrupted write leaves the old file whole.
 func WriteMode(path string, data []byte, perm os.FileMode) error {
-	f, err := renameio.NewPendingFile(path, renameio.WithTempDir(filepath.Dir(path)), renameio.WithStaticPermissions(perm))
+	return replace(path, data, renameio.WithPermissions(perm), renameio.WithExistingPermissions())
+}
+
+func replace(path string, data []byte, mode ...renameio.Option) error {
+	if info, err := os.Lstat(path); err == nil && info.Mode()&(os.ModeDir|os.ModeDevice|os.ModeCharDevice) != 0 {
+		// A device (/dev/stdout) or a directory would be replaced by a
+		// file, not written to.
+		return fmt.Errorf("write %s: it is a %s, not a file", path, kind(info.Mode()))
+	}
+	f, err := renameio.NewPendingFile(path, append([]renameio.Option{renameio.WithTempDir(filepath.Dir(path))}, mode...)...)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -35,4 +47,12 @@ func WriteMode(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// kind names a file mode that is not a regular file's.
+func kind(m os.FileMode) string {
+	if m.IsDir() {
+		return "directory"
+	}
+	return "device"
 }
