@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -53,14 +55,11 @@ closes a hole. A tree without EPOCH needs --epoch: the epoch is not guessed.`,
 				return usage.Errorf("the policy tree %s has no %s file: give the epoch of its rules with --epoch", policyDir, bundles.EpochFile)
 			}
 			if signingKey != "" {
-				// By its path, as opa build takes it: the key's text is
-				// never in an error (bundles.Sign).
-				if info, err := os.Stat(signingKey); err != nil {
-					return usage.Errorf("--signing-key: %w", err)
-				} else if !info.Mode().IsRegular() {
-					return usage.Errorf("--signing-key: %s is not a file", signingKey)
+				key, err := signingKeyOf(signingKey, signingAlg)
+				if err != nil {
+					return err
 				}
-				if err := bundles.Sign(b, signingKey, signingAlg, keyID); err != nil {
+				if err := bundles.Sign(b, key, signingAlg, keyID); err != nil {
 					return err
 				}
 			}
@@ -241,4 +240,47 @@ would refuse it), unless --force. oci+http:// speaks plain HTTP to the registry.
 	push.Flags().StringVar(&keyAlg, "key-algorithm", "RS256", "the signing algorithm of --key")
 	push.Flags().BoolVar(&force, "force", false, "push even when the bundle's epoch is not above the epoch of the bundle the tag holds now")
 	return push
+}
+
+// maxSigningKey bounds a signing key read from a pipe: an RSA key of 16,384
+// bits is about 12 KiB of PEM.
+const maxSigningKey = 64 << 10
+
+// signingKeyOf is what bundles.Sign is given of --signing-key: a file's
+// path, as opa build takes it, so that the key's text is never in an error;
+// the PEM key itself when the key comes from a pipe (<(vault ...)), whose
+// path OPA would read again, from its "-----BEGIN" on (OPA takes any other
+// text for a path, and quotes it whole). An HMAC secret has no such
+// beginning: it is read from a file only.
+func signingKeyOf(path, algorithm string) (string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return "", usage.Errorf("--signing-key: %w", err)
+	}
+	if info.Mode().IsRegular() {
+		return path, nil
+	}
+	if info.IsDir() {
+		return "", usage.Errorf("--signing-key: %s is a directory", path)
+	}
+	if strings.HasPrefix(algorithm, "HS") {
+		return "", usage.Errorf("--signing-key: an HMAC secret (%s) is read from a file, not from %s", algorithm, path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", usage.Errorf("--signing-key: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxSigningKey+1))
+	if err != nil {
+		return "", usage.Errorf("--signing-key: %w", err)
+	}
+	if len(data) > maxSigningKey {
+		return "", usage.Errorf("--signing-key: %s holds more than %d bytes", path, maxSigningKey)
+	}
+	i := bytes.Index(data, []byte("-----BEGIN"))
+	if i < 0 {
+		return "", usage.Errorf("--signing-key: %s holds no PEM private key", path)
+	}
+	return string(data[i:]), nil
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
@@ -250,24 +250,39 @@ func TestASigningKeyIsSignedWithAndNeverPrinted(t *testing.T) {
 	}
 }
 
-// docker login's credential for a registry goes over plain http only to
-// this host's loopback, as the manager's does: a push to oci+http:// of
-// another host that has one is refused before anything is sent (review of
-// 2026-12-06: it went in clear, and it often pushes the organisation's
-// images).
-func TestBundlePushSendsNoCredentialOverPlainHTTP(t *testing.T) {
-	docker := t.TempDir()
-	auth := base64.StdEncoding.EncodeToString([]byte("ada:s3cret-push-token"))
-	require.NoError(t, os.WriteFile(filepath.Join(docker, "config.json"), []byte(`{"auths":{"registry.example.com:5000":{"auth":"`+auth+`"}}}`), 0o600))
-	t.Setenv("DOCKER_CONFIG", docker)
+// A PEM key from a pipe (--signing-key <(vault ...)) signs as from a file;
+// an HMAC secret from a pipe is refused, saying why, without its text.
+func TestASigningKeyFromAPipe(t *testing.T) {
 	dir := t.TempDir()
-	private, _ := signingKey(t, dir, "ichor")
+	private, public := signingKey(t, dir, "ichor")
+	key, err := os.ReadFile(private)
+	require.NoError(t, err)
+	feed := func(data []byte) string {
+		fifo := filepath.Join(t.TempDir(), "key")
+		require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+		go func() {
+			f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+			if err == nil {
+				_, _ = f.Write(data)
+				_ = f.Close()
+			}
+		}()
+		return fifo
+	}
 	signed := filepath.Join(dir, "signed.tar.gz")
-	code, _, stderr := run(t, "", "bundle", "build", "--out", signed, "--signing-key", private)
+	code, _, stderr := run(t, "", "bundle", "build", "--out", signed, "--signing-key", feed(append([]byte("\n"), key...)))
 	require.Equal(t, 0, code, stderr)
+	pub, err := os.ReadFile(public)
+	require.NoError(t, err)
+	_, err = bundles.LoadVerified(signed, bundle.NewVerificationConfig(map[string]*bundle.KeyConfig{
+		"ichor": {Key: string(pub), Algorithm: "RS256"},
+	}, "ichor", "", nil))
+	require.NoError(t, err, "the bundle signed from a pipe does not verify")
 
-	code, _, stderr = run(t, "", "bundle", "push", signed, "oci+http://registry.example.com:5000/ichor/policy:v1")
+	// Never opened: the secret stays in the pipe.
+	fifo := filepath.Join(t.TempDir(), "secret")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	code, _, stderr = run(t, "", "bundle", "build", "--out", filepath.Join(dir, "h.tar.gz"), "--signing-alg", "HS256", "--signing-key", fifo)
 	assert.Equal(t, 2, code, stderr)
-	assert.Contains(t, stderr, "registry registry.example.com:5000 has a credential, which would be sent over plain http")
-	assert.NotContains(t, stderr, "s3cret")
+	assert.Contains(t, stderr, "an HMAC secret (HS256) is read from a file")
 }
