@@ -153,6 +153,25 @@ type PushOptions struct {
 // host's loopback for which a credential is stored.
 var ErrPlainHTTPCredential = errors.New("no credential over plain http")
 
+// overPlainHTTP is cred for a registry reached over plain http: as the
+// manager's, a credential goes in clear only to this host's loopback.
+// docker login's for another host would be sent in clear, often one that
+// pushes the organisation's images (review of 2026-12-06): asked for one
+// (the registry answered 401), it refuses. It is asked only then, as
+// before: a credential helper is not run for a registry that wants none.
+func overPlainHTTP(cred auth.CredentialFunc) auth.CredentialFunc {
+	return func(ctx context.Context, hostport string) (auth.Credential, error) {
+		if OnLoopback(hostport) {
+			return cred(ctx, hostport)
+		}
+		c, err := cred(ctx, hostport)
+		if err != nil || c == auth.EmptyCredential {
+			return auth.EmptyCredential, err
+		}
+		return auth.EmptyCredential, fmt.Errorf("%w: registry %s asks for the credential stored for it, which would go over plain http: push with oci:// (https), or to a registry on this host's loopback", ErrPlainHTTPCredential, hostport)
+	}
+}
+
 // ErrEpochNotAbove is a push whose epoch is not above the tag's current one.
 var ErrEpochNotAbove = errors.New("epoch not above the tag's")
 
@@ -181,18 +200,8 @@ func PushOCI(ctx context.Context, ref OCIRef, tarball []byte, opts PushOptions) 
 		}
 		cred = credentials.Credential(store)
 	}
-	if ref.PlainHTTP && !OnLoopback(ref.Registry) {
-		// As the manager: a credential goes over plain http to this
-		// host's loopback only. docker login's for the host would be
-		// sent in clear, often one that pushes the organisation's
-		// images (review of 2026-12-06).
-		c, err := cred(ctx, ref.Registry)
-		if err != nil {
-			return ocispec.Descriptor{}, fmt.Errorf("registry credentials: %w", err)
-		}
-		if c != auth.EmptyCredential {
-			return ocispec.Descriptor{}, fmt.Errorf("%w: registry %s has a credential, which would be sent over plain http: push with oci:// (https), or to a registry on this host's loopback", ErrPlainHTTPCredential, ref.Registry)
-		}
+	if ref.PlainHTTP {
+		cred = overPlainHTTP(cred)
 	}
 	repo.Client = &auth.Client{Client: retry.DefaultClient, Cache: auth.NewCache(), Credential: cred}
 	if err := checkEpochAbove(ctx, repo, ref, b, opts); err != nil {
