@@ -27,6 +27,22 @@ type staticKey []byte
 
 func (k staticKey) Key(context.Context) ([]byte, error) { return k, nil }
 
+// recorderOf is the webhook's act recorder on a fake API server storing b,
+// and b as stored.
+func recorderOf(t *testing.T, b *rbacv1.ClusterRoleBinding) (*ActRecorder, client.Client, *rbacv1.ClusterRoleBinding) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	require.NoError(t, clientgoscheme.AddToScheme(scheme))
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(b).Build()
+	var stored rbacv1.ClusterRoleBinding
+	require.NoError(t, c.Get(t.Context(), client.ObjectKeyFromObject(b), &stored))
+	a := &ActRecorder{
+		Recorder: &manualact.Recorder{Reader: c, Client: c, Keys: staticKey("0123456789abcdef0123456789abcdef"), Instance: "test"},
+		Reader:   c,
+	}
+	return a, c, &stored
+}
+
 // The review of 2026-12-06: the webhook's port answers whoever reaches it,
 // and a review naming a binding's stored version can be sent again and
 // again. Each started a wait of its own for the binding's deletion, polling
@@ -34,8 +50,6 @@ func (k staticKey) Key(context.Context) ([]byte, error) { return k, nil }
 // object: a few a second used up the manager's reads of bindings. One wait
 // a binding now, whatever the reviews.
 func TestReviewsOfOneDeletionStartOneWait(t *testing.T) {
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	b := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "ichor-admin:u:frank:0123456789", UID: "b-frank", ResourceVersion: "77",
@@ -44,13 +58,7 @@ func TestReviewsOfOneDeletionStartOneWait(t *testing.T) {
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "ichor-admin:u:frank:0123456789"}},
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(b).Build()
-	var stored rbacv1.ClusterRoleBinding
-	require.NoError(t, c.Get(t.Context(), client.ObjectKeyFromObject(b), &stored))
-	a := &ActRecorder{
-		Recorder: &manualact.Recorder{Reader: c, Client: c, Keys: staticKey("0123456789abcdef0123456789abcdef"), Instance: "test"},
-		Reader:   c,
-	}
+	a, c, stored := recorderOf(t, b)
 	// The sender's copy: the stored version, with annotations of its own.
 	forged := stored.DeepCopy()
 	forged.Annotations = map[string]string{credentials.AnnotationRevokedBy: "someone else"}
@@ -76,20 +84,12 @@ func TestReviewsOfOneDeletionStartOneWait(t *testing.T) {
 // an admin's) as an admin's keeps no attempt and starts no wait (review of
 // 2026-12-06, after the webhook checked the sender's copy only).
 func TestAReviewOfABindingStoredAsNoAdminsKeepsNothing(t *testing.T) {
-	scheme := runtime.NewScheme()
-	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	lookalike := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "ichor-admin:u:frank:0123456789", UID: "b-lookalike"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
 		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "ichor-admin:u:frank:0123456789"}},
 	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(lookalike).Build()
-	var stored rbacv1.ClusterRoleBinding
-	require.NoError(t, c.Get(t.Context(), client.ObjectKeyFromObject(lookalike), &stored))
-	a := &ActRecorder{
-		Recorder: &manualact.Recorder{Reader: c, Client: c, Keys: staticKey("0123456789abcdef0123456789abcdef"), Instance: "test"},
-		Reader:   c,
-	}
+	a, c, stored := recorderOf(t, lookalike)
 	forged := stored.DeepCopy()
 	forged.Labels = map[string]string{credentials.LabelAdminBinding: "true", credentials.LabelManagedBy: credentials.ManagedBy}
 	forged.RoleRef.Name = "cluster-admin"

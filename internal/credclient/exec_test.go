@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,11 +39,8 @@ import (
 // kubectl's input, the cache or the person's terminal. Here the test
 // answers each request itself, as such a writer, before any issuer could.
 func TestTheExecPluginPassesOnOnlyTheCertificateItChecked(t *testing.T) {
-	env := harness.StartForTest(t, harness.Options{})
 	const namespace = "team-a"
-	require.NoError(t, env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, env.AdminKubeconfig, 0o600))
+	env, flags := adminIn(t, namespace)
 
 	_, caKey, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
@@ -99,9 +97,6 @@ func TestTheExecPluginPassesOnOnlyTheCertificateItChecked(t *testing.T) {
 		}
 	}()
 
-	flags := kube.NewConfigFlags()
-	*flags.KubeConfig = kubeconfig
-	*flags.Namespace = namespace
 	var warn bytes.Buffer
 	cacheDir := filepath.Join(t.TempDir(), "cache")
 	asked := time.Now()
@@ -143,14 +138,8 @@ func TestTheExecPluginPassesOnOnlyTheCertificateItChecked(t *testing.T) {
 // another's, never this request's answer; and a wait the person interrupts
 // says so, not that the manager did not answer (review of 2026-12-06).
 func TestTheAnswerIsTheRequestsOwnAndAnInterruptIsNoTimeout(t *testing.T) {
-	env := harness.StartForTest(t, harness.Options{})
 	const namespace = "team-b"
-	require.NoError(t, env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(kubeconfig, env.AdminKubeconfig, 0o600))
-	flags := kube.NewConfigFlags()
-	*flags.KubeConfig = kubeconfig
-	*flags.Namespace = namespace
+	env, flags := adminIn(t, namespace)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -177,8 +166,18 @@ func TestTheAnswerIsTheRequestsOwnAndAnInterruptIsNoTimeout(t *testing.T) {
 	}()
 	_, err := credclient.ExecCredential(t.Context(), credclient.Request{Kube: flags, Cluster: "prod",
 		Timeout: 30 * time.Second, Progress: io.Discard}, "", io.Discard)
-	<-replaced
-	require.ErrorContains(t, err, "was deleted and made again by someone else before it was answered")
+	select {
+	case <-replaced:
+	case <-time.After(time.Minute):
+		t.Fatalf("the request was never made again: %v", err)
+	}
+	// A read between the deletion and the creation finds none, which ends
+	// the wait too (its own words); either way, never the other's answer,
+	// nor a wait on it until the timeout.
+	require.Error(t, err)
+	if !strings.Contains(err.Error(), "was deleted before it was answered") {
+		require.ErrorContains(t, err, "was deleted and made again by someone else before it was answered")
+	}
 
 	// Nobody answers; the person interrupts the wait.
 	waiting, stop := context.WithCancel(t.Context())
@@ -187,4 +186,18 @@ func TestTheAnswerIsTheRequestsOwnAndAnInterruptIsNoTimeout(t *testing.T) {
 		Timeout: time.Minute, Progress: io.Discard}, "", io.Discard)
 	require.ErrorContains(t, err, "stopped waiting for TalosCredentialRequest")
 	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// adminIn starts a control plane with namespace, and kubectl's flags of its
+// admin there.
+func adminIn(t *testing.T, namespace string) (*harness.Env, *genericclioptions.ConfigFlags) {
+	t.Helper()
+	env := harness.StartForTest(t, harness.Options{})
+	require.NoError(t, env.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}))
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, env.AdminKubeconfig, 0o600))
+	flags := kube.NewConfigFlags()
+	*flags.KubeConfig = kubeconfig
+	*flags.Namespace = namespace
+	return env, flags
 }
