@@ -136,15 +136,20 @@ func TestWrittenFilesReplaceALinkOrAFIFO(t *testing.T) {
 		info, err := os.Lstat(path)
 		require.NoError(t, err)
 		assert.True(t, info.Mode().IsRegular(), "%s is %s, not a file", path, info.Mode())
-		assert.Zero(t, info.Mode().Perm()&0o022, "%s is writable by others: %s", path, info.Mode())
+		assert.Equal(t, os.FileMode(0o644)&^umask(t), info.Mode().Perm(), path)
 	}
-	// A device is not replaced by a file (as root, /dev/stdout would be).
-	code, _, stderr = run(t, "", "bundle", "build", "--out", os.DevNull)
-	assert.Equal(t, cli.ExitError, code, stderr)
-	assert.Contains(t, stderr, "it is a device, not a file")
-	info, err := os.Stat(os.DevNull)
-	require.NoError(t, err)
-	assert.NotZero(t, info.Mode()&os.ModeDevice, "%s was replaced", os.DevNull)
+	// A device, or a link to one (as /dev/stdout is), is not replaced by
+	// a file (as root, /dev/stdout was).
+	toDevice := filepath.Join(dir, "stdout")
+	require.NoError(t, os.Symlink(os.DevNull, toDevice))
+	for _, path := range []string{os.DevNull, toDevice} {
+		code, _, stderr = run(t, "", "bundle", "build", "--out", path)
+		assert.Equal(t, cli.ExitError, code, stderr)
+		assert.Contains(t, stderr, "it is a device, not a file")
+		info, err := os.Lstat(path)
+		require.NoError(t, err)
+		assert.False(t, info.Mode().IsRegular(), "%s was replaced by a file", path)
+	}
 }
 
 // testRenderFromTheAPIServer reads the cluster from the API server with
@@ -216,4 +221,14 @@ func TestRenderKubeletServingRefusesNamesTheAPIServerWouldNot(t *testing.T) {
 	code, stdout, stderr := run(t, "", "render", "kubelet-serving", "-f", path)
 	assert.Equal(t, cli.ExitOK, code, stderr)
 	assert.NotEmpty(t, stdout)
+}
+
+// umask is the process's file mode creation mask.
+func umask(t *testing.T) os.FileMode {
+	t.Helper()
+	probe := filepath.Join(t.TempDir(), "probe")
+	require.NoError(t, os.WriteFile(probe, nil, 0o777))
+	info, err := os.Stat(probe)
+	require.NoError(t, err)
+	return 0o777 &^ info.Mode().Perm()
 }

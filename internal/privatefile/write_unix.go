@@ -22,18 +22,22 @@ func Write(path string, data []byte) error {
 }
 
 // WriteMode is Write of a file others may read: mode perm less the umask,
-// or the mode of the regular file it replaces. A symbolic link, a FIFO or
-// any other file at path is replaced, never written through, and an
-// interrupted write leaves the old file whole.
+// whatever the file it replaces had (a world-writable one stays so
+// otherwise). A symbolic link, a FIFO or any other file at path is
+// replaced, never written through, and an interrupted write leaves the old
+// file whole.
 func WriteMode(path string, data []byte, perm os.FileMode) error {
-	return replace(path, data, renameio.WithPermissions(perm), renameio.WithExistingPermissions())
+	return replace(path, data, renameio.WithPermissions(perm))
 }
 
 func replace(path string, data []byte, mode ...renameio.Option) error {
-	if info, err := os.Lstat(path); err == nil && info.Mode()&(os.ModeDir|os.ModeDevice|os.ModeCharDevice) != 0 {
-		// A device (/dev/stdout) or a directory would be replaced by a
-		// file, not written to.
-		return fmt.Errorf("write %s: it is a %s, not a file", path, kind(info.Mode()))
+	// A device or a directory at path, or named by a link there
+	// (/dev/stdout is a link to /proc/self/fd/1), would be replaced by a
+	// file, not written to.
+	for _, stat := range []func(string) (os.FileInfo, error){os.Lstat, os.Stat} {
+		if info, err := stat(path); err == nil && info.Mode()&(os.ModeDir|os.ModeDevice|os.ModeCharDevice) != 0 {
+			return fmt.Errorf("write %s: it is a %s, not a file", path, kind(info.Mode()))
+		}
 	}
 	f, err := renameio.NewPendingFile(path, append([]renameio.Option{renameio.WithTempDir(filepath.Dir(path))}, mode...)...)
 	if err != nil {
