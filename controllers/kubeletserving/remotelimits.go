@@ -168,8 +168,10 @@ type countedCSRs struct {
 	// the tenant; nothing more is counted.
 	released bool
 	// failingSince is when a list or the start of a watch first failed
-	// with none succeeding since (zero while the server answers).
-	failingSince time.Time
+	// with none succeeding since (zero while the server answers), and
+	// refusedSince when the failures became the server refusing the
+	// manager's credential (401, 403), with no other failure since.
+	failingSince, refusedSince time.Time
 }
 
 // tally is a set of CSRs by the cache's key, with their costs.
@@ -335,14 +337,20 @@ func (c *countedCSRs) unanswered(ctx context.Context, err error) error {
 		return err
 	}
 	now := time.Now()
+	refused := apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)
 	c.mu.Lock()
 	if c.failingSince.IsZero() {
 		c.failingSince = now
 	}
-	since := c.failingSince
+	switch {
+	case !refused:
+		c.refusedSince = time.Time{}
+	case c.refusedSince.IsZero():
+		c.refusedSince = now
+	}
+	since, refusedSince := c.failingSince, c.refusedSince
 	c.mu.Unlock()
-	refused := apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err)
-	if refused && now.Sub(since) >= remoteRefusedFor || now.Sub(since) >= remoteUnansweredFor {
+	if refused && now.Sub(refusedSince) >= remoteRefusedFor || now.Sub(since) >= remoteUnansweredFor {
 		return c.told(unansweredError{cluster: c.limits.cluster, since: since, err: err})
 	}
 	return err
@@ -352,7 +360,7 @@ func (c *countedCSRs) unanswered(ctx context.Context, err error) error {
 func (c *countedCSRs) answered() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.failingSince = time.Time{}
+	c.failingSince, c.refusedSince = time.Time{}, time.Time{}
 }
 
 // unansweredError is a tenant's API server that does not answer the watch
@@ -507,9 +515,12 @@ func (c *countedCSRs) list(ctx context.Context, opts metav1.ListOptions) (runtim
 	list, err := c.inner.ListWithContext(ctx, opts)
 	if err != nil {
 		err = c.unanswered(ctx, c.unreached(c.tooLarge(err)))
-	} else {
-		c.answered()
-		err = c.listPage(l, list, opts)
+	} else if err = c.listPage(l, list, opts); err == nil {
+		if listed, lerr := meta.ListAccessor(list); lerr == nil && listed.GetContinue() == "" {
+			// A list answered whole: a first page alone, the rest
+			// failing at each list, is no answer.
+			c.answered()
+		}
 	}
 	if err != nil {
 		// A list broken off or refused: the cache keeps what it held.
