@@ -296,6 +296,10 @@ func checkEpochAbove(ctx context.Context, repo *remote.Repository, ref OCIRef, b
 	if errors.Is(err, errdef.ErrNotFound) {
 		return nil
 	}
+	if errors.Is(err, ErrPlainHTTPCredential) {
+		// Not the epoch's: --force would fail the same way.
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("read the bundle %s holds now, to compare epochs (--force to push regardless): %w", ref, err)
 	}

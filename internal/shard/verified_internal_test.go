@@ -275,11 +275,13 @@ func TestAShardNamedNobodyWaitsForASiblingToStopServing(t *testing.T) {
 	s.mu.Lock()
 	require.Equal(t, seen, s.siblingAt, "an unchanged Lease noted as a sibling renewing it")
 	s.mu.Unlock()
-	// Renewed: a sibling that may serve.
+	// Renewed: a sibling that may serve, noted now.
 	record.RenewTime = metav1.NewTime(clock.Now())
 	_, _, err = r.Get(t.Context())
 	require.NoError(t, err)
-	require.False(t, s.takable(nil, "", v, clock.Now(), false), "a renewing sibling not noted")
+	s.mu.Lock()
+	require.Equal(t, clock.Now(), s.siblingAt, "a renewing sibling not noted")
+	s.mu.Unlock()
 }
 
 // staticLock is a membership lock whose Lease reads as record.
