@@ -90,6 +90,19 @@ func (r *Recorder) Attempt(ctx context.Context, csr, old *certificatesv1.Certifi
 	if old.UID == "" || old.ResourceVersion == "" {
 		return nil, errors.New("the request has no UID or resourceVersion to keep the attempt under")
 	}
+	key, err := r.attemptKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a := engine.ManualAttempt{Verdict: verdict, ConditionSHA256: facts.VerdictConditionSHA256, Username: boundUser(user.Username), UID: boundUser(user.UID)}
+	verb := map[string]string{string(certificatesv1.CertificateApproved): "approve", string(certificatesv1.CertificateDenied): "deny"}[verdict]
+	message := engine.Clip(fmt.Sprintf("%q asked to %s certificate signing request %s (at resourceVersion %s)", a.Username, verb, old.Name, old.ResourceVersion),
+		"; the decision log records the verdict the API server stores, and names who only if this attempt is the one stored", engine.MaxEventNote)
+	return r.keepAttempt(ctx, key, CSRReference(old), old.ResourceVersion, old.ResourceVersion, verb, message, a)
+}
+
+// attemptKey is the key an attempt's place and MAC are made with.
+func (r *Recorder) attemptKey(ctx context.Context) ([]byte, error) {
 	if r.Keys == nil {
 		return nil, errors.New("no key to sign the attempt with")
 	}
@@ -97,11 +110,7 @@ func (r *Recorder) Attempt(ctx context.Context, csr, old *certificatesv1.Certifi
 	if err != nil {
 		return nil, fmt.Errorf("the records' key: %w", err)
 	}
-	a := engine.ManualAttempt{Verdict: verdict, ConditionSHA256: facts.VerdictConditionSHA256, Username: boundUser(user.Username), UID: boundUser(user.UID)}
-	verb := map[string]string{string(certificatesv1.CertificateApproved): "approve", string(certificatesv1.CertificateDenied): "deny"}[verdict]
-	message := engine.Clip(fmt.Sprintf("%q asked to %s certificate signing request %s (at resourceVersion %s)", a.Username, verb, old.Name, old.ResourceVersion),
-		"; the decision log records the verdict the API server stores, and names who only if this attempt is the one stored", engine.MaxEventNote)
-	return r.keepAttempt(ctx, key, CSRReference(old), old.ResourceVersion, old.ResourceVersion, verb, message, a)
+	return key, nil
 }
 
 // DeletionVersion stands for the version a deletion replaces in the names
@@ -131,12 +140,9 @@ func (r *Recorder) AttemptRevocation(ctx context.Context, b *rbacv1.ClusterRoleB
 	if b.UID == "" {
 		return nil, errors.New("the binding has no UID to keep the attempt under")
 	}
-	if r.Keys == nil {
-		return nil, errors.New("no key to sign the attempt with")
-	}
-	key, err := r.Keys.Key(ctx)
+	key, err := r.attemptKey(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("the records' key: %w", err)
+		return nil, err
 	}
 	a := engine.ManualAttempt{Verdict: engine.ActionRevoke, Username: boundUser(user.Username), UID: boundUser(user.UID)}
 	message := engine.Clip(fmt.Sprintf("%q asked to delete the admin binding %s", a.Username, b.Name),

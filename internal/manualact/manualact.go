@@ -89,9 +89,10 @@ const MaxGroups = 256
 // The records' Events, in namespace default: get to find an act's record,
 // create to write it, update to bring a person's kept DELETE of a binding up
 // to their later one (the manager's events.k8s.io patch, which the event
-// recorders need, reaches the same Events already). The watches read the requests and the admins' bindings
-// the approvers and the issuer read already. The marks of requests' decisions
-// are in one ConfigMap, by name (marks.go).
+// recorders need, reaches the same Events already). The watches read the
+// requests and the admins' bindings the approvers and the issuer read
+// already. The marks of requests' decisions are in one ConfigMap, by name
+// (marks.go).
 // +kubebuilder:rbac:groups="",resources=events,verbs=get;create;update
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterrolebindings,verbs=get;list;watch
