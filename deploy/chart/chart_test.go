@@ -946,7 +946,8 @@ func TestLeaderElectionRole(t *testing.T) {
 
 // TestShardingRoleAndFlags: with manager.sharding.shards the manager is
 // given the shard count and timings, and the Leases of its own namespace
-// only (their names follow the Pods' names); without it, neither.
+// only (their names follow the Pods' names), deletion included (the
+// membership Leases of Pods gone); without it, neither.
 func TestShardingRoleAndFlags(t *testing.T) {
 	objs := render(t, "manager.sharding.shards=16", "manager.sharding.leaseDuration=4s")
 	dep := objs.deployment(t)
@@ -954,10 +955,13 @@ func TestShardingRoleAndFlags(t *testing.T) {
 	assert.Equal(t, "4s", argValue(t, dep, "--shard-lease-duration"))
 	rules := objs.boundRoles(t)["Role/"+namespace+"/"+release+"-shards"]
 	require.NotNil(t, rules, "the sharding Role is not bound to the manager")
-	for _, verb := range []string{"get", "list", "watch", "create", "update"} {
-		assert.True(t, grants(rules, "coordination.k8s.io", "leases", verb, "ichor-policy-shard-3"), verb)
+	for _, verb := range []string{"get", "list", "watch", "create", "update", "delete"} {
+		assert.True(t, grants(rules, "coordination.k8s.io", "leases", verb, "ichor-policy-member-3"), verb)
 	}
-	assert.False(t, grants(rules, "coordination.k8s.io", "leases", "delete", "ichor-policy-shard-3"))
+	for _, r := range rules {
+		assert.Equal(t, []string{"leases"}, r.Resources, "the sharding Role grants Leases only")
+		assert.Equal(t, []string{"coordination.k8s.io"}, r.APIGroups)
+	}
 	plain := render(t)
 	assert.Empty(t, plain.all("Role", release+"-shards"))
 	for _, arg := range args(plain.deployment(t)) {

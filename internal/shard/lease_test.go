@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
@@ -49,9 +50,17 @@ func startReplica(t *testing.T, cs kubernetes.Interface, id string, shards int) 
 // have stopped) or the test's end.
 func startStoppable(t *testing.T, cs kubernetes.Interface, id string, shards int) (*shard.Set, func()) {
 	t.Helper()
-	s, err := shard.New(shard.Options{Client: cs, Namespace: leaseNamespace, Identity: id, Shards: shards,
+	return startStoppableWith(t, cs, id, shards, func(*shard.Options) {})
+}
+
+// startStoppableWith is startStoppable with the options changed by change.
+func startStoppableWith(t *testing.T, cs kubernetes.Interface, id string, shards int, change func(*shard.Options)) (*shard.Set, func()) {
+	t.Helper()
+	o := shard.Options{Client: cs, Namespace: leaseNamespace, Identity: id, Shards: shards,
 		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
-		Log: testr.New(t).WithName(id)})
+		Log: testr.New(t).WithName(id)}
+	change(&o)
+	s, err := shard.New(o)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -311,4 +320,62 @@ func (l failingLeaseClient) Update(ctx context.Context, lease *coordinationv1.Le
 		return nil, err
 	}
 	return l.LeaseInterface.Update(ctx, lease, opts)
+}
+
+// The membership Leases of replicas gone (a Pod killed, or stopped cleanly
+// and so naming nobody) are deleted once unchanged for StaleMemberAfter;
+// those of live replicas, and a Lease outside the members' names, are not.
+// Before, every Pod name ever run left its Lease for ever (stop 63's
+// review).
+func TestShardTheMembershipLeasesOfGoneReplicasAreDeleted(t *testing.T) {
+	cs := leaseEnv(t)
+	leases := cs.CoordinationV1().Leases(leaseNamespace)
+	w, err := leases.Watch(t.Context(), metav1.ListOptions{})
+	require.NoError(t, err)
+	defer w.Stop()
+	var mu sync.Mutex
+	deleted := map[string]bool{}
+	go func() {
+		for e := range w.ResultChan() {
+			if l, ok := e.Object.(*coordinationv1.Lease); ok && e.Type == watch.Deleted {
+				mu.Lock()
+				deleted[l.Name] = true
+				mu.Unlock()
+			}
+		}
+	}()
+	member := map[string]string{shard.LabelRole: "member"}
+	for name, holder := range map[string]string{shard.MemberLeaseName("killed"): "killed#0123456789abcdef", "not-a-membership": "killed"} {
+		_, err := leases.Create(t.Context(), &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: member},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder)},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	const shards = 4
+	stale := func(o *shard.Options) { o.StaleMemberAfter = 5 * time.Second }
+	a, _ := startStoppableWith(t, cs, "a", shards, stale)
+	b, _ := startStoppableWith(t, cs, "b", shards, stale)
+	_, stopC := startStoppableWith(t, cs, "c", shards, stale)
+	require.Eventually(t, func() bool {
+		l, err := leases.Get(t.Context(), shard.MemberLeaseName("c"), metav1.GetOptions{})
+		return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != ""
+	}, 20*time.Second, 50*time.Millisecond, "c never became a member")
+	stopC()
+	gone := []string{shard.MemberLeaseName("killed"), shard.MemberLeaseName("c")}
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return deleted[gone[0]] && deleted[gone[1]]
+	}, 40*time.Second, 100*time.Millisecond, "the gone replicas' membership Leases were not deleted")
+	require.Eventually(t, func() bool { return servedOnce(shards, a, b) }, 20*time.Second, 50*time.Millisecond)
+	for _, name := range []string{shard.MemberLeaseName("a"), shard.MemberLeaseName("b"), "not-a-membership"} {
+		_, err := leases.Get(t.Context(), name, metav1.GetOptions{})
+		require.NoError(t, err, name)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for name := range deleted {
+		assert.Contains(t, gone, name, "a Lease not of a gone replica was deleted")
+	}
 }

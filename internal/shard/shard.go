@@ -100,6 +100,11 @@ const (
 	DefaultLeaseDuration = 3 * time.Second
 	DefaultRenewDeadline = 2 * time.Second
 	DefaultRetryPeriod   = 500 * time.Millisecond
+	// DefaultStaleMemberAfter is how long a membership Lease of a replica
+	// not live stays unchanged before it is deleted: long past any pause
+	// a replica could come back from, short of the Leases of every Pod a
+	// rollout or eviction ever ran piling up.
+	DefaultStaleMemberAfter = 10 * time.Minute
 )
 
 // Options configure a replica's part in the sharding.
@@ -118,6 +123,11 @@ type Options struct {
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
+	// StaleMemberAfter is how long another replica's membership Lease is
+	// seen unchanged, its replica not live, before the first live replica
+	// deletes it (DefaultStaleMemberAfter if 0): each Pod name ever run
+	// leaves one, and every replica lists them at each look.
+	StaleMemberAfter time.Duration
 
 	Log logr.Logger
 	// Metrics are the per-shard metrics; nil for none.
@@ -200,6 +210,9 @@ type Set struct {
 	// resourceVersion it replaced ("" for a create): until the watch brings
 	// the write, the cache shows the Lease as it was before it.
 	wrote map[int]written
+	// collectedAt is when this replica last looked for stale membership
+	// Leases (collectMembers), touched by Start's goroutine only.
+	collectedAt time.Time
 }
 
 // hold is this replica's hold on one shard, from its take to its drop.
@@ -290,6 +303,12 @@ func New(o Options) (*Set, error) {
 		// membership expire: its last renewal, a retry period, then a renew
 		// deadline of failures.
 		return nil, fmt.Errorf("shard: the lease duration %s must exceed the renew deadline %s and a retry period %s", o.LeaseDuration, o.RenewDeadline, o.RetryPeriod)
+	}
+	if o.StaleMemberAfter == 0 {
+		o.StaleMemberAfter = DefaultStaleMemberAfter
+	}
+	if o.StaleMemberAfter <= o.LeaseDuration {
+		return nil, fmt.Errorf("shard: a membership Lease is deleted %s after it stopped changing, which must exceed the lease duration %s", o.StaleMemberAfter, o.LeaseDuration)
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -1097,6 +1116,12 @@ func (s *Set) tick(ctx context.Context) {
 	if !member {
 		return
 	}
+	// One replica deletes, so that the others do not send the same
+	// deletions only to have them refused.
+	if len(v.live) > 0 && v.live[0] == s.o.Identity && now.Sub(s.collectedAt) >= s.o.LeaseDuration {
+		s.collectedAt = now
+		s.collectMembers(ctx, v, now)
+	}
 	// Releases at once, not one after the other: each waits for the acts
 	// begun under its hold, up to the renew deadline, and a replica giving
 	// up half its shards to one that joins would hand the last over only
@@ -1162,6 +1187,49 @@ func (s *Set) tick(ctx context.Context) {
 			// Not on a Lease another process of this identity may still
 			// serve under: the owner would take it while it does.
 			releases.Go(func() { s.finishRelease(releaseCtx, shard, lease, nil) })
+		}
+	}
+}
+
+// collectMembers deletes the membership Leases of other replicas that are
+// not live and that this replica saw unchanged for StaleMemberAfter: a Pod
+// gone (a rollout, an eviction, a node lost) leaves its Lease, named after
+// it, for ever otherwise, and every replica lists them all at each look
+// (review of stop 63). The deletion is conditional on the resourceVersion
+// seen, so a Lease renewed meanwhile (its replica back from a pause, or
+// this replica's watch behind) is kept; a replica whose Lease was deleted
+// all the same makes it again at its next renewal. Its shards were taken
+// long before (a lease duration after its last renewal).
+func (s *Set) collectMembers(ctx context.Context, v view, now time.Time) {
+	members, err := s.lister.List(labels.SelectorFromSet(labels.Set{LabelRole: roleMember}))
+	if err != nil {
+		s.o.Log.Error(err, "list membership Leases")
+		return
+	}
+	for _, l := range members {
+		holder := replicaOf(ptr.Deref(l.Spec.HolderIdentity, ""))
+		if !strings.HasPrefix(l.Name, MemberLeasePrefix) || l.Name == MemberLeaseName(s.o.Identity) || (holder != "" && v.isLive[holder]) {
+			continue
+		}
+		s.mu.Lock()
+		o, ok := s.seen[l.Name]
+		s.mu.Unlock()
+		if !ok || o.resourceVersion != l.ResourceVersion || now.Sub(o.at) < s.o.StaleMemberAfter {
+			continue
+		}
+		callCtx, cancel := s.call(ctx)
+		err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Delete(callCtx, l.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion},
+		})
+		cancel()
+		switch {
+		case err == nil:
+			s.o.Log.Info("deleted the membership Lease of a replica gone", "lease", l.Name, "holder", ptr.Deref(l.Spec.HolderIdentity, ""),
+				"unchanged_since", o.at.UTC().Format(time.RFC3339))
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			// Deleted by another, or changed since: the next look judges it again.
+		default:
+			s.o.Log.Error(err, "delete the membership Lease of a replica gone", "lease", l.Name)
 		}
 	}
 }
