@@ -198,14 +198,14 @@ func Talosconfig(ctx context.Context, o Request) (Written, error) {
 
 // mergeTarget is the talosconfig `talosctl config merge` would merge into:
 // the first of $TALOSCONFIG and ~/.talos/config that exists, else the first
-// of them (created empty, as talosctl does). A symbolic link is followed, so
-// the file it names is the one replaced.
+// of them (written by the merge, as talosctl does, and not before: a
+// request refused leaves no empty talosconfig behind). A symbolic link is
+// followed, so the file it names is the one replaced.
 func mergeTarget() (string, error) {
-	cfg, err := clientconfig.Open("")
+	p, err := talosconfigInUse()
 	if err != nil {
-		return "", fmt.Errorf("open your talosconfig to merge into: %w", err)
+		return "", err
 	}
-	p := cfg.Path()
 	if !p.WriteAllowed {
 		return "", usage.Errorf("your talosconfig %s is read-only: set TALOSCONFIG to a file to merge into, or pass --out instead of --merge", p.Path)
 	}
@@ -216,12 +216,16 @@ func mergeTarget() (string, error) {
 }
 
 // mergeInto reads the talosconfig at path again (it may have changed while
-// the request was answered) and merges add into it with machinery's Merge,
-// the one `talosctl config merge` uses: a context whose name is taken is
-// renamed NAME-1, NAME-2, ..., and the added context becomes the current
-// one. It returns the merged configuration and the added context's name.
+// the request was answered; none there is an empty one) and merges add
+// into it with machinery's Merge, the one `talosctl config merge` uses: a
+// context whose name is taken is renamed NAME-1, NAME-2, ..., and the
+// added context becomes the current one. It returns the merged
+// configuration and the added context's name.
 func mergeInto(path string, add *clientconfig.Config, progress io.Writer) (*clientconfig.Config, string, error) {
-	cfg, err := clientconfig.Open(path)
+	cfg, err := readTalosconfig(path)
+	if errors.Is(err, os.ErrNotExist) {
+		cfg, err = &clientconfig.Config{Contexts: map[string]*clientconfig.Context{}}, nil
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("read the talosconfig to merge into: %w", err)
 	}
@@ -530,7 +534,7 @@ func talosEndpoints(ctx context.Context, c client.Client, namespace, cluster str
 	if len(fromMachines) > 0 {
 		return fromMachines, "the control-plane TalosMachines", nil
 	}
-	if cfg, cerr := clientconfig.Open(current); cerr == nil {
+	if cfg, cerr := readTalosconfig(current); cerr == nil {
 		if tc, ok := cfg.Contexts[cfg.Context]; ok && len(tc.Endpoints) > 0 {
 			return tc.Endpoints, "the current talosconfig " + current, nil
 		}
@@ -558,14 +562,59 @@ func talosEndpointOf(endpoint string) string {
 	return endpoint
 }
 
-// currentTalosconfigPath is the talosconfig talosctl uses now: $TALOSCONFIG, else
-// ~/.talos/config (or $TALOS_HOME/config).
+// currentTalosconfigPath is the talosconfig talosctl uses now
+// (talosconfigInUse).
 func currentTalosconfigPath() (string, error) {
+	p, err := talosconfigInUse()
+	return p.Path, err
+}
+
+// talosconfigInUse is the talosconfig talosctl reads, found as machinery's
+// clientconfig.Open("") finds it: the first of $TALOSCONFIG,
+// ~/.talos/config (or $TALOS_HOME/config) and the service account's that
+// exists, else the first writable one, which talosctl would create. Unlike
+// Open it creates nothing. Before, the current talosconfig was
+// $TALOSCONFIG even when that file was missing and talosctl read
+// ~/.talos/config, which --out --force then replaced (the hostile review of
+// the writing commands, #6).
+func talosconfigInUse() (clientconfig.Path, error) {
 	paths, err := clientconfig.GetDefaultPaths()
-	if err != nil || len(paths) == 0 {
-		return "", fmt.Errorf("locate the current talosconfig: %w", err)
+	if err != nil {
+		return clientconfig.Path{}, fmt.Errorf("locate the current talosconfig: %w", err)
 	}
-	return paths[0].Path, nil
+	for _, p := range paths {
+		if _, err := os.Stat(p.Path); err == nil {
+			return p, nil
+		}
+	}
+	for _, p := range paths {
+		if p.WriteAllowed {
+			return p, nil
+		}
+	}
+	return clientconfig.Path{}, errors.New("locate the current talosconfig: none of its places may be written")
+}
+
+// readTalosconfig reads the talosconfig at path, an error wrapping
+// os.ErrNotExist when there is none. machinery's clientconfig.Open would
+// create an empty one there.
+func readTalosconfig(path string) (*clientconfig.Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		// An empty file is an empty talosconfig, not a YAML error.
+		return &clientconfig.Config{Contexts: map[string]*clientconfig.Context{}}, nil
+	}
+	cfg, err := clientconfig.FromBytes(data)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if cfg.Contexts == nil {
+		cfg.Contexts = map[string]*clientconfig.Context{}
+	}
+	return cfg, nil
 }
 
 // checkOutput refuses an output file that is one of the protected files (the
