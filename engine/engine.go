@@ -246,7 +246,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	sdkOpts := sdk.Options{
 		ID:          opts.ID,
 		Config:      bytes.NewReader(config),
-		Logger:      e.log,
+		Logger:      lostEntries{Logger: e.log, lost: func() { e.metrics.dropped(sinkMask) }},
 		Ready:       make(chan struct{}),
 		Plugins:     map[string]plugins.Factory{sinksName: &sinksFactory{engine: e}, limitsPluginName: &limitsFactory{limits: opts.Limits, plainHTTP: opts.AllowInsecureHTTP, registryCredentials: opts.RegistryCredentials}},
 		ManagerOpts: []func(*plugins.Manager){func(m *plugins.Manager) { e.mgr = m }},
@@ -793,6 +793,39 @@ type scrubbedError struct {
 
 func (e scrubbedError) Error() string { return e.msg }
 func (e scrubbedError) Unwrap() error { return e.error }
+
+// sinkMask is the sink label of the decision-log entries that reached no
+// sink: the decision log's drop or mask rule failed on them.
+const sinkMask = "mask"
+
+// OPA's logs plugin's messages for an entry it drops because the bundle's
+// drop or mask rule failed to evaluate (OPA v1's plugins/logs, Log): it
+// logs this at error level and returns nothing to the decision's caller.
+var lostEntryMessages = []string{"Log event masking failed", "Log drop decision failed"}
+
+// lostEntries is OPA's logger, counting the decision-log entries OPA's
+// logs plugin drops when the bundle's mask or drop rule fails: no sink
+// sees them, and the decision they record was taken all the same (review
+// 152 L2). They count as dropped by sink "mask", which
+// IchorDecisionLogEntriesDropped alerts on; the error line stays OPA's.
+type lostEntries struct {
+	logging.Logger
+	lost func()
+}
+
+func (l lostEntries) Error(format string, a ...any) {
+	for _, m := range lostEntryMessages {
+		if strings.HasPrefix(format, m) {
+			l.lost()
+			break
+		}
+	}
+	l.Logger.Error(format, a...)
+}
+
+func (l lostEntries) WithFields(fields map[string]any) logging.Logger {
+	return lostEntries{Logger: l.Logger.WithFields(fields), lost: l.lost}
+}
 
 func jsonLogger(w io.Writer, level logging.Level) *logging.StandardLogger {
 	l := logging.New()

@@ -58,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"policy"}),
 		droppedEntries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_policy_decision_log_dropped_total",
-			Help: "Decision-log entries a sink could not write.",
+			Help: "Decision-log entries a sink could not write (stdout, file); sink mask counts those no sink got because the bundle's decision-log mask or drop rule failed on them.",
 		}, []string{"sink"}),
 		uploadDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_policy_decision_log_upload_dropped_total",
@@ -87,6 +87,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// Dropped is a sink's count of entries it could not write (stdout, file,
+// and mask: entries no sink got, the mask or drop rule having failed).
+func (m *Metrics) Dropped(sink string) float64 {
+	var out dto.Metric
+	if err := m.droppedEntries.WithLabelValues(sink).Write(&out); err != nil {
+		return 0
+	}
+	return out.GetCounter().GetValue()
 }
 
 // UploadDropped is the upload sink's drop count for a cause (buffer_full,

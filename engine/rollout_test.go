@@ -471,6 +471,59 @@ func TestDecisionLogUploadDropsAreCounted(t *testing.T) {
 	assert.GreaterOrEqual(t, metrics.UploadDropped("buffer_full"), 3.0)
 }
 
+// An entry OPA's logs plugin drops because the bundle's mask or drop rule
+// fails to evaluate reaches no sink, and the decision is taken all the
+// same: it is counted as dropped (sink "mask", which
+// IchorDecisionLogEntriesDropped alerts on) beside OPA's error line.
+// Before, only that line said so (review 152 L2). The shipped rules drop
+// and count nothing.
+func TestAnEntryTheMaskFailsOnIsCountedAsDropped(t *testing.T) {
+	s := newSigner(t)
+	// Two values of one complete rule: an evaluation error, not undefined.
+	const twice = "package system.log\n\n_twice := 1 if input.decision_id\n\n_twice := 2 if input.decision_id\n\n"
+	broken := func(rule string) string {
+		dir := t.TempDir()
+		require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "system", "log", "broken.rego"), []byte(twice+rule+" if _twice == 1\n"), 0o600))
+		return dir
+	}
+	for name, c := range map[string]struct{ dir, message string }{
+		"shipped":       {dir: "../policy"},
+		"a broken mask": {dir: broken(`mask contains "/input/none"`), message: "Log event masking failed"},
+		"a broken drop": {dir: broken("drop"), message: "Log drop decision failed"},
+	} {
+		dir := c.dir
+		t.Run(name, func(t *testing.T) {
+			b, err := bundles.FromDir(dir)
+			require.NoError(t, err)
+			bundles.SetEpoch(b, bundles.Floor())
+			path := filepath.Join(t.TempDir(), "bundle.tar.gz")
+			writeBundle(t, path, b, &s)
+			metrics, err := engine.NewMetrics(prometheus.NewRegistry())
+			require.NoError(t, err)
+			var decisions, opaLog harness.DecisionLog
+			e, err := engine.New(context.Background(), engine.Options{
+				Source: path, VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}},
+				DecisionLog: &decisions, Log: &opaLog, Metrics: metrics,
+			})
+			require.NoError(t, err)
+			t.Cleanup(func() { e.Stop(context.Background()) })
+
+			d, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
+			require.NoError(t, err)
+			assert.NotEmpty(t, d.Action, "the decision is taken whatever the mask does")
+			if c.message == "" {
+				assert.Zero(t, metrics.Dropped("mask"))
+				assert.Contains(t, decisions.String(), d.DecisionID)
+				return
+			}
+			assert.Equal(t, 1.0, metrics.Dropped("mask"))
+			assert.NotContains(t, decisions.String(), d.DecisionID, "the test proves nothing: the entry was written")
+			assert.Contains(t, opaLog.String(), c.message)
+		})
+	}
+}
+
 func TestRulesCannotReachTheNetwork(t *testing.T) {
 	called := make(chan struct{}, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { called <- struct{}{} }))
