@@ -334,12 +334,12 @@ func TestShardTheMembershipLeasesOfGoneReplicasAreDeleted(t *testing.T) {
 	require.NoError(t, err)
 	defer w.Stop()
 	var mu sync.Mutex
-	deleted := map[string]bool{}
+	deleted := map[string]time.Time{}
 	go func() {
 		for e := range w.ResultChan() {
 			if l, ok := e.Object.(*coordinationv1.Lease); ok && e.Type == watch.Deleted {
 				mu.Lock()
-				deleted[l.Name] = true
+				deleted[l.Name] = time.Now()
 				mu.Unlock()
 			}
 		}
@@ -353,7 +353,9 @@ func TestShardTheMembershipLeasesOfGoneReplicasAreDeleted(t *testing.T) {
 		require.NoError(t, err)
 	}
 	const shards = 4
-	stale := func(o *shard.Options) { o.StaleMemberAfter = 5 * time.Second }
+	const after = 5 * time.Second
+	stale := func(o *shard.Options) { o.StaleMemberAfter = after }
+	started := time.Now()
 	a, _ := startStoppableWith(t, cs, "a", shards, stale)
 	b, _ := startStoppableWith(t, cs, "b", shards, stale)
 	_, stopC := startStoppableWith(t, cs, "c", shards, stale)
@@ -361,13 +363,20 @@ func TestShardTheMembershipLeasesOfGoneReplicasAreDeleted(t *testing.T) {
 		l, err := leases.Get(t.Context(), shard.MemberLeaseName("c"), metav1.GetOptions{})
 		return err == nil && ptr.Deref(l.Spec.HolderIdentity, "") != ""
 	}, 20*time.Second, 50*time.Millisecond, "c never became a member")
+	stopping := time.Now()
 	stopC()
 	gone := []string{shard.MemberLeaseName("killed"), shard.MemberLeaseName("c")}
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return deleted[gone[0]] && deleted[gone[1]]
+		return !deleted[gone[0]].IsZero() && !deleted[gone[1]].IsZero()
 	}, 40*time.Second, 100*time.Millisecond, "the gone replicas' membership Leases were not deleted")
+	mu.Lock()
+	// Not before they were seen unchanged for StaleMemberAfter: the killed
+	// replica's since the first replica's start, c's since its release.
+	assert.GreaterOrEqual(t, deleted[gone[0]].Sub(started), after, "the killed replica's Lease went early")
+	assert.GreaterOrEqual(t, deleted[gone[1]].Sub(stopping), after, "c's Lease went early")
+	mu.Unlock()
 	require.Eventually(t, func() bool { return servedOnce(shards, a, b) }, 20*time.Second, 50*time.Millisecond)
 	for _, name := range []string{shard.MemberLeaseName("a"), shard.MemberLeaseName("b"), "not-a-membership"} {
 		_, err := leases.Get(t.Context(), name, metav1.GetOptions{})

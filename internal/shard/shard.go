@@ -210,9 +210,9 @@ type Set struct {
 	// resourceVersion it replaced ("" for a create): until the watch brings
 	// the write, the cache shows the Lease as it was before it.
 	wrote map[int]written
-	// collectedAt is when this replica last looked for stale membership
+	// collectAfter is when this replica may next look for stale membership
 	// Leases (collectMembers), touched by Start's goroutine only.
-	collectedAt time.Time
+	collectAfter time.Time
 }
 
 // hold is this replica's hold on one shard, from its take to its drop.
@@ -1117,10 +1117,11 @@ func (s *Set) tick(ctx context.Context) {
 		return
 	}
 	// One replica deletes, so that the others do not send the same
-	// deletions only to have them refused.
-	if len(v.live) > 0 && v.live[0] == s.o.Identity && now.Sub(s.collectedAt) >= s.o.LeaseDuration {
-		s.collectedAt = now
-		s.collectMembers(ctx, v, now)
+	// deletions only to have them refused; after the shards are looked at,
+	// so that a take-over does not wait for them.
+	if len(v.live) > 0 && v.live[0] == s.o.Identity && !now.Before(s.collectAfter) {
+		s.collectAfter = now.Add(s.o.LeaseDuration)
+		defer s.collectMembers(ctx, v, now)
 	}
 	// Releases at once, not one after the other: each waits for the acts
 	// begun under its hold, up to the renew deadline, and a replica giving
@@ -1206,7 +1207,13 @@ func (s *Set) collectMembers(ctx context.Context, v view, now time.Time) {
 		s.o.Log.Error(err, "list membership Leases")
 		return
 	}
+	deletions := 0
 	for _, l := range members {
+		if deletions == maxCollected {
+			// The rest at the next looks: a look is not held up for
+			// long by a backlog (the first after an upgrade).
+			return
+		}
 		holder := replicaOf(ptr.Deref(l.Spec.HolderIdentity, ""))
 		if !strings.HasPrefix(l.Name, MemberLeasePrefix) || l.Name == MemberLeaseName(s.o.Identity) || (holder != "" && v.isLive[holder]) {
 			continue
@@ -1217,6 +1224,7 @@ func (s *Set) collectMembers(ctx context.Context, v view, now time.Time) {
 		if !ok || o.resourceVersion != l.ResourceVersion || now.Sub(o.at) < s.o.StaleMemberAfter {
 			continue
 		}
+		deletions++
 		callCtx, cancel := s.call(ctx)
 		err := s.o.Client.CoordinationV1().Leases(s.o.Namespace).Delete(callCtx, l.Name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion},
@@ -1228,11 +1236,22 @@ func (s *Set) collectMembers(ctx context.Context, v view, now time.Time) {
 				"unchanged_since", o.at.UTC().Format(time.RFC3339))
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 			// Deleted by another, or changed since: the next look judges it again.
+		case ctx.Err() != nil:
+			return
 		default:
-			s.o.Log.Error(err, "delete the membership Lease of a replica gone", "lease", l.Name)
+			// Forbidden (RBAC kept outside the chart) or failing: said
+			// once, and tried again only after StaleMemberAfter, not at
+			// every look.
+			s.collectAfter = now.Add(s.o.StaleMemberAfter)
+			s.o.Log.Error(err, "delete the membership Lease of a replica gone; tried again later", "lease", l.Name,
+				"next", s.collectAfter.UTC().Format(time.RFC3339))
+			return
 		}
 	}
 }
+
+// maxCollected is how many membership Leases one look deletes at most.
+const maxCollected = 10
 
 // takable says whether this replica, the shard's owner, may take the shard
 // whose Lease names holder at now: named nobody, unless another process of
