@@ -113,10 +113,11 @@ type Written struct {
 // merges it into the talosconfig talosctl uses.
 func Talosconfig(ctx context.Context, o Request) (Written, error) {
 	cluster := o.Cluster
-	current, err := currentTalosconfigPath()
+	inUse, err := talosconfigInUse()
 	if err != nil {
 		return Written{}, err
 	}
+	current := inUse.Path
 	out := o.Out
 	if o.Merge {
 		if o.Out != "" || o.Force {
@@ -129,7 +130,11 @@ func Talosconfig(ctx context.Context, o Request) (Written, error) {
 		}
 	} else {
 		if out == "" {
-			out = current + talosconfigSuffix
+			beside, err := writableTalosconfig(inUse)
+			if err != nil {
+				return Written{}, err
+			}
+			out = beside + talosconfigSuffix
 		}
 		if err := checkOutput(out, []string{current}, o.Force); err != nil {
 			return Written{}, err
@@ -212,7 +217,29 @@ func mergeTarget() (string, error) {
 	if resolved, err := filepath.EvalSymlinks(p.Path); err == nil {
 		return resolved, nil
 	}
-	return p.Path, nil
+	// A link to a file not made yet: the merge makes the file it names, as
+	// talosctl would, rather than a file in the link's place.
+	return danglingTarget(p.Path)
+}
+
+// danglingTarget is the path a chain of symbolic links from path ends at
+// when that end does not exist yet; path itself when it is no link.
+func danglingTarget(path string) (string, error) {
+	for range 40 {
+		info, err := os.Lstat(path)
+		if err != nil || info.Mode().Type() != os.ModeSymlink {
+			return path, nil
+		}
+		target, err := os.Readlink(path)
+		if err != nil {
+			return "", fmt.Errorf("follow the link %s: %w", path, err)
+		}
+		if !filepath.IsAbs(target) {
+			target = filepath.Join(filepath.Dir(path), target)
+		}
+		path = target
+	}
+	return "", fmt.Errorf("follow the link %s: too many links", path)
 }
 
 // mergeInto reads the talosconfig at path again (it may have changed while
@@ -562,13 +589,6 @@ func talosEndpointOf(endpoint string) string {
 	return endpoint
 }
 
-// currentTalosconfigPath is the talosconfig talosctl uses now
-// (talosconfigInUse).
-func currentTalosconfigPath() (string, error) {
-	p, err := talosconfigInUse()
-	return p.Path, err
-}
-
 // talosconfigInUse is the talosconfig talosctl reads, found as machinery's
 // clientconfig.Open("") finds it: the first of $TALOSCONFIG,
 // ~/.talos/config (or $TALOS_HOME/config) and the service account's that
@@ -578,15 +598,45 @@ func currentTalosconfigPath() (string, error) {
 // ~/.talos/config, which --out --force then replaced (the hostile review of
 // the writing commands, #6).
 func talosconfigInUse() (clientconfig.Path, error) {
-	paths, err := clientconfig.GetDefaultPaths()
+	paths, err := talosconfigPaths()
 	if err != nil {
-		return clientconfig.Path{}, fmt.Errorf("locate the current talosconfig: %w", err)
+		return clientconfig.Path{}, err
 	}
 	for _, p := range paths {
 		if _, err := os.Stat(p.Path); err == nil {
 			return p, nil
 		}
 	}
+	return firstWritable(paths)
+}
+
+// writableTalosconfig is the talosconfig in use when it may be written, else
+// the first that may (a talosconfig of the service account's, mounted
+// read-only, has a file written beside the one talosctl would create): the
+// default output is beside it, found before anything is asked for.
+func writableTalosconfig(inUse clientconfig.Path) (string, error) {
+	if inUse.WriteAllowed {
+		return inUse.Path, nil
+	}
+	paths, err := talosconfigPaths()
+	if err != nil {
+		return "", err
+	}
+	p, err := firstWritable(paths)
+	return p.Path, err
+}
+
+// talosconfigPaths are machinery's places of a talosconfig, in its order,
+// without an empty $TALOSCONFIG, which machinery's lookup passes over too.
+func talosconfigPaths() ([]clientconfig.Path, error) {
+	paths, err := clientconfig.GetDefaultPaths()
+	if err != nil {
+		return nil, fmt.Errorf("locate the current talosconfig: %w", err)
+	}
+	return slices.DeleteFunc(paths, func(p clientconfig.Path) bool { return p.Path == "" }), nil
+}
+
+func firstWritable(paths []clientconfig.Path) (clientconfig.Path, error) {
 	for _, p := range paths {
 		if p.WriteAllowed {
 			return p, nil

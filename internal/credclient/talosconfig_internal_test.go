@@ -113,3 +113,33 @@ func TestLookingForATalosconfigWritesNone(t *testing.T) {
 	require.NoError(t, err, "an empty file is an empty talosconfig")
 	assert.Len(t, merged.Contexts, 1)
 }
+
+// The places machinery's lookup passes over, or follows, are passed over and
+// followed here too (review of 2026-12-06): an empty $TALOSCONFIG is none
+// (it made --merge target "."), a link to a file not made yet is merged into
+// the file it names (not replaced by one), and a talosconfig that may not be
+// written (the service account's, mounted read-only) has the default output
+// written beside the first that may, known before anything is asked for.
+func TestTheTalosconfigPlacesTalosctlSkipsOrFollows(t *testing.T) {
+	_, inHome := talosHome(t)
+	t.Setenv("TALOSCONFIG", "")
+	p, err := talosconfigInUse()
+	require.NoError(t, err)
+	assert.Equal(t, inHome, p.Path, "an empty $TALOSCONFIG is no place")
+	target, err := mergeTarget()
+	require.NoError(t, err)
+	assert.Equal(t, inHome, target)
+
+	dir := t.TempDir()
+	link := filepath.Join(dir, "link")
+	require.NoError(t, os.Symlink(filepath.Join("elsewhere", "talosconfig"), link))
+	t.Setenv("TALOSCONFIG", link)
+	target, err = mergeTarget()
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(dir, "elsewhere", "talosconfig"), target, "the link's own place")
+	assert.NoFileExists(t, target)
+
+	beside, err := writableTalosconfig(clientconfig.Path{Path: "/var/run/secrets/talos.dev/config", WriteAllowed: false})
+	require.NoError(t, err)
+	assert.Equal(t, link, beside)
+}
