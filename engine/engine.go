@@ -31,6 +31,7 @@ import (
 	bundleplugin "github.com/open-policy-agent/opa/v1/plugins/bundle"
 	"github.com/open-policy-agent/opa/v1/sdk"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/sirupsen/logrus"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
@@ -815,12 +816,24 @@ type lostEntries struct {
 
 func (l lostEntries) Error(format string, a ...any) {
 	for _, m := range lostEntryMessages {
-		if strings.HasPrefix(format, m) {
+		if strings.HasPrefix(format, m) && !cancelled(a) {
 			l.lost()
 			break
 		}
 	}
 	l.Logger.Error(format, a...)
+}
+
+// cancelled reports whether the failure among args is the decision's
+// context ending (a shard lost, a stop) rather than the rule's: the bundle
+// is not at fault, and the decision's own writes end with that context.
+func cancelled(args []any) bool {
+	for _, x := range args {
+		if err, ok := x.(error); ok && (topdown.IsCancel(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (l lostEntries) WithFields(fields map[string]any) logging.Logger {

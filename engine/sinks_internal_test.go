@@ -2,13 +2,18 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
+	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -57,4 +62,24 @@ func TestAnEntryAfterAWriteCutShortIsWhole(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(lines[1]), &entry), "the entry after the torn line is not whole: %q", lines[1])
 	assert.Equal(t, "d-acted-on", entry.DecisionID)
+}
+
+// A mask or drop rule cut short by its decision's context ending (a shard
+// lost, a stop) is not the bundle's failure: OPA logs it with the same
+// words, and it is not counted as an entry the mask lost (review of
+// 2026-12-06); any other failure is.
+func TestAMaskCutShortByItsContextIsNoBundleFailure(t *testing.T) {
+	var lost int
+	l := lostEntries{Logger: logging.NewNoOpLogger(), lost: func() { lost++ }}.WithFields(map[string]any{"plugin": "decision_logs"})
+	l.Error("Log event masking failed: %v.", &topdown.Error{Code: topdown.CancelErr, Message: "caller cancelled query execution"})
+	l.Error("Log drop decision failed: %v.", fmt.Errorf("drop: %w", context.DeadlineExceeded))
+	if lost != 0 {
+		t.Fatalf("a cancelled evaluation counted %d entries lost", lost)
+	}
+	l.Error("Log event masking failed: %v.", &topdown.Error{Code: topdown.ConflictErr, Message: "complete rules must not produce multiple outputs"})
+	l.Error("Log drop decision failed: %v.", errors.New("eval_type_error"))
+	l.Error("mask rule skipped: %s: %s", "/input", "eval_type_error")
+	if lost != 2 {
+		t.Fatalf("%d entries counted lost, want the 2 dropped", lost)
+	}
 }
