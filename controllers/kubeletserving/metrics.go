@@ -63,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		writeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_kubelet_serving_decision_failures_total",
-			Help: "Requests whose decision could not be reached or written, by kind: permanent (the API server refused the write as too large or invalid) or transient; each is tried again with backoff.",
+			Help: "Requests whose decision could not be reached or written, by kind: permanent (the API server refused the write as too large or invalid, or forbade it) or transient; each is tried again with backoff.",
 		}, []string{"kind"}),
 		pendingCSRs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ichor_kubelet_serving_pending_csrs",

@@ -254,9 +254,16 @@ func (p *pass) failed(ctx context.Context, csr *certificatesv1.CertificateSignin
 }
 
 // permanentWrite reports whether the API server refused a write for a reason
-// that retrying as it is will not change.
+// that retrying as it is will not change. A 403 on the decision's own write
+// is such a reason too until a person acts (the manager's, or a tenant
+// kubeconfig's, rights lack approve on the signer; an admission policy
+// denies): before 2026-12-06 it was transient, and only the log said so.
+// A 403 on a read, and a 401 (a rotated token is read again at the next
+// request), stay transient.
 func permanentWrite(err error) bool {
-	return apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err)
+	var we *writeError
+	return apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
+		(apierrors.IsForbidden(err) && errors.As(err, &we))
 }
 
 // writeError is a decision that could not be written on the request.
