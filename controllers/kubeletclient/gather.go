@@ -62,10 +62,13 @@ func (r *Reconciler) review(ctx context.Context, csr *certificatesv1.Certificate
 // `ichor policy check-client-csr` builds the same input offline.
 func ReviewAttributes(subresource string) authorizationv1.ResourceAttributes {
 	return authorizationv1.ResourceAttributes{
-		// No version, as kube-controller-manager asks (sarapprove.go's
-		// recognizers): RBAC ignores it, and an authorizer webhook sees the
+		// Any version, "*", as kube-controller-manager asks (v1.37.2's
+		// sarapprove.go, recognizers): RBAC ignores it, and an authorizer
+		// webhook, or one whose match conditions test the version, sees the
 		// very attributes it would have seen from kube-controller-manager.
+		// 220fc8d dropped it on a wrong reading of that source (review 158).
 		Group:       certificatesv1.GroupName,
+		Version:     "*",
 		Resource:    "certificatesigningrequests",
 		Subresource: subresource,
 		Verb:        "create",

@@ -64,7 +64,7 @@ func TestTheReviewsAreAskedAsTheRequesterWhole(t *testing.T) {
 		assert.Equal(t, authorizationv1.SubjectAccessReviewSpec{
 			User: csr.Spec.Username, UID: csr.Spec.UID, Groups: csr.Spec.Groups, Extra: want,
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Group: "certificates.k8s.io", Resource: "certificatesigningrequests", Subresource: subresource, Verb: "create",
+				Group: "certificates.k8s.io", Version: "*", Resource: "certificatesigningrequests", Subresource: subresource, Verb: "create",
 			},
 		}, asked[i])
 	}

@@ -973,6 +973,46 @@ func TestARequestTheRuleDoesNotGovernIsAskedAgainOnItsRecheck(t *testing.T) {
 		"a request no rule governs was not asked again on its recheck")
 }
 
+// A request the rule does not recognize (kind "") is not rechecked on a
+// timer: nothing but the request itself or the bundle, both of which wake
+// it, can make it recognized, and each recheck cost two SubjectAccessReviews
+// and a decision-log entry, for as long as kube-controller-manager keeps the
+// request (a day). A flood of such requests from a bootstrap token made that
+// a worker's whole time (review 158). A request recognized but not
+// authorized still is rechecked, for its permission may come.
+func TestAnUnrecognizedRequestIsNotRecheckedOnATimer(t *testing.T) {
+	f := newFixture(t)
+	f.machine("unrec-1")
+	f.machine("unrec-2")
+	token := "system:bootstrap:unrec1"
+	groups := []string{"system:bootstrappers"}
+	bind(t, token, groups, roleBootstrapper)
+
+	eng := ownEngine(t, &harness.DecisionLog{})
+	var unrecognized, unauthorized atomic.Int32
+	count := func(_ context.Context, in csrinput.KubeletClient) (engine.CSRDecision, error) {
+		if in.Machine != nil {
+			switch in.Machine.Name {
+			case "unrec-1":
+				unrecognized.Add(1)
+			case "unrec-2":
+				unauthorized.Add(1)
+			}
+		}
+		return engine.CSRDecision{}, enginetest.ErrPass
+	}
+	besideTheSuites(t, "unrecognized", &enginetest.Engine{Engine: eng, KubeletClientFunc: count}, 200*time.Millisecond, 400*time.Millisecond)
+
+	requester := userClient(t, token, groups...)
+	submit(t, requester, "unrec-1", csrgen.Request{Subject: pkix.Name{CommonName: "system:node:unrec-1", Organization: []string{"acme"}}})
+	submit(t, requester, "unrec-2", csrgen.Request{Subject: csrgen.NodeSubject("unrec-2")})
+	// The unauthorized one is asked again and again meanwhile: long enough
+	// for several rechecks of the other, had it any.
+	require.Eventually(t, func() bool { return unauthorized.Load() >= 5 }, wait, 50*time.Millisecond,
+		"a request recognized but not authorized was not rechecked")
+	assert.Equal(t, int32(1), unrecognized.Load(), "a request not recognized was decided again with nothing changed")
+}
+
 // besideTheSuites runs, until the test ends, another approver beside the
 // suite's (of the same name, in a manager of its own) deciding through e,
 // with the rechecks given.

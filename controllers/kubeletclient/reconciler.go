@@ -413,8 +413,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, nil
 	default: // engine.ActionPending: the engine refuses any other answer of this rule.
 		verdict := approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Revision: revision, Key: d.Action + ":" + strings.Join(d.Reasons.Codes(), ",")}
-		first, wait := r.memo.Pending(csr.UID, verdict, pendingRequest{name: csr.Name, node: node}, now,
-			approval.Backoff{Initial: r.RecheckInterval, Max: r.MaxRecheckInterval}.After)
+		recheck := approval.Backoff{Initial: r.RecheckInterval, Max: r.MaxRecheckInterval}.After
+		if d.Action == engine.ActionPending && d.Kind == "" {
+			// Not recognized: the rule's contract is that recognition
+			// reads the request alone, never the SubjectAccessReviews, so
+			// only a change of the request, its machine or the bundle,
+			// each of which wakes it, can change it. No recheck: a flood
+			// of such requests from a bootstrap token cost two reviews and
+			// an entry each every few minutes for a day (review 158). An
+			// answer the rule never gives (a deny) is still rechecked.
+			recheck = func(int) time.Duration { return 0 }
+		}
+		first, wait := r.memo.Pending(csr.UID, verdict, pendingRequest{name: csr.Name, node: node}, now, recheck)
 		if first {
 			logger.Info("left kubelet client certificate pending", "reasons", d.Reasons.String(), "recheck_in", wait)
 		} else {

@@ -59,7 +59,7 @@ func kubeletClientCSR(b *testing.B) *certificatesv1.CertificateSigningRequest {
 
 func review(subresource string, allowed bool) csrinput.AccessReview {
 	return csrinput.AccessReview{
-		Verb: "create", Group: certificatesv1.GroupName,
+		Verb: "create", Group: certificatesv1.GroupName, Version: "*",
 		Resource: "certificatesigningrequests", Subresource: subresource, Allowed: allowed,
 	}
 }
