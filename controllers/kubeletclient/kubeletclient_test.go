@@ -973,13 +973,14 @@ func TestARequestTheRuleDoesNotGovernIsAskedAgainOnItsRecheck(t *testing.T) {
 		"a request no rule governs was not asked again on its recheck")
 }
 
-// A request the rule does not recognize (kind "") is not rechecked on a
-// timer: nothing but the request itself or the bundle, both of which wake
-// it, can make it recognized, and each recheck cost two SubjectAccessReviews
-// and a decision-log entry, for as long as kube-controller-manager keeps the
-// request (a day). A flood of such requests from a bootstrap token made that
-// a worker's whole time (review 158). A request recognized but not
-// authorized still is rechecked, for its permission may come.
+// A request the rule does not recognize (kind "") is rechecked only every
+// 24 longest rechecks: nothing but the request itself, its machine or the
+// bundle, each of which wakes it, can make it recognized, and each recheck
+// cost two SubjectAccessReviews and a decision-log entry, for as long as
+// kube-controller-manager keeps the request (a day). A flood of such
+// requests from a bootstrap token made that a worker's whole time (review
+// 158). A request recognized but not authorized still is rechecked at the
+// usual pace, for its permission may come.
 func TestAnUnrecognizedRequestIsNotRecheckedOnATimer(t *testing.T) {
 	f := newFixture(t)
 	f.machine("unrec-1")

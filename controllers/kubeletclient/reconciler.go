@@ -418,11 +418,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			// Not recognized: the rule's contract is that recognition
 			// reads the request alone, never the SubjectAccessReviews, so
 			// only a change of the request, its machine or the bundle,
-			// each of which wakes it, can change it. No recheck: a flood
-			// of such requests from a bootstrap token cost two reviews and
-			// an entry each every few minutes for a day (review 158). An
-			// answer the rule never gives (a deny) is still rechecked.
-			recheck = func(int) time.Duration { return 0 }
+			// each of which wakes it, can change it. Rechecked seldom: a
+			// flood of such requests from a bootstrap token cost two
+			// reviews and an entry each every few minutes for a day
+			// (review 158). Still rechecked, in case a bundle of the key
+			// holder's reads the reviews into its kind after all (review
+			// 160). An answer the rule never gives (a deny) keeps the
+			// usual recheck.
+			recheck = func(int) time.Duration { return unrecognizedRecheck * r.MaxRecheckInterval }
 		}
 		first, wait := r.memo.Pending(csr.UID, verdict, pendingRequest{name: csr.Name, node: node}, now, recheck)
 		if first {
@@ -433,6 +436,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return r.againIfRebundled(revision, reconcile.Result{RequeueAfter: wait}), nil
 	}
 }
+
+// unrecognizedRecheck is how many longest rechecks apart a request the rule
+// does not recognize is decided again when nothing changed: two hours at the
+// default five minutes.
+const unrecognizedRecheck = 24
 
 // againIfRebundled is result, or a look again at once when another bundle
 // was activated while the request was decided under revision: the wake of
