@@ -87,8 +87,10 @@ type readOutcome struct {
 const defaultUnreachableAfter = time.Minute
 
 type cachedReader struct {
-	caCert []byte
-	reader *talosnode.Reader
+	// caCert and caKey are the OS CA the reader was made with: a change of
+	// either makes it anew (a key changed alone, too: review 160).
+	caCert, caKey []byte
+	reader        *talosnode.Reader
 	// watches are the reader's live watches (nil when NodeReaders.Watch is
 	// off); they end with the reader.
 	watches *talosnode.Watches
@@ -127,7 +129,7 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	os := bundles.Current.Certs.OS
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if c, ok := n.readers[key]; ok && c.uid == cluster.UID && bytes.Equal(c.caCert, os.Crt) {
+	if c, ok := n.readers[key]; ok && c.uid == cluster.UID && bytes.Equal(c.caCert, os.Crt) && bytes.Equal(c.caKey, os.Key) {
 		c.read, c.secretsRef = time.Now(), cluster.Spec.SecretsRef
 		return c, nil
 	}
@@ -139,9 +141,18 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		Denied:              n.Denied,
 	})
 	if err != nil {
+		// An OS CA the reader refuses (its key not the certificate's, a
+		// weak key): the watches made with the CA before end, as for a
+		// bundle taken away, rather than go on signing credentials from
+		// the old key in memory and dialling machines no longer kept
+		// (review 159).
+		if old, ok := n.readers[key]; ok && old.watches != nil {
+			go old.watches.Stop()
+		}
+		delete(n.readers, key)
 		return nil, fmt.Errorf("talos identity reader of cluster %s: %w", key, err)
 	}
-	c := &cachedReader{caCert: os.Crt, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef, uid: cluster.UID}
+	c := &cachedReader{caCert: os.Crt, caKey: os.Key, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef, uid: cluster.UID}
 	if _, ok := n.forgotten[key]; ok {
 		return c, nil
 	}

@@ -79,6 +79,74 @@ func TestAReaderMadeWhileItsClusterIsForgottenIsNotKept(t *testing.T) {
 	assert.True(t, kept)
 }
 
+// An OS CA rotated to one the reader refuses (its key not its certificate's:
+// a new certificate with the old key, or the old certificate with a new key)
+// ends the reader made with the CA before, and its watches: before, the old
+// reader was kept, and its watches went on signing credentials from the old
+// key and dialling the machines it held when its Keep began to fail (review
+// 159); a key changed alone was not seen at all (review 160).
+func TestAnOSCATheReaderRefusesEndsTheReaderBefore(t *testing.T) {
+	for name, swap := range map[string]func(b, other *secrets.Bundle){
+		"a new certificate": func(b, other *secrets.Bundle) { b.Certs.OS.Crt = other.Certs.OS.Crt },
+		"a new key":         func(b, other *secrets.Bundle) { b.Certs.OS.Key = other.Certs.OS.Key },
+	} {
+		t.Run(name, func(t *testing.T) {
+			bundle, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), config.TalosVersionCurrent, secrets.WithECDSAServiceAccountKey())
+			require.NoError(t, err)
+			other, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), config.TalosVersionCurrent, secrets.WithECDSAServiceAccountKey())
+			require.NoError(t, err)
+			data, err := clustersecrets.Marshal(bundle)
+			require.NoError(t, err)
+			cluster := &ichorv1alpha1.TalosCluster{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "rotated", UID: "uid-rotated"},
+				Spec:       ichorv1alpha1.TalosClusterSpec{SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "rotated-secrets"}},
+			}
+			secret := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "rotated-secrets", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "rotated"}},
+				Data:       map[string][]byte{ichorv1alpha1.DefaultSecretsBundleKey: data},
+			}
+			scheme, err := kube.Scheme()
+			require.NoError(t, err)
+			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(secret).Build()
+			n := &NodeReaders{Reader: c, Watch: true}
+			t.Cleanup(n.Stop)
+			key := client.ObjectKeyFromObject(cluster)
+			_, err = n.Get(t.Context(), cluster)
+			require.NoError(t, err)
+			n.mu.Lock()
+			before := n.readers[key]
+			n.mu.Unlock()
+			require.NotNil(t, before)
+			require.NotNil(t, before.watches)
+			// A machine watched (nothing answers there; the watch retries).
+			before.watches.Keep([]string{"127.0.0.1:1"})
+			watched, _ := before.watches.Count()
+			require.Equal(t, 1, watched)
+
+			swap(bundle, other)
+			mismatched, err := clustersecrets.Marshal(bundle)
+			require.NoError(t, err)
+			secret.Data[ichorv1alpha1.DefaultSecretsBundleKey] = mismatched
+			require.NoError(t, c.Update(t.Context(), secret))
+			n.mu.Lock()
+			before.read = time.Time{} // read again now, not after secretsFreshness
+			n.mu.Unlock()
+
+			_, err = n.Get(t.Context(), cluster)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "talos identity reader of cluster ns/rotated")
+			n.mu.Lock()
+			_, kept := n.readers[key]
+			n.mu.Unlock()
+			assert.False(t, kept, "the reader of the CA before was kept")
+			require.Eventually(t, func() bool {
+				watched, _ := before.watches.Count()
+				return watched == 0
+			}, 10*time.Second, 10*time.Millisecond, "the watches of the CA before were not stopped")
+		})
+	}
+}
+
 // readWhile is a Reader whose first Get says it has started (reading) and
 // answers only once until is closed.
 type readWhile struct {
