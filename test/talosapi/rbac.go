@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	cosiv1alpha1 "github.com/cosi-project/runtime/api/v1alpha1"
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/resource/meta"
 	"github.com/cosi-project/runtime/pkg/safe"
@@ -144,17 +145,59 @@ type contextStream struct {
 
 	s     *Server
 	watch bool
+	// typ is the resource type a watch stream asked for; sent is whether
+	// it has sent a message.
+	typ  string
+	sent bool
 }
 
 func (c *contextStream) Context() context.Context { return c.ctx }
 
-// SendMsg drops a watch's messages while the node's watches are muted.
+// RecvMsg notes the resource type a watch asks for.
+func (c *contextStream) RecvMsg(m any) error {
+	err := c.ServerStream.RecvMsg(m)
+	if req, ok := m.(*cosiv1alpha1.WatchRequest); ok && err == nil {
+		c.typ = req.GetType()
+	}
+
+	return err
+}
+
+// SendMsg drops a watch's messages while the node's watches are muted, holds
+// a held type's first one (SetWatchHeld), and follows each with the empty
+// messages asked for (SetEmptyWatchMessages).
 func (c *contextStream) SendMsg(m any) error {
-	if c.watch && c.s.watchesMuted() {
+	if !c.watch {
+		return c.ServerStream.SendMsg(m)
+	}
+
+	if c.s.watchesMuted() {
 		return nil
 	}
 
-	return c.ServerStream.SendMsg(m)
+	if !c.sent {
+		c.sent = true
+
+		if held := c.s.heldFor(c.typ); held != nil {
+			select {
+			case <-held:
+			case <-c.ctx.Done():
+				return c.ctx.Err()
+			}
+		}
+	}
+
+	if err := c.ServerStream.SendMsg(m); err != nil {
+		return err
+	}
+
+	for range c.s.emptyWatchMessages() {
+		if err := c.ServerStream.SendMsg(&cosiv1alpha1.WatchResponse{}); err != nil {
+			return err
+		}
+	}
+
+	return nil
 }
 
 // accessPolicy mirrors Talos's resources.AccessPolicy, which machined wraps

@@ -77,9 +77,15 @@ type Server struct {
 	stopOnce  sync.Once
 	stopCtx   func() bool
 
-	mu       sync.Mutex
-	delay    time.Duration
-	muted    bool
+	mu    sync.Mutex
+	delay time.Duration
+	muted bool
+	// held is the resource type whose watch streams hold their first
+	// message, and released is closed when they are let go.
+	held     string
+	released chan struct{}
+	// empties is how many empty watch messages follow each one sent.
+	empties  int
 	calls    map[string]int
 	denied   map[string]int
 	reboots  int
@@ -266,6 +272,56 @@ func (s *Server) SetWatchesMuted(muted bool) {
 	defer s.mu.Unlock()
 
 	s.muted = muted
+}
+
+// SetWatchHeld makes the watch streams of the resource type typ (as
+// "KubeletNodeIPs.kubernetes.talos.dev"; "" for none) that have not sent
+// their first message yet hold it back, which the client waits for before
+// its watch is open, until SetWatchHeld is called again: a node that answers
+// a watcher's last stream late while its other streams run.
+func (s *Server) SetWatchHeld(typ string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	if s.released != nil {
+		close(s.released)
+		s.released = nil
+	}
+
+	s.held = typ
+	if typ != "" {
+		s.released = make(chan struct{})
+	}
+}
+
+// heldFor is the channel a watch stream of type typ waits on before its
+// first message; nil when it is not held.
+func (s *Server) heldFor(typ string) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	if typ == "" || typ != s.held {
+		return nil
+	}
+
+	return s.released
+}
+
+// SetEmptyWatchMessages makes every watch message sent from now on followed
+// by n messages that hold no event: a node that floods its watchers with
+// answers the event count does not see.
+func (s *Server) SetEmptyWatchMessages(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	s.empties = n
+}
+
+func (s *Server) emptyWatchMessages() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	return s.empties
 }
 
 func (s *Server) watchesMuted() bool {

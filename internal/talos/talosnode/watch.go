@@ -14,7 +14,9 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/flowcontrol"
 )
@@ -321,7 +323,10 @@ func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) 
 	age := time.NewTimer(jittered(w.maxAge))
 	defer age.Stop()
 
-	c, err := w.reader.connect(ctx, endpoint, grpc.WithReadBufferSize(0), grpc.WithWriteBufferSize(0))
+	// Each stream's messages are counted as they arrive, events or none:
+	// a node that sends empty answers without end is refused as one that
+	// sends too many events (review 159).
+	c, err := w.reader.connect(ctx, endpoint, grpc.WithReadBufferSize(0), grpc.WithWriteBufferSize(0), grpc.WithStreamInterceptor(limitMessages))
 	if err != nil {
 		return err
 	}
@@ -343,23 +348,58 @@ func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) 
 	st := state.WrapCore(cosiclient.NewAdapter(cosiv1alpha1.NewStateClient(c.Conn()), cosiclient.WithDisableWatchRetry()))
 	updates := make(chan state.Event, len(identityPointers))
 
-	for _, ptr := range identityPointers {
-		if err := st.Watch(watchCtx, ptr, updates); err != nil {
-			if cause := context.Cause(watchCtx); cause != nil && ctx.Err() == nil {
-				return cause
-			}
+	// The three streams are opened beside the loop below, which reads
+	// their events (and counts them) from the first: read only once all
+	// three were open, a node holding back the last one's answer had the
+	// first two's adapters blocked on updates, and gRPC buffered what it
+	// sent them meanwhile, up to Talos's client's window of 2 MiB a
+	// stream (review 159).
+	subscribed := make(chan error, 1)
+	go func() {
+		for _, ptr := range identityPointers {
+			if err := st.Watch(watchCtx, ptr, updates); err != nil {
+				subscribed <- fmt.Errorf("talos node %s: watch %s %s/%s: %w", endpoint, ptr.Type(), ptr.Namespace(), ptr.ID(), err)
 
-			return fmt.Errorf("talos node %s: watch %s %s/%s: %w", endpoint, ptr.Type(), ptr.Namespace(), ptr.ID(), err)
+				return
+			}
 		}
-	}
+		subscribed <- nil
+	}()
 
 	// A node's identity changes seldom; a node that sends more than this
 	// is refused its watch (and read at decision time until a new one).
 	events := flowcontrol.NewTokenBucketRateLimiter(eventsPerSecond, eventsBurst)
-	synced := false
+	// Synced once every stream is open and every resource was seen: a node
+	// may send one resource on another's stream, and a watch believed
+	// before its last stream opened would leave that stream's set-up
+	// unbounded (review 160).
+	open, synced := false, false
+	trySync := func() {
+		if !synced && open && n.complete() {
+			synced = true
+
+			setup.Stop()
+			release()
+			n.establish(c.Conn(), connected)
+		}
+	}
 
 	for {
 		select {
+		case err := <-subscribed:
+			subscribed = nil
+			if err == nil {
+				open = true
+				trySync()
+
+				continue
+			}
+
+			if cause := context.Cause(watchCtx); cause != nil && ctx.Err() == nil {
+				return cause
+			}
+
+			return err
 		case <-watchCtx.Done():
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -385,13 +425,7 @@ func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) 
 				return fmt.Errorf("talos node %s: watch: %w", endpoint, err)
 			}
 
-			if !synced && n.complete() {
-				synced = true
-
-				setup.Stop()
-				release()
-				n.establish(c.Conn(), connected)
-			}
+			trySync()
 		}
 	}
 }
@@ -402,6 +436,37 @@ const (
 	eventsBurst     = 30
 	eventsPerSecond = 1
 )
+
+// limitMessages is a watch connection's stream interceptor: each stream
+// takes messages as a watch takes events (eventsBurst, then eventsPerSecond),
+// and fails once a node sends more. The event limit alone does not see a
+// message that holds no event, and decoding such messages without end costs
+// the manager's CPU for as long as the watch lives.
+func limitMessages(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if err != nil {
+		return nil, err
+	}
+
+	return &limitedStream{ClientStream: s, messages: flowcontrol.NewTokenBucketRateLimiter(eventsPerSecond, eventsBurst)}, nil
+}
+
+type limitedStream struct {
+	grpc.ClientStream
+	messages flowcontrol.RateLimiter
+}
+
+func (s *limitedStream) RecvMsg(m any) error {
+	if err := s.ClientStream.RecvMsg(m); err != nil {
+		return err
+	}
+
+	if !s.messages.TryAccept() {
+		return status.Errorf(codes.ResourceExhausted, "more than %d messages at once on the stream, %d a second after", eventsBurst, eventsPerSecond)
+	}
+
+	return nil
+}
 
 // jittered is d less up to a tenth, so that watches made at one moment (a
 // start) are not all made anew at one moment.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -289,6 +290,60 @@ func TestANodeFloodingItsWatchLosesIt(t *testing.T) {
 	// calls.
 	require.Eventually(t, func() bool { return n.srv.Calls(talosapi.MethodStateWatch) >= watches+3 }, 15*time.Second, 10*time.Millisecond,
 		"a flooding node kept its watch")
+}
+
+// A node that floods the streams of a watch it has not let open yet (it
+// holds back the last stream's first answer) loses the watch at once: its
+// events are read and counted from the first. Before, nothing read them
+// until the last stream opened, and gRPC buffered what the node sent, up to
+// 2 MiB a stream, for the whole set-up bound (review 159).
+func TestANodeFloodingAWatchBeforeItIsOpenLosesIt(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1.lan", "10.5.0.2")
+	n.srv.SetWatchHeld(network.HostnameStatusType)
+	t.Cleanup(func() { n.srv.SetWatchHeld("") })
+	// A set-up bound far longer than the wait below: only the flood can
+	// end this watch in time.
+	w := newWatches(t, newReader(t, n.ca, talosnode.Options{Timeout: time.Minute}), talosnode.WatchOptions{MaxAge: 2 * time.Minute})
+	w.Keep([]string{n.srv.Endpoint()})
+	require.Eventually(t, func() bool { return n.srv.Calls(talosapi.MethodStateWatch) >= 3 }, 15*time.Second, 10*time.Millisecond,
+		"the watch's three streams were not asked for")
+	watches := n.srv.Calls(talosapi.MethodStateWatch)
+
+	for i := range 100 {
+		require.NoError(t, n.srv.SetIdentity(t.Context(), talosapi.Identity{
+			Nodename: "worker-1", Hostname: "worker-1.lan", Addresses: []netip.Addr{netip.AddrFrom4([4]byte{10, 5, 1, byte(i + 2)})},
+		}))
+	}
+
+	require.Eventually(t, func() bool { return n.srv.Calls(talosapi.MethodStateWatch) >= watches+2 }, 20*time.Second, 10*time.Millisecond,
+		"a node flooding a watch it held from opening kept it")
+	watched, live := w.Count()
+	assert.Equal(t, 1, watched)
+	assert.Zero(t, live)
+}
+
+// A node that answers its watchers with messages holding no event, which
+// the event count does not see, loses its watch as one that sends too many
+// events does (review 159: before, each was decoded and passed over for as
+// long as the watch lived).
+func TestANodeFloodingItsWatchWithEmptyAnswersLosesIt(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1.lan", "10.5.0.2")
+	w := newWatches(t, newReader(t, n.ca, talosnode.Options{}), talosnode.WatchOptions{})
+	w.Keep([]string{n.srv.Endpoint()})
+	waitLive(t, w, 1)
+	watches := n.srv.Calls(talosapi.MethodStateWatch)
+
+	n.srv.SetEmptyWatchMessages(100)
+	require.NoError(t, n.srv.SetIdentity(t.Context(), talosapi.Identity{
+		Nodename: "worker-1", Hostname: "worker-1.lan", Addresses: []netip.Addr{netip.MustParseAddr("10.5.0.3")},
+	}))
+
+	// Ended: a watch is asked for anew, and once the node answers as
+	// nodes do, it is live again.
+	require.Eventually(t, func() bool { return n.srv.Calls(talosapi.MethodStateWatch) > watches }, 15*time.Second, 10*time.Millisecond,
+		"a node flooding its watch with empty answers kept it")
+	n.srv.SetEmptyWatchMessages(0)
+	waitLive(t, w, 1)
 }
 
 func TestKeepEndsTheWatchesOfNodesNoLongerNamed(t *testing.T) {
