@@ -283,12 +283,12 @@ func (r *Reconciler) bind(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 		if g.adminBinding != nil {
 			// An admin kubeconfig without its binding would be signed
 			// with whatever groups the decision names.
-			return nil, r.refuseBinding(ctx, tcr, errors.New("the decision allows an admin kubeconfig without its admin binding"))
+			return nil, r.refuseBinding(ctx, errors.New("the decision allows an admin kubeconfig without its admin binding"))
 		}
 		return nil, nil
 	}
 	if err := checkBindingDecision(b, d, g, tcr.Spec.Requester.Username); err != nil {
-		return nil, r.refuseBinding(ctx, tcr, err)
+		return nil, r.refuseBinding(ctx, err)
 	}
 	if !b.Create {
 		return r.reused(ctx, tcr, b.Name)
@@ -307,7 +307,7 @@ func (r *Reconciler) bind(ctx context.Context, tcr *ichorv1alpha1.TalosCredentia
 		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: b.Group}},
 	}
 	if err := AdminBindingShape(binding); err != nil {
-		return nil, r.refuseBinding(ctx, tcr, err)
+		return nil, r.refuseBinding(ctx, err)
 	}
 	// A name already taken (a nonce drawn twice, or a race with another
 	// issuer) is retried: the next decision sees the binding that exists.
@@ -351,7 +351,7 @@ func (r *Reconciler) reused(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 		// Being revoked, or held against a revocation (anyone who may
 		// patch it can add a finalizer, no bind needed): never sign for
 		// it. The request fails; the person asks again once it is gone.
-		return nil, r.refuseBinding(ctx, tcr, fmt.Errorf("the admin binding %s the decision reuses is being deleted (since %v) or held by finalizers %q: revoke it, remove its finalizers, and ask again",
+		return nil, r.refuseBinding(ctx, fmt.Errorf("the admin binding %s the decision reuses is being deleted (since %v) or held by finalizers %q: revoke it, remove its finalizers, and ask again",
 			name, current.DeletionTimestamp, current.Finalizers))
 	}
 	return &current, nil
@@ -377,14 +377,12 @@ func (r *Reconciler) untilCached(ctx context.Context, name string, present bool)
 }
 
 // refuseBinding fails the request: nothing is bound or signed, and a Warning
-// Event says why, for the person and the operator.
-func (r *Reconciler) refuseBinding(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest, err error) error {
+// Event says why, for the person and the operator, once the answer is stored
+// (review 161: written at once, it stayed on a request whose answer failed
+// to store and that was issued when decided again).
+func (*Reconciler) refuseBinding(ctx context.Context, err error) error {
 	log.FromContext(ctx).Error(err, "refused to write the decision's admin binding")
-	if r.Recorder != nil {
-		r.Recorder.Eventf(tcr, nil, corev1.EventTypeWarning, ReasonAdminBindingRefused, "Bind", "%s",
-			engine.Clip("nothing bound or signed: "+err.Error(), "", engine.MaxEventNote))
-	}
-	return &failure{err}
+	return &failure{err: err, warn: &warning{reason: ReasonAdminBindingRefused, action: "Bind", note: engine.Clip("nothing bound or signed: "+err.Error(), "", engine.MaxEventNote)}}
 }
 
 // recordExpiry writes the latest certificate expiry on the binding, for

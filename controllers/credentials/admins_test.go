@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -554,5 +556,62 @@ func TestAHeldAdminBindingIsNotReused(t *testing.T) {
 		assert.Equal(t, ichorv1alpha1.ReasonFailed, c.Reason, step)
 		assert.Contains(t, c.Message, "review3.example/hold", step)
 		assert.Empty(t, tcr.Status.Certificate, step)
+	}
+}
+
+// Review 161: the Warning that a binding was refused (here, held by a
+// finalizer) was written before the Failed answer was stored; when that
+// write failed and the hold was gone by the next look, the request was
+// issued and carried a Warning saying nothing was bound or signed. It is
+// now written once the answer is stored.
+func TestABindingRefusalThatWasNotStoredLeavesNoWarning(t *testing.T) {
+	f := newFixture(t)
+	name := "ichor:una"
+	una := f.user(name, "ichor-admin")
+	first := f.adminKubeconfig(una, name)
+	b := first.binding.DeepCopy()
+	hold := client.MergeFrom(b.DeepCopy())
+	b.Finalizers = []string{"review161.example/hold"}
+	require.NoError(t, env.Client.Patch(f.ctx, b, hold))
+	release := func() {
+		var now rbacv1.ClusterRoleBinding
+		if env.Client.Get(context.WithoutCancel(f.ctx), client.ObjectKeyFromObject(b), &now) == nil {
+			p := client.MergeFrom(now.DeepCopy())
+			now.Finalizers = nil
+			require.NoError(t, env.Client.Patch(context.WithoutCancel(f.ctx), &now, p))
+		}
+	}
+	t.Cleanup(release)
+	waitFor(t, "the cache shows the hold", func() (bool, error) {
+		var cached rbacv1.ClusterRoleBinding
+		err := ctrlClient.Get(f.ctx, client.ObjectKeyFromObject(b), &cached)
+		return err == nil && len(cached.Finalizers) == 1, err
+	})
+
+	f.r.Client = &failFirstStatus{Client: f.r.Client}
+	tcr, _ := f.create(una, "demo", ichorv1alpha1.PurposeKubeconfigAdmin, "")
+	_, err := f.r.Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tcr)})
+	require.ErrorContains(t, err, "the API server went away")
+	release()
+	waitFor(t, "the cache shows the hold gone", func() (bool, error) {
+		var cached rbacv1.ClusterRoleBinding
+		err := ctrlClient.Get(f.ctx, client.ObjectKeyFromObject(b), &cached)
+		return err == nil && len(cached.Finalizers) == 0, err
+	})
+	got := f.answer(tcr)
+	require.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, got).Reason, ready(t, got).Message)
+
+	// The recorder writes its Events in order: once a marker written after
+	// is there, a Warning of the refused binding would be too.
+	recorder.Eventf(got, nil, corev1.EventTypeNormal, "TestMarker", "Test", "after the answer")
+	var list eventsv1.EventList
+	require.Eventually(t, func() bool {
+		require.NoError(t, env.Client.List(t.Context(), &list, client.InNamespace(f.ns)))
+		return slices.ContainsFunc(list.Items, func(e eventsv1.Event) bool { return e.Reason == "TestMarker" && e.Regarding.Name == got.Name })
+	}, 10*time.Second, 50*time.Millisecond)
+	for _, e := range list.Items {
+		if e.Regarding.Name == got.Name {
+			assert.NotEqual(t, credentials.ReasonAdminBindingRefused, e.Reason, "a Warning of a refusal never stored: %s", e.Note)
+		}
 	}
 }

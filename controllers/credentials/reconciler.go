@@ -183,18 +183,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if ready := meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady); ready != nil {
 		return r.expire(ctx, &tcr, ready)
 	}
-	answer, decisionID, refusal, err := r.answer(ctx, &tcr)
+	answer, decisionID, warn, err := r.answer(ctx, &tcr)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := r.Client.Status().Update(ctx, answer); err != nil {
 		return reconcile.Result{}, fmt.Errorf("write the answer: %w", err)
 	}
-	if refusal != "" && r.Recorder != nil {
-		// Once the answer is stored: a refusal whose write failed is
-		// decided again, and may then be issued (review of 2026-12-06:
-		// an issued request carried the Warning of a refusal never stored).
-		r.Recorder.Eventf(answer, nil, corev1.EventTypeWarning, ichorv1alpha1.ReasonRefused, "Issue", "%s", refusal)
+	if warn != nil && r.Recorder != nil {
+		// Once the answer is stored: a refusal (or a binding refused)
+		// whose write failed is decided again, and may then be issued
+		// (review of 2026-12-06: an issued request carried the Warning of
+		// a refusal never stored; review 161: so did one whose binding
+		// was refused).
+		r.Recorder.Eventf(answer, nil, corev1.EventTypeWarning, warn.reason, warn.action, "%s", warn.note)
 	}
 	ready := meta.FindStatusCondition(answer.Status.Conditions, ichorv1alpha1.ConditionReady)
 	if err := r.Engine.RecordApplied(ctx, engine.Applied{
@@ -226,18 +228,18 @@ func (r *Reconciler) expire(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 // failed, and for a refusal the note of the Warning Event to write once the
 // answer is stored. An error means the answer could not be found yet (the
 // API server did not answer, the engine failed) and the request is retried.
-func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (answer *ichorv1alpha1.TalosCredentialRequest, decisionID, refusal string, err error) {
+func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (answer *ichorv1alpha1.TalosCredentialRequest, decisionID string, warn *warning, err error) {
 	logger := log.FromContext(ctx)
 	out := tcr.DeepCopy()
 	out.Status.ObservedGeneration = tcr.Generation
 
 	g, err := r.facts(ctx, tcr)
 	if err != nil {
-		return nil, "", "", err
+		return nil, "", nil, err
 	}
 	d, err := r.Engine.Issuance(ctx, g.in)
 	if err != nil {
-		return nil, "", "", fmt.Errorf("decide issuance: %w", err)
+		return nil, "", nil, fmt.Errorf("decide issuance: %w", err)
 	}
 	logger = logger.WithValues("decision_id", d.DecisionID, "purpose", d.Purpose, "allowed", d.Allowed, "codes", d.Reasons.Codes())
 	if !d.Allowed {
@@ -245,12 +247,11 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 		// The reasons quote the request; clipped and escaped as a CSR's are.
 		tail := fmt.Sprintf(" (decision %s)", d.DecisionID)
 		setReady(out, r.now(), metav1.ConditionFalse, ichorv1alpha1.ReasonRefused, engine.Clip(d.Reasons.String(), tail, engine.MaxConditionMessage))
-		return out, d.DecisionID, engine.Clip(d.Reasons.String(), tail, engine.MaxEventNote), nil
+		return out, d.DecisionID, &warning{reason: ichorv1alpha1.ReasonRefused, action: "Issue", note: engine.Clip(d.Reasons.String(), tail, engine.MaxEventNote)}, nil
 	}
 
 	if err := checkAdmitted(g.in.Admission, d); err != nil {
-		answer, decisionID, err = r.answered(ctx, out, d, issued{}, err)
-		return answer, decisionID, "", err
+		return r.answered(ctx, out, d, issued{}, err)
 	}
 	_, publicKey := engine.ParsePublicKey(tcr.Spec.PublicKey)
 	// The person's own binding first: a certificate signed before its binding
@@ -264,12 +265,12 @@ func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 	if err == nil && binding != nil {
 		r.recordExpiry(ctx, binding, signed.notAfter)
 	}
-	answer, decisionID, err = r.answered(ctx, out, d, signed, err)
-	return answer, decisionID, "", err
+	return r.answered(ctx, out, d, signed, err)
 }
 
-// answered writes what signing (or making the binding) came to.
-func (r *Reconciler) answered(ctx context.Context, out *ichorv1alpha1.TalosCredentialRequest, d engine.CredentialIssuance, issued issued, err error) (*ichorv1alpha1.TalosCredentialRequest, string, error) {
+// answered writes what signing (or making the binding) came to, and the
+// Warning a failure asks to write once that is stored.
+func (r *Reconciler) answered(ctx context.Context, out *ichorv1alpha1.TalosCredentialRequest, d engine.CredentialIssuance, issued issued, err error) (*ichorv1alpha1.TalosCredentialRequest, string, *warning, error) {
 	logger := log.FromContext(ctx).WithValues("decision_id", d.DecisionID, "purpose", d.Purpose)
 	var failed *failure
 	switch {
@@ -278,9 +279,9 @@ func (r *Reconciler) answered(ctx context.Context, out *ichorv1alpha1.TalosCrede
 		// The error may quote what a Secret holds (a bundle's YAML keys):
 		// clipped and escaped as a refusal's reasons are.
 		setReady(out, r.now(), metav1.ConditionFalse, ichorv1alpha1.ReasonFailed, engine.Clip(err.Error(), fmt.Sprintf(" (decision %s)", d.DecisionID), engine.MaxConditionMessage))
-		return out, d.DecisionID, nil
+		return out, d.DecisionID, failed.warn, nil
 	case err != nil:
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	out.Status.Certificate = string(issued.certificate)
 	out.Status.TrustBundle = string(issued.trustBundle)
@@ -288,7 +289,7 @@ func (r *Reconciler) answered(ctx context.Context, out *ichorv1alpha1.TalosCrede
 	setReady(out, r.now(), metav1.ConditionTrue, ichorv1alpha1.ReasonIssued, fmt.Sprintf("%s; expires at %s (decision %s)",
 		d.Reasons.String(), issued.notAfter.UTC().Format(time.RFC3339), d.DecisionID))
 	logger.Info("issued", "expires_at", issued.notAfter)
-	return out, d.DecisionID, nil
+	return out, d.DecisionID, nil, nil
 }
 
 // gathered is what the issuer gathered for one decision: its input, the
@@ -505,13 +506,23 @@ func boundOrNot(bound bool) string {
 // something this controller does not sign; a binding that cannot be made),
 // or a Secret read that retrying will not change, which the rule refuses
 // (SecretsUnusable) before it could come to this.
-type failure struct{ err error }
+// failure is an answer of Failed, with the Warning to write once it is
+// stored (nil for none).
+type failure struct {
+	err  error
+	warn *warning
+}
+
+// warning is a Warning Event on the request, written once its answer is
+// stored: an answer whose write failed is decided again, and may come out
+// otherwise.
+type warning struct{ reason, action, note string }
 
 func (f *failure) Error() string { return f.err.Error() }
 func (f *failure) Unwrap() error { return f.err }
 
 func failf(format string, args ...any) error {
-	return &failure{fmt.Errorf(format, args...)}
+	return &failure{err: fmt.Errorf(format, args...)}
 }
 
 // permanent is a failure when retrying will not change the answer: the API
@@ -524,7 +535,7 @@ func permanent(err error) error {
 	}
 	if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
 		errors.Is(err, clustersecrets.ErrInvalid) {
-		return &failure{err}
+		return &failure{err: err}
 	}
 	return err
 }
