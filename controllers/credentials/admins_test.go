@@ -537,14 +537,7 @@ func TestAHeldAdminBindingIsNotReused(t *testing.T) {
 	patch := client.MergeFrom(b.DeepCopy())
 	b.Finalizers = []string{"review3.example/hold"}
 	require.NoError(t, env.Client.Patch(f.ctx, b, patch))
-	t.Cleanup(func() {
-		var now rbacv1.ClusterRoleBinding
-		if env.Client.Get(context.WithoutCancel(f.ctx), client.ObjectKeyFromObject(b), &now) == nil {
-			p := client.MergeFrom(now.DeepCopy())
-			now.Finalizers = nil
-			_ = env.Client.Patch(context.WithoutCancel(f.ctx), &now, p)
-		}
-	})
+	t.Cleanup(func() { releaseHold(t, f, b) })
 
 	for _, step := range []string{"held by a finalizer", "and its deletion requested"} {
 		if step == "and its deletion requested" {
@@ -573,15 +566,7 @@ func TestABindingRefusalThatWasNotStoredLeavesNoWarning(t *testing.T) {
 	hold := client.MergeFrom(b.DeepCopy())
 	b.Finalizers = []string{"review161.example/hold"}
 	require.NoError(t, env.Client.Patch(f.ctx, b, hold))
-	release := func() {
-		var now rbacv1.ClusterRoleBinding
-		if env.Client.Get(context.WithoutCancel(f.ctx), client.ObjectKeyFromObject(b), &now) == nil {
-			p := client.MergeFrom(now.DeepCopy())
-			now.Finalizers = nil
-			require.NoError(t, env.Client.Patch(context.WithoutCancel(f.ctx), &now, p))
-		}
-	}
-	t.Cleanup(release)
+	t.Cleanup(func() { releaseHold(t, f, b) })
 	waitFor(t, "the cache shows the hold", func() (bool, error) {
 		var cached rbacv1.ClusterRoleBinding
 		err := ctrlClient.Get(f.ctx, client.ObjectKeyFromObject(b), &cached)
@@ -592,7 +577,7 @@ func TestABindingRefusalThatWasNotStoredLeavesNoWarning(t *testing.T) {
 	tcr, _ := f.create(una, "demo", ichorv1alpha1.PurposeKubeconfigAdmin, "")
 	_, err := f.r.Reconcile(f.ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tcr)})
 	require.ErrorContains(t, err, "the API server went away")
-	release()
+	releaseHold(t, f, b)
 	waitFor(t, "the cache shows the hold gone", func() (bool, error) {
 		var cached rbacv1.ClusterRoleBinding
 		err := ctrlClient.Get(f.ctx, client.ObjectKeyFromObject(b), &cached)
@@ -613,5 +598,17 @@ func TestABindingRefusalThatWasNotStoredLeavesNoWarning(t *testing.T) {
 		if e.Regarding.Name == got.Name {
 			assert.NotEqual(t, credentials.ReasonAdminBindingRefused, e.Reason, "a Warning of a refusal never stored: %s", e.Note)
 		}
+	}
+}
+
+// releaseHold takes the finalizers off the binding b, if it is still there.
+func releaseHold(t *testing.T, f *fixture, b *rbacv1.ClusterRoleBinding) {
+	t.Helper()
+	ctx := context.WithoutCancel(f.ctx)
+	var now rbacv1.ClusterRoleBinding
+	if env.Client.Get(ctx, client.ObjectKeyFromObject(b), &now) == nil {
+		p := client.MergeFrom(now.DeepCopy())
+		now.Finalizers = nil
+		require.NoError(t, client.IgnoreNotFound(env.Client.Patch(ctx, &now, p)))
 	}
 }

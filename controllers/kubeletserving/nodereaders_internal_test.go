@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -22,25 +23,39 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 )
 
+// clusterWithBundle is a TalosCluster of namespace ns named name, with a new
+// secrets bundle in the Secret it names (claimed for it), and a scheme.
+func clusterWithBundle(t *testing.T, name string) (*secrets.Bundle, *ichorv1alpha1.TalosCluster, *corev1.Secret, *runtime.Scheme) {
+	t.Helper()
+	bundle := newSecretsBundle(t)
+	data, err := clustersecrets.Marshal(bundle)
+	require.NoError(t, err)
+	cluster := &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+		Spec:       ichorv1alpha1.TalosClusterSpec{SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: name + "-secrets"}},
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name + "-secrets", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: name}},
+		Data:       map[string][]byte{ichorv1alpha1.DefaultSecretsBundleKey: data},
+	}
+	scheme, err := kube.Scheme()
+	require.NoError(t, err)
+	return bundle, cluster, secret, scheme
+}
+
+func newSecretsBundle(t *testing.T) *secrets.Bundle {
+	t.Helper()
+	bundle, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), config.TalosVersionCurrent, secrets.WithECDSAServiceAccountKey())
+	require.NoError(t, err)
+	return bundle
+}
+
 // A cluster forgotten (deleted, or its shard gone) while its secrets bundle
 // was being read leaves no reader behind: the read in flight is answered,
 // and the reader made for it, with the CA key it holds, is not kept until the
 // name comes back (review of 2026-12-05).
 func TestAReaderMadeWhileItsClusterIsForgottenIsNotKept(t *testing.T) {
-	bundle, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), config.TalosVersionCurrent, secrets.WithECDSAServiceAccountKey())
-	require.NoError(t, err)
-	data, err := clustersecrets.Marshal(bundle)
-	require.NoError(t, err)
-	cluster := &ichorv1alpha1.TalosCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "gone", UID: "uid-gone"},
-		Spec:       ichorv1alpha1.TalosClusterSpec{SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "gone-secrets"}},
-	}
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "gone-secrets", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "gone"}},
-		Data:       map[string][]byte{ichorv1alpha1.DefaultSecretsBundleKey: data},
-	}
-	scheme, err := kube.Scheme()
-	require.NoError(t, err)
+	_, cluster, secret, scheme := clusterWithBundle(t, "gone")
 	reading, forgotten := make(chan struct{}), make(chan struct{})
 	slow := readWhile{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(secret).Build(), reading: reading, until: forgotten}
 	n := &NodeReaders{Reader: slow, Watch: true}
@@ -64,7 +79,7 @@ func TestAReaderMadeWhileItsClusterIsForgottenIsNotKept(t *testing.T) {
 
 	// Asked again by a caller that still holds it (an audit pass listed
 	// the clusters before): not kept either.
-	_, err = n.Get(t.Context(), cluster)
+	_, err := n.Get(t.Context(), cluster)
 	require.NoError(t, err)
 	n.mu.Lock()
 	_, kept = n.readers[key]
@@ -91,27 +106,13 @@ func TestAnOSCATheReaderRefusesEndsTheReaderBefore(t *testing.T) {
 		"a new key":         func(b, other *secrets.Bundle) { b.Certs.OS.Key = other.Certs.OS.Key },
 	} {
 		t.Run(name, func(t *testing.T) {
-			bundle, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), config.TalosVersionCurrent, secrets.WithECDSAServiceAccountKey())
-			require.NoError(t, err)
-			other, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), config.TalosVersionCurrent, secrets.WithECDSAServiceAccountKey())
-			require.NoError(t, err)
-			data, err := clustersecrets.Marshal(bundle)
-			require.NoError(t, err)
-			cluster := &ichorv1alpha1.TalosCluster{
-				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "rotated", UID: "uid-rotated"},
-				Spec:       ichorv1alpha1.TalosClusterSpec{SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "rotated-secrets"}},
-			}
-			secret := &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "rotated-secrets", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "rotated"}},
-				Data:       map[string][]byte{ichorv1alpha1.DefaultSecretsBundleKey: data},
-			}
-			scheme, err := kube.Scheme()
-			require.NoError(t, err)
+			bundle, cluster, secret, scheme := clusterWithBundle(t, "rotated")
+			other := newSecretsBundle(t)
 			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(secret).Build()
 			n := &NodeReaders{Reader: c, Watch: true}
 			t.Cleanup(n.Stop)
 			key := client.ObjectKeyFromObject(cluster)
-			_, err = n.Get(t.Context(), cluster)
+			_, err := n.Get(t.Context(), cluster)
 			require.NoError(t, err)
 			n.mu.Lock()
 			before := n.readers[key]
