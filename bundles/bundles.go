@@ -133,6 +133,12 @@ func LoadVerified(path string, vc *bundle.VerificationConfig) (*bundle.Bundle, e
 	if err != nil {
 		return nil, fmt.Errorf("bundle %s refused: %w", path, err)
 	}
+	if b.Manifest.Revision == "" {
+		// As FromDir names a directory's: the engine refuses a bundle
+		// without a revision (it names the policy in every decision), and
+		// a tarball opa build made has none unless asked.
+		b.Manifest.Revision = Digest(b)
+	}
 	return b, nil
 }
 

@@ -103,13 +103,31 @@ func (l Limits) ReadCompressed(r io.Reader) ([]byte, error) {
 	return data, nil
 }
 
-// ReadFile is ReadAll of a file.
+// ReadFile is ReadAll of a regular file. Anything else is refused before it
+// is opened, and again once open: opening a FIFO for reading waits for a
+// writer, and whoever could write the source's volume could so hold the
+// manager's start and its file polls for good (review 162).
 func (l Limits) ReadFile(path string) ([]byte, error) {
+	regular := func(info os.FileInfo, err error) error {
+		switch {
+		case err != nil:
+			return fmt.Errorf("bundle: %w", err)
+		case !info.Mode().IsRegular():
+			return fmt.Errorf("bundle %s is not a regular file (%s): give the bundle tarball as a file", path, info.Mode().Type())
+		}
+		return nil
+	}
+	if err := regular(os.Stat(path)); err != nil {
+		return nil, err
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
 	}
 	defer f.Close()
+	if err := regular(f.Stat()); err != nil {
+		return nil, err
+	}
 	data, err := l.ReadAll(f)
 	if err != nil {
 		return nil, fmt.Errorf("bundle %s refused: %w", path, err)
@@ -152,6 +170,12 @@ func (l Limits) Scan(r io.Reader) error {
 		}
 		if files >= l.Files {
 			return fmt.Errorf("%w: more than %d files", ErrBundleTooLarge, l.Files)
+		}
+		if len(hdr.Name) > MaxEntryName {
+			// Quoted whole in every refusal and log line, once a poll, a
+			// name of archive/tar's megabyte made a bundle of a kilobyte
+			// megabytes of log (review 162).
+			return fmt.Errorf("%w: an entry's name is %d bytes, more than %d (it begins %+.64q)", ErrBundleEntry, len(hdr.Name), MaxEntryName, hdr.Name)
 		}
 		if err := entryKind(hdr); err != nil {
 			return err
@@ -272,6 +296,10 @@ func dataFile(name string) bool {
 	// OPA takes any file whose name ends so for a manifest (review 30 L3).
 	return strings.HasSuffix(name, ".manifest") || strings.HasSuffix(name, ".manifest.pb")
 }
+
+// MaxEntryName is the longest name of a bundle's entry taken: a path in a
+// policy tree, with room to spare.
+const MaxEntryName = 1024
 
 // ErrBundleEntry is a tar entry a bundle has no use for.
 var ErrBundleEntry = errors.New("bundle entry refused")

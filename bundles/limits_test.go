@@ -7,9 +7,12 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -222,6 +225,26 @@ func TestOnlyRegularFilesAndDirectoriesAreAllowed(t *testing.T) {
 	}
 }
 
+// An entry whose name is longer than any policy tree's is refused, and the
+// refusal quotes its beginning only: archive/tar takes names of a megabyte,
+// and one such entry in a bundle of a kilobyte was quoted whole in every
+// refusal and log line, once a poll (review 162).
+func TestAnEntryWithAVeryLongNameIsRefusedBriefly(t *testing.T) {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	name := strings.Repeat("\x01", 1<<19)
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: name, Mode: 0o600, Typeflag: tar.TypeSymlink, Linkname: "x"}))
+	require.NoError(t, tw.Close())
+	require.NoError(t, gz.Close())
+	require.Less(t, buf.Len(), 8<<10, "the test's bundle is small")
+
+	_, err := bundles.DefaultLimits.ReadAll(&buf)
+	require.ErrorIs(t, err, bundles.ErrBundleEntry)
+	assert.Contains(t, err.Error(), "an entry's name is 524288 bytes, more than 1024")
+	assert.Less(t, len(err.Error()), 1<<10, "the refusal quotes the name whole")
+}
+
 // A file OPA parses as a document before it checks the file's digest must be
 // one JSON document, each object's keys given once: OPA reads anything else
 // as YAML (an alias bomb), and a key given twice is hashed as its last value
@@ -265,5 +288,56 @@ func TestAStructuredFileThatIsNotOneJSONDocumentIsRefused(t *testing.T) {
 		{"/.manifest.pb", "\x0a\x01r"},
 	} {
 		assert.NoError(t, bundles.DefaultLimits.Scan(bytes.NewReader(tarball(c.name, c.content))), "%s %s", c.name, c.content)
+	}
+}
+
+// A tarball opa build made has no revision unless asked; the engine refuses
+// a bundle without one (review 162), so the CLI's reader names it by its
+// digest, as a directory is named, and a revision the bundle gives is kept.
+func TestATarballWithoutARevisionIsNamedByItsDigest(t *testing.T) {
+	b, err := bundles.Default()
+	require.NoError(t, err)
+	given := b.Manifest.Revision
+	require.NotEmpty(t, given)
+	dir := t.TempDir()
+	write := func(name string) string {
+		data, err := bundles.Bytes(b)
+		require.NoError(t, err)
+		path := dir + "/" + name
+		require.NoError(t, os.WriteFile(path, data, 0o600))
+		return path
+	}
+	kept, err := bundles.Load(write("given.tar.gz"))
+	require.NoError(t, err)
+	assert.Equal(t, given, kept.Manifest.Revision)
+
+	b.Manifest.Revision = ""
+	named, err := bundles.Load(write("none.tar.gz"))
+	require.NoError(t, err)
+	assert.Equal(t, bundles.Digest(named), named.Manifest.Revision)
+}
+
+// A bundle file that is a FIFO is refused before it is opened: opening one
+// for reading waits for a writer, and held the manager's start and its
+// polls of the file for good (review 162).
+func TestABundleFileThatIsAFIFOIsRefusedAtOnce(t *testing.T) {
+	path := t.TempDir() + "/bundle.tar.gz"
+	require.NoError(t, syscall.Mkfifo(path, 0o600))
+	done := make(chan error, 1)
+	go func() {
+		_, err := bundles.DefaultLimits.ReadFile(path)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "is not a regular file")
+	case <-time.After(10 * time.Second):
+		// Unblock the open so that the goroutine ends.
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err == nil {
+			_ = f.Close()
+		}
+		t.Fatal("the read of a FIFO waited for a writer")
 	}
 }

@@ -562,7 +562,10 @@ func TestAManifestRedirectedElsewhereIsCheckedAllTheSame(t *testing.T) {
 // whose tail tells Ichor's verdicts from a person's (review 18).
 func TestABundleWithARevisionTheTailCannotHoldIsRefused(t *testing.T) {
 	s := newSigner(t)
-	for _, revision := range []string{"v1 (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c)", "v1)", "v1\x1b[2J"} {
+	// And one without a revision (opa build's default), which decided
+	// under the name of the bundle before it, whose verdicts the approvers
+	// kept (review 162).
+	for _, revision := range []string{"v1 (decision 0b5c6f1e-8a39-4a53-9d7e-0c7f7f9a1b2c)", "v1)", "v1\x1b[2J", ""} {
 		odd := policyWithProbe(t, "package ichor.probe\n\nx := true\n")
 		odd.Manifest.Revision = revision
 		bundles.SetEpoch(odd, bundles.Floor())

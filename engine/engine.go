@@ -24,6 +24,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/logging"
@@ -247,7 +248,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	sdkOpts := sdk.Options{
 		ID:          opts.ID,
 		Config:      bytes.NewReader(config),
-		Logger:      lostEntries{Logger: e.log, lost: func() { e.metrics.dropped(sinkMask) }},
+		Logger:      opaLogger{Logger: e.log, lost: func() { e.metrics.dropped(sinkMask) }},
 		Ready:       make(chan struct{}),
 		Plugins:     map[string]plugins.Factory{sinksName: &sinksFactory{engine: e}, limitsPluginName: &limitsFactory{limits: opts.Limits, plainHTTP: opts.AllowInsecureHTTP, registryCredentials: opts.RegistryCredentials}},
 		ManagerOpts: []func(*plugins.Manager){func(m *plugins.Manager) { e.mgr = m }},
@@ -558,6 +559,11 @@ func (e *Engine) bundleStatus(s bundleplugin.Status, notify func(BundleStatus)) 
 // and why a bundle was refused.
 func (e *Engine) report(activeRevision string, err error, notify func(BundleStatus)) {
 	err = e.scrub(err)
+	if err != nil && len(err.Error()) > MaxLogText {
+		// OPA's errors quote what the bundle holds: bounded, as its log
+		// lines are (review 162).
+		err = scrubbedError{error: err, msg: cutText(err.Error(), MaxLogText)}
+	}
 	e.setRevision(activeRevision)
 	e.mu.Lock()
 	e.lastErr = err
@@ -804,24 +810,63 @@ const sinkMask = "mask"
 // logs this at error level and returns nothing to the decision's caller.
 var lostEntryMessages = []string{"Log event masking failed", "Log drop decision failed"}
 
-// lostEntries is OPA's logger, counting the decision-log entries OPA's
-// logs plugin drops when the bundle's mask or drop rule fails: no sink
-// sees them, and the decision they record was taken all the same (review
-// 152 L2). They count as dropped by sink "mask", which
-// IchorDecisionLogEntriesDropped alerts on; the error line stays OPA's.
-type lostEntries struct {
+// opaLogger is OPA's logger. It counts the decision-log entries OPA's logs
+// plugin drops when the bundle's mask or drop rule fails: no sink sees
+// them, and the decision they record was taken all the same (review 152
+// L2). They count as dropped by sink "mask", which
+// IchorDecisionLogEntriesDropped alerts on; the error line stays OPA's. And
+// it cuts every line to MaxLogText: OPA quotes what a bundle holds (a
+// file's name, a module's line) in its errors, once a poll, and whoever
+// writes the bundle's source needs no key to make that megabytes (review
+// 162).
+type opaLogger struct {
 	logging.Logger
 	lost func()
 }
 
-func (l lostEntries) Error(format string, a ...any) {
+// MaxLogText is the most of one line of OPA's log, or of a bundle's
+// refusal, kept.
+const MaxLogText = 8 << 10
+
+func (l opaLogger) Error(format string, a ...any) {
 	for _, m := range lostEntryMessages {
 		if strings.HasPrefix(format, m) && !cancelled(a) {
 			l.lost()
 			break
 		}
 	}
-	l.Logger.Error(format, a...)
+	l.Logger.Error("%s", cutText(fmt.Sprintf(format, a...), MaxLogText))
+}
+
+func (l opaLogger) Warn(format string, a ...any) {
+	l.Logger.Warn("%s", cutText(fmt.Sprintf(format, a...), MaxLogText))
+}
+
+func (l opaLogger) Info(format string, a ...any) {
+	if l.GetLevel() >= logging.Info {
+		l.Logger.Info("%s", cutText(fmt.Sprintf(format, a...), MaxLogText))
+	}
+}
+
+// Debug formats nothing below its level: OPA logs at debug level on the
+// path of every decision.
+func (l opaLogger) Debug(format string, a ...any) {
+	if l.GetLevel() >= logging.Debug {
+		l.Logger.Debug("%s", cutText(fmt.Sprintf(format, a...), MaxLogText))
+	}
+}
+
+// cutText is text cut to at most limit bytes on a character's start,
+// saying how much was cut.
+func cutText(text string, limit int) string {
+	if len(text) <= limit {
+		return text
+	}
+	keep := limit
+	for keep > 0 && !utf8.RuneStart(text[keep]) {
+		keep--
+	}
+	return fmt.Sprintf("%s... [%d more bytes cut]", text[:keep], len(text)-keep)
 }
 
 // cancelled reports whether the failure among args is the decision's
@@ -836,8 +881,8 @@ func cancelled(args []any) bool {
 	return false
 }
 
-func (l lostEntries) WithFields(fields map[string]any) logging.Logger {
-	return lostEntries{Logger: l.Logger.WithFields(fields), lost: l.lost}
+func (l opaLogger) WithFields(fields map[string]any) logging.Logger {
+	return opaLogger{Logger: l.Logger.WithFields(fields), lost: l.lost}
 }
 
 func jsonLogger(w io.Writer, level logging.Level) *logging.StandardLogger {

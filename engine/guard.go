@@ -68,7 +68,7 @@ type epochGuard struct {
 // revision R)"), which is how an approver's verdict is told from a
 // person's (engine.DecisionOfMessage): a revision with a ")" made Ichor's
 // own verdicts read as a person's (review 18).
-var ErrBundleRevision = errors.New("bundle revision is not printable ASCII without parentheses")
+var ErrBundleRevision = errors.New("bundle revision is empty, or not printable ASCII without parentheses")
 
 // MaxBundleRevision is the longest bundle revision taken: a digest, a
 // version or a commit id, with room to spare.
@@ -76,6 +76,13 @@ const MaxBundleRevision = 256
 
 // checkRevision says why a bundle's revision may not be activated.
 func checkRevision(revision string) error {
+	if revision == "" {
+		// The engine keeps the revision in service until another is
+		// activated, and the approvers' remembered verdicts hold while it
+		// does: a bundle without one (opa build's default) would decide
+		// under the previous one's name, its verdicts kept (review 162).
+		return fmt.Errorf("%w: the manifest names none; build the bundle with ichor bundle build, or opa build --revision", ErrBundleRevision)
+	}
 	if len(revision) > MaxBundleRevision {
 		return fmt.Errorf("%w: %d bytes, more than %d", ErrBundleRevision, len(revision), MaxBundleRevision)
 	}
@@ -277,7 +284,11 @@ func (p *limitsPlugin) NewClient(c rest.Config) (*http.Client, error) {
 	}
 	client := rest.DefaultRoundTripperClient(tlsConfig, timeout)
 	client.CheckRedirect = noDowngrade("a bundle asked for over https is not fetched over plain http")
-	t := &limitsTransport{base: client.Transport, limits: p.limits.OrDefault(), oci: strings.EqualFold(c.Type, "oci"), plainHTTP: p.plainHTTP}
+	// Plain http only for a service asked for over it: OPA's OCI client
+	// drops CheckRedirect, so the transport is what refuses an https
+	// registry's redirect to plain http, flag or no flag (review 162).
+	plainHTTP := p.plainHTTP && !strings.HasPrefix(strings.ToLower(c.URL), "https://")
+	t := &limitsTransport{base: client.Transport, limits: p.limits.OrDefault(), oci: strings.EqualFold(c.Type, "oci"), plainHTTP: plainHTTP}
 	if cfg := p.manager.GetConfig(); t.oci && cfg.PersistenceDirectory != nil {
 		t.store = ociStoreDir(*cfg.PersistenceDirectory)
 		t.logger = p.manager.Logger()
@@ -355,7 +366,7 @@ var gzipMagic = []byte{0x1f, 0x8b}
 
 func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Scheme != "https" && !t.plainHTTP {
-		return nil, fmt.Errorf("%s %s: a bundle is not fetched over plain http without --bundle-allow-insecure-http", req.Method, bundles.RedactedURL(req.URL))
+		return nil, fmt.Errorf("%s %s: a bundle is not fetched over plain http, except from a source given as plain http with --bundle-allow-insecure-http", req.Method, bundles.RedactedURL(req.URL))
 	}
 	// OPA's client bounds the wait for an answer's headers only, and its
 	// polls have no deadline: a server that sends the headers and then the

@@ -57,13 +57,32 @@ func TestABundleOverHTTPSIsNotFetchedOverPlainHTTP(t *testing.T) {
 	// without CheckRedirect: the transport refuses plain http itself.
 	_, err = (&http.Client{Transport: client.Transport}).Get(secure.URL + "/bundle.tar.gz")
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "not fetched over plain http without --bundle-allow-insecure-http")
+	assert.Contains(t, err.Error(), "not fetched over plain http, except from a source given as plain http with --bundle-allow-insecure-http")
 	assert.Zero(t, served, "the plain server was asked")
 
 	resp, err := client.Get(secure.URL + "/same")
 	require.NoError(t, err, "a redirect within https is followed")
 	_ = resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
+
+	// With --bundle-allow-insecure-http, a service asked for over https
+	// still is not followed to plain http (review 162: the flag let an OCI
+	// registry's https answer redirect there); one asked for over http is
+	// fetched so.
+	for service, want := range map[string]bool{secure.URL: false, plain.URL: true} {
+		insecure, err := (&limitsPlugin{limits: bundles.DefaultLimits, manager: m, plainHTTP: true}).NewClient(rest.Config{URL: service})
+		require.NoError(t, err)
+		insecure.Transport.(*limitsTransport).base.(*http.Transport).TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // G402: the test's own server
+		resp, err := (&http.Client{Transport: insecure.Transport}).Get(secure.URL + "/bundle.tar.gz")
+		if want {
+			require.NoError(t, err, "a service over plain http, allowed")
+			_ = resp.Body.Close()
+			continue
+		}
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "not fetched over plain http")
+	}
+	assert.Equal(t, 1, served, "only the http service's client fetched over plain http")
 }
 
 // The decision log goes to its service over https only, unless the operator

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/logging"
 	"github.com/open-policy-agent/opa/v1/plugins/logs"
@@ -70,7 +71,7 @@ func TestAnEntryAfterAWriteCutShortIsWhole(t *testing.T) {
 // 2026-12-06); any other failure is.
 func TestAMaskCutShortByItsContextIsNoBundleFailure(t *testing.T) {
 	var lost int
-	l := lostEntries{Logger: logging.NewNoOpLogger(), lost: func() { lost++ }}.WithFields(map[string]any{"plugin": "decision_logs"})
+	l := opaLogger{Logger: logging.NewNoOpLogger(), lost: func() { lost++ }}.WithFields(map[string]any{"plugin": "decision_logs"})
 	l.Error("Log event masking failed: %v.", &topdown.Error{Code: topdown.CancelErr, Message: "caller cancelled query execution"})
 	l.Error("Log drop decision failed: %v.", fmt.Errorf("drop: %w", context.DeadlineExceeded))
 	if lost != 0 {
@@ -82,4 +83,31 @@ func TestAMaskCutShortByItsContextIsNoBundleFailure(t *testing.T) {
 	if lost != 2 {
 		t.Fatalf("%d entries counted lost, want the 2 dropped", lost)
 	}
+}
+
+// OPA quotes what a bundle holds in its log lines (a file's name, a
+// module's line), once a poll: each is cut to MaxLogText, and a refusal's
+// error too (review 162).
+func TestOPAsLogLinesAreCut(t *testing.T) {
+	var out bytes.Buffer
+	l := opaLogger{Logger: jsonLogger(&out, logging.Debug), lost: func() {}}
+	long := strings.Repeat("é", MaxLogText)
+	l.Error("Bundle load failed: %v", errors.New(long))
+	l.Info("%s", long)
+	l.Debug("%s", long)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 3)
+	for _, line := range lines {
+		assert.Less(t, len(line), MaxLogText+256, "a line of OPA's log was not cut")
+		assert.Contains(t, line, "more bytes cut]")
+		var entry map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &entry), "the cut line is still JSON")
+		msg, _ := entry["msg"].(string)
+		assert.True(t, utf8.ValidString(msg), "cut within a character")
+	}
+	assert.Equal(t, "short", cutText("short", MaxLogText))
+
+	var quiet bytes.Buffer
+	opaLogger{Logger: jsonLogger(&quiet, logging.Info), lost: func() {}}.Debug("%s", long)
+	assert.Zero(t, quiet.Len(), "a debug line below the level was written")
 }
