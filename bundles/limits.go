@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"strings"
 )
@@ -103,30 +102,22 @@ func (l Limits) ReadCompressed(r io.Reader) ([]byte, error) {
 	return data, nil
 }
 
-// ReadFile is ReadAll of a regular file. Anything else is refused before it
-// is opened, and again once open: opening a FIFO for reading waits for a
+// ReadFile is ReadAll of a regular file. Anything else is refused once
+// opened, without waiting (openFile): opening a FIFO for reading waits for a
 // writer, and whoever could write the source's volume could so hold the
-// manager's start and its file polls for good (review 162).
+// manager's start and its file polls for good (reviews 162, 163).
 func (l Limits) ReadFile(path string) ([]byte, error) {
-	regular := func(info os.FileInfo, err error) error {
-		switch {
-		case err != nil:
-			return fmt.Errorf("bundle: %w", err)
-		case !info.Mode().IsRegular():
-			return fmt.Errorf("bundle %s is not a regular file (%s): give the bundle tarball as a file", path, info.Mode().Type())
-		}
-		return nil
-	}
-	if err := regular(os.Stat(path)); err != nil {
-		return nil, err
-	}
-	f, err := os.Open(path)
+	f, err := openFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("bundle: %w", err)
 	}
 	defer f.Close()
-	if err := regular(f.Stat()); err != nil {
-		return nil, err
+	info, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("bundle: %w", err)
+	case !info.Mode().IsRegular():
+		return nil, fmt.Errorf("bundle %s is not a regular file (%s): give the bundle tarball as a file", path, info.Mode().Type())
 	}
 	data, err := l.ReadAll(f)
 	if err != nil {

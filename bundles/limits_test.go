@@ -317,7 +317,7 @@ func TestATarballWithoutARevisionIsNamedByItsDigest(t *testing.T) {
 	assert.Equal(t, bundles.Digest(named), named.Manifest.Revision)
 }
 
-// A bundle file that is a FIFO is refused before it is opened: opening one
+// A bundle file that is a FIFO is refused without waiting: opening one
 // for reading waits for a writer, and held the manager's start and its
 // polls of the file for good (review 162).
 func TestABundleFileThatIsAFIFOIsRefusedAtOnce(t *testing.T) {

@@ -275,6 +275,11 @@ func checkPushable(tarball []byte, vc *bundle.VerificationConfig) (*bundle.Bundl
 	if len(b.Modules) == 0 {
 		return nil, errors.New("the bundle holds no Rego module")
 	}
+	if b.Manifest.Revision == "" {
+		// Every manager refuses it (review 163): not pushed, rather than
+		// found out at the next poll of every replica.
+		return nil, errors.New("the bundle names no revision, and the managers refuse such a bundle: build it with `ichor bundle build`, or `opa build --revision`")
+	}
 	if _, err := Epoch(b.Manifest); err != nil {
 		return nil, err
 	}

@@ -74,6 +74,17 @@ func TestPushOCIRefusesWhatNoManagerWouldLoad(t *testing.T) {
 	require.NoError(t, err)
 	_, err = bundles.PushOCI(context.Background(), ref, data, bundles.PushOptions{})
 	require.ErrorContains(t, err, "size")
+
+	// A signed bundle without a revision: every manager refuses it (review
+	// 163).
+	nameless, err := bundles.Default()
+	require.NoError(t, err)
+	nameless.Manifest.Revision = ""
+	require.NoError(t, bundles.Sign(nameless, testKey(t), "RS256", "ichor"))
+	data, err = bundles.Bytes(nameless)
+	require.NoError(t, err)
+	_, err = bundles.PushOCI(context.Background(), ref, data, bundles.PushOptions{})
+	require.ErrorContains(t, err, "names no revision")
 }
 
 // testKey is an RSA private key in PEM, to sign bundles with.

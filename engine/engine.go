@@ -248,7 +248,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	sdkOpts := sdk.Options{
 		ID:          opts.ID,
 		Config:      bytes.NewReader(config),
-		Logger:      opaLogger{Logger: e.log, lost: func() { e.metrics.dropped(sinkMask) }},
+		Logger:      opaLogger{Logger: e.log, lost: func() { e.metrics.dropped(sinkMask) }, secret: secretQuery},
 		Ready:       make(chan struct{}),
 		Plugins:     map[string]plugins.Factory{sinksName: &sinksFactory{engine: e}, limitsPluginName: &limitsFactory{limits: opts.Limits, plainHTTP: opts.AllowInsecureHTTP, registryCredentials: opts.RegistryCredentials}},
 		ManagerOpts: []func(*plugins.Manager){func(m *plugins.Manager) { e.mgr = m }},
@@ -358,7 +358,14 @@ func (e *Engine) resource(opts Options) (resource, serviceURL string, err error)
 			err = e.guard.check(b.Manifest)
 		}
 		if err != nil {
-			return "", "", fmt.Errorf("bundle %s refused: %w", abs, err)
+			err = fmt.Errorf("bundle %s refused: %w", abs, err)
+			if len(err.Error()) > MaxLogText {
+				// OPA's errors quote what the bundle holds (a module's
+				// line): bounded, as a refusal while running is (review
+				// 163).
+				err = scrubbedError{error: err, msg: cutText(err.Error(), MaxLogText)}
+			}
+			return "", "", err
 		}
 		e.source, e.sourceDigest = abs, digest(data, nil)
 		if err := e.writePrivate(data); err != nil {
@@ -822,6 +829,23 @@ var lostEntryMessages = []string{"Log event masking failed", "Log drop decision 
 type opaLogger struct {
 	logging.Logger
 	lost func()
+	// secret is the source's signed query, replaced before a line is cut:
+	// cut first, a query across the cut would no longer be found whole by
+	// the scrubbing writer behind (review 163).
+	secret string
+}
+
+// line is a log line of OPA's, formatted (a format given alone is the line:
+// OPA passes some texts so), scrubbed and cut to MaxLogText.
+func (l opaLogger) line(format string, a []any) string {
+	text := format
+	if len(a) > 0 {
+		text = fmt.Sprintf(format, a...)
+	}
+	if l.secret != "" {
+		text = strings.ReplaceAll(text, l.secret, "...")
+	}
+	return cutText(text, MaxLogText)
 }
 
 // MaxLogText is the most of one line of OPA's log, or of a bundle's
@@ -835,16 +859,16 @@ func (l opaLogger) Error(format string, a ...any) {
 			break
 		}
 	}
-	l.Logger.Error("%s", cutText(fmt.Sprintf(format, a...), MaxLogText))
+	l.Logger.Error("%s", l.line(format, a))
 }
 
 func (l opaLogger) Warn(format string, a ...any) {
-	l.Logger.Warn("%s", cutText(fmt.Sprintf(format, a...), MaxLogText))
+	l.Logger.Warn("%s", l.line(format, a))
 }
 
 func (l opaLogger) Info(format string, a ...any) {
 	if l.GetLevel() >= logging.Info {
-		l.Logger.Info("%s", cutText(fmt.Sprintf(format, a...), MaxLogText))
+		l.Logger.Info("%s", l.line(format, a))
 	}
 }
 
@@ -852,7 +876,7 @@ func (l opaLogger) Info(format string, a ...any) {
 // path of every decision.
 func (l opaLogger) Debug(format string, a ...any) {
 	if l.GetLevel() >= logging.Debug {
-		l.Logger.Debug("%s", cutText(fmt.Sprintf(format, a...), MaxLogText))
+		l.Logger.Debug("%s", l.line(format, a))
 	}
 }
 
@@ -882,7 +906,7 @@ func cancelled(args []any) bool {
 }
 
 func (l opaLogger) WithFields(fields map[string]any) logging.Logger {
-	return opaLogger{Logger: l.Logger.WithFields(fields), lost: l.lost}
+	return opaLogger{Logger: l.Logger.WithFields(fields), lost: l.lost, secret: l.secret}
 }
 
 func jsonLogger(w io.Writer, level logging.Level) *logging.StandardLogger {
