@@ -347,7 +347,7 @@ func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) 
 		return fmt.Errorf("%w of user %q (identity %s): see `ichor cluster admins list`", errNoAdminBinding, r.user, r.identity)
 	}
 	fmt.Fprintf(s.out, "Revoked %s: deleted %d admin binding(s). If they still hold download on talosclusters/kubeconfig-admin, their next request gets a new one: take it from them, then run revoke again. "+
-		"An os:admin talosconfig they were issued (purpose credentials-talos, Events CredentialsTalos) is not revoked by this: Talos cannot revoke a certificate, so rotate that cluster's OS CA.\n",
+		"An os:admin talosconfig they were issued (purpose credentials-talos; see the decision log) is not revoked by this: Talos cannot revoke a certificate; if they got one, or you cannot tell, rotate that cluster's OS CA.\n",
 		cell(r.user), deleted)
 	return nil
 }

@@ -245,7 +245,7 @@ func TestAdminsRevokeSelectsByNameAndRoleNotByAnnotation(t *testing.T) {
 	s.flush()
 	assert.Contains(t, out.String(), "Revoked ichor:ada: deleted 1 admin binding(s).")
 	// What it does not reach is said where it is done (review 161).
-	assert.Contains(t, out.String(), "An os:admin talosconfig they were issued (purpose credentials-talos, Events CredentialsTalos) is not revoked by this")
+	assert.Contains(t, out.String(), "An os:admin talosconfig they were issued (purpose credentials-talos; see the decision log) is not revoked by this")
 	assert.Contains(t, errOut.String(), "Left ClusterRoleBinding ichor-admin:u:ichor:ada:dddddddddd alone")
 	for name, gone := range map[string]bool{
 		"system:discovery": false, "ichor-admin:u:ichor:ada:dddddddddd": false,
