@@ -225,8 +225,8 @@ func (r *Reconciler) expire(ctx context.Context, tcr *ichorv1alpha1.TalosCredent
 }
 
 // answer returns the request with its status answered: issued, refused or
-// failed, and for a refusal the note of the Warning Event to write once the
-// answer is stored. An error means the answer could not be found yet (the
+// failed, and for a refusal or a binding refused the Warning Event to write
+// once the answer is stored. An error means the answer could not be found yet (the
 // API server did not answer, the engine failed) and the request is retried.
 func (r *Reconciler) answer(ctx context.Context, tcr *ichorv1alpha1.TalosCredentialRequest) (answer *ichorv1alpha1.TalosCredentialRequest, decisionID string, warn *warning, err error) {
 	logger := log.FromContext(ctx)
@@ -505,9 +505,8 @@ func boundOrNot(bound bool) string {
 // allows what the rule would refuse: no cluster, secrets that cannot sign,
 // something this controller does not sign; a binding that cannot be made),
 // or a Secret read that retrying will not change, which the rule refuses
-// (SecretsUnusable) before it could come to this.
-// failure is an answer of Failed, with the Warning to write once it is
-// stored (nil for none).
+// (SecretsUnusable) before it could come to this. warn is the Warning to
+// write once that answer is stored (nil for none).
 type failure struct {
 	err  error
 	warn *warning
