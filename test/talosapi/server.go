@@ -275,7 +275,7 @@ func (s *Server) SetWatchesMuted(muted bool) {
 }
 
 // SetWatchHeld makes the watch streams of the resource type typ (as
-// "KubeletNodeIPs.kubernetes.talos.dev"; "" for none) that have not sent
+// "NodeIPs.kubernetes.talos.dev"; "" for none) that have not sent
 // their first message yet hold it back, which the client waits for before
 // its watch is open, until SetWatchHeld is called again: a node that answers
 // a watcher's last stream late while its other streams run.
