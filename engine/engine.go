@@ -24,7 +24,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/logging"
@@ -36,6 +35,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
 	"github.com/ichor-dev/ichor-policy/internal/opavalue"
 	"github.com/ichor-dev/ichor-policy/internal/privatefile"
 	"github.com/ichor-dev/ichor-policy/internal/version"
@@ -363,7 +363,7 @@ func (e *Engine) resource(opts Options) (resource, serviceURL string, err error)
 				// OPA's errors quote what the bundle holds (a module's
 				// line): bounded, as a refusal while running is (review
 				// 163).
-				err = scrubbedError{error: err, msg: cutText(err.Error(), MaxLogText)}
+				err = scrubbedError{error: err, msg: servingcert.Clip(err.Error(), MaxLogText)}
 			}
 			return "", "", err
 		}
@@ -569,7 +569,7 @@ func (e *Engine) report(activeRevision string, err error, notify func(BundleStat
 	if err != nil && len(err.Error()) > MaxLogText {
 		// OPA's errors quote what the bundle holds: bounded, as its log
 		// lines are (review 162).
-		err = scrubbedError{error: err, msg: cutText(err.Error(), MaxLogText)}
+		err = scrubbedError{error: err, msg: servingcert.Clip(err.Error(), MaxLogText)}
 	}
 	e.setRevision(activeRevision)
 	e.mu.Lock()
@@ -845,7 +845,7 @@ func (l opaLogger) line(format string, a []any) string {
 	if l.secret != "" {
 		text = strings.ReplaceAll(text, l.secret, "...")
 	}
-	return cutText(text, MaxLogText)
+	return servingcert.Clip(text, MaxLogText)
 }
 
 // MaxLogText is the most of one line of OPA's log, or of a bundle's
@@ -878,19 +878,6 @@ func (l opaLogger) Debug(format string, a ...any) {
 	if l.GetLevel() >= logging.Debug {
 		l.Logger.Debug("%s", l.line(format, a))
 	}
-}
-
-// cutText is text cut to at most limit bytes on a character's start,
-// saying how much was cut.
-func cutText(text string, limit int) string {
-	if len(text) <= limit {
-		return text
-	}
-	keep := limit
-	for keep > 0 && !utf8.RuneStart(text[keep]) {
-		keep--
-	}
-	return fmt.Sprintf("%s... [%d more bytes cut]", text[:keep], len(text)-keep)
 }
 
 // cancelled reports whether the failure among args is the decision's

@@ -99,13 +99,12 @@ func TestOPAsLogLinesAreCut(t *testing.T) {
 	require.Len(t, lines, 3)
 	for _, line := range lines {
 		assert.Less(t, len(line), MaxLogText+256, "a line of OPA's log was not cut")
-		assert.Contains(t, line, "more bytes cut]")
+		assert.Contains(t, line, "bytes more)")
 		var entry map[string]any
 		require.NoError(t, json.Unmarshal([]byte(line), &entry), "the cut line is still JSON")
 		msg, _ := entry["msg"].(string)
 		assert.True(t, utf8.ValidString(msg), "cut within a character")
 	}
-	assert.Equal(t, "short", cutText("short", MaxLogText))
 
 	// A format given alone is the line, not a format (review 163), and a
 	// secret query is replaced before the line is cut, so a cut cannot
