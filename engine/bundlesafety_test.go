@@ -204,6 +204,7 @@ func (s started) refused(t *testing.T, src source, data []byte, want string, kee
 		return s.st.refusals() > before && s.st.last() != nil && strings.Contains(s.st.last().Error(), want)
 	}, 30*time.Second, 20*time.Millisecond, "not refused for %q; last: %v", want, s.st.last())
 	assert.Greater(t, testutil.ToFloat64(s.metrics.LoadFailures()), failures, "the refusal is counted")
+	assert.Equal(t, 1.0, testutil.ToFloat64(s.metrics.Refused()), "the source's latest bundle is said to be refused")
 	_, rev := forgedIPDecision(t, s.e)
 	assert.Equal(t, keeps.Manifest.Revision, rev, "the last good bundle keeps deciding")
 }

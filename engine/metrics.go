@@ -17,6 +17,7 @@ type Metrics struct {
 	revision       *prometheus.GaugeVec
 	epochBehind    prometheus.Gauge
 	loadFailures   prometheus.Counter
+	refused        prometheus.Gauge
 	disagreements  *prometheus.CounterVec
 	droppedEntries *prometheus.CounterVec
 	uploadDropped  *prometheus.CounterVec
@@ -52,6 +53,13 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ichor_policy_bundle_load_failures_total",
 			Help: "Bundles refused (corrupt, unsigned, wrongly signed, tampered); the last good one keeps serving.",
 		}),
+		// A file source (a ConfigMap) is read again only when it changes, so
+		// its refusal is counted once: the counter's increase ends while
+		// the source still holds what a restart would refuse.
+		refused: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ichor_policy_bundle_refused",
+			Help: "1 while the latest bundle this replica read from its source was refused (or could not be read): the last good one keeps serving, and a replica started now would find no bundle to serve. 0 once a bundle is activated.",
+		}),
 		disagreements: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_policy_shadow_disagreements_total",
 			Help: "Decisions where the shadow bundle disagreed with the active one: another action, other reason codes, or another result for the same action (what it grants).",
@@ -80,7 +88,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, cause := range uploadDropCauses {
 		m.uploadDropped.WithLabelValues(cause)
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.revision, m.epochBehind, m.loadFailures, m.disagreements, m.droppedEntries,
+	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.revision, m.epochBehind, m.loadFailures, m.refused, m.disagreements, m.droppedEntries,
 		m.uploadDropped, m.uploadedTotal, m.uploadFailures, m.manualActs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -199,6 +207,9 @@ func KindOf(path string) string {
 func (m *Metrics) bundle(revision string, err error) {
 	if err != nil {
 		m.loadFailures.Inc()
+		m.refused.Set(1)
+	} else {
+		m.refused.Set(0)
 	}
 	if revision != "" {
 		m.revision.Reset()
@@ -229,6 +240,9 @@ func (m *Metrics) RevisionGauge(revision string) prometheus.Gauge {
 
 // LoadFailures is the counter of refused bundles.
 func (m *Metrics) LoadFailures() prometheus.Counter { return m.loadFailures }
+
+// Refused is the gauge that says the source's latest bundle is refused.
+func (m *Metrics) Refused() prometheus.Gauge { return m.refused }
 
 // Disagreements is the shadow-disagreement counter of a policy path.
 func (m *Metrics) Disagreements(path string) prometheus.Counter {

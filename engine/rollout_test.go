@@ -181,6 +181,9 @@ func TestSignedBundleRolloutKeepsTheLastGood(t *testing.T) {
 	})
 	refuse("a corrupt file", func() { require.NoError(t, os.WriteFile(path, []byte("not a tarball"), 0o600)) })
 	assert.GreaterOrEqual(t, testutil.ToFloat64(metrics.LoadFailures()), 4.0)
+	// The file is read again only when it changes, so the counter grows no
+	// more; the gauge keeps saying so until a bundle is activated.
+	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.Refused()))
 
 	// A good new bundle is picked up without a restart.
 	next := policyBundle(t, true)
@@ -193,6 +196,8 @@ func TestSignedBundleRolloutKeepsTheLastGood(t *testing.T) {
 	assert.Equal(t, "approve", action)
 	assert.NoError(t, e.LastError())
 	assert.Equal(t, next.Manifest.Revision, e.Revision())
+	require.Eventually(t, func() bool { return testutil.ToFloat64(metrics.Refused()) == 0 }, 10*time.Second, 20*time.Millisecond,
+		"a bundle activated ends the refusal")
 }
 
 func TestBadBundleAtStartFailsWithItsReason(t *testing.T) {
