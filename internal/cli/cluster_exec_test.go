@@ -362,15 +362,12 @@ func (ce *clusterEnv) testExecCredentialPlugin(t *testing.T) {
 	assert.Equal(t, "ichor-admin:u:ichor:ada", r.Username)
 	assert.True(t, slices.ContainsFunc(r.Groups, func(g string) bool { return strings.HasPrefix(g, "ichor-admin:u:ichor:ada:") }), "no group of Ada's own: %v", r.Groups)
 	assert.Equal(t, time.Hour, leaf.NotAfter.Sub(leaf.NotBefore))
-	// kubectl is told to ask again when the cache would: at the earlier of
-	// the certificate's renewal and the same lifetime counted on this
-	// machine's clock from the request, which was sent after asked.
+	// kubectl is told to ask again when the cache would: the lifetime
+	// counted on this machine's clock from the request, which was sent
+	// after asked, so never after the certificate's own renewal.
 	expires := first.Credential.Status.ExpirationTimestamp.Time
-	assert.False(t, expires.After(execcache.RenewAt(leaf)), "kubectl asks again after the certificate's renewal: %s", expires)
+	assert.False(t, expires.After(execcache.RenewWithin(leaf.NotBefore, leaf.NotAfter)), "kubectl asks again after the certificate's renewal: %s", expires)
 	earliest := execcache.RenewWithin(asked, asked.Add(time.Hour))
-	if execcache.RenewAt(leaf).Before(earliest) {
-		earliest = execcache.RenewAt(leaf)
-	}
 	assert.False(t, expires.Before(earliest.Truncate(time.Second)), "kubectl asks again before the lifetime asked for is near its end: %s", expires)
 	// The cache holds the credential and nothing of the person's own
 	// kubeconfig.

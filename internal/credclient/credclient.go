@@ -149,7 +149,7 @@ func Talosconfig(ctx context.Context, o Request) (Written, error) {
 		return Written{}, err
 	}
 
-	c, namespace, _, err := kube.Client(o.Kube)
+	c, namespace, _, err := kube.ClientWithin(o.Kube, o.Timeout)
 	if err != nil {
 		return Written{}, err
 	}
@@ -368,7 +368,7 @@ func requestKubeCredential(ctx context.Context, o Request, purpose ichorv1alpha1
 	if err != nil {
 		return kubeCredential{}, err
 	}
-	c, namespace, restCfg, err := kube.Client(o.Kube)
+	c, namespace, restCfg, err := kube.ClientWithin(o.Kube, o.Timeout)
 	if err != nil {
 		return kubeCredential{}, err
 	}
@@ -447,9 +447,16 @@ func (o Request) ttlSpec() *metav1.Duration {
 // answer. A refusal, by the webhook or by the controller, is an error with
 // the policy's message.
 func requestCredential(ctx context.Context, c client.Client, o Request, namespace, cluster string, purpose ichorv1alpha1.CredentialPurpose, key ed25519.PrivateKey, reqs engine.CredentialRequirements) (*ichorv1alpha1.TalosCredentialRequest, error) {
+	// One deadline for the whole exchange, from the first request: under
+	// kubectl, whose plugin runs have none, a server that accepts the
+	// connection and never answers would hold kubectl, and the cache's
+	// lock every other run waits on, for good (review 164).
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
 	requester, err := credential.WhoAmI(ctx, c)
 	if err != nil {
-		return nil, err
+		return nil, unanswered(parent, ctx, o.Timeout, err)
 	}
 	tcr := &ichorv1alpha1.TalosCredentialRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: generateName(cluster, purpose)},
@@ -462,6 +469,9 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 		},
 	}
 	if err := c.Create(ctx, tcr); err != nil {
+		if ctx.Err() != nil {
+			return nil, unanswered(parent, ctx, o.Timeout, err)
+		}
 		if apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook") {
 			// The API server's RBAC refused before the webhook saw it.
 			a := reqs.Authorization
@@ -476,9 +486,6 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 	uid := tcr.UID
 	fmt.Fprintf(o.Progress, "Requested %s for cluster %s/%s (TalosCredentialRequest %s); waiting for the controller", purpose, namespace, cluster, ref)
 
-	parent := ctx
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
 	start := time.Now()
 	lastProgress := start
 	ticker := time.NewTicker(pollInterval)
@@ -524,6 +531,15 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 			}
 		}
 	}
+}
+
+// unanswered says that the API server did not answer within timeout, when
+// that is why err ended the exchange (not an interruption).
+func unanswered(parent, ctx context.Context, timeout time.Duration, err error) error {
+	if parent.Err() == nil && ctx.Err() != nil {
+		return fmt.Errorf("the API server did not answer within %s (--timeout): %w", timeout, err)
+	}
+	return err
 }
 
 func generateName(cluster string, purpose ichorv1alpha1.CredentialPurpose) string {

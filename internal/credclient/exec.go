@@ -222,16 +222,21 @@ func ExecCredential(ctx context.Context, o Request, cacheDir string, warn io.Wri
 	// the cache get: whatever else the status held (text, more blocks, up
 	// to a megabyte) is neither printed nor cached.
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: block.Bytes})
-	// Reused until the earlier of the certificate's end and the lifetime
-	// asked for, counted on this machine's clock from the request: the
-	// certificate's dates are its signer's word, and its signer's clock.
-	// A certificate of a century (a forged answer) or a clock here behind
-	// the issuer's would otherwise be served after the API server refuses
-	// it, and kubectl asks the plugin again only on a 401.
-	renewAt := execcache.RenewAt(leaf)
-	if capped := execcache.RenewWithin(asked, asked.Add(*o.TTL)); capped.Before(renewAt) {
-		renewAt = capped
+	// Reused for the shorter of the certificate's lifetime and the one asked
+	// for, counted on this machine's clock from the request: the
+	// certificate's dates are its signer's word, and its signer's clock. A
+	// certificate of a century (a forged answer) or a clock here behind the
+	// issuer's would otherwise be served after the API server refuses it,
+	// and kubectl asks the plugin again only on a 401; a clock here ahead
+	// of the issuer's by more than the lifetime would make every credential
+	// due at once, and kubectl ask for a new one before each of its
+	// requests (review 164).
+	lifetime := min(*o.TTL, leaf.NotAfter.Sub(leaf.NotBefore))
+	if lifetime <= 0 {
+		return nil, fmt.Errorf("the issued certificate is valid for no time (from %s to %s)",
+			leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
+	renewAt := execcache.RenewWithin(asked, asked.Add(lifetime))
 	cred := execcache.Credential(certPEM, issued.keyPEM, renewAt)
 	if cache != nil {
 		if err := cache.Store(key, cred); err != nil {

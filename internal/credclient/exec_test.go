@@ -10,9 +10,12 @@ import (
 	"encoding/pem"
 	"io"
 	"math/big"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +25,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -42,60 +48,19 @@ func TestTheExecPluginPassesOnOnlyTheCertificateItChecked(t *testing.T) {
 	const namespace = "team-a"
 	env, flags := adminIn(t, namespace)
 
-	_, caKey, err := ed25519.GenerateKey(rand.Reader)
-	require.NoError(t, err)
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "forger"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
+	issue := forger(t)
 	other, _, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
-	issue := func(pub any) []byte {
-		der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2),
-			Subject:   pkix.Name{CommonName: "ichor-admin:ada", Organization: []string{"ichor:admins"}},
-			NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().AddDate(100, 0, 0),
-			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, ca, pub, caKey)
-		require.NoError(t, err)
-		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	}
+	century := func(pub any) []byte { return issue(pub, time.Now().Add(-time.Minute), time.Now().AddDate(100, 0, 0)) }
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	answered := make(chan []byte, 1)
-	go func() {
-		for ctx.Err() == nil {
-			var list ichorv1alpha1.TalosCredentialRequestList
-			if err := env.Client.List(ctx, &list, client.InNamespace(namespace)); err == nil {
-				for i := range list.Items {
-					tcr := &list.Items[i]
-					if meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady) != nil {
-						continue
-					}
-					block, _ := pem.Decode([]byte(tcr.Spec.PublicKey))
-					pub, err := x509.ParsePKIXPublicKey(block.Bytes)
-					if err != nil {
-						continue
-					}
-					leaf := issue(pub)
-					tcr.Status.Certificate = "\x1b]0;pwned\x07\x1b[2J text before\n" + string(leaf) +
-						"\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaAo=\x07 text after\n" + string(issue(other)) +
-						strings.Repeat("padding ", 64<<10)
-					tcr.Status.ExpiresAt = ptr.To(metav1.NewTime(time.Now().Add(time.Hour)))
-					meta.SetStatusCondition(&tcr.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.ConditionReady,
-						Status: metav1.ConditionTrue, Reason: ichorv1alpha1.ReasonIssued, Message: "\x1b]0;pwned\x07 issued"})
-					if env.Client.Status().Update(ctx, tcr) == nil {
-						select {
-						case answered <- leaf:
-						default:
-						}
-					}
-				}
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}()
+	answered := answerEach(ctx, env, namespace, func(pub any) (string, []byte) {
+		leaf := century(pub)
+		return "\x1b]0;pwned\x07\x1b[2J text before\n" + string(leaf) +
+			"\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaAo=\x07 text after\n" + string(century(other)) +
+			strings.Repeat("padding ", 64<<10), leaf
+	})
 
 	var warn bytes.Buffer
 	cacheDir := filepath.Join(t.TempDir(), "cache")
@@ -186,6 +151,193 @@ func TestTheAnswerIsTheRequestsOwnAndAnInterruptIsNoTimeout(t *testing.T) {
 		Timeout: time.Minute, Progress: io.Discard}, "", io.Discard)
 	require.ErrorContains(t, err, "stopped waiting for TalosCredentialRequest")
 	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// forger is an issuer of its own, as whoever may write a request's status
+// (or an issuer gone wrong) would sign: a certificate for pub valid from
+// notBefore to notAfter.
+func forger(t *testing.T) func(pub any, notBefore, notAfter time.Time) []byte {
+	t.Helper()
+	_, caKey, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "forger"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	return func(pub any, notBefore, notAfter time.Time) []byte {
+		der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2),
+			Subject:   pkix.Name{CommonName: "ichor-admin:ada", Organization: []string{"ichor:admins"}},
+			NotBefore: notBefore, NotAfter: notAfter,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, ca, pub, caKey)
+		require.NoError(t, err)
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	}
+}
+
+// answerEach answers each unanswered request of namespace, before any
+// issuer could, with the status certificate answer makes for the
+// requester's key, and sends the certificate answer says it made.
+func answerEach(ctx context.Context, env *harness.Env, namespace string, answer func(pub any) (certificate string, leaf []byte)) <-chan []byte {
+	answered := make(chan []byte, 1)
+	go func() {
+		for ctx.Err() == nil {
+			var list ichorv1alpha1.TalosCredentialRequestList
+			if err := env.Client.List(ctx, &list, client.InNamespace(namespace)); err == nil {
+				for i := range list.Items {
+					tcr := &list.Items[i]
+					if meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady) != nil {
+						continue
+					}
+					block, _ := pem.Decode([]byte(tcr.Spec.PublicKey))
+					pub, err := x509.ParsePKIXPublicKey(block.Bytes)
+					if err != nil {
+						continue
+					}
+					certificate, leaf := answer(pub)
+					tcr.Status.Certificate = certificate
+					tcr.Status.ExpiresAt = ptr.To(metav1.NewTime(time.Now().Add(time.Hour)))
+					meta.SetStatusCondition(&tcr.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.ConditionReady,
+						Status: metav1.ConditionTrue, Reason: ichorv1alpha1.ReasonIssued, Message: "\x1b]0;pwned\x07 issued"})
+					if env.Client.Status().Update(ctx, tcr) == nil {
+						select {
+						case answered <- leaf:
+						default:
+						}
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return answered
+}
+
+// The credential is reused for its lifetime counted on this machine's
+// clock, whatever the certificate's dates say: a clock here ahead of the
+// issuer's by more than the lifetime (here, a certificate that ended an
+// hour ago by this clock) made each credential due at once, and kubectl,
+// which asks again when the expiry it was told is past, asked for a new
+// one before each of its requests (review 164). A certificate valid for no
+// time is refused.
+func TestTheExecPluginCountsTheLifetimeOnThisMachinesClock(t *testing.T) {
+	const namespace = "team-c"
+	env, flags := adminIn(t, namespace)
+	issue := forger(t)
+	var mu sync.Mutex
+	window := [2]time.Duration{-2 * time.Hour, -time.Hour}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	answerEach(ctx, env, namespace, func(pub any) (string, []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		leaf := issue(pub, time.Now().Add(window[0]), time.Now().Add(window[1]))
+		return string(leaf), leaf
+	})
+
+	cacheDir := filepath.Join(t.TempDir(), "cache")
+	ask := func() (*clientauthv1.ExecCredential, error) {
+		var warn bytes.Buffer
+		cred, err := credclient.ExecCredential(t.Context(), credclient.Request{Kube: flags, Cluster: "prod",
+			Timeout: 30 * time.Second, Progress: io.Discard}, cacheDir, &warn)
+		assert.Empty(t, warn.String())
+		return cred, err
+	}
+	asked := time.Now()
+	cred, err := ask()
+	require.NoError(t, err)
+	expires := cred.Status.ExpirationTimestamp.Time
+	assert.True(t, expires.After(time.Now()), "kubectl was told the credential is due already: %s", expires)
+	assert.False(t, expires.After(asked.Add(credclient.DefaultExecTTL)), "reused past the lifetime asked for: %s", expires)
+	_, err = ask()
+	require.NoError(t, err)
+	var list ichorv1alpha1.TalosCredentialRequestList
+	require.NoError(t, env.Client.List(t.Context(), &list, client.InNamespace(namespace)))
+	assert.Equal(t, 1, len(list.Items), "the second run asked again instead of reading the cache")
+
+	mu.Lock()
+	window = [2]time.Duration{time.Hour, -time.Hour}
+	mu.Unlock()
+	cacheDir = ""
+	_, err = ask()
+	require.ErrorContains(t, err, "valid for no time")
+}
+
+// Runs of the plugin at once with nothing cached (kubectl commands in
+// parallel, k9s's) ask once between them: each waits for the cache's lock
+// and reads what the first run cached (review 164: no test held it).
+func TestParallelRunsOfTheExecPluginAskOnce(t *testing.T) {
+	const namespace = "team-d"
+	env, flags := adminIn(t, namespace)
+	issue := forger(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	answerEach(ctx, env, namespace, func(pub any) (string, []byte) {
+		leaf := issue(pub, time.Now(), time.Now().Add(time.Hour))
+		return string(leaf), leaf
+	})
+
+	cacheDir := filepath.Join(t.TempDir(), "cache")
+	const runs = 4
+	certs := make([]string, runs)
+	var wg sync.WaitGroup
+	for i := range runs {
+		wg.Go(func() {
+			cred, err := credclient.ExecCredential(t.Context(), credclient.Request{Kube: flags, Cluster: "prod",
+				Timeout: 30 * time.Second, Progress: io.Discard}, cacheDir, io.Discard)
+			if assert.NoError(t, err) {
+				certs[i] = cred.Status.ClientCertificateData
+			}
+		})
+	}
+	wg.Wait()
+	var list ichorv1alpha1.TalosCredentialRequestList
+	require.NoError(t, env.Client.List(t.Context(), &list, client.InNamespace(namespace)))
+	assert.Equal(t, 1, len(list.Items), "runs at once asked more than once")
+	for i := 1; i < runs; i++ {
+		assert.True(t, certs[i] == certs[0], "run %d was given another credential", i)
+	}
+}
+
+// A management server that accepts the connection and never answers ends
+// the plugin within its timeout, the API's discovery included, which
+// takes no context: kubectl runs the plugin with no deadline, holding
+// every request of its process meanwhile, and the cache's lock holds every
+// other run (review 164).
+func TestTheExecPluginEndsWhenTheServerNeverAnswers(t *testing.T) {
+	hold := make(chan struct{})
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hold:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(hold) })
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["silent"] = &clientcmdapi.Cluster{Server: srv.URL, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos["ada"] = &clientcmdapi.AuthInfo{Token: "a-token"}
+	cfg.Contexts["silent"] = &clientcmdapi.Context{Cluster: "silent", AuthInfo: "ada", Namespace: "team-a"}
+	cfg.CurrentContext = "silent"
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*cfg, kubeconfig))
+	flags := kube.NewConfigFlags()
+	*flags.KubeConfig = kubeconfig
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := credclient.ExecCredential(t.Context(), credclient.Request{Kube: flags, Cluster: "prod",
+			Timeout: time.Second, Progress: io.Discard}, filepath.Join(t.TempDir(), "cache"), io.Discard)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		require.ErrorContains(t, err, "did not answer within 1s")
+	case <-time.After(time.Minute):
+		t.Fatal("the plugin still waits on a server that never answers")
+	}
 }
 
 // adminIn starts a control plane with namespace, and kubectl's flags of its

@@ -183,8 +183,8 @@ func removeExpired(dir string, now time.Time) {
 			if err != nil {
 				return false
 			}
-			_, renewAt, err := decode(data, id)
-			return err == nil && now.Sub(renewAt) > expiredAge
+			cred, _, err := decode(data, id)
+			return err == nil && now.Sub(cred.Status.ExpirationTimestamp.Time) > expiredAge
 		}
 		if expired() {
 			removeUnlocked(lockPath, credPath, expired)
@@ -250,14 +250,9 @@ func (c *Cache) Path(k Key) string {
 	return filepath.Join(c.dir, k.ID()+".json")
 }
 
-// RenewAt is when a credential whose certificate is leaf is renewed: 5
+// RenewWithin is when a credential valid from start to end is renewed: 5
 // minutes before it expires, or a tenth of its lifetime before when that is
 // shorter, so that a credential of a few minutes is still reused.
-func RenewAt(leaf *x509.Certificate) time.Time {
-	return RenewWithin(leaf.NotBefore, leaf.NotAfter)
-}
-
-// RenewWithin is RenewAt of a credential valid from start to end.
 func RenewWithin(start, end time.Time) time.Time {
 	// A credential that ends before it begins has no margin: it is renewed
 	// at its end, never after it.
@@ -279,9 +274,19 @@ func (c *Cache) Load(k Key, now time.Time) (*clientauthv1.ExecCredential, error)
 	if err != nil {
 		return nil, fmt.Errorf("ignoring the cached credential %s: %w", path, err)
 	}
-	cred, renewAt, err := decode(data, k.ID())
+	cred, lifetime, err := decode(data, k.ID())
 	if err != nil {
 		return nil, fmt.Errorf("ignoring the cached credential %s: %w", path, err)
+	}
+	// The expiry written is counted on this machine's clock, its
+	// certificate's dates on its signer's (a clock here ahead of the
+	// issuer's by more than the lifetime would make every credential due
+	// at once, and kubectl ask before each of its requests); an expiry
+	// further off than a whole lifetime was not written by this plugin.
+	renewAt := cred.Status.ExpirationTimestamp.Time
+	if renewAt.Sub(now) > lifetime {
+		return nil, fmt.Errorf("ignoring the cached credential %s: its expiry %s is further off than its certificate's lifetime, %s",
+			path, renewAt.UTC().Format(time.RFC3339), lifetime)
 	}
 	if !now.Before(renewAt) {
 		return nil, nil
@@ -291,42 +296,38 @@ func (c *Cache) Load(k Key, now time.Time) (*clientauthv1.ExecCredential, error)
 
 // decode checks a cache file's content: strictly the entry of key id, an
 // ExecCredential of client.authentication.k8s.io/v1 holding a certificate
-// and its key and nothing else. It returns the credential and when it is
-// renewed: the earlier of its expirationTimestamp and RenewAt.
-func decode(data []byte, id string) (*clientauthv1.ExecCredential, time.Time, error) {
+// and its key and nothing else. It returns the credential and its
+// certificate's lifetime.
+func decode(data []byte, id string) (*clientauthv1.ExecCredential, time.Duration, error) {
 	var e entry
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&e); err != nil {
-		return nil, time.Time{}, fmt.Errorf("it does not decode: %w", err)
+		return nil, 0, fmt.Errorf("it does not decode: %w", err)
 	}
 	if dec.More() {
-		return nil, time.Time{}, errors.New("it holds more than one document")
+		return nil, 0, errors.New("it holds more than one document")
 	}
 	if e.Key != id {
-		return nil, time.Time{}, errors.New("it was written for another server, cluster, context or user")
+		return nil, 0, errors.New("it was written for another server, cluster, context or user")
 	}
 	cred := &e.Credential
 	s := cred.Status
 	switch {
 	case cred.APIVersion != clientauthv1.SchemeGroupVersion.String() || cred.Kind != "ExecCredential":
-		return nil, time.Time{}, fmt.Errorf("it holds %s %s, not an ExecCredential of %s", cred.APIVersion, cred.Kind, clientauthv1.SchemeGroupVersion)
+		return nil, 0, fmt.Errorf("it holds %s %s, not an ExecCredential of %s", cred.APIVersion, cred.Kind, clientauthv1.SchemeGroupVersion)
 	case s == nil || s.Token != "" || s.ClientCertificateData == "" || s.ClientKeyData == "" || s.ExpirationTimestamp == nil:
-		return nil, time.Time{}, errors.New("it does not hold exactly a client certificate, its key and an expiry")
+		return nil, 0, errors.New("it does not hold exactly a client certificate, its key and an expiry")
 	}
 	pair, err := tls.X509KeyPair([]byte(s.ClientCertificateData), []byte(s.ClientKeyData))
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("its certificate and key do not go together: %w", err)
+		return nil, 0, fmt.Errorf("its certificate and key do not go together: %w", err)
 	}
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("its certificate does not parse: %w", err)
+		return nil, 0, fmt.Errorf("its certificate does not parse: %w", err)
 	}
-	renewAt := RenewAt(leaf)
-	if s.ExpirationTimestamp.Time.Before(renewAt) {
-		renewAt = s.ExpirationTimestamp.Time
-	}
-	return cred, renewAt, nil
+	return cred, leaf.NotAfter.Sub(leaf.NotBefore), nil
 }
 
 // Store writes cred as the credential of k: a temporary file of mode 0600 in

@@ -48,7 +48,7 @@ func issue(t *testing.T, notBefore time.Time, lifetime time.Duration) (*clientau
 	require.NoError(t, err)
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8})
-	return execcache.Credential(certPEM, keyPEM, execcache.RenewAt(leaf)), leaf
+	return execcache.Credential(certPEM, keyPEM, execcache.RenewWithin(leaf.NotBefore, leaf.NotAfter)), leaf
 }
 
 func open(t *testing.T) (*execcache.Cache, string) {
@@ -97,7 +97,7 @@ func TestStoreAndLoad(t *testing.T) {
 	require.NoError(t, err)
 	assertSame(t, cred, got)
 
-	renewAt := execcache.RenewAt(leaf)
+	renewAt := execcache.RenewWithin(leaf.NotBefore, leaf.NotAfter)
 	got, err = c.Load(key, renewAt.Add(-time.Second))
 	require.NoError(t, err)
 	assert.NotNil(t, got)
@@ -118,9 +118,9 @@ func TestStoreAndLoad(t *testing.T) {
 	assert.Nil(t, got, "another context has its own file")
 }
 
-// TestRenewAt: five minutes before expiry, or a tenth of the lifetime when
-// that is shorter.
-func TestRenewAt(t *testing.T) {
+// TestRenewWithin: five minutes before expiry, or a tenth of the lifetime
+// when that is shorter.
+func TestRenewWithin(t *testing.T) {
 	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	for lifetime, before := range map[time.Duration]time.Duration{
 		time.Hour:            5 * time.Minute,
@@ -128,13 +128,11 @@ func TestRenewAt(t *testing.T) {
 		10 * time.Minute:     time.Minute,
 		30 * time.Second:     3 * time.Second,
 	} {
-		leaf := &x509.Certificate{NotBefore: start, NotAfter: start.Add(lifetime)}
-		assert.Equal(t, start.Add(lifetime-before), execcache.RenewAt(leaf), lifetime)
+		assert.Equal(t, start.Add(lifetime-before), execcache.RenewWithin(start, start.Add(lifetime)), lifetime)
 	}
 	// A certificate that ends before it begins is renewed at its end, not
 	// after it.
-	backwards := &x509.Certificate{NotBefore: start.Add(time.Hour), NotAfter: start}
-	assert.Equal(t, start, execcache.RenewAt(backwards))
+	assert.Equal(t, start, execcache.RenewWithin(start.Add(time.Hour), start))
 }
 
 // TestOpenRemovesWritesKilledMidway: a temporary file that a run killed
@@ -262,6 +260,28 @@ func TestLoadExpirationTimestamp(t *testing.T) {
 	require.NoError(t, c.Store(key, cred))
 	got, err := c.Load(key, now)
 	require.NoError(t, err)
+	assert.Nil(t, got)
+}
+
+// TestLoadCountsOnThisMachinesClock: the expiry written is this machine's
+// count, not the certificate's dates, which are its signer's clock: a
+// certificate ended by this clock (one ahead of the issuer's) is reused
+// until that expiry, not asked for again at each run (review 164); but an
+// expiry further off than a whole lifetime was not written by the plugin.
+func TestLoadCountsOnThisMachinesClock(t *testing.T) {
+	c, _ := open(t)
+	now := time.Now()
+	cred, _ := issue(t, now.Add(-3*time.Hour), time.Hour)
+	cred.Status.ExpirationTimestamp.Time = now.Add(50 * time.Minute)
+	require.NoError(t, c.Store(key, cred))
+	got, err := c.Load(key, now)
+	require.NoError(t, err)
+	assert.NotNil(t, got, "a credential this clock counts as valid was asked for again")
+
+	cred.Status.ExpirationTimestamp.Time = now.Add(2 * time.Hour)
+	require.NoError(t, c.Store(key, cred))
+	got, err = c.Load(key, now)
+	require.ErrorContains(t, err, "further off than its certificate's lifetime")
 	assert.Nil(t, got)
 }
 

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"regexp"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -65,9 +66,21 @@ func NewConfigFlags() *genericclioptions.ConfigFlags {
 // (-n, else the kubeconfig context's, else "default", as kubectl) and the
 // client configuration.
 func Client(flags genericclioptions.RESTClientGetter) (client.Client, string, *rest.Config, error) {
+	return ClientWithin(flags, 0)
+}
+
+// ClientWithin is Client whose every request is cut off after timeout when
+// the kubeconfig and --request-timeout set no bound of their own (kubectl's
+// default: none). The client's discovery of the API, on its first request
+// of a kind, takes no context: only this bounds it against a server that
+// accepts the connection and never answers.
+func ClientWithin(flags genericclioptions.RESTClientGetter, timeout time.Duration) (client.Client, string, *rest.Config, error) {
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
 		return nil, "", nil, ConfigError(err)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = timeout
 	}
 	namespace, _, err := flags.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
