@@ -30,6 +30,48 @@ func TestAnUnsignedConfigMapBundleIsRefusedUnlessChosen(t *testing.T) {
 		dep := render(t, set...).deployment(t)
 		assert.Equal(t, "/etc/ichor-policy/bundle/bundle.tar.gz", argValue(t, dep, "--bundle"), "%v", set)
 	}
+	// A path beside the ConfigMap passed over its check: the path may name
+	// the ConfigMap's own file, re-read at each poll (review 166).
+	out, err = renderOutput(t, "manager.bundle.configMap.name=ichor-bundle", "manager.bundle.path=/etc/ichor-policy/bundle/bundle.tar.gz")
+	require.Error(t, err)
+	assert.Contains(t, string(out), "are both set: give the bundle one way")
+}
+
+// TestExtraArgsDoNotSetWhatTheChartSets (review 166): the last of a flag
+// given twice wins, so a flag of the chart's own given again in
+// manager.extraArgs would run the pods otherwise than the chart checked,
+// wired and granted rights for them (--leader-elect=false under two
+// replicas: both would decide). Each flag the chart renders from its values
+// is refused there, and the others pass.
+func TestExtraArgsDoNotSetWhatTheChartSets(t *testing.T) {
+	values := filepath.Join(chartDir(t), "testdata", "values-all.yaml")
+	dep := decode(t, helm(t, nil, "template", release, chartDir(t), "--namespace", namespace, "-f", values)).deployment(t)
+	var args []string
+	for _, c := range dep.Spec.Template.Spec.Containers {
+		if c.Name == "manager" {
+			args = c.Args
+		}
+	}
+	require.NotEmpty(t, args)
+	owned := 0
+	for _, a := range args {
+		name, _, _ := strings.Cut(a, "=")
+		if !strings.HasPrefix(name, "--") || name == "--shadow-bundle" || name == "--bundle" || name == "--decision-log-url" || strings.HasPrefix(name, "--zap-") ||
+			slices.Contains([]string{"--bundle-poll-interval", "--bundle-max-compressed-bytes", "--bundle-max-uncompressed-bytes", "--bundle-max-files",
+				"--decision-log-buffer-events", "--decision-log-flush-timeout", "--resync-interval", "--talos-timeout", "--talos-watch", "--talos-watch-max",
+				"--talos-watch-max-age", "--tenant-max-csrs", "--tenant-max-csr-mib", "--talos-reader-lifetime", "--kubelet-serving-audit-interval",
+				"--kubelet-port"}, name) {
+			// The extra args themselves; the two with checks of their
+			// own; and the tunings no check or object follows.
+			continue
+		}
+		owned++
+		out, err := renderOutput(t, "manager.extraArgs={"+name+"=x}")
+		require.Error(t, err, "manager.extraArgs set %s again", name)
+		assert.Contains(t, string(out), "manager.extraArgs has "+name+", which the chart sets from its values")
+	}
+	assert.Greater(t, owned, 15, "the chart's own flags were not found in its arguments")
+	render(t, "manager.extraArgs={--talos-watch-max=10,--shadow-bundle=/etc/shadow/bundle.tar.gz,--leader-elected=x}")
 }
 
 // TestARemoteBundleWithoutAKeyIsRefusedAtRender: the manager refuses to start

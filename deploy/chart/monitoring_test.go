@@ -110,7 +110,7 @@ type ruleGroup struct {
 // with the values set.
 func alertGroups(t *testing.T, set ...string) []ruleGroup {
 	t.Helper()
-	objs := renderWith(t, monitoringAPIs, append([]string{"monitoring.prometheusRule.enabled=true"}, set...)...)
+	objs := renderWith(t, monitoringAPIs, append(slices.Clone(monitoringOn), set...)...)
 	spec, ok := objs.get(t, "PrometheusRule", release).Object["spec"].(map[string]any)
 	require.True(t, ok)
 	data, err := sigsyaml.Marshal(spec["groups"])
@@ -235,6 +235,19 @@ func TestAlertRules(t *testing.T) {
 	shardAlerts(t, defaults, groups, byName)
 	assert.Equal(t, "page", byName(groups, "IchorPolicyBundleRefused").Labels["severity"])
 	assert.Equal(t, "platform", byName(groups, "IchorTalosIdentityReadsFailing").Labels["team"])
+}
+
+// TestAlertsNeedTheirScrape (review 166): the alerts read the job the
+// chart's ServiceMonitor scrapes; with no ServiceMonitor and no job named,
+// nothing is scraped under that job and IchorManagerAbsent would fire for
+// ever. Refused at render, saying what to set.
+func TestAlertsNeedTheirScrape(t *testing.T) {
+	out, err := helmOutput(t, append([]string{"template", release, chartDir(t), "--namespace", namespace,
+		"--set", "monitoring.prometheusRule.enabled=true"}, monitoringAPIs...)...)
+	require.Error(t, err)
+	assert.Contains(t, string(out), "monitoring.prometheusRule.enabled without monitoring.serviceMonitor.enabled")
+	groups := alertGroups(t, "monitoring.serviceMonitor.enabled=false", "monitoring.prometheusRule.managerJob=kubernetes-pods")
+	assert.NotEmpty(t, groups)
 }
 
 // shardingOn turns sharding on for the alert tests: four shards among the

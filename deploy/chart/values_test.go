@@ -48,15 +48,19 @@ var badValues = map[string]string{
 	"securityContext.allowPrivilegeEscalation=true": "at '/securityContext/allowPrivilegeEscalation'",
 	"securityContext.capabilities.drop={NET_RAW}":   "at '/securityContext/capabilities/drop'",
 	"securityContext.capabilities.add={NET_ADMIN}":  "at '/securityContext/capabilities/add'",
-	"securityContext.privileged=true":               "at '/securityContext/privileged'",
-	"podSecurityContext.runAsNonRoot=false":         "at '/podSecurityContext/runAsNonRoot'",
-	"podSecurityContext.runAsUser=0":                "at '/podSecurityContext/runAsUser'",
-	"securityContext.runAsNonRoot=false":            "at '/securityContext/runAsNonRoot'",
-	"securityContext.runAsUser=0":                   "at '/securityContext/runAsUser'",
-	"fullnameOverride=a b":                          "at '/fullnameOverride'",
-	"nameOverride=Ichor":                            "at '/nameOverride'",
-	"monitoring.grafanaDashboard.namespace=Ops":     "at '/monitoring/grafanaDashboard/namespace'",
-	"manager.decisionLog.bufferEvents=1000000001":   "at '/manager/decisionLog/bufferEvents'",
+	// Nor the system-call filter (review 166).
+	"podSecurityContext.seccompProfile=null":            "missing property 'seccompProfile'",
+	"podSecurityContext.seccompProfile.type=Unconfined": "at '/podSecurityContext/seccompProfile/type'",
+	"securityContext.seccompProfile.type=Unconfined":    "at '/securityContext/seccompProfile/type'",
+	"securityContext.privileged=true":                   "at '/securityContext/privileged'",
+	"podSecurityContext.runAsNonRoot=false":             "at '/podSecurityContext/runAsNonRoot'",
+	"podSecurityContext.runAsUser=0":                    "at '/podSecurityContext/runAsUser'",
+	"securityContext.runAsNonRoot=false":                "at '/securityContext/runAsNonRoot'",
+	"securityContext.runAsUser=0":                       "at '/securityContext/runAsUser'",
+	"fullnameOverride=a b":                              "at '/fullnameOverride'",
+	"nameOverride=Ichor":                                "at '/nameOverride'",
+	"monitoring.grafanaDashboard.namespace=Ops":         "at '/monitoring/grafanaDashboard/namespace'",
+	"manager.decisionLog.bufferEvents=1000000001":       "at '/manager/decisionLog/bufferEvents'",
 }
 
 // TestValuesSchemaRefusesWhatTheChartWouldIgnore: a misspelt key, a string
@@ -129,6 +133,14 @@ func TestTheReleaseNamespaceIsItsOwn(t *testing.T) {
 	}
 	_, err := helmOutput(t, "template", release, chartDir(t), "--namespace", "ichor-system")
 	require.NoError(t, err)
+	// Nor is any of them a namespace whose Secrets the manager reads: a
+	// Role there reads the bootstrap tokens (review 166).
+	for _, ns := range []string{"kube-system", "kube-public", "kube-node-lease", "default"} {
+		out, err := renderOutput(t, "rbac.secretsNamespaces={team-a,"+ns+"}")
+		require.Error(t, err, "a Secrets Role in %s", ns)
+		assert.Contains(t, string(out), "rbac.secretsNamespaces names "+ns+", which Kubernetes itself uses")
+	}
+	render(t, "rbac.secretsNamespaces={team-a,team-b}")
 }
 
 // TestDisruptionBudgetOnlyWithReplicasToSpare: with one replica,

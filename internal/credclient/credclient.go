@@ -456,7 +456,10 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 	defer cancel()
 	requester, err := credential.WhoAmI(ctx, c)
 	if err != nil {
-		return nil, unanswered(parent, ctx, o.Timeout, err)
+		if late := unanswered(parent, ctx, o.Timeout, err); late != nil {
+			return nil, late
+		}
+		return nil, err
 	}
 	tcr := &ichorv1alpha1.TalosCredentialRequest{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, GenerateName: generateName(cluster, purpose)},
@@ -469,8 +472,8 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 		},
 	}
 	if err := c.Create(ctx, tcr); err != nil {
-		if ctx.Err() != nil {
-			return nil, unanswered(parent, ctx, o.Timeout, err)
+		if late := unanswered(parent, ctx, o.Timeout, err); late != nil {
+			return nil, late
 		}
 		if apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook") {
 			// The API server's RBAC refused before the webhook saw it.
@@ -533,13 +536,16 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 	}
 }
 
-// unanswered says that the API server did not answer within timeout, when
-// that is why err ended the exchange (not an interruption).
+// unanswered is err said as the API server not answering within timeout,
+// when that is why it ended the exchange, not an interruption: the
+// exchange's deadline, or a call's own (ClientWithin), which the API's
+// discovery meets first. Otherwise it is nil.
 func unanswered(parent, ctx context.Context, timeout time.Duration, err error) error {
-	if parent.Err() == nil && ctx.Err() != nil {
+	var timedOut net.Error
+	if parent.Err() == nil && (ctx.Err() != nil || errors.As(err, &timedOut) && timedOut.Timeout()) {
 		return fmt.Errorf("the API server did not answer within %s (--timeout): %w", timeout, err)
 	}
-	return err
+	return nil
 }
 
 func generateName(cluster string, purpose ichorv1alpha1.CredentialPurpose) string {
