@@ -522,6 +522,21 @@ func TestARequestRelabelledInALoopIsNotDecidedAtEachWrite(t *testing.T) {
 	// In two seconds the timer (1 s, then 2 s) asks at most twice, and a
 	// decision already under way once more.
 	assert.LessOrEqual(t, len(entriesFor(name))-before, 3, "decisions while the request was relabelled %d times", writes)
+
+	// Nor at each write of a condition of its own to its status, which no
+	// rule reads either (review 165; a tenant's server sends such updates
+	// without any write).
+	before = len(entriesFor(name))
+	writes = 0
+	for start := time.Now(); time.Since(start) < 2*time.Second; writes++ {
+		csr := env.GetCSR(t, name)
+		csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: "Loop", Status: corev1.ConditionTrue,
+			Reason: "Loop", Message: strconv.Itoa(writes), LastUpdateTime: metav1.Now()}}
+		_, err := env.Clientset.CertificatesV1().CertificateSigningRequests().UpdateStatus(t.Context(), csr, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	require.Greater(t, writes, 20)
+	assert.LessOrEqual(t, len(entriesFor(name))-before, 3, "decisions while the request's status was written %d times", writes)
 }
 
 // A request of the wrong shape stays pending whatever its requester may do:

@@ -523,12 +523,12 @@ func (r *Reconciler) waiting(nodes ...string) []reconcile.Request {
 }
 
 // changedForTheRule lets through every event but an update that changed
-// nothing the rule reads (approval.MetadataOnly): a request relabelled in a
+// nothing the rule reads (approval.NothingReadChanged): a request relabelled in a
 // loop is not decided and logged again at each write.
 func changedForTheRule() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		old, okOld := e.ObjectOld.(*certificatesv1.CertificateSigningRequest)
 		updated, okNew := e.ObjectNew.(*certificatesv1.CertificateSigningRequest)
-		return !okOld || !okNew || !approval.MetadataOnly(old, updated)
+		return !okOld || !okNew || !approval.NothingReadChanged(old, updated)
 	}}
 }

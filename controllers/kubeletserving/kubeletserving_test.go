@@ -505,11 +505,43 @@ func TestCompromisedNodeAskingForAnotherNodesIPIsDenied(t *testing.T) {
 	assert.Nil(t, evil.Current(), "the compromised kubelet has no certificate")
 }
 
+// It is decided once at each version that changes what the rule reads, not
+// at each write of a condition of another type to its status, which whoever
+// may write the status (on a tenant's server, the tenant; a hostile server
+// without any write) can send without end (review 165).
 func TestUnknownMachineStaysPending(t *testing.T) {
 	newFixture(t, false)
 	node := nodeClient(t, "system:node:stranger-1", "system:nodes")
 	name := submit(t, node, "pending-unknown", csrgen.Request{Subject: csrgen.NodeSubject("stranger-1"), DNSNames: []string{"stranger-1"}})
 	loggedPending(t, name, "MachineUnknown")
+
+	before := len(entriesFor(name))
+	writes := 0
+	for start := time.Now(); time.Since(start) < 2*time.Second; writes++ {
+		csr := env.GetCSR(t, name)
+		csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: "Loop", Status: corev1.ConditionTrue,
+			Reason: "Loop", Message: strconv.Itoa(writes), LastUpdateTime: metav1.Now()}}
+		_, err := env.Clientset.CertificatesV1().CertificateSigningRequests().UpdateStatus(t.Context(), csr, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	require.Greater(t, writes, 20)
+	// Each judging cluster's own wait may end once meanwhile.
+	assert.LessOrEqual(t, len(entriesFor(name))-before, judgingClusters(t), "decisions while the request's status was written %d times", writes)
+}
+
+// judgingClusters is how many TalosClusters judge the test's API server:
+// the package's earlier tests leave theirs.
+func judgingClusters(t *testing.T) int {
+	t.Helper()
+	var clusters ichorv1alpha1.TalosClusterList
+	require.NoError(t, env.Client.List(t.Context(), &clusters))
+	judging := 0
+	for _, c := range clusters.Items {
+		if c.Spec.Security.KubeletServingCertificates.Enabled && c.Spec.KubeconfigRef == nil {
+			judging++
+		}
+	}
+	return judging
 }
 
 // A request for a name no machine has stays pending whatever else it holds
@@ -531,17 +563,8 @@ func TestARequestForAnUnknownNameIsDecidedOnceUntilAMachineTakesIt(t *testing.T)
 		})
 		loggedPending(t, later, "MachineUnknown")
 	}
-	// Each cluster that judges this API server decides it once: the
-	// package's earlier tests leave theirs.
-	var clusters ichorv1alpha1.TalosClusterList
-	require.NoError(t, env.Client.List(f.ctx, &clusters))
-	judging := 0
-	for _, c := range clusters.Items {
-		if c.Spec.Security.KubeletServingCertificates.Enabled && c.Spec.KubeconfigRef == nil {
-			judging++
-		}
-	}
-	assert.LessOrEqual(t, len(entriesFor(ghost)), judging, "decided again at a change of other machines")
+	// Each cluster that judges this API server decides it once.
+	assert.LessOrEqual(t, len(entriesFor(ghost)), judgingClusters(t), "decided again at a change of other machines")
 
 	f.machine("ghost-9", "10.46.0.9")
 	v := decided(t, ghost)

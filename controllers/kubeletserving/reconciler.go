@@ -367,7 +367,7 @@ func csrEvents(counts *floodCounts, names *nodeNames, queue func(context.Context
 			queue(ctx, e.Object)
 		},
 		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[*certificatesv1.CertificateSigningRequest], _ events) {
-			if approval.MetadataOnly(e.ObjectOld, e.ObjectNew) {
+			if approval.NothingReadChanged(e.ObjectOld, e.ObjectNew) {
 				return
 			}
 			replaced := e.ObjectOld.UID != e.ObjectNew.UID

@@ -5,6 +5,7 @@
 package approval
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -77,19 +78,35 @@ func DecisionOf(csr *certificatesv1.CertificateSigningRequest) (d Decision, ok b
 	return Decision{}, false
 }
 
-// MetadataOnly reports whether an update of a request changed nothing the
-// rules read: the same request (UID), its status (conditions, certificate)
-// and its deletion as before, so only its labels, annotations or the like
-// (its spec cannot change). Whoever may update a request (a tenant on its own
-// API server) could otherwise have it decided and logged again at the rate
-// of its writes (review of 2026-12-05); such an update wakes nothing, and the
-// request is looked at again when its own wait is over.
+// NothingReadChanged reports whether an update of a request changed nothing
+// the rules read: the same request (UID), its verdict conditions (Approved,
+// Denied, Failed), its certificate and its deletion as before, so only its
+// labels, annotations, conditions of other types or the like (its spec
+// cannot change; no input of a rule holds the rest of its status). Whoever
+// may update a request, or its status (a tenant on its own API server),
+// could otherwise have it decided and logged again at the rate of its
+// writes (reviews of 2026-12-05, and 165 for the status); such an update
+// wakes nothing, and the request is looked at again when its own wait is
+// over.
 //
 // An informer's resync (the same version twice) is no such update: it is a
 // look the approver may need, and is let through.
-func MetadataOnly(old, updated *certificatesv1.CertificateSigningRequest) bool {
+func NothingReadChanged(old, updated *certificatesv1.CertificateSigningRequest) bool {
 	return old.UID == updated.UID && old.ResourceVersion != updated.ResourceVersion &&
-		old.DeletionTimestamp.Equal(updated.DeletionTimestamp) && equality.Semantic.DeepEqual(old.Status, updated.Status)
+		old.DeletionTimestamp.Equal(updated.DeletionTimestamp) && bytes.Equal(old.Status.Certificate, updated.Status.Certificate) &&
+		equality.Semantic.DeepEqual(verdicts(old.Status.Conditions), verdicts(updated.Status.Conditions))
+}
+
+// verdicts are the conditions of a request's verdict, in their order.
+func verdicts(conditions []certificatesv1.CertificateSigningRequestCondition) []certificatesv1.CertificateSigningRequestCondition {
+	var out []certificatesv1.CertificateSigningRequestCondition
+	for _, c := range conditions {
+		switch c.Type {
+		case certificatesv1.CertificateApproved, certificatesv1.CertificateDenied, certificatesv1.CertificateFailed:
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Approve writes the Approved condition with reason and message.

@@ -65,27 +65,41 @@ func TestAnUncertainWriteIsRecordedOnlyAsWhatItWrote(t *testing.T) {
 	assert.Equal(t, engine.ActionDeny, got.Action)
 }
 
-// An update that changed only what no rule reads (labels, annotations) is told
-// apart from one that changed the request's status or deletion, or replaced
-// it.
-func TestMetadataOnly(t *testing.T) {
+// An update that changed only what no rule reads (labels, annotations,
+// conditions of other types) is told apart from one that changed the
+// request's verdict, certificate or deletion, or replaced it.
+func TestNothingReadChanged(t *testing.T) {
 	old := &certificatesv1.CertificateSigningRequest{ObjectMeta: metav1.ObjectMeta{Name: "csr-1", UID: "uid-1", ResourceVersion: "1"}}
 	relabelled := old.DeepCopy()
 	relabelled.ResourceVersion, relabelled.Labels = "2", map[string]string{"loop": "1"}
-	assert.True(t, approval.MetadataOnly(old, relabelled))
+	assert.True(t, approval.NothingReadChanged(old, relabelled))
 
-	decided := relabelled.DeepCopy()
-	decided.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue}}
-	assert.False(t, approval.MetadataOnly(old, decided))
+	// A condition of another type, however often it changes (review 165).
+	remarked := relabelled.DeepCopy()
+	remarked.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: "Loop", Status: corev1.ConditionTrue, Message: "1"}}
+	assert.True(t, approval.NothingReadChanged(old, remarked))
+	again := remarked.DeepCopy()
+	again.ResourceVersion, again.Status.Conditions[0].Message = "3", "2"
+	assert.True(t, approval.NothingReadChanged(remarked, again))
+
+	for _, verdict := range []certificatesv1.RequestConditionType{certificatesv1.CertificateApproved, certificatesv1.CertificateDenied, certificatesv1.CertificateFailed} {
+		decided := remarked.DeepCopy()
+		decided.Status.Conditions = append(decided.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{Type: verdict, Status: corev1.ConditionTrue})
+		assert.False(t, approval.NothingReadChanged(old, decided), verdict)
+		assert.False(t, approval.NothingReadChanged(remarked, decided), verdict)
+	}
+	issued := relabelled.DeepCopy()
+	issued.Status.Certificate = []byte("a certificate")
+	assert.False(t, approval.NothingReadChanged(old, issued))
 
 	deleting := relabelled.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{}
-	assert.False(t, approval.MetadataOnly(old, deleting))
+	assert.False(t, approval.NothingReadChanged(old, deleting))
 
 	replaced := relabelled.DeepCopy()
 	replaced.UID = "uid-2"
-	assert.False(t, approval.MetadataOnly(old, replaced))
+	assert.False(t, approval.NothingReadChanged(old, replaced))
 
 	// An informer's resync: the same version, let through.
-	assert.False(t, approval.MetadataOnly(old, old.DeepCopy()))
+	assert.False(t, approval.NothingReadChanged(old, old.DeepCopy()))
 }
