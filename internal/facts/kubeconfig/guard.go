@@ -207,6 +207,17 @@ func (l *Local) RESTConfig(ctx context.Context, tenant string, d *Document, inse
 		// parses every Warning among them: an API server's own headers
 		// are a few hundred bytes.
 		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
+		// What the server sends before client-go reads it waits in these
+		// windows, outside the tenant's budget of bytes being read (which
+		// counts what is read): Go's defaults, 4 MiB a stream and 1 GiB a
+		// connection, would let each watch of a tenant hold megabytes
+		// (review 165). A watch's events and a list's pages are read as
+		// they come, so a small window costs them nothing but a round trip
+		// a window.
+		HTTP2: &http.HTTP2Config{
+			MaxReceiveBufferPerStream:     MaxReceiveBufferPerStream,
+			MaxReceiveBufferPerConnection: 4 * MaxReceiveBufferPerStream,
+		},
 	}
 	// A tenant's server chooses its warnings' text and number: the
 	// manager's log (where the process-wide handler writes every one) is
@@ -327,6 +338,11 @@ const MaxErrorResponseBytes = 64 << 10
 // MaxResponseHeaderBytes bounds the headers of a remote API server's
 // answer.
 const MaxResponseHeaderBytes = 64 << 10
+
+// MaxReceiveBufferPerStream is the HTTP/2 window a remote API server's
+// answer is granted: what it may send before it is read. A connection's is
+// four times as much.
+const MaxReceiveBufferPerStream = 256 << 10
 
 // MaxWatchEventBytes bounds one event of a remote API server's JSON watch:
 // client-go's own bound on a decoded object (16 MiB).

@@ -782,3 +782,51 @@ func TestTheListsOfATenantAreBoundedTogether(t *testing.T) {
 	giveBack() // twice gives back nothing more
 	assert.Zero(t, kubeconfig.ListBytesInUse(l, "team-a"))
 }
+
+// What a tenant's server sends over HTTP/2 faster than client-go reads it
+// waits in the connection's receive buffers, outside the tenant's budget of
+// bytes being read: Go grants each stream 4 MiB and a connection 1 GiB by
+// default, so each of a tenant's watches could hold megabytes the budget
+// never sees (review 165). The windows the manager grants are small: a
+// server writing into an answer nobody reads is held to them.
+func TestAnHTTP2AnswerNotReadIsHeldToASmallWindow(t *testing.T) {
+	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	cert, ca := selfSigned(t)
+	var written atomic.Int64
+	tenant := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		chunk := bytes.Repeat([]byte(" "), 16<<10)
+		for r.Context().Err() == nil && written.Load() < 64<<20 {
+			n, err := w.Write(chunk)
+			written.Add(int64(n))
+			if err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}))
+	tenant.EnableHTTP2 = true
+	tenant.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	tenant.StartTLS()
+	t.Cleanup(tenant.Close)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	cfg, err := localOf(local).RESTConfig(ctx, "tenant", kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+	require.NoError(t, err)
+	client, err := rest.HTTPClientFor(cfg)
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, tenant.URL+"/api/v1/namespaces/x/configmaps/flood", nil)
+	require.NoError(t, err)
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 2, resp.ProtoMajor, "the answer came over %s, not HTTP/2", resp.Proto)
+	require.Eventually(t, func() bool { return written.Load() > 0 }, 10*time.Second, 10*time.Millisecond)
+	// Unread for a second: what the server could send meanwhile is what the
+	// window let through (4 MiB in well under a second by default).
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		require.LessOrEqual(t, written.Load(), int64(1<<20), "the server sent that much into an answer nobody read")
+		time.Sleep(10 * time.Millisecond)
+	}
+}
