@@ -1,5 +1,7 @@
 package kubeconfig
 
+import "time"
+
 // ListBytesInUse is what the lists being read (or leased) from tenant's
 // servers hold of its budget.
 func ListBytesInUse(l *Local, tenant string) int64 {
@@ -7,4 +9,12 @@ func ListBytesInUse(l *Local, tenant string) int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.used
+}
+
+// ExpireLocal has the local API server's key and CA read again at their
+// next use, as LocalRereadAfter does.
+func ExpireLocal(l *Local) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.readAt = time.Time{}
 }

@@ -155,8 +155,7 @@ func (l *Local) RESTConfig(ctx context.Context, tenant string, d *Document, inse
 		// tenant's to make long.
 		return nil, errors.New("the kubeconfig's server is not https://: only an https:// server is reached")
 	}
-	localKey, roots, err := l.load(ctx)
-	if err != nil {
+	if _, _, err := l.load(ctx); err != nil {
 		return nil, err
 	}
 	tlsConfig, err := rest.TLSConfigFor(cfg)
@@ -171,7 +170,13 @@ func (l *Local) RESTConfig(ctx context.Context, tenant string, d *Document, inse
 		if len(cs.PeerCertificates) == 0 {
 			return errors.New("the peer presents no certificate")
 		}
-		id := identify(cs.PeerCertificates, localKey, roots)
+		// The local API server's keys and CA as now read: this client
+		// lives as long as the tenant's kubeconfig, past their rotation.
+		localKeys, roots, err := l.load(context.Background())
+		if err != nil {
+			return err
+		}
+		id := identify(cs.PeerCertificates, localKeys, roots)
 		if id.SameKeyAsLocal || id.VerifiesWithLocalCA {
 			return ErrServerIsLocal
 		}

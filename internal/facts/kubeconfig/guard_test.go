@@ -19,6 +19,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -829,4 +831,45 @@ func TestAnHTTP2AnswerNotReadIsHeldToASmallWindow(t *testing.T) {
 		require.LessOrEqual(t, written.Load(), int64(1<<20), "the server sent that much into an answer nobody read")
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// The local API server's CA is read again while the manager runs: its CA
+// rotated (the kubelet updates the service account's CA file), a tenant's
+// server under the new CA is the local API server, refused on the client
+// made before the rotation too, at its next connection. Read once, it was
+// judged not local, and connected to, until a restart (review 165).
+func TestALocalCARotatedWhileRunningIsSeen(t *testing.T) {
+	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	cert, ca := selfSigned(t)
+	tenant := newServer(t, &cert, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{},"items":[]}`)
+	})
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	require.NoError(t, os.WriteFile(caFile, certPEM(local.Server), 0o600))
+	l := &kubeconfig.Local{Config: &rest.Config{Host: local.URL, TLSClientConfig: rest.TLSClientConfig{CAFile: caFile}}}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	doc := kubeconfig.Read(tenantKubeconfig(tenant.URL, ca))
+	id, err := l.Probe(ctx, doc)
+	require.NoError(t, err)
+	require.False(t, id.VerifiesWithLocalCA)
+	cfg, err := l.RESTConfig(ctx, "tenant", doc, false)
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	_, err = cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err, "the tenant's server before the rotation")
+
+	// The management cluster's CA rotates to the one the tenant's server
+	// presents: both are served while it does.
+	require.NoError(t, os.WriteFile(caFile, append(certPEM(local.Server), ca...), 0o600))
+	kubeconfig.ExpireLocal(l)
+	id, err = l.Probe(ctx, doc)
+	require.NoError(t, err)
+	assert.True(t, id.VerifiesWithLocalCA, "the rotated CA was not read")
+	tenant.CloseClientConnections()
+	_, err = cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	require.ErrorIs(t, err, kubeconfig.ErrServerIsLocal, "a connection of the client made before the rotation")
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,7 +39,8 @@ type Identity struct {
 const ProbeTimeout = 10 * time.Second
 
 // Local is the identity of the API server the manager runs against: its
-// serving key, read once by a handshake, and its CA.
+// serving key, read by a handshake, and its CA, read again every
+// LocalRereadAfter.
 type Local struct {
 	// Config is the manager's own client configuration.
 	Config *rest.Config
@@ -51,32 +53,77 @@ type Local struct {
 	// tenant's servers (DefaultListBytes if zero).
 	ListBytes int64
 
-	mu    sync.Mutex
-	key   []byte
-	roots *x509.CertPool
-	lists map[string]*byteBudget
+	mu     sync.Mutex
+	keys   [][]byte
+	cas    [][]byte
+	roots  *x509.CertPool
+	readAt time.Time
+	lists  map[string]*byteBudget
 }
 
-func (l *Local) load(ctx context.Context) ([]byte, *x509.CertPool, error) {
+// LocalRereadAfter is how long the local API server's key and CA, as last
+// read, are believed before they are read again: read once, a rotation of
+// either while the manager ran went unseen until a restart, and a tenant's
+// kubeconfig naming the API server under its new key or CA was judged not
+// local, and connected to (review 165).
+const LocalRereadAfter = 10 * time.Minute
+
+// localKept is how many keys and CAs of the local API server, the latest
+// read, are kept: a rotation serves the old and the new side by side, and a
+// server presenting either is the local one.
+const localKept = 3
+
+// load is the local API server's keys and CA, read again when they are
+// older than LocalRereadAfter. A read that fails keeps what was read
+// before, if anything was: the manager's own API server unreachable for a
+// moment does not make every tenant's server unknowable.
+func (l *Local) load(ctx context.Context) ([][]byte, *x509.CertPool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.key != nil {
-		return l.key, l.roots, nil
+	if l.keys != nil && time.Since(l.readAt) < LocalRereadAfter {
+		return l.keys, l.roots, nil
 	}
+	key, ca, err := l.read(ctx)
+	if err != nil {
+		if l.keys != nil {
+			// Tried again in a minute, not at each connection.
+			l.readAt = time.Now().Add(time.Minute - LocalRereadAfter)
+			return l.keys, l.roots, nil
+		}
+		return nil, nil, err
+	}
+	l.keys = kept(l.keys, key)
+	if ca != nil {
+		l.cas = kept(l.cas, ca)
+	}
+	if len(l.cas) > 0 {
+		l.roots = x509.NewCertPool()
+		for _, pem := range l.cas {
+			l.roots.AppendCertsFromPEM(pem)
+		}
+	}
+	l.readAt = time.Now()
+	return l.keys, l.roots, nil
+}
+
+// read reads the local API server's serving key, by a handshake, and its
+// CA (nil when it is trusted by the system's roots).
+func (l *Local) read(ctx context.Context) ([]byte, []byte, error) {
 	if l.Config == nil {
 		return nil, nil, errors.New("the manager's own API server is not known")
 	}
 	cfg := rest.CopyConfig(l.Config)
-	// The in-cluster configuration names its CA by file.
+	// The in-cluster configuration names its CA by file, which the kubelet
+	// updates when the cluster's CA rotates.
 	if err := rest.LoadTLSFiles(cfg); err != nil {
 		return nil, nil, fmt.Errorf("the CA of the manager's own API server: %w", err)
 	}
-	var roots *x509.CertPool
+	var ca []byte
 	if len(cfg.CAData) > 0 {
-		roots = x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(cfg.CAData) {
+		if !x509.NewCertPool().AppendCertsFromPEM(cfg.CAData) {
 			return nil, nil, errors.New("the CA of the manager's own API server holds no certificate")
 		}
+		ca = cfg.CAData
 	}
 	certs, err := handshake(ctx, cfg.Host, cfg.ServerName, nil)
 	if err != nil {
@@ -86,8 +133,14 @@ func (l *Local) load(ctx context.Context) ([]byte, *x509.CertPool, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("the manager's own API server's key: %w", err)
 	}
-	l.key, l.roots = key, roots
-	return key, roots, nil
+	return key, ca, nil
+}
+
+// kept is seen with v last, once, and at most localKept of them.
+func kept(seen [][]byte, v []byte) [][]byte {
+	out := slices.DeleteFunc(slices.Clone(seen), func(s []byte) bool { return bytes.Equal(s, v) })
+	out = append(out, v)
+	return out[max(len(out)-localKept, 0):]
 }
 
 // Probe finds the identity of the server of the document's context in use
@@ -100,7 +153,7 @@ func (l *Local) Probe(ctx context.Context, d *Document) (Identity, error) {
 	if d.cluster == nil {
 		return Identity{}, errors.New("the kubeconfig has no cluster in use")
 	}
-	localKey, roots, err := l.load(ctx)
+	localKeys, roots, err := l.load(ctx)
 	if err != nil {
 		return Identity{}, err
 	}
@@ -108,15 +161,15 @@ func (l *Local) Probe(ctx context.Context, d *Document) (Identity, error) {
 	if err != nil {
 		return Identity{}, fmt.Errorf("the server of the kubeconfig: %w", err)
 	}
-	return identify(certs, localKey, roots), nil
+	return identify(certs, localKeys, roots), nil
 }
 
 // identify is what a server presenting certs is, next to the local API
-// server's key and CA (roots, nil when unknown).
-func identify(certs []*x509.Certificate, localKey []byte, roots *x509.CertPool) Identity {
+// server's keys and CA (roots, nil when unknown).
+func identify(certs []*x509.Certificate, localKeys [][]byte, roots *x509.CertPool) Identity {
 	id := Identity{LocalCAKnown: roots != nil}
 	if key, err := x509.MarshalPKIXPublicKey(certs[0].PublicKey); err == nil {
-		id.SameKeyAsLocal = bytes.Equal(key, localKey)
+		id.SameKeyAsLocal = slices.ContainsFunc(localKeys, func(k []byte) bool { return bytes.Equal(key, k) })
 	}
 	if roots != nil {
 		inter := x509.NewCertPool()
