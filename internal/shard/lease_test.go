@@ -326,7 +326,8 @@ func (l failingLeaseClient) Update(ctx context.Context, lease *coordinationv1.Le
 // and so naming nobody) are deleted once unchanged for StaleMemberAfter;
 // those of live replicas, and a Lease outside the members' names, are not.
 // Before, every Pod name ever run left its Lease for ever (stop 63's
-// review).
+// review). So are the shard Leases of a shard count no longer given, which
+// each change of count left for ever, but never one named for this count.
 func TestShardTheMembershipLeasesOfGoneReplicasAreDeleted(t *testing.T) {
 	cs := leaseEnv(t)
 	leases := cs.CoordinationV1().Leases(leaseNamespace)
@@ -353,6 +354,18 @@ func TestShardTheMembershipLeasesOfGoneReplicasAreDeleted(t *testing.T) {
 		require.NoError(t, err)
 	}
 	const shards = 4
+	// Shard Leases of a count no longer given: one held by a replica gone,
+	// one naming a replica that runs now with the new count. And one named
+	// for this count, whatever its label says, which is never collected.
+	for name, o := range map[string]struct{ holder, shards string }{
+		shard.ShardLeaseName(8, 0): {"killed", "8"}, shard.ShardLeaseName(8, 1): {"a", "8"}, shard.ShardLeaseName(shards, 9): {"", "8"},
+	} {
+		_, err := leases.Create(t.Context(), &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{shard.LabelRole: "shard", shard.LabelShards: o.shards}},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(o.holder)},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
 	const after = 5 * time.Second
 	stale := func(o *shard.Options) { o.StaleMemberAfter = after }
 	started := time.Now()
@@ -365,20 +378,28 @@ func TestShardTheMembershipLeasesOfGoneReplicasAreDeleted(t *testing.T) {
 	}, 20*time.Second, 50*time.Millisecond, "c never became a member")
 	stopping := time.Now()
 	stopC()
-	gone := []string{shard.MemberLeaseName("killed"), shard.MemberLeaseName("c")}
+	gone := []string{shard.MemberLeaseName("killed"), shard.MemberLeaseName("c"), shard.ShardLeaseName(8, 0), shard.ShardLeaseName(8, 1)}
 	require.Eventually(t, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return !deleted[gone[0]].IsZero() && !deleted[gone[1]].IsZero()
-	}, 40*time.Second, 100*time.Millisecond, "the gone replicas' membership Leases were not deleted")
+		for _, name := range gone {
+			if deleted[name].IsZero() {
+				return false
+			}
+		}
+		return true
+	}, 40*time.Second, 100*time.Millisecond, "the gone replicas' membership Leases, or the old count's shard Leases, were not deleted")
 	mu.Lock()
 	// Not before they were seen unchanged for StaleMemberAfter: the killed
-	// replica's since the first replica's start, c's since its release.
+	// replica's and the old count's since the first replica's start, c's
+	// since its release.
 	assert.GreaterOrEqual(t, deleted[gone[0]].Sub(started), after, "the killed replica's Lease went early")
 	assert.GreaterOrEqual(t, deleted[gone[1]].Sub(stopping), after, "c's Lease went early")
+	assert.GreaterOrEqual(t, deleted[gone[2]].Sub(started), after, "an old count's shard Lease went early")
+	assert.GreaterOrEqual(t, deleted[gone[3]].Sub(started), after, "an old count's shard Lease went early")
 	mu.Unlock()
 	require.Eventually(t, func() bool { return servedOnce(shards, a, b) }, 20*time.Second, 50*time.Millisecond)
-	for _, name := range []string{shard.MemberLeaseName("a"), shard.MemberLeaseName("b"), "not-a-membership"} {
+	for _, name := range []string{shard.MemberLeaseName("a"), shard.MemberLeaseName("b"), "not-a-membership", shard.ShardLeaseName(shards, 9)} {
 		_, err := leases.Get(t.Context(), name, metav1.GetOptions{})
 		require.NoError(t, err, name)
 	}

@@ -1201,11 +1201,29 @@ func (s *Set) tick(ctx context.Context) {
 // this replica's watch behind) is kept; a replica whose Lease was deleted
 // all the same makes it again at its next renewal. Its shards were taken
 // long before (a lease duration after its last renewal).
+//
+// The shard Leases of another shard count than the one every live replica
+// announces (this look saw no mismatch) are deleted the same way: a change
+// of count left N of them for ever, which every replica watches. None of
+// them can be held: a replica of another count that is live serves nothing
+// and makes the looks see a mismatch, and one back from a pause finds its
+// Lease gone and its hold lapsed.
 func (s *Set) collectMembers(ctx context.Context, v view, now time.Time) {
 	members, err := s.lister.List(labels.SelectorFromSet(labels.Set{LabelRole: roleMember}))
 	if err != nil {
 		s.o.Log.Error(err, "list membership Leases")
 		return
+	}
+	shards, err := s.lister.List(labels.SelectorFromSet(labels.Set{LabelRole: roleShard}))
+	if err != nil {
+		s.o.Log.Error(err, "list shard Leases")
+		return
+	}
+	mine := strconv.Itoa(s.o.Shards)
+	for _, l := range shards {
+		if strings.HasPrefix(l.Name, ShardLeasePrefix) && !strings.HasPrefix(l.Name, ShardLeasePrefix+mine+"-") && l.Labels[LabelShards] != mine {
+			members = append(members, l)
+		}
 	}
 	deletions := 0
 	for _, l := range members {
@@ -1214,9 +1232,14 @@ func (s *Set) collectMembers(ctx context.Context, v view, now time.Time) {
 			// long by a backlog (the first after an upgrade).
 			return
 		}
-		holder := replicaOf(ptr.Deref(l.Spec.HolderIdentity, ""))
-		if !strings.HasPrefix(l.Name, MemberLeasePrefix) || l.Name == MemberLeaseName(s.o.Identity) || (holder != "" && v.isLive[holder]) {
-			continue
+		// A shard Lease of another count is held by no process of this
+		// count, even one named as its holder (a replica restarted with
+		// the new count): only its being unchanged counts.
+		if l.Labels[LabelRole] == roleMember {
+			holder := replicaOf(ptr.Deref(l.Spec.HolderIdentity, ""))
+			if !strings.HasPrefix(l.Name, MemberLeasePrefix) || l.Name == MemberLeaseName(s.o.Identity) || (holder != "" && v.isLive[holder]) {
+				continue
+			}
 		}
 		s.mu.Lock()
 		o, ok := s.seen[l.Name]
@@ -1232,7 +1255,11 @@ func (s *Set) collectMembers(ctx context.Context, v view, now time.Time) {
 		cancel()
 		switch {
 		case err == nil:
-			s.o.Log.Info("deleted the membership Lease of a replica gone", "lease", l.Name, "holder", ptr.Deref(l.Spec.HolderIdentity, ""),
+			what := "the membership Lease of a replica gone"
+			if l.Labels[LabelRole] == roleShard {
+				what = "a shard Lease of a shard count no longer given"
+			}
+			s.o.Log.Info("deleted "+what, "lease", l.Name, "holder", ptr.Deref(l.Spec.HolderIdentity, ""),
 				"unchanged_since", o.at.UTC().Format(time.RFC3339))
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 			// Deleted by another, or changed since: the next look judges it again.
