@@ -218,6 +218,16 @@ func ExecCredential(ctx context.Context, o Request, cacheDir string, warn io.Wri
 	if err != nil {
 		return nil, fmt.Errorf("the issued certificate does not parse: %w", err)
 	}
+	// An admin kubeconfig is never the break-glass one, and is a client's:
+	// an answer otherwise (an issuer gone wrong, or whoever may write the
+	// request's status) is not cached for kubectl to use for an hour
+	// (review 164).
+	if slices.Contains(leaf.Subject.Organization, "system:masters") {
+		return nil, errors.New("the issued certificate is in group system:masters, which an admin kubeconfig never is; it is not used")
+	}
+	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+		return nil, errors.New("the issued certificate is not for client authentication; it is not used")
+	}
 	// The certificate checked, and nothing around it, is what kubectl and
 	// the cache get: whatever else the status held (text, more blocks, up
 	// to a megabyte) is neither printed nor cached.

@@ -158,6 +158,12 @@ func TestTheAnswerIsTheRequestsOwnAndAnInterruptIsNoTimeout(t *testing.T) {
 // notBefore to notAfter.
 func forger(t *testing.T) func(pub any, notBefore, notAfter time.Time) []byte {
 	t.Helper()
+	return forgerOf(t, pkix.Name{CommonName: "ichor-admin:ada", Organization: []string{"ichor:admins"}}, x509.ExtKeyUsageClientAuth)
+}
+
+// forgerOf is forger of certificates of subject and usage.
+func forgerOf(t *testing.T, subject pkix.Name, usage x509.ExtKeyUsage) func(pub any, notBefore, notAfter time.Time) []byte {
+	t.Helper()
 	_, caKey, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
 	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "forger"},
@@ -165,9 +171,9 @@ func forger(t *testing.T) func(pub any, notBefore, notAfter time.Time) []byte {
 		KeyUsage: x509.KeyUsageCertSign}
 	return func(pub any, notBefore, notAfter time.Time) []byte {
 		der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{SerialNumber: big.NewInt(2),
-			Subject:   pkix.Name{CommonName: "ichor-admin:ada", Organization: []string{"ichor:admins"}},
+			Subject:   subject,
 			NotBefore: notBefore, NotAfter: notAfter,
-			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, ca, pub, caKey)
+			ExtKeyUsage: []x509.ExtKeyUsage{usage}}, ca, pub, caKey)
 		require.NoError(t, err)
 		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	}
@@ -262,6 +268,40 @@ func TestTheExecPluginCountsTheLifetimeOnThisMachinesClock(t *testing.T) {
 	cacheDir = ""
 	_, err = ask()
 	require.ErrorContains(t, err, "valid for no time")
+}
+
+// An answer that is not an admin's client certificate is neither printed
+// nor cached: one in group system:masters (the break-glass kubeconfig's,
+// which an admin kubeconfig never is), or one for servers (review 164).
+func TestTheExecPluginUsesOnlyAnAdminsClientCertificate(t *testing.T) {
+	const namespace = "team-e"
+	env, flags := adminIn(t, namespace)
+	var mu sync.Mutex
+	issue := forgerOf(t, pkix.Name{CommonName: "ichor-admin:ada", Organization: []string{"system:masters"}}, x509.ExtKeyUsageClientAuth)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	answerEach(ctx, env, namespace, func(pub any) (string, []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		leaf := issue(pub, time.Now(), time.Now().Add(time.Hour))
+		return string(leaf), leaf
+	})
+	cacheDir := filepath.Join(t.TempDir(), "cache")
+	ask := func() error {
+		_, err := credclient.ExecCredential(t.Context(), credclient.Request{Kube: flags, Cluster: "prod",
+			Timeout: 30 * time.Second, Progress: io.Discard}, cacheDir, io.Discard)
+		return err
+	}
+	require.ErrorContains(t, ask(), "in group system:masters")
+	mu.Lock()
+	issue = forgerOf(t, pkix.Name{CommonName: "ichor-admin:ada", Organization: []string{"ichor:admins"}}, x509.ExtKeyUsageServerAuth)
+	mu.Unlock()
+	require.ErrorContains(t, ask(), "not for client authentication")
+	entries, err := os.ReadDir(cacheDir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		assert.False(t, strings.HasSuffix(e.Name(), ".json"), "cached: %s", e.Name())
+	}
 }
 
 // Runs of the plugin at once with nothing cached (kubectl commands in
