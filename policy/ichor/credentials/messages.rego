@@ -70,16 +70,16 @@ _key_error(key) := key.error if {
 # twelve hex digits of its SHA-256, so that a name of look-alike letters, spaces or
 # punctuation reads neither as another person's nor as more of the sentence ("eve (lifetime
 # 1h0m0s); ... was requested by alice" named alice). The authenticator, not Ichor, chooses
-# the name (an OIDC claim, a client certificate's common name). A name longer than
-# event_person.max_length is cut, keeping its length and digest: cut by the Event's 1 kB
-# instead, two long names alike in their first kilobyte read as one person.
+# the name (an OIDC claim, a client certificate's common name). A long name is cut
+# (event_person), keeping its length and digest: cut by the Event's 1 kB instead, two long
+# names alike in their first kilobyte read as one person.
 _named(username) := username if {
-	count(username) <= _config.event_person.max_length
+	count(username) <= _config.event_person.plain_max_length
 	regex.match(`^[A-Za-z0-9]([A-Za-z0-9._@:-]*[A-Za-z0-9])?$`, username)
 } else := sprintf("%q (sha256 %s)", [username, _name_digest(username)]) if {
-	count(username) <= _config.event_person.max_length
+	count(username) <= _config.event_person.quoted_max_length
 } else := sprintf("%q... (%d characters, sha256 %s)", [
-	substring(username, 0, _config.event_person.max_length),
+	substring(username, 0, _config.event_person.quoted_max_length),
 	count(username),
 	_name_digest(username),
 ])

@@ -37,8 +37,13 @@ test_a_long_name_is_cut_keeping_its_digest if {
 	message := _admit(_as_user(long)).event.message
 	tail := sprintf("(%d characters, sha256 %s) (lifetime 1h0m0s)", [count(long), substring(crypto.sha256(long), 0, 12)])
 	endswith(message, tail)
-	contains(message, sprintf("%q...", [substring(long, 0, _config.event_person.max_length)]))
+	contains(message, sprintf("%q...", [substring(long, 0, _config.event_person.quoted_max_length)]))
 	message != _admit(_as_user(other)).event.message
+
+	# Not plain and longer than the quoted cut: cut there.
+	odd := concat("", ["ichor: ", concat("", [x | some _ in numbers.range(1, 20); x := "alice"])])
+	odd_tail := sprintf("(%d characters, sha256 %s) (lifetime 1h0m0s)", [count(odd), substring(crypto.sha256(odd), 0, 12)])
+	endswith(_admit(_as_user(odd)).event.message, odd_tail)
 
 	# Each character quoted at its longest: an unprintable one beyond the Basic Plane.
 	tags := concat("", [x | some _ in numbers.range(1, 2000); x := "\udb40\udc01"])
@@ -46,7 +51,15 @@ test_a_long_name_is_cut_keeping_its_digest if {
 	contains(_admit(_as_user(tags)).event.message, substring(crypto.sha256(tags), 0, 12))
 }
 
+# A ServiceAccount's username, at its longest, is plain and named as it is.
 test_a_plain_name_at_the_length_is_as_it_is if {
-	name := concat("", [x | some _ in numbers.range(1, _config.event_person.max_length); x := "a"])
+	name := concat("", [x | some _ in numbers.range(1, _config.event_person.plain_max_length); x := "a"])
 	endswith(_admit(_as_user(name)).event.message, sprintf("was requested by %s (lifetime 1h0m0s)", [name]))
+	account := concat(":", [
+		"system:serviceaccount",
+		concat("", [x | some _ in numbers.range(1, 63); x := "n"]),
+		concat("", [x | some _ in numbers.range(1, 253); x := "s"]),
+	])
+	endswith(_admit(_as_user(account)).event.message, sprintf("was requested by %s (lifetime 1h0m0s)", [account]))
+	count(_admit(_as_user(account)).event.message) <= 1024
 }
