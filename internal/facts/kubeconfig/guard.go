@@ -155,7 +155,7 @@ func (l *Local) RESTConfig(ctx context.Context, tenant string, d *Document, inse
 		// tenant's to make long.
 		return nil, errors.New("the kubeconfig's server is not https://: only an https:// server is reached")
 	}
-	if _, _, err := l.load(ctx); err != nil {
+	if _, _, err := l.load(ctx, true); err != nil {
 		return nil, err
 	}
 	tlsConfig, err := rest.TLSConfigFor(cfg)
@@ -172,7 +172,8 @@ func (l *Local) RESTConfig(ctx context.Context, tenant string, d *Document, inse
 		}
 		// The local API server's keys and CA as now read: this client
 		// lives as long as the tenant's kubeconfig, past their rotation.
-		localKeys, roots, err := l.load(context.Background())
+		// Read again in the background: a handshake does not wait on it.
+		localKeys, roots, err := l.load(context.Background(), false)
 		if err != nil {
 			return err
 		}
@@ -347,7 +348,11 @@ const MaxResponseHeaderBytes = 64 << 10
 // MaxReceiveBufferPerStream is the HTTP/2 window a remote API server's
 // answer is granted: what it may send before it is read. A connection's is
 // four times as much.
-const MaxReceiveBufferPerStream = 256 << 10
+//
+// A window is what crosses a round trip: at 1 MiB a list of 40 MB (a tenant
+// at --tenant-max-csrs) over 150 ms takes about 6 s, within the initial
+// sync's TenantRequestTimeout, where 256 KiB took 24 s (review 167).
+const MaxReceiveBufferPerStream = 1 << 20
 
 // MaxWatchEventBytes bounds one event of a remote API server's JSON watch:
 // client-go's own bound on a decoded object (16 MiB).

@@ -789,8 +789,9 @@ func TestTheListsOfATenantAreBoundedTogether(t *testing.T) {
 // waits in the connection's receive buffers, outside the tenant's budget of
 // bytes being read: Go grants each stream 4 MiB and a connection 1 GiB by
 // default, so each of a tenant's watches could hold megabytes the budget
-// never sees (review 165). The windows the manager grants are small: a
-// server writing into an answer nobody reads is held to them.
+// never sees (review 165). The windows the manager grants are smaller
+// (1 MiB a stream): a server writing into an answer nobody reads is held to
+// them.
 func TestAnHTTP2AnswerNotReadIsHeldToASmallWindow(t *testing.T) {
 	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
 	cert, ca := selfSigned(t)
@@ -828,7 +829,7 @@ func TestAnHTTP2AnswerNotReadIsHeldToASmallWindow(t *testing.T) {
 	// Unread for a second: what the server could send meanwhile is what the
 	// window let through (4 MiB in well under a second by default).
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
-		require.LessOrEqual(t, written.Load(), int64(1<<20), "the server sent that much into an answer nobody read")
+		require.LessOrEqual(t, written.Load(), int64(2*kubeconfig.MaxReceiveBufferPerStream), "the server sent that much into an answer nobody read")
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -872,4 +873,62 @@ func TestALocalCARotatedWhileRunningIsSeen(t *testing.T) {
 	tenant.CloseClientConnections()
 	_, err = cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
 	require.ErrorIs(t, err, kubeconfig.ErrServerIsLocal, "a connection of the client made before the rotation")
+}
+
+// A re-read of the local API server's identity that hangs (its handshake
+// held up to ProbeTimeout) holds up no tenant's connection: the tenant's
+// handshake starts the re-read and goes on with what was read before
+// (review 167; the lock was held across the re-read, and every tenant
+// handshake waited on it, up to its own timeout).
+func TestAHangingReReadOfTheLocalIdentityHoldsUpNoTenant(t *testing.T) {
+	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	// The local API server's address, through a relay that stops
+	// answering once told to: a handshake then waits for its timeout.
+	relay, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = relay.Close() })
+	var hang atomic.Bool
+	var held atomic.Int32
+	go func() {
+		for {
+			c, err := relay.Accept()
+			if err != nil {
+				return
+			}
+			if hang.Load() {
+				held.Add(1)
+				go func() { _, _ = io.Copy(io.Discard, c); held.Add(-1) }() // read, never answer
+				continue
+			}
+			up, err := net.Dial("tcp", local.Listener.Addr().String())
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+	cert, ca := selfSigned(t)
+	tenant := newServer(t, &cert, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","metadata":{},"items":[]}`)
+	})
+	l := &kubeconfig.Local{Config: &rest.Config{Host: "https://" + relay.Addr().String(), TLSClientConfig: rest.TLSClientConfig{CAData: certPEM(local.Server)}}}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	cfg, err := l.RESTConfig(ctx, "tenant", kubeconfig.Read(tenantKubeconfig(tenant.URL, ca)), false)
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+
+	hang.Store(true)
+	kubeconfig.ExpireLocal(l)
+	tenant.CloseClientConnections()
+	_, err = cs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	// The re-read began, and has not ended (it ends only with its
+	// handshake's timeout): the list did not wait for it.
+	require.Eventually(t, func() bool { return held.Load() > 0 }, 10*time.Second, 10*time.Millisecond, "the tenant's connection did not start the re-read")
+	_ = relay.Close()
 }

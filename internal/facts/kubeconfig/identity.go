@@ -53,12 +53,13 @@ type Local struct {
 	// tenant's servers (DefaultListBytes if zero).
 	ListBytes int64
 
-	mu     sync.Mutex
-	keys   [][]byte
-	cas    [][]byte
-	roots  *x509.CertPool
-	readAt time.Time
-	lists  map[string]*byteBudget
+	mu      sync.Mutex
+	reading bool
+	keys    [][]byte
+	cas     [][]byte
+	roots   *x509.CertPool
+	readAt  time.Time
+	lists   map[string]*byteBudget
 }
 
 // LocalRereadAfter is how long the local API server's key and CA, as last
@@ -74,16 +75,38 @@ const LocalRereadAfter = 10 * time.Minute
 const localKept = 3
 
 // load is the local API server's keys and CA, read again when they are
-// older than LocalRereadAfter. A read that fails keeps what was read
-// before, if anything was: the manager's own API server unreachable for a
-// moment does not make every tenant's server unknowable.
-func (l *Local) load(ctx context.Context) ([][]byte, *x509.CertPool, error) {
+// older than LocalRereadAfter. The read is a handshake of up to
+// ProbeTimeout, made outside the lock by one caller at a time, the others
+// meanwhile served what was read before (review 167): a tenant's handshake
+// (wait false) only starts it in the background, within its own timeout.
+// A read that fails keeps what was read before, if anything was: the
+// manager's own API server unreachable for a moment does not make every
+// tenant's server unknowable.
+func (l *Local) load(ctx context.Context, wait bool) ([][]byte, *x509.CertPool, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.keys != nil && time.Since(l.readAt) < LocalRereadAfter {
+	if l.keys != nil && (l.reading || time.Since(l.readAt) < LocalRereadAfter) {
+		defer l.mu.Unlock()
 		return l.keys, l.roots, nil
 	}
+	if l.keys != nil && !wait {
+		l.reading = true
+		keys, roots := l.keys, l.roots
+		l.mu.Unlock()
+		go func() { _, _, _ = l.reread(context.WithoutCancel(ctx)) }()
+		return keys, roots, nil
+	}
+	l.reading = true
+	l.mu.Unlock()
+	return l.reread(ctx)
+}
+
+// reread reads the local API server's key and CA, and keeps them beside
+// those read before.
+func (l *Local) reread(ctx context.Context) ([][]byte, *x509.CertPool, error) {
 	key, ca, err := l.read(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reading = false
 	if err != nil {
 		if l.keys != nil {
 			// Tried again in a minute, not at each connection.
@@ -153,7 +176,7 @@ func (l *Local) Probe(ctx context.Context, d *Document) (Identity, error) {
 	if d.cluster == nil {
 		return Identity{}, errors.New("the kubeconfig has no cluster in use")
 	}
-	localKeys, roots, err := l.load(ctx)
+	localKeys, roots, err := l.load(ctx, true)
 	if err != nil {
 		return Identity{}, err
 	}
