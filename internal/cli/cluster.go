@@ -79,7 +79,7 @@ func addCredentialFlags(cmd *cobra.Command, o *credentialFlags, what string) {
 	f.StringVar(&o.out, "out", "", "file to write")
 	addRetiredOutput(f)
 	f.BoolVar(&o.force, "force", false, "replace --out if it exists (never the file you are using now)")
-	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long to wait for the controller's answer")
+	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "how long the request may take, from asking who you are to the controller's answer; each call to the API server before it is cut off after as long")
 	f.StringVar(&o.decisionLog, "decision-log", "", "append the local policy check's decision log (JSON lines) to this file")
 }
 

@@ -195,6 +195,6 @@ the exit status is not zero, so kubectl fails with that message.`,
 		},
 	}
 	cmd.Flags().DurationVar(&ttl, "ttl", credclient.DefaultExecTTL, "lifetime of each credential asked for; above the policy's cap it is refused, never shortened")
-	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long to wait for the controller's answer")
+	cmd.Flags().DurationVar(&timeout, "timeout", 2*time.Minute, "how long the request may take, from asking who you are to the controller's answer, and how long to wait for another run asking at once")
 	return cmd
 }
