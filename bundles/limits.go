@@ -10,6 +10,8 @@ import (
 	"io"
 	"path"
 	"strings"
+
+	"github.com/ichor-dev/ichor-policy/internal/smallfile"
 )
 
 // Limits bound what a bundle may cost before OPA reads it. OPA's loader keeps
@@ -107,18 +109,11 @@ func (l Limits) ReadCompressed(r io.Reader) ([]byte, error) {
 // writer, and whoever could write the source's volume could so hold the
 // manager's start and its file polls for good (reviews 162, 163).
 func (l Limits) ReadFile(path string) ([]byte, error) {
-	f, err := openFile(path)
+	f, err := smallfile.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("bundle: %w", err)
+		return nil, fmt.Errorf("bundle: %w: give the bundle tarball as a file", err)
 	}
 	defer f.Close()
-	info, err := f.Stat()
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("bundle: %w", err)
-	case !info.Mode().IsRegular():
-		return nil, fmt.Errorf("bundle %s is not a regular file (%s): give the bundle tarball as a file", path, info.Mode().Type())
-	}
 	data, err := l.ReadAll(f)
 	if err != nil {
 		return nil, fmt.Errorf("bundle %s refused: %w", path, err)

@@ -21,7 +21,7 @@ const maxDecisionLogTokenBytes = 16 << 10
 // dropped. No error quotes the file's content: it is a credential, and the
 // errors reach the manager's log.
 func decisionLogToken(path string) (string, error) {
-	data, err := readCredentialFile(path, maxDecisionLogTokenBytes, "decision-log token", "a bearer token")
+	data, err := readCredentialFile(path, maxDecisionLogTokenBytes, "decision-log token")
 	if err != nil {
 		return "", err
 	}

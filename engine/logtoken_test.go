@@ -106,9 +106,9 @@ func TestADecisionLogTokenThatCannotBeUsedFailsTheStart(t *testing.T) {
 		url, file, want string
 	}{
 		"missing":        {"https://decisions.example.com", filepath.Join(dir, "absent"), "no such file"},
-		"a directory":    {"https://decisions.example.com", dir, "is not a file"},
+		"a directory":    {"https://decisions.example.com", dir, "is not a regular file"},
 		"empty":          {"https://decisions.example.com", write("empty", " \n"), "is empty"},
-		"too large":      {"https://decisions.example.com", write("large", strings.Repeat("s", 16<<10+1)), "more than the 16384 bytes"},
+		"too large":      {"https://decisions.example.com", write("large", strings.Repeat("s", 16<<10+1)), "larger than 16384 bytes"},
 		"two lines":      {"https://decisions.example.com", write("lines", "sekrit-one\nsekrit-two\n"), "characters a bearer token has not"},
 		"a header":       {"https://decisions.example.com", write("header", "sekrit\r\nX-Forged: 1"), "characters a bearer token has not"},
 		"only padding":   {"https://decisions.example.com", write("padding", "=="), "characters a bearer token has not"},

@@ -4,14 +4,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/internal/smallfile"
 )
 
 // Registry credentials, for an oci:// bundle in a registry that asks who
@@ -56,7 +55,7 @@ type dockerAuth struct {
 // are not run: the manager executes nothing a file names. No error quotes
 // a value of the file.
 func registryBasicAuth(path, host string) (string, error) {
-	data, err := readCredentialFile(path, maxRegistryCredentialsBytes, "registry credentials", "a Docker config file")
+	data, err := readCredentialFile(path, maxRegistryCredentialsBytes, "registry credentials")
 	if err != nil {
 		return "", err
 	}
@@ -255,37 +254,13 @@ func paramValue(s string) (value, rest string, ok bool) {
 }
 
 // readCredentialFile reads a file of the operator's naming a credential
-// (what says what it is, for errors; holds, what it should hold): a regular
-// file, looked at before it is opened, which a fifo would block, and again
-// once open (a Secret's file is a link the kubelet moves), read to at most
-// limit bytes. No error quotes its content.
-func readCredentialFile(path string, limit int, what, holds string) ([]byte, error) {
-	regular := func(info os.FileInfo, err error) error {
-		switch {
-		case err != nil:
-			return fmt.Errorf("%s: %w", what, err)
-		case !info.Mode().IsRegular():
-			return fmt.Errorf("%s: %s is not a file", what, path)
-		}
-		return nil
-	}
-	if err := regular(os.Stat(path)); err != nil {
-		return nil, err
-	}
-	f, err := os.Open(path) //nolint:gosec // G304: the operator's flag names the file
+// (what says what it is, for errors): a regular file, opened without
+// waiting and read to at most limit bytes (smallfile). No error quotes its
+// content.
+func readCredentialFile(path string, limit int, what string) ([]byte, error) {
+	data, err := smallfile.Read(path, int64(limit))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	defer f.Close()
-	if err := regular(f.Stat()); err != nil {
-		return nil, err
-	}
-	data, err := io.ReadAll(io.LimitReader(f, int64(limit)+1))
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("%s: %w", what, err)
-	case len(data) > limit:
-		return nil, fmt.Errorf("%s: %s is more than the %d bytes %s needs", what, path, limit, holds)
 	}
 	return data, nil
 }

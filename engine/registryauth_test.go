@@ -212,8 +212,8 @@ func TestRegistryCredentialsItCannotUseFailTheStart(t *testing.T) {
 		source, credentials, want string
 	}{
 		"missing":        {bundles.OCIScheme + host + "/ichor/policy:stable", filepath.Join(dir, "absent.json"), "no such file"},
-		"a directory":    {bundles.OCIScheme + host + "/ichor/policy:stable", dir, "is not a file"},
-		"too large":      {bundles.OCIScheme + host + "/ichor/policy:stable", write("large.json", `{"auths":{}}`+strings.Repeat(" ", 1<<20)), "more than the 1048576"},
+		"a directory":    {bundles.OCIScheme + host + "/ichor/policy:stable", dir, "is not a regular file"},
+		"too large":      {bundles.OCIScheme + host + "/ichor/policy:stable", write("large.json", `{"auths":{}}`+strings.Repeat(" ", 1<<20)), "larger than 1048576"},
 		"not JSON":       {bundles.OCIScheme + host + "/ichor/policy:stable", write("broken.json", `{"auths":`), "registry credentials"},
 		"another host":   {bundles.OCIScheme + host + "/ichor/policy:stable", other, "holds no entry for " + host},
 		"identity token": {bundles.OCIScheme + host + "/ichor/policy:stable", write("token.json", `{"auths":{"`+host+`":{"auth":"`+base64.StdEncoding.EncodeToString([]byte("ada:"))+`","identitytoken":"SUPERSECRET"}}}`), "identity or registry token"},

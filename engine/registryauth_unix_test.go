@@ -25,5 +25,5 @@ func TestARegistryCredentialsFifoFailsTheStart(t *testing.T) {
 		Source: bundles.OCIScheme + "registry.example/ichor/policy:stable", VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: newSigner(t).public}},
 		RegistryCredentials: path, StartTimeout: 2 * time.Second, DecisionLog: io.Discard, Log: io.Discard,
 	})
-	require.ErrorContains(t, err, "is not a file")
+	require.ErrorContains(t, err, "is not a regular file")
 }

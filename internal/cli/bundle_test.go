@@ -138,6 +138,11 @@ func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
 		// certificate at all.
 		{"--webhook-client-ca", filepath.Join(t.TempDir(), "absent.crt"), "--webhook-client-names", "apiserver"},
 		{"--webhook-client-ca", caFile}, {"--webhook-client-names", "apiserver"},
+		// No webhook served, and ready all the same; every stop dropping
+		// the upload buffer; a key that is no file (review 168).
+		{"--webhook-port", "-1"}, {"--webhook-port", "0"}, {"--webhook-port", "65536"},
+		{"--decision-log-flush-timeout", "0s"}, {"--decision-log-flush-timeout", "-1s"},
+		{"--bundle-key", "/dev/zero"}, {"--bundle-key", t.TempDir()},
 	} {
 		code, _, stderr := run(t, "", append([]string{"manager"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)

@@ -21,6 +21,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/manager"
 	"github.com/ichor-dev/ichor-policy/internal/netguard"
 	"github.com/ichor-dev/ichor-policy/internal/shard"
+	"github.com/ichor-dev/ichor-policy/internal/smallfile"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 	"github.com/ichor-dev/ichor-policy/webhook/apiserverauth"
@@ -177,6 +178,10 @@ service account). Every decision is written to standard output as one JSON line
 }
 
 // runManager turns the flags into the manager's options and runs it.
+// maxBundleKeyBytes bounds a --bundle-key file: a PEM public key (RSA of
+// 8,192 bits is under 2 KiB) or a certificate chain.
+const maxBundleKeyBytes = 64 << 10
+
 func runManager(ctx context.Context, s streams, o managerOptions) error {
 	// The flags first: a wrong one is reported as such wherever it runs.
 	engineOpts, err := o.engineOptions(s)
@@ -202,6 +207,12 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 	}
 	if o.resync <= 0 {
 		return usage.Errorf("--resync-interval %s: must be positive", o.resync)
+	}
+	// controller-runtime serves no webhook on a negative port, and says it
+	// is ready (review 168): the issuer would wait for requests nothing
+	// admits.
+	if o.webhook && (o.webhookPort < 1 || o.webhookPort > 65535) {
+		return usage.Errorf("--webhook-port %d: must be a port, 1 to 65535 (--webhook=false serves none)", o.webhookPort)
 	}
 	clientAuth, err := o.webhookClientAuth()
 	if err != nil {
@@ -324,6 +335,10 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 	if o.logTokenFile != "" && o.logURL == "" {
 		return opts, usage.Errorf("--decision-log-token-file is the credential of the --decision-log-url service: give the URL too")
 	}
+	if o.logFlushTimeout <= 0 {
+		// Every stop would drop what the upload buffer holds.
+		return opts, usage.Errorf("--decision-log-flush-timeout %s: must be positive", o.logFlushTimeout)
+	}
 	if o.logFileMaxMiB <= 0 || o.logFileMaxBackups <= 0 {
 		return opts, usage.Errorf("--decision-log-file-max-mib and --decision-log-file-max-backups must be positive")
 	}
@@ -331,7 +346,9 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 		return opts, usage.Errorf("--bundle-max-compressed-bytes, --bundle-max-uncompressed-bytes and --bundle-max-files must be positive")
 	}
 	for _, path := range o.bundleKeys {
-		key, err := os.ReadFile(path)
+		// A public key is a few kilobytes: a FIFO is not waited on, nor
+		// /dev/zero read until memory runs out (review 168).
+		key, err := smallfile.Read(path, maxBundleKeyBytes)
 		if err != nil {
 			return opts, usage.Errorf("--bundle-key: %w", err)
 		}

@@ -33,6 +33,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -219,6 +220,12 @@ func checkTalosReader(o Options, readerLifetime time.Duration) error {
 
 // Run runs the manager until ctx ends. An error marked by package usage is
 // in the options (or refused by the policy), not in the cluster.
+// GracefulShutdown is how long the controllers, the webhook and the shard
+// releases may take to stop, before the decision log's flush
+// (--decision-log-flush-timeout): the pod's terminationGracePeriodSeconds
+// must cover both.
+const GracefulShutdown = 15 * time.Second
+
 func Run(ctx context.Context, o Options) error {
 	if o.ReaderLifetime < 0 {
 		return usage.Errorf("the Talos reader lifetime %s is negative", o.ReaderLifetime)
@@ -292,6 +299,11 @@ func Run(ctx context.Context, o Options) error {
 		// Optional: lets the manager run outside a pod.
 		LeaderElectionNamespace: o.Namespace,
 		WebhookServer:           webhookServer,
+		// Named, not controller-runtime's 30 s: with the decision log's
+		// flush after it, a stop must fit the pod's grace period (30 s in
+		// the chart), or the kill lands during the flush (review 168). The
+		// longest wait inside is a decision's finish (approval.FinishGrace).
+		GracefulShutdownTimeout: ptr.To(GracefulShutdown),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)

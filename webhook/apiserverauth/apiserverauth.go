@@ -24,9 +24,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -36,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 
+	"github.com/ichor-dev/ichor-policy/internal/smallfile"
 	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 )
 
@@ -122,17 +121,10 @@ func (a *Auth) Register(reg prometheus.Registerer) error {
 }
 
 func readPool(caFile string) (*x509.CertPool, error) {
-	f, err := os.Open(caFile)
+	// Not waiting on a FIFO, nor reading a device without end (review 168).
+	data, err := smallfile.Read(caFile, maxCAFile)
 	if err != nil {
 		return nil, fmt.Errorf("webhook client CA: %w", err)
-	}
-	defer f.Close() //nolint:errcheck // read only
-	data, err := io.ReadAll(io.LimitReader(f, maxCAFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("webhook client CA %s: %w", caFile, err)
-	}
-	if len(data) > maxCAFile {
-		return nil, fmt.Errorf("webhook client CA %s: larger than %d bytes", caFile, maxCAFile)
 	}
 	pool := x509.NewCertPool()
 	count := 0

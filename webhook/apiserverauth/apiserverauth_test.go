@@ -205,7 +205,7 @@ func TestLoadRefusesWhatIsNotACABundle(t *testing.T) {
 		"a leaf, not a CA":   {writeFile(t, leaf.pem), []string{"a"}, "is not a CA"},
 		"bad DER":            {writeFile(t, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("x")})), []string{"a"}, "certificate 1:"},
 		"larger than a MiB":  {writeFile(t, append(append([]byte{}, ca.pem...), make([]byte, maxCAFile)...)), []string{"a"}, "larger than"},
-		"a directory's name": {t.TempDir(), []string{"a"}, "is a directory"},
+		"a directory's name": {t.TempDir(), []string{"a"}, "is not a regular file"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Load(c.path, c.names)

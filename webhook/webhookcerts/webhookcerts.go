@@ -339,6 +339,18 @@ func (r *Rotator) Sync(ctx context.Context) error {
 		return err
 	}
 	bundleErr := r.setCABundle(ctx, m.caBundle())
+	if bundleErr != nil {
+		r.mu.Lock()
+		cur := r.current
+		r.mu.Unlock()
+		// A new CA the API server was not told to trust is not served
+		// while the certificate in service is good: every call to this
+		// replica would fail (review 168). The bundle is set again at the
+		// next check, and the new certificate served then.
+		if cur != nil && !cur.ca.Equal(m.ca) && r.opts.Clock.Now().Before(cur.serving.NotAfter) {
+			return &CABundleError{Err: bundleErr}
+		}
+	}
 	if err := r.writeFiles(m); err != nil {
 		return err
 	}

@@ -5,9 +5,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -342,6 +344,44 @@ func TestMissingSecretThatCannotBeCreatedSaysWhatToDo(t *testing.T) {
 // TestMissingWebhookConfigurationStillWritesTheFiles: the webhook server must
 // be able to start before the configuration exists (Helm creates it last);
 // the bundle is set by a later sync.
+// A CA renewed while the webhook configuration's bundle cannot be set (an
+// API error, a GitOps tool resetting it, a policy refusing the patch) is
+// not served yet: the certificate in service, of the CA the API server
+// trusts, stays until the bundle is set (review 168: every call to the
+// replica failed meanwhile, the old certificate good for months).
+func TestANewCANotYetTrustedIsNotServed(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(t0)
+	var refuse atomic.Bool
+	c := newClient(t, &interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+		if _, ok := obj.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok && refuse.Load() {
+			return apierrors.NewForbidden(admissionregistrationv1.Resource("validatingwebhookconfigurations"), obj.GetName(), errors.New("refused by a policy"))
+		}
+		return c.Patch(ctx, obj, patch, opts...)
+	}}, objects()...)
+	r := newRotator(t, c, clk)
+	require.NoError(t, r.Sync(context.Background()))
+	oldCA := certsIn(t, getSecret(t, c).Data[KeyCACert])[0]
+	// Renewals of the serving certificate until the CA's own is due.
+	for {
+		now := r.current.nextRenewal()
+		clk.SetTime(now)
+		if !now.Before(renewalTime(oldCA)) {
+			break
+		}
+		require.NoError(t, r.Sync(context.Background()))
+	}
+	refuse.Store(true)
+	var bundleErr *CABundleError
+	require.ErrorAs(t, r.Sync(context.Background()), &bundleErr)
+	require.NotEqual(t, oldCA.Raw, certsIn(t, getSecret(t, c).Data[KeyCACert])[0].Raw, "the CA was not renewed")
+	require.NoError(t, verify(served(t, r), caBundleOf(t, c), clk.Now()), "the replica serves a certificate the API server does not trust")
+
+	refuse.Store(false)
+	require.NoError(t, r.Sync(context.Background()))
+	require.NoError(t, verify(served(t, r), caBundleOf(t, c), clk.Now()))
+	require.NoError(t, served(t, r).CheckSignatureFrom(certsIn(t, getSecret(t, c).Data[KeyCACert])[0]), "the new CA's certificate is served once trusted")
+}
+
 func TestMissingWebhookConfigurationStillWritesTheFiles(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()[0])
