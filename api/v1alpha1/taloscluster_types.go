@@ -110,6 +110,13 @@ const (
 	// credentials could not be made), so no request can be judged.
 	ReasonTalosAPIUnreachable = "TalosAPIUnreachable"
 
+	// ReasonSecretsUnusable is the reason of a False
+	// ConditionKubeletServingCertificates, and so of a False ConditionReady:
+	// the cluster's secrets bundle (spec.secretsRef) is gone, does not name
+	// the cluster, holds no usable OS CA, or may not be read by the manager,
+	// so no node's identity can be read and nothing is approved.
+	ReasonSecretsUnusable = "SecretsUnusable"
+
 	// ReasonShardHeld is the reason of a True ConditionServedBy: the replica
 	// named holds the cluster's shard.
 	ReasonShardHeld = "ShardHeld"

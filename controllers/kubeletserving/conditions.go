@@ -2,12 +2,15 @@ package kubeletserving
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -63,6 +66,16 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 		issued.Message = fmt.Sprintf("%d of %d machines have no unexpired kubelet serving certificate yet: %s",
 			len(waiting), len(machines.Items), nameSome(waiting, maxNamedMachines))
 	}
+	// No node's identity can be read without the cluster's OS CA, so
+	// nothing is approved whatever the nodes do: the configuration's
+	// matter, which Ready says, not a node's (review 169; Ready stayed
+	// True, and only turned False, as TalosAPIUnreachable, once more than
+	// half of the machines had asked in vain).
+	if err := r.secretsUnusable(ctx, cluster); err != nil {
+		issued.Status = metav1.ConditionFalse
+		issued.Reason = ichorv1alpha1.ReasonSecretsUnusable
+		issued.Message = engine.Clip("the secrets bundle cannot be used, so no node's identity can be read and no request is approved: "+err.Error(), "", maxConditionMessage)
+	}
 	meta.SetStatusCondition(&cluster.Status.Conditions, issued)
 	meta.SetStatusCondition(&cluster.Status.Conditions, requestsCondition(cluster, withheld))
 
@@ -101,6 +114,29 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 		return 0, fmt.Errorf("update cluster conditions: %w", err)
 	}
 	return next, nil
+}
+
+// secretsUnusable is why the cluster's secrets bundle cannot be used for
+// its nodes' identities, or nil: it is gone, names another cluster or none,
+// holds no usable OS CA, or the manager may not read it. A failure to reach
+// the API server says nothing of the bundle, and is nil: the next look
+// reads it again.
+func (r *Reconciler) secretsUnusable(ctx context.Context, cluster *ichorv1alpha1.TalosCluster) error {
+	_, err := r.NodeReaders.Get(ctx, cluster)
+	var status apierrors.APIStatus
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+		return err
+	case errors.As(err, &status), ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):
+		return nil
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return nil
+	}
+	return err
 }
 
 // maxConditionMessage is metav1.Condition's limit on a message.

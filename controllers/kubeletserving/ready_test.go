@@ -23,8 +23,8 @@ import (
 // Talos API answers) and a node the rule denies for good are node progress,
 // which KubeletServingCertificates says; Ready stays True through both, for
 // the current generation. A configuration Ichor refuses (a kubeconfigRef it
-// cannot read) makes it False with the refusal's reason, and putting it
-// right makes it True again.
+// cannot read, a secrets bundle it cannot use) makes it False with the
+// refusal's reason, and putting it right makes it True again.
 func TestReadyFollowsTheConfigurationNotTheNodes(t *testing.T) {
 	f := newFixture(t, false)
 	f.machine("ready-1", "10.29.0.2")
@@ -69,6 +69,20 @@ func TestReadyFollowsTheConfigurationNotTheNodes(t *testing.T) {
 	// Put right: served again, though two nodes still have no certificate.
 	c = f.get()
 	c.Spec.KubeconfigRef = nil
+	require.NoError(t, env.Client.Update(f.ctx, c))
+	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonServing)
+
+	// A secrets bundle that cannot be used: no node's identity can be
+	// read, so nothing is approved, whatever the nodes' certificates say
+	// (review 169: Ready stayed True, Serving).
+	c = f.get()
+	c.Spec.SecretsRef.Name = "no-such-secrets"
+	require.NoError(t, env.Client.Update(f.ctx, c))
+	ready = f.waitReady(metav1.ConditionFalse, ichorv1alpha1.ReasonSecretsUnusable)
+	assert.Contains(t, ready.Message, "the configuration is refused: the secrets bundle cannot be used")
+	assert.Contains(t, ready.Message, `"no-such-secrets"`)
+	c = f.get()
+	c.Spec.SecretsRef.Name = "talos-secrets"
 	require.NoError(t, env.Client.Update(f.ctx, c))
 	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonServing)
 	assert.False(t, meta.IsStatusConditionTrue(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates))

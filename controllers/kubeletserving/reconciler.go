@@ -739,9 +739,10 @@ func (r *Reconciler) revision() string {
 }
 
 // leftPending counts, of a cluster's requests, the undecided ones its last
-// decision left pending or whose verdict could not be written (they are
-// pending all the same, and the pending alert exists for them), and of
-// those, the ones the rule withheld for a flood (TooManyPendingRequests).
+// decision left pending for one of its machines or whose verdict could not
+// be written (they are pending all the same, and the pending alert exists
+// for them), and of those, the ones the rule withheld for a flood
+// (TooManyPendingRequests).
 func (r *Reconciler) leftPending(key types.NamespacedName, csrs []certificatesv1.CertificateSigningRequest) (pending, withheld int) {
 	for i := range csrs {
 		if approval.IsDecided(&csrs[i]) {
@@ -750,8 +751,12 @@ func (r *Reconciler) leftPending(key types.NamespacedName, csrs []certificatesv1
 		k := memoKey{cluster: key, uid: csrs[i].UID}
 		v, ok := r.memo.Verdict(k)
 		// A request the rule gave no decision on is no rule's to keep
-		// pending (another approver's, or a person's): not counted.
-		if !ok || v.Key == "" || v.Key == engine.ActionNone {
+		// pending (another approver's, or a person's): not counted. Nor
+		// is one for a name no machine of any cluster has: every cluster
+		// judging the API server keeps it pending, and one made-up request
+		// (any node, any bootstrap token) would fire the pending alert for
+		// each of them (review 169).
+		if !ok || v.Key == "" || v.Key == engine.ActionNone || v.Key == codeMachineUnknown {
 			if r.failures.Has(k) {
 				pending++
 			}

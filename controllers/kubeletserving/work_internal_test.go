@@ -688,3 +688,29 @@ func TestAnEventDuringARetriedTurnIsNotDropped(t *testing.T) {
 	assert.Eventually(t, func() bool { return f.approved(t, "csr-later") }, 5*time.Second, 5*time.Millisecond,
 		"the event that came during the retried turn was dropped: the request waits for the resync")
 }
+
+// A request for a name no machine has is pending in every cluster that
+// judges the API server, and is none of theirs: it is not counted in any
+// cluster's pending gauge, or one made-up request (any node, any holder of
+// a bootstrap token) fires the pending alert for every cluster (review
+// 169). One the rule keeps pending for a machine of the cluster is.
+func TestARequestForNoMachineIsNotACountedPending(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:ghost", "csr-ghost", t0), csrOf("system:node:slow", "csr-slow", t0))
+	f.dec.decide = func(_ context.Context, name string) (engine.CSRDecision, error) {
+		if name == "csr-ghost" {
+			return pendingAs(codeMachineUnknown), nil
+		}
+		return pendingAs("NodeUnreadable"), nil
+	}
+	ctx := context.Background()
+	f.add("system:node:ghost")
+	f.add("system:node:slow")
+	require.True(t, f.r.next(ctx))
+	require.True(t, f.r.next(ctx))
+	list, err := f.csrs.CertificatesV1().CertificateSigningRequests().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	pending, withheld := f.r.leftPending(f.cluster, list.Items)
+	assert.Equal(t, 1, pending, "the request for no machine was counted, or the machine's was not")
+	assert.Zero(t, withheld)
+}
