@@ -326,6 +326,10 @@ func (e *CABundleError) Error() string {
 }
 func (e *CABundleError) Unwrap() error { return e.Err }
 
+// errCAChanged is setCABundle's error when the Secret's CA changed since it
+// was read: another replica renewed it, and the next check takes it up.
+var errCAChanged = errors.New("the CA in the Secret changed since it was read (another replica renewed it); the next check takes it up")
+
 // maxConflicts bounds the read-plan-update loop when replicas race.
 const maxConflicts = 5
 
@@ -438,7 +442,19 @@ func (r *Rotator) setCABundle(ctx context.Context, bundle []byte) error {
 	if !changed {
 		return nil
 	}
-	if err := r.Client.Patch(ctx, &vwc, client.StrategicMergeFrom(orig)); err != nil {
+	// Another replica may have renewed the CA since this one read the
+	// Secret, and set the new bundle: this one's, older, is not put back
+	// over it (review 168; calls to that replica failed until the next
+	// check). The Secret read again after the configuration, and the patch
+	// made on the configuration's version, close the window.
+	var secret corev1.Secret
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: r.opts.Namespace, Name: r.opts.SecretName}, &secret); err != nil {
+		return fmt.Errorf("read the Secret %s again before the CA bundle is set: %w", r.opts.SecretName, err)
+	}
+	if !bytes.Equal(secret.Data[KeyCABundle], bundle) {
+		return errCAChanged
+	}
+	if err := r.Client.Patch(ctx, &vwc, client.StrategicMergeFrom(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("patch ValidatingWebhookConfiguration %s: %w", vwc.Name, err)
 	}
 	r.Log.Info("set the CA bundle of the webhook configuration", "validating_webhook_configuration", vwc.Name, "webhooks", len(vwc.Webhooks))

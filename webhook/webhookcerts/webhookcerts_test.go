@@ -382,6 +382,55 @@ func TestANewCANotYetTrustedIsNotServed(t *testing.T) {
 	require.NoError(t, served(t, r).CheckSignatureFrom(certsIn(t, getSecret(t, c).Data[KeyCACert])[0]), "the new CA's certificate is served once trusted")
 }
 
+// A replica whose Secret read predates another's CA renewal does not put
+// the older CA bundle back over the newer one (review 168): here the other
+// replica renews between this one's read of the Secret and its read of the
+// webhook configuration.
+func TestALaggingReplicaDoesNotPutTheOlderCABundleBack(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(t0)
+	var between func()
+	c := newClient(t, &interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if _, ok := obj.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok && between != nil {
+			run := between
+			between = nil
+			run()
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}}, objects()...)
+	r, lagging := newRotator(t, c, clk), newRotator(t, c, clk)
+	require.NoError(t, r.Sync(context.Background()))
+	require.NoError(t, lagging.Sync(context.Background()))
+	oldCA := certsIn(t, getSecret(t, c).Data[KeyCACert])[0]
+	for {
+		now := r.current.nextRenewal()
+		clk.SetTime(now)
+		if !now.Before(renewalTime(oldCA)) {
+			break
+		}
+		require.NoError(t, r.Sync(context.Background()))
+		require.NoError(t, lagging.Sync(context.Background()))
+	}
+	// The other replica renews while the lagging one is between its reads.
+	clk.SetTime(clk.Now().Add(-time.Minute)) // the lagging replica's look: the CA not due yet
+	between = func() {
+		clk.SetTime(clk.Now().Add(time.Minute))
+		require.NoError(t, r.Sync(context.Background()))
+		clk.SetTime(clk.Now().Add(-time.Minute))
+	}
+	err := lagging.Sync(context.Background())
+	clk.SetTime(clk.Now().Add(time.Minute))
+	newCA := certsIn(t, getSecret(t, c).Data[KeyCACert])[0]
+	require.NotEqual(t, oldCA.Raw, newCA.Raw, "the CA was not renewed")
+	var bundleErr *CABundleError
+	require.ErrorAs(t, err, &bundleErr, "the lagging replica set the bundle it had read")
+	cas := certsIn(t, caBundleOf(t, c))
+	require.NotEmpty(t, cas)
+	assert.Equal(t, newCA.Raw, cas[0].Raw, "the older CA bundle was put back over the renewed one")
+	// Its next check takes the renewal up.
+	require.NoError(t, lagging.Sync(context.Background()))
+	require.NoError(t, verify(served(t, lagging), caBundleOf(t, c), clk.Now()))
+}
+
 func TestMissingWebhookConfigurationStillWritesTheFiles(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()[0])
