@@ -282,7 +282,13 @@ func (r *Rotator) Start(ctx context.Context) error {
 		if r.current != nil {
 			wait = min(wait, max(r.current.nextRenewal().Sub(r.opts.Clock.Now()), 0))
 		}
-		if failed || r.current == nil || !r.bundleSet {
+		switch {
+		case failed:
+			// Not sooner: a renewal withheld because its CA bundle could
+			// not be set leaves the renewal time past, and would retry at
+			// once, without end (review 170).
+			wait = DefaultRetryInterval
+		case r.current == nil || !r.bundleSet:
 			wait = min(wait, DefaultRetryInterval)
 		}
 		r.mu.Unlock()

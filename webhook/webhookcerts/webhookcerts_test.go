@@ -341,9 +341,6 @@ func TestMissingSecretThatCannotBeCreatedSaysWhatToDo(t *testing.T) {
 	assert.Contains(t, err.Error(), "create it empty; the Helm chart does")
 }
 
-// TestMissingWebhookConfigurationStillWritesTheFiles: the webhook server must
-// be able to start before the configuration exists (Helm creates it last);
-// the bundle is set by a later sync.
 // A CA renewed while the webhook configuration's bundle cannot be set (an
 // API error, a GitOps tool resetting it, a policy refusing the patch) is
 // not served yet: the certificate in service, of the CA the API server
@@ -380,6 +377,56 @@ func TestANewCANotYetTrustedIsNotServed(t *testing.T) {
 	require.NoError(t, r.Sync(context.Background()))
 	require.NoError(t, verify(served(t, r), caBundleOf(t, c), clk.Now()))
 	require.NoError(t, served(t, r).CheckSignatureFrom(certsIn(t, getSecret(t, c).Data[KeyCACert])[0]), "the new CA's certificate is served once trusted")
+}
+
+// A renewal withheld for a CA bundle that cannot be set is tried again
+// after the retry interval, not at once and without end: the renewal time
+// stays past while the old certificate is served (review 170).
+func TestAWithheldRenewalIsRetriedAfterTheInterval(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(t0)
+	var refuse atomic.Bool
+	var patches, reads atomic.Int32
+	c := newClient(t, &interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+		if _, ok := obj.(*admissionregistrationv1.ValidatingWebhookConfiguration); ok && refuse.Load() {
+			patches.Add(1)
+			return apierrors.NewForbidden(admissionregistrationv1.Resource("validatingwebhookconfigurations"), obj.GetName(), errors.New("refused by a policy"))
+		}
+		return c.Patch(ctx, obj, patch, opts...)
+	}, Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if _, ok := obj.(*corev1.Secret); ok && refuse.Load() {
+			reads.Add(1)
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}}, objects()...)
+	r := newRotator(t, c, clk)
+	require.NoError(t, r.Sync(context.Background()))
+	// The serving certificate renewed on time until the CA's renewal.
+	oldCA := r.current.ca
+	for {
+		now := r.current.nextRenewal()
+		clk.SetTime(now)
+		if !now.Before(renewalTime(oldCA)) {
+			break
+		}
+		require.NoError(t, r.Sync(context.Background()))
+	}
+	refuse.Store(true)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- r.Start(ctx) }()
+	require.Eventually(t, func() bool { return patches.Load() >= 1 }, 10*time.Second, 10*time.Millisecond, "the renewal was not tried")
+	// Well within the retry interval: no second try.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		// One look reads the Secret twice (before the plan, and before
+		// the bundle's patch).
+		require.LessOrEqual(t, patches.Load(), int32(1), "the withheld renewal was tried again at once")
+		require.LessOrEqual(t, reads.Load(), int32(2), "the withheld renewal was looked at again at once")
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	require.NoError(t, <-done)
+	assert.True(t, r.current.ca.Equal(oldCA), "the renewed CA was served before it was trusted")
 }
 
 // A replica whose Secret read predates another's CA renewal does not put
@@ -431,6 +478,9 @@ func TestALaggingReplicaDoesNotPutTheOlderCABundleBack(t *testing.T) {
 	require.NoError(t, verify(served(t, lagging), caBundleOf(t, c), clk.Now()))
 }
 
+// TestMissingWebhookConfigurationStillWritesTheFiles: the webhook server must
+// be able to start before the configuration exists (Helm creates it last);
+// the bundle is set by a later sync.
 func TestMissingWebhookConfigurationStillWritesTheFiles(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(t0)
 	c := newClient(t, nil, objects()[0])
