@@ -286,7 +286,7 @@ func Kubeconfig(ctx context.Context, o Request) (Written, error) {
 	answer, restCfg := issued.answer, issued.restCfg
 	name := cluster + "-" + strings.TrimPrefix(string(purpose), "kubeconfig-")
 	auth := &clientcmdapi.AuthInfo{
-		ClientCertificateData: []byte(answer.Status.Certificate),
+		ClientCertificateData: issued.certPEM,
 		ClientKeyData:         issued.keyPEM,
 	}
 	ca := joinPEM(caData, []byte(answer.Status.TrustBundle))
@@ -348,6 +348,10 @@ func writeKubeconfig(out string, protected []string, force bool, cluster, name s
 // here.
 type kubeCredential struct {
 	answer *ichorv1alpha1.TalosCredentialRequest
+	// leaf is the certificate checked (checkedCertificate), and certPEM it
+	// alone: whatever else the answer's status holds is dropped.
+	leaf    *x509.Certificate
+	certPEM []byte
 	// keyPEM is the private key, PKCS#8 "PRIVATE KEY" as kubectl reads it.
 	keyPEM []byte
 	// restCfg is the caller's client configuration, which asked.
@@ -381,11 +385,39 @@ func requestKubeCredential(ctx context.Context, o Request, purpose ichorv1alpha1
 	if err != nil {
 		return kubeCredential{}, err
 	}
+	leaf, certPEM, err := checkedCertificate(answer.Status.Certificate, purpose)
+	if err != nil {
+		return kubeCredential{}, fmt.Errorf("TalosCredentialRequest %s/%s: %w", answer.Namespace, answer.Name, err)
+	}
 	keyPEM, err := privateKeyPEM(key, "PRIVATE KEY")
 	if err != nil {
 		return kubeCredential{}, err
 	}
-	return kubeCredential{answer: answer, keyPEM: keyPEM, restCfg: restCfg}, nil
+	return kubeCredential{answer: answer, leaf: leaf, certPEM: certPEM, keyPEM: keyPEM, restCfg: restCfg}, nil
+}
+
+// checkedCertificate is the certificate of a Kubernetes credential's answer
+// alone, its first PEM block (whatever else the status holds, text or more
+// blocks, up to a megabyte, is dropped), refused unless it is a client's
+// and, for an admin kubeconfig, outside system:masters: whoever may write
+// the request's status, or an issuer gone wrong, would otherwise hand the
+// person a break-glass credential under an admin's name (reviews 164, 170).
+func checkedCertificate(status string, purpose ichorv1alpha1.CredentialPurpose) (*x509.Certificate, []byte, error) {
+	block, _ := pem.Decode([]byte(status))
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, nil, errors.New("the issued certificate is not a PEM CERTIFICATE")
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the issued certificate does not parse: %w", err)
+	}
+	if purpose == ichorv1alpha1.PurposeKubeconfigAdmin && slices.Contains(leaf.Subject.Organization, "system:masters") {
+		return nil, nil, errors.New("the issued certificate is in group system:masters, which an admin kubeconfig never is; it is not used")
+	}
+	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+		return nil, nil, errors.New("the issued certificate is not for client authentication; it is not used")
+	}
+	return leaf, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: block.Bytes}), nil
 }
 
 // checkLocally asks the embedded policy's issuance decision before anything

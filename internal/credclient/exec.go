@@ -3,11 +3,8 @@ package credclient
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -210,28 +207,9 @@ func ExecCredential(ctx context.Context, o Request, cacheDir string, warn io.Wri
 	if err != nil {
 		return nil, fmt.Errorf("no admin credential for cluster %s: %w", o.Cluster, err)
 	}
-	block, _ := pem.Decode([]byte(issued.answer.Status.Certificate))
-	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, errors.New("the issued certificate is not a PEM CERTIFICATE")
-	}
-	leaf, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("the issued certificate does not parse: %w", err)
-	}
-	// An admin kubeconfig is never the break-glass one, and is a client's:
-	// an answer otherwise (an issuer gone wrong, or whoever may write the
-	// request's status) is not cached for kubectl to use for an hour
-	// (review 164).
-	if slices.Contains(leaf.Subject.Organization, "system:masters") {
-		return nil, errors.New("the issued certificate is in group system:masters, which an admin kubeconfig never is; it is not used")
-	}
-	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
-		return nil, errors.New("the issued certificate is not for client authentication; it is not used")
-	}
 	// The certificate checked, and nothing around it, is what kubectl and
-	// the cache get: whatever else the status held (text, more blocks, up
-	// to a megabyte) is neither printed nor cached.
-	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: block.Bytes})
+	// the cache get (requestKubeCredential).
+	leaf, certPEM := issued.leaf, issued.certPEM
 	// Reused for the shorter of the certificate's lifetime and the one asked
 	// for, counted on this machine's clock from the request: the
 	// certificate's dates are its signer's word, and its signer's clock. A

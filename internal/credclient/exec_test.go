@@ -271,8 +271,9 @@ func TestTheExecPluginCountsTheLifetimeOnThisMachinesClock(t *testing.T) {
 }
 
 // An answer that is not an admin's client certificate is neither printed
-// nor cached: one in group system:masters (the break-glass kubeconfig's,
-// which an admin kubeconfig never is), or one for servers (review 164).
+// nor cached, nor written to a kubeconfig: one in group system:masters (the
+// break-glass kubeconfig's, which an admin kubeconfig never is), or one for
+// servers (reviews 164, 170).
 func TestTheExecPluginUsesOnlyAnAdminsClientCertificate(t *testing.T) {
 	const namespace = "team-e"
 	env, flags := adminIn(t, namespace)
@@ -293,6 +294,13 @@ func TestTheExecPluginUsesOnlyAnAdminsClientCertificate(t *testing.T) {
 		return err
 	}
 	require.ErrorContains(t, ask(), "in group system:masters")
+	// Nor written to the admin kubeconfig `ichor cluster kubeconfig`
+	// writes (review 170).
+	out := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	_, err := credclient.Kubeconfig(t.Context(), credclient.Request{Kube: flags, Cluster: "prod", Out: out,
+		Timeout: 30 * time.Second, Progress: io.Discard})
+	require.ErrorContains(t, err, "in group system:masters")
+	assert.NoFileExists(t, out)
 	mu.Lock()
 	issue = forgerOf(t, pkix.Name{CommonName: "ichor-admin:ada", Organization: []string{"ichor:admins"}}, x509.ExtKeyUsageServerAuth)
 	mu.Unlock()
