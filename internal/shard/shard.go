@@ -1270,7 +1270,7 @@ func (s *Set) collectMembers(ctx context.Context, v view, now time.Time) {
 			// once, and tried again only after StaleMemberAfter, not at
 			// every look.
 			s.collectAfter = now.Add(s.o.StaleMemberAfter)
-			s.o.Log.Error(err, "delete the membership Lease of a replica gone; tried again later", "lease", l.Name,
+			s.o.Log.Error(err, "delete a Lease of a replica gone or of a shard count no longer given; tried again later", "lease", l.Name,
 				"next", s.collectAfter.UTC().Format(time.RFC3339))
 			return
 		}

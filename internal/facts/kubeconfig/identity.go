@@ -102,11 +102,16 @@ func (l *Local) load(ctx context.Context, wait bool) ([][]byte, *x509.CertPool, 
 
 // reread reads the local API server's key and CA, and keeps them beside
 // those read before.
-func (l *Local) reread(ctx context.Context) ([][]byte, *x509.CertPool, error) {
+func (l *Local) reread(ctx context.Context) (keys [][]byte, roots *x509.CertPool, err error) {
+	// Whatever read does, a panic too, the next load may read again.
+	defer func() {
+		l.mu.Lock()
+		l.reading = false
+		l.mu.Unlock()
+	}()
 	key, ca, err := l.read(ctx)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.reading = false
 	if err != nil {
 		if l.keys != nil {
 			// Tried again in a minute, not at each connection.
