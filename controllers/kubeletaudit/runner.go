@@ -258,7 +258,13 @@ func (r *Runner) writeCondition(ctx context.Context, m *ichorv1alpha1.TalosMachi
 		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(m), &cur); err != nil {
 			return err
 		}
-		want := cond(cur.Generation)
+		if cur.Generation != m.Generation {
+			// Audited on the spec read at the pass's start: not said of a
+			// spec changed since (an endpoint moved), which the next pass
+			// audits (review 169).
+			return nil
+		}
+		want := cond(m.Generation)
 		before := meta.FindStatusCondition(cur.Status.Conditions, want.Type)
 		if before != nil && before.Status == want.Status && before.Reason == want.Reason &&
 			before.ObservedGeneration == want.ObservedGeneration && same(before.Message) {
