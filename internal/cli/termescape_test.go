@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/stretchr/testify/assert"
@@ -275,7 +276,7 @@ func TestOnlyRenderWritesRaw(t *testing.T) {
 	var out, errOut bytes.Buffer
 	s := newStreams(nil, &out, &errOut)
 	assert.Same(t, &out, s.rawOut)
-	opts, err := managerOptions{bundleLimits: bundles.DefaultLimits, bundlePoll: engine.DefaultPollInterval, logFileMaxMiB: 1, logFileMaxBackups: 1}.engineOptions(s)
+	opts, err := managerOptions{bundleLimits: bundles.DefaultLimits, bundlePoll: engine.DefaultPollInterval, logFileMaxMiB: 1, logFileMaxBackups: 1, logFlushTimeout: time.Second}.engineOptions(s)
 	require.NoError(t, err)
 	assert.Same(t, s.out, opts.DecisionLog)
 	assert.Same(t, s.err, opts.Log)
