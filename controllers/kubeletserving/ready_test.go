@@ -65,6 +65,8 @@ func TestReadyFollowsTheConfigurationNotTheNodes(t *testing.T) {
 	ready = f.waitReady(metav1.ConditionFalse, kubeletserving.ReasonKubeconfigUnreadable)
 	assert.Contains(t, ready.Message, "the configuration is refused: ")
 	assert.Contains(t, ready.Message, `"no-such-kubeconfig"`)
+	// What its requests were is of a look no longer made (review 169).
+	assert.Nil(t, meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingRequests))
 
 	// Put right: served again, though two nodes still have no certificate.
 	c = f.get()

@@ -587,6 +587,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if deferred.cause != nil {
 			r.targets.drop(req.NamespacedName, false)
 			r.NodeReaders.Forget(req.NamespacedName)
+			// Its gauges said what its last look saw; nothing is looked
+			// at now (review 169: a flood guard at 1 stayed for good).
+			r.Metrics.forget(req.Namespace, req.Name)
 			if err := r.refuseTarget(ctx, &cluster, deferred.cause); err != nil {
 				return reconcile.Result{}, err
 			}
@@ -620,6 +623,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// no node is watched for it.
 		r.targets.drop(req.NamespacedName, false)
 		r.NodeReaders.Forget(req.NamespacedName)
+		r.Metrics.forget(req.Namespace, req.Name)
 		logger.Error(err, "cannot judge the cluster's API server")
 		if err := r.refuseTarget(ctx, &cluster, err); err != nil {
 			return reconcile.Result{}, err

@@ -783,6 +783,10 @@ func (r *Reconciler) refuseTarget(ctx context.Context, c *ichorv1alpha1.TalosClu
 		Message:            message,
 		ObservedGeneration: c.Generation,
 	})
+	// What the requests were (a flood withheld) is of a look no longer
+	// made: not left saying it for a cluster that judges nothing (review
+	// 169).
+	meta.RemoveStatusCondition(&c.Status.Conditions, ichorv1alpha1.ConditionKubeletServingRequests)
 	setReady(c, reachability{})
 	if !statusChanged(before.Status, c.Status) {
 		return nil
