@@ -308,14 +308,20 @@ func (r *Rotator) Start(ctx context.Context) error {
 	}
 }
 
-// ReadyCheck fails while no serving certificate has been written, or when
-// the one written has expired (renewal failed for weeks): a replica that
-// cannot complete a TLS handshake the API server accepts takes no traffic.
+// ReadyCheck fails while no serving certificate has been written, when the
+// one written has expired (renewal failed for weeks), or while the webhook
+// configuration was not told to trust its CA (the CA bundle could not be
+// set: a replica started during a withheld renewal serves the new CA's
+// certificate, review 171): a replica that cannot complete a TLS handshake
+// the API server accepts takes no traffic.
 func (r *Rotator) ReadyCheck(*http.Request) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.current == nil {
 		return errors.New("no webhook serving certificate yet")
+	}
+	if !r.bundleSet {
+		return errors.New("the webhook configuration's CA bundle could not be set to trust the served certificate's CA (the manager's log says why)")
 	}
 	if !r.opts.Clock.Now().Before(r.current.serving.NotAfter) {
 		return fmt.Errorf("the webhook serving certificate expired at %s", r.current.serving.NotAfter.UTC().Format(time.RFC3339))

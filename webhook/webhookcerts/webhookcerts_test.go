@@ -567,6 +567,14 @@ func TestReadyCheck(t *testing.T) {
 	err := r.ReadyCheck(nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "expired")
+
+	// A replica that starts while the bundle cannot be set (a renewal
+	// withheld by the others, or a configuration not made yet) serves a
+	// certificate the API server does not trust: not ready (review 171).
+	fresh := newRotator(t, newClient(t, nil, objects()[0]), clocktesting.NewFakePassiveClock(t0))
+	require.Error(t, fresh.Sync(context.Background()))
+	err = fresh.ReadyCheck(nil)
+	require.ErrorContains(t, err, "CA bundle could not be set")
 }
 
 func TestNewRotatorOptions(t *testing.T) {
