@@ -92,6 +92,12 @@ func (r *Runner) Pass(ctx context.Context) error {
 	for i := range clusters.Items {
 		c := &clusters.Items[i]
 		if !c.Spec.Security.KubeletServingCertificates.Enabled || !c.DeletionTimestamp.IsZero() {
+			// Not audited: its machines' verdicts would stand for ever,
+			// True or False, with nothing checking them (review 169).
+			if err := r.clearConditions(ctx, c); err != nil {
+				failed = true
+				errs = append(errs, fmt.Errorf("cluster %s/%s: %w", c.Namespace, c.Name, err))
+			}
 			continue
 		}
 		audited[client.ObjectKeyFromObject(c)] = true
@@ -111,6 +117,35 @@ func (r *Runner) Pass(ctx context.Context) error {
 		r.Metrics.succeeded(start)
 	}
 	return errors.Join(errs...)
+}
+
+// clearConditions removes the audit's condition from the machines of a
+// cluster no longer audited (kubelet serving turned off, or the cluster
+// being deleted).
+func (r *Runner) clearConditions(ctx context.Context, c *ichorv1alpha1.TalosCluster) error {
+	machines, err := MachinesOf(ctx, r.Client, c)
+	if err != nil {
+		return err
+	}
+	for i := range machines {
+		if meta.FindStatusCondition(machines[i].Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificateCurrent) == nil {
+			continue
+		}
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var cur ichorv1alpha1.TalosMachine
+			if err := r.Client.Get(ctx, client.ObjectKeyFromObject(&machines[i]), &cur); err != nil {
+				return err
+			}
+			if !meta.RemoveStatusCondition(&cur.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificateCurrent) {
+				return nil
+			}
+			return r.Client.Status().Update(ctx, &cur)
+		})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("remove condition %s of machine %s: %w", ichorv1alpha1.ConditionKubeletServingCertificateCurrent, machines[i].Name, err)
+		}
+	}
+	return nil
 }
 
 // cluster audits one cluster. reported is what could not be audited and its
