@@ -163,6 +163,10 @@ func Talosconfig(ctx context.Context, o Request) (Written, error) {
 	if err != nil {
 		return Written{}, err
 	}
+	_, certPEM, err := checkedCertificate(answer.Status.Certificate, ichorv1alpha1.PurposeTalosconfigReader)
+	if err != nil {
+		return Written{}, fmt.Errorf("TalosCredentialRequest %s/%s: %w", answer.Namespace, answer.Name, err)
+	}
 	keyPEM, err := privateKeyPEM(key, "ED25519 PRIVATE KEY")
 	if err != nil {
 		return Written{}, err
@@ -173,7 +177,7 @@ func Talosconfig(ctx context.Context, o Request) (Written, error) {
 		Contexts: map[string]*clientconfig.Context{contextName: {
 			Endpoints: endpoints,
 			CA:        base64.StdEncoding.EncodeToString([]byte(answer.Status.TrustBundle)),
-			Crt:       base64.StdEncoding.EncodeToString([]byte(answer.Status.Certificate)),
+			Crt:       base64.StdEncoding.EncodeToString(certPEM),
 			Key:       base64.StdEncoding.EncodeToString(keyPEM),
 		}},
 	}
@@ -396,12 +400,13 @@ func requestKubeCredential(ctx context.Context, o Request, purpose ichorv1alpha1
 	return kubeCredential{answer: answer, leaf: leaf, certPEM: certPEM, keyPEM: keyPEM, restCfg: restCfg}, nil
 }
 
-// checkedCertificate is the certificate of a Kubernetes credential's answer
-// alone, its first PEM block (whatever else the status holds, text or more
-// blocks, up to a megabyte, is dropped), refused unless it is a client's
-// and, for an admin kubeconfig, outside system:masters: whoever may write
-// the request's status, or an issuer gone wrong, would otherwise hand the
-// person a break-glass credential under an admin's name (reviews 164, 170).
+// checkedCertificate is the certificate of a credential's answer alone, its
+// first PEM block (whatever else the status holds, text or more blocks, up
+// to a megabyte, is dropped), refused unless it is a client's and, for an
+// admin kubeconfig, outside system:masters, for a reader's talosconfig
+// os:reader alone: whoever may write the request's status, or an issuer
+// gone wrong, would otherwise hand the person a break-glass credential under
+// an admin's name, or os:admin under a reader's (reviews 164, 170, 171).
 func checkedCertificate(status string, purpose ichorv1alpha1.CredentialPurpose) (*x509.Certificate, []byte, error) {
 	block, _ := pem.Decode([]byte(status))
 	if block == nil || block.Type != "CERTIFICATE" {
@@ -413,6 +418,10 @@ func checkedCertificate(status string, purpose ichorv1alpha1.CredentialPurpose) 
 	}
 	if purpose == ichorv1alpha1.PurposeKubeconfigAdmin && slices.Contains(leaf.Subject.Organization, "system:masters") {
 		return nil, nil, errors.New("the issued certificate is in group system:masters, which an admin kubeconfig never is; it is not used")
+	}
+	// The reader's talosconfig is said to be os:reader, and is only that.
+	if purpose == ichorv1alpha1.PurposeTalosconfigReader && !slices.Equal(leaf.Subject.Organization, []string{"os:reader"}) {
+		return nil, nil, fmt.Errorf("the issued certificate is for Talos roles %q, not os:reader alone; it is not used", leaf.Subject.Organization)
 	}
 	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
 		return nil, nil, errors.New("the issued certificate is not for client authentication; it is not used")

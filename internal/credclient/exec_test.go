@@ -310,6 +310,18 @@ func TestTheExecPluginUsesOnlyAnAdminsClientCertificate(t *testing.T) {
 	for _, e := range entries {
 		assert.False(t, strings.HasSuffix(e.Name(), ".json"), "cached: %s", e.Name())
 	}
+
+	// A reader's talosconfig holds os:reader alone, never os:admin under
+	// its name (review 171).
+	mu.Lock()
+	issue = forgerOf(t, pkix.Name{Organization: []string{"os:admin"}}, x509.ExtKeyUsageClientAuth)
+	mu.Unlock()
+	t.Setenv("TALOSCONFIG", filepath.Join(t.TempDir(), "talosconfig"))
+	talosOut := filepath.Join(t.TempDir(), "reader.talosconfig")
+	_, err = credclient.Talosconfig(t.Context(), credclient.Request{Kube: flags, Cluster: "prod", Out: talosOut,
+		TalosEndpoints: []string{"10.5.0.2"}, Timeout: 30 * time.Second, Progress: io.Discard})
+	require.ErrorContains(t, err, `not os:reader alone`)
+	assert.NoFileExists(t, talosOut)
 }
 
 // Runs of the plugin at once with nothing cached (kubectl commands in
