@@ -429,6 +429,50 @@ func TestAWithheldRenewalIsRetriedAfterTheInterval(t *testing.T) {
 	assert.True(t, r.current.ca.Equal(oldCA), "the renewed CA was served before it was trusted")
 }
 
+// The bundle's patch is made on the configuration's version as read: a
+// replica's patch that another's lands before (here, between the lagging
+// replica's second read of the Secret and its patch) conflicts, and the
+// newer bundle stays (review 171: only the Secret's re-read was tested).
+func TestABundlePatchIsMadeOnTheVersionRead(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(t0)
+	var between func()
+	secretReads := 0
+	c := newClient(t, &interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		err := c.Get(ctx, key, obj, opts...)
+		if _, ok := obj.(*corev1.Secret); ok && between != nil {
+			// The lagging replica's second read, the one before its patch.
+			if secretReads++; secretReads == 2 {
+				run := between
+				between = nil
+				run()
+			}
+		}
+		return err
+	}}, objects()...)
+	r, lagging := newRotator(t, c, clk), newRotator(t, c, clk)
+	require.NoError(t, r.Sync(context.Background()))
+	require.NoError(t, lagging.Sync(context.Background()))
+	// A person resets the bundle: both replicas will set it again.
+	var vwc admissionregistrationv1.ValidatingWebhookConfiguration
+	require.NoError(t, c.Get(context.Background(), types.NamespacedName{Name: DefaultWebhookConfigurationName}, &vwc))
+	want := vwc.Webhooks[0].ClientConfig.CABundle
+	vwc.Webhooks[0].ClientConfig.CABundle = []byte("reset")
+	require.NoError(t, c.Update(context.Background(), &vwc))
+	between = func() {
+		require.NoError(t, c.Get(context.Background(), types.NamespacedName{Name: DefaultWebhookConfigurationName}, &vwc))
+		vwc.Webhooks[0].ClientConfig.CABundle = []byte("another writer's")
+		require.NoError(t, c.Update(context.Background(), &vwc))
+	}
+	err := lagging.Sync(context.Background())
+	var bundleErr *CABundleError
+	require.ErrorAs(t, err, &bundleErr, "the patch did not conflict with the write made since the read")
+	assert.True(t, apierrors.IsConflict(err), "%v", err)
+	assert.Equal(t, []byte("another writer's"), caBundleOf(t, c), "the patch overwrote a write it had not seen")
+	// The next check sets it on the version it reads.
+	require.NoError(t, lagging.Sync(context.Background()))
+	assert.Equal(t, want, caBundleOf(t, c))
+}
+
 // A replica whose Secret read predates another's CA renewal does not put
 // the older CA bundle back over the newer one (review 168): here the other
 // replica renews between this one's read of the Secret and its read of the
