@@ -86,6 +86,21 @@ func TestTheExecPluginPassesOnOnlyTheCertificateItChecked(t *testing.T) {
 	assert.False(t, strings.Contains(got+cred.Status.ClientKeyData+warn.String(), "\x1b"), "a terminal escape passed on")
 	assert.Equal(t, 1, strings.Count(got, "BEGIN"), "PEM blocks passed on")
 
+	// Nor is any of it written to an admin kubeconfig `ichor cluster
+	// kubeconfig` writes from the same answer (review 171).
+	out := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	_, err = credclient.Kubeconfig(t.Context(), credclient.Request{Kube: flags, Cluster: "prod", Out: out,
+		Timeout: 30 * time.Second, Progress: io.Discard})
+	require.NoError(t, err)
+	written, err := clientcmd.LoadFromFile(out)
+	require.NoError(t, err)
+	require.Len(t, written.AuthInfos, 1)
+	for _, auth := range written.AuthInfos {
+		cert := string(auth.ClientCertificateData)
+		assert.Equal(t, 1, strings.Count(cert, "BEGIN"), "PEM blocks written")
+		assert.False(t, strings.Contains(cert, "\x1b") || strings.Contains(cert, "padding"), "the status's text was written")
+	}
+
 	// What was cached is what was printed: the next run answers from the
 	// cache, without a request.
 	cancel()
@@ -95,7 +110,7 @@ func TestTheExecPluginPassesOnOnlyTheCertificateItChecked(t *testing.T) {
 	assert.True(t, again.Status.ClientCertificateData == got, "the cache gave back %d bytes, not the %d printed", len(again.Status.ClientCertificateData), len(got))
 	var list ichorv1alpha1.TalosCredentialRequestList
 	require.NoError(t, env.Client.List(t.Context(), &list, client.InNamespace(namespace)))
-	assert.Len(t, list.Items, 1, "the second run asked again instead of reading the cache")
+	assert.Len(t, list.Items, 2, "the second run asked again instead of reading the cache (the kubeconfig asked once)")
 }
 
 // The answer is read by name: a request deleted and made again under that
