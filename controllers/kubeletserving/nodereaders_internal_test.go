@@ -180,3 +180,44 @@ func TestAFailedReadsErrorIsKeptBounded(t *testing.T) {
 	assert.LessOrEqual(t, len(r.err), maxReadError)
 	assert.True(t, strings.HasPrefix(r.err, "rpc error: code = Unavailable"), "the error is cut, not lost")
 }
+
+// What the reads of a cluster's machines say to its Ready, on a clock of
+// the test's (review 169: only the unit table of unreachable() and one
+// envtest run, which reached neither the grace nor the freshness, held it):
+// a machine failing for less than UnreachableAfter is not yet unreachable;
+// a success ends its failing, and its failing starts again from the next
+// failure; an outcome older than readFreshness no longer counts.
+func TestReachabilityFollowsTheReadsOnItsClock(t *testing.T) {
+	n := &NodeReaders{UnreachableAfter: time.Minute}
+	key := types.NamespacedName{Namespace: "ns", Name: "demo"}
+	t0 := time.Unix(1_000_000, 0)
+	down := errors.New("connection refused")
+
+	n.observe(key, "worker-1", t0, down)
+	n.observe(key, "worker-1", t0.Add(59*time.Second), down)
+	r := n.reachability(key, t0.Add(59*time.Second))
+	assert.Equal(t, 1, r.machines)
+	assert.Zero(t, r.failed, "failing for less than the grace")
+
+	n.observe(key, "worker-1", t0.Add(time.Minute), down)
+	r = n.reachability(key, t0.Add(time.Minute))
+	r.total = 1
+	assert.Equal(t, 1, r.failed)
+	assert.True(t, r.unreachable())
+	assert.Equal(t, "worker-1", r.machine)
+
+	// Answered once: its failing ends, and starts again from the next.
+	n.observe(key, "worker-1", t0.Add(61*time.Second), nil)
+	n.observe(key, "worker-1", t0.Add(62*time.Second), down)
+	n.observe(key, "worker-1", t0.Add(100*time.Second), down)
+	r = n.reachability(key, t0.Add(100*time.Second))
+	assert.Zero(t, r.failed, "a success did not reset the failing")
+
+	// Past readFreshness with no read since, it no longer counts: a
+	// one-machine cluster whose failing request is gone is not unreachable
+	// for ever.
+	r = n.reachability(key, t0.Add(100*time.Second+readFreshness+time.Second))
+	r.total = 1
+	assert.Zero(t, r.machines)
+	assert.False(t, r.unreachable())
+}
