@@ -527,14 +527,7 @@ func TestARequestRelabelledInALoopIsNotDecidedAtEachWrite(t *testing.T) {
 	// rule reads either (review 165; a tenant's server sends such updates
 	// without any write).
 	before = len(entriesFor(name))
-	writes = 0
-	for start := time.Now(); time.Since(start) < 2*time.Second; writes++ {
-		csr := env.GetCSR(t, name)
-		csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: "Loop", Status: corev1.ConditionTrue,
-			Reason: "Loop", Message: strconv.Itoa(writes), LastUpdateTime: metav1.Now()}}
-		_, err := env.Clientset.CertificatesV1().CertificateSigningRequests().UpdateStatus(t.Context(), csr, metav1.UpdateOptions{})
-		require.NoError(t, err)
-	}
+	writes = env.ChurnStatus(t, name, 2*time.Second)
 	require.Greater(t, writes, 20)
 	assert.LessOrEqual(t, len(entriesFor(name))-before, 3, "decisions while the request's status was written %d times", writes)
 }

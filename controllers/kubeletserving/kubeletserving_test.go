@@ -516,14 +516,7 @@ func TestUnknownMachineStaysPending(t *testing.T) {
 	loggedPending(t, name, "MachineUnknown")
 
 	before := len(entriesFor(name))
-	writes := 0
-	for start := time.Now(); time.Since(start) < 2*time.Second; writes++ {
-		csr := env.GetCSR(t, name)
-		csr.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{Type: "Loop", Status: corev1.ConditionTrue,
-			Reason: "Loop", Message: strconv.Itoa(writes), LastUpdateTime: metav1.Now()}}
-		_, err := env.Clientset.CertificatesV1().CertificateSigningRequests().UpdateStatus(t.Context(), csr, metav1.UpdateOptions{})
-		require.NoError(t, err)
-	}
+	writes := env.ChurnStatus(t, name, 2*time.Second)
 	require.Greater(t, writes, 20)
 	// Each judging cluster's own wait may end once meanwhile.
 	assert.LessOrEqual(t, len(entriesFor(name))-before, judgingClusters(t), "decisions while the request's status was written %d times", writes)

@@ -110,6 +110,24 @@ func served(t *testing.T, r *Rotator) *x509.Certificate {
 	return cert
 }
 
+// untilCARenewal walks the clock through the serving certificate's renewals,
+// each replica syncing at each, to the CA's own renewal, where it stops
+// without a sync: the first replica's CA is then due.
+func untilCARenewal(t *testing.T, clk *clocktesting.FakePassiveClock, replicas ...*Rotator) {
+	t.Helper()
+	ca := replicas[0].current.ca
+	for {
+		now := replicas[0].current.nextRenewal()
+		clk.SetTime(now)
+		if !now.Before(renewalTime(ca)) {
+			return
+		}
+		for _, r := range replicas {
+			require.NoError(t, r.Sync(context.Background()))
+		}
+	}
+}
+
 // verify checks cert the way the API server does when it calls the webhook:
 // against the configuration's CA bundle, for NAME.NAMESPACE.svc, at now.
 func verify(cert *x509.Certificate, bundle []byte, now time.Time) error {
@@ -358,15 +376,7 @@ func TestANewCANotYetTrustedIsNotServed(t *testing.T) {
 	r := newRotator(t, c, clk)
 	require.NoError(t, r.Sync(context.Background()))
 	oldCA := certsIn(t, getSecret(t, c).Data[KeyCACert])[0]
-	// Renewals of the serving certificate until the CA's own is due.
-	for {
-		now := r.current.nextRenewal()
-		clk.SetTime(now)
-		if !now.Before(renewalTime(oldCA)) {
-			break
-		}
-		require.NoError(t, r.Sync(context.Background()))
-	}
+	untilCARenewal(t, clk, r)
 	refuse.Store(true)
 	var bundleErr *CABundleError
 	require.ErrorAs(t, r.Sync(context.Background()), &bundleErr)
@@ -402,14 +412,7 @@ func TestAWithheldRenewalIsRetriedAfterTheInterval(t *testing.T) {
 	require.NoError(t, r.Sync(context.Background()))
 	// The serving certificate renewed on time until the CA's renewal.
 	oldCA := r.current.ca
-	for {
-		now := r.current.nextRenewal()
-		clk.SetTime(now)
-		if !now.Before(renewalTime(oldCA)) {
-			break
-		}
-		require.NoError(t, r.Sync(context.Background()))
-	}
+	untilCARenewal(t, clk, r)
 	refuse.Store(true)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
@@ -492,15 +495,7 @@ func TestALaggingReplicaDoesNotPutTheOlderCABundleBack(t *testing.T) {
 	require.NoError(t, r.Sync(context.Background()))
 	require.NoError(t, lagging.Sync(context.Background()))
 	oldCA := certsIn(t, getSecret(t, c).Data[KeyCACert])[0]
-	for {
-		now := r.current.nextRenewal()
-		clk.SetTime(now)
-		if !now.Before(renewalTime(oldCA)) {
-			break
-		}
-		require.NoError(t, r.Sync(context.Background()))
-		require.NoError(t, lagging.Sync(context.Background()))
-	}
+	untilCARenewal(t, clk, r, lagging)
 	// The other replica renews while the lagging one is between its reads.
 	clk.SetTime(clk.Now().Add(-time.Minute)) // the lagging replica's look: the CA not due yet
 	between = func() {
