@@ -467,6 +467,51 @@ func TestReplayRefusesAnInputNoManagerLogs(t *testing.T) {
 	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20), "the rule ran")
 }
 
+// Within the list bound, a forged entry's long value, quoted by the rule
+// into each refusal's message, is bounded too: one address of 1 MB and
+// 1,000 names asked for make a gigabyte of messages, 15 MB fifteen
+// (review 172).
+func TestReplayRefusesAnInputWithAValueNoManagerLogs(t *testing.T) {
+	log, ids := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	var forged []decisionlog.Entry
+	for _, e := range entries {
+		if e.DecisionID != ids[1] {
+			continue
+		}
+		var input map[string]any
+		require.NoError(t, json.Unmarshal(e.Input, &input))
+		sans := make([]any, 1000)
+		for i := range sans {
+			sans[i] = map[string]any{"type": "ip", "value": fmt.Sprintf("10.%d.%d.2", i/256, i%256)}
+		}
+		input["node"].(map[string]any)["addresses"] = []any{strings.Repeat("1", 1<<20)}
+		input["csr"].(map[string]any)["request"].(map[string]any)["subject_alt_names"] = sans
+		e.Input, err = json.Marshal(input)
+		require.NoError(t, err)
+		forged = append(forged, e)
+	}
+	require.Len(t, forged, 1, "the denial's entry")
+	ctx := context.Background()
+	b, err := bundles.Load("../../policy")
+	require.NoError(t, err)
+	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: &harness.DecisionLog{}})
+	require.NoError(t, err)
+	defer eng.Stop(ctx)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = decisionlog.Replay(ctx, eng, forged)
+	runtime.ReadMemStats(&after)
+	require.ErrorContains(t, err, "more than any a manager logs together")
+	assert.Contains(t, err.Error(), ids[1])
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20), "the rule ran")
+
+	// The real entries are replayed, as ever.
+	_, err = decisionlog.Replay(ctx, eng, entries)
+	require.NoError(t, err)
+}
+
 func TestReplayStopsWhenTheContextEnds(t *testing.T) {
 	log, _ := realLog(t)
 	entries, _, err := decisionlog.Read(strings.NewReader(log))

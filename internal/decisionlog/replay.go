@@ -98,6 +98,9 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 			}
 			if n := longestList(input); n > MaxReplayedList {
 				return rep, fmt.Errorf("decision %q: its input holds a list of %d items, more than any a manager logs (%d): not replayed, nor anything after it", e.DecisionID, n, MaxReplayedList)
+			} else if int64(max(n, 1))*int64(len(e.Input)) > MaxReplayedWork {
+				return rep, fmt.Errorf("decision %q: its input of %d bytes holds a list of %d items, more than any a manager logs together (a list's items times the input's bytes at most %d): not replayed, nor anything after it",
+					e.DecisionID, len(e.Input), n, MaxReplayedWork)
 			}
 		}
 		var now Outcome
@@ -363,6 +366,15 @@ func at(loc *ast.Location) string {
 // into each refusal's message, gigabytes for a line of a megabyte (review of
 // 2026-12-06).
 const MaxReplayedList = 1000
+
+// MaxReplayedWork bounds the longest list of an input replayed times the
+// input's bytes: a rule formats one message a refused item, each of which
+// may quote any other value of the input, so a forged entry of 1,000 names
+// and one address of 15 MB made 15 GB of messages, within the list bound
+// (review 172). A manager logs at most 100 items of a list and cuts every
+// string at 512 characters, an input of tens of kilobytes: 64 MiB is a
+// hundred times that.
+const MaxReplayedWork = 64 << 20
 
 // longestList is the number of items of the longest list in a decoded JSON
 // value.
