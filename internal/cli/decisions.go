@@ -492,6 +492,11 @@ the log could not be read), 2 for a wrong flag or no ID.`,
 			if len(args) == 0 {
 				return usage.Errorf("give the decision ID to show (the CSR condition and the Event carry it)")
 			}
+			// An empty ID (an unset "$ID", or decision/) is a prefix of
+			// every ID (review 172).
+			if _, id, _ := strings.Cut(args[0], "/"); args[0] == "" || strings.HasSuffix(args[0], "/") && id == "" {
+				return usage.Errorf("the decision ID is empty: give the ID the CSR condition and the Event carry, or a prefix of it")
+			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -527,12 +532,16 @@ func findDecision(entries []decisionlog.Entry, id string) (decisionlog.Entry, er
 	if kind, rest, ok := strings.Cut(id, "/"); ok && (kind == "decision" || kind == "decision.cli.ichor.dev") {
 		id = rest
 	}
+	// A set of the ids found, not a search of the list: a log of as many
+	// entries under one prefix made each look a scan (review 172).
 	var found []decisionlog.Entry
+	seen := map[string]bool{}
 	for _, e := range entries {
 		if e.DecisionID == id {
 			return e, nil
 		}
-		if strings.HasPrefix(e.DecisionID, id) && !slices.ContainsFunc(found, func(f decisionlog.Entry) bool { return f.DecisionID == e.DecisionID }) {
+		if strings.HasPrefix(e.DecisionID, id) && !seen[e.DecisionID] {
+			seen[e.DecisionID] = true
 			found = append(found, e)
 		}
 	}
@@ -805,15 +814,32 @@ func runReplay(cmd *cobra.Command, s streams, o replayOptions, files []string) e
 	return exitError{ExitChanged, fmt.Errorf("decisions changed as --fail-on forbids: %s", strings.Join(parts, ", "))}
 }
 
+// loggedRevisions are the revisions the entries were decided under, in the
+// order first met, found through a set: a forged log of as many revisions
+// as entries made a scan of the list for each (review 172).
 func loggedRevisions(entries []decisionlog.Entry) []string {
 	var revs []string
+	seen := map[string]bool{}
 	for _, e := range entries {
-		if e.Revision != "" && !slices.Contains(revs, e.Revision) {
+		if e.Revision != "" && !seen[e.Revision] {
+			seen[e.Revision] = true
 			revs = append(revs, e.Revision)
 		}
 	}
 	return revs
 }
+
+// namedRevisions is how the replay's summary line names the revisions: at
+// most maxNamedRevisions, then how many more, not a line of megabytes.
+func namedRevisions(revs []string) string {
+	if len(revs) <= maxNamedRevisions {
+		return strings.Join(revs, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(revs[:maxNamedRevisions], ", "), len(revs)-maxNamedRevisions)
+}
+
+// maxNamedRevisions is how many revisions the replay's summary line names.
+const maxNamedRevisions = 10
 
 func plural(n int, one, many string) string {
 	if n == 1 {
@@ -826,7 +852,7 @@ func noteTitle(note string) string { return strings.ReplaceAll(note, "-", " ") }
 
 func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logged []string, skipped notReplayed) error {
 	fmt.Fprintf(w, "Replayed %s logged under %s against %s (revision %s).\n\n",
-		plural(rep.Replayed, "decision", "decisions"), line(dash(strings.Join(logged, ", "))), line(o.bundle), line(dash(rep.Revision)))
+		plural(rep.Replayed, "decision", "decisions"), line(dash(namedRevisions(logged))), line(o.bundle), line(dash(rep.Revision)))
 
 	summary := newTable([]string{"Change", "Decisions"})
 	for _, d := range decisionlog.SortedDirections(rep.Directions) {

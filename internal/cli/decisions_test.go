@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -26,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
 	"github.com/ichor-dev/ichor-policy/test/csrgen"
@@ -324,6 +326,29 @@ func TestDecisionsShowRefusesAnUnknownID(t *testing.T) {
 	assert.Equal(t, ExitError, code)
 	assert.Empty(t, stdout)
 	assert.Contains(t, stderr, "decision 00000000-0000-0000-0000-000000000000 is not in the log (4 decisions read)")
+
+	// An empty ID (an unset "$ID" in a script) is a prefix of every ID: a
+	// wrong argument, not a search of the whole log (review 172).
+	for _, id := range []string{"", "decision/", "decision.cli.ichor.dev/"} {
+		code, stdout, stderr, _ = decisionsRun(t, f.log, "decisions", "show", id)
+		assert.Equal(t, ExitUsage, code, "%q: %s", id, stderr)
+		assert.Empty(t, stdout)
+		assert.Contains(t, stderr, "the decision ID is empty")
+	}
+}
+
+// The replay's summary names at most ten revisions, then how many more: a
+// forged log of as many revisions as entries made a line of megabytes
+// (review 172).
+func TestTheReplaySummaryNamesTenRevisions(t *testing.T) {
+	var revs []string
+	for i := range 12 {
+		revs = append(revs, fmt.Sprintf("r%d", i))
+	}
+	assert.Equal(t, "r0, r1", namedRevisions(revs[:2]))
+	assert.Equal(t, "r0, r1, r2, r3, r4, r5, r6, r7, r8, r9 and 2 more", namedRevisions(revs))
+	entries := []decisionlog.Entry{{Revision: "a"}, {Revision: "b"}, {Revision: "a"}, {}}
+	assert.Equal(t, []string{"a", "b"}, loggedRevisions(entries))
 }
 
 func TestDecisionsReplayWithTheSamePolicyChangesNothing(t *testing.T) {
