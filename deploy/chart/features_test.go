@@ -30,6 +30,15 @@ func TestAnUnsignedConfigMapBundleIsRefusedUnlessChosen(t *testing.T) {
 		dep := render(t, set...).deployment(t)
 		assert.Equal(t, "/etc/ichor-policy/bundle/bundle.tar.gz", argValue(t, dep, "--bundle"), "%v", set)
 	}
+	// The key's digest pinned in the Deployment, where the ConfigMap's
+	// writers cannot change it (review 166); a pin of no key is refused.
+	pin := strings.Repeat("ab", 32)
+	dep := render(t, "manager.bundle.configMap.name=ichor-bundle", "manager.bundle.verification.configMap=ichor-bundle-key",
+		"manager.bundle.verification.sha256="+pin).deployment(t)
+	assert.Equal(t, pin, argValue(t, dep, "--bundle-key-sha256"))
+	out, err = renderOutput(t, "manager.bundle.configMap.name=ichor-bundle", "manager.bundle.configMap.unsigned=true", "manager.bundle.verification.sha256="+pin)
+	require.Error(t, err)
+	assert.Contains(t, string(out), "the pin is of the key that ConfigMap holds")
 	// A path beside the ConfigMap passed over its check: the path may name
 	// the ConfigMap's own file, re-read at each poll (review 166).
 	out, err = renderOutput(t, "manager.bundle.configMap.name=ichor-bundle", "manager.bundle.path=/etc/ichor-policy/bundle/bundle.tar.gz")

@@ -34,6 +34,7 @@ var badValues = map[string]string{
 	// Names written into the pod's volumes, unquoted before.
 	"manager.bundle.configMap.name=my bundle":            "at '/manager/bundle/configMap/name'",
 	"manager.bundle.verification.configMap=Key":          "at '/manager/bundle/verification/configMap'",
+	"manager.bundle.verification.sha256=ABC":             "at '/manager/bundle/verification/sha256'",
 	"manager.bundle.registryCredentials.secretName=a: b": "at '/manager/bundle/registryCredentials/secretName'",
 	"manager.decisionLog.tokenSecret.name=a: b":          "at '/manager/decisionLog/tokenSecret/name'",
 	"manager.decisionLog.tokenSecret.key=../token":       "at '/manager/decisionLog/tokenSecret/key'",

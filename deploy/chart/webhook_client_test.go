@@ -4,8 +4,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"math/big"
 	"os"
@@ -47,6 +49,10 @@ func TestWebhookClientAuthValue(t *testing.T) {
 	assert.Equal(t, cm.Name, mountedConfigMap(t, dep, filepath.Dir(caPath)), "the flag's file is the ConfigMap's key, mounted")
 	sum := dep.Spec.Template.Annotations["checksum/webhook-client-ca"]
 	assert.Len(t, sum, 64)
+	// The CA the ConfigMap holds is pinned in the Deployment, where the
+	// ConfigMap's writers cannot change it (review 166).
+	digest := sha256.Sum256([]byte(cm.Data[filepath.Base(caPath)]))
+	assert.Equal(t, hex.EncodeToString(digest[:]), argValue(t, dep, "--webhook-client-ca-sha256"))
 
 	require.NoError(t, os.WriteFile(caFile, selfSignedCAPEM(t), 0o600))
 	again := renderWith(t, withCA, "webhook.clientAuth.names={kube-apiserver-webhook-client}").deployment(t)

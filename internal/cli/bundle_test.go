@@ -143,12 +143,21 @@ func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
 		{"--webhook-port", "-1"}, {"--webhook-port", "0"}, {"--webhook-port", "65536"},
 		{"--decision-log-flush-timeout", "0s"}, {"--decision-log-flush-timeout", "-1s"},
 		{"--bundle-key", "/dev/zero"}, {"--bundle-key", t.TempDir()},
+		// A pin that is no SHA-256, or of no key (review 166).
+		{"--bundle-key-sha256", "abc", "--bundle-key", caFile}, {"--bundle-key-sha256", strings.Repeat("ab", 32)},
+		{"--webhook-client-ca-sha256", strings.Repeat("ab", 32)},
+		{"--webhook-client-ca-sha256", "abc", "--webhook-client-ca", caFile, "--webhook-client-names", "apiserver"},
 	} {
 		code, _, stderr := run(t, "", append([]string{"manager"}, args...)...)
 		assert.Equal(t, 2, code, "%v: %s", args, stderr)
 		assert.Contains(t, stderr, args[0], args)
 		assert.NotContains(t, stderr, "unknown flag", args)
 	}
+	// A key file whose digest is not the one pinned: refused, whatever else
+	// is right (review 166: the file's writers are not the key's).
+	code, _, stderr := run(t, "", "manager", "--bundle-key", caFile, "--bundle-key-sha256", strings.Repeat("AB", 32))
+	assert.Equal(t, 1, code, stderr)
+	assert.Contains(t, stderr, "not the "+strings.Repeat("ab", 32)+" --bundle-key-sha256 pins: the key was replaced")
 	// The networks' errors say what is wrong with the value, not only
 	// which flag.
 	for arg, want := range map[string]string{
@@ -164,7 +173,7 @@ func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
 		assert.Contains(t, stderr, want, arg)
 	}
 	// A password in the URL is not printed.
-	code, _, stderr := run(t, "", "manager", "--decision-log-url", "ftp://ichor:s3cret@decisions.example.com")
+	code, _, stderr = run(t, "", "manager", "--decision-log-url", "ftp://ichor:s3cret@decisions.example.com")
 	assert.Equal(t, 2, code, stderr)
 	assert.Contains(t, stderr, "ftp://ichor:xxxxx@decisions.example.com")
 	assert.NotContains(t, stderr, "s3cret")

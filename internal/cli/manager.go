@@ -2,10 +2,14 @@ package cli
 
 import (
 	"context"
+	"crypto/sha256"
 	"flag"
+	"fmt"
 	"math"
 	"net/url"
 	"os"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,6 +42,7 @@ type managerOptions struct {
 	bundleInsecureHTTP   bool
 	bundleRegistryCreds  string
 	bundleKeyID          string
+	bundleKeySHA256      string
 	bundleKeyAlg         string
 	bundlePoll           time.Duration
 	bundleLimits         bundles.Limits
@@ -67,6 +72,7 @@ type managerOptions struct {
 	webhookCertDir       string
 	webhookClientCA      string
 	webhookClientNames   []string
+	webhookClientCAPin   string
 	webhookGenerateCerts bool
 	webhookCertSecret    string
 	webhookService       string
@@ -115,6 +121,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.BoolVar(&o.bundleInsecureHTTP, "bundle-allow-insecure-http", false, "accept a --bundle over plain HTTP, http:// or oci+http:// (refused by default, signed or not: anyone on the path could serve an older signed bundle or none)")
 	f.StringVar(&o.bundleRegistryCreds, "bundle-registry-credentials", "", "a Docker config file (what docker login writes, or a kubernetes.io/dockerconfigjson Secret's .dockerconfigjson) whose \"auths\" hold a user name and a password or token for the registry of an oci:// --bundle, read at each pull; sent to that registry and the token service it names, never elsewhere; credential helpers are not run")
 	f.StringVar(&o.bundleKeyID, "bundle-key-id", "ichor", "the key id of --bundle-key (as \"ichor bundle build --key-id\" writes it)")
+	f.StringVar(&o.bundleKeySHA256, "bundle-key-sha256", "", "the SHA-256 (hex) the --bundle-key file must have: the manager refuses to start on another, so that whoever may replace the file (a ConfigMap's writers) cannot replace the trust root with it")
 	f.StringVar(&o.bundleKeyAlg, "bundle-key-algorithm", "RS256", "the signing algorithm of --bundle-key")
 	f.DurationVar(&o.bundlePoll, "bundle-poll-interval", engine.DefaultPollInterval, "how often --bundle is looked at for a new bundle (at least 100ms)")
 	f.Int64Var(&o.bundleLimits.CompressedBytes, "bundle-max-compressed-bytes", bundles.DefaultLimits.CompressedBytes, "refuse a --bundle file, download or registry layer larger than this, before OPA reads it")
@@ -149,6 +156,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.IntVar(&o.webhookPort, "webhook-port", 9443, "port of the admission webhook server (HTTPS)")
 	f.StringVar(&o.webhookCertDir, "webhook-cert-dir", "", "directory of the webhook server's tls.crt and tls.key (default: controller-runtime's, under the temporary directory)")
 	f.StringVar(&o.webhookClientCA, "webhook-client-ca", "", "PEM file of the CA of the client certificate the API server presents to webhooks (its admission configuration's kubeConfigFile): with it the webhook answers only requests made with a certificate of that CA naming one of --webhook-client-names, so that no pod that reaches the port can post a review; read at start")
+	f.StringVar(&o.webhookClientCAPin, "webhook-client-ca-sha256", "", "the SHA-256 (hex) the --webhook-client-ca file must have: the manager refuses to start on another (the Helm chart pins the CA it renders)")
 	f.StringSliceVar(&o.webhookClientNames, "webhook-client-names", nil, "the common names the API server's webhook client certificate may carry (comma-separated or repeated); required with --webhook-client-ca. Give the API server a CA of its own, never the cluster's client CA: whoever gets a kubernetes.io/kube-apiserver-client CSR approved gets a certificate of that CA with any common name")
 	f.BoolVar(&o.webhookGenerateCerts, "webhook-generate-certs", false, "make and renew the webhook's CA and serving certificate, kept in --webhook-cert-secret, and set the CA bundle of --webhook-configuration (leave off when cert-manager provides them)")
 	f.StringVar(&o.webhookCertSecret, "webhook-cert-secret", webhookcerts.DefaultSecretName, "Secret in the manager's namespace ($POD_NAMESPACE) that keeps the webhook's CA and serving certificate")
@@ -178,6 +186,9 @@ service account). Every decision is written to standard output as one JSON line
 }
 
 // runManager turns the flags into the manager's options and runs it.
+// sha256Hex is a SHA-256 written as sha256sum writes it.
+var sha256Hex = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
+
 // maxBundleKeyBytes bounds a --bundle-key file: a PEM public key (RSA of
 // 8,192 bits is under 2 KiB) or a certificate chain.
 const maxBundleKeyBytes = 64 << 10
@@ -288,9 +299,15 @@ func (o managerOptions) webhookClientAuth() (*apiserverauth.Auth, error) {
 		if len(o.webhookClientNames) > 0 {
 			return nil, usage.Errorf("--webhook-client-names without --webhook-client-ca: the names are checked only on certificates of that CA")
 		}
+		if o.webhookClientCAPin != "" {
+			return nil, usage.Errorf("--webhook-client-ca-sha256 without --webhook-client-ca: the pin is of that file")
+		}
 		return nil, nil
 	}
-	auth, err := apiserverauth.Load(o.webhookClientCA, o.webhookClientNames)
+	if o.webhookClientCAPin != "" && !sha256Hex.MatchString(o.webhookClientCAPin) {
+		return nil, usage.Errorf("--webhook-client-ca-sha256 %q: give the 64 hex digits of the --webhook-client-ca file's SHA-256 (sha256sum)", o.webhookClientCAPin)
+	}
+	auth, err := apiserverauth.Load(o.webhookClientCA, o.webhookClientNames, o.webhookClientCAPin)
 	if err != nil {
 		return nil, usage.Errorf("--webhook-client-ca: %v", err)
 	}
@@ -345,12 +362,20 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 	if o.bundleLimits.CompressedBytes <= 0 || o.bundleLimits.UncompressedBytes <= 0 || o.bundleLimits.Files <= 0 {
 		return opts, usage.Errorf("--bundle-max-compressed-bytes, --bundle-max-uncompressed-bytes and --bundle-max-files must be positive")
 	}
+	if o.bundleKeySHA256 != "" && (len(o.bundleKeys) == 0 || !sha256Hex.MatchString(o.bundleKeySHA256)) {
+		return opts, usage.Errorf("--bundle-key-sha256 %q: give the 64 hex digits of the --bundle-key file's SHA-256 (sha256sum), with --bundle-key", o.bundleKeySHA256)
+	}
 	for _, path := range o.bundleKeys {
 		// A public key is a few kilobytes: a FIFO is not waited on, nor
 		// /dev/zero read until memory runs out (review 168).
 		key, err := smallfile.Read(path, maxBundleKeyBytes)
 		if err != nil {
 			return opts, usage.Errorf("--bundle-key: %w", err)
+		}
+		// The file's writers are not the key's (review 166: a ConfigMap
+		// in the release namespace); the pin is the Deployment's.
+		if got := fmt.Sprintf("%x", sha256.Sum256(key)); o.bundleKeySHA256 != "" && got != strings.ToLower(o.bundleKeySHA256) {
+			return opts, fmt.Errorf("--bundle-key %s has SHA-256 %s, not the %s --bundle-key-sha256 pins: the key was replaced; refusing to start with it", path, got, strings.ToLower(o.bundleKeySHA256))
 		}
 		opts.VerificationKeys = append(opts.VerificationKeys, engine.VerificationKey{ID: o.bundleKeyID, PEM: string(key), Algorithm: o.bundleKeyAlg})
 	}

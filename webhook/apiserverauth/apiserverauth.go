@@ -20,6 +20,7 @@
 package apiserverauth
 
 import (
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -87,7 +88,8 @@ type Auth struct {
 // included; text between blocks, as bundles carry, is skipped), and names
 // that are none, empty or padded with spaces (a "a, b" list): without a
 // name, any certificate the CA signs would be taken for the API server's.
-func Load(caFile string, names []string) (*Auth, error) {
+// A pin, not empty, is the hex SHA-256 the file must have.
+func Load(caFile string, names []string, pin string) (*Auth, error) {
 	if len(names) == 0 {
 		return nil, fmt.Errorf("webhook client CA %s: no client names: name the common name of the API server's webhook client certificate, or any certificate its CA signs is taken for the API server's", caFile)
 	}
@@ -96,7 +98,7 @@ func Load(caFile string, names []string) (*Auth, error) {
 			return nil, fmt.Errorf("webhook client CA %s: client name %q is empty or has spaces around it", caFile, termsafe.Escape(truncate(n)))
 		}
 	}
-	pool, err := readPool(caFile)
+	pool, err := readPool(caFile, pin)
 	if err != nil {
 		return nil, err
 	}
@@ -120,11 +122,16 @@ func (a *Auth) Register(reg prometheus.Registerer) error {
 	return nil
 }
 
-func readPool(caFile string) (*x509.CertPool, error) {
+func readPool(caFile, pin string) (*x509.CertPool, error) {
 	// Not waiting on a FIFO, nor reading a device without end (review 168).
 	data, err := smallfile.Read(caFile, maxCAFile)
 	if err != nil {
 		return nil, fmt.Errorf("webhook client CA: %w", err)
+	}
+	// The file's writers (a ConfigMap's) are not the Deployment's, which
+	// pins its digest (review 166).
+	if got := fmt.Sprintf("%x", sha256.Sum256(data)); pin != "" && got != strings.ToLower(pin) {
+		return nil, fmt.Errorf("webhook client CA %s has SHA-256 %s, not the pinned %s: the CA was replaced", caFile, got, strings.ToLower(pin))
 	}
 	pool := x509.NewCertPool()
 	count := 0

@@ -4,9 +4,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"io"
 	"math/big"
@@ -107,7 +109,7 @@ func TestOnlyTheAPIServersCertificateReachesTheHandler(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var logged []string
 	log := funcr.New(func(prefix, args string) { logged = append(logged, args) }, funcr.Options{})
-	auth, err := Load(writeFile(t, ca.pem), []string{"kube-apiserver-webhook-client"})
+	auth, err := Load(writeFile(t, ca.pem), []string{"kube-apiserver-webhook-client"}, "")
 	require.NoError(t, err)
 	auth.Log = log
 	require.NoError(t, auth.Register(reg))
@@ -150,7 +152,7 @@ func TestRefusalsAreLoggedOnceAMinuteWithHowManyWentUnlogged(t *testing.T) {
 	ca := newCA(t, "ca", true)
 	var logged []string
 	log := funcr.New(func(prefix, args string) { logged = append(logged, args) }, funcr.Options{})
-	auth, err := Load(writeFile(t, ca.pem), []string{"apiserver"})
+	auth, err := Load(writeFile(t, ca.pem), []string{"apiserver"}, "")
 	require.NoError(t, err)
 	auth.Log = log
 	now := time.Unix(1000, 0)
@@ -171,7 +173,7 @@ func TestRefusalsAreLoggedOnceAMinuteWithHowManyWentUnlogged(t *testing.T) {
 
 func TestServerPutsEveryHandlerBehindTheCheck(t *testing.T) {
 	ca := newCA(t, "ca", true)
-	auth, err := Load(writeFile(t, ca.pem), []string{"apiserver"})
+	auth, err := Load(writeFile(t, ca.pem), []string{"apiserver"}, "")
 	require.NoError(t, err)
 	inner := crwebhook.NewServer(crwebhook.Options{})
 	srv := auth.Server(inner)
@@ -208,13 +210,30 @@ func TestLoadRefusesWhatIsNotACABundle(t *testing.T) {
 		"a directory's name": {t.TempDir(), []string{"a"}, "is not a regular file"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := Load(c.path, c.names)
+			_, err := Load(c.path, c.names, "")
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), c.want)
 		})
 	}
 	two := newCA(t, "second", true)
-	auth, err := Load(writeFile(t, slices.Concat([]byte("# the old CA\n"), ca.pem, []byte("subject=CN=second\n"), two.pem)), []string{"a"})
+	auth, err := Load(writeFile(t, slices.Concat([]byte("# the old CA\n"), ca.pem, []byte("subject=CN=second\n"), two.pem)), []string{"a"}, "")
 	require.NoError(t, err, "a bundle of two CAs, as during a rotation, with the text bundles carry")
 	assert.Len(t, auth.pool.Subjects(), 2) //nolint:staticcheck // Subjects is enough for a pool built from files
+}
+
+// The file's digest pinned in the Deployment, where the ConfigMap's writers
+// cannot change it: another file is refused, the pinned one loaded (review
+// 166).
+func TestAPinnedCAIsTheOnlyOneLoaded(t *testing.T) {
+	ca := newCA(t, "apiserver-clients", true)
+	path := writeFile(t, ca.pem)
+	sum := sha256.Sum256(ca.pem)
+	pin := hex.EncodeToString(sum[:])
+	_, err := Load(path, []string{"a"}, pin)
+	require.NoError(t, err)
+	_, err = Load(path, []string{"a"}, strings.ToUpper(pin))
+	require.NoError(t, err, "sha256sum's digits, in either case")
+	other := newCA(t, "someone-else", true)
+	_, err = Load(writeFile(t, other.pem), []string{"a"}, pin)
+	require.ErrorContains(t, err, "not the pinned "+pin+": the CA was replaced")
 }

@@ -20,7 +20,7 @@ func TestACAFileThatIsNoFileIsRefusedAtOnce(t *testing.T) {
 	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
 	for _, path := range []string{fifo, "/dev/zero"} {
 		done := make(chan error, 1)
-		go func() { _, err := Load(path, []string{"a"}); done <- err }()
+		go func() { _, err := Load(path, []string{"a"}, ""); done <- err }()
 		select {
 		case err := <-done:
 			require.ErrorContains(t, err, "is not a regular file", path)
