@@ -45,14 +45,23 @@ func TestWebhookClientAuthValue(t *testing.T) {
 
 	var cm corev1.ConfigMap
 	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(objs.get(t, "ConfigMap", release+"-webhook-client-ca").Object, &cm))
-	assert.Equal(t, string(readFile(t, caFile)), cm.Data[filepath.Base(caPath)])
+	assert.Equal(t, readFile(t, caFile), cm.BinaryData[filepath.Base(caPath)])
 	assert.Equal(t, cm.Name, mountedConfigMap(t, dep, filepath.Dir(caPath)), "the flag's file is the ConfigMap's key, mounted")
 	sum := dep.Spec.Template.Annotations["checksum/webhook-client-ca"]
 	assert.Len(t, sum, 64)
 	// The CA the ConfigMap holds is pinned in the Deployment, where the
 	// ConfigMap's writers cannot change it (review 166).
-	digest := sha256.Sum256([]byte(cm.Data[filepath.Base(caPath)]))
+	digest := sha256.Sum256(cm.BinaryData[filepath.Base(caPath)])
 	assert.Equal(t, hex.EncodeToString(digest[:]), argValue(t, dep, "--webhook-client-ca-sha256"))
+	// So is a CA file whose comments hold a byte that is not UTF-8: the
+	// mounted file is its bytes exactly (review 173).
+	latin := filepath.Join(t.TempDir(), "ca.crt")
+	require.NoError(t, os.WriteFile(latin, slices.Concat([]byte("# caf\xe9\n"), selfSignedCAPEM(t)), 0o600))
+	objs = renderWith(t, []string{"--set-file", "webhook.clientAuth.caBundle=" + latin}, "webhook.clientAuth.names={apiserver}")
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(objs.get(t, "ConfigMap", release+"-webhook-client-ca").Object, &cm))
+	assert.Equal(t, readFile(t, latin), cm.BinaryData[filepath.Base(caPath)])
+	digest = sha256.Sum256(readFile(t, latin))
+	assert.Equal(t, hex.EncodeToString(digest[:]), argValue(t, objs.deployment(t), "--webhook-client-ca-sha256"))
 
 	require.NoError(t, os.WriteFile(caFile, selfSignedCAPEM(t), 0o600))
 	again := renderWith(t, withCA, "webhook.clientAuth.names={kube-apiserver-webhook-client}").deployment(t)

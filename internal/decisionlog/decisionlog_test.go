@@ -507,7 +507,28 @@ func TestReplayRefusesAnInputWithAValueNoManagerLogs(t *testing.T) {
 	assert.Contains(t, err.Error(), ids[1])
 	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20), "the rule ran")
 
-	// The real entries are replayed, as ever.
+	// The real entries are replayed, as ever, and so is one as large as a
+	// manager logs: a request's extra of five keys of 100 values, each of
+	// 512 four-byte characters, a megabyte (review 173).
+	for i := range entries {
+		if entries[i].DecisionID != ids[1] {
+			continue
+		}
+		var input map[string]any
+		require.NoError(t, json.Unmarshal(entries[i].Input, &input))
+		extra := map[string]any{}
+		for k := range 5 {
+			values := make([]any, 100)
+			for v := range values {
+				values[v] = strings.Repeat("\U0001F600", 512)
+			}
+			extra[fmt.Sprintf("key-%d", k)] = values
+		}
+		input["csr"].(map[string]any)["extra"] = extra
+		entries[i].Input, err = json.Marshal(input)
+		require.NoError(t, err)
+		require.Greater(t, len(entries[i].Input), 1_000_000)
+	}
 	_, err = decisionlog.Replay(ctx, eng, entries)
 	require.NoError(t, err)
 }
