@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"io"
@@ -157,7 +159,16 @@ func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
 	// is right (review 166: the file's writers are not the key's).
 	code, _, stderr := run(t, "", "manager", "--bundle-key", caFile, "--bundle-key-sha256", strings.Repeat("AB", 32))
 	assert.Equal(t, 1, code, stderr)
-	assert.Contains(t, stderr, "not the "+strings.Repeat("ab", 32)+" --bundle-key-sha256 pins: the key was replaced")
+	assert.Contains(t, stderr, "not the "+strings.Repeat("ab", 32)+" --bundle-key-sha256 pins (the chart's manager.bundle.verification.sha256): refusing to start with it")
+	// The file's own digest, in either case, is past that check (the start
+	// then stops at what else is missing, here a kubeconfig).
+	caData, err := os.ReadFile(caFile)
+	require.NoError(t, err)
+	sum := sha256.Sum256(caData)
+	for _, pin := range []string{hex.EncodeToString(sum[:]), strings.ToUpper(hex.EncodeToString(sum[:]))} {
+		_, _, stderr = run(t, "", "manager", "--bundle-key", caFile, "--bundle-key-sha256", pin, "--kubeconfig", filepath.Join(t.TempDir(), "absent"))
+		assert.NotContains(t, stderr, "--bundle-key-sha256", pin)
+	}
 	// The networks' errors say what is wrong with the value, not only
 	// which flag.
 	for arg, want := range map[string]string{

@@ -375,7 +375,7 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 		// The file's writers are not the key's (review 166: a ConfigMap
 		// in the release namespace); the pin is the Deployment's.
 		if got := fmt.Sprintf("%x", sha256.Sum256(key)); o.bundleKeySHA256 != "" && got != strings.ToLower(o.bundleKeySHA256) {
-			return opts, fmt.Errorf("--bundle-key %s has SHA-256 %s, not the %s --bundle-key-sha256 pins: the key was replaced; refusing to start with it", path, got, strings.ToLower(o.bundleKeySHA256))
+			return opts, fmt.Errorf("--bundle-key %s has SHA-256 %s, not the %s --bundle-key-sha256 pins (the chart's manager.bundle.verification.sha256): refusing to start with it. If you rotated the key, pin the new one's digest; if not, the key file was replaced", path, got, strings.ToLower(o.bundleKeySHA256))
 		}
 		opts.VerificationKeys = append(opts.VerificationKeys, engine.VerificationKey{ID: o.bundleKeyID, PEM: string(key), Algorithm: o.bundleKeyAlg})
 	}
