@@ -430,67 +430,79 @@ func TestReplayReportsReasonsNoDecisionAndErrors(t *testing.T) {
 // quadratic the forger sizes (review of 2026-12-06). The replay fails,
 // naming the entry, before the rule runs.
 func TestReplayRefusesAnInputNoManagerLogs(t *testing.T) {
-	log, ids := realLog(t)
-	entries, _, err := decisionlog.Read(strings.NewReader(log))
-	require.NoError(t, err)
-	var forged []decisionlog.Entry
-	for _, e := range entries {
-		if e.DecisionID != ids[1] {
-			continue
-		}
-		var input map[string]any
-		require.NoError(t, json.Unmarshal(e.Input, &input))
-		addresses, sans := make([]any, 5000), make([]any, 5000)
-		for i := range addresses {
-			addresses[i] = fmt.Sprintf("10.%d.%d.1", i/256, i%256)
-			sans[i] = map[string]any{"type": "ip", "value": fmt.Sprintf("10.%d.%d.2", i/256, i%256)}
-		}
+	addresses, sans := make([]any, 5000), make([]any, 5000)
+	for i := range addresses {
+		addresses[i] = fmt.Sprintf("10.%d.%d.1", i/256, i%256)
+		sans[i] = map[string]any{"type": "ip", "value": fmt.Sprintf("10.%d.%d.2", i/256, i%256)}
+	}
+	replayForged(t, "a list of 5000 items, more than any a manager logs", func(input map[string]any) {
 		input["node"].(map[string]any)["addresses"] = addresses
 		input["csr"].(map[string]any)["request"].(map[string]any)["subject_alt_names"] = sans
-		e.Input, err = json.Marshal(input)
-		require.NoError(t, err)
-		forged = append(forged, e)
-	}
-	require.Len(t, forged, 1, "the denial's entry")
-	ctx := context.Background()
-	b, err := bundles.Load("../../policy")
-	require.NoError(t, err)
-	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: &harness.DecisionLog{}})
-	require.NoError(t, err)
-	defer eng.Stop(ctx)
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	_, err = decisionlog.Replay(ctx, eng, forged)
-	runtime.ReadMemStats(&after)
-	require.ErrorContains(t, err, "a list of 5000 items, more than any a manager logs")
-	assert.Contains(t, err.Error(), ids[1])
-	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20), "the rule ran")
+	})
 }
 
 // Within the list bound, a forged entry's long value, quoted by the rule
 // into each refusal's message, is bounded too: one address of 1 MB and
 // 1,000 names asked for make a gigabyte of messages, 15 MB fifteen
-// (review 172).
+// (review 172), and so do a thousand addresses of a kilobyte and a number
+// of a megabyte of digits (review 174). One as large as a manager logs is
+// replayed: a request's extra of five keys of 100 values, each of 512
+// four-byte characters, a megabyte (review 173).
 func TestReplayRefusesAnInputWithAValueNoManagerLogs(t *testing.T) {
+	sans := make([]any, 1000)
+	for i := range sans {
+		sans[i] = map[string]any{"type": "ip", "value": fmt.Sprintf("10.%d.%d.2", i/256, i%256)}
+	}
+	eng, entries, ids := replayForged(t, "more than any a manager logs together", func(input map[string]any) {
+		input["node"].(map[string]any)["addresses"] = []any{strings.Repeat("1", 1<<20)}
+		input["csr"].(map[string]any)["request"].(map[string]any)["subject_alt_names"] = sans
+	})
+	// The value spread over the list the rule quotes whole, or written as
+	// a number, which no string's length sees (review 174).
+	spread := make([]any, 1000)
+	for i := range spread {
+		spread[i] = strings.Repeat("2", 1<<10)
+	}
+	replayForged(t, "more than any a manager logs together", func(input map[string]any) {
+		input["node"].(map[string]any)["addresses"] = spread
+		input["csr"].(map[string]any)["request"].(map[string]any)["subject_alt_names"] = sans
+	})
+	replayForged(t, "more than any a manager logs together", func(input map[string]any) {
+		input["node"].(map[string]any)["addresses"] = []any{json.Number(strings.Repeat("1", 1<<20))}
+		input["csr"].(map[string]any)["request"].(map[string]any)["subject_alt_names"] = sans
+	})
+	extra := map[string]any{}
+	for k := range 5 {
+		values := make([]any, 100)
+		for v := range values {
+			values[v] = strings.Repeat("\U0001F600", 512)
+		}
+		extra[fmt.Sprintf("key-%d", k)] = values
+	}
+	for i := range entries {
+		if entries[i].DecisionID == ids[1] {
+			entries[i].Input = edited(t, entries[i].Input, func(input map[string]any) { input["csr"].(map[string]any)["extra"] = extra })
+			require.Greater(t, len(entries[i].Input), 1_000_000)
+		}
+	}
+	_, err := decisionlog.Replay(context.Background(), eng, entries)
+	require.NoError(t, err)
+}
+
+// replayForged replays the real log's denial with its input edited, and
+// requires it refused, before the rule runs, saying want. It returns the
+// engine of the shipped bundle and the real log's entries.
+func replayForged(t *testing.T, want string, edit func(input map[string]any)) (*engine.Engine, []decisionlog.Entry, []string) {
+	t.Helper()
 	log, ids := realLog(t)
 	entries, _, err := decisionlog.Read(strings.NewReader(log))
 	require.NoError(t, err)
 	var forged []decisionlog.Entry
 	for _, e := range entries {
-		if e.DecisionID != ids[1] {
-			continue
+		if e.DecisionID == ids[1] {
+			e.Input = edited(t, e.Input, edit)
+			forged = append(forged, e)
 		}
-		var input map[string]any
-		require.NoError(t, json.Unmarshal(e.Input, &input))
-		sans := make([]any, 1000)
-		for i := range sans {
-			sans[i] = map[string]any{"type": "ip", "value": fmt.Sprintf("10.%d.%d.2", i/256, i%256)}
-		}
-		input["node"].(map[string]any)["addresses"] = []any{strings.Repeat("1", 1<<20)}
-		input["csr"].(map[string]any)["request"].(map[string]any)["subject_alt_names"] = sans
-		e.Input, err = json.Marshal(input)
-		require.NoError(t, err)
-		forged = append(forged, e)
 	}
 	require.Len(t, forged, 1, "the denial's entry")
 	ctx := context.Background()
@@ -498,39 +510,26 @@ func TestReplayRefusesAnInputWithAValueNoManagerLogs(t *testing.T) {
 	require.NoError(t, err)
 	eng, err := engine.New(ctx, engine.Options{Bundle: b, DecisionLog: &harness.DecisionLog{}})
 	require.NoError(t, err)
-	defer eng.Stop(ctx)
+	t.Cleanup(func() { eng.Stop(ctx) })
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	_, err = decisionlog.Replay(ctx, eng, forged)
 	runtime.ReadMemStats(&after)
-	require.ErrorContains(t, err, "more than any a manager logs together")
+	require.ErrorContains(t, err, want)
 	assert.Contains(t, err.Error(), ids[1])
 	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(64<<20), "the rule ran")
+	return eng, entries, ids
+}
 
-	// The real entries are replayed, as ever, and so is one as large as a
-	// manager logs: a request's extra of five keys of 100 values, each of
-	// 512 four-byte characters, a megabyte (review 173).
-	for i := range entries {
-		if entries[i].DecisionID != ids[1] {
-			continue
-		}
-		var input map[string]any
-		require.NoError(t, json.Unmarshal(entries[i].Input, &input))
-		extra := map[string]any{}
-		for k := range 5 {
-			values := make([]any, 100)
-			for v := range values {
-				values[v] = strings.Repeat("\U0001F600", 512)
-			}
-			extra[fmt.Sprintf("key-%d", k)] = values
-		}
-		input["csr"].(map[string]any)["extra"] = extra
-		entries[i].Input, err = json.Marshal(input)
-		require.NoError(t, err)
-		require.Greater(t, len(entries[i].Input), 1_000_000)
-	}
-	_, err = decisionlog.Replay(ctx, eng, entries)
+// edited is the JSON document raw with edit applied.
+func edited(t *testing.T, raw json.RawMessage, edit func(map[string]any)) json.RawMessage {
+	t.Helper()
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	edit(doc)
+	out, err := json.Marshal(doc)
 	require.NoError(t, err)
+	return out
 }
 
 func TestReplayStopsWhenTheContextEnds(t *testing.T) {

@@ -98,9 +98,9 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 			}
 			if n := longestList(input); n > MaxReplayedList {
 				return rep, fmt.Errorf("decision %q: its input holds a list of %d items, more than any a manager logs (%d): not replayed, nor anything after it", e.DecisionID, n, MaxReplayedList)
-			} else if str := longestString(input); int64(max(n, 1))*int64(str) > MaxReplayedWork {
-				return rep, fmt.Errorf("decision %q: its input holds a list of %d items and a string of %d bytes, more than any a manager logs together (a list's items times a string's bytes at most %d): not replayed, nor anything after it",
-					e.DecisionID, n, str, MaxReplayedWork)
+			} else if int64(max(n, 1))*int64(len(e.Input)) > MaxReplayedWork {
+				return rep, fmt.Errorf("decision %q: its input of %d bytes holds a list of %d items, more than any a manager logs together (a list's items times the input's bytes at most %d): not replayed, nor anything after it",
+					e.DecisionID, len(e.Input), n, MaxReplayedWork)
 			}
 		}
 		var now Outcome
@@ -367,37 +367,21 @@ func at(loc *ast.Location) string {
 // 2026-12-06).
 const MaxReplayedList = 1000
 
-// MaxReplayedWork bounds the longest list of an input replayed times its
-// longest string's bytes: a rule formats one message a refused item, each
-// of which may quote another value of the input, so a forged entry of 1,000
-// names and one address of 15 MB made 15 GB of messages, within the list
-// bound (review 172). A manager logs at most 100 items of a list and cuts
-// every string at 512 characters (2 KiB of UTF-8 at most), 200 KiB: 64 MiB
-// is far above it. Not the whole input's bytes: a tenant's request of many
-// such strings is a genuine entry of a megabyte (review 173).
-const MaxReplayedWork = 64 << 20
+// MaxReplayedWork bounds the longest list of an input replayed times the
+// input's bytes: a rule formats one message a refused item, each of which
+// may quote any other value of the input, a list whole, so a forged entry
+// of 1,000 names and one address of 15 MB, or 1,000 addresses of 16 KB, or
+// a number of 15 MB digits, made 15 GB of messages within the list bound
+// (reviews 172, 174). The input's own bytes count every way of being
+// large. A manager logs at most 100 items of a list and cuts its strings
+// at 512 characters: a genuine entry of a megabyte (a request's extra of
+// five keys of 100 values of 512 four-byte characters, review 173) is 100
+// MB of work, under the bound; what passes it makes at most as many bytes
+// of messages.
+const MaxReplayedWork = 256 << 20
 
 // longestList is the number of items of the longest list in a decoded JSON
 // value.
-// longestString is the bytes of the longest string, key or value, in a
-// decoded JSON value.
-func longestString(v any) int {
-	longest := 0
-	switch v := v.(type) {
-	case string:
-		longest = len(v)
-	case []any:
-		for _, item := range v {
-			longest = max(longest, longestString(item))
-		}
-	case map[string]any:
-		for k, item := range v {
-			longest = max(longest, len(k), longestString(item))
-		}
-	}
-	return longest
-}
-
 func longestList(v any) int {
 	longest := 0
 	switch v := v.(type) {
