@@ -489,6 +489,59 @@ func TestReplayRefusesAnInputWithAValueNoManagerLogs(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// An object is a collection to a rule too (some x in obj), and a path the
+// manager never decides on (the RBAC invariant, whose reasons multiply two
+// lists) is not evaluated on a forged input (review 175).
+func TestReplayRefusesAnObjectAsLargeAsAListAndAnyOtherPath(t *testing.T) {
+	sans := map[string]any{}
+	for i := range 2000 {
+		sans[fmt.Sprint(i)] = map[string]any{"type": "ip", "value": fmt.Sprintf("10.%d.%d.2", i/256, i%256)}
+	}
+	replayForged(t, "a list of 2000 items, more than any a manager logs", func(input map[string]any) {
+		input["node"].(map[string]any)["addresses"] = []any{strings.Repeat("1", 1<<20)}
+		input["csr"].(map[string]any)["request"].(map[string]any)["subject_alt_names"] = sans
+	})
+
+	log, _ := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	other := entries[1]
+	other.Path = "ichor/rbac/violations"
+	called := false
+	_, err = decisionlog.Replay(context.Background(), decideAny(func() { called = true }), []decisionlog.Entry{other})
+	require.ErrorContains(t, err, `its path "ichor/rbac/violations" is no rule a manager decides on`)
+	assert.False(t, called, "the rule at that path was evaluated")
+}
+
+// The changes a replay keeps hold their new results: entries each within
+// the bound, whose results are large, are refused once they add up past it
+// (review 175).
+func TestReplayBoundsTheResultsItKeeps(t *testing.T) {
+	log, _ := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	// One result of 100 MiB, shared: a change each time.
+	large := json.RawMessage(`{"action":"deny","reasons":[{"code":"X","message":"` + strings.Repeat("x", 100<<20) + `"}]}`)
+	var many []decisionlog.Entry
+	for range 4 {
+		many = append(many, entries[1])
+	}
+	_, err = decisionlog.Replay(context.Background(), scripted{
+		decisionlog.PathKubeletServing: func() (engine.Decision, error) {
+			return engine.Decision{Revision: "sha256:candidate", Result: large}, nil
+		},
+	}, many)
+	require.ErrorContains(t, err, "more than a replay keeps")
+}
+
+// decideAny is a Decider that notes being asked and decides nothing.
+type decideAny func()
+
+func (d decideAny) Decide(context.Context, string, any) (engine.Decision, error) {
+	d()
+	return engine.Decision{}, engine.ErrNoDecision
+}
+
 // replayForged replays the real log's denial with its input edited, and
 // requires it refused, before the rule runs, saying want. It returns the
 // engine of the shipped bundle and the real log's entries.

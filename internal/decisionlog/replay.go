@@ -79,9 +79,17 @@ type Report struct {
 // evaluate an input is a change to ActionError.
 func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 	rep := Report{Directions: map[string]int{}, Notes: map[string]int{}}
+	var kept int64
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return rep, err
+		}
+		// Only a rule a manager decides on and logs: an entry names its
+		// path, and any other path of the bundle (the RBAC invariant, whose
+		// reasons multiply two lists of the input and are not capped)
+		// would be evaluated on the forger's input (review 175).
+		if !replayable[e.Path] {
+			return rep, fmt.Errorf("decision %q: its path %q is no rule a manager decides on: not replayed, nor anything after it", e.DecisionID, e.Path)
 		}
 		if e.Truncated() {
 			rep.Truncated = append(rep.Truncated, e)
@@ -142,6 +150,12 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 		}
 		if c.Note != "" {
 			rep.Notes[c.Note]++
+		}
+		// Each change keeps its new result: entries within the bound each,
+		// whose results a forger made large, would add up without one over
+		// the replay (review 175).
+		if kept += int64(len(dec.Result)); kept > MaxReplayedWork {
+			return rep, fmt.Errorf("decision %q: the changes up to it hold %d bytes of results, more than a replay keeps (%d): not replayed, nor anything after it; replay fewer decisions at a time (--policy, --since)", e.DecisionID, kept, MaxReplayedWork)
 		}
 		rep.Changes = append(rep.Changes, c)
 	}
@@ -380,8 +394,8 @@ const MaxReplayedList = 1000
 // of messages.
 const MaxReplayedWork = 256 << 20
 
-// longestList is the number of items of the longest list in a decoded JSON
-// value.
+// longestList is the number of items of the longest list or object in a
+// decoded JSON value.
 func longestList(v any) int {
 	longest := 0
 	switch v := v.(type) {
@@ -391,9 +405,22 @@ func longestList(v any) int {
 			longest = max(longest, longestList(item))
 		}
 	case map[string]any:
+		// An object's values are a collection to a rule too (some x in
+		// obj): counted as a list of its keys (review 175).
+		longest = len(v)
 		for _, item := range v {
 			longest = max(longest, longestList(item))
 		}
 	}
 	return longest
 }
+
+// replayable are the paths of the rules a manager decides on and logs, which
+// a replay evaluates again; the records (applied, manual) are not decisions.
+var replayable = func() map[string]bool {
+	out := map[string]bool{engine.PathKubeconfig: true}
+	for _, p := range Policies {
+		out[p] = p != PathManual
+	}
+	return out
+}()
