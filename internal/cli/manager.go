@@ -185,7 +185,6 @@ service account). Every decision is written to standard output as one JSON line
 	return cmd
 }
 
-// runManager turns the flags into the manager's options and runs it.
 // sha256Hex is a SHA-256 written as sha256sum writes it.
 var sha256Hex = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 
@@ -193,6 +192,7 @@ var sha256Hex = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
 // 8,192 bits is under 2 KiB) or a certificate chain.
 const maxBundleKeyBytes = 64 << 10
 
+// runManager turns the flags into the manager's options and runs it.
 func runManager(ctx context.Context, s streams, o managerOptions) error {
 	// The flags first: a wrong one is reported as such wherever it runs.
 	engineOpts, err := o.engineOptions(s)
