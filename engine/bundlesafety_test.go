@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -129,6 +130,8 @@ func sources(t *testing.T) map[string]func(t *testing.T) source {
 type fakeEpochs struct {
 	mu      sync.Mutex
 	highest int64
+	// failRaises is how many raises fail next (the API server away).
+	failRaises int
 }
 
 func (f *fakeEpochs) Highest(context.Context) (int64, error) {
@@ -140,8 +143,19 @@ func (f *fakeEpochs) Highest(context.Context) (int64, error) {
 func (f *fakeEpochs) Raise(_ context.Context, epoch int64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failRaises > 0 {
+		f.failRaises--
+		return errors.New("the API server is away")
+	}
 	f.highest = max(f.highest, epoch)
 	return nil
+}
+
+// set writes the record as whoever may write its ConfigMap could, lower too.
+func (f *fakeEpochs) set(epoch int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.highest = epoch
 }
 
 func (f *fakeEpochs) get() int64 {
@@ -370,6 +384,42 @@ func TestAReplicaBelowAnotherReplicasEpochSaysSo(t *testing.T) {
 	require.Eventually(t, func() bool { return testutil.ToFloat64(behind) == 0 }, 30*time.Second, 20*time.Millisecond)
 	_, rev := forgedIPDecision(t, e.e)
 	assert.Equal(t, newer.Manifest.Revision, rev)
+}
+
+// The cluster's record of the highest epoch does not stay below the epoch a
+// replica has seen (review 178 F1): a file source is activated once, so a
+// raise that failed then was never tried again, and a record lowered by hand
+// stayed low; either way a replica started next took back an older signed
+// bundle.
+func TestTheEpochRecordIsWrittenAgainWhenItIsBelowWhatAReplicaSaw(t *testing.T) {
+	s := newSigner(t)
+	src := sources(t)["file"](t)
+	_, data := signedEpoch(t, false, bundles.Floor()+2, s)
+	src.serve(data)
+	// Every raise of the start fails (the API server away then), and none
+	// after.
+	epochs := &fakeEpochs{failRaises: math.MaxInt}
+	e, err := start(t, src, s, epochs)
+	require.NoError(t, err)
+	require.Zero(t, epochs.get())
+	epochs.mu.Lock()
+	epochs.failRaises = 0
+	epochs.mu.Unlock()
+	require.Eventually(t, func() bool { return epochs.get() == bundles.Floor()+2 }, 10*time.Second, 20*time.Millisecond,
+		"the epoch whose raise failed at the activation is never recorded")
+
+	epochs.set(bundles.Floor())
+	require.Eventually(t, func() bool { return epochs.get() == bundles.Floor()+2 }, 10*time.Second, 20*time.Millisecond,
+		"a record lowered by hand stays low")
+
+	// A record emptied, and one lowered below an epoch only read (another
+	// replica's), come back too.
+	require.NoError(t, epochs.Raise(context.Background(), bundles.Floor()+5))
+	require.Eventually(t, func() bool { return testutil.ToFloat64(e.metrics.EpochBehind()) == 1 }, 10*time.Second, 20*time.Millisecond,
+		"the replica never read the higher record")
+	epochs.set(0)
+	require.Eventually(t, func() bool { return epochs.get() == bundles.Floor()+5 }, 10*time.Second, 20*time.Millisecond,
+		"a record emptied after another replica's epoch was read stays empty")
 }
 
 // An unsigned source (a file without --bundle-key) has no epoch anyone
@@ -609,6 +659,24 @@ func TestABundleWithMetadataLabelsIsRefused(t *testing.T) {
 	src.serve(labelledData)
 	_, err = startWithin(t, src, s, nil, 10*time.Second)
 	require.ErrorContains(t, err, engine.ErrBundleLabels.Error())
+
+	// A module in Rego v0, as the manifest may ask for one: read as v1 it
+	// did not parse, and its labels got through (review 178).
+	v0 := policyWithProbe(t, "package ichor.probe\n\nx := true\n")
+	for i := range v0.Modules {
+		if strings.HasSuffix(v0.Modules[i].Path, "probe/probe.rego") {
+			v0.Modules[i].Raw = []byte("# METADATA\n# title: probe\n# labels:\n#   team: platform\npackage ichor.probe\n\nx { true }\n")
+			v0.Manifest.FileRegoVersions = map[string]int{"*probe/probe.rego": 0}
+		}
+	}
+	require.NotNil(t, v0.Manifest.FileRegoVersions, "no probe module")
+	bundles.SetEpoch(v0, bundles.Floor())
+	require.NoError(t, bundles.Sign(v0, s.private, "RS256", "ichor"))
+	v0Data, err := bundles.Bytes(v0)
+	require.NoError(t, err)
+	v0Src := sources(t)["file"](t)
+	good, e := startOnGood(t, v0Src, s)
+	e.refused(t, v0Src, v0Data, engine.ErrBundleLabels.Error(), good)
 }
 
 // blockingEpochs is the cluster's record of the highest epoch, whose raise to

@@ -138,6 +138,17 @@ func (g *epochGuard) setPersisted(epoch int64) {
 	g.mu.Unlock()
 }
 
+// highestSeen is the highest epoch this replica activated or read from the
+// cluster's record; 0 when it enforces none.
+func (g *epochGuard) highestSeen() int64 {
+	if !g.enforce {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return max(g.active, g.persisted)
+}
+
 // guardedStore is OPA's store with the epoch guard on the write of the
 // bundle's manifest.
 type guardedStore struct {
@@ -194,13 +205,18 @@ func (it labelsRefused) Next() (*storage.Update, error) {
 }
 
 // refuseLabels is ErrBundleLabels for a module whose METADATA declares
-// labels. A module that does not parse is left to OPA's compiler, which
-// refuses it with its own error.
+// labels. A module is read as Rego v1, or else as v0, which a bundle's
+// manifest may ask for (rego_version, file_rego_versions): read as v1 alone,
+// a v0 module's labels got through (review 178). A module that parses as
+// neither is left to OPA's compiler, which refuses it with its own error.
 func refuseLabels(id string, module []byte) error {
 	if !bytes.Contains(module, []byte("labels")) {
 		return nil
 	}
 	m, err := ast.ParseModuleWithOpts(id, string(module), ast.ParserOptions{ProcessAnnotation: true, RegoVersion: ast.RegoV1})
+	if err != nil {
+		m, err = ast.ParseModuleWithOpts(id, string(module), ast.ParserOptions{ProcessAnnotation: true, RegoVersion: ast.RegoV0})
+	}
 	if err != nil {
 		return nil //nolint:nilerr // OPA's compiler refuses a module that does not parse, with its own error
 	}
@@ -493,7 +509,11 @@ func roundTrip(value, v any) error {
 
 // refreshEpochs reads the highest epoch recorded in the cluster every
 // interval, so that a replica learns what another activated before its own
-// source shows it.
+// source shows it; and writes it again when the record is below what this
+// replica has seen (review 178 F1): the raise after an activation may have
+// failed (a file source is activated once, and nothing else would try
+// again), or someone lowered or emptied the record, and either way the next
+// restart would take back a signed bundle this cluster has moved past.
 func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -503,13 +523,36 @@ func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval t
 			return
 		case <-t.C:
 		}
-		if n, err := store.Highest(ctx); err == nil {
-			e.guard.setPersisted(n)
-			e.sayIfBehind()
-		} else if ctx.Err() == nil {
-			e.notes.WithFields(map[string]any{"error": err.Error()}).Error("Could not read the highest bundle epoch recorded in the cluster.")
+		n, err := store.Highest(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				e.notes.WithFields(map[string]any{"error": err.Error()}).Error("Could not read the highest bundle epoch recorded in the cluster.")
+			}
+			continue
+		}
+		e.guard.setPersisted(n)
+		e.sayIfBehind()
+		if seen := e.guard.highestSeen(); seen > n {
+			e.restoreEpoch(ctx, store, n, seen)
 		}
 	}
+}
+
+// restoreEpoch writes seen, the highest epoch this replica activated or read,
+// into the cluster's record, which holds recorded, a lower one.
+func (e *Engine) restoreEpoch(ctx context.Context, store EpochStore, recorded, seen int64) {
+	fields := map[string]any{"epoch": seen, "recorded_epoch": recorded}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := store.Raise(ctx, seen); err != nil {
+		if ctx.Err() == nil {
+			fields["error"] = err.Error()
+			e.notes.WithFields(fields).Error("The cluster's record of the highest bundle epoch is below the epoch this replica has seen, and could not be written again; a replica started now would take back an older signed bundle.")
+		}
+		return
+	}
+	e.guard.setPersisted(seen)
+	e.notes.WithFields(fields).Warn("The cluster's record of the highest bundle epoch was below the epoch this replica has seen (a failed write after an activation, or the record lowered or emptied by hand): written again.")
 }
 
 // sayIfBehind tells, by its gauge and once in the log at each change, when
