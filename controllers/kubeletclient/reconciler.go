@@ -396,6 +396,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 				earlier, hadEarlier := r.unrecorded.Get(key)
 				r.unrecorded.Add(key, w.After(earlier, hadEarlier))
 			}
+			if errors.Is(err, approval.ErrDecidedMeanwhile) {
+				// kube-controller-manager's approver beside Ichor (or a
+				// person, or the leader before) decided it first: no
+				// longer Ichor's, and no failure (review 177).
+				logger.V(1).Info("not written: another writer decided the request meanwhile")
+				return reconcile.Result{}, nil
+			}
 			return reconcile.Result{}, err
 		}
 		// Written on the version read: an earlier write of unknown

@@ -276,3 +276,28 @@ func TestAnApprovalInFlightWhenTheManagerStopsIsFinishedAndRecorded(t *testing.T
 	assert.Equal(t, int64(1), held.Writes(), "written after the stop")
 	assert.Empty(t, g.eng.outcomes())
 }
+
+// A request another writer decided between the read and the write
+// (kube-controller-manager's approver beside Ichor, a person, the leader
+// before) is theirs: losing that race is no reconcile error, so nothing is
+// logged as one, counted in controller_runtime_reconcile_errors_total or
+// tried again with backoff, and nothing is recorded applied (review 177).
+func TestARequestDecidedByAnotherWriterMeanwhileIsNoError(t *testing.T) {
+	f := newRecordFixture(t)
+	gvr := certificatesv1.SchemeGroupVersion.WithResource("certificatesigningrequests")
+	f.cs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		theirs := a.(k8stesting.UpdateAction).GetObject().(*certificatesv1.CertificateSigningRequest).DeepCopy()
+		theirs.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
+			Type: certificatesv1.CertificateApproved, Status: "True", Reason: "AutoApproved",
+			Message: "Auto approving kubelet client certificate after SubjectAccessReview.",
+		}}
+		if err := f.cs.Tracker().Update(gvr, theirs, ""); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewConflict(gvr.GroupResource(), theirs.Name, errors.New("the object has been modified"))
+	})
+	res, err := f.r.Reconcile(context.Background(), f.req)
+	require.NoError(t, err, "losing the race to another approver is reported as a failure")
+	assert.Zero(t, res.RequeueAfter)
+	assert.Empty(t, f.eng.outcomes(), "a verdict not written is recorded applied")
+}

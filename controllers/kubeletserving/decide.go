@@ -626,7 +626,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 	case engine.ActionApprove:
 		if err := approval.Approve(write, p.target.clientset, csr, ApprovalReason, d.ConditionMessage(), at); err != nil {
 			p.writeFailed(err, csr, &owed, at, earlier, hadEarlier)
-			return &writeError{err: err, machine: machine}
+			return p.unwritten(ctx, err, csr, machine)
 		}
 		p.written(csr)
 		logger.Info("approved kubelet serving certificate")
@@ -638,7 +638,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		// message lists them all.
 		if err := approval.Deny(write, p.target.clientset, csr, d.Reasons[0].Code, d.ConditionMessage(), at); err != nil {
 			p.writeFailed(err, csr, &owed, at, earlier, hadEarlier)
-			return &writeError{err: err, machine: machine}
+			return p.unwritten(ctx, err, csr, machine)
 		}
 		p.written(csr)
 		logger.Info("denied kubelet serving certificate")
@@ -670,6 +670,20 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		earlier.SettleAct()
 	}
 	return nil
+}
+
+// unwritten is what a refused verdict write comes to: a failure, tried again
+// with backoff, unless another writer decided the request meanwhile (the
+// leader before, a person, or kube-controller-manager's approver beside
+// Ichor): that request is decided and no longer Ichor's, and losing the
+// race is no failure to count, log as an error or try again (review 177).
+func (p *pass) unwritten(ctx context.Context, err error, csr *certificatesv1.CertificateSigningRequest, machine *ichorv1alpha1.TalosMachine) error {
+	if errors.Is(err, approval.ErrDecidedMeanwhile) {
+		log.FromContext(ctx).V(1).Info("not written: another writer decided the request meanwhile", "csr", csr.Name)
+		p.r.failures.Forget(p.memoKey(csr))
+		return nil
+	}
+	return &writeError{err: err, machine: machine}
 }
 
 // written remembers that a verdict was written on this version of the

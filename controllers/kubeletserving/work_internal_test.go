@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -713,4 +715,42 @@ func TestARequestForNoMachineIsNotACountedPending(t *testing.T) {
 	pending, withheld := f.r.leftPending(f.cluster, list.Items)
 	assert.Equal(t, 1, pending, "the request for no machine was counted, or the machine's was not")
 	assert.Zero(t, withheld)
+}
+
+// Review 177: a request another writer decided between Ichor's read and its
+// write (kube-controller-manager's approver, a person, the leader before) is
+// theirs: losing that race is no decision failure counted, logged as an
+// error or tried again with backoff.
+func TestARequestDecidedByAnotherWriterMeanwhileIsNoFailure(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:x", "csr-x", t0))
+	metrics, err := NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	f.r.Metrics = metrics
+	gvr := certificatesv1.SchemeGroupVersion.WithResource("certificatesigningrequests")
+	writes := 0
+	f.csrs.PrependReactor("update", "certificatesigningrequests", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		writes++
+		theirs := a.(k8stesting.UpdateAction).GetObject().(*certificatesv1.CertificateSigningRequest).DeepCopy()
+		theirs.Status.Conditions = []certificatesv1.CertificateSigningRequestCondition{{
+			Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue, Reason: "AutoApproved",
+			Message: "Auto approving kubelet serving certificate after SubjectAccessReview.",
+		}}
+		if err := f.csrs.Tracker().Update(gvr, theirs, ""); err != nil {
+			return true, nil, err
+		}
+		return true, nil, apierrors.NewConflict(gvr.GroupResource(), theirs.Name, errors.New("the object has been modified"))
+	})
+	ctx := context.Background()
+	f.add("system:node:x")
+	require.True(t, f.r.next(ctx))
+	require.Equal(t, 1, writes)
+	for _, kind := range []string{"transient", "permanent"} {
+		assert.Zero(t, testutil.ToFloat64(metrics.writeFailures.WithLabelValues(kind)), "losing the race counted as a %s failure", kind)
+	}
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	csr, err := f.csrs.CertificatesV1().CertificateSigningRequests().Get(ctx, "csr-x", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.False(t, f.r.failures.Has((&pass{r: f.r, cluster: &c}).memoKey(csr)), "losing the race is tried again with backoff")
 }
