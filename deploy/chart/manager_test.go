@@ -226,7 +226,46 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy 'ichor-credential-requester'")
 
+	onlyTheManagerAnswersARequest(t, env, &list.Items[0])
 	onlyTheAPIServerIsAnswered(t, env, serving, vwc)
+}
+
+// onlyTheManagerAnswersARequest: the manager wrote the answer above under the
+// chart's policy `<release>-credential-answers`, and a tenant with every right
+// in the request's namespace cannot write one (review 176 F2): its CA as the
+// trust bundle, with a certificate of that CA for the requester's key, would
+// have the requester's talosctl or kubectl trust a server the tenant runs.
+func onlyTheManagerAnswersARequest(t *testing.T, env *harness.Env, answered *ichorv1alpha1.TalosCredentialRequest) {
+	t.Helper()
+	ctx := t.Context()
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: answered.Namespace, Name: "tenant-admin"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}}},
+	}))
+	require.NoError(t, env.Client.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: answered.Namespace, Name: "mallory"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "tenant-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "ichor:mallory"}},
+	}))
+	cfg, err := env.UserConfig("ichor:mallory")
+	require.NoError(t, err)
+	mallory, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		var tcr ichorv1alpha1.TalosCredentialRequest
+		if err := mallory.Get(ctx, client.ObjectKeyFromObject(answered), &tcr); err != nil {
+			return false // RBAC takes a moment to see her binding
+		}
+		tcr.Status.TrustBundle = "-----BEGIN CERTIFICATE-----\nmallory\n-----END CERTIFICATE-----\n"
+		err := mallory.Status().Update(ctx, &tcr)
+		if err != nil {
+			t.Logf("mallory's answer: %v", err)
+		}
+		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+release+"-credential-answers'")
+	}, 30*time.Second, 200*time.Millisecond, "a tenant's answer was not refused by the policy")
+	var now ichorv1alpha1.TalosCredentialRequest
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKeyFromObject(answered), &now))
+	assert.Equal(t, answered.Status.TrustBundle, now.Status.TrustBundle, "the manager's answer was rewritten")
 }
 
 // apiServerWebhookClient is the common name of the API server's webhook
