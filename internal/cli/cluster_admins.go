@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -26,6 +27,7 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/accessreview"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 )
@@ -107,7 +109,10 @@ func newAdminsRevokeCommand(s streams, k genericclioptions.RESTClientGetter) *co
 working at their next request; everyone else's keeps working. A kubeconfig they
 ask for later gets a new binding and a new group, so the revoked ones never come
 back. To stop them asking again, take download on talosclusters/kubeconfig-admin
-from them first.
+from them first: the command ends by asking the API server whether USER, as a
+user alone, still holds it (cluster-wide and in each namespace with a
+TalosCluster), and warns where they do; a grant through their groups cannot be
+seen from here.
 
 Their bindings are found as the manager makes them, never by an annotation
 anyone who may patch a binding could write: labelled ichor.dev/admin-binding=true,
@@ -139,7 +144,7 @@ its decision log and as its own Event; the API server's audit log records your
 DELETE and its user, the record of who revoked that no client writes.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			identity, err := adminIdentityOf(cmd.Context(), args[0], s)
+			reqs, err := adminRequirementsOf(cmd.Context(), args[0], s)
 			if err != nil {
 				return err
 			}
@@ -151,31 +156,40 @@ DELETE and its user, the record of who revoked that no client writes.`,
 			if err != nil {
 				return err
 			}
-			return revokeAdmin(cmd.Context(), c, revocation{user: args[0], identity: identity, revoker: who.Username, wait: inFlight}, s)
+			return revokeAdmin(cmd.Context(), c, revocation{user: args[0], identity: reqs.AdminBinding.Identity, grant: reqs.Authorization, revoker: who.Username, wait: inFlight}, s)
 		},
 	}
 	cmd.Flags().DurationVar(&inFlight, "wait", inFlight, "how long to wait for the person's kubeconfig-admin requests in flight to be answered before looking for bindings they made")
 	return cmd
 }
 
-// adminIdentityOf is the person's admin identity as the policy derives it:
-// the requirements of kubeconfig-admin for that username, asked of the
-// policy built into the CLI (the manager's rule, unless its operator changed
-// person_identity in a bundle of their own).
+// adminIdentityOf is the person's admin identity as the policy derives it.
 func adminIdentityOf(ctx context.Context, user string, s streams) (string, error) {
-	eng, err := engine.New(ctx, engine.Options{DecisionLog: io.Discard, Log: s.err, ID: "ichor-cli"})
+	reqs, err := adminRequirementsOf(ctx, user, s)
 	if err != nil {
 		return "", err
+	}
+	return reqs.AdminBinding.Identity, nil
+}
+
+// adminRequirementsOf is the requirements of kubeconfig-admin for that
+// username, asked of the policy built into the CLI (the manager's rule,
+// unless its operator changed person_identity in a bundle of their own): the
+// person's admin identity, and the grant an admin kubeconfig is asked with.
+func adminRequirementsOf(ctx context.Context, user string, s streams) (engine.CredentialRequirements, error) {
+	eng, err := engine.New(ctx, engine.Options{DecisionLog: io.Discard, Log: s.err, ID: "ichor-cli"})
+	if err != nil {
+		return engine.CredentialRequirements{}, err
 	}
 	defer eng.Stop(context.WithoutCancel(ctx))
 	reqs, err := eng.RequirementsFor(ctx, string(ichorv1alpha1.PurposeKubeconfigAdmin), user)
 	if err != nil {
-		return "", fmt.Errorf("the policy's admin identity of %q: %w", user, err)
+		return engine.CredentialRequirements{}, fmt.Errorf("the policy's admin identity of %q: %w", user, err)
 	}
 	if reqs.AdminBinding == nil {
-		return "", fmt.Errorf("the policy gives user %q no admin identity", user)
+		return engine.CredentialRequirements{}, fmt.Errorf("the policy gives user %q no admin identity", user)
 	}
-	return reqs.AdminBinding.Identity, nil
+	return reqs, nil
 }
 
 // adminBindings are the admins' bindings, by username, then name.
@@ -285,7 +299,10 @@ var errNoAdminBinding = errors.New("no admin binding")
 // requests in flight.
 type revocation struct {
 	user, identity, revoker string
-	wait                    time.Duration
+	// grant is what a person is asked to hold for an admin kubeconfig;
+	// zero: not looked at after the revocation.
+	grant engine.CredentialAuthorization
+	wait  time.Duration
 	// poll is how often the requests in flight are looked at again; a
 	// second if zero.
 	poll time.Duration
@@ -349,7 +366,81 @@ func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) 
 	fmt.Fprintf(s.out, "Revoked %s: deleted %d admin binding(s). If they still hold download on talosclusters/kubeconfig-admin, their next request gets a new one: take it from them, then run revoke again. "+
 		"An os:admin talosconfig they were issued (purpose credentials-talos; see the decision log) is not revoked by this: Talos cannot revoke a certificate; if they got one, or you cannot tell, rotate that cluster's OS CA.\n",
 		cell(r.user), deleted)
+	r.warnIfStillGranted(ctx, c, s)
 	return nil
+}
+
+// maxGrantNamespaces bounds the namespaces whose grant revoke asks about:
+// one SubjectAccessReview each.
+const maxGrantNamespaces = 100
+
+// warnIfStillGranted says, on s.err, where the person may still ask for an
+// admin kubeconfig, which would make them a new binding (review 176: the
+// runbook had the grant taken away after the revocation, and a request made
+// between the two was issued). The API server is asked about the user alone:
+// their groups are known only when they authenticate, so a grant through a
+// group is not seen, and the warning says so.
+func (r revocation) warnIfStillGranted(ctx context.Context, c client.Client, s streams) {
+	if r.grant == (engine.CredentialAuthorization{}) {
+		return
+	}
+	what := fmt.Sprintf("%s on %s/%s", r.grant.Verb, r.grant.Resource, r.grant.Subresource)
+	granted, err := r.grantedIn(ctx, c)
+	switch {
+	case err != nil:
+		fmt.Fprintf(s.err, "warning: could not ask whether %s still holds %s (%v): if they do, their next request gets a new binding.\n", cell(r.user), what, err)
+	case len(granted) > 0:
+		fmt.Fprintf(s.err, "warning: %s still holds %s in %s: their next request gets a new binding and a working admin kubeconfig. Take it from them, then run revoke again.\n",
+			cell(r.user), what, strings.Join(granted, ", "))
+	default:
+		fmt.Fprintf(s.out, "%s, as a user alone, no longer holds %s (a grant through their groups cannot be seen from here).\n", cell(r.user), what)
+	}
+}
+
+// grantedIn is where the user alone holds the grant: "every namespace", or
+// the namespaces of TalosClusters where they do (at most
+// maxGrantNamespaces looked at).
+func (r revocation) grantedIn(ctx context.Context, c client.Client) ([]string, error) {
+	ask := func(namespace string) (bool, error) {
+		sar, err := accessreview.Ask(ctx, c, accessreview.User{Name: r.user}, authorizationv1.ResourceAttributes{
+			Namespace: namespace, Verb: r.grant.Verb, Group: r.grant.Group, Resource: r.grant.Resource, Subresource: r.grant.Subresource,
+		})
+		if err != nil {
+			return false, err
+		}
+		return sar.Status.Allowed, nil
+	}
+	switch everywhere, err := ask(""); {
+	case err != nil:
+		return nil, err
+	case everywhere:
+		return []string{"every namespace"}, nil
+	}
+	var clusters metav1.PartialObjectMetadataList
+	clusters.SetGroupVersionKind(ichorv1alpha1.GroupVersion.WithKind("TalosClusterList"))
+	if err := c.List(ctx, &clusters); err != nil {
+		return nil, fmt.Errorf("list TalosClusters: %w", err)
+	}
+	namespaces := make([]string, 0, len(clusters.Items))
+	for _, tc := range clusters.Items {
+		namespaces = append(namespaces, tc.Namespace)
+	}
+	slices.Sort(namespaces)
+	namespaces = slices.Compact(namespaces)
+	var granted []string
+	for i, ns := range namespaces {
+		if i == maxGrantNamespaces {
+			return granted, fmt.Errorf("asked about the first %d of %d namespaces with TalosClusters only", maxGrantNamespaces, len(namespaces))
+		}
+		allowed, err := ask(ns)
+		if err != nil {
+			return granted, err
+		}
+		if allowed {
+			granted = append(granted, "namespace "+cell(ns))
+		}
+	}
+	return granted, nil
 }
 
 // errRevocationUnfinished is a revocation whose wait for the person's

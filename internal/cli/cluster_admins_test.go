@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +25,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/controllers/credentials"
+	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 )
 
@@ -353,4 +355,65 @@ func cliScheme(t *testing.T) *runtime.Scheme {
 func TestRevokerInstanceIsBounded(t *testing.T) {
 	assert.Equal(t, "unknown", revokerInstance(""))
 	assert.Len(t, revokerInstance(strings.Repeat("r", 300)), 128)
+}
+
+// Review 176: revoke ends by asking the API server whether the person, as a
+// user alone, may still ask for an admin kubeconfig (which would make them a
+// new binding, and a working kubeconfig), cluster-wide and in each namespace
+// with a TalosCluster, and says where.
+func TestAdminsRevokeSaysWhereThePersonStillHoldsTheGrant(t *testing.T) {
+	grant := engine.CredentialAuthorization{Verb: "download", Group: "ichor.dev", Resource: "talosclusters", Subresource: "kubeconfig-admin"}
+	for name, tc := range map[string]struct {
+		allowed   map[string]bool
+		reviewErr error
+		wantErr   string
+		wantOut   string
+	}{
+		"nowhere":             {wantOut: "ichor:ada, as a user alone, no longer holds download on talosclusters/kubeconfig-admin (a grant through their groups cannot be seen from here)."},
+		"everywhere":          {allowed: map[string]bool{"": true}, wantErr: "warning: ichor:ada still holds download on talosclusters/kubeconfig-admin in every namespace: their next request gets a new binding"},
+		"in one namespace":    {allowed: map[string]bool{"demo": true}, wantErr: "still holds download on talosclusters/kubeconfig-admin in namespace demo: their next request"},
+		"reviews not allowed": {reviewErr: apierrors.NewForbidden(authorizationv1.Resource("subjectaccessreviews"), "", errors.New("RBAC")), wantErr: "warning: could not ask whether ichor:ada still holds download on talosclusters/kubeconfig-admin"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			reviews := 0
+			c := fake.NewClientBuilder().WithScheme(cliScheme(t)).WithObjects(
+				adminBinding("ichor-admin:u:ichor:ada:aaaaaaaaaa", "ichor:ada", "ichor-admin:u:ichor:ada", "", time.Now()),
+				&ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "demo"}},
+				&ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "second"}},
+				&ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "other"}},
+			).WithInterceptorFuncs(interceptor.Funcs{
+				Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+					sar, ok := obj.(*authorizationv1.SubjectAccessReview)
+					if !ok {
+						return c.Create(ctx, obj, opts...)
+					}
+					if tc.reviewErr != nil {
+						return tc.reviewErr
+					}
+					reviews++
+					ra := sar.Spec.ResourceAttributes
+					require.Equal(t, "ichor:ada", sar.Spec.User)
+					require.Equal(t, grant, engine.CredentialAuthorization{Verb: ra.Verb, Group: ra.Group, Resource: ra.Resource, Subresource: ra.Subresource})
+					sar.Status.Allowed = tc.allowed[ra.Namespace]
+					return nil
+				},
+			}).Build()
+			s, out, errOut := testStreams()
+			r := adaRevocation
+			r.grant = grant
+			require.NoError(t, revokeAdmin(t.Context(), c, r, s))
+			s.flush()
+			if tc.wantErr != "" {
+				assert.Contains(t, errOut.String(), tc.wantErr)
+			} else {
+				assert.Empty(t, errOut.String())
+			}
+			if tc.wantOut != "" {
+				assert.Contains(t, out.String(), tc.wantOut)
+			}
+			if name == "nowhere" {
+				assert.Equal(t, 3, reviews, "asked cluster-wide, then once in each namespace with a TalosCluster")
+			}
+		})
+	}
 }
