@@ -639,6 +639,8 @@ func (e *Engine) observeEpoch(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	done := e.guard.raising()
+	defer done()
 	e.guard.setActive(epoch)
 	e.sayIfBehind()
 	if e.epochs == nil || epoch <= e.guard.persistedEpoch() {
@@ -648,7 +650,7 @@ func (e *Engine) observeEpoch(ctx context.Context) {
 	defer cancel()
 	if err := e.epochs.Raise(ctx, epoch); err != nil {
 		// The bundle is in service here and its epoch guards this replica;
-		// the next activation or restart tries again.
+		// the refresh tries again at each poll (refreshEpochs).
 		e.notes.WithFields(map[string]any{"epoch": epoch, "error": err.Error()}).Error("Could not record the bundle epoch in the cluster.")
 		return
 	}

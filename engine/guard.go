@@ -58,6 +58,8 @@ type epochGuard struct {
 	// below the second when last said (sayIfBehind).
 	active, persisted int64
 	behind            bool
+	// raises counts the activations being recorded (raising).
+	raises int
 }
 
 // ErrBundleRevision is a bundle whose revision holds what the approvers
@@ -138,15 +140,36 @@ func (g *epochGuard) setPersisted(epoch int64) {
 	g.mu.Unlock()
 }
 
-// highestSeen is the highest epoch this replica activated or read from the
-// cluster's record; 0 when it enforces none.
-func (g *epochGuard) highestSeen() int64 {
+// raising notes that the activation of epoch is being recorded in the
+// cluster (observeEpoch), until done is called: meanwhile the refresh does
+// not take the record's older value for one lowered by hand.
+func (g *epochGuard) raising() (done func()) {
+	g.mu.Lock()
+	g.raises++
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		g.raises--
+		g.mu.Unlock()
+	}
+}
+
+// toRestore is the epoch of the bundle in service when the cluster's record,
+// recorded, is below it and no activation is being recorded; 0 otherwise.
+// Only the epoch this replica verified and activated is written back, never
+// one it merely read: a record raised by whoever may write the ConfigMap
+// would otherwise be written back by every replica that read it, after it
+// was put right, for as long as any runs (review 179).
+func (g *epochGuard) toRestore(recorded int64) int64 {
 	if !g.enforce {
 		return 0
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return max(g.active, g.persisted)
+	if g.raises > 0 || g.active <= recorded {
+		return 0
+	}
+	return g.active
 }
 
 // guardedStore is OPA's store with the epoch guard on the write of the
@@ -210,7 +233,10 @@ func (it labelsRefused) Next() (*storage.Update, error) {
 // a v0 module's labels got through (review 178). A module that parses as
 // neither is left to OPA's compiler, which refuses it with its own error.
 func refuseLabels(id string, module []byte) error {
-	if !bytes.Contains(module, []byte("labels")) {
+	// Only a METADATA block holds annotations, and the word is read as it
+	// is; "labels" is not: YAML spells a key with escapes too ("\x6cabels"),
+	// which passed a look for the word (review 179).
+	if !bytes.Contains(module, []byte("METADATA")) {
 		return nil
 	}
 	m, err := ast.ParseModuleWithOpts(id, string(module), ast.ParserOptions{ProcessAnnotation: true, RegoVersion: ast.RegoV1})
@@ -509,9 +535,9 @@ func roundTrip(value, v any) error {
 
 // refreshEpochs reads the highest epoch recorded in the cluster every
 // interval, so that a replica learns what another activated before its own
-// source shows it; and writes it again when the record is below what this
-// replica has seen (review 178 F1): the raise after an activation may have
-// failed (a file source is activated once, and nothing else would try
+// source shows it; and writes the epoch of the bundle in service again when
+// the record is below it (review 178 F1): the raise after an activation may
+// have failed (a file source is activated once, and nothing else would try
 // again), or someone lowered or emptied the record, and either way the next
 // restart would take back a signed bundle this cluster has moved past.
 func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval time.Duration) {
@@ -532,27 +558,28 @@ func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval t
 		}
 		e.guard.setPersisted(n)
 		e.sayIfBehind()
-		if seen := e.guard.highestSeen(); seen > n {
-			e.restoreEpoch(ctx, store, n, seen)
+		if active := e.guard.toRestore(n); active > 0 {
+			e.restoreEpoch(ctx, store, n, active)
 		}
 	}
 }
 
-// restoreEpoch writes seen, the highest epoch this replica activated or read,
-// into the cluster's record, which holds recorded, a lower one.
-func (e *Engine) restoreEpoch(ctx context.Context, store EpochStore, recorded, seen int64) {
-	fields := map[string]any{"epoch": seen, "recorded_epoch": recorded}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+// restoreEpoch writes active, the epoch of the bundle in service here, into
+// the cluster's record, which holds recorded, a lower one.
+func (e *Engine) restoreEpoch(ctx context.Context, store EpochStore, recorded, active int64) {
+	fields := map[string]any{"epoch": active, "recorded_epoch": recorded}
+	raiseCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := store.Raise(ctx, seen); err != nil {
+	if err := store.Raise(raiseCtx, active); err != nil {
 		if ctx.Err() == nil {
+			// A raise that timed out is said too (review 179).
 			fields["error"] = err.Error()
-			e.notes.WithFields(fields).Error("The cluster's record of the highest bundle epoch is below the epoch this replica has seen, and could not be written again; a replica started now would take back an older signed bundle.")
+			e.notes.WithFields(fields).Error("The cluster's record of the highest bundle epoch is below the epoch of the bundle in service here, and could not be written again (tried at each poll); a replica started now would take back an older signed bundle.")
 		}
 		return
 	}
-	e.guard.setPersisted(seen)
-	e.notes.WithFields(fields).Warn("The cluster's record of the highest bundle epoch was below the epoch this replica has seen (a failed write after an activation, or the record lowered or emptied by hand): written again.")
+	e.guard.setPersisted(active)
+	e.notes.WithFields(fields).Warn("The cluster's record of the highest bundle epoch was below the epoch of the bundle in service here (a failed write after its activation, or the record lowered or emptied by hand): written again.")
 }
 
 // sayIfBehind tells, by its gauge and once in the log at each change, when
