@@ -109,10 +109,10 @@ func newAdminsRevokeCommand(s streams, k genericclioptions.RESTClientGetter) *co
 working at their next request; everyone else's keeps working. A kubeconfig they
 ask for later gets a new binding and a new group, so the revoked ones never come
 back. To stop them asking again, take download on talosclusters/kubeconfig-admin
-from them first: the command ends by asking the API server whether USER, as a
-user alone, still holds it (cluster-wide and in each namespace with a
-TalosCluster), and warns where they do; a grant through their groups cannot be
-seen from here.
+from them first: the command ends, whatever else it says, by asking the API
+server whether USER, as a user alone, still holds it for each TalosCluster (as
+the issuer asks: the cluster's namespace and name), and warns where they do; a
+grant through their groups cannot be seen from here.
 
 Their bindings are found as the manager makes them, never by an annotation
 anyone who may patch a binding could write: labelled ichor.dev/admin-binding=true,
@@ -331,6 +331,10 @@ func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) 
 	if err != nil {
 		return err
 	}
+	// Whatever the outcome below (a held binding, requests in flight, or
+	// nothing of theirs left to delete, as at a second run), say whether
+	// they may still ask (review 179: said only after a full success).
+	defer r.warnIfStillGranted(ctx, c, s)
 	// unfinished is why a binding made after this command may survive it:
 	// the command then fails, whatever it deleted, so that a script that
 	// offboards someone does not read success.
@@ -366,13 +370,12 @@ func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) 
 	fmt.Fprintf(s.out, "Revoked %s: deleted %d admin binding(s). If they still hold download on talosclusters/kubeconfig-admin, their next request gets a new one: take it from them, then run revoke again. "+
 		"An os:admin talosconfig they were issued (purpose credentials-talos; see the decision log) is not revoked by this: Talos cannot revoke a certificate; if they got one, or you cannot tell, rotate that cluster's OS CA.\n",
 		cell(r.user), deleted)
-	r.warnIfStillGranted(ctx, c, s)
 	return nil
 }
 
-// maxGrantNamespaces bounds the namespaces whose grant revoke asks about:
+// maxGrantClusters bounds the TalosClusters whose grant revoke asks about:
 // one SubjectAccessReview each.
-const maxGrantNamespaces = 100
+const maxGrantClusters = 100
 
 // warnIfStillGranted says, on s.err, where the person may still ask for an
 // admin kubeconfig, which would make them a new binding (review 176: the
@@ -385,59 +388,43 @@ func (r revocation) warnIfStillGranted(ctx context.Context, c client.Client, s s
 		return
 	}
 	what := fmt.Sprintf("%s on %s/%s", r.grant.Verb, r.grant.Resource, r.grant.Subresource)
-	granted, err := r.grantedIn(ctx, c)
+	granted, err := r.grantedOn(ctx, c)
+	if len(granted) > 0 {
+		fmt.Fprintf(s.err, "warning: %s still holds %s for %s: their next request gets a new binding and a working admin kubeconfig. Take it from them, then run revoke again.\n",
+			cell(r.user), what, strings.Join(granted, ", "))
+	}
 	switch {
 	case err != nil:
 		fmt.Fprintf(s.err, "warning: could not ask whether %s still holds %s (%v): if they do, their next request gets a new binding.\n", cell(r.user), what, err)
-	case len(granted) > 0:
-		fmt.Fprintf(s.err, "warning: %s still holds %s in %s: their next request gets a new binding and a working admin kubeconfig. Take it from them, then run revoke again.\n",
-			cell(r.user), what, strings.Join(granted, ", "))
-	default:
-		fmt.Fprintf(s.out, "%s, as a user alone, no longer holds %s (a grant through their groups cannot be seen from here).\n", cell(r.user), what)
+	case len(granted) == 0:
+		fmt.Fprintf(s.out, "%s, as a user alone, no longer holds %s for any TalosCluster (a grant through their groups cannot be seen from here).\n", cell(r.user), what)
 	}
 }
 
-// grantedIn is where the user alone holds the grant: "every namespace", or
-// the namespaces of TalosClusters where they do (at most
-// maxGrantNamespaces looked at).
-func (r revocation) grantedIn(ctx context.Context, c client.Client) ([]string, error) {
-	ask := func(namespace string) (bool, error) {
-		sar, err := accessreview.Ask(ctx, c, accessreview.User{Name: r.user}, authorizationv1.ResourceAttributes{
-			Namespace: namespace, Verb: r.grant.Verb, Group: r.grant.Group, Resource: r.grant.Resource, Subresource: r.grant.Subresource,
-		})
-		if err != nil {
-			return false, err
-		}
-		return sar.Status.Allowed, nil
-	}
-	switch everywhere, err := ask(""); {
-	case err != nil:
-		return nil, err
-	case everywhere:
-		return []string{"every namespace"}, nil
-	}
+// grantedOn is the TalosClusters whose admin kubeconfig the user alone may
+// still ask for, each asked as the issuer asks (its namespace and name: a
+// grant may name clusters, resourceNames; review 179), at most
+// maxGrantClusters of them, with why it could not ask about the rest.
+func (r revocation) grantedOn(ctx context.Context, c client.Client) ([]string, error) {
 	var clusters metav1.PartialObjectMetadataList
 	clusters.SetGroupVersionKind(ichorv1alpha1.GroupVersion.WithKind("TalosClusterList"))
 	if err := c.List(ctx, &clusters); err != nil {
 		return nil, fmt.Errorf("list TalosClusters: %w", err)
 	}
-	namespaces := make([]string, 0, len(clusters.Items))
-	for _, tc := range clusters.Items {
-		namespaces = append(namespaces, tc.Namespace)
-	}
-	slices.Sort(namespaces)
-	namespaces = slices.Compact(namespaces)
 	var granted []string
-	for i, ns := range namespaces {
-		if i == maxGrantNamespaces {
-			return granted, fmt.Errorf("asked about the first %d of %d namespaces with TalosClusters only", maxGrantNamespaces, len(namespaces))
+	for i, tc := range clusters.Items {
+		if i == maxGrantClusters {
+			return granted, fmt.Errorf("asked about the first %d of %d TalosClusters only", maxGrantClusters, len(clusters.Items))
 		}
-		allowed, err := ask(ns)
+		sar, err := accessreview.Ask(ctx, c, accessreview.User{Name: r.user}, authorizationv1.ResourceAttributes{
+			Namespace: tc.Namespace, Name: tc.Name,
+			Verb: r.grant.Verb, Group: r.grant.Group, Resource: r.grant.Resource, Subresource: r.grant.Subresource,
+		})
 		if err != nil {
 			return granted, err
 		}
-		if allowed {
-			granted = append(granted, "namespace "+cell(ns))
+		if sar.Status.Allowed {
+			granted = append(granted, "TalosCluster "+cell(tc.Namespace+"/"+tc.Name))
 		}
 	}
 	return granted, nil

@@ -359,29 +359,40 @@ func TestRevokerInstanceIsBounded(t *testing.T) {
 
 // Review 176: revoke ends by asking the API server whether the person, as a
 // user alone, may still ask for an admin kubeconfig (which would make them a
-// new binding, and a working kubeconfig), cluster-wide and in each namespace
-// with a TalosCluster, and says where.
+// new binding, and a working kubeconfig), for each TalosCluster as the issuer
+// asks (its namespace and name: a grant may name clusters; review 179), and
+// says where; also when nothing was left to delete, as at the second run the
+// message asks for.
 func TestAdminsRevokeSaysWhereThePersonStillHoldsTheGrant(t *testing.T) {
 	grant := engine.CredentialAuthorization{Verb: "download", Group: "ichor.dev", Resource: "talosclusters", Subresource: "kubeconfig-admin"}
+	forbidden := apierrors.NewForbidden(authorizationv1.Resource("subjectaccessreviews"), "", errors.New("RBAC"))
 	for name, tc := range map[string]struct {
-		allowed   map[string]bool
+		allowed   map[string]bool // by namespace/name
 		reviewErr error
-		wantErr   string
+		noBinding bool
+		wantErr   []string
 		wantOut   string
 	}{
-		"nowhere":             {wantOut: "ichor:ada, as a user alone, no longer holds download on talosclusters/kubeconfig-admin (a grant through their groups cannot be seen from here)."},
-		"everywhere":          {allowed: map[string]bool{"": true}, wantErr: "warning: ichor:ada still holds download on talosclusters/kubeconfig-admin in every namespace: their next request gets a new binding"},
-		"in one namespace":    {allowed: map[string]bool{"demo": true}, wantErr: "still holds download on talosclusters/kubeconfig-admin in namespace demo: their next request"},
-		"reviews not allowed": {reviewErr: apierrors.NewForbidden(authorizationv1.Resource("subjectaccessreviews"), "", errors.New("RBAC")), wantErr: "warning: could not ask whether ichor:ada still holds download on talosclusters/kubeconfig-admin"},
+		"nowhere": {wantOut: "ichor:ada, as a user alone, no longer holds download on talosclusters/kubeconfig-admin for any TalosCluster (a grant through their groups cannot be seen from here)."},
+		"everywhere": {allowed: map[string]bool{"demo/demo": true, "demo/second": true, "other/other": true},
+			wantErr: []string{"warning: ichor:ada still holds download on talosclusters/kubeconfig-admin for TalosCluster demo/demo, TalosCluster demo/second, TalosCluster other/other: their next request gets a new binding"}},
+		"one cluster by name": {allowed: map[string]bool{"demo/second": true},
+			wantErr: []string{"still holds download on talosclusters/kubeconfig-admin for TalosCluster demo/second: their next request"}},
+		"reviews not allowed": {reviewErr: forbidden, wantErr: []string{"warning: could not ask whether ichor:ada still holds download on talosclusters/kubeconfig-admin"}},
+		"nothing left to delete": {noBinding: true, allowed: map[string]bool{"demo/demo": true},
+			wantErr: []string{"still holds download on talosclusters/kubeconfig-admin for TalosCluster demo/demo"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			reviews := 0
-			c := fake.NewClientBuilder().WithScheme(cliScheme(t)).WithObjects(
-				adminBinding("ichor-admin:u:ichor:ada:aaaaaaaaaa", "ichor:ada", "ichor-admin:u:ichor:ada", "", time.Now()),
+			objs := []client.Object{
 				&ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "demo"}},
 				&ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "demo", Name: "second"}},
 				&ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "other"}},
-			).WithInterceptorFuncs(interceptor.Funcs{
+			}
+			if !tc.noBinding {
+				objs = append(objs, adminBinding("ichor-admin:u:ichor:ada:aaaaaaaaaa", "ichor:ada", "ichor-admin:u:ichor:ada", "", time.Now()))
+			}
+			c := fake.NewClientBuilder().WithScheme(cliScheme(t)).WithObjects(objs...).WithInterceptorFuncs(interceptor.Funcs{
 				Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 					sar, ok := obj.(*authorizationv1.SubjectAccessReview)
 					if !ok {
@@ -394,25 +405,31 @@ func TestAdminsRevokeSaysWhereThePersonStillHoldsTheGrant(t *testing.T) {
 					ra := sar.Spec.ResourceAttributes
 					require.Equal(t, "ichor:ada", sar.Spec.User)
 					require.Equal(t, grant, engine.CredentialAuthorization{Verb: ra.Verb, Group: ra.Group, Resource: ra.Resource, Subresource: ra.Subresource})
-					sar.Status.Allowed = tc.allowed[ra.Namespace]
+					sar.Status.Allowed = tc.allowed[ra.Namespace+"/"+ra.Name]
 					return nil
 				},
 			}).Build()
 			s, out, errOut := testStreams()
 			r := adaRevocation
 			r.grant = grant
-			require.NoError(t, revokeAdmin(t.Context(), c, r, s))
-			s.flush()
-			if tc.wantErr != "" {
-				assert.Contains(t, errOut.String(), tc.wantErr)
+			err := revokeAdmin(t.Context(), c, r, s)
+			if tc.noBinding {
+				require.ErrorIs(t, err, errNoAdminBinding)
 			} else {
+				require.NoError(t, err)
+			}
+			s.flush()
+			for _, want := range tc.wantErr {
+				assert.Contains(t, errOut.String(), want)
+			}
+			if len(tc.wantErr) == 0 {
 				assert.Empty(t, errOut.String())
 			}
 			if tc.wantOut != "" {
 				assert.Contains(t, out.String(), tc.wantOut)
 			}
-			if name == "nowhere" {
-				assert.Equal(t, 3, reviews, "asked cluster-wide, then once in each namespace with a TalosCluster")
+			if tc.reviewErr == nil {
+				assert.Equal(t, 3, reviews, "one review for each TalosCluster")
 			}
 		})
 	}
