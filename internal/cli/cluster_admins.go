@@ -368,8 +368,9 @@ func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) 
 		return fmt.Errorf("%w of user %q (identity %s): see `ichor cluster admins list`", errNoAdminBinding, r.user, r.identity)
 	}
 	fmt.Fprintf(s.out, "Revoked %s: deleted %d admin binding(s). If they still hold download on talosclusters/kubeconfig-admin, their next request gets a new one: take it from them, then run revoke again. "+
-		"An os:admin talosconfig they were issued (purpose credentials-talos; see the decision log) is not revoked by this: Talos cannot revoke a certificate; if they got one, or you cannot tell, rotate that cluster's OS CA.\n",
-		cell(r.user), deleted)
+		"An os:admin talosconfig they were issued (purpose credentials-talos; see the decision log) is not revoked by this: Talos cannot revoke a certificate; if they got one, or you cannot tell, rotate that cluster's OS CA. "+
+		"Nor is a grant to their identity made by other means (a binding of any role to their certificate's user or group, which only someone who may bind that role can make): look for one with kubectl get clusterrolebindings,rolebindings -A -o wide | grep %s.\n",
+		cell(r.user), deleted, cell(r.identity))
 	return nil
 }
 
@@ -473,7 +474,7 @@ func (r revocation) deleteBindings(ctx context.Context, c client.Client, s strea
 			continue
 		}
 		deleted++
-		fmt.Fprintf(s.out, "Revoked %s: deleted ClusterRoleBinding %s (identity %s). Their admin kubeconfigs no longer have cluster-admin.\n",
+		fmt.Fprintf(s.out, "Revoked %s: deleted ClusterRoleBinding %s (identity %s). Their admin kubeconfigs no longer have cluster-admin from it.\n",
 			cell(r.user), cell(b.Name), cell(r.identity))
 		if err := c.Create(ctx, revocationEvent(b, r.user, r.identity, r.revoker, time.Now())); err != nil {
 			// The revocation is done; the API server's audit log and the
