@@ -1,7 +1,9 @@
 package bundles_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -10,8 +12,12 @@ import (
 
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/open-policy-agent/opa/v1/bundle"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/content"
+	"oras.land/oras-go/v2/content/memory"
 	"oras.land/oras-go/v2/registry/remote/auth"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
@@ -88,28 +94,30 @@ func TestPushRefusesAnEpochNotAboveTheTags(t *testing.T) {
 		require.NoError(t, err)
 		return data
 	}
+	// The epochs this release's managers take: from its floor up.
+	floor := bundles.Floor()
 	anon := func(context.Context, string) (auth.Credential, error) { return auth.EmptyCredential, nil }
 	opts := bundles.PushOptions{Credential: anon, Verification: verification(t, key)}
 	ctx := context.Background()
 
-	_, err = bundles.PushOCI(ctx, ref, at(5, ""), opts)
+	_, err = bundles.PushOCI(ctx, ref, at(floor+1, ""), opts)
 	require.NoError(t, err, "a tag that holds nothing yet")
-	_, err = bundles.PushOCI(ctx, ref, at(5, ""), opts)
+	_, err = bundles.PushOCI(ctx, ref, at(floor+1, ""), opts)
 	require.NoError(t, err, "the same bundle again")
-	_, err = bundles.PushOCI(ctx, ref, at(5, "rebuilt"), opts)
+	_, err = bundles.PushOCI(ctx, ref, at(floor+1, "rebuilt"), opts)
 	require.ErrorIs(t, err, bundles.ErrEpochNotAbove, "another bundle of the same epoch")
-	_, err = bundles.PushOCI(ctx, ref, at(4, ""), opts)
+	_, err = bundles.PushOCI(ctx, ref, at(floor, ""), opts)
 	require.ErrorIs(t, err, bundles.ErrEpochNotAbove, "an older epoch")
-	assert.ErrorContains(t, err, "epoch 4 is not above 5")
+	assert.ErrorContains(t, err, fmt.Sprintf("epoch %d is not above %d", floor, floor+1))
 	assert.NotContains(t, err.Error(), "not checked", "with the key, the tag's epoch was verified")
 	// Without the key the tag's bundle is not verified: the refusal says
 	// its epoch is only its own claim (the review of 2026-12-06).
 	unverified := opts
 	unverified.Verification = nil
-	_, err = bundles.PushOCI(ctx, ref, at(4, ""), unverified)
+	_, err = bundles.PushOCI(ctx, ref, at(floor, ""), unverified)
 	require.ErrorIs(t, err, bundles.ErrEpochNotAbove)
 	assert.ErrorContains(t, err, "that bundle's signature was not checked (no --key), so its epoch is its own claim")
-	_, err = bundles.PushOCI(ctx, ref, at(6, ""), opts)
+	_, err = bundles.PushOCI(ctx, ref, at(floor+2, ""), opts)
 	require.NoError(t, err, "a newer epoch")
 
 	forced := opts
@@ -119,19 +127,21 @@ func TestPushRefusesAnEpochNotAboveTheTags(t *testing.T) {
 	// refusal quotes it on one line, so it cannot print a success of its own.
 	b, err := bundles.Default()
 	require.NoError(t, err)
-	bundles.SetEpoch(b, 7)
+	bundles.SetEpoch(b, floor+3)
 	b.Manifest.Revision = "x\nichor: pushed bundle.tar.gz to oci://reg/repo:tag"
 	require.NoError(t, bundles.Sign(b, key, "RS256", "ichor"))
 	forged, err := bundles.Bytes(b)
 	require.NoError(t, err)
+	// Pushed by another tool: ichor bundle push refuses such a revision.
 	_, err = bundles.PushOCI(ctx, ref, forged, forced)
-	require.NoError(t, err)
-	_, err = bundles.PushOCI(ctx, ref, at(6, ""), opts)
+	require.ErrorIs(t, err, bundles.ErrBundleRevision)
+	pushUnchecked(t, ref, forged)
+	_, err = bundles.PushOCI(ctx, ref, at(floor+2, ""), opts)
 	require.ErrorIs(t, err, bundles.ErrEpochNotAbove)
 	assert.NotContains(t, err.Error(), "\n", "the tag's revision kept to the line")
 	assert.ErrorContains(t, err, `(revision "x\nichor: pushed`)
 
-	_, err = bundles.PushOCI(ctx, ref, at(4, ""), forced)
+	_, err = bundles.PushOCI(ctx, ref, at(floor, ""), forced)
 	require.NoError(t, err, "forced")
 	repo, err := newRepo(ref)
 	require.NoError(t, err)
@@ -139,7 +149,7 @@ func TestPushRefusesAnEpochNotAboveTheTags(t *testing.T) {
 	require.NoError(t, err)
 	epoch, err := bundles.Epoch(b.Manifest)
 	require.NoError(t, err)
-	assert.Equal(t, int64(4), epoch)
+	assert.Equal(t, floor, epoch)
 
 	unepoched, err := bundles.Default()
 	require.NoError(t, err)
@@ -149,4 +159,24 @@ func TestPushRefusesAnEpochNotAboveTheTags(t *testing.T) {
 	require.NoError(t, err)
 	_, err = bundles.PushOCI(ctx, ref, data, forced)
 	require.ErrorIs(t, err, bundles.ErrNoEpoch, "a bundle without an epoch is never pushed")
+}
+
+// pushUnchecked pushes tarball to ref in the layout PushOCI writes, without
+// its checks: what another tool (oras) could put behind a tag.
+func pushUnchecked(t *testing.T, ref bundles.OCIRef, tarball []byte) {
+	t.Helper()
+	ctx := context.Background()
+	store := memory.New()
+	layer := content.NewDescriptorFromBytes(bundles.OCILayerMediaType, tarball)
+	config := content.NewDescriptorFromBytes(bundles.OCIConfigMediaType, []byte("{}"))
+	require.NoError(t, store.Push(ctx, layer, bytes.NewReader(tarball)))
+	require.NoError(t, store.Push(ctx, config, bytes.NewReader([]byte("{}"))))
+	manifest, err := oras.PackManifest(ctx, store, oras.PackManifestVersion1_1, "", oras.PackManifestOptions{Layers: []ocispec.Descriptor{layer}, ConfigDescriptor: &config})
+	require.NoError(t, err)
+	tag := ref.Reference.Reference
+	require.NoError(t, store.Tag(ctx, manifest, tag))
+	repo, err := newRepo(ref)
+	require.NoError(t, err)
+	_, err = oras.Copy(ctx, store, tag, repo, tag, oras.DefaultCopyOptions)
+	require.NoError(t, err)
 }

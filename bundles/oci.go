@@ -145,7 +145,9 @@ type PushOptions struct {
 	// verify is not pushed.
 	Verification *bundle.VerificationConfig
 	// Force pushes a bundle whose epoch is not above the one the tag holds
-	// (which every manager that has seen the tag's bundle refuses).
+	// (which every manager that has seen the tag's bundle refuses), or is
+	// below this binary's floor (which every manager of this release or
+	// later refuses).
 	Force bool
 }
 
@@ -183,7 +185,7 @@ func PushOCI(ctx context.Context, ref OCIRef, tarball []byte, opts PushOptions) 
 	if !isTag(ref) {
 		return ocispec.Descriptor{}, ErrPushDigest
 	}
-	b, err := checkPushable(tarball, opts.Verification)
+	b, err := checkPushable(tarball, opts.Verification, opts.Force)
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
@@ -244,9 +246,12 @@ func PushOCI(ctx context.Context, ref OCIRef, tarball []byte, opts PushOptions) 
 }
 
 // checkPushable refuses a bundle no manager would load: one that does not
-// read, holds no module, or is not signed (by the key of vc, when given; else
-// the signature is checked by whoever pulls, with their key).
-func checkPushable(tarball []byte, vc *bundle.VerificationConfig) (*bundle.Bundle, error) {
+// read, holds no module, is not signed (by the key of vc, when given; else
+// the signature is checked by whoever pulls, with their key), names a
+// revision the managers refuse, declares METADATA labels, or, unless forced,
+// carries an epoch below this binary's floor (review 178: such a bundle was
+// pushed, and found out at the next poll of every replica).
+func checkPushable(tarball []byte, vc *bundle.VerificationConfig, force bool) (*bundle.Bundle, error) {
 	if err := DefaultLimits.Scan(bytes.NewReader(tarball)); errors.Is(err, ErrBundleTooLarge) {
 		return nil, fmt.Errorf("every manager would refuse it: %w", err)
 	} else if err != nil {
@@ -275,13 +280,22 @@ func checkPushable(tarball []byte, vc *bundle.VerificationConfig) (*bundle.Bundl
 	if len(b.Modules) == 0 {
 		return nil, errors.New("the bundle holds no Rego module")
 	}
-	if b.Manifest.Revision == "" {
-		// Every manager refuses it (review 163): not pushed, rather than
-		// found out at the next poll of every replica.
-		return nil, errors.New("the bundle names no revision, and the managers refuse such a bundle: build it with `ichor bundle build`, or `opa build --revision`")
+	if err := CheckRevision(b.Manifest.Revision); err != nil {
+		// Every manager refuses it (reviews 163, 178): not pushed, rather
+		// than found out at the next poll of every replica.
+		return nil, fmt.Errorf("every manager would refuse it: %w", err)
 	}
-	if _, err := Epoch(b.Manifest); err != nil {
+	for _, m := range b.Modules {
+		if err := RefuseLabels(m.Path, m.Raw); err != nil {
+			return nil, fmt.Errorf("every manager would refuse it: %w", err)
+		}
+	}
+	epoch, err := Epoch(b.Manifest)
+	if err != nil {
 		return nil, err
+	}
+	if floor := Floor(); epoch < floor && !force {
+		return nil, fmt.Errorf("%w: epoch %d is below %d, the floor of this release, whose managers refuse it (--force pushes it for older managers)", ErrEpochNotAbove, epoch, floor)
 	}
 	return &b, nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"oras.land/oras-go/v2/registry/remote"
@@ -84,7 +85,36 @@ func TestPushOCIRefusesWhatNoManagerWouldLoad(t *testing.T) {
 	data, err = bundles.Bytes(nameless)
 	require.NoError(t, err)
 	_, err = bundles.PushOCI(context.Background(), ref, data, bundles.PushOptions{})
-	require.ErrorContains(t, err, "names no revision")
+	require.ErrorContains(t, err, "names none")
+	require.ErrorIs(t, err, bundles.ErrBundleRevision)
+
+	// What else every manager refuses at activation (review 178): a
+	// revision they cannot write into a verdict's tail, METADATA labels,
+	// an epoch below this release's floor (pushed with --force only, for
+	// older managers: it then goes on to the registry).
+	signed := func(change func(*bundle.Bundle)) []byte {
+		t.Helper()
+		b, err := bundles.Default()
+		require.NoError(t, err)
+		change(b)
+		require.NoError(t, bundles.Sign(b, testKey(t), "RS256", "ichor"))
+		data, err := bundles.Bytes(b)
+		require.NoError(t, err)
+		return data
+	}
+	_, err = bundles.PushOCI(context.Background(), ref, signed(func(b *bundle.Bundle) { b.Manifest.Revision = "a(b)" }), bundles.PushOptions{})
+	require.ErrorIs(t, err, bundles.ErrBundleRevision)
+	_, err = bundles.PushOCI(context.Background(), ref, signed(func(b *bundle.Bundle) {
+		b.Modules[0].Raw = append([]byte("# METADATA\n# labels:\n#   team: platform\n"), b.Modules[0].Raw...)
+	}), bundles.PushOptions{})
+	require.ErrorIs(t, err, bundles.ErrBundleLabels)
+	belowFloor := signed(func(b *bundle.Bundle) { bundles.SetEpoch(b, bundles.Floor()-1) })
+	_, err = bundles.PushOCI(context.Background(), ref, belowFloor, bundles.PushOptions{})
+	require.ErrorIs(t, err, bundles.ErrEpochNotAbove)
+	require.ErrorContains(t, err, "below")
+	_, err = bundles.PushOCI(context.Background(), ref, belowFloor, bundles.PushOptions{Force: true})
+	require.Error(t, err, "registry.invalid answers nothing")
+	require.NotErrorIs(t, err, bundles.ErrEpochNotAbove, "--force pushes it")
 }
 
 // testKey is an RSA private key in PEM, to sign bundles with.

@@ -238,7 +238,7 @@ would refuse it), unless --force. oci+http:// speaks plain HTTP to the registry.
 	push.Flags().StringVar(&keyPath, "key", "", "verify the signature with this public key (PEM), the manager's --bundle-key, before pushing")
 	push.Flags().StringVar(&keyID, "key-id", "ichor", "the key id of --key, as the manager's --bundle-key-id")
 	push.Flags().StringVar(&keyAlg, "key-algorithm", "RS256", "the signing algorithm of --key")
-	push.Flags().BoolVar(&force, "force", false, "push even when the bundle's epoch is not above the epoch of the bundle the tag holds now")
+	push.Flags().BoolVar(&force, "force", false, "push even when the bundle's epoch is not above the epoch of the bundle the tag holds now, or is below this release's floor (for managers of an older release)")
 	return push
 }
 
