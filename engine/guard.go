@@ -58,8 +58,10 @@ type epochGuard struct {
 	// below the second when last said (sayIfBehind).
 	active, persisted int64
 	behind            bool
-	// raises counts the activations being recorded (raising).
+	// raises counts the activations being recorded (raising); raised,
+	// those whose recording ended.
 	raises int
+	raised uint64
 }
 
 // ErrBundleRevision is bundles.ErrBundleRevision: a revision the engine
@@ -95,9 +97,12 @@ func (g *epochGuard) check(m bundle.Manifest) error {
 	return nil
 }
 
+// setActive notes the epoch of a bundle activated. It never goes down:
+// check refuses a bundle below it, and a start's read of the store may come
+// after an activation's (review 180).
 func (g *epochGuard) setActive(epoch int64) {
 	g.mu.Lock()
-	g.active = epoch
+	g.active = max(g.active, epoch)
 	g.mu.Unlock()
 }
 
@@ -123,23 +128,34 @@ func (g *epochGuard) raising() (done func()) {
 	return func() {
 		g.mu.Lock()
 		g.raises--
+		g.raised++
 		g.mu.Unlock()
 	}
 }
 
+// raisedCount is how many activations' recordings have ended; a refresh
+// takes it before it reads the record.
+func (g *epochGuard) raisedCount() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.raised
+}
+
 // toRestore is the epoch of the bundle in service when the cluster's record,
-// recorded, is below it and no activation is being recorded; 0 otherwise.
+// recorded (read when raisedCount was before), is below it and no
+// activation was being recorded meanwhile (review 180: one that ended
+// between the read and now had raised the record already); 0 otherwise.
 // Only the epoch this replica verified and activated is written back, never
 // one it merely read: a record raised by whoever may write the ConfigMap
 // would otherwise be written back by every replica that read it, after it
 // was put right, for as long as any runs (review 179).
-func (g *epochGuard) toRestore(recorded int64) int64 {
+func (g *epochGuard) toRestore(recorded int64, before uint64) int64 {
 	if !g.enforce {
 		return 0
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.raises > 0 || g.active <= recorded {
+	if g.raises > 0 || g.raised != before || g.active <= recorded {
 		return 0
 	}
 	return g.active
@@ -491,6 +507,7 @@ func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval t
 			return
 		case <-t.C:
 		}
+		before := e.guard.raisedCount()
 		n, err := store.Highest(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -500,7 +517,7 @@ func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval t
 		}
 		e.guard.setPersisted(n)
 		e.sayIfBehind()
-		if active := e.guard.toRestore(n); active > 0 {
+		if active := e.guard.toRestore(n, before); active > 0 {
 			e.restoreEpoch(ctx, store, n, active)
 		}
 	}
