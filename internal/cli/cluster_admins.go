@@ -110,9 +110,10 @@ working at their next request; everyone else's keeps working. A kubeconfig they
 ask for later gets a new binding and a new group, so the revoked ones never come
 back. To stop them asking again, take download on talosclusters/kubeconfig-admin
 from them first: the command ends, whatever else it says, by asking the API
-server whether USER, as a user alone, still holds it for each TalosCluster (as
-the issuer asks: the cluster's namespace and name), and warns where they do; a
-grant through their groups cannot be seen from here.
+server whether USER (with system:authenticated, which every request carries)
+still holds it for every TalosCluster, and else for each one (as the issuer
+asks: the cluster's namespace and name), and warns where they do; a grant
+through their other groups cannot be seen from here.
 
 Their bindings are found as the manager makes them, never by an annotation
 anyone who may patch a binding could write: labelled ichor.dev/admin-binding=true,
@@ -326,15 +327,16 @@ func (r revocation) theirs(b *rbacv1.ClusterRoleBinding) bool {
 func revokeAdmin(ctx context.Context, c client.Client, r revocation, s streams) error {
 	// Listed before the bindings: a request answered after this list made
 	// its binding before its answer, so the second pass sees it.
+	// Whatever the outcome (a binding that could not be listed or deleted,
+	// one held, requests in flight, or nothing of theirs left to delete, as
+	// at a second run), say whether they may still ask (reviews 179, 180:
+	// said only after a full success).
+	defer r.warnIfStillGranted(ctx, c, s)
 	inFlight, listErr := pendingAdminRequests(ctx, c, r.user)
 	deleted, held, err := r.deleteBindings(ctx, c, s)
 	if err != nil {
 		return err
 	}
-	// Whatever the outcome below (a held binding, requests in flight, or
-	// nothing of theirs left to delete, as at a second run), say whether
-	// they may still ask (review 179: said only after a full success).
-	defer r.warnIfStillGranted(ctx, c, s)
 	// unfinished is why a binding made after this command may survive it:
 	// the command then fails, whatever it deleted, so that a script that
 	// offboards someone does not read success.
@@ -389,7 +391,7 @@ func (r revocation) warnIfStillGranted(ctx context.Context, c client.Client, s s
 		return
 	}
 	what := fmt.Sprintf("%s on %s/%s", r.grant.Verb, r.grant.Resource, r.grant.Subresource)
-	granted, err := r.grantedOn(ctx, c)
+	granted, asked, err := r.grantedOn(ctx, c)
 	if len(granted) > 0 {
 		fmt.Fprintf(s.err, "warning: %s still holds %s for %s: their next request gets a new binding and a working admin kubeconfig. Take it from them, then run revoke again.\n",
 			cell(r.user), what, strings.Join(granted, ", "))
@@ -398,37 +400,53 @@ func (r revocation) warnIfStillGranted(ctx context.Context, c client.Client, s s
 	case err != nil:
 		fmt.Fprintf(s.err, "warning: could not ask whether %s still holds %s (%v): if they do, their next request gets a new binding.\n", cell(r.user), what, err)
 	case len(granted) == 0:
-		fmt.Fprintf(s.out, "%s, as a user alone, no longer holds %s for any TalosCluster (a grant through their groups cannot be seen from here).\n", cell(r.user), what)
+		fmt.Fprintf(s.out, "%s, as a user alone, does not hold %s for every TalosCluster, nor for any of the %d there are (a grant through their groups other than system:authenticated cannot be seen from here).\n", cell(r.user), what, asked)
 	}
 }
 
-// grantedOn is the TalosClusters whose admin kubeconfig the user alone may
-// still ask for, each asked as the issuer asks (its namespace and name: a
+// grantedOn is where the user alone (and system:authenticated, which every
+// request of theirs carries) may still ask for an admin kubeconfig: for every
+// TalosCluster (a ClusterRole's grant, which also covers one made later), or
+// for each TalosCluster asked as the issuer asks (its namespace and name: a
 // grant may name clusters, resourceNames; review 179), at most
-// maxGrantClusters of them, with why it could not ask about the rest.
-func (r revocation) grantedOn(ctx context.Context, c client.Client) ([]string, error) {
+// maxGrantClusters of them; with how many it asked about, and why it could
+// not ask about the rest.
+func (r revocation) grantedOn(ctx context.Context, c client.Client) ([]string, int, error) {
+	ask := func(namespace, name string) (bool, error) {
+		sar, err := accessreview.Ask(ctx, c, accessreview.User{Name: r.user, Groups: []string{"system:authenticated"}}, authorizationv1.ResourceAttributes{
+			Namespace: namespace, Name: name,
+			Verb: r.grant.Verb, Group: r.grant.Group, Resource: r.grant.Resource, Subresource: r.grant.Subresource,
+		})
+		if err != nil {
+			return false, err
+		}
+		return sar.Status.Allowed, nil
+	}
+	switch everywhere, err := ask("", ""); {
+	case err != nil:
+		return nil, 0, err
+	case everywhere:
+		return []string{"every TalosCluster"}, 0, nil
+	}
 	var clusters metav1.PartialObjectMetadataList
 	clusters.SetGroupVersionKind(ichorv1alpha1.GroupVersion.WithKind("TalosClusterList"))
 	if err := c.List(ctx, &clusters); err != nil {
-		return nil, fmt.Errorf("list TalosClusters: %w", err)
+		return nil, 0, fmt.Errorf("list TalosClusters: %w", err)
 	}
 	var granted []string
 	for i, tc := range clusters.Items {
 		if i == maxGrantClusters {
-			return granted, fmt.Errorf("asked about the first %d of %d TalosClusters only", maxGrantClusters, len(clusters.Items))
+			return granted, i, fmt.Errorf("asked about the first %d of %d TalosClusters only", maxGrantClusters, len(clusters.Items))
 		}
-		sar, err := accessreview.Ask(ctx, c, accessreview.User{Name: r.user}, authorizationv1.ResourceAttributes{
-			Namespace: tc.Namespace, Name: tc.Name,
-			Verb: r.grant.Verb, Group: r.grant.Group, Resource: r.grant.Resource, Subresource: r.grant.Subresource,
-		})
+		allowed, err := ask(tc.Namespace, tc.Name)
 		if err != nil {
-			return granted, err
+			return granted, i, err
 		}
-		if sar.Status.Allowed {
+		if allowed {
 			granted = append(granted, "TalosCluster "+cell(tc.Namespace+"/"+tc.Name))
 		}
 	}
-	return granted, nil
+	return granted, len(clusters.Items), nil
 }
 
 // errRevocationUnfinished is a revocation whose wait for the person's
