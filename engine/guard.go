@@ -414,7 +414,7 @@ func (t *limitsTransport) roundTrip(req *http.Request) (*http.Response, error) {
 		t.pullBytes.Store(0)
 	}
 	if t.store != "" && req.Method == http.MethodHead && isManifestRequest(req) {
-		if removed, err := pruneOCIStore(t.store, t.limits); err != nil {
+		if removed, err := pruneOCIStore(t.store, t.limits, pinnedManifest(req)); err != nil {
 			t.logger.Warn("The OCI bundle store could not be pruned before a pull: %v.", err)
 		} else if removed > 0 {
 			t.logger.Debug("Removed %d blobs of earlier revisions from the OCI bundle store.", removed)

@@ -9,9 +9,11 @@ import (
 	"io/fs"
 	"log"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,4 +229,49 @@ func TestAMovingTagDoesNotFillTheDisk(t *testing.T) {
 
 	e.Stop(context.Background())
 	assert.Zero(t, duBytes(t, tmp), "the store goes with the engine")
+}
+
+// A source pinned to a manifest's digest names a bundle that cannot change:
+// it is fetched once, not again at every poll (review 178: OPA's store tags
+// no name for a pull by digest, so the pruning before each poll removed its
+// blobs, and every poll fetched the whole bundle again, up to 2 MiB a poll a
+// replica against the registry's rate limits).
+func TestADigestPinnedSourceIsFetchedOnce(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	s := newSigner(t)
+	registry := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+	var manifestLooks, blobGets atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.Contains(r.URL.Path, "/manifests/"):
+			manifestLooks.Add(1)
+		case strings.Contains(r.URL.Path, "/blobs/") && r.Method == http.MethodGet:
+			blobGets.Add(1)
+		}
+		registry.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	b := policyBundle(t, false)
+	require.NoError(t, bundles.Sign(b, s.private, "RS256", "ichor"))
+	data, err := bundles.Bytes(b)
+	require.NoError(t, err)
+	tagged, err := bundles.ParseOCIRef(bundles.OCIPlainHTTPScheme + host + "/ichor/policy:stable")
+	require.NoError(t, err)
+	desc, err := bundles.PushOCI(context.Background(), tagged, data, bundles.PushOptions{Credential: anonymous, Force: true})
+	require.NoError(t, err)
+
+	e, err := engine.New(context.Background(), engine.Options{
+		Source: bundles.OCIPlainHTTPScheme + host + "/ichor/policy@" + desc.Digest.String(), PollInterval: 200 * time.Millisecond,
+		VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}}, AllowInsecureHTTP: true, DecisionLog: io.Discard, Log: io.Discard,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	_, rev := forgedIPDecision(t, e)
+	require.Equal(t, b.Manifest.Revision, rev)
+	fetched := blobGets.Load()
+	require.NotZero(t, fetched)
+	looks := manifestLooks.Load()
+	require.Eventually(t, func() bool { return manifestLooks.Load() >= looks+6 }, 30*time.Second, 20*time.Millisecond, "the source was not polled")
+	assert.Equal(t, fetched, blobGets.Load(), "a bundle pinned by digest was fetched again")
 }

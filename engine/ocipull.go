@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 
+	godigest "github.com/opencontainers/go-digest"
+
 	"github.com/ichor-dev/ichor-policy/bundles"
 )
 
@@ -52,6 +54,20 @@ func isManifestRequest(req *http.Request) bool {
 		req = req.Response.Request
 	}
 	return strings.Contains(req.URL.Path, "/manifests/")
+}
+
+// pinnedManifest is the digest a manifest request names, when the source
+// is pinned to one (oci://host/repo@sha256:...); "" for a tag.
+func pinnedManifest(req *http.Request) godigest.Digest {
+	_, ref, ok := strings.Cut(req.URL.Path, "/manifests/")
+	if !ok {
+		return ""
+	}
+	d, err := godigest.Parse(ref)
+	if err != nil {
+		return ""
+	}
+	return d
 }
 
 // A pull's whole budget, whatever its graph: the manifest and a bundle's

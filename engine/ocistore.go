@@ -34,9 +34,12 @@ func ociStoreDir(persistence string) string { return filepath.Join(persistence, 
 const maxOCIIndexBytes = 16 << 20
 
 // pruneOCIStore removes from the OCI layout at root every blob that no
-// tagged manifest references, and reports how many it removed. It must not
-// run during a pull: a blob being copied is referenced by no tag yet.
-func pruneOCIStore(root string, limits bundles.Limits) (int, error) {
+// tagged manifest references, nor the manifest pinned (the source's own
+// digest, when it names one: OPA's store tags no name for a pull by digest,
+// so its blobs were removed before each poll and the whole bundle fetched
+// again, review 178), and reports how many it removed. It must not run
+// during a pull: a blob being copied is referenced by no tag yet.
+func pruneOCIStore(root string, limits bundles.Limits, pinned godigest.Digest) (int, error) {
 	index, err := readBounded(filepath.Join(root, ocispec.ImageIndexFile), maxOCIIndexBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil // nothing pulled yet
@@ -50,7 +53,7 @@ func pruneOCIStore(root string, limits bundles.Limits) (int, error) {
 	}
 	keep := map[string]bool{}
 	for _, m := range idx.Manifests {
-		if m.Annotations[ocispec.AnnotationRefName] == "" {
+		if m.Annotations[ocispec.AnnotationRefName] == "" && (pinned == "" || m.Digest != pinned) {
 			continue // pulled once, by digest only: a revision gone by
 		}
 		if err := m.Digest.Validate(); err != nil {

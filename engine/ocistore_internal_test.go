@@ -30,13 +30,13 @@ func TestAStoreThePruningCannotReadIsLeftWhole(t *testing.T) {
 				data = make([]byte, maxOCIIndexBytes+1)
 			}
 			require.NoError(t, os.WriteFile(filepath.Join(root, "index.json"), data, 0o600))
-			removed, err := pruneOCIStore(root, bundles.DefaultLimits)
+			removed, err := pruneOCIStore(root, bundles.DefaultLimits, "")
 			require.Error(t, err)
 			assert.Zero(t, removed)
 			assert.FileExists(t, blob(root))
 		})
 	}
-	removed, err := pruneOCIStore(t.TempDir(), bundles.DefaultLimits)
+	removed, err := pruneOCIStore(t.TempDir(), bundles.DefaultLimits, "")
 	require.NoError(t, err, "nothing pulled yet")
 	assert.Zero(t, removed)
 }
