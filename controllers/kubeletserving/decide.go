@@ -717,7 +717,7 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 	}
 	start := time.Now()
 	id, source, err := p.r.NodeReaders.Read(ctx, p.cluster, machine.Spec.Endpoint)
-	p.r.Metrics.talosRead(source, err, time.Since(start))
+	p.r.Metrics.talosRead(p.cluster.Namespace, p.cluster.Name, source, err, time.Since(start))
 	observe(err)
 	if err != nil {
 		// The node's own words may be in it (a status message): bounded,

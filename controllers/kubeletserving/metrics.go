@@ -14,7 +14,7 @@ import (
 // engine's decision metrics. A nil *Metrics counts nothing.
 type Metrics struct {
 	talosReadSeconds *prometheus.HistogramVec
-	talosReadErrors  prometheus.Counter
+	talosReadErrors  *prometheus.CounterVec
 	talosWatched     prometheus.Counter
 	writeFailures    *prometheus.CounterVec
 	pendingCSRs      *prometheus.GaugeVec
@@ -53,10 +53,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time to read a node's identity (NodeIP, Nodename, HostnameStatus) over its Talos API.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}, []string{"result"}),
-		talosReadErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		// By cluster (review 169): one tenant's stopped node fired the
+		// alert for the whole fleet, naming no cluster.
+		talosReadErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_talos_identity_read_errors_total",
-			Help: "Node identity reads that failed; the requests concerned stay pending.",
-		}),
+			Help: "Node identity reads that failed, by the TalosCluster (namespace, cluster) of the machine read; the requests concerned stay pending.",
+		}, []string{"namespace", "cluster"}),
 		talosWatched: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ichor_talos_identity_watched_total",
 			Help: "Node identities taken from the node's live watch (established, synced, younger than --talos-watch-max-age) instead of a read; ichor_talos_identity_read_duration_seconds counts the reads.",
@@ -82,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) talosRead(source talosnode.Source, err error, took time.Duration) {
+func (m *Metrics) talosRead(namespace, cluster string, source talosnode.Source, err error, took time.Duration) {
 	if m == nil {
 		return
 	}
@@ -93,7 +95,7 @@ func (m *Metrics) talosRead(source talosnode.Source, err error, took time.Durati
 	result := "ok"
 	if err != nil {
 		result = "error"
-		m.talosReadErrors.Inc()
+		m.talosReadErrors.WithLabelValues(namespace, cluster).Inc()
 	}
 	m.talosReadSeconds.WithLabelValues(result).Observe(took.Seconds())
 }
@@ -114,6 +116,9 @@ func (m *Metrics) pending(namespace, cluster string, pending, withheld int) {
 	defer m.mu.Unlock()
 	delete(m.forgotten, [2]string{namespace, cluster})
 	m.pendingCSRs.WithLabelValues(namespace, cluster).Set(float64(pending))
+	// Born at 0 with the cluster, not at its first failure, which a rate
+	// over the series would not see.
+	m.talosReadErrors.WithLabelValues(namespace, cluster).Add(0)
 	guard := 0.0
 	if withheld > 0 {
 		guard = 1
@@ -167,6 +172,7 @@ func (m *Metrics) forget(namespace, cluster string) {
 	m.forgotten[[2]string{namespace, cluster}] = forgetMark{gen: m.gen, at: now}
 	m.pendingCSRs.DeleteLabelValues(namespace, cluster)
 	m.floodGuard.DeleteLabelValues(namespace, cluster)
+	m.talosReadErrors.DeleteLabelValues(namespace, cluster)
 }
 
 // RegisterWatchMetrics registers the gauges of the identity watches: how many

@@ -1,12 +1,16 @@
 package kubeletserving
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 )
 
 // A worker whose turn began before its cluster was forgotten (disabled,
@@ -34,4 +38,23 @@ func TestAWorkerDoesNotRaiseTheFloodGuardOfAClusterForgottenMeanwhile(t *testing
 	m.pending("ns", "demo", 3, 0)
 	m.withheld("ns", "demo", before)
 	assert.Equal(t, float64(1), testutil.ToFloat64(m.floodGuard.WithLabelValues("ns", "demo")))
+}
+
+// Identity read errors are counted by cluster (review 169: one tenant's
+// stopped node fired IchorTalosIdentityReadsFailing for the whole fleet,
+// naming none), born at 0 when a reconcile counts the cluster (a rate over a
+// series sees no first failure), and gone with the cluster.
+func TestIdentityReadErrorsAreCountedByCluster(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	m.pending("tenant-a", "prod", 0, 0)
+	m.pending("tenant-b", "prod", 0, 0)
+	assert.Equal(t, 2, testutil.CollectAndCount(m.talosReadErrors), "a cluster's series is born at its reconcile")
+	m.talosRead("tenant-a", "prod", talosnode.FromRead, errors.New("unreachable"), time.Millisecond)
+	m.talosRead("tenant-a", "prod", talosnode.FromRead, nil, time.Millisecond)
+	m.talosRead("tenant-a", "prod", talosnode.FromWatch, nil, 0)
+	assert.Equal(t, float64(1), testutil.ToFloat64(m.talosReadErrors.WithLabelValues("tenant-a", "prod")))
+	assert.Zero(t, testutil.ToFloat64(m.talosReadErrors.WithLabelValues("tenant-b", "prod")), "another cluster's failures counted here")
+	m.forget("tenant-a", "prod")
+	assert.Equal(t, 1, testutil.CollectAndCount(m.talosReadErrors), "a forgotten cluster's series stays")
 }
