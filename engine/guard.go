@@ -144,7 +144,9 @@ func (g *epochGuard) raisedCount() uint64 {
 // toRestore is the epoch of the bundle in service when the cluster's record,
 // recorded (read when raisedCount was before), is below it and no
 // activation was being recorded meanwhile (review 180: one that ended
-// between the read and now had raised the record already); 0 otherwise.
+// between the read and now may have raised the record already; the next
+// refresh reads it again, so a restore is put off by a poll at most);
+// 0 otherwise.
 // Only the epoch this replica verified and activated is written back, never
 // one it merely read: a record raised by whoever may write the ConfigMap
 // would otherwise be written back by every replica that read it, after it
@@ -409,11 +411,14 @@ func (t *limitsTransport) roundTrip(req *http.Request) (*http.Response, error) {
 	// A pull starts by resolving the tag (HEAD of its manifest); the
 	// previous pull is over, so every blob its tag does not reference can
 	// go.
-	if t.oci && req.Method == http.MethodHead && isManifestRequest(req) {
+	// Only at the first request of a chain: a redirect of the HEAD is the
+	// same resolve (review 181).
+	start := req.Method == http.MethodHead && req.Response == nil && isManifestRequest(req)
+	if t.oci && start {
 		t.pullResponses.Store(0)
 		t.pullBytes.Store(0)
 	}
-	if t.store != "" && req.Method == http.MethodHead && isManifestRequest(req) {
+	if t.store != "" && start {
 		if removed, err := pruneOCIStore(t.store, t.limits, pinnedManifest(req)); err != nil {
 			t.logger.Warn("The OCI bundle store could not be pruned before a pull: %v.", err)
 		} else if removed > 0 {
@@ -435,6 +440,12 @@ func (t *limitsTransport) roundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	manifest := t.oci && isManifestRequest(req)
+	if manifest {
+		if err := checkPinnedDigest(req, resp); err != nil {
+			resp.Body.Close()
+			return nil, fmt.Errorf("%s %s: %w", req.Method, bundles.RedactedURL(req.URL), err)
+		}
+	}
 	if req.Method == http.MethodHead {
 		if manifest {
 			if err := checkManifestType(resp); err != nil {

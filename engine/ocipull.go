@@ -50,24 +50,48 @@ var bundleManifestTypes = map[string]bool{
 // first request of its chain, so that a registry that redirects a manifest
 // to a path of its choice (a CDN's) does not take it past the checks.
 func isManifestRequest(req *http.Request) bool {
+	return strings.Contains(firstRequest(req).URL.Path, "/manifests/")
+}
+
+// firstRequest is the first request of req's redirect chain: the one OPA
+// made, to the path it chose.
+func firstRequest(req *http.Request) *http.Request {
 	for req.Response != nil && req.Response.Request != nil {
 		req = req.Response.Request
 	}
-	return strings.Contains(req.URL.Path, "/manifests/")
+	return req
 }
 
-// pinnedManifest is the digest a manifest request names, when the source
-// is pinned to one (oci://host/repo@sha256:...); "" for a tag.
+// pinnedManifest is the digest the first request of req's chain names, when
+// the source is pinned to one (oci://host/repo@sha256:...); "" for a tag. A
+// redirect's path is the registry's choice, not the source's (review 181).
 func pinnedManifest(req *http.Request) godigest.Digest {
-	_, ref, ok := strings.Cut(req.URL.Path, "/manifests/")
-	if !ok {
+	path := firstRequest(req).URL.Path
+	i := strings.LastIndex(path, "/manifests/")
+	if i < 0 {
 		return ""
 	}
-	d, err := godigest.Parse(ref)
+	d, err := godigest.Parse(path[i+len("/manifests/"):])
 	if err != nil {
 		return ""
 	}
 	return d
+}
+
+// checkPinnedDigest refuses an answer to a pinned manifest request that says
+// it is another manifest: OPA takes the manifest to pull from the answer's
+// Docker-Content-Digest and never compares it with the digest asked for, so
+// a registry, or anyone on the path of a plain-http one, could have a source
+// pinned to one bundle activate another signed bundle (review 181).
+func checkPinnedDigest(req *http.Request, resp *http.Response) error {
+	pinned := pinnedManifest(req)
+	if pinned == "" {
+		return nil
+	}
+	if got := resp.Header.Get("Docker-Content-Digest"); got != "" && got != pinned.String() {
+		return fmt.Errorf("%w: the source is pinned to manifest %s, and the registry answered manifest %.80q", ErrBundleManifest, pinned, got)
+	}
+	return nil
 }
 
 // A pull's whole budget, whatever its graph: the manifest and a bundle's
