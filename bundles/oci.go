@@ -145,10 +145,13 @@ type PushOptions struct {
 	// verify is not pushed.
 	Verification *bundle.VerificationConfig
 	// Force pushes a bundle whose epoch is not above the one the tag holds
-	// (which every manager that has seen the tag's bundle refuses), or is
-	// below this binary's floor (which every manager of this release or
-	// later refuses).
+	// (which every manager that has seen the tag's bundle refuses).
 	Force bool
+	// BelowFloor pushes a bundle whose epoch is below this binary's floor,
+	// which every manager of this release or later refuses: for managers
+	// of an older release (review 181: one flag for both let a push meant
+	// for older managers move a tag back past a newer bundle).
+	BelowFloor bool
 }
 
 // ErrPlainHTTPCredential is a push over plain http to a registry off this
@@ -177,6 +180,9 @@ func overPlainHTTP(cred auth.CredentialFunc) auth.CredentialFunc {
 // ErrEpochNotAbove is a push whose epoch is not above the tag's current one.
 var ErrEpochNotAbove = errors.New("epoch not above the tag's")
 
+// ErrEpochBelowFloor is a push whose epoch is below this binary's floor.
+var ErrEpochBelowFloor = errors.New("epoch below this release's floor")
+
 // PushOCI pushes a bundle tarball to a registry in OPA's OCI layout and
 // returns the manifest's descriptor. The bundle must load and be signed:
 // the manager refuses an unsigned bundle from any network source, so an
@@ -185,7 +191,7 @@ func PushOCI(ctx context.Context, ref OCIRef, tarball []byte, opts PushOptions) 
 	if !isTag(ref) {
 		return ocispec.Descriptor{}, ErrPushDigest
 	}
-	b, err := checkPushable(tarball, opts.Verification, opts.Force)
+	b, err := checkPushable(tarball, opts.Verification, opts.BelowFloor)
 	if err != nil {
 		return ocispec.Descriptor{}, err
 	}
@@ -248,10 +254,10 @@ func PushOCI(ctx context.Context, ref OCIRef, tarball []byte, opts PushOptions) 
 // checkPushable refuses a bundle no manager would load: one that does not
 // read, holds no module, is not signed (by the key of vc, when given; else
 // the signature is checked by whoever pulls, with their key), names a
-// revision the managers refuse, declares METADATA labels, or, unless forced,
-// carries an epoch below this binary's floor (review 178: such a bundle was
-// pushed, and found out at the next poll of every replica).
-func checkPushable(tarball []byte, vc *bundle.VerificationConfig, force bool) (*bundle.Bundle, error) {
+// revision the managers refuse, declares METADATA labels, or, unless
+// belowFloor, carries an epoch below this binary's floor (review 178: such a
+// bundle was pushed, and found out at the next poll of every replica).
+func checkPushable(tarball []byte, vc *bundle.VerificationConfig, belowFloor bool) (*bundle.Bundle, error) {
 	if err := DefaultLimits.Scan(bytes.NewReader(tarball)); errors.Is(err, ErrBundleTooLarge) {
 		return nil, fmt.Errorf("every manager would refuse it: %w", err)
 	} else if err != nil {
@@ -294,8 +300,8 @@ func checkPushable(tarball []byte, vc *bundle.VerificationConfig, force bool) (*
 	if err != nil {
 		return nil, err
 	}
-	if floor := Floor(); epoch < floor && !force {
-		return nil, fmt.Errorf("%w: epoch %d is below %d, the floor of this release, whose managers refuse it (--force pushes it for older managers)", ErrEpochNotAbove, epoch, floor)
+	if floor := Floor(); epoch < floor && !belowFloor {
+		return nil, fmt.Errorf("%w: epoch %d is below %d, the floor of this release, whose managers refuse it (--below-floor pushes it for managers of an older release)", ErrEpochBelowFloor, epoch, floor)
 	}
 	return &b, nil
 }

@@ -90,8 +90,9 @@ func TestPushOCIRefusesWhatNoManagerWouldLoad(t *testing.T) {
 
 	// What else every manager refuses at activation (review 178): a
 	// revision they cannot write into a verdict's tail, METADATA labels,
-	// an epoch below this release's floor (pushed with --force only, for
-	// older managers: it then goes on to the registry).
+	// an epoch below this release's floor (pushed with --below-floor only,
+	// for older managers: it then goes on to the registry; --force, for an
+	// epoch not above the tag's, is another check: review 181).
 	signed := func(change func(*bundle.Bundle)) []byte {
 		t.Helper()
 		b, err := bundles.Default()
@@ -110,11 +111,13 @@ func TestPushOCIRefusesWhatNoManagerWouldLoad(t *testing.T) {
 	require.ErrorIs(t, err, bundles.ErrBundleLabels)
 	belowFloor := signed(func(b *bundle.Bundle) { bundles.SetEpoch(b, bundles.Floor()-1) })
 	_, err = bundles.PushOCI(context.Background(), ref, belowFloor, bundles.PushOptions{})
-	require.ErrorIs(t, err, bundles.ErrEpochNotAbove)
-	require.ErrorContains(t, err, "below")
+	require.ErrorIs(t, err, bundles.ErrEpochBelowFloor)
+	require.NotErrorIs(t, err, bundles.ErrEpochNotAbove, "the tag holds nothing it was compared with")
 	_, err = bundles.PushOCI(context.Background(), ref, belowFloor, bundles.PushOptions{Force: true})
+	require.ErrorIs(t, err, bundles.ErrEpochBelowFloor, "--force is for an epoch not above the tag's")
+	_, err = bundles.PushOCI(context.Background(), ref, belowFloor, bundles.PushOptions{BelowFloor: true})
 	require.Error(t, err, "registry.invalid answers nothing")
-	require.NotErrorIs(t, err, bundles.ErrEpochNotAbove, "--force pushes it")
+	require.NotErrorIs(t, err, bundles.ErrEpochBelowFloor, "--below-floor pushes it")
 }
 
 // testKey is an RSA private key in PEM, to sign bundles with.

@@ -192,7 +192,7 @@ func (k bundleKeyFlags) engineBundle(opts *engine.Options, path string) (b *bund
 
 func newBundlePushCommand(s streams) *cobra.Command {
 	var keyPath, keyAlg, keyID string
-	var force bool
+	var force, belowFloor bool
 	push := &cobra.Command{
 		Use:   "push FILE oci://REGISTRY/REPOSITORY:TAG",
 		Short: "Push a signed bundle to an OCI registry, where the manager's --bundle oci://... pulls it",
@@ -203,7 +203,11 @@ login). An unsigned bundle is refused: the manager refuses unsigned bundles
 from a registry. With --key, the signature is verified with the managers' key
 before anything is pushed. A bundle whose epoch is not above the epoch of the
 bundle the tag holds now is refused (managers that have seen the tag's bundle
-would refuse it), unless --force. oci+http:// speaks plain HTTP to the registry.`,
+would refuse it), unless --force. So is what every manager refuses at
+activation: a revision with a parenthesis or a control character (build with
+ichor bundle build), METADATA labels, and, unless --below-floor (for managers
+of an older release), an epoch below this release's floor. oci+http:// speaks
+plain HTTP to the registry.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ref, err := bundles.ParseOCIRef(args[1])
@@ -214,7 +218,7 @@ would refuse it), unless --force. oci+http:// speaks plain HTTP to the registry.
 			if err != nil {
 				return usage.Errorf("bundle: %w", err)
 			}
-			opts := bundles.PushOptions{Force: force}
+			opts := bundles.PushOptions{Force: force, BelowFloor: belowFloor}
 			if keyPath != "" {
 				key, err := os.ReadFile(keyPath)
 				if err != nil {
@@ -238,7 +242,8 @@ would refuse it), unless --force. oci+http:// speaks plain HTTP to the registry.
 	push.Flags().StringVar(&keyPath, "key", "", "verify the signature with this public key (PEM), the manager's --bundle-key, before pushing")
 	push.Flags().StringVar(&keyID, "key-id", "ichor", "the key id of --key, as the manager's --bundle-key-id")
 	push.Flags().StringVar(&keyAlg, "key-algorithm", "RS256", "the signing algorithm of --key")
-	push.Flags().BoolVar(&force, "force", false, "push even when the bundle's epoch is not above the epoch of the bundle the tag holds now, or is below this release's floor (for managers of an older release)")
+	push.Flags().BoolVar(&force, "force", false, "push even when the bundle's epoch is not above the epoch of the bundle the tag holds now")
+	push.Flags().BoolVar(&belowFloor, "below-floor", false, "push even when the bundle's epoch is below this release's floor, for managers of an older release (which those of this release refuse)")
 	return push
 }
 
