@@ -47,3 +47,29 @@ func TestOnlyAnotherRevisionIsAnActivationEvent(t *testing.T) {
 	notify(engine.BundleStatus{ActiveRevision: "r1"})
 	assert.Equal(t, []string{"Normal BundleActivated policy bundle revision r1 active"}, drain(), "back to r1 is another activation")
 }
+
+// A bundle refused while the manager was being set up, before the Events'
+// function was there, is its Event once it is (review 178: a file source
+// refuses a file once, so that refusal was never an Event); one followed
+// by an activation meanwhile is not, and every status after is handed on.
+func TestARefusalBeforeTheManagerIsSetUpIsStillAnEvent(t *testing.T) {
+	var got []engine.BundleStatus
+	record := func(st engine.BundleStatus) { got = append(got, st) }
+
+	var r statusRelay
+	r.deliver(engine.BundleStatus{ActiveRevision: "r1", Err: errors.New("first")})
+	r.deliver(engine.BundleStatus{ActiveRevision: "r1", Err: errors.New("signature")})
+	r.set(record)
+	if assert.Len(t, got, 1, "the last refusal before the set-up is handed on, once") {
+		assert.EqualError(t, got[0].Err, "signature")
+	}
+	r.deliver(engine.BundleStatus{ActiveRevision: "r2"})
+	assert.Len(t, got, 2, "a status after the set-up is handed on")
+
+	var again statusRelay
+	got = nil
+	again.deliver(engine.BundleStatus{ActiveRevision: "r1", Err: errors.New("signature")})
+	again.deliver(engine.BundleStatus{ActiveRevision: "r2"})
+	again.set(record)
+	assert.Empty(t, got, "a refusal a later activation put right is no Event")
+}

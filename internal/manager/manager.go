@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -326,7 +325,7 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}
 	}
-	bundleChanges.Store(&notify)
+	bundleChanges.set(notify)
 	// A bundle activated since the approvers were set up told nobody.
 	for _, a := range activated {
 		a(eng.Revision())
@@ -420,10 +419,10 @@ func newLogger(w io.Writer, flags *zap.Options) logr.Logger {
 }
 
 // newEngine makes the policy engine with the manager's metrics and, if asked,
-// its shadow, and the function that stops both. The returned pointer receives
+// its shadow, and the function that stops both. The returned relay is given
 // the function told of bundle changes once the manager is set up (Events on
 // its Pod, the approvers' pending requests judged again).
-func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Context), *atomic.Pointer[func(engine.BundleStatus)], error) {
+func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Context), *statusRelay, error) {
 	var shadowBundle *bundle.Bundle
 	if o.ShadowBundle != "" {
 		b, err := bundles.Load(o.ShadowBundle)
@@ -464,12 +463,8 @@ func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Con
 	// the downward API), where an operator looks, besides the log and the
 	// ichor_policy_bundle_load_failures_total metric; an activated one wakes
 	// the approvers (Run sets the function once they are set up).
-	changes := &atomic.Pointer[func(engine.BundleStatus)]{}
-	opts.OnBundleStatus = func(st engine.BundleStatus) {
-		if f := changes.Load(); f != nil {
-			(*f)(st)
-		}
-	}
+	changes := &statusRelay{}
+	opts.OnBundleStatus = changes.deliver
 	eng, err := engine.New(ctx, opts)
 	if err != nil {
 		if shadow != nil {
@@ -806,6 +801,42 @@ func bundleEpochs(o Options) (engine.EpochStore, error) {
 		return nil, fmt.Errorf("bundle epoch client: %w", err)
 	}
 	return &bundleepoch.Store{Client: c, Namespace: o.Namespace}, nil
+}
+
+// statusRelay hands the engine's bundle statuses to the function set once
+// the manager is set up. A refusal before then is kept and handed over when
+// it is set (review 178: a file source refuses a file once, so a refusal
+// while the manager was being set up never became its Event).
+type statusRelay struct {
+	mu sync.Mutex
+	f  func(engine.BundleStatus)
+	// refused is the last status before f was set, when it was a refusal.
+	refused *engine.BundleStatus
+}
+
+func (r *statusRelay) deliver(st engine.BundleStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.f != nil:
+		r.f(st)
+	case st.Err != nil:
+		r.refused = &st
+	default:
+		// A bundle activated since: the refusal is no longer the latest.
+		r.refused = nil
+	}
+}
+
+// set hands every status from now on to f, the last refusal before first.
+func (r *statusRelay) set(f func(engine.BundleStatus)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.f = f
+	if r.refused != nil {
+		f(*r.refused)
+		r.refused = nil
+	}
 }
 
 // bundleEvents turns the engine's bundle changes into Events on the manager's
