@@ -717,7 +717,11 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 	}
 	start := time.Now()
 	id, source, err := p.r.NodeReaders.Read(ctx, p.cluster, machine.Spec.Endpoint)
-	p.r.Metrics.talosRead(p.cluster.Namespace, p.cluster.Name, source, err, time.Since(start))
+	if ctx.Err() == nil {
+		// A read cut short by the turn's end (the shard let go, the
+		// manager stopping) says nothing of the node.
+		p.r.Metrics.talosRead(p.cluster.Namespace, p.cluster.Name, p.metricsGen, source, err, time.Since(start))
+	}
 	observe(err)
 	if err != nil {
 		// The node's own words may be in it (a status message): bounded,

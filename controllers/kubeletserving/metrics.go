@@ -84,7 +84,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) talosRead(namespace, cluster string, source talosnode.Source, err error, took time.Duration) {
+// talosRead counts a read of a node of the cluster by a worker whose turn
+// began at metrics generation since; a failure is not counted for a
+// cluster forgotten after that (review 182: its series came back on a
+// replica that no longer served it, where no reconcile would remove it).
+func (m *Metrics) talosRead(namespace, cluster string, since uint64, source talosnode.Source, err error, took time.Duration) {
 	if m == nil {
 		return
 	}
@@ -95,7 +99,11 @@ func (m *Metrics) talosRead(namespace, cluster string, source talosnode.Source, 
 	result := "ok"
 	if err != nil {
 		result = "error"
-		m.talosReadErrors.WithLabelValues(namespace, cluster).Inc()
+		m.mu.Lock()
+		if m.forgotten[[2]string{namespace, cluster}].gen <= since {
+			m.talosReadErrors.WithLabelValues(namespace, cluster).Inc()
+		}
+		m.mu.Unlock()
 	}
 	m.talosReadSeconds.WithLabelValues(result).Observe(took.Seconds())
 }

@@ -50,11 +50,17 @@ func TestIdentityReadErrorsAreCountedByCluster(t *testing.T) {
 	m.pending("tenant-a", "prod", 0, 0)
 	m.pending("tenant-b", "prod", 0, 0)
 	assert.Equal(t, 2, testutil.CollectAndCount(m.talosReadErrors), "a cluster's series is born at its reconcile")
-	m.talosRead("tenant-a", "prod", talosnode.FromRead, errors.New("unreachable"), time.Millisecond)
-	m.talosRead("tenant-a", "prod", talosnode.FromRead, nil, time.Millisecond)
-	m.talosRead("tenant-a", "prod", talosnode.FromWatch, nil, 0)
+	m.talosRead("tenant-a", "prod", m.generation(), talosnode.FromRead, errors.New("unreachable"), time.Millisecond)
+	m.talosRead("tenant-a", "prod", m.generation(), talosnode.FromRead, nil, time.Millisecond)
+	m.talosRead("tenant-a", "prod", m.generation(), talosnode.FromWatch, nil, 0)
 	assert.Equal(t, float64(1), testutil.ToFloat64(m.talosReadErrors.WithLabelValues("tenant-a", "prod")))
 	assert.Zero(t, testutil.ToFloat64(m.talosReadErrors.WithLabelValues("tenant-b", "prod")), "another cluster's failures counted here")
+	before := m.generation()
 	m.forget("tenant-a", "prod")
 	assert.Equal(t, 1, testutil.CollectAndCount(m.talosReadErrors), "a forgotten cluster's series stays")
+
+	// A worker's read that began before the forget and failed after it
+	// does not bring the series back (review 182).
+	m.talosRead("tenant-a", "prod", before, talosnode.FromRead, errors.New("context canceled"), time.Millisecond)
+	assert.Equal(t, 1, testutil.CollectAndCount(m.talosReadErrors), "a forgotten cluster's series came back")
 }
