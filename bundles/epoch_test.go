@@ -120,6 +120,13 @@ func TestPushRefusesAnEpochNotAboveTheTags(t *testing.T) {
 	_, err = bundles.PushOCI(ctx, ref, at(floor+2, ""), opts)
 	require.NoError(t, err, "a newer epoch")
 
+	// --below-floor, for managers of an older release, does not move the
+	// tag back past a newer bundle: that takes --force too (review 181).
+	belowFloor := opts
+	belowFloor.BelowFloor = true
+	_, err = bundles.PushOCI(ctx, ref, at(floor-1, ""), belowFloor)
+	require.ErrorIs(t, err, bundles.ErrEpochNotAbove)
+
 	forced := opts
 	forced.Force = true
 

@@ -282,39 +282,48 @@ func TestADigestPinnedSourceIsFetchedOnce(t *testing.T) {
 // on the path of a plain-http one, answering the pinned request with another
 // signed bundle's manifest had that bundle activated.
 func TestAPinnedSourceActivatesOnlyItsManifest(t *testing.T) {
-	t.Setenv("TMPDIR", t.TempDir())
-	s := newSigner(t)
-	registry := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
-	var swap atomic.Pointer[[2]string]
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := swap.Load(); p != nil {
-			// Answer the pinned manifest with the other one.
-			r.URL.Path = strings.Replace(r.URL.Path, "/manifests/"+p[0], "/manifests/"+p[1], 1)
-		}
-		registry.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	host := strings.TrimPrefix(srv.URL, "http://")
-	pushed := func(tag string, loosen bool) (string, *bundle.Bundle) {
-		b := policyBundle(t, loosen)
-		require.NoError(t, bundles.Sign(b, s.private, "RS256", "ichor"))
-		data, err := bundles.Bytes(b)
-		require.NoError(t, err)
-		ref, err := bundles.ParseOCIRef(bundles.OCIPlainHTTPScheme + host + "/ichor/policy:" + tag)
-		require.NoError(t, err)
-		desc, err := bundles.PushOCI(context.Background(), ref, data, bundles.PushOptions{Credential: anonymous, Force: true})
-		require.NoError(t, err)
-		return desc.Digest.String(), b
-	}
-	pinned, _ := pushed("one", false)
-	other, _ := pushed("two", true)
-	swap.Store(&[2]string{pinned, other})
+	for _, redirect := range []bool{false, true} {
+		t.Run(map[bool]string{false: "answered as the other", true: "redirected to the other"}[redirect], func(t *testing.T) {
+			t.Setenv("TMPDIR", t.TempDir())
+			s := newSigner(t)
+			registry := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+			var swap atomic.Pointer[[2]string]
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if p := swap.Load(); p != nil && strings.Contains(r.URL.Path, "/manifests/"+p[0]) {
+					path := strings.Replace(r.URL.Path, "/manifests/"+p[0], "/manifests/"+p[1], 1)
+					if redirect {
+						// The pin read from the redirect's path saw the
+						// other manifest answer as itself (review 182).
+						http.Redirect(w, r, path, http.StatusTemporaryRedirect) //nolint:gosec // the redirect is the hostile registry this test plays
+						return
+					}
+					r.URL.Path = path
+				}
+				registry.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			host := strings.TrimPrefix(srv.URL, "http://")
+			pushed := func(tag string, loosen bool) string {
+				b := policyBundle(t, loosen)
+				require.NoError(t, bundles.Sign(b, s.private, "RS256", "ichor"))
+				data, err := bundles.Bytes(b)
+				require.NoError(t, err)
+				ref, err := bundles.ParseOCIRef(bundles.OCIPlainHTTPScheme + host + "/ichor/policy:" + tag)
+				require.NoError(t, err)
+				desc, err := bundles.PushOCI(context.Background(), ref, data, bundles.PushOptions{Credential: anonymous, Force: true})
+				require.NoError(t, err)
+				return desc.Digest.String()
+			}
+			pinned, other := pushed("one", false), pushed("two", true)
+			swap.Store(&[2]string{pinned, other})
 
-	_, err := engine.New(context.Background(), engine.Options{
-		Source: bundles.OCIPlainHTTPScheme + host + "/ichor/policy@" + pinned, AllowInsecureHTTP: true,
-		VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}},
-		StartTimeout:     5 * time.Second, DecisionLog: io.Discard, Log: io.Discard,
-	})
-	require.Error(t, err, "another manifest than the one pinned was activated")
-	assert.Contains(t, err.Error(), "the source is pinned to manifest "+pinned)
+			_, err := engine.New(context.Background(), engine.Options{
+				Source: bundles.OCIPlainHTTPScheme + host + "/ichor/policy@" + pinned, AllowInsecureHTTP: true,
+				VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}},
+				StartTimeout:     5 * time.Second, DecisionLog: io.Discard, Log: io.Discard,
+			})
+			require.Error(t, err, "another manifest than the one pinned was activated")
+			assert.Contains(t, err.Error(), "the source is pinned to manifest "+pinned)
+		})
+	}
 }
