@@ -15,16 +15,38 @@ import (
 // work tree, and the build records no VCS state (GOFLAGS -buildvcs=false),
 // so a tree with changes, or a commit past the tag, would ship under the
 // tag's name with nothing in the files to say so. Untracked files count as
-// changes, unless git ignores them: the Go build compiles an untracked .go
-// file of a package's directory, and an untracked go.work redirects the
-// modules. The tag may share its commit with others (a release candidate's).
+// changes: the Go build compiles an untracked .go file of a package's
+// directory, an untracked go.work redirects the modules, and go:embed takes
+// an untracked .rego file of the policy into the default bundle. So do
+// ignored files (review 183: an ignored extra.go, vendor/ or .rego file
+// passed), but for the build's own outputs (ignoredOutputs), and files
+// git is told to look past (update-index --assume-unchanged or
+// --skip-worktree), whose changes git status does not show. The tag may
+// share its commit with others (a release candidate's).
 func CheckCheckout(ctx context.Context, dir, version string) error {
-	status, err := git(ctx, dir, "status", "--porcelain", "--untracked-files=normal")
+	status, err := git(ctx, dir, "status", "--porcelain", "--untracked-files=all", "--ignored=matching")
 	if err != nil {
 		return fmt.Errorf("a release is built from a git checkout of its tag: %w", err)
 	}
-	if status != "" {
-		return fmt.Errorf("the work tree has changes or untracked files (git status):\n%s\na release is built from a clean checkout of its tag", status)
+	var changed []string
+	for _, line := range strings.Split(status, "\n") {
+		if path, ignored := strings.CutPrefix(line, "!! "); ignored && ignoredOutput(path) || line == "" {
+			continue
+		}
+		changed = append(changed, line)
+	}
+	if len(changed) > 0 {
+		return fmt.Errorf("the work tree has changes, untracked or ignored files (git status --ignored):\n%s\na release is built from a clean checkout of its tag (git clean -xdf removes what is not tracked)", strings.Join(changed, "\n"))
+	}
+	flags, err := git(ctx, dir, "ls-files", "-v")
+	if err != nil {
+		return fmt.Errorf("a release is built from a git checkout of its tag: %w", err)
+	}
+	for _, line := range strings.Split(flags, "\n") {
+		// A lowercase tag is assume-unchanged; S is skip-worktree.
+		if line != "" && (line[0] >= 'a' && line[0] <= 'z' || line[0] == 'S') {
+			return fmt.Errorf("git is told not to look at changes of %q (update-index --assume-unchanged or --skip-worktree), so its content in the work tree may not be the tag's: git update-index --no-assume-unchanged --no-skip-worktree it, and check it out", line[2:])
+		}
 	}
 	head, err := git(ctx, dir, "rev-parse", "HEAD")
 	if err != nil {
@@ -35,6 +57,23 @@ func CheckCheckout(ctx context.Context, dir, version string) error {
 		return fmt.Errorf("HEAD is not the tag %s: tag the commit (git tag %s), or check the tag out", version, version)
 	}
 	return nil
+}
+
+// ignoredOutput reports whether an ignored path is one of the build's own
+// outputs, which the release neither compiles nor packages: the
+// repository's bin/ (tools and test binaries) and dist/ (a release's files),
+// and the test binaries, profiles and binaries .gitignore names.
+func ignoredOutput(path string) bool {
+	switch {
+	case strings.HasPrefix(path, "bin/"), strings.HasPrefix(path, "dist/"), path == "ichor", strings.HasPrefix(path, "coverage"):
+		return true
+	}
+	for _, suffix := range []string{".test", ".out", ".exe"} {
+		if strings.HasSuffix(path, suffix) {
+			return true
+		}
+	}
+	return false
 }
 
 // CheckOutEmpty refuses an output directory holding files already: a file
