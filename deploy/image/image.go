@@ -202,7 +202,10 @@ var (
 	compileFlags = []string{"-trimpath"}
 	// GOWORK=off: a go.work in the tree (ignored by git, so no change it
 	// sees) or in a parent directory would redirect the modules built.
-	compileEnv = []string{"CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOAMD64=v1", "GOARM64=v8.0", "GOWORK=off"}
+	// GOEXPERIMENT and GOFIPS140 from the caller's environment change the
+	// binary too, and GOTOOLCHAIN other than local may download a prebuilt
+	// toolchain (review 183).
+	compileEnv = []string{"CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOAMD64=v1", "GOARM64=v8.0", "GOWORK=off", "GOTOOLCHAIN=local", "GOEXPERIMENT=", "GOFIPS140=off"}
 )
 
 // Compile builds ./cmd/ichor for p into work/OS-ARCH/: static (no cgo),
@@ -221,8 +224,9 @@ func Compile(ctx context.Context, o Options, p v1.Platform, work string) (string
 	//nolint:gosec // G204: the build machine's go command, with the options of whoever runs make image.
 	cmd := exec.CommandContext(ctx, "go", append(args, "-ldflags", ldflags, "-o", out, "./cmd/ichor")...)
 	cmd.Dir = o.Dir
-	// GOFLAGS, GOAMD64 and GOARM64 from the caller's environment would change
-	// the binary; they are set to what every build of the image uses.
+	// GOFLAGS, GOAMD64, GOARM64, GOEXPERIMENT and GOFIPS140 from the
+	// caller's environment would change the binary; they are set to what
+	// every build of the image uses.
 	cmd.Env = append(append(os.Environ(), compileEnv...), "GOOS="+p.OS, "GOARCH="+p.Architecture)
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output

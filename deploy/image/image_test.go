@@ -542,3 +542,20 @@ func TestTheMakefileCompilesAsTheImageDoes(t *testing.T) {
 		assert.ElementsMatch(t, strings.Fields(value), strings.Fields(exported[name]), "%s: the Makefile's beside Compile's", name)
 	}
 }
+
+// What the caller's environment could change of the binary, or of the
+// toolchain that builds it, is set for every build of the image (review
+// 183: GOEXPERIMENT and GOFIPS140 passed through, and a GOTOOLCHAIN other
+// than local may download a prebuilt toolchain, which the project forbids).
+func TestTheCallersEnvironmentDoesNotChangeTheBuild(t *testing.T) {
+	set := map[string]string{}
+	for _, kv := range compileEnv {
+		name, value, _ := strings.Cut(kv, "=")
+		set[name] = value
+	}
+	for name, want := range map[string]string{"GOTOOLCHAIN": "local", "GOEXPERIMENT": "", "GOFIPS140": "off", "GOWORK": "off", "CGO_ENABLED": "0"} {
+		value, ok := set[name]
+		assert.True(t, ok, "%s is left to the caller's environment", name)
+		assert.Equal(t, want, value, name)
+	}
+}

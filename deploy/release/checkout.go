@@ -59,6 +59,21 @@ func CheckCheckout(ctx context.Context, dir, version string) error {
 	return nil
 }
 
+// CheckRevision refuses a revision to stamp (the image's
+// org.opencontainers.image.revision, `ichor version`) other than the commit
+// checked out: one taken from the environment would name another commit
+// than the files' (review 183).
+func CheckRevision(ctx context.Context, dir, revision string) error {
+	head, err := git(ctx, dir, "rev-parse", "HEAD")
+	if err != nil {
+		return fmt.Errorf("a release is built from a git checkout of its tag: %w", err)
+	}
+	if revision != head {
+		return fmt.Errorf("the revision to stamp, %q, is not HEAD (%s): leave REVISION unset, or check that commit out", revision, head)
+	}
+	return nil
+}
+
 // ignoredOutput reports whether an ignored path is one of the build's own
 // outputs, which the release neither compiles nor packages: the
 // repository's bin/ (tools and test binaries) and dist/ (a release's files),

@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -71,6 +72,13 @@ func TestAReleaseIsBuiltOnlyFromACleanCheckoutOfItsTag(t *testing.T) {
 	require.NoError(t, CheckCheckout(ctx, dir, "v0.2.2"))
 
 	assert.ErrorContains(t, CheckCheckout(ctx, t.TempDir(), "v0.2.0"), "a release is built from a git checkout of its tag")
+
+	// The revision stamped is the commit checked out (review 183).
+	head, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()
+	require.NoError(t, err)
+	require.NoError(t, CheckRevision(ctx, dir, strings.TrimSpace(string(head))))
+	assert.ErrorContains(t, CheckRevision(ctx, dir, "0123456789abcdef0123456789abcdef01234567"), "is not HEAD")
+	assert.ErrorContains(t, CheckRevision(ctx, dir, ""), "is not HEAD")
 
 	out := filepath.Join(t.TempDir(), "dist")
 	require.NoError(t, CheckOutEmpty(out), "absent")

@@ -53,6 +53,9 @@ func run() error {
 		if err := release.CheckCheckout(ctx, o.Dir, o.Version); err != nil {
 			return fmt.Errorf("%w (REHEARSAL=1 builds the tree as it is, not to publish)", err)
 		}
+		if err := release.CheckRevision(ctx, o.Dir, o.Revision); err != nil {
+			return err
+		}
 	}
 	if err := release.CheckOutEmpty(o.Out); err != nil {
 		return err
