@@ -719,10 +719,11 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 	id, source, err := p.r.NodeReaders.Read(ctx, p.cluster, machine.Spec.Endpoint)
 	if ctx.Err() == nil {
 		// A read cut short by the turn's end (the shard let go, the
-		// manager stopping) says nothing of the node.
+		// manager stopping) says nothing of the node: neither to the
+		// metrics nor to the cluster's Ready (review 184).
 		p.r.Metrics.talosRead(p.cluster.Namespace, p.cluster.Name, p.metricsGen, source, err, time.Since(start))
+		observe(err)
 	}
-	observe(err)
 	if err != nil {
 		// The node's own words may be in it (a status message): bounded,
 		// as the audit's are.

@@ -69,6 +69,7 @@ const (
 	description = "The security core of Ichor: approves kubelet certificate signing requests against the node's identity read from its Talos API and issues Talos credentials, every rule in Rego with every decision logged."
 	source      = "https://github.com/ichor-dev/ichor-policy"
 	versionVar  = "github.com/ichor-dev/ichor-policy/internal/version.Version"
+	revisionVar = "github.com/ichor-dev/ichor-policy/internal/version.Revision"
 
 	// DefaultCABundle is Debian's ca-certificates bundle, where Go's
 	// crypto/x509 also looks for it on Linux.
@@ -208,18 +209,48 @@ var (
 	compileEnv = []string{"CGO_ENABLED=0", "GOFLAGS=-buildvcs=false", "GOAMD64=v1", "GOARM64=v8.0", "GOWORK=off", "GOTOOLCHAIN=local", "GOEXPERIMENT=", "GOFIPS140=off"}
 )
 
+// compileLDFlags are the linker flags of Compile: the version and, when
+// given, the revision last, since the last -X wins, so that LDFlags from the
+// environment (make's LDFLAGS ?=) cannot stamp another revision than the
+// image's label says (review 184).
+func compileLDFlags(o Options) string {
+	ldflags := "-s -w " + o.LDFlags + " -X " + versionVar + "=" + o.Version
+	if o.Revision != "" {
+		ldflags += " -X " + revisionVar + "=" + o.Revision
+	}
+	return ldflags
+}
+
+// checkNoExperiment refuses a build whose go command would turn on an
+// experiment: GOEXPERIMENT set empty is read as unset, and the user's go
+// env file (go env -w) then decides (review 184).
+func checkNoExperiment(ctx context.Context, dir string, env []string) error {
+	//nolint:gosec // G204: the build machine's go command, fixed arguments.
+	cmd := exec.CommandContext(ctx, "go", "env", "GOEXPERIMENT")
+	cmd.Dir, cmd.Env = dir, env
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("go env GOEXPERIMENT: %w", err)
+	}
+	if got := strings.TrimSpace(string(out)); got != "" {
+		return fmt.Errorf("the go command would build with GOEXPERIMENT=%s (from the environment or go env -w): the image is built without experiments; go env -u GOEXPERIMENT", got)
+	}
+	return nil
+}
+
 // Compile builds ./cmd/ichor for p into work/OS-ARCH/: static (no cgo),
 // without the paths of the build machine (-trimpath) or its VCS state, the
 // version stamped. Without its symbol table and DWARF (-s -w) the binary is a
 // third smaller; its build information stays, for `go version -m`. For
-// windows it is ichor.exe. Only o.Dir, o.LDFlags and o.Version are read.
+// windows it is ichor.exe. Only o.Dir, o.LDFlags, o.Version and o.Revision
+// are read.
 func Compile(ctx context.Context, o Options, p v1.Platform, work string) (string, error) {
 	name := "ichor"
 	if p.OS == "windows" {
 		name += ".exe"
 	}
 	out := filepath.Join(work, p.OS+"-"+p.Architecture, name)
-	ldflags := "-s -w " + o.LDFlags + " -X " + versionVar + "=" + o.Version
+	ldflags := compileLDFlags(o)
 	args := append([]string{"build"}, compileFlags...)
 	//nolint:gosec // G204: the build machine's go command, with the options of whoever runs make image.
 	cmd := exec.CommandContext(ctx, "go", append(args, "-ldflags", ldflags, "-o", out, "./cmd/ichor")...)
@@ -228,6 +259,9 @@ func Compile(ctx context.Context, o Options, p v1.Platform, work string) (string
 	// caller's environment would change the binary; they are set to what
 	// every build of the image uses.
 	cmd.Env = append(append(os.Environ(), compileEnv...), "GOOS="+p.OS, "GOARCH="+p.Architecture)
+	if err := checkNoExperiment(ctx, o.Dir, cmd.Env); err != nil {
+		return "", err
+	}
 	var output bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &output, &output
 	if err := cmd.Run(); err != nil {

@@ -558,4 +558,17 @@ func TestTheCallersEnvironmentDoesNotChangeTheBuild(t *testing.T) {
 		assert.True(t, ok, "%s is left to the caller's environment", name)
 		assert.Equal(t, want, value, name)
 	}
+
+	// GOEXPERIMENT set empty is read as unset, and the user's go env file
+	// decides (review 184): a build it would give an experiment is refused.
+	goenv := filepath.Join(t.TempDir(), "go.env")
+	require.NoError(t, os.WriteFile(goenv, []byte("GOEXPERIMENT=jsonv2\n"), 0o600))
+	env := append(append(os.Environ(), compileEnv...), "GOENV="+goenv)
+	assert.ErrorContains(t, checkNoExperiment(t.Context(), ".", env), "GOEXPERIMENT=jsonv2")
+	require.NoError(t, os.WriteFile(goenv, nil, 0o600))
+	assert.NoError(t, checkNoExperiment(t.Context(), ".", env))
+
+	// The revision is stamped last: the last -X wins over LDFlags'.
+	flags := compileLDFlags(Options{LDFlags: "-X " + revisionVar + "=bogus", Version: "v1.2.3", Revision: "abc"})
+	assert.True(t, strings.HasSuffix(flags, "-X "+revisionVar+"=abc"), flags)
 }

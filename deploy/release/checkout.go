@@ -80,7 +80,13 @@ func CheckRevision(ctx context.Context, dir, revision string) error {
 // and the test binaries, profiles and binaries .gitignore names.
 func ignoredOutput(path string) bool {
 	switch {
-	case strings.HasPrefix(path, "bin/"), strings.HasPrefix(path, "dist/"), path == "ichor", strings.HasPrefix(path, "coverage"):
+	case strings.HasPrefix(path, "bin/"), strings.HasPrefix(path, "dist/"):
+		return true
+	case strings.Contains(path, "/"):
+		// Only at the root: deeper, an ignored file of policy/ is
+		// embedded, and a directory hides what it holds (review 184).
+		return false
+	case path == "ichor", strings.HasPrefix(path, "coverage") && !strings.HasSuffix(path, "/"):
 		return true
 	}
 	for _, suffix := range []string{".test", ".out", ".exe"} {
@@ -109,11 +115,20 @@ func CheckOutEmpty(dir string) error {
 }
 
 func git(ctx context.Context, dir string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "git", append([]string{"-C", dir}, args...)...) //nolint:gosec // G204: git, with the release tree and fixed arguments
+	// Neither the caller's GIT_* variables (another index, another work
+	// tree) nor the repository's file-system monitor or untracked cache
+	// (which may hide a change) decide what the checks see (review 184).
+	args = append([]string{"-C", dir, "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false"}, args...)
+	cmd := exec.CommandContext(ctx, "git", args...) //nolint:gosec // G204: git, with the release tree and fixed arguments
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GIT_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args[5:], " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return strings.TrimSpace(stdout.String()), nil
 }

@@ -55,6 +55,24 @@ func TestAReleaseIsBuiltOnlyFromACleanCheckoutOfItsTag(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, output), nil, 0o600))
 	}
 	require.NoError(t, CheckCheckout(ctx, dir, "v0.2.1"), "the build's own outputs")
+	// Deeper, such a name is no output of the build: an ignored file of
+	// policy/ is embedded (review 184).
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "policy", "ichor"), 0o750))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "policy", "ichor", "x.test"), nil, 0o600))
+	assert.ErrorContains(t, CheckCheckout(ctx, dir, "v0.2.1"), "!! policy/ichor/x.test")
+	require.NoError(t, os.RemoveAll(filepath.Join(dir, "policy")))
+	// The caller's GIT_WORK_TREE (a clean copy elsewhere) does not decide
+	// what is looked at (review 184).
+	clean := t.TempDir()
+	current, err := os.ReadFile(filepath.Join(dir, "main.go"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(clean, "main.go"), current, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(clean, ".gitignore"), []byte("extra.go\n/bin/\n/dist/\n*.test\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main // changed again\n"), 0o600))
+	t.Setenv("GIT_WORK_TREE", clean)
+	assert.ErrorContains(t, CheckCheckout(ctx, dir, "v0.2.1"), "main.go", "the release tree's change, hidden by another work tree")
+	require.NoError(t, os.Unsetenv("GIT_WORK_TREE"))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), current, 0o600))
 	// A tracked file git is told not to look at.
 	run("update-index", "--skip-worktree", "main.go")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main // not the tag's\n"), 0o600))
