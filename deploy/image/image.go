@@ -230,10 +230,14 @@ func checkNoExperiment(ctx context.Context, dir string, env []string) error {
 	cmd.Dir, cmd.Env = dir, env
 	out, err := cmd.Output()
 	if err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return fmt.Errorf("go env GOEXPERIMENT: %w: %s", err, bytes.TrimSpace(exit.Stderr))
+		}
 		return fmt.Errorf("go env GOEXPERIMENT: %w", err)
 	}
 	if got := strings.TrimSpace(string(out)); got != "" {
-		return fmt.Errorf("the go command would build with GOEXPERIMENT=%s (from the environment or go env -w): the image is built without experiments; go env -u GOEXPERIMENT", got)
+		return fmt.Errorf("the go command would build with GOEXPERIMENT=%s (from go env -w, whose setting go env -u GOEXPERIMENT removes, or the toolchain's own default): the image is built without experiments", got)
 	}
 	return nil
 }

@@ -565,6 +565,10 @@ func TestTheCallersEnvironmentDoesNotChangeTheBuild(t *testing.T) {
 	require.NoError(t, os.WriteFile(goenv, []byte("GOEXPERIMENT=jsonv2\n"), 0o600))
 	env := append(append(os.Environ(), compileEnv...), "GOENV="+goenv)
 	assert.ErrorContains(t, checkNoExperiment(t.Context(), ".", env), "GOEXPERIMENT=jsonv2")
+	// Compile asks before it builds (review 185: the check alone was tested).
+	t.Setenv("GOENV", goenv)
+	_, err := Compile(t.Context(), Options{Dir: filepath.Join("..", ".."), Version: "v0.0.0-test"}, v1.Platform{OS: "linux", Architecture: "amd64"}, t.TempDir())
+	assert.ErrorContains(t, err, "GOEXPERIMENT=jsonv2")
 	require.NoError(t, os.WriteFile(goenv, nil, 0o600))
 	assert.NoError(t, checkNoExperiment(t.Context(), ".", env))
 

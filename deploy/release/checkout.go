@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 )
 
@@ -115,20 +116,35 @@ func CheckOutEmpty(dir string) error {
 }
 
 func git(ctx context.Context, dir string, args ...string) (string, error) {
-	// Neither the caller's GIT_* variables (another index, another work
-	// tree) nor the repository's file-system monitor or untracked cache
-	// (which may hide a change) decide what the checks see (review 184).
-	args = append([]string{"-C", dir, "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false"}, args...)
-	cmd := exec.CommandContext(ctx, "git", args...) //nolint:gosec // G204: git, with the release tree and fixed arguments
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GIT_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
+	// Neither the caller's choice of another repository, index or work
+	// tree nor the repository's file-system monitor or untracked cache
+	// (which may hide a change) decides what the checks see (review 184).
+	full := append([]string{"-C", dir, "-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false"}, args...)
+	cmd := exec.CommandContext(ctx, "git", full...) //nolint:gosec // G204: git, with the release tree and fixed arguments
+	cmd.Env = gitEnv(os.Environ())
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args[5:], " "), err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return strings.TrimSpace(stdout.String()), nil
+}
+
+// repositoryChoices are the variables by which git's caller chooses another
+// repository, index or work tree than the directory's own.
+var repositoryChoices = []string{"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+	"GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_NAMESPACE"}
+
+// gitEnv is environ without repositoryChoices: the rest (GIT_CONFIG_*, a
+// container's safe.directory among them) is the caller's to give (review
+// 185: every GIT_* variable was dropped, and git refused such a checkout).
+func gitEnv(environ []string) []string {
+	env := []string{}
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(repositoryChoices, name) {
+			env = append(env, kv)
+		}
+	}
+	return env
 }

@@ -89,7 +89,14 @@ func TestAReleaseIsBuiltOnlyFromACleanCheckoutOfItsTag(t *testing.T) {
 	run("tag", "v0.2.2")
 	require.NoError(t, CheckCheckout(ctx, dir, "v0.2.2"))
 
-	assert.ErrorContains(t, CheckCheckout(ctx, t.TempDir(), "v0.2.0"), "a release is built from a git checkout of its tag")
+	notGit := CheckCheckout(ctx, t.TempDir(), "v0.2.0")
+	assert.ErrorContains(t, notGit, "a release is built from a git checkout of its tag: git status --porcelain")
+	assert.NotContains(t, notGit.Error(), "core.", "the command named as the caller gave it")
+	// Only the caller's choice of another repository is dropped (review
+	// 185): a container's safe.directory comes in GIT_CONFIG_*.
+	assert.Equal(t, []string{"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=safe.directory", "HOME=/h"},
+		gitEnv([]string{"GIT_DIR=/x", "GIT_CONFIG_COUNT=1", "GIT_WORK_TREE=/y", "GIT_CONFIG_KEY_0=safe.directory", "GIT_INDEX_FILE=/z", "HOME=/h"}))
+	assert.NotNil(t, gitEnv(nil), "an empty environment is no environment inherited")
 
 	// The revision stamped is the commit checked out (review 183).
 	head, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()

@@ -197,8 +197,9 @@ func sbomPlatform(o Options) string {
 func stageChart(ctx context.Context, dir, staged string) error {
 	//nolint:gosec // G204: git on the chart's own directory, the releaser's.
 	cmd := exec.CommandContext(ctx, "git", "-C", dir, "ls-files", "-z", "--", ".")
-	// Git's own words, which say whether there is a work tree at all.
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	// Git's own words, which say whether there is a work tree at all; the
+	// directory's own index, as CheckCheckout reads it (review 185).
+	cmd.Env = append(gitEnv(os.Environ()), "LC_ALL=C")
 	out, err := cmd.Output()
 	noGit := errors.Is(err, exec.ErrNotFound) || strings.Contains(string(stderrOf(err)), "not a git repository")
 	switch {
