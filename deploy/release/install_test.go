@@ -330,10 +330,17 @@ func TestThePackagedChartIsWhatGitTracks(t *testing.T) {
 	_, err = PackageChart(t.Context(), helmBinary(t), dir, t.TempDir(), "v0.1.0", "registry.example/ichor-policy", "sha256:"+strings.Repeat("1", 64), time.Unix(1_700_000_000, 0))
 	require.ErrorContains(t, err, "git ls-files")
 
-	// A .git above the chart that git does not read as one (here GIT_DIR
-	// names no repository; a linked work tree whose repository is gone is
-	// another), or no git on PATH: refused, not packaged whole (review 26).
+	// The caller's GIT_DIR naming another repository is not what is read
+	// (review 185): the chart's own repository is, here still broken.
 	t.Setenv("GIT_DIR", t.TempDir())
+	_, err = PackageChart(t.Context(), helmBinary(t), dir, t.TempDir(), "v0.1.0", "registry.example/ichor-policy", "sha256:"+strings.Repeat("1", 64), time.Unix(1_700_000_000, 0))
+	require.ErrorContains(t, err, "index file smaller than expected")
+
+	// A .git above the chart that git does not read as one (here a linked
+	// work tree's, whose repository is gone), or no git on PATH: refused,
+	// not packaged whole (review 26).
+	require.NoError(t, os.Rename(filepath.Join(repo, ".git"), filepath.Join(repo, "gone")))
+	require.NoError(t, os.WriteFile(filepath.Join(repo, ".git"), []byte("gitdir: "+filepath.Join(repo, "gone", "worktrees", "x")+"\n"), 0o600))
 	_, err = PackageChart(t.Context(), helmBinary(t), dir, t.TempDir(), "v0.1.0", "registry.example/ichor-policy", "sha256:"+strings.Repeat("1", 64), time.Unix(1_700_000_000, 0))
 	require.ErrorContains(t, err, "in a git work tree that git does not list")
 	t.Setenv("PATH", t.TempDir())
