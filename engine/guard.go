@@ -118,7 +118,7 @@ func (g *epochGuard) setPersisted(epoch int64) {
 	g.mu.Unlock()
 }
 
-// raising notes that the activation of epoch is being recorded in the
+// raising notes that an activation's epoch is being recorded in the
 // cluster (observeEpoch), until done is called: meanwhile the refresh does
 // not take the record's older value for one lowered by hand.
 func (g *epochGuard) raising() (done func()) {
@@ -147,6 +147,7 @@ func (g *epochGuard) raisedCount() uint64 {
 // between the read and now may have raised the record already; the next
 // refresh reads it again, so a restore is put off by a poll at most);
 // 0 otherwise.
+//
 // Only the epoch this replica verified and activated is written back, never
 // one it merely read: a record raised by whoever may write the ConfigMap
 // would otherwise be written back by every replica that read it, after it

@@ -383,9 +383,9 @@ const maxGrantClusters = 100
 // warnIfStillGranted says, on s.err, where the person may still ask for an
 // admin kubeconfig, which would make them a new binding (review 176: the
 // runbook had the grant taken away after the revocation, and a request made
-// between the two was issued). The API server is asked about the user alone:
-// their groups are known only when they authenticate, so a grant through a
-// group is not seen, and the warning says so.
+// between the two was issued). The API server is asked about the user with
+// system:authenticated alone: their other groups are known only when they
+// authenticate, so a grant through one is not seen, and the message says so.
 func (r revocation) warnIfStillGranted(ctx context.Context, c client.Client, s streams) {
 	if r.grant == (engine.CredentialAuthorization{}) {
 		return
