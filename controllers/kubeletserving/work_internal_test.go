@@ -754,3 +754,35 @@ func TestARequestDecidedByAnotherWriterMeanwhileIsNoFailure(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, f.r.failures.Has((&pass{r: f.r, cluster: &c}).memoKey(csr)), "losing the race is tried again with backoff")
 }
+
+// A read cut short by the end of its worker's turn (the shard let go, the
+// target withdrawn, the manager stopping) says nothing of the node: it is
+// neither a read failure in the metrics nor an outcome for the cluster's
+// Ready (review 185); the same read in a live turn is both.
+func TestAReadCutShortByTheTurnsEndSaysNothingOfTheNode(t *testing.T) {
+	f := newQueueFixture(t, clock.RealClock{})
+	metrics, err := NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	f.r.Metrics = metrics
+	f.r.NodeReaders = &NodeReaders{Reader: f.r.Client}
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(context.Background(), f.cluster, &c))
+	p := &pass{r: f.r, cluster: &c}
+	machine := &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "m"}}
+	machine.Spec.Endpoint = "192.0.2.1"
+	outcomes := func() int {
+		f.r.NodeReaders.mu.Lock()
+		defer f.r.NodeReaders.mu.Unlock()
+		return len(f.r.NodeReaders.reads[f.cluster])
+	}
+
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	assert.False(t, p.readNode(ended, machine, true).Readable)
+	assert.Zero(t, testutil.CollectAndCount(metrics.talosReadErrors), "a read cut short counted as the node's failure")
+	assert.Zero(t, outcomes(), "a read cut short counted towards the cluster's Ready")
+
+	assert.False(t, p.readNode(context.Background(), machine, true).Readable, "the cluster has no secrets bundle")
+	assert.Equal(t, float64(1), testutil.ToFloat64(metrics.talosReadErrors.WithLabelValues(c.Namespace, c.Name)))
+	assert.Equal(t, 1, outcomes())
+}
