@@ -20,7 +20,7 @@ import (
 // directory, an untracked go.work redirects the modules, and go:embed takes
 // an untracked .rego file of the policy into the default bundle. So do
 // ignored files (review 183: an ignored extra.go, vendor/ or .rego file
-// passed), but for the build's own outputs (ignoredOutputs), and files
+// passed), but for the build's own outputs (ignoredOutput), and files
 // git is told to look past (update-index --assume-unchanged or
 // --skip-worktree), whose changes git status does not show. The tag may
 // share its commit with others (a release candidate's).
@@ -87,7 +87,7 @@ func ignoredOutput(path string) bool {
 		// Only at the root: deeper, an ignored file of policy/ is
 		// embedded, and a directory hides what it holds (review 184).
 		return false
-	case path == "ichor", strings.HasPrefix(path, "coverage") && !strings.HasSuffix(path, "/"):
+	case path == "ichor", strings.HasPrefix(path, "coverage"):
 		return true
 	}
 	for _, suffix := range []string{".test", ".out", ".exe"} {
