@@ -132,11 +132,16 @@ type fakeEpochs struct {
 	highest int64
 	// failRaises is how many raises fail next (the API server away).
 	failRaises int
+	// failReads makes every read fail while it is set.
+	failReads bool
 }
 
 func (f *fakeEpochs) Highest(context.Context) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failReads {
+		return 0, errors.New("the API server is away")
+	}
 	return f.highest, nil
 }
 
@@ -159,8 +164,16 @@ func (f *fakeEpochs) set(epoch int64) {
 }
 
 func (f *fakeEpochs) get() int64 {
-	n, _ := f.Highest(context.Background())
-	return n
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.highest
+}
+
+// failing sets what fails next: raises (how many) and reads.
+func (f *fakeEpochs) failing(raises int, reads bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failRaises, f.failReads = raises, reads
 }
 
 type started struct {
@@ -402,15 +415,29 @@ func TestTheEpochRecordIsWrittenAgainWhenItIsBelowWhatAReplicaSaw(t *testing.T) 
 	e, err := start(t, src, s, epochs)
 	require.NoError(t, err)
 	require.Zero(t, epochs.get())
-	epochs.mu.Lock()
-	epochs.failRaises = 0
-	epochs.mu.Unlock()
+	// Said while it lasts (review 180 F4): the activation's raise and
+	// the polls' failed.
+	failing := e.metrics.EpochRecordFailing()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(failing) == 1 }, 10*time.Second, 20*time.Millisecond,
+		"a record left below the epoch in service is not said")
+	epochs.failing(0, false)
 	require.Eventually(t, func() bool { return epochs.get() == bundles.Floor()+2 }, 10*time.Second, 20*time.Millisecond,
 		"the epoch whose raise failed at the activation is never recorded")
+	require.Eventually(t, func() bool { return testutil.ToFloat64(failing) == 0 }, 10*time.Second, 20*time.Millisecond,
+		"a record written again is still said to fail")
 
 	epochs.set(bundles.Floor())
 	require.Eventually(t, func() bool { return epochs.get() == bundles.Floor()+2 }, 10*time.Second, 20*time.Millisecond,
 		"a record lowered by hand stays low")
+
+	// A record that cannot be read: a replica started now would not
+	// start, and nothing but this replica's log would say so.
+	epochs.failing(0, true)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(failing) == 1 }, 10*time.Second, 20*time.Millisecond,
+		"a record that cannot be read is not said")
+	epochs.failing(0, false)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(failing) == 0 }, 10*time.Second, 20*time.Millisecond,
+		"a record read again is still said to fail")
 
 	// A record raised past the epoch in service (by whoever may write the
 	// ConfigMap, or another replica's activation) and read here, then put

@@ -651,10 +651,12 @@ func (e *Engine) observeEpoch(ctx context.Context) {
 	if err := e.epochs.Raise(ctx, epoch); err != nil {
 		// The bundle is in service here and its epoch guards this replica;
 		// the refresh tries again at each poll (refreshEpochs).
+		e.metrics.epochRecord(true)
 		e.notes.WithFields(map[string]any{"epoch": epoch, "error": err.Error()}).Error("Could not record the bundle epoch in the cluster.")
 		return
 	}
 	e.guard.setPersisted(epoch)
+	e.metrics.epochRecord(false)
 }
 
 // Revision is the revision of the active bundle.

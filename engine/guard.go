@@ -523,6 +523,7 @@ func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval t
 		n, err := store.Highest(ctx)
 		if err != nil {
 			if ctx.Err() == nil {
+				e.metrics.epochRecord(true)
 				e.notes.WithFields(map[string]any{"error": err.Error()}).Error("Could not read the highest bundle epoch recorded in the cluster.")
 			}
 			continue
@@ -531,7 +532,9 @@ func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval t
 		e.sayIfBehind()
 		if active := e.guard.toRestore(n, before); active > 0 {
 			e.restoreEpoch(ctx, store, n, active)
+			continue
 		}
+		e.metrics.epochRecord(false)
 	}
 }
 
@@ -544,12 +547,14 @@ func (e *Engine) restoreEpoch(ctx context.Context, store EpochStore, recorded, a
 	if err := store.Raise(raiseCtx, active); err != nil {
 		if ctx.Err() == nil {
 			// A raise that timed out is said too (review 179).
+			e.metrics.epochRecord(true)
 			fields["error"] = err.Error()
 			e.notes.WithFields(fields).Error("The cluster's record of the highest bundle epoch is below the epoch of the bundle in service here, and could not be written again (tried at each poll); a replica started now would take back an older signed bundle.")
 		}
 		return
 	}
 	e.guard.setPersisted(active)
+	e.metrics.epochRecord(false)
 	e.notes.WithFields(fields).Warn("The cluster's record of the highest bundle epoch was below the epoch of the bundle in service here (a failed write after its activation, or the record lowered or emptied by hand): written again.")
 }
 

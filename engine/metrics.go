@@ -16,6 +16,7 @@ type Metrics struct {
 	latency        *prometheus.HistogramVec
 	revision       *prometheus.GaugeVec
 	epochBehind    prometheus.Gauge
+	epochRecordBad prometheus.Gauge
 	loadFailures   prometheus.Counter
 	refused        prometheus.Gauge
 	disagreements  *prometheus.CounterVec
@@ -48,6 +49,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		epochBehind: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "ichor_policy_bundle_epoch_behind",
 			Help: "1 while the bundle in service on this replica has a lower epoch than the highest any replica recorded in the cluster (ConfigMap ichor-policy-bundle-epoch): it decides with rules the cluster has moved past, because its source still serves an older bundle (a tag moved back, another source than the other replicas') or its binary is older (a rollout under way). Read every bundle poll interval.",
+		}),
+		epochRecordBad: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ichor_policy_bundle_epoch_record_failing",
+			Help: "1 while this replica could not read the cluster's record of the highest bundle epoch (ConfigMap ichor-policy-bundle-epoch) at its last poll, or found it below the epoch of the bundle in service here and could not write it again: a replica started now would not start (a record it cannot read) or would take back an older signed bundle (a record below). 0 once read, and written again where it was below. Only with --bundle-key.",
 		}),
 		loadFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ichor_policy_bundle_load_failures_total",
@@ -88,7 +93,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, cause := range uploadDropCauses {
 		m.uploadDropped.WithLabelValues(cause)
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.revision, m.epochBehind, m.loadFailures, m.refused, m.disagreements, m.droppedEntries,
+	for _, c := range []prometheus.Collector{m.decisions, m.latency, m.revision, m.epochBehind, m.epochRecordBad, m.loadFailures, m.refused, m.disagreements, m.droppedEntries,
 		m.uploadDropped, m.uploadedTotal, m.uploadFailures, m.manualActs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -220,6 +225,23 @@ func (m *Metrics) bundle(revision string, err error) {
 // EpochBehind is the gauge that says this replica's bundle is below the
 // cluster's highest epoch.
 func (m *Metrics) EpochBehind() prometheus.Gauge { return m.epochBehind }
+
+// EpochRecordFailing is the gauge that says the cluster's record of the
+// highest epoch could not be read, or not written again where it was below
+// the epoch in service here.
+func (m *Metrics) EpochRecordFailing() prometheus.Gauge { return m.epochRecordBad }
+
+// epochRecord sets EpochRecordFailing.
+func (m *Metrics) epochRecord(failing bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if failing {
+		v = 1
+	}
+	m.epochRecordBad.Set(v)
+}
 
 func (m *Metrics) disagreement(path string) {
 	m.disagreements.WithLabelValues(path).Inc()
