@@ -677,6 +677,41 @@ func TestOnlyTheAppliedVerdictOfAConflictedRequestIsInEffect(t *testing.T) {
 	assert.Equal(t, []string{"second", "old", "wait"}, ids)
 }
 
+// A record applies the decision it names only on the object that decision
+// was about (review 177 F2): a replica taking a cluster over records the
+// decision a request's condition names, and on a tenant's own cluster the
+// tenant may write that condition, naming a decision about another request.
+func TestARecordNamingADecisionAboutAnotherRequestAppliesNothing(t *testing.T) {
+	const verdict = `{"msg":"Decision Log","decision_id":"%s","path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"%s","uid":"%s"}},"result":{"action":"%s","reasons":[{"code":"C","message":"m"}]}}` + "\n"
+	const record = `{"msg":"Decision Log","decision_id":"r-%s","path":"system/applied/record","input":{"decision_id":"%s","object":"csr/%s","uid":"%s","action":"%s","outcome":"%s"}}` + "\n"
+	var log strings.Builder
+	// csr-2: denied, the write conflicted, approved and applied.
+	fmt.Fprintf(&log, verdict, "c2-deny", "csr-2", "u2", "deny")
+	fmt.Fprintf(&log, verdict, "c2-approve", "csr-2", "u2", "approve")
+	fmt.Fprintf(&log, record, "1", "c2-approve", "csr-2", "u2", "approve", "written")
+	// csr-3: denied; its condition, written by the tenant, names csr-2's
+	// verdict never applied, and a replica taking the cluster over
+	// records it.
+	fmt.Fprintf(&log, verdict, "c3-deny", "csr-3", "u3", "deny")
+	fmt.Fprintf(&log, record, "2", "c2-deny", "csr-3", "u3", "deny", "observed")
+	// The same decision named with the right object but another request's
+	// UID (csr-2 deleted and made again under its name) applies nothing
+	// either.
+	fmt.Fprintf(&log, record, "3", "c2-deny", "csr-2", "u9", "deny", "observed")
+	// csr-4: a record of a decision before the entries read cannot be
+	// checked, and applies as named: the verdict it supersedes goes.
+	fmt.Fprintf(&log, verdict, "c4-deny", "csr-4", "u4", "deny")
+	fmt.Fprintf(&log, record, "4", "gone", "csr-4", "u4", "approve", "written")
+
+	entries, _, err := decisionlog.Read(strings.NewReader(log.String()))
+	require.NoError(t, err)
+	var ids []string
+	for _, e := range decisionlog.InEffect(entries) {
+		ids = append(ids, e.DecisionID)
+	}
+	assert.Equal(t, []string{"c2-approve", "c3-deny"}, ids)
+}
+
 // A log holds the records that a decision was carried out in the shapes they
 // have had: the plain entry (its facts as input, no result), the former
 // record rule's entry (the same facts as input, repeated as its result,

@@ -96,8 +96,28 @@ func InEffect(entries []Entry) []Entry {
 		}
 		objects[object][uid] = true
 	}
+	// What each decision was about: a record applies the decision it names
+	// only where that decision was about the record's object. A record made
+	// when a replica takes a cluster over names the decision the request's
+	// condition names, and whoever may write conditions on the request (a
+	// tenant, on its own cluster's API server) chose that name: naming a
+	// decision about another request made it read applied, and hid that
+	// request's own verdicts (review 177 F2). A decision not in the entries
+	// read (before the window) cannot be checked, and applies as named.
+	about := map[string][2]string{}
+	for _, e := range entries {
+		if e.Path == PathApplied {
+			continue
+		}
+		if object, uid := e.objectAndUID(); object != "" {
+			about[e.DecisionID] = [2]string{object, uid}
+		}
+	}
 	for _, e := range entries {
 		if a, ok := e.Applied(); ok && a.DecisionID != "" {
+			if d, ok := about[a.DecisionID]; ok && !recordNames(a, d[0], d[1]) {
+				continue
+			}
 			applied[a.DecisionID] = true
 			// As written (cut since records are), and cut as the
 			// decision's input names it: a record written before
@@ -122,6 +142,16 @@ func InEffect(entries []Entry) []Entry {
 		out = append(out, e)
 	}
 	return out
+}
+
+// recordNames reports whether a record names the object a decision was
+// about: by its name (as written, or cut as the decision's input has it)
+// and, where both name one, its UID.
+func recordNames(a engine.Applied, object, uid string) bool {
+	if a.Object != object && engine.LoggedObject(a.Object) != object {
+		return false
+	}
+	return a.UID == "" || uid == "" || engine.LoggedName(a.UID) == uid
 }
 
 // Verdicts are the rules' decisions, every verdict, applied or not, without
