@@ -142,13 +142,23 @@ func (f *sourceFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&f.maxEntries, "max-log-entries", decisionlog.DefaultMaxEntries, "the most decisions read of all the logs together (every pod's with --from-cluster): the log that takes them past it is refused")
 }
 
+// The highest --max-log-bytes and --max-line-bytes: far above any log's
+// (the defaults are 1 GiB and 16 MiB), far below what overflows.
+const (
+	maxLogBytesFlag  = 1 << 40
+	maxLineBytesFlag = 1 << 30
+)
+
 // limits validates --max-log-bytes, --max-line-bytes and --max-log-entries.
 func (f sourceFlags) limits() (decisionlog.Limits, error) {
-	if f.maxBytes <= 0 {
-		return decisionlog.Limits{}, usage.Errorf("--max-log-bytes %d: give a number of bytes above 0", f.maxBytes)
+	// Bounded above too: the reader counts one byte past each bound, and
+	// twice a line's for a JSON document's item, which the largest numbers
+	// overflow (review 187: a panic, and every document refused).
+	if f.maxBytes <= 0 || f.maxBytes > maxLogBytesFlag {
+		return decisionlog.Limits{}, usage.Errorf("--max-log-bytes %d: give a number of bytes above 0 and at most %d (1 TiB)", f.maxBytes, int64(maxLogBytesFlag))
 	}
-	if f.maxLine <= 0 {
-		return decisionlog.Limits{}, usage.Errorf("--max-line-bytes %d: give a number of bytes above 0", f.maxLine)
+	if f.maxLine <= 0 || f.maxLine > maxLineBytesFlag {
+		return decisionlog.Limits{}, usage.Errorf("--max-line-bytes %d: give a number of bytes above 0 and at most %d (1 GiB)", f.maxLine, maxLineBytesFlag)
 	}
 	if f.maxEntries <= 0 {
 		return decisionlog.Limits{}, usage.Errorf("--max-log-entries %d: give a number of decisions above 0", f.maxEntries)
@@ -318,8 +328,15 @@ func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped, 
 	verdicts := decisionlog.Verdicts(all)
 	decided := decisionlog.Decisions(verdicts)
 	read := plural(len(decided), "decision", "decisions")
-	if records := len(all) - len(verdicts); records > 0 {
+	records := len(all) - len(verdicts)
+	if records > 0 {
 		read += " and " + plural(records, "record of an applied verdict", "records of applied verdicts")
+	}
+	if len(verdicts) == 0 {
+		// Records alone list nothing: as a log of no entry at all, the
+		// wrong window of the log (review 187: "no decision matches",
+		// exit 0).
+		return errors.New("no decision read" + from + ": read only " + plural(records, "record of an applied verdict", "records of applied verdicts") + " (a record decides nothing: the decision it names is earlier in the log)")
 	}
 	if acts := len(verdicts) - len(decided); acts > 0 {
 		read += " and " + plural(acts, "record of a person's act", "records of a person's acts")

@@ -80,7 +80,7 @@ func TestDecisionsReplayCountsWhatListLists(t *testing.T) {
 	e.Stop(context.Background())
 	code, _, stderr, _ = decisionsRun(t, "", "decisions", "replay", "--bundle", "../../policy", f.file(t, sink.buf.String()))
 	assert.Equal(t, ExitError, code)
-	assert.Contains(t, stderr, "no decision to replay: 0 decisions read")
+	assert.Contains(t, stderr, "no decision read: read only 1 record of an applied verdict")
 }
 
 // formerRecords rewrites the plain records of a log into the shape the

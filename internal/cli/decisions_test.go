@@ -558,6 +558,10 @@ func TestDecisionsRefusesBadUsage(t *testing.T) {
 		{"replay bad direction", []string{"decisions", "replay", "--bundle", "../../policy", log, "--fail-on", "deny-approve"}, ExitUsage, `"deny-approve" is not a direction`},
 		{"replay bad direction in a list", []string{"decisions", "replay", "--bundle", "../../policy", log, "--fail-on", "any,to-granted"}, ExitUsage, `"to-granted" is not a direction`},
 		{"replay missing bundle", []string{"decisions", "replay", "--bundle", "/nonexistent", log}, ExitUsage, "bundle"},
+		// The largest numbers overflowed the reader's bounds: a panic, and
+		// every JSON document refused (review 187).
+		{"log bytes past the bound", []string{"decisions", "list", log, "--max-log-bytes", "9223372036854775807"}, ExitUsage, "--max-log-bytes 9223372036854775807: give a number of bytes above 0 and at most"},
+		{"line bytes past the bound", []string{"decisions", "list", log, "--max-line-bytes", "4611686018427387903"}, ExitUsage, "--max-line-bytes 4611686018427387903: give a number of bytes above 0 and at most"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr, _ := decisionsRun(t, "", tc.args...)
@@ -622,6 +626,10 @@ func TestDecisionsThatReadNoDecisionFail(t *testing.T) {
 		{"only the controllers' lines", controllerOnly, ExitError, "no decision read: skipped 2 lines that are not decision-log entries"},
 		{"an upload body without events", "[]", ExitError, "no decision read: the input is empty"},
 		{"a gzip stream cut short", string(f.uploads[0][:len(f.uploads[0])/2]), ExitUsage, "not a readable decision log: gzip"},
+		// A window of the log that caught a record and not its decision
+		// (review 187: "no decision matches", exit 0).
+		{"only a record of an applied verdict", `{"msg":"Decision Log","decision_id":"r","path":"system/applied/record","input":{"decision_id":"d","object":"csr/csr-1","action":"approve","outcome":"written"}}` + "\n",
+			ExitError, "no decision read: read only 1 record of an applied verdict (a record decides nothing"},
 	} {
 		for _, args := range [][]string{
 			{"decisions", "list"},
@@ -755,6 +763,13 @@ func apiServerWithPodLogs(t *testing.T, logs map[string]string) (*httptest.Serve
 				return
 			}
 			w.Header().Set("Content-Type", "text/plain")
+			if cut, ok := strings.CutPrefix(log, brokenStream); ok {
+				// What the client reads of a connection reset while
+				// the log streams: a part, then an unexpected end.
+				_, _ = io.WriteString(w, cut)
+				w.(http.Flusher).Flush()
+				panic(http.ErrAbortHandler)
+			}
 			_, _ = io.WriteString(w, log)
 		default:
 			http.NotFound(w, r)
@@ -765,8 +780,34 @@ func apiServerWithPodLogs(t *testing.T, logs map[string]string) (*httptest.Serve
 }
 
 // waitingContainer, as a pod's log, makes the stand-in API server answer as
-// for a container still starting.
-const waitingContainer = "\x00waiting"
+// for a container still starting; a log that begins with brokenStream is
+// sent, the rest of it, and then the connection is broken off.
+const (
+	waitingContainer = "\x00waiting"
+	brokenStream     = "\x00broken"
+)
+
+// A log that breaks off while it is read is no pod to skip: a replay's gate
+// would pass on the other replicas' decisions alone (review 187: it was
+// skipped as a container still starting is, and the command exited 0).
+func TestDecisionsFromClusterFailsWhenALogBreaksOff(t *testing.T) {
+	f := newDecisionsFixture(t)
+	logs := f.kubectlLogs()
+	srv, _ := apiServerWithPodLogs(t, map[string]string{
+		"ichor-policy-7d9c6b8f5-a": logs,
+		"ichor-policy-7d9c6b8f5-b": brokenStream + logs[:len(logs)/2],
+	})
+	kubeconfig := kubeconfigFor(t, srv.URL, "")
+	for _, args := range [][]string{
+		{"decisions", "list", "--from-cluster", "--kubeconfig", kubeconfig},
+		{"decisions", "replay", "--bundle", harness.PolicyWithoutServingIPCheck(t), "--from-cluster", "--kubeconfig", kubeconfig},
+	} {
+		code, stdout, stderr, _ := decisionsRun(t, "", args...)
+		assert.Equal(t, ExitError, code, "%s: %s", args[:2], stdout)
+		assert.Contains(t, stderr, "read the log of pod ichor-system/ichor-policy-7d9c6b8f5-b", args[:2])
+		assert.Empty(t, stdout, "%s: a listing or a report without that pod's decisions", args[:2])
+	}
+}
 
 // A rolling update: one replica's container is still starting. Its log is
 // skipped, said so, and the other's is read; with no log readable at all,

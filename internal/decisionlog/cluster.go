@@ -66,9 +66,14 @@ func (c Cluster) Read(ctx context.Context) ([]Entry, Skipped, []string, error) {
 		if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ManagerContainer }) {
 			continue
 		}
-		got, s, err := c.readPod(ctx, pod.Name, c.Limits.After(len(entries)))
-		if errors.Is(err, ErrTooLarge) {
-			// Not a pod to skip: what is listed would lack its decisions.
+		got, s, opened, err := c.readPod(ctx, pod.Name, c.Limits.After(len(entries)))
+		if err != nil && (opened || errors.Is(err, ErrTooLarge)) {
+			// Not a pod to skip: what is listed (and replayed, and gated
+			// on) would lack its decisions. Only a log that cannot be
+			// opened (a container still starting) is skipped; one that
+			// breaks off while read (a connection reset, the API server's
+			// timeout) was skipped alike before, and a replay's gate
+			// passed on the other replicas' decisions alone (review 187).
 			return nil, Skipped{}, nil, err
 		}
 		if err != nil {
@@ -94,17 +99,19 @@ func (c Cluster) Read(ctx context.Context) ([]Entry, Skipped, []string, error) {
 	return entries, skipped, read, nil
 }
 
-func (c Cluster) readPod(ctx context.Context, name string, limits Limits) ([]Entry, Skipped, error) {
+// readPod reads a pod's log, and reports whether it was opened: an error
+// after that is the log broken off, not a pod without one.
+func (c Cluster) readPod(ctx context.Context, name string, limits Limits) ([]Entry, Skipped, bool, error) {
 	stream, err := c.Client.CoreV1().Pods(c.Namespace).GetLogs(name, &corev1.PodLogOptions{Container: ManagerContainer, Previous: c.Previous}).Stream(ctx)
 	if err != nil {
-		return nil, Skipped{}, fmt.Errorf("read the log of pod %s/%s, container %s: %w", c.Namespace, name, ManagerContainer, err)
+		return nil, Skipped{}, false, fmt.Errorf("read the log of pod %s/%s, container %s: %w", c.Namespace, name, ManagerContainer, err)
 	}
 	defer stream.Close()
 	entries, skipped, err := ReadLimited(stream, limits)
 	if err != nil {
-		return nil, Skipped{}, fmt.Errorf("read the log of pod %s/%s, container %s: %w", c.Namespace, name, ManagerContainer, err)
+		return nil, Skipped{}, true, fmt.Errorf("read the log of pod %s/%s, container %s: %w", c.Namespace, name, ManagerContainer, err)
 	}
-	return entries, skipped, nil
+	return entries, skipped, true, nil
 }
 
 // Follow streams the decisions of the log of every selected pod's manager

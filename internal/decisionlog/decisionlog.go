@@ -854,16 +854,39 @@ func (e Entry) objectAndUID() (object, uid string) {
 	return "csr/" + s.CSR.Name, s.CSR.UID
 }
 
-// Truncated reports whether the log kept only part of the entry's input or
-// result (the mask's input.log_truncated).
-func (e Entry) Truncated() bool {
+// cutReasons is the mask's key, in input.log_truncated, of the result's
+// reasons cut (a message longer, or more reasons, than the log keeps): a
+// cut of the result, which leaves the input whole.
+const cutReasons = "result.reasons"
+
+// cuts are what the log kept only part of, by the mask's key
+// (input.log_truncated).
+func (e Entry) cuts() map[string]any {
 	var marker struct {
 		Truncated map[string]any `json:"log_truncated"`
 	}
 	if e.Input != nil {
 		_ = json.Unmarshal(e.Input, &marker)
 	}
-	return len(marker.Truncated) > 0
+	return marker.Truncated
+}
+
+// Truncated reports whether the log kept only part of the entry's input:
+// then it is not the request, and is not replayed. The result's reasons cut
+// alone leave it whole (review 187: such entries, a tenant's long name
+// quoted in a reason's message, were left out of replays as cut).
+func (e Entry) Truncated() bool {
+	cut := e.cuts()
+	delete(cut, cutReasons)
+	return len(cut) > 0
+}
+
+// reasonsPartial reports whether the log kept only the first of the
+// result's reasons (more of them than it keeps): their codes are not all
+// there to compare. Messages cut leave the codes whole.
+func (e Entry) reasonsPartial() bool {
+	n, ok := e.cuts()[cutReasons].(float64)
+	return ok && n > float64(len(e.Outcome().Reasons))
 }
 
 // Manual reports whether the entry records a person's act (PathManual).

@@ -659,6 +659,47 @@ func TestAnEntryWhoseInputTheLogCutIsNotReplayed(t *testing.T) {
 	assert.Empty(t, rep.Changes)
 }
 
+// The log cut only the result's reasons (a message quoting a tenant's long
+// name, or more reasons than it keeps): the input is whole, and the entry
+// is replayed (review 187: it was left out as cut, and a gate never saw it).
+// Where only the first reasons were kept, their codes are not compared.
+func TestAnEntryWhoseReasonsTheLogCutIsReplayed(t *testing.T) {
+	e, err := engine.New(t.Context(), engine.Options{DecisionLog: io.Discard, Log: io.Discard})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	raw, err := json.Marshal(serving(t, "worker-1", talos("worker-1", "10.5.0.2"), "10.5.0.2"))
+	require.NoError(t, err)
+	var input map[string]any
+	require.NoError(t, json.Unmarshal(raw, &input))
+	// The verdict as the rule gives it, logged with other reasons and
+	// action: what the log kept of them.
+	d, err := e.Decide(t.Context(), "ichor/kubelet_serving/decision", input)
+	require.NoError(t, err)
+	entry := func(id, action string, reasons int) string {
+		var result map[string]any
+		require.NoError(t, json.Unmarshal(d.Result, &result))
+		result["action"] = action
+		result["reasons"] = []any{map[string]any{"code": "Other", "message": "m... (600 bytes)"}}
+		input["log_truncated"] = map[string]any{"result.reasons": reasons}
+		in, err := json.Marshal(input)
+		require.NoError(t, err)
+		out, err := json.Marshal(result)
+		require.NoError(t, err)
+		return fmt.Sprintf(`{"msg":"Decision Log","decision_id":%q,"path":"ichor/kubelet_serving/decision","input":%s,"result":%s}`+"\n", id, in, out)
+	}
+	log := entry("messages-cut", "deny", 1) + entry("first-kept", "approve", 60)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	assert.False(t, entries[0].Truncated())
+	rep, err := decisionlog.Replay(t.Context(), e, entries)
+	require.NoError(t, err)
+	assert.Empty(t, rep.Truncated)
+	assert.Equal(t, 2, rep.Replayed)
+	assert.Equal(t, map[string]int{"deny-to-approve": 1}, rep.Directions)
+	assert.Equal(t, 1, rep.Unchanged, "the codes of a log that kept the first of 60 reasons were compared")
+}
+
 func TestOnlyTheAppliedVerdictOfAConflictedRequestIsInEffect(t *testing.T) {
 	log := `{"msg":"Decision Log","decision_id":"first","path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"csr-1"}},"result":{"action":"approve","reasons":[{"code":"IchorKubeletServing","message":"m"}]}}
 {"msg":"Decision Log","decision_id":"second","path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"csr-1"}},"result":{"action":"approve","reasons":[{"code":"IchorKubeletServing","message":"m"}]}}

@@ -104,6 +104,11 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 			if err := dec.Decode(&input); err != nil {
 				return rep, fmt.Errorf("decision %q: input: %w", e.DecisionID, err)
 			}
+			// The mask's note of what it cut is no part of the request
+			// (here only the result's reasons were).
+			if m, ok := input.(map[string]any); ok {
+				delete(m, "log_truncated")
+			}
 			if n := longestList(input); n > MaxReplayedList {
 				return rep, fmt.Errorf("decision %q: its input holds a list of %d items, more than any a manager logs (%d): not replayed, nor anything after it", e.DecisionID, n, MaxReplayedList)
 			} else if int64(max(n, 1))*int64(len(e.Input)) > MaxReplayedWork {
@@ -142,7 +147,8 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 		case len(changed) > 0:
 			// Before the codes: a widened grant keeps its code.
 			c.Note, c.Changed = NoteResultChanged, changed
-		case !slices.Equal(sortedCodes(c.Old), sortedCodes(c.New)):
+		case !e.reasonsPartial() && !slices.Equal(sortedCodes(c.Old), sortedCodes(c.New)):
+			// Codes compared only where the log kept them all.
 			c.Note = NoteReasonsChanged
 		default:
 			rep.Unchanged++
