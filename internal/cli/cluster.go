@@ -10,6 +10,7 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/internal/credclient"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
 // credentialFlags are the flags of every credential command.
@@ -40,9 +41,22 @@ func (o credentialFlags) request(cmd *cobra.Command, k genericclioptions.RESTCli
 	return r
 }
 
+// positiveTimeout refuses a --timeout that would end the exchange before
+// it starts (review 186: "did not answer within 0s", and an exec
+// kubeconfig that carries it to every run).
+func positiveTimeout(d time.Duration) error {
+	if d <= 0 {
+		return usage.Errorf("--timeout %s: give a duration above 0 (2m by default)", d)
+	}
+	return nil
+}
+
 // writeCredential asks for the credential and says what was written.
 func writeCredential(cmd *cobra.Command, s streams, ask func(context.Context, credclient.Request) (credclient.Written, error), r credclient.Request) error {
 	if err := retired(cmd, "--out FILE"); err != nil {
+		return err
+	}
+	if err := positiveTimeout(r.Timeout); err != nil {
 		return err
 	}
 	w, err := ask(cmd.Context(), r)

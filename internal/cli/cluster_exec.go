@@ -39,6 +39,9 @@ var (
 
 // writeExecKubeconfig is `ichor cluster kubeconfig NAME --exec`.
 func writeExecKubeconfig(cmd *cobra.Command, s streams, k genericclioptions.RESTClientGetter, o credentialFlags, cluster string) error {
+	if err := positiveTimeout(o.timeout); err != nil {
+		return err
+	}
 	r := o.request(cmd, k, cluster, s)
 	if r.TTL == nil {
 		ttl := credclient.DefaultExecTTL
@@ -174,6 +177,9 @@ written to standard error with its reason code, nothing to standard output, and
 the exit status is not zero, so kubectl fails with that message.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := positiveTimeout(timeout); err != nil {
+				return err
+			}
 			if err := credclient.CheckExecInfo(os.Getenv(credclient.ExecInfoEnv)); err != nil {
 				return err
 			}

@@ -155,6 +155,9 @@ func TestExecKubeconfigRefuses(t *testing.T) {
 		{"a lifetime above the cap", []string{"--kubeconfig", kubeconfig, "--ttl", "8761h"}, cli.ExitUsage, `LifetimeTooLong: the lifetime 8761h0m0s is above the cap of 8760h0m0s for purpose "kubeconfig-admin"`},
 		{"a management context that runs the plugin", []string{"--kubeconfig", nested}, cli.ExitUsage, `runs "ichor" exec-credential itself`},
 		{"the kubeconfig in use", []string{"--kubeconfig", kubeconfig, "--out", kubeconfig, "--force"}, cli.ExitUsage, "it is the file you use now"},
+		// Carried to every run of the plugin, it would fail each at once
+		// (review 186).
+		{"no time to ask", []string{"--kubeconfig", kubeconfig, "--timeout", "0s"}, cli.ExitUsage, "--timeout 0s: give a duration above 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := filepath.Join(dir, "refused")
@@ -171,6 +174,20 @@ func TestExecKubeconfigRefuses(t *testing.T) {
 	assert.Equal(t, cli.ExitUsage, code)
 	assert.Empty(t, stdout)
 	assert.Contains(t, stderr, "exec-credential itself")
+
+	// Nor does any credential command take a timeout that ends it before
+	// it starts.
+	for _, args := range [][]string{
+		{"cluster", "exec-credential", "demo", "--kubeconfig", kubeconfig, "--timeout", "-1s"},
+		{"cluster", "kubeconfig", "demo", "--kubeconfig", kubeconfig, "--out", filepath.Join(dir, "refused"), "--timeout", "0s"},
+		{"cluster", "talosconfig", "demo", "--kubeconfig", kubeconfig, "--out", filepath.Join(dir, "refused"), "--timeout", "0s"},
+	} {
+		code, stdout, stderr := runAs(t, "ichor", args...)
+		assert.Equal(t, cli.ExitUsage, code, args[1])
+		assert.Empty(t, stdout, args[1])
+		assert.Contains(t, stderr, "give a duration above 0", args[1])
+		assert.NoFileExists(t, filepath.Join(dir, "refused"))
+	}
 }
 
 // TestExecCredentialReadsExecInfo: the plugin reads KUBERNETES_EXEC_INFO with

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -163,7 +164,7 @@ func Talosconfig(ctx context.Context, o Request) (Written, error) {
 	if err != nil {
 		return Written{}, err
 	}
-	_, certPEM, err := checkedCertificate(answer.Status.Certificate, ichorv1alpha1.PurposeTalosconfigReader)
+	leaf, certPEM, err := checkedCertificate(answer.Status.Certificate, ichorv1alpha1.PurposeTalosconfigReader)
 	if err != nil {
 		return Written{}, fmt.Errorf("TalosCredentialRequest %s/%s: %w", answer.Namespace, answer.Name, err)
 	}
@@ -202,7 +203,7 @@ func Talosconfig(ctx context.Context, o Request) (Written, error) {
 	if err != nil {
 		return Written{}, err
 	}
-	return Written{Path: out, Description: description, Expires: expiry(answer), UseWith: useWith}, nil
+	return Written{Path: out, Description: description, Expires: expiry(leaf), UseWith: useWith}, nil
 }
 
 // mergeTarget is the talosconfig `talosctl config merge` would merge into:
@@ -293,14 +294,13 @@ func Kubeconfig(ctx context.Context, o Request) (Written, error) {
 		ClientCertificateData: issued.certPEM,
 		ClientKeyData:         issued.keyPEM,
 	}
-	ca := joinPEM(caData, []byte(answer.Status.TrustBundle))
-	if err := writeKubeconfig(out, protected, o.Force, cluster, name, restCfg, ca, auth); err != nil {
+	if err := writeKubeconfig(out, protected, o.Force, cluster, name, restCfg, kubeconfigCA(caData, []byte(answer.Status.TrustBundle)), auth); err != nil {
 		return Written{}, err
 	}
 	return Written{
 		Path:        out,
 		Description: what + " for " + restCfg.Host,
-		Expires:     expiry(answer),
+		Expires:     expiry(issued.leaf),
 		UseWith:     "kubectl --kubeconfig " + out + " get nodes",
 	}, nil
 }
@@ -323,15 +323,35 @@ func kubeconfigOutput(o Request, suffix string) (out string, protected []string,
 	return out, protected, nil
 }
 
+// kubeconfigCA is the CA data of an admin kubeconfig: your kubeconfig's CA
+// followed by the cluster's Kubernetes CA from the trust bundle (old and new
+// during a rotation); none when your kubeconfig names none, so that the
+// server is verified with the system's roots as yours is (review 186: the
+// bundle alone replaced them, and a server with a public certificate was
+// refused).
+func kubeconfigCA(caData, trustBundle []byte) []byte {
+	if len(caData) == 0 {
+		return nil
+	}
+	return joinPEM(caData, trustBundle)
+}
+
 // writeKubeconfig writes a kubeconfig of one context, name, to cluster's API
-// server as the caller's client configuration reaches it, with auth.
+// server as the caller's client configuration reaches it (its server, TLS
+// server name, proxy and compression), with auth.
 func writeKubeconfig(out string, protected []string, force bool, cluster, name string, restCfg *rest.Config, caData []byte, auth *clientcmdapi.AuthInfo) error {
+	proxy, err := proxyURL(restCfg)
+	if err != nil {
+		return err
+	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters[cluster] = &clientcmdapi.Cluster{
 		Server:                   restCfg.Host,
 		TLSServerName:            restCfg.TLSClientConfig.ServerName,
 		InsecureSkipTLSVerify:    restCfg.TLSClientConfig.Insecure,
 		CertificateAuthorityData: caData,
+		ProxyURL:                 proxy,
+		DisableCompression:       restCfg.DisableCompression,
 	}
 	if restCfg.TLSClientConfig.Insecure {
 		// The server is not verified with your kubeconfig either; a CA would
@@ -519,7 +539,7 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 		if apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook") {
 			// The API server's RBAC refused before the webhook saw it.
 			a := reqs.Authorization
-			return nil, fmt.Errorf("the request for a %s credential of cluster %s/%s was refused: %w\n(asking needs create on taloscredentialrequests.ichor.dev, and the credential needs %s on %s.%s/%s %q, in namespace %q)",
+			return nil, fmt.Errorf("the request for a %s credential of cluster %s/%s was refused: %w\n(asking needs create and get on taloscredentialrequests.ichor.dev, and the credential needs %s on %s.%s/%s %q, in namespace %q)",
 				purpose, namespace, cluster, err, a.Verb, a.Resource, a.Group, a.Subresource, cluster, namespace)
 		}
 		return nil, fmt.Errorf("the request for a %s credential of cluster %s/%s was refused: %w", purpose, namespace, cluster, err)
@@ -534,6 +554,10 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 	lastProgress := start
 	ticker := time.NewTicker(pollInterval)
 	defer ticker.Stop()
+	// The last read's failure, said with the timeout: under the exec
+	// plugin the progress goes nowhere, and the timeout alone blamed the
+	// manager (review 186).
+	var lastErr error
 	for {
 		err := c.Get(ctx, ref, tcr)
 		switch {
@@ -553,8 +577,13 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 			}
 		case apierrors.IsNotFound(err):
 			fmt.Fprintln(o.Progress)
-			return nil, fmt.Errorf("TalosCredentialRequest %s was deleted before it was answered", ref)
+			return nil, fmt.Errorf("TalosCredentialRequest %s was deleted before this command read an answer (by someone else, or by the manager two minutes after it answered)", ref)
+		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+			// Not to be waited out: no retry will be let read it.
+			fmt.Fprintln(o.Progress)
+			return nil, fmt.Errorf("reading TalosCredentialRequest %s for its answer was refused: %w (waiting for the answer needs get on taloscredentialrequests.ichor.dev in namespace %q); it stays, and may still be issued to no one", ref, err, ref.Namespace)
 		case ctx.Err() == nil:
+			lastErr = err
 			fmt.Fprintf(o.Progress, " (reading it failed, retrying: %v)", err)
 		}
 		select {
@@ -564,6 +593,9 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 				// Interrupted, not timed out: the request stays, and the
 				// manager may still answer it.
 				return nil, fmt.Errorf("stopped waiting for TalosCredentialRequest %s: %w; it stays, and may still be issued to no one (kubectl delete taloscredentialrequest -n %s %s)", ref, err, ref.Namespace, ref.Name)
+			}
+			if lastErr != nil {
+				return nil, fmt.Errorf("no answer to TalosCredentialRequest %s read within %s: the last read failed: %w", ref, o.Timeout, lastErr)
 			}
 			return nil, fmt.Errorf("no answer to TalosCredentialRequest %s within %s; is the Ichor manager running?", ref, o.Timeout)
 		case now := <-ticker.C:
@@ -796,6 +828,13 @@ func writeFile(path string, data []byte, protected []string, force bool) error {
 		tmp.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}
+	// On the disk before it takes the name: a merge replaces the person's
+	// talosconfig, and a crash after a rename of unsynced data can leave it
+	// empty on filesystems that do not order the two (review 186).
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -890,9 +929,29 @@ func joinPEM(bundles ...[]byte) []byte {
 	return out.Bytes()
 }
 
-func expiry(tcr *ichorv1alpha1.TalosCredentialRequest) string {
-	if tcr.Status.ExpiresAt == nil {
-		return "unknown"
+// expiry is when the certificate written expires: its own date, not the
+// status's expiresAt, which says what the certificate holds only if its
+// writer did (review 186).
+func expiry(leaf *x509.Certificate) string {
+	return leaf.NotAfter.UTC().Format(time.RFC3339)
+}
+
+// proxyURL is the proxy your client configuration reaches the server
+// through (its kubeconfig's proxy-url, or --proxy-url), which a kubeconfig
+// written for that server keeps: without it, the admin kubeconfig dialled
+// the server directly, past a proxy your network requires (review 186).
+// Empty when none is set: then the environment's, as for yours.
+func proxyURL(cfg *rest.Config) (string, error) {
+	if cfg.Proxy == nil {
+		return "", nil
 	}
-	return tcr.Status.ExpiresAt.UTC().Format(time.RFC3339)
+	server, _, err := rest.DefaultServerUrlFor(cfg)
+	if err != nil {
+		return "", fmt.Errorf("the server of your kubeconfig: %w", err)
+	}
+	u, err := cfg.Proxy(&http.Request{URL: server})
+	if err != nil || u == nil {
+		return "", err
+	}
+	return u.String(), nil
 }

@@ -131,7 +131,10 @@ func refuseNested(cfg *rest.Config) error {
 // CheckExecInfo reads what kubectl passes the plugin (KUBERNETES_EXEC_INFO),
 // with client-go's own types: an ExecCredential of
 // client.authentication.k8s.io/v1, the version Ichor's kubeconfigs name.
-// Empty, when the plugin is run by hand, is accepted.
+// Empty, when the plugin is run by hand, is accepted. A field this build's
+// types do not know is not refused: a newer kubectl may send one (as
+// interactive and cluster were added before), and the plugin reads none of
+// them (review 186: a strict decode would have failed every kubectl call).
 func CheckExecInfo(info string) error {
 	if info == "" {
 		return nil
@@ -143,7 +146,7 @@ func CheckExecInfo(info string) error {
 	if err := clientauthv1.AddToScheme(scheme); err != nil {
 		return fmt.Errorf("scheme: %w", err)
 	}
-	obj, gvk, err := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer().Decode([]byte(info), nil, nil)
+	obj, gvk, err := serializer.NewCodecFactory(scheme).UniversalDeserializer().Decode([]byte(info), nil, nil)
 	if err != nil {
 		return usage.Errorf("%s is not an ExecCredential of %s (write the kubeconfig again with ichor cluster kubeconfig --exec): %v",
 			ExecInfoEnv, clientauthv1.SchemeGroupVersion, err)

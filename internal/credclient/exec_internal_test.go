@@ -49,3 +49,33 @@ func TestIdentityDigestFollowsFileContentsAndExecEnvironment(t *testing.T) {
 		t.Fatal("the same exec plugin gives another digest")
 	}
 }
+
+// An admin kubeconfig verifies the server as yours does: your CA and the
+// cluster's from the trust bundle; the system's roots where yours names
+// no CA (review 186: the bundle alone replaced them).
+func TestAnAdminKubeconfigKeepsTheSystemRootsYoursUses(t *testing.T) {
+	ca, bundle := []byte("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"), []byte("-----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n")
+	if got := kubeconfigCA(nil, bundle); got != nil {
+		t.Errorf("no CA in your kubeconfig: %q written", got)
+	}
+	if got := string(kubeconfigCA(ca, bundle)); got != string(ca)+string(bundle) {
+		t.Errorf("your CA and the bundle: %q written", got)
+	}
+}
+
+// What a newer kubectl may send, a field this build does not know, is read;
+// another version, kind or a value of the wrong type is refused.
+func TestExecInfoOfANewerKubectlIsRead(t *testing.T) {
+	for info, ok := range map[string]bool{
+		`{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","spec":{"interactive":false}}`:              true,
+		`{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","spec":{"interactive":false,"future":{}}}`:  true,
+		`{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","spec":{"interactive":false},"later":true}`: true,
+		`{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","spec":{"interactive":false}}`:         false,
+		`{"apiVersion":"client.authentication.k8s.io/v1","kind":"Other"}`:                                                    false,
+		`{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","spec":{"interactive":"x"}}`:                false,
+	} {
+		if err := CheckExecInfo(info); (err == nil) != ok {
+			t.Errorf("%s: %v", info, err)
+		}
+	}
+}

@@ -10,18 +10,22 @@ import (
 	"encoding/pem"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -155,7 +159,7 @@ func TestTheAnswerIsTheRequestsOwnAndAnInterruptIsNoTimeout(t *testing.T) {
 	// the wait too (its own words); either way, never the other's answer,
 	// nor a wait on it until the timeout.
 	require.Error(t, err)
-	if !strings.Contains(err.Error(), "was deleted before it was answered") {
+	if !strings.Contains(err.Error(), "was deleted before this command read an answer") {
 		require.ErrorContains(t, err, "was deleted and made again by someone else before it was answered")
 	}
 
@@ -192,6 +196,114 @@ func forgerOf(t *testing.T, subject pkix.Name, usage x509.ExtKeyUsage) func(pub 
 		require.NoError(t, err)
 		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 	}
+}
+
+// A kubeconfig written for the server reaches it as yours does: through
+// the proxy your kubeconfig or --proxy-url names (review 186: it was
+// dropped, and the admin kubeconfig dialled the server directly, past a
+// proxy the network requires), the exec kubeconfig too; and the expiry said
+// is the certificate's own, not what the status claims.
+func TestAWrittenKubeconfigGoesThroughYourProxy(t *testing.T) {
+	const namespace = "team-a"
+	env, flags := adminIn(t, namespace)
+	proxy, tunnels := connectProxy(t)
+	*flags.ProxyURL = proxy
+
+	issue := forger(t)
+	notAfter := time.Now().Add(30 * time.Minute).Truncate(time.Second)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	answerEach(ctx, env, namespace, func(pub any) (string, []byte) {
+		leaf := issue(pub, time.Now().Add(-time.Minute), notAfter)
+		return string(leaf), leaf
+	})
+
+	out := filepath.Join(t.TempDir(), "admin.kubeconfig")
+	w, err := credclient.Kubeconfig(t.Context(), credclient.Request{Kube: flags, Cluster: "prod", Out: out,
+		Timeout: 30 * time.Second, Progress: io.Discard})
+	require.NoError(t, err)
+	assert.NotZero(t, tunnels.Load(), "the request itself did not go through the proxy")
+	assert.Equal(t, notAfter.UTC().Format(time.RFC3339), w.Expires, "the status's expiresAt (an hour) was said, not the certificate's date")
+	execOut := filepath.Join(t.TempDir(), "exec.kubeconfig")
+	_, err = credclient.ExecKubeconfig(t.Context(), credclient.Request{Kube: flags, Cluster: "prod", Out: execOut,
+		Timeout: 30 * time.Second, Progress: io.Discard}, credclient.ExecPlugin{Command: "ichor"})
+	require.NoError(t, err)
+	for _, path := range []string{out, execOut} {
+		written, err := clientcmd.LoadFromFile(path)
+		require.NoError(t, err)
+		require.Len(t, written.Clusters, 1)
+		for _, c := range written.Clusters {
+			assert.Equal(t, proxy, c.ProxyURL, filepath.Base(path))
+		}
+	}
+}
+
+// A person who may create a request but not read it gets no answer: said
+// at once, naming the verb, not waited out and blamed on the manager
+// (review 186: under kubectl the plugin waited its two minutes, then said
+// "is the Ichor manager running?").
+func TestAnAnswerYouMayNotReadIsSaidSo(t *testing.T) {
+	const namespace = "team-a"
+	env, _ := adminIn(t, namespace)
+	const user = "ichor:cleo"
+	require.NoError(t, env.Client.Create(t.Context(), &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "ask-only"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create"}}},
+	}))
+	require.NoError(t, env.Client.Create(t.Context(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "cleo-ask-only"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "ask-only"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}))
+	require.NoError(t, env.WaitAllowed(t.Context(), user, nil, authorizationv1.ResourceAttributes{Namespace: namespace, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
+	cfg, err := env.UserConfig(user)
+	require.NoError(t, err)
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["cleo"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData}
+	kc.Contexts["cleo"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "cleo", Namespace: namespace}
+	kc.CurrentContext = "cleo"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*kc, path))
+	flags := kube.NewConfigFlags()
+	*flags.KubeConfig = path
+
+	_, err = credclient.ExecCredential(t.Context(), credclient.Request{Kube: flags, Cluster: "prod",
+		Timeout: time.Minute, Progress: io.Discard}, "", io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "for its answer was refused")
+	assert.Contains(t, err.Error(), "needs get on taloscredentialrequests.ichor.dev")
+	assert.NotContains(t, err.Error(), "is the Ichor manager running")
+}
+
+// connectProxy is an HTTP proxy that tunnels CONNECT requests, and counts
+// them.
+func connectProxy(t *testing.T) (string, *atomic.Int64) {
+	t.Helper()
+	var tunnels atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			http.Error(w, "CONNECT only", http.StatusMethodNotAllowed)
+			return
+		}
+		upstream, err := net.Dial("tcp", r.Host) //nolint:gosec // a test proxy: it tunnels to the API server the test client names
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer upstream.Close()
+		conn, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		tunnels.Add(1)
+		_, _ = io.WriteString(conn, "HTTP/1.1 200 Connection established\r\n\r\n")
+		go func() { _, _ = io.Copy(upstream, rw) }()
+		_, _ = io.Copy(conn, upstream)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, &tunnels
 }
 
 // answerEach answers each unanswered request of namespace, before any
