@@ -146,22 +146,27 @@ func (g *epochGuard) raisedCount() uint64 {
 // activation was being recorded meanwhile (review 180: one that ended
 // between the read and now may have raised the record already; the next
 // refresh reads it again, so a restore is put off by a poll at most);
-// 0 otherwise.
+// 0 otherwise, and deferred when the record is below it but an activation's
+// recording ran meanwhile: then the read says nothing of the record now
+// (review 188: the failing gauge was set back to 0 from such a read).
 //
 // Only the epoch this replica verified and activated is written back, never
 // one it merely read: a record raised by whoever may write the ConfigMap
 // would otherwise be written back by every replica that read it, after it
 // was put right, for as long as any runs (review 179).
-func (g *epochGuard) toRestore(recorded int64, before uint64) int64 {
+func (g *epochGuard) toRestore(recorded int64, before uint64) (active int64, deferred bool) {
 	if !g.enforce {
-		return 0
+		return 0, false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.raises > 0 || g.raised != before || g.active <= recorded {
-		return 0
+	switch {
+	case g.active <= recorded:
+		return 0, false
+	case g.raises > 0 || g.raised != before:
+		return 0, true
 	}
-	return g.active
+	return g.active, false
 }
 
 // guardedStore is OPA's store with the epoch guard on the write of the
@@ -530,11 +535,12 @@ func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval t
 		}
 		e.guard.setPersisted(n)
 		e.sayIfBehind()
-		if active := e.guard.toRestore(n, before); active > 0 {
+		switch active, deferred := e.guard.toRestore(n, before); {
+		case active > 0:
 			e.restoreEpoch(ctx, store, n, active)
-			continue
+		case !deferred:
+			e.metrics.epochRecord(false)
 		}
-		e.metrics.epochRecord(false)
 	}
 }
 

@@ -13,7 +13,8 @@ func TestTheActiveEpochNeverGoesDown(t *testing.T) {
 	g := &epochGuard{enforce: true}
 	g.setActive(5)
 	g.setActive(3)
-	assert.Equal(t, int64(5), g.toRestore(0, g.raisedCount()))
+	active, _ := g.toRestore(0, g.raisedCount())
+	assert.Equal(t, int64(5), active)
 }
 
 // The refresh restores nothing from a read made before an activation's
@@ -24,10 +25,20 @@ func TestARecordReadBeforeAnActivationsRaiseIsNotRestored(t *testing.T) {
 	g.setActive(4)
 	before := g.raisedCount()
 	done := g.raising()
-	assert.Zero(t, g.toRestore(0, before), "restored during the activation's own raise")
+	active, deferred := g.toRestore(0, before)
+	assert.Zero(t, active, "restored during the activation's own raise")
+	assert.True(t, deferred, "a read during a raise said the record is as read (review 188)")
 	done()
-	assert.Zero(t, g.toRestore(0, before), "restored from a read older than the activation's raise")
-	assert.Equal(t, int64(4), g.toRestore(0, g.raisedCount()), "a record read after it, and low, is restored")
-	assert.Zero(t, g.toRestore(4, g.raisedCount()), "a record at the epoch in service is left")
-	assert.Zero(t, (&epochGuard{}).toRestore(0, 0), "an unsigned source vouches for no epoch")
+	active, deferred = g.toRestore(0, before)
+	assert.Zero(t, active, "restored from a read older than the activation's raise")
+	assert.True(t, deferred, "a read before a raise said the record is as read (review 188)")
+	active, deferred = g.toRestore(0, g.raisedCount())
+	assert.Equal(t, int64(4), active, "a record read after it, and low, is restored")
+	assert.False(t, deferred)
+	active, deferred = g.toRestore(4, g.raisedCount())
+	assert.Zero(t, active, "a record at the epoch in service is left")
+	assert.False(t, deferred, "a record at the epoch in service is deferred")
+	active, deferred = (&epochGuard{}).toRestore(0, 0)
+	assert.Zero(t, active, "an unsigned source vouches for no epoch")
+	assert.False(t, deferred)
 }
