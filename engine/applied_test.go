@@ -249,7 +249,7 @@ func TestTheRecordOfALongNamedRequestNamesItAsItsDecisionDoes(t *testing.T) {
 	long := strings.Repeat("n", 3000) + "é"
 	uid := strings.Repeat("u", 2000)
 	in := servingInput(t, csrgen.ECDSA, "10.5.0.2")
-	in.CSR.Name, in.CSR.UID = long, uid
+	in.CSR.Name, in.CSR.ObjectUID = long, uid
 	first, err := e.KubeletServing(context.Background(), in)
 	require.NoError(t, err)
 	second, err := e.KubeletServing(context.Background(), in)
@@ -287,7 +287,7 @@ func TestTheRecordOfALongNamedRequestNamesItAsItsDecisionDoes(t *testing.T) {
 	// the same length) is told apart by its UID: its verdict stays in
 	// effect (the review of 2026-12-06).
 	twin := servingInput(t, csrgen.ECDSA, "10.5.0.2")
-	twin.CSR.Name, twin.CSR.UID = strings.Repeat("n", 3000)+"è", "twin-uid"
+	twin.CSR.Name, twin.CSR.ObjectUID = strings.Repeat("n", 3000)+"è", "twin-uid"
 	other, err := e.KubeletServing(context.Background(), twin)
 	require.NoError(t, err)
 	read, _, err = decisionlog.Read(strings.NewReader(log.String()))

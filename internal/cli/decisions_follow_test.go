@@ -119,3 +119,19 @@ func TestDecisionsFollowUsage(t *testing.T) {
 		assert.Contains(t, stderr, tc.want)
 	}
 }
+
+// A followed log that breaks off is said at once and fails the following
+// when the others end (review 187: it ended in silence, and the command
+// said only that the logs ended, exit 0).
+func TestDecisionsFollowSaysALogThatBrokeOff(t *testing.T) {
+	f := newDecisionsFixture(t)
+	logs := f.kubectlLogs()
+	srv, _ := apiServerWithPodLogs(t, map[string]string{
+		"ichor-policy-7d9c6b8f5-a": logs,
+		"ichor-policy-7d9c6b8f5-b": brokenStream + logs[:len(logs)/2],
+	})
+	code, stdout, stderr, _ := decisionsRun(t, "", "decisions", "list", "--from-cluster", "--follow", "--kubeconfig", kubeconfigFor(t, srv.URL, ""))
+	assert.Equal(t, ExitError, code, stderr)
+	assert.Contains(t, stderr, "follow the log of pod ichor-system/ichor-policy-7d9c6b8f5-b, container manager: it broke off")
+	assert.Contains(t, stdout, f.two, "the other pod's decisions, as they came")
+}

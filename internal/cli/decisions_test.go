@@ -626,6 +626,11 @@ func TestDecisionsThatReadNoDecisionFail(t *testing.T) {
 		{"only the controllers' lines", controllerOnly, ExitError, "no decision read: skipped 2 lines that are not decision-log entries"},
 		{"an upload body without events", "[]", ExitError, "no decision read: the input is empty"},
 		{"a gzip stream cut short", string(f.uploads[0][:len(f.uploads[0])/2]), ExitUsage, "not a readable decision log: gzip"},
+		// A decision's line torn (the manager killed mid-write) is told
+		// from a line of another log: it may be a decision lost (review
+		// 187). The controllers' lines that name a decision_id are whole.
+		{"a decision's line torn", controllerOnly + `{"bundles":{"ichor":{"revision":"r"}},"decision_id":"x","input":{"csr":{"name":"csr-` + "\n",
+			ExitError, "no decision read: skipped 2 lines that are not decision-log entries; skipped 1 damaged decision-log entry (JSON cut short"},
 		// A window of the log that caught a record and not its decision
 		// (review 187: "no decision matches", exit 0).
 		{"only a record of an applied verdict", `{"msg":"Decision Log","decision_id":"r","path":"system/applied/record","input":{"decision_id":"d","object":"csr/csr-1","action":"approve","outcome":"written"}}` + "\n",

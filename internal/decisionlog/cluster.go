@@ -39,7 +39,8 @@ type Cluster struct {
 	Previous bool
 	// Unreadable, when set, is told of each pod whose log could not be read
 	// (a container still starting in a rolling update, one that never
-	// restarted with Previous): the others are read all the same.
+	// restarted with Previous): the others are read all the same. Follow
+	// tells it of a log that broke off too.
 	Unreadable func(pod string, err error)
 	// Limits bound what is read of each pod's log (see ReadLimited); its
 	// MaxEntries bounds the decisions of all of them together.
@@ -84,9 +85,7 @@ func (c Cluster) Read(ctx context.Context) ([]Entry, Skipped, []string, error) {
 			continue
 		}
 		entries = append(entries, got...)
-		skipped.Lines += s.Lines
-		skipped.Items += s.Items
-		skipped.Long += s.Long
+		skipped.Add(s)
 		read = append(read, pod.Name)
 	}
 	if len(read) == 0 && len(errs) > 0 {
@@ -135,6 +134,8 @@ func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod 
 	var errs []error
 	// foundErr is found's first error: it ends the following.
 	var foundErr error
+	// broken are the streams that broke off.
+	var broken []error
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for _, pod := range pods.Items {
@@ -178,6 +179,23 @@ func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod 
 					mu.Unlock()
 				}
 				if err != nil {
+					// A stream broken off (not a pod gone, nor the
+					// following stopped) is said at once and fails the
+					// following when it ends: its decisions stop coming
+					// while the others' still do (review 187: it ended
+					// in silence, and the command said only that the
+					// logs ended).
+					if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+						err = fmt.Errorf("follow the log of pod %s/%s, container %s: it broke off: %w", c.Namespace, name, ManagerContainer, err)
+						// Under the lock, as found: two streams may
+						// break at once (review 188).
+						mu.Lock()
+						if c.Unreadable != nil {
+							c.Unreadable(name, err)
+						}
+						broken = append(broken, err)
+						mu.Unlock()
+					}
 					return
 				}
 			}
@@ -192,5 +210,8 @@ func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod 
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
-	return followed, foundErr
+	if foundErr != nil {
+		return followed, foundErr
+	}
+	return followed, errors.Join(broken...)
 }

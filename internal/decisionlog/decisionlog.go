@@ -148,6 +148,27 @@ type Skipped struct {
 	// Long are lines longer than Limits.MaxLine: skipped unread (the rest
 	// of such a line is discarded as it streams past), whatever they hold.
 	Long int
+	// Damaged are lines that begin an entry and do not parse: JSON cut
+	// short that names a decision_id (a line torn when the manager was
+	// killed mid-write or its volume filled, or split by a log shipper).
+	// A decision may be lost in each, which a line of another log is not.
+	Damaged int
+}
+
+// Add adds o's counts to s.
+func (s *Skipped) Add(o Skipped) {
+	s.Lines += o.Lines
+	s.Items += o.Items
+	s.Long += o.Long
+	s.Damaged += o.Damaged
+}
+
+// damaged reports whether a line that is no entry is one cut short: its
+// JSON, from its first brace, does not parse and names a decision_id (the
+// controllers' lines that name one are whole JSON).
+func damaged(line []byte) bool {
+	i := bytes.IndexByte(line, '{')
+	return i >= 0 && bytes.Contains(line[i:], []byte(`"decision_id"`)) && !json.Valid(line[i:])
 }
 
 // The default bounds of a read: generous for a real log (the manager's
@@ -526,7 +547,11 @@ func readLines(br *bufio.Reader, maxLine, held, maxEntries int) ([]Entry, Skippe
 		if long {
 			skipped.Long++
 		} else if t := bytes.TrimSpace(text); len(t) > 0 {
-			if !readLine(&entries, &skipped, t) {
+			switch {
+			case readLine(&entries, &skipped, t):
+			case damaged(t):
+				skipped.Damaged++
+			default:
 				skipped.Lines++
 			}
 			if held+len(entries) > maxEntries {
@@ -770,10 +795,12 @@ func isUndefined(raw json.RawMessage) bool {
 // subject is the part of an input that names who or what a decision is about.
 type subject struct {
 	CSR *struct {
-		Name     string `json:"name"`
-		UID      string `json:"uid"`
-		Username string `json:"username"`
-		Request  struct {
+		Name string `json:"name"`
+		// ObjectUID is the request object's UID (not uid, the
+		// requesting user's); empty in logs before review 188.
+		ObjectUID string `json:"object_uid"`
+		Username  string `json:"username"`
+		Request   struct {
 			Subject []struct {
 				Name  string `json:"name"`
 				Value string `json:"value"`
@@ -791,6 +818,13 @@ type subject struct {
 	Requester *struct {
 		Username string `json:"username"`
 	} `json:"requester"`
+	// Request is a credential request's facts (its name, namespace and
+	// UID), which an issuance decision and its admission name.
+	Request *struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+		UID       string `json:"uid"`
+	} `json:"request"`
 }
 
 func (e Entry) subject() subject {
@@ -837,21 +871,29 @@ func (e Entry) Node() string {
 	return ""
 }
 
-// Object is what a CSR decision was about, as the applied records name it:
-// "csr/NAME"; empty for other decisions.
+// Object is what a decision was about, as the applied records name it:
+// "csr/NAME", or "taloscredentialrequest/NAMESPACE/NAME" for an issuance;
+// empty for other decisions.
 func (e Entry) Object() string {
 	object, _ := e.objectAndUID()
 	return object
 }
 
-// objectAndUID are Object and the UID of the CSR the entry decides, as its
+// objectAndUID are Object and the UID of the object the entry decides (a
+// CSR's metadata.uid, input.csr.object_uid; a credential request's), as its
 // input holds it ("" when it holds none), from one read of the input.
 func (e Entry) objectAndUID() (object, uid string) {
 	s := e.subject()
-	if s.CSR == nil || s.CSR.Name == "" {
-		return "", ""
+	switch {
+	case s.CSR != nil && s.CSR.Name != "":
+		return "csr/" + s.CSR.Name, s.CSR.ObjectUID
+	case e.Path == PathIssuance && s.Request != nil && s.Request.Name != "":
+		// As the issuer's record names it. Only the issuance: the
+		// webhook's admission of the same request is never applied (nor
+		// superseded) by the issuer's record.
+		return "taloscredentialrequest/" + s.Request.Namespace + "/" + s.Request.Name, s.Request.UID
 	}
-	return "csr/" + s.CSR.Name, s.CSR.UID
+	return "", ""
 }
 
 // cutReasons is the mask's key, in input.log_truncated, of the result's

@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	certificatesv1 "k8s.io/api/certificates/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -687,17 +688,19 @@ func TestAnEntryWhoseReasonsTheLogCutIsReplayed(t *testing.T) {
 		require.NoError(t, err)
 		return fmt.Sprintf(`{"msg":"Decision Log","decision_id":%q,"path":"ichor/kubelet_serving/decision","input":%s,"result":%s}`+"\n", id, in, out)
 	}
-	log := entry("messages-cut", "deny", 1) + entry("first-kept", "approve", 60)
+	log := entry("messages-cut", "deny", 1) + entry("first-kept", "approve", 60) + entry("codes-compared", "approve", 1)
 	entries, _, err := decisionlog.Read(strings.NewReader(log))
 	require.NoError(t, err)
-	require.Len(t, entries, 2)
+	require.Len(t, entries, 3)
 	assert.False(t, entries[0].Truncated())
 	rep, err := decisionlog.Replay(t.Context(), e, entries)
 	require.NoError(t, err)
 	assert.Empty(t, rep.Truncated)
-	assert.Equal(t, 2, rep.Replayed)
+	assert.Equal(t, 3, rep.Replayed)
 	assert.Equal(t, map[string]int{"deny-to-approve": 1}, rep.Directions)
 	assert.Equal(t, 1, rep.Unchanged, "the codes of a log that kept the first of 60 reasons were compared")
+	// Only the messages cut: the codes are all there, and compared.
+	assert.Equal(t, map[string]int{decisionlog.NoteReasonsChanged: 1}, rep.Notes)
 }
 
 func TestOnlyTheAppliedVerdictOfAConflictedRequestIsInEffect(t *testing.T) {
@@ -723,7 +726,8 @@ func TestOnlyTheAppliedVerdictOfAConflictedRequestIsInEffect(t *testing.T) {
 // decision a request's condition names, and on a tenant's own cluster the
 // tenant may write that condition, naming a decision about another request.
 func TestARecordNamingADecisionAboutAnotherRequestAppliesNothing(t *testing.T) {
-	const verdict = `{"msg":"Decision Log","decision_id":"%s","path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"%s","uid":"%s"}},"result":{"action":"%s","reasons":[{"code":"C","message":"m"}]}}` + "\n"
+	// The requesting user's uid is not the object's: a kubelet's is empty.
+	const verdict = `{"msg":"Decision Log","decision_id":"%s","path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"%s","uid":"","object_uid":"%s"}},"result":{"action":"%s","reasons":[{"code":"C","message":"m"}]}}` + "\n"
 	const record = `{"msg":"Decision Log","decision_id":"r-%s","path":"system/applied/record","input":{"decision_id":"%s","object":"csr/%s","uid":"%s","action":"%s","outcome":"%s"}}` + "\n"
 	var log strings.Builder
 	// csr-2: denied, the write conflicted, approved and applied.
@@ -739,10 +743,10 @@ func TestARecordNamingADecisionAboutAnotherRequestAppliesNothing(t *testing.T) {
 	// UID (csr-2 deleted and made again under its name) applies nothing
 	// either.
 	fmt.Fprintf(&log, record, "3", "c2-deny", "csr-2", "u9", "deny", "observed")
-	// csr-4: a record of a decision before the entries read cannot be
-	// checked, and applies as named: the verdict it supersedes goes.
+	// csr-4: a record of a decision the log does not hold (made up, or
+	// before the window) applies nothing (review 188): the verdict stays.
 	fmt.Fprintf(&log, verdict, "c4-deny", "csr-4", "u4", "deny")
-	fmt.Fprintf(&log, record, "4", "gone", "csr-4", "u4", "approve", "written")
+	fmt.Fprintf(&log, record, "4", "made-up", "csr-4", "u4", "approve", "observed")
 
 	entries, _, err := decisionlog.Read(strings.NewReader(log.String()))
 	require.NoError(t, err)
@@ -750,7 +754,86 @@ func TestARecordNamingADecisionAboutAnotherRequestAppliesNothing(t *testing.T) {
 	for _, e := range decisionlog.InEffect(entries) {
 		ids = append(ids, e.DecisionID)
 	}
-	assert.Equal(t, []string{"c2-approve", "c3-deny"}, ids)
+	assert.Equal(t, []string{"c2-approve", "c3-deny", "c4-deny"}, ids)
+}
+
+// A decision and the record of it, each as the manager writes them from one
+// CSR object, are matched by the object's UID, not the requesting user's
+// (review 188: the decision logged spec.uid, the record metadata.uid, so a
+// record of a CSR deleted and made again under its name applied to the new
+// one). A CSR made by a user with a UID (a service account) has its record
+// matched too.
+func TestARecordIsMatchedByTheRequestObjectsUID(t *testing.T) {
+	ctx := context.Background()
+	log := &harness.DecisionLog{}
+	e, err := engine.New(ctx, engine.Options{DecisionLog: log, ID: "test"})
+	require.NoError(t, err)
+	defer e.Stop(ctx)
+	object := func(uid types.UID, ip string) *certificatesv1.CertificateSigningRequest {
+		pemBytes, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("worker-1"), DNSNames: []string{"worker-1"}, IPs: []net.IP{net.ParseIP(ip)}})
+		require.NoError(t, err)
+		csr := csrgen.ServingObject("csr-worker-1", "worker-1", pemBytes)
+		csr.UID, csr.Spec.UID = uid, "the-requesting-users-uid"
+		return csr
+	}
+	decide := func(csr *certificatesv1.CertificateSigningRequest) string {
+		d, err := e.KubeletServing(ctx, csrinput.KubeletServing{CSR: csrinput.Build(csr),
+			Machine: &csrinput.Machine{Name: "worker-1", Namespace: "default", Cluster: "demo"}, Node: talos("worker-1", "10.5.0.2")})
+		require.NoError(t, err)
+		return d.DecisionID
+	}
+	record := func(id string, csr *certificatesv1.CertificateSigningRequest) {
+		require.NoError(t, e.RecordApplied(ctx, engine.Applied{DecisionID: id, Object: "csr/" + csr.Name, UID: string(csr.UID),
+			Action: engine.ActionApprove, Outcome: engine.AppliedObserved}))
+	}
+	// The first object: decided twice (the first write conflicted), the
+	// second applied.
+	first := object("object-1", "10.5.0.2")
+	never, applied := decide(first), decide(first)
+	record(applied, first)
+	// Deleted and made again under its name: denied, never written; its
+	// condition names the first object's applied decision, recorded at a
+	// take-over.
+	second := object("object-2", "10.5.0.9")
+	denied := decide(second)
+	record(applied, second)
+
+	entries, _, err := decisionlog.Read(strings.NewReader(log.String()))
+	require.NoError(t, err)
+	var ids []string
+	for _, e := range decisionlog.InEffect(entries) {
+		ids = append(ids, e.DecisionID)
+	}
+	assert.Equal(t, []string{applied, denied}, ids, "never applied: %s", never)
+}
+
+// An issuer whose answer's write failed decides again: the verdict never
+// stored is not in effect beside the one stored and recorded, and the
+// webhook's admission of the same request, which the issuer's record does
+// not apply, stays (review 187).
+func TestAnIssuanceNeverStoredIsNotInEffect(t *testing.T) {
+	const issuance = `{"msg":"Decision Log","decision_id":%q,"path":"ichor/credentials/issuance","input":{"request":{"name":%q,"namespace":"team-a","uid":%q,"purpose":"kubeconfig-admin"},"requester":{"username":"ichor:ada"}},"result":{"allowed":%t,"purpose":"kubeconfig-admin","reasons":[{"code":"C","message":"m"}]}}` + "\n"
+	const record = `{"msg":"Decision Log","decision_id":"r-%s","path":"system/applied/record","input":{"decision_id":%q,"object":"taloscredentialrequest/team-a/%s","uid":%q,"action":"Issued","outcome":"written"}}` + "\n"
+	var log strings.Builder
+	log.WriteString(`{"msg":"Decision Log","decision_id":"adm","path":"ichor/credentials/admission","input":{"request":{"name":"demo-x","namespace":"team-a","uid":"u1","purpose":"kubeconfig-admin"}},"result":{"allowed":true,"reasons":[{"code":"C","message":"m"}]}}` + "\n")
+	fmt.Fprintf(&log, issuance, "refused-first", "demo-x", "u1", false)
+	fmt.Fprintf(&log, issuance, "issued", "demo-x", "u1", true)
+	fmt.Fprintf(&log, record, "x", "issued", "demo-x", "u1")
+	// An issuance never stored stays: it may have made the person's admin
+	// binding, which the next one reused and which is in effect (review
+	// 188).
+	fmt.Fprintf(&log, issuance, "allowed-first", "demo-y", "u2", true)
+	fmt.Fprintf(&log, issuance, "issued-again", "demo-y", "u2", true)
+	fmt.Fprintf(&log, record, "y", "issued-again", "demo-y", "u2")
+	entries, _, err := decisionlog.Read(strings.NewReader(log.String()))
+	require.NoError(t, err)
+	require.Len(t, entries, 7)
+	assert.Equal(t, decisionlog.ActionRefused, entries[1].Action())
+	var ids []string
+	for _, e := range decisionlog.InEffect(entries) {
+		ids = append(ids, e.DecisionID)
+	}
+	assert.Equal(t, []string{"adm", "issued", "allowed-first", "issued-again"}, ids)
 }
 
 // A log holds the records that a decision was carried out in the shapes they

@@ -80,7 +80,11 @@ func (e Entry) Applied() (engine.Applied, bool) {
 // effect, without the applied-verdict records. A verdict is left out when it
 // was never applied while another verdict on the same object was: an
 // approver that decided, met a conflict writing (someone else decided, the
-// object changed) and decided again logged both. Logs without applied
+// object changed) and decided again logged both; so did an issuer whose
+// answer's write failed (review 187: its refusal never stored was listed
+// beside the issuance stored), though only a refusal: an issuance never
+// stored may have made its person's admin binding, which stays in effect
+// (review 188). Logs without applied
 // records (older managers) keep every verdict; a record that names no
 // decision (an admin binding without its annotation) applies none.
 func InEffect(entries []Entry) []Entry {
@@ -102,8 +106,10 @@ func InEffect(entries []Entry) []Entry {
 	// condition names, and whoever may write conditions on the request (a
 	// tenant, on its own cluster's API server) chose that name: naming a
 	// decision about another request made it read applied, and hid that
-	// request's own verdicts (review 177 F2). A decision not in the entries
-	// read (before the window) cannot be checked, and applies as named.
+	// request's own verdicts (review 177 F2). Nor does a record apply a
+	// decision the entries do not hold: a name made up hid the request's
+	// verdicts as surely (review 188), and one of a decision before the
+	// window read has no verdict there to leave out.
 	about := map[string][2]string{}
 	for _, e := range entries {
 		if e.Path == PathApplied {
@@ -115,7 +121,7 @@ func InEffect(entries []Entry) []Entry {
 	}
 	for _, e := range entries {
 		if a, ok := e.Applied(); ok && a.DecisionID != "" {
-			if d, ok := about[a.DecisionID]; ok && !recordNames(a, d[0], d[1]) {
+			if d, known := about[a.DecisionID]; !known || !recordNames(a, d[0], d[1]) {
 				continue
 			}
 			applied[a.DecisionID] = true
@@ -129,7 +135,7 @@ func InEffect(entries []Entry) []Entry {
 	superseded := func(e Entry) bool {
 		object, uid := e.objectAndUID()
 		uids := objects[object]
-		if object == "" || len(uids) == 0 || applied[e.DecisionID] || (e.Action() != ActionApprove && e.Action() != ActionDeny) {
+		if object == "" || len(uids) == 0 || applied[e.DecisionID] || !supersedable(e) {
 			return false
 		}
 		return uid == "" || uids[uid] || uids[""]
@@ -144,14 +150,30 @@ func InEffect(entries []Entry) []Entry {
 	return out
 }
 
+// supersedable reports whether a verdict never applied is left out beside
+// one applied on its object: a CSR's approval or denial, whose write
+// conflicted; an issuance's refusal never stored. Not an issuance allowed
+// and never stored: it may have made its person's admin binding, which the
+// next one reused, and which stays in effect (review 188).
+func supersedable(e Entry) bool {
+	switch e.Action() {
+	case ActionApprove, ActionDeny:
+		return true
+	case ActionRefused:
+		return e.Path == PathIssuance
+	}
+	return false
+}
+
 // recordNames reports whether a record names the object a decision was
-// about: by its name (as written, or cut as the decision's input has it)
-// and, where both name one, its UID.
+// about: by its name and, where both name one, its UID, each as written
+// (cut, since records are) or cut as the decision's input has it (a record
+// written before records were cut names them whole).
 func recordNames(a engine.Applied, object, uid string) bool {
 	if a.Object != object && engine.LoggedObject(a.Object) != object {
 		return false
 	}
-	return a.UID == "" || uid == "" || engine.LoggedName(a.UID) == uid
+	return a.UID == "" || uid == "" || a.UID == uid || engine.LoggedName(a.UID) == uid
 }
 
 // Verdicts are the rules' decisions, every verdict, applied or not, without

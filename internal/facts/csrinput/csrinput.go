@@ -31,13 +31,19 @@ import (
 
 // CSR is input.csr: the request object and everything its PEM carries.
 type CSR struct {
-	Name       string              `json:"name"`
-	SignerName string              `json:"signer_name"`
-	Username   string              `json:"username"`
-	UID        string              `json:"uid"`
-	Groups     []string            `json:"groups"`
-	Extra      map[string][]string `json:"extra"`
-	Usages     []string            `json:"usages"`
+	Name       string `json:"name"`
+	SignerName string `json:"signer_name"`
+	Username   string `json:"username"`
+	// UID is the requesting user's (spec.uid), as the API server named
+	// them; ObjectUID is the request object's own (metadata.uid), which
+	// no rule reads: the decision log names the object by it, so that a
+	// record that a verdict was applied is matched with its decision
+	// (review 188: they were compared with the user's).
+	UID       string              `json:"uid"`
+	ObjectUID string              `json:"object_uid"`
+	Groups    []string            `json:"groups"`
+	Extra     map[string][]string `json:"extra"`
+	Usages    []string            `json:"usages"`
 	// ExpirationSeconds is absent when the requester did not ask for a lifetime.
 	ExpirationSeconds *int32  `json:"expiration_seconds,omitempty"`
 	Request           Request `json:"request"`
@@ -147,6 +153,7 @@ func Build(csr *certificatesv1.CertificateSigningRequest) CSR {
 		SignerName: csr.Spec.SignerName,
 		Username:   csr.Spec.Username,
 		UID:        csr.Spec.UID,
+		ObjectUID:  string(csr.UID),
 		Groups:     nonNil(csr.Spec.Groups),
 		Extra:      map[string][]string{},
 		Usages:     make([]string, 0, len(csr.Spec.Usages)),

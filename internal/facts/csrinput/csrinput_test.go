@@ -270,7 +270,7 @@ func TestBuildNeverReturnsNilLists(t *testing.T) {
 	b, err := json.Marshal(got)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{
-		"name": "", "signer_name": "", "username": "", "uid": "", "groups": [], "extra": {}, "usages": [],
+		"name": "", "signer_name": "", "username": "", "uid": "", "object_uid": "", "groups": [], "extra": {}, "usages": [],
 		"request": {"pem": {"blocks": 0, "types": [], "headers": 0}, "parsed": false, "parse_error": "no PEM block found", "signature_valid": false, "signature_error": "",
 		  "signature_algorithm": "", "subject": [], "subject_alt_names": [], "extensions": [], "public_key": {"algorithm": ""}}
 	}`, string(b))
