@@ -565,6 +565,9 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 			fmt.Fprintln(o.Progress)
 			return nil, fmt.Errorf("TalosCredentialRequest %s was deleted and made again by someone else before it was answered", ref)
 		case err == nil:
+			// A read that succeeds since: the timeout is the manager's
+			// again, not an old failure's (review 188).
+			lastErr = nil
 			if ready := meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady); ready != nil {
 				fmt.Fprintf(o.Progress, " answered after %s: %s\n", time.Since(start).Round(100*time.Millisecond), ready.Reason)
 				if ready.Status != metav1.ConditionTrue {
@@ -578,8 +581,10 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 		case apierrors.IsNotFound(err):
 			fmt.Fprintln(o.Progress)
 			return nil, fmt.Errorf("TalosCredentialRequest %s was deleted before this command read an answer (by someone else, or by the manager two minutes after it answered)", ref)
-		case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
-			// Not to be waited out: no retry will be let read it.
+		case apierrors.IsForbidden(err):
+			// Not to be waited out: no retry will be let read it. (An
+			// Unauthorized is retried: client-go's exec authenticator
+			// asks its plugin for a new credential after one, review 188.)
 			fmt.Fprintln(o.Progress)
 			return nil, fmt.Errorf("reading TalosCredentialRequest %s for its answer was refused: %w (waiting for the answer needs get on taloscredentialrequests.ichor.dev in namespace %q); it stays, and may still be issued to no one", ref, err, ref.Namespace)
 		case ctx.Err() == nil:
