@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // badValues are values the chart once ignored or rendered into nonsense,
@@ -144,10 +146,31 @@ func TestTheReleaseNamespaceIsItsOwn(t *testing.T) {
 	render(t, "rbac.secretsNamespaces={team-a,team-b}")
 }
 
+// TestEveryServiceNameIsADNSLabelWhateverTheReleaseName: a release name of
+// Helm's most (53 characters) gave Services of 70, which the API server
+// refuses part-way through the install (review 189).
+func TestEveryServiceNameIsADNSLabelWhateverTheReleaseName(t *testing.T) {
+	for _, release := range []string{strings.Repeat("r", 53), strings.Repeat("r", 40) + "-ichor-policy", "ichor"} {
+		out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace)
+		require.NoError(t, err, "%s", out)
+		services := decode(t, out).all("Service", "")
+		require.NotEmpty(t, services)
+		for _, svc := range services {
+			assert.Empty(t, validation.IsDNS1035Label(svc.GetName()), "release %s: Service %s", release, svc.GetName())
+		}
+	}
+}
+
 // TestDisruptionBudgetOnlyWithReplicasToSpare: with one replica,
 // minAvailable 1 would block every drain of its node.
 func TestDisruptionBudgetOnlyWithReplicasToSpare(t *testing.T) {
 	assert.Len(t, render(t).all("PodDisruptionBudget", ""), 1)
+	// Replicas running but not ready are evicted whatever the budget:
+	// they protect nothing, and would hold every drain (review 189).
+	for _, pdb := range render(t).all("PodDisruptionBudget", "") {
+		policy, _, _ := unstructured.NestedString(pdb.Object, "spec", "unhealthyPodEvictionPolicy")
+		assert.Equal(t, "AlwaysAllow", policy)
+	}
 	assert.Len(t, render(t, "replicaCount=3").all("PodDisruptionBudget", ""), 1)
 	assert.Empty(t, render(t, "replicaCount=1").all("PodDisruptionBudget", ""))
 	assert.Empty(t, render(t, "podDisruptionBudget.enabled=false").all("PodDisruptionBudget", ""))

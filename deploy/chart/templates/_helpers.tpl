@@ -7,14 +7,20 @@ unless the release name already contains it (Helm's convention).
 {{- end }}
 
 {{- define "ichor-policy.fullname" -}}
+{{- /*
+At most 55 characters, not 63: the Services are named it and "-webhook" or
+"-metrics", and a Service's name is a DNS label of at most 63 (review 189:
+a release name of 43 to 53 characters failed part-way through the install,
+so no release of a longer full name ever ran to be renamed by this).
+*/}}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- .Values.fullnameOverride | trunc 55 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- .Release.Name | trunc 55 | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Name $name | trunc 55 | trimSuffix "-" }}
 {{- end }}
 {{- end }}
 {{- end }}
