@@ -41,6 +41,13 @@ type Applied struct {
 	UID        string `json:"uid"`
 	Action     string `json:"action"`
 	Outcome    string `json:"outcome"`
+	// Adopted marks a record made by a replica that took the cluster over:
+	// it names the decision the request's condition names, which whoever
+	// may write conditions there (a tenant, on its own API server) chose,
+	// so a reader applies it only to a decision its log holds about that
+	// request (review 190). The manager's records of its own writes name
+	// its own decisions.
+	Adopted bool `json:"adopted,omitempty"`
 }
 
 // MaxLoggedValue is the mask's max_logged_value_length

@@ -137,14 +137,18 @@ func (p *pass) settle(ctx context.Context, csr *certificatesv1.CertificateSignin
 		case named && p.adopts(csr):
 			owed = &engine.Applied{
 				DecisionID: decision.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: decision.Action, Outcome: engine.AppliedObserved,
+				Adopted: true,
 			}
 		case named:
 			log.FromContext(ctx).Info("the request's condition names a decision this replica did not write on it; not recorded as applied",
 				"csr", csr.Name, "condition_decision_id", decision.ID)
 		}
 	case named:
+		// Reached only by a cluster's adoption (a request with no failed
+		// write of this replica's is settled only then).
 		owed = &engine.Applied{
 			DecisionID: decision.ID, Object: "csr/" + csr.Name, UID: string(csr.UID), Action: decision.Action, Outcome: engine.AppliedObserved,
+			Adopted: true,
 		}
 	}
 	if owed != nil {

@@ -592,6 +592,9 @@ func TestAnAdoptionIsSettledOnlyOnceItsVerdictsAreRecorded(t *testing.T) {
 	_, err = f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), rec.recorded.Load(), "the verdict was not recorded at the next pass")
+	// Marked as a take-over's: it names the decision the condition names,
+	// which a reader applies only if its log holds it (review 190).
+	assert.Equal(t, int64(1), rec.adopted.Load(), "a take-over's record not marked adopted")
 	assert.Equal(t, 1, settledCalls)
 	assert.True(t, f.r.adoptions.peek(f.cluster).since.IsZero())
 }

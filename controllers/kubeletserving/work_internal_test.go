@@ -475,10 +475,15 @@ func TestARequestWhoseWriteKeepsFailingCountsAsPending(t *testing.T) {
 type recordingDecider struct {
 	*decider
 	recorded atomic.Int64
+	// adopted counts the records marked made at a take-over.
+	adopted atomic.Int64
 }
 
-func (d *recordingDecider) RecordApplied(context.Context, engine.Applied) error {
+func (d *recordingDecider) RecordApplied(_ context.Context, a engine.Applied) error {
 	d.recorded.Add(1)
+	if a.Adopted {
+		d.adopted.Add(1)
+	}
 	return nil
 }
 
@@ -518,6 +523,7 @@ func TestASettledRequestIsRecordedAppliedOnce(t *testing.T) {
 		wg.Wait()
 	}
 	assert.Equal(t, int64(rounds), rec.recorded.Load(), "one failed write's decision recorded applied more than once")
+	assert.Zero(t, rec.adopted.Load(), "a record of this replica's own write marked as a take-over's")
 }
 
 // Review 6 L3: a request the API server refuses for good backs off on its

@@ -728,25 +728,31 @@ func TestOnlyTheAppliedVerdictOfAConflictedRequestIsInEffect(t *testing.T) {
 func TestARecordNamingADecisionAboutAnotherRequestAppliesNothing(t *testing.T) {
 	// The requesting user's uid is not the object's: a kubelet's is empty.
 	const verdict = `{"msg":"Decision Log","decision_id":"%s","path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"%s","uid":"","object_uid":"%s"}},"result":{"action":"%s","reasons":[{"code":"C","message":"m"}]}}` + "\n"
-	const record = `{"msg":"Decision Log","decision_id":"r-%s","path":"system/applied/record","input":{"decision_id":"%s","object":"csr/%s","uid":"%s","action":"%s","outcome":"%s"}}` + "\n"
+	const record = `{"msg":"Decision Log","decision_id":"r-%s","path":"system/applied/record","input":{"decision_id":"%s","object":"csr/%s","uid":"%s","action":"%s","outcome":"%s","adopted":%t}}` + "\n"
 	var log strings.Builder
 	// csr-2: denied, the write conflicted, approved and applied.
 	fmt.Fprintf(&log, verdict, "c2-deny", "csr-2", "u2", "deny")
 	fmt.Fprintf(&log, verdict, "c2-approve", "csr-2", "u2", "approve")
-	fmt.Fprintf(&log, record, "1", "c2-approve", "csr-2", "u2", "approve", "written")
+	fmt.Fprintf(&log, record, "1", "c2-approve", "csr-2", "u2", "approve", "written", false)
 	// csr-3: denied; its condition, written by the tenant, names csr-2's
 	// verdict never applied, and a replica taking the cluster over
 	// records it.
 	fmt.Fprintf(&log, verdict, "c3-deny", "csr-3", "u3", "deny")
-	fmt.Fprintf(&log, record, "2", "c2-deny", "csr-3", "u3", "deny", "observed")
+	fmt.Fprintf(&log, record, "2", "c2-deny", "csr-3", "u3", "deny", "observed", true)
 	// The same decision named with the right object but another request's
 	// UID (csr-2 deleted and made again under its name) applies nothing
 	// either.
-	fmt.Fprintf(&log, record, "3", "c2-deny", "csr-2", "u9", "deny", "observed")
-	// csr-4: a record of a decision the log does not hold (made up, or
-	// before the window) applies nothing (review 188): the verdict stays.
+	fmt.Fprintf(&log, record, "3", "c2-deny", "csr-2", "u9", "deny", "observed", true)
+	// csr-4: a take-over's record of a decision the log does not hold (a
+	// name made up) applies nothing (review 188): the verdict stays.
 	fmt.Fprintf(&log, verdict, "c4-deny", "csr-4", "u4", "deny")
-	fmt.Fprintf(&log, record, "4", "made-up", "csr-4", "u4", "approve", "observed")
+	fmt.Fprintf(&log, record, "4", "made-up", "csr-4", "u4", "approve", "observed", true)
+	// csr-5: the manager's record of its own write names its own decision,
+	// which the log read may not hold (the window began after it, or its
+	// replica's log was not read): it applies, and the verdict never
+	// applied goes (review 190).
+	fmt.Fprintf(&log, verdict, "c5-deny", "csr-5", "u5", "deny")
+	fmt.Fprintf(&log, record, "5", "before-the-window", "csr-5", "u5", "approve", "written", false)
 
 	entries, _, err := decisionlog.Read(strings.NewReader(log.String()))
 	require.NoError(t, err)

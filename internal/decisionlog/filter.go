@@ -106,10 +106,12 @@ func InEffect(entries []Entry) []Entry {
 	// condition names, and whoever may write conditions on the request (a
 	// tenant, on its own cluster's API server) chose that name: naming a
 	// decision about another request made it read applied, and hid that
-	// request's own verdicts (review 177 F2). Nor does a record apply a
-	// decision the entries do not hold: a name made up hid the request's
-	// verdicts as surely (review 188), and one of a decision before the
-	// window read has no verdict there to leave out.
+	// request's own verdicts (review 177 F2). Nor does such a record, made
+	// at a take-over (Adopted), apply a decision the entries do not hold: a
+	// name made up hid the request's verdicts as surely (review 188). A
+	// record of the manager's own write names its own decision, and applies
+	// it though the entries read do not hold it (the window began after
+	// it, or its replica's log was not read: review 190).
 	about := map[string][2]string{}
 	for _, e := range entries {
 		if e.Path == PathApplied {
@@ -121,7 +123,7 @@ func InEffect(entries []Entry) []Entry {
 	}
 	for _, e := range entries {
 		if a, ok := e.Applied(); ok && a.DecisionID != "" {
-			if d, known := about[a.DecisionID]; !known || !recordNames(a, d[0], d[1]) {
+			if d, known := about[a.DecisionID]; (known && !recordNames(a, d[0], d[1])) || (!known && a.Adopted) {
 				continue
 			}
 			applied[a.DecisionID] = true
