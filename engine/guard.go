@@ -535,12 +535,23 @@ func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval t
 		}
 		e.guard.setPersisted(n)
 		e.sayIfBehind()
-		switch active, deferred := e.guard.toRestore(n, before); {
-		case active > 0:
+		if active, deferred := e.guard.toRestore(n, before); active > 0 {
 			e.restoreEpoch(ctx, store, n, active)
-		case !deferred:
-			e.metrics.epochRecord(false)
+		} else if !deferred {
+			e.recordFine(before)
 		}
+	}
+}
+
+// recordFine says the record is fine, read when raisedCount was before,
+// unless an activation's raise has begun since: under the guard's lock, so
+// that a raise that fails and says so (within its raising) is never
+// followed by this read's older word (review 190).
+func (e *Engine) recordFine(before uint64) {
+	e.guard.mu.Lock()
+	defer e.guard.mu.Unlock()
+	if e.guard.raises == 0 && e.guard.raised == before {
+		e.metrics.epochRecord(false)
 	}
 }
 
