@@ -558,6 +558,8 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 	// plugin the progress goes nowhere, and the timeout alone blamed the
 	// manager (review 186).
 	var lastErr error
+	// unauthorized counts the reads refused as Unauthorized.
+	unauthorized := 0
 	for {
 		err := c.Get(ctx, ref, tcr)
 		switch {
@@ -567,7 +569,7 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 		case err == nil:
 			// A read that succeeds since: the timeout is the manager's
 			// again, not an old failure's (review 188).
-			lastErr = nil
+			lastErr, unauthorized = nil, 0
 			if ready := meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady); ready != nil {
 				fmt.Fprintf(o.Progress, " answered after %s: %s\n", time.Since(start).Round(100*time.Millisecond), ready.Reason)
 				if ready.Status != metav1.ConditionTrue {
@@ -582,13 +584,21 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 			fmt.Fprintln(o.Progress)
 			return nil, fmt.Errorf("TalosCredentialRequest %s was deleted before this command read an answer (by someone else, or by the manager two minutes after it answered)", ref)
 		case apierrors.IsForbidden(err):
-			// Not to be waited out: no retry will be let read it. (An
-			// Unauthorized is retried: client-go's exec authenticator
-			// asks its plugin for a new credential after one, review 188.)
+			// Not to be waited out: no retry will be let read it.
 			fmt.Fprintln(o.Progress)
 			return nil, fmt.Errorf("reading TalosCredentialRequest %s for its answer was refused: %w (waiting for the answer needs get on taloscredentialrequests.ichor.dev in namespace %q); it stays, and may still be issued to no one", ref, err, ref.Namespace)
+		case apierrors.IsUnauthorized(err) && unauthorized >= maxUnauthorized:
+			// Retried a few times, since client-go's exec authenticator
+			// asks its plugin for a new credential after one (review 188);
+			// not until the timeout, for a token revoked or a certificate
+			// expired (review 190).
+			fmt.Fprintln(o.Progress)
+			return nil, fmt.Errorf("reading TalosCredentialRequest %s for its answer was refused %d times: %w (your kubeconfig's credential is no longer accepted: log in again); it stays, and may still be issued to no one", ref, unauthorized+1, err)
 		case ctx.Err() == nil:
 			lastErr = err
+			if apierrors.IsUnauthorized(err) {
+				unauthorized++
+			}
 			fmt.Fprintf(o.Progress, " (reading it failed, retrying: %v)", err)
 		}
 		select {
@@ -613,6 +623,10 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 		}
 	}
 }
+
+// maxUnauthorized is how many reads of the answer refused as Unauthorized
+// in a row are retried.
+const maxUnauthorized = 3
 
 // unanswered is err said as the API server not answering within timeout,
 // when that is why it ended the exchange, not an interruption: the

@@ -1,0 +1,87 @@
+package credclient
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// waitingClient is a client of an API server that creates a request and
+// then answers its reads with what read says for the nth: a pure unit test
+// of the wait's loop (the whole exchange against a real API server is in
+// exec_test.go).
+func waitingClient(t *testing.T, read func(n int64) error) client.Client {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	require.NoError(t, ichorv1alpha1.AddToScheme(scheme))
+	require.NoError(t, authenticationv1.AddToScheme(scheme))
+	var reads atomic.Int64
+	return fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if review, ok := obj.(*authenticationv1.SelfSubjectReview); ok {
+				review.Status.UserInfo.Username = "ichor:ada"
+				return nil
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := read(reads.Add(1)); err != nil {
+				return err
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	}).Build()
+}
+
+func waitFor(t *testing.T, c client.Client, timeout time.Duration) error {
+	t.Helper()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	_, err = requestCredential(t.Context(), c, Request{Cluster: "prod", Timeout: timeout, Progress: io.Discard},
+		"team-a", "prod", ichorv1alpha1.PurposeKubeconfigAdmin, key, engine.CredentialRequirements{})
+	return err
+}
+
+// A credential your API server no longer accepts ends the wait after a few
+// reads, saying so, not after the whole timeout as a manager that did not
+// answer (review 190); one refused once is read again, as client-go's exec
+// authenticator renews a credential after a 401 (review 188).
+func TestAWaitRefusedAsUnauthorizedEndsSoon(t *testing.T) {
+	unauthorized := apierrors.NewUnauthorized("the token was revoked")
+	err := waitFor(t, waitingClient(t, func(int64) error { return unauthorized }), 20*time.Second)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "your kubeconfig's credential is no longer accepted")
+
+	// Refused once, then read: the wait goes on to its timeout, and the
+	// timeout is the manager's, not the old refusal's.
+	err = waitFor(t, waitingClient(t, func(n int64) error {
+		if n == 1 {
+			return unauthorized
+		}
+		return nil
+	}), 3*time.Second)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "is the Ichor manager running?")
+	assert.NotContains(t, err.Error(), "the last read failed")
+
+	// A read that keeps failing otherwise is named when the time is up.
+	err = waitFor(t, waitingClient(t, func(int64) error { return apierrors.NewInternalError(io.ErrUnexpectedEOF) }), 2*time.Second)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the last read failed")
+}
