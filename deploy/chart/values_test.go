@@ -29,6 +29,9 @@ var badValues = map[string]string{
 	"webhook.port=70000":        "at '/webhook/port': maximum",
 	"manager.talosTimeout=10":   "at '/manager/talosTimeout'",
 	"monitoring.prometheus=yes": "additional properties 'prometheus' not allowed",
+	// Twice the same Role and RoleBinding, which an install refuses as
+	// already there (review 189).
+	"rbac.secretsNamespaces={team-a,team-a}": "at '/rbac/secretsNamespaces'",
 	// Names written into the chart's CEL (review 24: a service account name
 	// closed the CEL string) and its objects.
 	"serviceAccount.name=x' || 'a' == 'a": "at '/serviceAccount/name'",
@@ -158,6 +161,13 @@ func TestEveryServiceNameIsADNSLabelWhateverTheReleaseName(t *testing.T) {
 		for _, svc := range services {
 			assert.Empty(t, validation.IsDNS1035Label(svc.GetName()), "release %s: Service %s", release, svc.GetName())
 		}
+	}
+	// Names Helm takes that no Service can be named after: refused at once,
+	// saying why, not part-way through the install (review 190).
+	for _, release := range []string{"1ichor", "a.b"} {
+		out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", namespace)
+		require.Error(t, err, "release %s rendered", release)
+		assert.Contains(t, string(out), "is no DNS label that starts with a letter", release)
 	}
 }
 

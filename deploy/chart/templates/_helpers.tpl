@@ -7,6 +7,14 @@ unless the release name already contains it (Helm's convention).
 {{- end }}
 
 {{- define "ichor-policy.fullname" -}}
+{{- include "ichor-policy.fullnameUnchecked" . }}
+{{- $full := include "ichor-policy.fullnameUnchecked" . }}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $full) }}
+{{- fail (printf "the full name %q (the release name, or fullnameOverride) is no DNS label that starts with a letter: the Services named after it would be refused part-way through the install. Give a release name of lowercase letters, digits and '-' that starts with a letter, or set fullnameOverride" $full) }}
+{{- end }}
+{{- end }}
+
+{{- define "ichor-policy.fullnameUnchecked" -}}
 {{- /*
 At most 55 characters, not 63: the Services are named it and "-webhook" or
 "-metrics", and a Service's name is a DNS label of at most 63 (review 189:
