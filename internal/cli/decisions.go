@@ -295,9 +295,9 @@ func clusterSource(s streams, src sourceFlags, limits decisionlog.Limits) (decis
 	}, nil
 }
 
-// checkRead says on standard error what was read from where, and what was
-// skipped, and fails when no decision was read.
-func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped, from string) error {
+// skippedNotes says what a read skipped, "" when nothing: other logs'
+// lines and values, damaged entries, lines past the bound.
+func skippedNotes(skipped decisionlog.Skipped) string {
 	var parts []string
 	if skipped.Lines > 0 {
 		parts = append(parts, plural(skipped.Lines, "line", "lines"))
@@ -322,7 +322,13 @@ func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped, 
 		// Whatever they hold, unread: say so, and how to read them.
 		notes = append(notes, "skipped "+plural(skipped.Long, "line", "lines")+" longer than --max-line-bytes, unread (the flag raises the bound)")
 	}
-	what = strings.Join(notes, "; ")
+	return strings.Join(notes, "; ")
+}
+
+// checkRead says on standard error what was read from where, and what was
+// skipped, and fails when no decision was read.
+func checkRead(s streams, all []decisionlog.Entry, skipped decisionlog.Skipped, from string) error {
+	what := skippedNotes(skipped)
 	if len(all) == 0 {
 		if what == "" {
 			what = "the input is empty"
@@ -1050,7 +1056,7 @@ func followDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []str
 		since = &metav1.Time{Time: crit.Since}
 	}
 	rows := output.tablePrinter()
-	pods, err := c.Follow(cmd.Context(), since, func(_ string, e decisionlog.Entry) error {
+	pods, skipped, err := c.Follow(cmd.Context(), since, func(_ string, e decisionlog.Entry) error {
 		if (!all && len(decisionlog.Verdicts([]decisionlog.Entry{e})) == 0) || len(decisionlog.Filter([]decisionlog.Entry{e}, crit)) == 0 {
 			return nil
 		}
@@ -1066,6 +1072,11 @@ func followDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []str
 		}
 		return output.print(s.out, d)
 	})
+	// What may have held a decision and was not read is said however the
+	// following ends (review 190: it went unsaid).
+	if notes := skippedNotes(skipped); notes != "" {
+		fmt.Fprintf(s.err, "ichor: %s\n", notes)
+	}
 	if err != nil {
 		return err
 	}

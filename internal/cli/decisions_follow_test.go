@@ -126,12 +126,19 @@ func TestDecisionsFollowUsage(t *testing.T) {
 func TestDecisionsFollowSaysALogThatBrokeOff(t *testing.T) {
 	f := newDecisionsFixture(t)
 	logs := f.kubectlLogs()
+	lines := strings.SplitAfter(logs, "\n")
 	srv, _ := apiServerWithPodLogs(t, map[string]string{
 		"ichor-policy-7d9c6b8f5-a": logs,
-		"ichor-policy-7d9c6b8f5-b": brokenStream + logs[:len(logs)/2],
+		// Broken off between two lines.
+		"ichor-policy-7d9c6b8f5-b": brokenStream + strings.Join(lines[:len(lines)/2], ""),
+		// A decision's line torn, and one past --max-line-bytes: each may
+		// be a decision lost, and is said (review 190).
+		"ichor-policy-7d9c6b8f5-c": `{"bundles":{"ichor":{"revision":"r"}},"decision_id":"x","input":{"csr":` + "\n" + strings.Repeat("x", 5000) + "\n",
 	})
-	code, stdout, stderr, _ := decisionsRun(t, "", "decisions", "list", "--from-cluster", "--follow", "--kubeconfig", kubeconfigFor(t, srv.URL, ""))
+	code, stdout, stderr, _ := decisionsRun(t, "", "decisions", "list", "--from-cluster", "--follow", "--max-line-bytes", "4096", "--kubeconfig", kubeconfigFor(t, srv.URL, ""))
 	assert.Equal(t, ExitError, code, stderr)
 	assert.Contains(t, stderr, "follow the log of pod ichor-system/ichor-policy-7d9c6b8f5-b, container manager: it broke off")
+	assert.Contains(t, stderr, "skipped 1 damaged decision-log entry")
+	assert.Contains(t, stderr, "skipped 1 line longer than --max-line-bytes")
 	assert.Contains(t, stdout, f.two, "the other pod's decisions, as they came")
 }

@@ -120,11 +120,11 @@ func (c Cluster) readPod(ctx context.Context, name string, limits Limits) ([]Ent
 // returns the pods followed when every stream has ended (a pod gone) or ctx
 // is done. Pods that start after it began are not followed (kubectl logs -f
 // follows those it found too).
-func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod string, e Entry) error) ([]string, error) {
+func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod string, e Entry) error) ([]string, Skipped, error) {
 	selector := cmp.Or(c.Selector, ManagerSelector)
 	pods, err := c.Client.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
-		return nil, fmt.Errorf("list the manager's pods in namespace %s (%s): %w", c.Namespace, selector, err)
+		return nil, Skipped{}, fmt.Errorf("list the manager's pods in namespace %s (%s): %w", c.Namespace, selector, err)
 	}
 	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
 	limits := c.Limits.withDefaults()
@@ -136,6 +136,10 @@ func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod 
 	var foundErr error
 	// broken are the streams that broke off.
 	var broken []error
+	// skipped counts what may have held a decision and was not read: lines
+	// longer than the bound, and entries cut short (other logs' lines are
+	// not counted: they are most of what a log holds).
+	var skipped Skipped
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for _, pod := range pods.Items {
@@ -148,9 +152,13 @@ func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod 
 		if err != nil {
 			err = fmt.Errorf("follow the log of pod %s/%s, container %s: %w", c.Namespace, pod.Name, ManagerContainer, err)
 			errs = append(errs, err)
+			// Under the lock: the streams opened before this one may be
+			// telling of theirs meanwhile (review 190).
+			mu.Lock()
 			if c.Unreadable != nil {
 				c.Unreadable(pod.Name, err)
 			}
+			mu.Unlock()
 			continue
 		}
 		followed = append(followed, pod.Name)
@@ -164,11 +172,20 @@ func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod 
 				var long bool
 				var err error
 				text, long, err = nextLine(br, text[:0], limits.MaxLine)
-				if t := bytes.TrimSpace(text); !long && len(t) > 0 {
-					var entries []Entry
-					var skipped Skipped
-					readLine(&entries, &skipped, t)
+				if long {
 					mu.Lock()
+					skipped.Long++
+					mu.Unlock()
+				} else if t := bytes.TrimSpace(text); len(t) > 0 {
+					var entries []Entry
+					var lines Skipped
+					if !readLine(&entries, &lines, t) && damaged(t) {
+						// Counted as Read counts them: a decision
+						// may be lost in each (review 190).
+						lines.Damaged++
+					}
+					mu.Lock()
+					skipped.Add(Skipped{Long: lines.Long, Damaged: lines.Damaged})
 					for _, e := range entries {
 						if foundErr == nil {
 							if foundErr = found(name, e); foundErr != nil {
@@ -203,15 +220,15 @@ func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod 
 	}
 	if len(followed) == 0 {
 		if len(errs) > 0 {
-			return nil, errors.Join(errs...)
+			return nil, Skipped{}, errors.Join(errs...)
 		}
-		return nil, fmt.Errorf("no pod in namespace %s matches %s with a container named %s: give the manager's namespace (-n) or its pods' labels (--selector)", c.Namespace, selector, ManagerContainer)
+		return nil, Skipped{}, fmt.Errorf("no pod in namespace %s matches %s with a container named %s: give the manager's namespace (-n) or its pods' labels (--selector)", c.Namespace, selector, ManagerContainer)
 	}
 	wg.Wait()
 	mu.Lock()
 	defer mu.Unlock()
 	if foundErr != nil {
-		return followed, foundErr
+		return followed, skipped, foundErr
 	}
-	return followed, errors.Join(broken...)
+	return followed, skipped, errors.Join(broken...)
 }
