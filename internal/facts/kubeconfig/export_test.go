@@ -18,3 +18,11 @@ func ExpireLocal(l *Local) {
 	defer l.mu.Unlock()
 	l.readAt = time.Time{}
 }
+
+// SetHTTP2HealthCheck sets how long a connection to a tenant may be silent
+// before it is pinged and how long the ping may take, until restore.
+func SetHTTP2HealthCheck(idle, ping time.Duration) (restore func()) {
+	oldIdle, oldPing := http2ReadIdleTimeout, http2PingTimeout
+	http2ReadIdleTimeout, http2PingTimeout = idle, ping
+	return func() { http2ReadIdleTimeout, http2PingTimeout = oldIdle, oldPing }
+}

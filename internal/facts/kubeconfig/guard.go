@@ -128,6 +128,15 @@ func answerTooLarge(ctx context.Context, err error) error {
 	return err
 }
 
+// How long a connection to a tenant's server may be silent before it is
+// pinged, and how long the ping may go unanswered before the connection is
+// closed: client-go's own (HTTP2_READ_IDLE_TIMEOUT_SECONDS,
+// HTTP2_PING_TIMEOUT_SECONDS). Variables for the tests alone.
+var (
+	http2ReadIdleTimeout = 30 * time.Second
+	http2PingTimeout     = 15 * time.Second
+)
+
 // RESTConfig is the client configuration of the document's server
 // (Document.RESTConfig) whose every connection is checked, not only the
 // first probe: each TLS handshake refuses a peer that presents the local API
@@ -220,9 +229,19 @@ func (l *Local) RESTConfig(ctx context.Context, tenant string, d *Document, inse
 		// (review 165). A watch's events and a list's pages are read as
 		// they come, so a small window costs them nothing but a round trip
 		// a window.
+		//
+		// And a connection that goes silent is pinged, and closed when the
+		// ping is not answered: client-go sets this health check on the
+		// transports it makes, never on one it is given, and without it a
+		// watch on a path that dropped its packets (a load balancer's
+		// backend gone) held the cache synced on nothing for the TCP
+		// keepalive's many minutes, or for good behind a middlebox that
+		// keeps the connection (review 191).
 		HTTP2: &http.HTTP2Config{
 			MaxReceiveBufferPerStream:     MaxReceiveBufferPerStream,
 			MaxReceiveBufferPerConnection: 4 * MaxReceiveBufferPerStream,
+			SendPingTimeout:               http2ReadIdleTimeout,
+			PingTimeout:                   http2PingTimeout,
 		},
 	}
 	// A tenant's server chooses its warnings' text and number: the

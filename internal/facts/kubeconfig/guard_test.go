@@ -932,3 +932,84 @@ func TestAHangingReReadOfTheLocalIdentityHoldsUpNoTenant(t *testing.T) {
 	require.Eventually(t, func() bool { return held.Load() > 0 }, 10*time.Second, 10*time.Millisecond, "the tenant's connection did not start the re-read")
 	_ = relay.Close()
 }
+
+// A connection to a tenant's server that goes silent (a path that drops
+// its packets: a load balancer's backend gone) is pinged and closed, so a
+// watch on it ends and is made again, not held open on nothing while the
+// cache says it is synced (review 191: client-go sets this health check
+// only on the transports it makes).
+func TestASilentConnectionToATenantIsClosed(t *testing.T) {
+	defer kubeconfig.SetHTTP2HealthCheck(300*time.Millisecond, 300*time.Millisecond)()
+	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	cert, ca := selfSigned(t)
+	tenant := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"type":"ADDED"`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	tenant.EnableHTTP2 = true
+	tenant.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	tenant.StartTLS()
+	t.Cleanup(tenant.Close)
+	// The path: bytes pass until it goes silent, then none either way,
+	// the connection left open.
+	silent := make(chan struct{})
+	proxy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { proxy.Close() })
+	go func() {
+		for {
+			in, err := proxy.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", tenant.Listener.Addr().String())
+			if err != nil {
+				in.Close()
+				return
+			}
+			t.Cleanup(func() { in.Close(); out.Close() })
+			pass := func(dst, src net.Conn) {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					select {
+					case <-silent:
+						return
+					default:
+					}
+					if err != nil {
+						return
+					}
+					if _, err := dst.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+			}
+			go pass(out, in)
+			go pass(in, out)
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	server := "https://" + proxy.Addr().String()
+	cfg, err := localOf(local).RESTConfig(ctx, "tenant", kubeconfig.Read(tenantKubeconfig(server, ca)), false)
+	require.NoError(t, err)
+	client, err := rest.HTTPClientFor(cfg)
+	require.NoError(t, err)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+"/apis/certificates.k8s.io/v1/certificatesigningrequests?watch=true", nil)
+	require.NoError(t, err)
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, 2, resp.ProtoMajor, "the answer came over %s, not HTTP/2", resp.Proto)
+	first := make([]byte, 4)
+	_, err = io.ReadFull(resp.Body, first)
+	require.NoError(t, err)
+	close(silent)
+	_, err = io.Copy(io.Discard, resp.Body)
+	require.Error(t, err, "the answer ended as if whole")
+	assert.NoError(t, ctx.Err(), "the read ended only at the test's deadline: the silent connection was never closed")
+}
