@@ -599,8 +599,19 @@ func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch
 	// An event past its bound ends the stream inside client-go, which keeps
 	// only its message: the transport tells it here.
 	ctx = kubeconfig.WithAnswerTooLarge(ctx, func(err error) { _ = c.told(limitError{err}) })
+	// An API server ends a watch when the time it was asked for is up: one
+	// that keeps it open past that, sending nothing while it answers the
+	// connection's pings, held the cache synced on nothing for good
+	// (review 191). Ended then, and said.
+	var until time.Duration
+	cancel := context.CancelFunc(func() {})
+	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
+		until = time.Duration(*opts.TimeoutSeconds) * time.Second
+		ctx, cancel = context.WithTimeout(ctx, until+watchOverdue)
+	}
 	w, err := c.inner.WatchWithContext(ctx, opts)
 	if err != nil {
+		cancel()
 		return nil, c.unanswered(ctx, c.unreached(c.tooLarge(err)))
 	}
 	c.answered()
@@ -610,8 +621,14 @@ func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch
 		// what the cache holds until then is kept, as client-go keeps it.
 		initial = c.beginListing()
 	}
-	return newCountingWatch(w, c, initial), nil
+	cw := newCountingWatch(w, c, initial)
+	cw.overdue(ctx, cancel, until)
+	return cw, nil
 }
+
+// watchOverdue is how long past the time it was asked for a tenant's API
+// server may keep a watch open (a variable for the tests alone).
+var watchOverdue = time.Minute
 
 // countingWatch passes a watch's events through, counting each CSR on its
 // way into the cache, and ends it with an error event past the limits.
@@ -635,6 +652,26 @@ func newCountingWatch(inner watch.Interface, counts *countedCSRs, initial *tally
 	return w
 }
 
+// overdue watches ctx, whose deadline is the time the watch was asked for
+// (until) and watchOverdue: past it the watch is stopped and the server's
+// answer refused, as what no API server does. cancel is called when the
+// watch ends either way.
+func (w *countingWatch) overdue(ctx context.Context, cancel context.CancelFunc, until time.Duration) {
+	go func() {
+		defer cancel()
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+		}
+		// Whichever came first: the deadline also ends the stream, and
+		// the loop with it.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			_ = w.counts.told(invalidAnswer("the API server of cluster %s kept a watch of its CSRs open past the %s it was asked for, sending nothing that ended it: an API server ends a watch then", w.counts.limits.cluster, until))
+		}
+		w.Stop()
+	}()
+}
+
 func (w *countingWatch) ResultChan() <-chan watch.Event { return w.result }
 
 func (w *countingWatch) Stop() {
@@ -644,6 +681,9 @@ func (w *countingWatch) Stop() {
 
 func (w *countingWatch) loop() {
 	defer close(w.result)
+	// Done when the stream ends too, not only when stopped: what waits on
+	// the watch (overdue) ends with it.
+	defer w.stop.Do(func() { close(w.done) })
 	// Ended before all its first events came: the cache keeps what it
 	// held.
 	defer func() { w.counts.endListing(w.initial, false) }()

@@ -602,3 +602,65 @@ func TestARemoteServersRefusalHasAReasonOfItsOwn(t *testing.T) {
 	}
 	assert.ErrorAs(t, together, new(tenantBoundError), "a crossing together no longer wakes a sibling")
 }
+
+// A tenant's API server that keeps a watch open past the time it was asked
+// for, sending nothing (while it answers the connection's pings), had the
+// cache synced on nothing for good: the watch is ended, and the cluster
+// told why (review 191). One that ends in time is not.
+func TestAWatchKeptOpenPastItsTimeIsEndedAndSaid(t *testing.T) {
+	old := watchOverdue
+	watchOverdue = 100 * time.Millisecond
+	t.Cleanup(func() { watchOverdue = old })
+	var endsItself atomic.Bool
+	inner := &toolscache.ListWatch{WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		w := watch.NewFake()
+		go func() {
+			// The stream ends with its context, as client-go's does; a
+			// server that keeps its word ends it at the time asked.
+			var asked <-chan time.Time
+			if endsItself.Load() {
+				asked = time.After(time.Duration(*opts.TimeoutSeconds) * time.Second)
+			}
+			select {
+			case <-ctx.Done():
+			case <-asked:
+			}
+			w.Stop()
+		}()
+		return w, nil
+	}}
+	c := &countedCSRs{limits: remoteLimits{maxCSRs: 3, maxBytes: 1 << 20, cluster: types.NamespacedName{Namespace: "t", Name: "c"}, tenant: &tenantUsage{}}, inner: inner}
+	told := make(chan error, 1)
+	c.limits.afterStart = &atomic.Pointer[func(error)]{}
+	c.limits.exceededAfterStart(func(err error) { told <- err })
+	timeout := int64(1)
+	drain := func() {
+		w, err := c.watch(t.Context(), metav1.ListOptions{TimeoutSeconds: &timeout})
+		require.NoError(t, err)
+		defer w.Stop()
+		deadline := time.After(30 * time.Second)
+		for {
+			select {
+			case _, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+			case <-deadline:
+				t.Fatal("the watch was never ended")
+			}
+		}
+	}
+
+	drain()
+	select {
+	case err := <-told:
+		assert.ErrorContains(t, err, "kept a watch of its CSRs open past the 1s it was asked for")
+	case <-time.After(30 * time.Second):
+		t.Fatal("a watch kept open past its time was never said")
+	}
+
+	endsItself.Store(true)
+	drain()
+	// Its overdue check ends with it: nothing told, then or later.
+	require.Never(t, func() bool { return len(told) > 0 }, 2*time.Second, 50*time.Millisecond, "a watch ended in time was said to be kept open")
+}
