@@ -1,6 +1,7 @@
 package kubeletserving
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -172,7 +173,23 @@ type countedCSRs struct {
 	// refusedSince when the failures became the server refusing the
 	// manager's credential (401, 403), with no other failure since.
 	failingSince, refusedSince time.Time
+	// overdue is how long past the time it was asked for the server may
+	// keep a watch open, and listFor how long a list's page may take;
+	// zero: watchOverdue, listTimeout (set by the tests alone).
+	overdue, listFor time.Duration
 }
+
+// How long past the time it was asked for a tenant's API server may keep a
+// watch open, and how long a list's page may take, before it is given up:
+// an API server ends a watch then, and a list of the most CSRs the manager
+// keeps of a tenant (a few MiB) comes in seconds.
+const (
+	watchOverdue = time.Minute
+	listTimeout  = 2 * time.Minute
+)
+
+// errOverdue ends a watch kept open past its time.
+var errOverdue = errors.New("the watch was kept open past the time it was asked for")
 
 // tally is a set of CSRs by the cache's key, with their costs.
 type tally struct {
@@ -510,9 +527,15 @@ func (c *countedCSRs) list(ctx context.Context, opts metav1.ListOptions) (runtim
 	}
 	// What the list's answer takes of its tenant's budget is held until
 	// the list is decoded (client-go closes the answer before it decodes).
-	ctx, release := kubeconfig.WithListLease(ctx)
+	leased, release := kubeconfig.WithListLease(ctx)
 	defer release()
-	list, err := c.inner.ListWithContext(ctx, opts)
+	// client-go lists without a deadline: a server that sends a page's
+	// headers and then nothing (while it answers the connection's pings)
+	// held the relist, and the cache synced on what it held, for good
+	// (review 192). The failure is the server's, counted as unanswered.
+	leased, cancel := context.WithTimeout(leased, cmp.Or(c.listFor, listTimeout))
+	defer cancel()
+	list, err := c.inner.ListWithContext(leased, opts)
 	if err != nil {
 		err = c.unanswered(ctx, c.unreached(c.tooLarge(err)))
 	} else if err = c.listPage(l, list, opts); err == nil {
@@ -602,16 +625,13 @@ func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch
 	// An API server ends a watch when the time it was asked for is up: one
 	// that keeps it open past that, sending nothing while it answers the
 	// connection's pings, held the cache synced on nothing for good
-	// (review 191). Ended then, and said.
-	var until time.Duration
-	cancel := context.CancelFunc(func() {})
-	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
-		until = time.Duration(*opts.TimeoutSeconds) * time.Second
-		ctx, cancel = context.WithTimeout(ctx, until+watchOverdue)
-	}
-	w, err := c.inner.WatchWithContext(ctx, opts)
+	// (review 191). Ended then, and said. The time counts from the watch's
+	// answer, as the server's own does: client-go's retries of its start
+	// (timeouts, 429s) are no part of it (review 192).
+	watchCtx, cancel := context.WithCancelCause(ctx)
+	w, err := c.inner.WatchWithContext(watchCtx, opts)
 	if err != nil {
-		cancel()
+		cancel(nil)
 		return nil, c.unanswered(ctx, c.unreached(c.tooLarge(err)))
 	}
 	c.answered()
@@ -622,13 +642,16 @@ func (c *countedCSRs) watch(ctx context.Context, opts metav1.ListOptions) (watch
 		initial = c.beginListing()
 	}
 	cw := newCountingWatch(w, c, initial)
-	cw.overdue(ctx, cancel, until)
+	if opts.TimeoutSeconds != nil && *opts.TimeoutSeconds > 0 {
+		cw.overdue(watchCtx, cancel, time.Duration(*opts.TimeoutSeconds)*time.Second, cmp.Or(c.overdue, watchOverdue))
+	} else {
+		go func() {
+			<-cw.done
+			cancel(nil)
+		}()
+	}
 	return cw, nil
 }
-
-// watchOverdue is how long past the time it was asked for a tenant's API
-// server may keep a watch open (a variable for the tests alone).
-var watchOverdue = time.Minute
 
 // countingWatch passes a watch's events through, counting each CSR on its
 // way into the cache, and ends it with an error event past the limits.
@@ -652,20 +675,22 @@ func newCountingWatch(inner watch.Interface, counts *countedCSRs, initial *tally
 	return w
 }
 
-// overdue watches ctx, whose deadline is the time the watch was asked for
-// (until) and watchOverdue: past it the watch is stopped and the server's
-// answer refused, as what no API server does. cancel is called when the
-// watch ends either way.
-func (w *countingWatch) overdue(ctx context.Context, cancel context.CancelFunc, until time.Duration) {
+// overdue ends the watch, whose stream runs under ctx, when it is still open
+// grace past until, the time it was asked for, counted from now: the
+// server's answer is then refused, as what no API server does. cancel ends
+// ctx when the watch ends either way.
+func (w *countingWatch) overdue(ctx context.Context, cancel context.CancelCauseFunc, until, grace time.Duration) {
+	timer := time.AfterFunc(until+grace, func() { cancel(errOverdue) })
 	go func() {
-		defer cancel()
+		defer cancel(nil)
+		defer timer.Stop()
 		select {
 		case <-w.done:
 		case <-ctx.Done():
 		}
 		// Whichever came first: the deadline also ends the stream, and
 		// the loop with it.
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if errors.Is(context.Cause(ctx), errOverdue) {
 			_ = w.counts.told(invalidAnswer("the API server of cluster %s kept a watch of its CSRs open past the %s it was asked for, sending nothing that ended it: an API server ends a watch then", w.counts.limits.cluster, until))
 		}
 		w.Stop()

@@ -606,13 +606,14 @@ func TestARemoteServersRefusalHasAReasonOfItsOwn(t *testing.T) {
 // A tenant's API server that keeps a watch open past the time it was asked
 // for, sending nothing (while it answers the connection's pings), had the
 // cache synced on nothing for good: the watch is ended, and the cluster
-// told why (review 191). One that ends in time is not.
+// told why (review 191). The time counts from the watch's answer: a start
+// that took long (client-go's retries) is not counted against the server
+// (review 192). One that ends in time is not told.
 func TestAWatchKeptOpenPastItsTimeIsEndedAndSaid(t *testing.T) {
-	old := watchOverdue
-	watchOverdue = 100 * time.Millisecond
-	t.Cleanup(func() { watchOverdue = old })
 	var endsItself atomic.Bool
 	inner := &toolscache.ListWatch{WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+		// An answer that takes longer than the grace to start.
+		time.Sleep(1500 * time.Millisecond)
 		w := watch.NewFake()
 		go func() {
 			// The stream ends with its context, as client-go's does; a
@@ -629,7 +630,8 @@ func TestAWatchKeptOpenPastItsTimeIsEndedAndSaid(t *testing.T) {
 		}()
 		return w, nil
 	}}
-	c := &countedCSRs{limits: remoteLimits{maxCSRs: 3, maxBytes: 1 << 20, cluster: types.NamespacedName{Namespace: "t", Name: "c"}, tenant: &tenantUsage{}}, inner: inner}
+	c := &countedCSRs{limits: remoteLimits{maxCSRs: 3, maxBytes: 1 << 20, cluster: types.NamespacedName{Namespace: "t", Name: "c"}, tenant: &tenantUsage{}},
+		inner: inner, overdue: time.Second}
 	told := make(chan error, 1)
 	c.limits.afterStart = &atomic.Pointer[func(error)]{}
 	c.limits.exceededAfterStart(func(err error) { told <- err })
@@ -662,5 +664,26 @@ func TestAWatchKeptOpenPastItsTimeIsEndedAndSaid(t *testing.T) {
 	endsItself.Store(true)
 	drain()
 	// Its overdue check ends with it: nothing told, then or later.
-	require.Never(t, func() bool { return len(told) > 0 }, 2*time.Second, 50*time.Millisecond, "a watch ended in time was said to be kept open")
+	require.Never(t, func() bool { return len(told) > 0 }, 3*time.Second, 50*time.Millisecond, "a watch ended in time was said to be kept open")
+}
+
+// A list's page that never comes (a server that sends its headers and then
+// nothing, while it answers the connection's pings) is given up and counted
+// as the server not answering: client-go lists without a deadline, and the
+// relist held the cache synced on what it held for good (review 192).
+func TestAListThatNeverEndsIsGivenUp(t *testing.T) {
+	inner := &toolscache.ListWatch{ListWithContextFunc: func(ctx context.Context, _ metav1.ListOptions) (runtime.Object, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}
+	c := &countedCSRs{limits: remoteLimits{maxCSRs: 3, maxBytes: 1 << 20, cluster: types.NamespacedName{Namespace: "t", Name: "c"}, tenant: &tenantUsage{}},
+		inner: inner, listFor: 200 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	_, err := c.list(ctx, metav1.ListOptions{})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, ctx.Err(), "the list ended only at the test's deadline")
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	assert.False(t, c.failingSince.IsZero(), "a list given up was not counted as the server not answering")
 }
