@@ -46,8 +46,10 @@ type Applied struct {
 	// may write conditions there (a tenant, on its own API server) chose,
 	// so a reader applies it only to a decision its log holds about that
 	// request (review 190). The manager's records of its own writes name
-	// its own decisions.
-	Adopted bool `json:"adopted,omitempty"`
+	// its own decisions. Always written, false too: a reader takes a
+	// record without it (of a release before) that says observed as
+	// possibly a take-over's (review 192).
+	Adopted bool `json:"adopted"`
 }
 
 // MaxLoggedValue is the mask's max_logged_value_length

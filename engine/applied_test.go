@@ -62,7 +62,7 @@ func TestRecordAppliedIsAPlainEntry(t *testing.T) {
 	assert.Equal(t, version.Get().Version, labels["ichor_version"])
 	assert.Equal(t, map[string]any{
 		"decision_id": "d-1", "object": "csr/csr-worker-1", "uid": "6f1c0d3e-2b4a-4e8f-9c7d-1a2b3c4d5e6f",
-		"action": "approve", "outcome": "written",
+		"action": "approve", "outcome": "written", "adopted": false,
 	}, entry["input"])
 	assert.NotContains(t, entry, "result", "no rule made it")
 	assert.NotContains(t, entry, "error")

@@ -753,6 +753,11 @@ func TestARecordNamingADecisionAboutAnotherRequestAppliesNothing(t *testing.T) {
 	// applied goes (review 190).
 	fmt.Fprintf(&log, verdict, "c5-deny", "csr-5", "u5", "deny")
 	fmt.Fprintf(&log, record, "5", "before-the-window", "csr-5", "u5", "approve", "written", false)
+	// csr-6: a record of the release before, which did not say whether it
+	// was a take-over's, that says observed may be one: it applies only a
+	// decision the log holds (review 192).
+	fmt.Fprintf(&log, verdict, "c6-deny", "csr-6", "u6", "deny")
+	log.WriteString(`{"msg":"Decision Log","decision_id":"r-6","path":"system/applied/record","input":{"decision_id":"made-up-6","object":"csr/csr-6","uid":"u6","action":"approve","outcome":"observed"}}` + "\n")
 
 	entries, _, err := decisionlog.Read(strings.NewReader(log.String()))
 	require.NoError(t, err)
@@ -760,7 +765,7 @@ func TestARecordNamingADecisionAboutAnotherRequestAppliesNothing(t *testing.T) {
 	for _, e := range decisionlog.InEffect(entries) {
 		ids = append(ids, e.DecisionID)
 	}
-	assert.Equal(t, []string{"c2-approve", "c3-deny", "c4-deny"}, ids)
+	assert.Equal(t, []string{"c2-approve", "c3-deny", "c4-deny", "c6-deny"}, ids)
 }
 
 // A decision and the record of it, each as the manager writes them from one

@@ -123,7 +123,7 @@ func InEffect(entries []Entry) []Entry {
 	}
 	for _, e := range entries {
 		if a, ok := e.Applied(); ok && a.DecisionID != "" {
-			if d, known := about[a.DecisionID]; (known && !recordNames(a, d[0], d[1])) || (!known && a.Adopted) {
+			if d, known := about[a.DecisionID]; (known && !recordNames(a, d[0], d[1])) || (!known && e.maybeAdopted(a)) {
 				continue
 			}
 			applied[a.DecisionID] = true
@@ -150,6 +150,22 @@ func InEffect(entries []Entry) []Entry {
 		out = append(out, e)
 	}
 	return out
+}
+
+// maybeAdopted reports whether a record may have been made at a take-over:
+// it says so, or it comes from a release before records said it (no
+// adopted field) and says observed, as a take-over's does (review 192:
+// such records, made by the release before during a rollout, would apply
+// a decision named by a condition a tenant wrote).
+func (e Entry) maybeAdopted(a engine.Applied) bool {
+	if a.Adopted {
+		return true
+	}
+	var said struct {
+		Adopted *bool `json:"adopted"`
+	}
+	_ = json.Unmarshal(e.Input, &said)
+	return said.Adopted == nil && a.Outcome == engine.AppliedObserved
 }
 
 // supersedable reports whether a verdict never applied is left out beside
