@@ -558,8 +558,9 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 	// plugin the progress goes nowhere, and the timeout alone blamed the
 	// manager (review 186).
 	var lastErr error
-	// unauthorized counts the reads refused as Unauthorized.
-	unauthorized := 0
+	// unauthorizedSince is when the reads began to be refused as
+	// Unauthorized, with no other answer since.
+	var unauthorizedSince time.Time
 	for {
 		err := c.Get(ctx, ref, tcr)
 		switch {
@@ -569,7 +570,7 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 		case err == nil:
 			// A read that succeeds since: the timeout is the manager's
 			// again, not an old failure's (review 188).
-			lastErr, unauthorized = nil, 0
+			lastErr, unauthorizedSince = nil, time.Time{}
 			if ready := meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady); ready != nil {
 				fmt.Fprintf(o.Progress, " answered after %s: %s\n", time.Since(start).Round(100*time.Millisecond), ready.Reason)
 				if ready.Status != metav1.ConditionTrue {
@@ -587,17 +588,21 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 			// Not to be waited out: no retry will be let read it.
 			fmt.Fprintln(o.Progress)
 			return nil, fmt.Errorf("reading TalosCredentialRequest %s for its answer was refused: %w (waiting for the answer needs get on taloscredentialrequests.ichor.dev in namespace %q); it stays, and may still be issued to no one", ref, err, ref.Namespace)
-		case apierrors.IsUnauthorized(err) && unauthorized >= maxUnauthorized:
-			// Retried a few times, since client-go's exec authenticator
-			// asks its plugin for a new credential after one (review 188);
-			// not until the timeout, for a token revoked or a certificate
-			// expired (review 190).
+		case apierrors.IsUnauthorized(err) && !unauthorizedSince.IsZero() && time.Since(unauthorizedSince) >= unauthorizedFor:
+			// Retried for a while, since client-go's exec authenticator
+			// asks its plugin for a new credential after one (review 188)
+			// and an authenticator may be away for a moment; not until the
+			// timeout, for a token revoked or a certificate expired
+			// (reviews 190, 192).
 			fmt.Fprintln(o.Progress)
-			return nil, fmt.Errorf("reading TalosCredentialRequest %s for its answer was refused %d times: %w (your kubeconfig's credential is no longer accepted: log in again); it stays, and may still be issued to no one", ref, unauthorized+1, err)
+			return nil, fmt.Errorf("reading TalosCredentialRequest %s for its answer was refused for %s: %w (your kubeconfig's credential is no longer accepted: log in again); it stays, and may still be issued to no one", ref, time.Since(unauthorizedSince).Round(time.Second), err)
 		case ctx.Err() == nil:
 			lastErr = err
-			if apierrors.IsUnauthorized(err) {
-				unauthorized++
+			switch {
+			case !apierrors.IsUnauthorized(err):
+				unauthorizedSince = time.Time{}
+			case unauthorizedSince.IsZero():
+				unauthorizedSince = time.Now()
 			}
 			fmt.Fprintf(o.Progress, " (reading it failed, retrying: %v)", err)
 		}
@@ -624,9 +629,9 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 	}
 }
 
-// maxUnauthorized is how many reads of the answer refused as Unauthorized
-// in a row are retried.
-const maxUnauthorized = 3
+// unauthorizedFor is how long reads of the answer refused as Unauthorized,
+// and nothing else, are retried.
+const unauthorizedFor = 10 * time.Second
 
 // unanswered is err said as the API server not answering within timeout,
 // when that is why it ended the exchange, not an interruption: the

@@ -64,18 +64,20 @@ func waitFor(t *testing.T, c client.Client, timeout time.Duration) error {
 // authenticator renews a credential after a 401 (review 188).
 func TestAWaitRefusedAsUnauthorizedEndsSoon(t *testing.T) {
 	unauthorized := apierrors.NewUnauthorized("the token was revoked")
-	err := waitFor(t, waitingClient(t, func(int64) error { return unauthorized }), 20*time.Second)
+	err := waitFor(t, waitingClient(t, func(int64) error { return unauthorized }), 40*time.Second)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "your kubeconfig's credential is no longer accepted")
 
-	// Refused once, then read: the wait goes on to its timeout, and the
-	// timeout is the manager's, not the old refusal's.
+	// Refused for less than the while (five reads in a row: an
+	// authenticator away for a moment, review 192), then read: the wait
+	// goes on to its timeout, and the timeout is the manager's, not the
+	// old refusal's.
 	err = waitFor(t, waitingClient(t, func(n int64) error {
-		if n == 1 {
+		if n <= 5 {
 			return unauthorized
 		}
 		return nil
-	}), 3*time.Second)
+	}), 6*time.Second)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "is the Ichor manager running?")
 	assert.NotContains(t, err.Error(), "the last read failed")
