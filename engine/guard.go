@@ -536,7 +536,7 @@ func (e *Engine) refreshEpochs(ctx context.Context, store EpochStore, interval t
 		e.guard.setPersisted(n)
 		e.sayIfBehind()
 		if active, deferred := e.guard.toRestore(n, before); active > 0 {
-			e.restoreEpoch(ctx, store, n, active)
+			e.restoreEpoch(ctx, store, n, active, before)
 		} else if !deferred {
 			e.recordFine(before)
 		}
@@ -556,8 +556,9 @@ func (e *Engine) recordFine(before uint64) {
 }
 
 // restoreEpoch writes active, the epoch of the bundle in service here, into
-// the cluster's record, which holds recorded, a lower one.
-func (e *Engine) restoreEpoch(ctx context.Context, store EpochStore, recorded, active int64) {
+// the cluster's record, which holds recorded, a lower one (read when
+// raisedCount was before).
+func (e *Engine) restoreEpoch(ctx context.Context, store EpochStore, recorded, active int64, before uint64) {
 	fields := map[string]any{"epoch": active, "recorded_epoch": recorded}
 	raiseCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -571,7 +572,8 @@ func (e *Engine) restoreEpoch(ctx context.Context, store EpochStore, recorded, a
 		return
 	}
 	e.guard.setPersisted(active)
-	e.metrics.epochRecord(false)
+	// Not over the word of an activation's raise begun since (review 192).
+	e.recordFine(before)
 	e.notes.WithFields(fields).Warn("The cluster's record of the highest bundle epoch was below the epoch of the bundle in service here (a failed write after its activation, or the record lowered or emptied by hand): written again.")
 }
 
@@ -594,11 +596,7 @@ func (e *Engine) sayIfBehind() {
 	changed := behind != e.guard.behind
 	e.guard.behind = behind
 	if e.metrics != nil {
-		v := 0.0
-		if behind {
-			v = 1
-		}
-		e.metrics.epochBehind.Set(v)
+		setFlag(e.metrics.epochBehind, behind)
 	}
 	if !changed {
 		return

@@ -236,11 +236,16 @@ func (m *Metrics) epochRecord(failing bool) {
 	if m == nil {
 		return
 	}
+	setFlag(m.epochRecordBad, failing)
+}
+
+// setFlag sets a gauge that says whether something holds: 1 or 0.
+func setFlag(g prometheus.Gauge, on bool) {
 	v := 0.0
-	if failing {
+	if on {
 		v = 1
 	}
-	m.epochRecordBad.Set(v)
+	g.Set(v)
 }
 
 func (m *Metrics) disagreement(path string) {
