@@ -1013,3 +1013,43 @@ func TestASilentConnectionToATenantIsClosed(t *testing.T) {
 	require.Error(t, err, "the answer ended as if whole")
 	assert.NoError(t, ctx.Err(), "the read ended only at the test's deadline: the silent connection was never closed")
 }
+
+// What the client is made of is the Go side's own allow-list, whatever a
+// bundle's rule lets through (review 191 F6: tested only through the
+// default rule, which refuses these fields first): a token file, an exec
+// plugin, an auth provider, impersonation and a proxy in the tenant's
+// kubeconfig take no effect, and only the token reaches the server.
+func TestOnlyWhatTheGoSideAllowsOfAKubeconfigTakesEffect(t *testing.T) {
+	t.Setenv("HTTPS_PROXY", "http://127.0.0.1:1")
+	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	cert, ca := selfSigned(t)
+	var headers sync.Map
+	tenant := newServer(t, &cert, func(w http.ResponseWriter, r *http.Request) {
+		for name := range r.Header {
+			headers.Store(name, true)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"CertificateSigningRequestList","apiVersion":"certificates.k8s.io/v1","items":[]}`))
+	})
+	doc := string(tenantKubeconfig(tenant.URL, ca)) + `    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token
+    as: system:admin
+    as-groups: [system:masters]
+    exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: [-c, "exit 1"], interactiveMode: Never}
+    auth-provider: {name: oidc, config: {id-token: x}}
+`
+	doc = strings.Replace(doc, "    certificate-authority-data:", "    proxy-url: http://127.0.0.1:1\n    certificate-authority-data:", 1)
+	read := kubeconfig.Read([]byte(doc))
+	cfg, err := localOf(local).RESTConfig(context.Background(), "tenant", read, false)
+	require.NoError(t, err)
+	assert.Empty(t, cfg.BearerTokenFile)
+	assert.Nil(t, cfg.ExecProvider)
+	assert.Nil(t, cfg.AuthProvider)
+	assert.Empty(t, cfg.Impersonate.UserName)
+	assert.Empty(t, cfg.Impersonate.Groups)
+	require.NoError(t, listCSRs(t, localOf(local), []byte(doc)))
+	assert.Equal(t, []string{"Bearer tenant-token"}, tenant.seen(), "the server was reached otherwise than with the tenant's token, or through a proxy")
+	for _, impersonation := range []string{"Impersonate-User", "Impersonate-Group"} {
+		_, sent := headers.Load(impersonation)
+		assert.False(t, sent, impersonation)
+	}
+}

@@ -163,8 +163,10 @@ func Read(data []byte) *Document {
 	return d
 }
 
-// selectContext finds the context in use as clientcmd would: current-context,
-// or, without one, the only context there is.
+// selectContext finds the context in use: current-context, as clientcmd
+// reads it, or, without one, the only context there is (where clientcmd
+// would take none: a Secret written with a single context and no
+// current-context is read as meant).
 func (d *Document) selectContext(cfg *clientcmdv1.Config) {
 	var ctx *clientcmdv1.NamedContext
 	switch {
