@@ -195,22 +195,34 @@ var errOverdue = errors.New("the watch was kept open past the time it was asked 
 type tally struct {
 	sizes map[string]int64
 	bytes int64
+	// uids are the keys' UIDs, and owners the key each UID is held under:
+	// one UID under two names is refused (admissible), as a request is
+	// told from another by its UID (review 195 F1).
+	uids   map[string]types.UID
+	owners map[types.UID]string
 }
 
-// set counts key at size, and returns what to call to undo it.
-func (t *tally) set(key string, size int64) (undo func()) {
+// set counts key, of UID uid, at size, and returns what to call to undo it.
+func (t *tally) set(key string, uid types.UID, size int64) (undo func()) {
 	if t.sizes == nil {
-		t.sizes = map[string]int64{}
+		t.sizes, t.uids, t.owners = map[string]int64{}, map[string]types.UID{}, map[types.UID]string{}
 	}
 	old, had := t.sizes[key]
+	oldUID, hadUID := t.uids[key]
 	t.sizes[key] = size
 	t.bytes += size - old
+	t.release(key)
+	t.uids[key], t.owners[uid] = uid, key
 	return func() {
 		t.bytes -= size - old
+		t.release(key)
 		if had {
 			t.sizes[key] = old
 		} else {
 			delete(t.sizes, key)
+		}
+		if hadUID {
+			t.uids[key], t.owners[oldUID] = oldUID, key
 		}
 	}
 }
@@ -221,6 +233,23 @@ func (t *tally) unset(key string) {
 		delete(t.sizes, key)
 		t.bytes -= size
 	}
+	t.release(key)
+}
+
+// release forgets key's UID.
+func (t *tally) release(key string) {
+	if uid, ok := t.uids[key]; ok {
+		delete(t.uids, key)
+		if t.owners[uid] == key {
+			delete(t.owners, uid)
+		}
+	}
+}
+
+// heldElsewhere is the key other than key that holds uid, if any.
+func (t *tally) heldElsewhere(uid types.UID, key string) (string, bool) {
+	other, ok := t.owners[uid]
+	return other, ok && other != key
 }
 
 // storeKey is the key the cache keeps a CSR under.
@@ -394,13 +423,27 @@ func (e unansweredError) Error() string {
 
 func (e unansweredError) Unwrap() error { return e.err }
 
-// admissible refuses a CSR in a namespace: CSRs have none.
+// admissible refuses a CSR in a namespace (CSRs have none) or without a UID
+// (an API server gives every object one): a request is told from another of
+// the same name by its UID, in the memos and in the decision log's records
+// (review 190 F2).
 func (c *countedCSRs) admissible(csr *certificatesv1.CertificateSigningRequest) error {
 	if csr.Namespace != "" {
 		return invalidAnswer("the API server of cluster %s sent the CSR %q in namespace %q: CSRs have none", c.limits.cluster, csr.Name, csr.Namespace)
 	}
+	if csr.UID == "" {
+		return invalidAnswer("the API server of cluster %s sent the CSR %q without a metadata.uid: an API server gives every object one", c.limits.cluster, csr.Name)
+	}
+	if len(csr.UID) > maxUID {
+		return invalidAnswer("the API server of cluster %s sent the CSR %q with a metadata.uid of %d bytes: an API server's are UUIDs", c.limits.cluster, csr.Name, len(csr.UID))
+	}
 	return nil
 }
+
+// maxUID is the longest metadata.uid taken from a tenant's server: an API
+// server's are UUIDs, 36 bytes; the UID is a key of every memo and is put
+// in Events (review 195 F2).
+const maxUID = 128
 
 // crossed says which limit, if any, a cache's tally t or its tenant's
 // totals are past. Called with c.mu held.
@@ -459,10 +502,14 @@ func (c *countedCSRs) put(into *tally, csr *certificatesv1.CertificateSigningReq
 		c.mu.Unlock()
 		return func() {}, nil
 	}
+	key := storeKey(csr)
 	err := c.admissible(csr)
+	if other, held := into.heldElsewhere(csr.UID, key); err == nil && held {
+		err = invalidAnswer("the API server of cluster %s sent the CSRs %q and %q under one metadata.uid: an API server gives each object its own", c.limits.cluster, other, key)
+	}
 	var back func()
 	if err == nil {
-		back = into.set(storeKey(csr), cost(csr))
+		back = into.set(key, csr.UID, cost(csr))
 		csrs, bytes := c.settle()
 		if err = c.crossed(into, csrs, bytes); err != nil {
 			back()

@@ -415,6 +415,39 @@ func TestWhatARealServerNeverSendsIsRefused(t *testing.T) {
 	pages = map[string][]*certificatesv1.CertificateSigningRequest{"": {limitedCSR("a", 1), namespaced}}
 	_, err := c.list(ctx, metav1.ListOptions{})
 	require.ErrorContains(t, err, `sent the CSR "csr-n" in namespace "x1": CSRs have none`)
+	// Nor a CSR without a UID, which would be told from another of its
+	// name by its name alone (review 190 F2).
+	anonymous := limitedCSR("u", 1)
+	anonymous.UID = ""
+	pages = map[string][]*certificatesv1.CertificateSigningRequest{"": {limitedCSR("a", 1), anonymous}}
+	_, err = c.list(ctx, metav1.ListOptions{})
+	require.ErrorContains(t, err, `sent the CSR "csr-u" without a metadata.uid`)
+	long := limitedCSR(strings.Repeat("u", maxUID+1), 1)
+	pages = map[string][]*certificatesv1.CertificateSigningRequest{"": {long}}
+	_, err = c.list(ctx, metav1.ListOptions{})
+	require.ErrorContains(t, err, "with a metadata.uid of 129 bytes")
+	// Nor two CSRs under one UID, which the memos would take for one
+	// (review 195 F1): by a list, or by a watch.
+	twin := limitedCSR("a", 1)
+	twin.Name = "csr-twin"
+	pages = map[string][]*certificatesv1.CertificateSigningRequest{"": {limitedCSR("a", 1), twin}}
+	_, err = c.list(ctx, metav1.ListOptions{})
+	require.ErrorContains(t, err, `sent the CSRs "csr-a" and "csr-twin" under one metadata.uid`)
+	pages = map[string][]*certificatesv1.CertificateSigningRequest{"": {limitedCSR("a", 1)}}
+	_, err = c.list(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	tw := watch.NewFakeWithChanSize(4, false)
+	twinWatch := newCountingWatch(tw, c, nil)
+	defer twinWatch.Stop()
+	tw.Modify(limitedCSR("a", 2))
+	require.Equal(t, watch.Modified, (<-twinWatch.ResultChan()).Type, "a CSR changed under its own UID")
+	tw.Add(twin)
+	require.Equal(t, watch.Error, (<-twinWatch.ResultChan()).Type, "a second CSR under a held UID by a watch")
+	// An empty list leaves the cache as the rest of the test expects it.
+	pages = map[string][]*certificatesv1.CertificateSigningRequest{"": {}}
+	_, err = c.list(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Equal(t, 0, usage.csrs)
 
 	w := watch.NewFakeWithChanSize(4, false)
 	watched := newCountingWatch(w, c, nil)
