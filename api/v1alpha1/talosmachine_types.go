@@ -75,8 +75,10 @@ type TalosMachineSpec struct {
 // last issued to a machine, as read from its signed CSR.
 type KubeletServingCertificateStatus struct {
 	// Request is the name of the CertificateSigningRequest the certificate
-	// was issued for.
+	// was issued for. Kubernetes does not bound a CSR's name; one longer
+	// than a DNS subdomain is not recorded.
 	// +required
+	// +kubebuilder:validation:MaxLength=253
 	Request string `json:"request"`
 
 	// IssuedAt is the certificate's NotBefore.

@@ -31,11 +31,13 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 		return 0, fmt.Errorf("list machines of the cluster: %w", err)
 	}
 	var waiting []string
+	waitingMachines := map[string]*ichorv1alpha1.TalosMachine{}
 	for i := range machines.Items {
 		m := &machines.Items[i]
 		cert := m.Status.KubeletServingCertificate
 		if cert == nil || !cert.NotAfter.After(now) {
 			waiting = append(waiting, m.Name)
+			waitingMachines[m.Name] = m
 			continue
 		}
 		// Look again when this certificate expires: the condition turns False.
@@ -63,8 +65,8 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 	case len(waiting) > 0:
 		issued.Status = metav1.ConditionFalse
 		issued.Reason = ichorv1alpha1.ReasonMachinesPending
-		issued.Message = fmt.Sprintf("%d of %d machines have no unexpired kubelet serving certificate yet: %s",
-			len(waiting), len(machines.Items), nameSome(waiting, maxNamedMachines))
+		issued.Message = fmt.Sprintf("%d of %d machines have no unexpired kubelet serving certificate yet: %s%s",
+			len(waiting), len(machines.Items), nameSome(waiting, maxNamedMachines), r.refusedOf(cluster, waiting, waitingMachines))
 	}
 	// No node's identity can be read without the cluster's OS CA, so
 	// nothing is approved whatever the nodes do: the configuration's
@@ -74,7 +76,11 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 	if err := r.secretsUnusable(ctx, cluster); err != nil {
 		issued.Status = metav1.ConditionFalse
 		issued.Reason = ichorv1alpha1.ReasonSecretsUnusable
-		issued.Message = engine.Clip("the secrets bundle cannot be used, so no node's identity can be read and no request is approved: "+err.Error(), "", maxConditionMessage)
+		what := "the secrets bundle cannot be used, so no node's identity can be read and no request is approved: "
+		if errors.Is(err, errKubernetesCAUnusable) {
+			what = "the secrets bundle's Kubernetes CA cannot be used, so requests are decided but no issued certificate is recorded on its machine: "
+		}
+		issued.Message = engine.Clip(what+err.Error(), "", maxConditionMessage)
 	}
 	meta.SetStatusCondition(&cluster.Status.Conditions, issued)
 	meta.SetStatusCondition(&cluster.Status.Conditions, requestsCondition(cluster, withheld))
@@ -127,22 +133,55 @@ func (r *Reconciler) secretsUnusable(ctx context.Context, cluster *ichorv1alpha1
 		// bundle to judge.
 		return nil
 	}
-	_, err := r.NodeReaders.Get(ctx, cluster)
-	var status apierrors.APIStatus
-	switch {
-	case err == nil:
-		return nil
-	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
-		return err
-	case errors.As(err, &status), ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):
-		return nil
-	}
-	var netErr net.Error
-	if errors.As(err, &netErr) {
+	// The Kubernetes CA too: without it no certificate is recorded, and
+	// the requests' looks fail one by one (review 194).
+	_, err := r.NodeReaders.KubernetesRoots(ctx, cluster)
+	if err == nil || transientRead(ctx, err) {
 		return nil
 	}
 	return err
 }
+
+// transientRead is whether a read of a Secret failed for want of an answer
+// about it: the API server failed, was unreachable, or the read was cut
+// short. A Secret gone or forbidden, or one read and refused, is an answer.
+func transientRead(ctx context.Context, err error) bool {
+	var status apierrors.APIStatus
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
+		return false
+	case errors.As(err, &status), ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):
+		return true
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr)
+}
+
+// refusedOf says, of the first waiting machines whose last certificate was
+// refused a record, why (notRecorded): the Event that says it expires within
+// the hour, and the machine waits until a certificate is recorded.
+func (r *Reconciler) refusedOf(cluster *ichorv1alpha1.TalosCluster, waiting []string, machines map[string]*ichorv1alpha1.TalosMachine) string {
+	key := client.ObjectKeyFromObject(cluster)
+	var b strings.Builder
+	said := 0
+	for _, name := range waiting {
+		why, ok := r.refusedRecords.of(key, machines[name])
+		if !ok {
+			continue
+		}
+		if said == maxNamedRefusals {
+			b.WriteString("; and others (their CertificateNotRecorded Events)")
+			break
+		}
+		fmt.Fprintf(&b, "; %s: %s", name, why)
+		said++
+	}
+	return b.String()
+}
+
+// maxNamedRefusals bounds the refusals a condition says: each is at most an
+// Event's note.
+const maxNamedRefusals = 3
 
 // maxConditionMessage is metav1.Condition's limit on a message.
 const maxConditionMessage = 32768

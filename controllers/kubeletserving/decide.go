@@ -26,6 +26,8 @@ import (
 	"github.com/ichor-dev/ichor-policy/controllers/internal/machines"
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
+	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 )
 
 // handle does what one request needs: record its certificate once issued,
@@ -758,15 +760,32 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if err != nil {
 		return fmt.Errorf("CSR %s: parse issued certificate: %w", csr.Name, err)
 	}
-	if issued := csrinput.NodeNameOfCertificate(cert); issued != node {
-		// The signer put another name in the certificate than the request
-		// asked for: it is not this machine's. Retrying changes nothing; each
-		// reconcile of the cluster says it again.
-		log.FromContext(ctx).Error(nil, "not recorded: the issued certificate is for another node than the request",
-			"csr", csr.Name, "request_node", node, "certificate_node", issued)
+	if cur != nil && !cur.NotAfter.Time.Before(cert.NotAfter) {
 		return nil
 	}
-	if cur != nil && !cur.NotAfter.Time.Before(cert.NotAfter) {
+	// What is recorded latches KubeletServingVerified, and with it the
+	// kube-apiserver's --kubelet-certificate-authority: only a certificate
+	// the kube-apiserver will accept counts, whatever the API server the
+	// request is in wrote in it (a tenant's, or one a kubeconfigRef names
+	// by mistake, signed by another cluster's CA: review 191 F2).
+	roots, err := p.r.NodeReaders.KubernetesRoots(ctx, p.cluster)
+	if err != nil {
+		return fmt.Errorf("record certificate of CSR %s: %w", csr.Name, err)
+	}
+	// One refused is judged (and said) again only once the request or the
+	// cluster's CAs change: a tenant's server may hold thousands, and each
+	// pass looks at them all (review 193 M4).
+	// Judged on what it is judged from, not the request's version, which
+	// its server changes with any label (review 194).
+	key, judged := p.memoKey(csr), recordedFacts(csr)
+	now := p.r.Clock.Now()
+	if _, refused := p.r.unrecorded.Skip(key, judged, 0, roots.id, now); refused {
+		return nil
+	}
+	if why := recordable(cert, csr, node, roots.pool, now); why != nil {
+		p.r.unrecorded.Pending(key, approval.Verdict{ResourceVersion: judged, Revision: roots.id}, struct{}{}, now,
+			func(int) time.Duration { return 0 })
+		p.notRecorded(ctx, machine, csr, why)
 		return nil
 	}
 	before := machine.DeepCopy()
@@ -794,9 +813,40 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 		}
 		return fmt.Errorf("record certificate of CSR %s on machine %s: %w", csr.Name, machine.Name, err)
 	}
+	p.r.refusedRecords.clear(client.ObjectKeyFromObject(machine))
 	log.FromContext(ctx).Info("recorded kubelet serving certificate", "machine", machine.Name, "csr", csr.Name, "not_after", cert.NotAfter)
 	return nil
 }
+
+// notRecorded says why an issued certificate is not recorded on its
+// machine: in the log, in a Warning Event on the machine, whose status lacks
+// it, and in the cluster's condition while the machine waits (an Event
+// expires within the hour: refusedRecords). The Event is related to the
+// request: an Event recorder folds the Events of one object, reason and
+// related object into a series that keeps the first note, so each request
+// has its own (review 193 M3). The request's name and the certificate's words
+// are a tenant's server's: escaped, and cut to fit an Event's note.
+func (p *pass) notRecorded(ctx context.Context, machine *ichorv1alpha1.TalosMachine, csr *certificatesv1.CertificateSigningRequest, why error) {
+	name := servingcert.Clip(csr.Name, maxRecordedRequestName)
+	where := ""
+	if !p.target.local {
+		where = " (in the API server the cluster's kubeconfigRef names)"
+	}
+	note := servingcert.Clip(termsafe.EscapeLine(fmt.Sprintf("the certificate issued for CSR %q%s is not recorded: %v", name, where, why)), maxNotRecordedNote)
+	log.FromContext(ctx).Error(nil, "issued certificate not recorded", "csr", name, "machine", machine.Name, "why", note)
+	if ctx.Err() == nil {
+		// A turn cut short (the shard let go, which forgets the cluster's
+		// refusals) leaves none behind.
+		p.r.refusedRecords.set(p.key(), machine, note)
+	}
+	if p.r.Recorder != nil {
+		p.r.Recorder.Eventf(machine, relatedRequest(csr), corev1.EventTypeWarning, ReasonCertificateNotRecorded, "Record", "%s", note)
+	}
+}
+
+// maxNotRecordedNote leaves room, within an Event's note, for what Clip
+// says it cut.
+const maxNotRecordedNote = engine.MaxEventNote - 64
 
 // event writes the Event of a decision.
 func (p *pass) event(machine *ichorv1alpha1.TalosMachine, csr *certificatesv1.CertificateSigningRequest, eventType, reason, note string) {

@@ -949,6 +949,112 @@ func TestClusterWithKubeconfigRefIsJudgedInItsOwnAPIServer(t *testing.T) {
 	assert.Empty(t, entriesFor(name), "a decision was logged for a cluster whose kubeconfig is gone")
 }
 
+// Review 191 F2: a kubeconfigRef that names another cluster's API server
+// (here the workload's, whose signer signs with its own Kubernetes CA, while
+// the TalosCluster's secrets bundle holds another) has its nodes'
+// certificates approved and signed there, but none recorded: the machine
+// says why, and verification is not latched, which would render the
+// kube-apiserver's --kubelet-certificate-authority for certificates it
+// refuses.
+func TestACertificateNotFromTheClustersCAIsNotRecorded(t *testing.T) {
+	ctx := t.Context()
+	workload, err := harness.Start(ctx, harness.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = workload.Stop() })
+	// The workload's server behind a proxy that takes the tenant's token, as
+	// TestClusterWithKubeconfigRefIsJudgedInItsOwnAPIServer: its first
+	// approval write is held, and written again after TenantRequestTimeout.
+	tenant, _ := stallingProxy(t, workload.Config)
+
+	ns := "foreign-ca"
+	require.NoError(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	// This environment's bundle, whose Kubernetes CA is not the one the
+	// workload's signer signs with; its OS CA is the workload's, so that
+	// the nodes' identities are read and their requests approved.
+	secret, err := env.SecretsBundleSecretWithOSCA(ns, "talos-secrets", workload.TalosCA())
+	require.NoError(t, err)
+	require.NoError(t, env.Client.Create(ctx, secret))
+	require.NoError(t, env.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workload-kubeconfig", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "mistaken"}},
+		Data:       map[string][]byte{ichorv1alpha1.DefaultKubeconfigKey: []byte(tenant)},
+	}))
+	require.NoError(t, env.Client.Create(ctx, &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mistaken"},
+		Spec: ichorv1alpha1.TalosClusterSpec{
+			TalosVersion:  "v1.14",
+			SecretsRef:    ichorv1alpha1.SecretsBundleReference{Name: "talos-secrets"},
+			KubeconfigRef: &ichorv1alpha1.KubeconfigReference{Name: "workload-kubeconfig"},
+			Security: ichorv1alpha1.ClusterSecurity{KubeletServingCertificates: ichorv1alpha1.KubeletServingCertificates{
+				Enabled: true, VerifyFromAPIServer: true,
+			}},
+		},
+	}))
+	// The workload's server is let go before its proxy closes, which waits
+	// for the manager's connections to end (t.Context has ended by then).
+	t.Cleanup(func() {
+		ctx := context.Background()
+		assert.NoError(t, env.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "workload-kubeconfig"}}))
+		assert.Eventually(t, func() bool {
+			var c ichorv1alpha1.TalosCluster
+			if err := env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "mistaken"}, &c); err != nil {
+				return false
+			}
+			cond := meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+			return cond != nil && cond.Reason == kubeletserving.ReasonKubeconfigUnreadable
+		}, wait, 100*time.Millisecond, "the cluster does not say its kubeconfig is gone")
+	})
+	f := &fixture{t: t, ctx: ctx, ns: ns, cluster: "mistaken"}
+	node, err := workload.StartTalosNode(ctx, harness.NodeOptions{Name: "foreign-1", Addresses: []netip.Addr{netip.MustParseAddr("10.27.0.2")}})
+	require.NoError(t, err)
+	t.Cleanup(node.Stop)
+	f.addMachine("foreign-1", node.Endpoint())
+	kubelet, err := workload.StartKubelet(ctx, harness.KubeletOptions{NodeName: "foreign-1", IPs: []net.IP{net.ParseIP("10.27.0.2")}})
+	require.NoError(t, err)
+	t.Cleanup(kubelet.Stop)
+
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	_, err = kubelet.WaitForCertificate(waitCtx)
+	require.NoError(t, err, "the request was not approved and signed in the workload's API server")
+
+	var got eventsv1.Event
+	require.Eventually(t, func() bool {
+		var list eventsv1.EventList
+		require.NoError(t, env.Client.List(ctx, &list, client.InNamespace(ns)))
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "TalosMachine" && e.Regarding.Name == "foreign-1" && e.Reason == kubeletserving.ReasonCertificateNotRecorded {
+				got = e
+				return true
+			}
+		}
+		return false
+	}, wait, 200*time.Millisecond, "no %s Event on the machine", kubeletserving.ReasonCertificateNotRecorded)
+	assert.Contains(t, got.Note, "does not verify against the cluster's CA")
+	assert.Contains(t, got.Note, "in the API server the cluster's kubeconfigRef names")
+	// Each request its own series: related to it, not to its version.
+	csrs, err := kubelet.CSRs(ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, csrs)
+	require.NotNil(t, got.Related, "the Event names no request")
+	assert.Equal(t, "CertificateSigningRequest", got.Related.Kind)
+	assert.Equal(t, csrs[0].Name, got.Related.Name)
+	assert.Equal(t, csrs[0].UID, got.Related.UID)
+	assert.Empty(t, got.Related.ResourceVersion)
+	// The condition says it while the machine waits: the Event expires.
+	require.Eventually(t, func() bool {
+		c := meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		return c != nil && strings.Contains(c.Message, "foreign-1: the certificate issued for CSR") && strings.Contains(c.Message, "does not verify")
+	}, wait, 200*time.Millisecond, "the condition does not say why the machine's certificate is not recorded")
+
+	var m ichorv1alpha1.TalosMachine
+	require.NoError(t, env.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: "foreign-1"}, &m))
+	assert.Nil(t, m.Status.KubeletServingCertificate, "a certificate the cluster's CA did not sign was recorded")
+	verified := meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)
+	require.NotNil(t, verified)
+	assert.Equal(t, metav1.ConditionFalse, verified.Status, "verification latched on a certificate the kube-apiserver refuses")
+	assert.Equal(t, ichorv1alpha1.ReasonAwaitingCertificates, verified.Reason)
+}
+
 func TestNodeNameOfTwoClustersMachinesStaysPending(t *testing.T) {
 	a := newFixture(t, false)
 	b := &fixture{t: t, ctx: t.Context(), ns: a.ns + "-b", cluster: "other"}

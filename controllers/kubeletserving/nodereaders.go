@@ -3,12 +3,17 @@ package kubeletserving
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -99,6 +104,10 @@ type cachedReader struct {
 	read       time.Time
 	secretsRef ichorv1alpha1.SecretsBundleReference
 	uid        types.UID
+	// k8sRoots are the cluster's Kubernetes CAs as of the bundle's last
+	// read (kubernetesRoots), or k8sErr why there are none.
+	k8sRoots kubeRoots
+	k8sErr   error
 	// want is how many of the cluster's machines are expected to ask, kept
 	// how many of those are watched (Keep).
 	want, kept int
@@ -127,10 +136,12 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		return nil, err
 	}
 	os := bundles.Current.Certs.OS
+	k8sRoots, k8sErr := kubernetesRoots(bundles)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if c, ok := n.readers[key]; ok && c.uid == cluster.UID && bytes.Equal(c.caCert, os.Crt) && bytes.Equal(c.caKey, os.Key) {
 		c.read, c.secretsRef = time.Now(), cluster.Spec.SecretsRef
+		c.k8sRoots, c.k8sErr = k8sRoots, k8sErr
 		return c, nil
 	}
 	reader, err := talosnode.NewReader(talosnode.Options{
@@ -152,7 +163,10 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		delete(n.readers, key)
 		return nil, fmt.Errorf("talos identity reader of cluster %s: %w", key, err)
 	}
-	c := &cachedReader{caCert: os.Crt, caKey: os.Key, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef, uid: cluster.UID}
+	c := &cachedReader{
+		caCert: os.Crt, caKey: os.Key, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef, uid: cluster.UID,
+		k8sRoots: k8sRoots, k8sErr: k8sErr,
+	}
 	if _, ok := n.forgotten[key]; ok {
 		return c, nil
 	}
@@ -181,6 +195,59 @@ func (n *NodeReaders) Get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		return nil, err
 	}
 	return c.reader, nil
+}
+
+// kubernetesRoots are the Kubernetes CAs of a cluster's secrets bundle, the
+// ones its kubelet serving certificates are signed with (Talos gives
+// kube-controller-manager the Kubernetes CA as --cluster-signing-cert-file):
+// the current bundle's and, during a CA rotation, the previous one's, which
+// may have signed a certificate issued just before the rotation.
+func kubernetesRoots(bundles clustersecrets.Bundles) (kubeRoots, error) {
+	pool := x509.NewCertPool()
+	sum := sha256.New()
+	found := false
+	for _, b := range []*secrets.Bundle{bundles.Current, bundles.Previous} {
+		if b == nil || b.Certs == nil || b.Certs.K8s == nil {
+			continue
+		}
+		if !pool.AppendCertsFromPEM(b.Certs.K8s.Crt) {
+			return kubeRoots{}, errors.New("the secrets bundle's Kubernetes CA holds no PEM certificate")
+		}
+		sum.Write(b.Certs.K8s.Crt)
+		found = true
+	}
+	if !found {
+		return kubeRoots{}, errors.New("the secrets bundle has no Kubernetes CA")
+	}
+	return kubeRoots{pool: pool, id: hex.EncodeToString(sum.Sum(nil))}, nil
+}
+
+// kubeRoots are a cluster's Kubernetes CAs, and what tells them from others
+// (a digest of their PEM): a certificate refused against some CAs is judged
+// again against others.
+type kubeRoots struct {
+	pool *x509.CertPool
+	id   string
+}
+
+// errKubernetesCAUnusable is KubernetesRoots' error when the cluster's
+// secrets bundle was read, but its Kubernetes CA cannot be used.
+var errKubernetesCAUnusable = errors.New("its Kubernetes CA cannot be used")
+
+// KubernetesRoots are the cluster's Kubernetes CAs (kubernetesRoots), from
+// its secrets bundle as read for its identity reader: no Secret read of its
+// own within secretsFreshness.
+func (n *NodeReaders) KubernetesRoots(ctx context.Context, cluster *ichorv1alpha1.TalosCluster) (kubeRoots, error) {
+	c, err := n.get(ctx, cluster)
+	if err != nil {
+		return kubeRoots{}, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if c.k8sErr != nil {
+		return kubeRoots{}, fmt.Errorf("cluster %s/%s: %w: %w", cluster.Namespace, cluster.Name, errKubernetesCAUnusable, c.k8sErr)
+	}
+	return c.k8sRoots, nil
 }
 
 // Read is a machine's identity: from its live watch when it has one that is

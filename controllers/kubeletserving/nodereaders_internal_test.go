@@ -221,3 +221,27 @@ func TestReachabilityFollowsTheReadsOnItsClock(t *testing.T) {
 	assert.Zero(t, r.machines)
 	assert.False(t, r.unreachable())
 }
+
+// Review 194: without a usable Kubernetes CA no certificate is recorded, and
+// each request's look would fail on its own: the cluster says its bundle is
+// unusable, as for its OS CA.
+func TestABundleWithoutAUsableKubernetesCAIsSaidUnusable(t *testing.T) {
+	bundle := newSecretsBundle(t)
+	bundle.Certs.K8s.Crt = []byte("not a certificate")
+	data, err := clustersecrets.Marshal(bundle)
+	require.NoError(t, err)
+	cluster := &ichorv1alpha1.TalosCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "broken", UID: "uid-broken"},
+		Spec:       ichorv1alpha1.TalosClusterSpec{SecretsRef: ichorv1alpha1.SecretsBundleReference{Name: "broken-secrets"}},
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "broken-secrets", Annotations: map[string]string{ichorv1alpha1.SecretsClaimAnnotation: "broken"}},
+		Data:       map[string][]byte{ichorv1alpha1.DefaultSecretsBundleKey: data},
+	}
+	scheme, err := kube.Scheme()
+	require.NoError(t, err)
+	r := &Reconciler{NodeReaders: &NodeReaders{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(secret).Build()}}
+	err = r.secretsUnusable(t.Context(), cluster)
+	require.ErrorContains(t, err, "Kubernetes CA holds no PEM certificate")
+	assert.ErrorIs(t, err, errKubernetesCAUnusable, "said as a bundle no node's identity can be read with")
+}

@@ -29,7 +29,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -186,8 +185,15 @@ type Reconciler struct {
 	// not decided (and logged) again in a loop: only once it, the machines
 	// or the bundle change, or, when the node could not be read, after a
 	// growing backoff.
-	memo    approval.Memo[memoKey, struct{}]
-	targets targets
+	memo approval.Memo[memoKey, struct{}]
+	// unrecorded are the requests whose certificate was refused a record
+	// on its machine (recordable), by version and the cluster's CAs: not
+	// judged, logged and said again each pass.
+	unrecorded approval.Memo[memoKey, struct{}]
+	// refusedRecords are why the machines waiting for a certificate had
+	// their last one refused a record, for the cluster's condition.
+	refusedRecords refusals
+	targets        targets
 	// controller is kept to add the watch of a remote API server, and runCtx
 	// (the manager's) bounds those watches.
 	controller controller.Controller
@@ -441,6 +447,7 @@ func (r *Reconciler) forgetMachine(obj client.Object) {
 		return
 	}
 	r.machineEpoch.Forget(m.UID, machineEpochKey(m))
+	r.refusedRecords.clear(client.ObjectKeyFromObject(m))
 }
 
 // machineEpochKey is what of a machine the epoch follows.
@@ -556,8 +563,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		owed := r.forgetUncertain(ctx, req.NamespacedName)
 		r.NodeReaders.Forget(req.NamespacedName)
 		r.targets.stop(req.NamespacedName)
-		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil), math.MaxUint64)
-		r.failures.ForgetIf(ofCluster(req.NamespacedName, nil), math.MaxUint64)
+		r.forgetVerdicts(req.NamespacedName)
 		r.Metrics.forget(req.Namespace, req.Name)
 		var result reconcile.Result
 		if owed {
@@ -571,8 +577,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		logger.Info("the cluster judges nothing: the operator has not named it as a judge of the local API server")
 		r.adoptions.drop(req.NamespacedName)
 		r.NodeReaders.Forget(req.NamespacedName)
-		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil), math.MaxUint64)
-		r.failures.ForgetIf(ofCluster(req.NamespacedName, nil), math.MaxUint64)
+		r.forgetVerdicts(req.NamespacedName)
 		r.Metrics.forget(req.Namespace, req.Name)
 		return reconcile.Result{}, r.refuseTarget(ctx, &cluster, err)
 	}
@@ -606,8 +611,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// is kept, so the refusal is not logged again).
 		r.targets.drop(req.NamespacedName, false)
 		r.NodeReaders.Forget(req.NamespacedName)
-		r.memo.ForgetIf(ofCluster(req.NamespacedName, nil), math.MaxUint64)
-		r.failures.ForgetIf(ofCluster(req.NamespacedName, nil), math.MaxUint64)
+		r.forgetVerdicts(req.NamespacedName)
 		r.Metrics.forget(req.Namespace, req.Name)
 		if err := r.refuseTarget(ctx, &cluster, err); err != nil {
 			return reconcile.Result{}, err
@@ -644,7 +648,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// Nor what a worker remembers after it (a request approved meanwhile
 	// would be decided again from a stale copy: the hostile review of
 	// 2026-12-05).
-	uncertainUpTo, memoUpTo, failuresUpTo := r.uncertain.Generation(), r.memo.Generation(), r.failures.Generation()
+	uncertainUpTo, memoUpTo, failuresUpTo, unrecordedUpTo := r.uncertain.Generation(), r.memo.Generation(), r.failures.Generation(), r.unrecorded.Generation()
 	csrs, live, err := p.requestsToLookAt(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -681,6 +685,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// The cluster's memos of requests that are gone are forgotten.
 	r.memo.ForgetIf(ofCluster(req.NamespacedName, live), memoUpTo)
 	r.failures.ForgetIf(ofCluster(req.NamespacedName, live), failuresUpTo)
+	r.unrecorded.ForgetIf(ofCluster(req.NamespacedName, live), unrecordedUpTo)
 	// Gone: what is owed of them is recorded now, and nothing else is left
 	// to record, here or by the next holder, so the shard's release need not
 	// say them unsettled.

@@ -313,6 +313,9 @@ func (r *Reconciler) judgeAndStart(ctx context.Context, c *ichorv1alpha1.TalosCl
 	if err != nil {
 		return nil, err
 	}
+	// What was refused a record in another API server is not this one's
+	// to say.
+	r.refusedRecords.forget(key)
 	t.kubeconfig = data
 	r.targets.mu.Lock()
 	if r.targets.remote == nil {

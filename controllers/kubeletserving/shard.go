@@ -358,6 +358,16 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 	return out
 }
 
+// forgetVerdicts forgets what the memos keep of a cluster's requests: its
+// pending verdicts, its failures' backoffs, and its certificates refused a
+// record, and why.
+func (r *Reconciler) forgetVerdicts(key types.NamespacedName) {
+	r.memo.ForgetIf(ofCluster(key, nil), math.MaxUint64)
+	r.failures.ForgetIf(ofCluster(key, nil), math.MaxUint64)
+	r.unrecorded.ForgetIf(ofCluster(key, nil), math.MaxUint64)
+	r.refusedRecords.forget(key)
+}
+
 // letGo drops what this replica holds for a cluster it no longer serves (or
 // that is gone): the remote API server's watch and cache, the Talos reader,
 // the memos. The replica that serves it next starts afresh. Its requesters
@@ -370,8 +380,7 @@ func (r *Reconciler) shardToClusters(ctx context.Context, shard int) []reconcile
 func (r *Reconciler) letGo(ctx context.Context, key types.NamespacedName, gone bool) (owed bool) {
 	r.NodeReaders.Forget(key)
 	r.targets.stop(key)
-	r.memo.ForgetIf(ofCluster(key, nil), math.MaxUint64)
-	r.failures.ForgetIf(ofCluster(key, nil), math.MaxUint64)
+	r.forgetVerdicts(key)
 	if gone {
 		owed = r.forgetUncertain(ctx, key)
 	} else {

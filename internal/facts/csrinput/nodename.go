@@ -1,9 +1,11 @@
 package csrinput
 
 import (
+	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -20,19 +22,39 @@ const NodeUserPrefix = "system:node:"
 // a common name without the prefix. The controllers use it only as the key
 // to find the request's machine; the rules judge the subject themselves.
 func NodeName(csr *certificatesv1.CertificateSigningRequest) string {
-	if len(csr.Spec.Request) > MaxRequestBytes {
-		// Not parsed, as ParseRequest does not parse it.
-		return ""
-	}
-	block, _ := pem.Decode(csr.Spec.Request)
-	if block == nil {
-		return ""
-	}
-	req, err := x509.ParseCertificateRequest(block.Bytes)
+	req, err := parseRequest(csr)
 	if err != nil {
 		return ""
 	}
 	return nodeNameOfSubject(req.Subject.Names)
+}
+
+// RequestPublicKey is the public key of a request's spec.request, read as
+// NodeName reads it: the key an issued certificate must carry.
+func RequestPublicKey(csr *certificatesv1.CertificateSigningRequest) (crypto.PublicKey, error) {
+	req, err := parseRequest(csr)
+	if err != nil {
+		return nil, err
+	}
+	return req.PublicKey, nil
+}
+
+// parseRequest parses the first PEM block of a request's spec.request, one
+// no longer than a request is read to (ParseRequest does not parse a longer
+// one either).
+func parseRequest(csr *certificatesv1.CertificateSigningRequest) (*x509.CertificateRequest, error) {
+	if len(csr.Spec.Request) > MaxRequestBytes {
+		return nil, fmt.Errorf("the request is %d bytes, more than the %d a certificate request is read to", len(csr.Spec.Request), MaxRequestBytes)
+	}
+	block, _ := pem.Decode(csr.Spec.Request)
+	if block == nil {
+		return nil, errors.New("no PEM block found in the request")
+	}
+	req, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse the certificate request: %w", err)
+	}
+	return req, nil
 }
 
 // NodeNameOfCertificate is the node name an issued certificate is for, read

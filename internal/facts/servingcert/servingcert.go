@@ -160,7 +160,7 @@ func (r *Reader) Read(ctx context.Context, address string) Certificate {
 	if r.Clock != nil {
 		now = r.Clock.Now()
 	}
-	if err := r.verify(chain, now); err != nil {
+	if err := Verify(r.Roots, chain, now); err != nil {
 		out.VerifyError = Clip(err.Error(), MaxText)
 	} else {
 		out.IssuedByClusterCA = true
@@ -210,20 +210,25 @@ func (r *Reader) handshake(ctx context.Context, address string) ([]*x509.Certifi
 	return chain, nil
 }
 
-// verify checks the served chain against Roots at a time within the leaf's
-// validity (now, else its nearest end): whether the cluster's CA issued it
-// is a question apart from whether it has expired, which the rule asks of
-// not_after. Any extended key usage is accepted here for the same reason.
-func (r *Reader) verify(chain []*x509.Certificate, now time.Time) error {
-	if r.Roots == nil {
+// Verify checks a chain, leaf first, against roots (the cluster's CA) at a
+// time within the leaf's validity (now, else its nearest end): whether the
+// cluster's CA issued it is a question apart from whether it has expired,
+// which the audit's rule asks of not_after. Any extended key usage is
+// accepted here for the same reason. It is the audit's check of a served
+// certificate and the serving controller's of an issued one.
+func Verify(roots *x509.CertPool, chain []*x509.Certificate, now time.Time) error {
+	if roots == nil {
 		return errors.New("no cluster CA was given to verify against")
+	}
+	if len(chain) == 0 {
+		return errors.New("no certificate to verify")
 	}
 	intermediates := x509.NewCertPool()
 	for _, c := range chain[1:] {
 		intermediates.AddCert(c)
 	}
 	_, err := chain[0].Verify(x509.VerifyOptions{
-		Roots:         r.Roots,
+		Roots:         roots,
 		Intermediates: intermediates,
 		CurrentTime:   clamp(now, chain[0].NotBefore, chain[0].NotAfter),
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
