@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -141,6 +142,9 @@ type targets struct {
 	starts remoteStarts
 	// usage is what each tenant's caches hold together (remoteLimits).
 	usage map[string]*tenantUsage
+	// readFailures are when the reads of a cluster's kubeconfig Secret
+	// began to fail for want of an answer (readFailing).
+	readFailures map[types.NamespacedName]time.Time
 }
 
 // holdUsage is the usage of the tenant in namespace, for one more watch of
@@ -238,8 +242,12 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 	}
 	data, err := r.readKubeconfig(ctx, c)
 	if err != nil {
+		if transientRead(ctx, err) && r.targets.readFailing(key, r.Clock.Now()) {
+			return nil, &kubeconfigReadFailingError{err: err}
+		}
 		return nil, err
 	}
+	r.targets.readAnswered(key)
 	unlock := r.targets.lock(key)
 	defer unlock()
 	sum, revision := sha256.Sum256(data), r.revision()
@@ -428,7 +436,23 @@ func (r *Reconciler) currentTarget(c *ichorv1alpha1.TalosCluster) *target {
 // operator's word.
 func (r *Reconciler) targetStillAllowed(ctx context.Context, c *ichorv1alpha1.TalosCluster, t *target) bool {
 	key := client.ObjectKeyFromObject(c)
+	if r.targets.failingReads(key) {
+		// The cluster's reconcile reads the Secret every few seconds
+		// meanwhile: a worker adds no read to an API server that does
+		// not answer (review 194).
+		return false
+	}
 	data, err := r.readKubeconfig(ctx, c)
+	if err != nil && transientRead(ctx, err) {
+		// No word on the Secret (the API server busy or unreachable for
+		// a moment): nothing is decided without one, and the cluster's
+		// reconcile, which reads it again, says when the watch ends
+		// (kubeconfigReadTolerance). Ending the watch at once would have
+		// a moment's failure list the tenant's CSRs again (review 191 F4).
+		log.FromContext(ctx).Info("the cluster's kubeconfig Secret cannot be read now: nothing is decided until it is", "error", err)
+		r.rejudgeCluster(ctx, key)
+		return false
+	}
 	if err != nil || !bytes.Equal(data, t.kubeconfig) {
 		log.FromContext(ctx).Info("the cluster's kubeconfigRef changed or cannot be read: it is judged again before any decision", "error", err)
 		// Asked before the watch ends: ending it ends this turn's
@@ -547,6 +571,11 @@ func (r *Reconciler) readKubeconfig(ctx context.Context, c *ichorv1alpha1.TalosC
 	if k == "" {
 		k = ichorv1alpha1.DefaultKubeconfigKey
 	}
+	// Bounded: while it fails for want of an answer the watch is kept
+	// (kubeconfigReadTolerance), and a read held by a silent connection
+	// would stretch that.
+	ctx, cancel := context.WithTimeout(ctx, kubeconfigReadTimeout)
+	defer cancel()
 	var secret corev1.Secret
 	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: ref.Name}, &secret); err != nil {
 		return nil, fmt.Errorf("kubeconfig of cluster %s/%s: get Secret %q: %w", c.Namespace, c.Name, ref.Name, clustersecrets.Forbidden(err, c.Namespace))
@@ -730,6 +759,69 @@ func (t *targets) dropIf(key types.NamespacedName, rt *target) {
 	}
 }
 
+// kubeconfigReadTolerance is how long a cluster's watch is kept while its
+// kubeconfig Secret cannot be read for want of an answer (transientRead):
+// nothing is decided through it meanwhile, and past it the watch, and the
+// tenant's credentials it holds, end as for a Secret gone.
+const kubeconfigReadTolerance = time.Minute
+
+// kubeconfigReadTimeout bounds one read of a cluster's kubeconfig Secret.
+const kubeconfigReadTimeout = 10 * time.Second
+
+// kubeconfigReadRetry is how soon a cluster whose kubeconfig Secret could not
+// be read is reconciled again, within kubeconfigReadTolerance.
+const kubeconfigReadRetry = 5 * time.Second
+
+// kubeconfigReadFailingError is targetFor's error while a cluster's
+// kubeconfig Secret cannot be read for want of an answer, within
+// kubeconfigReadTolerance of the first such read: the watch is kept, and
+// the cluster reconciled again soon.
+type kubeconfigReadFailingError struct{ err error }
+
+func (e *kubeconfigReadFailingError) Error() string {
+	return "the kubeconfig Secret cannot be read now, its watch is kept a while: " + e.err.Error()
+}
+
+func (e *kubeconfigReadFailingError) Unwrap() error { return e.err }
+
+// readFailing notes a read of a cluster's kubeconfig Secret that failed for
+// want of an answer, at now, and says whether its watch is kept through it:
+// while it runs, and for kubeconfigReadTolerance since such reads began.
+func (t *targets) readFailing(key types.NamespacedName, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.remote[key] == nil {
+		delete(t.readFailures, key)
+		return false
+	}
+	since, ok := t.readFailures[key]
+	if !ok {
+		if t.readFailures == nil {
+			t.readFailures = map[types.NamespacedName]time.Time{}
+		}
+		t.readFailures[key] = now
+		return true
+	}
+	return now.Sub(since) < kubeconfigReadTolerance
+}
+
+// failingReads is whether the reads of a cluster's kubeconfig Secret fail
+// for want of an answer (readFailing).
+func (t *targets) failingReads(key types.NamespacedName) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.readFailures[key]
+	return ok
+}
+
+// readAnswered notes a read of a cluster's kubeconfig Secret that was
+// answered.
+func (t *targets) readAnswered(key types.NamespacedName) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.readFailures, key)
+}
+
 // drop ends the cluster's watch, so that no worker decides through it (see
 // passFor), and forgets the verdict too when forget is set. A verdict kept is
 // one of a content: a refusal is not judged (and logged) again until the
@@ -745,6 +837,7 @@ func (t *targets) drop(key types.NamespacedName, forget bool) {
 	}
 	if forget {
 		delete(t.verdicts, key)
+		delete(t.readFailures, key)
 		t.starts.forget(key)
 		if g, ok := t.gates[key]; ok {
 			t.pool.forget(g)

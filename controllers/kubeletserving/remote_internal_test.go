@@ -3,14 +3,22 @@ package kubeletserving
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -159,4 +167,96 @@ func judgedBy(f *queueFixture, document engine.KubeconfigDecision, final *engine
 	v := *f.r.targets.verdicts[f.cluster]
 	v.document, v.final = document, final
 	f.r.targets.verdicts[f.cluster] = &v
+}
+
+// Review 191 F4: a read of a cluster's kubeconfig Secret that gets no answer
+// (the API server busy or unreachable for a moment) decides nothing through
+// the cluster's watch, but does not end it: ending it had each such moment
+// list the tenant's CSRs again, and say the cluster unreadable. A minute of
+// such reads, or an answer that the Secret is gone, ends it as before.
+func TestAKubeconfigSecretUnreadableForAMomentKeepsItsWatch(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	clk := clocktesting.NewFakeClock(t0)
+	f := newQueueFixture(t, clk, csrOf("system:node:x", "csr-x", t0))
+	dec := &bundleDecider{decider: f.dec, rev: "r1"}
+	f.r.Engine = dec
+	ctx := context.Background()
+	var stops atomic.Int32
+	tg := &target{reader: f.r.Client, clientset: f.csrs, names: &nodeNames{}, cancel: func() { stops.Add(1) }}
+	secret := f.judgeRemotely(t, "before", tg, engine.KubeconfigDecision{Allowed: true, Revision: "r1"})
+	var unanswered atomic.Bool
+	var reads atomic.Int32
+	f.r.APIReader = interceptor.NewClient(f.r.Client.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.Secret); ok {
+				reads.Add(1)
+				if unanswered.Load() {
+					return apierrors.NewServiceUnavailable("etcd leader changed")
+				}
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	kept := func() bool {
+		f.r.targets.mu.Lock()
+		defer f.r.targets.mu.Unlock()
+		return f.r.targets.remote[f.cluster] == tg
+	}
+	reason := func() string {
+		var c ichorv1alpha1.TalosCluster
+		require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+		if cond := meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates); cond != nil {
+			return cond.Reason
+		}
+		return ""
+	}
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+
+	unanswered.Store(true)
+	// A worker decides nothing, and leaves the watch.
+	assert.False(t, f.r.targetStillAllowed(ctx, &c, tg), "decided through a kubeconfig not read")
+	assert.True(t, kept(), "the watch ended for a read without an answer")
+	// The cluster's reconcile keeps it too, and looks again soon.
+	res, err := f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	assert.Equal(t, kubeconfigReadRetry, res.RequeueAfter)
+	assert.True(t, kept(), "the watch ended for a read without an answer")
+	assert.NotEqual(t, ReasonKubeconfigUnreadable, reason(), "the cluster said unreadable for a moment's failure")
+	assert.Zero(t, stops.Load())
+	// Meanwhile the reconcile reads the Secret, every few seconds; a
+	// worker adds no read of its own to a server that does not answer.
+	before := reads.Load()
+	assert.False(t, f.r.targetStillAllowed(ctx, &c, tg))
+	assert.Equal(t, before, reads.Load(), "a worker read the Secret while the reconcile polls it")
+
+	// Read again: the moment is over, and the next one is given its own.
+	unanswered.Store(false)
+	got, err := f.r.targetFor(ctx, &c)
+	require.NoError(t, err)
+	assert.Same(t, tg, got)
+	unanswered.Store(true)
+	clk.Step(kubeconfigReadTolerance / 2)
+	_, err = f.r.targetFor(ctx, &c)
+	var failing *kubeconfigReadFailingError
+	require.ErrorAs(t, err, &failing)
+
+	// A minute of it ends the watch, and the cluster says why.
+	clk.Step(kubeconfigReadTolerance)
+	_, err = f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	assert.False(t, kept(), "the watch outlived a minute without a word on its Secret")
+	assert.Equal(t, ReasonKubeconfigUnreadable, reason())
+	assert.Equal(t, int32(1), stops.Load())
+
+	// An answer that the Secret is gone is no moment's failure.
+	tg2 := &target{reader: f.r.Client, clientset: f.csrs, names: &nodeNames{}, cancel: func() {}}
+	f.r.targets.mu.Lock()
+	f.r.targets.remote[f.cluster] = tg2
+	f.r.targets.mu.Unlock()
+	unanswered.Store(false)
+	require.NoError(t, f.r.Client.Delete(ctx, secret))
+	_, err = f.r.targetFor(ctx, &c)
+	require.Error(t, err)
+	assert.False(t, errors.As(err, &failing), "a Secret gone kept the watch: %v", err)
 }
