@@ -114,7 +114,8 @@ const (
 	// ConditionKubeletServingCertificates, and so of a False ConditionReady:
 	// the cluster's secrets bundle (spec.secretsRef) is gone, does not name
 	// the cluster, holds no usable OS CA, or may not be read by the manager,
-	// so no node's identity can be read and nothing is approved.
+	// so no node's identity can be read and nothing is approved; or its
+	// Kubernetes CA is no certificate, so no issued certificate is recorded.
 	ReasonSecretsUnusable = "SecretsUnusable"
 
 	// ReasonShardHeld is the reason of a True ConditionServedBy: the replica

@@ -780,12 +780,18 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 	key, judged := p.memoKey(csr), recordedFacts(csr)
 	now := p.r.Clock.Now()
 	if _, refused := p.r.unrecorded.Skip(key, judged, 0, roots.id, now); refused {
+		// Said once; the condition says it again after anything forgot
+		// it there (the watch started again, the machine made again:
+		// review 196).
+		if v, ok := p.r.unrecorded.Verdict(key); ok && ctx.Err() == nil {
+			p.r.refusedRecords.set(p.key(), machine, v.Key)
+		}
 		return nil
 	}
 	if why := recordable(cert, csr, node, roots.pool, now); why != nil {
-		p.r.unrecorded.Pending(key, approval.Verdict{ResourceVersion: judged, Revision: roots.id}, struct{}{}, now,
+		note := p.notRecorded(ctx, machine, csr, why)
+		p.r.unrecorded.Pending(key, approval.Verdict{ResourceVersion: judged, Revision: roots.id, Key: note}, struct{}{}, now,
 			func(int) time.Duration { return 0 })
-		p.notRecorded(ctx, machine, csr, why)
 		return nil
 	}
 	before := machine.DeepCopy()
@@ -823,16 +829,17 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 // it, and in the cluster's condition while the machine waits (an Event
 // expires within the hour: refusedRecords). The Event is related to the
 // request: an Event recorder folds the Events of one object, reason and
-// related object into a series that keeps the first note, so each request
-// has its own (review 193 M3). The request's name and the certificate's words
-// are a tenant's server's: escaped, and cut to fit an Event's note.
-func (p *pass) notRecorded(ctx context.Context, machine *ichorv1alpha1.TalosMachine, csr *certificatesv1.CertificateSigningRequest, why error) {
+// related object into a series that keeps the first note (for six minutes
+// after the last), so each request has its own (review 193 M3). The
+// request's name and the certificate's words are a tenant's server's:
+// escaped, and cut to fit an Event's note. It returns the note.
+func (p *pass) notRecorded(ctx context.Context, machine *ichorv1alpha1.TalosMachine, csr *certificatesv1.CertificateSigningRequest, why error) (note string) {
 	name := servingcert.Clip(csr.Name, maxRecordedRequestName)
 	where := ""
 	if !p.target.local {
 		where = " (in the API server the cluster's kubeconfigRef names)"
 	}
-	note := servingcert.Clip(termsafe.EscapeLine(fmt.Sprintf("the certificate issued for CSR %q%s is not recorded: %v", name, where, why)), maxNotRecordedNote)
+	note = servingcert.Clip(termsafe.EscapeLine(fmt.Sprintf("the certificate issued for CSR %q%s is not recorded: %v", name, where, why)), maxNotRecordedNote)
 	log.FromContext(ctx).Error(nil, "issued certificate not recorded", "csr", name, "machine", machine.Name, "why", note)
 	if ctx.Err() == nil {
 		// A turn cut short (the shard let go, which forgets the cluster's
@@ -842,6 +849,7 @@ func (p *pass) notRecorded(ctx context.Context, machine *ichorv1alpha1.TalosMach
 	if p.r.Recorder != nil {
 		p.r.Recorder.Eventf(machine, relatedRequest(csr), corev1.EventTypeWarning, ReasonCertificateNotRecorded, "Record", "%s", note)
 	}
+	return note
 }
 
 // maxNotRecordedNote leaves room, within an Event's note, for what Clip

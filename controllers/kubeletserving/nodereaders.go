@@ -206,14 +206,17 @@ func kubernetesRoots(bundles clustersecrets.Bundles) (kubeRoots, error) {
 	pool := x509.NewCertPool()
 	sum := sha256.New()
 	found := false
-	for _, b := range []*secrets.Bundle{bundles.Current, bundles.Previous} {
-		if b == nil || b.Certs == nil || b.Certs.K8s == nil {
+	for _, b := range []struct {
+		which  string
+		bundle *secrets.Bundle
+	}{{"the secrets bundle's", bundles.Current}, {"the previous secrets bundle's", bundles.Previous}} {
+		if b.bundle == nil || b.bundle.Certs == nil || b.bundle.Certs.K8s == nil {
 			continue
 		}
-		if !pool.AppendCertsFromPEM(b.Certs.K8s.Crt) {
-			return kubeRoots{}, errors.New("the secrets bundle's Kubernetes CA holds no PEM certificate")
+		if !pool.AppendCertsFromPEM(b.bundle.Certs.K8s.Crt) {
+			return kubeRoots{}, fmt.Errorf("%s Kubernetes CA holds no PEM certificate", b.which)
 		}
-		sum.Write(b.Certs.K8s.Crt)
+		sum.Write(b.bundle.Certs.K8s.Crt)
 		found = true
 	}
 	if !found {

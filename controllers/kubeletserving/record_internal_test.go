@@ -216,6 +216,7 @@ func TestOnlyWhatTheClustersSignerIssuedForTheRequestIsRecorded(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 
+	foreign := issued(t, selfSignedCA(t), key, "w1", notAfter)
 	long := "csr-" + strings.Repeat("x", maxRecordedRequestName)
 	// A reason as long as a tenant's server makes it still fits a note.
 	manyUsages := servingTemplate("w1", notAfter)
@@ -227,7 +228,7 @@ func TestOnlyWhatTheClustersSignerIssuedForTheRequestIsRecorded(t *testing.T) {
 		cert      []byte
 		request   string // "csr-" + name when empty
 	}{
-		{"another-ca", "does not verify against the cluster's CA", issued(t, selfSignedCA(t), key, "w1", notAfter), ""},
+		{"another-ca", "does not verify against the cluster's CA", foreign, ""},
 		{"client-auth", "it is not for serving: server auth is not among", issuedAs(t, ca, key, "w1", notAfter, x509.ExtKeyUsageClientAuth), ""},
 		{"no-usages", "it is not for serving: server auth is not among", issuedAs(t, ca, key, "w1", notAfter), ""},
 		{"another-key", "its public key is not the request's", issued(t, ca, otherKey, "w1", notAfter), ""},
@@ -270,6 +271,18 @@ func TestOnlyWhatTheClustersSignerIssuedForTheRequestIsRecorded(t *testing.T) {
 			assert.Contains(t, why, c.why)
 		})
 	}
+	// What forgets the condition's words (a watch started again, the
+	// machine made again) is made up for at the next look, without a new
+	// Event (review 196).
+	f.r.refusedRecords.forget(f.cluster)
+	require.NoError(t, p.record(ctx, csr("csr-another-ca", foreign)))
+	var waiting ichorv1alpha1.TalosMachine
+	require.NoError(t, f.r.Client.Get(ctx, client.ObjectKeyFromObject(machine), &waiting))
+	why, ok := f.r.refusedRecords.of(f.cluster, &waiting)
+	assert.True(t, ok, "the condition no longer says why the machine waits")
+	assert.Contains(t, why, "does not verify against the cluster's CA")
+	assert.Empty(t, events.Events, "said again")
+
 	require.NoError(t, p.record(ctx, csr("csr-good", issued(t, ca, key, "w1", notAfter))))
 	var got ichorv1alpha1.TalosMachine
 	require.NoError(t, f.r.Client.Get(ctx, client.ObjectKeyFromObject(machine), &got))
