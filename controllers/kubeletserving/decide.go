@@ -765,18 +765,19 @@ func (p *pass) record(ctx context.Context, csr *certificatesv1.CertificateSignin
 	}
 	// What is recorded latches KubeletServingVerified, and with it the
 	// kube-apiserver's --kubelet-certificate-authority: only a certificate
-	// the kube-apiserver will accept counts, whatever the API server the
-	// request is in wrote in it (a tenant's, or one a kubeconfigRef names
-	// by mistake, signed by another cluster's CA: review 191 F2).
+	// the cluster's signer issued for the request counts, whatever the API
+	// server the request is in wrote in it (a tenant's, or one a
+	// kubeconfigRef names by mistake, signed by another cluster's CA:
+	// review 191 F2).
 	roots, err := p.r.NodeReaders.KubernetesRoots(ctx, p.cluster)
 	if err != nil {
 		return fmt.Errorf("record certificate of CSR %s: %w", csr.Name, err)
 	}
-	// One refused is judged (and said) again only once the request or the
-	// cluster's CAs change: a tenant's server may hold thousands, and each
+	// One refused is judged (and said) again only once what it is judged
+	// from changes (its name, request and certificate, not its version,
+	// which its server changes with any label: review 194) or the
+	// cluster's CAs do: a tenant's server may hold thousands, and each
 	// pass looks at them all (review 193 M4).
-	// Judged on what it is judged from, not the request's version, which
-	// its server changes with any label (review 194).
 	key, judged := p.memoKey(csr), recordedFacts(csr)
 	now := p.r.Clock.Now()
 	if _, refused := p.r.unrecorded.Skip(key, judged, 0, roots.id, now); refused {
