@@ -187,8 +187,9 @@ type Reconciler struct {
 	// growing backoff.
 	memo approval.Memo[memoKey, struct{}]
 	// unrecorded are the requests whose certificate was refused a record
-	// on its machine (recordable), by version and the cluster's CAs: not
-	// judged, logged and said again each pass.
+	// on its machine (recordable), by what it was judged from
+	// (recordedFacts) and the cluster's CAs, with the note that said why:
+	// not judged, logged and said again each pass.
 	unrecorded approval.Memo[memoKey, struct{}]
 	// refusedRecords are why the machines waiting for a certificate had
 	// their last one refused a record, for the cluster's condition.
