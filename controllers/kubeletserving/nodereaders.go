@@ -127,22 +127,32 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		return c, nil
 	}
 	n.mu.Unlock()
+	// Two reads of the bundle may be under way at once (a decision and the
+	// reconcile): the one begun last says the bundle as it is, and one begun
+	// before it and answered after it does not put back what it read, which
+	// may be the CAs before a rotation (review 193 L1).
+	started := time.Now()
 	bundles, err := clustersecrets.Load(ctx, n.Reader, cluster, n.SecretsClaims)
 	if err != nil {
 		// The bundle taken away (or unreadable) stops the watches made
 		// with it: they would go on signing credentials from the key in
 		// memory.
-		n.dropReader(key)
+		n.dropReaderReadBefore(key, started)
 		return nil, err
 	}
 	os := bundles.Current.Certs.OS
 	k8sRoots, k8sErr := kubernetesRoots(bundles)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if c, ok := n.readers[key]; ok && c.uid == cluster.UID && bytes.Equal(c.caCert, os.Crt) && bytes.Equal(c.caKey, os.Key) {
-		c.read, c.secretsRef = time.Now(), cluster.Spec.SecretsRef
-		c.k8sRoots, c.k8sErr = k8sRoots, k8sErr
-		return c, nil
+	cached, ok := n.readers[key]
+	later := ok && cached.read.After(started)
+	if later && cached.uid == cluster.UID {
+		return cached, nil
+	}
+	if ok && !later && cached.uid == cluster.UID && bytes.Equal(cached.caCert, os.Crt) && bytes.Equal(cached.caKey, os.Key) {
+		cached.read, cached.secretsRef = started, cluster.Spec.SecretsRef
+		cached.k8sRoots, cached.k8sErr = k8sRoots, k8sErr
+		return cached, nil
 	}
 	reader, err := talosnode.NewReader(talosnode.Options{
 		CACertPEM:           os.Crt,
@@ -156,18 +166,22 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		// weak key): the watches made with the CA before end, as for a
 		// bundle taken away, rather than go on signing credentials from
 		// the old key in memory and dialling machines no longer kept
-		// (review 159).
-		if old, ok := n.readers[key]; ok && old.watches != nil {
-			go old.watches.Stop()
+		// (review 159). A later read's reader stays: it is not this CA's.
+		if !later {
+			if old, ok := n.readers[key]; ok && old.watches != nil {
+				go old.watches.Stop()
+			}
+			delete(n.readers, key)
 		}
-		delete(n.readers, key)
 		return nil, fmt.Errorf("talos identity reader of cluster %s: %w", key, err)
 	}
 	c := &cachedReader{
-		caCert: os.Crt, caKey: os.Key, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef, uid: cluster.UID,
+		caCert: os.Crt, caKey: os.Key, reader: reader, read: started, secretsRef: cluster.Spec.SecretsRef, uid: cluster.UID,
 		k8sRoots: k8sRoots, k8sErr: k8sErr,
 	}
-	if _, ok := n.forgotten[key]; ok {
+	if _, ok := n.forgotten[key]; ok || later {
+		// Used for this read and not kept: the cluster is forgotten, or
+		// a later read of another cluster of the name (made anew) is.
 		return c, nil
 	}
 	if n.Watch {
@@ -401,9 +415,20 @@ func (n *NodeReaders) Forget(key types.NamespacedName) {
 
 // dropReader drops a cluster's reader and ends its watches.
 func (n *NodeReaders) dropReader(key types.NamespacedName) {
+	n.dropReaderReadBefore(key, time.Time{})
+}
+
+// dropReaderReadBefore drops a cluster's reader and ends its watches, unless
+// its bundle was read by a read begun after since (zero: whenever read): a
+// read that failed says nothing of the bundle a later one found.
+func (n *NodeReaders) dropReaderReadBefore(key types.NamespacedName, since time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if c, ok := n.readers[key]; ok && c.watches != nil {
+	c, ok := n.readers[key]
+	if ok && !since.IsZero() && c.read.After(since) {
+		return
+	}
+	if ok && c.watches != nil {
 		// Their connections close in the background: a reconcile does not
 		// wait on a node.
 		go c.watches.Stop()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -244,4 +245,96 @@ func TestABundleWithoutAUsableKubernetesCAIsSaidUnusable(t *testing.T) {
 	err = r.secretsUnusable(t.Context(), cluster)
 	require.ErrorContains(t, err, "Kubernetes CA holds no PEM certificate")
 	assert.ErrorIs(t, err, errKubernetesCAUnusable, "said as a bundle no node's identity can be read with")
+}
+
+// Two reads of a cluster's secrets bundle under way at once, the one begun
+// first answered last: what it read, from before a rotation, is not put back
+// over what the later read found, and its failure does not end the reader
+// the later read made (review 193 L1: for up to secretsFreshness, machines
+// were read, and certificates judged, with the CAs before the rotation).
+func TestAnEarlierReadOfTheBundleAnsweredLastChangesNothing(t *testing.T) {
+	t.Run("the CAs before a rotation", func(t *testing.T) {
+		bundle, cluster, secret, scheme := clusterWithBundle(t, "rotated")
+		c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(secret).Build()
+		read, answer := make(chan struct{}), make(chan struct{})
+		n := &NodeReaders{Reader: &readThenWait{Reader: c, read: read, until: answer}, Watch: true}
+		t.Cleanup(n.Stop)
+
+		done := make(chan error, 1)
+		go func() {
+			_, err := n.Get(t.Context(), cluster)
+			done <- err
+		}()
+		<-read // the bundle before the rotation, not yet answered
+		rotated := newSecretsBundle(t)
+		data, err := clustersecrets.Marshal(rotated)
+		require.NoError(t, err)
+		secret.Data[ichorv1alpha1.DefaultSecretsBundleKey] = data
+		require.NoError(t, c.Update(t.Context(), secret))
+		_, err = n.Get(t.Context(), cluster)
+		require.NoError(t, err)
+		close(answer)
+		require.NoError(t, <-done, "the earlier read is answered")
+
+		n.mu.Lock()
+		kept := n.readers[client.ObjectKeyFromObject(cluster)]
+		n.mu.Unlock()
+		require.NotNil(t, kept)
+		assert.Equal(t, string(rotated.Certs.OS.Crt), string(kept.caCert), "the OS CA before the rotation was put back")
+		before, err := kubernetesRoots(clustersecrets.Bundles{Current: bundle})
+		require.NoError(t, err)
+		roots, err := n.KubernetesRoots(t.Context(), cluster)
+		require.NoError(t, err)
+		assert.NotEqual(t, before.id, roots.id, "the Kubernetes CA before the rotation was put back")
+	})
+	t.Run("a failure", func(t *testing.T) {
+		_, cluster, secret, scheme := clusterWithBundle(t, "back")
+		c := fake.NewClientBuilder().WithScheme(scheme).Build() // the Secret not made yet
+		read, answer := make(chan struct{}), make(chan struct{})
+		n := &NodeReaders{Reader: &readThenWait{Reader: c, read: read, until: answer}, Watch: true}
+		t.Cleanup(n.Stop)
+
+		done := make(chan error, 1)
+		go func() {
+			_, err := n.Get(t.Context(), cluster)
+			done <- err
+		}()
+		<-read // not found, not yet answered
+		require.NoError(t, c.Create(t.Context(), secret))
+		_, err := n.Get(t.Context(), cluster)
+		require.NoError(t, err)
+		n.mu.Lock()
+		made := n.readers[client.ObjectKeyFromObject(cluster)]
+		n.mu.Unlock()
+		require.NotNil(t, made)
+		made.watches.Keep([]string{"127.0.0.1:1"}) // nothing answers there; the watch retries
+		close(answer)
+		require.Error(t, <-done, "the earlier read failed")
+
+		n.mu.Lock()
+		kept := n.readers[client.ObjectKeyFromObject(cluster)]
+		n.mu.Unlock()
+		assert.Same(t, made, kept, "the later read's reader was dropped for the earlier read's failure")
+		watched, _ := made.watches.Count()
+		assert.Equal(t, 1, watched, "the later read's watches were ended")
+	})
+}
+
+// readThenWait is a Reader whose first Get reads, says it has (read), and
+// answers what it read only once until is closed: a read answered late.
+type readThenWait struct {
+	client.Reader
+	read, until chan struct{}
+	once        sync.Once
+}
+
+func (r *readThenWait) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	first := false
+	r.once.Do(func() { first = true })
+	err := r.Reader.Get(ctx, key, obj, opts...)
+	if first {
+		close(r.read)
+		<-r.until
+	}
+	return err
 }
