@@ -480,3 +480,29 @@ func TestShardAMembershipLeaseDeletedOrRenamedIsNoDeath(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// A release whose unsettled-since is ahead of the taker's clock (the
+// releasing replica's clock runs ahead) still says unsettled: the taker
+// counts it from its own now, and its approver keeps looking for as long as
+// the stamped write may commit. Before, the stamp was dropped, the adoption
+// settled at its first pass, and a write of the previous holder's that
+// committed after it was left without its record (review 197C F1).
+func TestShardAnUnsettledSinceAheadOfTheTakersClockStillSaysUnsettled(t *testing.T) {
+	cs := leaseEnv(t)
+	const shards = 8
+	a := startReplica(t, cs, "a", shards)
+	require.Eventually(t, func() bool { return servedOnce(shards, a) }, 20*time.Second, 50*time.Millisecond)
+	for _, s := range a.Held() {
+		a.AdoptionsNoted(s)
+	}
+	uid := ownedBy(t, shards, []string{"a", "b"}, "b")
+	f, ok := a.Fence(uid)
+	require.True(t, ok)
+	f.Unsettle("csr-uid", time.Now().Add(time.Hour).Truncate(time.Second))
+
+	b := startReplica(t, cs, "b", shards)
+	require.Eventually(t, func() bool { _, served := b.Serves(uid); return served }, 30*time.Second, 50*time.Millisecond, "b did not take the shard")
+	since := b.UnsettledSince(shard.Of(uid, shards))
+	assert.False(t, since.IsZero(), "the release's unsettled-since ahead of b's clock was dropped")
+	assert.False(t, since.After(time.Now()), "unsettled since %s, after b's now", since)
+}

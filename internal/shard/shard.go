@@ -1418,10 +1418,17 @@ func (s *Set) take(ctx context.Context, shard int, lease *coordinationv1.Lease, 
 		if settled.After(now) {
 			settled = now
 		}
-		// An unsettled-since ahead of this replica's clock says nothing
-		// earlier than the window the approver looks back anyway.
-		if unsettled.After(now) || !settled.IsZero() {
+		// An unsettled-since ahead of this replica's clock (the releasing
+		// replica's runs ahead, or it is forged) says "unsettled now": its
+		// time is no earlier than the window the approver looks back
+		// anyway, but the write it stamps may yet commit, and the approver
+		// looks again until such a write no longer can. Dropped, it left
+		// the adoption settled at the first pass, and a write committed
+		// after it unrecorded (review 197C F1).
+		if !settled.IsZero() {
 			unsettled = time.Time{}
+		} else if unsettled.After(now) {
+			unsettled = now
 		}
 		if gone := s.given[shard]; gone != nil && previous == s.o.Identity {
 			// Taken back from itself, the Lease naming this replica since
