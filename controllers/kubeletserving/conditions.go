@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -30,14 +30,12 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 	if err := r.Client.List(ctx, &machines, client.InNamespace(cluster.Namespace), client.MatchingFields{IndexCluster: cluster.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return 0, fmt.Errorf("list machines of the cluster: %w", err)
 	}
-	var waiting []string
-	waitingMachines := map[string]*ichorv1alpha1.TalosMachine{}
+	var waiting []*ichorv1alpha1.TalosMachine
 	for i := range machines.Items {
 		m := &machines.Items[i]
 		cert := m.Status.KubeletServingCertificate
 		if cert == nil || !cert.NotAfter.After(now) {
-			waiting = append(waiting, m.Name)
-			waitingMachines[m.Name] = m
+			waiting = append(waiting, m)
 			continue
 		}
 		// Look again when this certificate expires: the condition turns False.
@@ -45,7 +43,7 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 			next = d
 		}
 	}
-	sort.Strings(waiting)
+	slices.SortFunc(waiting, func(a, b *ichorv1alpha1.TalosMachine) int { return strings.Compare(a.Name, b.Name) })
 
 	before := cluster.DeepCopy()
 	issued := metav1.Condition{
@@ -66,7 +64,7 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 		issued.Status = metav1.ConditionFalse
 		issued.Reason = ichorv1alpha1.ReasonMachinesPending
 		issued.Message = fmt.Sprintf("%d of %d machines have no unexpired kubelet serving certificate yet: %s%s",
-			len(waiting), len(machines.Items), nameSome(waiting, maxNamedMachines), r.refusedOf(cluster, waiting, waitingMachines))
+			len(waiting), len(machines.Items), nameSome(namesOf(waiting), maxNamedMachines), r.refusedOf(cluster, waiting))
 	}
 	// No node's identity can be read without the cluster's OS CA, so
 	// nothing is approved whatever the nodes do: the configuration's
@@ -160,12 +158,12 @@ func transientRead(ctx context.Context, err error) bool {
 // refusedOf says, of the first waiting machines whose last certificate was
 // refused a record, why (notRecorded): the Event that says it expires within
 // the hour, and the machine waits until a certificate is recorded.
-func (r *Reconciler) refusedOf(cluster *ichorv1alpha1.TalosCluster, waiting []string, machines map[string]*ichorv1alpha1.TalosMachine) string {
+func (r *Reconciler) refusedOf(cluster *ichorv1alpha1.TalosCluster, waiting []*ichorv1alpha1.TalosMachine) string {
 	key := client.ObjectKeyFromObject(cluster)
 	var b strings.Builder
 	said := 0
-	for _, name := range waiting {
-		why, ok := r.refusedRecords.of(key, machines[name])
+	for _, m := range waiting {
+		why, ok := r.refusedRecords.of(key, m)
 		if !ok {
 			continue
 		}
@@ -173,7 +171,7 @@ func (r *Reconciler) refusedOf(cluster *ichorv1alpha1.TalosCluster, waiting []st
 			b.WriteString("; and others (their CertificateNotRecorded Events)")
 			break
 		}
-		fmt.Fprintf(&b, "; %s: %s", name, why)
+		fmt.Fprintf(&b, "; %s: %s", m.Name, why)
 		said++
 	}
 	return b.String()
@@ -296,6 +294,15 @@ func (r *Reconciler) clearConditions(ctx context.Context, cluster *ichorv1alpha1
 // maxNamedMachines bounds the machines a condition names: a message is at
 // most 32 KiB, and thousands of names would make the status unwritable.
 const maxNamedMachines = 20
+
+// namesOf are the machines' names, in their order.
+func namesOf(machines []*ichorv1alpha1.TalosMachine) []string {
+	names := make([]string, len(machines))
+	for i, m := range machines {
+		names[i] = m.Name
+	}
+	return names
+}
 
 // nameSome joins the first n names, and says how many more there are.
 func nameSome(names []string, n int) string {
