@@ -444,6 +444,33 @@ func TestReaderCertificateIsExactlyOSReaderAndVerifiesAgainstTheTrustBundle(t *t
 	assertTalosReader(t, node.Server, roots, tlsCert)
 }
 
+// A bundle whose reasons for an issuance are longer than a condition's
+// message may be has the request answered Issued once, its message clipped:
+// before, the status write was refused as invalid, and each retry signed a
+// new certificate (review 197A F3).
+func TestAnIssuanceWithLongReasonsIsAnsweredOnce(t *testing.T) {
+	f := newFixture(t)
+	decided := 0
+	f.r.Engine = &enginetest.Engine{Engine: eng, IssuanceFunc: func(ctx context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
+		decided++
+		d, err := eng.Issuance(ctx, in)
+		if err == nil && len(d.Reasons) > 0 {
+			d.Reasons[0].Message += strings.Repeat("\x1b[31m long", 8<<10)
+		}
+		return d, err
+	}}
+	t.Cleanup(func() { f.r.Engine = eng })
+	tcr, _ := f.ask("demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+	c := ready(t, tcr)
+	assert.Equal(t, ichorv1alpha1.ReasonIssued, c.Reason)
+	assert.LessOrEqual(t, len(c.Message), engine.MaxConditionMessage)
+	assert.NotContains(t, c.Message, "\x1b", "escaped")
+	assert.Contains(t, c.Message, "more bytes in the decision log")
+	assert.Contains(t, c.Message, "(decision ")
+	assert.NotEmpty(t, tcr.Status.Certificate)
+	assert.Equal(t, 1, decided, "decided and signed more than once")
+}
+
 func TestLifetimeCapsInTheController(t *testing.T) {
 	f := newFixture(t)
 

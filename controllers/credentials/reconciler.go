@@ -286,8 +286,11 @@ func (r *Reconciler) answered(ctx context.Context, out *ichorv1alpha1.TalosCrede
 	out.Status.Certificate = string(issued.certificate)
 	out.Status.TrustBundle = string(issued.trustBundle)
 	out.Status.ExpiresAt = &metav1.Time{Time: issued.notAfter}
-	setReady(out, r.now(), metav1.ConditionTrue, ichorv1alpha1.ReasonIssued, fmt.Sprintf("%s; expires at %s (decision %s)",
-		d.Reasons.String(), issued.notAfter.UTC().Format(time.RFC3339), d.DecisionID))
+	// Clipped and escaped as a refusal's reasons are: the bundle writes them,
+	// and a message past a condition's bound makes the status unwritable,
+	// and each retry sign again (review 197A F3).
+	setReady(out, r.now(), metav1.ConditionTrue, ichorv1alpha1.ReasonIssued, engine.Clip(d.Reasons.String(),
+		fmt.Sprintf("; expires at %s (decision %s)", issued.notAfter.UTC().Format(time.RFC3339), d.DecisionID), engine.MaxConditionMessage))
 	logger.Info("issued", "expires_at", issued.notAfter)
 	return out, d.DecisionID, nil, nil
 }
