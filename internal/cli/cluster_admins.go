@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -592,11 +593,18 @@ func revocationEvent(b *rbacv1.ClusterRoleBinding, user, identity, revoker strin
 }
 
 // revokerInstance is the Event's reportingInstance: the revoker, within the
-// API server's 128 characters.
+// API server's 128 bytes, cut where a character begins (a character cut in
+// two is sent as U+FFFD, three bytes, and the API server refuses the Event:
+// review 197A F4).
 func revokerInstance(revoker string) string {
 	const limit = 128
+	revoker = strings.ToValidUTF8(revoker, "?")
 	if len(revoker) > limit {
-		return revoker[:limit]
+		cut := limit
+		for cut > 0 && !utf8.RuneStart(revoker[cut]) {
+			cut--
+		}
+		return revoker[:cut]
 	}
 	if revoker == "" {
 		return "unknown"

@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -355,6 +357,16 @@ func cliScheme(t *testing.T) *runtime.Scheme {
 func TestRevokerInstanceIsBounded(t *testing.T) {
 	assert.Equal(t, "unknown", revokerInstance(""))
 	assert.Len(t, revokerInstance(strings.Repeat("r", 300)), 128)
+	// A character across the 128th byte is left out whole, and bytes that
+	// are no character are not sent as U+FFFD's three (review 197A F4).
+	for _, revoker := range []string{strings.Repeat("r", 127) + "é", strings.Repeat("\xff", 128)} {
+		got := revokerInstance(revoker)
+		assert.LessOrEqual(t, len(got), 128, "%q", got)
+		assert.True(t, utf8.ValidString(got), "%q", got)
+		b, err := json.Marshal(got)
+		require.NoError(t, err)
+		assert.LessOrEqual(t, len(b), 128+2, "as sent: %s", b)
+	}
 }
 
 // Review 176: revoke ends by asking the API server whether the person, as a
