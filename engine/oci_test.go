@@ -327,3 +327,40 @@ func TestAPinnedSourceActivatesOnlyItsManifest(t *testing.T) {
 		})
 	}
 }
+
+// A repository whose name holds a segment "manifests" is pulled, by tag and
+// by digest: before, every request whose path held "/manifests/" was taken
+// for a manifest's, its blobs were refused as no manifest, and the source
+// for good (review 197B F2).
+func TestARepositoryNamedWithManifestsIsPulled(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	s := newSigner(t)
+	srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	b := policyBundle(t, false)
+	require.NoError(t, bundles.Sign(b, s.private, "RS256", "ichor"))
+	data, err := bundles.Bytes(b)
+	require.NoError(t, err)
+	tagged := bundles.OCIPlainHTTPScheme + host + "/team/manifests/policy:stable"
+	parsed, err := bundles.ParseOCIRef(tagged)
+	require.NoError(t, err)
+	desc, err := bundles.PushOCI(context.Background(), parsed, data, bundles.PushOptions{Credential: anonymous, Force: true})
+	require.NoError(t, err)
+
+	for name, source := range map[string]string{
+		"by tag":    tagged,
+		"by digest": bundles.OCIPlainHTTPScheme + host + "/team/manifests/policy@" + desc.Digest.String(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			e, err := engine.New(context.Background(), engine.Options{
+				Source: source, VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}}, AllowInsecureHTTP: true,
+				DecisionLog: io.Discard, Log: io.Discard,
+			})
+			require.NoError(t, err)
+			t.Cleanup(func() { e.Stop(context.Background()) })
+			_, rev := forgedIPDecision(t, e)
+			assert.Equal(t, b.Manifest.Revision, rev)
+		})
+	}
+}

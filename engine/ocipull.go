@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"strings"
+	"path"
 
 	godigest "github.com/opencontainers/go-digest"
 
@@ -50,7 +50,21 @@ var bundleManifestTypes = map[string]bool{
 // first request of its chain, so that a registry that redirects a manifest
 // to a path of its choice (a CDN's) does not take it past the checks.
 func isManifestRequest(req *http.Request) bool {
-	return strings.Contains(firstRequest(req).URL.Path, "/manifests/")
+	_, ok := manifestReference(firstRequest(req).URL.Path)
+	return ok
+}
+
+// manifestReference is the reference a registry API path asks a manifest
+// by (/v2/<name>/manifests/<reference>), and whether it asks one: the
+// segment before the last is "manifests", whatever the repository's name
+// holds. A repository named team/manifests/policy had its blobs taken for
+// manifests, and was refused for good (review 197B F2).
+func manifestReference(p string) (string, bool) {
+	dir, ref := path.Split(p)
+	if ref == "" || path.Base(dir) != "manifests" {
+		return "", false
+	}
+	return ref, true
 }
 
 // firstRequest is the first request of req's redirect chain: the one OPA
@@ -66,12 +80,11 @@ func firstRequest(req *http.Request) *http.Request {
 // the source is pinned to one (oci://host/repo@sha256:...); "" for a tag. A
 // redirect's path is the registry's choice, not the source's (review 181).
 func pinnedManifest(req *http.Request) godigest.Digest {
-	path := firstRequest(req).URL.Path
-	i := strings.LastIndex(path, "/manifests/")
-	if i < 0 {
+	ref, ok := manifestReference(firstRequest(req).URL.Path)
+	if !ok {
 		return ""
 	}
-	d, err := godigest.Parse(path[i+len("/manifests/"):])
+	d, err := godigest.Parse(ref)
 	if err != nil {
 		return ""
 	}
