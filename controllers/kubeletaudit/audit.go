@@ -13,8 +13,6 @@ package kubeletaudit
 
 import (
 	"context"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -90,10 +88,10 @@ func (a *Auditor) Audit(ctx context.Context, cluster *ichorv1alpha1.TalosCluster
 	if err != nil {
 		return nil, err
 	}
-	if bundles.Current.Certs.K8s == nil {
-		return nil, fmt.Errorf("the secrets bundle of cluster %s/%s has no Kubernetes CA", cluster.Namespace, cluster.Name)
-	}
-	roots, err := clusterCA(bundles.Current.Certs.K8s.Crt)
+	// The previous bundle's CA too, as the approver's record: during a
+	// rotation the certificates it signed are still the cluster's, and
+	// every machine's was said drifted (review 197C F2).
+	roots, _, err := bundles.KubernetesCAs()
 	if err != nil {
 		return nil, fmt.Errorf("the Kubernetes CA of cluster %s/%s: %w", cluster.Namespace, cluster.Name, err)
 	}
@@ -184,15 +182,4 @@ func (a *Auditor) port() int {
 		return servingcert.DefaultPort
 	}
 	return a.Port
-}
-
-// clusterCA is the pool of the cluster's Kubernetes CA, which signs the
-// kubelet serving certificates (kube-controller-manager's
-// --cluster-signing-cert-file on Talos).
-func clusterCA(certPEM []byte) (*x509.CertPool, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(certPEM) {
-		return nil, errors.New("no certificate in its PEM")
-	}
-	return pool, nil
 }

@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -38,6 +40,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/engine/enginetest"
 	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
+	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 	"github.com/ichor-dev/ichor-policy/test/talosapi"
 )
@@ -362,6 +365,45 @@ func TestATenantsConflictingWritesDoNotStopTheAuditsSuccess(t *testing.T) {
 		return lastSucceeded(t) > float64(second.UnixNano())/1e9, nil
 	}), "no pass succeeded while one cluster's verdict writes conflicted")
 	require.Equal(t, metav1.ConditionTrue, f.condition("busy-1", metav1.ConditionTrue, "CertificateCurrent").Status, "the conflicting write changed the condition")
+}
+
+// During a Kubernetes CA rotation (a new CA in the secrets bundle, the
+// bundle before it kept beside it) a certificate the previous CA signed is
+// still the cluster's: current, as the approver records it. Before, the
+// audit verified against the new CA alone, and said every machine of the
+// cluster drifted while the rotation lasted (review 197C F2).
+func TestACertificateOfThePreviousCAIsCurrentDuringARotation(t *testing.T) {
+	f := newFixture(t)
+	f.machine("rotating-1", "10.42.6.2", harness.KubeletOptions{})
+	f.condition("rotating-1", metav1.ConditionTrue, "CertificateCurrent")
+
+	rotated, err := clustersecrets.Parse(env.SecretsBundleYAML)
+	require.NoError(t, err)
+	other, err := secrets.NewBundle(secrets.NewFixedClock(time.Now()), config.TalosVersionCurrent)
+	require.NoError(t, err)
+	rotated.Certs.K8s = other.Certs.K8s
+	data, err := clustersecrets.Marshal(rotated)
+	require.NoError(t, err)
+	var secret corev1.Secret
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "talos-secrets"}, &secret))
+	secret.Data[clustersecrets.PreviousKey] = secret.Data[ichorv1alpha1.DefaultSecretsBundleKey]
+	secret.Data[ichorv1alpha1.DefaultSecretsBundleKey] = data
+	require.NoError(t, env.Client.Update(t.Context(), &secret))
+	rotatedAt := float64(time.Now().UnixNano()) / 1e9
+
+	// A pass begun after the rotation has judged the machine.
+	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitFor, true, func(context.Context) (bool, error) {
+		return lastSucceeded(t) > rotatedAt, nil
+	}))
+	c := f.condition("rotating-1", metav1.ConditionTrue, "CertificateCurrent")
+	require.Contains(t, c.Message, "was issued by the cluster's CA")
+
+	// The rotation over (the previous bundle gone), it is not the
+	// cluster's any more.
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "talos-secrets"}, &secret))
+	delete(secret.Data, clustersecrets.PreviousKey)
+	require.NoError(t, env.Client.Update(t.Context(), &secret))
+	f.condition("rotating-1", metav1.ConditionFalse, "CertificateNotIssuedByClusterCA")
 }
 
 // lastSucceeded is the audit's last success, in seconds since the epoch.

@@ -3,9 +3,7 @@ package kubeletserving
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/config/generate/secrets"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -211,32 +208,14 @@ func (n *NodeReaders) Get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	return c.reader, nil
 }
 
-// kubernetesRoots are the Kubernetes CAs of a cluster's secrets bundle, the
-// ones its kubelet serving certificates are signed with (Talos gives
-// kube-controller-manager the Kubernetes CA as --cluster-signing-cert-file):
-// the current bundle's and, during a CA rotation, the previous one's, which
-// may have signed a certificate issued just before the rotation.
+// kubernetesRoots are the Kubernetes CAs of a cluster's secrets bundle
+// (clustersecrets.Bundles.KubernetesCAs).
 func kubernetesRoots(bundles clustersecrets.Bundles) (kubeRoots, error) {
-	pool := x509.NewCertPool()
-	sum := sha256.New()
-	found := false
-	for _, b := range []struct {
-		which  string
-		bundle *secrets.Bundle
-	}{{"the secrets bundle's", bundles.Current}, {"the previous secrets bundle's", bundles.Previous}} {
-		if b.bundle == nil || b.bundle.Certs == nil || b.bundle.Certs.K8s == nil {
-			continue
-		}
-		if !pool.AppendCertsFromPEM(b.bundle.Certs.K8s.Crt) {
-			return kubeRoots{}, fmt.Errorf("%s Kubernetes CA holds no PEM certificate", b.which)
-		}
-		sum.Write(b.bundle.Certs.K8s.Crt)
-		found = true
+	pool, id, err := bundles.KubernetesCAs()
+	if err != nil {
+		return kubeRoots{}, err
 	}
-	if !found {
-		return kubeRoots{}, errors.New("the secrets bundle has no Kubernetes CA")
-	}
-	return kubeRoots{pool: pool, id: hex.EncodeToString(sum.Sum(nil))}, nil
+	return kubeRoots{pool: pool, id: id}, nil
 }
 
 // kubeRoots are a cluster's Kubernetes CAs, and what tells them from others

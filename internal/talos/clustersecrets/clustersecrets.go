@@ -13,6 +13,9 @@ package clustersecrets
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	stdx509 "crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -62,6 +65,35 @@ const PreviousKey = "previous-secrets.yaml"
 type Bundles struct {
 	Current  *secrets.Bundle
 	Previous *secrets.Bundle
+}
+
+// KubernetesCAs are the Kubernetes CAs of the bundles, the ones kubelet
+// serving certificates are signed with (Talos gives kube-controller-manager
+// the Kubernetes CA as --cluster-signing-cert-file): the current bundle's
+// and, during a CA rotation, the previous one's, which may have signed a
+// certificate issued just before the rotation; and a digest of their PEM,
+// which tells them from others.
+func (b Bundles) KubernetesCAs() (*stdx509.CertPool, string, error) {
+	pool := stdx509.NewCertPool()
+	sum := sha256.New()
+	found := false
+	for _, one := range []struct {
+		which  string
+		bundle *secrets.Bundle
+	}{{"the secrets bundle's", b.Current}, {"the previous secrets bundle's", b.Previous}} {
+		if one.bundle == nil || one.bundle.Certs == nil || one.bundle.Certs.K8s == nil {
+			continue
+		}
+		if !pool.AppendCertsFromPEM(one.bundle.Certs.K8s.Crt) {
+			return nil, "", fmt.Errorf("%s Kubernetes CA holds no PEM certificate", one.which)
+		}
+		sum.Write(one.bundle.Certs.K8s.Crt)
+		found = true
+	}
+	if !found {
+		return nil, "", errors.New("the secrets bundle has no Kubernetes CA")
+	}
+	return pool, hex.EncodeToString(sum.Sum(nil)), nil
 }
 
 // ClaimsOf is ClaimRequired when require (the flag --require-secrets-claim
