@@ -406,6 +406,55 @@ func TestACertificateOfThePreviousCAIsCurrentDuringARotation(t *testing.T) {
 	f.condition("rotating-1", metav1.ConditionFalse, "CertificateNotIssuedByClusterCA")
 }
 
+// A drifted certificate whose node cannot be read either (its Talos API
+// down) is named by its drift: the condition's reason and the Event say
+// CertificateNotIssuedByClusterCA, whether the node answers or not. Before,
+// the reasons were sorted by code, CertificateNodeUnreadable came first, the
+// False condition was named by what could not be judged, and a node that
+// answered every other pass had a Warning Event written at each (review
+// 197C F3).
+func TestADriftIsNamedByTheDriftWhenTheNodeCannotBeRead(t *testing.T) {
+	f := newFixture(t)
+	node, kubelet := f.machine("drift-down-1", "10.42.7.2", harness.KubeletOptions{})
+	// A node that cannot be read is reached at its endpoint's host: a name
+	// of this test's own, so that no other test's silent node reaches this
+	// kubelet.
+	var m ichorv1alpha1.TalosMachine
+	require.NoError(t, env.Client.Get(t.Context(), client.ObjectKey{Namespace: f.ns, Name: "drift-down-1"}, &m))
+	_, port, err := net.SplitHostPort(m.Spec.Endpoint)
+	require.NoError(t, err)
+	m.Spec.Endpoint = net.JoinHostPort("localhost", port)
+	require.NoError(t, env.Client.Update(t.Context(), &m))
+	hosts.Map("localhost:10250", kubelet.ServingAddress())
+	f.condition("drift-down-1", metav1.ConditionTrue, "CertificateCurrent")
+	kubelet.ServeInstead(selfSigned(t, "drift-down-1", "10.42.7.2"))
+	f.condition("drift-down-1", metav1.ConditionFalse, "CertificateNotIssuedByClusterCA")
+	f.event("drift-down-1", "CertificateNotIssuedByClusterCA")
+
+	for _, down := range []bool{true, false, true} {
+		node.SetUnavailable(down)
+		changed := float64(time.Now().UnixNano()) / 1e9
+		require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitFor, true, func(context.Context) (bool, error) {
+			return lastSucceeded(t) > changed, nil
+		}))
+		c := f.condition("drift-down-1", metav1.ConditionFalse, "CertificateNotIssuedByClusterCA")
+		if down {
+			require.Contains(t, c.Message, "could not be read from the Talos API", "the node's read did not fail")
+		}
+	}
+	node.SetUnavailable(false)
+
+	var events eventsv1.EventList
+	require.NoError(t, env.Client.List(t.Context(), &events, client.InNamespace(f.ns)))
+	var reasons []string
+	for _, e := range events.Items {
+		if e.Regarding.Name == "drift-down-1" && e.Type == corev1.EventTypeWarning {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	require.Equal(t, []string{"CertificateNotIssuedByClusterCA"}, reasons, "one Warning Event, named by the drift")
+}
+
 // lastSucceeded is the audit's last success, in seconds since the epoch.
 func lastSucceeded(t *testing.T) float64 {
 	t.Helper()

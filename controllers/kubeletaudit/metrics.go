@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"namespace", "cluster", "status"}),
 		drift: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ichor_kubelet_serving_certificate_drift",
-			Help: "Machines whose kubelet serving certificate drifted at the cluster's last audit, by reason code (CertificateNamesNotNode, CertificateNotIssuedByClusterCA, CertificateNotForServing, CertificateNotYetValid, CertificateExpiresSoon); alert on it.",
+			Help: "Machines whose kubelet serving certificate drifted at the cluster's last audit, by reason code (CertificateNamesNotNode, CertificateNotIssuedByClusterCA, CertificateNotForServing, CertificateNotYetValid, CertificateExpiresSoon, and CertificateNodeUnreadable beside a drift when the node could not be read); alert on it.",
 		}, []string{"namespace", "cluster", "reason"}),
 		// 0 until the first pass succeeds, on every replica: only the leader
 		// audits, and max() over the replicas is the leader's.

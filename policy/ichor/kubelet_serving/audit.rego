@@ -13,15 +13,17 @@ _certificate := input.certificate
 #   {"status": "current"|"drifted"|"unknown", "reasons": [{"code", "message"}], "node": name}.
 #   Approval is a moment; the certificate lives for a year, and the node's addresses may
 #   move in that time. Its names are judged by the very checks that approve a request
-#   (DNSNameNotNode, IPNotNode, SANTypeForbidden), so a drifted certificate is one that would
-#   not be approved today.
+#   (DNSNameNotNode, IPNotNode, SANTypeForbidden), so a certificate whose names drifted names
+#   what would not be approved today. Its key, its lifetime and its exact usages are not judged
+#   again: only that server auth is among them.
 #
 #   drifted: a check failed (names no longer the node's, or names no serving certificate may
 #   have; not issued by the cluster's CA; not for serving; not yet valid; expiring within
 #   audit_expiry_warning_days of data.json). unknown: the certificate or the node could not be
 #   read, so nothing could be judged: that is not drift. What needs only the certificate (its
 #   issuer, usages, validity, and the types of its names) is judged even when the node could not
-#   be read.
+#   be read. A drifted verdict lists what drifted first, then what could not be judged: its first
+#   reason, which the machine's condition and Event are named by, is a drift.
 #
 #   Input: input.certificate (the facts of the served leaf, built by Go: read and error,
 #   subject, subject_alt_names, san_error, serial, issuer, ext_key_usages, not_before and
@@ -32,19 +34,21 @@ _certificate := input.certificate
 #   Unix seconds, so that a certificate valid until 9999 (RFC 5280's "no expiry") is judged like
 #   any other. Undefined without input.certificate.
 # entrypoint: true
-audit := _audit_verdict("drifted", audit_drift | audit_unknown) if {
+audit := _audit_verdict("drifted", array.concat(_capped(audit_drift), _capped(audit_unknown))) if {
 	_certificate
 	count(audit_drift) > 0
-} else := _audit_verdict("unknown", audit_unknown) if {
+} else := _audit_verdict("unknown", _capped(audit_unknown)) if {
 	_certificate
 	count(audit_unknown) > 0
-} else := _audit_verdict("current", {audit_current}) if _certificate
+} else := _audit_verdict("current", _capped({audit_current})) if _certificate
 
 _audit_verdict(status, reasons) := {
 	"status": status,
-	"reasons": lib_reasons.capped(reasons, _config.max_reasons_per_code),
+	"reasons": reasons,
 	"node": object.get(input, ["node", "nodename"], ""),
 }
+
+_capped(reasons) := lib_reasons.capped(reasons, _config.max_reasons_per_code)
 
 # METADATA
 # title: Certificate current

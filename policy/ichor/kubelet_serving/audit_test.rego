@@ -183,7 +183,9 @@ test_unreadable_node_still_judges_the_issuer if {
 		{"op": "replace", "path": "/certificate/issued_by_cluster_ca", "value": false},
 	]
 	_audit(patch).status == "drifted"
-	_audit_codes(patch) == ["CertificateNodeUnreadable", "CertificateNotIssuedByClusterCA"]
+
+	# What drifted first: the condition and the Event are named by the first reason.
+	_audit_codes(patch) == ["CertificateNotIssuedByClusterCA", "CertificateNodeUnreadable"]
 }
 
 test_every_failing_check_is_reported_and_capped if {
