@@ -32,7 +32,8 @@ type NodeReaders struct {
 	// before its OS CA signs the readers' credential (clustersecrets.Claims):
 	// by default that it names the cluster.
 	SecretsClaims clustersecrets.Claims
-	// Lifetime of the reader's own credential, as the policy caps it.
+	// Lifetime of the reader's own credential, as the policy caps it; after
+	// the readers are first used, SetLifetime changes it.
 	Lifetime time.Duration
 	// Timeout bounds one identity read.
 	Timeout time.Duration
@@ -390,6 +391,25 @@ func (n *NodeReaders) Forget(key types.NamespacedName) {
 	}
 	maps.DeleteFunc(n.forgotten, func(_ types.NamespacedName, at time.Time) bool { return now.Sub(at) > forgottenFor })
 	n.forgotten[key] = now
+}
+
+// SetLifetime sets the lifetime of the readers' own credential (a bundle
+// activated caps it otherwise): every reader made with another is made anew
+// at its next use, and its watches end, so that no credential is signed for
+// longer than the bundle in service allows (review 197B F3).
+func (n *NodeReaders) SetLifetime(lifetime time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if lifetime == n.Lifetime {
+		return
+	}
+	n.Lifetime = lifetime
+	for key, c := range n.readers {
+		if c.watches != nil {
+			go c.watches.Stop()
+		}
+		delete(n.readers, key)
+	}
 }
 
 // dropReader drops a cluster's reader and ends its watches.

@@ -338,3 +338,32 @@ func (r *readThenWait) Get(ctx context.Context, key client.ObjectKey, obj client
 	}
 	return err
 }
+
+// A lifetime the bundle in service changes makes every reader anew at its
+// next use, and ends the watches of the one before; the same lifetime
+// changes nothing (review 197B F3).
+func TestANewReaderLifetimeMakesTheReadersAnew(t *testing.T) {
+	_, cluster, secret, scheme := clusterWithBundle(t, "lifetime")
+	n := &NodeReaders{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(secret).Build(), Watch: true, Lifetime: 10 * time.Minute}
+	t.Cleanup(n.Stop)
+	before, err := n.Get(t.Context(), cluster)
+	require.NoError(t, err)
+	n.mu.Lock()
+	made := n.readers[client.ObjectKeyFromObject(cluster)]
+	n.mu.Unlock()
+	made.watches.Keep([]string{"127.0.0.1:1"}) // nothing answers there; the watch retries
+
+	n.SetLifetime(10 * time.Minute)
+	same, err := n.Get(t.Context(), cluster)
+	require.NoError(t, err)
+	assert.Same(t, before, same, "the same lifetime made the reader anew")
+
+	n.SetLifetime(5 * time.Minute)
+	after, err := n.Get(t.Context(), cluster)
+	require.NoError(t, err)
+	assert.NotSame(t, before, after, "a reader made with the lifetime before is kept")
+	require.Eventually(t, func() bool {
+		watched, _ := made.watches.Count()
+		return watched == 0
+	}, 10*time.Second, 10*time.Millisecond, "the watches of the reader before were not stopped")
+}

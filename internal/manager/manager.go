@@ -537,6 +537,11 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 	if err := kubeletserving.RegisterWatchMetrics(ctrlmetrics.Registry, nodeReaders); err != nil {
 		return nil, err
 	}
+	follow := followReaderLifetime(func() (time.Duration, error) { return ReaderLifetime(ctx, eng, o.ReaderLifetime) },
+		nodeReaders.SetLifetime, readerIdentityRefused(mgr, o.Namespace, o.PodName))
+	// Not in the bundle plugin's own call: the decision waits for nothing
+	// the activation holds.
+	activated = append(activated, func(revision string) { go follow(revision) })
 	serving := &kubeletserving.Reconciler{
 		Metrics:        servingMetrics,
 		Client:         mgr.GetClient(),
@@ -769,6 +774,47 @@ func ReaderLifetime(ctx context.Context, eng *engine.Engine, asked time.Duration
 		return 0, usage.Errorf("the policy refuses the manager's Talos identity: %s", d.Reasons.String())
 	}
 	return time.Duration(d.LifetimeSeconds * float64(time.Second)), nil
+}
+
+// followReaderLifetime has the manager's own Talos identity follow the
+// bundle in service: at each revision activated, its lifetime as that
+// bundle caps it (decide: ReaderLifetime), given to set. Decided once at
+// start, a bundle that lowered the cap took effect at the next restart only
+// (review 197B F3). A bundle that refuses the identity leaves the lifetime
+// as it was, and refused says so: no replica would start with it.
+func followReaderLifetime(decide func() (time.Duration, error), set func(time.Duration), refused func(revision string, err error)) func(revision string) {
+	var mu sync.Mutex
+	last := ""
+	return func(revision string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if revision == last {
+			return // OPA says every poll that found the bundle unchanged
+		}
+		last = revision
+		lifetime, err := decide()
+		if err != nil {
+			refused(revision, err)
+			return
+		}
+		set(lifetime)
+	}
+}
+
+// readerIdentityRefused says, in the log and on the manager's own Pod, that
+// the bundle in service refuses the manager's Talos identity.
+func readerIdentityRefused(mgr ctrl.Manager, namespace, pod string) func(revision string, err error) {
+	logger := ctrl.Log.WithName("manager")
+	rec := mgr.GetEventRecorder("ichor-policy")
+	self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: namespace}}
+	return func(revision string, err error) {
+		logger.Error(err, "the policy bundle in service refuses the manager's own Talos identity: nodes are read with the lifetime decided before, and no replica starts with this bundle", "revision", revision)
+		if pod != "" {
+			rec.Eventf(self, nil, corev1.EventTypeWarning, "ReaderIdentityRefused", "LoadBundle", "%s",
+				engine.Clip(fmt.Sprintf("policy bundle revision %s refuses the manager's Talos identity (purpose node-reader): %v", revision, err),
+					"; nodes are read with the lifetime decided before, and no replica starts with this bundle", engine.MaxEventNote))
+		}
+	}
 }
 
 // admissionKeys is the admission key in the Secret name of the manager's

@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -47,4 +48,38 @@ func TestReaderOptionsNoReaderCouldUseAreRefusedAtStart(t *testing.T) {
 			require.True(t, usage.Is(err), "a flag error: %v", err)
 		})
 	}
+}
+
+// The manager's own Talos identity follows the bundle in service: each
+// revision activated decides its lifetime again, once (OPA says every
+// unchanged poll as an activation), and one that refuses the identity is
+// said once and changes nothing (review 197B F3: the lifetime was decided at
+// start only, so a bundle that lowered the cap took effect at the next
+// restart).
+func TestTheReaderLifetimeFollowsTheBundleInService(t *testing.T) {
+	var (
+		answer  = 10 * time.Minute
+		refuse  error
+		decided int
+		set     []time.Duration
+		refused []string
+	)
+	follow := followReaderLifetime(func() (time.Duration, error) {
+		decided++
+		return answer, refuse
+	}, func(d time.Duration) { set = append(set, d) }, func(revision string, err error) {
+		refused = append(refused, revision+": "+err.Error())
+	})
+
+	follow("a")
+	follow("a")
+	answer = 5 * time.Minute
+	follow("b")
+	follow("b")
+	refuse = errors.New("the policy refuses the manager's Talos identity")
+	follow("c")
+	follow("c")
+	require.Equal(t, 3, decided, "each revision decided once")
+	require.Equal(t, []time.Duration{10 * time.Minute, 5 * time.Minute}, set, "a refusal sets nothing")
+	require.Equal(t, []string{"c: the policy refuses the manager's Talos identity"}, refused)
 }
