@@ -72,11 +72,23 @@ type Auditor struct {
 type Result struct {
 	Machine     types.NamespacedName
 	Node        string
-	Certificate servingcert.Certificate
+	Certificate Served
 	// Decision is the rule's answer; when Err is set there is none (the
 	// bundle is broken), which is neither current nor drift.
 	Decision engine.AuditDecision
 	Err      error
+}
+
+// Served is what a report says of the certificate a kubelet served: where
+// it was read, and if it was, its serial and end (each bounded as read). Not
+// its names or subject, which the decision has judged: a kubelet chooses
+// them, up to a TLS message's quarter megabyte, and a pass holds every
+// machine's result of a cluster until its last is in (review 197C F4).
+type Served struct {
+	Address  string
+	Read     bool
+	Serial   string
+	NotAfter string
 }
 
 // Audit audits the machines of cluster, in their order. An error is a
@@ -143,7 +155,8 @@ func (a *Auditor) machine(ctx context.Context, m *ichorv1alpha1.TalosMachine, no
 	if name == "" {
 		name = m.Status.NodeName
 	}
-	return Result{Machine: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, Node: name, Certificate: cert, Decision: d, Err: err}
+	served := Served{Address: cert.Address, Read: cert.Read, Serial: cert.Serial, NotAfter: cert.NotAfter}
+	return Result{Machine: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, Node: name, Certificate: served, Decision: d, Err: err}
 }
 
 // readNode reads today's identity; a failure is a fact for the rule, its
