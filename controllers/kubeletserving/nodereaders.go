@@ -72,6 +72,11 @@ type NodeReaders struct {
 	// Each is kept for forgottenFor at most, so that the names of clusters
 	// deleted long ago are not kept for the life of the process.
 	forgotten map[types.NamespacedName]time.Time
+	// begun is, by cluster, when the latest-begun read of its secrets
+	// bundle that has been answered (read, failed or refused) began: a read
+	// begun before it and answered after it says an older bundle, and
+	// changes nothing (review 193 L1, review 200 F1).
+	begun map[types.NamespacedName]time.Time
 }
 
 // forgottenFor is how long a forgotten cluster's readers are not kept
@@ -127,8 +132,9 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	n.mu.Unlock()
 	// Two reads of the bundle may be under way at once (a decision and the
 	// reconcile): the one begun last says the bundle as it is, and one begun
-	// before it and answered after it does not put back what it read, which
-	// may be the CAs before a rotation (review 193 L1).
+	// before it and answered after it puts back neither what it read, which
+	// may be the CAs before a rotation or a bundle since taken away, nor
+	// its failure (review 193 L1, review 200 F1).
 	started := time.Now()
 	bundles, err := clustersecrets.Load(ctx, n.Reader, cluster, n.SecretsClaims)
 	if err != nil {
@@ -143,12 +149,16 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cached, ok := n.readers[key]
-	later := ok && cached.read.After(started)
-	if later && cached.uid == cluster.UID {
+	later := n.supersededLocked(key, started)
+	switch {
+	case later && ok && cached.uid == cluster.UID && cached.secretsRef == cluster.Spec.SecretsRef:
 		return cached, nil
-	}
-	if ok && !later && cached.uid == cluster.UID && bytes.Equal(cached.caCert, os.Crt) && bytes.Equal(cached.caKey, os.Key) {
-		cached.read, cached.secretsRef = started, cluster.Spec.SecretsRef
+	case later && !ok:
+		// The later read failed (the bundle gone, its OS CA refused), or
+		// the cluster was let go: what this one read is not used.
+		return nil, fmt.Errorf("talos identity reader of cluster %s: %w", key, errBundleReadAgain)
+	case ok && !later && cached.uid == cluster.UID && bytes.Equal(cached.caCert, os.Crt) && bytes.Equal(cached.caKey, os.Key):
+		cached.read, cached.secretsRef = time.Now(), cluster.Spec.SecretsRef
 		cached.k8sRoots, cached.k8sErr = k8sRoots, k8sErr
 		return cached, nil
 	}
@@ -174,12 +184,13 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		return nil, fmt.Errorf("talos identity reader of cluster %s: %w", key, err)
 	}
 	c := &cachedReader{
-		caCert: os.Crt, caKey: os.Key, reader: reader, read: started, secretsRef: cluster.Spec.SecretsRef, uid: cluster.UID,
+		caCert: os.Crt, caKey: os.Key, reader: reader, read: time.Now(), secretsRef: cluster.Spec.SecretsRef, uid: cluster.UID,
 		k8sRoots: k8sRoots, k8sErr: k8sErr,
 	}
 	if _, ok := n.forgotten[key]; ok || later {
 		// Used for this read and not kept: the cluster is forgotten, or
-		// a later read of another cluster of the name (made anew) is.
+		// a later read, of another cluster of the name (made anew) or
+		// another secretsRef, is kept.
 		return c, nil
 	}
 	if n.Watch {
@@ -225,6 +236,25 @@ func kubernetesRoots(bundles clustersecrets.Bundles) (kubeRoots, error) {
 type kubeRoots struct {
 	pool *x509.CertPool
 	id   string
+}
+
+// errBundleReadAgain is get's error for a read of a cluster's secrets
+// bundle answered after one begun later failed: the bundle it read may be
+// gone, and its caller reads again at its next look.
+var errBundleReadAgain = errors.New("its secrets bundle was read again while this read was under way, and is not in use now")
+
+// supersededLocked notes a read of the cluster's bundle begun at started as
+// answered, and reports whether one begun after it was answered before it.
+// n.mu is held.
+func (n *NodeReaders) supersededLocked(key types.NamespacedName, started time.Time) bool {
+	if n.begun[key].After(started) {
+		return true
+	}
+	if n.begun == nil {
+		n.begun = map[types.NamespacedName]time.Time{}
+	}
+	n.begun[key] = started
+	return false
 }
 
 // errKubernetesCAUnusable is KubernetesRoots' error when the cluster's
@@ -385,6 +415,7 @@ func (n *NodeReaders) Forget(key types.NamespacedName) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.reads, key)
+	delete(n.begun, key)
 	now := time.Now()
 	if n.forgotten == nil {
 		n.forgotten = map[types.NamespacedName]time.Time{}
@@ -417,16 +448,17 @@ func (n *NodeReaders) dropReader(key types.NamespacedName) {
 	n.dropReaderReadBefore(key, time.Time{})
 }
 
-// dropReaderReadBefore drops a cluster's reader and ends its watches, unless
-// its bundle was read by a read begun after since (zero: whenever read): a
-// read that failed says nothing of the bundle a later one found.
-func (n *NodeReaders) dropReaderReadBefore(key types.NamespacedName, since time.Time) {
+// dropReaderReadBefore drops a cluster's reader and ends its watches, after
+// a read of its bundle begun at started failed, unless a read begun after it
+// was answered before it (zero: whenever begun): a read that failed says
+// nothing of the bundle a later one found.
+func (n *NodeReaders) dropReaderReadBefore(key types.NamespacedName, started time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	c, ok := n.readers[key]
-	if ok && !since.IsZero() && c.read.After(since) {
+	if !started.IsZero() && n.supersededLocked(key, started) {
 		return
 	}
+	c, ok := n.readers[key]
 	if ok && c.watches != nil {
 		// Their connections close in the background: a reconcile does not
 		// wait on a node.

@@ -320,6 +320,71 @@ func TestAnEarlierReadOfTheBundleAnsweredLastChangesNothing(t *testing.T) {
 	})
 }
 
+// The later read failed (the bundle taken away): the earlier read, answered
+// after it with the bundle before, neither makes a reader nor watches from
+// its OS CA key (review 200 F1: its reader was kept, its watches went on
+// signing credentials from a key taken away).
+func TestAnEarlierReadAnsweredAfterALaterFailureIsNotUsed(t *testing.T) {
+	_, cluster, secret, scheme := clusterWithBundle(t, "taken")
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(secret).Build()
+	read, answer := make(chan struct{}), make(chan struct{})
+	n := &NodeReaders{Reader: &readThenWait{Reader: c, read: read, until: answer}, Watch: true}
+	t.Cleanup(n.Stop)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.Get(t.Context(), cluster)
+		done <- err
+	}()
+	<-read // the bundle, not yet answered
+	require.NoError(t, c.Delete(t.Context(), secret))
+	_, err := n.Get(t.Context(), cluster)
+	require.Error(t, err, "the bundle was taken away")
+	close(answer)
+	require.ErrorIs(t, <-done, errBundleReadAgain)
+
+	n.mu.Lock()
+	_, kept := n.readers[client.ObjectKeyFromObject(cluster)]
+	n.mu.Unlock()
+	assert.False(t, kept, "a reader of the bundle taken away was kept")
+}
+
+// A secretsRef changed while two reads were under way: the read of the new
+// one, begun first and answered last, is answered with the new Secret's CA,
+// not the reader a caller holding the cluster as it was made from the old
+// one (review 200 F4).
+func TestAnEarlierReadOfANewSecretsRefGetsItsOwnCA(t *testing.T) {
+	_, cluster, secret, scheme := clusterWithBundle(t, "moved")
+	moved := newSecretsBundle(t)
+	data, err := clustersecrets.Marshal(moved)
+	require.NoError(t, err)
+	other := secret.DeepCopy()
+	other.Name, other.ResourceVersion = "moved-other", ""
+	other.Data[ichorv1alpha1.DefaultSecretsBundleKey] = data
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(secret, other).Build()
+	read, answer := make(chan struct{}), make(chan struct{})
+	n := &NodeReaders{Reader: &readThenWait{Reader: c, read: read, until: answer}}
+	t.Cleanup(n.Stop)
+
+	now := cluster.DeepCopy()
+	now.Spec.SecretsRef.Name = other.Name
+	done := make(chan *cachedReader, 1)
+	go func() {
+		r, err := n.get(t.Context(), now)
+		assert.NoError(t, err)
+		done <- r
+	}()
+	// The new Secret read, not yet answered; then a caller holding the
+	// cluster as it was reads the old one.
+	<-read
+	_, err = n.get(t.Context(), cluster)
+	require.NoError(t, err)
+	close(answer)
+	got := <-done
+	require.NotNil(t, got)
+	assert.Equal(t, string(moved.Certs.OS.Crt), string(got.caCert), "answered with the old secretsRef's CA")
+}
+
 // readThenWait is a Reader whose first Get reads, says it has (read), and
 // answers what it read only once until is closed: a read answered late.
 type readThenWait struct {
