@@ -537,8 +537,16 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 	if err := kubeletserving.RegisterWatchMetrics(ctrlmetrics.Registry, nodeReaders); err != nil {
 		return nil, err
 	}
-	follow := followReaderLifetime(func() (time.Duration, error) { return ReaderLifetime(ctx, eng, o.ReaderLifetime) },
-		nodeReaders.SetLifetime, readerIdentityRefused(mgr, o.Namespace, o.PodName))
+	follow := followReaderLifetime(func() (time.Duration, string, error) {
+		// What the start checks too: a lifetime the reader refuses, or
+		// one no watch could keep, would leave every node unread
+		// (review 200 F2).
+		lifetime, revision, err := readerLifetimeOf(ctx, eng, o.ReaderLifetime)
+		if err == nil {
+			err = checkTalosReader(o, lifetime)
+		}
+		return lifetime, revision, err
+	}, nodeReaders.SetLifetime, readerIdentityRefused(mgr, o.Namespace, o.PodName))
 	// Not in the bundle plugin's own call: the decision waits for nothing
 	// the activation holds.
 	activated = append(activated, func(revision string) { go follow(revision) })
@@ -758,6 +766,13 @@ func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine,
 // cap allows it. talosnode refuses anything above 15 minutes on its own too.
 // `ichor audit` asks the same for the identity it reads nodes with.
 func ReaderLifetime(ctx context.Context, eng *engine.Engine, asked time.Duration) (time.Duration, error) {
+	lifetime, _, err := readerLifetimeOf(ctx, eng, asked)
+	return lifetime, err
+}
+
+// readerLifetimeOf is ReaderLifetime, with the revision of the bundle that
+// decided it (none when there was no decision).
+func readerLifetimeOf(ctx context.Context, eng *engine.Engine, asked time.Duration) (time.Duration, string, error) {
 	in := engine.CredentialCheckInput{
 		Purpose:   "node-reader",
 		PublicKey: engine.PublicKeyFacts{Parsed: true, Algorithm: "Ed25519", Bits: 256},
@@ -768,12 +783,12 @@ func ReaderLifetime(ctx context.Context, eng *engine.Engine, asked time.Duration
 	}
 	d, err := eng.CheckCredential(ctx, in)
 	if err != nil {
-		return 0, fmt.Errorf("lifetime of the manager's Talos identity: %w", err)
+		return 0, "", fmt.Errorf("lifetime of the manager's Talos identity: %w", err)
 	}
 	if !d.Allowed || d.Certificate == nil || d.Certificate.TalosRole != talosnode.ReaderRole {
-		return 0, usage.Errorf("the policy refuses the manager's Talos identity: %s", d.Reasons.String())
+		return 0, d.Revision, usage.Errorf("the policy refuses the manager's Talos identity: %s", d.Reasons.String())
 	}
-	return time.Duration(d.LifetimeSeconds * float64(time.Second)), nil
+	return time.Duration(d.LifetimeSeconds * float64(time.Second)), d.Revision, nil
 }
 
 // followReaderLifetime has the manager's own Talos identity follow the
@@ -782,7 +797,11 @@ func ReaderLifetime(ctx context.Context, eng *engine.Engine, asked time.Duration
 // start, a bundle that lowered the cap took effect at the next restart only
 // (review 197B F3). A bundle that refuses the identity leaves the lifetime
 // as it was, and refused says so: no replica would start with it.
-func followReaderLifetime(decide func() (time.Duration, error), set func(time.Duration), refused func(revision string, err error)) func(revision string) {
+// The revision refused is the one decide decided under, which may be later
+// than the activation's. An error that is no decision (an evaluation that
+// failed, a stop) changes nothing and is asked again at the next poll:
+// refused names usage errors only (review 200 F5).
+func followReaderLifetime(decide func() (time.Duration, string, error), set func(time.Duration), refused func(revision string, err error)) func(revision string) {
 	var mu sync.Mutex
 	last := ""
 	return func(revision string) {
@@ -791,13 +810,17 @@ func followReaderLifetime(decide func() (time.Duration, error), set func(time.Du
 		if revision == last {
 			return // OPA says every poll that found the bundle unchanged
 		}
-		last = revision
-		lifetime, err := decide()
-		if err != nil {
-			refused(revision, err)
+		lifetime, decided, err := decide()
+		switch {
+		case err != nil && !usage.Is(err):
+			ctrl.Log.WithName("manager").Error(err, "the lifetime of the manager's Talos identity was not decided for the bundle activated; asked again at the next poll", "revision", revision)
 			return
+		case err != nil:
+			refused(decided, err)
+		default:
+			set(lifetime)
 		}
-		set(lifetime)
+		last = revision
 	}
 }
 

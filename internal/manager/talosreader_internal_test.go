@@ -2,6 +2,7 @@ package manager
 
 import (
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -53,20 +54,21 @@ func TestReaderOptionsNoReaderCouldUseAreRefusedAtStart(t *testing.T) {
 // The manager's own Talos identity follows the bundle in service: each
 // revision activated decides its lifetime again, once (OPA says every
 // unchanged poll as an activation), and one that refuses the identity is
-// said once and changes nothing (review 197B F3: the lifetime was decided at
-// start only, so a bundle that lowered the cap took effect at the next
-// restart).
+// said once, under the revision that decided, and changes nothing (review
+// 197B F3: the lifetime was decided at start only, so a bundle that lowered
+// the cap took effect at the next restart). An error that is no decision is
+// not said as a refusal, and the revision is asked again (review 200 F5).
 func TestTheReaderLifetimeFollowsTheBundleInService(t *testing.T) {
 	var (
 		answer  = 10 * time.Minute
-		refuse  error
+		err     error
 		decided int
 		set     []time.Duration
 		refused []string
 	)
-	follow := followReaderLifetime(func() (time.Duration, error) {
+	follow := followReaderLifetime(func() (time.Duration, string, error) {
 		decided++
-		return answer, refuse
+		return answer, "decided-" + strconv.Itoa(decided), err
 	}, func(d time.Duration) { set = append(set, d) }, func(revision string, err error) {
 		refused = append(refused, revision+": "+err.Error())
 	})
@@ -76,10 +78,12 @@ func TestTheReaderLifetimeFollowsTheBundleInService(t *testing.T) {
 	answer = 5 * time.Minute
 	follow("b")
 	follow("b")
-	refuse = errors.New("the policy refuses the manager's Talos identity")
+	err = errors.New("evaluate: context canceled")
+	follow("c")
+	err = usage.Errorf("the policy refuses the manager's Talos identity")
 	follow("c")
 	follow("c")
-	require.Equal(t, 3, decided, "each revision decided once")
+	require.Equal(t, 4, decided, "each revision decided once, and again after an error that is no decision")
 	require.Equal(t, []time.Duration{10 * time.Minute, 5 * time.Minute}, set, "a refusal sets nothing")
-	require.Equal(t, []string{"c: the policy refuses the manager's Talos identity"}, refused)
+	require.Equal(t, []string{"decided-4: the policy refuses the manager's Talos identity"}, refused)
 }
