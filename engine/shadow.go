@@ -19,6 +19,14 @@ func verdictOf(d Decision, err error) verdict {
 	return verdict{Action: o.Action, Codes: o.Reasons.Codes()}
 }
 
+// sameAs reports whether two verdicts are one action for one set of reason
+// codes: the order of the reasons is a rule's presentation (a drifted audit
+// lists what drifted first), and replay compares them so too (review 200
+// F7).
+func (v verdict) sameAs(o verdict) bool {
+	return v.Action == o.Action && slices.Equal(slices.Sorted(slices.Values(v.Codes)), slices.Sorted(slices.Values(o.Codes)))
+}
+
 // compareShadow evaluates the shadow bundle on the same input and logs and
 // counts a disagreement. It never changes the decision.
 func (e *Engine) compareShadow(ctx context.Context, path string, input any, active Decision, activeErr error) {
@@ -33,7 +41,7 @@ func (e *Engine) compareShadow(ctx context.Context, path string, input any, acti
 	// A shadow that grants more for the same action (another Talos role,
 	// groups, a longer lifetime) keeps its reason code: the fields count.
 	changed := ResultChanges(active.Result, shadow.Result)
-	if a.Action == s.Action && slices.Equal(a.Codes, s.Codes) && len(changed) == 0 {
+	if a.sameAs(s) && len(changed) == 0 {
 		return
 	}
 	if e.metrics != nil {
