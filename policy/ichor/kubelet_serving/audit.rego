@@ -134,8 +134,9 @@ audit_drift contains reason if {
 # title: Certificate not issued by the cluster's CA
 # description: |
 #   The chain the kubelet served does not verify against the cluster's Kubernetes CA (the one in
-#   its secrets bundle, which signs kubelet serving certificates): a self-signed certificate, or
-#   one from another CA. A kube-apiserver that verifies kubelets refuses it.
+#   its secrets bundle, which signs kubelet serving certificates, and during a CA rotation the
+#   previous bundle's beside it, as approval records them): a self-signed certificate, or one
+#   from another CA. A kube-apiserver that verifies kubelets refuses it.
 # custom:
 #   code: CertificateNotIssuedByClusterCA
 audit_drift contains reason if {
