@@ -471,6 +471,53 @@ func TestAnIssuanceWithLongReasonsIsAnsweredOnce(t *testing.T) {
 	assert.Equal(t, 1, decided, "decided and signed more than once")
 }
 
+// An answer the API server stored and answered with a timeout (its etcd
+// slow) is the answer: the request is not decided and signed again, and
+// the credential delivered has its applied record. Before, the write's
+// error retried the request, which was decided and signed a second time,
+// and the first decision, the one delivered, was never recorded as applied
+// (review 197A F2).
+func TestAnAnswerStoredButAnsweredWithATimeoutIsRecordedOnce(t *testing.T) {
+	f := newFixture(t)
+	decided := 0
+	f.r.Engine = &enginetest.Engine{Engine: eng, IssuanceFunc: func(ctx context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
+		decided++
+		return eng.Issuance(ctx, in)
+	}}
+	f.r.Client = storedThenTimedOut{ctrlClient}
+	tcr, _ := f.ask("demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+	c := ready(t, tcr)
+	require.Equal(t, ichorv1alpha1.ReasonIssued, c.Reason)
+	id := decisionIDOf(t, c.Message)
+	applied := func() int {
+		return len(harness.Decisions(decisionLog, func(e struct {
+			Path  string         `json:"path"`
+			Input engine.Applied `json:"input"`
+		}) bool {
+			return e.Path == engine.PathApplied && e.Input.DecisionID == id
+		}))
+	}
+	waitFor(t, "the applied record of the answer stored", func() (bool, error) { return applied() == 1, nil })
+	assert.Equal(t, 1, decided, "decided (and signed) again")
+}
+
+// storedThenTimedOut is a client whose status writes are stored, and then
+// answered with a timeout, as an API server whose storage was slow answers.
+type storedThenTimedOut struct{ client.Client }
+
+func (c storedThenTimedOut) Status() client.SubResourceWriter {
+	return storedThenTimedOutStatus{c.Client.Status()}
+}
+
+type storedThenTimedOutStatus struct{ client.SubResourceWriter }
+
+func (w storedThenTimedOutStatus) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+	if err := w.SubResourceWriter.Update(ctx, obj, opts...); err != nil {
+		return err
+	}
+	return apierrors.NewTimeoutError("request did not complete within the allowed duration", 1)
+}
+
 func TestLifetimeCapsInTheController(t *testing.T) {
 	f := newFixture(t)
 

@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	siderox509 "github.com/siderolabs/crypto/x509"
@@ -187,7 +188,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.Client.Status().Update(ctx, answer); err != nil {
+	if err := r.Client.Status().Update(ctx, answer); err != nil && !r.storedAnyway(ctx, answer, decisionID, err) {
 		return reconcile.Result{}, fmt.Errorf("write the answer: %w", err)
 	}
 	if warn != nil && r.Recorder != nil {
@@ -206,6 +207,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		log.FromContext(ctx).Error(err, "record the applied decision", "decision_id", decisionID)
 	}
 	return reconcile.Result{RequeueAfter: r.retention()}, nil
+}
+
+// storedAnyway reports whether an answer whose write failed with err was
+// stored all the same: a timeout or a 5xx the API server answered after it
+// stored the write, which the request, read again, says by the decision
+// its condition names. Retried instead, the request was decided and signed
+// again, and the credential delivered had no applied record nor the
+// refusal its Warning (review 197A F2). An answer refused (a conflict, an
+// invalid or forbidden write, the request gone) was not stored.
+func (r *Reconciler) storedAnyway(ctx context.Context, answer *ichorv1alpha1.TalosCredentialRequest, decisionID string, err error) bool {
+	if decisionID == "" || apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) {
+		return false
+	}
+	var live ichorv1alpha1.TalosCredentialRequest
+	if r.APIReader.Get(ctx, client.ObjectKeyFromObject(answer), &live) != nil || live.UID != answer.UID {
+		return false
+	}
+	ready := meta.FindStatusCondition(live.Status.Conditions, ichorv1alpha1.ConditionReady)
+	if ready == nil || !strings.Contains(ready.Message, "(decision "+decisionID+")") {
+		return false
+	}
+	log.FromContext(ctx).Info("the answer's write failed, and the API server stored it all the same", "decision_id", decisionID, "error", err.Error())
+	return true
 }
 
 // expire deletes a request whose answer is older than the retention.
