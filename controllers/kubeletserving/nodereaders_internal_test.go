@@ -260,11 +260,7 @@ func TestAnEarlierReadOfTheBundleAnsweredLastChangesNothing(t *testing.T) {
 		n := &NodeReaders{Reader: &readThenWait{Reader: c, read: read, until: answer}, Watch: true}
 		t.Cleanup(n.Stop)
 
-		done := make(chan error, 1)
-		go func() {
-			_, err := n.Get(t.Context(), cluster)
-			done <- err
-		}()
+		done := getInFlight(t, n, cluster)
 		<-read // the bundle before the rotation, not yet answered
 		rotated := newSecretsBundle(t)
 		data, err := clustersecrets.Marshal(rotated)
@@ -294,11 +290,7 @@ func TestAnEarlierReadOfTheBundleAnsweredLastChangesNothing(t *testing.T) {
 		n := &NodeReaders{Reader: &readThenWait{Reader: c, read: read, until: answer}, Watch: true}
 		t.Cleanup(n.Stop)
 
-		done := make(chan error, 1)
-		go func() {
-			_, err := n.Get(t.Context(), cluster)
-			done <- err
-		}()
+		done := getInFlight(t, n, cluster)
 		<-read // not found, not yet answered
 		require.NoError(t, c.Create(t.Context(), secret))
 		_, err := n.Get(t.Context(), cluster)
@@ -331,11 +323,7 @@ func TestAnEarlierReadAnsweredAfterALaterFailureIsNotUsed(t *testing.T) {
 	n := &NodeReaders{Reader: &readThenWait{Reader: c, read: read, until: answer}, Watch: true}
 	t.Cleanup(n.Stop)
 
-	done := make(chan error, 1)
-	go func() {
-		_, err := n.Get(t.Context(), cluster)
-		done <- err
-	}()
+	done := getInFlight(t, n, cluster)
 	<-read // the bundle, not yet answered
 	require.NoError(t, c.Delete(t.Context(), secret))
 	_, err := n.Get(t.Context(), cluster)
@@ -383,6 +371,17 @@ func TestAnEarlierReadOfANewSecretsRefGetsItsOwnCA(t *testing.T) {
 	got := <-done
 	require.NotNil(t, got)
 	assert.Equal(t, string(moved.Certs.OS.Crt), string(got.caCert), "answered with the old secretsRef's CA")
+}
+
+// getInFlight starts a Get of cluster, whose answer comes on the channel.
+func getInFlight(t *testing.T, n *NodeReaders, cluster *ichorv1alpha1.TalosCluster) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.Get(t.Context(), cluster)
+		done <- err
+	}()
+	return done
 }
 
 // readThenWait is a Reader whose first Get reads, says it has (read), and
