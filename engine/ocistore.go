@@ -30,8 +30,18 @@ import (
 func ociStoreDir(persistence string) string { return filepath.Join(persistence, "oci") }
 
 // maxOCIIndexBytes bounds the store's index.json the pruning reads: OPA's
-// store adds an entry (about 200 bytes) for each manifest it ever pulled.
+// store adds an entry (about 200 bytes) for each manifest it ever pulled,
+// and never removes one. Past it (about 80,000 manifests: a tag moved every
+// 30 s poll for four weeks, by anyone who may push), the store holds
+// revisions the pruning can no longer tell apart, and it removes every blob
+// (errIndexOverBound): the next revision is fetched whole, and the disk
+// stays bounded (review 197B F1: pruning stopped, and the store filled the
+// manager's /tmp).
 const maxOCIIndexBytes = 16 << 20
+
+// errIndexOverBound is pruneOCIStore's error when the store's index is past
+// maxOCIIndexBytes.
+var errIndexOverBound = errors.New("the OCI store's index is over its bound")
 
 // pruneOCIStore removes from the OCI layout at root every blob that no
 // tagged manifest references, nor the manifest pinned (the source's own
@@ -43,6 +53,13 @@ func pruneOCIStore(root string, limits bundles.Limits, pinned godigest.Digest) (
 	index, err := readBounded(filepath.Join(root, ocispec.ImageIndexFile), maxOCIIndexBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil // nothing pulled yet
+	}
+	if errors.Is(err, errOverBound) {
+		removed, err := removeBlobs(root, nil)
+		if err != nil {
+			return removed, fmt.Errorf("%w, and its blobs could not all be removed: %w", errIndexOverBound, err)
+		}
+		return removed, fmt.Errorf("%w (%d bytes): every blob was removed, and the next revision is fetched whole", errIndexOverBound, maxOCIIndexBytes)
 	}
 	if err != nil {
 		return 0, err
@@ -74,6 +91,12 @@ func pruneOCIStore(root string, limits bundles.Limits, pinned godigest.Digest) (
 			}
 		}
 	}
+	return removeBlobs(root, keep)
+}
+
+// removeBlobs removes from the OCI layout at root every blob not in keep,
+// and reports how many it removed.
+func removeBlobs(root string, keep map[string]bool) (int, error) {
 	// The walk and the removals stay inside the store's blobs directory,
 	// whatever links it holds.
 	blobs, err := os.OpenRoot(filepath.Join(root, ocispec.ImageBlobsDir))
@@ -120,7 +143,10 @@ func readBounded(path string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%s is over %d bytes", path, max)
+		return nil, fmt.Errorf("%s is over %d bytes: %w", path, max, errOverBound)
 	}
 	return data, nil
 }
+
+// errOverBound is readBounded's error for a file over its bound.
+var errOverBound = errors.New("over its bound")
