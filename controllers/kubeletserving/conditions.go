@@ -148,7 +148,8 @@ func transientRead(ctx context.Context, err error) bool {
 	switch {
 	case apierrors.IsNotFound(err) || apierrors.IsForbidden(err):
 		return false
-	case errors.As(err, &status), ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):
+	case errors.As(err, &status), ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, errBundleReadAgain): // a later read answered: the next look says
 		return true
 	}
 	var netErr net.Error

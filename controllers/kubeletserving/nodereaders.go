@@ -72,11 +72,19 @@ type NodeReaders struct {
 	// Each is kept for forgottenFor at most, so that the names of clusters
 	// deleted long ago are not kept for the life of the process.
 	forgotten map[types.NamespacedName]time.Time
-	// begun is, by cluster, when the latest-begun read of its secrets
-	// bundle that has been answered (read, failed or refused) began: a read
-	// begun before it and answered after it says an older bundle, and
-	// changes nothing (review 193 L1, review 200 F1).
-	begun map[types.NamespacedName]time.Time
+	// begun is, by served cluster, the latest-begun read of its secrets
+	// bundle that has been answered (read, gone or refused; not a read that
+	// got no answer): a read begun before it and answered after it says an
+	// older bundle, and changes nothing (review 193 L1, review 200 F1,
+	// review 201 F1-F3).
+	begun map[types.NamespacedName]bundleRead
+}
+
+// bundleRead is an answered read of a cluster's secrets bundle: when it
+// began, and whether its answer was that there is no usable bundle.
+type bundleRead struct {
+	at     time.Time
+	failed bool
 }
 
 // forgottenFor is how long a forgotten cluster's readers are not kept
@@ -138,8 +146,13 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	started := time.Now()
 	bundles, err := clustersecrets.Load(ctx, n.Reader, cluster, n.SecretsClaims)
 	if err != nil {
-		// The bundle taken away (or unreadable) stops the watches made
-		// with it: they would go on signing credentials from the key in
+		if transientRead(ctx, err) {
+			// No answer about the bundle (the API server busy, the read
+			// cut short): nothing is known to have changed.
+			return nil, err
+		}
+		// The bundle taken away (or refused) stops the watches made with
+		// it: they would go on signing credentials from the key in
 		// memory.
 		n.dropReaderReadBefore(key, started)
 		return nil, err
@@ -149,15 +162,16 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cached, ok := n.readers[key]
-	later := n.supersededLocked(key, started)
+	last, later := n.answeredAfterLocked(key, started)
 	switch {
 	case later && ok && cached.uid == cluster.UID && cached.secretsRef == cluster.Spec.SecretsRef:
 		return cached, nil
-	case later && !ok:
-		// The later read failed (the bundle gone, its OS CA refused), or
-		// the cluster was let go: what this one read is not used.
+	case later && !ok && last.failed:
+		// The later read found the bundle gone or refused: what this one
+		// read is not used.
 		return nil, fmt.Errorf("talos identity reader of cluster %s: %w", key, errBundleReadAgain)
 	case ok && !later && cached.uid == cluster.UID && bytes.Equal(cached.caCert, os.Crt) && bytes.Equal(cached.caKey, os.Key):
+		n.answeredLocked(key, started, false)
 		cached.read, cached.secretsRef = time.Now(), cluster.Spec.SecretsRef
 		cached.k8sRoots, cached.k8sErr = k8sRoots, k8sErr
 		return cached, nil
@@ -176,6 +190,7 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		// the old key in memory and dialling machines no longer kept
 		// (review 159). A later read's reader stays: it is not this CA's.
 		if !later {
+			n.answeredLocked(key, started, true)
 			if old, ok := n.readers[key]; ok && old.watches != nil {
 				go old.watches.Stop()
 			}
@@ -189,10 +204,12 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	}
 	if _, ok := n.forgotten[key]; ok || later {
 		// Used for this read and not kept: the cluster is forgotten, or
-		// a later read, of another cluster of the name (made anew) or
-		// another secretsRef, is kept.
+		// a later read was answered (of another cluster of the name made
+		// anew, another secretsRef, or one kept and since let go: a
+		// lifetime changed).
 		return c, nil
 	}
+	n.answeredLocked(key, started, false)
 	if n.Watch {
 		if c.watches, err = reader.Watches(talosnode.WatchOptions{MaxAge: n.WatchMaxAge}); err != nil {
 			// Reads at decision time, as with --talos-watch=false.
@@ -243,18 +260,24 @@ type kubeRoots struct {
 // gone, and its caller reads again at its next look.
 var errBundleReadAgain = errors.New("its secrets bundle was read again while this read was under way, and is not in use now")
 
-// supersededLocked notes a read of the cluster's bundle begun at started as
-// answered, and reports whether one begun after it was answered before it.
-// n.mu is held.
-func (n *NodeReaders) supersededLocked(key types.NamespacedName, started time.Time) bool {
-	if n.begun[key].After(started) {
-		return true
+// answeredAfterLocked is the latest-begun answered read of the cluster's
+// bundle, and whether it began after started. n.mu is held.
+func (n *NodeReaders) answeredAfterLocked(key types.NamespacedName, started time.Time) (bundleRead, bool) {
+	last, ok := n.begun[key]
+	return last, ok && last.at.After(started)
+}
+
+// answeredLocked notes a read of the cluster's bundle begun at started as
+// answered (failed: no usable bundle), unless the cluster is forgotten: the
+// names of clusters let go are not kept (review 201 F3). n.mu is held.
+func (n *NodeReaders) answeredLocked(key types.NamespacedName, started time.Time, failed bool) {
+	if _, gone := n.forgotten[key]; gone {
+		return
 	}
 	if n.begun == nil {
-		n.begun = map[types.NamespacedName]time.Time{}
+		n.begun = map[types.NamespacedName]bundleRead{}
 	}
-	n.begun[key] = started
-	return false
+	n.begun[key] = bundleRead{at: started, failed: failed}
 }
 
 // errKubernetesCAUnusable is KubernetesRoots' error when the cluster's
@@ -455,8 +478,11 @@ func (n *NodeReaders) dropReader(key types.NamespacedName) {
 func (n *NodeReaders) dropReaderReadBefore(key types.NamespacedName, started time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if !started.IsZero() && n.supersededLocked(key, started) {
-		return
+	if !started.IsZero() {
+		if _, later := n.answeredAfterLocked(key, started); later {
+			return
+		}
+		n.answeredLocked(key, started, true)
 	}
 	c, ok := n.readers[key]
 	if ok && c.watches != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -371,6 +373,117 @@ func TestAnEarlierReadOfANewSecretsRefGetsItsOwnCA(t *testing.T) {
 	got := <-done
 	require.NotNil(t, got)
 	assert.Equal(t, string(moved.Certs.OS.Crt), string(got.caCert), "answered with the old secretsRef's CA")
+}
+
+// A read of the bundle that gets no answer (the API server busy: a 503)
+// changes nothing: the reader and its watches stay, and an earlier read
+// answered after it is used. Before, it dropped the reader and ended every
+// watch, and the earlier read, refused as read again, said the bundle
+// unusable on the cluster (review 201 F1).
+func TestABundleReadWithoutAnAnswerChangesNothing(t *testing.T) {
+	_, cluster, secret, scheme := clusterWithBundle(t, "busy")
+	busy := &failingWhile{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(secret).Build()}
+	read, answer := make(chan struct{}), make(chan struct{})
+	n := &NodeReaders{Reader: &readThenWait{Reader: busy, read: read, until: answer}, Watch: true}
+	t.Cleanup(n.Stop)
+	key := client.ObjectKeyFromObject(cluster)
+
+	done := getInFlight(t, n, cluster)
+	<-read
+	busy.fail.Store(true)
+	_, err := n.Get(t.Context(), cluster)
+	require.Error(t, err)
+	require.True(t, transientRead(t.Context(), err), "%v", err)
+	busy.fail.Store(false)
+	close(answer)
+	require.NoError(t, <-done, "the earlier read was refused for a later one that got no answer")
+
+	n.mu.Lock()
+	made := n.readers[key]
+	n.mu.Unlock()
+	require.NotNil(t, made, "the earlier read's reader was not kept")
+	made.watches.Keep([]string{"127.0.0.1:1"}) // nothing answers there; the watch retries
+	n.mu.Lock()
+	made.read = time.Time{} // read again now, not after secretsFreshness
+	n.mu.Unlock()
+	busy.fail.Store(true)
+	_, err = n.Get(t.Context(), cluster)
+	require.Error(t, err)
+	n.mu.Lock()
+	kept := n.readers[key]
+	n.mu.Unlock()
+	assert.Same(t, made, kept, "a read without an answer dropped the reader")
+	watched, _ := made.watches.Count()
+	assert.Equal(t, 1, watched, "a read without an answer ended the watches")
+}
+
+// A read answered after a later one was kept and since let go (a lifetime
+// changed) is used, for itself: only a later read that found the bundle
+// gone or refused refuses it (review 201 F2). A cluster forgotten while its
+// bundle was read leaves no note of the read behind (review 201 F3).
+func TestAnEarlierReadAfterALaterOneLetGoIsUsed(t *testing.T) {
+	_, cluster, secret, scheme := clusterWithBundle(t, "let-go")
+	read, answer := make(chan struct{}), make(chan struct{})
+	n := &NodeReaders{Reader: &readThenWait{Reader: fake.NewClientBuilder().WithScheme(scheme).WithObjects(secret).Build(), read: read, until: answer}, Lifetime: 10 * time.Minute}
+	t.Cleanup(n.Stop)
+	key := client.ObjectKeyFromObject(cluster)
+
+	done := getInFlight(t, n, cluster)
+	<-read
+	_, err := n.Get(t.Context(), cluster)
+	require.NoError(t, err)
+	n.SetLifetime(5 * time.Minute)
+	close(answer)
+	require.NoError(t, <-done, "refused for a later read that was answered")
+
+	n.Forget(key)
+	n.mu.Lock()
+	_, noted := n.begun[key]
+	n.mu.Unlock()
+	assert.False(t, noted)
+}
+
+// A read in flight when its cluster is forgotten, found or not found, leaves
+// no note of itself once answered: the names of clusters let go are not
+// kept (review 201 F3).
+func TestAForgottenClustersReadLeavesNoNote(t *testing.T) {
+	for name, found := range map[string]bool{"found": true, "not found": false} {
+		t.Run(name, func(t *testing.T) {
+			_, cluster, secret, scheme := clusterWithBundle(t, "noted")
+			b := fake.NewClientBuilder().WithScheme(scheme)
+			if found {
+				b = b.WithObjects(secret)
+			}
+			read, answer := make(chan struct{}), make(chan struct{})
+			n := &NodeReaders{Reader: &readThenWait{Reader: b.Build(), read: read, until: answer}}
+			t.Cleanup(n.Stop)
+			done := getInFlight(t, n, cluster)
+			<-read
+			n.Forget(client.ObjectKeyFromObject(cluster))
+			close(answer)
+			if err := <-done; found {
+				require.NoError(t, err)
+			} else {
+				require.Error(t, err)
+			}
+			n.mu.Lock()
+			defer n.mu.Unlock()
+			assert.Empty(t, n.begun, "the name of a cluster let go is kept")
+		})
+	}
+}
+
+// failingWhile is a Reader whose Gets are answered 503 while fail is set.
+type failingWhile struct {
+	client.Reader
+	fail atomic.Bool
+}
+
+func (r *failingWhile) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if r.fail.Load() {
+		return apierrors.NewServiceUnavailable("the API server is busy")
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
 }
 
 // getInFlight starts a Get of cluster, whose answer comes on the channel.
