@@ -489,15 +489,17 @@ func TestAnAnswerStoredButAnsweredWithATimeoutIsRecordedOnce(t *testing.T) {
 	c := ready(t, tcr)
 	require.Equal(t, ichorv1alpha1.ReasonIssued, c.Reason)
 	id := decisionIDOf(t, c.Message)
-	applied := func() int {
-		return len(harness.Decisions(decisionLog, func(e struct {
-			Path  string         `json:"path"`
-			Input engine.Applied `json:"input"`
-		}) bool {
-			return e.Path == engine.PathApplied && e.Input.DecisionID == id
-		}))
+	type record struct {
+		Path  string         `json:"path"`
+		Input engine.Applied `json:"input"`
 	}
-	waitFor(t, "the applied record of the answer stored", func() (bool, error) { return applied() == 1, nil })
+	applied := func() []record {
+		return harness.Decisions(decisionLog, func(e record) bool {
+			return e.Path == engine.PathApplied && e.Input.DecisionID == id
+		})
+	}
+	waitFor(t, "the applied record of the answer stored", func() (bool, error) { return len(applied()) == 1, nil })
+	assert.Equal(t, engine.AppliedObserved, applied()[0].Input.Outcome, "seen stored, not said to be")
 	assert.Equal(t, 1, decided, "decided (and signed) again")
 }
 

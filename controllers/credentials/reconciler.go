@@ -188,8 +188,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.Client.Status().Update(ctx, answer); err != nil && !r.storedAnyway(ctx, answer, decisionID, err) {
-		return reconcile.Result{}, fmt.Errorf("write the answer: %w", err)
+	outcome := engine.AppliedWritten
+	if err := r.Client.Status().Update(ctx, answer); err != nil {
+		if !r.storedAnyway(ctx, answer, decisionID, err) {
+			return reconcile.Result{}, fmt.Errorf("write the answer: %w", err)
+		}
+		// Seen stored, not said to be (review 201 F6).
+		outcome = engine.AppliedObserved
 	}
 	if warn != nil && r.Recorder != nil {
 		// Once the answer is stored: a refusal (or a binding refused)
@@ -202,7 +207,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	ready := meta.FindStatusCondition(answer.Status.Conditions, ichorv1alpha1.ConditionReady)
 	if err := r.Engine.RecordApplied(ctx, engine.Applied{
 		DecisionID: decisionID, Object: "taloscredentialrequest/" + tcr.Namespace + "/" + tcr.Name, UID: string(tcr.UID),
-		Action: ready.Reason, Outcome: engine.AppliedWritten,
+		Action: ready.Reason, Outcome: outcome,
 	}); err != nil {
 		log.FromContext(ctx).Error(err, "record the applied decision", "decision_id", decisionID)
 	}
