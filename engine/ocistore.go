@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,19 +30,9 @@ import (
 // persistence directory (plugins/bundle: filepath.Join(dir, "oci")).
 func ociStoreDir(persistence string) string { return filepath.Join(persistence, "oci") }
 
-// maxOCIIndexBytes bounds the store's index.json the pruning reads: OPA's
-// store adds an entry (about 200 bytes) for each manifest it ever pulled,
-// and never removes one. Past it (about 80,000 manifests: a tag moved every
-// 30 s poll for four weeks, by anyone who may push), the store holds
-// revisions the pruning can no longer tell apart, and it removes every blob
-// (errIndexOverBound): the next revision is fetched whole, and the disk
-// stays bounded (review 197B F1: pruning stopped, and the store filled the
-// manager's /tmp).
-const maxOCIIndexBytes = 16 << 20
-
-// errIndexOverBound is pruneOCIStore's error when the store's index is past
-// maxOCIIndexBytes.
-var errIndexOverBound = errors.New("the OCI store's index is over its bound")
+// maxKeptManifests bounds the manifests the pruning keeps: the one each
+// tag names (OPA's store tags the source's one tag) and the one pinned.
+const maxKeptManifests = 64
 
 // pruneOCIStore removes from the OCI layout at root every blob that no
 // tagged manifest references, nor the manifest pinned (the source's own
@@ -50,29 +41,15 @@ var errIndexOverBound = errors.New("the OCI store's index is over its bound")
 // again, review 178), and reports how many it removed. It must not run
 // during a pull: a blob being copied is referenced by no tag yet.
 func pruneOCIStore(root string, limits bundles.Limits, pinned godigest.Digest) (int, error) {
-	index, err := readBounded(filepath.Join(root, ocispec.ImageIndexFile), maxOCIIndexBytes)
+	manifests, err := keptManifests(filepath.Join(root, ocispec.ImageIndexFile), pinned)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil // nothing pulled yet
 	}
-	if errors.Is(err, errOverBound) {
-		removed, err := removeBlobs(root, nil)
-		if err != nil {
-			return removed, fmt.Errorf("%w, and its blobs could not all be removed: %w", errIndexOverBound, err)
-		}
-		return removed, fmt.Errorf("%w (%d bytes): every blob was removed, and the next revision is fetched whole", errIndexOverBound, maxOCIIndexBytes)
-	}
 	if err != nil {
-		return 0, err
-	}
-	var idx ocispec.Index
-	if err := json.Unmarshal(index, &idx); err != nil {
 		return 0, fmt.Errorf("read the OCI store's index: %w", err)
 	}
 	keep := map[string]bool{}
-	for _, m := range idx.Manifests {
-		if m.Annotations[ocispec.AnnotationRefName] == "" && (pinned == "" || m.Digest != pinned) {
-			continue // pulled once, by digest only: a revision gone by
-		}
+	for _, m := range manifests {
 		if err := m.Digest.Validate(); err != nil {
 			return 0, fmt.Errorf("read the OCI store's index: %w", err)
 		}
@@ -127,6 +104,73 @@ func removeBlobs(root string, keep map[string]bool) (int, error) {
 	return removed, nil
 }
 
+// keptManifests are the manifests of the store's index at path that the
+// pruning keeps: those tagged, and the one pinned. The index is read as a
+// stream, one entry at a time: OPA's store adds an entry (about 200 bytes)
+// for each manifest it ever pulled and never removes one, so a tag moved at
+// every poll makes it grow for as long as the process lives. Read whole
+// within a bound, it passed 16 MiB after about 80,000 manifests (four weeks
+// of a tag moved every 30 s, by anyone who may push), and the pruning
+// stopped for good: the store filled the manager's /tmp (review 197B F1).
+func keptManifests(path string, pinned godigest.Digest) ([]ocispec.Descriptor, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	dec := json.NewDecoder(bufio.NewReader(f))
+	if err := expectDelim(dec, '{'); err != nil {
+		return nil, err
+	}
+	var kept []ocispec.Descriptor
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		if key != "manifests" {
+			// schemaVersion, mediaType, annotations: OPA's store writes
+			// them, a line each.
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := expectDelim(dec, '['); err != nil {
+			return nil, err
+		}
+		for dec.More() {
+			var m ocispec.Descriptor
+			if err := dec.Decode(&m); err != nil {
+				return nil, err
+			}
+			if m.Annotations[ocispec.AnnotationRefName] == "" && (pinned == "" || m.Digest != pinned) {
+				continue // pulled once, by digest only: a revision gone by
+			}
+			if kept = append(kept, m); len(kept) > maxKeptManifests {
+				return nil, fmt.Errorf("more than %d tagged manifests", maxKeptManifests)
+			}
+		}
+		if err := expectDelim(dec, ']'); err != nil {
+			return nil, err
+		}
+	}
+	return kept, expectDelim(dec, '}')
+}
+
+// expectDelim reads the next token of dec, which must be delim.
+func expectDelim(dec *json.Decoder, delim json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if tok != delim {
+		return fmt.Errorf("%v where %v was expected", tok, delim)
+	}
+	return nil
+}
+
 // blobName is a blob's path under the layout's blobs directory, as fs.FS
 // names it.
 func blobName(d godigest.Digest) string { return d.Algorithm().String() + "/" + d.Encoded() }
@@ -143,10 +187,7 @@ func readBounded(path string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%s is over %d bytes: %w", path, max, errOverBound)
+		return nil, fmt.Errorf("%s is over %d bytes", path, max)
 	}
 	return data, nil
 }
-
-// errOverBound is readBounded's error for a file over its bound.
-var errOverBound = errors.New("over its bound")

@@ -1,11 +1,17 @@
 package engine
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	godigest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -32,19 +38,37 @@ func TestAStoreThePruningCannotReadIsLeftWhole(t *testing.T) {
 	assert.Zero(t, removed)
 }
 
-// A store whose index is past its bound (OPA's store adds an entry for each
-// manifest it ever pulled, and never removes one: a tag moved at every poll
-// for weeks) has every blob removed, with the reason: the next revision is
-// fetched whole, and the disk stays bounded. Before, the pruning stopped
-// there for good, and each revision after it stayed on disk until the
-// manager's /tmp was full (review 197B F1).
-func TestAStoreWhoseIndexIsPastItsBoundIsEmptied(t *testing.T) {
-	root := storeWithABlob(t, make([]byte, maxOCIIndexBytes+1))
+// A store whose index is longer than any bound a read of it whole could
+// take (OPA's store adds an entry for each manifest it ever pulled, and
+// never removes one: a tag moved at every poll for weeks) is pruned as any:
+// the tagged manifest and its layer are kept, the rest removed. Before, an
+// index past 16 MiB stopped the pruning for good, and each revision after
+// it stayed on disk until the manager's /tmp was full (review 197B F1).
+func TestAStoreWithALongIndexIsPrunedAsAny(t *testing.T) {
+	root := storeWithABlob(t, nil) // the blob is a revision gone by
+	layer := []byte("a bundle")
+	layerDigest := godigest.FromBytes(layer)
+	manifest, err := json.Marshal(ocispec.Manifest{Layers: []ocispec.Descriptor{{MediaType: bundles.OCILayerMediaType, Digest: layerDigest, Size: int64(len(layer))}}})
+	require.NoError(t, err)
+	manifestDigest := godigest.FromBytes(manifest)
+	for _, b := range [][]byte{layer, manifest} {
+		require.NoError(t, os.WriteFile(filepath.Join(root, "blobs", "sha256", godigest.FromBytes(b).Encoded()), b, 0o600))
+	}
+	var index bytes.Buffer
+	index.WriteString(`{"schemaVersion":2,"manifests":[`)
+	for i := range 120_000 { // about 18 MiB
+		fmt.Fprintf(&index, `{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"%s","size":500},`, godigest.FromString(strconv.Itoa(i)))
+	}
+	fmt.Fprintf(&index, `{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"%s","size":%d,"annotations":{"org.opencontainers.image.ref.name":"stable"}}]}`, manifestDigest, len(manifest))
+	require.Greater(t, index.Len(), 16<<20)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "index.json"), index.Bytes(), 0o600))
+
 	removed, err := pruneOCIStore(root, bundles.DefaultLimits, "")
-	require.ErrorIs(t, err, errIndexOverBound)
-	assert.Contains(t, err.Error(), "every blob was removed")
+	require.NoError(t, err)
 	assert.Equal(t, 1, removed)
-	assert.NoFileExists(t, blobOf(root))
+	assert.NoFileExists(t, blobOf(root), "a revision gone by")
+	assert.FileExists(t, filepath.Join(root, "blobs", "sha256", manifestDigest.Encoded()), "the tagged manifest")
+	assert.FileExists(t, filepath.Join(root, "blobs", "sha256", layerDigest.Encoded()), "its layer")
 }
 
 // storeWithABlob is an OCI layout holding index and one blob (blobOf).
