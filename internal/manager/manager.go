@@ -831,10 +831,10 @@ func readerIdentityRefused(mgr ctrl.Manager, namespace, pod string) func(revisio
 	rec := mgr.GetEventRecorder("ichor-policy")
 	self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: namespace}}
 	return func(revision string, err error) {
-		logger.Error(err, "the policy bundle in service refuses the manager's own Talos identity: nodes are read with the lifetime decided before, and no replica starts with this bundle", "revision", revision)
+		logger.Error(err, "under the policy bundle in service the manager's own Talos identity cannot be used (the policy refuses it, or the lifetime it decides does not suit the reader's flags): nodes are read with the lifetime decided before, and no replica starts with this bundle", "revision", revision)
 		if pod != "" {
 			rec.Eventf(self, nil, corev1.EventTypeWarning, "ReaderIdentityRefused", "LoadBundle", "%s",
-				engine.Clip(fmt.Sprintf("policy bundle revision %s refuses the manager's Talos identity (purpose node-reader): %v", revision, err),
+				engine.Clip(fmt.Sprintf("under policy bundle revision %s the manager's Talos identity (purpose node-reader) cannot be used: %v", revision, err),
 					"; nodes are read with the lifetime decided before, and no replica starts with this bundle", engine.MaxEventNote))
 		}
 	}
