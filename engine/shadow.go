@@ -19,12 +19,27 @@ func verdictOf(d Decision, err error) verdict {
 	return verdict{Action: o.Action, Codes: o.Reasons.Codes()}
 }
 
-// sameAs reports whether two verdicts are one action for one set of reason
-// codes: the order of the reasons is a rule's presentation (a drifted audit
-// lists what drifted first), and replay compares them so too (review 200
-// F7).
+// sameAs reports whether two verdicts are one action for one first reason
+// code and one set of the others: the first names the verdict (a denial's
+// reason, an audit condition's and its Event's, a metric's label), the
+// order of the rest is a rule's presentation (review 200 F7, review 201
+// F5).
 func (v verdict) sameAs(o verdict) bool {
-	return v.Action == o.Action && slices.Equal(slices.Sorted(slices.Values(v.Codes)), slices.Sorted(slices.Values(o.Codes)))
+	return v.Action == o.Action && SameCodes(v.Codes, o.Codes)
+}
+
+// SameCodes reports whether two lists of reason codes have one first code
+// and one set of the others, as many of each: the first names a verdict (a
+// denial's reason, an audit condition's and its Event's, a metric's
+// label), the order of the rest is a rule's presentation.
+func SameCodes(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 {
+		return true
+	}
+	return a[0] == b[0] && slices.Equal(slices.Sorted(slices.Values(a[1:])), slices.Sorted(slices.Values(b[1:])))
 }
 
 // compareShadow evaluates the shadow bundle on the same input and logs and

@@ -26,7 +26,8 @@ const StateResult = "result"
 
 // The changes with the same action word.
 const (
-	// NoteReasonsChanged is the same action and result for another set of
+	// NoteReasonsChanged is the same action and result for another first
+	// reason code (the one a verdict is named by), or another set of
 	// reason codes: information, which "any" does not include.
 	NoteReasonsChanged = "reasons-changed"
 	// NoteResultChanged is the same action with another result beside the
@@ -147,7 +148,7 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 		case len(changed) > 0:
 			// Before the codes: a widened grant keeps its code.
 			c.Note, c.Changed = NoteResultChanged, changed
-		case !e.reasonsPartial() && !slices.Equal(sortedCodes(c.Old), sortedCodes(c.New)):
+		case !e.reasonsPartial() && !engine.SameCodes(c.Old.Reasons.Codes(), c.New.Reasons.Codes()):
 			// Codes compared only where the log kept them all.
 			c.Note = NoteReasonsChanged
 		default:
@@ -173,12 +174,6 @@ func state(o Outcome) string {
 		return StateResult
 	}
 	return o.Action
-}
-
-func sortedCodes(o Outcome) []string {
-	codes := o.Reasons.Codes()
-	slices.Sort(codes)
-	return codes
 }
 
 // Direction names a change of action: "deny-to-approve".
