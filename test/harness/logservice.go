@@ -13,12 +13,32 @@ import (
 // LogService is a decision-log service for tests: it speaks OPA's
 // decision-log API (POST /logs, a gzipped JSON array of entries) and keeps
 // the decision ids it received, and the bodies as they came, which is what
-// a decision-log service stores. While Down it answers 503.
+// a decision-log service stores. While Down it answers 503; with a limit
+// (SetMaxEntries) it answers 413 to a body of more entries, as a proxy's
+// body size limit does.
 type LogService struct {
-	mu     sync.Mutex
-	ids    map[string]bool
-	bodies [][]byte
-	down   bool
+	mu         sync.Mutex
+	ids        map[string]bool
+	bodies     [][]byte
+	down       bool
+	posts      int
+	limited    bool
+	maxEntries int
+}
+
+// SetMaxEntries makes the service refuse (413) a body of more than n
+// entries; 0 refuses every body.
+func (l *LogService) SetMaxEntries(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.limited, l.maxEntries = true, n
+}
+
+// Posts is how many uploads were sent, taken or not.
+func (l *LogService) Posts() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.posts
 }
 
 // SetDown makes the service refuse uploads (true) or take them (false).
@@ -30,7 +50,8 @@ func (l *LogService) SetDown(down bool) {
 
 func (l *LogService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
-	down := l.down
+	l.posts++
+	down, limited, maxEntries := l.down, l.limited, l.maxEntries
 	l.mu.Unlock()
 	if down {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -51,6 +72,10 @@ func (l *LogService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := json.NewDecoder(zr).Decode(&events); err != nil {
 		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	if limited && len(events) > maxEntries {
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
 		return
 	}
 	l.mu.Lock()
