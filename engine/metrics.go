@@ -28,7 +28,7 @@ type Metrics struct {
 }
 
 // The causes of an upload drop.
-var uploadDropCauses = []string{"buffer_full", "oversized", "shutdown"}
+var uploadDropCauses = []string{"buffer_full", "oversized", "refused", "shutdown"}
 
 // NewMetrics makes the collectors and registers them.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
@@ -75,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"sink"}),
 		uploadDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_policy_decision_log_upload_dropped_total",
-			Help: "Decision-log entries the upload sink (--decision-log-url) dropped, by cause: buffer_full (the service was away too long), oversized, shutdown (not sent within --decision-log-flush-timeout).",
+			Help: "Decision-log entries the upload sink (--decision-log-url) dropped, by cause: buffer_full (the service was away too long), oversized, refused (the service refused the entry on its own: 400, 413 or 422), shutdown (not sent within --decision-log-flush-timeout).",
 		}, []string{"cause"}),
 		uploadedTotal: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ichor_policy_decision_log_uploaded_total",
@@ -113,7 +113,7 @@ func (m *Metrics) Dropped(sink string) float64 {
 }
 
 // UploadDropped is the upload sink's drop count for a cause (buffer_full,
-// oversized, shutdown).
+// oversized, refused, shutdown).
 func (m *Metrics) UploadDropped(cause string) float64 {
 	var out dto.Metric
 	if err := m.uploadDropped.WithLabelValues(cause).Write(&out); err != nil {

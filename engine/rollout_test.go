@@ -672,6 +672,91 @@ func uploadingTo(t *testing.T, b *bundle.Bundle, svc *harness.LogService) (*engi
 	return e, metrics
 }
 
+// A buffer of a thousand entries or more wakes the upload at each decision;
+// while the service fails, only the backoff starts the next attempt. Before
+// review 202 (F1) each decision past the thousandth waiting was an upload,
+// a gzip of megabytes each, to a service that was away.
+func TestAFullBufferDoesNotHurryTheUploadsBackoff(t *testing.T) {
+	svc := &harness.LogService{}
+	svc.SetDown(true)
+	e, _ := uploadingTo(t, policyWithProbe(t, "package ichor.probe\n\ndecision := true\n"), svc)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	start := time.Now()
+	for range 3000 {
+		_, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
+		require.NoError(t, err)
+	}
+	posts, elapsed := svc.Posts(), time.Since(start)
+
+	// The attempts the backoff allows meanwhile: the first (a second in, or
+	// as soon as a thousand wait), then one 2, 4, 8... seconds after the
+	// one before; and one more that may be under way.
+	allowed := 2
+	for at, wait := time.Duration(0), 2*time.Second; at+wait <= elapsed; at, wait = at+wait, 2*wait {
+		allowed++
+	}
+	assert.LessOrEqual(t, posts, allowed, "uploads in %s while the service was away", elapsed)
+}
+
+// A service that refuses a body of more than one entry (413, as a proxy's
+// body limit does) gets every entry, in smaller batches: before review 202
+// (F2) the same batch was sent again forever, no upload after it was taken,
+// and the buffer dropped the rest as buffer_full.
+func TestABatchTheServiceRefusesAsTooLargeIsSentInSmallerOnes(t *testing.T) {
+	svc := &harness.LogService{}
+	svc.SetMaxEntries(1)
+	e, metrics := uploadingTo(t, policyWithProbe(t, "package ichor.probe\n\ndecision := true\n"), svc)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	const n = 50
+	for range n {
+		_, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
+		require.NoError(t, err)
+	}
+
+	require.Eventually(t, func() bool { return svc.Received() == n }, 30*time.Second, 20*time.Millisecond,
+		"every entry reaches the service, one at a time")
+	assert.Zero(t, metrics.UploadDropped("buffer_full"))
+	assert.Zero(t, metrics.UploadDropped("refused"))
+}
+
+// An entry the service refuses on its own is dropped, counted and named in
+// the manager's log, and the entries after it are sent.
+func TestAnEntryTheServiceRefusesOnItsOwnIsDroppedAndTheRestGoOn(t *testing.T) {
+	svc := &harness.LogService{}
+	svc.SetMaxEntries(0)
+	srv := httptest.NewServer(svc)
+	t.Cleanup(srv.Close)
+	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	var notes harness.DecisionLog
+	e, err := engine.New(context.Background(), engine.Options{
+		Bundle: policyWithProbe(t, "package ichor.probe\n\ndecision := true\n"), DecisionLog: io.Discard, Log: &notes, Metrics: metrics,
+		DecisionLogURL: srv.URL, DecisionLogAllowInsecureHTTP: true,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	first, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return metrics.UploadDropped("refused") == 1 }, 30*time.Second, 20*time.Millisecond,
+		"the entry the service refuses alone is dropped and counted")
+	assert.Contains(t, notes.String(), first.ID, "the manager's log names the decision dropped")
+	assert.Contains(t, notes.String(), "413")
+
+	svc.SetMaxEntries(10)
+	const n = 3
+	for range n {
+		_, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool { return svc.Received() == n }, 30*time.Second, 20*time.Millisecond,
+		"the entries after the one refused are sent")
+	assert.Equal(t, 1.0, metrics.UploadDropped("refused"))
+	assert.False(t, svc.Has(first.ID))
+}
+
 func TestAnOversizedEntryIsCountedNotUploaded(t *testing.T) {
 	// A rule whose answer is over a megabyte, which the mask does not cut.
 	b := policyWithProbe(t, `package ichor.probe

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -50,7 +51,39 @@ const (
 	uploadBatchEvents = 1000
 	uploadBatchBytes  = 4 << 20
 	uploadTimeout     = 10 * time.Second
+	// uploadRegrowAfter is how many uploads in a row a batch limit lowered
+	// by a refusal (refusedStatus) must succeed before it is doubled again
+	// towards uploadBatchEvents: a service with a body limit then refuses
+	// one upload in that many, not every other one.
+	uploadRegrowAfter = 64
 )
+
+// refusedStatus: the answers of a service that refuses the body it was sent
+// rather than being away (413 above its size limit, 400 or 422 for what it
+// cannot take), which sending the same batch again cannot change. The batch
+// is halved until the service takes it; an entry it refuses alone is
+// dropped (cause refused). Before review 202, every answer was a failure to
+// retry with the same batch: one the service refused for good stopped every
+// upload after it, and the buffer dropped the rest as buffer_full.
+func refusedStatus(code int) bool {
+	return code == http.StatusRequestEntityTooLarge || code == http.StatusBadRequest || code == http.StatusUnprocessableEntity
+}
+
+// errRefusedBatch: the service refused a batch of several entries
+// (refusedStatus); the batch limit is halved and the smaller batch sent at
+// once.
+type errRefusedBatch struct {
+	status  string
+	entries int
+}
+
+func (e *errRefusedBatch) Error() string {
+	return fmt.Sprintf("the decision-log service refused a batch of %d entries: %s", e.entries, e.status)
+}
+
+// errRefusedEntry: the service refused an entry sent on its own
+// (refusedStatus); it was dropped.
+var errRefusedEntry = errors.New("the decision-log service refused an entry on its own; it was dropped")
 
 // The decision-log file's rotation by default: at 100 MiB the file is
 // renamed with the time in its name and a new one begun, and the five newest
@@ -115,7 +148,7 @@ func (f *sinksFactory) Validate(_ *plugins.Manager, config []byte) (any, error) 
 }
 
 func (f *sinksFactory) New(m *plugins.Manager, config any) plugins.Plugin {
-	return &sinks{manager: m, config: config.(sinksConfig), engine: f.engine, console: f.engine.console, wake: make(chan struct{}, 1)}
+	return &sinks{manager: m, config: config.(sinksConfig), engine: f.engine, console: f.engine.console, wake: make(chan struct{}, 1), batchLimit: uploadBatchEvents}
 }
 
 type sinks struct {
@@ -143,6 +176,11 @@ type sinks struct {
 	// inflight is how many entries at the front of pending an upload is
 	// sending: a full buffer drops the oldest of the others.
 	inflight int
+	// batchLimit is the most entries one upload sends: uploadBatchEvents,
+	// halved at each refusal of a batch (refusedStatus) and doubled back
+	// after uploadRegrowAfter successes in a row; only uploads change it.
+	batchLimit int
+	succeeded  int
 	// closed: Stop has counted what was pending as dropped; an entry logged
 	// after (a webhook's decision still running at shutdown) is counted
 	// dropped at once rather than queued for an upload that is over.
@@ -195,7 +233,8 @@ func (s *sinks) Stop(ctx context.Context) {
 	<-s.done
 	if _, ok := ctx.Deadline(); ok {
 		for s.pendingCount() > 0 && ctx.Err() == nil {
-			if err := s.uploadBatch(ctx); err != nil {
+			var refused *errRefusedBatch
+			if err := s.uploadBatch(ctx); err != nil && !errors.As(err, &refused) {
 				select {
 				case <-ctx.Done():
 				case <-time.After(uploadInterval):
@@ -371,21 +410,46 @@ func (s *sinks) uploadLoop(ctx context.Context) {
 		return wait.Backoff{Duration: 2 * uploadInterval, Factor: 2, Cap: uploadMaxBackoff, Steps: math.MaxInt32}
 	}
 	backoff, next := failed(), uploadInterval
+	failing := false
 	for {
+		// While the service fails, only the backoff starts the next
+		// attempt: a full buffer wakes the loop at every decision, and
+		// each wake-up was an upload to a service that is away, a gzip of
+		// megabytes each time (review 202 F1).
+		wake := s.wake
+		if failing {
+			wake = nil
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(next):
-		case <-s.wake:
+		case <-wake:
 		}
 		err := s.uploadBatch(ctx)
+		var refused *errRefusedBatch
 		switch {
 		case err == nil:
-			backoff, next = failed(), uploadInterval
+			backoff, next, failing = failed(), uploadInterval, false
+			if s.pendingCount() >= s.currentBatchLimit() {
+				// A whole batch waits (a backlog, or a lowered limit):
+				// the next goes at once.
+				next = 0
+			}
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, errRefusedEntry):
+			// Logged with its decision id where it was dropped. The
+			// next upload waits as after a failure: a service that
+			// refuses every entry gets no more than that.
+			next, failing = backoff.Step(), true
+		case errors.As(err, &refused):
+			// The service is up and took the batch's size for the fault:
+			// half of it goes at once.
+			next, failing = 0, false
+			s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "error": err.Error(), "pending": s.pendingCount(), "batch_limit": s.currentBatchLimit()}).Warn("Decision-log upload refused; the entries are kept and sent again in smaller batches.")
 		default:
-			next = backoff.Step()
+			next, failing = backoff.Step(), true
 			s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "error": err.Error(), "pending": s.pendingCount(), "retry_in": next.String()}).Error("Decision-log upload failed; the entries are kept and sent again.")
 		}
 	}
@@ -396,7 +460,7 @@ func (s *sinks) uploadLoop(ctx context.Context) {
 func (s *sinks) uploadBatch(ctx context.Context) error {
 	s.mu.Lock()
 	n, size := 0, 0
-	for n < len(s.pending) && n < uploadBatchEvents && (n == 0 || size+len(s.pending[n]) <= uploadBatchBytes) {
+	for n < len(s.pending) && n < s.batchLimit && (n == 0 || size+len(s.pending[n]) <= uploadBatchBytes) {
 		size += len(s.pending[n])
 		n++
 	}
@@ -449,21 +513,69 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 		return err
 	}
 	_ = resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
+	// The status line's text is the service's: cut, it is logged at each
+	// retry.
+	status := LoggedName(resp.Status)
+	switch {
+	case resp.StatusCode/100 == 2:
+	case refusedStatus(resp.StatusCode) && n > 1:
 		s.engine.metrics.uploadFailed()
-		// The status line's text is the service's: cut, it is logged at
-		// each retry.
-		return fmt.Errorf("the decision-log service answered %s", LoggedName(resp.Status))
+		s.mu.Lock()
+		s.batchLimit, s.succeeded = n/2, 0
+		s.mu.Unlock()
+		return &errRefusedBatch{status: status, entries: n}
+	case refusedStatus(resp.StatusCode):
+		// An entry the service refuses alone would stop every upload
+		// after it for good: it is dropped, counted, and named in the
+		// manager's log (the console holds it).
+		s.engine.metrics.uploadFailed()
+		id := entryDecisionID(batch[0])
+		s.forget(1, size)
+		s.drop("refused", 1)
+		s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "decision_id": id, "status": status}).Error("Decision-log entry refused by the service on its own; it is dropped from the upload.")
+		return errRefusedEntry
+	default:
+		s.engine.metrics.uploadFailed()
+		return fmt.Errorf("the decision-log service answered %s", status)
 	}
+	s.forget(n, size)
 	s.mu.Lock()
+	if s.batchLimit < uploadBatchEvents {
+		if s.succeeded++; s.succeeded >= uploadRegrowAfter {
+			s.batchLimit, s.succeeded = min(2*s.batchLimit, uploadBatchEvents), 0
+		}
+	}
+	s.mu.Unlock()
+	s.engine.metrics.uploaded(n)
+	return nil
+}
+
+// forget removes the first n pending entries, of size bytes, once sent or
+// dropped.
+func (s *sinks) forget(n, size int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	// Cleared first: the entries sent would stay referenced from the
 	// slice's array, beyond the bytes bound, until it is reallocated.
 	clear(s.pending[:n])
 	s.pending = s.pending[n:]
 	s.pendingBytes -= size
-	s.mu.Unlock()
-	s.engine.metrics.uploaded(n)
-	return nil
+}
+
+func (s *sinks) currentBatchLimit() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batchLimit
+}
+
+// entryDecisionID is the decision id of a pending entry (its JSON), for the
+// log line of its drop; empty if it cannot be read.
+func entryDecisionID(entry []byte) string {
+	var e struct {
+		DecisionID string `json:"decision_id"`
+	}
+	_ = json.Unmarshal(entry, &e)
+	return LoggedName(e.DecisionID)
 }
 
 func (s *sinks) pendingCount() int {
