@@ -683,13 +683,22 @@ func TestDecisionsListNamesEveryLoggedRule(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, engine.AuditDrifted, audit.Status)
+	// A TalosCluster's kubeconfigRef judged (review 202 F5: logged, and
+	// listed by its path only).
+	kc, err := e.Kubeconfig(ctx, engine.KubeconfigInput{Cluster: engine.KubeconfigCluster{Namespace: "tenant-a", Name: "remote"}})
+	require.NoError(t, err)
+	require.False(t, kc.Allowed)
 	e.Stop(ctx)
 
 	code, stdout, stderr, _ := decisionsRun(t, sink.buf.String(), "decisions", "list")
 	require.Equal(t, ExitOK, code, stderr)
-	assert.Equal(t, []string{"requirements", "credential-check", "kubelet-serving-limits", "kubelet-serving-audit"}, column(t, stdout, "POLICY"))
-	assert.Equal(t, []string{"-", "allowed", "-", "drifted"}, column(t, stdout, "ACTION"))
+	assert.Equal(t, []string{"requirements", "credential-check", "kubelet-serving-limits", "kubelet-serving-audit", "kubeconfig"}, column(t, stdout, "POLICY"))
+	assert.Equal(t, []string{"-", "allowed", "-", "drifted", "refused"}, column(t, stdout, "ACTION"))
 	assert.Equal(t, []string{reqs.DecisionID, check.DecisionID}, column(t, stdout, "ID")[:2])
+
+	code, stdout, stderr, _ = decisionsRun(t, sink.buf.String(), "decisions", "list", "--policy", "kubeconfig")
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, []string{kc.DecisionID}, column(t, stdout, "ID"))
 
 	code, stdout, stderr, _ = decisionsRun(t, sink.buf.String(), "decisions", "list", "--policy", "requirements")
 	require.Equal(t, ExitOK, code, stderr)

@@ -71,6 +71,7 @@ var Policies = map[string]string{
 	"kubelet-serving-rejection": PathKubeletServingRejection,
 	"kubelet-serving-limits":    PathKubeletServingLimits,
 	"kubelet-serving-audit":     PathKubeletServingAudit,
+	"kubeconfig":                engine.PathKubeconfig,
 	"manual":                    PathManual,
 }
 
