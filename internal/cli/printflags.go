@@ -111,10 +111,13 @@ func (p *printFlags) complete() error {
 	}
 	var err error
 	p.printer, err = p.jsonYAML.ToPrinter(p.format)
+	// cli-runtime takes the format in any case (-o YAML): so must the
+	// choice of the printer, or -o YAML escaped what -o yaml quotes
+	// (review 202 F4).
 	switch {
-	case err == nil && p.format == "yaml":
+	case err == nil && strings.EqualFold(p.format, "yaml"):
 		p.printer = &yamlPrinter{}
-	case err == nil && p.format != "json":
+	case err == nil && !strings.EqualFold(p.format, "json"):
 		p.printer = yamlReadable{p.printer}
 	}
 	if genericclioptions.IsNoCompatiblePrinterError(err) && p.name != nil && p.format != "" {
