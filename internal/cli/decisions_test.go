@@ -768,6 +768,15 @@ func apiServerWithPodLogs(t *testing.T, logs map[string]string) (*httptest.Serve
 				http.NotFound(w, r)
 				return
 			}
+			if log == kubeletUnreachable {
+				// What the API server answers when it cannot reach the
+				// pod's kubelet.
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusInternalServerError)
+				_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"InternalError","code":500,`+
+					`"message":"Get \"https://10.0.0.5:10250/containerLogs/ichor-system/`+name+`/manager\": dial tcp 10.0.0.5:10250: connect: connection refused"}`)
+				return
+			}
 			if log == waitingContainer {
 				// What the API server answers for a container still starting.
 				w.Header().Set("Content-Type", "application/json")
@@ -794,12 +803,37 @@ func apiServerWithPodLogs(t *testing.T, logs map[string]string) (*httptest.Serve
 }
 
 // waitingContainer, as a pod's log, makes the stand-in API server answer as
-// for a container still starting; a log that begins with brokenStream is
-// sent, the rest of it, and then the connection is broken off.
+// for a container still starting, kubeletUnreachable as when the pod's
+// kubelet cannot be reached; a log that begins with brokenStream is sent,
+// the rest of it, and then the connection is broken off.
 const (
-	waitingContainer = "\x00waiting"
-	brokenStream     = "\x00broken"
+	waitingContainer   = "\x00waiting"
+	kubeletUnreachable = "\x00unreachable"
+	brokenStream       = "\x00broken"
 )
+
+// A log that cannot be opened for any cause but a container still starting
+// or a pod gone (here the pod's kubelet unreachable: the API server's 500)
+// is no pod to skip either: a replay's gate passed on the other replicas'
+// decisions, with one line on the standard error (review 202 F3).
+func TestDecisionsFromClusterFailsWhenALogCannotBeOpened(t *testing.T) {
+	f := newDecisionsFixture(t)
+	srv, _ := apiServerWithPodLogs(t, map[string]string{
+		"ichor-policy-7d9c6b8f5-a": f.kubectlLogs(),
+		"ichor-policy-7d9c6b8f5-b": kubeletUnreachable,
+	})
+	kubeconfig := kubeconfigFor(t, srv.URL, "")
+	for _, args := range [][]string{
+		{"decisions", "list", "--from-cluster", "--kubeconfig", kubeconfig},
+		{"decisions", "replay", "--bundle", harness.PolicyWithoutServingIPCheck(t), "--from-cluster", "--kubeconfig", kubeconfig},
+	} {
+		code, stdout, stderr, _ := decisionsRun(t, "", args...)
+		assert.Equal(t, ExitError, code, "%s: %s", args[:2], stdout)
+		assert.Contains(t, stderr, "read the log of pod ichor-system/ichor-policy-7d9c6b8f5-b", args[:2])
+		assert.Contains(t, stderr, "connection refused", args[:2])
+		assert.Empty(t, stdout, "%s: a listing or a report without that pod's decisions", args[:2])
+	}
+}
 
 // A log that breaks off while it is read is no pod to skip: a replay's gate
 // would pass on the other replicas' decisions alone (review 187: it was

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -68,13 +69,16 @@ func (c Cluster) Read(ctx context.Context) ([]Entry, Skipped, []string, error) {
 			continue
 		}
 		got, s, opened, err := c.readPod(ctx, pod.Name, c.Limits.After(len(entries)))
-		if err != nil && (opened || errors.Is(err, ErrTooLarge)) {
+		if err != nil && (opened || errors.Is(err, ErrTooLarge) || !podWithoutLog(err)) {
 			// Not a pod to skip: what is listed (and replayed, and gated
-			// on) would lack its decisions. Only a log that cannot be
-			// opened (a container still starting) is skipped; one that
-			// breaks off while read (a connection reset, the API server's
-			// timeout) was skipped alike before, and a replay's gate
-			// passed on the other replicas' decisions alone (review 187).
+			// on) would lack its decisions. Only a pod without a log to
+			// read (a container still starting, no previous one, the pod
+			// gone) is skipped; a log that breaks off while read (a
+			// connection reset, the API server's timeout: review 187) or
+			// that cannot be opened otherwise (the pod's kubelet
+			// unreachable, throttled, forbidden: review 202 F3) was
+			// skipped alike before, and a replay's gate passed on the
+			// other replicas' decisions alone.
 			return nil, Skipped{}, nil, err
 		}
 		if err != nil {
@@ -96,6 +100,14 @@ func (c Cluster) Read(ctx context.Context) ([]Entry, Skipped, []string, error) {
 	}
 	slices.SortStableFunc(entries, func(a, b Entry) int { return a.Timestamp.Compare(b.Timestamp) })
 	return entries, skipped, read, nil
+}
+
+// podWithoutLog is whether a log that could not be opened is one the pod
+// does not have: the API server answers 400 for a container still starting
+// and, with Previous, for one that never restarted, and 404 for a pod gone
+// since it was listed.
+func podWithoutLog(err error) bool {
+	return apierrors.IsBadRequest(err) || apierrors.IsNotFound(err)
 }
 
 // readPod reads a pod's log, and reports whether it was opened: an error
