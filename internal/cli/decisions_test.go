@@ -774,7 +774,7 @@ func apiServerWithPodLogs(t *testing.T, logs map[string]string) (*httptest.Serve
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusInternalServerError)
 				_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"InternalError","code":500,`+
-					`"message":"Get \"https://10.0.0.5:10250/containerLogs/ichor-system/`+name+`/manager\": dial tcp 10.0.0.5:10250: connect: connection refused"}`)
+					`"message":"Get \"https://10.0.0.5:10250/containerLogs/ichor-system/pod/manager\": dial tcp 10.0.0.5:10250: connect: connection refused"}`)
 				return
 			}
 			if log == waitingContainer {
