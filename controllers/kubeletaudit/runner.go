@@ -266,7 +266,7 @@ func (r *Runner) setCondition(ctx context.Context, m *ichorv1alpha1.TalosMachine
 		return err
 	}
 	if becameDrifted && r.Recorder != nil {
-		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, d.Reasons[0].Code, "Audit", "%s", d.EventNote())
+		r.Recorder.Eventf(m, nil, corev1.EventTypeWarning, d.Reasons[0].Code, engine.EventAction("Audit", d.Reasons.Codes()...), "%s", d.EventNote())
 	}
 	return nil
 }

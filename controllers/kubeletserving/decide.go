@@ -649,7 +649,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		p.written(csr)
 		logger.Info("denied kubelet serving certificate")
 		recorded = p.applied(record, csr, owed)
-		p.event(machine, csr, corev1.EventTypeWarning, "Denied", d.EventNote())
+		p.event(machine, csr, corev1.EventTypeWarning, "Denied", engine.EventAction("Decide", d.Reasons.Codes()...), d.EventNote())
 	case engine.ActionPending:
 		key := strings.Join(d.Reasons.Codes(), ",")
 		if key == codeTooManyPending {
@@ -660,7 +660,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		if first {
 			logger.Info("left kubelet serving certificate pending")
 			if machine != nil {
-				p.event(machine, nil, corev1.EventTypeWarning, "KubeletServingPending", d.EventNote())
+				p.event(machine, nil, corev1.EventTypeWarning, "KubeletServingPending", engine.EventAction("Decide", d.Reasons.Codes()...), d.EventNote())
 			}
 		}
 	}
@@ -858,7 +858,8 @@ func (p *pass) notRecorded(ctx context.Context, machine *ichorv1alpha1.TalosMach
 const maxNotRecordedNote = engine.MaxEventNote - 64
 
 // event writes the Event of a decision.
-func (p *pass) event(machine *ichorv1alpha1.TalosMachine, csr *certificatesv1.CertificateSigningRequest, eventType, reason, note string) {
+// Its action tells it from another of the same reason (engine.EventAction).
+func (p *pass) event(machine *ichorv1alpha1.TalosMachine, csr *certificatesv1.CertificateSigningRequest, eventType, reason, action, note string) {
 	if p.r.Recorder == nil {
 		return
 	}
@@ -871,9 +872,9 @@ func (p *pass) event(machine *ichorv1alpha1.TalosMachine, csr *certificatesv1.Ce
 		if machine != nil {
 			related = machine
 		}
-		p.r.Recorder.Eventf(csr, related, eventType, reason, "Decide", "%s", note)
+		p.r.Recorder.Eventf(csr, related, eventType, reason, action, "%s", note)
 	case machine != nil:
-		p.r.Recorder.Eventf(machine, nil, eventType, reason, "Decide", "%s", note)
+		p.r.Recorder.Eventf(machine, nil, eventType, reason, action, "%s", note)
 	}
 }
 

@@ -561,7 +561,7 @@ func (r *Reconciler) kubeconfigRefused(ctx context.Context, c *ichorv1alpha1.Tal
 	}
 	log.FromContext(ctx).Info("the cluster's kubeconfigRef is refused", "decision_id", d.DecisionID, "reasons", d.Reasons.Codes())
 	if r.Recorder != nil {
-		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonKubeconfigRefused, "Decide", "%s", d.EventNote())
+		r.Recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonKubeconfigRefused, engine.EventAction("Decide", d.Reasons.Codes()...), "%s", d.EventNote())
 	}
 }
 

@@ -2,10 +2,16 @@ package manager
 
 import (
 	"errors"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
 
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -72,4 +78,34 @@ func TestARefusalBeforeTheManagerIsSetUpIsStillAnEvent(t *testing.T) {
 	again.deliver(engine.BundleStatus{ActiveRevision: "r2"})
 	again.set(record)
 	assert.Empty(t, got, "a refusal a later activation put right is no Event")
+}
+
+// Each revision activated is an Event of its own on the Pod, as client-go's
+// broadcaster writes them: it folds an Event into one of the same reason,
+// action and object whatever its note says, so with one action a hotfix
+// activated within minutes of the bundle before read as that bundle, twice
+// (review 203 F1).
+func TestEachRevisionActivatedIsAnEventOfItsOwn(t *testing.T) {
+	cs := fake.NewClientset()
+	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+	require.NoError(t, b.StartRecordingToSinkWithContext(t.Context()))
+	t.Cleanup(b.Shutdown)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ichor-system", Name: "ichor-policy-0"}}
+	notify := bundleEventsTo(b.NewRecorder(clientgoscheme.Scheme, "ichor-policy"), pod, "r0")
+
+	notify(engine.BundleStatus{ActiveRevision: "r1"})
+	notify(engine.BundleStatus{ActiveRevision: "r2"})
+
+	notes := func() []string {
+		list, err := cs.EventsV1().Events("ichor-system").List(t.Context(), metav1.ListOptions{})
+		require.NoError(t, err)
+		var out []string
+		for _, e := range list.Items {
+			out = append(out, e.Note)
+		}
+		slices.Sort(out)
+		return out
+	}
+	require.Eventually(t, func() bool { return len(notes()) == 2 }, 10*time.Second, 20*time.Millisecond, "Events: %q", notes())
+	assert.Equal(t, []string{"policy bundle revision r1 active", "policy bundle revision r2 active"}, notes())
 }

@@ -7,14 +7,13 @@ package manager
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	stdlog "log"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -833,7 +832,7 @@ func readerIdentityRefused(mgr ctrl.Manager, namespace, pod string) func(revisio
 	return func(revision string, err error) {
 		logger.Error(err, "under the policy bundle in service the manager's own Talos identity cannot be used (the policy refuses it, or the lifetime it decides does not suit the reader's flags): nodes are read with the lifetime decided before, and no replica starts with this bundle", "revision", revision)
 		if pod != "" {
-			rec.Eventf(self, nil, corev1.EventTypeWarning, "ReaderIdentityRefused", "LoadBundle", "%s",
+			rec.Eventf(self, nil, corev1.EventTypeWarning, "ReaderIdentityRefused", engine.EventAction("LoadBundle", revision, err.Error()), "%s",
 				engine.Clip(fmt.Sprintf("under policy bundle revision %s the manager's Talos identity (purpose node-reader) cannot be used: %v", revision, err),
 					"; nodes are read with the lifetime decided before, and no replica starts with this bundle", engine.MaxEventNote))
 		}
@@ -936,7 +935,7 @@ func bundleEventsTo(rec events.EventRecorder, self runtime.Object, inService str
 		last = st.ActiveRevision
 		mu.Unlock()
 		if changed {
-			rec.Eventf(self, nil, corev1.EventTypeNormal, "BundleActivated", "LoadBundle", "policy bundle revision %s active", st.ActiveRevision)
+			rec.Eventf(self, nil, corev1.EventTypeNormal, "BundleActivated", engine.EventAction("LoadBundle", st.ActiveRevision), "policy bundle revision %s active", st.ActiveRevision)
 		}
 	}
 }
@@ -952,10 +951,11 @@ func shardCountEvents(mgr ctrl.Manager, namespace, pod string, shards int) func(
 	self := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: namespace}}
 	return func(others map[string]string) {
 		if len(others) == 0 {
-			rec.Eventf(self, nil, corev1.EventTypeNormal, "ShardCountAgreed", "Shard", "the live replicas agree on --shards=%d: this replica serves its shards again", shards)
+			rec.Eventf(self, nil, corev1.EventTypeNormal, "ShardCountAgreed", engine.EventAction("Shard", strconv.Itoa(shards)), "the live replicas agree on --shards=%d: this replica serves its shards again", shards)
 			return
 		}
-		rec.Eventf(self, nil, corev1.EventTypeWarning, "ShardCountMismatch", "Shard", "%s", shardCountMismatchNote(shards, others))
+		note := shardCountMismatchNote(shards, others)
+		rec.Eventf(self, nil, corev1.EventTypeWarning, "ShardCountMismatch", engine.EventAction("Shard", note), "%s", note)
 	}
 }
 
@@ -979,8 +979,7 @@ func shardCountMismatchNote(shards int, others map[string]string) string {
 // bundleRefusalAction names a refusal's cause for its Event: the same cause
 // (one bundle refused again and again) is one series, another cause another.
 func bundleRefusalAction(err error) string {
-	sum := sha256.Sum256([]byte(err.Error()))
-	return "LoadBundle/" + hex.EncodeToString(sum[:4])
+	return engine.EventAction("LoadBundle", err.Error())
 }
 
 // secretsClaims is what a Secret a TalosCluster names must say of the
