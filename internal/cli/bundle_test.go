@@ -144,6 +144,10 @@ func TestManagerRefusesFlagValuesItCouldNeverUse(t *testing.T) {
 		// the upload buffer; a key that is no file (review 168).
 		{"--webhook-port", "-1"}, {"--webhook-port", "0"}, {"--webhook-port", "65536"},
 		{"--decision-log-flush-timeout", "0s"}, {"--decision-log-flush-timeout", "-1s"},
+		// A bound taken for the default without a word, and one whose
+		// bytes overflow so that every decision failed (review 202 F6).
+		{"--decision-log-buffer-events", "0"}, {"--decision-log-buffer-events", "-1"},
+		{"--decision-log-file-max-mib", "8796093022208"},
 		{"--bundle-key", "/dev/zero"}, {"--bundle-key", t.TempDir()},
 		// A pin that is no SHA-256, or of no key (review 166).
 		{"--bundle-key-sha256", "abc", "--bundle-key", caFile}, {"--bundle-key-sha256", strings.Repeat("ab", 32)},

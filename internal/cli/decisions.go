@@ -1042,6 +1042,11 @@ func followDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []str
 		return usage.Errorf("--from-cluster reads the manager pods' logs: give no FILE (%s)", strings.Join(files, " "))
 	case src.previous:
 		return usage.Errorf("--follow and --previous contradict each other: a previous container's log does not grow")
+	case cmd.Flags().Changed("max-log-bytes") || cmd.Flags().Changed("max-log-entries"):
+		// Following holds nothing and reads without end: the bounds of a
+		// read have nothing to bound, and were taken without a word
+		// (review 202 F6). --max-line-bytes bounds each line still.
+		return usage.Errorf("--follow reads each line as it comes and keeps none: --max-log-bytes and --max-log-entries bound a whole read, not a following (--max-line-bytes bounds each line)")
 	}
 	limits, err := src.limits()
 	if err != nil {

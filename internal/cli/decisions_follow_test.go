@@ -113,6 +113,9 @@ func TestDecisionsFollowUsage(t *testing.T) {
 		{[]string{"decisions", "list", "--follow"}, "give --from-cluster"},
 		{[]string{"decisions", "list", "--follow", "--from-cluster", "--previous"}, "contradict"},
 		{[]string{"decisions", "list", "--follow", "--from-cluster", "-o", "xml"}, `unable to match a printer suitable for the output format "xml"`},
+		// Bounds of a whole read, taken and ignored before (review 202 F6).
+		{[]string{"decisions", "list", "--follow", "--from-cluster", "--max-log-entries", "5"}, "--max-log-bytes and --max-log-entries bound a whole read"},
+		{[]string{"decisions", "list", "--follow", "--from-cluster", "--max-log-bytes", "1024"}, "--max-log-bytes and --max-log-entries bound a whole read"},
 	} {
 		code, _, stderr, _ := decisionsRun(t, "", tc.args...)
 		assert.Equal(t, ExitUsage, code, stderr)

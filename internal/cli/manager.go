@@ -314,6 +314,9 @@ func (o managerOptions) webhookClientAuth() (*apiserverauth.Auth, error) {
 	return auth, nil
 }
 
+// maxDecisionLogFileMiB is the largest --decision-log-file-max-mib.
+const maxDecisionLogFileMiB = 1 << 20
+
 // minBundlePoll is the shortest --bundle-poll-interval: the fault tests poll
 // every 500ms; a URL source waits a second between fetches whatever it is.
 const minBundlePoll = 100 * time.Millisecond
@@ -358,6 +361,16 @@ func (o managerOptions) engineOptions(s streams) (engine.Options, error) {
 	}
 	if o.logFileMaxMiB <= 0 || o.logFileMaxBackups <= 0 {
 		return opts, usage.Errorf("--decision-log-file-max-mib and --decision-log-file-max-backups must be positive")
+	}
+	if o.logFileMaxMiB > maxDecisionLogFileMiB {
+		// The rotating writer counts the size in bytes: beyond, the bound
+		// overflowed, and every write, so every decision, failed
+		// (review 202 F6).
+		return opts, usage.Errorf("--decision-log-file-max-mib %d: at most %d (1 TiB)", o.logFileMaxMiB, maxDecisionLogFileMiB)
+	}
+	if o.logBuffer <= 0 {
+		// Taken before for the default, without a word (review 202 F6).
+		return opts, usage.Errorf("--decision-log-buffer-events %d: must be positive", o.logBuffer)
 	}
 	if o.bundleLimits.CompressedBytes <= 0 || o.bundleLimits.UncompressedBytes <= 0 || o.bundleLimits.Files <= 0 {
 		return opts, usage.Errorf("--bundle-max-compressed-bytes, --bundle-max-uncompressed-bytes and --bundle-max-files must be positive")
