@@ -229,7 +229,11 @@ func setReady(cluster *ichorv1alpha1.TalosCluster, reach reachability) {
 	case c != nil && c.Status != metav1.ConditionTrue && !progressReasons[c.Reason]:
 		ready.Status = metav1.ConditionFalse
 		ready.Reason = c.Reason
-		ready.Message = truncate("the configuration is refused: "+c.Message, maxConditionMessage)
+		prefix := "the configuration is refused: "
+		if c.Reason == ReasonPolicyEvaluationFailed {
+			prefix = "the policy bundle in service cannot judge the configuration: "
+		}
+		ready.Message = truncate(prefix+c.Message, maxConditionMessage)
 	case reach.unreachable():
 		ready.Status = metav1.ConditionFalse
 		ready.Reason = ichorv1alpha1.ReasonTalosAPIUnreachable

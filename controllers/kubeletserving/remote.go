@@ -41,6 +41,13 @@ import (
 // there until it can.
 const ReasonKubeconfigUnreadable = "KubeconfigUnreadable"
 
+// ReasonPolicyEvaluationFailed is the reason of a False
+// KubeletServingCertificates condition when the bundle in service could not
+// judge the cluster's kubeconfigRef (its kubeconfig rule failed, is
+// missing, or answered out of shape): the fault is the bundle's, not the
+// tenant's Secret, which was said before (review 203 F3).
+const ReasonPolicyEvaluationFailed = "PolicyEvaluationFailed"
+
 // ReasonRemoteServerTooLarge is the reason of a False
 // KubeletServingCertificates condition when the cluster's API server (or
 // its tenant's servers together) hold more CSRs, or more bytes of them, than
@@ -854,6 +861,8 @@ func refusal(cause error) (reason, message string) {
 	reason, message = ReasonKubeconfigUnreadable, engine.Clip(cause.Error(), "", engine.MaxConditionMessage)
 	var refused *KubeconfigRefusedError
 	switch {
+	case errors.As(cause, new(ownFailure)):
+		reason = ReasonPolicyEvaluationFailed
 	case errors.Is(cause, ErrLocalClusterNotNamed):
 		reason = ReasonLocalClusterNotNamed
 	case errors.As(cause, new(limitError)):
