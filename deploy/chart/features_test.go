@@ -163,7 +163,9 @@ func TestAPlainHTTPDecisionLogServiceIsRefusedAtRender(t *testing.T) {
 // in the webhook and the metrics on the ports the pods serve them on, and
 // out DNS, the API servers, the Talos API (and the kubelets, with the audit
 // on), each to the peers named.
-func TestNetworkPolicyIsOffByDefaultAndLetsTheManagerWork(t *testing.T) {
+// The rendered policy opens the ports the manager uses; that a manager works
+// under it is not run here (no CNI enforces a NetworkPolicy in envtest).
+func TestNetworkPolicyIsOffByDefaultAndOpensTheManagersPorts(t *testing.T) {
 	assert.Empty(t, render(t).all("NetworkPolicy", ""), "a NetworkPolicy by default")
 
 	objs := render(t, "networkPolicy.enabled=true")
