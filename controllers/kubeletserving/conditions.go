@@ -230,8 +230,11 @@ func setReady(cluster *ichorv1alpha1.TalosCluster, reach reachability) {
 		ready.Status = metav1.ConditionFalse
 		ready.Reason = c.Reason
 		prefix := "the configuration is refused: "
-		if c.Reason == ReasonPolicyEvaluationFailed {
+		switch c.Reason {
+		case ReasonPolicyEvaluationFailed:
 			prefix = "the policy bundle in service cannot judge the configuration: "
+		case ReasonRemoteWatchStarting:
+			prefix = "the cluster's requests are not decided yet: "
 		}
 		ready.Message = truncate(prefix+c.Message, maxConditionMessage)
 	case reach.unreachable():

@@ -590,6 +590,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// the limits) has said nothing yet. Said as the failed start
 		// said it, the condition does not change again while it waits.
 		logger.V(1).Info("the watch of the cluster's API server is not started yet", "reason", err.Error())
+		if deferred.cause == nil {
+			// Waiting for room: nothing is decided there until it starts,
+			// which the condition says (its watch, if any, is of an old
+			// content or bundle).
+			if err := r.refuseTarget(ctx, &cluster, deferred); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
 		if deferred.cause != nil {
 			r.targets.drop(req.NamespacedName, false)
 			r.NodeReaders.Forget(req.NamespacedName)

@@ -48,6 +48,14 @@ const ReasonKubeconfigUnreadable = "KubeconfigUnreadable"
 // tenant's Secret, which was said before (review 203 F3).
 const ReasonPolicyEvaluationFailed = "PolicyEvaluationFailed"
 
+// ReasonRemoteWatchStarting is the reason of a False
+// KubeletServingCertificates condition while the watch of the cluster's API
+// server waits for its turn to start (other tenants' starts hold the room:
+// a new cluster, a kubeconfig rotated, every remote cluster judged again
+// under a new bundle). Nothing is decided there meanwhile; before review
+// 203 (F2) the condition went on saying the requests were decided.
+const ReasonRemoteWatchStarting = "RemoteWatchStarting"
+
 // ReasonRemoteServerTooLarge is the reason of a False
 // KubeletServingCertificates condition when the cluster's API server (or
 // its tenant's servers together) hold more CSRs, or more bytes of them, than
@@ -860,7 +868,10 @@ func refusal(cause error) (reason, message string) {
 	// names, a server's answer): clipped and escaped as a rule's reasons are.
 	reason, message = ReasonKubeconfigUnreadable, engine.Clip(cause.Error(), "", engine.MaxConditionMessage)
 	var refused *KubeconfigRefusedError
+	var deferred *startDeferredError
 	switch {
+	case errors.As(cause, &deferred) && deferred.cause == nil:
+		reason = ReasonRemoteWatchStarting
 	case errors.As(cause, new(ownFailure)):
 		reason = ReasonPolicyEvaluationFailed
 	case errors.Is(cause, ErrLocalClusterNotNamed):

@@ -628,6 +628,8 @@ func TestARemoteServersRefusalHasAReasonOfItsOwn(t *testing.T) {
 		"together, while backing off": {&startDeferredError{wait: time.Second, cause: fmt.Errorf("watch CSRs of cluster %s: %w", key, together)}, ReasonRemoteServerTooLarge},
 		"what no server sends":        {fmt.Errorf("watch CSRs of cluster %s: %w", key, invalid), ReasonRemoteServerInvalid},
 		"a Secret that is missing":    {errors.New(`kubeconfig of cluster ns/c: get Secret "missing": not found`), ReasonKubeconfigUnreadable},
+		// Waiting for room: nothing is decided meanwhile (review 203 F2).
+		"waiting for its turn to start": {&startDeferredError{wait: time.Second}, ReasonRemoteWatchStarting},
 		// The bundle's fault, not the tenant's Secret (review 203 F3).
 		"the kubeconfig rule failed": {&startDeferredError{wait: time.Second, cause: ownFailure{errors.New("kubeconfig of cluster ns/c: evaluate: the bundle is broken")}}, ReasonPolicyEvaluationFailed},
 	} {

@@ -16,10 +16,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
@@ -571,4 +574,38 @@ func TestAWatchThatStopsWakesOneClusterItsShareKeptOut(t *testing.T) {
 	other := &target{cancel: func() {}, stopped: sync.OnceFunc(func() { r.wakeTenant(big) })}
 	other.stop()
 	assert.Equal(t, second, woken())
+}
+
+// A cluster whose watch waits for its turn to start (its tenant's other
+// start holds the room) says that nothing is decided there: its kubeconfig
+// rotated, the watch of the old one is gone. Before review 203 (F2) the
+// reconcile wrote nothing, and Ready went on saying the requests were
+// decided.
+func TestAClusterWaitingForItsWatchToStartSaysSo(t *testing.T) {
+	f := newQueueFixture(t, clocktesting.NewFakeClock(time.Unix(1_000_000, 0)))
+	c := rotatedUnder(t, f, func(d Decider) Decider { return d })
+	ctx := context.Background()
+	setReady(c, reachability{})
+	require.NoError(t, f.r.Client.Status().Update(ctx, c))
+
+	// The tenant's one start at a time, held by a sibling cluster.
+	sibling := types.NamespacedName{Namespace: f.cluster.Namespace, Name: "sibling"}
+	end, err := f.r.targets.starts.begin(sibling, sha256.Sum256([]byte("sibling")), "r1", f.r.Clock.Now(), time.Second)
+	require.NoError(t, err)
+	defer end(f.r.Clock.Now(), time.Second, nil)
+
+	res, err := f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	assert.Positive(t, res.RequeueAfter, "the start is tried again")
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, c))
+	cond := meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+	require.NotNil(t, cond)
+	assert.Equal(t, metav1.ConditionFalse, cond.Status)
+	assert.Equal(t, ReasonRemoteWatchStarting, cond.Reason)
+	ready := meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionReady)
+	require.NotNil(t, ready)
+	assert.Equal(t, metav1.ConditionFalse, ready.Status)
+	assert.Equal(t, ReasonRemoteWatchStarting, ready.Reason)
+	assert.Contains(t, ready.Message, "the cluster's requests are not decided yet: ")
+	assert.Contains(t, ready.Message, "another watch of the tenant's API servers is starting")
 }
