@@ -15,7 +15,8 @@ import (
 // the decision ids it received, and the bodies as they came, which is what
 // a decision-log service stores. While Down it answers 503; with a limit
 // (SetMaxEntries) it answers 413 to a body of more entries, as a proxy's
-// body size limit does.
+// body size limit does; it answers 400 to a body holding a decision it
+// refuses (RefuseDecision).
 type LogService struct {
 	mu         sync.Mutex
 	ids        map[string]bool
@@ -24,14 +25,26 @@ type LogService struct {
 	posts      int
 	limited    bool
 	maxEntries int
+	refused    map[string]bool
 }
 
 // SetMaxEntries makes the service refuse (413) a body of more than n
-// entries; 0 refuses every body.
+// entries; 0 refuses every body, and a negative n none.
 func (l *LogService) SetMaxEntries(n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.limited, l.maxEntries = true, n
+	l.limited, l.maxEntries = n >= 0, n
+}
+
+// RefuseDecision makes the service refuse (400) every body that holds the
+// entry of this decision.
+func (l *LogService) RefuseDecision(id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refused == nil {
+		l.refused = map[string]bool{}
+	}
+	l.refused[id] = true
 }
 
 // Posts is how many uploads were sent, taken or not.
@@ -79,6 +92,13 @@ func (l *LogService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l.mu.Lock()
+	for _, e := range events {
+		if l.refused[e.DecisionID] {
+			l.mu.Unlock()
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+	}
 	if l.ids == nil {
 		l.ids = map[string]bool{}
 	}
