@@ -83,7 +83,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		uploadFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ichor_policy_decision_log_upload_failures_total",
-			Help: "Uploads to the decision-log service that failed; their entries are kept and sent again.",
+			Help: "Uploads to the decision-log service that failed or that it refused; their entries are kept and sent again, but for an entry the service refuses on its own while it takes others (upload_dropped_total, cause refused).",
 		}),
 		manualActs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_policy_manual_acts_total",

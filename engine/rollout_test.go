@@ -721,11 +721,11 @@ func TestABatchTheServiceRefusesAsTooLargeIsSentInSmallerOnes(t *testing.T) {
 	assert.Zero(t, metrics.UploadDropped("refused"))
 }
 
-// An entry the service refuses on its own is dropped, counted and named in
-// the manager's log, and the entries after it are sent.
+// An entry the service refuses on its own, while it takes the others, is
+// dropped, counted and named in the manager's log, and the entries after it
+// are sent.
 func TestAnEntryTheServiceRefusesOnItsOwnIsDroppedAndTheRestGoOn(t *testing.T) {
 	svc := &harness.LogService{}
-	svc.SetMaxEntries(0)
 	srv := httptest.NewServer(svc)
 	t.Cleanup(srv.Close)
 	metrics, err := engine.NewMetrics(prometheus.NewRegistry())
@@ -738,23 +738,55 @@ func TestAnEntryTheServiceRefusesOnItsOwnIsDroppedAndTheRestGoOn(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Stop(context.Background()) })
 
-	first, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
-	require.NoError(t, err)
+	decide := func() engine.Decision {
+		t.Helper()
+		d, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
+		require.NoError(t, err)
+		return d
+	}
+	var ids []string
+	first := decide()
+	svc.RefuseDecision(first.ID)
+	for range 3 {
+		ids = append(ids, decide().ID)
+	}
+
+	require.Eventually(t, func() bool { return svc.Received() == len(ids) }, 30*time.Second, 20*time.Millisecond,
+		"the entries after the one refused are sent")
+	for _, id := range ids {
+		assert.True(t, svc.Has(id), id)
+	}
 	require.Eventually(t, func() bool { return metrics.UploadDropped("refused") == 1 }, 30*time.Second, 20*time.Millisecond,
 		"the entry the service refuses alone is dropped and counted")
+	assert.False(t, svc.Has(first.ID))
 	assert.Contains(t, notes.String(), first.ID, "the manager's log names the decision dropped")
-	assert.Contains(t, notes.String(), "413")
+}
 
-	svc.SetMaxEntries(10)
+// A service that refuses every body (a proxy answering 400 or 413 whatever
+// it is sent) loses no entry: an entry refused on its own is dropped only
+// when the service takes another on its own meanwhile. Once the service
+// takes bodies again, every entry reaches it (review 204 F1: the first
+// version dropped an entry at its first refusal on its own).
+func TestAServiceThatRefusesEveryBodyLosesNoEntry(t *testing.T) {
+	svc := &harness.LogService{}
+	svc.SetMaxEntries(0)
+	e, metrics := uploadingTo(t, policyWithProbe(t, "package ichor.probe\n\ndecision := true\n"), svc)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
 	const n = 3
 	for range n {
 		_, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool { return svc.Received() == n }, 30*time.Second, 20*time.Millisecond,
-		"the entries after the one refused are sent")
-	assert.Equal(t, 1.0, metrics.UploadDropped("refused"))
-	assert.False(t, svc.Has(first.ID))
+	// The batch, then its halves down to the first entry on its own, then
+	// the second on its own.
+	require.Eventually(t, func() bool { return svc.Posts() >= 4 }, 30*time.Second, 20*time.Millisecond)
+	assert.Zero(t, metrics.UploadDropped("refused"), "an entry dropped by a service that refuses every body")
+
+	svc.SetMaxEntries(-1)
+	require.Eventually(t, func() bool { return svc.Received() == n }, 60*time.Second, 20*time.Millisecond,
+		"every entry reaches the service once it takes bodies again")
+	assert.Zero(t, metrics.UploadDropped("refused"))
 }
 
 func TestAnOversizedEntryIsCountedNotUploaded(t *testing.T) {

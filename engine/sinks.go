@@ -51,27 +51,31 @@ const (
 	uploadBatchEvents = 1000
 	uploadBatchBytes  = 4 << 20
 	uploadTimeout     = 10 * time.Second
-	// uploadRegrowAfter is how many uploads in a row a batch limit lowered
-	// by a refusal (refusedStatus) must succeed before it is doubled again
-	// towards uploadBatchEvents: a service with a body limit then refuses
-	// one upload in that many, not every other one.
+	// uploadRegrowAfter is how many uploads of batchLimit entries in a
+	// row the service must take before a limit it lowered (413) is doubled
+	// again towards uploadBatchEvents: a service with a body limit then
+	// refuses one upload in that many, not every other one.
 	uploadRegrowAfter = 64
 )
 
 // refusedStatus: the answers of a service that refuses the body it was sent
-// rather than being away (413 above its size limit, 400 or 422 for what it
-// cannot take), which sending the same batch again cannot change. The batch
-// is halved until the service takes it; an entry it refuses alone is
-// dropped (cause refused). Before review 202, every answer was a failure to
-// retry with the same batch: one the service refused for good stopped every
-// upload after it, and the buffer dropped the rest as buffer_full.
+// rather than being away: 413 above its size limit, 400 or 422 for what it
+// cannot take. A batch so refused is split in halves, sent at once, until
+// the service takes them (a 413 also lowers the batch limit, batchLimit);
+// an entry refused on its own is dropped (cause refused) only once the
+// service took another entry on its own meanwhile, which tells an entry it
+// refuses from a service that refuses every body (a proxy's 400 to plain
+// http, a gateway's): those entries wait, as for any failure. Before review
+// 202, every answer was a failure to retry with the same batch: one the
+// service refused for good stopped every upload after it, and the buffer
+// dropped the rest as buffer_full.
 func refusedStatus(code int) bool {
 	return code == http.StatusRequestEntityTooLarge || code == http.StatusBadRequest || code == http.StatusUnprocessableEntity
 }
 
-// errRefusedBatch: the service refused a batch of several entries
-// (refusedStatus); the batch limit is halved and the smaller batch sent at
-// once.
+// errRefusedBatch: the service refused a body (refusedStatus) that is sent
+// again at once in a smaller or another shape: half of a batch, or the next
+// entry alone to tell whether the service refuses the first one only.
 type errRefusedBatch struct {
 	status  string
 	entries int
@@ -80,10 +84,6 @@ type errRefusedBatch struct {
 func (e *errRefusedBatch) Error() string {
 	return fmt.Sprintf("the decision-log service refused a batch of %d entries: %s", e.entries, e.status)
 }
-
-// errRefusedEntry: the service refused an entry sent on its own
-// (refusedStatus); it was dropped.
-var errRefusedEntry = errors.New("the decision-log service refused an entry on its own; it was dropped")
 
 // The decision-log file's rotation by default: at 100 MiB the file is
 // renamed with the time in its name and a new one begun, and the five newest
@@ -177,10 +177,16 @@ type sinks struct {
 	// sending: a full buffer drops the oldest of the others.
 	inflight int
 	// batchLimit is the most entries one upload sends: uploadBatchEvents,
-	// halved at each refusal of a batch (refusedStatus) and doubled back
-	// after uploadRegrowAfter successes in a row; only uploads change it.
+	// halved at a 413 and doubled back after uploadRegrowAfter uploads of
+	// that many taken in a row (atLimit). split, when not 0, bounds the
+	// uploads after a refused batch (refusedStatus) until one is taken.
+	// suspect is the first pending entry once it was refused on its own:
+	// the next upload sends the second on its own, and the first is
+	// dropped if the service takes that one. Only uploads change them.
 	batchLimit int
-	succeeded  int
+	atLimit    int
+	split      int
+	suspect    []byte
 	// closed: Stop has counted what was pending as dropped; an entry logged
 	// after (a webhook's decision still running at shutdown) is counted
 	// dropped at once rather than queued for an upload that is over.
@@ -438,14 +444,9 @@ func (s *sinks) uploadLoop(ctx context.Context) {
 			}
 		case ctx.Err() != nil:
 			return
-		case errors.Is(err, errRefusedEntry):
-			// Logged with its decision id where it was dropped. The
-			// next upload waits as after a failure: a service that
-			// refuses every entry gets no more than that.
-			next, failing = backoff.Step(), true
 		case errors.As(err, &refused):
-			// The service is up and took the batch's size for the fault:
-			// half of it goes at once.
+			// The service is up and refused this body: a smaller one,
+			// or another, goes at once.
 			next, failing = 0, false
 			s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "error": err.Error(), "pending": s.pendingCount(), "batch_limit": s.currentBatchLimit()}).Warn("Decision-log upload refused; the entries are kept and sent again in smaller batches.")
 		default:
@@ -459,13 +460,24 @@ func (s *sinks) uploadLoop(ctx context.Context) {
 // them, forgets them. Entries stay pending when it fails.
 func (s *sinks) uploadBatch(ctx context.Context) error {
 	s.mu.Lock()
+	limit, start := s.limitLocked(), 0
+	if s.suspect != nil {
+		if len(s.pending) > 1 && s.isSuspectLocked() {
+			// The first was refused on its own: the second goes on its
+			// own, the first held back (in flight, so a full buffer does
+			// not drop it meanwhile).
+			limit, start = 1, 1
+		} else {
+			s.suspect = nil
+		}
+	}
 	n, size := 0, 0
-	for n < len(s.pending) && n < s.batchLimit && (n == 0 || size+len(s.pending[n]) <= uploadBatchBytes) {
-		size += len(s.pending[n])
+	for start+n < len(s.pending) && n < limit && (n == 0 || size+len(s.pending[start+n]) <= uploadBatchBytes) {
+		size += len(s.pending[start+n])
 		n++
 	}
-	batch := s.pending[:n:n]
-	s.inflight = n
+	batch := s.pending[start : start+n : start+n]
+	s.inflight = start + n
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -516,56 +528,101 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 	// The status line's text is the service's: cut, it is logged at each
 	// retry.
 	status := LoggedName(resp.Status)
-	switch {
-	case resp.StatusCode/100 == 2:
-	case refusedStatus(resp.StatusCode) && n > 1:
-		s.engine.metrics.uploadFailed()
-		s.mu.Lock()
-		s.batchLimit, s.succeeded = n/2, 0
-		s.mu.Unlock()
-		return &errRefusedBatch{status: status, entries: n}
-	case refusedStatus(resp.StatusCode):
-		// An entry the service refuses alone would stop every upload
-		// after it for good: it is dropped, counted, and named in the
-		// manager's log (the console holds it).
-		s.engine.metrics.uploadFailed()
-		id := entryDecisionID(batch[0])
-		s.forget(1, size)
-		s.drop("refused", 1)
-		s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "decision_id": id, "status": status}).Error("Decision-log entry refused by the service on its own; it is dropped from the upload.")
-		return errRefusedEntry
-	default:
-		s.engine.metrics.uploadFailed()
+	if resp.StatusCode/100 == 2 {
+		s.taken(start, n, size)
+		return nil
+	}
+	s.engine.metrics.uploadFailed()
+	if !refusedStatus(resp.StatusCode) {
 		return fmt.Errorf("the decision-log service answered %s", status)
 	}
-	s.forget(n, size)
 	s.mu.Lock()
-	if s.batchLimit < uploadBatchEvents {
-		if s.succeeded++; s.succeeded >= uploadRegrowAfter {
-			s.batchLimit, s.succeeded = min(2*s.batchLimit, uploadBatchEvents), 0
+	defer s.mu.Unlock()
+	switch {
+	case n > 1:
+		// Halves, at once, until the service takes them or an entry is
+		// refused on its own.
+		if resp.StatusCode == http.StatusRequestEntityTooLarge {
+			s.batchLimit, s.atLimit = max(1, min(s.batchLimit, n/2)), 0
+		}
+		s.split = max(1, n/2)
+		return &errRefusedBatch{status: status, entries: n}
+	case start == 1:
+		// The second refused on its own too: the service refuses every
+		// body, not the first entry. Both wait.
+		s.suspect = nil
+		return fmt.Errorf("the decision-log service refused two entries, each on its own (%s): it refuses every body, not one entry; they are kept", status)
+	case len(s.pending) > 1:
+		// Whether the service takes another entry on its own tells
+		// whether it refuses this one or every body.
+		s.suspect = batch[0]
+		return &errRefusedBatch{status: status, entries: 1}
+	default:
+		return fmt.Errorf("the decision-log service refused the only entry waiting, on its own (%s); it is kept until another shows whether the service takes any", status)
+	}
+}
+
+// taken forgets the n entries from start that the service took and, if
+// they were sent to try the service with another entry than the first,
+// which it had refused on its own, drops that one (cause refused).
+func (s *sinks) taken(start, n, size int) {
+	s.mu.Lock()
+	s.forgetLocked(start, n, size)
+	var refused []byte
+	if start == 1 && s.isSuspectLocked() {
+		refused = s.pending[0]
+		s.forgetLocked(0, 1, len(refused))
+	}
+	s.suspect, s.split = nil, 0
+	if n == s.batchLimit && s.batchLimit < uploadBatchEvents {
+		if s.atLimit++; s.atLimit >= uploadRegrowAfter {
+			s.batchLimit, s.atLimit = min(2*s.batchLimit, uploadBatchEvents), 0
 		}
 	}
 	s.mu.Unlock()
 	s.engine.metrics.uploaded(n)
-	return nil
+	if refused != nil {
+		// It would stop every upload after it for good. The console
+		// holds it.
+		s.drop("refused", 1)
+		s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "decision_id": entryDecisionID(refused)}).Error("Decision-log entry refused by the service on its own, which takes the others; it is dropped from the upload.")
+	}
 }
 
-// forget removes the first n pending entries, of size bytes, once sent or
-// dropped.
-func (s *sinks) forget(n, size int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	// Cleared first: the entries sent would stay referenced from the
-	// slice's array, beyond the bytes bound, until it is reallocated.
-	clear(s.pending[:n])
-	s.pending = s.pending[n:]
+// forgetLocked removes the n pending entries from start, of size bytes,
+// once sent or dropped.
+func (s *sinks) forgetLocked(start, n, size int) {
+	// Cleared: the entries sent would stay referenced from the slice's
+	// array, beyond the bytes bound, until it is reallocated.
+	clear(s.pending[start : start+n])
+	if start == 0 {
+		s.pending = s.pending[n:]
+	} else {
+		end := len(s.pending)
+		s.pending = append(s.pending[:start], s.pending[start+n:]...)
+		clear(s.pending[len(s.pending):end])
+	}
 	s.pendingBytes -= size
+}
+
+// isSuspectLocked is whether the first pending entry is the one refused on
+// its own (a full buffer may have dropped it since).
+func (s *sinks) isSuspectLocked() bool {
+	return len(s.suspect) > 0 && len(s.pending) > 0 && len(s.pending[0]) > 0 && &s.pending[0][0] == &s.suspect[0]
+}
+
+// limitLocked is the most entries the next upload sends.
+func (s *sinks) limitLocked() int {
+	if s.split > 0 {
+		return min(s.batchLimit, s.split)
+	}
+	return s.batchLimit
 }
 
 func (s *sinks) currentBatchLimit() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.batchLimit
+	return s.limitLocked()
 }
 
 // entryDecisionID is the decision id of a pending entry (its JSON), for the
