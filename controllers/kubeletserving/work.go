@@ -248,7 +248,10 @@ func (p *pass) failed(ctx context.Context, csr *certificatesv1.CertificateSignin
 	log.FromContext(ctx).Error(err, "handle CSR", "csr", csr.Name, "kind", kind)
 	var we *writeError
 	if first && kind == "permanent" && errors.As(err, &we) && we.machine != nil {
-		p.event(we.machine, nil, corev1.EventTypeWarning, "DecisionNotWritten", engine.EventAction("Write", string(csr.UID)),
+		// Keyed by the API's reason, a bounded set: a tenant's server that
+		// refuses every write of requests it makes up gets one Event a
+		// reason on the machine, not one a request (review 204 F3).
+		p.event(we.machine, nil, corev1.EventTypeWarning, "DecisionNotWritten", engine.EventAction("Write", string(apierrors.ReasonForError(err))),
 			engine.Clip("the decision on CSR "+csr.Name+" could not be written: "+err.Error(), "; it is tried again with backoff, up to every "+maxBackoff.String(), engine.MaxEventNote))
 	}
 }
