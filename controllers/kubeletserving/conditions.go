@@ -232,7 +232,7 @@ func setReady(cluster *ichorv1alpha1.TalosCluster, reach reachability) {
 		prefix := "the configuration is refused: "
 		switch c.Reason {
 		case ReasonPolicyEvaluationFailed:
-			prefix = "the policy bundle in service cannot judge the configuration: "
+			prefix = "the manager cannot judge the configuration (its policy or its decision log failed): "
 		case ReasonRemoteWatchStarting:
 			prefix = "the cluster's requests are not decided yet: "
 		}

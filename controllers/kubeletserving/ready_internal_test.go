@@ -46,7 +46,7 @@ func TestReadyIsFalseOnlyForARefusedConfiguration(t *testing.T) {
 		}},
 		{name: "the bundle cannot judge the kubeconfig", enabled: true, status: metav1.ConditionFalse, reason: ReasonPolicyEvaluationFailed,
 			conditions: []metav1.Condition{cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, ReasonPolicyEvaluationFailed)},
-			message:    "the policy bundle in service cannot judge the configuration: " + ReasonPolicyEvaluationFailed + " message"},
+			message:    "the manager cannot judge the configuration (its policy or its decision log failed): " + ReasonPolicyEvaluationFailed + " message"},
 		{name: "local cluster not named", enabled: true, status: metav1.ConditionFalse, reason: ReasonLocalClusterNotNamed, conditions: []metav1.Condition{
 			cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, ReasonLocalClusterNotNamed),
 		}},

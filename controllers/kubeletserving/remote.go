@@ -42,10 +42,12 @@ import (
 const ReasonKubeconfigUnreadable = "KubeconfigUnreadable"
 
 // ReasonPolicyEvaluationFailed is the reason of a False
-// KubeletServingCertificates condition when the bundle in service could not
-// judge the cluster's kubeconfigRef (its kubeconfig rule failed, is
-// missing, or answered out of shape): the fault is the bundle's, not the
-// tenant's Secret, which was said before (review 203 F3).
+// KubeletServingCertificates condition when the manager could not judge the
+// cluster's kubeconfigRef: the bundle's kubeconfig rule failed, is missing
+// or answered out of shape, or its decision could not be logged (a
+// --decision-log-file that cannot be written fails every decision). The
+// fault is this side's, not the tenant's Secret, which was said before
+// (review 203 F3).
 const ReasonPolicyEvaluationFailed = "PolicyEvaluationFailed"
 
 // ReasonRemoteWatchStarting is the reason of a False
