@@ -145,3 +145,28 @@ func TestDecisionsFollowSaysALogThatBrokeOff(t *testing.T) {
 	assert.Contains(t, stderr, "skipped 1 line longer than --max-line-bytes")
 	assert.Contains(t, stdout, f.two, "the other pod's decisions, as they came")
 }
+
+// A replica whose log cannot be opened for another cause than none to read
+// (its kubelet unreachable) is said, the others followed, and the following
+// fails when it ends; one still starting is only said (review 204 F5).
+func TestDecisionsFollowFailsForALogThatCannotBeOpened(t *testing.T) {
+	f := newDecisionsFixture(t)
+	for name, tc := range map[string]struct {
+		log  string
+		code int
+	}{
+		"kubelet unreachable": {kubeletUnreachable, ExitError},
+		"still starting":      {waitingContainer, ExitOK},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv, _ := apiServerWithPodLogs(t, map[string]string{
+				"ichor-policy-7d9c6b8f5-a": f.kubectlLogs(),
+				"ichor-policy-7d9c6b8f5-b": tc.log,
+			})
+			code, stdout, stderr, _ := decisionsRun(t, "", "decisions", "list", "--from-cluster", "--follow", "--kubeconfig", kubeconfigFor(t, srv.URL, ""))
+			assert.Equal(t, tc.code, code, stderr)
+			assert.Contains(t, stderr, "ichor: pod ichor-policy-7d9c6b8f5-b skipped: ")
+			assert.Contains(t, stdout, f.two, "the other pod's decisions, as they came")
+		})
+	}
+}

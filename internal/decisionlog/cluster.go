@@ -170,6 +170,13 @@ func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod 
 			if c.Unreadable != nil {
 				c.Unreadable(pod.Name, err)
 			}
+			if !podWithoutLog(err) {
+				// A replica whose log has decisions that are not shown
+				// fails the following when it ends, as a log that breaks
+				// off does; the others are followed meanwhile (review
+				// 204 F5).
+				broken = append(broken, err)
+			}
 			mu.Unlock()
 			continue
 		}
