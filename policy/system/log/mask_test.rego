@@ -311,3 +311,40 @@ test_a_long_listed_extra_value_is_cut if {
 	extra.path == "/input/csr/extra"
 	endswith(extra.value["authentication.kubernetes.io/node-name"][0], "... (600 bytes)")
 }
+
+# Every path of data.json's capped tables is cut where the table names it,
+# read from the table itself: a path written in another shape (not under its
+# holder, or a bare string) would cut nothing, without a word.
+test_every_capped_list_of_the_table_is_cut if {
+	config := log.config
+	every holder, rests in config.capped_lists {
+		every rest in rests {
+			_cut_at(array.concat([holder], rest), numbers.range(1, 101), 101)
+		}
+	}
+}
+
+test_every_capped_string_of_the_table_is_cut if {
+	long := concat("", [x | some _ in numbers.range(1, 513); x := "a"])
+	config := log.config
+	every holder, rests in config.capped_strings {
+		every rest in rests {
+			_cut_at(array.concat([holder], rest), long, 513)
+		}
+	}
+}
+
+# Whether an entry holding value at path (and nothing else) is cut there,
+# and says how long it was.
+_cut_at(path, value, length) if {
+	parents := [{"op": "add", "path": concat("/", array.concat([""], array.slice(path, 0, i))), "value": {}} |
+		some i in numbers.range(1, count(path) - 1)
+	]
+	leaf := {"op": "add", "path": concat("/", array.concat([""], path)), "value": value}
+	entry := {"input": json.patch({}, array.concat(parents, [leaf]))}
+	masks := log.mask with input as entry
+	{"op": "upsert", "path": "/input/log_truncated", "value": {concat(".", path): length}} in masks
+	some cut in masks
+	cut.path == concat("/", array.concat(["", "input"], path))
+	cut.value != value
+}
