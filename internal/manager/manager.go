@@ -536,16 +536,7 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 	if err := kubeletserving.RegisterWatchMetrics(ctrlmetrics.Registry, nodeReaders); err != nil {
 		return nil, err
 	}
-	follow := followReaderLifetime(func() (time.Duration, string, error) {
-		// What the start checks too: a lifetime the reader refuses, or
-		// one no watch could keep, would leave every node unread
-		// (review 200 F2).
-		lifetime, revision, err := readerLifetimeOf(ctx, eng, o.ReaderLifetime)
-		if err == nil {
-			err = checkTalosReader(o, lifetime)
-		}
-		return lifetime, revision, err
-	}, nodeReaders.SetLifetime, readerIdentityRefused(mgr, o.Namespace, o.PodName))
+	follow := followReaderLifetime(decideReaderLifetime(ctx, eng, o), nodeReaders.SetLifetime, readerIdentityRefused(mgr, o.Namespace, o.PodName))
 	// Not in the bundle plugin's own call: the decision waits for nothing
 	// the activation holds.
 	activated = append(activated, func(revision string) { go follow(revision) })
@@ -788,6 +779,21 @@ func readerLifetimeOf(ctx context.Context, eng *engine.Engine, asked time.Durati
 		return 0, d.Revision, usage.Errorf("the policy refuses the manager's Talos identity: %s", d.Reasons.String())
 	}
 	return time.Duration(d.LifetimeSeconds * float64(time.Second)), d.Revision, nil
+}
+
+// decideReaderLifetime is the decision followReaderLifetime asks at each
+// revision activated: the lifetime the bundle in service gives the
+// manager's Talos identity, checked against the reader's flags as the start
+// checks it: a lifetime the reader refuses, or one no watch could keep,
+// would leave every node unread (review 200 F2).
+func decideReaderLifetime(ctx context.Context, eng *engine.Engine, o Options) func() (time.Duration, string, error) {
+	return func() (time.Duration, string, error) {
+		lifetime, revision, err := readerLifetimeOf(ctx, eng, o.ReaderLifetime)
+		if err == nil {
+			err = checkTalosReader(o, lifetime)
+		}
+		return lifetime, revision, err
+	}
 }
 
 // followReaderLifetime has the manager's own Talos identity follow the

@@ -1,13 +1,16 @@
 package manager
 
 import (
+	"context"
 	"errors"
+	"io"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
@@ -86,4 +89,27 @@ func TestTheReaderLifetimeFollowsTheBundleInService(t *testing.T) {
 	require.Equal(t, 4, decided, "each revision decided once, and again after an error that is no decision")
 	require.Equal(t, []time.Duration{10 * time.Minute, 5 * time.Minute}, set, "a refusal sets nothing")
 	require.Equal(t, []string{"decided-4: the policy refuses the manager's Talos identity"}, refused)
+}
+
+// The decision asked at each activation checks the lifetime the bundle
+// gives against the reader's flags, as the start does: a lifetime no watch
+// could keep with the read timeout is refused, under the revision that
+// decided it, as a flag error (review 201 F9: this check had no test).
+func TestTheLifetimeOfEachActivationIsCheckedAgainstTheReadersFlags(t *testing.T) {
+	ctx := context.Background()
+	e, err := engine.New(ctx, engine.Options{DecisionLog: io.Discard, Log: io.Discard})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	lifetime, revision, err := decideReaderLifetime(ctx, e, Options{TalosWatch: true})()
+	require.NoError(t, err)
+	require.Positive(t, lifetime)
+	require.Equal(t, e.Revision(), revision)
+
+	// A read timeout as long as any lifetime the bundle gives: no watch
+	// could keep its freshness bound.
+	_, revision, err = decideReaderLifetime(ctx, e, Options{TalosWatch: true, TalosTimeout: time.Hour})()
+	require.ErrorContains(t, err, "is not longer than the read timeout 1h0m0s")
+	require.True(t, usage.Is(err), "a flag error, said as a refusal: %v", err)
+	require.Equal(t, e.Revision(), revision)
 }
