@@ -56,19 +56,26 @@ const (
 	// again towards uploadBatchEvents: a service with a body limit then
 	// refuses one upload in that many, not every other one.
 	uploadRegrowAfter = 64
+	// maxHeldRefused is how many entries in a row, each refused on its
+	// own, are held before the service is taken to refuse every body
+	// (review 205 F1: two were, and two entries the service refused stopped
+	// every upload after them).
+	maxHeldRefused = 8
 )
 
 // refusedStatus: the answers of a service that refuses the body it was sent
 // rather than being away: 413 above its size limit, 400 or 422 for what it
 // cannot take. A batch so refused is split in halves, sent at once, until
-// the service takes them (a 413 also lowers the batch limit, batchLimit);
-// an entry refused on its own is dropped (cause refused) only once the
-// service took another entry on its own meanwhile, which tells an entry it
-// refuses from a service that refuses every body (a proxy's 400 to plain
-// http, a gateway's): those entries wait, as for any failure. Before review
-// 202, every answer was a failure to retry with the same batch: one the
-// service refused for good stopped every upload after it, and the buffer
-// dropped the rest as buffer_full.
+// the service takes them (a 413 also lowers the batch limit, batchLimit).
+// An entry refused on its own is held at the front, and the next entry is
+// sent on its own: the entries held are dropped (cause refused) once the
+// service takes one so, which tells entries it refuses from a service that
+// refuses every body (a proxy's 400 to plain http, a gateway's). After
+// maxHeldRefused refused in a row the service is taken to refuse every
+// body: the entries wait, as for any failure. Before review 202, every
+// answer was a failure to retry with the same batch: one the service
+// refused for good stopped every upload after it, and the buffer dropped
+// the rest as buffer_full.
 func refusedStatus(code int) bool {
 	return code == http.StatusRequestEntityTooLarge || code == http.StatusBadRequest || code == http.StatusUnprocessableEntity
 }
@@ -82,7 +89,10 @@ type errRefusedBatch struct {
 }
 
 func (e *errRefusedBatch) Error() string {
-	return fmt.Sprintf("the decision-log service refused a batch of %d entries: %s", e.entries, e.status)
+	if e.entries == 1 {
+		return fmt.Sprintf("the decision-log service refused an entry on its own (%s): the next is sent on its own, to tell whether it refuses that entry or every body", e.status)
+	}
+	return fmt.Sprintf("the decision-log service refused a batch of %d entries (%s): it is sent again in halves", e.entries, e.status)
 }
 
 // The decision-log file's rotation by default: at 100 MiB the file is
@@ -178,15 +188,18 @@ type sinks struct {
 	inflight int
 	// batchLimit is the most entries one upload sends: uploadBatchEvents,
 	// halved at a 413 and doubled back after uploadRegrowAfter uploads of
-	// that many taken in a row (atLimit). split, when not 0, bounds the
-	// uploads after a refused batch (refusedStatus) until one is taken.
-	// suspect is the first pending entry once it was refused on its own:
-	// the next upload sends the second on its own, and the first is
-	// dropped if the service takes that one. Only uploads change them.
+	// that many taken since (atLimit). split, when not 0, bounds the
+	// uploads while the splitLeft entries of a refused batch (refusedStatus)
+	// have not all been taken or held. held is how many entries at the
+	// front of pending were each refused on its own: the next upload sends
+	// the one after them on its own, and they are dropped if the service
+	// takes it; a full buffer does not drop them meanwhile. Only uploads
+	// change these.
 	batchLimit int
 	atLimit    int
 	split      int
-	suspect    []byte
+	splitLeft  int
+	held       int
 	// closed: Stop has counted what was pending as dropped; an entry logged
 	// after (a webhook's decision still running at shutdown) is counted
 	// dropped at once rather than queued for an upload that is over.
@@ -296,9 +309,10 @@ func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
 	dropped := 0
 	// The oldest not being sent go until this one fits: the newest say most
 	// about now.
-	for (len(s.pending)+1 > s.config.BufferEvents || s.pendingBytes+len(b) > decisionLogBufferBytes) && len(s.pending) > s.inflight {
-		s.pendingBytes -= len(s.pending[s.inflight])
-		s.pending = append(s.pending[:s.inflight], s.pending[s.inflight+1:]...)
+	keep := max(s.inflight, s.held)
+	for (len(s.pending)+1 > s.config.BufferEvents || s.pendingBytes+len(b) > decisionLogBufferBytes) && len(s.pending) > keep {
+		s.pendingBytes -= len(s.pending[keep])
+		s.pending = append(s.pending[:keep], s.pending[keep+1:]...)
 		dropped++
 	}
 	if len(s.pending) < s.config.BufferEvents && s.pendingBytes+len(b) <= decisionLogBufferBytes {
@@ -448,7 +462,7 @@ func (s *sinks) uploadLoop(ctx context.Context) {
 			// The service is up and refused this body: a smaller one,
 			// or another, goes at once.
 			next, failing = 0, false
-			s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "error": err.Error(), "pending": s.pendingCount(), "batch_limit": s.currentBatchLimit()}).Warn("Decision-log upload refused; the entries are kept and sent again in smaller batches.")
+			s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "error": err.Error(), "pending": s.pendingCount(), "batch_limit": s.currentBatchLimit()}).Warn("Decision-log upload refused; the entries are kept and sent again, in smaller batches or one at a time.")
 		default:
 			next, failing = backoff.Step(), true
 			s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "error": err.Error(), "pending": s.pendingCount(), "retry_in": next.String()}).Error("Decision-log upload failed; the entries are kept and sent again.")
@@ -461,15 +475,14 @@ func (s *sinks) uploadLoop(ctx context.Context) {
 func (s *sinks) uploadBatch(ctx context.Context) error {
 	s.mu.Lock()
 	limit, start := s.limitLocked(), 0
-	if s.suspect != nil {
-		if len(s.pending) > 1 && s.isSuspectLocked() {
-			// The first was refused on its own: the second goes on its
-			// own, the first held back (in flight, so a full buffer does
-			// not drop it meanwhile).
-			limit, start = 1, 1
-		} else {
-			s.suspect = nil
-		}
+	switch {
+	case s.held > 0 && len(s.pending) > s.held:
+		// The entry after those refused on its own goes on its own.
+		limit, start = 1, s.held
+	case s.held > 0:
+		// Only entries refused on their own wait: the first is tried
+		// again, in case the service took its whole refusal back.
+		limit = 1
 	}
 	n, size := 0, 0
 	for start+n < len(s.pending) && n < limit && (n == 0 || size+len(s.pending[start+n]) <= uploadBatchBytes) {
@@ -545,19 +558,30 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 		if resp.StatusCode == http.StatusRequestEntityTooLarge {
 			s.batchLimit, s.atLimit = max(1, min(s.batchLimit, n/2)), 0
 		}
+		if s.split == 0 {
+			s.splitLeft = n
+		}
 		s.split = max(1, n/2)
 		return &errRefusedBatch{status: status, entries: n}
-	case start == 1:
-		// The second refused on its own too: the service refuses every
-		// body, not the first entry. Both wait.
-		s.suspect = nil
-		return fmt.Errorf("the decision-log service refused two entries, each on its own (%s): it refuses every body, not one entry; they are kept", status)
-	case len(s.pending) > 1:
-		// Whether the service takes another entry on its own tells
-		// whether it refuses this one or every body.
-		s.suspect = batch[0]
-		return &errRefusedBatch{status: status, entries: 1}
+	case start < s.held:
+		// An entry refused on its own, tried again while none other
+		// waits: still refused.
+		return fmt.Errorf("the decision-log service refused an entry on its own again (%s); it is kept until another shows whether the service takes any", status)
+	case s.held+1 >= maxHeldRefused:
+		// So many in a row: the service refuses every body, not these
+		// entries. They wait, as for any failure.
+		s.held = 0
+		return fmt.Errorf("the decision-log service refused %d entries in a row, each on its own (%s): it refuses every body, not these entries; they are kept", maxHeldRefused, status)
 	default:
+		// Held at the front: whether the service takes the next on its
+		// own tells whether it refuses this one or every body.
+		s.held++
+		if s.split > 0 {
+			s.splitLeft--
+		}
+		if len(s.pending) > s.held {
+			return &errRefusedBatch{status: status, entries: 1}
+		}
 		return fmt.Errorf("the decision-log service refused the only entry waiting, on its own (%s); it is kept until another shows whether the service takes any", status)
 	}
 }
@@ -568,12 +592,25 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 func (s *sinks) taken(start, n, size int) {
 	s.mu.Lock()
 	s.forgetLocked(start, n, size)
-	var refused []byte
-	if start == 1 && s.isSuspectLocked() {
-		refused = s.pending[0]
-		s.forgetLocked(0, 1, len(refused))
+	var refused []string
+	switch {
+	case start > 0:
+		// Taken on its own after those held: they are what the service
+		// refuses.
+		heldSize := 0
+		for _, e := range s.pending[:start] {
+			refused = append(refused, entryDecisionID(e))
+			heldSize += len(e)
+		}
+		s.forgetLocked(0, start, heldSize)
+		s.held = 0
+	case s.held > 0:
+		// A held entry taken after all: the refusal was not its own.
+		s.held--
 	}
-	s.suspect, s.split = nil, 0
+	if s.splitLeft -= n; s.splitLeft <= 0 {
+		s.split, s.splitLeft = 0, 0
+	}
 	if n == s.batchLimit && s.batchLimit < uploadBatchEvents {
 		if s.atLimit++; s.atLimit >= uploadRegrowAfter {
 			s.batchLimit, s.atLimit = min(2*s.batchLimit, uploadBatchEvents), 0
@@ -581,11 +618,11 @@ func (s *sinks) taken(start, n, size int) {
 	}
 	s.mu.Unlock()
 	s.engine.metrics.uploaded(n)
-	if refused != nil {
+	for _, id := range refused {
 		// It would stop every upload after it for good. The console
 		// holds it.
 		s.drop("refused", 1)
-		s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "decision_id": entryDecisionID(refused)}).Error("Decision-log entry refused by the service on its own, which takes the others; it is dropped from the upload.")
+		s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "decision_id": id}).Error("Decision-log entry refused by the service on its own, which takes the others; it is dropped from the upload.")
 	}
 }
 
@@ -603,12 +640,6 @@ func (s *sinks) forgetLocked(start, n, size int) {
 		clear(s.pending[len(s.pending):end])
 	}
 	s.pendingBytes -= size
-}
-
-// isSuspectLocked is whether the first pending entry is the one refused on
-// its own (a full buffer may have dropped it since).
-func (s *sinks) isSuspectLocked() bool {
-	return len(s.suspect) > 0 && len(s.pending) > 0 && len(s.pending[0]) > 0 && &s.pending[0][0] == &s.suspect[0]
 }
 
 // limitLocked is the most entries the next upload sends.

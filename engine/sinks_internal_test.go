@@ -118,3 +118,23 @@ func TestOPAsLogLinesAreCut(t *testing.T) {
 		Error("Bundle load failed: %s", strings.Repeat("a", MaxLogText-20)+secret)
 	assert.NotContains(t, scrubbed.String(), "X-Amz-Signature=sss", "part of the secret was left by the cut")
 }
+
+// A full buffer drops the oldest entry not held at the front as refused on
+// their own: those are dropped as refused once the service takes the next,
+// or kept; dropped meanwhile, each upload after was a refusal sent at once
+// (review 205 F2).
+func TestAFullBufferKeepsTheEntriesHeldAsRefused(t *testing.T) {
+	s := &sinks{config: sinksConfig{URL: "https://decisions.example.com", BufferEvents: 3}, engine: &Engine{}, wake: make(chan struct{}, 1), batchLimit: uploadBatchEvents}
+	for _, id := range []string{"a", "b", "c"} {
+		entry := []byte(`{"decision_id":"` + id + `"}`)
+		s.pending = append(s.pending, entry)
+		s.pendingBytes += len(entry)
+	}
+	s.held = 1
+	require.NoError(t, s.Log(context.Background(), logs.EventV1{DecisionID: "d"}))
+	var ids []string
+	for _, e := range s.pending {
+		ids = append(ids, entryDecisionID(e))
+	}
+	assert.Equal(t, []string{"a", "c", "d"}, ids)
+}
