@@ -91,7 +91,7 @@ func (e *startDeferredError) Error() string {
 	if e.cause != nil {
 		return fmt.Sprintf("the watch of the cluster's API server is started again in %s; it last failed: %v", e.wait, e.cause)
 	}
-	return fmt.Sprintf("another watch of the tenant's API servers is starting; this one starts in %s", e.wait)
+	return fmt.Sprintf("other watches of API servers are starting (this tenant's one at a time, and as many as the manager starts at once); this one starts in %s", e.wait)
 }
 
 // Unwrap is the last start's failure, if that is why.
@@ -125,11 +125,18 @@ func (s *remoteStarts) begin(key types.NamespacedName, sum [sha256.Size]byte, re
 		}
 		early = true
 	}
+	// Waiting for room after a failed start of this content, whose wait
+	// is over: the cluster goes on saying that failure, not only that its
+	// start waits (review 205 F5: the condition flapped between the two).
+	var last error
+	if ok && f.revision == revision && f.sum == sum {
+		last = f.err
+	}
 	if s.tenants[key.Namespace] {
-		return nil, &startDeferredError{wait: busyWait}
+		return nil, &startDeferredError{wait: busyWait, cause: last}
 	}
 	if !s.takeTurn(key.Namespace, now, busyWait) {
-		return nil, &startDeferredError{wait: busyWait}
+		return nil, &startDeferredError{wait: busyWait, cause: last}
 	}
 	if s.tenants == nil {
 		s.tenants = map[string]bool{}
@@ -155,7 +162,7 @@ func (s *remoteStarts) begin(key types.NamespacedName, sum [sha256.Size]byte, re
 			// refusal, which targetFor reports as one) must not let a
 			// failing content back at once (alternating the two), nor a
 			// server that answers its start small and then grows.
-			f.sum = sum
+			f.sum, f.err = sum, nil
 			if now.Before(f.until) {
 				f.until = now
 			}

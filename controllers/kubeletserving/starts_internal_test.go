@@ -607,5 +607,39 @@ func TestAClusterWaitingForItsWatchToStartSaysSo(t *testing.T) {
 	assert.Equal(t, metav1.ConditionFalse, ready.Status)
 	assert.Equal(t, ReasonRemoteWatchStarting, ready.Reason)
 	assert.Contains(t, ready.Message, "the cluster's requests are not decided yet: ")
-	assert.Contains(t, ready.Message, "another watch of the tenant's API servers is starting")
+	assert.Contains(t, ready.Message, "other watches of API servers are starting")
+}
+
+// A start that waits for room after a failed start of the same content,
+// whose wait is over, carries that failure, so the cluster goes on saying
+// it rather than flapping to RemoteWatchStarting and back at each backoff;
+// after a start that worked, it carries none (review 205 F5).
+func TestAStartWaitingForRoomAfterAFailureSaysTheFailure(t *testing.T) {
+	var s remoteStarts
+	key := types.NamespacedName{Namespace: "ns", Name: "c"}
+	sibling := types.NamespacedName{Namespace: "ns", Name: "sibling"}
+	sum, other := sha256.Sum256([]byte("kubeconfig")), sha256.Sum256([]byte("sibling"))
+	now := time.Unix(1_000_000, 0)
+	stalled := errors.New("the cache did not sync")
+	waitsWith := func() error {
+		t.Helper()
+		hold, err := s.begin(sibling, other, "r1", now, time.Second)
+		require.NoError(t, err)
+		defer hold(now, time.Second, nil)
+		_, err = s.begin(key, sum, "r1", now, time.Second)
+		var deferred *startDeferredError
+		require.ErrorAs(t, err, &deferred)
+		return deferred.cause
+	}
+
+	end, err := s.begin(key, sum, "r1", now, time.Second)
+	require.NoError(t, err)
+	end(now, time.Second, stalled)
+	now = now.Add(time.Minute)
+	assert.Equal(t, stalled, waitsWith(), "the failure is not said while the start waits for room")
+
+	end, err = s.begin(key, sum, "r1", now, time.Second)
+	require.NoError(t, err)
+	end(now, time.Second, nil)
+	assert.NoError(t, waitsWith(), "a failure said after a start that worked")
 }
