@@ -170,7 +170,7 @@ func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod 
 			if c.Unreadable != nil {
 				c.Unreadable(pod.Name, err)
 			}
-			if !podWithoutLog(err) {
+			if !podWithoutLog(err) && ctx.Err() == nil {
 				// A replica whose log has decisions that are not shown
 				// fails the following when it ends, as a log that breaks
 				// off does; the others are followed meanwhile (review
