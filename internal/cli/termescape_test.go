@@ -276,7 +276,7 @@ func TestOnlyRenderWritesRaw(t *testing.T) {
 	var out, errOut bytes.Buffer
 	s := newStreams(nil, &out, &errOut)
 	assert.Same(t, &out, s.rawOut)
-	opts, err := managerOptions{bundleLimits: bundles.DefaultLimits, bundlePoll: engine.DefaultPollInterval, logFileMaxMiB: 1, logFileMaxBackups: 1, logFlushTimeout: time.Second}.engineOptions(s)
+	opts, err := managerOptions{bundleLimits: bundles.DefaultLimits, bundlePoll: engine.DefaultPollInterval, logFileMaxMiB: 1, logFileMaxBackups: 1, logFlushTimeout: time.Second, logBuffer: engine.DefaultDecisionLogBufferEvents}.engineOptions(s)
 	require.NoError(t, err)
 	assert.Same(t, s.out, opts.DecisionLog)
 	assert.Same(t, s.err, opts.Log)

@@ -230,7 +230,7 @@ func TestParsingOfPoliciesAndTimes(t *testing.T) {
 		assert.Equal(t, want, got, in)
 	}
 	_, err := decisionlog.ResolvePolicy("serving")
-	assert.ErrorContains(t, err, "admission, credential-check, issuance, kubelet-client, kubelet-serving, kubelet-serving-audit, kubelet-serving-limits, kubelet-serving-rejection, manual, requirements")
+	assert.ErrorContains(t, err, "admission, credential-check, issuance, kubeconfig, kubelet-client, kubelet-serving, kubelet-serving-audit, kubelet-serving-limits, kubelet-serving-rejection, manual, requirements")
 
 	for in, want := range map[string]time.Time{
 		"90m":                       now.Add(-90 * time.Minute),
