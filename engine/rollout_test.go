@@ -744,11 +744,11 @@ func TestAnEntryTheServiceRefusesOnItsOwnIsDroppedAndTheRestGoOn(t *testing.T) {
 		require.NoError(t, err)
 		return d
 	}
-	// Away until the service refuses the first two: the upload's timer
-	// runs apart from the test (review 205 F8). Two refused in a row are
-	// no service that refuses every body (review 205 F1).
+	// Away until the service refuses the first three: the upload's timer
+	// runs apart from the test (review 205 F8). Entries refused in a row
+	// are no service that refuses every body (reviews 205 F1, 206 F3).
 	svc.SetDown(true)
-	refused := []string{decide().ID, decide().ID}
+	refused := []string{decide().ID, decide().ID, decide().ID}
 	for _, id := range refused {
 		svc.RefuseDecision(id)
 	}
@@ -792,8 +792,13 @@ func TestAServiceThatRefusesEveryBodyLosesNoEntry(t *testing.T) {
 	require.Eventually(t, func() bool { return svc.Posts() >= 4 }, 30*time.Second, 20*time.Millisecond)
 	assert.Zero(t, metrics.UploadDropped("refused"), "an entry dropped by a service that refuses every body")
 
+	// Back, with a decision made meanwhile: none of those held while it
+	// refused every body is dropped (review 206 F1: they were, as soon as
+	// the newest was taken).
 	svc.SetMaxEntries(-1)
-	require.Eventually(t, func() bool { return svc.Received() == n }, 60*time.Second, 20*time.Millisecond,
+	_, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return svc.Received() == n+1 }, 60*time.Second, 20*time.Millisecond,
 		"every entry reaches the service once it takes bodies again")
 	assert.Zero(t, metrics.UploadDropped("refused"))
 }

@@ -56,33 +56,31 @@ const (
 	// again towards uploadBatchEvents: a service with a body limit then
 	// refuses one upload in that many, not every other one.
 	uploadRegrowAfter = 64
-	// maxHeldRefused is how many entries in a row, each refused on its
-	// own, are held before the service is taken to refuse every body
-	// (review 205 F1: two were, and two entries the service refused stopped
-	// every upload after them).
-	maxHeldRefused = 8
 )
 
 // refusedStatus: the answers of a service that refuses the body it was sent
 // rather than being away: 413 above its size limit, 400 or 422 for what it
 // cannot take. A batch so refused is split in halves, sent at once, until
 // the service takes them (a 413 also lowers the batch limit, batchLimit).
-// An entry refused on its own is held at the front, and the next entry is
-// sent on its own: the entries held are dropped (cause refused) once the
-// service takes one so, which tells entries it refuses from a service that
-// refuses every body (a proxy's 400 to plain http, a gateway's). After
-// maxHeldRefused refused in a row the service is taken to refuse every
-// body: the entries wait, as for any failure. Before review 202, every
-// answer was a failure to retry with the same batch: one the service
-// refused for good stopped every upload after it, and the buffer dropped
-// the rest as buffer_full.
+// The first entry, refused on its own, is held: the newest is sent on its
+// own, and if the service takes it the first is sent on its own again and,
+// refused again, dropped (cause refused): the service takes bodies and
+// refuses that one, which would otherwise stop every upload after it. A
+// service that refuses the newest too refuses every body, as far as can be
+// told (a proxy's 400 to plain http, a gateway's): the entries wait, as for
+// any failure. Before review 202, every answer was a failure to retry with
+// the same batch, and the buffer dropped the rest as buffer_full; an entry
+// is dropped only once refused on its own both before and after the
+// service took another (review 206: entries held while the service refused
+// every body were dropped when it came back).
 func refusedStatus(code int) bool {
 	return code == http.StatusRequestEntityTooLarge || code == http.StatusBadRequest || code == http.StatusUnprocessableEntity
 }
 
 // errRefusedBatch: the service refused a body (refusedStatus) that is sent
-// again at once in a smaller or another shape: half of a batch, or the next
-// entry alone to tell whether the service refuses the first one only.
+// again at once in a smaller or another shape: half of a batch, or the
+// newest entry on its own to tell whether the service refuses the first or
+// every body.
 type errRefusedBatch struct {
 	status  string
 	entries int
@@ -90,10 +88,15 @@ type errRefusedBatch struct {
 
 func (e *errRefusedBatch) Error() string {
 	if e.entries == 1 {
-		return fmt.Sprintf("the decision-log service refused an entry on its own (%s): the next is sent on its own, to tell whether it refuses that entry or every body", e.status)
+		return fmt.Sprintf("the decision-log service refused the first entry on its own (%s): the newest is sent on its own, to tell whether it refuses that entry or every body", e.status)
 	}
 	return fmt.Sprintf("the decision-log service refused a batch of %d entries (%s): it is sent again in halves", e.entries, e.status)
 }
+
+// errAgain: the upload's answer is followed by another at once, said
+// already where it was decided (the newest taken on its own, or the first
+// dropped as refused).
+var errAgain = errors.New("another upload at once")
 
 // The decision-log file's rotation by default: at 100 MiB the file is
 // renamed with the time in its name and a new one begun, and the five newest
@@ -189,17 +192,17 @@ type sinks struct {
 	// batchLimit is the most entries one upload sends: uploadBatchEvents,
 	// halved at a 413 and doubled back after uploadRegrowAfter uploads of
 	// that many taken since (atLimit). split, when not 0, bounds the
-	// uploads while the splitLeft entries of a refused batch (refusedStatus)
-	// have not all been taken or held. held is how many entries at the
-	// front of pending were each refused on its own: the next upload sends
-	// the one after them on its own, and they are dropped if the service
-	// takes it; a full buffer does not drop them meanwhile. Only uploads
-	// change these.
+	// uploads after a refused batch (refusedStatus): halved at each
+	// refusal, doubled at each upload taken. held: the first pending entry
+	// was refused on its own (refusedStatus); confirmed: the service took
+	// the newest on its own since. A full buffer does not drop the entry
+	// held (unless it holds one entry only). Only uploads change these,
+	// and Log the entry held that it drops.
 	batchLimit int
 	atLimit    int
 	split      int
-	splitLeft  int
-	held       int
+	held       bool
+	confirmed  bool
 	// closed: Stop has counted what was pending as dropped; an entry logged
 	// after (a webhook's decision still running at shutdown) is counted
 	// dropped at once rather than queued for an upload that is over.
@@ -253,7 +256,7 @@ func (s *sinks) Stop(ctx context.Context) {
 	if _, ok := ctx.Deadline(); ok {
 		for s.pendingCount() > 0 && ctx.Err() == nil {
 			var refused *errRefusedBatch
-			if err := s.uploadBatch(ctx); err != nil && !errors.As(err, &refused) {
+			if err := s.uploadBatch(ctx); err != nil && !errors.As(err, &refused) && !errors.Is(err, errAgain) {
 				select {
 				case <-ctx.Done():
 				case <-time.After(uploadInterval):
@@ -309,8 +312,14 @@ func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
 	dropped := 0
 	// The oldest not being sent go until this one fits: the newest say most
 	// about now.
-	keep := max(s.inflight, s.held)
+	keep := s.inflight
+	if s.held && s.config.BufferEvents > 1 {
+		keep = max(keep, 1)
+	}
 	for (len(s.pending)+1 > s.config.BufferEvents || s.pendingBytes+len(b) > decisionLogBufferBytes) && len(s.pending) > keep {
+		if keep == 0 {
+			s.held, s.confirmed = false, false
+		}
 		s.pendingBytes -= len(s.pending[keep])
 		s.pending = append(s.pending[:keep], s.pending[keep+1:]...)
 		dropped++
@@ -458,6 +467,8 @@ func (s *sinks) uploadLoop(ctx context.Context) {
 			}
 		case ctx.Err() != nil:
 			return
+		case errors.Is(err, errAgain):
+			next, failing = 0, false
 		case errors.As(err, &refused):
 			// The service is up and refused this body: a smaller one,
 			// or another, goes at once.
@@ -476,12 +487,13 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 	s.mu.Lock()
 	limit, start := s.limitLocked(), 0
 	switch {
-	case s.held > 0 && len(s.pending) > s.held:
-		// The entry after those refused on its own goes on its own.
-		limit, start = 1, s.held
-	case s.held > 0:
-		// Only entries refused on their own wait: the first is tried
-		// again, in case the service took its whole refusal back.
+	case s.held && !s.confirmed && len(s.pending) > 1:
+		// The first was refused on its own: the newest goes on its own
+		// (all before it in flight, so a full buffer drops none).
+		limit, start = 1, len(s.pending)-1
+	case s.held:
+		// The first on its own again: the service took the newest, or
+		// only the first waits.
 		limit = 1
 	}
 	n, size := 0, 0
@@ -542,8 +554,7 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 	// retry.
 	status := LoggedName(resp.Status)
 	if resp.StatusCode/100 == 2 {
-		s.taken(start, n, size)
-		return nil
+		return s.taken(start, n, size)
 	}
 	s.engine.metrics.uploadFailed()
 	if !refusedStatus(resp.StatusCode) {
@@ -553,63 +564,54 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 	defer s.mu.Unlock()
 	switch {
 	case n > 1:
-		// Halves, at once, until the service takes them or an entry is
+		// Halves, at once, until the service takes them or the first is
 		// refused on its own.
 		if resp.StatusCode == http.StatusRequestEntityTooLarge {
 			s.batchLimit, s.atLimit = max(1, min(s.batchLimit, n/2)), 0
 		}
-		if s.split == 0 {
-			s.splitLeft = n
-		}
 		s.split = max(1, n/2)
 		return &errRefusedBatch{status: status, entries: n}
-	case start < s.held:
-		// An entry refused on its own, tried again while none other
-		// waits: still refused.
-		return fmt.Errorf("the decision-log service refused an entry on its own again (%s); it is kept until another shows whether the service takes any", status)
-	case s.held+1 >= maxHeldRefused:
-		// So many in a row: the service refuses every body, not these
-		// entries. They wait, as for any failure.
-		s.held = 0
-		return fmt.Errorf("the decision-log service refused %d entries in a row, each on its own (%s): it refuses every body, not these entries; they are kept", maxHeldRefused, status)
+	case start > 0:
+		// The newest refused on its own too: the service refuses every
+		// body, as far as can be told. Both wait.
+		return fmt.Errorf("the decision-log service refused the first entry and the newest, each on its own (%s): it refuses every body, not one entry; they are kept", status)
+	case s.held && s.confirmed:
+		// Refused on its own before and after the service took another
+		// on its own: it would stop every upload after it for good. The
+		// console holds it.
+		id := entryDecisionID(batch[0])
+		s.forgetLocked(0, 1, size)
+		s.held, s.confirmed = false, false
+		s.drop("refused", 1)
+		s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "decision_id": id, "status": status}).Error("Decision-log entry refused by the service on its own, before and after it took another; it is dropped from the upload.")
+		return errAgain
+	case s.held || len(s.pending) == 1:
+		s.held = true
+		return fmt.Errorf("the decision-log service refused the only entry waiting, on its own (%s); it is kept until a newer one shows whether the service takes any", status)
 	default:
-		// Held at the front: whether the service takes the next on its
-		// own tells whether it refuses this one or every body.
-		s.held++
-		if s.split > 0 {
-			s.splitLeft--
-		}
-		if len(s.pending) > s.held {
-			return &errRefusedBatch{status: status, entries: 1}
-		}
-		return fmt.Errorf("the decision-log service refused the only entry waiting, on its own (%s); it is kept until another shows whether the service takes any", status)
+		s.held = true
+		return &errRefusedBatch{status: status, entries: 1}
 	}
 }
 
-// taken forgets the n entries from start that the service took and, if
-// they were sent to try the service with another entry than the first,
-// which it had refused on its own, drops that one (cause refused).
-func (s *sinks) taken(start, n, size int) {
+// taken forgets the n entries from start that the service took. The
+// newest taken on its own, while the first is held, has the first sent on
+// its own again (errAgain).
+func (s *sinks) taken(start, n, size int) error {
 	s.mu.Lock()
 	s.forgetLocked(start, n, size)
-	var refused []string
+	var again error
 	switch {
 	case start > 0:
-		// Taken on its own after those held: they are what the service
-		// refuses.
-		heldSize := 0
-		for _, e := range s.pending[:start] {
-			refused = append(refused, entryDecisionID(e))
-			heldSize += len(e)
-		}
-		s.forgetLocked(0, start, heldSize)
-		s.held = 0
-	case s.held > 0:
-		// A held entry taken after all: the refusal was not its own.
-		s.held--
+		s.confirmed, again = true, errAgain
+	case s.held:
+		// The first taken after all: its refusal was not its own.
+		s.held, s.confirmed = false, false
 	}
-	if s.splitLeft -= n; s.splitLeft <= 0 {
-		s.split, s.splitLeft = 0, 0
+	if s.split > 0 {
+		if s.split *= 2; s.split >= s.batchLimit {
+			s.split = 0
+		}
 	}
 	if n == s.batchLimit && s.batchLimit < uploadBatchEvents {
 		if s.atLimit++; s.atLimit >= uploadRegrowAfter {
@@ -618,12 +620,7 @@ func (s *sinks) taken(start, n, size int) {
 	}
 	s.mu.Unlock()
 	s.engine.metrics.uploaded(n)
-	for _, id := range refused {
-		// It would stop every upload after it for good. The console
-		// holds it.
-		s.drop("refused", 1)
-		s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "decision_id": id}).Error("Decision-log entry refused by the service on its own, which takes the others; it is dropped from the upload.")
-	}
+	return again
 }
 
 // forgetLocked removes the n pending entries from start, of size bytes,

@@ -130,11 +130,25 @@ func TestAFullBufferKeepsTheEntriesHeldAsRefused(t *testing.T) {
 		s.pending = append(s.pending, entry)
 		s.pendingBytes += len(entry)
 	}
-	s.held = 1
+	s.held = true
 	require.NoError(t, s.Log(context.Background(), logs.EventV1{DecisionID: "d"}))
+	assert.Equal(t, []string{"a", "c", "d"}, pendingIDs(s))
+	assert.True(t, s.held)
+
+	// A buffer of one entry takes the newest all the same, and holds
+	// nothing then (review 206 F2: the entry held kept its one slot, and
+	// every later entry was dropped).
+	s = &sinks{config: sinksConfig{URL: "https://decisions.example.com", BufferEvents: 1}, engine: &Engine{}, wake: make(chan struct{}, 1), batchLimit: uploadBatchEvents}
+	s.pending, s.pendingBytes, s.held = [][]byte{[]byte(`{"decision_id":"a"}`)}, 19, true
+	require.NoError(t, s.Log(context.Background(), logs.EventV1{DecisionID: "b"}))
+	assert.Equal(t, []string{"b"}, pendingIDs(s))
+	assert.False(t, s.held, "the entry held was dropped, and still held")
+}
+
+func pendingIDs(s *sinks) []string {
 	var ids []string
 	for _, e := range s.pending {
 		ids = append(ids, entryDecisionID(e))
 	}
-	assert.Equal(t, []string{"a", "c", "d"}, ids)
+	return ids
 }
