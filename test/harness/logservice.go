@@ -26,6 +26,15 @@ type LogService struct {
 	limited    bool
 	maxEntries int
 	refused    map[string]bool
+	afterTake  func(ids []string)
+}
+
+// AfterTake has f called with the decision ids of each body taken, before
+// the service answers.
+func (l *LogService) AfterTake(f func(ids []string)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.afterTake = f
 }
 
 // SetMaxEntries makes the service refuse (413) a body of more than n
@@ -106,7 +115,15 @@ func (l *LogService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.ids[e.DecisionID] = true
 	}
 	l.bodies = append(l.bodies, body)
+	after := l.afterTake
 	l.mu.Unlock()
+	if after != nil {
+		ids := make([]string, 0, len(events))
+		for _, e := range events {
+			ids = append(ids, e.DecisionID)
+		}
+		after(ids)
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
