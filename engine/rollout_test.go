@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -744,11 +745,15 @@ func TestAnEntryTheServiceRefusesOnItsOwnIsDroppedAndTheRestGoOn(t *testing.T) {
 		require.NoError(t, err)
 		return d
 	}
-	// Away until the service refuses the first three: the upload's timer
-	// runs apart from the test (review 205 F8). Entries refused in a row
-	// are no service that refuses every body (reviews 205 F1, 206 F3).
+	// Away until the service refuses the first nine: the upload's timer
+	// runs apart from the test (review 205 F8). Entries refused in a row,
+	// however many, are no service that refuses every body (reviews 205
+	// F1, 206 F3, 207 F4).
 	svc.SetDown(true)
-	refused := []string{decide().ID, decide().ID, decide().ID}
+	var refused []string
+	for range 9 {
+		refused = append(refused, decide().ID)
+	}
 	for _, id := range refused {
 		svc.RefuseDecision(id)
 	}
@@ -763,12 +768,85 @@ func TestAnEntryTheServiceRefusesOnItsOwnIsDroppedAndTheRestGoOn(t *testing.T) {
 	for _, id := range ids {
 		assert.True(t, svc.Has(id), id)
 	}
-	require.Eventually(t, func() bool { return metrics.UploadDropped("refused") == float64(len(refused)) }, 30*time.Second, 20*time.Millisecond,
+	// Each entry taken on its own after the first was refused lets that
+	// one be dropped: as many as there were others. The rest wait for a
+	// newer entry the service takes (only refused ones wait meanwhile,
+	// tried again at the backoff's pace).
+	require.Eventually(t, func() bool { return metrics.UploadDropped("refused") == float64(len(ids)) }, 30*time.Second, 20*time.Millisecond,
 		"the entries the service refuses on their own are dropped and counted")
-	for _, id := range refused {
+	for i, id := range refused {
 		assert.False(t, svc.Has(id))
-		assert.Contains(t, notes.String(), id, "the manager's log names the decision dropped")
+		if i < len(ids) {
+			assert.Contains(t, notes.String(), id, "the manager's log names the decision dropped")
+		}
 	}
+	more := decide().ID
+	require.Eventually(t, func() bool { return svc.Has(more) && metrics.UploadDropped("refused") == float64(len(ids)+1) }, 30*time.Second, 20*time.Millisecond,
+		"a newer entry taken lets the next refused one be dropped")
+}
+
+// An entry the service refuses by its content at the end of the buffer does
+// not stand for every body: the tries on their own go to older entries, and
+// the rest are sent (review 207 F2: the newest alone was tried, every
+// backoff, and the good entries before it waited for good).
+func TestANewestEntryTheServiceRefusesDoesNotHoldTheRestBack(t *testing.T) {
+	svc := &harness.LogService{}
+	e, metrics := uploadingTo(t, policyWithProbe(t, "package ichor.probe\n\ndecision := true\n"), svc)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	decide := func() string {
+		t.Helper()
+		d, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
+		require.NoError(t, err)
+		return d.ID
+	}
+	svc.SetDown(true)
+	first := decide()
+	good := []string{decide(), decide(), decide()}
+	last := decide()
+	svc.RefuseDecision(first)
+	svc.RefuseDecision(last)
+	svc.SetDown(false)
+
+	require.Eventually(t, func() bool { return svc.Received() == len(good) }, 30*time.Second, 20*time.Millisecond,
+		"the entries between the two refused are sent")
+	require.Eventually(t, func() bool { return metrics.UploadDropped("refused") == 1 }, 30*time.Second, 20*time.Millisecond,
+		"the first, refused again after the service took another, is dropped")
+}
+
+// The service's taking an entry counts for the upload right after only: a
+// 503 between the two, and a service that then refuses every body, drop
+// nothing (review 207 F1: the entry held was dropped as refused).
+func TestATakenEntryBeforeAnOutageDropsNothingAfterIt(t *testing.T) {
+	svc := &harness.LogService{}
+	e, metrics := uploadingTo(t, policyWithProbe(t, "package ichor.probe\n\ndecision := true\n"), svc)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	decide := func() string {
+		t.Helper()
+		d, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
+		require.NoError(t, err)
+		return d.ID
+	}
+	svc.SetDown(true)
+	first := decide()
+	newest := decide()
+	svc.RefuseDecision(first)
+	// Once the newest is taken on its own, the service is away (503),
+	// and back refusing every body.
+	svc.AfterTake(func(ids []string) {
+		if slices.Contains(ids, newest) {
+			svc.SetDown(true)
+		}
+	})
+	svc.SetDown(false)
+	require.Eventually(t, func() bool { return svc.Has(newest) }, 30*time.Second, 20*time.Millisecond)
+	svc.AfterTake(nil)
+	posts := svc.Posts()
+	require.Eventually(t, func() bool { return svc.Posts() > posts }, 30*time.Second, 20*time.Millisecond, "the first is tried again")
+	svc.SetMaxEntries(0)
+	svc.SetDown(false)
+	posts = svc.Posts()
+	require.Eventually(t, func() bool { return svc.Posts() > posts+1 }, 60*time.Second, 20*time.Millisecond, "the first is tried twice more, kept after the first refusal (dropped, it is not tried again)")
+	assert.Zero(t, metrics.UploadDropped("refused"), "an entry dropped on a taking that an outage came between")
 }
 
 // A service that refuses every body (a proxy answering 400 or 413 whatever

@@ -195,7 +195,9 @@ type sinks struct {
 	// uploads after a refused batch (refusedStatus): halved at each
 	// refusal, doubled at each upload taken. held: the first pending entry
 	// was refused on its own (refusedStatus); confirmed: the service took
-	// the newest on its own since. A full buffer does not drop the entry
+	// another on its own just before (for the next upload only); probes:
+	// the tries of another on its own that were refused too, which pick an
+	// older one each time. A full buffer does not drop the entry
 	// held (unless it holds one entry only). Only uploads change these,
 	// and Log the entry held that it drops.
 	batchLimit int
@@ -203,6 +205,7 @@ type sinks struct {
 	split      int
 	held       bool
 	confirmed  bool
+	probes     int
 	// closed: Stop has counted what was pending as dropped; an entry logged
 	// after (a webhook's decision still running at shutdown) is counted
 	// dropped at once rather than queued for an upload that is over.
@@ -318,7 +321,7 @@ func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
 	}
 	for (len(s.pending)+1 > s.config.BufferEvents || s.pendingBytes+len(b) > decisionLogBufferBytes) && len(s.pending) > keep {
 		if keep == 0 {
-			s.held, s.confirmed = false, false
+			s.held, s.confirmed, s.probes = false, false, 0
 		}
 		s.pendingBytes -= len(s.pending[keep])
 		s.pending = append(s.pending[:keep], s.pending[keep+1:]...)
@@ -327,6 +330,8 @@ func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
 	if len(s.pending) < s.config.BufferEvents && s.pendingBytes+len(b) <= decisionLogBufferBytes {
 		s.pending = append(s.pending, b)
 		s.pendingBytes += len(b)
+		// A newer entry is the next tried on its own.
+		s.probes = 0
 	} else {
 		dropped++ // every slot is being sent: this one cannot wait
 	}
@@ -468,7 +473,8 @@ func (s *sinks) uploadLoop(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, errAgain):
-			next, failing = 0, false
+			// The service took a body: the backoff starts afresh.
+			backoff, next, failing = failed(), 0, false
 		case errors.As(err, &refused):
 			// The service is up and refused this body: a smaller one,
 			// or another, goes at once.
@@ -488,14 +494,22 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 	limit, start := s.limitLocked(), 0
 	switch {
 	case s.held && !s.confirmed && len(s.pending) > 1:
-		// The first was refused on its own: the newest goes on its own
-		// (all before it in flight, so a full buffer drops none).
-		limit, start = 1, len(s.pending)-1
+		// The first was refused on its own: another goes on its own, the
+		// newest first, then older ones at each try that found it refused
+		// too (one the service refuses by its content would otherwise
+		// stand for every body: review 207 F2). All before it are in
+		// flight, so a full buffer drops none.
+		limit, start = 1, len(s.pending)-1-s.probes%(len(s.pending)-1)
 	case s.held:
-		// The first on its own again: the service took the newest, or
-		// only the first waits.
+		// The first on its own again: the service took another on its
+		// own just before, or only the first waits.
 		limit = 1
 	}
+	// What the service took counts for this upload only: a failure
+	// between the two (a 503, a cut) leaves a service that may refuse
+	// every body when it comes back (review 207 F1).
+	confirmed := s.confirmed
+	s.confirmed = false
 	n, size := 0, 0
 	for start+n < len(s.pending) && n < limit && (n == 0 || size+len(s.pending[start+n]) <= uploadBatchBytes) {
 		size += len(s.pending[start+n])
@@ -572,16 +586,18 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 		s.split = max(1, n/2)
 		return &errRefusedBatch{status: status, entries: n}
 	case start > 0:
-		// The newest refused on its own too: the service refuses every
-		// body, as far as can be told. Both wait.
-		return fmt.Errorf("the decision-log service refused the first entry and the newest, each on its own (%s): it refuses every body, not one entry; they are kept", status)
-	case s.held && s.confirmed:
+		// Another refused on its own too: the service refuses every
+		// body, as far as can be told. Both wait; the next try sends an
+		// older one.
+		s.probes++
+		return fmt.Errorf("the decision-log service refused the first entry and another, each on its own (%s): it refuses every body, not one entry; they are kept", status)
+	case s.held && confirmed:
 		// Refused on its own before and after the service took another
 		// on its own: it would stop every upload after it for good. The
 		// console holds it.
 		id := entryDecisionID(batch[0])
 		s.forgetLocked(0, 1, size)
-		s.held, s.confirmed = false, false
+		s.held, s.probes = false, 0
 		s.drop("refused", 1)
 		s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "decision_id": id, "status": status}).Error("Decision-log entry refused by the service on its own, before and after it took another; it is dropped from the upload.")
 		return errAgain
@@ -606,7 +622,7 @@ func (s *sinks) taken(start, n, size int) error {
 		s.confirmed, again = true, errAgain
 	case s.held:
 		// The first taken after all: its refusal was not its own.
-		s.held, s.confirmed = false, false
+		s.held, s.probes = false, 0
 	}
 	if s.split > 0 {
 		if s.split *= 2; s.split >= s.batchLimit {
