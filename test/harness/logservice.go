@@ -26,7 +26,16 @@ type LogService struct {
 	limited    bool
 	maxEntries int
 	refused    map[string]bool
+	refuseKey  string
 	afterTake  func(ids []string)
+}
+
+// RefuseInput makes the service refuse (400) every body that holds an
+// entry whose input has this key.
+func (l *LogService) RefuseInput(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refuseKey = key
 }
 
 // AfterTake has f called with the decision ids of each body taken, before
@@ -90,7 +99,8 @@ func (l *LogService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var events []struct {
-		DecisionID string `json:"decision_id"`
+		DecisionID string                     `json:"decision_id"`
+		Input      map[string]json.RawMessage `json:"input"`
 	}
 	if err := json.NewDecoder(zr).Decode(&events); err != nil {
 		w.WriteHeader(http.StatusBadRequest)
@@ -102,7 +112,8 @@ func (l *LogService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	l.mu.Lock()
 	for _, e := range events {
-		if l.refused[e.DecisionID] {
+		_, refusedInput := e.Input[l.refuseKey]
+		if l.refused[e.DecisionID] || (l.refuseKey != "" && refusedInput) {
 			l.mu.Unlock()
 			w.WriteHeader(http.StatusBadRequest)
 			return
