@@ -813,6 +813,53 @@ func TestANewestEntryTheServiceRefusesDoesNotHoldTheRestBack(t *testing.T) {
 		"the first, refused again after the service took another, is dropped")
 }
 
+// Entries the service refuses, logged one after another while older ones it
+// takes wait, do not stand for every body: the tries on their own reach the
+// older ones too (review 208 F1: only the newest was tried, always one the
+// service refused, and the older ones waited for good).
+func TestAStreamOfRefusedEntriesDoesNotHoldOlderOnesBack(t *testing.T) {
+	svc := &harness.LogService{}
+	svc.RefuseInput("bad")
+	e, _ := uploadingTo(t, policyWithProbe(t, "package ichor.probe\n\ndecision := true\n"), svc)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	decide := func(in map[string]any) (string, error) {
+		d, err := e.Decide(context.Background(), "ichor/probe/decision", in)
+		return d.ID, err
+	}
+	bad := map[string]any{"bad": true}
+	svc.SetDown(true)
+	var good []string
+	for _, in := range []map[string]any{bad, {}, {}, bad} {
+		id, err := decide(in)
+		require.NoError(t, err)
+		if len(in) == 0 {
+			good = append(good, id)
+		}
+	}
+	svc.SetDown(false)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(300 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := decide(bad); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+
+	require.Eventually(t, func() bool { return svc.Has(good[0]) && svc.Has(good[1]) }, 60*time.Second, 20*time.Millisecond,
+		"the entries the service takes are sent while refused ones keep coming")
+}
+
 // The service's taking an entry counts for the upload right after only: a
 // 503 between the two, and a service that then refuses every body, drop
 // nothing (review 207 F1: the entry held was dropped as refused).

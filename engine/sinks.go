@@ -196,8 +196,8 @@ type sinks struct {
 	// refusal, doubled at each upload taken. held: the first pending entry
 	// was refused on its own (refusedStatus); confirmed: the service took
 	// another on its own just before (for the next upload only); probes:
-	// the tries of another on its own that were refused too, which pick an
-	// older one each time. A full buffer does not drop the entry
+	// the tries of another on its own that were refused too; cursor: the
+	// next of the oldest to try so. A full buffer does not drop the entry
 	// held (unless it holds one entry only). Only uploads change these,
 	// and Log the entry held that it drops.
 	batchLimit int
@@ -206,6 +206,7 @@ type sinks struct {
 	held       bool
 	confirmed  bool
 	probes     int
+	cursor     int
 	// closed: Stop has counted what was pending as dropped; an entry logged
 	// after (a webhook's decision still running at shutdown) is counted
 	// dropped at once rather than queued for an upload that is over.
@@ -321,7 +322,7 @@ func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
 	}
 	for (len(s.pending)+1 > s.config.BufferEvents || s.pendingBytes+len(b) > decisionLogBufferBytes) && len(s.pending) > keep {
 		if keep == 0 {
-			s.held, s.confirmed, s.probes = false, false, 0
+			s.held, s.confirmed, s.probes, s.cursor = false, false, 0, 0
 		}
 		s.pendingBytes -= len(s.pending[keep])
 		s.pending = append(s.pending[:keep], s.pending[keep+1:]...)
@@ -330,8 +331,6 @@ func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
 	if len(s.pending) < s.config.BufferEvents && s.pendingBytes+len(b) <= decisionLogBufferBytes {
 		s.pending = append(s.pending, b)
 		s.pendingBytes += len(b)
-		// A newer entry is the next tried on its own.
-		s.probes = 0
 	} else {
 		dropped++ // every slot is being sent: this one cannot wait
 	}
@@ -495,11 +494,21 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 	switch {
 	case s.held && !s.confirmed && len(s.pending) > 1:
 		// The first was refused on its own: another goes on its own, the
-		// newest first, then older ones at each try that found it refused
-		// too (one the service refuses by its content would otherwise
-		// stand for every body: review 207 F2). All before it are in
-		// flight, so a full buffer drops none.
-		limit, start = 1, len(s.pending)-1-s.probes%(len(s.pending)-1)
+		// newest, and at every other try one of the oldest, walking up
+		// from the second whatever is logged meanwhile: the newest alone,
+		// or a walk down from it, let entries the service refuses by
+		// their content, logged one after another, stand for every body
+		// (reviews 207 F2, 208 F1). All before it are in flight, so a
+		// full buffer drops none of them.
+		i := len(s.pending) - 1
+		if s.probes%2 == 1 {
+			if s.cursor < 1 || s.cursor >= len(s.pending) {
+				s.cursor = 1
+			}
+			i = s.cursor
+			s.cursor++
+		}
+		limit, start = 1, i
 	case s.held:
 		// The first on its own again: the service took another on its
 		// own just before, or only the first waits.
@@ -597,7 +606,7 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 		// console holds it.
 		id := entryDecisionID(batch[0])
 		s.forgetLocked(0, 1, size)
-		s.held, s.probes = false, 0
+		s.held, s.probes, s.cursor = false, 0, 0
 		s.drop("refused", 1)
 		s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "decision_id": id, "status": status}).Error("Decision-log entry refused by the service on its own, before and after it took another; it is dropped from the upload.")
 		return errAgain
@@ -622,7 +631,7 @@ func (s *sinks) taken(start, n, size int) error {
 		s.confirmed, again = true, errAgain
 	case s.held:
 		// The first taken after all: its refusal was not its own.
-		s.held, s.probes = false, 0
+		s.held, s.probes, s.cursor = false, 0, 0
 	}
 	if s.split > 0 {
 		if s.split *= 2; s.split >= s.batchLimit {
