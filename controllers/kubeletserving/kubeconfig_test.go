@@ -1067,12 +1067,13 @@ func TestAWatchListThatNeverEndsKeepsTheTenantsCount(t *testing.T) {
 }
 
 // refusedReason is whether a KubeletServingCertificates reason says the
-// cluster's API server is not watched.
+// cluster's API server is not watched (or not yet).
 func refusedReason(reason string) bool {
 	switch reason {
 	case kubeletserving.ReasonKubeconfigUnreadable, kubeletserving.ReasonKubeconfigRefused,
 		kubeletserving.ReasonRemoteServerTooLarge, kubeletserving.ReasonRemoteServerInvalid,
-		kubeletserving.ReasonRemoteServerAddressRefused:
+		kubeletserving.ReasonRemoteServerAddressRefused, kubeletserving.ReasonRemoteWatchStarting,
+		kubeletserving.ReasonPolicyEvaluationFailed:
 		return true
 	}
 	return false
