@@ -660,6 +660,21 @@ func withTheServiceAway(t *testing.T, b *bundle.Bundle) (*engine.Engine, *engine
 	return e, metrics
 }
 
+// probeUploading is an engine of a rule that costs nothing uploading its
+// decision log to svc until the test ends, a decision of it (its id), and
+// its metrics.
+func probeUploading(t *testing.T, svc *harness.LogService) (decide func() string, metrics *engine.Metrics) {
+	t.Helper()
+	e, metrics := uploadingTo(t, policyWithProbe(t, "package ichor.probe\n\ndecision := true\n"), svc)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	return func() string {
+		t.Helper()
+		d, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
+		require.NoError(t, err)
+		return d.ID
+	}, metrics
+}
+
 // uploadingTo is an engine of bundle b uploading its decision log to svc,
 // and its metrics; the caller stops it.
 func uploadingTo(t *testing.T, b *bundle.Bundle, svc *harness.LogService) (*engine.Engine, *engine.Metrics) {
@@ -707,13 +722,11 @@ func TestAFullBufferDoesNotHurryTheUploadsBackoff(t *testing.T) {
 func TestABatchTheServiceRefusesAsTooLargeIsSentInSmallerOnes(t *testing.T) {
 	svc := &harness.LogService{}
 	svc.SetMaxEntries(1)
-	e, metrics := uploadingTo(t, policyWithProbe(t, "package ichor.probe\n\ndecision := true\n"), svc)
-	t.Cleanup(func() { e.Stop(context.Background()) })
+	decide, metrics := probeUploading(t, svc)
 
 	const n = 50
 	for range n {
-		_, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
-		require.NoError(t, err)
+		decide()
 	}
 
 	require.Eventually(t, func() bool { return svc.Received() == n }, 30*time.Second, 20*time.Millisecond,
@@ -791,14 +804,7 @@ func TestAnEntryTheServiceRefusesOnItsOwnIsDroppedAndTheRestGoOn(t *testing.T) {
 // backoff, and the good entries before it waited for good).
 func TestANewestEntryTheServiceRefusesDoesNotHoldTheRestBack(t *testing.T) {
 	svc := &harness.LogService{}
-	e, metrics := uploadingTo(t, policyWithProbe(t, "package ichor.probe\n\ndecision := true\n"), svc)
-	t.Cleanup(func() { e.Stop(context.Background()) })
-	decide := func() string {
-		t.Helper()
-		d, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
-		require.NoError(t, err)
-		return d.ID
-	}
+	decide, metrics := probeUploading(t, svc)
 	svc.SetDown(true)
 	first := decide()
 	good := []string{decide(), decide(), decide()}
@@ -865,14 +871,7 @@ func TestAStreamOfRefusedEntriesDoesNotHoldOlderOnesBack(t *testing.T) {
 // nothing (review 207 F1: the entry held was dropped as refused).
 func TestATakenEntryBeforeAnOutageDropsNothingAfterIt(t *testing.T) {
 	svc := &harness.LogService{}
-	e, metrics := uploadingTo(t, policyWithProbe(t, "package ichor.probe\n\ndecision := true\n"), svc)
-	t.Cleanup(func() { e.Stop(context.Background()) })
-	decide := func() string {
-		t.Helper()
-		d, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
-		require.NoError(t, err)
-		return d.ID
-	}
+	decide, metrics := probeUploading(t, svc)
 	svc.SetDown(true)
 	first := decide()
 	newest := decide()
@@ -904,13 +903,11 @@ func TestATakenEntryBeforeAnOutageDropsNothingAfterIt(t *testing.T) {
 func TestAServiceThatRefusesEveryBodyLosesNoEntry(t *testing.T) {
 	svc := &harness.LogService{}
 	svc.SetMaxEntries(0)
-	e, metrics := uploadingTo(t, policyWithProbe(t, "package ichor.probe\n\ndecision := true\n"), svc)
-	t.Cleanup(func() { e.Stop(context.Background()) })
+	decide, metrics := probeUploading(t, svc)
 
 	const n = 3
 	for range n {
-		_, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
-		require.NoError(t, err)
+		decide()
 	}
 	// The batch, then its halves down to the first entry on its own, then
 	// the second on its own.
@@ -921,8 +918,7 @@ func TestAServiceThatRefusesEveryBodyLosesNoEntry(t *testing.T) {
 	// refused every body is dropped (review 206 F1: they were, as soon as
 	// the newest was taken).
 	svc.SetMaxEntries(-1)
-	_, err := e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
-	require.NoError(t, err)
+	decide()
 	require.Eventually(t, func() bool { return svc.Received() == n+1 }, 60*time.Second, 20*time.Millisecond,
 		"every entry reaches the service once it takes bodies again")
 	assert.Zero(t, metrics.UploadDropped("refused"))
