@@ -812,48 +812,34 @@ const (
 	brokenStream       = "\x00broken"
 )
 
-// A log that cannot be opened for any cause but a container still starting
-// or a pod gone (here the pod's kubelet unreachable: the API server's 500)
-// is no pod to skip either: a replay's gate passed on the other replicas'
-// decisions, with one line on the standard error (review 202 F3).
-func TestDecisionsFromClusterFailsWhenALogCannotBeOpened(t *testing.T) {
-	f := newDecisionsFixture(t)
-	srv, _ := apiServerWithPodLogs(t, map[string]string{
-		"ichor-policy-7d9c6b8f5-a": f.kubectlLogs(),
-		"ichor-policy-7d9c6b8f5-b": kubeletUnreachable,
-	})
-	kubeconfig := kubeconfigFor(t, srv.URL, "")
-	for _, args := range [][]string{
-		{"decisions", "list", "--from-cluster", "--kubeconfig", kubeconfig},
-		{"decisions", "replay", "--bundle", harness.PolicyWithoutServingIPCheck(t), "--from-cluster", "--kubeconfig", kubeconfig},
-	} {
-		code, stdout, stderr, _ := decisionsRun(t, "", args...)
-		assert.Equal(t, ExitError, code, "%s: %s", args[:2], stdout)
-		assert.Contains(t, stderr, "read the log of pod ichor-system/ichor-policy-7d9c6b8f5-b", args[:2])
-		assert.Contains(t, stderr, "connection refused", args[:2])
-		assert.Empty(t, stdout, "%s: a listing or a report without that pod's decisions", args[:2])
-	}
-}
-
-// A log that breaks off while it is read is no pod to skip: a replay's gate
-// would pass on the other replicas' decisions alone (review 187: it was
-// skipped as a container still starting is, and the command exited 0).
-func TestDecisionsFromClusterFailsWhenALogBreaksOff(t *testing.T) {
+// A log that breaks off while it is read, or that cannot be opened for
+// another cause than a container still starting or a pod gone (here the
+// pod's kubelet unreachable: the API server's 500), is no pod to skip: a
+// replay's gate would pass on the other replicas' decisions alone (review
+// 187: a log broken off was skipped as a container still starting is, and
+// the command exited 0; review 202 F3: so was one that could not be
+// opened).
+func TestDecisionsFromClusterFailsWhenALogIsNotReadWhole(t *testing.T) {
 	f := newDecisionsFixture(t)
 	logs := f.kubectlLogs()
-	srv, _ := apiServerWithPodLogs(t, map[string]string{
-		"ichor-policy-7d9c6b8f5-a": logs,
-		"ichor-policy-7d9c6b8f5-b": brokenStream + logs[:len(logs)/2],
-	})
-	kubeconfig := kubeconfigFor(t, srv.URL, "")
-	for _, args := range [][]string{
-		{"decisions", "list", "--from-cluster", "--kubeconfig", kubeconfig},
-		{"decisions", "replay", "--bundle", harness.PolicyWithoutServingIPCheck(t), "--from-cluster", "--kubeconfig", kubeconfig},
+	for name, tc := range map[string]struct{ log, says string }{
+		"broken off":          {brokenStream + logs[:len(logs)/2], "read the log of pod ichor-system/ichor-policy-7d9c6b8f5-b"},
+		"kubelet unreachable": {kubeletUnreachable, "connection refused"},
 	} {
-		code, stdout, stderr, _ := decisionsRun(t, "", args...)
-		assert.Equal(t, ExitError, code, "%s: %s", args[:2], stdout)
-		assert.Contains(t, stderr, "read the log of pod ichor-system/ichor-policy-7d9c6b8f5-b", args[:2])
-		assert.Empty(t, stdout, "%s: a listing or a report without that pod's decisions", args[:2])
+		t.Run(name, func(t *testing.T) {
+			srv, _ := apiServerWithPodLogs(t, map[string]string{"ichor-policy-7d9c6b8f5-a": logs, "ichor-policy-7d9c6b8f5-b": tc.log})
+			kubeconfig := kubeconfigFor(t, srv.URL, "")
+			for _, args := range [][]string{
+				{"decisions", "list", "--from-cluster", "--kubeconfig", kubeconfig},
+				{"decisions", "replay", "--bundle", harness.PolicyWithoutServingIPCheck(t), "--from-cluster", "--kubeconfig", kubeconfig},
+			} {
+				code, stdout, stderr, _ := decisionsRun(t, "", args...)
+				assert.Equal(t, ExitError, code, "%s: %s", args[:2], stdout)
+				assert.Contains(t, stderr, "read the log of pod ichor-system/ichor-policy-7d9c6b8f5-b", args[:2])
+				assert.Contains(t, stderr, tc.says, args[:2])
+				assert.Empty(t, stdout, "%s: a listing or a report without that pod's decisions", args[:2])
+			}
+		})
 	}
 }
 
