@@ -270,10 +270,18 @@ func (r *Reconciler) targetFor(ctx context.Context, c *ichorv1alpha1.TalosCluste
 	sum, revision := sha256.Sum256(data), r.revision()
 	r.targets.mu.Lock()
 	t := r.targets.remote[key]
-	current := r.targets.verdicts[key].current(sum, revision)
+	v := r.targets.verdicts[key]
+	current := v.current(sum, revision)
 	r.targets.mu.Unlock()
 	if t != nil && bytes.Equal(t.kubeconfig, data) && current {
 		return t, nil
+	}
+	if current && v.final != nil && !v.final.Allowed {
+		// Refused under this bundle: said again without a start, which
+		// would only wait for room to say it (review 209 F1: the
+		// cluster flipped to RemoteWatchStarting while the room was
+		// busy).
+		return nil, &KubeconfigRefusedError{Decision: *v.final}
 	}
 	if t != nil && !bytes.Equal(t.kubeconfig, data) {
 		// Another content: the watch with the old credentials ends now,

@@ -643,3 +643,30 @@ func TestAStartWaitingForRoomAfterAFailureSaysTheFailure(t *testing.T) {
 	end(now, time.Second, nil)
 	assert.NoError(t, waitsWith(), "a failure said after a start that worked")
 }
+
+// A cluster whose kubeconfig is refused under the bundle in service says so
+// at every reconcile, whether the room for starts is busy or not: the
+// refusal needs no start (review 209 F1: it flipped to RemoteWatchStarting
+// while another start held the room).
+func TestARefusedKubeconfigIsSaidWithoutWaitingForRoom(t *testing.T) {
+	f := newQueueFixture(t, clocktesting.NewFakeClock(time.Unix(1_000_000, 0)))
+	refused := engine.KubeconfigDecision{Reasons: engine.Reasons{{Code: "KubeconfigExecPlugin", Message: "an exec plugin"}}, DecisionID: "d-1"}
+	f.judgeRemotely(t, "kubeconfig", &target{cancel: func() {}}, refused)
+	// A refusal ends the watch: the next reconcile finds none.
+	f.r.targets.remote = map[types.NamespacedName]*target{}
+	ctx := context.Background()
+
+	sibling := types.NamespacedName{Namespace: f.cluster.Namespace, Name: "sibling"}
+	end, err := f.r.targets.starts.begin(sibling, sha256.Sum256([]byte("sibling")), "", f.r.Clock.Now(), time.Second)
+	require.NoError(t, err)
+	defer end(f.r.Clock.Now(), time.Second, nil)
+
+	_, err = f.r.Reconcile(ctx, reconcile.Request{NamespacedName: f.cluster})
+	require.NoError(t, err)
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	cond := meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+	require.NotNil(t, cond)
+	assert.Equal(t, ReasonKubeconfigRefused, cond.Reason)
+	assert.Contains(t, cond.Message, "KubeconfigExecPlugin")
+}
