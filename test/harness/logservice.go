@@ -27,7 +27,17 @@ type LogService struct {
 	maxEntries int
 	refused    map[string]bool
 	refuseKey  string
+	alternate  bool
 	afterTake  func(ids []string)
+}
+
+// Alternate makes the service refuse (400) every other body, whatever it
+// holds, as a balancer over a backend that takes bodies and one that
+// refuses them all does.
+func (l *LogService) Alternate() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.alternate = true
 }
 
 // RefuseInput makes the service refuse (400) every body that holds an
@@ -83,7 +93,12 @@ func (l *LogService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
 	l.posts++
 	down, limited, maxEntries := l.down, l.limited, l.maxEntries
+	refuseThis := l.alternate && l.posts%2 == 1
 	l.mu.Unlock()
+	if refuseThis {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
 	if down {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
