@@ -866,6 +866,28 @@ func TestAStreamOfRefusedEntriesDoesNotHoldOlderOnesBack(t *testing.T) {
 		"the entries the service takes are sent while refused ones keep coming")
 }
 
+// A balancer alternating a backend that takes bodies with one that refuses
+// them all has no entry dropped: an entry is dropped only when refused twice
+// in a row right after the service took another (review 209 F2: refused,
+// taken, refused dropped a good entry).
+func TestABalancerOverARefusingBackendDropsNothing(t *testing.T) {
+	svc := &harness.LogService{}
+	svc.Alternate()
+	decide, metrics := probeUploading(t, svc)
+	const n = 5
+	for range n {
+		decide()
+	}
+	// The batch, then its halves, the refusals falling on every other
+	// upload, leave the fifth refused on its own (the seventh upload), and
+	// held; a newer entry is then taken on its own, and the fifth refused
+	// right after.
+	require.Eventually(t, func() bool { return svc.Posts() >= 7 }, 30*time.Second, 20*time.Millisecond)
+	decide()
+	require.Eventually(t, func() bool { return svc.Received() == n+1 }, 60*time.Second, 20*time.Millisecond, "every entry is taken")
+	assert.Zero(t, metrics.UploadDropped("refused"))
+}
+
 // The service's taking an entry counts for the upload right after only: a
 // 503 between the two, and a service that then refuses every body, drop
 // nothing (review 207 F1: the entry held was dropped as refused).

@@ -197,7 +197,8 @@ type sinks struct {
 	// was refused on its own (refusedStatus); confirmed: the service took
 	// another on its own just before (for the next upload only); probes:
 	// the tries of another on its own that were refused too; cursor: the
-	// next of the oldest to try so. A full buffer does not drop the entry
+	// next of the oldest to try so; strikes: the first's refusals right
+	// after a taking (dropped at the second in a row). A full buffer does not drop the entry
 	// held (unless it holds one entry only). Only uploads change these,
 	// and Log the entry held that it drops.
 	batchLimit int
@@ -205,6 +206,7 @@ type sinks struct {
 	split      int
 	held       bool
 	confirmed  bool
+	strikes    int
 	probes     int
 	cursor     int
 	// closed: Stop has counted what was pending as dropped; an entry logged
@@ -322,7 +324,7 @@ func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
 	}
 	for (len(s.pending)+1 > s.config.BufferEvents || s.pendingBytes+len(b) > decisionLogBufferBytes) && len(s.pending) > keep {
 		if keep == 0 {
-			s.held, s.confirmed, s.probes, s.cursor = false, false, 0, 0
+			s.held, s.confirmed, s.probes, s.cursor, s.strikes = false, false, 0, 0, 0
 		}
 		s.pendingBytes -= len(s.pending[keep])
 		s.pending = append(s.pending[:keep], s.pending[keep+1:]...)
@@ -519,6 +521,9 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 	// every body when it comes back (review 207 F1).
 	confirmed := s.confirmed
 	s.confirmed = false
+	if !confirmed {
+		s.strikes = 0
+	}
 	n, size := 0, 0
 	for start+n < len(s.pending) && n < limit && (n == 0 || size+len(s.pending[start+n]) <= uploadBatchBytes) {
 		size += len(s.pending[start+n])
@@ -600,13 +605,20 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 		// older one.
 		s.probes++
 		return fmt.Errorf("the decision-log service refused the first entry and another, each on its own (%s): it refuses every body, not one entry; they are kept", status)
+	case s.held && confirmed && s.strikes == 0:
+		// Refused right after the service took another: once more at
+		// once, so that a balancer alternating a backend that takes
+		// bodies with one that refuses them all does not have a good
+		// entry dropped (review 209 F2).
+		s.strikes, s.confirmed = 1, true
+		return errAgain
 	case s.held && confirmed:
-		// Refused on its own before and after the service took another
-		// on its own: it would stop every upload after it for good. The
-		// console holds it.
+		// Refused on its own before, and twice right after the service
+		// took another on its own: it would stop every upload after it
+		// for good. The console holds it.
 		id := entryDecisionID(batch[0])
 		s.forgetLocked(0, 1, size)
-		s.held, s.probes, s.cursor = false, 0, 0
+		s.held, s.probes, s.cursor, s.strikes = false, 0, 0, 0
 		s.drop("refused", 1)
 		s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "decision_id": id, "status": status}).Error("Decision-log entry refused by the service on its own, before and after it took another; it is dropped from the upload.")
 		return errAgain
@@ -631,7 +643,7 @@ func (s *sinks) taken(start, n, size int) error {
 		s.confirmed, again = true, errAgain
 	case s.held:
 		// The first taken after all: its refusal was not its own.
-		s.held, s.probes, s.cursor = false, 0, 0
+		s.held, s.probes, s.cursor, s.strikes = false, 0, 0, 0
 	}
 	if s.split > 0 {
 		if s.split *= 2; s.split >= s.batchLimit {
