@@ -263,9 +263,9 @@ func (s *shardFleet) decidedOnlyBy(names []string, clusterOf map[string]string, 
 }
 
 // Three replicas over thirty clusters: every shard held by the replica
-// rendezvous hashing picks, every cluster named served by its shard's holder,
-// each replica serving some, and each request decided by that replica alone,
-// once.
+// rendezvous hashing picks, each replica holding some, every cluster named
+// served by its shard's holder, and each request decided by that replica
+// alone, once.
 func TestShardThreeReplicasServeEachOfThirtyClustersExactlyOnce(t *testing.T) {
 	s := newShardFleet(t, 60)
 	live := []string{"sa", "sb", "sc"}
@@ -279,8 +279,18 @@ func TestShardThreeReplicasServeEachOfThirtyClustersExactlyOnce(t *testing.T) {
 		per[served[c]]++
 	}
 	t.Logf("clusters per replica: %v", per)
+	// Each replica holds shards; whether a cluster falls in them is its
+	// UID's hash, which the API server picks: a replica holding two of the
+	// twelve shards serves none of thirty clusters in 0.4% of runs (CI run
+	// 71c), so serving some is not asserted.
 	for _, id := range live {
-		assert.Positive(t, per[id], "replica %s serves no cluster", id)
+		held := 0
+		for n := range shardCount {
+			if shard.Owner(live, n) == id {
+				held++
+			}
+		}
+		assert.Positive(t, held, "replica %s holds no shard", id)
 	}
 	names, clusterOf := s.submitAll(nil)
 	waitDecided(s.ctx, t, names, 60*time.Second)
