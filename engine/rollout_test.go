@@ -919,9 +919,9 @@ func TestATakenEntryBeforeAnOutageDropsNothingAfterIt(t *testing.T) {
 
 // A service that refuses every body (a proxy answering 400 or 413 whatever
 // it is sent) loses no entry: an entry refused on its own is dropped only
-// when the service takes another on its own meanwhile. Once the service
-// takes bodies again, every entry reaches it (review 204 F1: the first
-// version dropped an entry at its first refusal on its own).
+// when refused twice right after the service took another on its own. Once
+// the service takes bodies again, every entry reaches it (review 204 F1: the
+// first version dropped an entry at its first refusal on its own).
 func TestAServiceThatRefusesEveryBodyLosesNoEntry(t *testing.T) {
 	svc := &harness.LogService{}
 	svc.SetMaxEntries(0)
@@ -932,7 +932,7 @@ func TestAServiceThatRefusesEveryBodyLosesNoEntry(t *testing.T) {
 		decide()
 	}
 	// The batch, then its halves down to the first entry on its own, then
-	// the second on its own.
+	// the newest on its own.
 	require.Eventually(t, func() bool { return svc.Posts() >= 4 }, 30*time.Second, 20*time.Millisecond)
 	assert.Zero(t, metrics.UploadDropped("refused"), "an entry dropped by a service that refuses every body")
 

@@ -62,17 +62,17 @@ const (
 // rather than being away: 413 above its size limit, 400 or 422 for what it
 // cannot take. A batch so refused is split in halves, sent at once, until
 // the service takes them (a 413 also lowers the batch limit, batchLimit).
-// The first entry, refused on its own, is held: the newest is sent on its
-// own, and if the service takes it the first is sent on its own again and,
-// refused again, dropped (cause refused): the service takes bodies and
-// refuses that one, which would otherwise stop every upload after it. A
-// service that refuses the newest too refuses every body, as far as can be
-// told (a proxy's 400 to plain http, a gateway's): the entries wait, as for
-// any failure. Before review 202, every answer was a failure to retry with
-// the same batch, and the buffer dropped the rest as buffer_full; an entry
-// is dropped only once refused on its own both before and after the
-// service took another (review 206: entries held while the service refused
-// every body were dropped when it came back).
+// The first entry, refused on its own, is held, and another is sent on its
+// own (the newest, or in turn one of the oldest); if the service takes it,
+// the first is sent on its own again and, refused twice in a row right
+// then, dropped (cause refused): the service takes bodies and refuses that
+// one, which would otherwise stop every upload after it. A service that
+// refuses the other too refuses every body, as far as can be told (a
+// proxy's 400 to plain http, a gateway's): the entries wait, as for any
+// failure, and none is dropped when it comes back. Before review 202, every
+// answer was a failure to retry with the same batch, and the buffer dropped
+// the rest as buffer_full; reviews 204 to 209 found the ways a simpler
+// scheme lost entries or stalled behind them.
 func refusedStatus(code int) bool {
 	return code == http.StatusRequestEntityTooLarge || code == http.StatusBadRequest || code == http.StatusUnprocessableEntity
 }
@@ -94,8 +94,8 @@ func (e *errRefusedBatch) Error() string {
 }
 
 // errAgain: the upload's answer is followed by another at once, said
-// already where it was decided (the newest taken on its own, or the first
-// dropped as refused).
+// already where it was decided (another taken on its own, the first refused
+// once right after, or dropped as refused).
 var errAgain = errors.New("another upload at once")
 
 // The decision-log file's rotation by default: at 100 MiB the file is
@@ -198,9 +198,9 @@ type sinks struct {
 	// another on its own just before (for the next upload only); probes:
 	// the tries of another on its own that were refused too; cursor: the
 	// next of the oldest to try so; strikes: the first's refusals right
-	// after a taking (dropped at the second in a row). A full buffer does not drop the entry
-	// held (unless it holds one entry only). Only uploads change these,
-	// and Log the entry held that it drops.
+	// after a taking (dropped at the second in a row). A full buffer does
+	// not drop the entry held (unless it holds one entry only). Only
+	// uploads change these, and Log the entry held that it drops.
 	batchLimit int
 	atLimit    int
 	split      int
@@ -497,11 +497,11 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 	case s.held && !s.confirmed && len(s.pending) > 1:
 		// The first was refused on its own: another goes on its own, the
 		// newest, and at every other try one of the oldest, walking up
-		// from the second whatever is logged meanwhile: the newest alone,
-		// or a walk down from it, let entries the service refuses by
-		// their content, logged one after another, stand for every body
-		// (reviews 207 F2, 208 F1). All before it are in flight, so a
-		// full buffer drops none of them.
+		// from the second whatever is logged meanwhile. Tried alone, the
+		// newest let entries the service refuses by their content, logged
+		// one after another, stand for every body (reviews 207 F2, 208
+		// F1). All before it are in flight, so a full buffer drops none
+		// of them.
 		i := len(s.pending) - 1
 		if s.probes%2 == 1 {
 			if s.cursor < 1 || s.cursor >= len(s.pending) {
