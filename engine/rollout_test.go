@@ -57,7 +57,7 @@ func policyBundle(t *testing.T, loosen bool) *bundle.Bundle {
 	dir := t.TempDir()
 	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
 	if loosen {
-		path := filepath.Join(dir, "ichor", "kubelet_serving", "kubelet_serving.rego")
+		path := filepath.Join(dir, "ichor", "kubelet_serving", "names.rego")
 		src, err := os.ReadFile(path)
 		require.NoError(t, err)
 		loosened := strings.Replace(string(src), "\tsan.type == \"ip\"\n\tnot san.value in", "\tsan.type == \"ip-disabled\"\n\tnot san.value in", 1)

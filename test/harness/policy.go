@@ -15,7 +15,7 @@ import (
 // the tests of check-csr and replay.
 func PolicyWithoutServingIPCheck(t testing.TB) string {
 	t.Helper()
-	return policyWith(t, filepath.Join("ichor", "kubelet_serving", "kubelet_serving.rego"),
+	return policyWith(t, filepath.Join("ichor", "kubelet_serving", "names.rego"),
 		"\tsan.type == \"ip\"\n\tnot san.value in", "\tsan.type == \"ip-disabled\"\n\tnot san.value in")
 }
 

@@ -1,5 +1,7 @@
 package ichor.kubelet_client_test
 
+import data.ichor.kubelet_client
+
 # An input without a request (or with one Go would never build) is not approved: each
 # reason still has its message, so no check is skipped for want of one.
 test_input_without_a_request_is_not_approved if {
@@ -78,4 +80,51 @@ test_a_second_pem_block_is_not_recognized if {
 # A decision logged before Go described the PEM replays as it was decided.
 test_an_input_without_pem_facts_is_judged_on_the_rest if {
 	_decide([{"op": "remove", "path": "/csr/request/pem"}]).action == "approve"
+}
+
+# A missing or ill-typed fact makes the check that needs it fail, with its message: a check
+# over an undefined fact would report nothing, and a request with nothing reported is
+# recognized (review 210).
+test_a_missing_fact_of_the_request_is_not_recognized if {
+	every path, code in {"/csr/usages": "UsagesNotAllowed", "/csr/request/public_key": "PublicKeyNotAllowed"} {
+		d := _decide([{"op": "remove", "path": path}])
+		d.action == "pending"
+		[r.code | some r in d.reasons] == [code]
+		d.reasons[0].message != ""
+	}
+}
+
+test_a_fact_that_is_not_the_boolean_true_is_not_true if {
+	every value in [null, "true", 1, {}] {
+		"MalformedRequest" in {r.code | some r in _decide(_set("/csr/request/parsed", value)).reasons}
+		_codes(_set("/csr/request/signature_valid", value)) == ["InvalidSignature"]
+	}
+}
+
+# Without a requester nobody renews their own certificate, and the reason still says who
+# may not create what.
+test_a_request_without_a_requester_is_not_a_self_request if {
+	d := _decide(array.concat([{"op": "remove", "path": "/csr/username"}], _allow(true, false)))
+	d.action == "pending"
+	[r.code | some r in d.reasons] == ["NodeClientNotAuthorized"]
+	contains(d.reasons[0].message, `but "" may not create`)
+}
+
+test_names_not_written_as_names_are_names if {
+	every sans in [["worker-1"], "worker-1", {"type": "dns"}] {
+		_codes(_set("/csr/request/subject_alt_names", sans)) == ["SANPresent"]
+	}
+}
+
+test_null_names_are_none if {
+	_decide(_set("/csr/request/subject_alt_names", null)).action == "approve"
+}
+
+test_a_machine_that_is_not_an_object_is_no_machine if {
+	every machine in [null, "worker-1"] {
+		codes := {r.code |
+			some r in _decide([{"op": "add", "path": "/machine", "value": machine}]).reasons
+		} with kubelet_client.config as _config_with({"require_managed_machine": true})
+		codes == {"MachineUnknown"}
+	}
 }

@@ -44,6 +44,17 @@ _config := data.ichor.kubelet_client.config
 
 _request := input.csr.request
 
+# Go always gives every fact, but a hand-made input (opa eval, a test case, a log from an
+# older build) may lack one or hold it as another type. A check over a missing fact is
+# undefined: it reports nothing, and a request with nothing reported is recognized (review
+# 210). So the facts a message names are read with object.get, flags are tested against the
+# boolean true (null and "yes" are truthy to a bare reference), and a missing requester is
+# no one, whom no review allows.
+_username := object.get(input.csr, "username", "")
+
+# The machine the node name found: an object; anything else (null, a string) is none.
+_machine := input.machine if is_object(input.machine)
+
 # METADATA
 # title: Kubelet client decision
 # description: |
@@ -80,7 +91,7 @@ approved := {
 	"code": "IchorKubeletClient",
 	"message": sprintf(
 		"kubelet client certificate for node %q approved as %s: %q may create %s",
-		[_node_name, _authorized_kind, input.csr.username, _config.kinds[_authorized_kind].subresource],
+		[_node_name, _authorized_kind, _username, _config.kinds[_authorized_kind].subresource],
 	),
 }
 
@@ -108,8 +119,8 @@ unrecognized contains reason if {
 # custom:
 #   code: InvalidSignature
 unrecognized contains reason if {
-	_request.parsed
-	not _request.signature_valid
+	_request.parsed == true
+	not _request.signature_valid == true
 	reason := {
 		"code": "InvalidSignature",
 		"message": sprintf(
@@ -125,7 +136,7 @@ unrecognized contains reason if {
 # custom:
 #   code: OrganizationNotNodes
 unrecognized contains reason if {
-	_request.parsed
+	_request.parsed == true
 	organizations := lib_csr.organizations(_request)
 	organizations != [_config.node_organization]
 	reason := {
@@ -143,7 +154,7 @@ unrecognized contains reason if {
 # custom:
 #   code: CommonNameNotNode
 unrecognized contains reason if {
-	_request.parsed
+	_request.parsed == true
 	_node_name == ""
 	reason := {
 		"code": "CommonNameNotNode",
@@ -162,12 +173,12 @@ unrecognized contains reason if {
 # custom:
 #   code: SANPresent
 unrecognized contains reason if {
-	some san in _request.subject_alt_names
+	some san in lib_csr.subject_alt_names(object.get(_request, "subject_alt_names", null))
 	reason := {
 		"code": "SANPresent",
 		"message": sprintf(
 			"%s: it has the subject alternative name %q of type %s, and a node client certificate has none",
-			[_not_node_client, san.value, san.type],
+			[_not_node_client, lib_csr.name_text(san, "value"), lib_csr.name_text(san, "type")],
 		),
 	}
 }
@@ -182,12 +193,12 @@ unrecognized contains reason if {
 # custom:
 #   code: UsagesNotAllowed
 unrecognized contains reason if {
-	not lib_csr.usages_allowed(input.csr.usages, _config.allowed_usage_sets)
+	not lib_csr.usages_allowed(object.get(input.csr, "usages", []), _config.allowed_usage_sets)
 	reason := {
 		"code": "UsagesNotAllowed",
 		"message": sprintf(
 			"%s: usages %v are not one of the sets %v",
-			[_not_node_client, input.csr.usages, [usages | some usages in _config.allowed_usage_sets]],
+			[_not_node_client, object.get(input.csr, "usages", []), [usages | some usages in _config.allowed_usage_sets]],
 		),
 	}
 }
@@ -202,13 +213,16 @@ unrecognized contains reason if {
 # custom:
 #   code: PublicKeyNotAllowed
 unrecognized contains reason if {
-	_request.parsed
-	not lib_keys.allowed(_request.public_key, lib_keys.algorithms)
+	_request.parsed == true
+	not lib_keys.allowed(object.get(_request, "public_key", {}), lib_keys.algorithms)
 	reason := {
 		"code": "PublicKeyNotAllowed",
 		"message": sprintf(
 			"%s: public key %q is not allowed; allowed are %s",
-			[_not_node_client, lib_keys.text(_request.public_key), lib_keys.algorithms_text(lib_keys.algorithms)],
+			[
+				_not_node_client, lib_keys.text(object.get(_request, "public_key", {})),
+				lib_keys.algorithms_text(lib_keys.algorithms),
+			],
 		),
 	}
 }
@@ -228,7 +242,7 @@ unauthorized contains reason if {
 		"code": "SelfNodeClientNotAuthorized",
 		"message": sprintf(
 			"recognized as selfnodeclient, but %q may not create %s: %s",
-			[input.csr.username, _config.kinds.selfnodeclient.subresource, _review("selfnodeclient")],
+			[_username, _config.kinds.selfnodeclient.subresource, _review("selfnodeclient")],
 		),
 	}
 }
@@ -249,7 +263,7 @@ unauthorized contains reason if {
 		"code": "NodeClientNotAuthorized",
 		"message": sprintf(
 			"recognized as nodeclient%s, but %q may not create %s: %s",
-			[_not_self_note, input.csr.username, _config.kinds.nodeclient.subresource, _review("nodeclient")],
+			[_not_self_note, _username, _config.kinds.nodeclient.subresource, _review("nodeclient")],
 		),
 	}
 }
@@ -285,7 +299,7 @@ privileged contains reason if {
 #   code: MachineUnknown
 unmanaged contains reason if {
 	_config.require_managed_machine == true
-	not input.machine
+	not _machine
 	reason := {
 		"code": "MachineUnknown",
 		"message": sprintf(
@@ -308,7 +322,7 @@ _node_client if count(unrecognized) == 0
 
 _self_node_client if {
 	_node_client
-	input.csr.username == lib_csr.common_names(_request)[0]
+	_username == lib_csr.common_names(_request)[0]
 }
 
 # sarapprove's order: the self recognizer first, then node-client.
@@ -344,7 +358,7 @@ default _not_self_note := ""
 
 _not_self_note := sprintf(
 	" (not selfnodeclient: spec.username %q is not the common name %q)",
-	[input.csr.username, lib_csr.common_names(_request)[0]],
+	[_username, lib_csr.common_names(_request)[0]],
 ) if {
 	not _self_node_client
 }

@@ -5,6 +5,9 @@ import data.ichor.lib.reasons as lib_reasons
 
 _certificate := input.certificate
 
+# The certificate's names as lib/csr reads a request's: each {"type", "value"}, none for none.
+_certificate_sans := lib_csr.subject_alt_names(object.get(_certificate, "subject_alt_names", null))
+
 # METADATA
 # title: Kubelet serving certificate audit
 # description: |
@@ -94,7 +97,7 @@ audit_unknown contains reason if {
 # custom:
 #   code: CertificateNodeUnreadable
 audit_unknown contains reason if {
-	not input.node.readable
+	not input.node.readable == true
 	reason := {
 		"code": "CertificateNodeUnreadable",
 		"message": sprintf(
@@ -246,30 +249,30 @@ _certificate_names_not_node contains problem if {
 
 _certificate_names_not_node contains problem if {
 	_certificate.read
-	input.node.readable
-	sans := _certificate.subject_alt_names
-	some problem in (_dns_names_not_node(sans, input.node) | _ips_not_node(sans, input.node))
+	input.node.readable == true
+	some problem in (_dns_names_not_node(_certificate_sans, input.node) | _ips_not_node(_certificate_sans, input.node))
 }
 
 _certificate_names_not_node contains problem if {
 	_certificate.read
-	input.node.readable
+	input.node.readable == true
 	name := lib_csr.node_name(_certificate, _config.node_user_prefix)
-	name != input.node.nodename
-	problem := sprintf("its subject names node %q, but Talos reports Nodename %q", [name, input.node.nodename])
+	nodename := object.get(input.node, "nodename", "")
+	name != nodename
+	problem := sprintf("its subject names node %q, but Talos reports Nodename %q", [name, nodename])
 }
 
 # Names no serving certificate may have, judged without the node: a type approval forbids
 # (SANTypeForbidden's check), none of the types it allows, or names that do not parse.
 _certificate_names_not_node contains problem if {
 	_certificate.read
-	some problem in _sans_of_forbidden_type(_certificate.subject_alt_names)
+	some problem in _sans_of_forbidden_type(_certificate_sans)
 }
 
 _certificate_names_not_node contains problem if {
 	_certificate.read
 	not _certificate.san_error
-	_sans_missing([san | some san in _certificate.subject_alt_names; _config.allowed_san_types[san.type]])
+	_sans_missing([san | some san in _certificate_sans; _config.allowed_san_types[san.type]])
 	problem := "it has no DNS name or IP address, and a serving certificate must name the node by them"
 }
 

@@ -44,8 +44,8 @@ _request := input.csr.request
 decision := _decide if input.csr.signer_name == _config.signer_name
 
 _decide := _verdict("pending", pending) if {
-	not input.machine
-	_request.parsed
+	not _machine
+	_request.parsed == true
 }
 
 else := _verdict("deny", rejected) if count(rejected) > 0
@@ -84,7 +84,7 @@ limits := {
 # entrypoint: true
 rejection := _verdict("deny", rejected) if {
 	input.csr.signer_name == _config.signer_name
-	input.machine
+	_machine
 	count(rejected) > 0
 }
 
@@ -103,7 +103,7 @@ approved := {
 	"code": "IchorKubeletServing",
 	"message": sprintf(
 		"kubelet serving certificate for node %q (machine %q) matches its identity read from the Talos API",
-		[_node_name, input.machine.name],
+		[_node_name, _machine_name],
 	),
 }
 
@@ -125,8 +125,8 @@ rejected contains reason if {
 # custom:
 #   code: InvalidSignature
 rejected contains reason if {
-	_request.parsed
-	not _request.signature_valid
+	_request.parsed == true
+	not _request.signature_valid == true
 	reason := {
 		"code": "InvalidSignature",
 		"message": sprintf(
@@ -156,7 +156,7 @@ rejected contains reason if {
 		"message": sprintf(
 			"%s has %d undecided kubelet serving requests and %d newer than this one; %s",
 			[
-				input.csr.username, _count("from_requester"), newer,
+				_username, _count("from_requester"), newer,
 				sprintf("only the newest %d are decided", [_config.max_undecided_per_requester]),
 			],
 		),
@@ -200,7 +200,7 @@ _count(name) := object.get(input, ["requests", name], 0)
 # custom:
 #   code: MachineUnknown
 pending contains reason if {
-	not input.machine
+	not _machine
 	reason := {
 		"code": "MachineUnknown",
 		"message": sprintf(
@@ -237,8 +237,8 @@ pending contains reason if {
 # custom:
 #   code: NodeUnreadable
 pending contains reason if {
-	input.machine
-	not input.node.readable
+	_machine
+	not input.node.readable == true
 	reason := {
 		"code": "NodeUnreadable",
 		"message": sprintf(
@@ -257,14 +257,15 @@ pending contains reason if {
 # custom:
 #   code: NodenameMismatch
 pending contains reason if {
-	input.node.readable
+	input.node.readable == true
 	_node_name != ""
-	input.node.nodename != _node_name
+	nodename := object.get(input.node, "nodename", "")
+	nodename != _node_name
 	reason := {
 		"code": "NodenameMismatch",
 		"message": sprintf(
 			"machine %q was found for node name %q but Talos reports Nodename %q",
-			[input.machine.name, _node_name, input.node.nodename],
+			[_machine_name, _node_name, nodename],
 		),
 	}
 }
@@ -275,12 +276,12 @@ pending contains reason if {
 # custom:
 #   code: UsernameMismatch
 deny contains reason if {
-	input.csr.username != concat("", [_config.node_user_prefix, _node_name])
+	_username != concat("", [_config.node_user_prefix, _node_name])
 	reason := {
 		"code": "UsernameMismatch",
 		"message": sprintf(
 			"requested by %q, not by %q",
-			[input.csr.username, concat("", [_config.node_user_prefix, _node_name])],
+			[_username, concat("", [_config.node_user_prefix, _node_name])],
 		),
 	}
 }
@@ -291,10 +292,13 @@ deny contains reason if {
 # custom:
 #   code: GroupMissing
 deny contains reason if {
-	not _config.node_group in input.csr.groups
+	not _config.node_group in object.get(input.csr, "groups", [])
 	reason := {
 		"code": "GroupMissing",
-		"message": sprintf("the requester's groups %v do not include %q", [input.csr.groups, _config.node_group]),
+		"message": sprintf(
+			"the requester's groups %v do not include %q",
+			[object.get(input.csr, "groups", []), _config.node_group],
+		),
 	}
 }
 
@@ -322,7 +326,7 @@ deny contains reason if {
 # custom:
 #   code: SANTypeForbidden
 deny contains reason if {
-	some message in _sans_of_forbidden_type(_request.subject_alt_names)
+	some message in _sans_of_forbidden_type(_sans)
 	reason := {"code": "SANTypeForbidden", "message": message}
 }
 
@@ -332,7 +336,7 @@ deny contains reason if {
 # custom:
 #   code: SANMissing
 deny contains reason if {
-	_sans_missing(_request.subject_alt_names)
+	_sans_missing(_sans)
 	reason := {
 		"code": "SANMissing",
 		"message": "the request has no subject alternative name; it must name the node's DNS names or IP addresses",
@@ -345,7 +349,7 @@ deny contains reason if {
 # custom:
 #   code: DNSNameNotNode
 deny contains reason if {
-	some message in _dns_names_not_node(_request.subject_alt_names, input.node)
+	some message in _dns_names_not_node(_sans, input.node)
 	reason := {"code": "DNSNameNotNode", "message": message}
 }
 
@@ -355,7 +359,7 @@ deny contains reason if {
 # custom:
 #   code: IPNotNode
 deny contains reason if {
-	some message in _ips_not_node(_request.subject_alt_names, input.node)
+	some message in _ips_not_node(_sans, input.node)
 	reason := {"code": "IPNotNode", "message": message}
 }
 
@@ -367,12 +371,12 @@ deny contains reason if {
 # custom:
 #   code: UsagesNotAllowed
 deny contains reason if {
-	not lib_csr.usages_allowed(input.csr.usages, _config.allowed_usage_sets)
+	not lib_csr.usages_allowed(object.get(input.csr, "usages", []), _config.allowed_usage_sets)
 	reason := {
 		"code": "UsagesNotAllowed",
 		"message": sprintf(
 			"usages %v are not one of the allowed sets %v",
-			[input.csr.usages, [usages | some usages in _config.allowed_usage_sets]],
+			[object.get(input.csr, "usages", []), [usages | some usages in _config.allowed_usage_sets]],
 		),
 	}
 }
@@ -387,13 +391,13 @@ deny contains reason if {
 # custom:
 #   code: PublicKeyNotAllowed
 deny contains reason if {
-	_request.parsed
-	not lib_keys.allowed(_request.public_key, lib_keys.algorithms)
+	_request.parsed == true
+	not lib_keys.allowed(object.get(_request, "public_key", {}), lib_keys.algorithms)
 	reason := {
 		"code": "PublicKeyNotAllowed",
 		"message": sprintf(
 			"public key %q is not allowed; allowed are %s",
-			[lib_keys.text(_request.public_key), lib_keys.algorithms_text(lib_keys.algorithms)],
+			[lib_keys.text(object.get(_request, "public_key", {})), lib_keys.algorithms_text(lib_keys.algorithms)],
 		),
 	}
 }
@@ -460,40 +464,3 @@ _subject_text := _subject_text_of(_request)
 _subject_text_of(named) := concat(", ", [sprintf("%s=%s", [lib_csr.attribute_label(attr), attr.value]) |
 	some attr in named.subject
 ])
-
-# The name checks, one message per name of sans that is not the node's as input.node
-# reports it: the same checks judge a request (approval) and a certificate in service
-# (the audit), so "no longer the node's" means exactly "would not be approved today".
-# Empty names are dropped so that an empty DNS name can never match a node with no hostname.
-_dns_names_not_node(sans, node) := {msg |
-	some san in sans
-	san.type == "dns"
-	not san.value in {name | some name in [node.nodename, node.hostname]; name != ""}
-	msg := sprintf(
-		"DNS name %q is neither the node's Nodename %q nor its hostname %q",
-		[san.value, node.nodename, node.hostname],
-	)
-}
-
-# One message per name of sans of a type no kubelet serving certificate may have (allowed_san_types
-# of data.json): what refuses a request (SANTypeForbidden) finds a certificate in service drifted.
-_sans_of_forbidden_type(sans) := {msg |
-	some san in sans
-	not _config.allowed_san_types[san.type]
-	msg := sprintf(
-		"subject alternative name %q of type %s is not allowed; only DNS names and IP addresses are",
-		[san.value, san.type],
-	)
-}
-
-# Whether sans name nothing. Approval asks it of every name requested (SANMissing: a request
-# without any name); the audit of those of an allowed type, since a certificate in service has
-# had no approval to refuse its other names.
-_sans_missing(sans) if count(sans) == 0
-
-_ips_not_node(sans, node) := {msg |
-	some san in sans
-	san.type == "ip"
-	not san.value in {addr | some addr in node.addresses}
-	msg := sprintf("IP address %s is not one of the node's addresses %v", [san.value, node.addresses])
-}

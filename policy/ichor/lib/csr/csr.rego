@@ -76,13 +76,14 @@ usages_allowed(usages, allowed_sets) if {
 #   refused: the signer never reads it, but a person or a tool reading the object might. An
 #   input without request.pem (logged before Go gave it) has no PEM problem, and one without
 #   a parse error (no request at all) still gets its message: a reason that cannot be built
-#   would let the request through.
+#   would let the request through. A request parsed only when its parsed fact is the boolean
+#   true: a hand-made input's null or "yes" is truthy to a bare reference.
 malformed(request) := unparsed | pem if {
 	unparsed := {sprintf("does not parse as a certificate request: %s", [_parse_error(request)]) |
-		not request.parsed
+		not request.parsed == true
 	}
 	pem := {message |
-		request.parsed
+		request.parsed == true
 		some message in [
 			_first_type_problem(object.get(request, ["pem", "types"], ["CERTIFICATE REQUEST"])),
 			_blocks_problem(object.get(request, ["pem", "blocks"], 1)),
@@ -108,3 +109,34 @@ _blocks_problem(blocks) := "" if {
 	"holds %d PEM blocks; the signer reads the first only, and a reader of the object may see another",
 	[blocks],
 )
+
+# METADATA
+# title: Subject alternative names
+# description: |
+#   A request's names (its subject_alt_names, null when it has none) as a list: none for
+#   null, and names that are not a list as one name of no type, so that a check over the
+#   names sees it; a hand-made input's names that could not be iterated would be skipped by
+#   every check. Given the names rather than the request: a call's arguments are hashed, and
+#   a request's are many.
+subject_alt_names(names) := names if {
+	is_array(names)
+} else := [] if {
+	names == null
+} else := [{"type": "", "value": sprintf("%v", [names])}]
+
+# METADATA
+# title: Name field as text
+# description: |
+#   A name's type or value as a message shows it: the string, or whatever else the input
+#   holds there (a name that is not a {"type", "value"} object, a field that is not a
+#   string) written out. Only messages read it, so a request's well-formed names cost nothing.
+name_text(name, field) := name[field] if {
+	is_string(name[field])
+} else := sprintf("%v", [name[field]]) if {
+	is_object(name)
+	field in object.keys(name)
+} else := "" if {
+	is_object(name)
+} else := "" if {
+	field == "type"
+} else := sprintf("%v", [name])

@@ -36,11 +36,16 @@ _curve_allowed(curve, rule) if curve in rule.curves
 
 # METADATA
 # title: Key text
-# description: How a key is named in a message, such as "RSA 1024-bit" or "ECDSA P-224 224-bit".
+# description: |
+#   How a key is named in a message, such as "RSA 1024-bit" or "ECDSA P-224 224-bit"; a key
+#   fact that is not an object (a hand-made input's null) is written out as it is, so that
+#   the message of the check that refuses it can still be built.
 text(key) := concat(" ", [part |
 	some part in [object.get(key, "algorithm", ""), object.get(key, "curve", ""), _bits_text(object.get(key, "bits", 0))]
 	part != ""
-])
+]) if {
+	is_object(key)
+} else := sprintf("%v", [key])
 
 default _bits_text(_) := ""
 
