@@ -273,6 +273,7 @@ _credential_refusals(request, config) := union({
 	_lifetime_not_whole_seconds(request),
 	_public_key_invalid(request),
 	_public_key_not_allowed(request, lib_keys.algorithms),
+	_group_not_allowed(request, config.purposes),
 })
 
 # METADATA
@@ -289,28 +290,6 @@ _purpose_unknown(request, purposes) := {reason |
 	reason := {
 		"code": "PurposeUnknown",
 		"message": sprintf("purpose %q is not one of %s", [_purpose_name(request), concat(", ", object.keys(purposes))]),
-	}
-}
-
-# METADATA
-# title: Lifetime above the cap
-# description: |
-#   The lifetime (spec.ttl, else the purpose's default) is longer than the purpose's cap. It
-#   is refused, never shortened, so that nobody holds a credential that lives other than they
-#   asked. The default is checked too, so a table whose default exceeds its cap signs nothing.
-#   Checked at admission and again before signing.
-# custom:
-#   code: LifetimeTooLong
-_lifetime_too_long(request, purposes) := {reason |
-	limit := purposes[request.purpose].max_lifetime_seconds
-	lifetime := _lifetime(request, purposes)
-	lifetime > limit
-	reason := {
-		"code": "LifetimeTooLong",
-		"message": sprintf(
-			"the lifetime %s is above the cap of %s for purpose %q; it is refused, not shortened",
-			[_duration(lifetime), _duration(limit), request.purpose],
-		),
 	}
 }
 
