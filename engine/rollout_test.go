@@ -60,7 +60,7 @@ func policyBundle(t *testing.T, loosen bool) *bundle.Bundle {
 		path := filepath.Join(dir, "ichor", "kubelet_serving", "names.rego")
 		src, err := os.ReadFile(path)
 		require.NoError(t, err)
-		loosened := strings.Replace(string(src), "\tsan.type == \"ip\"\n\tnot san.value in", "\tsan.type == \"ip-disabled\"\n\tnot san.value in", 1)
+		loosened := strings.Replace(string(src), "\tsan.type == \"ip\"\n\tvalue :=", "\tsan.type == \"ip-disabled\"\n\tvalue :=", 1)
 		require.NotEqual(t, string(src), loosened)
 		require.NoError(t, os.WriteFile(path, []byte(loosened), 0o600))
 	}
@@ -288,9 +288,9 @@ func TestShadowDisagreementsAreCountedNotActedOn(t *testing.T) {
 	assert.Equal(t, 1.0, testutil.ToFloat64(metrics.Decisions(engine.PathKubeletServing, "approve", "IchorKubeletServing")))
 }
 
-// A shadow bundle that grants more for the same verdict (an os:admin
-// talosconfig for twelve hours where the active one admits os:reader for
-// one, under the same reason code) disagrees: comparing the action and the
+// A shadow bundle that grants more for the same verdict (a talosconfig for
+// twelve hours where the active one admits one for an hour, under the same
+// reason code) disagrees: comparing the action and the
 // codes alone counted no disagreement.
 func TestAShadowThatGrantsMoreDisagrees(t *testing.T) {
 	ctx := context.Background()

@@ -128,3 +128,27 @@ test_a_machine_that_is_not_an_object_is_no_machine if {
 		codes == {"MachineUnknown"}
 	}
 }
+
+# The guard against a privileged subject reads every attribute, named or not, and does not
+# take a value that is not text for a harmless one (review 212).
+test_a_privileged_attribute_without_a_name_or_as_a_list_is_not_approved if {
+	every attr in [
+		{"oid": "2.5.4.11", "value": "system:masters"},
+		{"oid": "2.5.4.11", "name": "OU", "value": ["system:masters"]},
+		"system:masters",
+		{"name": "O", "value": "system:admins"},
+		{"oid": ["2.5.4.10"], "name": "O", "value": "system:admins"},
+	] {
+		d := _decide([{"op": "add", "path": "/csr/request/subject/-", "value": attr}])
+		d.action == "pending"
+		"PrivilegedSubject" in {r.code | some r in d.reasons}
+	}
+}
+
+test_a_subject_or_usages_of_the_wrong_shape_are_not_recognized if {
+	_decide(_set("/csr/request/subject", {
+		"a": {"oid": "2.5.4.10", "name": "O", "value": "system:nodes"},
+		"b": {"oid": "2.5.4.3", "name": "CN", "value": "system:node:worker-1"},
+	})).action == "pending"
+	_codes(_set("/csr/usages", {"a": "client auth", "b": "digital signature"})) == ["UsagesNotAllowed"]
+}

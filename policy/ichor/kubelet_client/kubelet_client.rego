@@ -173,7 +173,7 @@ unrecognized contains reason if {
 # custom:
 #   code: SANPresent
 unrecognized contains reason if {
-	some san in lib_csr.subject_alt_names(object.get(_request, "subject_alt_names", null))
+	some san in lib_csr.list(object.get(_request, "subject_alt_names", null))
 	reason := {
 		"code": "SANPresent",
 		"message": sprintf(
@@ -272,19 +272,19 @@ unauthorized contains reason if {
 # title: Privileged subject
 # description: |
 #   A guard that holds whatever the recognizers and data say: a subject with an
-#   organization other than system:nodes, or any attribute with the value system:masters,
-#   is never approved. The organization is the group the certificate authenticates as, and
-#   system:masters bypasses all authorization.
+#   organization other than system:nodes, any attribute with the value system:masters, or
+#   one whose value is not text, is never approved. The organization is the group the
+#   certificate authenticates as, and system:masters bypasses all authorization.
 # custom:
 #   code: PrivilegedSubject
 privileged contains reason if {
-	some attr in _request.subject
+	some attr in lib_csr.list(object.get(_request, "subject", null))
 	_privileged_attribute(attr)
 	reason := {
 		"code": "PrivilegedSubject",
 		"message": sprintf(
 			"the subject carries %s=%s; %s",
-			[lib_csr.attribute_label(attr), attr.value, _privileged_note],
+			[lib_csr.attribute_label(attr), lib_csr.name_text(attr, "value"), _privileged_note],
 		),
 	}
 }
@@ -384,3 +384,14 @@ _privileged_attribute(attr) if {
 }
 
 _privileged_attribute(attr) if attr.value == "system:masters"
+
+# An attribute whose value is not text (or that is not an attribute) could hold anything:
+# the guard does not read it as harmless.
+_privileged_attribute(attr) if not _text_value(attr)
+
+# An attribute without a textual OID may be an organization the recognizers do not see.
+_privileged_attribute(attr) if not _text_oid(attr)
+
+_text_value(attr) if is_string(attr.value)
+
+_text_oid(attr) if is_string(attr.oid)

@@ -6,7 +6,7 @@ import data.ichor.lib.reasons as lib_reasons
 _certificate := input.certificate
 
 # The certificate's names as lib/csr reads a request's: each {"type", "value"}, none for none.
-_certificate_sans := lib_csr.subject_alt_names(object.get(_certificate, "subject_alt_names", null))
+_certificate_sans := lib_csr.list(object.get(_certificate, "subject_alt_names", null))
 
 # METADATA
 # title: Kubelet serving certificate audit

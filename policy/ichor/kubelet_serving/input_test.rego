@@ -46,12 +46,59 @@ test_a_fact_that_is_not_the_boolean_true_is_not_true if {
 	}
 }
 
-# A name that is not a {"type", "value"} object is a name of no allowed type.
+# A name that is not a {"type", "value"} object is a name of no allowed type, and a name
+# without a value is no name of the node's.
 test_names_not_written_as_names_are_refused if {
-	every sans in [["worker-1"], [{"value": "worker-1"}], "worker-1", {"type": "dns", "value": "worker-1"}] {
+	every sans in [["worker-1"], [{"value": "worker-1"}], "worker-1", [7]] {
 		d := _decide(_sans(sans))
 		d.action == "deny"
 		"SANTypeForbidden" in {r.code | some r in d.reasons}
+	}
+	every type, code in {"dns": "DNSNameNotNode", "ip": "IPNotNode"} {
+		_codes(_sans([{"type": type}])) == [code]
+		_codes(_sans([{"type": "dns", "value": "worker-1"}, {"type": type, "valu": "evil.example.com"}])) == [code]
+	}
+}
+
+# Names that are not a list are read as a list of them: a lone name object is that name.
+test_a_lone_name_is_read_as_a_list_of_it if {
+	_decide(_sans({"type": "dns", "value": "worker-1"})).action == "approve"
+	_codes(_sans({"type": "dns", "value": "evil.example.com"})) == ["DNSNameNotNode"]
+}
+
+# Extensions, groups, usages and the subject are read the same way, and what is not what
+# Go gives is refused: an extension without an OID, groups or usages that are not a list
+# (an object's values are not its items), a subject that is not a list of attributes, a
+# lifetime that is not a number, a PEM type that is not text.
+test_extensions_of_the_wrong_shape_are_refused if {
+	every extensions in [["2.5.29.19"], [{"critical": true}], {"oid": "1.2.3.4"}, "x"] {
+		_codes(_set("/csr/request/extensions", extensions)) == ["ExtensionForbidden"]
+	}
+}
+
+test_groups_or_usages_that_are_not_lists_are_refused if {
+	every path, code in {"/csr/groups": "GroupMissing", "/csr/usages": "UsagesNotAllowed"} {
+		_codes(_set(path, {"a": "system:nodes", "b": "digital signature", "c": "server auth"})) == [code]
+	}
+}
+
+test_groups_as_a_string_are_none if {
+	_codes(_set("/csr/groups", "system:nodes")) == ["GroupMissing"]
+}
+
+test_a_subject_that_is_not_a_list_is_refused if {
+	"SubjectMismatch" in _codes(_set("/csr/request/subject", {
+		"a": {"oid": "2.5.4.10", "name": "O", "value": "system:nodes"},
+		"b": {"oid": "2.5.4.3", "name": "CN", "value": "system:node:worker-1"},
+	}))
+}
+
+test_a_lifetime_or_pem_type_of_the_wrong_type_is_refused if {
+	every seconds in [true, false, "3600", {}] {
+		_codes([{"op": "add", "path": "/csr/expiration_seconds", "value": seconds}]) == ["ExpirationTooLong"]
+	}
+	every types in ["NEW CERTIFICATE REQUEST", [5]] {
+		_codes(_set("/csr/request/pem/types", types)) == ["MalformedRequest"]
 	}
 }
 
@@ -95,4 +142,37 @@ test_a_machine_without_a_name_is_decided if {
 	d := _decide(_set("/machine", {}))
 	d.action == "approve"
 	endswith(d.reasons[0].message, `(machine "") matches its identity read from the Talos API`)
+}
+
+# A node fact that is not text is no name or address of the node's, and a name without a
+# value matches none (review 213).
+test_a_node_fact_that_is_not_text_matches_nothing if {
+	every patch, code in {
+		array.concat(_set("/node/hostname", null), _sans([{"type": "dns"}])): "DNSNameNotNode",
+		array.concat(_set("/node/hostname", 5), _sans([{"type": "dns", "value": 5}])): "DNSNameNotNode",
+		array.concat(_set("/node/addresses", ["10.5.0.2", null]), _sans([{"type": "ip"}])): "IPNotNode",
+	} {
+		_codes(patch) == [code]
+	}
+}
+
+# Counts that are not numbers are no counts: those that hold a request back read as past
+# every limit, the machines that explain them as none, the candidates as several.
+test_counts_that_are_not_numbers_hold_the_request_back if {
+	every requests, code in {
+		{"undecided": 1000, "machines": "1"}: "TooManyPendingRequests",
+		{"undecided": true, "machines": 1}: "TooManyPendingRequests",
+		{"newer_from_requester": true}: "TooManyRequests",
+	} {
+		code in _codes([{"op": "add", "path": "/requests", "value": requests}])
+	}
+	every candidates in [true, "2"] {
+		_codes(_set("/machine_candidates", candidates)) == ["MachineAmbiguous"]
+	}
+}
+
+test_null_counts_are_none if {
+	counts := {"newer_from_requester": null, "undecided": null}
+	_decide([{"op": "add", "path": "/requests", "value": counts}]).action == "approve"
+	_decide(_set("/machine_candidates", null)).action == "approve"
 }

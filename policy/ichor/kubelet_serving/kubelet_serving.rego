@@ -188,9 +188,6 @@ withheld contains reason if {
 	}
 }
 
-# A count of input.requests; zero when Go gave none (check-csr, replay of older logs).
-_count(name) := object.get(input, ["requests", name], 0)
-
 # METADATA
 # title: Unknown machine
 # description: |
@@ -219,11 +216,11 @@ pending contains reason if {
 # custom:
 #   code: MachineAmbiguous
 pending contains reason if {
-	input.machine_candidates > 1
+	_machine_candidates > 1
 	reason := {
 		"code": "MachineAmbiguous",
 		"message": sprintf(
-			"%d managed machines answer to node name %q; left pending until only one does",
+			"%v managed machines answer to node name %q; left pending until only one does",
 			[input.machine_candidates, _node_name],
 		),
 	}
@@ -292,7 +289,7 @@ deny contains reason if {
 # custom:
 #   code: GroupMissing
 deny contains reason if {
-	not _config.node_group in object.get(input.csr, "groups", [])
+	not _config.node_group in _groups
 	reason := {
 		"code": "GroupMissing",
 		"message": sprintf(
@@ -408,11 +405,19 @@ deny contains reason if {
 # custom:
 #   code: ExtensionForbidden
 deny contains reason if {
-	some ext in _request.extensions
-	not _config.allowed_extensions[ext.oid]
+	extensions := lib_csr.list(object.get(_request, "extensions", null))
+
+	# An extension without an OID (or not an object) is none of the allowed: a lookup of its
+	# missing OID under not would skip it.
+	allowed := {ext | some ext in extensions; _config.allowed_extensions[ext.oid]}
+	some ext in extensions
+	not ext in allowed
 	reason := {
 		"code": "ExtensionForbidden",
-		"message": sprintf("requested extension %s is not allowed; only subjectAltName is", [ext.oid]),
+		"message": sprintf(
+			"requested extension %s is not allowed; only subjectAltName is",
+			[lib_csr.name_text(ext, "oid")],
+		),
 	}
 }
 
@@ -422,11 +427,11 @@ deny contains reason if {
 # custom:
 #   code: ExpirationTooLong
 deny contains reason if {
-	input.csr.expiration_seconds > _config.max_expiration_seconds
+	_expiration_too_long
 	reason := {
 		"code": "ExpirationTooLong",
 		"message": sprintf(
-			"expirationSeconds %d exceeds the cap of %d",
+			"expirationSeconds %v exceeds the cap of %d",
 			[input.csr.expiration_seconds, _config.max_expiration_seconds],
 		),
 	}

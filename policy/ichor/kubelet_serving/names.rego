@@ -9,14 +9,22 @@ import data.ichor.lib.csr as lib_csr
 _dns_names_not_node(sans, node) := {msg |
 	some san in sans
 	san.type == "dns"
-	not san.value in names
+
+	# Read before the not, so that a name without a value is not skipped.
+	value := object.get(san, "value", null)
+	not value in names
 	msg := sprintf(
 		"DNS name %q is neither the node's Nodename %q nor its hostname %q",
 		[lib_csr.name_text(san, "value"), object.get(node, "nodename", ""), object.get(node, "hostname", "")],
 	)
 } if {
 	# The node's DNS names, those it has: a node read without one has none of it.
-	names := {name | some field in ["nodename", "hostname"]; name := object.get(node, field, ""); name != ""}
+	names := {name |
+		some field in ["nodename", "hostname"]
+		name := object.get(node, field, "")
+		is_string(name)
+		name != ""
+	}
 }
 
 # One message per name of sans of a type no kubelet serving certificate may have (allowed_san_types
@@ -42,7 +50,8 @@ _sans_missing(sans) if count(sans) == 0
 _ips_not_node(sans, node) := {msg |
 	some san in sans
 	san.type == "ip"
-	not san.value in {addr | some addr in node.addresses}
+	value := object.get(san, "value", null)
+	not value in {addr | some addr in node.addresses; is_string(addr)}
 	msg := sprintf(
 		"IP address %s is not one of the node's addresses %v",
 		[lib_csr.name_text(san, "value"), object.get(node, "addresses", [])],

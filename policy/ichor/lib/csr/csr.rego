@@ -12,12 +12,12 @@ package ichor.lib.csr
 # METADATA
 # title: Common names
 # description: The values of the subject's common name (2.5.4.3) attributes, in the subject's order.
-common_names(request) := [attr.value | some attr in request.subject; attr.oid == "2.5.4.3"]
+common_names(request) := [attr.value | is_array(request.subject); some attr in request.subject; attr.oid == "2.5.4.3"]
 
 # METADATA
 # title: Organizations
 # description: The values of the subject's organization (2.5.4.10) attributes, in the subject's order.
-organizations(request) := [attr.value | some attr in request.subject; attr.oid == "2.5.4.10"]
+organizations(request) := [attr.value | is_array(request.subject); some attr in request.subject; attr.oid == "2.5.4.10"]
 
 # METADATA
 # title: Node name
@@ -49,9 +49,12 @@ else := sprintf("%s... (%d bytes)", [substring(name, 0, 253), count(name)])
 # scope: document
 # title: Attribute label
 # description: How a subject attribute is named in a message, its short name (CN, O) or, without one, its OID.
-attribute_label(attr) := attr.name if attr.name != ""
-
-attribute_label(attr) := attr.oid if attr.name == ""
+attribute_label(attr) := attr.name if {
+	is_string(attr.name)
+	attr.name != ""
+} else := attr.oid if {
+	is_string(attr.oid)
+} else := sprintf("%v", [attr])
 
 # METADATA
 # title: Usages allowed
@@ -60,6 +63,7 @@ attribute_label(attr) := attr.oid if attr.name == ""
 #   rule's data.json has them). Compared as lists of the same length holding the same
 #   usages, so a usage more, less or repeated does not match, and the order does not count.
 usages_allowed(usages, allowed_sets) if {
+	is_array(usages)
 	some allowed in allowed_sets
 	count(usages) == count(allowed)
 	{usage | some usage in usages} == {usage | some usage in allowed}
@@ -100,8 +104,14 @@ _first_type_problem(types) := "" if {
 	types[0] == "CERTIFICATE REQUEST"
 } else := sprintf(
 	"is a PEM block of type %q; kube-controller-manager signs only a CERTIFICATE REQUEST block",
-	[concat("", array.slice(types, 0, 1))],
+	[_first(types)],
 )
+
+# The first of a PEM's block types as a message names it: whatever the input holds there.
+_first(types) := types[0] if {
+	is_array(types)
+	is_string(types[0])
+} else := sprintf("%v", [types])
 
 _blocks_problem(blocks) := "" if {
 	blocks <= 1
@@ -111,18 +121,18 @@ _blocks_problem(blocks) := "" if {
 )
 
 # METADATA
-# title: Subject alternative names
+# title: List
 # description: |
-#   A request's names (its subject_alt_names, null when it has none) as a list: none for
-#   null, and names that are not a list as one name of no type, so that a check over the
-#   names sees it; a hand-made input's names that could not be iterated would be skipped by
-#   every check. Given the names rather than the request: a call's arguments are hashed, and
-#   a request's are many.
-subject_alt_names(names) := names if {
-	is_array(names)
+#   A fact that should be a list (a request's names, its extensions) as one: none for null,
+#   and anything else that is not a list as a list of it, so that a check over the items sees
+#   it; a hand-made input's fact that could not be iterated would be skipped by every check.
+#   Given the fact rather than the request: a call's arguments are hashed, and a request's
+#   are many.
+list(value) := value if {
+	is_array(value)
 } else := [] if {
-	names == null
-} else := [{"type": "", "value": sprintf("%v", [names])}]
+	value == null
+} else := [value]
 
 # METADATA
 # title: Name field as text
@@ -135,8 +145,6 @@ name_text(name, field) := name[field] if {
 } else := sprintf("%v", [name[field]]) if {
 	is_object(name)
 	field in object.keys(name)
-} else := "" if {
-	is_object(name)
 } else := "" if {
 	field == "type"
 } else := sprintf("%v", [name])
