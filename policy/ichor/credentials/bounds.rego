@@ -6,14 +6,16 @@ package ichor.credentials
 #   The lifetime (spec.ttl, else the purpose's default) is longer than the purpose's cap. It
 #   is refused, never shortened, so that nobody holds a credential that lives other than they
 #   asked. The default is checked too, so a table whose default exceeds its cap signs nothing.
-#   The cap is the table's, and never above the source documents' whatever the table says:
-#   12 hours for a talosconfig-reader (ADR 0124), a year for any credential (KEP-4214).
-#   Checked at admission and again before signing.
+#   The cap is the table's (one that is not a number caps at nothing), and never above the
+#   source documents' whatever the table says: 12 hours for a talosconfig-reader, 15 minutes
+#   for the identities of one Ichor call (node-reader, support-bundle, etcd-snapshot,
+#   packet-capture; ADR 0124), a year for any credential (KEP-4214). Checked at admission and
+#   again before signing.
 # custom:
 #   code: LifetimeTooLong
 _lifetime_too_long(request, purposes) := {reason |
 	bound := _lifetime_bound(request.purpose)
-	limit := min([object.get(purposes[request.purpose], "max_lifetime_seconds", bound), bound])
+	limit := min([_table_cap(purposes[request.purpose], bound), bound])
 	lifetime := _lifetime(request, purposes)
 	lifetime > limit
 	reason := {
@@ -25,31 +27,97 @@ _lifetime_too_long(request, purposes) := {reason |
 	}
 }
 
+# The table's cap; the bound when it has none, and nothing when it is not a number (a
+# string orders above every number, and would have left the bound alone).
+_table_cap(purpose, bound) := cap if {
+	cap := object.get(purpose, "max_lifetime_seconds", bound)
+	is_number(cap)
+} else := 0
+
 # The caps the source documents set. Literal on purpose, not from data: a bundle's data can
 # be replaced, these bounds cannot (review 210: a table with a two-year cap signed for two
-# years).
-_lifetime_bound(purpose) := 43200 if purpose == "talosconfig-reader"
-
-else := 31536000
+# years; review 212: one with a year for packet-capture, os:operator, signed a year).
+_lifetime_bound(purpose) := 43200 if {
+	purpose == "talosconfig-reader"
+} else := 900 if {
+	purpose in {"node-reader", "support-bundle", "etcd-snapshot", "packet-capture"}
+} else := 31536000
 
 # METADATA
-# title: Group not allowed
+# title: Grant not allowed
 # description: |
-#   A credential carries system:masters, which authorization never checks and no RBAC can
-#   revoke, only as the break-glass kubeconfig (kubeconfig-super-admin, KEP-4214), whatever
-#   the table says: the admin kubeconfig is bound to a group RBAC can revoke, never to
-#   system:masters. Literal on purpose, not from data, as the lifetime's bounds. Checked at
-#   admission and again before signing.
+#   The table's purpose would grant what it may not, whatever the table says: system:masters,
+#   which authorization never checks and no RBAC can revoke, in any credential but the
+#   break-glass kubeconfig (kubeconfig-super-admin, KEP-4214: the admin kubeconfig is bound to
+#   a group RBAC can revoke); groups that are not a list; another kind, Talos role or identity
+#   than the purpose's (a talosconfig-reader is Talos os:reader, ADR 0124; Ichor offers a
+#   person no os:operator talosconfig); a purpose granted by another permission than its own
+#   (the verb on its own subresource of talosclusters: another would hand the credential to
+#   whoever holds that one); or one of the identities of one Ichor call (node-reader,
+#   support-bundle, etcd-snapshot, packet-capture) offered to people. The purposes are the
+#   CRD's enum, so each has its grant here. Literal on purpose, not from data, as the
+#   lifetime's bounds; the table keeps what is the operator's (defaults, caps below the
+#   bounds, descriptions, Events). Checked at admission and again before signing.
 # custom:
-#   code: GroupNotAllowed
-_group_not_allowed(request, purposes) := {reason |
-	request.purpose != "kubeconfig-super-admin"
-	"system:masters" in object.get(purposes[request.purpose], "groups", [])
+#   code: GrantNotAllowed
+_grant_not_allowed(request, purposes) := {reason |
+	some problem in _grant_problems(request.purpose, purposes[request.purpose])
 	reason := {
-		"code": "GroupNotAllowed",
-		"message": sprintf(
-			"purpose %q would carry the group system:masters, which only the break-glass kubeconfig-super-admin may",
-			[request.purpose],
-		),
+		"code": "GrantNotAllowed",
+		"message": sprintf("purpose %q would %s", [request.purpose, problem]),
 	}
+}
+
+_grant_problems(name, purpose) := (({problem |
+	name != "kubeconfig-super-admin"
+	"system:masters" in _groups_of(purpose)
+	problem := "carry the group system:masters, which only the break-glass kubeconfig-super-admin may"
+} | {problem |
+	not is_array(object.get(purpose, "groups", []))
+	problem := sprintf("carry the groups %v, which are not a list", [purpose.groups])
+}) | {problem |
+	want := _fixed_grants[name]
+	got := object.filter(purpose, object.keys(want))
+	got != want
+	problem := sprintf("grant %v, where its grant is %v", [got, want])
+}) | {problem |
+	name in _one_call_identities
+	object.get(purpose, "for_people", false) != false
+	problem := "be offered to people, and it is an identity of one Ichor call"
+}
+
+_groups_of(purpose) := groups if {
+	groups := object.get(purpose, "groups", [])
+	is_array(groups)
+} else := [purpose.groups]
+
+_one_call_identities := {"node-reader", "support-bundle", "etcd-snapshot", "packet-capture"}
+
+# What each purpose grants, and by which permission.
+_fixed_grants := {
+	"talosconfig-reader": _talos_grant("os:reader", "download", "talosconfig-reader"),
+	"node-reader": _talos_grant("os:reader", "issue", "node-reader"),
+	"support-bundle": _talos_grant("os:reader", "issue", "support-bundle"),
+	"etcd-snapshot": _talos_grant("os:etcd:backup", "issue", "etcd-snapshot"),
+	"packet-capture": _talos_grant("os:operator", "issue", "packet-capture"),
+	"credentials-talos": _talos_grant("os:admin", "download", "credentials"),
+	"kubeconfig-admin": _kubernetes_grant("admin", "kubeconfig-admin"),
+	"kubeconfig-super-admin": _kubernetes_grant("super-admin", "kubeconfig-super-admin"),
+}
+
+_talos_grant(role, verb, subresource) := {
+	"kind": "talos",
+	"talos_role": role,
+	"authorization": _permission(verb, subresource),
+}
+
+_kubernetes_grant(identity, subresource) := {
+	"kind": "kubernetes",
+	"identity": identity,
+	"authorization": _permission("download", subresource),
+}
+
+_permission(verb, subresource) := {
+	"verb": verb, "group": "ichor.dev",
+	"resource": "talosclusters", "subresource": subresource,
 }

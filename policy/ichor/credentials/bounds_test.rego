@@ -39,17 +39,89 @@ test_no_table_makes_a_talosconfig_reader_live_past_twelve_hours if {
 }
 
 test_no_table_gives_an_admin_kubeconfig_system_masters if {
+	every groups in [["system:masters"], "system:masters"] {
+		config := _table_with([{"op": "add", "path": "/purposes/kubeconfig-admin/groups", "value": groups}])
+		d := _admit_purpose("kubeconfig-admin", []) with credentials.config as config
+		"GrantNotAllowed" in _codes(d)
+		issued := _issue_purpose("kubeconfig-admin", []) with credentials.config as config
+		"GrantNotAllowed" in _codes(issued)
+	}
+}
+
+test_the_grant_not_allowed_says_what_and_why if {
 	config := _table_with([{"op": "add", "path": "/purposes/kubeconfig-admin/groups", "value": ["system:masters"]}])
 	d := _admit_purpose("kubeconfig-admin", []) with credentials.config as config
-	_codes(d) == ["GroupNotAllowed"]
 	d.reasons[0].message == concat("", [
 		`purpose "kubeconfig-admin" would carry the group system:masters, `,
 		"which only the break-glass kubeconfig-super-admin may",
 	])
-	issued := _issue_purpose("kubeconfig-admin", []) with credentials.config as config
-	_codes(issued) == ["GroupNotAllowed"]
+}
+
+test_no_table_makes_an_ichor_call_identity_live_past_fifteen_minutes if {
+	every purpose in ["node-reader", "support-bundle", "etcd-snapshot", "packet-capture"] {
+		config := _table_with([{
+			"op": "replace",
+			"path": sprintf("/purposes/%s/max_lifetime_seconds", [purpose]),
+			"value": _one_year,
+		}])
+		d := _admit_purpose(purpose, _ttl(901)) with credentials.config as config
+		_codes(d) == ["LifetimeTooLong"]
+	}
+}
+
+# A cap that is not a number caps at nothing: "100" would otherwise order above the bound.
+test_a_cap_that_is_not_a_number_admits_nothing if {
+	every cap in ["100", [], {}] {
+		config := _table_with([{"op": "replace", "path": "/purposes/talosconfig-reader/max_lifetime_seconds", "value": cap}])
+		d := _admit(_ttl(60)) with credentials.config as config
+		_codes(d) == ["LifetimeTooLong"]
+	}
+}
+
+test_no_table_makes_a_talosconfig_reader_more_than_os_reader if {
+	every patch in [
+		[{"op": "replace", "path": "/purposes/talosconfig-reader/talos_role", "value": "os:admin"}],
+		[{"op": "replace", "path": "/purposes/talosconfig-reader/authorization/verb", "value": "get"}],
+		[{"op": "replace", "path": "/purposes/talosconfig-reader/authorization/subresource", "value": "status"}],
+	] {
+		d := _admit([]) with credentials.config as _table_with(patch)
+		"GrantNotAllowed" in _codes(d)
+	}
+}
+
+# The break-glass kubeconfig is granted by its own permission, whatever the table says:
+# another would hand system:masters to whoever holds that one.
+test_no_table_grants_the_break_glass_kubeconfig_by_another_permission if {
+	config := _table_with([{
+		"op": "replace",
+		"path": "/purposes/kubeconfig-super-admin/authorization/subresource",
+		"value": "talosconfig-reader",
+	}])
+	d := _admit_purpose("kubeconfig-super-admin", []) with credentials.config as config
+	"GrantNotAllowed" in _codes(d)
 }
 
 test_the_break_glass_kubeconfig_keeps_system_masters if {
 	_admit_purpose("kubeconfig-super-admin", []).allowed
+}
+
+# Each purpose is granted by its own permission and grants its own credential, whatever the
+# table says: re-pointed, an os:admin talosconfig for a year went to whoever may download a
+# talosconfig-reader (review 213).
+test_no_table_repoints_or_widens_a_purpose if {
+	every purpose, change in {
+		"credentials-talos": ["authorization/subresource", "talosconfig-reader"],
+		"kubeconfig-admin": ["identity", "super-admin"],
+		"etcd-snapshot": ["talos_role", "os:admin"],
+	} {
+		patch := {"op": "replace", "path": sprintf("/purposes/%s/%s", [purpose, change[0]]), "value": change[1]}
+		d := _admit_purpose(purpose, []) with credentials.config as _table_with([patch])
+		"GrantNotAllowed" in _codes(d)
+	}
+}
+
+test_no_table_offers_an_ichor_call_identity_to_people if {
+	config := _table_with([{"op": "replace", "path": "/purposes/packet-capture/for_people", "value": true}])
+	d := _admit_purpose("packet-capture", []) with credentials.config as config
+	"GrantNotAllowed" in _codes(d)
 }
