@@ -400,7 +400,7 @@ func TestDecisionsReplayWithoutTheIPCheckReportsTheFlip(t *testing.T) {
 }
 
 // A candidate that admits the same request under the same reason code but
-// grants more (os:admin for twelve hours where os:reader for one was
+// grants more (a talosconfig for twelve hours where one for an hour was
 // admitted) fails "--fail-on any", and says which fields changed; a gate on
 // directions alone does not see it.
 func TestDecisionsReplayReportsACredentialThatGrantsMore(t *testing.T) {
@@ -443,8 +443,8 @@ func TestDecisionsReplayReportsACredentialThatGrantsMore(t *testing.T) {
 	require.Len(t, rep.Changes, 1)
 	c := rep.Changes[0]
 	assert.Equal(t, []string{"credential", "lifetime_seconds"}, c.Changed)
-	assert.Equal(t, "os:reader", c.OldResult["credential"].(map[string]any)["talos_role"])
-	assert.Equal(t, "os:admin", c.NewResult["credential"].(map[string]any)["talos_role"])
+	assert.Equal(t, "talosconfig", c.OldResult["credential"].(map[string]any)["credential"])
+	assert.Equal(t, "talosconfig for a working day", c.NewResult["credential"].(map[string]any)["credential"])
 	assert.InDelta(t, 43200, c.NewResult["lifetime_seconds"], 0)
 }
 

@@ -303,9 +303,8 @@ func TestReplayWithoutTheIPCheckFlipsExactlyTheDenial(t *testing.T) {
 	}
 }
 
-// A candidate that grants more under the same action and reason code (an
-// os:admin talosconfig for twelve hours where os:reader for one was
-// admitted) is a change, and one that "any" fails on: comparing the action
+// A candidate that grants more under the same action and reason code (a
+// talosconfig for twelve hours where one for an hour was admitted) is a change, and one that "any" fails on: comparing the action
 // and the codes alone replayed it as unchanged.
 func TestReplayReportsACredentialThatGrantsMore(t *testing.T) {
 	log, ids := realLog(t)
@@ -324,9 +323,9 @@ func TestReplayReportsACredentialThatGrantsMore(t *testing.T) {
 	c := rep.Changes[0]
 	assert.Equal(t, ids[4], c.Entry.DecisionID, "alice's admission")
 	assert.Equal(t, []string{"credential", "lifetime_seconds"}, c.Changed,
-		"the role and the lifetime; the Event's message names them too, but it is text")
+		"the credential and the lifetime; the Event's message names them too, but it is text")
 	assert.Equal(t, c.Old.Reasons.Codes(), c.New.Reasons.Codes(), "the same reason code")
-	assert.Contains(t, string(c.New.Result), `"talos_role":"os:admin"`)
+	assert.Contains(t, string(c.New.Result), `"credential":"talosconfig for a working day"`)
 	for pattern, want := range map[string]bool{
 		"any": true, "result-changed": true, "reasons-changed": false, "to-allowed": false, "refused-to-allowed": false,
 	} {

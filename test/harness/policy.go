@@ -16,22 +16,24 @@ import (
 func PolicyWithoutServingIPCheck(t testing.TB) string {
 	t.Helper()
 	return policyWith(t, filepath.Join("ichor", "kubelet_serving", "names.rego"),
-		"\tsan.type == \"ip\"\n\tnot san.value in", "\tsan.type == \"ip-disabled\"\n\tnot san.value in")
+		"\tsan.type == \"ip\"\n\tvalue :=", "\tsan.type == \"ip-disabled\"\n\tvalue :=")
 }
 
 // PolicyWithWiderTalosconfig is a copy of the shipped policy tree whose
-// talosconfig-reader purpose grants os:admin, for twelve hours by default,
-// where the shipped one grants os:reader for one: a candidate that admits
-// and issues the same requests, under the same reason codes, and grants
-// more, for the tests of replay and the shadow bundle.
+// talosconfig-reader purpose grants a credential for a working day (twelve
+// hours) by default, where the shipped one grants one for an hour: a
+// candidate that admits and issues the same requests, under the same
+// reason codes, and grants more, for the tests of replay and the shadow
+// bundle. (It granted os:admin until the rule held talosconfig-reader to
+// os:reader whatever the table says: review 212.)
 func PolicyWithWiderTalosconfig(t testing.TB) string {
 	t.Helper()
 	return policyWith(t, filepath.Join("ichor", "credentials", "data.json"),
 		`"talos_role": "os:reader",
         "credential": "talosconfig",
         "default_lifetime_seconds": 3600,`,
-		`"talos_role": "os:admin",
-        "credential": "talosconfig",
+		`"talos_role": "os:reader",
+        "credential": "talosconfig for a working day",
         "default_lifetime_seconds": 43200,`)
 }
 
