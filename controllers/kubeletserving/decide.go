@@ -27,6 +27,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
+	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 )
 
@@ -726,8 +727,13 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 	if ctx.Err() == nil {
 		// A read cut short by the turn's end (the shard let go, the
 		// manager stopping) says nothing of the node: neither to the
-		// metrics nor to the cluster's Ready (review 184).
-		p.r.Metrics.talosRead(p.cluster.Namespace, p.cluster.Name, p.metricsGen, source, err, time.Since(start))
+		// metrics nor to the cluster's Ready (review 184). A timed-out
+		// read given again (talosnode.ErrHeld) made no read: the
+		// metrics count the read that timed out, not its echoes
+		// (review 212); Ready hears it, the node still not answering.
+		if !errors.Is(err, talosnode.ErrHeld) {
+			p.r.Metrics.talosRead(p.cluster.Namespace, p.cluster.Name, p.metricsGen, source, err, time.Since(start))
+		}
 		observe(err)
 	}
 	if err != nil {

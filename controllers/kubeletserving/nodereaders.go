@@ -182,6 +182,10 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		CertificateLifetime: n.Lifetime,
 		Timeout:             n.Timeout,
 		Denied:              n.Denied,
+		// A requester's several requests for a hanging node share one
+		// read's timeout, and the next look (unreadableRecheck) reads
+		// again: a node back from hanging is read within it.
+		HoldTimedOut: unreadableRecheck - time.Millisecond,
 	})
 	if err != nil {
 		// An OS CA the reader refuses (its key not the certificate's, a

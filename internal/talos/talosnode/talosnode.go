@@ -99,6 +99,15 @@ type Options struct {
 	// connection's address after DNS: whoever writes a machine's endpoint
 	// names the address and port. Nil denies none.
 	Denied netguard.Denied
+
+	// HoldTimedOut is how long a read that ran into Timeout is answered,
+	// for the same endpoint, with its error rather than read again; zero
+	// reads again at once. A node whose Talos API hangs costs its caller
+	// the whole Timeout on each read, and a node's several requests (a
+	// requester's up to max_undecided_per_requester) each read it: held,
+	// they cost one (review 211 F1). Only a read that ran out of its own
+	// time is held: a node that refuses, or answers wrongly, answers at once.
+	HoldTimedOut time.Duration
 }
 
 // Reader reads node identities. It is safe for concurrent use; its credential is
@@ -113,7 +122,38 @@ type Reader struct {
 
 	mu   sync.Mutex
 	cert *tls.Certificate
+
+	holdTimedOut time.Duration
+	heldMu       sync.Mutex
+	held         map[string]heldRead
 }
+
+// heldRead is a read that ran into the timeout, its error given again
+// until the time, and the time a read of the endpoint last succeeded, so
+// that a read that started before it and times out after it is not held
+// (the node answers).
+type heldRead struct {
+	err   error
+	until time.Time
+	okAt  time.Time
+}
+
+// ErrHeld marks an error given again for a read that timed out
+// (Options.HoldTimedOut): nothing was sent to the node, so it says
+// nothing new of it, nor how long a read takes.
+var ErrHeld = errors.New("a read that timed out, given again without a read")
+
+// held is a timed-out read's error given again: the same words (a
+// condition, an Event, a decision's input say the same), and ErrHeld.
+type held struct{ error }
+
+func (h held) Unwrap() []error { return []error{h.error, ErrHeld} }
+
+// maxHeld is the size past which each record sweeps out the entries that
+// no longer matter (a held read's endpoint may never be read again); the
+// entries that still do stay, so it is a threshold, not a bound: there is
+// one at most per endpoint read within the timeout and the hold.
+const maxHeld = 256
 
 // NewReader validates opts and parses the CA; it issues no credential yet.
 func NewReader(opts Options) (*Reader, error) {
@@ -150,7 +190,14 @@ func NewReader(opts Options) (*Reader, error) {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
 
-	return &Reader{ca: ca, roots: roots, lifetime: lifetime, timeout: timeout, clock: clock, denied: opts.Denied}, nil
+	if opts.HoldTimedOut < 0 {
+		return nil, fmt.Errorf("talosnode: hold of a timed-out read %s is negative", opts.HoldTimedOut)
+	}
+
+	return &Reader{
+		ca: ca, roots: roots, lifetime: lifetime, timeout: timeout, clock: clock, denied: opts.Denied,
+		holdTimedOut: opts.HoldTimedOut,
+	}, nil
 }
 
 // Read connects to the node's Talos API at endpoint (host or host:port; Talos's
@@ -158,9 +205,86 @@ func NewReader(opts Options) (*Reader, error) {
 // HostnameStatus. Any failure is an error naming the endpoint and the resource:
 // a caller must treat the node as unreadable, never as having no identity.
 func (r *Reader) Read(ctx context.Context, endpoint string) (Identity, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	if err := r.heldErr(endpoint); err != nil {
+		return Identity{}, err
+	}
+
+	start := r.clock()
+	readCtx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 
+	id, err := r.read(readCtx, endpoint)
+	// Held only when the read's own time ran out: not when the caller's
+	// did (its turn ended), nor when the node answered in time.
+	if ctx.Err() == nil {
+		// A read its caller cut short (its turn ended) says nothing of the
+		// node, and changes nothing here.
+		r.hold(endpoint, start, err, errors.Is(readCtx.Err(), context.DeadlineExceeded))
+	}
+
+	return id, err
+}
+
+// heldErr is the error of the endpoint's read that timed out, while it is held.
+func (r *Reader) heldErr(endpoint string) error {
+	if r.holdTimedOut == 0 {
+		return nil
+	}
+
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+
+	if h, ok := r.held[endpoint]; ok && h.err != nil && r.clock().Before(h.until) {
+		return held{h.err}
+	}
+
+	return nil
+}
+
+// hold records the outcome of the endpoint's read that started at start: a
+// success is remembered, a timeout held unless a read that started later
+// has succeeded since (another caller's, while this one hung), any other
+// failure ends a hold (the node answered, if only to refuse) and keeps
+// the success's time.
+func (r *Reader) hold(endpoint string, start time.Time, err error, timedOut bool) {
+	if r.holdTimedOut == 0 {
+		return
+	}
+
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+
+	now := r.clock()
+	if len(r.held) >= maxHeld {
+		for e, h := range r.held {
+			// A success matters only to the reads that started before it,
+			// which end within the timeout.
+			if (h.err == nil || !now.Before(h.until)) && now.Sub(h.okAt) > r.timeout {
+				delete(r.held, e)
+			}
+		}
+	}
+
+	if r.held == nil {
+		r.held = map[string]heldRead{}
+	}
+
+	h := r.held[endpoint]
+	switch {
+	case err == nil:
+		h = heldRead{okAt: now}
+	case !timedOut:
+		h.err = nil
+	case h.okAt.After(start):
+		// The node answered another read since this one started.
+		return
+	default:
+		h.err, h.until = err, now.Add(r.holdTimedOut)
+	}
+	r.held[endpoint] = h
+}
+
+func (r *Reader) read(ctx context.Context, endpoint string) (Identity, error) {
 	c, err := r.connect(ctx, endpoint, grpc.WithReadBufferSize(0))
 	if err != nil {
 		return Identity{}, err

@@ -339,3 +339,108 @@ func BenchmarkRead(b *testing.B) {
 		}
 	}
 }
+
+// A read that runs into its timeout is answered again with its error for
+// HoldTimedOut, without a connection, so that a node's several requests
+// wait out one timeout rather than one each (review 211 F1); once the hold
+// is over, the node is read again.
+func TestATimedOutReadIsHeldThenReadAgain(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	r := newReader(t, n.ca, talosnode.Options{Timeout: 300 * time.Millisecond, HoldTimedOut: 3 * time.Second, Clock: clock})
+
+	n.srv.SetHanging(true)
+	_, timedOut := r.Read(t.Context(), n.srv.Endpoint())
+	require.Error(t, timedOut)
+	require.Equal(t, codes.DeadlineExceeded, status.Code(timedOut), "err: %v", timedOut)
+
+	// The node answers now: only a held read can still fail, and it says
+	// what the read said, marked as held, without a connection.
+	n.srv.SetHanging(false)
+	connections := n.srv.Connections()
+	_, err := r.Read(t.Context(), n.srv.Endpoint())
+	require.ErrorIs(t, err, talosnode.ErrHeld, "the timed-out read was not held")
+	assert.Equal(t, timedOut.Error(), err.Error())
+	assert.Equal(t, codes.DeadlineExceeded, status.Code(err))
+	assert.Equal(t, connections, n.srv.Connections(), "a held read connected")
+
+	mu.Lock()
+	now = now.Add(3 * time.Second)
+	mu.Unlock()
+	id, err := r.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err, "the node was not read again after the hold")
+	assert.Equal(t, "worker-1", id.Nodename)
+}
+
+// Only a read that ran out of its own time is held: one the node refused
+// at once, or one cut short by its caller, is not, and the next read reads
+// the node.
+func TestOnlyATimedOutReadIsHeld(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	r := newReader(t, n.ca, talosnode.Options{Timeout: 5 * time.Second, HoldTimedOut: time.Hour})
+
+	n.srv.SetUnavailable(true)
+	_, err := r.Read(t.Context(), n.srv.Endpoint())
+	require.Error(t, err)
+	n.srv.SetUnavailable(false)
+	_, err = r.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err, "a refused read was held")
+
+	n.srv.SetHanging(true)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err = r.Read(ctx, n.srv.Endpoint())
+	require.Error(t, err)
+	n.srv.SetHanging(false)
+	_, err = r.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err, "a read its caller cut short was held")
+}
+
+// A read that hung while another caller's read of the node succeeded is
+// not held when it times out: the node answers (review 212), whatever
+// read was cut short in between (review 213).
+func TestATimeoutAfterAnotherReadSucceededIsNotHeld(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	r := newReader(t, n.ca, talosnode.Options{Timeout: 2 * time.Second, HoldTimedOut: time.Hour})
+
+	// The first read's call waits past its timeout; the node answers the
+	// second read at once meanwhile.
+	n.srv.SetDelay(time.Minute)
+	calls := n.srv.Calls(talosapi.MethodStateGet)
+	hung := make(chan error, 1)
+	go func() {
+		_, err := r.Read(t.Context(), n.srv.Endpoint())
+		hung <- err
+	}()
+	require.Eventually(t, func() bool { return n.srv.Calls(talosapi.MethodStateGet) > calls }, 5*time.Second, 5*time.Millisecond,
+		"the first read never reached the node")
+	n.srv.SetDelay(0)
+	_, err := r.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err)
+
+	// A third read, cut short by its caller, changes nothing of what the
+	// second's success says.
+	n.srv.SetDelay(time.Minute)
+	cut, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, err = r.Read(cut, n.srv.Endpoint())
+	require.Error(t, err)
+	n.srv.SetDelay(0)
+
+	err = <-hung
+	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "the first read did not time out: %v", err)
+	_, err = r.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err, "a timeout older than a success was held")
+}
+
+func TestANegativeHoldIsRefused(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	_, err := talosnode.NewReader(talosnode.Options{CACertPEM: n.ca.CertPEM, CAKeyPEM: n.ca.KeyPEM, HoldTimedOut: -time.Second})
+	require.ErrorContains(t, err, "negative")
+}
