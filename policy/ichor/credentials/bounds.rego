@@ -53,15 +53,20 @@ _lifetime_bound(purpose) := 43200 if {
 #   than the purpose's (a talosconfig-reader is Talos os:reader, ADR 0124; Ichor offers a
 #   person no os:operator talosconfig); a purpose granted by another permission than its own
 #   (the verb on its own subresource of talosclusters: another would hand the credential to
-#   whoever holds that one); or one of the identities of one Ichor call (node-reader,
-#   support-bundle, etcd-snapshot, packet-capture) offered to people. The purposes are the
-#   CRD's enum, so each has its grant here. Literal on purpose, not from data, as the
+#   whoever holds that one); one of the identities of one Ichor call (node-reader,
+#   support-bundle, etcd-snapshot, packet-capture) offered to people, or to requesters other
+#   than ServiceAccounts; an admin kubeconfig with groups of its own or the break-glass one
+#   with others than system:masters, or either naming its person under another prefix than
+#   Ichor's (a certificate named system:node:... is a node's); or a purpose the
+#   TalosCredentialRequest API does not have. Literal on purpose, not from data, as the
 #   lifetime's bounds; the table keeps what is the operator's (defaults, caps below the
-#   bounds, descriptions, Events). Checked at admission and again before signing.
+#   bounds, the role an admin's binding grants, descriptions, Events). Checked at admission
+#   and again before signing.
 # custom:
 #   code: GrantNotAllowed
-_grant_not_allowed(request, purposes) := {reason |
-	some problem in _grant_problems(request.purpose, purposes[request.purpose])
+_grant_not_allowed(request, config) := {reason |
+	purpose := config.purposes[request.purpose]
+	some problem in (_grant_problems(request.purpose, purpose) | _table_problems(request.purpose, config))
 	reason := {
 		"code": "GrantNotAllowed",
 		"message": sprintf("purpose %q would %s", [request.purpose, problem]),
@@ -85,6 +90,56 @@ _grant_problems(name, purpose) := (({problem |
 	object.get(purpose, "for_people", false) != false
 	problem := "be offered to people, and it is an identity of one Ichor call"
 }
+
+# What the table says around the purposes that the source documents fix too, a function a
+# part (each within Regal's external-reference bound).
+_table_problems(name, config) := union({
+	_purpose_problems(name),
+	_requester_problems(name, config),
+	_groups_problems(name, config),
+	_prefix_problems(name, config),
+})
+
+_purpose_problems(name) := {problem |
+	not _fixed_grants[name]
+	problem := "be issued, and the TalosCredentialRequest API has no such purpose"
+}
+
+_requester_problems(name, config) := {problem |
+	name in _one_call_identities
+	got := object.filter(object.get(config, "component_requester", {}), ["username_pattern", "group"])
+	got != _ichor_service_accounts
+	problem := sprintf(
+		"be issued to the requesters %v, and it is issued to ServiceAccounts only (%v)",
+		[got, _ichor_service_accounts],
+	)
+}
+
+_groups_problems(name, config) := {problem |
+	want := _fixed_groups[name]
+	got := object.get(config.purposes[name], "groups", [])
+	got != want
+	problem := sprintf("carry the groups %v, where it carries %v", [got, want])
+}
+
+_prefix_problems(name, config) := {problem |
+	identity := _fixed_grants[name].identity
+	got := object.get(config, ["person_identity", "prefixes", identity], null)
+	want := _person_prefixes[identity]
+	got != want
+	problem := sprintf("name its person under the prefix %v, where Ichor's is %q", [got, want])
+}
+
+# Who the identities of one Ichor call are issued to: a ServiceAccount.
+_ichor_service_accounts := {
+	"username_pattern": `^system:serviceaccount:[a-z0-9]([-a-z0-9]*[a-z0-9])?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`,
+	"group": "system:serviceaccounts",
+}
+
+# The groups of the Kubernetes purposes: the admin's own binding group is added at issuance.
+_fixed_groups := {"kubeconfig-admin": [], "kubeconfig-super-admin": ["system:masters"]}
+
+_person_prefixes := {"admin": "ichor-admin:", "super-admin": "ichor-super-admin:"}
 
 _groups_of(purpose) := groups if {
 	groups := object.get(purpose, "groups", [])

@@ -125,3 +125,33 @@ test_no_table_offers_an_ichor_call_identity_to_people if {
 	d := _admit_purpose("packet-capture", []) with credentials.config as config
 	"GrantNotAllowed" in _codes(d)
 }
+
+# Who is a ServiceAccount, the groups of the Kubernetes credentials and the prefix that names
+# their person are fixed too (review 214): a table that took any user for a ServiceAccount
+# handed a person packet-capture's os:operator; one that named admins system:node:... in
+# system:nodes made a credential the Node authorizer accepts after its binding is deleted.
+test_no_table_widens_who_is_a_service_account if {
+	config := _table_with([{"op": "replace", "path": "/component_requester/username_pattern", "value": "^.*$"}])
+	d := _admit_purpose("packet-capture", []) with credentials.config as config
+	"GrantNotAllowed" in _codes(d)
+}
+
+test_no_table_gives_the_kubernetes_credentials_other_groups_or_names if {
+	every case in [
+		["kubeconfig-admin", {"op": "add", "path": "/purposes/kubeconfig-admin/groups", "value": ["ichor:operators"]}],
+		["kubeconfig-super-admin", {"op": "replace", "path": "/purposes/kubeconfig-super-admin/groups", "value": []}],
+		["kubeconfig-admin", {"op": "replace", "path": "/person_identity/prefixes/admin", "value": "system:node:"}],
+	] {
+		d := _admit_purpose(case[0], []) with credentials.config as _table_with([case[1]])
+		"GrantNotAllowed" in _codes(d)
+	}
+}
+
+test_a_purpose_the_api_does_not_have_is_not_granted if {
+	config := _table_with([{"op": "add", "path": "/purposes/talos-admin", "value": object.union(
+		_purposes["talosconfig-reader"],
+		{"talos_role": "os:admin"},
+	)}])
+	d := _admit([{"op": "replace", "path": "/request/purpose", "value": "talos-admin"}]) with credentials.config as config
+	"GrantNotAllowed" in _codes(d)
+}

@@ -273,7 +273,7 @@ _credential_refusals(request, config) := union({
 	_lifetime_not_whole_seconds(request),
 	_public_key_invalid(request),
 	_public_key_not_allowed(request, lib_keys.algorithms),
-	_grant_not_allowed(request, config.purposes),
+	_grant_not_allowed(request, config),
 })
 
 # METADATA
