@@ -107,6 +107,8 @@ type Options struct {
 	// requester's up to max_undecided_per_requester) each read it: held,
 	// they cost one (review 211 F1). Only a read that ran out of its own
 	// time is held: a node that refuses, or answers wrongly, answers at once.
+	// Every caller of the Reader shares the hold (the kubelet-serving
+	// audit's reads too): a read within it gets the held error.
 	HoldTimedOut time.Duration
 }
 
