@@ -26,9 +26,19 @@ allowed(key, algorithms) if {
 	_curve_allowed(object.get(key, "curve", ""), rule)
 	size := object.get(key, "bits", 0)
 	is_number(size)
-	size >= object.get(rule, "min_bits", 0)
+	size >= max([object.get(rule, "min_bits", 0), object.get(_floor, key.algorithm, 0)])
 	size <= object.get(rule, "max_bits", size)
+	_curve_sound(key)
 }
+
+# The least any table may allow, whatever a bundle's data says (review 215: a table with
+# RSA of 512 bits admitted a key anyone can factor): RSA of 2048 bits, and for ECDSA the
+# NIST curves of 256 bits and more. Literal on purpose, not from data.
+_floor := {"RSA": 2048}
+
+_curve_sound(key) if key.algorithm != "ECDSA"
+
+_curve_sound(key) if key.curve in {"P-256", "P-384", "P-521"}
 
 _curve_allowed(_, rule) if not rule.curves
 

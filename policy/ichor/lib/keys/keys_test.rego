@@ -62,3 +62,16 @@ _muddled_rule(rule) if {
 	rule.curves
 	object.keys(rule) & {"min_bits", "max_bits"} != set()
 }
+
+# No table allows less than the floor (review 215): RSA under 2048 bits, or an ECDSA curve
+# under 256 bits, stays refused whatever a bundle's data says.
+test_no_table_allows_a_key_under_the_floor if {
+	loose := {"RSA": {"min_bits": 512}, "ECDSA": {"curves": ["P-224", "P-256"]}}
+	every key in [{"algorithm": "RSA", "bits": 1024}, {"algorithm": "ECDSA", "curve": "P-224", "bits": 224}] {
+		not keys.allowed(key, loose)
+	}
+}
+
+test_a_loose_table_still_allows_what_the_floor_allows if {
+	keys.allowed({"algorithm": "RSA", "bits": 2048}, {"RSA": {"min_bits": 512}})
+}
