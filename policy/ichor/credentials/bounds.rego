@@ -57,7 +57,8 @@ _lifetime_bound(purpose) := 43200 if {
 #   support-bundle, etcd-snapshot, packet-capture) offered to people, or to requesters other
 #   than ServiceAccounts; an admin kubeconfig with groups of its own or the break-glass one
 #   with others than system:masters, or either naming its person under another prefix than
-#   Ichor's (a certificate named system:node:... is a node's); or a purpose the
+#   Ichor's (a certificate named system:node:... is a node's) or by a shorter digest (two
+#   people would share one identity); or a purpose the
 #   TalosCredentialRequest API does not have. Literal on purpose, not from data, as the
 #   lifetime's bounds; the table keeps what is the operator's (defaults, caps below the
 #   bounds, the role an admin's binding grants, descriptions, Events). Checked at admission
@@ -82,7 +83,10 @@ _grant_problems(name, purpose) := (({problem |
 	problem := sprintf("carry the groups %v, which are not a list", [purpose.groups])
 }) | {problem |
 	want := _fixed_grants[name]
-	got := object.filter(purpose, object.keys(want))
+
+	# Every key of a grant, not only the purpose's own: an identity on a Talos purpose would
+	# ask for an admin binding (review 215).
+	got := object.filter(purpose, ["kind", "talos_role", "identity", "authorization"])
 	got != want
 	problem := sprintf("grant %v, where its grant is %v", [got, want])
 }) | {problem |
@@ -98,6 +102,7 @@ _table_problems(name, config) := union({
 	_requester_problems(name, config),
 	_groups_problems(name, config),
 	_prefix_problems(name, config),
+	_hash_problems(name, config),
 })
 
 _purpose_problems(name) := {problem |
@@ -128,6 +133,15 @@ _prefix_problems(name, config) := {problem |
 	want := _person_prefixes[identity]
 	got != want
 	problem := sprintf("name its person under the prefix %v, where Ichor's is %q", [got, want])
+}
+
+# The digits of a person's name's digest in a Kubernetes credential: fewer would let two
+# people share one identity, one binding and one revocation (review 215: one digit did).
+_hash_problems(name, config) := {problem |
+	name in {"kubeconfig-admin", "kubeconfig-super-admin"}
+	got := object.get(config, ["person_identity", "hash_length"], null)
+	got != 36
+	problem := sprintf("name its person by %v digits of a digest, where Ichor's are 36", [got])
 }
 
 # Who the identities of one Ichor call are issued to: a ServiceAccount.

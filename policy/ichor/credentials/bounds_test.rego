@@ -155,3 +155,19 @@ test_a_purpose_the_api_does_not_have_is_not_granted if {
 	d := _admit([{"op": "replace", "path": "/request/purpose", "value": "talos-admin"}]) with credentials.config as config
 	"GrantNotAllowed" in _codes(d)
 }
+
+# Review 215: a one-digit digest gave two people one identity and one binding; an identity on
+# a Talos purpose asked for an admin binding.
+test_no_table_shortens_the_digest_that_names_a_person if {
+	every length in [1, 0, "36"] {
+		config := _table_with([{"op": "replace", "path": "/person_identity/hash_length", "value": length}])
+		d := _admit_purpose("kubeconfig-admin", []) with credentials.config as config
+		"GrantNotAllowed" in _codes(d)
+	}
+}
+
+test_no_table_gives_a_talos_purpose_an_identity if {
+	config := _table_with([{"op": "add", "path": "/purposes/talosconfig-reader/identity", "value": "admin"}])
+	d := _admit([]) with credentials.config as config
+	"GrantNotAllowed" in _codes(d)
+}
