@@ -216,11 +216,10 @@ func (r *Reader) Read(ctx context.Context, endpoint string) (Identity, error) {
 	defer cancel()
 
 	id, err := r.read(readCtx, endpoint)
-	// Held only when the read's own time ran out: not when the caller's
-	// did (its turn ended), nor when the node answered in time.
+	// A read its caller cut short (its turn ended) says nothing of the
+	// node and changes nothing here; of the others, only one that ran out
+	// of its own time is held.
 	if ctx.Err() == nil {
-		// A read its caller cut short (its turn ended) says nothing of the
-		// node, and changes nothing here.
 		r.hold(endpoint, start, err, errors.Is(readCtx.Err(), context.DeadlineExceeded))
 	}
 
