@@ -273,7 +273,7 @@ unauthorized contains reason if {
 # description: |
 #   A guard that holds whatever the recognizers and data say: a subject with an
 #   organization other than system:nodes, any attribute with the value system:masters, or
-#   one whose value is not text, is never approved. The organization is the group the
+#   one whose OID or value is not text, is never approved. The organization is the group the
 #   certificate authenticates as, and system:masters bypasses all authorization.
 # custom:
 #   code: PrivilegedSubject
