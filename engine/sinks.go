@@ -324,7 +324,7 @@ func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
 	}
 	for (len(s.pending)+1 > s.config.BufferEvents || s.pendingBytes+len(b) > decisionLogBufferBytes) && len(s.pending) > keep {
 		if keep == 0 {
-			s.held, s.confirmed, s.probes, s.cursor, s.strikes = false, false, 0, 0, 0
+			s.releaseLocked()
 		}
 		s.pendingBytes -= len(s.pending[keep])
 		s.pending = append(s.pending[:keep], s.pending[keep+1:]...)
@@ -618,7 +618,7 @@ func (s *sinks) uploadBatch(ctx context.Context) error {
 		// for good. The console holds it.
 		id := entryDecisionID(batch[0])
 		s.forgetLocked(0, 1, size)
-		s.held, s.probes, s.cursor, s.strikes = false, 0, 0, 0
+		s.releaseLocked()
 		s.drop("refused", 1)
 		s.engine.notes.WithFields(map[string]any{"url": redactedURL(s.config.URL), "decision_id": id, "status": status}).Error("Decision-log entry refused by the service on its own, before and after it took another; it is dropped from the upload.")
 		return errAgain
@@ -643,7 +643,7 @@ func (s *sinks) taken(start, n, size int) error {
 		s.confirmed, again = true, errAgain
 	case s.held:
 		// The first taken after all: its refusal was not its own.
-		s.held, s.probes, s.cursor, s.strikes = false, 0, 0, 0
+		s.releaseLocked()
 	}
 	if s.split > 0 {
 		if s.split *= 2; s.split >= s.batchLimit {
@@ -674,6 +674,12 @@ func (s *sinks) forgetLocked(start, n, size int) {
 		clear(s.pending[len(s.pending):end])
 	}
 	s.pendingBytes -= size
+}
+
+// releaseLocked ends the hold of the first pending entry (dropped, taken,
+// or gone from a full buffer) and what its tries counted.
+func (s *sinks) releaseLocked() {
+	s.held, s.confirmed, s.probes, s.cursor, s.strikes = false, false, 0, 0, 0
 }
 
 // limitLocked is the most entries the next upload sends.
