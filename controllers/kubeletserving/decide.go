@@ -506,7 +506,8 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		if err != nil {
 			return fmt.Errorf("the limits of the kubelet serving rule: %w", err)
 		}
-		in.Node = p.readNode(ctx, machine, csr.Spec.Username == limits.NodeUserPrefix+node)
+		var source talosnode.Source
+		in.Node, source = p.readNode(ctx, machine, csr.Spec.Username == limits.NodeUserPrefix+node)
 		// A node that still cannot be read, for the same reason, changes no
 		// fact: it is looked at again soon, without a new decision (and log
 		// entry) each time, so that it is decided within seconds of coming
@@ -519,6 +520,19 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// those of now (kept between events, so this is mostly no listing).
 		if in.Requests, err = p.requests(ctx, csr); err != nil {
 			return err
+		}
+		if source == talosnode.FromRead {
+			// So may the world around it: a verdict is reached only on a
+			// cluster and a machine still as the request found them.
+			changed, err := p.changedDuringRead(ctx, node, machine, candidates)
+			if err != nil {
+				return err
+			}
+			if changed != "" {
+				logger.Info("not decided: what the decision was to be reached on changed during the node's read; looked at again", "change", changed, "machine", machine.Name)
+				p.retryIn(minBackoff)
+				return nil
+			}
 		}
 	}
 	if !p.stillServes() {
@@ -716,7 +730,11 @@ func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigni
 // watch when it has one fresh enough (NodeReaders.Read). A failure is a
 // fact for the rule (readable=false, and why), never a decision here. With
 // reach, the outcome counts towards the cluster's Ready.
-func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine, reach bool) *csrinput.Node {
+//
+// It says where the identity came from: a direct read may take up to the
+// Talos timeout, and what the decision found before it may have changed
+// meanwhile (changedDuringRead).
+func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine, reach bool) (*csrinput.Node, talosnode.Source) {
 	observe := func(err error) {
 		if reach {
 			p.r.NodeReaders.observe(p.key(), machine.Name, p.r.Clock.Now(), err)
@@ -739,9 +757,52 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 	if err != nil {
 		// The node's own words may be in it (a status message): bounded,
 		// as the audit's are.
-		return &csrinput.Node{Readable: false, Error: engine.Clip(err.Error(), "", maxReadError), Addresses: []string{}}
+		return &csrinput.Node{Readable: false, Error: engine.Clip(err.Error(), "", maxReadError), Addresses: []string{}}, source
 	}
-	return &csrinput.Node{Readable: true, Nodename: id.Nodename, Hostname: id.Hostname, Addresses: id.Addresses}
+	return &csrinput.Node{Readable: true, Nodename: id.Nodename, Hostname: id.Hostname, Addresses: id.Addresses}, source
+}
+
+// changedDuringRead says what changed, since the pass and the request's
+// machine were read, that forbids a verdict on what the decision gathered
+// before its node's direct read, which may take up to the Talos timeout;
+// "" if nothing did. A cluster disabled, deleted or moved to another API
+// server, or a machine deleted, re-pointed (a spec change: its endpoint, its
+// cluster) or joined by another answering to the node's name, is the
+// operator's word that arrived during the read: a verdict written after it
+// would be one the operator had withdrawn (review 211 F2). A read from the
+// node's watch takes no time, and is not asked about.
+func (p *pass) changedDuringRead(ctx context.Context, node string, machine *ichorv1alpha1.TalosMachine, candidates int) (string, error) {
+	var c ichorv1alpha1.TalosCluster
+	err := p.r.Client.Get(ctx, p.key(), &c, client.UnsafeDisableDeepCopy)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "the cluster was deleted", nil
+	case err != nil:
+		return "", fmt.Errorf("read TalosCluster %s again after its node's read: %w", p.key(), err)
+	case c.UID != p.cluster.UID:
+		return "the cluster was deleted and made anew", nil
+	case !c.Spec.Security.KubeletServingCertificates.Enabled:
+		return "kubelet serving certificates were turned off", nil
+	}
+	if t := p.r.currentTarget(&c); t == nil || (t != p.target && !(t.local && p.target.local)) {
+		// A remote target replaced ends the turn's context too; a cluster
+		// no longer named as a judge of the local API server does not.
+		return "the cluster's API server changed", nil
+	}
+	now, n, _, err := p.machineFor(ctx, node)
+	switch {
+	case err != nil:
+		return "", err
+	case now == nil:
+		return "no machine of the cluster answers to the node's name", nil
+	case now.UID != machine.UID:
+		return "another machine answers to the node's name", nil
+	case now.Generation != machine.Generation:
+		return "the machine's spec changed", nil
+	case n != candidates:
+		return "the machines answering to the node's name changed", nil
+	}
+	return "", nil
 }
 
 // record writes an issued certificate on the machine it is for, when it is

@@ -849,6 +849,7 @@ type logEntry struct {
 	Bundles map[string]struct {
 		Revision string `json:"revision"`
 	} `json:"bundles"`
+	Timestamp time.Time `json:"timestamp"`
 }
 
 // entriesFor is the decisions logged for the CSR, oldest first.
@@ -1138,4 +1139,133 @@ func smuggledNames(t *testing.T) pkix.Extension {
 		return b
 	}
 	return pkix.Extension{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: append(seq("deny-1"), seq("kubernetes.default.svc")...)}
+}
+
+// heldMachine starts a node whose watch never syncs, so that a decision
+// reads it directly, registers its machine, and holds the node's answers
+// until the returned release; it returns the node too.
+func (f *fixture) heldMachine(name, ip string) (*harness.TalosNode, func()) {
+	f.t.Helper()
+	node, err := env.StartTalosNode(f.ctx, harness.NodeOptions{Name: name, Addresses: []netip.Addr{netip.MustParseAddr(ip)}})
+	require.NoError(f.t, err)
+	f.t.Cleanup(node.Stop)
+	node.SetWatchesMuted(true)
+	f.addMachine(name, node.Endpoint())
+	release := node.Hold()
+	f.t.Cleanup(release)
+	return node, release
+}
+
+// readIsHeld submits the node's own request for its name and address and
+// waits until its decision's read has reached the node, which holds it.
+func readIsHeld(t *testing.T, node *harness.TalosNode, ip string) string {
+	t.Helper()
+	before := node.Calls(talosapi.MethodStateGet)
+	name := submit(t, nodeClient(t, "system:node:"+node.Name, "system:nodes"), node.Name,
+		csrgen.Request{Subject: csrgen.NodeSubject(node.Name), DNSNames: []string{node.Name}, IPs: []net.IP{net.ParseIP(ip)}})
+	require.Eventually(t, func() bool { return node.Calls(talosapi.MethodStateGet) > before }, wait, 10*time.Millisecond,
+		"the decision of %s did not read the node", name)
+	return name
+}
+
+// okReads is how many direct identity reads succeeded so far, over every
+// cluster.
+func okReads(t *testing.T) uint64 {
+	t.Helper()
+	families, err := metricsRegistry.Gather()
+	require.NoError(t, err)
+	for _, mf := range families {
+		if mf.GetName() != "ichor_talos_identity_read_duration_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == "ok" {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// A machine deleted while its node is read (directly: the read may take the
+// Talos timeout) is not approved on that read. Made again, its request is
+// decided anew: its only verdict comes after (review 211 F2; before, it was
+// approved at the read's end, its machine gone).
+func TestAMachineDeletedDuringItsNodesReadIsNotApproved(t *testing.T) {
+	f := newFixture(t, false)
+	node, release := f.heldMachine("deleted-1", "10.47.0.2")
+	name := readIsHeld(t, node, "10.47.0.2")
+
+	require.NoError(t, env.Client.Delete(f.ctx, &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "deleted-1"}}))
+	// The manager's cache has it gone: its cluster has no machines.
+	f.readyWhen(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, "no machines yet")
+	afterTheRead(t, name, release)
+
+	made := time.Now()
+	f.addMachine("deleted-1", node.Endpoint())
+	approvedOnlyAfter(t, name, made)
+}
+
+// afterTheRead lets the node's held read go, waits until it has ended, and
+// checks that no verdict was reached on it.
+func afterTheRead(t *testing.T, name string, release func()) {
+	t.Helper()
+	reads := okReads(t)
+	release()
+	require.Eventually(t, func() bool { return okReads(t) > reads }, wait, time.Millisecond, "the held read did not end")
+	// Meanwhile the other clusters of this API server leave the request
+	// pending: no machine of a cluster that judges it answers to its name.
+	assert.Empty(t, verdictTimes(name), "decided on the read")
+}
+
+// approvedOnlyAfter waits until the request is decided and checks that it
+// was approved once, not before since.
+func approvedOnlyAfter(t *testing.T, name string, since time.Time) {
+	t.Helper()
+	c := decided(t, name)
+	require.Equal(t, certificatesv1.CertificateApproved, c.Type, c.Message)
+	approved := verdictTimes(name)
+	require.Len(t, approved, 1)
+	assert.False(t, approved[0].Before(since), "approved at %s, before %s", approved[0], since)
+	for _, e := range entriesFor(name) {
+		assert.NotContains(t, e.Result.Reasons.Codes(), "NodeUnreadable", "the read was not held through the change: the test proves nothing")
+	}
+}
+
+// A cluster whose kubelet serving certificates are turned off while a node
+// is read approves nothing on that read. Turned on again, the request is
+// decided anew: its only verdict comes after (review 211 F2; before, it was
+// approved at the read's end, the cluster off).
+func TestAClusterTurnedOffDuringANodesReadApprovesNothing(t *testing.T) {
+	f := newFixture(t, false)
+	node, release := f.heldMachine("off-1", "10.47.0.3")
+	name := readIsHeld(t, node, "10.47.0.3")
+
+	turn := func(on bool) {
+		c := f.get()
+		c.Spec.Security.KubeletServingCertificates.Enabled = on
+		require.NoError(t, env.Client.Update(f.ctx, c))
+	}
+	turn(false)
+	// The manager's cache has it off.
+	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonKubeletServingOff)
+	afterTheRead(t, name, release)
+
+	on := time.Now()
+	turn(true)
+	approvedOnlyAfter(t, name, on)
+}
+
+// verdictTimes are the times of the approvals and denials logged for the
+// CSR, oldest first.
+func verdictTimes(csr string) []time.Time {
+	var out []time.Time
+	for _, e := range entriesFor(csr) {
+		if e.Result.Action == engine.ActionApprove || e.Result.Action == engine.ActionDeny {
+			out = append(out, e.Timestamp)
+		}
+	}
+	return out
 }

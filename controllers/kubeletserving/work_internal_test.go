@@ -39,6 +39,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 )
 
 // decider is a Decider whose verdicts a test chooses: decide answers for
@@ -784,11 +785,14 @@ func TestAReadCutShortByTheTurnsEndSaysNothingOfTheNode(t *testing.T) {
 
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
-	assert.False(t, p.readNode(ended, machine, true).Readable)
+	cut, _ := p.readNode(ended, machine, true)
+	assert.False(t, cut.Readable)
 	assert.Zero(t, testutil.CollectAndCount(metrics.talosReadErrors), "a read cut short counted as the node's failure")
 	assert.Zero(t, outcomes(), "a read cut short counted towards the cluster's Ready")
 
-	assert.False(t, p.readNode(context.Background(), machine, true).Readable, "the cluster has no secrets bundle")
+	failed, source := p.readNode(context.Background(), machine, true)
+	assert.False(t, failed.Readable, "the cluster has no secrets bundle")
+	assert.Equal(t, talosnode.FromRead, source)
 	assert.Equal(t, float64(1), testutil.ToFloat64(metrics.talosReadErrors.WithLabelValues(c.Namespace, c.Name)))
 	assert.Equal(t, 1, outcomes())
 }

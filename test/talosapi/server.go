@@ -79,6 +79,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	delay time.Duration
+	// hold, while set, holds every call that arrives until it is closed.
+	hold  chan struct{}
 	muted bool
 	// held is the resource type whose watch streams hold their first
 	// message, and released is closed when they are let go.
@@ -262,6 +264,33 @@ func (s *Server) SetDelay(d time.Duration) {
 	s.delay = d
 }
 
+// Hold makes every call that arrives from now on wait until release is
+// called (or its caller gives up), as a slow node whose answer a test lets
+// go at the moment it chooses: the test holds a reader in flight while it
+// changes what the reader's caller decides on. release may be called more
+// than once.
+func (s *Server) Hold() (release func()) {
+	ch := make(chan struct{})
+
+	s.mu.Lock()
+	s.hold = ch
+	s.mu.Unlock()
+
+	var once sync.Once
+
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			if s.hold == ch {
+				s.hold = nil
+			}
+			s.mu.Unlock()
+
+			close(ch)
+		})
+	}
+}
+
 // SetWatchesMuted makes the node send nothing on its watch streams while
 // muted is true, the ones open and the ones opened meanwhile: a node whose
 // state changes without its watchers hearing of it (a stalled stream, or a
@@ -331,11 +360,20 @@ func (s *Server) watchesMuted() bool {
 	return s.muted
 }
 
-// wait holds a call for the delay set when it arrived.
+// wait holds a call until the hold in place when it arrived is released,
+// then for the delay set when it arrived.
 func (s *Server) wait(ctx context.Context) error {
 	s.mu.Lock()
-	d := s.delay
+	d, hold := s.delay, s.hold
 	s.mu.Unlock()
+
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 
 	if d <= 0 {
 		return nil
