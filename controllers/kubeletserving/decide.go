@@ -445,6 +445,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if err != nil {
 		return err
 	}
+	g := gathered{node: node, machine: machine, candidates: candidates}
 	if machine == nil && others {
 		// Another cluster's machine answers to this name: that cluster decides.
 		return nil
@@ -493,7 +494,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 				// engine refuses any other answer, and so does this.
 				return fmt.Errorf("rejection %s on CSR %s is %q with %d reasons, not a reasoned denial: nothing done", d.DecisionID, csr.Name, d.Action, len(d.Reasons))
 			case err == nil:
-				return p.act(ctx, logger, csr, machine, facts, d)
+				return p.act(ctx, logger, csr, g, facts, d)
 			case !errors.Is(err, engine.ErrNoDecision):
 				return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 			}
@@ -522,16 +523,11 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 			return err
 		}
 		if source == talosnode.FromRead {
-			// So may the world around it: a verdict is reached only on a
-			// cluster and a machine still as the request found them.
-			changed, err := p.changedDuringRead(ctx, node, machine, candidates)
-			if err != nil {
+			// So may the world around it: no verdict is reached (and
+			// logged) on a cluster or a machine that changed meanwhile;
+			// act checks again before it writes.
+			if dropped, err := p.dropped(ctx, logger, g); dropped || err != nil {
 				return err
-			}
-			if changed != "" {
-				logger.Info("not decided: what the decision was to be reached on changed during the node's read; looked at again", "change", changed, "machine", machine.Name)
-				p.retryIn(minBackoff)
-				return nil
 			}
 		}
 	}
@@ -566,12 +562,22 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 	if err != nil {
 		return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 	}
-	return p.act(ctx, logger, csr, machine, facts, d)
+	return p.act(ctx, logger, csr, g, facts, d)
+}
+
+// gathered is what a decision found of the request's machine: the node's
+// name, the cluster's machine that answers to it (nil when none) and how
+// many machines of the clusters judging its API server do.
+type gathered struct {
+	node       string
+	machine    *ichorv1alpha1.TalosMachine
+	candidates int
 }
 
 // act carries out a decision on the request, reached on facts (their Key
-// unset).
-func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.CertificateSigningRequest, machine *ichorv1alpha1.TalosMachine, facts approval.Verdict, d engine.CSRDecision) error {
+// unset) and on what was gathered of its machine.
+func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.CertificateSigningRequest, g gathered, facts approval.Verdict, d engine.CSRDecision) error {
+	machine := g.machine
 	logger = logger.WithValues("node", d.Node, "action", d.Action, "codes", d.Reasons.Codes(), "decision_id", d.DecisionID, "revision", d.Revision)
 	// The engine refuses such answers of a broken bundle; whatever decides
 	// here must not be trusted further than that.
@@ -636,6 +642,13 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 			return nil
 		}
 		defer done()
+		// A turn reads its cluster once, and may have decided others of the
+		// requester's requests, or read a node, for seconds since: the
+		// operator's word that came meanwhile (the cluster turned off, the
+		// machine deleted) holds before any write (review 216 F4).
+		if dropped, err := p.dropped(ctx, logger, g); dropped || err != nil {
+			return err
+		}
 		// Noted before the write: a pass settling the cluster's adoption
 		// may see the write in its cache before this worker records it.
 		p.r.adoptions.wrote(p.key(), d.DecisionID)
@@ -762,16 +775,30 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 	return &csrinput.Node{Readable: true, Nodename: id.Nodename, Hostname: id.Hostname, Addresses: id.Addresses}, source
 }
 
-// changedDuringRead says what changed, since the pass and the request's
-// machine were read, that forbids a verdict on what the decision gathered
-// before its node's direct read, which may take up to the Talos timeout;
-// "" if nothing did. A cluster disabled, deleted or moved to another API
-// server, or a machine deleted, re-pointed (a spec change: its endpoint, its
-// cluster) or joined by another answering to the node's name, is the
-// operator's word that arrived during the read: a verdict written after it
-// would be one the operator had withdrawn (review 211 F2). A read from the
-// node's watch takes no time, and is not asked about.
-func (p *pass) changedDuringRead(ctx context.Context, node string, machine *ichorv1alpha1.TalosMachine, candidates int) (string, error) {
+// dropped reports whether the cluster or the request's machine changed
+// since the pass and the decision read them (changed), and then logs it,
+// counts it and asks for the request to be looked at again.
+func (p *pass) dropped(ctx context.Context, logger logr.Logger, g gathered) (bool, error) {
+	change, err := p.changed(ctx, g)
+	if err != nil || change == "" {
+		return false, err
+	}
+	logger.Info("not decided: what the verdict was to be reached on changed meanwhile; looked at again", "change", change)
+	p.r.Metrics.droppedVerdict()
+	p.retryIn(minBackoff)
+	return true, nil
+}
+
+// changed says what changed, since the pass and the request's machine were
+// read, that forbids a verdict on what the decision gathered; "" if nothing
+// did. A cluster disabled, deleted or moved to another API server, or a
+// machine deleted, re-pointed (a spec change: its endpoint, its cluster)
+// or joined by another answering to the node's name, is the operator's
+// word that arrived meanwhile: a verdict written after it would be one the
+// operator had withdrawn (review 211 F2). A direct read of the node may
+// take the Talos timeout, and a turn goes through a requester's requests
+// one after the other on the cluster it read first. Reads from the cache.
+func (p *pass) changed(ctx context.Context, g gathered) (string, error) {
 	var c ichorv1alpha1.TalosCluster
 	err := p.r.Client.Get(ctx, p.key(), &c, client.UnsafeDisableDeepCopy)
 	switch {
@@ -789,17 +816,17 @@ func (p *pass) changedDuringRead(ctx context.Context, node string, machine *icho
 		// no longer named as a judge of the local API server does not.
 		return "the cluster's API server changed", nil
 	}
-	now, n, _, err := p.machineFor(ctx, node)
+	now, n, _, err := p.machineFor(ctx, g.node)
 	switch {
 	case err != nil:
 		return "", err
-	case now == nil:
-		return "no machine of the cluster answers to the node's name", nil
-	case now.UID != machine.UID:
+	case (now == nil) != (g.machine == nil):
+		return "the cluster's machine answering to the node's name came or went", nil
+	case now != nil && now.UID != g.machine.UID:
 		return "another machine answers to the node's name", nil
-	case now.Generation != machine.Generation:
+	case now != nil && now.Generation != g.machine.Generation:
 		return "the machine's spec changed", nil
-	case n != candidates:
+	case n != g.candidates:
 		return "the machines answering to the node's name changed", nil
 	}
 	return "", nil

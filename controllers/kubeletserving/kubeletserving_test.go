@@ -1168,27 +1168,6 @@ func readIsHeld(t *testing.T, node *harness.TalosNode, ip string) string {
 	return name
 }
 
-// okReads is how many direct identity reads succeeded so far, over every
-// cluster.
-func okReads(t *testing.T) uint64 {
-	t.Helper()
-	families, err := metricsRegistry.Gather()
-	require.NoError(t, err)
-	for _, mf := range families {
-		if mf.GetName() != "ichor_talos_identity_read_duration_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" && l.GetValue() == "ok" {
-					return m.GetHistogram().GetSampleCount()
-				}
-			}
-		}
-	}
-	return 0
-}
-
 // A machine deleted while its node is read (directly: the read may take the
 // Talos timeout) is not approved on that read. Made again, its request is
 // decided anew: its only verdict comes after (review 211 F2; before, it was
@@ -1208,16 +1187,31 @@ func TestAMachineDeletedDuringItsNodesReadIsNotApproved(t *testing.T) {
 	approvedOnlyAfter(t, name, made)
 }
 
-// afterTheRead lets the node's held read go, waits until it has ended, and
-// checks that no verdict was reached on it.
+// afterTheRead lets the node's held read go, waits until the decision it
+// was for is dropped, and checks that no verdict was reached on it.
 func afterTheRead(t *testing.T, name string, release func()) {
 	t.Helper()
-	reads := okReads(t)
+	before := droppedVerdicts(t)
 	release()
-	require.Eventually(t, func() bool { return okReads(t) > reads }, wait, time.Millisecond, "the held read did not end")
+	require.Eventually(t, func() bool { return droppedVerdicts(t) > before }, wait, 10*time.Millisecond,
+		"the decision on the held read was not dropped (or the read outlived the suite's Talos timeout)")
 	// Meanwhile the other clusters of this API server leave the request
 	// pending: no machine of a cluster that judges it answers to its name.
 	assert.Empty(t, verdictTimes(name), "decided on the read")
+	assert.Nil(t, harness.Verdict(env.GetCSR(t, name)), "decided on the read")
+}
+
+// droppedVerdicts is ichor_kubelet_serving_verdicts_dropped_total.
+func droppedVerdicts(t *testing.T) float64 {
+	t.Helper()
+	families, err := metricsRegistry.Gather()
+	require.NoError(t, err)
+	for _, mf := range families {
+		if mf.GetName() == "ichor_kubelet_serving_verdicts_dropped_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 // approvedOnlyAfter waits until the request is decided and checks that it

@@ -19,6 +19,7 @@ type Metrics struct {
 	writeFailures    *prometheus.CounterVec
 	pendingCSRs      *prometheus.GaugeVec
 	floodGuard       *prometheus.GaugeVec
+	dropped          prometheus.Counter
 
 	// mu orders forget and withheld: a worker whose turn began before its
 	// cluster was forgotten (disabled, gone, served elsewhere) does not
@@ -75,8 +76,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ichor_kubelet_serving_flood_guard",
 			Help: "1 while the rule withholds the cluster's approvals because its API server holds more undecided kubelet serving requests than its machines explain (TooManyPendingRequests); alert on it.",
 		}, []string{"namespace", "cluster"}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ichor_kubelet_serving_verdicts_dropped_total",
+			Help: "Verdicts not reached or not written because the TalosCluster or the machine they were gathered on changed meanwhile (turned off, deleted, made anew, re-pointed, another machine answering to the node's name), mostly during a direct Talos read; each request is looked at again.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.talosReadSeconds, m.talosReadErrors, m.talosWatched, m.writeFailures, m.pendingCSRs, m.floodGuard} {
+	for _, c := range []prometheus.Collector{m.talosReadSeconds, m.talosReadErrors, m.talosWatched, m.writeFailures, m.pendingCSRs, m.floodGuard, m.dropped} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register the kubelet serving approver's metrics: %w", err)
 		}
@@ -106,6 +111,12 @@ func (m *Metrics) talosRead(namespace, cluster string, since uint64, source talo
 		m.mu.Unlock()
 	}
 	m.talosReadSeconds.WithLabelValues(result).Observe(took.Seconds())
+}
+
+func (m *Metrics) droppedVerdict() {
+	if m != nil {
+		m.dropped.Inc()
+	}
 }
 
 func (m *Metrics) failure(kind string) {

@@ -644,9 +644,63 @@ func TestAnApprovalInFlightWhenTheLeaderStopsIsFinishedAndRecorded(t *testing.T)
 	// written now settles it (review 19, M1).
 	key := p.memoKey(&list[0])
 	g.r.uncertain.Add(key, approval.UncertainWrite{ResourceVersion: list[0].ResourceVersion, At: time.Now()})
-	require.NoError(t, p.act(ctx, logr.Discard(), &list[0], nil, approval.Verdict{}, approve()))
+	require.NoError(t, p.act(ctx, logr.Discard(), &list[0], gathered{}, approval.Verdict{}, approve()))
 	assert.Zero(t, held.Writes(), "written after the stop")
 	assert.True(t, g.r.uncertain.Has(key), "an earlier write of unknown outcome was forgotten by a write not made")
+}
+
+// A verdict is written only while the cluster it was reached on is as its
+// turn found it: a turn reads its cluster once, then may go on for seconds
+// (its requester's other requests, a node's direct read), whatever served
+// the node's identity (review 216 F4).
+func TestAVerdictIsNotWrittenOnceItsClusterChanged(t *testing.T) {
+	for name, change := range map[string]func(context.Context, client.Client, *ichorv1alpha1.TalosCluster) error{
+		"unchanged": func(context.Context, client.Client, *ichorv1alpha1.TalosCluster) error { return nil },
+		"turned off": func(ctx context.Context, c client.Client, cluster *ichorv1alpha1.TalosCluster) error {
+			cluster.Spec.Security.KubeletServingCertificates.Enabled = false
+			return c.Update(ctx, cluster)
+		},
+		"deleted": func(ctx context.Context, c client.Client, cluster *ichorv1alpha1.TalosCluster) error {
+			return c.Delete(ctx, cluster)
+		},
+		"made anew": func(ctx context.Context, c client.Client, cluster *ichorv1alpha1.TalosCluster) error {
+			if err := c.Delete(ctx, cluster); err != nil {
+				return err
+			}
+			anew := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: cluster.Name, UID: "uid-anew"}, Spec: cluster.Spec}
+			return c.Create(ctx, anew)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:a", "csr-a", time.Unix(1_000_000, 0)))
+			held := approvaltest.NewHeld()
+			held.Answer()
+			f.r.Clientset = held.Clientset(t)
+			metrics, err := NewMetrics(prometheus.NewRegistry())
+			require.NoError(t, err)
+			f.r.Metrics = metrics
+			p, ok, err := f.r.passFor(ctx, f.cluster)
+			require.NoError(t, err)
+			require.True(t, ok)
+			list, err := p.requestsOf(ctx, "system:node:a")
+			require.NoError(t, err)
+			require.Len(t, list, 1)
+
+			var cluster ichorv1alpha1.TalosCluster
+			require.NoError(t, f.r.Client.Get(ctx, f.cluster, &cluster))
+			require.NoError(t, change(ctx, f.r.Client, &cluster))
+			require.NoError(t, p.act(ctx, logr.Discard(), &list[0], gathered{}, approval.Verdict{}, approve()))
+			if name == "unchanged" {
+				assert.Equal(t, int64(1), held.Writes(), "the verdict was not written")
+				assert.Zero(t, testutil.ToFloat64(metrics.dropped))
+				return
+			}
+			assert.Zero(t, held.Writes(), "written on a cluster %s since its turn read it", name)
+			assert.Equal(t, float64(1), testutil.ToFloat64(metrics.dropped))
+			assert.Equal(t, minBackoff, p.wait, "not looked at again")
+		})
+	}
 }
 
 // An event for a requester whose turn is running is not dropped, even when
