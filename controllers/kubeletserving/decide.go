@@ -1008,6 +1008,10 @@ const (
 	// again. Only a read that succeeds, or fails otherwise, is decided (and
 	// logged) again.
 	unreadableRecheck = 3 * time.Second
+	// hangingRecheckMax is how long a node whose reads keep running into
+	// the Talos timeout may go unread at most: from unreadableRecheck,
+	// each timeout in a row doubles the wait (talosnode's hold).
+	hangingRecheckMax = time.Minute
 
 	// withheldRecheck is how soon a request withheld for a flood is decided
 	// again, then with backoff up to withheldMaxRecheck: the flood may be

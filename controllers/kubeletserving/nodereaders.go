@@ -184,8 +184,13 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 		Denied:              n.Denied,
 		// A requester's several requests for a hanging node share one
 		// read's timeout, and the next look (unreadableRecheck) reads
-		// again: a node back from hanging is read within it.
-		HoldTimedOut: unreadableRecheck - time.Millisecond,
+		// again. A node that keeps hanging is read less and less often,
+		// at least once a minute (one read at a time): with many such
+		// nodes, the workers are the answering nodes' (at 10 s a read,
+		// one a worker about 10 s of every 64 to 70); a node back from
+		// hanging waits up to a minute for its next read.
+		HoldTimedOut:    unreadableRecheck - time.Millisecond,
+		HoldTimedOutMax: hangingRecheckMax,
 	})
 	if err != nil {
 		// An OS CA the reader refuses (its key not the certificate's, a

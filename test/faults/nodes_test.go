@@ -63,6 +63,47 @@ func TestHealthyNodesAreDecidedWhileSixOfFortyHang(t *testing.T) {
 	}
 }
 
+// A node's Talos API accepts TCP and never answers TLS, for good: it is read
+// less and less often, each timeout in a row doubling the wait before the
+// next read (3, 6, 12 s... at most a minute), so that nodes that keep
+// hanging take few decision workers (review 211 F1); a node beside it is
+// approved at once. (Before: read again 3 to 6 s after each timeout, 6
+// reads in 30 s with a 1 s timeout, against 4 now in 40.)
+func TestANodeThatKeepsHangingIsReadLessAndLessOften(t *testing.T) {
+	f := newFixture(t)
+	hanging := f.node("hangs", "10.43.0.2")
+	hanging.Server.SetHanging(true)
+	f.node("answers", "10.43.0.3")
+	// Read at decision time, not watched: the reads are the node's
+	// connections.
+	f.manager("manager", []string{"--resync-interval=5s", "--talos-timeout=1s", "--talos-watch=false"})
+
+	pending := f.submit("hangs", "10.43.0.2", nil)
+	require.Eventually(t, func() bool { return hanging.Connections() > 0 }, 30*time.Second, 10*time.Millisecond, "the hanging node was not read")
+	first := time.Now()
+	waitDecided(f.ctx, t, []string{f.submit("answers", "10.43.0.3", nil)}, 10*time.Second)
+
+	// The window observed, forty seconds: when each read connects. 3 s
+	// after the first timeout, then 6, then 12 (less up to a tenth), each
+	// try taking the 1 s timeout, and the request looked at again every
+	// few seconds: tries at about 0, 6, 13 and 28 s, the next past 50.
+	reads := []time.Duration{0}
+	for seen := hanging.Connections(); time.Since(first) < 40*time.Second; time.Sleep(10 * time.Millisecond) {
+		if now := hanging.Connections(); now > seen {
+			for range now - seen {
+				reads = append(reads, time.Since(first))
+			}
+			seen = now
+		}
+	}
+	t.Logf("the hanging node was read at %v", reads)
+	require.GreaterOrEqual(t, len(reads), 4, "the hanging node was not tried again")
+	assert.LessOrEqual(t, len(reads), 5, "the hanging node was read as often as ever")
+	firstWait, lastWait := reads[1]-reads[0], reads[len(reads)-1]-reads[len(reads)-2]
+	assert.Greater(t, float64(lastWait), 1.8*float64(firstWait), "the wait between reads did not grow: %s, then %s", firstWait, lastWait)
+	assert.Empty(t, decisions(f.ctx, t, []string{pending}), "the hanging node's request was decided")
+}
+
 func nodeIndex(name string) int {
 	var i int
 	_, _ = fmt.Sscanf(name, "n%02d", &i)

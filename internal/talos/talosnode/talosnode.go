@@ -110,6 +110,18 @@ type Options struct {
 	// Every caller of the Reader shares the hold (the kubelet-serving
 	// audit's reads too): a read within it gets the held error.
 	HoldTimedOut time.Duration
+
+	// HoldTimedOutMax is what the hold grows to: each timeout of an
+	// endpoint in a row doubles the last (HoldTimedOut, twice that, four
+	// times...), less up to a tenth at random, up to HoldTimedOutMax; a
+	// read that succeeds, or fails otherwise, starts it again. Zero means
+	// HoldTimedOut: no growth. And once a hold is over, one read of the
+	// endpoint at a time tries the node again: the others meanwhile get the
+	// held error. A node that keeps hanging costs a caller Timeout once per
+	// hold, not once per caller, so that many such nodes take few callers
+	// (review 211 F1 rest: 32 nodes that hang took the 32 decision workers
+	// 10 s of every 13; review 216).
+	HoldTimedOutMax time.Duration
 }
 
 // Reader reads node identities. It is safe for concurrent use; its credential is
@@ -125,19 +137,33 @@ type Reader struct {
 	mu   sync.Mutex
 	cert *tls.Certificate
 
-	holdTimedOut time.Duration
-	heldMu       sync.Mutex
-	held         map[string]heldRead
+	holdTimedOut    time.Duration
+	holdTimedOutMax time.Duration
+	heldMu          sync.Mutex
+	held            map[string]heldRead
 }
 
 // heldRead is a read that ran into the timeout, its error given again
 // until the time, and the time a read of the endpoint last succeeded, so
 // that a read that started before it and times out after it is not held
-// (the node answers).
+// (the node answers); how many timeouts in a row the endpoint's reads
+// ran into, the last when, and whether a read tries it again now that the
+// hold is over.
 type heldRead struct {
-	err   error
-	until time.Time
-	okAt  time.Time
+	err      error
+	until    time.Time
+	okAt     time.Time
+	timeouts int
+	heldAt   time.Time
+	retrying bool
+}
+
+// stale reports whether the entry's timeout no longer says anything of its
+// node at now: timeoutKept past its hold, without a read since (its node
+// may have been read through its watch meanwhile, which records nothing
+// here).
+func (h heldRead) stale(now time.Time) bool {
+	return h.err != nil && !h.retrying && now.Sub(h.until) > timeoutKept
 }
 
 // ErrHeld marks an error given again for a read that timed out
@@ -156,6 +182,12 @@ func (h held) Unwrap() []error { return []error{h.error, ErrHeld} }
 // entries that still do stay, so it is a threshold, not a bound: there is
 // one at most per endpoint read within the timeout and the hold.
 const maxHeld = 256
+
+// timeoutKept is how long past its hold the timeout of an endpoint not read
+// since says something of its node: read again within it, the node goes on
+// with its growing hold (and one read at a time tries it); later, it is
+// read as any node, and its next timeout holds it HoldTimedOut again.
+const timeoutKept = 10 * time.Minute
 
 // NewReader validates opts and parses the CA; it issues no credential yet.
 func NewReader(opts Options) (*Reader, error) {
@@ -196,9 +228,17 @@ func NewReader(opts Options) (*Reader, error) {
 		return nil, fmt.Errorf("talosnode: hold of a timed-out read %s is negative", opts.HoldTimedOut)
 	}
 
+	holdMax := opts.HoldTimedOutMax
+	switch {
+	case holdMax == 0:
+		holdMax = opts.HoldTimedOut
+	case holdMax < opts.HoldTimedOut:
+		return nil, fmt.Errorf("talosnode: the longest hold of a timed-out read %s is shorter than the first %s", holdMax, opts.HoldTimedOut)
+	}
+
 	return &Reader{
 		ca: ca, roots: roots, lifetime: lifetime, timeout: timeout, clock: clock, denied: opts.Denied,
-		holdTimedOut: opts.HoldTimedOut,
+		holdTimedOut: opts.HoldTimedOut, holdTimedOutMax: holdMax,
 	}, nil
 }
 
@@ -207,8 +247,13 @@ func NewReader(opts Options) (*Reader, error) {
 // HostnameStatus. Any failure is an error naming the endpoint and the resource:
 // a caller must treat the node as unreadable, never as having no identity.
 func (r *Reader) Read(ctx context.Context, endpoint string) (Identity, error) {
-	if err := r.heldErr(endpoint); err != nil {
+	err, retry := r.beginRead(endpoint)
+	if err != nil {
 		return Identity{}, err
+	}
+
+	if retry {
+		defer r.endRetry(endpoint)
 	}
 
 	start := r.clock()
@@ -226,20 +271,63 @@ func (r *Reader) Read(ctx context.Context, endpoint string) (Identity, error) {
 	return id, err
 }
 
-// heldErr is the error of the endpoint's read that timed out, while it is held.
-func (r *Reader) heldErr(endpoint string) error {
+// beginRead is the error of the endpoint's read that timed out while it is
+// held, or while another read tries the node again; otherwise nil, and
+// whether this read is the one that tries it again (then endRetry is owed).
+func (r *Reader) beginRead(endpoint string) (err error, retry bool) {
 	if r.holdTimedOut == 0 {
-		return nil
+		return nil, false
 	}
 
 	r.heldMu.Lock()
 	defer r.heldMu.Unlock()
 
-	if h, ok := r.held[endpoint]; ok && h.err != nil && r.clock().Before(h.until) {
-		return held{h.err}
+	h, ok := r.held[endpoint]
+	now := r.clock()
+
+	switch {
+	case !ok || h.err == nil:
+		return nil, false
+	case h.stale(now):
+		delete(r.held, endpoint)
+		return nil, false
+	case h.retrying || now.Before(h.until):
+		return held{h.err}, false
 	}
 
-	return nil
+	h.retrying = true
+	r.held[endpoint] = h
+
+	return nil, true
+}
+
+// endRetry ends the read that tried the endpoint again, whatever it came to.
+func (r *Reader) endRetry(endpoint string) {
+	r.heldMu.Lock()
+	defer r.heldMu.Unlock()
+
+	if h, ok := r.held[endpoint]; ok {
+		h.retrying = false
+		r.held[endpoint] = h
+	}
+}
+
+// holdFor is the hold after the endpoint's nth timeout in a row: the first
+// hold doubled for each before it, less up to a tenth at random so that
+// nodes that hung at one moment are not all tried again at one moment, up
+// to the longest.
+func (r *Reader) holdFor(n int) time.Duration {
+	d := r.holdTimedOut
+	for i := 1; i < n && d < r.holdTimedOutMax; i++ {
+		d *= 2
+	}
+
+	d = min(d, r.holdTimedOutMax)
+	if n > 1 {
+		d = max(jittered(d), r.holdTimedOut)
+	}
+
+	return d
 }
 
 // hold records the outcome of the endpoint's read that started at start: a
@@ -259,8 +347,9 @@ func (r *Reader) hold(endpoint string, start time.Time, err error, timedOut bool
 	if len(r.held) >= maxHeld {
 		for e, h := range r.held {
 			// A success matters only to the reads that started before it,
-			// which end within the timeout.
-			if (h.err == nil || !now.Before(h.until)) && now.Sub(h.okAt) > r.timeout {
+			// which end within the timeout; a timeout, to the reads of its
+			// endpoint within timeoutKept of its hold's end.
+			if !h.retrying && (h.err == nil || h.stale(now)) && now.Sub(h.okAt) > r.timeout {
 				delete(r.held, e)
 			}
 		}
@@ -271,16 +360,25 @@ func (r *Reader) hold(endpoint string, start time.Time, err error, timedOut bool
 	}
 
 	h := r.held[endpoint]
+	if h.stale(now) {
+		h.err, h.timeouts = nil, 0
+	}
 	switch {
 	case err == nil:
-		h = heldRead{okAt: now}
+		h = heldRead{okAt: now, retrying: h.retrying}
 	case !timedOut:
-		h.err = nil
+		h.err, h.timeouts = nil, 0
 	case h.okAt.After(start):
 		// The node answered another read since this one started.
 		return
+	case h.err != nil && start.Before(h.heldAt):
+		// A read under way when the node's last timeout was held (the
+		// node's own request beside the audit's read, say) is not another
+		// timeout in a row: the hold stands.
+		return
 	default:
-		h.err, h.until = err, now.Add(r.holdTimedOut)
+		h.timeouts++
+		h.err, h.until, h.heldAt = err, now.Add(r.holdFor(h.timeouts)), now
 	}
 	r.held[endpoint] = h
 }

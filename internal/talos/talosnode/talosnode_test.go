@@ -439,6 +439,123 @@ func TestATimeoutAfterAnotherReadSucceededIsNotHeld(t *testing.T) {
 	require.NoError(t, err, "a timeout older than a success was held")
 }
 
+// Each timeout of a node in a row doubles its hold, less up to a tenth,
+// up to HoldTimedOutMax, so that a node that keeps hanging costs a caller
+// the timeout less and less often (review 211 F1); an answer starts the
+// hold again from HoldTimedOut.
+func TestTheHoldOfANodeThatKeepsHangingGrows(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	advance := func(d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		now = now.Add(d)
+	}
+	r := newReader(t, n.ca, talosnode.Options{Timeout: 300 * time.Millisecond, HoldTimedOut: 3 * time.Second, HoldTimedOutMax: 10 * time.Second, Clock: clock})
+	// read says whether the read connected to the node, and its error.
+	read := func() (bool, error) {
+		connections := n.srv.Connections()
+		_, err := r.Read(t.Context(), n.srv.Endpoint())
+		return n.srv.Connections() > connections, err
+	}
+	timesOut := func(why string) {
+		t.Helper()
+		connected, err := read()
+		require.True(t, connected, "%s: the node was not read", why)
+		require.Equal(t, codes.DeadlineExceeded, status.Code(err), "%s: %v", why, err)
+	}
+	isHeld := func(why string) {
+		t.Helper()
+		connected, err := read()
+		require.ErrorIs(t, err, talosnode.ErrHeld, why)
+		require.False(t, connected, "%s: a held read connected", why)
+	}
+
+	n.srv.SetHanging(true)
+	timesOut("the first read")
+	advance(3 * time.Second)
+	timesOut("after the first hold (3 s)")
+	// The second hold is 6 s less up to a tenth: held at 5.4 s, over at 6.
+	advance(5400 * time.Millisecond)
+	isHeld("within the second hold")
+	advance(600 * time.Millisecond)
+	timesOut("after the second hold")
+	// The third would be 12 s: it is 10 s at most, less up to a tenth.
+	advance(9 * time.Second)
+	isHeld("within the third hold")
+	advance(time.Second)
+	n.srv.SetHanging(false)
+	connected, err := read()
+	require.NoError(t, err, "after the third hold")
+	require.True(t, connected)
+
+	// The node answered: its next timeout holds it 3 s again.
+	n.srv.SetHanging(true)
+	timesOut("after the answer")
+	advance(3 * time.Second)
+	timesOut("after a first hold again")
+}
+
+// Once a hold is over, one read tries the node again at a time: the reads
+// meanwhile get the held error without a connection, so that a node many
+// callers ask about (a requester's requests, the audit, requests in its
+// name) costs one of them the timeout, not each. A try its caller cuts
+// short leaves the next read to try again (review 216 F1).
+func TestAHangingNodeIsTriedAgainByOneReadAtATime(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return now
+	}
+	// A timeout long enough that the try below is still under way when the
+	// second read comes, however loaded the machine; the test cuts it.
+	r := newReader(t, n.ca, talosnode.Options{Timeout: 2 * time.Second, HoldTimedOut: 3 * time.Second, Clock: clock})
+	n.srv.SetHanging(true)
+	_, err := r.Read(t.Context(), n.srv.Endpoint())
+	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "err: %v", err)
+	mu.Lock()
+	now = now.Add(3 * time.Second)
+	mu.Unlock()
+
+	before := n.srv.Connections()
+	ctx, cut := context.WithCancel(t.Context())
+	defer cut()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Read(ctx, n.srv.Endpoint())
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return n.srv.Connections() > before }, 5*time.Second, time.Millisecond, "the try did not connect")
+	connections := n.srv.Connections()
+	_, err = r.Read(t.Context(), n.srv.Endpoint())
+	require.ErrorIs(t, err, talosnode.ErrHeld, "a second read tried the node beside the first")
+	assert.Equal(t, connections, n.srv.Connections(), "a held read connected")
+	cut()
+	err = <-done
+	require.Error(t, err)
+	require.NotErrorIs(t, err, talosnode.ErrHeld)
+
+	// The cut try held nothing: the next read tries the node again.
+	n.srv.SetHanging(false)
+	_, err = r.Read(t.Context(), n.srv.Endpoint())
+	require.NoError(t, err, "the node was not tried again after a try cut short")
+}
+
+func TestAShorterLongestHoldIsRefused(t *testing.T) {
+	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
+	_, err := talosnode.NewReader(talosnode.Options{CACertPEM: n.ca.CertPEM, CAKeyPEM: n.ca.KeyPEM, HoldTimedOut: time.Minute, HoldTimedOutMax: time.Second})
+	require.ErrorContains(t, err, "shorter than the first")
+}
+
 func TestANegativeHoldIsRefused(t *testing.T) {
 	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
 	_, err := talosnode.NewReader(talosnode.Options{CACertPEM: n.ca.CertPEM, CAKeyPEM: n.ca.KeyPEM, HoldTimedOut: -time.Second})
