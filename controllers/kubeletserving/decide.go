@@ -526,7 +526,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 			// So may the world around it: no verdict is reached (and
 			// logged) on a cluster or a machine that changed meanwhile;
 			// act checks again before it writes.
-			if dropped, err := p.dropped(ctx, logger, g); dropped || err != nil {
+			if dropped, err := p.dropped(ctx, logger, g, "not decided"); dropped || err != nil {
 				return err
 			}
 		}
@@ -646,7 +646,7 @@ func (p *pass) act(ctx context.Context, logger logr.Logger, csr *certificatesv1.
 		// requester's requests, or read a node, for seconds since: the
 		// operator's word that came meanwhile (the cluster turned off, the
 		// machine deleted) holds before any write (review 216 F4).
-		if dropped, err := p.dropped(ctx, logger, g); dropped || err != nil {
+		if dropped, err := p.dropped(ctx, logger, g, "not written"); dropped || err != nil {
 			return err
 		}
 		// Noted before the write: a pass settling the cluster's adoption
@@ -776,60 +776,66 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 }
 
 // dropped reports whether the cluster or the request's machine changed
-// since the pass and the decision read them (changed), and then logs it,
-// counts it and asks for the request to be looked at again.
-func (p *pass) dropped(ctx context.Context, logger logr.Logger, g gathered) (bool, error) {
-	change, err := p.changed(ctx, g)
-	if err != nil || change == "" {
+// since the pass and the decision read them (changed), and then logs it
+// (outcome: "not decided" before the rule ran, "not written" after, when
+// the log holds the verdict without an applied record), counts it and asks
+// for the request to be looked at again.
+func (p *pass) dropped(ctx context.Context, logger logr.Logger, g gathered, outcome string) (bool, error) {
+	c, err := p.changed(ctx, g)
+	if err != nil || c.why == "" {
 		return false, err
 	}
-	logger.Info("not decided: what the verdict was to be reached on changed meanwhile; looked at again", "change", change)
-	p.r.Metrics.droppedVerdict()
+	logger.Info(outcome+": what the verdict was to be reached on changed meanwhile; looked at again", "change", c.why)
+	p.r.Metrics.droppedVerdict(c.kind)
 	p.retryIn(minBackoff)
 	return true, nil
 }
 
+// change is what changed under a decision: its kind, a bounded set the
+// metric counts by, and why, in words; nothing when why is "".
+type change struct{ kind, why string }
+
 // changed says what changed, since the pass and the request's machine were
-// read, that forbids a verdict on what the decision gathered; "" if nothing
-// did. A cluster disabled, deleted or moved to another API server, or a
-// machine deleted, re-pointed (a spec change: its endpoint, its cluster)
-// or joined by another answering to the node's name, is the operator's
-// word that arrived meanwhile: a verdict written after it would be one the
-// operator had withdrawn (review 211 F2). A direct read of the node may
-// take the Talos timeout, and a turn goes through a requester's requests
-// one after the other on the cluster it read first. Reads from the cache.
-func (p *pass) changed(ctx context.Context, g gathered) (string, error) {
+// read, that forbids a verdict on what the decision gathered. A cluster
+// disabled, deleted or moved to another API server, or a machine deleted,
+// re-pointed (a spec change: its endpoint, its cluster) or joined by
+// another answering to the node's name, is the operator's word that arrived
+// meanwhile: a verdict written after it would be one the operator had
+// withdrawn (review 211 F2). A direct read of the node may take the Talos
+// timeout, and a turn goes through a requester's requests one after the
+// other on the cluster it read first. Reads from the cache.
+func (p *pass) changed(ctx context.Context, g gathered) (change, error) {
 	var c ichorv1alpha1.TalosCluster
 	err := p.r.Client.Get(ctx, p.key(), &c, client.UnsafeDisableDeepCopy)
 	switch {
 	case apierrors.IsNotFound(err):
-		return "the cluster was deleted", nil
+		return change{"cluster_deleted", "the cluster was deleted"}, nil
 	case err != nil:
-		return "", fmt.Errorf("read TalosCluster %s again after its node's read: %w", p.key(), err)
+		return change{}, fmt.Errorf("read TalosCluster %s again before its verdict: %w", p.key(), err)
 	case c.UID != p.cluster.UID:
-		return "the cluster was deleted and made anew", nil
+		return change{"cluster_deleted", "the cluster was deleted and made anew"}, nil
 	case !c.Spec.Security.KubeletServingCertificates.Enabled:
-		return "kubelet serving certificates were turned off", nil
+		return change{"cluster_off", "kubelet serving certificates were turned off"}, nil
 	}
 	if t := p.r.currentTarget(&c); t == nil || (t != p.target && !(t.local && p.target.local)) {
 		// A remote target replaced ends the turn's context too; a cluster
 		// no longer named as a judge of the local API server does not.
-		return "the cluster's API server changed", nil
+		return change{"cluster_target", "the cluster's API server changed"}, nil
 	}
 	now, n, _, err := p.machineFor(ctx, g.node)
 	switch {
 	case err != nil:
-		return "", err
+		return change{}, err
 	case (now == nil) != (g.machine == nil):
-		return "the cluster's machine answering to the node's name came or went", nil
+		return change{"machine", "the cluster's machine answering to the node's name came or went"}, nil
 	case now != nil && now.UID != g.machine.UID:
-		return "another machine answers to the node's name", nil
+		return change{"machine", "another machine answers to the node's name"}, nil
 	case now != nil && now.Generation != g.machine.Generation:
-		return "the machine's spec changed", nil
+		return change{"machine", "the machine's spec changed"}, nil
 	case n != g.candidates:
-		return "the machines answering to the node's name changed", nil
+		return change{"machine", "the machines answering to the node's name changed"}, nil
 	}
-	return "", nil
+	return change{}, nil
 }
 
 // record writes an issued certificate on the machine it is for, when it is

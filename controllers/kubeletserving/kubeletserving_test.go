@@ -1180,7 +1180,7 @@ func TestAMachineDeletedDuringItsNodesReadIsNotApproved(t *testing.T) {
 	require.NoError(t, env.Client.Delete(f.ctx, &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "deleted-1"}}))
 	// The manager's cache has it gone: its cluster has no machines.
 	f.readyWhen(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, "no machines yet")
-	afterTheRead(t, name, release)
+	afterTheRead(t, name, "machine", release)
 
 	made := time.Now()
 	f.addMachine("deleted-1", node.Endpoint())
@@ -1188,12 +1188,14 @@ func TestAMachineDeletedDuringItsNodesReadIsNotApproved(t *testing.T) {
 }
 
 // afterTheRead lets the node's held read go, waits until the decision it
-// was for is dropped, and checks that no verdict was reached on it.
-func afterTheRead(t *testing.T, name string, release func()) {
+// was for is dropped for the change (a kind of
+// ichor_kubelet_serving_verdicts_dropped_total, which no other test of the
+// suite makes), and checks that no verdict was reached on it.
+func afterTheRead(t *testing.T, name, change string, release func()) {
 	t.Helper()
-	before := droppedVerdicts(t)
+	before := droppedVerdicts(t, change)
 	release()
-	require.Eventually(t, func() bool { return droppedVerdicts(t) > before }, wait, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return droppedVerdicts(t, change) > before }, wait, 10*time.Millisecond,
 		"the decision on the held read was not dropped (or the read outlived the suite's Talos timeout)")
 	// Meanwhile the other clusters of this API server leave the request
 	// pending: no machine of a cluster that judges it answers to its name.
@@ -1201,14 +1203,20 @@ func afterTheRead(t *testing.T, name string, release func()) {
 	assert.Nil(t, harness.Verdict(env.GetCSR(t, name)), "decided on the read")
 }
 
-// droppedVerdicts is ichor_kubelet_serving_verdicts_dropped_total.
-func droppedVerdicts(t *testing.T) float64 {
+// droppedVerdicts is ichor_kubelet_serving_verdicts_dropped_total of the
+// change.
+func droppedVerdicts(t *testing.T, change string) float64 {
 	t.Helper()
 	families, err := metricsRegistry.Gather()
 	require.NoError(t, err)
 	for _, mf := range families {
-		if mf.GetName() == "ichor_kubelet_serving_verdicts_dropped_total" {
-			return mf.GetMetric()[0].GetCounter().GetValue()
+		if mf.GetName() != "ichor_kubelet_serving_verdicts_dropped_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == change {
+				return m.GetCounter().GetValue()
+			}
 		}
 	}
 	return 0
@@ -1245,7 +1253,7 @@ func TestAClusterTurnedOffDuringANodesReadApprovesNothing(t *testing.T) {
 	turn(false)
 	// The manager's cache has it off.
 	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonKubeletServingOff)
-	afterTheRead(t, name, release)
+	afterTheRead(t, name, "cluster_off", release)
 
 	on := time.Now()
 	turn(true)

@@ -19,7 +19,7 @@ type Metrics struct {
 	writeFailures    *prometheus.CounterVec
 	pendingCSRs      *prometheus.GaugeVec
 	floodGuard       *prometheus.GaugeVec
-	dropped          prometheus.Counter
+	dropped          *prometheus.CounterVec
 
 	// mu orders forget and withheld: a worker whose turn began before its
 	// cluster was forgotten (disabled, gone, served elsewhere) does not
@@ -76,10 +76,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "ichor_kubelet_serving_flood_guard",
 			Help: "1 while the rule withholds the cluster's approvals because its API server holds more undecided kubelet serving requests than its machines explain (TooManyPendingRequests); alert on it.",
 		}, []string{"namespace", "cluster"}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_kubelet_serving_verdicts_dropped_total",
-			Help: "Verdicts not reached or not written because the TalosCluster or the machine they were gathered on changed meanwhile (turned off, deleted, made anew, re-pointed, another machine answering to the node's name), mostly during a direct Talos read; each request is looked at again.",
-		}),
+			Help: "Verdicts not reached or not written because what they were gathered on changed meanwhile, mostly during a direct Talos read, by change: cluster_off (kubelet serving certificates turned off), cluster_deleted (deleted, or made anew), cluster_target (judged through another API server), machine (the machine answering to the node's name deleted, re-pointed, or joined by another); each request is looked at again.",
+		}, []string{"change"}),
 	}
 	for _, c := range []prometheus.Collector{m.talosReadSeconds, m.talosReadErrors, m.talosWatched, m.writeFailures, m.pendingCSRs, m.floodGuard, m.dropped} {
 		if err := reg.Register(c); err != nil {
@@ -113,9 +113,9 @@ func (m *Metrics) talosRead(namespace, cluster string, since uint64, source talo
 	m.talosReadSeconds.WithLabelValues(result).Observe(took.Seconds())
 }
 
-func (m *Metrics) droppedVerdict() {
+func (m *Metrics) droppedVerdict(kind string) {
 	if m != nil {
-		m.dropped.Inc()
+		m.dropped.WithLabelValues(kind).Inc()
 	}
 }
 

@@ -649,27 +649,54 @@ func TestAnApprovalInFlightWhenTheLeaderStopsIsFinishedAndRecorded(t *testing.T)
 	assert.True(t, g.r.uncertain.Has(key), "an earlier write of unknown outcome was forgotten by a write not made")
 }
 
-// A verdict is written only while the cluster it was reached on is as its
-// turn found it: a turn reads its cluster once, then may go on for seconds
-// (its requester's other requests, a node's direct read), whatever served
-// the node's identity (review 216 F4).
-func TestAVerdictIsNotWrittenOnceItsClusterChanged(t *testing.T) {
-	for name, change := range map[string]func(context.Context, client.Client, *ichorv1alpha1.TalosCluster) error{
-		"unchanged": func(context.Context, client.Client, *ichorv1alpha1.TalosCluster) error { return nil },
-		"turned off": func(ctx context.Context, c client.Client, cluster *ichorv1alpha1.TalosCluster) error {
-			cluster.Spec.Security.KubeletServingCertificates.Enabled = false
-			return c.Update(ctx, cluster)
-		},
-		"deleted": func(ctx context.Context, c client.Client, cluster *ichorv1alpha1.TalosCluster) error {
-			return c.Delete(ctx, cluster)
-		},
-		"made anew": func(ctx context.Context, c client.Client, cluster *ichorv1alpha1.TalosCluster) error {
-			if err := c.Delete(ctx, cluster); err != nil {
+// A verdict is written only while the cluster and the machine it was
+// reached on are as its decision found them: a turn reads its cluster once,
+// then may go on for seconds (its requester's other requests, a node's
+// direct read), whatever served the node's identity (reviews 216 F4, 217
+// F2). A change that leaves them as they were drops nothing.
+func TestAVerdictIsNotWrittenOnceWhatItWasReachedOnChanged(t *testing.T) {
+	type world struct {
+		c       client.Client
+		cluster *ichorv1alpha1.TalosCluster
+		machine *ichorv1alpha1.TalosMachine
+	}
+	for name, tc := range map[string]struct {
+		change  func(context.Context, world) error
+		dropped string
+	}{
+		"unchanged": {change: func(context.Context, world) error { return nil }},
+		"the machine's status changed": {change: func(ctx context.Context, w world) error {
+			w.machine.Status.ObservedGeneration = 1
+			return w.c.Status().Update(ctx, w.machine)
+		}},
+		"turned off": {dropped: "cluster_off", change: func(ctx context.Context, w world) error {
+			w.cluster.Spec.Security.KubeletServingCertificates.Enabled = false
+			return w.c.Update(ctx, w.cluster)
+		}},
+		"cluster deleted": {dropped: "cluster_deleted", change: func(ctx context.Context, w world) error {
+			return w.c.Delete(ctx, w.cluster)
+		}},
+		"cluster made anew": {dropped: "cluster_deleted", change: func(ctx context.Context, w world) error {
+			if err := w.c.Delete(ctx, w.cluster); err != nil {
 				return err
 			}
-			anew := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: cluster.Name, UID: "uid-anew"}, Spec: cluster.Spec}
-			return c.Create(ctx, anew)
-		},
+			anew := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: w.cluster.Namespace, Name: w.cluster.Name, UID: "uid-anew"}, Spec: w.cluster.Spec}
+			return w.c.Create(ctx, anew)
+		}},
+		"machine deleted": {dropped: "machine", change: func(ctx context.Context, w world) error {
+			return w.c.Delete(ctx, w.machine)
+		}},
+		"machine re-pointed": {dropped: "machine", change: func(ctx context.Context, w world) error {
+			w.machine.Spec.Endpoint = "10.0.0.99"
+			w.machine.Generation++
+			return w.c.Update(ctx, w.machine)
+		}},
+		"another machine answers": {dropped: "machine", change: func(ctx context.Context, w world) error {
+			return w.c.Create(ctx, &ichorv1alpha1.TalosMachine{
+				ObjectMeta: metav1.ObjectMeta{Namespace: w.machine.Namespace, Name: "a-too"},
+				Spec:       ichorv1alpha1.TalosMachineSpec{ClusterName: w.machine.Spec.ClusterName, Hostname: "a", Endpoint: "10.0.0.3"},
+			})
+		}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
@@ -680,24 +707,36 @@ func TestAVerdictIsNotWrittenOnceItsClusterChanged(t *testing.T) {
 			metrics, err := NewMetrics(prometheus.NewRegistry())
 			require.NoError(t, err)
 			f.r.Metrics = metrics
+			w := world{c: f.r.Client, cluster: &ichorv1alpha1.TalosCluster{}}
+			require.NoError(t, f.r.Client.Get(ctx, f.cluster, w.cluster))
+			w.machine = &ichorv1alpha1.TalosMachine{
+				ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "a", Generation: 1},
+				Spec:       ichorv1alpha1.TalosMachineSpec{ClusterName: f.cluster.Name, Hostname: "a", Endpoint: "10.0.0.2"},
+			}
+			require.NoError(t, f.r.Client.Create(ctx, w.machine))
+
 			p, ok, err := f.r.passFor(ctx, f.cluster)
 			require.NoError(t, err)
 			require.True(t, ok)
 			list, err := p.requestsOf(ctx, "system:node:a")
 			require.NoError(t, err)
 			require.Len(t, list, 1)
+			// The node's name, as the request's subject would give it.
+			node := "a"
+			machine, candidates, _, err := p.machineFor(ctx, node)
+			require.NoError(t, err)
+			require.NotNil(t, machine)
+			require.Equal(t, 1, candidates)
 
-			var cluster ichorv1alpha1.TalosCluster
-			require.NoError(t, f.r.Client.Get(ctx, f.cluster, &cluster))
-			require.NoError(t, change(ctx, f.r.Client, &cluster))
-			require.NoError(t, p.act(ctx, logr.Discard(), &list[0], gathered{}, approval.Verdict{}, approve()))
-			if name == "unchanged" {
+			require.NoError(t, tc.change(ctx, w))
+			require.NoError(t, p.act(ctx, logr.Discard(), &list[0], gathered{node: node, machine: machine, candidates: candidates}, approval.Verdict{}, approve()))
+			if tc.dropped == "" {
 				assert.Equal(t, int64(1), held.Writes(), "the verdict was not written")
-				assert.Zero(t, testutil.ToFloat64(metrics.dropped))
+				assert.Zero(t, testutil.CollectAndCount(metrics.dropped))
 				return
 			}
-			assert.Zero(t, held.Writes(), "written on a cluster %s since its turn read it", name)
-			assert.Equal(t, float64(1), testutil.ToFloat64(metrics.dropped))
+			assert.Zero(t, held.Writes(), "written once %s", name)
+			assert.Equal(t, float64(1), testutil.ToFloat64(metrics.dropped.WithLabelValues(tc.dropped)))
 			assert.Equal(t, minBackoff, p.wait, "not looked at again")
 		})
 	}
