@@ -180,7 +180,8 @@ func (h held) Unwrap() []error { return []error{h.error, ErrHeld} }
 // maxHeld is the size past which each record sweeps out the entries that
 // no longer matter (a held read's endpoint may never be read again); the
 // entries that still do stay, so it is a threshold, not a bound: there is
-// one at most per endpoint read within the timeout and the hold.
+// one at most per endpoint read within the timeout, or whose last timeout
+// is within its hold and timeoutKept.
 const maxHeld = 256
 
 // timeoutKept is how long past its hold the timeout of an endpoint not read
@@ -360,9 +361,6 @@ func (r *Reader) hold(endpoint string, start time.Time, err error, timedOut bool
 	}
 
 	h := r.held[endpoint]
-	if h.stale(now) {
-		h.err, h.timeouts = nil, 0
-	}
 	switch {
 	case err == nil:
 		h = heldRead{okAt: now, retrying: h.retrying}
