@@ -487,6 +487,9 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 				logger.V(1).Info("not decided: the cluster is no longer served by this replica")
 				return nil
 			}
+			if dropped, err := p.dropped(ctx, logger, g, "not decided"); dropped || err != nil {
+				return err
+			}
 			d, err := p.r.Engine.KubeletServingRejection(ctx, in)
 			switch {
 			case err == nil && (d.Action != engine.ActionDeny || len(d.Reasons) == 0):
@@ -507,8 +510,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		if err != nil {
 			return fmt.Errorf("the limits of the kubelet serving rule: %w", err)
 		}
-		var source talosnode.Source
-		in.Node, source = p.readNode(ctx, machine, csr.Spec.Username == limits.NodeUserPrefix+node)
+		in.Node = p.readNode(ctx, machine, csr.Spec.Username == limits.NodeUserPrefix+node)
 		// A node that still cannot be read, for the same reason, changes no
 		// fact: it is looked at again soon, without a new decision (and log
 		// entry) each time, so that it is decided within seconds of coming
@@ -521,14 +523,6 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// those of now (kept between events, so this is mostly no listing).
 		if in.Requests, err = p.requests(ctx, csr); err != nil {
 			return err
-		}
-		if source == talosnode.FromRead {
-			// So may the world around it: no verdict is reached (and
-			// logged) on a cluster or a machine that changed meanwhile;
-			// act checks again before it writes.
-			if dropped, err := p.dropped(ctx, logger, g, "not decided"); dropped || err != nil {
-				return err
-			}
 		}
 	}
 	if !p.stillServes() {
@@ -544,6 +538,14 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// through the cluster's next target).
 		logger.V(1).Info("not decided: the turn ended", "cause", context.Cause(ctx))
 		return nil
+	}
+	// Nor on a cluster or a machine that changed since the turn or the
+	// decision read them (a node's read may have taken seconds, the turn's
+	// earlier requests too): a verdict logged and then not written would
+	// read as in effect in the decision log. act checks again before it
+	// writes, for the milliseconds of the rule.
+	if dropped, err := p.dropped(ctx, logger, g, "not decided"); dropped || err != nil {
+		return err
 	}
 	d, err := p.r.Engine.KubeletServing(ctx, in)
 	if errors.Is(err, engine.ErrNoDecision) {
@@ -743,11 +745,7 @@ func (p *pass) applied(ctx context.Context, csr *certificatesv1.CertificateSigni
 // watch when it has one fresh enough (NodeReaders.Read). A failure is a
 // fact for the rule (readable=false, and why), never a decision here. With
 // reach, the outcome counts towards the cluster's Ready.
-//
-// It says where the identity came from: a direct read may take up to the
-// Talos timeout, and what the decision found before it may have changed
-// meanwhile (changedDuringRead).
-func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine, reach bool) (*csrinput.Node, talosnode.Source) {
+func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine, reach bool) *csrinput.Node {
 	observe := func(err error) {
 		if reach {
 			p.r.NodeReaders.observe(p.key(), machine.Name, p.r.Clock.Now(), err)
@@ -770,9 +768,9 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 	if err != nil {
 		// The node's own words may be in it (a status message): bounded,
 		// as the audit's are.
-		return &csrinput.Node{Readable: false, Error: engine.Clip(err.Error(), "", maxReadError), Addresses: []string{}}, source
+		return &csrinput.Node{Readable: false, Error: engine.Clip(err.Error(), "", maxReadError), Addresses: []string{}}
 	}
-	return &csrinput.Node{Readable: true, Nodename: id.Nodename, Hostname: id.Hostname, Addresses: id.Addresses}, source
+	return &csrinput.Node{Readable: true, Nodename: id.Nodename, Hostname: id.Hostname, Addresses: id.Addresses}
 }
 
 // dropped reports whether the cluster or the request's machine changed
@@ -780,6 +778,10 @@ func (p *pass) readNode(ctx context.Context, machine *ichorv1alpha1.TalosMachine
 // (outcome: "not decided" before the rule ran, "not written" after, when
 // the log holds the verdict without an applied record), counts it and asks
 // for the request to be looked at again.
+//
+// A change of the cluster's is errClusterChanged: the turn ends, since its
+// requester's other requests were listed for what the cluster no longer
+// is (each would be read, then dropped).
 func (p *pass) dropped(ctx context.Context, logger logr.Logger, g gathered, outcome string) (bool, error) {
 	c, err := p.changed(ctx, g)
 	if err != nil || c.why == "" {
@@ -788,8 +790,16 @@ func (p *pass) dropped(ctx context.Context, logger logr.Logger, g gathered, outc
 	logger.Info(outcome+": what the verdict was to be reached on changed meanwhile; looked at again", "change", c.why)
 	p.r.Metrics.droppedVerdict(c.kind)
 	p.retryIn(minBackoff)
+	if c.kind != changeMachine {
+		return true, errClusterChanged
+	}
 	return true, nil
 }
+
+// errClusterChanged ends a turn whose cluster changed under it (dropped).
+var errClusterChanged = errors.New("the cluster changed during the turn")
+
+const changeMachine = "machine"
 
 // change is what changed under a decision: its kind, a bounded set the
 // metric counts by, and why, in words; nothing when why is "".
@@ -814,7 +824,7 @@ func (p *pass) changed(ctx context.Context, g gathered) (change, error) {
 		return change{}, fmt.Errorf("read TalosCluster %s again before its verdict: %w", p.key(), err)
 	case c.UID != p.cluster.UID:
 		return change{"cluster_deleted", "the cluster was deleted and made anew"}, nil
-	case !c.Spec.Security.KubeletServingCertificates.Enabled:
+	case !servesKubeletCertificates(&c):
 		return change{"cluster_off", "kubelet serving certificates were turned off"}, nil
 	}
 	if t := p.r.currentTarget(&c); t == nil || (t != p.target && !(t.local && p.target.local)) {
@@ -827,13 +837,13 @@ func (p *pass) changed(ctx context.Context, g gathered) (change, error) {
 	case err != nil:
 		return change{}, err
 	case (now == nil) != (g.machine == nil):
-		return change{"machine", "the cluster's machine answering to the node's name came or went"}, nil
+		return change{changeMachine, "the cluster's machine answering to the node's name came or went"}, nil
 	case now != nil && now.UID != g.machine.UID:
-		return change{"machine", "another machine answers to the node's name"}, nil
+		return change{changeMachine, "another machine answers to the node's name"}, nil
 	case now != nil && now.Generation != g.machine.Generation:
-		return change{"machine", "the machine's spec changed"}, nil
+		return change{changeMachine, "the machine's spec changed"}, nil
 	case n != g.candidates:
-		return change{"machine", "the machines answering to the node's name changed"}, nil
+		return change{changeMachine, "the machines answering to the node's name changed"}, nil
 	}
 	return change{}, nil
 }

@@ -809,7 +809,7 @@ func (r *Reconciler) passFor(ctx context.Context, key types.NamespacedName) (*pa
 	if err := r.Client.Get(ctx, key, &cluster); err != nil {
 		return nil, false, client.IgnoreNotFound(err)
 	}
-	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
+	if !servesKubeletCertificates(&cluster) {
 		return nil, false, nil
 	}
 	p := &pass{r: r, cluster: &cluster, now: r.Clock.Now(), metricsGen: metricsGen}
@@ -824,6 +824,13 @@ func (r *Reconciler) passFor(ctx context.Context, key types.NamespacedName) (*pa
 		return nil, false, nil
 	}
 	return p, true, nil
+}
+
+// servesKubeletCertificates says whether the cluster's kubelet serving
+// certificates are Ichor's to decide: a turn begins only then (passFor),
+// and a verdict is written only while it still holds (pass.changed).
+func servesKubeletCertificates(c *ichorv1alpha1.TalosCluster) bool {
+	return c.Spec.Security.KubeletServingCertificates.Enabled
 }
 
 // pass is the facts of one look at a cluster's requests: a reconcile's, or

@@ -207,6 +207,11 @@ func (r *Reconciler) decideRequester(ctx context.Context, key requester) (again 
 			// ended) is the new holder's to make, not a failure here.
 			return 0, nil
 		}
+		if errors.Is(err, errClusterChanged) {
+			// Turned off, deleted or moved since the turn read it: the
+			// rest are looked at again through what it is now.
+			return p.wait, nil
+		}
 		if err != nil {
 			// Cut short with its target, it is still this replica's: its
 			// write may have been applied, and is settled at the next

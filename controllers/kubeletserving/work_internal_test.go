@@ -39,7 +39,6 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
-	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
 )
 
 // decider is a Decider whose verdicts a test chooses: decide answers for
@@ -149,6 +148,32 @@ func newQueueFixture(t *testing.T, clk clock.WithTicker, csrs ...certificatesv1.
 		Clock: clk, queue: newQueue(clk),
 	}
 	return &queueFixture{r: r, dec: dec, cluster: client.ObjectKeyFromObject(c), csrs: cs}
+}
+
+// writing makes the fixture's writes go to a server that answers each at
+// once, and counts in metrics of its own.
+func (f *queueFixture) writing(t *testing.T) (*approvaltest.Held, *Metrics) {
+	t.Helper()
+	held := approvaltest.NewHeld()
+	held.Answer()
+	f.r.Clientset = held.Clientset(t)
+	metrics, err := NewMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	f.r.Metrics = metrics
+	return held, metrics
+}
+
+// turnOf begins a turn of the fixture's cluster, and lists the requester's
+// requests: one.
+func (f *queueFixture) turnOf(t *testing.T, username string) (*pass, []certificatesv1.CertificateSigningRequest) {
+	t.Helper()
+	p, ok, err := f.r.passFor(context.Background(), f.cluster)
+	require.NoError(t, err)
+	require.True(t, ok)
+	list, err := p.requestsOf(context.Background(), username)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	return p, list
 }
 
 // judgeRemotely makes the fixture's cluster one whose kubeconfigRef (Secret
@@ -701,12 +726,7 @@ func TestAVerdictIsNotWrittenOnceWhatItWasReachedOnChanged(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:a", "csr-a", time.Unix(1_000_000, 0)))
-			held := approvaltest.NewHeld()
-			held.Answer()
-			f.r.Clientset = held.Clientset(t)
-			metrics, err := NewMetrics(prometheus.NewRegistry())
-			require.NoError(t, err)
-			f.r.Metrics = metrics
+			held, metrics := f.writing(t)
 			w := world{c: f.r.Client, cluster: &ichorv1alpha1.TalosCluster{}}
 			require.NoError(t, f.r.Client.Get(ctx, f.cluster, w.cluster))
 			w.machine = &ichorv1alpha1.TalosMachine{
@@ -715,12 +735,7 @@ func TestAVerdictIsNotWrittenOnceWhatItWasReachedOnChanged(t *testing.T) {
 			}
 			require.NoError(t, f.r.Client.Create(ctx, w.machine))
 
-			p, ok, err := f.r.passFor(ctx, f.cluster)
-			require.NoError(t, err)
-			require.True(t, ok)
-			list, err := p.requestsOf(ctx, "system:node:a")
-			require.NoError(t, err)
-			require.Len(t, list, 1)
+			p, list := f.turnOf(t, "system:node:a")
 			// The node's name, as the request's subject would give it.
 			node := "a"
 			machine, candidates, _, err := p.machineFor(ctx, node)
@@ -729,7 +744,14 @@ func TestAVerdictIsNotWrittenOnceWhatItWasReachedOnChanged(t *testing.T) {
 			require.Equal(t, 1, candidates)
 
 			require.NoError(t, tc.change(ctx, w))
-			require.NoError(t, p.act(ctx, logr.Discard(), &list[0], gathered{node: node, machine: machine, candidates: candidates}, approval.Verdict{}, approve()))
+			err = p.act(ctx, logr.Discard(), &list[0], gathered{node: node, machine: machine, candidates: candidates}, approval.Verdict{}, approve())
+			if strings.HasPrefix(tc.dropped, "cluster_") {
+				// The turn ends: its other requests were listed for a
+				// cluster that is no longer.
+				require.ErrorIs(t, err, errClusterChanged)
+			} else {
+				require.NoError(t, err)
+			}
 			if tc.dropped == "" {
 				assert.Equal(t, int64(1), held.Writes(), "the verdict was not written")
 				assert.Zero(t, testutil.CollectAndCount(metrics.dropped))
@@ -740,6 +762,48 @@ func TestAVerdictIsNotWrittenOnceWhatItWasReachedOnChanged(t *testing.T) {
 			assert.Equal(t, minBackoff, p.wait, "not looked at again")
 		})
 	}
+}
+
+// No verdict is reached, and so none logged to read as in effect without
+// ever being written, on a cluster turned off since its turn began,
+// whatever served the node's identity (review 219 F1).
+func TestNoVerdictIsReachedOnAClusterTurnedOffSinceItsTurnBegan(t *testing.T) {
+	ctx := context.Background()
+	f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:a", "csr-a", time.Unix(1_000_000, 0)))
+	p, list := f.turnOf(t, "system:node:a")
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	c.Spec.Security.KubeletServingCertificates.Enabled = false
+	require.NoError(t, f.r.Client.Update(ctx, &c))
+
+	require.ErrorIs(t, p.decide(ctx, &list[0]), errClusterChanged)
+	assert.Empty(t, f.dec.calls(), "the rule decided on a cluster turned off")
+}
+
+// A turn whose cluster is turned off under it ends at the first verdict it
+// drops: its requester's other requests were listed for a cluster that
+// no longer serves them, and each would be decided (its node read) only to
+// be dropped in turn (review 219 F2).
+func TestATurnEndsOnceItsClusterIsTurnedOff(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clock.RealClock{}, csrOf("system:node:a", "csr-a1", t0), csrOf("system:node:a", "csr-a2", t0.Add(time.Second)))
+	held, metrics := f.writing(t)
+	f.dec.decide = func(context.Context, string) (engine.CSRDecision, error) {
+		// Turned off while the first request is decided.
+		var c ichorv1alpha1.TalosCluster
+		if err := f.r.Client.Get(ctx, f.cluster, &c); err != nil {
+			return engine.CSRDecision{}, err
+		}
+		c.Spec.Security.KubeletServingCertificates.Enabled = false
+		return approve(), f.r.Client.Update(ctx, &c)
+	}
+	wait, err := f.r.decideRequester(ctx, requester{cluster: f.cluster, username: "system:node:a"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"csr-a1"}, f.dec.calls(), "the turn went on after its cluster was turned off")
+	assert.Equal(t, float64(1), testutil.ToFloat64(metrics.dropped.WithLabelValues("cluster_off")), "the turn's other request was looked at, and dropped")
+	assert.Zero(t, held.Writes())
+	assert.Equal(t, minBackoff, wait)
 }
 
 // An event for a requester whose turn is running is not dropped, even when
@@ -878,14 +942,11 @@ func TestAReadCutShortByTheTurnsEndSaysNothingOfTheNode(t *testing.T) {
 
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
-	cut, _ := p.readNode(ended, machine, true)
-	assert.False(t, cut.Readable)
+	assert.False(t, p.readNode(ended, machine, true).Readable)
 	assert.Zero(t, testutil.CollectAndCount(metrics.talosReadErrors), "a read cut short counted as the node's failure")
 	assert.Zero(t, outcomes(), "a read cut short counted towards the cluster's Ready")
 
-	failed, source := p.readNode(context.Background(), machine, true)
-	assert.False(t, failed.Readable, "the cluster has no secrets bundle")
-	assert.Equal(t, talosnode.FromRead, source)
+	assert.False(t, p.readNode(context.Background(), machine, true).Readable, "the cluster has no secrets bundle")
 	assert.Equal(t, float64(1), testutil.ToFloat64(metrics.talosReadErrors.WithLabelValues(c.Namespace, c.Name)))
 	assert.Equal(t, 1, outcomes())
 }
