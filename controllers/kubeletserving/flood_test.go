@@ -270,23 +270,11 @@ func TestRequestsForUnknownNamesDoNotHoldUpARealNode(t *testing.T) {
 // namespace's cluster demo; -1 when it has none.
 func floodGuard(t *testing.T, namespace string) float64 {
 	t.Helper()
-	families, err := metricsRegistry.Gather()
-	require.NoError(t, err)
-	for _, mf := range families {
-		if mf.GetName() != "ichor_kubelet_serving_flood_guard" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["namespace"] == namespace && labels["cluster"] == "demo" {
-				return m.GetGauge().GetValue()
-			}
-		}
+	v, ok := metricValue(t, "ichor_kubelet_serving_flood_guard", map[string]string{"namespace": namespace, "cluster": "demo"})
+	if !ok {
+		return -1
 	}
-	return -1
+	return v
 }
 
 // A requester's newer requests count once they are decided too, so the order

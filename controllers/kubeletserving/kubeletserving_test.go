@@ -26,12 +26,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,6 +74,8 @@ var (
 	metricsRegistry = prometheus.NewRegistry()
 	metrics         *kubeletserving.Metrics
 	nodeReaders     *kubeletserving.NodeReaders
+	// managerCache reads what the manager's cache holds.
+	managerCache client.Reader
 )
 
 const wait = 60 * time.Second
@@ -118,6 +122,7 @@ func startManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	managerCache = mgr.GetClient()
 	// As the manager ships: the identities of machines expected to ask
 	// are watched.
 	nodeReaders = &kubeletserving.NodeReaders{Reader: mgr.GetAPIReader(), Timeout: 2 * time.Second, UnreachableAfter: 2 * time.Second, Watch: true}
@@ -1141,6 +1146,37 @@ func smuggledNames(t *testing.T) pkix.Extension {
 	return pkix.Extension{Id: asn1.ObjectIdentifier{2, 5, 29, 17}, Value: append(seq("deny-1"), seq("kubernetes.default.svc")...)}
 }
 
+// metricValue is the value of the suite's counter or gauge name with the
+// labels (others may be set too), and whether there is one.
+func metricValue(t *testing.T, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	families, err := metricsRegistry.Gather()
+	require.NoError(t, err)
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			has := map[string]string{}
+			for _, l := range m.GetLabel() {
+				has[l.GetName()] = l.GetValue()
+			}
+			match := true
+			for k, v := range labels {
+				match = match && has[k] == v
+			}
+			switch {
+			case !match:
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue(), true
+			default:
+				return m.GetCounter().GetValue(), true
+			}
+		}
+	}
+	return 0, false
+}
+
 // heldMachine starts a node whose watch never syncs, so that a decision
 // reads it directly, registers its machine, and holds the node's answers
 // until the returned release; it returns the node too.
@@ -1176,26 +1212,36 @@ func TestAMachineDeletedDuringItsNodesReadIsNotApproved(t *testing.T) {
 	f := newFixture(t, false)
 	node, release := f.heldMachine("deleted-1", "10.47.0.2")
 	name := readIsHeld(t, node, "10.47.0.2")
+	dropped := droppedVerdicts(t, "machine")
 
-	require.NoError(t, env.Client.Delete(f.ctx, &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "deleted-1"}}))
-	// The manager's cache has it gone: its cluster has no machines.
-	f.readyWhen(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, "no machines yet")
-	afterTheRead(t, name, "machine", release)
+	key := types.NamespacedName{Namespace: f.ns, Name: "deleted-1"}
+	require.NoError(t, env.Client.Delete(f.ctx, &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}))
+	inTheCache(t, "the machine's deletion", func() bool {
+		return apierrors.IsNotFound(managerCache.Get(f.ctx, key, &ichorv1alpha1.TalosMachine{}))
+	})
+	afterTheRead(t, name, "machine", dropped, release)
 
 	made := time.Now()
 	f.addMachine("deleted-1", node.Endpoint())
 	approvedOnlyAfter(t, name, made)
 }
 
+// inTheCache waits, within the suite's Talos timeout that bounds a held
+// read, until the manager's cache shows a change the test made.
+func inTheCache(t *testing.T, what string, shows func() bool) {
+	t.Helper()
+	require.Eventually(t, shows, 2*time.Second, time.Millisecond, "the manager's cache did not show %s before the held read's timeout", what)
+}
+
 // afterTheRead lets the node's held read go, waits until the decision it
 // was for is dropped for the change (a kind of
 // ichor_kubelet_serving_verdicts_dropped_total, which no other test of the
-// suite makes), and checks that no verdict was reached on it.
-func afterTheRead(t *testing.T, name, change string, release func()) {
+// suite makes, counted dropped before the change), and checks that no
+// verdict was reached on it.
+func afterTheRead(t *testing.T, name, change string, dropped float64, release func()) {
 	t.Helper()
-	before := droppedVerdicts(t, change)
 	release()
-	require.Eventually(t, func() bool { return droppedVerdicts(t, change) > before }, wait, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return droppedVerdicts(t, change) > dropped }, wait, 10*time.Millisecond,
 		"the decision on the held read was not dropped (or the read outlived the suite's Talos timeout)")
 	// Meanwhile the other clusters of this API server leave the request
 	// pending: no machine of a cluster that judges it answers to its name.
@@ -1207,19 +1253,8 @@ func afterTheRead(t *testing.T, name, change string, release func()) {
 // change.
 func droppedVerdicts(t *testing.T, change string) float64 {
 	t.Helper()
-	families, err := metricsRegistry.Gather()
-	require.NoError(t, err)
-	for _, mf := range families {
-		if mf.GetName() != "ichor_kubelet_serving_verdicts_dropped_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == change {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	v, _ := metricValue(t, "ichor_kubelet_serving_verdicts_dropped_total", map[string]string{"change": change})
+	return v
 }
 
 // approvedOnlyAfter waits until the request is decided and checks that it
@@ -1244,16 +1279,22 @@ func TestAClusterTurnedOffDuringANodesReadApprovesNothing(t *testing.T) {
 	f := newFixture(t, false)
 	node, release := f.heldMachine("off-1", "10.47.0.3")
 	name := readIsHeld(t, node, "10.47.0.3")
+	dropped := droppedVerdicts(t, "cluster_off")
 
+	key := types.NamespacedName{Namespace: f.ns, Name: f.cluster}
 	turn := func(on bool) {
-		c := f.get()
-		c.Spec.Security.KubeletServingCertificates.Enabled = on
-		require.NoError(t, env.Client.Update(f.ctx, c))
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			c := f.get()
+			c.Spec.Security.KubeletServingCertificates.Enabled = on
+			return env.Client.Update(f.ctx, c)
+		}))
 	}
 	turn(false)
-	// The manager's cache has it off.
-	f.waitReady(metav1.ConditionTrue, ichorv1alpha1.ReasonKubeletServingOff)
-	afterTheRead(t, name, "cluster_off", release)
+	inTheCache(t, "the cluster turned off", func() bool {
+		var c ichorv1alpha1.TalosCluster
+		return managerCache.Get(f.ctx, key, &c) == nil && !c.Spec.Security.KubeletServingCertificates.Enabled
+	})
+	afterTheRead(t, name, "cluster_off", dropped, release)
 
 	on := time.Now()
 	turn(true)
