@@ -120,7 +120,9 @@ type Options struct {
 	// held error. A node that keeps hanging costs a caller Timeout once per
 	// hold, not once per caller, so that many such nodes take few callers
 	// (review 211 F1 rest: 32 nodes that hang took the 32 decision workers
-	// 10 s of every 13; review 216).
+	// 10 s of every 13; review 216). A timeout timeoutKept (10 minutes)
+	// past its hold without a read since is forgotten, and so is every hold
+	// of a Reader made anew.
 	HoldTimedOutMax time.Duration
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/ichor-dev/ichor-policy/internal/netguard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/talosnode"
@@ -445,19 +446,9 @@ func TestATimeoutAfterAnotherReadSucceededIsNotHeld(t *testing.T) {
 // hold again from HoldTimedOut.
 func TestTheHoldOfANodeThatKeepsHangingGrows(t *testing.T) {
 	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
-	advance := func(d time.Duration) {
-		mu.Lock()
-		defer mu.Unlock()
-		now = now.Add(d)
-	}
-	r := newReader(t, n.ca, talosnode.Options{Timeout: 300 * time.Millisecond, HoldTimedOut: 3 * time.Second, HoldTimedOutMax: 10 * time.Second, Clock: clock})
+	clk := clocktesting.NewFakeClock(time.Now())
+	advance := clk.Step
+	r := newReader(t, n.ca, talosnode.Options{Timeout: 300 * time.Millisecond, HoldTimedOut: 3 * time.Second, HoldTimedOutMax: 10 * time.Second, Clock: clk.Now})
 	// read says whether the read connected to the node, and its error.
 	read := func() (bool, error) {
 		connections := n.srv.Connections()
@@ -509,22 +500,14 @@ func TestTheHoldOfANodeThatKeepsHangingGrows(t *testing.T) {
 // short leaves the next read to try again (review 216 F1).
 func TestAHangingNodeIsTriedAgainByOneReadAtATime(t *testing.T) {
 	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
-	var mu sync.Mutex
-	now := time.Now()
-	clock := func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}
+	clk := clocktesting.NewFakeClock(time.Now())
 	// A timeout long enough that the try below is still under way when the
 	// second read comes, however loaded the machine; the test cuts it.
-	r := newReader(t, n.ca, talosnode.Options{Timeout: 2 * time.Second, HoldTimedOut: 3 * time.Second, Clock: clock})
+	r := newReader(t, n.ca, talosnode.Options{Timeout: 2 * time.Second, HoldTimedOut: 3 * time.Second, Clock: clk.Now})
 	n.srv.SetHanging(true)
 	_, err := r.Read(t.Context(), n.srv.Endpoint())
 	require.Equal(t, codes.DeadlineExceeded, status.Code(err), "err: %v", err)
-	mu.Lock()
-	now = now.Add(3 * time.Second)
-	mu.Unlock()
+	clk.Step(3 * time.Second)
 
 	before := n.srv.Connections()
 	ctx, cut := context.WithCancel(t.Context())
