@@ -223,7 +223,7 @@ func setReady(cluster *ichorv1alpha1.TalosCluster, reach reachability) {
 	}
 	c := meta.FindStatusCondition(cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
 	switch {
-	case !cluster.Spec.Security.KubeletServingCertificates.Enabled:
+	case !servesKubeletCertificates(cluster):
 		ready.Reason = ichorv1alpha1.ReasonKubeletServingOff
 		ready.Message = "kubelet serving certificates are off: nothing to approve"
 	case c != nil && c.Status != metav1.ConditionTrue && !progressReasons[c.Reason]:

@@ -260,7 +260,7 @@ func (p *pass) judges(ctx context.Context, key types.NamespacedName) (bool, erro
 	if err := p.r.Client.Get(ctx, key, &c); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	return c.Spec.Security.KubeletServingCertificates.Enabled && p.r.LocalClusters.Judges(&c), nil
+	return servesKubeletCertificates(&c) && p.r.LocalClusters.Judges(&c), nil
 }
 
 // requestsToLookAt lists the kubelet-serving requests of the pass's API
@@ -481,13 +481,9 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		// request (the usual case) is never over a limit, and costs no
 		// second evaluation.
 		if in.Requests.FromRequester > 1 {
-			if !p.stillServes() {
-				// As before the verdict below: the requester's requests may
-				// have been listed from a remote API server, for seconds.
-				logger.V(1).Info("not decided: the cluster is no longer served by this replica")
-				return nil
-			}
-			if dropped, err := p.dropped(ctx, logger, g, "not decided"); dropped || err != nil {
+			// As before the verdict below: the requester's requests may
+			// have been listed from a remote API server, for seconds.
+			if may, err := p.mayDecide(ctx, logger, g); !may || err != nil {
 				return err
 			}
 			d, err := p.r.Engine.KubeletServingRejection(ctx, in)
@@ -525,26 +521,7 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 			return err
 		}
 	}
-	if !p.stillServes() {
-		// The shard went during the Talos read (or this replica was paused
-		// past its renew deadline): no verdict is reached, nor logged, here.
-		logger.V(1).Info("not decided: the cluster is no longer served by this replica")
-		return nil
-	}
-	if ctx.Err() != nil {
-		// The manager is stopping (or the cluster's target ended): no
-		// verdict is reached, nor logged, that would not be written. Not a
-		// failure: the request is looked at again by the next leader (or
-		// through the cluster's next target).
-		logger.V(1).Info("not decided: the turn ended", "cause", context.Cause(ctx))
-		return nil
-	}
-	// Nor on a cluster or a machine that changed since the turn or the
-	// decision read them (a node's read may have taken seconds, the turn's
-	// earlier requests too): a verdict logged and then not written would
-	// read as in effect in the decision log. act checks again before it
-	// writes, for the milliseconds of the rule.
-	if dropped, err := p.dropped(ctx, logger, g, "not decided"); dropped || err != nil {
+	if may, err := p.mayDecide(ctx, logger, g); !may || err != nil {
 		return err
 	}
 	d, err := p.r.Engine.KubeletServing(ctx, in)
@@ -565,6 +542,31 @@ func (p *pass) decide(ctx context.Context, csr *certificatesv1.CertificateSignin
 		return fmt.Errorf("decide CSR %s: %w", csr.Name, err)
 	}
 	return p.act(ctx, logger, csr, g, facts, d)
+}
+
+// mayDecide reports whether the rule may be asked now: no verdict is
+// reached, nor logged, that would not be written.
+func (p *pass) mayDecide(ctx context.Context, logger logr.Logger, g gathered) (bool, error) {
+	if !p.stillServes() {
+		// The shard went during the Talos read (or this replica was paused
+		// past its renew deadline).
+		logger.V(1).Info("not decided: the cluster is no longer served by this replica")
+		return false, nil
+	}
+	if ctx.Err() != nil {
+		// The manager is stopping (or the cluster's target ended). Not a
+		// failure: the request is looked at again by the next leader (or
+		// through the cluster's next target).
+		logger.V(1).Info("not decided: the turn ended", "cause", context.Cause(ctx))
+		return false, nil
+	}
+	// Nor on a cluster or a machine that changed since the turn or the
+	// decision read them (a node's read may have taken seconds, the turn's
+	// earlier requests too): a verdict logged and then not written would
+	// read as in effect in the decision log. act checks again before it
+	// writes, for the milliseconds of the rule.
+	dropped, err := p.dropped(ctx, logger, g, "not decided")
+	return !dropped && err == nil, err
 }
 
 // gathered is what a decision found of the request's machine: the node's

@@ -1226,8 +1226,9 @@ func TestAMachineDeletedDuringItsNodesReadIsNotApproved(t *testing.T) {
 	approvedOnlyAfter(t, name, made)
 }
 
-// inTheCache waits, within the suite's Talos timeout that bounds a held
-// read, until the manager's cache shows a change the test made.
+// inTheCache waits until the manager's cache shows a change the test made,
+// at most the suite's Talos timeout: the held read's own began before the
+// change, so a cache later than its rest fails afterTheRead instead.
 func inTheCache(t *testing.T, what string, shows func() bool) {
 	t.Helper()
 	require.Eventually(t, shows, 2*time.Second, time.Millisecond, "the manager's cache did not show %s before the held read's timeout", what)

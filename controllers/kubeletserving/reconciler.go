@@ -556,7 +556,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.markServed(ctx, &cluster); err != nil {
 		return reconcile.Result{}, err
 	}
-	if !cluster.Spec.Security.KubeletServingCertificates.Enabled {
+	if !servesKubeletCertificates(&cluster) {
 		// Nothing of it is decided here, so nothing to settle either, and
 		// nothing to record again: no replica records its verdicts while
 		// it is disabled.
@@ -827,8 +827,10 @@ func (r *Reconciler) passFor(ctx context.Context, key types.NamespacedName) (*pa
 }
 
 // servesKubeletCertificates says whether the cluster's kubelet serving
-// certificates are Ichor's to decide: a turn begins only then (passFor),
-// and a verdict is written only while it still holds (pass.changed).
+// certificates are Ichor's to decide: its reconcile serves it, a turn
+// begins (passFor), another cluster's requests are left to it (judges),
+// Ready says so, and a verdict is written, only while it holds
+// (pass.changed). A cluster being deleted is still served until it is gone.
 func servesKubeletCertificates(c *ichorv1alpha1.TalosCluster) bool {
 	return c.Spec.Security.KubeletServingCertificates.Enabled
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/cluster"
 	"github.com/ichor-dev/ichor-policy/internal/facts/csrinput"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/test/csrgen"
 )
 
 // decider is a Decider whose verdicts a test chooses: decide answers for
@@ -53,6 +54,8 @@ type decider struct {
 	// most of one requester's that ever ran at once.
 	running map[string]int
 	most    int
+	// rejections counts the flood rule's evaluations.
+	rejections int
 }
 
 func (d *decider) KubeletServing(ctx context.Context, in csrinput.KubeletServing) (engine.CSRDecision, error) {
@@ -76,7 +79,10 @@ func (d *decider) KubeletServing(ctx context.Context, in csrinput.KubeletServing
 	return approve(), nil
 }
 
-func (*decider) KubeletServingRejection(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error) {
+func (d *decider) KubeletServingRejection(context.Context, csrinput.KubeletServing) (engine.CSRDecision, error) {
+	d.mu.Lock()
+	d.rejections++
+	d.mu.Unlock()
 	return engine.CSRDecision{}, engine.ErrNoDecision
 }
 
@@ -780,6 +786,72 @@ func TestNoVerdictIsReachedOnAClusterTurnedOffSinceItsTurnBegan(t *testing.T) {
 	assert.Empty(t, f.dec.calls(), "the rule decided on a cluster turned off")
 }
 
+// The flood rule, asked before any node is read, is asked as the verdict's
+// rule is: not once the turn ended (nothing would be written), nor on a
+// cluster turned off since the turn began, which ends the turn (review 220
+// F1/F2).
+func TestTheFloodRuleIsNotAskedOnceTheTurnEndedOrTheClusterWasTurnedOff(t *testing.T) {
+	for name, tc := range map[string]struct{ ended, off bool }{
+		"neither":          {},
+		"the turn ended":   {ended: true},
+		"turned off since": {off: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t0 := time.Unix(1_000_000, 0)
+			var csrs []certificatesv1.CertificateSigningRequest
+			for i := range 2 {
+				csr := csrOf("system:node:a", fmt.Sprintf("csr-a%d", i), t0.Add(time.Duration(i)*time.Second))
+				req, err := csrgen.PEM(csrgen.Request{Subject: csrgen.NodeSubject("a")})
+				require.NoError(t, err)
+				csr.Spec.Request = req
+				csrs = append(csrs, csr)
+			}
+			f := newQueueFixture(t, clock.RealClock{}, csrs...)
+			_, metrics := f.writing(t)
+			// Past the flood rule, the node is unreadable: the cluster has
+			// no secrets bundle.
+			f.r.NodeReaders.Reader = f.r.Client
+			ctx := context.Background()
+			require.NoError(t, f.r.Client.Create(ctx, &ichorv1alpha1.TalosMachine{
+				ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "a"},
+				Spec:       ichorv1alpha1.TalosMachineSpec{ClusterName: f.cluster.Name, Hostname: "a", Endpoint: "10.0.0.2"},
+			}))
+			p, ok, err := f.r.passFor(ctx, f.cluster)
+			require.NoError(t, err)
+			require.True(t, ok)
+			list, err := p.requestsOf(ctx, "system:node:a")
+			require.NoError(t, err)
+			require.Len(t, list, 2)
+			if tc.off {
+				var c ichorv1alpha1.TalosCluster
+				require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+				c.Spec.Security.KubeletServingCertificates.Enabled = false
+				require.NoError(t, f.r.Client.Update(ctx, &c))
+			}
+			turn := ctx
+			if tc.ended {
+				var end context.CancelFunc
+				turn, end = context.WithCancel(ctx)
+				end()
+			}
+
+			err = p.decide(turn, &list[0])
+			switch {
+			case tc.off:
+				require.ErrorIs(t, err, errClusterChanged)
+				assert.Equal(t, float64(1), testutil.ToFloat64(metrics.dropped.WithLabelValues("cluster_off")))
+			case tc.ended:
+				require.NoError(t, err)
+				assert.Zero(t, testutil.CollectAndCount(metrics.dropped), "a turn ended counted as a change")
+			default:
+				assert.Equal(t, 1, f.dec.rejections, "the flood rule was not asked: the test proves nothing")
+				return
+			}
+			assert.Zero(t, f.dec.rejections, "the flood rule was asked")
+		})
+	}
+}
+
 // A turn whose cluster is turned off under it ends at the first verdict it
 // drops: its requester's other requests were listed for a cluster that
 // no longer serves them, and each would be decided (its node read) only to
@@ -800,8 +872,9 @@ func TestATurnEndsOnceItsClusterIsTurnedOff(t *testing.T) {
 	}
 	wait, err := f.r.decideRequester(ctx, requester{cluster: f.cluster, username: "system:node:a"})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"csr-a1"}, f.dec.calls(), "the turn went on after its cluster was turned off")
-	assert.Equal(t, float64(1), testutil.ToFloat64(metrics.dropped.WithLabelValues("cluster_off")), "the turn's other request was looked at, and dropped")
+	assert.Equal(t, []string{"csr-a1"}, f.dec.calls())
+	assert.Equal(t, float64(1), testutil.ToFloat64(metrics.dropped.WithLabelValues("cluster_off")), "the turn went on: its other request was looked at, and dropped")
+	assert.Zero(t, testutil.CollectAndCount(metrics.writeFailures), "the end of the turn counted as a failure")
 	assert.Zero(t, held.Writes())
 	assert.Equal(t, minBackoff, wait)
 }
