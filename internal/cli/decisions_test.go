@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
@@ -316,6 +317,50 @@ func TestDecisionsShowPrintsTheReasonsInputAndResult(t *testing.T) {
 	code, stdout, stderr, _ = decisionsRun(t, f.log, "decisions", "show", strings.TrimSpace(name))
 	require.Equal(t, ExitOK, code, stderr)
 	assert.Regexp(t, `(?m)^Decision:\s+`+f.pending+`$`, stdout)
+}
+
+// TestKYAMLKeepsAKeyTheStreamsEscape: a requester's extra keys reach the
+// output as keys. KYAML leaves a key of letters plain, and a Hangul filler
+// (drawn as nothing) is a letter, which the streams write \u3164: plain, that
+// read back as six characters, another key than the requester's (review 202
+// F4). Each such key is double-quoted now and reads back as it was written;
+// a key of letters the streams leave alone stays plain.
+func TestKYAMLKeepsAKeyTheStreamsEscape(t *testing.T) {
+	f := newDecisionsFixture(t)
+	keys := []string{"\u3164scope", "sco\u3164pe", "\u115f", "x\uffa0.y/z", "cl\u00e9"}
+	var entry map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.SplitN(f.log, "\n", 2)[0]), &entry))
+	extra := map[string]any{}
+	for _, k := range keys {
+		extra[k] = []any{"**REDACTED**"}
+	}
+	entry["input"].(map[string]any)["csr"].(map[string]any)["extra"] = extra
+	line, err := json.Marshal(entry)
+	require.NoError(t, err)
+
+	for _, format := range []string{"kyaml", "yaml", "json"} {
+		code, stdout, stderr, _ := decisionsRun(t, string(line)+"\n", "decisions", "show", f.approve, "-o", format)
+		require.Equal(t, ExitOK, code, "-o %s: %s", format, stderr)
+		assert.NotContains(t, stdout, "\u3164", "-o %s: the filler reached the terminal as it is", format)
+		var d struct {
+			Entry struct {
+				Input struct {
+					CSR struct {
+						Extra map[string][]string `json:"extra"`
+					} `json:"csr"`
+				} `json:"input"`
+			} `json:"entry"`
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(stdout), &d), "-o %s:\n%s", format, stdout)
+		got := make([]string, 0, len(keys))
+		for k := range d.Entry.Input.CSR.Extra {
+			got = append(got, k)
+		}
+		assert.ElementsMatch(t, keys, got, "-o %s", format)
+		if format == "kyaml" {
+			assert.Contains(t, stdout, "\n          cl\u00e9: [", "a key the streams leave alone is left plain")
+		}
+	}
 }
 
 func TestDecisionsShowRefusesAnUnknownID(t *testing.T) {

@@ -1,11 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -143,7 +145,8 @@ func (p *printFlags) complete() error {
 // object's JSON as YAML, so a requester's string holding one (a CSR named
 // with a C1 CSI) made the whole output fail, every other entry of a
 // decision log with it. The YAML printed holds the same strings, which the
-// YAML writer escapes.
+// YAML writer escapes, and its keys double-quoted where the streams escape
+// them (quoteEscapedKeys).
 type yamlReadable struct{ printers.ResourcePrinter }
 
 func (p yamlReadable) PrintObj(obj runtime.Object, w io.Writer) error {
@@ -151,7 +154,72 @@ func (p yamlReadable) PrintObj(obj runtime.Object, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return p.ResourcePrinter.PrintObj(&runtime.Unknown{Raw: yamlReadableJSON(data)}, w)
+	var out bytes.Buffer
+	if err := p.ResourcePrinter.PrintObj(&runtime.Unknown{Raw: yamlReadableJSON(data)}, &out); err != nil {
+		return err
+	}
+	_, err = w.Write(quoteEscapedKeys(out.Bytes()))
+	return err
+}
+
+// quoteEscapedKeys double-quotes each key KYAML left plain that holds a
+// character the streams escape. KYAML double-quotes every string value but
+// leaves a key of letters, digits and _-./ plain, and a Hangul filler (U+3164,
+// drawn as nothing) is a letter: the streams wrote it \u3164, which a YAML
+// reader takes as six characters in a plain key, so a requester's extra
+// named "\u3164scope" read back as another key (review 202 F4). Double-quoted,
+// the escape reads back as the character. Outside double quotes KYAML writes
+// only its punctuation, numbers, booleans, null and plain keys, and a plain
+// key holds no quote or backslash, so quoting it changes nothing else.
+func quoteEscapedKeys(kyaml []byte) []byte {
+	s := string(kyaml)
+	if termsafe.Escape(s) == s {
+		return kyaml
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for len(s) > 0 {
+		switch r, size := utf8.DecodeRuneInString(s); {
+		case r == '"':
+			end := quotedEnd(s)
+			b.WriteString(s[:end])
+			s = s[end:]
+		case plainKeyRune(r):
+			end := strings.IndexFunc(s, func(r rune) bool { return !plainKeyRune(r) })
+			if end < 0 {
+				end = len(s)
+			}
+			if key := s[:end]; termsafe.Escape(key) != key {
+				b.WriteString(`"` + key + `"`)
+			} else {
+				b.WriteString(key)
+			}
+			s = s[end:]
+		default:
+			b.WriteString(s[:size])
+			s = s[size:]
+		}
+	}
+	return []byte(b.String())
+}
+
+// plainKeyRune says whether r may be in a key KYAML writes plain.
+func plainKeyRune(r rune) bool {
+	return unicode.IsLetter(r) || unicode.IsNumber(r) || r == '_' || r == '-' || r == '.' || r == '/'
+}
+
+// quotedEnd is the length of the double-quoted string s starts with, its
+// closing quote included (all of s if it is not closed).
+func quotedEnd(s string) int {
+	for i := 1; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return len(s)
 }
 
 // yamlPrinter prints -o yaml as cli-runtime's YAML printer does (the
