@@ -56,6 +56,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/internal/manualact"
+	"github.com/ichor-dev/ichor-policy/internal/memlimit"
 	"github.com/ichor-dev/ichor-policy/internal/netguard"
 	"github.com/ichor-dev/ichor-policy/internal/shard"
 	"github.com/ichor-dev/ichor-policy/internal/talos/clustersecrets"
@@ -232,6 +233,7 @@ func Run(ctx context.Context, o Options) error {
 		o.LocalClusters = &cluster.Local{}
 	}
 	setLoggers(newLogger(o.Log, o.LogOptions))
+	fitMemoryLimit(ctrl.Log.WithName("manager"))
 	if err := registerBuildInfo(ctrlmetrics.Registry, version.Get()); err != nil {
 		return err
 	}
@@ -343,6 +345,22 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("manager: %w", err)
 	}
 	return nil
+}
+
+// fitMemoryLimit lowers GOMEMLIMIT to fit the container's memory limit when
+// it was set at or above the limit less the binary's pages (package
+// memlimit), and says so at every start: the chart sets the two apart and
+// cannot compare them.
+func fitMemoryLimit(logger logr.Logger) {
+	container, err := memlimit.ContainerLimit()
+	if err != nil {
+		logger.V(1).Info("GOMEMLIMIT is kept: the container's memory limit is not known", "reason", err.Error())
+		return
+	}
+	if fit := memlimit.Apply(container); fit.Lowered() {
+		logger.Info("WARNING: GOMEMLIMIT was not below the container's memory limit by the binary's pages, so the kernel would kill the manager before the garbage collector worked harder; it is lowered: set manager.goMemLimit to at most the limit less 90MiB",
+			"containerLimitBytes", fit.Container, "goMemLimitBytes", fit.Before, "loweredToBytes", fit.After)
+	}
 }
 
 // startPages gives back the binary's pages that only the start touched
