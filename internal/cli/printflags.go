@@ -145,8 +145,8 @@ func (p *printFlags) complete() error {
 // object's JSON as YAML, so a requester's string holding one (a CSR named
 // with a C1 CSI) made the whole output fail, every other entry of a
 // decision log with it. The YAML printed holds the same strings, which the
-// YAML writer escapes, and its keys double-quoted where the streams escape
-// them (quoteEscapedKeys).
+// YAML writer escapes, and what the streams would escape already escaped as
+// YAML reads it (escapeForStreams).
 type yamlReadable struct{ printers.ResourcePrinter }
 
 func (p yamlReadable) PrintObj(obj runtime.Object, w io.Writer) error {
@@ -158,20 +158,23 @@ func (p yamlReadable) PrintObj(obj runtime.Object, w io.Writer) error {
 	if err := p.ResourcePrinter.PrintObj(&runtime.Unknown{Raw: yamlReadableJSON(data)}, &out); err != nil {
 		return err
 	}
-	_, err = w.Write(quoteEscapedKeys(out.Bytes()))
+	_, err = w.Write(escapeForStreams(out.Bytes()))
 	return err
 }
 
-// quoteEscapedKeys double-quotes each key KYAML left plain that holds a
-// character the streams escape. KYAML double-quotes every string value but
-// leaves a key of letters, digits and _-./ plain, and a Hangul filler (U+3164,
-// drawn as nothing) is a letter: the streams wrote it \u3164, which a YAML
-// reader takes as six characters in a plain key, so a requester's extra
-// named "\u3164scope" read back as another key (review 202 F4). Double-quoted,
-// the escape reads back as the character. Outside double quotes KYAML writes
-// only its punctuation, numbers, booleans, null and plain keys, and a plain
-// key holds no quote or backslash, so quoting it changes nothing else.
-func quoteEscapedKeys(kyaml []byte) []byte {
+// escapeForStreams writes, in KYAML, each character the streams escape
+// (termsafe) as a YAML escape, and double-quotes each plain key holding one,
+// so that the streams find nothing left to escape. KYAML writes such a
+// character as it is wherever Go calls it printable, and the streams' JSON
+// escape is not always YAML's: a variation selector beyond U+FFFF became a
+// surrogate pair, \udb40\udd00, which every YAML reader refuses, and the
+// whole output with it (review 221 F1); and KYAML leaves a key of letters
+// plain, where a Hangul filler (U+3164, a letter drawn as nothing) became six
+// characters of another key (review 202 F4). Outside double quotes KYAML
+// writes only its punctuation, numbers, booleans, null and plain keys, and a
+// plain key holds no quote or backslash, so quoting one changes nothing
+// else.
+func escapeForStreams(kyaml []byte) []byte {
 	s := string(kyaml)
 	if termsafe.Escape(s) == s {
 		return kyaml
@@ -182,7 +185,11 @@ func quoteEscapedKeys(kyaml []byte) []byte {
 		switch r, size := utf8.DecodeRuneInString(s); {
 		case r == '"':
 			end := quotedEnd(s)
-			b.WriteString(s[:end])
+			if quoted := s[:end]; termsafe.Escape(quoted) != quoted {
+				writeYAMLEscaped(&b, quoted)
+			} else {
+				b.WriteString(quoted)
+			}
 			s = s[end:]
 		case plainKeyRune(r):
 			end := strings.IndexFunc(s, func(r rune) bool { return !plainKeyRune(r) })
@@ -190,7 +197,9 @@ func quoteEscapedKeys(kyaml []byte) []byte {
 				end = len(s)
 			}
 			if key := s[:end]; termsafe.Escape(key) != key {
-				b.WriteString(`"` + key + `"`)
+				b.WriteByte('"')
+				writeYAMLEscaped(&b, key)
+				b.WriteByte('"')
 			} else {
 				b.WriteString(key)
 			}
@@ -201,6 +210,22 @@ func quoteEscapedKeys(kyaml []byte) []byte {
 		}
 	}
 	return []byte(b.String())
+}
+
+// writeYAMLEscaped writes s with each character the streams escape as a
+// YAML double-quoted string's escape of it: \uXXXX, or \UXXXXXXXX beyond
+// U+FFFF.
+func writeYAMLEscaped(b *strings.Builder, s string) {
+	for _, r := range s {
+		switch c := string(r); {
+		case termsafe.Escape(c) == c:
+			b.WriteString(c)
+		case r > 0xffff:
+			fmt.Fprintf(b, `\U%08x`, r)
+		default:
+			fmt.Fprintf(b, `\u%04x`, r)
+		}
+	}
 }
 
 // plainKeyRune says whether r may be in a key KYAML writes plain.
