@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"mime"
 	"net/http"
 	"path"
+	"strings"
 
 	godigest "github.com/opencontainers/go-digest"
 
@@ -139,6 +141,67 @@ type manifestDescriptor struct {
 	Size      int64  `json:"size"`
 }
 
+// layerCount is how many layers the manifest's layers list holds, counted
+// without decoding them; 0 when data is not an object or its layers not a
+// list, which json.Unmarshal then reports. Decoded into descriptors, a
+// manifest of 2 MiB of empty layers took 100 MiB before its count was
+// looked at (review 178 F8). The key is the one encoding/json (and so oras)
+// keeps: the last of any case.
+func layerCount(data []byte) int {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return 0
+	}
+	count := 0
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return 0
+		}
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return 0
+		}
+		if key, _ := t.(string); strings.EqualFold(key, "layers") {
+			count = listLength(value)
+		}
+	}
+	return count
+}
+
+// listLength is how many elements the JSON value holds when it is a list,
+// 0 otherwise: its commas outside strings and nested values, read without
+// an allocation. value is valid JSON (json.Decoder checked it).
+func listLength(value json.RawMessage) int {
+	v := bytes.TrimSpace(value)
+	if len(v) < 2 || v[0] != '[' {
+		return 0
+	}
+	inner := v[1 : len(v)-1]
+	if len(bytes.TrimSpace(inner)) == 0 {
+		return 0
+	}
+	n, depth, inString, escaped := 1, 0, false, false
+	for _, c := range inner {
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '[' || c == '{':
+			depth++
+		case c == ']' || c == '}':
+			depth--
+		case c == ',' && depth == 0:
+			n++
+		}
+	}
+	return n
+}
+
 // graphMediaTypes are the media types through which oras (v2.7.0,
 // content.Successors) follows a node to its children: whatever the node, a
 // layer or a config as much as the root. A layer or a config of one of these
@@ -171,6 +234,9 @@ type manifestGraph struct {
 // CompressedBytes and manifestSlack. oras verifies each blob against its
 // declared size, so the declared sizes bound what is stored.
 func checkManifest(data []byte, limits bundles.Limits) error {
+	if n := layerCount(data); n > maxManifestLayers {
+		return fmt.Errorf("%w: %d layers, more than the %d a bundle may have", ErrBundleManifest, n, maxManifestLayers)
+	}
 	var m manifestGraph
 	if err := json.Unmarshal(data, &m); err != nil {
 		return fmt.Errorf("%w: not a manifest: %w", ErrBundleManifest, err)
