@@ -173,10 +173,13 @@ func (p yamlReadable) PrintObj(obj runtime.Object, w io.Writer) error {
 // characters of another key (review 202 F4). Outside double quotes KYAML
 // writes only its punctuation, numbers, booleans, null and plain keys, and a
 // plain key holds no quote or backslash, so quoting one changes nothing
-// else.
+// else. It mends KYAML's mark of a folded line that starts with escaped
+// whitespace on the way (mendWhitespaceMarkers).
 func escapeForStreams(kyaml []byte) []byte {
 	s := string(kyaml)
-	if termsafe.Escape(s) == s {
+	// Without a character to escape or a doubled backslash (a marker to
+	// mend, mendWhitespaceMarkers), there is nothing to do.
+	if strings.IndexFunc(s, termsafe.Escaped) < 0 && !strings.Contains(s, `\\`) {
 		return kyaml
 	}
 	var b strings.Builder
@@ -185,18 +188,14 @@ func escapeForStreams(kyaml []byte) []byte {
 		switch r, size := utf8.DecodeRuneInString(s); {
 		case r == '"':
 			end := quotedEnd(s)
-			if quoted := s[:end]; termsafe.Escape(quoted) != quoted {
-				writeYAMLEscaped(&b, quoted)
-			} else {
-				b.WriteString(quoted)
-			}
+			writeYAMLEscaped(&b, mendWhitespaceMarkers(s[:end]))
 			s = s[end:]
 		case plainKeyRune(r):
 			end := strings.IndexFunc(s, func(r rune) bool { return !plainKeyRune(r) })
 			if end < 0 {
 				end = len(s)
 			}
-			if key := s[:end]; termsafe.Escape(key) != key {
+			if key := s[:end]; strings.IndexFunc(key, termsafe.Escaped) >= 0 {
 				b.WriteByte('"')
 				writeYAMLEscaped(&b, key)
 				b.WriteByte('"')
@@ -216,16 +215,44 @@ func escapeForStreams(kyaml []byte) []byte {
 // YAML double-quoted string's escape of it: \uXXXX, or \UXXXXXXXX beyond
 // U+FFFF.
 func writeYAMLEscaped(b *strings.Builder, s string) {
-	for _, r := range s {
-		switch c := string(r); {
-		case termsafe.Escape(c) == c:
-			b.WriteString(c)
-		case r > 0xffff:
+	for len(s) > 0 {
+		i := strings.IndexFunc(s, termsafe.Escaped)
+		if i < 0 {
+			b.WriteString(s)
+			return
+		}
+		b.WriteString(s[:i])
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r > 0xffff {
 			fmt.Fprintf(b, `\U%08x`, r)
-		default:
+		} else {
 			fmt.Fprintf(b, `\u%04x`, r)
 		}
+		s = s[i+size:]
 	}
+}
+
+// mendWhitespaceMarkers mends what KYAML (sigs.k8s.io/yaml v1.6.0) writes
+// for a line of a folded string that starts with whitespace: a backslash
+// marking it, then the whitespace, but the whitespace's own escape when it
+// has one (\r, \v, U+00A0, U+3000...), so that the line began with two
+// backslashes, which a YAML reader takes for one backslash (review 222 F1).
+// KYAML indents each line by an even number of spaces and marks every other
+// line with a space, so a doubled backslash right after even indentation is
+// that marker: it becomes the space marker, and the escape reads back as the
+// whitespace.
+func mendWhitespaceMarkers(quoted string) string {
+	if !strings.Contains(quoted, "\n") {
+		return quoted
+	}
+	lines := strings.Split(quoted, "\n")
+	for i, line := range lines[1:] {
+		rest := strings.TrimLeft(line, " ")
+		if indent := len(line) - len(rest); indent%2 == 0 && strings.HasPrefix(rest, `\\`) {
+			lines[i+1] = line[:indent] + " " + rest[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // plainKeyRune says whether r may be in a key KYAML writes plain.

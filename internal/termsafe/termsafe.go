@@ -138,6 +138,10 @@ func (w *Writer) Write(p []byte) (int, error) {
 // either, so text without an unsafe rune is what Escape leaves alone.
 func unsafeRune(r rune) bool { return !safe(r) }
 
+// Escaped says whether Escape writes the character r of valid UTF-8
+// otherwise than as it is; a U+FFFD written in the text is kept.
+func Escaped(r rune) bool { return r != utf8.RuneError && !safe(r) }
+
 // Flush writes a cut sequence that no write completed, escaped as the
 // invalid UTF-8 it is.
 func (w *Writer) Flush() error {
