@@ -348,9 +348,9 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // fitMemoryLimit lowers GOMEMLIMIT to fit the container's memory limit when
-// it was set at or above the limit less the binary's pages (package
-// memlimit), and says so at every start: the chart sets the two apart and
-// cannot compare them.
+// it was set above the limit less the binary's pages (memlimit.Target), and
+// says so at every start: the chart sets the two apart and cannot compare
+// them.
 func fitMemoryLimit(logger logr.Logger) {
 	container, err := memlimit.ContainerLimit()
 	if err != nil {
@@ -358,7 +358,7 @@ func fitMemoryLimit(logger logr.Logger) {
 		return
 	}
 	if fit := memlimit.Apply(container); fit.Lowered() {
-		logger.Info("WARNING: GOMEMLIMIT was not below the container's memory limit by the binary's pages, so the kernel would kill the manager before the garbage collector worked harder; it is lowered: set manager.goMemLimit to at most the limit less 90MiB",
+		logger.Info("WARNING: GOMEMLIMIT was not below the container's memory limit by the binary's pages, so the kernel would kill the manager before the garbage collector worked harder; it is lowered: set manager.goMemLimit to at most loweredToBytes",
 			"containerLimitBytes", fit.Container, "goMemLimitBytes", fit.Before, "loweredToBytes", fit.After)
 	}
 }

@@ -112,11 +112,16 @@ func ContainerLimit() (int64, error) {
 
 // cgroupPaths are the process's cgroup v2 path and its v1 memory
 // controller's path, each "" when /proc/self/cgroup lists none. Each line is
-// hierarchy-ID:controllers:path; v2's has ID 0 and no controllers.
+// hierarchy-ID:controllers:path; v2's has ID 0 and no controllers. Only the
+// process's own cgroup is read, not its ancestors': a limit set on the pod
+// alone (no container limit) is not seen, and GOMEMLIMIT is then kept as it
+// was set, as it was before this package; the chart sets a container limit.
 func cgroupPaths(list []byte) (v2, v1 string) {
 	for line := range bytes.Lines(list) {
 		fields := strings.SplitN(strings.TrimSpace(string(line)), ":", 3)
-		if len(fields) != 3 || !strings.HasPrefix(fields[2], "/") {
+		// A cgroup outside the process's cgroup namespace is named through
+		// "..": joined to the mount, it would name a file outside it.
+		if len(fields) != 3 || !strings.HasPrefix(fields[2], "/") || slices.Contains(strings.Split(fields[2], "/"), "..") {
 			continue
 		}
 		switch {

@@ -76,6 +76,8 @@ func TestWhatIsNotAMemoryLimitIsAnError(t *testing.T) {
 		{"zero", "0::/\n", map[string]string{"memory.max": "0\n"}, "0 is not a limit"},
 		{"larger than a limit file is", "0::/\n", map[string]string{"memory.max": string(make([]byte, 100))}, "larger than 64 bytes"},
 		{"a relative path", "0::kubepods\n", map[string]string{"memory.max": "1\n"}, "the process is in no memory cgroup"},
+		// Outside its namespace: "/sys/fs/cgroup/../x" is not a cgroup's file.
+		{"a path out of the mount", "0::/../x\n", map[string]string{"../x/memory.max": "1\n"}, "the process is in no memory cgroup"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cgroups(t, c.self, c.files)
