@@ -470,7 +470,12 @@ func (t *limitsTransport) roundTrip(req *http.Request) (*http.Response, error) {
 	// A registry's manifest is checked for what it would have OPA fetch;
 	// image configs are bounded in size only; a gzip stream is a bundle,
 	// and is scanned.
-	data, err := t.limits.ReadCompressed(resp.Body)
+	var data []byte
+	if manifest {
+		data, err = readManifest(resp.Body)
+	} else {
+		data, err = t.limits.ReadCompressed(resp.Body)
+	}
 	switch {
 	case err != nil:
 	case manifest:

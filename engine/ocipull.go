@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"path"
@@ -141,12 +142,12 @@ type manifestDescriptor struct {
 	Size      int64  `json:"size"`
 }
 
-// layerCount is how many layers the manifest's layers list holds, counted
-// without decoding them; 0 when data is not an object or its layers not a
+// layerCount is how many layers the manifest's longest layers list holds
+// (its key in any case, as encoding/json matches it), counted without
+// decoding them; 0 when data is not an object or no layers key holds a
 // list, which json.Unmarshal then reports. Decoded into descriptors, a
 // manifest of 2 MiB of empty layers took 100 MiB before its count was
-// looked at (review 178 F8). The key is the one encoding/json (and so oras)
-// keeps: the last of any case.
+// looked at (review 178 F8).
 func layerCount(data []byte) int {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
@@ -162,8 +163,11 @@ func layerCount(data []byte) int {
 		if err := dec.Decode(&value); err != nil {
 			return 0
 		}
+		// Each key of the name counts, not only the last that encoding/json
+		// keeps: it decodes every one, so a long first list followed by a
+		// short one was decoded whole and then passed (review 223 F1).
 		if key, _ := t.(string); strings.EqualFold(key, "layers") {
-			count = listLength(value)
+			count = max(count, listLength(value))
 		}
 	}
 	return count
@@ -225,6 +229,25 @@ type manifestGraph struct {
 	Subject   json.RawMessage      `json:"subject"`
 	Manifests json.RawMessage      `json:"manifests"`
 	Blobs     json.RawMessage      `json:"blobs"`
+}
+
+// maxManifestBytes bounds a manifest's body. A bundle's manifest (a config
+// and at most maxManifestLayers layers) is well under a kilobyte with a few
+// annotations; the compressed bound, 2 MiB, let a registry send one whose
+// decoding in oras and OPA's downloader, into descriptors and annotation
+// maps, took ten to fifty times that (review 223 F2).
+const maxManifestBytes = 64 << 10
+
+// readManifest reads a manifest's body, refused past maxManifestBytes.
+func readManifest(body io.Reader) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(body, maxManifestBytes+1))
+	switch {
+	case err != nil:
+		return nil, err
+	case len(data) > maxManifestBytes:
+		return nil, fmt.Errorf("%w: larger than %d bytes; a bundle's manifest is a few hundred", ErrBundleManifest, maxManifestBytes)
+	}
+	return data, nil
 }
 
 // checkManifest refuses a manifest body that would have OPA's downloader

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
@@ -15,8 +16,8 @@ import (
 // A manifest of as many empty layers as the compressed limit holds (two
 // MiB, some 700,000 of them) is refused for its count without decoding
 // them: decoded into descriptors first, they took 100 MiB before their
-// count was looked at (review 178 F8). A later "layers" key counts,
-// as it is the one encoding/json (and oras) keep, whatever its case.
+// count was looked at (review 178 F8). Every "layers" key counts, in any
+// case: encoding/json decodes each before it keeps the last (review 223 F1).
 func TestAManifestsLayersAreCountedBeforeTheyAreDecoded(t *testing.T) {
 	limits := bundles.DefaultLimits
 	layers := int(limits.CompressedBytes/3) - 20
@@ -37,8 +38,10 @@ func TestAManifestsLayersAreCountedBeforeTheyAreDecoded(t *testing.T) {
 	t.Logf("%d layers in %d bytes refused with %d bytes allocated", layers, len(huge), allocated)
 
 	for _, c := range []struct{ name, manifest, want string }{
-		{"a later key wins", `{"layers":[{},{},{},{},{},{}],"Layers":[{"size":1}]}`, ""},
-		{"a later key in another case", `{"layers":[{"size":1}],"LAYERS":[{},{},{},{},{}]}`, "5 layers, more than the 4"},
+		{"a long list before a short one", `{"layers":[{},{},{},{},{},{}],"Layers":[{"size":1}]}`, "6 layers, more than the 4"},
+		{"a long list after a short one, in another case", `{"layers":[{"size":1}],"LAYERS":[{},{},{},{},{}]}`, "5 layers, more than the 4"},
+		{"a long list before null", "{\"layer\u017f\":[{},{},{},{},{}],\"layers\":null}", "5 layers, more than the 4"},
+		{"one list", `{"layers":[{"size":1},{"size":2}]}`, ""},
 		{"not a list", `{"layers":{"a":1}}`, "not a manifest"},
 		{"not JSON", `{"layers":[{},{},{},{},{},`, "not a manifest"},
 	} {
@@ -63,4 +66,22 @@ func TestAListIsCountedAsJSONReadsIt(t *testing.T) {
 	} {
 		assert.Equal(t, want, listLength([]byte(list)), list)
 	}
+}
+
+// A manifest's body is read no further than maxManifestBytes, before it is
+// parsed: what oras and OPA's downloader decode afterwards (annotations,
+// descriptors) is bounded by it (review 223 F2).
+func TestAManifestLargerThanABundlesIsRefusedAsItIsRead(t *testing.T) {
+	reg := &answers{status: http.StatusOK, size: maxManifestBytes + 1}
+	tr := &limitsTransport{base: reg, limits: bundles.DefaultLimits, oci: true, plainHTTP: true}
+	_, err := do(t, tr, http.MethodGet, "manifests/stable")
+	require.ErrorIs(t, err, ErrBundleManifest)
+	assert.ErrorContains(t, err, "larger than 65536 bytes")
+
+	// One of the bound is read, and judged as a manifest (these bytes are
+	// not one).
+	reg.size = maxManifestBytes
+	_, err = do(t, tr, http.MethodGet, "manifests/stable")
+	require.ErrorIs(t, err, ErrBundleManifest)
+	assert.ErrorContains(t, err, "not a manifest")
 }
