@@ -243,7 +243,7 @@ func readManifest(body io.Reader) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(body, maxManifestBytes+1))
 	switch {
 	case err != nil:
-		return nil, err
+		return nil, fmt.Errorf("read manifest: %w", err)
 	case len(data) > maxManifestBytes:
 		return nil, fmt.Errorf("%w: larger than %d bytes; a bundle's manifest is a few hundred", ErrBundleManifest, maxManifestBytes)
 	}
