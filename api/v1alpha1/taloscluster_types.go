@@ -126,6 +126,11 @@ const (
 	// TalosCluster while kubelet serving certificates are off: nothing is to
 	// be approved.
 	ReasonKubeletServingOff = "KubeletServingOff"
+
+	// ReasonDeleting is the reason of a True ConditionReady of a
+	// TalosCluster being deleted (another controller's finalizer holds it):
+	// nothing is approved for it any more.
+	ReasonDeleting = "Deleting"
 )
 
 // TalosClusterSpec is the desired state of a Talos cluster.

@@ -65,7 +65,7 @@ const (
 	// wait, kstatus, and with it Flux's and Argo CD's health checks): True
 	// once the spec of its observedGeneration is accepted (reason
 	// ReasonServing; ReasonKubeletServingOff while kubelet serving
-	// certificates are off), False when the configuration is refused, with
+	// certificates are off, ReasonDeleting once it is being deleted), False when the configuration is refused, with
 	// the reason and message of the refusal (a kubeconfigRef that cannot be
 	// read, a local cluster the operator did not name), or when none of the
 	// machines Ichor had to read answers over the Talos API

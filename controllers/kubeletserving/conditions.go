@@ -223,6 +223,9 @@ func setReady(cluster *ichorv1alpha1.TalosCluster, reach reachability) {
 	}
 	c := meta.FindStatusCondition(cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
 	switch {
+	case !cluster.DeletionTimestamp.IsZero():
+		ready.Reason = ichorv1alpha1.ReasonDeleting
+		ready.Message = "the cluster is being deleted: nothing is approved for it"
 	case !servesKubeletCertificates(cluster):
 		ready.Reason = ichorv1alpha1.ReasonKubeletServingOff
 		ready.Message = "kubelet serving certificates are off: nothing to approve"

@@ -826,6 +826,8 @@ func (p *pass) changed(ctx context.Context, g gathered) (change, error) {
 		return change{}, fmt.Errorf("read TalosCluster %s again before its verdict: %w", p.key(), err)
 	case c.UID != p.cluster.UID:
 		return change{"cluster_deleted", "the cluster was deleted and made anew"}, nil
+	case !c.DeletionTimestamp.IsZero():
+		return change{"cluster_deleted", "the cluster is being deleted"}, nil
 	case !servesKubeletCertificates(&c):
 		return change{"cluster_off", "kubelet serving certificates were turned off"}, nil
 	}

@@ -1302,6 +1302,57 @@ func TestAClusterTurnedOffDuringANodesReadApprovesNothing(t *testing.T) {
 	approvedOnlyAfter(t, name, on)
 }
 
+// TestAClusterBeingDeletedApprovesNothing: a TalosCluster deleted while
+// another controller's finalizer keeps it is no longer served (review 220
+// F3): Ready says Deleting, and a request its machine makes afterwards is
+// neither decided nor logged, while another cluster's request, made after
+// it, is approved.
+func TestAClusterBeingDeletedApprovesNothing(t *testing.T) {
+	f := newFixture(t, false)
+	f.machine("deleting-1", "10.48.0.2")
+	node := nodeClient(t, "system:node:deleting-1", "system:nodes")
+	request := func(name string) string {
+		return submit(t, node, name, csrgen.Request{Subject: csrgen.NodeSubject("deleting-1"), IPs: []net.IP{net.ParseIP("10.48.0.2")}})
+	}
+	require.Equal(t, certificatesv1.CertificateApproved, decided(t, request("deleting-before")).Type, "served before")
+
+	const hold = "example.com/hold"
+	c := f.get()
+	c.Finalizers = append(c.Finalizers, hold)
+	require.NoError(t, env.Client.Update(f.ctx, c))
+	t.Cleanup(func() {
+		_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var c ichorv1alpha1.TalosCluster
+			if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: f.ns, Name: f.cluster}, &c); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			c.Finalizers = nil
+			return env.Client.Update(context.Background(), &c)
+		})
+	})
+	require.NoError(t, env.Client.Delete(f.ctx, c))
+	// kstatus calls a resource being deleted Terminating whatever its
+	// conditions say: Ready alone is waited for.
+	var ready *metav1.Condition
+	require.Eventually(t, func() bool {
+		ready = meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionReady)
+		return ready != nil && ready.Reason == ichorv1alpha1.ReasonDeleting
+	}, wait, 100*time.Millisecond, "Ready: %+v", ready)
+	assert.Equal(t, metav1.ConditionTrue, ready.Status)
+	assert.Equal(t, "the cluster is being deleted: nothing is approved for it", ready.Message)
+
+	after := request("deleting-after")
+	t.Run("another cluster", func(t *testing.T) {
+		other := newFixture(t, false)
+		other.machine("deleting-other-1", "10.48.1.2")
+		cs := nodeClient(t, "system:node:deleting-other-1", "system:nodes")
+		name := submit(t, cs, "deleting-other", csrgen.Request{Subject: csrgen.NodeSubject("deleting-other-1"), IPs: []net.IP{net.ParseIP("10.48.1.2")}})
+		require.Equal(t, certificatesv1.CertificateApproved, decided(t, name).Type)
+	})
+	assert.Nil(t, harness.Verdict(env.GetCSR(t, after)), "a request of a cluster being deleted was decided")
+	assert.Empty(t, entriesFor(after), "a request of a cluster being deleted was looked at")
+}
+
 // verdictTimes are the times of the approvals and denials logged for the
 // CSR, oldest first.
 func verdictTimes(csr string) []time.Time {

@@ -78,7 +78,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"namespace", "cluster"}),
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_kubelet_serving_verdicts_dropped_total",
-			Help: "Verdicts not reached or not written because what they were gathered on changed meanwhile, mostly during a direct Talos read, by change: cluster_off (kubelet serving certificates turned off), cluster_deleted (deleted, or made anew), cluster_target (judged through another API server), machine (the machine answering to the node's name deleted, re-pointed, or joined by another); each request is looked at again.",
+			Help: "Verdicts not reached or not written because what they were gathered on changed meanwhile, mostly during a direct Talos read, by change: cluster_off (kubelet serving certificates turned off), cluster_deleted (deleted, being deleted, or made anew), cluster_target (judged through another API server), machine (the machine answering to the node's name deleted, re-pointed, or joined by another); each request is looked at again.",
 		}, []string{"change"}),
 	}
 	for _, c := range []prometheus.Collector{m.talosReadSeconds, m.talosReadErrors, m.talosWatched, m.writeFailures, m.pendingCSRs, m.floodGuard, m.dropped} {

@@ -2,6 +2,7 @@ package kubeletserving
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -24,6 +25,7 @@ func TestReadyIsFalseOnlyForARefusedConfiguration(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		enabled    bool
+		deleting   bool
 		conditions []metav1.Condition
 		reach      reachability
 		status     metav1.ConditionStatus
@@ -65,10 +67,19 @@ func TestReadyIsFalseOnlyForARefusedConfiguration(t *testing.T) {
 			reach:      reachability{machines: 1, failed: 1, machine: "m-1", err: "x", total: 1}},
 		{name: "off, whatever was read", status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonKubeletServingOff,
 			reach: reachability{machines: 1, failed: 1, machine: "m-1", err: "x", total: 1}},
+		// Held by another controller's finalizer: no longer served, whatever
+		// its spec and its conditions said (review 220 F3).
+		{name: "being deleted", enabled: true, deleting: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonDeleting,
+			conditions: []metav1.Condition{cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, ReasonKubeconfigUnreadable)},
+			reach:      reachability{machines: 1, failed: 1, machine: "m-1", err: "x", total: 1},
+			message:    "the cluster is being deleted: nothing is approved for it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Generation: 7}}
 			c.Spec.Security.KubeletServingCertificates.Enabled = tc.enabled
+			if tc.deleting {
+				c.DeletionTimestamp = &metav1.Time{Time: time.Unix(1_000_000, 0)}
+			}
 			c.Status.Conditions = tc.conditions
 			setReady(c, tc.reach)
 			ready := meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionReady)

@@ -830,9 +830,11 @@ func (r *Reconciler) passFor(ctx context.Context, key types.NamespacedName) (*pa
 // certificates are Ichor's to decide: its reconcile serves it, a turn
 // begins (passFor), another cluster's requests are left to it (judges),
 // Ready says so, and a verdict is written, only while it holds
-// (pass.changed). A cluster being deleted is still served until it is gone.
+// (pass.changed). A cluster being deleted is not served, though another
+// controller's finalizer keeps it: its deletion is the operator's word that
+// Ichor stop managing it, and the audit skips it already (review 220 F3).
 func servesKubeletCertificates(c *ichorv1alpha1.TalosCluster) bool {
-	return c.Spec.Security.KubeletServingCertificates.Enabled
+	return c.Spec.Security.KubeletServingCertificates.Enabled && c.DeletionTimestamp.IsZero()
 }
 
 // pass is the facts of one look at a cluster's requests: a reconcile's, or

@@ -707,6 +707,14 @@ func TestAVerdictIsNotWrittenOnceWhatItWasReachedOnChanged(t *testing.T) {
 		"cluster deleted": {dropped: "cluster_deleted", change: func(ctx context.Context, w world) error {
 			return w.c.Delete(ctx, w.cluster)
 		}},
+		// Another controller's finalizer holds it (review 220 F3).
+		"cluster being deleted": {dropped: "cluster_deleted", change: func(ctx context.Context, w world) error {
+			w.cluster.Finalizers = append(w.cluster.Finalizers, "example.com/hold")
+			if err := w.c.Update(ctx, w.cluster); err != nil {
+				return err
+			}
+			return w.c.Delete(ctx, w.cluster)
+		}},
 		"cluster made anew": {dropped: "cluster_deleted", change: func(ctx context.Context, w world) error {
 			if err := w.c.Delete(ctx, w.cluster); err != nil {
 				return err
