@@ -445,7 +445,7 @@ func (p *pass) judgingClusters(ctx context.Context) ([]*ichorv1alpha1.TalosClust
 		return []*ichorv1alpha1.TalosCluster{p.cluster}, nil
 	}
 	var enabled ichorv1alpha1.TalosClusterList
-	if err := p.r.Client.List(ctx, &enabled, client.MatchingFields{IndexServingEnabled: "true"}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := p.r.Client.List(ctx, &enabled, client.MatchingFields{IndexServed: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list enabled clusters: %w", err)
 	}
 	judges := make([]*ichorv1alpha1.TalosCluster, 0, len(enabled.Items))

@@ -429,6 +429,18 @@ func TestTheCountsSeeEveryChangeOfTheJudgedMachines(t *testing.T) {
 
 	local.Add(types.NamespacedName{Namespace: "b", Name: "beta"})
 	assert.Equal(t, csrinput.Requests{Machines: 3, Undecided: 3, Unknown: 1}, counts(), "another cluster judging")
+
+	// Being deleted, which another controller's finalizer holds, it judges
+	// no more: its machines and their requests are no longer counted as
+	// judged (review 224 F1; the API server bumps the generation with the
+	// deletion, which the fake client does not).
+	var beta ichorv1alpha1.TalosCluster
+	require.NoError(t, c.Get(ctx, types.NamespacedName{Namespace: "b", Name: "beta"}, &beta))
+	beta.Finalizers = []string{"example.com/hold"}
+	beta.Generation++
+	require.NoError(t, c.Update(ctx, &beta))
+	require.NoError(t, c.Delete(ctx, &beta))
+	assert.Equal(t, csrinput.Requests{Machines: 2, Undecided: 2, Unknown: 2}, counts(), "another cluster being deleted")
 }
 
 // The rule's limits are asked once in limitsTTL, and again at once under a

@@ -15,9 +15,14 @@ import (
 const (
 	// IndexCluster indexes TalosMachines by spec.clusterName.
 	IndexCluster = "ichor.dev/cluster"
-	// IndexServingEnabled indexes TalosClusters by whether kubelet serving
-	// certificates are enabled.
-	IndexServingEnabled = "ichor.dev/kubeletServingEnabled"
+	// IndexServed indexes TalosClusters by whether their kubelet serving
+	// certificates are served (servesKubeletCertificates: enabled, and the
+	// cluster not being deleted), so that every look at the clusters that
+	// judge an API server agrees with the clusters that decide (review 224
+	// F1: a cluster being deleted still counted as a judge of its node names
+	// and in the flood guard's counts, and its nodes' requests were left
+	// pending unlogged).
+	IndexServed = "ichor.dev/kubeletServingServed"
 	// IndexSignerName indexes CSRs by spec.signerName.
 	IndexSignerName = "spec.signerName"
 )
@@ -39,8 +44,8 @@ func AddIndexes(ctx context.Context, indexer client.FieldIndexer) error {
 		{&ichorv1alpha1.TalosMachine{}, IndexCluster, func(o client.Object) []string {
 			return []string{o.(*ichorv1alpha1.TalosMachine).Spec.ClusterName}
 		}},
-		{&ichorv1alpha1.TalosCluster{}, IndexServingEnabled, func(o client.Object) []string {
-			return []string{fmt.Sprint(o.(*ichorv1alpha1.TalosCluster).Spec.Security.KubeletServingCertificates.Enabled)}
+		{&ichorv1alpha1.TalosCluster{}, IndexServed, func(o client.Object) []string {
+			return []string{fmt.Sprint(servesKubeletCertificates(o.(*ichorv1alpha1.TalosCluster)))}
 		}},
 		{&certificatesv1.CertificateSigningRequest{}, IndexSignerName, func(o client.Object) []string {
 			return []string{o.(*certificatesv1.CertificateSigningRequest).Spec.SignerName}

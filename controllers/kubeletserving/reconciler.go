@@ -514,7 +514,7 @@ func (r *Reconciler) clustersFor(ctx context.Context, node string) ([]types.Name
 		}
 	}
 	var clusters ichorv1alpha1.TalosClusterList
-	if err := r.Client.List(ctx, &clusters, client.MatchingFields{IndexServingEnabled: "true"}); err != nil {
+	if err := r.Client.List(ctx, &clusters, client.MatchingFields{IndexServed: "true"}); err != nil {
 		return nil, fmt.Errorf("list enabled clusters: %w", err)
 	}
 	keys := make([]types.NamespacedName, 0, len(clusters.Items))
@@ -744,7 +744,7 @@ func (r *Reconciler) BundleActivated(revision string) {
 // nothing a bundle decides (a shard taken later is reconciled when taken).
 func (r *Reconciler) clustersToRejudge(ctx context.Context) []reconcile.Request {
 	var clusters ichorv1alpha1.TalosClusterList
-	if err := r.Client.List(ctx, &clusters, client.MatchingFields{IndexServingEnabled: "true"}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &clusters, client.MatchingFields{IndexServed: "true"}, client.UnsafeDisableDeepCopy); err != nil {
 		log.FromContext(ctx).Error(err, "list the clusters to judge under a new bundle; each is at its resync")
 		return nil
 	}
