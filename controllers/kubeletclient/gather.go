@@ -106,8 +106,8 @@ func (r *Reconciler) machineFor(ctx context.Context, node string) (*ichorv1alpha
 }
 
 // localCluster reports whether the named TalosCluster exists and judges the
-// API server this controller runs against: no kubeconfigRef, and named by
-// the operator.
+// API server this controller runs against: no kubeconfigRef, named by the
+// operator, and not being deleted (judgesHere).
 func (r *Reconciler) localCluster(ctx context.Context, namespace, name string) (bool, error) {
 	var cluster ichorv1alpha1.TalosCluster
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &cluster); err != nil {
@@ -116,5 +116,14 @@ func (r *Reconciler) localCluster(ctx context.Context, namespace, name string) (
 		}
 		return false, fmt.Errorf("get cluster %s/%s: %w", namespace, name, err)
 	}
-	return r.LocalClusters.Judges(&cluster), nil
+	return r.judgesHere(&cluster), nil
+}
+
+// judgesHere says whether the cluster's machines are this API server's nodes
+// for this approver: it judges the API server, and it is not being deleted,
+// which is the operator's word that Ichor stop managing it, as the kubelet
+// serving approver holds (review 224 F2). Not in LocalClusters.Judges: the
+// issuer would refuse a deleting cluster's credentials as not local.
+func (r *Reconciler) judgesHere(c *ichorv1alpha1.TalosCluster) bool {
+	return c.DeletionTimestamp.IsZero() && r.LocalClusters.Judges(c)
 }

@@ -34,8 +34,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -66,6 +69,9 @@ var (
 	local = &cluster.Local{}
 	// odd answers for the machines a test names (TestAnOddAnswer...).
 	odd = &enginetest.Answers[engine.CSRDecision]{}
+	// managerCache is what the manager reads: a test waits on it to know
+	// the manager has seen a change.
+	managerCache cache.Cache
 )
 
 const (
@@ -106,6 +112,7 @@ func startManager(ctx context.Context) (stop func(), _ error) {
 		eng.Stop(ctx)
 		return nil, err
 	}
+	managerCache = mgr.GetCache()
 	r := &kubeletclient.Reconciler{
 		Client:    mgr.GetClient(),
 		Clientset: env.Clientset,
@@ -701,6 +708,44 @@ func TestMachineOfAClusterTheOperatorDidNotNameVouchesForNothing(t *testing.T) {
 	e := requirePending(t, name, "MachineUnknown")
 	assert.Nil(t, e.Input.Machine, "an unnamed cluster's machine is not this API server's node")
 	assert.True(t, e.Input.Authorization["selfnodeclient"].Allowed)
+}
+
+// A cluster being deleted (another controller's finalizer keeps it) vouches
+// for its machines no more, as the kubelet serving approver holds (review
+// 224 F2): its node's request waits as MachineUnknown, where it was approved.
+func TestAMachineOfAClusterBeingDeletedVouchesForNothing(t *testing.T) {
+	f := newFixture(t)
+	user := "system:node:leaving-1"
+	bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
+	f.machine("leaving-1")
+	key := types.NamespacedName{Namespace: f.ns, Name: f.cluster}
+	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var c ichorv1alpha1.TalosCluster
+		if err := env.Client.Get(f.ctx, key, &c); err != nil {
+			return err
+		}
+		c.Finalizers = append(c.Finalizers, "example.com/hold")
+		return env.Client.Update(f.ctx, &c)
+	}))
+	t.Cleanup(func() {
+		_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			var c ichorv1alpha1.TalosCluster
+			if err := env.Client.Get(context.Background(), key, &c); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			c.Finalizers = nil
+			return env.Client.Update(context.Background(), &c)
+		})
+	})
+	require.NoError(t, env.Client.Delete(f.ctx, &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.cluster}}))
+	require.Eventually(t, func() bool {
+		var c ichorv1alpha1.TalosCluster
+		return managerCache.Get(f.ctx, key, &c) == nil && !c.DeletionTimestamp.IsZero()
+	}, wait, 50*time.Millisecond, "the manager never saw the deletion")
+
+	name := submit(t, userClient(t, user, "system:nodes"), "leaving-1", csrgen.Request{Subject: csrgen.NodeSubject("leaving-1")})
+	e := requirePending(t, name, "MachineUnknown")
+	assert.Nil(t, e.Input.Machine, "a machine of a cluster being deleted is no node of this API server")
 }
 
 // Another signer's request, even for a node, is never looked at.

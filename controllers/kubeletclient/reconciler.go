@@ -256,7 +256,7 @@ func (r *Reconciler) clusterToRequests(obj client.Object, deleted bool) []reconc
 		return nil
 	}
 	var changed bool
-	switch judges := r.LocalClusters.Judges(c); {
+	switch judges := r.judgesHere(c); {
 	case judges:
 		changed = r.note(c.UID, "judges", deleted)
 	default:
