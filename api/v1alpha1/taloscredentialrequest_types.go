@@ -65,9 +65,10 @@ const (
 	// wait, kstatus, and with it Flux's and Argo CD's health checks): True
 	// once the spec of its observedGeneration is accepted (reason
 	// ReasonServing; ReasonKubeletServingOff while kubelet serving
-	// certificates are off, ReasonDeleting once it is being deleted), False when the configuration is refused, with
-	// the reason and message of the refusal (a kubeconfigRef that cannot be
-	// read, a local cluster the operator did not name), or when none of the
+	// certificates are off, ReasonDeleting once it is being deleted),
+	// False when the configuration is refused, with the reason and message
+	// of the refusal (a kubeconfigRef that cannot be read, a local cluster
+	// the operator did not name), or when none of the
 	// machines Ichor had to read answers over the Talos API
 	// (ReasonTalosAPIUnreachable). It does not follow
 	// the nodes: a node joining, pending or denied, and a flood withheld, are
