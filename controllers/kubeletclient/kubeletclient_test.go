@@ -34,11 +34,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -719,25 +717,7 @@ func TestAMachineOfAClusterBeingDeletedVouchesForNothing(t *testing.T) {
 	bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
 	f.machine("leaving-1")
 	key := types.NamespacedName{Namespace: f.ns, Name: f.cluster}
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var c ichorv1alpha1.TalosCluster
-		if err := env.Client.Get(f.ctx, key, &c); err != nil {
-			return err
-		}
-		c.Finalizers = append(c.Finalizers, "example.com/hold")
-		return env.Client.Update(f.ctx, &c)
-	}))
-	t.Cleanup(func() {
-		_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var c ichorv1alpha1.TalosCluster
-			if err := env.Client.Get(context.Background(), key, &c); err != nil {
-				return client.IgnoreNotFound(err)
-			}
-			c.Finalizers = nil
-			return env.Client.Update(context.Background(), &c)
-		})
-	})
-	require.NoError(t, env.Client.Delete(f.ctx, &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.cluster}}))
+	env.DeleteTalosClusterHeld(t, key)
 	require.Eventually(t, func() bool {
 		var c ichorv1alpha1.TalosCluster
 		return managerCache.Get(f.ctx, key, &c) == nil && !c.DeletionTimestamp.IsZero()

@@ -1316,31 +1316,14 @@ func TestAClusterBeingDeletedApprovesNothing(t *testing.T) {
 	}
 	require.Equal(t, certificatesv1.CertificateApproved, decided(t, request("deleting-before")).Type, "served before")
 
-	// The manager patches the cluster's status meanwhile: the finalizer is
-	// added on the cluster as it is.
-	require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		c := f.get()
-		c.Finalizers = append(c.Finalizers, "example.com/hold")
-		return env.Client.Update(f.ctx, c)
-	}))
-	t.Cleanup(func() {
-		_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var c ichorv1alpha1.TalosCluster
-			if err := env.Client.Get(context.Background(), types.NamespacedName{Namespace: f.ns, Name: f.cluster}, &c); err != nil {
-				return client.IgnoreNotFound(err)
-			}
-			c.Finalizers = nil
-			return env.Client.Update(context.Background(), &c)
-		})
-	})
-	require.NoError(t, env.Client.Delete(f.ctx, f.get()))
+	env.DeleteTalosClusterHeld(t, types.NamespacedName{Namespace: f.ns, Name: f.cluster})
 	// kstatus calls a resource being deleted Terminating whatever its
 	// conditions say: Ready alone is waited for.
 	var ready *metav1.Condition
 	require.Eventually(t, func() bool {
 		ready = meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionReady)
 		return ready != nil && ready.Reason == ichorv1alpha1.ReasonDeleting
-	}, wait, 100*time.Millisecond, "Ready: %+v", ready)
+	}, wait, 100*time.Millisecond, "Ready never said Deleting")
 	assert.Equal(t, metav1.ConditionTrue, ready.Status)
 	assert.Equal(t, "the cluster is being deleted: nothing is approved for it", ready.Message)
 
