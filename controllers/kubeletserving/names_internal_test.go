@@ -163,3 +163,58 @@ func (i indexerOf) IndexField(_ context.Context, obj client.Object, field string
 	i.b.WithIndex(obj, field, extract)
 	return nil
 }
+
+// A node name that a machine of a cluster being deleted answers to as well
+// is the live cluster's alone: the deleting one judges nothing (review 224
+// F7), so the request is neither ambiguous (MachineAmbiguous) nor left to
+// the other cluster, as once that cluster is gone.
+func TestANameSharedWithAClusterBeingDeletedIsTheLiveClusters(t *testing.T) {
+	ctx := context.Background()
+	scheme, err := kube.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, deleting := range []bool{false, true} {
+		alpha := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "alpha"}}
+		beta := &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "b", Name: "beta"}}
+		for _, c := range []*ichorv1alpha1.TalosCluster{alpha, beta} {
+			c.Spec.Security.KubeletServingCertificates.Enabled = true
+		}
+		if deleting {
+			// Held by another controller's finalizer.
+			now := metav1.Now()
+			beta.DeletionTimestamp, beta.Finalizers = &now, []string{"example.com/teardown"}
+		}
+		objs := []client.Object{alpha, beta}
+		for _, m := range []types.NamespacedName{{Namespace: "a", Name: "alpha"}, {Namespace: "b", Name: "beta"}} {
+			machine := &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: "node-shared"}}
+			machine.Spec.ClusterName, machine.Spec.Hostname = m.Name, "node-shared"
+			objs = append(objs, machine)
+		}
+		b := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...)
+		if err := AddIndexes(ctx, indexerOf{b}); err != nil {
+			t.Fatal(err)
+		}
+		c := b.Build()
+		local, err := cluster.ParseLocal([]string{"a/alpha", "b/beta"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &Reconciler{Client: c, LocalClusters: local}
+		p := &pass{r: r, cluster: alpha, target: &target{reader: c, local: true, names: &r.localNames}}
+		mine, candidates, others, err := p.machineFor(ctx, "node-shared")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mine == nil || mine.Namespace != "a" {
+			t.Fatalf("beta deleting %t: alpha's own machine not found (%v)", deleting, mine)
+		}
+		wantCandidates, wantOthers := 2, true
+		if deleting {
+			wantCandidates, wantOthers = 1, false
+		}
+		if candidates != wantCandidates || others != wantOthers {
+			t.Errorf("beta deleting %t: %d candidates (others %t), want %d (others %t)", deleting, candidates, others, wantCandidates, wantOthers)
+		}
+	}
+}
