@@ -1,11 +1,14 @@
 package bundles
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/bundle"
 )
 
 // What every manager refuses to activate, checked by the engine at
@@ -45,6 +48,27 @@ func CheckRevision(revision string) error {
 	return nil
 }
 
+// ErrBundleRoots is a bundle whose manifest claims data paths beyond Roots
+// (or none, which OPA reads as every path). OPA keeps a bundle to the roots
+// its manifest declares; beyond Ichor's, a bundle could define what the
+// engine reads and no rule of Ichor's is: the decision log's drop rule,
+// which takes entries out of the log without a trace (review 227 F1).
+var ErrBundleRoots = errors.New("bundle manifest claims data paths beyond Ichor's (ichor, system/log, system/applied)")
+
+// CheckRoots says why a manifest's roots may not be activated: each must be
+// one of Roots or under one.
+func CheckRoots(m bundle.Manifest) error {
+	if m.Roots == nil {
+		return fmt.Errorf("%w: it declares no roots, which OPA reads as every path; build it with ichor bundle build", ErrBundleRoots)
+	}
+	for _, root := range *m.Roots {
+		if !slices.ContainsFunc(Roots, func(own string) bool { return root == own || strings.HasPrefix(root, own+"/") }) {
+			return fmt.Errorf("%w: root %.64q", ErrBundleRoots, root)
+		}
+	}
+	return nil
+}
+
 // ErrBundleLabels is a bundle whose METADATA declares labels. OPA v1.22.4's
 // SDK records the labels of the rules a query evaluates into the tracker of
 // that query's first decision, which it keeps in the prepared query it caches
@@ -53,18 +77,69 @@ func CheckRevision(revision string) error {
 // bundle is refused at activation, the last good one keeps deciding.
 var ErrBundleLabels = errors.New("bundle declares METADATA labels, which this OPA records unsafely under concurrent decisions")
 
-// RefuseLabels is ErrBundleLabels for a module whose METADATA declares
-// labels. A module is read as Rego v1, or else as v0, which a bundle's
-// manifest may ask for (rego_version, file_rego_versions): read as v1 alone,
-// a v0 module's labels got through (review 178). A module that parses as
-// neither is left to OPA's compiler, which refuses it with its own error.
-func RefuseLabels(id string, module []byte) error {
-	// Only a METADATA block holds annotations, and the word is read as it
-	// is; "labels" is not: YAML spells a key with escapes too ("\x6cabels"),
-	// which passed a look for the word (review 179).
-	if !bytes.Contains(module, []byte("METADATA")) {
-		return nil
+// ErrBundleBuiltins is a bundle whose rules call a builtin that reaches
+// beyond the input: the network (http.send, net.lookup_ip_addr), the process
+// (opa.runtime, which returns the engine's whole configuration: a decision
+// log's password, a bundle URL's signed query, a verification secret), the
+// clock or chance (time.now_ns, rand.intn, uuid.rfc4122, a certificate chain
+// verified now). Every fact of a decision is in its input, so that a logged
+// decision replays exactly; and the decision log's own rules (system/log)
+// are evaluated by OPA's plugin, without the decision's refusal of the
+// network, on every entry, so that a mask calling http.send would send every
+// decision out (review 227 F2).
+var ErrBundleBuiltins = errors.New("bundle calls a builtin that reaches beyond its input (the network, the process, the clock)")
+
+// RefusedBuiltin says whether a rule may not call the builtin name: OPA marks
+// it non-deterministic, or it reads the clock all the same (clockReaders).
+func RefusedBuiltin(name string) bool {
+	return refusedBuiltins()[name]
+}
+
+var refusedBuiltins = sync.OnceValue(func() map[string]bool {
+	refused := map[string]bool{}
+	for _, bi := range ast.CapabilitiesForThisVersion().Builtins {
+		if bi.Nondeterministic || slices.Contains(clockReaders, bi.Name) {
+			refused[bi.Name] = true
+		}
 	}
+	return refused
+})
+
+// clockReaders are builtins OPA does not mark non-deterministic that read
+// the clock all the same: OPA v1.22.4 verifies a chain at the time of the
+// call (x509.VerifyOptions without CurrentTime), so a certificate in a
+// bundle's data that expires next month turns its verdict then, while a
+// replay today sees none of it.
+var clockReaders = []string{
+	"crypto.x509.parse_and_verify_certificates",
+	"crypto.x509.parse_and_verify_certificates_with_options",
+}
+
+// RefusedCalls are the references to a refused builtin (RefusedBuiltin) in
+// a module, each with where it is: a call, a `with` that replaces one, or
+// one put in a function's place by `with`, all of which OPA calls.
+func RefusedCalls(m *ast.Module) []string {
+	var calls []string
+	ast.WalkRefs(m, func(r ast.Ref) bool {
+		if name := r.String(); RefusedBuiltin(name) {
+			at := ""
+			if loc := r[0].Location; loc != nil {
+				at = fmt.Sprintf(" (%s:%d)", loc.File, loc.Row)
+			}
+			calls = append(calls, name+at)
+		}
+		return false
+	})
+	return calls
+}
+
+// CheckModule says why a module may not be activated: its METADATA declares
+// labels (ErrBundleLabels), or it calls a refused builtin (ErrBundleBuiltins).
+// A module is read as Rego v1, or else as v0, which a bundle's manifest may
+// ask for (rego_version, file_rego_versions): read as v1 alone, a v0
+// module's labels got through (review 178). A module that parses as
+// neither is left to OPA's compiler, which refuses it with its own error.
+func CheckModule(id string, module []byte) error {
 	m, err := ast.ParseModuleWithOpts(id, string(module), ast.ParserOptions{ProcessAnnotation: true, RegoVersion: ast.RegoV1})
 	if err != nil {
 		m, err = ast.ParseModuleWithOpts(id, string(module), ast.ParserOptions{ProcessAnnotation: true, RegoVersion: ast.RegoV0})
@@ -72,10 +147,17 @@ func RefuseLabels(id string, module []byte) error {
 	if err != nil {
 		return nil //nolint:nilerr // OPA's compiler refuses a module that does not parse, with its own error
 	}
+	// Only a METADATA block holds annotations, and the word is read as it
+	// is; "labels" is not: YAML spells a key with escapes too ("\x6cabels"),
+	// which passed a look for the word (review 179).
 	for _, a := range m.Annotations {
 		if len(a.Labels) > 0 {
 			return fmt.Errorf("%w: %s, line %d", ErrBundleLabels, id, a.Location.Row)
 		}
+	}
+	if calls := RefusedCalls(m); len(calls) > 0 {
+		slices.Sort(calls)
+		return fmt.Errorf("%w: %s calls %s; a rule takes every fact from its input", ErrBundleBuiltins, id, strings.Join(slices.Compact(calls), ", "))
 	}
 	return nil
 }

@@ -291,8 +291,11 @@ func checkPushable(tarball []byte, vc *bundle.VerificationConfig, belowFloor boo
 		// than found out at the next poll of every replica.
 		return nil, fmt.Errorf("every manager would refuse it: %w", err)
 	}
+	if err := CheckRoots(b.Manifest); err != nil {
+		return nil, fmt.Errorf("every manager would refuse it: %w", err)
+	}
 	for _, m := range b.Modules {
-		if err := RefuseLabels(m.Path, m.Raw); err != nil {
+		if err := CheckModule(m.Path, m.Raw); err != nil {
 			return nil, fmt.Errorf("every manager would refuse it: %w", err)
 		}
 	}

@@ -90,6 +90,7 @@ func TestPushOCIRefusesWhatNoManagerWouldLoad(t *testing.T) {
 
 	// What else every manager refuses at activation (review 178): a
 	// revision they cannot write into a verdict's tail, METADATA labels,
+	// a builtin reaching beyond the input, roots beyond Ichor's,
 	// an epoch below this release's floor (pushed with --below-floor only,
 	// for older managers: it then goes on to the registry; --force, for an
 	// epoch not above the tag's, is another check: review 181).
@@ -109,6 +110,12 @@ func TestPushOCIRefusesWhatNoManagerWouldLoad(t *testing.T) {
 		b.Modules[0].Raw = append([]byte("# METADATA\n# labels:\n#   team: platform\n"), b.Modules[0].Raw...)
 	}), bundles.PushOptions{})
 	require.ErrorIs(t, err, bundles.ErrBundleLabels)
+	_, err = bundles.PushOCI(context.Background(), ref, signed(func(b *bundle.Bundle) {
+		b.Modules[0].Raw = append(b.Modules[0].Raw, []byte("\n_sent := http.send({\"method\": \"GET\", \"url\": \"https://example.com\"})\n")...)
+	}), bundles.PushOptions{})
+	require.ErrorIs(t, err, bundles.ErrBundleBuiltins)
+	_, err = bundles.PushOCI(context.Background(), ref, signed(func(b *bundle.Bundle) { b.Manifest.Roots = &[]string{""} }), bundles.PushOptions{})
+	require.ErrorIs(t, err, bundles.ErrBundleRoots)
 	belowFloor := signed(func(b *bundle.Bundle) { bundles.SetEpoch(b, bundles.Floor()-1) })
 	_, err = bundles.PushOCI(context.Background(), ref, belowFloor, bundles.PushOptions{})
 	require.ErrorIs(t, err, bundles.ErrEpochBelowFloor)

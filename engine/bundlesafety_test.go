@@ -721,6 +721,44 @@ func TestABundleWithMetadataLabelsIsRefused(t *testing.T) {
 	e.refused(t, v0Src, escapedData, engine.ErrBundleLabels.Error(), good)
 }
 
+// A signed bundle whose rules reach beyond their input, or whose manifest
+// claims paths beyond Ichor's, is refused at activation from every kind of
+// source, the last good bundle keeps deciding: a mask calling http.send
+// would send every decision out, and a bundle claiming every path could
+// define the decision log's drop rule, taking entries out of the log
+// without a trace (review 227 F1, F2).
+func TestABundleReachingBeyondItsInputOrItsRootsIsRefused(t *testing.T) {
+	s := newSigner(t)
+	called := make(chan struct{}, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called <- struct{}{} }))
+	t.Cleanup(srv.Close)
+	signed := func(b *bundle.Bundle) []byte {
+		bundles.SetEpoch(b, bundles.Floor())
+		require.NoError(t, bundles.Sign(b, s.private, "RS256", "ichor"))
+		data, err := bundles.Bytes(b)
+		require.NoError(t, err)
+		return data
+	}
+	sending := signed(policyWithProbe(t, "package ichor.probe\n\nx := http.send({\"method\": \"GET\", \"url\": \""+srv.URL+"\"}).status_code\n"))
+	everyPath := policyWithProbe(t, "package ichor.probe\n\nx := true\n")
+	all := []string{""}
+	everyPath.Manifest.Roots = &all
+	dropping := signed(everyPath)
+	for name, newSource := range sources(t) {
+		t.Run(name, func(t *testing.T) {
+			src := newSource(t)
+			good, e := startOnGood(t, src, s)
+			e.refused(t, src, sending, "probe/probe.rego calls http.send", good)
+			e.refused(t, src, dropping, engine.ErrBundleRoots.Error(), good)
+		})
+	}
+	select {
+	case <-called:
+		t.Fatal("a rule reached the network")
+	default:
+	}
+}
+
 // blockingEpochs is the cluster's record of the highest epoch, whose raise to
 // epoch blocked holds until released.
 type blockingEpochs struct {

@@ -515,7 +515,12 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 	if len(plugins) > 0 {
 		config["plugins"] = plugins
 	}
-	// The mask rule is OPA's default path (system/log/mask), which the bundle provides.
+	// The mask rule is OPA's default path (system/log/mask), which the
+	// bundle provides. The drop rule is a path outside the bundle's roots
+	// (bundles.CheckRoots), which no bundle may define: every decision is
+	// logged, and a bundle cannot take one out without a trace (review 227
+	// F1; OPA's plugin drops an entry its drop rule names with a debug line).
+	logs["drop_decision"] = dropDecisionPath
 	config["decision_logs"] = logs
 	b, err := json.Marshal(config)
 	if err != nil {
@@ -523,6 +528,10 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 	}
 	return b, nil
 }
+
+// dropDecisionPath is the decision log's drop rule: one no bundle may
+// define, since it is outside every root a bundle may declare (bundles.Roots).
+const dropDecisionPath = "/system/ichor/drop"
 
 // pluginStatus keeps the bundle plugin's last error, for the start-up
 // failure message.

@@ -184,6 +184,9 @@ func (s *guardedStore) Write(ctx context.Context, txn storage.Transaction, op st
 		if err := roundTrip(value, &m); err != nil {
 			return fmt.Errorf("bundle manifest: %w", err)
 		}
+		if err := bundles.CheckRoots(m); err != nil {
+			return err
+		}
 		if err := s.guard.check(m); err != nil {
 			return err
 		}
@@ -195,27 +198,36 @@ func (s *guardedStore) Write(ctx context.Context, txn storage.Transaction, op st
 // to activate.
 var ErrBundleLabels = bundles.ErrBundleLabels
 
+// ErrBundleBuiltins is bundles.ErrBundleBuiltins: a bundle the engine
+// refuses to activate.
+var ErrBundleBuiltins = bundles.ErrBundleBuiltins
+
+// ErrBundleRoots is bundles.ErrBundleRoots: a bundle the engine refuses to
+// activate.
+var ErrBundleRoots = bundles.ErrBundleRoots
+
 // UpsertPolicy refuses, inside the activation's transaction, a module whose
-// METADATA declares labels (ErrBundleLabels).
+// METADATA declares labels (ErrBundleLabels) or that calls a builtin reaching
+// beyond its input (ErrBundleBuiltins).
 func (s *guardedStore) UpsertPolicy(ctx context.Context, txn storage.Transaction, id string, bs []byte) error {
-	if err := bundles.RefuseLabels(id, bs); err != nil {
+	if err := bundles.CheckModule(id, bs); err != nil {
 		return err
 	}
 	return s.Store.UpsertPolicy(ctx, txn, id, bs)
 }
 
 // Truncate is how a bundle read in OPA's lazy mode (a URL's) is written:
-// its modules pass through refuseLabels on the way in.
+// its modules pass through bundles.CheckModule on the way in.
 func (s *guardedStore) Truncate(ctx context.Context, txn storage.Transaction, params storage.TransactionParams, it storage.Iterator) error {
-	return s.Store.Truncate(ctx, txn, params, labelsRefused{it})
+	return s.Store.Truncate(ctx, txn, params, modulesChecked{it})
 }
 
-type labelsRefused struct{ storage.Iterator }
+type modulesChecked struct{ storage.Iterator }
 
-func (it labelsRefused) Next() (*storage.Update, error) {
+func (it modulesChecked) Next() (*storage.Update, error) {
 	u, err := it.Iterator.Next()
 	if err == nil && u != nil && u.IsPolicy {
-		err = bundles.RefuseLabels(u.Path.String(), u.Value)
+		err = bundles.CheckModule(u.Path.String(), u.Value)
 	}
 	return u, err
 }

@@ -530,31 +530,58 @@ func TestAnEntryTheMaskFailsOnIsCountedAsDropped(t *testing.T) {
 	}
 }
 
+// A rule reaches nothing beyond its input: a bundle whose rules call
+// http.send is refused at activation (bundles.ErrBundleBuiltins), the
+// decision log's mask as well as a decision rule, and the server is never
+// called; the decision's own refusal of the network (refuseNetwork) stays
+// behind it. OPA's decision-log plugin evaluates the mask on every entry
+// without that refusal, so a mask calling http.send sent every decision out
+// (review 227 F2).
 func TestRulesCannotReachTheNetwork(t *testing.T) {
-	called := make(chan struct{}, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { called <- struct{}{} }))
+	called := make(chan struct{}, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { called <- struct{}{} }))
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "ichor", "probe"), 0o700))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "ichor", "probe", "probe.rego"), []byte(`package ichor.probe
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "system", "log", "send.rego"), []byte(`package system.log
 
-decision := http.send({"method": "GET", "url": "`+srv.URL+`"}).status_code
+mask contains "/input/nothing" if http.send({"method": "POST", "url": "`+srv.URL+`", "body": input}).status_code == 200
 `), 0o600))
 	b, err := bundles.FromDir(dir)
 	require.NoError(t, err)
-	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard})
-	require.NoError(t, err)
-	t.Cleanup(func() { e.Stop(context.Background()) })
+	_, err = engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: &harness.DecisionLog{}, Log: io.Discard, StartTimeout: 10 * time.Second})
 
-	_, err = e.Decide(context.Background(), "ichor/probe/decision", map[string]any{})
-
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "may not reach the network")
+	require.ErrorContains(t, err, engine.ErrBundleBuiltins.Error())
+	assert.ErrorContains(t, err, "system/log/send.rego calls http.send")
 	select {
 	case <-called:
 		t.Fatal("the rule reached the network")
 	default:
 	}
+}
+
+// The bundle's drop rule drops nothing: the engine asks for one at a path
+// no bundle may define, so a rule at OPA's default path (system/log/drop,
+// inside the roots a bundle may claim) takes no entry out of the log
+// (review 227 F1).
+func TestADropRuleInTheBundleTakesNoEntryOutOfTheLog(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "system", "log", "drop.rego"), []byte("package system.log\n\ndrop := true\n"), 0o600))
+	b, err := bundles.FromDir(dir)
+	require.NoError(t, err)
+	log := &harness.DecisionLog{}
+	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: log, Log: io.Discard, ID: "test"})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	d, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.3"))
+	require.NoError(t, err)
+
+	read, _, err := decisionlog.Read(strings.NewReader(log.String()))
+	require.NoError(t, err)
+	require.Len(t, read, 1, "the decision's entry is in the log")
+	assert.Equal(t, d.DecisionID, read[0].DecisionID)
 }
 
 func TestAKubeletClientRuleThatDeniesIsRefusedByTheEngine(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 
+	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/engine"
 )
 
@@ -292,35 +293,23 @@ func (c Change) Matches(pattern string) bool {
 // compiled with OPA's capabilities less those builtins, as `opa build
 // --capabilities` would, as a backstop; a bundle that does not compile at
 // all is left to the engine, which reports it as it loads the bundle. Two
-// builtins that OPA does not mark read the clock too (clockReaders), and are
-// refused alike.
+// builtins that OPA does not mark read the clock too (bundles.RefusedBuiltin),
+// and are refused alike. The engine refuses such a bundle at activation as
+// well (bundles.ErrBundleBuiltins); a candidate is checked here so that
+// replay says why, rather than the engine that loads it.
 func CheckReplayable(b *bundle.Bundle) error {
 	caps := ast.CapabilitiesForThisVersion()
-	refused := map[string]bool{}
-	caps.Builtins = slices.DeleteFunc(caps.Builtins, func(bi *ast.Builtin) bool {
-		if bi.Nondeterministic || slices.Contains(clockReaders, bi.Name) {
-			refused[bi.Name] = true
-		}
-		return refused[bi.Name]
-	})
+	caps.Builtins = slices.DeleteFunc(caps.Builtins, func(bi *ast.Builtin) bool { return bundles.RefusedBuiltin(bi.Name) })
 	modules := map[string]*ast.Module{}
 	for _, m := range b.Modules {
 		if m.Parsed != nil {
 			modules[m.Path] = m.Parsed
 		}
 	}
-	// Every reference to a refused builtin, wherever it is: a call, a
-	// `with` that replaces one, or one put in a function's place by `with`
-	// (which compiles under the capabilities without it, and is called all
-	// the same).
+	// Every reference to a refused builtin, wherever it is (bundles.RefusedCalls).
 	var calls []string
 	for _, m := range modules {
-		ast.WalkRefs(m, func(r ast.Ref) bool {
-			if refused[r.String()] {
-				calls = append(calls, r.String()+at(r[0].Location))
-			}
-			return false
-		})
+		calls = append(calls, bundles.RefusedCalls(m)...)
 	}
 	if len(calls) > 0 {
 		slices.Sort(calls)
@@ -353,24 +342,6 @@ func copied(modules map[string]*ast.Module) map[string]*ast.Module {
 		out[path] = m.Copy()
 	}
 	return out
-}
-
-// clockReaders are builtins OPA does not mark non-deterministic that read
-// the clock all the same: OPA v1.22.4 verifies a chain at the time of the
-// call (x509.VerifyOptions without CurrentTime), so a certificate in a
-// bundle's data that expires next month turns its verdict then, while a
-// replay today sees none of it.
-var clockReaders = []string{
-	"crypto.x509.parse_and_verify_certificates",
-	"crypto.x509.parse_and_verify_certificates_with_options",
-}
-
-// at is where in the bundle, " (file:row)", or "" when unknown.
-func at(loc *ast.Location) string {
-	if loc == nil {
-		return ""
-	}
-	return fmt.Sprintf(" (%s:%d)", loc.File, loc.Row)
 }
 
 // MaxReplayedList bounds the lists of an input replayed. A manager logs at

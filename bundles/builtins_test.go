@@ -1,0 +1,67 @@
+package bundles_test
+
+import (
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ichor-dev/ichor-policy/bundles"
+)
+
+// A module that calls a builtin reaching beyond its input is refused, however
+// the call is written: the engine evaluates the decision log's own rules
+// (system/log) on every entry without the decision's refusal of the network,
+// and opa.runtime hands a rule the engine's configuration and its secrets
+// (review 227 F2).
+func TestAModuleThatReachesBeyondItsInputIsRefused(t *testing.T) {
+	for name, tc := range map[string]struct{ module, call string }{
+		"http.send in a decision": {"package ichor.probe\n\ndecision := http.send({\"method\": \"GET\", \"url\": \"https://example.com\"}).status_code\n", "http.send"},
+		"http.send in the mask":   {"package system.log\n\nmask contains \"/input/x\" if http.send({\"method\": \"POST\", \"url\": \"https://example.com\", \"body\": input}).status_code == 200\n", "http.send"},
+		"written as a string key": {"package ichor.probe\n\ndecision := http[\"send\"]({\"method\": \"GET\", \"url\": \"https://example.com\"})\n", "http.send"},
+		"put in a function's place": {
+			"package ichor.probe\n\nf(x) := x\n\ndecision := x if {\n\tx := data.ichor.probe.f({\"method\": \"GET\", \"url\": \"https://example.com\"}) with data.ichor.probe.f as http.send\n}\n", "http.send",
+		},
+		"replaced by with":     {"package ichor.probe\n\ndecision := x if x := true with http.send as {}\n", "http.send"},
+		"opa.runtime":          {"package ichor.probe\n\ndecision := opa.runtime().config\n", "opa.runtime"},
+		"net.lookup_ip_addr":   {"package ichor.probe\n\ndecision := net.lookup_ip_addr(\"example.com\")\n", "net.lookup_ip_addr"},
+		"time.now_ns":          {"package ichor.probe\n\ndecision := time.now_ns()\n", "time.now_ns"},
+		"a chain verified now": {"package ichor.probe\n\ndecision := crypto.x509.parse_and_verify_certificates(input.chain)\n", "crypto.x509.parse_and_verify_certificates"},
+		"Rego v0":              {"package ichor.probe\n\ndecision = x { x := http.send({\"method\": \"GET\", \"url\": \"https://example.com\"}) }\n", "http.send"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := bundles.CheckModule("probe/probe.rego", []byte(tc.module))
+			require.ErrorIs(t, err, bundles.ErrBundleBuiltins)
+			assert.Contains(t, err.Error(), "probe/probe.rego calls "+tc.call+" (probe/probe.rego:", "the module, the builtin and the line are named")
+		})
+	}
+	// Builtins that read only their arguments pass.
+	require.NoError(t, bundles.CheckModule("probe/probe.rego", []byte("package ichor.probe\n\ndecision := sprintf(\"%d\", [count(input.names)])\n")))
+}
+
+// The shipped policy reaches nothing beyond its input: every manager
+// activates it.
+func TestTheShippedPolicyCallsNoRefusedBuiltin(t *testing.T) {
+	b, err := bundles.Default()
+	require.NoError(t, err)
+	require.NotEmpty(t, b.Modules)
+	for _, m := range b.Modules {
+		require.NoError(t, bundles.CheckModule(m.Path, m.Raw))
+	}
+	require.NoError(t, bundles.CheckRoots(b.Manifest))
+}
+
+// A manifest may claim only Ichor's data paths: beyond them a bundle could
+// define what the engine reads and no rule of Ichor's is, such as the
+// decision log's drop rule (review 227 F1).
+func TestAManifestClaimingPathsBeyondIchorsIsRefused(t *testing.T) {
+	for _, roots := range [][]string{{""}, {"system"}, {"ichor", "system"}, {"system/ichor"}, {"ichorx"}, {"system/logs"}, {"/ichor"}} {
+		err := bundles.CheckRoots(bundle.Manifest{Roots: &roots})
+		assert.ErrorIs(t, err, bundles.ErrBundleRoots, "roots %q", roots)
+	}
+	assert.ErrorIs(t, bundles.CheckRoots(bundle.Manifest{}), bundles.ErrBundleRoots, "no roots, which OPA reads as every path")
+	for _, roots := range [][]string{{"ichor"}, {"ichor/kubelet_serving", "system/log"}, {"ichor", "system/log", "system/applied"}, {}} {
+		assert.NoError(t, bundles.CheckRoots(bundle.Manifest{Roots: &roots}), "roots %q", roots)
+	}
+}
