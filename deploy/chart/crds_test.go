@@ -95,7 +95,7 @@ func TestInstallRefusesBadValues(t *testing.T) {
 // (helm.sh/resource-policy: keep) with the objects, and installing the
 // release again adopts them.
 func TestCRDsUpgradeWithTheChartAndOutliveIt(t *testing.T) {
-	c, kubeconfig := envWithHelm(t)
+	c, kubeconfig, cfg := startEnvWithHelm(t)
 	kc := []string{"--kubeconfig", kubeconfig, "--namespace", namespace}
 	const crdName = "talosclusters.ichor.dev"
 
@@ -134,7 +134,9 @@ func TestCRDsUpgradeWithTheChartAndOutliveIt(t *testing.T) {
 	// The bundle epoch the manager recorded is the floor of every signed
 	// bundle it takes: an uninstall must not lower it (review 62 L3).
 	epochKey := types.NamespacedName{Namespace: namespace, Name: bundleepoch.ConfigMapName}
-	require.NoError(t, (&bundleepoch.Store{Client: c, Namespace: namespace}).Raise(t.Context(), 12))
+	// Recorded as the manager records it: nobody else may (the chart's
+	// bundle-epoch policy).
+	require.NoError(t, (&bundleepoch.Store{Client: asTheManager(t, cfg), Namespace: namespace}).Raise(t.Context(), 12))
 
 	helm(t, nil, append([]string{"uninstall", release}, kc...)...)
 	require.NoError(t, c.Get(t.Context(), types.NamespacedName{Name: crdName}, &got), "helm uninstall deleted the CRD")

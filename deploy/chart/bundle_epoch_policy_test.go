@@ -1,0 +1,80 @@
+package chart
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ichor-dev/ichor-policy/internal/bundleepoch"
+)
+
+// TestOnlyTheManagerRaisesTheBundleEpochsFloor (review 227 F3) installs the
+// chart into a real API server. The ConfigMap holding the highest bundle
+// epoch is the floor below which every replica refuses a signed bundle:
+// whoever may update ConfigMaps in the namespace (here an administrator,
+// whom the policy does not spare either) may not change its data or delete
+// it, and the manager itself may only raise it; labels stay anyone's.
+func TestOnlyTheManagerRaisesTheBundleEpochsFloor(t *testing.T) {
+	cfg, _ := installedChart(t)
+	ctx := t.Context()
+	c, err := client.New(cfg, client.Options{})
+	require.NoError(t, err)
+	manager := asTheManager(t, cfg)
+	key := types.NamespacedName{Namespace: namespace, Name: bundleepoch.ConfigMapName}
+	refused := func(err error) bool {
+		return err != nil && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+release+"-bundle-epoch'")
+	}
+	store := &bundleepoch.Store{Client: manager, Namespace: namespace}
+	require.NoError(t, store.Raise(ctx, 12), "the manager records the epoch it activated")
+	write := func(as client.Client, change func(*corev1.ConfigMap), opts ...client.UpdateOption) error {
+		var cm corev1.ConfigMap
+		require.NoError(t, c.Get(ctx, key, &cm))
+		change(&cm)
+		return as.Update(ctx, &cm, opts...)
+	}
+	set := func(highest string) func(*corev1.ConfigMap) {
+		return func(cm *corev1.ConfigMap) { cm.Data[bundleepoch.Key] = highest }
+	}
+
+	// The policy is in force once a write it forbids is refused by it.
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return refused(write(c, set("3"), client.DryRunAll)), nil
+	}), "the bundle-epoch policy never refused a write")
+
+	for what, change := range map[string]func(*corev1.ConfigMap){
+		"lowering it":  set("3"),
+		"raising it":   set("99"),
+		"removing it":  func(cm *corev1.ConfigMap) { delete(cm.Data, bundleepoch.Key) },
+		"emptying it":  func(cm *corev1.ConfigMap) { cm.Data = nil },
+		"another key":  func(cm *corev1.ConfigMap) { cm.Data["other"] = "x" },
+		"not a number": set("12 "),
+	} {
+		assert.True(t, refused(write(c, change)), "someone else %s: not refused by the policy", what)
+	}
+	for what, change := range map[string]func(*corev1.ConfigMap){
+		"lowering it": set("11"),
+		"removing it": func(cm *corev1.ConfigMap) { delete(cm.Data, bundleepoch.Key) },
+		"garbling it": set("twelve"),
+	} {
+		assert.True(t, refused(write(manager, change)), "the manager %s: not refused by the policy", what)
+	}
+	var cm corev1.ConfigMap
+	require.NoError(t, c.Get(ctx, key, &cm))
+	assert.True(t, refused(c.Delete(ctx, &cm)), "deleting the record: not refused by the policy")
+
+	// What stays allowed: anyone's labels (helm upgrade writes them), and
+	// the manager raising the epoch.
+	require.NoError(t, write(c, func(cm *corev1.ConfigMap) { cm.Labels["example.com/team"] = "platform" }))
+	require.NoError(t, store.Raise(ctx, 13))
+	highest, err := store.Highest(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(13), highest)
+}
