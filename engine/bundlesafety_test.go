@@ -39,6 +39,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/bundles/bundlestest"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
 // bomb is the reproduced attack: 40 files just under the per-file limit,
@@ -757,6 +758,61 @@ func TestABundleReachingBeyondItsInputOrItsRootsIsRefused(t *testing.T) {
 		t.Fatal("a rule reached the network")
 	default:
 	}
+}
+
+// A registry that sends a blob's request on to its storage with a redirect
+// signed in the query (as Docker Hub's and GHCR's do) has its signature
+// repeated nowhere when that request fails: Go's HTTP client names the
+// redirect's URL in its error, which reached OPA's log, the refusal and the
+// manager's log whole (review 227 F4).
+func TestARedirectsSignedQueryIsNotRepeatedWhenItFails(t *testing.T) {
+	s := newSigner(t)
+	const signature = "sig=5e3c7e7-signed-for-minutes"
+	var failing atomic.Bool
+	var cut atomic.Int64
+	registry := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/storage/"):
+			// The storage hangs up: the client's error names the URL.
+			cut.Add(1)
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.Close()
+			}
+			return
+		case failing.Load() && r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/"):
+			http.Redirect(w, r, "http://"+r.Host+"/storage"+r.URL.Path+"?"+signature, http.StatusTemporaryRedirect) //nolint:gosec // G710: the test registry redirects to itself
+			return
+		}
+		registry.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	src := source{ref: bundles.OCIPlainHTTPScheme + host + "/ichor/policy:stable", serve: func(data []byte) { pushRaw(t, host, "ichor/policy", "stable", data) }}
+	_, data := signedEpoch(t, false, bundles.Floor(), s)
+	src.serve(data)
+	opaLog := &harness.DecisionLog{}
+	st := &statuses{}
+	e, err := engine.New(context.Background(), engine.Options{
+		Source: src.ref, PollInterval: 200 * time.Millisecond, StartTimeout: 30 * time.Second,
+		VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}}, AllowInsecureHTTP: true,
+		DecisionLog: io.Discard, Log: opaLog, OnBundleStatus: st.add,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	failing.Store(true)
+	_, newer := signedEpoch(t, true, bundles.Floor(), s)
+	src.serve(newer)
+	require.Eventually(t, func() bool {
+		return cut.Load() > 0 && st.last() != nil && strings.Contains(st.last().Error(), "/storage/")
+	}, 30*time.Second, 20*time.Millisecond, "the storage's failure was not reported; last: %v; cut %d; log: %s", st.last(), cut.Load(), opaLog.String())
+
+	for what, text := range map[string]string{"the refusal": st.last().Error(), "the engine's last error": e.LastError().Error(), "OPA's log": opaLog.String()} {
+		assert.NotContains(t, text, signature, "%s repeats the redirect's signature", what)
+	}
+	assert.Contains(t, st.last().Error(), "/storage/", "the URL is still named, without its query")
 }
 
 // blockingEpochs is the cluster's record of the highest epoch, whose raise to

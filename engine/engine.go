@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -546,12 +547,38 @@ func (e *Engine) pluginStatus(status map[string]*plugins.Status) {
 }
 
 // scrub takes the source's query (a signed URL's signature) out of an
-// error's text.
+// error's text, and the query of any URL it names (redactURLs).
 func (e *Engine) scrub(err error) error {
-	if err == nil || e.secretQuery == "" || !strings.Contains(err.Error(), e.secretQuery) {
+	if err == nil {
+		return nil
+	}
+	text := err.Error()
+	scrubbed := text
+	if e.secretQuery != "" {
+		scrubbed = strings.ReplaceAll(scrubbed, e.secretQuery, "...")
+	}
+	if scrubbed = redactURLs(scrubbed); scrubbed == text {
 		return err
 	}
-	return scrubbedError{error: err, msg: strings.ReplaceAll(err.Error(), e.secretQuery, "...")}
+	return scrubbedError{error: err, msg: scrubbed}
+}
+
+// urlQuery is a URL's query, as an error or a log line names the URL. A
+// registry may answer a blob's request with a redirect to its storage,
+// signed in the query (as Docker Hub's and GHCR's do), and Go's HTTP client
+// names the URL it failed on, the redirect's, in its error: OPA's log, the
+// refusal's Event and the manager's log repeated a signature that was good
+// for minutes (review 227 F4). (Go's client leaves a URL's password out of
+// its errors itself.)
+var urlQuery = regexp.MustCompile(`(?i)(\bhttps?://[^\s"'?#]*)\?[^\s"'#]*`)
+
+// redactURLs is text with each URL's query replaced by "...", as
+// bundles.RedactedURL writes one.
+func redactURLs(text string) string {
+	if !strings.Contains(text, "://") {
+		return text
+	}
+	return urlQuery.ReplaceAllString(text, "${1}?...")
 }
 
 // bundleStatus records an activation attempt: the revision, or why the new
@@ -858,7 +885,7 @@ func (l opaLogger) line(format string, a []any) string {
 	if l.secret != "" {
 		text = strings.ReplaceAll(text, l.secret, "...")
 	}
-	return servingcert.Clip(text, MaxLogText)
+	return servingcert.Clip(redactURLs(text), MaxLogText)
 }
 
 // MaxLogText is the most of one line of OPA's log, or of a bundle's
