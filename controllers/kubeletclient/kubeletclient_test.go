@@ -28,6 +28,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,6 +38,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -123,6 +125,7 @@ func startManager(ctx context.Context) (stop func(), _ error) {
 		RecheckInterval:    recheck,
 		MaxRecheckInterval: maxRecheck,
 		LocalClusters:      local,
+		Recorder:           mgr.GetEventRecorder("ichor-kubelet-client"),
 	}
 	// The serving approver does not run here, so this one registers the index.
 	if err := r.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: false}); err != nil {
@@ -491,6 +494,25 @@ func TestWithoutPermissionPendingUntilTheBindingIsAdded(t *testing.T) {
 		assert.Equal(t, engine.ActionPending, entries[i].Result.Action)
 	}
 	assert.Nil(t, harness.Verdict(env.GetCSR(t, selfCSR)))
+	// Why it is pending is on the request, once for its verdict however
+	// often it was decided again (review 225 F2).
+	for name, code := range map[string]string{bootstrapCSR: "NodeClientNotAuthorized", selfCSR: "SelfNodeClientNotAuthorized"} {
+		var pending []eventsv1.Event
+		require.Eventually(t, func() bool {
+			var list eventsv1.EventList
+			require.NoError(t, env.Client.List(t.Context(), &list, client.InNamespace(metav1.NamespaceDefault)))
+			pending = slices.DeleteFunc(list.Items, func(e eventsv1.Event) bool {
+				return e.Regarding.Name != name || e.Reason != kubeletclient.ReasonPending
+			})
+			return len(pending) > 0
+		}, wait, 100*time.Millisecond, "no %s Event on %s", kubeletclient.ReasonPending, name)
+		require.Len(t, pending, 1)
+		assert.Equal(t, corev1.EventTypeWarning, pending[0].Type)
+		assert.Contains(t, pending[0].Note, code)
+		if series := pending[0].Series; series != nil {
+			assert.LessOrEqual(t, series.Count, int32(1), "%s: the Event was written again for the same verdict", name)
+		}
+	}
 
 	bind(t, token, groups, roleNodeClient)
 	bind(t, "system:node:perm-2", []string{"system:nodes"}, roleSelfNodeClient)

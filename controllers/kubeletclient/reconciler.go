@@ -32,10 +32,13 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -77,6 +80,7 @@ const (
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests,verbs=get;list;watch
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=certificatesigningrequests/approval,verbs=update
 // +kubebuilder:rbac:groups=certificates.k8s.io,resources=signers,resourceNames=kubernetes.io/kube-apiserver-client-kubelet,verbs=approve
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=ichor.dev,resources=talosclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=ichor.dev,resources=talosmachines,verbs=get;list;watch
@@ -107,6 +111,9 @@ type Reconciler struct {
 	MaxRecheckInterval time.Duration
 	// Clock is the clock; the real one if nil.
 	Clock clock.PassiveClock
+	// Recorder writes the Event of a recognized request first left
+	// pending; none when nil.
+	Recorder events.EventRecorder
 
 	// memo keeps the verdicts on undecided requests, keyed by UID, with the
 	// request's name and node name, so that a request is decided again only
@@ -437,11 +444,34 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		first, wait := r.memo.Pending(csr.UID, verdict, pendingRequest{name: csr.Name, node: node}, now, recheck)
 		if first {
 			logger.Info("left kubelet client certificate pending", "reasons", d.Reasons.String(), "recheck_in", wait)
+			r.pendingEvent(&csr, machine, d)
 		} else {
 			logger.V(1).Info("kubelet client certificate still pending", "recheck_in", wait)
 		}
 		return r.againIfRebundled(revision, reconcile.Result{RequeueAfter: wait}), nil
 	}
+}
+
+// ReasonPending is the reason of the Event of a kubelet client request the
+// rule recognized and left pending.
+const ReasonPending = "KubeletClientPending"
+
+// pendingEvent writes, on the request, where `kubectl describe csr` shows it,
+// why the rule left a request it recognized pending (the requester may not
+// create it, the machine is unknown, the key is not allowed...), once for
+// each new verdict: the request stays Pending with nothing on it, and the node
+// never joins, with the reason only in the logs (review 225 F2). A request the
+// rule does not recognize (Kind "") is no kubelet's, and whoever holds a
+// bootstrap token can make as many as they like: no Event for it.
+func (r *Reconciler) pendingEvent(csr *certificatesv1.CertificateSigningRequest, machine *ichorv1alpha1.TalosMachine, d engine.CSRDecision) {
+	if r.Recorder == nil || d.Kind == "" {
+		return
+	}
+	var related runtime.Object
+	if machine != nil {
+		related = machine
+	}
+	r.Recorder.Eventf(csr, related, corev1.EventTypeWarning, ReasonPending, engine.EventAction("Decide", d.Reasons.Codes()...), "%s", d.EventNote())
 }
 
 // unrecognizedRecheck is how many longest rechecks apart a request the rule

@@ -610,6 +610,7 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 			Engine:    eng,
 			// The same clusters as the serving approver's.
 			LocalClusters: o.LocalClusters,
+			Recorder:      mgr.GetEventRecorder("ichor-kubelet-client"),
 		}
 		// The serving approver has registered the machine index (kubeletserving.AddIndexes).
 		if err := clientApprover.SetupWithManager(ctx, mgr, kubeletclient.SetupOptions{NodeNameIndexRegistered: true}); err != nil {
