@@ -858,7 +858,8 @@ const sinkMask = "mask"
 var lostEntryMessages = []string{"Log event masking failed", "Log drop decision failed"}
 
 // opaLogger is OPA's logger. It counts the decision-log entries OPA's logs
-// plugin drops when the bundle's mask or drop rule fails: no sink sees
+// plugin drops when the bundle's mask fails (or a drop rule, which no
+// bundle may define: dropDecisionPath): no sink sees
 // them, and the decision they record was taken all the same (review 152
 // L2). They count as dropped by sink "mask", which
 // IchorDecisionLogEntriesDropped alerts on; the error line stays OPA's. And

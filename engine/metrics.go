@@ -71,7 +71,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"policy"}),
 		droppedEntries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_policy_decision_log_dropped_total",
-			Help: "Decision-log entries a sink could not write (stdout, file); sink mask counts those no sink got because the bundle's decision-log mask or drop rule failed on them.",
+			Help: "Decision-log entries a sink could not write (stdout, file); sink mask counts those no sink got because the bundle's decision-log mask failed on them.",
 		}, []string{"sink"}),
 		uploadDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ichor_policy_decision_log_upload_dropped_total",
