@@ -23,6 +23,9 @@ func TestAModuleThatReachesBeyondItsInputIsRefused(t *testing.T) {
 		"put in a function's place": {
 			"package ichor.probe\n\nf(x) := x\n\ndecision := x if {\n\tx := data.ichor.probe.f({\"method\": \"GET\", \"url\": \"https://example.com\"}) with data.ichor.probe.f as http.send\n}\n", "http.send",
 		},
+		"in a rule head's reference": {
+			"package ichor.probe\n\np[http.send({\"method\": \"GET\", \"url\": \"https://example.com\"}).status_code].sent := true\n", "http.send",
+		},
 		"replaced by with":     {"package ichor.probe\n\ndecision := x if x := true with http.send as {}\n", "http.send"},
 		"opa.runtime":          {"package ichor.probe\n\ndecision := opa.runtime().config\n", "opa.runtime"},
 		"net.lookup_ip_addr":   {"package ichor.probe\n\ndecision := net.lookup_ip_addr(\"example.com\")\n", "net.lookup_ip_addr"},
