@@ -933,8 +933,34 @@ func cancelled(args []any) bool {
 	return false
 }
 
+// WithFields scrubs and cuts the fields' text as a line's: at debug level
+// OPA's REST client logs a request's URL, the answer's headers and the body
+// of an answer that is not a success as fields (review 228 N6).
 func (l opaLogger) WithFields(fields map[string]any) logging.Logger {
-	return opaLogger{Logger: l.Logger.WithFields(fields), lost: l.lost, secret: l.secret}
+	scrubbed := make(map[string]any, len(fields))
+	for k, v := range fields {
+		scrubbed[k] = l.field(v)
+	}
+	return opaLogger{Logger: l.Logger.WithFields(scrubbed), lost: l.lost, secret: l.secret}
+}
+
+// field is a field's value as the log keeps it: text (an error's too)
+// scrubbed and cut as a line is (line); a value of another kind whose text
+// would be changed so, as that text; any other as it is.
+func (l opaLogger) field(v any) any {
+	switch v := v.(type) {
+	case nil, bool, int, int64, uint64, float64:
+		return v
+	case string:
+		return l.line(v, nil)
+	case error:
+		return l.line(v.Error(), nil)
+	}
+	text := fmt.Sprint(v)
+	if scrubbed := l.line(text, nil); scrubbed != text {
+		return scrubbed
+	}
+	return v
 }
 
 func jsonLogger(w io.Writer, level logging.Level) *logging.StandardLogger {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,4 +152,24 @@ func pendingIDs(s *sinks) []string {
 		ids = append(ids, entryDecisionID(e))
 	}
 	return ids
+}
+
+// The fields of OPA's log lines are scrubbed as the lines are: at debug
+// level OPA's REST client logs a request's URL, the answer's headers and the
+// body of an answer that is not a success as fields, and a storage's answer
+// names its signed URL (review 228 N6).
+func TestOPAsLogFieldsAreScrubbed(t *testing.T) {
+	var out bytes.Buffer
+	l := opaLogger{Logger: jsonLogger(&out, logging.Debug), lost: func() {}}
+	const signed = "https://storage.example/blob?X-Amz-Signature=5ecr3t"
+	l.WithFields(map[string]any{
+		"url":      signed,
+		"headers":  http.Header{"Location": {signed}},
+		"response": "HTTP/1.1 403 Forbidden\r\n\r\n<Error>denied for " + signed + "</Error>",
+		"error":    errors.New("Get \"" + signed + "\": EOF"),
+		"status":   403,
+	}).Debug("Received response.")
+	assert.NotContains(t, out.String(), "5ecr3t")
+	assert.Contains(t, out.String(), "https://storage.example/blob?...", "the URL is still named")
+	assert.Contains(t, out.String(), `"status":403`, "a number is kept as it is")
 }
