@@ -9,8 +9,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ichor-dev/ichor-policy/internal/bundleepoch"
@@ -20,8 +22,9 @@ import (
 // chart into a real API server. The ConfigMap holding the highest bundle
 // epoch is the floor below which every replica refuses a signed bundle:
 // whoever may update ConfigMaps in the namespace (here an administrator,
-// whom the policy does not spare either) may not change its data or delete
-// it, and the manager itself may only raise it; labels stay anyone's.
+// whom the policy does not spare either) may not change its data, make it
+// immutable, delete it (alone or as a collection) or make it again with an
+// epoch, and the manager itself may only raise it; labels stay anyone's.
 func TestOnlyTheManagerRaisesTheBundleEpochsFloor(t *testing.T) {
 	cfg, _ := installedChart(t)
 	ctx := t.Context()
@@ -66,9 +69,19 @@ func TestOnlyTheManagerRaisesTheBundleEpochsFloor(t *testing.T) {
 	} {
 		assert.True(t, refused(write(manager, change)), "the manager %s: not refused by the policy", what)
 	}
+	assert.True(t, refused(write(c, func(cm *corev1.ConfigMap) { cm.Immutable = ptr.To(true) })),
+		"someone else making it immutable, which would keep the manager from raising it: not refused by the policy")
 	var cm corev1.ConfigMap
 	require.NoError(t, c.Get(ctx, key, &cm))
 	assert.True(t, refused(c.Delete(ctx, &cm)), "deleting the record: not refused by the policy")
+	// A collection's DELETE is admitted item by item without a name
+	// (review 228 N2).
+	assert.True(t, refused(c.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(namespace), client.MatchingFields{"metadata.name": bundleepoch.ConfigMapName})),
+		"deleting the record as a collection: not refused by the policy")
+	// Made again with an epoch of someone's choosing (admission comes before
+	// the API server finds the name taken).
+	again := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: bundleepoch.ConfigMapName}, Data: map[string]string{bundleepoch.Key: "1"}}
+	assert.True(t, refused(c.Create(ctx, again, client.DryRunAll)), "making the record again with an epoch: not refused by the policy")
 
 	// What stays allowed: anyone's labels (helm upgrade writes them), and
 	// the manager raising the epoch.
