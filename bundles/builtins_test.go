@@ -6,6 +6,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/utils/ptr"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
 )
@@ -31,7 +32,8 @@ func TestAModuleThatReachesBeyondItsInputIsRefused(t *testing.T) {
 		"net.lookup_ip_addr":   {"package ichor.probe\n\ndecision := net.lookup_ip_addr(\"example.com\")\n", "net.lookup_ip_addr"},
 		"time.now_ns":          {"package ichor.probe\n\ndecision := time.now_ns()\n", "time.now_ns"},
 		"a chain verified now": {"package ichor.probe\n\ndecision := crypto.x509.parse_and_verify_certificates(input.chain)\n", "crypto.x509.parse_and_verify_certificates"},
-		"Rego v0":              {"package ichor.probe\n\ndecision = x { x := http.send({\"method\": \"GET\", \"url\": \"https://example.com\"}) }\n", "http.send"},
+		"Rego v2, whose or neither v0 nor v1 reads": {"package system.log\n\nmask contains \"/input/x\" if http.send({\"method\": \"GET\", \"url\": \"https://example.com\"}).status_code == 200\n\npad if input.a or input.b\n", "http.send"},
+		"Rego v0": {"package ichor.probe\n\ndecision = x { x := http.send({\"method\": \"GET\", \"url\": \"https://example.com\"}) }\n", "http.send"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := bundles.CheckModule("probe/probe.rego", []byte(tc.module))
@@ -39,6 +41,9 @@ func TestAModuleThatReachesBeyondItsInputIsRefused(t *testing.T) {
 			assert.Contains(t, err.Error(), "probe/probe.rego calls "+tc.call+" (probe/probe.rego:", "the module, the builtin and the line are named")
 		})
 	}
+	// A module that parses as no version OPA may be asked to read it as is
+	// refused: what it calls cannot be read.
+	require.ErrorIs(t, bundles.CheckModule("probe/probe.rego", []byte("package ichor.probe\n\ndecision := {{\n")), bundles.ErrBundleModule)
 	// Builtins that read only their arguments pass.
 	require.NoError(t, bundles.CheckModule("probe/probe.rego", []byte("package ichor.probe\n\ndecision := sprintf(\"%d\", [count(input.names)])\n")))
 }
@@ -52,19 +57,34 @@ func TestTheShippedPolicyCallsNoRefusedBuiltin(t *testing.T) {
 	for _, m := range b.Modules {
 		require.NoError(t, bundles.CheckModule(m.Path, m.Raw))
 	}
-	require.NoError(t, bundles.CheckRoots(b.Manifest))
+	require.NoError(t, bundles.CheckManifest(b.Manifest))
 }
 
 // A manifest may claim only Ichor's data paths: beyond them a bundle could
 // define what the engine reads and no rule of Ichor's is, such as the
-// decision log's drop rule (review 227 F1).
-func TestAManifestClaimingPathsBeyondIchorsIsRefused(t *testing.T) {
+// decision log's drop rule (review 227 F1). And it may ask only for the
+// Rego versions the checks read modules as, v0 and v1 (review 229 R1).
+func TestAManifestClaimingPathsOrVersionsBeyondIchorsIsRefused(t *testing.T) {
 	for _, roots := range [][]string{{""}, {"system"}, {"ichor", "system"}, {"system/ichor"}, {"ichorx"}, {"system/logs"}, {"/ichor"}} {
-		err := bundles.CheckRoots(bundle.Manifest{Roots: &roots})
+		err := bundles.CheckManifest(bundle.Manifest{Roots: &roots})
 		assert.ErrorIs(t, err, bundles.ErrBundleRoots, "roots %q", roots)
 	}
-	assert.ErrorIs(t, bundles.CheckRoots(bundle.Manifest{}), bundles.ErrBundleRoots, "no roots, which OPA reads as every path")
+	assert.ErrorIs(t, bundles.CheckManifest(bundle.Manifest{}), bundles.ErrBundleRoots, "no roots, which OPA reads as every path")
+	own := []string{"ichor"}
+	for _, m := range []bundle.Manifest{
+		{Roots: &own, RegoVersion: ptr.To(2)},
+		{Roots: &own, FileRegoVersions: map[string]int{"/ichor/probe/probe.rego": 2}},
+		{Roots: &own, RegoVersion: ptr.To(3)},
+	} {
+		assert.ErrorIs(t, bundles.CheckManifest(m), bundles.ErrBundleRegoVersion, "%+v", m)
+	}
+	for _, m := range []bundle.Manifest{
+		{Roots: &own, RegoVersion: ptr.To(0)},
+		{Roots: &own, RegoVersion: ptr.To(1), FileRegoVersions: map[string]int{"/ichor/probe/probe.rego": 0}},
+	} {
+		assert.NoError(t, bundles.CheckManifest(m), "%+v", m)
+	}
 	for _, roots := range [][]string{{"ichor"}, {"ichor/kubelet_serving", "system/log"}, {"ichor", "system/log", "system/applied"}, {}} {
-		assert.NoError(t, bundles.CheckRoots(bundle.Manifest{Roots: &roots}), "roots %q", roots)
+		assert.NoError(t, bundles.CheckManifest(bundle.Manifest{Roots: &roots}), "roots %q", roots)
 	}
 }

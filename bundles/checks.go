@@ -55,15 +55,31 @@ func CheckRevision(revision string) error {
 // which takes entries out of the log without a trace (review 227 F1).
 var ErrBundleRoots = errors.New("bundle manifest claims data paths beyond Ichor's (ichor, system/log, system/applied)")
 
-// CheckRoots says why a manifest's roots may not be activated: each must be
-// one of Roots or under one.
-func CheckRoots(m bundle.Manifest) error {
+// ErrBundleRegoVersion is a bundle whose manifest asks OPA to read a module
+// as a Rego version other than v0 and v1: v2 (experimental in this OPA)
+// reads `and` and `or` as keywords, and whatever a later OPA adds is a
+// language this manager's checks (CheckModule) have not read (review 229
+// R1).
+var ErrBundleRegoVersion = errors.New("bundle manifest asks for a Rego version other than v0 and v1")
+
+// CheckManifest says why a manifest may not be activated: a root beyond
+// Roots (ErrBundleRoots: each must be one of Roots or under one), or a Rego
+// version other than v0 and v1 (ErrBundleRegoVersion).
+func CheckManifest(m bundle.Manifest) error {
 	if m.Roots == nil {
 		return fmt.Errorf("%w: it declares no roots, which OPA reads as every path; build it with ichor bundle build", ErrBundleRoots)
 	}
 	for _, root := range *m.Roots {
 		if !slices.ContainsFunc(Roots, func(own string) bool { return root == own || strings.HasPrefix(root, own+"/") }) {
 			return fmt.Errorf("%w: root %.64q", ErrBundleRoots, root)
+		}
+	}
+	if m.RegoVersion != nil && *m.RegoVersion != 0 && *m.RegoVersion != 1 {
+		return fmt.Errorf("%w: rego_version %d", ErrBundleRegoVersion, *m.RegoVersion)
+	}
+	for file, version := range m.FileRegoVersions {
+		if version != 0 && version != 1 {
+			return fmt.Errorf("%w: %.64q at %d", ErrBundleRegoVersion, file, version)
 		}
 	}
 	return nil
@@ -142,21 +158,30 @@ func RefusedCalls(m *ast.Module) []string {
 	return calls
 }
 
+// ErrBundleModule is a module that parses as no Rego version this manager
+// reads: what it would call cannot be checked.
+var ErrBundleModule = errors.New("bundle module parses as no Rego version (v0, v1, v2) the manager can check")
+
+// regoVersions are the versions a manifest may ask OPA to read a module as
+// (ast.RegoVersionFromIntStrict: 0, 1, 2).
+var regoVersions = []ast.RegoVersion{ast.RegoV0, ast.RegoV1, ast.RegoV2}
+
 // CheckModule says why a module may not be activated: its METADATA declares
 // labels (ErrBundleLabels), or it calls a refused builtin (ErrBundleBuiltins).
-// A module is read as Rego v1 and as v0, which a bundle's manifest may ask
-// for (rego_version, file_rego_versions): read as v1 alone, a v0 module's
-// labels got through (review 178).
+// It is read as each Rego version a bundle's manifest may ask for
+// (rego_version, file_rego_versions), and checked as each it parses as:
+// read as v1 alone, a v0 module's labels got through (review 178), and a v2
+// module's calls, v2 reading `or` as a keyword (review 229 R1). One that
+// parses as none is refused (ErrBundleModule): OPA parses as the manifest
+// says, with the same options.
 func CheckModule(id string, module []byte) error {
-	// Each version it parses as is checked: the manifest decides which one
-	// OPA reads it as (review 228 N5).
-	for _, version := range []ast.RegoVersion{ast.RegoV1, ast.RegoV0} {
+	parsed := false
+	for _, version := range regoVersions {
 		m, err := ast.ParseModuleWithOpts(id, string(module), ast.ParserOptions{ProcessAnnotation: true, RegoVersion: version})
 		if err != nil {
-			// OPA's compiler refuses a module that parses as neither, with
-			// its own error.
 			continue
 		}
+		parsed = true
 		// Only a METADATA block holds annotations, and the word is read as
 		// it is; "labels" is not: YAML spells a key with escapes too
 		// ("\x6cabels"), which passed a look for the word (review 179).
@@ -169,6 +194,9 @@ func CheckModule(id string, module []byte) error {
 			slices.Sort(calls)
 			return fmt.Errorf("%w: %s calls %s; a rule takes every fact from its input", ErrBundleBuiltins, id, strings.Join(slices.Compact(calls), ", "))
 		}
+	}
+	if !parsed {
+		return fmt.Errorf("%w: %s", ErrBundleModule, id)
 	}
 	return nil
 }

@@ -291,7 +291,7 @@ func checkPushable(tarball []byte, vc *bundle.VerificationConfig, belowFloor boo
 		// than found out at the next poll of every replica.
 		return nil, fmt.Errorf("every manager would refuse it: %w", err)
 	}
-	if err := CheckRoots(b.Manifest); err != nil {
+	if err := CheckManifest(b.Manifest); err != nil {
 		return nil, fmt.Errorf("every manager would refuse it: %w", err)
 	}
 	for _, m := range b.Modules {

@@ -184,7 +184,7 @@ func (s *guardedStore) Write(ctx context.Context, txn storage.Transaction, op st
 		if err := roundTrip(value, &m); err != nil {
 			return fmt.Errorf("bundle manifest: %w", err)
 		}
-		if err := bundles.CheckRoots(m); err != nil {
+		if err := bundles.CheckManifest(m); err != nil {
 			return err
 		}
 		if err := s.guard.check(m); err != nil {
