@@ -518,7 +518,7 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 	}
 	// The mask rule is OPA's default path (system/log/mask), which the
 	// bundle provides. The drop rule is a path outside the bundle's roots
-	// (bundles.CheckRoots), which no bundle may define: every decision is
+	// (bundles.CheckManifest), which no bundle may define: every decision is
 	// logged, and a bundle cannot take one out without a trace (review 227
 	// F1; OPA's plugin drops an entry its drop rule names with a debug line).
 	logs["drop_decision"] = dropDecisionPath
@@ -944,9 +944,10 @@ func (l opaLogger) WithFields(fields map[string]any) logging.Logger {
 	return opaLogger{Logger: l.Logger.WithFields(scrubbed), lost: l.lost, secret: l.secret}
 }
 
-// field is a field's value as the log keeps it: text (an error's too)
-// scrubbed and cut as a line is (line); a value of another kind whose text
-// would be changed so, as that text; any other as it is.
+// field is a field's value as the log keeps it: text (an error's, bytes',
+// a URL's too) scrubbed and cut as a line is (line); a value of another kind
+// whose JSON (as the log writes it) or text would be changed so, as that
+// text; any other as it is.
 func (l opaLogger) field(v any) any {
 	switch v := v.(type) {
 	case nil, bool, int, int64, uint64, float64:
@@ -955,10 +956,21 @@ func (l opaLogger) field(v any) any {
 		return l.line(v, nil)
 	case error:
 		return l.line(v.Error(), nil)
+	case []byte:
+		return l.line(string(v), nil)
+	case url.URL:
+		return l.line(v.String(), nil)
+	case *url.URL:
+		return l.line(v.String(), nil)
 	}
-	text := fmt.Sprint(v)
-	if scrubbed := l.line(text, nil); scrubbed != text {
-		return scrubbed
+	texts := []string{fmt.Sprint(v)}
+	if b, err := json.Marshal(v); err == nil {
+		texts = append(texts, string(b))
+	}
+	for _, text := range texts {
+		if scrubbed := l.line(text, nil); scrubbed != text {
+			return scrubbed
+		}
 	}
 	return v
 }

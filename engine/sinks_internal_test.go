@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 	"testing"
@@ -162,12 +163,18 @@ func TestOPAsLogFieldsAreScrubbed(t *testing.T) {
 	var out bytes.Buffer
 	l := opaLogger{Logger: jsonLogger(&out, logging.Debug), lost: func() {}}
 	const signed = "https://storage.example/blob?X-Amz-Signature=5ecr3t"
+	parsed, err := url.Parse(signed)
+	require.NoError(t, err)
 	l.WithFields(map[string]any{
 		"url":      signed,
 		"headers":  http.Header{"Location": {signed}},
 		"response": "HTTP/1.1 403 Forbidden\r\n\r\n<Error>denied for " + signed + "</Error>",
 		"error":    errors.New("Get \"" + signed + "\": EOF"),
 		"status":   403,
+		"bytes":    []byte(signed),
+		"parsed":   parsed,
+		"value":    *parsed,
+		"struct":   struct{ Location string }{signed},
 	}).Debug("Received response.")
 	assert.NotContains(t, out.String(), "5ecr3t")
 	assert.Contains(t, out.String(), "https://storage.example/blob?...", "the URL is still named")
