@@ -82,15 +82,7 @@ func TestRecordAppliedIsAPlainEntry(t *testing.T) {
 // (policy/system/applied) logs the same entry, where the evaluated record
 // was an undefined decision with an error and no facts of the write.
 func TestRecordAppliedEvaluatesNoRule(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
-	require.NoError(t, os.RemoveAll(filepath.Join(dir, "system", "applied")))
-	b, err := bundles.FromDir(dir)
-	require.NoError(t, err)
-	log := &harness.DecisionLog{}
-	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: log, Log: io.Discard, ID: "test"})
-	require.NoError(t, err)
-	t.Cleanup(func() { e.Stop(context.Background()) })
+	e, log := loggingEngine(t, func(dir string) { require.NoError(t, os.RemoveAll(filepath.Join(dir, "system", "applied"))) })
 
 	require.NoError(t, e.RecordApplied(context.Background(), applied("d-1")))
 

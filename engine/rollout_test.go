@@ -82,6 +82,22 @@ func policyWithProbe(t *testing.T, module string) *bundle.Bundle {
 	return b
 }
 
+// loggingEngine starts an engine on the repository's policy as change
+// leaves it (in a copy), with its decision log kept.
+func loggingEngine(t *testing.T, change func(dir string)) (*engine.Engine, *harness.DecisionLog) {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	change(dir)
+	b, err := bundles.FromDir(dir)
+	require.NoError(t, err)
+	log := &harness.DecisionLog{}
+	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: log, Log: io.Discard, ID: "test"})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+	return e, log
+}
+
 func writeBundle(t *testing.T, path string, b *bundle.Bundle, s *signer) {
 	t.Helper()
 	if s != nil {
@@ -564,15 +580,9 @@ mask contains "/input/nothing" if http.send({"method": "POST", "url": "`+srv.URL
 // inside the roots a bundle may claim) takes no entry out of the log
 // (review 227 F1).
 func TestADropRuleInTheBundleTakesNoEntryOutOfTheLog(t *testing.T) {
-	dir := t.TempDir()
-	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "system", "log", "drop.rego"), []byte("package system.log\n\ndrop := true\n"), 0o600))
-	b, err := bundles.FromDir(dir)
-	require.NoError(t, err)
-	log := &harness.DecisionLog{}
-	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: log, Log: io.Discard, ID: "test"})
-	require.NoError(t, err)
-	t.Cleanup(func() { e.Stop(context.Background()) })
+	e, log := loggingEngine(t, func(dir string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "system", "log", "drop.rego"), []byte("package system.log\n\ndrop := true\n"), 0o600))
+	})
 
 	d, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.3"))
 	require.NoError(t, err)
