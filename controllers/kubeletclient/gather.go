@@ -98,9 +98,14 @@ func ReviewFact(attrs authorizationv1.ResourceAttributes, answer authorizationv1
 // named as a judge of this API server (LocalClusters). A machine of a
 // cluster judged in another API server is another node, however it is named,
 // and node names such as worker-1 recur from cluster to cluster; a machine of
-// a cluster the operator did not name vouches for nothing here.
+// a cluster the operator did not name vouches for nothing here. Nor does a
+// machine being deleted (another controller's finalizer may hold it): the
+// operator is taking that node away (review 225 F3).
 func (r *Reconciler) machineFor(ctx context.Context, node string) (*ichorv1alpha1.TalosMachine, error) {
 	return machines.Find(ctx, r.Client, node, func(m *ichorv1alpha1.TalosMachine) (bool, error) {
+		if !m.DeletionTimestamp.IsZero() {
+			return false, nil
+		}
 		return r.localCluster(ctx, m.Namespace, m.Spec.ClusterName)
 	})
 }

@@ -750,6 +750,36 @@ func TestAMachineOfAClusterBeingDeletedVouchesForNothing(t *testing.T) {
 	assert.Nil(t, e.Input.Machine, "a machine of a cluster being deleted is no node of this API server")
 }
 
+// A machine being deleted, held by another controller's finalizer, vouches
+// for nothing: the operator is taking that node away (review 225 F3).
+func TestAMachineBeingDeletedVouchesForNothing(t *testing.T) {
+	f := newFixture(t)
+	user := "system:node:going-1"
+	bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
+	f.machine("going-1")
+	key := types.NamespacedName{Namespace: f.ns, Name: "going-1"}
+	var m ichorv1alpha1.TalosMachine
+	require.NoError(t, env.Client.Get(f.ctx, key, &m))
+	m.Finalizers = append(m.Finalizers, "example.com/teardown")
+	require.NoError(t, env.Client.Update(f.ctx, &m))
+	t.Cleanup(func() {
+		var held ichorv1alpha1.TalosMachine
+		if err := env.Client.Get(context.Background(), key, &held); err == nil {
+			held.Finalizers = nil
+			_ = env.Client.Update(context.Background(), &held)
+		}
+	})
+	require.NoError(t, env.Client.Delete(f.ctx, &m))
+	require.Eventually(t, func() bool {
+		var seen ichorv1alpha1.TalosMachine
+		return managerCache.Get(f.ctx, key, &seen) == nil && !seen.DeletionTimestamp.IsZero()
+	}, wait, 50*time.Millisecond, "the manager never saw the deletion")
+
+	name := submit(t, userClient(t, user, "system:nodes"), "going-1", csrgen.Request{Subject: csrgen.NodeSubject("going-1")})
+	e := requirePending(t, name, "MachineUnknown")
+	assert.Nil(t, e.Input.Machine, "a machine being deleted is no node of this API server")
+}
+
 // Another signer's request, even for a node, is never looked at.
 func TestAnotherSignerIsUntouched(t *testing.T) {
 	f := newFixture(t)
