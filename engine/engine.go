@@ -959,9 +959,12 @@ func (l opaLogger) field(v any) any {
 	case []byte:
 		return l.line(string(v), nil)
 	case url.URL:
-		return l.line(v.String(), nil)
+		return l.line(v.Redacted(), nil)
 	case *url.URL:
-		return l.line(v.String(), nil)
+		if v == nil {
+			return nil
+		}
+		return l.line(v.Redacted(), nil)
 	}
 	texts := []string{fmt.Sprint(v)}
 	if b, err := json.Marshal(v); err == nil {

@@ -163,7 +163,7 @@ func TestOPAsLogFieldsAreScrubbed(t *testing.T) {
 	var out bytes.Buffer
 	l := opaLogger{Logger: jsonLogger(&out, logging.Debug), lost: func() {}}
 	const signed = "https://storage.example/blob?X-Amz-Signature=5ecr3t"
-	parsed, err := url.Parse(signed)
+	parsed, err := url.Parse("https://reader:pa55word@storage.example/blob?X-Amz-Signature=5ecr3t")
 	require.NoError(t, err)
 	l.WithFields(map[string]any{
 		"url":      signed,
@@ -174,9 +174,11 @@ func TestOPAsLogFieldsAreScrubbed(t *testing.T) {
 		"bytes":    []byte(signed),
 		"parsed":   parsed,
 		"value":    *parsed,
+		"none":     (*url.URL)(nil),
 		"struct":   struct{ Location string }{signed},
 	}).Debug("Received response.")
 	assert.NotContains(t, out.String(), "5ecr3t")
+	assert.NotContains(t, out.String(), "pa55word", "a URL's password is left out as url.URL's Redacted leaves it")
 	assert.Contains(t, out.String(), "https://storage.example/blob?...", "the URL is still named")
 	assert.Contains(t, out.String(), `"status":403`, "a number is kept as it is")
 }
