@@ -730,54 +730,36 @@ func TestMachineOfAClusterTheOperatorDidNotNameVouchesForNothing(t *testing.T) {
 	assert.True(t, e.Input.Authorization["selfnodeclient"].Allowed)
 }
 
-// A cluster being deleted (another controller's finalizer keeps it) vouches
-// for its machines no more, as the kubelet serving approver holds (review
-// 224 F2): its node's request waits as MachineUnknown, where it was approved.
-func TestAMachineOfAClusterBeingDeletedVouchesForNothing(t *testing.T) {
-	f := newFixture(t)
-	user := "system:node:leaving-1"
-	bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
-	f.machine("leaving-1")
-	key := types.NamespacedName{Namespace: f.ns, Name: f.cluster}
-	env.DeleteTalosClusterHeld(t, key)
-	require.Eventually(t, func() bool {
-		var c ichorv1alpha1.TalosCluster
-		return managerCache.Get(f.ctx, key, &c) == nil && !c.DeletionTimestamp.IsZero()
-	}, wait, 50*time.Millisecond, "the manager never saw the deletion")
+// A machine being deleted, or one of a cluster being deleted, each held by
+// another controller's finalizer, vouches for nothing: the operator is
+// taking that node away (reviews 224 F2, 225 F3).
+func TestADeletingMachineOrClusterVouchesForNothing(t *testing.T) {
+	for name, deleted := range map[string]func(f *fixture, node string) client.Object{
+		"cluster": func(f *fixture, _ string) client.Object {
+			return &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.cluster}}
+		},
+		"machine": func(f *fixture, node string) client.Object {
+			return &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: node}}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			node := "leaving-" + name
+			user := "system:node:" + node
+			bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
+			f.machine(node)
+			obj := deleted(f, node)
+			env.DeleteHeld(t, obj)
+			require.Eventually(t, func() bool {
+				seen := obj.DeepCopyObject().(client.Object)
+				return managerCache.Get(f.ctx, client.ObjectKeyFromObject(obj), seen) == nil && seen.GetDeletionTimestamp() != nil
+			}, wait, 50*time.Millisecond, "the manager never saw the deletion")
 
-	name := submit(t, userClient(t, user, "system:nodes"), "leaving-1", csrgen.Request{Subject: csrgen.NodeSubject("leaving-1")})
-	e := requirePending(t, name, "MachineUnknown")
-	assert.Nil(t, e.Input.Machine, "a machine of a cluster being deleted is no node of this API server")
-}
-
-// A machine being deleted, held by another controller's finalizer, vouches
-// for nothing: the operator is taking that node away (review 225 F3).
-func TestAMachineBeingDeletedVouchesForNothing(t *testing.T) {
-	f := newFixture(t)
-	user := "system:node:going-1"
-	bind(t, user, []string{"system:nodes"}, roleSelfNodeClient)
-	f.machine("going-1")
-	key := types.NamespacedName{Namespace: f.ns, Name: "going-1"}
-	var m ichorv1alpha1.TalosMachine
-	require.NoError(t, env.Client.Get(f.ctx, key, &m))
-	m.Finalizers = append(m.Finalizers, "example.com/teardown")
-	require.NoError(t, env.Client.Update(f.ctx, &m))
-	t.Cleanup(func() {
-		var held ichorv1alpha1.TalosMachine
-		if err := env.Client.Get(context.Background(), key, &held); err == nil {
-			held.Finalizers = nil
-			_ = env.Client.Update(context.Background(), &held)
-		}
-	})
-	require.NoError(t, env.Client.Delete(f.ctx, &m))
-	require.Eventually(t, func() bool {
-		var seen ichorv1alpha1.TalosMachine
-		return managerCache.Get(f.ctx, key, &seen) == nil && !seen.DeletionTimestamp.IsZero()
-	}, wait, 50*time.Millisecond, "the manager never saw the deletion")
-
-	name := submit(t, userClient(t, user, "system:nodes"), "going-1", csrgen.Request{Subject: csrgen.NodeSubject("going-1")})
-	e := requirePending(t, name, "MachineUnknown")
-	assert.Nil(t, e.Input.Machine, "a machine being deleted is no node of this API server")
+			csr := submit(t, userClient(t, user, "system:nodes"), node, csrgen.Request{Subject: csrgen.NodeSubject(node)})
+			e := requirePending(t, csr, "MachineUnknown")
+			assert.Nil(t, e.Input.Machine, "a machine being deleted, or of a cluster being deleted, is no node of this API server")
+		})
+	}
 }
 
 // Another signer's request, even for a node, is never looked at.

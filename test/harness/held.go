@@ -12,39 +12,47 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 )
 
-// heldFinalizer is the finalizer DeleteTalosClusterHeld holds a cluster by,
-// standing for another controller's.
+// heldFinalizer is the finalizer DeleteHeld holds an object by, standing
+// for another controller's.
 const heldFinalizer = "example.com/hold"
 
-// DeleteTalosClusterHeld deletes the TalosCluster while a finalizer of
-// another controller keeps it, so that it stays, being deleted, until the
-// test ends, which releases it. The finalizer is added on the cluster as it
-// is (the manager patches its status meanwhile).
+// DeleteTalosClusterHeld is DeleteHeld of the TalosCluster named key.
 func (e *Env) DeleteTalosClusterHeld(t testing.TB, key types.NamespacedName) {
 	t.Helper()
+	e.DeleteHeld(t, &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+}
+
+// DeleteHeld deletes the object named as obj is (of its kind) while a
+// finalizer of another controller keeps it, so that it stays, being
+// deleted, until the test ends, which releases it. The finalizer is added
+// on the object as it is (the manager may write its status meanwhile).
+func (e *Env) DeleteHeld(t testing.TB, obj client.Object) {
+	t.Helper()
 	ctx := t.Context()
+	key := client.ObjectKeyFromObject(obj)
+	fresh := func() client.Object { return obj.DeepCopyObject().(client.Object) }
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		var c ichorv1alpha1.TalosCluster
-		if err := e.Client.Get(ctx, key, &c); err != nil {
+		o := fresh()
+		if err := e.Client.Get(ctx, key, o); err != nil {
 			return err
 		}
-		c.Finalizers = append(c.Finalizers, heldFinalizer)
-		return e.Client.Update(ctx, &c)
+		o.SetFinalizers(append(o.GetFinalizers(), heldFinalizer))
+		return e.Client.Update(ctx, o)
 	})
 	if err != nil {
-		t.Fatalf("hold TalosCluster %s: %v", key, err)
+		t.Fatalf("hold %T %s: %v", obj, key, err)
 	}
 	t.Cleanup(func() {
 		_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			var c ichorv1alpha1.TalosCluster
-			if err := e.Client.Get(context.Background(), key, &c); err != nil {
+			o := fresh()
+			if err := e.Client.Get(context.Background(), key, o); err != nil {
 				return client.IgnoreNotFound(err)
 			}
-			c.Finalizers = nil
-			return e.Client.Update(context.Background(), &c)
+			o.SetFinalizers(nil)
+			return e.Client.Update(context.Background(), o)
 		})
 	})
-	if err := e.Client.Delete(ctx, &ichorv1alpha1.TalosCluster{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}); err != nil {
-		t.Fatalf("delete TalosCluster %s: %v", key, err)
+	if err := e.Client.Delete(ctx, fresh()); err != nil {
+		t.Fatalf("delete %T %s: %v", obj, key, err)
 	}
 }
