@@ -200,3 +200,32 @@ func CheckModule(id string, module []byte) error {
 	}
 	return nil
 }
+
+// CheckCompiled refuses a compiled bundle that reaches a refused builtin
+// (ErrBundleBuiltins) as OPA will evaluate it: the builtins its type checker
+// found called (the compiler's Required capabilities), and every reference
+// RefusedCalls finds in its modules as compiled, after the compiler moved
+// what a rule head computes into the rule's body and rewrote each `with`. It
+// is the backstop of CheckModule, which reads each module as written: a form
+// that walk does not see (as a rule head's reference was not, review 228 N1)
+// and that the compiler turns into a call is refused here, whatever way the
+// module took into the store.
+func CheckCompiled(c *ast.Compiler) error {
+	// The walk names where each is; the type checker only what it is.
+	var calls []string
+	for _, m := range c.Modules {
+		calls = append(calls, RefusedCalls(m)...)
+	}
+	if len(calls) == 0 && c.Required != nil {
+		for _, bi := range c.Required.Builtins {
+			if RefusedBuiltin(bi.Name) {
+				calls = append(calls, bi.Name)
+			}
+		}
+	}
+	if len(calls) > 0 {
+		slices.Sort(calls)
+		return fmt.Errorf("%w: the compiled bundle calls %s; a rule takes every fact from its input", ErrBundleBuiltins, strings.Join(slices.Compact(calls), ", "))
+	}
+	return nil
+}

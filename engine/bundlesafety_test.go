@@ -760,6 +760,36 @@ func TestABundleReachingBeyondItsInputOrItsRootsIsRefused(t *testing.T) {
 	}
 }
 
+// What a module's own check misses, the check of the compiled bundle as
+// its activation commits refuses: with the first taken away, a bundle that
+// calls http.send is refused all the same, from every source and at the
+// start, the call named where it is, and the last good bundle kept. A form
+// the walk of each module as written does not see (as a rule head's
+// reference was not: review 228 N1) is one the compiler makes a call of.
+func TestTheCompiledBundleIsCheckedBehindEachModule(t *testing.T) {
+	engine.WithoutModuleCheck(t)
+	s := newSigner(t)
+	const probe = "package ichor.probe\n\nx := http.send({\"method\": \"GET\", \"url\": \"https://example.com\"}).status_code\n"
+	sending := policyWithProbe(t, probe)
+	bundles.SetEpoch(sending, bundles.Floor())
+	require.NoError(t, bundles.Sign(sending, s.private, "RS256", "ichor"))
+	data, err := bundles.Bytes(sending)
+	require.NoError(t, err)
+	const named = "the compiled bundle calls http.send (/ichor/probe/probe.rego:3)"
+	for name, newSource := range sources(t) {
+		t.Run(name, func(t *testing.T) {
+			src := newSource(t)
+			good, e := startOnGood(t, src, s)
+			e.refused(t, src, data, named, good)
+		})
+	}
+	t.Run("at the start", func(t *testing.T) {
+		_, err := engine.New(context.Background(), engine.Options{Bundle: policyWithProbe(t, probe), DecisionLog: io.Discard, Log: io.Discard, StartTimeout: 10 * time.Second})
+		require.ErrorContains(t, err, engine.ErrBundleBuiltins.Error())
+		assert.ErrorContains(t, err, named)
+	})
+}
+
 // A registry that sends a blob's request on to its storage with a redirect
 // signed in the query (as Docker Hub's and GHCR's do) has its signature
 // repeated nowhere when that request fails: Go's HTTP client names the

@@ -170,12 +170,77 @@ func (g *epochGuard) toRestore(recorded int64, before uint64) (active int64, def
 }
 
 // guardedStore is OPA's store with the epoch guard on the write of the
-// bundle's manifest.
+// bundle's manifest, each module checked as it is written, and the compiled
+// bundle checked as its activation commits.
 type guardedStore struct {
 	storage.Store
 	guard *epochGuard
 	// manifest is where the bundle plugin writes the manifest of BundleName.
 	manifest storage.Path
+	// activations are the open write transactions, by ID (*activation).
+	activations sync.Map
+}
+
+// activation is what Commit checks of a write transaction: its storage
+// context, on which OPA's bundle plugin (and its manager, at its start) puts
+// the compiler of the bundle being activated, and whether a module was
+// written in it.
+type activation struct {
+	ctx     *storage.Context
+	modules atomic.Bool
+}
+
+// moduleCheck is bundles.CheckModule; a test takes it away to show that the
+// check of the compiled bundle at Commit refuses on its own what it would.
+var moduleCheck = bundles.CheckModule
+
+func (s *guardedStore) NewTransaction(ctx context.Context, params ...storage.TransactionParams) (storage.Transaction, error) {
+	txn, err := s.Store.NewTransaction(ctx, params...)
+	if err == nil && len(params) > 0 && params[0].Write {
+		s.activations.Store(txn.ID(), &activation{ctx: params[0].Context})
+	}
+	return txn, err
+}
+
+// wroteModules marks txn as one that wrote modules.
+func (s *guardedStore) wroteModules(txn storage.Transaction) {
+	if a, ok := s.activations.Load(txn.ID()); ok {
+		a.(*activation).modules.Store(true)
+	}
+}
+
+// Commit refuses a write transaction whose compiled bundle reaches a
+// refused builtin (bundles.CheckCompiled), or that wrote modules with no
+// compiled bundle to check: nothing of it is in service, the transaction
+// is aborted (a Store's Commit that fails must abort), and OPA keeps the
+// last good bundle, as when a module's own check refuses it.
+func (s *guardedStore) Commit(ctx context.Context, txn storage.Transaction) error {
+	if a, ok := s.activations.LoadAndDelete(txn.ID()); ok {
+		if err := a.(*activation).check(); err != nil {
+			s.Store.Abort(ctx, txn)
+			return err
+		}
+	}
+	return s.Store.Commit(ctx, txn)
+}
+
+func (a *activation) check() error {
+	var compiled *ast.Compiler
+	if a.ctx != nil {
+		compiled = plugins.GetCompilerOnContext(a.ctx)
+	}
+	switch {
+	case compiled != nil:
+		return bundles.CheckCompiled(compiled)
+	case a.modules.Load():
+		return fmt.Errorf("%w: modules were written with no compiled bundle to check", ErrBundleBuiltins)
+	}
+	return nil
+}
+
+func (s *guardedStore) Abort(ctx context.Context, txn storage.Transaction) {
+	s.activations.Delete(txn.ID())
+	s.Store.Abort(ctx, txn)
 }
 
 func (s *guardedStore) Write(ctx context.Context, txn storage.Transaction, op storage.PatchOp, path storage.Path, value any) error {
@@ -210,24 +275,29 @@ var ErrBundleRoots = bundles.ErrBundleRoots
 // METADATA declares labels (ErrBundleLabels) or that calls a builtin reaching
 // beyond its input (ErrBundleBuiltins).
 func (s *guardedStore) UpsertPolicy(ctx context.Context, txn storage.Transaction, id string, bs []byte) error {
-	if err := bundles.CheckModule(id, bs); err != nil {
+	if err := moduleCheck(id, bs); err != nil {
 		return err
 	}
+	s.wroteModules(txn)
 	return s.Store.UpsertPolicy(ctx, txn, id, bs)
 }
 
 // Truncate is how a bundle read in OPA's lazy mode (a URL's) is written:
 // its modules pass through bundles.CheckModule on the way in.
 func (s *guardedStore) Truncate(ctx context.Context, txn storage.Transaction, params storage.TransactionParams, it storage.Iterator) error {
-	return s.Store.Truncate(ctx, txn, params, modulesChecked{it})
+	return s.Store.Truncate(ctx, txn, params, modulesChecked{Iterator: it, wrote: func() { s.wroteModules(txn) }})
 }
 
-type modulesChecked struct{ storage.Iterator }
+type modulesChecked struct {
+	storage.Iterator
+	wrote func()
+}
 
 func (it modulesChecked) Next() (*storage.Update, error) {
 	u, err := it.Iterator.Next()
 	if err == nil && u != nil && u.IsPolicy {
-		err = bundles.CheckModule(u.Path.String(), u.Value)
+		err = moduleCheck(u.Path.String(), u.Value)
+		it.wrote()
 	}
 	return u, err
 }
