@@ -504,6 +504,164 @@ func TestAnAnswerStoredButAnsweredWithATimeoutIsRecordedOnce(t *testing.T) {
 	assert.Equal(t, 1, decided, "decided (and signed) again")
 }
 
+// appliedRecords are the applied records of decision id in the decision log.
+func appliedRecords(id string) []engine.Applied {
+	type record struct {
+		Path  string         `json:"path"`
+		Input engine.Applied `json:"input"`
+	}
+	var out []engine.Applied
+	for _, e := range harness.Decisions(decisionLog, func(e record) bool {
+		return e.Path == engine.PathApplied && e.Input.DecisionID == id
+	}) {
+		out = append(out, e.Input)
+	}
+	return out
+}
+
+// An answer whose write had an unknown outcome, and whose request could not
+// be read back, is recorded as applied when the retry finds it stored: the
+// credential it delivered has its record. Before, the retry found the
+// request answered and went on to its expiry, with no record (review 226
+// F3).
+func TestAnAnswerOfUnknownOutcomeNotReadBackIsRecordedOnceSeenStored(t *testing.T) {
+	f := newFixture(t)
+	f.r.Client = storedThenTimedOut{ctrlClient}
+	f.r.APIReader = requestsUnreadable{ctrlClient}
+	tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+	key := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tcr)}
+	_, err := f.r.Reconcile(f.ctx, key)
+	require.ErrorContains(t, err, "write the answer")
+
+	f.r.Client, f.r.APIReader = ctrlClient, ctrlClient
+	res, err := f.r.Reconcile(f.ctx, key)
+	require.NoError(t, err)
+	assert.Positive(t, res.RequeueAfter, "its expiry is looked at")
+	require.NoError(t, env.Client.Get(f.ctx, key.NamespacedName, tcr))
+	c := ready(t, tcr)
+	require.Equal(t, ichorv1alpha1.ReasonIssued, c.Reason)
+	id := decisionIDOf(t, c.Message)
+	waitFor(t, "the applied record of the answer stored", func() (bool, error) { return len(appliedRecords(id)) == 1, nil })
+	assert.Equal(t, engine.AppliedObserved, appliedRecords(id)[0].Outcome, "seen stored, not said to be")
+
+	_, err = f.r.Reconcile(f.ctx, key)
+	require.NoError(t, err)
+	assert.Len(t, appliedRecords(id), 1, "recorded once")
+}
+
+// An answer whose write timed out without being stored, and which the
+// request read back shows no answer for yet, is not recorded as applied
+// once another answer is stored in its place: only the answer the request
+// names is.
+func TestAnAnswerOfUnknownOutcomeNeverStoredIsNotRecorded(t *testing.T) {
+	f := newFixture(t)
+	var ids []string
+	f.r.Engine = &enginetest.Engine{Engine: eng, IssuanceFunc: func(ctx context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
+		d, err := eng.Issuance(ctx, in)
+		ids = append(ids, d.DecisionID)
+		return d, err
+	}}
+	f.r.Client = timedOutUnstored{ctrlClient}
+	tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+	key := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tcr)}
+	_, err := f.r.Reconcile(f.ctx, key)
+	require.ErrorContains(t, err, "write the answer")
+
+	f.r.Client = ctrlClient
+	for range 2 {
+		_, err = f.r.Reconcile(f.ctx, key)
+		require.NoError(t, err)
+	}
+	require.Len(t, ids, 2, "decided again after the write that was not stored")
+	require.NoError(t, env.Client.Get(f.ctx, key.NamespacedName, tcr))
+	require.Equal(t, ids[1], decisionIDOf(t, ready(t, tcr).Message))
+	waitFor(t, "the applied record of the answer stored", func() (bool, error) { return len(appliedRecords(ids[1])) == 1, nil })
+	assert.Empty(t, appliedRecords(ids[0]), "the answer never stored is recorded as applied")
+}
+
+// An applied record the engine refuses (its file sink full) is made when
+// the request is looked at again, soon: before, it was logged and
+// forgotten, and the credential delivered had no record.
+func TestARefusedAppliedRecordIsMadeAgain(t *testing.T) {
+	f := newFixture(t)
+	refusing := &refusedOnce{Decider: eng}
+	f.r.Engine = refusing
+	tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+	key := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tcr)}
+	res, err := f.r.Reconcile(f.ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, 1, refusing.refused)
+	assert.Positive(t, res.RequeueAfter)
+	assert.Less(t, res.RequeueAfter, credentials.DefaultRetention, "looked at again before its expiry")
+	require.NoError(t, env.Client.Get(f.ctx, key.NamespacedName, tcr))
+	id := decisionIDOf(t, ready(t, tcr).Message)
+	assert.Empty(t, appliedRecords(id))
+
+	_, err = f.r.Reconcile(f.ctx, key)
+	require.NoError(t, err)
+	waitFor(t, "the applied record made again", func() (bool, error) { return len(appliedRecords(id)) == 1, nil })
+	assert.Equal(t, engine.AppliedWritten, appliedRecords(id)[0].Outcome)
+
+	// One owed of a request deleted before it was made again is made all
+	// the same: the credential was delivered.
+	refusing.left = 1
+	tcr, _ = f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
+	key = reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tcr)}
+	_, err = f.r.Reconcile(f.ctx, key)
+	require.NoError(t, err)
+	require.NoError(t, env.Client.Get(f.ctx, key.NamespacedName, tcr))
+	id = decisionIDOf(t, ready(t, tcr).Message)
+	require.NoError(t, env.Client.Delete(f.ctx, tcr))
+	waitFor(t, "the request deleted", func() (bool, error) {
+		err := env.Client.Get(f.ctx, key.NamespacedName, tcr)
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	_, err = f.r.Reconcile(f.ctx, key)
+	require.NoError(t, err)
+	waitFor(t, "the applied record of a request gone", func() (bool, error) { return len(appliedRecords(id)) == 1, nil })
+}
+
+// refusedOnce is the engine with its applied records refused, once at
+// first and as many times as left says after.
+type refusedOnce struct {
+	credentials.Decider
+	refused, left int
+}
+
+func (e *refusedOnce) RecordApplied(ctx context.Context, a engine.Applied) error {
+	if e.refused == 0 || e.left > 0 {
+		if e.refused > 0 {
+			e.left--
+		}
+		e.refused++
+		return errors.New("the decision log's file is full")
+	}
+	return e.Decider.RecordApplied(ctx, a)
+}
+
+// requestsUnreadable is a reader that cannot read requests back, as when
+// the API server stopped answering after a write.
+type requestsUnreadable struct{ client.Reader }
+
+func (r requestsUnreadable) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*ichorv1alpha1.TalosCredentialRequest); ok {
+		return apierrors.NewServiceUnavailable("the API server is not reachable")
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// timedOutUnstored is a client whose status writes time out without being
+// stored.
+type timedOutUnstored struct{ client.Client }
+
+func (c timedOutUnstored) Status() client.SubResourceWriter { return timedOutUnstoredStatus{} }
+
+type timedOutUnstoredStatus struct{ client.SubResourceWriter }
+
+func (timedOutUnstoredStatus) Update(context.Context, client.Object, ...client.SubResourceUpdateOption) error {
+	return apierrors.NewTimeoutError("request did not complete within the allowed duration", 1)
+}
+
 // storedThenTimedOut is a client whose status writes are stored, and then
 // answered with a timeout, as an API server whose storage was slow answers.
 type storedThenTimedOut struct{ client.Client }

@@ -38,7 +38,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	siderox509 "github.com/siderolabs/crypto/x509"
@@ -131,6 +130,8 @@ type Reconciler struct {
 	Clock clock.PassiveClock
 	// Nonce draws a new admin binding's nonce; crypto/rand if nil.
 	Nonce func() (string, error)
+
+	owed owedRecords
 }
 
 // SetupWithManager registers the reconciler.
@@ -179,22 +180,41 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// controller-runtime's logger already names the request.
 	var tcr ichorv1alpha1.TalosCredentialRequest
 	if err := r.Client.Get(ctx, req.NamespacedName, &tcr); err != nil {
-		return reconcile.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return r.recordOwed(ctx, req.NamespacedName, "", nil), nil
+		}
+		return reconcile.Result{}, err
 	}
 	if ready := meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady); ready != nil {
-		return r.expire(ctx, &tcr, ready)
+		owed := r.recordOwed(ctx, req.NamespacedName, tcr.UID, ready)
+		result, err := r.expire(ctx, &tcr, ready)
+		if owed.RequeueAfter > 0 && (result.RequeueAfter == 0 || owed.RequeueAfter < result.RequeueAfter) {
+			result = owed
+		}
+		return result, err
 	}
 	answer, decisionID, warn, err := r.answer(ctx, &tcr)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	outcome := engine.AppliedWritten
+	ready := meta.FindStatusCondition(answer.Status.Conditions, ichorv1alpha1.ConditionReady)
+	applied := engine.Applied{
+		DecisionID: decisionID, Object: "taloscredentialrequest/" + tcr.Namespace + "/" + tcr.Name, UID: string(tcr.UID),
+		Action: ready.Reason, Outcome: engine.AppliedWritten,
+	}
 	if err := r.Client.Status().Update(ctx, answer); err != nil {
-		if !r.storedAnyway(ctx, answer, decisionID, err) {
+		switch r.storedAnyway(ctx, answer, decisionID, err) {
+		case answerMaybeStored:
+			// The retry reads the request: if it finds this answer
+			// stored, this record is owed (review 226 F3).
+			applied.Outcome = engine.AppliedObserved
+			r.owed.add(req.NamespacedName, owedRecord{uid: tcr.UID, record: applied, ifNamed: true})
+			return reconcile.Result{}, fmt.Errorf("write the answer: %w", err)
+		case answerNotStored:
 			return reconcile.Result{}, fmt.Errorf("write the answer: %w", err)
 		}
 		// Seen stored, not said to be (review 201 F6).
-		outcome = engine.AppliedObserved
+		applied.Outcome = engine.AppliedObserved
 	}
 	if warn != nil && r.Recorder != nil {
 		// Once the answer is stored: a refusal (or a binding refused)
@@ -204,15 +224,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// was refused).
 		r.Recorder.Eventf(answer, nil, corev1.EventTypeWarning, warn.reason, warn.action, "%s", warn.note)
 	}
-	ready := meta.FindStatusCondition(answer.Status.Conditions, ichorv1alpha1.ConditionReady)
-	if err := r.Engine.RecordApplied(ctx, engine.Applied{
-		DecisionID: decisionID, Object: "taloscredentialrequest/" + tcr.Namespace + "/" + tcr.Name, UID: string(tcr.UID),
-		Action: ready.Reason, Outcome: outcome,
-	}); err != nil {
-		log.FromContext(ctx).Error(err, "record the applied decision", "decision_id", decisionID)
+	if err := r.Engine.RecordApplied(ctx, applied); err != nil {
+		log.FromContext(ctx).Error(err, "record the applied decision; tried again", "decision_id", decisionID, "retry_in", recordRetry)
+		r.owed.add(req.NamespacedName, owedRecord{uid: tcr.UID, record: applied})
+		return reconcile.Result{RequeueAfter: recordRetry}, nil
 	}
 	return reconcile.Result{RequeueAfter: r.retention()}, nil
 }
+
+// answerWrite is what a failed write of an answer did, as far as the
+// request read back says.
+type answerWrite int
+
+const (
+	answerNotStored answerWrite = iota
+	answerStored
+	// answerMaybeStored: it may yet be, or be stored already; the request
+	// could not be read back, or showed no answer yet.
+	answerMaybeStored
+)
 
 // storedAnyway reports whether an answer whose write failed with err was
 // stored all the same: a timeout or a 5xx the API server answered after it
@@ -221,20 +251,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // again, and the credential delivered had no applied record nor the
 // refusal its Warning (review 197A F2). An answer refused (a conflict, an
 // invalid or forbidden write, the request gone) was not stored.
-func (r *Reconciler) storedAnyway(ctx context.Context, answer *ichorv1alpha1.TalosCredentialRequest, decisionID string, err error) bool {
+func (r *Reconciler) storedAnyway(ctx context.Context, answer *ichorv1alpha1.TalosCredentialRequest, decisionID string, err error) answerWrite {
 	if decisionID == "" || apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) {
-		return false
+		return answerNotStored
 	}
 	var live ichorv1alpha1.TalosCredentialRequest
-	if r.APIReader.Get(ctx, client.ObjectKeyFromObject(answer), &live) != nil || live.UID != answer.UID {
-		return false
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(answer), &live); {
+	case apierrors.IsNotFound(err) || (err == nil && live.UID != answer.UID):
+		return answerNotStored
+	case err != nil:
+		return answerMaybeStored
 	}
 	ready := meta.FindStatusCondition(live.Status.Conditions, ichorv1alpha1.ConditionReady)
-	if ready == nil || !strings.Contains(ready.Message, "(decision "+decisionID+")") {
-		return false
+	switch {
+	case ready == nil:
+		// A write answered with a timeout may still commit after this
+		// read: the retry's own write then conflicts.
+		return answerMaybeStored
+	case !names(ready, decisionID):
+		return answerNotStored
 	}
 	log.FromContext(ctx).Info("the answer's write failed, and the API server stored it all the same", "decision_id", decisionID, "error", err.Error())
-	return true
+	return answerStored
 }
 
 // expire deletes a request whose answer is older than the retention.
