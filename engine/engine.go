@@ -24,6 +24,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/bundle"
@@ -63,6 +64,13 @@ const DefaultPollInterval = 30 * time.Second
 // ErrNoDecision is returned when the rule at a path is undefined for an
 // input: the rule does not govern it (another signer, say).
 var ErrNoDecision = errors.New("no decision: the rule does not apply to this input")
+
+// ErrEntryNotLogged is a decision whose decision-log entry reached no sink:
+// the bundle's mask (system/log/mask) failed on it, which OPA's logs plugin
+// answers with an error line and nothing to the decision's caller. The
+// decision is not acted on, as one whose entry the file cannot take is not:
+// before, it was, with no entry, and only a count said so (review 152 L2).
+var ErrEntryNotLogged = errors.New("its decision-log entry reached no sink: the bundle's mask failed on it; not acted on")
 
 // Options configures an Engine.
 type Options struct {
@@ -178,7 +186,10 @@ type Engine struct {
 	// console is where the decision log's console sink writes (the
 	// engine's, see sinks.go), nil when it is off.
 	console io.Writer
-	mgr     *plugins.Manager
+	// logsEntries is whether the engine's sinks take the decision log
+	// (logsEntries): each decision's entry must then reach them.
+	logsEntries bool
+	mgr         *plugins.Manager
 	// guard refuses a signed bundle older than allowed; limits bound a
 	// bundle before OPA reads it; epochs records the highest epoch.
 	guard  *epochGuard
@@ -246,6 +257,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	if opts.DecisionLog != io.Discard {
 		e.console = orDefault(opts.DecisionLog, os.Stdout)
 	}
+	e.logsEntries = logsEntries(opts)
 	sdkOpts := sdk.Options{
 		ID:          opts.ID,
 		Config:      bytes.NewReader(config),
@@ -506,9 +518,9 @@ func (e *Engine) config(opts Options, resource, serviceURL string) ([]byte, erro
 	}
 	// OPA's console sink stays off: the engine's writes the console (sinks.go).
 	logs := map[string]any{"console": false}
-	if console := opts.DecisionLog != io.Discard; console || opts.DecisionLogFile != "" || opts.DecisionLogURL != "" {
+	if logsEntries(opts) {
 		plugins[sinksName] = sinksConfig{
-			Console: console, File: opts.DecisionLogFile, FileMaxMiB: opts.DecisionLogFileMaxMiB, FileMaxBackups: opts.DecisionLogFileMaxBackups,
+			Console: opts.DecisionLog != io.Discard, File: opts.DecisionLogFile, FileMaxMiB: opts.DecisionLogFileMaxMiB, FileMaxBackups: opts.DecisionLogFileMaxBackups,
 			URL: opts.DecisionLogURL, TokenFile: opts.DecisionLogTokenFile, BufferEvents: int(opts.DecisionLogBufferEvents),
 		}
 		logs["plugin"] = sinksName
@@ -759,10 +771,26 @@ func (e *Engine) Decide(ctx context.Context, path string, input any) (Decision, 
 	return d, err
 }
 
+// logsEntries is whether the engine's sinks (sinks.go) take the decision
+// log: the console, a file or a service.
+func logsEntries(opts Options) bool {
+	return opts.DecisionLog != io.Discard || opts.DecisionLogFile != "" || opts.DecisionLogURL != ""
+}
+
+// entryReached is the context key under which a decision tells whether its
+// entry reached the engine's sinks: OPA's logs plugin hands the entry on,
+// with the decision's context, only once its mask succeeded.
+type entryReached struct{}
+
 func (e *Engine) decide(ctx context.Context, path string, input any) (Decision, error) {
 	value, err := opavalue.Of(input)
 	if err != nil {
 		return Decision{Path: path}, fmt.Errorf("input of %s: %w", path, err)
+	}
+	var reached *atomic.Bool
+	if e.logsEntries {
+		reached = new(atomic.Bool)
+		ctx = context.WithValue(ctx, entryReached{}, reached)
 	}
 	res, err := e.opa.Decision(ctx, sdk.DecisionOptions{
 		Path: path, Input: value,
@@ -778,6 +806,9 @@ func (e *Engine) decide(ctx context.Context, path string, input any) (Decision, 
 			return Decision{Path: path}, fmt.Errorf("%s: %w", path, ErrNoDecision)
 		}
 		return Decision{Path: path}, fmt.Errorf("evaluate %s: %w", path, err)
+	}
+	if reached != nil && !reached.Load() {
+		return Decision{Path: path}, fmt.Errorf("decision %s of %s: %w", res.ID, path, ErrEntryNotLogged)
 	}
 	raw, err := json.Marshal(res.Result)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -494,12 +495,15 @@ func TestDecisionLogUploadDropsAreCounted(t *testing.T) {
 }
 
 // An entry OPA's logs plugin drops because the bundle's mask fails to
-// evaluate reaches no sink, and the decision is taken all the same: it is
-// counted as dropped (sink "mask", which IchorDecisionLogEntriesDropped
-// alerts on) beside OPA's error line. Before, only that line said so
-// (review 152 L2). The shipped rules drop and count nothing. (No drop rule
-// of the bundle's is asked: TestADropRuleInTheBundleTakesNoEntryOutOfTheLog.)
-func TestAnEntryTheMaskFailsOnIsCountedAsDropped(t *testing.T) {
+// evaluate reaches no sink, and its decision is not acted on: the engine
+// answers it with ErrEntryNotLogged, naming the decision, as it answers a
+// decision whose entry the file cannot take. Before, it was taken with no
+// entry (OPA tells the caller nothing), and only a count said so. The entry
+// is counted as dropped (sink "mask", which IchorDecisionLogEntriesDropped
+// alerts on) beside OPA's error line (review 152 L2). The shipped rules
+// drop and count nothing. (No drop rule of the bundle's is asked:
+// TestADropRuleInTheBundleTakesNoEntryOutOfTheLog.)
+func TestADecisionWhoseEntryTheMaskFailsOnIsNotActedOn(t *testing.T) {
 	s := newSigner(t)
 	// Two values of one complete rule: an evaluation error, not undefined.
 	const twice = "package system.log\n\n_twice := 1 if input.decision_id\n\n_twice := 2 if input.decision_id\n\n"
@@ -531,15 +535,18 @@ func TestAnEntryTheMaskFailsOnIsCountedAsDropped(t *testing.T) {
 			t.Cleanup(func() { e.Stop(context.Background()) })
 
 			d, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
-			require.NoError(t, err)
-			assert.NotEmpty(t, d.Action, "the decision is taken whatever the mask does")
 			if c.message == "" {
+				require.NoError(t, err)
 				assert.Zero(t, metrics.Dropped("mask"))
 				assert.Contains(t, decisions.String(), d.DecisionID)
 				return
 			}
+			require.ErrorIs(t, err, engine.ErrEntryNotLogged)
+			assert.Empty(t, d.Action, "nothing to act on")
+			id := regexp.MustCompile(`decision ([0-9a-f-]{36}) of `).FindStringSubmatch(err.Error())
+			require.NotNil(t, id, "the decision is named: %v", err)
 			assert.Equal(t, 1.0, metrics.Dropped("mask"))
-			assert.NotContains(t, decisions.String(), d.DecisionID, "the test proves nothing: the entry was written")
+			assert.NotContains(t, decisions.String(), id[1], "the test proves nothing: the entry was written")
 			assert.Contains(t, opaLog.String(), c.message)
 		})
 	}

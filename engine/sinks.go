@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/plugins"
@@ -291,7 +292,10 @@ func (s *sinks) Reconfigure(context.Context, any) {}
 // refused until a later try is taken (so a record tried again may be on the
 // console more than once: review 18 kept that over none). The upload is
 // asynchronous; its drops are counted by cause.
-func (s *sinks) Log(_ context.Context, event logs.EventV1) error {
+func (s *sinks) Log(ctx context.Context, event logs.EventV1) error {
+	if reached, ok := ctx.Value(entryReached{}).(*atomic.Bool); ok {
+		reached.Store(true)
+	}
 	if s.config.Console {
 		s.writeConsole(event)
 	}
