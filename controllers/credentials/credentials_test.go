@@ -520,33 +520,63 @@ func appliedRecords(id string) []engine.Applied {
 }
 
 // An answer whose write had an unknown outcome, and whose request could not
-// be read back, is recorded as applied when the retry finds it stored: the
-// credential it delivered has its record. Before, the retry found the
-// request answered and went on to its expiry, with no record (review 226
-// F3).
-func TestAnAnswerOfUnknownOutcomeNotReadBackIsRecordedOnceSeenStored(t *testing.T) {
-	f := newFixture(t)
-	f.r.Client = storedThenTimedOut{ctrlClient}
-	f.r.APIReader = requestsUnreadable{ctrlClient}
-	tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
-	key := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tcr)}
-	_, err := f.r.Reconcile(f.ctx, key)
-	require.ErrorContains(t, err, "write the answer")
+// be read back, is recorded as applied when the retry finds it stored, even
+// where the manager's cache does not show it yet (the retry reads the API
+// server then, rather than decide and sign again): the credential it
+// delivered has its record, and a refusal its Warning Event. Before, the
+// retry found the request answered and went on to its expiry, with no
+// record and no Event (review 226 F3).
+func TestAnUnreadAnswerIsRecordedOnceSeenStored(t *testing.T) {
+	for name, ttl := range map[string]string{"issued": "", "refused": "13h"} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t)
+			decided := 0
+			f.r.Engine = &enginetest.Engine{Engine: eng, IssuanceFunc: func(ctx context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
+				decided++
+				return eng.Issuance(ctx, in)
+			}}
+			f.r.Client = storedThenTimedOut{ctrlClient}
+			f.r.APIReader = requestsUnreadable{ctrlClient}
+			tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, ttl)
+			key := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(tcr)}
+			_, err := f.r.Reconcile(f.ctx, key)
+			require.ErrorContains(t, err, "write the answer")
 
-	f.r.Client, f.r.APIReader = ctrlClient, ctrlClient
-	res, err := f.r.Reconcile(f.ctx, key)
-	require.NoError(t, err)
-	assert.Positive(t, res.RequeueAfter, "its expiry is looked at")
-	require.NoError(t, env.Client.Get(f.ctx, key.NamespacedName, tcr))
-	c := ready(t, tcr)
-	require.Equal(t, ichorv1alpha1.ReasonIssued, c.Reason)
-	id := decisionIDOf(t, c.Message)
-	waitFor(t, "the applied record of the answer stored", func() (bool, error) { return len(appliedRecords(id)) == 1, nil })
-	assert.Equal(t, engine.AppliedObserved, appliedRecords(id)[0].Outcome, "seen stored, not said to be")
+			// The cache still shows the request as it was before the answer.
+			f.r.Client, f.r.APIReader = lagging{Client: ctrlClient, before: tcr}, ctrlClient
+			_, err = f.r.Reconcile(f.ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, 1, decided, "decided (and signed) again")
+			require.NoError(t, env.Client.Get(f.ctx, key.NamespacedName, tcr))
+			id := decisionIDOf(t, ready(t, tcr).Message)
+			waitFor(t, "the applied record of the answer stored", func() (bool, error) { return len(appliedRecords(id)) == 1, nil })
+			assert.Equal(t, engine.AppliedObserved, appliedRecords(id)[0].Outcome, "seen stored, not said to be")
+			if ttl != "" {
+				require.Equal(t, ichorv1alpha1.ReasonRefused, ready(t, tcr).Reason)
+				assert.Len(t, refusedEvents(t, f.ns, 1), 1, "the refusal's Warning Event, once it is seen stored")
+			}
 
-	_, err = f.r.Reconcile(f.ctx, key)
-	require.NoError(t, err)
-	assert.Len(t, appliedRecords(id), 1, "recorded once")
+			f.r.Client = ctrlClient
+			_, err = f.r.Reconcile(f.ctx, key)
+			require.NoError(t, err)
+			assert.Len(t, appliedRecords(id), 1, "recorded once")
+		})
+	}
+}
+
+// lagging is a client whose cache has not caught up: it reads the request
+// before as it was.
+type lagging struct {
+	client.Client
+	before *ichorv1alpha1.TalosCredentialRequest
+}
+
+func (c lagging) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if tcr, ok := obj.(*ichorv1alpha1.TalosCredentialRequest); ok && key == client.ObjectKeyFromObject(c.before) {
+		c.before.DeepCopyInto(tcr)
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
 }
 
 // An answer whose write timed out without being stored, and which the

@@ -181,17 +181,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var tcr ichorv1alpha1.TalosCredentialRequest
 	if err := r.Client.Get(ctx, req.NamespacedName, &tcr); err != nil {
 		if apierrors.IsNotFound(err) {
-			return r.recordOwed(ctx, req.NamespacedName, "", nil), nil
+			return r.recordOwed(ctx, req.NamespacedName, nil), nil
 		}
 		return reconcile.Result{}, err
 	}
-	if ready := meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady); ready != nil {
-		owed := r.recordOwed(ctx, req.NamespacedName, tcr.UID, ready)
-		result, err := r.expire(ctx, &tcr, ready)
-		if owed.RequeueAfter > 0 && (result.RequeueAfter == 0 || owed.RequeueAfter < result.RequeueAfter) {
-			result = owed
+	if meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady) == nil && r.owed.uncertain(req.NamespacedName, tcr.UID) {
+		// An answer of unknown outcome may be stored where the cache does
+		// not show it yet: the API server says, before the request is
+		// decided and signed again (an issuance never stored would be
+		// listed as in effect).
+		var live ichorv1alpha1.TalosCredentialRequest
+		switch err := r.APIReader.Get(ctx, req.NamespacedName, &live); {
+		case apierrors.IsNotFound(err):
+			return r.recordOwed(ctx, req.NamespacedName, nil), nil
+		case err != nil:
+			return reconcile.Result{}, fmt.Errorf("read the request again after a write of unknown outcome: %w", err)
 		}
-		return result, err
+		tcr = live
+	}
+	owed := r.recordOwed(ctx, req.NamespacedName, &tcr)
+	if ready := meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady); ready != nil {
+		result, err := r.expire(ctx, &tcr, ready)
+		return sooner(result, owed), err
 	}
 	answer, decisionID, warn, err := r.answer(ctx, &tcr)
 	if err != nil {
@@ -208,7 +219,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			// The retry reads the request: if it finds this answer
 			// stored, this record is owed (review 226 F3).
 			applied.Outcome = engine.AppliedObserved
-			r.owed.add(req.NamespacedName, owedRecord{uid: tcr.UID, record: applied, ifNamed: true})
+			r.owed.add(req.NamespacedName, owedRecord{uid: tcr.UID, record: applied, uncertain: true, warn: warn})
 			return reconcile.Result{}, fmt.Errorf("write the answer: %w", err)
 		case answerNotStored:
 			return reconcile.Result{}, fmt.Errorf("write the answer: %w", err)
@@ -229,7 +240,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		r.owed.add(req.NamespacedName, owedRecord{uid: tcr.UID, record: applied})
 		return reconcile.Result{RequeueAfter: recordRetry}, nil
 	}
-	return reconcile.Result{RequeueAfter: r.retention()}, nil
+	return sooner(reconcile.Result{RequeueAfter: r.retention()}, owed), nil
+}
+
+// sooner is result, or owed when it asks for a look sooner.
+func sooner(result, owed reconcile.Result) reconcile.Result {
+	if owed.RequeueAfter > 0 && (result.RequeueAfter == 0 || owed.RequeueAfter < result.RequeueAfter) {
+		return owed
+	}
+	return result
 }
 
 // answerWrite is what a failed write of an answer did, as far as the
