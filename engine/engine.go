@@ -801,14 +801,25 @@ func (e *Engine) decide(ctx context.Context, path string, input any) (Decision, 
 		// (http.send), so a logged decision replays exactly.
 		HTTPRoundTripper: func(*http.Transport) http.RoundTripper { return refuseNetwork{} },
 	})
+	// An undefined decision is logged too, and its caller acts on it (the
+	// rule does not govern the input): its entry must have reached the
+	// sinks as well.
+	if reached != nil && !reached.Load() && (err == nil || sdk.IsUndefinedErr(err)) {
+		id := ""
+		if res != nil {
+			id = res.ID
+		}
+		if ctx.Err() != nil {
+			// Cut short (a stop, a shard lost), not the mask's doing.
+			return Decision{Path: path}, fmt.Errorf("decision %s of %s: its decision-log entry was not written: %w", id, path, ctx.Err())
+		}
+		return Decision{Path: path}, fmt.Errorf("decision %s of %s: %w", id, path, ErrEntryNotLogged)
+	}
 	if err != nil {
 		if sdk.IsUndefinedErr(err) {
 			return Decision{Path: path}, fmt.Errorf("%s: %w", path, ErrNoDecision)
 		}
 		return Decision{Path: path}, fmt.Errorf("evaluate %s: %w", path, err)
-	}
-	if reached != nil && !reached.Load() {
-		return Decision{Path: path}, fmt.Errorf("decision %s of %s: %w", res.ID, path, ErrEntryNotLogged)
 	}
 	raw, err := json.Marshal(res.Result)
 	if err != nil {
@@ -890,9 +901,9 @@ var lostEntryMessages = []string{"Log event masking failed", "Log drop decision 
 
 // opaLogger is OPA's logger. It counts the decision-log entries OPA's logs
 // plugin drops when the bundle's mask fails (or a drop rule, which no
-// bundle may define: dropDecisionPath): no sink sees
-// them, and the decision they record was taken all the same (review 152
-// L2). They count as dropped by sink "mask", which
+// bundle may define: dropDecisionPath): no sink sees them, and OPA tells
+// the decision's caller nothing (the engine fails the decision itself:
+// ErrEntryNotLogged; review 152 L2). They count as dropped by sink "mask", which
 // IchorDecisionLogEntriesDropped alerts on; the error line stays OPA's. And
 // it cuts every line to MaxLogText: OPA quotes what a bundle holds (a
 // file's name, a module's line) in its errors, once a poll, and whoever

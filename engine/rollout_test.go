@@ -497,29 +497,31 @@ func TestDecisionLogUploadDropsAreCounted(t *testing.T) {
 // An entry OPA's logs plugin drops because the bundle's mask fails to
 // evaluate reaches no sink, and its decision is not acted on: the engine
 // answers it with ErrEntryNotLogged, naming the decision, as it answers a
-// decision whose entry the file cannot take. Before, it was taken with no
-// entry (OPA tells the caller nothing), and only a count said so. The entry
-// is counted as dropped (sink "mask", which IchorDecisionLogEntriesDropped
-// alerts on) beside OPA's error line (review 152 L2). The shipped rules
-// drop and count nothing. (No drop rule of the bundle's is asked:
-// TestADropRuleInTheBundleTakesNoEntryOutOfTheLog.)
+// decision whose entry the file cannot take, and so for an undefined one
+// (its caller acts on "the rule does not govern this"). Before, it was
+// taken with no entry (OPA tells the caller nothing), and only a count said
+// so. Only the decisions the mask fails on are refused: the mask here fails
+// on a marker in the input, and the decisions beside them are logged and
+// answered. The entry is counted as dropped (sink "mask", which
+// IchorDecisionLogEntriesDropped alerts on) beside OPA's error line (review
+// 152 L2). The shipped rules drop and count nothing. (No drop rule of the
+// bundle's is asked: TestADropRuleInTheBundleTakesNoEntryOutOfTheLog.)
 func TestADecisionWhoseEntryTheMaskFailsOnIsNotActedOn(t *testing.T) {
 	s := newSigner(t)
-	// Two values of one complete rule: an evaluation error, not undefined.
-	const twice = "package system.log\n\n_twice := 1 if input.decision_id\n\n_twice := 2 if input.decision_id\n\n"
-	broken := func(rule string) string {
-		dir := t.TempDir()
-		require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "system", "log", "broken.rego"), []byte(twice+rule+" if _twice == 1\n"), 0o600))
-		return dir
-	}
+	const marker = "10.5.0.99"
+	// Two values of one complete rule where the entry holds the marker: an
+	// evaluation error, not undefined.
+	const broken = "package system.log\n\n_twice := 1 if contains(json.marshal(input.input), \"" + marker + "\")\n\n" +
+		"_twice := 2 if contains(json.marshal(input.input), \"" + marker + "\")\n\nmask contains \"/input/none\" if _twice == 1\n"
+	dir := t.TempDir()
+	require.NoError(t, os.CopyFS(dir, os.DirFS("../policy")))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "system", "log", "broken.rego"), []byte(broken), 0o600))
 	for name, c := range map[string]struct{ dir, message string }{
 		"shipped":       {dir: "../policy"},
-		"a broken mask": {dir: broken(`mask contains "/input/none"`), message: "Log event masking failed"},
+		"a broken mask": {dir: dir, message: "Log event masking failed"},
 	} {
-		dir := c.dir
 		t.Run(name, func(t *testing.T) {
-			b, err := bundles.FromDir(dir)
+			b, err := bundles.FromDir(c.dir)
 			require.NoError(t, err)
 			bundles.SetEpoch(b, bundles.Floor())
 			path := filepath.Join(t.TempDir(), "bundle.tar.gz")
@@ -534,19 +536,26 @@ func TestADecisionWhoseEntryTheMaskFailsOnIsNotActedOn(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { e.Stop(context.Background()) })
 
+			// A decision without the marker is logged and answered, either way.
 			d, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, "10.5.0.2"))
+			require.NoError(t, err)
+			assert.Contains(t, decisions.String(), d.DecisionID)
+
+			marked, err := e.KubeletServing(context.Background(), servingInput(t, csrgen.ECDSA, marker))
+			_, undefinedErr := e.Requirements(context.Background(), "no-such-purpose-"+marker)
 			if c.message == "" {
 				require.NoError(t, err)
+				assert.Contains(t, decisions.String(), marked.DecisionID)
+				require.ErrorIs(t, undefinedErr, engine.ErrNoDecision)
 				assert.Zero(t, metrics.Dropped("mask"))
-				assert.Contains(t, decisions.String(), d.DecisionID)
 				return
 			}
 			require.ErrorIs(t, err, engine.ErrEntryNotLogged)
-			assert.Empty(t, d.Action, "nothing to act on")
 			id := regexp.MustCompile(`decision ([0-9a-f-]{36}) of `).FindStringSubmatch(err.Error())
 			require.NotNil(t, id, "the decision is named: %v", err)
-			assert.Equal(t, 1.0, metrics.Dropped("mask"))
 			assert.NotContains(t, decisions.String(), id[1], "the test proves nothing: the entry was written")
+			require.ErrorIs(t, undefinedErr, engine.ErrEntryNotLogged, "an undefined decision the mask failed on is not answered as undefined")
+			assert.Equal(t, 2.0, metrics.Dropped("mask"))
 			assert.Contains(t, opaLog.String(), c.message)
 		})
 	}
