@@ -83,17 +83,12 @@ func (o *owedRecords) take(key types.NamespacedName) []owedRecord {
 	return owed
 }
 
-// uncertain reports whether an answer of unknown outcome is owed on the
-// request uid of key.
-func (o *owedRecords) uncertain(key types.NamespacedName, uid types.UID) bool {
+// owes reports whether a record is owed on the request uid of key: its
+// answer may be stored, or is, where the cache may not show it yet.
+func (o *owedRecords) owes(key types.NamespacedName, uid types.UID) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for _, e := range o.m[key] {
-		if e.uid == uid && e.uncertain {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(o.m[key], func(e owedRecord) bool { return e.uid == uid })
 }
 
 // names reports whether the condition names the decision id, as the

@@ -185,11 +185,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, err
 	}
-	if meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady) == nil && r.owed.uncertain(req.NamespacedName, tcr.UID) {
-		// An answer of unknown outcome may be stored where the cache does
-		// not show it yet: the API server says, before the request is
-		// decided and signed again (an issuance never stored would be
-		// listed as in effect).
+	if meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady) == nil && r.owed.owes(req.NamespacedName, tcr.UID) {
+		// An answer of unknown outcome may be stored, and one whose record
+		// is owed is, where the cache does not show it yet: the API server
+		// says, before the request is decided and signed again (an
+		// issuance never stored would be listed as in effect).
 		var live ichorv1alpha1.TalosCredentialRequest
 		switch err := r.APIReader.Get(ctx, req.NamespacedName, &live); {
 		case apierrors.IsNotFound(err):
