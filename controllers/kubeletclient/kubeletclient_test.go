@@ -712,6 +712,40 @@ func TestUnknownMachineIsPendingUntilALocalMachineAppears(t *testing.T) {
 	assert.Equal(t, f.cluster, last.Input.Machine.Cluster)
 }
 
+// A machine answers to its hostname only until its node name is recorded:
+// one that joined as another name vouches for no request in its hostname's
+// (review 225 F3), and for those in its node name's.
+func TestAMachineAnswersToItsHostnameOnlyUntilItsNodeNameIsKnown(t *testing.T) {
+	f := newFixture(t)
+	f.machine("host-1")
+	var m ichorv1alpha1.TalosMachine
+	require.NoError(t, env.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "host-1"}, &m))
+	m.Status.NodeName = "joined-1"
+	require.NoError(t, env.Client.Status().Update(f.ctx, &m))
+	require.Eventually(t, func() bool {
+		var seen ichorv1alpha1.TalosMachine
+		return managerCache.Get(f.ctx, client.ObjectKeyFromObject(&m), &seen) == nil && seen.Status.NodeName == "joined-1"
+	}, wait, 50*time.Millisecond, "the manager never saw the node name")
+
+	for _, node := range []string{"host-1", "joined-1"} {
+		bind(t, "system:node:"+node, []string{"system:nodes"}, roleSelfNodeClient)
+	}
+	byHostname := submit(t, userClient(t, "system:node:host-1", "system:nodes"), "host-1", csrgen.Request{Subject: csrgen.NodeSubject("host-1")})
+	e := requirePending(t, byHostname, "MachineUnknown")
+	assert.Nil(t, e.Input.Machine, "a hostname the machine did not join as is no name of it")
+
+	byNodeName := submit(t, userClient(t, "system:node:joined-1", "system:nodes"), "joined-1", csrgen.Request{Subject: csrgen.NodeSubject("joined-1")})
+	var csr *certificatesv1.CertificateSigningRequest
+	require.Eventually(t, func() bool {
+		csr = env.GetCSR(t, byNodeName)
+		return harness.Verdict(csr) != nil
+	}, wait, 50*time.Millisecond)
+	assert.Equal(t, certificatesv1.CertificateApproved, harness.Verdict(csr).Type)
+	entries := entriesFor(byNodeName)
+	require.NotNil(t, entries[len(entries)-1].Input.Machine)
+	assert.Equal(t, "host-1", entries[len(entries)-1].Input.Machine.Name, "the machine vouches under its node name")
+}
+
 func TestMachineOfAClusterTheOperatorDidNotNameVouchesForNothing(t *testing.T) {
 	f := newFixture(t)
 	user := "system:node:tenant-1"
