@@ -481,27 +481,24 @@ func TestAnIssuanceWithLongReasonsIsAnsweredOnce(t *testing.T) {
 func TestAnAnswerStoredButAnsweredWithATimeoutIsRecordedOnce(t *testing.T) {
 	f := newFixture(t)
 	decided := 0
-	f.r.Engine = &enginetest.Engine{Engine: eng, IssuanceFunc: func(ctx context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
-		decided++
-		return eng.Issuance(ctx, in)
-	}}
+	f.r.Engine = countingIssuance(&decided)
 	f.r.Client = storedThenTimedOut{ctrlClient}
 	tcr, _ := f.ask("demo", ichorv1alpha1.PurposeTalosconfigReader, "")
 	c := ready(t, tcr)
 	require.Equal(t, ichorv1alpha1.ReasonIssued, c.Reason)
 	id := decisionIDOf(t, c.Message)
-	type record struct {
-		Path  string         `json:"path"`
-		Input engine.Applied `json:"input"`
-	}
-	applied := func() []record {
-		return harness.Decisions(decisionLog, func(e record) bool {
-			return e.Path == engine.PathApplied && e.Input.DecisionID == id
-		})
-	}
-	waitFor(t, "the applied record of the answer stored", func() (bool, error) { return len(applied()) == 1, nil })
-	assert.Equal(t, engine.AppliedObserved, applied()[0].Input.Outcome, "seen stored, not said to be")
+	waitFor(t, "the applied record of the answer stored", func() (bool, error) { return len(appliedRecords(id)) == 1, nil })
+	assert.Equal(t, engine.AppliedObserved, appliedRecords(id)[0].Outcome, "seen stored, not said to be")
 	assert.Equal(t, 1, decided, "decided (and signed) again")
+}
+
+// countingIssuance is the engine, counting in decided the issuance
+// decisions it makes.
+func countingIssuance(decided *int) *enginetest.Engine {
+	return &enginetest.Engine{Engine: eng, IssuanceFunc: func(ctx context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
+		*decided++
+		return eng.Issuance(ctx, in)
+	}}
 }
 
 // appliedRecords are the applied records of decision id in the decision log.
@@ -531,10 +528,7 @@ func TestAnUnreadAnswerIsRecordedOnceSeenStored(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t)
 			decided := 0
-			f.r.Engine = &enginetest.Engine{Engine: eng, IssuanceFunc: func(ctx context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
-				decided++
-				return eng.Issuance(ctx, in)
-			}}
+			f.r.Engine = countingIssuance(&decided)
 			f.r.Client = storedThenTimedOut{ctrlClient}
 			f.r.APIReader = requestsUnreadable{ctrlClient}
 			tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, ttl)
@@ -615,10 +609,7 @@ func TestAnAnswerOfUnknownOutcomeNeverStoredIsNotRecorded(t *testing.T) {
 func TestARefusedAppliedRecordIsMadeAgain(t *testing.T) {
 	f := newFixture(t)
 	decided := 0
-	refusing := &refusedOnce{Decider: &enginetest.Engine{Engine: eng, IssuanceFunc: func(ctx context.Context, in engine.CredentialIssuanceInput) (engine.CredentialIssuance, error) {
-		decided++
-		return eng.Issuance(ctx, in)
-	}}}
+	refusing := &refusedOnce{Decider: countingIssuance(&decided)}
 	f.r.Engine = refusing
 	tcr, _ := f.create(f.admin(), "demo", ichorv1alpha1.PurposeTalosconfigReader, "")
 	before := tcr.DeepCopy()
