@@ -100,10 +100,15 @@ func ReviewFact(attrs authorizationv1.ResourceAttributes, answer authorizationv1
 // and node names such as worker-1 recur from cluster to cluster; a machine of
 // a cluster the operator did not name vouches for nothing here. Nor does a
 // machine being deleted (another controller's finalizer may hold it): the
-// operator is taking that node away (review 225 F3).
+// operator is taking that node away (review 225 F3). Nor does a machine
+// whose recorded node name is another for its hostname: the index
+// (machines.IndexNodeName) holds both names, which suits the kubelet-serving
+// approver (it reads the node's name from Talos and compares), but a
+// bootstrap request in a name the machine never joined as asks for a node
+// identity it never had (review 225 F3).
 func (r *Reconciler) machineFor(ctx context.Context, node string) (*ichorv1alpha1.TalosMachine, error) {
 	return machines.Find(ctx, r.Client, node, func(m *ichorv1alpha1.TalosMachine) (bool, error) {
-		if !m.DeletionTimestamp.IsZero() {
+		if !m.DeletionTimestamp.IsZero() || (m.Status.NodeName != "" && m.Status.NodeName != node) {
 			return false, nil
 		}
 		return r.localCluster(ctx, m.Namespace, m.Spec.ClusterName)

