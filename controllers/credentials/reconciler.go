@@ -263,13 +263,15 @@ const (
 	answerMaybeStored
 )
 
-// storedAnyway reports whether an answer whose write failed with err was
-// stored all the same: a timeout or a 5xx the API server answered after it
-// stored the write, which the request, read again, says by the decision
-// its condition names. Retried instead, the request was decided and signed
+// storedAnyway says what became of an answer whose write failed with err:
+// stored all the same (a timeout or a 5xx the API server answered after it
+// stored the write, which the request, read again, says by the decision its
+// condition names; retried instead, the request was decided and signed
 // again, and the credential delivered had no applied record nor the
-// refusal its Warning (review 197A F2). An answer refused (a conflict, an
-// invalid or forbidden write, the request gone) was not stored.
+// refusal its Warning: review 197A F2); not stored (a refusal: a conflict,
+// an invalid or forbidden write, the request gone, or another answer
+// stored); or maybe stored, when the request cannot be read back or shows
+// no answer yet (review 226 F3).
 func (r *Reconciler) storedAnyway(ctx context.Context, answer *ichorv1alpha1.TalosCredentialRequest, decisionID string, err error) answerWrite {
 	if decisionID == "" || apierrors.IsConflict(err) || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) {
 		return answerNotStored

@@ -101,7 +101,7 @@ func ReviewFact(attrs authorizationv1.ResourceAttributes, answer authorizationv1
 // a cluster the operator did not name vouches for nothing here. Nor does a
 // machine being deleted (another controller's finalizer may hold it): the
 // operator is taking that node away (review 225 F3). Nor does a machine
-// whose recorded node name is another for its hostname: the index
+// for its hostname once its recorded node name is another: the index
 // (machines.IndexNodeName) holds both names, which suits the kubelet-serving
 // approver (it reads the node's name from Talos and compares), but a
 // bootstrap request in a name the machine never joined as asks for a node
