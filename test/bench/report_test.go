@@ -60,6 +60,19 @@ func TestGoalAtMost(t *testing.T) {
 	}
 }
 
+func TestAThroughputJustShortOfTheGoalIsMissedByWhatItLacks(t *testing.T) {
+	for ratio, want := range map[float64]string{
+		0.80:   "met",
+		0.85:   "met",
+		0.7956: "**missed** by 0.4 points",
+		0.5:    "**missed** by 30.0 points",
+	} {
+		if got := throughputVerdict(ratio); got != want {
+			t.Errorf("%v of the rubber stamp: %q, want %q", ratio, got, want)
+		}
+	}
+}
+
 func TestPruneRuns(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{"ichor-bench-20260101-000000-1", "ichor-bench-20260102-000000-2", "ichor-bench-20260103-000000-3", "other"} {
