@@ -641,6 +641,55 @@ func TestAManifestRedirectedElsewhereIsCheckedAllTheSame(t *testing.T) {
 	}
 }
 
+// A registry (or whoever answers a plain-http one) that answers the tag's
+// HEAD with a manifest's media type written otherwise (a parameter, other
+// capitals) does not take the manifest past the checks: OPA's downloader
+// keeps the header as sent and, matching it exactly, fetched the root from
+// /blobs/, where no manifest check runs, 2 MiB of it decoded at each poll
+// (review 235 F1). The type is handed on as a bundle's, so the root is
+// fetched and checked as a manifest, and a good bundle served so is pulled.
+func TestAManifestTypeWrittenOtherwiseIsCheckedAsAManifest(t *testing.T) {
+	for _, written := range []string{"application/vnd.oci.image.manifest.v1+json; charset=utf-8", "Application/VND.OCI.IMAGE.MANIFEST.V1+JSON"} {
+		t.Run(written, func(t *testing.T) {
+			s := newSigner(t)
+			var blobGets atomic.Int64
+			registry := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				switch {
+				case r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/"):
+					blobGets.Add(1)
+				case r.Method == http.MethodHead && strings.Contains(r.URL.Path, "/manifests/"):
+					registry.ServeHTTP(retyped{w, written}, r)
+					return
+				}
+				registry.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			var hostile func()
+			host := strings.TrimPrefix(srv.URL, "http://")
+			src := hostileTag(t, host, &blobGets, &hostile)
+			good, e := startOnGood(t, src, s)
+
+			hostile = func() { pushGraph(t, host, "ichor/policy", "stable", 40, 1<<10, false) }
+			e.refused(t, src, nil, "40 layers, more than the 4 a bundle may have", good)
+			assert.Zero(t, blobGets.Load(), "no blob is fetched")
+		})
+	}
+}
+
+// retyped answers an image manifest's media type as written.
+type retyped struct {
+	http.ResponseWriter
+	written string
+}
+
+func (w retyped) WriteHeader(code int) {
+	if w.Header().Get("Content-Type") == ocispec.MediaTypeImageManifest {
+		w.Header().Set("Content-Type", w.written)
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
 // A bundle whose revision holds a parenthesis (or a control character) is
 // refused at activation from every kind of source, the last good bundle
 // keeps deciding: the revision is written into every verdict's condition,

@@ -127,13 +127,19 @@ func pullBudget(limits bundles.Limits) int64 {
 }
 
 // checkManifestType refuses a manifest response whose media type is not a
-// bundle's. OPA's downloader decides what to follow from the type the HEAD
-// of the tag returns, so this is what stops an index before its children.
+// bundle's, and hands on the one it takes as a bundle's is written. OPA's
+// downloader decides what to follow from the type the HEAD of the tag
+// returns, so this is what stops an index before its children; and it
+// matches that type exactly to fetch the root from /manifests/, where the
+// root is checked as a manifest: a type with a parameter or other capitals,
+// which the check reads as a bundle's, had the root fetched from /blobs/,
+// unchecked (review 235 F1).
 func checkManifestType(resp *http.Response) error {
 	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	if err != nil || !bundleManifestTypes[mt] {
 		return fmt.Errorf("%w: media type %q; a bundle's tag is one image manifest (not an index, a manifest list or an artifact manifest)", ErrBundleManifest, resp.Header.Get("Content-Type"))
 	}
+	resp.Header.Set("Content-Type", mt)
 	return nil
 }
 
