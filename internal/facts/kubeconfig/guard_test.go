@@ -1056,3 +1056,27 @@ func TestOnlyWhatTheGoSideAllowsOfAKubeconfigTakesEffect(t *testing.T) {
 		assert.False(t, sent, impersonation)
 	}
 }
+
+// A password in the server URL, or an address longer than any API server's,
+// is refused before anything is reached, whatever the bundle allowed: Go's
+// client sent the password as basic authentication beside the tenant's
+// certificate, and client-go quotes the address whole in each error it logs
+// at every retry (review 236 F2).
+func TestAServerURLWithAPasswordOrOfAnyLengthIsNotReached(t *testing.T) {
+	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	cert, ca := selfSigned(t)
+	tenant := newServer(t, &cert, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	for name, server := range map[string]string{
+		"a password":  strings.Replace(tenant.URL, "https://", "https://admin:s3cr3t@", 1),
+		"a user name": strings.Replace(tenant.URL, "https://", "https://admin@", 1),
+		"a long path": tenant.URL + "/" + strings.Repeat("a", kubeconfig.MaxServerBytes),
+	} {
+		_, err := localOf(local).RESTConfig(context.Background(), "tenant", kubeconfig.Read(tenantKubeconfig(server, ca)), false)
+		require.Error(t, err, name)
+		assert.NotContains(t, err.Error(), "s3cr3t", name)
+		assert.Less(t, len(err.Error()), 256, name)
+	}
+	assert.Empty(t, tenant.seen(), "the tenant's server was reached")
+	_, err := localOf(local).RESTConfig(context.Background(), "tenant", kubeconfig.Read(tenantKubeconfig(tenant.URL+"/"+strings.Repeat("a", kubeconfig.MaxServerBytes-len(tenant.URL)-1), ca)), false)
+	require.NoError(t, err, "an address of the bound")
+}

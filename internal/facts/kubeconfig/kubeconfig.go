@@ -44,6 +44,8 @@ const (
 	// maxText bounds each tenant string in the facts (a name, a key, the
 	// server URL, an error).
 	maxText = 256
+	// MaxServerBytes bounds the server URL a client is built for.
+	MaxServerBytes = 2048
 )
 
 // Field is one key present in the document: Path with the index of each
@@ -135,14 +137,14 @@ func Read(data []byte) *Document {
 	// Strict: a key given twice is an error, not the last one winning.
 	doc, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		f.Error = servingcert.Clip(err.Error(), maxText)
+		f.Error = readError(err)
 		return d
 	}
 	var generic any
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.UseNumber()
 	if err := dec.Decode(&generic); err != nil {
-		f.Error = servingcert.Clip(err.Error(), maxText)
+		f.Error = readError(err)
 		return d
 	}
 	if _, ok := generic.(map[string]any); !ok {
@@ -153,7 +155,7 @@ func Read(data []byte) *Document {
 	w.walk(generic, reflect.TypeFor[clientcmdv1.Config](), "", "")
 	var cfg clientcmdv1.Config
 	if err := json.Unmarshal(doc, &cfg); err != nil {
-		f.Error = servingcert.Clip(err.Error(), maxText)
+		f.Error = readError(err)
 		return d
 	}
 	f.Parsed = true
@@ -220,11 +222,7 @@ func (d *Document) selectContext(cfg *clientcmdv1.Config) {
 func serverFacts(server string) Server {
 	u, err := url.Parse(server)
 	if err != nil {
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return Server{Error: clip(err.Error())}
+		return Server{Error: urlError(err)}
 	}
 	s := Server{Scheme: clip(u.Scheme), Host: clip(u.Host), UserInfo: u.User != nil}
 	u.User = nil
@@ -349,4 +347,73 @@ func sortedKeys(m map[string]any) []string {
 
 func clip(s string) string {
 	return servingcert.Clip(s, maxText)
+}
+
+// The parsers' words about a document they cannot read quote it: YAML's a
+// value of the wrong tag or a key that is no string (sigs.k8s.io/yaml
+// prints the value under a null key whole, a token or a private key a
+// templating left keyless), url's a part of the address (a password
+// after its colon). The facts are the condition's message, a Warning
+// Event's and the decision log's, each readable by more people than the
+// Secret: an error is said in the parser's words only when they are a
+// shape that quotes nothing of the document, otherwise in a fixed one
+// (review 236 F1).
+var (
+	// yamlSyntax is a syntax error of go-yaml's scanner or parser: a fixed
+	// problem, at a line, quoting at most single characters ("did not
+	// find expected ',' or '}'").
+	yamlSyntax = regexp.MustCompile(`^yaml: (line [0-9]+: )?([a-zA-Z ,]|'[^']')+$`)
+	// jsonType is encoding/json's value of the wrong type, named by its
+	// kind and the schema path of keys (which the facts list anyway).
+	jsonType = regexp.MustCompile(`^json: cannot unmarshal [a-z]+ into Go struct field [A-Za-z0-9._-]+ of type [A-Za-z0-9.*\[\]]+$`)
+	// badBase64 is encoding/base64's, at a position.
+	badBase64 = regexp.MustCompile(`^illegal base64 data at input byte [0-9]+$`)
+	// errorLines are the line numbers go-yaml's errors give, each at the
+	// start of the error or of one of its lines.
+	errorLines = regexp.MustCompile(`(?m)(?:^yaml: |^\s+)line ([0-9]+):`)
+	// urlWords is url's error once its quoted parts are taken out.
+	urlWords = regexp.MustCompile(`^[a-zA-Z /:.,-]+$`)
+	quoted   = regexp.MustCompile(` ?"(?:[^"\\]|\\.)*"`)
+)
+
+// readError says why a document could not be read, quoting nothing of it.
+func readError(err error) string {
+	msg := err.Error()
+	switch {
+	case len(msg) <= maxText && (yamlSyntax.MatchString(msg) || jsonType.MatchString(msg) || badBase64.MatchString(msg)):
+		return msg
+	case strings.Contains(msg, "already set in map"):
+		return "a key is given twice" + atLines(msg)
+	case strings.HasPrefix(msg, "unsupported map key"), strings.HasPrefix(msg, "yaml: invalid map key"):
+		return "a mapping key is not a string (null, binary, a list or a mapping)" + atLines(msg)
+	case strings.HasPrefix(msg, "yaml: cannot decode"):
+		return "a value is not of the type its tag names" + atLines(msg)
+	}
+	return "not YAML or JSON that can be read" + atLines(msg) + " (the parser's words are not repeated: they may quote the document)"
+}
+
+// atLines is " at line N, M" for the lines msg names, or "".
+func atLines(msg string) string {
+	var lines []string
+	for _, m := range errorLines.FindAllStringSubmatch(msg, 10) {
+		lines = append(lines, m[1])
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return " at line " + strings.Join(lines, ", ")
+}
+
+// urlError is url.Parse's error without the parts of the address it
+// quotes.
+func urlError(err error) string {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		err = uerr.Err
+	}
+	words := strings.TrimSpace(quoted.ReplaceAllString(err.Error(), ""))
+	if len(words) > maxText || !urlWords.MatchString(words) {
+		return "the server URL cannot be parsed"
+	}
+	return words
 }

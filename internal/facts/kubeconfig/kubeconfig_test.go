@@ -125,6 +125,42 @@ func TestWhatCannotBeReadIsAFact(t *testing.T) {
 	assert.Equal(t, kubeconfig.MaxBytes+1, f.Bytes)
 }
 
+// Why a document cannot be read is said without quoting it: the parsers'
+// words quote a value (a token left under a null key by a template, a
+// tagged value, a password in the server URL), and the error is the
+// condition's message, a Warning Event's and the decision log's, each
+// read by more people than the Secret (review 236 F1). Each shape still
+// says what is wrong, and where.
+func TestWhatCannotBeReadIsSaidWithoutQuotingIt(t *testing.T) {
+	for doc, want := range map[string]string{
+		"users:\n- name: a\n  user:\n    ~: {token: s3cr3t}\n":          "a mapping key is not a string",
+		"users:\n- name: a\n  user:\n    ? [s3cr3t]\n    : x\n":         "a mapping key is not a string",
+		"users:\n- name: a\n  user:\n    token: !!int s3cr3t\n":         "a value is not of the type its tag names",
+		"users:\n- name: a\n  user:\n    token: s3cr3t\n    token: x\n": "a key is given twice at line 5",
+		"a: &s3cr3t x\nb: *s3cr3tt\n":                                   "not YAML or JSON that can be read",
+		"a: [\n":                                                        "yaml: line 1: did not find expected node content",
+		"{\"a\": s3cr3t\n":                                              "yaml: line 1: did not find expected ',' or '}'",
+		"users:\n- name: a\n  user:\n    token: [s3cr3t]\n":             "json: cannot unmarshal array into Go struct field AuthInfo.users.user.token of type string",
+		"users:\n- name: a\n  user:\n    client-key-data: 's3cr3t!!'\n": "illegal base64 data at input byte 6",
+	} {
+		f := kubeconfig.Read([]byte(doc)).Facts
+		assert.False(t, f.Parsed, doc)
+		assert.NotContains(t, f.Error, "s3cr3t", doc)
+		assert.Contains(t, f.Error, want, doc)
+	}
+	for server, want := range map[string]string{
+		"https://admin:s3cr3t/x@10.0.0.1:6443": "invalid port after host",
+		"https://10.0.0.1:6443/%s3cr3t":        "invalid URL escape",
+		"https://10.0.0.1 s3cr3t:6443":         "invalid character in host name",
+	} {
+		doc := strings.Replace(good(), "https://10.0.0.1:6443", server, 1)
+		f := kubeconfig.Read([]byte(doc)).Facts
+		require.True(t, f.Parsed, f.Error)
+		require.NotNil(t, f.Context)
+		assert.Equal(t, want, f.Context.Server.Error, server)
+	}
+}
+
 func TestTheContextInUse(t *testing.T) {
 	two := strings.Replace(good(), "current-context: admin@workload\n", "", 1) +
 		"" // one context, no current-context: that one
