@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -113,6 +114,9 @@ func DefaultDir() (string, error) {
 // directory of the user's, not a symbolic link; group and world access are
 // taken away.
 func Open(dir string) (*Cache, error) {
+	if err := mayMake(dir); err != nil {
+		return nil, fmt.Errorf("the credential cache %s is not made: %w", dir, err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create the credential cache %s: %w", dir, err)
 	}
@@ -135,6 +139,30 @@ func Open(dir string) (*Cache, error) {
 	removeLeftovers(dir, now)
 	removeExpired(dir, now)
 	return &Cache{dir: dir}, nil
+}
+
+// mayMake refuses to make dir inside another user's directory: the
+// superuser run with a user's HOME (sudo -E) made the user's cache
+// directory its own, and every run of the user's after it found the cache
+// not theirs and asked again, each time a credential, an Event and a
+// decision, with root's private key left in their home, which they could
+// not remove (review 234 F2). A directory there already is checked by
+// Open as any.
+func mayMake(dir string) error {
+	for parent := dir; ; {
+		info, err := os.Lstat(parent)
+		if err == nil {
+			return makesIn(parent, info)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil // MkdirAll says what is wrong
+		}
+		next := filepath.Dir(parent)
+		if next == parent {
+			return nil
+		}
+		parent = next
+	}
 }
 
 // expiredAge is how long after its renewal a cached credential, and its

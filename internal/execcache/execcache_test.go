@@ -433,6 +433,25 @@ func TestOpenChecksTheDirectory(t *testing.T) {
 	assert.Contains(t, err.Error(), "not a directory")
 }
 
+// The superuser run with a user's HOME (sudo -E kubectl ...) makes no cache
+// inside that user's directory: one it made was root's, and every run of
+// the user's after it found the cache not theirs and asked for a
+// credential again (review 234 F2). Its own directories it makes as any.
+func TestRootMakesNoCacheInAnotherUsersDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a directory is given to another user")
+	}
+	home := t.TempDir()
+	require.NoError(t, os.Chown(home, 1000, 1000))
+	_, err := execcache.Open(filepath.Join(home, ".cache", "ichor", "exec-credential"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "belongs to uid 1000")
+	assert.NoDirExists(t, filepath.Join(home, ".cache"))
+
+	_, err = execcache.Open(filepath.Join(t.TempDir(), ".cache", "ichor", "exec-credential"))
+	require.NoError(t, err)
+}
+
 // TestKeysNeverShare: a key differing in any one field is another file.
 func TestKeysNeverShare(t *testing.T) {
 	seen := map[string]string{key.ID(): "base"}

@@ -33,9 +33,19 @@ func ownedByUser(info fs.FileInfo) error {
 		return errors.New("its owner cannot be read")
 	}
 	if int64(st.Uid) != int64(os.Getuid()) {
-		return fmt.Errorf("it belongs to uid %d, not to you (uid %d)", st.Uid, os.Getuid())
+		return fmt.Errorf("it belongs to uid %d, not to you (uid %d): its owner, or root, can remove it", st.Uid, os.Getuid())
 	}
 	return nil
+}
+
+// makesIn refuses, to the superuser, to make a directory inside dir (info)
+// when dir is another user's.
+func makesIn(dir string, info fs.FileInfo) error {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok || os.Geteuid() != 0 || st.Uid == 0 {
+		return nil
+	}
+	return fmt.Errorf("it would be made as root inside %s, which belongs to uid %d, who could then not use it (run as that user, or let root's cache be elsewhere: XDG_CACHE_HOME)", dir, st.Uid)
 }
 
 // openToOthers says whether a file's mode lets its group or others in.
