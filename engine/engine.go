@@ -38,6 +38,7 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
+	"github.com/ichor-dev/ichor-policy/internal/heldtemp"
 	"github.com/ichor-dev/ichor-policy/internal/opavalue"
 	"github.com/ichor-dev/ichor-policy/internal/privatefile"
 	"github.com/ichor-dev/ichor-policy/internal/version"
@@ -172,7 +173,7 @@ type BundleStatus struct {
 // Engine evaluates decisions against the active bundle.
 type Engine struct {
 	opa    *sdk.OPA
-	tmpDir string
+	tmpDir *heldtemp.Dir
 	// secretQuery is the query of a URL source, scrubbed from the log and
 	// from refusals (sourceQuery).
 	secretQuery string
@@ -406,17 +407,21 @@ func (e *Engine) resource(opts Options) (resource, serviceURL string, err error)
 }
 
 // privateDir is the engine's private temporary directory, made on first
-// use and removed when the engine stops.
+// use and removed when the engine stops; one a process killed left behind
+// is removed as another is made (heldtemp).
 func (e *Engine) privateDir() (string, error) {
-	if e.tmpDir == "" {
-		dir, err := os.MkdirTemp("", "ichor-bundle-")
+	if e.tmpDir == nil {
+		dir, removed, err := heldtemp.Make("ichor-bundle-")
 		if err != nil {
 			return "", fmt.Errorf("bundle directory: %w", err)
 		}
+		if removed > 0 {
+			e.notes.Info("Removed %d bundle directories left by processes that were killed.", removed)
+		}
 		e.tmpDir = dir
-		e.private = filepath.Join(dir, "bundle.tar.gz")
+		e.private = filepath.Join(dir.Path(), "bundle.tar.gz")
 	}
-	return e.tmpDir, nil
+	return e.tmpDir.Path(), nil
 }
 
 // writePrivate writes the bundle OPA reads into a private temporary
@@ -741,8 +746,8 @@ func (e *Engine) Stop(ctx context.Context) {
 }
 
 func (e *Engine) cleanup() {
-	if e.tmpDir != "" {
-		_ = os.RemoveAll(e.tmpDir)
+	if e.tmpDir != nil {
+		_ = e.tmpDir.Remove()
 	}
 }
 

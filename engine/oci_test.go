@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -202,6 +203,15 @@ func TestAMovingTagDoesNotFillTheDisk(t *testing.T) {
 	ref := bundles.OCIPlainHTTPScheme + host + "/ichor/policy:stable"
 	good := policyBundle(t, false)
 	push(t, ref, good, s)
+	// A store a killed process left in the same /tmp (an emptyDir outlives
+	// the container): its lock is free, and it goes as the engine makes its
+	// own (review 235 F2).
+	killed := filepath.Join(tmp, "ichor-bundle-killed")
+	require.NoError(t, os.MkdirAll(filepath.Join(killed, "oci", "blobs"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(killed, "oci", "blobs", "x"), make([]byte, 1<<20), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(killed, ".held"), nil, 0o600))
+	hourAgo := time.Now().Add(-time.Hour)
+	require.NoError(t, os.Chtimes(filepath.Join(killed, ".held"), hourAgo, hourAgo))
 	var st statuses
 	e, err := engine.New(context.Background(), engine.Options{
 		Source: ref, PollInterval: time.Second, VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public}},
@@ -209,6 +219,7 @@ func TestAMovingTagDoesNotFillTheDisk(t *testing.T) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Stop(context.Background()) })
+	assert.NoDirExists(t, killed, "a store a killed process left")
 
 	const pushes, padding = 20, 512 << 10
 	for i := range pushes {
