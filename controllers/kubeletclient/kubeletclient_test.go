@@ -362,6 +362,24 @@ func requirePending(t *testing.T, name string, codes ...string) logEntry {
 	return got
 }
 
+// requirePendingEvent waits for the one Warning Event KubeletClientPending
+// on the request name, and returns it.
+func requirePendingEvent(t *testing.T, name string) eventsv1.Event {
+	t.Helper()
+	var pending []eventsv1.Event
+	require.Eventually(t, func() bool {
+		var list eventsv1.EventList
+		require.NoError(t, env.Client.List(t.Context(), &list, client.InNamespace(metav1.NamespaceDefault)))
+		pending = slices.DeleteFunc(list.Items, func(e eventsv1.Event) bool {
+			return e.Regarding.Name != name || e.Reason != kubeletclient.ReasonPending
+		})
+		return len(pending) > 0
+	}, wait, 100*time.Millisecond, "no %s Event on %s", kubeletclient.ReasonPending, name)
+	require.Len(t, pending, 1)
+	assert.Equal(t, corev1.EventTypeWarning, pending[0].Type)
+	return pending[0]
+}
+
 func codesOf(e logEntry) []string {
 	out := []string{}
 	for _, r := range e.Result.Reasons {
@@ -497,19 +515,9 @@ func TestWithoutPermissionPendingUntilTheBindingIsAdded(t *testing.T) {
 	// Why it is pending is on the request, once for its verdict however
 	// often it was decided again (review 225 F2).
 	for name, code := range map[string]string{bootstrapCSR: "NodeClientNotAuthorized", selfCSR: "SelfNodeClientNotAuthorized"} {
-		var pending []eventsv1.Event
-		require.Eventually(t, func() bool {
-			var list eventsv1.EventList
-			require.NoError(t, env.Client.List(t.Context(), &list, client.InNamespace(metav1.NamespaceDefault)))
-			pending = slices.DeleteFunc(list.Items, func(e eventsv1.Event) bool {
-				return e.Regarding.Name != name || e.Reason != kubeletclient.ReasonPending
-			})
-			return len(pending) > 0
-		}, wait, 100*time.Millisecond, "no %s Event on %s", kubeletclient.ReasonPending, name)
-		require.Len(t, pending, 1)
-		assert.Equal(t, corev1.EventTypeWarning, pending[0].Type)
-		assert.Contains(t, pending[0].Note, code)
-		if series := pending[0].Series; series != nil {
+		pending := requirePendingEvent(t, name)
+		assert.Contains(t, pending.Note, code)
+		if series := pending.Series; series != nil {
 			assert.LessOrEqual(t, series.Count, int32(1), "%s: the Event was written again for the same verdict", name)
 		}
 	}
@@ -940,7 +948,11 @@ func TestAnOddAnswerOfTheBundleNeverDeniesAndLeavesTheRequestPending(t *testing.
 // A request for a weak key (an RSA key that can be factored, a weak curve)
 // is not recognized, however well it names the node and whatever the
 // requester may do: it stays pending, with the key named.
-func TestAWeakKeyIsNotRecognized(t *testing.T) {
+// A kubelet's renewal for a weak key, which kube-controller-manager would
+// approve, is recognized as it and left pending, and the operator is told
+// why on the request: it was taken for no kubelet's, and nothing said why
+// the node never renewed (review 238 F1).
+func TestAWeakKeyIsLeftPendingAndSaid(t *testing.T) {
 	f := newFixture(t)
 	f.machine("weak-1")
 	user := "system:node:weak-1"
@@ -951,6 +963,8 @@ func TestAWeakKeyIsNotRecognized(t *testing.T) {
 
 	e := requirePending(t, name, "PublicKeyNotAllowed")
 	assert.Contains(t, e.Result.Reasons[0].Message, `public key "ECDSA P-224 224-bit" is not allowed`)
+	assert.Equal(t, "selfnodeclient", e.Result.Kind)
+	assert.Contains(t, requirePendingEvent(t, name).Note, "PublicKeyNotAllowed")
 	assert.Nil(t, harness.Verdict(env.GetCSR(t, name)))
 }
 

@@ -29,8 +29,10 @@ test_unverified_signature_without_its_error_is_not_approved if {
 	endswith(d.reasons[0].message, "does not verify with its public key: the input holds no signature error")
 }
 
-# A weak key is not recognized, whatever the subject and the permission say.
-test_weak_keys_are_not_recognized if {
+# A weak key is never approved, whatever the subject and the permission say; the request
+# is recognized as kube-controller-manager recognizes it, so that its kind is said and the
+# operator told why it waits (review 238 F1).
+test_weak_keys_are_recognized_and_left_pending if {
 	every key in [
 		{"algorithm": "RSA", "bits": 1024},
 		{"algorithm": "ECDSA", "curve": "P-224", "bits": 224},
@@ -38,9 +40,21 @@ test_weak_keys_are_not_recognized if {
 	] {
 		d := _decide(_set("/csr/request/public_key", key))
 		d.action == "pending"
+		d.kind == "selfnodeclient"
 		[r.code | some r in d.reasons] == ["PublicKeyNotAllowed"]
 		contains(d.reasons[0].message, "is not allowed; allowed are ECDSA on curve P-256 or P-384")
 	}
+}
+
+# Nor is the key of an unrecognized request: it is said beside why it is not recognized.
+test_a_weak_key_is_said_beside_why_a_request_is_not_recognized if {
+	d := _decide(array.concat(
+		_set("/csr/request/public_key", {"algorithm": "RSA", "bits": 1024}),
+		_set("/csr/usages", ["server auth"]),
+	))
+	d.action == "pending"
+	d.kind == ""
+	{r.code | some r in d.reasons} == {"PublicKeyNotAllowed", "UsagesNotAllowed"}
 }
 
 test_sound_keys_are_recognized if {
@@ -84,8 +98,8 @@ test_an_input_without_pem_facts_is_judged_on_the_rest if {
 
 # A missing or ill-typed fact makes the check that needs it fail, with its message: a check
 # over an undefined fact would report nothing, and a request with nothing reported is
-# recognized (review 210).
-test_a_missing_fact_of_the_request_is_not_recognized if {
+# recognized, or approved (review 210).
+test_a_missing_fact_of_the_request_is_reported if {
 	every path, code in {"/csr/usages": "UsagesNotAllowed", "/csr/request/public_key": "PublicKeyNotAllowed"} {
 		d := _decide([{"op": "remove", "path": path}])
 		d.action == "pending"

@@ -60,15 +60,16 @@ _machine := input.machine if is_object(input.machine)
 # description: |
 #   The decision for one kube-apiserver-client-kubelet CSR: {"action": "approve"|"pending",
 #   "reasons": [{"code", "message"}], "node": name, "kind": "selfnodeclient"|"nodeclient"|""}.
-#   "kind" is the kind the request is approved as, or would be but for the guard or the
-#   managed-machine requirement; else the most specific kind it was recognized as; else "".
+#   "kind" is the kind the request is approved as, or would be but for the guard, the key
+#   table or the managed-machine requirement; else the most specific kind it was recognized
+#   as; else "".
 #   Undefined for any other signer, so a request this rule does not govern is never
 #   decided by it.
 # entrypoint: true
 decision := _decide if input.csr.signer_name == _config.signer_name
 
 # Every reason is one of pending: nothing here is ever denied.
-_blocking := ((unrecognized | unauthorized) | privileged) | unmanaged
+_blocking := (((unrecognized | unauthorized) | privileged) | unmanaged) | restricted
 
 _decide := _verdict("approve", {approved}) if {
 	count(_blocking) == 0
@@ -208,21 +209,20 @@ unrecognized contains reason if {
 # description: |
 #   The request's key must be one of the table of policy/ichor/lib/keys, the one table of
 #   sound keys every rule reads: ECDSA on P-256 or P-384 (what the kubelet makes by default),
-#   RSA of 2048 to 8192 bits, or Ed25519. kube-controller-manager recognizes any key; this
-#   rule does not recognize a request for a weak one, so it stays pending for a person.
+#   RSA of 2048 to 8192 bits, or Ed25519. kube-controller-manager recognizes and approves any
+#   key; this rule recognizes the request as kube-controller-manager does, and leaves one for
+#   a weak key pending for a person, its kind said (so that the operator is told, as of any
+#   recognized request left pending: review 238 F1).
 # custom:
 #   code: PublicKeyNotAllowed
-unrecognized contains reason if {
+restricted contains reason if {
 	_request.parsed == true
 	not lib_keys.allowed(object.get(_request, "public_key", {}), lib_keys.algorithms)
 	reason := {
 		"code": "PublicKeyNotAllowed",
 		"message": sprintf(
-			"%s: public key %q is not allowed; allowed are %s",
-			[
-				_not_node_client, lib_keys.text(object.get(_request, "public_key", {})),
-				lib_keys.algorithms_text(lib_keys.algorithms),
-			],
+			"public key %q is not allowed; allowed are %s",
+			[lib_keys.text(object.get(_request, "public_key", {})), lib_keys.algorithms_text(lib_keys.algorithms)],
 		),
 	}
 }
