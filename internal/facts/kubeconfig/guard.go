@@ -137,6 +137,29 @@ var (
 	http2PingTimeout     = 15 * time.Second
 )
 
+// checkServer refuses, whatever a bundle says, a server URL that is not
+// https: over plain HTTP neither the server's identity nor whether it is
+// the manager's own is checked, and the tenant's token travels in clear;
+// one with a user name or password (Go's client sends it as basic
+// authentication, beside the allow-listed credential, and client-go logs
+// the address whole); and one longer than any real address, which the
+// probe's errors and client-go's, logged at every retry of the watch,
+// quote whole: 250 KiB a line for a document's worth (review 236 F2,
+// review 237 F5). The error never quotes the address: it may hold a
+// password, and is the tenant's to make long.
+func checkServer(host string) error {
+	server, err := url.Parse(host)
+	switch {
+	case err != nil || server.Scheme != "https":
+		return errors.New("the kubeconfig's server is not https://: only an https:// server is reached")
+	case server.User != nil:
+		return errors.New("the kubeconfig's server URL holds a user name or password: the credential is the user's token or certificate alone")
+	case len(host) > MaxServerBytes:
+		return fmt.Errorf("the kubeconfig's server URL is %d bytes, more than the %d an API server's address needs", len(host), MaxServerBytes)
+	}
+	return nil
+}
+
 // RESTConfig is the client configuration of the document's server
 // (Document.RESTConfig) whose every connection is checked, not only the
 // first probe: each TLS handshake refuses a peer that presents the local API
@@ -159,22 +182,8 @@ func (l *Local) RESTConfig(ctx context.Context, tenant string, d *Document, inse
 	// The rule takes https only; so does this, whatever a bundle says:
 	// over plain HTTP neither the server's identity nor whether it is the
 	// manager's own is checked, and the tenant's token travels in clear.
-	server, err := url.Parse(cfg.Host)
-	if err != nil || server.Scheme != "https" {
-		// Not the address itself: it may hold a password, and is the
-		// tenant's to make long.
-		return nil, errors.New("the kubeconfig's server is not https://: only an https:// server is reached")
-	}
-	// Nor, whatever a bundle says, a password in it (Go's client sends it
-	// as basic authentication, beside the allow-listed credential, and
-	// client-go logs the address whole), or an address longer than any
-	// real one: client-go quotes it in each error it logs at every retry
-	// of the watch, 250 KiB a line for a document's worth (review 236 F2).
-	switch {
-	case server.User != nil:
-		return nil, errors.New("the kubeconfig's server URL holds a user name or password: the credential is the user's token or certificate alone")
-	case len(cfg.Host) > MaxServerBytes:
-		return nil, fmt.Errorf("the kubeconfig's server URL is %d bytes, more than the %d an API server's address needs", len(cfg.Host), MaxServerBytes)
+	if err := checkServer(cfg.Host); err != nil {
+		return nil, err
 	}
 	if _, _, err := l.load(ctx, true); err != nil {
 		return nil, err

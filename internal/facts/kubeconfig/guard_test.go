@@ -1058,25 +1058,49 @@ func TestOnlyWhatTheGoSideAllowsOfAKubeconfigTakesEffect(t *testing.T) {
 }
 
 // A password in the server URL, or an address longer than any API server's,
-// is refused before anything is reached, whatever the bundle allowed: Go's
-// client sent the password as basic authentication beside the tenant's
-// certificate, and client-go quotes the address whole in each error it logs
-// at every retry (review 236 F2).
+// is refused before anything is reached, whatever the bundle allowed: not
+// probed, no client built. Go's client sent the password as basic
+// authentication beside the tenant's certificate, and the probe's errors
+// and client-go's quote the address whole, at every retry (review 236 F2,
+// review 237 F5).
 func TestAServerURLWithAPasswordOrOfAnyLengthIsNotReached(t *testing.T) {
 	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
-	cert, ca := selfSigned(t)
-	tenant := newServer(t, &cert, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
+	_, ca := selfSigned(t)
+	tenant, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tenant.Close() })
+	var accepted atomic.Int32
+	go func() {
+		for {
+			c, err := tenant.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			_ = c.Close()
+		}
+	}()
+	url := "https://" + tenant.Addr().String()
 	for name, server := range map[string]string{
-		"a password":  strings.Replace(tenant.URL, "https://", "https://admin:s3cr3t@", 1),
-		"a user name": strings.Replace(tenant.URL, "https://", "https://admin@", 1),
-		"a long path": tenant.URL + "/" + strings.Repeat("a", kubeconfig.MaxServerBytes),
+		"a password":  "https://admin:s3cr3t@" + tenant.Addr().String(),
+		"a user name": "https://admin@" + tenant.Addr().String(),
+		"a long path": url + "/" + strings.Repeat("a", kubeconfig.MaxServerBytes),
 	} {
-		_, err := localOf(local).RESTConfig(context.Background(), "tenant", kubeconfig.Read(tenantKubeconfig(server, ca)), false)
+		doc := kubeconfig.Read(tenantKubeconfig(server, ca))
+		_, err := localOf(local).Probe(t.Context(), doc)
 		require.Error(t, err, name)
-		assert.NotContains(t, err.Error(), "s3cr3t", name)
-		assert.Less(t, len(err.Error()), 256, name)
+		_, err2 := localOf(local).RESTConfig(t.Context(), "tenant", doc, false)
+		require.Error(t, err2, name)
+		for _, err := range []error{err, err2} {
+			assert.NotContains(t, err.Error(), "s3cr3t", name)
+			assert.Less(t, len(err.Error()), 256, name)
+		}
 	}
-	assert.Empty(t, tenant.seen(), "the tenant's server was reached")
-	_, err := localOf(local).RESTConfig(context.Background(), "tenant", kubeconfig.Read(tenantKubeconfig(tenant.URL+"/"+strings.Repeat("a", kubeconfig.MaxServerBytes-len(tenant.URL)-1), ca)), false)
+	assert.Zero(t, accepted.Load(), "the tenant's server was reached")
+
+	bound := kubeconfig.Read(tenantKubeconfig(url+"/"+strings.Repeat("a", kubeconfig.MaxServerBytes-len(url)-1), ca))
+	_, err = localOf(local).RESTConfig(t.Context(), "tenant", bound, false)
 	require.NoError(t, err, "an address of the bound")
+	_, _ = localOf(local).Probe(t.Context(), bound)
+	assert.Equal(t, int32(1), accepted.Load(), "an address of the bound is probed")
 }

@@ -181,6 +181,9 @@ func (l *Local) Probe(ctx context.Context, d *Document) (Identity, error) {
 	if d.cluster == nil {
 		return Identity{}, errors.New("the kubeconfig has no cluster in use")
 	}
+	if err := checkServer(d.cluster.Server); err != nil {
+		return Identity{}, err
+	}
 	localKeys, roots, err := l.load(ctx, true)
 	if err != nil {
 		return Identity{}, err
