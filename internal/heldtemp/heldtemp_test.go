@@ -4,6 +4,7 @@ package heldtemp_test
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +19,9 @@ import (
 )
 
 // TestMain runs, under HELDTEMP_CHILD, a process that makes a directory,
-// says its path and waits to be killed.
+// says its path and lives until its standard input ends (the test's end) or
+// it is killed. (Blocked on nothing else, the runtime would end it as
+// deadlocked.)
 func TestMain(m *testing.M) {
 	if os.Getenv("HELDTEMP_CHILD") != "" {
 		d, _, err := heldtemp.Make("ichor-test-")
@@ -26,7 +29,8 @@ func TestMain(m *testing.M) {
 			os.Exit(2)
 		}
 		os.Stdout.WriteString(d.Path() + "\n")
-		select {}
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
@@ -42,14 +46,16 @@ func TestADirectoryOfAProcessKilledIsRemovedByTheNext(t *testing.T) {
 		cmd.Env = append(os.Environ(), "HELDTEMP_CHILD=1")
 		out, err := cmd.StdoutPipe()
 		require.NoError(t, err)
+		in, err := cmd.StdinPipe()
+		require.NoError(t, err)
 		require.NoError(t, cmd.Start())
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		t.Cleanup(func() { _ = in.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		line, err := bufio.NewReader(out).ReadString('\n')
 		require.NoError(t, err)
 		return cmd, line[:len(line)-1]
 	}
 	killed, killedDir := child()
-	_, aliveDir := child()
+	alive, aliveDir := child()
 	require.NoError(t, killed.Process.Signal(syscall.SIGKILL))
 	_, err := killed.Process.Wait()
 	require.NoError(t, err)
@@ -61,6 +67,7 @@ func TestADirectoryOfAProcessKilledIsRemovedByTheNext(t *testing.T) {
 	assert.Equal(t, 1, removed)
 	assert.NoDirExists(t, killedDir)
 	assert.DirExists(t, aliveDir, "a live process's directory")
+	require.NoError(t, alive.Process.Signal(syscall.Signal(0)), "the live process lives")
 	assert.DirExists(t, d.Path())
 
 	require.NoError(t, d.Remove())
