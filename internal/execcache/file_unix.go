@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -38,14 +39,18 @@ func ownedByUser(info fs.FileInfo) error {
 	return nil
 }
 
-// makesIn refuses, to the superuser, to make a directory inside dir (info)
-// when dir is another user's.
+// makesIn refuses, to the superuser run by sudo, to make a directory inside
+// dir (info) when dir is the invoking user's (SUDO_UID): their HOME kept.
+// Only then: root in a container whose HOME is mounted from a host user's
+// (a CI job's) has no other cache, and one refused there asked for a
+// credential at every kubectl call (review 237 F2).
 func makesIn(dir string, info fs.FileInfo) error {
 	st, ok := info.Sys().(*syscall.Stat_t)
-	if !ok || os.Geteuid() != 0 || st.Uid == 0 {
+	sudoUID := os.Getenv("SUDO_UID")
+	if !ok || os.Geteuid() != 0 || st.Uid == 0 || sudoUID != strconv.FormatUint(uint64(st.Uid), 10) {
 		return nil
 	}
-	return fmt.Errorf("it would be made as root inside %s, which belongs to uid %d, who could then not use it (run as that user, or let root's cache be elsewhere: XDG_CACHE_HOME)", dir, st.Uid)
+	return fmt.Errorf("it would be made as root inside %s, which belongs to uid %s, who ran sudo and could then not use it (run it as that user, or with root's own HOME: sudo -H)", dir, sudoUID)
 }
 
 // openToOthers says whether a file's mode lets its group or others in.
