@@ -145,7 +145,7 @@ func runManualDecision(ctx context.Context, s streams, o manualDecision, names [
 	var failed []string
 	for _, name := range names {
 		if err := o.decide(ctx, cs, name, user); err != nil {
-			fmt.Fprintf(s.err, "ichor: %v\n", err)
+			fmt.Fprintf(s.err, "ichor: %s\n", termsafe.ErrorText(err))
 			failed = append(failed, name)
 			continue
 		}

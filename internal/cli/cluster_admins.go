@@ -31,6 +31,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/facts/accessreview"
 	"github.com/ichor-dev/ichor-policy/internal/facts/credential"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 )
 
 // newAdminsCommand is `ichor cluster admins`: the admins' own
@@ -399,7 +400,7 @@ func (r revocation) warnIfStillGranted(ctx context.Context, c client.Client, s s
 	}
 	switch {
 	case err != nil:
-		fmt.Fprintf(s.err, "warning: could not ask whether %s still holds %s (%v): if they do, their next request gets a new binding.\n", cell(r.user), what, err)
+		fmt.Fprintf(s.err, "warning: could not ask whether %s still holds %s (%s): if they do, their next request gets a new binding.\n", cell(r.user), what, termsafe.ErrorText(err))
 	case len(granted) == 0:
 		fmt.Fprintf(s.out, "%s, as a user alone, does not hold %s for every TalosCluster, nor for any of the %d there are (a grant through their groups other than system:authenticated cannot be seen from here).\n", cell(r.user), what, asked)
 	}
@@ -498,7 +499,7 @@ func (r revocation) deleteBindings(ctx context.Context, c client.Client, s strea
 		if err := c.Create(ctx, revocationEvent(b, r.user, r.identity, r.revoker, time.Now())); err != nil {
 			// The revocation is done; the API server's audit log and the
 			// manager's decision log record it still.
-			fmt.Fprintf(s.err, "warning: the Event naming you as the revoker could not be written: %v\n", err)
+			fmt.Fprintf(s.err, "warning: the Event naming you as the revoker could not be written: %s\n", termsafe.ErrorText(err))
 		}
 	}
 	return deleted, held, nil

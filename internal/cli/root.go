@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 
 	"github.com/ichor-dev/ichor-policy/internal/termsafe"
@@ -71,24 +70,8 @@ func RunAs(ctx context.Context, argv0 string, args []string, stdin io.Reader, st
 	}
 	// An error quotes what it failed on: a file's content, a server's
 	// answer, a request's condition; it is escaped as any other output.
-	fmt.Fprintf(s.err, "ichor: %s\n", errorText(err))
+	fmt.Fprintf(s.err, "ichor: %s\n", termsafe.ErrorText(err))
 	return exitCode(err)
-}
-
-// errorText is err's message with the message an API server answered kept
-// to its line: the escaping writer lets newlines through, which lay out
-// ichor's own errors, and a server's answer (a webhook's denial, a status
-// any client wrote) with one could add a line that reads as ichor's, above
-// what kubectl says of its exec plugin (review 234 F1).
-func errorText(err error) string {
-	text := err.Error()
-	var status apierrors.APIStatus
-	if errors.As(err, &status) {
-		if m := status.Status().Message; m != "" {
-			text = strings.ReplaceAll(text, m, termsafe.EscapeLine(m))
-		}
-	}
-	return text
 }
 
 // exitCode is the exit status of a command's result.

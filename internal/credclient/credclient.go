@@ -609,7 +609,7 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 			case unauthorizedSince.IsZero():
 				unauthorizedSince = time.Now()
 			}
-			fmt.Fprintf(o.Progress, " (reading it failed, retrying: %v)", err)
+			fmt.Fprintf(o.Progress, " (reading it failed, retrying: %s)", termsafe.ErrorText(err))
 		}
 		select {
 		case <-ctx.Done():
