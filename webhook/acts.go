@@ -295,17 +295,21 @@ func logged(s string) string { return engine.Clip(termsafe.EscapeLine(s), "", 25
 func (a *ActRecorder) decides(signer string) bool { return slices.Contains(a.Signers, signer) }
 
 // addedVerdictReadingAsIchors is the Approved or Denied condition the write
-// adds whose message reads as an approver's, or nil.
+// adds whose message reads as an approver's, or nil. The API server keeps
+// at most one condition of each type, so the first of each is the one
+// looked at: a forged review of 200,000 conditions against as many old ones
+// was compared pair by pair, minutes of CPU a review, before it was known
+// whether the API server stores that version (review 240 F1).
 func addedVerdictReadingAsIchors(csr, old *certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequestCondition {
-	for i, c := range csr.Status.Conditions {
-		if c.Type != certificatesv1.CertificateApproved && c.Type != certificatesv1.CertificateDenied {
+	for _, verdict := range []certificatesv1.RequestConditionType{certificatesv1.CertificateApproved, certificatesv1.CertificateDenied} {
+		i := slices.IndexFunc(csr.Status.Conditions, func(c certificatesv1.CertificateSigningRequestCondition) bool { return c.Type == verdict })
+		if i < 0 {
 			continue
 		}
-		had := slices.ContainsFunc(old.Status.Conditions, func(o certificatesv1.CertificateSigningRequestCondition) bool {
-			return o.Type == c.Type && o.Message == c.Message
-		})
-		if !had && manualact.ReadsAsIchors(c.Message) {
-			return &csr.Status.Conditions[i]
+		c := &csr.Status.Conditions[i]
+		j := slices.IndexFunc(old.Status.Conditions, func(o certificatesv1.CertificateSigningRequestCondition) bool { return o.Type == verdict })
+		if (j < 0 || old.Status.Conditions[j].Message != c.Message) && manualact.ReadsAsIchors(c.Message) {
+			return c
 		}
 	}
 	return nil

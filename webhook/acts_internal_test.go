@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -127,4 +128,49 @@ func TestAReviewDuringAWaitMovesItsDeadline(t *testing.T) {
 	a.polling["b-1"] = time.Now().Add(-time.Second)
 	assert.False(t, a.stillWaiting("b-1"))
 	assert.True(t, a.waitFor("b-1"), "no wait began after the last one ended")
+}
+
+// A forged review of a CSR's approval with hundreds of thousands of verdict
+// conditions, against as many old ones, is answered at once: each new one
+// was compared with every old one before anything asked whether the API
+// server stores that version, minutes of CPU a review for anyone who
+// reaches the port (review 240 F1). The API server keeps one condition of
+// each type, so the first of each is the one looked at.
+func TestAForgedReviewOfManyConditionsIsAnsweredAtOnce(t *testing.T) {
+	a, _, _ := recorderOf(t, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "unrelated"}})
+	a.Signers = []string{certificatesv1.KubeletServingSignerName}
+	csr := func(conditions []certificatesv1.CertificateSigningRequestCondition) []byte {
+		raw, err := json.Marshal(&certificatesv1.CertificateSigningRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: "forged", UID: "u", ResourceVersion: "1"},
+			Spec:       certificatesv1.CertificateSigningRequestSpec{SignerName: certificatesv1.KubeletServingSignerName},
+			Status:     certificatesv1.CertificateSigningRequestStatus{Conditions: conditions},
+		})
+		require.NoError(t, err)
+		return raw
+	}
+	const n = 300_000
+	verdicts := make([]certificatesv1.CertificateSigningRequestCondition, n)
+	others := make([]certificatesv1.CertificateSigningRequestCondition, n)
+	for i := range n {
+		verdicts[i] = certificatesv1.CertificateSigningRequestCondition{Type: certificatesv1.CertificateDenied}
+		others[i] = certificatesv1.CertificateSigningRequestCondition{Type: "X"}
+	}
+	req := admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		Operation: admissionv1.Update, SubResource: "approval",
+		Object: runtime.RawExtension{Raw: csr(verdicts)}, OldObject: runtime.RawExtension{Raw: csr(others)},
+	}}
+	answered := make(chan admission.Response, 1)
+	go func() { answered <- a.csrApproval(t.Context(), req) }()
+	select {
+	case resp := <-answered:
+		assert.True(t, resp.Allowed)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a forged review of many conditions was not answered within 30 s")
+	}
+
+	// The first verdict of each type is still judged: one that reads as
+	// Ichor's, added by a person, is refused.
+	ichors := []certificatesv1.CertificateSigningRequestCondition{{Type: certificatesv1.CertificateApproved, Message: "approved (decision 5f0c0000-0000-4000-8000-000000000000, policy revision sha256:0123456789abcdef)"}}
+	req.Object.Raw, req.OldObject.Raw = csr(ichors), csr(nil)
+	assert.False(t, a.csrApproval(t.Context(), req).Allowed)
 }
