@@ -66,6 +66,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/internal/version"
 	credwebhook "github.com/ichor-dev/ichor-policy/webhook"
 	"github.com/ichor-dev/ichor-policy/webhook/apiserverauth"
+	"github.com/ichor-dev/ichor-policy/webhook/reviewbounds"
 	"github.com/ichor-dev/ichor-policy/webhook/webhookcerts"
 )
 
@@ -498,21 +499,28 @@ func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Con
 	return eng, stop, changes, nil
 }
 
-// newWebhookServer is the webhook's server; with a client CA, every handler
-// registered on it answers only the API server's client certificate.
+// newWebhookServer is the webhook's server: every handler registered on it
+// held to reviewbounds' limits, and with a client CA answering only the API
+// server's client certificate, checked before anything else. HTTP/1.1
+// only: over HTTP/2 one connection carries hundreds of reviews at once, and
+// its streams can be opened and reset faster than they are answered
+// (CVE-2023-44487; controller-runtime's and kubebuilder's advice); the API
+// server speaks either.
 func newWebhookServer(o Options) (crwebhook.Server, error) {
-	opts := crwebhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir}
+	opts := crwebhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir, TLSOpts: []func(*tls.Config){noHTTP2}}
 	auth := o.WebhookClientAuth
 	if auth == nil {
-		return crwebhook.NewServer(opts), nil
+		return reviewbounds.Server(crwebhook.NewServer(opts), reviewbounds.Defaults), nil
 	}
 	auth.Log = ctrl.Log.WithName("webhook")
 	if err := auth.Register(ctrlmetrics.Registry); err != nil {
 		return nil, err
 	}
-	opts.TLSOpts = []func(*tls.Config){auth.TLS}
-	return auth.Server(crwebhook.NewServer(opts)), nil
+	opts.TLSOpts = append(opts.TLSOpts, auth.TLS)
+	return reviewbounds.Server(auth.Server(crwebhook.NewServer(opts)), reviewbounds.Defaults), nil
 }
+
+func noHTTP2(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }
 
 // setUp adds the approvers, the webhook and the issuer to mgr; lifetime is
 // that of the manager's own Talos reader credential. It returns the

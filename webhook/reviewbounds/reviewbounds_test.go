@@ -1,0 +1,159 @@
+package reviewbounds_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
+
+	"github.com/ichor-dev/ichor-policy/webhook/reviewbounds"
+)
+
+// served is a webhook server held to l, with handler at /review, on an
+// httptest server of its mux.
+func served(t *testing.T, l reviewbounds.Limits, handler http.HandlerFunc) string {
+	t.Helper()
+	inner := crwebhook.NewServer(crwebhook.Options{})
+	srv := reviewbounds.Server(inner, l)
+	srv.Register("/review", handler)
+	unwrapped, ok := srv.(interface{ Unwrap() crwebhook.Server })
+	require.True(t, ok)
+	assert.Same(t, inner, unwrapped.Unwrap(), "webhookcerts finds the server under it")
+	hs := httptest.NewServer(inner.WebhookMux())
+	t.Cleanup(hs.Close)
+	return hs.URL + "/review"
+}
+
+// post posts body to the test server's url.
+func post(url string, body io.Reader) (*http.Response, error) {
+	return http.Post(url, "application/json", body) //nolint:gosec // G107: the test's own server
+}
+
+// readBody answers how many bytes of the body it read, or why it could not.
+func readBody(w http.ResponseWriter, r *http.Request) {
+	n, err := io.Copy(io.Discard, r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	fmt.Fprint(w, n)
+}
+
+// A body past the bound is refused: said so at once when its length is
+// declared, cut where it passes it when it is not.
+func TestABodyPastTheBoundIsNotRead(t *testing.T) {
+	url := served(t, reviewbounds.Limits{MaxBody: 1 << 10, InFlight: 1, Waiting: 1, Deadline: 10 * time.Second}, readBody)
+	resp, err := post(url, bytes.NewReader(make([]byte, 1<<10)))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "1024", string(body), "a body of the bound is read whole")
+
+	resp, err = post(url, bytes.NewReader(make([]byte, 1<<10+1)))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+
+	// Chunked: no length declared.
+	resp, err = post(url, io.MultiReader(bytes.NewReader(make([]byte, 1<<20)), strings.NewReader("")))
+	require.NoError(t, err)
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	assert.Contains(t, string(body), "request body too large")
+}
+
+// A body sent a byte at a time (or never finished) is cut at the deadline:
+// the handler's read fails, and the connection is closed. Without it the
+// handler waited as long as the sender liked.
+func TestABodySentSlowlyIsCutAtTheDeadline(t *testing.T) {
+	failed := make(chan error, 1)
+	url := served(t, reviewbounds.Limits{MaxBody: 1 << 20, InFlight: 1, Waiting: 1, Deadline: 500 * time.Millisecond}, func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.Copy(io.Discard, r.Body)
+		failed <- err
+	})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(strings.TrimSuffix(url, "/review"), "http://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	_, err = fmt.Fprintf(conn, "POST /review HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	require.NoError(t, err)
+	select {
+	case err := <-failed:
+		require.Error(t, err, "the read of a body never finished ended without an error")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the read of a body never finished was not cut")
+	}
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(20*time.Second)))
+	_, err = io.Copy(io.Discard, conn)
+	require.NoError(t, err, "the connection is closed by the server, not left to the client's deadline")
+}
+
+// Reviews past InFlight wait for a slot, and past Waiting as well are
+// answered 429 at once: however many a sender opens, only InFlight are
+// read and answered at a time.
+func TestReviewsPastTheBoundWaitOrAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		waiting int
+		want    int
+	}{
+		{"none may wait", 0, http.StatusTooManyRequests},
+		{"one may wait", 1, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			release := make(chan struct{})
+			entered := make(chan struct{}, 10)
+			url := served(t, reviewbounds.Limits{MaxBody: 1 << 10, InFlight: 2, Waiting: tc.waiting, Deadline: 20 * time.Second}, func(http.ResponseWriter, *http.Request) {
+				entered <- struct{}{}
+				<-release
+			})
+			codes := make(chan int, 3)
+			post := func() {
+				resp, err := post(url, strings.NewReader("{}"))
+				if err != nil {
+					codes <- 0
+					return
+				}
+				resp.Body.Close()
+				codes <- resp.StatusCode
+			}
+			go post()
+			go post()
+			for range 2 {
+				select {
+				case <-entered:
+				case <-time.After(10 * time.Second):
+					t.Fatal("two reviews were not answered at once")
+				}
+			}
+			go post()
+			if tc.want == http.StatusTooManyRequests {
+				select {
+				case code := <-codes:
+					assert.Equal(t, tc.want, code, "a third review, beside two and none may wait")
+				case <-time.After(10 * time.Second):
+					t.Fatal("a third review, beside two and none may wait, was not refused at once")
+				}
+				close(release)
+				assert.Equal(t, http.StatusOK, <-codes)
+				assert.Equal(t, http.StatusOK, <-codes)
+				return
+			}
+			close(release)
+			for range 3 {
+				assert.Equal(t, tc.want, <-codes, "a review that waited for its slot is answered")
+			}
+			assert.Len(t, entered, 1, "the review that waited was answered once a slot was free")
+		})
+	}
+}
