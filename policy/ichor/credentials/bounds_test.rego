@@ -166,6 +166,16 @@ test_no_table_shortens_the_digest_that_names_a_person if {
 	}
 }
 
+# Review 239 F1: a table that kept longer names plain named a person otherwise than
+# `ichor cluster admins revoke`, which reads the rule built into the binary.
+test_no_table_changes_which_names_are_kept_plain if {
+	every length in [64, 8, null] {
+		config := _table_with([{"op": "replace", "path": "/person_identity/plain_max_length", "value": length}])
+		d := _admit_purpose("kubeconfig-admin", []) with credentials.config as config
+		"GrantNotAllowed" in _codes(d)
+	}
+}
+
 test_no_table_gives_a_talos_purpose_an_identity if {
 	config := _table_with([{"op": "add", "path": "/purposes/talosconfig-reader/identity", "value": "admin"}])
 	d := _admit([]) with credentials.config as config
