@@ -68,8 +68,7 @@ func TestExtraArgsDoNotSetWhatTheChartSets(t *testing.T) {
 		if !strings.HasPrefix(name, "--") || name == "--shadow-bundle" || name == "--bundle" || name == "--decision-log-url" || strings.HasPrefix(name, "--zap-") ||
 			slices.Contains([]string{"--bundle-poll-interval", "--bundle-max-compressed-bytes", "--bundle-max-uncompressed-bytes", "--bundle-max-files",
 				"--decision-log-buffer-events", "--decision-log-flush-timeout", "--resync-interval", "--talos-timeout", "--talos-watch", "--talos-watch-max",
-				"--talos-watch-max-age", "--tenant-max-csrs", "--tenant-max-csr-mib", "--talos-reader-lifetime", "--kubelet-serving-audit-interval",
-				"--kubelet-port"}, name) {
+				"--talos-watch-max-age", "--tenant-max-csrs", "--tenant-max-csr-mib", "--talos-reader-lifetime"}, name) {
 			// The extra args themselves; the two with checks of their
 			// own; and the tunings no check or object follows.
 			continue
@@ -80,7 +79,14 @@ func TestExtraArgsDoNotSetWhatTheChartSets(t *testing.T) {
 		assert.Contains(t, string(out), "manager.extraArgs has "+name+", which the chart sets from its values")
 	}
 	assert.Greater(t, owned, 15, "the chart's own flags were not found in its arguments")
-	render(t, "manager.extraArgs={--talos-watch-max=10,--shadow-bundle=/etc/shadow/bundle.tar.gz,--leader-elected=x}")
+	// Flags the chart does not render (their defaults are what its objects
+	// and rights follow), refused all the same (review 242 F4).
+	for _, name := range []string{"--admission-key-secret", "--webhook"} {
+		out, err := renderOutput(t, "manager.extraArgs={"+name+"=x}")
+		require.Error(t, err, "manager.extraArgs set %s", name)
+		assert.Contains(t, string(out), "manager.extraArgs has "+name+", which the chart sets from its values")
+	}
+	render(t, "manager.extraArgs={--talos-watch-max=10,--shadow-bundle=/etc/shadow/bundle.tar.gz,--leader-elected=x,--webhook-something=x}")
 }
 
 // TestARemoteBundleWithoutAKeyIsRefusedAtRender: the manager refuses to start
