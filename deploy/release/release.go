@@ -177,9 +177,11 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
-// sbomPlatform is the binary the SBOM is made from: every platform's links
-// the same modules (ichor has no platform-specific dependency of its own), so
-// linux/amd64's when it is built, else the image's first.
+// sbomPlatform is the binary the SBOM is made from: the image's platforms
+// link the same modules (linux, whatever the architecture), so linux/amd64's
+// when it is built, else the image's first. The plugin's binaries for other
+// systems may link more (Windows: cobra's mousetrap), which the SBOM does
+// not list (docs/install.md, review 242 F5).
 func sbomPlatform(o Options) string {
 	for _, p := range o.ImagePlatforms {
 		if p.String() == "linux/amd64" {
