@@ -1,6 +1,7 @@
 package termsafe
 
 import (
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,7 +15,11 @@ import (
 // plugin (reviews 234 F1, 237 F4).
 func ErrorText(err error) string {
 	text := err.Error()
-	for _, m := range apiMessages(err, nil) {
+	messages := apiMessages(err, nil)
+	// The longest first: a message that holds another is escaped whole,
+	// not broken by the other's escape first (review 243 F5).
+	slices.SortFunc(messages, func(a, b string) int { return len(b) - len(a) })
+	for _, m := range messages {
 		if m != "" {
 			text = strings.ReplaceAll(text, m, EscapeLine(m))
 		}

@@ -30,5 +30,9 @@ func TestAnAPIServersAnswerKeepsToItsLine(t *testing.T) {
 	joined := fmt.Errorf("two failed: %w", errors.Join(fmt.Errorf("first: %w", status("one\nichor: forged")), status("two\nichor: forged too")))
 	assert.Equal(t, "two failed: first: one\\nichor: forged\ntwo\\nichor: forged too", termsafe.ErrorText(joined))
 
+	// One message within another: each escaped whole (review 243 F5).
+	nested := errors.Join(status("a\nb"), status("a\nb\nichor: forged"))
+	assert.Equal(t, `a\nb`+"\n"+`a\nb\nichor: forged`, termsafe.ErrorText(nested))
+
 	assert.Equal(t, "no answer\nbut two lines of ichor's", termsafe.ErrorText(errors.New("no answer\nbut two lines of ichor's")))
 }
