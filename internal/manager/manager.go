@@ -20,6 +20,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/open-policy-agent/opa/v1/bundle"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zapcore"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -270,7 +271,7 @@ func Run(ctx context.Context, o Options) error {
 		return usage.Errorf("the bounds of a tenant's API servers, %d CSRs and %d bytes, are negative", o.TenantMaxCSRs, o.TenantMaxCSRBytes)
 	}
 
-	webhookServer, err := newWebhookServer(o)
+	webhookServer, err := newWebhookServer(o, ctrlmetrics.Registry)
 	if err != nil {
 		return err
 	}
@@ -506,18 +507,23 @@ func newEngine(ctx context.Context, o Options) (*engine.Engine, func(context.Con
 // its streams can be opened and reset faster than they are answered
 // (CVE-2023-44487; controller-runtime's and kubebuilder's advice); the API
 // server speaks either.
-func newWebhookServer(o Options) (crwebhook.Server, error) {
+func newWebhookServer(o Options, reg prometheus.Registerer) (crwebhook.Server, error) {
 	opts := crwebhook.Options{Port: o.WebhookPort, CertDir: o.WebhookCertDir, TLSOpts: []func(*tls.Config){noHTTP2}}
+	limits := reviewbounds.Defaults
+	var err error
+	if limits.Refused, err = reviewbounds.NewRefused(reg); err != nil {
+		return nil, err
+	}
 	auth := o.WebhookClientAuth
 	if auth == nil {
-		return reviewbounds.Server(crwebhook.NewServer(opts), reviewbounds.Defaults), nil
+		return reviewbounds.Server(crwebhook.NewServer(opts), limits), nil
 	}
 	auth.Log = ctrl.Log.WithName("webhook")
-	if err := auth.Register(ctrlmetrics.Registry); err != nil {
+	if err := auth.Register(reg); err != nil {
 		return nil, err
 	}
 	opts.TLSOpts = append(opts.TLSOpts, auth.TLS)
-	return reviewbounds.Server(auth.Server(crwebhook.NewServer(opts)), reviewbounds.Defaults), nil
+	return reviewbounds.Server(auth.Server(crwebhook.NewServer(opts)), limits), nil
 }
 
 func noHTTP2(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -17,7 +18,7 @@ import (
 // The manager's webhook server speaks HTTP/1.1 only and holds every handler
 // registered on it to reviewbounds' limits (review 240 F2).
 func TestTheWebhookServerIsBoundedAndSpeaksHTTP1(t *testing.T) {
-	srv, err := newWebhookServer(Options{WebhookPort: 0, WebhookCertDir: t.TempDir()})
+	srv, err := newWebhookServer(Options{WebhookPort: 0, WebhookCertDir: t.TempDir()}, prometheus.NewRegistry())
 	require.NoError(t, err)
 	srv.Register("/review", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
 	var inner crwebhook.Server = srv

@@ -11,14 +11,25 @@
 // reviews at once, each far above what the API server sends: an
 // AdmissionReview holds the object and its old version, each at most the
 // 1.5 MiB etcd stores, and the API server waits at most 30 s for an answer.
+//
+// What it bounds is the manager's memory and CPU, not the port's
+// availability: a sender other than the API server can still hold every
+// slot, five seconds at a time, and have the API server's reviews refused
+// (and counted, ichor_webhook_reviews_refused_total). Only the API server's
+// client certificate (webhook.clientAuth) or a NetworkPolicy keeps the port
+// the API server's (review 243 F1).
 package reviewbounds
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	crwebhook "sigs.k8s.io/controller-runtime/pkg/webhook"
 )
 
@@ -26,16 +37,42 @@ import (
 type Limits struct {
 	// MaxBody is the most bytes of a review's body.
 	MaxBody int64
-	// InFlight is the most reviews answered at once; Waiting the most
-	// waiting for one of them, each until its own deadline. Past both, a
-	// review is answered 429.
+	// InFlight is the most reviews read and answered at once; Waiting the
+	// most waiting for one of them, each until its own deadline. Past
+	// both, a review is answered 429.
 	InFlight, Waiting int
+	// BodyDeadline bounds the read of a review's body, once it has a
+	// slot: the API server sends it whole at once, and a sender that
+	// trickles it holds a slot no longer (review 243 F1).
+	BodyDeadline time.Duration
 	// Deadline bounds a review, from its headers to its answer.
 	Deadline time.Duration
+	// Refused counts the reviews refused, by reason; nil counts none.
+	Refused *prometheus.CounterVec
 }
 
 // Defaults are the bounds the manager serves with.
-var Defaults = Limits{MaxBody: 4 << 20, InFlight: 16, Waiting: 256, Deadline: 30 * time.Second}
+var Defaults = Limits{MaxBody: 4 << 20, InFlight: 16, Waiting: 256, BodyDeadline: 5 * time.Second, Deadline: 30 * time.Second}
+
+// Reasons a review is refused, the label of Limits.Refused.
+const (
+	ReasonBusy     = "busy"
+	ReasonNoSlot   = "no_slot_in_time"
+	ReasonTooLarge = "too_large"
+	ReasonUnread   = "body_unread"
+)
+
+// NewRefused is the counter of refused reviews, registered in reg.
+func NewRefused(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ichor_webhook_reviews_refused_total",
+		Help: "Reviews on the webhook's port refused before any handler read them, by reason: busy (more than the reviews answered and waiting at once: 429), no_slot_in_time (none free before the review's deadline: 503), too_large (a body past the bound: 413), body_unread (a body not sent whole within its deadline: 400). The API server takes each for the webhook's failure; many mean a sender other than the API server reaches the port (webhook.clientAuth, networkPolicy).",
+	}, []string{"reason"})
+	if err := reg.Register(c); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
 
 // Server is srv with every handler registered on it held to l.
 func Server(srv crwebhook.Server, l Limits) crwebhook.Server {
@@ -45,8 +82,8 @@ func Server(srv crwebhook.Server, l Limits) crwebhook.Server {
 type server struct {
 	crwebhook.Server
 	limits Limits
-	// slots are the reviews being answered; queue those answered or
-	// waiting for a slot.
+	// slots are the reviews being read and answered; queue those and the
+	// ones waiting for a slot.
 	slots, queue chan struct{}
 }
 
@@ -58,37 +95,63 @@ func (s *server) Register(path string, hook http.Handler) {
 // certificate directory from it.
 func (s *server) Unwrap() crwebhook.Server { return s.Server }
 
+func (s *server) refuse(w http.ResponseWriter, reason string, code int, message string) {
+	if s.limits.Refused != nil {
+		s.limits.Refused.WithLabelValues(reason).Inc()
+	}
+	http.Error(w, message, code)
+}
+
 func (s *server) bound(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), s.limits.Deadline)
 		defer cancel()
-		// Deadlines on the connection too: a body sent a byte at a time
-		// is cut, whatever the handler is waiting on. A server that
-		// cannot set them (none here) still has the context's.
-		rc := http.NewResponseController(w)
 		deadline, _ := ctx.Deadline()
-		_ = rc.SetReadDeadline(deadline)
+		rc := http.NewResponseController(w)
+		// A server that cannot set deadlines (none here) still has the
+		// context's.
 		_ = rc.SetWriteDeadline(deadline.Add(time.Second))
 
 		select {
 		case s.queue <- struct{}{}:
 			defer func() { <-s.queue }()
 		default:
-			http.Error(w, fmt.Sprintf("more than %d reviews are being answered or waiting", s.limits.InFlight+s.limits.Waiting), http.StatusTooManyRequests)
+			s.refuse(w, ReasonBusy, http.StatusTooManyRequests, fmt.Sprintf("more than %d reviews are being answered or waiting", s.limits.InFlight+s.limits.Waiting))
 			return
 		}
 		select {
 		case s.slots <- struct{}{}:
 			defer func() { <-s.slots }()
 		case <-ctx.Done():
-			http.Error(w, "no review could be answered before the deadline", http.StatusServiceUnavailable)
+			s.refuse(w, ReasonNoSlot, http.StatusServiceUnavailable, "no review could be answered before the deadline")
 			return
 		}
 		if r.ContentLength > s.limits.MaxBody {
-			http.Error(w, fmt.Sprintf("a review's body is at most %d bytes", s.limits.MaxBody), http.StatusRequestEntityTooLarge)
+			s.refuse(w, ReasonTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("a review's body is at most %d bytes", s.limits.MaxBody))
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.limits.MaxBody)
+		// The body is read here, within its own deadline, so that a
+		// sender trickling it holds its slot no longer than that; then
+		// the connection's deadline is the review's again, for the
+		// answer.
+		bodyDeadline := time.Now().Add(s.limits.BodyDeadline)
+		if bodyDeadline.After(deadline) {
+			bodyDeadline = deadline
+		}
+		_ = rc.SetReadDeadline(bodyDeadline)
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.limits.MaxBody))
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			s.refuse(w, ReasonTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("a review's body is at most %d bytes", s.limits.MaxBody))
+			return
+		case err != nil:
+			s.refuse(w, ReasonUnread, http.StatusBadRequest, fmt.Sprintf("the review's body was not read whole within %s", s.limits.BodyDeadline))
+			return
+		}
+		_ = rc.SetReadDeadline(deadline)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
