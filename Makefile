@@ -108,12 +108,12 @@ PLUGIN_PLATFORMS ?= linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/am
 
 .PHONY: release
 release: SBOM_TOOL = $(call tool_build,tools/cyclonedx-gomod,github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod,cyclonedx-gomod)
-release: ## The release files in dist/ (VERSION=vX.Y.Z; IMAGE_PLATFORMS, PLUGIN_PLATFORMS, BASE_IMAGE; docs/install.md)
+release: ## The release files in dist/ (VERSION=vX.Y.Z; IMAGE_PLATFORMS, PLUGIN_PLATFORMS, BASE_IMAGE, SIGNING_KEY; docs/install.md)
 	@mkdir -p dist
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) GOWORK=off go run ./deploy/release/cmd/release -o dist \
 	  -version "$(VERSION)" -revision "$(REVISION)" -ldflags "$(LDFLAGS)" -repository "$(IMAGE_REPOSITORY)" \
 	  -image-platforms "$(IMAGE_PLATFORMS)" -plugin-platforms "$(PLUGIN_PLATFORMS)" -base "$(BASE_IMAGE)" -ca-bundle "$(CA_BUNDLE)" \
-	  -helm "$(HELM)" -sbom-tool "$(SBOM_TOOL)" $(if $(filter 1,$(REHEARSAL)),-rehearsal)
+	  -helm "$(HELM)" -sbom-tool "$(SBOM_TOOL)" $(if $(filter 1,$(REHEARSAL)),-rehearsal) $(if $(SIGNING_KEY),-signing-key "$(SIGNING_KEY)")
 
 .PHONY: test
 test: go-lint policy-test envtest-assets go-test chart-lint ## The whole suite: gofmt, golangci-lint (go vet's checks among them), opa check/fmt/test (100% coverage), Regal, go test, the chart

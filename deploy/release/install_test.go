@@ -5,6 +5,8 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,12 +96,20 @@ func TestTheReleaseInstallsUpgradesAndItsPluginIsWhatKrewNames(t *testing.T) {
 	created := time.Unix(1700000000, 0).UTC()
 	host := v1.Platform{OS: runtime.GOOS, Architecture: runtime.GOARCH}
 	dist := t.TempDir()
+	_, signingKey, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
 	res, err := Build(t.Context(), Options{
 		Dir: repoRoot(t), Out: dist, Version: "v0.2.0", Repository: repository,
 		ImagePlatforms: []v1.Platform{{OS: "linux", Architecture: runtime.GOARCH}}, PluginPlatforms: []v1.Platform{host},
-		Created: created, Helm: helmBinary(t),
+		Created: created, Helm: helmBinary(t), SigningKey: signingKey,
 	})
 	require.NoError(t, err)
+	sums, err := os.ReadFile(filepath.Join(dist, Checksums))
+	require.NoError(t, err)
+	sig, err := os.ReadFile(filepath.Join(dist, ChecksumsSignature))
+	require.NoError(t, err)
+	assert.True(t, ed25519.Verify(signingKey.Public().(ed25519.PublicKey), sums, sig), "SHA256SUMS.sig does not verify")
+	assert.Equal(t, ChecksumsSignature, res.Files[len(res.Files)-1])
 	digest := res.ImageDigest.String()
 	packaged := filepath.Join(dist, "ichor-policy-0.2.0.tgz")
 
@@ -288,9 +298,15 @@ func checkSums(t *testing.T, dist string, files []string) {
 		listed[name] = sum
 	}
 	require.NoError(t, sc.Err())
-	assert.Len(t, listed, len(files)-1)
+	unlisted := 0
 	for _, name := range files {
-		if name == Checksums {
+		if name == Checksums || name == ChecksumsSignature {
+			unlisted++
+		}
+	}
+	assert.Len(t, listed, len(files)-unlisted)
+	for _, name := range files {
+		if name == Checksums || name == ChecksumsSignature {
 			continue
 		}
 		sum, err := fileSHA256(filepath.Join(dist, name))

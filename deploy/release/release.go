@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -66,6 +67,9 @@ type Options struct {
 	// SBOMTool is cyclonedx-gomod (tools/cyclonedx-gomod); empty writes no
 	// SBOM, which only a test of the rest does.
 	SBOMTool string
+	// SigningKey is the Ed25519 key SHA256SUMS is signed with
+	// (ChecksumsSignature); nil signs nothing.
+	SigningKey ed25519.PrivateKey
 }
 
 // Result is what a release wrote.
@@ -174,6 +178,12 @@ func Build(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	res.Files = append(res.Files, Checksums)
+	if o.SigningKey != nil {
+		if err := SignChecksums(o.Out, o.SigningKey); err != nil {
+			return nil, err
+		}
+		res.Files = append(res.Files, ChecksumsSignature)
+	}
 	return res, nil
 }
 

@@ -31,12 +31,20 @@ func run() error {
 	flag.StringVar(&pluginPlatforms, "plugin-platforms", "linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64", "the kubectl plugin's platforms, comma separated")
 	flag.StringVar(&o.Helm, "helm", "", "the helm binary that packages the chart (tools/helm)")
 	flag.StringVar(&o.SBOMTool, "sbom-tool", "", "cyclonedx-gomod (tools/cyclonedx-gomod), which writes the SBOM")
+	signingKey := flag.String("signing-key", "", "an Ed25519 private key, PKCS#8 PEM (openssl genpkey -algorithm ed25519), to sign SHA256SUMS with (SHA256SUMS.sig); empty: unsigned")
 	rehearsal := flag.Bool("rehearsal", false, "build from the work tree as it is, tagged or not (never to publish: the files carry the version without being its tag's)")
 	flag.Parse()
 	if o.Helm == "" || o.SBOMTool == "" {
 		return fmt.Errorf("-helm and -sbom-tool are required")
 	}
 	var err error
+	if *signingKey != "" {
+		// Read before anything is built: a key that cannot sign fails
+		// the release at once, not after its images.
+		if o.SigningKey, err = release.ReadSigningKey(*signingKey); err != nil {
+			return err
+		}
+	}
 	if o.ImagePlatforms, err = image.ParsePlatforms(imagePlatforms); err != nil {
 		return fmt.Errorf("-image-platforms: %w", err)
 	}
