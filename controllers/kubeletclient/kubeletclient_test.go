@@ -1100,12 +1100,13 @@ func TestAnUnrecognizedRequestIsRecheckedOnlySeldom(t *testing.T) {
 	f := newFixture(t)
 	f.machine("unrec-1")
 	f.machine("unrec-2")
+	f.machine("unrec-3")
 	token := "system:bootstrap:unrec1"
 	groups := []string{"system:bootstrappers"}
 	bind(t, token, groups, roleBootstrapper)
 
 	eng := ownEngine(t, &harness.DecisionLog{})
-	var unrecognized, unauthorized atomic.Int32
+	var unrecognized, unauthorized, weak atomic.Int32
 	count := func(_ context.Context, in csrinput.KubeletClient) (engine.CSRDecision, error) {
 		if in.Machine != nil {
 			switch in.Machine.Name {
@@ -1113,6 +1114,8 @@ func TestAnUnrecognizedRequestIsRecheckedOnlySeldom(t *testing.T) {
 				unrecognized.Add(1)
 			case "unrec-2":
 				unauthorized.Add(1)
+			case "unrec-3":
+				weak.Add(1)
 			}
 		}
 		return engine.CSRDecision{}, enginetest.ErrPass
@@ -1122,11 +1125,17 @@ func TestAnUnrecognizedRequestIsRecheckedOnlySeldom(t *testing.T) {
 	requester := userClient(t, token, groups...)
 	submit(t, requester, "unrec-1", csrgen.Request{Subject: pkix.Name{CommonName: "system:node:unrec-1", Organization: []string{"acme"}}})
 	submit(t, requester, "unrec-2", csrgen.Request{Subject: csrgen.NodeSubject("unrec-2")})
+	// Recognized, authorized (the token may create nodeclient requests),
+	// held by its key alone, which no binding lifts (review 243 F4).
+	weakKey, err := ecdsa.GenerateKey(elliptic.P224(), rand.Reader)
+	require.NoError(t, err)
+	submit(t, requester, "unrec-3", csrgen.Request{Subject: csrgen.NodeSubject("unrec-3"), Key: weakKey})
 	// The unauthorized one is asked again and again meanwhile: long enough
-	// for several rechecks of the other, had it any.
+	// for several rechecks of the others, had they any.
 	require.Eventually(t, func() bool { return unauthorized.Load() >= 5 }, wait, 50*time.Millisecond,
 		"a request recognized but not authorized was not rechecked")
 	assert.Equal(t, int32(1), unrecognized.Load(), "a request not recognized was decided again with nothing changed")
+	assert.Equal(t, int32(1), weak.Load(), "a request held by its key was decided again with nothing changed")
 	// And still rechecked, at 24 longest rechecks (9.6 s here), in case a
 	// bundle's kind reads the reviews after all (review 160).
 	require.Eventually(t, func() bool { return unrecognized.Load() >= 2 }, wait, 100*time.Millisecond,

@@ -428,7 +428,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	default: // engine.ActionPending: the engine refuses any other answer of this rule.
 		verdict := approval.Verdict{ResourceVersion: csr.ResourceVersion, Epoch: epoch, Revision: revision, Key: d.Action + ":" + strings.Join(d.Reasons.Codes(), ",")}
 		recheck := approval.Backoff{Initial: r.RecheckInterval, Max: r.MaxRecheckInterval}.After
-		if d.Action == engine.ActionPending && d.Kind == "" {
+		if d.Action == engine.ActionPending && (d.Kind == "" || slices.ContainsFunc(d.Reasons.Codes(), requestBound)) {
 			// Not recognized: the rule's contract is that recognition
 			// reads the request alone, never the SubjectAccessReviews, so
 			// only a change of the request, its machine or the bundle,
@@ -438,7 +438,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			// (review 158). Still rechecked, in case a bundle of the key
 			// holder's reads the reviews into its kind after all (review
 			// 160). An answer the rule never gives (a deny) keeps the
-			// usual recheck.
+			// usual recheck. So is a request recognized but held by a
+			// reason that reads the request alone (review 243 F4).
 			recheck = func(int) time.Duration { return unrecognizedRecheck * r.MaxRecheckInterval }
 		}
 		first, wait := r.memo.Pending(csr.UID, verdict, pendingRequest{name: csr.Name, node: node}, now, recheck)
@@ -472,6 +473,16 @@ func (r *Reconciler) pendingEvent(csr *certificatesv1.CertificateSigningRequest,
 		related = machine
 	}
 	r.Recorder.Eventf(csr, related, corev1.EventTypeWarning, ReasonPending, engine.EventAction("Decide", d.Reasons.Codes()...), "%s", d.EventNote())
+}
+
+// requestBound reports whether a reason's code is one the rule gives from
+// the request alone, whatever the SubjectAccessReviews say: the key table's
+// (a weak key) and the subject guard's. No binding can lift it, so a
+// request held by one is rechecked as seldom as one not recognized: a
+// bootstrap token's flood of weak-key requests cost two reviews, an entry
+// and an Event each every few minutes for a day (review 243 F4).
+func requestBound(code string) bool {
+	return code == "PublicKeyNotAllowed" || code == "PrivilegedSubject"
 }
 
 // unrecognizedRecheck is how many longest rechecks apart a request the rule
