@@ -33,6 +33,10 @@ func TestAnAPIServersAnswerKeepsToItsLine(t *testing.T) {
 	// One message within another: each escaped whole (review 243 F5).
 	nested := errors.Join(status("a\nb"), status("a\nb\nichor: forged"))
 	assert.Equal(t, `a\nb`+"\n"+`a\nb\nichor: forged`, termsafe.ErrorText(nested))
+	// An occurrence of one that begins inside another and runs over the
+	// join's newline: all of it is theirs (review 244 F1).
+	overlapping := errors.Join(status("z ichor: forged"), status("ichor: forged\nichor: forged\nichor: forged"))
+	assert.Equal(t, `z ichor: forged\nichor: forged\nichor: forged\nichor: forged`, termsafe.ErrorText(overlapping))
 
 	assert.Equal(t, "no answer\nbut two lines of ichor's", termsafe.ErrorText(errors.New("no answer\nbut two lines of ichor's")))
 }
