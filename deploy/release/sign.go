@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // ChecksumsSignature is the name of the signature of SHA256SUMS: the raw
@@ -42,6 +43,25 @@ func ReadSigningKey(path string) (ed25519.PrivateKey, error) {
 		return nil, fmt.Errorf("the signing key %s is a %T, not an Ed25519 key", path, key)
 	}
 	return ed, nil
+}
+
+// CheckSigningKeyOutside refuses a signing key inside the checkout at dir:
+// the release refuses a tree with untracked files, and the way its message
+// gives to clean one (git clean -xdf) deletes the key with them (review
+// 244 F2).
+func CheckSigningKeyOutside(dir, key string) error {
+	absDir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	absKey, err := filepath.Abs(key)
+	if err != nil {
+		return err
+	}
+	if rel, err := filepath.Rel(absDir, absKey); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return fmt.Errorf("the signing key %s is inside the checkout %s: keep it outside (the release refuses untracked files, and cleaning the tree would delete it)", key, absDir)
+	}
+	return nil
 }
 
 // SignChecksums writes ChecksumsSignature beside SHA256SUMS in dir, and

@@ -87,3 +87,18 @@ func TestReadSigningKeyRefusesAnyOtherKey(t *testing.T) {
 	_, err = ReadSigningKey(filepath.Join(dir, "missing"))
 	assert.Error(t, err)
 }
+
+// A signing key inside the checkout is refused before anything is read or
+// built: the release refuses untracked files, and cleaning the tree deletes
+// the key (review 244 F2).
+func TestASigningKeyInsideTheCheckoutIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	for _, key := range []string{filepath.Join(dir, "release.key"), filepath.Join(dir, "keys", "release.key")} {
+		err := CheckSigningKeyOutside(dir, key)
+		require.Error(t, err, key)
+		assert.Contains(t, err.Error(), "is inside the checkout")
+	}
+	for _, key := range []string{filepath.Join(t.TempDir(), "release.key"), filepath.Join(dir, "..", "release.key"), filepath.Join(dir+"-keys", "release.key")} {
+		assert.NoError(t, CheckSigningKeyOutside(dir, key), key)
+	}
+}

@@ -41,6 +41,9 @@ func run() error {
 	if *signingKey != "" {
 		// Read before anything is built: a key that cannot sign fails
 		// the release at once, not after its images.
+		if err := release.CheckSigningKeyOutside(o.Dir, *signingKey); err != nil {
+			return err
+		}
 		if o.SigningKey, err = release.ReadSigningKey(*signingKey); err != nil {
 			return err
 		}
