@@ -52,7 +52,10 @@ type Limits struct {
 }
 
 // Defaults are the bounds the manager serves with.
-var Defaults = Limits{MaxBody: 4 << 20, InFlight: 16, Waiting: 256, BodyDeadline: 5 * time.Second, Deadline: 30 * time.Second}
+// Eight at once: a review takes milliseconds, and each holds its body
+// twice (read here, read again by controller-runtime) and decoded, up to
+// 16 MiB at the bound (review 244 F4).
+var Defaults = Limits{MaxBody: 4 << 20, InFlight: 8, Waiting: 256, BodyDeadline: 5 * time.Second, Deadline: 30 * time.Second}
 
 // Reasons a review is refused, the label of Limits.Refused.
 const (
@@ -70,6 +73,11 @@ func NewRefused(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
 	}, []string{"reason"})
 	if err := reg.Register(c); err != nil {
 		return nil, err
+	}
+	// Each at 0 from the start, so that an alert on its increase sees
+	// the first refusals too.
+	for _, reason := range []string{ReasonBusy, ReasonNoSlot, ReasonTooLarge, ReasonUnread} {
+		c.WithLabelValues(reason)
 	}
 	return c, nil
 }
@@ -131,25 +139,26 @@ func (s *server) bound(next http.Handler) http.Handler {
 			return
 		}
 		// The body is read here, within its own deadline, so that a
-		// sender trickling it holds its slot no longer than that; then
-		// the connection's deadline is the review's again, for the
-		// answer.
-		bodyDeadline := time.Now().Add(s.limits.BodyDeadline)
-		if bodyDeadline.After(deadline) {
-			bodyDeadline = deadline
-		}
-		_ = rc.SetReadDeadline(bodyDeadline)
+		// sender trickling it holds its slot no longer than that. The
+		// connection stays on the review's deadline; the body's is a
+		// timer that pulls it in, so that the read net/http starts once
+		// the body ends (to see a client go) never runs on the shorter
+		// one and cancels a review being answered (review 244 F3).
+		_ = rc.SetReadDeadline(deadline)
+		cut := time.AfterFunc(s.limits.BodyDeadline, func() { _ = rc.SetReadDeadline(time.Now()) })
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.limits.MaxBody))
+		cutInTime := cut.Stop()
 		var tooLarge *http.MaxBytesError
 		switch {
 		case errors.As(err, &tooLarge):
 			s.refuse(w, ReasonTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("a review's body is at most %d bytes", s.limits.MaxBody))
 			return
-		case err != nil:
+		case err != nil, !cutInTime:
+			// Past the body's deadline the connection reads no more,
+			// whatever was read: the review is refused.
 			s.refuse(w, ReasonUnread, http.StatusBadRequest, fmt.Sprintf("the review's body was not read whole within %s", s.limits.BodyDeadline))
 			return
 		}
-		_ = rc.SetReadDeadline(deadline)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r.WithContext(ctx))

@@ -165,3 +165,24 @@ func TestReviewsPastTheBoundWaitOrAreRefused(t *testing.T) {
 		})
 	}
 }
+
+// A review answered past its body's deadline keeps a live context to the
+// end: the body's deadline is the body's, not the answer's (review 244 F3).
+func TestAnAnswerPastTheBodysDeadlineIsGiven(t *testing.T) {
+	url := served(t, reviewbounds.Limits{MaxBody: 1 << 10, InFlight: 1, Waiting: 1, BodyDeadline: 100 * time.Millisecond, Deadline: 20 * time.Second},
+		func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			select {
+			case <-r.Context().Done():
+				http.Error(w, "cancelled: "+r.Context().Err().Error(), http.StatusInternalServerError)
+			case <-time.After(500 * time.Millisecond):
+				fmt.Fprint(w, "answered")
+			}
+		})
+	resp, err := post(url, strings.NewReader("{}"))
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	assert.Equal(t, "answered", string(body))
+}
