@@ -52,6 +52,8 @@ const ReasonAttempt = "ManualDecisionAttempt"
 // The annotations of an attempt's Event (with AnnotationObjectUID and
 // AnnotationMAC).
 const (
+	// AnnotationOldResourceVersion is the version a deletion's attempt
+	// binds (DeletionVersion@UNIX-SECONDS); a CSR's has none (versionAt).
 	AnnotationOldResourceVersion = "ichor.dev/old-resource-version"
 	AnnotationVerdict            = "ichor.dev/verdict"
 	AnnotationConditionSHA256    = "ichor.dev/condition-sha256"
@@ -96,9 +98,17 @@ func (r *Recorder) Attempt(ctx context.Context, csr, old *certificatesv1.Certifi
 	}
 	a := engine.ManualAttempt{Verdict: verdict, ConditionSHA256: facts.VerdictConditionSHA256, Username: boundUser(user.Username), UID: boundUser(user.UID)}
 	verb := map[string]string{string(certificatesv1.CertificateApproved): "approve", string(certificatesv1.CertificateDenied): "deny"}[verdict]
-	message := engine.Clip(fmt.Sprintf("%q asked to %s certificate signing request %s (at resourceVersion %s)", a.Username, verb, old.Name, old.ResourceVersion),
+	message := engine.Clip(fmt.Sprintf("%q asked to %s certificate signing request %s", a.Username, verb, old.Name),
 		"; the decision log records the verdict the API server stores, and names who only if this attempt is the one stored", engine.MaxEventNote)
-	return r.keepAttempt(ctx, key, CSRReference(old), old.ResourceVersion, old.ResourceVersion, verb, message, a)
+	// Nowhere in the Event the version it is kept at (its place's name
+	// binds it through the key): whoever may read Events in its namespace
+	// but not the request would learn the version a forged review must
+	// name to be kept, while a write the webhook admitted and the API
+	// server refused leaves it current (review 240 F4), as a deletion's
+	// attempt never shows it.
+	regarding := CSRReference(old)
+	regarding.ResourceVersion = ""
+	return r.keepAttempt(ctx, key, regarding, old.ResourceVersion, old.ResourceVersion, verb, message, a)
 }
 
 // attemptKey is the key an attempt's place and MAC are made with.
@@ -177,11 +187,15 @@ func (r *Recorder) keepAttempt(ctx context.Context, key []byte, regarding corev1
 			continue
 		}
 		an := taken.Annotations
-		if !hmac.Equal([]byte(an[AnnotationMAC]), []byte(attemptMAC(key, regarding.UID, an[AnnotationOldResourceVersion], slot, a))) {
+		if !hmac.Equal([]byte(an[AnnotationMAC]), []byte(attemptMAC(key, regarding.UID, versionAt(an, place), slot, a))) {
 			// Another attempt, or no attempt of the manager's.
 			continue
 		}
-		if an[AnnotationOldResourceVersion] != version {
+		if versionAt(an, place) != version {
+			if an == nil {
+				an = map[string]string{}
+				taken.Annotations = an
+			}
 			an[AnnotationOldResourceVersion], an[AnnotationMAC] = version, ev.Annotations[AnnotationMAC]
 			if err := r.Client.Update(ctx, &taken); err != nil {
 				return nil, fmt.Errorf("keep the attempt again: %w", err)
@@ -192,21 +206,35 @@ func (r *Recorder) keepAttempt(ctx context.Context, key []byte, regarding corev1
 	return nil, fmt.Errorf("the %d places of attempts on %s at version %s are taken: this attempt is not kept", MaxAttempts, regarding.Name, place)
 }
 
+// versionAt is the version an attempt's Event at place binds: its
+// annotation's, written only where it is not the place itself (a
+// deletion's, place DeletionVersion); the place's otherwise (a CSR's, whose
+// place is the version, kept out of the Event: review 240 F4).
+func versionAt(annotations map[string]string, place string) string {
+	if v := annotations[AnnotationOldResourceVersion]; v != "" {
+		return v
+	}
+	return place
+}
+
 func (r *Recorder) attemptEvent(key []byte, regarding corev1.ObjectReference, place, version string, slot int, action, message string, a engine.ManualAttempt) *corev1.Event {
 	now := metav1.NewTime(r.now())
+	annotations := map[string]string{
+		AnnotationObjectUID:       string(regarding.UID),
+		AnnotationVerdict:         a.Verdict,
+		AnnotationConditionSHA256: a.ConditionSHA256,
+		AnnotationUsername:        a.Username,
+		AnnotationUserUID:         a.UID,
+		AnnotationMAC:             attemptMAC(key, regarding.UID, version, slot, a),
+	}
+	if version != place {
+		annotations[AnnotationOldResourceVersion] = version
+	}
 	return &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
-			Namespace: EventNamespace,
-			Name:      AttemptEventName(key, regarding.UID, place, slot),
-			Annotations: map[string]string{
-				AnnotationObjectUID:          string(regarding.UID),
-				AnnotationOldResourceVersion: version,
-				AnnotationVerdict:            a.Verdict,
-				AnnotationConditionSHA256:    a.ConditionSHA256,
-				AnnotationUsername:           a.Username,
-				AnnotationUserUID:            a.UID,
-				AnnotationMAC:                attemptMAC(key, regarding.UID, version, slot, a),
-			},
+			Namespace:   EventNamespace,
+			Name:        AttemptEventName(key, regarding.UID, place, slot),
+			Annotations: annotations,
 		},
 		InvolvedObject:      regarding,
 		Type:                corev1.EventTypeNormal,
@@ -269,7 +297,7 @@ func (r *Recorder) attemptsWhere(ctx context.Context, key []byte, uid types.UID,
 		taken++
 		an := ev.Annotations
 		a := engine.ManualAttempt{Verdict: an[AnnotationVerdict], ConditionSHA256: an[AnnotationConditionSHA256], Username: an[AnnotationUsername], UID: an[AnnotationUserUID]}
-		version := an[AnnotationOldResourceVersion]
+		version := versionAt(an, place)
 		if !hmac.Equal([]byte(an[AnnotationMAC]), []byte(attemptMAC(key, uid, version, slot, a))) {
 			// A place's name is known once its Event is made (anyone
 			// who may list Events in default reads it), and an attempt

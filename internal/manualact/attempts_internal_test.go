@@ -2,6 +2,7 @@ package manualact
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -33,6 +34,34 @@ func attemptRecorder(t *testing.T) *Recorder {
 	require.NoError(t, clientgoscheme.AddToScheme(scheme))
 	c := fake.NewClientBuilder().WithScheme(scheme).Build()
 	return &Recorder{Reader: c, Client: c, Keys: staticKey("0123456789abcdef0123456789abcdef"), Instance: "test"}
+}
+
+// A CSR's attempt Event shows nowhere the version it is kept at: whoever may
+// read Events but not the request would learn what a forged review must
+// name to be kept (review 240 F4). It is read back all the same, and a
+// repeated attempt takes its own place again.
+func TestACSRsAttemptDoesNotShowItsVersion(t *testing.T) {
+	ctx := t.Context()
+	r := attemptRecorder(t)
+	old := request()
+	old.UID, old.ResourceVersion = "c5b1e0c2-0000-4000-8000-000000000001", "4242"
+	csr := request(approved("by hand"))
+	csr.UID = old.UID
+	for range 2 {
+		_, err := r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "bob", UID: "u-bob"})
+		require.NoError(t, err)
+	}
+	var ev corev1.Event
+	require.NoError(t, r.Reader.Get(ctx, objectKey(AttemptEventName([]byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion, 0)), &ev))
+	raw, err := json.Marshal(&ev)
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), "4242")
+	got, incomplete, err := r.attempts(ctx, []byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion)
+	require.NoError(t, err)
+	assert.Equal(t, []engine.ManualAttempt{{Verdict: "Approved", ConditionSHA256: ConditionDigest(approved("by hand")), Username: "bob", UID: "u-bob"}}, got)
+	assert.False(t, incomplete)
+	require.True(t, apierrors.IsNotFound(r.Reader.Get(ctx, objectKey(AttemptEventName([]byte(r.Keys.(staticKey)), old.UID, old.ResourceVersion, 1)), &corev1.Event{})),
+		"Bob's second attempt took another place")
 }
 
 // TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt: the webhook's attempt is read
