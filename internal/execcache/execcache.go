@@ -141,13 +141,13 @@ func Open(dir string) (*Cache, error) {
 	return &Cache{dir: dir}, nil
 }
 
-// mayMake refuses to make dir inside another user's directory: the
-// superuser run with a user's HOME (sudo -E) made the user's cache
-// directory its own, and every run of the user's after it found the cache
-// not theirs and asked again, each time a credential, an Event and a
-// decision, with root's private key left in their home, which they could
-// not remove (review 234 F2). A directory there already is checked by
-// Open as any.
+// mayMake refuses, to root run by sudo, to make dir inside the directory of
+// the user who ran it (makesIn): with their HOME kept (sudo -E), root made
+// their cache directory its own, and every run of theirs after it found
+// the cache not theirs and asked again, each time a credential, an Event
+// and a decision, with root's private key left in their home, which they
+// could not remove (review 234 F2). A directory there already is checked
+// by Open as any.
 func mayMake(dir string) error {
 	for parent := dir; ; {
 		info, err := os.Lstat(parent)
