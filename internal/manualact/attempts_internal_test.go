@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,6 +37,16 @@ func attemptRecorder(t *testing.T) *Recorder {
 	return &Recorder{Reader: c, Client: c, Keys: staticKey("0123456789abcdef0123456789abcdef"), Instance: "test"}
 }
 
+// approvalByHand is a request at version 4242 and the write that approves
+// it by hand.
+func approvalByHand() (old, csr *certificatesv1.CertificateSigningRequest) {
+	old = request()
+	old.UID, old.ResourceVersion = "c5b1e0c2-0000-4000-8000-000000000001", "4242"
+	csr = request(approved("by hand"))
+	csr.UID = old.UID
+	return old, csr
+}
+
 // A CSR's attempt Event shows nowhere the version it is kept at: whoever may
 // read Events but not the request would learn what a forged review must
 // name to be kept (review 240 F4). It is read back all the same, and a
@@ -43,10 +54,7 @@ func attemptRecorder(t *testing.T) *Recorder {
 func TestACSRsAttemptDoesNotShowItsVersion(t *testing.T) {
 	ctx := t.Context()
 	r := attemptRecorder(t)
-	old := request()
-	old.UID, old.ResourceVersion = "c5b1e0c2-0000-4000-8000-000000000001", "4242"
-	csr := request(approved("by hand"))
-	csr.UID = old.UID
+	old, csr := approvalByHand()
 	for range 2 {
 		_, err := r.Attempt(ctx, csr, old, &authenticationv1.UserInfo{Username: "bob", UID: "u-bob"})
 		require.NoError(t, err)
@@ -70,10 +78,7 @@ func TestACSRsAttemptDoesNotShowItsVersion(t *testing.T) {
 func TestAnAttemptIsKeptOnlyAsTheWebhookMadeIt(t *testing.T) {
 	ctx := t.Context()
 	r := attemptRecorder(t)
-	old := request()
-	old.UID, old.ResourceVersion = "c5b1e0c2-0000-4000-8000-000000000001", "4242"
-	csr := request(approved("by hand"))
-	csr.UID = old.UID
+	old, csr := approvalByHand()
 
 	// Someone who may create Events takes place 0 first, claiming Ada denied.
 	forged := r.attemptEvent([]byte("not the key"), CSRReference(old), old.ResourceVersion, old.ResourceVersion, 0, "deny", "forged", engine.ManualAttempt{Verdict: "Denied", Username: "ada"})
@@ -163,10 +168,7 @@ func objectKey(name string) client.ObjectKey {
 func TestSquattersTakeNoPlace(t *testing.T) {
 	ctx := t.Context()
 	r := attemptRecorder(t)
-	old := request()
-	old.UID, old.ResourceVersion = "c5b1e0c2-0000-4000-8000-000000000001", "4242"
-	csr := request(approved("by hand"))
-	csr.UID = old.UID
+	old, csr := approvalByHand()
 	for slot := range MaxAttempts {
 		junk := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: EventNamespace, Name: fmt.Sprintf("ichor-attempt-%s-%s-%d", old.UID, old.ResourceVersion, slot)}}
 		require.NoError(t, r.Client.Create(ctx, junk))

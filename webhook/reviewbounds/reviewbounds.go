@@ -134,8 +134,11 @@ func (s *server) bound(next http.Handler) http.Handler {
 			s.refuse(w, ReasonNoSlot, http.StatusServiceUnavailable, "no review could be answered before the deadline")
 			return
 		}
-		if r.ContentLength > s.limits.MaxBody {
+		tooLarge := func() {
 			s.refuse(w, ReasonTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("a review's body is at most %d bytes", s.limits.MaxBody))
+		}
+		if r.ContentLength > s.limits.MaxBody {
+			tooLarge()
 			return
 		}
 		// The body is read here, within its own deadline, so that a
@@ -148,10 +151,10 @@ func (s *server) bound(next http.Handler) http.Handler {
 		cut := time.AfterFunc(s.limits.BodyDeadline, func() { _ = rc.SetReadDeadline(time.Now()) })
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.limits.MaxBody))
 		cutInTime := cut.Stop()
-		var tooLarge *http.MaxBytesError
+		var cutAtMax *http.MaxBytesError
 		switch {
-		case errors.As(err, &tooLarge):
-			s.refuse(w, ReasonTooLarge, http.StatusRequestEntityTooLarge, fmt.Sprintf("a review's body is at most %d bytes", s.limits.MaxBody))
+		case errors.As(err, &cutAtMax):
+			tooLarge()
 			return
 		case err != nil, !cutInTime:
 			// Past the body's deadline the connection reads no more,
