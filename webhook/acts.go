@@ -72,6 +72,12 @@ type ActRecorder struct {
 	// object the API server stores (stored), which the API server's own
 	// reviews do and a sender who cannot read the object cannot.
 	Reader client.Reader
+	// Revocations records a binding's deletion once it is gone, and tries
+	// a record that failed again (nil: one of its own, which
+	// SetupWithManager runs on the manager). The manager gives the one
+	// the admin bindings' watch records with, so that a revocation both
+	// see is tried by one of them at a time.
+	Revocations *manualact.Revocations
 
 	// polling are the bindings (by UID) whose deletion this replica waits
 	// for, to record it (recordOnceGone), each until its deadline, which
@@ -95,6 +101,12 @@ func (a *ActRecorder) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if a.Reader == nil {
 		a.Reader = mgr.GetAPIReader()
+	}
+	if a.Revocations == nil {
+		a.Revocations = &manualact.Revocations{Recorder: a.Recorder}
+		if err := mgr.Add(a.Revocations); err != nil {
+			return fmt.Errorf("act recorder webhook: %w", err)
+		}
 	}
 	srv := mgr.GetWebhookServer()
 	srv.Register(PathRecordCSRApproval, &crwebhook.Admission{Handler: admission.HandlerFunc(a.csrApproval)})
@@ -263,7 +275,7 @@ func (a *ActRecorder) recordOnceGone(ctx context.Context, b *rbacv1.ClusterRoleB
 	}
 	record, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	(&manualact.Revocations{Recorder: a.Recorder}).Revoked(record, last)
+	a.Revocations.Revoked(record, last)
 }
 
 // revocationGrace is how long the webhook leaves the leader's watch to

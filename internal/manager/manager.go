@@ -600,8 +600,14 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 		return nil, err
 	}
 	recorder := &manualact.Recorder{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Namespace: o.Namespace}
+	// One queue of revocations' records for the webhook and the watch, its
+	// worker on every replica.
+	revocations := &manualact.Revocations{Recorder: recorder}
+	if err := mgr.Add(revocations); err != nil {
+		return nil, fmt.Errorf("set up the revocations' records: %w", err)
+	}
 	if o.Webhook {
-		if err := setUpCredentials(ctx, mgr, eng, o, recorder); err != nil {
+		if err := setUpCredentials(ctx, mgr, eng, o, recorder, revocations); err != nil {
 			return nil, err
 		}
 	}
@@ -612,7 +618,7 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 	// still watched: --admin-kubeconfigs=false removes them either way.
 	admins := &credentials.AdminBindings{
 		Client: mgr.GetClient(), Engine: eng, Recorder: mgr.GetEventRecorder("ichor-credentials"), AdminKubeconfigs: o.AdminKubeconfigs,
-		Revocations: &manualact.Revocations{Recorder: recorder},
+		Revocations: revocations,
 	}
 	if err := admins.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the admin bindings' watch: %w", err)
@@ -741,7 +747,7 @@ func setUpManualDecisions(mgr ctrl.Manager, recorder *manualact.Recorder, o Opti
 // setUpCredentials adds the admission webhooks and the issuer, which share the
 // admission records' key, and the webhook that records a person's acts
 // (which signs its records with the same key).
-func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options, recorder *manualact.Recorder) error {
+func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options, recorder *manualact.Recorder, revocations *manualact.Revocations) error {
 	keys, err := admissionKeys(mgr, o.Namespace, o.AdmissionKeySecret)
 	if err != nil {
 		return err
@@ -764,7 +770,7 @@ func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine,
 		return fmt.Errorf("set up the credential request webhook: %w", err)
 	}
 	recorder.Keys = keys
-	if err := (&credwebhook.ActRecorder{Recorder: recorder, Signers: decidedSigners(o)}).SetupWithManager(mgr); err != nil {
+	if err := (&credwebhook.ActRecorder{Recorder: recorder, Signers: decidedSigners(o), Revocations: revocations}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the webhook that records a person's acts: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {

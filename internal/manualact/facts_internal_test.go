@@ -172,11 +172,12 @@ func (noDecision) RecordManual(context.Context, engine.ManualActInput) (engine.M
 // that the rule does not record is reported, never dropped in silence.
 func TestAVerdictTheRuleMissesIsAnError(t *testing.T) {
 	r := &Recorder{Engine: noDecision{}}
-	ref := corev1.ObjectReference{UID: "u-1"}
-	rec, err := r.Record(t.Context(), ref, CSRDecision(request(approved("by hand")), request(), nil))
+	in := CSRDecision(request(approved("by hand")), request(), nil)
+	rec, err := r.evaluate(t.Context(), &in)
 	assert.Nil(t, rec)
 	assert.ErrorIs(t, err, ErrDecisionUnrecorded)
-	rec, err = r.Record(t.Context(), ref, CSRDecision(request(), request(), nil))
+	in = CSRDecision(request(), request(), nil)
+	rec, err = r.evaluate(t.Context(), &in)
 	assert.Nil(t, rec)
 	assert.NoError(t, err, "a write that decides nothing is not recorded, and that is no error")
 }

@@ -135,55 +135,6 @@ type Recorder struct {
 	Clock    clock.PassiveClock
 }
 
-// Record records one act on the object (a CSR or a ClusterRoleBinding): in
-// is its facts. It returns the record, or nil when the act was recorded
-// already or the rule does not record it. An error is logged by the caller:
-// recording never stands in the way of the act.
-func (r *Recorder) Record(ctx context.Context, regarding corev1.ObjectReference, in engine.ManualActInput) (*engine.ManualRecord, error) {
-	return r.record(ctx, regarding, act(in), &in)
-}
-
-// act names the act in its record's mark: the verdict a CSR's write added,
-// or a revocation.
-func act(in engine.ManualActInput) string {
-	if in.Act == engine.ActAdminBindingDeletion {
-		return engine.ActionRevoke
-	}
-	return AddedVerdict(in.CertificateRequest)
-}
-
-// record looks for the act's verified mark (its Event), asks the rule for
-// the record and writes its Event: at once, for a revocation (the webhook,
-// the bindings' watch). A request's decision goes through the watch's queue
-// instead (decision.go).
-func (r *Recorder) record(ctx context.Context, regarding corev1.ObjectReference, act string, in *engine.ManualActInput) (*engine.ManualRecord, error) {
-	if regarding.UID == "" {
-		return nil, errors.New("the object has no UID to record the act under")
-	}
-	var key []byte
-	if r.Keys != nil {
-		var err error
-		if key, err = r.Keys.Key(ctx); err != nil {
-			return nil, fmt.Errorf("the records' key: %w", err)
-		}
-		recorded, err := r.recorded(ctx, key, regarding.UID, act)
-		if err != nil {
-			return nil, err
-		}
-		if recorded != "" {
-			return nil, nil
-		}
-	}
-	rec, err := r.evaluate(ctx, in)
-	if rec == nil || err != nil {
-		return nil, err
-	}
-	if err := r.event(ctx, key, regarding, act, *rec); err != nil {
-		return rec, fmt.Errorf("the record's Event: %w", err)
-	}
-	return rec, nil
-}
-
 // evaluate asks the rule for the record, which the engine logs; nil when
 // the rule records nothing, and the facts hold no verdict.
 func (r *Recorder) evaluate(ctx context.Context, in *engine.ManualActInput) (*engine.ManualRecord, error) {

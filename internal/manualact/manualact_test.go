@@ -311,6 +311,103 @@ func revocationsAreRecordedAsStored(t *testing.T, re *recEnv) {
 		assert.Equal(t, "hal", r.Result.Whom)
 	})
 
+	ivy := re.adminBinding(t, "ivy")
+	t.Run("a revocation whose record fails is tried again, and recorded once (review 240, F3)", func(t *testing.T) {
+		// The binding is gone when its record is made, so nothing lists it
+		// again: a record that failed once was lost, the watch's and the
+		// webhook's replica's alike. The first two looks for the record's
+		// mark time out, then the first write of its Event fails.
+		var reads, writes atomic.Int32
+		failRead := func(key client.ObjectKey, _ client.Object) error {
+			if key.Name != manualact.EventName(ivy.UID) || reads.Add(1) > 2 {
+				return nil
+			}
+			return apierrors.NewTimeoutError("injected: the look for the revocation's mark times out", 1)
+		}
+		failWrite := func(obj client.Object) error {
+			if obj.GetAnnotations()[manualact.AnnotationObjectUID] != string(ivy.UID) || isAttempt(obj) || writes.Add(1) > 1 {
+				return nil
+			}
+			return apierrors.NewServiceUnavailable("injected: the first write of the revocation's Event fails")
+		}
+		re.failRead.Store(&failRead)
+		defer re.failRead.Store(nil)
+		re.failWrite.Store(&failWrite)
+		defer re.failWrite.Store(nil)
+		re.ichor(t, 0, "cluster", "admins", "revoke", "ivy", "--kubeconfig", re.ada)
+		r := re.waitRecord(t, "clusterrolebinding/"+ivy.Name, "ada")
+		assert.Equal(t, "ivy", r.Result.Whom)
+		ev := re.event(t, ivy.UID)
+		assert.Equal(t, r.DecisionID, ev.Annotations[manualact.AnnotationDecisionID])
+		assert.GreaterOrEqual(t, reads.Load(), int32(3), "the mark was looked for again after two failures")
+		assert.GreaterOrEqual(t, writes.Load(), int32(2), "the Event was written again after a failure")
+		assert.Len(t, re.records("clusterrolebinding/"+ivy.Name), 1, "the rule was asked once: the try after the Event failed wrote the Event alone")
+	})
+
+	joy := re.adminBinding(t, "joy")
+	t.Run("a revocation whose attempts cannot be read at first still names who revoked (review 245, F1)", func(t *testing.T) {
+		// Read once and given up on, the attempts left the revoker
+		// unknown for good; they are read again, for a minute.
+		first := re.attemptName(t, joy.UID, manualact.DeletionVersion, 0)
+		var reads atomic.Int32
+		failRead := func(key client.ObjectKey, _ client.Object) error {
+			if key.Name != first || reads.Add(1) > 2 {
+				return nil
+			}
+			return apierrors.NewTimeoutError("injected: the read of the DELETE's attempt times out", 1)
+		}
+		re.failRead.Store(&failRead)
+		defer re.failRead.Store(nil)
+		re.ichor(t, 0, "cluster", "admins", "revoke", "joy", "--kubeconfig", re.ada)
+		r := re.waitRecord(t, "clusterrolebinding/"+joy.Name, "ada")
+		assert.Equal(t, "admission", r.Result.ActorSource)
+		assert.GreaterOrEqual(t, reads.Load(), int32(3), "the attempt was read again after two failures")
+	})
+
+	kim := re.adminBinding(t, "kim")
+	t.Run("a revocation's Event stored by a write that timed out is not written again (review 245, F3)", func(t *testing.T) {
+		var writes atomic.Int32
+		failWrite := func(obj client.Object) error {
+			if obj.GetAnnotations()[manualact.AnnotationObjectUID] != string(kim.UID) || isAttempt(obj) || writes.Add(1) > 1 {
+				return nil
+			}
+			// Stored, and the answer lost.
+			if err := re.env.Client.Create(t.Context(), obj.DeepCopyObject().(client.Object)); err != nil {
+				return err
+			}
+			return apierrors.NewTimeoutError("injected: the write of the revocation's Event was stored, and its answer timed out", 1)
+		}
+		// The looks for the record's mark: the first try's, then the
+		// try's after the timeout, which finds the Event and ends.
+		var looks atomic.Int32
+		countLooks := func(key client.ObjectKey, _ client.Object) error {
+			if key.Name == manualact.EventName(kim.UID) {
+				looks.Add(1)
+			}
+			return nil
+		}
+		re.failWrite.Store(&failWrite)
+		defer re.failWrite.Store(nil)
+		re.failRead.Store(&countLooks)
+		defer re.failRead.Store(nil)
+		re.ichor(t, 0, "cluster", "admins", "revoke", "kim", "--kubeconfig", re.ada)
+		re.waitRecord(t, "clusterrolebinding/"+kim.Name, "ada")
+		re.event(t, kim.UID)
+		require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return writes.Load() >= 1 && looks.Load() >= 2, nil
+		}), "the try after the timeout looked for the record's mark")
+		var events corev1.EventList
+		require.NoError(t, re.env.Client.List(t.Context(), &events, client.InNamespace(manualact.EventNamespace)))
+		var records int
+		for _, ev := range events.Items {
+			if ev.Annotations[manualact.AnnotationObjectUID] == string(kim.UID) && !isAttempt(&ev) {
+				records++
+			}
+		}
+		assert.Equal(t, 1, records, "one record Event")
+		assert.Len(t, re.records("clusterrolebinding/"+kim.Name), 1)
+	})
+
 	gil := re.adminBinding(t, "gil")
 	t.Run("a revocation while no leader watches is recorded by the webhook's replica", func(t *testing.T) {
 		// The watch that records revocations runs on the leader only, and
@@ -414,10 +511,14 @@ func (re *recEnv) startManagerWith(t *testing.T, bindingsWatch bool) {
 		Keys: re.env.AdmissionKeys(keyClient), Instance: "recorder-test", Namespace: harness.ManagerNamespace,
 		Clock: offsetClock{&re.clockOffset},
 	}
-	require.NoError(t, (&webhook.ActRecorder{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
+	// One queue of revocations' records for the webhook and the watch, as
+	// the manager has it.
+	revocations := &manualact.Revocations{Recorder: recorder}
+	require.NoError(t, mgr.Add(revocations))
+	require.NoError(t, (&webhook.ActRecorder{Recorder: recorder, Signers: signers, Revocations: revocations}).SetupWithManager(mgr))
 	require.NoError(t, (&manualact.CSRDecisions{Recorder: recorder, Signers: signers}).SetupWithManager(mgr))
 	if bindingsWatch {
-		require.NoError(t, (&credentials.AdminBindings{Engine: eng, AdminKubeconfigs: true, Revocations: &manualact.Revocations{Recorder: recorder}}).SetupWithManager(mgr))
+		require.NoError(t, (&credentials.AdminBindings{Engine: eng, AdminKubeconfigs: true, Revocations: revocations}).SetupWithManager(mgr))
 	}
 	done := harness.RunManager(ctx, mgr, "manager")
 	re.stop = func() { cancel(); <-done }

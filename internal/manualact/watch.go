@@ -13,6 +13,7 @@ import (
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/ichor-dev/ichor-policy/controllers/credentials"
 	"github.com/ichor-dev/ichor-policy/engine"
 )
 
@@ -34,33 +36,244 @@ const maxLoggedName = 256
 // watch sees (controllers/credentials.AdminBindings.Revocations), once the
 // binding is gone: with the attempts the webhook kept of its DELETE, which
 // name the revoker when one person asked.
+//
+// A record is tried at once, in the caller; one that fails (a read or a
+// write of the API server, the records' key, the rule) is tried again by
+// Start's worker, from client-go's rate-limited queue, later each time
+// (RetryBase doubled up to RetryMax), until it is made: the binding is
+// gone, so nothing lists it again, and a record not tried again is a
+// revocation no one can read of (review 240, F3). The attempts are read
+// again for up to attemptsPatience, then the revoker is recorded unknown.
+// The rule is asked once a revocation: a try after the record's Event
+// failed writes the Event alone, unless the record is found marked by then
+// (the write stored after all, or another replica's record), and an error
+// of the rule itself is not tried again (the input will not change, and a
+// rule that errs after its entry was logged would log it at every try).
+// What is queued when the manager stops is lost with it, which its log
+// says (the webhook's attempt Events still name the DELETE, for an hour).
 type Revocations struct {
 	Recorder *Recorder
+
+	once    sync.Once
+	queue   workqueue.TypedRateLimitingInterface[types.UID]
+	mu      sync.Mutex
+	pending map[types.UID]*pendingRevocation
 }
 
+// pendingRevocation is a revocation being recorded: the binding as it was
+// last seen, when it was seen gone, its attempts, and the record once the
+// rule made it.
+type pendingRevocation struct {
+	binding *rbacv1.ClusterRoleBinding
+	seen    time.Time
+	// The attempts the webhook kept, once read (or given up on).
+	attemptsRead bool
+	attempts     []engine.ManualAttempt
+	incomplete   bool
+	rec          *engine.ManualRecord
+}
+
+// attemptsPatience is how long a revocation's attempts that cannot be read
+// hold its record back: past it, the revoker is recorded unknown rather
+// than the revocation later still (or never, should the manager stop).
+const attemptsPatience = time.Minute
+
+// tryTimeout bounds one try of the worker, which tries every revocation
+// in turn: a read that hangs holds back no other for longer.
+const tryTimeout = 30 * time.Second
+
 // Revoked records the deletion of b, if it is one of Ichor's admin
-// bindings; another labelled binding's deletion is only logged. Attempts
-// that cannot be read leave the revoker unknown: the revocation itself is
-// recorded all the same.
+// bindings; another labelled binding's deletion is only logged. A record
+// that fails is queued for Start's worker; a binding whose record is being
+// tried or queued already is left to that.
 func (r *Revocations) Revoked(ctx context.Context, b *rbacv1.ClusterRoleBinding) {
 	if !IsAdminBinding(b) {
 		LogIgnored(ctx, b)
 		return
 	}
-	in := BindingDeletion(b, nil)
-	// The DELETEs that count: admitted shortly before the binding was seen
-	// gone, or before its deletion was asked for when finalizers held it.
-	since := r.Recorder.now()
+	p := r.begin(b)
+	if p == nil {
+		return
+	}
+	if err := r.try(ctx, p); err != nil {
+		r.failed(ctx, b.UID, p, err)
+		return
+	}
+	r.end(b.UID)
+}
+
+// Start tries the failed records again until ctx ends. It runs on every
+// replica: the webhook's replicas record too.
+func (r *Revocations) Start(ctx context.Context) error {
+	q := r.workQueue()
+	go func() {
+		<-ctx.Done()
+		q.ShutDown()
+	}()
+	logger := log.FromContext(ctx).WithValues("controller", "admin-revocations")
+	for {
+		uid, shutdown := q.Get()
+		if shutdown {
+			r.unrecorded(logger)
+			return nil
+		}
+		r.mu.Lock()
+		p := r.pending[uid]
+		r.mu.Unlock()
+		if p != nil {
+			tryCtx, cancel := context.WithTimeout(log.IntoContext(ctx, logger), tryTimeout)
+			if err := r.try(tryCtx, p); err != nil {
+				r.failed(tryCtx, uid, p, err)
+			} else {
+				r.end(uid)
+			}
+			cancel()
+		}
+		q.Done(uid)
+	}
+}
+
+// unrecorded says, as the manager stops, which revocations it could not
+// record: no one else will (the bindings are gone), so the operator reads
+// them here, and the DELETEs in the API server's audit log.
+func (r *Revocations) unrecorded(logger logr.Logger) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.pending {
+		logUnrecorded(logger, p)
+	}
+}
+
+func logUnrecorded(logger logr.Logger, p *pendingRevocation) {
+	identity, _ := credentials.AdminBindingIdentity(p.binding)
+	logger.Error(nil, "the manager stops before it could record an admin binding's revocation (unless a try under way still makes it): it is not recorded; the API server's audit log has the DELETE",
+		"binding", engine.Clip(p.binding.Name, "", maxLoggedName), "identity", engine.Clip(identity, "", maxLoggedName), "seen_gone", p.seen)
+}
+
+// NeedLeaderElection is false: the webhook of every replica records.
+func (r *Revocations) NeedLeaderElection() bool { return false }
+
+func (r *Revocations) workQueue() workqueue.TypedRateLimitingInterface[types.UID] {
+	r.once.Do(func() {
+		r.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[types.UID](RetryBase, RetryMax),
+			workqueue.TypedRateLimitingQueueConfig[types.UID]{Name: "admin-revocations"})
+	})
+	return r.queue
+}
+
+// begin makes the pending revocation of b, or returns nil when one is
+// being tried or queued already (the first copy seen is recorded).
+func (r *Revocations) begin(b *rbacv1.ClusterRoleBinding) *pendingRevocation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.pending[b.UID]; ok {
+		return nil
+	}
+	if r.pending == nil {
+		r.pending = map[types.UID]*pendingRevocation{}
+	}
+	p := &pendingRevocation{binding: b, seen: r.Recorder.now()}
+	r.pending[b.UID] = p
+	return p
+}
+
+// failed queues the revocation again, later, unless err says it never can
+// be recorded.
+func (r *Revocations) failed(ctx context.Context, uid types.UID, p *pendingRevocation, err error) {
+	logger := log.FromContext(ctx)
+	if errors.Is(err, reconcile.TerminalError(nil)) {
+		logger.Error(err, "record an admin binding's revocation: not tried again", "binding", engine.Clip(p.binding.Name, "", maxLoggedName))
+		r.end(uid)
+		return
+	}
+	q := r.workQueue()
+	if q.ShuttingDown() {
+		// A try that ended after the worker stopped (the webhook's, or
+		// the watch's as the manager stops) is queued to no one.
+		logger.Error(err, "record an admin binding's revocation", "binding", engine.Clip(p.binding.Name, "", maxLoggedName))
+		logUnrecorded(logger, p)
+		r.end(uid)
+		return
+	}
+	logger.Error(err, "record an admin binding's revocation: tried again later", "binding", engine.Clip(p.binding.Name, "", maxLoggedName))
+	q.AddRateLimited(uid)
+}
+
+func (r *Revocations) end(uid types.UID) {
+	r.mu.Lock()
+	delete(r.pending, uid)
+	r.mu.Unlock()
+	r.workQueue().Forget(uid)
+}
+
+// try records the revocation: the rule's record (once), then its Event.
+func (r *Revocations) try(ctx context.Context, p *pendingRevocation) error {
+	b := p.binding
+	regarding := BindingReference(b)
+	if regarding.UID == "" {
+		return reconcile.TerminalError(errors.New("the binding has no UID to record the act under"))
+	}
+	var key []byte
+	if r.Recorder.Keys != nil {
+		var err error
+		if key, err = r.Recorder.Keys.Key(ctx); err != nil {
+			return fmt.Errorf("the records' key: %w", err)
+		}
+	}
+	// Marked already: by another replica's record, or, on a try after
+	// the record's Event failed, by that write stored all the same (a
+	// timeout).
+	if key != nil {
+		if recorded, err := r.Recorder.recorded(ctx, key, regarding.UID, engine.ActionRevoke); err != nil || recorded != "" {
+			return err
+		}
+	}
+	if p.rec == nil {
+		if err := r.readAttempts(ctx, p); err != nil {
+			return err
+		}
+		in := BindingDeletion(b, nil)
+		in.Attempts, in.AttemptsIncomplete = p.attempts, p.incomplete
+		rec, err := r.Recorder.evaluate(ctx, &in)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			return reconcile.TerminalError(err)
+		case err != nil || rec == nil:
+			return err
+		}
+		p.rec = rec
+		Log(ctx, "binding", b.Name)(rec, nil)
+	}
+	if err := r.Recorder.event(ctx, key, regarding, engine.ActionRevoke, *p.rec); err != nil {
+		return fmt.Errorf("the record's Event: %w", err)
+	}
+	return nil
+}
+
+// readAttempts reads the DELETEs the webhook kept of the binding's deletion
+// that count: admitted shortly before the binding was seen gone, or before
+// its deletion was asked for when finalizers held it. Those that cannot be
+// read are an error for attemptsPatience, then leave the revoker unknown.
+func (r *Revocations) readAttempts(ctx context.Context, p *pendingRevocation) error {
+	if p.attemptsRead {
+		return nil
+	}
+	b := p.binding
+	since := p.seen
 	if b.DeletionTimestamp != nil && b.DeletionTimestamp.Time.Before(since) {
 		since = b.DeletionTimestamp.Time
 	}
 	attempts, incomplete, err := r.Recorder.RevocationAttempts(ctx, b.UID, since.Add(-RevocationWindow))
 	if err != nil {
+		if r.Recorder.now().Sub(p.seen) < attemptsPatience {
+			return fmt.Errorf("read the attempts of its deletion: %w", err)
+		}
 		log.FromContext(ctx).Error(err, "read the attempts of an admin binding's deletion: the revoker is recorded unknown", "binding", engine.Clip(b.Name, "", maxLoggedName))
 		attempts, incomplete = nil, true
 	}
-	in.Attempts, in.AttemptsIncomplete = attempts, incomplete
-	Log(ctx, "binding", b.Name)(r.Recorder.Record(ctx, BindingReference(b), in))
+	p.attemptsRead, p.attempts, p.incomplete = true, attempts, incomplete
+	return nil
 }
 
 // LogIgnored logs, at debug level, the deletion of a labelled binding that
@@ -70,7 +283,8 @@ func LogIgnored(ctx context.Context, b *rbacv1.ClusterRoleBinding) {
 		"binding", engine.Clip(b.Name, "", maxLoggedName), "role", engine.Clip(b.RoleRef.Name, "", maxLoggedName))
 }
 
-// Log logs what Record returned; kind and name say what the act was on.
+// Log logs a record, or the error of making it; kind and name say what the
+// act was on.
 // Every string is cut: the actor is as long as the cluster's authenticator
 // makes it.
 func Log(ctx context.Context, kind, name string) func(*engine.ManualRecord, error) {
