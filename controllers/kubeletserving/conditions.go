@@ -83,11 +83,9 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 	meta.SetStatusCondition(&cluster.Status.Conditions, issued)
 	meta.SetStatusCondition(&cluster.Status.Conditions, requestsCondition(cluster, withheld))
 
-	verify := cluster.Spec.Security.KubeletServingCertificates.VerifyFromAPIServer
 	latched := meta.IsStatusConditionTrue(cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)
 	switch {
-	case !verify:
-		meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)
+	case unlatchIfOff(cluster):
 	case latched:
 		// A latch: a machine joining later does not take the flag away, since
 		// that would restart every kube-apiserver each time a node is added.
@@ -118,6 +116,22 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 		return 0, fmt.Errorf("update cluster conditions: %w", err)
 	}
 	return next, nil
+}
+
+// unlatchIfOff removes KubeletServingVerified when verifyFromAPIServer is
+// off, and reports whether it is off. ADR 0125 removes the latch when
+// either option is switched off; every path that writes the cluster's
+// status while the option is on asks this, a refused API server's too:
+// switched off while the cluster's kubeconfig was refused, the latch stayed,
+// and switched on again it rendered --kubelet-certificate-authority at once
+// for the machines that had joined meanwhile without a certificate
+// (review 247, F1).
+func unlatchIfOff(cluster *ichorv1alpha1.TalosCluster) bool {
+	if cluster.Spec.Security.KubeletServingCertificates.VerifyFromAPIServer {
+		return false
+	}
+	meta.RemoveStatusCondition(&cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)
+	return true
 }
 
 // secretsUnusable is why the cluster's secrets bundle cannot be used for

@@ -614,12 +614,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	var readFailing *kubeconfigReadFailingError
 	if errors.As(err, &readFailing) {
-		// No word on the kubeconfig Secret for a moment: its watch is kept
-		// (kubeconfigReadTolerance), nothing is decided through it until
-		// the Secret is read again (targetStillAllowed), and the condition
-		// stays as the last answer left it (review 191 F4).
-		logger.Info("the cluster's kubeconfig Secret cannot be read now; its watch is kept a while", "error", err.Error())
-		return reconcile.Result{RequeueAfter: kubeconfigReadRetry}, nil
+		return r.kubeconfigUnanswered(ctx, &cluster, err)
 	}
 	var refused *KubeconfigRefusedError
 	if errors.As(err, &refused) {

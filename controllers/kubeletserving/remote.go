@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
@@ -898,6 +899,23 @@ func refusal(cause error) (reason, message string) {
 	return reason, message
 }
 
+// kubeconfigUnanswered is the reconcile of a cluster whose kubeconfig
+// Secret has had no answer for a moment: its watch is kept
+// (kubeconfigReadTolerance), nothing is decided through it until the
+// Secret is read again (targetStillAllowed), and the conditions stay as the
+// last answer left them (review 191 F4), but for the latch, removed if
+// verification was switched off meanwhile.
+func (r *Reconciler) kubeconfigUnanswered(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, cause error) (reconcile.Result, error) {
+	log.FromContext(ctx).Info("the cluster's kubeconfig Secret cannot be read now; its watch is kept a while", "error", cause.Error())
+	before := cluster.DeepCopy()
+	if unlatchIfOff(cluster) && statusChanged(before.Status, cluster.Status) {
+		if err := r.Client.Status().Patch(ctx, cluster, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return reconcile.Result{}, fmt.Errorf("remove the latch of kubelet verification: %w", err)
+		}
+	}
+	return reconcile.Result{RequeueAfter: kubeconfigReadRetry}, nil
+}
+
 // refuseTarget says on the cluster why its API server is not judged.
 func (r *Reconciler) refuseTarget(ctx context.Context, c *ichorv1alpha1.TalosCluster, cause error) error {
 	reason, message := refusal(cause)
@@ -913,6 +931,7 @@ func (r *Reconciler) refuseTarget(ctx context.Context, c *ichorv1alpha1.TalosClu
 	// made: not left saying it for a cluster that judges nothing (review
 	// 169).
 	meta.RemoveStatusCondition(&c.Status.Conditions, ichorv1alpha1.ConditionKubeletServingRequests)
+	unlatchIfOff(c)
 	setReady(c, reachability{})
 	if !statusChanged(before.Status, c.Status) {
 		return nil
