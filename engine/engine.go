@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -221,6 +222,11 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 	}
 	if err := checkDecisionLogCredential(opts); err != nil {
 		return nil, err
+	}
+	for _, k := range opts.VerificationKeys {
+		if err := CheckVerificationKey(k); err != nil {
+			return nil, err
+		}
 	}
 	logOut := orDefault(opts.Log, os.Stderr)
 	// A signed URL keeps its signature in its query, which OPA's errors
@@ -434,6 +440,21 @@ func (e *Engine) writePrivate(data []byte) error {
 	// or the new one whole, never a part.
 	if err := privatefile.Write(e.private, data); err != nil {
 		return fmt.Errorf("write bundle: %w", err)
+	}
+	return nil
+}
+
+// CheckVerificationKey refuses a public key given with an HMAC algorithm
+// (HS256, HS384, HS512): OPA then takes the key's text as the shared
+// secret, and whoever may read the public key (a ConfigMap, the release's
+// files) could sign bundles it accepts (review 246, F3). A shared secret is
+// not PEM.
+func CheckVerificationKey(k VerificationKey) error {
+	if !strings.HasPrefix(strings.ToUpper(k.Algorithm), "HS") {
+		return nil
+	}
+	if block, _ := pem.Decode([]byte(k.PEM)); block != nil {
+		return fmt.Errorf("bundle verification key %q is a PEM %s given with the HMAC algorithm %s, which would make its text the shared secret: whoever reads it could sign bundles; give the algorithm it was signed with (RS256, PS256, ES256, ...)", k.ID, block.Type, k.Algorithm)
 	}
 	return nil
 }

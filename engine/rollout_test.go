@@ -1016,3 +1016,18 @@ decision := {"big": concat("", [x | some _ in numbers.range(1, 1200000); x := "z
 	assert.EqualValues(t, 1, metrics.UploadDropped("oversized"))
 	assert.Equal(t, 1, svc.Received(), "the entries that fit are uploaded")
 }
+
+// TestAPublicKeyIsNoHMACSecret (review 246, F3): with an HMAC algorithm
+// OPA takes the key's text as the shared secret, so a public key given
+// with HS256 let whoever reads it sign the bundles the manager activates.
+func TestAPublicKeyIsNoHMACSecret(t *testing.T) {
+	s := newSigner(t)
+	_, err := engine.New(t.Context(), engine.Options{
+		Source:           filepath.Join(t.TempDir(), "bundle.tar.gz"),
+		VerificationKeys: []engine.VerificationKey{{ID: "ichor", PEM: s.public, Algorithm: "HS256"}},
+	})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `bundle verification key "ichor" is a PEM PUBLIC KEY given with the HMAC algorithm HS256`)
+	assert.NoError(t, engine.CheckVerificationKey(engine.VerificationKey{ID: "ichor", PEM: "a shared secret", Algorithm: "HS256"}), "a shared secret is no PEM")
+	assert.NoError(t, engine.CheckVerificationKey(engine.VerificationKey{ID: "ichor", PEM: s.public, Algorithm: "RS256"}))
+}

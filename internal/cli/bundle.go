@@ -163,6 +163,9 @@ func (k bundleKeyFlags) read() ([]byte, error) {
 	if block, _ := pem.Decode(key); block == nil && !strings.HasPrefix(k.algorithm, "HS") {
 		return nil, usage.Errorf("--bundle-key %s holds no PEM public key (%s)", k.key, k.algorithm)
 	}
+	if err := engine.CheckVerificationKey(engine.VerificationKey{ID: k.keyID, PEM: string(key), Algorithm: k.algorithm}); err != nil {
+		return nil, usage.Errorf("--bundle-key %s: %w", k.key, err)
+	}
 	return key, nil
 }
 
@@ -223,6 +226,9 @@ plain HTTP to the registry.`,
 				key, err := os.ReadFile(keyPath)
 				if err != nil {
 					return usage.Errorf("--key: %w", err)
+				}
+				if err := engine.CheckVerificationKey(engine.VerificationKey{ID: keyID, PEM: string(key), Algorithm: keyAlg}); err != nil {
+					return usage.Errorf("--key %s: %w", keyPath, err)
 				}
 				opts.Verification = bundle.NewVerificationConfig(map[string]*bundle.KeyConfig{
 					keyID: {Key: string(key), Algorithm: keyAlg},

@@ -33,6 +33,11 @@ func TestASignedBundleIsCheckedOffline(t *testing.T) {
 	code, stdout, stderr := run(t, "", "bundle", "build", "--signing-key", private, "--out", signed)
 	require.Equal(t, cli.ExitOK, code, stderr)
 	revision := strings.TrimSuffix(strings.Fields(stdout)[3], ",")
+	// Signed with the managers' public key as an HMAC secret: whoever
+	// reads the public key can (review 246, F3).
+	forged := filepath.Join(dir, "forged.tar.gz")
+	code, _, stderr = run(t, "", "bundle", "build", "--signing-key", public, "--signing-alg", "HS256", "--out", forged)
+	require.Equal(t, cli.ExitOK, code, stderr)
 
 	csr := manifest(t, csrgen.ServingObject("csr-1", "worker-1", request(t, csrgen.Request{DNSNames: []string{"worker-1"}})), false)
 	log := decisionLog(t, dir)
@@ -54,6 +59,7 @@ func TestASignedBundleIsCheckedOffline(t *testing.T) {
 		{"a directory", []string{"--bundle", "../../policy", "--bundle-key", public}, cli.ExitUsage, "is a directory, which cannot be signed"},
 		{"a key that is not there", []string{"--bundle", signed, "--bundle-key", filepath.Join(dir, "none.pub")}, cli.ExitUsage, "--bundle-key: open"},
 		{"a key file that holds no key", []string{"--bundle", signed, "--bundle-key", garbage}, cli.ExitUsage, "holds no PEM public key (RS256)"},
+		{"the public key as an HMAC secret", []string{"--bundle", forged, "--bundle-key", public, "--bundle-key-algorithm", "HS256"}, cli.ExitUsage, "given with the HMAC algorithm HS256, which would make its text the shared secret"},
 	} {
 		for name, args := range commands {
 			t.Run(tc.name+"/"+name, func(t *testing.T) {
