@@ -108,7 +108,11 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 	}
 	reach := r.NodeReaders.reachability(client.ObjectKeyFromObject(cluster), now)
 	reach.total = len(machines.Items)
-	setReady(cluster, reach)
+	if setReady(cluster, reach) && (next == 0 || reach.earlyLeft < next) {
+		// Kept from before the restart: looked at again when the reads
+		// have had their time, whatever the resync interval.
+		next = reach.earlyLeft
+	}
 	if !statusChanged(before.Status, cluster.Status) {
 		return next, nil
 	}
@@ -227,7 +231,7 @@ var progressReasons = map[string]bool{
 // is that machine's matter (its request stays pending, NodeUnreadable); a
 // policy bundle that was refused leaves the last good one serving, which
 // the manager's metrics and alerts say, not each cluster's Ready.
-func setReady(cluster *ichorv1alpha1.TalosCluster, reach reachability) {
+func setReady(cluster *ichorv1alpha1.TalosCluster, reach reachability) (keptUnreachable bool) {
 	ready := metav1.Condition{
 		Type:               ichorv1alpha1.ConditionReady,
 		Status:             metav1.ConditionTrue,
@@ -254,14 +258,40 @@ func setReady(cluster *ichorv1alpha1.TalosCluster, reach reachability) {
 			prefix = "the cluster's requests are not decided yet: "
 		}
 		ready.Message = truncate(prefix+c.Message, maxConditionMessage)
+		if c.Reason == ReasonRemoteWatchStarting && keepUnreachable(cluster, &ready) {
+			// A remote cluster waiting for its turn to start after a
+			// restart: what the last manager found of its Talos API is
+			// kept until the reads say otherwise (below), not replaced
+			// by a wait that would hand it to a new time (review 248).
+			keptUnreachable = true
+		}
 	case reach.unreachable():
 		ready.Status = metav1.ConditionFalse
 		ready.Reason = ichorv1alpha1.ReasonTalosAPIUnreachable
 		ready.Message = engine.Clip(fmt.Sprintf("no machine's Talos API answered: the %d of the cluster's %d machines read in the last %s all failed; %s: %s",
 			reach.machines, reach.total, readFreshness, reach.machine, reach.err), "", maxConditionMessage)
+	case reach.early && reach.answered == 0:
+		// Just after a restart or a hand-over, no read has said anything
+		// yet: the Talos API an earlier manager found unreachable stays
+		// so, its time unchanged, until a machine answers or the reads
+		// have had readFreshness (review 247, F2: it went True, then False
+		// again a minute or two later with a new time, at every rollout).
+		keptUnreachable = keepUnreachable(cluster, &ready)
 	}
 	meta.SetStatusCondition(&cluster.Status.Conditions, ready)
 	cluster.Status.ObservedGeneration = cluster.Generation
+	return keptUnreachable
+}
+
+// keepUnreachable makes ready the cluster's Ready as it is, if that is
+// False for TalosAPIUnreachable, and reports whether it was.
+func keepUnreachable(cluster *ichorv1alpha1.TalosCluster, ready *metav1.Condition) bool {
+	prev := meta.FindStatusCondition(cluster.Status.Conditions, ichorv1alpha1.ConditionReady)
+	if prev == nil || prev.Status != metav1.ConditionFalse || prev.Reason != ichorv1alpha1.ReasonTalosAPIUnreachable {
+		return false
+	}
+	ready.Status, ready.Reason, ready.Message = prev.Status, prev.Reason, prev.Message
+	return true
 }
 
 // truncate cuts s to at most n bytes, at a rune boundary.

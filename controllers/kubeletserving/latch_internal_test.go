@@ -91,3 +91,37 @@ func TestTheLatchGoesWhenVerificationIsSwitchedOffWhileTheServerIsRefused(t *tes
 		assert.False(t, latched(t, f), "the latch outlived verification switched off")
 	})
 }
+
+// TestAnUnreachableTalosAPIKeptAfterARestartIsLookedAtAgainInTime (review
+// 248): kept from before the restart, Ready is looked at again when the
+// reads have had their time, not at the next resync, which an operator may
+// have set to half an hour.
+func TestAnUnreachableTalosAPIKeptAfterARestartIsLookedAtAgainInTime(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clocktesting.NewFakeClock(t0))
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	since := metav1.NewTime(t0.Add(-time.Hour))
+	c.Status.Conditions = []metav1.Condition{{
+		Type: ichorv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ichorv1alpha1.ReasonTalosAPIUnreachable,
+		Message: "no machine's Talos API answered", LastTransitionTime: since,
+	}}
+	require.NoError(t, f.r.Client.Status().Update(ctx, &c))
+
+	next, err := f.r.updateConditions(ctx, &c, t0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, readFreshness, next, "not looked at again when the reads have had their time")
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	ready := meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionReady)
+	require.NotNil(t, ready)
+	assert.Equal(t, ichorv1alpha1.ReasonTalosAPIUnreachable, ready.Reason)
+	assert.True(t, since.Equal(&ready.LastTransitionTime), "its time changed")
+
+	// Once they have, with nothing read, it is True again.
+	next, err = f.r.updateConditions(ctx, &c, t0.Add(readFreshness), 0)
+	require.NoError(t, err)
+	assert.Zero(t, next)
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	assert.True(t, meta.IsStatusConditionTrue(c.Status.Conditions, ichorv1alpha1.ConditionReady))
+}

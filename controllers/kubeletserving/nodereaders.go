@@ -63,6 +63,11 @@ type NodeReaders struct {
 	// cluster and machine: whether Ichor reaches the cluster's Talos API is
 	// part of its Ready.
 	reads map[types.NamespacedName]map[string]readOutcome
+	// looked are when reachability was first asked of each cluster since
+	// its outcomes were last dropped (Forget): for readFreshness after it,
+	// reads that say nothing yet do not take back a Ready that earlier
+	// reads made False (review 247, F2).
+	looked map[types.NamespacedName]time.Time
 	// forgotten are the clusters Forget was told of since the serving
 	// reconcile last served them (Serving, Keep): a reader made for one is
 	// used for its read and not kept, so that a cluster removed (or no
@@ -447,6 +452,7 @@ func (n *NodeReaders) Forget(key types.NamespacedName) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.reads, key)
+	delete(n.looked, key)
 	delete(n.begun, key)
 	now := time.Now()
 	if n.forgotten == nil {
@@ -533,6 +539,14 @@ type reachability struct {
 	machine, err     string
 	// total is how many machines the cluster has.
 	total int
+	// answered is how many of the machines read last answered.
+	answered int
+	// early is true within readFreshness of the first look at the cluster
+	// since its outcomes were dropped (a restart, a cluster taken over
+	// from another replica): reads have had no time to say anything.
+	// earlyLeft is how much of that time is left.
+	early     bool
+	earlyLeft time.Duration
 }
 
 // unreachable reports whether the reads say that Ichor reaches none of the
@@ -564,13 +578,27 @@ func (n *NodeReaders) reachability(key types.NamespacedName, now time.Time) reac
 		after = defaultUnreachableAfter
 	}
 	var r reachability
+	if n.looked == nil {
+		n.looked = map[types.NamespacedName]time.Time{}
+	}
+	first, ok := n.looked[key]
+	if !ok {
+		first = now
+		n.looked[key] = now
+	}
+	r.earlyLeft = max(0, readFreshness-now.Sub(first))
+	r.early = r.earlyLeft > 0
 	for machine, o := range n.reads[key] {
 		if now.Sub(o.at) > readFreshness {
 			delete(n.reads[key], machine)
 			continue
 		}
 		r.machines++
-		if o.err == "" || o.at.Sub(o.failingSince) < after {
+		if o.err == "" {
+			r.answered++
+			continue
+		}
+		if o.at.Sub(o.failingSince) < after {
 			continue
 		}
 		r.failed++

@@ -225,6 +225,29 @@ func TestReachabilityFollowsTheReadsOnItsClock(t *testing.T) {
 	assert.False(t, r.unreachable())
 }
 
+// TestReachabilityIsEarlyForAWhileAfterItsReadsAreDropped (review 247, F2):
+// a restart or a hand-over drops the reads; the first looks after it are
+// early, so that reads that say nothing yet do not turn Ready True.
+func TestReachabilityIsEarlyForAWhileAfterItsReadsAreDropped(t *testing.T) {
+	n := &NodeReaders{UnreachableAfter: time.Minute}
+	key := types.NamespacedName{Namespace: "ns", Name: "demo"}
+	t0 := time.Unix(1_000_000, 0)
+
+	r := n.reachability(key, t0)
+	assert.True(t, r.early)
+	n.observe(key, "worker-1", t0.Add(time.Second), errors.New("connection refused"))
+	n.observe(key, "worker-2", t0.Add(time.Second), nil)
+	r = n.reachability(key, t0.Add(readFreshness-time.Second))
+	assert.True(t, r.early, "early from the first look, not from each")
+	assert.Equal(t, time.Second, r.earlyLeft)
+	assert.Equal(t, 2, r.machines)
+	assert.Equal(t, 1, r.answered)
+	assert.False(t, n.reachability(key, t0.Add(readFreshness)).early)
+
+	n.Forget(key)
+	assert.True(t, n.reachability(key, t0.Add(time.Hour)).early, "the reads were dropped: early again")
+}
+
 // Review 194: without a usable Kubernetes CA no certificate is recorded, and
 // each request's look would fail on its own: the cluster says its bundle is
 // unusable, as for its OS CA.

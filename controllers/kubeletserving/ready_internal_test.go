@@ -1,6 +1,7 @@
 package kubeletserving
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -22,6 +23,8 @@ func TestReadyIsFalseOnlyForARefusedConfiguration(t *testing.T) {
 		return metav1.Condition{Type: typ, Status: status, Reason: reason, Message: reason + " message"}
 	}
 	waiting := cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, ichorv1alpha1.ReasonMachinesPending)
+	unreachable := cond(ichorv1alpha1.ConditionReady, metav1.ConditionFalse, ichorv1alpha1.ReasonTalosAPIUnreachable)
+	unreachable.LastTransitionTime = metav1.NewTime(time.Unix(1_000_000, 0))
 	for _, tc := range []struct {
 		name       string
 		enabled    bool
@@ -62,6 +65,23 @@ func TestReadyIsFalseOnlyForARefusedConfiguration(t *testing.T) {
 		{name: "every machine read unreachable", enabled: true, status: metav1.ConditionFalse, reason: ichorv1alpha1.ReasonTalosAPIUnreachable,
 			conditions: []metav1.Condition{waiting}, reach: reachability{machines: 2, failed: 2, machine: "m-1", err: "timeout\x1b[2J", total: 3},
 			message: "no machine's Talos API answered: the 2 of the cluster's 3 machines read in the last 5m0s all failed; m-1: timeout^[[2J"},
+		// Review 247, F2: a restart or a hand-over forgets the reads; until
+		// some say something, what the last manager found stays.
+		{name: "just after a restart, nothing read yet", enabled: true, status: metav1.ConditionFalse, reason: ichorv1alpha1.ReasonTalosAPIUnreachable,
+			conditions: []metav1.Condition{waiting, unreachable}, reach: reachability{early: true, total: 3}, message: unreachable.Message},
+		{name: "just after a restart, the reads failing for less than the grace", enabled: true, status: metav1.ConditionFalse, reason: ichorv1alpha1.ReasonTalosAPIUnreachable,
+			conditions: []metav1.Condition{waiting, unreachable}, reach: reachability{early: true, machines: 2, total: 3}, message: unreachable.Message},
+		{name: "just after a restart, a remote cluster waiting for its turn to start", enabled: true, status: metav1.ConditionFalse, reason: ichorv1alpha1.ReasonTalosAPIUnreachable,
+			conditions: []metav1.Condition{cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, ReasonRemoteWatchStarting), unreachable}, message: unreachable.Message},
+		{name: "a remote cluster waiting for its turn to start", enabled: true, status: metav1.ConditionFalse, reason: ReasonRemoteWatchStarting,
+			conditions: []metav1.Condition{cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, ReasonRemoteWatchStarting)},
+			message:    "the cluster's requests are not decided yet: " + ReasonRemoteWatchStarting + " message"},
+		{name: "just after a restart, a machine answered", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing,
+			conditions: []metav1.Condition{waiting, unreachable}, reach: reachability{early: true, machines: 2, answered: 1, total: 3}},
+		{name: "long after a restart, nothing read", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing,
+			conditions: []metav1.Condition{waiting, unreachable}, reach: reachability{total: 3}},
+		{name: "just after a restart, Ready was not about the Talos API", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing,
+			conditions: []metav1.Condition{waiting, cond(ichorv1alpha1.ConditionReady, metav1.ConditionFalse, ReasonKubeconfigUnreadable)}, reach: reachability{early: true, total: 3}},
 		{name: "a refusal comes before reachability", enabled: true, status: metav1.ConditionFalse, reason: ReasonKubeconfigUnreadable,
 			conditions: []metav1.Condition{cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, ReasonKubeconfigUnreadable)},
 			reach:      reachability{machines: 1, failed: 1, machine: "m-1", err: "x", total: 1}},
@@ -80,9 +100,13 @@ func TestReadyIsFalseOnlyForARefusedConfiguration(t *testing.T) {
 			if tc.deleting {
 				c.DeletionTimestamp = &metav1.Time{Time: time.Unix(1_000_000, 0)}
 			}
-			c.Status.Conditions = tc.conditions
-			setReady(c, tc.reach)
+			c.Status.Conditions = slices.Clone(tc.conditions)
+			kept := setReady(c, tc.reach)
 			ready := meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionReady)
+			assert.Equal(t, tc.message == unreachable.Message, kept, "said kept")
+			if ready != nil && kept {
+				assert.Equal(t, unreachable.LastTransitionTime, ready.LastTransitionTime, "kept: its time unchanged")
+			}
 			if assert.NotNil(t, ready) {
 				assert.Equal(t, tc.status, ready.Status)
 				assert.Equal(t, tc.reason, ready.Reason)
