@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -148,6 +149,12 @@ func (r ManualRecord) EventNote() string {
 	return Clip(r.Reasons.String(), fmt.Sprintf(" (decision %s)", r.DecisionID), MaxEventNote)
 }
 
+// ErrRecordShape is a record of a person's act that the rule made without
+// what its documentation promises (a kind, an action, an object, a
+// reason): the bundle's to fix, and the same input gives the same again,
+// after its entry was logged.
+var ErrRecordShape = errors.New("does not have the documented shape")
+
 // RecordManual writes the record of a person's act to the decision log. It
 // returns ErrNoDecision when the rule does not record the act (a write that
 // decides nothing).
@@ -158,8 +165,8 @@ func (e *Engine) RecordManual(ctx context.Context, in ManualActInput) (ManualRec
 		return ManualRecord{}, err
 	}
 	if len(out.Reasons) == 0 || out.Kind == "" || out.Action == "" || out.Object == "" {
-		return ManualRecord{}, fmt.Errorf("decision %s of %s does not have the documented shape (kind %q, action %q, object %q, %d reasons)",
-			d.ID, d.Path, out.Kind, out.Action, out.Object, len(out.Reasons))
+		return ManualRecord{}, fmt.Errorf("decision %s of %s %w (kind %q, action %q, object %q, %d reasons)",
+			d.ID, d.Path, ErrRecordShape, out.Kind, out.Action, out.Object, len(out.Reasons))
 	}
 	out.DecisionID, out.Revision = d.ID, d.Revision
 	e.metrics.manualAct(out)

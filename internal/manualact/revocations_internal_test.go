@@ -3,6 +3,7 @@ package manualact
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,27 +26,47 @@ func adasBinding() *rbacv1.ClusterRoleBinding {
 	return b
 }
 
-// erringRule is a bundle whose record rule errs: it counts how often it
-// was asked.
-type erringRule struct{ asked atomic.Int32 }
+// erringRule is a bundle whose record rule errs with err: it counts how
+// often it was asked.
+type erringRule struct {
+	err   error
+	asked atomic.Int32
+}
 
 func (e *erringRule) RecordManual(context.Context, engine.ManualActInput) (engine.ManualRecord, error) {
 	e.asked.Add(1)
-	return engine.ManualRecord{}, errors.New("decision does not have the documented shape")
+	return engine.ManualRecord{}, e.err
 }
 
-// TestARevocationTheRuleErrsOnIsNotAskedAgain (review 245, F2): the input
-// does not change, and a rule that errs after its entry was logged would
-// log one at every try, every five minutes for as long as the manager
-// runs.
-func TestARevocationTheRuleErrsOnIsNotAskedAgain(t *testing.T) {
-	rule := &erringRule{}
-	r := &Revocations{Recorder: &Recorder{Engine: rule}}
-	r.Revoked(t.Context(), adasBinding())
-	assert.Equal(t, int32(1), rule.asked.Load())
-	assert.Empty(t, r.pending, "nothing left to try")
-	assert.Zero(t, r.workQueue().Len(), "nothing queued")
-	assert.Zero(t, r.workQueue().NumRequeues("uid-ada"))
+// TestARevocationTheRuleCannotRecordIsNotAskedAgain (review 245, F2): the
+// input does not change, and a record the rule makes without its shape, or
+// whose entry the mask fails on, was logged before it was refused: tried
+// again, it would be logged every five minutes for as long as the manager
+// runs. A sink that failed (a full disk) is tried again (review 248).
+func TestARevocationTheRuleCannotRecordIsNotAskedAgain(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err   error
+		again bool
+	}{
+		"without its documented shape":  {err: fmt.Errorf("decision d of ichor/manual/record %w (kind \"\")", engine.ErrRecordShape)},
+		"the mask failing on its entry": {err: fmt.Errorf("decision d of ichor/manual/record: %w", engine.ErrEntryNotLogged)},
+		"a decision log's sink failing": {err: errors.New("decision-log file: no space left on device"), again: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rule := &erringRule{err: tc.err}
+			r := &Revocations{Recorder: &Recorder{Engine: rule}}
+			r.Revoked(t.Context(), adasBinding())
+			assert.Equal(t, int32(1), rule.asked.Load())
+			if tc.again {
+				assert.Len(t, r.pending, 1, "not left to try again")
+				assert.Equal(t, 1, r.workQueue().NumRequeues("uid-ada"), "not queued again")
+				return
+			}
+			assert.Empty(t, r.pending, "left to try again")
+			assert.Zero(t, r.workQueue().Len(), "queued again")
+			assert.Zero(t, r.workQueue().NumRequeues("uid-ada"))
+		})
+	}
 }
 
 // unreadableKey is a records' key that cannot be read: every try fails,

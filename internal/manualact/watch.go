@@ -38,7 +38,8 @@ const maxLoggedName = 256
 // name the revoker when one person asked.
 //
 // A record is tried at once, in the caller; one that fails (a read or a
-// write of the API server, the records' key, the rule) is tried again by
+// write of the API server, the records' key, a decision log's sink) is
+// tried again by
 // Start's worker, from client-go's rate-limited queue, later each time
 // (RetryBase doubled up to RetryMax), until it is made: the binding is
 // gone, so nothing lists it again, and a record not tried again is a
@@ -46,9 +47,10 @@ const maxLoggedName = 256
 // again for up to attemptsPatience, then the revoker is recorded unknown.
 // The rule is asked once a revocation: a try after the record's Event
 // failed writes the Event alone, unless the record is found marked by then
-// (the write stored after all, or another replica's record), and an error
-// of the rule itself is not tried again (the input will not change, and a
-// rule that errs after its entry was logged would log it at every try).
+// (the write stored after all, or another replica's record), and a record
+// the rule makes without its documented shape, or whose entry the bundle's
+// mask fails on, is not tried again (the input will not change, and such a
+// record, logged before it is refused, would be logged at every try).
 // What is queued when the manager stops is lost with it, which its log
 // says (the webhook's attempt Events still name the DELETE, for an hour).
 type Revocations struct {
@@ -58,6 +60,9 @@ type Revocations struct {
 	queue   workqueue.TypedRateLimitingInterface[types.UID]
 	mu      sync.Mutex
 	pending map[types.UID]*pendingRevocation
+	// stopped is set once the worker has said what it leaves unrecorded:
+	// a try that fails after it says so itself.
+	stopped bool
 }
 
 // pendingRevocation is a revocation being recorded: the binding as it was
@@ -139,6 +144,7 @@ func (r *Revocations) Start(ctx context.Context) error {
 func (r *Revocations) unrecorded(logger logr.Logger) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.stopped = true
 	for _, p := range r.pending {
 		logUnrecorded(logger, p)
 	}
@@ -187,17 +193,19 @@ func (r *Revocations) failed(ctx context.Context, uid types.UID, p *pendingRevoc
 		r.end(uid)
 		return
 	}
-	q := r.workQueue()
-	if q.ShuttingDown() {
-		// A try that ended after the worker stopped (the webhook's, or
-		// the watch's as the manager stops) is queued to no one.
+	// Under the lock unrecorded holds: a failure queued while the worker
+	// stops is said by it (a queue shut down drops what is added), one
+	// after it, here.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
 		logger.Error(err, "record an admin binding's revocation", "binding", engine.Clip(p.binding.Name, "", maxLoggedName))
 		logUnrecorded(logger, p)
-		r.end(uid)
+		delete(r.pending, uid)
 		return
 	}
 	logger.Error(err, "record an admin binding's revocation: tried again later", "binding", engine.Clip(p.binding.Name, "", maxLoggedName))
-	q.AddRateLimited(uid)
+	r.workQueue().AddRateLimited(uid)
 }
 
 func (r *Revocations) end(uid types.UID) {
@@ -237,7 +245,7 @@ func (r *Revocations) try(ctx context.Context, p *pendingRevocation) error {
 		in.Attempts, in.AttemptsIncomplete = p.attempts, p.incomplete
 		rec, err := r.Recorder.evaluate(ctx, &in)
 		switch {
-		case err != nil && ctx.Err() == nil:
+		case errors.Is(err, engine.ErrRecordShape) || errors.Is(err, engine.ErrEntryNotLogged):
 			return reconcile.TerminalError(err)
 		case err != nil || rec == nil:
 			return err
