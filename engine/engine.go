@@ -453,8 +453,15 @@ func CheckVerificationKey(k VerificationKey) error {
 	if !strings.HasPrefix(strings.ToUpper(k.Algorithm), "HS") {
 		return nil
 	}
-	if block, _ := pem.Decode([]byte(k.PEM)); block != nil {
-		return fmt.Errorf("bundle verification key %q is a PEM %s given with the HMAC algorithm %s, which would make its text the shared secret: whoever reads it could sign bundles; give the algorithm it was signed with (RS256, PS256, ES256, ...)", k.ID, block.Type, k.Algorithm)
+	// Anywhere in the text, not only where pem.Decode looks (the start of
+	// a line): an indented block, one after a byte-order mark or a damaged
+	// one is a public key all the same.
+	if block, _ := pem.Decode([]byte(k.PEM)); block != nil || strings.Contains(k.PEM, "-----BEGIN ") {
+		what := "PEM block"
+		if block != nil {
+			what = "PEM " + block.Type
+		}
+		return fmt.Errorf("bundle verification key %q is a %s given with the HMAC algorithm %s, which would make its text the shared secret: whoever reads it could sign bundles; give the algorithm it was signed with (RS256, PS256, ES256, ...)", k.ID, what, k.Algorithm)
 	}
 	return nil
 }

@@ -1028,6 +1028,14 @@ func TestAPublicKeyIsNoHMACSecret(t *testing.T) {
 	})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `bundle verification key "ichor" is a PEM PUBLIC KEY given with the HMAC algorithm HS256`)
+	for name, text := range map[string]string{
+		"indented":                "  " + s.public,
+		"after a byte-order mark": "\ufeff" + s.public,
+		"damaged":                 strings.Replace(s.public, "-----END PUBLIC KEY-----", "", 1),
+	} {
+		err := engine.CheckVerificationKey(engine.VerificationKey{ID: "ichor", PEM: text, Algorithm: "hs256"})
+		assert.ErrorContains(t, err, "given with the HMAC algorithm hs256", name)
+	}
 	assert.NoError(t, engine.CheckVerificationKey(engine.VerificationKey{ID: "ichor", PEM: "a shared secret", Algorithm: "HS256"}), "a shared secret is no PEM")
 	assert.NoError(t, engine.CheckVerificationKey(engine.VerificationKey{ID: "ichor", PEM: s.public, Algorithm: "RS256"}))
 }

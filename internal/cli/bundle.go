@@ -160,7 +160,7 @@ func (k bundleKeyFlags) read() ([]byte, error) {
 	if err != nil {
 		return nil, usage.Errorf("--bundle-key: %w", err)
 	}
-	if block, _ := pem.Decode(key); block == nil && !strings.HasPrefix(k.algorithm, "HS") {
+	if block, _ := pem.Decode(key); block == nil && !strings.HasPrefix(strings.ToUpper(k.algorithm), "HS") {
 		return nil, usage.Errorf("--bundle-key %s holds no PEM public key (%s)", k.key, k.algorithm)
 	}
 	if err := engine.CheckVerificationKey(engine.VerificationKey{ID: k.keyID, PEM: string(key), Algorithm: k.algorithm}); err != nil {
