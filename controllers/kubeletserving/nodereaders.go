@@ -529,6 +529,21 @@ func (n *NodeReaders) observe(key types.NamespacedName, machine string, at time.
 	n.reads[key][machine] = o
 }
 
+// forgetMachine drops the read outcome of a machine that is gone: it no
+// longer counts towards its cluster's reachability, and a machine made
+// again under its name starts afresh, its grace whole (review 247, F4: one
+// recreated inherited its predecessor's failing, and a cluster said "2 of
+// its 1 machines"). A read in flight as it goes may note it again, for
+// readFreshness at most.
+func (n *NodeReaders) forgetMachine(key types.NamespacedName, machine string) {
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.reads[key], machine)
+}
+
 // reachability is what the reads of a cluster's machines within the last
 // readFreshness say: how many machines were read and how many of those
 // have failed for UnreachableAfter or longer, the first of them by name and

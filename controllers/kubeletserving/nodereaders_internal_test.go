@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -566,4 +567,34 @@ func TestANewReaderLifetimeMakesTheReadersAnew(t *testing.T) {
 		watched, _ := made.watches.Count()
 		return watched == 0
 	}, 10*time.Second, 10*time.Millisecond, "the watches of the reader before were not stopped")
+}
+
+// TestAGoneMachinesReadIsForgotten (review 247, F4): a machine deleted no
+// longer counts towards its cluster's reachability, and one made again
+// under its name has its grace whole.
+func TestAGoneMachinesReadIsForgotten(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clocktesting.NewFakeClock(t0))
+	n := f.r.NodeReaders
+	n.UnreachableAfter = time.Minute
+	down := errors.New("connection refused")
+	m := &ichorv1alpha1.TalosMachine{ObjectMeta: metav1.ObjectMeta{Namespace: f.cluster.Namespace, Name: "m-1", UID: "uid-m-1"}}
+	m.Spec.ClusterName = f.cluster.Name
+
+	n.observe(f.cluster, "m-1", t0, down)
+	n.observe(f.cluster, "m-1", t0.Add(time.Minute), down)
+	r := n.reachability(f.cluster, t0.Add(time.Minute))
+	r.total = 1
+	require.True(t, r.unreachable())
+
+	f.r.forgetMachine(m)
+	r = n.reachability(f.cluster, t0.Add(time.Minute))
+	assert.Zero(t, r.machines, "a deleted machine still counts")
+
+	// Made again under its name: its first failure is within its grace.
+	n.observe(f.cluster, "m-1", t0.Add(70*time.Second), down)
+	r = n.reachability(f.cluster, t0.Add(70*time.Second))
+	r.total = 1
+	assert.Equal(t, 1, r.machines)
+	assert.Zero(t, r.failed, "the new machine inherited its predecessor's failing")
 }

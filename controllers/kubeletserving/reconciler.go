@@ -441,7 +441,7 @@ func (r *Reconciler) noteMachine(obj client.Object) (changed bool) {
 }
 
 // forgetMachine forgets a deleted machine in the epoch (its last state
-// noted first, as noteMachine would).
+// noted first, as noteMachine would), and its last read.
 func (r *Reconciler) forgetMachine(obj client.Object) {
 	m, ok := obj.(*ichorv1alpha1.TalosMachine)
 	if !ok {
@@ -449,6 +449,7 @@ func (r *Reconciler) forgetMachine(obj client.Object) {
 	}
 	r.machineEpoch.Forget(m.UID, machineEpochKey(m))
 	r.refusedRecords.clear(client.ObjectKeyFromObject(m))
+	r.NodeReaders.forgetMachine(types.NamespacedName{Namespace: m.Namespace, Name: m.Spec.ClusterName}, m.Name)
 }
 
 // machineEpochKey is what of a machine the epoch follows.
