@@ -284,10 +284,13 @@ func setReady(cluster *ichorv1alpha1.TalosCluster, reach reachability) (keptUnre
 }
 
 // keepUnreachable makes ready the cluster's Ready as it is, if that is
-// False for TalosAPIUnreachable, and reports whether it was.
+// False for TalosAPIUnreachable, of the spec as it is now (a spec changed
+// since is looked at afresh: kstatus would take the old verdict as the new
+// spec's), and reports whether it was.
 func keepUnreachable(cluster *ichorv1alpha1.TalosCluster, ready *metav1.Condition) bool {
 	prev := meta.FindStatusCondition(cluster.Status.Conditions, ichorv1alpha1.ConditionReady)
-	if prev == nil || prev.Status != metav1.ConditionFalse || prev.Reason != ichorv1alpha1.ReasonTalosAPIUnreachable {
+	if prev == nil || prev.Status != metav1.ConditionFalse || prev.Reason != ichorv1alpha1.ReasonTalosAPIUnreachable ||
+		prev.ObservedGeneration != cluster.Generation {
 		return false
 	}
 	ready.Status, ready.Reason, ready.Message = prev.Status, prev.Reason, prev.Message

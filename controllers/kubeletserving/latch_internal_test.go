@@ -105,7 +105,7 @@ func TestAnUnreachableTalosAPIKeptAfterARestartIsLookedAtAgainInTime(t *testing.
 	since := metav1.NewTime(t0.Add(-time.Hour))
 	c.Status.Conditions = []metav1.Condition{{
 		Type: ichorv1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: ichorv1alpha1.ReasonTalosAPIUnreachable,
-		Message: "no machine's Talos API answered", LastTransitionTime: since,
+		Message: "no machine's Talos API answered", LastTransitionTime: since, ObservedGeneration: c.Generation,
 	}}
 	require.NoError(t, f.r.Client.Status().Update(ctx, &c))
 

@@ -25,6 +25,9 @@ func TestReadyIsFalseOnlyForARefusedConfiguration(t *testing.T) {
 	waiting := cond(ichorv1alpha1.ConditionKubeletServingCertificates, metav1.ConditionFalse, ichorv1alpha1.ReasonMachinesPending)
 	unreachable := cond(ichorv1alpha1.ConditionReady, metav1.ConditionFalse, ichorv1alpha1.ReasonTalosAPIUnreachable)
 	unreachable.LastTransitionTime = metav1.NewTime(time.Unix(1_000_000, 0))
+	unreachable.ObservedGeneration = 7
+	unreachableBefore := unreachable
+	unreachableBefore.ObservedGeneration = 6
 	for _, tc := range []struct {
 		name       string
 		enabled    bool
@@ -78,6 +81,8 @@ func TestReadyIsFalseOnlyForARefusedConfiguration(t *testing.T) {
 			message:    "the cluster's requests are not decided yet: " + ReasonRemoteWatchStarting + " message"},
 		{name: "just after a restart, a machine answered", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing,
 			conditions: []metav1.Condition{waiting, unreachable}, reach: reachability{early: true, machines: 2, answered: 1, total: 3}},
+		{name: "just after a restart, of a spec changed since", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing,
+			conditions: []metav1.Condition{waiting, unreachableBefore}, reach: reachability{early: true, total: 3}},
 		{name: "long after a restart, nothing read", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing,
 			conditions: []metav1.Condition{waiting, unreachable}, reach: reachability{total: 3}},
 		{name: "just after a restart, Ready was not about the Talos API", enabled: true, status: metav1.ConditionTrue, reason: ichorv1alpha1.ReasonServing,
