@@ -39,9 +39,8 @@ const maxLoggedName = 256
 //
 // A record is tried at once, in the caller; one that fails (a read or a
 // write of the API server, the records' key, a decision log's sink) is
-// tried again by
-// Start's worker, from client-go's rate-limited queue, later each time
-// (RetryBase doubled up to RetryMax), until it is made: the binding is
+// tried again by Start's worker, from client-go's rate-limited queue,
+// later each time (RetryBase doubled up to RetryMax), until it is made: the binding is
 // gone, so nothing lists it again, and a record not tried again is a
 // revocation no one can read of (review 240, F3). The attempts are read
 // again for up to attemptsPatience, then the revoker is recorded unknown.
