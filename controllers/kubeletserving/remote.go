@@ -906,7 +906,7 @@ func refusal(cause error) (reason, message string) {
 // last answer left them (review 191 F4), but for the latch, removed if
 // verification was switched off meanwhile.
 func (r *Reconciler) kubeconfigUnanswered(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, cause error) (reconcile.Result, error) {
-	log.FromContext(ctx).Info("the cluster's kubeconfig Secret cannot be read now; its watch is kept a while", "error", cause.Error())
+	log.FromContext(ctx).WithValues("taloscluster", client.ObjectKeyFromObject(cluster)).Info("the cluster's kubeconfig Secret cannot be read now; its watch is kept a while", "error", cause.Error())
 	before := cluster.DeepCopy()
 	if unlatchIfOff(cluster) && statusChanged(before.Status, cluster.Status) {
 		if err := r.Client.Status().Patch(ctx, cluster, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
