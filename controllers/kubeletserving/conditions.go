@@ -89,6 +89,9 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 	case latched:
 		// A latch: a machine joining later does not take the flag away, since
 		// that would restart every kube-apiserver each time a node is added.
+		// It says it holds for the spec as it is, as the others do (its
+		// time kept: review 247, F6).
+		meta.FindStatusCondition(cluster.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified).ObservedGeneration = cluster.Generation
 	case issued.Status == metav1.ConditionTrue:
 		meta.SetStatusCondition(&cluster.Status.Conditions, metav1.Condition{
 			Type:               ichorv1alpha1.ConditionKubeletServingVerified,

@@ -125,3 +125,34 @@ func TestAnUnreachableTalosAPIKeptAfterARestartIsLookedAtAgainInTime(t *testing.
 	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
 	assert.True(t, meta.IsStatusConditionTrue(c.Status.Conditions, ichorv1alpha1.ConditionReady))
 }
+
+// TestTheLatchSaysItHoldsForTheSpecAsItIs (review 247, F6): the latched
+// condition kept the generation it latched at while the others moved on,
+// so a tool comparing generations read it as of an older spec.
+func TestTheLatchSaysItHoldsForTheSpecAsItIs(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Unix(1_000_000, 0)
+	f := newQueueFixture(t, clocktesting.NewFakeClock(t0))
+	var c ichorv1alpha1.TalosCluster
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	c.Spec.Security.KubeletServingCertificates.VerifyFromAPIServer = true
+	require.NoError(t, f.r.Client.Update(ctx, &c))
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	since := metav1.NewTime(t0.Add(-time.Hour))
+	c.Status.Conditions = []metav1.Condition{{
+		Type: ichorv1alpha1.ConditionKubeletServingVerified, Status: metav1.ConditionTrue, Reason: ichorv1alpha1.ReasonVerificationLatched,
+		Message: "latched", LastTransitionTime: since, ObservedGeneration: 1,
+	}}
+	require.NoError(t, f.r.Client.Status().Update(ctx, &c))
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	c.Generation = 4 // the spec changed three times since it latched
+
+	_, err := f.r.updateConditions(ctx, &c, t0, 0)
+	require.NoError(t, err)
+	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
+	latch := meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)
+	require.NotNil(t, latch)
+	assert.Equal(t, metav1.ConditionTrue, latch.Status, "a machine waiting took the latch away")
+	assert.EqualValues(t, 4, latch.ObservedGeneration)
+	assert.True(t, since.Equal(&latch.LastTransitionTime), "its time changed")
+}
