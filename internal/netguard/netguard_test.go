@@ -19,7 +19,7 @@ func TestTheDefaultDeniesTheHostAndItsLinkOnly(t *testing.T) {
 	for _, s := range []string{
 		"127.0.0.1", "127.1.2.3", "::1",
 		"::ffff:127.0.0.1", // IPv4 written as IPv6
-		"169.254.169.254", "fe80::1", "fe80::1%eth0", "fd00:ec2::254", "fd20:ce::254", "100.100.100.200",
+		"169.254.169.254", "fe80::1", "fe80::1%eth0", "fd00:ec2::254", "fd20:ce::254", "100.100.100.200", "168.63.129.16",
 		"64:ff9b::a9fe:a9fe", // 169.254.169.254 through NAT64
 		"0.0.0.0", "::", "224.0.0.1", "ff02::1",
 	} {
