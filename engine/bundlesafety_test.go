@@ -1044,3 +1044,64 @@ func TestAStructuredFileThatIsNotOneJSONDocumentIsRefusedBeforeOPAReadsIt(t *tes
 		})
 	}
 }
+
+// A registry (or whoever answers for it) cannot send the manager to the
+// node's instance metadata, or anywhere in the networks netguard denies by
+// default, by a blob's redirect: the request is refused before it is sent,
+// the refusal says which network, and the last good bundle keeps deciding
+// (review 246, F2). A token service its 401 names there is refused too, by
+// ORAS's own check of the realm (its address, or its name's as resolved
+// then) before the transport's (every hop's address as it is dialled).
+func TestARegistryCannotSendTheManagerIntoADeniedNetwork(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		hostile func(w http.ResponseWriter, r *http.Request) bool
+		want    string
+	}{
+		{name: "a blob's redirect", want: "address 169.254.169.254 is in 169.254.0.0/16, a network the manager does not connect to: nothing was sent to it",
+			hostile: func(w http.ResponseWriter, r *http.Request) bool {
+				if r.Method != http.MethodGet || !strings.Contains(r.URL.Path, "/blobs/") {
+					return false
+				}
+				http.Redirect(w, r, "http://169.254.169.254/storage"+r.URL.Path, http.StatusTemporaryRedirect) //nolint:gosec // G710: the hostile registry's redirect is the test
+				return true
+			}},
+		{name: "a token service", want: `bearer realm host "169.254.169.254" is 169.254.169.254, in blocked prefix 169.254.0.0/16`,
+			hostile: func(w http.ResponseWriter, r *http.Request) bool {
+				if r.Header.Get("Authorization") != "" {
+					return false
+				}
+				w.Header().Set("Www-Authenticate", `Bearer realm="http://169.254.169.254/token",service="registry",scope="repository:ichor/policy:pull"`)
+				w.WriteHeader(http.StatusUnauthorized)
+				return true
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSigner(t)
+			var turned atomic.Bool
+			registry := ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)))
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if turned.Load() && tc.hostile(w, r) {
+					return
+				}
+				registry.ServeHTTP(w, r)
+			}))
+			t.Cleanup(srv.Close)
+			host := strings.TrimPrefix(srv.URL, "http://")
+			src := source{ref: bundles.OCIPlainHTTPScheme + host + "/ichor/policy:stable", serve: func(data []byte) { pushRaw(t, host, "ichor/policy", "stable", data) }}
+			good, e := startOnGood(t, src, s)
+
+			// Pushed before the registry turns: the test's own push would
+			// meet the 401.
+			_, newer := signedEpoch(t, true, bundles.Floor(), s)
+			src.serve(newer)
+			turned.Store(true)
+			require.Eventually(t, func() bool {
+				last := e.e.LastError()
+				return last != nil && strings.Contains(last.Error(), tc.want)
+			}, 30*time.Second, 20*time.Millisecond, "not refused for %q; last: %v", tc.want, e.e.LastError())
+			_, rev := forgedIPDecision(t, e.e)
+			assert.Equal(t, good.Manifest.Revision, rev, "the last good bundle keeps deciding")
+		})
+	}
+}

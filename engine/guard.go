@@ -23,6 +23,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/util"
 
 	"github.com/ichor-dev/ichor-policy/bundles"
+	"github.com/ichor-dev/ichor-policy/internal/netguard"
 )
 
 // EpochStore keeps the highest bundle epoch any replica has activated, where
@@ -379,6 +380,19 @@ func (p *limitsPlugin) NewClient(c rest.Config) (*http.Client, error) {
 	// registry's redirect to plain http, flag or no flag (review 162).
 	plainHTTP := p.plainHTTP && !strings.HasPrefix(strings.ToLower(c.URL), "https://")
 	t := &limitsTransport{base: client.Transport, limits: p.limits.OrDefault(), oci: strings.EqualFold(c.Type, "oci"), plainHTTP: plainHTTP}
+	u, err := url.Parse(c.URL)
+	if err != nil {
+		// url.Error quotes the URL, which may hold a password.
+		return nil, fmt.Errorf("the bundle service's URL cannot be read: %w", errors.Unwrap(err))
+	}
+	// What the service names elsewhere stays out of the manager's loopback
+	// and the node's link-local services (elsewhere.go, review 246 F2).
+	if base, ok := client.Transport.(*http.Transport); ok && u.Host != "" {
+		t.service = origin(u).Host
+		t.denied = deniedElsewhere(u.Host)
+		t.elsewhere = guardedElsewhere(base, t.denied)
+		t.proxy = base.Proxy
+	}
 	if cfg := p.manager.GetConfig(); t.oci && cfg.PersistenceDirectory != nil {
 		t.store = ociStoreDir(*cfg.PersistenceDirectory)
 		t.logger = p.manager.Logger()
@@ -386,10 +400,6 @@ func (p *limitsPlugin) NewClient(c rest.Config) (*http.Client, error) {
 	if t.oci && p.registryCredentials != "" {
 		// Read at each pull (OPA makes a client for each): a credential
 		// rotated in its Secret is used at the next.
-		u, err := url.Parse(c.URL)
-		if err != nil {
-			return nil, fmt.Errorf("registry %q: %w", c.URL, err)
-		}
 		header, err := registryBasicAuth(p.registryCredentials, u.Host)
 		if err != nil {
 			return nil, err
@@ -437,6 +447,14 @@ type limitsTransport struct {
 	// auth adds the registry's credential, when it has one
 	// (registryauth.go).
 	auth *registryAuth
+	// service is the host of the bundle's service (origin's); a request to
+	// any other goes through elsewhere, whose connections stay out of
+	// denied (elsewhere.go), unless it goes through a proxy (proxy: the
+	// base's), which is then what is dialled. elsewhere nil: no such check.
+	service   string
+	elsewhere http.RoundTripper
+	denied    netguard.Denied
+	proxy     func(*http.Request) (*url.URL, error)
 	// What the pull under way has fetched (oci): successful GETs and their
 	// bytes, counted from the HEAD of its tag (OPA makes a client for each
 	// pull; counting from the HEAD holds should it not).
@@ -480,6 +498,18 @@ func (t *limitsTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// proxied reports whether req goes through a proxy (HTTPS_PROXY): the
+// proxy, an address the operator chose and often on the loopback (an egress
+// sidecar), is then what is dialled, so the request goes through the base
+// transport, its URL's address checked before (checkElsewhereHost).
+func (t *limitsTransport) proxied(req *http.Request) bool {
+	if t.proxy == nil {
+		return false
+	}
+	u, err := t.proxy(req)
+	return err == nil && u != nil
+}
+
 // fetchTimeout bounds one request of a bundle's fetch, its body read
 // included: a bundle's bytes at a slow link's pace, not a stalled server's.
 const fetchTimeout = 2 * time.Minute
@@ -513,13 +543,23 @@ func (t *limitsTransport) roundTrip(req *http.Request) (*http.Response, error) {
 			t.logger.Debug("Removed %d blobs of earlier revisions from the OCI bundle store.", removed)
 		}
 	}
-	resp, err := t.base.RoundTrip(t.auth.authorize(req))
-	if err == nil {
-		t.auth.learn(req, resp)
+	base := t.base
+	if t.elsewhere != nil && origin(req.URL).Host != t.service {
+		if err := checkElsewhereHost(req, t.denied); err != nil {
+			return nil, elsewhereError(req, t.service, err)
+		}
+		if !t.proxied(req) {
+			base = t.elsewhere
+		}
 	}
+	resp, err := base.RoundTrip(t.auth.authorize(req))
 	if err != nil {
+		if errors.As(err, new(*netguard.RefusedError)) {
+			err = elsewhereError(req, t.service, err)
+		}
 		return resp, err
 	}
+	t.auth.learn(req, resp)
 	if resp.StatusCode != http.StatusOK {
 		resp.Body = struct {
 			io.Reader

@@ -72,7 +72,11 @@ func TestABundleOverHTTPSIsNotFetchedOverPlainHTTP(t *testing.T) {
 	for service, want := range map[string]bool{secure.URL: false, plain.URL: true} {
 		insecure, err := (&limitsPlugin{limits: bundles.DefaultLimits, manager: m, plainHTTP: true}).NewClient(rest.Config{URL: service})
 		require.NoError(t, err)
-		insecure.Transport.(*limitsTransport).base.(*http.Transport).TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // G402: the test's own server
+		// Both transports: the test's servers are two ports of the loopback,
+		// so the one asked for is elsewhere than the service.
+		tr := insecure.Transport.(*limitsTransport)
+		tr.base.(*http.Transport).TLSClientConfig = &tls.Config{InsecureSkipVerify: true}      //nolint:gosec // G402: the test's own server
+		tr.elsewhere.(*http.Transport).TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // G402: the test's own server
 		resp, err := (&http.Client{Transport: insecure.Transport}).Get(secure.URL + "/bundle.tar.gz")
 		if want {
 			require.NoError(t, err, "a service over plain http, allowed")
