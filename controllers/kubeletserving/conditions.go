@@ -10,20 +10,26 @@ import (
 	"time"
 	"unicode/utf8"
 
+	certificatesv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/internal/facts/servingcert"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 )
 
 // updateConditions sets KubeletServingCertificates from the machines'
 // recorded certificates and the latched KubeletServingVerified (ADR 0125,
 // "Condition" and "verifyFromAPIServer and ordering"), and says when a
 // machine's certificate expires next (zero: none), to look again then.
-func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, now time.Time, withheld int) (next time.Duration, err error) {
+// p is the pass that looked at the cluster's requests, whose denials it
+// says (deniedOf); nil: none is said.
+func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha1.TalosCluster, p *pass, now time.Time, withheld int) (next time.Duration, err error) {
 	// The cache's own objects, read only: a reconcile of a cluster of 5,000
 	// machines otherwise copied every one of them.
 	var machines ichorv1alpha1.TalosMachineList
@@ -63,8 +69,8 @@ func (r *Reconciler) updateConditions(ctx context.Context, cluster *ichorv1alpha
 	case len(waiting) > 0:
 		issued.Status = metav1.ConditionFalse
 		issued.Reason = ichorv1alpha1.ReasonMachinesPending
-		issued.Message = fmt.Sprintf("%d of %d machines have no unexpired kubelet serving certificate yet: %s%s",
-			len(waiting), len(machines.Items), nameSome(namesOf(waiting), maxNamedMachines), r.refusedOf(cluster, waiting))
+		issued.Message = fmt.Sprintf("%d of %d machines have no unexpired kubelet serving certificate yet: %s%s%s",
+			len(waiting), len(machines.Items), nameSome(namesOf(waiting), maxNamedMachines), r.refusedOf(cluster, waiting), deniedOf(ctx, p, waiting))
 	}
 	// No node's identity can be read without the cluster's OS CA, so
 	// nothing is approved whatever the nodes do: the configuration's
@@ -199,8 +205,99 @@ func (r *Reconciler) refusedOf(cluster *ichorv1alpha1.TalosCluster, waiting []*i
 	return b.String()
 }
 
-// maxNamedRefusals bounds the refusals a condition says: each is at most an
-// Event's note.
+// deniedOf says, of the first waiting machines whose node's own newest
+// kubelet-serving request is denied, that it is and why (its Denied
+// condition), so that a node denied for good does not read as one joining
+// (review 247, F3): only the Denied Event, for an hour, and the decision log
+// said it. Only the node's own requests count (spec.username
+// system:node:NAME, which the API server sets from the requester's
+// credential): one that another node makes in its name is denied for its
+// requester, not for the node; and only a machine's own name (its recorded
+// node name, else its hostname) that no other judging machine answers to
+// (machineFor), and requests made since the machine was: a name another
+// cluster's machine shares on a shared API server, or one a machine made
+// again under an old name inherits, says nothing of another's request
+// (review 251 F2). A later request of the node's own, approved or pending,
+// ends the note. Read from the cache at each look, so it needs no memory of
+// its own and holds across restarts. Best effort: a list or lookup that
+// fails leaves the note out, not the condition unwritten.
+func deniedOf(ctx context.Context, p *pass, waiting []*ichorv1alpha1.TalosMachine) string {
+	if p == nil || len(waiting) == 0 {
+		return ""
+	}
+	wanted := make(map[string]*certificatesv1.CertificateSigningRequest, len(waiting))
+	for _, m := range waiting {
+		if name := ownName(m); name != "" {
+			wanted["system:node:"+name] = nil
+		}
+	}
+	var list certificatesv1.CertificateSigningRequestList
+	if err := p.target.reader.List(ctx, &list, client.MatchingFields{IndexSignerName: certificatesv1.KubeletServingSignerName}, client.UnsafeDisableDeepCopy); err != nil {
+		log.FromContext(ctx).V(1).Info("the machines' denials are not said: the requests cannot be listed", "error", err.Error())
+		return ""
+	}
+	for i := range list.Items {
+		csr := &list.Items[i]
+		if n, ok := wanted[csr.Spec.Username]; ok && (n == nil || newer(csr, n)) {
+			wanted[csr.Spec.Username] = csr
+		}
+	}
+	var b strings.Builder
+	said := 0
+	for _, m := range waiting {
+		name := ownName(m)
+		own := wanted["system:node:"+name]
+		denial := deniedCondition(own)
+		if denial == nil || own.CreationTimestamp.Before(&m.CreationTimestamp) {
+			continue
+		}
+		mine, candidates, _, err := p.machineFor(ctx, name)
+		if err != nil || candidates != 1 || mine == nil || mine.UID != m.UID {
+			continue
+		}
+		if said == maxNamedRefusals {
+			b.WriteString("; and others (their Denied Events)")
+			break
+		}
+		// Each part cut before it is escaped: a tenant's server sends a
+		// message of megabytes, which escaping would multiply.
+		b.WriteString("; ")
+		b.WriteString(servingcert.Clip(termsafe.EscapeLine(fmt.Sprintf("%s: its node's newest request, CSR %q, was denied (%s): %s", m.Name,
+			servingcert.Clip(own.Name, maxRecordedRequestName), servingcert.Clip(denial.Reason, maxDenialReason), servingcert.Clip(denial.Message, maxNotRecordedNote))),
+			maxNotRecordedNote))
+		said++
+	}
+	return b.String()
+}
+
+// maxDenialReason bounds a denial's reason as a condition says it: a rule's
+// is a code of a few dozen characters.
+const maxDenialReason = 128
+
+// ownName is the node name a machine answers to first: its recorded node
+// name, else its hostname (machines.FindAll's order).
+func ownName(m *ichorv1alpha1.TalosMachine) string {
+	if m.Status.NodeName != "" {
+		return m.Status.NodeName
+	}
+	return m.Spec.Hostname
+}
+
+// deniedCondition is csr's Denied condition; nil if it has none, or is nil.
+func deniedCondition(csr *certificatesv1.CertificateSigningRequest) *certificatesv1.CertificateSigningRequestCondition {
+	if csr == nil {
+		return nil
+	}
+	for i := range csr.Status.Conditions {
+		if c := &csr.Status.Conditions[i]; c.Type == certificatesv1.CertificateDenied {
+			return c
+		}
+	}
+	return nil
+}
+
+// maxNamedRefusals bounds the refusals (and the denials) a condition says:
+// each is at most an Event's note.
 const maxNamedRefusals = 3
 
 // maxConditionMessage is metav1.Condition's limit on a message.

@@ -510,6 +510,49 @@ func TestCompromisedNodeAskingForAnotherNodesIPIsDenied(t *testing.T) {
 	assert.Nil(t, evil.Current(), "the compromised kubelet has no certificate")
 }
 
+// A node denied for good is said so on the cluster, with the denial's
+// reason, where it read as one joining (review 247, F3); a request that
+// another node makes in a machine's name says nothing of that machine; and
+// the node's next request, even one left pending, ends the note.
+func TestANodeDeniedForGoodIsSaidOnTheCluster(t *testing.T) {
+	f := newFixture(t, false)
+	talos := f.machine("forgood-1", "10.61.0.2")
+	f.machine("forgood-named", "10.61.0.3")
+	f.machine("forgood-other", "10.61.0.4")
+	node := nodeClient(t, "system:node:forgood-1", "system:nodes")
+	bad := submit(t, node, "forgood-foreign-ip", csrgen.Request{Subject: csrgen.NodeSubject("forgood-1"), DNSNames: []string{"forgood-1"}, IPs: []net.IP{net.ParseIP("10.61.0.3")}})
+	denial := requireDenied(t, bad, "IPNotNode")
+	other := nodeClient(t, "system:node:forgood-other", "system:nodes")
+	inItsName := submit(t, other, "forgood-in-its-name", csrgen.Request{Subject: csrgen.NodeSubject("forgood-named"), DNSNames: []string{"forgood-named"}, IPs: []net.IP{net.ParseIP("10.61.0.3")}})
+	require.Equal(t, certificatesv1.CertificateDenied, decided(t, inItsName).Type)
+
+	said := fmt.Sprintf("forgood-1: its node's newest request, CSR %q, was denied (%s): %s", bad, denial.Reason, denial.Message)
+	var got metav1.Condition
+	require.Eventually(t, func() bool {
+		c := meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		if c != nil {
+			got = *c
+		}
+		return c != nil && strings.Contains(c.Message, said) && strings.Contains(c.Message, "forgood-other: its node's newest request")
+	}, wait, 100*time.Millisecond, "the denials are not said: %+v", got)
+	assert.Equal(t, ichorv1alpha1.ReasonMachinesPending, got.Reason)
+	assert.NotContains(t, got.Message, "forgood-named: its node's", "a request made in its name by another node")
+
+	// Its Talos API gone, its next request stays pending, and the machine
+	// waiting: the note is of its newest request, which is not denied.
+	talos.Stop()
+	next := submit(t, node, "forgood-then-unread", csrgen.Request{Subject: csrgen.NodeSubject("forgood-1"), DNSNames: []string{"forgood-1"}, IPs: []net.IP{net.ParseIP("10.61.0.2")}})
+	require.Eventually(t, func() bool {
+		c := meta.FindStatusCondition(f.get().Status.Conditions, ichorv1alpha1.ConditionKubeletServingCertificates)
+		if c != nil {
+			got = *c
+		}
+		return c != nil && !strings.Contains(c.Message, "forgood-1: its node's") && strings.Contains(c.Message, "forgood-other: its node's newest request")
+	}, wait, 100*time.Millisecond, "the denial is still said after the node's next request: %+v", got)
+	assert.Nil(t, harness.Verdict(env.GetCSR(t, next)), "its next request was decided")
+	assert.Contains(t, got.Message, "forgood-1", "the machine is still named as waiting")
+}
+
 // It is decided once at each version that changes what the rule reads, not
 // at each write of a condition of another type to its status, which whoever
 // may write the status (on a tenant's server, the tenant; a hostile server

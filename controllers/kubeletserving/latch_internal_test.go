@@ -109,7 +109,7 @@ func TestAnUnreachableTalosAPIKeptAfterARestartIsLookedAtAgainInTime(t *testing.
 	}}
 	require.NoError(t, f.r.Client.Status().Update(ctx, &c))
 
-	next, err := f.r.updateConditions(ctx, &c, t0, 0)
+	next, err := f.r.updateConditions(ctx, &c, nil, t0, 0)
 	require.NoError(t, err)
 	assert.Equal(t, readFreshness, next, "not looked at again when the reads have had their time")
 	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
@@ -119,7 +119,7 @@ func TestAnUnreachableTalosAPIKeptAfterARestartIsLookedAtAgainInTime(t *testing.
 	assert.True(t, since.Equal(&ready.LastTransitionTime), "its time changed")
 
 	// Once they have, with nothing read, it is True again.
-	next, err = f.r.updateConditions(ctx, &c, t0.Add(readFreshness), 0)
+	next, err = f.r.updateConditions(ctx, &c, nil, t0.Add(readFreshness), 0)
 	require.NoError(t, err)
 	assert.Zero(t, next)
 	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
@@ -147,7 +147,7 @@ func TestTheLatchSaysItHoldsForTheSpecAsItIs(t *testing.T) {
 	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
 	c.Generation = 4 // the spec changed three times since it latched
 
-	_, err := f.r.updateConditions(ctx, &c, t0, 0)
+	_, err := f.r.updateConditions(ctx, &c, nil, t0, 0)
 	require.NoError(t, err)
 	require.NoError(t, f.r.Client.Get(ctx, f.cluster, &c))
 	latch := meta.FindStatusCondition(c.Status.Conditions, ichorv1alpha1.ConditionKubeletServingVerified)

@@ -710,7 +710,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// The decisions read the nodes directly meanwhile.
 		logger.Error(err, "cannot watch the machines' identities")
 	}
-	next, err := r.updateConditions(ctx, &cluster, p.now, withheld)
+	next, err := r.updateConditions(ctx, &cluster, p, p.now, withheld)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
