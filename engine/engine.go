@@ -12,6 +12,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"encoding/pem"
@@ -98,6 +99,9 @@ type Options struct {
 	// StartTimeout bounds the first activation; a source whose bundle is
 	// refused at start makes New fail with the reason.
 	StartTimeout time.Duration
+	// EvaluationTimeout bounds one decision's evaluation;
+	// DefaultEvaluationTimeout if 0.
+	EvaluationTimeout time.Duration
 	// Limits bound what a bundle from Source may cost (compressed, once
 	// decompressed, in files) before OPA reads it; zero fields take
 	// bundles.DefaultLimits.
@@ -188,6 +192,8 @@ type Engine struct {
 	// console is where the decision log's console sink writes (the
 	// engine's, see sinks.go), nil when it is off.
 	console io.Writer
+	// evaluationTimeout bounds each decision's evaluation.
+	evaluationTimeout time.Duration
 	// logsEntries is whether the engine's sinks take the decision log
 	// (logsEntries): each decision's entry must then reach them.
 	logsEntries bool
@@ -239,6 +245,7 @@ func New(ctx context.Context, opts Options) (*Engine, error) {
 		secretQuery: secretQuery,
 		metrics:     opts.Metrics, shadow: opts.Shadow, log: jsonLogger(logOut, opts.LogLevel), notes: jsonLogger(logOut, logging.Info),
 		guard: &epochGuard{enforce: len(opts.VerificationKeys) > 0, floor: bundles.Floor()}, limits: opts.Limits,
+		evaluationTimeout: cmp.Or(opts.EvaluationTimeout, DefaultEvaluationTimeout),
 	}
 	if e.guard.enforce && opts.Epochs != nil {
 		// A manager that cannot learn the highest epoch would reopen the
@@ -815,11 +822,25 @@ func logsEntries(opts Options) bool {
 // with the decision's context, only once its mask succeeded.
 type entryReached struct{}
 
+// DefaultEvaluationTimeout bounds a decision's evaluation when
+// Options.EvaluationTimeout does not. A decision of the shipped rules takes
+// milliseconds; a bundle whose rule takes longer than this (a mistake in a
+// signed bundle: iterating the product of two long lists) would otherwise
+// hold every worker that asks it, for as long as the rule runs, with
+// nothing said. Stopped, the decision fails with the bound named, as any
+// evaluation error fails it: nothing is approved or issued on it (review
+// 246 F4). OPA checks the bound between the evaluator's steps, so one builtin
+// call that runs long (a regular expression over a long string) ends first.
+const DefaultEvaluationTimeout = 5 * time.Second
+
 func (e *Engine) decide(ctx context.Context, path string, input any) (Decision, error) {
 	value, err := opavalue.Of(input)
 	if err != nil {
 		return Decision{Path: path}, fmt.Errorf("input of %s: %w", path, err)
 	}
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, e.evaluationTimeout)
+	defer cancel()
 	var reached *atomic.Bool
 	if e.logsEntries {
 		reached = new(atomic.Bool)
@@ -851,6 +872,9 @@ func (e *Engine) decide(ctx context.Context, path string, input any) (Decision, 
 	if err != nil {
 		if sdk.IsUndefinedErr(err) {
 			return Decision{Path: path}, fmt.Errorf("%s: %w", path, ErrNoDecision)
+		}
+		if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return Decision{Path: path}, fmt.Errorf("evaluate %s: not decided within %s, the bound on one evaluation, and stopped: %w", path, e.evaluationTimeout, err)
 		}
 		return Decision{Path: path}, fmt.Errorf("evaluate %s: %w", path, err)
 	}

@@ -1,0 +1,50 @@
+package engine_test
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ichor-dev/ichor-policy/engine"
+)
+
+// A rule that takes long (a mistake in a signed bundle: the product of two
+// long lists iterated) is stopped at the bound on one evaluation, and the
+// decision fails saying so, where every worker that asked it waited for as
+// long as it ran (review 246, F4); a rule within the bound decides, and the
+// engine goes on deciding after one was stopped.
+func TestAnEvaluationIsStoppedAtItsBound(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	b := policyWithProbe(t, `package ichor.probe
+
+slow if {
+	some i in numbers.range(1, 100000)
+	some j in numbers.range(1, 100000)
+	i * j == -1
+}
+
+quick := true
+`)
+	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard, EvaluationTimeout: bound})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	_, err = e.Decide(context.Background(), "ichor/probe/slow", map[string]any{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "evaluate ichor/probe/slow: not decided within 300ms, the bound on one evaluation, and stopped")
+
+	d, err := e.Decide(context.Background(), "ichor/probe/quick", map[string]any{})
+	require.NoError(t, err)
+	assert.JSONEq(t, "true", string(d.Result))
+
+	// A caller's own cancellation is said as before, not as the bound.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = e.Decide(ctx, "ichor/probe/slow", map[string]any{})
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "the bound on one evaluation")
+}
