@@ -219,10 +219,36 @@ func (r *Recorder) event(ctx context.Context, key []byte, regarding corev1.Objec
 	}
 	err := r.Client.Create(ctx, ev)
 	if apierrors.IsAlreadyExists(err) {
+		if mine, lookErr := r.wroteBefore(ctx, ev); lookErr != nil || mine {
+			return lookErr
+		}
 		ev.Name, ev.GenerateName, ev.ResourceVersion = "", EventName(regarding.UID)+"-", ""
 		err = r.Client.Create(ctx, ev)
 	}
 	return err
+}
+
+// wroteBefore reports whether the Event under ev's name is this record's,
+// stored by an earlier try whose answer was lost (a timeout): it names the
+// record's decision id, a fresh one no one else knows before the record is
+// written, for the same object and act. Without keys no mark is looked for
+// before a try, so each such retry wrote the record twice (review 248 F8);
+// with keys the look finds it first. An Event that is another's (a
+// forgery, an earlier act's) leaves the record to a generated name.
+func (r *Recorder) wroteBefore(ctx context.Context, ev *corev1.Event) (bool, error) {
+	var there corev1.Event
+	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(ev), &there); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("look at the Event under the record's name: %w", err)
+	}
+	for _, k := range []string{AnnotationDecisionID, AnnotationObjectUID, AnnotationAct} {
+		if there.Annotations[k] != ev.Annotations[k] {
+			return false, nil
+		}
+	}
+	return ev.Annotations[AnnotationDecisionID] != "", nil
 }
 
 // instance names this replica in the Events.
