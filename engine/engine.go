@@ -831,7 +831,20 @@ type entryReached struct{}
 // evaluation error fails it: nothing is approved or issued on it (review
 // 246 F4). OPA checks the bound between the evaluator's steps, so one builtin
 // call that runs long (a regular expression over a long string) ends first.
+// OPA's decision-log plugin evaluates the mask with the decision's context,
+// so a stopped decision's entry may be lost, with an error line of OPA's
+// that names the mask: the manager's own line names the bound.
 const DefaultEvaluationTimeout = 5 * time.Second
+
+// ErrEvaluationTimeout is a decision stopped at the bound on one
+// evaluation. It wraps no context error: the caller's context did not end.
+var ErrEvaluationTimeout = errors.New("not decided within the bound on one evaluation, and stopped")
+
+// timedOut reports whether the bound's context ctx ended while the caller's
+// parent had not.
+func timedOut(parent, ctx context.Context) bool {
+	return parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded)
+}
 
 func (e *Engine) decide(ctx context.Context, path string, input any) (Decision, error) {
 	value, err := opavalue.Of(input)
@@ -863,6 +876,9 @@ func (e *Engine) decide(ctx context.Context, path string, input any) (Decision, 
 		if res != nil {
 			id = res.ID
 		}
+		if timedOut(parent, ctx) {
+			return Decision{Path: path}, fmt.Errorf("decision %s of %s: its decision-log entry was not written: %w (%s)", id, path, ErrEvaluationTimeout, e.evaluationTimeout)
+		}
 		if ctx.Err() != nil {
 			// Cut short (a stop, a shard lost), not the mask's doing.
 			return Decision{Path: path}, fmt.Errorf("decision %s of %s: its decision-log entry was not written: %w", id, path, ctx.Err())
@@ -873,8 +889,12 @@ func (e *Engine) decide(ctx context.Context, path string, input any) (Decision, 
 		if sdk.IsUndefinedErr(err) {
 			return Decision{Path: path}, fmt.Errorf("%s: %w", path, ErrNoDecision)
 		}
-		if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return Decision{Path: path}, fmt.Errorf("evaluate %s: not decided within %s, the bound on one evaluation, and stopped: %w", path, e.evaluationTimeout, err)
+		if timedOut(parent, ctx) {
+			// OPA's error wraps the context's, which a caller would take
+			// for its own deadline or a server's (a tenant's stall
+			// breaker counts those): it is said, not wrapped (review 252
+			// F1).
+			return Decision{Path: path}, fmt.Errorf("evaluate %s: %w (%s): %s", path, ErrEvaluationTimeout, e.evaluationTimeout, err.Error())
 		}
 		return Decision{Path: path}, fmt.Errorf("evaluate %s: %w", path, err)
 	}

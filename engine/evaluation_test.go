@@ -35,7 +35,11 @@ quick := true
 
 	_, err = e.Decide(context.Background(), "ichor/probe/slow", map[string]any{})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "evaluate ichor/probe/slow: not decided within 300ms, the bound on one evaluation, and stopped")
+	assert.Contains(t, err.Error(), "evaluate ichor/probe/slow: not decided within the bound on one evaluation, and stopped (300ms)")
+	assert.ErrorIs(t, err, engine.ErrEvaluationTimeout)
+	// A caller takes a context's error for its own deadline or a server's
+	// (a tenant's stall breaker counts those): the bound wraps none.
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
 
 	d, err := e.Decide(context.Background(), "ichor/probe/quick", map[string]any{})
 	require.NoError(t, err)
@@ -46,5 +50,5 @@ quick := true
 	cancel()
 	_, err = e.Decide(ctx, "ichor/probe/slow", map[string]any{})
 	require.Error(t, err)
-	assert.NotContains(t, err.Error(), "the bound on one evaluation")
+	assert.NotErrorIs(t, err, engine.ErrEvaluationTimeout)
 }

@@ -45,13 +45,15 @@ func SameCodes(a, b []string) bool {
 // compareShadow evaluates the shadow bundle on the same input and logs and
 // counts a disagreement. It never changes the decision.
 func (e *Engine) compareShadow(ctx context.Context, path string, input any, active Decision, activeErr error) {
-	shadow, shadowErr := e.shadow.decide(ctx, path, input)
 	a := verdictOf(active, activeErr)
 	if a.Action == ActionError {
 		// The active decision failed; the caller sees that, and there is
-		// nothing to compare.
+		// nothing to compare: the shadow is not asked either, whose
+		// evaluation would add its own bound to an active one that ran to
+		// its bound (review 252 F3).
 		return
 	}
+	shadow, shadowErr := e.shadow.decide(ctx, path, input)
 	s := verdictOf(shadow, shadowErr)
 	// A shadow that grants more for the same action (another Talos role,
 	// groups, a longer lifetime) keeps its reason code: the fields count.
