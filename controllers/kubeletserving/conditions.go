@@ -225,10 +225,18 @@ func deniedOf(ctx context.Context, p *pass, waiting []*ichorv1alpha1.TalosMachin
 	if p == nil || len(waiting) == 0 {
 		return ""
 	}
+	// The nodes' user names as the rule writes them (the decisions' own
+	// prefix: review 252 F9).
+	limits, err := p.r.limits.get(ctx, p.r.Engine, p.now)
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("the machines' denials are not said: the rule's limits cannot be read", "error", err.Error())
+		return ""
+	}
+	prefix := limits.NodeUserPrefix
 	wanted := make(map[string]*certificatesv1.CertificateSigningRequest, len(waiting))
 	for _, m := range waiting {
 		if name := ownName(m); name != "" {
-			wanted["system:node:"+name] = nil
+			wanted[prefix+name] = nil
 		}
 	}
 	var list certificatesv1.CertificateSigningRequestList
@@ -246,7 +254,7 @@ func deniedOf(ctx context.Context, p *pass, waiting []*ichorv1alpha1.TalosMachin
 	said := 0
 	for _, m := range waiting {
 		name := ownName(m)
-		own := wanted["system:node:"+name]
+		own := wanted[prefix+name]
 		denial := deniedCondition(own)
 		if denial == nil || own.CreationTimestamp.Before(&m.CreationTimestamp) {
 			continue
