@@ -37,7 +37,7 @@ var defaultCIDRs = []string{
 	"fd00:ec2::254/128",  // AWS's instance metadata over IPv6, in a unique-local network
 	"fd20:ce::254/128",   // Google Cloud's instance metadata over IPv6
 	"100.100.100.200/32", // Alibaba Cloud's instance metadata
-	"168.63.129.16/32",   // Azure's WireServer, the host's agent for every VM
+	"168.63.129.16/32",   // Azure's WireServer: the host's metadata and agent service for every VM
 	"0.0.0.0/8",          // "this network": 0.0.0.0 reaches the local host
 	"::/128",             // unspecified: reaches the local host
 	"224.0.0.0/4",        // multicast: no one server
