@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"sync/atomic"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/plugins"
@@ -17,28 +16,8 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/bundles"
 	"github.com/ichor-dev/ichor-policy/internal/netguard"
+	"github.com/ichor-dev/ichor-policy/internal/netguard/netguardtest"
 )
-
-// countingListener accepts connections on the loopback, counts them and
-// closes them: what a service the manager must not reach would have seen.
-func countingListener(t *testing.T) (addr string, accepted *atomic.Int64) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
-	accepted = &atomic.Int64{}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			_ = c.Close()
-		}
-	}()
-	return l.Addr().String(), accepted
-}
 
 func bundleClient(t *testing.T, serviceURL string) *http.Client {
 	t.Helper()
@@ -54,7 +33,7 @@ func bundleClient(t *testing.T, serviceURL string) *http.Client {
 // networks: a hostile registry had the manager send GETs there at each poll
 // (review 246, F2). Nothing is sent: the connection is not even made.
 func TestTheBundlesServiceNamesNothingInADeniedNetwork(t *testing.T) {
-	addr, accepted := countingListener(t)
+	addr, accepted := netguardtest.Listener(t)
 	_, port, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
 

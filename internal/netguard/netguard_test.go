@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ichor-dev/ichor-policy/internal/netguard"
+	"github.com/ichor-dev/ichor-policy/internal/netguard/netguardtest"
 )
 
 func TestTheDefaultDeniesTheHostAndItsLinkOnly(t *testing.T) {
@@ -61,21 +61,8 @@ func TestParseRefusesWhatIsNotANetwork(t *testing.T) {
 // A dialer with Control connects to nothing in a denied network, whether it
 // is named by address or by a name that resolves into it.
 func TestADeniedAddressIsNeverConnectedTo(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
-	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			_ = c.Close()
-		}
-	}()
-	_, port, err := net.SplitHostPort(l.Addr().String())
+	addr, accepted := netguardtest.Listener(t)
+	_, port, err := net.SplitHostPort(addr)
 	require.NoError(t, err)
 
 	denied := &net.Dialer{Timeout: 5 * time.Second, Control: netguard.Default().Control}
@@ -87,7 +74,7 @@ func TestADeniedAddressIsNeverConnectedTo(t *testing.T) {
 	// The same listener, reached without the guard: the refusals above
 	// were the guard's, and had they connected the count would show it.
 	allowed := &net.Dialer{Timeout: 5 * time.Second, Control: netguard.Denied{}.Control}
-	c, err := allowed.DialContext(t.Context(), "tcp", l.Addr().String())
+	c, err := allowed.DialContext(t.Context(), "tcp", addr)
 	require.NoError(t, err)
 	_ = c.Close()
 	require.Eventually(t, func() bool { return accepted.Load() == 1 }, 5*time.Second, 10*time.Millisecond)

@@ -39,6 +39,7 @@ import (
 
 	"github.com/ichor-dev/ichor-policy/internal/facts/kubeconfig"
 	"github.com/ichor-dev/ichor-policy/internal/netguard"
+	"github.com/ichor-dev/ichor-policy/internal/netguard/netguardtest"
 )
 
 // server records the Authorization headers it is sent.
@@ -1066,24 +1067,11 @@ func TestOnlyWhatTheGoSideAllowsOfAKubeconfigTakesEffect(t *testing.T) {
 func TestAServerURLWithAPasswordOrOfAnyLengthIsNotReached(t *testing.T) {
 	local := newServer(t, nil, func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "{}", http.StatusForbidden) })
 	_, ca := selfSigned(t)
-	tenant, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = tenant.Close() })
-	var accepted atomic.Int32
-	go func() {
-		for {
-			c, err := tenant.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			_ = c.Close()
-		}
-	}()
-	url := "https://" + tenant.Addr().String()
+	tenant, accepted := netguardtest.Listener(t)
+	url := "https://" + tenant
 	for name, server := range map[string]string{
-		"a password":  "https://admin:s3cr3t@" + tenant.Addr().String(),
-		"a user name": "https://admin@" + tenant.Addr().String(),
+		"a password":  "https://admin:s3cr3t@" + tenant,
+		"a user name": "https://admin@" + tenant,
 		"a long path": url + "/" + strings.Repeat("a", kubeconfig.MaxServerBytes),
 	} {
 		doc := kubeconfig.Read(tenantKubeconfig(server, ca))
@@ -1099,7 +1087,7 @@ func TestAServerURLWithAPasswordOrOfAnyLengthIsNotReached(t *testing.T) {
 	assert.Zero(t, accepted.Load(), "the tenant's server was reached")
 
 	bound := kubeconfig.Read(tenantKubeconfig(url+"/"+strings.Repeat("a", kubeconfig.MaxServerBytes-len(url)-1), ca))
-	_, err = localOf(local).RESTConfig(t.Context(), "tenant", bound, false)
+	_, err := localOf(local).RESTConfig(t.Context(), "tenant", bound, false)
 	require.NoError(t, err, "an address of the bound")
 	_, _ = localOf(local).Probe(t.Context(), bound)
 	assert.Equal(t, int32(1), accepted.Load(), "an address of the bound is probed")
