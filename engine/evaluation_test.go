@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ichor-dev/ichor-policy/engine"
+	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
 // A rule that takes long (a mistake in a signed bundle: the product of two
@@ -51,4 +53,36 @@ quick := true
 	_, err = e.Decide(ctx, "ichor/probe/slow", map[string]any{})
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, engine.ErrEvaluationTimeout)
+}
+
+// The shadow bundle is not asked when the active decision failed: there is
+// nothing to compare, and its evaluation would add its own bound to an
+// active one stopped at its bound (review 252 F3). It is asked otherwise.
+func TestTheShadowIsNotAskedAfterTheActiveDecisionFailed(t *testing.T) {
+	var shadowLog harness.DecisionLog
+	shadow, err := engine.New(context.Background(), engine.Options{Bundle: policyWithProbe(t, "package ichor.probe\n\nslow := true\n\nquick := true\n"), DecisionLog: &shadowLog, Log: io.Discard})
+	require.NoError(t, err)
+	t.Cleanup(func() { shadow.Stop(context.Background()) })
+	active := policyWithProbe(t, `package ichor.probe
+
+slow if {
+	some i in numbers.range(1, 100000)
+	some j in numbers.range(1, 100000)
+	i * j == -1
+}
+
+quick := true
+`)
+	e, err := engine.New(context.Background(), engine.Options{Bundle: active, DecisionLog: io.Discard, Log: io.Discard, EvaluationTimeout: 200 * time.Millisecond, Shadow: shadow})
+	require.NoError(t, err)
+	t.Cleanup(func() { e.Stop(context.Background()) })
+
+	_, err = e.Decide(context.Background(), "ichor/probe/slow", map[string]any{})
+	require.ErrorIs(t, err, engine.ErrEvaluationTimeout)
+	_, err = e.Decide(context.Background(), "ichor/probe/quick", map[string]any{})
+	require.NoError(t, err)
+
+	logged := shadowLog.String()
+	assert.Equal(t, 1, strings.Count(logged, `"path":"ichor/probe/quick"`), "the shadow was not asked after a decision that succeeded: %s", logged)
+	assert.NotContains(t, logged, `"path":"ichor/probe/slow"`, "the shadow was asked after the active decision failed")
 }
