@@ -14,14 +14,9 @@ import (
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
 
-// A rule that takes long (a mistake in a signed bundle: the product of two
-// long lists iterated) is stopped at the bound on one evaluation, and the
-// decision fails saying so, where every worker that asked it waited for as
-// long as it ran (review 246, F4); a rule within the bound decides, and the
-// engine goes on deciding after one was stopped.
-func TestAnEvaluationIsStoppedAtItsBound(t *testing.T) {
-	const bound = 300 * time.Millisecond
-	b := policyWithProbe(t, `package ichor.probe
+// slowProbe is a module whose rule slow iterates the product of two long
+// lists (minutes of evaluation), and whose rule quick decides at once.
+const slowProbe = `package ichor.probe
 
 slow if {
 	some i in numbers.range(1, 100000)
@@ -30,7 +25,16 @@ slow if {
 }
 
 quick := true
-`)
+`
+
+// A rule that takes long (a mistake in a signed bundle: the product of two
+// long lists iterated) is stopped at the bound on one evaluation, and the
+// decision fails saying so, where every worker that asked it waited for as
+// long as it ran (review 246, F4); a rule within the bound decides, and the
+// engine goes on deciding after one was stopped.
+func TestAnEvaluationIsStoppedAtItsBound(t *testing.T) {
+	const bound = 300 * time.Millisecond
+	b := policyWithProbe(t, slowProbe)
 	e, err := engine.New(context.Background(), engine.Options{Bundle: b, DecisionLog: io.Discard, Log: io.Discard, EvaluationTimeout: bound})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Stop(context.Background()) })
@@ -63,16 +67,7 @@ func TestTheShadowIsNotAskedAfterTheActiveDecisionFailed(t *testing.T) {
 	shadow, err := engine.New(context.Background(), engine.Options{Bundle: policyWithProbe(t, "package ichor.probe\n\nslow := true\n\nquick := true\n"), DecisionLog: &shadowLog, Log: io.Discard})
 	require.NoError(t, err)
 	t.Cleanup(func() { shadow.Stop(context.Background()) })
-	active := policyWithProbe(t, `package ichor.probe
-
-slow if {
-	some i in numbers.range(1, 100000)
-	some j in numbers.range(1, 100000)
-	i * j == -1
-}
-
-quick := true
-`)
+	active := policyWithProbe(t, slowProbe)
 	e, err := engine.New(context.Background(), engine.Options{Bundle: active, DecisionLog: io.Discard, Log: io.Discard, EvaluationTimeout: 200 * time.Millisecond, Shadow: shadow})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Stop(context.Background()) })
