@@ -424,7 +424,8 @@ func (w stdLogWriter) Write(p []byte) (int, error) {
 // newLogger is the controllers' logger: the options the flags set, writing to
 // w. Without flags it logs as the manager always has, JSON lines at info with
 // the time in epoch seconds (controller-runtime's flag defaults would switch
-// the time to RFC 3339, which readers of today's logs do not expect).
+// the time to RFC 3339, which readers of today's logs do not expect). Its
+// values wait for a line to be written (lazyValues).
 func newLogger(w io.Writer, flags *zap.Options) logr.Logger {
 	var o zap.Options
 	if flags != nil {
@@ -434,7 +435,7 @@ func newLogger(w io.Writer, flags *zap.Options) logr.Logger {
 	if o.TimeEncoder == nil {
 		o.TimeEncoder = zapcore.EpochTimeEncoder
 	}
-	return zap.New(zap.UseFlagOptions(&o))
+	return withLazyValues(zap.New(zap.UseFlagOptions(&o)))
 }
 
 // newEngine makes the policy engine with the manager's metrics and, if asked,
