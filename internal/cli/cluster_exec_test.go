@@ -121,17 +121,18 @@ func TestExecKubeconfigCommandLine(t *testing.T) {
 		assert.Equal(t, "https://127.0.0.1:1", kc.Clusters[kc.Contexts[kc.CurrentContext].Cluster].Server)
 	}
 
-	// Another context, -n and a lifetime; several kubeconfig files are
-	// passed in KUBECONFIG, every one absolute.
+	// Another context, -n, a lifetime and a proxy; several kubeconfig
+	// files are passed in KUBECONFIG, every one absolute.
 	second := filepath.Join(dir, "second")
 	require.NoError(t, os.WriteFile(second, []byte("apiVersion: v1\nkind: Config\n"), 0o600))
 	t.Chdir(dir)
 	t.Setenv("KUBECONFIG", "config"+string(os.PathListSeparator)+second)
 	out := filepath.Join(dir, "env.kubeconfig")
-	code, _, stderr := runAs(t, "ichor", "cluster", "kubeconfig", "demo", "--exec", "--context", "other", "-n", "team-c", "--ttl", "20m", "--out", out)
+	code, _, stderr := runAs(t, "ichor", "cluster", "kubeconfig", "demo", "--exec", "--context", "other", "-n", "team-c", "--ttl", "20m", "--out", out,
+		"--proxy-url", "http://proxy.example:3128")
 	require.Equal(t, cli.ExitOK, code, stderr)
 	_, execCfg := readExecKubeconfig(t, out)
-	assert.Equal(t, []string{"cluster", "exec-credential", "demo", "--namespace=team-c", "--context=other", "--ttl=20m0s"}, execCfg.Args)
+	assert.Equal(t, []string{"cluster", "exec-credential", "demo", "--namespace=team-c", "--context=other", "--ttl=20m0s", "--proxy-url=http://proxy.example:3128"}, execCfg.Args)
 	assert.Equal(t, []clientcmdapi.ExecEnvVar{{Name: "KUBECONFIG", Value: kubeconfig + string(os.PathListSeparator) + second}}, execCfg.Env)
 }
 
@@ -151,6 +152,7 @@ func TestExecKubeconfigRefuses(t *testing.T) {
 		want string
 	}{
 		{"a token on the command line", []string{"--kubeconfig", kubeconfig, "--token", "s3cret-t0ken"}, cli.ExitUsage, "--token would be written into the kubeconfig in clear"},
+		{"a proxy's password", []string{"--kubeconfig", kubeconfig, "--proxy-url", "http://me:s3cret@proxy.example:3128"}, cli.ExitUsage, "--proxy-url names a user"},
 		{"break-glass", []string{"--kubeconfig", kubeconfig, "--break-glass"}, cli.ExitUsage, "--exec does not apply to --break-glass"},
 		{"a lifetime above the cap", []string{"--kubeconfig", kubeconfig, "--ttl", "8761h"}, cli.ExitUsage, `LifetimeTooLong: the lifetime 8761h0m0s is above the cap of 8760h0m0s for purpose "kubeconfig-admin"`},
 		{"a management context that runs the plugin", []string{"--kubeconfig", nested}, cli.ExitUsage, `runs "ichor" exec-credential itself`},
