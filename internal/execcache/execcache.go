@@ -366,9 +366,19 @@ func (c *Cache) Store(k Key, cred *clientauthv1.ExecCredential) error {
 	if err != nil {
 		return fmt.Errorf("encode the credential: %w", err)
 	}
+	path := c.Path(k)
+	// A link there is the user's own (the directory is theirs alone), but
+	// privatefile refuses to replace one naming a device or a directory,
+	// and every run then asked for a credential again (review 253 F6): the
+	// link goes, its target untouched.
+	if info, err := os.Lstat(path); err == nil && info.Mode()&os.ModeSymlink != 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("cache the credential: remove the symbolic link %s: %w", path, err)
+		}
+	}
 	// Beside the file, never in a shared temporary directory; renamed over
 	// it, so a reader sees the old credential or the new one whole.
-	if err := privatefile.Write(c.Path(k), data); err != nil {
+	if err := privatefile.Write(path, data); err != nil {
 		return fmt.Errorf("cache the credential: %w", err)
 	}
 	return nil
