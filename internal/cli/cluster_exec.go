@@ -196,6 +196,20 @@ the exit status is not zero, so kubectl fails with that message.`,
 			if err := credclient.CheckExecInfo(os.Getenv(credclient.ExecInfoEnv)); err != nil {
 				return err
 			}
+			// A management kubeconfig that runs this plugin through a
+			// wrapper would have each run wait --timeout for the lock
+			// its parent holds and then start the next, without end
+			// (review 253 F2).
+			if os.Getenv(credclient.ExecRunningEnv) != "" {
+				return usage.Errorf("run by another %s (%s is set): the kubeconfig context used to ask runs it itself, through a wrapper; ask with your own kubeconfig (pass --kubeconfig and --context)",
+					credclient.ExecCredentialCommand, credclient.ExecRunningEnv)
+			}
+			if err := os.Setenv(credclient.ExecRunningEnv, "1"); err != nil {
+				return fmt.Errorf("mark the processes this run starts: %w", err)
+			}
+			// Gone with the run, for a program that runs the CLI in its
+			// own process (the tests do).
+			defer os.Unsetenv(credclient.ExecRunningEnv) //nolint:errcheck // only a name that is not valid fails
 			dir, err := execcache.DefaultDir()
 			if err != nil {
 				fmt.Fprintf(s.err, "ichor: %v; the credential is not cached\n", err)

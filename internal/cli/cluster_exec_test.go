@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ichor-dev/ichor-policy/internal/cli"
+	"github.com/ichor-dev/ichor-policy/internal/credclient"
 	"github.com/ichor-dev/ichor-policy/internal/execcache"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
@@ -190,6 +191,46 @@ func TestExecKubeconfigRefuses(t *testing.T) {
 		assert.Contains(t, stderr, "give a duration above 0", args[1])
 		assert.NoFileExists(t, filepath.Join(dir, "refused"))
 	}
+}
+
+// TestExecCredentialMarksWhatItStarts: a management kubeconfig whose own
+// credential plugin runs ichor's through a wrapper (a shell here) is not
+// known by its arguments, and each run would start the next, one every
+// --timeout (review 253 F2). The processes a run starts carry a mark, and a
+// run that finds it refuses before asking anything.
+func TestExecCredentialMarksWhatItStarts(t *testing.T) {
+	t.Setenv("XDG_CACHE_HOME", t.TempDir())
+	t.Setenv(credclient.ExecRunningEnv, "")
+	dir := t.TempDir()
+	seen := filepath.Join(dir, "seen")
+	kubeconfig := managementKubeconfig(t, dir, &clientcmdapi.ExecConfig{
+		APIVersion: "client.authentication.k8s.io/v1", Command: "/bin/sh",
+		Args:            []string{"-c", `printf %s "$` + credclient.ExecRunningEnv + `" > "$0"; exit 1`, seen},
+		InteractiveMode: clientcmdapi.NeverExecInteractiveMode,
+	})
+	// No CA to parse, so that the client is made and asks its plugin
+	// (nothing listens at the server).
+	kc, err := clientcmd.LoadFromFile(kubeconfig)
+	require.NoError(t, err)
+	kc.Clusters["mgmt"].CertificateAuthorityData = nil
+	kc.Clusters["mgmt"].InsecureSkipTLSVerify = true
+	require.NoError(t, clientcmd.WriteToFile(*kc, kubeconfig))
+	code, stdout, _ := runAs(t, "ichor", "cluster", "exec-credential", "demo", "--kubeconfig", kubeconfig, "--timeout", "20s")
+	assert.NotEqual(t, cli.ExitOK, code)
+	assert.Empty(t, stdout)
+	got, err := os.ReadFile(seen)
+	require.NoError(t, err, "the management kubeconfig's plugin was not run")
+	assert.Equal(t, "1", string(got), "what the run started was not marked")
+
+	// A run started by that plugin carries the mark.
+	assert.Empty(t, os.Getenv(credclient.ExecRunningEnv), "the mark outlived the run")
+	require.NoError(t, os.Remove(seen))
+	t.Setenv(credclient.ExecRunningEnv, "1")
+	code, stdout, stderr := runAs(t, "ichor", "cluster", "exec-credential", "demo", "--kubeconfig", kubeconfig, "--timeout", "20s")
+	assert.Equal(t, cli.ExitUsage, code)
+	assert.Empty(t, stdout)
+	assert.Contains(t, stderr, "run by another exec-credential")
+	assert.NoFileExists(t, seen, "the nested run asked")
 }
 
 // TestExecCredentialReadsExecInfo: the plugin reads KUBERNETES_EXEC_INFO with

@@ -36,6 +36,13 @@ const execKubeconfigSuffix = ".ichor-admin-exec"
 // ExecInfoEnv is the variable kubectl passes the exec plugin's input in.
 const ExecInfoEnv = "KUBERNETES_EXEC_INFO"
 
+// ExecRunningEnv marks the processes a run of the plugin starts (the
+// management kubeconfig's own credential plugin, through whatever wrapper):
+// a run that finds it set was started by another, and refuses at once
+// rather than start the next (refuseNested knows the plugin only by its
+// arguments; a shell or a script in between hides them).
+const ExecRunningEnv = "ICHOR_EXEC_CREDENTIAL_RUNNING"
+
 // ExecCredentialCommand is the plugin's subcommand: an argument of every
 // exec kubeconfig Ichor writes, and how a management kubeconfig that would
 // run the plugin itself is recognized.
