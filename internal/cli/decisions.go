@@ -23,6 +23,7 @@ import (
 	"github.com/ichor-dev/ichor-policy/engine"
 	"github.com/ichor-dev/ichor-policy/internal/decisionlog"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
@@ -291,8 +292,15 @@ func clusterSource(s streams, src sourceFlags, limits decisionlog.Limits) (decis
 	}
 	return decisionlog.Cluster{
 		Client: client, Namespace: namespace, Selector: src.selector, Previous: src.previous, Limits: limits,
-		Unreadable: func(pod string, err error) { fmt.Fprintf(s.err, "ichor: pod %s skipped: %v\n", pod, err) },
+		Unreadable: func(pod string, err error) { podSkipped(s.err, pod, err) },
 	}, nil
+}
+
+// podSkipped says that a pod's log could not be read, on one line: the API
+// server's message (a 403 carries the authorizer's reason) may hold a
+// newline that would print a line of its own (review 255 F6).
+func podSkipped(w io.Writer, pod string, err error) {
+	fmt.Fprintf(w, "ichor: pod %s skipped: %s\n", pod, termsafe.ErrorText(err))
 }
 
 // skippedNotes says what a read skipped, "" when nothing: other logs'
