@@ -302,6 +302,32 @@ test_a_requester_padded_with_copies_of_its_own_values_is_cut_to_a_hundred if {
 	count(groups.value) == 100
 }
 
+# The SubjectAccessReview a credential decision logs repeats the requester's name and groups,
+# which are cut under requester and user: they are cut here too, with the authorizer's words
+# (review 255 F5: an identity of thousands of groups made entries of hundreds of KiB).
+test_the_access_review_of_a_credential_decision_is_cut_like_its_requester if {
+	long := concat("", [x | some _ in numbers.range(1, 600); x := "r"])
+	masks := log.mask with input as {"input": {"authorization": {
+		"user": long,
+		"uid": long,
+		"groups": ["system:authenticated" | some _ in numbers.range(1, 1000)],
+		"verb": "issue",
+		"allowed": false,
+		"reason": long,
+		"evaluation_error": long,
+	}}}
+	{"op": "upsert", "path": "/input/log_truncated", "value": {
+		"authorization.groups": 1000,
+		"authorization.user": 600,
+		"authorization.uid": 600,
+		"authorization.reason": 600,
+		"authorization.evaluation_error": 600,
+	}} in masks
+	count(_values_at(masks, "/input/authorization/groups")[0]) == 100
+	_values_at(masks, "/input/authorization/reason") == [sprintf("%s... (600 bytes)", [substring(long, 0, 512)])]
+	count(masks) == 6
+}
+
 test_a_long_listed_extra_value_is_cut if {
 	long := concat("", [x | some _ in numbers.range(1, 600); x := "n"])
 	masks := log.mask with input as _event({"authentication.kubernetes.io/node-name": [long]})
