@@ -86,6 +86,11 @@ func TestExtraArgsDoNotSetWhatTheChartSets(t *testing.T) {
 		require.Error(t, err, "manager.extraArgs set %s", name)
 		assert.Contains(t, string(out), "manager.extraArgs has "+name+", which the chart sets from its values")
 	}
+	// Nor another identity than the ServiceAccount the chart's rights and
+	// admission policies are written for (review 256 F7).
+	out, err := renderOutput(t, "manager.extraArgs={--kubeconfig=/etc/other/kubeconfig}")
+	require.Error(t, err, "manager.extraArgs set --kubeconfig")
+	assert.Contains(t, string(out), "manager.extraArgs has --kubeconfig")
 	render(t, "manager.extraArgs={--talos-watch-max=10,--shadow-bundle=/etc/shadow/bundle.tar.gz,--leader-elected=x,--webhook-something=x}")
 }
 

@@ -235,6 +235,11 @@ func TestAlertRules(t *testing.T) {
 	shardAlerts(t, defaults, groups, byName)
 	assert.Equal(t, "page", byName(groups, "IchorPolicyBundleRefused").Labels["severity"])
 	assert.Equal(t, "platform", byName(groups, "IchorTalosIdentityReadsFailing").Labels["team"])
+	// Written after each alert's own severity, an added one replaced it in
+	// silence (review 256 F4).
+	out, err := renderOutput(t, "monitoring.prometheusRule.additionalLabels.severity=info")
+	require.Error(t, err, "an added severity rendered")
+	assert.Contains(t, string(out), "monitoring.prometheusRule.additionalLabels has severity")
 }
 
 // TestAlertsNeedTheirScrape (review 166): the alerts read the job the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -67,6 +68,20 @@ var badValues = map[string]string{
 	"nameOverride=Ichor":                                "at '/nameOverride'",
 	"monitoring.grafanaDashboard.namespace=Ops":         "at '/monitoring/grafanaDashboard/namespace'",
 	"manager.decisionLog.bufferEvents=1000000001":       "at '/manager/decisionLog/bufferEvents'",
+	// Nor the other confinements, nor the root group (review 256 F3).
+	"podSecurityContext.appArmorProfile.type=Unconfined": "at '/podSecurityContext/appArmorProfile/type'",
+	"securityContext.appArmorProfile.type=Unconfined":    "at '/securityContext/appArmorProfile/type'",
+	"podSecurityContext.seLinuxOptions.type=spc_t":       "at '/podSecurityContext/seLinuxOptions/type'",
+	"securityContext.seLinuxOptions.type=unconfined_t":   "at '/securityContext/seLinuxOptions/type'",
+	"podSecurityContext.runAsGroup=0":                    "at '/podSecurityContext/runAsGroup'",
+	"podSecurityContext.fsGroup=0":                       "at '/podSecurityContext/fsGroup'",
+	"podSecurityContext.supplementalGroups={1000,0}":     "at '/podSecurityContext/supplementalGroups'",
+	"securityContext.runAsGroup=0":                       "at '/securityContext/runAsGroup'",
+	// A budget of none, a stop that cuts the decision log's flush short, a
+	// shard count of megabytes of alerts.
+	"podDisruptionBudget.minAvailable=0%": "at '/podDisruptionBudget/minAvailable'",
+	"terminationGracePeriodSeconds=0":     "at '/terminationGracePeriodSeconds'",
+	"manager.sharding.shards=1025":        "at '/manager/sharding/shards'",
 }
 
 // TestValuesSchemaRefusesWhatTheChartWouldIgnore: a misspelt key, a string
@@ -113,6 +128,10 @@ func TestReplicasNeedLeaderElection(t *testing.T) {
 
 	dep := render(t, "replicaCount=1", "manager.leaderElect=false").deployment(t)
 	assert.NotContains(t, args(dep), "--leader-elect")
+	// Nor two during a rollout: a rolling update's surge would run the new
+	// manager beside the old one, neither elected (review 256 F2).
+	assert.Equal(t, appsv1.RecreateDeploymentStrategyType, dep.Spec.Strategy.Type)
+	assert.Empty(t, render(t).deployment(t).Spec.Strategy.Type, "elected replicas roll as Kubernetes rolls them")
 }
 
 // TestTheManagersAccountIsNotTheNamespaceDefault: bound to the manager's
@@ -162,6 +181,28 @@ func TestEveryServiceNameIsADNSLabelWhateverTheReleaseName(t *testing.T) {
 			assert.Empty(t, validation.IsDNS1035Label(svc.GetName()), "release %s: Service %s", release, svc.GetName())
 		}
 	}
+	// Release names and namespaces that YAML 1.1 reads as a boolean or null
+	// unquoted: every object was refused at the install (review 256 F6).
+	for _, release := range []string{"on", "null", "yes"} {
+		out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", "no")
+		require.NoError(t, err, "%s", out)
+		objects := decode(t, out)
+		require.NotEmpty(t, objects)
+		for _, obj := range objects {
+			labels, _, err := unstructured.NestedStringMap(obj.Object, "metadata", "labels")
+			require.NoError(t, err, "release %s: %s %s", release, obj.GetKind(), obj.GetName())
+			if _, ok := labels["app.kubernetes.io/instance"]; ok {
+				assert.Equal(t, release, labels["app.kubernetes.io/instance"], "%s %s", obj.GetKind(), obj.GetName())
+			}
+			if ns, found, err := unstructured.NestedFieldNoCopy(obj.Object, "metadata", "namespace"); found {
+				require.NoError(t, err)
+				assert.Equal(t, "no", ns, "%s %s", obj.GetKind(), obj.GetName())
+			}
+		}
+	}
+	out, err := helmOutput(t, "template", "ichor", chartDir(t), "--namespace", namespace, "--set", "fullnameOverride=off")
+	require.Error(t, err, "fullnameOverride off rendered")
+	assert.Contains(t, string(out), "reads as a boolean or null")
 	// Names Helm takes that no Service can be named after: refused at once,
 	// saying why, not part-way through the install (review 190).
 	for _, release := range []string{"1ichor", "a.b"} {

@@ -651,6 +651,9 @@ func setUpSharding(mgr ctrl.Manager, serving *kubeletserving.Reconciler, o Optio
 	if o.Sharding.Shards < 0 {
 		return usage.Errorf("--shards %d is negative", o.Sharding.Shards)
 	}
+	if o.Sharding.Shards > shard.MaxShards {
+		return usage.Errorf("--shards %d is above %d: each shard is a Lease every replica watches; give a few times the most replicas you will run", o.Sharding.Shards, shard.MaxShards)
+	}
 	identity := o.Sharding.Identity
 	if identity == "" {
 		identity = o.PodName

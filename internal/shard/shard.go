@@ -94,6 +94,13 @@ const (
 	ShardLeasePrefix  = "ichor-policy-shard-"
 )
 
+// MaxShards bounds the shard count: each shard is a Lease every replica
+// watches and looks at each retry period, and the chart's alerts list them
+// (a count of a million rendered a PrometheusRule of megabytes, review 256
+// F5). A few times the most replicas one runs is the advice; this is far
+// beyond it.
+const MaxShards = 1024
+
 // Defaults of the timings: a replica that dies is replaced on its shards
 // within about a lease duration and a retry period.
 const (

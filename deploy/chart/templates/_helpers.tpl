@@ -12,6 +12,10 @@ unless the release name already contains it (Helm's convention).
 {{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $full) }}
 {{- fail (printf "the full name %q (the release name, or fullnameOverride) is no DNS label that starts with a letter: the Services named after it would be refused part-way through the install. Give a release name of lowercase letters, digits and '-' that starts with a letter, or set fullnameOverride" $full) }}
 {{- end }}
+{{- /* YAML 1.1 reads these words, unquoted, as a boolean or null, not a name. */}}
+{{- if has $full (list "y" "n" "yes" "no" "on" "off" "true" "false" "null") }}
+{{- fail (printf "the full name %q (fullnameOverride) reads as a boolean or null, not a name, where the manifests write it: give another" $full) }}
+{{- end }}
 {{- end }}
 
 {{- define "ichor-policy.fullnameUnchecked" -}}
@@ -42,8 +46,8 @@ app.kubernetes.io/part-of: ichor
 {{- end }}
 
 {{- define "ichor-policy.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "ichor-policy.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "ichor-policy.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end }}
 
 {{- define "ichor-policy.serviceAccountName" -}}
