@@ -932,6 +932,16 @@ func (e Entry) reasonsPartial() bool {
 	return ok && n > float64(len(e.Outcome().Reasons))
 }
 
+// keptReasonsSame reports whether codes agree with what an entry whose
+// reasons the log cut (reasonsPartial) knows of its own: how many there
+// were, and the first, which the request's condition or the refusal names.
+// The others kept are not compared: a rule may order them otherwise.
+func (e Entry) keptReasonsSame(codes []string) bool {
+	n, _ := e.cuts()[cutReasons].(float64)
+	kept := e.Codes()
+	return float64(len(codes)) == n && len(kept) > 0 && len(codes) > 0 && codes[0] == kept[0]
+}
+
 // Manual reports whether the entry records a person's act (PathManual).
 func (e Entry) Manual() bool { return e.Path == PathManual }
 

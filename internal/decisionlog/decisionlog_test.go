@@ -662,24 +662,29 @@ func TestAnEntryWhoseInputTheLogCutIsNotReplayed(t *testing.T) {
 // The log cut only the result's reasons (a message quoting a tenant's long
 // name, or more reasons than it keeps): the input is whole, and the entry
 // is replayed (review 187: it was left out as cut, and a gate never saw it).
-// Where only the first reasons were kept, their codes are not compared.
+// Where only the first reasons were kept, what the log knows of them is
+// compared, the first code and how many there were (review 255 F3: a
+// candidate that changed the code named on the request was unchanged).
 func TestAnEntryWhoseReasonsTheLogCutIsReplayed(t *testing.T) {
 	e, err := engine.New(t.Context(), engine.Options{DecisionLog: io.Discard, Log: io.Discard})
 	require.NoError(t, err)
 	t.Cleanup(func() { e.Stop(context.Background()) })
-	raw, err := json.Marshal(serving(t, "worker-1", talos("worker-1", "10.5.0.2"), "10.5.0.2"))
+	// A denial of several reasons: addresses that are not the node's.
+	raw, err := json.Marshal(serving(t, "worker-1", talos("worker-1", "10.5.0.9"), "10.5.0.2", "10.5.0.3", "10.5.0.4"))
 	require.NoError(t, err)
 	var input map[string]any
 	require.NoError(t, json.Unmarshal(raw, &input))
-	// The verdict as the rule gives it, logged with other reasons and
-	// action: what the log kept of them.
 	d, err := e.Decide(t.Context(), "ichor/kubelet_serving/decision", input)
 	require.NoError(t, err)
-	entry := func(id, action string, reasons int) string {
+	codes := d.Outcome().Reasons.Codes()
+	require.Greater(t, len(codes), 1, "the denial has one reason: %v", codes)
+	// The verdict as the rule gives it, logged with its first reason
+	// alone (its message cut), the code given, of as many as said.
+	entry := func(id, action, code string, reasons int) string {
 		var result map[string]any
 		require.NoError(t, json.Unmarshal(d.Result, &result))
 		result["action"] = action
-		result["reasons"] = []any{map[string]any{"code": "Other", "message": "m... (600 bytes)"}}
+		result["reasons"] = []any{map[string]any{"code": code, "message": "m... (600 bytes)"}}
 		input["log_truncated"] = map[string]any{"result.reasons": reasons}
 		in, err := json.Marshal(input)
 		require.NoError(t, err)
@@ -687,19 +692,28 @@ func TestAnEntryWhoseReasonsTheLogCutIsReplayed(t *testing.T) {
 		require.NoError(t, err)
 		return fmt.Sprintf(`{"msg":"Decision Log","decision_id":%q,"path":"ichor/kubelet_serving/decision","input":%s,"result":%s}`+"\n", id, in, out)
 	}
-	log := entry("messages-cut", "deny", 1) + entry("first-kept", "approve", 60) + entry("codes-compared", "approve", 1)
+	log := entry("messages-cut", "approve", codes[0], 1) + // the codes all there, and compared: one
+		entry("first-kept", "deny", codes[0], len(codes)) + // the first kept, of as many: unchanged
+		entry("first-changed", "deny", "Other", len(codes)) +
+		entry("count-changed", "deny", codes[0], 60)
 	entries, _, err := decisionlog.Read(strings.NewReader(log))
 	require.NoError(t, err)
-	require.Len(t, entries, 3)
+	require.Len(t, entries, 4)
 	assert.False(t, entries[0].Truncated())
 	rep, err := decisionlog.Replay(t.Context(), e, entries)
 	require.NoError(t, err)
 	assert.Empty(t, rep.Truncated)
-	assert.Equal(t, 3, rep.Replayed)
-	assert.Equal(t, map[string]int{"deny-to-approve": 1}, rep.Directions)
-	assert.Equal(t, 1, rep.Unchanged, "the codes of a log that kept the first of 60 reasons were compared")
-	// Only the messages cut: the codes are all there, and compared.
-	assert.Equal(t, map[string]int{decisionlog.NoteReasonsChanged: 1}, rep.Notes)
+	assert.Equal(t, 4, rep.Replayed)
+	assert.Equal(t, map[string]int{"approve-to-deny": 1}, rep.Directions)
+	assert.Equal(t, 1, rep.Unchanged, "the first code and the count of a log that kept the first of them")
+	assert.Equal(t, map[string]int{decisionlog.NoteReasonsChanged: 2}, rep.Notes)
+	var changed []string
+	for _, c := range rep.Changes {
+		if c.Note == decisionlog.NoteReasonsChanged {
+			changed = append(changed, c.Entry.DecisionID)
+		}
+	}
+	assert.ElementsMatch(t, []string{"first-changed", "count-changed"}, changed)
 }
 
 func TestOnlyTheAppliedVerdictOfAConflictedRequestIsInEffect(t *testing.T) {

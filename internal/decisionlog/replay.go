@@ -149,8 +149,12 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 		case len(changed) > 0:
 			// Before the codes: a widened grant keeps its code.
 			c.Note, c.Changed = NoteResultChanged, changed
+		case e.reasonsPartial() && !e.keptReasonsSame(c.New.Reasons.Codes()):
+			// Where the log kept the first reasons only, what it knows
+			// of them is compared (review 255 F3: a candidate that
+			// changed the code named on the request was unchanged).
+			c.Note = NoteReasonsChanged
 		case !e.reasonsPartial() && !engine.SameCodes(c.Old.Reasons.Codes(), c.New.Reasons.Codes()):
-			// Codes compared only where the log kept them all.
 			c.Note = NoteReasonsChanged
 		default:
 			rep.Unchanged++
