@@ -40,6 +40,10 @@ func (e *Engine) KubeletServingAudit(ctx context.Context, in servingcert.Audit) 
 	if err != nil {
 		return AuditDecision{}, err
 	}
+	return parseAudit(d)
+}
+
+func parseAudit(d Decision) (AuditDecision, error) {
 	var out AuditDecision
 	if err := decodeResult(d.Result, &out); err != nil {
 		return AuditDecision{}, fmt.Errorf("decision %s of %s is not an audit: %w", d.ID, d.Path, err)

@@ -331,9 +331,16 @@ func (e *Engine) RequirementsFor(ctx context.Context, purpose, username string) 
 	if username != "" {
 		in["username"] = username
 	}
-	var out CredentialRequirements
-	d, err := e.decideInto(ctx, PathCredentialRequirements, in, &out)
+	d, err := e.Decide(ctx, PathCredentialRequirements, in)
 	if err != nil {
+		return CredentialRequirements{}, err
+	}
+	return parseRequirements(d)
+}
+
+func parseRequirements(d Decision) (CredentialRequirements, error) {
+	var out CredentialRequirements
+	if err := decodeInto(d, &out); err != nil {
 		return CredentialRequirements{}, err
 	}
 	if out.Authorization.Verb == "" || out.Authorization.Resource == "" || out.Event.Reason == "" {
@@ -348,9 +355,16 @@ func (e *Engine) RequirementsFor(ctx context.Context, purpose, username string) 
 
 // Admission decides a TalosCredentialRequest at admission.
 func (e *Engine) Admission(ctx context.Context, in CredentialAdmissionInput) (CredentialAdmission, error) {
-	var out CredentialAdmission
-	d, err := e.decideInto(ctx, PathCredentialAdmission, in, &out)
+	d, err := e.Decide(ctx, PathCredentialAdmission, in)
 	if err != nil {
+		return CredentialAdmission{}, err
+	}
+	return parseAdmission(d)
+}
+
+func parseAdmission(d Decision) (CredentialAdmission, error) {
+	var out CredentialAdmission
+	if err := decodeInto(d, &out); err != nil {
 		return CredentialAdmission{}, err
 	}
 	if len(out.Reasons) == 0 {
@@ -373,9 +387,16 @@ func (e *Engine) CheckCredential(ctx context.Context, in CredentialCheckInput) (
 }
 
 func (e *Engine) issuance(ctx context.Context, path string, in any) (CredentialIssuance, error) {
-	var out CredentialIssuance
-	d, err := e.decideInto(ctx, path, in, &out)
+	d, err := e.Decide(ctx, path, in)
 	if err != nil {
+		return CredentialIssuance{}, err
+	}
+	return parseIssuance(d)
+}
+
+func parseIssuance(d Decision) (CredentialIssuance, error) {
+	var out CredentialIssuance
+	if err := decodeInto(d, &out); err != nil {
 		return CredentialIssuance{}, err
 	}
 	if len(out.Reasons) == 0 {
@@ -390,15 +411,12 @@ func (e *Engine) issuance(ctx context.Context, path string, in any) (CredentialI
 	return out, nil
 }
 
-func (e *Engine) decideInto(ctx context.Context, path string, in, out any) (Decision, error) {
-	d, err := e.Decide(ctx, path, in)
-	if err != nil {
-		return d, err
-	}
+// decodeInto decodes a decision's result into out (decodeResult).
+func decodeInto(d Decision, out any) error {
 	if err := decodeResult(d.Result, out); err != nil {
-		return d, fmt.Errorf("decision %s of %s does not have the documented shape: %w", d.ID, path, err)
+		return fmt.Errorf("decision %s of %s does not have the documented shape: %w", d.ID, d.Path, err)
 	}
-	return d, nil
+	return nil
 }
 
 // ParsePublicKey reads spec.publicKey, a PEM "PUBLIC KEY" (PKIX) block, and

@@ -37,9 +37,16 @@ type KubeletServingLimits struct {
 
 // KubeletServingLimits asks the rule for the limits Go counts with.
 func (e *Engine) KubeletServingLimits(ctx context.Context) (KubeletServingLimits, error) {
-	var out KubeletServingLimits
-	d, err := e.decideInto(ctx, PathKubeletServingLimits, map[string]any{}, &out)
+	d, err := e.Decide(ctx, PathKubeletServingLimits, map[string]any{})
 	if err != nil {
+		return KubeletServingLimits{}, err
+	}
+	return parseLimits(d)
+}
+
+func parseLimits(d Decision) (KubeletServingLimits, error) {
+	var out KubeletServingLimits
+	if err := decodeInto(d, &out); err != nil {
 		return KubeletServingLimits{}, err
 	}
 	if out.MaxUndecidedPerRequester < 1 {
@@ -80,7 +87,11 @@ type CSRDecision struct {
 // KubeletServing decides a kubelet-serving CSR. It returns ErrNoDecision for
 // a request of another signer.
 func (e *Engine) KubeletServing(ctx context.Context, in csrinput.KubeletServing) (CSRDecision, error) {
-	return e.decideCSR(ctx, PathKubeletServing, in)
+	d, err := e.Decide(ctx, PathKubeletServing, in)
+	if err != nil {
+		return CSRDecision{}, err
+	}
+	return parseCSR(d)
 }
 
 // KubeletServingRejection is the kubelet-serving decision when it is a
@@ -88,21 +99,27 @@ func (e *Engine) KubeletServing(ctx context.Context, in csrinput.KubeletServing)
 // rejection), asked before the node is read. It returns ErrNoDecision when
 // there is none: the request needs its node's identity to be decided.
 func (e *Engine) KubeletServingRejection(ctx context.Context, in csrinput.KubeletServing) (CSRDecision, error) {
-	d, err := e.decideCSR(ctx, PathKubeletServingRejection, in)
-	if err != nil {
-		return d, err
-	}
-	if d.Action != ActionDeny {
-		return CSRDecision{}, fmt.Errorf("decision %s of %s answers %q, not deny: the bundle is broken", d.DecisionID, PathKubeletServingRejection, d.Action)
-	}
-	return d, nil
-}
-
-func (e *Engine) decideCSR(ctx context.Context, path string, in any) (CSRDecision, error) {
-	d, err := e.Decide(ctx, path, in)
+	d, err := e.Decide(ctx, PathKubeletServingRejection, in)
 	if err != nil {
 		return CSRDecision{}, err
 	}
+	return parseRejection(d)
+}
+
+func parseRejection(d Decision) (CSRDecision, error) {
+	out, err := parseCSR(d)
+	if err != nil {
+		return CSRDecision{}, err
+	}
+	if out.Action != ActionDeny {
+		return CSRDecision{}, fmt.Errorf("decision %s of %s answers %q, not deny: the bundle is broken", d.ID, d.Path, out.Action)
+	}
+	return out, nil
+}
+
+// parseCSR reads a CSR rule's decision.
+func parseCSR(d Decision) (CSRDecision, error) {
+	path := d.Path
 	var out CSRDecision
 	if err := decodeResult(d.Result, &out); err != nil {
 		return CSRDecision{}, fmt.Errorf("decision %s of %s is not a CSR decision: %w", d.ID, path, err)

@@ -56,9 +56,16 @@ func (d KubeconfigDecision) EventNote() string {
 
 // Kubeconfig judges a TalosCluster's kubeconfigRef.
 func (e *Engine) Kubeconfig(ctx context.Context, in KubeconfigInput) (KubeconfigDecision, error) {
-	var out KubeconfigDecision
-	d, err := e.decideInto(ctx, PathKubeconfig, in, &out)
+	d, err := e.Decide(ctx, PathKubeconfig, in)
 	if err != nil {
+		return KubeconfigDecision{}, err
+	}
+	return parseKubeconfig(d)
+}
+
+func parseKubeconfig(d Decision) (KubeconfigDecision, error) {
+	var out KubeconfigDecision
+	if err := decodeInto(d, &out); err != nil {
 		return KubeconfigDecision{}, err
 	}
 	// A bundle that allows and asks for more, or gives no reason, is broken:

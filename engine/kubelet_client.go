@@ -16,9 +16,17 @@ const PathKubeletClient = "ichor/kubelet_client/decision"
 // The rule never denies: Action is approve or pending. It returns
 // ErrNoDecision for a request of another signer.
 func (e *Engine) KubeletClient(ctx context.Context, in csrinput.KubeletClient) (CSRDecision, error) {
-	d, err := e.decideCSR(ctx, PathKubeletClient, in)
+	d, err := e.Decide(ctx, PathKubeletClient, in)
 	if err != nil {
-		return d, err
+		return CSRDecision{}, err
+	}
+	return parseKubeletClient(d)
+}
+
+func parseKubeletClient(dec Decision) (CSRDecision, error) {
+	d, err := parseCSR(dec)
+	if err != nil {
+		return CSRDecision{}, err
 	}
 	// This approver never denies: a denial is final, and kube-controller-
 	// manager's approver, whose place it takes, leaves what it does not

@@ -159,9 +159,21 @@ var ErrRecordShape = errors.New("does not have the documented shape")
 // returns ErrNoDecision when the rule does not record the act (a write that
 // decides nothing).
 func (e *Engine) RecordManual(ctx context.Context, in ManualActInput) (ManualRecord, error) {
-	var out ManualRecord
-	d, err := e.decideInto(ctx, PathManualRecord, in, &out)
+	d, err := e.Decide(ctx, PathManualRecord, in)
 	if err != nil {
+		return ManualRecord{}, err
+	}
+	out, err := parseManualRecord(d)
+	if err != nil {
+		return ManualRecord{}, err
+	}
+	e.metrics.manualAct(out)
+	return out, nil
+}
+
+func parseManualRecord(d Decision) (ManualRecord, error) {
+	var out ManualRecord
+	if err := decodeInto(d, &out); err != nil {
 		return ManualRecord{}, err
 	}
 	if len(out.Reasons) == 0 || out.Kind == "" || out.Action == "" || out.Object == "" {
@@ -169,6 +181,5 @@ func (e *Engine) RecordManual(ctx context.Context, in ManualActInput) (ManualRec
 			d.ID, d.Path, ErrRecordShape, out.Kind, out.Action, out.Object, len(out.Reasons))
 	}
 	out.DecisionID, out.Revision = d.ID, d.Revision
-	e.metrics.manualAct(out)
 	return out, nil
 }

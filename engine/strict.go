@@ -129,3 +129,39 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	fieldsByType.Store(t, fields)
 	return fields
 }
+
+// CheckDecision holds a decision to what the engine's caller of its rule
+// refuses of a result before acting on it (a broken bundle's answer: a
+// shape not documented, an action no caller knows, no reason, an allowed
+// that names nothing to sign). `ichor decisions replay` asks it of a
+// candidate's decisions, so that a result every caller would refuse is
+// reported as the failure it would be, not as the action it claims (review
+// 255 F2: an answer of "allowed": true beside "action": "refused" replayed
+// as refused). A rule no caller acts on (the record of an applied verdict)
+// passes.
+func CheckDecision(d Decision) error {
+	var err error
+	switch d.Path {
+	case PathKubeletServing:
+		_, err = parseCSR(d)
+	case PathKubeletServingRejection:
+		_, err = parseRejection(d)
+	case PathKubeletServingLimits:
+		_, err = parseLimits(d)
+	case PathKubeletServingAudit:
+		_, err = parseAudit(d)
+	case PathKubeletClient:
+		_, err = parseKubeletClient(d)
+	case PathKubeconfig:
+		_, err = parseKubeconfig(d)
+	case PathCredentialRequirements:
+		_, err = parseRequirements(d)
+	case PathCredentialAdmission:
+		_, err = parseAdmission(d)
+	case PathCredentialIssuance, PathCredentialCheck:
+		_, err = parseIssuance(d)
+	case PathManualRecord:
+		_, err = parseManualRecord(d)
+	}
+	return err
+}

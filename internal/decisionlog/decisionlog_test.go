@@ -333,11 +333,12 @@ func TestReplayReportsACredentialThatGrantsMore(t *testing.T) {
 	}
 }
 
-// A result that names an action word beside "allowed" reads as that action
-// (engine.Outcome), while the issuer acts on "allowed" alone: a candidate
-// that answers {"allowed": true, "action": "refused", ...} for a refusal
-// issues, with the same action word and codes. Its fields changed, and that
-// is a change "any" fails on (review of 2026-12-05).
+// A result that names an action word beside "allowed" would read as that
+// action (engine.Outcome), while the issuer acts on "allowed" alone: a
+// candidate that answers {"allowed": true, "action": "refused", ...} for a
+// refusal replayed as refused (review of 2026-12-05: a change "any" fails
+// on). The engine's callers refuse such a result as a broken bundle's, and
+// so does the replay now: the candidate fails there (review 255 F2).
 func TestReplayReportsAGrantBehindARefusingActionWord(t *testing.T) {
 	log, ids := realLog(t)
 	entries, _, err := decisionlog.Read(strings.NewReader(log))
@@ -354,9 +355,51 @@ func TestReplayReportsAGrantBehindARefusingActionWord(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, rep.Changes, 1)
 	c := rep.Changes[0]
-	assert.Equal(t, engine.ActionRefused, c.New.Action, "the action word")
-	assert.Equal(t, []string{"action", "allowed", "credential", "lifetime_seconds"}, c.Changed)
+	assert.Equal(t, engine.ActionError, c.New.Action, "what the webhook would make of it")
+	assert.Contains(t, c.New.Error, `answers "allowed" and carries "action" too`)
+	assert.Equal(t, map[string]int{"refused-to-error": 1}, rep.Directions)
 	assert.True(t, c.Matches("any"))
+	assert.True(t, c.Matches("to-error"))
+}
+
+// Whatever every caller of a rule would refuse of a candidate's answer (an
+// action it does not know, no reason, an allowed that names nothing to
+// sign) is replayed as the failure it would be, not as what it claims
+// (review 255 F2).
+func TestReplayReportsWhatTheCallerWouldRefuseAsAnError(t *testing.T) {
+	log, _ := realLog(t)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	// The denial (IPNotNode) and alice's admission.
+	entries = []decisionlog.Entry{entries[1], entries[5]}
+	for name, tc := range map[string]struct{ serving, admission, want string }{
+		"an action no approver knows": {
+			serving:   `{"action":"approved","node":"worker-1","reasons":[{"code":"C","message":"m"}]}`,
+			admission: `{"allowed":true,"reasons":[],"purpose":"talosconfig-reader","lifetime_seconds":3600}`,
+			want:      "has unknown action",
+		},
+		"no reason": {
+			serving:   `{"action":"approve","node":"worker-1","reasons":[]}`,
+			admission: `{"allowed":true,"reasons":[],"purpose":"talosconfig-reader","lifetime_seconds":3600}`,
+			want:      "gives no reason",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rep, err := decisionlog.Replay(t.Context(), scripted{
+				decisionlog.PathKubeletServing: func() (engine.Decision, error) {
+					return engine.Decision{Result: json.RawMessage(tc.serving)}, nil
+				},
+				decisionlog.PathAdmission: func() (engine.Decision, error) {
+					return engine.Decision{Result: json.RawMessage(tc.admission)}, nil
+				},
+			}, entries)
+			require.NoError(t, err)
+			assert.Equal(t, map[string]int{"deny-to-error": 1, "allowed-to-error": 1}, rep.Directions)
+			require.Len(t, rep.Changes, 2)
+			assert.Contains(t, rep.Changes[0].New.Error, tc.want)
+			assert.Contains(t, rep.Changes[1].New.Error, "gives no reason")
+		})
+	}
 }
 
 // Only the words changed: no change.

@@ -129,6 +129,12 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 			now = Outcome{Outcome: engine.Outcome{Action: ActionError, Reasons: engine.Reasons{}}, Error: err.Error()}
 		default:
 			now = OutcomeOf(dec.Result)
+			dec.Path = e.Path
+			if err := engine.CheckDecision(dec); err != nil {
+				// What the caller of the rule would refuse, as the
+				// manager does: the candidate fails there.
+				now = Outcome{Outcome: engine.Outcome{Action: ActionError, Reasons: engine.Reasons{}}, Error: err.Error()}
+			}
 			switch {
 			case rep.Revision == "":
 				rep.Revision = dec.Revision
