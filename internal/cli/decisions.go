@@ -293,6 +293,9 @@ func clusterSource(s streams, src sourceFlags, limits decisionlog.Limits) (decis
 	return decisionlog.Cluster{
 		Client: client, Namespace: namespace, Selector: src.selector, Previous: src.previous, Limits: limits,
 		Unreadable: func(pod string, err error) { podSkipped(s.err, pod, err) },
+		Ended: func(pod string) {
+			fmt.Fprintf(s.err, "ichor: the log of pod %s ended (its container stopped or restarted): its decisions from now on are not shown\n", pod)
+		},
 	}, nil
 }
 

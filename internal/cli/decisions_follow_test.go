@@ -105,6 +105,57 @@ func TestDecisionsFollowPrintsEachDecisionAsItIsLogged(t *testing.T) {
 	assert.Contains(t, queries[3], "sinceTime=")
 }
 
+// A followed log that ends while others go on (its container stopped or
+// restarted) is said at once: that replica's decisions stop coming, and
+// before, only the end of every log was said (review 255 F7).
+func TestDecisionsFollowSaysALogThatEndedAtOnce(t *testing.T) {
+	f := newDecisionsFixture(t)
+	logs := f.kubectlLogs()
+	more := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		const pods = "/api/v1/namespaces/ichor-system/pods"
+		switch r.URL.Path {
+		case pods:
+			list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}}
+			for _, name := range []string{"ichor-policy-a", "ichor-policy-b"} {
+				list.Items = append(list.Items, corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ichor-system"},
+					Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager"}}},
+				})
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(list)
+		case pods + "/ichor-policy-a/log":
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = io.WriteString(w, logs) // and ends
+		case pods + "/ichor-policy-b/log":
+			w.Header().Set("Content-Type", "text/plain")
+			w.(http.Flusher).Flush()
+			select {
+			case <-more:
+			case <-r.Context().Done():
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, errOut := &decisionsSink{}, &decisionsSink{}
+	done := make(chan int)
+	go func() {
+		done <- Run(ctx, []string{"decisions", "list", "--from-cluster", "--follow", "--kubeconfig", kubeconfigFor(t, srv.URL, "")}, strings.NewReader(""), out, errOut)
+	}()
+	stderr := func() string { errOut.mu.Lock(); defer errOut.mu.Unlock(); return errOut.buf.String() }
+	require.Eventually(t, func() bool { return strings.Contains(stderr(), "the log of pod ichor-policy-a ended") }, 30*time.Second, 10*time.Millisecond,
+		"while pod b's log is still followed: %q", stderr())
+	assert.NotContains(t, stderr(), "the logs of", "nothing said of every log's end yet")
+	close(more)
+	require.Equal(t, ExitOK, <-done, stderr())
+	assert.Contains(t, stderr(), "the logs of ichor-policy-a, ichor-policy-b ended")
+}
+
 func TestDecisionsFollowUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

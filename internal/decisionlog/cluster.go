@@ -43,6 +43,11 @@ type Cluster struct {
 	// restarted with Previous): the others are read all the same. Follow
 	// tells it of a log that broke off too.
 	Unreadable func(pod string, err error)
+	// Ended, when set, is told at once of each followed log that ended (its
+	// container stopped or restarted) while others are still followed:
+	// that replica's decisions are no longer shown (review 255 F7: only
+	// the end of every log was said).
+	Ended func(pod string)
 	// Limits bound what is read of each pod's log (see ReadLimited); its
 	// MaxEntries bounds the decisions of all of them together.
 	Limits Limits
@@ -152,10 +157,21 @@ func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod 
 	// longer than the bound, and entries cut short (other logs' lines are
 	// not counted: they are most of what a log holds).
 	var skipped Skipped
+	hasManager := func(pod corev1.Pod) bool {
+		return slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ManagerContainer })
+	}
+	// following counts the logs still followed, or still to be opened: a
+	// log that ends before the next is opened is not the last.
+	following := 0
+	for _, pod := range pods.Items {
+		if hasManager(pod) {
+			following++
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	for _, pod := range pods.Items {
-		if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == ManagerContainer }) {
+		if !hasManager(pod) {
 			continue
 		}
 		stream, err := c.Client.CoreV1().Pods(c.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{
@@ -167,6 +183,7 @@ func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod 
 			// Under the lock: the streams opened before this one may be
 			// telling of theirs meanwhile (review 190).
 			mu.Lock()
+			following--
 			if c.Unreadable != nil {
 				c.Unreadable(pod.Name, err)
 			}
@@ -215,23 +232,33 @@ func (c Cluster) Follow(ctx context.Context, since *metav1.Time, found func(pod 
 					mu.Unlock()
 				}
 				if err != nil {
-					// A stream broken off (not a pod gone, nor the
-					// following stopped) is said at once and fails the
-					// following when it ends: its decisions stop coming
-					// while the others' still do (review 187: it ended
-					// in silence, and the command said only that the
-					// logs ended).
-					if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+					// Under the lock, as found: two streams may end or
+					// break at once (review 188).
+					mu.Lock()
+					following--
+					switch {
+					case ctx.Err() != nil:
+					case errors.Is(err, io.EOF):
+						// Its container stopped: said at once while
+						// others are followed, the last with them.
+						if c.Ended != nil && following > 0 {
+							c.Ended(name)
+						}
+					default:
+						// A stream broken off (not a pod gone, nor
+						// the following stopped) is said at once and
+						// fails the following when it ends: its
+						// decisions stop coming while the others'
+						// still do (review 187: it ended in silence,
+						// and the command said only that the logs
+						// ended).
 						err = fmt.Errorf("follow the log of pod %s/%s, container %s: it broke off: %w", c.Namespace, name, ManagerContainer, err)
-						// Under the lock, as found: two streams may
-						// break at once (review 188).
-						mu.Lock()
 						if c.Unreadable != nil {
 							c.Unreadable(name, err)
 						}
 						broken = append(broken, err)
-						mu.Unlock()
 					}
+					mu.Unlock()
 					return
 				}
 			}
