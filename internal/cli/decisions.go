@@ -433,7 +433,8 @@ that is not the shape it starts as (a gzip stream cut short, say).`,
 				for _, e := range matched {
 					d, err := decisionDocument(e)
 					if err != nil {
-						return err
+						unprintable(s.err, e, err)
+						continue
 					}
 					items = append(items, *d)
 				}
@@ -499,6 +500,16 @@ type decisionRecord struct {
 
 // decisionDocument is a decision as list and show print it: a Decision
 // named by its id.
+// unprintable says that a decision is left out of a document's output: its
+// entry holds what the printers cannot hold (a number beyond float64's range,
+// nesting deeper than apimachinery decodes), which anyone who writes a line
+// of the log can put there. One such entry failed the whole listing before
+// (review 255 F4); the table lists it.
+func unprintable(w io.Writer, e decisionlog.Entry, err error) {
+	fmt.Fprintf(w, "ichor: decision %s left out of the output: its entry cannot be printed as a document (%s); the table (-o wide) lists it\n",
+		line(engine.Clip(e.DecisionID, "", 128)), line(engine.Clip(err.Error(), "", 512)))
+}
+
 func decisionDocument(e decisionlog.Entry) (*unstructured.Unstructured, error) {
 	return document("Decision", "", e.DecisionID, decisionRecord{
 		Time: e.Timestamp, ID: e.DecisionID, Policy: e.Policy(), Path: e.Path, Action: e.Action(),
@@ -1084,7 +1095,8 @@ func followDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []str
 		}
 		d, err := decisionDocument(e)
 		if err != nil {
-			return err
+			unprintable(s.err, e, err)
+			return nil
 		}
 		return output.print(s.out, d)
 	})

@@ -1006,3 +1006,22 @@ func TestAPIServerWarningsArePrintedOnceAndEscaped(t *testing.T) {
 	assert.NotContains(t, stderr, "\u202e")
 	assert.Equal(t, 1, strings.Count(stderr, "Warning: the API is deprecated\\u202e\n"), "once, escaped: %q", stderr)
 }
+
+// An entry whose values the printers cannot hold (a number beyond float64's
+// range, which anyone who writes a line of the log can put there) is left
+// out of a document's output and said, naming it: it failed the whole
+// listing before (review 255 F4). The table lists it.
+func TestAnEntryThePrintersCannotHoldIsLeftOutAndSaid(t *testing.T) {
+	const entry = `{"msg":"Decision Log","decision_id":%q,"path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"csr-1"},"x":%s},"result":{"action":"deny","reasons":[{"code":"C","message":"m"}]}}` + "\n"
+	log := fmt.Sprintf(entry, "good", "1") + fmt.Sprintf(entry, "forged", "1e400")
+	for _, o := range []string{"json", "yaml", "name"} {
+		code, stdout, stderr, _ := decisionsRun(t, log, "decisions", "list", "-", "-o", o)
+		assert.Equal(t, ExitOK, code, "%s: %s", o, stderr)
+		assert.Contains(t, stdout, "good", o)
+		assert.NotContains(t, stdout, "forged", o)
+		assert.Contains(t, stderr, "ichor: decision forged left out of the output", o)
+	}
+	code, stdout, stderr, _ := decisionsRun(t, log, "decisions", "list", "-")
+	assert.Equal(t, ExitOK, code, stderr)
+	assert.Contains(t, stdout, "forged")
+}
