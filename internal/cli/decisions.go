@@ -918,6 +918,9 @@ func writeReplayTable(w io.Writer, o replayOptions, rep decisionlog.Report, logg
 	if len(rep.Truncated) > 0 {
 		addRow(summary, "not replayed: input cut in the log", strconv.Itoa(len(rep.Truncated)))
 	}
+	if len(rep.Redacted) > 0 {
+		addRow(summary, "replayed on values the log redacted (among those above)", strconv.Itoa(len(rep.Redacted)))
+	}
 	if skipped.NeverApplied > 0 {
 		addRow(summary, "not replayed: verdicts never applied (--all replays them)", strconv.Itoa(skipped.NeverApplied))
 	}
@@ -1011,7 +1014,10 @@ type replayJSON struct {
 	// Truncated are the ids of the decisions not replayed because the log
 	// kept only part of their input.
 	Truncated []string `json:"truncated"`
-	FailOn    []string `json:"fail_on"`
+	// Redacted are the ids of the decisions replayed on an input whose
+	// values the log redacted (counted in replayed).
+	Redacted []string `json:"redacted"`
+	FailOn   []string `json:"fail_on"`
 	// Failed counts the changes per --fail-on value that matched.
 	Failed map[string]int `json:"failed"`
 	// NotReplayed counts the entries left out before the filters: they
@@ -1024,10 +1030,13 @@ func printReplay(w io.Writer, o replayOptions, rep decisionlog.Report, logged []
 	out := replayJSON{
 		LoggedRevisions: logged, Replayed: rep.Replayed, Unchanged: rep.Unchanged,
 		Directions: rep.Directions, Notes: rep.Notes, Changes: []replayChangeJSON{},
-		FailOn: o.failOn, Failed: failed, Truncated: []string{}, NotReplayed: skipped,
+		FailOn: o.failOn, Failed: failed, Truncated: []string{}, Redacted: []string{}, NotReplayed: skipped,
 	}
 	for _, e := range rep.Truncated {
 		out.Truncated = append(out.Truncated, e.DecisionID)
+	}
+	for _, e := range rep.Redacted {
+		out.Redacted = append(out.Redacted, e.DecisionID)
 	}
 	if out.LoggedRevisions == nil {
 		out.LoggedRevisions = []string{}

@@ -914,6 +914,25 @@ func (e Entry) cuts() map[string]any {
 	return marker.Truncated
 }
 
+// Redacted reports whether the log's mask replaced some of the entry's input
+// (OPA lists each path the mask wrote under "masked") other than its note
+// of what it cut: an input cut is Truncated, so what is left is a value
+// redacted, such as a user's extra attributes the mask does not list.
+func (e Entry) Redacted() bool {
+	var event struct {
+		Masked []string `json:"masked"`
+	}
+	if json.Unmarshal(e.Raw, &event) != nil {
+		return false
+	}
+	for _, p := range event.Masked {
+		if strings.HasPrefix(p, "/input/") && p != "/input/log_truncated" {
+			return true
+		}
+	}
+	return false
+}
+
 // Truncated reports whether the log kept only part of the entry's input:
 // then it is not the request, and is not replayed. The result's reasons cut
 // alone leave it whole (review 187: such entries, a tenant's long name

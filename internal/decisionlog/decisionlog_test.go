@@ -276,6 +276,33 @@ func TestReplayWithTheSamePolicyChangesNothing(t *testing.T) {
 	assert.Equal(t, entries[0].Revision, rep.Revision)
 }
 
+// An entry whose input the mask redacted (a user's extra attributes it does
+// not list: OPA names each path it wrote under "masked") is replayed, and
+// said to be: a rule that reads those values may decide it otherwise, the
+// same bundle too (review 255 F8). The mask's note of what it cut is no
+// such value.
+func TestReplaySaysWhatItReplayedOnRedactedValues(t *testing.T) {
+	log, ids := realLog(t)
+	lines := strings.SplitAfter(strings.TrimSpace(log), "\n")
+	mark := func(line string, masked ...string) string {
+		var event map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &event))
+		event["masked"] = masked
+		out, err := json.Marshal(event)
+		require.NoError(t, err)
+		return string(out) + "\n"
+	}
+	lines[0] = mark(lines[0], "/input/csr/extra")
+	lines[1] = mark(lines[1], "/input/log_truncated", "/result/reasons")
+	entries, _, err := decisionlog.Read(strings.NewReader(strings.Join(lines, "")))
+	require.NoError(t, err)
+
+	rep := replay(t, "../../policy", entries)
+	assert.Equal(t, 7, rep.Replayed)
+	require.Len(t, rep.Redacted, 1)
+	assert.Equal(t, ids[0], rep.Redacted[0].DecisionID)
+}
+
 func TestReplayWithoutTheIPCheckFlipsExactlyTheDenial(t *testing.T) {
 	log, ids := realLog(t)
 	entries, _, err := decisionlog.Read(strings.NewReader(log))

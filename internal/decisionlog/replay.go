@@ -74,6 +74,11 @@ type Report struct {
 	// part of their input (input.log_truncated): a shortened list of names
 	// is not the request, and deciding it could read as a change.
 	Truncated []Entry
+	// Redacted are the decisions replayed on an input whose values the log
+	// redacted (a user's extra attributes the mask does not list): a rule
+	// that reads them may decide them otherwise than it did, the same
+	// bundle too (review 255 F8). Counted among Replayed.
+	Redacted []Entry
 }
 
 // Replay decides every entry's input again with d, at the entry's path, and
@@ -96,6 +101,9 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 		if e.Truncated() {
 			rep.Truncated = append(rep.Truncated, e)
 			continue
+		}
+		if e.Redacted() {
+			rep.Redacted = append(rep.Redacted, e)
 		}
 		var input any
 		if e.Input != nil {
