@@ -174,6 +174,17 @@ type CredentialAdmissionInput struct {
 	// requirements (it is unknown), which the rule refuses.
 	Authorization *AuthorizationFacts `json:"authorization,omitempty"`
 	Cluster       ClusterFacts        `json:"cluster"`
+	// Settings are the operator's choices admission reads; absent where
+	// none is known (the CLI's own check before it asks).
+	Settings *AdmissionSettings `json:"settings,omitempty"`
+}
+
+// AdmissionSettings are the operator's choices the admission rule reads.
+type AdmissionSettings struct {
+	// ComponentNamespaces are the namespaces of Ichor's own
+	// ServiceAccounts, the only requesters of the purposes not for people
+	// (--component-namespaces; the manager's own namespace by default).
+	ComponentNamespaces []string `json:"component_namespaces,omitempty"`
 }
 
 // CredentialAdmission is the admission decision. Event is set only when the
@@ -251,6 +262,8 @@ type IssuerSettings struct {
 	// AdminKubeconfigs is false when the operator revoked admin kubeconfigs
 	// (--admin-kubeconfigs=false).
 	AdminKubeconfigs bool `json:"admin_kubeconfigs"`
+	// ComponentNamespaces are as AdmissionSettings'.
+	ComponentNamespaces []string `json:"component_namespaces,omitempty"`
 }
 
 // CredentialIssuanceInput is the input of the issuance decision: the issuer's

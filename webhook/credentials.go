@@ -98,6 +98,10 @@ type CredentialRequestValidator struct {
 	// the pin did (--require-admission-pins=false). Otherwise such a request
 	// is refused here, since the issuer would refuse its record.
 	AcceptUnpinned bool
+	// ComponentNamespaces are the namespaces of Ichor's own
+	// ServiceAccounts, the only requesters of the purposes not for people;
+	// none, any (engine.AdmissionSettings).
+	ComponentNamespaces []string
 	// Instance names this replica in the Events it writes (reportingInstance);
 	// the host name if empty.
 	Instance string
@@ -206,6 +210,9 @@ func (v *CredentialRequestValidator) facts(ctx context.Context, req admission.Re
 		User:      user,
 		Requester: credential.Requester(tcr.Spec.Requester),
 		Request:   credential.Request(tcr, namespace),
+	}
+	if len(v.ComponentNamespaces) > 0 {
+		in.Settings = &engine.AdmissionSettings{ComponentNamespaces: v.ComponentNamespaces}
 	}
 
 	// The review and the cluster's read are two round trips to the API

@@ -180,6 +180,7 @@ func startWebhook(ctx context.Context) (*envtest.WebhookInstallOptions, error) {
 	}}
 	v := &webhook.CredentialRequestValidator{
 		Engine: decider, Instance: "webhook-test", Keys: admissionKeys, LocalClusters: local,
+		ComponentNamespaces: []string{componentsNamespace},
 	}
 	if err := v.SetupWithManager(mgr); err != nil {
 		return done(err)
@@ -469,8 +470,14 @@ func TestOnlyTheCredentialsSubresourceIsNotEnough(t *testing.T) {
 	assert.Empty(t, f.events())
 }
 
+// componentsNamespace is the namespace the webhook of these tests names as
+// Ichor's own ServiceAccounts' (--component-namespaces): that of
+// TestAnotherComponentsServiceAccountIsRefused, as newFixture names it.
+const componentsNamespace = "testanothercomponentsserviceaccountisrefused"
+
 func TestAnotherComponentsServiceAccountIsRefused(t *testing.T) {
 	f := newFixture(t, true)
+	require.Equal(t, componentsNamespace, f.ns)
 	// The UI backend's own identity: it may ask for its component purposes
 	// (issue), never for a person's talosconfig.
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "ichor-ui"}}
@@ -507,6 +514,37 @@ func TestAnotherComponentsServiceAccountIsRefused(t *testing.T) {
 	require.Len(t, events, 1)
 	assert.Equal(t, "NodeReader", events[0].Reason)
 	assert.Contains(t, events[0].Message, "requested by "+username)
+}
+
+// A ServiceAccount of a namespace the manager does not name (made by that
+// namespace's admin, bound issue, its token taken) is no component of
+// Ichor's: refused Ichor's own purposes at admission, with nothing written
+// (review 254 F4).
+func TestAServiceAccountOfAnotherNamespaceIsRefusedIchorsOwnPurposes(t *testing.T) {
+	f := newFixture(t, true)
+	require.NoError(t, env.Client.Create(f.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "made-here"}}))
+	f.role("node-reader",
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create", "get"}},
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosclusters/node-reader"}, Verbs: []string{"issue"}},
+	)
+	f.bind(rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: f.ns, Name: "made-here"}, "Role", "node-reader")
+	username := "system:serviceaccount:" + f.ns + ":made-here"
+	require.NoError(t, env.WaitAllowed(f.ctx, username, []string{"system:serviceaccounts"}, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
+	token, err := env.Clientset.CoreV1().ServiceAccounts(f.ns).CreateToken(f.ctx, "made-here", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cfg := rest.AnonymousClientConfig(env.Config)
+	cfg.BearerToken = token.Status.Token
+	sa, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	sa, err = webhooktest.Requesting(f.ctx, sa)
+	require.NoError(t, err)
+
+	msg := refusal(t, sa.Create(f.ctx, f.request(ichorv1alpha1.PurposeNodeReader, "", ed25519Key(t))))
+	assert.Contains(t, msg, fmt.Sprintf("PurposeNotForPeople: user %q may not be issued an os:reader identity to read one node: it is issued to a ServiceAccount of Ichor's only (of namespace %s)", username, componentsNamespace))
+	assert.Empty(t, f.events())
+	assert.Empty(t, f.requests())
 }
 
 // ADR 0124: Ichor's own purposes (an os:operator identity for one packet

@@ -40,6 +40,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -1098,6 +1099,52 @@ func TestARequesterWhoLostTheGrantAfterAdmissionIsRefused(t *testing.T) {
 	require.NotNil(t, entry.Input.Authorization)
 	assert.Equal(t, "ichor:alice", entry.Input.Authorization.User, "the review is made as the requester")
 	assert.False(t, entry.Input.Authorization.Allowed)
+}
+
+// Ichor's own purposes go to a ServiceAccount of the namespaces the manager
+// names (its own by default), checked again before signing: a namespace's
+// admin may make a ServiceAccount, bind it issue and take its token, and
+// was issued through it what no person is (review 254 F4). The webhook of
+// this test names none, as a manager outside a pod would.
+func TestAServiceAccountOutsideIchorsNamespacesIsNotIssuedIchorsOwnPurposes(t *testing.T) {
+	f := newFixture(t)
+	require.NoError(t, env.Client.Create(f.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "made-here"}}))
+	require.NoError(t, env.Client.Create(f.ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "node-reader"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create", "get"}},
+		{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosclusters/node-reader"}, Verbs: []string{"issue"}},
+	}}))
+	require.NoError(t, env.Client.Create(f.ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "made-here"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "node-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: f.ns, Name: "made-here"}},
+	}))
+	username := "system:serviceaccount:" + f.ns + ":made-here"
+	require.NoError(t, env.WaitAllowed(f.ctx, username, []string{"system:serviceaccounts"}, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
+	token, err := env.Clientset.CoreV1().ServiceAccounts(f.ns).CreateToken(f.ctx, "made-here", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cfg := rest.AnonymousClientConfig(env.Config)
+	cfg.BearerToken = token.Status.Token
+	sa, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	require.NoError(t, err)
+	sa, err = webhooktest.Requesting(f.ctx, sa)
+	require.NoError(t, err)
+
+	f.r.ComponentNamespaces = []string{"ichor-system"}
+	tcr, _ := f.create(sa, "demo", ichorv1alpha1.PurposeNodeReader, "")
+	got := f.answer(tcr)
+	c := ready(t, got)
+	assert.Equal(t, ichorv1alpha1.ReasonRefused, c.Reason)
+	assert.Contains(t, c.Message, fmt.Sprintf(`PurposeNotForPeople: user %q may not be issued an os:reader identity to read one node: it is issued to a ServiceAccount of Ichor's only (of namespace ichor-system)`, username))
+	assert.Empty(t, got.Status.Certificate)
+
+	// Its namespace named, the same ServiceAccount is issued it.
+	f.r.ComponentNamespaces = []string{"ichor-system", f.ns}
+	tcr, _ = f.create(sa, "demo", ichorv1alpha1.PurposeNodeReader, "")
+	got = f.answer(tcr)
+	assert.Equal(t, ichorv1alpha1.ReasonIssued, ready(t, got).Reason, ready(t, got).Message)
+	assert.NotEmpty(t, got.Status.Certificate)
 }
 
 func TestAForgedAdmissionRecordIsRefused(t *testing.T) {

@@ -108,6 +108,10 @@ type Reconciler struct {
 	// AdminKubeconfigs is false when the operator revoked admin kubeconfigs
 	// (--admin-kubeconfigs=false): the rule then issues none.
 	AdminKubeconfigs bool
+	// ComponentNamespaces are the namespaces of Ichor's own
+	// ServiceAccounts, the only requesters of the purposes not for people;
+	// none, any (engine.IssuerSettings).
+	ComponentNamespaces []string
 	// AcceptUnpinned accepts admission records without the lifetime and
 	// credential pins, as a webhook from before them wrote
 	// (--require-admission-pins=false, for a rolling upgrade from such a
@@ -406,7 +410,7 @@ func (r *Reconciler) facts(ctx context.Context, tcr *ichorv1alpha1.TalosCredenti
 	in := engine.CredentialIssuanceInput{
 		Request:   credential.Request(tcr, tcr.Namespace),
 		Requester: credential.Requester(tcr.Spec.Requester),
-		Settings:  engine.IssuerSettings{AdminKubeconfigs: r.AdminKubeconfigs},
+		Settings:  engine.IssuerSettings{AdminKubeconfigs: r.AdminKubeconfigs, ComponentNamespaces: r.ComponentNamespaces},
 	}
 	var err error
 	g := gathered{}

@@ -1111,6 +1111,16 @@ func TestLocalClustersValue(t *testing.T) {
 	assert.Equal(t, "ichor/mgmt,ichor/edge", argValue(t, dep, "--local-clusters"))
 }
 
+// Empty, the manager names its own namespace (review 254 F4).
+func TestComponentNamespacesValue(t *testing.T) {
+	assert.NotContains(t, strings.Join(args(render(t).deployment(t)), " "), "--component-namespaces")
+	dep := render(t, "manager.componentNamespaces={ichor-system,ichor-ui}").deployment(t)
+	assert.Equal(t, "ichor-system,ichor-ui", argValue(t, dep, "--component-namespaces"))
+	out, err := renderOutput(t, "manager.componentNamespaces={Ichor}")
+	require.Error(t, err)
+	assert.Contains(t, string(out), "at '/manager/componentNamespaces/0'")
+}
+
 func TestRemoteKubeconfigAllowInsecureValue(t *testing.T) {
 	assert.NotContains(t, args(render(t).deployment(t)), "--remote-kubeconfig-allow-insecure")
 	dep := render(t, "manager.remoteKubeconfigAllowInsecure=true").deployment(t)

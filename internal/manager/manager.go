@@ -28,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
@@ -129,6 +130,10 @@ type Options struct {
 	// AdmissionKeySecret is the Secret of the admission records' key.
 	AdmissionKeySecret string
 	AdminKubeconfigs   bool
+	// ComponentNamespaces are the namespaces of Ichor's own
+	// ServiceAccounts, the only requesters of the purposes not for people
+	// (--component-namespaces); none given, Namespace.
+	ComponentNamespaces []string
 	// AcceptUnpinnedAdmissions accepts admission records without the
 	// lifetime and credential pins (--require-admission-pins=false).
 	AcceptUnpinnedAdmissions bool
@@ -642,6 +647,28 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 	return activated, nil
 }
 
+// componentNamespaces are the namespaces whose ServiceAccounts may be issued
+// the purposes not for people: those given, else the manager's own. A
+// person who may make a ServiceAccount in a namespace of theirs, bind it the
+// verb issue and take its token would otherwise be issued, through it,
+// what is never a person's (review 254 F4). With neither (a manager outside
+// a pod), any namespace's, as before, and said.
+func componentNamespaces(o Options) ([]string, error) {
+	for _, ns := range o.ComponentNamespaces {
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return nil, usage.Errorf("--component-namespaces: %q is no namespace name: %s", ns, strings.Join(errs, "; "))
+		}
+	}
+	switch {
+	case len(o.ComponentNamespaces) > 0:
+		return o.ComponentNamespaces, nil
+	case o.Namespace != "":
+		return []string{o.Namespace}, nil
+	}
+	ctrl.Log.WithName("manager").Info("the manager's namespace is unknown (POD_NAMESPACE) and --component-namespaces names none: Ichor's own purposes are issued to a ServiceAccount of any namespace")
+	return nil, nil
+}
+
 // setUpSharding makes this replica's part of the sharding, when it is on,
 // and gives it to the serving approver, whose shard changes it reports.
 func setUpSharding(mgr ctrl.Manager, serving *kubeletserving.Reconciler, o Options) error {
@@ -766,9 +793,13 @@ func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine,
 		// that it is not left on unnoticed.
 		ctrl.Log.WithName("manager").Info("WARNING: admission records without the lifetime and credential pins are accepted (--require-admission-pins=false): whoever may edit Events can take the pins away from a record; turn it back on once the requests of the release before the pins are answered")
 	}
+	components, err := componentNamespaces(o)
+	if err != nil {
+		return err
+	}
 	validator := &credwebhook.CredentialRequestValidator{
 		Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Engine: eng, Keys: keys, LocalClusters: o.LocalClusters,
-		AcceptUnpinned: o.AcceptUnpinnedAdmissions,
+		AcceptUnpinned: o.AcceptUnpinnedAdmissions, ComponentNamespaces: components,
 	}
 	if err := validator.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the credential request webhook: %w", err)
@@ -787,6 +818,7 @@ func setUpCredentials(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine,
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Engine: eng, Keys: keys,
 		AdminKubeconfigs: o.AdminKubeconfigs, AcceptUnpinned: o.AcceptUnpinnedAdmissions, SecretsClaims: o.secretsClaims(),
 		Recorder: mgr.GetEventRecorder("ichor-credentials"), LocalClusters: o.LocalClusters,
+		ComponentNamespaces: components,
 	}
 	if err := issuer.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the credential issuer: %w", err)

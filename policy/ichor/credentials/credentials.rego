@@ -86,7 +86,9 @@ _admin_binding_requirement(purpose) := {"admin_binding": {
 #   of spec.publicKey: parsed, error, algorithm, curve, bits); authorization (the
 #   SubjectAccessReview Go made: user, groups, verb, group, resource, subresource, namespace,
 #   name, and its answer: allowed, reason, evaluation_error); cluster (exists, and
-#   kubeconfig_ref: whether it judges another API server).
+#   kubeconfig_ref: whether it judges another API server); settings, where the manager
+#   decides (component_namespaces: the namespaces of Ichor's own ServiceAccounts, the only
+#   requesters of a purpose not for people).
 # entrypoint: true
 admission := object.union_n([
 	{
@@ -127,7 +129,8 @@ admission := object.union_n([
 #   more part, to the requirements' role, each {"name", "role_ref": {"api_group", "kind",
 #   "name"}, "subjects": [{"api_group", "kind", "name"}]}; nonce: ten lowercase letters or
 #   digits Go drew for a new binding's name); settings
-#   (admin_kubeconfigs: false when the operator revoked them).
+#   (admin_kubeconfigs: false when the operator revoked them; component_namespaces, as at
+#   admission).
 #
 #   Output: {"allowed": bool, "reasons": [...], "purpose": name, "lifetime_seconds",
 #   "certificate": {"kind": "talos", "talos_role"} or

@@ -70,8 +70,11 @@ _reserved_refusals(subject, purpose) := {reason |
 #   os:operator talosconfig"). Its verb, issue, is meant for Ichor's own ServiceAccounts;
 #   without this a person granted it by a custom or wildcard role would take an os:operator
 #   or os:etcd:backup certificate away. Which ServiceAccounts hold issue stays RBAC's to say
-#   (and whoever may impersonate one acts as it). Checked at admission and again before
-#   signing.
+#   (and whoever may impersonate one acts as it), within the namespaces Go names
+#   (settings.component_namespaces: the manager's own, or those of --component-namespaces):
+#   a person who may make a ServiceAccount, bind it issue and take its token elsewhere (a
+#   namespace's admin) does not take those certificates through it. Checked at admission
+#   and again before signing.
 # custom:
 #   code: PurposeNotForPeople
 _component_refusals(subject, purpose) := {reason |
@@ -81,15 +84,51 @@ _component_refusals(subject, purpose) := {reason |
 	reason := {
 		"code": "PurposeNotForPeople",
 		"message": sprintf(
-			"user %q may not be issued an %s %s: it is issued to a ServiceAccount of Ichor's only, never to a person",
-			[_subject_name(subject), object.get(purpose, "talos_role", "Ichor"), purpose.credential],
+			"user %q may not be issued an %s %s: it is issued to a ServiceAccount of Ichor's only%s, never to a person",
+			[
+				_subject_name(subject), object.get(purpose, "talos_role", "Ichor"), purpose.credential,
+				_component_namespaces_said,
+			],
 		),
 	}
 }
 
 _service_account(subject) if {
-	regex.match(_config.component_requester.username_pattern, _subject_name(subject))
+	name := _subject_name(subject)
+	regex.match(_config.component_requester.username_pattern, name)
 	_config.component_requester.group in _identity(subject).groups
+	_in_component_namespace(name)
+}
+
+# The namespaces of Ichor's own ServiceAccounts, as Go names them; none named (a hand-made
+# input, the CLI's own check, a manager before them), any. A value that is no list of names
+# names none.
+_component_namespaces_named if object.get(input, ["settings", "component_namespaces"], null) != null
+
+_in_component_namespace(_) if not _component_namespaces_named
+
+_in_component_namespace(name) if {
+	namespaces := input.settings.component_namespaces
+	is_array(namespaces)
+	split(name, ":")[2] in namespaces
+}
+
+_component_namespaces_said := "" if not _component_namespaces_named
+
+_component_namespaces_said := sprintf(" (of namespace %s)", [concat(", ", input.settings.component_namespaces)]) if {
+	_component_namespaces_listed
+}
+
+_component_namespaces_said := " (of no namespace: settings.component_namespaces is no list of names)" if {
+	_component_namespaces_named
+	not _component_namespaces_listed
+}
+
+_component_namespaces_listed if {
+	is_array(input.settings.component_namespaces)
+	every n in input.settings.component_namespaces {
+		is_string(n)
+	}
 }
 
 # The bindings of the input, as Go listed them (Ichor's label), that are this identity's:

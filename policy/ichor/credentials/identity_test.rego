@@ -322,6 +322,44 @@ test_only_a_service_account_is_issued_ichors_own_purposes if {
 	}
 }
 
+# Within the namespaces Go names (the manager's own): a ServiceAccount a namespace's admin
+# made elsewhere, bound issue and took the token of, is no component of Ichor's (review 254
+# F4), at admission and at issuance. None named, any; an empty list, none; a value that is
+# no list of names, none.
+test_a_service_account_outside_ichors_namespaces_is_refused_ichors_own_purposes if {
+	named := [{"op": "add", "path": "/settings/component_namespaces", "value": ["ichor-system", "ichor-ui"]}]
+	_issue_as("node-reader", "system:serviceaccount:ichor-system:ichor-ui", named).allowed
+	_issue_as("node-reader", "system:serviceaccount:ichor-ui:ichor-ui", named).allowed
+	refused := _issue_as("node-reader", "system:serviceaccount:tenant-a:ichor-ui", named)
+	_codes(refused) == ["PurposeNotForPeople"]
+	refused.reasons[0].message == concat("", [
+		`user "system:serviceaccount:tenant-a:ichor-ui" may not be issued an os:reader identity to read one node: `,
+		"it is issued to a ServiceAccount of Ichor's only (of namespace ichor-system, ichor-ui), never to a person",
+	])
+	_issue_as("node-reader", "system:serviceaccount:tenant-a:ichor-ui", []).allowed
+
+	# At admission, whose input has no settings of its own but these.
+	_admit_purpose("node-reader", _admission_settings(["ichor-system"])).allowed
+	_codes(_admit_purpose("node-reader", _admission_settings(["tenant-a"]))) == ["PurposeNotForPeople"]
+
+	endswith(
+		_issue_as(
+			"node-reader", "system:serviceaccount:ichor-system:ichor-ui",
+			[{"op": "add", "path": "/settings/component_namespaces", "value": "ichor-system"}],
+		).reasons[0].message,
+		"only (of no namespace: settings.component_namespaces is no list of names), never to a person",
+	)
+	every value in [[], "ichor-system", {"ichor-system": true}, [1]] {
+		refusal := _issue_as(
+			"node-reader", "system:serviceaccount:ichor-system:ichor-ui",
+			[{"op": "add", "path": "/settings/component_namespaces", "value": value}],
+		)
+		_codes(refusal) == ["PurposeNotForPeople"]
+	}
+}
+
+_admission_settings(namespaces) := [{"op": "add", "path": "/settings", "value": {"component_namespaces": namespaces}}]
+
 # A purpose of the table that does not say it is for people is not.
 test_a_purpose_that_does_not_say_it_is_for_people_is_not if {
 	config := json.patch(credentials.config, [
