@@ -237,9 +237,10 @@ func TestAlertRules(t *testing.T) {
 	assert.Equal(t, "platform", byName(groups, "IchorTalosIdentityReadsFailing").Labels["team"])
 	// Written after each alert's own severity, an added one replaced it in
 	// silence (review 256 F4).
-	out, err := renderOutput(t, "monitoring.prometheusRule.additionalLabels.severity=info")
+	out, err := renderOutput(t, "monitoring.prometheusRule.enabled=true", "monitoring.prometheusRule.additionalLabels.severity=info")
 	require.Error(t, err, "an added severity rendered")
 	assert.Contains(t, string(out), "monitoring.prometheusRule.additionalLabels has severity")
+	render(t, "monitoring.prometheusRule.additionalLabels.severity=info") // the rule off: a value left over fails nothing
 }
 
 // TestAlertsNeedTheirScrape (review 166): the alerts read the job the

@@ -129,8 +129,13 @@ func TestReplicasNeedLeaderElection(t *testing.T) {
 	dep := render(t, "replicaCount=1", "manager.leaderElect=false").deployment(t)
 	assert.NotContains(t, args(dep), "--leader-elect")
 	// Nor two during a rollout: a rolling update's surge would run the new
-	// manager beside the old one, neither elected (review 256 F2).
-	assert.Equal(t, appsv1.RecreateDeploymentStrategyType, dep.Spec.Strategy.Type)
+	// manager beside the old one, neither elected (review 256 F2). Not
+	// Recreate, which the API server refuses beside the rollingUpdate it
+	// defaulted on a Deployment installed before.
+	assert.Equal(t, appsv1.RollingUpdateDeploymentStrategyType, dep.Spec.Strategy.Type)
+	require.NotNil(t, dep.Spec.Strategy.RollingUpdate)
+	assert.Equal(t, "0", dep.Spec.Strategy.RollingUpdate.MaxSurge.String())
+	assert.Equal(t, "1", dep.Spec.Strategy.RollingUpdate.MaxUnavailable.String())
 	assert.Empty(t, render(t).deployment(t).Spec.Strategy.Type, "elected replicas roll as Kubernetes rolls them")
 }
 
@@ -184,7 +189,9 @@ func TestEveryServiceNameIsADNSLabelWhateverTheReleaseName(t *testing.T) {
 	// Release names and namespaces that YAML 1.1 reads as a boolean or null
 	// unquoted: every object was refused at the install (review 256 F6).
 	for _, release := range []string{"on", "null", "yes"} {
-		out, err := helmOutput(t, "template", release, chartDir(t), "--namespace", "no")
+		out, err := helmOutput(t, append([]string{"template", release, chartDir(t), "--namespace", "no",
+			"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true",
+			"--set", "monitoring.grafanaDashboard.enabled=true"}, monitoringAPIs...)...)
 		require.NoError(t, err, "%s", out)
 		objects := decode(t, out)
 		require.NotEmpty(t, objects)
@@ -199,6 +206,12 @@ func TestEveryServiceNameIsADNSLabelWhateverTheReleaseName(t *testing.T) {
 				assert.Equal(t, "no", ns, "%s %s", obj.GetKind(), obj.GetName())
 			}
 		}
+		sm := objects.all("ServiceMonitor", "")
+		require.Len(t, sm, 1)
+		names, _, err := unstructured.NestedSlice(sm[0].Object, "spec", "namespaceSelector", "matchNames")
+		require.NoError(t, err)
+		assert.Equal(t, []any{"no"}, names)
+		require.Len(t, objects.all("ConfigMap", release+"-ichor-policy-dashboard"), 1)
 	}
 	out, err := helmOutput(t, "template", "ichor", chartDir(t), "--namespace", namespace, "--set", "fullnameOverride=off")
 	require.Error(t, err, "fullnameOverride off rendered")
