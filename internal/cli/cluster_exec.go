@@ -113,11 +113,11 @@ func execPlugin(cmd *cobra.Command, k genericclioptions.RESTClientGetter, cluste
 		switch {
 		case execSecretFlags[f.Name]:
 			visitErr = usage.Errorf("--%s would be written into the kubeconfig in clear: keep the credential in your kubeconfig (or a file it names) and pass --kubeconfig and --context", f.Name)
-		case f.Name == "proxy-url" && proxyHasUser(f.Value.String()):
-			// Carried, a proxy's password would be in the kubeconfig and
-			// in every run's command line, which other users of the
-			// machine may read (review 253 F3).
-			visitErr = usage.Errorf("--proxy-url names a user (and perhaps a password), which would be written into the kubeconfig in clear and shown in every run's command line: set proxy-url in your kubeconfig's cluster entry and pass --kubeconfig and --context")
+		case (f.Name == "proxy-url" || f.Name == "server") && urlHasUser(f.Value.String()):
+			// Carried, a password in the URL would be in the kubeconfig
+			// and in every run's command line, which other users of the
+			// machine may read (review 253 F3, review 257).
+			visitErr = usage.Errorf("--%s names a user (and perhaps a password), which would be written into the kubeconfig in clear and shown in every run's command line: set it in your kubeconfig's cluster entry and pass --kubeconfig and --context", f.Name)
 		case execPathFlags[f.Name]:
 			a, err := filepath.Abs(f.Value.String())
 			if err != nil {
@@ -138,11 +138,13 @@ func execPlugin(cmd *cobra.Command, k genericclioptions.RESTClientGetter, cluste
 	return p, visitErr
 }
 
-// proxyHasUser: the proxy URL carries user information, or cannot be read
-// to tell (client-go's loader refuses such a URL before this is asked).
-func proxyHasUser(proxy string) bool {
-	u, err := url.Parse(proxy)
-	return err != nil || u.User != nil
+// urlHasUser: the URL may carry user information: it has some, cannot be
+// read to tell, or holds an @ anywhere (a URL without a scheme, me:pw@host,
+// reads as an opaque one with no user; client-go's loader refuses those it
+// knows first).
+func urlHasUser(raw string) bool {
+	u, err := url.Parse(raw)
+	return err != nil || u.User != nil || strings.Contains(raw, "@")
 }
 
 // execCommand is the program an exec kubeconfig runs: --exec-command, else

@@ -154,6 +154,7 @@ func TestExecKubeconfigRefuses(t *testing.T) {
 	}{
 		{"a token on the command line", []string{"--kubeconfig", kubeconfig, "--token", "s3cret-t0ken"}, cli.ExitUsage, "--token would be written into the kubeconfig in clear"},
 		{"a proxy's password", []string{"--kubeconfig", kubeconfig, "--proxy-url", "http://me:s3cret@proxy.example:3128"}, cli.ExitUsage, "--proxy-url names a user"},
+		{"a server's password", []string{"--kubeconfig", kubeconfig, "--server", "https://me:s3cret@api.example:6443"}, cli.ExitUsage, "--server names a user"},
 		{"break-glass", []string{"--kubeconfig", kubeconfig, "--break-glass"}, cli.ExitUsage, "--exec does not apply to --break-glass"},
 		{"a lifetime above the cap", []string{"--kubeconfig", kubeconfig, "--ttl", "8761h"}, cli.ExitUsage, `LifetimeTooLong: the lifetime 8761h0m0s is above the cap of 8760h0m0s for purpose "kubeconfig-admin"`},
 		{"a management context that runs the plugin", []string{"--kubeconfig", nested}, cli.ExitUsage, `runs "ichor" exec-credential itself`},

@@ -498,8 +498,6 @@ type decisionRecord struct {
 	Entry    json.RawMessage `json:"entry"`
 }
 
-// decisionDocument is a decision as list and show print it: a Decision
-// named by its id.
 // unprintable says that a decision is left out of a document's output: its
 // entry holds what the printers cannot hold (a number beyond float64's range,
 // nesting deeper than apimachinery decodes), which anyone who writes a line
@@ -510,6 +508,8 @@ func unprintable(w io.Writer, e decisionlog.Entry, err error) {
 		line(engine.Clip(e.DecisionID, "", 128)), line(engine.Clip(err.Error(), "", 512)))
 }
 
+// decisionDocument is a decision as list and show print it: a Decision
+// named by its id.
 func decisionDocument(e decisionlog.Entry) (*unstructured.Unstructured, error) {
 	return document("Decision", "", e.DecisionID, decisionRecord{
 		Time: e.Timestamp, ID: e.DecisionID, Policy: e.Policy(), Path: e.Path, Action: e.Action(),
