@@ -939,9 +939,17 @@ func (e Entry) Redacted() bool {
 // quoted in a reason's message, were left out of replays as cut).
 func (e Entry) Truncated() bool {
 	cut := e.cuts()
-	delete(cut, cutReasons)
+	for _, c := range messageCuts {
+		delete(cut, c)
+	}
 	return len(cut) > 0
 }
+
+// messageCuts are the cuts that leave an input the request's: the result's
+// reasons, and the authorizer's words, which the rules only quote in a
+// refusal's message (review 257: cut, a long RBAC reason kept every
+// credential decision of its user out of a replay).
+var messageCuts = []string{cutReasons, "authorization.reason", "authorization.evaluation_error"}
 
 // reasonsPartial reports whether the log kept only the first of the
 // result's reasons (more of them than it keeps): their codes are not all

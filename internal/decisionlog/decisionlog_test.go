@@ -494,6 +494,41 @@ func TestReplayReportsReasonsNoDecisionAndErrors(t *testing.T) {
 	assert.Equal(t, "eval_conflict_error", rep.Changes[0].New.Error)
 }
 
+// A logged answer the manager refused (a kubelet client "deny", which that
+// rule never gives) was no verdict: held to the same check as the
+// candidate's, the same answer replays unchanged rather than deny → error
+// (review 257).
+func TestALoggedAnswerTheManagerRefusedIsNoVerdictInAReplay(t *testing.T) {
+	const answer = `{"action":"deny","kind":"nodeclient","reasons":[{"code":"C","message":"m"}]}`
+	log := `{"msg":"Decision Log","decision_id":"refused","path":"ichor/kubelet_client/decision","input":{"csr":{"name":"csr-1"}},"result":` + answer + "}\n"
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	rep, err := decisionlog.Replay(t.Context(), scripted{
+		"ichor/kubelet_client/decision": func() (engine.Decision, error) {
+			return engine.Decision{Result: json.RawMessage(answer)}, nil
+		},
+	}, entries)
+	require.NoError(t, err)
+	assert.Equal(t, 1, rep.Unchanged)
+	assert.Empty(t, rep.Directions)
+}
+
+// The authorizer's words cut by the mask leave the input the request's: the
+// rules only quote them in a refusal's message, and the entry is replayed
+// (review 257: a long RBAC reason kept every credential decision of its
+// user out of a replay's gate). Any other cut leaves it out.
+func TestAnEntryWhoseAuthorizersWordsTheLogCutIsReplayed(t *testing.T) {
+	const entry = `{"msg":"Decision Log","decision_id":%q,"path":"ichor/credentials/admission","input":{"authorization":{"reason":"r... (600 bytes)"},"log_truncated":{%s}},"result":{"allowed":false,"reasons":[{"code":"C","message":"m"}]}}` + "\n"
+	log := fmt.Sprintf(entry, "words", `"authorization.reason":600,"authorization.evaluation_error":700`) +
+		fmt.Sprintf(entry, "groups", `"authorization.groups":1000`)
+	entries, _, err := decisionlog.Read(strings.NewReader(log))
+	require.NoError(t, err)
+	require.Len(t, entries, 2)
+	assert.False(t, entries[0].Truncated())
+	assert.True(t, entries[1].Truncated())
+}
+
 // An entry whose input holds lists longer than any a manager logs is not
 // replayed: 5,000 node addresses and as many other addresses asked for had
 // the kubelet-serving rule format the whole list into each refusal, a

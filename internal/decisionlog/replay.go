@@ -154,6 +154,14 @@ func Replay(ctx context.Context, d Decider, entries []Entry) (Report, error) {
 		}
 		rep.Replayed++
 		c := Change{Entry: e, Old: e.Outcome(), New: now}
+		if c.Old.Result != nil {
+			// The logged answer held to the same check: one the manager
+			// refused was no verdict, and the same bundle replays it
+			// unchanged (review 257).
+			if err := engine.CheckDecision(engine.Decision{ID: e.DecisionID, Path: e.Path, Result: c.Old.Result}); err != nil {
+				c.Old = Outcome{Outcome: engine.Outcome{Action: ActionError, Reasons: engine.Reasons{}}, Error: err.Error()}
+			}
+		}
 		from, to := state(c.Old), state(c.New)
 		changed := engine.ResultChanges(c.Old.Result, c.New.Result)
 		switch {

@@ -13,7 +13,9 @@ import (
 // request's, the verdict's) paid that every time, 3% of the manager's CPU in
 // a burst, though the sampler drops most of the lines they were made for.
 // A line carries the same fields in the same order as zap's own With gives
-// it. The values are read when a line is written, not when they are given,
+// it (a Kubernetes object among them is shortened to its kind and name, as
+// controller-runtime's encoder shortens a line's own; given to With, it was
+// written whole). The values are read when a line is written, not when they are given,
 // so what a logger is given must not change afterwards: the project passes
 // strings, values and slices made for the call.
 type lazyValues struct {
