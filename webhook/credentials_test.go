@@ -36,7 +36,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -492,13 +491,7 @@ func TestAnotherComponentsServiceAccountIsRefused(t *testing.T) {
 
 	// A real token, so the request carries what the API server puts in a
 	// service account's user info (uid, extra) and the review is made with it.
-	token, err := env.Clientset.CoreV1().ServiceAccounts(f.ns).CreateToken(f.ctx, "ichor-ui", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	cfg := rest.AnonymousClientConfig(env.Config)
-	cfg.BearerToken = token.Status.Token
-	ui, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	ui, err := env.ServiceAccountClient(f.ctx, f.ns, "ichor-ui")
 	require.NoError(t, err)
 	ui, err = webhooktest.Requesting(f.ctx, ui)
 	require.NoError(t, err)
@@ -530,13 +523,7 @@ func TestAServiceAccountOfAnotherNamespaceIsRefusedIchorsOwnPurposes(t *testing.
 	f.bind(rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: f.ns, Name: "made-here"}, "Role", "node-reader")
 	username := "system:serviceaccount:" + f.ns + ":made-here"
 	require.NoError(t, env.WaitAllowed(f.ctx, username, []string{"system:serviceaccounts"}, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
-	token, err := env.Clientset.CoreV1().ServiceAccounts(f.ns).CreateToken(f.ctx, "made-here", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	cfg := rest.AnonymousClientConfig(env.Config)
-	cfg.BearerToken = token.Status.Token
-	sa, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	sa, err := env.ServiceAccountClient(f.ctx, f.ns, "made-here")
 	require.NoError(t, err)
 	sa, err = webhooktest.Requesting(f.ctx, sa)
 	require.NoError(t, err)

@@ -40,7 +40,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -1120,13 +1119,7 @@ func TestAServiceAccountOutsideIchorsNamespacesIsNotIssuedIchorsOwnPurposes(t *t
 	}))
 	username := "system:serviceaccount:" + f.ns + ":made-here"
 	require.NoError(t, env.WaitAllowed(f.ctx, username, []string{"system:serviceaccounts"}, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
-	token, err := env.Clientset.CoreV1().ServiceAccounts(f.ns).CreateToken(f.ctx, "made-here", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	cfg := rest.AnonymousClientConfig(env.Config)
-	cfg.BearerToken = token.Status.Token
-	sa, err := client.New(cfg, client.Options{Scheme: env.Scheme})
+	sa, err := env.ServiceAccountClient(f.ctx, f.ns, "made-here")
 	require.NoError(t, err)
 	sa, err = webhooktest.Requesting(f.ctx, sa)
 	require.NoError(t, err)

@@ -6,11 +6,13 @@ import (
 	"os"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -80,6 +82,26 @@ func RunManager(ctx context.Context, mgr ctrl.Manager, name string) <-chan struc
 		}
 	}()
 	return done
+}
+
+// ServiceAccountClient is a client of the ServiceAccount namespace/name with
+// a real token of ten minutes, so that its requests carry what the API
+// server puts in a ServiceAccount's user info (uid, extra), and the reviews
+// made of them are made with it.
+func (e *Env) ServiceAccountClient(ctx context.Context, namespace, name string) (client.Client, error) {
+	token, err := e.Clientset.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("harness: a token of %s/%s: %w", namespace, name, err)
+	}
+	cfg := rest.AnonymousClientConfig(e.Config)
+	cfg.BearerToken = token.Status.Token
+	c, err := client.New(cfg, client.Options{Scheme: e.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("harness: a client of %s/%s: %w", namespace, name, err)
+	}
+	return c, nil
 }
 
 // WaitAllowed waits, up to 30 s, until the authorizer allows user (in
