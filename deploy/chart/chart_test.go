@@ -1111,6 +1111,18 @@ func TestLocalClustersValue(t *testing.T) {
 	assert.Equal(t, "ichor/mgmt,ichor/edge", argValue(t, dep, "--local-clusters"))
 }
 
+// The manager waits, not ready, for exactly the admission policy bindings the
+// chart renders (review 256 F1: Helm applies them last).
+func TestTheManagerWaitsForTheChartsPolicyBindings(t *testing.T) {
+	objs := render(t)
+	var rendered []string
+	for _, b := range objs.all("ValidatingAdmissionPolicyBinding", "") {
+		rendered = append(rendered, b.GetName())
+	}
+	require.NotEmpty(t, rendered)
+	assert.ElementsMatch(t, rendered, strings.Split(argValue(t, objs.deployment(t), "--admission-policy-bindings"), ","))
+}
+
 // Empty, the manager names its own namespace (review 254 F4).
 func TestComponentNamespacesValue(t *testing.T) {
 	assert.NotContains(t, strings.Join(args(render(t).deployment(t)), " "), "--component-namespaces")

@@ -96,13 +96,20 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 	require.NoError(t, err)
 	saKubeconfig := tokenKubeconfig(t, env, token.Status.Token)
 	t.Setenv("POD_NAMESPACE", chartNamespace)
+	// Its readiness, with the policy bindings the chart names.
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	probeAddr := probe.Addr().String()
+	require.NoError(t, probe.Close())
+	bindings := argValue(t, render(t).deployment(t), "--admission-policy-bindings")
 	managerLog := filepath.Join(t.TempDir(), "manager.log")
 	logFile, err := os.Create(managerLog)
 	require.NoError(t, err)
 	done := make(chan int, 1)
 	go func() {
 		done <- cli.Run(ctx, []string{"manager", "--kubeconfig", saKubeconfig,
-			"--metrics-bind-address", "0", "--health-probe-bind-address", "0", "--resync-interval", "2s",
+			"--metrics-bind-address", "0", "--health-probe-bind-address", probeAddr, "--resync-interval", "2s",
+			"--admission-policy-bindings", bindings,
 			"--webhook-port", fmt.Sprint(serving.LocalServingPort), "--webhook-cert-dir", serving.LocalServingCertDir,
 			"--local-clusters", "demo/demo", "--kubelet-client-approver",
 			"--webhook-client-ca", env.ClientCAPath, "--webhook-client-names", "someone-else," + apiServerWebhookClient,
@@ -228,6 +235,34 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 
 	onlyTheManagerAnswersARequest(t, env, &list.Items[0])
 	onlyTheAPIServerIsAnswered(t, env, serving, vwc)
+	readyOnlyWithThePolicyBindings(t, env, probeAddr)
+}
+
+// readyOnlyWithThePolicyBindings: with the chart's rights the manager reads
+// the admission policy bindings the chart installed, and is ready; one of
+// them gone (an install that failed on them, a hand that deleted it), it is
+// not, naming it, so its webhook admits nothing (review 256 F1).
+func readyOnlyWithThePolicyBindings(t *testing.T, env *harness.Env, probeAddr string) {
+	t.Helper()
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + probeAddr + "/readyz?verbose") //nolint:noctx // a test's probe, bounded by Eventually
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	require.Eventually(t, func() bool { code, _ := readyz(); return code == http.StatusOK }, 30*time.Second, 100*time.Millisecond, "never ready")
+	_, body := readyz()
+	assert.Contains(t, body, "[+]admission-policies ok")
+
+	gone := release + "-credential-answers"
+	require.NoError(t, env.Client.Delete(t.Context(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: gone}}))
+	require.Eventually(t, func() bool { code, _ := readyz(); return code == http.StatusInternalServerError }, 30*time.Second, 100*time.Millisecond,
+		"ready without %s", gone)
+	_, body = readyz()
+	assert.Contains(t, body, "[-]admission-policies failed")
 }
 
 // onlyTheManagerAnswersARequest: the manager wrote the answer above under the

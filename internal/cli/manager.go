@@ -64,6 +64,7 @@ type managerOptions struct {
 	localClusters        []string
 	adminKubeconfigs     bool
 	componentNamespaces  []string
+	policyBindings       []string
 	requirePins          bool
 	requireSecretsClaim  bool
 	allowInsecureRemote  bool
@@ -152,6 +153,7 @@ service account). Every decision is written to standard output as one JSON line
 	f.StringSliceVar(&o.deniedRemote, "remote-kubeconfig-denied-networks", []string{netguard.DefaultKeyword}, "networks the manager never connects to for a TalosCluster's kubeconfigRef (CIDRs, comma-separated or repeated; \"default\" stands for loopback, link-local, the clouds' instance metadata addresses, unspecified and multicast), checked on the address of every connection after DNS, before anything is sent: add this cluster's pod and service networks (default,10.244.0.0/16,10.96.0.0/12) to keep tenants from reaching or probing in-cluster services; an empty value denies none. Such a server is refused (condition KubeletServingCertificates, reason RemoteServerAddressRefused)")
 	f.StringVar(&o.admissionKeySecret, "admission-key-secret", credential.DefaultKeySecretName, "Secret in the manager's namespace ($POD_NAMESPACE), created empty, that the manager fills with the key of the admission records the webhook writes and the issuer verifies: without a record made with it no credential is issued")
 	f.BoolVar(&o.adminKubeconfigs, "admin-kubeconfigs", true, "issue admin kubeconfigs (each person's group bound to cluster-admin by a ClusterRoleBinding of their own); false revokes them for good: none is issued, and the manager deletes every person's binding (label ichor.dev/admin-binding) at start and whenever one appears")
+	f.StringSliceVar(&o.policyBindings, "admission-policy-bindings", nil, "ValidatingAdmissionPolicyBindings that hold the manager's own rights to their shape (the chart names its own): until each exists the manager is not ready, so its webhook admits nothing and no credential is issued; none named, none waited for")
 	f.StringSliceVar(&o.componentNamespaces, "component-namespaces", nil, "namespaces whose ServiceAccounts may be issued Ichor's own purposes (node-reader, support-bundle, etcd-snapshot, packet-capture: never a person's); by default the manager's own ($POD_NAMESPACE). A ServiceAccount elsewhere is refused (PurposeNotForPeople) even if RBAC grants it the verb issue: whoever administers a namespace may make one, bind it and take its token")
 	f.BoolVar(&o.requirePins, "require-admission-pins", true, "issue a credential only if its admission record pins the lifetime and the credential admitted, each under its MAC; false also accepts a record without them, as a webhook from before them wrote, for the time of a rolling upgrade from such a release (whoever may edit Events can take the pins away from a record)")
 	f.BoolVar(&o.requireSecretsClaim, "require-secrets-claim", true, "use a Secret a TalosCluster's secretsRef or kubeconfigRef names only if its annotation "+ichorv1alpha1.SecretsClaimAnnotation+" names the cluster (or is *); false also uses a Secret without the annotation, as releases before it did, for the time of an upgrade (whoever may write a TalosCluster can then point it at another cluster's CAs or API server)")
@@ -266,6 +268,7 @@ func runManager(ctx context.Context, s streams, o managerOptions) error {
 		AdmissionKeySecret:            o.admissionKeySecret,
 		AdminKubeconfigs:              o.adminKubeconfigs,
 		ComponentNamespaces:           o.componentNamespaces,
+		AdmissionPolicyBindings:       o.policyBindings,
 		AcceptUnpinnedAdmissions:      !o.requirePins,
 		AllowUnclaimedSecrets:         !o.requireSecretsClaim,
 		KubeletClientApprover:         o.kubeletClient,

@@ -130,6 +130,10 @@ type Options struct {
 	// AdmissionKeySecret is the Secret of the admission records' key.
 	AdmissionKeySecret string
 	AdminKubeconfigs   bool
+	// AdmissionPolicyBindings are the ValidatingAdmissionPolicyBindings that
+	// hold the manager's rights to their shape: it is not ready until each
+	// exists (--admission-policy-bindings; policyBindings).
+	AdmissionPolicyBindings []string
 	// ComponentNamespaces are the namespaces of Ichor's own
 	// ServiceAccounts, the only requesters of the purposes not for people
 	// (--component-namespaces); none given, Namespace.
@@ -346,6 +350,17 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
+	}
+	if len(o.AdmissionPolicyBindings) > 0 {
+		for _, name := range o.AdmissionPolicyBindings {
+			if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+				return usage.Errorf("--admission-policy-bindings: %q is no binding's name: %s", name, strings.Join(errs, "; "))
+			}
+		}
+		check := &policyBindings{reader: mgr.GetAPIReader(), names: o.AdmissionPolicyBindings, log: ctrl.Log.WithName("admission-policies")}
+		if err := mgr.AddReadyzCheck("admission-policies", check.Check); err != nil {
+			return err
+		}
 	}
 	ctrl.Log.WithName("manager").Info("starting", "bundle", bundles.RedactedSource(o.BundleName), "revision", eng.Revision())
 	if err := mgr.Start(ctx); err != nil {

@@ -146,3 +146,18 @@ strconv.ParseBool takes as true, the last one given winning. Call with
 {{- end }}
 {{- if $on }}true{{ end }}
 {{- end }}
+
+{{/*
+The ValidatingAdmissionPolicyBindings the chart renders, comma-separated: the
+manager is not ready until each exists (--admission-policy-bindings). Helm
+applies them after the manager's rights and Deployment (review 256 F1).
+deploy/chart's tests hold this list to the bindings rendered.
+*/}}
+{{- define "ichor-policy.policyBindings" -}}
+{{- $full := include "ichor-policy.fullname" . -}}
+{{- $names := list "ichor-credential-requester" -}}
+{{- range list "admin-bindings" "bundle-epoch" "credential-answers" "verdicts" "approver-messages" "webhook-configuration" -}}
+{{- $names = append $names (printf "%s-%s" $full .) -}}
+{{- end -}}
+{{- join "," $names -}}
+{{- end }}
