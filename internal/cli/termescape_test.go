@@ -293,10 +293,11 @@ func TestRunFlushesTheEscapedStreams(t *testing.T) {
 	assert.Equal(t, `cut \ufffd`, out.String())
 }
 
-// A logged action is the log writer's too: replay's heading of each
-// direction of change keeps it to its line, so that it cannot add a line of
-// the report's own (review 22 of the CLI's output: "No decision would
-// change." under a change).
+// A logged action is the log writer's too: it cannot add a line of the
+// report's own (review 22 of the CLI's output: "No decision would change."
+// under a change). An action no approver knows was no verdict: the manager
+// refused it, and the replay reads it so (review 257), naming nothing of it
+// in the heading.
 func TestReplayHeadingsKeepTheLoggedActionToItsLine(t *testing.T) {
 	l := newHostileLog(t)
 	line := strings.SplitN(l.log, "\n", 2)[0]
@@ -306,5 +307,5 @@ func TestReplayHeadingsKeepTheLoggedActionToItsLine(t *testing.T) {
 	require.Equal(t, ExitOK, code, stderr)
 	termsafetest.AssertInert(t, stdout)
 	assert.NotContains(t, stdout, "\nNo decision would change.", "a logged action added a line:\n%s", stdout)
-	assert.Contains(t, stdout, `\n\nNo decision would change.\n\tfake`)
+	assert.Contains(t, stdout, "error → pending")
 }
