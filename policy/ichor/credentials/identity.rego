@@ -101,16 +101,15 @@ _service_account(subject) if {
 }
 
 # The namespaces of Ichor's own ServiceAccounts, as Go names them; none named (a hand-made
-# input, the CLI's own check, a manager before them), any. A value that is no list of names
-# names none.
+# input, the CLI's own check, a manager before them), any. A value that is not a list of
+# names, one at least, names none.
 _component_namespaces_named if object.get(input, ["settings", "component_namespaces"], null) != null
 
 _in_component_namespace(_) if not _component_namespaces_named
 
 _in_component_namespace(name) if {
-	namespaces := input.settings.component_namespaces
-	is_array(namespaces)
-	split(name, ":")[2] in namespaces
+	_component_namespaces_listed
+	split(name, ":")[2] in input.settings.component_namespaces
 }
 
 _component_namespaces_said := "" if not _component_namespaces_named
@@ -119,13 +118,14 @@ _component_namespaces_said := sprintf(" (of namespace %s)", [concat(", ", input.
 	_component_namespaces_listed
 }
 
-_component_namespaces_said := " (of no namespace: settings.component_namespaces is no list of names)" if {
+_component_namespaces_said := " (of no namespace: settings.component_namespaces names none)" if {
 	_component_namespaces_named
 	not _component_namespaces_listed
 }
 
 _component_namespaces_listed if {
 	is_array(input.settings.component_namespaces)
+	count(input.settings.component_namespaces) > 0
 	every n in input.settings.component_namespaces {
 		is_string(n)
 	}

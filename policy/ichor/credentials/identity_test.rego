@@ -347,9 +347,9 @@ test_a_service_account_outside_ichors_namespaces_is_refused_ichors_own_purposes 
 			"node-reader", "system:serviceaccount:ichor-system:ichor-ui",
 			[{"op": "add", "path": "/settings/component_namespaces", "value": "ichor-system"}],
 		).reasons[0].message,
-		"only (of no namespace: settings.component_namespaces is no list of names), never to a person",
+		"only (of no namespace: settings.component_namespaces names none), never to a person",
 	)
-	every value in [[], "ichor-system", {"ichor-system": true}, [1]] {
+	every value in [[], "ichor-system", {"ichor-system": true}, [1], [1, "ichor-system"]] {
 		refusal := _issue_as(
 			"node-reader", "system:serviceaccount:ichor-system:ichor-ui",
 			[{"op": "add", "path": "/settings/component_namespaces", "value": value}],
