@@ -475,9 +475,17 @@ func TestManagerRightsAreTheGeneratedOnes(t *testing.T) {
 		}
 	}
 	// With every feature on and Secrets read cluster-wide, the rights are
-	// exactly the generated ones; by default, without the client signer's
-	// approve and without get on Secrets (a Role per namespace has it).
+	// exactly the generated ones, the admission policy bindings named (the
+	// marker cannot know the release's); by default, without the client
+	// signer's approve and without get on Secrets (a Role per namespace has
+	// it).
 	objs := render(t, "manager.kubeletClientApprover=true", "rbac.secretsClusterWide=true")
+	bindings := strings.Split(argValue(t, objs.deployment(t), "--admission-policy-bindings"), ",")
+	for i, r := range wantCluster {
+		if slices.Contains(r.Resources, "validatingadmissionpolicybindings") {
+			wantCluster[i].ResourceNames = bindings
+		}
+	}
 	bound := objs.boundRoles(t)
 	assert.Equal(t, wantCluster, bound["ClusterRole//"+release+"-manager"])
 	byDefault := slices.DeleteFunc(slices.Clone(wantCluster), func(r rbacv1.PolicyRule) bool {
@@ -1121,6 +1129,17 @@ func TestTheManagerWaitsForTheChartsPolicyBindings(t *testing.T) {
 	}
 	require.NotEmpty(t, rendered)
 	assert.ElementsMatch(t, rendered, strings.Split(argValue(t, objs.deployment(t), "--admission-policy-bindings"), ","))
+	// And may read those alone (review 258 F6).
+	role := typed[rbacv1.ClusterRole](t, objs.get(t, "ClusterRole", release+"-manager"))
+	var found bool
+	for _, rule := range role.Rules {
+		if slices.Contains(rule.Resources, "validatingadmissionpolicybindings") {
+			found = true
+			assert.Equal(t, []string{"get"}, rule.Verbs)
+			assert.ElementsMatch(t, rendered, rule.ResourceNames)
+		}
+	}
+	assert.True(t, found, "no rule to read the bindings")
 }
 
 // Empty, the manager names its own namespace (review 254 F4).

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +87,39 @@ func TestInstallRefusesBadValues(t *testing.T) {
 	assert.True(t, apierrors.IsNotFound(err), "a refused install created the Deployment: %v", err)
 	out := helm(t, nil, "list", "--kubeconfig", kubeconfig, "--all-namespaces", "--short")
 	assert.Empty(t, string(out), "a refused install left a release")
+}
+
+// An unelected release installed before the chart named a strategy (the API
+// server defaulted a rollingUpdate on its Deployment) upgrades to this one,
+// whose rolling update has no surge. Recreate failed there: Helm's
+// server-side apply keeps the defaulted rollingUpdate, beside which the API
+// server refuses it (reviews 256 F2, 257, 258 F2).
+func TestAnUnelectedReleaseUpgrades(t *testing.T) {
+	c, kubeconfig, _ := startEnvWithHelm(t)
+	kc := []string{"--kubeconfig", kubeconfig, "--namespace", namespace}
+	older := filepath.Join(t.TempDir(), "ichor-policy")
+	require.NoError(t, os.CopyFS(older, os.DirFS(chartDir(t))))
+	deployment := filepath.Join(older, "templates", "deployment.yaml")
+	text := string(readFile(t, deployment))
+	start := strings.Index(text, "  {{- if not .Values.manager.leaderElect }}\n")
+	end := strings.Index(text[start:], "  {{- end }}\n")
+	require.True(t, start > 0 && end > 0, "no strategy block to take away")
+	require.NoError(t, os.WriteFile(deployment, []byte(text[:start]+text[start+end+len("  {{- end }}\n"):]), 0o600))
+
+	unelected := []string{"--set", "manager.leaderElect=false", "--set", "replicaCount=1"}
+	helm(t, nil, append(append([]string{"install", release, older, "--create-namespace"}, kc...), unelected...)...)
+	t.Cleanup(func() { _, _ = helmOutput(t, append([]string{"uninstall", release, "--ignore-not-found"}, kc...)...) })
+	var dep appsv1.Deployment
+	key := types.NamespacedName{Namespace: namespace, Name: release}
+	require.NoError(t, c.Get(t.Context(), key, &dep))
+	require.Equal(t, appsv1.RollingUpdateDeploymentStrategyType, dep.Spec.Strategy.Type)
+	require.NotNil(t, dep.Spec.Strategy.RollingUpdate, "the API server defaulted none: the test proves nothing")
+
+	helm(t, nil, append(append([]string{"upgrade", release, chartDir(t)}, kc...), unelected...)...)
+	require.NoError(t, c.Get(t.Context(), key, &dep))
+	assert.Equal(t, appsv1.RollingUpdateDeploymentStrategyType, dep.Spec.Strategy.Type)
+	require.NotNil(t, dep.Spec.Strategy.RollingUpdate)
+	assert.Equal(t, "0", dep.Spec.Strategy.RollingUpdate.MaxSurge.String())
 }
 
 // TestCRDsUpgradeWithTheChartAndOutliveIt installs a chart whose

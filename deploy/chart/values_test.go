@@ -128,10 +128,9 @@ func TestReplicasNeedLeaderElection(t *testing.T) {
 
 	dep := render(t, "replicaCount=1", "manager.leaderElect=false").deployment(t)
 	assert.NotContains(t, args(dep), "--leader-elect")
-	// Nor two during a rollout: a rolling update's surge would run the new
-	// manager beside the old one, neither elected (review 256 F2). Not
-	// Recreate, which the API server refuses beside the rollingUpdate it
-	// defaulted on a Deployment installed before.
+	// Nor two during a rollout, but for the old one's termination (review
+	// 256 F2, 258 F2): no surge. Not Recreate, which an upgrade of a release
+	// installed before cannot switch to (TestAnUnelectedReleaseUpgrades).
 	assert.Equal(t, appsv1.RollingUpdateDeploymentStrategyType, dep.Spec.Strategy.Type)
 	require.NotNil(t, dep.Spec.Strategy.RollingUpdate)
 	assert.Equal(t, "0", dep.Spec.Strategy.RollingUpdate.MaxSurge.String())

@@ -358,6 +358,9 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}
 		check := &policyBindings{reader: mgr.GetAPIReader(), names: o.AdmissionPolicyBindings, log: ctrl.Log.WithName("admission-policies")}
+		if err := mgr.Add(check); err != nil {
+			return err
+		}
 		if err := mgr.AddReadyzCheck("admission-policies", check.Check); err != nil {
 			return err
 		}

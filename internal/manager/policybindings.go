@@ -17,9 +17,9 @@ import (
 
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get
 
-// policyBindingsEvery is how long a look at the bindings answers the
-// readiness probes: the kubelet probes every few seconds, and each look is a
-// read of the API server per binding.
+// policyBindingsEvery is how often the bindings are read again: a read of
+// the API server per binding, off the probes' path (the kubelet gives a
+// probe a second; a slow API server must not make a replica unready).
 const policyBindingsEvery = 10 * time.Second
 
 // policyBindings is the readiness check of the ValidatingAdmissionPolicy
@@ -29,39 +29,54 @@ const policyBindingsEvery = 10 * time.Second
 // applies those policies after the manager's rights and Deployment, and an
 // install or upgrade that fails on them alone left the manager issuing
 // without them, unnoticed (review 256 F1). Until each binding exists the
-// manager is not ready: its webhook is out of its Service, so no credential
-// request is admitted, and nothing is issued. A read that fails keeps the
-// last answer (none yet: not ready): the API server's hiccup does not take
-// every replica out.
+// manager is not ready: its webhook is out of its Service, so no new
+// credential request is admitted (one admitted before is still answered,
+// and the approvers still decide: readiness is the webhook's alone). The
+// bindings are read by Start, on every replica, and the check answers from
+// the last read; a read that fails keeps the last answer (none yet: not
+// ready), so the API server's hiccup does not take every replica out.
 type policyBindings struct {
 	reader client.Reader
 	names  []string
 	log    logr.Logger
 
 	mu      sync.Mutex
-	looked  time.Time
 	known   bool
 	missing []string
 }
 
-// Check is the readiness check.
-func (p *policyBindings) Check(req *http.Request) error {
+// Check is the readiness check: the last read's answer.
+func (p *policyBindings) Check(*http.Request) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if time.Since(p.looked) >= policyBindingsEvery {
-		p.look(req.Context())
-	}
 	switch {
 	case !p.known:
 		return errors.New("the admission policy bindings that hold the manager's rights could not be read yet")
 	case len(p.missing) > 0:
-		return fmt.Errorf("ValidatingAdmissionPolicyBinding %s missing: the manager's rights are not held to their shape, so it admits and issues nothing (install or upgrade the chart again)", strings.Join(p.missing, ", "))
+		return fmt.Errorf("ValidatingAdmissionPolicyBinding %s missing: the manager's rights are not held to their shape, so its webhook admits no credential request (install or upgrade the chart again)", strings.Join(p.missing, ", "))
 	}
 	return nil
 }
 
+// Start reads the bindings until ctx ends.
+func (p *policyBindings) Start(ctx context.Context) error {
+	t := time.NewTicker(policyBindingsEvery)
+	defer t.Stop()
+	for {
+		p.look(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// NeedLeaderElection is false: every replica serves the webhook.
+func (p *policyBindings) NeedLeaderElection() bool { return false }
+
 func (p *policyBindings) look(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, policyBindingsEvery)
 	defer cancel()
 	var missing []string
 	for _, name := range p.names {
@@ -75,8 +90,10 @@ func (p *policyBindings) look(ctx context.Context) {
 			return
 		}
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if len(missing) > 0 && (!p.known || strings.Join(missing, ",") != strings.Join(p.missing, ",")) {
 		p.log.Info("not ready: admission policy bindings missing", "bindings", missing)
 	}
-	p.looked, p.known, p.missing = time.Now(), true, missing
+	p.known, p.missing = true, missing
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/assert"
@@ -35,9 +36,10 @@ func TestTheManagerIsNotReadyWithoutItsAdmissionPolicyBindings(t *testing.T) {
 			return c.Get(ctx, key, obj, opts...)
 		}}).Build()
 	p := &policyBindings{reader: c, names: []string{"ichor-policy-verdicts", "ichor-policy-admin-bindings"}, log: logr.Discard()}
+	probe := func() error { return p.Check(httptest.NewRequest("GET", "/readyz", nil)) }
 	check := func() error {
-		p.looked = p.looked.AddDate(-1, 0, 0) // a look at each probe
-		return p.Check(httptest.NewRequest("GET", "/readyz", nil))
+		p.look(t.Context())
+		return probe()
 	}
 
 	failing = true
@@ -67,10 +69,20 @@ func TestTheManagerIsNotReadyWithoutItsAdmissionPolicyBindings(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "ichor-policy-admin-bindings missing")
 
-	// Between looks, the last answer: none is read.
-	p.looked = p.looked.AddDate(1, 0, 0)
+	// A probe reads nothing: it answers from the last read.
 	failing = true
-	err = p.Check(httptest.NewRequest("GET", "/readyz", nil))
+	err = probe()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "ichor-policy-admin-bindings missing")
+
+	// Start reads at once, and until its context ends.
+	failing = false
+	started := &policyBindings{reader: c, names: []string{"ichor-policy-verdicts"}, log: logr.Discard()}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- started.Start(ctx) }()
+	require.Eventually(t, func() bool { return started.Check(httptest.NewRequest("GET", "/readyz", nil)) == nil }, 10*time.Second, 10*time.Millisecond)
+	cancel()
+	require.NoError(t, <-done)
+	assert.False(t, started.NeedLeaderElection(), "every replica serves the webhook")
 }
