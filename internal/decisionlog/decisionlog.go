@@ -916,7 +916,8 @@ func (e Entry) cuts() map[string]any {
 
 // Redacted reports whether the log's mask replaced some of the entry's input
 // (OPA lists each path the mask wrote under "masked") other than its note
-// of what it cut: an input cut is Truncated, so what is left is a value
+// of what it cut and the words it cut that the rules only quote
+// (messageCuts): an input cut is Truncated, so what is left is a value
 // redacted, such as a user's extra attributes the mask does not list.
 func (e Entry) Redacted() bool {
 	var event struct {
@@ -926,7 +927,7 @@ func (e Entry) Redacted() bool {
 		return false
 	}
 	for _, p := range event.Masked {
-		if strings.HasPrefix(p, "/input/") && p != "/input/log_truncated" {
+		if strings.HasPrefix(p, "/input/") && p != "/input/log_truncated" && !slices.Contains(messageCuts, strings.ReplaceAll(strings.TrimPrefix(p, "/input/"), "/", ".")) {
 			return true
 		}
 	}

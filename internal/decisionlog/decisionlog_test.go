@@ -294,6 +294,7 @@ func TestReplaySaysWhatItReplayedOnRedactedValues(t *testing.T) {
 	}
 	lines[0] = mark(lines[0], "/input/csr/extra")
 	lines[1] = mark(lines[1], "/input/log_truncated", "/result/reasons")
+	lines[2] = mark(lines[2], "/input/log_truncated", "/input/authorization/reason")
 	entries, _, err := decisionlog.Read(strings.NewReader(strings.Join(lines, "")))
 	require.NoError(t, err)
 
