@@ -249,6 +249,28 @@ func (f *fixture) bind(subject rbacv1.Subject, kind, role string) {
 	}))
 }
 
+// serviceAccount makes a ServiceAccount of the fixture's namespace that may
+// create requests and issue the purposes (subresources) given, and returns a
+// client of it with a real token, so that a request carries what the API
+// server puts in a ServiceAccount's user info (uid, extra) and the review is
+// made with it, and its username.
+func (f *fixture) serviceAccount(name string, purposes ...string) (client.Client, string) {
+	f.t.Helper()
+	require.NoError(f.t, env.Client.Create(f.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}}))
+	f.role(name+"-purposes",
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create", "get"}},
+		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: purposes, Verbs: []string{"issue"}},
+	)
+	f.bind(rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: f.ns, Name: name}, "Role", name+"-purposes")
+	username := "system:serviceaccount:" + f.ns + ":" + name
+	require.NoError(f.t, env.WaitAllowed(f.ctx, username, []string{"system:serviceaccounts"}, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
+	c, err := env.ServiceAccountClient(f.ctx, f.ns, name)
+	require.NoError(f.t, err)
+	c, err = webhooktest.Requesting(f.ctx, c)
+	require.NoError(f.t, err)
+	return c, username
+}
+
 // role makes a namespaced Role.
 func (f *fixture) role(name string, rules ...rbacv1.PolicyRule) string {
 	f.t.Helper()
@@ -479,22 +501,7 @@ func TestAnotherComponentsServiceAccountIsRefused(t *testing.T) {
 	require.Equal(t, componentsNamespace, f.ns)
 	// The UI backend's own identity: it may ask for its component purposes
 	// (issue), never for a person's talosconfig.
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "ichor-ui"}}
-	require.NoError(t, env.Client.Create(f.ctx, sa))
-	f.role("ui-purposes",
-		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create", "get"}},
-		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosclusters/node-reader", "talosclusters/support-bundle"}, Verbs: []string{"issue"}},
-	)
-	f.bind(rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: f.ns, Name: "ichor-ui"}, "Role", "ui-purposes")
-	username := "system:serviceaccount:" + f.ns + ":ichor-ui"
-	require.NoError(t, env.WaitAllowed(f.ctx, username, []string{"system:serviceaccounts"}, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
-
-	// A real token, so the request carries what the API server puts in a
-	// service account's user info (uid, extra) and the review is made with it.
-	ui, err := env.ServiceAccountClient(f.ctx, f.ns, "ichor-ui")
-	require.NoError(t, err)
-	ui, err = webhooktest.Requesting(f.ctx, ui)
-	require.NoError(t, err)
+	ui, username := f.serviceAccount("ichor-ui", "talosclusters/node-reader", "talosclusters/support-bundle")
 
 	msg := refusal(t, ui.Create(f.ctx, f.request(ichorv1alpha1.PurposeTalosconfigReader, "", ed25519Key(t))))
 	assert.Contains(t, msg, fmt.Sprintf(`user %q may not download talosclusters/talosconfig-reader "demo"`, username))
@@ -515,18 +522,7 @@ func TestAnotherComponentsServiceAccountIsRefused(t *testing.T) {
 // (review 254 F4).
 func TestAServiceAccountOfAnotherNamespaceIsRefusedIchorsOwnPurposes(t *testing.T) {
 	f := newFixture(t, true)
-	require.NoError(t, env.Client.Create(f.ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "made-here"}}))
-	f.role("node-reader",
-		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"taloscredentialrequests"}, Verbs: []string{"create", "get"}},
-		rbacv1.PolicyRule{APIGroups: []string{"ichor.dev"}, Resources: []string{"talosclusters/node-reader"}, Verbs: []string{"issue"}},
-	)
-	f.bind(rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: f.ns, Name: "made-here"}, "Role", "node-reader")
-	username := "system:serviceaccount:" + f.ns + ":made-here"
-	require.NoError(t, env.WaitAllowed(f.ctx, username, []string{"system:serviceaccounts"}, authorizationv1.ResourceAttributes{Namespace: f.ns, Group: "ichor.dev", Resource: "taloscredentialrequests", Verb: "create"}))
-	sa, err := env.ServiceAccountClient(f.ctx, f.ns, "made-here")
-	require.NoError(t, err)
-	sa, err = webhooktest.Requesting(f.ctx, sa)
-	require.NoError(t, err)
+	sa, username := f.serviceAccount("made-here", "talosclusters/node-reader")
 
 	msg := refusal(t, sa.Create(f.ctx, f.request(ichorv1alpha1.PurposeNodeReader, "", ed25519Key(t))))
 	assert.Contains(t, msg, fmt.Sprintf("PurposeNotForPeople: user %q may not be issued an os:reader identity to read one node: it is issued to a ServiceAccount of Ichor's only (of namespace %s)", username, componentsNamespace))
