@@ -294,7 +294,7 @@ func clusterSource(s streams, src sourceFlags, limits decisionlog.Limits) (decis
 		Client: client, Namespace: namespace, Selector: src.selector, Previous: src.previous, Limits: limits,
 		Unreadable: func(pod string, err error) { podSkipped(s.err, pod, err) },
 		Ended: func(pod string) {
-			fmt.Fprintf(s.err, "ichor: the log of pod %s ended (its container stopped or restarted): its decisions from now on are not shown\n", pod)
+			fmt.Fprintf(s.err, "ichor: the log of pod %s ended (its container stopped or restarted): its decisions from now on are not shown\n", line(pod))
 		},
 	}, nil
 }
@@ -303,7 +303,7 @@ func clusterSource(s streams, src sourceFlags, limits decisionlog.Limits) (decis
 // server's message (a 403 carries the authorizer's reason) may hold a
 // newline that would print a line of its own (review 255 F6).
 func podSkipped(w io.Writer, pod string, err error) {
-	fmt.Fprintf(w, "ichor: pod %s skipped: %s\n", pod, termsafe.ErrorText(err))
+	fmt.Fprintf(w, "ichor: pod %s skipped: %s\n", line(pod), termsafe.ErrorText(err))
 }
 
 // skippedNotes says what a read skipped, "" when nothing: other logs'
