@@ -405,8 +405,11 @@ verdict is printed (--all adds the applied records).
 ` + decisionsInput + `
 
 Exit status: 0 when decisions were read (whether or not one matched), 1 when
-the log could not be read or held no decision, 2 for a wrong flag or a log
-that is not the shape it starts as (a gzip stream cut short, say).`,
+the log could not be read or held no decision, or when -o json, yaml, name or
+jsonpath left out a decision whose entry it cannot print (each is named on
+standard error, the rest are printed; the table lists them all), 2 for a wrong
+flag or a log that is not the shape it starts as (a gzip stream cut short,
+say).`,
 		Example: `  kubectl logs deploy/ichor-policy | ichor decisions list --action deny --since 24h
   ichor decisions list decisions.log --policy kubelet-serving --node worker-1 -o json`,
 		RunE: func(cmd *cobra.Command, files []string) error {
@@ -438,7 +441,10 @@ that is not the shape it starts as (a gzip stream cut short, say).`,
 					}
 					items = append(items, *d)
 				}
-				return output.print(s.out, documentList(items))
+				if err := output.print(s.out, documentList(items)); err != nil {
+					return err
+				}
+				return leftOut(len(matched)-len(items), len(matched))
 			}
 			if len(matched) == 0 {
 				fmt.Fprintf(s.err, "ichor: no decision matches (of %d read)\n", len(entries))
@@ -506,6 +512,16 @@ type decisionRecord struct {
 func unprintable(w io.Writer, e decisionlog.Entry, err error) {
 	fmt.Fprintf(w, "ichor: decision %s left out of the output: its entry cannot be printed as a document (%s); the table (-o wide) lists it\n",
 		line(engine.Clip(e.DecisionID, "", 128)), line(engine.Clip(err.Error(), "", 512)))
+}
+
+// leftOut is the result of an output that left decisions out: an exit status
+// of 1, so that a script reading the documents does not take a part for the
+// whole (review 257: it exited 0, and only standard error said so).
+func leftOut(n, of int) error {
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d decisions left out of the output (named above): their entries cannot be printed as documents; the table (-o wide) lists them", n, of)
 }
 
 // decisionDocument is a decision as list and show print it: a Decision
@@ -1092,6 +1108,7 @@ func followDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []str
 		since = &metav1.Time{Time: crit.Since}
 	}
 	rows := output.tablePrinter()
+	matched, unprinted := 0, 0
 	pods, skipped, err := c.Follow(cmd.Context(), since, func(_ string, e decisionlog.Entry) error {
 		if (!all && len(decisionlog.Verdicts([]decisionlog.Entry{e})) == 0) || len(decisionlog.Filter([]decisionlog.Entry{e}, crit)) == 0 {
 			return nil
@@ -1102,8 +1119,10 @@ func followDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []str
 			addDecisionRow(t, e)
 			return rows.PrintObj(t, s.out)
 		}
+		matched++
 		d, err := decisionDocument(e)
 		if err != nil {
+			unprinted++
 			unprintable(s.err, e, err)
 			return nil
 		}
@@ -1120,5 +1139,5 @@ func followDecisions(cmd *cobra.Command, s streams, src sourceFlags, files []str
 	if cmd.Context().Err() == nil {
 		fmt.Fprintf(s.err, "ichor: the logs of %s ended\n", strings.Join(pods, ", "))
 	}
-	return nil
+	return leftOut(unprinted, matched)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -220,4 +221,19 @@ func TestDecisionsFollowFailsForALogThatCannotBeOpened(t *testing.T) {
 			assert.Contains(t, stdout, f.two, "the other pod's decisions, as they came")
 		})
 	}
+}
+
+// A followed decision the printers cannot hold is named when it comes, and
+// the following exits 1 when the logs end (review 257).
+func TestDecisionsFollowFailsForADecisionLeftOut(t *testing.T) {
+	srv, _ := apiServerWithPodLogs(t, map[string]string{
+		"ichor-policy-7d9c6b8f5-a": fmt.Sprintf(unprintableEntry, "good", "1") + fmt.Sprintf(unprintableEntry, "forged", "1e400"),
+	})
+	code, stdout, stderr, _ := decisionsRun(t, "", "decisions", "list", "--from-cluster", "--follow", "-o", "json", "--kubeconfig", kubeconfigFor(t, srv.URL, ""))
+	assert.Equal(t, ExitError, code, stderr)
+	assert.Contains(t, stdout, "good")
+	assert.NotContains(t, stdout, "forged")
+	assert.Contains(t, stderr, "ichor: decision forged left out of the output")
+	assert.Contains(t, stderr, "ichor: the logs of ichor-policy-7d9c6b8f5-a ended")
+	assert.Contains(t, stderr, "ichor: 1 of 2 decisions left out of the output")
 }

@@ -1010,18 +1010,29 @@ func TestAPIServerWarningsArePrintedOnceAndEscaped(t *testing.T) {
 // An entry whose values the printers cannot hold (a number beyond float64's
 // range, which anyone who writes a line of the log can put there) is left
 // out of a document's output and said, naming it: it failed the whole
-// listing before (review 255 F4). The table lists it.
+// listing before (review 255 F4), and the listing then exits 1, so that a
+// script does not take the part for the whole (review 257: it exited 0).
+// The table lists it.
 func TestAnEntryThePrintersCannotHoldIsLeftOutAndSaid(t *testing.T) {
-	const entry = `{"msg":"Decision Log","decision_id":%q,"path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"csr-1"},"x":%s},"result":{"action":"deny","reasons":[{"code":"C","message":"m"}]}}` + "\n"
-	log := fmt.Sprintf(entry, "good", "1") + fmt.Sprintf(entry, "forged", "1e400")
+	log := fmt.Sprintf(unprintableEntry, "good", "1") + fmt.Sprintf(unprintableEntry, "forged", "1e400")
 	for _, o := range []string{"json", "yaml", "name"} {
 		code, stdout, stderr, _ := decisionsRun(t, log, "decisions", "list", "-", "-o", o)
-		assert.Equal(t, ExitOK, code, "%s: %s", o, stderr)
+		assert.Equal(t, ExitError, code, "%s: %s", o, stderr)
 		assert.Contains(t, stdout, "good", o)
 		assert.NotContains(t, stdout, "forged", o)
 		assert.Contains(t, stderr, "ichor: decision forged left out of the output", o)
+		assert.Contains(t, stderr, "ichor: 1 of 2 decisions left out of the output", o)
 	}
 	code, stdout, stderr, _ := decisionsRun(t, log, "decisions", "list", "-")
 	assert.Equal(t, ExitOK, code, stderr)
 	assert.Contains(t, stdout, "forged")
+
+	code, stdout, stderr, _ = decisionsRun(t, fmt.Sprintf(unprintableEntry, "good", "1"), "decisions", "list", "-", "-o", "json")
+	assert.Equal(t, ExitOK, code, stderr)
+	assert.Contains(t, stdout, "good")
+	assert.NotContains(t, stderr, "left out")
 }
+
+// unprintableEntry is a decision-log line of a decision id and a number:
+// 1e400 is beyond float64's range, which the printers cannot hold.
+const unprintableEntry = `{"msg":"Decision Log","decision_id":%q,"path":"ichor/kubelet_serving/decision","input":{"csr":{"name":"csr-1"},"x":%s},"result":{"action":"deny","reasons":[{"code":"C","message":"m"}]}}` + "\n"
