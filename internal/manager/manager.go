@@ -669,8 +669,10 @@ func setUp(ctx context.Context, mgr ctrl.Manager, eng *engine.Engine, o Options,
 // the purposes not for people: those given, else the manager's own. A
 // person who may make a ServiceAccount in a namespace of theirs, bind it the
 // verb issue and take its token would otherwise be issued, through it,
-// what is never a person's (review 254 F4). With neither (a manager outside
-// a pod), any namespace's, as before, and said.
+// what is never a person's (review 254 F4). With neither, none is guessed:
+// the webhook and the issuer cannot run without the manager's namespace
+// (the admission key's Secret is there), so "any namespace" had no caller
+// (review 258 F8) and is not offered.
 func componentNamespaces(o Options) ([]string, error) {
 	for _, ns := range o.ComponentNamespaces {
 		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
@@ -683,8 +685,7 @@ func componentNamespaces(o Options) ([]string, error) {
 	case o.Namespace != "":
 		return []string{o.Namespace}, nil
 	}
-	ctrl.Log.WithName("manager").Info("the manager's namespace is unknown (POD_NAMESPACE) and --component-namespaces names none: Ichor's own purposes are issued to a ServiceAccount of any namespace")
-	return nil, nil
+	return nil, usage.Errorf("the manager's namespace is unknown: set POD_NAMESPACE (the chart does) or --component-namespaces, the namespaces whose ServiceAccounts may be issued Ichor's own purposes")
 }
 
 // setUpSharding makes this replica's part of the sharding, when it is on,
