@@ -239,9 +239,10 @@ func TestTheManagerWorksWithTheChartsRightsAndPolicy(t *testing.T) {
 }
 
 // readyOnlyWithThePolicyBindings: with the chart's rights the manager reads
-// the admission policy bindings the chart installed, and is ready; one of
-// them gone (an install that failed on them, a hand that deleted it), it is
-// not, naming it, so its webhook admits nothing (review 256 F1).
+// the admission policies and bindings the chart installed, and is ready; one
+// of them gone (an install that failed on them, a hand that deleted it) or a
+// binding that only warns, it is not, so its webhook admits nothing (review
+// 256 F1, 258 F5).
 func readyOnlyWithThePolicyBindings(t *testing.T, env *harness.Env, probeAddr string) {
 	t.Helper()
 	readyz := func() (int, string) {
@@ -257,12 +258,44 @@ func readyOnlyWithThePolicyBindings(t *testing.T, env *harness.Env, probeAddr st
 	_, body := readyz()
 	assert.Contains(t, body, "[+]admission-policies ok")
 
-	gone := release + "-credential-answers"
-	require.NoError(t, env.Client.Delete(t.Context(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: gone}}))
-	require.Eventually(t, func() bool { code, _ := readyz(); return code == http.StatusInternalServerError }, 30*time.Second, 100*time.Millisecond,
-		"ready without %s", gone)
-	_, body = readyz()
-	assert.Contains(t, body, "[-]admission-policies failed")
+	ready := func(want bool, why string) {
+		t.Helper()
+		code := http.StatusInternalServerError
+		if want {
+			code = http.StatusOK
+		}
+		require.Eventually(t, func() bool { got, _ := readyz(); return got == code }, 30*time.Second, 100*time.Millisecond, "%s: readyz not %d", why, code)
+		_, body := readyz()
+		if !want {
+			assert.Contains(t, body, "[-]admission-policies failed", why)
+		}
+	}
+	ctx := t.Context()
+	name := release + "-credential-answers"
+
+	// A binding that only warns refuses nothing (review 258 F5).
+	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: name}, &binding))
+	actions := binding.Spec.ValidationActions
+	binding.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn}
+	require.NoError(t, env.Client.Update(ctx, &binding))
+	ready(false, "the binding only warns")
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: name}, &binding))
+	binding.Spec.ValidationActions = actions
+	require.NoError(t, env.Client.Update(ctx, &binding))
+	ready(true, "the binding denies again")
+
+	// A binding whose policy is gone is ignored by the API server.
+	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	require.NoError(t, env.Client.Get(ctx, client.ObjectKey{Name: name}, &policy))
+	require.NoError(t, env.Client.Delete(ctx, &policy))
+	ready(false, "the policy is gone")
+	policy.ResourceVersion, policy.UID, policy.ManagedFields, policy.Status = "", "", nil, admissionregistrationv1.ValidatingAdmissionPolicyStatus{}
+	require.NoError(t, env.Client.Create(ctx, &policy))
+	ready(true, "the policy is back")
+
+	require.NoError(t, env.Client.Delete(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	ready(false, "the binding is gone")
 }
 
 // onlyTheManagerAnswersARequest: the manager wrote the answer above under the

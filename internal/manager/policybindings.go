@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicybindings,verbs=get
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies,verbs=get
 
 // policyBindingsEvery is how often the bindings are read again: a read of
 // the API server per binding, off the probes' path (the kubelet gives a
@@ -28,8 +30,12 @@ const policyBindingsEvery = 10 * time.Second
 // its verdicts, the bundle's epoch; --admission-policy-bindings). Helm
 // applies those policies after the manager's rights and Deployment, and an
 // install or upgrade that fails on them alone left the manager issuing
-// without them, unnoticed (review 256 F1). Until each binding exists the
-// manager is not ready: its webhook is out of its Service, so no new
+// without them, unnoticed (review 256 F1). Each binding is named as the
+// policy it binds (the chart's are), and holds only while it exists, binds
+// that policy, denies (validationActions Deny: Warn or Audit alone refuses
+// nothing), and the policy exists (a binding of a policy that does not is
+// ignored by the API server); review 258 F5. Until each holds the manager
+// is not ready: its webhook is out of its Service, so no new
 // credential request is admitted (one admitted before is still answered,
 // and the approvers still decide: readiness is the webhook's alone). The
 // bindings are read by Start, on every replica, and the check answers from
@@ -53,7 +59,7 @@ func (p *policyBindings) Check(*http.Request) error {
 	case !p.known:
 		return errors.New("the admission policy bindings that hold the manager's rights could not be read yet")
 	case len(p.missing) > 0:
-		return fmt.Errorf("ValidatingAdmissionPolicyBinding %s missing: the manager's rights are not held to their shape, so its webhook admits no credential request (install or upgrade the chart again)", strings.Join(p.missing, ", "))
+		return fmt.Errorf("%s: the manager's rights are not held to their shape, so its webhook admits no credential request (install or upgrade the chart again)", strings.Join(p.missing, "; "))
 	}
 	return nil
 }
@@ -80,20 +86,43 @@ func (p *policyBindings) look(ctx context.Context) {
 	defer cancel()
 	var missing []string
 	for _, name := range p.names {
-		var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
-		err := p.reader.Get(ctx, client.ObjectKey{Name: name}, &b)
-		switch {
-		case apierrors.IsNotFound(err) || (err == nil && b.DeletionTimestamp != nil):
-			missing = append(missing, name)
-		case err != nil:
-			p.log.Info("could not read an admission policy binding; the last answer stands", "binding", name, "error", err.Error())
+		why, err := p.lookAt(ctx, name)
+		if err != nil {
+			p.log.Info("could not read an admission policy or its binding; the last answer stands", "binding", name, "error", err.Error())
 			return
+		}
+		if why != "" {
+			missing = append(missing, why)
 		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(missing) > 0 && (!p.known || strings.Join(missing, ",") != strings.Join(p.missing, ",")) {
-		p.log.Info("not ready: admission policy bindings missing", "bindings", missing)
+		p.log.Info("not ready: admission policies do not hold", "policies", missing)
 	}
 	p.known, p.missing = true, missing
+}
+
+// lookAt says why the binding name and its policy do not hold, or "" when
+// they do; an error is a read that failed.
+func (p *policyBindings) lookAt(ctx context.Context, name string) (string, error) {
+	var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	switch err := p.reader.Get(ctx, client.ObjectKey{Name: name}, &b); {
+	case apierrors.IsNotFound(err) || (err == nil && b.DeletionTimestamp != nil):
+		return fmt.Sprintf("ValidatingAdmissionPolicyBinding %s missing", name), nil
+	case err != nil:
+		return "", err
+	case b.Spec.PolicyName != name:
+		return fmt.Sprintf("ValidatingAdmissionPolicyBinding %s binds policy %q, not its own", name, b.Spec.PolicyName), nil
+	case !slices.Contains(b.Spec.ValidationActions, admissionregistrationv1.Deny):
+		return fmt.Sprintf("ValidatingAdmissionPolicyBinding %s does not deny (validationActions %v)", name, b.Spec.ValidationActions), nil
+	}
+	var policy admissionregistrationv1.ValidatingAdmissionPolicy
+	switch err := p.reader.Get(ctx, client.ObjectKey{Name: name}, &policy); {
+	case apierrors.IsNotFound(err) || (err == nil && policy.DeletionTimestamp != nil):
+		return fmt.Sprintf("ValidatingAdmissionPolicy %s missing", name), nil
+	case err != nil:
+		return "", err
+	}
+	return "", nil
 }

@@ -25,10 +25,19 @@ import (
 // a fake client.
 func TestTheManagerIsNotReadyWithoutItsAdmissionPolicyBindings(t *testing.T) {
 	binding := func(name string) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
-		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			},
+		}
+	}
+	policy := func(name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+		return &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	}
 	var failing bool
-	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(binding("ichor-policy-verdicts")).
+	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).
+		WithObjects(binding("ichor-policy-verdicts"), policy("ichor-policy-verdicts"), policy("ichor-policy-admin-bindings")).
 		WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if failing {
 				return errors.New("connection refused")
@@ -69,11 +78,45 @@ func TestTheManagerIsNotReadyWithoutItsAdmissionPolicyBindings(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "ichor-policy-admin-bindings missing")
 
+	// A binding that does not deny, that binds another policy, or whose
+	// policy is gone holds nothing: the API server ignores a binding of a
+	// policy that does not exist (review 258 F5).
+	failing = false
+	require.NoError(t, c.Get(t.Context(), client.ObjectKeyFromObject(held), held))
+	held.Finalizers = nil
+	require.NoError(t, c.Update(t.Context(), held), "the finalizer let go: the binding is gone")
+	for name, tc := range map[string]struct {
+		edit func(*admissionregistrationv1.ValidatingAdmissionPolicyBinding)
+		want string
+	}{
+		"warns only": {func(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+			b.Spec.ValidationActions = []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn, admissionregistrationv1.Audit}
+		}, "ValidatingAdmissionPolicyBinding ichor-policy-admin-bindings does not deny (validationActions [Warn Audit])"},
+		"binds another policy": {func(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+			b.Spec.PolicyName = "ichor-policy-verdicts"
+		}, `ValidatingAdmissionPolicyBinding ichor-policy-admin-bindings binds policy "ichor-policy-verdicts", not its own`},
+	} {
+		b := binding("ichor-policy-admin-bindings")
+		tc.edit(b)
+		require.NoError(t, c.Create(t.Context(), b), name)
+		err = check()
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), tc.want, name)
+		require.NoError(t, c.Delete(t.Context(), b), name)
+	}
+	require.NoError(t, c.Create(t.Context(), binding("ichor-policy-admin-bindings")))
+	require.NoError(t, check())
+	require.NoError(t, c.Delete(t.Context(), policy("ichor-policy-admin-bindings")))
+	err = check()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy ichor-policy-admin-bindings missing")
+	assert.NotContains(t, err.Error(), "Binding")
+
 	// A probe reads nothing: it answers from the last read.
 	failing = true
 	err = probe()
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "ichor-policy-admin-bindings missing")
+	assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy ichor-policy-admin-bindings missing")
 
 	// Start reads at once, and until its context ends.
 	failing = false
