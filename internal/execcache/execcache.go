@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
@@ -187,6 +188,14 @@ func removeExpired(dir string, now time.Time) {
 		return err == nil && info.Mode().IsRegular() && now.Sub(info.ModTime()) > expiredAge
 	}
 	for _, e := range entries {
+		if name, ok := strings.CutSuffix(e.Name(), refusalSuffix); ok && isID(name) {
+			// A refusal holds for seconds and holds no key: one a day old
+			// goes, unlocked.
+			if path := filepath.Join(dir, e.Name()); stale(path) {
+				_ = os.Remove(path)
+			}
+			continue
+		}
 		var id, credPath string
 		if name, ok := strings.CutSuffix(e.Name(), ".json"); ok && isID(name) {
 			id, credPath = name, filepath.Join(dir, e.Name())
@@ -254,23 +263,24 @@ func removeLeftovers(dir string, now time.Time) {
 	}
 }
 
-// isLeftover tells the name of Store's temporary file: "." and the file it
-// replaces ("<id>.json"), then digits (privatefile.Write, through renameio).
+// isLeftover tells the name of a temporary file of Store or StoreRefusal:
+// "." and the file it replaces ("<id>.json" or "<id>.refusal"), then digits
+// (privatefile.Write, through renameio).
 func isLeftover(name string) bool {
 	rest, ok := strings.CutPrefix(name, ".")
 	if !ok {
 		return false
 	}
-	id, digits, ok := strings.Cut(rest, ".json")
-	if !ok || digits == "" {
-		return false
-	}
-	for _, c := range digits {
-		if c < '0' || c > '9' {
-			return false
+	for _, suffix := range []string{".json", refusalSuffix} {
+		id, digits, ok := strings.Cut(rest, suffix)
+		if !ok || digits == "" || strings.Trim(digits, "0123456789") != "" {
+			continue
+		}
+		if isID(id) {
+			return true
 		}
 	}
-	return isID(id)
+	return false
 }
 
 // Path is the file of k.
@@ -381,7 +391,97 @@ func (c *Cache) Store(k Key, cred *clientauthv1.ExecCredential) error {
 	if err := privatefile.Write(path, data); err != nil {
 		return fmt.Errorf("cache the credential: %w", err)
 	}
+	// A credential issued ends a refusal held before it.
+	if err := os.Remove(c.RefusalPath(k)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove the refusal held for the credential: %w", err)
+	}
 	return nil
+}
+
+// RefusalHold is how long a refusal of the credential is held: runs within
+// it are refused from the cache, without a request (review 253 F4: a
+// revoked person's k9s, or any client that retries, asked the management
+// server every few seconds, each time a request refused and a decision
+// logged). Short, since a person granted again waits it out.
+const RefusalHold = 30 * time.Second
+
+// refusalSuffix ends the name of a refusal's file: "<id>.refusal".
+const refusalSuffix = ".refusal"
+
+// maxRefusalMessage bounds the message a refusal keeps.
+const maxRefusalMessage = 4 << 10
+
+// Refusal is a refusal of k's credential as the cache holds it: when it was
+// asked for, until when it holds, and the refusal's message.
+type Refusal struct {
+	Key     string    `json:"key"`
+	Asked   time.Time `json:"asked"`
+	Until   time.Time `json:"until"`
+	Message string    `json:"message"`
+}
+
+// RefusalPath is the file of k's refusal.
+func (c *Cache) RefusalPath(k Key) string {
+	return filepath.Join(c.dir, k.ID()+refusalSuffix)
+}
+
+// StoreRefusal holds the refusal of k's credential, asked for at asked,
+// for RefusalHold from then. The message is cut to 4 KiB, at a character.
+func (c *Cache) StoreRefusal(k Key, message string, asked time.Time) error {
+	if len(message) > maxRefusalMessage {
+		cut := maxRefusalMessage
+		for cut > 0 && !utf8.RuneStart(message[cut]) {
+			cut--
+		}
+		message = message[:cut]
+	}
+	data, err := json.Marshal(Refusal{Key: k.ID(), Asked: asked.UTC(), Until: asked.Add(RefusalHold).UTC(), Message: message})
+	if err != nil {
+		return fmt.Errorf("encode the refusal: %w", err)
+	}
+	path := c.RefusalPath(k)
+	if info, err := os.Lstat(path); err == nil && info.Mode()&os.ModeSymlink != 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("hold the refusal: remove the symbolic link %s: %w", path, err)
+		}
+	}
+	if err := privatefile.Write(path, data); err != nil {
+		return fmt.Errorf("hold the refusal: %w", err)
+	}
+	return nil
+}
+
+// LoadRefusal is the refusal of k's credential held at now, if any. None,
+// or one whose time is over, is (nil, nil); a file that is not to be
+// trusted, does not decode strictly, is another key's, or holds longer than
+// RefusalHold (not written by this plugin, or a clock stepped back) is
+// (nil, error): a miss the caller shows as a warning, and asks.
+func (c *Cache) LoadRefusal(k Key, now time.Time) (*Refusal, error) {
+	path := c.RefusalPath(k)
+	data, err := readPrivate(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ignoring the refusal held in %s: %w", path, err)
+	}
+	var r Refusal
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	switch err := dec.Decode(&r); {
+	case err != nil:
+		return nil, fmt.Errorf("ignoring the refusal held in %s: it does not decode: %w", path, err)
+	case dec.More():
+		return nil, fmt.Errorf("ignoring the refusal held in %s: it holds more than one document", path)
+	case r.Key != k.ID():
+		return nil, fmt.Errorf("ignoring the refusal held in %s: it was written for another server, cluster, context or user", path)
+	case r.Until.Sub(r.Asked) != RefusalHold || r.Until.Sub(now) > RefusalHold:
+		return nil, fmt.Errorf("ignoring the refusal held in %s: it holds from %s to %s, not %s from a time past",
+			path, r.Asked.Format(time.RFC3339), r.Until.Format(time.RFC3339), RefusalHold)
+	case !now.Before(r.Until):
+		return nil, nil
+	}
+	return &r, nil
 }
 
 // Lock holds the lock of k until the returned function is called, so that

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -528,4 +529,110 @@ func TestLockSerializes(t *testing.T) {
 	unlock, err = c.Lock(t.Context(), key)
 	require.NoError(t, err)
 	unlock()
+}
+
+// TestRefusals: a refusal is held for RefusalHold from the time it was
+// asked, in a file 0600 of its own, its message cut at a character; a
+// credential stored ends it. A refusal file that is not the user's own, is
+// another key's, or holds longer than the plugin holds one (forged, or a
+// clock stepped back) is a miss said as an error, never believed (review
+// 253 F4).
+func TestRefusals(t *testing.T) {
+	c, dir := open(t)
+	asked := time.Now()
+	long := strings.Repeat("é", 4<<10)
+	require.NoError(t, c.StoreRefusal(key, "refused: "+long, asked))
+	path := c.RefusalPath(key)
+	assert.Equal(t, os.FileMode(0o600), perm(t, path))
+
+	r, err := c.LoadRefusal(key, asked.Add(time.Second))
+	require.NoError(t, err)
+	require.NotNil(t, r)
+	assert.True(t, r.Until.Equal(asked.Add(execcache.RefusalHold)), "held until %s", r.Until)
+	assert.LessOrEqual(t, len(r.Message), 4<<10)
+	assert.True(t, strings.HasPrefix(r.Message, "refused: é"))
+	assert.True(t, utf8.ValidString(r.Message), "cut inside a character")
+
+	r, err = c.LoadRefusal(key, asked.Add(execcache.RefusalHold))
+	assert.NoError(t, err)
+	assert.Nil(t, r, "held past its time")
+	other := key
+	other.Cluster = "prod"
+	r, err = c.LoadRefusal(other, asked)
+	assert.NoError(t, err)
+	assert.Nil(t, r, "another cluster's run is refused by this one's refusal")
+
+	valid, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var held execcache.Refusal
+	require.NoError(t, json.Unmarshal(valid, &held))
+	rewrite := func(edit func(*execcache.Refusal)) []byte {
+		r := held
+		edit(&r)
+		data, err := json.Marshal(r)
+		require.NoError(t, err)
+		return data
+	}
+	for name, tc := range map[string]struct {
+		data []byte
+		mode os.FileMode
+		link bool
+		want string
+	}{
+		"held a year":         {data: rewrite(func(r *execcache.Refusal) { r.Until = r.Until.AddDate(1, 0, 0) }), want: "not 30s from a time past"},
+		"asked in the future": {data: rewrite(func(r *execcache.Refusal) { r.Asked, r.Until = r.Asked.Add(time.Hour), r.Until.Add(time.Hour) }), want: "not 30s from a time past"},
+		"another key's":       {data: rewrite(func(r *execcache.Refusal) { r.Key = other.ID() }), want: "written for another"},
+		"more fields":         {data: []byte(`{"key":"` + key.ID() + `","extra":1}`), want: "does not decode"},
+		"two documents":       {data: append(append([]byte{}, valid...), valid...), want: "more than one document"},
+		"open to others":      {data: valid, mode: 0o644, want: "lets others read or write it"},
+		"a link":              {data: valid, link: true, want: "symbolic link"},
+	} {
+		require.NoError(t, os.Remove(path), name)
+		if tc.link {
+			target := filepath.Join(t.TempDir(), "refusal")
+			require.NoError(t, os.WriteFile(target, tc.data, 0o600))
+			require.NoError(t, os.Symlink(target, path))
+		} else {
+			mode := tc.mode
+			if mode == 0 {
+				mode = 0o600
+			}
+			require.NoError(t, os.WriteFile(path, tc.data, mode), name)
+			require.NoError(t, os.Chmod(path, mode), name)
+		}
+		r, err := c.LoadRefusal(key, asked.Add(time.Second))
+		assert.Nil(t, r, name)
+		assert.ErrorContains(t, err, tc.want, name)
+	}
+
+	// Stored over a link, the link goes, its target untouched.
+	require.NoError(t, c.StoreRefusal(key, "refused again", asked))
+	r, err = c.LoadRefusal(key, asked)
+	require.NoError(t, err)
+	assert.Equal(t, "refused again", r.Message)
+
+	// A credential issued ends the refusal.
+	cred, _ := issue(t, time.Now(), time.Hour)
+	require.NoError(t, c.Store(key, cred))
+	_, err = os.Lstat(path)
+	assert.ErrorIs(t, err, os.ErrNotExist)
+
+	// A day-old refusal, and a refusal's write killed midway a minute ago,
+	// go at the next Open; a recent one stays.
+	require.NoError(t, c.StoreRefusal(key, "old", asked))
+	require.NoError(t, c.StoreRefusal(other, "recent", asked))
+	leftover := filepath.Join(dir, "."+key.ID()+".refusal5577006791947779410")
+	require.NoError(t, os.WriteFile(leftover, nil, 0o600))
+	dayAgo := time.Now().Add(-25 * time.Hour)
+	for _, p := range []string{path, leftover} {
+		require.NoError(t, os.Chtimes(p, dayAgo, dayAgo))
+	}
+	_, err = execcache.Open(dir)
+	require.NoError(t, err)
+	for _, p := range []string{path, leftover} {
+		_, err = os.Lstat(p)
+		assert.ErrorIs(t, err, os.ErrNotExist, p)
+	}
+	_, err = os.Lstat(c.RefusalPath(other))
+	assert.NoError(t, err, "a recent refusal was removed")
 }
