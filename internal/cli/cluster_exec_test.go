@@ -499,7 +499,9 @@ func (ce *clusterEnv) testExecCredentialPlugin(t *testing.T) {
 	assert.Contains(t, stderr, "NotAuthorized")
 
 	// Run as kubectl runs it: nothing on standard output, the reason on
-	// standard error, a status that is not zero.
+	// standard error, a status that is not zero. Within RefusalHold of the
+	// refusal above, the refusal is held: said again, with when it is
+	// asked again, and nothing asked (review 253 F4).
 	cmd := exec.CommandContext(ctx, execCfg.Command, execCfg.Args...)
 	cmd.Env = append(os.Environ(), `KUBERNETES_EXEC_INFO={"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","spec":{"interactive":false}}`)
 	var pluginOut, pluginErr bytes.Buffer
@@ -511,6 +513,7 @@ func (ce *clusterEnv) testExecCredentialPlugin(t *testing.T) {
 	assert.Empty(t, pluginOut.String())
 	assert.Contains(t, pluginErr.String(), "no admin credential for cluster demo")
 	assert.Contains(t, pluginErr.String(), `NotAuthorized: user "ichor:ada" may not download talosclusters/kubeconfig-admin "demo"`)
+	assert.Contains(t, pluginErr.String(), "and held: asked again from")
 	t.Logf("the plugin, refused:\n%s", pluginErr.String())
 }
 

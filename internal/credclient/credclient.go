@@ -540,10 +540,17 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 		if apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook") {
 			// The API server's RBAC refused before the webhook saw it.
 			a := reqs.Authorization
-			return nil, fmt.Errorf("the request for a %s credential of cluster %s/%s was refused: %w\n(asking needs create and get on taloscredentialrequests.ichor.dev, and the credential needs %s on %s.%s/%s %q, in namespace %q)",
-				purpose, namespace, cluster, err, a.Verb, a.Resource, a.Group, a.Subresource, cluster, namespace)
+			return nil, refused(fmt.Errorf("the request for a %s credential of cluster %s/%s was refused: %w\n(asking needs create and get on taloscredentialrequests.ichor.dev, and the credential needs %s on %s.%s/%s %q, in namespace %q)",
+				purpose, namespace, cluster, err, a.Verb, a.Resource, a.Group, a.Subresource, cluster, namespace))
 		}
-		return nil, fmt.Errorf("the request for a %s credential of cluster %s/%s was refused: %w", purpose, namespace, cluster, err)
+		err = fmt.Errorf("the request for a %s credential of cluster %s/%s was refused: %w", purpose, namespace, cluster, err)
+		// The webhook's refusal (403) and an admission policy's (422) are
+		// the rules' answer to this request; anything else (a timeout, a
+		// server away) may pass.
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			return nil, refused(err)
+		}
+		return nil, err
 	}
 	ref := types.NamespacedName{Namespace: tcr.Namespace, Name: tcr.Name}
 	// The answer is read by name: a request deleted and made again under
@@ -579,7 +586,13 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 				reason := termsafe.EscapeLine(ready.Reason)
 				fmt.Fprintf(o.Progress, " answered after %s: %s\n", time.Since(start).Round(100*time.Millisecond), reason)
 				if ready.Status != metav1.ConditionTrue {
-					return nil, fmt.Errorf("TalosCredentialRequest %s was not issued (%s): %s", ref, reason, termsafe.EscapeLine(ready.Message))
+					err := fmt.Errorf("TalosCredentialRequest %s was not issued (%s): %s", ref, reason, termsafe.EscapeLine(ready.Message))
+					if ready.Reason == ichorv1alpha1.ReasonRefused {
+						// The issuer's rules refused it; a failure to
+						// sign (Failed) may pass.
+						return nil, refused(err)
+					}
+					return nil, err
 				}
 				if err := matchesKey(tcr.Status.Certificate, key); err != nil {
 					return nil, fmt.Errorf("TalosCredentialRequest %s: %w", ref, err)
@@ -633,6 +646,17 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 		}
 	}
 }
+
+// RefusedError is a credential request the rules refused: the API server's
+// RBAC or an admission policy, the webhook, or the issuer. Asked again at
+// once, it is refused again; the exec plugin holds it for a while
+// (execcache.RefusalHold) rather than ask at each run.
+type RefusedError struct{ err error }
+
+func refused(err error) error { return RefusedError{err: err} }
+
+func (e RefusedError) Error() string { return e.err.Error() }
+func (e RefusedError) Unwrap() error { return e.err }
 
 // unauthorizedFor is how long reads of the answer refused as Unauthorized,
 // and nothing else, are retried.

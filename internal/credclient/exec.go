@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -198,6 +199,9 @@ func ExecCredential(ctx context.Context, o Request, cacheDir string, warn io.Wri
 		if err != nil {
 			fmt.Fprintf(warn, "ichor: %v\n", err)
 		}
+		if err := heldRefusal(cache, key, warn); err != nil {
+			return nil, err
+		}
 		lockCtx, cancel := context.WithTimeout(ctx, o.Timeout)
 		unlock, err := cache.Lock(lockCtx, key)
 		cancel()
@@ -205,9 +209,13 @@ func ExecCredential(ctx context.Context, o Request, cacheDir string, warn io.Wri
 			fmt.Fprintf(warn, "ichor: %v\n", err)
 		} else {
 			defer unlock()
-			// Another run may have asked while this one waited.
+			// Another run may have asked while this one waited, and been
+			// issued or refused.
 			if cred, _ := cache.Load(key, time.Now()); cred != nil {
 				return cred, nil
+			}
+			if err := heldRefusal(cache, key, io.Discard); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -215,7 +223,13 @@ func ExecCredential(ctx context.Context, o Request, cacheDir string, warn io.Wri
 	asked := time.Now()
 	issued, err := requestKubeCredential(ctx, o, ichorv1alpha1.PurposeKubeconfigAdmin, nil)
 	if err != nil {
-		return nil, fmt.Errorf("no admin credential for cluster %s: %w", o.Cluster, err)
+		err = fmt.Errorf("no admin credential for cluster %s: %w", o.Cluster, err)
+		if cache != nil && errors.As(err, new(RefusedError)) {
+			if err := cache.StoreRefusal(key, err.Error(), asked); err != nil {
+				fmt.Fprintf(warn, "ichor: %v\n", err)
+			}
+		}
+		return nil, err
 	}
 	// The certificate checked, and nothing around it, is what kubectl and
 	// the cache get (requestKubeCredential).
@@ -242,6 +256,21 @@ func ExecCredential(ctx context.Context, o Request, cacheDir string, warn io.Wri
 		}
 	}
 	return cred, nil
+}
+
+// heldRefusal is the refusal the cache holds for key, as the error of this
+// run: no request is made until it is over. What the cache cannot tell is
+// said on warn, and asked.
+func heldRefusal(cache *execcache.Cache, key execcache.Key, warn io.Writer) error {
+	r, err := cache.LoadRefusal(key, time.Now())
+	if err != nil {
+		fmt.Fprintf(warn, "ichor: %v\n", err)
+	}
+	if r == nil {
+		return nil
+	}
+	return RefusedError{err: fmt.Errorf("%s\n(refused at %s, and held: asked again from %s on; remove %s to ask at once)",
+		r.Message, r.Asked.UTC().Format(time.RFC3339), r.Until.UTC().Format(time.RFC3339), cache.RefusalPath(key))}
 }
 
 // cacheKey is what the credential of o is cached under: the management

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"io"
 	"math/big"
@@ -37,6 +38,7 @@ import (
 
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/internal/credclient"
+	"github.com/ichor-dev/ichor-policy/internal/execcache"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
 	"github.com/ichor-dev/ichor-policy/test/harness"
 )
@@ -311,6 +313,31 @@ func connectProxy(t *testing.T) (string, *atomic.Int64) {
 // requester's key, and sends the certificate answer says it made.
 func answerEach(ctx context.Context, env *harness.Env, namespace string, answer func(pub any) (certificate string, leaf []byte)) <-chan []byte {
 	answered := make(chan []byte, 1)
+	statusEach(ctx, env, namespace, func(tcr *ichorv1alpha1.TalosCredentialRequest) func() {
+		block, _ := pem.Decode([]byte(tcr.Spec.PublicKey))
+		pub, err := x509.ParsePKIXPublicKey(block.Bytes)
+		if err != nil {
+			return nil
+		}
+		certificate, leaf := answer(pub)
+		tcr.Status.Certificate = certificate
+		tcr.Status.ExpiresAt = ptr.To(metav1.NewTime(time.Now().Add(time.Hour)))
+		meta.SetStatusCondition(&tcr.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.ConditionReady,
+			Status: metav1.ConditionTrue, Reason: ichorv1alpha1.ReasonIssued, Message: "\x1b]0;pwned\x07 issued"})
+		return func() {
+			select {
+			case answered <- leaf:
+			default:
+			}
+		}
+	})
+	return answered
+}
+
+// statusEach gives each unanswered request of namespace the status answer
+// writes into it, before any issuer could, until ctx ends; answer returns
+// what to do once it is written, nil for a request it does not answer.
+func statusEach(ctx context.Context, env *harness.Env, namespace string, answer func(*ichorv1alpha1.TalosCredentialRequest) (written func())) {
 	go func() {
 		for ctx.Err() == nil {
 			var list ichorv1alpha1.TalosCredentialRequestList
@@ -320,21 +347,9 @@ func answerEach(ctx context.Context, env *harness.Env, namespace string, answer 
 					if meta.FindStatusCondition(tcr.Status.Conditions, ichorv1alpha1.ConditionReady) != nil {
 						continue
 					}
-					block, _ := pem.Decode([]byte(tcr.Spec.PublicKey))
-					pub, err := x509.ParsePKIXPublicKey(block.Bytes)
-					if err != nil {
-						continue
-					}
-					certificate, leaf := answer(pub)
-					tcr.Status.Certificate = certificate
-					tcr.Status.ExpiresAt = ptr.To(metav1.NewTime(time.Now().Add(time.Hour)))
-					meta.SetStatusCondition(&tcr.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.ConditionReady,
-						Status: metav1.ConditionTrue, Reason: ichorv1alpha1.ReasonIssued, Message: "\x1b]0;pwned\x07 issued"})
-					if env.Client.Status().Update(ctx, tcr) == nil {
-						select {
-						case answered <- leaf:
-						default:
-						}
+					written := answer(tcr)
+					if written != nil && env.Client.Status().Update(ctx, tcr) == nil {
+						written()
 					}
 				}
 			}
@@ -344,7 +359,89 @@ func answerEach(ctx context.Context, env *harness.Env, namespace string, answer 
 			}
 		}
 	}()
-	return answered
+}
+
+// A refusal by the rules is held for execcache.RefusalHold: the runs within
+// it are refused from the cache, without a request, so that a client that
+// retries (k9s) does not ask the management server every few seconds
+// (review 253 F4). A failure to issue is not held, nor is a refusal file
+// the plugin did not write; a refusal's file removed, the next run asks.
+func TestTheExecPluginHoldsARefusalNotAFailure(t *testing.T) {
+	const namespace = "team-h"
+	env, flags := adminIn(t, namespace)
+	var mu sync.Mutex
+	reason := ichorv1alpha1.ReasonFailed
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	statusEach(ctx, env, namespace, func(tcr *ichorv1alpha1.TalosCredentialRequest) func() {
+		mu.Lock()
+		defer mu.Unlock()
+		meta.SetStatusCondition(&tcr.Status.Conditions, metav1.Condition{Type: ichorv1alpha1.ConditionReady,
+			Status: metav1.ConditionFalse, Reason: reason, Message: "NotAuthorized: user \"ichor:ada\" may not download"})
+		return func() {}
+	})
+	requests := func() int {
+		var list ichorv1alpha1.TalosCredentialRequestList
+		require.NoError(t, env.Client.List(t.Context(), &list, client.InNamespace(namespace)))
+		return len(list.Items)
+	}
+	cacheDir := filepath.Join(t.TempDir(), "cache")
+	ask := func() (string, error) {
+		var warn bytes.Buffer
+		_, err := credclient.ExecCredential(t.Context(), credclient.Request{Kube: flags, Cluster: "prod",
+			Timeout: 30 * time.Second, Progress: io.Discard}, cacheDir, &warn)
+		require.Error(t, err)
+		return warn.String(), err
+	}
+
+	// Failed: not held, each run asks.
+	_, err := ask()
+	assert.Contains(t, err.Error(), "was not issued (Failed)")
+	_, err = ask()
+	assert.NotContains(t, err.Error(), "held")
+	assert.Equal(t, 2, requests(), "a failure to issue was held")
+
+	// Refused: held, the next run asks nothing.
+	mu.Lock()
+	reason = ichorv1alpha1.ReasonRefused
+	mu.Unlock()
+	_, err = ask()
+	assert.Contains(t, err.Error(), "was not issued (Refused): NotAuthorized")
+	assert.Equal(t, 3, requests())
+	warn, err := ask()
+	assert.Empty(t, warn)
+	assert.ErrorAs(t, err, new(credclient.RefusedError))
+	assert.Contains(t, err.Error(), "was not issued (Refused): NotAuthorized")
+	assert.Contains(t, err.Error(), "and held: asked again from")
+	assert.Equal(t, 3, requests(), "a held refusal was asked again")
+
+	// A refusal file that holds longer than the plugin holds one is not
+	// the plugin's: said, and asked.
+	entries, err := os.ReadDir(cacheDir)
+	require.NoError(t, err)
+	var refusal string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".refusal") {
+			refusal = filepath.Join(cacheDir, e.Name())
+		}
+	}
+	require.NotEmpty(t, refusal, "no refusal file in %v", entries)
+	data, err := os.ReadFile(refusal)
+	require.NoError(t, err)
+	var held execcache.Refusal
+	require.NoError(t, json.Unmarshal(data, &held))
+	held.Until = held.Until.AddDate(1, 0, 0)
+	forged, err := json.Marshal(held)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(refusal, forged, 0o600))
+	warn, _ = ask()
+	assert.Contains(t, warn, "ignoring the refusal held in "+refusal)
+	assert.Equal(t, 4, requests(), "a forged refusal was believed")
+
+	// Removed, as the message says: asked at once.
+	require.NoError(t, os.Remove(refusal))
+	_, _ = ask()
+	assert.Equal(t, 5, requests())
 }
 
 // The credential is reused for its lifetime counted on this machine's
