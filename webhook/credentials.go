@@ -185,8 +185,11 @@ func (v *CredentialRequestValidator) Handle(ctx context.Context, req admission.R
 	if d.Event != nil && !in.DryRun {
 		if err := v.record(ctx, cluster, &tcr, req.Namespace, d); err != nil {
 			logger.Error(err, "refused: the issuance Event could not be written")
-			return admission.Denied(fmt.Sprintf(
-				"the request was allowed but is refused because its issuance could not be recorded: the Event on TalosCluster %s/%s could not be written: %v (decision %s)",
+			// A failure, not the rules' answer: 503, not a denial's 403,
+			// so that a client does not take it for a refusal to hold
+			// (the exec plugin holds those; review 259 F2).
+			return admission.Errored(http.StatusServiceUnavailable, fmt.Errorf(
+				"the request was allowed but is refused because its issuance could not be recorded: the Event on TalosCluster %s/%s could not be written: %w (decision %s)",
 				tcr.Namespace, tcr.Spec.ClusterName, err, d.DecisionID))
 		}
 	}
