@@ -190,9 +190,10 @@ caches it under your cache directory (ichor/exec-credential, files 0600).
 A refusal (NotAuthorized, AdminKubeconfigsRevoked, UsernameReserved, ...) is
 written to standard error with its reason code, nothing to standard output, and
 the exit status is not zero, so kubectl fails with that message. A refusal by
-the rules is held for 30 seconds: the runs within them print it again without
-asking (a client that retries would ask every few seconds); a failure to issue
-or an unreachable server is not held. Remove the file the message names to ask
+the rules (the webhook, an admission policy, the issuer) is held for 30
+seconds: the runs within them print it again without asking (a client that
+retries would ask every few seconds); a failure to issue, RBAC's or a quota's
+refusal, or an unreachable server is not held. Remove the file the message names to ask
 at once.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

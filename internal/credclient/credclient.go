@@ -537,17 +537,22 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 		if late := unanswered(parent, ctx, o.Timeout, err); late != nil {
 			return nil, late
 		}
-		if apierrors.IsForbidden(err) && !strings.Contains(err.Error(), "admission webhook") {
-			// The API server's RBAC refused before the webhook saw it.
+		byWebhook := strings.Contains(err.Error(), "admission webhook")
+		if apierrors.IsForbidden(err) && !byWebhook {
+			// The API server's RBAC refused before the webhook saw it (or
+			// another admission plugin: a quota, a namespace being
+			// deleted), which is not held: RBAC's refusal costs the server
+			// little, and the others pass.
 			a := reqs.Authorization
-			return nil, refused(fmt.Errorf("the request for a %s credential of cluster %s/%s was refused: %w\n(asking needs create and get on taloscredentialrequests.ichor.dev, and the credential needs %s on %s.%s/%s %q, in namespace %q)",
-				purpose, namespace, cluster, err, a.Verb, a.Resource, a.Group, a.Subresource, cluster, namespace))
+			return nil, fmt.Errorf("the request for a %s credential of cluster %s/%s was refused: %w\n(asking needs create and get on taloscredentialrequests.ichor.dev, and the credential needs %s on %s.%s/%s %q, in namespace %q)",
+				purpose, namespace, cluster, err, a.Verb, a.Resource, a.Group, a.Subresource, cluster, namespace)
 		}
 		err = fmt.Errorf("the request for a %s credential of cluster %s/%s was refused: %w", purpose, namespace, cluster, err)
-		// The webhook's refusal (403) and an admission policy's (422) are
-		// the rules' answer to this request; anything else (a timeout, a
-		// server away) may pass.
-		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+		// The webhook's denial (403: a failure to record is a 503) and an
+		// admission policy's or the schema's (422) are the rules' answer
+		// to this request; anything else (a timeout, a server away) may
+		// pass.
+		if (apierrors.IsForbidden(err) && byWebhook) || apierrors.IsInvalid(err) {
 			return nil, refused(err)
 		}
 		return nil, err
@@ -647,8 +652,8 @@ func requestCredential(ctx context.Context, c client.Client, o Request, namespac
 	}
 }
 
-// RefusedError is a credential request the rules refused: the API server's
-// RBAC or an admission policy, the webhook, or the issuer. Asked again at
+// RefusedError is a credential request the rules refused: an admission
+// policy or the schema, the webhook, or the issuer. Asked again at
 // once, it is refused again; the exec plugin holds it for a while
 // (execcache.RefusalHold) rather than ask at each run.
 type RefusedError struct{ err error }

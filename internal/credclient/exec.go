@@ -23,6 +23,7 @@ import (
 	ichorv1alpha1 "github.com/ichor-dev/ichor-policy/api/v1alpha1"
 	"github.com/ichor-dev/ichor-policy/internal/execcache"
 	"github.com/ichor-dev/ichor-policy/internal/kube"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 	"github.com/ichor-dev/ichor-policy/internal/usage"
 )
 
@@ -224,10 +225,8 @@ func ExecCredential(ctx context.Context, o Request, cacheDir string, warn io.Wri
 	issued, err := requestKubeCredential(ctx, o, ichorv1alpha1.PurposeKubeconfigAdmin, nil)
 	if err != nil {
 		err = fmt.Errorf("no admin credential for cluster %s: %w", o.Cluster, err)
-		if cache != nil && errors.As(err, new(RefusedError)) {
-			if err := cache.StoreRefusal(key, err.Error(), asked); err != nil {
-				fmt.Fprintf(warn, "ichor: %v\n", err)
-			}
+		if cache != nil {
+			holdRefusal(cache, key, err, warn)
 		}
 		return nil, err
 	}
@@ -256,6 +255,20 @@ func ExecCredential(ctx context.Context, o Request, cacheDir string, warn io.Wri
 		}
 	}
 	return cred, nil
+}
+
+// holdRefusal keeps err in the cache for execcache.RefusalHold, if it is a
+// refusal by the rules. Its text is escaped now, as the live error is when
+// it is printed: held, it is plain text, and the server's newlines would be
+// printed as lines of ichor's own (review 259 F1). Held from the answer,
+// not from the asking: a refusal slower than the hold is held too.
+func holdRefusal(cache *execcache.Cache, key execcache.Key, err error, warn io.Writer) {
+	if !errors.As(err, new(RefusedError)) {
+		return
+	}
+	if err := cache.StoreRefusal(key, termsafe.ErrorText(err), time.Now()); err != nil {
+		fmt.Fprintf(warn, "ichor: %v\n", err)
+	}
 }
 
 // heldRefusal is the refusal the cache holds for key, as the error of this

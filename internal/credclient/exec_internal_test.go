@@ -1,12 +1,22 @@
 package credclient
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/ichor-dev/ichor-policy/internal/execcache"
+	"github.com/ichor-dev/ichor-policy/internal/termsafe"
 )
 
 // The exec plugin's cache is keyed by who the management kubeconfig
@@ -78,4 +88,38 @@ func TestExecInfoOfANewerKubectlIsRead(t *testing.T) {
 			t.Errorf("%s: %v", info, err)
 		}
 	}
+}
+
+// A refusal is held as the live error prints: the server's message, which a
+// webhook writes (newlines and all), stays on its line when the held
+// refusal is printed, as it does live; it could otherwise add lines that
+// read as ichor's own above kubectl's error (review 259 F1). Only a refusal
+// by the rules is held.
+func TestAHeldRefusalPrintsAsTheLiveOneDoes(t *testing.T) {
+	cache, err := execcache.Open(filepath.Join(t.TempDir(), "cache"))
+	require.NoError(t, err)
+	key := execcache.Key{Server: "https://mgmt.example:6443", Namespace: "team-a", Cluster: "demo", Purpose: "kubeconfig-admin"}
+	denial := apierrors.NewForbidden(schema.GroupResource{Group: "ichor.dev", Resource: "taloscredentialrequests"}, "",
+		errors.New("admission webhook \"vtaloscredentialrequest.ichor.dev\" denied the request: NotAuthorized\nichor: credential issued, run kubectl"))
+	live := fmt.Errorf("no admin credential for cluster demo: %w", refused(fmt.Errorf("the request was refused: %w", denial)))
+
+	var warn bytes.Buffer
+	holdRefusal(cache, key, fmt.Errorf("no admin credential for cluster demo: %w", denial), &warn)
+	require.NoError(t, heldRefusal(cache, key, &warn), "a denial not marked a refusal was held")
+	holdRefusal(cache, key, live, &warn)
+	assert.Empty(t, warn.String())
+	held := heldRefusal(cache, key, &warn)
+	require.Error(t, held)
+	assert.ErrorAs(t, held, new(RefusedError))
+
+	print := func(err error) string {
+		var out bytes.Buffer
+		w := termsafe.NewWriter(&out)
+		fmt.Fprintf(w, "ichor: %s\n", termsafe.ErrorText(err))
+		return out.String()
+	}
+	assert.NotContains(t, print(live), "\nichor: credential issued")
+	assert.NotContains(t, print(held), "\nichor: credential issued", "the held refusal printed the server's newline")
+	assert.Contains(t, print(held), `NotAuthorized\nichor: credential issued`)
+	assert.Contains(t, print(held), "\n(refused at ", "the note on its own line, as ichor writes it")
 }

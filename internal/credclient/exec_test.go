@@ -28,6 +28,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
@@ -636,4 +637,31 @@ func adminIn(t *testing.T, namespace string) (*harness.Env, *genericclioptions.C
 	*flags.KubeConfig = kubeconfig
 	*flags.Namespace = namespace
 	return env, flags
+}
+
+// A 403 of the API server that is not the webhook's denial (a quota, a
+// namespace being deleted, RBAC) is not held: a quota frees up as answered
+// requests are deleted, and the next run must ask (review 259 F3).
+func TestTheExecPluginDoesNotHoldAQuotasRefusal(t *testing.T) {
+	const namespace = "team-q"
+	env, flags := adminIn(t, namespace)
+	none := corev1.ResourceList{"count/taloscredentialrequests.ichor.dev": resource.MustParse("0")}
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "no-requests"},
+		Spec:       corev1.ResourceQuotaSpec{Hard: none},
+	}
+	require.NoError(t, env.Client.Create(t.Context(), quota))
+	// No quota controller runs here: its status is written as it would.
+	quota.Status = corev1.ResourceQuotaStatus{Hard: none, Used: none}
+	require.NoError(t, env.Client.Status().Update(t.Context(), quota))
+	cacheDir := filepath.Join(t.TempDir(), "cache")
+	var warn bytes.Buffer
+	_, err := credclient.ExecCredential(t.Context(), credclient.Request{Kube: flags, Cluster: "prod",
+		Timeout: 30 * time.Second, Progress: io.Discard}, cacheDir, &warn)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "quota")
+	assert.NotErrorAs(t, err, new(credclient.RefusedError))
+	refusals, globErr := filepath.Glob(filepath.Join(cacheDir, "*.refusal"))
+	require.NoError(t, globErr)
+	assert.Empty(t, refusals, "a quota's refusal was held")
 }
