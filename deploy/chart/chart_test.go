@@ -1120,21 +1120,31 @@ func TestLocalClustersValue(t *testing.T) {
 }
 
 // The manager waits, not ready, for exactly the admission policy bindings the
-// chart renders (review 256 F1: Helm applies them last).
+// chart renders (review 256 F1: Helm applies them last), each named as the
+// policy it binds, which the chart renders too (review 258 F5).
 func TestTheManagerWaitsForTheChartsPolicyBindings(t *testing.T) {
 	objs := render(t)
-	var rendered []string
+	var rendered, policies []string
 	for _, b := range objs.all("ValidatingAdmissionPolicyBinding", "") {
 		rendered = append(rendered, b.GetName())
+		binding := typed[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, b)
+		assert.Equal(t, b.GetName(), binding.Spec.PolicyName, "the manager reads the policy of the binding's own name")
+		assert.Contains(t, binding.Spec.ValidationActions, admissionregistrationv1.Deny, b.GetName())
+	}
+	for _, p := range objs.all("ValidatingAdmissionPolicy", "") {
+		policies = append(policies, p.GetName())
 	}
 	require.NotEmpty(t, rendered)
+	assert.ElementsMatch(t, rendered, policies)
 	assert.ElementsMatch(t, rendered, strings.Split(argValue(t, objs.deployment(t), "--admission-policy-bindings"), ","))
-	// And may read those alone (review 258 F6).
+	// And may read those alone (review 258 F6), policies and bindings.
 	role := typed[rbacv1.ClusterRole](t, objs.get(t, "ClusterRole", release+"-manager"))
 	var found bool
 	for _, rule := range role.Rules {
-		if slices.Contains(rule.Resources, "validatingadmissionpolicybindings") {
+		if slices.Contains(rule.APIGroups, "admissionregistration.k8s.io") &&
+			(slices.Contains(rule.Resources, "validatingadmissionpolicybindings") || slices.Contains(rule.Resources, "validatingadmissionpolicies")) {
 			found = true
+			assert.ElementsMatch(t, []string{"validatingadmissionpolicies", "validatingadmissionpolicybindings"}, rule.Resources)
 			assert.Equal(t, []string{"get"}, rule.Verbs)
 			assert.ElementsMatch(t, rendered, rule.ResourceNames)
 		}

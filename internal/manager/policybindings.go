@@ -49,6 +49,8 @@ type policyBindings struct {
 	mu      sync.Mutex
 	known   bool
 	missing []string
+	// readErr is why the last read failed, said while nothing is known.
+	readErr error
 }
 
 // Check is the readiness check: the last read's answer.
@@ -56,8 +58,10 @@ func (p *policyBindings) Check(*http.Request) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	switch {
+	case !p.known && p.readErr != nil:
+		return fmt.Errorf("the admission policies that hold the manager's rights could not be read yet: %w", p.readErr)
 	case !p.known:
-		return errors.New("the admission policy bindings that hold the manager's rights could not be read yet")
+		return errors.New("the admission policies that hold the manager's rights could not be read yet")
 	case len(p.missing) > 0:
 		return fmt.Errorf("%s: the manager's rights are not held to their shape, so its webhook admits no credential request (install or upgrade the chart again)", strings.Join(p.missing, "; "))
 	}
@@ -88,7 +92,15 @@ func (p *policyBindings) look(ctx context.Context) {
 	for _, name := range p.names {
 		why, err := p.lookAt(ctx, name)
 		if err != nil {
+			if apierrors.IsForbidden(err) {
+				// Not a hiccup: the manager's ClusterRole lacks the rule
+				// (RBAC applied apart from the chart, or an older one).
+				err = fmt.Errorf("%w (the manager needs get on validatingadmissionpolicies and validatingadmissionpolicybindings in admissionregistration.k8s.io, for these names: the chart's ClusterRole has it)", err)
+			}
 			p.log.Info("could not read an admission policy or its binding; the last answer stands", "binding", name, "error", err.Error())
+			p.mu.Lock()
+			p.readErr = err
+			p.mu.Unlock()
 			return
 		}
 		if why != "" {

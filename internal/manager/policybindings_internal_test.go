@@ -11,7 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -35,12 +37,15 @@ func TestTheManagerIsNotReadyWithoutItsAdmissionPolicyBindings(t *testing.T) {
 	policy := func(name string) *admissionregistrationv1.ValidatingAdmissionPolicy {
 		return &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	}
-	var failing bool
+	var failing, forbidden bool
 	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).
 		WithObjects(binding("ichor-policy-verdicts"), policy("ichor-policy-verdicts"), policy("ichor-policy-admin-bindings")).
 		WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
 			if failing {
 				return errors.New("connection refused")
+			}
+			if _, ok := obj.(*admissionregistrationv1.ValidatingAdmissionPolicy); ok && forbidden {
+				return apierrors.NewForbidden(schema.GroupResource{Group: "admissionregistration.k8s.io", Resource: "validatingadmissionpolicies"}, key.Name, errors.New("RBAC: access denied"))
 			}
 			return c.Get(ctx, key, obj, opts...)
 		}}).Build()
@@ -54,9 +59,17 @@ func TestTheManagerIsNotReadyWithoutItsAdmissionPolicyBindings(t *testing.T) {
 	failing = true
 	err := check()
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "could not be read yet")
+	assert.Contains(t, err.Error(), "could not be read yet: connection refused")
 
-	failing = false
+	// A ClusterRole without the rule on the policies (RBAC applied apart
+	// from the chart) is named, not left as "not read yet" (review 259 F5).
+	failing, forbidden = false, true
+	err = check()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "could not be read yet")
+	assert.Contains(t, err.Error(), "the manager needs get on validatingadmissionpolicies")
+
+	forbidden = false
 	err = check()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "ValidatingAdmissionPolicyBinding ichor-policy-admin-bindings missing")
