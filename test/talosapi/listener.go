@@ -25,6 +25,9 @@ type gatedListener struct {
 	live   map[*trackedConn]struct{}
 	held   []net.Conn
 	closed bool
+	// draining keeps the connections served when the listener closes:
+	// gRPC's graceful stop answers their calls, then closes them itself.
+	draining bool
 	// accepted counts every connection accepted, in any mode.
 	accepted int
 }
@@ -99,10 +102,20 @@ func (l *gatedListener) setMode(m mode) {
 func (l *gatedListener) Close() error {
 	l.mu.Lock()
 	l.closed = true
-	l.dropLocked()
+	if !l.draining {
+		l.dropLocked()
+	}
 	l.mu.Unlock()
 
 	return l.Listener.Close()
+}
+
+// drain makes Close leave the connections served to gRPC.
+func (l *gatedListener) drain() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+
+	l.draining = true
 }
 
 func (l *gatedListener) dropLocked() {

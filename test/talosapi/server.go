@@ -425,6 +425,16 @@ func (s *Server) ClientCertificates() []*x509.Certificate {
 	return slices.Clone(s.certs)
 }
 
+// GoAway tells every client connected to stop opening calls on its
+// connection (HTTP/2 GOAWAY), as a node whose API restarts or whose address
+// moves to another node (a VIP's failover) does: the calls in flight are
+// answered, then the connections close and the server stops. It returns at
+// once.
+func (s *Server) GoAway() {
+	s.listener.drain()
+	go s.grpc.GracefulStop()
+}
+
 // Stop closes every connection and waits for the server to finish. It is
 // idempotent.
 func (s *Server) Stop() {

@@ -491,13 +491,48 @@ func (r *Reader) connect(ctx context.Context, endpoint string, opts ...grpc.Dial
 		// too (gRPC's default is 16 MiB, kept for a stream's life and, as
 		// a status message, in every error: the hostile review of
 		// 2026-12-05).
-		client.WithGRPCDialOptions(append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)), grpc.WithMaxHeaderListSize(maxHeaderList), grpc.WithNoProxy(), grpc.WithContextDialer(r.dial), grpc.WithDisableServiceConfig())...),
+		// One connection a client (oneConnection): the three reads of an
+		// identity, and a watch's three streams, are each one node's.
+		client.WithGRPCDialOptions(append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)), grpc.WithMaxHeaderListSize(maxHeaderList), grpc.WithNoProxy(), grpc.WithContextDialer((&oneConnection{dial: r.dial}).dialOnce), grpc.WithDisableServiceConfig())...),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("talos node %s: connect: %w", endpoint, err)
 	}
 
 	return c, nil
+}
+
+// oneConnection dials for one gRPC client until a dial succeeds, then never
+// again. An endpoint several nodes answer (a name in DNS round robin, a VIP
+// in every control plane's certSANs) would otherwise let gRPC's reconnection
+// after a dropped connection or a GOAWAY reach another node between one read
+// and the next, or between a watch's streams, and an identity be put
+// together from two nodes' answers: one node's addresses under another's
+// name (review 261 F1). A read or a watch whose connection is lost fails
+// instead, and the next one connects anew. The dials before the first that
+// succeeds (gRPC trying each address a name resolves to) are let through.
+type oneConnection struct {
+	dial func(context.Context, string) (net.Conn, error)
+
+	mu        sync.Mutex
+	connected bool
+}
+
+// errConnectionLost is the error of a dial after the client's connection
+// was made.
+var errConnectionLost = errors.New("the connection to the node was lost: a read or a watch is one connection to one node, never made again")
+
+func (o *oneConnection) dialOnce(ctx context.Context, addr string) (net.Conn, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.connected {
+		return nil, errConnectionLost
+	}
+	conn, err := o.dial(ctx, addr)
+	if err == nil {
+		o.connected = true
+	}
+	return conn, err
 }
 
 // dial connects to a node's address as Talos's client does (TCP keepalives),

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/x509"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -543,4 +545,132 @@ func TestANegativeHoldIsRefused(t *testing.T) {
 	n := startNode(t, "worker-1", "worker-1", "10.5.0.2")
 	_, err := talosnode.NewReader(talosnode.Options{CACertPEM: n.ca.CertPEM, CAKeyPEM: n.ca.KeyPEM, HoldTimedOut: -time.Second})
 	require.ErrorContains(t, err, "negative")
+}
+
+// switchingProxy is one endpoint that two nodes answer, as a VIP or a name
+// in DNS round robin is: its first connection goes to first, every later one
+// to then. It counts the bytes relayed each way on the first.
+type switchingProxy struct {
+	addr                string
+	accepted            atomic.Int32
+	toClient, toNodeOne atomic.Int64
+}
+
+func startSwitchingProxy(t *testing.T, first, then string) *switchingProxy {
+	t.Helper()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+
+	p := &switchingProxy{addr: ln.Addr().String()}
+
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+
+			n := p.accepted.Add(1)
+			target := then
+			toClient, toNode := new(atomic.Int64), new(atomic.Int64)
+
+			if n == 1 {
+				target, toClient, toNode = first, &p.toClient, &p.toNodeOne
+			}
+
+			go relay(t, conn, target, toClient, toNode)
+		}
+	}()
+
+	return p
+}
+
+func relay(t *testing.T, conn net.Conn, target string, toClient, toNode *atomic.Int64) {
+	defer conn.Close() //nolint:errcheck // a test's relay
+
+	upstream, err := net.Dial("tcp", target)
+	if err != nil {
+		t.Logf("relay to %s: %v", target, err)
+
+		return
+	}
+	defer upstream.Close() //nolint:errcheck // a test's relay
+
+	go func() {
+		copyCounting(upstream, conn, toNode)
+		_ = upstream.Close()
+	}()
+
+	copyCounting(conn, upstream, toClient)
+}
+
+// copyCounting copies src to dst, counting each chunk as it is written.
+func copyCounting(dst io.Writer, src io.Reader, count *atomic.Int64) {
+	buf := make([]byte, 32<<10)
+
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+
+			count.Add(int64(n))
+		}
+
+		if err != nil {
+			return
+		}
+	}
+}
+
+// An identity is read over one connection, to one node: an endpoint that
+// two nodes answer (a VIP, a round-robin name), whose first node sends
+// GOAWAY between the reads (its API restarting, its address moving), had
+// gRPC dial again for the next reads and reach the other node, and the
+// identity was one node's addresses under the other's name (review 261 F1).
+// Now the read fails, or is the first node's whole; the other is never
+// asked.
+func TestAnIdentityIsReadOverOneConnection(t *testing.T) {
+	one := startNode(t, "worker-1", "worker-1.lan", "10.5.0.1")
+	other, err := talosapi.Start(t.Context(), talosapi.Options{CA: one.ca, Nodename: "worker-2", Hostname: "worker-2.lan", Addresses: []netip.Addr{netip.MustParseAddr("10.5.0.2")}})
+	require.NoError(t, err)
+	t.Cleanup(other.Stop)
+
+	p := startSwitchingProxy(t, one.srv.Endpoint(), other.Endpoint())
+	r := newReader(t, one.ca, talosnode.Options{})
+
+	release := one.srv.Hold()
+	defer release()
+
+	type result struct {
+		id  talosnode.Identity
+		err error
+	}
+
+	done := make(chan result, 1)
+
+	go func() {
+		id, err := r.Read(t.Context(), p.addr)
+		done <- result{id, err}
+	}()
+
+	// The first read waits at the first node; it says GOAWAY, and the
+	// reader answers the PING that follows it, so it has read the GOAWAY.
+	require.Eventually(t, func() bool { return one.srv.Calls(talosapi.MethodStateGet) == 1 }, 10*time.Second, 5*time.Millisecond)
+	toClient, toNode := p.toClient.Load(), p.toNodeOne.Load()
+	one.srv.GoAway()
+	require.Eventually(t, func() bool { return p.toClient.Load() > toClient && p.toNodeOne.Load() > toNode }, 10*time.Second, 5*time.Millisecond)
+	release()
+
+	res := <-done
+	assert.Zero(t, other.Calls(talosapi.MethodStateGet), "the other node answered part of the read: %+v", res.id)
+
+	if res.err == nil {
+		assert.Equal(t, talosnode.Identity{Nodename: "worker-1", Hostname: "worker-1.lan", Addresses: []string{"10.5.0.1"}}, res.id)
+	} else {
+		assert.ErrorContains(t, res.err, "the connection to the node was lost")
+	}
 }
