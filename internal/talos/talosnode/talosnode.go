@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/client/dialer"
@@ -406,6 +407,10 @@ func (r *Reader) read(ctx context.Context, endpoint string) (Identity, error) {
 		return Identity{}, fmt.Errorf("talos node %s: read %s %s/%s: %w", endpoint, network.HostnameStatusType, network.NamespaceName, network.HostnameID, err)
 	}
 
+	if err := answeredAsAsked(nodeIP.Metadata(), nodename.Metadata(), hostname.Metadata()); err != nil {
+		return Identity{}, fmt.Errorf("talos node %s: %w", endpoint, err)
+	}
+
 	if err := checkNodeIP(nodeIP.TypedSpec()); err != nil {
 		return Identity{}, fmt.Errorf("talos node %s: %w", endpoint, err)
 	}
@@ -423,6 +428,20 @@ func (r *Reader) read(ctx context.Context, endpoint string) (Identity, error) {
 		Hostname:  hostname.TypedSpec().Hostname,
 		Addresses: canonicalAddresses(nodeIP.TypedSpec().Addresses),
 	}, nil
+}
+
+// answeredAsAsked refuses an answer that is not the resource asked for: a
+// Get is answered with whatever the node sends, checked only for its Go
+// type, so a NodeIP of another ID (etcd's addresses for the kubelet's) or
+// namespace passed, where a watch ignores it (review 261 F2).
+func answeredAsAsked(mds ...*resource.Metadata) error {
+	for _, md := range mds {
+		if !watched(md) {
+			return fmt.Errorf("asked for the identity's resources, answered %s %s/%s", md.Type(), md.Namespace(), md.ID())
+		}
+	}
+
+	return nil
 }
 
 // What a node's identity may hold, far above what Talos reports (a name of

@@ -482,6 +482,15 @@ func (n *nodeWatch) apply(ev state.Event) error {
 		return nil
 	}
 
+	// Only a resource's arrival, change or end is news of it: another
+	// event that carries one (Bootstrapped, Noop: COSI sends them without)
+	// is not taken for its arrival (review 261 F5).
+	switch ev.Type {
+	case state.Created, state.Updated, state.Destroyed:
+	default:
+		return nil
+	}
+
 	n.mu.Lock()
 	defer n.mu.Unlock()
 
