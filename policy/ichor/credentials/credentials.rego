@@ -85,8 +85,10 @@ _admin_binding_requirement(purpose) := {"admin_binding": {
 #   namespace, uid, cluster, purpose, ttl_seconds if spec.ttl is set, public_key: the facts
 #   of spec.publicKey: parsed, error, algorithm, curve, bits); authorization (the
 #   SubjectAccessReview Go made: user, groups, verb, group, resource, subresource, namespace,
-#   name, and its answer: allowed, reason, evaluation_error); cluster (exists, and
-#   kubeconfig_ref: whether it judges another API server); settings, where the manager
+#   name, and its answer: allowed, reason, evaluation_error); cluster (exists;
+#   kubeconfig_ref, whether it judges another API server; local, whether it is one whose
+#   machines are the nodes of the API server Ichor runs in, --local-clusters: a Kubernetes
+#   credential needs local true and kubeconfig_ref false); settings, where the manager
 #   decides (component_namespaces: the namespaces of Ichor's own ServiceAccounts, the only
 #   requesters of a purpose not for people).
 # entrypoint: true
@@ -118,7 +120,7 @@ admission := object.union_n([
 #   names it), each absent from a record of an older webhook; error, why it does not verify);
 #   authorization (the
 #   SubjectAccessReview Go made as the requester just now, as at admission); cluster
-#   (exists; kubeconfig_ref, whether it judges another API server); secrets, when the
+#   (exists; kubeconfig_ref and local, as at admission); secrets, when the
 #   cluster exists (what Go read of the Secret its secretsRef names, whose CAs would sign:
 #   secret, its name; read, false when it cannot be read; claimed, whether it names the
 #   cluster in its annotation ichor.dev/talos-clusters (--require-secrets-claim); claim_error,
@@ -129,8 +131,9 @@ admission := object.union_n([
 #   more part, to the requirements' role, each {"name", "role_ref": {"api_group", "kind",
 #   "name"}, "subjects": [{"api_group", "kind", "name"}]}; nonce: ten lowercase letters or
 #   digits Go drew for a new binding's name); settings
-#   (admin_kubeconfigs: false when the operator revoked them; component_namespaces, as at
-#   admission).
+#   (admin_kubeconfigs: true while admin kubeconfigs may be issued, false when the operator
+#   revoked them, and anything else, absent included, is read as revoked; component_namespaces,
+#   as at admission).
 #
 #   Output: {"allowed": bool, "reasons": [...], "purpose": name, "lifetime_seconds",
 #   "certificate": {"kind": "talos", "talos_role"} or
