@@ -366,11 +366,13 @@ func TestTheWatchesOverAllClustersAreBounded(t *testing.T) {
 	}
 	a, b := cluster("a"), cluster("b")
 	var endpoints []string
+	var nodes []*harness.TalosNode
 	for i := range 3 {
 		node, err := env.StartTalosNode(ctx, harness.NodeOptions{Name: fmt.Sprintf("bounded-%d", i), Addresses: []netip.Addr{netip.MustParseAddr(fmt.Sprintf("10.22.0.%d", i+2))}})
 		require.NoError(t, err)
 		t.Cleanup(node.Stop)
 		endpoints = append(endpoints, node.Endpoint())
+		nodes = append(nodes, node)
 	}
 	nr := &kubeletserving.NodeReaders{Reader: env.Client, Timeout: 2 * time.Second, Watch: true, WatchMax: 2}
 	t.Cleanup(nr.Stop)
@@ -395,6 +397,33 @@ func TestTheWatchesOverAllClustersAreBounded(t *testing.T) {
 	require.Eventually(t, live(b, endpoints[2]), wait, 10*time.Millisecond)
 	watched, _ = nr.Watches()
 	assert.Equal(t, 2, watched)
+
+	// A watched node that goes away ends its watch, and the end is counted
+	// by its cause (review 261 F3).
+	reg := prometheus.NewRegistry()
+	require.NoError(t, kubeletserving.RegisterWatchMetrics(reg, nr))
+	nodes[0].Stop()
+	require.Eventually(t, func() bool { return watchEnds(t, reg, "lost") >= 1 }, wait, 10*time.Millisecond, "the lost watch was not counted")
+}
+
+// watchEnds is the count of watch ends of the cause that reg gathers.
+func watchEnds(t *testing.T, reg *prometheus.Registry, cause string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() != "ichor_talos_identity_watch_ends_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "cause" && l.GetValue() == cause {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 func TestEachDenyReasonEndToEnd(t *testing.T) {

@@ -197,7 +197,15 @@ func (m *Metrics) forget(namespace, cluster string) {
 // RegisterWatchMetrics registers the gauges of the identity watches: how many
 // machines are watched, and how many of those watches are live.
 func RegisterWatchMetrics(reg prometheus.Registerer, n *NodeReaders) error {
+	ends := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ichor_talos_identity_watch_ends_total",
+		Help: "Identity watches that ended, by cause: aged (synced and made anew at --talos-watch-max-age, not a failure), lost (the connection or a stream failed, or the node sent an error), not_synced (not established or synced in time), refused (the node sent more than a watch takes, or an identity beyond its bounds). A machine whose watch is not live is read at each decision.",
+	}, []string{"cause"})
+	for _, cause := range []talosnode.WatchEnd{talosnode.WatchAged, talosnode.WatchLost, talosnode.WatchNotSynced, talosnode.WatchRefused} {
+		ends.WithLabelValues(string(cause))
+	}
 	for _, g := range []prometheus.Collector{
+		ends,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ichor_talos_identity_watches",
 			Help: "Machines whose identity is watched (expected to ask for a serving certificate soon), over the clusters this replica serves.",
@@ -211,5 +219,6 @@ func RegisterWatchMetrics(reg prometheus.Registerer, n *NodeReaders) error {
 			return fmt.Errorf("register the identity watches' metrics: %w", err)
 		}
 	}
+	n.watchEnds.Store(ends)
 	return nil
 }

@@ -9,8 +9,10 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -56,6 +58,9 @@ type NodeReaders struct {
 	// Ready (defaultUnreachableAfter if zero): a node that is joining may
 	// ask before its Talos API answers, and that is no fault of the cluster.
 	UnreachableAfter time.Duration
+
+	// watchEnds counts the watches' ends by cause (RegisterWatchMetrics).
+	watchEnds atomic.Pointer[prometheus.CounterVec]
 
 	mu      sync.Mutex
 	readers map[types.NamespacedName]*cachedReader
@@ -225,7 +230,7 @@ func (n *NodeReaders) get(ctx context.Context, cluster *ichorv1alpha1.TalosClust
 	}
 	n.answeredLocked(key, started, false)
 	if n.Watch {
-		if c.watches, err = reader.Watches(talosnode.WatchOptions{MaxAge: n.WatchMaxAge}); err != nil {
+		if c.watches, err = reader.Watches(talosnode.WatchOptions{MaxAge: n.WatchMaxAge, Ended: n.watchEnded}); err != nil {
 			// Reads at decision time, as with --talos-watch=false.
 			log.FromContext(ctx).Error(err, "the cluster's machines are not watched", "taloscluster", key)
 		}
@@ -421,6 +426,14 @@ func (n *NodeReaders) WatchLive(key types.NamespacedName, endpoint string) bool 
 	c, ok := n.readers[key]
 	n.mu.Unlock()
 	return ok && c.watches != nil && c.watches.Live(endpoint)
+}
+
+// watchEnded counts a watch's end by its cause, once RegisterWatchMetrics
+// has made the counter.
+func (n *NodeReaders) watchEnded(e talosnode.WatchEnd) {
+	if c := n.watchEnds.Load(); c != nil {
+		c.WithLabelValues(string(e)).Inc()
+	}
 }
 
 // Watches is how many machines are watched, and how many of those watches

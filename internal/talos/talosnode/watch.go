@@ -2,6 +2,7 @@ package talosnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -47,6 +48,48 @@ type WatchOptions struct {
 	// a start with thousands of machines is not thousands of handshakes at
 	// the same moment. Zero means DefaultWatchDials.
 	Dials int
+
+	// Ended, if set, is told why each watch ended (not when Keep or Stop
+	// ended it): a watch's failure is otherwise seen only as the live
+	// watches falling (review 261 F3). It must not block.
+	Ended func(WatchEnd)
+}
+
+// WatchEnd is why a watch ended, as a metric's label says it.
+type WatchEnd string
+
+const (
+	// WatchAged: the watch reached its age, synced, and is made anew.
+	WatchAged WatchEnd = "aged"
+	// WatchLost: its connection or a stream failed, or the node sent an
+	// error.
+	WatchLost WatchEnd = "lost"
+	// WatchNotSynced: it was not established, or not synced, within its
+	// bounds (a read's timeout, its age).
+	WatchNotSynced WatchEnd = "not_synced"
+	// WatchRefused: the node sent more than a watch takes (events or
+	// messages), or an identity beyond its bounds.
+	WatchRefused WatchEnd = "refused"
+)
+
+// errNotSynced and errRefused mark a watch's end for WatchEnd.
+var (
+	errNotSynced = errors.New("watch not synced")
+	errRefused   = errors.New("watch refused")
+)
+
+// watchEnd is why a watch that returned err ended.
+func watchEnd(err error) WatchEnd {
+	switch {
+	case err == nil:
+		return WatchAged
+	case errors.Is(err, errNotSynced):
+		return WatchNotSynced
+	case errors.Is(err, errRefused) || status.Code(err) == codes.ResourceExhausted:
+		return WatchRefused
+	}
+
+	return WatchLost
 }
 
 // Source says where an identity came from.
@@ -72,6 +115,7 @@ const (
 //
 // It is safe for concurrent use. Stop ends every watch.
 type Watches struct {
+	ended   func(WatchEnd)
 	reader  *Reader
 	maxAge  time.Duration
 	dials   chan struct{}
@@ -160,7 +204,13 @@ func (r *Reader) Watches(opts WatchOptions) (*Watches, error) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 
+	ended := opts.Ended
+	if ended == nil {
+		ended = func(WatchEnd) {}
+	}
+
 	return &Watches{
+		ended:   ended,
 		reader:  r,
 		maxAge:  maxAge,
 		dials:   make(chan struct{}, dials),
@@ -282,14 +332,20 @@ func (w *Watches) run(ctx context.Context, endpoint string, n *nodeWatch) {
 		// Only a watch that lived to its age resets the backoff: a node
 		// that ends each watch soon after it is synced (a flood of events,
 		// a dropped connection) does not get a handshake a second.
-		if err := w.watchOnce(ctx, endpoint, n); err == nil {
-			n.drop()
+		err := w.watchOnce(ctx, endpoint, n)
+		n.drop()
+
+		if ctx.Err() != nil {
+			return // ended by Keep or Stop
+		}
+
+		w.ended(watchEnd(err))
+
+		if err == nil {
 			backoff = w.backoff
 
 			continue
 		}
-
-		n.drop()
 
 		select {
 		case <-ctx.Done():
@@ -339,7 +395,7 @@ func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) 
 	// Establishing is bounded like a read: a node that accepts and never
 	// answers holds a dial slot no longer than that.
 	setup := time.AfterFunc(w.reader.timeout, func() {
-		cancel(fmt.Errorf("talos node %s: watch not established within %s", endpoint, w.reader.timeout))
+		cancel(fmt.Errorf("talos node %s: %w: not established within %s", endpoint, errNotSynced, w.reader.timeout))
 	})
 	defer setup.Stop()
 
@@ -408,7 +464,7 @@ func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) 
 			return context.Cause(watchCtx)
 		case <-age.C:
 			if !synced {
-				return fmt.Errorf("talos node %s: watch not synced within its age %s", endpoint, w.maxAge)
+				return fmt.Errorf("talos node %s: %w within its age %s", endpoint, errNotSynced, w.maxAge)
 			}
 
 			return nil
@@ -418,11 +474,11 @@ func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) 
 			}
 
 			if !events.TryAccept() {
-				return fmt.Errorf("talos node %s: watch: more than %d events at once, %d a second after", endpoint, eventsBurst, eventsPerSecond)
+				return fmt.Errorf("talos node %s: %w: more than %d events at once, %d a second after", endpoint, errRefused, eventsBurst, eventsPerSecond)
 			}
 
 			if err := n.apply(ev); err != nil {
-				return fmt.Errorf("talos node %s: watch: %w", endpoint, err)
+				return fmt.Errorf("talos node %s: %w: %w", endpoint, errRefused, err)
 			}
 
 			trySync()

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -123,12 +125,14 @@ func TestANodeThatLiesBetweenEventsIsReadAfreshAtTheBound(t *testing.T) {
 // away); when the node returns, a new watch is made and used.
 func TestAWatchDroppedIsNotBelievedAndTheNodesReturnIsWatchedAgain(t *testing.T) {
 	n := startNode(t, "worker-1", "worker-1.lan", "10.5.0.2")
-	w := newWatches(t, newReader(t, n.ca, talosnode.Options{Timeout: 2 * time.Second}), talosnode.WatchOptions{})
+	var ends endings
+	w := newWatches(t, newReader(t, n.ca, talosnode.Options{Timeout: 2 * time.Second}), talosnode.WatchOptions{Ended: ends.add})
 
 	w.Keep([]string{n.srv.Endpoint()})
 	waitLive(t, w, 1)
 
 	n.srv.SetUnavailable(true)
+	require.Eventually(t, func() bool { return ends.has(talosnode.WatchLost) }, 10*time.Second, 10*time.Millisecond, "the watch's end was not said: %v", ends.all())
 
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, src, err := w.Read(t.Context(), n.srv.Endpoint())
@@ -160,7 +164,8 @@ func TestAHangingNodeGivesItsDialBack(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(fine.Stop)
 
-	w := newWatches(t, newReader(t, ca, talosnode.Options{Timeout: time.Second}), talosnode.WatchOptions{Dials: 1})
+	var ends endings
+	w := newWatches(t, newReader(t, ca, talosnode.Options{Timeout: time.Second}), talosnode.WatchOptions{Dials: 1, Ended: ends.add})
 	// The hanging node takes the one dial slot first.
 	w.Keep([]string{hanging.Endpoint()})
 	require.Eventually(t, func() bool { return hanging.Held() > 0 }, 10*time.Second, 10*time.Millisecond)
@@ -176,6 +181,7 @@ func TestAHangingNodeGivesItsDialBack(t *testing.T) {
 	watched, live := w.Count()
 	assert.Equal(t, 2, watched)
 	assert.Equal(t, 1, live)
+	require.Eventually(t, func() bool { return ends.has(talosnode.WatchNotSynced) }, 10*time.Second, 10*time.Millisecond, "the hanging node's watch's end was not said: %v", ends.all())
 }
 
 // A node's answer or event larger than an identity can be is refused: a
@@ -282,7 +288,8 @@ func TestAMessageIsReadToFourKiB(t *testing.T) {
 // A node that sends more events than an identity needs loses its watch.
 func TestANodeFloodingItsWatchLosesIt(t *testing.T) {
 	n := startNode(t, "worker-1", "worker-1.lan", "10.5.0.2")
-	w := newWatches(t, newReader(t, n.ca, talosnode.Options{}), talosnode.WatchOptions{})
+	var ends endings
+	w := newWatches(t, newReader(t, n.ca, talosnode.Options{}), talosnode.WatchOptions{Ended: ends.add})
 	w.Keep([]string{n.srv.Endpoint()})
 	waitLive(t, w, 1)
 	watches := n.srv.Calls(talosapi.MethodStateWatch)
@@ -297,6 +304,35 @@ func TestANodeFloodingItsWatchLosesIt(t *testing.T) {
 	// calls.
 	require.Eventually(t, func() bool { return n.srv.Calls(talosapi.MethodStateWatch) >= watches+3 }, 15*time.Second, 10*time.Millisecond,
 		"a flooding node kept its watch")
+	assert.Equal(t, []talosnode.WatchEnd{talosnode.WatchRefused}, ends.all(), "the end said")
+
+	// Ended by Keep and Stop, which waits for the watches' ends: not a
+	// watch's failure, and not said.
+	w.Keep(nil)
+	w.Stop()
+	assert.Equal(t, []talosnode.WatchEnd{talosnode.WatchRefused}, ends.all())
+}
+
+// endings records the ends a watch says (WatchOptions.Ended).
+type endings struct {
+	mu  sync.Mutex
+	got []talosnode.WatchEnd
+}
+
+func (e *endings) add(end talosnode.WatchEnd) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.got = append(e.got, end)
+}
+
+func (e *endings) all() []talosnode.WatchEnd {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.got)
+}
+
+func (e *endings) has(end talosnode.WatchEnd) bool {
+	return slices.Contains(e.all(), end)
 }
 
 // A node that floods the streams of a watch it has not let open yet (it
@@ -335,7 +371,8 @@ func TestANodeFloodingAWatchBeforeItIsOpenLosesIt(t *testing.T) {
 // long as the watch lived).
 func TestANodeFloodingItsWatchWithEmptyAnswersLosesIt(t *testing.T) {
 	n := startNode(t, "worker-1", "worker-1.lan", "10.5.0.2")
-	w := newWatches(t, newReader(t, n.ca, talosnode.Options{}), talosnode.WatchOptions{})
+	var ends endings
+	w := newWatches(t, newReader(t, n.ca, talosnode.Options{}), talosnode.WatchOptions{Ended: ends.add})
 	w.Keep([]string{n.srv.Endpoint()})
 	waitLive(t, w, 1)
 	watches := n.srv.Calls(talosapi.MethodStateWatch)
