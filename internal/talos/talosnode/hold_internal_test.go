@@ -1,8 +1,11 @@
 package talosnode
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -107,4 +110,25 @@ func TestWithoutALongestHoldEveryHoldIsTheFirst(t *testing.T) {
 		assert.LessOrEqual(t, got, want, "hold %d", n)
 		assert.GreaterOrEqual(t, got, max(want*9/10, 3*time.Second), "hold %d", n)
 	}
+}
+
+// A client dials until a node's certificate is verified on one of its
+// connections (gRPC tries each address a name resolves to, and a failed
+// handshake leaves the next to try), then never again, and accepts no
+// other node's handshake (reviews 261 F1, 262 F1 and F2).
+func TestAClientKeepsTheFirstNodeItVerified(t *testing.T) {
+	dials := 0
+	o := &oneConnection{dial: func(context.Context, string) (net.Conn, error) {
+		dials++
+		return nil, errors.New("dialled")
+	}}
+	for range 2 {
+		_, err := o.dialOnce(t.Context(), "10.5.0.1:50000")
+		assert.EqualError(t, err, "dialled", "a dial before any node was verified")
+	}
+	require.NoError(t, o.verifyOnce(tls.ConnectionState{}))
+	assert.ErrorIs(t, o.verifyOnce(tls.ConnectionState{}), errConnectionLost, "a second node's handshake")
+	_, err := o.dialOnce(t.Context(), "10.5.0.2:50000")
+	assert.ErrorIs(t, err, errConnectionLost)
+	assert.Equal(t, 2, dials)
 }

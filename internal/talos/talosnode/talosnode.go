@@ -493,12 +493,15 @@ func (r *Reader) connect(ctx context.Context, endpoint string, opts ...grpc.Dial
 		return nil, fmt.Errorf("talos node %s: %w", endpoint, err)
 	}
 
+	once := &oneConnection{dial: r.dial}
+
 	c, err := client.New(ctx,
 		client.WithEndpoints(endpoint),
 		client.WithTLSConfig(&tls.Config{
-			RootCAs:      r.roots,
-			Certificates: []tls.Certificate{*cert},
-			MinVersion:   tls.VersionTLS12,
+			RootCAs:          r.roots,
+			Certificates:     []tls.Certificate{*cert},
+			MinVersion:       tls.VersionTLS12,
+			VerifyConnection: once.verifyOnce,
 		}),
 		// An identity is a few hundred bytes: a node gets no more than
 		// this for an answer or an event (gRPC's default is 4 MiB, Talos's
@@ -512,7 +515,7 @@ func (r *Reader) connect(ctx context.Context, endpoint string, opts ...grpc.Dial
 		// 2026-12-05).
 		// One connection a client (oneConnection): the three reads of an
 		// identity, and a watch's three streams, are each one node's.
-		client.WithGRPCDialOptions(append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)), grpc.WithMaxHeaderListSize(maxHeaderList), grpc.WithNoProxy(), grpc.WithContextDialer((&oneConnection{dial: r.dial}).dialOnce), grpc.WithDisableServiceConfig())...),
+		client.WithGRPCDialOptions(append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage)), grpc.WithMaxHeaderListSize(maxHeaderList), grpc.WithNoProxy(), grpc.WithContextDialer(once.dialOnce), grpc.WithDisableServiceConfig())...),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("talos node %s: connect: %w", endpoint, err)
@@ -521,37 +524,56 @@ func (r *Reader) connect(ctx context.Context, endpoint string, opts ...grpc.Dial
 	return c, nil
 }
 
-// oneConnection dials for one gRPC client until a dial succeeds, then never
-// again. An endpoint several nodes answer (a name in DNS round robin, a VIP
-// in every control plane's certSANs) would otherwise let gRPC's reconnection
-// after a dropped connection or a GOAWAY reach another node between one read
-// and the next, or between a watch's streams, and an identity be put
-// together from two nodes' answers: one node's addresses under another's
-// name (review 261 F1). A read or a watch whose connection is lost fails
-// instead, and the next one connects anew. The dials before the first that
-// succeeds (gRPC trying each address a name resolves to) are let through.
+// oneConnection keeps a gRPC client to the first node whose certificate it
+// verified. An endpoint several nodes answer (a name in DNS round robin, a
+// VIP in every control plane's certSANs) would otherwise let gRPC's
+// reconnection after a dropped connection or a GOAWAY reach another node
+// between one read and the next, or between a watch's streams, and an
+// identity be put together from two nodes' answers: one node's addresses
+// under another's name (review 261 F1). Until a node's certificate is
+// verified every address a name resolves to may be tried, in parallel as
+// gRPC's pick_first tries them, and a handshake that fails (a CA rotated, a
+// host that is no node) leaves the next address to be tried; once one is,
+// no dial is made and no other handshake is accepted, so a read or a watch
+// whose connection is lost fails, and the next one connects anew (review
+// 262 F1, F2).
 type oneConnection struct {
 	dial func(context.Context, string) (net.Conn, error)
 
-	mu        sync.Mutex
-	connected bool
+	mu       sync.Mutex
+	verified bool
 }
 
-// errConnectionLost is the error of a dial after the client's connection
-// was made.
+// errConnectionLost refuses a dial, or a handshake, after the client's node
+// was verified.
 var errConnectionLost = errors.New("the connection to the node was lost: a read or a watch is one connection to one node, never made again")
 
 func (o *oneConnection) dialOnce(ctx context.Context, addr string) (net.Conn, error) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.connected {
+	verified := o.verified
+	o.mu.Unlock()
+
+	if verified {
 		return nil, errConnectionLost
 	}
-	conn, err := o.dial(ctx, addr)
-	if err == nil {
-		o.connected = true
+
+	return o.dial(ctx, addr)
+}
+
+// verifyOnce is the TLS configuration's VerifyConnection, called once the
+// node's certificate chain was verified: the first node is the client's,
+// any later handshake is refused.
+func (o *oneConnection) verifyOnce(tls.ConnectionState) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+
+	if o.verified {
+		return errConnectionLost
 	}
-	return conn, err
+
+	o.verified = true
+
+	return nil
 }
 
 // dial connects to a node's address as Talos's client does (TCP keepalives),
