@@ -199,7 +199,7 @@ func (m *Metrics) forget(namespace, cluster string) {
 func RegisterWatchMetrics(reg prometheus.Registerer, n *NodeReaders) error {
 	ends := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ichor_talos_identity_watch_ends_total",
-		Help: "Identity watches that ended, by cause: aged (synced and made anew at --talos-watch-max-age, not a failure), lost (the connection or a stream failed, or the node sent an error), not_synced (not established or synced in time), refused (the node sent more than a watch takes, or an identity beyond its bounds). A machine whose watch is not live is read at each decision.",
+		Help: "Identity watches that ended, by cause: aged (synced and made anew at --talos-watch-max-age, not a failure), lost (the connection could not be made or failed, or the node sent an error), not_synced (not established or synced in time), refused (the node sent more than a watch takes, an identity beyond its bounds, or ResourceExhausted). A machine whose watch is not live is read at each decision.",
 	}, []string{"cause"})
 	for _, cause := range []talosnode.WatchEnd{talosnode.WatchAged, talosnode.WatchLost, talosnode.WatchNotSynced, talosnode.WatchRefused} {
 		ends.WithLabelValues(string(cause))

@@ -25,7 +25,7 @@ func TestTheWatchesEndsAreCountedByCause(t *testing.T) {
 	n.watchEnded(talosnode.WatchRefused)
 	n.watchEnded(talosnode.WatchRefused)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP ichor_talos_identity_watch_ends_total Identity watches that ended, by cause: aged (synced and made anew at --talos-watch-max-age, not a failure), lost (the connection or a stream failed, or the node sent an error), not_synced (not established or synced in time), refused (the node sent more than a watch takes, or an identity beyond its bounds). A machine whose watch is not live is read at each decision.
+# HELP ichor_talos_identity_watch_ends_total Identity watches that ended, by cause: aged (synced and made anew at --talos-watch-max-age, not a failure), lost (the connection could not be made or failed, or the node sent an error), not_synced (not established or synced in time), refused (the node sent more than a watch takes, an identity beyond its bounds, or ResourceExhausted). A machine whose watch is not live is read at each decision.
 # TYPE ichor_talos_identity_watch_ends_total counter
 ichor_talos_identity_watch_ends_total{cause="aged"} 0
 ichor_talos_identity_watch_ends_total{cause="lost"} 1

@@ -102,7 +102,9 @@ func (l *gatedListener) setMode(m mode) {
 func (l *gatedListener) Close() error {
 	l.mu.Lock()
 	l.closed = true
-	if !l.draining {
+	if l.draining {
+		l.dropHeldLocked()
+	} else {
 		l.dropLocked()
 	}
 	l.mu.Unlock()
@@ -124,7 +126,11 @@ func (l *gatedListener) dropLocked() {
 	}
 
 	clear(l.live)
+	l.dropHeldLocked()
+}
 
+// dropHeldLocked closes the connections held unanswered (hanging).
+func (l *gatedListener) dropHeldLocked() {
 	for _, c := range l.held {
 		c.Close() //nolint:errcheck // tearing down; the peer sees the reset
 	}

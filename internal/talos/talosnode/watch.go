@@ -51,7 +51,8 @@ type WatchOptions struct {
 
 	// Ended, if set, is told why each watch ended (not when Keep or Stop
 	// ended it): a watch's failure is otherwise seen only as the live
-	// watches falling (review 261 F3). It must not block.
+	// watches falling (review 261 F3). It is called from each node's
+	// watch, concurrently, and must not block.
 	Ended func(WatchEnd)
 }
 
@@ -61,14 +62,16 @@ type WatchEnd string
 const (
 	// WatchAged: the watch reached its age, synced, and is made anew.
 	WatchAged WatchEnd = "aged"
-	// WatchLost: its connection or a stream failed, or the node sent an
-	// error.
+	// WatchLost: its connection could not be made or failed (a node
+	// down, a stream broken, a GOAWAY), the node sent an error, or the
+	// reader's credential could not be issued.
 	WatchLost WatchEnd = "lost"
 	// WatchNotSynced: it was not established, or not synced, within its
-	// bounds (a read's timeout, its age).
+	// bounds (a read's timeout, its age): a node that takes the connection
+	// and never answers, or an address that never answers at all.
 	WatchNotSynced WatchEnd = "not_synced"
 	// WatchRefused: the node sent more than a watch takes (events or
-	// messages), or an identity beyond its bounds.
+	// messages), an identity beyond its bounds, or ResourceExhausted.
 	WatchRefused WatchEnd = "refused"
 )
 
@@ -470,6 +473,12 @@ func (w *Watches) watchOnce(ctx context.Context, endpoint string, n *nodeWatch) 
 			return nil
 		case ev := <-updates:
 			if ev.Type == state.Errored {
+				// A stream ended by the set-up's bound says that bound,
+				// not the cancellation it saw (review 262 F3).
+				if cause := context.Cause(watchCtx); cause != nil && ctx.Err() == nil {
+					return cause
+				}
+
 				return fmt.Errorf("talos node %s: watch: %w", endpoint, ev.Error)
 			}
 
