@@ -376,19 +376,7 @@ func (c *Cache) Store(k Key, cred *clientauthv1.ExecCredential) error {
 	if err != nil {
 		return fmt.Errorf("encode the credential: %w", err)
 	}
-	path := c.Path(k)
-	// A link there is the user's own (the directory is theirs alone), but
-	// privatefile refuses to replace one naming a device or a directory,
-	// and every run then asked for a credential again (review 253 F6): the
-	// link goes, its target untouched.
-	if info, err := os.Lstat(path); err == nil && info.Mode()&os.ModeSymlink != 0 {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("cache the credential: remove the symbolic link %s: %w", path, err)
-		}
-	}
-	// Beside the file, never in a shared temporary directory; renamed over
-	// it, so a reader sees the old credential or the new one whole.
-	if err := privatefile.Write(path, data); err != nil {
+	if err := replace(c.Path(k), data); err != nil {
 		return fmt.Errorf("cache the credential: %w", err)
 	}
 	// A credential issued ends a refusal held before it.
@@ -439,16 +427,25 @@ func (c *Cache) StoreRefusal(k Key, message string, asked time.Time) error {
 	if err != nil {
 		return fmt.Errorf("encode the refusal: %w", err)
 	}
-	path := c.RefusalPath(k)
-	if info, err := os.Lstat(path); err == nil && info.Mode()&os.ModeSymlink != 0 {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("hold the refusal: remove the symbolic link %s: %w", path, err)
-		}
-	}
-	if err := privatefile.Write(path, data); err != nil {
+	if err := replace(c.RefusalPath(k), data); err != nil {
 		return fmt.Errorf("hold the refusal: %w", err)
 	}
 	return nil
+}
+
+// replace writes data as the file at path, mode 0600: to a temporary file
+// beside it, never in a shared temporary directory, renamed over it, so a
+// reader sees the old file or the new one whole. A symbolic link there is
+// the user's own (the directory is theirs alone), but privatefile refuses to
+// replace one naming a device or a directory, and every run then asked for
+// a credential again (review 253 F6): the link goes, its target untouched.
+func replace(path string, data []byte) error {
+	if info, err := os.Lstat(path); err == nil && info.Mode()&os.ModeSymlink != 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove the symbolic link %s: %w", path, err)
+		}
+	}
+	return privatefile.Write(path, data)
 }
 
 // LoadRefusal is the refusal of k's credential held at now, if any. None,

@@ -119,22 +119,32 @@ func (p *policyBindings) look(ctx context.Context) {
 // they do; an error is a read that failed.
 func (p *policyBindings) lookAt(ctx context.Context, name string) (string, error) {
 	var b admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	switch err := p.reader.Get(ctx, client.ObjectKey{Name: name}, &b); {
-	case apierrors.IsNotFound(err) || (err == nil && b.DeletionTimestamp != nil):
-		return fmt.Sprintf("ValidatingAdmissionPolicyBinding %s missing", name), nil
+	switch ok, err := p.present(ctx, name, &b); {
 	case err != nil:
 		return "", err
+	case !ok:
+		return fmt.Sprintf("ValidatingAdmissionPolicyBinding %s missing", name), nil
 	case b.Spec.PolicyName != name:
 		return fmt.Sprintf("ValidatingAdmissionPolicyBinding %s binds policy %q, not its own", name, b.Spec.PolicyName), nil
 	case !slices.Contains(b.Spec.ValidationActions, admissionregistrationv1.Deny):
 		return fmt.Sprintf("ValidatingAdmissionPolicyBinding %s does not deny (validationActions %v)", name, b.Spec.ValidationActions), nil
 	}
-	var policy admissionregistrationv1.ValidatingAdmissionPolicy
-	switch err := p.reader.Get(ctx, client.ObjectKey{Name: name}, &policy); {
-	case apierrors.IsNotFound(err) || (err == nil && policy.DeletionTimestamp != nil):
-		return fmt.Sprintf("ValidatingAdmissionPolicy %s missing", name), nil
+	switch ok, err := p.present(ctx, name, &admissionregistrationv1.ValidatingAdmissionPolicy{}); {
 	case err != nil:
 		return "", err
+	case !ok:
+		return fmt.Sprintf("ValidatingAdmissionPolicy %s missing", name), nil
 	}
 	return "", nil
+}
+
+// present reads obj by name: false when it is absent or being deleted.
+func (p *policyBindings) present(ctx context.Context, name string, obj client.Object) (bool, error) {
+	switch err := p.reader.Get(ctx, client.ObjectKey{Name: name}, obj); {
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return obj.GetDeletionTimestamp() == nil, nil
 }
