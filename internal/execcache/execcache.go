@@ -30,7 +30,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clientauthv1 "k8s.io/client-go/pkg/apis/clientauthentication/v1"
@@ -417,11 +416,8 @@ func (c *Cache) RefusalPath(k Key) string {
 // for RefusalHold from then. The message is cut to 4 KiB, at a character.
 func (c *Cache) StoreRefusal(k Key, message string, asked time.Time) error {
 	if len(message) > maxRefusalMessage {
-		cut := maxRefusalMessage
-		for cut > 0 && !utf8.RuneStart(message[cut]) {
-			cut--
-		}
-		message = message[:cut]
+		// A character the cut splits is dropped whole.
+		message = strings.ToValidUTF8(message[:maxRefusalMessage], "")
 	}
 	data, err := json.Marshal(Refusal{Key: k.ID(), Asked: asked.UTC(), Until: asked.Add(RefusalHold).UTC(), Message: message})
 	if err != nil {
